@@ -1,0 +1,5 @@
+import sys
+
+from bayes_sched.cli import main
+
+sys.exit(main())

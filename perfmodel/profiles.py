@@ -1,0 +1,379 @@
+"""Read and validate step-time profiles and gradient-statistics traces.
+
+Three step-time formats are understood, told apart by their header:
+
+* Pollux ``placements.csv``: ``placement,local_bsz,step_time,sync_time`` where ``placement`` is a
+  digit string with one digit per node (GPUs used on that node, e.g. ``"22"``);
+* Pollux ``scalability.csv``: ``num_nodes,num_replicas,local_bsz,step_time,sync_time``;
+* the project's own profile format, written by the job agent and the collectors:
+  ``num_nodes,num_replicas,local_bsz,accum_steps,step_time,sync_time`` with optional ``placement``.
+
+Times are seconds per iteration. ``sync_time`` is the part of ``step_time`` spent synchronising
+gradients, so ``step_time - sync_time`` is the compute (accumulation) time of one micro-step.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from perfmodel.datasets import pollux_model_dir
+from perfmodel.errors import InputError
+
+PLACEMENTS_COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
+SCALABILITY_COLUMNS = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
+PROFILE_COLUMNS = (
+    "num_nodes", "num_replicas", "local_bsz", "accum_steps", "step_time", "sync_time",
+)
+VALIDATION_COLUMNS = ("progress", "iteration", "metric", "grad_sqr", "grad_var")
+
+_PLACEMENT = re.compile(r"^[0-9]+$")
+
+
+# --- cell parsers: each returns the parsed value or raises ValueError with what was expected -----
+
+def _positive_int(text: str) -> int:
+    value = float(text)
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise ValueError("expected a positive integer")
+    return int(value)
+
+
+def _nonnegative_int(text: str) -> int:
+    value = float(text)
+    if not math.isfinite(value) or value != int(value) or value < 0:
+        raise ValueError("expected a non-negative integer")
+    return int(value)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("expected a finite number > 0")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("expected a finite number >= 0")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("expected a finite number")
+    return value
+
+
+def _placement(text: str) -> str:
+    text = text.strip()
+    if not _PLACEMENT.match(text) or sum(int(c) for c in text) == 0:
+        raise ValueError("expected a digit string with GPUs per node, e.g. '22'")
+    return text
+
+
+_PARSERS: dict[str, Callable[[str], object]] = {
+    "placement": _placement,
+    "local_bsz": _positive_int,
+    "num_nodes": _positive_int,
+    "num_replicas": _positive_int,
+    "accum_steps": _nonnegative_int,
+    "step_time": _positive_float,
+    "sync_time": _nonnegative_float,
+    "progress": _nonnegative_float,
+    "iteration": _nonnegative_float,
+    "metric": _finite_float,
+    "grad_sqr": _nonnegative_float,
+    "grad_var": _nonnegative_float,
+}
+
+
+def read_table(path: str | Path, required: Iterable[str], optional: Iterable[str] = ()
+               ) -> dict[str, list]:
+    """Read a CSV file, checking that ``required`` columns exist and every cell parses.
+
+    Returns a dict of column name to list of parsed values (only the columns asked for).
+    Raises :class:`InputError` naming file, row and column on the first problem.
+    """
+    path = Path(path)
+    required = tuple(required)
+    try:
+        handle = path.open(newline="")
+    except OSError as error:
+        raise InputError(f"cannot read file: {error.strerror or error}", path) from None
+    with handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None or not any(cell.strip() for cell in header):
+            raise InputError(f"empty file: expected a header with {', '.join(required)}", path)
+        header = [cell.strip() for cell in header]
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise InputError(
+                f"missing column(s) {', '.join(missing)}: expected {', '.join(required)}",
+                path, row=1,
+            )
+        wanted = [c for c in (*required, *optional) if c in header]
+        index = {c: header.index(c) for c in wanted}
+        columns: dict[str, list] = {c: [] for c in wanted}
+        for row_number, row in enumerate(reader, start=2):
+            if not row or not any(cell.strip() for cell in row):
+                continue
+            for name in wanted:
+                cell = row[index[name]].strip() if index[name] < len(row) else ""
+                if cell == "":
+                    raise InputError(f"empty cell: {_expected(name)}", path, row_number, name)
+                try:
+                    columns[name].append(_PARSERS.get(name, str)(cell))
+                except ValueError as error:
+                    message = str(error) if str(error).startswith("expected") else _expected(name)
+                    raise InputError(f"'{cell}' is not valid: {message}", path, row_number,
+                                     name) from None
+    if not columns[wanted[0]]:
+        raise InputError("no data rows after the header", path)
+    return columns
+
+
+def _expected(name: str) -> str:
+    try:
+        _PARSERS[name]("nan")
+    except ValueError as error:
+        return str(error)
+    return "expected a value"
+
+
+# --- step-time profiles --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepTimeProfile:
+    """Measured step times of one model over configurations; every array has shape ``(N,)``.
+
+    Attributes:
+        model: model name.
+        num_nodes: nodes spanned.
+        num_replicas: GPUs (data-parallel replicas) in all.
+        local_bsz: per-GPU micro-batch size ``m``, examples.
+        accum_steps: gradient-accumulation steps ``s`` (0 means no accumulation).
+        step_time: seconds per optimiser step when ``s == 0``; in general seconds per iteration.
+        sync_time: seconds of gradient synchronisation within ``step_time``.
+        placement: a label per row grouping rows of one placement (digit string or ``nXrY``).
+    """
+
+    model: str
+    num_nodes: np.ndarray
+    num_replicas: np.ndarray
+    local_bsz: np.ndarray
+    accum_steps: np.ndarray
+    step_time: np.ndarray
+    sync_time: np.ndarray
+    placement: np.ndarray
+    sources: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return int(self.step_time.shape[0])
+
+    @property
+    def compute_time(self) -> np.ndarray:
+        """Seconds of one micro-step of computation (``step_time - sync_time``), shape ``(N,)``."""
+        return self.step_time - self.sync_time
+
+    def subset(self, mask: np.ndarray) -> StepTimeProfile:
+        """The rows where boolean ``mask`` (shape ``(N,)``) is true."""
+        return StepTimeProfile(
+            self.model, self.num_nodes[mask], self.num_replicas[mask], self.local_bsz[mask],
+            self.accum_steps[mask], self.step_time[mask], self.sync_time[mask],
+            self.placement[mask], self.sources,
+        )
+
+    @staticmethod
+    def concat(profiles: Iterable[StepTimeProfile]) -> StepTimeProfile:
+        profiles = list(profiles)
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in profiles])
+        return StepTimeProfile(
+            profiles[0].model, cat("num_nodes"), cat("num_replicas"), cat("local_bsz"),
+            cat("accum_steps"), cat("step_time"), cat("sync_time"), cat("placement"),
+            tuple(s for p in profiles for s in p.sources),
+        )
+
+
+def _check_sync(path: Path, step: list[float], sync: list[float]) -> None:
+    for i, (t, s) in enumerate(zip(step, sync, strict=True)):
+        if s >= t:
+            raise InputError(f"sync_time {s} is not below step_time {t}: expected "
+                             "sync_time < step_time", path, i + 2, "sync_time")
+
+
+def read_placements_csv(path: str | Path, model: str | None = None) -> StepTimeProfile:
+    """Read a Pollux ``placements.csv`` (``placement,local_bsz,step_time,sync_time``)."""
+    path = Path(path)
+    cols = read_table(path, PLACEMENTS_COLUMNS)
+    _check_sync(path, cols["step_time"], cols["sync_time"])
+    placement = np.array(cols["placement"], dtype=object)
+    digits = [[int(c) for c in p if c != "0"] for p in placement]
+    return StepTimeProfile(
+        model or path.parent.name,
+        num_nodes=np.array([len(d) for d in digits], dtype=np.int64),
+        num_replicas=np.array([sum(d) for d in digits], dtype=np.int64),
+        local_bsz=np.array(cols["local_bsz"], dtype=np.int64),
+        accum_steps=np.zeros(len(placement), dtype=np.int64),
+        step_time=np.array(cols["step_time"], dtype=np.float64),
+        sync_time=np.array(cols["sync_time"], dtype=np.float64),
+        placement=placement,
+        sources=(str(path),),
+    )
+
+
+def _read_counts_csv(path: Path, model: str | None, with_accum: bool) -> StepTimeProfile:
+    cols = read_table(path, PROFILE_COLUMNS if with_accum else SCALABILITY_COLUMNS,
+                      optional=("placement",))
+    _check_sync(path, cols["step_time"], cols["sync_time"])
+    n = len(cols["step_time"])
+    nodes = np.array(cols["num_nodes"], dtype=np.int64)
+    replicas = np.array(cols["num_replicas"], dtype=np.int64)
+    for i in range(n):
+        if replicas[i] < nodes[i]:
+            raise InputError(f"num_replicas {replicas[i]} is below num_nodes {nodes[i]}: "
+                             "expected at least one GPU per node", path, i + 2, "num_replicas")
+    if "placement" in cols:
+        placement = np.array(cols["placement"], dtype=object)
+    else:
+        placement = np.array([f"n{a}r{b}" for a, b in zip(nodes, replicas, strict=True)],
+                             dtype=object)
+    accum = cols["accum_steps"] if with_accum else [0] * n
+    return StepTimeProfile(
+        model or path.parent.name, nodes, replicas,
+        local_bsz=np.array(cols["local_bsz"], dtype=np.int64),
+        accum_steps=np.array(accum, dtype=np.int64),
+        step_time=np.array(cols["step_time"], dtype=np.float64),
+        sync_time=np.array(cols["sync_time"], dtype=np.float64),
+        placement=placement,
+        sources=(str(path),),
+    )
+
+
+def read_scalability_csv(path: str | Path, model: str | None = None) -> StepTimeProfile:
+    """Read a Pollux ``scalability.csv`` (``num_nodes,num_replicas,local_bsz,step_time,sync_time``)."""
+    return _read_counts_csv(Path(path), model, with_accum=False)
+
+
+def read_profile_csv(path: str | Path, model: str | None = None) -> StepTimeProfile:
+    """Read a profile in the project's own format (see the module docstring)."""
+    return _read_counts_csv(Path(path), model, with_accum=True)
+
+
+def read_step_time_profile(path: str | Path, model: str | None = None) -> StepTimeProfile:
+    """Read any supported step-time CSV, or every ``placements.csv``/``scalability.csv``/``*.csv``
+    profile in a folder; the format is told by the header."""
+    path = Path(path)
+    if path.is_dir():
+        files = [p for p in sorted(path.glob("*.csv")) if not p.name.startswith("validation-")]
+        if not files:
+            raise InputError("no step-time CSV files in folder: expected placements.csv, "
+                             "scalability.csv or profile CSVs", path)
+        return StepTimeProfile.concat(read_step_time_profile(f, model or path.name)
+                                      for f in files)
+    header = _header(path)
+    if "placement" in header and "num_nodes" not in header:
+        return read_placements_csv(path, model)
+    if "accum_steps" in header:
+        return read_profile_csv(path, model)
+    if "num_nodes" in header:
+        return read_scalability_csv(path, model)
+    raise InputError("unknown profile format: expected the columns of placements.csv "
+                     f"({', '.join(PLACEMENTS_COLUMNS)}), scalability.csv or the project format "
+                     f"({', '.join(PROFILE_COLUMNS)})", path, row=1)
+
+
+def _header(path: Path) -> list[str]:
+    try:
+        with path.open(newline="") as handle:
+            header = next(csv.reader(handle), None)
+    except OSError as error:
+        raise InputError(f"cannot read file: {error.strerror or error}", path) from None
+    if not header:
+        raise InputError("empty file: expected a CSV header", path)
+    return [cell.strip() for cell in header]
+
+
+def load_pollux_profile(model: str) -> StepTimeProfile:
+    """The shipped Pollux profile of ``model``: placements.csv and scalability.csv together."""
+    return read_step_time_profile(pollux_model_dir(model), model)
+
+
+# --- gradient statistics -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GradientTrace:
+    """Gradient statistics along one training run at total batch size ``batch_size``.
+
+    Arrays have shape ``(E,)``, one entry per epoch. ``progress`` is training progress in examples
+    (the artifact's unit); ``grad_sqr`` and ``grad_var`` are the squared norm and the variance of
+    the gradient, both normalised to the model's initial batch size.
+    """
+
+    batch_size: int
+    progress: np.ndarray
+    iteration: np.ndarray
+    metric: np.ndarray
+    grad_sqr: np.ndarray
+    grad_var: np.ndarray
+    source: str = ""
+
+    @property
+    def noise_to_signal(self) -> np.ndarray:
+        """``grad_var / grad_sqr``: the gradient noise scale in units of the initial batch."""
+        return self.grad_var / np.maximum(self.grad_sqr, np.finfo(float).tiny)
+
+
+def read_validation_csv(path: str | Path, batch_size: int | None = None) -> GradientTrace:
+    """Read a Pollux ``validation-<B>.csv`` (``progress,iteration,metric,grad_sqr,grad_var``)."""
+    path = Path(path)
+    if batch_size is None:
+        match = re.match(r"validation-(\d+)\.csv$", path.name)
+        if not match:
+            raise InputError("cannot tell the batch size: expected a name like "
+                             "validation-<B>.csv or an explicit batch size", path)
+        batch_size = int(match.group(1))
+    cols = read_table(path, VALIDATION_COLUMNS)
+    for i, (sqr, var) in enumerate(zip(cols["grad_sqr"], cols["grad_var"], strict=True)):
+        if sqr == 0 and var == 0:
+            raise InputError("grad_sqr and grad_var are both 0: expected a positive gradient "
+                             "statistic", path, i + 2, "grad_sqr")
+    progress = np.array(cols["progress"], dtype=np.float64)
+    if np.any(np.diff(progress) < 0):
+        row = int(np.argmax(np.diff(progress) < 0)) + 3
+        raise InputError("progress decreases: expected rows in training order", path, row,
+                         "progress")
+    return GradientTrace(
+        batch_size, progress,
+        np.array(cols["iteration"], dtype=np.float64),
+        np.array(cols["metric"], dtype=np.float64),
+        np.array(cols["grad_sqr"], dtype=np.float64),
+        np.array(cols["grad_var"], dtype=np.float64),
+        str(path),
+    )
+
+
+def read_gradient_traces(folder: str | Path) -> dict[int, GradientTrace]:
+    """Every ``validation-<B>.csv`` in ``folder``, keyed by batch size ``B`` (ascending)."""
+    folder = Path(folder)
+    files = sorted(folder.glob("validation-*.csv"),
+                   key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+    if not files:
+        raise InputError("no validation-<B>.csv files: expected gradient statistics", folder)
+    traces = [read_validation_csv(f) for f in files]
+    return {t.batch_size: t for t in traces}
+
+
+def load_pollux_gradients(model: str) -> dict[int, GradientTrace]:
+    """The shipped gradient-statistics traces of ``model``, keyed by training batch size."""
+    return read_gradient_traces(pollux_model_dir(model))
