@@ -4,9 +4,9 @@ Jobs run at their users' batch sizes. Every active job first gets one GPU (in su
 while GPUs last); then GPUs go one at a time to the job whose estimated remaining time drops most
 with one more GPU: ``(T(r) - T(r + 1)) * remaining steps``, with ``T(r)`` the step time the job
 agent's fitted throughput model predicts for ``r`` consolidated GPUs at the user's batch, and the
-remaining steps estimated from the job's remaining progress and its measured gradient statistics. A job without a
-fitted model gets no more than its first GPU (Optimus profiles a job before scaling it). Jobs whose
-GPU count is unchanged keep their placement; others are placed consolidated.
+remaining steps estimated from the job's remaining progress and its measured gradient statistics.
+A job without a fitted model gets no more than its first GPU (Optimus profiles a job before scaling
+it). Jobs whose GPU count is unchanged keep their placement; others are placed consolidated.
 
 The Pollux artifact's variant (Optimus+Oracle) read true step times and remaining iterations from
 the simulator; this one uses only what a real scheduler could know.
