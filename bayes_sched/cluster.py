@@ -105,3 +105,9 @@ def validate_allocations(allocations: Mapping[str, np.ndarray], state: ClusterSt
 def placement_of(counts: np.ndarray) -> tuple[int, ...]:
     """GPUs per used node, in node order (zeros dropped), e.g. ``(2, 2)``."""
     return tuple(int(c) for c in counts if c > 0)
+
+
+def consolidated_placement(num_replicas: int, gpus_per_node: int) -> tuple[int, ...]:
+    """GPUs per node when ``num_replicas`` are packed onto as few nodes as possible."""
+    full, rest = divmod(num_replicas, gpus_per_node)
+    return (gpus_per_node,) * full + ((rest,) if rest else ())

@@ -10,14 +10,68 @@ fitted models — never the simulator's ground truth.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from bayes_sched.sim.physics import BatchLimits, split_batch
 from perfmodel.goodput import GoodputModel
 from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import ThroughputParams, fit_throughput
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One submitted job: what its user asked for.
+
+    Attributes:
+        name: unique job name.
+        submit_time: submission time, seconds from the start of the workload.
+        application: the model trained (a key of the shipped applications, e.g. ``"cifar10"``).
+        num_replicas: GPUs the user requested.
+        batch_size: total batch size the user requested, examples per optimiser step.
+    """
+
+    name: str
+    submit_time: float
+    application: str
+    num_replicas: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """The batch-size limits of an application, as its job declares them (public, not physics).
+
+    Attributes:
+        init_batch_size: the batch size the learning rate was tuned for, ``B0`` (examples).
+        max_batch_size: the largest total batch size the job accepts (examples).
+        min_local_bsz: smallest per-GPU micro-batch (examples).
+        max_local_bsz: largest per-GPU micro-batch that fits in GPU memory (examples).
+    """
+
+    init_batch_size: int
+    max_batch_size: int
+    min_local_bsz: int
+    max_local_bsz: int
+
+
+def split_batch(batch_size: int, num_replicas: int, limits: BatchLimits) -> tuple[int, int]:
+    """Split a total batch over replicas into ``(local_bsz, accum_steps)`` like a fixed-batch job.
+
+    Micro-batches stay within ``max_local_bsz`` by accumulating gradients; a single replica whose
+    batch exceeds ``B0`` accumulates at least once (gradient statistics need two micro-batches); the
+    total never exceeds ``max_batch_size``.
+    """
+    eps = 1e-8
+    local = math.ceil(batch_size / num_replicas - eps)
+    accum = math.ceil(local / limits.max_local_bsz - eps) - 1
+    if num_replicas == 1 and batch_size > limits.init_batch_size:
+        accum = max(1, accum)
+    micro = math.ceil(local / (accum + 1) - eps)
+    micro = min(micro, int(limits.max_batch_size / (num_replicas * (accum + 1))))
+    return max(micro, 1), accum
+
 
 
 @dataclass(frozen=True)

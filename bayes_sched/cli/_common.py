@@ -19,10 +19,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bayes_sched.errors import InputError as SchedInputError
 from perfmodel.errors import InputError as PerfmodelInputError
 
 #: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
-USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
+USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError, SchedInputError)
 
 T = TypeVar("T")
 

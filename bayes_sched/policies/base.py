@@ -19,8 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
-from bayes_sched.jobs import JobSettings, JobView
-from bayes_sched.sim.workload import JobSpec
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
 
 
 class Policy(Protocol):

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bayes_sched.cluster import Allocations, ClusterState
-from bayes_sched.jobs import JobSettings, JobView
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
-from bayes_sched.sim.workload import JobSpec
 
 
 class FifoPolicy:

@@ -19,11 +19,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bayes_sched.cluster import Allocations, ClusterState
-from bayes_sched.jobs import JobSettings, JobView
+from bayes_sched.cluster import Allocations, ClusterState, consolidated_placement
+from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies.base import free_gpus, pack
-from bayes_sched.sim.physics import consolidated_placement, split_batch
-from bayes_sched.sim.workload import JobSpec
 from perfmodel.throughput import predict_step_time
 
 #: The artifact ran NCF on one GPU under every policy that sizes jobs.

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
-from bayes_sched.jobs import JobSettings, JobView
-from bayes_sched.sim.workload import JobSpec
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
 
 #: The artifact ran NCF with a fixed batch of 32768 on one GPU under Pollux.
 ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)}

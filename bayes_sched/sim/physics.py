@@ -18,14 +18,14 @@ The simulator, and only the simulator, reads these: a policy never sees them. Fo
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
 
+from bayes_sched.cluster import consolidated_placement
 from bayes_sched.errors import InputError
+from bayes_sched.jobs import BatchLimits, split_batch
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.profiles import load_pollux_gradients, read_placements_csv, read_scalability_csv
 
@@ -43,23 +43,6 @@ _ARTIFACT_SETTINGS: dict[str, dict[str, int]] = {
 
 #: Nodes beyond which the scalability measurements are extrapolated flat (the artifact's cap).
 _MAX_PROFILED_NODES = 16
-
-
-@dataclass(frozen=True)
-class BatchLimits:
-    """The batch-size limits of an application, as its job declares them (public, not physics).
-
-    Attributes:
-        init_batch_size: the batch size the learning rate was tuned for, ``B0`` (examples).
-        max_batch_size: the largest total batch size the job accepts (examples).
-        min_local_bsz: smallest per-GPU micro-batch (examples).
-        max_local_bsz: largest per-GPU micro-batch that fits in GPU memory (examples).
-    """
-
-    init_batch_size: int
-    max_batch_size: int
-    min_local_bsz: int
-    max_local_bsz: int
 
 
 class Application:
@@ -190,29 +173,6 @@ def _canonical(placement: tuple[int, ...]) -> tuple[int, ...]:
     if len(placement) <= 1:
         return placement
     return min(placement[i:] + placement[:i] for i in range(len(placement)))
-
-
-def consolidated_placement(num_replicas: int, gpus_per_node: int) -> tuple[int, ...]:
-    """GPUs per node when ``num_replicas`` are packed onto as few nodes as possible."""
-    full, rest = divmod(num_replicas, gpus_per_node)
-    return (gpus_per_node,) * full + ((rest,) if rest else ())
-
-
-def split_batch(batch_size: int, num_replicas: int, limits: BatchLimits) -> tuple[int, int]:
-    """Split a total batch over replicas into ``(local_bsz, accum_steps)`` like a fixed-batch job.
-
-    Micro-batches stay within ``max_local_bsz`` by accumulating gradients; a single replica whose
-    batch exceeds ``B0`` accumulates at least once (gradient statistics need two micro-batches); the
-    total never exceeds ``max_batch_size``.
-    """
-    eps = 1e-8
-    local = math.ceil(batch_size / num_replicas - eps)
-    accum = math.ceil(local / limits.max_local_bsz - eps) - 1
-    if num_replicas == 1 and batch_size > limits.init_batch_size:
-        accum = max(1, accum)
-    micro = math.ceil(local / (accum + 1) - eps)
-    micro = min(micro, int(limits.max_batch_size / (num_replicas * (accum + 1))))
-    return max(micro, 1), accum
 
 
 @cache

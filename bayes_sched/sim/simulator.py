@@ -17,9 +17,9 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.errors import InputError
-from bayes_sched.jobs import JobAgent, JobSettings, JobView
+from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
 from bayes_sched.sim.physics import Application, get_application
-from bayes_sched.sim.workload import JobSpec, Workload
+from bayes_sched.sim.workload import Workload
 
 
 @dataclass(frozen=True)

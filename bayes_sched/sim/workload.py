@@ -16,30 +16,12 @@ from importlib import resources
 from pathlib import Path
 
 from bayes_sched.errors import InputError
+from bayes_sched.jobs import JobSpec
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 #: Folders of shipped workloads: relative job load 1.0 (``workloads``), 0.5, 1.5, 2.0, realistic.
 WORKLOAD_SETS = ("workloads", "workloads-0.5", "workloads-1.5", "workloads-2.0",
                  "workloads-realistic")
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One submitted job: what its user asked for.
-
-    Attributes:
-        name: unique job name.
-        submit_time: submission time, seconds from the start of the workload.
-        application: the model trained (a key of the shipped applications, e.g. ``"cifar10"``).
-        num_replicas: GPUs the user requested.
-        batch_size: total batch size the user requested, examples per optimiser step.
-    """
-
-    name: str
-    submit_time: float
-    application: str
-    num_replicas: int
-    batch_size: int
 
 
 @dataclass(frozen=True)
@@ -55,7 +37,7 @@ class Workload:
 
     def head(self, num_jobs: int) -> Workload:
         """The first ``num_jobs`` jobs (a small slice for tests and demos)."""
-        return Workload(f"{self.name}[:{num_jobs}]", self.jobs[:num_jobs], self.source)
+        return Workload(f"{self.name}-first{num_jobs}", self.jobs[:num_jobs], self.source)
 
 
 def shipped_workloads_dir(workload_set: str = "workloads") -> Path:
