@@ -157,14 +157,14 @@ class SimulatedCluster:
         self.config = config
         self._now = 0.0
         self.jobs: dict[str, SimJob] = {}
-        for spec in workload.jobs:
+        for row, spec in enumerate(workload.jobs, start=2):
             app = get_application(spec.application)
             if spec.num_replicas > config.num_nodes * config.gpus_per_node:
                 raise InputError(
                     f"job '{spec.name}' asks for {spec.num_replicas} GPUs but the cluster has "
                     f"{config.num_nodes * config.gpus_per_node} ({config.num_nodes} nodes x "
                     f"{config.gpus_per_node}): expected a cluster that fits every job",
-                    workload.source or None, column="num_replicas")
+                    workload.source or None, row=row, column="num_replicas")
             settings = job_settings(spec) if job_settings else JobSettings(spec.batch_size)
             agent = JobAgent(spec.name, app.limits, settings, config.min_refit_interval)
             self.jobs[spec.name] = SimJob(spec, app, agent, config.num_nodes)
