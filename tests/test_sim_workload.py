@@ -1,4 +1,4 @@
-"""Workload CSVs: the shipped ones load; bad ones fail with a one-line error naming row and column."""
+"""Workload CSVs: shipped ones load; bad ones fail with one line naming the row and column."""
 
 from __future__ import annotations
 
