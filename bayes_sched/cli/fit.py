@@ -1,0 +1,101 @@
+"""``bayes-sched fit throughput|efficiency``: fit one model and print its parameters."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from bayes_sched.cli._common import print_table, stderr
+from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
+from perfmodel.efficiency import EfficiencyModel
+from perfmodel.errors import InputError
+from perfmodel.profiles import (
+    GradientTrace,
+    StepTimeProfile,
+    read_gradient_traces,
+    read_step_time_profile,
+    read_validation_csv,
+)
+from perfmodel.report import efficiency_table
+from perfmodel.throughput import fit_throughput
+from perfmodel.throughput_bayes import fit_throughput_posterior
+
+
+def resolve_profile(source: str) -> StepTimeProfile:
+    """A step-time profile from a CSV file, a folder of them, or a shipped model's name."""
+    path = Path(source)
+    if path.exists():
+        return read_step_time_profile(path)
+    if source in POLLUX_MODELS:
+        return read_step_time_profile(pollux_model_dir(source), source)
+    raise InputError(f"no such file, folder or shipped model: expected a profile CSV, a folder "
+                     f"or one of {', '.join(POLLUX_MODELS)}", source)
+
+
+def resolve_gradients(source: str) -> dict[int, GradientTrace]:
+    """Gradient traces from a validation CSV, a folder of them, or a shipped model's name."""
+    path = Path(source)
+    if path.is_file():
+        trace = read_validation_csv(path)
+        return {trace.batch_size: trace}
+    if path.is_dir():
+        return read_gradient_traces(path)
+    if source in POLLUX_MODELS:
+        return read_gradient_traces(pollux_model_dir(source))
+    raise InputError(f"no such file, folder or shipped model: expected validation-<B>.csv, a "
+                     f"folder or one of {', '.join(POLLUX_MODELS)}", source)
+
+
+def _fit_throughput(args: argparse.Namespace) -> int:
+    profile = resolve_profile(args.profile)
+    if args.method == "point":
+        params = fit_throughput(profile)
+        rows = [{"parameter": k, "point_fit": v} for k, v in params.as_dict().items()]
+        print_table(rows, title=f"{profile.model}: point fit", as_json=args.json)
+        return 0
+    with stderr.status(f"fitting {profile.model} by {args.method} ..."):
+        posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed)
+    print_table(posterior.parameter_summary(), as_json=args.json,
+                title=f"{profile.model}: posterior ({args.method}, 90% intervals, "
+                      f"PSIS k-hat {posterior.diagnostics.pareto_k:.2f})")
+    return 0
+
+
+def _fit_efficiency(args: argparse.Namespace) -> int:
+    traces = resolve_gradients(args.gradients)
+    model = EfficiencyModel.fit(traces, init_bsz=args.init_bsz)
+    batch_sizes = args.batch_size or sorted(model.curves)
+    if np.any(np.asarray(batch_sizes) <= 0):
+        raise InputError("--batch-size must be positive")
+    print_table(efficiency_table(model, batch_sizes), as_json=args.json,
+                title=f"statistical efficiency (initial batch {model.init_bsz}, 90% intervals)")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    fit = subparsers.add_parser("fit", help="fit a throughput or efficiency model")
+    kinds = fit.add_subparsers(dest="kind", metavar="KIND", required=True)
+
+    tp = kinds.add_parser("throughput", help="fit the step-time (throughput) model",
+                          description="Fit Pollux's step-time model to a profile: a CSV in the "
+                          "Pollux placements/scalability format or the project's own format, a "
+                          "folder of them, or a shipped model's name.")
+    tp.add_argument("profile", help="profile CSV, folder, or shipped model name")
+    tp.add_argument("--method", choices=("svi", "nuts", "point"), default="svi")
+    tp.add_argument("--seed", type=int, default=0)
+    tp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    tp.set_defaults(handler=_fit_throughput)
+
+    eff = kinds.add_parser("efficiency", help="fit statistical efficiency from gradient stats",
+                           description="Fit the gradient noise scale along training from "
+                           "validation-<B>.csv files (a file, a folder or a shipped model's name) "
+                           "and print efficiency with 90% intervals.")
+    eff.add_argument("gradients", help="validation CSV, folder, or shipped model name")
+    eff.add_argument("--init-bsz", type=int, default=None,
+                     help="initial batch size (default: smallest traced batch size)")
+    eff.add_argument("--batch-size", type=int, nargs="*", default=None,
+                     help="batch sizes to tabulate (default: the traced ones)")
+    eff.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    eff.set_defaults(handler=_fit_efficiency)

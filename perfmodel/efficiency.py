@@ -1,0 +1,158 @@
+"""Statistical efficiency from the gradient noise scale, with its uncertainty along training.
+
+With ``grad_sqr`` (squared norm of the true gradient) and ``grad_var`` (variance of the stochastic
+gradient) measured at the initial batch size ``M0``, training at batch ``M`` (``scale = M / M0``) makes
+``gain = (grad_var + grad_sqr) / (grad_var / scale + grad_sqr)`` times the progress per step, so each
+example is worth ``efficiency = gain / scale`` examples at ``M0``. Only the noise-to-signal ratio
+``phi = grad_var / grad_sqr`` matters: ``efficiency = (phi + 1) / (phi + scale)``, increasing in ``phi``
+for ``scale > 1``, so quantiles of ``phi`` map to quantiles of efficiency.
+
+Per-epoch estimates of ``phi`` are noisy. :class:`NoiseScaleCurve` smooths ``log phi`` over the
+fraction of training done with a conjugate Bayesian regression on a cubic polynomial basis: the
+posterior of the mean curve is a Student-t at every point, closed form, no sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.stats
+
+from perfmodel.errors import InputError
+from perfmodel.profiles import GradientTrace
+
+_DEGREE = 3
+# Weak conjugate prior: coefficients ~ N(0, 10^2 sigma^2), sigma^2 ~ InvGamma(1, 0.1) on log phi.
+_PRIOR_COEF_SCALE = 10.0
+_PRIOR_A, _PRIOR_B = 1.0, 0.1
+
+
+def efficiency_from_noise(noise_to_signal: np.ndarray | float, init_bsz: float,
+                          batch_size: np.ndarray | float) -> np.ndarray:
+    """Examples-at-``init_bsz`` worth of progress per example at ``batch_size``, in (0, 1] for
+    ``batch_size >= init_bsz``. ``noise_to_signal`` is ``grad_var / grad_sqr``; arrays broadcast."""
+    phi = np.asarray(noise_to_signal, dtype=np.float64)
+    scale = np.asarray(batch_size, dtype=np.float64) / float(init_bsz)
+    return (phi + 1.0) / (phi + scale)
+
+
+def statistical_efficiency(grad_sqr: np.ndarray | float, grad_var: np.ndarray | float,
+                           init_bsz: float, batch_size: np.ndarray | float) -> np.ndarray:
+    """``gain / scale`` with ``scale = batch_size / init_bsz``; arrays broadcast.
+
+    Where ``grad_sqr`` is 0 (pure noise) the gain is ``scale`` and efficiency 1.
+    """
+    sqr = np.asarray(grad_sqr, dtype=np.float64)
+    var = np.asarray(grad_var, dtype=np.float64)
+    scale = np.asarray(batch_size, dtype=np.float64) / float(init_bsz)
+    denom = var / scale + sqr
+    safe = np.where(denom > 0, denom, 1.0)
+    gain = np.where(denom > 0, (var + sqr) / safe, scale)
+    return gain / scale
+
+
+def _basis(fraction: np.ndarray) -> np.ndarray:
+    x = np.asarray(fraction, dtype=np.float64)[..., None]
+    return x ** np.arange(_DEGREE + 1)
+
+
+@dataclass(frozen=True)
+class NoiseScaleCurve:
+    """Posterior of ``log phi`` as a smooth function of the training fraction ``x`` in [0, 1].
+
+    ``log phi(x) = basis(x) @ w``; ``w | data ~ Student-t(dof, coef_mean, scale2 * coef_cov)``.
+    """
+
+    batch_size: int
+    max_progress: float
+    coef_mean: np.ndarray
+    coef_cov: np.ndarray
+    scale2: float
+    dof: float
+    num_epochs: int
+
+    @classmethod
+    def fit(cls, trace: GradientTrace) -> NoiseScaleCurve:
+        """Fit the curve to one training run's per-epoch gradient statistics."""
+        phi = trace.noise_to_signal
+        keep = np.isfinite(phi) & (phi > 0)
+        if keep.sum() < 2:
+            raise InputError("fewer than 2 epochs with grad_var > 0 and grad_sqr > 0: expected a "
+                             "gradient-statistics trace", trace.source or None, column="grad_var")
+        max_progress = float(trace.progress.max())
+        x = trace.progress[keep] / max_progress
+        y = np.log(phi[keep])
+        design = _basis(x)
+        prior_precision = np.eye(_DEGREE + 1) / _PRIOR_COEF_SCALE**2
+        precision = prior_precision + design.T @ design
+        coef_cov = np.linalg.inv(precision)
+        coef_mean = coef_cov @ design.T @ y
+        a_n = _PRIOR_A + len(y) / 2
+        b_n = _PRIOR_B + 0.5 * (y @ y - coef_mean @ precision @ coef_mean)
+        return cls(trace.batch_size, max_progress, coef_mean, coef_cov, float(b_n / a_n),
+                   float(2 * a_n), int(keep.sum()))
+
+    def log_noise(self, fraction: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior location and scale of the mean ``log phi`` at ``fraction``; Student-t with
+        :attr:`dof` degrees of freedom. Both have the shape of ``fraction``."""
+        design = _basis(np.clip(fraction, 0.0, 1.0))
+        loc = design @ self.coef_mean
+        scale = np.sqrt(self.scale2 * np.einsum("...i,ij,...j->...", design, self.coef_cov,
+                                                design))
+        return loc, scale
+
+    def noise_to_signal(self, fraction: np.ndarray | float, quantile: float | None = None
+                        ) -> np.ndarray:
+        """``phi`` at ``fraction``: the posterior median, or the given posterior quantile."""
+        loc, scale = self.log_noise(fraction)
+        if quantile is None:
+            return np.exp(loc)
+        return np.exp(loc + scale * scipy.stats.t.ppf(quantile, self.dof))
+
+    def sample_noise_to_signal(self, fraction: float, num_samples: int,
+                               generator: np.random.Generator) -> np.ndarray:
+        """``num_samples`` posterior draws of ``phi`` at one ``fraction``, shape ``(num_samples,)``."""
+        loc, scale = self.log_noise(float(fraction))
+        return np.exp(loc + scale * generator.standard_t(self.dof, size=num_samples))
+
+
+class EfficiencyModel:
+    """Statistical efficiency with uncertainty, from gradient statistics of one or more runs.
+
+    Each run (a ``validation-<B>.csv``) gives a :class:`NoiseScaleCurve`. Asked about a job trained at
+    total batch ``train_bsz``, the model uses the run with the nearest batch size on a log scale.
+    """
+
+    def __init__(self, curves: dict[int, NoiseScaleCurve], init_bsz: int) -> None:
+        if not curves:
+            raise InputError("no gradient-statistics traces: expected at least one")
+        self.curves = dict(sorted(curves.items()))
+        self.init_bsz = int(init_bsz)
+
+    @classmethod
+    def fit(cls, traces: dict[int, GradientTrace], init_bsz: int | None = None
+            ) -> EfficiencyModel:
+        """Fit one curve per trace; ``init_bsz`` defaults to the smallest traced batch size."""
+        curves = {b: NoiseScaleCurve.fit(t) for b, t in traces.items()}
+        return cls(curves, init_bsz if init_bsz is not None else min(traces))
+
+    def curve(self, train_bsz: int | None = None) -> NoiseScaleCurve:
+        """The curve measured at the batch size nearest ``train_bsz`` (default: the initial one)."""
+        target = np.log(train_bsz or self.init_bsz)
+        return min(self.curves.values(), key=lambda c: abs(np.log(c.batch_size) - target))
+
+    def efficiency(self, batch_size: np.ndarray | float, fraction: np.ndarray | float,
+                   quantile: float | None = None, train_bsz: int | None = None) -> np.ndarray:
+        """Efficiency at ``batch_size`` when a ``fraction`` of training is done; the posterior
+        median, or a quantile (efficiency is monotone in ``phi`` so quantiles carry over; for
+        ``batch_size < init_bsz`` the ordering flips and ``1 - quantile`` is used)."""
+        curve = self.curve(train_bsz)
+        batch = np.asarray(batch_size, dtype=np.float64)
+        if quantile is None:
+            return efficiency_from_noise(curve.noise_to_signal(fraction), self.init_bsz, batch)
+        upper = efficiency_from_noise(curve.noise_to_signal(fraction, quantile), self.init_bsz,
+                                      batch)
+        lower = efficiency_from_noise(curve.noise_to_signal(fraction, 1 - quantile),
+                                      self.init_bsz, batch)
+        return np.where(batch >= self.init_bsz, upper, lower)

@@ -1,0 +1,153 @@
+"""Goodput (throughput x statistical efficiency) and batch-size tuning, vectorised over allocations.
+
+Goodput is progress per second in examples at the initial batch size. Given an allocation (nodes
+and GPUs), :meth:`GoodputModel.optimize` picks the per-GPU micro-batch ``m`` and accumulation steps
+``s`` that maximise goodput (its posterior mean or a lower quantile) under a maximum total batch and a
+per-GPU memory limit on ``m``. Candidates are a geometric grid of total batch sizes; for each, the
+fewest accumulation steps that keep ``m`` within the memory limit (more micro-steps only add
+per-step overhead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfmodel.efficiency import efficiency_from_noise
+from perfmodel.throughput import ThroughputParams, step_time_terms
+
+# Bound on S x A x G elements evaluated at once, to keep memory flat for many allocations.
+_CHUNK_ELEMENTS = 2_000_000
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """The best batch configuration per allocation; arrays of shape ``(A,)``.
+
+    ``goodput`` is in examples (at the initial batch size) per second, 0 where no configuration is
+    feasible (then ``local_bsz``, ``accum_steps`` and ``batch_size`` are 0).
+    """
+
+    goodput: np.ndarray
+    local_bsz: np.ndarray
+    accum_steps: np.ndarray
+    batch_size: np.ndarray
+
+
+class GoodputModel:
+    """Goodput of one job, from throughput parameters and its gradient noise.
+
+    Args:
+        params: a point estimate, or posterior draws of shape ``(S, 7)`` in ``PARAM_NAMES`` order.
+        grad_sqr, grad_var: gradient statistics at ``init_bsz`` (scalars or draws of shape ``(S,)``).
+        init_bsz: the initial (reference) total batch size, examples.
+    """
+
+    def __init__(self, params: ThroughputParams | np.ndarray, grad_sqr: float | np.ndarray,
+                 grad_var: float | np.ndarray, init_bsz: int) -> None:
+        theta = params.as_array() if isinstance(params, ThroughputParams) else params
+        self.theta = np.atleast_2d(np.asarray(theta, dtype=np.float64))
+        sqr = np.asarray(grad_sqr, dtype=np.float64)
+        var = np.asarray(grad_var, dtype=np.float64)
+        self.noise_to_signal = np.atleast_1d(var / np.maximum(sqr, np.finfo(float).tiny))
+        self.init_bsz = int(init_bsz)
+
+    @classmethod
+    def from_noise_to_signal(cls, params: ThroughputParams | np.ndarray,
+                             noise_to_signal: float | np.ndarray, init_bsz: int) -> GoodputModel:
+        """Build from ``phi = grad_var / grad_sqr`` (a scalar or draws of shape ``(S,)``)."""
+        return cls(params, 1.0, noise_to_signal, init_bsz)
+
+    @property
+    def num_samples(self) -> int:
+        return max(self.theta.shape[0], self.noise_to_signal.shape[0])
+
+    def _samples(self, *configs: np.ndarray) -> tuple[np.ndarray, ...]:
+        # Parameters get trailing singleton axes so draws (S) broadcast against configs.
+        extra = (None,) * np.broadcast(*configs).ndim
+        theta = self.theta[(slice(None), *extra, slice(None))]
+        phi = self.noise_to_signal[(slice(None), *extra)]
+        return theta, phi
+
+    def throughput(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
+                   local_bsz: np.ndarray, accum_steps: np.ndarray | int = 0) -> np.ndarray:
+        """Examples per second, shape ``(S, *config_shape)``."""
+        nodes, replicas, m, s = (np.asarray(a, dtype=np.float64)
+                                 for a in (num_nodes, num_replicas, local_bsz, accum_steps))
+        theta, _ = self._samples(nodes, replicas, m, s)
+        t_c, t_o = step_time_terms(theta, nodes, replicas, m)
+        return replicas * m * (s + 1) / (s * t_c + t_o)
+
+    def efficiency(self, batch_size: np.ndarray) -> np.ndarray:
+        """Statistical efficiency, shape ``(S, *batch_size.shape)``."""
+        batch = np.asarray(batch_size, dtype=np.float64)
+        _, phi = self._samples(batch)
+        return efficiency_from_noise(phi, self.init_bsz, batch)
+
+    def goodput(self, num_nodes: np.ndarray, num_replicas: np.ndarray, local_bsz: np.ndarray,
+                accum_steps: np.ndarray | int = 0) -> np.ndarray:
+        """Goodput, examples at ``init_bsz`` per second, shape ``(S, *config_shape)``."""
+        replicas, m, s = (np.asarray(a, dtype=np.float64)
+                          for a in (num_replicas, local_bsz, accum_steps))
+        batch = replicas * m * (s + 1)
+        return self.throughput(num_nodes, num_replicas, local_bsz, accum_steps) * self.efficiency(
+            batch)
+
+    def optimize(self, num_nodes: np.ndarray | int, num_replicas: np.ndarray | int,
+                 max_batch_size: int, local_bsz_range: tuple[int, int],
+                 max_accum_steps: int = 15, quantile: float | None = None,
+                 grid_size: int = 48) -> BatchChoice:
+        """Best ``(m, s)`` for each allocation.
+
+        Args:
+            num_nodes, num_replicas: allocations, shape ``(A,)`` (or scalars).
+            max_batch_size: largest total batch ``K * m * (s + 1)`` allowed, examples.
+            local_bsz_range: ``(smallest, largest)`` per-GPU micro-batch; the largest is the memory
+                limit.
+            max_accum_steps: most gradient-accumulation steps ``s``.
+            quantile: ``None`` maximises posterior-mean goodput; ``q`` maximises its ``q``-quantile
+                over the parameter draws (risk-averse for small ``q``).
+            grid_size: number of candidate total batch sizes per allocation.
+        """
+        nodes = np.atleast_1d(np.asarray(num_nodes, dtype=np.float64))
+        replicas = np.atleast_1d(np.asarray(num_replicas, dtype=np.float64))
+        nodes, replicas = np.broadcast_arrays(nodes, replicas)
+        lo_m, hi_m = float(local_bsz_range[0]), float(local_bsz_range[1])
+        k = np.maximum(replicas, 1.0)
+        b_min = np.maximum(float(self.init_bsz), k * lo_m)
+        b_max = np.minimum(float(max_batch_size), k * hi_m * (max_accum_steps + 1))
+        feasible = (replicas > 0) & (k * lo_m <= max_batch_size) & (b_min <= b_max)
+        b_max = np.where(feasible, b_max, b_min)
+
+        frac = np.linspace(0.0, 1.0, grid_size)
+        batch = b_min[:, None] * (b_max / b_min)[:, None] ** frac          # (A, G)
+        accum = np.clip(np.ceil(batch / (k[:, None] * hi_m) - 1e-9) - 1, 0, max_accum_steps)
+        # Round the micro-batch down so the total batch never exceeds the maximum.
+        local = np.clip(np.floor(batch / (k[:, None] * (accum + 1)) + 1e-9), lo_m, hi_m)
+        valid = k[:, None] * local * (accum + 1) <= max_batch_size          # (A, G)
+
+        best = np.empty(len(nodes), dtype=np.int64)
+        scores = np.empty(len(nodes))
+        chunk = max(1, _CHUNK_ELEMENTS // (self.num_samples * grid_size))
+        for start in range(0, len(nodes), chunk):
+            part = slice(start, start + chunk)
+            value = self.goodput(nodes[part, None], replicas[part, None], local[part],
+                                 accum[part])                              # (S, a, G)
+            if quantile is None:
+                score = value.mean(axis=0)
+            else:
+                score = np.quantile(value, quantile, axis=0)
+            score = np.where(valid[part], score, -np.inf)
+            choice = np.argmax(score, axis=1)
+            best[part] = choice
+            scores[part] = score[np.arange(score.shape[0]), choice]
+        rows = np.arange(len(nodes))
+        m = np.where(feasible, local[rows, best], 0.0)
+        s = np.where(feasible, accum[rows, best], 0.0)
+        return BatchChoice(
+            goodput=np.where(feasible, scores, 0.0),
+            local_bsz=m.astype(np.int64),
+            accum_steps=s.astype(np.int64),
+            batch_size=(replicas * m * (s + 1)).astype(np.int64),
+        )

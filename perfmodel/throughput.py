@@ -1,0 +1,208 @@
+"""Pollux's step-time model of data-parallel training, and its point fit.
+
+For a job on ``num_nodes`` nodes with ``K = num_replicas`` GPUs, per-GPU micro-batch ``m`` and ``s``
+gradient-accumulation steps (all times in seconds):
+
+* compute time of one micro-step: ``T_c = alpha_c + beta_c * m``;
+* network time: ``T_n = alpha_r + beta_r * max(K - 2, 0)`` when all replicas share a node,
+  ``alpha_n + beta_n * max(K - 2, 0)`` across nodes, and 0 for ``K = 1``;
+* optimiser step, compute and communication overlapping: ``T_o = (T_c**gamma + T_n**gamma)**(1/gamma)``;
+* one iteration: ``T_iter = s * T_c + T_o``; throughput ``K * m * (s + 1) / T_iter`` examples/s.
+
+The formulas are written once against operators that numpy arrays and torch tensors share, so the
+same code serves prediction (numpy) and fitting (torch autograd).
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass, fields
+from typing import TypeVar
+
+import numpy as np
+import scipy.optimize
+import torch
+
+from perfmodel.errors import InputError
+from perfmodel.profiles import StepTimeProfile
+
+ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
+
+#: Smallest network time; keeps ``T_n ** gamma`` differentiable for a single replica.
+_TINY = 1e-8
+GAMMA_BOUNDS = (1.0, 10.0)
+PARAM_NAMES = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
+
+
+@dataclass(frozen=True)
+class ThroughputParams:
+    """Parameters of the step-time model (seconds, seconds per example, and ``gamma`` unitless)."""
+
+    alpha_c: float
+    beta_c: float
+    alpha_n: float
+    beta_n: float
+    alpha_r: float
+    beta_r: float
+    gamma: float
+
+    def as_array(self) -> np.ndarray:
+        """The parameters in :data:`PARAM_NAMES` order, shape ``(7,)``."""
+        return np.array(astuple(self), dtype=np.float64)
+
+    @classmethod
+    def from_array(cls, values: np.ndarray) -> ThroughputParams:
+        return cls(*(float(v) for v in np.asarray(values).reshape(-1)[: len(fields(cls))]))
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(PARAM_NAMES, astuple(self), strict=True))
+
+
+def compute_time(alpha_c: ArrayT, beta_c: ArrayT, local_bsz: ArrayT) -> ArrayT:
+    """Seconds of one micro-step of ``local_bsz`` examples on one GPU."""
+    return alpha_c + beta_c * local_bsz
+
+
+def network_time(alpha_n: ArrayT, beta_n: ArrayT, alpha_r: ArrayT, beta_r: ArrayT,
+                 num_nodes: ArrayT, num_replicas: ArrayT) -> ArrayT:
+    """Seconds of one gradient all-reduce; the slowest link (across nodes or within one) rules."""
+    multi_node = (num_nodes > 1) * 1.0
+    multi_replica = (num_replicas > 1) * 1.0
+    retrogression = (num_replicas - 2).clip(min=0)
+    across = alpha_n + beta_n * retrogression
+    within = alpha_r + beta_r * retrogression
+    return multi_node * across + (1 - multi_node) * multi_replica * within + _TINY
+
+
+def optimizer_time(t_compute: ArrayT, t_network: ArrayT, gamma: ArrayT) -> ArrayT:
+    """Seconds of the last micro-step, where computation and all-reduce overlap (``gamma >= 1``)."""
+    return (t_compute**gamma + t_network**gamma) ** (1 / gamma)
+
+
+def step_time_terms(theta: ArrayT, num_nodes: ArrayT, num_replicas: ArrayT, local_bsz: ArrayT
+                    ) -> tuple[ArrayT, ArrayT]:
+    """``(T_c, T_o)`` for parameters ``theta`` of shape ``(..., 7)`` in :data:`PARAM_NAMES` order.
+
+    The leading dimensions of ``theta`` (e.g. posterior samples) broadcast against the configuration
+    arrays, so ``theta[..., None]`` against configurations of shape ``(N,)`` gives ``(S, N)``.
+    """
+    alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = (theta[..., i] for i in range(7))
+    t_c = compute_time(alpha_c, beta_c, local_bsz)
+    t_n = network_time(alpha_n, beta_n, alpha_r, beta_r, num_nodes, num_replicas)
+    return t_c, optimizer_time(t_c, t_n, gamma)
+
+
+def predict_step_time(params: ThroughputParams, num_nodes: np.ndarray | int,
+                      num_replicas: np.ndarray | int, local_bsz: np.ndarray | float,
+                      accum_steps: np.ndarray | int = 0) -> np.ndarray:
+    """Seconds per optimiser step, ``s * T_c + T_o``; arguments broadcast (numpy)."""
+    nodes, replicas, m, s = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in
+                                                  (num_nodes, num_replicas, local_bsz, accum_steps)))
+    t_c, t_o = step_time_terms(params.as_array(), nodes, replicas, m)
+    return s * t_c + t_o
+
+
+def predict_throughput(params: ThroughputParams, num_nodes: np.ndarray | int,
+                       num_replicas: np.ndarray | int, local_bsz: np.ndarray | float,
+                       accum_steps: np.ndarray | int = 0) -> np.ndarray:
+    """Examples per second, ``K * m * (s + 1) / T_iter``; arguments broadcast (numpy)."""
+    t_iter = predict_step_time(params, num_nodes, num_replicas, local_bsz, accum_steps)
+    return (np.asarray(num_replicas) * np.asarray(local_bsz) * (np.asarray(accum_steps) + 1)
+            / t_iter)
+
+
+# --- point fit ---------------------------------------------------------------------------------
+
+def identifiable(profile: StepTimeProfile) -> dict[str, bool]:
+    """Which parameter groups the profile's configurations can inform at all.
+
+    ``compute_slope``: more than one micro-batch size seen; ``across``: a multi-node run seen;
+    ``within``: a single-node run with several GPUs seen; ``retrogression``: more than 2 GPUs seen.
+    """
+    return {
+        "compute_slope": len(np.unique(profile.local_bsz)) > 1,
+        "across": bool(np.any(profile.num_nodes > 1)),
+        "within": bool(np.any((profile.num_nodes == 1) & (profile.num_replicas > 1))),
+        "retrogression": bool(np.any(profile.num_replicas > 2)),
+    }
+
+
+def _rmsle_objective(theta: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tensor:
+    # Pollux's objective: RMSLE of compute and optimiser time, a pull of gamma towards 1 (easier
+    # for the alphas and betas), and a penalty on retrogression (an optimistic model is preferred).
+    t_c, t_o = step_time_terms(theta, data["nodes"], data["replicas"], data["m"])
+    err_c = torch.sqrt(torch.mean((torch.log(t_c) - data["log_tc"]) ** 2))
+    err_o = torch.sqrt(torch.mean((torch.log(t_o) - data["log_to"]) ** 2))
+    reg_gamma = 1e-3 * (theta[6] - 1) ** 2
+    reg_retro = 1e-2 * ((theta[3] / theta[2]) ** 2 + (theta[5] / theta[4]) ** 2)
+    return err_c + err_o + reg_gamma + reg_retro
+
+
+def profile_tensors(profile: StepTimeProfile) -> dict[str, torch.Tensor]:
+    """The profile as float64 tensors: configuration and log compute/optimiser times, shape (N,)."""
+    def as_tensor(a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(a, dtype=np.float64))
+    return {
+        "nodes": as_tensor(profile.num_nodes),
+        "replicas": as_tensor(profile.num_replicas),
+        "m": as_tensor(profile.local_bsz),
+        "log_tc": torch.log(as_tensor(profile.compute_time)),
+        "log_to": torch.log(as_tensor(profile.step_time)),
+    }
+
+
+def fit_throughput(profile: StepTimeProfile) -> ThroughputParams:
+    """Point fit of the step-time model: minimise RMSLE with L-BFGS-B under Pollux's bounds.
+
+    Parameter groups the profile cannot inform are held at their starting values, as Pollux does:
+    with one micro-batch size the compute time is split evenly between ``alpha_c`` and ``beta_c*m``;
+    without multi-node (single-node multi-GPU) runs the across-node (within-node) terms are fixed;
+    and with at most 2 GPUs the retrogression slopes are fixed.
+    """
+    if len(profile) == 0:
+        raise InputError(f"profile of '{profile.model}' has no rows: expected measurements")
+    ok = identifiable(profile)
+    start = np.array([1e-1, 1e-2] * 3 + [1.0 + 1e-3])
+    lower = np.array([1e-8] * 6 + [GAMMA_BOUNDS[0]])
+    upper = np.array([np.inf] * 6 + [GAMMA_BOUNDS[1]])
+    fixed = np.zeros(7, dtype=bool)
+    if not ok["compute_slope"]:
+        t_c = float(np.mean(profile.compute_time))
+        start[0], start[1] = t_c / 2, t_c / float(np.mean(profile.local_bsz)) / 2
+        fixed[[0, 1]] = True
+    if not ok["across"]:
+        fixed[[2, 3]] = True
+    if not ok["within"]:
+        fixed[[4, 5]] = True
+    if not ok["retrogression"]:
+        fixed[[3, 5]] = True
+
+    data = profile_tensors(profile)
+    free = ~fixed
+    base = torch.as_tensor(start)
+    free_index = torch.as_tensor(np.flatnonzero(free))
+
+    def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
+        theta_free = torch.as_tensor(x, dtype=torch.float64).requires_grad_(True)
+        theta = base.index_put((free_index,), theta_free)
+        loss = _rmsle_objective(theta, data)
+        (grad,) = torch.autograd.grad(loss, theta_free)
+        return float(loss.detach()), grad.numpy()
+
+    if free.any():
+        bounds = scipy.optimize.Bounds(lower[free], upper[free], keep_feasible=True)
+        result = scipy.optimize.minimize(objective, start[free], jac=True, method="L-BFGS-B",
+                                         bounds=bounds)
+        theta = start.copy()
+        theta[free] = result.x
+    else:
+        theta = start.copy()
+    if not ok["across"]:
+        # Prior knowledge: links across nodes are no faster than links within one.
+        theta[2] = max(theta[2], theta[4] * 1.1)
+        theta[3] = max(theta[3], theta[5] * 1.1)
+    return ThroughputParams.from_array(theta)
+
+
+def rmsle(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """Root mean squared error of the logarithms (unitless)."""
+    return float(np.sqrt(np.mean((np.log(predicted) - np.log(measured)) ** 2)))

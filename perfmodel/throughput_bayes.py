@@ -1,0 +1,406 @@
+"""Bayesian fit of the step-time model in Pyro, and its predictive distribution.
+
+The model (a plain function of data, :func:`step_time_model`):
+
+* the seven step-time parameters get weakly informative priors on the scale of the measured compute
+  time (log-normal for the positive ones, uniform on [1, 10] for ``gamma``): a parameter the data
+  cannot inform stays as wide as its prior, so predictions for configurations unlike any measured
+  widen instead of collapsing;
+* measured compute times and step times are log-normal around the model's prediction, with a
+  deviation shared by every row of one placement (``tau``) on top of independent noise (``sigma``).
+  The model is not exact for every placement, and the shared term is what makes predictions for an
+  unmeasured placement honest; it is integrated out in closed form (rows of a placement are jointly
+  normal in log space with compound-symmetric covariance), so inference has eleven dimensions only.
+
+Inference (:func:`fit_throughput_posterior`) is SVI with a full-rank Gaussian guide in the
+unconstrained space, started from the point fit and checked by Pareto-smoothed importance sampling
+(PSIS k-hat); ``method="nuts"`` runs Pyro's NUTS instead, to check SVI.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from pyro.infer import MCMC, NUTS
+from pyro.infer.autoguide.initialization import init_to_value
+from pyro.infer.mcmc.util import initialize_model
+from pyro.ops.stats import fit_generalized_pareto
+
+from perfmodel.profiles import StepTimeProfile
+from perfmodel.throughput import (
+    GAMMA_BOUNDS,
+    PARAM_NAMES,
+    ThroughputParams,
+    fit_throughput,
+    profile_tensors,
+    step_time_terms,
+)
+
+NOISE_NAMES = ("sigma_compute", "tau_compute", "sigma_step", "tau_step")
+#: Multiples of the median compute time at which each positive parameter's prior is centred, and
+#: the prior's log-scale spread; wide because these vary by orders of magnitude across models.
+_PRIOR_CENTRE = {"alpha_c": 0.5, "alpha_n": 1.0, "beta_n": 0.05, "alpha_r": 0.3, "beta_r": 0.02}
+_PRIOR_SPREAD = {"alpha_c": 1.5, "beta_c": 1.5, "alpha_n": 2.0, "beta_n": 2.0, "alpha_r": 2.0,
+                 "beta_r": 2.0}
+_NOISE_PRIOR_SCALE = 0.3
+
+
+@dataclass(frozen=True)
+class StepTimeData:
+    """A profile as tensors for the Pyro model; shapes ``(N,)``, ``group`` indexes placements."""
+
+    nodes: torch.Tensor
+    replicas: torch.Tensor
+    local_bsz: torch.Tensor
+    log_compute: torch.Tensor
+    log_step: torch.Tensor
+    group: torch.Tensor
+    num_groups: int
+    placements: tuple[str, ...]
+
+    @classmethod
+    def from_profile(cls, profile: StepTimeProfile) -> StepTimeData:
+        tensors = profile_tensors(profile)
+        labels, group = np.unique(profile.placement.astype(str), return_inverse=True)
+        return cls(tensors["nodes"], tensors["replicas"], tensors["m"], tensors["log_tc"],
+                   tensors["log_to"], torch.as_tensor(group), len(labels), tuple(labels))
+
+
+@dataclass(frozen=True)
+class StepTimePrior:
+    """Log-normal prior locations and scales for the six positive parameters (log seconds)."""
+
+    loc: dict[str, float]
+    scale: dict[str, float]
+
+    @classmethod
+    def for_profile(cls, profile: StepTimeProfile) -> StepTimePrior:
+        t_c = float(np.median(profile.compute_time))
+        m = float(np.median(profile.local_bsz))
+        loc = {name: math.log(t_c * c) for name, c in _PRIOR_CENTRE.items()}
+        loc["beta_c"] = math.log(0.5 * t_c / m)
+        return cls(loc, dict(_PRIOR_SPREAD))
+
+
+def grouped_normal_log_prob(residual: torch.Tensor, group: torch.Tensor, num_groups: int,
+                            sigma: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Log density of residuals ``r`` (shape ``(..., N)``) where rows of one group share a
+    ``N(0, tau^2)`` offset on top of independent ``N(0, sigma^2)`` noise; returns shape ``(...)``.
+
+    Per group of ``n`` rows the covariance is ``sigma^2 I + tau^2 11^T``, whose determinant and
+    inverse have closed forms in the group's sum and sum of squares of ``r``.
+    """
+    batch = residual.shape[:-1]
+    zeros = residual.new_zeros((*batch, num_groups))
+    count = residual.new_zeros(num_groups).index_add(0, group, torch.ones_like(group,
+                                                                                dtype=residual.dtype))
+    total = zeros.index_add(-1, group, residual)
+    squares = zeros.index_add(-1, group, residual**2)
+    s2, t2 = (sigma**2)[..., None], (tau**2)[..., None]
+    joint = s2 + count * t2
+    log_det = (count - 1) * torch.log(s2) + torch.log(joint)
+    quad = (squares - t2 * total**2 / joint) / s2
+    return -0.5 * (count * math.log(2 * math.pi) + log_det + quad).sum(-1)
+
+
+def sample_parameters(prior: StepTimePrior) -> torch.Tensor:
+    """Sample the seven step-time parameters; returns ``theta`` of shape ``(..., 7)``."""
+    values = []
+    for name in PARAM_NAMES:
+        if name == "gamma":
+            site = dist.Uniform(torch.tensor(GAMMA_BOUNDS[0], dtype=torch.float64),
+                                torch.tensor(GAMMA_BOUNDS[1], dtype=torch.float64))
+        else:
+            site = dist.LogNormal(torch.tensor(prior.loc[name], dtype=torch.float64),
+                                  torch.tensor(prior.scale[name], dtype=torch.float64))
+        values.append(pyro.sample(name, site))
+    return torch.stack(torch.broadcast_tensors(*values), dim=-1)
+
+
+def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
+    """Pyro model of measured compute and step times (see the module docstring)."""
+    theta = sample_parameters(prior)
+    half_normal = dist.HalfNormal(torch.tensor(_NOISE_PRIOR_SCALE, dtype=torch.float64))
+    noise = {name: pyro.sample(name, half_normal) for name in NOISE_NAMES}
+    t_c, t_o = step_time_terms(theta[..., None, :], data.nodes, data.replicas, data.local_bsz)
+    for series, observed, predicted in (("compute", data.log_compute, t_c),
+                                        ("step", data.log_step, t_o)):
+        residual = observed - torch.log(predicted)
+        pyro.factor(f"{series}_time", grouped_normal_log_prob(
+            residual, data.group, data.num_groups, noise[f"sigma_{series}"],
+            noise[f"tau_{series}"]))
+
+
+@dataclass(frozen=True)
+class FitDiagnostics:
+    """How the posterior was obtained and how far to trust it.
+
+    ``pareto_k``: PSIS k-hat of the SVI guide against the model (< 0.5 good, < 0.7 usable,
+    NaN for NUTS); ``final_loss``: last ELBO loss per row; ``seconds``: wall time of the fit.
+    """
+
+    method: str
+    num_steps: int
+    final_loss: float
+    pareto_k: float
+    seconds: float
+
+
+class ThroughputPosterior:
+    """Posterior draws of the step-time model and its predictive distribution.
+
+    Attributes:
+        samples: dict of site name to a numpy array of shape ``(S,)``.
+        theta: the step-time parameters, shape ``(S, 7)`` in ``PARAM_NAMES`` order.
+        placement_effects: posterior mean log-offset of each measured placement, per series.
+    """
+
+    def __init__(self, samples: dict[str, np.ndarray], data: StepTimeData,
+                 diagnostics: FitDiagnostics, point: ThroughputParams) -> None:
+        self.samples = samples
+        self.theta = np.stack([samples[name] for name in PARAM_NAMES], axis=-1)
+        self.diagnostics = diagnostics
+        self.point = point
+        self.placements = data.placements
+        self._effects = self._placement_effects(data)
+
+    def _placement_effects(self, data: StepTimeData) -> dict[str, np.ndarray]:
+        # Posterior of a placement's offset u given its rows: normal with mean
+        # tau^2 * sum(r) / (sigma^2 + n tau^2); averaged over draws.
+        theta = torch.as_tensor(self.theta)
+        t_c, t_o = step_time_terms(theta[:, None, :], data.nodes, data.replicas, data.local_bsz)
+        count = np.bincount(data.group.numpy(), minlength=data.num_groups)
+        effects = {}
+        for series, observed, predicted in (("compute", data.log_compute, t_c),
+                                            ("step", data.log_step, t_o)):
+            residual = (observed - torch.log(predicted)).numpy()            # (S, N)
+            total = np.zeros((residual.shape[0], data.num_groups))
+            np.add.at(total.T, data.group.numpy(), residual.T)
+            s2 = self.samples[f"sigma_{series}"][:, None] ** 2
+            t2 = self.samples[f"tau_{series}"][:, None] ** 2
+            effects[series] = (t2 * total / (s2 + count * t2)).mean(axis=0)
+        return effects
+
+    @property
+    def num_samples(self) -> int:
+        return self.theta.shape[0]
+
+    def parameter_summary(self, probability: float = 0.9) -> list[dict[str, float | str]]:
+        """Posterior mean and central credible interval of every parameter, one dict per row."""
+        tail = (1 - probability) / 2
+        rows: list[dict[str, float | str]] = []
+        for name in (*PARAM_NAMES, *NOISE_NAMES):
+            draws = self.samples[name]
+            rows.append({
+                "parameter": name,
+                "point_fit": getattr(self.point, name, float("nan")),
+                "mean": float(draws.mean()),
+                "lower": float(np.quantile(draws, tail)),
+                "upper": float(np.quantile(draws, 1 - tail)),
+            })
+        return rows
+
+    def log_step_time_draws(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
+                            local_bsz: np.ndarray, accum_steps: np.ndarray | int = 0,
+                            placement: Sequence[str] | None = None, seed: int = 0) -> np.ndarray:
+        """Posterior predictive draws of log seconds per iteration, shape ``(S, N)``.
+
+        A placement that was measured keeps its learned offset; any other configuration draws a
+        fresh placement offset (``tau``) besides the noise (``sigma``) — the honest uncertainty of
+        a configuration never measured.
+        """
+        nodes, replicas, m, s = np.broadcast_arrays(*(np.atleast_1d(np.asarray(a, np.float64))
+                                                      for a in (num_nodes, num_replicas,
+                                                                local_bsz, accum_steps)))
+        t_c, t_o = step_time_terms(self.theta[:, None, :], nodes, replicas, m)
+        log_t = np.log(s * t_c + t_o)
+        rng = np.random.default_rng(seed)
+        sigma = self.samples["sigma_step"][:, None]
+        tau = self.samples["tau_step"][:, None]
+        offset = tau * rng.standard_normal(log_t.shape)
+        if placement is not None:
+            index = {label: i for i, label in enumerate(self.placements)}
+            for j, label in enumerate(np.broadcast_to(np.asarray(placement, dtype=object),
+                                                      nodes.shape)):
+                if label in index:
+                    offset[:, j] = self._effects["step"][index[label]]
+        return log_t + offset + sigma * rng.standard_normal(log_t.shape)
+
+    def predict_step_time(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
+                          local_bsz: np.ndarray, accum_steps: np.ndarray | int = 0,
+                          quantiles: Sequence[float] = (0.05, 0.5, 0.95),
+                          placement: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Predictive step time in seconds: ``mean``, ``median`` (the point prediction) and
+        ``q<quantile>`` entries, each of shape ``(N,)``."""
+        draws = self.log_step_time_draws(num_nodes, num_replicas, local_bsz, accum_steps,
+                                         placement)
+        result = {"mean": np.exp(draws).mean(axis=0), "median": np.exp(np.median(draws, axis=0))}
+        for q in quantiles:
+            result[f"q{q:g}"] = np.exp(np.quantile(draws, q, axis=0))
+        return result
+
+    def predict_throughput(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
+                           local_bsz: np.ndarray, accum_steps: np.ndarray | int = 0,
+                           quantiles: Sequence[float] = (0.05, 0.5, 0.95),
+                           placement: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Predictive throughput in examples/s, as :meth:`predict_step_time` (quantile ``q`` of
+        throughput is ``K m (s+1)`` over quantile ``1-q`` of step time)."""
+        draws = self.log_step_time_draws(num_nodes, num_replicas, local_bsz, accum_steps,
+                                         placement)
+        work = np.log(np.asarray(num_replicas) * np.asarray(local_bsz)
+                      * (np.asarray(accum_steps) + 1.0))
+        log_tp = work - draws
+        result = {"mean": np.exp(log_tp).mean(axis=0), "median": np.exp(np.median(log_tp, 0))}
+        for q in quantiles:
+            result[f"q{q:g}"] = np.exp(np.quantile(log_tp, q, axis=0))
+        return result
+
+
+def _initial_values(profile: StepTimeProfile, point: ThroughputParams) -> dict[str, torch.Tensor]:
+    values = {name: torch.tensor(max(v, 1e-6) if name != "gamma" else
+                                 min(max(v, GAMMA_BOUNDS[0] + 0.05), GAMMA_BOUNDS[1] - 0.05),
+                                 dtype=torch.float64)
+              for name, v in point.as_dict().items()}
+    for name in NOISE_NAMES:
+        values[name] = torch.tensor(0.1, dtype=torch.float64)
+    return values
+
+
+def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
+                             init: dict[str, torch.Tensor], num_steps: int, num_samples: int,
+                             check: bool, num_particles: int = 16
+                             ) -> tuple[dict[str, np.ndarray], float, float]:
+    """SVI with a full-rank Gaussian guide in the model's unconstrained space.
+
+    The model's potential (negative log joint with Jacobians, from Pyro's ``initialize_model``)
+    is evaluated for all particles in one trace because the model broadcasts over leading
+    dimensions; this avoids the per-particle, per-step tracing of model and guide that dominates
+    a plain ``pyro.infer.SVI`` loop for an eleven-dimensional problem. Returns constrained draws, the
+    final loss (negative ELBO) and PSIS k-hat of the guide as an importance proposal.
+    """
+    params, _, transforms, _ = initialize_model(
+        step_time_model, model_args=(data, prior), init_strategy=init_to_value(values=init))
+    names = list(params)
+    # initialize_model's transforms map constrained to unconstrained values; we need the inverse.
+    to_constrained = {n: transforms[n].inv for n in names}
+    loc = torch.stack([params[n].detach() for n in names]).clone().requires_grad_(True)
+    dim = len(names)
+
+    def log_density(z: torch.Tensor) -> torch.Tensor:
+        # Log joint in unconstrained space per particle, shape (P,): the model broadcasts over
+        # a leading particle dimension, so one trace scores every particle.
+        values = {n: to_constrained[n](z[..., i]) for i, n in enumerate(names)}
+        trace = poutine.trace(poutine.condition(step_time_model, data=values)).get_trace(
+            data, prior)
+        total = sum(site["fn"].log_prob(site["value"]) for site in trace.nodes.values()
+                    if site["type"] == "sample")
+        jacobian = sum(to_constrained[n].log_abs_det_jacobian(z[..., i], values[n])
+                       for i, n in enumerate(names))
+        return total + jacobian
+
+    # Start the guide at the Laplace approximation around the point fit: parameters the data
+    # cannot inform then start as wide as their prior instead of having to grow there by SVI.
+    start = _laplace_scale_tril(log_density, loc.detach())
+    raw_scale = torch.log(torch.expm1(torch.diagonal(start))).clone().requires_grad_(True)
+    off_diag = start.tril(-1).clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([loc, raw_scale, off_diag], lr=0.02)
+    schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.995)
+
+    def scale_tril() -> torch.Tensor:
+        return torch.diag(torch.nn.functional.softplus(raw_scale)) + off_diag.tril(-1)
+
+    loss = torch.tensor(float("nan"))
+    for _ in range(num_steps):
+        tril = scale_tril()
+        z = loc + torch.randn(num_particles, dim, dtype=torch.float64) @ tril.T
+        # Negative ELBO up to a constant: E_q[potential] - entropy of q.
+        loss = -log_density(z).mean() - torch.log(torch.diagonal(tril)).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    with torch.no_grad():
+        guide = dist.MultivariateNormal(loc, scale_tril=scale_tril())
+        z = guide.sample((num_samples,))
+        samples = {n: to_constrained[n](z[:, i]).numpy() for i, n in enumerate(names)}
+        pareto_k = float("nan")
+        if check:
+            # PSIS: log importance weights of the guide against the model.
+            pareto_k = pareto_k_hat(log_density(z) - guide.log_prob(z))
+    return samples, float(loss.detach()), pareto_k
+
+
+def _laplace_scale_tril(log_density: Callable[[torch.Tensor], torch.Tensor],
+                        z: torch.Tensor) -> torch.Tensor:
+    """Cholesky factor of the inverse Hessian of ``-log_density`` at ``z`` (shape ``(D, D)``),
+    falling back to the diagonal of curvatures, and to 0.1, where it is not positive definite."""
+    hessian = torch.autograd.functional.hessian(lambda x: -log_density(x), z)
+    hessian = 0.5 * (hessian + hessian.T)
+    try:
+        return torch.linalg.cholesky(torch.linalg.inv(hessian))
+    except RuntimeError:
+        curvature = torch.diagonal(hessian)
+        safe = torch.where(curvature > 0, curvature, torch.full_like(curvature, 100.0))
+        return torch.diag(safe.rsqrt())
+
+
+def pareto_k_hat(log_weights: torch.Tensor) -> float:
+    """Shape of a generalised Pareto fit to the largest importance weights (Vehtari et al.'s
+    PSIS diagnostic, with Pyro's estimator): below 0.5 the proposal is good, above 0.7 unreliable.
+    """
+    num = log_weights.shape[0]
+    tail = min(int(0.2 * num), int(3 * math.sqrt(num)))
+    top = torch.topk(log_weights - log_weights.max(), tail + 1).values
+    exceed = top[:-1].exp() - top[-1].exp()
+    k, _ = fit_generalized_pareto(exceed)
+    return float(k)
+
+
+def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
+                             num_steps: int = 500, num_samples: int = 1000, seed: int = 0,
+                             prior: StepTimePrior | None = None,
+                             check: bool = True) -> ThroughputPosterior:
+    """Posterior of the step-time model given a profile.
+
+    Args:
+        profile: measured step times.
+        method: ``"svi"`` (multivariate-normal guide, Adam) or ``"nuts"``.
+        num_steps: SVI steps, or NUTS warm-up steps.
+        num_samples: posterior draws kept.
+        seed: seeds Pyro and torch, so fits reproduce.
+        prior: defaults to :meth:`StepTimePrior.for_profile`.
+        check: compute PSIS k-hat for SVI.
+    """
+    import time
+
+    started = time.perf_counter()
+    pyro.set_rng_seed(seed)
+    pyro.clear_param_store()
+    point = fit_throughput(profile)
+    data = StepTimeData.from_profile(profile)
+    prior = prior or StepTimePrior.for_profile(profile)
+    init = _initial_values(profile, point)
+    if method == "nuts":
+        kernel = NUTS(step_time_model, init_strategy=init_to_value(values=init),
+                      max_tree_depth=6)
+        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=num_steps,
+                    disable_progbar=True)
+        mcmc.run(data, prior)
+        samples = {k: v.detach().numpy() for k, v in mcmc.get_samples().items()}
+        diagnostics = FitDiagnostics("nuts", num_steps, float("nan"), float("nan"),
+                                     time.perf_counter() - started)
+        return ThroughputPosterior(samples, data, diagnostics, point)
+    if method != "svi":
+        raise ValueError(f"method must be 'svi' or 'nuts', not {method!r}")
+    samples, loss, pareto_k = _svi_multivariate_normal(data, prior, init, num_steps,
+                                                       num_samples, check)
+    diagnostics = FitDiagnostics("svi", num_steps, loss / len(profile), pareto_k,
+                                 time.perf_counter() - started)
+    return ThroughputPosterior(samples, data, diagnostics, point)

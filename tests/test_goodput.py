@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from perfmodel.goodput import GoodputModel
+from tests.conftest import TRUE_PARAMS
+
+
+def brute_force(model: GoodputModel, nodes: int, gpus: int, max_batch: int,
+                m_range: tuple[int, int], max_accum: int) -> float:
+    best = 0.0
+    for m, s in itertools.product(range(m_range[0], m_range[1] + 1), range(max_accum + 1)):
+        batch = gpus * m * (s + 1)
+        if model.init_bsz <= batch <= max_batch:
+            best = max(best, float(model.goodput(nodes, gpus, m, s).mean()))
+    return best
+
+
+def test_optimize_matches_brute_force_and_respects_limits() -> None:
+    model = GoodputModel.from_noise_to_signal(TRUE_PARAMS, 40.0, init_bsz=64)
+    nodes = np.array([1, 1, 2, 4, 8])
+    gpus = np.array([1, 4, 8, 16, 32])
+    choice = model.optimize(nodes, gpus, max_batch_size=2048, local_bsz_range=(8, 64),
+                            max_accum_steps=4, grid_size=96)
+    assert np.all(choice.batch_size <= 2048)
+    assert np.all((choice.local_bsz >= 8) & (choice.local_bsz <= 64))
+    assert np.all(choice.accum_steps <= 4)
+    assert np.all(choice.batch_size == gpus * choice.local_bsz * (choice.accum_steps + 1))
+    for i in range(len(nodes)):
+        best = brute_force(model, nodes[i], gpus[i], 2048, (8, 64), 4)
+        assert choice.goodput[i] >= 0.97 * best
+        assert choice.goodput[i] <= best * (1 + 1e-9)
+
+
+def test_infeasible_allocations_get_zero_goodput() -> None:
+    model = GoodputModel.from_noise_to_signal(TRUE_PARAMS, 40.0, init_bsz=64)
+    choice = model.optimize(np.array([0, 16]), np.array([0, 64]), max_batch_size=256,
+                            local_bsz_range=(8, 64))
+    assert choice.goodput.tolist() == [0.0, 0.0]  # no GPUs; 64 GPUs x 8 exceeds 256
+
+
+def test_risk_averse_tuning_scores_below_the_mean() -> None:
+    rng = np.random.default_rng(0)
+    theta = TRUE_PARAMS.as_array() * np.exp(0.3 * rng.standard_normal((64, 7)))
+    theta[:, 6] = 2.0
+    model = GoodputModel.from_noise_to_signal(theta, 40.0, init_bsz=64)
+    nodes, gpus = np.array([1, 2, 4]), np.array([4, 8, 16])
+    mean = model.optimize(nodes, gpus, 4096, (8, 128))
+    cautious = model.optimize(nodes, gpus, 4096, (8, 128), quantile=0.1)
+    assert np.all(cautious.goodput < mean.goodput)
+
+
+def test_optimize_scales_to_many_allocations() -> None:
+    model = GoodputModel.from_noise_to_signal(TRUE_PARAMS, 40.0, init_bsz=64)
+    rng = np.random.default_rng(0)
+    nodes = rng.integers(1, 17, 10_000)
+    gpus = nodes * rng.integers(1, 5, 10_000)
+    choice = model.optimize(nodes, gpus, 8192, (8, 128))
+    assert choice.goodput.shape == (10_000,)
+    assert np.all(choice.goodput > 0)

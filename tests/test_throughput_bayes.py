@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+from perfmodel.profiles import StepTimeProfile
+from perfmodel.throughput_bayes import fit_throughput_posterior, grouped_normal_log_prob
+from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
+
+
+def test_grouped_likelihood_matches_dense_multivariate_normal() -> None:
+    rng = np.random.default_rng(0)
+    group = np.array([0, 0, 0, 1, 1, 2])
+    residual = rng.normal(size=6)
+    sigma, tau = 0.3, 0.5
+    cov = sigma**2 * np.eye(6) + tau**2 * (group[:, None] == group[None, :])
+    dense = scipy.stats.multivariate_normal(np.zeros(6), cov).logpdf(residual)
+    ours = grouped_normal_log_prob(torch.tensor(residual), torch.tensor(group), 3,
+                                   torch.tensor(sigma, dtype=torch.float64),
+                                   torch.tensor(tau, dtype=torch.float64))
+    assert np.isclose(float(ours), dense)
+
+
+@pytest.fixture(scope="module")
+def posterior_all(synthetic: StepTimeProfile):
+    return fit_throughput_posterior(synthetic, num_steps=300, num_samples=400, seed=0)
+
+
+def test_posterior_covers_true_parameters(posterior_all) -> None:
+    rows = {r["parameter"]: r for r in posterior_all.parameter_summary(0.99)}
+    for name in ("alpha_c", "beta_c", "alpha_n"):
+        assert rows[name]["lower"] <= getattr(TRUE_PARAMS, name) <= rows[name]["upper"], name
+
+
+def test_predictive_interval_covers_fresh_measurements(posterior_all) -> None:
+    fresh = synthetic_profile(TRUE_PARAMS, ["3", "33", "12"], noise=0.03, seed=7)
+    pred = posterior_all.predict_step_time(fresh.num_nodes, fresh.num_replicas,
+                                           fresh.local_bsz, quantiles=(0.05, 0.95))
+    inside = np.mean((fresh.step_time >= pred["q0.05"]) & (fresh.step_time <= pred["q0.95"]))
+    assert inside >= 0.75
+
+
+def test_intervals_widen_for_configurations_never_measured(synthetic: StepTimeProfile) -> None:
+    single = synthetic.subset(synthetic.num_replicas == 1)
+    posterior = fit_throughput_posterior(single, num_steps=300, num_samples=400, seed=0)
+    m = np.array([32, 32])
+    pred = posterior.predict_step_time(np.array([1, 4]), np.array([1, 16]), m,
+                                       quantiles=(0.05, 0.95), placement=["1", "4444"])
+    width = np.log(pred["q0.95"] / pred["q0.05"])
+    # The 1-GPU placement was measured; 16 GPUs on 4 nodes never was, and nothing in the data
+    # speaks of the network: its interval must be several times wider, not collapse.
+    assert width[1] > 4 * width[0]
+    assert pred["q0.05"][1] < 1.5 * pred["q0.05"][0] and pred["q0.95"][1] > 10 * pred["q0.95"][0]
+
+
+def test_fits_reproduce_with_a_seed(synthetic: StepTimeProfile) -> None:
+    a = fit_throughput_posterior(synthetic, num_steps=50, num_samples=50, seed=3, check=False)
+    b = fit_throughput_posterior(synthetic, num_steps=50, num_samples=50, seed=3, check=False)
+    assert np.array_equal(a.theta, b.theta)
+
+
+def test_svi_agrees_with_nuts_on_a_small_problem() -> None:
+    small = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:6], noise=0.05, seed=2)
+    svi = fit_throughput_posterior(small, num_steps=400, num_samples=400, seed=0)
+    nuts = fit_throughput_posterior(small, method="nuts", num_steps=150, num_samples=150, seed=0)
+    for name in ("alpha_c", "beta_c"):
+        s, n = svi.samples[name], nuts.samples[name]
+        assert abs(np.median(s) - np.median(n)) < 2 * n.std() + 1e-9, name
