@@ -113,3 +113,25 @@ def test_pollux_runs_ncf_at_the_artifact_setting() -> None:
     spec = JobSpec("n", 0.0, "ncf", 1, 32768)
     assert PolluxPolicy().job_settings(spec) == JobSettings(32768, 1)
     assert PolluxPolicy().job_settings(JobSpec("c", 0.0, "cifar10", 1, 128)) == JobSettings()
+
+
+def test_pollux_repair_makes_random_states_feasible_and_keeps_feasible_ones() -> None:
+    from bayes_sched.policies.pollux import _Problem
+
+    rng = np.random.default_rng(7)
+    num_jobs, num_nodes = 9, 6
+    cluster = ClusterState(num_nodes, 4, 0.0)
+    max_replicas = rng.integers(1, 9, size=num_jobs)
+    problem = _Problem(np.zeros((num_jobs, num_nodes), np.int16),
+                       np.zeros((num_jobs, 7, 33)), max_replicas, np.ones(num_jobs), cluster,
+                       -1.0, True, 3, rng)
+    states = rng.integers(0, 5, size=(50, num_jobs, num_nodes)).astype(np.int16)
+    states[rng.random(states.shape) < 0.6] = 0
+    fixed = problem.repair(states)
+    assert np.all(fixed <= states) and np.all(fixed >= 0)
+    assert np.all(fixed.sum(axis=1) <= 4)                                   # node capacity
+    assert np.all(fixed.sum(axis=2) <= max_replicas)                        # replica caps
+    assert np.all(np.count_nonzero(fixed, axis=2) <= 3)                     # nodes per job
+    distributed = np.count_nonzero(fixed, axis=2) > 1
+    assert np.all(((fixed > 0) & distributed[:, :, None]).sum(axis=1) <= 1)  # avoidance
+    assert np.array_equal(problem.repair(fixed), fixed)                     # idempotent

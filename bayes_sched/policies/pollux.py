@@ -27,16 +27,27 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 
+#: GPU counts in the search: small integers keep large populations cheap to copy and scan.
+_STATE = np.int16
+
 #: The artifact ran NCF with a fixed batch of 32768 on one GPU under Pollux.
 ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)}
 
 
 @dataclass(frozen=True)
 class GAConfig:
-    """Genetic search settings: population size, generations, mutation rates and the seed."""
+    """Genetic search settings: population size, generations, mutation rates and the seed.
+
+    On large problems the population shrinks so that it holds at most ``max_elements`` GPU counts
+    (``P x jobs x nodes``), down to ``min_population``, with generations shrinking alike down to
+    ``min_generations``: at 1,024 GPUs and 2,000 jobs a full population would not fit a 2 s round.
+    """
 
     population: int = 48
     generations: int = 40
+    max_elements: int = 3_000_000
+    min_population: int = 8
+    min_generations: int = 8
     reset_prob: float = 0.1
     zero_prob: float = 0.1
     grow_prob: float = 0.15
@@ -146,7 +157,7 @@ class PolluxPolicy:
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         names = [job.name for job in jobs]
         num_nodes = cluster.num_nodes
-        base = np.stack([job.allocation for job in jobs]).astype(np.int64)       # (J, N)
+        base = np.stack([job.allocation for job in jobs]).astype(_STATE)        # (J, N)
         max_replicas = np.array([self._max_replicas(job) for job in jobs])
         tables = self.speedup_tables(jobs, cluster, max_replicas)
         age = np.array([job.age for job in jobs])
@@ -156,22 +167,23 @@ class PolluxPolicy:
         problem = _Problem(base, tables, max_replicas, penalty, cluster, self.p,
                            self.avoid_interference, min(self.max_nodes_per_job, num_nodes),
                            self.rng)
-        population = self._initial_population(problem, names)
-        fitness = problem.fitness(population)
         ga = self.ga
-        for _ in range(ga.generations):
+        size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
+        generations = max(ga.min_generations, ga.generations * size // ga.population)
+        population = self._initial_population(problem, names, size)
+        fitness = problem.fitness(population)
+        for _ in range(generations):
             children = problem.offspring(population, fitness, ga)
             child_fitness = problem.fitness(children)
             merged = np.concatenate([population, children])
             merged_fitness = np.concatenate([fitness, child_fitness])
-            keep = np.argsort(-merged_fitness, kind="stable")[: ga.population]
+            keep = np.argsort(-merged_fitness, kind="stable")[:size]
             population, fitness = merged[keep], merged_fitness[keep]
         self._population, self._population_jobs = population, names
         best = population[int(np.argmax(fitness))]
-        return {name: best[j] for j, name in enumerate(names) if best[j].any()}
+        return {name: best[j].astype(np.int64) for j, name in enumerate(names) if best[j].any()}
 
-    def _initial_population(self, problem: _Problem, names: list[str]) -> np.ndarray:
-        size = self.ga.population
+    def _initial_population(self, problem: _Problem, names: list[str], size: int) -> np.ndarray:
         base = problem.base
         population = np.broadcast_to(base, (size, *base.shape)).copy()
         if self._population is not None and self._population.shape[2] == base.shape[1]:
@@ -230,41 +242,67 @@ class _Problem:
         return self.repair(self.mutate(children, ga))
 
     def mutate(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
+        """Random changes per job row; randomness is drawn per row, not per GPU slot, so the cost
+        stays near ``P x J`` however many nodes there are."""
         rng = self.rng
-        states = states.copy()
         size, num_jobs, num_nodes = states.shape
         # Reset some jobs to their current allocation.
         reset = rng.random((size, num_jobs)) < ga.reset_prob
         states = np.where(reset[:, :, None], self.base, states)
-        # Zero out some of some jobs' GPUs.
-        zero_rows = rng.random((size, num_jobs)) < ga.zero_prob
-        zero = zero_rows[:, :, None] & (rng.random(states.shape) < 0.1)
-        states[zero] = 0
-        # Grow some jobs onto nodes with free GPUs (or nodes they already use).
-        free = self.capacity - states.sum(axis=1, keepdims=True)                # (P, 1, N)
-        grow_rows = rng.random((size, num_jobs)) < ga.grow_prob
-        prob = np.where((free > 0) | (states > 0), 1.0 / num_nodes, 0.0)
-        grow = grow_rows[:, :, None] & (rng.random(states.shape) < 4 * prob)
-        target = rng.integers(states, self.capacity + 1)
-        states[grow] = target[grow]
+        # Take some jobs off one of their nodes (or an empty one: no change).
+        p, j = np.nonzero(rng.random((size, num_jobs)) < ga.zero_prob)
+        states[p, j, rng.integers(num_nodes, size=p.size)] = 0
+        # Grow some jobs on a node: one they use, or one with free GPUs (best of 4 draws).
+        p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
+        if p.size:
+            free = self.capacity - states.sum(axis=1, dtype=np.int32)            # (P, N)
+            tries = rng.integers(num_nodes, size=(p.size, 4))
+            good = (free[p[:, None], tries] > 0) | (states[p[:, None], j[:, None], tries] > 0)
+            node = tries[np.arange(p.size), np.argmax(good, axis=1)]
+            current = states[p, j, node]
+            states[p, j, node] = rng.integers(current, self.capacity + 1)
         return states
 
     def repair(self, states: np.ndarray) -> np.ndarray:
-        states = states.copy()
+        """Make states feasible. Works on the nonzero entries only (a job uses few of many nodes),
+        as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``."""
+        size, num_jobs, num_nodes = states.shape
+        p, j, n = np.nonzero(states)
+        v = states[p, j, n].astype(np.int64)
         if self.avoid_interference:
             # At most one distributed job per node: later (lower-priority) ones leave it.
-            distributed = np.count_nonzero(states, axis=2) > 1
-            on_node = (states > 0) & distributed[:, :, None]
-            states[np.cumsum(on_node, axis=1) > 1] = 0
-        # Per job: at most max_replicas GPUs and max_nodes nodes, trimmed over a random node order.
-        order = np.argsort(self.rng.random((states.shape[0], 1, states.shape[2])), axis=2)
-        order = np.broadcast_to(order, states.shape)
-        shuffled = np.take_along_axis(states, order, axis=2)
-        capped = np.minimum(np.cumsum(shuffled, axis=2), self.max_replicas[None, :, None])
-        shuffled = np.diff(capped, axis=2, prepend=0)
-        used_nodes = np.cumsum(shuffled > 0, axis=2)
-        shuffled[used_nodes > self.max_nodes] = 0
-        np.put_along_axis(states, order, shuffled, axis=2)
-        # Node capacity, higher-priority jobs first.
-        capped = np.minimum(np.cumsum(states, axis=1), self.capacity)
-        return np.diff(capped, axis=1, prepend=0)
+            job_key = p * num_jobs + j
+            distributed = np.bincount(job_key, minlength=size * num_jobs)[job_key] > 1
+            d = np.flatnonzero(distributed)
+            order = d[np.lexsort((j[d], p[d] * num_nodes + n[d]))]
+            rank = _group_cumsum(np.ones(order.size, np.int64), (p * num_nodes + n)[order])
+            v[order[rank > 1]] = 0
+        # Per job: at most max_replicas GPUs and max_nodes nodes, trimmed in a random node order.
+        job_key = p * num_jobs + j
+        order = np.lexsort((self.rng.random(p.size), job_key))
+        values, cap = v[order], self.max_replicas[j[order]]
+        total = _group_cumsum(values, job_key[order])
+        kept = np.minimum(total, cap) - np.minimum(total - values, cap)
+        nodes_used = _group_cumsum((kept > 0).astype(np.int64), job_key[order])
+        kept[nodes_used > self.max_nodes] = 0
+        v[order] = kept
+        # Node capacity, higher-priority jobs (lower index) first.
+        node_key = p * num_nodes + n
+        order = np.lexsort((j, node_key))
+        values = v[order]
+        total = _group_cumsum(values, node_key[order])
+        cap = self.capacity
+        v[order] = np.minimum(total, cap) - np.minimum(total - values, cap)
+        repaired = np.zeros_like(states)
+        repaired[p, j, n] = v
+        return repaired
+
+
+def _group_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative sum of ``values`` within runs of equal ``groups`` (sorted), shape kept."""
+    if values.size == 0:
+        return values.copy()
+    total = np.cumsum(values)
+    start = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    lengths = np.diff(np.r_[start, values.size])
+    return total - np.repeat(total[start] - values[start], lengths)
