@@ -17,7 +17,7 @@ import numpy as np
 
 from perfmodel.goodput import GoodputModel
 from perfmodel.profiles import StepTimeProfile
-from perfmodel.throughput import ThroughputParams, fit_throughput
+from perfmodel.throughput import ThroughputParams, fit_throughput, identifiable
 
 
 @dataclass(frozen=True)
@@ -112,11 +112,12 @@ class JobAgent:
     """
 
     def __init__(self, name: str, limits: BatchLimits, settings: JobSettings = JobSettings(),
-                 min_refit_interval: float = 240.0) -> None:
+                 min_refit_interval: float = 240.0, refit_on_new_bsz: bool = False) -> None:
         self.name = name
         self.limits = limits
         self.settings = settings
         self.min_refit_interval = min_refit_interval
+        self.refit_on_new_bsz = refit_on_new_bsz
         self.observations: dict[tuple[int, int, int], Observation] = {}
         self.grad_sqr: float | None = None
         self.grad_var: float | None = None
@@ -142,7 +143,8 @@ class JobAgent:
         self.observations[key] = Observation(num_nodes, num_replicas, local_bsz, step_time,
                                              sync_time)
         new_shape = (num_nodes, num_replicas) not in self._fitted_shapes
-        new_slope = len(self._fitted_bsz) < 2 and local_bsz not in self._fitted_bsz
+        new_slope = ((self.refit_on_new_bsz or len(self._fitted_bsz) < 2)
+                     and local_bsz not in self._fitted_bsz)
         if new_shape or new_slope:
             self._stale = True
 
@@ -180,7 +182,8 @@ class JobAgent:
             return False
         if self._params is not None and now - self._last_fit_time < self.min_refit_interval:
             return False
-        self._params = fit_throughput(self.profile())
+        profile = self.profile()
+        self._params = optimistic_unidentified(fit_throughput(profile), profile)
         self.num_refits += 1
         self._last_fit_time = now
         self._stale = False
@@ -226,6 +229,35 @@ class JobAgent:
             return split_batch(batch, replicas, limits)
         local = min(local, int(limits.max_batch_size / (replicas * (accum + 1))))
         return max(local, 1), accum
+
+
+#: Where Pollux pins network terms its measurements cannot inform (its lower bound).
+_UNINFORMED = 1e-8
+
+
+def optimistic_unidentified(params: ThroughputParams, profile: StepTimeProfile
+                            ) -> ThroughputParams:
+    """Network terms the measurements cannot inform, set as Pollux's agent sets them: to ~0.
+
+    Pollux pins uninformed network parameters at their lower bound, so a job measured on one GPU
+    is assumed to scale well until measured otherwise (and across-node links are assumed no faster
+    than within-node ones). perfmodel's fit holds them at its starting values (0.1 s, 0.01 s per
+    GPU), which made new jobs look 0.1 s per step slower on several GPUs and kept them small for
+    minutes. Terms that multiply to zero on every measured configuration do not affect the fit
+    of the others, so resetting them afterwards is exact (up to the small retrogression penalty).
+    """
+    ok = identifiable(profile)
+    values = params.as_dict()
+    if not ok["across"]:
+        values["alpha_n"] = values["beta_n"] = _UNINFORMED
+    if not ok["within"]:
+        values["alpha_r"] = values["beta_r"] = _UNINFORMED
+    if not ok["retrogression"]:
+        values["beta_n"] = values["beta_r"] = _UNINFORMED
+    if not ok["across"]:
+        values["alpha_n"] = max(values["alpha_n"], 1.1 * values["alpha_r"])
+        values["beta_n"] = max(values["beta_n"], 1.1 * values["beta_r"])
+    return ThroughputParams(**values)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ class SimConfig:
         interference: fractional slowdown of distributed jobs sharing a node with another
             distributed job (the artifact's settings: 0, 0.25, 0.5).
         min_refit_interval: seconds between throughput refits of one job's agent.
+        refit_on_new_bsz: also refit when a new micro-batch size is measured (the artifact
+            refits on every new ``(nodes, replicas, m)``); by default only new shapes, and new
+            micro-batches while fewer than two were seen, trigger a refit.
         max_time: give up after this many simulated seconds (jobs left unfinished are reported).
     """
 
@@ -44,6 +47,7 @@ class SimConfig:
     restart_delay: float = 30.0
     interference: float = 0.0
     min_refit_interval: float = 240.0
+    refit_on_new_bsz: bool = False
     max_time: float = 30 * 24 * 3600.0
 
     def __post_init__(self) -> None:
@@ -166,7 +170,8 @@ class SimulatedCluster:
                     f"{config.gpus_per_node}): expected a cluster that fits every job",
                     workload.source or None, row=row, column="num_replicas")
             settings = job_settings(spec) if job_settings else JobSettings(spec.batch_size)
-            agent = JobAgent(spec.name, app.limits, settings, config.min_refit_interval)
+            agent = JobAgent(spec.name, app.limits, settings, config.min_refit_interval,
+                             config.refit_on_new_bsz)
             self.jobs[spec.name] = SimJob(spec, app, agent, config.num_nodes)
         self._allocations: Allocations = {}
         # Timeline: GPUs each job held during each round (rows appended per round).
