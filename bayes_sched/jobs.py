@@ -55,6 +55,12 @@ class BatchLimits:
     min_local_bsz: int
     max_local_bsz: int
 
+    @property
+    def max_accum_steps(self) -> int:
+        """Accumulation steps that reach the largest batch on one GPU (the artifact's agent does
+        not bound them otherwise)."""
+        return max(0, math.ceil(self.max_batch_size / self.max_local_bsz) - 1)
+
 
 def split_batch(batch_size: int, num_replicas: int, limits: BatchLimits) -> tuple[int, int]:
     """Split a total batch over replicas into ``(local_bsz, accum_steps)`` like a fixed-batch job.
@@ -222,7 +228,7 @@ class JobAgent:
             return split_batch(batch, replicas, limits)
         choice = model.optimize(
             np.array([nodes]), np.array([replicas]), limits.max_batch_size,
-            (limits.min_local_bsz, limits.max_local_bsz))
+            (limits.min_local_bsz, limits.max_local_bsz), max_accum_steps=limits.max_accum_steps)
         local, accum = int(choice.local_bsz[0]), int(choice.accum_steps[0])
         if local <= 0:
             batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)
