@@ -226,7 +226,7 @@ class SimulatedCluster:
         gpus = np.zeros(len(self.jobs), dtype=np.int64)
         for i, (name, job) in enumerate(self.jobs.items()):
             if job.active and job.placement:
-                gpus[i] = len(job.placement) and sum(job.placement)
+                gpus[i] = sum(job.placement)
             job.run(self._now, seconds, slowdown.get(name, 0.0))
         self._now += seconds
         self.timeline_time.append(self._now)
