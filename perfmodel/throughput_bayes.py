@@ -20,6 +20,7 @@ unconstrained space, started from the point fit and checked by Pareto-smoothed i
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from perfmodel.throughput import (
     PARAM_NAMES,
     ThroughputParams,
     fit_throughput,
+    identifiable,
     profile_tensors,
     step_time_terms,
 )
@@ -87,6 +89,41 @@ class StepTimePrior:
         loc = {name: math.log(t_c * c) for name, c in _PRIOR_CENTRE.items()}
         loc["beta_c"] = math.log(0.5 * t_c / m)
         return cls(loc, dict(_PRIOR_SPREAD))
+
+    @classmethod
+    def from_population(cls, profile: StepTimeProfile,
+                        reference: Sequence[tuple[StepTimeProfile, ThroughputParams]],
+                        min_scale: float = 0.5) -> StepTimePrior:
+        """A prior for ``profile`` learned from other models' fits (empirical Bayes).
+
+        Each reference parameter is expressed relative to its model's median compute time (and
+        ``beta_c`` relative to compute time per example), so models of very different speed
+        share one scale; the prior is log-normal around the reference mean of those log-ratios
+        with their spread, inflated for the small number of references and never below
+        ``min_scale``. A job measured on one placement then borrows what the fleet knows about
+        networks instead of facing the wide default prior.
+        """
+        if len(reference) < 2:
+            raise ValueError("a population prior needs at least two reference models")
+        def log_ratios(p: StepTimeProfile, params: ThroughputParams) -> dict[str, float]:
+            t_c = float(np.median(p.compute_time))
+            per_example = t_c / float(np.median(p.local_bsz))
+            values = params.as_dict()
+            ratios = {n: math.log(max(values[n], 1e-12) / t_c) for n in _PRIOR_CENTRE}
+            ratios["beta_c"] = math.log(max(values["beta_c"], 1e-12) / per_example)
+            return ratios
+        table = [log_ratios(p, params) for p, params in reference]
+        target = cls.for_profile(profile)
+        t_c = float(np.median(profile.compute_time))
+        per_example = t_c / float(np.median(profile.local_bsz))
+        loc, scale = {}, {}
+        for name in target.loc:
+            values = np.array([row[name] for row in table])
+            base = math.log(per_example if name == "beta_c" else t_c)
+            loc[name] = base + float(values.mean())
+            spread = float(values.std(ddof=1)) * math.sqrt(1 + 1 / len(values))
+            scale[name] = max(spread, min_scale)
+        return cls(loc, scale)
 
 
 def grouped_normal_log_prob(residual: torch.Tensor, group: torch.Tensor, num_groups: int,
@@ -263,11 +300,25 @@ class ThroughputPosterior:
         return result
 
 
-def _initial_values(profile: StepTimeProfile, point: ThroughputParams) -> dict[str, torch.Tensor]:
+def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: StepTimePrior
+                    ) -> dict[str, torch.Tensor]:
+    # Start from the point fit where the data inform a parameter, from the prior median where
+    # they cannot (the point fit merely holds those at arbitrary starting values).
+    start = point.as_dict()
+    ok = identifiable(profile)
+    uninformed = set()
+    if not ok["across"]:
+        uninformed |= {"alpha_n", "beta_n"}
+    if not ok["within"]:
+        uninformed |= {"alpha_r", "beta_r"}
+    if not ok["retrogression"]:
+        uninformed |= {"beta_n", "beta_r"}
+    for name in uninformed:
+        start[name] = math.exp(prior.loc[name])
     values = {name: torch.tensor(max(v, 1e-6) if name != "gamma" else
                                  min(max(v, GAMMA_BOUNDS[0] + 0.05), GAMMA_BOUNDS[1] - 0.05),
                                  dtype=torch.float64)
-              for name, v in point.as_dict().items()}
+              for name, v in start.items()}
     for name in NOISE_NAMES:
         values[name] = torch.tensor(0.1, dtype=torch.float64)
     return values
@@ -378,15 +429,12 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
         prior: defaults to :meth:`StepTimePrior.for_profile`.
         check: compute PSIS k-hat for SVI.
     """
-    import time
-
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
-    pyro.clear_param_store()
     point = fit_throughput(profile)
     data = StepTimeData.from_profile(profile)
     prior = prior or StepTimePrior.for_profile(profile)
-    init = _initial_values(profile, point)
+    init = _initial_values(profile, point, prior)
     if method == "nuts":
         kernel = NUTS(step_time_model, init_strategy=init_to_value(values=init),
                       max_tree_depth=6)
