@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -429,6 +430,24 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
         prior: defaults to :meth:`StepTimePrior.for_profile`.
         check: compute PSIS k-hat for SVI.
     """
+    with single_thread():
+        return _fit(profile, method, num_steps, num_samples, seed, prior, check)
+
+
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch on one thread: the tensors here are small, and on a busy machine the
+    synchronisation of torch's intra-op threads costs several times the work itself."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int, seed: int,
+         prior: StepTimePrior | None, check: bool) -> ThroughputPosterior:
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
     point = fit_throughput(profile)
