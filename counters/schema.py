@@ -175,8 +175,12 @@ def _variable_attrs(name: str, overrides: Mapping[str, Mapping[str, Any]] | None
     return given
 
 
-def problems(ds: xr.Dataset, check_monotonic: bool = True) -> list[str]:
-    """Every way ``ds`` breaks the schema, one short sentence each (empty when it conforms)."""
+def problems(ds: xr.Dataset, check_monotonic: bool = True, check_values: bool = True) -> list[str]:
+    """Every way ``ds`` breaks the schema, one short sentence each (empty when it conforms).
+
+    ``check_values=False`` checks structure only (dims, dtypes, attrs) and reads no data, which
+    keeps it cheap on lazily opened stores; ``check_monotonic`` rejects counters going backwards.
+    """
     found: list[str] = []
     for key in REQUIRED_DATASET_ATTRS:
         if key not in ds.attrs:
@@ -196,7 +200,7 @@ def problems(ds: xr.Dataset, check_monotonic: bool = True) -> list[str]:
         times = ds[TIME].values
         if not np.issubdtype(times.dtype, np.datetime64):
             found.append(f"coordinate 'time' has dtype {times.dtype}, expected datetime64")
-        elif np.isnat(times).any():
+        elif np.isnat(times).any():  # e.g. nanosecond units decoded past int64
             found.append("coordinate 'time' holds NaT (not-a-time) values")
         elif times.size > 1 and not (np.diff(times.astype(np.int64)) > 0).all():
             first = int(np.argmax(np.diff(times.astype(np.int64)) <= 0)) + 1
@@ -206,16 +210,16 @@ def problems(ds: xr.Dataset, check_monotonic: bool = True) -> list[str]:
     if not names:
         found.append("no data variables")
     for name in names:
-        found.extend(_variable_problems(ds, name))
+        found.extend(_variable_problems(ds, name, check_values))
     for name in ds.data_vars:
         if is_mask(str(name)) and str(name)[: -len(MASK_SUFFIX)] not in ds.data_vars:
             found.append(f"mask '{name}' has no value variable")
-    if check_monotonic and not found:
+    if check_values and check_monotonic and not found:
         found.extend(backward_steps(ds))
     return found
 
 
-def _variable_problems(ds: xr.Dataset, name: str) -> list[str]:
+def _variable_problems(ds: xr.Dataset, name: str, check_values: bool) -> list[str]:
     var = ds[name]
     found: list[str] = []
     if tuple(var.dims) not in ALLOWED_DIMS:
@@ -242,7 +246,7 @@ def _variable_problems(ds: xr.Dataset, name: str) -> list[str]:
         found.append(f"mask '{mask}': dtype {ds[mask].dtype}, expected bool")
     elif ds[mask].dims != var.dims:
         found.append(f"mask '{mask}': dims {ds[mask].dims} differ from '{name}' {var.dims}")
-    elif not found and np.issubdtype(var.dtype, np.floating):
+    elif check_values and not found and np.issubdtype(var.dtype, np.floating):
         finite = np.isfinite(var.values)
         disagree = finite != ds[mask].values
         if disagree.any():
