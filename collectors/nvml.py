@@ -155,6 +155,7 @@ class NvmlSource:
         self.gpus: list[_Gpu] = []
         self.counters: list[str] = []
         self.lost_notes: list[str] = []
+        self.pci_bus_ids: list[str] = []
         self._initialised = False
         self._field_ids: list[tuple[int, int]] = []
 
@@ -210,6 +211,7 @@ class NvmlSource:
                 found.unavailable[name] = f"{'; '.join(why)} ({gpus})"
         found.counters = list(self.counters)
         found.devices = devices
+        self.pci_bus_ids = list(devices.pci_bus_ids)
         return found
 
     def _probe(self, gpu: _Gpu, reasons: dict[str, dict[int, str]]) -> None:
