@@ -12,8 +12,9 @@ a full-time estimate, and read it as a noise level.
 
 System-wide counting (``pid = -1`` on each online CPU) needs ``kernel.perf_event_paranoid <= 0``
 or CAP_PERFMON; counting given processes (``pid``, ``inherit`` to their children) needs
-``perf_event_paranoid <= 2`` or the same user. Each event that cannot be opened is reported with
-the reason, the rest are counted.
+``perf_event_paranoid <= 2`` and the same user; at level 2 without CAP_PERFMON only user-space
+time can be counted, which the source falls back to (and says so). Each event that cannot be
+opened is reported with the reason; the rest are counted.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE = 0, 1
 PERF_FORMAT_TOTAL_TIME_ENABLED, PERF_FORMAT_TOTAL_TIME_RUNNING = 1, 2
 PERF_FLAG_FD_CLOEXEC = 1 << 3
 _INHERIT_BIT = 1 << 1
+_EXCLUDE_KERNEL_AND_HV = (1 << 5) | (1 << 6)
 PERF_ATTR_SIZE_VER5 = 112
 _SYSCALL = {"x86_64": 298, "aarch64": 241, "ppc64le": 319, "s390x": 331}
 
@@ -46,6 +48,7 @@ GENERIC_EVENTS: dict[str, tuple[int, int]] = {
     "instructions": (PERF_TYPE_HARDWARE, 1),
     "cache-misses": (PERF_TYPE_HARDWARE, 3),
 }
+EVENT_NAMES = {event: name for name, event, *_ in PERF_EVENTS}
 _UNIT_SCALE = {"MiB": 1048576.0, "KiB": 1024.0, "Bytes": 1.0, "": 1.0}
 
 
@@ -78,7 +81,7 @@ def paranoid_level(proc: str = "/proc") -> int | None:
 
 
 def perf_event_open(type_: int, config: int, pid: int, cpu: int, inherit: bool = False,
-                    config1: int = 0) -> int:
+                    config1: int = 0, user_only: bool = False) -> int:
     """Open one counting event and return its fd; ``OSError`` with the errno on failure."""
     number = _SYSCALL.get(platform.machine())
     if number is None:
@@ -87,7 +90,7 @@ def perf_event_open(type_: int, config: int, pid: int, cpu: int, inherit: bool =
     attr = PerfEventAttr()
     attr.type, attr.size, attr.config, attr.config1 = type_, PERF_ATTR_SIZE_VER5, config, config1
     attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING
-    attr.flags = _INHERIT_BIT if inherit else 0
+    attr.flags = (_INHERIT_BIT if inherit else 0) | (_EXCLUDE_KERNEL_AND_HV if user_only else 0)
     fd = _libc.syscall(number, ctypes.byref(attr), pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)
     if fd < 0:
         code = ctypes.get_errno()
@@ -180,6 +183,7 @@ class PerfSource:
         # counter name -> list of (fd, scale); previous (enabled, running) sums per counter.
         self._fds: dict[str, list[tuple[int, float]]] = {}
         self._last_times: dict[str, tuple[int, int]] = {}
+        self.user_only: set[str] = set()
 
     @property
     def scope(self) -> str:
@@ -212,6 +216,9 @@ class PerfSource:
                 continue
             found.counters += [name, f"{name}_running_fraction"]
             self._last_times[name] = self._times(name)
+        if self.user_only:
+            found.notes.append(f"counting user space only for {', '.join(sorted(self.user_only))} "
+                               f"(perf_event_paranoid={paranoid} without CAP_PERFMON)")
         return found
 
     def _open(self, event: str) -> list[tuple[int, float]]:
@@ -230,9 +237,21 @@ class PerfSource:
             else:
                 type_, config = GENERIC_EVENTS[event]
                 scale = 1e-9 if event == "task-clock" else 1.0  # ns -> s
+                user_only = False
                 for pid, cpu in self._targets():
-                    opened.append((perf_event_open(type_, config, pid, cpu,
-                                                   inherit=bool(self.pids)), scale))
+                    try:
+                        fd = perf_event_open(type_, config, pid, cpu, inherit=bool(self.pids),
+                                             user_only=user_only)
+                    except OSError as error:
+                        # perf_event_paranoid=2 allows a process's own user-space events only.
+                        if error.errno != errno.EACCES or user_only or not self.pids:
+                            raise
+                        user_only = True
+                        fd = perf_event_open(type_, config, pid, cpu, inherit=True,
+                                             user_only=True)
+                    opened.append((fd, scale))
+                if user_only:
+                    self.user_only.add(EVENT_NAMES[event])
         except OSError:
             for fd, _ in opened:
                 os.close(fd)
