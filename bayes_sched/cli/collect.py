@@ -179,6 +179,9 @@ def run_collect(args: argparse.Namespace) -> int:
         if endpoint is not None:
             endpoint.close()
         collector.close()
+    for source in sources:
+        for note in getattr(source, "lost_notes", []):
+            print(f"bayes-sched collect: {source.name}: {note}", file=sys.stderr)
     latencies = np.asarray(stats.latencies_s) * 1e3
     p50 = float(np.percentile(latencies, 50)) if latencies.size else float("nan")
     print(f"bayes-sched collect: {stats.samples} samples taken, {stats.flushed} written, "
