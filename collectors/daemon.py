@@ -166,17 +166,20 @@ class Collector:
             self.buffer.clear()
             self._start_writer()
             self._wake.set()
-        elif self.stats.samples - self._last_retry >= self.flush_every:
+        elif (self._pending is not None
+              and self.stats.samples - self._last_retry >= self.flush_every):
             # A batch is still waiting (slow disk or a failed write): nudge the writer, at most
             # once per flush interval.
             self._last_retry = self.stats.samples
+            self._start_writer()
             self._wake.set()
-        if wait and self._thread is not None:
-            self._closing = True
-            self._wake.set()
-            self._thread.join()
-            self._thread = None
-            self._closing = False
+        if wait:
+            if self._thread is not None:
+                self._closing = True
+                self._wake.set()
+                self._thread.join()
+                self._thread = None
+                self._closing = False
             if self._pending is not None:  # the last write failed: try once more, here
                 self._write_pending()
 

@@ -160,6 +160,8 @@ class StoreWriter:
         self._layout: tuple[Any, ...] | None = None
         self._part: Path | None = None
         self._last_time: np.datetime64 | None = None
+        self._stale = False  # the last append failed: reopen the part before the next one
+        self.notes: list[str] = []  # things an operator should hear about, one line each
         self._open_or_create()
 
     # -- set-up ------------------------------------------------------------------------------
@@ -197,8 +199,9 @@ class StoreWriter:
             arrays = {name: group[name] for name in group.array_keys()}
             time_length = arrays[schema.TIME].shape[0]
         except Exception as error:  # a damaged part: leave it alone, start a new one
-            warnings.warn(f"{part}: cannot reopen for appending ({error}); starting a new part",
-                          stacklevel=2)
+            self.notes.append(f"{part}: cannot reopen for appending ({error}); the next append "
+                              "starts a new part")
+            self._group = None
             return
         timed = [a for a in arrays.values() if a.attrs.get("_ARRAY_DIMENSIONS", [None])[0]
                  == schema.TIME]
@@ -233,6 +236,9 @@ class StoreWriter:
             raise CountersError(f"{self.path}: samples from {first} are not after the last stored "
                                 f"sample {self._last_time}")
         layout = self.layout(ds)
+        if self._stale and self._part is not None:
+            self._stale = False
+            self._resume(self._part)
         if self._group is not None and self._layout is None:
             self._layout = self._stored_layout()
         if self._group is None or layout != self._layout or self._part_full():
@@ -269,6 +275,7 @@ class StoreWriter:
                 values_only.to_zarr(part, mode="w-", encoding=encoding, consolidated=False,
                                     zarr_format=ZARR_FORMAT)
         except OSError as error:
+            self._stale = self._part is not None  # try the previous part again next time
             raise CountersError(f"{part}: cannot write ({error.strerror or error})") from None
         self._group = zarr.open_group(str(part), mode="r+", zarr_format=ZARR_FORMAT)
         self._part = part
@@ -277,15 +284,32 @@ class StoreWriter:
 
     def _extend(self, ds: xr.Dataset) -> None:
         micros = np.round(schema.time_to_seconds(ds[schema.TIME].values) * 1e6).astype(np.int64)
+        names = schema.value_names(ds)
         try:
+            before = self._group[schema.TIME].shape[0]
             # Values first and time last: a cut-short append leaves time shortest, and reopening
             # trims every array back to the shortest.
-            for name in schema.value_names(ds):
+            for name in names:
                 self._group[name].append(np.asarray(ds[name].values, dtype=np.float64), axis=0)
             self._group[schema.TIME].append(micros, axis=0)
-        except OSError as error:
-            raise CountersError(f"{self._part}: cannot append ({error.strerror or error})"
-                                ) from None
+        except Exception as error:  # OSError, or KeyError/zarr errors when the part vanished
+            self._roll_back(names, locals().get("before"))
+            self._stale = True
+            detail = error.strerror if isinstance(error, OSError) and error.strerror else error
+            raise CountersError(f"{self._part}: cannot append ({type(error).__name__}: "
+                                f"{detail})") from None
+
+    def _roll_back(self, names: Sequence[str], length: int | None) -> None:
+        """Shrink arrays an interrupted append had grown, so a retry does not duplicate rows."""
+        if length is None:
+            return
+        for name in [*names, schema.TIME]:
+            try:
+                array = self._group[name]
+                if array.shape[0] > length:
+                    array.resize((length, *array.shape[1:]))
+            except Exception:  # the part is unreachable; reopening trims it instead
+                pass
 
     def _drop_old_parts(self) -> None:
         if self.max_parts is None:

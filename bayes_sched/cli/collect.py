@@ -152,6 +152,8 @@ def run_collect(args: argparse.Namespace) -> int:
     samples_per_flush = max(1, int(round(args.flush_every / args.interval)))
     writer = (StoreWriter(args.out, max_part_bytes=args.max_part_size, max_parts=args.max_parts)
               if args.out is not None else None)
+    for note in writer.notes if writer is not None else []:
+        print(f"bayes-sched collect: {note}", file=sys.stderr)
     sources = build_sources(args)
     collector = Collector(sources, args.interval, writer=writer, node=args.node,
                           flush_every=samples_per_flush)
