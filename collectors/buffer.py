@@ -31,6 +31,8 @@ class SampleBuffer:
         self._times = np.empty(capacity, dtype=np.float64)
         self._node = {n: np.empty(capacity) for n in node_counters}
         self._device = {n: np.empty((capacity, n_devices)) for n in device_counters}
+        self.node_counters = list(node_counters)
+        self.device_counters = list(device_counters)
         self._start = 0  # ring start
         self.size = 0
         self.dropped = 0

@@ -119,7 +119,7 @@ class Collector:
     @property
     def counters(self) -> list[str]:
         assert self.buffer is not None
-        return [*self.buffer._node, *self.buffer._device]
+        return [*self.buffer.node_counters, *self.buffer.device_counters]
 
     def sample_once(self) -> Values:
         """Read every source once, buffer the sample, update the exporter; returns the values."""

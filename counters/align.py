@@ -75,16 +75,52 @@ def align(
     hi = max(s.max() for s in spans if s.size) if end_s is None else end_s
     instants = grid(lo, hi, interval_s)
     aligned = [_align_node(d, instants, tolerance, max_gap) for d in per_node]
-    out = xr.concat(aligned, dim=schema.NODE, join="outer", data_vars="all", coords="different",
-                    compat="equals", combine_attrs="drop_conflicts")
-    for name in schema.value_names(out):
-        out[schema.mask_name(name)] = np.isfinite(out[name])
-    for coord in schema.DEVICE_COORDS:
-        if coord in out.coords:
-            out = out.assign_coords({coord: out[coord].fillna("").astype(str)})
+    out = _stack_nodes(aligned, instants, names)
+    shared = {k: v for k, v in per_node[0].attrs.items()
+              if k not in out.attrs and all(str(d.attrs.get(k)) == str(v) for d in per_node)}
+    out.attrs.update(shared)  # provenance all nodes agree on
     out.attrs.update(interval_s=float(interval_s), aligned_tolerance_s=float(tolerance),
                      aligned_max_gap_s=float(max_gap))
     return out
+
+
+def _stack_nodes(aligned: Sequence[xr.Dataset], instants: np.ndarray,
+                 nodes: Sequence[str]) -> xr.Dataset:
+    """One dataset from per-node ones on the same grid, padding variables and GPUs with NaN."""
+    n_time, n_node = instants.size, len(aligned)
+    n_device = max((d.sizes.get(schema.DEVICE, 0) for d in aligned), default=0)
+    names: list[str] = []
+    attrs: dict[str, dict] = {}
+    for d in aligned:
+        for name in schema.value_names(d):
+            if name not in attrs:
+                names.append(name)
+                attrs[name] = dict(d[name].attrs)
+    variables: dict[str, np.ndarray] = {}
+    for name in names:
+        per_device = any(name in d and schema.DEVICE in d[name].dims for d in aligned)
+        array = np.full((n_time, n_node, n_device) if per_device else (n_time, n_node), np.nan)
+        for j, d in enumerate(aligned):
+            if name in d:
+                values = d[name].transpose(schema.TIME, schema.NODE, ...).values[:, 0]
+                if per_device:
+                    array[:, j, : values.shape[1]] = values
+                else:
+                    array[:, j] = values
+        variables[name] = array
+    labels: dict[str, np.ndarray] = {}
+    for coord in schema.DEVICE_COORDS:
+        if any(coord in d.coords for d in aligned):
+            table = np.full((n_node, n_device), "", dtype=object)
+            for j, d in enumerate(aligned):
+                if coord in d.coords:
+                    row = np.asarray(d[coord].values).reshape(-1)
+                    table[j, : row.size] = row
+            labels[coord] = table.astype(str)
+    return schema.build(instants, list(nodes), variables,
+                        device=range(n_device) if n_device else None,
+                        gpu_uuid=labels.get("gpu_uuid"), pci_bus_id=labels.get("pci_bus_id"),
+                        variable_attrs=attrs)
 
 
 def _align_node(ds: xr.Dataset, instants: np.ndarray, tolerance: float,

@@ -36,7 +36,12 @@ Dataset attributes (provenance)
 On disk, time is encoded explicitly as ``int64`` microseconds since 1970-01-01 (see
 :data:`TIME_ENCODING`): letting xarray pick units per append can decode nanosecond units to NaT.
 
-Use :func:`build` to make a conforming dataset from arrays and :func:`validate` to check one.
+Use :func:`build` to make a conforming dataset from arrays and :func:`validate` to check one::
+
+    ds = schema.build(seconds, "node-1", {"gpu_power": watts,      # (T, D) array
+                                          "cpu_user": cpu_seconds})  # (T,) array
+    schema.validate(ds)                    # raises CountersError naming every problem
+    observed = ds["gpu_power"].fillna(0)   # with ds["gpu_power_valid"] as the observation mask
 """
 
 from __future__ import annotations

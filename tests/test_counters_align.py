@@ -54,3 +54,19 @@ def test_align_rejects_a_node_given_twice_and_a_bad_interval() -> None:
         align.align([ds, ds], interval_s=1.0)
     with pytest.raises(CountersError, match="grid interval must be positive"):
         align.align([ds], interval_s=0.0)
+
+
+def test_nodes_with_different_gpus_and_coordinates_are_padded() -> None:
+    a = schema.build(T0 + np.arange(4.0), "a", {"gpu_power": np.ones((4, 1))},
+                     gpu_uuid=["GPU-a0"])
+    b = schema.build(T0 + np.arange(4.0), "b", {"gpu_power": np.full((4, 2), 2.0)},
+                     gpu_uuid=["GPU-b0", "GPU-b1"], pci_bus_id=["0000:18:00.0", "0000:38:00.0"])
+    c = schema.build(T0 + np.arange(4.0), "c", {"cpu_user": np.arange(4.0)})
+    out = align.align([a, b, c], interval_s=1.0)
+    assert schema.problems(out) == []
+    assert out["gpu_uuid"].values.tolist() == [["GPU-a0", ""], ["GPU-b0", "GPU-b1"], ["", ""]]
+    assert out["pci_bus_id"].values[1].tolist() == ["0000:18:00.0", "0000:38:00.0"]
+    np.testing.assert_array_equal(out["gpu_power"].values[0], [[1, np.nan], [2, 2],
+                                                               [np.nan, np.nan]])
+    np.testing.assert_array_equal(out["cpu_user"].values[:, 2], np.arange(4.0))
+    assert np.isnan(out["cpu_user"].values[:, :2]).all()

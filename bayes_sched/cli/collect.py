@@ -32,6 +32,7 @@ from counters.catalog import CATALOG, RESOURCES, SOURCES
 from counters.store import StoreWriter, directory_bytes, export_netcdf, open_store, parts
 
 SOURCE_NAMES = ("nvml", "pcie", "perf", "procfs")
+MAX_FLUSH_SAMPLES = 3600
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)i?[bB]?\s*$")
 
@@ -74,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--duration", type=parse_duration, help="stop after this long")
     collect.add_argument("--samples", type=int, help="stop after this many samples")
     collect.add_argument("--flush-every", type=parse_duration, default=300.0,
-                         help="write buffered samples to the store this often (default 5m)")
+                         help="write buffered samples to the store this often (default 5m; at "
+                              f"most every {MAX_FLUSH_SAMPLES} samples)")
     collect.add_argument("--max-part-size", type=parse_size, default=parse_size("256M"),
                          help="start a new store part past this size (default 256M)")
     collect.add_argument("--max-parts", type=int,
@@ -149,7 +151,10 @@ class _PcieAfterNvml(PcieSysfsSource):
 def run_collect(args: argparse.Namespace) -> int:
     if args.out is None and args.prometheus is None:
         raise CollectorError("nothing to do: give --out STORE and/or --prometheus PORT")
-    samples_per_flush = max(1, int(round(args.flush_every / args.interval)))
+    # Past MAX_FLUSH_SAMPLES a fast collector flushes more often than asked, to bound memory.
+    samples_per_flush = max(1, min(MAX_FLUSH_SAMPLES, int(round(args.flush_every / args.interval))))
+    if args.replay is not None and args.node is None:
+        args.node = str(open_store(args.replay)[schema.NODE].values[0])
     writer = (StoreWriter(args.out, max_part_bytes=args.max_part_size, max_parts=args.max_parts)
               if args.out is not None else None)
     for note in writer.notes if writer is not None else []:
