@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
+import numpy as np
 import xarray as xr
 
 from collectors.base import CollectorError, Devices, Discovery, Source, Values
@@ -41,14 +42,29 @@ PRODUCER = "bayes-sched collectors 0.1.0"
 
 @dataclass
 class RunStats:
-    """What a run did: samples taken, flushed, skipped and dropped, and sample latencies (s)."""
+    """What a run did: samples taken, flushed, skipped and dropped, and sample latencies (s).
+
+    Latencies go to a preallocated ring of ``keep_latencies`` entries, so a long run does not grow.
+    """
 
     samples: int = 0
     flushed: int = 0
     skipped: int = 0
     dropped: int = 0
     flush_errors: list[str] = field(default_factory=list)
-    latencies_s: list[float] = field(default_factory=list)
+    source_errors: dict[str, int] = field(default_factory=dict)  # error -> times seen
+    keep_latencies: int = 10_000
+    _latencies: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    def record_latency(self, seconds: float) -> None:
+        if self._latencies.size != self.keep_latencies:
+            self._latencies = np.full(self.keep_latencies, np.nan)
+        self._latencies[(self.samples - 1) % self.keep_latencies] = seconds
+
+    @property
+    def latencies_s(self) -> np.ndarray:
+        """The latest (up to ``keep_latencies``) sample latencies in seconds, unordered."""
+        return self._latencies[np.isfinite(self._latencies)]
 
 
 class Collector:
@@ -62,7 +78,7 @@ class Collector:
         exporter: LatestSampleCollector | None = None,
         node: str | None = None,
         flush_every: int = 60,
-        keep_latencies: int = 100_000,
+        keep_latencies: int = 10_000,
     ) -> None:
         if not math.isfinite(interval_s) or interval_s <= 0:
             raise CollectorError(f"interval must be a positive number of seconds, not {interval_s}")
@@ -74,11 +90,10 @@ class Collector:
         self.exporter = exporter
         self.node = node or socket.gethostname()
         self.flush_every = flush_every
-        self.keep_latencies = keep_latencies
         self.discoveries: list[Discovery] = []
         self.devices: Devices | None = None
         self.buffer: SampleBuffer | None = None
-        self.stats = RunStats()
+        self.stats = RunStats(keep_latencies=keep_latencies)
         self._attrs: dict[str, object] = {}
         # Writer thread state: at most one batch waits for the disk at any time.
         self._pending: xr.Dataset | None = None
@@ -130,12 +145,15 @@ class Collector:
         stamp = time.time()
         values: Values = {}
         for source in self.sources:
-            values.update(source.sample())
+            try:
+                values.update(source.sample())
+            except Exception as error:  # one source failing must not stop the others
+                key = f"{source.name}: {type(error).__name__}: {error}"
+                self.stats.source_errors[key] = self.stats.source_errors.get(key, 0) + 1
         self.buffer.add(stamp, values)
         latency = time.perf_counter() - started
         self.stats.samples += 1
-        if len(self.stats.latencies_s) < self.keep_latencies:
-            self.stats.latencies_s.append(latency)
+        self.stats.record_latency(latency)
         if self.exporter is not None:
             self.exporter.update(values, self._health(latency))
         if self.buffer.size >= self.flush_every:

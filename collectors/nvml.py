@@ -136,7 +136,7 @@ class _Gpu:
     handle: Any
     name: str
     lost: bool = False
-    queries: set[str] = field(default_factory=set)  # query groups that answered
+    queries: list[str] = field(default_factory=list)  # query groups that answered, in order
     fields: list[int] = field(default_factory=list)  # positions in FIELDS that answered
     gpm: tuple[Any, Any] | None = None  # two GPM sample buffers
     processes: list[tuple[int, float]] = field(default_factory=list)
@@ -218,7 +218,7 @@ class NvmlSource:
         for group, (query, names) in QUERIES.items():
             try:
                 query(gpu.handle)
-                gpu.queries.add(group)
+                gpu.queries.append(group)
             except pynvml.NVMLError as error:
                 if isinstance(error, pynvml.NVMLError_GpuIsLost):
                     gpu.lost = True
@@ -240,7 +240,7 @@ class NvmlSource:
         if self.processes:
             try:
                 self._read_processes(gpu)
-                gpu.queries.add("processes")
+                gpu.queries.append("processes")
             except pynvml.NVMLError as error:
                 for name in ("gpu_compute_processes", "gpu_process_memory_used"):
                     reasons[name][gpu.index] = describe_error(error)
@@ -325,7 +325,12 @@ class NvmlSource:
     def _sample_gpm(self, gpu: _Gpu) -> dict[str, float]:
         assert gpu.gpm is not None
         previous, current = gpu.gpm[1], gpu.gpm[0]
-        pynvml.nvmlGpmSampleGet(gpu.handle, current)
+        try:
+            pynvml.nvmlGpmSampleGet(gpu.handle, current)
+        except pynvml.NVMLError_GpuIsLost:
+            raise
+        except pynvml.NVMLError:
+            return {}
         gpu.gpm = (previous, current)
         request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION

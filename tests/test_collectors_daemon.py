@@ -70,6 +70,29 @@ def test_samples_stay_on_the_grid_and_land_in_the_store(tmp_path: Path) -> None:
     assert ds.attrs["interval_s"] == 0.1 and "procfs" in ds.attrs["sources"]
 
 
+class FlakyProcfs(ProcfsSource):
+    """The real procfs source, failing on every other sample."""
+
+    calls = 0
+
+    def sample(self) -> Values:
+        self.calls += 1
+        if self.calls % 2 == 0:
+            raise RuntimeError("procfs went away")
+        return super().sample()
+
+
+def test_a_failing_source_gives_nan_and_the_loop_goes_on() -> None:
+    collector = Collector([FlakyProcfs()], interval_s=0.01, node="n1", flush_every=100)
+    collector.discover()
+    for _ in range(4):
+        collector.sample_once()
+    assert collector.buffer is not None
+    cpu_user = collector.buffer.to_dataset()["cpu_user"].values[:, 0]
+    np.testing.assert_array_equal(np.isfinite(cpu_user), [True, False, True, False])
+    assert collector.stats.source_errors == {"procfs: RuntimeError: procfs went away": 2}
+
+
 def test_the_buffer_is_bounded_and_drops_the_oldest() -> None:
     buffer = SampleBuffer("n", ["cpu_user"], ["gpu_power"], Devices(count=2), capacity=4)
     for i in range(7):

@@ -186,6 +186,9 @@ def run_collect(args: argparse.Namespace) -> int:
         if endpoint is not None:
             endpoint.close()
         collector.close()
+    for error, times in stats.source_errors.items():
+        print(f"bayes-sched collect: {error} ({times} samples; their values are NaN)",
+              file=sys.stderr)
     for source in sources:
         for note in getattr(source, "lost_notes", []):
             print(f"bayes-sched collect: {source.name}: {note}", file=sys.stderr)
