@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collectors.base import CollectorError, Devices, Values
-from counters.catalog import CATALOG
+from counters.catalog import CATALOG, CLOCK_EVENT_REASON_BITS
 
 #: A callable giving the latest compute processes per GPU index: [(pid, used bytes)].
 ProcessUsage = Callable[[], Mapping[int, Sequence[tuple[int, float]]]]
@@ -71,6 +71,9 @@ class LatestSampleCollector:
             elif math.isfinite(float(value)):  # type: ignore[arg-type]
                 family.add_metric([self.node, *extra.values()], float(value))  # type: ignore[arg-type]
         yield from families.values()
+        reasons = values.get("gpu_clock_event_reasons")
+        if reasons is not None:
+            yield self._clock_events(np.asarray(reasons, dtype=float).ravel(), device_labels)
         if self.process_usage is not None:
             processes = GaugeMetricFamily(
                 "gpu_process_memory_used_bytes", "device memory used by one compute process",
@@ -86,6 +89,20 @@ class LatestSampleCollector:
                           labels=["node"])
             metric.add_metric([self.node], value)
             yield metric
+
+    def _clock_events(self, masks: np.ndarray, device_labels: list[tuple[str, str]]) -> Metric:
+        """One 0/1 series per GPU and clock-event reason, decoded from the NVML bitmask."""
+        active = GaugeMetricFamily(
+            "gpu_clock_event_reason_active",
+            "1 while NVML reports this clock-event (throttle) reason for the GPU",
+            labels=["node", "gpu", "uuid", "reason"])
+        for index, mask in enumerate(masks):
+            if not math.isfinite(mask) or index >= len(device_labels):
+                continue
+            for bit, reason in CLOCK_EVENT_REASON_BITS.items():
+                active.add_metric([self.node, *device_labels[index], reason],
+                                  1.0 if int(mask) & bit else 0.0)
+        return active
 
     def _device_labels(self) -> list[tuple[str, str]]:
         if self.devices is None:

@@ -271,6 +271,21 @@ _PROCFS: tuple[Counter, ...] = (
           "node_disk_written_bytes_total"),
 )
 
+#: Bits of ``gpu_clock_event_reasons`` (nvml.h ``nvmlClocksEventReason*``), bit -> reason.
+CLOCK_EVENT_REASON_BITS: Mapping[int, str] = MappingProxyType({
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+    0x200: "board_limit",
+    0x400: "reliability",
+})
+
 #: Every counter the toolkit knows, by name.
 CATALOG: Mapping[str, Counter] = MappingProxyType(
     {c.name: c for c in (*_NVML, *_GPM, *_PCIE, *_perf_counters(), *_PROCFS)}

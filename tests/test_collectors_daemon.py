@@ -144,7 +144,9 @@ def test_prometheus_endpoint_serves_over_loopback_and_a_busy_port_is_one_error()
     endpoint = PrometheusEndpoint(exporter, 0)
     try:
         exporter.update({"cpu_user": 12.5, "gpu_power": np.array([250.0, np.nan]),
-                         "gpu_energy": np.array([1e4, 2e4])}, {"samples_total": 3.0})
+                         "gpu_energy": np.array([1e4, 2e4]),
+                         "gpu_clock_event_reasons": np.array([0x4 | 0x40, np.nan])},
+                        {"samples_total": 3.0})
         with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/metrics", timeout=5) as r:
             text = r.read().decode()
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -156,6 +158,12 @@ def test_prometheus_endpoint_serves_over_loopback_and_a_busy_port_is_one_error()
             not in samples
         assert samples[("gpu_energy_joules_total",
                         (("gpu", "1"), ("node", "n1"), ("uuid", "GPU-y")))] == 2e4
+        active = {dict(k)["reason"]: v for (name, k), v in samples.items()
+                  if name == "gpu_clock_event_reason_active" and dict(k)["gpu"] == "0"}
+        assert active["sw_power_cap"] == active["hw_thermal_slowdown"] == 1.0
+        assert active["gpu_idle"] == 0.0 and sum(active.values()) == 2.0
+        assert not any(name == "gpu_clock_event_reason_active" and dict(k)["gpu"] == "1"
+                       for name, k in samples)
         assert any(line.startswith("# TYPE gpu_energy_joules") and line.endswith(" counter")
                    for line in text.splitlines())
         with pytest.raises(CollectorError, match=f"port {endpoint.port} on 127.0.0.1 is "
@@ -243,6 +251,13 @@ def test_bad_input_is_one_line_a_nonzero_exit_and_harms_nothing(tmp_path: Path) 
     assert "Traceback" not in result.stderr
     after = open_store(store).load()
     assert after.identical(before)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("collect", "--out", str(tmp_path / "new-store"), "--prometheus",
+                         str(port), "--samples", "1")
+    assert result.returncode == 2 and not (tmp_path / "new-store").exists()
 
     a_file = tmp_path / "file"
     a_file.write_text("x")

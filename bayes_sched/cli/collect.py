@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -155,24 +156,29 @@ def run_collect(args: argparse.Namespace) -> int:
     samples_per_flush = max(1, min(MAX_FLUSH_SAMPLES, int(round(args.flush_every / args.interval))))
     if args.replay is not None and args.node is None:
         args.node = str(open_store(args.replay)[schema.NODE].values[0])
-    writer = (StoreWriter(args.out, max_part_bytes=args.max_part_size, max_parts=args.max_parts)
-              if args.out is not None else None)
-    for note in writer.notes if writer is not None else []:
-        print(f"bayes-sched collect: {note}", file=sys.stderr)
-    sources = build_sources(args)
-    collector = Collector(sources, args.interval, writer=writer, node=args.node,
-                          flush_every=samples_per_flush)
+    # Bind the port before touching the store, so a busy port leaves no trace on disk.
+    exporter: LatestSampleCollector | None = None
     endpoint: PrometheusEndpoint | None = None
+    collector: Collector | None = None
     try:
+        if args.prometheus is not None:
+            exporter = LatestSampleCollector(args.node or socket.gethostname(), None)
+            endpoint = PrometheusEndpoint(exporter, args.prometheus, args.bind)
+        writer = (StoreWriter(args.out, max_part_bytes=args.max_part_size,
+                              max_parts=args.max_parts) if args.out is not None else None)
+        for note in writer.notes if writer is not None else []:
+            print(f"bayes-sched collect: {note}", file=sys.stderr)
+        sources = build_sources(args)
+        collector = Collector(sources, args.interval, writer=writer, node=args.node,
+                              flush_every=samples_per_flush)
         for found in collector.discover():
             if not args.quiet:
                 for line in found.lines():
                     print(f"bayes-sched collect: {line}", file=sys.stderr)
-        if args.prometheus is not None:
+        if exporter is not None and endpoint is not None:
             nvml = next((s for s in sources if isinstance(s, NvmlSource)), None)
-            exporter = LatestSampleCollector(collector.node, collector.devices,
-                                             process_usage=nvml.process_usage if nvml else None)
-            endpoint = PrometheusEndpoint(exporter, args.prometheus, args.bind)
+            exporter.devices = collector.devices
+            exporter.process_usage = nvml.process_usage if nvml else None
             collector.exporter = exporter
             print(f"bayes-sched collect: serving Prometheus metrics on "
                   f"http://{endpoint.address}:{endpoint.port}/metrics", file=sys.stderr, flush=True)
@@ -185,7 +191,8 @@ def run_collect(args: argparse.Namespace) -> int:
     finally:
         if endpoint is not None:
             endpoint.close()
-        collector.close()
+        if collector is not None:
+            collector.close()
     for error, times in stats.source_errors.items():
         print(f"bayes-sched collect: {error} ({times} samples; their values are NaN)",
               file=sys.stderr)
