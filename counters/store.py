@@ -22,16 +22,18 @@ xarray otherwise picks the units from the first append, and nanosecond units can
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numcodecs
 import numpy as np
 import xarray as xr
+from dask.callbacks import Callback
 
 from counters import schema
 from counters.errors import CountersError
@@ -127,8 +129,29 @@ def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:
     return ds
 
 
-def export_netcdf(store: str | Path, out: str | Path) -> Path:
-    """Write the whole store to one netCDF-4 file (h5netcdf) atomically, via a renamed temporary."""
+class _TaskProgress(Callback):
+    """Reports ``(tasks done, tasks in all)`` of a dask computation to ``report``."""
+
+    def __init__(self, report: Callable[[int, int], None]) -> None:
+        super().__init__()
+        self.report, self.done, self.total = report, 0, 0
+
+    def _start_state(self, dsk: Any, state: Any) -> None:
+        self.total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished"))
+        self.report(0, self.total)
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        self.done += 1
+        self.report(self.done, self.total)
+
+
+def export_netcdf(store: str | Path, out: str | Path,
+                  progress: Callable[[int, int], None] | None = None) -> Path:
+    """Write the whole store to one netCDF-4 file (h5netcdf) atomically, via a renamed temporary.
+
+    The store is read part by part (dask), so exporting needs little memory; ``progress`` is
+    called with ``(tasks done, tasks in all)`` as it goes.
+    """
     ds = open_store(store)
     target = Path(out)
     if not target.parent.is_dir():
@@ -138,7 +161,9 @@ def export_netcdf(store: str | Path, out: str | Path) -> Path:
     for name in schema.value_names(ds):
         encoding[name] = {"zlib": True, "complevel": 4}
     try:
-        ds.to_netcdf(temporary, engine="h5netcdf", encoding=encoding)
+        delayed = ds.to_netcdf(temporary, engine="h5netcdf", encoding=encoding, compute=False)
+        with _TaskProgress(progress) if progress is not None else contextlib.nullcontext():
+            delayed.compute()
         os.replace(temporary, target)
     except OSError as error:
         temporary.unlink(missing_ok=True)

@@ -111,7 +111,9 @@ def test_an_append_cut_short_is_trimmed_on_reopening(tmp_path: Path) -> None:
 def test_export_to_netcdf_round_trips(tmp_path: Path) -> None:
     store = tmp_path / "store"
     write_store(batch(0, 12), store)
-    out = export_netcdf(store, tmp_path / "out.nc")
+    reports: list[tuple[int, int]] = []
+    out = export_netcdf(store, tmp_path / "out.nc", progress=lambda *r: reports.append(r))
+    assert reports[0][0] == 0 and reports[-1][0] == reports[-1][1] > 0
     exported = xr.open_dataset(out, engine="h5netcdf").load()
     assert schema.problems(exported) == []
     xr.testing.assert_equal(exported["gpu_energy"], open_store(store)["gpu_energy"].load())

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bayes_sched.cli._common import print_table
+from bayes_sched.cli._common import print_table, progress_bar
 from collectors.base import CollectorError, Discovery, Source
 from collectors.daemon import Collector, install_signal_handlers
 from collectors.nvml import NvmlSource
@@ -256,6 +256,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    written = export_netcdf(args.store, args.out)
+    with progress_bar(enabled=sys.stderr.isatty()) as bar:
+        task = bar.add_task(f"exporting {args.store}", total=None)
+        written = export_netcdf(args.store, args.out, progress=lambda done, total: bar.update(
+            task, completed=done, total=total))
     print(f"wrote {written}", file=sys.stderr)
     return 0
