@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xarray as xr
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.base import CollectorError, Devices, Discovery, Values
@@ -309,3 +310,21 @@ def test_a_collector_needs_something_to_do() -> None:
 def test_discovery_lines_group_reasons() -> None:
     found = Discovery("x", unavailable={f"c{i}": "no driver" for i in range(6)})
     assert found.lines()[-1] == "x: cannot read 6 counters (c0, ...): no driver"
+
+
+def test_counters_align_merges_node_stores(tmp_path: Path) -> None:
+    for node, offset in (("a", 0.0), ("b", 30.0)):
+        values = np.arange(6.0) * (2.0 if node == "b" else 1.0)
+        write_store(schema.build(1.7e9 + offset + np.arange(6.0), node, {"cpu_user": values}),
+                    tmp_path / node)
+    out = tmp_path / "merged.nc"
+    result = run_cli("counters", "align", str(tmp_path / "a"), str(tmp_path / "b"),
+                     "--interval", "1s", "--clock-offset", "b=30", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    merged = xr.open_dataset(out, engine="h5netcdf").load()
+    assert schema.problems(merged) == []
+    np.testing.assert_array_equal(merged["cpu_user"].sel(node="b").values, 2.0 * np.arange(6))
+    bad = run_cli("counters", "align", str(tmp_path / "a"), "--interval", "1s",
+                  "--clock-offset", "b", "--out", str(out))
+    assert bad.returncode == 2 and "expected NODE=SECONDS" in bad.stderr
+

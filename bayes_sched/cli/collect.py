@@ -29,6 +29,7 @@ from collectors.procfs import ProcfsSource
 from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
 from collectors.replay import ReplaySource
 from counters import schema
+from counters.align import align
 from counters.catalog import CATALOG, RESOURCES, SOURCES
 from counters.store import StoreWriter, directory_bytes, export_netcdf, open_store, parts
 
@@ -106,6 +107,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="do not reject counters that go backwards")
     validate.add_argument("--json", action="store_true")
     validate.set_defaults(handler=run_validate)
+    merge = sub.add_parser("align", help="put several nodes' stores on one time grid (netCDF)")
+    merge.add_argument("stores", type=Path, nargs="+", metavar="STORE")
+    merge.add_argument("--interval", type=parse_duration, required=True, help="grid step, e.g. 1s")
+    merge.add_argument("--clock-offset", action="append", default=[], metavar="NODE=SECONDS",
+                       help="a node's clock minus the reference clock (repeatable)")
+    merge.add_argument("--out", type=Path, required=True, help="netCDF file to write")
+    merge.set_defaults(handler=run_align)
     export = sub.add_parser("export", help="write a store to one netCDF file")
     export.add_argument("store", type=Path)
     export.add_argument("out", type=Path)
@@ -261,4 +269,37 @@ def run_export(args: argparse.Namespace) -> int:
         written = export_netcdf(args.store, args.out, progress=lambda done, total: bar.update(
             task, completed=done, total=total))
     print(f"wrote {written}", file=sys.stderr)
+    return 0
+
+
+def parse_offsets(items: list[str]) -> dict[str, float]:
+    offsets: dict[str, float] = {}
+    for item in items:
+        node, sep, value = item.rpartition("=")
+        try:
+            offsets[node] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not node:
+            raise CollectorError(f"--clock-offset: expected NODE=SECONDS, not {item!r}")
+    return offsets
+
+
+def run_align(args: argparse.Namespace) -> int:
+    datasets = [open_store(store).load() for store in args.stores]
+    aligned = align(datasets, args.interval, clock_offset_s=parse_offsets(args.clock_offset))
+    target = args.out
+    temporary = target.with_name(f".{target.name}.partial")
+    try:
+        aligned.to_netcdf(temporary, engine="h5netcdf",
+                          encoding={schema.TIME: dict(schema.TIME_ENCODING)})
+        temporary.replace(target)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise CollectorError(f"{target}: cannot write ({error.strerror or error})") from None
+    rows = [{"node": str(node), "samples": int(aligned.sizes[schema.TIME]),
+             "valid_fraction": float(np.mean([aligned[schema.mask_name(n)].sel(node=node).mean()
+                                              for n in schema.value_names(aligned)]))}
+            for node in aligned[schema.NODE].values]
+    print_table(rows, title=f"aligned onto {args.interval:g} s grid -> {target}")
     return 0
