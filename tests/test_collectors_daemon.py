@@ -283,6 +283,10 @@ def test_bad_input_is_one_line_a_nonzero_exit_and_harms_nothing(tmp_path: Path) 
     assert "counter 'cpu_user' goes backwards at time=" in result.stderr
     assert run_cli("counters", "validate", str(backwards), "--allow-resets").returncode == 0
 
+    result = run_cli("collect", "--sources", "procfs,gpu", "--out", str(tmp_path / "s2"))
+    assert result.returncode == 2 and "unknown source(s) gpu" in result.stderr
+    assert not (tmp_path / "s2").exists()
+
     result = run_cli("collect", "--interval", "fast", "--out", str(store))
     assert result.returncode == 2 and "expected a positive duration" in result.stderr
 

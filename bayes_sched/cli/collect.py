@@ -4,6 +4,7 @@
     bayes-sched counters catalog [--source nvml] [--json]
     bayes-sched counters info STORE [--json]
     bayes-sched counters validate STORE [--json]
+    bayes-sched counters align STORE... --interval 1s --out MERGED.nc [--clock-offset NODE=S]
     bayes-sched counters export STORE OUT.nc
 """
 
@@ -120,15 +121,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.set_defaults(handler=run_export)
 
 
+def requested_sources(text: str) -> list[str]:
+    wanted = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(SOURCE_NAMES))
+    if unknown or not wanted:
+        raise CollectorError(f"--sources: unknown source(s) {', '.join(unknown) or '(none)'}; "
+                             f"expected some of {', '.join(SOURCE_NAMES)}")
+    return wanted
+
+
 def build_sources(args: argparse.Namespace) -> list[Source]:
     """The sources named by ``--sources`` (or the replay source), NVML first for device order."""
     if args.replay is not None:
         return [ReplaySource(args.replay)]
-    wanted = [s.strip() for s in args.sources.split(",") if s.strip()]
-    unknown = sorted(set(wanted) - set(SOURCE_NAMES))
-    if unknown:
-        raise CollectorError(f"--sources: unknown source(s) {', '.join(unknown)}; expected some "
-                             f"of {', '.join(SOURCE_NAMES)}")
+    wanted = requested_sources(args.sources)
     sources: list[Source] = []
     nvml: NvmlSource | None = None
     if "nvml" in wanted:
@@ -162,6 +168,7 @@ def run_collect(args: argparse.Namespace) -> int:
         raise CollectorError("nothing to do: give --out STORE and/or --prometheus PORT")
     # Past MAX_FLUSH_SAMPLES a fast collector flushes more often than asked, to bound memory.
     samples_per_flush = max(1, min(MAX_FLUSH_SAMPLES, int(round(args.flush_every / args.interval))))
+    requested_sources(args.sources)  # bad names fail before anything is created
     if args.replay is not None and args.node is None:
         args.node = str(open_store(args.replay)[schema.NODE].values[0])
     # Bind the port before touching the store, so a busy port leaves no trace on disk.
