@@ -21,7 +21,6 @@ import json
 import time
 
 import numpy as np
-import torch
 
 from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.efficiency import EfficiencyModel
@@ -40,11 +39,16 @@ def placement_folds(profile: StepTimeProfile, folds: int, seed: int) -> list[np.
     return [np.isin(profile.placement.astype(str), g) for g in groups]
 
 
+#: Whether the Bayesian fits model placement effects (set from the command line).
+PLACEMENT_EFFECTS = True
+
+
 def held_out(train: StepTimeProfile, test: StepTimeProfile, seed: int,
              prior: StepTimePrior | None = None) -> dict[str, np.ndarray]:
     """Point and posterior predictions for ``test`` from fits on ``train``."""
     point = fit_throughput(train)
-    posterior = fit_throughput_posterior(train, seed=seed, check=False, prior=prior)
+    posterior = fit_throughput_posterior(train, seed=seed, check=False, prior=prior,
+                                         placement_effects=PLACEMENT_EFFECTS)
     pred = posterior.predict_step_time(test.num_nodes, test.num_replicas, test.local_bsz,
                                        test.accum_steps, (0.05, 0.25, 0.75, 0.95),
                                        placement=test.placement)
@@ -62,7 +66,7 @@ def evaluate_model(model: str, folds: int, seed: int) -> tuple[dict, dict]:
     started = time.perf_counter()
     point = fit_throughput(profile)
     point_seconds = time.perf_counter() - started
-    posterior = fit_throughput_posterior(profile, seed=seed)
+    posterior = fit_throughput_posterior(profile, seed=seed, placement_effects=PLACEMENT_EFFECTS)
     in_pred = posterior.predict_step_time(profile.num_nodes, profile.num_replicas,
                                           profile.local_bsz, placement=profile.placement)
     in_point = predict_step_time(point, profile.num_nodes, profile.num_replicas,
@@ -161,20 +165,26 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-placement-effects", action="store_true",
+                        help="treat every measurement as independent (no per-placement deviation)")
+    parser.add_argument("--skip-cost", action="store_true", help="leave out the tuning-cost table")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    global PLACEMENT_EFFECTS
+    PLACEMENT_EFFECTS = not args.no_placement_effects
     accuracy, calibration, cost = [], [], []
     for model in args.models:
         a, c = evaluate_model(model, args.folds, args.seed)
         accuracy.append(a)
         calibration.append(c)
-        cost.append(tuning_cost(model))
+        if not args.skip_cost:
+            cost.append(tuning_cost(model))
     print_rows("Accuracy: RMSLE of step time (in-sample; held-out placements, "
                f"{args.folds} folds; fit on 1-GPU rows, predict multi-GPU)", accuracy, args.json)
     print_rows("Calibration of held-out predictive intervals (nominal 0.5 and 0.9) and fit cost",
                calibration, args.json)
-    print_rows("Batch tuning: 10,000 allocations (mean goodput, point fit; 10% quantile over 32 "
-               "posterior draws)", cost, args.json)
+    if cost:
+        print_rows("Batch tuning: 10,000 allocations (mean goodput, point fit; 10% quantile over 32 "
+                   "posterior draws)", cost, args.json)
 
 
 if __name__ == "__main__":

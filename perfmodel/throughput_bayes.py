@@ -67,13 +67,16 @@ class StepTimeData:
     group: torch.Tensor
     num_groups: int
     placements: tuple[str, ...]
+    placement_effects: bool = True
 
     @classmethod
-    def from_profile(cls, profile: StepTimeProfile) -> StepTimeData:
+    def from_profile(cls, profile: StepTimeProfile, placement_effects: bool = True
+                     ) -> StepTimeData:
         tensors = profile_tensors(profile)
         labels, group = np.unique(profile.placement.astype(str), return_inverse=True)
         return cls(tensors["nodes"], tensors["replicas"], tensors["m"], tensors["log_tc"],
-                   tensors["log_to"], torch.as_tensor(group), len(labels), tuple(labels))
+                   tensors["log_to"], torch.as_tensor(group), len(labels), tuple(labels),
+                   placement_effects)
 
 
 @dataclass(frozen=True)
@@ -166,14 +169,15 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
     """Pyro model of measured compute and step times (see the module docstring)."""
     theta = sample_parameters(prior)
     half_normal = dist.HalfNormal(torch.tensor(_NOISE_PRIOR_SCALE, dtype=torch.float64))
-    noise = {name: pyro.sample(name, half_normal) for name in NOISE_NAMES}
+    noise = {name: pyro.sample(name, half_normal) for name in NOISE_NAMES
+             if data.placement_effects or name.startswith("sigma")}
     t_c, t_o = step_time_terms(theta[..., None, :], data.nodes, data.replicas, data.local_bsz)
     for series, observed, predicted in (("compute", data.log_compute, t_c),
                                         ("step", data.log_step, t_o)):
         residual = observed - torch.log(predicted)
         pyro.factor(f"{series}_time", grouped_normal_log_prob(
             residual, data.group, data.num_groups, noise[f"sigma_{series}"],
-            noise[f"tau_{series}"]))
+            noise.get(f"tau_{series}", torch.zeros(()))))
 
 
 @dataclass(frozen=True)
@@ -222,9 +226,13 @@ class ThroughputPosterior:
             total = np.zeros((residual.shape[0], data.num_groups))
             np.add.at(total.T, data.group.numpy(), residual.T)
             s2 = self.samples[f"sigma_{series}"][:, None] ** 2
-            t2 = self.samples[f"tau_{series}"][:, None] ** 2
+            t2 = self._noise(f"tau_{series}")[:, None] ** 2
             effects[series] = (t2 * total / (s2 + count * t2)).mean(axis=0)
         return effects
+
+    def _noise(self, name: str) -> np.ndarray:
+        """Draws of a noise scale, shape ``(S,)``; 0 for placement effects left out of the model."""
+        return self.samples.get(name, np.zeros(self.theta.shape[0]))
 
     @property
     def num_samples(self) -> int:
@@ -235,6 +243,8 @@ class ThroughputPosterior:
         tail = (1 - probability) / 2
         rows: list[dict[str, float | str]] = []
         for name in (*PARAM_NAMES, *NOISE_NAMES):
+            if name not in self.samples:
+                continue
             draws = self.samples[name]
             rows.append({
                 "parameter": name,
@@ -261,7 +271,7 @@ class ThroughputPosterior:
         log_t = np.log(s * t_c + t_o)
         rng = np.random.default_rng(seed)
         sigma = self.samples["sigma_step"][:, None]
-        tau = self.samples["tau_step"][:, None]
+        tau = self._noise("tau_step")[:, None]
         offset = tau * rng.standard_normal(log_t.shape)
         if placement is not None:
             index = {label: i for i, label in enumerate(self.placements)}
@@ -321,7 +331,7 @@ def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: St
                                  dtype=torch.float64)
               for name, v in start.items()}
     for name in NOISE_NAMES:
-        values[name] = torch.tensor(0.1, dtype=torch.float64)
+        values[name] = torch.tensor(0.1, dtype=torch.float64)  # unused sites are ignored
     return values
 
 
@@ -418,7 +428,8 @@ def pareto_k_hat(log_weights: torch.Tensor) -> float:
 def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
                              num_steps: int = 500, num_samples: int = 1000, seed: int = 0,
                              prior: StepTimePrior | None = None,
-                             check: bool = True) -> ThroughputPosterior:
+                             check: bool = True, placement_effects: bool = True
+                             ) -> ThroughputPosterior:
     """Posterior of the step-time model given a profile.
 
     Args:
@@ -429,9 +440,13 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
         seed: seeds Pyro and torch, so fits reproduce.
         prior: defaults to :meth:`StepTimePrior.for_profile`.
         check: compute PSIS k-hat for SVI.
+        placement_effects: model a deviation shared by the rows of a placement (honest
+            parameter intervals and wider predictions for unmeasured placements); ``False``
+            treats every row as independent.
     """
     with single_thread():
-        return _fit(profile, method, num_steps, num_samples, seed, prior, check)
+        return _fit(profile, method, num_steps, num_samples, seed, prior, check,
+                    placement_effects)
 
 
 @contextmanager
@@ -447,11 +462,12 @@ def single_thread() -> Iterator[None]:
 
 
 def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int, seed: int,
-         prior: StepTimePrior | None, check: bool) -> ThroughputPosterior:
+         prior: StepTimePrior | None, check: bool, placement_effects: bool
+         ) -> ThroughputPosterior:
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
     point = fit_throughput(profile)
-    data = StepTimeData.from_profile(profile)
+    data = StepTimeData.from_profile(profile, placement_effects)
     prior = prior or StepTimePrior.for_profile(profile)
     init = _initial_values(profile, point, prior)
     if method == "nuts":
