@@ -249,8 +249,10 @@ def _read_counts_csv(path: Path, model: str | None, with_accum: bool) -> StepTim
         placement = np.array([f"n{a}r{b}" for a, b in zip(nodes, replicas, strict=True)],
                              dtype=object)
     accum = cols["accum_steps"] if with_accum else [0] * n
+    # Pollux files are named by kind inside a folder named for the model; ours by the model.
+    default_name = path.stem if with_accum else path.parent.name
     return StepTimeProfile(
-        model or path.parent.name, nodes, replicas,
+        model or default_name, nodes, replicas,
         local_bsz=np.array(cols["local_bsz"], dtype=np.int64),
         accum_steps=np.array(accum, dtype=np.int64),
         step_time=np.array(cols["step_time"], dtype=np.float64),

@@ -6,11 +6,11 @@ The model (a plain function of data, :func:`step_time_model`):
   time (log-normal for the positive ones, uniform on [1, 10] for ``gamma``): a parameter the data
   cannot inform stays as wide as its prior, so predictions for configurations unlike any measured
   widen instead of collapsing;
-* measured compute times and step times are log-normal around the model's prediction, with a
-  deviation shared by every row of one placement (``tau``) on top of independent noise (``sigma``).
-  The model is not exact for every placement, and the shared term is what makes predictions for an
-  unmeasured placement honest; it is integrated out in closed form (rows of a placement are jointly
-  normal in log space with compound-symmetric covariance), so inference has eleven dimensions only.
+* measured compute times and step times are log-normal around the model's prediction with
+  independent noise (``sigma``); optionally (``placement_effects=True``) with a deviation shared by
+  every row of one placement (``tau``) on top, integrated out in closed form (rows of a placement
+  are jointly normal in log space with compound-symmetric covariance), so inference stays
+  low-dimensional either way.
 
 Inference (:func:`fit_throughput_posterior`) is SVI with a full-rank Gaussian guide in the
 unconstrained space, started from the point fit and checked by Pareto-smoothed importance sampling
@@ -20,7 +20,9 @@ unconstrained space, started from the point fit and checked by Pareto-smoothed i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +41,7 @@ from perfmodel.throughput import (
     PARAM_NAMES,
     ThroughputParams,
     fit_throughput,
+    identifiable,
     profile_tensors,
     step_time_terms,
 )
@@ -64,13 +67,16 @@ class StepTimeData:
     group: torch.Tensor
     num_groups: int
     placements: tuple[str, ...]
+    placement_effects: bool = True
 
     @classmethod
-    def from_profile(cls, profile: StepTimeProfile) -> StepTimeData:
+    def from_profile(cls, profile: StepTimeProfile, placement_effects: bool = True
+                     ) -> StepTimeData:
         tensors = profile_tensors(profile)
         labels, group = np.unique(profile.placement.astype(str), return_inverse=True)
         return cls(tensors["nodes"], tensors["replicas"], tensors["m"], tensors["log_tc"],
-                   tensors["log_to"], torch.as_tensor(group), len(labels), tuple(labels))
+                   tensors["log_to"], torch.as_tensor(group), len(labels), tuple(labels),
+                   placement_effects)
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,41 @@ class StepTimePrior:
         loc = {name: math.log(t_c * c) for name, c in _PRIOR_CENTRE.items()}
         loc["beta_c"] = math.log(0.5 * t_c / m)
         return cls(loc, dict(_PRIOR_SPREAD))
+
+    @classmethod
+    def from_population(cls, profile: StepTimeProfile,
+                        reference: Sequence[tuple[StepTimeProfile, ThroughputParams]],
+                        min_scale: float = 0.5) -> StepTimePrior:
+        """A prior for ``profile`` learned from other models' fits (empirical Bayes).
+
+        Each reference parameter is expressed relative to its model's median compute time (and
+        ``beta_c`` relative to compute time per example), so models of very different speed
+        share one scale; the prior is log-normal around the reference mean of those log-ratios
+        with their spread, inflated for the small number of references and never below
+        ``min_scale``. A job measured on one placement then borrows what the fleet knows about
+        networks instead of facing the wide default prior.
+        """
+        if len(reference) < 2:
+            raise ValueError("a population prior needs at least two reference models")
+        def log_ratios(p: StepTimeProfile, params: ThroughputParams) -> dict[str, float]:
+            t_c = float(np.median(p.compute_time))
+            per_example = t_c / float(np.median(p.local_bsz))
+            values = params.as_dict()
+            ratios = {n: math.log(max(values[n], 1e-12) / t_c) for n in _PRIOR_CENTRE}
+            ratios["beta_c"] = math.log(max(values["beta_c"], 1e-12) / per_example)
+            return ratios
+        table = [log_ratios(p, params) for p, params in reference]
+        target = cls.for_profile(profile)
+        t_c = float(np.median(profile.compute_time))
+        per_example = t_c / float(np.median(profile.local_bsz))
+        loc, scale = {}, {}
+        for name in target.loc:
+            values = np.array([row[name] for row in table])
+            base = math.log(per_example if name == "beta_c" else t_c)
+            loc[name] = base + float(values.mean())
+            spread = float(values.std(ddof=1)) * math.sqrt(1 + 1 / len(values))
+            scale[name] = max(spread, min_scale)
+        return cls(loc, scale)
 
 
 def grouped_normal_log_prob(residual: torch.Tensor, group: torch.Tensor, num_groups: int,
@@ -128,14 +169,15 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
     """Pyro model of measured compute and step times (see the module docstring)."""
     theta = sample_parameters(prior)
     half_normal = dist.HalfNormal(torch.tensor(_NOISE_PRIOR_SCALE, dtype=torch.float64))
-    noise = {name: pyro.sample(name, half_normal) for name in NOISE_NAMES}
+    noise = {name: pyro.sample(name, half_normal) for name in NOISE_NAMES
+             if data.placement_effects or name.startswith("sigma")}
     t_c, t_o = step_time_terms(theta[..., None, :], data.nodes, data.replicas, data.local_bsz)
     for series, observed, predicted in (("compute", data.log_compute, t_c),
                                         ("step", data.log_step, t_o)):
         residual = observed - torch.log(predicted)
         pyro.factor(f"{series}_time", grouped_normal_log_prob(
             residual, data.group, data.num_groups, noise[f"sigma_{series}"],
-            noise[f"tau_{series}"]))
+            noise.get(f"tau_{series}", torch.zeros(()))))
 
 
 @dataclass(frozen=True)
@@ -184,9 +226,13 @@ class ThroughputPosterior:
             total = np.zeros((residual.shape[0], data.num_groups))
             np.add.at(total.T, data.group.numpy(), residual.T)
             s2 = self.samples[f"sigma_{series}"][:, None] ** 2
-            t2 = self.samples[f"tau_{series}"][:, None] ** 2
+            t2 = self._noise(f"tau_{series}")[:, None] ** 2
             effects[series] = (t2 * total / (s2 + count * t2)).mean(axis=0)
         return effects
+
+    def _noise(self, name: str) -> np.ndarray:
+        """Draws of a noise scale, shape ``(S,)``; 0 for placement effects left out of the model."""
+        return self.samples.get(name, np.zeros(self.theta.shape[0]))
 
     @property
     def num_samples(self) -> int:
@@ -197,6 +243,8 @@ class ThroughputPosterior:
         tail = (1 - probability) / 2
         rows: list[dict[str, float | str]] = []
         for name in (*PARAM_NAMES, *NOISE_NAMES):
+            if name not in self.samples:
+                continue
             draws = self.samples[name]
             rows.append({
                 "parameter": name,
@@ -223,7 +271,7 @@ class ThroughputPosterior:
         log_t = np.log(s * t_c + t_o)
         rng = np.random.default_rng(seed)
         sigma = self.samples["sigma_step"][:, None]
-        tau = self.samples["tau_step"][:, None]
+        tau = self._noise("tau_step")[:, None]
         offset = tau * rng.standard_normal(log_t.shape)
         if placement is not None:
             index = {label: i for i, label in enumerate(self.placements)}
@@ -263,13 +311,27 @@ class ThroughputPosterior:
         return result
 
 
-def _initial_values(profile: StepTimeProfile, point: ThroughputParams) -> dict[str, torch.Tensor]:
+def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: StepTimePrior
+                    ) -> dict[str, torch.Tensor]:
+    # Start from the point fit where the data inform a parameter, from the prior median where
+    # they cannot (the point fit merely holds those at arbitrary starting values).
+    start = point.as_dict()
+    ok = identifiable(profile)
+    uninformed = set()
+    if not ok["across"]:
+        uninformed |= {"alpha_n", "beta_n"}
+    if not ok["within"]:
+        uninformed |= {"alpha_r", "beta_r"}
+    if not ok["retrogression"]:
+        uninformed |= {"beta_n", "beta_r"}
+    for name in uninformed:
+        start[name] = math.exp(prior.loc[name])
     values = {name: torch.tensor(max(v, 1e-6) if name != "gamma" else
                                  min(max(v, GAMMA_BOUNDS[0] + 0.05), GAMMA_BOUNDS[1] - 0.05),
                                  dtype=torch.float64)
-              for name, v in point.as_dict().items()}
+              for name, v in start.items()}
     for name in NOISE_NAMES:
-        values[name] = torch.tensor(0.1, dtype=torch.float64)
+        values[name] = torch.tensor(0.1, dtype=torch.float64)  # unused sites are ignored
     return values
 
 
@@ -366,7 +428,8 @@ def pareto_k_hat(log_weights: torch.Tensor) -> float:
 def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
                              num_steps: int = 500, num_samples: int = 1000, seed: int = 0,
                              prior: StepTimePrior | None = None,
-                             check: bool = True) -> ThroughputPosterior:
+                             check: bool = True, placement_effects: bool = False
+                             ) -> ThroughputPosterior:
     """Posterior of the step-time model given a profile.
 
     Args:
@@ -377,16 +440,37 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
         seed: seeds Pyro and torch, so fits reproduce.
         prior: defaults to :meth:`StepTimePrior.for_profile`.
         check: compute PSIS k-hat for SVI.
+        placement_effects: model a deviation shared by the rows of a placement. It makes
+            parameter intervals honest about correlated errors and fits measured placements
+            closely, but on the Pollux profiles it predicted held-out placements less accurately
+            than independent rows (experiments/bench_perfmodel.py), hence off by default.
     """
-    import time
+    with single_thread():
+        return _fit(profile, method, num_steps, num_samples, seed, prior, check,
+                    placement_effects)
 
+
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch on one thread: the tensors here are small, and on a busy machine the
+    synchronisation of torch's intra-op threads costs several times the work itself."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int, seed: int,
+         prior: StepTimePrior | None, check: bool, placement_effects: bool
+         ) -> ThroughputPosterior:
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
-    pyro.clear_param_store()
     point = fit_throughput(profile)
-    data = StepTimeData.from_profile(profile)
+    data = StepTimeData.from_profile(profile, placement_effects)
     prior = prior or StepTimePrior.for_profile(profile)
-    init = _initial_values(profile, point)
+    init = _initial_values(profile, point, prior)
     if method == "nuts":
         kernel = NUTS(step_time_model, init_strategy=init_to_value(values=init),
                       max_tree_depth=6)

@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bayes_sched.cli.fit",
     "bayes_sched.cli.report",
     "bayes_sched.cli.demo",
+    "bayes_sched.cli.collect",
     "bayes_sched.cli.simulate",
 )
 

@@ -20,10 +20,14 @@ from rich.progress import (
 from rich.table import Table
 
 from bayes_sched.errors import InputError as SchedInputError
+from collectors.base import CollectorError
+from counters.errors import CountersError
 from perfmodel.errors import InputError as PerfmodelInputError
 
 #: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
-USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError, SchedInputError)
+USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
+USER_ERRORS += (CountersError, CollectorError)
+USER_ERRORS += (SchedInputError,)
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ from perfmodel.profiles import (
 )
 from perfmodel.report import efficiency_table
 from perfmodel.throughput import fit_throughput
-from perfmodel.throughput_bayes import fit_throughput_posterior
+from perfmodel.throughput_bayes import StepTimePrior, fit_throughput_posterior
 
 
 def resolve_profile(source: str) -> StepTimeProfile:
@@ -48,6 +48,13 @@ def resolve_gradients(source: str) -> dict[int, GradientTrace]:
                      f"folder or one of {', '.join(POLLUX_MODELS)}", source)
 
 
+def population_prior(profile: StepTimeProfile) -> StepTimePrior:
+    """A prior learned from the shipped models' point fits, leaving out one of the same name."""
+    reference = [read_step_time_profile(pollux_model_dir(m), m) for m in POLLUX_MODELS
+                 if m != profile.model]
+    return StepTimePrior.from_population(profile, [(r, fit_throughput(r)) for r in reference])
+
+
 def _fit_throughput(args: argparse.Namespace) -> int:
     profile = resolve_profile(args.profile)
     if args.method == "point":
@@ -55,8 +62,11 @@ def _fit_throughput(args: argparse.Namespace) -> int:
         rows = [{"parameter": k, "point_fit": v} for k, v in params.as_dict().items()]
         print_table(rows, title=f"{profile.model}: point fit", as_json=args.json)
         return 0
+    prior = population_prior(profile) if args.population_prior else None
     with stderr.status(f"fitting {profile.model} by {args.method} ..."):
-        posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed)
+        posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed,
+                                             prior=prior,
+                                             placement_effects=args.placement_effects)
     print_table(posterior.parameter_summary(), as_json=args.json,
                 title=f"{profile.model}: posterior ({args.method}, 90% intervals, "
                       f"PSIS k-hat {posterior.diagnostics.pareto_k:.2f})")
@@ -84,6 +94,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "folder of them, or a shipped model's name.")
     tp.add_argument("profile", help="profile CSV, folder, or shipped model name")
     tp.add_argument("--method", choices=("svi", "nuts", "point"), default="svi")
+    tp.add_argument("--population-prior", action="store_true",
+                    help="learn the prior from the shipped models' fits (for profiles with few "
+                    "placements, e.g. a new job measured on one GPU)")
+    tp.add_argument("--placement-effects", action="store_true",
+                    help="model a deviation shared by the rows of each placement")
     tp.add_argument("--seed", type=int, default=0)
     tp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     tp.set_defaults(handler=_fit_throughput)

@@ -1,0 +1,213 @@
+"""Benchmark the node collector and the counters store; prints one table.
+
+    PYTHONPATH=. python experiments/bench_collectors.py [--seconds 60] [--memory-seconds 30]
+
+Measures, on this machine, with every source that is available here:
+
+* overhead: CPU time of the collector process while it samples at 1 Hz, appending to its store
+  every 60 samples (five times as often as the default), as a fraction of one core; the store's
+  part is created before the clock starts (once per 256 MiB part in real runs);
+* sample latency p50/p99 at 1 Hz and at 100 Hz;
+* resident memory over a run at 200 Hz with a flush every second: start, end and slope;
+* store: append throughput and bytes per node-hour for the Zarr store against rotated netCDF
+  (HDF5 extended in place with h5netcdf), both holding the whole catalog for 8 GPUs, with
+  synthetic values shaped like real ones (integer-percent utilisation, milliwatt power, growing
+  byte counters), seeded.
+
+Where a GPU is present it also times ``nvidia-smi`` polling for the side-by-side comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from bayes_sched.cli._common import print_table
+from collectors.daemon import Collector, resident_bytes
+from collectors.nvml import NvmlSource
+from collectors.pcie import PcieSysfsSource
+from collectors.perf import PerfSource
+from collectors.procfs import ProcfsSource
+from counters import schema
+from counters.catalog import CATALOG
+from counters.store import StoreWriter, directory_bytes
+
+N_GPUS = 8
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def all_sources() -> list:
+    return [NvmlSource(), PcieSysfsSource(), PerfSource(), ProcfsSource()]
+
+
+def run_collector(interval: float, seconds: float, store: Path | None, flush_every: int,
+                  rss_every: float | None = None) -> dict:
+    if store is not None:
+        # Create the store's part first: that happens once per part (256 MiB by default), and
+        # the run below measures the steady state of appending to it.
+        warm = Collector(all_sources(), interval, writer=StoreWriter(store), node="bench")
+        warm.run(threading.Event(), max_samples=2)
+        warm.close()
+    writer = StoreWriter(store) if store is not None else None
+    collector = Collector(all_sources(), interval, writer=writer, node="bench",
+                          flush_every=flush_every)
+    collector.discover()
+    rss: list[tuple[float, float]] = []
+    stop = threading.Event()
+    if rss_every is not None:
+        def watch() -> None:
+            start = time.monotonic()
+            while not stop.wait(rss_every):
+                rss.append((time.monotonic() - start, resident_bytes()))
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+    cpu0, wall0 = cpu_seconds(), time.monotonic()
+    stats = collector.run(threading.Event(), duration_s=seconds)
+    cpu, wall = cpu_seconds() - cpu0, time.monotonic() - wall0
+    stop.set()
+    collector.close()
+    latencies = np.asarray(stats.latencies_s) * 1e3
+    return {"cpu_fraction": cpu / wall, "samples": stats.samples, "skipped": stats.skipped,
+            "flushes": stats.flushed // flush_every,
+            "p50_ms": float(np.percentile(latencies, 50)),
+            "p99_ms": float(np.percentile(latencies, 99)), "rss": rss,
+            "counters": len(collector.counters)}
+
+
+def synthetic_batch(start: int, n: int, rng: np.random.Generator, state: dict) -> xr.Dataset:
+    """``n`` samples of every catalog counter, 1 s apart, for one node with 8 GPUs."""
+    variables = {}
+    for counter in CATALOG.values():
+        shape = (n, N_GPUS) if counter.per_device else (n,)
+        if counter.kind == "counter":
+            steps = rng.gamma(2.0, 1e6 if counter.units == "byte" else 1.0, size=shape)
+            total = state.get(counter.name, np.zeros(shape[1:])) + np.cumsum(steps, axis=0)
+            state[counter.name] = total[-1]
+            variables[counter.name] = np.floor(total)
+        elif counter.units == "1" and "fraction" not in counter.name:
+            level = np.clip(0.6 + 0.1 * rng.standard_normal(shape), 0, 1)
+            variables[counter.name] = np.round(level * 100) / 100  # NVML gives whole percent
+        else:
+            variables[counter.name] = np.round(250e3 + 5e3 * rng.standard_normal(shape)) / 1e3
+    return schema.build(1.7e9 + np.arange(start, start + n, dtype=float), "bench", variables,
+                        gpu_uuid=[f"GPU-{i:08d}" for i in range(N_GPUS)])
+
+
+def bench_zarr(folder: Path, hours: float, batch: int) -> tuple[float, float]:
+    rng, state = np.random.default_rng(0), {}
+    writer = StoreWriter(folder / "zarr")
+    total = int(hours * 3600)
+    spent = 0.0
+    for start in range(0, total, batch):
+        data = synthetic_batch(start, batch, rng, state)
+        began = time.perf_counter()
+        writer.append(data)
+        spent += time.perf_counter() - began
+    return total / spent, directory_bytes(folder / "zarr") / hours
+
+
+def bench_netcdf(folder: Path, hours: float, batch: int) -> tuple[float, float]:
+    import h5netcdf
+
+    rng, state = np.random.default_rng(0), {}
+    path = folder / "part-00000.nc"
+    total = int(hours * 3600)
+    spent = 0.0
+    for start in range(0, total, batch):
+        data = synthetic_batch(start, batch, rng, state)
+        began = time.perf_counter()
+        with h5netcdf.File(path, "a") as f:
+            if "time" not in f.variables:
+                f.dimensions = {"time": None, "node": 1, "device": N_GPUS}
+                f.create_variable("time", ("time",), "i8", chunks=(3600,)).attrs.update(
+                    units=schema.TIME_ENCODING["units"])
+                for name in schema.value_names(data):
+                    dims = data[name].dims
+                    v = f.create_variable(name, dims, "f8", compression="gzip",
+                                          chunks=(3600, *data[name].shape[1:]), fillvalue=np.nan)
+                    v.attrs.update(data[name].attrs)
+            n0 = f.dimensions["time"].size
+            f.resize_dimension("time", n0 + batch)
+            f["time"][n0:] = np.round(schema.time_to_seconds(data.time.values) * 1e6)
+            for name in schema.value_names(data):
+                f[name][n0:] = data[name].values
+        spent += time.perf_counter() - began
+    return total / spent, path.stat().st_size / hours
+
+
+def nvidia_smi_cpu(seconds: float) -> float | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used,power.draw",
+                        "--format=csv,noheader"], capture_output=True, check=False)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - start) % 1.0))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=120.0, help="1 Hz overhead run")
+    parser.add_argument("--memory-seconds", type=float, default=60.0, help="200 Hz memory run")
+    parser.add_argument("--store-hours", type=float, default=1.0, help="store size benchmark")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        slow = run_collector(1.0, args.seconds, folder / "s1", flush_every=60)
+        rows.append({"measure": f"collector CPU at 1 Hz, {slow['counters']} counters, "
+                                f"{slow['flushes']} appends in {args.seconds:g} s "
+                                "(fraction of one core)",
+                     "value": slow["cpu_fraction"], "unit": "1", "target": "<= 0.005"})
+        rows.append({"measure": "sample latency p50 / p99 at 1 Hz",
+                     "value": f"{slow['p50_ms']:.2f} / {slow['p99_ms']:.2f}", "unit": "ms",
+                     "target": ""})
+        fast = run_collector(0.01, 10.0, None, flush_every=100)
+        rows.append({"measure": f"sample latency p50 / p99 at 100 Hz ({fast['samples']} samples, "
+                                f"{fast['skipped']} skipped)",
+                     "value": f"{fast['p50_ms']:.2f} / {fast['p99_ms']:.2f}", "unit": "ms",
+                     "target": ""})
+        memory = run_collector(0.005, args.memory_seconds, folder / "s2", flush_every=200,
+                               rss_every=1.0)
+        trace = np.asarray(memory["rss"])
+        steady = trace[len(trace) // 3:]  # after imports, first part and caches settle
+        slope = np.polyfit(steady[:, 0], steady[:, 1], 1)[0] * 60 / 2**20
+        rows.append({"measure": f"resident memory at 200 Hz over {args.memory_seconds:g} s "
+                                "(after warm-up -> end)",
+                     "value": f"{steady[0, 1] / 2**20:.1f} -> {trace[-1, 1] / 2**20:.1f}",
+                     "unit": "MiB", "target": "flat"})
+        rows.append({"measure": "resident memory slope after warm-up", "value": slope,
+                     "unit": "MiB/min", "target": "~0"})
+        for label, bench in (("Zarr store (chosen)", bench_zarr),
+                             ("rotated netCDF, HDF5 in place", bench_netcdf)):
+            rate, size = bench(folder, args.store_hours, batch=300)
+            rows.append({"measure": f"{label}: append throughput, 300-sample batches",
+                         "value": rate, "unit": "samples/s", "target": ""})
+            rows.append({"measure": f"{label}: on disk, {len(CATALOG)} counters, {N_GPUS} GPUs",
+                         "value": size / 2**20, "unit": "MiB/node-hour", "target": ""})
+        smi = nvidia_smi_cpu(min(args.seconds, 30.0))
+        rows.append({"measure": "nvidia-smi polling at 1 Hz, CPU (fraction of one core)",
+                     "value": "n/a: no GPU here" if smi is None else smi, "unit": "1",
+                     "target": ""})
+    print_table(rows, title="bayes-sched collectors benchmark", as_json=args.json)
+
+
+if __name__ == "__main__":
+    main()

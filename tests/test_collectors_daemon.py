@@ -1,0 +1,334 @@
+"""The collector loop and the collect command: timing, buffering, signals, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from prometheus_client.parser import text_string_to_metric_families
+
+from collectors.base import CollectorError, Devices, Discovery, Values
+from collectors.buffer import SampleBuffer
+from collectors.daemon import Collector
+from collectors.procfs import ProcfsSource
+from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
+from collectors.replay import ReplaySource
+from counters import schema
+from counters.store import StoreWriter, open_store, parts, write_store
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+class SlowProcfs(ProcfsSource):
+    """The real procfs source, made to take ``delay`` seconds per sample."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def sample(self) -> Values:
+        time.sleep(self.delay)
+        return super().sample()
+
+
+def test_sampling_is_drift_free() -> None:
+    collector = Collector([SlowProcfs(0.02)], interval_s=0.1, node="n1", flush_every=100)
+    stats = collector.run(threading.Event(), max_samples=15)
+    collector.close()
+    assert collector.buffer is not None and collector.buffer.size == 0  # nothing kept
+    assert stats.samples == 15 and len(stats.latencies_s) == 15
+    assert min(stats.latencies_s) >= 0.02
+
+
+def test_samples_stay_on_the_grid_and_land_in_the_store(tmp_path: Path) -> None:
+    writer = StoreWriter(tmp_path / "store")
+    collector = Collector([SlowProcfs(0.02)], interval_s=0.1, writer=writer, node="n1",
+                          flush_every=7)
+    stats = collector.run(threading.Event(), max_samples=15)
+    collector.close()
+    ds = open_store(tmp_path / "store").load()
+    assert stats.samples == ds.sizes["time"] == 15 and stats.flushed == 15
+    seconds = schema.time_to_seconds(ds["time"].values)
+    # A loop sleeping a fixed interval after each 20 ms sample drifts 20 ms per sample; on a
+    # drift-free schedule every sample stays near a multiple of 0.1 s from the first, and an
+    # overrun skips whole ticks (counted) instead of shifting the rest.
+    ticks = (seconds - seconds[0]) / 0.1
+    residual = np.abs(ticks - np.round(ticks))
+    assert np.median(residual) < 0.1 and residual.max() < 0.5
+    assert round(ticks[-1]) == 14 + stats.skipped
+    assert schema.problems(ds) == []
+    assert ds.attrs["interval_s"] == 0.1 and "procfs" in ds.attrs["sources"]
+
+
+class FlakyProcfs(ProcfsSource):
+    """The real procfs source, failing on every other sample."""
+
+    calls = 0
+
+    def sample(self) -> Values:
+        self.calls += 1
+        if self.calls % 2 == 0:
+            raise RuntimeError("procfs went away")
+        return super().sample()
+
+
+def test_a_failing_source_gives_nan_and_the_loop_goes_on() -> None:
+    collector = Collector([FlakyProcfs()], interval_s=0.01, node="n1", flush_every=100)
+    collector.discover()
+    for _ in range(4):
+        collector.sample_once()
+    assert collector.buffer is not None
+    cpu_user = collector.buffer.to_dataset()["cpu_user"].values[:, 0]
+    np.testing.assert_array_equal(np.isfinite(cpu_user), [True, False, True, False])
+    assert collector.stats.source_errors == {"procfs: RuntimeError: procfs went away": 2}
+
+
+def test_the_buffer_is_bounded_and_drops_the_oldest() -> None:
+    buffer = SampleBuffer("n", ["cpu_user"], ["gpu_power"], Devices(count=2), capacity=4)
+    for i in range(7):
+        buffer.add(1.7e9 + i, {"cpu_user": float(i), "gpu_power": np.array([i, 10.0 * i])})
+    assert buffer.size == 4 and buffer.dropped == 3
+    ds = buffer.to_dataset()
+    np.testing.assert_array_equal(ds["cpu_user"].values[:, 0], [3, 4, 5, 6])
+    np.testing.assert_array_equal(ds["gpu_power"].values[:, 0, 1], [30, 40, 50, 60])
+    buffer.add(1.7e9 + 8, {})  # a source that returned nothing: NaN, not zero
+    assert np.isnan(buffer.to_dataset()["cpu_user"].values[-1, 0])
+
+
+def test_a_failing_disk_keeps_samples_in_bounded_memory_until_it_recovers(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    collector = Collector([ProcfsSource()], interval_s=0.01, writer=StoreWriter(store),
+                          node="n1", flush_every=5)
+    collector.discover()
+    for _ in range(5):
+        collector.sample_once()
+    collector.flush(wait=True)
+    assert collector.stats.flushed == 5
+    moved = tmp_path / "moved-away"
+    store.rename(moved)
+    store.write_text("a file where the store was")  # every append now fails
+    for _ in range(30):
+        collector.sample_once()
+        collector.flush(wait=True)
+    assert collector.stats.flush_errors and "cannot" in collector.stats.flush_errors[-1]
+    assert collector.buffer is not None and collector.buffer.size <= collector.buffer.capacity
+    pending = collector._pending
+    assert pending is not None and pending.sizes["time"] <= collector.buffer.capacity
+    assert collector.stats.dropped > 0  # 30 samples cannot fit in 2 x 5 + 10
+    store.unlink()
+    moved.rename(store)
+    collector.flush(wait=True)
+    collector.flush(wait=True)
+    ds = open_store(store).load()
+    assert len(parts(store)) == 1  # appended to the part it was writing before
+    assert ds.sizes["time"] == collector.stats.flushed == 35 - collector.stats.dropped
+    assert schema.problems(ds) == []
+
+
+def small_store_batch():  # a small one-node dataset
+    return schema.build(1.0e9 + np.arange(4), "n1", {"cpu_user": np.arange(4.0)})
+
+
+def test_prometheus_endpoint_serves_over_loopback_and_a_busy_port_is_one_error() -> None:
+    exporter = LatestSampleCollector("n1", Devices(count=2, uuids=["GPU-x", "GPU-y"]))
+    endpoint = PrometheusEndpoint(exporter, 0)
+    try:
+        exporter.update({"cpu_user": 12.5, "gpu_power": np.array([250.0, np.nan]),
+                         "gpu_energy": np.array([1e4, 2e4]),
+                         "gpu_clock_event_reasons": np.array([0x4 | 0x40, np.nan])},
+                        {"samples_total": 3.0})
+        with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(text) for s in f.samples}
+        assert samples[("node_cpu_seconds_total", (("mode", "user"), ("node", "n1")))] == 12.5
+        assert samples[("gpu_power_watts", (("gpu", "0"), ("node", "n1"), ("uuid", "GPU-x")))] \
+            == 250.0
+        assert ("gpu_power_watts", (("gpu", "1"), ("node", "n1"), ("uuid", "GPU-y"))) \
+            not in samples
+        assert samples[("gpu_energy_joules_total",
+                        (("gpu", "1"), ("node", "n1"), ("uuid", "GPU-y")))] == 2e4
+        active = {dict(k)["reason"]: v for (name, k), v in samples.items()
+                  if name == "gpu_clock_event_reason_active" and dict(k)["gpu"] == "0"}
+        assert active["sw_power_cap"] == active["hw_thermal_slowdown"] == 1.0
+        assert active["gpu_idle"] == 0.0 and sum(active.values()) == 2.0
+        assert not any(name == "gpu_clock_event_reason_active" and dict(k)["gpu"] == "1"
+                       for name, k in samples)
+        assert any(line.startswith("# TYPE gpu_energy_joules") and line.endswith(" counter")
+                   for line in text.splitlines())
+        with pytest.raises(CollectorError, match=f"port {endpoint.port} on 127.0.0.1 is "
+                                                 "already in use"):
+            PrometheusEndpoint(exporter, endpoint.port)
+    finally:
+        endpoint.close()
+
+
+def start_collect(*args: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen([sys.executable, "-m", "bayes_sched", "collect", *args],
+                               stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    assert process.stderr is not None
+    for line in process.stderr:
+        if "sampling" in line and "counters every" in line:
+            return process
+    process.kill()
+    raise AssertionError(f"collect did not start: {process.communicate()[1]}")
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_flushes_every_sample_taken(tmp_path: Path, stop_signal: int) -> None:
+    store = tmp_path / "store"
+    # Flushing only hourly: everything on disk at the end was written by the signal path.
+    process = start_collect("--interval", "0.1s", "--out", str(store), "--flush-every", "1h",
+                            "--sources", "procfs,perf", "--node", "sig-node")
+    time.sleep(1.2)
+    process.send_signal(stop_signal)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    summary = [line for line in stderr.splitlines() if "samples taken" in line][-1]
+    taken = int(summary.split("collect: ")[1].split()[0])
+    written = int(summary.split("taken, ")[1].split()[0])
+    assert taken >= 5 and written == taken
+    ds = open_store(store).load()
+    assert ds.sizes["time"] == taken
+    assert schema.problems(ds) == []
+    assert "perf_task_clock_running_fraction" in ds
+
+
+def test_replaying_a_store_reproduces_it(tmp_path: Path) -> None:
+    recorded = tmp_path / "recorded"
+    collector = Collector([ProcfsSource()], interval_s=0.02, writer=StoreWriter(recorded),
+                          node="n1", flush_every=100)
+    collector.run(threading.Event(), max_samples=6)
+    original = open_store(recorded).load()
+    source = ReplaySource(recorded)
+    found = source.discover()
+    assert set(found.counters) == set(schema.value_names(original))
+    stream = list(source.stream(speed=float("inf")))
+    assert [t for t, _ in stream] == pytest.approx(schema.time_to_seconds(original.time.values))
+    assert stream[3][1]["cpu_user"] == float(original["cpu_user"].values[3, 0])
+    paced = ReplaySource(recorded)
+    started = time.monotonic()
+    list(paced.stream(speed=2.0))  # 5 gaps of ~0.02 s at double speed
+    assert time.monotonic() - started >= 0.04
+    copied = tmp_path / "copied"
+    result = subprocess.run([sys.executable, "-m", "bayes_sched", "collect", "--replay",
+                             str(recorded), "--interval", "10ms", "--out", str(copied),
+                             "--quiet"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 0, result.stderr
+    replayed = open_store(copied).load()
+    np.testing.assert_array_equal(replayed["cpu_user"].values, original["cpu_user"].values)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bayes_sched", *args], capture_output=True,
+                          text=True, env=ENV, timeout=120)
+
+
+def test_bad_input_is_one_line_a_nonzero_exit_and_harms_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    write_store(small_store_batch(), store)
+    before = open_store(store).load()
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("collect", "--out", str(store), "--prometheus", str(port),
+                         "--sources", "procfs", "--quiet", "--samples", "3")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"bayes-sched: error: Prometheus port {port} on 127.0.0.1 is already in use")
+    assert "Traceback" not in result.stderr
+    after = open_store(store).load()
+    assert after.identical(before)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("collect", "--out", str(tmp_path / "new-store"), "--prometheus",
+                         str(port), "--samples", "1")
+    assert result.returncode == 2 and not (tmp_path / "new-store").exists()
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    result = run_cli("collect", "--out", str(a_file / "store"), "--samples", "1")
+    assert result.returncode == 2 and "cannot write the store" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "data.csv").write_text("a,b\n1,2\n")
+    for args in (("counters", "validate", str(foreign)), ("collect", "--out", str(foreign))):
+        result = run_cli(*args)
+        assert result.returncode == 2 and "not a bayes-sched counters store" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert (foreign / "data.csv").read_text() == "a,b\n1,2\n"
+
+    backwards = tmp_path / "backwards"
+    write_store(schema.build(1.0e9 + np.arange(4), "n1", {"cpu_user": np.array([1, 2, 1.5, 3])}),
+                backwards)
+    result = run_cli("counters", "validate", str(backwards))
+    assert result.returncode == 2
+    assert "counter 'cpu_user' goes backwards at time=" in result.stderr
+    assert run_cli("counters", "validate", str(backwards), "--allow-resets").returncode == 0
+
+    result = run_cli("collect", "--sources", "procfs,gpu", "--out", str(tmp_path / "s2"))
+    assert result.returncode == 2 and "unknown source(s) gpu" in result.stderr
+    assert not (tmp_path / "s2").exists()
+
+    result = run_cli("collect", "--interval", "fast", "--out", str(store))
+    assert result.returncode == 2 and "expected a positive duration" in result.stderr
+
+
+def test_counters_commands_list_summarise_and_export(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    write_store(small_store_batch(), store)
+    listing = run_cli("counters", "catalog", "--source", "nvml_gpm", "--json")
+    assert listing.returncode == 0
+    assert "gpu_gpm_dram_bandwidth_utilization" in listing.stdout
+    info = run_cli("counters", "info", str(store), "--json")
+    assert info.returncode == 0 and '"valid_fraction": 1.0' in info.stdout
+    out = tmp_path / "out.nc"
+    assert run_cli("counters", "export", str(store), str(out)).returncode == 0
+    assert out.stat().st_size > 0
+
+
+def test_a_collector_needs_something_to_do() -> None:
+    with pytest.raises(CollectorError, match="interval must be a positive"):
+        Collector([], interval_s=0.0)
+    result = run_cli("collect", "--samples", "1")
+    assert result.returncode == 2 and "give --out STORE and/or --prometheus PORT" in result.stderr
+
+
+def test_discovery_lines_group_reasons() -> None:
+    found = Discovery("x", unavailable={f"c{i}": "no driver" for i in range(6)})
+    assert found.lines()[-1] == "x: cannot read 6 counters (c0, ...): no driver"
+
+
+def test_counters_align_merges_node_stores(tmp_path: Path) -> None:
+    for node, offset in (("a", 0.0), ("b", 30.0)):
+        values = np.arange(6.0) * (2.0 if node == "b" else 1.0)
+        write_store(schema.build(1.7e9 + offset + np.arange(6.0), node, {"cpu_user": values}),
+                    tmp_path / node)
+    out = tmp_path / "merged.nc"
+    result = run_cli("counters", "align", str(tmp_path / "a"), str(tmp_path / "b"),
+                     "--interval", "1s", "--clock-offset", "b=30", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    merged = xr.open_dataset(out, engine="h5netcdf").load()
+    assert schema.problems(merged) == []
+    np.testing.assert_array_equal(merged["cpu_user"].sel(node="b").values, 2.0 * np.arange(6))
+    bad = run_cli("counters", "align", str(tmp_path / "a"), "--interval", "1s",
+                  "--clock-offset", "b", "--out", str(out))
+    assert bad.returncode == 2 and "expected NODE=SECONDS" in bad.stderr
+
