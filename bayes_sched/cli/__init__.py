@@ -15,6 +15,7 @@ from bayes_sched import __version__
 from bayes_sched.cli._common import USER_ERRORS, fail
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "bayes_sched.cli.collect",
 )
 
 

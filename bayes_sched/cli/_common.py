@@ -19,10 +19,13 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from collectors.base import CollectorError
+from counters.errors import CountersError
 from perfmodel.errors import InputError as PerfmodelInputError
 
 #: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
 USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
+USER_ERRORS += (CountersError, CollectorError)
 
 T = TypeVar("T")
 

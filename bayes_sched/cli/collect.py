@@ -1,0 +1,244 @@
+"""``bayes-sched collect`` (the node collector daemon) and ``bayes-sched counters`` (stores).
+
+    bayes-sched collect --interval 1s --out STORE [--prometheus PORT] [--duration 10m]
+    bayes-sched counters catalog [--source nvml] [--json]
+    bayes-sched counters info STORE [--json]
+    bayes-sched counters validate STORE [--json]
+    bayes-sched counters export STORE OUT.nc
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bayes_sched.cli._common import print_table
+from collectors.base import CollectorError, Discovery, Source
+from collectors.daemon import Collector, install_signal_handlers
+from collectors.nvml import NvmlSource
+from collectors.pcie import PcieSysfsSource, normalize_bus_id
+from collectors.perf import PerfSource
+from collectors.procfs import ProcfsSource
+from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
+from collectors.replay import ReplaySource
+from counters import schema
+from counters.catalog import CATALOG, RESOURCES, SOURCES
+from counters.store import StoreWriter, directory_bytes, export_netcdf, open_store, parts
+
+SOURCE_NAMES = ("nvml", "pcie", "perf", "procfs")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)i?[bB]?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """``"500ms"``, ``"1s"``, ``"2m"``, ``"1h"`` or plain seconds -> seconds (> 0)."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration like 1s, 500ms or 2m, "
+                                         f"not {text!r}")
+    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+def parse_size(text: str) -> int:
+    """``"256M"``, ``"1G"``, ``"512k"`` or plain bytes -> bytes (binary multiples)."""
+    match = _SIZE.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size like 256M or 1G, not {text!r}")
+    power = " KMGT".index(match.group(2).upper() or " ")
+    return int(float(match.group(1)) * 1024**power)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    collect = subparsers.add_parser(
+        "collect", help="sample node counters into a store and/or a Prometheus endpoint",
+        description="Sample NVML, PCIe (sysfs), perf and procfs counters on this node at a fixed "
+                    "interval. SIGTERM or SIGINT stops it after writing every sample taken.")
+    collect.add_argument("--interval", type=parse_duration, default=1.0,
+                         help="sampling interval, e.g. 1s, 500ms (default 1s)")
+    collect.add_argument("--out", type=Path, help="counters store directory to append to")
+    collect.add_argument("--prometheus", type=int, metavar="PORT",
+                         help="serve the latest sample for Prometheus on this port (0: any free)")
+    collect.add_argument("--bind", default="127.0.0.1",
+                         help="address the Prometheus endpoint listens on (default 127.0.0.1)")
+    collect.add_argument("--sources", default=",".join(SOURCE_NAMES),
+                         help=f"comma-separated sources (default {','.join(SOURCE_NAMES)})")
+    collect.add_argument("--replay", type=Path, metavar="STORE",
+                         help="replay a recorded store instead of reading this node")
+    collect.add_argument("--duration", type=parse_duration, help="stop after this long")
+    collect.add_argument("--samples", type=int, help="stop after this many samples")
+    collect.add_argument("--flush-every", type=parse_duration, default=300.0,
+                         help="write buffered samples to the store this often (default 5m)")
+    collect.add_argument("--max-part-size", type=parse_size, default=parse_size("256M"),
+                         help="start a new store part past this size (default 256M)")
+    collect.add_argument("--max-parts", type=int,
+                         help="keep at most this many parts, deleting the oldest (default: all)")
+    collect.add_argument("--pid", type=int, action="append", default=[],
+                         help="count perf events for this process (repeatable; default: all)")
+    collect.add_argument("--node", help="node name recorded in the store (default: host name)")
+    collect.add_argument("--nvml-library", help="path of libnvidia-ml.so to load")
+    collect.add_argument("--quiet", action="store_true", help="do not print what was discovered")
+    collect.set_defaults(handler=run_collect)
+
+    counters = subparsers.add_parser("counters", help="inspect, validate and export counters")
+    sub = counters.add_subparsers(dest="counters_command", metavar="ACTION", required=True)
+    catalog = sub.add_parser("catalog", help="list every counter the toolkit knows")
+    catalog.add_argument("--source", choices=SOURCES)
+    catalog.add_argument("--resource", choices=RESOURCES)
+    catalog.add_argument("--json", action="store_true")
+    catalog.set_defaults(handler=run_catalog)
+    info = sub.add_parser("info", help="summarise a counters store")
+    info.add_argument("store", type=Path)
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(handler=run_info)
+    validate = sub.add_parser("validate", help="check a store against the counters schema")
+    validate.add_argument("store", type=Path)
+    validate.add_argument("--allow-resets", action="store_true",
+                          help="do not reject counters that go backwards")
+    validate.add_argument("--json", action="store_true")
+    validate.set_defaults(handler=run_validate)
+    export = sub.add_parser("export", help="write a store to one netCDF file")
+    export.add_argument("store", type=Path)
+    export.add_argument("out", type=Path)
+    export.set_defaults(handler=run_export)
+
+
+def build_sources(args: argparse.Namespace) -> list[Source]:
+    """The sources named by ``--sources`` (or the replay source), NVML first for device order."""
+    if args.replay is not None:
+        return [ReplaySource(args.replay)]
+    wanted = [s.strip() for s in args.sources.split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(SOURCE_NAMES))
+    if unknown:
+        raise CollectorError(f"--sources: unknown source(s) {', '.join(unknown)}; expected some "
+                             f"of {', '.join(SOURCE_NAMES)}")
+    sources: list[Source] = []
+    nvml: NvmlSource | None = None
+    if "nvml" in wanted:
+        nvml = NvmlSource(library=args.nvml_library)
+        sources.append(nvml)
+    if "pcie" in wanted:
+        sources.append(_PcieAfterNvml(nvml))
+    if "perf" in wanted:
+        sources.append(PerfSource(pids=args.pid))
+    if "procfs" in wanted:
+        sources.append(ProcfsSource())
+    return sources
+
+
+class _PcieAfterNvml(PcieSysfsSource):
+    """PCIe sysfs source that reads the GPUs NVML found, in NVML's order, when NVML found any."""
+
+    def __init__(self, nvml: NvmlSource | None) -> None:
+        super().__init__()
+        self.nvml = nvml
+
+    def discover(self) -> Discovery:
+        if self.nvml is not None and self.nvml.pci_bus_ids:
+            self.requested = [normalize_bus_id(b) if b else "ffff:ff:ff.f"
+                              for b in self.nvml.pci_bus_ids]
+        return super().discover()
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    if args.out is None and args.prometheus is None:
+        raise CollectorError("nothing to do: give --out STORE and/or --prometheus PORT")
+    samples_per_flush = max(1, int(round(args.flush_every / args.interval)))
+    writer = (StoreWriter(args.out, max_part_bytes=args.max_part_size, max_parts=args.max_parts)
+              if args.out is not None else None)
+    sources = build_sources(args)
+    collector = Collector(sources, args.interval, writer=writer, node=args.node,
+                          flush_every=samples_per_flush)
+    endpoint: PrometheusEndpoint | None = None
+    try:
+        for found in collector.discover():
+            if not args.quiet:
+                for line in found.lines():
+                    print(f"bayes-sched collect: {line}", file=sys.stderr)
+        if args.prometheus is not None:
+            nvml = next((s for s in sources if isinstance(s, NvmlSource)), None)
+            exporter = LatestSampleCollector(collector.node, collector.devices,
+                                             process_usage=nvml.process_usage if nvml else None)
+            endpoint = PrometheusEndpoint(exporter, args.prometheus, args.bind)
+            collector.exporter = exporter
+            print(f"bayes-sched collect: serving Prometheus metrics on "
+                  f"http://{endpoint.address}:{endpoint.port}/metrics", file=sys.stderr, flush=True)
+        stop = threading.Event()
+        install_signal_handlers(stop)
+        print(f"bayes-sched collect: sampling {len(collector.counters)} counters every "
+              f"{args.interval:g} s" + (f" into {args.out}" if args.out else ""),
+              file=sys.stderr, flush=True)
+        stats = collector.run(stop, duration_s=args.duration, max_samples=args.samples)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+        collector.close()
+    for source in sources:
+        for note in getattr(source, "lost_notes", []):
+            print(f"bayes-sched collect: {source.name}: {note}", file=sys.stderr)
+    latencies = np.asarray(stats.latencies_s) * 1e3
+    p50 = float(np.percentile(latencies, 50)) if latencies.size else float("nan")
+    print(f"bayes-sched collect: {stats.samples} samples taken, {stats.flushed} written, "
+          f"{stats.skipped} skipped, {stats.dropped} dropped; sample latency p50 {p50:.2f} ms",
+          file=sys.stderr)
+    if stats.flush_errors:
+        print(f"bayes-sched: error: {stats.flush_errors[-1]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_catalog(args: argparse.Namespace) -> int:
+    rows = [
+        {"name": c.name, "units": c.units, "kind": c.kind, "source": c.source,
+         "resource": c.resource, "per_device": c.per_device, "prometheus": c.prometheus_name
+         + ("{" + ",".join(f'{k}="{v}"' for k, v in c.prometheus_labels) + "}"
+            if c.prometheus_labels else "")}
+        for c in CATALOG.values()
+        if (args.source is None or c.source == args.source)
+        and (args.resource is None or c.resource == args.resource)
+    ]
+    print_table(rows, title="counters catalog", as_json=args.json)
+    return 0
+
+
+def _summary(store: Path) -> list[dict[str, Any]]:
+    ds = open_store(store)
+    seconds = schema.time_to_seconds(ds[schema.TIME].values)
+    rows = []
+    for name in schema.value_names(ds):
+        valid = ds[schema.mask_name(name)]
+        rows.append({"name": name, "units": ds[name].attrs.get("units", ""),
+                     "kind": ds[name].attrs.get("kind", ""), "dims": " x ".join(ds[name].dims),
+                     "valid_fraction": float(valid.mean().compute()) if valid.size else 0.0})
+    rows.append({"name": "(store)", "units": f"{len(parts(store))} part(s)",
+                 "kind": f"{directory_bytes(store)} bytes",
+                 "dims": f"{ds.sizes[schema.TIME]} samples over "
+                         f"{(seconds[-1] - seconds[0]) if seconds.size else 0:.1f} s",
+                 "valid_fraction": float("nan")})
+    return rows
+
+
+def run_info(args: argparse.Namespace) -> int:
+    print_table(_summary(args.store), title=f"counters store {args.store}", as_json=args.json)
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    ds = open_store(args.store).load()
+    schema.validate(ds, where=str(args.store), check_monotonic=not args.allow_resets)
+    rows = [{"store": str(args.store), "samples": ds.sizes[schema.TIME],
+             "variables": len(schema.value_names(ds)), "status": "ok"}]
+    print_table(rows, title="counters schema check", as_json=args.json)
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    written = export_netcdf(args.store, args.out)
+    print(f"wrote {written}", file=sys.stderr)
+    return 0

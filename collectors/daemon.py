@@ -1,0 +1,266 @@
+"""The collector loop: drift-free sampling, buffered appends, bounded memory, flush on signal.
+
+Timing: sample ``k`` is due at ``start + k * interval`` on the monotonic clock, so the schedule
+never drifts however long each sample takes; a sample that overruns makes the loop skip the
+instants it missed (counted in ``skipped``) rather than bunch samples up. Each sample is stamped
+with the wall clock at the moment it was taken.
+
+Storage: samples go to a :class:`~collectors.buffer.SampleBuffer`; every ``flush_every`` samples
+the buffer is handed to a writer thread, so a slow disk never delays a sample. One batch waits for
+the disk at a time; while it does, the buffer (``2 x flush_every`` samples) keeps filling, and only
+when both are full are the oldest samples dropped (counted) -- memory stays bounded.
+
+Stopping: :meth:`Collector.run` returns when ``stop`` is set -- :func:`install_signal_handlers`
+sets it on SIGTERM and SIGINT -- then flushes, so every sample taken before the signal is on disk.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import resource
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+import xarray as xr
+
+from collectors.base import CollectorError, Devices, Discovery, Source, Values
+from collectors.buffer import SampleBuffer
+from collectors.prometheus import LatestSampleCollector
+from counters.catalog import CATALOG
+from counters.errors import CountersError
+from counters.store import StoreWriter
+
+PRODUCER = "bayes-sched collectors 0.1.0"
+
+
+@dataclass
+class RunStats:
+    """What a run did: samples taken, flushed, skipped and dropped, and sample latencies (s)."""
+
+    samples: int = 0
+    flushed: int = 0
+    skipped: int = 0
+    dropped: int = 0
+    flush_errors: list[str] = field(default_factory=list)
+    latencies_s: list[float] = field(default_factory=list)
+
+
+class Collector:
+    """Samples ``sources`` every ``interval_s`` into a store and/or a Prometheus collector."""
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        interval_s: float,
+        writer: StoreWriter | None = None,
+        exporter: LatestSampleCollector | None = None,
+        node: str | None = None,
+        flush_every: int = 60,
+        keep_latencies: int = 100_000,
+    ) -> None:
+        if not math.isfinite(interval_s) or interval_s <= 0:
+            raise CollectorError(f"interval must be a positive number of seconds, not {interval_s}")
+        if flush_every < 1:
+            raise CollectorError(f"flush_every must be at least 1 sample, not {flush_every}")
+        self.sources = list(sources)
+        self.interval_s = interval_s
+        self.writer = writer
+        self.exporter = exporter
+        self.node = node or socket.gethostname()
+        self.flush_every = flush_every
+        self.keep_latencies = keep_latencies
+        self.discoveries: list[Discovery] = []
+        self.devices: Devices | None = None
+        self.buffer: SampleBuffer | None = None
+        self.stats = RunStats()
+        self._attrs: dict[str, object] = {}
+        # Writer thread state: at most one batch waits for the disk at any time.
+        self._pending: xr.Dataset | None = None
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._closing = False
+        self._writer_dropped = 0
+        self._last_retry = 0
+
+    def discover(self) -> list[Discovery]:
+        """Discover every source; fix the counters and devices the run records."""
+        self.discoveries = [source.discover() for source in self.sources]
+        node_counters: list[str] = []
+        device_counters: list[str] = []
+        for found in self.discoveries:
+            if found.devices is not None and found.counters and self.devices is None:
+                self.devices = found.devices
+            for name in found.counters:
+                counter = CATALOG.get(name)
+                if counter is None or name in node_counters or name in device_counters:
+                    continue
+                (device_counters if counter.per_device else node_counters).append(name)
+        if device_counters and self.devices is None:
+            raise CollectorError("per-device counters discovered without a device list")
+        self.buffer = SampleBuffer(self.node, node_counters, device_counters, self.devices,
+                                   capacity=2 * self.flush_every)
+        unavailable = [f"{name}: {why}" for found in self.discoveries
+                       for name, why in found.unavailable.items()]
+        self._attrs = {
+            "producer": PRODUCER,
+            "interval_s": float(self.interval_s),
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "sources": ", ".join(f.source for f in self.discoveries),
+            "unavailable": "\n".join(unavailable),
+        }
+        return self.discoveries
+
+    @property
+    def counters(self) -> list[str]:
+        assert self.buffer is not None
+        return [*self.buffer._node, *self.buffer._device]
+
+    def sample_once(self) -> Values:
+        """Read every source once, buffer the sample, update the exporter; returns the values."""
+        if self.buffer is None:
+            self.discover()
+        assert self.buffer is not None
+        started = time.perf_counter()
+        stamp = time.time()
+        values: Values = {}
+        for source in self.sources:
+            values.update(source.sample())
+        self.buffer.add(stamp, values)
+        latency = time.perf_counter() - started
+        self.stats.samples += 1
+        if len(self.stats.latencies_s) < self.keep_latencies:
+            self.stats.latencies_s.append(latency)
+        if self.exporter is not None:
+            self.exporter.update(values, self._health(latency))
+        if self.buffer.size >= self.flush_every:
+            self.flush()
+        return values
+
+    def _health(self, latency: float) -> dict[str, float]:
+        return {
+            "samples_total": float(self.stats.samples),
+            "skipped_samples_total": float(self.stats.skipped),
+            "dropped_samples_total": float(self.stats.dropped),
+            "sample_duration_seconds": latency,
+            "resident_memory_bytes": resident_bytes(),
+        }
+
+    def flush(self, wait: bool = False) -> None:
+        """Hand the buffered samples to the writer thread (so sampling never waits on the disk).
+
+        With ``wait`` it also waits until everything handed over is on disk (or failed).
+        """
+        if self.buffer is None:
+            return
+        self.stats.dropped = self.buffer.dropped + self._writer_dropped
+        if self.buffer.size and self.writer is None:
+            self.buffer.clear()
+        elif self.buffer.size and self._pending is None:
+            self._pending = self.buffer.to_dataset(self._attrs)
+            self.buffer.clear()
+            self._start_writer()
+            self._wake.set()
+        elif self.stats.samples - self._last_retry >= self.flush_every:
+            # A batch is still waiting (slow disk or a failed write): nudge the writer, at most
+            # once per flush interval.
+            self._last_retry = self.stats.samples
+            self._wake.set()
+        if wait and self._thread is not None:
+            self._closing = True
+            self._wake.set()
+            self._thread.join()
+            self._thread = None
+            self._closing = False
+            if self._pending is not None:  # the last write failed: try once more, here
+                self._write_pending()
+
+    def _start_writer(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._writer_loop, name="counters-writer",
+                                            daemon=True)
+            self._thread.start()
+
+    def _writer_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._pending is not None:
+                self._write_pending()
+            if self._closing:
+                return
+
+    def _write_pending(self) -> None:
+        batch = self._pending
+        assert batch is not None and self.writer is not None
+        try:
+            self.writer.append(batch)
+        except (OSError, CountersError) as error:
+            self.stats.flush_errors.append(str(error))
+            # Keep the batch for the next try; past the buffer's size drop the oldest samples,
+            # so memory stays bounded however long the disk refuses.
+            excess = batch.sizes["time"] - self.buffer.capacity if self.buffer else 0
+            if excess > 0:
+                self._writer_dropped += excess
+                self._pending = batch.isel(time=slice(excess, None))
+            return
+        self.stats.flushed += batch.sizes["time"]
+        self._pending = None
+
+    def run(self, stop: threading.Event, duration_s: float | None = None,
+            max_samples: int | None = None) -> RunStats:
+        """Sample until ``stop`` is set, ``duration_s`` passes or ``max_samples`` are taken."""
+        if self.buffer is None:
+            self.discover()
+        start = time.monotonic()
+        k = 0
+        try:
+            while not stop.is_set():
+                self.sample_once()
+                if max_samples is not None and self.stats.samples >= max_samples:
+                    break
+                if any(getattr(s, "exhausted", False) for s in self.sources):
+                    break
+                now = time.monotonic()
+                due = math.floor((now - start) / self.interval_s) + 1
+                self.stats.skipped += max(0, due - k - 1)
+                k = due
+                deadline = start + k * self.interval_s
+                if duration_s is not None and deadline - start > duration_s + 1e-9:
+                    break
+                stop.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            self.flush(wait=True)
+            self.flush(wait=True)  # what the buffer held while the writer was busy
+            self.stats.dropped = (self.buffer.dropped if self.buffer else 0) + self._writer_dropped
+        return self.stats
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """Set ``stop`` on SIGTERM and SIGINT (main thread only), so the loop ends with a flush."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def resident_bytes() -> float:
+    """Current resident set size of this process (bytes), from /proc/self/statm."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return float(handle.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        return float("nan")
