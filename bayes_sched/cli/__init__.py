@@ -16,6 +16,7 @@ from bayes_sched.cli._common import USER_ERRORS, fail
 
 COMMAND_MODULES: tuple[str, ...] = (
     "bayes_sched.cli.collect",
+    "bayes_sched.cli.infer",
 )
 
 

@@ -19,6 +19,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bayes_sched.contention.topology import TopologyError
+from bayes_sched.interference.tables import InterferenceInputError
 from collectors.base import CollectorError
 from counters.errors import CountersError
 from perfmodel.errors import InputError as PerfmodelInputError
@@ -26,6 +28,7 @@ from perfmodel.errors import InputError as PerfmodelInputError
 #: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
 USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
 USER_ERRORS += (CountersError, CollectorError)
+USER_ERRORS += (InterferenceInputError, TopologyError)
 
 T = TypeVar("T")
 
