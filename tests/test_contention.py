@@ -218,6 +218,10 @@ def test_cli_synthetic_then_infer_contention(tmp_path: Path) -> None:
             "--steps",
             "60",
             "--json",
+            "--jobs",
+            str(store / "jobs.csv"),
+            "--step-times",
+            str(store / "step_times.csv"),
         ],
         env=env,
         cwd=ROOT,
@@ -227,7 +231,8 @@ def test_cli_synthetic_then_infer_contention(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert {"node", "resource", "p_contended"} <= set(rows[0])
-    assert (tmp_path / "report" / "contention.md").is_file()
+    report = (tmp_path / "report" / "contention.md").read_text()
+    assert "## Jobs: sensitivity to each resource" in report
     bad = subprocess.run(
         [
             sys.executable,
@@ -253,3 +258,32 @@ def test_single_node_store_is_read(tmp_path: Path) -> None:
     write_store(one.counters, tmp_path / "node")
     ds = open_counters(tmp_path / "node")
     assert ds.sizes["node"] == 1 and "perf_dram_read" in ds
+
+
+def test_job_sensitivity_found_where_contention_is(cluster) -> None:
+    from bayes_sched.contention.jobs import infer_jobs
+
+    window = prepare(cluster.counters, cluster.topology)
+    draws = fit_svi(window, num_steps=100, seed=0)
+    jobs = cluster.jobs.rename(columns={"base_step_s": "solo_step_s"})
+    out = infer_jobs(window, draws, jobs, cluster.step_time, num_steps=200).set_index("job")
+    slowdown = cluster.step_time.mean("time").to_series() / jobs.set_index("job")["solo_step_s"]
+    on_dram = [
+        j
+        for j, node in zip(jobs["job"], jobs["node"], strict=True)
+        if cluster.scenario[node] == "dram"
+    ]
+    quiet = [
+        j
+        for j, node in zip(jobs["job"], jobs["node"], strict=True)
+        if cluster.scenario[node] == "none"
+    ]
+    assert on_dram and quiet
+    # Saturated DRAM: sensitivity near the true log slowdown (the laws differ: the truth is
+    # max-min sharing, the model a pressure ramp, hence the loose factor), with a tight interval.
+    ratio = out.loc[on_dram, "sensitivity_dram"] / np.log(slowdown[on_dram])
+    assert ratio.between(0.8, 1.4).all()
+    tight = out.loc[on_dram, "sensitivity_dram_high"] - out.loc[on_dram, "sensitivity_dram_low"]
+    loose = out.loc[quiet, "sensitivity_dram_high"] - out.loc[quiet, "sensitivity_dram_low"]
+    assert tight.max() < 0.2 < loose.min()  # nothing saturated: the data cannot say
+    assert (out["pcie_demand"] > 0).all() and out["sm_demand"].between(0, 1).all()

@@ -11,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from bayes_sched.cli._common import print_table, progress_bar
 from bayes_sched.contention.generator import GeneratorConfig, generate
 from bayes_sched.contention.inference import (
@@ -20,8 +22,9 @@ from bayes_sched.contention.inference import (
     prepare,
     summarise,
 )
+from bayes_sched.contention.jobs import infer_jobs, read_jobs_csv, read_step_times_csv
 from bayes_sched.contention.report import write_report
-from bayes_sched.contention.topology import NodeTopology, read_topology
+from bayes_sched.contention.topology import NodeTopology, TopologyError, read_topology
 from bayes_sched.interference import (
     FitConfig,
     InterferenceInputError,
@@ -50,6 +53,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     contention.add_argument("--out", type=Path, required=True, help="report directory")
     contention.add_argument(
         "--topology", type=Path, help="node topology JSON (default: 4 PCIe switches x 2 GPUs)"
+    )
+    contention.add_argument(
+        "--jobs", type=Path, help="jobs CSV (job,node,gpu,solo_step_s) for per-job sensitivity"
+    )
+    contention.add_argument(
+        "--step-times", type=Path, help="step-times CSV (time, one column per job, s); needs --jobs"
     )
     contention.add_argument("--steps", type=int, default=100, help="SVI steps (default 100)")
     contention.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -96,8 +105,19 @@ def run_contention(args: argparse.Namespace) -> int:
         task = progress.add_task("inference (SVI)", total=2)
         draws = fit_svi(window, num_steps=args.steps, seed=args.seed)
         posterior = summarise(window, draws)
+        job_table = None
+        if args.jobs is not None:
+            if args.step_times is None:
+                raise TopologyError("--jobs needs --step-times (the observed step times)")
+            job_table = infer_jobs(
+                window,
+                draws,
+                read_jobs_csv(str(args.jobs)),
+                read_step_times_csv(str(args.step_times), window),
+                seed=args.seed,
+            )
         progress.update(task, advance=1, description="writing report")
-        report = write_report(posterior, args.out, source=str(args.store))
+        report = write_report(posterior, args.out, source=str(args.store), jobs=job_table)
         progress.update(task, advance=1)
     print_table(
         bottlenecks(posterior),
@@ -130,7 +150,11 @@ def run_synthetic(args: argparse.Namespace) -> int:
         "topology": json.loads(cluster.topology.to_json()),
     }
     (args.out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
-    cluster.jobs.to_csv(args.out / "jobs.csv", index=False)
+    jobs = cluster.jobs.rename(columns={"base_step_s": "solo_step_s"})
+    jobs[["job", "node", "gpu", "solo_step_s"]].to_csv(args.out / "jobs.csv", index=False)
+    steps = cluster.step_time.to_pandas()
+    steps.index = pd.DatetimeIndex(steps.index).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    steps.rename_axis("time").to_csv(args.out / "step_times.csv")
     print(f"wrote {args.out} ({args.nodes} nodes x {args.samples} samples) with truth.json")
     return 0
 

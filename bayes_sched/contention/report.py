@@ -15,9 +15,11 @@ matplotlib.use("Agg")  # files only; never open a window
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from bayes_sched.contention.inference import bottlenecks  # noqa: E402
+from bayes_sched.contention.topology import RESOURCE_KINDS  # noqa: E402
 from counters import schema  # noqa: E402
 
 REPORT_NAME = "contention.md"
@@ -99,7 +101,11 @@ def plot_denoised(posterior: xr.Dataset, node: str, path: Path) -> Path:
 
 
 def write_report(
-    posterior: xr.Dataset, out_dir: str | Path, source: str = "", max_nodes: int = 4
+    posterior: xr.Dataset,
+    out_dir: str | Path,
+    source: str = "",
+    max_nodes: int = 4,
+    jobs: pd.DataFrame | None = None,
 ) -> Path:
     """Write ``contention.md`` and its PNGs into ``out_dir`` (created); returns the report path.
 
@@ -148,6 +154,8 @@ def write_report(
             written.append((temporary, final))
         lines.append(f"![{node} resources]({node}_resources.png)")
         lines.append("")
+    if jobs is not None and len(jobs):
+        lines += _job_lines(jobs)
     lines += ["## Counters: raw vs denoised", ""]
     for node in nodes:
         lines.append(f"![{node} denoised]({node}_denoised.png)")
@@ -159,3 +167,28 @@ def write_report(
         temporary.replace(final)
     temporary_report.replace(report)
     return report
+
+
+def _job_lines(jobs: pd.DataFrame, limit: int = 15) -> list[str]:
+    """A table of the jobs most slowed by contention: sensitivity per resource kind (log slowdown
+    when that resource is saturated), median and 90% interval."""
+    kinds = [k for k in RESOURCE_KINDS if f"sensitivity_{k}" in jobs.columns]
+    worst = jobs[[f"sensitivity_{k}" for k in kinds]].max(axis=1)
+    lines = [
+        "## Jobs: sensitivity to each resource",
+        "",
+        "Log slowdown of the job when the resource is saturated (median, 90% interval). "
+        "Jobs whose resources never came near saturation keep the prior (wide intervals).",
+        "",
+        "| job | node | GPU | " + " | ".join(kinds) + " |",
+        "|---|---|---:|" + "---|" * len(kinds),
+    ]
+    for index in worst.sort_values(ascending=False).index[:limit]:
+        row = jobs.loc[index]
+        cells = [
+            f"{row[f'sensitivity_{k}']:.2f} ({row[f'sensitivity_{k}_low']:.2f}-"
+            f"{row[f'sensitivity_{k}_high']:.2f})"
+            for k in kinds
+        ]
+        lines.append(f"| {row['job']} | {row['node']} | {row['gpu']} | " + " | ".join(cells) + " |")
+    return lines + [""]
