@@ -219,3 +219,40 @@ def test_on_gavel_heldout_pairs_beat_the_mean_predictor() -> None:
     prediction = model.predict_speed(list(test["target"]), list(test["other"]))
     mean_error = mean_absolute_error(np.full(len(test), train["speed"].mean()), test["speed"])
     assert mean_absolute_error(prediction.median, test["speed"]) < 0.8 * mean_error
+
+
+def test_cli_predicts_a_colocation_and_rejects_bad_speeds(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    pairs, features, _ = synthetic_pairs(6, seed=2)
+    pairs.to_csv(tmp_path / "pairs.csv", index=False)
+    features.to_csv(tmp_path / "solo.csv")
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "bayes_sched",
+        "infer",
+        "interference",
+        str(tmp_path / "pairs.csv"),
+        str(tmp_path / "solo.csv"),
+        "--jobs",
+        "job0,job1,job2",
+        "--steps",
+        "50",
+        "--json",
+    ]
+    done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["job"] for r in rows] == ["job0", "job1", "job2"]
+    assert all(r["speed_low_0.9"] <= r["speed_median"] <= r["speed_high_0.9"] for r in rows)
+    pairs.loc[3, "speed_a"] = 3.0
+    pairs.to_csv(tmp_path / "pairs.csv", index=False)
+    bad = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "line 5: speed_a=3.0" in bad.stderr and "Traceback" not in bad.stderr
