@@ -126,10 +126,10 @@ def infer_jobs(
         out[f"sensitivity_{kind}_high"] = quantiles[2][:, k].detach().numpy()
     sharing = jobs.groupby(["node", "gpu"])["job"].transform("count").to_numpy()
     gpu = jobs["gpu"].to_numpy(int)
-    pcie = draws["pcie"].median(0).values.median(0).values  # (N, G) GB/s
-    sm = draws["util"].median(0).values.median(0).values
-    out["pcie_demand"] = pcie[node_index, gpu].numpy() * BYTES_PER_UNIT / sharing
-    out["sm_demand"] = sm[node_index, gpu].numpy() / sharing
+    pcie = draws["pcie"].median(0).values.median(0).values.numpy()  # (N, G) GB/s
+    sm = draws["util"].median(0).values.median(0).values.numpy()
+    out["pcie_demand"] = pcie[node_index, gpu] * BYTES_PER_UNIT / sharing
+    out["sm_demand"] = sm[node_index, gpu] / sharing
     return out
 
 
