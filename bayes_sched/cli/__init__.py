@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bayes_sched.cli.demo",
     "bayes_sched.cli.collect",
     "bayes_sched.cli.simulate",
+    "bayes_sched.cli.infer",
 )
 
 

@@ -19,7 +19,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bayes_sched.contention.topology import TopologyError
 from bayes_sched.errors import InputError as SchedInputError
+from bayes_sched.interference.tables import InterferenceInputError
 from collectors.base import CollectorError
 from counters.errors import CountersError
 from perfmodel.errors import InputError as PerfmodelInputError
@@ -28,6 +30,7 @@ from perfmodel.errors import InputError as PerfmodelInputError
 USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
 USER_ERRORS += (CountersError, CollectorError)
 USER_ERRORS += (SchedInputError,)
+USER_ERRORS += (InterferenceInputError, TopologyError)
 
 T = TypeVar("T")
 

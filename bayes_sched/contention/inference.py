@@ -1,0 +1,421 @@
+"""From a counters dataset to a posterior over hidden loads: data preparation, SVI, NUTS, summaries.
+
+:func:`prepare` checks a counters dataset against the schema and the topology and turns it into
+:class:`~bayes_sched.contention.model.ContentionData`; :func:`fit_svi` (vectorised, seeded) or
+:func:`run_nuts` (small problems, to check SVI) give posterior draws; :func:`summarise` turns draws
+into an :class:`xarray.Dataset` of loads per resource with intervals, ``P(contended)`` and denoised
+counters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyro
+import torch
+import xarray as xr
+from pyro.infer import MCMC, NUTS, SVI, Trace_ELBO
+from pyro.infer.autoguide import AutoNormal
+from pyro.infer.autoguide.initialization import init_to_value
+from pyro.optim import ClippedAdam
+
+from bayes_sched.contention.model import (
+    BYTES_PER_UNIT,
+    ContentionData,
+    contention_model,
+    initial_locations,
+    latent_loads,
+)
+from bayes_sched.contention.topology import NodeTopology, TopologyError
+from counters import schema
+from counters.align import align
+from counters.errors import CountersError
+from counters.rates import rates
+from counters.store import is_store, open_store
+
+#: (variable after counters.rates.rates, units it must have) the model reads.
+REQUIRED: dict[str, str] = {
+    "gpu_gpm_pcie_tx_rate": "byte s-1",
+    "gpu_gpm_pcie_rx_rate": "byte s-1",
+    "gpu_utilization": "1",
+    "perf_dram_read_rate": "byte s-1",
+    "perf_dram_write_rate": "byte s-1",
+    "perf_dram_read_running_fraction": "1",
+    "perf_dram_write_running_fraction": "1",
+    "network_rx_rate": "byte s-1",
+    "network_tx_rate": "byte s-1",
+}
+#: A resource counts as contended when its load is at least this fraction of capacity ...
+SATURATION = 0.9
+#: ... for at least this fraction of the window.
+SATURATED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class PreparedWindow:
+    """Model inputs plus the labels needed to map results back to the dataset."""
+
+    data: ContentionData
+    time: np.ndarray
+    node: np.ndarray
+    device: np.ndarray
+    topology: NodeTopology
+
+
+def prepare(ds: xr.Dataset, topology: NodeTopology, where: str = "dataset") -> PreparedWindow:
+    """Check ``ds`` (a counters dataset, raw counters or rates) and build model inputs.
+
+    Raises :class:`counters.errors.CountersError` for schema or unit problems and
+    :class:`~bayes_sched.contention.topology.TopologyError` when the dataset's GPUs do not match
+    the topology.
+    """
+    schema.validate(ds, where=where, check_monotonic=False)
+    rated = rates(ds)
+    for name, units in REQUIRED.items():
+        if name not in rated:
+            raise CountersError(
+                f"{where}: variable '{name}' is missing; the contention model needs "
+                f"{', '.join(REQUIRED)}"
+            )
+        if rated[name].attrs.get("units") != units:
+            raise CountersError(
+                f"{where}: variable '{name}' has units "
+                f"{rated[name].attrs.get('units')!r}, expected {units!r}"
+            )
+    num_devices = rated.sizes.get(schema.DEVICE, 0)
+    if num_devices != topology.num_gpus:
+        raise TopologyError(
+            f"{where}: {num_devices} GPUs per node, but the topology has "
+            f"{topology.num_gpus} ({list(topology.gpus_per_switch)} per switch)"
+        )
+
+    def tensor(name: str, scale: float = 1.0) -> torch.Tensor:
+        array = rated[name].transpose(schema.TIME, schema.NODE, ...).values / scale
+        return torch.tensor(array, dtype=torch.float32)
+
+    pcie = tensor("gpu_gpm_pcie_tx_rate", BYTES_PER_UNIT) + tensor(
+        "gpu_gpm_pcie_rx_rate", BYTES_PER_UNIT
+    )
+    dram = tensor("perf_dram_read_rate", BYTES_PER_UNIT) + tensor(
+        "perf_dram_write_rate", BYTES_PER_UNIT
+    )
+    fraction = 0.5 * (
+        tensor("perf_dram_read_running_fraction") + tensor("perf_dram_write_running_fraction")
+    )
+    nic = tensor("network_rx_rate", BYTES_PER_UNIT) + tensor("network_tx_rate", BYTES_PER_UNIT)
+    data = ContentionData(
+        pcie=pcie,
+        util=tensor("gpu_utilization"),
+        dram=dram,
+        running_fraction=fraction,
+        nic=nic,
+        membership=torch.tensor(topology.switch_membership(), dtype=torch.float32),
+        capacity_switch=topology.pcie_switch_capacity / BYTES_PER_UNIT,
+        capacity_dram=topology.dram_capacity / BYTES_PER_UNIT,
+        capacity_nic=topology.nic_capacity / BYTES_PER_UNIT,
+    )
+    return PreparedWindow(
+        data,
+        rated[schema.TIME].values,
+        rated[schema.NODE].values,
+        rated[schema.DEVICE].values,
+        topology,
+    )
+
+
+def _initial_values(data: ContentionData) -> dict[str, torch.Tensor]:
+    loc = initial_locations(data)
+    num_n = data.shape[1]
+    return {
+        **loc,
+        "weights": torch.zeros(num_n, 8),
+        "sigma_pcie": torch.tensor(0.05),
+        "sigma_util": torch.tensor(0.03),
+        "sigma_mux": torch.tensor(0.3),
+        "sigma_nic": torch.tensor(0.03),
+        "spread": torch.tensor([0.3, 0.3, 0.3, 0.1]),
+    }
+
+
+def fit_svi(
+    window: PreparedWindow,
+    num_steps: int = 60,
+    learning_rate: float = 0.1,
+    final_learning_rate: float = 0.01,
+    num_samples: int = 200,
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
+    """SVI with a mean-field normal guide started at the data; returns ``num_samples`` draws of the
+    model's derived loads, each ``(S, ...)``.
+
+    Every site is vectorised over nodes and windows, so one step costs a few tensor operations
+    whatever the cluster size.
+    """
+    data = window.data
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    guide = AutoNormal(
+        contention_model, init_loc_fn=init_to_value(values=_initial_values(data)), init_scale=0.02
+    )
+    decay = (final_learning_rate / learning_rate) ** (1.0 / max(num_steps, 1))
+    optimiser = ClippedAdam({"lr": learning_rate, "lrd": decay})
+    svi = SVI(contention_model, guide, optimiser, Trace_ELBO())
+    with pyro.validation_enabled(False):  # argument checks cost a fifth of each step
+        for _ in range(num_steps):
+            svi.step(data)
+    generator = torch.Generator().manual_seed(seed)
+    latent = {}
+    with torch.no_grad():
+        for name in (
+            "z_x",
+            "z_u",
+            "z_k",
+            "z_h",
+            "level",
+            "weights",
+            "level_x",
+            "level_u",
+            "level_k",
+        ):
+            loc, scale = guide._get_loc_and_scale(name)
+            noise = torch.randn((num_samples, *loc.shape), generator=generator)
+            latent[name] = loc + scale * noise
+        spread = guide.median(data)["spread"]
+        _blind_series_from_prior(data, latent, spread, generator)
+        return latent_loads(data, **{k: latent[k] for k in LOAD_SITES})
+
+
+#: The latent sites :func:`latent_loads` takes.
+LOAD_SITES: tuple[str, ...] = ("z_x", "z_u", "z_k", "z_h", "level", "weights")
+
+
+def _blind_series_from_prior(
+    data: ContentionData,
+    latent: dict[str, torch.Tensor],
+    spread: torch.Tensor,
+    generator: torch.Generator,
+) -> None:
+    """Replace, in place, the draws of series with no observation at all by prior draws.
+
+    A series nothing was measured of has its prior as posterior (given the learned spreads), but
+    a mean-field guide started near the data would keep a narrow, made-up interval for it; drawing
+    from the prior keeps the answer honest: wide intervals, not a guess.
+    """
+    num_samples = latent["z_x"].shape[0]
+    num_t = data.shape[0]
+
+    def draw(shape: tuple[int, ...], scale: float | torch.Tensor) -> torch.Tensor:
+        return torch.randn((num_samples, *shape), generator=generator) * scale
+
+    def replace(
+        site: str, level_site: str, blind: torch.Tensor, level_scale: float, index: int
+    ) -> None:
+        if not blind.any():
+            return
+        level = draw(tuple(blind.shape), level_scale)
+        series = level.unsqueeze(1) + draw((num_t, *blind.shape), spread[index])
+        latent[level_site] = torch.where(blind, level, latent[level_site])
+        latent[site] = torch.where(blind, series, latent[site])
+
+    replace("z_x", "level_x", ~torch.isfinite(data.pcie).any(0), 10.0, 0)
+    replace("z_u", "level_u", ~torch.isfinite(data.util).any(0), 3.0, 1)
+    replace("z_k", "level_k", ~torch.isfinite(data.nic).any(0), 10.0, 2)
+    blind_host = ~torch.isfinite(data.dram).any(0)
+    if blind_host.any():
+        num_n, num_basis = latent["weights"].shape[-2:]
+        frequency_scale = 1.0 / torch.arange(1, num_basis + 1, dtype=torch.float32)
+        latent["level"] = torch.where(blind_host, draw((num_n,), 30.0), latent["level"])
+        latent["weights"] = torch.where(
+            blind_host[:, None], draw((num_n, num_basis), frequency_scale), latent["weights"]
+        )
+        latent["z_h"] = torch.where(blind_host, draw((num_t, num_n), spread[3]), latent["z_h"])
+
+
+def run_nuts(
+    window: PreparedWindow, num_samples: int = 200, warmup_steps: int = 200, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """NUTS draws of the derived loads: exact up to MCMC error, for checking SVI on small
+    windows."""
+    data = window.data
+    pyro.set_rng_seed(seed)
+    kernel = NUTS(
+        contention_model,
+        init_strategy=init_to_value(values=_initial_values(data)),
+        jit_compile=False,
+    )
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=True)
+    mcmc.run(data)
+    samples = mcmc.get_samples()
+    with torch.no_grad():
+        return latent_loads(data, **{name: samples[name] for name in LOAD_SITES})
+
+
+QUANTILES: tuple[float, ...] = (0.05, 0.5, 0.95)
+
+
+def resource_utilisation(draws: dict[str, torch.Tensor], window: PreparedWindow) -> torch.Tensor:
+    """``(S, T, N, R)`` load over capacity of every resource in ``topology.resources()`` order."""
+    data = window.data
+    return torch.cat(
+        [
+            draws["switch"] / data.capacity_switch,
+            (draws["dram"] / data.capacity_dram).unsqueeze(-1),
+            (draws["nic"] / data.capacity_nic).unsqueeze(-1),
+            draws["util"],
+        ],
+        dim=-1,
+    )
+
+
+def summarise(window: PreparedWindow, draws: dict[str, torch.Tensor]) -> xr.Dataset:
+    """Posterior summaries as a dataset (quantiles 5/50/95% along ``quantile``).
+
+    Variables: ``utilisation`` (quantile, time, node, resource), load over capacity, units "1";
+    ``p_contended`` (node, resource), the probability that the resource runs at >= 90% of its
+    capacity for at least half the window; ``capacity`` (resource) in byte/s (1 for SMs);
+    denoised counters with intervals: ``pcie_rate`` (quantile, time, node, device) and
+    ``dram_rate``, ``nic_rate``, ``host_dram_rate`` (quantile, time, node) in byte/s,
+    ``gpu_utilization`` (quantile, time, node, device) as a fraction; the raw observations as
+    ``raw_pcie_rate``, ``raw_dram_rate``, ``raw_nic_rate``, ``raw_gpu_utilization``.
+    """
+    topology = window.topology
+    resources = topology.resources()
+    q = torch.tensor(QUANTILES)
+    utilisation = resource_utilisation(draws, window)
+    saturated = (utilisation >= SATURATION).float().mean(1) >= SATURATED_SHARE
+    coords = {
+        "quantile": list(QUANTILES),
+        schema.TIME: window.time,
+        schema.NODE: window.node,
+        schema.DEVICE: window.device,
+        "resource": [r[0] for r in resources],
+    }
+
+    def quantiles(values: torch.Tensor, scale: float = 1.0) -> np.ndarray:
+        return (
+            torch.quantile(values.flatten(1), q, dim=0).reshape(len(q), *values.shape[1:]) * scale
+        ).numpy()
+
+    per_device = ("quantile", schema.TIME, schema.NODE, schema.DEVICE)
+    per_node = ("quantile", schema.TIME, schema.NODE)
+    data = window.data
+    out = xr.Dataset(
+        {
+            "utilisation": (
+                ("quantile", schema.TIME, schema.NODE, "resource"),
+                quantiles(utilisation),
+                {"units": "1", "long_name": "load over capacity"},
+            ),
+            "p_contended": (
+                (schema.NODE, "resource"),
+                saturated.float().mean(0).numpy(),
+                {"units": "1", "long_name": "P(resource contended)"},
+            ),
+            "capacity": (
+                "resource",
+                np.array([r[2] for r in resources]),
+                {"units": "byte s-1 (1 for gpu_sm)"},
+            ),
+            "resource_kind": ("resource", np.array([r[1] for r in resources])),
+            "pcie_rate": (
+                per_device,
+                quantiles(draws["pcie"], BYTES_PER_UNIT),
+                {"units": "byte s-1"},
+            ),
+            "gpu_utilization": (per_device, quantiles(draws["util"]), {"units": "1"}),
+            "dram_rate": (
+                per_node,
+                quantiles(draws["dram"], BYTES_PER_UNIT),
+                {"units": "byte s-1"},
+            ),
+            "nic_rate": (per_node, quantiles(draws["nic"], BYTES_PER_UNIT), {"units": "byte s-1"}),
+            "host_dram_rate": (
+                per_node,
+                quantiles(draws["host"], BYTES_PER_UNIT),
+                {
+                    "units": "byte s-1",
+                    "long_name": "host DRAM traffic of the CPUs (never measured)",
+                },
+            ),
+            "raw_pcie_rate": (
+                per_device[1:],
+                data.pcie.numpy() * BYTES_PER_UNIT,
+                {"units": "byte s-1"},
+            ),
+            "raw_gpu_utilization": (per_device[1:], data.util.numpy(), {"units": "1"}),
+            "raw_dram_rate": (
+                per_node[1:],
+                data.dram.numpy() * BYTES_PER_UNIT,
+                {"units": "byte s-1"},
+            ),
+            "raw_nic_rate": (
+                per_node[1:],
+                data.nic.numpy() * BYTES_PER_UNIT,
+                {"units": "byte s-1"},
+            ),
+        },
+        coords=coords,
+    )
+    out.attrs["saturation"] = SATURATION
+    out.attrs["saturated_share"] = SATURATED_SHARE
+    return out
+
+
+def bottlenecks(posterior: xr.Dataset, limit: int = 10) -> list[dict[str, object]]:
+    """The most likely contended resources, most probable first: one dict per (node, resource)."""
+    p = posterior["p_contended"].values
+    median = posterior["utilisation"].sel(quantile=0.5).mean(schema.TIME).values
+    low = posterior["utilisation"].sel(quantile=0.05).mean(schema.TIME).values
+    high = posterior["utilisation"].sel(quantile=0.95).mean(schema.TIME).values
+    order = np.lexsort((-median.ravel(), -p.ravel()))[:limit]
+    rows = []
+    for flat in order:
+        n, r = np.unravel_index(flat, p.shape)
+        rows.append(
+            {
+                "node": str(posterior[schema.NODE].values[n]),
+                "resource": str(posterior["resource"].values[r]),
+                "p_contended": float(p[n, r]),
+                "utilisation": float(median[n, r]),
+                "utilisation_low": float(low[n, r]),
+                "utilisation_high": float(high[n, r]),
+            }
+        )
+    return rows
+
+
+def most_likely_contended(posterior: xr.Dataset, threshold: float = 0.5) -> dict[str, str]:
+    """Per node, the resource with the highest ``P(contended)`` if at least ``threshold``, else
+    ``"none"``."""
+    p = posterior["p_contended"]
+    out = {}
+    for n, node in enumerate(posterior[schema.NODE].values):
+        best = int(np.argmax(p.values[n]))
+        out[str(node)] = (
+            str(posterior["resource"].values[best]) if p.values[n, best] >= threshold else "none"
+        )
+    return out
+
+
+def open_counters(path: str | Path) -> xr.Dataset:
+    """A counters store (one node) or a directory of stores (one per node), as one dataset.
+
+    Several nodes are put on one time grid with :func:`counters.align.align` at the nominal
+    interval of the stores (their ``interval_s`` attribute, else the median sampling step).
+    """
+    root = Path(path)
+    if is_store(root):
+        return open_store(root, lazy=False)
+    if not root.is_dir():
+        raise CountersError(f"{root}: no such counters store or directory of stores")
+    stores = sorted(p for p in root.iterdir() if p.is_dir() and is_store(p))
+    if not stores:
+        raise CountersError(f"{root}: neither a counters store nor a directory holding stores")
+    datasets = [open_store(s, lazy=False) for s in stores]
+    interval = datasets[0].attrs.get("interval_s")
+    if interval is None:
+        steps = np.diff(schema.time_to_seconds(datasets[0][schema.TIME].values))
+        interval = float(np.median(steps)) if steps.size else 1.0
+    return align(datasets, float(interval))

@@ -1,0 +1,47 @@
+"""Interference model: predict each job's slowdown in a co-location, with uncertainty.
+
+Inputs are a pairs table and a solo-features table (:mod:`.tables`); the model is in :mod:`.model`;
+Gavel's measured pairs ship with the package (:mod:`.gavel`); :mod:`.evaluation` has the splits and
+scores used to validate it.
+"""
+
+from bayes_sched.interference.evaluation import (
+    interval_coverage,
+    leave_one_group_out,
+    mean_absolute_error,
+    random_pair_splits,
+)
+from bayes_sched.interference.gavel import load_gavel_pairs, load_gavel_solo_features
+from bayes_sched.interference.model import (
+    FitConfig,
+    InterferenceModel,
+    SpeedPrediction,
+    interference_model,
+)
+from bayes_sched.interference.tables import (
+    InterferenceInputError,
+    check_pairs,
+    check_solo_features,
+    pair_observations,
+    read_pairs_csv,
+    read_solo_features_csv,
+)
+
+__all__ = [
+    "FitConfig",
+    "InterferenceInputError",
+    "InterferenceModel",
+    "SpeedPrediction",
+    "check_pairs",
+    "check_solo_features",
+    "interference_model",
+    "interval_coverage",
+    "leave_one_group_out",
+    "load_gavel_pairs",
+    "load_gavel_solo_features",
+    "mean_absolute_error",
+    "pair_observations",
+    "random_pair_splits",
+    "read_pairs_csv",
+    "read_solo_features_csv",
+]

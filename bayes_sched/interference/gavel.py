@@ -1,0 +1,101 @@
+"""Gavel's measured co-locations (OSDI 2020 artifact, MIT), shipped in ``bayes_sched/data/gavel``.
+
+26 job types (7 models at several batch sizes) trained alone and in pairs sharing one GPU, on K80,
+P100 and V100. A job here is a job type on one GPU type, named ``"<gpu>/<job type>"``
+(e.g. ``"v100/ResNet-50 (batch size 32)"``): the same model interferes differently on different
+GPUs.
+Only single-GPU jobs (scale factor 1) have co-location measurements; pairs that do not fit in the
+GPU's memory (throughput 0 in the artifact) are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bayes_sched.interference.tables import check_pairs, check_solo_features
+
+GAVEL_DIR = Path(__file__).resolve().parent.parent / "data" / "gavel"
+GPU_TYPES: tuple[str, ...] = ("k80", "p100", "v100")
+_BATCH_SIZE = re.compile(r"batch size (\d+)")
+
+
+def job_name(gpu: str, job_type: str) -> str:
+    """The job name used in the pairs and solo-features tables."""
+    return f"{gpu}/{job_type}"
+
+
+def load_gavel_pairs(data_dir: Path = GAVEL_DIR) -> pd.DataFrame:
+    """The measured pairs in the documented pairs-table format, plus ``gpu``, ``type_a``,
+    ``type_b``.
+
+    Returns one row per ordered pair the artifact lists (both orders appear; see
+    :func:`bayes_sched.interference.tables.pair_observations`), 1881 rows.
+    """
+    raw = pd.read_csv(data_dir / "colocation_pairs_long.csv")
+    feasible = raw[(raw["infeasible"] == 0) & (raw["scale_factor"] == 1)]
+    pairs = pd.DataFrame(
+        {
+            "job_a": [
+                job_name(g, t)
+                for g, t in zip(feasible["worker_type"], feasible["job_a"], strict=True)
+            ],
+            "job_b": [
+                job_name(g, t)
+                for g, t in zip(feasible["worker_type"], feasible["job_b"], strict=True)
+            ],
+            "speed_a": feasible["norm_a"].to_numpy(float),
+            "speed_b": feasible["norm_b"].to_numpy(float),
+            "gpu": feasible["worker_type"].to_numpy(),
+            "type_a": feasible["job_a"].to_numpy(),
+            "type_b": feasible["job_b"].to_numpy(),
+        }
+    )
+    return check_pairs(
+        pairs.reset_index(drop=True), source=str(data_dir / "colocation_pairs_long.csv")
+    )
+
+
+def load_gavel_solo_features(data_dir: Path = GAVEL_DIR) -> pd.DataFrame:
+    """Per-job features measured alone, indexed by job name.
+
+    Columns (all from single-GPU throughputs in steps/s, natural logs):
+    ``log_steps_per_s`` on the job's own GPU; ``log_k80_over_v100`` and ``log_p100_over_v100``, how
+    much
+    faster the job runs on a V100 (compute-bound jobs gain most); ``log_batch_size`` (0 where the
+    type has no batch size); ``on_k80``, ``on_p100`` (0/1, the GPU the job runs on).
+    """
+    iso = pd.read_csv(data_dir / "isolated_throughputs.csv")
+    iso = iso[
+        (iso["file"] == "simulation_throughputs.json")
+        & (iso["scale_factor"] == 1)
+        & iso["worker_type"].isin(GPU_TYPES)
+    ]
+    table = iso.pivot_table(index="job_type", columns="worker_type", values="steps_per_sec")
+    log_tput = np.log(table[list(GPU_TYPES)])
+    rows = []
+    for gpu in GPU_TYPES:
+        for job_type, logs in log_tput.iterrows():
+            match = _BATCH_SIZE.search(str(job_type))
+            rows.append(
+                {
+                    "job": job_name(gpu, str(job_type)),
+                    "log_steps_per_s": logs[gpu],
+                    "log_k80_over_v100": logs["k80"] - logs["v100"],
+                    "log_p100_over_v100": logs["p100"] - logs["v100"],
+                    "log_batch_size": np.log(float(match.group(1))) if match else 0.0,
+                    "on_k80": float(gpu == "k80"),
+                    "on_p100": float(gpu == "p100"),
+                }
+            )
+    return check_solo_features(
+        pd.DataFrame(rows), source=str(data_dir / "isolated_throughputs.csv")
+    )
+
+
+def job_type_of(job: str) -> str:
+    """The Gavel job type of a job name (the part after ``<gpu>/``)."""
+    return job.split("/", 1)[1]

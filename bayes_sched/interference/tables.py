@@ -1,0 +1,148 @@
+"""The interference model's two input tables, read and checked.
+
+Pairs table (CSV, one row per measured co-location of two jobs)::
+
+    job_a,job_b,speed_a,speed_b
+    v100/ResNet-50 (batch size 32),v100/A3C,0.80,0.90
+
+``speed_a`` is job_a's throughput while sharing with job_b divided by its throughput alone
+(normalised speed, dimensionless, in (0, 2]; 1 = unaffected, 0.5 = twice as slow), and ``speed_b``
+the
+same for job_b. Extra columns are kept and ignored. A row and its mirror (job_b, job_a with the
+speeds
+swapped) describe the same measurement and count once.
+
+Solo-features table (CSV, one row per job)::
+
+    job,log_steps_per_s,log_k80_over_v100,...
+
+``job`` names a job as the pairs table does; every other column is a numeric feature measured while
+the job runs alone (throughputs, counter means). Features must be finite; the model standardises
+them.
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PAIRS_COLUMNS: tuple[str, ...] = ("job_a", "job_b", "speed_a", "speed_b")
+#: Normalised speeds outside (0, MAX_SPEED] are rejected: 0 means "did not run", above 2 is a unit
+#: error.
+MAX_SPEED = 2.0
+
+
+class InterferenceInputError(ValueError):
+    """A pairs or solo-features table that cannot be used; the message names the file, row and
+    field."""
+
+
+def read_pairs_csv(path: str | PathLike[str]) -> pd.DataFrame:
+    """Read and check a pairs table (see the module docstring)."""
+    frame = _read_csv(path)
+    return check_pairs(frame, source=str(path))
+
+
+def read_solo_features_csv(path: str | PathLike[str]) -> pd.DataFrame:
+    """Read and check a solo-features table; returns it indexed by ``job``."""
+    frame = _read_csv(path)
+    return check_solo_features(frame, source=str(path))
+
+
+def check_pairs(frame: pd.DataFrame, source: str = "pairs table") -> pd.DataFrame:
+    """Check a pairs table; return a copy with float speeds and string job names.
+
+    Rows are reported as CSV line numbers (header = line 1).
+    """
+    missing = [c for c in PAIRS_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InterferenceInputError(
+            f"{source}: missing column(s) {', '.join(missing)}; expected {', '.join(PAIRS_COLUMNS)}"
+        )
+    if len(frame) == 0:
+        raise InterferenceInputError(f"{source}: no rows; expected at least one measured pair")
+    out = frame.copy()
+    for column in ("job_a", "job_b"):
+        names = out[column]
+        bad = names.isna() | (names.astype(str).str.strip() == "")
+        if bad.any():
+            line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+            raise InterferenceInputError(
+                f"{source}: line {line}: {column} is empty; expected a job name"
+            )
+        out[column] = names.astype(str)
+    for column in ("speed_a", "speed_b"):
+        values = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(values) | (values <= 0.0) | (values > MAX_SPEED)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InterferenceInputError(
+                f"{source}: line {row + 2}: {column}={frame[column].iloc[row]}; "
+                f"expected a normalised speed in (0, {MAX_SPEED:g}] "
+                "(co-located throughput / throughput alone)"
+            )
+        out[column] = values
+    return out
+
+
+def check_solo_features(frame: pd.DataFrame, source: str = "solo-features table") -> pd.DataFrame:
+    """Check a solo-features table; return it indexed by job with float columns."""
+    out = frame.reset_index() if "job" not in frame.columns and frame.index.name == "job" else frame
+    if "job" not in out.columns:
+        raise InterferenceInputError(
+            f"{source}: missing column job; expected job plus feature columns"
+        )
+    features = [c for c in out.columns if c != "job"]
+    if not features:
+        raise InterferenceInputError(f"{source}: no feature columns besides job")
+    duplicated = out["job"].duplicated()
+    if duplicated.any():
+        line = int(np.flatnonzero(duplicated.to_numpy())[0]) + 2
+        raise InterferenceInputError(
+            f"{source}: line {line}: job {out['job'].iloc[line - 2]!r} appears twice; "
+            "expected one row per job"
+        )
+    values = {}
+    for column in features:
+        numbers = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(numbers)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InterferenceInputError(
+                f"{source}: line {row + 2}: {column}={out[column].iloc[row]}; "
+                "expected a finite number"
+            )
+        values[column] = numbers
+    return pd.DataFrame(values, index=pd.Index(out["job"].astype(str), name="job"))
+
+
+def pair_observations(pairs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (target, other) observation: ``target``, ``other``, ``speed``.
+
+    Each pair gives two observations, job_a's speed next to job_b and job_b's next to job_a. A row
+    and
+    its mirror give the same two observations; exact repeats are dropped so that a table listing
+    both
+    orders is not counted twice (which would make the posterior overconfident).
+    """
+    first = pd.DataFrame(
+        {"target": pairs["job_a"], "other": pairs["job_b"], "speed": pairs["speed_a"]}
+    )
+    second = pd.DataFrame(
+        {"target": pairs["job_b"], "other": pairs["job_a"], "speed": pairs["speed_b"]}
+    )
+    both = pd.concat([first, second], ignore_index=True)
+    return both.drop_duplicates().reset_index(drop=True)
+
+
+def _read_csv(path: str | PathLike[str]) -> pd.DataFrame:
+    file = Path(path)
+    if not file.is_file():
+        raise InterferenceInputError(f"{file}: no such file")
+    try:
+        return pd.read_csv(file)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise InterferenceInputError(f"{file}: not a readable CSV table ({error})") from error
