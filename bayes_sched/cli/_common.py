@@ -19,6 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+<<<<<<< HEAD
 from collectors.base import CollectorError
 from counters.errors import CountersError
 from perfmodel.errors import InputError as PerfmodelInputError
@@ -26,6 +27,13 @@ from perfmodel.errors import InputError as PerfmodelInputError
 #: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
 USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
 USER_ERRORS += (CountersError, CollectorError)
+=======
+from bayes_sched.errors import InputError as SchedInputError
+from perfmodel.errors import InputError as PerfmodelInputError
+
+#: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
+USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError, SchedInputError)
+>>>>>>> sim
 
 T = TypeVar("T")
 

@@ -1,0 +1,59 @@
+"""The policy interface: one decision method over what a real scheduler can see.
+
+A policy is an object with
+
+* ``name``: a short label; ``uses_models``: whether it reads the agents' fitted models;
+* ``job_settings(spec) -> JobSettings``: how a job runs under it (a fixed user batch size and GPU
+  count for the baselines, a tuned batch for Pollux);
+* ``decide(cluster, jobs) -> {job name: GPUs per node}``: the allocation for the next round.
+
+Adding a policy means adding a module with such a class and registering it in
+:data:`bayes_sched.policies.POLICIES`; the simulator and loop do not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
+
+
+class Policy(Protocol):
+    name: str
+    #: Whether decisions read the job agents' fitted models (then agents refit before each round).
+    uses_models: bool
+
+    def job_settings(self, spec: JobSpec) -> JobSettings: ...
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations: ...
+
+
+def pack(num_gpus: int, free: np.ndarray) -> np.ndarray | None:
+    """Consolidated placement: take GPUs from the node with the most free GPUs first (ties: lowest
+    index), as the artifact's baselines do. Returns GPUs per node, or ``None`` if they do not fit.
+
+    ``free`` (shape ``(num_nodes,)``) is updated in place when the GPUs fit.
+    """
+    if num_gpus > free.sum():
+        return None
+    counts = np.zeros_like(free)
+    left = num_gpus
+    while left > 0:
+        node = int(np.argmax(free))  # argmax returns the first (lowest-index) maximum
+        take = min(int(free[node]), left)
+        counts[node] += take
+        free[node] -= take
+        left -= take
+    return counts
+
+
+def free_gpus(cluster: ClusterState, allocations: Allocations) -> np.ndarray:
+    """Free GPUs per node given ``allocations``, shape ``(num_nodes,)``."""
+    free = cluster.capacity()
+    for counts in allocations.values():
+        free -= counts
+    return free

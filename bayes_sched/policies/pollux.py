@@ -1,0 +1,309 @@
+"""Pollux (Qiao et al., OSDI 2021): goodput-driven, fair, co-adaptive allocation by genetic search.
+
+Each job's *speedup* for ``n`` nodes and ``r`` GPUs is its fitted goodput there (the agent's model,
+batch re-tuned for that allocation) over its goodput on a fair share of ``ceil(total GPUs / J)``
+GPUs on one node; a job with no fitted model yet is assumed to scale linearly. A candidate
+allocation's fitness is the power mean (``p = -1`` by default: a harmonic mean, which favours
+fairness) of the speedups scaled by ``num_nodes / total GPUs``, each multiplied by the re-allocation
+penalty ``(T_j - R_j * delta) / (T_j + delta)`` when the job's allocation changes (``T_j`` its age,
+``R_j`` its restarts, ``delta`` the restart delay). A population-based genetic search (elitist,
+tournament selection, one-point crossover over jobs, mutation, repair) maximises it, vectorised over
+the population with numpy and warm-started from the previous round's population.
+
+Repair enforces, in job priority order (least attained service first): node capacity; each job's
+replica cap (twice the most GPUs it has been measured on, at least 1, and what its batch limits
+allow); at most ``max_nodes_per_job`` nodes per job; and, with interference avoidance, at most one
+distributed job per node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
+
+#: GPU counts in the search: small integers keep large populations cheap to copy and scan.
+_STATE = np.int16
+
+#: The artifact ran NCF with a fixed batch of 32768 on one GPU under Pollux.
+ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)}
+
+
+@dataclass(frozen=True)
+class GAConfig:
+    """Genetic search settings: population size, generations, mutation rates and the seed.
+
+    On large problems the population shrinks so that it holds at most ``max_elements`` GPU counts
+    (``P x jobs x nodes``), down to ``min_population``, with generations shrinking alike down to
+    ``min_generations``: at 1,024 GPUs and 2,000 jobs a full population would not fit a 2 s round.
+    """
+
+    population: int = 48
+    generations: int = 40
+    max_elements: int = 3_000_000
+    min_population: int = 8
+    min_generations: int = 8
+    reset_prob: float = 0.1
+    zero_prob: float = 0.1
+    grow_prob: float = 0.15
+    seed: int = 0
+
+
+class PolluxPolicy:
+    """Pollux's scheduling policy.
+
+    Args:
+        p: power-mean exponent of the fitness (more negative is fairer; 1 is the plain mean).
+        restart_delay: seconds a re-allocated job loses (the penalty's ``delta``).
+        avoid_interference: allow at most one distributed job per node.
+        max_nodes_per_job: most nodes one job may span.
+        max_replicas_cap: most GPUs one job may get.
+        ga: genetic-search settings.
+        job_overrides: per-application fixed settings (default: the artifact's NCF setting).
+        speedup_tolerance: relative change of a job's gradient noise-to-signal ratio below which its
+            cached speedup table is reused (tables cost ~1 ms per job to build).
+    """
+
+    name = "pollux"
+    uses_models = True  # the loop lets job agents refit before each decision
+
+    def __init__(self, p: float = -1.0, restart_delay: float = 30.0,
+                 avoid_interference: bool = True, max_nodes_per_job: int = 16,
+                 max_replicas_cap: int = 64, ga: GAConfig = GAConfig(),
+                 job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
+                 speedup_tolerance: float = 0.02) -> None:
+        self.p = p
+        self.restart_delay = restart_delay
+        self.avoid_interference = avoid_interference
+        self.max_nodes_per_job = max_nodes_per_job
+        self.max_replicas_cap = max_replicas_cap
+        self.ga = ga
+        self.job_overrides = dict(job_overrides)
+        self.speedup_tolerance = speedup_tolerance
+        self.rng = np.random.default_rng(ga.seed)
+        self._population: np.ndarray | None = None  # (P, J, N) from the last round
+        self._population_jobs: list[str] = []
+        self._tables: dict[str, tuple[object, float, int, np.ndarray]] = {}
+
+    def job_settings(self, spec: JobSpec) -> JobSettings:
+        return self.job_overrides.get(spec.application, JobSettings())
+
+    # --- speedups ----------------------------------------------------------------------------
+
+    def _max_replicas(self, job: JobView) -> int:
+        limit = min(max(2 * job.agent.max_profiled_replicas, 1), self.max_replicas_cap,
+                    job.limits.max_batch_size // job.limits.min_local_bsz)
+        if job.settings.max_replicas is not None:
+            limit = min(limit, job.settings.max_replicas)
+        return max(limit, 1)
+
+    def _goodput_table(self, job: JobView, num_nodes: int, max_r: int) -> np.ndarray | None:
+        """Fitted goodput for ``n <= num_nodes`` nodes and ``r <= max_r`` GPUs, shape
+        ``(num_nodes + 1, max_r + 1)`` (0 where ``n > r`` or ``n == 0``); ``None`` without a
+        model."""
+        model = job.agent.goodput_model()
+        if model is None:
+            return None
+        phi = float(model.noise_to_signal[0])
+        cached = self._tables.get(job.name)
+        if cached is not None:
+            params, cached_phi, cached_r, table = cached
+            if (params is job.agent._params and cached_r >= max_r and table.shape[0] > num_nodes
+                    and abs(phi - cached_phi) <= self.speedup_tolerance * abs(cached_phi)):
+                return table[: num_nodes + 1, : max_r + 1]
+        r = np.arange(1, max_r + 1)
+        n = np.arange(1, num_nodes + 1)
+        rr, nn = np.meshgrid(r, n)
+        valid = nn <= rr
+        limits = job.limits
+        # As in the artifact, speedups use the tuned batch even for a job run at a fixed batch.
+        goodput = model.optimize(nn[valid], rr[valid], limits.max_batch_size,
+                                 (limits.min_local_bsz, limits.max_local_bsz),
+                                 max_accum_steps=limits.max_accum_steps).goodput
+        table = np.zeros((num_nodes + 1, max_r + 1))
+        table[nn[valid], rr[valid]] = goodput
+        self._tables[job.name] = (job.agent._params, phi, max_r, table)
+        return table
+
+    def speedup_tables(self, jobs: Sequence[JobView], cluster: ClusterState,
+                       max_replicas: np.ndarray) -> np.ndarray:
+        """Speedup over a fair share for every job, node count and GPU count, shape
+        ``(J, Nmax + 1, Rmax + 1)``."""
+        num_jobs = len(jobs)
+        n_max = min(cluster.num_nodes, self.max_nodes_per_job)
+        fair_r = max(1, math.ceil(cluster.total_gpus / num_jobs))
+        r_max = int(max(max_replicas.max(), 1))
+        tables = np.zeros((num_jobs, n_max + 1, r_max + 1))
+        r = np.arange(r_max + 1)
+        n = np.arange(n_max + 1)[:, None]
+        linear = np.where((n >= 1) & (n <= r), r / fair_r, 0.0)
+        for j, job in enumerate(jobs):
+            goodput = self._goodput_table(job, n_max, max(int(max_replicas[j]), fair_r))
+            if goodput is None:
+                tables[j] = linear
+                continue
+            base = goodput[1, fair_r]
+            width = min(r_max, goodput.shape[1] - 1) + 1
+            tables[j, :, :width] = goodput[:, :width] / base if base > 0 else linear[:, :width]
+        return tables
+
+    # --- the search ------------------------------------------------------------------------------
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
+        names = [job.name for job in jobs]
+        num_nodes = cluster.num_nodes
+        base = np.stack([job.allocation for job in jobs]).astype(_STATE)        # (J, N)
+        max_replicas = np.array([self._max_replicas(job) for job in jobs])
+        tables = self.speedup_tables(jobs, cluster, max_replicas)
+        age = np.array([job.age for job in jobs])
+        restarts = np.array([job.num_restarts for job in jobs])
+        penalty = (np.maximum(age - restarts * self.restart_delay, 0.0)
+                   / (age + self.restart_delay))
+        problem = _Problem(base, tables, max_replicas, penalty, cluster, self.p,
+                           self.avoid_interference, min(self.max_nodes_per_job, num_nodes),
+                           self.rng)
+        ga = self.ga
+        size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
+        generations = max(ga.min_generations, ga.generations * size // ga.population)
+        population = self._initial_population(problem, names, size)
+        fitness = problem.fitness(population)
+        for _ in range(generations):
+            children = problem.offspring(population, fitness, ga)
+            child_fitness = problem.fitness(children)
+            merged = np.concatenate([population, children])
+            merged_fitness = np.concatenate([fitness, child_fitness])
+            keep = np.argsort(-merged_fitness, kind="stable")[:size]
+            population, fitness = merged[keep], merged_fitness[keep]
+        self._population, self._population_jobs = population, names
+        best = population[int(np.argmax(fitness))]
+        return {name: best[j].astype(np.int64) for j, name in enumerate(names) if best[j].any()}
+
+    def _initial_population(self, problem: _Problem, names: list[str], size: int) -> np.ndarray:
+        base = problem.base
+        population = np.broadcast_to(base, (size, *base.shape)).copy()
+        if self._population is not None and self._population.shape[2] == base.shape[1]:
+            previous = {name: i for i, name in enumerate(self._population_jobs)}
+            src = [previous[n] for n in names if n in previous]
+            dst = [j for j, n in enumerate(names) if n in previous]
+            count = min(size, len(self._population))
+            population[:count] = 0
+            population[:count][:, dst] = self._population[:count][:, src]
+        population[1:] = problem.mutate(population[1:], self.ga)
+        population[0] = base  # keep the status quo as a candidate
+        return problem.repair(population)
+
+
+class _Problem:
+    """The allocation search of one round: states are ``(P, J, N)`` arrays of GPUs per node."""
+
+    def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
+                 penalty: np.ndarray, cluster: ClusterState, p: float,
+                 avoid_interference: bool, max_nodes: int, rng: np.random.Generator) -> None:
+        self.base = base
+        self.tables = tables
+        self.max_replicas = max_replicas
+        self.penalty = penalty
+        self.capacity = cluster.gpus_per_node
+        self.scale = cluster.num_nodes / cluster.total_gpus
+        self.p = p
+        self.avoid_interference = avoid_interference
+        self.max_nodes = max_nodes
+        self.rng = rng
+        self.job_index = np.arange(base.shape[0])
+
+    def fitness(self, states: np.ndarray) -> np.ndarray:
+        """Power mean of penalised, scaled speedups, shape ``(P,)``."""
+        nodes = np.count_nonzero(states, axis=2)
+        replicas = states.sum(axis=2)
+        speedup = self.tables[self.job_index, nodes, replicas] * self.scale
+        changed = np.any(states != self.base, axis=2)
+        speedup = np.where(changed, speedup * self.penalty, speedup) + 1e-3
+        if self.p == 0:
+            return np.exp(np.mean(np.log(speedup), axis=1))
+        return np.mean(speedup ** self.p, axis=1) ** (1.0 / self.p)
+
+    def offspring(self, population: np.ndarray, fitness: np.ndarray, ga: GAConfig) -> np.ndarray:
+        size, num_jobs, _ = population.shape
+        rng = self.rng
+        # Binary tournaments pick the parents.
+        a, b = rng.integers(size, size=(2, size))
+        first = np.where(fitness[a] >= fitness[b], a, b)
+        a, b = rng.integers(size, size=(2, size))
+        second = np.where(fitness[a] >= fitness[b], a, b)
+        # One-point crossover over jobs.
+        point = rng.integers(num_jobs + 1, size=(size, 1))
+        take_first = (np.arange(num_jobs) < point)[:, :, None]
+        children = np.where(take_first, population[first], population[second])
+        return self.repair(self.mutate(children, ga))
+
+    def mutate(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
+        """Random changes per job row; randomness is drawn per row, not per GPU slot, so the cost
+        stays near ``P x J`` however many nodes there are."""
+        rng = self.rng
+        size, num_jobs, num_nodes = states.shape
+        # Reset some jobs to their current allocation.
+        reset = rng.random((size, num_jobs)) < ga.reset_prob
+        states = np.where(reset[:, :, None], self.base, states)
+        # Take some jobs off one of their nodes (or an empty one: no change).
+        p, j = np.nonzero(rng.random((size, num_jobs)) < ga.zero_prob)
+        states[p, j, rng.integers(num_nodes, size=p.size)] = 0
+        # Grow some jobs on a node: one they use, or one with free GPUs (best of 4 draws).
+        p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
+        if p.size:
+            free = self.capacity - states.sum(axis=1, dtype=np.int32)            # (P, N)
+            tries = rng.integers(num_nodes, size=(p.size, 4))
+            good = (free[p[:, None], tries] > 0) | (states[p[:, None], j[:, None], tries] > 0)
+            node = tries[np.arange(p.size), np.argmax(good, axis=1)]
+            current = states[p, j, node]
+            states[p, j, node] = rng.integers(current, self.capacity + 1)
+        return states
+
+    def repair(self, states: np.ndarray) -> np.ndarray:
+        """Make states feasible. Works on the nonzero entries only (a job uses few of many nodes),
+        as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``."""
+        size, num_jobs, num_nodes = states.shape
+        p, j, n = np.nonzero(states)
+        v = states[p, j, n].astype(np.int64)
+        if self.avoid_interference:
+            # At most one distributed job per node: later (lower-priority) ones leave it.
+            job_key = p * num_jobs + j
+            distributed = np.bincount(job_key, minlength=size * num_jobs)[job_key] > 1
+            d = np.flatnonzero(distributed)
+            order = d[np.lexsort((j[d], p[d] * num_nodes + n[d]))]
+            rank = _group_cumsum(np.ones(order.size, np.int64), (p * num_nodes + n)[order])
+            v[order[rank > 1]] = 0
+        # Per job: at most max_replicas GPUs and max_nodes nodes, trimmed in a random node order.
+        job_key = p * num_jobs + j
+        order = np.lexsort((self.rng.random(p.size), job_key))
+        values, cap = v[order], self.max_replicas[j[order]]
+        total = _group_cumsum(values, job_key[order])
+        kept = np.minimum(total, cap) - np.minimum(total - values, cap)
+        nodes_used = _group_cumsum((kept > 0).astype(np.int64), job_key[order])
+        kept[nodes_used > self.max_nodes] = 0
+        v[order] = kept
+        # Node capacity, higher-priority jobs (lower index) first.
+        node_key = p * num_nodes + n
+        order = np.lexsort((j, node_key))
+        values = v[order]
+        total = _group_cumsum(values, node_key[order])
+        cap = self.capacity
+        v[order] = np.minimum(total, cap) - np.minimum(total - values, cap)
+        repaired = np.zeros_like(states)
+        repaired[p, j, n] = v
+        return repaired
+
+
+def _group_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative sum of ``values`` within runs of equal ``groups`` (sorted), shape kept."""
+    if values.size == 0:
+        return values.copy()
+    total = np.cumsum(values)
+    start = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    lengths = np.diff(np.r_[start, values.size])
+    return total - np.repeat(total[start] - values[start], lengths)

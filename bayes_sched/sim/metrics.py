@@ -1,0 +1,87 @@
+"""Per-run results: per-job outcomes, the summary table and the allocation timeline (xarray)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from bayes_sched.sim.simulator import SimulatedCluster
+
+
+def job_table(cluster: SimulatedCluster) -> pd.DataFrame:
+    """One row per job: times in seconds, GPU-time in GPU-seconds.
+
+    Columns: ``job, application, submit_time, start_time, completion_time, jct, queueing_delay,
+    restarts, gpu_time, standalone_time, ftf`` where ``ftf`` (finish-time fairness) is the JCT over
+    the job's run time alone on the GPUs and batch its user asked for (``> 1``: slower than that).
+    """
+    rows = []
+    gpus = cluster.config.gpus_per_node
+    for job in cluster.jobs.values():
+        spec = job.spec
+        alone = job.app.standalone_runtime(spec.num_replicas, spec.batch_size, gpus)
+        done = job.completion_time is not None
+        jct = job.completion_time - spec.submit_time if done else np.nan
+        rows.append({
+            "job": spec.name, "application": spec.application,
+            "submit_time": spec.submit_time,
+            "start_time": np.nan if job.start_time is None else job.start_time,
+            "completion_time": job.completion_time if done else np.nan,
+            "jct": jct,
+            "queueing_delay": (np.nan if job.start_time is None
+                               else job.start_time - spec.submit_time),
+            "restarts": job.num_restarts or 0,
+            "gpu_time": job.attained_service,
+            "standalone_time": alone,
+            "ftf": jct / alone if done else np.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def summarize(jobs: pd.DataFrame, timeline: xr.Dataset) -> dict[str, float]:
+    """Summary of one run: JCT statistics (s), makespan (s), utilisation, fairness."""
+    jct = jobs["jct"].dropna()
+    util = timeline["utilization"].values
+    busy = timeline["active_jobs"].values > 0
+    return {
+        "jobs": int(len(jobs)),
+        "finished": int(jct.size),
+        "avg_jct": float(jct.mean()) if jct.size else np.nan,
+        "median_jct": float(jct.median()) if jct.size else np.nan,
+        "p99_jct": float(np.percentile(jct, 99)) if jct.size else np.nan,
+        "makespan": float(jobs["completion_time"].max()) if jct.size else np.nan,
+        "utilization": float(util[busy].mean()) if busy.any() else 0.0,
+        "avg_queueing": float(jobs["queueing_delay"].mean()),
+        "restarts_per_job": float(jobs["restarts"].mean()),
+        "gpu_hours": float(jobs["gpu_time"].sum() / 3600.0),
+        "ftf_mean": float(jobs["ftf"].mean()),
+        "ftf_max": float(jobs["ftf"].max()),
+        "ftf_over_1": float((jobs["ftf"] > 1).mean()),
+    }
+
+
+def timeline_dataset(cluster: SimulatedCluster) -> xr.Dataset:
+    """GPUs per job per round and cluster utilisation, dims ``(time, job)`` and ``(time,)``."""
+    names = list(cluster.jobs)
+    time = np.array(cluster.timeline_time, dtype=np.float64)
+    gpus = (np.stack(cluster.timeline_gpus) if cluster.timeline_gpus
+            else np.zeros((0, len(names)), dtype=np.int64))
+    total = cluster.config.num_nodes * cluster.config.gpus_per_node
+    return xr.Dataset(
+        {
+            "gpus": (("time", "job"), gpus.astype(np.int32),
+                     {"units": "GPUs", "long_name": "GPUs held during the round ending at time"}),
+            "utilization": (("time",), gpus.sum(axis=1) / total,
+                            {"units": "1", "long_name": "fraction of the cluster's GPUs held"}),
+            "active_jobs": (("time",), np.array(cluster.timeline_active, dtype=np.int32),
+                            {"units": "jobs", "long_name": "submitted, unfinished jobs"}),
+        },
+        coords={
+            "time": ("time", time, {"units": "s", "long_name": "end of scheduling round"}),
+            "job": ("job", np.array(names, dtype=object)),
+        },
+        attrs={"num_nodes": cluster.config.num_nodes,
+               "gpus_per_node": cluster.config.gpus_per_node,
+               "interval_s": cluster.config.interval},
+    )

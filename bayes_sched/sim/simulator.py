@@ -1,0 +1,253 @@
+"""The simulated cluster: N nodes x G GPUs running jobs with the artifact's physics.
+
+Time advances in scheduling rounds. Within a round each running job trains at the goodput its
+placement and batch give (:mod:`bayes_sched.sim.physics`), crossing epochs, re-tuning its batch at
+each epoch and round through its agent, and finishing when it reaches its target progress. A job
+that is started, moved or resized first pays ``restart_delay`` seconds (checkpoint and restart) on
+its new GPUs. With ``interference > 0``, a distributed job that shares a node with another
+distributed job runs that much slower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
+from bayes_sched.errors import InputError
+from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
+from bayes_sched.sim.physics import Application, get_application
+from bayes_sched.sim.workload import Workload
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulation settings.
+
+    Attributes:
+        num_nodes: nodes in the cluster.
+        gpus_per_node: GPUs per node.
+        interval: seconds per scheduling round.
+        restart_delay: seconds a job spends checkpointing and restarting when its allocation
+            changes (the artifact: 30).
+        interference: fractional slowdown of distributed jobs sharing a node with another
+            distributed job (the artifact's settings: 0, 0.25, 0.5).
+        min_refit_interval: seconds between throughput refits of one job's agent.
+        refit_on_new_bsz: also refit when a new micro-batch size is measured (the artifact
+            refits on every new ``(nodes, replicas, m)``); by default only new shapes, and new
+            micro-batches while fewer than two were seen, trigger a refit.
+        max_time: give up after this many simulated seconds (jobs left unfinished are reported).
+    """
+
+    num_nodes: int = 16
+    gpus_per_node: int = 4
+    interval: float = 60.0
+    restart_delay: float = 30.0
+    interference: float = 0.0
+    min_refit_interval: float = 240.0
+    refit_on_new_bsz: bool = False
+    max_time: float = 30 * 24 * 3600.0
+
+    def __post_init__(self) -> None:
+        for name in ("num_nodes", "gpus_per_node"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} is {getattr(self, name)}: expected at least 1",
+                                 column=name)
+        if self.interval <= 0:
+            raise InputError(f"interval is {self.interval}: expected seconds > 0",
+                             column="interval")
+        if self.restart_delay < 0:
+            raise InputError(f"restart_delay is {self.restart_delay}: expected seconds >= 0",
+                             column="restart_delay")
+        if not 0 <= self.interference < 1:
+            raise InputError(f"interference is {self.interference}: expected a slowdown in "
+                             "[0, 1)", column="interference")
+
+
+class SimJob:
+    """Ground-truth state of one simulated job (the simulator's side; policies never see it)."""
+
+    def __init__(self, spec: JobSpec, app: Application, agent: JobAgent,
+                 num_nodes: int) -> None:
+        self.spec = spec
+        self.app = app
+        self.agent = agent
+        self.counts = np.zeros(num_nodes, dtype=np.int64)
+        self.placement: tuple[int, ...] = ()
+        self.local_bsz = 0
+        self.accum_steps = 0
+        self.progress = 0.0
+        self.epoch = 0
+        self.restart_left = 0.0
+        self.attained_service = 0.0
+        self.num_restarts: int | None = None
+        self.start_time: float | None = None
+        self.completion_time: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.completion_time is None
+
+    def reallocate(self, counts: np.ndarray, now: float, restart_delay: float) -> None:
+        self.counts = counts.copy()
+        self.placement = placement_of(counts)
+        if not self.placement:
+            self.local_bsz, self.accum_steps = 0, 0
+            return
+        self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
+        self.restart_left = restart_delay
+        if self.num_restarts is None:
+            self.num_restarts = 0
+            self.start_time = now
+        else:
+            self.num_restarts += 1
+
+    def run(self, start: float, seconds: float, slowdown: float) -> None:
+        """Simulate ``seconds`` from time ``start`` on the current placement."""
+        if not self.placement or not self.active:
+            return
+        gpus = sum(self.placement)
+        now = start
+        delay = min(self.restart_left, seconds)
+        self.restart_left -= delay
+        self.attained_service += delay * gpus
+        now += delay
+        seconds -= delay
+        app = self.app
+        nodes, replicas = len(self.placement), gpus
+        while seconds > 0 and self.active:
+            batch = replicas * self.local_bsz * (self.accum_steps + 1)
+            step, sync = app.step_time(self.placement, self.local_bsz)
+            sqr, var = app.grad_stats(batch, self.epoch)
+            self.agent.record(nodes, replicas, self.local_bsz, step, sync, sqr, var)
+            scale = batch / app.limits.init_batch_size
+            gain = (var + sqr) / (var / scale + sqr)
+            seconds_per_step = step + (step - sync) * self.accum_steps
+            rate = gain / seconds_per_step * (1.0 - slowdown)  # progress per second
+            epoch_end = app.progress_at_epoch(self.epoch + 1)
+            if self.progress + rate * seconds < epoch_end:
+                self.progress += rate * seconds
+                self.attained_service += seconds * gpus
+                now += seconds
+                seconds = 0.0
+            else:
+                # Whole seconds, as the artifact counts them.
+                delta = min(float(round((epoch_end - self.progress) / rate)), seconds)
+                self.epoch += 1
+                self.progress = epoch_end
+                self.attained_service += delta * gpus
+                now += delta
+                seconds -= delta
+                if self.epoch >= app.max_epochs:
+                    self.completion_time = now
+            # The agent re-tunes at epoch ends and at the end of every round.
+            self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
+
+
+class SimulatedCluster:
+    """A simulated GPU cluster running one workload (a :class:`~bayes_sched.cluster.Cluster`).
+
+    Args:
+        workload: the jobs and their submission times.
+        config: cluster shape and simulation settings.
+        job_settings: how each job runs under the policy (fixed or tuned batch, replica cap).
+    """
+
+    def __init__(self, workload: Workload, config: SimConfig = SimConfig(),
+                 job_settings: Callable[[JobSpec], JobSettings] | None = None) -> None:
+        self.workload = workload
+        self.config = config
+        self._now = 0.0
+        self.jobs: dict[str, SimJob] = {}
+        for row, spec in enumerate(workload.jobs, start=2):
+            app = get_application(spec.application)
+            if spec.num_replicas > config.num_nodes * config.gpus_per_node:
+                raise InputError(
+                    f"job '{spec.name}' asks for {spec.num_replicas} GPUs but the cluster has "
+                    f"{config.num_nodes * config.gpus_per_node} ({config.num_nodes} nodes x "
+                    f"{config.gpus_per_node}): expected a cluster that fits every job",
+                    workload.source or None, row=row, column="num_replicas")
+            settings = job_settings(spec) if job_settings else JobSettings(spec.batch_size)
+            agent = JobAgent(spec.name, app.limits, settings, config.min_refit_interval,
+                             config.refit_on_new_bsz)
+            self.jobs[spec.name] = SimJob(spec, app, agent, config.num_nodes)
+        self._allocations: Allocations = {}
+        # Timeline: GPUs each job held during each round (rows appended per round).
+        self.timeline_time: list[float] = []
+        self.timeline_gpus: list[np.ndarray] = []
+        self.timeline_active: list[int] = []
+
+    @property
+    def refit_count(self) -> int:
+        return sum(job.agent.num_refits for job in self.jobs.values())
+
+    # --- Cluster interface ---------------------------------------------------------------------
+
+    @property
+    def state(self) -> ClusterState:
+        return ClusterState(self.config.num_nodes, self.config.gpus_per_node, self._now)
+
+    def job_views(self) -> list[JobView]:
+        views = []
+        for job in self.jobs.values():
+            if job.spec.submit_time > self._now or not job.active:
+                continue
+            job.agent.clock = self._now
+            views.append(JobView(
+                name=job.spec.name, application=job.spec.application,
+                submit_time=job.spec.submit_time, age=self._now - job.spec.submit_time,
+                attained_service=job.attained_service, allocation=job.counts.copy(),
+                num_restarts=job.num_restarts or 0,
+                requested_replicas=job.spec.num_replicas,
+                requested_batch_size=job.spec.batch_size, settings=job.agent.settings,
+                limits=job.app.limits, progress=job.progress,
+                target_progress=job.app.target_progress, agent=job.agent))
+        return views
+
+    def allocations(self) -> Allocations:
+        return {name: counts.copy() for name, counts in self._allocations.items()}
+
+    def apply(self, allocations: Mapping[str, np.ndarray]) -> None:
+        active = [n for n, j in self.jobs.items()
+                  if j.active and j.spec.submit_time <= self._now]
+        new = validate_allocations(allocations, self.state, active)
+        empty = np.zeros(self.config.num_nodes, dtype=np.int64)
+        for name, job in self.jobs.items():
+            old = self._allocations.get(name, empty)
+            counts = new.get(name, empty)
+            if not np.array_equal(old, counts):
+                job.reallocate(counts, self._now, self.config.restart_delay)
+        self._allocations = new
+
+    def advance(self, seconds: float) -> None:
+        slowdown = self._slowdowns()
+        gpus = np.zeros(len(self.jobs), dtype=np.int64)
+        for i, (name, job) in enumerate(self.jobs.items()):
+            if job.active and job.placement:
+                gpus[i] = sum(job.placement)
+            job.run(self._now, seconds, slowdown.get(name, 0.0))
+        self._now += seconds
+        self.timeline_time.append(self._now)
+        self.timeline_gpus.append(gpus)
+        self.timeline_active.append(sum(1 for j in self.jobs.values()
+                                        if j.active and j.spec.submit_time <= self._now))
+
+    def done(self) -> bool:
+        return (all(not job.active for job in self.jobs.values())
+                or self._now >= self.config.max_time)
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _slowdowns(self) -> dict[str, float]:
+        """Interference slowdown per job: distributed jobs sharing a node with another one."""
+        if self.config.interference <= 0:
+            return {}
+        distributed = {n: c for n, c in self._allocations.items()
+                       if np.count_nonzero(c) > 1 and self.jobs[n].active}
+        if len(distributed) < 2:
+            return {}
+        sharing = np.sum([c > 0 for c in distributed.values()], axis=0) > 1
+        return {n: self.config.interference for n, c in distributed.items()
+                if np.any((c > 0) & sharing)}

@@ -1,0 +1,153 @@
+"""Workloads: job arrival traces in the Pollux artifact's CSV format.
+
+A workload CSV has the columns ``name,time,application,num_replicas,batch_size``: one row per job,
+with its submission time (seconds from the start), the model it trains (one of the shipped
+applications), and the GPUs and total batch size its user asked for (used by the baselines that do
+not tune them). The artifact's workloads ship in ``bayes_sched/data/pollux/workloads*/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from bayes_sched.errors import InputError
+from bayes_sched.jobs import JobSpec
+
+WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+#: Folders of shipped workloads: relative job load 1.0 (``workloads``), 0.5, 1.5, 2.0, realistic.
+WORKLOAD_SETS = ("workloads", "workloads-0.5", "workloads-1.5", "workloads-2.0",
+                 "workloads-realistic")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named sequence of jobs sorted by submission time."""
+
+    name: str
+    jobs: tuple[JobSpec, ...]
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def head(self, num_jobs: int) -> Workload:
+        """The first ``num_jobs`` jobs (a small slice for tests and demos)."""
+        return Workload(f"{self.name}-first{num_jobs}", self.jobs[:num_jobs], self.source)
+
+
+def shipped_workloads_dir(workload_set: str = "workloads") -> Path:
+    """Folder of one shipped set of workloads (see :data:`WORKLOAD_SETS`)."""
+    if workload_set not in WORKLOAD_SETS:
+        raise InputError(f"unknown workload set '{workload_set}': expected one of "
+                         f"{', '.join(WORKLOAD_SETS)}")
+    return Path(str(resources.files("bayes_sched") / "data" / "pollux" / workload_set))
+
+
+def resolve_workload(spec: str | Path) -> Path:
+    """A workload CSV from a path, or a shipped workload named ``workload-3``, ``3`` or
+    ``workloads-2.0/workload-3``."""
+    path = Path(spec)
+    if path.suffix == ".csv" or path.exists():
+        return path
+    text = str(spec)
+    workload_set, _, name = text.rpartition("/")
+    workload_set = workload_set or "workloads"
+    if name.isdigit():
+        name = f"workload-{name}"
+    candidate = shipped_workloads_dir(workload_set) / f"{name}.csv"
+    if not candidate.exists():
+        raise InputError(f"no such workload '{text}': expected a CSV path or a shipped name like "
+                         "'workload-1' or 'workloads-2.0/workload-1'")
+    return candidate
+
+
+def read_workload(path: str | Path, applications: Sequence[str] | None = None) -> Workload:
+    """Read and validate a workload CSV.
+
+    Args:
+        path: the CSV file (or a shipped name, see :func:`resolve_workload`).
+        applications: known application names; defaults to the shipped ones.
+
+    Raises:
+        InputError: naming file, row and column of the first problem (unknown application, a
+            negative or decreasing time, a non-integer or non-positive replica count or batch size,
+            a duplicate name, a missing column).
+    """
+    from bayes_sched.sim.physics import APPLICATION_NAMES
+
+    known = tuple(applications) if applications is not None else APPLICATION_NAMES
+    path = resolve_workload(path)
+    try:
+        handle = path.open(newline="")
+    except OSError as error:
+        raise InputError(f"cannot read workload: {error.strerror or error}", path) from None
+    jobs: list[JobSpec] = []
+    names: set[str] = set()
+    with handle:
+        reader = csv.reader(handle)
+        header = [cell.strip() for cell in next(reader, [])]
+        missing = [c for c in WORKLOAD_COLUMNS if c not in header]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}: expected "
+                             f"{','.join(WORKLOAD_COLUMNS)}", path, row=1)
+        index = {c: header.index(c) for c in WORKLOAD_COLUMNS}
+        previous_time = 0.0
+        for row_number, row in enumerate(reader, start=2):
+            if not row or not any(cell.strip() for cell in row):
+                continue
+
+            def cell(column: str, row: list[str] = row, row_number: int = row_number) -> str:
+                i = index[column]
+                value = row[i].strip() if i < len(row) else ""
+                if not value:
+                    raise InputError("empty cell", path, row_number, column)
+                return value
+
+            name = cell("name")
+            if name in names:
+                raise InputError(f"duplicate job name '{name}': expected unique names", path,
+                                 row_number, "name")
+            names.add(name)
+            time = _number(cell("time"), path, row_number, "time")
+            if time < 0:
+                raise InputError(f"negative time {time:g}: expected seconds >= 0", path,
+                                 row_number, "time")
+            if time < previous_time:
+                raise InputError(f"time {time:g} is before the previous row's {previous_time:g}: "
+                                 "expected rows sorted by submission time", path, row_number,
+                                 "time")
+            previous_time = time
+            application = cell("application")
+            if application not in known:
+                raise InputError(f"unknown application '{application}': expected one of "
+                                 f"{', '.join(known)}", path, row_number, "application")
+            jobs.append(JobSpec(
+                name, time, application,
+                _positive_int(cell("num_replicas"), path, row_number, "num_replicas"),
+                _positive_int(cell("batch_size"), path, row_number, "batch_size"),
+            ))
+    if not jobs:
+        raise InputError("no jobs after the header", path)
+    return Workload(path.stem, tuple(jobs), str(path))
+
+
+def _number(text: str, path: Path, row: int, column: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"'{text}' is not a number", path, row, column) from None
+    if not math.isfinite(value):
+        raise InputError(f"'{text}' is not finite: expected a finite number", path, row, column)
+    return value
+
+
+def _positive_int(text: str, path: Path, row: int, column: str) -> int:
+    value = _number(text, path, row, column)
+    if value != int(value) or value < 1:
+        raise InputError(f"'{text}' is not valid: expected a positive integer", path, row, column)
+    return int(value)

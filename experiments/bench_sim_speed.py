@@ -1,0 +1,147 @@
+"""Speed of the simulator and of the policies' decisions.
+
+1. Wall time of one full workload (160 jobs, 64 GPUs) per policy, and the Pollux policy's
+   per-round decision time (median, p95) in that run. The artifact's own simulator needs over 20
+   minutes per workload under Pollux (about 2 s per round).
+2. Scale: a synthetic 1,024-GPU cluster (256 nodes x 4) with 2,000 active jobs; per-round decision
+   time of each policy over a few rounds (the first Pollux round builds every job's speedup table;
+   later rounds reuse them). Target: <= 2 s per Pollux round.
+
+    python experiments/bench_sim_speed.py                    # both parts, workload-1
+    python experiments/bench_sim_speed.py --from-report sim-report   # part 1 from a compare run
+    python experiments/bench_sim_speed.py --skip-workload   # part 2 only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+from bayes_sched.cli._common import print_table  # noqa: E402
+from bayes_sched.cluster import ClusterState  # noqa: E402
+from bayes_sched.jobs import JobAgent, JobView  # noqa: E402
+from bayes_sched.policies import POLICIES, make_policy  # noqa: E402
+from bayes_sched.sim import read_workload, run_simulation  # noqa: E402
+from bayes_sched.sim.physics import APPLICATION_NAMES, get_application  # noqa: E402
+
+
+def workload_rows(workload: str, policies: list[str]) -> list[dict[str, object]]:
+    rows = []
+    for name in policies:
+        result = run_simulation(workload, name)
+        d = result.decision_seconds * 1e3
+        rows.append({"policy": name, "workload": workload, "wall_s": result.wall_seconds,
+                     "rounds": int(d.size), "decision_median_ms": float(np.median(d)),
+                     "decision_p95_ms": float(np.percentile(d, 95)),
+                     "agent_refit_s": result.agent_seconds,
+                     "avg_jct_s": result.summary["avg_jct"]})
+    return rows
+
+
+def _template_agents() -> dict[str, JobAgent]:
+    """One agent per application, measured on 1, 2, 4 GPUs and 2 x 4 GPUs at two micro-batches."""
+    agents = {}
+    for app_name in APPLICATION_NAMES:
+        app = get_application(app_name)
+        agent = JobAgent(app_name, app.limits)
+        lo = app.limits.min_local_bsz
+        hi = min(app.limits.max_local_bsz, 4 * lo)
+        for placement in ((1,), (2,), (4,), (4, 4)):
+            for m in (lo, hi):
+                step, sync = app.step_time(placement, m)
+                agent.record(len(placement), sum(placement), m, step, sync,
+                             *app.grad_stats(app.limits.init_batch_size, 1))
+        agent.refresh(0.0)
+        agents[app_name] = agent
+    return agents
+
+
+def scale_rows(num_jobs: int, num_nodes: int, gpus: int, rounds: int, seed: int,
+               policies: list[str]) -> list[dict[str, object]]:
+    rng = np.random.default_rng(seed)
+    templates = _template_agents()
+    specs = read_workload("workload-1").jobs
+    rows = []
+    for name in policies:
+        policy = make_policy(name)
+        jobs = []
+        for i in range(num_jobs):
+            spec = specs[i % len(specs)]
+            app = get_application(spec.application)
+            settings = policy.job_settings(spec)
+            agent = JobAgent(f"job{i}", app.limits, settings)
+            template = templates[spec.application]
+            # Share the template's measurements and fit (one fit per application).
+            agent.observations = template.observations
+            agent._params = template._params
+            agent.grad_sqr, agent.grad_var = template.grad_sqr, template.grad_var
+            jobs.append(dict(name=f"job{i}", application=spec.application,
+                             submit_time=float(-rng.integers(0, 36000)),
+                             attained_service=float(rng.integers(0, 100000)),
+                             requested_replicas=spec.num_replicas,
+                             requested_batch_size=spec.batch_size, settings=settings,
+                             limits=app.limits, progress=0.0,
+                             target_progress=app.target_progress, agent=agent))
+        allocation = {job["name"]: np.zeros(num_nodes, dtype=np.int64) for job in jobs}
+        times = []
+        for r in range(rounds):
+            now = 60.0 * r
+            cluster = ClusterState(num_nodes, gpus, now)
+            views = [JobView(age=now - job["submit_time"], allocation=allocation[job["name"]],
+                             num_restarts=0, **job) for job in jobs]
+            start = time.perf_counter()
+            decision = policy.decide(cluster, views)
+            times.append(time.perf_counter() - start)
+            allocation = {job["name"]: decision.get(job["name"], np.zeros(num_nodes, np.int64))
+                          for job in jobs}
+        used = sum(int(a.sum()) for a in allocation.values())
+        rows.append({"policy": name, "gpus": num_nodes * gpus, "jobs": num_jobs,
+                     "first_round_s": times[0], "later_rounds_median_s": float(np.median(times[1:])),
+                     "later_rounds_max_s": float(np.max(times[1:])), "gpus_allocated": used})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="workload-1")
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES))
+    parser.add_argument("--from-report", type=Path, help="a compare report folder to read")
+    parser.add_argument("--skip-workload", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--scale-jobs", type=int, default=2000)
+    parser.add_argument("--scale-nodes", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not args.skip_workload:
+        if args.from_report:
+            rows = json.loads((args.from_report / "summary.json").read_text())
+            keep = ("policy", "workload", "wall_s", "decision_median_ms", "decision_p95_ms",
+                    "avg_jct")
+            rows = [{k: row[k] for k in keep} for row in rows]
+            total = sum(row["wall_s"] for row in rows)
+            print_table(rows, title=f"wall time per run (sum {total:.0f} s of CPU)",
+                        as_json=args.json)
+        else:
+            print_table(workload_rows(args.workload, args.policies),
+                        title=f"one full workload ({args.workload}, 64 GPUs)", as_json=args.json)
+    if not args.skip_scale:
+        with threadpool_limits(1):
+            rows = scale_rows(args.scale_jobs, args.scale_nodes, 4, args.rounds, args.seed,
+                              args.policies)
+        print_table(rows, title="scale: decision time per round", as_json=args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

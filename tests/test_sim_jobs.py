@@ -1,0 +1,72 @@
+"""The job agent: measurements, rate-limited refits, Pollux-style priors and batch tuning."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bayes_sched.jobs import JobAgent, JobSettings, optimistic_unidentified, split_batch
+from bayes_sched.sim.physics import get_application
+
+APP = get_application("cifar10")
+
+
+def _measure(agent: JobAgent, placement: tuple[int, ...], m: int) -> None:
+    step, sync = APP.step_time(placement, m)
+    agent.record(len(placement), sum(placement), m, step, sync, *APP.grad_stats(256, 5))
+
+
+def test_single_gpu_measurements_leave_the_network_optimistic() -> None:
+    agent = JobAgent("j", APP.limits)
+    _measure(agent, (1,), 128)
+    params = agent.params
+    assert params is not None and agent.num_refits == 1
+    assert params.alpha_r <= 1e-6 and params.beta_r <= 1e-6 and params.alpha_n <= 1e-6
+    # A single GPU's step time is reproduced.
+    step, _ = APP.step_time((1,), 128)
+    assert np.isclose(params.alpha_c + params.beta_c * 128, step, rtol=0.05)
+
+
+def test_multi_node_measurements_are_kept() -> None:
+    agent = JobAgent("j", APP.limits, min_refit_interval=0.0)
+    for placement in ((1,), (4,), (4, 4), (2, 2, 2)):
+        for m in (64, 256):
+            _measure(agent, placement, m)
+    params = agent.params
+    profile = agent.profile()
+    assert params == optimistic_unidentified(params, profile)
+    assert params.alpha_n > 1e-4  # measured across nodes: a real cost
+
+
+def test_refits_need_a_new_shape_and_respect_the_interval() -> None:
+    agent = JobAgent("j", APP.limits, min_refit_interval=300.0)
+    _measure(agent, (1,), 128)
+    assert agent.params is not None and agent.num_refits == 1
+    _measure(agent, (1,), 128)          # same configuration: nothing new
+    _measure(agent, (1,), 256)          # second micro-batch: the compute slope is new
+    agent.clock = 100.0
+    assert agent.params is not None and agent.num_refits == 1  # too soon
+    agent.clock = 400.0
+    _ = agent.params
+    assert agent.num_refits == 2
+    _measure(agent, (1,), 512)          # a third micro-batch alone does not trigger a refit
+    agent.clock = 1000.0
+    _ = agent.params
+    assert agent.num_refits == 2
+    _measure(agent, (2,), 256)          # a new shape does
+    _ = agent.params
+    assert agent.num_refits == 3
+
+
+def test_fixed_batch_is_split_and_tuned_batch_stays_within_limits() -> None:
+    fixed = JobAgent("f", APP.limits, JobSettings(batch_size=2048))
+    assert fixed.choose_batch((4, 4)) == split_batch(2048, 8, APP.limits) == (256, 0)
+    assert split_batch(4096, 1, APP.limits) == (1024, 3)  # accumulates beyond the memory limit
+    tuned = JobAgent("t", APP.limits)
+    assert tuned.choose_batch((2,)) == (64, 0)  # no model yet: max(B0, m_min * K)
+    for placement in ((1,), (2,), (4,)):
+        _measure(tuned, placement, 128)
+    for placement in ((1,), (4,), (4, 4, 4, 4)):
+        m, s = tuned.choose_batch(placement)
+        batch = sum(placement) * m * (s + 1)
+        assert APP.limits.min_local_bsz <= m <= APP.limits.max_local_bsz
+        assert APP.limits.init_batch_size <= batch <= APP.limits.max_batch_size

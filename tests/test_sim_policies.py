@@ -1,0 +1,137 @@
+"""Policies on small hand-made situations: what each must and must not do."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
+from bayes_sched.policies import FifoPolicy, OptimusPolicy, PolluxPolicy, TiresiasPolicy
+from bayes_sched.policies.pollux import GAConfig
+from bayes_sched.sim.physics import get_application
+
+CLUSTER = ClusterState(num_nodes=4, gpus_per_node=4, now=600.0)
+
+
+def _view(name: str, replicas: int = 1, batch: int = 256, submit: float = 0.0,
+          allocation: list[int] | None = None, attained: float = 0.0,
+          settings: JobSettings | None = None, app: str = "cifar10",
+          agent: JobAgent | None = None) -> JobView:
+    limits = get_application(app).limits
+    settings = settings or JobSettings(batch, replicas)
+    return JobView(
+        name=name, application=app, submit_time=submit, age=CLUSTER.now - submit,
+        attained_service=attained,
+        allocation=np.array(allocation or [0] * CLUSTER.num_nodes, dtype=np.int64),
+        num_restarts=0, requested_replicas=replicas, requested_batch_size=batch,
+        settings=settings, limits=limits, progress=0.0,
+        target_progress=get_application(app).target_progress,
+        agent=agent or JobAgent(name, limits, settings))
+
+
+def _measured_agent(name: str, app: str = "cifar10") -> JobAgent:
+    """An agent that measured the job on 1, 2 and 4 GPUs of one node and on 2 nodes."""
+    application = get_application(app)
+    agent = JobAgent(name, application.limits, JobSettings())
+    for placement in ((1,), (2,), (4,), (2, 2)):
+        for m in (32, 128):
+            step, sync = application.step_time(placement, m)
+            agent.record(len(placement), sum(placement), m, step, sync,
+                         *application.grad_stats(256, 10))
+    return agent
+
+
+def _check_capacity(allocations: dict[str, np.ndarray]) -> np.ndarray:
+    used = np.sum(list(allocations.values()), axis=0) if allocations else np.zeros(4)
+    assert np.all(used <= CLUSTER.gpus_per_node)
+    return used
+
+
+def test_fifo_is_strict_and_keeps_running_jobs() -> None:
+    jobs = [_view("a", 12, submit=0), _view("b", 8, submit=1), _view("c", 1, submit=2)]
+    decision = FifoPolicy().decide(CLUSTER, jobs)
+    assert set(decision) == {"a"} and decision["a"].sum() == 12
+    _check_capacity(decision)
+    jobs[0] = _view("a", 12, submit=0, allocation=decision["a"].tolist())
+    assert np.array_equal(FifoPolicy().decide(CLUSTER, jobs)["a"], decision["a"])
+
+
+def test_tiresias_skips_what_does_not_fit_and_demotes_long_runners() -> None:
+    policy = TiresiasPolicy(thresholds=(3600.0,))
+    jobs = [_view("a", 12, submit=0), _view("b", 8, submit=1), _view("c", 4, submit=2)]
+    first = policy.decide(CLUSTER, jobs)
+    assert set(first) == {"a", "c"}  # b does not fit; c, smaller, is backfilled
+    assert all(np.count_nonzero(v) == v.sum() // 4 for v in first.values())  # consolidated
+    # After an hour on 12 GPUs, a passes the 1 GPU-hour threshold and yields to b.
+    later = ClusterState(CLUSTER.num_nodes, CLUSTER.gpus_per_node, CLUSTER.now + 3600)
+    jobs = [_view("a", 12, submit=0, allocation=first["a"].tolist()), _view("b", 8, submit=1),
+            _view("c", 4, submit=2, allocation=first["c"].tolist())]
+    second = policy.decide(later, jobs)
+    assert "b" in second and second["b"].sum() == 8 and "a" not in second
+    _check_capacity(second)
+
+
+def test_optimus_gives_spare_gpus_to_the_job_that_gains_most() -> None:
+    agent = _measured_agent("fast")
+    fast = _view("fast", 1, 2048, settings=JobSettings(2048), agent=agent)
+    new = _view("new", 1, 256, submit=5)
+    decision = OptimusPolicy().decide(CLUSTER, [fast, new])
+    _check_capacity(decision)
+    assert decision["new"].sum() == 1  # no model yet: one GPU
+    assert decision["fast"].sum() >= 4  # one node; a fifth GPU would cross nodes
+
+
+def test_pollux_respects_capacity_caps_and_interference_avoidance() -> None:
+    agents = [_measured_agent(f"j{i}") for i in range(6)]
+    jobs = [_view(f"j{i}", settings=JobSettings(), agent=agents[i], attained=i)
+            for i in range(6)]
+    policy = PolluxPolicy(ga=GAConfig(population=24, generations=15, seed=1))
+    decision = policy.decide(CLUSTER, jobs)
+    used = _check_capacity(decision)
+    assert used.sum() >= 12  # a goodput-driven policy does not leave the cluster idle
+    for name, counts in decision.items():
+        cap = 2 * agents[int(name[1:])].max_profiled_replicas
+        assert counts.sum() <= cap
+    distributed = [c > 0 for c in decision.values() if np.count_nonzero(c) > 1]
+    if distributed:
+        assert np.all(np.sum(distributed, axis=0) <= 1)
+
+
+def test_pollux_search_beats_the_status_quo_and_is_seeded() -> None:
+    agents = [_measured_agent(f"j{i}") for i in range(4)]
+    base = [[4, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    jobs = [_view(f"j{i}", settings=JobSettings(), agent=agents[i], allocation=base[i])
+            for i in range(4)]
+    decisions = [PolluxPolicy(ga=GAConfig(population=24, generations=20, seed=3)).decide(
+        CLUSTER, jobs) for _ in range(2)]
+    assert decisions[0].keys() == decisions[1].keys()
+    assert all(np.array_equal(decisions[0][k], decisions[1][k]) for k in decisions[0])
+    assert len(decisions[0]) == 4  # every waiting job gets GPUs (fairness, p = -1)
+
+
+def test_pollux_runs_ncf_at_the_artifact_setting() -> None:
+    spec = JobSpec("n", 0.0, "ncf", 1, 32768)
+    assert PolluxPolicy().job_settings(spec) == JobSettings(32768, 1)
+    assert PolluxPolicy().job_settings(JobSpec("c", 0.0, "cifar10", 1, 128)) == JobSettings()
+
+
+def test_pollux_repair_makes_random_states_feasible_and_keeps_feasible_ones() -> None:
+    from bayes_sched.policies.pollux import _Problem
+
+    rng = np.random.default_rng(7)
+    num_jobs, num_nodes = 9, 6
+    cluster = ClusterState(num_nodes, 4, 0.0)
+    max_replicas = rng.integers(1, 9, size=num_jobs)
+    problem = _Problem(np.zeros((num_jobs, num_nodes), np.int16),
+                       np.zeros((num_jobs, 7, 33)), max_replicas, np.ones(num_jobs), cluster,
+                       -1.0, True, 3, rng)
+    states = rng.integers(0, 5, size=(50, num_jobs, num_nodes)).astype(np.int16)
+    states[rng.random(states.shape) < 0.6] = 0
+    fixed = problem.repair(states)
+    assert np.all(fixed <= states) and np.all(fixed >= 0)
+    assert np.all(fixed.sum(axis=1) <= 4)                                   # node capacity
+    assert np.all(fixed.sum(axis=2) <= max_replicas)                        # replica caps
+    assert np.all(np.count_nonzero(fixed, axis=2) <= 3)                     # nodes per job
+    distributed = np.count_nonzero(fixed, axis=2) > 1
+    assert np.all(((fixed > 0) & distributed[:, :, None]).sum(axis=1) <= 1)  # avoidance
+    assert np.array_equal(problem.repair(fixed), fixed)                     # idempotent
