@@ -18,11 +18,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bayes_sched.cli.fit",
     "bayes_sched.cli.report",
     "bayes_sched.cli.demo",
-<<<<<<< HEAD
     "bayes_sched.cli.collect",
-=======
     "bayes_sched.cli.simulate",
->>>>>>> sim
 )
 
 

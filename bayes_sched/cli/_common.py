@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-<<<<<<< HEAD
+from bayes_sched.errors import InputError as SchedInputError
 from collectors.base import CollectorError
 from counters.errors import CountersError
 from perfmodel.errors import InputError as PerfmodelInputError
@@ -27,13 +27,7 @@ from perfmodel.errors import InputError as PerfmodelInputError
 #: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
 USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
 USER_ERRORS += (CountersError, CollectorError)
-=======
-from bayes_sched.errors import InputError as SchedInputError
-from perfmodel.errors import InputError as PerfmodelInputError
-
-#: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
-USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError, SchedInputError)
->>>>>>> sim
+USER_ERRORS += (SchedInputError,)
 
 T = TypeVar("T")
 
