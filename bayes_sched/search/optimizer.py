@@ -63,7 +63,7 @@ class SearchResult:
 
 
 def search_configuration(candidates: CandidateSet, prior: np.ndarray, runner: TrialRunner,
-                         max_trials: int = 20, min_trials: int = 2,
+                         max_trials: int = 20, min_trials: int = 4,
                          stop_improvement: float = 0.01, cost_weight: float = 0.0,
                          noise: float = 0.02, seed: int = 0) -> SearchResult:
     """Bayesian optimisation of one job's configuration.
