@@ -40,7 +40,7 @@ def placement_folds(profile: StepTimeProfile, folds: int, seed: int) -> list[np.
 
 
 #: Whether the Bayesian fits model placement effects (set from the command line).
-PLACEMENT_EFFECTS = True
+PLACEMENT_EFFECTS = False
 
 
 def held_out(train: StepTimeProfile, test: StepTimeProfile, seed: int,
@@ -165,12 +165,12 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--no-placement-effects", action="store_true",
-                        help="treat every measurement as independent (no per-placement deviation)")
+    parser.add_argument("--placement-effects", action="store_true",
+                        help="model a deviation shared by the rows of each placement")
     parser.add_argument("--skip-cost", action="store_true", help="leave out the tuning-cost table")
     args = parser.parse_args()
     global PLACEMENT_EFFECTS
-    PLACEMENT_EFFECTS = not args.no_placement_effects
+    PLACEMENT_EFFECTS = args.placement_effects
     accuracy, calibration, cost = [], [], []
     for model in args.models:
         a, c = evaluate_model(model, args.folds, args.seed)

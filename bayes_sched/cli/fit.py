@@ -65,7 +65,8 @@ def _fit_throughput(args: argparse.Namespace) -> int:
     prior = population_prior(profile) if args.population_prior else None
     with stderr.status(f"fitting {profile.model} by {args.method} ..."):
         posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed,
-                                             prior=prior)
+                                             prior=prior,
+                                             placement_effects=args.placement_effects)
     print_table(posterior.parameter_summary(), as_json=args.json,
                 title=f"{profile.model}: posterior ({args.method}, 90% intervals, "
                       f"PSIS k-hat {posterior.diagnostics.pareto_k:.2f})")
@@ -96,6 +97,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tp.add_argument("--population-prior", action="store_true",
                     help="learn the prior from the shipped models' fits (for profiles with few "
                     "placements, e.g. a new job measured on one GPU)")
+    tp.add_argument("--placement-effects", action="store_true",
+                    help="model a deviation shared by the rows of each placement")
     tp.add_argument("--seed", type=int, default=0)
     tp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     tp.set_defaults(handler=_fit_throughput)
