@@ -13,8 +13,9 @@ Each round:
    really cost. Nothing here needs the simulator's ground truth: only progress, which every
    cluster reports.
 2. **Search.** Pollux's genetic search over allocation matrices (``(P, jobs, nodes)`` GPU counts)
-   maximises the power mean of job speedups, each multiplied by ``exp(GP mean)`` of its co-location
-   in that candidate — so co-locations that proved harmless are used and harmful ones avoided,
+   maximises the power mean of job speedups, each multiplied by the co-location slowdown the GP
+   predicts for it in that candidate, ``exp(mean(features) - mean(same size, alone))``, so
+   co-locations that proved harmless are used and harmful ones avoided,
    with no hard rule against them.
 3. **Decide.** The best distinct candidates of the final population are scored by the
    distribution of the cluster objective under joint GP posterior draws; Expected Improvement over
@@ -130,7 +131,7 @@ class BayesOptPolicy:
     def __init__(self, p: float = -1.0, restart_delay: float = 30.0,
                  max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
                  ga: GAConfig = _DEFAULT_GA, interference_prior: InterferencePrior | None = None,
-                 residual_noise: float = 0.15, forget: float = 0.97, candidates: int = 8,
+                 residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
                  posterior_draws: int = 64, refit_every: int = 10, seed: int = 0) -> None:
         # Pollux's search and speedup tables, without its hard rule against co-location.
         self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
@@ -197,9 +198,10 @@ class BayesOptPolicy:
         ty = torch.as_tensor(residual).reshape(-1, 1)
         yvar = torch.as_tensor(self.residual_noise**2 / np.maximum(w, 1e-3)).reshape(-1, 1)
         kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=x.shape[1]),
-                             outputscale_prior=GammaPrior(2.0, 20.0))
+                             outputscale_prior=GammaPrior(2.0, 8.0))
+        # Co-location can halve a job's speed: residuals of tens of percent are expected.
         kernel.base_kernel.lengthscale = 0.7
-        kernel.outputscale = 0.05
+        kernel.outputscale = 0.2
         model = SingleTaskGP(tx, ty, train_Yvar=yvar, covar_module=kernel,
                              outcome_transform=None)
         refit = self._hyper is None or self._rounds % self.refit_every == 0
@@ -423,8 +425,11 @@ class _ColocationProblem(_Problem):
                                       - (used & distributed[:, :, None])) > 0), axis=2)
         shares = np.any(used & (jobs_on_node[:, None, :] > 1), axis=2)
         r = np.minimum(replicas, residual.shape[3] - 1)
-        factor = np.exp(residual[distributed.astype(int), shares_dist.astype(int),
-                                 shares.astype(int), r])
+        d = distributed.astype(int)
+        # Only what co-location adds: the residual of the same job size alone is the goodput
+        # model's own error, common to all placements of that size, and is left out.
+        factor = np.exp(residual[d, shares_dist.astype(int), shares.astype(int), r]
+                        - residual[d, 0, 0, r])
         speedup = self.tables[self.job_index, nodes, replicas] * self.scale * factor
         changed = np.any(states != self.base, axis=2)
         speedup = np.where(changed, speedup * self.penalty, speedup) + 1e-3
