@@ -99,3 +99,24 @@ def test_cli_offers_the_policy(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     assert "bo" in capsys.readouterr().out
+
+
+def test_sparse_colocation_features_match_the_dense_definition() -> None:
+    from bayes_sched.policies.bo import _ColocationProblem
+
+    rng = np.random.default_rng(0)
+    states = (rng.random((5, 7, 6)) < 0.3) * rng.integers(1, 3, (5, 7, 6))
+    dense = BayesOptPolicy().features(states)
+    problem = _ColocationProblem.__new__(_ColocationProblem)
+    problem.residual = np.zeros((2, 2, 2, 65))
+    distributed, shares_dist, shares, _, nodes, replicas = problem.colocation(states)
+    assert np.array_equal(dense[..., 0], distributed)
+    assert np.array_equal(dense[..., 1], shares_dist)
+    assert np.array_equal(dense[..., 2], shares)
+    assert np.array_equal(replicas, states.sum(axis=2))
+    assert np.array_equal(nodes, np.count_nonzero(states, axis=2))
+    # Two distributed jobs on node 0 share it; a single-node job alone does not.
+    one = np.array([[[1, 1, 0], [1, 0, 1], [0, 0, 0]]])
+    one[0, 2, 1] = 0
+    _, sd, sh, _, _, _ = problem.colocation(one)
+    assert sd[0].tolist() == [1, 1, 0] and sh[0].tolist() == [1, 1, 0]

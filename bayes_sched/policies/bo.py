@@ -372,7 +372,7 @@ class BayesOptPolicy:
                              return_index=True)
         top = order[np.sort(first)][: self.num_candidates]
         states = population[top]                                             # (K, J, N)
-        values = np.stack([problem.fitness(states, residual=draw) for draw in grid_draws])
+        values = problem.fitness(states, residual=grid_draws)              # (S, K)
         mean, std = values.mean(axis=0), values.std(axis=0)
         incumbent = float(mean.max())
         z = (mean - incumbent) / np.maximum(std, 1e-9)
@@ -413,24 +413,41 @@ class _ColocationProblem(_Problem):
         self.policy = policy
         self.residual = residual  # (2, 2, 2, R+1)
 
-    def fitness(self, states: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+    def colocation(self, states: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Index arrays ``(distributed, shares_with_distributed, shares_node, gpus)`` of every job
+        in every state into the residual grid, then nodes and GPUs, each of shape ``(P, J)``.
+
+        Works on the nonzero entries only (a job uses few of many nodes), as Pollux's repair does.
+        """
+        size, num_jobs, num_nodes = states.shape
+        p, j, n = np.nonzero(states)
+        pj = p * num_jobs + j
+        pn = p * num_nodes + n
+        cells = size * num_jobs
+        nodes = np.bincount(pj, minlength=cells)
+        replicas = np.bincount(pj, weights=states[p, j, n], minlength=cells).astype(np.int64)
+        distributed = nodes[pj] > 1
+        jobs_on_node = np.bincount(pn, minlength=size * num_nodes)
+        dist_on_node = np.bincount(pn, weights=distributed, minlength=size * num_nodes)
+        other_dist = dist_on_node[pn] - distributed > 0
+        shares_dist = np.bincount(pj, weights=other_dist, minlength=cells) > 0
+        shares = np.bincount(pj, weights=jobs_on_node[pn] > 1, minlength=cells) > 0
+        shape = (size, num_jobs)
+        r = np.minimum(replicas, self.residual.shape[-1] - 1)
+        return ((nodes > 1).astype(int).reshape(shape), shares_dist.astype(int).reshape(shape),
+                shares.astype(int).reshape(shape), r.reshape(shape), nodes.reshape(shape),
+                replicas.reshape(shape))
+
+    def fitness(self, states: np.ndarray, residual: np.ndarray | None = None,
+                colocation: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+        """Power mean of penalised, scaled speedups times co-location slowdowns, shape ``(P,)``;
+        with ``residual`` of shape ``(S, 2, 2, 2, R+1)`` (posterior draws), shape ``(S, P)``."""
         residual = self.residual if residual is None else residual
-        used = states > 0
-        nodes = used.sum(axis=2)
-        replicas = states.sum(axis=2)
-        distributed = nodes > 1
-        jobs_on_node = used.sum(axis=1)
-        dist_on_node = (used & distributed[:, :, None]).sum(axis=1)
-        shares_dist = np.any(used & ((dist_on_node[:, None, :]
-                                      - (used & distributed[:, :, None])) > 0), axis=2)
-        shares = np.any(used & (jobs_on_node[:, None, :] > 1), axis=2)
-        r = np.minimum(replicas, residual.shape[3] - 1)
-        d = distributed.astype(int)
+        d, sd, sh, r, nodes, replicas = colocation or self.colocation(states)
         # Only what co-location adds: the residual of the same job size alone is the goodput
         # model's own error, common to all placements of that size, and is left out.
-        factor = np.exp(residual[d, shares_dist.astype(int), shares.astype(int), r]
-                        - residual[d, 0, 0, r])
-        speedup = self.tables[self.job_index, nodes, replicas] * self.scale * factor
+        factor = np.exp(residual[..., d, sd, sh, r] - residual[..., d, 0, 0, r])
+        speedup = self.tables[self.job_index, nodes, replicas] * self.scale
         changed = np.any(states != self.base, axis=2)
-        speedup = np.where(changed, speedup * self.penalty, speedup) + 1e-3
-        return _power_mean(speedup, self.p)
+        speedup = np.where(changed, speedup * self.penalty, speedup)
+        return _power_mean(speedup * factor + 1e-3, self.p)
