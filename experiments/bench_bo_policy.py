@@ -70,9 +70,14 @@ def main() -> None:
     args = parser.parse_args()
     tasks = [(f"workload-{w}", i, v, args.max_jobs) for w in args.workloads
              for i in args.interference for v in VARIANTS if not (i == 0 and v == "pollux-blind")]
-    with ProcessPoolExecutor(args.processes) as pool:
-        rows = list(pool.map(run_one, tasks))
     args.report.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with ProcessPoolExecutor(args.processes) as pool, (args.report / "runs.jsonl").open("w") as log:
+        for row in pool.map(run_one, tasks):
+            rows.append(row)
+            # Each finished run is kept at once: a later failure loses nothing.
+            log.write(json.dumps(row, default=float) + "\n")
+            log.flush()
     lines = ["# bo vs Pollux", ""]
     for row in rows:
         if "rounds" in row:
@@ -97,7 +102,8 @@ def main() -> None:
     base = table[table.policy == "pollux"].set_index(["workload", "interference"])
     for stat in ("avg_jct", "p99_jct"):
         table[f"{stat}_vs_pollux"] = [
-            row[stat] / base.loc[(row.workload, row.interference), stat] for row in table.itertuples()]
+            getattr(row, stat) / base.loc[(row.workload, row.interference), stat]
+            for row in table.itertuples()]
     table.to_csv(args.report / "summary.csv", index=False)
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
