@@ -23,7 +23,7 @@ def test_optimize_matches_brute_force_and_respects_limits() -> None:
     nodes = np.array([1, 1, 2, 4, 8])
     gpus = np.array([1, 4, 8, 16, 32])
     choice = model.optimize(nodes, gpus, max_batch_size=2048, local_bsz_range=(8, 64),
-                            max_accum_steps=4, grid_size=96)
+                            max_accum_steps=4)
     assert np.all(choice.batch_size <= 2048)
     assert np.all((choice.local_bsz >= 8) & (choice.local_bsz <= 64))
     assert np.all(choice.accum_steps <= 4)
