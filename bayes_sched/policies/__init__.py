@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from bayes_sched.errors import InputError
 from bayes_sched.policies.base import Policy
+from bayes_sched.policies.bo import BayesOptPolicy
 from bayes_sched.policies.fifo import FifoPolicy
 from bayes_sched.policies.optimus import OptimusPolicy
 from bayes_sched.policies.pollux import PolluxPolicy
@@ -17,6 +18,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "tiresias": TiresiasPolicy,
     "optimus": OptimusPolicy,
     "fifo": FifoPolicy,
+    "bo": BayesOptPolicy,
 }
 
 
@@ -29,5 +31,5 @@ def make_policy(name: str) -> Policy:
             f"unknown policy '{name}': expected one of {', '.join(POLICIES)}") from None
 
 
-__all__ = ["POLICIES", "FifoPolicy", "OptimusPolicy", "PolluxPolicy", "Policy", "TiresiasPolicy",
-           "make_policy"]
+__all__ = ["POLICIES", "BayesOptPolicy", "FifoPolicy", "OptimusPolicy", "PolluxPolicy", "Policy",
+           "TiresiasPolicy", "make_policy"]

@@ -1,0 +1,453 @@
+"""A Bayesian-optimised scheduling policy: Pollux's allocation search, scored by a GP surrogate of
+the realised objective, with Expected Improvement choosing between known-good and uncertain
+co-locations.
+
+Each round:
+
+1. **Learn.** For every job whose allocation did not change over the last round, compare the
+   progress it actually made with what its fitted goodput model predicted there: the residual
+   ``log(realised / predicted)``. Residuals are grouped by the job's *co-location features* —
+   distributed or not, sharing a node with another distributed job, sharing a node at all, and
+   log GPUs — and a GP over those features (prior mean: the predicted interference slowdown where an
+   interference model is given, else 0, i.e. "the model is right") learns what co-locations
+   really cost. Nothing here needs the simulator's ground truth: only progress, which every
+   cluster reports.
+2. **Search.** Pollux's genetic search over allocation matrices (``(P, jobs, nodes)`` GPU counts)
+   maximises the power mean of job speedups, each multiplied by the co-location slowdown the GP
+   predicts for it in that candidate, ``exp(mean(features) - mean(same size, alone))``, so
+   co-locations that proved harmless are used and harmful ones avoided,
+   with no hard rule against them.
+3. **Decide.** The best distinct candidates of the final population are scored by the
+   distribution of the cluster objective under joint GP posterior draws; Expected Improvement over
+   the best posterior mean picks one, so an uncertain co-location is tried when its upside is
+   worth it. The choice is checked against node capacity before it is returned.
+
+:attr:`BayesOptPolicy.history` keeps, per round, the predicted objective (mean and standard
+deviation), the objective realised over the following round, the surrogate's mean uncertainty and
+the co-locations chosen, for the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.special
+import torch
+from botorch.exceptions import ModelFittingError
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from gpytorch.kernels import MaternKernel, ScaleKernel
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.priors import GammaPrior
+
+from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
+from bayes_sched.errors import AllocationError
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem
+
+LOG = logging.getLogger(__name__)
+
+_DEFAULT_GA = GAConfig()
+
+#: Names of the co-location features, in order (the last is scaled log2 GPUs).
+FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node", "log_gpus")
+
+#: A function from co-location features ``(M, 4)`` to the prior log slowdown ``(M,)`` (<= 0).
+InterferencePrior = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class RoundRecord:
+    """One decision: predicted objective of the chosen allocation (mean, std), the objective
+    realised over the next round (``nan`` until known), mean posterior std of the co-location
+    residuals, co-located distributed jobs chosen, candidates scored and the chosen one's rank by
+    posterior mean (0: the exploiting choice)."""
+
+    time: float
+    predicted_mean: float
+    predicted_std: float
+    realised: float = float("nan")
+    surrogate_std: float = float("nan")
+    colocated_distributed: int = 0
+    candidates: int = 0
+    chosen_rank: int = 0
+    learned: dict[str, float] = field(default_factory=dict)
+
+
+class ResidualData:
+    """Exponentially forgotten means of residuals per distinct feature row."""
+
+    def __init__(self, forget: float) -> None:
+        self.forget = forget
+        self.weight: dict[tuple[float, ...], float] = {}
+        self.total: dict[tuple[float, ...], float] = {}
+
+    def decay(self) -> None:
+        for key in self.weight:
+            self.weight[key] *= self.forget
+            self.total[key] *= self.forget
+
+    def add(self, features: np.ndarray, residuals: np.ndarray) -> None:
+        for row, value in zip(features, residuals, strict=True):
+            key = tuple(float(v) for v in row)
+            self.weight[key] = self.weight.get(key, 0.0) + 1.0
+            self.total[key] = self.total.get(key, 0.0) + float(value)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Features ``(M, D)``, mean residuals ``(M,)`` and effective counts ``(M,)``."""
+        keys = [k for k, w in self.weight.items() if w > 1e-3]
+        x = np.array(keys, dtype=np.float64).reshape(len(keys), len(FEATURE_NAMES))
+        w = np.array([self.weight[k] for k in keys])
+        y = np.array([self.total[k] for k in keys]) / np.maximum(w, 1e-12)
+        return x, y, w
+
+
+class BayesOptPolicy:
+    """The Bayesian-optimised policy (registered as ``"bo"``).
+
+    Args:
+        p: power-mean exponent of the cluster objective (Pollux's fairness knob).
+        restart_delay: seconds a re-allocated job loses.
+        max_nodes_per_job, max_replicas_cap, ga: as for Pollux.
+        interference_prior: prior log slowdown for co-location features (e.g. from a contention
+            posterior); ``None`` trusts the goodput models alone.
+        residual_noise: standard deviation of one job-round residual, log units.
+        forget: per-round weight decay of old residuals (models and workloads drift).
+        candidates: distinct candidates scored by EI each round.
+        posterior_draws: joint GP draws used to score them.
+        refit_every: rounds between hyperparameter fits (in between, the GP conditions on new data
+            with the last hyperparameters).
+        seed: seeds the search and the draws.
+    """
+
+    name = "bo"
+    uses_models = True
+
+    def __init__(self, p: float = -1.0, restart_delay: float = 30.0,
+                 max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
+                 ga: GAConfig = _DEFAULT_GA, interference_prior: InterferencePrior | None = None,
+                 residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
+                 posterior_draws: int = 64, refit_every: int = 10, seed: int = 0) -> None:
+        # Pollux's search and speedup tables, without its hard rule against co-location.
+        self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
+                                   max_nodes_per_job=max_nodes_per_job,
+                                   max_replicas_cap=max_replicas_cap, ga=ga)
+        self.interference_prior = interference_prior
+        self.residual_noise = residual_noise
+        self.num_candidates = candidates
+        self.posterior_draws = posterior_draws
+        self.refit_every = refit_every
+        self.rng = np.random.default_rng(seed)
+        self.data = ResidualData(forget)
+        self.history: list[RoundRecord] = []
+        self.fit_problems: list[str] = []
+        self._hyper: dict[str, torch.Tensor] | None = None
+        self._rounds = 0
+        self._previous: dict[str, tuple[np.ndarray, float]] = {}  # name -> (allocation, progress)
+        self._previous_time = 0.0
+        self._previous_time_delta = 0.0
+        self._gpu_scale = math.log2(max_replicas_cap + 1)
+
+    @property
+    def restart_delay(self) -> float:
+        return self.pollux.restart_delay
+
+    @restart_delay.setter
+    def restart_delay(self, value: float) -> None:
+        self.pollux.restart_delay = value
+
+    def job_settings(self, spec: JobSpec) -> JobSettings:
+        return self.pollux.job_settings(spec)
+
+    # --- co-location features --------------------------------------------------------------------
+
+    def features(self, states: np.ndarray) -> np.ndarray:
+        """Co-location features of every job in every state, ``(P, J, N) -> (P, J, 4)``."""
+        used = states > 0
+        nodes = used.sum(axis=2)
+        distributed = nodes > 1
+        jobs_on_node = used.sum(axis=1)                                   # (P, N)
+        dist_on_node = (used & distributed[:, :, None]).sum(axis=1)       # (P, N)
+        others_dist = dist_on_node[:, None, :] - (used & distributed[:, :, None])
+        shares_dist = np.any(used & (others_dist > 0), axis=2)
+        shares = np.any(used & (jobs_on_node[:, None, :] > 1), axis=2)
+        gpus = np.log2(states.sum(axis=2) + 1.0) / self._gpu_scale
+        return np.stack([distributed, shares_dist, shares, gpus], axis=2).astype(np.float64)
+
+    def prior_mean(self, features: np.ndarray) -> np.ndarray:
+        """Prior log slowdown, shape ``features.shape[:-1]``."""
+        if self.interference_prior is None:
+            return np.zeros(features.shape[:-1])
+        flat = features.reshape(-1, features.shape[-1])
+        return np.asarray(self.interference_prior(flat), dtype=np.float64).reshape(
+            features.shape[:-1])
+
+    # --- the surrogate ---------------------------------------------------------------------------
+
+    def _surrogate(self) -> SingleTaskGP | None:
+        x, y, w = self.data.arrays()
+        if len(y) == 0:
+            return None
+        residual = y - self.prior_mean(x)
+        tx = torch.as_tensor(x)
+        ty = torch.as_tensor(residual).reshape(-1, 1)
+        yvar = torch.as_tensor(self.residual_noise**2 / np.maximum(w, 1e-3)).reshape(-1, 1)
+        kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=x.shape[1]),
+                             outputscale_prior=GammaPrior(2.0, 8.0))
+        # Co-location can halve a job's speed: residuals of tens of percent are expected.
+        kernel.base_kernel.lengthscale = 0.7
+        kernel.outputscale = 0.2
+        model = SingleTaskGP(tx, ty, train_Yvar=yvar, covar_module=kernel,
+                             outcome_transform=None)
+        refit = self._hyper is None or self._rounds % self.refit_every == 0
+        if not refit and self._hyper is not None:
+            model.load_state_dict(self._hyper, strict=False)
+        else:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+                self._hyper = {k: v for k, v in model.state_dict().items()
+                               if not k.startswith("likelihood")}
+            except (ModelFittingError, RuntimeError, ValueError) as error:
+                message = f"t={self._previous_time:g}s: surrogate fit failed ({error})"
+                self.fit_problems.append(message)
+                LOG.warning("%s; previous hyperparameters kept", message)
+                if self._hyper is not None:
+                    model.load_state_dict(self._hyper, strict=False)
+        model.eval()
+        return model
+
+    def _residual_grid(self, model: SingleTaskGP | None, max_gpus: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Posterior of the residual on every feature combination: the grid ``(2, 2, 2, R+1, 4)``,
+        its mean ``(2, 2, 2, R+1)`` and joint draws ``(S, 2, 2, 2, R+1)`` (prior mean added)."""
+        flags = np.array([0.0, 1.0])
+        gpus = np.log2(np.arange(max_gpus + 1) + 1.0) / self._gpu_scale
+        grid = np.stack(np.meshgrid(flags, flags, flags, gpus, indexing="ij"), axis=-1)
+        prior = self.prior_mean(grid)
+        shape = grid.shape[:-1]
+        if model is None:
+            return grid, prior, np.broadcast_to(prior, (self.posterior_draws, *shape))
+        with torch.no_grad(), warnings.catch_warnings():
+            # Jitter added to a near-singular joint covariance is expected on a grid this dense.
+            warnings.simplefilter("ignore")
+            posterior = model.posterior(torch.as_tensor(grid.reshape(-1, 4)))
+            mean = posterior.mean.squeeze(-1).numpy().reshape(shape)
+            generator_state = torch.random.get_rng_state()
+            torch.manual_seed(int(self.rng.integers(2**31)))
+            draws = posterior.rsample(torch.Size([self.posterior_draws])).squeeze(-1)
+            torch.random.set_rng_state(generator_state)
+        return grid, prior + mean, prior + draws.numpy().reshape(self.posterior_draws, *shape)
+
+    # --- learning from the last round ------------------------------------------------------------
+
+    def _predicted_rate(self, job: JobView, allocation: np.ndarray) -> float | None:
+        """Progress per second (steps at ``B0``) the job's model predicts at ``allocation``."""
+        model = job.agent.goodput_model()
+        replicas = int(allocation.sum())
+        if model is None or replicas == 0:
+            return None
+        limits = job.limits
+        choice = model.optimize(np.array([np.count_nonzero(allocation)]), np.array([replicas]),
+                                limits.max_batch_size, (limits.min_local_bsz, limits.max_local_bsz),
+                                max_accum_steps=limits.max_accum_steps)
+        goodput = float(choice.goodput[0])
+        return goodput / limits.init_batch_size if goodput > 0 else None
+
+    def _observe(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
+        elapsed = cluster.now - self._previous_time
+        if elapsed <= 0 or not self._previous:
+            return
+        states = np.stack([job.allocation for job in jobs])[None]
+        feats = self.features(states)[0]
+        rows, residuals = [], []
+        for j, job in enumerate(jobs):
+            before = self._previous.get(job.name)
+            if before is None or not np.array_equal(before[0], job.allocation):
+                continue
+            if not job.allocation.any():
+                continue
+            predicted = self._predicted_rate(job, job.allocation)
+            rate = (job.progress - before[1]) / elapsed
+            if predicted is None or rate <= 0:
+                continue
+            rows.append(feats[j])
+            residuals.append(math.log(rate / predicted))
+        self.data.decay()
+        if rows:
+            self.data.add(np.array(rows), np.array(residuals))
+
+    def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
+                            scale: float) -> float:
+        """The power mean of realised speedups over the round just ended."""
+        elapsed = self._previous_time_delta
+        speedups = []
+        for job in jobs:
+            before = self._previous.get(job.name)
+            if before is None or job.name not in fair_rate or elapsed <= 0:
+                continue
+            rate = max(job.progress - before[1], 0.0) / elapsed
+            speedups.append(rate / fair_rate[job.name] * scale + 1e-3)
+        if not speedups:
+            return float("nan")
+        return _power_mean(np.array(speedups)[None], self.pollux.p)[0]
+
+    # --- the decision ----------------------------------------------------------------------------
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        self._rounds += 1
+        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
+        self._observe(cluster, jobs)
+        pollux = self.pollux
+        names = [job.name for job in jobs]
+        base = np.stack([job.allocation for job in jobs]).astype(_STATE)
+        max_replicas = np.array([pollux._max_replicas(job) for job in jobs])
+        tables = pollux.speedup_tables(jobs, cluster, max_replicas)
+        age = np.array([job.age for job in jobs])
+        restarts = np.array([job.num_restarts for job in jobs])
+        penalty = np.maximum(age - restarts * pollux.restart_delay, 0.0) / (age + pollux.restart_delay)
+        model = self._surrogate()
+        r_max = tables.shape[2] - 1
+        grid, grid_mean, grid_draws = self._residual_grid(model, r_max)
+        problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
+                                     min(pollux.max_nodes_per_job, cluster.num_nodes),
+                                     pollux.rng, self, grid_mean)
+        # Realised objective of the last round (for the report), against this round's fair rates.
+        scale = cluster.num_nodes / cluster.total_gpus
+        fair_r = max(1, math.ceil(cluster.total_gpus / len(jobs)))
+        fair_rate = {}
+        for job in jobs:
+            rate = self._predicted_rate(job, np.array([fair_r]))
+            if rate:
+                fair_rate[job.name] = rate
+        self._previous_time_delta = cluster.now - self._previous_time
+        if self.history and math.isnan(self.history[-1].realised):
+            self.history[-1].realised = self._realised_objective(jobs, fair_rate, scale)
+
+        ga = pollux.ga
+        size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
+        generations = max(ga.min_generations, ga.generations * size // ga.population)
+        population = pollux._initial_population(problem, names, size)
+        fitness = problem.fitness(population)
+        for _ in range(generations):
+            children = problem.offspring(population, fitness, ga)
+            merged = np.concatenate([population, children])
+            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
+            keep = np.argsort(-merged_fitness, kind="stable")[:size]
+            population, fitness = merged[keep], merged_fitness[keep]
+        pollux._population, pollux._population_jobs = population, names
+
+        chosen, record = self._choose(problem, population, fitness, grid_draws, cluster.now)
+        decision = {name: chosen[j].astype(np.int64) for j, name in enumerate(names)
+                    if chosen[j].any()}
+        try:
+            validate_allocations(decision, cluster, names)
+        except AllocationError as error:  # never apply an oversubscribing allocation
+            LOG.warning("bo: candidate rejected (%s); current allocation kept", error)
+            decision = {job.name: job.allocation for job in jobs if job.allocation.any()}
+        if model is not None:
+            record.surrogate_std = float(np.sqrt(np.mean(np.var(grid_draws, axis=0))))
+        record.learned = {
+            "alone": float(grid_mean[1, 0, 0].mean()),
+            "with_distributed": float(grid_mean[1, 1, 1].mean()),
+            "single_node_shared": float(grid_mean[0, 0, 1].mean()),
+        }
+        self.history.append(record)
+        self._previous = {job.name: (decision.get(job.name, np.zeros_like(job.allocation)),
+                                     job.progress) for job in jobs}
+        self._previous_time = cluster.now
+        return decision
+
+    def _choose(self, problem: _ColocationProblem, population: np.ndarray, fitness: np.ndarray,
+                grid_draws: np.ndarray, now: float) -> tuple[np.ndarray, RoundRecord]:
+        """Expected Improvement over the best distinct candidates."""
+        order = np.argsort(-fitness, kind="stable")
+        _, first = np.unique(population[order].reshape(len(order), -1), axis=0,
+                             return_index=True)
+        top = order[np.sort(first)][: self.num_candidates]
+        states = population[top]                                             # (K, J, N)
+        values = problem.fitness(states, residual=grid_draws)              # (S, K)
+        mean, std = values.mean(axis=0), values.std(axis=0)
+        incumbent = float(mean.max())
+        z = (mean - incumbent) / np.maximum(std, 1e-9)
+        log_ei = np.log(np.maximum(std, 1e-12)) + _log_h(z)
+        pick = int(np.argmax(log_ei))
+        feats = self.features(states[pick : pick + 1])[0]
+        record = RoundRecord(
+            time=now, predicted_mean=float(mean[pick]), predicted_std=float(std[pick]),
+            colocated_distributed=int(np.sum((feats[:, 0] > 0) & (feats[:, 1] > 0))),
+            candidates=len(top), chosen_rank=int(np.sum(mean > mean[pick])))
+        return states[pick], record
+
+
+def _log_h(z: np.ndarray) -> np.ndarray:
+    """``log(z Phi(z) + phi(z))``, accurate for very negative ``z`` (the LogEI form)."""
+    z = np.asarray(z, dtype=np.float64)
+    direct = np.log(np.maximum(z * scipy.special.ndtr(z) + np.exp(-0.5 * z**2)
+                               / math.sqrt(2 * math.pi), 1e-300))
+    # Asymptotic form for z << 0: phi(z) / z^2 (leading term of the Mills-ratio expansion).
+    asymptotic = -0.5 * z**2 - 0.5 * math.log(2 * math.pi) - 2 * np.log(np.maximum(-z, 1.0))
+    return np.where(z > -5, direct, asymptotic)
+
+
+def _power_mean(values: np.ndarray, p: float) -> np.ndarray:
+    if p == 0:
+        return np.exp(np.mean(np.log(values), axis=-1))
+    return np.mean(values**p, axis=-1) ** (1.0 / p)
+
+
+class _ColocationProblem(_Problem):
+    """Pollux's search problem with each job's speedup multiplied by ``exp(residual)`` of its
+    co-location features in the candidate."""
+
+    def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
+                 penalty: np.ndarray, cluster: ClusterState, p: float, max_nodes: int,
+                 rng: np.random.Generator, policy: BayesOptPolicy, residual: np.ndarray) -> None:
+        super().__init__(base, tables, max_replicas, penalty, cluster, p, False, max_nodes, rng)
+        self.policy = policy
+        self.residual = residual  # (2, 2, 2, R+1)
+
+    def colocation(self, states: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Index arrays ``(distributed, shares_with_distributed, shares_node, gpus)`` of every job
+        in every state into the residual grid, then nodes and GPUs, each of shape ``(P, J)``.
+
+        Works on the nonzero entries only (a job uses few of many nodes), as Pollux's repair does.
+        """
+        size, num_jobs, num_nodes = states.shape
+        p, j, n = np.nonzero(states)
+        pj = p * num_jobs + j
+        pn = p * num_nodes + n
+        cells = size * num_jobs
+        nodes = np.bincount(pj, minlength=cells)
+        replicas = np.bincount(pj, weights=states[p, j, n], minlength=cells).astype(np.int64)
+        distributed = nodes[pj] > 1
+        jobs_on_node = np.bincount(pn, minlength=size * num_nodes)
+        dist_on_node = np.bincount(pn, weights=distributed, minlength=size * num_nodes)
+        other_dist = dist_on_node[pn] - distributed > 0
+        shares_dist = np.bincount(pj, weights=other_dist, minlength=cells) > 0
+        shares = np.bincount(pj, weights=jobs_on_node[pn] > 1, minlength=cells) > 0
+        shape = (size, num_jobs)
+        r = np.minimum(replicas, self.residual.shape[-1] - 1)
+        return ((nodes > 1).astype(int).reshape(shape), shares_dist.astype(int).reshape(shape),
+                shares.astype(int).reshape(shape), r.reshape(shape), nodes.reshape(shape),
+                replicas.reshape(shape))
+
+    def fitness(self, states: np.ndarray, residual: np.ndarray | None = None,
+                colocation: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+        """Power mean of penalised, scaled speedups times co-location slowdowns, shape ``(P,)``;
+        with ``residual`` of shape ``(S, 2, 2, 2, R+1)`` (posterior draws), shape ``(S, P)``."""
+        residual = self.residual if residual is None else residual
+        d, sd, sh, r, nodes, replicas = colocation or self.colocation(states)
+        # Only what co-location adds: the residual of the same job size alone is the goodput
+        # model's own error, common to all placements of that size, and is left out.
+        factor = np.exp(residual[..., d, sd, sh, r] - residual[..., d, 0, 0, r])
+        speedup = self.tables[self.job_index, nodes, replicas] * self.scale
+        changed = np.any(states != self.base, axis=2)
+        speedup = np.where(changed, speedup * self.penalty, speedup)
+        return _power_mean(speedup * factor + 1e-3, self.p)
