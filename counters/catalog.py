@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, get_args
 
 from counters.errors import CountersError
 
@@ -44,20 +44,8 @@ Resource = Literal[
 ]
 
 #: Every resource a counter may reflect, in the order tables list them.
-RESOURCES: tuple[Resource, ...] = (
-    "gpu_sm",
-    "gpu_memory_bandwidth",
-    "gpu_memory_capacity",
-    "gpu_power",
-    "pcie_link",
-    "nvlink",
-    "host_memory_bandwidth",
-    "host_memory_capacity",
-    "cpu",
-    "network",
-    "disk",
-)
-SOURCES: tuple[SourceName, ...] = ("nvml", "nvml_gpm", "pcie_sysfs", "perf", "procfs")
+RESOURCES: tuple[Resource, ...] = get_args(Resource)
+SOURCES: tuple[SourceName, ...] = get_args(SourceName)
 
 
 @dataclass(frozen=True)
