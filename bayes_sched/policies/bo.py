@@ -330,18 +330,7 @@ class BayesOptPolicy:
         if self.history and math.isnan(self.history[-1].realised):
             self.history[-1].realised = self._realised_objective(jobs, fair_rate, scale)
 
-        ga = pollux.ga
-        size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
-        generations = max(ga.min_generations, ga.generations * size // ga.population)
-        population = pollux._initial_population(problem, names, size)
-        fitness = problem.fitness(population)
-        for _ in range(generations):
-            children = problem.offspring(population, fitness, ga)
-            merged = np.concatenate([population, children])
-            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
-            keep = np.argsort(-merged_fitness, kind="stable")[:size]
-            population, fitness = merged[keep], merged_fitness[keep]
-        pollux._population, pollux._population_jobs = population, names
+        population, fitness = pollux.evolve(problem, names)
 
         chosen, record = self._choose(problem, population, fitness, grid_draws, cluster.now)
         decision = {name: chosen[j].astype(np.int64) for j, name in enumerate(names)

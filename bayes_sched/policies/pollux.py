@@ -168,21 +168,30 @@ class PolluxPolicy:
         problem = _Problem(base, tables, max_replicas, penalty, cluster, self.p,
                            self.avoid_interference, min(self.max_nodes_per_job, num_nodes),
                            self.rng)
+        population, fitness = self.evolve(problem, names)
+        best = population[int(np.argmax(fitness))]
+        return {name: best[j].astype(np.int64) for j, name in enumerate(names) if best[j].any()}
+
+    def evolve(self, problem: _Problem, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Run the genetic search on ``problem``, warm-started from the last round's population.
+
+        Returns the final population ``(P, jobs, nodes)`` and its fitness ``(P,)``, and keeps the
+        population for the next round's warm start.
+        """
         ga = self.ga
+        base = problem.base
         size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
         generations = max(ga.min_generations, ga.generations * size // ga.population)
         population = self._initial_population(problem, names, size)
         fitness = problem.fitness(population)
         for _ in range(generations):
             children = problem.offspring(population, fitness, ga)
-            child_fitness = problem.fitness(children)
             merged = np.concatenate([population, children])
-            merged_fitness = np.concatenate([fitness, child_fitness])
+            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
             keep = np.argsort(-merged_fitness, kind="stable")[:size]
             population, fitness = merged[keep], merged_fitness[keep]
         self._population, self._population_jobs = population, names
-        best = population[int(np.argmax(fitness))]
-        return {name: best[j].astype(np.int64) for j, name in enumerate(names) if best[j].any()}
+        return population, fitness
 
     def _initial_population(self, problem: _Problem, names: list[str], size: int) -> np.ndarray:
         base = problem.base
