@@ -126,6 +126,21 @@ def test_denoised_dram_beats_raw_multiplexed_counters(cluster, posterior) -> Non
     assert denoised_error < raw_error / 4
 
 
+def test_denoised_intervals_cover_the_truth_near_their_nominal_level(cluster, posterior) -> None:
+    truth = cluster.truth
+    expected = {
+        "dram_rate": truth["perf_dram_read_rate"] + truth["perf_dram_write_rate"],
+        "pcie_rate": truth["gpu_gpm_pcie_tx_rate"] + truth["gpu_gpm_pcie_rx_rate"],
+        "nic_rate": truth["network_rx_rate"] + truth["network_tx_rate"],
+        "gpu_utilization": truth["gpu_utilization"],
+    }
+    for name, values in expected.items():
+        low = posterior[name].sel(quantile=0.05).values
+        high = posterior[name].sel(quantile=0.95).values
+        covered = float(np.mean((values.values >= low) & (values.values <= high)))
+        assert 0.75 <= covered <= 0.995, (name, covered)
+
+
 def test_all_nan_node_gets_wide_intervals_not_a_confident_answer(cluster) -> None:
     ds = cluster.counters.copy(deep=True)
     for name in schema.value_names(ds):

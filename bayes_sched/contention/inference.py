@@ -23,9 +23,12 @@ from pyro.optim import ClippedAdam
 
 from bayes_sched.contention.model import (
     BYTES_PER_UNIT,
+    TRAFFIC_FLOOR,
     ContentionData,
     contention_model,
+    cosine_basis,
     initial_locations,
+    inverse_softplus,
     latent_loads,
 )
 from bayes_sched.contention.topology import NodeTopology, TopologyError
@@ -182,9 +185,75 @@ def fit_svi(
             loc, scale = guide._get_loc_and_scale(name)
             noise = torch.randn((num_samples, *loc.shape), generator=generator)
             latent[name] = loc + scale * noise
-        spread = guide.median(data)["spread"]
+        medians = guide.median(data)
+        spread = medians["spread"]
         _blind_series_from_prior(data, latent, spread, generator)
-        return latent_loads(data, **{k: latent[k] for k in LOAD_SITES})
+        loads = latent_loads(data, **{k: latent[k] for k in LOAD_SITES})
+        centre = latent_loads(
+            data, **{k: guide._get_loc_and_scale(k)[0] for k in LOAD_SITES}
+        )
+        # The CPUs' own DRAM traffic is linear-Gaussian given everything else: its posterior is
+        # computed exactly (after linearising the softplus at the fit), because a mean-field
+        # guide understates how uncertain a smooth series is between noisy samples.
+        other = loads["dram"] - loads["host"]
+        loads["host"] = host_posterior(
+            data, other, centre["host"], centre["dram"], medians["sigma_mux"], spread[3], generator
+        )
+        loads["dram"] = loads["host"] + other
+        return loads
+
+
+def host_posterior(
+    data: ContentionData,
+    other_dram: torch.Tensor,
+    host_centre: torch.Tensor,
+    dram_centre: torch.Tensor,
+    sigma_mux: torch.Tensor,
+    spread_host: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """Draws ``(S, T, N)`` of the CPUs' DRAM traffic (GB/s) from its Gaussian posterior.
+
+    The host series ``h = softplus(eta)`` has ``eta = level + B w + e`` (the model's smooth trend
+    with independent departures ``e ~ Normal(0, spread_host)``), and each DRAM sample is
+    ``h + other + noise`` with the model's multiplexing noise scale. Linearising the softplus
+    at ``host_centre`` (``(T, N)``, the fitted host traffic) makes ``eta`` jointly Gaussian with
+    the samples; its posterior is exact given each draw of ``other_dram`` (``(S, T, N)``: GPU DMA
+    plus NIC traffic), so the trend's own uncertainty between noisy samples is kept. Windows
+    without a DRAM sample get the prior's spread.
+    """
+    num_t, num_n = host_centre.shape
+    num_basis = 8
+    f64 = torch.float64
+    eta_hat = inverse_softplus(host_centre).to(f64).T  # (N, T)
+    gain = torch.sigmoid(eta_hat)
+    offset = torch.nn.functional.softplus(eta_hat) - gain * eta_hat
+    fraction = torch.nan_to_num(data.running_fraction, nan=1.0).clamp(0.02, 1.0).to(f64).T
+    noise = float(sigma_mux) * dram_centre.to(f64).T * torch.sqrt((1 - fraction) / fraction)
+    noise = noise + TRAFFIC_FLOOR
+    observed = torch.isfinite(data.dram).T
+    weight = torch.where(observed, gain**2 / noise**2, torch.zeros_like(noise))  # (N, T)
+    dram = torch.where(observed, data.dram.T, torch.zeros_like(data.dram.T)).to(f64)
+    target = (dram.unsqueeze(0) - other_dram.to(f64).transpose(-1, -2) - offset) / gain
+    # Prior of eta over a node's windows: level (sd 30) + cosine trend + departures.
+    design = torch.cat(
+        [torch.ones(num_t, 1, dtype=f64), cosine_basis(num_t, num_basis).to(f64)], dim=1
+    )
+    prior_sd = torch.cat(
+        [torch.tensor([30.0], dtype=f64), 1.0 / torch.arange(1, num_basis + 1, dtype=f64)]
+    )
+    eye = torch.eye(num_t, dtype=f64)
+    prior_cov = (design * prior_sd**2) @ design.T + float(spread_host) ** 2 * eye
+    precision = torch.linalg.inv(prior_cov).unsqueeze(0) + torch.diag_embed(weight)
+    covariance = torch.linalg.inv(precision)
+    covariance = 0.5 * (covariance + covariance.transpose(-1, -2))
+    mean = torch.einsum("nts,kns->ktn", covariance, weight.unsqueeze(0) * target)
+    chol = torch.linalg.cholesky(covariance + 1e-9 * eye)
+    standard = torch.randn(
+        (other_dram.shape[0], num_n, num_t), generator=generator, dtype=f64
+    )
+    eta = mean + torch.einsum("nts,kns->ktn", chol, standard)
+    return torch.nn.functional.softplus(eta).to(torch.float32)
 
 
 #: The latent sites :func:`latent_loads` takes.

@@ -195,7 +195,7 @@ def latent_loads(
     }
 
 
-def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
+def inverse_softplus(y: torch.Tensor) -> torch.Tensor:
     y = y.clamp_min(1e-3)
     return y + torch.log(-torch.expm1(-y))
 
@@ -219,7 +219,7 @@ def initial_locations(data: ContentionData) -> dict[str, torch.Tensor]:
     k = _fill(data.nic, 0.1)
     dram = _fill(data.dram, float(x.sum(-1).mean() + 1.0))
     host = (dram - x.sum(-1) - k).clamp_min(0.5)
-    z_x, z_u, z_k = _inverse_softplus(x), torch.logit(u), _inverse_softplus(k)
+    z_x, z_u, z_k = inverse_softplus(x), torch.logit(u), inverse_softplus(k)
     return {
         "z_x": z_x,
         "z_u": z_u,
@@ -228,5 +228,5 @@ def initial_locations(data: ContentionData) -> dict[str, torch.Tensor]:
         "level_x": z_x.mean(0),
         "level_u": z_u.mean(0),
         "level_k": z_k.mean(0),
-        "level": _inverse_softplus(host.median(0).values),
+        "level": inverse_softplus(host.median(0).values),
     }

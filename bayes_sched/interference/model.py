@@ -1,25 +1,26 @@
 """A Bayesian interference model: predictive distribution of each job's speed in a co-location.
 
 Every job ``j`` has a latent *sensitivity* ``c_j`` and *demand* ``d_j`` (vectors of ``K``
-non-negative
-numbers, one per hidden shared resource). Job ``a`` running next to the set of jobs ``B`` has
-normalised
-speed (co-located throughput / throughput alone)::
+non-negative numbers, one per hidden shared resource). Job ``a`` running next to the set of jobs
+``B`` has normalised speed (co-located throughput / throughput alone)::
 
     speed_a ~ Normal(exp(-sum_{b in B} c_a . d_b), sigma)
 
 so a job slows down when it is sensitive on the resources its neighbours use heavily. Demands and
 sensitivities are tied to what a job shows alone (its solo features ``x_j``, standardised) through a
-learned linear map with job-level residuals::
+learned linear map plus a job residual that is *smooth in feature space*::
 
-    c_j = softplus(W_c x_j + b_c + tau_c eps_cj),   d_j = softplus(W_d x_j + b_d + tau_d eps_dj)
-    eps ~ Normal(0, 1)
+    c_j = softplus(W_c x_j + b_c + tau_c r_cj),   d_j = softplus(W_d x_j + b_d + tau_d r_dj)
+    r[:, a, k] ~ MultivariateNormal(0, (1 - nugget) k_ell(x_i, x_j) + nugget delta_ij)
 
-Measured pairs pin down ``eps`` of the jobs they involve. A job never co-located (cold start) keeps
-its
-prior ``eps``: its prediction comes from its solo features alone and its interval is wider by the
-residual spread ``tau`` the data have shown. Fitted by SVI (mean-field normal guide), seeded.
-The mean is at most 1: the model never predicts a speed-up from sharing.
+with ``k_ell`` a squared-exponential kernel with one learned length scale per feature (empirical
+Bayes: the lengths and the ``nugget``, the share of a job's residual no feature explains, are fitted
+with everything else). Measured pairs pin down the residuals of the jobs they involve. A job never
+co-located (cold start) gets its residual from the Gaussian conditional given the fitted jobs'
+residuals: jobs that look alike alone (e.g. the same model at another batch size) lend it their
+residuals, and its interval keeps the conditional spread, so it is honestly wider. Fitted by SVI (a
+mean-field normal guide on whitened residuals), seeded. The mean is at most 1: the model never
+predicts a speed-up from sharing.
 """
 
 from __future__ import annotations
@@ -45,6 +46,31 @@ from bayes_sched.interference.tables import (
     pair_observations,
 )
 
+#: Added to kernel diagonals so that their Cholesky factors exist in float32.
+JITTER = 1e-4
+
+
+def feature_kernel(
+    left: torch.Tensor, right: torch.Tensor, lengthscale: torch.Tensor
+) -> torch.Tensor:
+    """Squared-exponential kernel ``(..., M, N)`` between features ``(M, P)`` and ``(N, P)`` with
+    (batched) length scales ``(..., P)`` in standardised feature units."""
+    scaled_left = left / lengthscale.unsqueeze(-2)
+    scaled_right = right / lengthscale.unsqueeze(-2)
+    distance = (scaled_left.unsqueeze(-2) - scaled_right.unsqueeze(-3)).pow(2).sum(-1)
+    return torch.exp(-0.5 * distance)
+
+
+def residual_covariance(
+    features: torch.Tensor, lengthscale: torch.Tensor, nugget: torch.Tensor
+) -> torch.Tensor:
+    """``(..., J, J)`` prior correlation of job residuals: feature-smooth part plus a per-job
+    ``nugget`` (``(...,)``)."""
+    eye = torch.eye(features.shape[0])
+    nugget = nugget[..., None, None]
+    smooth = feature_kernel(features, features, lengthscale)
+    return (1.0 - nugget) * smooth + (nugget + JITTER) * eye
+
 
 def interference_model(
     features: torch.Tensor,
@@ -52,6 +78,7 @@ def interference_model(
     other: torch.Tensor,
     speed: torch.Tensor | None = None,
     latent_dim: int = 3,
+    noise_df: float | None = None,
 ) -> torch.Tensor:
     """The generative model, a plain function of data.
 
@@ -61,6 +88,7 @@ def interference_model(
         other: ``(N,)`` index of the job it shares with.
         speed: ``(N,)`` observed normalised speeds, or ``None`` to sample them.
         latent_dim: ``K``, the number of hidden shared resources.
+        noise_df: degrees of freedom of a Student-t measurement noise; ``None``: normal noise.
 
     Returns:
         ``(N,)`` the mean normalised speed of each observation.
@@ -74,14 +102,31 @@ def interference_model(
     bias = pyro.sample("bias", dist.Normal(-1.0, 1.0).expand([2, latent_dim]).to_event(2))
     tau = pyro.sample("tau", dist.HalfNormal(1.0).expand([2]).to_event(1))
     sigma = pyro.sample("sigma", dist.HalfNormal(0.2))
+    lengthscale = pyro.sample(
+        "lengthscale", dist.LogNormal(0.5, 1.0).expand([num_features]).to_event(1)
+    )
+    nugget = pyro.sample("nugget", dist.Beta(1.0, 2.0))
     with pyro.plate("jobs", num_jobs):
-        residual = pyro.sample(
-            "residual", dist.Normal(0.0, 1.0).expand([2, latent_dim]).to_event(2)
+        whitened = pyro.sample(
+            "whitened", dist.Normal(0.0, 1.0).expand([2, latent_dim]).to_event(2)
         )
+    chol = torch.linalg.cholesky(residual_covariance(features, lengthscale, nugget))
+    residual = torch.einsum("ij,jak->iak", chol, whitened)
+    # Some jobs' speeds scatter more than others' (e.g. on a faster GPU): the noise scale is
+    # log-linear in the target's features.
+    noise_weight = pyro.sample(
+        "noise_weight", dist.Normal(0.0, 0.5).expand([num_features]).to_event(1)
+    )
     sensitivity, demand = latent_loads(features, weight, bias, tau, residual)
     mean = torch.exp(-(sensitivity[target] * demand[other]).sum(-1))
+    scale = sigma * torch.exp(features[target] @ noise_weight)
     with pyro.plate("observations", target.shape[0]):
-        pyro.sample("speed", dist.Normal(mean, sigma), obs=speed)
+        noise = (
+            dist.Normal(mean, scale)
+            if noise_df is None
+            else dist.StudentT(noise_df, mean, scale)
+        )
+        pyro.sample("speed", noise, obs=speed)
     return mean
 
 
@@ -93,11 +138,43 @@ def latent_loads(
     residual: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sensitivity and demand ``(..., J, K)`` from features ``(J, P)`` and (batched) parameters:
-    weight ``(..., 2, P, K)``, bias ``(..., 2, K)``, tau ``(..., 2)``, residual ``(..., J, 2,
-    K)``."""
+    weight ``(..., 2, P, K)``, bias ``(..., 2, K)``, tau ``(..., 2)``, residual
+    ``(..., J, 2, K)``."""
     linear = torch.einsum("jp,...apk->...jak", features, weight)
     latent = softplus(linear + bias.unsqueeze(-3) + tau[..., None, :, None] * residual)
     return latent[..., 0, :], latent[..., 1, :]
+
+
+def conditional_residuals(
+    fitted_features: torch.Tensor,
+    fitted_residual: torch.Tensor,
+    new_features: torch.Tensor,
+    lengthscale: torch.Tensor,
+    nugget: torch.Tensor,
+    noise: torch.Tensor,
+) -> torch.Tensor:
+    """Draws of the residuals of jobs never co-located, given the fitted jobs' residual draws.
+
+    Args:
+        fitted_features: ``(J, P)``; fitted_residual: ``(S, J, 2, K)`` posterior draws.
+        new_features: ``(M, P)``; lengthscale ``(S, P)``, nugget ``(S,)`` posterior draws.
+        noise: ``(S, M, 2, K)`` standard normal draws.
+
+    Returns:
+        ``(S, M, 2, K)`` draws from the Gaussian conditional of the residual prior.
+    """
+    k_fitted = residual_covariance(fitted_features, lengthscale, nugget)
+    k_cross = (1.0 - nugget[:, None, None]) * feature_kernel(
+        new_features, fitted_features, lengthscale
+    )
+    k_new = residual_covariance(new_features, lengthscale, nugget)
+    chol = torch.linalg.cholesky(k_fitted)
+    solved = torch.cholesky_solve(k_cross.transpose(-1, -2), chol)  # (S, J, M)
+    mean = torch.einsum("sjm,sjak->smak", solved, fitted_residual)
+    covariance = k_new - k_cross @ solved
+    covariance = 0.5 * (covariance + covariance.transpose(-1, -2))
+    spread = torch.linalg.cholesky(covariance + JITTER * torch.eye(new_features.shape[0]))
+    return mean + torch.einsum("smn,snak->smak", spread, noise)
 
 
 @dataclass(frozen=True)
@@ -110,6 +187,7 @@ class FitConfig:
     final_learning_rate: float = 0.005
     num_samples: int = 300
     seed: int = 0
+    noise_df: float | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +271,9 @@ class InterferenceModel:
         speed = torch.tensor(observations["speed"].to_numpy(), dtype=torch.float32)
 
         def model(*args: torch.Tensor | None) -> torch.Tensor:
-            return interference_model(*args, latent_dim=config.latent_dim)
+            return interference_model(
+                *args, latent_dim=config.latent_dim, noise_df=config.noise_df
+            )
 
         pyro.clear_param_store()
         pyro.set_rng_seed(config.seed)
@@ -205,6 +285,11 @@ class InterferenceModel:
         svi = SVI(model, guide, optimiser, Trace_ELBO())
         losses = [float(svi.step(features, target, other, speed)) for _ in range(config.num_steps)]
         draws = _draw_posterior(guide, config.num_samples, features, target, other, speed)
+        with torch.no_grad():
+            chol = torch.linalg.cholesky(
+                residual_covariance(features, draws["lengthscale"], draws["nugget"])
+            )
+            draws["residual"] = torch.einsum("sij,sjak->siak", chol, draws["whitened"])
         return cls(config, solo_features, jobs, feature_mean, feature_scale, draws, losses)
 
     def predict_speed(
@@ -225,7 +310,7 @@ class InterferenceModel:
         if len(groups) != len(target):
             raise InterferenceInputError("target and others must have the same length")
         names = pd.Index(sorted(set(target) | {j for g in groups for j in g}))
-        sensitivity, demand = self._latents(names, table, seed)
+        sensitivity, demand, x = self._latents(names, table, seed)
         index = {name: i for i, name in enumerate(names)}
         load = torch.zeros(sensitivity.shape[0], len(target))
         for column, (job, group) in enumerate(zip(target, groups, strict=True)):
@@ -234,7 +319,18 @@ class InterferenceModel:
                     -1
                 )
         generator = torch.Generator().manual_seed(self.config.seed if seed is None else seed)
-        noise = torch.randn(load.shape, generator=generator) * self.draws["sigma"][:, None]
+        if self.config.noise_df is None:
+            standard = torch.randn(load.shape, generator=generator)
+        else:
+            rng = np.random.default_rng(self.config.seed if seed is None else seed)
+            standard = torch.tensor(
+                rng.standard_t(self.config.noise_df, tuple(load.shape)), dtype=torch.float32
+            )
+        target_x = x[torch.tensor(names.get_indexer(list(target)))]
+        scale = self.draws["sigma"][:, None] * torch.exp(
+            self.draws["noise_weight"] @ target_x.transpose(0, 1)
+        )
+        noise = standard * scale
         samples = (torch.exp(-load) + noise).numpy()
         cold = ~np.isin(np.asarray(target), self.fitted_jobs)
         return SpeedPrediction(samples=samples, cold_start=cold)
@@ -258,8 +354,10 @@ class InterferenceModel:
 
     def _latents(
         self, names: pd.Index, table: pd.DataFrame, seed: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sensitivity and demand draws ``(S, len(names), K)``; prior residuals for unseen jobs."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sensitivity and demand draws ``(S, len(names), K)`` and standardised features
+        ``(len(names), P)``; unseen jobs' residuals come from the
+        prior conditioned on the fitted jobs' residuals."""
         missing = names.difference(table.index)
         if len(missing):
             raise InterferenceInputError(
@@ -278,12 +376,22 @@ class InterferenceModel:
         generator = torch.Generator().manual_seed(
             self.config.seed + 1 if seed is None else seed + 1
         )
-        prior = torch.randn(num_samples, len(names), 2, latent_dim, generator=generator)
         position = self.fitted_jobs.get_indexer(names)
+        residual = torch.zeros(num_samples, len(names), 2, latent_dim)
         seen = torch.tensor(position >= 0)
-        seen_at = torch.tensor(np.where(position >= 0, position, 0))
-        residual = torch.where(seen[None, :, None, None], d["residual"][:, seen_at], prior)
-        return latent_loads(x, d["weight"], d["bias"], d["tau"], residual)
+        residual[:, seen] = d["residual"][:, torch.tensor(position)[seen]]
+        if not seen.all():
+            fitted_raw = self.solo_features.loc[self.fitted_jobs].to_numpy(float)
+            fitted_x = torch.tensor(
+                (fitted_raw - self.feature_mean) / self.feature_scale, dtype=torch.float32
+            )
+            noise = torch.randn(
+                num_samples, int((~seen).sum()), 2, latent_dim, generator=generator
+            )
+            residual[:, ~seen] = conditional_residuals(
+                fitted_x, d["residual"], x[~seen], d["lengthscale"], d["nugget"], noise
+            )
+        return (*latent_loads(x, d["weight"], d["bias"], d["tau"], residual), x)
 
 
 def _draw_posterior(
