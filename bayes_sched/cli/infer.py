@@ -1,6 +1,7 @@
 """``bayes-sched infer``: Bayesian inference commands.
 
 bayes-sched infer contention STORE --out DIR [--topology FILE] [--steps N] [--seed S] [--json]
+bayes-sched infer topology [--sysfs-root PATH] [--no-nvml] [--out FILE] [--json]
 bayes-sched infer synthetic OUT_DIR [--nodes N] [--samples T] [--seed S]
 bayes-sched infer interference PAIRS SOLO --jobs A,B[,C...] [--steps N] [--seed S] [--json]
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from bayes_sched.cli._common import print_table, progress_bar
+from bayes_sched.contention.discovery import discover_topology
 from bayes_sched.contention.generator import GeneratorConfig, generate
 from bayes_sched.contention.inference import (
     bottlenecks,
@@ -52,7 +54,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     contention.add_argument("--out", type=Path, required=True, help="report directory")
     contention.add_argument(
-        "--topology", type=Path, help="node topology JSON (default: 4 PCIe switches x 2 GPUs)"
+        "--topology",
+        type=Path,
+        help="node topology JSON (see 'infer topology'); default: 4 PCIe switches x 2 GPUs",
+    )
+    contention.add_argument(
+        "--discover-topology",
+        action="store_true",
+        help="discover the topology of the node this runs on (the store must come from it)",
     )
     contention.add_argument(
         "--jobs", type=Path, help="jobs CSV (job,node,gpu,solo_step_s) for per-job sensitivity"
@@ -64,6 +73,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     contention.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     contention.add_argument("--json", action="store_true", help="print the table as JSON")
     contention.set_defaults(handler=run_contention)
+
+    topology = commands.add_parser(
+        "topology",
+        help="discover this node's topology (sysfs PCIe tree, NVML) as a topology file",
+        description="Find the GPUs, the PCIe switch each hangs off, NUMA nodes and NICs "
+        "(NVML where the driver answers, else sysfs) and print the topology JSON that "
+        "'infer contention --topology' reads. Host memory bandwidth cannot be discovered: "
+        "dram_capacity keeps its default (edit the file).",
+    )
+    topology.add_argument(
+        "--sysfs-root", type=Path, default=Path("/sys"), help="sysfs mount (default /sys)"
+    )
+    topology.add_argument("--no-nvml", action="store_true", help="use sysfs only")
+    topology.add_argument("--out", type=Path, help="also write the topology JSON to this file")
+    topology.add_argument(
+        "--json", action="store_true", help="print only the topology JSON (no notes)"
+    )
+    topology.set_defaults(handler=run_topology)
 
     synthetic = commands.add_parser(
         "synthetic",
@@ -99,7 +126,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_contention(args: argparse.Namespace) -> int:
-    topology = read_topology(args.topology) if args.topology else NodeTopology()
+    if args.topology and args.discover_topology:
+        raise TopologyError("give --topology or --discover-topology, not both")
+    if args.discover_topology:
+        topology = discover_topology().topology
+    else:
+        topology = read_topology(args.topology) if args.topology else NodeTopology()
     window = prepare(open_counters(args.store), topology, where=str(args.store))
     with progress_bar(not args.json) as progress:
         task = progress.add_task("inference (SVI)", total=2)
@@ -124,6 +156,34 @@ def run_contention(args: argparse.Namespace) -> int:
         title=f"Most likely bottlenecks (report: {report})",
         as_json=args.json,
     )
+    return 0
+
+
+def run_topology(args: argparse.Namespace) -> int:
+    found = discover_topology(args.sysfs_root, use_nvml=not args.no_nvml)
+    text = found.topology.to_json()
+    if args.out is not None:
+        if args.out.exists():
+            raise TopologyError(f"{args.out}: already exists; give a new file")
+        args.out.write_text(text + "\n")
+    if args.json:
+        print(text)
+        return 0
+    rows = [
+        {"switch": s, "pci_uplink": uplink, "gpus": count, "numa_node": numa}
+        for s, (uplink, count, numa) in enumerate(
+            zip(
+                found.switches,
+                found.topology.gpus_per_switch,
+                found.topology.switch_numa,
+                strict=True,
+            )
+        )
+    ]
+    print_table(rows, title=f"Topology from {found.source} ({len(found.gpus)} GPUs)", as_json=False)
+    print(text)
+    for note in found.notes:
+        print(f"note: {note}")
     return 0
 
 
