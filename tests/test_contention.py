@@ -302,3 +302,29 @@ def test_job_sensitivity_found_where_contention_is(cluster) -> None:
     loose = out.loc[quiet, "sensitivity_dram_high"] - out.loc[quiet, "sensitivity_dram_low"]
     assert tight.max() < 0.2 < loose.min()  # nothing saturated: the data cannot say
     assert (out["pcie_demand"] > 0).all() and out["sm_demand"].between(0, 1).all()
+
+
+def test_multi_node_jobs_cross_every_spanned_nic() -> None:
+    """Generator and model share the invariant: a job spanning nodes puts the same all-reduce
+    bytes on each of their NICs."""
+    cluster = generate(GeneratorConfig(num_nodes=4, multi_node_jobs=2, num_samples=30, seed=5))
+    assert len(cluster.multi_node) == 2
+    nic = (cluster.truth["network_rx_rate"] + cluster.truth["network_tx_rate"]).values
+    allreduce = cluster.truth["allreduce_rate"].values
+    nodes = list(cluster.truth["node"].values)
+    spans = {row.job: list(row.nodes) for row in cluster.multi_node.itertuples()}
+    for m, job in enumerate(cluster.truth["span_job"].values):
+        assert (allreduce[:, m] > 0).all()
+        for node in spans[job]:
+            assert (nic[:, nodes.index(node)] >= allreduce[:, m] * (1 - 1e-9)).all()
+    window = prepare(cluster.counters, cluster.topology, multi_node=spans)
+    assert window.data.spans.shape == (2, 4)
+    draws = fit_svi(window, num_steps=30, num_samples=50, seed=0)
+    assert draws["allreduce"].shape == (50, 30, 2)
+    for m, job in enumerate(spans):
+        for node in spans[job]:
+            assert (draws["nic"][..., nodes.index(node)] >= draws["allreduce"][..., m]).all()
+    with pytest.raises(TopologyError, match="spans node 'node999'"):
+        prepare(cluster.counters, cluster.topology, multi_node={"j": ["node000", "node999"]})
+    with pytest.raises(TopologyError, match="expected 2 or more"):
+        prepare(cluster.counters, cluster.topology, multi_node={"j": ["node000"]})

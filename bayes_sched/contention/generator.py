@@ -68,6 +68,12 @@ class GeneratorConfig:
     max_clock_skew_s: float = 0.5
     start_s: float = 1.8e9
     seed: int = 0
+    #: Jobs spanning several nodes (data-parallel, synchronous): each one's all-reduce traffic
+    #: crosses the NIC of every node it spans, the same bytes on each.
+    multi_node_jobs: int = 0
+    multi_node_span: int = 2
+    #: All-reduce traffic of a multi-node job, per spanned node, as a fraction of NIC capacity.
+    multi_node_traffic: tuple[float, float] = (0.3, 0.6)
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,10 @@ class SyntheticCluster:
     step_time: xr.DataArray
     scenario: dict[str, str]
     topology: NodeTopology
+    #: One row per multi-node job: ``job``, ``nodes`` (tuple of node names), ``nic`` (offered
+    #: all-reduce traffic per node, byte/s). ``truth["allreduce_rate"]`` ``(time, span_job)``
+    #: holds the bytes/s each one moves through each of its nodes' NICs.
+    multi_node: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def max_min_share(demand: np.ndarray, capacity: float) -> np.ndarray:
@@ -160,6 +170,10 @@ def _node_truth(
     # Demands breathe over time (data-loading phases): +-20%, per job.
     period = rng.uniform(15.0, 40.0, num_jobs)
     phase = rng.uniform(0, 2 * np.pi, num_jobs)
+    if "period" in jobs:  # multi-node jobs breathe in step on every node they span
+        given = jobs["period"].notna().to_numpy()
+        period[given] = jobs["period"].to_numpy(float)[given]
+        phase[given] = jobs["phase"].to_numpy(float)[given]
     activity = 1.0 + 0.2 * np.sin(2 * np.pi * times[:, None] / period + phase)  # (T, J)
     gpu = jobs["gpu"].to_numpy()
     switch = topology.switch_of_gpu()[gpu]
@@ -225,10 +239,38 @@ def generate(config: GeneratorConfig | None = None) -> SyntheticCluster:
     contended = np.zeros((num_n, len(resources)), dtype=bool)
     job_tables, steps, scenario = [], [], {}
     skew = rng.uniform(-config.max_clock_skew_s, config.max_clock_skew_s, num_n)
+    multi_node = _draw_multi_node_jobs(config, nodes, rng)
+    node_jobs, node_truths = [], []
     for n, node in enumerate(nodes):
         scenario[node] = str(rng.choice(config.scenarios))
         jobs = _draw_jobs(topology, scenario[node], rng)
-        truth = _node_truth(jobs, topology, labels + skew[n], rng)
+        spanning = multi_node[[node in span for span in multi_node["nodes"]]]
+        if len(spanning):
+            jobs = pd.concat(
+                [
+                    jobs,
+                    pd.DataFrame(
+                        {
+                            "gpu": rng.integers(num_g, size=len(spanning)),
+                            "pcie": 1.0,  # byte/s: the all-reduce goes via host memory
+                            "dram_cpu": 0.0,
+                            "nic": spanning["nic"].to_numpy(),
+                            "sm": 1e-3,
+                            "tx_share": 0.5,
+                            "base_step_s": 1.0,
+                            "span_job": spanning["job"].to_numpy(),
+                            "period": spanning["period"].to_numpy(),
+                            "phase": spanning["phase"].to_numpy(),
+                        }
+                    ),
+                ],
+                ignore_index=True,
+            )
+        node_jobs.append(jobs)
+        node_truths.append(_node_truth(jobs, topology, labels + skew[n], rng))
+    allreduce = _couple_multi_node_jobs(multi_node, node_jobs, node_truths, num_t)
+    for n, node in enumerate(nodes):
+        jobs, truth = node_jobs[n], node_truths[n]
         gpu = jobs["gpu"].to_numpy()
         share = jobs["tx_share"].to_numpy()
         for g in range(num_g):
@@ -256,9 +298,13 @@ def generate(config: GeneratorConfig | None = None) -> SyntheticCluster:
             else:
                 load[:, n, r] = np.minimum(truth["sm"][:, gpu == int(name[3:-3])].sum(-1), 1.0)
             contended[n, r] = bool((truth["offered"][name] > capacity).any())
+        single = (
+            jobs["span_job"].isna().to_numpy() if "span_job" in jobs else np.ones(len(jobs), bool)
+        )
+        jobs = jobs[single].drop(columns=["span_job", "period", "phase"], errors="ignore")
         jobs.insert(0, "node", node)
         job_tables.append(jobs)
-        steps.append(jobs["base_step_s"].to_numpy() / truth["progress"])
+        steps.append(jobs["base_step_s"].to_numpy() / truth["progress"][:, single])
     jobs = pd.concat(job_tables, ignore_index=True)
     jobs.insert(0, "job", [f"job{j:04d}" for j in range(len(jobs))])
     step_time = np.concatenate(steps, axis=1) * rng.lognormal(0.0, 0.02, (num_t, len(jobs)))
@@ -298,13 +344,79 @@ def generate(config: GeneratorConfig | None = None) -> SyntheticCluster:
     truth_ds["resource_load"] = ((schema.TIME, schema.NODE, "resource"), load)
     truth_ds["capacity"] = ("resource", np.array([r[2] for r in resources]))
     truth_ds["contended"] = ((schema.NODE, "resource"), contended)
+    truth_ds["allreduce_rate"] = (
+        (schema.TIME, "span_job"),
+        allreduce,
+        {"units": "byte s-1", "long_name": "all-reduce traffic per spanned node's NIC"},
+    )
+    truth_ds = truth_ds.assign_coords(span_job=multi_node["job"].to_numpy().astype(str))
     step = xr.DataArray(
         step_time,
         dims=(schema.TIME, "job"),
         coords={schema.TIME: time_coord, "job": jobs["job"].to_numpy()},
         attrs={"units": "s", "long_name": "job step time"},
     )
-    return SyntheticCluster(counters, truth_ds, jobs, step, scenario, topology)
+    return SyntheticCluster(
+        counters,
+        truth_ds,
+        jobs,
+        step,
+        scenario,
+        topology,
+        multi_node.drop(columns=["period", "phase"]),
+    )
+
+
+def _draw_multi_node_jobs(
+    config: GeneratorConfig, nodes: list[str], rng: np.random.Generator
+) -> pd.DataFrame:
+    """Multi-node jobs: spanned nodes, offered all-reduce traffic per node, breathing."""
+    count = config.multi_node_jobs if len(nodes) >= config.multi_node_span else 0
+    spans = [
+        tuple(sorted(rng.choice(nodes, size=config.multi_node_span, replace=False)))
+        for _ in range(count)
+    ]
+    return pd.DataFrame(
+        {
+            "job": [f"span{j:03d}" for j in range(count)],
+            "nodes": spans,
+            "nic": rng.uniform(*config.multi_node_traffic, count)
+            * config.topology.nic_capacity,
+            # All-reduce traffic is steady: slower breathing than a single node's jobs.
+            "period": rng.uniform(40.0, 80.0, count),
+            "phase": rng.uniform(0, 2 * np.pi, count),
+        }
+    )
+
+
+def _couple_multi_node_jobs(
+    multi_node: pd.DataFrame,
+    node_jobs: list[pd.DataFrame],
+    node_truths: list[dict[str, np.ndarray]],
+    num_t: int,
+) -> np.ndarray:
+    """A synchronous job moves at its slowest node's pace: its progress on every node is the
+    minimum over the nodes it spans, so the same all-reduce bytes cross each of their NICs.
+
+    Updates the node truths in place; returns ``(T, M)`` all-reduce byte/s per job.
+    """
+    out = np.zeros((num_t, len(multi_node)))
+    for m, job in enumerate(multi_node["job"]):
+        rows = [
+            (n, int(np.flatnonzero(jobs.get("span_job", pd.Series(dtype=str)).to_numpy() == job)[0]))
+            for n, jobs in enumerate(node_jobs)
+            if "span_job" in jobs and (jobs["span_job"] == job).any()
+        ]
+        progress = np.min([node_truths[n]["progress"][:, r] for n, r in rows], axis=0)
+        for n, r in rows:
+            truth = node_truths[n]
+            scale = progress / np.maximum(truth["progress"][:, r], 1e-12)
+            truth["progress"][:, r] = progress
+            for kind in ("nic", "dram", "pcie", "sm"):
+                truth[kind][:, r] *= scale
+        n0, r0 = rows[0]
+        out[:, m] = node_truths[n0]["nic"][:, r0]
+    return out
 
 
 def _observe(

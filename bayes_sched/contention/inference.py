@@ -9,6 +9,7 @@ counters.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,8 +68,16 @@ class PreparedWindow:
     topology: NodeTopology
 
 
-def prepare(ds: xr.Dataset, topology: NodeTopology, where: str = "dataset") -> PreparedWindow:
+def prepare(
+    ds: xr.Dataset,
+    topology: NodeTopology,
+    where: str = "dataset",
+    multi_node: Mapping[str, Sequence[str]] | None = None,
+) -> PreparedWindow:
     """Check ``ds`` (a counters dataset, raw counters or rates) and build model inputs.
+
+    ``multi_node`` maps each job spanning several nodes to the names of the nodes it spans: its
+    all-reduce traffic is then one latent series appearing on each of their NICs.
 
     Raises :class:`counters.errors.CountersError` for schema or unit problems and
     :class:`~bayes_sched.contention.topology.TopologyError` when the dataset's GPUs do not match
@@ -118,6 +127,7 @@ def prepare(ds: xr.Dataset, topology: NodeTopology, where: str = "dataset") -> P
         capacity_switch=topology.pcie_switch_capacity / BYTES_PER_UNIT,
         capacity_dram=topology.dram_capacity / BYTES_PER_UNIT,
         capacity_nic=topology.nic_capacity / BYTES_PER_UNIT,
+        spans=_span_matrix(multi_node, rated[schema.NODE].values, where),
     )
     return PreparedWindow(
         data,
@@ -126,6 +136,32 @@ def prepare(ds: xr.Dataset, topology: NodeTopology, where: str = "dataset") -> P
         rated[schema.DEVICE].values,
         topology,
     )
+
+
+def _span_matrix(
+    multi_node: Mapping[str, Sequence[str]] | None, nodes: np.ndarray, where: str
+) -> torch.Tensor | None:
+    """``(M, N)`` 0/1 node membership of multi-node jobs, or ``None`` when there are none."""
+    if not multi_node:
+        return None
+    names = [str(n) for n in nodes]
+    spans = torch.zeros(len(multi_node), len(names))
+    for m, (job, spanned) in enumerate(multi_node.items()):
+        if isinstance(spanned, str):
+            spanned = [spanned]
+        unknown = sorted(set(map(str, spanned)) - set(names))
+        if unknown:
+            raise TopologyError(
+                f"{where}: multi-node job {job!r} spans node {unknown[0]!r}, which has no "
+                f"counters here (nodes: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+            )
+        if len(set(spanned)) < 2:
+            raise TopologyError(
+                f"{where}: multi-node job {job!r} spans {len(set(spanned))} node(s); expected 2 "
+                "or more"
+            )
+        spans[m, [names.index(str(n)) for n in spanned]] = 1.0
+    return spans
 
 
 def _initial_values(data: ContentionData) -> dict[str, torch.Tensor]:
@@ -181,6 +217,7 @@ def fit_svi(
             "level_x",
             "level_u",
             "level_k",
+            *(("z_a", "level_a") if data.num_span_jobs else ()),
         ):
             loc, scale = guide._get_loc_and_scale(name)
             noise = torch.randn((num_samples, *loc.shape), generator=generator)
@@ -188,10 +225,9 @@ def fit_svi(
         medians = guide.median(data)
         spread = medians["spread"]
         _blind_series_from_prior(data, latent, spread, generator)
-        loads = latent_loads(data, **{k: latent[k] for k in LOAD_SITES})
-        centre = latent_loads(
-            data, **{k: guide._get_loc_and_scale(k)[0] for k in LOAD_SITES}
-        )
+        sites = load_sites(data)
+        loads = latent_loads(data, **{k: latent[k] for k in sites})
+        centre = latent_loads(data, **{k: guide._get_loc_and_scale(k)[0] for k in sites})
         # The CPUs' own DRAM traffic is linear-Gaussian given everything else: its posterior is
         # computed exactly (after linearising the softplus at the fit), because a mean-field
         # guide understates how uncertain a smooth series is between noisy samples.
@@ -260,6 +296,11 @@ def host_posterior(
 LOAD_SITES: tuple[str, ...] = ("z_x", "z_u", "z_k", "z_h", "level", "weights")
 
 
+def load_sites(data: ContentionData) -> tuple[str, ...]:
+    """:data:`LOAD_SITES` plus the multi-node jobs' all-reduce series where there are any."""
+    return LOAD_SITES + (("z_a",) if data.num_span_jobs else ())
+
+
 def _blind_series_from_prior(
     data: ContentionData,
     latent: dict[str, torch.Tensor],
@@ -318,7 +359,7 @@ def run_nuts(
     mcmc.run(data)
     samples = mcmc.get_samples()
     with torch.no_grad():
-        return latent_loads(data, **{name: samples[name] for name in LOAD_SITES})
+        return latent_loads(data, **{name: samples[name] for name in load_sites(data)})
 
 
 QUANTILES: tuple[float, ...] = (0.05, 0.5, 0.95)

@@ -72,6 +72,12 @@ class ContentionData:
     capacity_switch: float
     capacity_dram: float
     capacity_nic: float
+    #: ``(M, N)`` 0/1: node ``n`` is spanned by multi-node job ``m`` (``None``: no such jobs).
+    spans: torch.Tensor | None = None
+
+    @property
+    def num_span_jobs(self) -> int:
+        return 0 if self.spans is None else int(self.spans.shape[0])
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -129,7 +135,15 @@ def contention_model(data: ContentionData, num_basis: int = 8) -> dict[str, torc
             z_h = pyro.sample("z_h", dist.Normal(0.0, spread[..., 3:4]))
             z_x = pyro.sample("z_x", dist.Normal(level_x, spread[..., 0:1, None]).to_event(1))
             z_u = pyro.sample("z_u", dist.Normal(level_u, spread[..., 1:2, None]).to_event(1))
-    loads = latent_loads(data, z_x, z_u, z_k, z_h, level, weights)
+    z_a = None
+    if data.num_span_jobs:
+        # A multi-node job's all-reduce bytes cross the NIC of every node it spans: one latent
+        # series per job, added to each spanned node's own NIC traffic.
+        with pyro.plate("span_jobs", data.num_span_jobs, dim=-1):
+            level_a = pyro.sample("level_a", dist.Normal(0.0, 10.0))
+            with time_plate:
+                z_a = pyro.sample("z_a", dist.Normal(level_a, spread[..., 2:3]))
+    loads = latent_loads(data, z_x, z_u, z_k, z_h, level, weights, z_a)
     x, k, dram_true = loads["pcie"], loads["nic"], loads["dram"]
 
     # Capacities are walls: a load above capacity costs ((excess / 2% of capacity)^2) / 2 nats.
@@ -171,18 +185,24 @@ def latent_loads(
     z_h: torch.Tensor,
     level: torch.Tensor,
     weights: torch.Tensor,
+    z_a: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """True loads from the unconstrained latents; any leading sample dims are carried through.
 
     Shapes: ``z_x``, ``z_u`` ``(..., T, N, G)``; ``z_k`` ``(..., T, N)``; ``level`` ``(..., N)``;
-    ``weights`` ``(..., N, B)``; ``z_h`` ``(..., T, N)``. Returns ``pcie``, ``util`` ``(..., T, N,
-    G)``; ``nic``, ``host``,
-    ``dram`` ``(..., T, N)``; ``switch`` ``(..., T, N, S)``.
+    ``weights`` ``(..., N, B)``; ``z_h`` ``(..., T, N)``; ``z_a`` ``(..., T, M)``, the all-reduce
+    traffic of multi-node jobs (with ``data.spans``). Returns ``pcie``, ``util`` ``(..., T, N, G)``;
+    ``nic`` (own plus all-reduce traffic), ``host``, ``dram`` ``(..., T, N)``; ``switch``
+    ``(..., T, N, S)``; and with multi-node jobs ``allreduce`` ``(..., T, M)``.
     """
     num_t = z_x.shape[-3]
     basis = cosine_basis(num_t, weights.shape[-1])
     x = softplus(z_x)
     k = softplus(z_k)
+    allreduce = None
+    if z_a is not None and data.spans is not None:
+        allreduce = softplus(z_a)
+        k = k + allreduce @ data.spans
     trend = level.unsqueeze(-2) + torch.einsum("tb,...nb->...tn", basis, weights)
     h = softplus(trend + z_h)
     return {
@@ -192,6 +212,7 @@ def latent_loads(
         "host": h,
         "dram": h + x.sum(-1) + k,
         "switch": x @ data.membership.transpose(0, 1),
+        **({} if allreduce is None else {"allreduce": allreduce}),
     }
 
 
@@ -219,6 +240,15 @@ def initial_locations(data: ContentionData) -> dict[str, torch.Tensor]:
     k = _fill(data.nic, 0.1)
     dram = _fill(data.dram, float(x.sum(-1).mean() + 1.0))
     host = (dram - x.sum(-1) - k).clamp_min(0.5)
+    extra: dict[str, torch.Tensor] = {}
+    if data.num_span_jobs:
+        # Start each multi-node job at half the quietest NIC it crosses; the rest stays local.
+        spans = data.spans.bool()
+        crossed = torch.where(spans.unsqueeze(0), k.unsqueeze(1), torch.tensor(1e9))
+        allreduce = 0.5 * crossed.min(-1).values  # (T, M)
+        k = (k - allreduce @ data.spans).clamp_min(0.01)
+        z_a = inverse_softplus(allreduce)
+        extra = {"z_a": z_a, "level_a": z_a.mean(0)}
     z_x, z_u, z_k = inverse_softplus(x), torch.logit(u), inverse_softplus(k)
     return {
         "z_x": z_x,
@@ -229,4 +259,5 @@ def initial_locations(data: ContentionData) -> dict[str, torch.Tensor]:
         "level_u": z_u.mean(0),
         "level_k": z_k.mean(0),
         "level": inverse_softplus(host.median(0).values),
+        **extra,
     }
