@@ -19,7 +19,7 @@ with everything else). Measured pairs pin down the residuals of the jobs they in
 co-located (cold start) gets its residual from the Gaussian conditional given the fitted jobs'
 residuals: jobs that look alike alone (e.g. the same model at another batch size) lend it their
 residuals, and its interval keeps the conditional spread, so it is honestly wider. Fitted by SVI (a
-mean-field normal guide on whitened residuals), seeded. The mean is at most 1: the model never
+mean-field normal guide), seeded. The mean is at most 1: the model never
 predicts a speed-up from sharing.
 """
 
@@ -106,12 +106,16 @@ def interference_model(
         "lengthscale", dist.LogNormal(0.5, 1.0).expand([num_features]).to_event(1)
     )
     nugget = pyro.sample("nugget", dist.Beta(1.0, 2.0))
-    with pyro.plate("jobs", num_jobs):
-        whitened = pyro.sample(
-            "whitened", dist.Normal(0.0, 1.0).expand([2, latent_dim]).to_event(2)
-        )
     chol = torch.linalg.cholesky(residual_covariance(features, lengthscale, nugget))
-    residual = torch.einsum("ij,jak->iak", chol, whitened)
+    # The residuals themselves are the latent site (not whitened draws): a measured job pins its
+    # own residual down, which a mean-field guide then captures well.
+    by_channel = pyro.sample(
+        "residual",
+        dist.MultivariateNormal(torch.zeros(num_jobs), scale_tril=chol)
+        .expand([2, latent_dim])
+        .to_event(2),
+    )
+    residual = by_channel.permute(2, 0, 1)  # (J, 2, K)
     # Some jobs' speeds scatter more than others' (e.g. on a faster GPU): the noise scale is
     # log-linear in the target's features.
     noise_weight = pyro.sample(
@@ -285,11 +289,7 @@ class InterferenceModel:
         svi = SVI(model, guide, optimiser, Trace_ELBO())
         losses = [float(svi.step(features, target, other, speed)) for _ in range(config.num_steps)]
         draws = _draw_posterior(guide, config.num_samples, features, target, other, speed)
-        with torch.no_grad():
-            chol = torch.linalg.cholesky(
-                residual_covariance(features, draws["lengthscale"], draws["nugget"])
-            )
-            draws["residual"] = torch.einsum("sij,sjak->siak", chol, draws["whitened"])
+        draws["residual"] = draws["residual"].permute(0, 3, 1, 2)  # (S, J, 2, K)
         return cls(config, solo_features, jobs, feature_mean, feature_scale, draws, losses)
 
     def predict_speed(
