@@ -283,13 +283,13 @@ def host_posterior(
     precision = torch.linalg.inv(prior_cov).unsqueeze(0) + torch.diag_embed(weight)
     covariance = torch.linalg.inv(precision)
     covariance = 0.5 * (covariance + covariance.transpose(-1, -2))
-    mean = torch.einsum("nts,kns->ktn", covariance, weight.unsqueeze(0) * target)
-    chol = torch.linalg.cholesky(covariance + 1e-9 * eye)
-    standard = torch.randn(
-        (other_dram.shape[0], num_n, num_t), generator=generator, dtype=f64
-    )
+    chol = torch.linalg.cholesky(covariance + 1e-9 * eye).to(torch.float32)
+    # Per-draw products in float32: the ill-conditioned part (the inverses) is done.
+    weighted = (weight.unsqueeze(0) * target).to(torch.float32)
+    mean = torch.einsum("nts,kns->ktn", covariance.to(torch.float32), weighted)
+    standard = torch.randn((other_dram.shape[0], num_n, num_t), generator=generator)
     eta = mean + torch.einsum("nts,kns->ktn", chol, standard)
-    return torch.nn.functional.softplus(eta).to(torch.float32)
+    return torch.nn.functional.softplus(eta)
 
 
 #: The latent sites :func:`latent_loads` takes.
