@@ -65,8 +65,9 @@ InterferencePrior = Callable[[np.ndarray], np.ndarray]
 class RoundRecord:
     """One decision: predicted objective of the chosen allocation (mean, std), the objective
     realised over the next round (``nan`` until known), mean posterior std of the co-location
-    residuals, co-located distributed jobs chosen, candidates scored and the chosen one's rank by
-    posterior mean (0: the exploiting choice)."""
+    residuals, co-located distributed jobs chosen, candidates scored, the chosen one's rank by
+    posterior mean (0: the exploiting choice) and whether it is the candidate Pollux's objective
+    ranks first."""
 
     time: float
     predicted_mean: float
@@ -76,6 +77,7 @@ class RoundRecord:
     colocated_distributed: int = 0
     candidates: int = 0
     chosen_rank: int = 0
+    pollux_choice: bool = False
     learned: dict[str, float] = field(default_factory=dict)
 
 
@@ -122,6 +124,7 @@ class BayesOptPolicy:
         posterior_draws: joint GP draws used to score them.
         refit_every: rounds between hyperparameter fits (in between, the GP conditions on new data
             with the last hyperparameters).
+        error_forget: per-observation weight decay of each job's model-error estimate.
         seed: seeds the search and the draws.
     """
 
@@ -132,7 +135,8 @@ class BayesOptPolicy:
                  max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
                  ga: GAConfig = _DEFAULT_GA, interference_prior: InterferencePrior | None = None,
                  residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
-                 posterior_draws: int = 64, refit_every: int = 10, seed: int = 0) -> None:
+                 posterior_draws: int = 64, refit_every: int = 10, error_forget: float = 0.8,
+                 seed: int = 0) -> None:
         # Pollux's search and speedup tables, without its hard rule against co-location.
         self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
                                    max_nodes_per_job=max_nodes_per_job,
@@ -151,6 +155,10 @@ class BayesOptPolicy:
         self._previous: dict[str, tuple[np.ndarray, float]] = {}  # name -> (allocation, progress)
         self._previous_time = 0.0
         self._previous_time_delta = 0.0
+        self.error_forget = error_forget
+        self._model_error: dict[str, tuple[float, float]] = {}  # name -> (weight, sum) alone
+        self._application_of: dict[str, str] = {}
+        self._changed_at: dict[str, float] = {}  # name -> time its allocation last changed
         self._gpu_scale = math.log2(max_replicas_cap + 1)
 
     @property
@@ -261,27 +269,63 @@ class BayesOptPolicy:
         return goodput / limits.init_batch_size if goodput > 0 else None
 
     def _observe(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
+        """Learn from the round just ended: the co-location residual of every job that held the
+        same GPUs all round and was not restarting.
+
+        A job's goodput model has its own error, the same wherever the job runs; left in, it would
+        be blamed on whatever co-location the job happened to be in. So each job's residual is
+        taken relative to its *model error*: its recent mean residual in rounds when it shared no
+        node (or, before it has had one, the mean of such errors over jobs of its application).
+        Rounds that start with a restart are skipped: the restart, not the co-location, cost them.
+        """
         elapsed = cluster.now - self._previous_time
         if elapsed <= 0 or not self._previous:
             return
         states = np.stack([job.allocation for job in jobs])[None]
         feats = self.features(states)[0]
-        rows, residuals = [], []
+        measured: list[tuple[int, float]] = []
         for j, job in enumerate(jobs):
+            self._application_of[job.name] = job.application
             before = self._previous.get(job.name)
             if before is None or not np.array_equal(before[0], job.allocation):
                 continue
             if not job.allocation.any():
                 continue
+            if self._changed_at.get(job.name, -math.inf) + self.restart_delay > self._previous_time:
+                continue
             predicted = self._predicted_rate(job, job.allocation)
             rate = (job.progress - before[1]) / elapsed
             if predicted is None or rate <= 0:
                 continue
-            rows.append(feats[j])
-            residuals.append(math.log(rate / predicted))
+            residual = math.log(rate / predicted)
+            if feats[j, 2] == 0:  # alone on its nodes: this is the model's own error
+                weight, total = self._model_error.get(job.name, (0.0, 0.0))
+                self._model_error[job.name] = (self.error_forget * weight + 1.0,
+                                               self.error_forget * total + residual)
+            measured.append((j, residual))
         self.data.decay()
+        by_application: dict[str, list[float]] = {}
+        for name, (weight, total) in self._model_error.items():
+            if weight > 0 and name in self._application_of:
+                by_application.setdefault(self._application_of[name], []).append(total / weight)
+        rows, residuals = [], []
+        for j, residual in measured:
+            error = self._job_model_error(jobs[j], by_application)
+            if error is not None:
+                rows.append(feats[j])
+                residuals.append(residual - error)
         if rows:
             self.data.add(np.array(rows), np.array(residuals))
+
+    def _job_model_error(self, job: JobView, by_application: dict[str, list[float]]
+                         ) -> float | None:
+        """Mean log residual of ``job``'s model when alone (else the mean over jobs of its
+        application, ``by_application``); ``None`` when nothing is known."""
+        weight, total = self._model_error.get(job.name, (0.0, 0.0))
+        if weight > 0:
+            return total / weight
+        same = by_application.get(job.application)
+        return float(np.mean(same)) if same else None
 
     def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
                             scale: float) -> float:
@@ -348,6 +392,11 @@ class BayesOptPolicy:
             "single_node_shared": float(grid_mean[0, 0, 1].mean()),
         }
         self.history.append(record)
+        for job in jobs:
+            self._application_of[job.name] = job.application
+            if not np.array_equal(decision.get(job.name, np.zeros_like(job.allocation)),
+                                  job.allocation):
+                self._changed_at[job.name] = cluster.now
         self._previous = {job.name: (decision.get(job.name, np.zeros_like(job.allocation)),
                                      job.progress) for job in jobs}
         self._previous_time = cluster.now
@@ -355,11 +404,17 @@ class BayesOptPolicy:
 
     def _choose(self, problem: _ColocationProblem, population: np.ndarray, fitness: np.ndarray,
                 grid_draws: np.ndarray, now: float) -> tuple[np.ndarray, RoundRecord]:
-        """Expected Improvement over the best distinct candidates."""
+        """Expected Improvement over the best distinct candidates of the final population, plus
+        the candidate Pollux's own objective (the models alone, no co-location residual) ranks
+        first, so that with no evidence against it Pollux's choice is the exploiting one."""
+        plain = problem.fitness(population, residual=np.zeros_like(problem.residual))
         order = np.argsort(-fitness, kind="stable")
         _, first = np.unique(population[order].reshape(len(order), -1), axis=0,
                              return_index=True)
         top = order[np.sort(first)][: self.num_candidates]
+        pollux_best = int(np.argmax(plain))
+        if not np.any(np.all(population[top] == population[pollux_best], axis=(1, 2))):
+            top = np.append(top, pollux_best)
         states = population[top]                                             # (K, J, N)
         values = problem.fitness(states, residual=grid_draws)              # (S, K)
         mean, std = values.mean(axis=0), values.std(axis=0)
@@ -371,7 +426,8 @@ class BayesOptPolicy:
         record = RoundRecord(
             time=now, predicted_mean=float(mean[pick]), predicted_std=float(std[pick]),
             colocated_distributed=int(np.sum((feats[:, 0] > 0) & (feats[:, 1] > 0))),
-            candidates=len(top), chosen_rank=int(np.sum(mean > mean[pick])))
+            candidates=len(top), chosen_rank=int(np.sum(mean > mean[pick])),
+            pollux_choice=bool(np.array_equal(states[pick], population[pollux_best])))
         return states[pick], record
 
 
