@@ -12,7 +12,8 @@
 
 Writes a report folder: ``summary.csv``, ``rounds-<workload>-<interference>.csv`` (per round:
 predicted vs realised objective, surrogate uncertainty, co-located distributed jobs, learned
-residuals) and ``report.md``. Usage::
+residuals), ``rounds-<...>.png`` (predicted vs realised objective and the surrogate's uncertainty
+over time, and the co-location residuals it learned) and ``report.md``. Usage::
 
     PYTHONPATH=. python experiments/bench_bo_policy.py --workloads 1 2 --max-jobs 60 \
         --interference 0 --hidden none contention gavel --processes 2 --report bo-report
@@ -35,6 +36,43 @@ from bayes_sched.sim import SimConfig, run_simulation
 from bayes_sched.sim.hidden import ContentionLaw, make_hidden
 
 VARIANTS = ("pollux", "pollux-blind", "bo")
+
+
+def plot_rounds(rounds: pd.DataFrame, title: str, path: Path) -> Path:
+    """Per-round report of one bo run as a PNG: predicted (mean +- std) vs realised objective,
+    the surrogate's mean posterior std, and the learned co-location residuals over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hours = rounds["time"] / 3600.0
+    figure, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    axes[0].plot(hours, rounds["realised"], ".", ms=2, label="realised", color="tab:orange")
+    axes[0].plot(hours, rounds["predicted_mean"], lw=0.8, label="predicted", color="tab:blue")
+    axes[0].fill_between(hours, rounds["predicted_mean"] - rounds["predicted_std"],
+                         rounds["predicted_mean"] + rounds["predicted_std"], alpha=0.3,
+                         color="tab:blue")
+    axes[0].set_ylabel("objective\n(power mean of speedups)")
+    axes[0].legend(loc="upper right")
+    axes[1].plot(hours, rounds["surrogate_std"], lw=0.8)
+    axes[1].set_ylabel("surrogate std\n(log slowdown)")
+    for column, label in (("learned_with_distributed", "distributed, shares with distributed"),
+                          ("learned_single_node_shared", "single node, shared"),
+                          ("learned_alone", "distributed, alone on its nodes")):
+        if column in rounds:
+            axes[2].plot(hours, rounds[column], lw=0.8, label=label)
+    if "learned_prior_chosen" in rounds:
+        axes[2].plot(hours, rounds["learned_prior_chosen"], lw=0.8, ls="--",
+                     label="contention prior of the chosen allocation (mean)")
+    axes[2].set_ylabel("learned log slowdown")
+    axes[2].set_xlabel("simulated hours")
+    axes[2].legend(loc="lower left", fontsize=7)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
 
 
 def run_one(task: tuple[str, float, str, str, int | None]) -> dict[str, object]:
@@ -101,6 +139,9 @@ def main() -> None:
             rounds = pd.DataFrame(row.pop("rounds"))
             name = f"rounds-{row['workload']}-{row['interference']:g}-{row['hidden']}.csv"
             rounds.to_csv(args.report / name, index=False)
+            plot_rounds(rounds, f"bo on {row['workload']}, hidden {row['hidden']}, "
+                        f"interference {row['interference']:g}",
+                        args.report / name.replace(".csv", ".png"))
             ok = rounds.dropna(subset=["realised"])
             error = np.log(ok["realised"] / ok["predicted_mean"])
             row["pred_vs_real_corr"] = float(np.corrcoef(ok["predicted_mean"], ok["realised"])[0, 1]
