@@ -7,13 +7,16 @@ An *allocation* maps a job name to the GPUs it holds on each node, an integer ar
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from bayes_sched.errors import AllocationError
 from bayes_sched.jobs import JobView
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 Allocations = dict[str, np.ndarray]
 
@@ -26,11 +29,14 @@ class ClusterState:
         num_nodes: nodes in the cluster.
         gpus_per_node: GPUs on each node.
         now: seconds since the start.
+        counters: the counters the cluster collected over its last rounds (a counters dataset,
+            :mod:`counters.schema`), ``None`` where none are collected.
     """
 
     num_nodes: int
     gpus_per_node: int
     now: float
+    counters: xr.Dataset | None = field(default=None, compare=False, repr=False)
 
     @property
     def total_gpus(self) -> int:

@@ -11,7 +11,10 @@ Each round:
    log GPUs — and a GP over those features (prior mean: the predicted interference slowdown where an
    interference model is given, else 0, i.e. "the model is right") learns what co-locations
    really cost. Nothing here needs the simulator's ground truth: only progress, which every
-   cluster reports.
+   cluster reports. Where the cluster collects counters, the contention network's posterior
+   (:mod:`bayes_sched.policies.bo_contention`) gives each candidate co-location a prior slowdown
+   from the jobs' inferred demands on each node's NIC and host DRAM, and the GP learns the
+   residual around that prior; without counters the prior is the goodput models alone.
 2. **Search.** Pollux's genetic search over allocation matrices (``(P, jobs, nodes)`` GPU counts)
    maximises the power mean of job speedups, each multiplied by the co-location slowdown the GP
    predicts for it in that candidate, ``exp(mean(features) - mean(same size, alone))``, so
@@ -46,8 +49,10 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import GammaPrior
 
 from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
+from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.policies.bo_contention import ContentionPrior
 from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem
 
 LOG = logging.getLogger(__name__)
@@ -65,8 +70,9 @@ InterferencePrior = Callable[[np.ndarray], np.ndarray]
 class RoundRecord:
     """One decision: predicted objective of the chosen allocation (mean, std), the objective
     realised over the next round (``nan`` until known), mean posterior std of the co-location
-    residuals, co-located distributed jobs chosen, candidates scored and the chosen one's rank by
-    posterior mean (0: the exploiting choice)."""
+    residuals, co-located distributed jobs chosen, candidates scored, the chosen one's rank by
+    posterior mean (0: the exploiting choice) and whether it is the candidate Pollux's objective
+    ranks first."""
 
     time: float
     predicted_mean: float
@@ -76,6 +82,7 @@ class RoundRecord:
     colocated_distributed: int = 0
     candidates: int = 0
     chosen_rank: int = 0
+    pollux_choice: bool = False
     learned: dict[str, float] = field(default_factory=dict)
 
 
@@ -122,6 +129,11 @@ class BayesOptPolicy:
         posterior_draws: joint GP draws used to score them.
         refit_every: rounds between hyperparameter fits (in between, the GP conditions on new data
             with the last hyperparameters).
+        error_forget: per-observation weight decay of each job's model-error estimate.
+        node_topology: the nodes' layout and capacities, for the contention posterior where the
+            cluster collects counters (default: two GPUs per PCIe switch, the topology module's
+            default capacities).
+        contention_every: rounds between fits of the contention network on the counters.
         seed: seeds the search and the draws.
     """
 
@@ -132,7 +144,9 @@ class BayesOptPolicy:
                  max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
                  ga: GAConfig = _DEFAULT_GA, interference_prior: InterferencePrior | None = None,
                  residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
-                 posterior_draws: int = 64, refit_every: int = 10, seed: int = 0) -> None:
+                 posterior_draws: int = 64, refit_every: int = 10, error_forget: float = 0.8,
+                 node_topology: NodeTopology | None = None, contention_every: int = 10,
+                 seed: int = 0) -> None:
         # Pollux's search and speedup tables, without its hard rule against co-location.
         self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
                                    max_nodes_per_job=max_nodes_per_job,
@@ -151,6 +165,13 @@ class BayesOptPolicy:
         self._previous: dict[str, tuple[np.ndarray, float]] = {}  # name -> (allocation, progress)
         self._previous_time = 0.0
         self._previous_time_delta = 0.0
+        self.error_forget = error_forget
+        self._model_error: dict[str, tuple[float, float]] = {}  # name -> (weight, sum) alone
+        self._application_of: dict[str, str] = {}
+        self._changed_at: dict[str, float] = {}  # name -> time its allocation last changed
+        self.node_topology = node_topology
+        self.contention_every = contention_every
+        self.contention: ContentionPrior | None = None  # made when counters first appear
         self._gpu_scale = math.log2(max_replicas_cap + 1)
 
     @property
@@ -186,6 +207,29 @@ class BayesOptPolicy:
         flat = features.reshape(-1, features.shape[-1])
         return np.asarray(self.interference_prior(flat), dtype=np.float64).reshape(
             features.shape[:-1])
+
+    def colocation_prior(self, states: np.ndarray, jobs: Sequence[JobView]) -> np.ndarray:
+        """Prior log slowdown of every job in every candidate from the contention posterior,
+        ``(P, J, N) -> (P, J)``; zeros where the cluster collects no counters."""
+        if self.contention is None:
+            return np.zeros(states.shape[:2])
+        return self.contention.log_slowdown(states, [job.application for job in jobs])
+
+    def _update_contention(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
+        """Feed the round just ended and the cluster's counters to the contention prior."""
+        if cluster.counters is None:
+            return
+        if self.contention is None:
+            topology = self.node_topology or NodeTopology(
+                gpus_per_switch=(2,) * max(cluster.gpus_per_node // 2, 1),
+                switch_numa=(0,) * max(cluster.gpus_per_node // 2, 1))
+            self.contention = ContentionPrior(topology, [], every=self.contention_every)
+        if self._previous_time < cluster.now:
+            self.contention.record_round(
+                self._previous_time, cluster.now,
+                {job.name: job.allocation for job in jobs if job.allocation.any()},
+                {job.name: job.application for job in jobs})
+        self.contention.update(cluster.counters)
 
     # --- the surrogate ---------------------------------------------------------------------------
 
@@ -261,27 +305,65 @@ class BayesOptPolicy:
         return goodput / limits.init_batch_size if goodput > 0 else None
 
     def _observe(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
+        """Learn from the round just ended: the co-location residual of every job that held the
+        same GPUs all round and was not restarting.
+
+        A job's goodput model has its own error, the same wherever the job runs; left in, it would
+        be blamed on whatever co-location the job happened to be in. So each job's residual is
+        taken relative to its *model error*: its recent mean residual in rounds when it shared no
+        node (or, before it has had one, the mean of such errors over jobs of its application).
+        Rounds that start with a restart are skipped: the restart, not the co-location, cost them.
+        """
         elapsed = cluster.now - self._previous_time
         if elapsed <= 0 or not self._previous:
             return
         states = np.stack([job.allocation for job in jobs])[None]
         feats = self.features(states)[0]
-        rows, residuals = [], []
+        # What the contention posterior already explains is not the GP's to learn.
+        prior = self.colocation_prior(states, jobs)[0]
+        measured: list[tuple[int, float]] = []
         for j, job in enumerate(jobs):
+            self._application_of[job.name] = job.application
             before = self._previous.get(job.name)
             if before is None or not np.array_equal(before[0], job.allocation):
                 continue
             if not job.allocation.any():
                 continue
+            if self._changed_at.get(job.name, -math.inf) + self.restart_delay > self._previous_time:
+                continue
             predicted = self._predicted_rate(job, job.allocation)
             rate = (job.progress - before[1]) / elapsed
             if predicted is None or rate <= 0:
                 continue
-            rows.append(feats[j])
-            residuals.append(math.log(rate / predicted))
+            residual = math.log(rate / predicted) - prior[j]
+            if feats[j, 2] == 0:  # alone on its nodes: this is the model's own error
+                weight, total = self._model_error.get(job.name, (0.0, 0.0))
+                self._model_error[job.name] = (self.error_forget * weight + 1.0,
+                                               self.error_forget * total + residual)
+            measured.append((j, residual))
         self.data.decay()
+        by_application: dict[str, list[float]] = {}
+        for name, (weight, total) in self._model_error.items():
+            if weight > 0 and name in self._application_of:
+                by_application.setdefault(self._application_of[name], []).append(total / weight)
+        rows, residuals = [], []
+        for j, residual in measured:
+            error = self._job_model_error(jobs[j], by_application)
+            if error is not None:
+                rows.append(feats[j])
+                residuals.append(residual - error)
         if rows:
             self.data.add(np.array(rows), np.array(residuals))
+
+    def _job_model_error(self, job: JobView, by_application: dict[str, list[float]]
+                         ) -> float | None:
+        """Mean log residual of ``job``'s model when alone (else the mean over jobs of its
+        application, ``by_application``); ``None`` when nothing is known."""
+        weight, total = self._model_error.get(job.name, (0.0, 0.0))
+        if weight > 0:
+            return total / weight
+        same = by_application.get(job.application)
+        return float(np.mean(same)) if same else None
 
     def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
                             scale: float) -> float:
@@ -303,6 +385,7 @@ class BayesOptPolicy:
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         self._rounds += 1
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
+        self._update_contention(cluster, jobs)
         self._observe(cluster, jobs)
         pollux = self.pollux
         names = [job.name for job in jobs]
@@ -317,7 +400,8 @@ class BayesOptPolicy:
         grid, grid_mean, grid_draws = self._residual_grid(model, r_max)
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
                                      min(pollux.max_nodes_per_job, cluster.num_nodes),
-                                     pollux.rng, self, grid_mean)
+                                     pollux.rng, self, grid_mean,
+                                     [job.application for job in jobs])
         # Realised objective of the last round (for the report), against this round's fair rates.
         scale = cluster.num_nodes / cluster.total_gpus
         fair_r = max(1, math.ceil(cluster.total_gpus / len(jobs)))
@@ -346,8 +430,15 @@ class BayesOptPolicy:
             "alone": float(grid_mean[1, 0, 0].mean()),
             "with_distributed": float(grid_mean[1, 1, 1].mean()),
             "single_node_shared": float(grid_mean[0, 0, 1].mean()),
+            "contention_fits": float(self.contention.fits if self.contention else 0),
+            "prior_chosen": float(self.colocation_prior(chosen[None], jobs).mean()),
         }
         self.history.append(record)
+        for job in jobs:
+            self._application_of[job.name] = job.application
+            if not np.array_equal(decision.get(job.name, np.zeros_like(job.allocation)),
+                                  job.allocation):
+                self._changed_at[job.name] = cluster.now
         self._previous = {job.name: (decision.get(job.name, np.zeros_like(job.allocation)),
                                      job.progress) for job in jobs}
         self._previous_time = cluster.now
@@ -355,11 +446,19 @@ class BayesOptPolicy:
 
     def _choose(self, problem: _ColocationProblem, population: np.ndarray, fitness: np.ndarray,
                 grid_draws: np.ndarray, now: float) -> tuple[np.ndarray, RoundRecord]:
-        """Expected Improvement over the best distinct candidates."""
+        """Expected Improvement over the best distinct candidates of the final population, plus
+        the candidate Pollux's own objective (the models alone, no co-location residual) ranks
+        first, so that with no evidence against it Pollux's choice is the exploiting one."""
+        plain = problem.fitness(population, models_only=True)
         order = np.argsort(-fitness, kind="stable")
-        _, first = np.unique(population[order].reshape(len(order), -1), axis=0,
-                             return_index=True)
-        top = order[np.sort(first)][: self.num_candidates]
+        # Distinct candidates by their bytes (np.unique over rows of P x J*N is far slower).
+        seen: dict[bytes, int] = {}
+        for index in order:
+            seen.setdefault(population[index].tobytes(), int(index))
+        top = np.array(list(seen.values())[: self.num_candidates])
+        pollux_best = int(np.argmax(plain))
+        if population[pollux_best].tobytes() not in {population[i].tobytes() for i in top}:
+            top = np.append(top, pollux_best)
         states = population[top]                                             # (K, J, N)
         values = problem.fitness(states, residual=grid_draws)              # (S, K)
         mean, std = values.mean(axis=0), values.std(axis=0)
@@ -371,7 +470,8 @@ class BayesOptPolicy:
         record = RoundRecord(
             time=now, predicted_mean=float(mean[pick]), predicted_std=float(std[pick]),
             colocated_distributed=int(np.sum((feats[:, 0] > 0) & (feats[:, 1] > 0))),
-            candidates=len(top), chosen_rank=int(np.sum(mean > mean[pick])))
+            candidates=len(top), chosen_rank=int(np.sum(mean > mean[pick])),
+            pollux_choice=bool(np.array_equal(states[pick], population[pollux_best])))
         return states[pick], record
 
 
@@ -392,15 +492,18 @@ def _power_mean(values: np.ndarray, p: float) -> np.ndarray:
 
 
 class _ColocationProblem(_Problem):
-    """Pollux's search problem with each job's speedup multiplied by ``exp(residual)`` of its
-    co-location features in the candidate."""
+    """Pollux's search problem with each job's speedup multiplied by its predicted co-location
+    slowdown in the candidate: ``exp(prior + residual)``, the contention posterior's prior (where
+    there are counters) and the GP residual of its co-location features."""
 
     def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
                  penalty: np.ndarray, cluster: ClusterState, p: float, max_nodes: int,
-                 rng: np.random.Generator, policy: BayesOptPolicy, residual: np.ndarray) -> None:
+                 rng: np.random.Generator, policy: BayesOptPolicy, residual: np.ndarray,
+                 applications: Sequence[str] = ()) -> None:
         super().__init__(base, tables, max_replicas, penalty, cluster, p, False, max_nodes, rng)
         self.policy = policy
         self.residual = residual  # (2, 2, 2, R+1)
+        self.applications = list(applications)
 
     def colocation(self, states: np.ndarray) -> tuple[np.ndarray, ...]:
         """Index arrays ``(distributed, shares_with_distributed, shares_node, gpus)`` of every job
@@ -428,14 +531,21 @@ class _ColocationProblem(_Problem):
                 replicas.reshape(shape))
 
     def fitness(self, states: np.ndarray, residual: np.ndarray | None = None,
-                colocation: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+                colocation: tuple[np.ndarray, ...] | None = None,
+                models_only: bool = False) -> np.ndarray:
         """Power mean of penalised, scaled speedups times co-location slowdowns, shape ``(P,)``;
-        with ``residual`` of shape ``(S, 2, 2, 2, R+1)`` (posterior draws), shape ``(S, P)``."""
+        with ``residual`` of shape ``(S, 2, 2, 2, R+1)`` (posterior draws), shape ``(S, P)``;
+        ``models_only``: Pollux's own objective (no co-location term at all)."""
         residual = self.residual if residual is None else residual
         d, sd, sh, r, nodes, replicas = colocation or self.colocation(states)
         # Only what co-location adds: the residual of the same job size alone is the goodput
         # model's own error, common to all placements of that size, and is left out.
         factor = np.exp(residual[..., d, sd, sh, r] - residual[..., d, 0, 0, r])
+        if models_only:
+            factor = np.ones_like(factor)
+        contention = self.policy.contention
+        if contention is not None and contention.known and not models_only:
+            factor = factor * np.exp(contention.log_slowdown(states, self.applications))
         speedup = self.tables[self.job_index, nodes, replicas] * self.scale
         changed = np.any(states != self.base, axis=2)
         speedup = np.where(changed, speedup * self.penalty, speedup)

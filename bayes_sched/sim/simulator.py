@@ -5,21 +5,28 @@ placement and batch give (:mod:`bayes_sched.sim.physics`), crossing epochs, re-t
 each epoch and round through its agent, and finishing when it reaches its target progress. A job
 that is started, moved or resized first pays ``restart_delay`` seconds (checkpoint and restart) on
 its new GPUs. With ``interference > 0``, a distributed job that shares a node with another
-distributed job runs that much slower.
+distributed job runs that much slower. With a ``hidden`` law (:mod:`bayes_sched.sim.hidden`),
+co-located jobs also slow each other as that law says, and where the law models resources the
+cluster collects its counters, which policies see in :attr:`ClusterState.counters`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+import xarray as xr
 
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
 from bayes_sched.sim.physics import Application, get_application
 from bayes_sched.sim.workload import Workload
+
+if TYPE_CHECKING:
+    from bayes_sched.sim.hidden import HiddenInterference
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,8 @@ class SimConfig:
             refits on every new ``(nodes, replicas, m)``); by default only new shapes, and new
             micro-batches while fewer than two were seen, trigger a refit.
         max_time: give up after this many simulated seconds (jobs left unfinished are reported).
+        hidden: a hidden interference law (:mod:`bayes_sched.sim.hidden`), or ``None``.
+        counter_rounds: rounds of counters kept in the window policies see.
     """
 
     num_nodes: int = 16
@@ -49,6 +58,8 @@ class SimConfig:
     min_refit_interval: float = 240.0
     refit_on_new_bsz: bool = False
     max_time: float = 30 * 24 * 3600.0
+    hidden: HiddenInterference | None = field(default=None, compare=False)
+    counter_rounds: int = 5
 
     def __post_init__(self) -> None:
         for name in ("num_nodes", "gpus_per_node"):
@@ -178,6 +189,9 @@ class SimulatedCluster:
         self.timeline_time: list[float] = []
         self.timeline_gpus: list[np.ndarray] = []
         self.timeline_active: list[int] = []
+        self._counters: list[xr.Dataset] = []
+        self._counter_window: xr.Dataset | None = None
+        self._counter_rng = np.random.default_rng(0)
 
     @property
     def refit_count(self) -> int:
@@ -187,7 +201,8 @@ class SimulatedCluster:
 
     @property
     def state(self) -> ClusterState:
-        return ClusterState(self.config.num_nodes, self.config.gpus_per_node, self._now)
+        return ClusterState(self.config.num_nodes, self.config.gpus_per_node, self._now,
+                            self._counter_window)
 
     def job_views(self) -> list[JobView]:
         views = []
@@ -228,6 +243,12 @@ class SimulatedCluster:
             if job.active and job.placement:
                 gpus[i] = sum(job.placement)
             job.run(self._now, seconds, slowdown.get(name, 0.0))
+        emit = getattr(self.config.hidden, "counters", None)
+        if emit is not None:
+            self._counters.append(emit(self._now, seconds, self.config.num_nodes,
+                                       self._counter_rng))
+            self._counters = self._counters[-self.config.counter_rounds:]
+            self._counter_window = xr.concat(self._counters, dim="time")
         self._now += seconds
         self.timeline_time.append(self._now)
         self.timeline_gpus.append(gpus)
@@ -241,7 +262,23 @@ class SimulatedCluster:
     # --- helpers ---------------------------------------------------------------------------------
 
     def _slowdowns(self) -> dict[str, float]:
-        """Interference slowdown per job: distributed jobs sharing a node with another one."""
+        """Interference slowdown per job: the simple rule (distributed jobs sharing a node) and the
+        hidden law, combined as independent losses."""
+        slowdown = self._simple_slowdowns()
+        hidden = self.config.hidden
+        if hidden is None:
+            return slowdown
+        from bayes_sched.sim.hidden import RunningJob
+
+        running = {name: RunningJob(self.jobs[name].app.name, counts, self.jobs[name].local_bsz)
+                   for name, counts in self._allocations.items()
+                   if self.jobs[name].active and self.jobs[name].placement}
+        for name, extra in hidden.slowdowns(running).items():
+            slowdown[name] = 1.0 - (1.0 - slowdown.get(name, 0.0)) * (1.0 - extra)
+        return slowdown
+
+    def _simple_slowdowns(self) -> dict[str, float]:
+        """Distributed jobs sharing a node with another one slow by ``interference``."""
         if self.config.interference <= 0:
             return {}
         distributed = {n: c for n, c in self._allocations.items()

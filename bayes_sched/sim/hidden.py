@@ -1,0 +1,372 @@
+"""Hidden interference for the simulator: slowdowns that co-located jobs cause each other, which no
+policy sees directly.
+
+The simulator asks a :class:`HiddenInterference` each round for every running job's slowdown (a
+fraction in ``[0, 1)`` of its progress lost) given where all jobs run. Policies only see what a real
+cluster shows: the jobs' progress, and, where the law models resources, the per-node counters it
+emits (:meth:`ContentionLaw.counters`, in the :mod:`counters.schema` layout).
+
+Two laws:
+
+* :class:`ContentionLaw`, the contention generator's law (:mod:`bayes_sched.contention.generator`):
+  every job offers hidden demands on its nodes' shared resources (each PCIe switch, host DRAM, the
+  NIC); each resource splits its capacity by max-min fairness over the jobs' offered demands
+  (:func:`~bayes_sched.contention.generator.max_min_share`), and a job progresses at the pace of its
+  worst-served resource on any of its nodes. Demands are derived from what the application is (its
+  measured step and sync times, sample size and decode cost) -- see :func:`job_demands`.
+* :class:`GavelLaw`, built from Gavel's measured co-location pairs: each Pollux application is
+  mapped to the closest Gavel job type (:data:`GAVEL_TYPE_OF`); a job sharing a node with others
+  runs at ``prod_b (1 - node_share_factor * (1 - speed(a with b)))`` on that node, where
+  ``speed(a with b)`` is Gavel's normalised speed of ``a`` sharing *a GPU* with ``b`` (V100); a
+  distributed job goes at the pace of its slowest node. ``node_share_factor`` scales GPU sharing
+  down to node sharing (host CPU, DRAM, PCIe, NIC): explicit, documented, and a parameter.
+
+Which GPUs of a node a job holds is not part of an allocation (GPUs per node); both laws give the
+jobs on a node consecutive GPUs in job-name order, which decides who shares a PCIe switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Protocol
+
+import numpy as np
+import xarray as xr
+
+from bayes_sched.cluster import placement_of
+from bayes_sched.contention.generator import max_min_share
+from bayes_sched.contention.topology import NodeTopology
+from bayes_sched.errors import InputError
+from bayes_sched.interference.gavel import load_gavel_pairs
+from bayes_sched.sim.physics import APPLICATION_NAMES, get_application
+from counters import schema
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """What a hidden law sees of one running job: its application, GPUs per node ``(N,)`` and
+    per-GPU micro-batch."""
+
+    application: str
+    counts: np.ndarray
+    local_bsz: int
+
+
+class HiddenInterference(Protocol):
+    """A ground-truth interference law (the simulator's side; policies never see it)."""
+
+    name: str
+
+    def slowdowns(self, jobs: Mapping[str, RunningJob]) -> dict[str, float]:
+        """Fraction of progress each job loses this round, in ``[0, 1)``; absent means 0."""
+        ...
+
+
+#: The artifact's cluster (AWS g4dn.12xlarge: 4 T4 GPUs on PCIe 3.0, two per switch, one socket,
+#: 50 Gbit/s network). Capacities in byte/s.
+ARTIFACT_NODE = NodeTopology(gpus_per_switch=(2, 2), switch_numa=(0, 0),
+                             pcie_switch_capacity=12e9, dram_capacity=60e9, nic_capacity=6.25e9)
+
+
+@dataclass(frozen=True)
+class ApplicationTraits:
+    """What an application moves: bytes of one input sample as it reaches the GPU, and host DRAM
+    bytes touched per sample byte by the input pipeline (read, decode, augment, copy)."""
+
+    sample_bytes: float
+    decode_amplification: float
+
+
+#: Input sizes of the artifact's models (fp32/uint8 tensors as fed to the GPU): ImageNet 224x224x3
+#: uint8 JPEG-decoded; CIFAR-10 32x32x3; SQuAD 384 tokens x 3 int64 inputs; LibriSpeech ~500 frames
+#: x 161 fp32 spectrogram bins; COCO 416x416x3 fp32; MovieLens (user, item, label) int64.
+APPLICATION_TRAITS: Mapping[str, ApplicationTraits] = {
+    "imagenet": ApplicationTraits(224 * 224 * 3, 8.0),
+    "cifar10": ApplicationTraits(32 * 32 * 3, 4.0),
+    "bert": ApplicationTraits(384 * 3 * 8, 2.0),
+    "deepspeech2": ApplicationTraits(500 * 161 * 4, 4.0),
+    "yolov3": ApplicationTraits(416 * 416 * 3 * 4, 6.0),
+    "ncf": ApplicationTraits(3 * 8, 2.0),
+}
+
+#: Resources of one node in the order :func:`job_demands` returns them.
+NODE_RESOURCES: tuple[str, ...] = ("pcie_switch", "dram", "nic")
+
+
+def job_demands(application: str, placement: tuple[int, ...], local_bsz: int,
+                topology: NodeTopology) -> tuple[float, float, float]:
+    """Offered demand of a job on the nodes it uses: ``(pcie, dram, nic)`` byte/s, PCIe and DRAM
+    per GPU it has on a node, NIC per node.
+
+    From the application's measured step time ``t`` and sync time ``s`` at this placement:
+
+    * input: ``sample_bytes x local_bsz / t`` per GPU crosses PCIe and ``decode_amplification``
+      times that is read and written in host DRAM;
+    * gradient synchronisation is bandwidth-bound: a distributed job keeps each of its nodes' NIC
+      busy for the fraction ``s / t`` of its steps (offered ``s/t x NIC capacity``), and a
+      multi-GPU job keeps its GPUs' PCIe links busy for ``s / t`` (each GPU under a switch offering
+      its share of the switch);
+    * GPU DMA traffic passes through host DRAM (the generator's rule; so does NIC traffic, which
+      the caller adds per node).
+
+    A job alone never exceeds a capacity (its measured step time already includes its own
+    contention): the caller caps each job's total per resource at the capacity.
+    """
+    app = get_application(application)
+    traits = APPLICATION_TRAITS[application]
+    step, sync = app.step_time(placement, local_bsz)
+    share = min(max(sync / step, 0.0), 1.0) if step > 0 else 0.0
+    input_rate = traits.sample_bytes * local_bsz / step if step > 0 else 0.0
+    per_switch = max(topology.gpus_per_switch)
+    pcie = input_rate + (share * topology.pcie_switch_capacity / per_switch
+                         if sum(placement) > 1 else 0.0)
+    nic = share * topology.nic_capacity if len(placement) > 1 else 0.0
+    dram = traits.decode_amplification * input_rate + pcie
+    return pcie, dram, nic
+
+
+@dataclass
+class ContentionLaw:
+    """The generator's law on the simulated cluster (see the module docstring).
+
+    Args:
+        topology: each node's layout and capacities (default: the artifact's g4dn.12xlarge).
+        demand_spread: each application's demands are multiplied by a seeded log-normal factor of
+            this spread per resource (hidden variation a policy has to learn, not read off).
+        seed: seeds those factors.
+        samples_per_round: counter samples :meth:`counters` emits per round.
+        noise: relative noise of emitted counter samples.
+        missing_fraction: fraction of emitted samples lost (NaN).
+    """
+
+    topology: NodeTopology = ARTIFACT_NODE
+    demand_spread: float = 0.2
+    seed: int = 0
+    samples_per_round: int = 6
+    noise: float = 0.05
+    missing_fraction: float = 0.03
+    name: str = "contention"
+    _factors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _last_usage: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _totals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def factors(self, application: str) -> np.ndarray:
+        """The hidden demand multipliers ``(3,)`` of an application (pcie, dram, nic)."""
+        if application not in self._factors:
+            index = APPLICATION_NAMES.index(application) if application in APPLICATION_NAMES else 0
+            rng = np.random.default_rng([self.seed, index])
+            self._factors[application] = rng.lognormal(0.0, self.demand_spread, 3)
+        return self._factors[application]
+
+    def _offered(self, jobs: Mapping[str, RunningJob], num_nodes: int
+                 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Job names, per-GPU-slot job index ``(N, G)`` (-1 free), and offered demands
+        ``(J, N, G)`` PCIe per GPU slot and ``(J, N, 2)`` DRAM, NIC per node, byte/s."""
+        topology = self.topology
+        num_gpus = topology.num_gpus
+        names = sorted(jobs)
+        slot = np.full((num_nodes, num_gpus), -1)
+        pcie = np.zeros((len(names), num_nodes, num_gpus))
+        node_load = np.zeros((len(names), num_nodes, 2))
+        used = np.zeros(num_nodes, dtype=int)
+        for j, name in enumerate(names):
+            job = jobs[name]
+            placement = placement_of(job.counts)
+            if not placement:
+                continue
+            per_gpu = np.array(_demands(job.application, placement, job.local_bsz, topology))
+            per_gpu = per_gpu * self.factors(job.application)
+            for node in np.flatnonzero(job.counts):
+                count = int(job.counts[node])
+                start = used[node]
+                slot[node, start : start + count] = j
+                used[node] += count
+                pcie[j, node, start : start + count] = per_gpu[0]
+                # NIC traffic is per node and passes through host DRAM too.
+                node_load[j, node] = (per_gpu[1] * count + per_gpu[2], per_gpu[2])
+        # A job alone never exceeds a capacity: its profile already includes its own contention.
+        switch = topology.switch_of_gpu()
+        for s in range(topology.num_switches):
+            members = switch == s
+            total = pcie[:, :, members].sum(-1, keepdims=True)
+            pcie[:, :, members] *= np.minimum(1.0, topology.pcie_switch_capacity
+                                              / np.maximum(total, 1e-9))
+        caps = np.array([topology.dram_capacity, topology.nic_capacity])
+        node_load = np.minimum(node_load, caps)
+        return names, slot, pcie, node_load
+
+    def _progress(self, jobs: Mapping[str, RunningJob]
+                  ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Names, progress ratio ``(J,)``, used PCIe ``(J, N, G)`` and used DRAM/NIC ``(J, N, 2)``."""
+        num_nodes = len(next(iter(jobs.values())).counts)
+        names, _, pcie, node_load = self._offered(jobs, num_nodes)
+        topology = self.topology
+        ratio = np.ones(len(names))
+        switch = topology.switch_of_gpu()
+        for n in range(num_nodes):
+            for s in range(topology.num_switches):
+                demand = pcie[:, n, switch == s].sum(-1)
+                _bottleneck(ratio, demand, topology.pcie_switch_capacity)
+            _bottleneck(ratio, node_load[:, n, 0], topology.dram_capacity)
+            _bottleneck(ratio, node_load[:, n, 1], topology.nic_capacity)
+        return names, ratio, pcie * ratio[:, None, None], node_load * ratio[:, None, None]
+
+    def slowdowns(self, jobs: Mapping[str, RunningJob]) -> dict[str, float]:
+        if not jobs:
+            self._last_usage = {}
+            return {}
+        names, ratio, pcie, node_load = self._progress(jobs)
+        self._last_usage = {"pcie": pcie.sum(0), "dram": node_load[:, :, 0].sum(0),
+                            "nic": node_load[:, :, 1].sum(0),
+                            "busy": (pcie > 0).any(0) | _busy_slots(jobs, self.topology)}
+        return {name: float(1.0 - r) for name, r in zip(names, ratio, strict=True) if r < 1.0}
+
+    def counters(self, start: float, seconds: float, num_nodes: int,
+                 rng: np.random.Generator) -> xr.Dataset:
+        """Counters of the round just simulated (``[start, start + seconds]``) in the counters
+        schema: per GPU ``gpu_gpm_pcie_tx_rate``/``_rx_rate`` (byte/s) and ``gpu_utilization``;
+        per node ``perf_dram_read``/``_write`` (cumulative byte counters, with their running
+        fractions) and ``network_rx``/``_tx`` (cumulative bytes). Noise, NaN for lost samples."""
+        topology = self.topology
+        count = self.samples_per_round
+        times = start + seconds * (np.arange(count) + 1) / count
+        usage = self._last_usage or {
+            "pcie": np.zeros((num_nodes, topology.num_gpus)), "dram": np.zeros(num_nodes),
+            "nic": np.zeros(num_nodes), "busy": np.zeros((num_nodes, topology.num_gpus), bool)}
+
+        def noisy(values: np.ndarray) -> np.ndarray:
+            shaped = np.broadcast_to(values, (count, *values.shape))
+            out = shaped * rng.lognormal(0.0, self.noise, shaped.shape)
+            out[rng.random(out.shape) < self.missing_fraction] = np.nan
+            return out
+
+        def cumulative(name: str, rate: np.ndarray) -> np.ndarray:
+            # Bytes counted in each sample interval (noisy), added to the running total.
+            step = np.broadcast_to(rate, (count, *rate.shape)) * seconds / count
+            step = step * rng.lognormal(0.0, self.noise, step.shape)
+            values = self._totals.get(name, np.zeros(rate.shape)) + np.cumsum(step, 0)
+            self._totals[name] = values[-1]
+            return values
+
+        running = np.clip(rng.uniform(0.3, 0.6, (count, num_nodes)), 0.0, 1.0)
+        variables = {
+            "gpu_gpm_pcie_tx_rate": noisy(0.4 * usage["pcie"]),
+            "gpu_gpm_pcie_rx_rate": noisy(0.6 * usage["pcie"]),
+            "gpu_utilization": np.clip(noisy(usage["busy"].astype(float) * 0.9), 0.0, 1.0),
+            "perf_dram_read": cumulative("perf_dram_read", 0.6 * usage["dram"]),
+            "perf_dram_write": cumulative("perf_dram_write", 0.4 * usage["dram"]),
+            "perf_dram_read_running_fraction": running,
+            "perf_dram_write_running_fraction": running,
+            "network_rx": cumulative("network_rx", 0.5 * usage["nic"]),
+            "network_tx": cumulative("network_tx", 0.5 * usage["nic"]),
+        }
+        return schema.build(times, [f"node{n:03d}" for n in range(num_nodes)], variables,
+                            device=list(range(topology.num_gpus)),
+                            attrs={"interval_s": seconds / count,
+                                   "producer": "bayes_sched.sim.hidden.ContentionLaw"})
+
+
+@cache
+def _demands(application: str, placement: tuple[int, ...], local_bsz: int,
+             topology: NodeTopology) -> tuple[float, float, float]:
+    return job_demands(application, placement, local_bsz, topology)
+
+
+def _bottleneck(ratio: np.ndarray, demand: np.ndarray, capacity: float) -> None:
+    """Lower ``ratio`` in place to each job's granted/offered share of one resource."""
+    active = demand > 0
+    if active.sum() < 2 or demand.sum() <= capacity:
+        return
+    grant = max_min_share(demand[active], capacity)
+    ratio[active] = np.minimum(ratio[active], grant / demand[active])
+
+
+def _busy_slots(jobs: Mapping[str, RunningJob], topology: NodeTopology) -> np.ndarray:
+    num_nodes = len(next(iter(jobs.values())).counts)
+    used = np.zeros(num_nodes, dtype=int)
+    for name in sorted(jobs):
+        used += np.asarray(jobs[name].counts, dtype=int)
+    return np.arange(topology.num_gpus)[None, :] < used[:, None]
+
+
+#: The closest Gavel job type to each Pollux application: same model family and a similar per-GPU
+#: batch (ImageNet ResNet-50 -> ResNet-50; CIFAR-10 ResNet-18 -> ResNet-18; BERT, a Transformer
+#: encoder -> Transformer; DeepSpeech2, recurrent layers over sequences -> the LSTM language model;
+#: YOLOv3, a convolutional net on large images at small batches -> CycleGAN; NCF -> Recommendation).
+GAVEL_TYPE_OF: Mapping[str, str] = {
+    "imagenet": "ResNet-50 (batch size 64)",
+    "cifar10": "ResNet-18 (batch size 128)",
+    "bert": "Transformer (batch size 16)",
+    "deepspeech2": "LM (batch size 20)",
+    "yolov3": "CycleGAN",
+    "ncf": "Recommendation (batch size 8192)",
+}
+
+
+@dataclass
+class GavelLaw:
+    """Node-sharing slowdowns from Gavel's measured GPU-sharing pairs (see the module docstring).
+
+    Args:
+        node_share_factor: fraction of the GPU-sharing slowdown a job suffers from sharing only a
+            node with the other job (0: no effect, 1: as bad as sharing the GPU). Sharing a node
+            contends for host CPU, DRAM, PCIe and the NIC, not for SMs and GPU memory, so much less
+            than 1; 0.3 by default.
+        gpu: the Gavel GPU type whose measurements are used.
+    """
+
+    node_share_factor: float = 0.3
+    gpu: str = "v100"
+    name: str = "gavel"
+    _speed: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.node_share_factor <= 1:
+            raise InputError(f"node_share_factor is {self.node_share_factor}: expected a "
+                             "fraction in [0, 1]", column="node_share_factor")
+        pairs = load_gavel_pairs()
+        pairs = pairs[pairs["gpu"] == self.gpu]
+        if pairs.empty:
+            raise InputError(f"no Gavel pairs measured on GPU type '{self.gpu}'", column="gpu")
+        speed = pairs.groupby(["type_a", "type_b"])["speed_a"].mean()
+        for a, type_a in GAVEL_TYPE_OF.items():
+            for b, type_b in GAVEL_TYPE_OF.items():
+                # Pairs too big for one GPU were not measured: use type_a's mean over partners.
+                value = speed.get((type_a, type_b))
+                if value is None or not np.isfinite(value):
+                    value = float(speed.loc[type_a].mean())
+                self._speed[(a, b)] = float(min(value, 1.0))
+
+    def pair_speed(self, application: str, other: str) -> float:
+        """Speed of ``application`` sharing a node with ``other`` (1 = unaffected)."""
+        return 1.0 - self.node_share_factor * (1.0 - self._speed[(application, other)])
+
+    def slowdowns(self, jobs: Mapping[str, RunningJob]) -> dict[str, float]:
+        on_node: dict[int, list[str]] = {}
+        for name, job in jobs.items():
+            for node in np.flatnonzero(job.counts):
+                on_node.setdefault(int(node), []).append(name)
+        result: dict[str, float] = {}
+        for names in on_node.values():
+            if len(names) < 2:
+                continue
+            for name in names:
+                speed = 1.0
+                for other in names:
+                    if other != name:
+                        speed *= self.pair_speed(jobs[name].application, jobs[other].application)
+                result[name] = max(result.get(name, 0.0), 1.0 - speed)
+        return result
+
+
+def make_hidden(name: str, seed: int = 0) -> HiddenInterference | None:
+    """A hidden law by name: ``"none"``, ``"contention"`` or ``"gavel"``."""
+    if name == "none":
+        return None
+    if name == "contention":
+        return ContentionLaw(seed=seed)
+    if name == "gavel":
+        return GavelLaw()
+    raise InputError(f"unknown hidden interference '{name}': expected none, contention or gavel")
