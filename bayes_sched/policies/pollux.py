@@ -124,7 +124,8 @@ class PolluxPolicy:
         # As in the artifact, speedups use the tuned batch even for a job run at a fixed batch.
         goodput = model.optimize(nn[valid], rr[valid], limits.max_batch_size,
                                  (limits.min_local_bsz, limits.max_local_bsz),
-                                 max_accum_steps=limits.max_accum_steps).goodput
+                                 max_accum_steps=limits.max_accum_steps,
+                                 accumulate_alone=True).goodput
         table = np.zeros((num_nodes + 1, max_r + 1))
         table[nn[valid], rr[valid]] = goodput
         self._tables[job.name] = (job.agent._params, phi, max_r, table)
