@@ -228,7 +228,8 @@ class JobAgent:
             return split_batch(batch, replicas, limits)
         choice = model.optimize(
             np.array([nodes]), np.array([replicas]), limits.max_batch_size,
-            (limits.min_local_bsz, limits.max_local_bsz), max_accum_steps=limits.max_accum_steps)
+            (limits.min_local_bsz, limits.max_local_bsz), max_accum_steps=limits.max_accum_steps,
+            accumulate_alone=True)
         local, accum = int(choice.local_bsz[0]), int(choice.accum_steps[0])
         if local <= 0:
             batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)

@@ -60,3 +60,22 @@ def test_optimize_scales_to_many_allocations() -> None:
     choice = model.optimize(nodes, gpus, 8192, (8, 128))
     assert choice.goodput.shape == (10_000,)
     assert np.all(choice.goodput > 0)
+
+
+def test_micro_batches_round_up_to_full_ones_within_the_batch_limit() -> None:
+    # With a costly micro-step and a memory limit of 8, the tuned micro-batch is a full 8 (the
+    # artifact rounds up), never pushing the total batch past the maximum.
+    model = GoodputModel.from_noise_to_signal(TRUE_PARAMS, 1e4, init_bsz=8)
+    choice = model.optimize(np.array([1, 1]), np.array([1, 4]), max_batch_size=100,
+                            local_bsz_range=(4, 8), max_accum_steps=20)
+    assert np.all(choice.batch_size <= 100)
+    assert choice.local_bsz.tolist() == [8, 8]
+
+
+def test_a_lone_gpu_accumulates_beyond_the_initial_batch() -> None:
+    model = GoodputModel.from_noise_to_signal(TRUE_PARAMS, 1e3, init_bsz=64)
+    free = model.optimize(1, 1, 1024, (8, 256), max_accum_steps=8)
+    alone = model.optimize(1, 1, 1024, (8, 256), max_accum_steps=8, accumulate_alone=True)
+    assert free.batch_size[0] > 64 and free.accum_steps[0] == 0
+    assert alone.batch_size[0] > 64 and alone.accum_steps[0] >= 1
+    assert alone.goodput[0] <= free.goodput[0]

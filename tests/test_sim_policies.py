@@ -135,3 +135,25 @@ def test_pollux_repair_makes_random_states_feasible_and_keeps_feasible_ones() ->
     distributed = np.count_nonzero(fixed, axis=2) > 1
     assert np.all(((fixed > 0) & distributed[:, :, None]).sum(axis=1) <= 1)  # avoidance
     assert np.array_equal(problem.repair(fixed), fixed)                     # idempotent
+
+
+def test_pollux_mutation_grows_only_onto_free_gpus() -> None:
+    # As the artifact's mutation: growth never lands on a full node, so on a full cluster only
+    # resets and removals change a state, and a job's GPUs only grow where GPUs were free.
+    from bayes_sched.policies.pollux import _Problem
+
+    rng = np.random.default_rng(3)
+    num_jobs, num_nodes = 5, 4
+    cluster = ClusterState(num_nodes, 4, 0.0)
+    base = np.zeros((num_jobs, num_nodes), np.int16)
+    problem = _Problem(base, np.zeros((num_jobs, 5, 17)), np.full(num_jobs, 16),
+                       np.ones(num_jobs), cluster, -1.0, False, num_nodes, rng)
+    ga = GAConfig(reset_prob=0.0, zero_prob=0.0, grow_prob=1.0)
+    full = np.zeros((20, num_jobs, num_nodes), np.int16)
+    full[:, np.arange(num_nodes), np.arange(num_nodes)] = 4                  # jobs 0-3 fill it
+    assert np.array_equal(problem.mutate(full.copy(), ga), full)
+    half = full.copy()
+    half[:, :, 2:] = 0                                                       # nodes 2, 3 free
+    grown = problem.mutate(half.copy(), ga)
+    assert np.array_equal(grown[:, :, :2], half[:, :, :2])
+    assert np.any(grown[:, :, 2:] > 0) and np.all(grown >= half)

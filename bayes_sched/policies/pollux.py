@@ -124,7 +124,8 @@ class PolluxPolicy:
         # As in the artifact, speedups use the tuned batch even for a job run at a fixed batch.
         goodput = model.optimize(nn[valid], rr[valid], limits.max_batch_size,
                                  (limits.min_local_bsz, limits.max_local_bsz),
-                                 max_accum_steps=limits.max_accum_steps).goodput
+                                 max_accum_steps=limits.max_accum_steps,
+                                 accumulate_alone=True).goodput
         table = np.zeros((num_nodes + 1, max_r + 1))
         table[nn[valid], rr[valid]] = goodput
         self._tables[job.name] = (job.agent._params, phi, max_r, table)
@@ -262,13 +263,21 @@ class _Problem:
         # Take some jobs off one of their nodes (or an empty one: no change).
         p, j = np.nonzero(rng.random((size, num_jobs)) < ga.zero_prob)
         states[p, j, rng.integers(num_nodes, size=p.size)] = 0
-        # Grow some jobs on a node: one they use, or one with free GPUs (best of 4 draws).
-        p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
-        if p.size:
-            free = self.capacity - states.sum(axis=1, dtype=np.int32)            # (P, N)
-            tries = rng.integers(num_nodes, size=(p.size, 4))
-            good = (free[p[:, None], tries] > 0) | (states[p[:, None], j[:, None], tries] > 0)
-            node = tries[np.arange(p.size), np.argmax(good, axis=1)]
+        # Grow some jobs where GPUs are free, as the artifact's mutation does (never onto a full
+        # node, so no GPUs are taken from a job by growth alone): on one of their own nodes with
+        # free GPUs, and on any node with free GPUs, each picked uniformly.
+        free = self.capacity - states.sum(axis=1, dtype=np.int32)                # (P, N)
+        for own in (True, False):
+            p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
+            if not p.size:
+                continue
+            allowed = free[p] > 0                                                # (rows, N)
+            if own:
+                allowed &= states[p, j] > 0
+            keys = rng.random(allowed.shape) * allowed
+            node = np.argmax(keys, axis=1)
+            hit = keys[np.arange(p.size), node] > 0
+            p, j, node = p[hit], j[hit], node[hit]
             current = states[p, j, node]
             states[p, j, node] = rng.integers(current, self.capacity + 1)
         return states

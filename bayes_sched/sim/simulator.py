@@ -41,7 +41,10 @@ class SimConfig:
             changes (the artifact: 30).
         interference: fractional slowdown of distributed jobs sharing a node with another
             distributed job (the artifact's settings: 0, 0.25, 0.5).
-        min_refit_interval: seconds between throughput refits of one job's agent.
+        min_refit_interval: seconds between throughput refits of one job's agent; 0 (the
+            default) refits as soon as a new shape is measured, as the artifact's agent does (a
+            model left stale for a few rounds mis-tunes the batch and mis-states the speedups
+            Pollux allocates by).
         refit_on_new_bsz: also refit when a new micro-batch size is measured (the artifact
             refits on every new ``(nodes, replicas, m)``); by default only new shapes, and new
             micro-batches while fewer than two were seen, trigger a refit.
@@ -55,7 +58,7 @@ class SimConfig:
     interval: float = 60.0
     restart_delay: float = 30.0
     interference: float = 0.0
-    min_refit_interval: float = 240.0
+    min_refit_interval: float = 0.0
     refit_on_new_bsz: bool = False
     max_time: float = 30 * 24 * 3600.0
     hidden: HiddenInterference | None = field(default=None, compare=False)
