@@ -18,7 +18,7 @@ Last measured (ours / published avg JCT, workloads 1-8, load 1.0; from ``bayes-s
 
 With ``--inter`` (Pollux without interference avoidance, all 8 workloads; mean of ours over mean
 of the artifact's): avoid 1.016, noavoid 1.002, inter25 1.054, inter50 1.098; single workloads at
-50 % vary from 1.08 (workload 1) to 1.25 (workload 3). Interference itself is applied as the
+50 % vary from 0.82 (workload 1) to 1.25 (workload 3). Interference itself is applied as the
 artifact applies it (every distributed job on a node shared with another distributed job, goodput
 x (1 - slowdown)); the excess at 50 % comes from our search spreading distributed jobs over more
 nodes than the artifact's NSGA-II does once avoidance is off.
