@@ -74,3 +74,24 @@ def test_cli_simulate_json(tmp_path: Path) -> None:
     rows = json.loads(done.stdout)
     assert rows[0]["policy"] == "tiresias" and rows[0]["finished"] == 3
     assert (tmp_path / "r" / "report.md").exists()
+
+
+def _simulate_json(tmp_path: Path, *extra: str) -> list[dict[str, object]]:
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\n"
+                    "a,0,cifar10,2,256\nb,0,cifar10,2,256\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "bayes_sched", "simulate", "--workload", str(path),
+         "--policy", "fifo", "--nodes", "1", "--json", "--no-progress", *extra],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_cli_simulate_hidden_gavel_slows_jobs_sharing_a_node(tmp_path: Path) -> None:
+    alone = _simulate_json(tmp_path)[0]
+    shared = _simulate_json(tmp_path, "--hidden", "gavel")[0]
+    # Both 2-GPU jobs share the one node from the start: Gavel's pairs must cost them time.
+    assert shared["finished"] == alone["finished"] == 2
+    assert float(shared["avg_jct"]) > 1.02 * float(alone["avg_jct"])

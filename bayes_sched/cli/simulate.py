@@ -11,6 +11,7 @@ from bayes_sched.cli._common import print_table, progress_bar
 from bayes_sched.errors import InputError
 from bayes_sched.policies import POLICIES, make_policy
 from bayes_sched.sim import SimConfig, read_workload, run_simulation, write_report
+from bayes_sched.sim.hidden import make_hidden
 from bayes_sched.sim.report import policy_rows, summary_rows
 from bayes_sched.sim.run import SimulationResult
 
@@ -54,6 +55,10 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
                         help="seconds lost per restart (default 30)")
     parser.add_argument("--interference", type=float, default=0.0,
                         help="slowdown of distributed jobs sharing a node, in [0, 1) (default 0)")
+    parser.add_argument("--hidden", choices=("none", "contention", "gavel"), default="none",
+                        help="hidden interference no policy sees: the contention generator's "
+                             "max-min law (emits counters) or one built from Gavel's measured "
+                             "pairs (default none)")
     parser.add_argument("--max-jobs", type=int, help="only the first N jobs of each workload")
     parser.add_argument("--no-avoid-interference", action="store_true",
                         help="Pollux may put several distributed jobs on one node")
@@ -66,7 +71,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
         raise InputError(f"--max-jobs is {args.max_jobs}: expected at least 1")
     return SimConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                      interval=args.interval, restart_delay=args.restart_delay,
-                     interference=args.interference)
+                     interference=args.interference, hidden=make_hidden(args.hidden))
 
 
 def _policy(name: str, avoid_interference: bool, restart_delay: float):  # noqa: ANN202
