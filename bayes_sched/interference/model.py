@@ -78,7 +78,6 @@ def interference_model(
     other: torch.Tensor,
     speed: torch.Tensor | None = None,
     latent_dim: int = 3,
-    noise_df: float | None = None,
 ) -> torch.Tensor:
     """The generative model, a plain function of data.
 
@@ -88,7 +87,6 @@ def interference_model(
         other: ``(N,)`` index of the job it shares with.
         speed: ``(N,)`` observed normalised speeds, or ``None`` to sample them.
         latent_dim: ``K``, the number of hidden shared resources.
-        noise_df: degrees of freedom of a Student-t measurement noise; ``None``: normal noise.
 
     Returns:
         ``(N,)`` the mean normalised speed of each observation.
@@ -125,12 +123,7 @@ def interference_model(
     mean = torch.exp(-(sensitivity[target] * demand[other]).sum(-1))
     scale = sigma * torch.exp(features[target] @ noise_weight)
     with pyro.plate("observations", target.shape[0]):
-        noise = (
-            dist.Normal(mean, scale)
-            if noise_df is None
-            else dist.StudentT(noise_df, mean, scale)
-        )
-        pyro.sample("speed", noise, obs=speed)
+        pyro.sample("speed", dist.Normal(mean, scale), obs=speed)
     return mean
 
 
@@ -191,7 +184,6 @@ class FitConfig:
     final_learning_rate: float = 0.005
     num_samples: int = 300
     seed: int = 0
-    noise_df: float | None = None
 
 
 @dataclass(frozen=True)
@@ -275,9 +267,7 @@ class InterferenceModel:
         speed = torch.tensor(observations["speed"].to_numpy(), dtype=torch.float32)
 
         def model(*args: torch.Tensor | None) -> torch.Tensor:
-            return interference_model(
-                *args, latent_dim=config.latent_dim, noise_df=config.noise_df
-            )
+            return interference_model(*args, latent_dim=config.latent_dim)
 
         pyro.clear_param_store()
         pyro.set_rng_seed(config.seed)
@@ -319,13 +309,7 @@ class InterferenceModel:
                     -1
                 )
         generator = torch.Generator().manual_seed(self.config.seed if seed is None else seed)
-        if self.config.noise_df is None:
-            standard = torch.randn(load.shape, generator=generator)
-        else:
-            rng = np.random.default_rng(self.config.seed if seed is None else seed)
-            standard = torch.tensor(
-                rng.standard_t(self.config.noise_df, tuple(load.shape)), dtype=torch.float32
-            )
+        standard = torch.randn(load.shape, generator=generator)
         target_x = x[torch.tensor(names.get_indexer(list(target)))]
         scale = self.draws["sigma"][:, None] * torch.exp(
             self.draws["noise_weight"] @ target_x.transpose(0, 1)
