@@ -24,6 +24,8 @@ from pyro.optim import ClippedAdam
 
 from bayes_sched.contention.model import (
     BYTES_PER_UNIT,
+    HOST_LEVEL_SD,
+    NUM_BASIS,
     TRAFFIC_FLOOR,
     ContentionData,
     contention_model,
@@ -31,6 +33,7 @@ from bayes_sched.contention.model import (
     initial_locations,
     inverse_softplus,
     latent_loads,
+    trend_weight_scales,
 )
 from bayes_sched.contention.topology import NodeTopology, TopologyError
 from counters import schema
@@ -259,7 +262,6 @@ def host_posterior(
     without a DRAM sample get the prior's spread.
     """
     num_t, num_n = host_centre.shape
-    num_basis = 8
     f64 = torch.float64
     eta_hat = inverse_softplus(host_centre).to(f64).T  # (N, T)
     gain = torch.sigmoid(eta_hat)
@@ -271,12 +273,12 @@ def host_posterior(
     weight = torch.where(observed, gain**2 / noise**2, torch.zeros_like(noise))  # (N, T)
     dram = torch.where(observed, data.dram.T, torch.zeros_like(data.dram.T)).to(f64)
     target = (dram.unsqueeze(0) - other_dram.to(f64).transpose(-1, -2) - offset) / gain
-    # Prior of eta over a node's windows: level (sd 30) + cosine trend + departures.
+    # Prior of eta over a node's windows: the model's level + cosine trend + departures.
     design = torch.cat(
-        [torch.ones(num_t, 1, dtype=f64), cosine_basis(num_t, num_basis).to(f64)], dim=1
+        [torch.ones(num_t, 1, dtype=f64), cosine_basis(num_t, NUM_BASIS).to(f64)], dim=1
     )
     prior_sd = torch.cat(
-        [torch.tensor([30.0], dtype=f64), 1.0 / torch.arange(1, num_basis + 1, dtype=f64)]
+        [torch.tensor([HOST_LEVEL_SD], dtype=f64), trend_weight_scales(NUM_BASIS, f64)]
     )
     eye = torch.eye(num_t, dtype=f64)
     prior_cov = (design * prior_sd**2) @ design.T + float(spread_host) ** 2 * eye
@@ -335,10 +337,11 @@ def _blind_series_from_prior(
     blind_host = ~torch.isfinite(data.dram).any(0)
     if blind_host.any():
         num_n, num_basis = latent["weights"].shape[-2:]
-        frequency_scale = 1.0 / torch.arange(1, num_basis + 1, dtype=torch.float32)
-        latent["level"] = torch.where(blind_host, draw((num_n,), 30.0), latent["level"])
+        latent["level"] = torch.where(blind_host, draw((num_n,), HOST_LEVEL_SD), latent["level"])
         latent["weights"] = torch.where(
-            blind_host[:, None], draw((num_n, num_basis), frequency_scale), latent["weights"]
+            blind_host[:, None],
+            draw((num_n, num_basis), trend_weight_scales(num_basis)),
+            latent["weights"],
         )
         latent["z_h"] = torch.where(blind_host, draw((num_t, num_n), spread[3]), latent["z_h"])
 

@@ -98,7 +98,19 @@ def _masked(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(mask, values, torch.ones_like(values)), mask
 
 
-def contention_model(data: ContentionData, num_basis: int = 8) -> dict[str, torch.Tensor]:
+#: Cosine basis functions of each node's host-traffic trend.
+NUM_BASIS = 8
+#: Prior standard deviation of a node's host-traffic level (latent units).
+HOST_LEVEL_SD = 30.0
+
+
+def trend_weight_scales(num_basis: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Prior standard deviations ``(B,)`` of the trend's basis weights: ``1/k``, so slow
+    components may be large and fast ones small."""
+    return 1.0 / torch.arange(1, num_basis + 1, dtype=dtype)
+
+
+def contention_model(data: ContentionData, num_basis: int = NUM_BASIS) -> dict[str, torch.Tensor]:
     """The generative model, a plain function of data. Returns the true loads (GB/s or fraction).
 
     Sites: ``z_x`` ``(T, N, G)``, ``z_u`` ``(T, N, G)``, ``z_k`` ``(T, N)``, ``level`` ``(N,)``,
@@ -117,12 +129,12 @@ def contention_model(data: ContentionData, num_basis: int = 8) -> dict[str, torc
     sigma_nic = pyro.sample("sigma_nic", dist.HalfNormal(0.1))
     # How far a series strays from its own level from one window to the next (latent space).
     spread = pyro.sample("spread", dist.HalfNormal(torch.ones(4)).to_event(1))
-    frequency_scale = 1.0 / torch.arange(1, num_basis + 1, dtype=torch.float32)
+    frequency_scale = trend_weight_scales(num_basis)
 
     node_plate = pyro.plate("nodes", num_n, dim=-1)
     time_plate = pyro.plate("windows", num_t, dim=-2)
     with node_plate:
-        level = pyro.sample("level", dist.Normal(0.0, 30.0))
+        level = pyro.sample("level", dist.Normal(0.0, HOST_LEVEL_SD))
         weights = pyro.sample(
             "weights", dist.Normal(0.0, frequency_scale.expand(num_n, num_basis)).to_event(1)
         )
