@@ -198,10 +198,11 @@ class ContentionLaw:
         return names, slot, pcie, node_load
 
     def _progress(self, jobs: Mapping[str, RunningJob]
-                  ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-        """Names, progress ratio ``(J,)``, used PCIe ``(J, N, G)`` and used DRAM/NIC ``(J, N, 2)``."""
+                  ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Names, progress ratio ``(J,)``, per-GPU-slot job index ``(N, G)`` (-1 free), used PCIe
+        ``(J, N, G)`` and used DRAM/NIC ``(J, N, 2)``."""
         num_nodes = len(next(iter(jobs.values())).counts)
-        names, _, pcie, node_load = self._offered(jobs, num_nodes)
+        names, slot, pcie, node_load = self._offered(jobs, num_nodes)
         topology = self.topology
         ratio = np.ones(len(names))
         switch = topology.switch_of_gpu()
@@ -211,16 +212,16 @@ class ContentionLaw:
                 _bottleneck(ratio, demand, topology.pcie_switch_capacity)
             _bottleneck(ratio, node_load[:, n, 0], topology.dram_capacity)
             _bottleneck(ratio, node_load[:, n, 1], topology.nic_capacity)
-        return names, ratio, pcie * ratio[:, None, None], node_load * ratio[:, None, None]
+        return names, ratio, slot, pcie * ratio[:, None, None], node_load * ratio[:, None, None]
 
     def slowdowns(self, jobs: Mapping[str, RunningJob]) -> dict[str, float]:
         if not jobs:
             self._last_usage = {}
             return {}
-        names, ratio, pcie, node_load = self._progress(jobs)
+        names, ratio, slot, pcie, node_load = self._progress(jobs)
         self._last_usage = {"pcie": pcie.sum(0), "dram": node_load[:, :, 0].sum(0),
                             "nic": node_load[:, :, 1].sum(0),
-                            "busy": (pcie > 0).any(0) | _busy_slots(jobs, self.topology)}
+                            "busy": (pcie > 0).any(0) | (slot >= 0)}
         return {name: float(1.0 - r) for name, r in zip(names, ratio, strict=True) if r < 1.0}
 
     def counters(self, start: float, seconds: float, num_nodes: int,
@@ -281,14 +282,6 @@ def _bottleneck(ratio: np.ndarray, demand: np.ndarray, capacity: float) -> None:
         return
     grant = max_min_share(demand[active], capacity)
     ratio[active] = np.minimum(ratio[active], grant / demand[active])
-
-
-def _busy_slots(jobs: Mapping[str, RunningJob], topology: NodeTopology) -> np.ndarray:
-    num_nodes = len(next(iter(jobs.values())).counts)
-    used = np.zeros(num_nodes, dtype=int)
-    for name in sorted(jobs):
-        used += np.asarray(jobs[name].counts, dtype=int)
-    return np.arange(topology.num_gpus)[None, :] < used[:, None]
 
 
 #: The closest Gavel job type to each Pollux application: same model family and a similar per-GPU
