@@ -435,7 +435,6 @@ class BayesOptPolicy:
         }
         self.history.append(record)
         for job in jobs:
-            self._application_of[job.name] = job.application
             if not np.array_equal(decision.get(job.name, np.zeros_like(job.allocation)),
                                   job.allocation):
                 self._changed_at[job.name] = cluster.now
@@ -455,9 +454,10 @@ class BayesOptPolicy:
         seen: dict[bytes, int] = {}
         for index in order:
             seen.setdefault(population[index].tobytes(), int(index))
-        top = np.array(list(seen.values())[: self.num_candidates])
+        distinct = dict(list(seen.items())[: self.num_candidates])
+        top = np.array(list(distinct.values()))
         pollux_best = int(np.argmax(plain))
-        if population[pollux_best].tobytes() not in {population[i].tobytes() for i in top}:
+        if population[pollux_best].tobytes() not in distinct:
             top = np.append(top, pollux_best)
         states = population[top]                                             # (K, J, N)
         values = problem.fitness(states, residual=grid_draws)              # (S, K)
@@ -538,14 +538,15 @@ class _ColocationProblem(_Problem):
         ``models_only``: Pollux's own objective (no co-location term at all)."""
         residual = self.residual if residual is None else residual
         d, sd, sh, r, nodes, replicas = colocation or self.colocation(states)
-        # Only what co-location adds: the residual of the same job size alone is the goodput
-        # model's own error, common to all placements of that size, and is left out.
-        factor = np.exp(residual[..., d, sd, sh, r] - residual[..., d, 0, 0, r])
         if models_only:
-            factor = np.ones_like(factor)
-        contention = self.policy.contention
-        if contention is not None and contention.known and not models_only:
-            factor = factor * np.exp(contention.log_slowdown(states, self.applications))
+            factor: np.ndarray | float = 1.0
+        else:
+            # Only what co-location adds: the residual of the same job size alone is the goodput
+            # model's own error, common to all placements of that size, and is left out.
+            factor = np.exp(residual[..., d, sd, sh, r] - residual[..., d, 0, 0, r])
+            contention = self.policy.contention
+            if contention is not None and contention.known:
+                factor = factor * np.exp(contention.log_slowdown(states, self.applications))
         speedup = self.tables[self.job_index, nodes, replicas] * self.scale
         changed = np.any(states != self.base, axis=2)
         speedup = np.where(changed, speedup * self.penalty, speedup)
