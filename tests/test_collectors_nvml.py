@@ -9,8 +9,6 @@ available while this was written: these tests do not replace a run on real hardw
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors.nvml import NvmlSource
 from counters import schema
 from counters.store import open_store
+from tests.nvml_standin import FIXTURES, compile_standin, standin_environment
 
 ROOT = Path(__file__).resolve().parents[1]
-STANDIN_SOURCE = Path(__file__).parent / "fixtures" / "nvml" / "standin_nvml.c"
+STANDIN_SOURCE = FIXTURES / "standin_nvml.c"
 
 PROBE = """
 import json, sys
@@ -44,39 +43,15 @@ source.close()
 """
 
 
-def nvml_header() -> Path | None:
-    try:
-        import nvidia
-    except ImportError:
-        return None
-    for folder in nvidia.__path__:
-        for header in sorted(Path(folder).glob("*/include/nvml.h")):
-            return header
-    return None
-
-
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the compiled stand-in ``libnvidia-ml.so.1``."""
-    header, gcc = nvml_header(), shutil.which("gcc")
-    if header is None or gcc is None:
-        pytest.skip("needs gcc and nvml.h from the nvidia-nvml-dev package")
-    folder = tmp_path_factory.mktemp("nvml")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
-                    f"-I{header.parent}", "-o", str(folder / "libnvidia-ml.so.1"),
-                    str(STANDIN_SOURCE)], check=True, capture_output=True, text=True)
-    return folder
-
-
-def environment(library_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_NVML")}
-    env.update(LD_LIBRARY_PATH=str(library_dir), PYTHONPATH=str(ROOT), **extra)
-    return env
+    return compile_standin(STANDIN_SOURCE, tmp_path_factory.mktemp("nvml"))
 
 
 def probe(library_dir: Path, samples: int = 3, **extra: str) -> dict:
     result = subprocess.run([sys.executable, "-c", PROBE, str(samples)], capture_output=True,
-                            text=True, timeout=120, env=environment(library_dir, **extra))
+                            text=True, timeout=120, env=standin_environment(library_dir, **extra))
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -148,7 +123,7 @@ def test_the_collect_command_records_gpus_and_serves_them_to_prometheus(
         [sys.executable, "-m", "bayes_sched", "collect", "--interval", "0.2s", "--out", str(store),
          "--sources", "nvml,pcie,procfs", "--prometheus", "0", "--node", "gpu-node-1",
          "--flush-every", "1s"],
-        stderr=subprocess.PIPE, text=True, env=environment(standin, STANDIN_NVML_LOSE_AFTER="8"))
+        stderr=subprocess.PIPE, text=True, env=standin_environment(standin, STANDIN_NVML_LOSE_AFTER="8"))
     assert process.stderr is not None
     port = None
     lines = []

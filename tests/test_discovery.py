@@ -15,9 +15,10 @@ import pytest
 
 from bayes_sched.contention.discovery import discover_sysfs, discover_topology
 from bayes_sched.contention.topology import NodeTopology, TopologyError, read_topology
+from tests.nvml_standin import FIXTURES, compile_standin, standin_environment
 
 ROOT = Path(__file__).resolve().parents[1]
-STANDIN_SOURCE = Path(__file__).parent / "fixtures" / "nvml" / "standin_topology.c"
+STANDIN_SOURCE = FIXTURES / "standin_topology.c"
 GPU_BUSES = ("06", "07", "0a", "0b", "85", "86", "89", "8a")
 #: PCIe gen 3 x16, both directions: 2 x 16 lanes x 8 GT/s x 128/130 / 8 bit.
 GEN3_X16 = 2 * 16 * 8e9 / 8 * 128 / 130
@@ -158,29 +159,13 @@ print(json.dumps({"topology": json.loads(found.topology.to_json()), "source": fo
 
 @pytest.fixture(scope="module")
 def nvml_standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        import nvidia
-    except ImportError:
-        pytest.skip("needs nvml.h from the nvidia-nvml-dev package")
-    headers = [h for f in nvidia.__path__ for h in sorted(Path(f).glob("*/include/nvml.h"))]
-    gcc = shutil.which("gcc")
-    if not headers or gcc is None:
-        pytest.skip("needs gcc and nvml.h from the nvidia-nvml-dev package")
-    folder = tmp_path_factory.mktemp("nvml-topology")
-    subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
-         f"-I{headers[0].parent}", "-o", str(folder / "libnvidia-ml.so.1"), str(STANDIN_SOURCE)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    return folder
+    return compile_standin(STANDIN_SOURCE, tmp_path_factory.mktemp("nvml-topology"))
 
 
 def probe(library_dir: Path, sysfs: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_NVML")}
-    env.update(LD_LIBRARY_PATH=str(library_dir), PYTHONPATH=str(ROOT), **extra)
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, str(sysfs)], capture_output=True, text=True, env=env,
-        timeout=60,
+        [sys.executable, "-c", PROBE, str(sysfs)], capture_output=True, text=True,
+        env=standin_environment(library_dir, **extra), timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
