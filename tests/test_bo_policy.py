@@ -12,18 +12,13 @@ from bayes_sched.policies import POLICIES, BayesOptPolicy, make_policy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, Workload, read_workload, run_simulation
 from bayes_sched.sim.physics import get_application
+from tests.agents import measured_agent
 
 SMALL_GA = GAConfig(population=16, generations=8, seed=0)
 
 
 def _agent(name: str, app: str = "cifar10") -> JobAgent:
-    application = get_application(app)
-    agent = JobAgent(name, application.limits, JobSettings())
-    for placement in ((1,), (2,), (4,), (2, 2)):
-        for m in (32, 128):
-            step, sync = application.step_time(placement, m)
-            agent.record(len(placement), sum(placement), m, step, sync,
-                         *application.grad_stats(256, 10))
+    agent = measured_agent(name, app)
     agent.refresh(0.0)
     return agent
 

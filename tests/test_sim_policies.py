@@ -9,6 +9,7 @@ from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
 from bayes_sched.policies import FifoPolicy, OptimusPolicy, PolluxPolicy, TiresiasPolicy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim.physics import get_application
+from tests.agents import measured_agent
 
 CLUSTER = ClusterState(num_nodes=4, gpus_per_node=4, now=600.0)
 
@@ -27,18 +28,6 @@ def _view(name: str, replicas: int = 1, batch: int = 256, submit: float = 0.0,
         settings=settings, limits=limits, progress=0.0,
         target_progress=get_application(app).target_progress,
         agent=agent or JobAgent(name, limits, settings))
-
-
-def _measured_agent(name: str, app: str = "cifar10") -> JobAgent:
-    """An agent that measured the job on 1, 2 and 4 GPUs of one node and on 2 nodes."""
-    application = get_application(app)
-    agent = JobAgent(name, application.limits, JobSettings())
-    for placement in ((1,), (2,), (4,), (2, 2)):
-        for m in (32, 128):
-            step, sync = application.step_time(placement, m)
-            agent.record(len(placement), sum(placement), m, step, sync,
-                         *application.grad_stats(256, 10))
-    return agent
 
 
 def _check_capacity(allocations: dict[str, np.ndarray]) -> np.ndarray:
@@ -72,7 +61,7 @@ def test_tiresias_skips_what_does_not_fit_and_demotes_long_runners() -> None:
 
 
 def test_optimus_gives_spare_gpus_to_the_job_that_gains_most() -> None:
-    agent = _measured_agent("fast")
+    agent = measured_agent("fast")
     fast = _view("fast", 1, 2048, settings=JobSettings(2048), agent=agent)
     new = _view("new", 1, 256, submit=5)
     decision = OptimusPolicy().decide(CLUSTER, [fast, new])
@@ -82,7 +71,7 @@ def test_optimus_gives_spare_gpus_to_the_job_that_gains_most() -> None:
 
 
 def test_pollux_respects_capacity_caps_and_interference_avoidance() -> None:
-    agents = [_measured_agent(f"j{i}") for i in range(6)]
+    agents = [measured_agent(f"j{i}") for i in range(6)]
     jobs = [_view(f"j{i}", settings=JobSettings(), agent=agents[i], attained=i)
             for i in range(6)]
     policy = PolluxPolicy(ga=GAConfig(population=24, generations=15, seed=1))
@@ -98,7 +87,7 @@ def test_pollux_respects_capacity_caps_and_interference_avoidance() -> None:
 
 
 def test_pollux_search_beats_the_status_quo_and_is_seeded() -> None:
-    agents = [_measured_agent(f"j{i}") for i in range(4)]
+    agents = [measured_agent(f"j{i}") for i in range(4)]
     base = [[4, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     jobs = [_view(f"j{i}", settings=JobSettings(), agent=agents[i], allocation=base[i])
             for i in range(4)]
