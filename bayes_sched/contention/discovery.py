@@ -145,15 +145,35 @@ def discover_sysfs(
     notes.extend(nic_notes)
     if not nic_capacity:
         notes.append(f"no NIC line rate found; nic_capacity assumed {defaults.nic_capacity:g}")
+    topology = _node_topology(
+        tuple(uplinks.count(u) for u in groups),
+        switch_numa,
+        switch_capacity,
+        nic_capacity or defaults.nic_capacity,
+        defaults,
+        notes,
+    )
+    return Discovery(topology, "sysfs", tuple(gpus), tuple(groups), nics, tuple(notes))
+
+
+def _node_topology(
+    gpus_per_switch: tuple[int, ...],
+    switch_numa: list[int],
+    switch_capacity: float,
+    nic_capacity: float,
+    defaults: NodeTopology,
+    notes: list[str],
+) -> NodeTopology:
+    """The discovered layout with the default host DRAM bandwidth, which no node reports (said
+    in ``notes``)."""
     notes.append(f"dram_capacity not discoverable; assumed {defaults.dram_capacity:g} byte/s")
-    topology = NodeTopology(
-        gpus_per_switch=tuple(uplinks.count(u) for u in groups),
+    return NodeTopology(
+        gpus_per_switch=gpus_per_switch,
         switch_numa=tuple(switch_numa),
         pcie_switch_capacity=switch_capacity,
         dram_capacity=defaults.dram_capacity,
-        nic_capacity=nic_capacity or defaults.nic_capacity,
+        nic_capacity=nic_capacity,
     )
-    return Discovery(topology, "sysfs", tuple(gpus), tuple(groups), nics, tuple(notes))
 
 
 def discover_nvml(defaults: NodeTopology | None = None) -> Discovery:
@@ -202,13 +222,13 @@ def discover_nvml(defaults: NodeTopology | None = None) -> Discovery:
             except (pynvml.NVMLError, KeyError) as error:
                 notes.append(f"{leader}: PCIe link unknown ({error!r}); capacity assumed")
         switch_capacity = min(capacities) if capacities else defaults.pcie_switch_capacity
-        notes.append(f"dram_capacity not discoverable; assumed {defaults.dram_capacity:g} byte/s")
-        topology = NodeTopology(
-            gpus_per_switch=tuple(leaders.count(leader) for leader in groups),
-            switch_numa=tuple(switch_numa),
-            pcie_switch_capacity=switch_capacity,
-            dram_capacity=defaults.dram_capacity,
-            nic_capacity=defaults.nic_capacity,
+        topology = _node_topology(
+            tuple(leaders.count(leader) for leader in groups),
+            switch_numa,
+            switch_capacity,
+            defaults.nic_capacity,
+            defaults,
+            notes,
         )
         return Discovery(topology, "nvml", tuple(addresses), tuple(groups), (), tuple(notes))
     except pynvml.NVMLError as error:
