@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -59,6 +60,15 @@ def relative_errors(
     )
 
 
+def denoising_errors(posterior: xr.Dataset, resource: str, truth: np.ndarray) -> tuple[float, float]:
+    """Relative error of the raw counter and of the posterior median of ``resource``'s rate."""
+    return relative_errors(
+        posterior[f"raw_{resource}_rate"].values,
+        posterior[f"{resource}_rate"].sel(quantile=0.5).values,
+        truth,
+    )
+
+
 def accuracy_rows(seeds: int, nodes: int, budgets: list[int]) -> list[dict]:
     rows = []
     for steps in budgets:
@@ -75,11 +85,7 @@ def accuracy_rows(seeds: int, nodes: int, budgets: list[int]) -> list[dict]:
             truth = (
                 cluster.truth["perf_dram_read_rate"] + cluster.truth["perf_dram_write_rate"]
             ).values
-            raw, den = relative_errors(
-                posterior["raw_dram_rate"].values,
-                posterior["dram_rate"].sel(quantile=0.5).values,
-                truth,
-            )
+            raw, den = denoising_errors(posterior, "dram", truth)
             dram_raw.append(raw)
             dram_den.append(den)
             low = posterior["dram_rate"].sel(quantile=0.05).values
@@ -88,11 +94,7 @@ def accuracy_rows(seeds: int, nodes: int, budgets: list[int]) -> list[dict]:
             truth_pcie = (
                 cluster.truth["gpu_gpm_pcie_tx_rate"] + cluster.truth["gpu_gpm_pcie_rx_rate"]
             ).values
-            raw, den = relative_errors(
-                posterior["raw_pcie_rate"].values,
-                posterior["pcie_rate"].sel(quantile=0.5).values,
-                truth_pcie,
-            )
+            raw, den = denoising_errors(posterior, "pcie", truth_pcie)
             pcie_raw.append(raw)
             pcie_den.append(den)
         rows.append(
