@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
@@ -22,11 +21,9 @@ import xarray as xr
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
+from bayes_sched.sim.hidden import HiddenInterference, RunningJob
 from bayes_sched.sim.physics import Application, get_application
 from bayes_sched.sim.workload import Workload
-
-if TYPE_CHECKING:
-    from bayes_sched.sim.hidden import HiddenInterference
 
 
 @dataclass(frozen=True)
@@ -271,8 +268,6 @@ class SimulatedCluster:
         hidden = self.config.hidden
         if hidden is None:
             return slowdown
-        from bayes_sched.sim.hidden import RunningJob
-
         running = {name: RunningJob(self.jobs[name].app.name, counts, self.jobs[name].local_bsz)
                    for name, counts in self._allocations.items()
                    if self.jobs[name].active and self.jobs[name].placement}
