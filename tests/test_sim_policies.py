@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from bayes_sched.cluster import ClusterState
-from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
+from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies import FifoPolicy, OptimusPolicy, PolluxPolicy, TiresiasPolicy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim.physics import get_application
@@ -146,3 +149,43 @@ def test_pollux_mutation_grows_only_onto_free_gpus() -> None:
     grown = problem.mutate(half.copy(), ga)
     assert np.array_equal(grown[:, :, :2], half[:, :, :2])
     assert np.any(grown[:, :, 2:] > 0) and np.all(grown >= half)
+
+
+def _agent_measured_on_one_node(name: str, step_times: dict[int, float],
+                                batch: int) -> JobAgent:
+    """A cifar10 agent measured on 1..4 GPUs of one node at the micro-batches a fixed batch of
+    ``batch`` uses there (sync time: a tenth of each step)."""
+    limits = get_application("cifar10").limits
+    agent = JobAgent(name, limits, JobSettings(batch))
+    for replicas, seconds in step_times.items():
+        local_bsz, _ = split_batch(batch, replicas, limits)
+        agent.record(1, replicas, local_bsz, seconds, 0.1 * seconds, 1.0, 1.0)
+    return agent
+
+
+def test_optimus_trusts_a_measured_step_time_over_its_model() -> None:
+    # Measured: 4 GPUs are no faster than 3 (e.g. an uneven split); a smooth fit says otherwise.
+    times = {1: 2.0, 2: 1.0, 3: 0.7, 4: 0.75}
+    agent = _agent_measured_on_one_node("j", times, 256)
+    job = _view("j", 1, 256, settings=JobSettings(256), agent=agent)
+    policy = OptimusPolicy()
+    curve = policy.step_times(job, 4, CLUSTER.gpus_per_node)
+    assert curve is not None
+    _, accum_on_one = split_batch(256, 1, job.limits)
+    assert curve[0] == pytest.approx(2.0 + 0.9 * 2.0 * accum_on_one)
+    assert curve[1:4] == pytest.approx([1.0, 0.7, 0.75])
+    assert policy.decide(CLUSTER, [job])["j"].sum() == 3  # the fourth GPU would buy nothing
+
+
+def test_optimus_estimates_remaining_steps_from_the_training_left() -> None:
+    # Early in training the gradient noise is small (gain ~1 at any batch); the estimate must not
+    # read that as 16x more steps than the remaining examples need at the user's batch.
+    agent = _agent_measured_on_one_node("j", {1: 2.0, 2: 1.0}, 2048)
+    agent.grad_sqr, agent.grad_var = 1.0, 1e-6
+    limits = get_application("cifar10").limits
+    job = _view("j", 1, 2048, settings=JobSettings(2048), agent=agent)
+    half = dataclasses.replace(job, progress=job.target_progress / 2)
+    policy = OptimusPolicy()
+    expected = job.target_progress / 2 * limits.init_batch_size / 2048
+    assert policy.remaining_steps(half) == pytest.approx(expected)
+    assert policy.remaining_steps(job) == pytest.approx(2 * expected)
