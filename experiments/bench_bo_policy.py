@@ -57,9 +57,9 @@ def plot_rounds(rounds: pd.DataFrame, title: str, path: Path) -> Path:
     axes[0].legend(loc="upper right")
     axes[1].plot(hours, rounds["surrogate_std"], lw=0.8)
     axes[1].set_ylabel("surrogate std\n(log slowdown)")
-    for column, label in (("learned_with_distributed", "distributed, shares with distributed"),
-                          ("learned_single_node_shared", "single node, shared"),
-                          ("learned_alone", "distributed, alone on its nodes")):
+    for column, label in (("learned_worst_pair", "most harmful pair among the jobs present"),
+                          ("learned_chosen_log_factor",
+                           "co-runner slowdown of the chosen allocation (mean)")):
         if column in rounds:
             axes[2].plot(hours, rounds[column], lw=0.8, label=label)
     if "learned_prior_chosen" in rounds:
@@ -73,6 +73,18 @@ def plot_rounds(rounds: pd.DataFrame, title: str, path: Path) -> Path:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def worst_pairs(policy: BayesOptPolicy, count: int = 4) -> str:
+    """The ``count`` most harmful learned (job class, co-runner class) pairs with evidence (posterior
+    std below 60% of the prior's), as ``job<-co-runner:slowdown%`` ("D": distributed)."""
+    pairs = policy.pairs
+    classes = [f"{app}{flag}" for app in pairs.applications for flag in ("", "D")]
+    prior_std = float(np.sqrt(pairs.prior_covariance()[0, 0])) if classes else 0.0
+    known = np.argwhere(pairs.std < 0.6 * prior_std)
+    ranked = sorted(known, key=lambda ij: pairs.mean[ij[0], ij[1]])[:count]
+    return " ".join(f"{classes[i]}<-{classes[j]}:{100 * (1 - np.exp(pairs.mean[i, j])):.0f}%"
+                    for i, j in ranked)
 
 
 def run_one(task: tuple[str, float, str, str, int | None]) -> dict[str, object]:
@@ -102,6 +114,7 @@ def run_one(task: tuple[str, float, str, str, int | None]) -> dict[str, object]:
             rounds.append(entry)
         row["rounds"] = rounds
         row["fit_problems"] = len(policy.fit_problems)
+        row["learned_pairs"] = worst_pairs(policy)
         if policy.contention is not None:
             row["contention_fits"] = policy.contention.fits
             row["contention_fit_s_median"] = float(np.median(policy.contention.fit_seconds or
@@ -154,8 +167,8 @@ def main() -> None:
             row["colocated_rounds"] = int((rounds["colocated_distributed"] > 0).sum())
             row["explore_rounds"] = int((rounds["chosen_rank"] > 0).sum())
             last = rounds.iloc[-1]
-            row["learned_with_distributed"] = float(last["learned_with_distributed"])
-            row["learned_alone"] = float(last["learned_alone"])
+            row["avoid_rule_rounds"] = int(rounds["avoiding_choice"].sum())
+            row["pairs_observed"] = int(last["learned_pairs_observed"])
     table = pd.DataFrame(rows)
     key = ["workload", "interference", "hidden"]
     base = table[table.policy == "pollux"].set_index(key)
@@ -180,11 +193,27 @@ def main() -> None:
                             f"{len(ratios)} workloads")
                     print(line)
                     lines.append(f"- {line}")
+    # What interference costs Pollux (the most any policy can gain by avoiding it).
+    plain = table[(table.policy == "pollux") & (table.hidden == "none")
+                  & (table.interference == 0)].set_index("workload")
+    for (interference, hidden), sub in table[table.policy == "pollux"].groupby(
+            ["interference", "hidden"]):
+        if (interference == 0 and hidden == "none") or plain.empty:
+            continue
+        sub = sub[sub.workload.isin(plain.index)]
+        for stat in ("avg_jct", "p99_jct"):
+            ratios = sub[stat].to_numpy() / plain.loc[sub.workload, stat].to_numpy()
+            if len(ratios):
+                line = (f"interference {interference:g}, hidden {hidden}: pollux {stat} with / "
+                        f"without it: " + " ".join(f"{w.split('-')[-1]}:{r:.3f}" for w, r in
+                                                    zip(sub.workload, ratios, strict=True)))
+                print(line)
+                lines.append(f"- {line}")
     bo = table[table.policy == "bo"]
     extra = [c for c in ("contention_fits", "contention_fit_s_median", "pred_vs_real_corr",
                          "pred_log_error_median", "surrogate_std_first_last",
-                         "colocated_rounds", "explore_rounds", "learned_with_distributed",
-                         "learned_alone") if c in bo]
+                         "colocated_rounds", "explore_rounds", "avoid_rule_rounds",
+                         "pairs_observed", "learned_pairs") if c in bo]
     print(bo[["workload", "interference", "hidden", *extra]].to_string(index=False,
                                                              float_format=lambda v: f"{v:.3g}"))
     lines += ["", "## Per-run surrogate report", "",
