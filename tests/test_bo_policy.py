@@ -189,3 +189,14 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     # Without the avoid-rule candidate only the harmful co-location is on offer.
     chosen, record = policy._choose(problem, shared, fitness, None, cluster.now)
     assert np.array_equal(chosen, shared[0]) and not record.avoiding_choice
+    # Pollux's choice is left when another candidate expects a clear gain over it: here it
+    # starves job b while the candidate serves both jobs apart.
+    starving = np.array([[4, 0], [0, 0]], dtype=_STATE)
+    chosen, record = policy._choose(problem, apart[None], problem.fitness(apart[None]),
+                                    starving, cluster.now)
+    assert np.array_equal(chosen, apart) and not record.avoiding_choice
+    # ... and kept when no candidate expects to gain more than min_gain over it.
+    policy.min_gain = 1e6
+    chosen, record = policy._choose(problem, apart[None], problem.fitness(apart[None]),
+                                    starving, cluster.now)
+    assert np.array_equal(chosen, starving) and record.avoiding_choice

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.special
@@ -97,7 +97,9 @@ class BayesOptPolicy:
         candidates: distinct candidates scored by EI each round.
         posterior_draws: joint posterior draws of the pair table used to score them.
         offer_avoiding: also run Pollux's own search under its avoid rule (at most one distributed
-            job per node) and offer its choice as a candidate.
+            job per node) and offer its choice as a candidate, the incumbent of EI.
+        min_gain: expected improvement over Pollux's avoid-rule choice, as a fraction of its
+            objective, below which that choice is kept.
         error_forget: per-observation weight decay of each job's model-error estimate.
         node_topology: the nodes' layout and capacities, for the contention posterior where the
             cluster collects counters (default: two GPUs per PCIe switch, the topology module's
@@ -113,18 +115,19 @@ class BayesOptPolicy:
                  max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
                  ga: GAConfig = _DEFAULT_GA, pair_prior: PairPrior = _DEFAULT_PAIR_PRIOR,
                  residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
-                 posterior_draws: int = 64, offer_avoiding: bool = True,
+                 posterior_draws: int = 64, offer_avoiding: bool = True, min_gain: float = 0.01,
                  error_forget: float = 0.8, node_topology: NodeTopology | None = None,
                  contention_every: int = 10, seed: int = 0) -> None:
         # Pollux's search and speedup tables, without its hard rule against co-location.
         self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
                                    max_nodes_per_job=max_nodes_per_job,
                                    max_replicas_cap=max_replicas_cap, ga=ga)
-        # Pollux as the artifact runs it (its own population and random stream): a candidate.
+        # Pollux as the artifact runs it (its own population, same seed): the incumbent candidate.
         self.avoiding = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=True,
                                      max_nodes_per_job=max_nodes_per_job,
                                      max_replicas_cap=max_replicas_cap,
-                                     ga=replace(ga, seed=ga.seed + 1)) if offer_avoiding else None
+                                     ga=ga) if offer_avoiding else None
+        self.min_gain = min_gain
         self.residual_noise = residual_noise
         self.num_candidates = candidates
         self.posterior_draws = posterior_draws
@@ -358,8 +361,12 @@ class BayesOptPolicy:
                 avoiding_choice: np.ndarray | None, now: float) -> tuple[np.ndarray, RoundRecord]:
         """Expected Improvement over the best distinct candidates of the final population, plus
         the candidate Pollux's own objective (the models alone, no co-location residual) ranks
-        first and Pollux's choice under its avoid rule (``avoiding_choice``, ``(J, N)``), so that
-        either is taken when the evidence favours it."""
+        first and Pollux's choice under its avoid rule (``avoiding_choice``, ``(J, N)``).
+
+        With ``avoiding_choice`` it is the incumbent: the pick maximises the Monte Carlo expected
+        improvement over it under the joint draws, and must expect to gain more than
+        ``min_gain`` of its objective; otherwise (analytic LogEI) the incumbent is the best
+        posterior mean."""
         plain = problem.fitness(population, models_only=True)
         order = np.argsort(-fitness, kind="stable")
         # Distinct candidates by their bytes (np.unique over rows of P x J*N is far slower).
@@ -382,10 +389,19 @@ class BayesOptPolicy:
                 avoiding = len(states) - 1
         values = problem.fitness(states, table=self.pairs.draws)            # (S, K)
         mean, std = values.mean(axis=0), values.std(axis=0)
-        incumbent = float(mean.max())
-        z = (mean - incumbent) / np.maximum(std, 1e-9)
-        log_ei = np.log(np.maximum(std, 1e-12)) + _log_h(z)
-        pick = int(np.argmax(log_ei))
+        if avoiding >= 0:
+            # Pollux's choice is the incumbent: each candidate's improvement over it is taken
+            # draw by draw (uncertainty both share cancels), and it is left only when the
+            # expected improvement is worth it (the stopping rule of per-job search).
+            gain = np.maximum(values - values[:, avoiding : avoiding + 1], 0.0).mean(axis=0)
+            pick = int(np.argmax(gain))
+            if gain[pick] <= self.min_gain * abs(float(mean[avoiding])):
+                pick = avoiding
+        else:
+            incumbent = float(mean.max())
+            z = (mean - incumbent) / np.maximum(std, 1e-9)
+            log_ei = np.log(np.maximum(std, 1e-12)) + _log_h(z)
+            pick = int(np.argmax(log_ei))
         feats = self.features(states[pick : pick + 1])[0]
         record = RoundRecord(
             time=now, predicted_mean=float(mean[pick]), predicted_std=float(std[pick]),
