@@ -32,10 +32,11 @@ import numpy as np
 import pandas as pd
 
 from bayes_sched.policies import BayesOptPolicy, PolluxPolicy
+from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, run_simulation
 from bayes_sched.sim.hidden import ContentionLaw, make_hidden
 
-VARIANTS = ("pollux", "pollux-blind", "bo")
+VARIANTS = ("pollux", "pollux-blind", "pollux-seed1", "bo")
 
 
 def plot_rounds(rounds: pd.DataFrame, title: str, path: Path) -> Path:
@@ -96,7 +97,10 @@ def run_one(task: tuple[str, float, str, str, int | None]) -> dict[str, object]:
         topology = hidden.topology if isinstance(hidden, ContentionLaw) else None
         policy = BayesOptPolicy(node_topology=topology)
     else:
-        policy = PolluxPolicy(avoid_interference=variant == "pollux")
+        # pollux-seed1: the artifact's Pollux with another search seed, the noise floor of a
+        # one-run comparison (a different trajectory, nothing else changed).
+        policy = PolluxPolicy(avoid_interference=variant != "pollux-blind",
+                              ga=GAConfig(seed=1 if variant == "pollux-seed1" else 0))
     result = run_simulation(workload, policy,
                             SimConfig(interference=interference, hidden=hidden),
                             max_jobs=max_jobs)
@@ -130,6 +134,8 @@ def main() -> None:
                         choices=["none", "contention", "gavel"])
     parser.add_argument("--blind", action="store_true",
                         help="also run interference-blind Pollux where there is interference")
+    parser.add_argument("--seed-noise", action="store_true",
+                        help="also run Pollux with another search seed (one-run noise floor)")
     parser.add_argument("--max-jobs", type=int, default=None)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--report", type=Path, default=Path("bo-report"))
@@ -137,7 +143,8 @@ def main() -> None:
     args = parser.parse_args()
     tasks = [(f"workload-{w}", i, h, v, args.max_jobs) for w in args.workloads
              for i in args.interference for h in args.hidden for v in VARIANTS
-             if v != "pollux-blind" or (args.blind and (i > 0 or h != "none"))]
+             if (v != "pollux-blind" or (args.blind and (i > 0 or h != "none")))
+             and (v != "pollux-seed1" or args.seed_noise)]
     args.report.mkdir(parents=True, exist_ok=True)
     rows = []
     with ProcessPoolExecutor(args.processes) as pool, (args.report / "runs.jsonl").open("w") as log:
@@ -184,7 +191,7 @@ def main() -> None:
     print(json.dumps(table.to_dict("records"), default=str) if args.json
           else table[shown].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for (interference, hidden), sub in table.groupby(["interference", "hidden"]):
-        for variant in ("pollux-blind", "bo"):
+        for variant in ("pollux-blind", "pollux-seed1", "bo"):
             for stat in ("avg_jct", "p99_jct"):
                 ratios = sub[sub.policy == variant][f"{stat}_vs_pollux"]
                 if len(ratios):
