@@ -200,3 +200,20 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     chosen, record = policy._choose(problem, apart[None], problem.fitness(apart[None]),
                                     starving, cluster.now)
     assert np.array_equal(chosen, starving) and record.avoiding_choice
+
+
+def test_a_failed_surrogate_fit_is_reported_and_the_round_still_decides(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bayes_sched.policies.bo_pairs import PairResiduals
+
+    def fail(self: PairResiduals) -> None:
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+
+    monkeypatch.setattr(PairResiduals, "fit", fail)
+    policy = BayesOptPolicy(ga=SMALL_GA)
+    cluster = ClusterState(2, 4, 600.0)
+    agents = {n: _agent(n) for n in ("a", "b", "c")}
+    views = _views(cluster, {n: [0, 0] for n in agents}, dict.fromkeys(agents, 0.0), agents)
+    decision = policy.decide(cluster, views)
+    assert np.all(np.sum(list(decision.values()), axis=0) <= 4) and decision
+    assert len(policy.fit_problems) == 1 and "not positive definite" in policy.fit_problems[0]

@@ -25,8 +25,10 @@ Each round:
    candidate, so the avoid rule is a candidate generator rather than a constraint.
 3. **Decide.** The best distinct candidates of the final population, Pollux's unconstrained choice
    and Pollux's avoid-rule choice are scored by the distribution of the cluster objective under
-   joint posterior draws of the pair table; Expected Improvement over the best posterior mean
-   picks one, so an uncertain co-location is tried when its upside is worth it. The choice is
+   joint posterior draws of the pair table. Pollux's avoid-rule choice is the incumbent: the
+   candidate with the largest expected improvement over it (draw by draw) is taken when that
+   improvement exceeds ``min_gain`` of the incumbent's objective, so an uncertain co-location is
+   tried when its upside is worth it and, knowing nothing, bo does what Pollux does. The choice is
    checked against node capacity before it is returned.
 
 :attr:`BayesOptPolicy.history` keeps, per round, the predicted objective (mean and standard
@@ -305,7 +307,12 @@ class BayesOptPolicy:
         penalty = np.maximum(age - restarts * pollux.restart_delay, 0.0) / (age + pollux.restart_delay)
         applications = [job.application for job in jobs]
         app_index = self.pairs.application_index(applications)
-        self.pairs.fit()
+        try:
+            self.pairs.fit()
+        except np.linalg.LinAlgError as error:  # keep the last posterior; the search goes on
+            message = f"t={cluster.now:g}s: pair surrogate fit failed ({error})"
+            self.fit_problems.append(message)
+            LOG.warning("%s; previous posterior kept", message)
         max_nodes = min(pollux.max_nodes_per_job, cluster.num_nodes)
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
                                      max_nodes, pollux.rng, self, app_index, applications)
@@ -339,9 +346,11 @@ class BayesOptPolicy:
             LOG.warning("bo: candidate rejected (%s); current allocation kept", error)
             decision = {job.name: job.allocation for job in jobs if job.allocation.any()}
         present = np.unique(np.concatenate([2 * app_index, 2 * app_index + 1]))
-        record.surrogate_std = float(self.pairs.std[np.ix_(present, present)].mean())
+        present = present[present < len(self.pairs.std)]  # classes the last fit covers
+        known = np.ix_(present, present)
+        record.surrogate_std = float(self.pairs.std[known].mean()) if present.size else math.nan
         record.learned = {
-            "worst_pair": float(self.pairs.mean[np.ix_(present, present)].min()),
+            "worst_pair": float(self.pairs.mean[known].min()) if present.size else math.nan,
             "pairs_observed": float(self.pairs.observed_pairs()),
             "chosen_log_factor": float(self.pairs.log_factor(chosen[None], app_index).mean()),
             "contention_fits": float(self.contention.fits if self.contention else 0),
