@@ -31,6 +31,8 @@ Figures (full workloads, 160 jobs, 64 GPUs, ``--processes 1``; bo / Pollux with 
   1.001 1.083 1.069 1.022 1.026 1.049 1.033 1.099 (geometric mean 1.047; p99 1.010), so even a
   policy as good as Pollux that removed all interference for free would reach 0.91-1.0 of
   Pollux's average JCT (0.955 overall): that, not 15%, bounds what avoiding interference gains.
+  Against interference-blind Pollux (``--blind``, no avoid rule), workloads 1-3: average 0.853
+  0.940 0.964, p99 0.801 0.862 0.962 (blind Pollux over Pollux: 1.192 1.110 1.041).
 * ``--hidden none``: workloads 1-4, average 0.991 1.006 1.001 1.004 (1.001), p99 0.980 1.005 1.008
   1.002 (0.999).
 * ``--hidden contention``, workloads 1-2: average 1.007 0.989, p99 1.000 1.003 (before: 0.989
