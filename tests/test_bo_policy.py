@@ -24,14 +24,19 @@ def _agent(name: str, app: str = "cifar10") -> JobAgent:
 
 
 def _views(cluster: ClusterState, allocations: dict[str, list[int]], progress: dict[str, float],
-           agents: dict[str, JobAgent]) -> list[JobView]:
-    app = get_application("cifar10")
-    return [JobView(name=name, application="cifar10", submit_time=0.0, age=cluster.now,
-                    attained_service=100.0 * i, allocation=np.array(allocations[name]),
-                    num_restarts=0, requested_replicas=1, requested_batch_size=256,
-                    settings=JobSettings(), limits=app.limits, progress=progress[name],
-                    target_progress=app.target_progress, agent=agents[name])
-            for i, name in enumerate(sorted(allocations))]
+           agents: dict[str, JobAgent], applications: dict[str, str] | None = None
+           ) -> list[JobView]:
+    applications = applications or {}
+    views = []
+    for i, name in enumerate(sorted(allocations)):
+        app_name = applications.get(name, "cifar10")
+        app = get_application(app_name)
+        views.append(JobView(name=name, application=app_name, submit_time=0.0, age=cluster.now,
+                             attained_service=100.0 * i, allocation=np.array(allocations[name]),
+                             num_restarts=0, requested_replicas=1, requested_batch_size=256,
+                             settings=JobSettings(), limits=app.limits, progress=progress[name],
+                             target_progress=app.target_progress, agent=agents[name]))
+    return views
 
 
 def test_registered_and_decisions_respect_capacity() -> None:
@@ -46,32 +51,65 @@ def test_registered_and_decisions_respect_capacity() -> None:
     assert np.all(used <= 4) and used.sum() > 0
 
 
-def test_learns_that_shared_distributed_jobs_deliver_less() -> None:
-    """Two distributed jobs share nodes and deliver half the predicted progress; a single-node job
-    delivers as predicted. The surrogate must learn a clearly negative residual for the first
-    co-location and about zero for the other, and the history must record the rounds."""
-    policy = BayesOptPolicy(ga=SMALL_GA, seed=1)
-    agents = {n: _agent(n) for n in ("a", "b", "c")}
-    allocation = {"a": [2, 2, 0, 0], "b": [2, 2, 0, 0], "c": [0, 0, 1, 0]}
+def _play(policy: BayesOptPolicy, layouts: list[dict[str, list[int]]],
+          applications: dict[str, str], speed: dict[frozenset[str], float],
+          rounds_each: int = 4) -> None:
+    """Feed ``policy`` rounds of ``layouts`` in which every job delivers its predicted progress
+    times the product of ``speed[{own application, co-runner's}]`` over its co-runners on its
+    node (1 when absent from ``speed``)."""
+    agents = {n: _agent(n, applications[n]) for n in applications}
     progress = dict.fromkeys(agents, 0.0)
-    interval = 60.0
-    for round_index in range(6):
-        cluster = ClusterState(4, 4, interval * (round_index + 1))
-        views = _views(cluster, allocation, progress, agents)
-        # What the round delivers: half the predicted progress for the shared distributed jobs.
-        policy._observe(cluster, views)
-        policy._previous = {v.name: (v.allocation.copy(), v.progress) for v in views}
-        policy._previous_time = cluster.now
-        for view in views:
-            rate = policy._predicted_rate(view, view.allocation)
-            assert rate is not None
-            progress[view.name] += rate * (0.5 if view.name in ("a", "b") else 1.0) * interval
-    model = policy._surrogate()
-    _, mean, draws = policy._residual_grid(model, 8)
-    gpu4, gpu1 = 4, 1
-    assert mean[1, 1, 1, gpu4] < np.log(0.7)          # learned: sharing distributed hurts
-    assert abs(mean[0, 0, 0, gpu1]) < 0.15            # alone on one node: as predicted
-    assert draws.shape[0] == policy.posterior_draws and np.std(draws[:, 1, 1, 1, gpu4]) > 0
+    interval, now = 60.0, 0.0
+    for layout in layouts:
+        allocation = {n: layout.get(n, [0, 0, 0, 0]) for n in agents}
+        for _ in range(rounds_each):
+            now += interval
+            cluster = ClusterState(4, 4, now)
+            views = _views(cluster, allocation, progress, agents, applications)
+            policy._observe(cluster, views)
+            policy._previous = {v.name: (v.allocation.copy(), v.progress) for v in views}
+            policy._previous_time = cluster.now
+            for view in views:
+                if not view.allocation.any():
+                    continue
+                factor = 1.0
+                for other in views:
+                    if other.name != view.name and np.any((other.allocation > 0)
+                                                          & (view.allocation > 0)):
+                        factor *= speed.get(frozenset((view.application, other.application)),
+                                            1.0)
+                rate = policy._predicted_rate(view, view.allocation)
+                assert rate is not None
+                progress[view.name] += rate * factor * interval
+
+
+def test_learns_which_applications_hurt_each_other() -> None:
+    """CIFAR-10 sharing a node with YOLOv3 delivers 60% of the prediction; sharing with BERT, all
+    of it. Every job also runs alone for a while (its model error). The pair GP must learn a
+    clearly negative effect for (cifar10, yolov3) and about none for (cifar10, bert), and the
+    policy's search objective must prefer pairing CIFAR-10 with BERT -- which co-location
+    features that ignore the applications cannot tell apart."""
+    policy = BayesOptPolicy(ga=SMALL_GA, seed=1)
+    applications = {"c1": "cifar10", "c2": "cifar10", "y": "yolov3", "b": "bert"}
+    speed = {frozenset(("cifar10", "yolov3")): 0.6}
+    alone = {"c1": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "y": [0, 0, 1, 0], "b": [0, 0, 0, 1]}
+    shared = [{"c1": [1, 0, 0, 0], "y": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "b": [0, 1, 0, 0]},
+              {"c1": [0, 0, 1, 0], "b": [0, 0, 1, 0], "c2": [0, 0, 0, 1], "y": [0, 0, 0, 1]}]
+    _play(policy, [alone, *shared, alone, *shared], applications, speed)
+    policy.pairs.fit()
+    apps = policy.pairs.applications
+    cifar, yolo, bert = (2 * apps.index(a) for a in ("cifar10", "yolov3", "bert"))
+    mean, std = policy.pairs.mean, policy.pairs.std
+    assert mean[cifar, yolo] < np.log(0.75) and mean[yolo, cifar] < np.log(0.75)
+    assert abs(mean[cifar, bert]) < 0.1 and abs(mean[bert, cifar]) < 0.1
+    assert std[cifar, yolo] < policy.pairs.prior.apps  # evidence narrowed it
+    # The search objective: c1 with b and c2 alone beats c1 with y, all else equal.
+    index = policy.pairs.application_index(["cifar10", "yolov3", "bert"])
+    with_yolo = np.array([[[1, 0], [1, 0], [0, 1]]], dtype=np.int16)
+    with_bert = np.array([[[1, 0], [0, 1], [1, 0]]], dtype=np.int16)
+    assert policy.pairs.log_factor(with_yolo, index)[0, 0] < np.log(0.8)
+    assert policy.pairs.log_factor(with_bert, index)[0, 0] > np.log(0.92)
+    assert policy.pairs.draws.shape == (policy.posterior_draws, len(apps) * 2, len(apps) * 2)
 
 
 def test_runs_in_the_loop_and_records_predicted_vs_realised() -> None:
@@ -96,22 +134,86 @@ def test_cli_offers_the_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert "bo" in capsys.readouterr().out
 
 
-def test_sparse_colocation_features_match_the_dense_definition() -> None:
-    from bayes_sched.policies.bo import _ColocationProblem
+def test_pair_log_factor_matches_the_dense_definition() -> None:
+    """The vectorised co-runner factor equals, per job, the minimum over its nodes of the summed
+    pair effects of the other jobs on that node (classes: application x distributed)."""
+    from bayes_sched.policies.bo_pairs import PairResiduals
 
     rng = np.random.default_rng(0)
+    pairs = PairResiduals(seed=0)
+    apps = pairs.application_index(["a", "b", "c", "a", "b", "c", "a"])
+    table = -rng.random((6, 6)) * 0.3
     states = (rng.random((5, 7, 6)) < 0.3) * rng.integers(1, 3, (5, 7, 6))
-    dense = BayesOptPolicy().features(states)
-    problem = _ColocationProblem.__new__(_ColocationProblem)
-    problem.residual = np.zeros((2, 2, 2, 65))
-    distributed, shares_dist, shares, _, nodes, replicas = problem.colocation(states)
-    assert np.array_equal(dense[..., 0], distributed)
-    assert np.array_equal(dense[..., 1], shares_dist)
-    assert np.array_equal(dense[..., 2], shares)
-    assert np.array_equal(replicas, states.sum(axis=2))
-    assert np.array_equal(nodes, np.count_nonzero(states, axis=2))
-    # Two distributed jobs on node 0 share it; a single-node job alone does not.
-    one = np.array([[[1, 1, 0], [1, 0, 1], [0, 0, 0]]])
-    one[0, 2, 1] = 0
-    _, sd, sh, _, _, _ = problem.colocation(one)
-    assert sd[0].tolist() == [1, 1, 0] and sh[0].tolist() == [1, 1, 0]
+    fast = pairs.log_factor(states, apps, table[None])[0]
+    for p in range(states.shape[0]):
+        used = states[p] > 0
+        cls = apps * 2 + (used.sum(axis=1) > 1)
+        for j in range(states.shape[1]):
+            per_node = [sum(table[cls[j], cls[k]] for k in np.flatnonzero(used[:, n]) if k != j)
+                        for n in np.flatnonzero(used[j])]
+            expected = min([0.0, *per_node])
+            assert fast[p, j] == pytest.approx(expected)
+
+
+def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> None:
+    """With the pair table certain that distributed jobs sharing a node lose 60%, EI must pick
+    Pollux's avoid-rule choice even when the genetic search's population lacks it."""
+    policy = BayesOptPolicy(ga=SMALL_GA, seed=0)
+    cluster = ClusterState(2, 4, 600.0)
+    agents = {n: _agent(n) for n in ("a", "b")}
+    empty = {n: [0, 0] for n in agents}
+    views = _views(cluster, empty, dict.fromkeys(agents, 0.0), agents)
+    decision = policy.decide(cluster, views)  # sets up classes and the problem's state
+    assert all(np.count_nonzero(v) >= 1 for v in decision.values())
+    from bayes_sched.policies.bo import _ColocationProblem
+    from bayes_sched.policies.pollux import _STATE
+
+    pollux = policy.pollux
+    jobs = sorted(views, key=lambda j: (j.attained_service, j.submit_time, j.name))
+    max_replicas = np.array([8, 8])
+    tables = pollux.speedup_tables(jobs, cluster, max_replicas)
+    index = policy.pairs.application_index(["cifar10", "cifar10"])
+    problem = _ColocationProblem(np.zeros((2, 2), _STATE), tables, max_replicas, np.ones(2),
+                                 cluster, pollux.p, 2, pollux.rng, policy, index,
+                                 ["cifar10", "cifar10"])
+    shared = np.array([[[2, 2], [2, 2]]], dtype=_STATE)     # both distributed on both nodes
+    apart = np.array([[4, 0], [0, 4]], dtype=_STATE)        # one node each
+    classes = policy.pairs.num_classes
+    policy.pairs.draws = np.zeros((policy.posterior_draws, classes, classes))
+    distributed = 2 * index[0] + 1
+    policy.pairs.draws[:, distributed, distributed] = np.log(0.4)
+    policy.pairs.mean = policy.pairs.draws[0]
+    fitness = problem.fitness(shared)
+    chosen, record = policy._choose(problem, shared, fitness, apart, cluster.now)
+    assert np.array_equal(chosen, apart) and record.avoiding_choice
+    # Without the avoid-rule candidate only the harmful co-location is on offer.
+    chosen, record = policy._choose(problem, shared, fitness, None, cluster.now)
+    assert np.array_equal(chosen, shared[0]) and not record.avoiding_choice
+    # Pollux's choice is left when another candidate expects a clear gain over it: here it
+    # starves job b while the candidate serves both jobs apart.
+    starving = np.array([[4, 0], [0, 0]], dtype=_STATE)
+    chosen, record = policy._choose(problem, apart[None], problem.fitness(apart[None]),
+                                    starving, cluster.now)
+    assert np.array_equal(chosen, apart) and not record.avoiding_choice
+    # ... and kept when no candidate expects to gain more than min_gain over it.
+    policy.min_gain = 1e6
+    chosen, record = policy._choose(problem, apart[None], problem.fitness(apart[None]),
+                                    starving, cluster.now)
+    assert np.array_equal(chosen, starving) and record.avoiding_choice
+
+
+def test_a_failed_surrogate_fit_is_reported_and_the_round_still_decides(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bayes_sched.policies.bo_pairs import PairResiduals
+
+    def fail(self: PairResiduals) -> None:
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+
+    monkeypatch.setattr(PairResiduals, "fit", fail)
+    policy = BayesOptPolicy(ga=SMALL_GA)
+    cluster = ClusterState(2, 4, 600.0)
+    agents = {n: _agent(n) for n in ("a", "b", "c")}
+    views = _views(cluster, {n: [0, 0] for n in agents}, dict.fromkeys(agents, 0.0), agents)
+    decision = policy.decide(cluster, views)
+    assert np.all(np.sum(list(decision.values()), axis=0) <= 4) and decision
+    assert len(policy.fit_problems) == 1 and "not positive definite" in policy.fit_problems[0]

@@ -6,24 +6,30 @@ Each round:
 
 1. **Learn.** For every job whose allocation did not change over the last round, compare the
    progress it actually made with what its fitted goodput model predicted there: the residual
-   ``log(realised / predicted)``. Residuals are grouped by the job's *co-location features* —
-   distributed or not, sharing a node with another distributed job, sharing a node at all, and
-   log GPUs — and a GP over those features (prior mean: the predicted interference slowdown where an
-   interference model is given, else 0, i.e. "the model is right") learns what co-locations
-   really cost. Nothing here needs the simulator's ground truth: only progress, which every
-   cluster reports. Where the cluster collects counters, the contention network's posterior
-   (:mod:`bayes_sched.policies.bo_contention`) gives each candidate co-location a prior slowdown
-   from the jobs' inferred demands on each node's NIC and host DRAM, and the GP learns the
-   residual around that prior; without counters the prior is the goodput models alone.
+   ``log(realised / predicted)``, less the job's own model error (its residual when alone). A GP
+   over *pairs of job classes* (:mod:`bayes_sched.policies.bo_pairs`; class: the application and
+   whether the job is distributed, both of which any scheduler knows) learns what each co-runner
+   costs each job: the log slowdown on a node is the sum of the pair effects of the co-runners
+   there, and a job goes at the pace of its worst node. So bo learns that (a, b) hurts and
+   (a, c) does not, and shares evidence through the kernel (same application pair, same job
+   class, same co-runner class). Nothing here needs the simulator's ground truth: only progress,
+   which every cluster reports. Where the cluster collects counters, the contention network's
+   posterior (:mod:`bayes_sched.policies.bo_contention`) gives each candidate co-location a prior
+   slowdown from the jobs' inferred demands on each node's NIC and host DRAM, and the pair GP
+   learns the residual around that prior; without counters the prior is the goodput models alone.
 2. **Search.** Pollux's genetic search over allocation matrices (``(P, jobs, nodes)`` GPU counts)
-   maximises the power mean of job speedups, each multiplied by the co-location slowdown the GP
-   predicts for it in that candidate, ``exp(mean(features) - mean(same size, alone))``, so
-   co-locations that proved harmless are used and harmful ones avoided,
-   with no hard rule against them.
-3. **Decide.** The best distinct candidates of the final population are scored by the
-   distribution of the cluster objective under joint GP posterior draws; Expected Improvement over
-   the best posterior mean picks one, so an uncertain co-location is tried when its upside is
-   worth it. The choice is checked against node capacity before it is returned.
+   maximises the power mean of job speedups, each multiplied by the co-location slowdown the pair
+   GP's posterior mean predicts for it in that candidate, so co-locations that proved harmless are
+   used and harmful ones avoided, with no hard rule against them. A second search, Pollux's own
+   (models alone, at most one distributed job per node), runs alongside: its choice is always a
+   candidate, so the avoid rule is a candidate generator rather than a constraint.
+3. **Decide.** The best distinct candidates of the final population, Pollux's unconstrained choice
+   and Pollux's avoid-rule choice are scored by the distribution of the cluster objective under
+   joint posterior draws of the pair table. Pollux's avoid-rule choice is the incumbent: the
+   candidate with the largest expected improvement over it (draw by draw) is taken when that
+   improvement exceeds ``min_gain`` of the incumbent's objective, so an uncertain co-location is
+   tried when its upside is worth it and, knowing nothing, bo does what Pollux does. The choice is
+   checked against node capacity before it is returned.
 
 :attr:`BayesOptPolicy.history` keeps, per round, the predicted objective (mean and standard
 deviation), the objective realised over the following round, the surrogate's mean uncertainty and
@@ -34,36 +40,28 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.special
-import torch
-from botorch.exceptions import ModelFittingError
-from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
-from gpytorch.kernels import MaternKernel, ScaleKernel
-from gpytorch.mlls import ExactMarginalLogLikelihood
-from gpytorch.priors import GammaPrior
 
 from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
 from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.bo_contention import ContentionPrior
+from bayes_sched.policies.bo_pairs import PairPrior, PairResiduals
 from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem
 
 LOG = logging.getLogger(__name__)
 
 _DEFAULT_GA = GAConfig()
+_DEFAULT_PAIR_PRIOR = PairPrior()
 
-#: Names of the co-location features, in order (the last is scaled log2 GPUs).
+#: Names of the co-location features :meth:`BayesOptPolicy.features` reports, in order (the last
+#: is scaled log2 GPUs).
 FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node", "log_gpus")
-
-#: A function from co-location features ``(M, 4)`` to the prior log slowdown ``(M,)`` (<= 0).
-InterferencePrior = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -71,8 +69,8 @@ class RoundRecord:
     """One decision: predicted objective of the chosen allocation (mean, std), the objective
     realised over the next round (``nan`` until known), mean posterior std of the co-location
     residuals, co-located distributed jobs chosen, candidates scored, the chosen one's rank by
-    posterior mean (0: the exploiting choice) and whether it is the candidate Pollux's objective
-    ranks first."""
+    posterior mean (0: the exploiting choice), whether it is the candidate Pollux's objective
+    ranks first and whether it is Pollux's choice under its avoid rule."""
 
     time: float
     predicted_mean: float
@@ -83,35 +81,8 @@ class RoundRecord:
     candidates: int = 0
     chosen_rank: int = 0
     pollux_choice: bool = False
+    avoiding_choice: bool = False
     learned: dict[str, float] = field(default_factory=dict)
-
-
-class ResidualData:
-    """Exponentially forgotten means of residuals per distinct feature row."""
-
-    def __init__(self, forget: float) -> None:
-        self.forget = forget
-        self.weight: dict[tuple[float, ...], float] = {}
-        self.total: dict[tuple[float, ...], float] = {}
-
-    def decay(self) -> None:
-        for key in self.weight:
-            self.weight[key] *= self.forget
-            self.total[key] *= self.forget
-
-    def add(self, features: np.ndarray, residuals: np.ndarray) -> None:
-        for row, value in zip(features, residuals, strict=True):
-            key = tuple(float(v) for v in row)
-            self.weight[key] = self.weight.get(key, 0.0) + 1.0
-            self.total[key] = self.total.get(key, 0.0) + float(value)
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Features ``(M, D)``, mean residuals ``(M,)`` and effective counts ``(M,)``."""
-        keys = [k for k, w in self.weight.items() if w > 1e-3]
-        x = np.array(keys, dtype=np.float64).reshape(len(keys), len(FEATURE_NAMES))
-        w = np.array([self.weight[k] for k in keys])
-        y = np.array([self.total[k] for k in keys]) / np.maximum(w, 1e-12)
-        return x, y, w
 
 
 class BayesOptPolicy:
@@ -121,14 +92,16 @@ class BayesOptPolicy:
         p: power-mean exponent of the cluster objective (Pollux's fairness knob).
         restart_delay: seconds a re-allocated job loses.
         max_nodes_per_job, max_replicas_cap, ga: as for Pollux.
-        interference_prior: prior log slowdown for co-location features (e.g. from a contention
-            posterior); ``None`` trusts the goodput models alone.
+        pair_prior: the pair GP's kernel scales and prior mean (see
+            :mod:`bayes_sched.policies.bo_pairs`).
         residual_noise: standard deviation of one job-round residual, log units.
         forget: per-round weight decay of old residuals (models and workloads drift).
         candidates: distinct candidates scored by EI each round.
-        posterior_draws: joint GP draws used to score them.
-        refit_every: rounds between hyperparameter fits (in between, the GP conditions on new data
-            with the last hyperparameters).
+        posterior_draws: joint posterior draws of the pair table used to score them.
+        offer_avoiding: also run Pollux's own search under its avoid rule (at most one distributed
+            job per node) and offer its choice as a candidate, the incumbent of EI.
+        min_gain: expected improvement over Pollux's avoid-rule choice, as a fraction of its
+            objective, below which that choice is kept.
         error_forget: per-observation weight decay of each job's model-error estimate.
         node_topology: the nodes' layout and capacities, for the contention posterior where the
             cluster collects counters (default: two GPUs per PCIe switch, the topology module's
@@ -142,25 +115,28 @@ class BayesOptPolicy:
 
     def __init__(self, p: float = -1.0, restart_delay: float = 30.0,
                  max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
-                 ga: GAConfig = _DEFAULT_GA, interference_prior: InterferencePrior | None = None,
+                 ga: GAConfig = _DEFAULT_GA, pair_prior: PairPrior = _DEFAULT_PAIR_PRIOR,
                  residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
-                 posterior_draws: int = 64, refit_every: int = 10, error_forget: float = 0.8,
-                 node_topology: NodeTopology | None = None, contention_every: int = 10,
-                 seed: int = 0) -> None:
+                 posterior_draws: int = 64, offer_avoiding: bool = True, min_gain: float = 0.01,
+                 error_forget: float = 0.8, node_topology: NodeTopology | None = None,
+                 contention_every: int = 10, seed: int = 0) -> None:
         # Pollux's search and speedup tables, without its hard rule against co-location.
         self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
                                    max_nodes_per_job=max_nodes_per_job,
                                    max_replicas_cap=max_replicas_cap, ga=ga)
-        self.interference_prior = interference_prior
+        # Pollux as the artifact runs it (its own population, same seed): the incumbent candidate.
+        self.avoiding = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=True,
+                                     max_nodes_per_job=max_nodes_per_job,
+                                     max_replicas_cap=max_replicas_cap,
+                                     ga=ga) if offer_avoiding else None
+        self.min_gain = min_gain
         self.residual_noise = residual_noise
         self.num_candidates = candidates
         self.posterior_draws = posterior_draws
-        self.refit_every = refit_every
-        self.rng = np.random.default_rng(seed)
-        self.data = ResidualData(forget)
+        self.pairs = PairResiduals(pair_prior, noise=residual_noise, forget=forget,
+                                   draws=posterior_draws, seed=seed)
         self.history: list[RoundRecord] = []
         self.fit_problems: list[str] = []
-        self._hyper: dict[str, torch.Tensor] | None = None
         self._rounds = 0
         self._previous: dict[str, tuple[np.ndarray, float]] = {}  # name -> (allocation, progress)
         self._previous_time = 0.0
@@ -181,6 +157,8 @@ class BayesOptPolicy:
     @restart_delay.setter
     def restart_delay(self, value: float) -> None:
         self.pollux.restart_delay = value
+        if self.avoiding is not None:
+            self.avoiding.restart_delay = value
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.pollux.job_settings(spec)
@@ -199,14 +177,6 @@ class BayesOptPolicy:
         shares = np.any(used & (jobs_on_node[:, None, :] > 1), axis=2)
         gpus = np.log2(states.sum(axis=2) + 1.0) / self._gpu_scale
         return np.stack([distributed, shares_dist, shares, gpus], axis=2).astype(np.float64)
-
-    def prior_mean(self, features: np.ndarray) -> np.ndarray:
-        """Prior log slowdown, shape ``features.shape[:-1]``."""
-        if self.interference_prior is None:
-            return np.zeros(features.shape[:-1])
-        flat = features.reshape(-1, features.shape[-1])
-        return np.asarray(self.interference_prior(flat), dtype=np.float64).reshape(
-            features.shape[:-1])
 
     def colocation_prior(self, states: np.ndarray, jobs: Sequence[JobView]) -> np.ndarray:
         """Prior log slowdown of every job in every candidate from the contention posterior,
@@ -230,64 +200,6 @@ class BayesOptPolicy:
                 {job.name: job.allocation for job in jobs if job.allocation.any()},
                 {job.name: job.application for job in jobs})
         self.contention.update(cluster.counters)
-
-    # --- the surrogate ---------------------------------------------------------------------------
-
-    def _surrogate(self) -> SingleTaskGP | None:
-        x, y, w = self.data.arrays()
-        if len(y) == 0:
-            return None
-        residual = y - self.prior_mean(x)
-        tx = torch.as_tensor(x)
-        ty = torch.as_tensor(residual).reshape(-1, 1)
-        yvar = torch.as_tensor(self.residual_noise**2 / np.maximum(w, 1e-3)).reshape(-1, 1)
-        kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=x.shape[1]),
-                             outputscale_prior=GammaPrior(2.0, 8.0))
-        # Co-location can halve a job's speed: residuals of tens of percent are expected.
-        kernel.base_kernel.lengthscale = 0.7
-        kernel.outputscale = 0.2
-        model = SingleTaskGP(tx, ty, train_Yvar=yvar, covar_module=kernel,
-                             outcome_transform=None)
-        refit = self._hyper is None or self._rounds % self.refit_every == 0
-        if not refit and self._hyper is not None:
-            model.load_state_dict(self._hyper, strict=False)
-        else:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-                self._hyper = {k: v for k, v in model.state_dict().items()
-                               if not k.startswith("likelihood")}
-            except (ModelFittingError, RuntimeError, ValueError) as error:
-                message = f"t={self._previous_time:g}s: surrogate fit failed ({error})"
-                self.fit_problems.append(message)
-                LOG.warning("%s; previous hyperparameters kept", message)
-                if self._hyper is not None:
-                    model.load_state_dict(self._hyper, strict=False)
-        model.eval()
-        return model
-
-    def _residual_grid(self, model: SingleTaskGP | None, max_gpus: int
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Posterior of the residual on every feature combination: the grid ``(2, 2, 2, R+1, 4)``,
-        its mean ``(2, 2, 2, R+1)`` and joint draws ``(S, 2, 2, 2, R+1)`` (prior mean added)."""
-        flags = np.array([0.0, 1.0])
-        gpus = np.log2(np.arange(max_gpus + 1) + 1.0) / self._gpu_scale
-        grid = np.stack(np.meshgrid(flags, flags, flags, gpus, indexing="ij"), axis=-1)
-        prior = self.prior_mean(grid)
-        shape = grid.shape[:-1]
-        if model is None:
-            return grid, prior, np.broadcast_to(prior, (self.posterior_draws, *shape))
-        with torch.no_grad(), warnings.catch_warnings():
-            # Jitter added to a near-singular joint covariance is expected on a grid this dense.
-            warnings.simplefilter("ignore")
-            posterior = model.posterior(torch.as_tensor(grid.reshape(-1, 4)))
-            mean = posterior.mean.squeeze(-1).numpy().reshape(shape)
-            generator_state = torch.random.get_rng_state()
-            torch.manual_seed(int(self.rng.integers(2**31)))
-            draws = posterior.rsample(torch.Size([self.posterior_draws])).squeeze(-1)
-            torch.random.set_rng_state(generator_state)
-        return grid, prior + mean, prior + draws.numpy().reshape(self.posterior_draws, *shape)
 
     # --- learning from the last round ------------------------------------------------------------
 
@@ -341,7 +253,6 @@ class BayesOptPolicy:
                 self._model_error[job.name] = (self.error_forget * weight + 1.0,
                                                self.error_forget * total + residual)
             measured.append((j, residual))
-        self.data.decay()
         by_application: dict[str, list[float]] = {}
         for name, (weight, total) in self._model_error.items():
             if weight > 0 and name in self._application_of:
@@ -350,10 +261,9 @@ class BayesOptPolicy:
         for j, residual in measured:
             error = self._job_model_error(jobs[j], by_application)
             if error is not None:
-                rows.append(feats[j])
+                rows.append(j)
                 residuals.append(residual - error)
-        if rows:
-            self.data.add(np.array(rows), np.array(residuals))
+        self.pairs.observe(states[0], [job.application for job in jobs], rows, residuals)
 
     def _job_model_error(self, job: JobView, by_application: dict[str, list[float]]
                          ) -> float | None:
@@ -395,13 +305,17 @@ class BayesOptPolicy:
         age = np.array([job.age for job in jobs])
         restarts = np.array([job.num_restarts for job in jobs])
         penalty = np.maximum(age - restarts * pollux.restart_delay, 0.0) / (age + pollux.restart_delay)
-        model = self._surrogate()
-        r_max = tables.shape[2] - 1
-        grid, grid_mean, grid_draws = self._residual_grid(model, r_max)
+        applications = [job.application for job in jobs]
+        app_index = self.pairs.application_index(applications)
+        try:
+            self.pairs.fit()
+        except np.linalg.LinAlgError as error:  # keep the last posterior; the search goes on
+            message = f"t={cluster.now:g}s: pair surrogate fit failed ({error})"
+            self.fit_problems.append(message)
+            LOG.warning("%s; previous posterior kept", message)
+        max_nodes = min(pollux.max_nodes_per_job, cluster.num_nodes)
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
-                                     min(pollux.max_nodes_per_job, cluster.num_nodes),
-                                     pollux.rng, self, grid_mean,
-                                     [job.application for job in jobs])
+                                     max_nodes, pollux.rng, self, app_index, applications)
         # Realised objective of the last round (for the report), against this round's fair rates.
         scale = cluster.num_nodes / cluster.total_gpus
         fair_r = max(1, math.ceil(cluster.total_gpus / len(jobs)))
@@ -415,8 +329,15 @@ class BayesOptPolicy:
             self.history[-1].realised = self._realised_objective(jobs, fair_rate, scale)
 
         population, fitness = pollux.evolve(problem, names)
+        avoiding_choice = None
+        if self.avoiding is not None:
+            # Pollux's own search and objective under its avoid rule, on the same tables.
+            rule = _Problem(base, tables, max_replicas, penalty, cluster, pollux.p, True,
+                            max_nodes, self.avoiding.rng)
+            rule_population, rule_fitness = self.avoiding.evolve(rule, names)
+            avoiding_choice = rule_population[int(np.argmax(rule_fitness))]
 
-        chosen, record = self._choose(problem, population, fitness, grid_draws, cluster.now)
+        chosen, record = self._choose(problem, population, fitness, avoiding_choice, cluster.now)
         decision = {name: chosen[j].astype(np.int64) for j, name in enumerate(names)
                     if chosen[j].any()}
         try:
@@ -424,12 +345,14 @@ class BayesOptPolicy:
         except AllocationError as error:  # never apply an oversubscribing allocation
             LOG.warning("bo: candidate rejected (%s); current allocation kept", error)
             decision = {job.name: job.allocation for job in jobs if job.allocation.any()}
-        if model is not None:
-            record.surrogate_std = float(np.sqrt(np.mean(np.var(grid_draws, axis=0))))
+        present = np.unique(np.concatenate([2 * app_index, 2 * app_index + 1]))
+        present = present[present < len(self.pairs.std)]  # classes the last fit covers
+        known = np.ix_(present, present)
+        record.surrogate_std = float(self.pairs.std[known].mean()) if present.size else math.nan
         record.learned = {
-            "alone": float(grid_mean[1, 0, 0].mean()),
-            "with_distributed": float(grid_mean[1, 1, 1].mean()),
-            "single_node_shared": float(grid_mean[0, 0, 1].mean()),
+            "worst_pair": float(self.pairs.mean[known].min()) if present.size else math.nan,
+            "pairs_observed": float(self.pairs.observed_pairs()),
+            "chosen_log_factor": float(self.pairs.log_factor(chosen[None], app_index).mean()),
             "contention_fits": float(self.contention.fits if self.contention else 0),
             "prior_chosen": float(self.colocation_prior(chosen[None], jobs).mean()),
         }
@@ -444,10 +367,15 @@ class BayesOptPolicy:
         return decision
 
     def _choose(self, problem: _ColocationProblem, population: np.ndarray, fitness: np.ndarray,
-                grid_draws: np.ndarray, now: float) -> tuple[np.ndarray, RoundRecord]:
+                avoiding_choice: np.ndarray | None, now: float) -> tuple[np.ndarray, RoundRecord]:
         """Expected Improvement over the best distinct candidates of the final population, plus
         the candidate Pollux's own objective (the models alone, no co-location residual) ranks
-        first, so that with no evidence against it Pollux's choice is the exploiting one."""
+        first and Pollux's choice under its avoid rule (``avoiding_choice``, ``(J, N)``).
+
+        With ``avoiding_choice`` it is the incumbent: the pick maximises the Monte Carlo expected
+        improvement over it under the joint draws, and must expect to gain more than
+        ``min_gain`` of its objective; otherwise (analytic LogEI) the incumbent is the best
+        posterior mean."""
         plain = problem.fitness(population, models_only=True)
         order = np.argsort(-fitness, kind="stable")
         # Distinct candidates by their bytes (np.unique over rows of P x J*N is far slower).
@@ -460,18 +388,36 @@ class BayesOptPolicy:
         if population[pollux_best].tobytes() not in distinct:
             top = np.append(top, pollux_best)
         states = population[top]                                             # (K, J, N)
-        values = problem.fitness(states, residual=grid_draws)              # (S, K)
+        avoiding = -1
+        if avoiding_choice is not None:
+            same = np.flatnonzero(np.all(states == avoiding_choice, axis=(1, 2)))
+            if same.size:
+                avoiding = int(same[0])
+            else:
+                states = np.concatenate([states, avoiding_choice[None]])
+                avoiding = len(states) - 1
+        values = problem.fitness(states, table=self.pairs.draws)            # (S, K)
         mean, std = values.mean(axis=0), values.std(axis=0)
-        incumbent = float(mean.max())
-        z = (mean - incumbent) / np.maximum(std, 1e-9)
-        log_ei = np.log(np.maximum(std, 1e-12)) + _log_h(z)
-        pick = int(np.argmax(log_ei))
+        if avoiding >= 0:
+            # Pollux's choice is the incumbent: each candidate's improvement over it is taken
+            # draw by draw (uncertainty both share cancels), and it is left only when the
+            # expected improvement is worth it (the stopping rule of per-job search).
+            gain = np.maximum(values - values[:, avoiding : avoiding + 1], 0.0).mean(axis=0)
+            pick = int(np.argmax(gain))
+            if gain[pick] <= self.min_gain * abs(float(mean[avoiding])):
+                pick = avoiding
+        else:
+            incumbent = float(mean.max())
+            z = (mean - incumbent) / np.maximum(std, 1e-9)
+            log_ei = np.log(np.maximum(std, 1e-12)) + _log_h(z)
+            pick = int(np.argmax(log_ei))
         feats = self.features(states[pick : pick + 1])[0]
         record = RoundRecord(
             time=now, predicted_mean=float(mean[pick]), predicted_std=float(std[pick]),
             colocated_distributed=int(np.sum((feats[:, 0] > 0) & (feats[:, 1] > 0))),
-            candidates=len(top), chosen_rank=int(np.sum(mean > mean[pick])),
-            pollux_choice=bool(np.array_equal(states[pick], population[pollux_best])))
+            candidates=len(states), chosen_rank=int(np.sum(mean > mean[pick])),
+            pollux_choice=bool(np.array_equal(states[pick], population[pollux_best])),
+            avoiding_choice=pick == avoiding)
         return states[pick], record
 
 
@@ -494,56 +440,28 @@ def _power_mean(values: np.ndarray, p: float) -> np.ndarray:
 class _ColocationProblem(_Problem):
     """Pollux's search problem with each job's speedup multiplied by its predicted co-location
     slowdown in the candidate: ``exp(prior + residual)``, the contention posterior's prior (where
-    there are counters) and the GP residual of its co-location features."""
+    there are counters) and the pair GP's residual for its co-runners (posterior mean, or draws)."""
 
     def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
                  penalty: np.ndarray, cluster: ClusterState, p: float, max_nodes: int,
-                 rng: np.random.Generator, policy: BayesOptPolicy, residual: np.ndarray,
+                 rng: np.random.Generator, policy: BayesOptPolicy, app_index: np.ndarray,
                  applications: Sequence[str] = ()) -> None:
         super().__init__(base, tables, max_replicas, penalty, cluster, p, False, max_nodes, rng)
         self.policy = policy
-        self.residual = residual  # (2, 2, 2, R+1)
+        self.app_index = app_index  # (J,) index into the pair model's applications
         self.applications = list(applications)
 
-    def colocation(self, states: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Index arrays ``(distributed, shares_with_distributed, shares_node, gpus)`` of every job
-        in every state into the residual grid, then nodes and GPUs, each of shape ``(P, J)``.
-
-        Works on the nonzero entries only (a job uses few of many nodes), as Pollux's repair does.
-        """
-        size, num_jobs, num_nodes = states.shape
-        p, j, n = np.nonzero(states)
-        pj = p * num_jobs + j
-        pn = p * num_nodes + n
-        cells = size * num_jobs
-        nodes = np.bincount(pj, minlength=cells)
-        replicas = np.bincount(pj, weights=states[p, j, n], minlength=cells).astype(np.int64)
-        distributed = nodes[pj] > 1
-        jobs_on_node = np.bincount(pn, minlength=size * num_nodes)
-        dist_on_node = np.bincount(pn, weights=distributed, minlength=size * num_nodes)
-        other_dist = dist_on_node[pn] - distributed > 0
-        shares_dist = np.bincount(pj, weights=other_dist, minlength=cells) > 0
-        shares = np.bincount(pj, weights=jobs_on_node[pn] > 1, minlength=cells) > 0
-        shape = (size, num_jobs)
-        r = np.minimum(replicas, self.residual.shape[-1] - 1)
-        return ((nodes > 1).astype(int).reshape(shape), shares_dist.astype(int).reshape(shape),
-                shares.astype(int).reshape(shape), r.reshape(shape), nodes.reshape(shape),
-                replicas.reshape(shape))
-
-    def fitness(self, states: np.ndarray, residual: np.ndarray | None = None,
-                colocation: tuple[np.ndarray, ...] | None = None,
+    def fitness(self, states: np.ndarray, table: np.ndarray | None = None,
                 models_only: bool = False) -> np.ndarray:
         """Power mean of penalised, scaled speedups times co-location slowdowns, shape ``(P,)``;
-        with ``residual`` of shape ``(S, 2, 2, 2, R+1)`` (posterior draws), shape ``(S, P)``;
+        with ``table`` of shape ``(S, K, K)`` (posterior draws of the pair table), ``(S, P)``;
         ``models_only``: Pollux's own objective (no co-location term at all)."""
-        residual = self.residual if residual is None else residual
-        d, sd, sh, r, nodes, replicas = colocation or self.colocation(states)
+        nodes = np.count_nonzero(states, axis=2)
+        replicas = states.sum(axis=2)
         if models_only:
             factor: np.ndarray | float = 1.0
         else:
-            # Only what co-location adds: the residual of the same job size alone is the goodput
-            # model's own error, common to all placements of that size, and is left out.
-            factor = np.exp(residual[..., d, sd, sh, r] - residual[..., d, 0, 0, r])
+            factor = np.exp(self.policy.pairs.log_factor(states, self.app_index, table))
             contention = self.policy.contention
             if contention is not None and contention.known:
                 factor = factor * np.exp(contention.log_slowdown(states, self.applications))

@@ -1,0 +1,209 @@
+"""Which co-runners cost a job what: a GP over (job class, co-runner class) pairs for the ``bo``
+policy.
+
+A job's *class* is its application and whether it is distributed (spans more than one node);
+both are known to any scheduler. On each node a job uses, its co-location log slowdown is modelled
+as additive over its co-runners there,
+
+    log slowdown on node n = sum over co-runners k on n of  w[class(job), class(k)],
+
+and the job goes at the pace of its worst node (a synchronous data-parallel job waits for its
+slowest replica). The table ``w`` (``K x K``, log units, 0 = harmless) has a Gaussian-process prior
+over pairs whose kernel adds a shared level, an effect of the job's class, one of the co-runner's
+class, one of the pair of *applications* (so a distributed and a single-node job of the same pair
+share evidence) and one of the class pair itself::
+
+    k((a, b), (a', b')) = s_level^2 + s_own^2 [a = a'] + s_other^2 [b = b']
+                          + s_apps^2 [app(a) = app(a'), app(b) = app(b')] + s_pair^2 [a = a', b = b']
+
+A job-round's residual (the log of realised over predicted progress, less the job's own model
+error) is a linear functional of ``w`` -- its co-runner class counts on its worst node -- so the
+posterior is Gaussian in closed form (weight space: ``K^2`` unknowns, whatever the number of
+rounds). Observations are kept as exponentially forgotten means per distinct (class, co-runner
+counts) row, each with variance ``noise^2 / weight``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PairPrior:
+    """Prior standard deviations (log slowdown per co-runner) of the kernel's parts, and the prior
+    mean of every pair (0: co-location is harmless until shown otherwise)."""
+
+    level: float = 0.05
+    own: float = 0.04
+    other: float = 0.04
+    apps: float = 0.08
+    pair: float = 0.04
+    mean: float = 0.0
+
+
+class PairResiduals:
+    """The pair table's posterior, learned from per-job co-location residuals.
+
+    Args:
+        prior: the kernel's scales and the prior mean.
+        noise: standard deviation of one job-round residual, log units.
+        forget: per-round weight decay of old observations.
+        draws: joint posterior draws of the table returned by :meth:`posterior`.
+        seed: seeds the draws.
+    """
+
+    def __init__(self, prior: PairPrior = PairPrior(), noise: float = 0.15, forget: float = 0.998,
+                 draws: int = 64, seed: int = 0) -> None:
+        self.prior = prior
+        self.noise = noise
+        self.forget = forget
+        self.num_draws = draws
+        self.rng = np.random.default_rng(seed)
+        self.applications: list[str] = []
+        self._weight: dict[tuple[int, tuple[tuple[int, int], ...]], float] = {}
+        self._total: dict[tuple[int, tuple[tuple[int, int], ...]], float] = {}
+        self.mean = np.zeros((0, 0))
+        self.std = np.zeros((0, 0))
+        self.draws = np.zeros((draws, 0, 0))
+
+    @property
+    def num_classes(self) -> int:
+        return 2 * len(self.applications)
+
+    def application_index(self, applications: Sequence[str]) -> np.ndarray:
+        """Index of each application, ``(J,)``, adding unseen ones (the table grows with them)."""
+        for app in applications:
+            if app not in self.applications:
+                self.applications.append(app)
+        return np.array([self.applications.index(a) for a in applications], dtype=np.int64)
+
+    # --- co-runners ------------------------------------------------------------------------------
+
+    def entries(self, states: np.ndarray, apps: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The nonzero ``(state, job, node)`` entries of ``states`` ``(P, J, N)``: flat job index
+        ``p * J + j`` ``(E,)``, each entry's class ``(E,)`` and co-runner class counts on its node
+        ``(E, K)``, and the flat node index ``(E,)``."""
+        size, num_jobs, num_nodes = states.shape
+        classes = self.num_classes
+        p, j, n = np.nonzero(states)
+        pj = p * num_jobs + j
+        pn = p * num_nodes + n
+        nodes = np.bincount(pj, minlength=size * num_jobs)
+        own = apps[j] * 2 + (nodes[pj] > 1)
+        on_node = np.bincount(pn * classes + own, minlength=size * num_nodes * classes)
+        counts = on_node.reshape(size * num_nodes, classes)[pn]
+        counts[np.arange(own.size), own] -= 1
+        return pj, own, counts, pn
+
+    def log_factor(self, states: np.ndarray, apps: np.ndarray,
+                   table: np.ndarray | None = None) -> np.ndarray:
+        """Predicted co-location log slowdown of every job in every state, ``(P, J, N) -> (P, J)``,
+        with the posterior mean table, or with draws ``table`` ``(S, K, K)`` -> ``(S, P, J)``."""
+        size, num_jobs, _ = states.shape
+        cells = size * num_jobs
+        table = self.mean if table is None else table
+        if table.shape[-1] < self.num_classes:  # classes added since the last fit: prior mean
+            pad = self.num_classes - table.shape[-1]
+            widths = [(0, 0)] * (table.ndim - 2) + [(0, pad), (0, pad)]
+            table = np.pad(table, widths, constant_values=self.prior.mean)
+        pj, own, counts, _ = self.entries(states, apps)
+        per_node = np.einsum("...ek,ek->...e", table[..., own, :], counts)
+        lead = per_node.shape[:-1]
+        flat = np.zeros((*lead, cells)).reshape(-1, cells)
+        per_node = per_node.reshape(-1, per_node.shape[-1])
+        for row in range(flat.shape[0]):  # the job's worst node
+            np.minimum.at(flat[row], pj, per_node[row])
+        return flat.reshape(*lead, size, num_jobs)
+
+    # --- learning --------------------------------------------------------------------------------
+
+    def observe(self, allocation: np.ndarray, applications: Sequence[str], jobs: Sequence[int],
+                residuals: Sequence[float]) -> int:
+        """Add one round: the cluster's allocation ``(J, N)``, every job's application, and the
+        residuals (log units) of the jobs ``jobs`` measured over it. Returns the rows added (jobs
+        that shared a node; a job alone on its nodes says nothing about pairs)."""
+        for key in self._weight:
+            self._weight[key] *= self.forget
+            self._total[key] *= self.forget
+        apps = self.application_index(applications)
+        state = allocation[None]
+        pj, own, counts, _ = self.entries(state, apps)
+        if pj.size == 0:
+            return 0
+        # The job's worst node under the current posterior mean (ties: most co-runners).
+        table = self.mean
+        if table.shape[-1] < self.num_classes:
+            table = np.pad(table, (0, self.num_classes - table.shape[-1]),
+                           constant_values=self.prior.mean)
+        score = np.einsum("ek,ek->e", table[own], counts) - 1e-6 * counts.sum(axis=1)
+        added = 0
+        for j, residual in zip(jobs, residuals, strict=True):
+            mine = np.flatnonzero(pj == j)
+            if mine.size == 0:
+                continue
+            worst = mine[int(np.argmin(score[mine]))]
+            if not counts[worst].any():
+                continue
+            row = tuple((int(k), int(c)) for k, c in enumerate(counts[worst]) if c)
+            key = (int(own[worst]), row)
+            self._weight[key] = self._weight.get(key, 0.0) + 1.0
+            self._total[key] = self._total.get(key, 0.0) + float(residual)
+            added += 1
+        return added
+
+    def prior_covariance(self) -> np.ndarray:
+        """The kernel over all ``K x K`` pairs, ``(K^2, K^2)``, pairs flattened row-major."""
+        classes = self.num_classes
+        cls = np.arange(classes)
+        own, other = np.meshgrid(cls, cls, indexing="ij")
+        own, other = own.ravel(), other.ravel()
+        prior = self.prior
+        same_own = own[:, None] == own[None, :]
+        same_other = other[:, None] == other[None, :]
+        same_apps = ((own // 2)[:, None] == (own // 2)[None, :]) & (
+            (other // 2)[:, None] == (other // 2)[None, :])
+        return (prior.level**2 + prior.own**2 * same_own + prior.other**2 * same_other
+                + prior.apps**2 * same_apps + prior.pair**2 * (same_own & same_other))
+
+    def fit(self) -> None:
+        """Condition on the observations: updates :attr:`mean` and :attr:`std` ``(K, K)`` and the
+        joint :attr:`draws` ``(S, K, K)``."""
+        classes = self.num_classes
+        size = classes * classes
+        keys = [k for k, w in self._weight.items() if w > 1e-3]
+        prior_cov = self.prior_covariance()
+        design = np.zeros((len(keys), size))
+        target = np.zeros(len(keys))
+        precision_weight = np.zeros(len(keys))
+        for i, key in enumerate(keys):
+            own, row = key
+            for other, count in row:
+                design[i, own * classes + other] = count
+            weight = self._weight[key]
+            target[i] = self._total[key] / weight - self.prior.mean * design[i].sum()
+            precision_weight[i] = weight / self.noise**2
+        # Weight-space posterior: precision = prior^-1 + X' diag(w / noise^2) X.
+        prior_chol = np.linalg.cholesky(prior_cov + 1e-9 * np.eye(size))
+        prior_inv = np.linalg.inv(prior_chol)
+        prior_precision = prior_inv.T @ prior_inv
+        precision = prior_precision + (design.T * precision_weight) @ design
+        chol = np.linalg.cholesky(precision)
+        rhs = design.T @ (precision_weight * target)
+        mean = np.linalg.solve(chol.T, np.linalg.solve(chol, rhs)) + self.prior.mean
+        noise = self.rng.standard_normal((self.num_draws, size))
+        draws = mean + np.linalg.solve(chol.T, noise.T).T
+        chol_inv = np.linalg.inv(chol)
+        variance = np.sum(chol_inv**2, axis=0)
+        self.mean = mean.reshape(classes, classes)
+        self.std = np.sqrt(variance).reshape(classes, classes)
+        self.draws = draws.reshape(self.num_draws, classes, classes)
+
+    def observed_pairs(self) -> int:
+        """Distinct (class, co-runner class) pairs with evidence."""
+        pairs = {(own, other) for (own, row), w in self._weight.items() if w > 1e-3
+                 for other, _ in row}
+        return len(pairs)
