@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.special
+import torch
+from linear_operator.utils.errors import NotPSDError
 
 from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
 from bayes_sched.contention.topology import NodeTopology
@@ -309,7 +311,8 @@ class BayesOptPolicy:
         app_index = self.pairs.application_index(applications)
         try:
             self.pairs.fit()
-        except np.linalg.LinAlgError as error:  # keep the last posterior; the search goes on
+        except (np.linalg.LinAlgError, torch.linalg.LinAlgError, NotPSDError) as error:
+            # keep the last posterior; the search goes on
             message = f"t={cluster.now:g}s: pair surrogate fit failed ({error})"
             self.fit_problems.append(message)
             LOG.warning("%s; previous posterior kept", message)

@@ -18,17 +18,24 @@ share evidence) and one of the class pair itself::
 
 A job-round's residual (the log of realised over predicted progress, less the job's own model
 error) is a linear functional of ``w`` -- its co-runner class counts on its worst node -- so the
-posterior is Gaussian in closed form (weight space: ``K^2`` unknowns, whatever the number of
-rounds). Observations are kept as exponentially forgotten means per distinct (class, co-runner
-counts) row, each with variance ``noise^2 / weight``.
+posterior is Gaussian: BoTorch's ``SingleTaskGP`` with a linear kernel over the counts mapped
+through the kernel's root (:meth:`PairResiduals.fit`); the kernel is low rank (``K^2``), so the
+cost stays flat however many rounds are observed. Observations are kept as exponentially forgotten
+means per distinct (class, co-runner counts) row, each with variance ``noise^2 / weight``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+from botorch.exceptions import InputDataWarning
+from botorch.models import SingleTaskGP
+from gpytorch.kernels import LinearKernel
+from gpytorch.means import ZeroMean
 
 
 @dataclass(frozen=True)
@@ -171,35 +178,37 @@ class PairResiduals:
 
     def fit(self) -> None:
         """Condition on the observations: updates :attr:`mean` and :attr:`std` ``(K, K)`` and the
-        joint :attr:`draws` ``(S, K, K)``."""
+        joint :attr:`draws` ``(S, K, K)``.
+
+        The model is a BoTorch :class:`~botorch.models.SingleTaskGP` with a linear kernel on the
+        inputs ``x L`` (``L`` the Cholesky root of the pair kernel ``Sigma``), so that
+        ``cov(f(x), f(x')) = x Sigma x'``: a row's co-runner counts ``x`` give its residual
+        ``x . w``, and the table itself is the GP at the rows of ``L`` (the unit vectors). Each row's
+        noise variance is fixed at ``noise^2 / weight``.
+        """
         classes = self.num_classes
         size = classes * classes
         keys = [k for k, w in self._weight.items() if w > 1e-3]
-        prior_cov = self.prior_covariance()
         design = np.zeros((len(keys), size))
         target = np.zeros(len(keys))
-        precision_weight = np.zeros(len(keys))
+        noise_var = np.zeros(len(keys))
         for i, key in enumerate(keys):
             own, row = key
             for other, count in row:
                 design[i, own * classes + other] = count
             weight = self._weight[key]
             target[i] = self._total[key] / weight - self.prior.mean * design[i].sum()
-            precision_weight[i] = weight / self.noise**2
-        # Weight-space posterior: precision = prior^-1 + X' diag(w / noise^2) X.
-        prior_chol = np.linalg.cholesky(prior_cov + 1e-9 * np.eye(size))
-        prior_inv = np.linalg.inv(prior_chol)
-        prior_precision = prior_inv.T @ prior_inv
-        precision = prior_precision + (design.T * precision_weight) @ design
-        chol = np.linalg.cholesky(precision)
-        rhs = design.T @ (precision_weight * target)
-        mean = np.linalg.solve(chol.T, np.linalg.solve(chol, rhs)) + self.prior.mean
-        noise = self.rng.standard_normal((self.num_draws, size))
-        draws = mean + np.linalg.solve(chol.T, noise.T).T
-        chol_inv = np.linalg.inv(chol)
-        variance = np.sum(chol_inv**2, axis=0)
+            noise_var[i] = self.noise**2 / weight
+        root = np.linalg.cholesky(self.prior_covariance() + 1e-9 * np.eye(size))
+        if keys:
+            mean, cov = _linear_gp_posterior(design @ root, target, noise_var, root)
+        else:
+            mean, cov = np.zeros(size), root @ root.T
+        mean = mean + self.prior.mean
+        chol = np.linalg.cholesky(cov + 1e-10 * np.eye(size))
+        draws = mean + self.rng.standard_normal((self.num_draws, size)) @ chol.T
         self.mean = mean.reshape(classes, classes)
-        self.std = np.sqrt(variance).reshape(classes, classes)
+        self.std = np.sqrt(np.clip(np.diag(cov), 0.0, None)).reshape(classes, classes)
         self.draws = draws.reshape(self.num_draws, classes, classes)
 
     def observed_pairs(self) -> int:
@@ -207,3 +216,24 @@ class PairResiduals:
         pairs = {(own, other) for (own, row), w in self._weight.items() if w > 1e-3
                  for other, _ in row}
         return len(pairs)
+
+
+def _linear_gp_posterior(train_x: np.ndarray, train_y: np.ndarray, train_var: np.ndarray,
+                         test_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean ``(T,)`` and covariance ``(T, T)`` at ``test_x`` ``(T, D)`` of a zero-mean
+    GP with a unit-variance linear kernel, given ``train_x`` ``(N, D)``, targets ``(N,)`` and
+    their fixed noise variances ``(N,)``."""
+    kernel = LinearKernel()
+    kernel.variance = 1.0
+    with warnings.catch_warnings():
+        # The inputs are co-runner counts mapped through the kernel's root, not unit-cube features.
+        warnings.simplefilter("ignore", InputDataWarning)
+        model = SingleTaskGP(torch.as_tensor(train_x), torch.as_tensor(train_y)[:, None],
+                             train_Yvar=torch.as_tensor(train_var)[:, None],
+                             covar_module=kernel, mean_module=ZeroMean(), outcome_transform=None)
+    model.eval()
+    with torch.no_grad():
+        posterior = model.posterior(torch.as_tensor(test_x))
+        mean = posterior.mean.squeeze(-1).numpy()
+        cov = posterior.distribution.covariance_matrix.numpy()
+    return mean, cov
