@@ -24,8 +24,9 @@ chaotic trajectory, and Pollux against itself with seed 1 differs by +1.3% (work
 
 Figures (full workloads, 160 jobs, 64 GPUs, ``--processes 1``; bo / Pollux with its avoid rule):
 
-* ``--hidden gavel``, workloads 1-8: average JCT 1.017 1.043 1.004 1.004 0.992 0.991 0.994 0.994
-  (geometric mean 1.005), p99 1.040 0.995 0.959 0.990 1.004 0.993 1.045 1.004 (1.004); before
+* ``--hidden gavel``, workloads 1-8: average JCT 1.010 1.028 0.995 1.005 0.990 0.990 0.984 0.992
+  (geometric mean 0.999), p99 1.037 0.988 0.962 0.988 1.004 0.989 0.993 1.010 (0.996), with the
+  pair GP on BoTorch; the same model solved by hand in weight space gave 1.005 and 1.004. Before
   the pair surrogate and the avoid-rule candidate, 1.016 and 1.104 on workloads 1-2 (p99 1.057,
   1.085) and 1.063 over 1-6. What the law costs Pollux (its JCT with the law over without):
   1.001 1.083 1.069 1.022 1.026 1.049 1.033 1.099 (geometric mean 1.047; p99 1.010), so even a
@@ -33,14 +34,16 @@ Figures (full workloads, 160 jobs, 64 GPUs, ``--processes 1``; bo / Pollux with 
   Pollux's average JCT (0.955 overall): that, not 15%, bounds what avoiding interference gains.
   Against interference-blind Pollux (``--blind``, no avoid rule), workloads 1-3: average 0.853
   0.940 0.964, p99 0.801 0.862 0.962 (blind Pollux over Pollux: 1.192 1.110 1.041).
-* ``--hidden none``: workloads 1-4, average 0.991 1.006 1.001 1.004 (1.001), p99 0.980 1.005 1.008
-  1.002 (0.999).
+* ``--hidden none``: workloads 1-8, average 1.011 0.997 1.016 1.007 0.991 1.004 0.999 1.000
+  (geometric mean 1.003), p99 1.011 0.989 1.004 1.002 1.002 0.996 0.957 0.996 (0.995).
 * ``--hidden contention``, workloads 1-2: average 1.007 0.989, p99 1.000 1.003 (before: 0.989
   and 0.997 over 1-6). Pollux's JCT under this law equals its JCT without it: its avoid rule
   removes the only contention the law creates (two distributed jobs' gradient traffic on one NIC;
   input pipelines stay far below PCIe and DRAM capacities), so no policy can gain here.
-* decision time: median 0.044 s per round for bo (two genetic searches and the pair GP) against
-  0.019 s for Pollux, at 64 GPUs.
+* decision time: median 0.047 s per round for bo (two genetic searches and the pair GP) against
+  about 0.02 s for Pollux, at 64 GPUs; at 1,024 GPUs and 2,000 jobs bo takes 1.17 s per round
+  (median of later rounds; 1.85 s first round), from
+  ``experiments/bench_sim_speed.py --skip-workload --policies bo``.
 """
 
 from __future__ import annotations
