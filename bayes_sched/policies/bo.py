@@ -61,9 +61,8 @@ LOG = logging.getLogger(__name__)
 _DEFAULT_GA = GAConfig()
 _DEFAULT_PAIR_PRIOR = PairPrior()
 
-#: Names of the co-location features :meth:`BayesOptPolicy.features` reports, in order (the last
-#: is scaled log2 GPUs).
-FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node", "log_gpus")
+#: Names of the co-location flags :meth:`BayesOptPolicy.features` reports, in order.
+FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node")
 
 
 @dataclass
@@ -132,14 +131,12 @@ class BayesOptPolicy:
                                      max_replicas_cap=max_replicas_cap,
                                      ga=ga) if offer_avoiding else None
         self.min_gain = min_gain
-        self.residual_noise = residual_noise
         self.num_candidates = candidates
         self.posterior_draws = posterior_draws
         self.pairs = PairResiduals(pair_prior, noise=residual_noise, forget=forget,
                                    draws=posterior_draws, seed=seed)
         self.history: list[RoundRecord] = []
         self.fit_problems: list[str] = []
-        self._rounds = 0
         self._previous: dict[str, tuple[np.ndarray, float]] = {}  # name -> (allocation, progress)
         self._previous_time = 0.0
         self._previous_time_delta = 0.0
@@ -150,7 +147,6 @@ class BayesOptPolicy:
         self.node_topology = node_topology
         self.contention_every = contention_every
         self.contention: ContentionPrior | None = None  # made when counters first appear
-        self._gpu_scale = math.log2(max_replicas_cap + 1)
 
     @property
     def restart_delay(self) -> float:
@@ -168,7 +164,8 @@ class BayesOptPolicy:
     # --- co-location features --------------------------------------------------------------------
 
     def features(self, states: np.ndarray) -> np.ndarray:
-        """Co-location features of every job in every state, ``(P, J, N) -> (P, J, 4)``."""
+        """Co-location flags (:data:`FEATURE_NAMES`) of every job in every state,
+        ``(P, J, N) -> (P, J, 3)``."""
         used = states > 0
         nodes = used.sum(axis=2)
         distributed = nodes > 1
@@ -177,8 +174,7 @@ class BayesOptPolicy:
         others_dist = dist_on_node[:, None, :] - (used & distributed[:, :, None])
         shares_dist = np.any(used & (others_dist > 0), axis=2)
         shares = np.any(used & (jobs_on_node[:, None, :] > 1), axis=2)
-        gpus = np.log2(states.sum(axis=2) + 1.0) / self._gpu_scale
-        return np.stack([distributed, shares_dist, shares, gpus], axis=2).astype(np.float64)
+        return np.stack([distributed, shares_dist, shares], axis=2).astype(np.float64)
 
     def colocation_prior(self, states: np.ndarray, jobs: Sequence[JobView]) -> np.ndarray:
         """Prior log slowdown of every job in every candidate from the contention posterior,
@@ -295,7 +291,6 @@ class BayesOptPolicy:
     # --- the decision ----------------------------------------------------------------------------
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
-        self._rounds += 1
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         self._update_contention(cluster, jobs)
         self._observe(cluster, jobs)
