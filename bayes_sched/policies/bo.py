@@ -54,7 +54,7 @@ from bayes_sched.errors import AllocationError
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.bo_contention import ContentionPrior
 from bayes_sched.policies.bo_pairs import PairPrior, PairResiduals
-from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem
+from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem, power_mean
 
 LOG = logging.getLogger(__name__)
 
@@ -286,7 +286,7 @@ class BayesOptPolicy:
             speedups.append(rate / fair_rate[job.name] * scale + 1e-3)
         if not speedups:
             return float("nan")
-        return _power_mean(np.array(speedups)[None], self.pollux.p)[0]
+        return power_mean(np.array(speedups)[None], self.pollux.p)[0]
 
     # --- the decision ----------------------------------------------------------------------------
 
@@ -429,12 +429,6 @@ def _log_h(z: np.ndarray) -> np.ndarray:
     return np.where(z > -5, direct, asymptotic)
 
 
-def _power_mean(values: np.ndarray, p: float) -> np.ndarray:
-    if p == 0:
-        return np.exp(np.mean(np.log(values), axis=-1))
-    return np.mean(values**p, axis=-1) ** (1.0 / p)
-
-
 class _ColocationProblem(_Problem):
     """Pollux's search problem with each job's speedup multiplied by its predicted co-location
     slowdown in the candidate: ``exp(prior + residual)``, the contention posterior's prior (where
@@ -454,8 +448,6 @@ class _ColocationProblem(_Problem):
         """Power mean of penalised, scaled speedups times co-location slowdowns, shape ``(P,)``;
         with ``table`` of shape ``(S, K, K)`` (posterior draws of the pair table), ``(S, P)``;
         ``models_only``: Pollux's own objective (no co-location term at all)."""
-        nodes = np.count_nonzero(states, axis=2)
-        replicas = states.sum(axis=2)
         if models_only:
             factor: np.ndarray | float = 1.0
         else:
@@ -463,7 +455,4 @@ class _ColocationProblem(_Problem):
             contention = self.policy.contention
             if contention is not None and contention.known:
                 factor = factor * np.exp(contention.log_slowdown(states, self.applications))
-        speedup = self.tables[self.job_index, nodes, replicas] * self.scale
-        changed = np.any(states != self.base, axis=2)
-        speedup = np.where(changed, speedup * self.penalty, speedup)
-        return _power_mean(speedup * factor + 1e-3, self.p)
+        return power_mean(self.speedups(states) * factor + 1e-3, self.p)

@@ -227,16 +227,18 @@ class _Problem:
         self.rng = rng
         self.job_index = np.arange(base.shape[0])
 
-    def fitness(self, states: np.ndarray) -> np.ndarray:
-        """Power mean of penalised, scaled speedups, shape ``(P,)``."""
+    def speedups(self, states: np.ndarray) -> np.ndarray:
+        """Scaled speedup of every job in every state, times the re-allocation penalty where the
+        job's allocation changes, shape ``(P, J)``."""
         nodes = np.count_nonzero(states, axis=2)
         replicas = states.sum(axis=2)
         speedup = self.tables[self.job_index, nodes, replicas] * self.scale
         changed = np.any(states != self.base, axis=2)
-        speedup = np.where(changed, speedup * self.penalty, speedup) + 1e-3
-        if self.p == 0:
-            return np.exp(np.mean(np.log(speedup), axis=1))
-        return np.mean(speedup ** self.p, axis=1) ** (1.0 / self.p)
+        return np.where(changed, speedup * self.penalty, speedup)
+
+    def fitness(self, states: np.ndarray) -> np.ndarray:
+        """Power mean of penalised, scaled speedups, shape ``(P,)``."""
+        return power_mean(self.speedups(states) + 1e-3, self.p)
 
     def offspring(self, population: np.ndarray, fitness: np.ndarray, ga: GAConfig) -> np.ndarray:
         size, num_jobs, _ = population.shape
@@ -315,6 +317,13 @@ class _Problem:
         repaired = np.zeros_like(states)
         repaired[p, j, n] = v
         return repaired
+
+
+def power_mean(values: np.ndarray, p: float) -> np.ndarray:
+    """Power mean with exponent ``p`` over the last axis (``p = 0``: the geometric mean)."""
+    if p == 0:
+        return np.exp(np.mean(np.log(values), axis=-1))
+    return np.mean(values**p, axis=-1) ** (1.0 / p)
 
 
 def _group_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
