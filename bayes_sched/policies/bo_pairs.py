@@ -87,6 +87,15 @@ class PairResiduals:
                 self.applications.append(app)
         return np.array([self.applications.index(a) for a in applications], dtype=np.int64)
 
+    def _covering(self, table: np.ndarray) -> np.ndarray:
+        """``table`` ``(..., K', K')`` padded to all ``K`` classes known now: classes added since
+        the last fit get the prior mean."""
+        pad = self.num_classes - table.shape[-1]
+        if pad <= 0:
+            return table
+        widths = [(0, 0)] * (table.ndim - 2) + [(0, pad), (0, pad)]
+        return np.pad(table, widths, constant_values=self.prior.mean)
+
     # --- co-runners ------------------------------------------------------------------------------
 
     def entries(self, states: np.ndarray, apps: np.ndarray
@@ -112,11 +121,7 @@ class PairResiduals:
         with the posterior mean table, or with draws ``table`` ``(S, K, K)`` -> ``(S, P, J)``."""
         size, num_jobs, _ = states.shape
         cells = size * num_jobs
-        table = self.mean if table is None else table
-        if table.shape[-1] < self.num_classes:  # classes added since the last fit: prior mean
-            pad = self.num_classes - table.shape[-1]
-            widths = [(0, 0)] * (table.ndim - 2) + [(0, pad), (0, pad)]
-            table = np.pad(table, widths, constant_values=self.prior.mean)
+        table = self._covering(self.mean if table is None else table)
         pj, own, counts, _ = self.entries(states, apps)
         per_node = np.einsum("...ek,ek->...e", table[..., own, :], counts)
         lead = per_node.shape[:-1]
@@ -142,10 +147,7 @@ class PairResiduals:
         if pj.size == 0:
             return 0
         # The job's worst node under the current posterior mean (ties: most co-runners).
-        table = self.mean
-        if table.shape[-1] < self.num_classes:
-            table = np.pad(table, (0, self.num_classes - table.shape[-1]),
-                           constant_values=self.prior.mean)
+        table = self._covering(self.mean)
         score = np.einsum("ek,ek->e", table[own], counts) - 1e-6 * counts.sum(axis=1)
         added = 0
         for j, residual in zip(jobs, residuals, strict=True):
