@@ -72,12 +72,13 @@ def published(folder: str, name: str) -> dict[str, float]:
 
 
 def _run(task: tuple[str, str, float, bool, int]) -> tuple[str, str, float, bool, int, float]:
-    workload, policy_name, interference, avoid, seed = task
+    """One simulation: ``(policy, workload, interference, avoid, seed)`` -> the same + avg JCT."""
+    policy_name, workload, interference, avoid, seed = task
     policy = make_policy(policy_name)
     if isinstance(policy, PolluxPolicy):
         policy = PolluxPolicy(avoid_interference=avoid, ga=replace(policy.ga, seed=seed))
     result = run_simulation(workload, policy, SimConfig(interference=interference))
-    return workload, policy_name, interference, avoid, seed, result.summary["avg_jct"]
+    return policy_name, workload, interference, avoid, seed, result.summary["avg_jct"]
 
 
 def main() -> int:
@@ -97,29 +98,24 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    ours: dict[tuple[str, str], float] = {}
+    # Average JCT of every run by (policy, workload, interference, avoid), then search seed; a
+    # compare report's rows stand in for the seed-0 runs without interference.
+    results: dict[tuple[str, str, float, bool], dict[int, float]] = {}
     if args.from_report:
         for row in json.loads((args.from_report / "summary.json").read_text()):
-            ours[row["policy"], row["workload"]] = row["avg_jct"]
-    tasks = [(w, p, 0.0, True, 0) for p in args.policies for w in args.workloads
-             if (p, w) not in ours]
+            results[row["policy"], row["workload"], 0.0, True] = {0: row["avg_jct"]}
+    wanted = [(p, w, 0.0, True, 0) for p in args.policies for w in args.workloads]
     if args.inter:
-        tasks += [(w, "pollux", *INTER[name], seed) for name in args.settings
-                  for w in args.inter_workloads for seed in range(args.seeds)]
-        tasks = [t for t in tasks if t[4] > 0 or t[2:4] != (0.0, True) or ("pollux", t[0]) not in ours]
-        tasks = list(dict.fromkeys(tasks))
+        wanted += [("pollux", w, *INTER[name], seed) for name in args.settings
+                   for w in args.inter_workloads for seed in range(args.seeds)]
+    tasks = [t for t in dict.fromkeys(wanted) if t[4] not in results.get(t[:4], {})]
     with ProcessPoolExecutor(args.processes) as pool:
-        runs = list(pool.map(_run, tasks))
-    inter: dict[tuple[str, str], list[float]] = {}
-    for workload, policy, interference, avoid, seed, avg in runs:
-        if (interference, avoid) == (0.0, True) and seed == 0:
-            ours[policy, workload] = avg
-        if policy == "pollux" and seed > 0 or (interference, avoid) != (0.0, True):
-            name = next(k for k, v in INTER.items() if v == (interference, avoid))
-            inter.setdefault((name, workload), []).append(avg)
-    for workload in args.inter_workloads if args.inter else []:
-        if ("pollux", workload) in ours:
-            inter.setdefault(("avoid", workload), []).insert(0, ours["pollux", workload])
+        for policy, workload, interference, avoid, seed, avg in pool.map(_run, tasks):
+            results.setdefault((policy, workload, interference, avoid), {})[seed] = avg
+    ours = {(p, w): by_seed[0] for (p, w, *setting), by_seed in results.items()
+            if tuple(setting) == (0.0, True) and 0 in by_seed}
+    inter = {(name, w): list(by_seed.values()) for name in INTER for w in args.inter_workloads
+             if (by_seed := results.get(("pollux", w, *INTER[name])))}
 
     rows = []
     for policy in args.policies:
