@@ -1,0 +1,80 @@
+"""NSGA-II ranking for two objectives, both maximised (Deb et al., 2002).
+
+Survival keeps whole non-dominated fronts in order and splits the last one by crowding distance
+(the candidates farthest from their neighbours along the front first); tournaments compare the
+front, then the crowding distance. Pollux's search uses it with the fitness and the cluster
+utility as the objectives, as the Pollux artifact's NSGA-II does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def front_ranks(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """0-based non-dominated front of every candidate, shape ``(M,)``, for objectives ``first``
+    and ``second`` (shape ``(M,)`` each, maximised).
+
+    With two objectives a front is a staircase: taken in order of ``first`` (descending, then
+    ``second`` descending), a candidate is dominated by a front exactly when that front's latest
+    member has a ``second`` at least as high (and is not an equal point), and fronts are nested,
+    so a binary search over fronts places each candidate (``O(M log M)``).
+    """
+    order = np.lexsort((-second, -first))
+    a, b = first.tolist(), second.tolist()
+    tail_a: list[float] = []   # the latest member of each front so far
+    tail_b: list[float] = []
+    front = np.empty(first.size, np.int64)
+    for i in order.tolist():
+        lo, hi = 0, len(tail_b)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if tail_b[mid] > b[i] or (tail_b[mid] == b[i] and tail_a[mid] > a[i]):
+                lo = mid + 1  # dominated by front ``mid``
+            else:
+                hi = mid
+        if lo == len(tail_b):
+            tail_a.append(a[i])
+            tail_b.append(b[i])
+        else:
+            tail_a[lo], tail_b[lo] = a[i], b[i]
+        front[i] = lo
+    return front
+
+
+def crowding_distance(first: np.ndarray, second: np.ndarray, front: np.ndarray) -> np.ndarray:
+    """Crowding distance of every candidate within its front, shape ``(M,)``: per objective, the
+    gap between its two neighbours along the front over the front's range, summed. The two ends
+    of a front are infinitely far (they are always kept)."""
+    order = np.lexsort((-second, -first, front))
+    a, b, r = first[order], second[order], front[order]
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    ends = np.r_[starts[1:] - 1, r.size - 1]
+    lengths = ends - starts + 1
+    distance = np.zeros(r.size)
+    for values in (a, b):
+        span = np.repeat(np.abs(values[starts] - values[ends]), lengths)
+        gap = np.abs(np.r_[values[1:], values[-1:]] - np.r_[values[:1], values[:-1]])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            distance += np.where(span > 0, gap / span, 0.0)
+    distance[starts] = np.inf
+    distance[ends] = np.inf
+    crowding = np.empty_like(distance)
+    crowding[order] = distance
+    return crowding
+
+
+def rank_and_crowding(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Crowded-comparison score of every candidate, shape ``(M,)``: higher is better; the front
+    decides first and the crowding distance breaks ties within a front."""
+    front = front_ranks(first, second)
+    crowding = crowding_distance(first, second, front)
+    with np.errstate(invalid="ignore"):
+        spread = np.where(np.isinf(crowding), 0.5, 0.5 * crowding / (1.0 + crowding))
+    return spread - front
+
+
+def survivors(first: np.ndarray, second: np.ndarray, count: int) -> np.ndarray:
+    """Indices of the ``count`` candidates NSGA-II keeps, best first."""
+    score = rank_and_crowding(first, second)
+    return np.argsort(-score, kind="stable")[:count]
