@@ -50,6 +50,7 @@ import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
@@ -57,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bayes_sched.cli._common import print_table  # noqa: E402
 from bayes_sched.policies import PolluxPolicy, make_policy  # noqa: E402
+from bayes_sched.policies.pollux import SEARCHES  # noqa: E402
 from bayes_sched.sim import SimConfig, run_simulation  # noqa: E402
 
 WORKLOADS = [f"workload-{i}" for i in range(1, 9)]
@@ -71,12 +73,15 @@ def published(folder: str, name: str) -> dict[str, float]:
     return json.loads(path.read_text())["avgs"]
 
 
-def _run(task: tuple[str, str, float, bool, int]) -> tuple[str, str, float, bool, int, float]:
-    """One simulation: ``(policy, workload, interference, avoid, seed)`` -> the same + avg JCT."""
+def _run(task: tuple[str, str, float, bool, int],
+         search: str = "nsga2") -> tuple[str, str, float, bool, int, float]:
+    """One simulation: ``(policy, workload, interference, avoid, seed)`` -> the same + avg JCT;
+    Pollux runs with the genetic ``search`` given."""
     policy_name, workload, interference, avoid, seed = task
     policy = make_policy(policy_name)
     if isinstance(policy, PolluxPolicy):
-        policy = PolluxPolicy(avoid_interference=avoid, ga=replace(policy.ga, seed=seed))
+        policy = PolluxPolicy(avoid_interference=avoid,
+                              ga=replace(policy.ga, seed=seed, search=search))
     result = run_simulation(workload, policy, SimConfig(interference=interference))
     return policy_name, workload, interference, avoid, seed, result.summary["avg_jct"]
 
@@ -94,6 +99,8 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=1,
                         help="run the interference experiments with Pollux search seeds 0..N-1 and "
                              "compare the mean over seeds (a single run's seed noise is several %%)")
+    parser.add_argument("--search", choices=SEARCHES, default=SEARCHES[0],
+                        help="Pollux's genetic search (default: the artifact's NSGA-II)")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -110,7 +117,8 @@ def main() -> int:
                    for w in args.inter_workloads for seed in range(args.seeds)]
     tasks = [t for t in dict.fromkeys(wanted) if t[4] not in results.get(t[:4], {})]
     with ProcessPoolExecutor(args.processes) as pool:
-        for policy, workload, interference, avoid, seed, avg in pool.map(_run, tasks):
+        run = partial(_run, search=args.search)
+        for policy, workload, interference, avoid, seed, avg in pool.map(run, tasks):
             results.setdefault((policy, workload, interference, avoid), {})[seed] = avg
     ours = {(p, w): by_seed[0] for (p, w, *setting), by_seed in results.items()
             if tuple(setting) == (0.0, True) and 0 in by_seed}

@@ -151,6 +151,48 @@ def test_pollux_mutation_grows_only_onto_free_gpus() -> None:
     assert np.any(grown[:, :, 2:] > 0) and np.all(grown >= half)
 
 
+def test_pollux_artifact_mutation_grows_about_once_per_row_onto_free_gpus() -> None:
+    # The artifact's operator: each free node is hit with one over the number of free nodes (so
+    # most rows grow, about once), never a full node, to a count between the current one and the
+    # node's capacity.
+    from bayes_sched.policies.pollux import _Problem
+
+    rng = np.random.default_rng(5)
+    num_jobs, num_nodes = 5, 4
+    cluster = ClusterState(num_nodes, 4, 0.0)
+    problem = _Problem(np.zeros((num_jobs, num_nodes), np.int16), np.zeros((num_jobs, 5, 17)),
+                       np.full(num_jobs, 16), np.ones(num_jobs), cluster, -1.0, False,
+                       num_nodes, rng)
+    ga = GAConfig(reset_prob=0.0, zero_prob=0.0)
+    full = np.zeros((2000, num_jobs, num_nodes), np.int16)
+    full[:, np.arange(num_nodes), np.arange(num_nodes)] = 4
+    assert np.array_equal(problem.mutate_artifact(full.copy(), ga), full)
+    half = full.copy()
+    half[:, :, 2:] = 0                                                       # nodes 2, 3 free
+    grown = problem.mutate_artifact(half.copy(), ga)
+    assert np.array_equal(grown[:, :, :2], half[:, :, :2]) and np.all(grown <= 4)
+    rows_grown = np.any(grown != half, axis=2).mean()
+    # Two free nodes, each hit with 1/2: a row grows with 3/4, less the draws that stay put.
+    assert 0.55 < rows_grown < 0.8
+
+
+def test_pollux_utility_is_summed_speedup_over_the_gpus_of_used_nodes() -> None:
+    from bayes_sched.policies.pollux import _Problem
+
+    cluster = ClusterState(4, 4, 0.0)
+    tables = np.zeros((2, 3, 9))
+    tables[:, 1, 1:5] = [0.5, 1.0, 1.4, 1.7]                                 # one node
+    tables[:, 2, 2:9] = [0.9, 1.2, 1.5, 1.8, 2.0, 2.2, 2.4]                  # two nodes
+    problem = _Problem(np.zeros((2, 4), np.int16), tables, np.full(2, 8), np.ones(2), cluster,
+                       -1.0, False, 2, np.random.default_rng(0))
+    packed = np.array([[[4, 0, 0, 0], [0, 2, 0, 0]]], np.int16)              # 2 nodes in use
+    spread = np.array([[[2, 2, 0, 0], [0, 0, 1, 1]]], np.int16)              # 4 nodes in use
+    assert problem.utility(packed)[0] == pytest.approx((1.7 + 1.0) / 8)
+    assert problem.utility(spread)[0] == pytest.approx((1.5 + 0.9) / 16)
+    with pytest.raises(ValueError, match="search"):
+        GAConfig(search="random")
+
+
 def _agent_measured_on_one_node(name: str, step_times: dict[int, float],
                                 batch: int) -> JobAgent:
     """A cifar10 agent measured on 1..4 GPUs of one node at the micro-batches a fixed batch of

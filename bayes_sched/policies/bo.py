@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.special
@@ -58,7 +58,7 @@ from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem
 
 LOG = logging.getLogger(__name__)
 
-_DEFAULT_GA = GAConfig()
+_DEFAULT_GA = GAConfig(search="elitist")
 _DEFAULT_PAIR_PRIOR = PairPrior()
 
 #: Names of the co-location flags :meth:`BayesOptPolicy.features` reports, in order.
@@ -92,7 +92,7 @@ class BayesOptPolicy:
     Args:
         p: power-mean exponent of the cluster objective (Pollux's fairness knob).
         restart_delay: seconds a re-allocated job loses.
-        max_nodes_per_job, max_replicas_cap, ga: as for Pollux.
+        max_nodes_per_job, max_replicas_cap, ga: as for Pollux, but bo always runs the elitist search.
         pair_prior: the pair GP's kernel scales and prior mean (see
             :mod:`bayes_sched.policies.bo_pairs`).
         residual_noise: standard deviation of one job-round residual, log units.
@@ -121,6 +121,9 @@ class BayesOptPolicy:
                  posterior_draws: int = 64, offer_avoiding: bool = True, min_gain: float = 0.01,
                  error_forget: float = 0.8, node_topology: NodeTopology | None = None,
                  contention_every: int = 10, seed: int = 0) -> None:
+        # bo's searches are elitist whatever ``ga`` says: its co-location fitness has no
+        # counterpart of NSGA-II's second objective, and its figures were measured so.
+        ga = replace(ga, search="elitist")
         # Pollux's search and speedup tables, without its hard rule against co-location.
         self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
                                    max_nodes_per_job=max_nodes_per_job,

@@ -6,9 +6,19 @@ GPUs on one node; a job with no fitted model yet is assumed to scale linearly. A
 allocation's fitness is the power mean (``p = -1`` by default: a harmonic mean, which favours
 fairness) of the speedups scaled by ``num_nodes / total GPUs``, each multiplied by the re-allocation
 penalty ``(T_j - R_j * delta) / (T_j + delta)`` when the job's allocation changes (``T_j`` its age,
-``R_j`` its restarts, ``delta`` the restart delay). A population-based genetic search (elitist,
-tournament selection, one-point crossover over jobs, mutation, repair) maximises it, vectorised over
-the population with numpy and warm-started from the previous round's population.
+``R_j`` its restarts, ``delta`` the restart delay). A population-based genetic search maximises it,
+vectorised over the population with numpy and warm-started from the previous round's population.
+
+The search is by default the artifact's NSGA-II (``GAConfig.search = "nsga2"``): two objectives,
+the fitness and the *cluster utility* (the jobs' summed speedups over the GPUs of the nodes in use),
+non-dominated survival with crowding distance, tournaments by domination then crowding, one-point
+crossover over jobs giving two complementary children, the artifact's mutation, and children that
+repeat a candidate dropped; the decision is the fittest candidate. The utility objective keeps
+efficient, compact allocations in the population, and with interference avoidance off this is what
+keeps distributed jobs from sharing nodes as often as a search for fitness alone lets them: at 50 %
+interference the elitist search (``"elitist"``: the fittest of parents and children survive) left
+about 6 distributed jobs per round on workload 3 against 4 with NSGA-II, and a JCT 25 % above the
+artifact's against 10 %.
 
 Repair enforces, in job priority order (least attained service first): node capacity; each job's
 replica cap (twice the most GPUs it has been measured on, at least 1, and what its batch limits
@@ -26,9 +36,13 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.policies import nsga2
 
 #: GPU counts in the search: small integers keep large populations cheap to copy and scan.
 _STATE = np.int16
+
+#: Survival schemes of the genetic search (see :class:`GAConfig`).
+SEARCHES = ("nsga2", "elitist")
 
 #: The artifact ran NCF with a fixed batch of 32768 on one GPU under Pollux.
 ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)}
@@ -36,7 +50,12 @@ ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)
 
 @dataclass(frozen=True)
 class GAConfig:
-    """Genetic search settings: population size, generations, mutation rates and the seed.
+    """Genetic search settings: the survival scheme, population size, generations, operator rates
+    and the seed.
+
+    ``search`` is ``"nsga2"`` (the artifact's two-objective search; see the module docstring) or
+    ``"elitist"`` (fitness alone; parents and children compete, the fittest survive; its mutation
+    grows a row onto free GPUs with ``grow_prob``, where the artifact's grows about once per row).
 
     On large problems the population shrinks so that it holds at most ``max_elements`` GPU counts
     (``P x jobs x nodes``), down to ``min_population``, with generations shrinking alike down to
@@ -52,6 +71,12 @@ class GAConfig:
     zero_prob: float = 0.1
     grow_prob: float = 0.15
     seed: int = 0
+    search: str = "nsga2"
+    crossover_prob: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.search not in SEARCHES:
+            raise ValueError(f"GAConfig.search is {self.search!r}: expected one of {SEARCHES}")
 
 
 class PolluxPolicy:
@@ -184,6 +209,8 @@ class PolluxPolicy:
         size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
         generations = max(ga.min_generations, ga.generations * size // ga.population)
         population = self._initial_population(problem, names, size)
+        if ga.search == "nsga2":
+            return self._evolve_nsga2(problem, names, population, size, generations)
         fitness = problem.fitness(population)
         for _ in range(generations):
             children = problem.offspring(population, fitness, ga)
@@ -191,6 +218,30 @@ class PolluxPolicy:
             merged_fitness = np.concatenate([fitness, problem.fitness(children)])
             keep = np.argsort(-merged_fitness, kind="stable")[:size]
             population, fitness = merged[keep], merged_fitness[keep]
+        self._population, self._population_jobs = population, names
+        return population, fitness
+
+    def _evolve_nsga2(self, problem: _Problem, names: list[str], population: np.ndarray,
+                      size: int, generations: int) -> tuple[np.ndarray, np.ndarray]:
+        population = _unique(population)
+        fitness, utility = problem.fitness(population), problem.utility(population)
+        crowding = nsga2.crowding_distance(fitness, utility, nsga2.front_ranks(fitness, utility))
+        for _ in range(generations):
+            # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
+            # as needed in one go fills the brood (about half are repeats on a full cluster).
+            children = problem.offspring_nsga2(population, fitness, utility, crowding, 2 * size,
+                                               self.ga)
+            merged = np.concatenate([population, children])
+            keep = _unique_rows(merged)
+            children = merged[keep[keep >= len(population)][:size]]
+            merged = np.concatenate([population, children])
+            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
+            merged_utility = np.concatenate([utility, problem.utility(children)])
+            front = nsga2.front_ranks(merged_fitness, merged_utility)
+            merged_crowding = nsga2.crowding_distance(merged_fitness, merged_utility, front)
+            keep = np.lexsort((-merged_crowding, front))[:size]
+            population, fitness = merged[keep], merged_fitness[keep]
+            utility, crowding = merged_utility[keep], merged_crowding[keep]
         self._population, self._population_jobs = population, names
         return population, fitness
 
@@ -204,7 +255,8 @@ class PolluxPolicy:
             count = min(size, len(self._population))
             population[:count] = 0
             population[:count][:, dst] = self._population[:count][:, src]
-        population[1:] = problem.mutate(population[1:], self.ga)
+        if self.ga.search != "nsga2":  # the artifact's NSGA-II starts from last round's as they are
+            population[1:] = problem.mutate(population[1:], self.ga)
         population[0] = base  # keep the status quo as a candidate
         return problem.repair(population)
 
@@ -239,6 +291,83 @@ class _Problem:
     def fitness(self, states: np.ndarray) -> np.ndarray:
         """Power mean of penalised, scaled speedups, shape ``(P,)``."""
         return power_mean(self.speedups(states) + 1e-3, self.p)
+
+    def utility(self, states: np.ndarray) -> np.ndarray:
+        """Cluster utility, as the artifact's second objective: the jobs' summed speedups over the
+        GPUs of the nodes in use, shape ``(P,)``."""
+        nodes = np.count_nonzero(states, axis=2)
+        replicas = states.sum(axis=2)
+        speedup = self.tables[self.job_index, nodes, replicas].sum(axis=1)
+        active = np.count_nonzero(states.any(axis=1), axis=1)
+        return speedup / np.maximum(active * self.capacity, 1)
+
+    def offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray, utility: np.ndarray,
+                        crowding: np.ndarray, count: int, ga: GAConfig) -> np.ndarray:
+        size, num_jobs, _ = population.shape
+        rng = self.rng
+        half = (count + 1) // 2
+
+        def tournament() -> np.ndarray:
+            a, b = rng.integers(size, size=(2, half))
+            a_wins = (fitness[a] >= fitness[b]) & (utility[a] >= utility[b])
+            b_wins = (fitness[b] >= fitness[a]) & (utility[b] >= utility[a])
+            same = a_wins & b_wins
+            a_dom, b_dom = a_wins & ~same, b_wins & ~same
+            by_crowding = np.where(crowding[a] > crowding[b], a,
+                                   np.where(crowding[b] > crowding[a], b,
+                                            np.where(rng.random(half) < 0.5, a, b)))
+            return np.where(a_dom, a, np.where(b_dom, b, by_crowding))
+
+        first, second = tournament(), tournament()
+        point = rng.integers(num_jobs, size=(half, 1))
+        point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)
+        take_first = (np.arange(num_jobs) < point)[:, :, None]
+        children = np.concatenate([
+            np.where(take_first, population[first], population[second]),
+            np.where(take_first, population[second], population[first])])[:count]
+        return self.repair(self.mutate_artifact(children, ga))
+
+    def mutate_artifact(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
+        """The artifact's mutation, drawn sparsely so that its cost follows the GPUs in use and
+        the rows touched rather than ``P x J x N``.
+
+        Per job row: with ``reset_prob``, back to the current allocation; with ``zero_prob``, each
+        of its nodes dropped with ``zero_prob``; then growth where GPUs are free, each free node
+        with probability one over the number of free nodes (about one per row, drawn as a
+        binomial count of uniform picks) and, independently, each of the job's own nodes with free
+        GPUs with one over their number. A grown entry takes a uniform count from its current one
+        up to the node's capacity; repair trims what no longer fits.
+        """
+        rng = self.rng
+        size, num_jobs, num_nodes = states.shape
+        reset = rng.random((size, num_jobs)) < ga.reset_prob
+        states = np.where(reset[:, :, None], self.base, states)
+        p, j, n = np.nonzero(states)
+        drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
+                                                                       < ga.zero_prob)
+        states[p[drop], j[drop], n[drop]] = 0
+        is_free = states.sum(axis=1, dtype=np.int32) < self.capacity             # (P, N)
+        num_free = is_free.sum(axis=1)                                           # (P,)
+        # Any free node: a binomial count of uniform picks per row.
+        counts = rng.binomial(np.repeat(num_free[:, None], num_jobs, axis=1),
+                              1.0 / np.maximum(num_free, 1)[:, None])
+        rows_p, rows_j = np.nonzero(counts)
+        reps = counts[rows_p, rows_j]
+        grow_p, grow_j = np.repeat(rows_p, reps), np.repeat(rows_j, reps)
+        free_first = np.argsort(~is_free, axis=1, kind="stable")                  # (P, N)
+        grow_n = free_first[grow_p, (rng.random(grow_p.size) * num_free[grow_p]).astype(np.int64)]
+        # The job's own nodes with free GPUs, each with one over their number.
+        p, j, n = np.nonzero(states)
+        own = is_free[p, n]
+        p, j, n = p[own], j[own], n[own]
+        row = p * num_jobs + j
+        pick = rng.random(p.size) * np.bincount(row, minlength=size * num_jobs)[row] < 1.0
+        key = np.unique(np.r_[(grow_p * num_jobs + grow_j) * num_nodes + grow_n,
+                              row[pick] * num_nodes + n[pick]])
+        p, rest = np.divmod(key, num_jobs * num_nodes)
+        j, n = np.divmod(rest, num_nodes)
+        states[p, j, n] = rng.integers(states[p, j, n], self.capacity + 1)
+        return states
 
     def offspring(self, population: np.ndarray, fitness: np.ndarray, ga: GAConfig) -> np.ndarray:
         size, num_jobs, _ = population.shape
@@ -317,6 +446,18 @@ class _Problem:
         repaired = np.zeros_like(states)
         repaired[p, j, n] = v
         return repaired
+
+
+def _unique_rows(states: np.ndarray) -> np.ndarray:
+    """Indices of the first occurrence of each distinct state, in order."""
+    flat = np.ascontiguousarray(states.reshape(len(states), -1))
+    _, first = np.unique(flat.view(np.dtype((np.void, flat.dtype.itemsize * flat.shape[1]))),
+                         return_index=True)
+    return np.sort(first)
+
+
+def _unique(states: np.ndarray) -> np.ndarray:
+    return states[_unique_rows(states)]
 
 
 def power_mean(values: np.ndarray, p: float) -> np.ndarray:
