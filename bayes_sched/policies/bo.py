@@ -58,7 +58,7 @@ from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem
 
 LOG = logging.getLogger(__name__)
 
-_DEFAULT_GA = GAConfig(search="elitist")
+_DEFAULT_GA = GAConfig()
 _DEFAULT_PAIR_PRIOR = PairPrior()
 
 #: Names of the co-location flags :meth:`BayesOptPolicy.features` reports, in order.

@@ -1,9 +1,9 @@
 """NSGA-II ranking for two objectives, both maximised (Deb et al., 2002).
 
 Survival keeps whole non-dominated fronts in order and splits the last one by crowding distance
-(the candidates farthest from their neighbours along the front first); tournaments compare the
-front, then the crowding distance. Pollux's search uses it with the fitness and the cluster
-utility as the objectives, as the Pollux artifact's NSGA-II does.
+(the candidates farthest from their neighbours along the front first). Pollux's search uses it
+with the fitness and the cluster utility as the objectives, as the Pollux artifact's NSGA-II does
+(its tournaments, in :mod:`bayes_sched.policies.pollux`, compare by domination, then crowding).
 """
 
 from __future__ import annotations
@@ -64,17 +64,10 @@ def crowding_distance(first: np.ndarray, second: np.ndarray, front: np.ndarray) 
     return crowding
 
 
-def rank_and_crowding(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Crowded-comparison score of every candidate, shape ``(M,)``: higher is better; the front
-    decides first and the crowding distance breaks ties within a front."""
+def survivors(first: np.ndarray, second: np.ndarray,
+              count: int) -> tuple[np.ndarray, np.ndarray]:
+    """NSGA-II survival: the indices of the ``count`` candidates kept, best first (by front, then
+    crowding distance, descending), and every candidate's crowding distance, shape ``(M,)``."""
     front = front_ranks(first, second)
     crowding = crowding_distance(first, second, front)
-    with np.errstate(invalid="ignore"):
-        spread = np.where(np.isinf(crowding), 0.5, 0.5 * crowding / (1.0 + crowding))
-    return spread - front
-
-
-def survivors(first: np.ndarray, second: np.ndarray, count: int) -> np.ndarray:
-    """Indices of the ``count`` candidates NSGA-II keeps, best first."""
-    score = rank_and_crowding(first, second)
-    return np.argsort(-score, kind="stable")[:count]
+    return np.lexsort((-crowding, front))[:count], crowding

@@ -222,9 +222,9 @@ class PolluxPolicy:
 
     def _evolve_nsga2(self, problem: _Problem, names: list[str], population: np.ndarray,
                       size: int, generations: int) -> tuple[np.ndarray, np.ndarray]:
-        population = _unique(population)
+        population = population[_unique_rows(population)]
         fitness, utility = problem.fitness(population), problem.utility(population)
-        crowding = nsga2.crowding_distance(fitness, utility, nsga2.front_ranks(fitness, utility))
+        _, crowding = nsga2.survivors(fitness, utility, size)
         for _ in range(generations):
             # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
             # as needed in one go fills the brood (about half are repeats on a full cluster).
@@ -236,9 +236,7 @@ class PolluxPolicy:
             merged = np.concatenate([population, children])
             merged_fitness = np.concatenate([fitness, problem.fitness(children)])
             merged_utility = np.concatenate([utility, problem.utility(children)])
-            front = nsga2.front_ranks(merged_fitness, merged_utility)
-            merged_crowding = nsga2.crowding_distance(merged_fitness, merged_utility, front)
-            keep = np.lexsort((-merged_crowding, front))[:size]
+            keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
             population, fitness = merged[keep], merged_fitness[keep]
             utility, crowding = merged_utility[keep], merged_crowding[keep]
         self._population, self._population_jobs = population, names
@@ -453,10 +451,6 @@ def _unique_rows(states: np.ndarray) -> np.ndarray:
     _, first = np.unique(flat.view(np.dtype((np.void, flat.dtype.itemsize * flat.shape[1]))),
                          return_index=True)
     return np.sort(first)
-
-
-def _unique(states: np.ndarray) -> np.ndarray:
-    return states[_unique_rows(states)]
 
 
 def power_mean(values: np.ndarray, p: float) -> np.ndarray:
