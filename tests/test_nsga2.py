@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bayes_sched.policies import nsga2
 
@@ -42,6 +43,21 @@ def test_crowding_keeps_the_ends_and_prefers_sparse_points() -> None:
     crowding = nsga2.crowding_distance(first, second, front)
     assert np.isinf(crowding[0]) and np.isinf(crowding[5])
     assert crowding[3] > crowding[1] and crowding[3] > crowding[2]
+
+
+def test_crowding_gives_repeated_objectives_zero_and_skips_them() -> None:
+    # Points 1 and 2 tie in both objectives: the later one counts 0, and the earlier one's
+    # distance is what it would be were the repeat absent (as pymoo computes it).
+    first = np.array([10.0, 5.0, 5.0, 0.0, 4.0])
+    second = np.array([0.0, 5.0, 5.0, 10.0, 4.0])
+    front = nsga2.front_ranks(first, second)
+    assert list(front) == [0, 0, 0, 0, 1]
+    crowding = nsga2.crowding_distance(first, second, front)
+    alone = nsga2.crowding_distance(first[[0, 1, 3]], second[[0, 1, 3]], front[[0, 1, 3]])
+    assert crowding[2] == 0.0
+    assert crowding[1] == pytest.approx(alone[1]) and crowding[1] == pytest.approx(2.0)
+    assert np.isinf(crowding[4])  # a front of one is wholly kept
+    assert set(nsga2.survivors(first, second, 3)[0]) == {0, 1, 3}
 
 
 def test_survivors_fill_by_front_then_spread() -> None:

@@ -45,9 +45,15 @@ def front_ranks(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 def crowding_distance(first: np.ndarray, second: np.ndarray, front: np.ndarray) -> np.ndarray:
     """Crowding distance of every candidate within its front, shape ``(M,)``: per objective, the
     gap between its two neighbours along the front over the front's range, summed. The two ends
-    of a front are infinitely far (they are always kept)."""
-    order = np.lexsort((-second, -first, front))
+    of a front are infinitely far (they are always kept). A candidate whose objectives repeat an
+    earlier candidate's in its front has distance 0, and its neighbours skip it, as pymoo's NSGA-II
+    (the artifact's) does: many allocations tie in objectives (the same GPU counts on other nodes),
+    and this keeps the population spread over distinct trade-offs rather than copies of one.
+    """
+    order = np.lexsort((-second, -first, front))  # stable: the earliest of equal points first
     a, b, r = first[order], second[order], front[order]
+    repeat = np.r_[False, (r[1:] == r[:-1]) & (a[1:] == a[:-1]) & (b[1:] == b[:-1])]
+    order, a, b, r = order[~repeat], a[~repeat], b[~repeat], r[~repeat]
     starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
     ends = np.r_[starts[1:] - 1, r.size - 1]
     lengths = ends - starts + 1
@@ -59,8 +65,11 @@ def crowding_distance(first: np.ndarray, second: np.ndarray, front: np.ndarray) 
             distance += np.where(span > 0, gap / span, 0.0)
     distance[starts] = np.inf
     distance[ends] = np.inf
-    crowding = np.empty_like(distance)
+    crowding = np.zeros(first.size)
     crowding[order] = distance
+    # pymoo leaves fronts of one or two candidates wholly infinite, repeats included.
+    small = np.bincount(front)[front] <= 2
+    crowding[small] = np.inf
     return crowding
 
 
