@@ -151,29 +151,40 @@ def test_pollux_mutation_grows_only_onto_free_gpus() -> None:
     assert np.any(grown[:, :, 2:] > 0) and np.all(grown >= half)
 
 
-def test_pollux_artifact_mutation_grows_about_once_per_row_onto_free_gpus() -> None:
-    # The artifact's operator: each free node is hit with one over the number of free nodes (so
-    # most rows grow, about once), never a full node, to a count between the current one and the
-    # node's capacity.
+def _artifact_growth_probability(state: np.ndarray, capacity: int) -> np.ndarray:
+    """The artifact's growth probability per (job, node) entry, written densely as it does: any
+    job onto a node with free GPUs with one over the number of jobs, and a job already there with
+    one over the number of jobs on the node, as independent events."""
+    free = state.sum(axis=0) < capacity                                      # (N,)
+    any_job = np.broadcast_to(free / state.shape[0], state.shape)
+    on_node = (state > 0) & free
+    own = on_node / np.maximum(on_node.sum(axis=0), 1)
+    return any_job + own - any_job * own
+
+
+def test_pollux_artifact_mutation_grows_each_entry_as_the_artifact_does() -> None:
+    # Node 0 is full; node 1 has one free GPU and two jobs on it; nodes 2 and 3 are empty. An
+    # entry that grows takes a uniform count from its current one to the capacity, so it changes
+    # with its growth probability times (capacity - current) / (capacity - current + 1).
     from bayes_sched.policies.pollux import _Problem
 
     rng = np.random.default_rng(5)
-    num_jobs, num_nodes = 5, 4
-    cluster = ClusterState(num_nodes, 4, 0.0)
+    num_jobs, num_nodes, capacity, samples = 5, 4, 4, 6000
+    cluster = ClusterState(num_nodes, capacity, 0.0)
     problem = _Problem(np.zeros((num_jobs, num_nodes), np.int16), np.zeros((num_jobs, 5, 17)),
                        np.full(num_jobs, 16), np.ones(num_jobs), cluster, -1.0, False,
                        num_nodes, rng)
     ga = GAConfig(reset_prob=0.0, zero_prob=0.0)
-    full = np.zeros((2000, num_jobs, num_nodes), np.int16)
-    full[:, np.arange(num_nodes), np.arange(num_nodes)] = 4
-    assert np.array_equal(problem.mutate_artifact(full.copy(), ga), full)
-    half = full.copy()
-    half[:, :, 2:] = 0                                                       # nodes 2, 3 free
-    grown = problem.mutate_artifact(half.copy(), ga)
-    assert np.array_equal(grown[:, :, :2], half[:, :, :2]) and np.all(grown <= 4)
-    rows_grown = np.any(grown != half, axis=2).mean()
-    # Two free nodes, each hit with 1/2: a row grows with 3/4, less the draws that stay put.
-    assert 0.55 < rows_grown < 0.8
+    state = np.zeros((num_jobs, num_nodes), np.int16)
+    state[0, 0], state[1, 1], state[2, 1] = 4, 2, 1
+    grown = problem.mutate_artifact(np.broadcast_to(state, (samples, *state.shape)).copy(), ga)
+    assert np.all(grown >= state) and np.all(grown <= capacity)
+    expected = (_artifact_growth_probability(state, capacity)
+                * (capacity - state) / (capacity - state + 1))
+    assert expected[1, 1] == pytest.approx(0.6 * 2 / 3) and expected[3, 2] == pytest.approx(0.16)
+    observed = (grown != state).mean(axis=0)
+    assert np.abs(observed - expected).max() < 0.025
+    assert not np.any(grown[:, :, 0] != state[:, 0])                         # full node untouched
 
 
 def test_pollux_utility_is_summed_speedup_over_the_gpus_of_used_nodes() -> None:

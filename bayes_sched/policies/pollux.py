@@ -14,10 +14,12 @@ the fitness and the *cluster utility* (the jobs' summed speedups over the GPUs o
 non-dominated survival with crowding distance, tournaments by domination then crowding, one-point
 crossover over jobs giving two complementary children, the artifact's mutation, and children that
 repeat a candidate dropped; the decision is the fittest candidate. The utility objective keeps
-efficient, compact allocations in the population, and with interference avoidance off this is what
-keeps distributed jobs from sharing nodes as often as a search for fitness alone lets them: at 50 %
-interference on workload 3 the elitist search (``"elitist"``: the fittest of parents and children
-survive) ran 6.2 distributed jobs per round, 5.5 of them slowed, against 4.2 and 3.3 with NSGA-II.
+efficient, compact allocations in the population, and the artifact's mutation is sparing (a node
+with free GPUs gains about one job per child, not every job a node). With interference avoidance
+off these are what keep distributed jobs from sharing nodes as often as a search for fitness alone
+lets them: at 50 % interference on workload 3 the elitist search (``"elitist"``: the fittest of
+parents and children survive) ran 6.2 distributed jobs per round, 5.5 of them slowed; NSGA-II
+with the artifact's mutation runs 3.1, 1.6 of them slowed.
 
 Repair enforces, in job priority order (least attained service first): node capacity; each job's
 replica cap (twice the most GPUs it has been measured on, at least 1, and what its batch limits
@@ -54,7 +56,8 @@ class GAConfig:
 
     ``search`` is ``"nsga2"`` (the artifact's two-objective search; see the module docstring) or
     ``"elitist"`` (fitness alone; parents and children compete, the fittest survive; its mutation
-    grows a row onto free GPUs with ``grow_prob``, where the artifact's grows about once per row).
+    grows a row onto free GPUs with ``grow_prob``, where the artifact's grows each free node by
+    about one job).
 
     On large problems the population shrinks so that it holds at most ``max_elements`` GPU counts
     (``P x jobs x nodes``), down to ``min_population``, with generations shrinking alike down to
@@ -326,14 +329,15 @@ class _Problem:
 
     def mutate_artifact(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
         """The artifact's mutation, drawn sparsely so that its cost follows the GPUs in use and
-        the rows touched rather than ``P x J x N``.
+        the free nodes rather than ``P x J x N``.
 
         Per job row: with ``reset_prob``, back to the current allocation; with ``zero_prob``, each
-        of its nodes dropped with ``zero_prob``; then growth where GPUs are free, each free node
-        with probability one over the number of free nodes (about one per row, drawn as a
-        binomial count of uniform picks) and, independently, each of the job's own nodes with free
-        GPUs with one over their number. A grown entry takes a uniform count from its current one
-        up to the node's capacity; repair trims what no longer fits.
+        of its nodes dropped with ``zero_prob``. Then growth on nodes with free GPUs, as two
+        independent draws per (job, node) entry: any job with probability one over the number of
+        jobs (the artifact normalises over jobs, so a free node gains about one job, not every
+        job one node), and a job already on the node with one over the number of jobs there. A
+        grown entry takes a uniform count from its current one up to the node's capacity; repair
+        trims what no longer fits.
         """
         rng = self.rng
         size, num_jobs, num_nodes = states.shape
@@ -344,23 +348,20 @@ class _Problem:
                                                                        < ga.zero_prob)
         states[p[drop], j[drop], n[drop]] = 0
         is_free = states.sum(axis=1, dtype=np.int32) < self.capacity             # (P, N)
-        num_free = is_free.sum(axis=1)                                           # (P,)
-        # Any free node: a binomial count of uniform picks per row.
-        counts = rng.binomial(np.repeat(num_free[:, None], num_jobs, axis=1),
-                              1.0 / np.maximum(num_free, 1)[:, None])
-        rows_p, rows_j = np.nonzero(counts)
-        reps = counts[rows_p, rows_j]
-        grow_p, grow_j = np.repeat(rows_p, reps), np.repeat(rows_j, reps)
-        free_first = np.argsort(~is_free, axis=1, kind="stable")                  # (P, N)
-        grow_n = free_first[grow_p, (rng.random(grow_p.size) * num_free[grow_p]).astype(np.int64)]
-        # The job's own nodes with free GPUs, each with one over their number.
+        # Any job onto a free node: a binomial count of jobs per free node, then that many
+        # distinct jobs (the same as a coin per entry, at the cost of the hits only).
+        free_p, free_n = np.nonzero(is_free)
+        counts = rng.binomial(num_jobs, 1.0 / num_jobs, size=free_p.size)
+        grow_p, grow_n = np.repeat(free_p, counts), np.repeat(free_n, counts)
+        grow_j = _distinct_draws(np.repeat(np.arange(free_p.size), counts), num_jobs, rng)
+        # A job already on a free node: one over the number of jobs on that node.
         p, j, n = np.nonzero(states)
         own = is_free[p, n]
         p, j, n = p[own], j[own], n[own]
-        row = p * num_jobs + j
-        pick = rng.random(p.size) * np.bincount(row, minlength=size * num_jobs)[row] < 1.0
+        node = p * num_nodes + n
+        pick = rng.random(p.size) * np.bincount(node, minlength=size * num_nodes)[node] < 1.0
         key = np.unique(np.r_[(grow_p * num_jobs + grow_j) * num_nodes + grow_n,
-                              row[pick] * num_nodes + n[pick]])
+                              (p[pick] * num_jobs + j[pick]) * num_nodes + n[pick]])
         p, rest = np.divmod(key, num_jobs * num_nodes)
         j, n = np.divmod(rest, num_nodes)
         states[p, j, n] = rng.integers(states[p, j, n], self.capacity + 1)
@@ -451,6 +452,20 @@ def _unique_rows(states: np.ndarray) -> np.ndarray:
     _, first = np.unique(flat.view(np.dtype((np.void, flat.dtype.itemsize * flat.shape[1]))),
                          return_index=True)
     return np.sort(first)
+
+
+def _distinct_draws(groups: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniform draw from ``range(count)`` per element, distinct within each run of equal,
+    sorted ``groups`` (no run may be longer than ``count``): repeats are redrawn until none is
+    left, which takes few rounds when runs are short against ``count``."""
+    draws = rng.integers(count, size=groups.size)
+    while True:
+        key = groups.astype(np.int64) * count + draws
+        order = np.argsort(key, kind="stable")
+        repeat = order[1:][key[order[1:]] == key[order[:-1]]]
+        if repeat.size == 0:
+            return draws
+        draws[repeat] = rng.integers(count, size=repeat.size)
 
 
 def power_mean(values: np.ndarray, p: float) -> np.ndarray:
