@@ -279,12 +279,16 @@ class _Problem:
         self.rng = rng
         self.job_index = np.arange(base.shape[0])
 
+    def table_speedups(self, states: np.ndarray) -> np.ndarray:
+        """Every job's speedup table read at its nodes and GPUs in every state, shape ``(P, J)``."""
+        nodes = np.count_nonzero(states, axis=2)
+        replicas = states.sum(axis=2)
+        return self.tables[self.job_index, nodes, replicas]
+
     def speedups(self, states: np.ndarray) -> np.ndarray:
         """Scaled speedup of every job in every state, times the re-allocation penalty where the
         job's allocation changes, shape ``(P, J)``."""
-        nodes = np.count_nonzero(states, axis=2)
-        replicas = states.sum(axis=2)
-        speedup = self.tables[self.job_index, nodes, replicas] * self.scale
+        speedup = self.table_speedups(states) * self.scale
         changed = np.any(states != self.base, axis=2)
         return np.where(changed, speedup * self.penalty, speedup)
 
@@ -295,9 +299,7 @@ class _Problem:
     def utility(self, states: np.ndarray) -> np.ndarray:
         """Cluster utility, as the artifact's second objective: the jobs' summed speedups over the
         GPUs of the nodes in use, shape ``(P,)``."""
-        nodes = np.count_nonzero(states, axis=2)
-        replicas = states.sum(axis=2)
-        speedup = self.tables[self.job_index, nodes, replicas].sum(axis=1)
+        speedup = self.table_speedups(states).sum(axis=1)
         active = np.count_nonzero(states.any(axis=1), axis=1)
         return speedup / np.maximum(active * self.capacity, 1)
 
@@ -347,6 +349,7 @@ class _Problem:
         drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
                                                                        < ga.zero_prob)
         states[p[drop], j[drop], n[drop]] = 0
+        p, j, n = p[~drop], j[~drop], n[~drop]                                   # still in use
         is_free = states.sum(axis=1, dtype=np.int32) < self.capacity             # (P, N)
         # Any job onto a free node: a binomial count of jobs per free node, then that many
         # distinct jobs (the same as a coin per entry, at the cost of the hits only).
@@ -355,7 +358,6 @@ class _Problem:
         grow_p, grow_n = np.repeat(free_p, counts), np.repeat(free_n, counts)
         grow_j = _distinct_draws(np.repeat(np.arange(free_p.size), counts), num_jobs, rng)
         # A job already on a free node: one over the number of jobs on that node.
-        p, j, n = np.nonzero(states)
         own = is_free[p, n]
         p, j, n = p[own], j[own], n[own]
         node = p * num_nodes + n
