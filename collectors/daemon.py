@@ -272,7 +272,10 @@ def install_signal_handlers(stop: threading.Event) -> None:
     """Set ``stop`` on SIGTERM and SIGINT (main thread only), so the loop ends with a flush."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        # Not ``stop.set()`` here: the handler runs on the main thread between bytecodes, and if
+        # that thread is inside ``stop.wait()`` holding the event's (non-reentrant) lock, setting
+        # it from the handler deadlocks. A short-lived thread takes the lock once it is free.
+        threading.Thread(target=stop.set, name="stop-signal", daemon=True).start()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
