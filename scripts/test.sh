@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the whole test suite plus the linter.
+# Set up (if needed) and run the linter, the type checker and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/bayes-sched ] || bash scripts/setup.sh
+{ [ -x .venv/bin/bayes-sched ] && [ -x .venv/bin/mypy ]; } || bash scripts/setup.sh
 .venv/bin/ruff check .
+.venv/bin/mypy
 .venv/bin/python -m pytest -q "$@"
