@@ -22,7 +22,7 @@ from collectors.base import Devices, Discovery, Values
 try:  # nvidia-ml-py is a dependency, but a broken install must not stop the other sources.
     import pynvml
 except ImportError:  # pragma: no cover - exercised only without nvidia-ml-py
-    pynvml = None  # type: ignore[assignment]
+    pynvml = None
 
 UINT_MAX = 0xFFFFFFFF
 MIB = 1048576.0
@@ -206,9 +206,9 @@ class NvmlSource:
                 for index, why in sorted(reasons[name].items()):
                     found.notes.append(f"{name} on GPU {index} ({self.gpus[index].name}): {why}")
             else:
-                why = sorted(set(reasons[name].values())) or ["no GPU answered"]
+                whys = sorted(set(reasons[name].values())) or ["no GPU answered"]
                 gpus = ", ".join(sorted({g.name for g in self.gpus})) or "no GPUs"
-                found.unavailable[name] = f"{'; '.join(why)} ({gpus})"
+                found.unavailable[name] = f"{'; '.join(whys)} ({gpus})"
         found.counters = list(self.counters)
         found.devices = devices
         self.pci_bus_ids = list(devices.pci_bus_ids)

@@ -205,10 +205,11 @@ class PerfSource:
         found.notes.append(f"counting {self.scope}, perf_event_paranoid={paranoid}")
         by_event = {event: name for name, event, *_ in PERF_EVENTS}
         for event in self.events:
-            name = by_event.get(event)
-            if name is None:
+            known = by_event.get(event)
+            if known is None:
                 found.unavailable[event] = "not a perf event the catalog knows"
                 continue
+            name = known
             try:
                 self._fds[name] = self._open(event)
             except OSError as error:

@@ -43,7 +43,7 @@ class ModelFit:
                                   p.local_bsz, p.accum_steps)
         pred = self.posterior.predict_step_time(p.num_nodes, p.num_replicas, p.local_bsz,
                                                 p.accum_steps, (0.05, 0.25, 0.75, 0.95),
-                                                placement=p.placement)
+                                                placement=list(p.placement))
         return {
             "model": self.model,
             "rows": len(p),
@@ -71,7 +71,7 @@ def fit_model(profile: StepTimeProfile, traces: dict[int, GradientTrace] | None 
 def _plot_step_times(fit: ModelFit, path: Path) -> None:
     p = fit.profile
     pred = fit.posterior.predict_step_time(p.num_nodes, p.num_replicas, p.local_bsz,
-                                           p.accum_steps, placement=p.placement)
+                                           p.accum_steps, placement=list(p.placement))
     fig, ax = plt.subplots(figsize=(5.5, 5))
     err = np.stack([pred["median"] - pred["q0.05"], pred["q0.95"] - pred["median"]])
     ax.errorbar(p.step_time, pred["median"], yerr=err, fmt="o", ms=2, alpha=0.35, lw=0.6,

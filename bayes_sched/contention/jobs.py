@@ -19,6 +19,8 @@ fraction, split evenly among the jobs sharing that GPU (counters cannot tell the
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pyro
@@ -169,4 +171,5 @@ def read_step_times_csv(path: str, window: PreparedWindow) -> xr.DataArray:
         coords={"time": times, "job": values.columns.astype(str)},
     )
     step = np.median(np.diff(window.time)) if len(window.time) > 1 else np.timedelta64(1, "s")
-    return steps.reindex(time=window.time, method="nearest", tolerance=step / 2)
+    tolerance: Any = step / 2  # a timedelta64: xarray's stubs list only numbers and strings
+    return steps.reindex(time=window.time, method="nearest", tolerance=tolerance)

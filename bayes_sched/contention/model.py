@@ -253,7 +253,7 @@ def initial_locations(data: ContentionData) -> dict[str, torch.Tensor]:
     dram = _fill(data.dram, float(x.sum(-1).mean() + 1.0))
     host = (dram - x.sum(-1) - k).clamp_min(0.5)
     extra: dict[str, torch.Tensor] = {}
-    if data.num_span_jobs:
+    if data.num_span_jobs and data.spans is not None:
         # Start each multi-node job at half the quietest NIC it crosses; the rest stays local.
         spans = data.spans.bool()
         crossed = torch.where(spans.unsqueeze(0), k.unsqueeze(1), torch.tensor(1e9))

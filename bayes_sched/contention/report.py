@@ -73,10 +73,10 @@ def plot_denoised(posterior: xr.Dataset, node: str, path: Path) -> Path:
         ),
     ]
     for ax, (name, raw, where, title) in zip(axes, pairs, strict=True):
-        denoised = posterior[name].sel(node=node, **where) / 1e9
+        denoised = posterior[name].sel({"node": node, **where}) / 1e9
         ax.plot(
             seconds,
-            posterior[raw].sel(node=node, **where) / 1e9,
+            posterior[raw].sel({"node": node, **where}) / 1e9,
             ".",
             ms=4,
             color="0.5",

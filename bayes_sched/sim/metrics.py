@@ -22,7 +22,7 @@ def job_table(cluster: SimulatedCluster) -> pd.DataFrame:
         spec = job.spec
         alone = job.app.standalone_runtime(spec.num_replicas, spec.batch_size, gpus)
         done = job.completion_time is not None
-        jct = job.completion_time - spec.submit_time if done else np.nan
+        jct = job.completion_time - spec.submit_time if job.completion_time is not None else np.nan
         rows.append({
             "job": spec.name, "application": spec.application,
             "submit_time": spec.submit_time,
