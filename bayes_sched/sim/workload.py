@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 
 from bayes_sched.errors import InputError
-from perfmodel import textio
 from bayes_sched.jobs import JobSpec
+from perfmodel import textio
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 #: Folders of shipped workloads: relative job load 1.0 (``workloads``), 0.5, 1.5, 2.0, realistic.
