@@ -69,6 +69,8 @@ def read_text(path: str | Path, error: ErrorType = InputError) -> str:
     try:
         with file.open("rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise error("no such file", file) from None
     except OSError as failure:
         raise error(f"cannot read file: {failure.strerror or failure}", file) from None
     if len(data) > MAX_FILE_BYTES:
