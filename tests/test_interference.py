@@ -31,7 +31,8 @@ from bayes_sched.interference.gavel import job_type_of
 def test_pairs_csv_with_speed_out_of_range_names_line_and_field(tmp_path: Path) -> None:
     path = tmp_path / "pairs.csv"
     path.write_text("job_a,job_b,speed_a,speed_b\na,b,0.8,0.9\na,c,0.7,2.5\n")
-    with pytest.raises(InterferenceInputError, match=r"pairs.csv, row 3, column 'speed_b': speed_b=2.5.*\(0, 2\]"):
+    with pytest.raises(InterferenceInputError,
+                       match=r"pairs.csv, row 3, column 'speed_b': speed_b=2.5.*\(0, 2\]"):
         read_pairs_csv(path)
 
 
