@@ -32,6 +32,8 @@ PROFILE_COLUMNS = (
 )
 VALIDATION_COLUMNS = ("progress", "iteration", "metric", "grad_sqr", "grad_var")
 
+#: Key of :func:`read_table`'s result holding the file row number of each row.
+ROW = "_row"
 _PLACEMENT = re.compile(r"^[0-9]+$")
 #: ``log phi`` is capped here (phi ~ 1e304) before exponentiating: efficiency is 1 to float
 #: precision long before, and the cap keeps phi finite.
@@ -68,7 +70,8 @@ def read_table(path: str | Path, required: Iterable[str], optional: Iterable[str
                ) -> dict[str, list]:
     """Read a CSV file, checking that ``required`` columns exist and every cell parses.
 
-    Returns a dict of column name to list of parsed values (only the columns asked for).
+    Returns a dict of column name to list of parsed values (only the columns asked for), plus
+    :data:`ROW`: each row's 1-based number in the file (the header is row 1), for later messages.
     Raises :class:`InputError` naming file, row and column on the first problem (see
     :mod:`perfmodel.textio` for the encoding, field-count and range checks).
     """
@@ -77,6 +80,7 @@ def read_table(path: str | Path, required: Iterable[str], optional: Iterable[str
     table.require(required)
     wanted = [c for c in (*required, *optional) if c in table.header]
     columns = textio.parse_cells(table, {c: _PARSERS.get(c, str) for c in wanted})
+    columns[ROW] = [row for row, _ in table.rows]
     if not table.rows:
         raise InputError("no data rows after the header", table.path)
     return columns
@@ -137,18 +141,19 @@ class StepTimeProfile:
         )
 
 
-def _check_sync(path: Path, step: list[float], sync: list[float]) -> None:
+def _check_sync(path: Path, cols: dict[str, list]) -> None:
+    step, sync = cols["step_time"], cols["sync_time"]
     for i, (t, s) in enumerate(zip(step, sync, strict=True)):
         if s >= t:
             raise InputError(f"sync_time {s} is not below step_time {t}: expected "
-                             "sync_time < step_time", path, i + 2, "sync_time")
+                             "sync_time < step_time", path, cols[ROW][i], "sync_time")
 
 
 def read_placements_csv(path: str | Path, model: str | None = None) -> StepTimeProfile:
     """Read a Pollux ``placements.csv`` (``placement,local_bsz,step_time,sync_time``)."""
     path = Path(path)
     cols = read_table(path, PLACEMENTS_COLUMNS)
-    _check_sync(path, cols["step_time"], cols["sync_time"])
+    _check_sync(path, cols)
     placement = np.array(cols["placement"], dtype=object)
     digits = [[int(c) for c in p if c != "0"] for p in placement]
     return StepTimeProfile(
@@ -167,14 +172,15 @@ def read_placements_csv(path: str | Path, model: str | None = None) -> StepTimeP
 def _read_counts_csv(path: Path, model: str | None, with_accum: bool) -> StepTimeProfile:
     cols = read_table(path, PROFILE_COLUMNS if with_accum else SCALABILITY_COLUMNS,
                       optional=("placement",))
-    _check_sync(path, cols["step_time"], cols["sync_time"])
+    _check_sync(path, cols)
     n = len(cols["step_time"])
     nodes = np.array(cols["num_nodes"], dtype=np.int64)
     replicas = np.array(cols["num_replicas"], dtype=np.int64)
     for i in range(n):
         if replicas[i] < nodes[i]:
             raise InputError(f"num_replicas {replicas[i]} is below num_nodes {nodes[i]}: "
-                             "expected at least one GPU per node", path, i + 2, "num_replicas")
+                             "expected at least one GPU per node", path, cols[ROW][i],
+                             "num_replicas")
     if "placement" in cols:
         placement = np.array(cols["placement"], dtype=object)
     else:
@@ -285,10 +291,10 @@ def read_validation_csv(path: str | Path, batch_size: int | None = None) -> Grad
     for i, (sqr, var) in enumerate(zip(cols["grad_sqr"], cols["grad_var"], strict=True)):
         if sqr == 0 and var == 0:
             raise InputError("grad_sqr and grad_var are both 0: expected a positive gradient "
-                             "statistic", path, i + 2, "grad_sqr")
+                             "statistic", path, cols[ROW][i], "grad_sqr")
     progress = np.array(cols["progress"], dtype=np.float64)
     if np.any(np.diff(progress) < 0):
-        row = int(np.argmax(np.diff(progress) < 0)) + 3
+        row = cols[ROW][int(np.argmax(np.diff(progress) < 0)) + 1]
         raise InputError("progress decreases: expected rows in training order", path, row,
                          "progress")
     return GradientTrace(

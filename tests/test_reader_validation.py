@@ -338,3 +338,10 @@ def test_rows_after_blank_lines_keep_their_file_row_numbers(tmp_path: Path) -> N
 def test_a_directory_as_the_pairs_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(InterferenceInputError, match="is a directory"):
         read_pairs_csv(tmp_path)
+
+
+def test_profile_checks_after_blank_lines_name_the_file_row(tmp_path: Path) -> None:
+    path = tmp_path / "placements.csv"
+    path.write_text("placement,local_bsz,step_time,sync_time\n1,32,0.04,0.0005\n\n2,32,0.05,0.07\n")
+    with pytest.raises(InputError, match="row 4, column 'sync_time'"):
+        read_placements_csv(path)
