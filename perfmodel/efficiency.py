@@ -145,7 +145,7 @@ class EfficiencyModel:
             ) -> EfficiencyModel:
         """Fit one curve per trace; ``init_bsz`` defaults to the smallest traced batch size."""
         curves = {b: NoiseScaleCurve.fit(t) for b, t in traces.items()}
-        return cls(curves, init_bsz if init_bsz is not None else min(traces))
+        return cls(curves, init_bsz if init_bsz is not None else min(traces, default=1))
 
     def curve(self, train_bsz: int | None = None) -> NoiseScaleCurve:
         """The curve measured at the batch size nearest ``train_bsz`` (default: the initial one)."""

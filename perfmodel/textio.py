@@ -281,7 +281,10 @@ def float_parser(minimum: float = -math.inf, maximum: float = math.inf,
 
 def json_depth(text: str) -> int:
     """The deepest nesting of arrays and objects in JSON ``text`` (strings skipped), without
-    parsing it, so that deep input cannot exhaust the parser's recursion."""
+    parsing it, so that deep input cannot exhaust the parser's recursion.
+
+    :func:`counters.textcheck.json_depth` is the same scan for the collectors: perfmodel may not
+    import counters, nor collectors perfmodel (see this module's docstring)."""
     depth = deepest = 0
     in_string = escaped = False
     for char in text:
