@@ -345,3 +345,12 @@ def test_profile_checks_after_blank_lines_name_the_file_row(tmp_path: Path) -> N
     path.write_text("placement,local_bsz,step_time,sync_time\n1,32,0.04,0.0005\n\n2,32,0.05,0.07\n")
     with pytest.raises(InputError, match="row 4, column 'sync_time'"):
         read_placements_csv(path)
+
+
+def test_a_quoted_newline_in_a_column_name_keeps_the_error_on_one_line(tmp_path: Path) -> None:
+    # Found by the thorough property run: the header name was quoted into the message as it was.
+    path = tmp_path / "placements.csv"
+    path.write_bytes(b'"\x01\n\x01"\n\x01,')
+    with pytest.raises(InputError) as info:
+        read_step_time_profile(path)
+    assert "row 3" in _one_line_naming(info.value, path) and "\\n" in str(info.value)
