@@ -8,11 +8,11 @@ readings onto catalog counters in base units, keeping the running fraction as it
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 from counters.catalog import PERF_EVENTS
+from counters.textcheck import finite_number, loads_json
 
 #: perf event name -> catalog counter name.
 EVENT_COUNTERS: dict[str, str] = {event: name for name, event, *_ in PERF_EVENTS}
@@ -23,7 +23,9 @@ NOT_COUNTED = ("<not counted>", "<not supported>")
 
 
 class PerfStatParseError(ValueError):
-    """perf stat output that does not follow the expected layout (line number named)."""
+    """perf stat output that does not follow the expected layout, or holds impossible numbers
+    (negative or non-finite counts and run times, pcnt-running outside [0, 100]); the message
+    names the source, the line and the field."""
 
 
 @dataclass(frozen=True)
@@ -43,11 +45,29 @@ def _status(raw: str) -> str:
     return raw.strip("<>") if raw in NOT_COUNTED else "counted"
 
 
-def _number(raw: str, where: str) -> float:
+def _number(raw: object, where: str, field: str, maximum: float = math.inf) -> float:
+    """A finite, non-negative number (counts, run times and percentages all are)."""
     try:
-        return float(raw)
-    except ValueError:
-        raise PerfStatParseError(f"{where}: expected a number, found {raw!r}") from None
+        return finite_number(raw, 0.0, maximum)
+    except ValueError as error:
+        raise PerfStatParseError(f"{where}: {field}: {error}") from None
+
+
+def _reading(raw_value: object, unit: object, event: object, runtime: object, pcnt: object,
+             interval: object | None, where: str) -> PerfReading:
+    """One checked reading: a count >= 0 (or <not counted>), a run time >= 0 ns, pcnt-running in
+    [0, 100], a timestamp >= 0, a non-empty event name."""
+    raw = str(raw_value).strip() if isinstance(raw_value, str | int | float) else raw_value
+    status = _status(raw) if isinstance(raw, str) else "counted"
+    value = math.nan if status != "counted" else _number(raw, where, "counter-value")
+    if not isinstance(event, str) or not event.strip():
+        raise PerfStatParseError(f"{where}: event: expected an event name, found {event!r}")
+    if not isinstance(unit, str):
+        raise PerfStatParseError(f"{where}: unit: expected a unit name, found {unit!r}")
+    return PerfReading(event, value, unit, _number(runtime, where, "event-runtime"),
+                       _number(pcnt, where, "pcnt-running", 100.0) / 100.0,
+                       None if interval is None else _number(interval, where, "interval"),
+                       status)
 
 
 def parse_csv(text: str, source: str = "perf stat output") -> list[PerfReading]:
@@ -70,11 +90,8 @@ def parse_csv(text: str, source: str = "perf stat output") -> list[PerfReading]:
         if len(fields) < 5:
             raise PerfStatParseError(f"{where}: expected 'value,unit,event,runtime,pcnt,...', "
                                      f"found {line!r}")
-        raw, unit, event = fields[0], fields[1], fields[2]
-        status = _status(raw)
-        value = math.nan if status != "counted" else _number(raw, where)
-        readings.append(PerfReading(event, value, unit, _number(fields[3], where),
-                                    _number(fields[4], where) / 100.0, interval, status))
+        readings.append(_reading(fields[0], fields[1], fields[2], fields[3], fields[4],
+                                 interval, where))
     return readings
 
 
@@ -86,20 +103,19 @@ def parse_json(text: str, source: str = "perf stat output") -> list[PerfReading]
             continue
         where = f"{source}, line {number}"
         try:
-            record = json.loads(line)
-            raw = str(record["counter-value"])
-            status = _status(raw)
-            readings.append(PerfReading(
-                event=str(record["event"]),
-                value=math.nan if status != "counted" else _number(raw, where),
-                unit=str(record.get("unit", "")),
-                running_ns=float(record["event-runtime"]),
-                fraction_running=float(record["pcnt-running"]) / 100.0,
-                interval_s=float(record["interval"]) if "interval" in record else None,
-                status=status,
-            ))
-        except (ValueError, KeyError, TypeError) as error:
+            record = loads_json(line)
+        except ValueError as error:
             raise PerfStatParseError(f"{where}: not a perf stat JSON record ({error})") from None
+        if not isinstance(record, dict):
+            raise PerfStatParseError(f"{where}: expected a JSON object per line")
+        missing = [k for k in ("counter-value", "event", "event-runtime", "pcnt-running")
+                   if k not in record]
+        if missing:
+            raise PerfStatParseError(f"{where}: not a perf stat JSON record (missing "
+                                     f"{', '.join(missing)})")
+        readings.append(_reading(record["counter-value"], record.get("unit", ""),
+                                 record["event"], record["event-runtime"],
+                                 record["pcnt-running"], record.get("interval"), where))
     return readings
 
 

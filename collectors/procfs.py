@@ -12,6 +12,7 @@ import os
 
 from collectors.base import Discovery, Values, read_text
 from counters.catalog import CPU_MODES
+from counters.textcheck import finite_number
 
 _MEMINFO_KEYS = {
     "memory_total": "MemTotal",
@@ -30,15 +31,28 @@ _SKIPPED_DISK_PREFIXES = ("loop", "ram", "zram", "dm-", "md", "sr", "fd")
 SECTOR_BYTES = 512
 
 
+class ProcfsParseError(ValueError):
+    """A procfs file whose text does not have the kernel's layout or holds a negative or
+    non-finite count; the message names the file and what was expected."""
+
+
+def _count(raw: str, where: str) -> float:
+    """A kernel counter: a finite number >= 0."""
+    try:
+        return finite_number(raw, 0.0)
+    except ValueError as error:
+        raise ProcfsParseError(f"{where}: {error}") from None
+
+
 def parse_stat_cpu(text: str, ticks_per_second: float) -> dict[str, float]:
     """``cpu_<mode>`` seconds from the aggregate ``cpu`` line of /proc/stat."""
     for line in text.splitlines():
         fields = line.split()
         if fields and fields[0] == "cpu":
-            jiffies = [float(x) for x in fields[1 : 1 + len(CPU_MODES)]]
+            jiffies = [_count(x, "/proc/stat cpu line") for x in fields[1 : 1 + len(CPU_MODES)]]
             return {f"cpu_{mode}": value / ticks_per_second
                     for mode, value in zip(CPU_MODES, jiffies, strict=False)}
-    raise ValueError("no aggregate 'cpu' line")
+    raise ProcfsParseError("/proc/stat: no aggregate 'cpu' line")
 
 
 def parse_meminfo(text: str) -> dict[str, float]:
@@ -48,9 +62,9 @@ def parse_meminfo(text: str) -> dict[str, float]:
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         if key in by_key:
-            parts = rest.split()
+            parts = rest.split() or [""]
             scale = 1024.0 if len(parts) > 1 and parts[1] == "kB" else 1.0
-            found[by_key[key]] = float(parts[0]) * scale
+            found[by_key[key]] = _count(parts[0], f"/proc/meminfo {key}") * scale
     return found
 
 
@@ -64,7 +78,7 @@ def parse_psi(text: str) -> dict[str, float]:
         for item in fields[1:]:
             key, _, value = item.partition("=")
             if key == "total":
-                found[fields[0]] = float(value) / 1e6
+                found[fields[0]] = _count(value, "/proc/pressure total") / 1e6
     return found
 
 
@@ -76,8 +90,8 @@ def parse_net_dev(text: str) -> dict[str, float]:
         fields = rest.split()
         if name.strip() == "lo" or len(fields) < 16:
             continue
-        rx += float(fields[0])
-        tx += float(fields[8])
+        rx += _count(fields[0], "/proc/net/dev receive bytes")
+        tx += _count(fields[8], "/proc/net/dev transmit bytes")
     return {"network_rx": rx, "network_tx": tx}
 
 
@@ -87,8 +101,8 @@ def parse_diskstats(text: str, disks: set[str]) -> dict[str, float]:
     for line in text.splitlines():
         fields = line.split()
         if len(fields) >= 10 and fields[2] in disks:
-            read += float(fields[5]) * SECTOR_BYTES
-            written += float(fields[9]) * SECTOR_BYTES
+            read += _count(fields[5], "/proc/diskstats sectors read") * SECTOR_BYTES
+            written += _count(fields[9], "/proc/diskstats sectors written") * SECTOR_BYTES
     return {"disk_read": read, "disk_written": written}
 
 
@@ -129,7 +143,11 @@ class ProcfsSource:
                        if relative.startswith("pressure") else f"{path} is not readable")
                 found.unavailable.update({n: why for n in names})
                 continue
-            got = self._parse(relative, text)
+            try:
+                got = self._parse(relative, text)
+            except ProcfsParseError as error:
+                found.unavailable.update({n: str(error) for n in names})
+                continue
             for name in names:
                 if name in got:
                     found.counters.append(name)
@@ -159,7 +177,7 @@ class ProcfsSource:
             text = read_text(os.path.join(self.proc, relative))
             try:
                 got = self._parse(relative, text) if text is not None else {}
-            except (ValueError, IndexError):
+            except ProcfsParseError:
                 got = {}
             for name in names:
                 values[name] = got.get(name, float("nan"))

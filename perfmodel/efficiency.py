@@ -20,7 +20,7 @@ import numpy as np
 import scipy.stats
 
 from perfmodel.errors import InputError
-from perfmodel.profiles import GradientTrace
+from perfmodel.profiles import MAX_LOG_NOISE, GradientTrace
 
 _DEGREE = 3
 # Weak conjugate prior: coefficients ~ N(0, 10^2 sigma^2), sigma^2 ~ InvGamma(1, 0.1) on log phi.
@@ -34,7 +34,9 @@ def efficiency_from_noise(noise_to_signal: np.ndarray | float, init_bsz: float,
     ``batch_size >= init_bsz``. ``noise_to_signal`` is ``grad_var / grad_sqr``; arrays broadcast."""
     phi = np.asarray(noise_to_signal, dtype=np.float64)
     scale = np.asarray(batch_size, dtype=np.float64) / float(init_bsz)
-    return (phi + 1.0) / (phi + scale)
+    # (phi + 1) / (phi + scale) written as 1 - (scale - 1) / (phi + scale): the same number, but
+    # phi = inf (pure noise) gives the limit 1 instead of inf / inf.
+    return 1.0 - (scale - 1.0) / (phi + scale)
 
 
 def statistical_efficiency(grad_sqr: np.ndarray | float, grad_var: np.ndarray | float,
@@ -75,14 +77,14 @@ class NoiseScaleCurve:
     @classmethod
     def fit(cls, trace: GradientTrace) -> NoiseScaleCurve:
         """Fit the curve to one training run's per-epoch gradient statistics."""
-        phi = trace.noise_to_signal
-        keep = np.isfinite(phi) & (phi > 0)
+        log_phi = trace.log_noise_to_signal
+        keep = np.isfinite(log_phi)
         if keep.sum() < 2:
             raise InputError("fewer than 2 epochs with grad_var > 0 and grad_sqr > 0: expected a "
                              "gradient-statistics trace", trace.source or None, column="grad_var")
         max_progress = float(trace.progress.max())
         x = trace.progress[keep] / max_progress
-        y = np.log(phi[keep])
+        y = log_phi[keep]
         design = _basis(x)
         prior_precision = np.eye(_DEGREE + 1) / _PRIOR_COEF_SCALE**2
         precision = prior_precision + design.T @ design
@@ -106,15 +108,16 @@ class NoiseScaleCurve:
                         ) -> np.ndarray:
         """``phi`` at ``fraction``: the posterior median, or the given posterior quantile."""
         loc, scale = self.log_noise(fraction)
-        if quantile is None:
-            return np.exp(loc)
-        return np.exp(loc + scale * scipy.stats.t.ppf(quantile, self.dof))
+        if quantile is not None:
+            loc = loc + scale * scipy.stats.t.ppf(quantile, self.dof)
+        return np.exp(np.clip(loc, -MAX_LOG_NOISE, MAX_LOG_NOISE))
 
     def sample_noise_to_signal(self, fraction: float, num_samples: int,
                                generator: np.random.Generator) -> np.ndarray:
         """``num_samples`` posterior draws of ``phi`` at one ``fraction``, shape ``(num_samples,)``."""
         loc, scale = self.log_noise(float(fraction))
-        return np.exp(loc + scale * generator.standard_t(self.dof, size=num_samples))
+        draws = loc + scale * generator.standard_t(self.dof, size=num_samples)
+        return np.exp(np.clip(draws, -MAX_LOG_NOISE, MAX_LOG_NOISE))
 
 
 class EfficiencyModel:
@@ -128,6 +131,13 @@ class EfficiencyModel:
         if not curves:
             raise InputError("no gradient-statistics traces: expected at least one")
         self.curves = dict(sorted(curves.items()))
+        smallest = min(self.curves)
+        # Efficiency is progress per example relative to init_bsz: it lies in (0, 1] for batches
+        # of at least init_bsz, so init_bsz cannot exceed the smallest batch that was traced.
+        if isinstance(init_bsz, bool) or not isinstance(init_bsz, int | np.integer) or not (
+                1 <= init_bsz <= smallest):
+            raise InputError(f"initial batch size (init_bsz) {init_bsz!r}: expected an integer "
+                             f"in [1, {smallest}] (the smallest traced batch size)")
         self.init_bsz = int(init_bsz)
 
     @classmethod
@@ -135,7 +145,7 @@ class EfficiencyModel:
             ) -> EfficiencyModel:
         """Fit one curve per trace; ``init_bsz`` defaults to the smallest traced batch size."""
         curves = {b: NoiseScaleCurve.fit(t) for b, t in traces.items()}
-        return cls(curves, init_bsz if init_bsz is not None else min(traces))
+        return cls(curves, init_bsz if init_bsz is not None else min(traces, default=1))
 
     def curve(self, train_bsz: int | None = None) -> NoiseScaleCurve:
         """The curve measured at the batch size nearest ``train_bsz`` (default: the initial one)."""

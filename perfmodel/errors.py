@@ -27,4 +27,12 @@ class InputError(ValueError):
         if column is not None:
             where.append(f"column '{column}'")
         self.path, self.row, self.column = path, row, column
-        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+        super().__init__(one_line(f"{', '.join(where)}: {message}" if where else message))
+
+
+def one_line(text: str) -> str:
+    """``text`` with newlines and other control characters escaped (``\\n``), so that a message
+    quoting a cell, a column name or a file name stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

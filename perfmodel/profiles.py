@@ -14,8 +14,6 @@ gradients, so ``step_time - sync_time`` is the compute (accumulation) time of on
 
 from __future__ import annotations
 
-import csv
-import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfmodel import textio
 from perfmodel.datasets import pollux_model_dir
 from perfmodel.errors import InputError
 
@@ -33,66 +32,37 @@ PROFILE_COLUMNS = (
 )
 VALIDATION_COLUMNS = ("progress", "iteration", "metric", "grad_sqr", "grad_var")
 
+#: Key of :func:`read_table`'s result holding the file row number of each row.
+ROW = "_row"
 _PLACEMENT = re.compile(r"^[0-9]+$")
+#: ``log phi`` is capped here (phi ~ 1e304) before exponentiating: efficiency is 1 to float
+#: precision long before, and the cap keeps phi finite.
+MAX_LOG_NOISE = 700.0
 
 
 # --- cell parsers: each returns the parsed value or raises ValueError with what was expected -----
 
-def _positive_int(text: str) -> int:
-    value = float(text)
-    if not math.isfinite(value) or value != int(value) or value < 1:
-        raise ValueError("expected a positive integer")
-    return int(value)
-
-
-def _nonnegative_int(text: str) -> int:
-    value = float(text)
-    if not math.isfinite(value) or value != int(value) or value < 0:
-        raise ValueError("expected a non-negative integer")
-    return int(value)
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError("expected a finite number > 0")
-    return value
-
-
-def _nonnegative_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError("expected a finite number >= 0")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("expected a finite number")
-    return value
-
-
 def _placement(text: str) -> str:
     text = text.strip()
-    if not _PLACEMENT.match(text) or sum(int(c) for c in text) == 0:
+    if (not _PLACEMENT.match(text) or len(text) > textio.MAX_GPUS
+            or sum(int(c) for c in text) == 0):
         raise ValueError("expected a digit string with GPUs per node, e.g. '22'")
     return text
 
 
 _PARSERS: dict[str, Callable[[str], object]] = {
     "placement": _placement,
-    "local_bsz": _positive_int,
-    "num_nodes": _positive_int,
-    "num_replicas": _positive_int,
-    "accum_steps": _nonnegative_int,
-    "step_time": _positive_float,
-    "sync_time": _nonnegative_float,
-    "progress": _nonnegative_float,
-    "iteration": _nonnegative_float,
-    "metric": _finite_float,
-    "grad_sqr": _nonnegative_float,
-    "grad_var": _nonnegative_float,
+    "local_bsz": textio.int_parser(1, textio.MAX_BATCH),
+    "num_nodes": textio.int_parser(1, textio.MAX_GPUS),
+    "num_replicas": textio.int_parser(1, textio.MAX_GPUS),
+    "accum_steps": textio.int_parser(0, textio.MAX_ACCUM_STEPS),
+    "step_time": textio.float_parser(0.0, textio.MAX_STEP_TIME_S, above_minimum=True),
+    "sync_time": textio.float_parser(0.0, textio.MAX_STEP_TIME_S),
+    "progress": textio.float_parser(0.0),
+    "iteration": textio.float_parser(0.0),
+    "metric": textio.float_parser(),
+    "grad_sqr": textio.float_parser(0.0),
+    "grad_var": textio.float_parser(0.0),
 }
 
 
@@ -100,54 +70,20 @@ def read_table(path: str | Path, required: Iterable[str], optional: Iterable[str
                ) -> dict[str, list]:
     """Read a CSV file, checking that ``required`` columns exist and every cell parses.
 
-    Returns a dict of column name to list of parsed values (only the columns asked for).
-    Raises :class:`InputError` naming file, row and column on the first problem.
+    Returns a dict of column name to list of parsed values (only the columns asked for), plus
+    :data:`ROW`: each row's 1-based number in the file (the header is row 1), for later messages.
+    Raises :class:`InputError` naming file, row and column on the first problem (see
+    :mod:`perfmodel.textio` for the encoding, field-count and range checks).
     """
-    path = Path(path)
+    table = textio.read_csv(path)
     required = tuple(required)
-    try:
-        handle = path.open(newline="")
-    except OSError as error:
-        raise InputError(f"cannot read file: {error.strerror or error}", path) from None
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None or not any(cell.strip() for cell in header):
-            raise InputError(f"empty file: expected a header with {', '.join(required)}", path)
-        header = [cell.strip() for cell in header]
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise InputError(
-                f"missing column(s) {', '.join(missing)}: expected {', '.join(required)}",
-                path, row=1,
-            )
-        wanted = [c for c in (*required, *optional) if c in header]
-        index = {c: header.index(c) for c in wanted}
-        columns: dict[str, list] = {c: [] for c in wanted}
-        for row_number, row in enumerate(reader, start=2):
-            if not row or not any(cell.strip() for cell in row):
-                continue
-            for name in wanted:
-                cell = row[index[name]].strip() if index[name] < len(row) else ""
-                if cell == "":
-                    raise InputError(f"empty cell: {_expected(name)}", path, row_number, name)
-                try:
-                    columns[name].append(_PARSERS.get(name, str)(cell))
-                except ValueError as error:
-                    message = str(error) if str(error).startswith("expected") else _expected(name)
-                    raise InputError(f"'{cell}' is not valid: {message}", path, row_number,
-                                     name) from None
-    if not columns[wanted[0]]:
-        raise InputError("no data rows after the header", path)
+    table.require(required)
+    wanted = [c for c in (*required, *optional) if c in table.header]
+    columns = textio.parse_cells(table, {c: _PARSERS.get(c, str) for c in wanted})
+    columns[ROW] = [row for row, _ in table.rows]
+    if not table.rows:
+        raise InputError("no data rows after the header", table.path)
     return columns
-
-
-def _expected(name: str) -> str:
-    try:
-        _PARSERS[name]("nan")
-    except ValueError as error:
-        return str(error)
-    return "expected a value"
 
 
 # --- step-time profiles --------------------------------------------------------------------------
@@ -205,18 +141,19 @@ class StepTimeProfile:
         )
 
 
-def _check_sync(path: Path, step: list[float], sync: list[float]) -> None:
+def _check_sync(path: Path, cols: dict[str, list]) -> None:
+    step, sync = cols["step_time"], cols["sync_time"]
     for i, (t, s) in enumerate(zip(step, sync, strict=True)):
         if s >= t:
             raise InputError(f"sync_time {s} is not below step_time {t}: expected "
-                             "sync_time < step_time", path, i + 2, "sync_time")
+                             "sync_time < step_time", path, cols[ROW][i], "sync_time")
 
 
 def read_placements_csv(path: str | Path, model: str | None = None) -> StepTimeProfile:
     """Read a Pollux ``placements.csv`` (``placement,local_bsz,step_time,sync_time``)."""
     path = Path(path)
     cols = read_table(path, PLACEMENTS_COLUMNS)
-    _check_sync(path, cols["step_time"], cols["sync_time"])
+    _check_sync(path, cols)
     placement = np.array(cols["placement"], dtype=object)
     digits = [[int(c) for c in p if c != "0"] for p in placement]
     return StepTimeProfile(
@@ -235,14 +172,15 @@ def read_placements_csv(path: str | Path, model: str | None = None) -> StepTimeP
 def _read_counts_csv(path: Path, model: str | None, with_accum: bool) -> StepTimeProfile:
     cols = read_table(path, PROFILE_COLUMNS if with_accum else SCALABILITY_COLUMNS,
                       optional=("placement",))
-    _check_sync(path, cols["step_time"], cols["sync_time"])
+    _check_sync(path, cols)
     n = len(cols["step_time"])
     nodes = np.array(cols["num_nodes"], dtype=np.int64)
     replicas = np.array(cols["num_replicas"], dtype=np.int64)
     for i in range(n):
         if replicas[i] < nodes[i]:
             raise InputError(f"num_replicas {replicas[i]} is below num_nodes {nodes[i]}: "
-                             "expected at least one GPU per node", path, i + 2, "num_replicas")
+                             "expected at least one GPU per node", path, cols[ROW][i],
+                             "num_replicas")
     if "placement" in cols:
         placement = np.array(cols["placement"], dtype=object)
     else:
@@ -295,15 +233,8 @@ def read_step_time_profile(path: str | Path, model: str | None = None) -> StepTi
                      f"({', '.join(PROFILE_COLUMNS)})", path, row=1)
 
 
-def _header(path: Path) -> list[str]:
-    try:
-        with path.open(newline="") as handle:
-            header = next(csv.reader(handle), None)
-    except OSError as error:
-        raise InputError(f"cannot read file: {error.strerror or error}", path) from None
-    if not header:
-        raise InputError("empty file: expected a CSV header", path)
-    return [cell.strip() for cell in header]
+def _header(path: Path) -> tuple[str, ...]:
+    return textio.read_csv(path).header
 
 
 def load_pollux_profile(model: str) -> StepTimeProfile:
@@ -333,7 +264,15 @@ class GradientTrace:
     @property
     def noise_to_signal(self) -> np.ndarray:
         """``grad_var / grad_sqr``: the gradient noise scale in units of the initial batch."""
-        return self.grad_var / np.maximum(self.grad_sqr, np.finfo(float).tiny)
+        return np.exp(np.minimum(self.log_noise_to_signal, MAX_LOG_NOISE))
+
+    @property
+    def log_noise_to_signal(self) -> np.ndarray:
+        """``log(grad_var / grad_sqr)`` computed as a difference of logs, so that a ratio beyond
+        the float range stays finite; ``-inf`` where ``grad_var`` is 0, ``+inf`` where
+        ``grad_sqr`` is 0."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.grad_var) - np.log(self.grad_sqr)
 
 
 def read_validation_csv(path: str | Path, batch_size: int | None = None) -> GradientTrace:
@@ -344,15 +283,18 @@ def read_validation_csv(path: str | Path, batch_size: int | None = None) -> Grad
         if not match:
             raise InputError("cannot tell the batch size: expected a name like "
                              "validation-<B>.csv or an explicit batch size", path)
-        batch_size = int(match.group(1))
+        try:
+            batch_size = textio.parse_int(match.group(1), 1, textio.MAX_BATCH)
+        except ValueError as error:
+            raise InputError(f"batch size in the name: {error}", path) from None
     cols = read_table(path, VALIDATION_COLUMNS)
     for i, (sqr, var) in enumerate(zip(cols["grad_sqr"], cols["grad_var"], strict=True)):
         if sqr == 0 and var == 0:
             raise InputError("grad_sqr and grad_var are both 0: expected a positive gradient "
-                             "statistic", path, i + 2, "grad_sqr")
+                             "statistic", path, cols[ROW][i], "grad_sqr")
     progress = np.array(cols["progress"], dtype=np.float64)
     if np.any(np.diff(progress) < 0):
-        row = int(np.argmax(np.diff(progress) < 0)) + 3
+        row = cols[ROW][int(np.argmax(np.diff(progress) < 0)) + 1]
         raise InputError("progress decreases: expected rows in training order", path, row,
                          "progress")
     return GradientTrace(
@@ -368,12 +310,20 @@ def read_validation_csv(path: str | Path, batch_size: int | None = None) -> Grad
 def read_gradient_traces(folder: str | Path) -> dict[int, GradientTrace]:
     """Every ``validation-<B>.csv`` in ``folder``, keyed by batch size ``B`` (ascending)."""
     folder = Path(folder)
-    files = sorted(folder.glob("validation-*.csv"),
-                   key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+    if not folder.is_dir():
+        raise InputError("not a folder: expected a folder of validation-<B>.csv files", folder)
+    files = sorted(folder.glob("validation-*.csv"))
     if not files:
         raise InputError("no validation-<B>.csv files: expected gradient statistics", folder)
-    traces = [read_validation_csv(f) for f in files]
-    return {t.batch_size: t for t in traces}
+    traces: dict[int, GradientTrace] = {}
+    for file in files:
+        trace = read_validation_csv(file)
+        if trace.batch_size in traces:
+            raise InputError(f"{Path(traces[trace.batch_size].source).name} and {file.name} both "
+                             f"hold batch size {trace.batch_size}: expected one file per batch "
+                             "size", folder)
+        traces[trace.batch_size] = trace
+    return dict(sorted(traces.items()))
 
 
 def load_pollux_gradients(model: str) -> dict[int, GradientTrace]:

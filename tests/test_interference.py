@@ -31,14 +31,15 @@ from bayes_sched.interference.gavel import job_type_of
 def test_pairs_csv_with_speed_out_of_range_names_line_and_field(tmp_path: Path) -> None:
     path = tmp_path / "pairs.csv"
     path.write_text("job_a,job_b,speed_a,speed_b\na,b,0.8,0.9\na,c,0.7,2.5\n")
-    with pytest.raises(InterferenceInputError, match=r"pairs.csv: line 3: speed_b=2.5.*\(0, 2\]"):
+    with pytest.raises(InterferenceInputError,
+                       match=r"pairs.csv, row 3, column 'speed_b': speed_b=2.5.*\(0, 2\]"):
         read_pairs_csv(path)
 
 
 @pytest.mark.parametrize("bad", ["0", "-0.1", "nan", "fast"])
 def test_pairs_rejects_zero_negative_missing_and_text_speeds(bad: str) -> None:
     frame = pd.DataFrame({"job_a": ["a"], "job_b": ["b"], "speed_a": [bad], "speed_b": ["0.5"]})
-    with pytest.raises(InterferenceInputError, match="line 2: speed_a"):
+    with pytest.raises(InterferenceInputError, match="row 2, column 'speed_a'"):
         check_pairs(frame)
 
 
@@ -56,10 +57,10 @@ def test_pairs_missing_column_and_empty_table_are_errors(tmp_path: Path) -> None
 def test_solo_features_reject_nan_and_duplicate_jobs(tmp_path: Path) -> None:
     path = tmp_path / "solo.csv"
     path.write_text("job,util\na,0.5\nb,\n")
-    with pytest.raises(InterferenceInputError, match="solo.csv: line 3: util"):
+    with pytest.raises(InterferenceInputError, match="solo.csv, row 3, column 'util'"):
         read_solo_features_csv(path)
     path.write_text("job,util\na,0.5\na,0.6\n")
-    with pytest.raises(InterferenceInputError, match="line 3: job 'a' appears twice"):
+    with pytest.raises(InterferenceInputError, match="row 3, column 'job': job 'a' appears twice"):
         read_solo_features_csv(path)
     path.write_text("job,util\na,0.5\nb,0.25\n")
     assert read_solo_features_csv(path).loc["b", "util"] == 0.25
@@ -258,7 +259,7 @@ def test_cli_predicts_a_colocation_and_rejects_bad_speeds(tmp_path: Path) -> Non
     pairs.to_csv(tmp_path / "pairs.csv", index=False)
     bad = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
     assert bad.returncode == 2
-    assert "line 5: speed_a=3.0" in bad.stderr and "Traceback" not in bad.stderr
+    assert "row 5, column 'speed_a': speed_a=3.0" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_cold_start_residual_borrows_from_look_alike_jobs_only() -> None:

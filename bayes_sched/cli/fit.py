@@ -75,10 +75,14 @@ def _fit_throughput(args: argparse.Namespace) -> int:
 
 def _fit_efficiency(args: argparse.Namespace) -> int:
     traces = resolve_gradients(args.gradients)
+    if args.init_bsz is not None and not 1 <= args.init_bsz <= min(traces):
+        raise InputError(f"--init-bsz {args.init_bsz}: expected an integer in [1, {min(traces)}] "
+                         "(the smallest traced batch size)")
     model = EfficiencyModel.fit(traces, init_bsz=args.init_bsz)
     batch_sizes = args.batch_size or sorted(model.curves)
-    if np.any(np.asarray(batch_sizes) <= 0):
-        raise InputError("--batch-size must be positive")
+    if np.any(np.asarray(batch_sizes) < model.init_bsz):
+        raise InputError(f"--batch-size: expected batch sizes of at least the initial batch "
+                         f"size {model.init_bsz}")
     print_table(efficiency_table(model, batch_sizes), as_json=args.json,
                 title=f"statistical efficiency (initial batch {model.init_bsz}, 90% intervals)")
     return 0

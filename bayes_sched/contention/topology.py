@@ -21,12 +21,24 @@ import json
 from dataclasses import asdict, dataclass
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from bayes_sched.errors import InputError
+from perfmodel import textio
 
-class TopologyError(ValueError):
+
+class TopologyError(InputError):
     """A topology file or description that cannot be used; the message names the field."""
+
+
+#: Bounds of a node's layout: PCIe switches per node, GPUs under one switch, NUMA node index.
+MAX_SWITCHES = 256
+MAX_GPUS_PER_SWITCH = 256
+MAX_NUMA_NODE = 1023
+#: Capacities above 1 PB/s are a unit error (bit/s for byte/s at the least) or corrupt input.
+MAX_CAPACITY = 1e15
 
 
 #: Shared resource kinds, in the order reports list them.
@@ -44,8 +56,11 @@ class NodeTopology:
     nic_capacity: float = 12.5e9
 
     def __post_init__(self) -> None:
-        if not self.gpus_per_switch or any(int(g) < 1 for g in self.gpus_per_switch):
+        if not self.gpus_per_switch or any(not _is_count(g) or g < 1
+                                           for g in self.gpus_per_switch):
             raise TopologyError("gpus_per_switch: expected a non-empty list of positive counts")
+        if any(not _is_count(n) or n < 0 for n in self.switch_numa):
+            raise TopologyError("switch_numa: expected a list of NUMA node indices >= 0")
         if len(self.switch_numa) != len(self.gpus_per_switch):
             raise TopologyError(
                 f"switch_numa: {len(self.switch_numa)} entries, expected one per switch "
@@ -89,27 +104,49 @@ class NodeTopology:
         return json.dumps(asdict(self), indent=2)
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 def read_topology(path: str | PathLike[str]) -> NodeTopology:
-    """Read a topology JSON file (see the module docstring); unknown keys are errors."""
+    """Read a topology JSON file (see the module docstring); unknown keys are errors.
+
+    Counts must be JSON integers and capacities JSON numbers (not strings, booleans or fractions);
+    bad bytes, deep nesting or huge integers raise :class:`TopologyError` naming file and field.
+    """
     file = Path(path)
-    try:
-        raw = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise TopologyError(f"{file}: no such file") from None
-    except json.JSONDecodeError as error:
-        raise TopologyError(f"{file}: not JSON ({error})") from None
+    raw = textio.read_json(file, TopologyError)
     if not isinstance(raw, dict):
-        raise TopologyError(f"{file}: expected a JSON object")
-    known = set(NodeTopology.__dataclass_fields__)
-    unknown = sorted(set(raw) - known)
+        raise TopologyError("expected a JSON object", file)
+    known = list(NodeTopology.__dataclass_fields__)
+    unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise TopologyError(f"{file}: unknown field {unknown[0]!r}; expected {sorted(known)}")
+        raise TopologyError(f"unknown field {unknown[0]!r}; expected {sorted(known)}", file)
+    fields: dict[str, Any] = {}
+    for name, value in raw.items():
+        try:
+            if name == "gpus_per_switch":
+                fields[name] = _int_list(value, 1, MAX_GPUS_PER_SWITCH)
+            elif name == "switch_numa":
+                fields[name] = _int_list(value, 0, MAX_NUMA_NODE)
+            else:
+                fields[name] = textio.json_number(value, 0.0, MAX_CAPACITY, above_minimum=True)
+        except ValueError as error:
+            raise TopologyError(f"field '{name}': {error}", file) from None
     try:
-        return NodeTopology(
-            **{
-                k: tuple(v) if isinstance(v, list) else float(v) if "capacity" in k else v
-                for k, v in raw.items()
-            }
-        )
-    except (TypeError, ValueError) as error:
-        raise TopologyError(f"{file}: {error}") from None
+        return NodeTopology(**fields)
+    except TopologyError as error:
+        raise TopologyError(f"{error}", file) from None
+
+
+def _int_list(value: Any, minimum: int, maximum: int) -> tuple[int, ...]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_SWITCHES:
+        raise ValueError(f"expected a list of 1 to {MAX_SWITCHES} integers in "
+                         f"[{minimum}, {maximum}], one per PCIe switch")
+    out = []
+    for position, item in enumerate(value, start=1):
+        try:
+            out.append(textio.json_int(item, minimum, maximum))
+        except ValueError as error:
+            raise ValueError(f"entry {position}, {error}") from None
+    return tuple(out)

@@ -29,13 +29,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bayes_sched.errors import InputError
+from perfmodel import textio
+
 PAIRS_COLUMNS: tuple[str, ...] = ("job_a", "job_b", "speed_a", "speed_b")
 #: Normalised speeds outside (0, MAX_SPEED] are rejected: 0 means "did not run", above 2 is a unit
 #: error.
 MAX_SPEED = 2.0
 
 
-class InterferenceInputError(ValueError):
+class InterferenceInputError(InputError):
     """A pairs or solo-features table that cannot be used; the message names the file, row and
     field."""
 
@@ -60,50 +63,65 @@ def check_pairs(frame: pd.DataFrame, source: str = "pairs table") -> pd.DataFram
     missing = [c for c in PAIRS_COLUMNS if c not in frame.columns]
     if missing:
         raise InterferenceInputError(
-            f"{source}: missing column(s) {', '.join(missing)}; expected {', '.join(PAIRS_COLUMNS)}"
+            f"missing column(s) {', '.join(missing)}; expected {', '.join(PAIRS_COLUMNS)}",
+            source, row=1,
         )
     if len(frame) == 0:
-        raise InterferenceInputError(f"{source}: no rows; expected at least one measured pair")
+        raise InterferenceInputError("no rows; expected at least one measured pair", source)
+    if not frame.columns.is_unique:
+        raise InterferenceInputError("a column appears twice; expected unique column names",
+                                     source, row=1)
     out = frame.copy()
     for column in ("job_a", "job_b"):
         names = out[column]
-        bad = names.isna() | (names.astype(str).str.strip() == "")
+        bad = names.isna().to_numpy() | (names.astype(str).str.strip() == "").to_numpy()
         if bad.any():
-            line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
-            raise InterferenceInputError(
-                f"{source}: line {line}: {column} is empty; expected a job name"
-            )
-        out[column] = names.astype(str)
+            raise InterferenceInputError("empty; expected a job name", source,
+                                         _row(frame, int(np.flatnonzero(bad)[0])), column)
+        out[column] = names.astype(str).str.strip()
     for column in ("speed_a", "speed_b"):
         values = pd.to_numeric(out[column], errors="coerce").to_numpy(dtype=float)
         bad = ~np.isfinite(values) | (values <= 0.0) | (values > MAX_SPEED)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise InterferenceInputError(
-                f"{source}: line {row + 2}: {column}={frame[column].iloc[row]}; "
-                f"expected a normalised speed in (0, {MAX_SPEED:g}] "
-                "(co-located throughput / throughput alone)"
+                f"{column}={frame[column].iloc[row]}; expected a normalised speed in "
+                f"(0, {MAX_SPEED:g}] (co-located throughput / throughput alone)",
+                source, _row(frame, row), column,
             )
         out[column] = values
     return out
+
+
+def _row(frame: pd.DataFrame, position: int) -> int:
+    """The 1-based file row (header = row 1) of the ``position``-th row of ``frame``: the row
+    numbers :func:`_read_csv` recorded, or ``position + 2`` for a table built in memory."""
+    rows = frame.attrs.get("rows")
+    return int(rows[position]) if rows is not None and position < len(rows) else position + 2
 
 
 def check_solo_features(frame: pd.DataFrame, source: str = "solo-features table") -> pd.DataFrame:
     """Check a solo-features table; return it indexed by job with float columns."""
     out = frame.reset_index() if "job" not in frame.columns and frame.index.name == "job" else frame
     if "job" not in out.columns:
-        raise InterferenceInputError(
-            f"{source}: missing column job; expected job plus feature columns"
-        )
+        raise InterferenceInputError("missing column job; expected job plus feature columns",
+                                     source, row=1)
+    if not out.columns.is_unique:
+        raise InterferenceInputError("a column appears twice; expected unique column names",
+                                     source, row=1)
     features = [c for c in out.columns if c != "job"]
     if not features:
-        raise InterferenceInputError(f"{source}: no feature columns besides job")
+        raise InterferenceInputError("no feature columns besides job", source, row=1)
+    empty = out["job"].isna().to_numpy() | (out["job"].astype(str).str.strip() == "").to_numpy()
+    if empty.any():
+        raise InterferenceInputError("empty; expected a job name", source,
+                                     _row(out, int(np.flatnonzero(empty)[0])), "job")
     duplicated = out["job"].duplicated()
     if duplicated.any():
-        line = int(np.flatnonzero(duplicated.to_numpy())[0]) + 2
+        position = int(np.flatnonzero(duplicated.to_numpy())[0])
         raise InterferenceInputError(
-            f"{source}: line {line}: job {out['job'].iloc[line - 2]!r} appears twice; "
-            "expected one row per job"
+            f"job {out['job'].iloc[position]!r} appears twice; expected one row per job",
+            source, _row(out, position), "job",
         )
     values = {}
     for column in features:
@@ -112,8 +130,8 @@ def check_solo_features(frame: pd.DataFrame, source: str = "solo-features table"
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise InterferenceInputError(
-                f"{source}: line {row + 2}: {column}={out[column].iloc[row]}; "
-                "expected a finite number"
+                f"{column}={out[column].iloc[row]}; expected a finite number",
+                source, _row(out, row), column,
             )
         values[column] = numbers
     return pd.DataFrame(values, index=pd.Index(out["job"].astype(str), name="job"))
@@ -139,10 +157,10 @@ def pair_observations(pairs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _read_csv(path: str | PathLike[str]) -> pd.DataFrame:
-    file = Path(path)
-    if not file.is_file():
-        raise InterferenceInputError(f"{file}: no such file")
-    try:
-        return pd.read_csv(file)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise InterferenceInputError(f"{file}: not a readable CSV table ({error})") from error
+    """The table as strings, read through :mod:`perfmodel.textio` (UTF-8, one field per column,
+    unique non-empty column names); ``attrs["rows"]`` holds each row's number in the file."""
+    table = textio.read_csv(Path(path), InterferenceInputError)
+    frame = pd.DataFrame([list(fields) for _, fields in table.rows], columns=list(table.header),
+                         dtype=object)
+    frame.attrs["rows"] = [row for row, _ in table.rows]
+    return frame

@@ -8,8 +8,6 @@ not tune them). The artifact's workloads ship in ``bayes_sched/data/pollux/workl
 
 from __future__ import annotations
 
-import csv
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -17,6 +15,7 @@ from pathlib import Path
 
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobSpec
+from perfmodel import textio
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 #: Folders of shipped workloads: relative job load 1.0 (``workloads``), 0.5, 1.5, 2.0, realistic.
@@ -82,72 +81,37 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None) -
 
     known = tuple(applications) if applications is not None else APPLICATION_NAMES
     path = resolve_workload(path)
-    try:
-        handle = path.open(newline="")
-    except OSError as error:
-        raise InputError(f"cannot read workload: {error.strerror or error}", path) from None
+    table = textio.read_csv(path, InputError)
+    table.require(WORKLOAD_COLUMNS, InputError)
+    columns = textio.parse_cells(table, {
+        "name": str,
+        "time": textio.float_parser(),
+        "application": str,
+        "num_replicas": textio.int_parser(1, textio.MAX_GPUS),
+        "batch_size": textio.int_parser(1, textio.MAX_BATCH),
+    }, InputError)
     jobs: list[JobSpec] = []
     names: set[str] = set()
-    with handle:
-        reader = csv.reader(handle)
-        header = [cell.strip() for cell in next(reader, [])]
-        missing = [c for c in WORKLOAD_COLUMNS if c not in header]
-        if missing:
-            raise InputError(f"missing column(s) {', '.join(missing)}: expected "
-                             f"{','.join(WORKLOAD_COLUMNS)}", path, row=1)
-        index = {c: header.index(c) for c in WORKLOAD_COLUMNS}
-        previous_time = 0.0
-        for row_number, row in enumerate(reader, start=2):
-            if not row or not any(cell.strip() for cell in row):
-                continue
-
-            def cell(column: str, row: list[str] = row, row_number: int = row_number) -> str:
-                i = index[column]
-                value = row[i].strip() if i < len(row) else ""
-                if not value:
-                    raise InputError("empty cell", path, row_number, column)
-                return value
-
-            name = cell("name")
-            if name in names:
-                raise InputError(f"duplicate job name '{name}': expected unique names", path,
-                                 row_number, "name")
-            names.add(name)
-            time = _number(cell("time"), path, row_number, "time")
-            if time < 0:
-                raise InputError(f"negative time {time:g}: expected seconds >= 0", path,
-                                 row_number, "time")
-            if time < previous_time:
-                raise InputError(f"time {time:g} is before the previous row's {previous_time:g}: "
-                                 "expected rows sorted by submission time", path, row_number,
-                                 "time")
-            previous_time = time
-            application = cell("application")
-            if application not in known:
-                raise InputError(f"unknown application '{application}': expected one of "
-                                 f"{', '.join(known)}", path, row_number, "application")
-            jobs.append(JobSpec(
-                name, time, application,
-                _positive_int(cell("num_replicas"), path, row_number, "num_replicas"),
-                _positive_int(cell("batch_size"), path, row_number, "batch_size"),
-            ))
+    previous_time = 0.0
+    for i, (row_number, _) in enumerate(table.rows):
+        name, time, application = columns["name"][i], columns["time"][i], \
+            columns["application"][i]
+        if name in names:
+            raise InputError(f"duplicate job name '{name}': expected unique names", path,
+                             row_number, "name")
+        names.add(name)
+        if time < 0:
+            raise InputError(f"negative time {time:g}: expected seconds >= 0", path, row_number,
+                             "time")
+        if time < previous_time:
+            raise InputError(f"time {time:g} is before the previous row's {previous_time:g}: "
+                             "expected rows sorted by submission time", path, row_number, "time")
+        previous_time = time
+        if application not in known:
+            raise InputError(f"unknown application '{application}': expected one of "
+                             f"{', '.join(known)}", path, row_number, "application")
+        jobs.append(JobSpec(name, time, application, columns["num_replicas"][i],
+                            columns["batch_size"][i]))
     if not jobs:
         raise InputError("no jobs after the header", path)
     return Workload(path.stem, tuple(jobs), str(path))
-
-
-def _number(text: str, path: Path, row: int, column: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"'{text}' is not a number", path, row, column) from None
-    if not math.isfinite(value):
-        raise InputError(f"'{text}' is not finite: expected a finite number", path, row, column)
-    return value
-
-
-def _positive_int(text: str, path: Path, row: int, column: str) -> int:
-    value = _number(text, path, row, column)
-    if value != int(value) or value < 1:
-        raise InputError(f"'{text}' is not valid: expected a positive integer", path, row, column)
-    return int(value)
