@@ -2,39 +2,61 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+#: Exceptions that mean "the user's input is wrong", printed as one line with exit status 2, as
+#: (module, class) names: the CLI imports a module only for the command that needs it, and an
+#: error can only be an instance of a class whose module was imported (:func:`is_user_error`).
+USER_ERRORS: tuple[tuple[str, str], ...] = (
+    ("perfmodel.errors", "InputError"),
+    ("counters.errors", "CountersError"),
+    ("collectors.base", "CollectorError"),
+    ("bayes_sched.errors", "InputError"),
+    ("bayes_sched.interference.tables", "InterferenceInputError"),
+    ("bayes_sched.contention.topology", "TopologyError"),
 )
-from rich.table import Table
 
-from bayes_sched.contention.topology import TopologyError
-from bayes_sched.errors import InputError as SchedInputError
-from bayes_sched.interference.tables import InterferenceInputError
-from collectors.base import CollectorError
-from counters.errors import CountersError
-from perfmodel.errors import InputError as PerfmodelInputError
 
-#: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
-USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
-USER_ERRORS += (CountersError, CollectorError)
-USER_ERRORS += (SchedInputError,)
-USER_ERRORS += (InterferenceInputError, TopologyError)
+def is_user_error(error: BaseException) -> bool:
+    """Whether ``error`` is one of :data:`USER_ERRORS` (checking only modules already imported)."""
+    for module, name in USER_ERRORS:
+        loaded = sys.modules.get(module)
+        kind = getattr(loaded, name, None) if loaded is not None else None
+        if isinstance(kind, type) and isinstance(error, kind):
+            return True
+    return False
+
 
 T = TypeVar("T")
 
-stderr = Console(stderr=True)
+
+
+@functools.cache
+def stderr_console() -> Console:
+    """A rich console on stderr, made (and rich imported) on first use."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def __getattr__(name: str) -> Console:
+    # ``from bayes_sched.cli._common import stderr`` still works, without importing rich early.
+    if name == "stderr":
+        return stderr_console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    stderr: Console
 
 
 def fail(message: str, status: int = 2) -> int:
@@ -54,6 +76,9 @@ def print_table(
         json.dump(list(rows), sys.stdout, indent=2, default=float)
         sys.stdout.write("\n")
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=title)
     columns = list(rows[0].keys()) if rows else []
     for column in columns:
@@ -72,13 +97,22 @@ def _format(value: Any, float_format: str) -> str:
 @contextmanager
 def progress_bar(enabled: bool = True) -> Iterator[Progress]:
     """A rich progress bar on stderr; disabled (still usable) when not wanted or not a terminal."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     progress = Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=stderr,
+        console=stderr_console(),
         disable=not enabled,
         transient=False,
     )

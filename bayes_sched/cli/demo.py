@@ -11,14 +11,15 @@ import argparse
 
 from bayes_sched.cli._common import print_table, progress_bar, stderr
 from bayes_sched.cli.report import prepare_out_dir, write_fit_reports
-from bayes_sched.sim import read_workload, run_simulation, write_report
-from bayes_sched.sim.report import summary_rows
 from perfmodel.datasets import POLLUX_MODELS
 
 DEMO_POLICIES = ("pollux", "tiresias")
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from bayes_sched.sim import read_workload, run_simulation, write_report
+    from bayes_sched.sim.report import summary_rows
+
     out = prepare_out_dir(args.out)
     stderr.print(f"[1/2] fitting the {len(POLLUX_MODELS)} shipped Pollux models")
     write_fit_reports(list(POLLUX_MODELS), out / "models", seed=args.seed)
