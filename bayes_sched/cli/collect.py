@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collectors import DEFAULT_PROMETHEUS_PORT
 from counters.catalog import RESOURCES, SOURCES
 
 # Heavy modules (numpy, xarray, the collector sources) are imported inside the functions that use
@@ -61,8 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--interval", type=parse_duration, default=1.0,
                          help="sampling interval, e.g. 1s, 500ms (default 1s)")
     collect.add_argument("--out", type=Path, help="counters store directory to append to")
-    collect.add_argument("--prometheus", type=int, metavar="PORT",
-                         help="serve the latest sample for Prometheus on this port (0: any free)")
+    collect.add_argument("--prometheus", type=int, metavar="PORT", nargs="?",
+                         const=DEFAULT_PROMETHEUS_PORT,
+                         help="serve the latest sample for Prometheus on this port (without a "
+                              f"value: {DEFAULT_PROMETHEUS_PORT}; 0: any free port)")
     collect.add_argument("--bind", default="127.0.0.1",
                          help="address the Prometheus endpoint listens on (default 127.0.0.1)")
     collect.add_argument("--sources", default=",".join(SOURCE_NAMES),
