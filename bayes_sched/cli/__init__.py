@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -80,8 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(arguments)
     try:
         status = args.handler(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         return fail("interrupted", status=130)
+    except BrokenPipeError:
+        # The reader (``| head``) left: not an error of ours. Point stdout at /dev/null so the
+        # interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as error:
         if not is_user_error(error):
             raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -73,8 +74,7 @@ def print_table(
 ) -> None:
     """Print ``rows`` (dicts sharing keys) as a table on stdout, or as a JSON list."""
     if as_json:
-        json.dump(list(rows), sys.stdout, indent=2, default=float)
-        sys.stdout.write("\n")
+        print_json(list(rows))
         return
     from rich.console import Console
     from rich.table import Table
@@ -86,6 +86,32 @@ def print_table(
     for row in rows:
         table.add_row(*(_format(row[c], float_format) for c in columns))
     Console(width=200).print(table)
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as strict JSON (RFC 8259) on stdout: NaN and infinities become ``null``,
+    numpy numbers and arrays plain numbers and lists, anything else its string."""
+    json.dump(json_safe(value), sys.stdout, indent=2, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as None and numpy values as Python ones."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return json_safe(value.tolist())
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else None
 
 
 def _format(value: Any, float_format: str) -> str:

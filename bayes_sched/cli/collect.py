@@ -111,6 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("--clock-offset", action="append", default=[], metavar="NODE=SECONDS",
                        help="a node's clock minus the reference clock (repeatable)")
     merge.add_argument("--out", type=Path, required=True, help="netCDF file to write")
+    merge.add_argument("--json", action="store_true")
     merge.set_defaults(handler=run_align)
     export = sub.add_parser("export", help="write a store to one netCDF file")
     export.add_argument("store", type=Path)
@@ -248,30 +249,35 @@ def run_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(store: Path) -> list[dict[str, Any]]:
+def _summary(store: Path) -> dict[str, Any]:
+    """The store as a whole (parts, bytes, samples, span) and one row per variable, by name."""
     from counters import schema
     from counters.store import directory_bytes, open_store, parts
 
     ds = open_store(store)
     seconds = schema.time_to_seconds(ds[schema.TIME].values)
     rows = []
-    for name in schema.value_names(ds):
+    for name in sorted(schema.value_names(ds)):
         valid = ds[schema.mask_name(name)]
         rows.append({"name": name, "units": ds[name].attrs.get("units", ""),
                      "kind": ds[name].attrs.get("kind", ""), "dims": " x ".join(ds[name].dims),
                      "valid_fraction": float(valid.mean().compute()) if valid.size else 0.0})
-    rows.append({"name": "(store)", "units": f"{len(parts(store))} part(s)",
-                 "kind": f"{directory_bytes(store)} bytes",
-                 "dims": f"{ds.sizes[schema.TIME]} samples over "
-                         f"{(seconds[-1] - seconds[0]) if seconds.size else 0:.1f} s",
-                 "valid_fraction": float("nan")})
-    return rows
+    return {"store": str(store), "parts": len(parts(store)), "bytes": directory_bytes(store),
+            "samples": int(ds.sizes[schema.TIME]),
+            "span_s": float(seconds[-1] - seconds[0]) if seconds.size else 0.0,
+            "variables": rows}
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from bayes_sched.cli._common import print_table
+    from bayes_sched.cli._common import print_json, print_table
 
-    print_table(_summary(args.store), title=f"counters store {args.store}", as_json=args.json)
+    summary = _summary(args.store)
+    if args.json:
+        print_json(summary)
+        return 0
+    print_table(summary["variables"], title=f"counters store {args.store}: {summary['parts']} "
+                f"part(s), {summary['bytes']} bytes, {summary['samples']} samples over "
+                f"{summary['span_s']:.1f} s")
     return 0
 
 
@@ -339,5 +345,6 @@ def run_align(args: argparse.Namespace) -> int:
              "valid_fraction": float(np.mean([aligned[schema.mask_name(n)].sel(node=node).mean()
                                               for n in schema.value_names(aligned)]))}
             for node in aligned[schema.NODE].values]
-    print_table(rows, title=f"aligned onto {args.interval:g} s grid -> {target}")
+    print_table(rows, title=f"aligned onto {args.interval:g} s grid -> {target}",
+                as_json=args.json)
     return 0

@@ -43,7 +43,7 @@ def _demo(args: argparse.Namespace) -> int:
     keep = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
             "utilization")
     print_table([{k: row[k] for k in keep} for row in summary_rows(results)],
-                title=f"{workload.name}: Pollux vs Tiresias (JCT in seconds)")
+                title=f"{workload.name}: Pollux vs Tiresias (JCT in seconds)", as_json=args.json)
     stderr.print(f"reports: {out / 'models' / 'index.md'} and {report}")
     return 0
 
@@ -60,4 +60,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-jobs", type=int, default=None,
                         help="simulate only the first N jobs (a quicker demo)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.set_defaults(handler=_demo)
