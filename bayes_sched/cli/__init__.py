@@ -85,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return fail("interrupted", status=130)
     except BrokenPipeError:
-        # The reader (``| head``) left: not an error of ours. Point stdout at /dev/null so the
-        # interpreter's final flush does not raise again.
+        # The reader (``| head``) left: exit 1 without a traceback, as rich's console does and
+        # Python's documentation advises; stdout goes to /dev/null so the final flush is quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return 1
     except Exception as error:
         if not is_user_error(error):
             raise
