@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from collectors.base import Devices, Values
-from counters import schema
+
+if TYPE_CHECKING:  # xarray is loaded on the first flush to a store, not by a Prometheus-only node
+    import xarray as xr
 
 
 class SampleBuffer:
@@ -61,6 +63,8 @@ class SampleBuffer:
 
     def to_dataset(self, attrs: Mapping[str, object] | None = None) -> xr.Dataset:
         """The buffered samples as a counters dataset (one node), oldest first."""
+        from counters import schema
+
         variables = {n: self._ordered(a) for n, a in self._node.items()}
         variables.update({n: self._ordered(a) for n, a in self._device.items()})
         devices = self.devices

@@ -26,16 +26,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from collectors.base import CollectorError, Devices, Discovery, Source, Values
 from collectors.buffer import SampleBuffer
 from collectors.prometheus import LatestSampleCollector
 from counters.catalog import CATALOG
 from counters.errors import CountersError
-from counters.store import StoreWriter
+
+if TYPE_CHECKING:  # only a collector given a store loads xarray and zarr (through the writer)
+    import xarray as xr
+
+    from counters.store import StoreWriter
 
 PRODUCER = "bayes-sched collectors 0.1.0"
 

@@ -16,10 +16,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from collectors.base import Devices, Discovery, Values, read_text
+
+if TYPE_CHECKING:
+    from collectors.nvml import NvmlSource
 
 NVIDIA_VENDOR = "0x10de"
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
@@ -142,3 +146,17 @@ class PcieSysfsSource:
 
     def close(self) -> None:
         self._counters = []
+
+
+class PcieAfterNvml(PcieSysfsSource):
+    """PCIe sysfs source that reads the GPUs NVML found, in NVML's order, when NVML found any."""
+
+    def __init__(self, nvml: NvmlSource | None) -> None:
+        super().__init__()
+        self.nvml = nvml
+
+    def discover(self) -> Discovery:
+        if self.nvml is not None and self.nvml.pci_bus_ids:
+            self.requested = [normalize_bus_id(b) if b else "ffff:ff:ff.f"
+                              for b in self.nvml.pci_bus_ids]
+        return super().discover()

@@ -1,10 +1,19 @@
-"""A Prometheus endpoint for the latest sample, with conventional names and labels.
+"""A Prometheus endpoint for the latest sample, with our own prefix and the labels operators use.
 
-Metric names come from the counter catalog (base units; ``_total`` on counters, e.g.
-``gpu_energy_joules_total``, ``node_cpu_seconds_total{mode="user"}``). Every metric has the label
-``node``; per-GPU metrics also ``gpu`` (index) and ``uuid``. NaN values (not read this time) are
-left out rather than exported as numbers. The collector's own health is exported as
-``bayes_sched_collector_*``.
+Metric names come from the counter catalog: ``bayes_sched_`` then Prometheus naming in base
+units (``_total`` on counters, ``_ratio`` for fractions 0..1), e.g.
+``bayes_sched_gpu_energy_joules_total`` or ``bayes_sched_cpu_seconds_total{mode="user"}`` -- never a
+node_exporter or dcgm-exporter name, since ours mean other things (host counters are summed over
+all CPUs, interfaces and disks).
+
+Labels: every metric has ``hostname`` (the collector's node name, ``--node``, default the host
+name); per-GPU metrics add ``gpu`` (NVML index), ``uuid`` and ``model_name``; the per-process GPU
+memory adds ``pid`` and, for a process in a container, ``pod_uid`` and ``container_id`` (from
+``/proc/<pid>/cgroup``, see :mod:`collectors.cgroup`). NaN values (not read this time) are left
+out rather than exported. The collector's own health is ``bayes_sched_collector_*``.
+
+The port is :data:`DEFAULT_PORT` (10451): not 9400 (dcgm-exporter) nor any port of Prometheus's
+default-port allocation list, so the collector runs beside node_exporter and dcgm-exporter.
 """
 
 from __future__ import annotations
@@ -19,21 +28,42 @@ import numpy as np
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from collectors import DEFAULT_PROMETHEUS_PORT
 from collectors.base import CollectorError, Devices, Values
-from counters.catalog import CATALOG, CLOCK_EVENT_REASON_BITS
+from collectors.cgroup import Workload, workload_of
+from counters.catalog import CATALOG, CLOCK_EVENT_REASON_BITS, PROMETHEUS_PREFIX
+
+#: The collector's Prometheus port, documented in the README and used by the deploy/ files.
+DEFAULT_PORT = DEFAULT_PROMETHEUS_PORT
 
 #: A callable giving the latest compute processes per GPU index: [(pid, used bytes)].
 ProcessUsage = Callable[[], Mapping[int, Sequence[tuple[int, float]]]]
+
+#: Labels of every per-GPU metric, after ``hostname``.
+GPU_LABELS = ("gpu", "uuid", "model_name")
+
+#: The collector's own metrics: (name after ``bayes_sched_collector_``, kind, help).
+HEALTH_METRICS: Mapping[str, tuple[str, str]] = {
+    "samples_total": ("counter", "Samples taken since the collector started."),
+    "skipped_samples_total": (
+        "counter", "Sampling instants missed because a sample overran the interval."),
+    "dropped_samples_total": (
+        "counter", "Samples dropped unwritten because the store could not keep up (memory bound)."),
+    "sample_duration_seconds": ("gauge", "Time the latest sample took to read every source."),
+    "resident_memory_bytes": ("gauge", "Resident set size of the collector process."),
+}
 
 
 class LatestSampleCollector:
     """A prometheus_client custom collector that exposes the most recent sample."""
 
     def __init__(self, node: str, devices: Devices | None,
-                 process_usage: ProcessUsage | None = None) -> None:
+                 process_usage: ProcessUsage | None = None,
+                 workload: Callable[[int], Workload] = workload_of) -> None:
         self.node = node
         self.devices = devices
         self.process_usage = process_usage
+        self.workload = workload
         self._lock = threading.Lock()
         self._values: Values = {}
         self._health: dict[str, float] = {}
@@ -56,46 +86,70 @@ class LatestSampleCollector:
             if counter is None or not counter.prometheus_name:
                 continue
             extra = dict(counter.prometheus_labels)
-            label_names = ["node", *extra] + (["gpu", "uuid"] if counter.per_device else [])
+            label_names = ["hostname", *extra] + (list(GPU_LABELS) if counter.per_device else [])
             family = families.get(counter.prometheus_name)
             if family is None:
                 kind = CounterMetricFamily if counter.kind == "counter" else GaugeMetricFamily
-                family = kind(counter.prometheus_name,
-                              f"{counter.description} ({counter.units})", labels=label_names)
+                family = kind(counter.prometheus_name, _help(counter.description, counter.units),
+                              labels=label_names)
                 families[counter.prometheus_name] = family
             if counter.per_device:
                 for index, item in enumerate(np.asarray(value, dtype=float).ravel()):
-                    if math.isfinite(item):
+                    if math.isfinite(item) and index < len(device_labels):
                         family.add_metric([self.node, *extra.values(), *device_labels[index]],
                                           float(item))
             elif math.isfinite(float(value)):  # type: ignore[arg-type]
                 family.add_metric([self.node, *extra.values()], float(value))  # type: ignore[arg-type]
         yield from families.values()
+        if device_labels:
+            yield self._gpu_info(device_labels)
         reasons = values.get("gpu_clock_event_reasons")
         if reasons is not None:
             yield self._clock_events(np.asarray(reasons, dtype=float).ravel(), device_labels)
         if self.process_usage is not None:
-            processes = GaugeMetricFamily(
-                "gpu_process_memory_used_bytes", "device memory used by one compute process",
-                labels=["node", "gpu", "uuid", "pid"])
-            for index, running in self.process_usage().items():
-                gpu, uuid = device_labels[index] if index < len(device_labels) else (str(index), "")
-                for pid, used in running:
-                    processes.add_metric([self.node, gpu, uuid, str(pid)], used)
-            yield processes
+            yield self._processes(device_labels)
         for key, value in health.items():
-            kind = CounterMetricFamily if key.endswith("_total") else GaugeMetricFamily
-            metric = kind(f"bayes_sched_collector_{key}", f"collector {key.replace('_', ' ')}",
-                          labels=["node"])
+            kind_name, text = HEALTH_METRICS.get(key, ("gauge", f"Collector {key}."))
+            kind = CounterMetricFamily if kind_name == "counter" else GaugeMetricFamily
+            metric = kind(f"{PROMETHEUS_PREFIX}collector_{key}", text, labels=["hostname"])
             metric.add_metric([self.node], value)
             yield metric
 
-    def _clock_events(self, masks: np.ndarray, device_labels: list[tuple[str, str]]) -> Metric:
+    def _gpu_info(self, device_labels: list[tuple[str, str, str]]) -> Metric:
+        info = GaugeMetricFamily(
+            f"{PROMETHEUS_PREFIX}gpu_info",
+            "1 for each GPU the collector reads; its labels name the GPU (join on gpu or uuid).",
+            labels=["hostname", *GPU_LABELS, "pci_bus_id"])
+        bus_ids = list(self.devices.pci_bus_ids) if self.devices is not None else []
+        for index, labels in enumerate(device_labels):
+            info.add_metric([self.node, *labels, bus_ids[index] if index < len(bus_ids) else ""],
+                            1.0)
+        return info
+
+    def _processes(self, device_labels: list[tuple[str, str, str]]) -> Metric:
+        """Device memory per compute process, labelled with its pod and container."""
+        assert self.process_usage is not None
+        processes = GaugeMetricFamily(
+            f"{PROMETHEUS_PREFIX}gpu_process_memory_used_bytes",
+            "Device memory used by one compute process on the GPU (bytes); pod_uid and "
+            "container_id name its Kubernetes pod and container, empty outside one.",
+            labels=["hostname", *GPU_LABELS, "pid", "pod_uid", "container_id"])
+        for index, running in self.process_usage().items():
+            gpu = (device_labels[index] if index < len(device_labels)
+                   else (str(index), "", ""))
+            for pid, used in running:
+                where = self.workload(pid)
+                processes.add_metric([self.node, *gpu, str(pid), where.pod_uid,
+                                      where.container_id], used)
+        return processes
+
+    def _clock_events(self, masks: np.ndarray,
+                      device_labels: list[tuple[str, str, str]]) -> Metric:
         """One 0/1 series per GPU and clock-event reason, decoded from the NVML bitmask."""
         active = GaugeMetricFamily(
-            "gpu_clock_event_reason_active",
-            "1 while NVML reports this clock-event (throttle) reason for the GPU",
-            labels=["node", "gpu", "uuid", "reason"])
+            f"{PROMETHEUS_PREFIX}gpu_clock_event_reason_active",
+            "1 while NVML reports this clock-event (throttle) reason for the GPU, else 0.",
+            labels=["hostname", *GPU_LABELS, "reason"])
         for index, mask in enumerate(masks):
             if not math.isfinite(mask) or index >= len(device_labels):
                 continue
@@ -104,11 +158,20 @@ class LatestSampleCollector:
                                   1.0 if int(mask) & bit else 0.0)
         return active
 
-    def _device_labels(self) -> list[tuple[str, str]]:
+    def _device_labels(self) -> list[tuple[str, str, str]]:
+        """``(gpu, uuid, model_name)`` per device index; empty strings where not known."""
         if self.devices is None:
             return []
-        uuids = list(self.devices.uuids) + [""] * self.devices.count
-        return [(str(i), uuids[i]) for i in range(self.devices.count)]
+        count = self.devices.count
+        uuids = list(self.devices.uuids) + [""] * count
+        names = list(self.devices.names) + [""] * count
+        return [(str(i), uuids[i], names[i]) for i in range(count)]
+
+
+def _help(description: str, units: str) -> str:
+    """A help text: the catalog's description, capitalised, with the stored units."""
+    text = description[:1].upper() + description[1:]
+    return f"{text} ({units})." if units and units != "1" else f"{text}."
 
 
 class PrometheusEndpoint:

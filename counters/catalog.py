@@ -14,8 +14,11 @@ Each :class:`Counter` names one data variable of a counters dataset (see
   utilisation averages over up to 1 s), ``None`` for instantaneous values and counters;
 * ``per_device``: whether the variable has the ``device`` dimension (one value per GPU) or only
   ``node``;
-* ``prometheus_name`` / ``prometheus_labels``: the conventional exported name (base units,
-  ``_total`` for counters) and constant labels, e.g. ``node_cpu_seconds_total{mode="user"}``.
+* ``prometheus_name`` / ``prometheus_labels``: the exported name and constant labels, e.g.
+  ``bayes_sched_cpu_seconds_total{mode="user"}``: Prometheus naming (base units, ``_total`` on
+  counters, ``_ratio`` for fractions 0..1) under our own prefix :data:`PROMETHEUS_PREFIX`. Names
+  never reuse node_exporter's or dcgm-exporter's: ours mean other things (CPU time summed over all
+  CPUs, bytes over all interfaces), and a shared name would double-count in their dashboards.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ Resource = Literal[
     "network",
     "disk",
 ]
+
+#: Prefix of every exported Prometheus metric.
+PROMETHEUS_PREFIX = "bayes_sched_"
 
 #: Every resource a counter may reflect, in the order tables list them.
 RESOURCES: tuple[Resource, ...] = get_args(Resource)
@@ -84,7 +90,8 @@ def _gpu(name: str, units: str, kind: Kind, resource: Resource, description: str
          prometheus_name: str, source: SourceName = "nvml", window_s: float | None = None,
          wrap_bits: int | None = None) -> Counter:
     return Counter(name, units, kind, source, resource, description, per_device=True,
-                   window_s=window_s, wrap_bits=wrap_bits, prometheus_name=prometheus_name)
+                   window_s=window_s, wrap_bits=wrap_bits,
+                   prometheus_name=PROMETHEUS_PREFIX + prometheus_name)
 
 
 _NVML: tuple[Counter, ...] = (
@@ -203,12 +210,12 @@ def _perf_counters() -> tuple[Counter, ...]:
         base = name.removeprefix("perf_")
         suffix = {"s": "_seconds_total", "byte": "_bytes_total"}.get(units, "_total")
         out.append(Counter(name, units, "counter", "perf", resource, f"{description}: {event}",
-                           wrap_bits=64, prometheus_name=f"node_perf_{base}{suffix}"))
+                           wrap_bits=64, prometheus_name=f"{PROMETHEUS_PREFIX}perf_{base}{suffix}"))
         # Kept as data: the contention model reads multiplexing as a measure of noise.
         out.append(Counter(f"{name}_running_fraction", "1", "gauge", "perf", resource,
                            f"time running over time enabled for {event} in the interval "
                            "(perf multiplexing; 1 means counted all the time)",
-                           prometheus_name=f"node_perf_{base}_running_ratio"))
+                           prometheus_name=f"{PROMETHEUS_PREFIX}perf_{base}_running_ratio"))
     return tuple(out)
 
 
@@ -216,8 +223,8 @@ def _node(name: str, units: str, kind: Kind, resource: Resource, description: st
           prometheus_name: str, labels: tuple[tuple[str, str], ...] = (),
           window_s: float | None = None) -> Counter:
     return Counter(name, units, kind, "procfs", resource, description, window_s=window_s,
-                   wrap_bits=64 if kind == "counter" else None, prometheus_name=prometheus_name,
-                   prometheus_labels=labels)
+                   wrap_bits=64 if kind == "counter" else None,
+                   prometheus_name=PROMETHEUS_PREFIX + prometheus_name, prometheus_labels=labels)
 
 
 #: The CPU modes of /proc/stat, in the kernel's column order.
@@ -226,37 +233,37 @@ CPU_MODES: tuple[str, ...] = ("user", "nice", "system", "idle", "iowait", "irq",
 _PROCFS: tuple[Counter, ...] = (
     *(
         _node(f"cpu_{mode}", "s", "counter", "cpu", f"CPU time in {mode} mode, all CPUs",
-              "node_cpu_seconds_total", (("mode", mode),))
+              "cpu_seconds_total", (("mode", mode),))
         for mode in CPU_MODES
     ),
     _node("memory_total", "byte", "gauge", "host_memory_capacity", "MemTotal",
-          "node_memory_MemTotal_bytes"),
+          "memory_total_bytes"),
     _node("memory_available", "byte", "gauge", "host_memory_capacity", "MemAvailable",
-          "node_memory_MemAvailable_bytes"),
+          "memory_available_bytes"),
     _node("memory_cached", "byte", "gauge", "host_memory_capacity", "Cached (page cache)",
-          "node_memory_Cached_bytes"),
+          "memory_cached_bytes"),
     _node("memory_dirty", "byte", "gauge", "disk", "Dirty (waiting for write-back)",
-          "node_memory_Dirty_bytes"),
+          "memory_dirty_bytes"),
     _node("pressure_cpu_some", "s", "counter", "cpu",
           "time some tasks stalled waiting for CPU (/proc/pressure/cpu total)",
-          "node_pressure_cpu_waiting_seconds_total"),
+          "pressure_cpu_waiting_seconds_total"),
     _node("pressure_memory_some", "s", "counter", "host_memory_capacity",
-          "time some tasks stalled on memory", "node_pressure_memory_waiting_seconds_total"),
+          "time some tasks stalled on memory", "pressure_memory_waiting_seconds_total"),
     _node("pressure_memory_full", "s", "counter", "host_memory_capacity",
           "time all non-idle tasks stalled on memory",
-          "node_pressure_memory_stalled_seconds_total"),
+          "pressure_memory_stalled_seconds_total"),
     _node("pressure_io_some", "s", "counter", "disk", "time some tasks stalled on I/O",
-          "node_pressure_io_waiting_seconds_total"),
+          "pressure_io_waiting_seconds_total"),
     _node("pressure_io_full", "s", "counter", "disk", "time all non-idle tasks stalled on I/O",
-          "node_pressure_io_stalled_seconds_total"),
+          "pressure_io_stalled_seconds_total"),
     _node("network_rx", "byte", "counter", "network",
-          "bytes received, all interfaces but loopback", "node_network_receive_bytes_total"),
+          "bytes received, all interfaces but loopback", "network_receive_bytes_total"),
     _node("network_tx", "byte", "counter", "network",
-          "bytes sent, all interfaces but loopback", "node_network_transmit_bytes_total"),
+          "bytes sent, all interfaces but loopback", "network_transmit_bytes_total"),
     _node("disk_read", "byte", "counter", "disk", "bytes read, all whole disks",
-          "node_disk_read_bytes_total"),
+          "disk_read_bytes_total"),
     _node("disk_written", "byte", "counter", "disk", "bytes written, all whole disks",
-          "node_disk_written_bytes_total"),
+          "disk_written_bytes_total"),
 )
 
 #: Bits of ``gpu_clock_event_reasons`` (nvml.h ``nvmlClocksEventReason*``), bit -> reason.

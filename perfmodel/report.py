@@ -147,15 +147,15 @@ def _markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
 
 
 def efficiency_table(efficiency: EfficiencyModel, batch_sizes: Sequence[int] | None = None
-                     ) -> list[dict[str, float | str]]:
-    """Efficiency (median and 90% interval) per batch size and training fraction."""
+                     ) -> list[dict[str, float]]:
+    """Efficiency (median and 90% interval) per batch size and training fraction (0..1)."""
     batch_sizes = batch_sizes or sorted(efficiency.curves)
-    rows: list[dict[str, float | str]] = []
+    rows: list[dict[str, float]] = []
     for fraction in PROGRESS_FRACTIONS:
         for batch in batch_sizes:
             rows.append({
-                "progress": f"{fraction:.0%}",
-                "batch_size": str(batch),
+                "progress": float(fraction),  # fraction of training, 0..1
+                "batch_size": int(batch),
                 "efficiency": float(efficiency.efficiency(batch, fraction)),
                 "lower_90": float(efficiency.efficiency(batch, fraction, 0.05)),
                 "upper_90": float(efficiency.efficiency(batch, fraction, 0.95)),

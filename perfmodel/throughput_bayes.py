@@ -241,6 +241,7 @@ class ThroughputPosterior:
     def parameter_summary(self, probability: float = 0.9) -> list[dict[str, float | str]]:
         """Posterior mean and central credible interval of every parameter, one dict per row."""
         tail = (1 - probability) / 2
+        level = f"{100 * probability:g}"  # interval columns are named lower_90/upper_90
         rows: list[dict[str, float | str]] = []
         for name in (*PARAM_NAMES, *NOISE_NAMES):
             if name not in self.samples:
@@ -250,8 +251,8 @@ class ThroughputPosterior:
                 "parameter": name,
                 "point_fit": getattr(self.point, name, float("nan")),
                 "mean": float(draws.mean()),
-                "lower": float(np.quantile(draws, tail)),
-                "upper": float(np.quantile(draws, 1 - tail)),
+                f"lower_{level}": float(np.quantile(draws, tail)),
+                f"upper_{level}": float(np.quantile(draws, 1 - tail)),
             })
         return rows
 

@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# Create .venv and install bayes-sched with the CPU build of PyTorch pinned by constraints.txt.
+# Create .venv and install bayes-sched with everything the test suite needs (".[test]": the
+# collector, the models and the test tools), with the CPU build of PyTorch pinned by
+# constraints.txt. pip prints each package as it is collected and installed, so a first set-up
+# (a few minutes, mostly torch) shows progress instead of silence.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage() { printf '\n==> setup.sh [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+stage "1/2 creating .venv with $(python3 --version)"
 python3 -m venv .venv
-.venv/bin/python -m pip install -q -c constraints.txt -e ".[test]"
+stage "2/2 installing bayes-sched[test] (collector, models, test tools; torch pinned by constraints.txt)"
+.venv/bin/python -m pip install --progress-bar off -c constraints.txt -e ".[test]"
+stage "done: $(.venv/bin/bayes-sched --version)"

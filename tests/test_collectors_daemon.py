@@ -141,7 +141,8 @@ def small_store_batch():  # a small one-node dataset
 
 
 def test_prometheus_endpoint_serves_over_loopback_and_a_busy_port_is_one_error() -> None:
-    exporter = LatestSampleCollector("n1", Devices(count=2, uuids=["GPU-x", "GPU-y"]))
+    exporter = LatestSampleCollector("n1", Devices(count=2, uuids=["GPU-x", "GPU-y"],
+                                                   names=["NVIDIA A100", "NVIDIA H100"]))
     endpoint = PrometheusEndpoint(exporter, 0)
     try:
         exporter.update({"cpu_user": 12.5, "gpu_power": np.array([250.0, np.nan]),
@@ -152,21 +153,26 @@ def test_prometheus_endpoint_serves_over_loopback_and_a_busy_port_is_one_error()
             text = r.read().decode()
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                    for f in text_string_to_metric_families(text) for s in f.samples}
-        assert samples[("node_cpu_seconds_total", (("mode", "user"), ("node", "n1")))] == 12.5
-        assert samples[("gpu_power_watts", (("gpu", "0"), ("node", "n1"), ("uuid", "GPU-x")))] \
-            == 250.0
-        assert ("gpu_power_watts", (("gpu", "1"), ("node", "n1"), ("uuid", "GPU-y"))) \
-            not in samples
-        assert samples[("gpu_energy_joules_total",
-                        (("gpu", "1"), ("node", "n1"), ("uuid", "GPU-y")))] == 2e4
+
+        def gpu(index: str, uuid: str, model: str) -> tuple[tuple[str, str], ...]:
+            return (("gpu", index), ("hostname", "n1"), ("model_name", model), ("uuid", uuid))
+
+        assert samples[("bayes_sched_cpu_seconds_total",
+                        (("hostname", "n1"), ("mode", "user")))] == 12.5
+        assert samples[("bayes_sched_gpu_power_watts", gpu("0", "GPU-x", "NVIDIA A100"))] == 250.0
+        assert ("bayes_sched_gpu_power_watts", gpu("1", "GPU-y", "NVIDIA H100")) not in samples
+        assert samples[("bayes_sched_gpu_energy_joules_total",
+                        gpu("1", "GPU-y", "NVIDIA H100"))] == 2e4
         active = {dict(k)["reason"]: v for (name, k), v in samples.items()
-                  if name == "gpu_clock_event_reason_active" and dict(k)["gpu"] == "0"}
+                  if name == "bayes_sched_gpu_clock_event_reason_active" and dict(k)["gpu"] == "0"}
         assert active["sw_power_cap"] == active["hw_thermal_slowdown"] == 1.0
         assert active["gpu_idle"] == 0.0 and sum(active.values()) == 2.0
-        assert not any(name == "gpu_clock_event_reason_active" and dict(k)["gpu"] == "1"
-                       for name, k in samples)
-        assert any(line.startswith("# TYPE gpu_energy_joules") and line.endswith(" counter")
-                   for line in text.splitlines())
+        assert not any(name == "bayes_sched_gpu_clock_event_reason_active"
+                       and dict(k)["gpu"] == "1" for name, k in samples)
+        assert any(line.startswith("# TYPE bayes_sched_gpu_energy_joules")
+                   and line.endswith(" counter") for line in text.splitlines())
+        assert "# HELP bayes_sched_collector_samples_total Samples taken since the collector " \
+               "started." in text
         with pytest.raises(CollectorError, match=f"port {endpoint.port} on 127.0.0.1 is "
                                                  "already in use"):
             PrometheusEndpoint(exporter, endpoint.port)

@@ -137,13 +137,13 @@ def test_the_collect_command_records_gpus_and_serves_them_to_prometheus(
     metrics: dict = {}
     while time.monotonic() < deadline:
         metrics = scrape(port)
-        if any(name == "gpu_energy_joules_total" for name, _ in metrics):
+        if any(name == "bayes_sched_gpu_energy_joules_total" for name, _ in metrics):
             break
         time.sleep(0.1)
     first_metrics = metrics
     while time.monotonic() < deadline:  # wait for GPU 2 to be lost, then stop the daemon
         metrics = scrape(port)
-        if not any(name == "gpu_utilization_ratio" and ("gpu", "2") in key
+        if not any(name == "bayes_sched_gpu_utilization_ratio" and ("gpu", "2") in key
                    for name, key in metrics):
             break
         time.sleep(0.1)
@@ -152,22 +152,31 @@ def test_the_collect_command_records_gpus_and_serves_them_to_prometheus(
     assert process.returncode == 0, "".join(lines) + rest
 
     def labels(**items: str) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted({"node": "gpu-node-1", **items}.items()))
+        return tuple(sorted({"hostname": "gpu-node-1", **items}.items()))
 
-    uuid0 = "GPU-5tand1n0-0000-4000-8000-000000000000"
-    assert ("gpu_utilization_ratio", labels(gpu="2", uuid=uuid0[:-1] + "2")) in first_metrics
-    assert metrics[("gpu_energy_joules_total", labels(gpu="0", uuid=uuid0))] > 5000
-    assert ("gpu_power_watts", labels(gpu="0", uuid=uuid0)) in metrics
-    assert not any(name == "gpu_power_watts" and ("gpu", "1") in key for name, key in metrics)
-    assert metrics[("gpu_process_memory_used_bytes", labels(gpu="0", uuid=uuid0,
-                                                            pid="4242"))] == 2 * 2**30
-    assert ("node_cpu_seconds_total", labels(mode="user")) in metrics
+    def gpu(index: str, **items: str) -> tuple[tuple[str, str], ...]:
+        uuid = "GPU-5tand1n0-0000-4000-8000-00000000000" + index
+        model = ("NVIDIA H100 80GB HBM3", "Tesla T4", "NVIDIA A100-SXM4-40GB")[int(index)]
+        return labels(gpu=index, uuid=uuid, model_name=model, **items)
+
+    assert ("bayes_sched_gpu_utilization_ratio", gpu("2")) in first_metrics
+    assert metrics[("bayes_sched_gpu_energy_joules_total", gpu("0"))] > 5000
+    assert ("bayes_sched_gpu_power_watts", gpu("0")) in metrics
+    assert not any(name == "bayes_sched_gpu_power_watts" and ("gpu", "1") in key
+                   for name, key in metrics)
+    # pid 4242 is not a process here: no pod or container.
+    assert metrics[("bayes_sched_gpu_process_memory_used_bytes",
+                    gpu("0", pid="4242", pod_uid="", container_id=""))] == 2 * 2**30
+    info = [dict(key) for name, key in metrics if name == "bayes_sched_gpu_info"]
+    assert sorted(item["model_name"] for item in info) == sorted(
+        ["NVIDIA H100 80GB HBM3", "Tesla T4", "NVIDIA A100-SXM4-40GB"])
+    assert ("bayes_sched_cpu_seconds_total", labels(mode="user")) in metrics
     assert metrics[("bayes_sched_collector_samples_total", labels())] >= 1
 
     ds = open_store(store).load()
     assert schema.problems(ds) == []
     assert ds.sizes["device"] == 3 and ds["node"].values.tolist() == ["gpu-node-1"]
-    assert ds["gpu_uuid"].values[0, 0] == uuid0
+    assert ds["gpu_uuid"].values[0, 0] == "GPU-5tand1n0-0000-4000-8000-000000000000"
     assert np.isnan(ds["gpu_power"].values[:, 0, 1]).all()
     assert np.isfinite(ds["gpu_power"].values[:, 0, 0]).all()
     lost = ds["gpu_utilization_valid"].values[:, 0, 2]

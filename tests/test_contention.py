@@ -149,7 +149,7 @@ def test_all_nan_node_gets_wide_intervals_not_a_confident_answer(cluster) -> Non
     window = prepare(ds, cluster.topology)
     posterior = summarise(window, fit_svi(window, num_steps=100, seed=0))
     width = (
-        posterior["utilisation"].sel(quantile=0.95) - posterior["utilisation"].sel(quantile=0.05)
+        posterior["utilization"].sel(quantile=0.95) - posterior["utilization"].sel(quantile=0.05)
     ).mean("time")
     blind, seen = width.sel(node="node000"), width.sel(node="node001")
     assert float(blind.sel(resource="dram")) > 5 * float(seen.sel(resource="dram"))
@@ -298,8 +298,8 @@ def test_job_sensitivity_found_where_contention_is(cluster) -> None:
     # max-min sharing, the model a pressure ramp, hence the loose factor), with a tight interval.
     ratio = out.loc[on_dram, "sensitivity_dram"] / np.log(slowdown[on_dram])
     assert ratio.between(0.8, 1.4).all()
-    tight = out.loc[on_dram, "sensitivity_dram_high"] - out.loc[on_dram, "sensitivity_dram_low"]
-    loose = out.loc[quiet, "sensitivity_dram_high"] - out.loc[quiet, "sensitivity_dram_low"]
+    tight = out.loc[on_dram, "sensitivity_dram_upper_90"] - out.loc[on_dram, "sensitivity_dram_lower_90"]
+    loose = out.loc[quiet, "sensitivity_dram_upper_90"] - out.loc[quiet, "sensitivity_dram_lower_90"]
     assert tight.max() < 0.2 < loose.min()  # nothing saturated: the data cannot say
     assert (out["pcie_demand"] > 0).all() and out["sm_demand"].between(0, 1).all()
 

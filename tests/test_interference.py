@@ -186,8 +186,8 @@ def test_colocation_of_three_jobs_is_slower_than_of_two(synthetic_fit) -> None:
     assert (three["slowdown_median"] >= 1.0).all()
     assert list(three.columns) == [
         "speed_median",
-        "speed_low_0.9",
-        "speed_high_0.9",
+        "speed_lower_90",
+        "speed_upper_90",
         "slowdown_median",
         "cold_start",
     ]
@@ -254,7 +254,7 @@ def test_cli_predicts_a_colocation_and_rejects_bad_speeds(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [r["job"] for r in rows] == ["job0", "job1", "job2"]
-    assert all(r["speed_low_0.9"] <= r["speed_median"] <= r["speed_high_0.9"] for r in rows)
+    assert all(r["speed_lower_90"] <= r["speed_median"] <= r["speed_upper_90"] for r in rows)
     pairs.loc[3, "speed_a"] = 3.0
     pairs.to_csv(tmp_path / "pairs.csv", index=False)
     bad = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)

@@ -31,7 +31,7 @@ def posterior_all(synthetic: StepTimeProfile):
 def test_posterior_covers_true_parameters(posterior_all) -> None:
     rows = {r["parameter"]: r for r in posterior_all.parameter_summary(0.99)}
     for name in ("alpha_c", "beta_c", "alpha_n"):
-        assert rows[name]["lower"] <= getattr(TRUE_PARAMS, name) <= rows[name]["upper"], name
+        assert rows[name]["lower_99"] <= getattr(TRUE_PARAMS, name) <= rows[name]["upper_99"], name
 
 
 def test_predictive_interval_covers_fresh_measurements(posterior_all) -> None:

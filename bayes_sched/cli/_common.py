@@ -2,39 +2,62 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+#: Exceptions that mean "the user's input is wrong", printed as one line with exit status 2, as
+#: (module, class) names: the CLI imports a module only for the command that needs it, and an
+#: error can only be an instance of a class whose module was imported (:func:`is_user_error`).
+USER_ERRORS: tuple[tuple[str, str], ...] = (
+    ("perfmodel.errors", "InputError"),
+    ("counters.errors", "CountersError"),
+    ("collectors.base", "CollectorError"),
+    ("bayes_sched.errors", "InputError"),
+    ("bayes_sched.interference.tables", "InterferenceInputError"),
+    ("bayes_sched.contention.topology", "TopologyError"),
 )
-from rich.table import Table
 
-from bayes_sched.contention.topology import TopologyError
-from bayes_sched.errors import InputError as SchedInputError
-from bayes_sched.interference.tables import InterferenceInputError
-from collectors.base import CollectorError
-from counters.errors import CountersError
-from perfmodel.errors import InputError as PerfmodelInputError
 
-#: Exceptions that mean "the user's input is wrong": printed as one line, exit status 2.
-USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
-USER_ERRORS += (CountersError, CollectorError)
-USER_ERRORS += (SchedInputError,)
-USER_ERRORS += (InterferenceInputError, TopologyError)
+def is_user_error(error: BaseException) -> bool:
+    """Whether ``error`` is one of :data:`USER_ERRORS` (checking only modules already imported)."""
+    for module, name in USER_ERRORS:
+        loaded = sys.modules.get(module)
+        kind = getattr(loaded, name, None) if loaded is not None else None
+        if isinstance(kind, type) and isinstance(error, kind):
+            return True
+    return False
+
 
 T = TypeVar("T")
 
-stderr = Console(stderr=True)
+
+
+@functools.cache
+def stderr_console() -> Console:
+    """A rich console on stderr, made (and rich imported) on first use."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def __getattr__(name: str) -> Console:
+    # ``from bayes_sched.cli._common import stderr`` still works, without importing rich early.
+    if name == "stderr":
+        return stderr_console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    stderr: Console
 
 
 def fail(message: str, status: int = 2) -> int:
@@ -51,9 +74,11 @@ def print_table(
 ) -> None:
     """Print ``rows`` (dicts sharing keys) as a table on stdout, or as a JSON list."""
     if as_json:
-        json.dump(list(rows), sys.stdout, indent=2, default=float)
-        sys.stdout.write("\n")
+        print_json(list(rows))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=title)
     columns = list(rows[0].keys()) if rows else []
     for column in columns:
@@ -61,6 +86,32 @@ def print_table(
     for row in rows:
         table.add_row(*(_format(row[c], float_format) for c in columns))
     Console(width=200).print(table)
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as strict JSON (RFC 8259) on stdout: NaN and infinities become ``null``,
+    numpy numbers and arrays plain numbers and lists, anything else its string."""
+    json.dump(json_safe(value), sys.stdout, indent=2, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as None and numpy values as Python ones."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return json_safe(value.tolist())
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else None
 
 
 def _format(value: Any, float_format: str) -> str:
@@ -72,13 +123,22 @@ def _format(value: Any, float_format: str) -> str:
 @contextmanager
 def progress_bar(enabled: bool = True) -> Iterator[Progress]:
     """A rich progress bar on stderr; disabled (still usable) when not wanted or not a terminal."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     progress = Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=stderr,
+        console=stderr_console(),
         disable=not enabled,
         transient=False,
     )

@@ -16,23 +16,18 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from collectors import DEFAULT_PROMETHEUS_PORT
+from counters.catalog import RESOURCES, SOURCES
 
-from bayes_sched.cli._common import print_table, progress_bar
-from collectors.base import CollectorError, Discovery, Source
-from collectors.daemon import Collector, install_signal_handlers
-from collectors.nvml import NvmlSource
-from collectors.pcie import PcieSysfsSource, normalize_bus_id
-from collectors.perf import PerfSource
-from collectors.procfs import ProcfsSource
-from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
-from collectors.replay import ReplaySource
-from counters import schema
-from counters.align import align
-from counters.catalog import CATALOG, RESOURCES, SOURCES
-from counters.store import StoreWriter, directory_bytes, export_netcdf, open_store, parts
+# Heavy modules (numpy, xarray, the collector sources) are imported inside the functions that use
+# them, so ``--help`` is instant and a Prometheus-only collector never loads xarray or pandas.
+if TYPE_CHECKING:
+    from collectors.base import Source
+    from collectors.daemon import Collector
+    from collectors.nvml import NvmlSource
+    from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
 
 SOURCE_NAMES = ("nvml", "pcie", "perf", "procfs")
 MAX_FLUSH_SAMPLES = 3600
@@ -67,8 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--interval", type=parse_duration, default=1.0,
                          help="sampling interval, e.g. 1s, 500ms (default 1s)")
     collect.add_argument("--out", type=Path, help="counters store directory to append to")
-    collect.add_argument("--prometheus", type=int, metavar="PORT",
-                         help="serve the latest sample for Prometheus on this port (0: any free)")
+    collect.add_argument("--prometheus", type=int, metavar="PORT", nargs="?",
+                         const=DEFAULT_PROMETHEUS_PORT,
+                         help="serve the latest sample for Prometheus on this port (without a "
+                              f"value: {DEFAULT_PROMETHEUS_PORT}; 0: any free port)")
     collect.add_argument("--bind", default="127.0.0.1",
                          help="address the Prometheus endpoint listens on (default 127.0.0.1)")
     collect.add_argument("--sources", default=",".join(SOURCE_NAMES),
@@ -114,6 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("--clock-offset", action="append", default=[], metavar="NODE=SECONDS",
                        help="a node's clock minus the reference clock (repeatable)")
     merge.add_argument("--out", type=Path, required=True, help="netCDF file to write")
+    merge.add_argument("--json", action="store_true")
     merge.set_defaults(handler=run_align)
     export = sub.add_parser("export", help="write a store to one netCDF file")
     export.add_argument("store", type=Path)
@@ -122,6 +120,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def requested_sources(text: str) -> list[str]:
+    from collectors.base import CollectorError
+
     wanted = [s.strip() for s in text.split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(SOURCE_NAMES))
     if unknown or not wanted:
@@ -132,7 +132,14 @@ def requested_sources(text: str) -> list[str]:
 
 def build_sources(args: argparse.Namespace) -> list[Source]:
     """The sources named by ``--sources`` (or the replay source), NVML first for device order."""
+    from collectors.nvml import NvmlSource
+    from collectors.pcie import PcieAfterNvml
+    from collectors.perf import PerfSource
+    from collectors.procfs import ProcfsSource
+
     if args.replay is not None:
+        from collectors.replay import ReplaySource
+
         return [ReplaySource(args.replay)]
     wanted = requested_sources(args.sources)
     sources: list[Source] = []
@@ -141,7 +148,7 @@ def build_sources(args: argparse.Namespace) -> list[Source]:
         nvml = NvmlSource(library=args.nvml_library)
         sources.append(nvml)
     if "pcie" in wanted:
-        sources.append(_PcieAfterNvml(nvml))
+        sources.append(PcieAfterNvml(nvml))
     if "perf" in wanted:
         sources.append(PerfSource(pids=args.pid))
     if "procfs" in wanted:
@@ -149,27 +156,23 @@ def build_sources(args: argparse.Namespace) -> list[Source]:
     return sources
 
 
-class _PcieAfterNvml(PcieSysfsSource):
-    """PCIe sysfs source that reads the GPUs NVML found, in NVML's order, when NVML found any."""
-
-    def __init__(self, nvml: NvmlSource | None) -> None:
-        super().__init__()
-        self.nvml = nvml
-
-    def discover(self) -> Discovery:
-        if self.nvml is not None and self.nvml.pci_bus_ids:
-            self.requested = [normalize_bus_id(b) if b else "ffff:ff:ff.f"
-                              for b in self.nvml.pci_bus_ids]
-        return super().discover()
-
-
 def run_collect(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from collectors.base import CollectorError
+    from collectors.daemon import Collector, install_signal_handlers
+    from collectors.nvml import NvmlSource
+    from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
+
     if args.out is None and args.prometheus is None:
         raise CollectorError("nothing to do: give --out STORE and/or --prometheus PORT")
     # Past MAX_FLUSH_SAMPLES a fast collector flushes more often than asked, to bound memory.
     samples_per_flush = max(1, min(MAX_FLUSH_SAMPLES, int(round(args.flush_every / args.interval))))
     requested_sources(args.sources)  # bad names fail before anything is created
     if args.replay is not None and args.node is None:
+        from counters import schema
+        from counters.store import open_store
+
         args.node = str(open_store(args.replay)[schema.NODE].values[0])
     # Bind the port before touching the store, so a busy port leaves no trace on disk.
     exporter: LatestSampleCollector | None = None
@@ -179,8 +182,12 @@ def run_collect(args: argparse.Namespace) -> int:
         if args.prometheus is not None:
             exporter = LatestSampleCollector(args.node or socket.gethostname(), None)
             endpoint = PrometheusEndpoint(exporter, args.prometheus, args.bind)
-        writer = (StoreWriter(args.out, max_part_bytes=args.max_part_size,
-                              max_parts=args.max_parts) if args.out is not None else None)
+        writer = None
+        if args.out is not None:  # xarray and zarr are loaded only by a collector that stores
+            from counters.store import StoreWriter
+
+            writer = StoreWriter(args.out, max_part_bytes=args.max_part_size,
+                                 max_parts=args.max_parts)
         for note in writer.notes if writer is not None else []:
             print(f"bayes-sched collect: {note}", file=sys.stderr)
         sources = build_sources(args)
@@ -226,6 +233,9 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_catalog(args: argparse.Namespace) -> int:
+    from bayes_sched.cli._common import print_table
+    from counters.catalog import CATALOG
+
     rows = [
         {"name": c.name, "units": c.units, "kind": c.kind, "source": c.source,
          "resource": c.resource, "per_device": c.per_device, "prometheus": c.prometheus_name
@@ -239,29 +249,43 @@ def run_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(store: Path) -> list[dict[str, Any]]:
+def _summary(store: Path) -> dict[str, Any]:
+    """The store as a whole (parts, bytes, samples, span) and one row per variable, by name."""
+    from counters import schema
+    from counters.store import directory_bytes, open_store, parts
+
     ds = open_store(store)
     seconds = schema.time_to_seconds(ds[schema.TIME].values)
     rows = []
-    for name in schema.value_names(ds):
+    for name in sorted(schema.value_names(ds)):
         valid = ds[schema.mask_name(name)]
         rows.append({"name": name, "units": ds[name].attrs.get("units", ""),
                      "kind": ds[name].attrs.get("kind", ""), "dims": " x ".join(ds[name].dims),
                      "valid_fraction": float(valid.mean().compute()) if valid.size else 0.0})
-    rows.append({"name": "(store)", "units": f"{len(parts(store))} part(s)",
-                 "kind": f"{directory_bytes(store)} bytes",
-                 "dims": f"{ds.sizes[schema.TIME]} samples over "
-                         f"{(seconds[-1] - seconds[0]) if seconds.size else 0:.1f} s",
-                 "valid_fraction": float("nan")})
-    return rows
+    return {"store": str(store), "parts": len(parts(store)), "bytes": directory_bytes(store),
+            "samples": int(ds.sizes[schema.TIME]),
+            "span_s": float(seconds[-1] - seconds[0]) if seconds.size else 0.0,
+            "variables": rows}
 
 
 def run_info(args: argparse.Namespace) -> int:
-    print_table(_summary(args.store), title=f"counters store {args.store}", as_json=args.json)
+    from bayes_sched.cli._common import print_json, print_table
+
+    summary = _summary(args.store)
+    if args.json:
+        print_json(summary)
+        return 0
+    print_table(summary["variables"], title=f"counters store {args.store}: {summary['parts']} "
+                f"part(s), {summary['bytes']} bytes, {summary['samples']} samples over "
+                f"{summary['span_s']:.1f} s")
     return 0
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from bayes_sched.cli._common import print_table
+    from counters import schema
+    from counters.store import open_store
+
     ds = open_store(args.store).load()
     schema.validate(ds, where=str(args.store), check_monotonic=not args.allow_resets)
     rows = [{"store": str(args.store), "samples": ds.sizes[schema.TIME],
@@ -271,6 +295,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from bayes_sched.cli._common import progress_bar
+    from counters.store import export_netcdf
+
     with progress_bar(enabled=sys.stderr.isatty()) as bar:
         task = bar.add_task(f"exporting {args.store}", total=None)
         written = export_netcdf(args.store, args.out, progress=lambda done, total: bar.update(
@@ -280,6 +307,8 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def parse_offsets(items: list[str]) -> dict[str, float]:
+    from collectors.base import CollectorError
+
     offsets: dict[str, float] = {}
     for item in items:
         node, sep, value = item.rpartition("=")
@@ -293,6 +322,14 @@ def parse_offsets(items: list[str]) -> dict[str, float]:
 
 
 def run_align(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from bayes_sched.cli._common import print_table
+    from collectors.base import CollectorError
+    from counters import schema
+    from counters.align import align
+    from counters.store import open_store
+
     datasets = [open_store(store).load() for store in args.stores]
     aligned = align(datasets, args.interval, clock_offset_s=parse_offsets(args.clock_offset))
     target = args.out
@@ -308,5 +345,6 @@ def run_align(args: argparse.Namespace) -> int:
              "valid_fraction": float(np.mean([aligned[schema.mask_name(n)].sel(node=node).mean()
                                               for n in schema.value_names(aligned)]))}
             for node in aligned[schema.NODE].values]
-    print_table(rows, title=f"aligned onto {args.interval:g} s grid -> {target}")
+    print_table(rows, title=f"aligned onto {args.interval:g} s grid -> {target}",
+                as_json=args.json)
     return 0

@@ -11,14 +11,15 @@ import argparse
 
 from bayes_sched.cli._common import print_table, progress_bar, stderr
 from bayes_sched.cli.report import prepare_out_dir, write_fit_reports
-from bayes_sched.sim import read_workload, run_simulation, write_report
-from bayes_sched.sim.report import summary_rows
 from perfmodel.datasets import POLLUX_MODELS
 
 DEMO_POLICIES = ("pollux", "tiresias")
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from bayes_sched.sim import read_workload, run_simulation, write_report
+    from bayes_sched.sim.report import summary_rows
+
     out = prepare_out_dir(args.out)
     stderr.print(f"[1/2] fitting the {len(POLLUX_MODELS)} shipped Pollux models")
     write_fit_reports(list(POLLUX_MODELS), out / "models", seed=args.seed)
@@ -42,7 +43,7 @@ def _demo(args: argparse.Namespace) -> int:
     keep = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
             "utilization")
     print_table([{k: row[k] for k in keep} for row in summary_rows(results)],
-                title=f"{workload.name}: Pollux vs Tiresias (JCT in seconds)")
+                title=f"{workload.name}: Pollux vs Tiresias (JCT in seconds)", as_json=args.json)
     stderr.print(f"reports: {out / 'models' / 'index.md'} and {report}")
     return 0
 
@@ -59,4 +60,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-jobs", type=int, default=None,
                         help="simulate only the first N jobs (a quicker demo)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.set_defaults(handler=_demo)

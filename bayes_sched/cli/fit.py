@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from bayes_sched.cli._common import print_table, stderr
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
-from perfmodel.efficiency import EfficiencyModel
 from perfmodel.errors import InputError
-from perfmodel.profiles import (
-    GradientTrace,
-    StepTimeProfile,
-    read_gradient_traces,
-    read_step_time_profile,
-    read_validation_csv,
-)
-from perfmodel.report import efficiency_table
-from perfmodel.throughput import fit_throughput
-from perfmodel.throughput_bayes import StepTimePrior, fit_throughput_posterior
+
+# The models (numpy, pandas, torch, pyro) are imported by the functions that fit them, so
+# ``--help`` stays instant.
+if TYPE_CHECKING:
+    from perfmodel.profiles import GradientTrace, StepTimeProfile
+    from perfmodel.throughput_bayes import StepTimePrior
 
 
 def resolve_profile(source: str) -> StepTimeProfile:
     """A step-time profile from a CSV file, a folder of them, or a shipped model's name."""
+    from perfmodel.profiles import read_step_time_profile
+
     path = Path(source)
     if path.exists():
         return read_step_time_profile(path)
@@ -36,6 +32,8 @@ def resolve_profile(source: str) -> StepTimeProfile:
 
 def resolve_gradients(source: str) -> dict[int, GradientTrace]:
     """Gradient traces from a validation CSV, a folder of them, or a shipped model's name."""
+    from perfmodel.profiles import read_gradient_traces, read_validation_csv
+
     path = Path(source)
     if path.is_file():
         trace = read_validation_csv(path)
@@ -50,12 +48,19 @@ def resolve_gradients(source: str) -> dict[int, GradientTrace]:
 
 def population_prior(profile: StepTimeProfile) -> StepTimePrior:
     """A prior learned from the shipped models' point fits, leaving out one of the same name."""
+    from perfmodel.profiles import read_step_time_profile
+    from perfmodel.throughput import fit_throughput
+    from perfmodel.throughput_bayes import StepTimePrior
+
     reference = [read_step_time_profile(pollux_model_dir(m), m) for m in POLLUX_MODELS
                  if m != profile.model]
     return StepTimePrior.from_population(profile, [(r, fit_throughput(r)) for r in reference])
 
 
 def _fit_throughput(args: argparse.Namespace) -> int:
+    from perfmodel.throughput import fit_throughput
+    from perfmodel.throughput_bayes import fit_throughput_posterior
+
     profile = resolve_profile(args.profile)
     if args.method == "point":
         params = fit_throughput(profile)
@@ -74,6 +79,11 @@ def _fit_throughput(args: argparse.Namespace) -> int:
 
 
 def _fit_efficiency(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from perfmodel.efficiency import EfficiencyModel
+    from perfmodel.report import efficiency_table
+
     traces = resolve_gradients(args.gradients)
     if args.init_bsz is not None and not 1 <= args.init_bsz <= min(traces):
         raise InputError(f"--init-bsz {args.init_bsz}: expected an integer in [1, {min(traces)}] "

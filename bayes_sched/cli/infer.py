@@ -12,31 +12,9 @@ import argparse
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from bayes_sched.cli._common import print_table, progress_bar
-from bayes_sched.contention.discovery import discover_topology
-from bayes_sched.contention.generator import GeneratorConfig, generate
-from bayes_sched.contention.inference import (
-    bottlenecks,
-    fit_svi,
-    open_counters,
-    prepare,
-    summarise,
-)
-from bayes_sched.contention.jobs import infer_jobs, read_jobs_csv, read_step_times_csv
-from bayes_sched.contention.report import write_report
-from bayes_sched.contention.topology import NodeTopology, TopologyError, read_topology
-from bayes_sched.interference import (
-    FitConfig,
-    InterferenceInputError,
-    InterferenceModel,
-    read_pairs_csv,
-    read_solo_features_csv,
-)
-from counters.errors import CountersError
-from counters.store import write_store
 
+# The models (pandas, torch, pyro) are imported by the handlers, so ``--help`` stays instant.
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     infer = subparsers.add_parser("infer", help="Bayesian inference: contention, interference")
@@ -126,6 +104,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_contention(args: argparse.Namespace) -> int:
+    from bayes_sched.contention.discovery import discover_topology
+    from bayes_sched.contention.inference import (
+        bottlenecks,
+        fit_svi,
+        open_counters,
+        prepare,
+        summarise,
+    )
+    from bayes_sched.contention.jobs import infer_jobs, read_jobs_csv, read_step_times_csv
+    from bayes_sched.contention.report import write_report
+    from bayes_sched.contention.topology import NodeTopology, TopologyError, read_topology
+
     if args.topology and args.discover_topology:
         raise TopologyError("give --topology or --discover-topology, not both")
     if args.discover_topology:
@@ -160,6 +150,9 @@ def run_contention(args: argparse.Namespace) -> int:
 
 
 def run_topology(args: argparse.Namespace) -> int:
+    from bayes_sched.contention.discovery import discover_topology
+    from bayes_sched.contention.topology import TopologyError
+
     found = discover_topology(args.sysfs_root, use_nvml=not args.no_nvml)
     text = found.topology.to_json()
     if args.out is not None:
@@ -188,6 +181,12 @@ def run_topology(args: argparse.Namespace) -> int:
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from bayes_sched.contention.generator import GeneratorConfig, generate
+    from counters.errors import CountersError
+    from counters.store import write_store
+
     if args.out.exists():
         raise CountersError(f"{args.out}: already exists; give a new directory")
     cluster = generate(
@@ -220,6 +219,14 @@ def run_synthetic(args: argparse.Namespace) -> int:
 
 
 def run_interference(args: argparse.Namespace) -> int:
+    from bayes_sched.interference import (
+        FitConfig,
+        InterferenceInputError,
+        InterferenceModel,
+        read_pairs_csv,
+        read_solo_features_csv,
+    )
+
     pairs = read_pairs_csv(args.pairs)
     solo = read_solo_features_csv(args.solo)
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]

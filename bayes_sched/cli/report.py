@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bayes_sched.cli._common import print_table, stderr, track
 from bayes_sched.cli.fit import resolve_gradients, resolve_profile
 from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.errors import InputError
-from perfmodel.report import ModelFit, fit_model, write_index, write_model_report
+
+if TYPE_CHECKING:  # the report code (matplotlib, torch) is imported when a report is written
+    from perfmodel.report import ModelFit
 
 
 def prepare_out_dir(out: str) -> Path:
@@ -28,6 +31,8 @@ def write_fit_reports(sources: list[str], out: Path, gradients: str | None = Non
                       method: str = "svi", seed: int = 0, as_json: bool = False,
                       show_progress: bool = True) -> list[ModelFit]:
     """Fit each source (profile path or shipped model), write its page and an index."""
+    from perfmodel.report import fit_model, write_index, write_model_report
+
     fits, pages = [], []
     for source in track(sources, "fitting models", total=len(sources), enabled=show_progress):
         profile = resolve_profile(source)

@@ -6,14 +6,17 @@ import argparse
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from bayes_sched.cli._common import print_table, progress_bar
 from bayes_sched.errors import InputError
 from bayes_sched.policies import POLICIES, make_policy
-from bayes_sched.sim import SimConfig, read_workload, run_simulation, write_report
-from bayes_sched.sim.hidden import make_hidden
-from bayes_sched.sim.report import policy_rows, summary_rows
-from bayes_sched.sim.run import SimulationResult
+
+# The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
+# ``--help`` stays instant.
+if TYPE_CHECKING:
+    from bayes_sched.sim import SimConfig
+    from bayes_sched.sim.run import SimulationResult
 
 _TABLE_COLUMNS = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
                   "utilization", "ftf_mean", "restarts_per_job", "decision_median_ms",
@@ -67,6 +70,9 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
+    from bayes_sched.sim import SimConfig
+    from bayes_sched.sim.hidden import make_hidden
+
     if args.max_jobs is not None and args.max_jobs < 1:
         raise InputError(f"--max-jobs is {args.max_jobs}: expected at least 1")
     return SimConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
@@ -84,6 +90,9 @@ def _policy(name: str, avoid_interference: bool, restart_delay: float):  # noqa:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from bayes_sched.sim import read_workload, run_simulation, write_report
+    from bayes_sched.sim.report import summary_rows
+
     config = _config(args)
     workload = read_workload(args.workload)
     if args.max_jobs:
@@ -105,6 +114,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _run_one(task: tuple[str, str, SimConfig, int | None, bool]) -> SimulationResult:
+    from bayes_sched.sim import read_workload, run_simulation
+
     workload_name, policy_name, config, max_jobs, avoid = task
     workload = read_workload(workload_name)
     if max_jobs:
@@ -113,6 +124,9 @@ def _run_one(task: tuple[str, str, SimConfig, int | None, bool]) -> SimulationRe
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from bayes_sched.sim import read_workload, write_report
+    from bayes_sched.sim.report import policy_rows, summary_rows
+
     config = _config(args)
     for name in args.workloads:  # fail fast, before any process starts
         read_workload(name)

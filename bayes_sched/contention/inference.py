@@ -368,7 +368,7 @@ def run_nuts(
 QUANTILES: tuple[float, ...] = (0.05, 0.5, 0.95)
 
 
-def resource_utilisation(draws: dict[str, torch.Tensor], window: PreparedWindow) -> torch.Tensor:
+def resource_utilization(draws: dict[str, torch.Tensor], window: PreparedWindow) -> torch.Tensor:
     """``(S, T, N, R)`` load over capacity of every resource in ``topology.resources()`` order."""
     data = window.data
     return torch.cat(
@@ -385,7 +385,7 @@ def resource_utilisation(draws: dict[str, torch.Tensor], window: PreparedWindow)
 def summarise(window: PreparedWindow, draws: dict[str, torch.Tensor]) -> xr.Dataset:
     """Posterior summaries as a dataset (quantiles 5/50/95% along ``quantile``).
 
-    Variables: ``utilisation`` (quantile, time, node, resource), load over capacity, units "1";
+    Variables: ``utilization`` (quantile, time, node, resource), load over capacity, units "1";
     ``p_contended`` (node, resource), the probability that the resource runs at >= 90% of its
     capacity for at least half the window; ``capacity`` (resource) in byte/s (1 for SMs);
     denoised counters with intervals: ``pcie_rate`` (quantile, time, node, device) and
@@ -396,8 +396,8 @@ def summarise(window: PreparedWindow, draws: dict[str, torch.Tensor]) -> xr.Data
     topology = window.topology
     resources = topology.resources()
     q = torch.tensor(QUANTILES)
-    utilisation = resource_utilisation(draws, window)
-    saturated = (utilisation >= SATURATION).float().mean(1) >= SATURATED_SHARE
+    utilization = resource_utilization(draws, window)
+    saturated = (utilization >= SATURATION).float().mean(1) >= SATURATED_SHARE
     coords = {
         "quantile": list(QUANTILES),
         schema.TIME: window.time,
@@ -416,9 +416,9 @@ def summarise(window: PreparedWindow, draws: dict[str, torch.Tensor]) -> xr.Data
     data = window.data
     out = xr.Dataset(
         {
-            "utilisation": (
+            "utilization": (
                 ("quantile", schema.TIME, schema.NODE, "resource"),
-                quantiles(utilisation),
+                quantiles(utilization),
                 {"units": "1", "long_name": "load over capacity"},
             ),
             "p_contended": (
@@ -479,9 +479,9 @@ def summarise(window: PreparedWindow, draws: dict[str, torch.Tensor]) -> xr.Data
 def bottlenecks(posterior: xr.Dataset, limit: int = 10) -> list[dict[str, object]]:
     """The most likely contended resources, most probable first: one dict per (node, resource)."""
     p = posterior["p_contended"].values
-    median = posterior["utilisation"].sel(quantile=0.5).mean(schema.TIME).values
-    low = posterior["utilisation"].sel(quantile=0.05).mean(schema.TIME).values
-    high = posterior["utilisation"].sel(quantile=0.95).mean(schema.TIME).values
+    median = posterior["utilization"].sel(quantile=0.5).mean(schema.TIME).values
+    low = posterior["utilization"].sel(quantile=0.05).mean(schema.TIME).values
+    high = posterior["utilization"].sel(quantile=0.95).mean(schema.TIME).values
     order = np.lexsort((-median.ravel(), -p.ravel()))[:limit]
     rows = []
     for flat in order:
@@ -491,9 +491,9 @@ def bottlenecks(posterior: xr.Dataset, limit: int = 10) -> list[dict[str, object
                 "node": str(posterior[schema.NODE].values[n]),
                 "resource": str(posterior["resource"].values[r]),
                 "p_contended": float(p[n, r]),
-                "utilisation": float(median[n, r]),
-                "utilisation_low": float(low[n, r]),
-                "utilisation_high": float(high[n, r]),
+                "utilization": float(median[n, r]),
+                "utilization_lower_90": float(low[n, r]),
+                "utilization_upper_90": float(high[n, r]),
             }
         )
     return rows

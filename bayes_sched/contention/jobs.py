@@ -31,7 +31,7 @@ from pyro.infer import SVI, Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.optim import ClippedAdam
 
-from bayes_sched.contention.inference import PreparedWindow, resource_utilisation
+from bayes_sched.contention.inference import PreparedWindow, resource_utilization
 from bayes_sched.contention.model import BYTES_PER_UNIT
 from bayes_sched.contention.topology import RESOURCE_KINDS, TopologyError
 
@@ -93,15 +93,15 @@ def infer_jobs(
 
     ``step_time``: dims ``(time, job)`` in s on the window's time axis (NaN where missing).
     Returns one row per job: ``sensitivity_<kind>`` (log slowdown at saturation) with
-    ``_low``/``_high``, ``pcie_demand`` (byte/s) and ``sm_demand`` (fraction), medians over time.
+    ``_lower_90``/``_upper_90``, ``pcie_demand`` (byte/s) and ``sm_demand`` (fraction), medians over time.
     """
     missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
     if missing:
         raise TopologyError(f"jobs table: missing column(s) {', '.join(missing)}")
     node_index, resource_index = _job_resources(jobs, window)
-    utilisation = resource_utilisation(draws, window).median(0).values  # (T, N, R)
+    utilization = resource_utilization(draws, window).median(0).values  # (T, N, R)
     rows, columns = torch.tensor(node_index)[:, None], torch.tensor(resource_index)
-    pressure = torch.relu(utilisation[:, rows, columns] - PRESSURE_ONSET)
+    pressure = torch.relu(utilization[:, rows, columns] - PRESSURE_ONSET)
     pressure = (pressure / (1 - PRESSURE_ONSET)).float()  # (T, J, 4)
     steps = step_time.sel(job=jobs["job"].to_numpy()).transpose("time", "job").values
     log_slowdown = torch.tensor(
@@ -124,8 +124,8 @@ def infer_jobs(
     kinds = RESOURCE_KINDS
     for k, kind in enumerate(kinds):
         out[f"sensitivity_{kind}"] = quantiles[1][:, k].detach().numpy()
-        out[f"sensitivity_{kind}_low"] = quantiles[0][:, k].detach().numpy()
-        out[f"sensitivity_{kind}_high"] = quantiles[2][:, k].detach().numpy()
+        out[f"sensitivity_{kind}_lower_90"] = quantiles[0][:, k].detach().numpy()
+        out[f"sensitivity_{kind}_upper_90"] = quantiles[2][:, k].detach().numpy()
     sharing = jobs.groupby(["node", "gpu"])["job"].transform("count").to_numpy()
     gpu = jobs["gpu"].to_numpy(int)
     pcie = draws["pcie"].median(0).values.median(0).values.numpy()  # (N, G) GB/s

@@ -23,7 +23,7 @@ Architecture invariants from the topology tie the latents together:
 Observation models, one per counter class, noise learned per class (relative noise ``sigma``):
 
 - PCIe rate (tx + rx) ~ Normal(x, sigma_pcie x + floor);
-- GPU utilisation ~ Normal(u, sigma_util);
+- GPU utilization ~ Normal(u, sigma_util);
 - DRAM rate (read + write, multiplexed with running fraction f) ~
   Normal(dram, sigma_mux dram sqrt((1 - f) / f) + floor): noise grows as f falls;
 - NIC rate (rx + tx) ~ Normal(k, sigma_nic k + floor).
@@ -55,7 +55,7 @@ class ContentionData:
 
     Attributes:
         pcie: ``(T, N, G)`` PCIe traffic per GPU, GB/s.
-        util: ``(T, N, G)`` GPU utilisation, fraction.
+        util: ``(T, N, G)`` GPU utilization, fraction.
         dram: ``(T, N)`` host DRAM traffic (read + write), GB/s.
         running_fraction: ``(T, N)`` perf running fraction of the DRAM counters, in (0, 1].
         nic: ``(T, N)`` NIC traffic (rx + tx), GB/s.

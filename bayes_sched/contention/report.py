@@ -33,7 +33,7 @@ def _seconds(posterior: xr.Dataset) -> np.ndarray:
 def plot_resources(posterior: xr.Dataset, node: str, path: Path) -> Path:
     """Posterior load over capacity of every resource of ``node`` over time."""
     seconds = _seconds(posterior)
-    util = posterior["utilisation"].sel(node=node)
+    util = posterior["utilization"].sel(node=node)
     fig, ax = plt.subplots(figsize=(9, 4))
     for resource in posterior["resource"].values:
         series = util.sel(resource=resource)
@@ -141,8 +141,8 @@ def write_report(
     for row in rows:
         lines.append(
             f"| {row['node']} | {row['resource']} | {row['p_contended']:.2f} | "
-            f"{row['utilisation']:.2f} | {row['utilisation_low']:.2f} - "
-            f"{row['utilisation_high']:.2f} |"
+            f"{row['utilization']:.2f} | {row['utilization_lower_90']:.2f} - "
+            f"{row['utilization_upper_90']:.2f} |"
         )
     lines += ["", "## Posterior load per resource", ""]
     written: list[tuple[Path, Path]] = []
@@ -186,8 +186,8 @@ def _job_lines(jobs: pd.DataFrame, limit: int = 15) -> list[str]:
     for index in worst.sort_values(ascending=False).index[:limit]:
         row = jobs.loc[index]
         cells = [
-            f"{row[f'sensitivity_{k}']:.2f} ({row[f'sensitivity_{k}_low']:.2f}-"
-            f"{row[f'sensitivity_{k}_high']:.2f})"
+            f"{row[f'sensitivity_{k}']:.2f} ({row[f'sensitivity_{k}_lower_90']:.2f}-"
+            f"{row[f'sensitivity_{k}_upper_90']:.2f})"
             for k in kinds
         ]
         lines.append(f"| {row['job']} | {row['node']} | {row['gpu']} | " + " | ".join(cells) + " |")

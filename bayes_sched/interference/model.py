@@ -329,8 +329,8 @@ class InterferenceModel:
             {
                 "job": list(jobs),
                 "speed_median": median,
-                f"speed_low_{level:g}": low,
-                f"speed_high_{level:g}": high,
+                f"speed_lower_{100 * level:g}": low,
+                f"speed_upper_{100 * level:g}": high,
                 "slowdown_median": 1.0 / np.clip(median, 1e-3, None),
                 "cold_start": prediction.cold_start,
             }
