@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bayes_sched.cli.collect",
     "bayes_sched.cli.simulate",
     "bayes_sched.cli.infer",
+    "bayes_sched.cli.listing",
 )
 
 
