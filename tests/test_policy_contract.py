@@ -36,7 +36,9 @@ def _view(cluster: ClusterState, name: str, replicas: int = 1, batch: int = 256,
 
 
 def _decide(name: str, cluster: ClusterState, jobs: list[JobView]) -> dict[str, np.ndarray]:
-    policy = make_policy(name)
+    # A short genetic search where a policy has one: the contract is validity, not quality.
+    quick = {"ga": {"population": 16, "generations": 8}} if "ga" in POLICIES.options(name) else {}
+    policy = make_policy(name, **quick)
     decision = policy.decide(cluster, jobs)
     # validate_allocations raises on an unknown job, a wrong shape or an oversubscribed node.
     valid = validate_allocations(decision, cluster, [job.name for job in jobs])
