@@ -284,7 +284,7 @@ class BayesOptPolicy:
         if self.node_topology is not None and self.node_topology.num_gpus != cluster.gpus_per_node:
             raise InputError(f"policy 'bo': node_topology holds {self.node_topology.num_gpus} "
                              f"GPUs, the cluster's nodes {cluster.gpus_per_node}: expected a "
-                             "topology that fits the nodes", column="node_topology")
+                             "topology that fits the nodes")
         if not jobs:
             return {}
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
