@@ -1,7 +1,8 @@
 """The cluster behind the scheduling loop: an interface a simulator and a real cluster both meet.
 
 An *allocation* maps a job name to the GPUs it holds on each node, an integer array of shape
-``(num_nodes,)``; jobs left out hold nothing.
+``(num_nodes,)``; jobs left out hold nothing. The nodes, their GPU types and topologies are data
+(:mod:`bayes_sched.cluster_spec`); :class:`ClusterState` is what a policy sees of them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError
 from bayes_sched.jobs import JobView
 
@@ -21,30 +24,86 @@ if TYPE_CHECKING:
 Allocations = dict[str, np.ndarray]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ClusterState:
-    """What a policy sees of the cluster: its shape and the time.
+    """What a policy sees of the cluster: its nodes (GPU type, GPU count, topology), restart
+    delays, the round interval, the time and the counters; read-only.
+
+    Build it from a spec, ``ClusterState(spec=spec, now=600.0)``, or for a homogeneous cluster of
+    the default type (:meth:`ClusterSpec.homogeneous`) as ``ClusterState(num_nodes, gpus_per_node,
+    now)``.
 
     Attributes:
-        num_nodes: nodes in the cluster.
-        gpus_per_node: GPUs on each node.
+        spec: the nodes, restart delays and round interval (:class:`ClusterSpec`).
         now: seconds since the start.
         counters: the counters the cluster collected over its last rounds (a counters dataset,
             :mod:`counters.schema`), ``None`` where none are collected.
     """
 
-    num_nodes: int
-    gpus_per_node: int
+    spec: ClusterSpec
     now: float
     counters: xr.Dataset | None = field(default=None, compare=False, repr=False)
 
+    def __init__(self, num_nodes: int | None = None, gpus_per_node: int | None = None,
+                 now: float = 0.0, counters: xr.Dataset | None = None, *,
+                 spec: ClusterSpec | None = None) -> None:
+        if spec is None:
+            if num_nodes is None or gpus_per_node is None:
+                raise TypeError("ClusterState needs spec= or num_nodes and gpus_per_node")
+            spec = ClusterSpec.homogeneous(num_nodes, gpus_per_node)
+        elif (num_nodes is not None and num_nodes != spec.num_nodes) or (
+                gpus_per_node is not None and gpus_per_node != spec.gpus_per_node):
+            raise TypeError(f"ClusterState: num_nodes={num_nodes}, gpus_per_node={gpus_per_node} "
+                            f"contradict the spec {spec.describe()}")
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "now", float(now))
+        object.__setattr__(self, "counters", counters)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.spec.num_nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs on each node; raises :class:`InputError` when nodes differ (see
+        :attr:`ClusterSpec.gpus_per_node`); :meth:`capacity` holds for every cluster."""
+        return self.spec.gpus_per_node
+
     @property
     def total_gpus(self) -> int:
-        return self.num_nodes * self.gpus_per_node
+        return self.spec.total_gpus
 
     def capacity(self) -> np.ndarray:
         """GPUs per node, shape ``(num_nodes,)``."""
-        return np.full(self.num_nodes, self.gpus_per_node, dtype=np.int64)
+        return self.spec.capacity()
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """GPU type of each node, shape ``(num_nodes,)``."""
+        return self.spec.gpu_types
+
+    def gpus_of_type(self, name: str) -> int:
+        """GPUs of type ``name`` in the cluster."""
+        return self.spec.gpus_of_type(name)
+
+    @property
+    def topology(self) -> NodeTopology:
+        """The topology every node shares (raises :class:`InputError` when nodes differ)."""
+        return self.spec.topology
+
+    @property
+    def restart_delay(self) -> float:
+        """Seconds a restarted job loses where its application's delay is not known."""
+        return self.spec.restart_delay
+
+    def restart_delay_of(self, application: str) -> float:
+        """Seconds a restarted job of ``application`` loses."""
+        return self.spec.restart_delay_of(application)
+
+    @property
+    def round_interval(self) -> float:
+        """Seconds per scheduling round."""
+        return self.spec.round_interval
 
 
 class Cluster(Protocol):
@@ -100,11 +159,12 @@ def validate_allocations(allocations: Mapping[str, np.ndarray], state: ClusterSt
         if ints.any():
             result[name] = ints
             used += ints
-    over = np.flatnonzero(used > state.gpus_per_node)
+    capacity = state.capacity()
+    over = np.flatnonzero(used > capacity)
     if over.size:
         node = int(over[0])
         raise AllocationError(f"decision oversubscribes node {node}: {int(used[node])} GPUs "
-                              f"allocated, it has {state.gpus_per_node}")
+                              f"allocated, it has {int(capacity[node])}")
     return result
 
 

@@ -40,6 +40,8 @@ COMMANDS: dict[str, Command] = {
     "compare": Command("bayes_sched.cli.simulate",
                        "simulate policies x workloads and write one report"),
     "infer": Command("bayes_sched.cli.infer", "Bayesian inference: contention, interference"),
+    "list": Command("bayes_sched.cli.listing",
+                    "list policies, hidden laws or GPU types with their options"),
 }
 
 

@@ -11,6 +11,7 @@ import argparse
 
 from bayes_sched.cli._common import print_table, progress_bar, stderr
 from bayes_sched.cli.report import prepare_out_dir, write_fit_reports
+from bayes_sched.policies import POLICIES
 from perfmodel.datasets import POLLUX_MODELS
 
 DEMO_POLICIES = ("pollux", "tiresias")
@@ -28,10 +29,10 @@ def _demo(args: argparse.Namespace) -> int:
     if args.max_jobs:
         workload = workload.head(args.max_jobs)
     stderr.print(f"[2/2] simulating {workload.name} ({len(workload)} jobs, 64 GPUs) with "
-                 f"{' and '.join(DEMO_POLICIES)}")
+                 f"{' and '.join(args.policies)}")
     results = []
     with progress_bar() as progress:
-        for policy in DEMO_POLICIES:
+        for policy in args.policies:
             task = progress.add_task(f"{policy}: jobs finished", total=len(workload))
 
             def on_round(cluster, task=task) -> None:  # noqa: ANN001
@@ -43,7 +44,7 @@ def _demo(args: argparse.Namespace) -> int:
     keep = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
             "utilization")
     print_table([{k: row[k] for k in keep} for row in summary_rows(results)],
-                title=f"{workload.name}: Pollux vs Tiresias (JCT in seconds)", as_json=args.json)
+                title=f"{workload.name}: {' vs '.join(args.policies)} (JCT in seconds)", as_json=args.json)
     stderr.print(f"reports: {out / 'models' / 'index.md'} and {report}")
     return 0
 
@@ -59,6 +60,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="shipped workload or CSV to simulate (default: workload-6)")
     parser.add_argument("--max-jobs", type=int, default=None,
                         help="simulate only the first N jobs (a quicker demo)")
+    parser.add_argument("--policies", nargs="+", default=list(DEMO_POLICIES),
+                        choices=list(POLICIES), metavar="POLICY",
+                        help=f"policies to simulate, of {', '.join(POLICIES)} (default: "
+                             f"{' '.join(DEMO_POLICIES)})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.set_defaults(handler=_demo)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import tomllib
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import print_table, progress_bar
+from bayes_sched.cluster_spec import ClusterSpec, cluster_spec_from_dict, load_cluster_spec
 from bayes_sched.errors import InputError
 from bayes_sched.policies import POLICIES, make_policy
+from bayes_sched.registry import parse_assignments
 
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
 # ``--help`` stays instant.
@@ -29,7 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Simulate a workload (a CSV or a shipped name such as workload-6 or "
                     "workloads-2.0/workload-3) under a policy and print its summary.")
     simulate.add_argument("--workload", required=True, help="workload CSV or shipped name")
-    simulate.add_argument("--policy", default="pollux", choices=sorted(POLICIES))
+    simulate.add_argument("--policy", default="pollux", choices=list(POLICIES),
+                          help="scheduling policy (default pollux; `bayes-sched list policies` "
+                               "shows their options)")
     _cluster_options(simulate)
     simulate.add_argument("--out", help="write the report (tables, timeline, plots) here")
     simulate.set_defaults(handler=_simulate)
@@ -39,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run every policy on every workload (in parallel processes) and write one "
                     "report: summary tables, per-job outcomes, timelines and plots.")
     compare.add_argument("--policies", nargs="+", default=["pollux", "tiresias", "optimus", "fifo"],
-                         choices=sorted(POLICIES), metavar="POLICY")
+                         choices=list(POLICIES), metavar="POLICY",
+                         help=f"policies to run, of {', '.join(POLICIES)}")
     compare.add_argument("--workloads", nargs="+",
                          default=[f"workload-{i}" for i in range(1, 9)], metavar="WORKLOAD")
     _cluster_options(compare)
@@ -50,43 +58,146 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", type=int, default=16, help="nodes (default 16)")
-    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4)")
-    parser.add_argument("--interval", type=float, default=60.0,
-                        help="seconds per scheduling round (default 60)")
-    parser.add_argument("--restart-delay", type=float, default=30.0,
-                        help="seconds lost per restart (default 30)")
+    parser.add_argument("--cluster", metavar="SPEC",
+                        help="the cluster: a short spec such as 16x4:t4 (16 nodes of 4 T4 GPUs) "
+                             "or v100:36 (nodes of 4), or a TOML/JSON file (see the README); "
+                             "default 16x4:t4, the artifact's")
+    parser.add_argument("--nodes", type=int, help="nodes of a homogeneous cluster (default 16)")
+    parser.add_argument("--gpus-per-node", type=int,
+                        help="GPUs per node of a homogeneous cluster (default 4)")
+    parser.add_argument("--interval", type=float,
+                        help="seconds per scheduling round (default: the cluster spec's, 60)")
+    parser.add_argument("--restart-delay", type=float,
+                        help="seconds lost per restart, every application (default: the cluster "
+                             "spec's, 30)")
     parser.add_argument("--interference", type=float, default=0.0,
                         help="slowdown of distributed jobs sharing a node, in [0, 1) (default 0)")
-    parser.add_argument("--hidden", choices=("none", "contention", "gavel"), default="none",
-                        help="hidden interference no policy sees: the contention generator's "
-                             "max-min law (emits counters) or one built from Gavel's measured "
-                             "pairs (default none)")
+    # The laws' module loads the simulator, so --help names the listing instead of the laws.
+    parser.add_argument("--hidden", default=None, metavar="LAW",
+                        help="hidden interference no policy sees (default none); "
+                             "`bayes-sched list hidden` lists the laws and their options")
+    parser.add_argument("--hidden-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of the hidden law (repeatable), e.g. demand_spread=0.3")
+    parser.add_argument("--policy-opt", action="append", default=[], metavar="[POLICY:]KEY=VALUE",
+                        help="a policy option (repeatable; values as in TOML, dotted keys into "
+                             "tables), e.g. p=-0.5 or pollux:ga.population=24; without POLICY: "
+                             "for every policy run")
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML file of settings: cluster (a spec string or table), "
+                             "[policy.NAME] and [hidden.NAME] option tables; flags win")
     parser.add_argument("--max-jobs", type=int, help="only the first N jobs of each workload")
     parser.add_argument("--no-avoid-interference", action="store_true",
-                        help="Pollux may put several distributed jobs on one node")
+                        help="set avoid_interference = false for the policies that have it "
+                             "(Pollux may put several distributed jobs on one node)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+#: Top-level keys of a --config file.
+_CONFIG_KEYS = ("cluster", "policy", "hidden")
+
+
+def _read_config(path: str | None) -> dict[str, Any]:
+    """The --config TOML file as a table (empty without one)."""
+    if path is None:
+        return {}
+    file = Path(path)
+    try:
+        raw = tomllib.loads(file.read_text())
+    except OSError as error:
+        raise InputError(f"--config: cannot read it ({error.strerror})", file) from None
+    except tomllib.TOMLDecodeError as error:
+        raise InputError(f"--config: not TOML ({error})", file) from None
+    for key, value in raw.items():
+        if key not in _CONFIG_KEYS:
+            raise InputError(f"--config: unknown key; expected {', '.join(_CONFIG_KEYS)}", file,
+                             column=key)
+        if key != "cluster" and not (isinstance(value, dict)
+                                     and all(isinstance(v, dict) for v in value.values())):
+            raise InputError(f"--config: expected [{key}.NAME] tables of options", file,
+                             column=key)
+    return raw
+
+
+def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any]) -> ClusterSpec:
+    shape = args.nodes is not None or args.gpus_per_node is not None
+    if args.cluster is not None and shape:
+        raise InputError("--nodes/--gpus-per-node given with --cluster: expected one or the "
+                         "other")
+    for flag, value in (("--nodes", args.nodes), ("--gpus-per-node", args.gpus_per_node)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} is {value}: expected at least 1")
+    if args.cluster is not None:
+        return load_cluster_spec(args.cluster)
+    if shape or "cluster" not in config:
+        return ClusterSpec.homogeneous(16 if args.nodes is None else args.nodes,
+                                       4 if args.gpus_per_node is None else args.gpus_per_node)
+    raw = config["cluster"]
+    source = f"{args.config} [cluster]"
+    if isinstance(raw, str):
+        return cluster_spec_from_dict({"nodes": raw}, source)
+    return cluster_spec_from_dict(raw, source)
+
+
 def _config(args: argparse.Namespace) -> SimConfig:
     from bayes_sched.sim import SimConfig
-    from bayes_sched.sim.hidden import make_hidden
+    from bayes_sched.sim.hidden import HIDDEN_LAWS, make_hidden
 
     if args.max_jobs is not None and args.max_jobs < 1:
         raise InputError(f"--max-jobs is {args.max_jobs}: expected at least 1")
-    return SimConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                     interval=args.interval, restart_delay=args.restart_delay,
-                     interference=args.interference, hidden=make_hidden(args.hidden))
+    settings = _read_config(args.config)
+    cluster = _cluster_spec(args, settings)
+    tables = settings.get("hidden", {})
+    if args.hidden is None and len(tables) > 1:
+        raise InputError(f"--config: {len(tables)} [hidden.NAME] tables and no --hidden: "
+                         "expected one, or --hidden to choose", args.config)
+    name = args.hidden or next(iter(tables), "none")
+    if args.hidden is not None and args.hidden not in HIDDEN_LAWS:
+        raise InputError(f"--hidden {args.hidden}: unknown hidden law; expected one of "
+                         f"{', '.join(HIDDEN_LAWS)}")
+    options = dict(tables.get(name, {}))
+    options.update(parse_assignments(args.hidden_opt, "--hidden-opt"))
+    where = "--hidden-opt" if args.hidden_opt or not tables else f"--config {args.config}"
+    hidden = make_hidden(name, cluster=cluster, where=where, **options)
+    return SimConfig(cluster=cluster, interval=args.interval, restart_delay=args.restart_delay,
+                     interference=args.interference, hidden=hidden)
 
 
-def _policy(name: str, avoid_interference: bool, restart_delay: float):  # noqa: ANN202
-    policy = make_policy(name)
-    if hasattr(policy, "avoid_interference"):
-        policy.avoid_interference = avoid_interference
-    if hasattr(policy, "restart_delay"):
-        policy.restart_delay = restart_delay
-    return policy
+def _policy_options(args: argparse.Namespace, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Checked options per policy: the --config tables, then --policy-opt, then
+    --no-avoid-interference."""
+    settings = _read_config(args.config).get("policy", {})
+    unknown = sorted(set(settings) - set(POLICIES))
+    if unknown:
+        raise InputError(f"--config: unknown policy [policy.{unknown[0]}]; expected one of "
+                         f"{', '.join(POLICIES)}", args.config)
+    raw: dict[str, dict[str, Any]] = {name: dict(settings.get(name, {})) for name in names}
+    for item in args.policy_opt:
+        prefix, colon, rest = item.partition(":")
+        targets = names
+        if colon and "=" not in prefix:
+            if prefix not in POLICIES:
+                raise InputError(f"--policy-opt {item!r}: unknown policy '{prefix}'; expected "
+                                 f"one of {', '.join(POLICIES)}")
+            targets, item = [prefix] if prefix in names else [], rest
+            # A policy not run here still gets its options checked (a typo is not ignored).
+            POLICIES.parse(prefix, [item], "--policy-opt")
+        for name in targets:
+            _merge(raw[name], parse_assignments([item], "--policy-opt"))
+    if args.no_avoid_interference:
+        for name in names:
+            if "avoid_interference" in POLICIES.options(name):
+                raw[name]["avoid_interference"] = False
+    where = "--policy-opt" if args.policy_opt or not settings else f"--config {args.config}"
+    return {name: POLICIES.check(name, raw[name], where) for name in names}
+
+
+def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -97,7 +208,8 @@ def _simulate(args: argparse.Namespace) -> int:
     workload = read_workload(args.workload)
     if args.max_jobs:
         workload = workload.head(args.max_jobs)
-    policy = _policy(args.policy, not args.no_avoid_interference, config.restart_delay)
+    options = _policy_options(args, [args.policy])[args.policy]
+    policy = make_policy(args.policy, **options)
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
         task = progress.add_task(f"{policy.name} on {workload.name}: jobs finished",
                                  total=len(workload))
@@ -113,14 +225,14 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(task: tuple[str, str, SimConfig, int | None, bool]) -> SimulationResult:
+def _run_one(task: tuple[str, str, dict[str, Any], SimConfig, int | None]) -> SimulationResult:
     from bayes_sched.sim import read_workload, run_simulation
 
-    workload_name, policy_name, config, max_jobs, avoid = task
+    workload_name, policy_name, options, config, max_jobs = task
     workload = read_workload(workload_name)
     if max_jobs:
         workload = workload.head(max_jobs)
-    return run_simulation(workload, _policy(policy_name, avoid, config.restart_delay), config)
+    return run_simulation(workload, make_policy(policy_name, **options), config)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -128,9 +240,10 @@ def _compare(args: argparse.Namespace) -> int:
     from bayes_sched.sim.report import policy_rows, summary_rows
 
     config = _config(args)
+    options = _policy_options(args, args.policies)
     for name in args.workloads:  # fail fast, before any process starts
         read_workload(name)
-    tasks = [(w, p, replace(config), args.max_jobs, not args.no_avoid_interference)
+    tasks = [(w, p, options[p], replace(config), args.max_jobs)
              for p in args.policies for w in args.workloads]
     # Longest first (Pollux), so the pool's tail is short.
     tasks.sort(key=lambda t: t[1] != "pollux")
@@ -147,7 +260,7 @@ def _compare(args: argparse.Namespace) -> int:
                 for future in as_completed(futures):
                     results.append(future.result())
                     progress.advance(bar)
-    order = {(p, w): i for i, (w, p, *_rest) in enumerate(
+    order = {(p, w): i for i, (w, p) in enumerate(
         (w, p) for p in args.policies for w in args.workloads)}
     results.sort(key=lambda r: order.get((r.policy, r.workload.split("-first")[0]), 0))
     report = write_report(results, args.out)

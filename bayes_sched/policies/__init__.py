@@ -1,16 +1,17 @@
-"""Scheduling policies: each a small module against :mod:`bayes_sched.policies.base`.
+"""Scheduling policies: each a small module against :mod:`bayes_sched.policies.base`, registered by
+name in :data:`POLICIES` with typed options (the constructor's keyword arguments).
 
-The policy classes are imported on first use (module ``__getattr__``), so listing the policy names
-(``bayes-sched simulate --help``) does not load torch, BoTorch or the search code.
+The policy classes are imported on first use (a registry entry names its class by path, and module
+``__getattr__`` serves the class names), so listing the policy names (``bayes-sched simulate
+--help``) does not load torch, BoTorch or the search code.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bayes_sched.errors import InputError
+from bayes_sched.registry import Registry
 
 if TYPE_CHECKING:
     from bayes_sched.policies.base import Policy
@@ -30,36 +31,23 @@ _EXPORTS: dict[str, str] = {
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
 }
 
-
-class _Factory:
-    """A policy class by name, imported when a policy is made."""
-
-    def __init__(self, class_name: str) -> None:
-        self.class_name = class_name
-
-    def __call__(self) -> Policy:
-        policy_class: Callable[[], Policy] = __getattr__(self.class_name)
-        return policy_class()
+#: Policy name -> factory of a fresh policy (policies keep state across rounds); a read-only
+#: mapping whose :meth:`~bayes_sched.registry.Registry.options` lists each policy's typed options.
+POLICIES: Registry[Policy] = Registry("policy")
+for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy"),
+                      ("optimus", "OptimusPolicy"), ("fifo", "FifoPolicy"),
+                      ("bo", "BayesOptPolicy")):
+    POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
-#: Policy name -> factory of a fresh policy (policies keep state across rounds).
-POLICIES: dict[str, Callable[[], Policy]] = {
-    "pollux": _Factory("PolluxPolicy"),
-    "tiresias": _Factory("TiresiasPolicy"),
-    "optimus": _Factory("OptimusPolicy"),
-    "fifo": _Factory("FifoPolicy"),
-    "bo": _Factory("BayesOptPolicy"),
-}
+def make_policy(name: str, /, **options: Any) -> Policy:
+    """A fresh policy by name with typed options, e.g. ``make_policy("pollux", p=-0.5)``.
 
-
-def make_policy(name: str) -> Policy:
-    """A fresh policy by name; raises :class:`InputError` for an unknown one."""
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        raise InputError(
-            f"unknown policy '{name}': expected one of {', '.join(POLICIES)}") from None
-    return factory()
+    Raises:
+        InputError: an unknown policy, an option it does not take, or a value of the wrong type
+            (one line naming the option and the expected type).
+    """
+    return POLICIES.make(name, **options)
 
 
 def __getattr__(name: str) -> Any:

@@ -50,7 +50,7 @@ from linear_operator.utils.errors import NotPSDError
 
 from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
 from bayes_sched.contention.topology import NodeTopology
-from bayes_sched.errors import AllocationError
+from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.bo_contention import ContentionPrior
 from bayes_sched.policies.bo_pairs import PairPrior, PairResiduals
@@ -91,7 +91,6 @@ class BayesOptPolicy:
 
     Args:
         p: power-mean exponent of the cluster objective (Pollux's fairness knob).
-        restart_delay: seconds a re-allocated job loses.
         max_nodes_per_job, max_replicas_cap, ga: as for Pollux, but bo always runs the elitist search.
         pair_prior: the pair GP's kernel scales and prior mean (see
             :mod:`bayes_sched.policies.bo_pairs`).
@@ -105,8 +104,8 @@ class BayesOptPolicy:
             objective, below which that choice is kept.
         error_forget: per-observation weight decay of each job's model-error estimate.
         node_topology: the nodes' layout and capacities, for the contention posterior where the
-            cluster collects counters (default: two GPUs per PCIe switch, the topology module's
-            default capacities).
+            cluster collects counters (default: the cluster's own, :attr:`ClusterState.topology`;
+            one given must hold as many GPUs as the cluster's nodes).
         contention_every: rounds between fits of the contention network on the counters.
         seed: seeds the search and the draws.
     """
@@ -114,8 +113,7 @@ class BayesOptPolicy:
     name = "bo"
     uses_models = True
 
-    def __init__(self, p: float = -1.0, restart_delay: float = 30.0,
-                 max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
+    def __init__(self, p: float = -1.0, max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
                  ga: GAConfig = _DEFAULT_GA, pair_prior: PairPrior = _DEFAULT_PAIR_PRIOR,
                  residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
                  posterior_draws: int = 64, offer_avoiding: bool = True, min_gain: float = 0.01,
@@ -125,11 +123,11 @@ class BayesOptPolicy:
         # counterpart of NSGA-II's second objective, and its figures were measured so.
         ga = replace(ga, search="elitist")
         # Pollux's search and speedup tables, without its hard rule against co-location.
-        self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
+        self.pollux = PolluxPolicy(p=p, avoid_interference=False,
                                    max_nodes_per_job=max_nodes_per_job,
                                    max_replicas_cap=max_replicas_cap, ga=ga)
         # Pollux as the artifact runs it (its own population, same seed): the incumbent candidate.
-        self.avoiding = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=True,
+        self.avoiding = PolluxPolicy(p=p, avoid_interference=True,
                                      max_nodes_per_job=max_nodes_per_job,
                                      max_replicas_cap=max_replicas_cap,
                                      ga=ga) if offer_avoiding else None
@@ -150,16 +148,6 @@ class BayesOptPolicy:
         self.node_topology = node_topology
         self.contention_every = contention_every
         self.contention: ContentionPrior | None = None  # made when counters first appear
-
-    @property
-    def restart_delay(self) -> float:
-        return self.pollux.restart_delay
-
-    @restart_delay.setter
-    def restart_delay(self, value: float) -> None:
-        self.pollux.restart_delay = value
-        if self.avoiding is not None:
-            self.avoiding.restart_delay = value
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.pollux.job_settings(spec)
@@ -191,9 +179,7 @@ class BayesOptPolicy:
         if cluster.counters is None:
             return
         if self.contention is None:
-            topology = self.node_topology or NodeTopology(
-                gpus_per_switch=(2,) * max(cluster.gpus_per_node // 2, 1),
-                switch_numa=(0,) * max(cluster.gpus_per_node // 2, 1))
+            topology = self.node_topology or cluster.topology
             self.contention = ContentionPrior(topology, [], every=self.contention_every)
         if self._previous_time < cluster.now:
             self.contention.record_round(
@@ -242,7 +228,8 @@ class BayesOptPolicy:
                 continue
             if not job.allocation.any():
                 continue
-            if self._changed_at.get(job.name, -math.inf) + self.restart_delay > self._previous_time:
+            restart_delay = cluster.restart_delay_of(job.application)
+            if self._changed_at.get(job.name, -math.inf) + restart_delay > self._previous_time:
                 continue
             predicted = self._predicted_rate(job, job.allocation)
             rate = (job.progress - before[1]) / elapsed
@@ -294,6 +281,12 @@ class BayesOptPolicy:
     # --- the decision ----------------------------------------------------------------------------
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        if self.node_topology is not None and self.node_topology.num_gpus != cluster.gpus_per_node:
+            raise InputError(f"policy 'bo': node_topology holds {self.node_topology.num_gpus} "
+                             f"GPUs, the cluster's nodes {cluster.gpus_per_node}: expected a "
+                             "topology that fits the nodes")
+        if not jobs:
+            return {}
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         self._update_contention(cluster, jobs)
         self._observe(cluster, jobs)
@@ -304,7 +297,8 @@ class BayesOptPolicy:
         tables = pollux.speedup_tables(jobs, cluster, max_replicas)
         age = np.array([job.age for job in jobs])
         restarts = np.array([job.num_restarts for job in jobs])
-        penalty = np.maximum(age - restarts * pollux.restart_delay, 0.0) / (age + pollux.restart_delay)
+        delay = np.array([cluster.restart_delay_of(job.application) for job in jobs])
+        penalty = np.maximum(age - restarts * delay, 0.0) / (age + delay)
         applications = [job.application for job in jobs]
         app_index = self.pairs.application_index(applications)
         try:

@@ -6,8 +6,9 @@ GPUs on one node; a job with no fitted model yet is assumed to scale linearly. A
 allocation's fitness is the power mean (``p = -1`` by default: a harmonic mean, which favours
 fairness) of the speedups scaled by ``num_nodes / total GPUs``, each multiplied by the re-allocation
 penalty ``(T_j - R_j * delta) / (T_j + delta)`` when the job's allocation changes (``T_j`` its age,
-``R_j`` its restarts, ``delta`` the restart delay). A population-based genetic search maximises it,
-vectorised over the population with numpy and warm-started from the previous round's population.
+``R_j`` its restarts, ``delta`` the cluster's restart delay for its application). A population-based
+genetic search maximises it, vectorised over the population with numpy and warm-started from the
+previous round's population.
 
 The search is by default the artifact's NSGA-II (``GAConfig.search = "nsga2"``): two objectives,
 the fitness and the *cluster utility* (the jobs' summed speedups over the GPUs of the nodes in use),
@@ -86,7 +87,6 @@ class PolluxPolicy:
 
     Args:
         p: power-mean exponent of the fitness (more negative is fairer; 1 is the plain mean).
-        restart_delay: seconds a re-allocated job loses (the penalty's ``delta``).
         avoid_interference: allow at most one distributed job per node.
         max_nodes_per_job: most nodes one job may span.
         max_replicas_cap: most GPUs one job may get.
@@ -99,13 +99,11 @@ class PolluxPolicy:
     name = "pollux"
     uses_models = True  # the loop lets job agents refit before each decision
 
-    def __init__(self, p: float = -1.0, restart_delay: float = 30.0,
-                 avoid_interference: bool = True, max_nodes_per_job: int = 16,
+    def __init__(self, p: float = -1.0, avoid_interference: bool = True, max_nodes_per_job: int = 16,
                  max_replicas_cap: int = 64, ga: GAConfig = GAConfig(),
                  job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
                  speedup_tolerance: float = 0.02) -> None:
         self.p = p
-        self.restart_delay = restart_delay
         self.avoid_interference = avoid_interference
         self.max_nodes_per_job = max_nodes_per_job
         self.max_replicas_cap = max_replicas_cap
@@ -183,6 +181,8 @@ class PolluxPolicy:
     # --- the search ------------------------------------------------------------------------------
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        if not jobs:
+            return {}
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         names = [job.name for job in jobs]
         num_nodes = cluster.num_nodes
@@ -191,8 +191,8 @@ class PolluxPolicy:
         tables = self.speedup_tables(jobs, cluster, max_replicas)
         age = np.array([job.age for job in jobs])
         restarts = np.array([job.num_restarts for job in jobs])
-        penalty = (np.maximum(age - restarts * self.restart_delay, 0.0)
-                   / (age + self.restart_delay))
+        delay = np.array([cluster.restart_delay_of(job.application) for job in jobs])
+        penalty = np.maximum(age - restarts * delay, 0.0) / (age + delay)
         problem = _Problem(base, tables, max_replicas, penalty, cluster, self.p,
                            self.avoid_interference, min(self.max_nodes_per_job, num_nodes),
                            self.rng)

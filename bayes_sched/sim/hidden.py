@@ -23,6 +23,9 @@ Two laws:
 
 Which GPUs of a node a job holds is not part of an allocation (GPUs per node); both laws give the
 jobs on a node consecutive GPUs in job-name order, which decides who shares a PCIe switch.
+
+Laws are registered by name in :data:`HIDDEN_LAWS` with typed options (their fields); a law checks
+at the start that it fits the cluster (:meth:`HiddenInterference.check_cluster`).
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ import numpy as np
 import xarray as xr
 
 from bayes_sched.cluster import placement_of
+from bayes_sched.cluster_spec import DEFAULT_TOPOLOGY, ClusterSpec
 from bayes_sched.contention.generator import max_min_share
 from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import InputError
 from bayes_sched.interference.gavel import load_gavel_pairs
+from bayes_sched.registry import Registry
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application
 from counters import schema
 
@@ -63,11 +68,15 @@ class HiddenInterference(Protocol):
         """Fraction of progress each job loses this round, in ``[0, 1)``; absent means 0."""
         ...
 
+    def check_cluster(self, cluster: ClusterSpec) -> None:
+        """Raise :class:`InputError` (one line) if the law cannot model ``cluster``."""
+        ...
 
-#: The artifact's cluster (AWS g4dn.12xlarge: 4 T4 GPUs on PCIe 3.0, two per switch, one socket,
-#: 50 Gbit/s network). Capacities in byte/s.
-ARTIFACT_NODE = NodeTopology(gpus_per_switch=(2, 2), switch_numa=(0, 0),
-                             pcie_switch_capacity=12e9, dram_capacity=60e9, nic_capacity=6.25e9)
+
+#: The artifact's node (AWS g4dn.12xlarge: 4 T4 GPUs on PCIe 3.0, two per switch, one socket,
+#: 50 Gbit/s network), the cluster specs' default (one definition:
+#: :data:`bayes_sched.cluster_spec.DEFAULT_TOPOLOGY`).
+ARTIFACT_NODE = DEFAULT_TOPOLOGY
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,8 @@ class ContentionLaw:
     """The generator's law on the simulated cluster (see the module docstring).
 
     Args:
-        topology: each node's layout and capacities (default: the artifact's g4dn.12xlarge).
+        topology: each node's layout and capacities (default: the artifact's g4dn.12xlarge); it
+            must be every node's topology in the cluster it runs on.
         demand_spread: each application's demands are multiplied by a seeded log-normal factor of
             this spread per resource (hidden variation a policy has to learn, not read off).
         seed: seeds those factors.
@@ -147,10 +157,22 @@ class ContentionLaw:
     samples_per_round: int = 6
     noise: float = 0.05
     missing_fraction: float = 0.03
-    name: str = "contention"
-    _factors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _last_usage: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _totals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    name: str = field(default="contention", init=False)
+    _factors: dict[str, np.ndarray] = field(default_factory=dict, repr=False, init=False)
+    _last_usage: dict[str, np.ndarray] = field(default_factory=dict, repr=False, init=False)
+    _totals: dict[str, np.ndarray] = field(default_factory=dict, repr=False, init=False)
+
+    def check_cluster(self, cluster: ClusterSpec) -> None:
+        """Every node must have the law's topology (it computes on its GPU slots and switches)."""
+        for index, node in enumerate(cluster.nodes):
+            if node.topology != self.topology:
+                raise InputError(
+                    f"hidden law 'contention': node {index} ({node.num_gpus} {node.gpu_type} "
+                    f"GPUs, switches {list(node.topology.gpus_per_switch)}) does not have the "
+                    f"law's topology ({self.topology.num_gpus} GPUs, switches "
+                    f"{list(self.topology.gpus_per_switch)}, capacities "
+                    f"{self.topology.pcie_switch_capacity:g}/{self.topology.dram_capacity:g}/"
+                    f"{self.topology.nic_capacity:g} B/s): expected the cluster's own")
 
     def factors(self, application: str) -> np.ndarray:
         """The hidden demand multipliers ``(3,)`` of an application (pcie, dram, nic)."""
@@ -312,8 +334,11 @@ class GavelLaw:
 
     node_share_factor: float = 0.3
     gpu: str = "v100"
-    name: str = "gavel"
-    _speed: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+    name: str = field(default="gavel", init=False)
+    _speed: dict[tuple[str, str], float] = field(default_factory=dict, repr=False, init=False)
+
+    def check_cluster(self, cluster: ClusterSpec) -> None:
+        """Any cluster: the law works per node, whatever its GPUs (pairs measured on ``gpu``)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.node_share_factor <= 1:
@@ -354,12 +379,29 @@ class GavelLaw:
         return result
 
 
-def make_hidden(name: str, seed: int = 0) -> HiddenInterference | None:
-    """A hidden law by name: ``"none"``, ``"contention"`` or ``"gavel"``."""
-    if name == "none":
-        return None
-    if name == "contention":
-        return ContentionLaw(seed=seed)
-    if name == "gavel":
-        return GavelLaw()
-    raise InputError(f"unknown hidden interference '{name}': expected none, contention or gavel")
+def _no_interference() -> None:
+    """No hidden interference."""
+    return None
+
+
+#: Hidden interference laws by name (``"none"`` makes no law); options are the laws' fields.
+HIDDEN_LAWS: Registry[HiddenInterference | None] = Registry("hidden law")
+HIDDEN_LAWS.register("none", _no_interference)
+HIDDEN_LAWS.register("contention", ContentionLaw,
+                     "max-min shares of each node's PCIe switches, DRAM and NIC (emits counters)")
+HIDDEN_LAWS.register("gavel", GavelLaw, "node sharing from Gavel's measured GPU-sharing pairs")
+
+
+def make_hidden(name: str, /, cluster: ClusterSpec | None = None, where: str = "",
+                **options: object) -> HiddenInterference | None:
+    """A hidden law by name with typed options (``None`` for ``"none"``), e.g.
+    ``make_hidden("contention", seed=1)``.
+
+    ``cluster`` gives a law with a topology option the cluster's node topology unless
+    ``options`` set one. Raises :class:`InputError` for an unknown law, option or type
+    (``where`` prefixes the message: a flag or a file).
+    """
+    context: dict[str, object] = {}
+    if cluster is not None and name in HIDDEN_LAWS and "topology" in HIDDEN_LAWS.options(name):
+        context["topology"] = cluster.topology
+    return HIDDEN_LAWS.make(name, where=where, context=context, **options)

@@ -17,7 +17,7 @@ def job_table(cluster: SimulatedCluster) -> pd.DataFrame:
     the job's run time alone on the GPUs and batch its user asked for (``> 1``: slower than that).
     """
     rows = []
-    gpus = cluster.config.gpus_per_node
+    gpus = int(cluster.config.cluster.capacity().max())  # alone: packed on the largest nodes
     for job in cluster.jobs.values():
         spec = job.spec
         alone = job.app.standalone_runtime(spec.num_replicas, spec.batch_size, gpus)
@@ -67,7 +67,7 @@ def timeline_dataset(cluster: SimulatedCluster) -> xr.Dataset:
     time = np.array(cluster.timeline_time, dtype=np.float64)
     gpus = (np.stack(cluster.timeline_gpus) if cluster.timeline_gpus
             else np.zeros((0, len(names)), dtype=np.int64))
-    total = cluster.config.num_nodes * cluster.config.gpus_per_node
+    total = cluster.config.cluster.total_gpus
     return xr.Dataset(
         {
             "gpus": (("time", "job"), gpus.astype(np.int32),
@@ -82,6 +82,7 @@ def timeline_dataset(cluster: SimulatedCluster) -> xr.Dataset:
             "job": ("job", np.array(names, dtype=object)),
         },
         attrs={"num_nodes": cluster.config.num_nodes,
-               "gpus_per_node": cluster.config.gpus_per_node,
+               "gpus_per_node": int(cluster.config.cluster.capacity().max()),
+               "cluster": cluster.config.cluster.describe(),
                "interval_s": cluster.config.interval},
     )

@@ -31,6 +31,9 @@ from perfmodel.profiles import load_pollux_gradients, read_placements_csv, read_
 
 APPLICATION_NAMES: tuple[str, ...] = POLLUX_MODELS
 
+#: The GPU type the profiles were measured on (the artifact's AWS g4dn.12xlarge nodes).
+GPU_TYPE = "t4"
+
 #: Training length (epochs) and micro-batch limits the artifact used per application.
 _ARTIFACT_SETTINGS: dict[str, dict[str, int]] = {
     "bert": {"max_epochs": 2},

@@ -1,41 +1,44 @@
-"""The simulated cluster: N nodes x G GPUs running jobs with the artifact's physics.
+"""The simulated cluster: the nodes of a cluster spec running jobs with the artifact's physics.
 
 Time advances in scheduling rounds. Within a round each running job trains at the goodput its
 placement and batch give (:mod:`bayes_sched.sim.physics`), crossing epochs, re-tuning its batch at
 each epoch and round through its agent, and finishing when it reaches its target progress. A job
-that is started, moved or resized first pays ``restart_delay`` seconds (checkpoint and restart) on
-its new GPUs. With ``interference > 0``, a distributed job that shares a node with another
-distributed job runs that much slower. With a ``hidden`` law (:mod:`bayes_sched.sim.hidden`),
-co-located jobs also slow each other as that law says, and where the law models resources the
-cluster collects its counters, which policies see in :attr:`ClusterState.counters`.
+that is started, moved or resized first pays its application's restart delay (the cluster spec's; 30
+s by default: checkpoint and restart) on its new GPUs. With ``interference > 0``, a distributed job
+that shares a node with another distributed job runs that much slower. With a ``hidden`` law
+(:mod:`bayes_sched.sim.hidden`), co-located jobs also slow each other as that law says, and where
+the law models resources the cluster collects its counters, which policies see in
+:attr:`ClusterState.counters`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import xarray as xr
 
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
+from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
 from bayes_sched.sim.hidden import HiddenInterference, RunningJob
-from bayes_sched.sim.physics import Application, get_application
+from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
 from bayes_sched.sim.workload import Workload
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SimConfig:
-    """Simulation settings.
+    """Simulation settings: the cluster and how the simulation runs.
+
+    Build it from a cluster spec, ``SimConfig(cluster=parse_cluster_spec("16x4:t4"))``, or for a
+    homogeneous cluster of the physics' GPU type as ``SimConfig(num_nodes=16, gpus_per_node=4)``
+    (the default); ``interval`` and ``restart_delay``, where given, override the spec's.
 
     Attributes:
-        num_nodes: nodes in the cluster.
-        gpus_per_node: GPUs per node.
-        interval: seconds per scheduling round.
-        restart_delay: seconds a job spends checkpointing and restarting when its allocation
-            changes (the artifact: 30).
+        cluster: nodes (one GPU type: the physics', :data:`~bayes_sched.sim.physics.GPU_TYPE`),
+            restart delays (the artifact: 30 s) and the round interval (the artifact: 60 s).
         interference: fractional slowdown of distributed jobs sharing a node with another
             distributed job (the artifact's settings: 0, 0.25, 0.5).
         min_refit_interval: seconds between throughput refits of one job's agent; 0 (the
@@ -46,35 +49,79 @@ class SimConfig:
             refits on every new ``(nodes, replicas, m)``); by default only new shapes, and new
             micro-batches while fewer than two were seen, trigger a refit.
         max_time: give up after this many simulated seconds (jobs left unfinished are reported).
-        hidden: a hidden interference law (:mod:`bayes_sched.sim.hidden`), or ``None``.
+        hidden: a hidden interference law (:mod:`bayes_sched.sim.hidden`), or ``None``; it must
+            fit the cluster (:meth:`HiddenInterference.check_cluster`).
         counter_rounds: rounds of counters kept in the window policies see.
+
+    Raises:
+        InputError: a bad setting, a cluster the physics cannot simulate (another GPU type, or
+            several), or a hidden law that does not fit the cluster, naming the field.
     """
 
-    num_nodes: int = 16
-    gpus_per_node: int = 4
-    interval: float = 60.0
-    restart_delay: float = 30.0
-    interference: float = 0.0
-    min_refit_interval: float = 0.0
-    refit_on_new_bsz: bool = False
-    max_time: float = 30 * 24 * 3600.0
-    hidden: HiddenInterference | None = field(default=None, compare=False)
-    counter_rounds: int = 5
+    cluster: ClusterSpec
+    interference: float
+    min_refit_interval: float
+    refit_on_new_bsz: bool
+    max_time: float
+    hidden: HiddenInterference | None = field(compare=False)
+    counter_rounds: int
 
-    def __post_init__(self) -> None:
-        for name in ("num_nodes", "gpus_per_node"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} is {getattr(self, name)}: expected at least 1",
-                                 column=name)
-        if self.interval <= 0:
-            raise InputError(f"interval is {self.interval}: expected seconds > 0",
-                             column="interval")
-        if self.restart_delay < 0:
-            raise InputError(f"restart_delay is {self.restart_delay}: expected seconds >= 0",
-                             column="restart_delay")
-        if not 0 <= self.interference < 1:
-            raise InputError(f"interference is {self.interference}: expected a slowdown in "
+    def __init__(self, num_nodes: int | None = None, gpus_per_node: int | None = None,
+                 interval: float | None = None, restart_delay: float | None = None,
+                 interference: float = 0.0, min_refit_interval: float = 0.0,
+                 refit_on_new_bsz: bool = False, max_time: float = 30 * 24 * 3600.0,
+                 hidden: HiddenInterference | None = None, counter_rounds: int = 5, *,
+                 cluster: ClusterSpec | None = None) -> None:
+        if cluster is None:
+            cluster = ClusterSpec.homogeneous(16 if num_nodes is None else num_nodes,
+                                              4 if gpus_per_node is None else gpus_per_node,
+                                              GPU_TYPE)
+        elif num_nodes is not None or gpus_per_node is not None:
+            raise InputError("num_nodes/gpus_per_node given with a cluster spec: expected one "
+                             "or the other")
+        if interval is not None:
+            if interval <= 0:
+                raise InputError(f"interval is {interval}: expected seconds > 0",
+                                 column="interval")
+            cluster = replace(cluster, round_interval=float(interval))
+        if restart_delay is not None:
+            if restart_delay < 0:
+                raise InputError(f"restart_delay is {restart_delay}: expected seconds >= 0",
+                                 column="restart_delay")
+            cluster = replace(cluster, restart_delay=float(restart_delay))
+        if not 0 <= interference < 1:
+            raise InputError(f"interference is {interference}: expected a slowdown in "
                              "[0, 1)", column="interference")
+        if cluster.types != (GPU_TYPE,):
+            raise InputError(
+                f"cluster {cluster.describe()}: the simulator's physics (the Pollux profiles) "
+                f"was measured on {GPU_TYPE} GPUs only; expected a cluster of {GPU_TYPE} nodes")
+        if hidden is not None:
+            hidden.check_cluster(cluster)
+        for name, value in (("cluster", cluster), ("interference", interference),
+                            ("min_refit_interval", min_refit_interval),
+                            ("refit_on_new_bsz", refit_on_new_bsz), ("max_time", max_time),
+                            ("hidden", hidden), ("counter_rounds", counter_rounds)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.cluster.num_nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs on each node (raises :class:`InputError` when nodes differ)."""
+        return self.cluster.gpus_per_node
+
+    @property
+    def interval(self) -> float:
+        """Seconds per scheduling round."""
+        return self.cluster.round_interval
+
+    @property
+    def restart_delay(self) -> float:
+        """Seconds a restarted job loses where its application's delay is not known."""
+        return self.cluster.restart_delay
 
 
 class SimJob:
@@ -174,11 +221,11 @@ class SimulatedCluster:
         self.jobs: dict[str, SimJob] = {}
         for row, spec in enumerate(workload.jobs, start=2):
             app = get_application(spec.application)
-            if spec.num_replicas > config.num_nodes * config.gpus_per_node:
+            if spec.num_replicas > config.cluster.total_gpus:
                 raise InputError(
                     f"job '{spec.name}' asks for {spec.num_replicas} GPUs but the cluster has "
-                    f"{config.num_nodes * config.gpus_per_node} ({config.num_nodes} nodes x "
-                    f"{config.gpus_per_node}): expected a cluster that fits every job",
+                    f"{config.cluster.total_gpus} ({config.cluster.describe()}): expected a "
+                    "cluster that fits every job",
                     workload.source or None, row=row, column="num_replicas")
             settings = job_settings(spec) if job_settings else JobSettings(spec.batch_size)
             agent = JobAgent(spec.name, app.limits, settings, config.min_refit_interval,
@@ -201,8 +248,8 @@ class SimulatedCluster:
 
     @property
     def state(self) -> ClusterState:
-        return ClusterState(self.config.num_nodes, self.config.gpus_per_node, self._now,
-                            self._counter_window)
+        return ClusterState(spec=self.config.cluster, now=self._now,
+                            counters=self._counter_window)
 
     def job_views(self) -> list[JobView]:
         views = []
@@ -233,7 +280,8 @@ class SimulatedCluster:
             old = self._allocations.get(name, empty)
             counts = new.get(name, empty)
             if not np.array_equal(old, counts):
-                job.reallocate(counts, self._now, self.config.restart_delay)
+                job.reallocate(counts, self._now,
+                               self.config.cluster.restart_delay_of(job.spec.application))
         self._allocations = new
 
     def advance(self, seconds: float) -> None:

@@ -1,0 +1,315 @@
+"""Registries of named components (policies, hidden interference laws) with typed options.
+
+A component's options are its factory's keyword parameters, read from its signature and type hints,
+so a new constructor argument is a new option with no registry change. Options arrive as Python
+values (``make_policy("pollux", p=-0.5)``), as ``key=value`` strings from the command line
+(``--policy-opt p=-0.5``; values are TOML values, a bare word is a string; dotted keys reach into a
+dataclass option: ``ga.population=24``), or as a TOML table. Every value is checked against its
+type hint; an unknown option or a wrong type is one :class:`InputError` line naming the option
+and the expected type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from bayes_sched.errors import InputError
+
+T = TypeVar("T")
+
+_EMPTY = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class Option:
+    """One typed option of a component: its name, type hint and default (``Option.REQUIRED``
+    when it has none)."""
+
+    name: str
+    annotation: Any
+    default: Any
+
+    REQUIRED: typing.ClassVar[object] = _EMPTY
+
+    @property
+    def type_name(self) -> str:
+        return type_name(self.annotation)
+
+
+class Registry(Mapping[str, Callable[..., T]], Generic[T]):
+    """Named factories of one kind of component; a read-only mapping name -> factory.
+
+    Args:
+        kind: what the components are, for messages (``"policy"``).
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[..., T]] = {}
+        self._lazy: dict[str, str] = {}
+        self._order: list[str] = []
+        self._summaries: dict[str, str] = {}
+
+    def register(self, name: str, factory: Callable[..., T] | str, summary: str = "") -> None:
+        """Add ``factory`` under ``name``; its keyword parameters become its options.
+
+        ``factory`` may be a ``"module:attribute"`` path, imported when the component is first made
+        or its options are read, so that listing names (``--help``) loads no heavy module.
+        """
+        if name in self._factories or name in self._lazy:
+            raise ValueError(f"{self.kind} '{name}' is already registered")
+        self._order.append(name)
+        if isinstance(factory, str):
+            self._lazy[name] = factory
+            if summary:
+                self._summaries[name] = summary
+            return
+        self._add(name, factory, summary)
+
+    def _add(self, name: str, factory: Callable[..., T], summary: str = "") -> None:
+        factory_options(factory)  # type hints must resolve (options are checked against them)
+        self._factories[name] = factory
+        doc = inspect.getdoc(factory) or inspect.getdoc(inspect.getmodule(factory)) or ""
+        self._summaries[name] = summary or doc.split("\n\n")[0].replace("\n", " ").split(". ")[0]
+
+    def _factory(self, name: str) -> Callable[..., T]:
+        if name in self._lazy:
+            module, _, attribute = self._lazy.pop(name).partition(":")
+            self._add(name, getattr(importlib.import_module(module), attribute),
+                      self._summaries.get(name, ""))
+        return self._factories[name]
+
+    # --- Mapping -----------------------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> Callable[..., T]:
+        if name not in self._factories and name not in self._lazy:
+            raise KeyError(name)
+        return self._factory(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._order))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    # --- options -----------------------------------------------------------------------------
+
+    def summary(self, name: str) -> str:
+        known = self._known(name)
+        if known not in self._summaries:
+            self._factory(known)
+        return self._summaries[known]
+
+    def options(self, name: str) -> dict[str, Option]:
+        """The options of ``name`` in signature order."""
+        return factory_options(self._factory(self._known(name)))
+
+    def make(self, name: str, /, where: str = "", context: Mapping[str, Any] | None = None,
+             **options: Any) -> T:
+        """A fresh component ``name`` with ``options`` (checked and converted to their types).
+
+        ``context`` gives values the caller knows (a seed, the cluster's topology): each is passed
+        where the factory takes a parameter of that name and the options do not set it.
+        ``where`` prefixes error messages (a flag or file).
+        """
+        factory = self._factory(self._known(name, where))
+        accepted = factory_options(factory)
+        values = self.check(name, options, where)
+        for key, value in (context or {}).items():
+            if key in accepted and key not in values:
+                values[key] = value
+        try:
+            return factory(**values)
+        except InputError:
+            raise
+        except ValueError as error:
+            raise InputError(f"{_prefix(where)}{self.kind} '{name}': {error}") from None
+
+    def check(self, name: str, options: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+        """``options`` checked against the option types of ``name`` and converted to them."""
+        accepted = self.options(name)
+        out: dict[str, Any] = {}
+        for key, value in options.items():
+            label = f"{_prefix(where)}{self.kind} '{name}'"
+            if key not in accepted:
+                known = ", ".join(accepted) if accepted else "none"
+                raise InputError(f"{label} has no option '{key}'; its options: {known}",
+                                 column=None)
+            option = accepted[key]
+            out[key] = coerce(value, option.annotation, f"{label}: option {key}",
+                              option.default)
+        return out
+
+    def parse(self, name: str, items: Sequence[str], where: str = "") -> dict[str, Any]:
+        """``key=value`` strings (values as TOML values, dotted keys into dataclass options)
+        checked against the options of ``name``."""
+        return self.check(name, parse_assignments(items, where), where)
+
+    def _known(self, name: str, where: str = "") -> str:
+        if name not in self._factories and name not in self._lazy:
+            raise InputError(f"{_prefix(where)}unknown {self.kind} '{name}': expected one of "
+                             f"{', '.join(self)}")
+        return name
+
+
+def _prefix(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def factory_options(factory: Callable[..., Any]) -> dict[str, Option]:
+    """The keyword options of a class or function: name -> :class:`Option`, from its signature
+    and resolved type hints (parameters and fields starting with ``_`` are not options)."""
+    if isinstance(factory, type):
+        target: Any = factory if dataclasses.is_dataclass(factory) else vars(factory).get(
+            "__init__", factory)
+    else:
+        target = factory
+    try:
+        hints = typing.get_type_hints(target)
+    except NameError as error:  # a programming error: options would go unchecked
+        raise TypeError(f"cannot resolve the type hints of {factory!r}: {error}") from None
+    out: dict[str, Option] = {}
+    for parameter in inspect.signature(factory).parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) \
+                or parameter.name.startswith("_"):
+            continue
+        out[parameter.name] = Option(parameter.name, hints.get(parameter.name, Any),
+                                     parameter.default)
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as TOML reads it (``-1``, ``0.5``, ``true``, ``[1, 2]``,
+    ``{a = 1}``); anything else is the string itself."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_assignments(items: Sequence[str], where: str = "") -> dict[str, Any]:
+    """``["a=1", "ga.seed=2"]`` -> ``{"a": 1, "ga": {"seed": 2}}``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"{_prefix(where)}{item!r}: expected key=value")
+        *parents, leaf = key.split(".")
+        table = out
+        for part in parents:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise InputError(f"{_prefix(where)}{item!r}: '{part}' is set as a value and a "
+                                 "table")
+        table[leaf] = parse_value(text.strip())
+    return out
+
+
+def type_name(annotation: Any) -> str:
+    """A readable name of a type hint: ``float``, ``int or None``, ``sequence of float``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return "any value"
+    if annotation is type(None):
+        return "None"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in args)
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in args)
+    if origin in (tuple, list, Sequence) or annotation in (tuple, list):
+        return f"sequence of {type_name(args[0])}" if args else "sequence"
+    if origin in (dict, Mapping) or annotation in (dict,):
+        return f"table of {type_name(args[0])} = {type_name(args[1])}" if args else "table"
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        return f"{annotation.__name__} table"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def coerce(value: Any, annotation: Any, where: str, default: Any = _EMPTY) -> Any:
+    """``value`` converted to ``annotation``; raises :class:`InputError` naming ``where`` and the
+    expected type. A table for a dataclass option updates its default (or builds one)."""
+
+    def wrong() -> InputError:
+        return InputError(f"{where} is {value!r}: expected {type_name(annotation)}")
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() == "none"):
+            if type(None) in args:
+                return None
+            raise wrong()
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg, where, default)
+            except InputError:
+                continue
+        raise wrong()
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise wrong()
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise wrong()
+    if annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int(value)
+        raise wrong()
+    if annotation is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise wrong()
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        raise wrong()
+    if origin in (tuple, list, Sequence) or annotation in (tuple, list):
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise wrong()
+        item = args[0] if args else Any
+        items = [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+        return list(items) if origin is list else tuple(items)
+    if origin in (dict, Mapping) or annotation is dict:
+        if not isinstance(value, Mapping):
+            raise wrong()
+        key_type, value_type = args if args else (Any, Any)
+        return {coerce(k, key_type, f"{where} key"): coerce(v, value_type, f"{where}.{k}")
+                for k, v in value.items()}
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        if isinstance(value, annotation):
+            return value
+        if not isinstance(value, Mapping):
+            raise wrong()
+        fields = factory_options(annotation)
+        converted: dict[str, Any] = {}
+        for key, item in value.items():
+            if key not in fields:
+                raise InputError(f"{where} has no field '{key}'; its fields: "
+                                 f"{', '.join(fields)}")
+            converted[key] = coerce(item, fields[key].annotation, f"{where}.{key}",
+                                    fields[key].default)
+        try:
+            if isinstance(default, annotation):
+                return dataclasses.replace(default, **converted)
+            return annotation(**converted)
+        except (TypeError, ValueError) as error:
+            raise InputError(f"{where}: {error}") from None
+    if isinstance(annotation, type):
+        if isinstance(value, annotation):
+            return value
+        raise wrong()
+    return value
