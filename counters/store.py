@@ -380,6 +380,26 @@ def _trim_cut_short(part: Path) -> int:
     return max(lengths) - min(lengths)
 
 
+def _last_time(part: Path) -> np.datetime64 | None:
+    """The last sample time of a part, reading only its ``time`` array."""
+    import zarr
+
+    try:
+        micros = np.asarray(zarr.open_array(str(part / schema.TIME), mode="r",
+                                            zarr_format=ZARR_FORMAT)[-1:])
+        units = zarr.open_array(str(part / schema.TIME), mode="r",
+                                zarr_format=ZARR_FORMAT).attrs.get("units")
+        if units != schema.TIME_ENCODING["units"] or micros.dtype.kind != "i":
+            raise ValueError(f"time in {units!r} ({micros.dtype}), expected int64 "
+                             f"{schema.TIME_ENCODING['units']!r}")
+    except Exception:  # damaged or foreign-encoded: let xarray read it (or name the damage)
+        times = open_part(part)[schema.TIME].values
+        return times[-1] if times.size else None
+    if not micros.size:
+        return None
+    return np.datetime64(int(micros[0]), "us").astype("datetime64[ns]")
+
+
 def _leftovers(root: Path) -> list[Path]:
     """Hidden temporary and trash entries a commit or deletion cut short left behind."""
     return sorted(p for p in root.iterdir() if p.name.startswith(_HIDDEN_PREFIXES))
@@ -460,17 +480,16 @@ class StoreWriter:
             for part in superseded:
                 _discard(part.path)
                 self.notes.append(f"{part.path}: removed, a compaction had merged it already")
-            for part in committed:
-                trimmed = _trim_cut_short(part.path)
-                if trimmed:
-                    self.notes.append(f"{part.path}: dropped the last {trimmed} sample(s) of an "
-                                      "append cut short")
+            # Only the older in-place design could cut an append short, and only in its last
+            # part (``repair`` checks them all).
+            trimmed = _trim_cut_short(committed[-1].path) if committed else 0
+            if trimmed:
+                self.notes.append(f"{committed[-1].path}: dropped the last {trimmed} sample(s) "
+                                  "of an append cut short")
         except OSError as error:
             raise CountersError(f"{root}: cannot clean up ({_one_line(error)})") from None
-        for part in committed:
-            times = open_part(part.path)[schema.TIME].values  # damage: CountersError + hint
-            if times.size:
-                self._last_time = times[-1]
+        if committed:  # new samples must follow the newest part's (older parts: readers check)
+            self._last_time = _last_time(committed[-1].path)
         self._next_index = max([p.last + 1 for p in committed] + [i + 1 for i in journals] + [0])
         for index in sorted(journals):
             journal = journals[index]
