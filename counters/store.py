@@ -366,8 +366,11 @@ def _trim_cut_short(part: Path) -> int:
     import zarr
 
     try:
-        group: Any = zarr.open_group(str(part), mode="r+", zarr_format=2)
-        timed = [group[name] for name in group.array_keys()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr warns about entries damage made unreadable
+            group: Any = zarr.open_group(str(part), mode="r+", zarr_format=2)
+            names = list(group.array_keys())
+        timed = [group[name] for name in names
                  if list(group[name].attrs.get("_ARRAY_DIMENSIONS", [None]))[:1] == [schema.TIME]]
         lengths = [int(array.shape[0]) for array in timed]
         if not lengths or min(lengths) == max(lengths):
