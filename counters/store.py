@@ -58,7 +58,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numcodecs
 import numpy as np
@@ -77,7 +77,7 @@ from counters.journal import _sync_directory as sync_directory
 
 MARKER = "bayes-sched-store.json"
 PART_GLOB = "part-*.zarr"
-ZARR_FORMAT = 2
+ZARR_FORMAT: Literal[2] = 2
 DEFAULT_CHUNK_SAMPLES = 3600
 #: Zstandard level for values: about half the size of the Blosc-LZ4 default on counters, and
 #: level 9 gains nothing over 3 (experiments/bench_collectors.py).
@@ -388,10 +388,9 @@ def _last_time(part: Path) -> np.datetime64 | None:
     import zarr
 
     try:
-        micros = np.asarray(zarr.open_array(str(part / schema.TIME), mode="r",
-                                            zarr_format=ZARR_FORMAT)[-1:])
-        units = zarr.open_array(str(part / schema.TIME), mode="r",
-                                zarr_format=ZARR_FORMAT).attrs.get("units")
+        array = zarr.open_array(str(part / schema.TIME), mode="r", zarr_format=2)
+        micros = np.asarray(array[-1:])
+        units = array.attrs.get("units")
         if units != schema.TIME_ENCODING["units"] or micros.dtype.kind != "i":
             raise ValueError(f"time in {units!r} ({micros.dtype}), expected int64 "
                              f"{schema.TIME_ENCODING['units']!r}")
