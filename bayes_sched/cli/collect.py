@@ -96,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               f"at most every {MAX_FLUSH_SAMPLES} samples); every sample is "
                               "journalled to disk as it is taken whatever this is")
     collect.add_argument("--max-part-size", type=parse_size, default=parse_size("256M"),
-                         help="start a new store part past this size (default 256M)")
+                         help="merge small store parts only up to this size (default 256M)")
     collect.add_argument("--max-parts", type=int,
                          help="keep at most this many parts, deleting the oldest (default: all)")
     collect.add_argument("--pid", type=int, action="append", default=[],
