@@ -223,10 +223,9 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
 
 
 def _journal_dataset(journal: Path) -> xr.Dataset | None:
+    contents = read_journal(journal)  # CountersError naming the journal if unreadable
     try:
-        return read_journal(journal).to_dataset()
-    except CountersError:
-        raise
+        return contents.to_dataset()
     except Exception as error:  # a header naming counters the schema cannot build
         raise CountersError(f"{journal}: unreadable journal ({_one_line(error)}); "
                             f"{REPAIR_HINT}") from None
@@ -254,6 +253,25 @@ def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:
     Values are not scanned here (use :func:`counters.schema.validate` for that).
     """
     root = Path(path)
+    for attempt in range(3):
+        listing = _listing(root)
+        try:
+            return _open_store_once(root, lazy)
+        except CountersError:
+            # A writer committing or compacting meanwhile renames what was listed: read again.
+            if attempt == 2 or _listing(root) == listing:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _listing(root: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(root))
+    except OSError:
+        return []
+
+
+def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
     found = parts(root)
     datasets = [open_part(p, lazy=lazy) for p in found]
     for journal in pending_journals(root):
