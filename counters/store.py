@@ -216,10 +216,10 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
                               zarr_format=ZARR_FORMAT)
             if not lazy:
                 ds = ds.load()
+            return _with_masks(ds)  # fails on a variable damage left without a float dtype
     except Exception as error:  # zarr/xarray/numcodecs raise many types for a damaged directory
         raise CountersError(f"{part}: unreadable Zarr part ({_one_line(error)}); {REPAIR_HINT}"
                             ) from None
-    return _with_masks(ds)
 
 
 def _journal_dataset(journal: Path) -> xr.Dataset | None:
