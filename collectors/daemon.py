@@ -5,10 +5,13 @@ never drifts however long each sample takes; a sample that overruns makes the lo
 instants it missed (counted in ``skipped``) rather than bunch samples up. Each sample is stamped
 with the wall clock at the moment it was taken.
 
-Storage: samples go to a :class:`~collectors.buffer.SampleBuffer`; every ``flush_every`` samples
-the buffer is handed to a writer thread, so a slow disk never delays a sample. One batch waits for
-the disk at a time; while it does, the buffer (``2 x flush_every`` samples) keeps filling, and only
-when both are full are the oldest samples dropped (counted) -- memory stays bounded.
+Storage: each sample is journalled as it is taken (:meth:`counters.store.StoreWriter.log`: one
+``write`` of one record, synced within a second), so SIGKILL loses nothing journalled and a power
+loss at most the last second. Samples also go to a :class:`~collectors.buffer.SampleBuffer`;
+every ``flush_every`` samples the buffer is handed to a writer thread that commits it as a new
+store part (and drops its journal), so a slow disk never delays a sample. One batch waits for the
+disk at a time; while it does, the buffer (``2 x flush_every`` samples) keeps filling, and only
+when both are full are the oldest samples dropped from memory (counted; the journal keeps them).
 
 Stopping: :meth:`Collector.run` returns when ``stop`` is set -- :func:`install_signal_handlers`
 sets it on SIGTERM and SIGINT -- then flushes, so every sample taken before the signal is on disk.
@@ -56,6 +59,8 @@ class RunStats:
     skipped: int = 0
     dropped: int = 0
     flush_errors: list[str] = field(default_factory=list)
+    journal_errors: int = 0  # samples that could not be journalled
+    last_journal_error: str = ""
     source_errors: dict[str, int] = field(default_factory=dict)  # error -> times seen
     keep_latencies: int = 10_000
     _latencies: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -101,6 +106,7 @@ class Collector:
         self._attrs: dict[str, object] = {}
         # Writer thread state: at most one batch waits for the disk at any time.
         self._pending: xr.Dataset | None = None
+        self._pending_indices: tuple[int, int] | None = None  # its journal segments
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._closing = False
@@ -122,8 +128,6 @@ class Collector:
                 (device_counters if counter.per_device else node_counters).append(name)
         if device_counters and self.devices is None:
             raise CollectorError("per-device counters discovered without a device list")
-        self.buffer = SampleBuffer(self.node, node_counters, device_counters, self.devices,
-                                   capacity=2 * self.flush_every)
         unavailable = [f"{name}: {why}" for found in self.discoveries
                        for name, why in found.unavailable.items()]
         self._attrs = {
@@ -133,6 +137,10 @@ class Collector:
             "sources": ", ".join(f.source for f in self.discoveries),
             "unavailable": "\n".join(unavailable),
         }
+        self.buffer = SampleBuffer(self.node, node_counters, device_counters, self.devices,
+                                   capacity=2 * self.flush_every, attrs=self._attrs)
+        if self.writer is not None:
+            self.writer.journal_layout = self.buffer.layout
         return self.discoveries
 
     @property
@@ -154,7 +162,13 @@ class Collector:
             except Exception as error:  # one source failing must not stop the others
                 key = f"{source.name}: {type(error).__name__}: {error}"
                 self.stats.source_errors[key] = self.stats.source_errors.get(key, 0) + 1
-        self.buffer.add(stamp, values)
+        row = self.buffer.add(stamp, values)
+        if self.writer is not None:
+            try:
+                self.writer.log(row)
+            except CountersError as error:  # the disk refuses: the sample stays in memory
+                self.stats.journal_errors += 1
+                self.stats.last_journal_error = str(error)
         latency = time.perf_counter() - started
         self.stats.samples += 1
         self.stats.record_latency(latency)
@@ -183,7 +197,9 @@ class Collector:
         self.stats.dropped = self.buffer.dropped + self._writer_dropped
         if self.buffer.size and self.writer is None:
             self.buffer.clear()
-        elif self.buffer.size and self._pending is None:
+        elif self.buffer.size and self._pending is None and self.writer is not None:
+            # Indices first: the writer thread may see ``_pending`` as soon as it is set.
+            self._pending_indices = self.writer.seal()
             self._pending = self.buffer.to_dataset(self._attrs)
             self.buffer.clear()
             self._start_writer()
@@ -224,7 +240,7 @@ class Collector:
         batch = self._pending
         assert batch is not None and self.writer is not None
         try:
-            self.writer.append(batch)
+            self.writer.append(batch, indices=self._pending_indices)
         except (OSError, CountersError) as error:
             self.stats.flush_errors.append(str(error))
             # Keep the batch for the next try; past the buffer's size drop the oldest samples,
@@ -236,6 +252,7 @@ class Collector:
             return
         self.stats.flushed += batch.sizes["time"]
         self._pending = None
+        self._pending_indices = None
 
     def run(self, stop: threading.Event, duration_s: float | None = None,
             max_samples: int | None = None) -> RunStats:

@@ -216,9 +216,9 @@ def problems(ds: xr.Dataset, check_monotonic: bool = True, check_values: bool = 
         found.append("no data variables")
     for name in names:
         found.extend(_variable_problems(ds, name, check_values))
-    for name in ds.data_vars:
-        if is_mask(str(name)) and str(name)[: -len(MASK_SUFFIX)] not in ds.data_vars:
-            found.append(f"mask '{name}' has no value variable")
+    for variable in ds.data_vars:
+        if is_mask(str(variable)) and str(variable)[: -len(MASK_SUFFIX)] not in ds.data_vars:
+            found.append(f"mask '{variable}' has no value variable")
     if check_values and check_monotonic and not found:
         found.extend(backward_steps(ds))
     return found
@@ -255,7 +255,7 @@ def _variable_problems(ds: xr.Dataset, name: str, check_values: bool) -> list[st
         finite = np.isfinite(var.values)
         disagree = finite != ds[mask].values
         if disagree.any():
-            index = np.unravel_index(int(np.argmax(disagree)), disagree.shape)
+            index = [int(i) for i in np.unravel_index(int(np.argmax(disagree)), disagree.shape)]
             found.append(f"mask '{mask}' disagrees with the NaNs of '{name}' at "
                          f"{_where(ds, var.dims, index)}")
         if (np.isinf(var.values)).any():
@@ -290,7 +290,8 @@ def backward_steps(ds: xr.Dataset) -> list[str]:
             modulus = float(2 ** int(wrap_bits))
             backwards &= (steps + modulus) > modulus / 2
         if backwards.any():
-            index = np.unravel_index(int(np.argmax(backwards)), backwards.shape)
+            index = tuple(int(i) for i in np.unravel_index(int(np.argmax(backwards)),
+                                                           backwards.shape))
             dims = var.transpose(TIME, ...).dims
             where = _where(ds, dims, (index[0] + 1, *index[1:]))
             found.append(f"counter '{name}' goes backwards at {where}: from "

@@ -1,22 +1,44 @@
-"""On-disk counters store: Zarr parts appended along ``time``, rotated at a size cap, read lazily.
+"""On-disk counters store: immutable Zarr parts committed by rename, plus a write-ahead journal.
 
 Layout of a store directory::
 
     STORE/
-      bayes-sched-store.json   marker: {"schema": "bayes-sched-counters", "schema_version": 1, ...}
-      part-00000.zarr/         Zarr (format 2) group, one xarray dataset, appended along time
-      part-00001.zarr/         started when part-00000 reached ``max_part_bytes`` or the set of
-      ...                      variables/devices changed
+      bayes-sched-store.json      marker: {"schema": "bayes-sched-counters", "schema_version": 1}
+      part-00000.zarr/            one committed batch: a Zarr (format 2) xarray dataset, never
+      part-00001.zarr/            modified after its commit
+      part-00002-00013.zarr/      parts 2..13 merged by compaction (they are deleted afterwards)
+      journal-00014.bin           samples taken since the last commit, one framed record each
+                                  (:mod:`counters.journal`); becomes part-00014.zarr on commit
 
-Why Zarr with append rather than rotated netCDF: an append only adds chunk files and rewrites a few
-bytes of metadata per array, so samples already on disk are never rewritten, and an append cut
-short (power loss, SIGKILL) leaves arrays of unequal length that :class:`StoreWriter` trims back on
-reopening -- whereas an HDF5 file interrupted mid-write can be lost whole. Each part is a plain
-xarray Zarr dataset that opens lazily as dask arrays, so a long recording is read without loading
-it. Measured by ``experiments/bench_collectors.py`` (whole catalog, 8 GPUs, one node-hour): Zarr
-takes 2.5 MiB per node-hour against 4.3 MiB for HDF5 extended in place, but appends at about half
-the speed (~400 against ~830 samples/s in 300-sample batches, i.e. ~0.75 s of CPU per 5-minute
-flush, 0.25% of a core) -- zarr-python spends a few ms per array per append.
+Why this design. The collector must survive SIGKILL (the OOM killer) and power loss at any
+instant, lose at most the last second of samples, and never leave a store that cannot be read.
+
+* A *journal* gets every sample as one ``write`` of a CRC-framed record, ``fdatasync``-ed at most
+  every second. That is the cheapest way to make each sample durable within 1 s: a few hundred
+  bytes and no metadata per sample, where committing a Zarr append every second would rewrite
+  the metadata of every array (~100 files) and create one chunk file per array per second.
+* Every ``flush_every`` samples (5 minutes by default) the batch is *committed*: written as a new
+  Zarr part into a hidden temporary directory, fsync-ed, and renamed into place -- a rename is
+  atomic, so a part is either complete or absent. Only then is its journal segment deleted. A
+  committed part is never written again, so nothing committed can be damaged by a later crash.
+  (The previous design appended in place to one part and left arrays of unequal length, or an
+  unreadable part, when killed mid-append.)
+* Readers take the committed parts plus the valid records of the journal segments not yet
+  committed, in index order; a torn last record is ignored. Hidden ``.part-*.tmp`` and
+  ``.trash-*`` directories (a commit or deletion cut short) are never read.
+* One part per commit would make 288 parts (~30k files with the full catalog) a day, so the
+  writer *compacts*: when the newest ``compact_fanout`` (12) parts are of the same level (level
+  L spans ``fanout**L`` commits), they are merged into one part named by its index range,
+  committed the same way, and then deleted. A store holds at most ``fanout - 1`` parts per level
+  plus the parts that reached ``max_part_bytes``; each sample is rewritten once per level
+  (log base 12 of the commits). A merged part that exists next to the parts it covers (a crash
+  between the two steps) supersedes them: readers skip parts whose range another part contains.
+
+:func:`repair` removes what a crash or outside damage left (temporary directories, superseded
+parts, torn journal tails, unreadable parts, cut-short appends of the previous in-place design)
+and reports each thing it dropped. A :class:`StoreWriter` opening a store recovers a crashed
+run's journal segments into parts; it refuses (with :class:`CountersError`) to write into a store
+damaged by anything but a crash, naming the repair command.
 
 Masks are not written (they equal ``isfinite`` of the values) and are rebuilt, lazily, on reading.
 ``time`` is written as int64 microseconds since the epoch (:data:`counters.schema.TIME_ENCODING`):
@@ -27,11 +49,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
+import shutil
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numcodecs
 import numpy as np
@@ -40,27 +67,62 @@ from dask.callbacks import Callback
 
 from counters import schema
 from counters.errors import CountersError
+from counters.journal import (
+    DEFAULT_SYNC_INTERVAL_S,
+    JournalLayout,
+    JournalWriter,
+    read_journal,
+)
+from counters.journal import _sync_directory as sync_directory
 
 MARKER = "bayes-sched-store.json"
 PART_GLOB = "part-*.zarr"
-ZARR_FORMAT = 2
+ZARR_FORMAT: Literal[2] = 2
 DEFAULT_CHUNK_SAMPLES = 3600
 #: Zstandard level for values: about half the size of the Blosc-LZ4 default on counters, and
 #: level 9 gains nothing over 3 (experiments/bench_collectors.py).
 DEFAULT_COMPRESSION_LEVEL = 3
+#: Parts of one level merged into one part of the next level.
+DEFAULT_COMPACT_FANOUT = 12
+_PART_NAME = re.compile(r"^part-(\d+)(?:-(\d+))?\.zarr$")
+_JOURNAL_NAME = re.compile(r"^journal-(\d+)\.bin$")
+_HIDDEN_PREFIXES = (".part-", ".trash-")
+REPAIR_HINT = "run `bayes-sched counters repair STORE`"
 
 
-def _part_name(index: int) -> str:
-    return f"part-{index:05d}.zarr"
+def _one_line(error: BaseException) -> str:
+    detail = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    return f"{type(error).__name__}: {' '.join(str(detail).split())[:200]}"
+
+
+# -- what a store directory holds ------------------------------------------------------------
+@dataclass(frozen=True)
+class PartName:
+    """A committed part: its directory and the range of commit indices it holds."""
+
+    path: Path
+    first: int
+    last: int
+
+    def level(self, fanout: int) -> int:
+        """Compaction level: ``floor(log_fanout(commits spanned))``."""
+        return int(math.floor(math.log(self.last - self.first + 1) / math.log(fanout) + 1e-9))
+
+
+def part_name(first: int, last: int | None = None) -> str:
+    return f"part-{first:05d}.zarr" if last is None or last == first else \
+        f"part-{first:05d}-{last:05d}.zarr"
+
+
+def journal_name(index: int) -> str:
+    return f"journal-{index:05d}.bin"
 
 
 def is_store(path: str | Path) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
-def parts(path: str | Path) -> list[Path]:
-    """The parts of the store at ``path`` in time order; :class:`CountersError` if not a store."""
-    root = Path(path)
+def _check_marker(root: Path) -> None:
     if not root.exists():
         raise CountersError(f"{root}: no such counters store")
     if not is_store(root):
@@ -68,13 +130,63 @@ def parts(path: str | Path) -> list[Path]:
     try:
         marker = json.loads((root / MARKER).read_text())
     except (OSError, ValueError) as error:
-        raise CountersError(f"{root / MARKER}: unreadable store marker ({error})") from None
+        raise CountersError(f"{root / MARKER}: unreadable store marker ({_one_line(error)}); "
+                            f"{REPAIR_HINT}") from None
     if not isinstance(marker, dict) or marker.get("schema") != schema.SCHEMA_NAME:
         raise CountersError(f"{root / MARKER}: not a bayes-sched counters store marker")
     if marker.get("schema_version") != schema.SCHEMA_VERSION:
         raise CountersError(f"{root / MARKER}: schema_version {marker.get('schema_version')}, "
                             f"expected {schema.SCHEMA_VERSION}")
-    return sorted(root.glob(PART_GLOB))
+
+
+def _scan(root: Path) -> tuple[list[PartName], list[PartName], dict[int, Path]]:
+    """``(committed parts in order, superseded parts, journal segments by index)``."""
+    found: list[PartName] = []
+    journals: dict[int, Path] = {}
+    try:
+        entries = list(os.scandir(root))
+    except OSError as error:
+        raise CountersError(f"{root}: cannot list the store ({_one_line(error)})") from None
+    for entry in entries:
+        match = _PART_NAME.match(entry.name)
+        if match and entry.is_dir():
+            first = int(match.group(1))
+            last = int(match.group(2)) if match.group(2) is not None else first
+            if last >= first:
+                found.append(PartName(Path(entry.path), first, last))
+            continue
+        match = _JOURNAL_NAME.match(entry.name)
+        if match and entry.is_file():
+            journals[int(match.group(1))] = Path(entry.path)
+    found.sort(key=lambda p: (p.first, -p.last))
+    committed: list[PartName] = []
+    superseded: list[PartName] = []
+    for part in found:
+        if committed and part.first <= committed[-1].last:
+            superseded.append(part)  # inside a merged part (a compaction cut short)
+        else:
+            committed.append(part)
+    return committed, superseded, journals
+
+
+def _covered(index: int, committed: Sequence[PartName]) -> bool:
+    return any(p.first <= index <= p.last for p in committed)
+
+
+def parts(path: str | Path) -> list[Path]:
+    """The committed parts of the store at ``path`` in time order; :class:`CountersError` if not
+    a store."""
+    root = Path(path)
+    _check_marker(root)
+    return [p.path for p in _scan(root)[0]]
+
+
+def pending_journals(path: str | Path) -> list[Path]:
+    """Journal segments of the store whose samples are not in a committed part, in order."""
+    root = Path(path)
+    _check_marker(root)
+    committed, _, journals = _scan(root)
+    return [journals[i] for i in sorted(journals) if not _covered(i, committed)]
 
 
 def directory_bytes(path: str | Path) -> int:
@@ -89,47 +201,108 @@ def directory_bytes(path: str | Path) -> int:
     return total
 
 
+# -- reading -------------------------------------------------------------------------------
 def _with_masks(ds: xr.Dataset) -> xr.Dataset:
     masks = {schema.mask_name(n): np.isfinite(ds[n]) for n in schema.value_names(ds)}
     return ds.assign(masks)
 
 
 def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
-    """One part as a counters dataset (dask-backed when ``lazy``), masks rebuilt."""
+    """One part as a counters dataset (dask-backed when ``lazy``, else loaded), masks rebuilt."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ds = xr.open_zarr(part, consolidated=False, chunks={} if lazy else None,
                               zarr_format=ZARR_FORMAT)
-    except Exception as error:  # zarr/xarray raise many types for a damaged directory
-        raise CountersError(f"{part}: unreadable Zarr part ({type(error).__name__}: "
-                            f"{' '.join(str(error).split())[:200]})") from None
-    return _with_masks(ds)
+            if not lazy:
+                ds = ds.load()
+            return _with_masks(ds)  # fails on a variable damage left without a float dtype
+    except Exception as error:  # zarr/xarray/numcodecs raise many types for a damaged directory
+        raise CountersError(f"{part}: unreadable Zarr part ({_one_line(error)}); {REPAIR_HINT}"
+                            ) from None
+
+
+def _journal_dataset(journal: Path) -> xr.Dataset | None:
+    contents = read_journal(journal)  # CountersError naming the journal if unreadable
+    try:
+        return contents.to_dataset()
+    except Exception as error:  # a header naming counters the schema cannot build
+        raise CountersError(f"{journal}: unreadable journal ({_one_line(error)}); "
+                            f"{REPAIR_HINT}") from None
+
+
+def _concat(datasets: Sequence[xr.Dataset]) -> xr.Dataset:
+    if len(datasets) == 1:
+        return datasets[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = xr.concat(datasets, dim=schema.TIME, join="outer", data_vars="all",
+                       coords="minimal", compat="override", combine_attrs="override")
+    for name in schema.value_names(ds):
+        ds[schema.mask_name(name)] = np.isfinite(ds[name])
+    return ds
 
 
 def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:
-    """All parts of a store as one counters dataset along ``time``, lazily (dask) by default.
+    """All committed parts and journalled samples of a store as one counters dataset along
+    ``time``, lazily (dask) by default; ``lazy=False`` reads every value now.
 
     Parts with different variables or devices are joined with NaN where a part lacks them.
-    Structural schema problems raise :class:`CountersError` naming the store; values are not
-    scanned here (use :func:`counters.schema.validate` for that).
+    Any damage (unreadable part or journal, times out of order, schema problems) raises
+    :class:`CountersError` naming the store and what is wrong -- never another exception.
+    Values are not scanned here (use :func:`counters.schema.validate` for that).
     """
-    found = parts(path)
-    if not found:
-        raise CountersError(f"{path}: store holds no parts yet")
+    root = Path(path)
+    for attempt in range(3):
+        listing = _listing(root)
+        try:
+            return _open_store_once(root, lazy)
+        except CountersError:
+            # A writer committing or compacting meanwhile renames what was listed: read again.
+            if attempt == 2 or _listing(root) == listing:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _listing(root: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(root))
+    except OSError:
+        return []
+
+
+def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
+    found = parts(root)
     datasets = [open_part(p, lazy=lazy) for p in found]
-    if len(datasets) == 1:
-        ds = datasets[0]
-    else:
-        ds = xr.concat(datasets, dim=schema.TIME, join="outer", data_vars="all",
-                       coords="minimal", compat="override", combine_attrs="override")
-        for name in schema.value_names(ds):
-            ds[schema.mask_name(name)] = np.isfinite(ds[name])
-    found_problems = schema.problems(ds, check_values=False)
+    for journal in pending_journals(root):
+        recent = _journal_dataset(journal)
+        if recent is not None:
+            datasets.append(recent)
+    if not datasets:
+        raise CountersError(f"{root}: store holds no samples yet")
+    try:
+        ds = _concat(datasets)
+        found_problems = schema.problems(ds, check_values=False)
+    except Exception as error:  # xarray refusing to join damaged parts
+        raise CountersError(f"{root}: parts do not fit together ({_one_line(error)}); "
+                            f"{REPAIR_HINT}") from None
     if found_problems:
-        raise CountersError(f"{path}: does not follow the counters schema: "
-                            f"{'; '.join(found_problems[:3])}")
+        raise CountersError(f"{root}: does not follow the counters schema: "
+                            f"{'; '.join(found_problems[:3])}; {REPAIR_HINT}")
     return ds
+
+
+@contextlib.contextmanager
+def reading(store: str | Path) -> Iterator[None]:
+    """Turn an error raised while computing a lazily opened store (a damaged chunk found only
+    when read) into a one-line :class:`CountersError` naming the store."""
+    try:
+        yield
+    except CountersError:
+        raise
+    except Exception as error:
+        raise CountersError(f"{store}: damaged data ({_one_line(error)}); {REPAIR_HINT}"
+                            ) from None
 
 
 class _TaskProgress(Callback):
@@ -166,36 +339,134 @@ def export_netcdf(store: str | Path, out: str | Path,
     try:
         delayed = ds.to_netcdf(temporary, engine="h5netcdf", encoding=encoding, compute=False)
         with _TaskProgress(progress) if progress is not None else contextlib.nullcontext():
-            delayed.compute()
+            with reading(store):
+                delayed.compute()
         os.replace(temporary, target)
     except OSError as error:
         temporary.unlink(missing_ok=True)
         raise CountersError(f"{target}: cannot write ({error.strerror or error})") from None
+    except CountersError:
+        temporary.unlink(missing_ok=True)
+        raise
     return target
 
 
-class StoreWriter:
-    """Appends counters datasets (one node) to a store, rotating parts at ``max_part_bytes``.
+# -- writing -------------------------------------------------------------------------------
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file and directory under ``folder`` (before it is renamed into place)."""
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            fd = os.open(os.path.join(parent, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        sync_directory(Path(parent))
 
-    The first append of a part goes through xarray (so the part is a plain xarray Zarr dataset with
-    the schema's encodings); later appends extend the Zarr arrays directly, which is what keeps the
-    per-append cost low. Nothing already written is ever rewritten.
+
+def _discard(path: Path) -> None:
+    """Delete a part or journal so that no reader ever sees it half-deleted: a directory is
+    renamed to a hidden ``.trash-`` name first (atomic), then removed."""
+    if path.is_dir():
+        trash = path.with_name(f".trash-{path.name}")
+        if trash.exists():
+            shutil.rmtree(trash, ignore_errors=True)
+        os.rename(path, trash)
+        sync_directory(path.parent)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _trim_cut_short(part: Path) -> int:
+    """Trim the arrays of a part appended in place by an older writer and cut short (arrays of
+    unequal length along time) to the shortest; returns how many samples were dropped."""
+    import zarr
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr warns about entries damage made unreadable
+            group: Any = zarr.open_group(str(part), mode="r+", zarr_format=2)
+            names = list(group.array_keys())
+        timed = [group[name] for name in names
+                 if list(group[name].attrs.get("_ARRAY_DIMENSIONS", [None]))[:1] == [schema.TIME]]
+        lengths = [int(array.shape[0]) for array in timed]
+        if not lengths or min(lengths) == max(lengths):
+            return 0
+        for array in timed:
+            if array.shape[0] != min(lengths):
+                array.resize((min(lengths), *array.shape[1:]))
+    except Exception as error:  # a part too damaged to trim: reported as unreadable later
+        raise CountersError(f"{part}: cannot trim ({_one_line(error)})") from None
+    return max(lengths) - min(lengths)
+
+
+def _last_time(part: Path) -> np.datetime64 | None:
+    """The last sample time of a part, reading only its ``time`` array."""
+    import zarr
+
+    try:
+        array = zarr.open_array(str(part / schema.TIME), mode="r", zarr_format=2)
+        micros = np.asarray(array[-1:])
+        units = array.attrs.get("units")
+        if units != schema.TIME_ENCODING["units"] or micros.dtype.kind != "i":
+            raise ValueError(f"time in {units!r} ({micros.dtype}), expected int64 "
+                             f"{schema.TIME_ENCODING['units']!r}")
+    except Exception:  # damaged or foreign-encoded: let xarray read it (or name the damage)
+        times = open_part(part)[schema.TIME].values
+        return times[-1] if times.size else None
+    if not micros.size:
+        return None
+    return np.datetime64(int(micros[0]), "us").astype("datetime64[ns]")
+
+
+def _leftovers(root: Path) -> list[Path]:
+    """Hidden temporary and trash entries a commit or deletion cut short left behind."""
+    return sorted(p for p in root.iterdir() if p.name.startswith(_HIDDEN_PREFIXES))
+
+
+class StoreWriter:
+    """Writes one node's counters to a store: samples to the journal, batches as new parts.
+
+    Use :meth:`log` for each sample as it is taken (durable within ``sync_interval_s``), then
+    :meth:`seal` and :meth:`append` to commit the batch as a part; :meth:`append` alone commits a
+    dataset directly (no journal). Opening a store recovers the journal segments a killed run
+    left into parts. Parts of the same level are compacted ``compact_fanout`` at a time while
+    they stay under ``max_part_bytes``; past ``max_parts`` parts the oldest are deleted.
     """
 
     def __init__(self, path: str | Path, max_part_bytes: int | None = None,
                  max_parts: int | None = None, chunk_samples: int = DEFAULT_CHUNK_SAMPLES,
-                 compression_level: int = DEFAULT_COMPRESSION_LEVEL) -> None:
+                 compression_level: int = DEFAULT_COMPRESSION_LEVEL,
+                 compact_fanout: int | None = DEFAULT_COMPACT_FANOUT,
+                 sync_interval_s: float = DEFAULT_SYNC_INTERVAL_S) -> None:
+        if max_parts is not None and max_parts < 1:
+            raise CountersError(f"{path}: keep at least 1 part, not {max_parts}")
+        if max_part_bytes is not None and max_part_bytes < 1:
+            raise CountersError(f"{path}: parts must be allowed at least 1 byte, "
+                                f"not {max_part_bytes}")
+        if chunk_samples < 1:
+            raise CountersError(f"{path}: chunks must hold at least 1 sample, not {chunk_samples}")
+        if compact_fanout is not None and compact_fanout < 2:
+            raise CountersError(f"{path}: compaction merges at least 2 parts, not {compact_fanout}")
+        if not (math.isfinite(sync_interval_s) and sync_interval_s >= 0):
+            raise CountersError(f"{path}: journal sync interval must be >= 0 s, "
+                                f"not {sync_interval_s}")
         self.path = Path(path)
         self.max_part_bytes = max_part_bytes
         self.max_parts = max_parts
         self.chunk_samples = chunk_samples
         self.compression_level = compression_level
-        self._group: Any = None
-        self._layout: tuple[Any, ...] | None = None
-        self._part: Path | None = None
-        self._last_time: np.datetime64 | None = None
-        self._stale = False  # the last append failed: reopen the part before the next one
+        self.compact_fanout = compact_fanout
+        self.sync_interval_s = sync_interval_s
+        #: What a journal row holds; set it before the first :meth:`log`.
+        self.journal_layout: JournalLayout | None = None
         self.notes: list[str] = []  # things an operator should hear about, one line each
+        self._journal: JournalWriter | None = None
+        self._batch: list[int] = []  # journal segments holding the samples since the last seal
+        self._lock = threading.Lock()
+        self._next_index = 0
+        self._last_time: np.datetime64 | None = None
         self._open_or_create()
 
     # -- set-up ------------------------------------------------------------------------------
@@ -209,59 +480,110 @@ class StoreWriter:
         try:
             root.mkdir(parents=True, exist_ok=True)
             if not is_store(root):
-                marker = {"schema": schema.SCHEMA_NAME, "schema_version": schema.SCHEMA_VERSION,
-                          "format": f"zarr{ZARR_FORMAT}", "layout": "part-NNNNN.zarr along time"}
-                temporary = root / f".{MARKER}.partial"
-                temporary.write_text(json.dumps(marker, indent=1) + "\n")
-                os.replace(temporary, root / MARKER)
+                _write_marker(root)
             probe = root / ".write-probe"
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as error:
             raise CountersError(f"{root}: cannot write the store ({error.strerror or error})"
                                 ) from None
-        existing = parts(root)
-        if existing:
-            self._resume(existing[-1])
+        _check_marker(root)
+        self._recover()
 
-    def _resume(self, part: Path) -> None:
-        """Reopen the last part for appending, trimming an append that was cut short."""
-        import zarr
-
+    def _recover(self) -> None:
+        """Finish what a killed run left: leftovers, superseded parts, journal segments."""
+        root = self.path
         try:
-            group = zarr.open_group(str(part), mode="r+", zarr_format=ZARR_FORMAT)
-            arrays = {name: group[name] for name in group.array_keys()}
-            time_length = arrays[schema.TIME].shape[0]
-        except Exception as error:  # a damaged part: leave it alone, start a new one
-            self.notes.append(f"{part}: cannot reopen for appending ({error}); the next append "
-                              "starts a new part")
-            self._group = None
-            return
-        timed = [a for a in arrays.values() if a.attrs.get("_ARRAY_DIMENSIONS", [None])[0]
-                 == schema.TIME]
-        complete = min(a.shape[0] for a in timed)
-        if complete < time_length or any(a.shape[0] != complete for a in timed):
-            for array in timed:
-                if array.shape[0] != complete:
-                    array.resize((complete, *array.shape[1:]))
-        self._part = part
-        self._group = group
-        self._layout = None  # compared against the next dataset's layout lazily
-        if complete:
-            micros = int(arrays[schema.TIME][complete - 1])
-            self._last_time = np.datetime64(micros, "us").astype("datetime64[ns]")
+            for leftover in _leftovers(root):
+                _discard(leftover) if leftover.is_dir() else leftover.unlink()
+            committed, superseded, journals = _scan(root)
+            for part in superseded:
+                _discard(part.path)
+                self.notes.append(f"{part.path}: removed, a compaction had merged it already")
+            # Only the older in-place design could cut an append short, and only in its last
+            # part (``repair`` checks them all).
+            trimmed = _trim_cut_short(committed[-1].path) if committed else 0
+            if trimmed:
+                self.notes.append(f"{committed[-1].path}: dropped the last {trimmed} sample(s) "
+                                  "of an append cut short")
+        except OSError as error:
+            raise CountersError(f"{root}: cannot clean up ({_one_line(error)})") from None
+        if committed:  # new samples must follow the newest part's (older parts: readers check)
+            self._last_time = _last_time(committed[-1].path)
+        self._next_index = max([p.last + 1 for p in committed] + [i + 1 for i in journals] + [0])
+        for index in sorted(journals):
+            journal = journals[index]
+            if _covered(index, committed):
+                journal.unlink(missing_ok=True)
+                continue
+            recent = _journal_dataset(journal)
+            if recent is None:
+                journal.unlink(missing_ok=True)
+                continue
+            first = recent[schema.TIME].values[0]
+            if self._last_time is not None and first <= self._last_time:
+                raise CountersError(f"{journal}: samples from {first} are not after the last "
+                                    f"stored sample {self._last_time}; {REPAIR_HINT}")
+            self.append(recent, indices=(index, index))
+            self.notes.append(f"{journal}: recovered {recent.sizes[schema.TIME]} sample(s) a "
+                              "stopped run had journalled into part "
+                              f"{part_name(index)}")
 
-    # -- appending ---------------------------------------------------------------------------
+    # -- the journal -------------------------------------------------------------------------
+    def log(self, row: np.ndarray) -> None:
+        """Journal one sample row (``journal_layout.row(...)``): on disk when this returns, and
+        synced to the device within ``sync_interval_s``."""
+        if self.journal_layout is None:
+            raise CountersError(f"{self.path}: set journal_layout before logging samples")
+        try:
+            if self._journal is None:
+                with self._lock:
+                    index = self._next_index
+                    self._journal = JournalWriter(self.path / journal_name(index),
+                                                  self.journal_layout, self.sync_interval_s)
+                    self._next_index += 1
+                self._batch.append(index)
+            self._journal.append(row)
+        except OSError as error:
+            # A write cut short may leave a torn record: continue in a fresh segment.
+            self._close_journal()
+            raise CountersError(f"{self.path}: cannot write the journal ({_one_line(error)})"
+                                ) from None
+
+    def _close_journal(self) -> None:
+        journal, self._journal = self._journal, None
+        if journal is not None:
+            with contextlib.suppress(OSError):
+                journal.close()
+
+    def seal(self) -> tuple[int, int]:
+        """End the batch: close its journal; returns the index range to :meth:`append` the batch
+        under (a fresh index when nothing could be journalled), the same for every retry."""
+        self._close_journal()
+        batch, self._batch = self._batch, []
+        if not batch:
+            with self._lock:
+                batch = [self._next_index]
+                self._next_index += 1
+        return batch[0], batch[-1]
+
+    # -- committing --------------------------------------------------------------------------
     @staticmethod
     def layout(ds: xr.Dataset) -> tuple[Any, ...]:
         """What must match for two datasets to share a part: variables, dims and coordinates."""
         names = tuple(sorted((n, ds[n].dims) for n in schema.value_names(ds)))
         fixed = tuple((str(k), tuple(np.asarray(v.values).ravel().tolist()))
-                      for k, v in sorted(ds.coords.items()) if schema.TIME not in v.dims)
+                      for k, v in sorted(ds.coords.items(), key=lambda kv: str(kv[0]))
+                      if schema.TIME not in v.dims)
         return names, fixed
 
-    def append(self, ds: xr.Dataset) -> None:
-        """Append ``ds`` (a counters dataset, times after everything stored) to the store."""
+    def append(self, ds: xr.Dataset, indices: tuple[int, int] | None = None) -> None:
+        """Commit ``ds`` (a counters dataset, times after everything stored) as a new part.
+
+        ``indices`` is the range :meth:`seal` returned for the journal segments holding the same
+        samples; they are deleted once the part is in place. Raises :class:`CountersError` if the
+        part cannot be written (then nothing changed and the call can be retried).
+        """
         if ds.sizes.get(schema.TIME, 0) == 0:
             return
         schema.validate(ds, where=f"{self.path}: data to append", check_monotonic=False)
@@ -269,102 +591,224 @@ class StoreWriter:
         if self._last_time is not None and first <= self._last_time:
             raise CountersError(f"{self.path}: samples from {first} are not after the last stored "
                                 f"sample {self._last_time}")
-        layout = self.layout(ds)
-        if self._stale and self._part is not None:
-            self._stale = False
-            self._resume(self._part)
-        if self._group is not None and self._layout is None:
-            self._layout = self._stored_layout()
-        if self._group is None or layout != self._layout or self._part_full():
-            self._new_part(ds, layout)
-        else:
-            self._extend(ds)
+        if indices is None:
+            with self._lock:
+                indices = (self._next_index, self._next_index)
+                self._next_index += 1
+        self._write_part(ds, *indices)
         self._last_time = ds[schema.TIME].values[-1]
-
-    def _stored_layout(self) -> tuple[Any, ...] | None:
+        # Committed: nothing below may raise, or a retry would commit the batch twice.
+        for index in range(indices[0], indices[1] + 1):
+            with contextlib.suppress(OSError):
+                (self.path / journal_name(index)).unlink(missing_ok=True)
         try:
-            return self.layout(open_part(self._part, lazy=True))  # type: ignore[arg-type]
-        except CountersError:
-            return None
+            self._compact()
+            self._drop_old_parts()
+        except (OSError, CountersError) as error:
+            self.notes.append(f"{self.path}: compaction or clean-up failed ({_one_line(error)}); "
+                              "will retry after the next commit")
 
-    def _part_full(self) -> bool:
-        return (self.max_part_bytes is not None and self._part is not None
-                and directory_bytes(self._part) >= self.max_part_bytes)
-
-    def _new_part(self, ds: xr.Dataset, layout: tuple[Any, ...]) -> None:
-        import zarr
-
-        existing = sorted(self.path.glob(PART_GLOB))
-        index = int(existing[-1].name[5:10]) + 1 if existing else 0
-        part = self.path / _part_name(index)
+    def _write_part(self, ds: xr.Dataset, first: int, last: int) -> Path:
+        target = self.path / part_name(first, last)
+        temporary = self.path / f".{target.name}.tmp"
         values_only = ds[schema.value_names(ds)]
-        encoding: dict[str, dict[str, Any]] = {schema.TIME: dict(schema.TIME_ENCODING)}
+        chunk = max(1, min(self.chunk_samples, ds.sizes[schema.TIME]))
+        encoding: dict[str, dict[str, Any]] = {
+            schema.TIME: {**schema.TIME_ENCODING, "chunks": (chunk,)}}
         for name in schema.value_names(ds):
-            shape = ds[name].shape
-            encoding[name] = {"chunks": (self.chunk_samples, *shape[1:]),
+            encoding[name] = {"chunks": (chunk, *ds[name].shape[1:]),
                               "compressors": [numcodecs.Zstd(level=self.compression_level)]}
-        encoding[schema.TIME]["chunks"] = (self.chunk_samples,)
         try:
+            if temporary.exists():
+                shutil.rmtree(temporary)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                values_only.to_zarr(part, mode="w-", encoding=encoding, consolidated=False,
+                values_only.to_zarr(temporary, mode="w-", encoding=encoding, consolidated=False,
                                     zarr_format=ZARR_FORMAT)
-        except OSError as error:
-            self._stale = self._part is not None  # try the previous part again next time
-            raise CountersError(f"{part}: cannot write ({error.strerror or error})") from None
-        self._group = zarr.open_group(str(part), mode="r+", zarr_format=ZARR_FORMAT)
-        self._part = part
-        self._layout = layout
-        self._drop_old_parts()
+            _fsync_tree(temporary)
+            os.rename(temporary, target)  # the commit: atomic, the part is whole or absent
+            sync_directory(self.path)
+        except Exception as error:  # OSError, or zarr's errors when the directory vanished
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise CountersError(f"{target}: cannot write ({_one_line(error)})") from None
+        return target
 
-    def _extend(self, ds: xr.Dataset) -> None:
-        micros = np.round(schema.time_to_seconds(ds[schema.TIME].values) * 1e6).astype(np.int64)
-        names = schema.value_names(ds)
-        try:
-            before = self._group[schema.TIME].shape[0]
-            # Values first and time last: a cut-short append leaves time shortest, and reopening
-            # trims every array back to the shortest.
-            for name in names:
-                self._group[name].append(np.asarray(ds[name].values, dtype=np.float64), axis=0)
-            self._group[schema.TIME].append(micros, axis=0)
-        except Exception as error:  # OSError, or KeyError/zarr errors when the part vanished
-            self._roll_back(names, locals().get("before"))
-            self._stale = True
-            detail = error.strerror if isinstance(error, OSError) and error.strerror else error
-            raise CountersError(f"{self._part}: cannot append ({type(error).__name__}: "
-                                f"{detail})") from None
-
-    def _roll_back(self, names: Sequence[str], length: int | None) -> None:
-        """Shrink arrays an interrupted append had grown, so a retry does not duplicate rows."""
-        if length is None:
-            return
-        for name in [*names, schema.TIME]:
-            try:
-                array = self._group[name]
-                if array.shape[0] > length:
-                    array.resize((length, *array.shape[1:]))
-            except Exception:  # the part is unreachable; reopening trims it instead
-                pass
+    def _compact(self) -> None:
+        """Merge the newest ``compact_fanout`` parts when they are all of one level."""
+        fanout = self.compact_fanout
+        while fanout is not None:
+            committed = _scan(self.path)[0]
+            if len(committed) < fanout:
+                return
+            tail = committed[-fanout:]
+            level = tail[-1].level(fanout)
+            if any(p.level(fanout) != level for p in tail):
+                return
+            if (self.max_part_bytes is not None
+                    and sum(directory_bytes(p.path) for p in tail) >= self.max_part_bytes):
+                return
+            datasets = [open_part(p.path, lazy=False) for p in tail]
+            if len({self.layout(d) for d in datasets}) != 1:
+                return
+            merged = xr.concat([d[schema.value_names(d)] for d in datasets], dim=schema.TIME,
+                               combine_attrs="override")
+            self._write_part(merged, tail[0].first, tail[-1].last)
+            for part in tail:
+                _discard(part.path)
 
     def _drop_old_parts(self) -> None:
         if self.max_parts is None:
             return
-        import shutil
-
-        existing = sorted(self.path.glob(PART_GLOB))
-        for old in existing[: max(0, len(existing) - self.max_parts)]:
-            shutil.rmtree(old)
+        committed = _scan(self.path)[0]
+        for old in committed[: max(0, len(committed) - self.max_parts)]:
+            _discard(old.path)
 
     def close(self) -> None:
-        self._group = None
+        """Close the journal; samples logged but not committed stay in it (the next writer or
+        any reader picks them up)."""
+        self._close_journal()
+
+
+def _write_marker(root: Path) -> None:
+    marker = {"schema": schema.SCHEMA_NAME, "schema_version": schema.SCHEMA_VERSION,
+              "format": f"zarr{ZARR_FORMAT}",
+              "layout": "part-NNNNN[-MMMMM].zarr committed by rename; journal-NNNNN.bin"}
+    temporary = root / f".{MARKER}.partial"
+    temporary.write_text(json.dumps(marker, indent=1) + "\n")
+    os.replace(temporary, root / MARKER)
+    sync_directory(root)
 
 
 def write_store(ds: xr.Dataset, path: str | Path, max_part_bytes: int | None = None) -> Path:
     """Write a whole counters dataset (one node per call) as a new store or append to one."""
-    nodes: Sequence[Any] = ds[schema.NODE].values
+    nodes: Sequence[Any] = list(ds[schema.NODE].values)
     if len(nodes) != 1:
         raise CountersError(f"{path}: a store holds one node; the dataset has {len(nodes)}")
     writer = StoreWriter(path, max_part_bytes=max_part_bytes)
     writer.append(ds)
     writer.close()
     return Path(path)
+
+
+# -- repair --------------------------------------------------------------------------------
+def _times_after(ds: xr.Dataset, last: np.datetime64 | None) -> str | None:
+    """Why ``ds``'s times do not follow ``last`` strictly increasing, or None when they do."""
+    times = ds[schema.TIME].values
+    if times.size and last is not None and times[0] <= last:
+        return f"its samples from {times[0]} are not after the previous ones ({last})"
+    return None
+
+
+def repair(path: str | Path) -> list[str]:
+    """Bring a damaged store back to a consistent state that :func:`open_store` reads.
+
+    Removes what a crash left (hidden temporary/trash directories, parts a compaction merged,
+    journal segments already committed), trims cut-short appends of the older in-place design,
+    cuts a journal segment's torn tail, and drops parts or segments that cannot be read or whose
+    times do not follow the ones before; a missing or unreadable marker is rewritten when the
+    directory holds parts or journals. If the remaining parts still do not fit together, the
+    newest are dropped until they do (the last consistent point). Returns one line per thing
+    dropped or changed (empty: nothing was wrong). Raises :class:`CountersError` for a path that
+    is not a store at all.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise CountersError(f"{root}: no such counters store")
+    changed: list[str] = []
+    try:
+        _check_marker(root)
+    except CountersError as error:
+        committed, superseded, journals = _scan(root)
+        if not (committed or superseded or journals) or _future_marker(root):
+            raise
+        try:
+            _write_marker(root)
+        except OSError as write_error:
+            raise CountersError(f"{root}: cannot rewrite the marker ({_one_line(write_error)})"
+                                ) from None
+        changed.append(f"{root / MARKER}: rewritten ({' '.join(str(error).split())[:160]})")
+    try:
+        for leftover in _leftovers(root):
+            _discard(leftover) if leftover.is_dir() else leftover.unlink()
+            changed.append(f"{leftover}: removed (a commit or deletion cut short)")
+        committed, superseded, journals = _scan(root)
+        for part in superseded:
+            _discard(part.path)
+            changed.append(f"{part.path}: removed (its samples are in a merged part)")
+        kept: list[PartName] = []
+        last: np.datetime64 | None = None
+        for part in committed:
+            try:
+                trimmed = _trim_cut_short(part.path)
+                if trimmed:
+                    changed.append(f"{part.path}: dropped the last {trimmed} sample(s) of an "
+                                   "append cut short")
+                ds = open_part(part.path, lazy=False)
+                problem = (next(iter(schema.problems(ds, check_values=False)), None)
+                           or _times_after(ds, last))
+            except CountersError as error:
+                problem = str(error).split(f"{part.path}: ", 1)[-1].split(f"; {REPAIR_HINT}")[0]
+            if problem is not None:
+                _discard(part.path)
+                changed.append(f"{part.path}: dropped ({problem})")
+                continue
+            kept.append(part)
+            last = ds[schema.TIME].values[-1] if ds.sizes[schema.TIME] else last
+        for index in sorted(journals):
+            journal = journals[index]
+            if _covered(index, kept):
+                journal.unlink()
+                changed.append(f"{journal}: removed (already committed)")
+                continue
+            contents = read_journal(journal)
+            try:
+                recent = contents.to_dataset()
+                problem = ("no whole sample" if recent is None else
+                           next(iter(schema.problems(recent, check_values=False)), None)
+                           or _times_after(recent, last))
+            except Exception as error:  # a header the schema cannot build a dataset from
+                problem = _one_line(error)
+            if problem is not None:
+                size = journal.stat().st_size
+                journal.unlink()
+                changed.append(f"{journal}: dropped ({len(contents.rows)} sample(s), {size} "
+                               f"byte(s): {problem})")
+                continue
+            assert recent is not None
+            if contents.tail_bytes:
+                os.truncate(journal, contents.valid_bytes)
+                changed.append(f"{journal}: dropped {contents.tail_bytes} byte(s) of a torn or "
+                               f"damaged record after {len(contents.rows)} whole sample(s)")
+            last = recent[schema.TIME].values[-1]
+        changed.extend(_drop_until_consistent(root))
+    except OSError as error:
+        raise CountersError(f"{root}: cannot repair ({_one_line(error)})") from None
+    return changed
+
+
+def _future_marker(root: Path) -> bool:
+    """Whether the marker is readable and names a schema version this code does not know."""
+    try:
+        marker = json.loads((root / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(marker, dict) and marker.get("schema") == schema.SCHEMA_NAME
+            and marker.get("schema_version") != schema.SCHEMA_VERSION)
+
+
+def _drop_until_consistent(root: Path) -> list[str]:
+    """Drop the newest part or journal segment until the store opens (or holds nothing)."""
+    changed: list[str] = []
+    while True:
+        try:
+            open_store(root)
+            return changed
+        except CountersError as error:
+            committed, _, journals = _scan(root)
+            pending = [journals[i] for i in sorted(journals) if not _covered(i, committed)]
+            newest = pending[-1] if pending else committed[-1].path if committed else None
+            if newest is None:
+                return changed
+            _discard(newest)
+            changed.append(f"{newest}: dropped (the store did not open with it: "
+                           f"{' '.join(str(error).split())[:160]})")

@@ -1,6 +1,7 @@
 """Benchmark the node collector and the counters store; prints one table.
 
     PYTHONPATH=. python experiments/bench_collectors.py [--seconds 60] [--memory-seconds 30]
+    PYTHONPATH=. python experiments/bench_collectors.py --store-only [--store-hours 1]
 
 Measures, on this machine, with every source that is available here:
 
@@ -12,7 +13,11 @@ Measures, on this machine, with every source that is available here:
 * store: append throughput and bytes per node-hour for the Zarr store against rotated netCDF
   (HDF5 extended in place with h5netcdf), both holding the whole catalog for 8 GPUs, with
   synthetic values shaped like real ones (integer-percent utilisation, milliwatt power, growing
-  byte counters), seeded.
+  byte counters), seeded. Each 300-sample batch is committed as a new part (written to a
+  temporary directory, fsync-ed, renamed), with compaction, as the collector does;
+* journal: cost per sample of the write-ahead journal that makes each sample durable within a
+  second (one framed record per sample, ``fdatasync`` every second, as the collector runs it, and
+  every sample for comparison), and its bytes per sample.
 
 Where a GPU is present it also times ``nvidia-smi`` polling for the side-by-side comparison.
 """
@@ -20,6 +25,7 @@ Where a GPU is present it also times ``nvidia-smi`` polling for the side-by-side
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import subprocess
@@ -39,7 +45,8 @@ from collectors.perf import PerfSource
 from collectors.procfs import ProcfsSource
 from counters import schema
 from counters.catalog import CATALOG
-from counters.store import StoreWriter, directory_bytes
+from counters.journal import JournalLayout
+from counters.store import StoreWriter, directory_bytes, parts
 
 N_GPUS = 8
 
@@ -119,6 +126,31 @@ def bench_zarr(folder: Path, hours: float, batch: int) -> tuple[float, float]:
     return total / spent, directory_bytes(folder / "zarr") / hours
 
 
+def bench_journal(folder: Path, samples: int, sync_interval_s: float) -> tuple[float, float]:
+    """(seconds per journalled sample, journal bytes per sample) for the whole catalog."""
+    rng, state = np.random.default_rng(0), {}
+    data = synthetic_batch(0, samples, rng, state)
+    writer = StoreWriter(folder / f"journal-{sync_interval_s:g}", sync_interval_s=sync_interval_s)
+    names = schema.value_names(data)
+    per_device = [n for n in names if "device" in data[n].dims]
+    writer.journal_layout = JournalLayout(
+        node="bench", node_counters=tuple(n for n in names if n not in per_device),
+        device_counters=tuple(per_device), n_devices=N_GPUS)
+    seconds = schema.time_to_seconds(data.time.values)
+    rows = [writer.journal_layout.row(seconds[i], {n: data[n].values[i, 0] for n in names})
+            for i in range(samples)]
+    spent = 0.0
+    for row in rows:
+        began = time.perf_counter()
+        writer.log(row)
+        spent += time.perf_counter() - began
+        if sync_interval_s > 0:  # samples arrive spread out (here 100 Hz), not in a burst
+            time.sleep(0.01)
+    size = (folder / f"journal-{sync_interval_s:g}" / "journal-00000.bin").stat().st_size
+    writer.close()
+    return spent / samples, size / samples
+
+
 def bench_netcdf(folder: Path, hours: float, batch: int) -> tuple[float, float]:
     import h5netcdf
 
@@ -166,35 +198,38 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="1 Hz overhead run")
     parser.add_argument("--memory-seconds", type=float, default=60.0, help="200 Hz memory run")
     parser.add_argument("--store-hours", type=float, default=1.0, help="store size benchmark")
+    parser.add_argument("--store-only", action="store_true",
+                        help="only the store and journal rows (no collector runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        slow = run_collector(1.0, args.seconds, folder / "s1", flush_every=60)
-        rows.append({"measure": f"collector CPU at 1 Hz, {slow['counters']} counters, "
-                                f"{slow['flushes']} appends in {args.seconds:g} s "
-                                "(fraction of one core)",
-                     "value": slow["cpu_fraction"], "unit": "1", "target": "<= 0.005"})
-        rows.append({"measure": "sample latency p50 / p99 at 1 Hz",
-                     "value": f"{slow['p50_ms']:.2f} / {slow['p99_ms']:.2f}", "unit": "ms",
-                     "target": ""})
-        fast = run_collector(0.01, 10.0, None, flush_every=100)
-        rows.append({"measure": f"sample latency p50 / p99 at 100 Hz ({fast['samples']} samples, "
-                                f"{fast['skipped']} skipped)",
-                     "value": f"{fast['p50_ms']:.2f} / {fast['p99_ms']:.2f}", "unit": "ms",
-                     "target": ""})
-        memory = run_collector(0.005, args.memory_seconds, folder / "s2", flush_every=200,
-                               rss_every=1.0)
-        trace = np.asarray(memory["rss"])
-        steady = trace[len(trace) // 3:]  # after imports, first part and caches settle
-        slope = np.polyfit(steady[:, 0], steady[:, 1], 1)[0] * 60 / 2**20
-        rows.append({"measure": f"resident memory at 200 Hz over {args.memory_seconds:g} s "
-                                "(after warm-up -> end)",
-                     "value": f"{steady[0, 1] / 2**20:.1f} -> {trace[-1, 1] / 2**20:.1f}",
-                     "unit": "MiB", "target": "flat"})
-        rows.append({"measure": "resident memory slope after warm-up", "value": slope,
-                     "unit": "MiB/min", "target": "~0"})
+        if not args.store_only:
+            slow = run_collector(1.0, args.seconds, folder / "s1", flush_every=60)
+            rows.append({"measure": f"collector CPU at 1 Hz, {slow['counters']} counters, "
+                                    f"{slow['flushes']} appends in {args.seconds:g} s "
+                                    "(fraction of one core)",
+                         "value": slow["cpu_fraction"], "unit": "1", "target": "<= 0.005"})
+            rows.append({"measure": "sample latency p50 / p99 at 1 Hz",
+                         "value": f"{slow['p50_ms']:.2f} / {slow['p99_ms']:.2f}", "unit": "ms",
+                         "target": ""})
+            fast = run_collector(0.01, 10.0, None, flush_every=100)
+            rows.append({"measure": f"sample latency p50 / p99 at 100 Hz ({fast['samples']} samples, "
+                                    f"{fast['skipped']} skipped)",
+                         "value": f"{fast['p50_ms']:.2f} / {fast['p99_ms']:.2f}", "unit": "ms",
+                         "target": ""})
+            memory = run_collector(0.005, args.memory_seconds, folder / "s2", flush_every=200,
+                                   rss_every=1.0)
+            trace = np.asarray(memory["rss"])
+            steady = trace[len(trace) // 3:]  # after imports, first part and caches settle
+            slope = np.polyfit(steady[:, 0], steady[:, 1], 1)[0] * 60 / 2**20
+            rows.append({"measure": f"resident memory at 200 Hz over {args.memory_seconds:g} s "
+                                    "(after warm-up -> end)",
+                         "value": f"{steady[0, 1] / 2**20:.1f} -> {trace[-1, 1] / 2**20:.1f}",
+                         "unit": "MiB", "target": "flat"})
+            rows.append({"measure": "resident memory slope after warm-up", "value": slope,
+                         "unit": "MiB/min", "target": "~0"})
         for label, bench in (("Zarr store (chosen)", bench_zarr),
                              ("rotated netCDF, HDF5 in place", bench_netcdf)):
             rate, size = bench(folder, args.store_hours, batch=300)
@@ -202,7 +237,19 @@ def main() -> None:
                          "value": rate, "unit": "samples/s", "target": ""})
             rows.append({"measure": f"{label}: on disk, {len(CATALOG)} counters, {N_GPUS} GPUs",
                          "value": size / 2**20, "unit": "MiB/node-hour", "target": ""})
-        smi = nvidia_smi_cpu(min(args.seconds, 30.0))
+        store = folder / "zarr"
+        files = sum(len(f) for _, _, f in os.walk(store))
+        rows.append({"measure": f"Zarr store after {args.store_hours:g} node-hour(s) of "
+                                "300-sample commits: parts / files (compacted)",
+                     "value": f"{len(parts(store))} / {files}", "unit": "", "target": ""})
+        for sync_s, label in ((1.0, "fdatasync every 1 s (collector)"),
+                              (0.0, "fdatasync every sample")):
+            per_sample, size = bench_journal(folder, 300, sync_s)
+            rows.append({"measure": f"journal, {label}: time per sample",
+                         "value": per_sample * 1e6, "unit": "us", "target": ""})
+        rows.append({"measure": "journal: bytes per sample (whole catalog, 8 GPUs)",
+                     "value": size, "unit": "byte", "target": ""})
+        smi = None if args.store_only else nvidia_smi_cpu(min(args.seconds, 30.0))
         rows.append({"measure": "nvidia-smi polling at 1 Hz, CPU (fraction of one core)",
                      "value": "n/a: no GPU here" if smi is None else smi, "unit": "1",
                      "target": ""})

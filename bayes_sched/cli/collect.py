@@ -6,11 +6,14 @@
     bayes-sched counters validate STORE [--json]
     bayes-sched counters align STORE... --interval 1s --out MERGED.nc [--clock-offset NODE=S]
     bayes-sched counters export STORE OUT.nc
+    bayes-sched counters repair STORE
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import re
 import socket
 import sys
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collectors import DEFAULT_PROMETHEUS_PORT
+from collectors.base import CollectorError
 from counters.catalog import RESOURCES, SOURCES
 
 # Heavy modules (numpy, xarray, the collector sources) are imported inside the functions that use
@@ -68,17 +72,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               f"value: {DEFAULT_PROMETHEUS_PORT}; 0: any free port)")
     collect.add_argument("--bind", default="127.0.0.1",
                          help="address the Prometheus endpoint listens on (default 127.0.0.1)")
-    collect.add_argument("--sources", default=",".join(SOURCE_NAMES),
-                         help=f"comma-separated sources (default {','.join(SOURCE_NAMES)})")
+    collect.add_argument("--sources",
+                         help=f"comma-separated sources (default {','.join(SOURCE_NAMES)}); "
+                              "not with --replay")
     collect.add_argument("--replay", type=Path, metavar="STORE",
-                         help="replay a recorded store instead of reading this node")
+                         help="replay a recorded store (all its counters) instead of reading "
+                              "this node")
     collect.add_argument("--duration", type=parse_duration, help="stop after this long")
     collect.add_argument("--samples", type=int, help="stop after this many samples")
     collect.add_argument("--flush-every", type=parse_duration, default=300.0,
-                         help="write buffered samples to the store this often (default 5m; at "
-                              f"most every {MAX_FLUSH_SAMPLES} samples)")
+                         help="commit buffered samples as a store part this often (default 5m; "
+                              f"at most every {MAX_FLUSH_SAMPLES} samples); every sample is "
+                              "journalled to disk as it is taken whatever this is")
     collect.add_argument("--max-part-size", type=parse_size, default=parse_size("256M"),
-                         help="start a new store part past this size (default 256M)")
+                         help="merge small store parts only up to this size (default 256M)")
     collect.add_argument("--max-parts", type=int,
                          help="keep at most this many parts, deleting the oldest (default: all)")
     collect.add_argument("--pid", type=int, action="append", default=[],
@@ -117,11 +124,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("store", type=Path)
     export.add_argument("out", type=Path)
     export.set_defaults(handler=run_export)
+    fix = sub.add_parser("repair", help="bring a damaged store back to its last consistent point",
+                         description="Remove what a crash or outside damage left in a store "
+                                     "and report, one line each, what was dropped.")
+    fix.add_argument("store", type=Path)
+    fix.set_defaults(handler=run_repair)
 
 
-def requested_sources(text: str) -> list[str]:
-    from collectors.base import CollectorError
-
+def requested_sources(text: str | None) -> list[str]:
+    if text is None:
+        return list(SOURCE_NAMES)
     wanted = [s.strip() for s in text.split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(SOURCE_NAMES))
     if unknown or not wanted:
@@ -156,19 +168,56 @@ def build_sources(args: argparse.Namespace) -> list[Source]:
     return sources
 
 
+def check_collect_options(args: argparse.Namespace) -> None:
+    """Every ``collect`` option that can be checked before any work: one-line errors."""
+    if args.out is None and args.prometheus is None:
+        raise CollectorError("nothing to do: give --out STORE and/or --prometheus PORT")
+    if args.prometheus is not None and not 0 <= args.prometheus <= 65535:
+        raise CollectorError(f"--prometheus: port {args.prometheus} is out of range; expected "
+                             "0 (any free port) to 65535")
+    if args.samples is not None and args.samples < 1:
+        raise CollectorError(f"--samples: expected at least 1 sample, not {args.samples}")
+    if args.max_parts is not None and args.max_parts < 1:
+        raise CollectorError(f"--max-parts: expected at least 1 part to keep, not "
+                             f"{args.max_parts}")
+    if args.replay is not None:
+        if args.sources is not None:
+            raise CollectorError("--sources: cannot be combined with --replay, which replays "
+                                 "every counter the recorded store holds")
+        if args.out is not None and args.out.resolve() == args.replay.resolve():
+            raise CollectorError(f"--out: {args.out} is the store --replay reads; give another "
+                                 "store")
+    requested_sources(args.sources)  # bad names fail before anything is created
+    for pid in args.pid:
+        if not process_exists(pid):
+            raise CollectorError(f"--pid: no process {pid} on this node")
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists (signal 0: checks without sending anything)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
 def run_collect(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from collectors.base import CollectorError
     from collectors.daemon import Collector, install_signal_handlers
     from collectors.nvml import NvmlSource
     from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
 
-    if args.out is None and args.prometheus is None:
-        raise CollectorError("nothing to do: give --out STORE and/or --prometheus PORT")
+    check_collect_options(args)
     # Past MAX_FLUSH_SAMPLES a fast collector flushes more often than asked, to bound memory.
     samples_per_flush = max(1, min(MAX_FLUSH_SAMPLES, int(round(args.flush_every / args.interval))))
-    requested_sources(args.sources)  # bad names fail before anything is created
     if args.replay is not None and args.node is None:
         from counters import schema
         from counters.store import open_store
@@ -226,6 +275,9 @@ def run_collect(args: argparse.Namespace) -> int:
     print(f"bayes-sched collect: {stats.samples} samples taken, {stats.flushed} written, "
           f"{stats.skipped} skipped, {stats.dropped} dropped; sample latency p50 {p50:.2f} ms",
           file=sys.stderr)
+    if stats.journal_errors:
+        print(f"bayes-sched collect: {stats.journal_errors} samples not journalled (a crash "
+              f"would have lost them): {stats.last_journal_error}", file=sys.stderr)
     if stats.flush_errors:
         print(f"bayes-sched: error: {stats.flush_errors[-1]}", file=sys.stderr)
         return 1
@@ -250,19 +302,21 @@ def run_catalog(args: argparse.Namespace) -> int:
 
 
 def _summary(store: Path) -> dict[str, Any]:
-    """The store as a whole (parts, bytes, samples, span) and one row per variable, by name."""
+    """The store as a whole (parts, journals, bytes, samples, span) and one row per variable, by
+    name."""
     from counters import schema
-    from counters.store import directory_bytes, open_store, parts
+    from counters.store import directory_bytes, open_store, parts, pending_journals
 
-    ds = open_store(store)
+    ds = open_store(store, lazy=False)
     seconds = schema.time_to_seconds(ds[schema.TIME].values)
     rows = []
     for name in sorted(schema.value_names(ds)):
         valid = ds[schema.mask_name(name)]
         rows.append({"name": name, "units": ds[name].attrs.get("units", ""),
-                     "kind": ds[name].attrs.get("kind", ""), "dims": " x ".join(ds[name].dims),
+                     "kind": ds[name].attrs.get("kind", ""), "dims": " x ".join(map(str, ds[name].dims)),
                      "valid_fraction": float(valid.mean().compute()) if valid.size else 0.0})
-    return {"store": str(store), "parts": len(parts(store)), "bytes": directory_bytes(store),
+    return {"store": str(store), "parts": len(parts(store)),
+            "journals": len(pending_journals(store)), "bytes": directory_bytes(store),
             "samples": int(ds.sizes[schema.TIME]),
             "span_s": float(seconds[-1] - seconds[0]) if seconds.size else 0.0,
             "variables": rows}
@@ -276,8 +330,8 @@ def run_info(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     print_table(summary["variables"], title=f"counters store {args.store}: {summary['parts']} "
-                f"part(s), {summary['bytes']} bytes, {summary['samples']} samples over "
-                f"{summary['span_s']:.1f} s")
+                f"part(s), {summary['journals']} journal(s), {summary['bytes']} bytes, "
+                f"{summary['samples']} samples over {summary['span_s']:.1f} s")
     return 0
 
 
@@ -286,11 +340,32 @@ def run_validate(args: argparse.Namespace) -> int:
     from counters import schema
     from counters.store import open_store
 
-    ds = open_store(args.store).load()
+    ds = open_store(args.store, lazy=False)
     schema.validate(ds, where=str(args.store), check_monotonic=not args.allow_resets)
     rows = [{"store": str(args.store), "samples": ds.sizes[schema.TIME],
              "variables": len(schema.value_names(ds)), "status": "ok"}]
     print_table(rows, title="counters schema check", as_json=args.json)
+    return 0
+
+
+def run_repair(args: argparse.Namespace) -> int:
+    """Print one line per thing :func:`counters.store.repair` dropped, or that nothing was."""
+    from counters import schema
+    from counters.errors import CountersError
+    from counters.store import open_store, repair
+
+    changed = repair(args.store)
+    for line in changed:
+        print(f"repaired: {line}")
+    try:
+        ds = open_store(args.store)
+        held = f"{ds.sizes[schema.TIME]} samples"
+    except CountersError as error:  # everything was damaged: nothing left to read
+        held = " ".join(str(error).split())
+    if not changed:
+        print(f"{args.store}: nothing to repair ({held})")
+    else:
+        print(f"{args.store}: repaired, {len(changed)} change(s); the store now holds {held}")
     return 0
 
 
@@ -307,8 +382,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def parse_offsets(items: list[str]) -> dict[str, float]:
-    from collectors.base import CollectorError
-
+    """``NODE=SECONDS`` items -> {node: finite seconds}; one-line errors naming the flag."""
     offsets: dict[str, float] = {}
     for item in items:
         node, sep, value = item.rpartition("=")
@@ -318,6 +392,9 @@ def parse_offsets(items: list[str]) -> dict[str, float]:
             sep = ""
         if not sep or not node:
             raise CollectorError(f"--clock-offset: expected NODE=SECONDS, not {item!r}")
+        if not math.isfinite(offsets[node]):
+            raise CollectorError(f"--clock-offset: {item!r}: expected a finite number of "
+                                 "seconds")
     return offsets
 
 
@@ -325,13 +402,18 @@ def run_align(args: argparse.Namespace) -> int:
     import numpy as np
 
     from bayes_sched.cli._common import print_table
-    from collectors.base import CollectorError
     from counters import schema
     from counters.align import align
     from counters.store import open_store
 
-    datasets = [open_store(store).load() for store in args.stores]
-    aligned = align(datasets, args.interval, clock_offset_s=parse_offsets(args.clock_offset))
+    offsets = parse_offsets(args.clock_offset)
+    datasets = [open_store(store, lazy=False) for store in args.stores]
+    known = [str(n) for ds in datasets for n in ds[schema.NODE].values]
+    unknown = [node for node in offsets if node not in known]
+    if unknown:
+        raise CollectorError(f"--clock-offset: no node {unknown[0]!r} in the stores; known "
+                             f"nodes: {', '.join(known)}")
+    aligned = align(datasets, args.interval, clock_offset_s=offsets)
     target = args.out
     temporary = target.with_name(f".{target.name}.partial")
     try:

@@ -1,0 +1,326 @@
+"""Crash safety of the counters store without a real crash: journal, commits, compaction,
+repair, damaged stores as one-line errors, the collect/counters option checks, and a property
+test of the reader and of repair against random damage."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bayes_sched.cli import main
+from collectors.daemon import Collector
+from collectors.procfs import ProcfsSource
+from counters import schema
+from counters.errors import CountersError
+from counters.journal import JournalLayout, read_journal
+from counters.store import (
+    StoreWriter,
+    open_store,
+    parts,
+    pending_journals,
+    repair,
+    write_store,
+)
+
+T0 = 1_700_000_000.0
+
+
+def batch(start: int, n: int, node: str = "n1") -> xr.Dataset:
+    seconds = T0 + np.arange(start, start + n, dtype=float)
+    power = 100.0 + np.arange(start, start + n, dtype=float)[:, None] + np.zeros(2)
+    return schema.build(seconds, node, {"cpu_user": np.arange(start, start + n, dtype=float),
+                                        "gpu_power": power}, gpu_uuid=["GPU-a", "GPU-b"])
+
+
+LAYOUT = JournalLayout(node="n1", node_counters=("cpu_user",), device_counters=("gpu_power",),
+                       n_devices=2, gpu_uuid=("GPU-a", "GPU-b"))
+
+
+def journal_rows(writer: StoreWriter, start: int, n: int) -> None:
+    writer.journal_layout = LAYOUT
+    for i in range(start, start + n):
+        writer.log(LAYOUT.row(T0 + i, {"cpu_user": float(i),
+                                       "gpu_power": np.array([100.0 + i, 100.0 + i])}))
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
+    """Run the real command line in this process: (status, stderr lines, stdout)."""
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.err.strip().splitlines(), captured.out
+
+
+# -- the journal and commits ---------------------------------------------------------------
+def test_samples_are_readable_from_the_journal_before_any_commit(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    collector = Collector([ProcfsSource()], interval_s=0.01, writer=StoreWriter(store),
+                          node="n1", flush_every=1000)  # no commit during this test
+    collector.discover()
+    for _ in range(5):
+        collector.sample_once()
+    # As if SIGKILLed now: nothing was flushed, yet every sample is on disk.
+    assert parts(store) == [] and len(pending_journals(store)) == 1
+    seen = open_store(store, lazy=False)
+    assert seen.sizes["time"] == 5
+    buffered = collector.buffer.to_dataset() if collector.buffer else None
+    assert buffered is not None
+    xr.testing.assert_equal(seen["cpu_user"], buffered["cpu_user"])
+    # A collector restarting on the store commits the journal into a part first.
+    restarted = StoreWriter(store)
+    assert any("recovered 5 sample(s)" in note for note in restarted.notes)
+    assert len(parts(store)) == 1 and pending_journals(store) == []
+    xr.testing.assert_equal(open_store(store, lazy=False)["cpu_user"], buffered["cpu_user"])
+
+
+def test_a_torn_journal_record_is_ignored_and_repair_cuts_it(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    write_store(batch(0, 4), store)
+    writer = StoreWriter(store)
+    journal_rows(writer, 4, 3)
+    (journal,) = pending_journals(store)
+    with open(journal, "ab") as handle:  # a record cut short by the kill
+        handle.write(b"BSJ1\x20\x00\x00\x00garbage")
+    assert open_store(store, lazy=False).sizes["time"] == 7
+    (line,) = repair(store)
+    assert str(journal) in line and "dropped 15 byte(s)" in line and "3 whole sample" in line
+    assert read_journal(journal).tail_bytes == 0
+    assert repair(store) == []
+    np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0],
+                                  np.arange(7.0))
+
+
+def test_compaction_merges_parts_of_one_level_and_a_cut_short_merge_reads_once(
+        tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    writer = StoreWriter(store, compact_fanout=3)
+    for k in range(8):
+        writer.append(batch(4 * k, 4))
+        if k == 4:
+            snapshot = tmp_path / "before-merge"
+            shutil.copytree(store, snapshot)
+    assert [p.name for p in parts(store)] == ["part-00000-00002.zarr", "part-00003-00005.zarr",
+                                              "part-00006.zarr", "part-00007.zarr"]
+    writer.append(batch(32, 4))  # 3 level-1 parts -> one level-2 part
+    assert [p.name for p in parts(store)] == ["part-00000-00008.zarr"]
+    expected = xr.concat([batch(4 * k, 4) for k in range(9)], dim="time")
+    xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], expected["gpu_power"])
+    # A crash between committing a merged part and deleting what it merged: both on disk.
+    for old in ("part-00003.zarr", "part-00004.zarr"):
+        shutil.copytree(snapshot / old, store / old)
+    (store / ".part-00009.zarr.tmp").mkdir()  # and a commit cut short
+    assert open_store(store, lazy=False).sizes["time"] == 36
+    assert sorted(line.split(": ")[0].rsplit("/", 1)[1] for line in repair(store)) == [
+        ".part-00009.zarr.tmp", "part-00003.zarr", "part-00004.zarr"]
+    assert open_store(store, lazy=False).sizes["time"] == 36
+
+
+def test_max_parts_keeps_the_newest_and_below_one_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    write_store(batch(0, 4), store)
+    for bad in ("0", "-3"):
+        status, err, _ = cli(capsys, "collect", "--out", str(store), "--max-parts", bad,
+                             "--samples", "2", "--sources", "procfs", "--quiet")
+        assert status == 2 and len(err) == 1 and "--max-parts" in err[0]
+    with pytest.raises(CountersError, match="keep at least 1 part"):
+        StoreWriter(store, max_parts=0)
+    assert open_store(store, lazy=False).sizes["time"] == 4  # nothing deleted
+
+
+# -- damaged stores: one-line errors, repair -----------------------------------------------
+def damaged_chunk_store(tmp_path: Path) -> Path:
+    store = tmp_path / "store"
+    writer = StoreWriter(store)
+    writer.append(batch(0, 5))
+    writer.append(batch(5, 5))
+    chunk = parts(store)[1] / "gpu_power" / "0.0.0"
+    chunk.write_bytes(chunk.read_bytes()[:7])  # a chunk cut short by outside damage
+    return store
+
+
+@pytest.mark.parametrize("command", [("counters", "info"), ("counters", "validate"),
+                                     ("counters", "export"), ("infer", "contention")])
+def test_commands_on_a_damaged_store_print_one_line_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]) -> None:
+    store = damaged_chunk_store(tmp_path)
+    extra = {"export": [str(tmp_path / "out.nc")],
+             "contention": ["--out", str(tmp_path / "report")]}.get(command[1], [])
+    status, err, _ = cli(capsys, *command, str(store), *extra)
+    assert status == 2 and len(err) == 1, err
+    assert str(parts(store)[1]) in err[0] or str(store) in err[0]
+    assert "counters repair" in err[0]
+
+
+def test_open_store_raises_only_counters_errors_and_repair_drops_the_damaged_part(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = damaged_chunk_store(tmp_path)
+    with pytest.raises(CountersError, match="part-00001.zarr: unreadable Zarr part"):
+        open_store(store, lazy=False)
+    status, err, out = cli(capsys, "counters", "repair", str(store))
+    lines = out.strip().splitlines()
+    assert status == 0 and len(lines) == 2
+    assert lines[0].startswith(f"repaired: {parts(store)[0].parent / 'part-00001.zarr'}: dropped")
+    assert "now holds 5 samples" in lines[1]
+    xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], batch(0, 5)["gpu_power"])
+    status, err, out = cli(capsys, "counters", "repair", str(store))
+    assert status == 0 and out.strip() == f"{store}: nothing to repair (5 samples)"
+
+
+def test_an_append_of_the_old_in_place_design_cut_short_is_repaired(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    write_store(batch(0, 6), store)
+    group = zarr.open_group(str(parts(store)[0]), mode="r+", zarr_format=2)
+    group["gpu_power"].append(np.ones((3, 1, 2)), axis=0)  # values written, time not
+    with pytest.raises(CountersError, match="counters repair"):
+        open_store(store)
+    assert repair(store) == [f"{parts(store)[0]}: dropped the last 3 sample(s) of an append "
+                             "cut short"]
+    xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], batch(0, 6)["gpu_power"])
+
+
+# -- collect and counters options ----------------------------------------------------------
+@pytest.fixture
+def recorded(tmp_path: Path) -> Path:
+    store = tmp_path / "recorded"
+    write_store(batch(0, 4), store)
+    return store
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--prometheus", "70000"], "--prometheus"),
+    (["--prometheus", "-1"], "--prometheus"),
+    (["--samples", "0"], "--samples"),
+    (["--pid", "999999999"], "--pid"),
+    (["--pid", "0"], "--pid"),
+    (["--replay", "{recorded}", "--sources", "procfs"], "--sources"),
+])
+def test_bad_collect_options_fail_before_any_work(
+        tmp_path: Path, recorded: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+        flag: str) -> None:
+    out = tmp_path / "new-store"
+    status, err, _ = cli(capsys, "collect", "--out", str(out), "--quiet",
+                         *[a.format(recorded=recorded) for a in argv])
+    assert status == 2 and len(err) == 1 and flag in err[0], err
+    assert not out.exists()
+
+
+def test_replay_into_the_store_it_reads_is_refused(
+        recorded: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = open_store(recorded, lazy=False)
+    status, err, _ = cli(capsys, "collect", "--replay", str(recorded), "--out",
+                         str(recorded / "." / ""), "--interval", "10ms", "--quiet")
+    assert status == 2 and len(err) == 1 and "is the store --replay reads" in err[0]
+    assert open_store(recorded, lazy=False).identical(before)
+
+
+@pytest.mark.parametrize("offset, message", [
+    ("n1=nan", "expected a finite number"),
+    ("n1=inf", "expected a finite number"),
+    ("nosuchnode=5", "no node 'nosuchnode' in the stores; known nodes: n1"),
+])
+def test_clock_offsets_must_be_finite_and_name_a_known_node(
+        tmp_path: Path, recorded: Path, capsys: pytest.CaptureFixture[str], offset: str,
+        message: str) -> None:
+    out = tmp_path / "merged.nc"
+    status, err, _ = cli(capsys, "counters", "align", str(recorded), "--interval", "1s",
+                         "--clock-offset", offset, "--out", str(out))
+    assert status == 2 and len(err) == 1 and "--clock-offset" in err[0] and message in err[0]
+    assert not out.exists()
+
+
+# -- random damage: the reader and repair --------------------------------------------------
+@pytest.fixture(scope="module")
+def template() -> Path:
+    """A store of two committed parts (12 samples) and a journal segment (3 more)."""
+    folder = Path(tempfile.mkdtemp(prefix="store-template-"))
+    writer = StoreWriter(folder / "store")
+    writer.append(batch(0, 6))
+    writer.append(batch(6, 6))
+    journal_rows(writer, 12, 3)
+    writer.close()
+    return folder / "store"
+
+
+DAMAGE = st.lists(st.tuples(st.sampled_from(["truncate", "flip", "delete", "append", "rmdir"]),
+                            st.floats(0, 1), st.floats(0, 1), st.integers(1, 255)),
+                  min_size=1, max_size=3)
+
+
+def damage(store: Path, plan: list[tuple[str, float, float, int]]) -> None:
+    """Apply each ``(what, which file, where in it, byte)`` of ``plan`` to the store's files."""
+    for what, which, where, byte in plan:
+        files = sorted(p for p in store.rglob("*") if p.is_file())
+        folders = sorted(p for p in store.iterdir() if p.is_dir())
+        if what == "rmdir" and folders:
+            shutil.rmtree(folders[min(int(which * len(folders)), len(folders) - 1)])
+            continue
+        if not files:
+            return
+        target = files[min(int(which * len(files)), len(files) - 1)]
+        data = target.read_bytes()
+        at = min(int(where * len(data)), max(len(data) - 1, 0))
+        if what == "truncate":
+            target.write_bytes(data[:at])
+        elif what == "flip" and data:
+            target.write_bytes(data[:at] + bytes([data[at] ^ byte]) + data[at + 1:])
+        elif what == "append":
+            target.write_bytes(data + bytes([byte]) * (1 + int(where * 40)))
+        else:
+            target.unlink()
+
+
+def check_damage(template: Path, plan: list[tuple[str, float, float, int]]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        store = Path(folder) / "store"
+        shutil.copytree(template, store)
+        damage(store, plan)
+        try:
+            ds = open_store(store, lazy=False)
+        except CountersError:
+            pass
+        else:  # a consistent dataset: the schema's structure, times increasing
+            assert schema.problems(ds, check_values=False) == []
+            assert ds.sizes["time"] <= 15
+        try:
+            changed = repair(store)
+        except CountersError as error:  # only when it is no longer a store at all
+            assert "no such counters store" in str(error) or "not a bayes-sched" in str(error)
+            return
+        assert all(isinstance(line, str) and "\n" not in line for line in changed)
+        try:
+            ds = open_store(store, lazy=False)
+        except CountersError as error:  # repair left nothing to read
+            assert "holds no samples" in str(error), error
+            assert parts(store) == [] and pending_journals(store) == []
+            return
+        assert schema.problems(ds, check_values=False) == []
+        assert repair(store) == []  # repair reaches a fixed point
+
+
+def run_property(template: Path, examples: int) -> Callable[[], None]:
+    @settings(max_examples=examples, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(DAMAGE)
+    def prop(plan: list[tuple[str, float, float, int]]) -> None:
+        check_damage(template, plan)
+    return prop
+
+
+def test_random_damage_opens_or_raises_counters_error_and_repair_always_opens(
+        template: Path) -> None:
+    run_property(template, examples=int(os.environ.get("BAYES_SCHED_FUZZ_EXAMPLES", "200")))()
+
+
+@pytest.mark.slow
+def test_random_damage_thousands_of_examples(template: Path) -> None:
+    run_property(template, examples=3000)()
