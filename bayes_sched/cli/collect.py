@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collectors import DEFAULT_PROMETHEUS_PORT
-from collectors.base import CollectorError
 from counters.catalog import RESOURCES, SOURCES
 
 # Heavy modules (numpy, xarray, the collector sources) are imported inside the functions that use
@@ -132,6 +131,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def requested_sources(text: str | None) -> list[str]:
+    from collectors.base import CollectorError
+
     if text is None:
         return list(SOURCE_NAMES)
     wanted = [s.strip() for s in text.split(",") if s.strip()]
@@ -170,6 +171,8 @@ def build_sources(args: argparse.Namespace) -> list[Source]:
 
 def check_collect_options(args: argparse.Namespace) -> None:
     """Every ``collect`` option that can be checked before any work: one-line errors."""
+    from collectors.base import CollectorError
+
     if args.out is None and args.prometheus is None:
         raise CollectorError("nothing to do: give --out STORE and/or --prometheus PORT")
     if args.prometheus is not None and not 0 <= args.prometheus <= 65535:
@@ -383,6 +386,8 @@ def run_export(args: argparse.Namespace) -> int:
 
 def parse_offsets(items: list[str]) -> dict[str, float]:
     """``NODE=SECONDS`` items -> {node: finite seconds}; one-line errors naming the flag."""
+    from collectors.base import CollectorError
+
     offsets: dict[str, float] = {}
     for item in items:
         node, sep, value = item.rpartition("=")
@@ -402,6 +407,7 @@ def run_align(args: argparse.Namespace) -> int:
     import numpy as np
 
     from bayes_sched.cli._common import print_table
+    from collectors.base import CollectorError
     from counters import schema
     from counters.align import align
     from counters.store import open_store
