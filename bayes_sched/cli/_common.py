@@ -19,6 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bayes_sched.cli.options import OptionError
 from bayes_sched.contention.topology import TopologyError
 from bayes_sched.errors import InputError as SchedInputError
 from bayes_sched.interference.tables import InterferenceInputError
@@ -31,6 +32,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (PerfmodelInputError,)
 USER_ERRORS += (CountersError, CollectorError)
 USER_ERRORS += (SchedInputError,)
 USER_ERRORS += (InterferenceInputError, TopologyError)
+USER_ERRORS += (OptionError,)
 
 T = TypeVar("T")
 
