@@ -455,7 +455,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
                                                   "--out", "{case}/rep"), "empty-folder"),
     ])
     add(_flag_cases("report", ("report", "ncf", "--out", "{case}/rep"), "--seed",
-                    ("-1", "abc", str(2**40))))
+                    ("-1", "abc", str(2**40)), quick=("-1",)))
 
     # --- fit efficiency: gradient traces --------------------------------------------------------
     fit_eff = ("fit", "efficiency")
@@ -517,7 +517,8 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
     add(_flag_cases("simulate", good_sim, "--restart-delay", ("nan", "inf", "-5", "abc"),
                     item="8", quick=("nan",)))
     add(_flag_cases("simulate", good_sim, "--interference", ("1", "-0.1", "nan", "2")))
-    add(_flag_cases("simulate", good_sim, "--nodes", ("0", "-1", "abc", "1e3", str(10**12))))
+    add(_flag_cases("simulate", good_sim, "--nodes", ("0", "-1", "abc", "1e3", str(10**12)),
+                    quick=("0",)))
     add(_flag_cases("simulate", good_sim, "--gpus-per-node", ("0", "-4", "nan")))
     add(_flag_cases("simulate", good_sim, "--max-jobs", ("0", "-3", "x")))
 
@@ -544,7 +545,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
     add(_flag_cases("compare", good_cmp, "--interval", ("nan", "inf", "0"), ("--out",
                     "{case}/out"), item="8", quick=("nan",)))
     add(_flag_cases("compare", good_cmp, "--restart-delay", ("nan", "inf"), ("--out",
-                    "{case}/out"), item="8"))
+                    "{case}/out"), item="8", quick=("inf",)))
     add(_flag_cases("compare", good_cmp, "--processes", ("0", "-2", "abc"), ("--out",
                     "{case}/out")))
     add(_flag_cases("compare", good_cmp, "--max-jobs", ("0", "-3"), ("--out", "{case}/out")))
@@ -583,11 +584,10 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
          for name in STORE_BAD])
     add([
         Case("infer contention", "store of NaN only (prior alone)",
-             (*ic, "{dir}/store-all-nan", "--out", "{case}/rep"), "store-all-nan", item="16",
-             quick=True),
+             (*ic, "{dir}/store-all-nan", "--out", "{case}/rep"), "store-all-nan", item="16"),
         Case("infer contention", "store of -1e30 values (Cholesky failure)",
              (*ic, "{dir}/store-minus-1e30", "--out", "{case}/rep"), "store-minus-1e30",
-             item="10", quick=True),
+             item="10"),
         Case("infer contention", "no such store", (*ic, "{dir}/nosuch", "--out", "{case}/rep"),
              "nosuch"),
         Case("infer contention", "store is a file", (*ic, "{dir}/a-file.txt", "--out",
@@ -595,8 +595,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
         Case("infer contention", "empty folder", (*ic, "{dir}/empty-folder", "--out",
                                                   "{case}/rep"), "empty-folder"),
         Case("infer contention", "--out is a file (after the fit)",
-             (*ic, "{dir}/store-good", "--out", "{dir}/a-file.txt"), "--out", item="10",
-             quick=True),
+             (*ic, "{dir}/store-good", "--out", "{dir}/a-file.txt"), "--out", item="10"),
         Case("infer contention", "--out under a file",
              (*ic, "{dir}/store-good", "--out", "{dir}/a-file.txt/r"), "--out", item="10"),
         Case("infer contention", "missing --out", (*ic, "{dir}/store-good"), "--out"),
@@ -629,7 +628,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
               (*good_ic, "--topology", "{dir}/topology-folder.json"), "topology-folder.json",
               item="9")])
     add(_flag_cases("infer contention", good_ic, "--steps", ("0", "-1", "abc", "nan", "1e9"),
-                    item="10", quick=("0",)))
+                    item="10"))
     add(_flag_cases("infer contention", good_ic, "--seed", ("-1", "x")))
 
     # --- infer topology / synthetic / interference ------------------------------------------------
@@ -668,8 +667,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
     good_jobs = ("--jobs", "a,b", "--steps", "50")
     add([Case("infer interference", f"pairs file: {name}",
               (*ii, f"{{dir}}/pairs-{name}.csv", "{dir}/solo-good.csv", *good_jobs),
-              f"pairs-{name}.csv", item=ITEM.get(name, ""),
-              quick=name in ("extra-field", "empty-job"))
+              f"pairs-{name}.csv", item=ITEM.get(name, ""))
          for name in PAIRS_BAD])
     add([Case("infer interference", f"solo file: {name}",
               (*ii, "{dir}/pairs-good.csv", f"{{dir}}/solo-{name}.csv", *good_jobs),
@@ -687,7 +685,8 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
              (*ii, "{dir}/nosuch.csv", "{dir}/solo-good.csv", *good_jobs), "nosuch.csv"),
         Case("infer interference", "--jobs with a typo (checked before the fit)",
              (*good_ii, "--jobs", "a,bb"), "--jobs", item="18", quick=True),
-        Case("infer interference", "--jobs with one job", (*good_ii, "--jobs", "a"), "--jobs"),
+        Case("infer interference", "--jobs with one job", (*good_ii, "--jobs", "a"), "--jobs",
+             quick=True),
         Case("infer interference", "--jobs empty", (*good_ii, "--jobs", ""), "--jobs"),
         Case("infer interference", "--jobs commas only", (*good_ii, "--jobs", ",,"), "--jobs"),
         Case("infer interference", "missing --jobs", good_ii, "--jobs"),
@@ -701,7 +700,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
         add([Case(f"counters {action}", f"store: {name}",
                   ("counters", action, f"{{dir}}/store-{name}"), f"store-{name}",
                   item="2" if name != "unequal-time" else "3",
-                  quick=action == "info" and name == "garbage-manifest")
+                  )
              for name in (*STORE_BAD,)])
         add([
             Case(f"counters {action}", "no such store", ("counters", action, "{dir}/nosuch"),
@@ -821,7 +820,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
 
     # --- the front door -------------------------------------------------------------------------
     add([
-        Case("bayes-sched", "unknown command", ("frobnicate",), "frobnicate"),
+        Case("bayes-sched", "unknown command", ("frobnicate",), "frobnicate", quick=True),
         Case("bayes-sched", "no command", (), "COMMAND"),
         Case("bayes-sched", "fit without a kind", ("fit",), "KIND"),
         Case("bayes-sched", "infer unknown", ("infer", "nothing"), "nothing"),
@@ -877,18 +876,33 @@ def run_case(case: Case, index: int, base: Path, timeout: float) -> Result:
                   " ".join(["bayes-sched", *case.args]))
 
 
-def run_corpus(cases: list[Case], jobs: int, timeout: float,
-               base: Path | None = None) -> list[Result]:
-    """Write the fixtures into ``base`` (a temporary folder if ``None``) and run every case."""
+def run_corpus(cases: list[Case], jobs: int, timeout: float, base: Path | None = None,
+               log: Path | None = None) -> list[Result]:
+    """Write the fixtures into ``base`` (a temporary folder if ``None``; kept, and reused by a
+    later run, if given) and run every case; each result is also appended to ``log`` (JSON
+    lines) as it comes, so that an interrupted run keeps what it did."""
     with tempfile.TemporaryDirectory(prefix="bad-inputs-") as tmp:
         folder = Path(base or tmp)
         folder.mkdir(parents=True, exist_ok=True)
         needs_stores = any("{dir}/store-" in a or "{dir}/syn" in a or case.fresh
                            for case in cases for a in case.args)
-        write_fixtures(folder, stores=needs_stores)
+        marker = folder / (".fixtures-with-stores" if needs_stores else ".fixtures")
+        if not marker.exists() and not (folder / ".fixtures-with-stores").exists():
+            if any(p.name != "cases" for p in folder.iterdir()):
+                raise SystemExit(f"{folder}: not empty and holds no corpus fixtures")
+            write_fixtures(folder, stores=needs_stores)
+            marker.touch()
+        shutil.rmtree(folder / "cases", ignore_errors=True)
+
+        def one(item: tuple[int, Case]) -> Result:
+            result = run_case(item[1], item[0], folder, timeout)
+            if log is not None:
+                with log.open("a") as stream:
+                    stream.write(json.dumps(asdict(result)) + "\n")
+            return result
+
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            return list(pool.map(lambda item: run_case(item[1], item[0], folder, timeout),
-                                 enumerate(cases)))
+            return list(pool.map(one, enumerate(cases)))
 
 
 def summary_rows(results: list[Result]) -> list[dict[str, object]]:
@@ -939,7 +953,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="cases run at once (default 2)")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds before a case counts as a hang (default 60)")
-    parser.add_argument("--keep", type=Path, help="write the fixtures here and keep them")
+    parser.add_argument("--keep", type=Path,
+                        help="write the fixtures here and keep them (a later run reuses them)")
+    parser.add_argument("--log", type=Path, help="append each result here (JSON lines) as it "
+                        "comes")
     parser.add_argument("--json", action="store_true", help="print every result as JSON")
     args = parser.parse_args(argv)
     cases = build_cases()
@@ -951,7 +968,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         parser.error("no case matches --only")
     start = time.perf_counter()
-    results = run_corpus(cases, args.jobs, args.timeout, args.keep)
+    results = run_corpus(cases, args.jobs, args.timeout, args.keep, args.log)
     if args.json:
         json.dump({"summary": summary_rows(results), "results": [asdict(r) for r in results]},
                   sys.stdout, indent=1)
