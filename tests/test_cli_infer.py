@@ -71,7 +71,8 @@ def test_prepare_refuses_a_window_without_any_finite_counter() -> None:
 
 
 def test_prepare_refuses_counters_far_beyond_capacity() -> None:
-    with pytest.raises(CountersError, match=r"node-x: .* is -1e\+30 at time=.*expected values in"):
+    with pytest.raises(CountersError,
+                       match=r"node-x: PCIe traffic .* is -2e\+21 at time=.*expected values in"):
         prepare(_filled(_counters(), -1e30), NodeTopology(), where="node-x")
     prepare(_counters(), NodeTopology(), where="node-x")  # the healthy window passes
 
@@ -89,7 +90,7 @@ def test_store_of_minus_1e30_is_refused_before_the_fit(stores: dict[str, Path],
     # Item 10: the fit's Cholesky factorisation failed with a traceback.
     result = run_cli("infer", "contention", str(stores["huge"]), "--out", str(tmp_path / "r"))
     assert result.returncode == 2
-    assert str(stores["huge"]) in _one_line(result) and "-1e+30" in result.stderr
+    assert str(stores["huge"]) in _one_line(result) and "expected values in" in result.stderr
 
 
 @pytest.mark.parametrize("args, flag", [
