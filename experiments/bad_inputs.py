@@ -957,6 +957,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the fixtures here and keep them (a later run reuses them)")
     parser.add_argument("--log", type=Path, help="append each result here (JSON lines) as it "
                         "comes")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --log: skip the cases the log already holds, count them")
     parser.add_argument("--json", action="store_true", help="print every result as JSON")
     args = parser.parse_args(argv)
     cases = build_cases()
@@ -967,8 +969,16 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if c.quick]
     if not cases:
         parser.error("no case matches --only")
+    previous: list[Result] = []
+    if args.resume and args.log is not None and args.log.exists():
+        wanted = {(c.command, c.label) for c in cases}
+        logged = [Result(**json.loads(line)) for line in args.log.read_text().splitlines()
+                  if line.strip()]
+        previous = [r for r in logged if (r.command, r.label) in wanted]
+        done = {(r.command, r.label) for r in previous}
+        cases = [c for c in cases if (c.command, c.label) not in done]
     start = time.perf_counter()
-    results = run_corpus(cases, args.jobs, args.timeout, args.keep, args.log)
+    results = previous + run_corpus(cases, args.jobs, args.timeout, args.keep, args.log)
     if args.json:
         json.dump({"summary": summary_rows(results), "results": [asdict(r) for r in results]},
                   sys.stdout, indent=1)
