@@ -174,7 +174,7 @@ def workload_files() -> dict[str, bytes]:
     files = _text_variants(WORKLOAD_HEADER, rows, {
         "unknown-app": cell("application", "gpt5"),
         "negative-time": cell("time", "-5", row=0),
-        "unsorted-time": cell("time", "5"),
+        "unsorted-time": cell("time", "5", row=2),
         "nan-time": cell("time", "nan"),
         "inf-time": cell("time", "inf"),
         "duplicate-name": cell("name", "j0"),
@@ -487,8 +487,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
         Case("simulate", "batch 1e12: the job never finishes",
              (*sim, "{dir}/workload-batch-1e12.csv", *SIM), "unfinished", status=3, item="15"),
         Case("simulate", "100000 GPUs on a 64-GPU cluster: never starts",
-             (*sim, "{dir}/workload-replicas-1e5.csv", *SIM), "unfinished", status=3,
-             item="15"),
+             (*sim, "{dir}/workload-replicas-1e5.csv", *SIM), "num_replicas", item="15"),
         Case("simulate", "folder named like a CSV", (*sim, "{dir}/workload-folder.csv", *SIM),
              "workload-folder.csv"),
         Case("simulate", "unknown shipped workload", (*sim, "workload-99", *SIM), "workload-99"),
