@@ -914,7 +914,7 @@ def summary_rows(results: list[Result]) -> list[dict[str, object]]:
     return rows
 
 
-def print_report(results: list[Result], seconds: float) -> None:
+def print_report(results: list[Result], seconds: float, resumed: int = 0) -> None:
     rows = summary_rows(results)
     headers = ["command", "cases", *OUTCOMES]
     widths = [max(len(h), *(len(str(r[h])) for r in rows)) for h in headers]
@@ -930,7 +930,8 @@ def print_report(results: list[Result], seconds: float) -> None:
             print(line(["-" * w for w in widths]))
         print(line([str(row[h]) for h in headers]))
     failures = [r for r in results if r.outcome != "ok"]
-    print(f"\n{len(results)} cases in {seconds:.0f} s; {len(failures)} not ok:")
+    earlier = f" ({resumed} of them from the log)" if resumed else ""
+    print(f"\n{len(results)} cases{earlier}, run in {seconds:.0f} s; {len(failures)} not ok:")
     for result in failures:
         last = result.stderr.splitlines()[-1] if result.stderr else ""
         item = f" [item {result.item}]" if result.item else ""
@@ -979,7 +980,7 @@ def main(argv: list[str] | None = None) -> int:
                   sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print_report(results, time.perf_counter() - start)
+        print_report(results, time.perf_counter() - start, len(previous))
     return 0
 
 
