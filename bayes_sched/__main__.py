@@ -1,5 +1,8 @@
 import sys
 
-from bayes_sched.cli import main
+try:
+    from bayes_sched.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line is still importing
+    sys.exit(130)
 
 sys.exit(main())

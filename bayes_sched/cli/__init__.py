@@ -3,12 +3,17 @@
 Each sub-command group lives in its own module exposing ``register(subparsers)``. Start-up is kept
 light: :data:`COMMANDS` names each command, its module and its one-line help, and only the module
 of the command chosen on the command line is imported (``bayes-sched --help`` imports none), so
-``bayes-sched collect`` never pays for torch or pyro. Add a command by adding a row.
+``bayes-sched collect`` never pays for torch or pyro. Add a command by adding a row. Options are
+checked by the parser before any work starts (:mod:`bayes_sched.cli.options`).
+
+Exit statuses: 0 done; 2 bad input or options (one line naming the file, row, column or flag);
+3 a simulation whose jobs did not all finish; 130 interrupted (Ctrl-C); 141 stdout closed early
+(e.g. piped into ``head``); 1 an unexpected error, a bug: one line with the exception's type
+and message (set ``BAYES_SCHED_DEBUG=1`` to see its traceback).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
@@ -17,6 +22,10 @@ from typing import NamedTuple
 
 from bayes_sched import __version__
 from bayes_sched.cli._common import fail, is_user_error
+from bayes_sched.cli.options import OptionParser
+
+#: Set to a non-empty value to let unexpected exceptions print their traceback.
+DEBUG_VARIABLE = "BAYES_SCHED_DEBUG"
 
 
 class Command(NamedTuple):
@@ -55,11 +64,11 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> OptionParser:
     """The parser; with ``argv``, only the chosen command's module is imported and registered
     in full (the others are listed by name and help), without it every module is."""
     chosen = None if argv is None else chosen_command(argv)
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="bayes-sched",
         description="Bayesian scheduling and performance modelling for GPU deep-learning clusters.",
     )
@@ -77,24 +86,31 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(arguments)
-    args = parser.parse_args(arguments)
     try:
+        arguments = list(sys.argv[1:] if argv is None else argv)
+        args = build_parser(arguments).parse_args(arguments)
         status = args.handler(args)
-        sys.stdout.flush()
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except KeyboardInterrupt:
-        return fail("interrupted", status=130)
+        return 130
     except BrokenPipeError:
-        # The reader (``| head``) left: exit 1 without a traceback, as rich's console does and
-        # Python's documentation advises; stdout goes to /dev/null so the final flush is quiet.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        _silence_stdout()
+        return 141
     except Exception as error:
-        if not is_user_error(error):
+        if is_user_error(error):
+            return fail(str(error))
+        if os.environ.get(DEBUG_VARIABLE):  # a bug: one visible line, not a silent exit
             raise
-        return fail(str(error))
+        return fail(f"internal error: {type(error).__name__}: {error} (a bug, not your input: "
+                    f"please report it with the command line; set {DEBUG_VARIABLE}=1 for the "
+                    "traceback)", status=1)
     return int(status or 0)
 
 

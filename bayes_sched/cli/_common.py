@@ -24,6 +24,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("bayes_sched.errors", "InputError"),
     ("bayes_sched.interference.tables", "InterferenceInputError"),
     ("bayes_sched.contention.topology", "TopologyError"),
+    ("bayes_sched.cli.options", "OptionError"),
 )
 
 

@@ -1,8 +1,8 @@
 """``bayes-sched demo``: the main job on shipped data, end to end.
 
 Fits every shipped model (throughput posterior, efficiency) and writes their report, then
-simulates a shipped Pollux workload with the Pollux and Tiresias policies and writes the
-comparison: tables, timelines and plots.
+simulates a shipped Pollux workload with the Pollux and Tiresias policies (or those given with
+``--policies``) and writes the comparison: tables, timelines and plots.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 
 from bayes_sched.cli._common import print_table, progress_bar, stderr
-from bayes_sched.cli.report import prepare_out_dir, write_fit_reports
+from bayes_sched.cli.options import OUT_DIR_RULE, check_out_dir, positive_int, seed
+from bayes_sched.cli.report import prepare_out_dir, resolve_sources, write_fit_reports
+from bayes_sched.cli.simulate import check_horizon, report_unfinished
 from bayes_sched.policies import POLICIES
 from perfmodel.datasets import POLLUX_MODELS
 
@@ -18,16 +20,20 @@ DEMO_POLICIES = ("pollux", "tiresias")
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from bayes_sched.sim import read_workload, run_simulation, write_report
+    from bayes_sched.sim import SimConfig, read_workload, run_simulation, write_report
     from bayes_sched.sim.report import summary_rows
 
-    out = prepare_out_dir(args.out)
-    stderr.print(f"[1/2] fitting the {len(POLLUX_MODELS)} shipped Pollux models")
-    write_fit_reports(list(POLLUX_MODELS), out / "models", seed=args.seed)
-
+    # Every input is read and checked before the six fits (minutes): a bad workload fails now.
+    check_out_dir(args.out)
     workload = read_workload(args.workload)
     if args.max_jobs:
         workload = workload.head(args.max_jobs)
+    check_horizon(workload, SimConfig())
+    sources = resolve_sources(list(POLLUX_MODELS))
+    out = prepare_out_dir(args.out)
+    stderr.print(f"[1/2] fitting the {len(POLLUX_MODELS)} shipped Pollux models")
+    write_fit_reports(sources, out / "models", seed=args.seed)
+
     stderr.print(f"[2/2] simulating {workload.name} ({len(workload)} jobs, 64 GPUs) with "
                  f"{' and '.join(args.policies)}")
     results = []
@@ -44,9 +50,10 @@ def _demo(args: argparse.Namespace) -> int:
     keep = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
             "utilization")
     print_table([{k: row[k] for k in keep} for row in summary_rows(results)],
-                title=f"{workload.name}: {' vs '.join(args.policies)} (JCT in seconds)", as_json=args.json)
+                title=f"{workload.name}: {' vs '.join(args.policies)} (JCT in seconds)",
+                as_json=args.json)
     stderr.print(f"reports: {out / 'models' / 'index.md'} and {report}")
-    return 0
+    return report_unfinished(results)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,15 +62,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Fit every shipped model's throughput posterior and efficiency (report under "
         "OUT/models), then simulate a shipped workload with the Pollux and Tiresias policies "
         "(report under OUT/simulation).")
-    parser.add_argument("--out", default="report", help="report folder (default: report)")
+    parser.add_argument("--out", default="report",
+                        help=f"report folder (default: report); {OUT_DIR_RULE}")
     parser.add_argument("--workload", default="workload-6",
                         help="shipped workload or CSV to simulate (default: workload-6)")
-    parser.add_argument("--max-jobs", type=int, default=None,
+    parser.add_argument("--max-jobs", type=positive_int, default=None,
                         help="simulate only the first N jobs (a quicker demo)")
     parser.add_argument("--policies", nargs="+", default=list(DEMO_POLICIES),
                         choices=list(POLICIES), metavar="POLICY",
                         help=f"policies to simulate, of {', '.join(POLICIES)} (default: "
                              f"{' '.join(DEMO_POLICIES)})")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.set_defaults(handler=_demo)

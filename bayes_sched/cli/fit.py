@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bayes_sched.cli._common import print_table, stderr
+from bayes_sched.cli.options import positive_int, seed
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.errors import InputError
 
@@ -113,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "placements, e.g. a new job measured on one GPU)")
     tp.add_argument("--placement-effects", action="store_true",
                     help="model a deviation shared by the rows of each placement")
-    tp.add_argument("--seed", type=int, default=0)
+    tp.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     tp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     tp.set_defaults(handler=_fit_throughput)
 
@@ -122,9 +123,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "validation-<B>.csv files (a file, a folder or a shipped model's name) "
                            "and print efficiency with 90% intervals.")
     eff.add_argument("gradients", help="validation CSV, folder, or shipped model name")
-    eff.add_argument("--init-bsz", type=int, default=None,
+    eff.add_argument("--init-bsz", type=positive_int, default=None,
                      help="initial batch size (default: smallest traced batch size)")
-    eff.add_argument("--batch-size", type=int, nargs="*", default=None,
+    eff.add_argument("--batch-size", type=positive_int, nargs="*", default=None,
                      help="batch sizes to tabulate (default: the traced ones)")
     eff.add_argument("--json", action="store_true", help="print JSON instead of a table")
     eff.set_defaults(handler=_fit_efficiency)

@@ -13,8 +13,25 @@ import json
 from pathlib import Path
 
 from bayes_sched.cli._common import print_table, progress_bar
+from bayes_sched.cli.options import (
+    OUT_DIR_RULE,
+    OptionError,
+    check_new_dir,
+    check_out_dir,
+    check_out_file,
+    existing_file,
+    int_in_range,
+    seed,
+)
 
 # The models (pandas, torch, pyro) are imported by the handlers, so ``--help`` stays instant.
+
+#: Bounds of the SVI step counts and of the synthetic store's shape.
+STEPS = int_in_range(1, 1_000_000)
+MAX_SYNTHETIC_NODES = 1024
+MIN_SYNTHETIC_SAMPLES = 2
+MAX_SYNTHETIC_SAMPLES = 1_000_000
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     infer = subparsers.add_parser("infer", help="Bayesian inference: contention, interference")
@@ -30,10 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     contention.add_argument(
         "store", type=Path, help="counters store, or a directory of stores (one per node)"
     )
-    contention.add_argument("--out", type=Path, required=True, help="report directory")
+    contention.add_argument("--out", type=Path, required=True,
+                            help=f"report directory; {OUT_DIR_RULE}")
     contention.add_argument(
         "--topology",
-        type=Path,
+        type=existing_file,
         help="node topology JSON (see 'infer topology'); default: 4 PCIe switches x 2 GPUs",
     )
     contention.add_argument(
@@ -42,13 +60,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="discover the topology of the node this runs on (the store must come from it)",
     )
     contention.add_argument(
-        "--jobs", type=Path, help="jobs CSV (job,node,gpu,solo_step_s) for per-job sensitivity"
+        "--jobs",
+        type=existing_file,
+        help="jobs CSV (job,node,gpu,solo_step_s) for per-job sensitivity",
     )
     contention.add_argument(
-        "--step-times", type=Path, help="step-times CSV (time, one column per job, s); needs --jobs"
+        "--step-times",
+        type=existing_file,
+        help="step-times CSV (time, one column per job, s); needs --jobs",
     )
-    contention.add_argument("--steps", type=int, default=100, help="SVI steps (default 100)")
-    contention.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    contention.add_argument(
+        "--steps", type=STEPS, default=100, help="SVI steps, in [1, 1000000] (default 100)"
+    )
+    contention.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     contention.add_argument("--json", action="store_true", help="print the table as JSON")
     contention.set_defaults(handler=run_contention)
 
@@ -80,9 +104,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synthetic.add_argument(
         "out", type=Path, help="new directory: one counters store per node, truth.json, jobs.csv"
     )
-    synthetic.add_argument("--nodes", type=int, default=4, help="nodes (default 4)")
-    synthetic.add_argument("--samples", type=int, default=60, help="samples (default 60)")
-    synthetic.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    synthetic.add_argument(
+        "--nodes", type=int_in_range(1, MAX_SYNTHETIC_NODES), default=4,
+        help=f"nodes, in [1, {MAX_SYNTHETIC_NODES}] (default 4)"
+    )
+    synthetic.add_argument(
+        "--samples", type=int_in_range(MIN_SYNTHETIC_SAMPLES, MAX_SYNTHETIC_SAMPLES), default=60,
+        help=f"samples, in [{MIN_SYNTHETIC_SAMPLES}, {MAX_SYNTHETIC_SAMPLES}] (default 60)"
+    )
+    synthetic.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     synthetic.set_defaults(handler=run_synthetic)
 
     interference = commands.add_parser(
@@ -92,18 +122,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(formats in bayes_sched.interference.tables) and predict the normalised "
         "speed of each job sharing with the others, with 90% intervals.",
     )
-    interference.add_argument("pairs", type=Path, help="pairs CSV: job_a,job_b,speed_a,speed_b")
-    interference.add_argument("solo", type=Path, help="solo-features CSV: job,<features...>")
+    interference.add_argument(
+        "pairs", type=existing_file, help="pairs CSV: job_a,job_b,speed_a,speed_b"
+    )
+    interference.add_argument(
+        "solo", type=existing_file, help="solo-features CSV: job,<features...>"
+    )
     interference.add_argument(
         "--jobs", required=True, help="comma-separated job names sharing a GPU, switch or node"
     )
-    interference.add_argument("--steps", type=int, default=1000, help="SVI steps (default 1000)")
-    interference.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    interference.add_argument(
+        "--steps", type=STEPS, default=1000, help="SVI steps, in [1, 1000000] (default 1000)"
+    )
+    interference.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     interference.add_argument("--json", action="store_true", help="print the table as JSON")
     interference.set_defaults(handler=run_interference)
 
 
 def run_contention(args: argparse.Namespace) -> int:
+    if args.topology and args.discover_topology:
+        raise OptionError("give --topology or --discover-topology, not both")
+    if args.jobs is not None and args.step_times is None:
+        raise OptionError("--jobs needs --step-times (the observed step times)")
+    if args.step_times is not None and args.jobs is None:
+        raise OptionError("--step-times needs --jobs (the jobs' placement)")
+    check_out_dir(args.out)
+    import torch  # only for its error type; the modules below import it anyway
+
     from bayes_sched.contention.discovery import discover_topology
     from bayes_sched.contention.inference import (
         bottlenecks,
@@ -114,30 +159,33 @@ def run_contention(args: argparse.Namespace) -> int:
     )
     from bayes_sched.contention.jobs import infer_jobs, read_jobs_csv, read_step_times_csv
     from bayes_sched.contention.report import write_report
-    from bayes_sched.contention.topology import NodeTopology, TopologyError, read_topology
+    from bayes_sched.contention.topology import NodeTopology, read_topology
+    from counters.errors import CountersError
 
-    if args.topology and args.discover_topology:
-        raise TopologyError("give --topology or --discover-topology, not both")
     if args.discover_topology:
         topology = discover_topology().topology
     else:
         topology = read_topology(args.topology) if args.topology else NodeTopology()
     window = prepare(open_counters(args.store), topology, where=str(args.store))
+    jobs_inputs = None
+    if args.jobs is not None:  # read before the fit: a bad file fails now
+        jobs_inputs = (
+            read_jobs_csv(str(args.jobs)),
+            read_step_times_csv(str(args.step_times), window),
+        )
     with progress_bar(not args.json) as progress:
         task = progress.add_task("inference (SVI)", total=2)
-        draws = fit_svi(window, num_steps=args.steps, seed=args.seed)
-        posterior = summarise(window, draws)
+        try:
+            draws = fit_svi(window, num_steps=args.steps, seed=args.seed)
+            posterior = summarise(window, draws)
+        except torch.linalg.LinAlgError as error:
+            raise CountersError(
+                f"{args.store}: the fit failed numerically ({' '.join(str(error).split())[:120]}); "
+                "expected counters within physical ranges"
+            ) from None
         job_table = None
-        if args.jobs is not None:
-            if args.step_times is None:
-                raise TopologyError("--jobs needs --step-times (the observed step times)")
-            job_table = infer_jobs(
-                window,
-                draws,
-                read_jobs_csv(str(args.jobs)),
-                read_step_times_csv(str(args.step_times), window),
-                seed=args.seed,
-            )
+        if jobs_inputs is not None:
+            job_table = infer_jobs(window, draws, *jobs_inputs, seed=args.seed)
         progress.update(task, advance=1, description="writing report")
         report = write_report(posterior, args.out, source=str(args.store), jobs=job_table)
         progress.update(task, advance=1)
@@ -150,14 +198,15 @@ def run_contention(args: argparse.Namespace) -> int:
 
 
 def run_topology(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        check_out_file(args.out)
+    if not args.sysfs_root.is_dir():
+        raise OptionError(f"--sysfs-root {args.sysfs_root}: not a folder; expected a sysfs mount")
     from bayes_sched.contention.discovery import discover_topology
-    from bayes_sched.contention.topology import TopologyError
 
     found = discover_topology(args.sysfs_root, use_nvml=not args.no_nvml)
     text = found.topology.to_json()
     if args.out is not None:
-        if args.out.exists():
-            raise TopologyError(f"{args.out}: already exists; give a new file")
         args.out.write_text(text + "\n")
     if args.json:
         print(text)
@@ -181,14 +230,12 @@ def run_topology(args: argparse.Namespace) -> int:
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
+    check_new_dir(args.out, "OUT_DIR")
     import pandas as pd
 
     from bayes_sched.contention.generator import GeneratorConfig, generate
-    from counters.errors import CountersError
     from counters.store import write_store
 
-    if args.out.exists():
-        raise CountersError(f"{args.out}: already exists; give a new directory")
     cluster = generate(
         GeneratorConfig(num_nodes=args.nodes, num_samples=args.samples, seed=args.seed)
     )
@@ -219,9 +266,11 @@ def run_synthetic(args: argparse.Namespace) -> int:
 
 
 def run_interference(args: argparse.Namespace) -> int:
+    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    if len(jobs) < 2:
+        raise OptionError(f"--jobs {args.jobs!r}: expected at least two comma-separated job names")
     from bayes_sched.interference import (
         FitConfig,
-        InterferenceInputError,
         InterferenceModel,
         read_pairs_csv,
         read_solo_features_csv,
@@ -229,9 +278,12 @@ def run_interference(args: argparse.Namespace) -> int:
 
     pairs = read_pairs_csv(args.pairs)
     solo = read_solo_features_csv(args.solo)
-    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
-    if len(jobs) < 2:
-        raise InterferenceInputError("--jobs: expected at least two comma-separated job names")
+    unknown = [job for job in jobs if job not in solo.index]
+    if unknown:  # before the fit (about a minute), not after it
+        known = ", ".join(map(str, solo.index[:8])) + (", ..." if len(solo.index) > 8 else "")
+        raise OptionError(
+            f"--jobs: unknown job {unknown[0]!r}: expected names from {args.solo} ({known})"
+        )
     model = InterferenceModel.fit(pairs, solo, FitConfig(num_steps=args.steps, seed=args.seed))
     table = model.predict_colocation(jobs)
     print_table(

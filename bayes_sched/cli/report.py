@@ -8,36 +8,47 @@ from typing import TYPE_CHECKING
 
 from bayes_sched.cli._common import print_table, stderr, track
 from bayes_sched.cli.fit import resolve_gradients, resolve_profile
+from bayes_sched.cli.options import OUT_DIR_RULE, check_out_dir, seed
 from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.errors import InputError
 
 if TYPE_CHECKING:  # the report code (matplotlib, torch) is imported when a report is written
+    from perfmodel.profiles import GradientTrace, StepTimeProfile
     from perfmodel.report import ModelFit
 
+#: A profile to fit and its gradient traces (``None``: no efficiency curves).
+FitSource = tuple["StepTimeProfile", "dict[int, GradientTrace] | None"]
 
-def prepare_out_dir(out: str) -> Path:
-    """Create the report folder, or say in one line why it cannot be written."""
-    path = Path(out)
+
+def prepare_out_dir(out: str | Path, flag: str = "--out") -> Path:
+    """Create the report folder (checked by :func:`check_out_dir`), or say in one line why not."""
+    path = check_out_dir(out, flag)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise InputError(f"cannot create report folder: {error.strerror or error}", out) from None
-    if not path.is_dir():
-        raise InputError("not a folder: expected a folder for the report", out)
+        raise InputError(f"{flag}: cannot create report folder: {error.strerror or error}",
+                         str(out)) from None
     return path
 
 
-def write_fit_reports(sources: list[str], out: Path, gradients: str | None = None,
-                      method: str = "svi", seed: int = 0, as_json: bool = False,
-                      show_progress: bool = True) -> list[ModelFit]:
-    """Fit each source (profile path or shipped model), write its page and an index."""
+def resolve_sources(sources: list[str], gradients: str | None = None) -> list[FitSource]:
+    """Read every profile (and its gradient traces) before any fit, so bad input fails fast."""
+    resolved: list[FitSource] = []
+    for source in sources:
+        profile = resolve_profile(source)
+        grad_source = gradients or (source if source in POLLUX_MODELS else None)
+        resolved.append((profile, resolve_gradients(grad_source) if grad_source else None))
+    return resolved
+
+
+def write_fit_reports(sources: list[FitSource], out: Path, method: str = "svi", seed: int = 0,
+                      as_json: bool = False, show_progress: bool = True) -> list[ModelFit]:
+    """Fit each resolved source, write its page and an index."""
     from perfmodel.report import fit_model, write_index, write_model_report
 
     fits, pages = [], []
-    for source in track(sources, "fitting models", total=len(sources), enabled=show_progress):
-        profile = resolve_profile(source)
-        grad_source = gradients or (source if source in POLLUX_MODELS else None)
-        traces = resolve_gradients(grad_source) if grad_source else None
+    for profile, traces in track(sources, "fitting models", total=len(sources),
+                                 enabled=show_progress):
         fit = fit_model(profile, traces, method=method, seed=seed)
         fits.append(fit)
         pages.append(write_model_report(fit, out))
@@ -50,11 +61,13 @@ def write_fit_reports(sources: list[str], out: Path, gradients: str | None = Non
 
 
 def _report(args: argparse.Namespace) -> int:
-    out = prepare_out_dir(args.out)
+    check_out_dir(args.out)
     sources = args.profiles or list(POLLUX_MODELS)
     if args.gradients and len(sources) != 1:
         raise InputError("--gradients goes with exactly one profile")
-    write_fit_reports(sources, out, args.gradients, args.method, args.seed, args.json)
+    resolved = resolve_sources(sources, args.gradients)
+    out = prepare_out_dir(args.out)
+    write_fit_reports(resolved, out, args.method, args.seed, args.json)
     return 0
 
 
@@ -65,8 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "every shipped model) and write <model>.md pages, PNG plots and index.md.")
     parser.add_argument("profiles", nargs="*", help="profile CSVs/folders or shipped model names")
     parser.add_argument("--gradients", help="validation CSV or folder, for a single profile")
-    parser.add_argument("--out", default="report", help="report folder (default: report)")
+    parser.add_argument("--out", default="report",
+                        help=f"report folder (default: report); {OUT_DIR_RULE}")
     parser.add_argument("--method", choices=("svi", "nuts"), default="svi")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=_report)

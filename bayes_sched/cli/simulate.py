@@ -11,7 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bayes_sched.cli._common import print_table, progress_bar
+from bayes_sched.cli._common import fail, print_table, progress_bar
+from bayes_sched.cli.options import (
+    OUT_DIR_RULE,
+    check_out_dir,
+    finite_float,
+    int_in_range,
+    positive_int,
+)
 from bayes_sched.cluster_spec import ClusterSpec, cluster_spec_from_dict, load_cluster_spec
 from bayes_sched.errors import InputError
 from bayes_sched.policies import POLICIES, make_policy
@@ -22,6 +29,15 @@ from bayes_sched.registry import parse_assignments
 if TYPE_CHECKING:
     from bayes_sched.sim import SimConfig
     from bayes_sched.sim.run import SimulationResult
+    from bayes_sched.sim.workload import Workload
+
+#: Exit status of a simulation that ran but left jobs unfinished at its horizon.
+EXIT_UNFINISHED = 3
+
+#: Bounds of the simulated cluster's shape and of its times (seconds).
+MAX_NODES = 10_000
+MAX_GPUS_PER_NODE = 1024
+DAY = 86_400.0
 
 _TABLE_COLUMNS = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
                   "utilization", "ftf_mean", "restarts_per_job", "decision_median_ms",
@@ -38,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="scheduling policy (default pollux; `bayes-sched list policies` "
                                "shows their options)")
     _cluster_options(simulate)
-    simulate.add_argument("--out", help="write the report (tables, timeline, plots) here")
+    simulate.add_argument("--out", help="write the report (tables, timeline, plots) here; "
+                          f"{OUT_DIR_RULE}")
     simulate.set_defaults(handler=_simulate)
 
     compare = subparsers.add_parser(
@@ -51,8 +68,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("--workloads", nargs="+",
                          default=[f"workload-{i}" for i in range(1, 9)], metavar="WORKLOAD")
     _cluster_options(compare)
-    compare.add_argument("--out", default="sim-report", help="report folder (default: sim-report)")
-    compare.add_argument("--processes", type=int, default=min(os.cpu_count() or 1, 8),
+    compare.add_argument("--out", default="sim-report",
+                         help=f"report folder (default: sim-report); {OUT_DIR_RULE}")
+    compare.add_argument("--processes", type=int_in_range(1, 256),
+                         default=min(os.cpu_count() or 1, 8),
                          help="parallel simulations (default: CPU count, at most 8)")
     compare.set_defaults(handler=_compare)
 
@@ -62,15 +81,18 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
                         help="the cluster: a short spec such as 16x4:t4 (16 nodes of 4 T4 GPUs) "
                              "or v100:36 (nodes of 4), or a TOML/JSON file (see the README); "
                              "default 16x4:t4, the artifact's")
-    parser.add_argument("--nodes", type=int, help="nodes of a homogeneous cluster (default 16)")
-    parser.add_argument("--gpus-per-node", type=int,
+    parser.add_argument("--nodes", type=int_in_range(1, MAX_NODES),
+                        help="nodes of a homogeneous cluster (default 16)")
+    parser.add_argument("--gpus-per-node", type=int_in_range(1, MAX_GPUS_PER_NODE),
                         help="GPUs per node of a homogeneous cluster (default 4)")
-    parser.add_argument("--interval", type=float,
-                        help="seconds per scheduling round (default: the cluster spec's, 60)")
-    parser.add_argument("--restart-delay", type=float,
-                        help="seconds lost per restart, every application (default: the cluster "
-                             "spec's, 30)")
-    parser.add_argument("--interference", type=float, default=0.0,
+    parser.add_argument("--interval", type=finite_float(1.0, DAY, unit="seconds"),
+                        help="seconds per scheduling round, in [1, 86400] (default: the cluster "
+                             "spec's, 60)")
+    parser.add_argument("--restart-delay", type=finite_float(0.0, DAY, unit="seconds"),
+                        help="seconds lost per restart, every application, in [0, 86400] "
+                             "(default: the cluster spec's, 30)")
+    parser.add_argument("--interference", type=finite_float(0.0, 1.0, max_open=True),
+                        default=0.0,
                         help="slowdown of distributed jobs sharing a node, in [0, 1) (default 0)")
     # The laws' module loads the simulator, so --help names the listing instead of the laws.
     parser.add_argument("--hidden", default=None, metavar="LAW",
@@ -85,7 +107,8 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help="TOML file of settings: cluster (a spec string or table), "
                              "[policy.NAME] and [hidden.NAME] option tables; flags win")
-    parser.add_argument("--max-jobs", type=int, help="only the first N jobs of each workload")
+    parser.add_argument("--max-jobs", type=positive_int,
+                        help="only the first N jobs of each workload")
     parser.add_argument("--no-avoid-interference", action="store_true",
                         help="set avoid_interference = false for the policies that have it "
                              "(Pollux may put several distributed jobs on one node)")
@@ -143,8 +166,6 @@ def _config(args: argparse.Namespace) -> SimConfig:
     from bayes_sched.sim import SimConfig
     from bayes_sched.sim.hidden import HIDDEN_LAWS, make_hidden
 
-    if args.max_jobs is not None and args.max_jobs < 1:
-        raise InputError(f"--max-jobs is {args.max_jobs}: expected at least 1")
     settings = _read_config(args.config)
     cluster = _cluster_spec(args, settings)
     tables = settings.get("hidden", {})
@@ -200,16 +221,45 @@ def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
             into[key] = value
 
 
+def check_horizon(workload: Workload, config: SimConfig) -> None:
+    """Refuse, before simulating, a job submitted at or after the horizon: it could never run."""
+    for job in workload.jobs:
+        if job.submit_time >= config.max_time:
+            raise InputError(f"job '{job.name}' is submitted at {job.submit_time:g} s, at or after the "
+                             f"simulation horizon ({config.max_time:g} s): expected earlier "
+                             "submission times", workload.source or workload.name, column="time")
+
+
+def report_unfinished(results: list[SimulationResult]) -> int:
+    """0 when every job of every run finished; else one line naming them and
+    :data:`EXIT_UNFINISHED` (the summaries' JCT statistics then cover the finished jobs only)."""
+    lines = []
+    for result in results:
+        unfinished = result.jobs.loc[result.jobs["completion_time"].isna(), "job"].astype(str)
+        if len(unfinished):
+            names = ", ".join(unfinished.iloc[:5]) + (", ..." if len(unfinished) > 5 else "")
+            lines.append(f"{result.policy} on {result.workload}: {len(unfinished)} of "
+                         f"{len(result.jobs)} jobs unfinished ({names})")
+    if not lines:
+        return 0
+    horizon = results[0].config.max_time
+    return fail(f"jobs did not finish within the simulation horizon ({horizon:g} s): "
+                f"{'; '.join(lines)}", status=EXIT_UNFINISHED)
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from bayes_sched.sim import read_workload, run_simulation, write_report
     from bayes_sched.sim.report import summary_rows
 
     config = _config(args)
+    if args.out:
+        check_out_dir(args.out)
     workload = read_workload(args.workload)
     if args.max_jobs:
         workload = workload.head(args.max_jobs)
     options = _policy_options(args, [args.policy])[args.policy]
     policy = make_policy(args.policy, **options)
+    check_horizon(workload, config)
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
         task = progress.add_task(f"{policy.name} on {workload.name}: jobs finished",
                                  total=len(workload))
@@ -222,7 +272,7 @@ def _simulate(args: argparse.Namespace) -> int:
     _print(summary_rows([result]), args.json, f"{policy.name} on {workload.name}")
     if args.out:
         write_report([result], args.out)
-    return 0
+    return report_unfinished([result])
 
 
 def _run_one(task: tuple[str, str, dict[str, Any], SimConfig, int | None]) -> SimulationResult:
@@ -241,8 +291,10 @@ def _compare(args: argparse.Namespace) -> int:
 
     config = _config(args)
     options = _policy_options(args, args.policies)
+    check_out_dir(args.out)
     for name in args.workloads:  # fail fast, before any process starts
-        read_workload(name)
+        workload = read_workload(name)
+        check_horizon(workload.head(args.max_jobs) if args.max_jobs else workload, config)
     tasks = [(w, p, options[p], replace(config), args.max_jobs)
              for p in args.policies for w in args.workloads]
     # Longest first (Pollux), so the pool's tail is short.
@@ -260,8 +312,8 @@ def _compare(args: argparse.Namespace) -> int:
                 for future in as_completed(futures):
                     results.append(future.result())
                     progress.advance(bar)
-    order = {(p, w): i for i, (w, p) in enumerate(
-        (w, p) for p in args.policies for w in args.workloads)}
+    order = {(p, w): i for i, (p, w) in enumerate(
+        (p, w) for p in args.policies for w in args.workloads)}
     results.sort(key=lambda r: order.get((r.policy, r.workload.split("-first")[0]), 0))
     report = write_report(results, args.out)
     rows = summary_rows(results)
@@ -272,7 +324,7 @@ def _compare(args: argparse.Namespace) -> int:
         print_table([{k: row[k] for k in keep} for row in policy_rows(rows)],
                     title="mean over workloads")
         print(f"report: {report}")
-    return 0
+    return report_unfinished(results)
 
 
 def _print(rows: list[dict[str, object]], as_json: bool, title: str) -> None:

@@ -54,6 +54,10 @@ REQUIRED: dict[str, str] = {
     "network_rx_rate": "byte s-1",
     "network_tx_rate": "byte s-1",
 }
+#: Observed series outside ``[-LOW, HIGH]`` times their scale (a resource's capacity for rates,
+#: 1 for fractions) are not physical: refused before the fit, whose Cholesky factors they break.
+PLAUSIBLE_LOW = 1.0
+PLAUSIBLE_HIGH = 1000.0
 #: A resource counts as contended when its load is at least this fraction of capacity ...
 SATURATION = 0.9
 #: ... for at least this fraction of the window.
@@ -132,6 +136,7 @@ def prepare(
         capacity_nic=topology.nic_capacity / BYTES_PER_UNIT,
         spans=_span_matrix(multi_node, rated[schema.NODE].values, where),
     )
+    _check_observations(data, rated[schema.TIME].values, where)
     return PreparedWindow(
         data,
         rated[schema.TIME].values,
@@ -139,6 +144,34 @@ def prepare(
         rated[schema.DEVICE].values,
         topology,
     )
+
+
+def _check_observations(data: ContentionData, time: np.ndarray, where: str) -> None:
+    """Refuse a window with no finite observation at all (the posterior would be the prior's) or
+    with values far outside physical ranges, naming the series and the first bad sample."""
+    series = {
+        "PCIe traffic (gpu_gpm_pcie_tx_rate + gpu_gpm_pcie_rx_rate, GB/s)": (
+            data.pcie, data.capacity_switch),
+        "gpu_utilization": (data.util, 1.0),
+        "DRAM traffic (perf_dram_read_rate + perf_dram_write_rate, GB/s)": (
+            data.dram, data.capacity_dram),
+        "perf_dram_*_running_fraction": (data.running_fraction, 1.0),
+        "network traffic (network_rx_rate + network_tx_rate, GB/s)": (data.nic, data.capacity_nic),
+    }
+    if not any(bool(torch.isfinite(values).any()) for values, _ in series.values()):
+        raise CountersError(
+            f"{where}: no finite sample in any counter the contention model reads (every value "
+            "is NaN or missing): expected measured counters; nothing to infer from"
+        )
+    for label, (values, scale) in series.items():
+        low, high = -PLAUSIBLE_LOW * scale, PLAUSIBLE_HIGH * scale
+        bad = torch.isfinite(values) & ((values < low) | (values > high))
+        if bool(bad.any()):
+            first = tuple(int(i) for i in torch.nonzero(bad)[0])
+            raise CountersError(
+                f"{where}: {label} is {float(values[first]):.4g} at time={time[first[0]]}: "
+                f"expected values in [{low:g}, {high:g}]"
+            )
 
 
 def _span_matrix(
