@@ -79,7 +79,7 @@ class LatestSampleCollector:
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             values, health = self._values, self._health
-        families: dict[str, Metric] = {}
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         device_labels = self._device_labels()
         for name, value in values.items():
             counter = CATALOG.get(name)
@@ -98,8 +98,8 @@ class LatestSampleCollector:
                     if math.isfinite(item) and index < len(device_labels):
                         family.add_metric([self.node, *extra.values(), *device_labels[index]],
                                           float(item))
-            elif math.isfinite(float(value)):  # type: ignore[arg-type]
-                family.add_metric([self.node, *extra.values()], float(value))  # type: ignore[arg-type]
+            elif math.isfinite(float(value)):
+                family.add_metric([self.node, *extra.values()], float(value))
         yield from families.values()
         if device_labels:
             yield self._gpu_info(device_labels)
@@ -180,7 +180,7 @@ class PrometheusEndpoint:
     def __init__(self, collector: LatestSampleCollector, port: int,
                  address: str = "127.0.0.1") -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(collector)  # type: ignore[arg-type]
+        self.registry.register(collector)
         self.collector = collector
         try:
             server: Any = start_http_server(port, addr=address, registry=self.registry)
