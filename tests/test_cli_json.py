@@ -79,4 +79,6 @@ def test_a_reader_that_leaves_early_gets_no_traceback(json_flag: list[str]) -> N
     assert process.stdout is not None
     process.stdout.close()  # like `| head` that has read enough
     _, stderr = process.communicate(timeout=120)
-    assert stderr == b"" and process.returncode == 1  # quiet, and not a success
+    # Quiet, and not a success: 141 (SIGPIPE's status) from our guard, 1 where rich's console
+    # met the closed pipe first and exited itself.
+    assert stderr == b"" and process.returncode in (1, 141)

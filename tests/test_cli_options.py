@@ -107,7 +107,7 @@ def test_out_dir_rule(tmp_path: Path) -> None:
 def workloads(tmp_path: Path) -> dict[str, Path]:
     files = {
         "one": [WORKLOAD_HEADER, "j0,0,cifar10,1,128"],
-        "endless": [WORKLOAD_HEADER, "j0,0,cifar10,1,128", "huge,0,cifar10,1,1000000000000"],
+        "endless": [WORKLOAD_HEADER, "j0,0,cifar10,1,128", "huge,0,cifar10,1,2147483648"],
     }
     paths = {}
     for name, lines in files.items():
@@ -198,7 +198,7 @@ def test_closed_stdout_exits_141_quietly() -> None:
     assert stderr.decode().strip() == ""
 
 
-def _parser_with_bug() -> argparse.ArgumentParser:
+def _parser_with_bug(*_argv: object) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bayes-sched")
 
     def handler(args: argparse.Namespace) -> int:

@@ -19,7 +19,6 @@ from bayes_sched.cli.options import (
     int_in_range,
     positive_int,
 )
-from bayes_sched.cluster_spec import ClusterSpec, cluster_spec_from_dict, load_cluster_spec
 from bayes_sched.errors import InputError
 from bayes_sched.policies import POLICIES, make_policy
 from bayes_sched.registry import parse_assignments
@@ -27,6 +26,7 @@ from bayes_sched.registry import parse_assignments
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
 # ``--help`` stays instant.
 if TYPE_CHECKING:
+    from bayes_sched.cluster_spec import ClusterSpec
     from bayes_sched.sim import SimConfig
     from bayes_sched.sim.run import SimulationResult
     from bayes_sched.sim.workload import Workload
@@ -143,6 +143,8 @@ def _read_config(path: str | None) -> dict[str, Any]:
 
 
 def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any]) -> ClusterSpec:
+    from bayes_sched.cluster_spec import ClusterSpec, cluster_spec_from_dict, load_cluster_spec
+
     shape = args.nodes is not None or args.gpus_per_node is not None
     if args.cluster is not None and shape:
         raise InputError("--nodes/--gpus-per-node given with --cluster: expected one or the "
