@@ -44,13 +44,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import scipy.special
 import torch
+from botorch.acquisition.analytic import _log_ei_helper
 from linear_operator.utils.errors import NotPSDError
 
 from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
 from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError
+from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.bo_contention import ContentionPrior
 from bayes_sched.policies.bo_pairs import PairPrior, PairResiduals
@@ -60,6 +61,7 @@ LOG = logging.getLogger(__name__)
 
 _DEFAULT_GA = GAConfig()
 _DEFAULT_PAIR_PRIOR = PairPrior()
+_DEFAULT_POSTERIOR = PosteriorSettings()
 
 #: Names of the co-location flags :meth:`BayesOptPolicy.features` reports, in order.
 FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node")
@@ -109,10 +111,15 @@ class BayesOptPolicy:
             default capacities).
         contention_every: rounds between fits of the contention network on the counters.
         seed: seeds the search and the draws.
+        risk: as for Pollux: ``None`` or 0 scores allocations by the point fit's goodput, ``q``
+            by the ``q``-quantile of goodput under the throughput posterior.
+
+    Learning (the contention posterior from counters, the co-location residuals of the round just
+    ended and the pair GP's fit) runs in the loop's estimation stage (:meth:`estimators`), apart
+    from the decision; ``decide`` only searches and chooses.
     """
 
     name = "bo"
-    uses_models = True
 
     def __init__(self, p: float = -1.0, restart_delay: float = 30.0,
                  max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
@@ -120,19 +127,23 @@ class BayesOptPolicy:
                  residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
                  posterior_draws: int = 64, offer_avoiding: bool = True, min_gain: float = 0.01,
                  error_forget: float = 0.8, node_topology: NodeTopology | None = None,
-                 contention_every: int = 10, seed: int = 0) -> None:
+                 contention_every: int = 10, seed: int = 0, risk: float | None = None,
+                 posterior: PosteriorSettings = _DEFAULT_POSTERIOR) -> None:
         # bo's searches are elitist whatever ``ga`` says: its co-location fitness has no
         # counterpart of NSGA-II's second objective, and its figures were measured so.
         ga = replace(ga, search="elitist")
         # Pollux's search and speedup tables, without its hard rule against co-location.
         self.pollux = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=False,
                                    max_nodes_per_job=max_nodes_per_job,
-                                   max_replicas_cap=max_replicas_cap, ga=ga)
+                                   max_replicas_cap=max_replicas_cap, ga=ga, risk=risk)
+        self.job_models = JobModelEstimator(
+            posterior=posterior if self.pollux.risk is not None else None)
+        self.learning = _ColocationLearning(self)
         # Pollux as the artifact runs it (its own population, same seed): the incumbent candidate.
         self.avoiding = PolluxPolicy(p=p, restart_delay=restart_delay, avoid_interference=True,
                                      max_nodes_per_job=max_nodes_per_job,
                                      max_replicas_cap=max_replicas_cap,
-                                     ga=ga) if offer_avoiding else None
+                                     ga=ga, risk=risk) if offer_avoiding else None
         self.min_gain = min_gain
         self.num_candidates = candidates
         self.posterior_draws = posterior_draws
@@ -163,6 +174,11 @@ class BayesOptPolicy:
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.pollux.job_settings(spec)
+
+    def estimators(self) -> Sequence[Estimator]:
+        """The job models first (the residuals compare progress with them), then the learning
+        from the round just ended."""
+        return (self.job_models, self.learning)
 
     # --- co-location features --------------------------------------------------------------------
 
@@ -205,17 +221,15 @@ class BayesOptPolicy:
     # --- learning from the last round ------------------------------------------------------------
 
     def _predicted_rate(self, job: JobView, allocation: np.ndarray) -> float | None:
-        """Progress per second (steps at ``B0``) the job's model predicts at ``allocation``."""
-        model = job.agent.goodput_model()
+        """Progress per second (steps at ``B0``) the job's model predicts at ``allocation``, at
+        the batch the job itself would choose there (point fit)."""
+        model = job.model
         replicas = int(allocation.sum())
         if model is None or replicas == 0:
             return None
-        limits = job.limits
-        choice = model.optimize(np.array([np.count_nonzero(allocation)]), np.array([replicas]),
-                                limits.max_batch_size, (limits.min_local_bsz, limits.max_local_bsz),
-                                max_accum_steps=limits.max_accum_steps)
-        goodput = float(choice.goodput[0])
-        return goodput / limits.init_batch_size if goodput > 0 else None
+        goodput = float(model.goodput(np.array([np.count_nonzero(allocation)]),
+                                      np.array([replicas]))[0])
+        return goodput / job.limits.init_batch_size if goodput > 0 else None
 
     def _observe(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
         """Learn from the round just ended: the co-location residual of every job that held the
@@ -293,10 +307,26 @@ class BayesOptPolicy:
 
     # --- the decision ----------------------------------------------------------------------------
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def learn(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
+        """The estimation step: feed the round just ended and the counters to the contention
+        posterior, the co-location residuals to the pair GP, and refit the pair GP."""
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         self._update_contention(cluster, jobs)
         self._observe(cluster, jobs)
+        self.pairs.application_index([job.application for job in jobs])
+        try:
+            self.pairs.fit()
+        except (np.linalg.LinAlgError, torch.linalg.LinAlgError, NotPSDError) as error:
+            # keep the last posterior; the search goes on
+            message = f"t={cluster.now:g}s: pair surrogate fit failed ({error})"
+            self.fit_problems.append(message)
+            LOG.warning("%s; previous posterior kept", message)
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        if not jobs:
+            self._previous, self._previous_time = {}, cluster.now
+            return {}
+        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         pollux = self.pollux
         names = [job.name for job in jobs]
         base = np.stack([job.allocation for job in jobs]).astype(_STATE)
@@ -307,13 +337,6 @@ class BayesOptPolicy:
         penalty = np.maximum(age - restarts * pollux.restart_delay, 0.0) / (age + pollux.restart_delay)
         applications = [job.application for job in jobs]
         app_index = self.pairs.application_index(applications)
-        try:
-            self.pairs.fit()
-        except (np.linalg.LinAlgError, torch.linalg.LinAlgError, NotPSDError) as error:
-            # keep the last posterior; the search goes on
-            message = f"t={cluster.now:g}s: pair surrogate fit failed ({error})"
-            self.fit_problems.append(message)
-            LOG.warning("%s; previous posterior kept", message)
         max_nodes = min(pollux.max_nodes_per_job, cluster.num_nodes)
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
                                      max_nodes, pollux.rng, self, app_index, applications)
@@ -410,7 +433,8 @@ class BayesOptPolicy:
         else:
             incumbent = float(mean.max())
             z = (mean - incumbent) / np.maximum(std, 1e-9)
-            log_ei = np.log(np.maximum(std, 1e-12)) + _log_h(z)
+            log_ei = np.log(np.maximum(std, 1e-12)) + _log_ei_helper(
+                torch.as_tensor(z, dtype=torch.float64)).numpy()
             pick = int(np.argmax(log_ei))
         feats = self.features(states[pick : pick + 1])[0]
         record = RoundRecord(
@@ -422,14 +446,18 @@ class BayesOptPolicy:
         return states[pick], record
 
 
-def _log_h(z: np.ndarray) -> np.ndarray:
-    """``log(z Phi(z) + phi(z))``, accurate for very negative ``z`` (the LogEI form)."""
-    z = np.asarray(z, dtype=np.float64)
-    direct = np.log(np.maximum(z * scipy.special.ndtr(z) + np.exp(-0.5 * z**2)
-                               / math.sqrt(2 * math.pi), 1e-300))
-    # Asymptotic form for z << 0: phi(z) / z^2 (leading term of the Mills-ratio expansion).
-    asymptotic = -0.5 * z**2 - 0.5 * math.log(2 * math.pi) - 2 * np.log(np.maximum(-z, 1.0))
-    return np.where(z > -5, direct, asymptotic)
+class _ColocationLearning:
+    """bo's estimation step (:meth:`BayesOptPolicy.learn`), as the loop runs it."""
+
+    name = "bo_colocation"
+
+    def __init__(self, policy: BayesOptPolicy) -> None:
+        self.policy = policy
+
+    def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
+        if jobs:
+            self.policy.learn(cluster, jobs)
+        return list(jobs)
 
 
 class _ColocationProblem(_Problem):

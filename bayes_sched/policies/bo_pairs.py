@@ -123,8 +123,10 @@ class PairResiduals:
         cells = size * num_jobs
         table = self._covering(self.mean if table is None else table)
         pj, own, counts, _ = self.entries(states, apps)
+        lead = table.shape[:-2]
+        if pj.size == 0:  # nobody runs anywhere: nothing slows anyone
+            return np.zeros((*lead, size, num_jobs))
         per_node = np.einsum("...ek,ek->...e", table[..., own, :], counts)
-        lead = per_node.shape[:-1]
         flat = np.zeros((*lead, cells)).reshape(-1, cells)
         per_node = per_node.reshape(-1, per_node.shape[-1])
         for row in range(flat.shape[0]):  # the job's worst node

@@ -1,8 +1,10 @@
 """Pollux (Qiao et al., OSDI 2021): goodput-driven, fair, co-adaptive allocation by genetic search.
 
-Each job's *speedup* for ``n`` nodes and ``r`` GPUs is its fitted goodput there (the agent's model,
+Each job's *speedup* for ``n`` nodes and ``r`` GPUs is its fitted goodput there (its job model,
 batch re-tuned for that allocation) over its goodput on a fair share of ``ceil(total GPUs / J)``
-GPUs on one node; a job with no fitted model yet is assumed to scale linearly. A candidate
+GPUs on one node; a job with no fitted model yet is assumed to scale linearly. With ``risk = q``
+the goodputs are the ``q``-quantile of goodput under the throughput posterior's draws (the job
+models then carry them), so allocations whose gain rests on unmeasured scaling count for less. A candidate
 allocation's fitness is the power mean (``p = -1`` by default: a harmonic mean, which favours
 fairness) of the speedups scaled by ``num_nodes / total GPUs``, each multiplied by the re-allocation
 penalty ``(T_j - R_j * delta) / (T_j + delta)`` when the job's allocation changes (``T_j`` its age,
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies import nsga2
 
@@ -47,6 +50,8 @@ SEARCHES = ("nsga2", "elitist")
 
 #: The artifact ran NCF with a fixed batch of 32768 on one GPU under Pollux.
 ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)}
+
+_DEFAULT_POSTERIOR = PosteriorSettings()
 
 
 @dataclass(frozen=True)
@@ -94,16 +99,25 @@ class PolluxPolicy:
         job_overrides: per-application fixed settings (default: the artifact's NCF setting).
         speedup_tolerance: relative change of a job's gradient noise-to-signal ratio below which its
             cached speedup table is reused (tables cost ~1 ms per job to build).
+        risk: ``None`` or 0 allocates by the point fit's goodput; ``q`` in (0, 1) by the
+            ``q``-quantile of goodput under the throughput posterior (e.g. 0.1: the 10 % quantile).
+        posterior: how the estimation stage draws from the throughput posterior when ``risk`` is
+            set.
     """
 
     name = "pollux"
-    uses_models = True  # the loop lets job agents refit before each decision
 
     def __init__(self, p: float = -1.0, restart_delay: float = 30.0,
                  avoid_interference: bool = True, max_nodes_per_job: int = 16,
                  max_replicas_cap: int = 64, ga: GAConfig = GAConfig(),
                  job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
-                 speedup_tolerance: float = 0.02) -> None:
+                 speedup_tolerance: float = 0.02, risk: float | None = None,
+                 posterior: PosteriorSettings = _DEFAULT_POSTERIOR) -> None:
+        if risk is not None and not 0 <= risk < 1:
+            raise ValueError(f"risk is {risk}: expected None or a quantile in [0, 1)")
+        self.risk = risk or None
+        self.job_models = JobModelEstimator(
+            posterior=posterior if self.risk is not None else None)
         self.p = p
         self.restart_delay = restart_delay
         self.avoid_interference = avoid_interference
@@ -115,7 +129,10 @@ class PolluxPolicy:
         self.rng = np.random.default_rng(ga.seed)
         self._population: np.ndarray | None = None  # (P, J, N) from the last round
         self._population_jobs: list[str] = []
-        self._tables: dict[str, tuple[object, float, int, np.ndarray]] = {}
+        self._tables: dict[str, tuple[int, float, int, np.ndarray]] = {}
+
+    def estimators(self) -> Sequence[Estimator]:
+        return (self.job_models,)
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.job_overrides.get(spec.application, JobSettings())
@@ -123,7 +140,7 @@ class PolluxPolicy:
     # --- speedups ----------------------------------------------------------------------------
 
     def _max_replicas(self, job: JobView) -> int:
-        limit = min(max(2 * job.agent.max_profiled_replicas, 1), self.max_replicas_cap,
+        limit = min(max(2 * job.max_profiled_replicas, 1), self.max_replicas_cap,
                     job.limits.max_batch_size // job.limits.min_local_bsz)
         if job.settings.max_replicas is not None:
             limit = min(limit, job.settings.max_replicas)
@@ -132,30 +149,26 @@ class PolluxPolicy:
     def _goodput_table(self, job: JobView, num_nodes: int, max_r: int) -> np.ndarray | None:
         """Fitted goodput for ``n <= num_nodes`` nodes and ``r <= max_r`` GPUs, shape
         ``(num_nodes + 1, max_r + 1)`` (0 where ``n > r`` or ``n == 0``); ``None`` without a
-        model."""
-        model = job.agent.goodput_model()
+        model. Cached per job on the model's version while its noise stays within tolerance."""
+        model = job.model
         if model is None:
             return None
-        phi = float(model.noise_to_signal[0])
+        phi = model.noise_to_signal
         cached = self._tables.get(job.name)
         if cached is not None:
-            params, cached_phi, cached_r, table = cached
-            if (params is job.agent._params and cached_r >= max_r and table.shape[0] > num_nodes
+            version, cached_phi, cached_r, table = cached
+            if (version == model.version and cached_r >= max_r and table.shape[0] > num_nodes
                     and abs(phi - cached_phi) <= self.speedup_tolerance * abs(cached_phi)):
                 return table[: num_nodes + 1, : max_r + 1]
         r = np.arange(1, max_r + 1)
         n = np.arange(1, num_nodes + 1)
         rr, nn = np.meshgrid(r, n)
         valid = nn <= rr
-        limits = job.limits
         # As in the artifact, speedups use the tuned batch even for a job run at a fixed batch.
-        goodput = model.optimize(nn[valid], rr[valid], limits.max_batch_size,
-                                 (limits.min_local_bsz, limits.max_local_bsz),
-                                 max_accum_steps=limits.max_accum_steps,
-                                 accumulate_alone=True).goodput
+        goodput = model.goodput(nn[valid], rr[valid], quantile=self.risk)
         table = np.zeros((num_nodes + 1, max_r + 1))
         table[nn[valid], rr[valid]] = goodput
-        self._tables[job.name] = (job.agent._params, phi, max_r, table)
+        self._tables[job.name] = (model.version, phi, max_r, table)
         return table
 
     def speedup_tables(self, jobs: Sequence[JobView], cluster: ClusterState,
@@ -183,6 +196,8 @@ class PolluxPolicy:
     # --- the search ------------------------------------------------------------------------------
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        if not jobs:
+            return {}
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         names = [job.name for job in jobs]
         num_nodes = cluster.num_nodes

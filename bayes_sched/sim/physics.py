@@ -101,6 +101,12 @@ class Application:
                               for b in self.batch_sizes])
 
     @property
+    def examples_per_epoch(self) -> int:
+        """Examples in one epoch (the dataset's size, as the job knows it): the training length
+        over the epochs, at the initial batch size."""
+        return int(round(self.target_progress * self.limits.init_batch_size / self.max_epochs))
+
+    @property
     def target_progress(self) -> float:
         """Progress (steps at the initial batch size) at which the job is complete."""
         return float(self.epoch_end_progress[-1])
