@@ -226,3 +226,24 @@ def test_bo_predicts_the_rate_of_the_batch_the_job_itself_chooses() -> None:
         assert model is not None
         expected = float(model.goodput(1, 1, local, accum)[0]) / app.limits.init_batch_size
         assert policy._predicted_rate(view, np.array([1, 0])) == pytest.approx(expected)
+
+
+def test_library_fits_leave_the_callers_pyro_param_store_alone() -> None:
+    """The contention network's fit (as bo's estimation stage runs it) scopes Pyro's parameter
+    store: a parameter the caller holds survives it."""
+    import pyro
+    import torch
+
+    from bayes_sched.contention.inference import fit_svi, prepare
+    from bayes_sched.contention.topology import NodeTopology
+    from bayes_sched.sim.hidden import ContentionLaw
+
+    law = ContentionLaw()
+    counters = law.counters(0.0, 120.0, 2, np.random.default_rng(0))
+    pyro.clear_param_store()
+    pyro.param("callers_own", torch.tensor(3.0))
+    window = prepare(counters, NodeTopology(gpus_per_switch=(2, 2), switch_numa=(0, 0)),
+                     where="test counters")
+    fit_svi(window, num_steps=2, num_samples=2)
+    assert "callers_own" in pyro.get_param_store()
+    assert float(pyro.param("callers_own").detach()) == 3.0
