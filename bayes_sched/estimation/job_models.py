@@ -20,7 +20,12 @@ import numpy as np
 from bayes_sched.cluster import ClusterState
 from bayes_sched.jobs import JobModel, JobView, Observation
 from perfmodel.profiles import StepTimeProfile
-from perfmodel.throughput import ThroughputParams, fit_throughput, identifiable
+from perfmodel.throughput import (
+    ThroughputParams,
+    across_no_faster_than_within,
+    fit_throughput,
+    identifiable,
+)
 
 #: Where Pollux pins network terms its measurements cannot inform (its lower bound).
 _UNINFORMED = 1e-8
@@ -46,10 +51,8 @@ def optimistic_unidentified(params: ThroughputParams, profile: StepTimeProfile
         values["alpha_r"] = values["beta_r"] = _UNINFORMED
     if not ok["retrogression"]:
         values["beta_n"] = values["beta_r"] = _UNINFORMED
-    if not ok["across"]:
-        values["alpha_n"] = max(values["alpha_n"], 1.1 * values["alpha_r"])
-        values["beta_n"] = max(values["beta_n"], 1.1 * values["beta_r"])
-    return ThroughputParams(**values)
+    params = ThroughputParams(**values)
+    return params if ok["across"] else across_no_faster_than_within(params)
 
 
 def profile_of(name: str, observations: Sequence[Observation]) -> StepTimeProfile:

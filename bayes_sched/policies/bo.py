@@ -55,7 +55,14 @@ from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettin
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.bo_contention import ContentionPrior
 from bayes_sched.policies.bo_pairs import PairPrior, PairResiduals
-from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem, power_mean
+from bayes_sched.policies.pollux import PolluxPolicy
+from bayes_sched.search.allocation import (
+    STATE_DTYPE,
+    AllocationProblem,
+    GAConfig,
+    power_mean,
+    restart_penalty,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -329,12 +336,12 @@ class BayesOptPolicy:
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         pollux = self.pollux
         names = [job.name for job in jobs]
-        base = np.stack([job.allocation for job in jobs]).astype(_STATE)
-        max_replicas = np.array([pollux._max_replicas(job) for job in jobs])
+        base = np.stack([job.allocation for job in jobs]).astype(STATE_DTYPE)
+        max_replicas = np.array([pollux.max_replicas(job) for job in jobs])
         tables = pollux.speedup_tables(jobs, cluster, max_replicas)
         age = np.array([job.age for job in jobs])
         restarts = np.array([job.num_restarts for job in jobs])
-        penalty = np.maximum(age - restarts * pollux.restart_delay, 0.0) / (age + pollux.restart_delay)
+        penalty = restart_penalty(age, restarts, pollux.restart_delay)
         applications = [job.application for job in jobs]
         app_index = self.pairs.application_index(applications)
         max_nodes = min(pollux.max_nodes_per_job, cluster.num_nodes)
@@ -356,7 +363,7 @@ class BayesOptPolicy:
         avoiding_choice = None
         if self.avoiding is not None:
             # Pollux's own search and objective under its avoid rule, on the same tables.
-            rule = _Problem(base, tables, max_replicas, penalty, cluster, pollux.p, True,
+            rule = AllocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p, True,
                             max_nodes, self.avoiding.rng)
             rule_population, rule_fitness = self.avoiding.evolve(rule, names)
             avoiding_choice = rule_population[int(np.argmax(rule_fitness))]
@@ -460,7 +467,7 @@ class _ColocationLearning:
         return list(jobs)
 
 
-class _ColocationProblem(_Problem):
+class _ColocationProblem(AllocationProblem):
     """Pollux's search problem with each job's speedup multiplied by its predicted co-location
     slowdown in the candidate: ``exp(prior + residual)``, the contention posterior's prior (where
     there are counters) and the pair GP's residual for its co-runners (posterior mean, or draws)."""

@@ -36,6 +36,7 @@ from bayes_sched.cluster import Allocations, ClusterState, consolidated_placemen
 from bayes_sched.estimation import Estimator, JobModelEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies.base import free_gpus, pack
+from perfmodel.throughput import seconds_per_step
 
 #: The artifact ran NCF on one GPU under every policy that sizes jobs.
 ARTIFACT_MAX_REPLICAS: Mapping[str, int] = {"ncf": 1}
@@ -77,8 +78,8 @@ class OptimusPolicy:
         for i, (n, k, (local_bsz, accum_steps)) in enumerate(zip(nodes, r, split, strict=True)):
             measured = observations.get((int(n), int(k), int(local_bsz)))
             if measured is not None:
-                compute = measured.step_time - measured.sync_time
-                times[i] = measured.step_time + compute * accum_steps
+                times[i] = seconds_per_step(measured.step_time, measured.sync_time,
+                                            int(accum_steps))
         return times
 
     def remaining_steps(self, job: JobView) -> float:

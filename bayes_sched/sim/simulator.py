@@ -25,6 +25,8 @@ from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.sim.hidden import HiddenInterference, RunningJob
 from bayes_sched.sim.physics import Application, get_application
 from bayes_sched.sim.workload import Workload
+from perfmodel.efficiency import scale_invariant_gain
+from perfmodel.throughput import seconds_per_step
 
 
 @dataclass(frozen=True)
@@ -146,9 +148,8 @@ class SimJob:
             sqr, var = app.grad_stats(batch, self.epoch)
             self.agent.record(nodes, replicas, self.local_bsz, step, sync, sqr, var)
             scale = batch / app.limits.init_batch_size
-            gain = (var + sqr) / (var / scale + sqr)
-            seconds_per_step = step + (step - sync) * self.accum_steps
-            rate = gain / seconds_per_step * (1.0 - slowdown)  # progress per second
+            gain = scale_invariant_gain(sqr, var, scale)
+            rate = gain / seconds_per_step(step, sync, self.accum_steps) * (1.0 - slowdown)
             epoch_end = app.progress_at_epoch(self.epoch + 1)
             if self.progress + rate * seconds < epoch_end:
                 self.progress += rate * seconds

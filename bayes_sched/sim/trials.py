@@ -14,7 +14,7 @@ from bayes_sched.sim.physics import get_application
 from perfmodel.datasets import pollux_model_dir
 from perfmodel.goodput import GoodputModel
 from perfmodel.profiles import read_placements_csv
-from perfmodel.throughput import fit_throughput
+from perfmodel.throughput import fit_throughput, seconds_per_step
 
 
 class PhysicsTrialRunner:
@@ -52,7 +52,7 @@ class PhysicsTrialRunner:
 
     def seconds_per_step(self, config: Configuration) -> float:
         step, sync = self.app.step_time(config.placement, config.local_bsz)
-        return step + (step - sync) * config.accum_steps
+        return seconds_per_step(step, sync, config.accum_steps)
 
     def true_goodput(self, config: Configuration) -> float:
         """Noise-free goodput, examples at the initial batch size per second."""
