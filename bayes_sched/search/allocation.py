@@ -416,8 +416,8 @@ class AllocationProblem:
         order = np.lexsort((j, node_key))
         values = v[order]
         total = _group_cumsum(values, node_key[order])
-        cap = self.capacity
-        v[order] = np.minimum(total, cap) - np.minimum(total - values, cap)
+        v[order] = (np.minimum(total, self.capacity)
+                    - np.minimum(total - values, self.capacity))
         repaired = np.zeros_like(states)
         repaired[p, j, n] = v
         return repaired

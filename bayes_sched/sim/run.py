@@ -82,7 +82,10 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
     try:
         torch.set_num_threads(1)
         with threadpool_limits(1):
-            stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=on_round)
+            # The loop hands back the cluster it drives: this simulated one.
+            each_round = (None if on_round is None
+                          else lambda _: on_round(cluster))
+            stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round)
     finally:
         torch.set_num_threads(torch_threads)
     jobs = job_table(cluster)
