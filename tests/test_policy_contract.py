@@ -109,22 +109,39 @@ def _check(decision: dict[str, np.ndarray], cluster: ClusterState, jobs: list[Jo
     validate_allocations(decision, cluster, [job.name for job in jobs])  # raises if invalid
 
 
+#: Policies whose rounds cost the most (bo: a GP fit and two searches; Optimus: a throughput fit
+#: per fixed-batch job): fewer random states in the default suite, 200 in the slow one.
+HEAVY = {"bo", "optimus"}
+
+
+def _random_rounds(name: str, seeds: int, rounds: int) -> int:
+    """Consecutive rounds of one policy per seed on a random cluster shape; returns the states."""
+    states = 0
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        policy = FACTORIES[name]()
+        num_nodes, gpus = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        for round_ in range(rounds):
+            cluster = ClusterState(num_nodes, gpus, 60.0 * (round_ + 1))
+            jobs = _random_jobs(rng, policy, cluster, pool=8)
+            _check(decide(policy, cluster, jobs), cluster, jobs)
+            states += 1
+    return states
+
+
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_every_policy_decides_validly_on_random_cluster_states(name: str) -> None:
     """Seeded random clusters, jobs with and without observations, random existing allocations,
     ages and restarts, over consecutive rounds of one policy: no exception, no oversubscription,
     one ``(num_nodes,)`` array per job."""
-    states = 0
-    for seed in range(8):
-        rng = np.random.default_rng(seed)
-        policy = FACTORIES[name]()
-        num_nodes, gpus = int(rng.integers(1, 5)), int(rng.integers(1, 5))
-        for round_ in range(25):
-            cluster = ClusterState(num_nodes, gpus, 60.0 * (round_ + 1))
-            jobs = _random_jobs(rng, policy, cluster, pool=8)
-            _check(decide(policy, cluster, jobs), cluster, jobs)
-            states += 1
-    assert states == 200
+    seeds = 2 if name in HEAVY else 8
+    assert _random_rounds(name, seeds, 25) == 25 * seeds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(HEAVY))
+def test_heavy_policies_on_200_random_cluster_states(name: str) -> None:
+    assert _random_rounds(name, 8, 25) == 200
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
