@@ -109,11 +109,6 @@ def _check(decision: dict[str, np.ndarray], cluster: ClusterState, jobs: list[Jo
     validate_allocations(decision, cluster, [job.name for job in jobs])  # raises if invalid
 
 
-#: Policies whose rounds cost the most (bo: a GP fit and two searches; Optimus: a throughput fit
-#: per fixed-batch job): fewer random states in the default suite, 200 in the slow one.
-HEAVY = {"bo", "optimus"}
-
-
 def _random_rounds(name: str, seeds: int, rounds: int) -> int:
     """Consecutive rounds of one policy per seed on a random cluster shape; returns the states."""
     states = 0
@@ -134,13 +129,6 @@ def test_every_policy_decides_validly_on_random_cluster_states(name: str) -> Non
     """Seeded random clusters, jobs with and without observations, random existing allocations,
     ages and restarts, over consecutive rounds of one policy: no exception, no oversubscription,
     one ``(num_nodes,)`` array per job."""
-    seeds = 2 if name in HEAVY else 8
-    assert _random_rounds(name, seeds, 25) == 25 * seeds
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(HEAVY))
-def test_heavy_policies_on_200_random_cluster_states(name: str) -> None:
     assert _random_rounds(name, 8, 25) == 200
 
 
