@@ -1,23 +1,28 @@
-"""Jobs as a scheduler sees them: the job agent inside each job, and the public view of a job.
+"""Jobs as a scheduler sees them: read-only reports and fitted models.
 
-:class:`JobAgent` plays the role Pollux calls PolluxAgent. It runs with the job, records every
-``(placement, m, s, step time)`` and the gradient statistics the job measures, refits perfmodel's
-throughput model online, and re-tunes the per-GPU micro-batch ``m`` and accumulation steps ``s`` for
-the allocation the job holds (the learning rate follows the batch size, e.g. by AdaScale, inside the
-job). :class:`JobView` is everything a policy may read about a job: public state and the agent's
-fitted models — never the simulator's ground truth.
+:class:`JobView` is everything a policy may read about one job: what the job itself could report
+(submission, attained service, allocation history and restarts, measured step times, gradient
+statistics, progress in its own units against the epochs its user asked for, the throughput fit
+its own agent made) and, attached by the loop's estimation stage, its fitted models per GPU type
+(:class:`JobModel`). Nothing here is live: views are frozen, arrays are read-only and mappings are
+proxies, so a policy cannot change what the next one sees. Never the simulator's ground truth, and
+no live fitter: the job's agent (:mod:`bayes_sched.agent`) stays with the job, on the cluster side.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
-from perfmodel.goodput import GoodputModel
-from perfmodel.profiles import StepTimeProfile
-from perfmodel.throughput import ThroughputParams, fit_throughput, identifiable
+from perfmodel.goodput import BatchChoice, GoodputModel
+from perfmodel.throughput import ThroughputParams, predict_step_time
+
+#: The GPU type of a cluster that names none (a homogeneous cluster).
+DEFAULT_GPU_TYPE = "default"
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,6 @@ def split_batch(batch_size: int, num_replicas: int, limits: BatchLimits) -> tupl
     return max(micro, 1), accum
 
 
-
 @dataclass(frozen=True)
 class JobSettings:
     """How a job runs under a policy.
@@ -93,178 +97,140 @@ class JobSettings:
     max_replicas: int | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Observation:
-    """One measured configuration: seconds per iteration at ``(nodes, replicas, m)`` (``s = 0``)."""
+    """One measured configuration: seconds per iteration (one micro-step, ``accum_steps = 0``) and
+    the synchronisation part of it, at ``num_nodes`` nodes, ``num_replicas`` GPUs of ``gpu_type``
+    and per-GPU micro-batch ``local_bsz``."""
 
     num_nodes: int
     num_replicas: int
     local_bsz: int
     step_time: float
     sync_time: float
+    accum_steps: int = 0
+    gpu_type: str = DEFAULT_GPU_TYPE
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """``(num_nodes, num_replicas, local_bsz)``: a job keeps its first measurement per key."""
+        return (self.num_nodes, self.num_replicas, self.local_bsz)
 
 
-class JobAgent:
-    """Records a job's measurements, fits its goodput model and tunes its batch configuration.
+@dataclass(frozen=True)
+class GradientStats:
+    """The gradient statistics a job measures (normalised to its initial batch size)."""
+
+    grad_sqr: float
+    grad_var: float
+
+    @property
+    def noise_to_signal(self) -> float:
+        return self.grad_var / max(self.grad_sqr, np.finfo(float).tiny)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = np.array(array, copy=True)
+    array.flags.writeable = False
+    return array
+
+
+class JobModel:
+    """A job's fitted models on one GPU type, read-only (built by the estimation stage).
 
     Args:
-        name: the job's name.
-        limits: the job's declared batch limits.
-        settings: fixed batch size (``None`` tunes it) and replica cap.
-        min_refit_interval: seconds of job time between refits of the throughput model once it
-            exists; a refit also needs a measurement of a new ``(nodes, replicas)`` shape, or of a
-            new micro-batch while only one was seen. The L-BFGS fit costs 5-300 ms, and
-            Pollux's agent refitting at every new ``m`` dominated the artifact's run time.
+        gpu_type: the GPU type the model is for.
+        version: changes whenever the throughput fit changes (cache derived tables on it; the
+            gradient noise is :attr:`noise_to_signal`, compare it separately).
+        params: the point fit of the step-time model.
+        gradient: the gradient statistics the job reported.
+        limits: the job's batch limits.
+        draws: posterior draws of the step-time parameters, shape ``(S, 7)`` in
+            ``perfmodel.throughput.PARAM_NAMES`` order, or ``None`` (point fit only).
     """
 
-    def __init__(self, name: str, limits: BatchLimits, settings: JobSettings = JobSettings(),
-                 min_refit_interval: float = 240.0, refit_on_new_bsz: bool = False) -> None:
-        self.name = name
-        self.limits = limits
-        self.settings = settings
-        self.min_refit_interval = min_refit_interval
-        self.refit_on_new_bsz = refit_on_new_bsz
-        self.observations: dict[tuple[int, int, int], Observation] = {}
-        self.grad_sqr: float | None = None
-        self.grad_var: float | None = None
-        self._params: ThroughputParams | None = None
-        self.clock = 0.0  # the job's time in seconds, set by whoever runs the job
-        self.num_refits = 0
-        self._fitted_shapes: set[tuple[int, int]] = set()
-        self._fitted_bsz: set[int] = set()
-        self._stale = False
-        self._last_fit_time = -np.inf
-        self._model: GoodputModel | None = None
-        self._model_stats: tuple[float, float] | None = None
+    __slots__ = ("_draws", "_point", "_posterior", "gpu_type", "gradient", "limits", "params",
+                 "version")
 
-    # --- measurements (called from inside the job) ---------------------------------------------
+    def __init__(self, gpu_type: str, version: int, params: ThroughputParams,
+                 gradient: GradientStats, limits: BatchLimits,
+                 draws: np.ndarray | None = None) -> None:
+        init = limits.init_batch_size
+        point = GoodputModel(params, gradient.grad_sqr, gradient.grad_var, init)
+        point.theta.flags.writeable = False
+        point.noise_to_signal.flags.writeable = False
+        posterior = None
+        if draws is not None:
+            draws = _read_only(np.atleast_2d(draws))
+            posterior = GoodputModel(draws, gradient.grad_sqr, gradient.grad_var, init)
+            posterior.theta.flags.writeable = False
+            posterior.noise_to_signal.flags.writeable = False
+        for name, value in (("gpu_type", gpu_type), ("version", version), ("params", params),
+                            ("gradient", gradient), ("limits", limits), ("_draws", draws),
+                            ("_point", point), ("_posterior", posterior)):
+            object.__setattr__(self, name, value)
 
-    def record(self, num_nodes: int, num_replicas: int, local_bsz: int, step_time: float,
-               sync_time: float, grad_sqr: float, grad_var: float) -> None:
-        """Record one measured iteration time (seconds) and the current gradient statistics."""
-        self.grad_sqr, self.grad_var = grad_sqr, grad_var
-        key = (num_nodes, num_replicas, local_bsz)
-        if key in self.observations:
-            return
-        self.observations[key] = Observation(num_nodes, num_replicas, local_bsz, step_time,
-                                             sync_time)
-        new_shape = (num_nodes, num_replicas) not in self._fitted_shapes
-        new_slope = ((self.refit_on_new_bsz or len(self._fitted_bsz) < 2)
-                     and local_bsz not in self._fitted_bsz)
-        if new_shape or new_slope:
-            self._stale = True
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"JobModel is read-only: cannot set '{name}'")
+
+    gpu_type: str
+    version: int
+    params: ThroughputParams
+    gradient: GradientStats
+    limits: BatchLimits
+    _draws: np.ndarray | None
+    _point: GoodputModel
+    _posterior: GoodputModel | None
 
     @property
-    def max_profiled_replicas(self) -> int:
-        """The most GPUs the job has been measured on (0 before the first measurement)."""
-        return max((key[1] for key in self.observations), default=0)
-
-    def profile(self) -> StepTimeProfile:
-        """The measurements as a perfmodel profile (``accum_steps = 0`` rows)."""
-        obs = list(self.observations.values())
-        nodes = np.array([o.num_nodes for o in obs], dtype=np.int64)
-        replicas = np.array([o.num_replicas for o in obs], dtype=np.int64)
-        return StepTimeProfile(
-            self.name, nodes, replicas,
-            np.array([o.local_bsz for o in obs], dtype=np.int64),
-            np.zeros(len(obs), dtype=np.int64),
-            np.array([o.step_time for o in obs]), np.array([o.sync_time for o in obs]),
-            np.array([f"n{n}r{r}" for n, r in zip(nodes, replicas, strict=True)], dtype=object),
-        )
+    def draws(self) -> np.ndarray | None:
+        """Posterior draws of the step-time parameters ``(S, 7)`` (read-only), or ``None``."""
+        return self._draws
 
     @property
-    def params(self) -> ThroughputParams | None:
-        """The fitted throughput parameters (``None`` before any measurement), refitted lazily on
-        access when :meth:`refresh` allows."""
-        self.refresh(self.clock)
-        return self._params
+    def noise_to_signal(self) -> float:
+        return float(self._point.noise_to_signal[0])
 
-    def refresh(self, now: float) -> bool:
-        """Refit the throughput model if new shapes were measured and the rate limit allows.
+    def goodput_model(self, quantile: float | None = None) -> GoodputModel:
+        """perfmodel's goodput model: the point fit, or the posterior draws when ``quantile`` is
+        given and the model has them."""
+        if quantile is not None and self._posterior is not None:
+            return self._posterior
+        return self._point
 
-        Returns whether a refit happened. ``now`` is the job's clock in seconds.
-        """
-        if not self._stale or not self.observations:
-            return False
-        if self._params is not None and now - self._last_fit_time < self.min_refit_interval:
-            return False
-        profile = self.profile()
-        self._params = optimistic_unidentified(fit_throughput(profile), profile)
-        self.num_refits += 1
-        self._last_fit_time = now
-        self._stale = False
-        self._fitted_shapes = {(k[0], k[1]) for k in self.observations}
-        self._fitted_bsz = {k[2] for k in self.observations}
-        self._model = None
-        return True
+    def optimize(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
+                 quantile: float | None = None) -> BatchChoice:
+        """The job's best batch per allocation (its own tuning rule: micro-batch and accumulation
+        within its limits, accumulating on one GPU beyond ``B0``), shapes ``(A,)``.
 
-    # --- models a policy may read ----------------------------------------------------------------
-
-    def goodput_model(self) -> GoodputModel | None:
-        """The fitted goodput model, or ``None`` before the first fit; rebuilt when the throughput
-        fit or the gradient statistics change (compare identities to cache derived tables)."""
-        params = self.params
-        if params is None or self.grad_sqr is None or self.grad_var is None:
-            return None
-        stats = (self.grad_sqr, self.grad_var)
-        if self._model is None or self._model_stats != stats:
-            self._model = GoodputModel(params, self.grad_sqr, self.grad_var,
-                                       self.limits.init_batch_size)
-            self._model_stats = stats
-        return self._model
-
-    # --- batch tuning ----------------------------------------------------------------------------
-
-    def choose_batch(self, placement: tuple[int, ...]) -> tuple[int, int]:
-        """``(local_bsz, accum_steps)`` for a placement (GPUs per used node)."""
-        replicas = int(sum(placement))
-        nodes = sum(1 for c in placement if c > 0)
+        ``quantile``: ``None`` maximises goodput under the point fit; ``q`` maximises the
+        ``q``-quantile of goodput over the posterior draws (the point fit without draws)."""
         limits = self.limits
-        batch = self.settings.batch_size
-        model = self.goodput_model() if batch is None else None
-        if model is None:
-            if batch is None:
-                batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)
-            return split_batch(batch, replicas, limits)
-        choice = model.optimize(
-            np.array([nodes]), np.array([replicas]), limits.max_batch_size,
-            (limits.min_local_bsz, limits.max_local_bsz), max_accum_steps=limits.max_accum_steps,
-            accumulate_alone=True)
-        local, accum = int(choice.local_bsz[0]), int(choice.accum_steps[0])
-        if local <= 0:
-            batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)
-            return split_batch(batch, replicas, limits)
-        local = min(local, int(limits.max_batch_size / (replicas * (accum + 1))))
-        return max(local, 1), accum
+        model = self.goodput_model(quantile)
+        return model.optimize(num_nodes, num_replicas, limits.max_batch_size,
+                              (limits.min_local_bsz, limits.max_local_bsz),
+                              max_accum_steps=limits.max_accum_steps,
+                              quantile=quantile if model is self._posterior else None,
+                              accumulate_alone=True)
+
+    def goodput(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
+                quantile: float | None = None) -> np.ndarray:
+        """Goodput at the best batch, examples (at ``B0``) per second, shape ``(A,)``: for the
+        point fit, or the ``quantile`` of the posterior (see :meth:`optimize`)."""
+        return self.optimize(num_nodes, num_replicas, quantile).goodput
+
+    def step_time(self, num_nodes: np.ndarray, num_replicas: np.ndarray, local_bsz: np.ndarray,
+                  accum_steps: np.ndarray | int = 0) -> np.ndarray:
+        """Seconds per optimiser step under the point fit, broadcast shape."""
+        return predict_step_time(self.params, num_nodes, num_replicas, local_bsz, accum_steps)
+
+    def efficiency(self, batch_size: np.ndarray) -> np.ndarray:
+        """Statistical efficiency at total batch ``batch_size``, shape ``batch_size.shape``."""
+        return self._point.efficiency(batch_size)[0]
 
 
-#: Where Pollux pins network terms its measurements cannot inform (its lower bound).
-_UNINFORMED = 1e-8
-
-
-def optimistic_unidentified(params: ThroughputParams, profile: StepTimeProfile
-                            ) -> ThroughputParams:
-    """Network terms the measurements cannot inform, set as Pollux's agent sets them: to ~0.
-
-    Pollux pins uninformed network parameters at their lower bound, so a job measured on one GPU
-    is assumed to scale well until measured otherwise (and across-node links are assumed no faster
-    than within-node ones). perfmodel's fit holds them at its starting values (0.1 s, 0.01 s per
-    GPU), which made new jobs look 0.1 s per step slower on several GPUs and kept them small for
-    minutes. Terms that multiply to zero on every measured configuration do not affect the fit
-    of the others, so resetting them afterwards is exact (up to the small retrogression penalty).
-    """
-    ok = identifiable(profile)
-    values = params.as_dict()
-    if not ok["across"]:
-        values["alpha_n"] = values["beta_n"] = _UNINFORMED
-    if not ok["within"]:
-        values["alpha_r"] = values["beta_r"] = _UNINFORMED
-    if not ok["retrogression"]:
-        values["beta_n"] = values["beta_r"] = _UNINFORMED
-    if not ok["across"]:
-        values["alpha_n"] = max(values["alpha_n"], 1.1 * values["alpha_r"])
-        values["beta_n"] = max(values["beta_n"], 1.1 * values["beta_r"])
-    return ThroughputParams(**values)
+_NO_MODELS: Mapping[str, JobModel] = MappingProxyType({})
+_NO_OBSERVATIONS: Mapping[tuple[int, int, int], Observation] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -277,15 +243,24 @@ class JobView:
         submit_time: seconds since the start of the workload.
         age: seconds since submission.
         attained_service: GPU-seconds the job has held so far.
-        allocation: GPUs per node it holds now, shape ``(num_nodes,)``.
+        allocation: GPUs per node it holds now, shape ``(num_nodes,)`` (read-only).
         num_restarts: times it was restarted (moved or resized) after its first start.
         requested_replicas: GPUs its user asked for.
         requested_batch_size: total batch its user asked for (examples).
         settings: how it runs under the current policy (fixed or tuned batch, replica cap).
         limits: its declared batch limits.
-        progress: training progress so far, in steps at the initial batch size.
-        target_progress: progress at which it completes (from the epochs its user asked for).
-        agent: the job's agent: measurements, gradient statistics and fitted models.
+        progress: training progress so far, in steps at the initial batch size (scale-invariant
+            iterations, as the job's AdaScale optimiser counts them).
+        epochs: epochs completed, with the fraction of the current one.
+        target_epochs: epochs its user asked for (the job completes after them).
+        examples_per_epoch: examples in one epoch (the job's dataset size).
+        observations: its measured step times by ``(num_nodes, num_replicas, local_bsz)``.
+        gradient: its latest gradient statistics, ``None`` before it has run.
+        fit: the throughput fit the job's own agent made to tune its batch, ``None`` where it
+            made none (a fixed-batch job); ``fit_version`` counts its fits.
+        allocation_history: ``(time, GPUs per node)`` of every change of its allocation.
+        models: fitted models by GPU type, attached by the estimation stage (empty before it or
+            for a policy that reads none).
     """
 
     name: str
@@ -299,10 +274,39 @@ class JobView:
     requested_batch_size: int
     settings: JobSettings
     limits: BatchLimits
-    progress: float
-    target_progress: float
-    agent: JobAgent = field(repr=False)
+    progress: float = 0.0
+    epochs: float = 0.0
+    target_epochs: int = 1
+    examples_per_epoch: int = 1
+    observations: Mapping[tuple[int, int, int], Observation] = field(
+        default_factory=lambda: _NO_OBSERVATIONS)
+    gradient: GradientStats | None = None
+    fit: ThroughputParams | None = None
+    fit_version: int = 0
+    allocation_history: tuple[tuple[float, tuple[int, ...]], ...] = ()
+    models: Mapping[str, JobModel] = field(default_factory=lambda: _NO_MODELS, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.allocation.flags.writeable:
+            object.__setattr__(self, "allocation", _read_only(self.allocation))
+        if not isinstance(self.observations, MappingProxyType):
+            object.__setattr__(self, "observations", MappingProxyType(dict(self.observations)))
+        if not isinstance(self.models, MappingProxyType):
+            object.__setattr__(self, "models", MappingProxyType(dict(self.models)))
 
     @property
     def num_gpus(self) -> int:
         return int(self.allocation.sum())
+
+    @property
+    def max_profiled_replicas(self) -> int:
+        """The most GPUs the job has been measured on (0 before the first measurement)."""
+        return max((key[1] for key in self.observations), default=0)
+
+    @property
+    def model(self) -> JobModel | None:
+        """The fitted model on the cluster's GPU type where there is one type (``None`` before
+        the job's first fit, or when the estimation stage attached none)."""
+        if len(self.models) == 1:
+            return next(iter(self.models.values()))
+        return self.models.get(DEFAULT_GPU_TYPE)

@@ -26,9 +26,10 @@ import time
 
 import numpy as np
 
-from bayes_sched.search import PhysicsTrialRunner, search_configuration
-from bayes_sched.search.prior import model_prior, profiled_goodput_model
+from bayes_sched.search import search_configuration
+from bayes_sched.search.prior import model_prior
 from bayes_sched.sim.physics import APPLICATION_NAMES
+from bayes_sched.sim.trials import PhysicsTrialRunner, profiled_goodput_model
 
 WITHIN = 0.95
 

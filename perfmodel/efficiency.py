@@ -39,6 +39,13 @@ def efficiency_from_noise(noise_to_signal: np.ndarray | float, init_bsz: float,
     return 1.0 - (scale - 1.0) / (phi + scale)
 
 
+def scale_invariant_gain(grad_sqr: float, grad_var: float, scale: float) -> float:
+    """Progress, in steps at the initial batch, of one step at ``scale`` times that batch:
+    ``(var + sqr) / (var / scale + sqr)`` (``scale`` where the denominator vanishes)."""
+    denominator = grad_var / scale + grad_sqr
+    return (grad_var + grad_sqr) / denominator if denominator > 0 else scale
+
+
 def statistical_efficiency(grad_sqr: np.ndarray | float, grad_var: np.ndarray | float,
                            init_bsz: float, batch_size: np.ndarray | float) -> np.ndarray:
     """``gain / scale`` with ``scale = batch_size / init_bsz``; arrays broadcast.

@@ -15,6 +15,7 @@ same code serves prediction (numpy) and fitting (torch autograd).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import astuple, dataclass, fields
 from typing import TypeVar
 
@@ -89,6 +90,12 @@ def step_time_terms(theta: ArrayT, num_nodes: ArrayT, num_replicas: ArrayT, loca
     t_c = compute_time(alpha_c, beta_c, local_bsz)
     t_n = network_time(alpha_n, beta_n, alpha_r, beta_r, num_nodes, num_replicas)
     return t_c, optimizer_time(t_c, t_n, gamma)
+
+
+def seconds_per_step(step_time: float, sync_time: float, accum_steps: int) -> float:
+    """Seconds per optimiser step from one measured iteration: ``accum_steps`` more micro-steps
+    each repeat the iteration's compute (its time less the synchronisation), not the sync."""
+    return step_time + (step_time - sync_time) * accum_steps
 
 
 def predict_step_time(params: ThroughputParams, num_nodes: np.ndarray | int,
@@ -196,11 +203,21 @@ def fit_throughput(profile: StepTimeProfile) -> ThroughputParams:
         theta[free] = result.x
     else:
         theta = start.copy()
-    if not ok["across"]:
-        # Prior knowledge: links across nodes are no faster than links within one.
-        theta[2] = max(theta[2], theta[4] * 1.1)
-        theta[3] = max(theta[3], theta[5] * 1.1)
-    return ThroughputParams.from_array(theta)
+    params = ThroughputParams.from_array(theta)
+    return params if ok["across"] else across_no_faster_than_within(params)
+
+
+#: Across-node network terms are at least this multiple of the within-node ones where the data
+#: cannot tell them apart.
+ACROSS_OVER_WITHIN = 1.1
+
+
+def across_no_faster_than_within(params: ThroughputParams) -> ThroughputParams:
+    """Prior knowledge for a job never measured across nodes: links across nodes are no faster
+    than links within one (``alpha_n, beta_n >= 1.1 x alpha_r, beta_r``)."""
+    return dataclasses.replace(
+        params, alpha_n=max(params.alpha_n, params.alpha_r * ACROSS_OVER_WITHIN),
+        beta_n=max(params.beta_n, params.beta_r * ACROSS_OVER_WITHIN))
 
 
 def rmsle(predicted: np.ndarray, measured: np.ndarray) -> float:

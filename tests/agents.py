@@ -1,8 +1,17 @@
-"""Job agents with measurements already taken, for policy tests."""
+"""Job agents with measurements already taken, and job views built from their reports, for
+policy tests."""
 
 from __future__ import annotations
 
-from bayes_sched.jobs import JobAgent, JobSettings
+from collections.abc import Sequence
+
+import numpy as np
+
+from bayes_sched.agent import JobAgent
+from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimation import run_estimators
+from bayes_sched.jobs import JobSettings, JobView
+from bayes_sched.policies.base import Policy
 from bayes_sched.sim.physics import get_application
 
 
@@ -17,3 +26,24 @@ def measured_agent(name: str, app: str = "cifar10") -> JobAgent:
             agent.record(len(placement), sum(placement), m, step, sync,
                          *application.grad_stats(256, 10))
     return agent
+
+
+def job_view(agent: JobAgent, app: str, now: float, allocation: Sequence[int], *,
+             submit: float = 0.0, attained: float = 0.0, replicas: int = 1, batch: int = 256,
+             progress: float = 0.0, num_restarts: int = 0,
+             settings: JobSettings | None = None) -> JobView:
+    """What the job ``agent`` runs in reports at time ``now`` (its epochs from ``progress``)."""
+    application = get_application(app)
+    epochs = progress / application.target_progress * application.max_epochs
+    return JobView(
+        name=agent.name, application=app, submit_time=submit, age=now - submit,
+        attained_service=attained, allocation=np.array(allocation, dtype=np.int64),
+        num_restarts=num_restarts, requested_replicas=replicas, requested_batch_size=batch,
+        settings=settings or agent.settings, limits=application.limits, progress=progress, epochs=epochs,
+        target_epochs=application.max_epochs,
+        examples_per_epoch=application.examples_per_epoch, **agent.report_fields())
+
+
+def decide(policy: Policy, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    """One round as the loop runs it: the policy's estimators, then its decision."""
+    return policy.decide(cluster, run_estimators(policy.estimators(), cluster, jobs))

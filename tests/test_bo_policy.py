@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
-from bayes_sched.jobs import JobAgent, JobSettings, JobView
+from bayes_sched.estimation import JobModelEstimator
+from bayes_sched.jobs import JobView
 from bayes_sched.policies import POLICIES, BayesOptPolicy, make_policy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, Workload, read_workload, run_simulation
-from bayes_sched.sim.physics import get_application
-from tests.agents import measured_agent
+from tests.agents import decide, job_view, measured_agent
 
 SMALL_GA = GAConfig(population=16, generations=8, seed=0)
 
@@ -26,17 +27,12 @@ def _agent(name: str, app: str = "cifar10") -> JobAgent:
 def _views(cluster: ClusterState, allocations: dict[str, list[int]], progress: dict[str, float],
            agents: dict[str, JobAgent], applications: dict[str, str] | None = None
            ) -> list[JobView]:
+    """The jobs' reports, with the job models the estimation stage attaches."""
     applications = applications or {}
-    views = []
-    for i, name in enumerate(sorted(allocations)):
-        app_name = applications.get(name, "cifar10")
-        app = get_application(app_name)
-        views.append(JobView(name=name, application=app_name, submit_time=0.0, age=cluster.now,
-                             attained_service=100.0 * i, allocation=np.array(allocations[name]),
-                             num_restarts=0, requested_replicas=1, requested_batch_size=256,
-                             settings=JobSettings(), limits=app.limits, progress=progress[name],
-                             target_progress=app.target_progress, agent=agents[name]))
-    return views
+    views = [job_view(agents[name], applications.get(name, "cifar10"), cluster.now,
+                      allocations[name], attained=100.0 * i, progress=progress[name])
+             for i, name in enumerate(sorted(allocations))]
+    return JobModelEstimator().estimate(cluster, views)
 
 
 def test_registered_and_decisions_respect_capacity() -> None:
@@ -44,9 +40,8 @@ def test_registered_and_decisions_respect_capacity() -> None:
     cluster = ClusterState(4, 4, 600.0)
     agents = {n: _agent(n) for n in "abcde"}
     empty = {n: [0, 0, 0, 0] for n in agents}
-    decision = BayesOptPolicy(ga=SMALL_GA).decide(cluster, _views(cluster, empty,
-                                                                 dict.fromkeys(agents, 0.0),
-                                                                 agents))
+    decision = decide(BayesOptPolicy(ga=SMALL_GA), cluster,
+                      _views(cluster, empty, dict.fromkeys(agents, 0.0), agents))
     used = np.sum(list(decision.values()), axis=0)
     assert np.all(used <= 4) and used.sum() > 0
 
@@ -163,10 +158,10 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     agents = {n: _agent(n) for n in ("a", "b")}
     empty = {n: [0, 0] for n in agents}
     views = _views(cluster, empty, dict.fromkeys(agents, 0.0), agents)
-    decision = policy.decide(cluster, views)  # sets up classes and the problem's state
+    decision = decide(policy, cluster, views)  # sets up classes and the problem's state
     assert all(np.count_nonzero(v) >= 1 for v in decision.values())
     from bayes_sched.policies.bo import _ColocationProblem
-    from bayes_sched.policies.pollux import _STATE
+    from bayes_sched.search.allocation import STATE_DTYPE as _STATE
 
     pollux = policy.pollux
     jobs = sorted(views, key=lambda j: (j.attained_service, j.submit_time, j.name))
@@ -214,7 +209,7 @@ def test_a_failed_surrogate_fit_is_reported_and_the_round_still_decides(
     cluster = ClusterState(2, 4, 600.0)
     agents = {n: _agent(n) for n in ("a", "b", "c")}
     views = _views(cluster, {n: [0, 0] for n in agents}, dict.fromkeys(agents, 0.0), agents)
-    decision = policy.decide(cluster, views)
+    decision = decide(policy, cluster, views)
     assert np.all(np.sum(list(decision.values()), axis=0) <= 4) and decision
     assert len(policy.fit_problems) == 1 and "not positive definite" in policy.fit_problems[0]
 

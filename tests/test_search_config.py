@@ -8,10 +8,11 @@ from botorch.exceptions import ModelFittingError
 
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import BatchLimits
-from bayes_sched.search import PhysicsTrialRunner, enumerate_candidates, search_configuration
+from bayes_sched.search import enumerate_candidates, search_configuration
 from bayes_sched.search import surrogate as surrogate_module
-from bayes_sched.search.prior import model_prior, profiled_goodput_model
+from bayes_sched.search.prior import model_prior
 from bayes_sched.search.surrogate import fit_surrogate
+from bayes_sched.sim.trials import PhysicsTrialRunner, profiled_goodput_model
 
 
 def small_problem(app: str = "cifar10", **runner_args: object):  # noqa: ANN201

@@ -72,7 +72,9 @@ class _Greedy:
     """A broken policy: gives every job every GPU of node 0."""
 
     name = "greedy"
-    uses_models = False
+
+    def estimators(self) -> tuple[()]:
+        return ()
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(spec.batch_size)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from bayes_sched.jobs import JobAgent, JobSettings, optimistic_unidentified, split_batch
+from bayes_sched.agent import JobAgent
+from bayes_sched.estimation import optimistic_unidentified
+from bayes_sched.jobs import JobSettings, split_batch
 from bayes_sched.sim.physics import get_application
 
 APP = get_application("cifar10")

@@ -7,12 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
+from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
-from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView, split_batch
+from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies import FifoPolicy, OptimusPolicy, PolluxPolicy, TiresiasPolicy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim.physics import get_application
-from tests.agents import measured_agent
+from tests.agents import decide, job_view, measured_agent
 
 CLUSTER = ClusterState(num_nodes=4, gpus_per_node=4, now=600.0)
 
@@ -23,14 +24,9 @@ def _view(name: str, replicas: int = 1, batch: int = 256, submit: float = 0.0,
           agent: JobAgent | None = None) -> JobView:
     limits = get_application(app).limits
     settings = settings or JobSettings(batch, replicas)
-    return JobView(
-        name=name, application=app, submit_time=submit, age=CLUSTER.now - submit,
-        attained_service=attained,
-        allocation=np.array(allocation or [0] * CLUSTER.num_nodes, dtype=np.int64),
-        num_restarts=0, requested_replicas=replicas, requested_batch_size=batch,
-        settings=settings, limits=limits, progress=0.0,
-        target_progress=get_application(app).target_progress,
-        agent=agent or JobAgent(name, limits, settings))
+    agent = agent or JobAgent(name, limits, settings)
+    return job_view(agent, app, CLUSTER.now, allocation or [0] * CLUSTER.num_nodes, submit=submit,
+                    attained=attained, replicas=replicas, batch=batch, settings=settings)
 
 
 def _check_capacity(allocations: dict[str, np.ndarray]) -> np.ndarray:
@@ -67,7 +63,7 @@ def test_optimus_gives_spare_gpus_to_the_job_that_gains_most() -> None:
     agent = measured_agent("fast")
     fast = _view("fast", 1, 2048, settings=JobSettings(2048), agent=agent)
     new = _view("new", 1, 256, submit=5)
-    decision = OptimusPolicy().decide(CLUSTER, [fast, new])
+    decision = decide(OptimusPolicy(), CLUSTER, [fast, new])
     _check_capacity(decision)
     assert decision["new"].sum() == 1  # no model yet: one GPU
     assert decision["fast"].sum() >= 4  # one node; a fifth GPU would cross nodes
@@ -78,7 +74,7 @@ def test_pollux_respects_capacity_caps_and_interference_avoidance() -> None:
     jobs = [_view(f"j{i}", settings=JobSettings(), agent=agents[i], attained=i)
             for i in range(6)]
     policy = PolluxPolicy(ga=GAConfig(population=24, generations=15, seed=1))
-    decision = policy.decide(CLUSTER, jobs)
+    decision = decide(policy, CLUSTER, jobs)
     used = _check_capacity(decision)
     assert used.sum() >= 12  # a goodput-driven policy does not leave the cluster idle
     for name, counts in decision.items():
@@ -94,8 +90,8 @@ def test_pollux_search_beats_the_status_quo_and_is_seeded() -> None:
     base = [[4, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     jobs = [_view(f"j{i}", settings=JobSettings(), agent=agents[i], allocation=base[i])
             for i in range(4)]
-    decisions = [PolluxPolicy(ga=GAConfig(population=24, generations=20, seed=3)).decide(
-        CLUSTER, jobs) for _ in range(2)]
+    decisions = [decide(PolluxPolicy(ga=GAConfig(population=24, generations=20, seed=3)),
+                        CLUSTER, jobs) for _ in range(2)]
     assert decisions[0].keys() == decisions[1].keys()
     assert all(np.array_equal(decisions[0][k], decisions[1][k]) for k in decisions[0])
     assert len(decisions[0]) == 4  # every waiting job gets GPUs (fairness, p = -1)
@@ -108,7 +104,7 @@ def test_pollux_runs_ncf_at_the_artifact_setting() -> None:
 
 
 def test_pollux_repair_makes_random_states_feasible_and_keeps_feasible_ones() -> None:
-    from bayes_sched.policies.pollux import _Problem
+    from bayes_sched.search.allocation import AllocationProblem as _Problem
 
     rng = np.random.default_rng(7)
     num_jobs, num_nodes = 9, 6
@@ -132,7 +128,7 @@ def test_pollux_repair_makes_random_states_feasible_and_keeps_feasible_ones() ->
 def test_pollux_mutation_grows_only_onto_free_gpus() -> None:
     # As the artifact's mutation: growth never lands on a full node, so on a full cluster only
     # resets and removals change a state, and a job's GPUs only grow where GPUs were free.
-    from bayes_sched.policies.pollux import _Problem
+    from bayes_sched.search.allocation import AllocationProblem as _Problem
 
     rng = np.random.default_rng(3)
     num_jobs, num_nodes = 5, 4
@@ -166,7 +162,7 @@ def test_pollux_artifact_mutation_grows_each_entry_as_the_artifact_does() -> Non
     # Node 0 is full; node 1 has one free GPU and two jobs on it; nodes 2 and 3 are empty. An
     # entry that grows takes a uniform count from its current one to the capacity, so it changes
     # with its growth probability times (capacity - current) / (capacity - current + 1).
-    from bayes_sched.policies.pollux import _Problem
+    from bayes_sched.search.allocation import AllocationProblem as _Problem
 
     rng = np.random.default_rng(5)
     num_jobs, num_nodes, capacity, samples = 5, 4, 4, 6000
@@ -188,7 +184,7 @@ def test_pollux_artifact_mutation_grows_each_entry_as_the_artifact_does() -> Non
 
 
 def test_pollux_utility_is_summed_speedup_over_the_gpus_of_used_nodes() -> None:
-    from bayes_sched.policies.pollux import _Problem
+    from bayes_sched.search.allocation import AllocationProblem as _Problem
 
     cluster = ClusterState(4, 4, 0.0)
     tables = np.zeros((2, 3, 9))
@@ -222,12 +218,14 @@ def test_optimus_trusts_a_measured_step_time_over_its_model() -> None:
     agent = _agent_measured_on_one_node("j", times, 256)
     job = _view("j", 1, 256, settings=JobSettings(256), agent=agent)
     policy = OptimusPolicy()
+    assert job.fit is None and job.model is None  # a fixed-batch job fits no model for itself
+    (job,) = policy.job_models.estimate(CLUSTER, [job])  # the estimation stage fits its reports
     curve = policy.step_times(job, 4, CLUSTER.gpus_per_node)
     assert curve is not None
     _, accum_on_one = split_batch(256, 1, job.limits)
     assert curve[0] == pytest.approx(2.0 + 0.9 * 2.0 * accum_on_one)
     assert curve[1:4] == pytest.approx([1.0, 0.7, 0.75])
-    assert policy.decide(CLUSTER, [job])["j"].sum() == 3  # the fourth GPU would buy nothing
+    assert decide(policy, CLUSTER, [job])["j"].sum() == 3  # the fourth GPU would buy nothing
 
 
 def test_optimus_estimates_remaining_steps_from_the_training_left() -> None:
@@ -235,10 +233,11 @@ def test_optimus_estimates_remaining_steps_from_the_training_left() -> None:
     # read that as 16x more steps than the remaining examples need at the user's batch.
     agent = _agent_measured_on_one_node("j", {1: 2.0, 2: 1.0}, 2048)
     agent.grad_sqr, agent.grad_var = 1.0, 1e-6
-    limits = get_application("cifar10").limits
     job = _view("j", 1, 2048, settings=JobSettings(2048), agent=agent)
-    half = dataclasses.replace(job, progress=job.target_progress / 2)
+    assert job.epochs == 0 and job.target_epochs == 100
+    half = dataclasses.replace(job, epochs=job.target_epochs / 2)
     policy = OptimusPolicy()
-    expected = job.target_progress / 2 * limits.init_batch_size / 2048
+    # The epochs its user asked for, not the simulator's progress traces, set the work left.
+    expected = job.target_epochs / 2 * job.examples_per_epoch / 2048
     assert policy.remaining_steps(half) == pytest.approx(expected)
     assert policy.remaining_steps(job) == pytest.approx(2 * expected)

@@ -36,6 +36,7 @@ from bayes_sched.contention.model import (
     trend_weight_scales,
 )
 from bayes_sched.contention.topology import NodeTopology, TopologyError
+from bayes_sched.estimation.pyro_scope import private_param_store
 from counters import schema
 from counters.align import align
 from counters.errors import CountersError
@@ -214,6 +215,7 @@ def _initial_values(data: ContentionData) -> dict[str, torch.Tensor]:
     }
 
 
+@private_param_store
 def fit_svi(
     window: PreparedWindow,
     num_steps: int = 60,
@@ -229,7 +231,6 @@ def fit_svi(
     whatever the cluster size.
     """
     data = window.data
-    pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     guide = AutoNormal(
         contention_model, init_loc_fn=init_to_value(values=_initial_values(data)), init_scale=0.02

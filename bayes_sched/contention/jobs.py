@@ -34,6 +34,7 @@ from pyro.optim import ClippedAdam
 from bayes_sched.contention.inference import PreparedWindow, resource_utilization
 from bayes_sched.contention.model import BYTES_PER_UNIT
 from bayes_sched.contention.topology import RESOURCE_KINDS, TopologyError
+from bayes_sched.estimation.pyro_scope import private_param_store
 
 #: Pressure starts at this load over capacity and reaches 1 at full capacity.
 PRESSURE_ONSET = 0.8
@@ -81,6 +82,7 @@ def _job_resources(jobs: pd.DataFrame, window: PreparedWindow) -> tuple[np.ndarr
     return jobs["node"].astype(str).map(nodes).to_numpy(), resources
 
 
+@private_param_store
 def infer_jobs(
     window: PreparedWindow,
     draws: dict[str, torch.Tensor],
@@ -108,7 +110,6 @@ def infer_jobs(
         np.log(steps / jobs["solo_step_s"].to_numpy()[None, :]), dtype=torch.float32
     )
 
-    pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     guide = AutoNormal(sensitivity_model, init_scale=0.05)
     svi = SVI(

@@ -39,6 +39,7 @@ from pyro.infer.autoguide import AutoNormal
 from pyro.optim import ClippedAdam
 from torch.nn.functional import softplus
 
+from bayes_sched.estimation.pyro_scope import private_param_store
 from bayes_sched.interference.tables import (
     InterferenceInputError,
     check_pairs,
@@ -239,6 +240,7 @@ class InterferenceModel:
         return cls.fit_observations(pair_observations(check_pairs(pairs)), solo_features, config)
 
     @classmethod
+    @private_param_store
     def fit_observations(
         cls,
         observations: pd.DataFrame,
@@ -269,7 +271,6 @@ class InterferenceModel:
         def model(*args: torch.Tensor | None) -> torch.Tensor:
             return interference_model(*args, latent_dim=config.latent_dim)
 
-        pyro.clear_param_store()
         pyro.set_rng_seed(config.seed)
         guide = AutoNormal(model, init_scale=0.05)
         decay = (config.final_learning_rate / config.learning_rate) ** (

@@ -2,7 +2,9 @@
 
 A policy is an object with
 
-* ``name``: a short label; ``uses_models``: whether it reads the agents' fitted models;
+* ``name``: a short label;
+* ``estimators() -> [Estimator]``: what the loop's estimation stage runs for it before each
+  decision (job models, posteriors; none for a policy that reads no fitted model);
 * ``job_settings(spec) -> JobSettings``: how a job runs under it (a fixed user batch size and GPU
   count for the baselines, a tuned batch for Pollux);
 * ``decide(cluster, jobs) -> {job name: GPUs per node}``: the allocation for the next round.
@@ -19,13 +21,14 @@ from typing import Protocol
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 
 
 class Policy(Protocol):
     name: str
-    #: Whether decisions read the job agents' fitted models (then agents refit before each round).
-    uses_models: bool
+
+    def estimators(self) -> Sequence[Estimator]: ...
 
     def job_settings(self, spec: JobSpec) -> JobSettings: ...
 

@@ -44,22 +44,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import scipy.special
 import torch
+from botorch.acquisition.analytic import _log_ei_helper
 from linear_operator.utils.errors import NotPSDError
 
 from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
 from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError, InputError
+from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.bo_contention import ContentionPrior
 from bayes_sched.policies.bo_pairs import PairPrior, PairResiduals
-from bayes_sched.policies.pollux import _STATE, GAConfig, PolluxPolicy, _Problem, power_mean
+from bayes_sched.policies.pollux import PolluxPolicy
+from bayes_sched.search.allocation import (
+    STATE_DTYPE,
+    AllocationProblem,
+    GAConfig,
+    power_mean,
+    restart_delays,
+    restart_penalty,
+)
 
 LOG = logging.getLogger(__name__)
 
 _DEFAULT_GA = GAConfig()
 _DEFAULT_PAIR_PRIOR = PairPrior()
+_DEFAULT_POSTERIOR = PosteriorSettings()
 
 #: Names of the co-location flags :meth:`BayesOptPolicy.features` reports, in order.
 FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node")
@@ -104,33 +114,42 @@ class BayesOptPolicy:
             objective, below which that choice is kept.
         error_forget: per-observation weight decay of each job's model-error estimate.
         node_topology: the nodes' layout and capacities, for the contention posterior where the
-            cluster collects counters (default: the cluster's own, :attr:`ClusterState.topology`;
-            one given must hold as many GPUs as the cluster's nodes).
+            cluster collects counters (default: two GPUs per PCIe switch, the topology module's
+            default capacities).
         contention_every: rounds between fits of the contention network on the counters.
         seed: seeds the search and the draws.
+        risk: as for Pollux: ``None`` or 0 scores allocations by the point fit's goodput, ``q``
+            by the ``q``-quantile of goodput under the throughput posterior.
+
+    Learning (the contention posterior from counters, the co-location residuals of the round just
+    ended and the pair GP's fit) runs in the loop's estimation stage (:meth:`estimators`), apart
+    from the decision; ``decide`` only searches and chooses.
     """
 
     name = "bo"
-    uses_models = True
 
     def __init__(self, p: float = -1.0, max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
                  ga: GAConfig = _DEFAULT_GA, pair_prior: PairPrior = _DEFAULT_PAIR_PRIOR,
                  residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
                  posterior_draws: int = 64, offer_avoiding: bool = True, min_gain: float = 0.01,
                  error_forget: float = 0.8, node_topology: NodeTopology | None = None,
-                 contention_every: int = 10, seed: int = 0) -> None:
+                 contention_every: int = 10, seed: int = 0, risk: float | None = None,
+                 posterior: PosteriorSettings = _DEFAULT_POSTERIOR) -> None:
         # bo's searches are elitist whatever ``ga`` says: its co-location fitness has no
         # counterpart of NSGA-II's second objective, and its figures were measured so.
         ga = replace(ga, search="elitist")
         # Pollux's search and speedup tables, without its hard rule against co-location.
         self.pollux = PolluxPolicy(p=p, avoid_interference=False,
                                    max_nodes_per_job=max_nodes_per_job,
-                                   max_replicas_cap=max_replicas_cap, ga=ga)
+                                   max_replicas_cap=max_replicas_cap, ga=ga, risk=risk)
+        self.job_models = JobModelEstimator(
+            posterior=posterior if self.pollux.risk is not None else None)
+        self.learning = _ColocationLearning(self)
         # Pollux as the artifact runs it (its own population, same seed): the incumbent candidate.
         self.avoiding = PolluxPolicy(p=p, avoid_interference=True,
                                      max_nodes_per_job=max_nodes_per_job,
                                      max_replicas_cap=max_replicas_cap,
-                                     ga=ga) if offer_avoiding else None
+                                     ga=ga, risk=risk) if offer_avoiding else None
         self.min_gain = min_gain
         self.num_candidates = candidates
         self.posterior_draws = posterior_draws
@@ -151,6 +170,11 @@ class BayesOptPolicy:
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.pollux.job_settings(spec)
+
+    def estimators(self) -> Sequence[Estimator]:
+        """The job models first (the residuals compare progress with them), then the learning
+        from the round just ended."""
+        return (self.job_models, self.learning)
 
     # --- co-location features --------------------------------------------------------------------
 
@@ -191,17 +215,15 @@ class BayesOptPolicy:
     # --- learning from the last round ------------------------------------------------------------
 
     def _predicted_rate(self, job: JobView, allocation: np.ndarray) -> float | None:
-        """Progress per second (steps at ``B0``) the job's model predicts at ``allocation``."""
-        model = job.agent.goodput_model()
+        """Progress per second (steps at ``B0``) the job's model predicts at ``allocation``, at
+        the batch the job itself would choose there (point fit)."""
+        model = job.model
         replicas = int(allocation.sum())
         if model is None or replicas == 0:
             return None
-        limits = job.limits
-        choice = model.optimize(np.array([np.count_nonzero(allocation)]), np.array([replicas]),
-                                limits.max_batch_size, (limits.min_local_bsz, limits.max_local_bsz),
-                                max_accum_steps=limits.max_accum_steps)
-        goodput = float(choice.goodput[0])
-        return goodput / limits.init_batch_size if goodput > 0 else None
+        goodput = float(model.goodput(np.array([np.count_nonzero(allocation)]),
+                                      np.array([replicas]))[0])
+        return goodput / job.limits.init_batch_size if goodput > 0 else None
 
     def _observe(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
         """Learn from the round just ended: the co-location residual of every job that held the
@@ -280,27 +302,13 @@ class BayesOptPolicy:
 
     # --- the decision ----------------------------------------------------------------------------
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
-        if self.node_topology is not None and self.node_topology.num_gpus != cluster.gpus_per_node:
-            raise InputError(f"policy 'bo': node_topology holds {self.node_topology.num_gpus} "
-                             f"GPUs, the cluster's nodes {cluster.gpus_per_node}: expected a "
-                             "topology that fits the nodes")
-        if not jobs:
-            return {}
+    def learn(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
+        """The estimation step: feed the round just ended and the counters to the contention
+        posterior, the co-location residuals to the pair GP, and refit the pair GP."""
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         self._update_contention(cluster, jobs)
         self._observe(cluster, jobs)
-        pollux = self.pollux
-        names = [job.name for job in jobs]
-        base = np.stack([job.allocation for job in jobs]).astype(_STATE)
-        max_replicas = np.array([pollux._max_replicas(job) for job in jobs])
-        tables = pollux.speedup_tables(jobs, cluster, max_replicas)
-        age = np.array([job.age for job in jobs])
-        restarts = np.array([job.num_restarts for job in jobs])
-        delay = np.array([cluster.restart_delay_of(job.application) for job in jobs])
-        penalty = np.maximum(age - restarts * delay, 0.0) / (age + delay)
-        applications = [job.application for job in jobs]
-        app_index = self.pairs.application_index(applications)
+        self.pairs.application_index([job.application for job in jobs])
         try:
             self.pairs.fit()
         except (np.linalg.LinAlgError, torch.linalg.LinAlgError, NotPSDError) as error:
@@ -308,6 +316,26 @@ class BayesOptPolicy:
             message = f"t={cluster.now:g}s: pair surrogate fit failed ({error})"
             self.fit_problems.append(message)
             LOG.warning("%s; previous posterior kept", message)
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        if self.node_topology is not None and self.node_topology.num_gpus != cluster.gpus_per_node:
+            raise InputError(f"policy 'bo': node_topology holds {self.node_topology.num_gpus} "
+                             f"GPUs, the cluster's nodes {cluster.gpus_per_node}: expected a "
+                             "topology that fits the nodes")
+        if not jobs:
+            self._previous, self._previous_time = {}, cluster.now
+            return {}
+        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
+        pollux = self.pollux
+        names = [job.name for job in jobs]
+        base = np.stack([job.allocation for job in jobs]).astype(STATE_DTYPE)
+        max_replicas = np.array([pollux.max_replicas(job) for job in jobs])
+        tables = pollux.speedup_tables(jobs, cluster, max_replicas)
+        age = np.array([job.age for job in jobs])
+        restarts = np.array([job.num_restarts for job in jobs])
+        penalty = restart_penalty(age, restarts, restart_delays(cluster, jobs))
+        applications = [job.application for job in jobs]
+        app_index = self.pairs.application_index(applications)
         max_nodes = min(pollux.max_nodes_per_job, cluster.num_nodes)
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
                                      max_nodes, pollux.rng, self, app_index, applications)
@@ -327,7 +355,7 @@ class BayesOptPolicy:
         avoiding_choice = None
         if self.avoiding is not None:
             # Pollux's own search and objective under its avoid rule, on the same tables.
-            rule = _Problem(base, tables, max_replicas, penalty, cluster, pollux.p, True,
+            rule = AllocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p, True,
                             max_nodes, self.avoiding.rng)
             rule_population, rule_fitness = self.avoiding.evolve(rule, names)
             avoiding_choice = rule_population[int(np.argmax(rule_fitness))]
@@ -404,7 +432,8 @@ class BayesOptPolicy:
         else:
             incumbent = float(mean.max())
             z = (mean - incumbent) / np.maximum(std, 1e-9)
-            log_ei = np.log(np.maximum(std, 1e-12)) + _log_h(z)
+            log_ei = np.log(np.maximum(std, 1e-12)) + _log_ei_helper(
+                torch.as_tensor(z, dtype=torch.float64)).numpy()
             pick = int(np.argmax(log_ei))
         feats = self.features(states[pick : pick + 1])[0]
         record = RoundRecord(
@@ -416,17 +445,21 @@ class BayesOptPolicy:
         return states[pick], record
 
 
-def _log_h(z: np.ndarray) -> np.ndarray:
-    """``log(z Phi(z) + phi(z))``, accurate for very negative ``z`` (the LogEI form)."""
-    z = np.asarray(z, dtype=np.float64)
-    direct = np.log(np.maximum(z * scipy.special.ndtr(z) + np.exp(-0.5 * z**2)
-                               / math.sqrt(2 * math.pi), 1e-300))
-    # Asymptotic form for z << 0: phi(z) / z^2 (leading term of the Mills-ratio expansion).
-    asymptotic = -0.5 * z**2 - 0.5 * math.log(2 * math.pi) - 2 * np.log(np.maximum(-z, 1.0))
-    return np.where(z > -5, direct, asymptotic)
+class _ColocationLearning:
+    """bo's estimation step (:meth:`BayesOptPolicy.learn`), as the loop runs it."""
+
+    name = "bo_colocation"
+
+    def __init__(self, policy: BayesOptPolicy) -> None:
+        self.policy = policy
+
+    def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
+        if jobs:
+            self.policy.learn(cluster, jobs)
+        return list(jobs)
 
 
-class _ColocationProblem(_Problem):
+class _ColocationProblem(AllocationProblem):
     """Pollux's search problem with each job's speedup multiplied by its predicted co-location
     slowdown in the candidate: ``exp(prior + residual)``, the contention posterior's prior (where
     there are counters) and the pair GP's residual for its co-runners (posterior mean, or draws)."""

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from botorch.exceptions import InputDataWarning
 from botorch.models import SingleTaskGP
+from botorch.posteriors import GPyTorchPosterior
 from gpytorch.kernels import LinearKernel
 from gpytorch.means import ZeroMean
 
@@ -123,8 +124,10 @@ class PairResiduals:
         cells = size * num_jobs
         table = self._covering(self.mean if table is None else table)
         pj, own, counts, _ = self.entries(states, apps)
+        lead = table.shape[:-2]
+        if pj.size == 0:  # nobody runs anywhere: nothing slows anyone
+            return np.zeros((*lead, size, num_jobs))
         per_node = np.einsum("...ek,ek->...e", table[..., own, :], counts)
-        lead = per_node.shape[:-1]
         flat = np.zeros((*lead, cells)).reshape(-1, cells)
         per_node = per_node.reshape(-1, per_node.shape[-1])
         for row in range(flat.shape[0]):  # the job's worst node
@@ -168,8 +171,8 @@ class PairResiduals:
         """The kernel over all ``K x K`` pairs, ``(K^2, K^2)``, pairs flattened row-major."""
         classes = self.num_classes
         cls = np.arange(classes)
-        own, other = np.meshgrid(cls, cls, indexing="ij")
-        own, other = own.ravel(), other.ravel()
+        own_grid, other_grid = np.meshgrid(cls, cls, indexing="ij")
+        own, other = own_grid.ravel(), other_grid.ravel()
         prior = self.prior
         same_own = own[:, None] == own[None, :]
         same_other = other[:, None] == other[None, :]
@@ -236,6 +239,7 @@ def _linear_gp_posterior(train_x: np.ndarray, train_y: np.ndarray, train_var: np
     model.eval()
     with torch.no_grad():
         posterior = model.posterior(torch.as_tensor(test_x))
+        assert isinstance(posterior, GPyTorchPosterior)  # no outcome transform
         mean = posterior.mean.squeeze(-1).numpy()
         cov = posterior.distribution.covariance_matrix.numpy()
     return mean, cov

@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
 
 
 class FifoPolicy:
     name = "fifo"
-    uses_models = False
+
+    def estimators(self) -> Sequence[Estimator]:
+        return ()
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)

@@ -4,8 +4,10 @@ Jobs run at their users' batch sizes. Every active job first gets one GPU (in su
 while GPUs last); then GPUs go one at a time to the job whose estimated remaining time drops most
 with one more GPU: ``(T(r) - T(r + 1)) * remaining steps``. ``T(r)`` is the step time on ``r``
 consolidated GPUs at the user's batch: measured, where the job has run in that shape and
-micro-batch, and otherwise predicted by the job agent's fitted throughput model. The remaining
-steps are the job's remaining training (in examples) over its batch size. A job without a fitted
+micro-batch, and otherwise predicted by the job's fitted throughput model (the estimation stage
+fits it from the reported step times). The remaining steps are the job's remaining training over
+its batch size: the epochs its user asked for less those it reports done, times its examples per
+epoch, over its batch. A job without a fitted
 model gets no more than its first GPU (Optimus profiles a job before scaling it). Jobs whose GPU
 count is unchanged keep their placement; others are placed consolidated.
 
@@ -31,9 +33,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState, consolidated_placement
+from bayes_sched.estimation import Estimator, JobModelEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies.base import free_gpus, pack
-from perfmodel.throughput import predict_step_time
+from perfmodel.throughput import seconds_per_step
 
 #: The artifact ran NCF on one GPU under every policy that sizes jobs.
 ARTIFACT_MAX_REPLICAS: Mapping[str, int] = {"ncf": 1}
@@ -41,10 +44,13 @@ ARTIFACT_MAX_REPLICAS: Mapping[str, int] = {"ncf": 1}
 
 class OptimusPolicy:
     name = "optimus"
-    uses_models = True  # the loop lets job agents refit before each decision
 
     def __init__(self, max_replicas: Mapping[str, int] = ARTIFACT_MAX_REPLICAS) -> None:
         self.max_replicas_by_app = dict(max_replicas)
+        self.job_models = JobModelEstimator()
+
+    def estimators(self) -> Sequence[Estimator]:
+        return (self.job_models,)
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size,
@@ -61,28 +67,27 @@ class OptimusPolicy:
         """Seconds per step on ``r = 1..max_r + 1`` consolidated GPUs, shape ``(max_r + 1,)``:
         measured where the job ran in that shape and micro-batch, otherwise predicted by the
         fitted model; ``None`` without a fitted model."""
-        params = job.agent.params
-        if params is None or job.settings.batch_size is None:
+        model = job.model
+        if model is None or job.settings.batch_size is None:
             return None
         r = np.arange(1, max_r + 2)
         nodes = np.array([len(consolidated_placement(int(k), gpus_per_node)) for k in r])
         split = np.array([split_batch(job.settings.batch_size, int(k), job.limits) for k in r])
-        times = predict_step_time(params, nodes, r, split[:, 0], split[:, 1])
-        observations = job.agent.observations
+        times = model.step_time(nodes, r, split[:, 0], split[:, 1])
+        observations = job.observations
         for i, (n, k, (local_bsz, accum_steps)) in enumerate(zip(nodes, r, split, strict=True)):
             measured = observations.get((int(n), int(k), int(local_bsz)))
             if measured is not None:
-                compute = measured.step_time - measured.sync_time
-                times[i] = measured.step_time + compute * accum_steps
+                times[i] = seconds_per_step(measured.step_time, measured.sync_time,
+                                            int(accum_steps))
         return times
 
     def remaining_steps(self, job: JobView) -> float:
-        """Steps left at the user's batch size ``B``: the remaining training in examples over
-        ``B``, i.e. remaining progress (steps at ``B0``) times ``B0 / B`` (what the epochs a
-        fixed-batch job asked for and its batch size tell a scheduler)."""
+        """Steps left at the user's batch size ``B``: the epochs left (those its user asked for
+        less those the job reports done) times its examples per epoch, over ``B``."""
         assert job.settings.batch_size is not None
-        remaining = max(job.target_progress - job.progress, 0.0)
-        return remaining * job.limits.init_batch_size / job.settings.batch_size
+        remaining = max(job.target_epochs - job.epochs, 0.0) * job.examples_per_epoch
+        return remaining / job.settings.batch_size
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         jobs = sorted(jobs, key=lambda j: (j.submit_time, j.name))

@@ -1,26 +1,25 @@
 """Pollux (Qiao et al., OSDI 2021): goodput-driven, fair, co-adaptive allocation by genetic search.
 
-Each job's *speedup* for ``n`` nodes and ``r`` GPUs is its fitted goodput there (the agent's model,
+Each job's *speedup* for ``n`` nodes and ``r`` GPUs is its fitted goodput there (its job model,
 batch re-tuned for that allocation) over its goodput on a fair share of ``ceil(total GPUs / J)``
-GPUs on one node; a job with no fitted model yet is assumed to scale linearly. A candidate
+GPUs on one node; a job with no fitted model yet is assumed to scale linearly. With ``risk = q``
+the goodputs are the ``q``-quantile of goodput under the throughput posterior's draws (the job
+models then carry them), so allocations whose gain rests on unmeasured scaling count for less. A candidate
 allocation's fitness is the power mean (``p = -1`` by default: a harmonic mean, which favours
 fairness) of the speedups scaled by ``num_nodes / total GPUs``, each multiplied by the re-allocation
 penalty ``(T_j - R_j * delta) / (T_j + delta)`` when the job's allocation changes (``T_j`` its age,
 ``R_j`` its restarts, ``delta`` the cluster's restart delay for its application). A population-based
-genetic search maximises it, vectorised over the population with numpy and warm-started from the
-previous round's population.
+genetic search maximises it,
+vectorised over the population with numpy and warm-started from the previous round's population.
 
-The search is by default the artifact's NSGA-II (``GAConfig.search = "nsga2"``): two objectives,
-the fitness and the *cluster utility* (the jobs' summed speedups over the GPUs of the nodes in use),
-non-dominated survival with crowding distance, tournaments by domination then crowding, one-point
-crossover over jobs giving two complementary children, the artifact's mutation, and children that
-repeat a candidate dropped; the decision is the fittest candidate. The utility objective keeps
-efficient, compact allocations in the population, and the artifact's mutation is sparing (a node
-with free GPUs gains about one job per child, not every job a node). With interference avoidance
-off these are what keep distributed jobs from sharing nodes as often as a search for fitness alone
-lets them: at 50 % interference on workload 3 the elitist search (``"elitist"``: the fittest of
-parents and children survive) ran 6.2 distributed jobs per round, 5.5 of them slowed; NSGA-II
-with the artifact's mutation runs 3.1, 1.6 of them slowed.
+The search (:mod:`bayes_sched.search.allocation`, shared with ``bo``) is by default the artifact's
+NSGA-II: two objectives, the fitness and the *cluster utility* (the jobs' summed speedups over the
+GPUs of the nodes in use), and the artifact's mutation, which is sparing (a node with free GPUs gains
+about one job per child). With interference avoidance off these are what keep distributed jobs from
+sharing nodes as often as a search for fitness alone lets them: at 50 % interference on workload 3
+the elitist search (``"elitist"``: the fittest of parents and children survive) ran 6.2 distributed
+jobs per round, 5.5 of them slowed; NSGA-II with the artifact's mutation runs 3.1, 1.6 of them
+slowed.
 
 Repair enforces, in job priority order (least attained service first): node capacity; each job's
 replica cap (twice the most GPUs it has been measured on, at least 1, and what its batch limits
@@ -30,56 +29,30 @@ distributed job per node.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies import nsga2
-
-#: GPU counts in the search: small integers keep large populations cheap to copy and scan.
-_STATE = np.int16
-
-#: Survival schemes of the genetic search (see :class:`GAConfig`).
-SEARCHES = ("nsga2", "elitist")
+from bayes_sched.search.allocation import (
+    SEARCHES,
+    STATE_DTYPE,
+    AllocationProblem,
+    GAConfig,
+    GeneticSearch,
+    SpeedupTables,
+    replica_cap,
+    restart_delays,
+    restart_penalty,
+)
 
 #: The artifact ran NCF with a fixed batch of 32768 on one GPU under Pollux.
 ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)}
 
-
-@dataclass(frozen=True)
-class GAConfig:
-    """Genetic search settings: the survival scheme, population size, generations, operator rates
-    and the seed.
-
-    ``search`` is ``"nsga2"`` (the artifact's two-objective search; see the module docstring) or
-    ``"elitist"`` (fitness alone; parents and children compete, the fittest survive; its mutation
-    grows a row onto free GPUs with ``grow_prob``, where the artifact's grows each free node by
-    about one job).
-
-    On large problems the population shrinks so that it holds at most ``max_elements`` GPU counts
-    (``P x jobs x nodes``), down to ``min_population``, with generations shrinking alike down to
-    ``min_generations``: at 1,024 GPUs and 2,000 jobs a full population would not fit a 2 s round.
-    """
-
-    population: int = 48
-    generations: int = 40
-    max_elements: int = 3_000_000
-    min_population: int = 8
-    min_generations: int = 8
-    reset_prob: float = 0.1
-    zero_prob: float = 0.1
-    grow_prob: float = 0.15
-    seed: int = 0
-    search: str = "nsga2"
-    crossover_prob: float = 0.9
-
-    def __post_init__(self) -> None:
-        if self.search not in SEARCHES:
-            raise ValueError(f"GAConfig.search is {self.search!r}: expected one of {SEARCHES}")
+_DEFAULT_POSTERIOR = PosteriorSettings()
+_DEFAULT_GA = GAConfig()
 
 
 class PolluxPolicy:
@@ -94,394 +67,82 @@ class PolluxPolicy:
         job_overrides: per-application fixed settings (default: the artifact's NCF setting).
         speedup_tolerance: relative change of a job's gradient noise-to-signal ratio below which its
             cached speedup table is reused (tables cost ~1 ms per job to build).
+        risk: ``None`` or 0 allocates by the point fit's goodput; ``q`` in (0, 1) by the
+            ``q``-quantile of goodput under the throughput posterior (e.g. 0.1: the 10 % quantile).
+        posterior: how the estimation stage draws from the throughput posterior when ``risk`` is
+            set.
     """
 
     name = "pollux"
-    uses_models = True  # the loop lets job agents refit before each decision
 
     def __init__(self, p: float = -1.0, avoid_interference: bool = True, max_nodes_per_job: int = 16,
-                 max_replicas_cap: int = 64, ga: GAConfig = GAConfig(),
+                 max_replicas_cap: int = 64, ga: GAConfig = _DEFAULT_GA,
                  job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
-                 speedup_tolerance: float = 0.02) -> None:
+                 speedup_tolerance: float = 0.02, risk: float | None = None,
+                 posterior: PosteriorSettings = _DEFAULT_POSTERIOR) -> None:
+        if risk is not None and not 0 <= risk < 1:
+            raise ValueError(f"risk is {risk}: expected None or a quantile in [0, 1)")
+        self.risk = risk or None
+        self.job_models = JobModelEstimator(
+            posterior=posterior if self.risk is not None else None)
         self.p = p
         self.avoid_interference = avoid_interference
         self.max_nodes_per_job = max_nodes_per_job
         self.max_replicas_cap = max_replicas_cap
         self.ga = ga
         self.job_overrides = dict(job_overrides)
-        self.speedup_tolerance = speedup_tolerance
-        self.rng = np.random.default_rng(ga.seed)
-        self._population: np.ndarray | None = None  # (P, J, N) from the last round
-        self._population_jobs: list[str] = []
-        self._tables: dict[str, tuple[object, float, int, np.ndarray]] = {}
+        self.search = GeneticSearch(ga)
+        self.tables = SpeedupTables(max_nodes_per_job, speedup_tolerance, self.risk)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The search's generator (problems built for this policy share it)."""
+        return self.search.rng
+
+    def estimators(self) -> Sequence[Estimator]:
+        return (self.job_models,)
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.job_overrides.get(spec.application, JobSettings())
 
-    # --- speedups ----------------------------------------------------------------------------
-
-    def _max_replicas(self, job: JobView) -> int:
-        limit = min(max(2 * job.agent.max_profiled_replicas, 1), self.max_replicas_cap,
-                    job.limits.max_batch_size // job.limits.min_local_bsz)
-        if job.settings.max_replicas is not None:
-            limit = min(limit, job.settings.max_replicas)
-        return max(limit, 1)
-
-    def _goodput_table(self, job: JobView, num_nodes: int, max_r: int) -> np.ndarray | None:
-        """Fitted goodput for ``n <= num_nodes`` nodes and ``r <= max_r`` GPUs, shape
-        ``(num_nodes + 1, max_r + 1)`` (0 where ``n > r`` or ``n == 0``); ``None`` without a
-        model."""
-        model = job.agent.goodput_model()
-        if model is None:
-            return None
-        phi = float(model.noise_to_signal[0])
-        cached = self._tables.get(job.name)
-        if cached is not None:
-            params, cached_phi, cached_r, table = cached
-            if (params is job.agent._params and cached_r >= max_r and table.shape[0] > num_nodes
-                    and abs(phi - cached_phi) <= self.speedup_tolerance * abs(cached_phi)):
-                return table[: num_nodes + 1, : max_r + 1]
-        r = np.arange(1, max_r + 1)
-        n = np.arange(1, num_nodes + 1)
-        rr, nn = np.meshgrid(r, n)
-        valid = nn <= rr
-        limits = job.limits
-        # As in the artifact, speedups use the tuned batch even for a job run at a fixed batch.
-        goodput = model.optimize(nn[valid], rr[valid], limits.max_batch_size,
-                                 (limits.min_local_bsz, limits.max_local_bsz),
-                                 max_accum_steps=limits.max_accum_steps,
-                                 accumulate_alone=True).goodput
-        table = np.zeros((num_nodes + 1, max_r + 1))
-        table[nn[valid], rr[valid]] = goodput
-        self._tables[job.name] = (job.agent._params, phi, max_r, table)
-        return table
+    def max_replicas(self, job: JobView) -> int:
+        """The most GPUs the search gives ``job`` (:func:`replica_cap`)."""
+        return replica_cap(job, self.max_replicas_cap)
 
     def speedup_tables(self, jobs: Sequence[JobView], cluster: ClusterState,
                        max_replicas: np.ndarray) -> np.ndarray:
         """Speedup over a fair share for every job, node count and GPU count, shape
         ``(J, Nmax + 1, Rmax + 1)``."""
-        num_jobs = len(jobs)
-        n_max = min(cluster.num_nodes, self.max_nodes_per_job)
-        fair_r = max(1, math.ceil(cluster.total_gpus / num_jobs))
-        r_max = int(max(max_replicas.max(), 1))
-        tables = np.zeros((num_jobs, n_max + 1, r_max + 1))
-        r = np.arange(r_max + 1)
-        n = np.arange(n_max + 1)[:, None]
-        linear = np.where((n >= 1) & (n <= r), r / fair_r, 0.0)
-        for j, job in enumerate(jobs):
-            goodput = self._goodput_table(job, n_max, max(int(max_replicas[j]), fair_r))
-            if goodput is None:
-                tables[j] = linear
-                continue
-            base = goodput[1, fair_r]
-            width = min(r_max, goodput.shape[1] - 1) + 1
-            tables[j, :, :width] = goodput[:, :width] / base if base > 0 else linear[:, :width]
-        return tables
+        return self.tables.build(jobs, cluster, max_replicas)
 
-    # --- the search ------------------------------------------------------------------------------
+    def problem(self, cluster: ClusterState, jobs: Sequence[JobView]
+                ) -> tuple[AllocationProblem, list[str]]:
+        """This round's search problem over ``jobs`` (sorted into priority order: least attained
+        service first) and their names in that order."""
+        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
+        base = np.stack([job.allocation for job in jobs]).astype(STATE_DTYPE)   # (J, N)
+        max_replicas = np.array([self.max_replicas(job) for job in jobs])
+        tables = self.speedup_tables(jobs, cluster, max_replicas)
+        penalty = restart_penalty(np.array([job.age for job in jobs]),
+                                  np.array([job.num_restarts for job in jobs]),
+                                  restart_delays(cluster, jobs))
+        problem = AllocationProblem(base, tables, max_replicas, penalty, cluster, self.p,
+                                    self.avoid_interference,
+                                    min(self.max_nodes_per_job, cluster.num_nodes), self.rng)
+        return problem, [job.name for job in jobs]
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         if not jobs:
             return {}
-        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
-        names = [job.name for job in jobs]
-        num_nodes = cluster.num_nodes
-        base = np.stack([job.allocation for job in jobs]).astype(_STATE)        # (J, N)
-        max_replicas = np.array([self._max_replicas(job) for job in jobs])
-        tables = self.speedup_tables(jobs, cluster, max_replicas)
-        age = np.array([job.age for job in jobs])
-        restarts = np.array([job.num_restarts for job in jobs])
-        delay = np.array([cluster.restart_delay_of(job.application) for job in jobs])
-        penalty = np.maximum(age - restarts * delay, 0.0) / (age + delay)
-        problem = _Problem(base, tables, max_replicas, penalty, cluster, self.p,
-                           self.avoid_interference, min(self.max_nodes_per_job, num_nodes),
-                           self.rng)
+        problem, names = self.problem(cluster, jobs)
         population, fitness = self.evolve(problem, names)
         best = population[int(np.argmax(fitness))]
         return {name: best[j].astype(np.int64) for j, name in enumerate(names) if best[j].any()}
 
-    def evolve(self, problem: _Problem, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Run the genetic search on ``problem``, warm-started from the last round's population.
-
-        Returns the final population ``(P, jobs, nodes)`` and its fitness ``(P,)``, and keeps the
-        population for the next round's warm start.
-        """
-        ga = self.ga
-        base = problem.base
-        size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
-        generations = max(ga.min_generations, ga.generations * size // ga.population)
-        population = self._initial_population(problem, names, size)
-        if ga.search == "nsga2":
-            return self._evolve_nsga2(problem, names, population, size, generations)
-        fitness = problem.fitness(population)
-        for _ in range(generations):
-            children = problem.offspring(population, fitness, ga)
-            merged = np.concatenate([population, children])
-            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
-            keep = np.argsort(-merged_fitness, kind="stable")[:size]
-            population, fitness = merged[keep], merged_fitness[keep]
-        self._population, self._population_jobs = population, names
-        return population, fitness
-
-    def _evolve_nsga2(self, problem: _Problem, names: list[str], population: np.ndarray,
-                      size: int, generations: int) -> tuple[np.ndarray, np.ndarray]:
-        population = population[_unique_rows(population)]
-        fitness, utility = problem.fitness(population), problem.utility(population)
-        _, crowding = nsga2.survivors(fitness, utility, size)
-        for _ in range(generations):
-            # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
-            # as needed in one go fills the brood (about half are repeats on a full cluster).
-            children = problem.offspring_nsga2(population, fitness, utility, crowding, 2 * size,
-                                               self.ga)
-            merged = np.concatenate([population, children])
-            keep = _unique_rows(merged)
-            children = merged[keep[keep >= len(population)][:size]]
-            merged = np.concatenate([population, children])
-            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
-            merged_utility = np.concatenate([utility, problem.utility(children)])
-            keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
-            population, fitness = merged[keep], merged_fitness[keep]
-            utility, crowding = merged_utility[keep], merged_crowding[keep]
-        self._population, self._population_jobs = population, names
-        return population, fitness
-
-    def _initial_population(self, problem: _Problem, names: list[str], size: int) -> np.ndarray:
-        base = problem.base
-        population = np.broadcast_to(base, (size, *base.shape)).copy()
-        if self._population is not None and self._population.shape[2] == base.shape[1]:
-            previous = {name: i for i, name in enumerate(self._population_jobs)}
-            src = [previous[n] for n in names if n in previous]
-            dst = [j for j, n in enumerate(names) if n in previous]
-            count = min(size, len(self._population))
-            population[:count] = 0
-            population[:count][:, dst] = self._population[:count][:, src]
-        if self.ga.search != "nsga2":  # the artifact's NSGA-II starts from last round's as they are
-            population[1:] = problem.mutate(population[1:], self.ga)
-        population[0] = base  # keep the status quo as a candidate
-        return problem.repair(population)
+    def evolve(self, problem: AllocationProblem, names: list[str]
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Run the genetic search on ``problem`` (:meth:`GeneticSearch.evolve`)."""
+        return self.search.evolve(problem, names)
 
 
-class _Problem:
-    """The allocation search of one round: states are ``(P, J, N)`` arrays of GPUs per node."""
-
-    def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
-                 penalty: np.ndarray, cluster: ClusterState, p: float,
-                 avoid_interference: bool, max_nodes: int, rng: np.random.Generator) -> None:
-        self.base = base
-        self.tables = tables
-        self.max_replicas = max_replicas
-        self.penalty = penalty
-        self.capacity = cluster.gpus_per_node
-        self.scale = cluster.num_nodes / cluster.total_gpus
-        self.p = p
-        self.avoid_interference = avoid_interference
-        self.max_nodes = max_nodes
-        self.rng = rng
-        self.job_index = np.arange(base.shape[0])
-
-    def table_speedups(self, states: np.ndarray) -> np.ndarray:
-        """Every job's speedup table read at its nodes and GPUs in every state, shape ``(P, J)``."""
-        nodes = np.count_nonzero(states, axis=2)
-        replicas = states.sum(axis=2)
-        return self.tables[self.job_index, nodes, replicas]
-
-    def speedups(self, states: np.ndarray) -> np.ndarray:
-        """Scaled speedup of every job in every state, times the re-allocation penalty where the
-        job's allocation changes, shape ``(P, J)``."""
-        speedup = self.table_speedups(states) * self.scale
-        changed = np.any(states != self.base, axis=2)
-        return np.where(changed, speedup * self.penalty, speedup)
-
-    def fitness(self, states: np.ndarray) -> np.ndarray:
-        """Power mean of penalised, scaled speedups, shape ``(P,)``."""
-        return power_mean(self.speedups(states) + 1e-3, self.p)
-
-    def utility(self, states: np.ndarray) -> np.ndarray:
-        """Cluster utility, as the artifact's second objective: the jobs' summed speedups over the
-        GPUs of the nodes in use, shape ``(P,)``."""
-        speedup = self.table_speedups(states).sum(axis=1)
-        active = np.count_nonzero(states.any(axis=1), axis=1)
-        return speedup / np.maximum(active * self.capacity, 1)
-
-    def offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray, utility: np.ndarray,
-                        crowding: np.ndarray, count: int, ga: GAConfig) -> np.ndarray:
-        size, num_jobs, _ = population.shape
-        rng = self.rng
-        half = (count + 1) // 2
-
-        def tournament() -> np.ndarray:
-            a, b = rng.integers(size, size=(2, half))
-            a_wins = (fitness[a] >= fitness[b]) & (utility[a] >= utility[b])
-            b_wins = (fitness[b] >= fitness[a]) & (utility[b] >= utility[a])
-            same = a_wins & b_wins
-            a_dom, b_dom = a_wins & ~same, b_wins & ~same
-            by_crowding = np.where(crowding[a] > crowding[b], a,
-                                   np.where(crowding[b] > crowding[a], b,
-                                            np.where(rng.random(half) < 0.5, a, b)))
-            return np.where(a_dom, a, np.where(b_dom, b, by_crowding))
-
-        first, second = tournament(), tournament()
-        point = rng.integers(num_jobs, size=(half, 1))
-        point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)
-        take_first = (np.arange(num_jobs) < point)[:, :, None]
-        children = np.concatenate([
-            np.where(take_first, population[first], population[second]),
-            np.where(take_first, population[second], population[first])])[:count]
-        return self.repair(self.mutate_artifact(children, ga))
-
-    def mutate_artifact(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
-        """The artifact's mutation, drawn sparsely so that its cost follows the GPUs in use and
-        the free nodes rather than ``P x J x N``.
-
-        Per job row: with ``reset_prob``, back to the current allocation; with ``zero_prob``, each
-        of its nodes dropped with ``zero_prob``. Then growth on nodes with free GPUs, as two
-        independent draws per (job, node) entry: any job with probability one over the number of
-        jobs (the artifact normalises over jobs, so a free node gains about one job, not every
-        job one node), and a job already on the node with one over the number of jobs there. A
-        grown entry takes a uniform count from its current one up to the node's capacity; repair
-        trims what no longer fits.
-        """
-        rng = self.rng
-        size, num_jobs, num_nodes = states.shape
-        reset = rng.random((size, num_jobs)) < ga.reset_prob
-        states = np.where(reset[:, :, None], self.base, states)
-        p, j, n = np.nonzero(states)
-        drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
-                                                                       < ga.zero_prob)
-        states[p[drop], j[drop], n[drop]] = 0
-        p, j, n = p[~drop], j[~drop], n[~drop]                                   # still in use
-        is_free = states.sum(axis=1, dtype=np.int32) < self.capacity             # (P, N)
-        # Any job onto a free node: a binomial count of jobs per free node, then that many
-        # distinct jobs (the same as a coin per entry, at the cost of the hits only).
-        free_p, free_n = np.nonzero(is_free)
-        counts = rng.binomial(num_jobs, 1.0 / num_jobs, size=free_p.size)
-        grow_p, grow_n = np.repeat(free_p, counts), np.repeat(free_n, counts)
-        grow_j = _distinct_draws(np.repeat(np.arange(free_p.size), counts), num_jobs, rng)
-        # A job already on a free node: one over the number of jobs on that node.
-        own = is_free[p, n]
-        p, j, n = p[own], j[own], n[own]
-        node = p * num_nodes + n
-        pick = rng.random(p.size) * np.bincount(node, minlength=size * num_nodes)[node] < 1.0
-        key = np.unique(np.r_[(grow_p * num_jobs + grow_j) * num_nodes + grow_n,
-                              (p[pick] * num_jobs + j[pick]) * num_nodes + n[pick]])
-        p, rest = np.divmod(key, num_jobs * num_nodes)
-        j, n = np.divmod(rest, num_nodes)
-        states[p, j, n] = rng.integers(states[p, j, n], self.capacity + 1)
-        return states
-
-    def offspring(self, population: np.ndarray, fitness: np.ndarray, ga: GAConfig) -> np.ndarray:
-        size, num_jobs, _ = population.shape
-        rng = self.rng
-        # Binary tournaments pick the parents.
-        a, b = rng.integers(size, size=(2, size))
-        first = np.where(fitness[a] >= fitness[b], a, b)
-        a, b = rng.integers(size, size=(2, size))
-        second = np.where(fitness[a] >= fitness[b], a, b)
-        # One-point crossover over jobs.
-        point = rng.integers(num_jobs + 1, size=(size, 1))
-        take_first = (np.arange(num_jobs) < point)[:, :, None]
-        children = np.where(take_first, population[first], population[second])
-        return self.repair(self.mutate(children, ga))
-
-    def mutate(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
-        """Random changes per job row; randomness is drawn per row, not per GPU slot, so the cost
-        stays near ``P x J`` however many nodes there are."""
-        rng = self.rng
-        size, num_jobs, num_nodes = states.shape
-        # Reset some jobs to their current allocation.
-        reset = rng.random((size, num_jobs)) < ga.reset_prob
-        states = np.where(reset[:, :, None], self.base, states)
-        # Take some jobs off one of their nodes (or an empty one: no change).
-        p, j = np.nonzero(rng.random((size, num_jobs)) < ga.zero_prob)
-        states[p, j, rng.integers(num_nodes, size=p.size)] = 0
-        # Grow some jobs where GPUs are free, as the artifact's mutation does (never onto a full
-        # node, so no GPUs are taken from a job by growth alone): on one of their own nodes with
-        # free GPUs, and on any node with free GPUs, each picked uniformly.
-        free = self.capacity - states.sum(axis=1, dtype=np.int32)                # (P, N)
-        for own in (True, False):
-            p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
-            if not p.size:
-                continue
-            allowed = free[p] > 0                                                # (rows, N)
-            if own:
-                allowed &= states[p, j] > 0
-            keys = rng.random(allowed.shape) * allowed
-            node = np.argmax(keys, axis=1)
-            hit = keys[np.arange(p.size), node] > 0
-            p, j, node = p[hit], j[hit], node[hit]
-            current = states[p, j, node]
-            states[p, j, node] = rng.integers(current, self.capacity + 1)
-        return states
-
-    def repair(self, states: np.ndarray) -> np.ndarray:
-        """Make states feasible. Works on the nonzero entries only (a job uses few of many nodes),
-        as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``."""
-        size, num_jobs, num_nodes = states.shape
-        p, j, n = np.nonzero(states)
-        v = states[p, j, n].astype(np.int64)
-        if self.avoid_interference:
-            # At most one distributed job per node: later (lower-priority) ones leave it.
-            job_key = p * num_jobs + j
-            distributed = np.bincount(job_key, minlength=size * num_jobs)[job_key] > 1
-            d = np.flatnonzero(distributed)
-            order = d[np.lexsort((j[d], p[d] * num_nodes + n[d]))]
-            rank = _group_cumsum(np.ones(order.size, np.int64), (p * num_nodes + n)[order])
-            v[order[rank > 1]] = 0
-        # Per job: at most max_replicas GPUs and max_nodes nodes, trimmed in a random node order.
-        job_key = p * num_jobs + j
-        order = np.lexsort((self.rng.random(p.size), job_key))
-        values, cap = v[order], self.max_replicas[j[order]]
-        total = _group_cumsum(values, job_key[order])
-        kept = np.minimum(total, cap) - np.minimum(total - values, cap)
-        nodes_used = _group_cumsum((kept > 0).astype(np.int64), job_key[order])
-        kept[nodes_used > self.max_nodes] = 0
-        v[order] = kept
-        # Node capacity, higher-priority jobs (lower index) first.
-        node_key = p * num_nodes + n
-        order = np.lexsort((j, node_key))
-        values = v[order]
-        total = _group_cumsum(values, node_key[order])
-        cap = self.capacity
-        v[order] = np.minimum(total, cap) - np.minimum(total - values, cap)
-        repaired = np.zeros_like(states)
-        repaired[p, j, n] = v
-        return repaired
-
-
-def _unique_rows(states: np.ndarray) -> np.ndarray:
-    """Indices of the first occurrence of each distinct state, in order."""
-    flat = np.ascontiguousarray(states.reshape(len(states), -1))
-    _, first = np.unique(flat.view(np.dtype((np.void, flat.dtype.itemsize * flat.shape[1]))),
-                         return_index=True)
-    return np.sort(first)
-
-
-def _distinct_draws(groups: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """A uniform draw from ``range(count)`` per element, distinct within each run of equal,
-    sorted ``groups`` (no run may be longer than ``count``): repeats are redrawn until none is
-    left, which takes few rounds when runs are short against ``count``."""
-    draws = rng.integers(count, size=groups.size)
-    while True:
-        key = groups.astype(np.int64) * count + draws
-        order = np.argsort(key, kind="stable")
-        repeat = order[1:][key[order[1:]] == key[order[:-1]]]
-        if repeat.size == 0:
-            return draws
-        draws[repeat] = rng.integers(count, size=repeat.size)
-
-
-def power_mean(values: np.ndarray, p: float) -> np.ndarray:
-    """Power mean with exponent ``p`` over the last axis (``p = 0``: the geometric mean)."""
-    if p == 0:
-        return np.exp(np.mean(np.log(values), axis=-1))
-    return np.mean(values**p, axis=-1) ** (1.0 / p)
-
-
-def _group_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum of ``values`` within runs of equal ``groups`` (sorted), shape kept."""
-    if values.size == 0:
-        return values.copy()
-    total = np.cumsum(values)
-    start = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-    lengths = np.diff(np.r_[start, values.size])
-    return total - np.repeat(total[start] - values[start], lengths)
+__all__ = ["ARTIFACT_JOB_SETTINGS", "SEARCHES", "GAConfig", "PolluxPolicy"]

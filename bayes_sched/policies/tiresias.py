@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
 
@@ -22,7 +23,6 @@ class TiresiasPolicy:
     """2D-LAS with queue thresholds ``thresholds`` (GPU-seconds, increasing)."""
 
     name = "tiresias"
-    uses_models = False
 
     def __init__(self, thresholds: Sequence[float] = (16 * 3600.0,)) -> None:
         self.thresholds = tuple(float(t) for t in thresholds)
@@ -31,6 +31,9 @@ class TiresiasPolicy:
         self._running: set[str] = set()
         self._executed: dict[str, float] = {}  # seconds run (while admitted)
         self._last_check: dict[str, float] = {}
+
+    def estimators(self) -> Sequence[Estimator]:
+        return ()
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)

@@ -27,7 +27,9 @@ from bayes_sched.cluster import consolidated_placement
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import BatchLimits, split_batch
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
+from perfmodel.efficiency import scale_invariant_gain
 from perfmodel.profiles import load_pollux_gradients, read_placements_csv, read_scalability_csv
+from perfmodel.throughput import seconds_per_step
 
 APPLICATION_NAMES: tuple[str, ...] = POLLUX_MODELS
 
@@ -104,6 +106,12 @@ class Application:
                               for b in self.batch_sizes])
 
     @property
+    def examples_per_epoch(self) -> int:
+        """Examples in one epoch (the dataset's size, as the job knows it): the training length
+        over the epochs, at the initial batch size."""
+        return int(round(self.target_progress * self.limits.init_batch_size / self.max_epochs))
+
+    @property
     def target_progress(self) -> float:
         """Progress (steps at the initial batch size) at which the job is complete."""
         return float(self.epoch_end_progress[-1])
@@ -151,9 +159,7 @@ class Application:
     def gain(self, batch_size: int, epoch: int) -> float:
         """Progress (steps at ``B0``) made by one step at ``batch_size`` during ``epoch``."""
         sqr, var = self.grad_stats(batch_size, epoch)
-        scale = batch_size / self.limits.init_batch_size
-        denominator = var / scale + sqr
-        return (var + sqr) / denominator if denominator > 0 else 1.0
+        return scale_invariant_gain(sqr, var, batch_size / self.limits.init_batch_size)
 
     def standalone_runtime(self, num_replicas: int, batch_size: int, gpus_per_node: int = 4
                            ) -> float:
@@ -162,12 +168,12 @@ class Application:
         placement = consolidated_placement(num_replicas, gpus_per_node)
         local_bsz, accum_steps = split_batch(batch_size, num_replicas, self.limits)
         step, sync = self.step_time(placement, local_bsz)
-        seconds_per_step = step + (step - sync) * accum_steps
+        step_seconds = seconds_per_step(step, sync, accum_steps)
         total = num_replicas * local_bsz * (accum_steps + 1)
         seconds = 0.0
         for epoch in range(self.max_epochs):
             work = self.progress_at_epoch(epoch + 1) - self.progress_at_epoch(epoch)
-            seconds += work / self.gain(total, epoch) * seconds_per_step
+            seconds += work / self.gain(total, epoch) * step_seconds
         return seconds
 
 

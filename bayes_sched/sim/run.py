@@ -37,7 +37,7 @@ class SimulationResult:
         rejected: rejected decisions ``(time, reason)``.
         wall_seconds: wall time of the whole run.
         refits: throughput-model refits done by the job agents.
-        agent_seconds: wall time of those refits (outside the decisions).
+        estimate_seconds: wall time of the loop's estimation stage (outside the decisions).
     """
 
     workload: str
@@ -51,7 +51,7 @@ class SimulationResult:
     rejected: list[tuple[float, str]] = field(default_factory=list)
     wall_seconds: float = 0.0
     refits: int = 0
-    agent_seconds: float = 0.0
+    estimate_seconds: float = 0.0
 
 
 def run_simulation(workload: Workload | str | Path, policy: Policy | str,
@@ -82,7 +82,10 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
     try:
         torch.set_num_threads(1)
         with threadpool_limits(1):
-            stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=on_round)
+            # The loop hands back the cluster it drives: this simulated one.
+            each_round = (None if on_round is None
+                          else lambda _: on_round(cluster))
+            stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round)
     finally:
         torch.set_num_threads(torch_threads)
     jobs = job_table(cluster)
@@ -94,5 +97,5 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         decision_seconds=np.array(stats.decision_seconds),
         decision_jobs=np.array(stats.decision_jobs), rejected=stats.rejected,
         wall_seconds=time.perf_counter() - start, refits=cluster.refit_count,
-        agent_seconds=stats.agent_seconds,
+        estimate_seconds=float(sum(stats.estimate_seconds)),
     )

@@ -19,13 +19,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import xarray as xr
 
+from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
-from bayes_sched.jobs import JobAgent, JobSettings, JobSpec, JobView
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.sim.hidden import HiddenInterference, RunningJob
 from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
 from bayes_sched.sim.workload import Workload
+from perfmodel.efficiency import scale_invariant_gain
+from perfmodel.throughput import seconds_per_step
 
 
 @dataclass(frozen=True, init=False)
@@ -143,13 +146,24 @@ class SimJob:
         self.num_restarts: int | None = None
         self.start_time: float | None = None
         self.completion_time: float | None = None
+        self.allocation_history: list[tuple[float, tuple[int, ...]]] = []
 
     @property
     def active(self) -> bool:
         return self.completion_time is None
 
+    @property
+    def epochs(self) -> float:
+        """Epochs completed, with the fraction of the current one (what the job counts)."""
+        start = self.app.progress_at_epoch(self.epoch)
+        end = self.app.progress_at_epoch(self.epoch + 1)
+        if end <= start:
+            return float(self.epoch)
+        return self.epoch + min(max((self.progress - start) / (end - start), 0.0), 1.0)
+
     def reallocate(self, counts: np.ndarray, now: float, restart_delay: float) -> None:
         self.counts = counts.copy()
+        self.allocation_history.append((now, tuple(int(c) for c in counts)))
         self.placement = placement_of(counts)
         if not self.placement:
             self.local_bsz, self.accum_steps = 0, 0
@@ -181,9 +195,8 @@ class SimJob:
             sqr, var = app.grad_stats(batch, self.epoch)
             self.agent.record(nodes, replicas, self.local_bsz, step, sync, sqr, var)
             scale = batch / app.limits.init_batch_size
-            gain = (var + sqr) / (var / scale + sqr)
-            seconds_per_step = step + (step - sync) * self.accum_steps
-            rate = gain / seconds_per_step * (1.0 - slowdown)  # progress per second
+            gain = scale_invariant_gain(sqr, var, scale)
+            rate = gain / seconds_per_step(step, sync, self.accum_steps) * (1.0 - slowdown)
             epoch_end = app.progress_at_epoch(self.epoch + 1)
             if self.progress + rate * seconds < epoch_end:
                 self.progress += rate * seconds
@@ -252,20 +265,26 @@ class SimulatedCluster:
                             counters=self._counter_window)
 
     def job_views(self) -> list[JobView]:
+        """The active jobs' reports: their own measurements, fits and progress in epochs against
+        the epochs their users asked for; never the physics behind them."""
         views = []
         for job in self.jobs.values():
             if job.spec.submit_time > self._now or not job.active:
                 continue
-            job.agent.clock = self._now
+            agent = job.agent
+            agent.clock = self._now
             views.append(JobView(
                 name=job.spec.name, application=job.spec.application,
                 submit_time=job.spec.submit_time, age=self._now - job.spec.submit_time,
                 attained_service=job.attained_service, allocation=job.counts.copy(),
                 num_restarts=job.num_restarts or 0,
                 requested_replicas=job.spec.num_replicas,
-                requested_batch_size=job.spec.batch_size, settings=job.agent.settings,
-                limits=job.app.limits, progress=job.progress,
-                target_progress=job.app.target_progress, agent=job.agent))
+                requested_batch_size=job.spec.batch_size, settings=agent.settings,
+                limits=job.app.limits, progress=job.progress, epochs=job.epochs,
+                target_epochs=job.app.max_epochs,
+                examples_per_epoch=job.app.examples_per_epoch,
+                allocation_history=tuple(job.allocation_history),
+                **agent.report_fields()))  # type: ignore[arg-type]
         return views
 
     def allocations(self) -> Allocations:

@@ -3,7 +3,7 @@
 Survival keeps whole non-dominated fronts in order and splits the last one by crowding distance
 (the candidates farthest from their neighbours along the front first). Pollux's search uses it
 with the fitness and the cluster utility as the objectives, as the Pollux artifact's NSGA-II does
-(its tournaments, in :mod:`bayes_sched.policies.pollux`, compare by domination, then crowding).
+(its tournaments, in :mod:`bayes_sched.search.allocation`, compare by domination, then crowding).
 """
 
 from __future__ import annotations

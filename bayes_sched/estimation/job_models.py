@@ -1,0 +1,217 @@
+"""Job models from job reports: the throughput fit (point, or posterior draws) per GPU type.
+
+A job that tunes its own batch fits its throughput model itself (its agent,
+:mod:`bayes_sched.agent`) and reports the fit, as Pollux's agents report theirs; the estimator
+takes that fit as it is, so the model a policy reads is the one the job tunes by. For a job that
+reports no fit (a fixed-batch job has no use for one), the estimator fits the reported step times
+itself, with the same refit rule (:class:`ThroughputFitter`). With :class:`PosteriorSettings`, it
+also draws from perfmodel's throughput posterior (:func:`perfmodel.throughput_bayes.
+fit_throughput_posterior`) on the reported step times, refitted when the fit's version changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.jobs import JobModel, JobView, Observation
+from perfmodel.profiles import StepTimeProfile
+from perfmodel.throughput import (
+    ThroughputParams,
+    across_no_faster_than_within,
+    fit_throughput,
+    identifiable,
+)
+
+#: Where Pollux pins network terms its measurements cannot inform (its lower bound).
+_UNINFORMED = 1e-8
+
+
+def optimistic_unidentified(params: ThroughputParams, profile: StepTimeProfile
+                            ) -> ThroughputParams:
+    """Network terms the measurements cannot inform, set as Pollux's agent sets them: to ~0.
+
+    Pollux pins uninformed network parameters at their lower bound, so a job measured on one GPU
+    is assumed to scale well until measured otherwise, and across-node links are assumed no faster
+    than within-node ones (the across >= 1.1 x within rule). perfmodel's fit holds them at its
+    starting values (0.1 s, 0.01 s per GPU), which made new jobs look 0.1 s per step slower on
+    several GPUs and kept them small for minutes. Terms that multiply to zero on every measured
+    configuration do not affect the fit of the others, so resetting them afterwards is exact (up
+    to the small retrogression penalty).
+    """
+    ok = identifiable(profile)
+    values = params.as_dict()
+    if not ok["across"]:
+        values["alpha_n"] = values["beta_n"] = _UNINFORMED
+    if not ok["within"]:
+        values["alpha_r"] = values["beta_r"] = _UNINFORMED
+    if not ok["retrogression"]:
+        values["beta_n"] = values["beta_r"] = _UNINFORMED
+    params = ThroughputParams(**values)
+    return params if ok["across"] else across_no_faster_than_within(params)
+
+
+def profile_of(name: str, observations: Sequence[Observation]) -> StepTimeProfile:
+    """Measurements as a perfmodel profile (one row per observation)."""
+    obs = list(observations)
+    nodes = np.array([o.num_nodes for o in obs], dtype=np.int64)
+    replicas = np.array([o.num_replicas for o in obs], dtype=np.int64)
+    return StepTimeProfile(
+        name, nodes, replicas,
+        np.array([o.local_bsz for o in obs], dtype=np.int64),
+        np.array([o.accum_steps for o in obs], dtype=np.int64),
+        np.array([o.step_time for o in obs]), np.array([o.sync_time for o in obs]),
+        np.array([f"n{n}r{r}" for n, r in zip(nodes, replicas, strict=True)], dtype=object),
+    )
+
+
+class ThroughputFitter:
+    """Refits a job's throughput model when its measurements say something new.
+
+    A refit needs a measurement of a new ``(nodes, replicas)`` shape, or of a new micro-batch while
+    fewer than two were seen (or any new micro-batch with ``refit_on_new_bsz``), and, once a fit
+    exists, ``min_refit_interval`` seconds since the last one (the L-BFGS fit costs 5-300 ms).
+
+    Args:
+        name: the job's name (labels the profile).
+        min_refit_interval: seconds between refits once a fit exists.
+        refit_on_new_bsz: refit on every new micro-batch.
+    """
+
+    def __init__(self, name: str, min_refit_interval: float = 0.0,
+                 refit_on_new_bsz: bool = False) -> None:
+        self.name = name
+        self.min_refit_interval = min_refit_interval
+        self.refit_on_new_bsz = refit_on_new_bsz
+        self.params: ThroughputParams | None = None
+        self.num_refits = 0
+        self._fitted_shapes: set[tuple[int, int]] = set()
+        self._fitted_bsz: set[int] = set()
+        self._noted: set[tuple[int, int, int]] = set()
+        self._stale = False
+        self._last_fit_time = -np.inf
+
+    def note(self, key: tuple[int, int, int]) -> None:
+        """A measurement of ``(nodes, replicas, local_bsz)`` arrived."""
+        self._noted.add(key)
+        num_nodes, num_replicas, local_bsz = key
+        new_shape = (num_nodes, num_replicas) not in self._fitted_shapes
+        new_slope = ((self.refit_on_new_bsz or len(self._fitted_bsz) < 2)
+                     and local_bsz not in self._fitted_bsz)
+        if new_shape or new_slope:
+            self._stale = True
+
+    def refresh(self, observations: Mapping[tuple[int, int, int], Observation],
+                now: float) -> bool:
+        """Refit on ``observations`` if they say something new and the rate limit allows; returns
+        whether a refit happened. ``now``: seconds (the job's or the cluster's clock)."""
+        for key in observations.keys() - self._noted:
+            self.note(key)
+        if not self._stale or not observations:
+            return False
+        if self.params is not None and now - self._last_fit_time < self.min_refit_interval:
+            return False
+        profile = profile_of(self.name, list(observations.values()))
+        self.params = optimistic_unidentified(fit_throughput(profile), profile)
+        self.num_refits += 1
+        self._last_fit_time = now
+        self._stale = False
+        self._fitted_shapes = {(k[0], k[1]) for k in observations}
+        self._fitted_bsz = {k[2] for k in observations}
+        return True
+
+
+@dataclass(frozen=True)
+class PosteriorSettings:
+    """How the estimator draws from the throughput posterior: SVI steps, draws kept, seed."""
+
+    num_steps: int = 150
+    num_samples: int = 64
+    seed: int = 0
+
+
+class JobModelEstimator:
+    """Attaches each job's fitted :class:`JobModel` (per GPU type) to its view.
+
+    Args:
+        min_refit_interval, refit_on_new_bsz: the refit rule for jobs that report no fit.
+        posterior: draw from the throughput posterior too (``None``: the point fit only).
+    """
+
+    name = "job_models"
+
+    def __init__(self, min_refit_interval: float = 0.0, refit_on_new_bsz: bool = False,
+                 posterior: PosteriorSettings | None = None) -> None:
+        self.min_refit_interval = min_refit_interval
+        self.refit_on_new_bsz = refit_on_new_bsz
+        self.posterior = posterior
+        self._fitters: dict[tuple[str, str], ThroughputFitter] = {}
+        # (job, GPU type) -> (params, version, posterior draws or None)
+        self._fits: dict[tuple[str, str], tuple[ThroughputParams, int, np.ndarray | None]] = {}
+        self.posterior_fits = 0
+
+    def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
+        self.forget({job.name for job in jobs})
+        return [self._with_models(job, cluster.now) for job in jobs]
+
+    def _with_models(self, job: JobView, now: float) -> JobView:
+        if job.gradient is None or not job.observations:
+            return job
+        by_type: dict[str, dict[tuple[int, int, int], Observation]] = {}
+        for key, obs in job.observations.items():
+            by_type.setdefault(obs.gpu_type, {})[key] = obs
+        models = {}
+        for gpu_type, observations in by_type.items():
+            if job.fit is not None and len(by_type) == 1:
+                params: ThroughputParams | None = job.fit
+            else:
+                fitter = self._fitters.get((job.name, gpu_type))
+                if fitter is None:
+                    fitter = self._fitters[job.name, gpu_type] = ThroughputFitter(
+                        job.name, self.min_refit_interval, self.refit_on_new_bsz)
+                fitter.refresh(observations, now)
+                params = fitter.params
+            if params is None:
+                continue
+            models[gpu_type] = self._model(job, gpu_type, params, observations)
+        return dataclasses.replace(job, models=models) if models else job
+
+    def _model(self, job: JobView, gpu_type: str, params: ThroughputParams,
+               observations: Mapping[tuple[int, int, int], Observation]) -> JobModel:
+        key = (job.name, gpu_type)
+        cached = self._fits.get(key)
+        if cached is not None and cached[0] == params:
+            _, version, draws = cached
+        else:
+            version = cached[1] + 1 if cached is not None else 1
+            draws = None
+            if self.posterior is not None:
+                draws = self._draws(job.name, observations)
+            self._fits[key] = (params, version, draws)
+        assert job.gradient is not None
+        return JobModel(gpu_type, version, params, job.gradient, job.limits, draws)
+
+    def _draws(self, name: str, observations: Mapping[tuple[int, int, int], Observation]
+               ) -> np.ndarray:
+        # Imported here: Pyro loads only where a policy asks for the posterior.
+        from perfmodel.throughput_bayes import fit_throughput_posterior
+
+        settings = self.posterior
+        assert settings is not None
+        profile = profile_of(name, list(observations.values()))
+        posterior = fit_throughput_posterior(profile, num_steps=settings.num_steps,
+                                             num_samples=settings.num_samples,
+                                             seed=settings.seed, check=False)
+        self.posterior_fits += 1
+        return posterior.theta
+
+    def forget(self, names: set[str]) -> None:
+        """Drop the state of jobs no longer active."""
+        for key in [k for k in self._fits if k[0] not in names]:
+            del self._fits[key]
+        for key in [k for k in self._fitters if k[0] not in names]:
+            del self._fitters[key]

@@ -1,0 +1,469 @@
+"""The allocation search Pollux-like policies share: states, repair, the genetic search, speedups.
+
+An allocation *state* is a ``(J, N)`` array of GPUs per node for ``J`` jobs on ``N`` nodes; a
+population is ``(P, J, N)``. :class:`AllocationProblem` scores states (the power mean of each job's
+speedup, times the restart penalty where its allocation changes; and the cluster utility) and
+makes them feasible (:meth:`AllocationProblem.repair`); :class:`GeneticSearch` evolves a population,
+warm-started from the previous round's, by the artifact's NSGA-II (:mod:`bayes_sched.search.nsga2`)
+or an elitist search; :class:`SpeedupTables` turns job models into each job's speedup over a fair
+share for every node and GPU count. :class:`~bayes_sched.policies.pollux.PolluxPolicy` is this
+search on the job models alone; :class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the
+problem to multiply in co-location slowdowns.
+
+The NSGA-II search (``GAConfig.search = "nsga2"``, the default) has two objectives, the fitness and
+the *cluster utility* (the jobs' summed speedups over the GPUs of the nodes in use), non-dominated
+survival with crowding distance, tournaments by domination then crowding, one-point crossover over
+jobs giving two complementary children, the artifact's mutation, and children that repeat a
+candidate dropped. Repair enforces, in job priority order (lower index first): node capacity; each
+job's replica cap; at most ``max_nodes`` nodes per job; and, with interference avoidance, at most
+one distributed job per node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.jobs import JobView
+from bayes_sched.search import nsga2
+
+#: GPU counts in the search: small integers keep large populations cheap to copy and scan.
+STATE_DTYPE = np.int16
+
+#: Survival schemes of the genetic search (see :class:`GAConfig`).
+SEARCHES = ("nsga2", "elitist")
+
+@dataclass(frozen=True)
+class GAConfig:
+    """Genetic search settings: the survival scheme, population size, generations, operator rates
+    and the seed.
+
+    ``search`` is ``"nsga2"`` (the artifact's two-objective search; see the module docstring) or
+    ``"elitist"`` (fitness alone; parents and children compete, the fittest survive; its mutation
+    grows a row onto free GPUs with ``grow_prob``, where the artifact's grows each free node by
+    about one job).
+
+    On large problems the population shrinks so that it holds at most ``max_elements`` GPU counts
+    (``P x jobs x nodes``), down to ``min_population``, with generations shrinking alike down to
+    ``min_generations``: at 1,024 GPUs and 2,000 jobs a full population would not fit a 2 s round.
+    """
+
+    population: int = 48
+    generations: int = 40
+    max_elements: int = 3_000_000
+    min_population: int = 8
+    min_generations: int = 8
+    reset_prob: float = 0.1
+    zero_prob: float = 0.1
+    grow_prob: float = 0.15
+    seed: int = 0
+    search: str = "nsga2"
+    crossover_prob: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.search not in SEARCHES:
+            raise ValueError(f"GAConfig.search is {self.search!r}: expected one of {SEARCHES}")
+
+
+def restart_penalty(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndarray | float
+                    ) -> np.ndarray:
+    """Pollux's re-allocation penalty ``(T_j - R_j * delta) / (T_j + delta)`` (at least 0) of jobs of
+    age ``T_j`` seconds with ``R_j`` restarts, ``delta`` the restart delay (seconds, one per job or
+    one for all), shape of ``age``."""
+    return np.maximum(age - restarts * restart_delay, 0.0) / (age + restart_delay)
+
+
+def restart_delays(cluster: ClusterState, jobs: Sequence[JobView]) -> np.ndarray:
+    """The cluster's restart delay for each job's application, seconds, shape ``(J,)``."""
+    return np.array([cluster.restart_delay_of(job.application) for job in jobs], dtype=float)
+
+
+def replica_cap(job: JobView, max_replicas_cap: int) -> int:
+    """Most GPUs the search gives ``job``: twice the most it has been measured on (at least 1),
+    ``max_replicas_cap``, what its batch limits allow and its own cap."""
+    limit = min(max(2 * job.max_profiled_replicas, 1), max_replicas_cap,
+                job.limits.max_batch_size // job.limits.min_local_bsz)
+    if job.settings.max_replicas is not None:
+        limit = min(limit, job.settings.max_replicas)
+    return max(limit, 1)
+
+
+class SpeedupTables:
+    """Every job's speedup over a fair share, from its job model, cached per job.
+
+    Args:
+        max_nodes_per_job: most nodes one job may span (the tables' node axis).
+        speedup_tolerance: relative change of a job's gradient noise-to-signal ratio below which its
+            cached table is reused (tables cost ~1 ms per job to build).
+        risk: ``None`` for the point fit's goodput, ``q`` for its ``q``-quantile under the
+            posterior draws.
+    """
+
+    def __init__(self, max_nodes_per_job: int, speedup_tolerance: float = 0.02,
+                 risk: float | None = None) -> None:
+        self.max_nodes_per_job = max_nodes_per_job
+        self.speedup_tolerance = speedup_tolerance
+        self.risk = risk
+        self._tables: dict[str, tuple[int, float, int, np.ndarray]] = {}
+
+    def _goodput_table(self, job: JobView, num_nodes: int, max_r: int) -> np.ndarray | None:
+        """Fitted goodput for ``n <= num_nodes`` nodes and ``r <= max_r`` GPUs, shape
+        ``(num_nodes + 1, max_r + 1)`` (0 where ``n > r`` or ``n == 0``); ``None`` without a
+        model. Cached per job on the model's version while its noise stays within tolerance."""
+        model = job.model
+        if model is None:
+            return None
+        phi = model.noise_to_signal
+        cached = self._tables.get(job.name)
+        if cached is not None:
+            version, cached_phi, cached_r, table = cached
+            if (version == model.version and cached_r >= max_r and table.shape[0] > num_nodes
+                    and abs(phi - cached_phi) <= self.speedup_tolerance * abs(cached_phi)):
+                return table[: num_nodes + 1, : max_r + 1]
+        r = np.arange(1, max_r + 1)
+        n = np.arange(1, num_nodes + 1)
+        rr, nn = np.meshgrid(r, n)
+        valid = nn <= rr
+        # As in the artifact, speedups use the tuned batch even for a job run at a fixed batch.
+        goodput = model.goodput(nn[valid], rr[valid], quantile=self.risk)
+        table = np.zeros((num_nodes + 1, max_r + 1))
+        table[nn[valid], rr[valid]] = goodput
+        self._tables[job.name] = (model.version, phi, max_r, table)
+        return table
+
+    def build(self, jobs: Sequence[JobView], cluster: ClusterState,
+              max_replicas: np.ndarray) -> np.ndarray:
+        """Speedup over a fair share for every job, node count and GPU count, shape
+        ``(J, Nmax + 1, Rmax + 1)``."""
+        num_jobs = len(jobs)
+        n_max = min(cluster.num_nodes, self.max_nodes_per_job)
+        fair_r = max(1, math.ceil(cluster.total_gpus / num_jobs))
+        r_max = int(max(max_replicas.max(), 1))
+        tables = np.zeros((num_jobs, n_max + 1, r_max + 1))
+        r = np.arange(r_max + 1)
+        n = np.arange(n_max + 1)[:, None]
+        linear = np.where((n >= 1) & (n <= r), r / fair_r, 0.0)
+        for j, job in enumerate(jobs):
+            goodput = self._goodput_table(job, n_max, max(int(max_replicas[j]), fair_r))
+            if goodput is None:
+                tables[j] = linear
+                continue
+            base = goodput[1, fair_r]
+            width = min(r_max, goodput.shape[1] - 1) + 1
+            tables[j, :, :width] = goodput[:, :width] / base if base > 0 else linear[:, :width]
+        return tables
+
+class GeneticSearch:
+    """The genetic search over allocation states, warm-started from its last population.
+
+    Args:
+        ga: the search's settings (its seed seeds :attr:`rng`, which problems share).
+    """
+
+    def __init__(self, ga: GAConfig) -> None:
+        self.ga = ga
+        self.rng = np.random.default_rng(ga.seed)
+        self._population: np.ndarray | None = None  # (P, J, N) from the last round
+        self._population_jobs: list[str] = []
+
+    def evolve(self, problem: AllocationProblem, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Run the genetic search on ``problem``, warm-started from the last round's population.
+
+        Returns the final population ``(P, jobs, nodes)`` and its fitness ``(P,)``, and keeps the
+        population for the next round's warm start.
+        """
+        ga = self.ga
+        base = problem.base
+        size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
+        generations = max(ga.min_generations, ga.generations * size // ga.population)
+        population = self._initial_population(problem, names, size)
+        if ga.search == "nsga2":
+            return self._evolve_nsga2(problem, names, population, size, generations)
+        fitness = problem.fitness(population)
+        for _ in range(generations):
+            children = problem.offspring(population, fitness, ga)
+            merged = np.concatenate([population, children])
+            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
+            keep = np.argsort(-merged_fitness, kind="stable")[:size]
+            population, fitness = merged[keep], merged_fitness[keep]
+        self._population, self._population_jobs = population, names
+        return population, fitness
+
+    def _evolve_nsga2(self, problem: AllocationProblem, names: list[str], population: np.ndarray,
+                      size: int, generations: int) -> tuple[np.ndarray, np.ndarray]:
+        population = population[_unique_rows(population)]
+        fitness, utility = problem.fitness(population), problem.utility(population)
+        _, crowding = nsga2.survivors(fitness, utility, size)
+        for _ in range(generations):
+            # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
+            # as needed in one go fills the brood (about half are repeats on a full cluster).
+            children = problem.offspring_nsga2(population, fitness, utility, crowding, 2 * size,
+                                               self.ga)
+            merged = np.concatenate([population, children])
+            keep = _unique_rows(merged)
+            children = merged[keep[keep >= len(population)][:size]]
+            merged = np.concatenate([population, children])
+            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
+            merged_utility = np.concatenate([utility, problem.utility(children)])
+            keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
+            population, fitness = merged[keep], merged_fitness[keep]
+            utility, crowding = merged_utility[keep], merged_crowding[keep]
+        self._population, self._population_jobs = population, names
+        return population, fitness
+
+    def _initial_population(self, problem: AllocationProblem, names: list[str], size: int) -> np.ndarray:
+        base = problem.base
+        population = np.broadcast_to(base, (size, *base.shape)).copy()
+        if self._population is not None and self._population.shape[2] == base.shape[1]:
+            previous = {name: i for i, name in enumerate(self._population_jobs)}
+            src = [previous[n] for n in names if n in previous]
+            dst = [j for j, n in enumerate(names) if n in previous]
+            count = min(size, len(self._population))
+            population[:count] = 0
+            population[:count][:, dst] = self._population[:count][:, src]
+        if self.ga.search != "nsga2":  # the artifact's NSGA-II starts from last round's as they are
+            population[1:] = problem.mutate(population[1:], self.ga)
+        population[0] = base  # keep the status quo as a candidate
+        return problem.repair(population)
+
+
+class AllocationProblem:
+    """The allocation search of one round: states are ``(P, J, N)`` arrays of GPUs per node.
+
+    Args:
+        base: the allocation in force, ``(J, N)``, jobs in priority order.
+        tables: speedup tables ``(J, Nmax + 1, Rmax + 1)`` (:class:`SpeedupTables`).
+        max_replicas: each job's replica cap ``(J,)``.
+        penalty: each job's restart penalty ``(J,)`` (:func:`restart_penalty`).
+        cluster: the cluster (GPUs per node, scale of the speedups).
+        p: power-mean exponent of the fitness.
+        avoid_interference: at most one distributed job per node.
+        max_nodes: most nodes per job.
+        rng: the search's generator.
+    """
+
+    def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
+                 penalty: np.ndarray, cluster: ClusterState, p: float,
+                 avoid_interference: bool, max_nodes: int, rng: np.random.Generator) -> None:
+        self.base = base
+        self.tables = tables
+        self.max_replicas = max_replicas
+        self.penalty = penalty
+        self.capacity = cluster.gpus_per_node
+        self.scale = cluster.num_nodes / cluster.total_gpus
+        self.p = p
+        self.avoid_interference = avoid_interference
+        self.max_nodes = max_nodes
+        self.rng = rng
+        self.job_index = np.arange(base.shape[0])
+
+    def table_speedups(self, states: np.ndarray) -> np.ndarray:
+        """Every job's speedup table read at its nodes and GPUs in every state, shape ``(P, J)``."""
+        nodes = np.count_nonzero(states, axis=2)
+        replicas = states.sum(axis=2)
+        return self.tables[self.job_index, nodes, replicas]
+
+    def speedups(self, states: np.ndarray) -> np.ndarray:
+        """Scaled speedup of every job in every state, times the re-allocation penalty where the
+        job's allocation changes, shape ``(P, J)``."""
+        speedup = self.table_speedups(states) * self.scale
+        changed = np.any(states != self.base, axis=2)
+        return np.where(changed, speedup * self.penalty, speedup)
+
+    def fitness(self, states: np.ndarray) -> np.ndarray:
+        """Power mean of penalised, scaled speedups, shape ``(P,)``."""
+        return power_mean(self.speedups(states) + 1e-3, self.p)
+
+    def utility(self, states: np.ndarray) -> np.ndarray:
+        """Cluster utility, as the artifact's second objective: the jobs' summed speedups over the
+        GPUs of the nodes in use, shape ``(P,)``."""
+        speedup = self.table_speedups(states).sum(axis=1)
+        active = np.count_nonzero(states.any(axis=1), axis=1)
+        return speedup / np.maximum(active * self.capacity, 1)
+
+    def offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray, utility: np.ndarray,
+                        crowding: np.ndarray, count: int, ga: GAConfig) -> np.ndarray:
+        size, num_jobs, _ = population.shape
+        rng = self.rng
+        half = (count + 1) // 2
+
+        def tournament() -> np.ndarray:
+            a, b = rng.integers(size, size=(2, half))
+            a_wins = (fitness[a] >= fitness[b]) & (utility[a] >= utility[b])
+            b_wins = (fitness[b] >= fitness[a]) & (utility[b] >= utility[a])
+            same = a_wins & b_wins
+            a_dom, b_dom = a_wins & ~same, b_wins & ~same
+            by_crowding = np.where(crowding[a] > crowding[b], a,
+                                   np.where(crowding[b] > crowding[a], b,
+                                            np.where(rng.random(half) < 0.5, a, b)))
+            return np.where(a_dom, a, np.where(b_dom, b, by_crowding))
+
+        first, second = tournament(), tournament()
+        point = rng.integers(num_jobs, size=(half, 1))
+        point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)
+        take_first = (np.arange(num_jobs) < point)[:, :, None]
+        children = np.concatenate([
+            np.where(take_first, population[first], population[second]),
+            np.where(take_first, population[second], population[first])])[:count]
+        return self.repair(self.mutate_artifact(children, ga))
+
+    def mutate_artifact(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
+        """The artifact's mutation, drawn sparsely so that its cost follows the GPUs in use and
+        the free nodes rather than ``P x J x N``.
+
+        Per job row: with ``reset_prob``, back to the current allocation; with ``zero_prob``, each
+        of its nodes dropped with ``zero_prob``. Then growth on nodes with free GPUs, as two
+        independent draws per (job, node) entry: any job with probability one over the number of
+        jobs (the artifact normalises over jobs, so a free node gains about one job, not every
+        job one node), and a job already on the node with one over the number of jobs there. A
+        grown entry takes a uniform count from its current one up to the node's capacity; repair
+        trims what no longer fits.
+        """
+        rng = self.rng
+        size, num_jobs, num_nodes = states.shape
+        reset = rng.random((size, num_jobs)) < ga.reset_prob
+        states = np.where(reset[:, :, None], self.base, states)
+        p, j, n = np.nonzero(states)
+        drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
+                                                                       < ga.zero_prob)
+        states[p[drop], j[drop], n[drop]] = 0
+        p, j, n = p[~drop], j[~drop], n[~drop]                                   # still in use
+        is_free = states.sum(axis=1, dtype=np.int32) < self.capacity             # (P, N)
+        # Any job onto a free node: a binomial count of jobs per free node, then that many
+        # distinct jobs (the same as a coin per entry, at the cost of the hits only).
+        free_p, free_n = np.nonzero(is_free)
+        counts = rng.binomial(num_jobs, 1.0 / num_jobs, size=free_p.size)
+        grow_p, grow_n = np.repeat(free_p, counts), np.repeat(free_n, counts)
+        grow_j = _distinct_draws(np.repeat(np.arange(free_p.size), counts), num_jobs, rng)
+        # A job already on a free node: one over the number of jobs on that node.
+        own = is_free[p, n]
+        p, j, n = p[own], j[own], n[own]
+        node = p * num_nodes + n
+        pick = rng.random(p.size) * np.bincount(node, minlength=size * num_nodes)[node] < 1.0
+        key = np.unique(np.r_[(grow_p * num_jobs + grow_j) * num_nodes + grow_n,
+                              (p[pick] * num_jobs + j[pick]) * num_nodes + n[pick]])
+        p, rest = np.divmod(key, num_jobs * num_nodes)
+        j, n = np.divmod(rest, num_nodes)
+        states[p, j, n] = rng.integers(states[p, j, n], self.capacity + 1)
+        return states
+
+    def offspring(self, population: np.ndarray, fitness: np.ndarray, ga: GAConfig) -> np.ndarray:
+        size, num_jobs, _ = population.shape
+        rng = self.rng
+        # Binary tournaments pick the parents.
+        a, b = rng.integers(size, size=(2, size))
+        first = np.where(fitness[a] >= fitness[b], a, b)
+        a, b = rng.integers(size, size=(2, size))
+        second = np.where(fitness[a] >= fitness[b], a, b)
+        # One-point crossover over jobs.
+        point = rng.integers(num_jobs + 1, size=(size, 1))
+        take_first = (np.arange(num_jobs) < point)[:, :, None]
+        children = np.where(take_first, population[first], population[second])
+        return self.repair(self.mutate(children, ga))
+
+    def mutate(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
+        """Random changes per job row; randomness is drawn per row, not per GPU slot, so the cost
+        stays near ``P x J`` however many nodes there are."""
+        rng = self.rng
+        size, num_jobs, num_nodes = states.shape
+        # Reset some jobs to their current allocation.
+        reset = rng.random((size, num_jobs)) < ga.reset_prob
+        states = np.where(reset[:, :, None], self.base, states)
+        # Take some jobs off one of their nodes (or an empty one: no change).
+        p, j = np.nonzero(rng.random((size, num_jobs)) < ga.zero_prob)
+        states[p, j, rng.integers(num_nodes, size=p.size)] = 0
+        # Grow some jobs where GPUs are free, as the artifact's mutation does (never onto a full
+        # node, so no GPUs are taken from a job by growth alone): on one of their own nodes with
+        # free GPUs, and on any node with free GPUs, each picked uniformly.
+        free = self.capacity - states.sum(axis=1, dtype=np.int32)                # (P, N)
+        for own in (True, False):
+            p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
+            if not p.size:
+                continue
+            allowed = free[p] > 0                                                # (rows, N)
+            if own:
+                allowed &= states[p, j] > 0
+            keys = rng.random(allowed.shape) * allowed
+            node = np.argmax(keys, axis=1)
+            hit = keys[np.arange(p.size), node] > 0
+            p, j, node = p[hit], j[hit], node[hit]
+            current = states[p, j, node]
+            states[p, j, node] = rng.integers(current, self.capacity + 1)
+        return states
+
+    def repair(self, states: np.ndarray) -> np.ndarray:
+        """Make states feasible. Works on the nonzero entries only (a job uses few of many nodes),
+        as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``."""
+        size, num_jobs, num_nodes = states.shape
+        p, j, n = np.nonzero(states)
+        v = states[p, j, n].astype(np.int64)
+        if self.avoid_interference:
+            # At most one distributed job per node: later (lower-priority) ones leave it.
+            job_key = p * num_jobs + j
+            distributed = np.bincount(job_key, minlength=size * num_jobs)[job_key] > 1
+            d = np.flatnonzero(distributed)
+            order = d[np.lexsort((j[d], p[d] * num_nodes + n[d]))]
+            rank = _group_cumsum(np.ones(order.size, np.int64), (p * num_nodes + n)[order])
+            v[order[rank > 1]] = 0
+        # Per job: at most max_replicas GPUs and max_nodes nodes, trimmed in a random node order.
+        job_key = p * num_jobs + j
+        order = np.lexsort((self.rng.random(p.size), job_key))
+        values, cap = v[order], self.max_replicas[j[order]]
+        total = _group_cumsum(values, job_key[order])
+        kept = np.minimum(total, cap) - np.minimum(total - values, cap)
+        nodes_used = _group_cumsum((kept > 0).astype(np.int64), job_key[order])
+        kept[nodes_used > self.max_nodes] = 0
+        v[order] = kept
+        # Node capacity, higher-priority jobs (lower index) first.
+        node_key = p * num_nodes + n
+        order = np.lexsort((j, node_key))
+        values = v[order]
+        total = _group_cumsum(values, node_key[order])
+        v[order] = (np.minimum(total, self.capacity)
+                    - np.minimum(total - values, self.capacity))
+        repaired = np.zeros_like(states)
+        repaired[p, j, n] = v
+        return repaired
+
+
+def _unique_rows(states: np.ndarray) -> np.ndarray:
+    """Indices of the first occurrence of each distinct state, in order."""
+    flat = np.ascontiguousarray(states.reshape(len(states), -1))
+    _, first = np.unique(flat.view(np.dtype((np.void, flat.dtype.itemsize * flat.shape[1]))),
+                         return_index=True)
+    return np.sort(first)
+
+
+def _distinct_draws(groups: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniform draw from ``range(count)`` per element, distinct within each run of equal,
+    sorted ``groups`` (no run may be longer than ``count``): repeats are redrawn until none is
+    left, which takes few rounds when runs are short against ``count``."""
+    draws = rng.integers(count, size=groups.size)
+    while True:
+        key = groups.astype(np.int64) * count + draws
+        order = np.argsort(key, kind="stable")
+        repeat = order[1:][key[order[1:]] == key[order[:-1]]]
+        if repeat.size == 0:
+            return draws
+        draws[repeat] = rng.integers(count, size=repeat.size)
+
+
+def power_mean(values: np.ndarray, p: float) -> np.ndarray:
+    """Power mean with exponent ``p`` over the last axis (``p = 0``: the geometric mean)."""
+    if p == 0:
+        return np.exp(np.mean(np.log(values), axis=-1))
+    return np.mean(values**p, axis=-1) ** (1.0 / p)
+
+
+def _group_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative sum of ``values`` within runs of equal ``groups`` (sorted), shape kept."""
+    if values.size == 0:
+        return values.copy()
+    total = np.cumsum(values)
+    start = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    lengths = np.diff(np.r_[start, values.size])
+    return total - np.repeat(total[start] - values[start], lengths)
