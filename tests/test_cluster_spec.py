@@ -23,16 +23,16 @@ from bayes_sched.cluster_spec import (
 )
 from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import InputError
-from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.jobs import JobSpec
 from bayes_sched.loop import run_loop
 from bayes_sched.policies import FifoPolicy, PolluxPolicy, make_policy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.registry import Registry
 from bayes_sched.sim.hidden import ContentionLaw, GavelLaw, make_hidden
-from bayes_sched.sim.physics import get_application
 from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
 from bayes_sched.sim.workload import Workload
-from tests.agents import measured_agent
+from tests.agents import decide as decide_round
+from tests.agents import job_view, measured_agent
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,14 +165,9 @@ def test_pollux_penalty_uses_the_cluster_restart_delay() -> None:
     def decide(delay: float) -> np.ndarray:
         spec = ClusterSpec(ClusterSpec.homogeneous(4, 4).nodes, restart_delay=delay)
         cluster = ClusterState(spec=spec, now=600.0)
-        limits = get_application("cifar10").limits
-        job = JobView(
-            name="a", application="cifar10", submit_time=0.0, age=600.0, attained_service=0.0,
-            allocation=np.array([1, 0, 0, 0]), num_restarts=1, requested_replicas=1,
-            requested_batch_size=256, settings=JobSettings(), limits=limits, progress=0.0,
-            target_progress=1.0, agent=measured_agent("a"))
+        job = job_view(measured_agent("a"), "cifar10", cluster.now, [1, 0, 0, 0], num_restarts=1)
         policy = PolluxPolicy(ga=GAConfig(population=16, generations=10))
-        return policy.decide(cluster, [job]).get("a", np.zeros(4))
+        return decide_round(policy, cluster, [job]).get("a", np.zeros(4))
 
     # Restarts cost nothing: the lone job grows; they cost more than its age: it stays put.
     assert decide(0.0).sum() > 1
