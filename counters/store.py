@@ -88,6 +88,13 @@ _PART_NAME = re.compile(r"^part-(\d+)(?:-(\d+))?\.zarr$")
 _JOURNAL_NAME = re.compile(r"^journal-(\d+)\.bin$")
 _HIDDEN_PREFIXES = (".part-", ".trash-")
 REPAIR_HINT = "run `bayes-sched counters repair STORE`"
+#: Dataset attribute of a part listing its value variables: an array directory lost to outside
+#: damage would otherwise just vanish from the dataset (Zarr parts are not consolidated). Removed
+#: on reading.
+PART_VARIABLES_ATTR = "bayes_sched_part_variables"
+#: Marker key set once the store's first part is committed: a store whose marker says so but
+#: that holds no part and no journal lost its data (a marker alone is a store never written to).
+COMMITTED_KEY = "committed"
 
 
 def _one_line(error: BaseException) -> str:
@@ -122,7 +129,7 @@ def is_store(path: str | Path) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
-def _check_marker(root: Path) -> None:
+def _check_marker(root: Path) -> dict[str, Any]:
     if not root.exists():
         raise CountersError(f"{root}: no such counters store")
     if not is_store(root):
@@ -137,6 +144,18 @@ def _check_marker(root: Path) -> None:
     if marker.get("schema_version") != schema.SCHEMA_VERSION:
         raise CountersError(f"{root / MARKER}: schema_version {marker.get('schema_version')}, "
                             f"expected {schema.SCHEMA_VERSION}")
+    return marker
+
+
+def _lost_everything(root: Path, marker: dict[str, Any]) -> bool:
+    """Whether the marker records a commit but no part or journal segment is left."""
+    committed, superseded, journals = _scan(root)
+    return marker.get(COMMITTED_KEY) is True and not (committed or superseded or journals)
+
+
+def _lost_message(root: Path, consequence: str = "") -> str:
+    return (f"{root}: its marker records committed samples but no part or journal is left "
+            f"(deleted or lost){consequence}; {REPAIR_HINT}")
 
 
 def _scan(root: Path) -> tuple[list[PartName], list[PartName], dict[int, Path]]:
@@ -216,10 +235,38 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
                               zarr_format=ZARR_FORMAT)
             if not lazy:
                 ds = ds.load()
-            return _with_masks(ds)  # fails on a variable damage left without a float dtype
+            listed = ds.attrs.pop(PART_VARIABLES_ATTR, None)
+            missing = [str(n) for n in (listed if isinstance(listed, list) else [])
+                       if str(n) not in ds.data_vars]
+            masked = _with_masks(ds)  # fails on a variable damage left without a float dtype
     except Exception as error:  # zarr/xarray/numcodecs raise many types for a damaged directory
         raise CountersError(f"{part}: unreadable Zarr part ({_one_line(error)}); {REPAIR_HINT}"
                             ) from None
+    if missing:
+        raise CountersError(f"{part}: variable(s) {', '.join(missing)} missing from the part "
+                            f"(its array directory is gone); {REPAIR_HINT}")
+    return masked
+
+
+def missing_variables(part: str | Path) -> list[str]:
+    """The value variables a part lists (:data:`PART_VARIABLES_ATTR`) that it no longer holds."""
+    try:
+        attrs = json.loads((Path(part) / ".zattrs").read_text())
+        listed = attrs.get(PART_VARIABLES_ATTR, [])
+        return [str(n) for n in listed if not (Path(part) / str(n) / ".zarray").is_file()]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
+
+
+def _forget_variables(part: Path, names: Sequence[str]) -> None:
+    """Drop ``names`` from a part's variable list (atomically rewriting its ``.zattrs``)."""
+    attrs_path = part / ".zattrs"
+    attrs = json.loads(attrs_path.read_text())
+    attrs[PART_VARIABLES_ATTR] = [n for n in attrs.get(PART_VARIABLES_ATTR, []) if n not in names]
+    temporary = part / ".zattrs.partial"
+    temporary.write_text(json.dumps(attrs, indent=2))
+    os.replace(temporary, attrs_path)
+    sync_directory(part)
 
 
 def _journal_dataset(journal: Path) -> xr.Dataset | None:
@@ -272,6 +319,8 @@ def _listing(root: Path) -> list[str]:
 
 
 def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
+    if _lost_everything(root, _check_marker(root)):
+        raise CountersError(_lost_message(root))
     found = parts(root)
     datasets = [open_part(p, lazy=lazy) for p in found]
     for journal in pending_journals(root):
@@ -467,6 +516,7 @@ class StoreWriter:
         self._lock = threading.Lock()
         self._next_index = 0
         self._last_time: np.datetime64 | None = None
+        self._committed = False  # whether the marker records a commit (set on opening)
         self._open_or_create()
 
     # -- set-up ------------------------------------------------------------------------------
@@ -487,7 +537,10 @@ class StoreWriter:
         except OSError as error:
             raise CountersError(f"{root}: cannot write the store ({error.strerror or error})"
                                 ) from None
-        _check_marker(root)
+        marker = _check_marker(root)
+        if _lost_everything(root, marker):
+            raise CountersError(_lost_message(root, "; refusing to append to it"))
+        self._committed = marker.get(COMMITTED_KEY) is True
         self._recover()
 
     def _recover(self) -> None:
@@ -597,6 +650,10 @@ class StoreWriter:
                 self._next_index += 1
         self._write_part(ds, *indices)
         self._last_time = ds[schema.TIME].values[-1]
+        if not self._committed:  # once per store: lets readers tell a lost store from a new one
+            with contextlib.suppress(OSError):
+                _write_marker(self.path, committed=True)
+                self._committed = True
         # Committed: nothing below may raise, or a retry would commit the batch twice.
         for index in range(indices[0], indices[1] + 1):
             with contextlib.suppress(OSError):
@@ -611,7 +668,8 @@ class StoreWriter:
     def _write_part(self, ds: xr.Dataset, first: int, last: int) -> Path:
         target = self.path / part_name(first, last)
         temporary = self.path / f".{target.name}.tmp"
-        values_only = ds[schema.value_names(ds)]
+        values_only = ds[schema.value_names(ds)].assign_attrs(
+            {PART_VARIABLES_ATTR: schema.value_names(ds)})
         chunk = max(1, min(self.chunk_samples, ds.sizes[schema.TIME]))
         encoding: dict[str, dict[str, Any]] = {
             schema.TIME: {**schema.TIME_ENCODING, "chunks": (chunk,)}}
@@ -669,10 +727,13 @@ class StoreWriter:
         self._close_journal()
 
 
-def _write_marker(root: Path) -> None:
-    marker = {"schema": schema.SCHEMA_NAME, "schema_version": schema.SCHEMA_VERSION,
-              "format": f"zarr{ZARR_FORMAT}",
-              "layout": "part-NNNNN[-MMMMM].zarr committed by rename; journal-NNNNN.bin"}
+def _write_marker(root: Path, committed: bool = False) -> None:
+    marker: dict[str, Any] = {
+        "schema": schema.SCHEMA_NAME, "schema_version": schema.SCHEMA_VERSION,
+        "format": f"zarr{ZARR_FORMAT}",
+        "layout": "part-NNNNN[-MMMMM].zarr committed by rename; journal-NNNNN.bin"}
+    if committed:
+        marker[COMMITTED_KEY] = True
     temporary = root / f".{MARKER}.partial"
     temporary.write_text(json.dumps(marker, indent=1) + "\n")
     os.replace(temporary, root / MARKER)
@@ -722,11 +783,12 @@ def repair(path: str | Path) -> list[str]:
         if not (committed or superseded or journals) or _future_marker(root):
             raise
         try:
-            _write_marker(root)
+            _write_marker(root, committed=bool(committed or superseded))
         except OSError as write_error:
             raise CountersError(f"{root}: cannot rewrite the marker ({_one_line(write_error)})"
                                 ) from None
-        changed.append(f"{root / MARKER}: rewritten ({' '.join(str(error).split())[:160]})")
+        reason = str(error).split(f"{root / MARKER}: ", 1)[-1].split(f"; {REPAIR_HINT}")[0]
+        changed.append(f"{root / MARKER}: rewritten ({' '.join(reason.split())[:160]})")
     try:
         for leftover in _leftovers(root):
             _discard(leftover) if leftover.is_dir() else leftover.unlink()
@@ -738,6 +800,11 @@ def repair(path: str | Path) -> list[str]:
         kept: list[PartName] = []
         last: np.datetime64 | None = None
         for part in committed:
+            lost = missing_variables(part.path)
+            if lost:  # keep the part's other variables: only the lost arrays' samples are gone
+                _forget_variables(part.path, lost)
+                changed.append(f"{part.path}: variable(s) {', '.join(lost)} missing (their "
+                               "samples are lost); the part's other variables kept")
             try:
                 trimmed = _trim_cut_short(part.path)
                 if trimmed:
@@ -781,6 +848,10 @@ def repair(path: str | Path) -> list[str]:
                                f"damaged record after {len(contents.rows)} whole sample(s)")
             last = recent[schema.TIME].values[-1]
         changed.extend(_drop_until_consistent(root))
+        if _lost_everything(root, _check_marker(root)):
+            _write_marker(root)
+            changed.append(f"{root / MARKER}: no part or journal is left: its record of "
+                           "committed samples reset (the store is empty; appending is allowed)")
     except OSError as error:
         raise CountersError(f"{root}: cannot repair ({_one_line(error)})") from None
     return changed
