@@ -238,11 +238,16 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
             listed = ds.attrs.pop(PART_VARIABLES_ATTR, None)
             missing = [str(n) for n in (listed if isinstance(listed, list) else [])
                        if str(n) not in ds.data_vars]
-            masked = _with_masks(ds)  # fails on a variable damage left without a float dtype
+            # Coordinates along (node, device) are named by the per-device variables'
+            # ``coordinates`` attribute; with those variables lost they read as data variables.
+            ds = ds.set_coords([n for n in schema.DEVICE_COORDS
+                                if n in ds.data_vars and schema.TIME not in ds[n].dims])
+            masked = None if missing else _with_masks(ds)  # fails on a variable damage left
+            # without a float dtype
     except Exception as error:  # zarr/xarray/numcodecs raise many types for a damaged directory
         raise CountersError(f"{part}: unreadable Zarr part ({_one_line(error)}); {REPAIR_HINT}"
                             ) from None
-    if missing:
+    if missing or masked is None:
         raise CountersError(f"{part}: variable(s) {', '.join(missing)} missing from the part "
                             f"(its array directory is gone); {REPAIR_HINT}")
     return masked
@@ -253,7 +258,8 @@ def missing_variables(part: str | Path) -> list[str]:
     try:
         attrs = json.loads((Path(part) / ".zattrs").read_text())
         listed = attrs.get(PART_VARIABLES_ATTR, [])
-        return [str(n) for n in listed if not (Path(part) / str(n) / ".zarray").is_file()]
+        return [str(n) for n in (listed if isinstance(listed, list) else [])
+                if not (Path(part) / str(n) / ".zarray").is_file()]
     except (OSError, ValueError, TypeError, AttributeError):
         return []
 

@@ -189,7 +189,10 @@ def check_out_file(path: str | Path, flag: str = "--out", overwrite: bool = Fals
     if out.exists() and not overwrite:
         hint = f" (give {force_flag} to replace it)" if force_flag else ""
         raise OptionError(f"{flag} {out}: a file already exists; expected a new file{hint}")
-    if out.exists() and not os.access(out, os.W_OK):
-        raise OptionError(f"{flag} {out}: file is not writable; expected a file to replace")
+    if out.exists():  # replaced through a temporary file beside it: the folder must be writable
+        if not os.access(out.absolute().parent, os.W_OK | os.X_OK):
+            raise OptionError(f"{flag} {out}: its folder is not writable; expected a file to "
+                              "replace")
+        return out
     _check_writable_parent(out, flag, "a new file")
     return out
