@@ -333,6 +333,12 @@ def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
         recent = _journal_dataset(journal)
         if recent is not None:
             datasets.append(recent)
+    return _combine(root, datasets)
+
+
+def _combine(root: Path, datasets: Sequence[xr.Dataset]) -> xr.Dataset:
+    """The parts' and journals' datasets, in order, as one store dataset; CountersError if they
+    do not fit together (what :func:`open_store` and :func:`repair` accept)."""
     if not datasets:
         raise CountersError(f"{root}: store holds no samples yet")
     try:
@@ -438,6 +444,8 @@ def _trim_cut_short(part: Path) -> int:
     unequal length along time) to the shortest; returns how many samples were dropped."""
     import zarr
 
+    if _time_lengths_agree(part):  # the usual case, read from the metadata files alone
+        return 0
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # zarr warns about entries damage made unreadable
@@ -454,6 +462,23 @@ def _trim_cut_short(part: Path) -> int:
     except Exception as error:  # a part too damaged to trim: reported as unreadable later
         raise CountersError(f"{part}: cannot trim ({_one_line(error)})") from None
     return max(lengths) - min(lengths)
+
+
+def _time_lengths_agree(part: Path) -> bool:
+    """Whether every array of ``part`` along ``time`` has one length, by reading the arrays'
+    metadata files as JSON; False when any cannot be read (zarr then looks closer)."""
+    lengths = set()
+    try:
+        for entry in os.scandir(part):
+            meta = Path(entry.path) / ".zarray"
+            if not entry.is_dir() or not meta.is_file():
+                continue
+            dims = json.loads((Path(entry.path) / ".zattrs").read_text()).get("_ARRAY_DIMENSIONS")
+            if isinstance(dims, list) and dims[:1] == [schema.TIME]:
+                lengths.add(int(json.loads(meta.read_text())["shape"][0]))
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+    return len(lengths) <= 1
 
 
 def _last_time(part: Path) -> np.datetime64 | None:
@@ -804,6 +829,7 @@ def repair(path: str | Path) -> list[str]:
             _discard(part.path)
             changed.append(f"{part.path}: removed (its samples are in a merged part)")
         kept: list[PartName] = []
+        kept_data: list[xr.Dataset] = []  # what open_store would read, to check it once at the end
         last: np.datetime64 | None = None
         for part in committed:
             lost = missing_variables(part.path)
@@ -826,6 +852,7 @@ def repair(path: str | Path) -> list[str]:
                 changed.append(f"{part.path}: dropped ({problem})")
                 continue
             kept.append(part)
+            kept_data.append(ds)
             last = ds[schema.TIME].values[-1] if ds.sizes[schema.TIME] else last
         for index in sorted(journals):
             journal = journals[index]
@@ -852,8 +879,12 @@ def repair(path: str | Path) -> list[str]:
                 os.truncate(journal, contents.valid_bytes)
                 changed.append(f"{journal}: dropped {contents.tail_bytes} byte(s) of a torn or "
                                f"damaged record after {len(contents.rows)} whole sample(s)")
+            kept_data.append(recent)
             last = recent[schema.TIME].values[-1]
-        changed.extend(_drop_until_consistent(root))
+        try:  # the usual case: what is left fits together, no need to read it all again
+            _combine(root, kept_data)
+        except CountersError:
+            changed.extend(_drop_until_consistent(root))
         if _lost_everything(root, _check_marker(root)):
             _write_marker(root)
             changed.append(f"{root / MARKER}: no part or journal is left: its record of "
