@@ -267,8 +267,14 @@ def missing_variables(part: str | Path) -> list[str]:
 def _forget_variables(part: Path, names: Sequence[str]) -> None:
     """Drop ``names`` from a part's variable list (atomically rewriting its ``.zattrs``)."""
     attrs_path = part / ".zattrs"
-    attrs = json.loads(attrs_path.read_text())
-    attrs[PART_VARIABLES_ATTR] = [n for n in attrs.get(PART_VARIABLES_ATTR, []) if n not in names]
+    try:
+        attrs = json.loads(attrs_path.read_text())
+        listed = attrs.get(PART_VARIABLES_ATTR, [])
+    except (ValueError, AttributeError):  # damaged attributes: the part fails to open anyway
+        return
+    if not isinstance(listed, list):
+        return
+    attrs[PART_VARIABLES_ATTR] = [n for n in listed if n not in names]
     temporary = part / ".zattrs.partial"
     temporary.write_text(json.dumps(attrs, indent=2))
     os.replace(temporary, attrs_path)
@@ -837,17 +843,16 @@ def repair(path: str | Path) -> list[str]:
                 _forget_variables(part.path, lost)
                 changed.append(f"{part.path}: variable(s) {', '.join(lost)} missing (their "
                                "samples are lost); the part's other variables kept")
-            try:
-                trimmed = _trim_cut_short(part.path)
-                if trimmed:
-                    changed.append(f"{part.path}: dropped the last {trimmed} sample(s) of an "
-                                   "append cut short")
-                ds = open_part(part.path, lazy=False)
-                problem = (next(iter(schema.problems(ds, check_values=False)), None)
-                           or _times_after(ds, last))
-            except CountersError as error:
-                problem = str(error).split(f"{part.path}: ", 1)[-1].split(f"; {REPAIR_HINT}")[0]
-            if problem is not None:
+            ds, problem = _checked_part(part.path, last, changed)
+            damaged = _damaged_variables(part.path) if ds is None else []
+            if damaged:  # salvage the part's other variables: drop only the unreadable arrays
+                for name in damaged:
+                    _discard(part.path / name)
+                _forget_variables(part.path, damaged)
+                changed.append(f"{part.path}: variable(s) {', '.join(damaged)} unreadable, "
+                               f"dropped ({problem}); the part's other variables kept")
+                ds, problem = _checked_part(part.path, last, changed)
+            if problem is not None or ds is None:
                 _discard(part.path)
                 changed.append(f"{part.path}: dropped ({problem})")
                 continue
@@ -892,6 +897,46 @@ def repair(path: str | Path) -> list[str]:
     except OSError as error:
         raise CountersError(f"{root}: cannot repair ({_one_line(error)})") from None
     return changed
+
+
+def _checked_part(part: Path, last: np.datetime64 | None, changed: list[str]
+                  ) -> tuple[xr.Dataset | None, str | None]:
+    """``(dataset, None)`` for a part that reads whole and follows ``last``, else ``(dataset or
+    None, why not)``; trims an append cut short first (noted in ``changed``)."""
+    try:
+        trimmed = _trim_cut_short(part)
+        if trimmed:
+            changed.append(f"{part}: dropped the last {trimmed} sample(s) of an append cut short")
+        ds = open_part(part, lazy=False)
+    except CountersError as error:
+        return None, str(error).split(f"{part}: ", 1)[-1].split(f"; {REPAIR_HINT}")[0]
+    return ds, (next(iter(schema.problems(ds, check_values=False)), None)
+                or _times_after(ds, last))
+
+
+def _damaged_variables(part: Path) -> list[str]:
+    """The value arrays of a part that cannot be read whole (metadata or chunks damaged); empty
+    when a coordinate (``time``, ``node``, ``device``...) is among the damaged, since without it
+    nothing in the part can be placed."""
+    import zarr
+
+    damaged: list[str] = []
+    coordinates = {schema.TIME, schema.NODE, schema.DEVICE, *schema.DEVICE_COORDS}
+    try:
+        entries = sorted(e.name for e in os.scandir(part) if e.is_dir())
+    except OSError:
+        return []
+    for name in entries:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                array: Any = zarr.open_array(str(part / name), mode="r", zarr_format=2)
+                array[...]
+        except Exception:  # zarr and numcodecs raise many types for damaged metadata or chunks
+            if name in coordinates:
+                return []
+            damaged.append(name)
+    return damaged
 
 
 def _future_marker(root: Path) -> bool:

@@ -165,7 +165,7 @@ def test_commands_on_a_damaged_store_print_one_line_naming_it(
     assert "counters repair" in err[0]
 
 
-def test_open_store_raises_only_counters_errors_and_repair_drops_the_damaged_part(
+def test_open_store_raises_only_counters_errors_and_repair_drops_only_the_damaged_array(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = damaged_chunk_store(tmp_path)
     with pytest.raises(CountersError, match="part-00001.zarr: unreadable Zarr part"):
@@ -173,11 +173,30 @@ def test_open_store_raises_only_counters_errors_and_repair_drops_the_damaged_par
     status, err, out = cli(capsys, "counters", "repair", str(store))
     lines = out.strip().splitlines()
     assert status == 0 and len(lines) == 2
-    assert lines[0].startswith(f"repaired: {parts(store)[0].parent / 'part-00001.zarr'}: dropped")
-    assert "now holds 5 samples" in lines[1]
-    xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], batch(0, 5)["gpu_power"])
+    assert lines[0].startswith(f"repaired: {parts(store)[1]}: variable(s) gpu_power unreadable, "
+                               "dropped (")
+    assert "now holds 10 samples" in lines[1]
+    repaired = open_store(store, lazy=False)
+    # The part's undamaged variable keeps every committed sample; the damaged one only its first
+    # part's, NaN after.
+    xr.testing.assert_equal(repaired["cpu_user"], batch(0, 10)["cpu_user"])
+    xr.testing.assert_equal(repaired["gpu_power"].isel(time=slice(0, 5)),
+                            batch(0, 5)["gpu_power"])
+    assert bool(repaired["gpu_power"].isel(time=slice(5, 10)).isnull().all())
     status, err, out = cli(capsys, "counters", "repair", str(store))
-    assert status == 0 and out.strip() == f"{store}: nothing to repair (5 samples)"
+    assert status == 0 and out.strip() == f"{store}: nothing to repair (10 samples)"
+
+
+def test_a_damaged_coordinate_drops_the_whole_part(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    writer = StoreWriter(store)
+    writer.append(batch(0, 5))
+    writer.append(batch(5, 5))
+    (parts(store)[1] / "time" / ".zarray").write_text("{")  # nothing in it can be placed
+    changed = repair(store)
+    assert len(changed) == 1 and changed[0].startswith(f"{parts(store)[0].parent}/part-00001")
+    assert ": dropped (" in changed[0]
+    xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], batch(0, 5)["gpu_power"])
 
 
 def test_an_append_of_the_old_in_place_design_cut_short_is_repaired(tmp_path: Path) -> None:

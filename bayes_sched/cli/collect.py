@@ -393,8 +393,8 @@ def run_repair(args: argparse.Namespace) -> int:
     try:
         ds = open_store(args.store)
         held = f"{ds.sizes[schema.TIME]} samples"
-    except CountersError as error:  # everything was damaged: nothing left to read
-        held = " ".join(str(error).split())
+    except CountersError:  # everything was damaged: nothing left to read
+        held = "no samples"
     if not changed:
         print(f"{args.store}: nothing to repair ({held})")
     else:
