@@ -5,7 +5,8 @@
     bayes-sched counters info STORE [--json]
     bayes-sched counters validate STORE [--json]
     bayes-sched counters align STORE... --interval 1s --out MERGED.nc [--clock-offset NODE=S]
-    bayes-sched counters export STORE OUT.nc
+                                [--force]
+    bayes-sched counters export STORE OUT.nc [--force]
     bayes-sched counters repair STORE
 """
 
