@@ -31,7 +31,9 @@ class ReplaySource:
         self._position = 0
 
     def discover(self) -> Discovery:
-        ds = open_store(self.store)
+        # Read every value now: a damaged chunk must fail here, as one line naming the store,
+        # not later as a sampling error that turns every replayed sample into NaN.
+        ds = open_store(self.store, lazy=False)
         node = self.node if self.node is not None else str(ds[schema.NODE].values[0])
         if node not in set(map(str, ds[schema.NODE].values)):
             raise CountersError(f"{self.store}: no node {node!r} in the store")

@@ -74,6 +74,10 @@ def align(
     lo = min(s.min() for s in spans if s.size) if start_s is None else start_s
     hi = max(s.max() for s in spans if s.size) if end_s is None else end_s
     instants = grid(lo, hi, interval_s)
+    if instants.size == 0:  # samples shorter than one grid step, between two grid instants
+        raise CountersError(f"align: no grid instant (a multiple of {interval_s:g} s since the "
+                            f"epoch) lies within the samples' {hi - lo:g} s span; expected an "
+                            "interval the samples span at least once")
     aligned = [_align_node(d, instants, tolerance, max_gap) for d in per_node]
     out = _stack_nodes(aligned, instants, names)
     shared = {k: v for k, v in per_node[0].attrs.items()

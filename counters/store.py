@@ -88,6 +88,13 @@ _PART_NAME = re.compile(r"^part-(\d+)(?:-(\d+))?\.zarr$")
 _JOURNAL_NAME = re.compile(r"^journal-(\d+)\.bin$")
 _HIDDEN_PREFIXES = (".part-", ".trash-")
 REPAIR_HINT = "run `bayes-sched counters repair STORE`"
+#: Dataset attribute of a part listing its value variables: an array directory lost to outside
+#: damage would otherwise just vanish from the dataset (Zarr parts are not consolidated). Removed
+#: on reading.
+PART_VARIABLES_ATTR = "bayes_sched_part_variables"
+#: Marker key set once the store's first part is committed: a store whose marker says so but
+#: that holds no part and no journal lost its data (a marker alone is a store never written to).
+COMMITTED_KEY = "committed"
 
 
 def _one_line(error: BaseException) -> str:
@@ -122,7 +129,7 @@ def is_store(path: str | Path) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
-def _check_marker(root: Path) -> None:
+def _check_marker(root: Path) -> dict[str, Any]:
     if not root.exists():
         raise CountersError(f"{root}: no such counters store")
     if not is_store(root):
@@ -137,6 +144,18 @@ def _check_marker(root: Path) -> None:
     if marker.get("schema_version") != schema.SCHEMA_VERSION:
         raise CountersError(f"{root / MARKER}: schema_version {marker.get('schema_version')}, "
                             f"expected {schema.SCHEMA_VERSION}")
+    return marker
+
+
+def _lost_everything(root: Path, marker: dict[str, Any]) -> bool:
+    """Whether the marker records a commit but no part or journal segment is left."""
+    committed, superseded, journals = _scan(root)
+    return marker.get(COMMITTED_KEY) is True and not (committed or superseded or journals)
+
+
+def _lost_message(root: Path, consequence: str = "") -> str:
+    return (f"{root}: its marker records committed samples but no part or journal is left "
+            f"(deleted or lost){consequence}; {REPAIR_HINT}")
 
 
 def _scan(root: Path) -> tuple[list[PartName], list[PartName], dict[int, Path]]:
@@ -216,10 +235,50 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
                               zarr_format=ZARR_FORMAT)
             if not lazy:
                 ds = ds.load()
-            return _with_masks(ds)  # fails on a variable damage left without a float dtype
+            listed = ds.attrs.pop(PART_VARIABLES_ATTR, None)
+            missing = [str(n) for n in (listed if isinstance(listed, list) else [])
+                       if str(n) not in ds.data_vars]
+            # Coordinates along (node, device) are named by the per-device variables'
+            # ``coordinates`` attribute; with those variables lost they read as data variables.
+            ds = ds.set_coords([n for n in schema.DEVICE_COORDS
+                                if n in ds.data_vars and schema.TIME not in ds[n].dims])
+            masked = None if missing else _with_masks(ds)  # fails on a variable damage left
+            # without a float dtype
     except Exception as error:  # zarr/xarray/numcodecs raise many types for a damaged directory
         raise CountersError(f"{part}: unreadable Zarr part ({_one_line(error)}); {REPAIR_HINT}"
                             ) from None
+    if missing or masked is None:
+        raise CountersError(f"{part}: variable(s) {', '.join(missing)} missing from the part "
+                            f"(its array directory is gone); {REPAIR_HINT}")
+    return masked
+
+
+def missing_variables(part: str | Path) -> list[str]:
+    """The value variables a part lists (:data:`PART_VARIABLES_ATTR`) that it no longer holds."""
+    try:
+        attrs = json.loads((Path(part) / ".zattrs").read_text())
+        listed = attrs.get(PART_VARIABLES_ATTR, [])
+        return [str(n) for n in (listed if isinstance(listed, list) else [])
+                if not (Path(part) / str(n) / ".zarray").is_file()]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
+
+
+def _forget_variables(part: Path, names: Sequence[str]) -> None:
+    """Drop ``names`` from a part's variable list (atomically rewriting its ``.zattrs``)."""
+    attrs_path = part / ".zattrs"
+    try:
+        attrs = json.loads(attrs_path.read_text())
+        listed = attrs.get(PART_VARIABLES_ATTR, [])
+    except (ValueError, AttributeError):  # damaged attributes: the part fails to open anyway
+        return
+    if not isinstance(listed, list):
+        return
+    attrs[PART_VARIABLES_ATTR] = [n for n in listed if n not in names]
+    temporary = part / ".zattrs.partial"
+    temporary.write_text(json.dumps(attrs, indent=2))
+    os.replace(temporary, attrs_path)
+    sync_directory(part)
 
 
 def _journal_dataset(journal: Path) -> xr.Dataset | None:
@@ -272,12 +331,20 @@ def _listing(root: Path) -> list[str]:
 
 
 def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
+    if _lost_everything(root, _check_marker(root)):
+        raise CountersError(_lost_message(root))
     found = parts(root)
     datasets = [open_part(p, lazy=lazy) for p in found]
     for journal in pending_journals(root):
         recent = _journal_dataset(journal)
         if recent is not None:
             datasets.append(recent)
+    return _combine(root, datasets)
+
+
+def _combine(root: Path, datasets: Sequence[xr.Dataset]) -> xr.Dataset:
+    """The parts' and journals' datasets, in order, as one store dataset; CountersError if they
+    do not fit together (what :func:`open_store` and :func:`repair` accept)."""
     if not datasets:
         raise CountersError(f"{root}: store holds no samples yet")
     try:
@@ -383,6 +450,8 @@ def _trim_cut_short(part: Path) -> int:
     unequal length along time) to the shortest; returns how many samples were dropped."""
     import zarr
 
+    if _time_lengths_agree(part):  # the usual case, read from the metadata files alone
+        return 0
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # zarr warns about entries damage made unreadable
@@ -399,6 +468,23 @@ def _trim_cut_short(part: Path) -> int:
     except Exception as error:  # a part too damaged to trim: reported as unreadable later
         raise CountersError(f"{part}: cannot trim ({_one_line(error)})") from None
     return max(lengths) - min(lengths)
+
+
+def _time_lengths_agree(part: Path) -> bool:
+    """Whether every array of ``part`` along ``time`` has one length, by reading the arrays'
+    metadata files as JSON; False when any cannot be read (zarr then looks closer)."""
+    lengths = set()
+    try:
+        for entry in os.scandir(part):
+            meta = Path(entry.path) / ".zarray"
+            if not entry.is_dir() or not meta.is_file():
+                continue
+            dims = json.loads((Path(entry.path) / ".zattrs").read_text()).get("_ARRAY_DIMENSIONS")
+            if isinstance(dims, list) and dims[:1] == [schema.TIME]:
+                lengths.add(int(json.loads(meta.read_text())["shape"][0]))
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+    return len(lengths) <= 1
 
 
 def _last_time(part: Path) -> np.datetime64 | None:
@@ -467,6 +553,7 @@ class StoreWriter:
         self._lock = threading.Lock()
         self._next_index = 0
         self._last_time: np.datetime64 | None = None
+        self._committed = False  # whether the marker records a commit (set on opening)
         self._open_or_create()
 
     # -- set-up ------------------------------------------------------------------------------
@@ -487,7 +574,10 @@ class StoreWriter:
         except OSError as error:
             raise CountersError(f"{root}: cannot write the store ({error.strerror or error})"
                                 ) from None
-        _check_marker(root)
+        marker = _check_marker(root)
+        if _lost_everything(root, marker):
+            raise CountersError(_lost_message(root, "; refusing to append to it"))
+        self._committed = marker.get(COMMITTED_KEY) is True
         self._recover()
 
     def _recover(self) -> None:
@@ -597,6 +687,10 @@ class StoreWriter:
                 self._next_index += 1
         self._write_part(ds, *indices)
         self._last_time = ds[schema.TIME].values[-1]
+        if not self._committed:  # once per store: lets readers tell a lost store from a new one
+            with contextlib.suppress(OSError):
+                _write_marker(self.path, committed=True)
+                self._committed = True
         # Committed: nothing below may raise, or a retry would commit the batch twice.
         for index in range(indices[0], indices[1] + 1):
             with contextlib.suppress(OSError):
@@ -611,7 +705,8 @@ class StoreWriter:
     def _write_part(self, ds: xr.Dataset, first: int, last: int) -> Path:
         target = self.path / part_name(first, last)
         temporary = self.path / f".{target.name}.tmp"
-        values_only = ds[schema.value_names(ds)]
+        values_only = ds[schema.value_names(ds)].assign_attrs(
+            {PART_VARIABLES_ATTR: schema.value_names(ds)})
         chunk = max(1, min(self.chunk_samples, ds.sizes[schema.TIME]))
         encoding: dict[str, dict[str, Any]] = {
             schema.TIME: {**schema.TIME_ENCODING, "chunks": (chunk,)}}
@@ -669,10 +764,13 @@ class StoreWriter:
         self._close_journal()
 
 
-def _write_marker(root: Path) -> None:
-    marker = {"schema": schema.SCHEMA_NAME, "schema_version": schema.SCHEMA_VERSION,
-              "format": f"zarr{ZARR_FORMAT}",
-              "layout": "part-NNNNN[-MMMMM].zarr committed by rename; journal-NNNNN.bin"}
+def _write_marker(root: Path, committed: bool = False) -> None:
+    marker: dict[str, Any] = {
+        "schema": schema.SCHEMA_NAME, "schema_version": schema.SCHEMA_VERSION,
+        "format": f"zarr{ZARR_FORMAT}",
+        "layout": "part-NNNNN[-MMMMM].zarr committed by rename; journal-NNNNN.bin"}
+    if committed:
+        marker[COMMITTED_KEY] = True
     temporary = root / f".{MARKER}.partial"
     temporary.write_text(json.dumps(marker, indent=1) + "\n")
     os.replace(temporary, root / MARKER)
@@ -722,11 +820,12 @@ def repair(path: str | Path) -> list[str]:
         if not (committed or superseded or journals) or _future_marker(root):
             raise
         try:
-            _write_marker(root)
+            _write_marker(root, committed=bool(committed or superseded))
         except OSError as write_error:
             raise CountersError(f"{root}: cannot rewrite the marker ({_one_line(write_error)})"
                                 ) from None
-        changed.append(f"{root / MARKER}: rewritten ({' '.join(str(error).split())[:160]})")
+        reason = str(error).split(f"{root / MARKER}: ", 1)[-1].split(f"; {REPAIR_HINT}")[0]
+        changed.append(f"{root / MARKER}: rewritten ({' '.join(reason.split())[:160]})")
     try:
         for leftover in _leftovers(root):
             _discard(leftover) if leftover.is_dir() else leftover.unlink()
@@ -736,23 +835,29 @@ def repair(path: str | Path) -> list[str]:
             _discard(part.path)
             changed.append(f"{part.path}: removed (its samples are in a merged part)")
         kept: list[PartName] = []
+        kept_data: list[xr.Dataset] = []  # what open_store would read, to check it once at the end
         last: np.datetime64 | None = None
         for part in committed:
-            try:
-                trimmed = _trim_cut_short(part.path)
-                if trimmed:
-                    changed.append(f"{part.path}: dropped the last {trimmed} sample(s) of an "
-                                   "append cut short")
-                ds = open_part(part.path, lazy=False)
-                problem = (next(iter(schema.problems(ds, check_values=False)), None)
-                           or _times_after(ds, last))
-            except CountersError as error:
-                problem = str(error).split(f"{part.path}: ", 1)[-1].split(f"; {REPAIR_HINT}")[0]
-            if problem is not None:
+            lost = missing_variables(part.path)
+            if lost:  # keep the part's other variables: only the lost arrays' samples are gone
+                _forget_variables(part.path, lost)
+                changed.append(f"{part.path}: variable(s) {', '.join(lost)} missing (their "
+                               "samples are lost); the part's other variables kept")
+            ds, problem = _checked_part(part.path, last, changed)
+            damaged = _damaged_variables(part.path) if ds is None else []
+            if damaged:  # salvage the part's other variables: drop only the unreadable arrays
+                for name in damaged:
+                    _discard(part.path / name)
+                _forget_variables(part.path, damaged)
+                changed.append(f"{part.path}: variable(s) {', '.join(damaged)} unreadable, "
+                               f"dropped ({problem}); the part's other variables kept")
+                ds, problem = _checked_part(part.path, last, changed)
+            if problem is not None or ds is None:
                 _discard(part.path)
                 changed.append(f"{part.path}: dropped ({problem})")
                 continue
             kept.append(part)
+            kept_data.append(ds)
             last = ds[schema.TIME].values[-1] if ds.sizes[schema.TIME] else last
         for index in sorted(journals):
             journal = journals[index]
@@ -779,11 +884,59 @@ def repair(path: str | Path) -> list[str]:
                 os.truncate(journal, contents.valid_bytes)
                 changed.append(f"{journal}: dropped {contents.tail_bytes} byte(s) of a torn or "
                                f"damaged record after {len(contents.rows)} whole sample(s)")
+            kept_data.append(recent)
             last = recent[schema.TIME].values[-1]
-        changed.extend(_drop_until_consistent(root))
+        try:  # the usual case: what is left fits together, no need to read it all again
+            _combine(root, kept_data)
+        except CountersError:
+            changed.extend(_drop_until_consistent(root))
+        if _lost_everything(root, _check_marker(root)):
+            _write_marker(root)
+            changed.append(f"{root / MARKER}: no part or journal is left: its record of "
+                           "committed samples reset (the store is empty; appending is allowed)")
     except OSError as error:
         raise CountersError(f"{root}: cannot repair ({_one_line(error)})") from None
     return changed
+
+
+def _checked_part(part: Path, last: np.datetime64 | None, changed: list[str]
+                  ) -> tuple[xr.Dataset | None, str | None]:
+    """``(dataset, None)`` for a part that reads whole and follows ``last``, else ``(dataset or
+    None, why not)``; trims an append cut short first (noted in ``changed``)."""
+    try:
+        trimmed = _trim_cut_short(part)
+        if trimmed:
+            changed.append(f"{part}: dropped the last {trimmed} sample(s) of an append cut short")
+        ds = open_part(part, lazy=False)
+    except CountersError as error:
+        return None, str(error).split(f"{part}: ", 1)[-1].split(f"; {REPAIR_HINT}")[0]
+    return ds, (next(iter(schema.problems(ds, check_values=False)), None)
+                or _times_after(ds, last))
+
+
+def _damaged_variables(part: Path) -> list[str]:
+    """The value arrays of a part that cannot be read whole (metadata or chunks damaged); empty
+    when a coordinate (``time``, ``node``, ``device``...) is among the damaged, since without it
+    nothing in the part can be placed."""
+    import zarr
+
+    damaged: list[str] = []
+    coordinates = {schema.TIME, schema.NODE, schema.DEVICE, *schema.DEVICE_COORDS}
+    try:
+        entries = sorted(e.name for e in os.scandir(part) if e.is_dir())
+    except OSError:
+        return []
+    for name in entries:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                array: Any = zarr.open_array(str(part / name), mode="r", zarr_format=2)
+                array[...]
+        except Exception:  # zarr and numcodecs raise many types for damaged metadata or chunks
+            if name in coordinates:
+                return []
+            damaged.append(name)
+    return damaged
 
 
 def _future_marker(root: Path) -> bool:

@@ -38,6 +38,11 @@ _PLACEMENT = re.compile(r"^[0-9]+$")
 #: ``log phi`` is capped here (phi ~ 1e304) before exponentiating: efficiency is 1 to float
 #: precision long before, and the cap keeps phi finite.
 MAX_LOG_NOISE = 700.0
+#: Largest ``grad_sqr`` or ``grad_var`` a trace may hold: the float32 maximum. Pollux (AdaptDL)
+#: computes both as sums over float32 gradients on the GPU, so a larger figure cannot be a
+#: measurement: it is an overflow or a corrupt row, and one such row would dominate the fitted
+#: noise scale (efficiency 1 everywhere).
+MAX_GRAD_STATISTIC = float(np.finfo(np.float32).max)
 
 
 # --- cell parsers: each returns the parsed value or raises ValueError with what was expected -----
@@ -61,8 +66,8 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "progress": textio.float_parser(0.0),
     "iteration": textio.float_parser(0.0),
     "metric": textio.float_parser(),
-    "grad_sqr": textio.float_parser(0.0),
-    "grad_var": textio.float_parser(0.0),
+    "grad_sqr": textio.float_parser(0.0, MAX_GRAD_STATISTIC),
+    "grad_var": textio.float_parser(0.0, MAX_GRAD_STATISTIC),
 }
 
 

@@ -337,6 +337,9 @@ def test_counters_align_merges_node_stores(tmp_path: Path) -> None:
     assert schema.problems(merged) == []
     np.testing.assert_array_equal(merged["cpu_user"].sel(node="b").values, 2.0 * np.arange(6))
     bad = run_cli("counters", "align", str(tmp_path / "a"), "--interval", "1s",
-                  "--clock-offset", "b", "--out", str(out))
+                  "--clock-offset", "b", "--out", str(tmp_path / "bad.nc"))
     assert bad.returncode == 2 and "expected NODE=SECONDS" in bad.stderr
+    again = run_cli("counters", "align", str(tmp_path / "a"), "--interval", "1s", "--out",
+                    str(out))  # an existing output is never replaced without --force
+    assert again.returncode == 2 and "--force" in again.stderr
 

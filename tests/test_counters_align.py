@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from counters import align, rates, schema
+import counters.align as align  # the module: ``from counters import align`` may give the function
+from counters import rates, schema
 from counters.errors import CountersError
 
 T0 = 1_700_000_000.0
@@ -70,3 +73,22 @@ def test_nodes_with_different_gpus_and_coordinates_are_padded() -> None:
                                                                [np.nan, np.nan]])
     np.testing.assert_array_equal(out["cpu_user"].values[:, 2], np.arange(4.0))
     assert np.isnan(out["cpu_user"].values[:, :2]).all()
+
+
+def test_samples_shorter_than_one_grid_step_are_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bayes_sched.cli import main
+    from counters.store import write_store
+
+    # Two samples 0.2 s apart between two whole seconds: no instant of a 1 s grid lies among them.
+    seconds = 1_700_000_000.2 + np.array([0.0, 0.2])
+    ds = schema.build(seconds, "n1", {"gpu_power": np.array([[100.0], [101.0]])})
+    with pytest.raises(CountersError, match="no grid instant"):
+        align.align([ds], 1.0)
+    store = tmp_path / "short"
+    write_store(ds, store)
+    status = main(["counters", "align", str(store), "--interval", "1s", "--out",
+                   str(tmp_path / "a.nc")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and "interval" in err[0], err
+    assert not (tmp_path / "a.nc").exists()

@@ -149,19 +149,23 @@ def damaged_chunk_store(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("command", [("counters", "info"), ("counters", "validate"),
-                                     ("counters", "export"), ("infer", "contention")])
+                                     ("counters", "export"), ("infer", "contention"),
+                                     ("collect", "--replay")])
 def test_commands_on_a_damaged_store_print_one_line_naming_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]) -> None:
     store = damaged_chunk_store(tmp_path)
     extra = {"export": [str(tmp_path / "out.nc")],
-             "contention": ["--out", str(tmp_path / "report")]}.get(command[1], [])
+             "contention": ["--out", str(tmp_path / "report")],
+             # a lazily read chunk used to fail only while sampling: every sample NaN, exit 0
+             "--replay": ["--out", str(tmp_path / "copy"), "--interval", "10ms", "--quiet"],
+             }.get(command[1], [])
     status, err, _ = cli(capsys, *command, str(store), *extra)
     assert status == 2 and len(err) == 1, err
     assert str(parts(store)[1]) in err[0] or str(store) in err[0]
     assert "counters repair" in err[0]
 
 
-def test_open_store_raises_only_counters_errors_and_repair_drops_the_damaged_part(
+def test_open_store_raises_only_counters_errors_and_repair_drops_only_the_damaged_array(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = damaged_chunk_store(tmp_path)
     with pytest.raises(CountersError, match="part-00001.zarr: unreadable Zarr part"):
@@ -169,11 +173,30 @@ def test_open_store_raises_only_counters_errors_and_repair_drops_the_damaged_par
     status, err, out = cli(capsys, "counters", "repair", str(store))
     lines = out.strip().splitlines()
     assert status == 0 and len(lines) == 2
-    assert lines[0].startswith(f"repaired: {parts(store)[0].parent / 'part-00001.zarr'}: dropped")
-    assert "now holds 5 samples" in lines[1]
-    xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], batch(0, 5)["gpu_power"])
+    assert lines[0].startswith(f"repaired: {parts(store)[1]}: variable(s) gpu_power unreadable, "
+                               "dropped (")
+    assert "now holds 10 samples" in lines[1]
+    repaired = open_store(store, lazy=False)
+    # The part's undamaged variable keeps every committed sample; the damaged one only its first
+    # part's, NaN after.
+    xr.testing.assert_equal(repaired["cpu_user"], batch(0, 10)["cpu_user"])
+    xr.testing.assert_equal(repaired["gpu_power"].isel(time=slice(0, 5)),
+                            batch(0, 5)["gpu_power"])
+    assert bool(repaired["gpu_power"].isel(time=slice(5, 10)).isnull().all())
     status, err, out = cli(capsys, "counters", "repair", str(store))
-    assert status == 0 and out.strip() == f"{store}: nothing to repair (5 samples)"
+    assert status == 0 and out.strip() == f"{store}: nothing to repair (10 samples)"
+
+
+def test_a_damaged_coordinate_drops_the_whole_part(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    writer = StoreWriter(store)
+    writer.append(batch(0, 5))
+    writer.append(batch(5, 5))
+    (parts(store)[1] / "time" / ".zarray").write_text("{")  # nothing in it can be placed
+    changed = repair(store)
+    assert len(changed) == 1 and changed[0].startswith(f"{parts(store)[0].parent}/part-00001")
+    assert ": dropped (" in changed[0]
+    xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], batch(0, 5)["gpu_power"])
 
 
 def test_an_append_of_the_old_in_place_design_cut_short_is_repaired(tmp_path: Path) -> None:
@@ -186,6 +209,68 @@ def test_an_append_of_the_old_in_place_design_cut_short_is_repaired(tmp_path: Pa
     assert repair(store) == [f"{parts(store)[0]}: dropped the last 3 sample(s) of an append "
                              "cut short"]
     xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], batch(0, 6)["gpu_power"])
+
+
+def test_a_lost_variable_is_refused_naming_it_and_repair_keeps_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    write_store(batch(0, 5), store)
+    shutil.rmtree(parts(store)[0] / "gpu_power")  # outside damage: one array directory gone
+    for command in (("info",), ("validate",), ("export",)):
+        extra = [str(tmp_path / "out.nc")] if command == ("export",) else []
+        status, err, _ = cli(capsys, "counters", *command, str(store), *extra)
+        assert status == 2 and len(err) == 1, (command, err)
+        assert "gpu_power" in err[0] and str(store) in err[0] and "counters repair" in err[0]
+    assert not (tmp_path / "out.nc").exists()
+    assert repair(store) == [f"{parts(store)[0]}: variable(s) gpu_power missing (their samples "
+                             "are lost); the part's other variables kept"]
+    kept = open_store(store, lazy=False)
+    assert "gpu_power" not in kept and kept.sizes["time"] == 5
+    xr.testing.assert_equal(kept["cpu_user"], batch(0, 5)["cpu_user"])
+    assert repair(store) == []
+
+
+def test_a_store_whose_parts_are_all_gone_is_refused_and_collect_does_not_append(
+        tmp_path: Path, recorded: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    write_store(batch(0, 5), store)
+    shutil.rmtree(parts(store)[0])
+    with pytest.raises(CountersError, match="no part or journal is left"):
+        open_store(store)
+    status, err, _ = cli(capsys, "collect", "--replay", str(recorded), "--out", str(store),
+                         "--interval", "10ms", "--samples", "2", "--quiet")
+    assert status == 2 and len(err) == 1 and str(store) in err[0], err
+    assert "counters repair" in err[0] and "refusing to append" in err[0]
+    assert sorted(p.name for p in store.iterdir()) == ["bayes-sched-store.json"]
+    assert len(repair(store)) == 1 and repair(store) == []
+    status, err, _ = cli(capsys, "collect", "--replay", str(recorded), "--out", str(store),
+                         "--interval", "10ms", "--samples", "2", "--quiet")
+    assert status == 0, err
+    assert open_store(store, lazy=False).sizes["time"] == 2
+    fresh = tmp_path / "fresh"  # a store created but never written to is not damage
+    StoreWriter(fresh).close()
+    status, err, _ = cli(capsys, "collect", "--replay", str(recorded), "--out", str(fresh),
+                         "--interval", "10ms", "--samples", "2", "--quiet")
+    assert status == 0, err
+
+
+def test_repair_rewrites_a_binary_marker_and_keeps_every_sample(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    write_store(batch(0, 5), store)
+    (store / "bayes-sched-store.json").write_bytes(bytes(range(256)))
+    status, err, _ = cli(capsys, "counters", "info", str(store))
+    assert status == 2 and len(err) == 1 and "counters repair" in err[0]
+    status, err, out = cli(capsys, "counters", "repair", str(store))
+    lines = out.strip().splitlines()
+    assert status == 0 and len(lines) == 2, (err, out)
+    assert lines[0].startswith(f"repaired: {store / 'bayes-sched-store.json'}: rewritten (")
+    assert "counters repair" not in lines[0]  # the reason, not the advice to run this command
+    assert lines[1].endswith("the store now holds 5 samples")
+    xr.testing.assert_equal(open_store(store, lazy=False)["gpu_power"], batch(0, 5)["gpu_power"])
+    shutil.rmtree(parts(store)[0])  # the rewritten marker still records the commit
+    with pytest.raises(CountersError, match="no part or journal is left"):
+        open_store(store)
 
 
 # -- collect and counters options ----------------------------------------------------------
@@ -203,6 +288,8 @@ def recorded(tmp_path: Path) -> Path:
     (["--pid", "999999999"], "--pid"),
     (["--pid", "0"], "--pid"),
     (["--replay", "{recorded}", "--sources", "procfs"], "--sources"),
+    (["--replay", "{recorded}", "--prometheus", "0", "--bind", "999.1.1.1"], "--bind"),
+    (["--replay", "{recorded}", "--prometheus", "0", "--bind", ""], "--bind"),
 ])
 def test_bad_collect_options_fail_before_any_work(
         tmp_path: Path, recorded: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
@@ -236,6 +323,32 @@ def test_clock_offsets_must_be_finite_and_name_a_known_node(
                          "--clock-offset", offset, "--out", str(out))
     assert status == 2 and len(err) == 1 and "--clock-offset" in err[0] and message in err[0]
     assert not out.exists()
+
+
+def test_export_and_align_never_replace_an_output_without_force(
+        tmp_path: Path, recorded: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    existing = tmp_path / "existing.nc"
+    existing.write_text("keep me\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    runs = {
+        "export": lambda out, *more: ("counters", "export", str(recorded), str(out), *more),
+        "align": lambda out, *more: ("counters", "align", str(recorded), "--interval", "1s",
+                                     "--out", str(out), *more),
+    }
+    for name, argv in runs.items():
+        flag = "OUT" if name == "export" else "--out"
+        status, err, _ = cli(capsys, *argv(existing))
+        assert status == 2 and len(err) == 1 and flag in err[0] and "--force" in err[0], err
+        assert existing.read_text() == "keep me\n"
+        status, err, _ = cli(capsys, *argv(folder))
+        assert status == 2 and len(err) == 1 and flag in err[0], err
+        assert "is a folder; expected a file name" in err[0]
+        assert list(folder.iterdir()) == []
+        status, err, _ = cli(capsys, *argv(existing, "--force"))
+        assert status == 0, err
+        assert xr.open_dataset(existing, engine="h5netcdf").sizes["time"] >= 4
+        existing.write_text("keep me\n")
 
 
 # -- random damage: the reader and repair --------------------------------------------------

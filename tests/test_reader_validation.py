@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bayes_sched.contention.jobs import read_jobs_csv, read_step_times_csv
 from bayes_sched.contention.topology import TopologyError, read_topology
 from bayes_sched.errors import InputError as SchedInputError
 from bayes_sched.interference.tables import (
     InterferenceInputError,
+    check_pairs_known,
     read_pairs_csv,
     read_solo_features_csv,
 )
@@ -266,10 +268,10 @@ def test_batch_size_zero_in_the_file_name_is_an_error(tmp_path: Path) -> None:
         read_gradient_traces(tmp_path)
 
 
-def test_an_overflowing_gradient_ratio_is_computed_without_warnings(tmp_path: Path) -> None:
+def test_a_wide_gradient_ratio_is_computed_without_warnings(tmp_path: Path) -> None:
     rows = ["progress,iteration,metric,grad_sqr,grad_var"]
     rows += [f"{100 * i},{10 * i},0.5,{1.0 / i},{0.5 * i}" for i in range(1, 6)]
-    rows += ["600,60,0.5,1e-300,1e300"]  # var / sqr = 1e600 overflows a float
+    rows += ["600,60,0.5,1e-30,1e30"]  # var / sqr = 1e60: extreme, within float32 statistics
     path = tmp_path / "validation-128.csv"
     path.write_text("\n".join(rows) + "\n")
     with warnings.catch_warnings():
@@ -279,8 +281,23 @@ def test_an_overflowing_gradient_ratio_is_computed_without_warnings(tmp_path: Pa
         model = EfficiencyModel({128: curve}, 128)
         values = model.efficiency(np.array([128, 1024, 8192]), np.linspace(0, 1, 5)[:, None],
                                   0.95)
-    assert curve.num_epochs == 6  # the overflowing epoch counts, it is not dropped
+    assert curve.num_epochs == 6  # the extreme epoch counts, it is not dropped
     assert np.all(np.isfinite(values) & (values > 0) & (values <= 1))
+
+
+@pytest.mark.parametrize("column", ["grad_sqr", "grad_var"])
+def test_gradient_statistics_beyond_float32_are_refused(tmp_path: Path, column: str) -> None:
+    # Pollux computes both statistics over float32 gradients: 1e308 is an overflow, and one such
+    # row made the fitted efficiency 1 at every batch size.
+    header = "progress,iteration,metric,grad_sqr,grad_var"
+    cells = {"grad_sqr": "0.5", "grad_var": "2.0", column: "1e308"}
+    path = tmp_path / "validation-128.csv"
+    path.write_text(VALIDATION + f"400,40,0.8,{cells['grad_sqr']},{cells['grad_var']}\n")
+    assert VALIDATION.startswith(header)
+    with pytest.raises(InputError) as info:
+        read_validation_csv(path)
+    message = _one_line_naming(info.value, path)
+    assert f"row 5, column '{column}'" in message and "3.40282e+38" in message
 
 
 # --- item 14: non-physical step times ------------------------------------------------------------
@@ -326,6 +343,51 @@ def test_job_names_stay_strings_and_empty_names_are_errors(tmp_path: Path) -> No
     solo.write_text("job,util\na,0.5\n,0.25\n")
     with pytest.raises(InterferenceInputError, match="row 3, column 'job'"):
         read_solo_features_csv(solo)
+
+
+def test_a_pairs_job_without_a_solo_row_names_the_pairs_file_row_and_column(
+        tmp_path: Path) -> None:
+    pairs_path, solo_path = tmp_path / "pairs.csv", tmp_path / "solo.csv"
+    pairs_path.write_text("job_a,job_b,speed_a,speed_b\na,b,0.8,0.9\n\nb,nan,0.7,0.9\n")
+    solo_path.write_text("job,util\na,0.5\nb,0.25\n")
+    pairs, solo = read_pairs_csv(pairs_path), read_solo_features_csv(solo_path)
+    with pytest.raises(InterferenceInputError) as info:
+        check_pairs_known(pairs, solo, str(pairs_path), str(solo_path))
+    message = _one_line_naming(info.value, pairs_path)
+    assert "row 4, column 'job_b'" in message and "'nan'" in message and str(solo_path) in message
+    solo_path.write_text("job,util\na,0.5\nb,0.25\nnan,0.1\n")  # a job named "nan" is a name
+    check_pairs_known(pairs, read_solo_features_csv(solo_path))
+
+
+@pytest.mark.parametrize(("reader", "text"), [
+    ("jobs", "job,node,gpu,solo_step_s\nj0,node000,0,0.2\n"),
+    ("step-times", "time,j0\n2027-01-15T08:00:00,0.3\n"),
+])
+@pytest.mark.parametrize("encoding", ["utf-16", "binary"])
+def test_contention_job_tables_are_read_through_the_validation_layer(
+        tmp_path: Path, reader: str, text: str, encoding: str) -> None:
+    path = tmp_path / f"{reader}.csv"
+    path.write_bytes(text.encode("utf-16") if encoding == "utf-16" else bytes(range(256)))
+    with pytest.raises(TopologyError) as info:
+        if reader == "jobs":
+            read_jobs_csv(str(path))
+        else:
+            read_step_times_csv(str(path), None)  # type: ignore[arg-type]  # fails before use
+    assert "UTF-16" in _one_line_naming(info.value, path) or "not UTF-8" in str(info.value)
+
+
+def test_a_jobs_table_names_the_row_and_column_of_a_bad_cell(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text("job,node,gpu,solo_step_s\nj0,node000,0,0.2\nj1,node000,-1,0.2\n")
+    with pytest.raises(TopologyError, match="row 3, column 'gpu'"):
+        read_jobs_csv(str(path))
+    path.write_text("job,node,gpu,solo_step_s\nj0,node000,0,0.2\n,node000,1,0.2\n")
+    with pytest.raises(TopologyError, match="row 3, column 'job'"):
+        read_jobs_csv(str(path))
+    path.write_text("job,node,gpu,solo_step_s\nj0,node000,0,0.2\nj1,node000,1,0.4\n")
+    jobs = read_jobs_csv(str(path))
+    assert jobs["job"].tolist() == ["j0", "j1"] and jobs["gpu"].tolist() == [0, 1]
+    assert jobs["solo_step_s"].tolist() == [0.2, 0.4]
 
 
 def test_rows_after_blank_lines_keep_their_file_row_numbers(tmp_path: Path) -> None:

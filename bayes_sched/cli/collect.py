@@ -5,7 +5,8 @@
     bayes-sched counters info STORE [--json]
     bayes-sched counters validate STORE [--json]
     bayes-sched counters align STORE... --interval 1s --out MERGED.nc [--clock-offset NODE=S]
-    bayes-sched counters export STORE OUT.nc
+                                [--force]
+    bayes-sched counters export STORE OUT.nc [--force]
     bayes-sched counters repair STORE
 """
 
@@ -116,12 +117,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("--interval", type=parse_duration, required=True, help="grid step, e.g. 1s")
     merge.add_argument("--clock-offset", action="append", default=[], metavar="NODE=SECONDS",
                        help="a node's clock minus the reference clock (repeatable)")
-    merge.add_argument("--out", type=Path, required=True, help="netCDF file to write")
+    merge.add_argument("--out", type=Path, required=True,
+                       help="netCDF file to write (a new file unless --force)")
+    merge.add_argument("--force", action="store_true", help="replace --out if it exists")
     merge.add_argument("--json", action="store_true")
     merge.set_defaults(handler=run_align)
     export = sub.add_parser("export", help="write a store to one netCDF file")
     export.add_argument("store", type=Path)
-    export.add_argument("out", type=Path)
+    export.add_argument("out", type=Path, help="netCDF file to write (a new file unless --force)")
+    export.add_argument("--force", action="store_true", help="replace OUT if it exists")
     export.set_defaults(handler=run_export)
     fix = sub.add_parser("repair", help="bring a damaged store back to its last consistent point",
                          description="Remove what a crash or outside damage left in a store "
@@ -178,6 +182,8 @@ def check_collect_options(args: argparse.Namespace) -> None:
     if args.prometheus is not None and not 0 <= args.prometheus <= 65535:
         raise CollectorError(f"--prometheus: port {args.prometheus} is out of range; expected "
                              "0 (any free port) to 65535")
+    if args.prometheus is not None:
+        check_bind_address(args.bind)
     if args.samples is not None and args.samples < 1:
         raise CollectorError(f"--samples: expected at least 1 sample, not {args.samples}")
     if args.max_parts is not None and args.max_parts < 1:
@@ -194,6 +200,31 @@ def check_collect_options(args: argparse.Namespace) -> None:
     for pid in args.pid:
         if not process_exists(pid):
             raise CollectorError(f"--pid: no process {pid} on this node")
+
+
+_DOTTED = re.compile(r"^[0-9.]+$")
+
+
+def check_bind_address(text: str) -> None:
+    """Refuse a ``--bind`` value that is not an IP address or a resolvable host name, before the
+    store is touched or sampling starts. Dotted numbers must be an IPv4 address (``999.1.1.1``
+    is not one, and is not looked up as a host name)."""
+    import ipaddress
+
+    from collectors.base import CollectorError
+
+    expected = "expected an IP address of this host (127.0.0.1, 0.0.0.0, ::) or its host name"
+    try:
+        ipaddress.ip_address(text)
+        return
+    except ValueError:
+        pass
+    if not text.strip() or _DOTTED.match(text):
+        raise CollectorError(f"--bind {text!r}: not an IP address; {expected}")
+    try:
+        socket.getaddrinfo(text, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as error:
+        raise CollectorError(f"--bind {text!r}: cannot resolve ({error}); {expected}") from None
 
 
 def process_exists(pid: int) -> bool:
@@ -363,8 +394,8 @@ def run_repair(args: argparse.Namespace) -> int:
     try:
         ds = open_store(args.store)
         held = f"{ds.sizes[schema.TIME]} samples"
-    except CountersError as error:  # everything was damaged: nothing left to read
-        held = " ".join(str(error).split())
+    except CountersError:  # everything was damaged: nothing left to read
+        held = "no samples"
     if not changed:
         print(f"{args.store}: nothing to repair ({held})")
     else:
@@ -374,6 +405,9 @@ def run_repair(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     from bayes_sched.cli._common import progress_bar
+    from bayes_sched.cli.options import check_out_file
+
+    check_out_file(args.out, "OUT", overwrite=args.force, force_flag="--force")
     from counters.store import export_netcdf
 
     with progress_bar(enabled=sys.stderr.isatty()) as bar:
@@ -407,11 +441,13 @@ def run_align(args: argparse.Namespace) -> int:
     import numpy as np
 
     from bayes_sched.cli._common import print_table
+    from bayes_sched.cli.options import check_out_file
     from collectors.base import CollectorError
     from counters import schema
     from counters.align import align
     from counters.store import open_store
 
+    check_out_file(args.out, "--out", overwrite=args.force, force_flag="--force")
     offsets = parse_offsets(args.clock_offset)
     datasets = [open_store(store, lazy=False) for store in args.stores]
     known = [str(n) for ds in datasets for n in ds[schema.NODE].values]

@@ -272,12 +272,14 @@ def run_interference(args: argparse.Namespace) -> int:
     from bayes_sched.interference import (
         FitConfig,
         InterferenceModel,
+        check_pairs_known,
         read_pairs_csv,
         read_solo_features_csv,
     )
 
     pairs = read_pairs_csv(args.pairs)
     solo = read_solo_features_csv(args.solo)
+    check_pairs_known(pairs, solo, str(args.pairs), str(args.solo))
     unknown = [job for job in jobs if job not in solo.index]
     if unknown:  # before the fit (about a minute), not after it
         known = ", ".join(map(str, solo.index[:8])) + (", ..." if len(solo.index) > 8 else "")

@@ -9,7 +9,8 @@ The rule for an existing output folder (``--out`` of report, demo, simulate, com
 contention): it is written into, files of the same names are replaced and other files are left
 alone, so a report can be refreshed in place (``scripts/demo.sh`` reruns ``demo --out report``).
 An ``--out`` that is an existing file, lies under a file, or cannot be written is refused up front.
-An output *file* (``infer topology --out``) is never overwritten.
+An output *file* (``infer topology --out``, ``counters export OUT``, ``counters align --out``) is
+never overwritten unless the command offers ``--force`` and it is given.
 
 Only the standard library here: the command line's start-up must stay light.
 """
@@ -174,11 +175,24 @@ def check_new_dir(path: str | Path, flag: str) -> Path:
     return check_out_dir(out, flag)
 
 
-def check_out_file(path: str | Path, flag: str = "--out") -> Path:
-    """Check that a new output file can be written at ``path`` (never overwritten)."""
+def check_out_file(path: str | Path, flag: str = "--out", overwrite: bool = False,
+                   force_flag: str | None = None) -> Path:
+    """Check that an output file can be written at ``path``: a new file, or with ``overwrite``
+    an existing file that may be replaced (never a folder). ``force_flag`` is the option that
+    allows replacing, named in the refusal."""
     out = Path(path)
-    if out.exists():
-        kind = "a folder" if out.is_dir() else "a file"
-        raise OptionError(f"{flag} {out}: {kind} already exists; expected a new file")
+    if str(path) == "":
+        raise OptionError(f"{flag} is empty; expected a file name")
+    if out.is_dir():
+        raise OptionError(f"{flag} {out}: is a folder; expected a file name (a new file"
+                          f"{', or an existing file to replace' if force_flag else ''})")
+    if out.exists() and not overwrite:
+        hint = f" (give {force_flag} to replace it)" if force_flag else ""
+        raise OptionError(f"{flag} {out}: a file already exists; expected a new file{hint}")
+    if out.exists():  # replaced through a temporary file beside it: the folder must be writable
+        if not os.access(out.absolute().parent, os.W_OK | os.X_OK):
+            raise OptionError(f"{flag} {out}: its folder is not writable; expected a file to "
+                              "replace")
+        return out
     _check_writable_parent(out, flag, "a new file")
     return out

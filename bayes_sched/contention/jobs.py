@@ -35,6 +35,7 @@ from bayes_sched.contention.inference import PreparedWindow, resource_utilizatio
 from bayes_sched.contention.model import BYTES_PER_UNIT
 from bayes_sched.contention.topology import RESOURCE_KINDS, TopologyError
 from bayes_sched.estimation.pyro_scope import private_param_store
+from perfmodel import textio
 
 #: Pressure starts at this load over capacity and reaches 1 at full capacity.
 PRESSURE_ONSET = 0.8
@@ -137,39 +138,47 @@ def infer_jobs(
 
 
 def read_jobs_csv(path: str) -> pd.DataFrame:
-    """Read a jobs table: ``job,node,gpu,solo_step_s`` (solo step time in s, > 0)."""
-    try:
-        jobs = pd.read_csv(path)
-    except (FileNotFoundError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise TopologyError(f"{path}: cannot read a jobs table ({error})") from None
-    missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
-    if missing:
-        raise TopologyError(
-            f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(JOB_COLUMNS)}"
-        )
-    solo = pd.to_numeric(jobs["solo_step_s"], errors="coerce").to_numpy(float)
-    bad = ~(np.isfinite(solo) & (solo > 0))
-    if bad.any():
-        line = int(np.flatnonzero(bad)[0]) + 2
-        raise TopologyError(f"{path}: line {line}: solo_step_s must be a positive number of s")
-    return jobs.assign(solo_step_s=solo, job=jobs["job"].astype(str))
+    """Read a jobs table: ``job,node,gpu,solo_step_s`` (solo step time in s, > 0), through the
+    validation layer (:mod:`perfmodel.textio`): bad bytes or cells fail naming file, row and
+    column."""
+    table = textio.read_csv(path, TopologyError)
+    columns = textio.parse_cells(table, {
+        "job": _name, "node": _name, "gpu": textio.int_parser(0, textio.MAX_GPUS),
+        "solo_step_s": textio.float_parser(0.0, textio.MAX_STEP_TIME_S, above_minimum=True),
+    }, TopologyError)
+    if not table.rows:
+        raise TopologyError("no rows: expected one row per job", path)
+    return pd.DataFrame({"job": columns["job"], "node": columns["node"],
+                         "gpu": np.asarray(columns["gpu"], dtype=np.int64),
+                         "solo_step_s": np.asarray(columns["solo_step_s"], dtype=np.float64)})
+
+
+def _name(text: str) -> str:
+    if not text:
+        raise ValueError("expected a name")
+    return text
 
 
 def read_step_times_csv(path: str, window: PreparedWindow) -> xr.DataArray:
-    """Read step times: a ``time`` column (ISO 8601, UTC) and one column per job (s, NaN if none),
-    matched to the window's instants (nearest within half a sampling step)."""
-    try:
-        table = pd.read_csv(path)
-    except (FileNotFoundError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise TopologyError(f"{path}: cannot read a step-times table ({error})") from None
-    if "time" not in table.columns:
-        raise TopologyError(f"{path}: missing column time")
-    times = pd.to_datetime(table["time"]).to_numpy(dtype="datetime64[ns]")
-    values = table.drop(columns="time").apply(pd.to_numeric, errors="coerce")
+    """Read step times: a ``time`` column (ISO 8601, UTC) and one column per job (s, empty or NaN
+    if none), matched to the window's instants (nearest within half a sampling step). Read through
+    the validation layer, like :func:`read_jobs_csv`."""
+    table = textio.read_csv(path, TopologyError)
+    table.require(["time"], TopologyError)
+    if not table.rows:
+        raise TopologyError("no rows: expected one row per instant", path)
+    frame = pd.DataFrame([list(fields) for _, fields in table.rows], columns=list(table.header))
+    times = pd.to_datetime(frame["time"].str.strip(), errors="coerce", format="ISO8601")
+    if times.isna().any():
+        position = int(np.flatnonzero(times.isna().to_numpy())[0])
+        raise TopologyError(f"'{frame['time'].iloc[position]}' is not valid: expected an ISO "
+                            "8601 time", path, table.rows[position][0], "time")
+    values = frame.drop(columns="time").apply(pd.to_numeric, errors="coerce")
     steps = xr.DataArray(
         values.to_numpy(float),
         dims=("time", "job"),
-        coords={"time": times, "job": values.columns.astype(str)},
+        coords={"time": times.to_numpy(dtype="datetime64[ns]"),
+                "job": values.columns.astype(str)},
     )
     step = np.median(np.diff(window.time)) if len(window.time) > 1 else np.timedelta64(1, "s")
     tolerance: Any = step / 2  # a timedelta64: xarray's stubs list only numbers and strings

@@ -21,6 +21,7 @@ from bayes_sched.interference.model import (
 from bayes_sched.interference.tables import (
     InterferenceInputError,
     check_pairs,
+    check_pairs_known,
     check_solo_features,
     pair_observations,
     read_pairs_csv,
@@ -33,6 +34,7 @@ __all__ = [
     "InterferenceModel",
     "SpeedPrediction",
     "check_pairs",
+    "check_pairs_known",
     "check_solo_features",
     "interference_model",
     "interval_coverage",

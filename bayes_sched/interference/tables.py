@@ -93,6 +93,20 @@ def check_pairs(frame: pd.DataFrame, source: str = "pairs table") -> pd.DataFram
     return out
 
 
+def check_pairs_known(pairs: pd.DataFrame, solo: pd.DataFrame, source: str = "pairs table",
+                      solo_source: str = "the solo-features table") -> None:
+    """Raise naming the pairs file, row and column of the first job of ``pairs`` (as
+    :func:`check_pairs` returns it) that has no row in ``solo`` (indexed by job), so a typo or a
+    stray ``nan`` is found before the fit, where it is written."""
+    for position in range(len(pairs)):
+        for column in ("job_a", "job_b"):
+            name = pairs[column].iloc[position]
+            if name not in solo.index:
+                raise InterferenceInputError(
+                    f"job {name!r} has no row in {solo_source}: expected a job it lists",
+                    source, _row(pairs, position), column)
+
+
 def _row(frame: pd.DataFrame, position: int) -> int:
     """The 1-based file row (header = row 1) of the ``position``-th row of ``frame``: the row
     numbers :func:`_read_csv` recorded, or ``position + 2`` for a table built in memory."""
