@@ -20,6 +20,7 @@ Files are written to a temporary name and renamed, so an interrupted run leaves 
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -35,6 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bayes_sched.cli._common import json_safe  # noqa: E402
 from bayes_sched.sim.run import SimulationResult  # noqa: E402
 from bayes_sched.sim.seeds import (  # noqa: E402
     LEVEL,
@@ -107,6 +109,14 @@ def headlines(rows: Sequence[dict[str, Any]], baseline: str, metric: str = "avg_
     return out
 
 
+def seeds_document(over_seeds: Sequence[dict[str, Any]], lines: Sequence[dict[str, Any]],
+                   level: float = LEVEL) -> dict[str, Any]:
+    """The summary over seeds as one object (``seeds.json``, ``--seeds --json``): what the
+    interval is, the :func:`headlines` and the :func:`~bayes_sched.sim.seeds.seed_rows`."""
+    return {"interval": f"{100 * level:g}% Student-t interval on the mean over seeds",
+            "headlines": list(lines), "rows": list(over_seeds)}
+
+
 def headline_text(headline: dict[str, Any], level: float = LEVEL) -> str:
     """``"pollux: -27% avg JCT vs tiresias [90% t-interval over 3 seeds: -31% to -22%]"``."""
     lower, upper = interval_suffixes(level)
@@ -126,10 +136,10 @@ def series_styles(count: int) -> list[dict[str, Any]]:
     """Matplotlib line styles for ``count`` series: colour, dash and marker all change, so lines
     stay distinguishable beyond the 10 colours of ``tab10``; widths shrink and draw order rises
     with the index, so a line drawn over another leaves the wider one visible at its edges."""
-    colors = plt.get_cmap("tab10").colors
+    palette = plt.get_cmap("tab10")
     dashes = ("-", "--", "-.", ":")
     markers = ("o", "s", "^", "D", "v", "x", "P", "*", "<", ">", "h")
-    return [{"color": colors[i % len(colors)], "linestyle": dashes[i % len(dashes)],
+    return [{"color": palette(i % 10), "linestyle": dashes[i % len(dashes)],
              "marker": markers[i % len(markers)], "markevery": 0.1 + 0.013 * (i % 7),
              "markersize": 3.5, "linewidth": 0.8 + 1.6 * (count - 1 - i) / max(count - 1, 1),
              "zorder": 2 + i}
@@ -140,6 +150,10 @@ def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
     os.replace(tmp, path)
+
+
+def _write_timeline(result: SimulationResult, path: Path) -> None:
+    result.timeline.to_netcdf(path, engine="h5netcdf")
 
 
 def _timeline_name(result: SimulationResult, several_seeds: bool) -> str:
@@ -167,8 +181,7 @@ def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
         [{k: v for k, v in row.items() if k != "per_seed"} for row in over_seeds]
     ).to_csv(p, index=False))
     _atomic_write(out / "seeds.json", lambda p: p.write_text(json.dumps(
-        {"interval": f"{100 * LEVEL:g}% Student-t interval on the mean over seeds",
-         "headlines": lines, "rows": over_seeds}, indent=2, default=float)))
+        json_safe(seeds_document(over_seeds, lines)), indent=2, allow_nan=False)))
     _atomic_write(out / "policies.csv", lambda p: pd.DataFrame(per_policy).to_csv(p, index=False))
     jobs = pd.concat([r.jobs.assign(policy=r.policy, workload=r.workload, seed=r.seed)
                       for r in results], ignore_index=True)
@@ -176,7 +189,7 @@ def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
     several_seeds = len({r.seed for r in results}) > 1
     for r in results:
         _atomic_write(out / "timelines" / _timeline_name(r, several_seeds),
-                      lambda p, r=r: r.timeline.to_netcdf(p, engine="h5netcdf"))
+                      functools.partial(_write_timeline, r))
     _atomic_write(out / "avg_jct.png", lambda p: _plot_avg_jct(over_seeds, p))
     _atomic_write(out / "jct_cdf.png", lambda p: _plot_jct_cdf(jobs, p))
     _atomic_write(out / "utilization.png", lambda p: _plot_utilization(results, p))
