@@ -25,14 +25,15 @@ _TABLE_COLUMNS = ("avg_jct", "p99_jct", "makespan", "utilization", "ftf_mean")
 
 def add_seed_options(parser: argparse.ArgumentParser) -> None:
     """``--seed S`` and ``--seeds N``."""
-    parser.add_argument("--seed", type=seed, default=0,
+    parser.add_argument("--seed", type=seed, default=0, metavar="S",
                         help="seed of every random stream of a run: the policy's search and "
                              "posterior draws (ga.seed, posterior.seed, seed), the hidden law's "
                              "and the simulator's counters; a seed option set with --policy-opt, "
                              "--hidden-opt or --config keeps its value (default 0)")
     parser.add_argument("--seeds", type=int_in_range(1, MAX_SEEDS), default=None, metavar="N",
                         help=f"run seeds S..S+N-1 (N in [1, {MAX_SEEDS}]) and summarise per "
-                             f"policy and workload the mean over seeds with its {INTERVAL}; "
+                             "policy and workload the mean over seeds with its "
+                             f"{INTERVAL.replace('%', '%%')}; "
                              "--json then prints each seed's values and the interval")
 
 
