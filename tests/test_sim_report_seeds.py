@@ -51,8 +51,8 @@ def test_report_over_seeds(results: list, tmp_path: Path) -> None:
     text = report.read_text()
     lines = text.splitlines()
     assert lines[0] == "# Simulation report"
-    assert re.fullmatch(r"- \*\*tiresias: [+-]\d+% avg JCT vs fifo \[90% t-interval over 2 "
-                        r"seeds: [+-]\d+% to [+-]\d+%\]\*\*", lines[2]), lines[2]
+    assert re.fullmatch(r"- \*\*tiresias: [+-]\d+\.\d% avg JCT vs fifo \[90% t-interval over 2 "
+                        r"seeds: [+-]\d+\.\d% to [+-]\d+\.\d%\]\*\*", lines[2]), lines[2]
     assert "![Mean avg JCT per policy and workload](avg_jct.png)" in text
     seeds = _strict((out / "seeds.json").read_text())
     assert isinstance(seeds, dict) and seeds["interval"].startswith("90% Student-t")

@@ -77,9 +77,9 @@ def test_headline_pairs_seeds_and_averages_workloads() -> None:
     assert line["policy"] == "pollux" and line["change_pct"] == pytest.approx(-37.5)
     assert line["change_pct_lower_90"] < -50 and line["change_pct_upper_90"] > -25
     text = headline_text(line)
-    assert text.startswith("pollux: -38% avg JCT vs fifo [90% t-interval over 2 seeds: ")
+    assert text.startswith("pollux: -37.5% avg JCT vs fifo [90% t-interval over 2 seeds: ")
     one_seed = headline_text(headlines([r for r in ROWS if r["seed"] == 0], "pollux")[0])
-    assert one_seed.startswith("fifo: +100% avg JCT vs pollux [one seed: no interval")
+    assert one_seed.startswith("fifo: +100.0% avg JCT vs pollux [one seed: no interval")
 
 
 def test_series_styles_stay_distinct_beyond_ten_and_wider_lines_go_under() -> None:

@@ -118,17 +118,17 @@ def seeds_document(over_seeds: Sequence[dict[str, Any]], lines: Sequence[dict[st
 
 
 def headline_text(headline: dict[str, Any], level: float = LEVEL) -> str:
-    """``"pollux: -27% avg JCT vs tiresias [90% t-interval over 3 seeds: -31% to -22%]"``."""
+    """``"pollux: -27.0% avg JCT vs tiresias [90% t-interval over 3 seeds: -31.2% to -22.8%]"``."""
     lower, upper = interval_suffixes(level)
     metric = str(headline["metric"]).replace("avg_jct", "avg JCT").replace("_", " ")
     change = headline["change_pct"]
-    text = (f"{headline['policy']}: {change:+.0f}% {metric} vs {headline['baseline']}"
+    text = (f"{headline['policy']}: {change:+.1f}% {metric} vs {headline['baseline']}"
             if math.isfinite(change) else
             f"{headline['policy']}: no {metric} to compare with {headline['baseline']}")
     low, high = headline["change_pct" + lower], headline["change_pct" + upper]
     if math.isfinite(low) and math.isfinite(high):
         return (f"{text} [{100 * level:g}% t-interval over {headline['seeds']} seeds: "
-                f"{low:+.0f}% to {high:+.0f}%]")
+                f"{low:+.1f}% to {high:+.1f}%]")
     return f"{text} [one seed: no interval; --seeds N gives one]"
 
 
