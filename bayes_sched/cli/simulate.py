@@ -120,6 +120,11 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-unknown", action="store_true",
                         help="drop the workload rows whose application is unknown (and say how "
                              "many were dropped) instead of refusing the workload")
+    parser.add_argument("--profiles", metavar="DIR",
+                        help="your own applications: a folder of NAME/ folders, each with the "
+                             "shipped models' profiles (placements.csv, scalability.csv, "
+                             "validation-<B>.csv; see the README), taken as measured on the "
+                             "cluster's GPU type; a workload may then name them")
     add_seed_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -242,7 +247,15 @@ def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
 
 
 def check_horizon(workload: Workload, config: SimConfig) -> None:
-    """Refuse, before simulating, a job submitted at or after the horizon: it could never run."""
+    """Refuse, before simulating, a job submitted at or after the horizon (it could never run),
+    or an application of --profiles under a hidden law (the laws know the shipped ones only)."""
+    from bayes_sched.sim.physics import APPLICATION_NAMES
+
+    theirs = sorted({job.application for job in workload.jobs} - set(APPLICATION_NAMES))
+    if theirs and config.hidden is not None:
+        raise InputError(f"--hidden {config.hidden.name}: the law models the shipped "
+                         f"applications only, and the workload names {', '.join(theirs)} from "
+                         "--profiles: expected no hidden law", workload.source or workload.name)
     for job in workload.jobs:
         if job.submit_time >= config.max_time:
             raise InputError(f"job '{job.name}' is submitted at {job.submit_time:g} s, at or after the "
@@ -271,7 +284,10 @@ def _read_workload(name: str, args: argparse.Namespace, quiet: bool = False) -> 
     """The workload, cut to --max-jobs; with --skip-unknown, rows of unknown applications are
     dropped and (unless ``quiet``) counted on stderr."""
     from bayes_sched.sim import read_workload
+    from bayes_sched.sim.physics import register_profiles
 
+    if args.profiles is not None:
+        register_profiles(args.profiles)
     workload = read_workload(name, skip_unknown=args.skip_unknown)
     if workload.skipped and not quiet:
         apps = ", ".join(sorted(set(workload.skipped)))

@@ -77,7 +77,8 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
 
     Args:
         path: the CSV file (or a shipped name, see :func:`resolve_workload`).
-        applications: known application names; defaults to the shipped ones.
+        applications: known application names; defaults to the shipped ones and those
+            registered (:func:`~bayes_sched.sim.physics.register_profiles`).
         skip_unknown: drop the rows of unknown applications (listed in ``Workload.skipped``)
             instead of refusing the workload.
 
@@ -86,9 +87,9 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
             negative or decreasing time, a non-integer or non-positive replica count or batch size,
             a duplicate name, a missing column).
     """
-    from bayes_sched.sim.physics import APPLICATION_NAMES
+    from bayes_sched.sim.physics import known_applications
 
-    known = tuple(applications) if applications is not None else APPLICATION_NAMES
+    known = tuple(applications) if applications is not None else known_applications()
     path = resolve_workload(path)
     table = textio.read_csv(path, InputError)
     table.require(WORKLOAD_COLUMNS, InputError)
