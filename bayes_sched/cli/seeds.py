@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import print_json, print_table
 from bayes_sched.cli.options import MAX_SEED, OptionError, int_in_range, seed
+
+if TYPE_CHECKING:
+    from bayes_sched.sim.run import SimulationResult
 
 #: Most seeds one command runs.
 MAX_SEEDS = 1000
@@ -50,12 +53,18 @@ def seed_list(args: argparse.Namespace) -> list[int]:
     return list(range(args.seed, args.seed + count))
 
 
-def print_over_seeds(document: dict[str, Any], as_json: bool, title: str) -> None:
-    """Print the summary over seeds (:func:`bayes_sched.sim.report.seeds_document`): a table of
-    ``mean [lower, upper]`` per policy and workload, and the headlines; or the document as JSON
-    (each seed's values under ``per_seed``)."""
-    from bayes_sched.sim.seeds import interval_suffixes, interval_text
+def print_seed_summary(results: Sequence[SimulationResult], as_json: bool, title: str,
+                       baseline: str | None) -> None:
+    """Print the summary over seeds of ``results``: a table of ``mean [lower, upper]`` per policy
+    and workload, and the headlines against ``baseline`` (none without one, or with one policy);
+    or, with ``as_json``, :func:`bayes_sched.sim.report.seeds_document` (each seed's values under
+    ``per_seed``)."""
+    from bayes_sched.sim.report import headlines, seeds_document, summary_rows
+    from bayes_sched.sim.seeds import interval_suffixes, interval_text, seed_rows
 
+    rows = summary_rows(results)
+    lines = headlines(rows, baseline) if baseline and len({r.policy for r in results}) > 1 else []
+    document = seeds_document(seed_rows(rows), lines)
     if as_json:
         print_json(document)
         return

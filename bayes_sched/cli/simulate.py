@@ -20,7 +20,7 @@ from bayes_sched.cli.options import (
     int_in_range,
     positive_int,
 )
-from bayes_sched.cli.seeds import add_seed_options, print_headlines, print_over_seeds, seed_list
+from bayes_sched.cli.seeds import add_seed_options, print_headlines, print_seed_summary, seed_list
 from bayes_sched.errors import InputError
 from bayes_sched.policies import POLICIES, make_policy
 from bayes_sched.registry import parse_assignments
@@ -325,7 +325,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.seeds is None:
         _print(summary_rows(results), args.json, title)
     else:
-        _print_over_seeds(results, args.json, title, baseline=None)
+        print_seed_summary(results, args.json, title, baseline=None)
     if args.out:
         write_report(results, args.out)
     return report_unfinished(results)
@@ -379,7 +379,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.seeds is None:
         _print(rows, args.json, "runs")
     else:
-        _print_over_seeds(results, args.json, "runs", baseline)
+        print_seed_summary(results, args.json, "runs", baseline)
     if not args.json:
         keep = ("policy", "workloads", "avg_jct", "median_jct", "p99_jct", "makespan",
                 "utilization", "ftf_mean", "decision_median_ms", "wall_s")
@@ -389,17 +389,6 @@ def _compare(args: argparse.Namespace) -> int:
             print_headlines(headlines(rows, baseline))
         print(f"report: {report}")
     return report_unfinished(results)
-
-
-def _print_over_seeds(results: list[SimulationResult], as_json: bool, title: str,
-                      baseline: str | None) -> None:
-    """The summary over seeds of ``results``, with headlines against ``baseline`` if given."""
-    from bayes_sched.sim.report import headlines, seeds_document, summary_rows
-    from bayes_sched.sim.seeds import seed_rows
-
-    rows = summary_rows(results)
-    lines = headlines(rows, baseline) if baseline and len({r.policy for r in results}) > 1 else []
-    print_over_seeds(seeds_document(seed_rows(rows), lines), as_json, title)
 
 
 def _print(rows: list[dict[str, object]], as_json: bool, title: str) -> None:
