@@ -92,6 +92,54 @@ def _run(task: tuple[str, str, float, bool, int],
     return policy_name, workload, interference, avoid, seed, result.summary["avg_jct"]
 
 
+class ReportError(ValueError):
+    """A ``--from-report`` folder this comparison cannot use."""
+
+
+def report_rows(folder: Path, policies: list[str], workloads: list[str]) -> dict[tuple[str, str],
+                                                                              float]:
+    """Average JCT by (policy, workload) of the seed-0 runs of a ``bayes-sched compare`` report,
+    which must hold every wanted pair, run on the artifact's cluster (``SimConfig()``'s) without
+    interference or a hidden law.
+
+    Raises:
+        ReportError: naming what is missing or different.
+    """
+    path = folder / "summary.json"
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file; expected a `bayes-sched compare --out` "
+                          "folder") from None
+    except (OSError, ValueError) as error:
+        raise ReportError(f"{path}: cannot read it as JSON ({error})") from None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise ReportError(f"{path}: expected a list of run rows")
+    cluster = SimConfig().cluster.describe()
+    found: dict[tuple[str, str], float] = {}
+    for row in rows:
+        if "cluster" not in row:
+            raise ReportError(f"{path}: rows name no cluster (a report from an older "
+                              "bayes-sched); expected one written by `bayes-sched compare`")
+        if int(row.get("seed", 0)) != 0:
+            continue
+        setting = (row["cluster"], float(row.get("interference", 0.0)), row.get("hidden"))
+        if setting != (cluster, 0.0, "none"):
+            raise ReportError(
+                f"{path}: {row['policy']} on {row['workload']} ran on cluster {setting[0]} with "
+                f"interference {setting[1]:g} and hidden law {setting[2]}; expected the "
+                f"artifact's setting: cluster {cluster}, interference 0, hidden law none")
+        found[row["policy"], row["workload"]] = row["avg_jct"]
+    missing = [f"{p} on {w}" for p in policies for w in workloads if (p, w) not in found]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        have = sorted({w for _, w in found}) or ["none"]
+        raise ReportError(f"{path}: no seed-0 run of {', '.join(missing[:3])}{more} (its "
+                          f"workloads: {', '.join(have[:4])}{', ...' if len(have) > 4 else ''}); "
+                          "expected every --policies x --workloads pair")
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--from-report", type=Path, help="a compare report folder to read")
@@ -115,8 +163,13 @@ def main() -> int:
     # compare report's rows stand in for the seed-0 runs without interference.
     results: dict[tuple[str, str, float, bool], dict[int, float]] = {}
     if args.from_report:
-        for row in json.loads((args.from_report / "summary.json").read_text()):
-            results[row["policy"], row["workload"], 0.0, True] = {0: row["avg_jct"]}
+        try:
+            found = report_rows(args.from_report, args.policies, args.workloads)
+        except ReportError as error:  # one line, before any simulation starts
+            print(f"fidelity.py: error: --from-report {error}", file=sys.stderr)
+            return 2
+        for (policy, workload), avg in found.items():
+            results[policy, workload, 0.0, True] = {0: avg}
     wanted = [(p, w, 0.0, True, 0) for p in args.policies for w in args.workloads]
     if args.inter:
         wanted += [("pollux", w, *INTER[name], seed) for name in args.settings

@@ -50,7 +50,7 @@ COMMANDS: dict[str, Command] = {
                        "simulate policies x workloads and write one report"),
     "infer": Command("bayes_sched.cli.infer", "Bayesian inference: contention, interference"),
     "list": Command("bayes_sched.cli.listing",
-                    "list policies, hidden laws or GPU types with their options"),
+                    "list policies, hidden laws, GPU types, workloads or models"),
 }
 
 

@@ -1,5 +1,5 @@
 """``bayes-sched list``: what the registries hold -- policies and hidden laws with their typed
-options and defaults, and the known GPU types."""
+options and defaults, the known GPU types, the shipped workloads and the simulator's models."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from bayes_sched.cli._common import print_table
 from bayes_sched.gpu_types import GPU_TYPES
 from bayes_sched.registry import Option, Registry
 
-_WHAT = ("policies", "hidden", "gpu-types")
+_WHAT = ("policies", "hidden", "gpu-types", "workloads", "models")
 
 
 def _option_rows(registry: Registry[Any]) -> list[dict[str, object]]:
@@ -28,6 +28,42 @@ def _option_rows(registry: Registry[Any]) -> list[dict[str, object]]:
     return rows
 
 
+def _workload_rows() -> list[dict[str, object]]:
+    """One row per shipped workload: its name for --workload(s), jobs, applications, span."""
+    from bayes_sched.sim.workload import WORKLOAD_SETS, read_workload, shipped_workloads_dir
+
+    rows: list[dict[str, object]] = []
+    for workload_set in WORKLOAD_SETS:
+        for path in sorted(shipped_workloads_dir(workload_set).glob("*.csv"),
+                           key=lambda p: (len(p.stem), p.stem)):
+            workload = read_workload(path)
+            name = path.stem if workload_set == "workloads" else f"{workload_set}/{path.stem}"
+            apps = sorted({job.application for job in workload.jobs})
+            rows.append({"name": name, "jobs": len(workload),
+                         "span_h": workload.jobs[-1].submit_time / 3600.0,
+                         "gpus_requested": sum(job.num_replicas for job in workload.jobs),
+                         "applications": ", ".join(apps)})
+    return rows
+
+
+def _model_rows() -> list[dict[str, object]]:
+    """One row per application the simulator models (its measured profiles)."""
+    from bayes_sched.sim.physics import APPLICATION_NAMES, GPU_TYPE, get_application
+    from perfmodel.datasets import pollux_model_dir
+
+    rows: list[dict[str, object]] = []
+    for name in APPLICATION_NAMES:
+        app = get_application(name)
+        limits = app.limits
+        rows.append({"name": name, "gpu_type": GPU_TYPE, "max_epochs": app.max_epochs,
+                     "examples_per_epoch": app.examples_per_epoch,
+                     "init_batch_size": limits.init_batch_size,
+                     "max_batch_size": limits.max_batch_size,
+                     "local_batch_size": f"{limits.min_local_bsz}-{limits.max_local_bsz}",
+                     "profiles": str(pollux_model_dir(name))})
+    return rows
+
+
 def _list(args: argparse.Namespace) -> int:
     from bayes_sched.policies import POLICIES
     from bayes_sched.sim.hidden import HIDDEN_LAWS
@@ -38,6 +74,12 @@ def _list(args: argparse.Namespace) -> int:
     elif args.what == "hidden":
         print_table(_option_rows(HIDDEN_LAWS), title="hidden laws (--hidden-opt KEY=VALUE)",
                     as_json=args.json)
+    elif args.what == "workloads":
+        print_table(_workload_rows(), title="shipped workloads (--workload NAME)",
+                    as_json=args.json)
+    elif args.what == "models":
+        print_table(_model_rows(), title="applications a workload may name (measured profiles)",
+                    as_json=args.json)
     else:
         print_table([{"name": gpu.name, "memory_gib": gpu.memory_bytes / 2**30,
                       "description": gpu.description} for gpu in GPU_TYPES.values()],
@@ -47,9 +89,10 @@ def _list(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "list", help="list policies, hidden laws or GPU types with their options",
+        "list", help="list policies, hidden laws, GPU types, workloads or models",
         description="List what the registries hold: policies and hidden interference laws with "
-                    "their typed options and defaults, or the known GPU types.")
+                    "their typed options and defaults, the known GPU types, the shipped "
+                    "workloads, or the models (applications) a workload may name.")
     parser.add_argument("what", choices=_WHAT)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=_list)

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import fail, print_table, progress_bar
 from bayes_sched.cli.options import (
     OUT_DIR_RULE,
+    OptionError,
     check_out_dir,
     finite_float,
     int_in_range,
     positive_int,
 )
+from bayes_sched.cli.seeds import add_seed_options, print_headlines, print_seed_summary, seed_list
 from bayes_sched.errors import InputError
 from bayes_sched.policies import POLICIES, make_policy
 from bayes_sched.registry import parse_assignments
@@ -70,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _cluster_options(compare)
     compare.add_argument("--out", default="sim-report",
                          help=f"report folder (default: sim-report); {OUT_DIR_RULE}")
+    compare.add_argument("--baseline", choices=list(POLICIES), metavar="POLICY",
+                         help="the policy the report's headlines compare against (default: the "
+                              "first of --policies)")
     compare.add_argument("--processes", type=int_in_range(1, 256),
                          default=min(os.cpu_count() or 1, 8),
                          help="parallel simulations (default: CPU count, at most 8)")
@@ -112,6 +117,15 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-avoid-interference", action="store_true",
                         help="set avoid_interference = false for the policies that have it "
                              "(Pollux may put several distributed jobs on one node)")
+    parser.add_argument("--skip-unknown", action="store_true",
+                        help="drop the workload rows whose application is unknown (and say how "
+                             "many were dropped) instead of refusing the workload")
+    parser.add_argument("--profiles", metavar="DIR",
+                        help="your own applications: a folder of NAME/ folders, each with the "
+                             "shipped models' profiles (placements.csv, scalability.csv, "
+                             "validation-<B>.csv; see the README), taken as measured on the "
+                             "cluster's GPU type; a workload may then name them")
+    add_seed_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -164,9 +178,12 @@ def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any]) -> Cluste
     return cluster_spec_from_dict(raw, source)
 
 
-def _config(args: argparse.Namespace) -> SimConfig:
+def _config(args: argparse.Namespace, seed: int = 0) -> SimConfig:
+    """The simulation settings; ``seed`` seeds the simulator and the hidden law (where its
+    options do not set a seed)."""
     from bayes_sched.sim import SimConfig
     from bayes_sched.sim.hidden import HIDDEN_LAWS, make_hidden
+    from bayes_sched.sim.seeds import with_seed
 
     settings = _read_config(args.config)
     cluster = _cluster_spec(args, settings)
@@ -180,15 +197,20 @@ def _config(args: argparse.Namespace) -> SimConfig:
                          f"{', '.join(HIDDEN_LAWS)}")
     options = dict(tables.get(name, {}))
     options.update(parse_assignments(args.hidden_opt, "--hidden-opt"))
+    if name in HIDDEN_LAWS:
+        options = with_seed(HIDDEN_LAWS.options(name), options, seed)
     where = "--hidden-opt" if args.hidden_opt or not tables else f"--config {args.config}"
     hidden = make_hidden(name, cluster=cluster, where=where, **options)
     return SimConfig(cluster=cluster, interval=args.interval, restart_delay=args.restart_delay,
-                     interference=args.interference, hidden=hidden)
+                     interference=args.interference, hidden=hidden, seed=seed)
 
 
-def _policy_options(args: argparse.Namespace, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+def _policy_options(args: argparse.Namespace, names: Sequence[str],
+                    seed: int = 0) -> dict[str, dict[str, Any]]:
     """Checked options per policy: the --config tables, then --policy-opt, then
-    --no-avoid-interference."""
+    --no-avoid-interference; ``seed`` for every seed option none of them sets."""
+    from bayes_sched.sim.seeds import with_seed
+
     settings = _read_config(args.config).get("policy", {})
     unknown = sorted(set(settings) - set(POLICIES))
     if unknown:
@@ -212,7 +234,8 @@ def _policy_options(args: argparse.Namespace, names: Sequence[str]) -> dict[str,
             if "avoid_interference" in POLICIES.options(name):
                 raw[name]["avoid_interference"] = False
     where = "--policy-opt" if args.policy_opt or not settings else f"--config {args.config}"
-    return {name: POLICIES.check(name, raw[name], where) for name in names}
+    return {name: POLICIES.check(name, with_seed(POLICIES.options(name), raw[name], seed), where)
+            for name in names}
 
 
 def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
@@ -224,7 +247,15 @@ def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
 
 
 def check_horizon(workload: Workload, config: SimConfig) -> None:
-    """Refuse, before simulating, a job submitted at or after the horizon: it could never run."""
+    """Refuse, before simulating, a job submitted at or after the horizon (it could never run),
+    or an application of --profiles under a hidden law (the laws know the shipped ones only)."""
+    from bayes_sched.sim.physics import APPLICATION_NAMES
+
+    theirs = sorted({job.application for job in workload.jobs} - set(APPLICATION_NAMES))
+    if theirs and config.hidden is not None:
+        raise InputError(f"--hidden {config.hidden.name}: the law models the shipped "
+                         f"applications only, and the workload names {', '.join(theirs)} from "
+                         "--profiles: expected no hidden law", workload.source or workload.name)
     for job in workload.jobs:
         if job.submit_time >= config.max_time:
             raise InputError(f"job '{job.name}' is submitted at {job.submit_time:g} s, at or after the "
@@ -249,56 +280,82 @@ def report_unfinished(results: list[SimulationResult]) -> int:
                 f"{'; '.join(lines)}", status=EXIT_UNFINISHED)
 
 
+def _read_workload(name: str, args: argparse.Namespace, quiet: bool = False) -> Workload:
+    """The workload, cut to --max-jobs; with --skip-unknown, rows of unknown applications are
+    dropped and (unless ``quiet``) counted on stderr."""
+    from bayes_sched.sim import read_workload
+    from bayes_sched.sim.physics import register_profiles
+
+    if args.profiles is not None:
+        register_profiles(args.profiles)
+    workload = read_workload(name, skip_unknown=args.skip_unknown)
+    if workload.skipped and not quiet:
+        apps = ", ".join(sorted(set(workload.skipped)))
+        print(f"bayes-sched: {workload.name}: dropped {len(workload.skipped)} of "
+              f"{len(workload) + len(workload.skipped)} rows of unknown applications ({apps})",
+              file=sys.stderr)
+    return workload.head(args.max_jobs) if args.max_jobs else workload
+
+
 def _simulate(args: argparse.Namespace) -> int:
-    from bayes_sched.sim import read_workload, run_simulation, write_report
+    from bayes_sched.sim import run_simulation, write_report
     from bayes_sched.sim.report import summary_rows
 
-    config = _config(args)
+    seeds = seed_list(args)
+    configs = [_config(args, seed) for seed in seeds]
     if args.out:
         check_out_dir(args.out)
-    workload = read_workload(args.workload)
-    if args.max_jobs:
-        workload = workload.head(args.max_jobs)
-    options = _policy_options(args, [args.policy])[args.policy]
-    policy = make_policy(args.policy, **options)
-    check_horizon(workload, config)
+    workload = _read_workload(args.workload, args)
+    options = [_policy_options(args, [args.policy], seed)[args.policy] for seed in seeds]
+    check_horizon(workload, configs[0])
+    results: list[SimulationResult] = []
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
-        task = progress.add_task(f"{policy.name} on {workload.name}: jobs finished",
-                                 total=len(workload))
+        for seed, config, policy_options in zip(seeds, configs, options, strict=True):
+            policy = make_policy(args.policy, **policy_options)
+            label = "" if args.seeds is None else f" (seed {seed})"
+            task = progress.add_task(f"{policy.name} on {workload.name}{label}: jobs finished",
+                                     total=len(workload))
 
-        def on_round(cluster) -> None:  # noqa: ANN001
-            done = sum(1 for job in cluster.jobs.values() if not job.active)
-            progress.update(task, completed=done)
+            def on_round(cluster, task=task) -> None:  # noqa: ANN001
+                done = sum(1 for job in cluster.jobs.values() if not job.active)
+                progress.update(task, completed=done)
 
-        result = run_simulation(workload, policy, config, on_round=on_round)
-    _print(summary_rows([result]), args.json, f"{policy.name} on {workload.name}")
+            results.append(run_simulation(workload, policy, config, on_round=on_round))
+    title = f"{args.policy} on {workload.name}"
+    if args.seeds is None:
+        _print(summary_rows(results), args.json, title)
+    else:
+        print_seed_summary(results, args.json, title, baseline=None)
     if args.out:
-        write_report([result], args.out)
-    return report_unfinished([result])
+        write_report(results, args.out)
+    return report_unfinished(results)
 
 
-def _run_one(task: tuple[str, str, dict[str, Any], SimConfig, int | None]) -> SimulationResult:
-    from bayes_sched.sim import read_workload, run_simulation
+def _run_one(task: tuple[str, str, dict[str, Any], SimConfig, argparse.Namespace]
+             ) -> SimulationResult:
+    from bayes_sched.sim import run_simulation
 
-    workload_name, policy_name, options, config, max_jobs = task
-    workload = read_workload(workload_name)
-    if max_jobs:
-        workload = workload.head(max_jobs)
+    workload_name, policy_name, options, config, args = task
+    workload = _read_workload(workload_name, args, quiet=True)
     return run_simulation(workload, make_policy(policy_name, **options), config)
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from bayes_sched.sim import read_workload, write_report
-    from bayes_sched.sim.report import policy_rows, summary_rows
+    from bayes_sched.sim import write_report
+    from bayes_sched.sim.report import headlines, policy_rows, summary_rows
 
-    config = _config(args)
-    options = _policy_options(args, args.policies)
+    seeds = seed_list(args)
+    configs = {seed: _config(args, seed) for seed in seeds}
+    options = {seed: _policy_options(args, args.policies, seed) for seed in seeds}
+    baseline = args.policies[0] if args.baseline is None else args.baseline
+    if baseline not in args.policies:
+        raise OptionError(f"--baseline {baseline}: not among --policies "
+                          f"({', '.join(args.policies)}); expected one of them")
     check_out_dir(args.out)
     for name in args.workloads:  # fail fast, before any process starts
-        workload = read_workload(name)
-        check_horizon(workload.head(args.max_jobs) if args.max_jobs else workload, config)
-    tasks = [(w, p, options[p], replace(config), args.max_jobs)
-             for p in args.policies for w in args.workloads]
+        check_horizon(_read_workload(name, args), configs[seeds[0]])
+    tasks = [(w, p, options[seed][p], configs[seed], args)
+             for seed in seeds for p in args.policies for w in args.workloads]
     # Longest first (Pollux), so the pool's tail is short.
     tasks.sort(key=lambda t: t[1] != "pollux")
     results: list[SimulationResult] = []
@@ -316,15 +373,20 @@ def _compare(args: argparse.Namespace) -> int:
                     progress.advance(bar)
     order = {(p, w): i for i, (p, w) in enumerate(
         (p, w) for p in args.policies for w in args.workloads)}
-    results.sort(key=lambda r: order.get((r.policy, r.workload.split("-first")[0]), 0))
-    report = write_report(results, args.out)
+    results.sort(key=lambda r: (order.get((r.policy, r.workload.split("-first")[0]), 0), r.seed))
+    report = write_report(results, args.out, baseline)
     rows = summary_rows(results)
-    _print(rows, args.json, "runs")
+    if args.seeds is None:
+        _print(rows, args.json, "runs")
+    else:
+        print_seed_summary(results, args.json, "runs", baseline)
     if not args.json:
         keep = ("policy", "workloads", "avg_jct", "median_jct", "p99_jct", "makespan",
                 "utilization", "ftf_mean", "decision_median_ms", "wall_s")
         print_table([{k: row[k] for k in keep} for row in policy_rows(rows)],
                     title="mean over workloads")
+        if args.seeds is None and len(args.policies) > 1:
+            print_headlines(headlines(rows, baseline))
         print(f"report: {report}")
     return report_unfinished(results)
 

@@ -19,6 +19,7 @@ The simulator, and only the simulator, reads these: a policy never sees them. Fo
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
@@ -28,7 +29,12 @@ from bayes_sched.errors import InputError
 from bayes_sched.jobs import BatchLimits, split_batch
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.efficiency import scale_invariant_gain
-from perfmodel.profiles import load_pollux_gradients, read_placements_csv, read_scalability_csv
+from perfmodel.profiles import (
+    load_pollux_gradients,
+    read_gradient_traces,
+    read_placements_csv,
+    read_scalability_csv,
+)
 from perfmodel.throughput import seconds_per_step
 
 APPLICATION_NAMES: tuple[str, ...] = POLLUX_MODELS
@@ -50,17 +56,59 @@ _ARTIFACT_SETTINGS: dict[str, dict[str, int]] = {
 _MAX_PROFILED_NODES = 16
 
 
+#: Applications the user brought (:func:`register_profiles`): name -> folder of its profiles.
+_USER_PROFILES: dict[str, Path] = {}
+
+
+def register_profiles(folder: str | Path) -> tuple[str, ...]:
+    """Make the applications profiled in ``folder`` known to this process's simulator.
+
+    Each sub-folder holding a ``placements.csv`` is an application named after the sub-folder, in
+    the shipped models' formats (the README's): ``placements.csv``, ``scalability.csv`` and
+    ``validation-<B>.csv`` gradient statistics, taken as measured on the simulated GPU type. Each
+    is read and checked here. Returns the names.
+
+    Raises:
+        InputError: not a folder, no application in it, a shipped application's name, or a bad
+            profile (naming the file, row and column).
+    """
+    root = Path(folder)
+    expected = "expected a folder of NAME/ folders with placements.csv, scalability.csv and " \
+               "validation-<B>.csv"
+    if not root.is_dir():
+        raise InputError(f"--profiles: not a folder; {expected}", root)
+    names = []
+    for sub in sorted(p for p in root.iterdir() if (p / "placements.csv").is_file()):
+        if sub.name in APPLICATION_NAMES:
+            raise InputError(f"--profiles: '{sub.name}' is a shipped application; expected "
+                             "another name", sub)
+        _USER_PROFILES[sub.name] = sub
+        names.append(sub.name)
+    if not names:
+        raise InputError(f"--profiles: no application in it; {expected}", root)
+    for name in names:
+        get_application(name)
+    return tuple(names)
+
+
+def known_applications() -> tuple[str, ...]:
+    """The shipped applications and those :func:`register_profiles` added."""
+    return APPLICATION_NAMES + tuple(n for n in _USER_PROFILES if n not in APPLICATION_NAMES)
+
+
 class Application:
     """The measured behaviour of one model: step times, gradient statistics and training length."""
 
     def __init__(self, name: str) -> None:
-        if name not in APPLICATION_NAMES:
+        if name not in known_applications():
             raise InputError(f"unknown application '{name}': expected one of "
-                             f"{', '.join(APPLICATION_NAMES)}")
+                             f"{', '.join(known_applications())}")
         settings = _ARTIFACT_SETTINGS.get(name, {})
-        folder = pollux_model_dir(name)
+        user = _USER_PROFILES.get(name)
+        folder = pollux_model_dir(name) if user is None else user
         self.name = name
-        self.gradients = load_pollux_gradients(name)
+        self.gradients = (load_pollux_gradients(name) if user is None
+                          else read_gradient_traces(folder))
         self.batch_sizes = np.array(sorted(self.gradients), dtype=np.int64)
         placements = read_placements_csv(folder / "placements.csv", name)
         scalability = read_scalability_csv(folder / "scalability.csv", name)
@@ -186,5 +234,5 @@ def _canonical(placement: tuple[int, ...]) -> tuple[int, ...]:
 
 @cache
 def get_application(name: str) -> Application:
-    """The (cached) :class:`Application` of a shipped model."""
+    """The (cached) :class:`Application` of a shipped or registered model."""
     return Application(name)

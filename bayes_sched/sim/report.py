@@ -1,24 +1,33 @@
-"""One report for a set of runs (policies x workloads): tables, timelines on disk and PNG plots.
+"""One report for a set of runs (policies x workloads x seeds): tables, timelines and PNG plots.
 
-``write_report(results, out_dir)`` writes
+``write_report(results, out_dir, baseline)`` writes
 
-* ``summary.csv`` / ``summary.json``: one row per run (avg/median/p99 JCT, makespan, utilisation,
-  fairness, decision times);
-* ``policies.csv``: per policy, the mean over workloads of each run's figures;
+* ``summary.csv`` / ``summary.json``: one row per run (policy, workload, seed, cluster; avg/median/
+  p99 JCT, makespan, utilisation, fairness, decision times);
+* ``seeds.csv`` / ``seeds.json``: per policy and workload, the mean over seeds of each figure with
+  its 90 % Student-t interval (:mod:`bayes_sched.sim.seeds`); the JSON also holds each seed's value;
+* ``policies.csv``: per policy, the mean over workloads (and seeds) of each run's figures;
 * ``jobs.csv``: one row per job and run;
-* ``timelines/<policy>__<workload>.nc``: the allocation timeline (netCDF4 via h5netcdf);
-* ``jct_cdf.png`` (JCT CDF per policy) and ``utilization.png`` (utilisation over time);
-* ``report.md`` tying them together.
+* ``timelines/<policy>__<workload>[__seed<S>].nc``: the allocation timeline (netCDF4 via h5netcdf;
+  the seed in the name when the runs have several);
+* ``avg_jct.png`` (mean avg JCT per policy and workload, error bars: the interval over seeds),
+  ``jct_cdf.png`` (JCT CDF per policy) and ``utilization.png`` (utilisation over time, first seed);
+* ``report.md`` and ``report.html`` (the same content; the HTML embeds the PNGs by relative path),
+  opening with one headline per policy against the baseline (:func:`headlines`).
 
 Files are written to a temporary name and renamed, so an interrupted run leaves no half files.
 """
 
 from __future__ import annotations
 
+import functools
+import html
 import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -27,7 +36,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bayes_sched.cli._common import json_safe  # noqa: E402
 from bayes_sched.sim.run import SimulationResult  # noqa: E402
+from bayes_sched.sim.seeds import (  # noqa: E402
+    LEVEL,
+    interval_suffixes,
+    interval_text,
+    mean_interval,
+    seed_rows,
+)
 
 
 def summary_rows(results: Sequence[SimulationResult]) -> list[dict[str, object]]:
@@ -35,8 +52,11 @@ def summary_rows(results: Sequence[SimulationResult]) -> list[dict[str, object]]
     rows = []
     for r in results:
         d = r.decision_seconds
+        hidden = r.config.hidden
         rows.append({
-            "policy": r.policy, "workload": r.workload, **r.summary,
+            "policy": r.policy, "workload": r.workload, "seed": r.seed,
+            "cluster": r.config.cluster.describe(), "interference": r.config.interference,
+            "hidden": "none" if hidden is None else hidden.name, **r.summary,
             "decision_median_ms": float(np.median(d) * 1e3) if d.size else 0.0,
             "decision_p95_ms": float(np.percentile(d, 95) * 1e3) if d.size else 0.0,
             "rejected": len(r.rejected), "refits": r.refits, "wall_s": r.wall_seconds,
@@ -47,101 +67,308 @@ def summary_rows(results: Sequence[SimulationResult]) -> list[dict[str, object]]
 def policy_rows(rows: Sequence[dict[str, object]]) -> list[dict[str, object]]:
     """Per policy, the mean over workloads of the numeric columns of :func:`summary_rows`."""
     frame = pd.DataFrame(rows)
-    numeric = frame.drop(columns=["workload"]).groupby("policy", sort=False).mean()
-    numeric.insert(0, "workloads", frame.groupby("policy", sort=False).size())
+    numeric = (frame.drop(columns=["workload", "seed"], errors="ignore")
+               .select_dtypes(include="number").assign(policy=frame["policy"])
+               .groupby("policy", sort=False).mean())
+    numeric.insert(0, "workloads", frame.groupby("policy", sort=False)["workload"].nunique())
     return [{"policy": p, **{k: float(v) for k, v in row.items()}}
             for p, row in numeric.iterrows()]
 
 
-def _atomic_write(path: Path, write: object) -> None:
+def headlines(rows: Sequence[dict[str, Any]], baseline: str, metric: str = "avg_jct",
+              level: float = LEVEL) -> list[dict[str, Any]]:
+    """Per policy other than ``baseline``, the change of ``metric`` against it in percent.
+
+    For each seed, ``metric`` is averaged over the workloads (those both policies ran), and the
+    change is ``100 * (policy / baseline - 1)`` at that seed (paired: the same seed drives both
+    runs' hidden law and counters). The headline is the mean change over seeds and its Student-t
+    interval at ``level`` (no interval with one seed).
+
+    Args:
+        rows: per-run rows of :func:`summary_rows`.
+        baseline: the policy compared against (one of the rows' policies).
+    """
+    frame = pd.DataFrame(rows)
+    if "seed" not in frame:
+        frame["seed"] = 0
+    table = frame.pivot_table(index=["seed", "workload"], columns="policy", values=metric,
+                              aggfunc="mean", sort=False)
+    lower, upper = interval_suffixes(level)
+    out = []
+    for policy in dict.fromkeys(str(p) for p in frame["policy"]):
+        if policy == baseline:
+            continue
+        pair = table[[policy, baseline]].dropna()
+        per_seed = pair.groupby(level="seed", sort=True).mean()
+        changes = (100.0 * (per_seed[policy] / per_seed[baseline] - 1.0)).to_numpy()
+        mean, low, high = mean_interval(changes, level)
+        out.append({"policy": policy, "baseline": baseline, "metric": metric,
+                    "change_pct": mean, "change_pct" + lower: low, "change_pct" + upper: high,
+                    "seeds": int(changes.size),
+                    "workloads": int(pair.index.get_level_values("workload").nunique())})
+    return out
+
+
+def seeds_document(over_seeds: Sequence[dict[str, Any]], lines: Sequence[dict[str, Any]],
+                   level: float = LEVEL) -> dict[str, Any]:
+    """The summary over seeds as one object (``seeds.json``, ``--seeds --json``): what the
+    interval is, the :func:`headlines` and the :func:`~bayes_sched.sim.seeds.seed_rows`."""
+    return {"interval": f"{100 * level:g}% Student-t interval on the mean over seeds",
+            "headlines": list(lines), "rows": list(over_seeds)}
+
+
+def headline_text(headline: dict[str, Any], level: float = LEVEL) -> str:
+    """``"pollux: -27.0% avg JCT vs tiresias [90% t-interval over 3 seeds: -31.2% to -22.8%]"``."""
+    lower, upper = interval_suffixes(level)
+    metric = str(headline["metric"]).replace("avg_jct", "avg JCT").replace("_", " ")
+    change = headline["change_pct"]
+    text = (f"{headline['policy']}: {change:+.1f}% {metric} vs {headline['baseline']}"
+            if math.isfinite(change) else
+            f"{headline['policy']}: no {metric} to compare with {headline['baseline']}")
+    low, high = headline["change_pct" + lower], headline["change_pct" + upper]
+    if math.isfinite(low) and math.isfinite(high):
+        return (f"{text} [{100 * level:g}% t-interval over {headline['seeds']} seeds: "
+                f"{low:+.1f}% to {high:+.1f}%]")
+    return f"{text} [one seed: no interval; --seeds N gives one]"
+
+
+def series_styles(count: int) -> list[dict[str, Any]]:
+    """Matplotlib line styles for ``count`` series: colour, dash and marker all change, so lines
+    stay distinguishable beyond the 10 colours of ``tab10``; widths shrink and draw order rises
+    with the index, so a line drawn over another leaves the wider one visible at its edges."""
+    palette = plt.get_cmap("tab10")
+    dashes = ("-", "--", "-.", ":")
+    markers = ("o", "s", "^", "D", "v", "x", "P", "*", "<", ">", "h")
+    return [{"color": palette(i % 10), "linestyle": dashes[i % len(dashes)],
+             "marker": markers[i % len(markers)], "markevery": 0.1 + 0.013 * (i % 7),
+             "markersize": 3.5, "linewidth": 0.8 + 1.6 * (count - 1 - i) / max(count - 1, 1),
+             "zorder": 2 + i}
+            for i in range(count)]
+
+
+def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    write(tmp)  # type: ignore[operator]
+    write(tmp)
     os.replace(tmp, path)
 
 
-def write_report(results: Sequence[SimulationResult], out_dir: str | Path) -> Path:
-    """Write the report of ``results`` into ``out_dir`` (created); returns ``report.md``'s path."""
+def _write_timeline(result: SimulationResult, path: Path) -> None:
+    result.timeline.to_netcdf(path, engine="h5netcdf")
+
+
+def _timeline_name(result: SimulationResult, several_seeds: bool) -> str:
+    seed = f"__seed{result.seed}" if several_seeds else ""
+    return f"{result.policy}__{result.workload}{seed}.nc".replace("/", "_")
+
+
+def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
+                 baseline: str | None = None) -> Path:
+    """Write the report of ``results`` into ``out_dir`` (created); returns ``report.md``'s path.
+
+    ``baseline``: the policy the headlines compare against (default: the first policy).
+    """
     out = Path(out_dir)
     (out / "timelines").mkdir(parents=True, exist_ok=True)
     rows = summary_rows(results)
     per_policy = policy_rows(rows)
+    over_seeds = seed_rows(rows)
+    policies = list(dict.fromkeys(r.policy for r in results))
+    lines = headlines(rows, baseline or policies[0]) if len(policies) > 1 else []
     _atomic_write(out / "summary.csv", lambda p: pd.DataFrame(rows).to_csv(p, index=False))
     _atomic_write(out / "summary.json",
                   lambda p: p.write_text(json.dumps(rows, indent=2, default=float)))
+    _atomic_write(out / "seeds.csv", lambda p: pd.DataFrame(
+        [{k: v for k, v in row.items() if k != "per_seed"} for row in over_seeds]
+    ).to_csv(p, index=False))
+    _atomic_write(out / "seeds.json", lambda p: p.write_text(json.dumps(
+        json_safe(seeds_document(over_seeds, lines)), indent=2, allow_nan=False)))
     _atomic_write(out / "policies.csv", lambda p: pd.DataFrame(per_policy).to_csv(p, index=False))
-    jobs = pd.concat([r.jobs.assign(policy=r.policy, workload=r.workload) for r in results],
-                     ignore_index=True)
+    jobs = pd.concat([r.jobs.assign(policy=r.policy, workload=r.workload, seed=r.seed)
+                      for r in results], ignore_index=True)
     _atomic_write(out / "jobs.csv", lambda p: jobs.to_csv(p, index=False))
+    several_seeds = len({r.seed for r in results}) > 1
     for r in results:
-        name = f"{r.policy}__{r.workload}.nc".replace("/", "_")
-        _atomic_write(out / "timelines" / name,
-                      lambda p, r=r: r.timeline.to_netcdf(p, engine="h5netcdf"))
+        _atomic_write(out / "timelines" / _timeline_name(r, several_seeds),
+                      functools.partial(_write_timeline, r))
+    _atomic_write(out / "avg_jct.png", lambda p: _plot_avg_jct(over_seeds, p))
     _atomic_write(out / "jct_cdf.png", lambda p: _plot_jct_cdf(jobs, p))
     _atomic_write(out / "utilization.png", lambda p: _plot_utilization(results, p))
+    sections = _sections(lines, rows, per_policy, over_seeds)
+    _atomic_write(out / "report.html", lambda p: p.write_text(_html(sections)))
     report = out / "report.md"
-    _atomic_write(report, lambda p: p.write_text(_markdown(rows, per_policy)))
+    _atomic_write(report, lambda p: p.write_text(_markdown(sections)))
     return report
+
+
+def _plot_avg_jct(over_seeds: Sequence[dict[str, Any]], path: Path) -> None:
+    """Grouped bars: mean avg JCT (h) per workload and policy, error bars the interval."""
+    lower, upper = interval_suffixes()
+    frame = pd.DataFrame(over_seeds)
+    policies = list(dict.fromkeys(frame["policy"]))
+    workloads = list(dict.fromkeys(frame["workload"]))
+    width = 0.8 / len(policies)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(workloads) * max(len(policies), 2) / 2),
+                                    3.5))
+    colors = [style["color"] for style in series_styles(len(policies))]
+    hatches = ("", "//", "..", "xx", "\\\\", "++", "oo")
+    for i, policy in enumerate(policies):
+        rows = frame[frame["policy"] == policy].set_index("workload").reindex(workloads)
+        mean = rows["avg_jct"].to_numpy(dtype=float) / 3600.0
+        errors = np.nan_to_num(np.vstack([
+            mean - rows["avg_jct" + lower].to_numpy(dtype=float) / 3600.0,
+            rows["avg_jct" + upper].to_numpy(dtype=float) / 3600.0 - mean]))
+        ax.bar(np.arange(len(workloads)) + (i - (len(policies) - 1) / 2) * width, mean, width,
+               yerr=errors, capsize=2, label=policy, color=colors[i],
+               hatch=hatches[(i // 10) % len(hatches)], edgecolor="black", linewidth=0.3)
+    ax.set_xticks(np.arange(len(workloads)), workloads, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("avg JCT (h), mean over seeds")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, ncol=1 + len(policies) // 6)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)
 
 
 def _plot_jct_cdf(jobs: pd.DataFrame, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for policy, group in jobs.groupby("policy", sort=False):
+    groups = list(jobs.groupby("policy", sort=False))
+    for (policy, group), style in zip(groups, series_styles(len(groups)), strict=True):
         jct = np.sort(group["jct"].dropna().to_numpy() / 3600.0)
-        ax.step(jct, np.arange(1, jct.size + 1) / max(jct.size, 1), where="post", label=policy)
+        ax.step(jct, np.arange(1, jct.size + 1) / max(jct.size, 1), where="post", label=policy,
+                **style)
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (h)")
     ax.set_ylabel("fraction of jobs")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7, ncol=1 + len(groups) // 8)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=120)
     plt.close(fig)
 
 
 def _plot_utilization(results: Sequence[SimulationResult], path: Path) -> None:
-    workloads = list(dict.fromkeys(r.workload for r in results))
+    first_seed = min(r.seed for r in results)
+    shown = [r for r in results if r.seed == first_seed]
+    workloads = list(dict.fromkeys(r.workload for r in shown))
+    policies = list(dict.fromkeys(r.policy for r in shown))
+    styles = dict(zip(policies, series_styles(len(policies)), strict=True))
     cols = min(len(workloads), 4)
     rows = -(-len(workloads) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False,
                              sharey=True)
     for ax, workload in zip(axes.flat, workloads, strict=False):
-        for r in results:
+        for r in shown:
             if r.workload == workload:
                 t = r.timeline["time"].values / 3600.0
-                ax.plot(t, r.timeline["utilization"].values, label=r.policy, lw=0.8)
+                ax.plot(t, r.timeline["utilization"].values, label=r.policy,
+                        **styles[r.policy])
         ax.set_title(workload, fontsize=9)
         ax.set_xlabel("time (h)")
         ax.set_ylim(0, 1.05)
     for ax in axes.flat[len(workloads):]:
         ax.set_visible(False)
     axes[0, 0].set_ylabel("GPUs held (fraction)")
-    axes[0, 0].legend(fontsize=7)
+    axes[0, 0].legend(fontsize=7, ncol=1 + len(policies) // 8)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
 
 
-def _table(rows: Sequence[dict[str, object]], columns: Sequence[str]) -> str:
-    def fmt(v: object) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(row[c]) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
+# --- the document: one list of sections, written as Markdown and as HTML -------------------------
+
+#: A section: ``("h1" | "h2" | "p", text)``, ``("list", [items])``,
+#: ``("table", (rows, columns))`` or ``("image", (file, alt))``.
+Section = tuple[str, Any]
+
+_RUN_COLUMNS = ["policy", "workload", "seed", "finished", "avg_jct", "median_jct", "p99_jct",
+                "makespan", "utilization", "ftf_mean", "ftf_max", "restarts_per_job",
+                "decision_median_ms"]
+_POLICY_COLUMNS = ["policy", "workloads", "avg_jct", "median_jct", "p99_jct", "makespan",
+                   "utilization", "ftf_mean", "ftf_max"]
+_SEED_COLUMNS = ["avg_jct", "p99_jct", "makespan", "utilization", "ftf_mean"]
 
 
-def _markdown(rows: Sequence[dict[str, object]], per_policy: Sequence[dict[str, object]]) -> str:
-    columns = ["policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
-               "utilization", "ftf_mean", "ftf_max", "restarts_per_job", "decision_median_ms"]
-    policy_columns = ["policy", "workloads", "avg_jct", "median_jct", "p99_jct", "makespan",
-                      "utilization", "ftf_mean", "ftf_max"]
-    return "\n\n".join([
-        "# Simulation report",
-        "Times in seconds; utilisation is the fraction of GPUs held while jobs were active; "
-        "ftf (finish-time fairness) is a job's JCT over its run time alone on the GPUs and batch "
-        "its user asked for.",
-        "## Per policy (mean over workloads)", _table(per_policy, policy_columns),
-        "## Per run", _table(rows, columns),
-        "## Plots", "![JCT CDF](jct_cdf.png)\n\n![Utilisation](utilization.png)",
-        "Timelines (GPUs per job per round) are in `timelines/*.nc` (open with "
-        "`xarray.open_dataset(path, engine='h5netcdf')`); per-job outcomes in `jobs.csv`.",
-    ]) + "\n"
+def _sections(lines: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
+              per_policy: Sequence[dict[str, Any]], over_seeds: Sequence[dict[str, Any]]
+              ) -> list[Section]:
+    lower, upper = interval_suffixes()
+    seeds = sorted({int(row["seed"]) for row in rows})
+    seed_table = [{"policy": row["policy"], "workload": row["workload"], "seeds": row["seeds"],
+                   **{c: interval_text(row[c], row[c + lower], row[c + upper])
+                      for c in _SEED_COLUMNS}} for row in over_seeds]
+    sections: list[Section] = [("h1", "Simulation report")]
+    if lines:
+        sections += [("list", [headline_text(line) for line in lines])]
+    sections += [
+        ("p", f"Seeds {', '.join(map(str, seeds))}; a seed seeds every random stream of a run "
+              "(the policy's search and posterior draws, the hidden law, the counters' noise). "
+              "Times in seconds; utilisation is the fraction of GPUs held while jobs were active; "
+              "ftf (finish-time fairness) is a job's JCT over its run time alone on the GPUs and "
+              "batch its user asked for. Headlines compare the mean over workloads per seed; "
+              f"intervals are {100 * LEVEL:g}% Student-t intervals on the mean over seeds."),
+        ("image", ("avg_jct.png", "Mean avg JCT per policy and workload")),
+        ("h2", "Per policy and workload (mean over seeds [interval])"),
+        ("table", (seed_table, ["policy", "workload", "seeds", *_SEED_COLUMNS])),
+        ("h2", "Per policy (mean over workloads and seeds)"), ("table", (per_policy,
+                                                                        _POLICY_COLUMNS)),
+        ("h2", "Per run"), ("table", (rows, _RUN_COLUMNS)),
+        ("h2", "Plots"), ("image", ("jct_cdf.png", "JCT CDF")),
+        ("image", ("utilization.png", f"Utilisation (seed {seeds[0]})")),
+        ("p", "Timelines (GPUs per job per round) are in `timelines/*.nc` (open with "
+              "`xarray.open_dataset(path, engine='h5netcdf')`); per-job outcomes in `jobs.csv`; "
+              "per-seed values in `seeds.json`."),
+    ]
+    return sections
+
+
+def _cell(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _markdown(sections: Sequence[Section]) -> str:
+    parts = []
+    for kind, body in sections:
+        if kind == "h1":
+            parts.append(f"# {body}")
+        elif kind == "h2":
+            parts.append(f"## {body}")
+        elif kind == "p":
+            parts.append(body)
+        elif kind == "list":
+            parts.append("\n".join(f"- **{item}**" for item in body))
+        elif kind == "image":
+            parts.append(f"![{body[1]}]({body[0]})")
+        else:
+            rows, columns = body
+            lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
+            parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def _html(sections: Sequence[Section]) -> str:
+    """Plain HTML of the same sections (no scripts, no external files but the PNGs beside it)."""
+    e = html.escape
+    parts = []
+    for kind, body in sections:
+        if kind in ("h1", "h2"):
+            parts.append(f"<{kind}>{e(body)}</{kind}>")
+        elif kind == "p":
+            parts.append(f"<p>{e(body)}</p>")
+        elif kind == "list":
+            parts.append("<ul>" + "".join(f"<li><strong>{e(i)}</strong></li>" for i in body)
+                         + "</ul>")
+        elif kind == "image":
+            parts.append(f'<p><img src="{e(body[0])}" alt="{e(body[1])}"></p>')
+        else:
+            rows, columns = body
+            head = "".join(f"<th>{e(c)}</th>" for c in columns)
+            cells = ["<tr>" + "".join(f"<td>{e(_cell(row[c]))}</td>" for c in columns) + "</tr>"
+                     for row in rows]
+            parts.append(f"<table>\n<tr>{head}</tr>\n" + "\n".join(cells) + "\n</table>")
+    style = ("body{font-family:sans-serif;max-width:75em;margin:auto}"
+             "table{border-collapse:collapse;font-size:85%}"
+             "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}")
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\">"
+            f"<title>Simulation report</title><style>{style}</style></head>\n<body>\n"
+            + "\n".join(parts) + "\n</body>\n</html>\n")

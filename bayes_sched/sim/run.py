@@ -38,6 +38,8 @@ class SimulationResult:
         wall_seconds: wall time of the whole run.
         refits: throughput-model refits done by the job agents.
         estimate_seconds: wall time of the loop's estimation stage (outside the decisions).
+        seed: the seed of the simulator's own random stream (``config.seed``), which the command
+            line also gives the policy and the hidden law.
     """
 
     workload: str
@@ -52,6 +54,7 @@ class SimulationResult:
     wall_seconds: float = 0.0
     refits: int = 0
     estimate_seconds: float = 0.0
+    seed: int = 0
 
 
 def run_simulation(workload: Workload | str | Path, policy: Policy | str,
@@ -97,5 +100,5 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         decision_seconds=np.array(stats.decision_seconds),
         decision_jobs=np.array(stats.decision_jobs), rejected=stats.rejected,
         wall_seconds=time.perf_counter() - start, refits=cluster.refit_count,
-        estimate_seconds=float(sum(stats.estimate_seconds)),
+        estimate_seconds=float(sum(stats.estimate_seconds)), seed=config.seed,
     )

@@ -55,6 +55,8 @@ class SimConfig:
         hidden: a hidden interference law (:mod:`bayes_sched.sim.hidden`), or ``None``; it must
             fit the cluster (:meth:`HiddenInterference.check_cluster`).
         counter_rounds: rounds of counters kept in the window policies see.
+        seed: seeds the simulator's own random stream (the measurement noise and gaps of the
+            counters a hidden law emits); policies and hidden laws take their own seed options.
 
     Raises:
         InputError: a bad setting, a cluster the physics cannot simulate (another GPU type, or
@@ -68,13 +70,14 @@ class SimConfig:
     max_time: float
     hidden: HiddenInterference | None = field(compare=False)
     counter_rounds: int
+    seed: int
 
     def __init__(self, num_nodes: int | None = None, gpus_per_node: int | None = None,
                  interval: float | None = None, restart_delay: float | None = None,
                  interference: float = 0.0, min_refit_interval: float = 0.0,
                  refit_on_new_bsz: bool = False, max_time: float = 30 * 24 * 3600.0,
                  hidden: HiddenInterference | None = None, counter_rounds: int = 5, *,
-                 cluster: ClusterSpec | None = None) -> None:
+                 cluster: ClusterSpec | None = None, seed: int = 0) -> None:
         if cluster is None:
             cluster = ClusterSpec.homogeneous(16 if num_nodes is None else num_nodes,
                                               4 if gpus_per_node is None else gpus_per_node,
@@ -104,7 +107,8 @@ class SimConfig:
         for name, value in (("cluster", cluster), ("interference", interference),
                             ("min_refit_interval", min_refit_interval),
                             ("refit_on_new_bsz", refit_on_new_bsz), ("max_time", max_time),
-                            ("hidden", hidden), ("counter_rounds", counter_rounds)):
+                            ("hidden", hidden), ("counter_rounds", counter_rounds),
+                            ("seed", seed)):
             object.__setattr__(self, name, value)
 
     @property
@@ -251,7 +255,7 @@ class SimulatedCluster:
         self.timeline_active: list[int] = []
         self._counters: list[xr.Dataset] = []
         self._counter_window: xr.Dataset | None = None
-        self._counter_rng = np.random.default_rng(0)
+        self._counter_rng = np.random.default_rng(config.seed)
 
     @property
     def refit_count(self) -> int:

@@ -25,18 +25,24 @@ WORKLOAD_SETS = ("workloads", "workloads-0.5", "workloads-1.5", "workloads-2.0",
 
 @dataclass(frozen=True)
 class Workload:
-    """A named sequence of jobs sorted by submission time."""
+    """A named sequence of jobs sorted by submission time.
+
+    ``skipped``: the applications of the rows :func:`read_workload` dropped as unknown (one per
+    row, with ``skip_unknown``).
+    """
 
     name: str
     jobs: tuple[JobSpec, ...]
     source: str = ""
+    skipped: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.jobs)
 
     def head(self, num_jobs: int) -> Workload:
         """The first ``num_jobs`` jobs (a small slice for tests and demos)."""
-        return Workload(f"{self.name}-first{num_jobs}", self.jobs[:num_jobs], self.source)
+        return Workload(f"{self.name}-first{num_jobs}", self.jobs[:num_jobs], self.source,
+                        self.skipped)
 
 
 def shipped_workloads_dir(workload_set: str = "workloads") -> Path:
@@ -65,21 +71,25 @@ def resolve_workload(spec: str | Path) -> Path:
     return candidate
 
 
-def read_workload(path: str | Path, applications: Sequence[str] | None = None) -> Workload:
+def read_workload(path: str | Path, applications: Sequence[str] | None = None,
+                  skip_unknown: bool = False) -> Workload:
     """Read and validate a workload CSV.
 
     Args:
         path: the CSV file (or a shipped name, see :func:`resolve_workload`).
-        applications: known application names; defaults to the shipped ones.
+        applications: known application names; defaults to the shipped ones and those
+            registered (:func:`~bayes_sched.sim.physics.register_profiles`).
+        skip_unknown: drop the rows of unknown applications (listed in ``Workload.skipped``)
+            instead of refusing the workload.
 
     Raises:
         InputError: naming file, row and column of the first problem (unknown application, a
             negative or decreasing time, a non-integer or non-positive replica count or batch size,
             a duplicate name, a missing column).
     """
-    from bayes_sched.sim.physics import APPLICATION_NAMES
+    from bayes_sched.sim.physics import known_applications
 
-    known = tuple(applications) if applications is not None else APPLICATION_NAMES
+    known = tuple(applications) if applications is not None else known_applications()
     path = resolve_workload(path)
     table = textio.read_csv(path, InputError)
     table.require(WORKLOAD_COLUMNS, InputError)
@@ -93,6 +103,7 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None) -
     jobs: list[JobSpec] = []
     names: set[str] = set()
     previous_time = 0.0
+    skipped: list[str] = []
     for i, (row_number, _) in enumerate(table.rows):
         name, time, application = columns["name"][i], columns["time"][i], \
             columns["application"][i]
@@ -107,11 +118,16 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None) -
             raise InputError(f"time {time:g} is before the previous row's {previous_time:g}: "
                              "expected rows sorted by submission time", path, row_number, "time")
         previous_time = time
+        if application not in known and skip_unknown:
+            skipped.append(application)
+            continue
         if application not in known:
             raise InputError(f"unknown application '{application}': expected one of "
                              f"{', '.join(known)}", path, row_number, "application")
         jobs.append(JobSpec(name, time, application, columns["num_replicas"][i],
                             columns["batch_size"][i]))
     if not jobs:
-        raise InputError("no jobs after the header", path)
-    return Workload(path.stem, tuple(jobs), str(path))
+        dropped = f" once {len(skipped)} rows of unknown applications were dropped" \
+            if skipped else " after the header"
+        raise InputError(f"no jobs{dropped}", path)
+    return Workload(path.stem, tuple(jobs), str(path), tuple(skipped))
