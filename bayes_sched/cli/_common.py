@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from bayes_sched.strict_json import json_safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,25 +95,6 @@ def print_json(value: Any) -> None:
     numpy numbers and arrays plain numbers and lists, anything else its string."""
     json.dump(json_safe(value), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every non-finite float as None and numpy values as Python ones."""
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, bool | int | str) or value is None:
-        return value
-    if hasattr(value, "tolist"):  # numpy scalars and arrays
-        return json_safe(value.tolist())
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return number if math.isfinite(number) else None
 
 
 def _format(value: Any, float_format: str) -> str:

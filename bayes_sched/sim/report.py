@@ -36,7 +36,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bayes_sched.cli._common import json_safe  # noqa: E402
 from bayes_sched.sim.run import SimulationResult  # noqa: E402
 from bayes_sched.sim.seeds import (  # noqa: E402
     LEVEL,
@@ -45,6 +44,7 @@ from bayes_sched.sim.seeds import (  # noqa: E402
     mean_interval,
     seed_rows,
 )
+from bayes_sched.strict_json import json_safe  # noqa: E402
 
 
 def summary_rows(results: Sequence[SimulationResult]) -> list[dict[str, object]]:
@@ -176,7 +176,7 @@ def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
     lines = headlines(rows, baseline or policies[0]) if len(policies) > 1 else []
     _atomic_write(out / "summary.csv", lambda p: pd.DataFrame(rows).to_csv(p, index=False))
     _atomic_write(out / "summary.json",
-                  lambda p: p.write_text(json.dumps(rows, indent=2, default=float)))
+                  lambda p: p.write_text(json.dumps(json_safe(rows), indent=2, allow_nan=False)))
     _atomic_write(out / "seeds.csv", lambda p: pd.DataFrame(
         [{k: v for k, v in row.items() if k != "per_seed"} for row in over_seeds]
     ).to_csv(p, index=False))
