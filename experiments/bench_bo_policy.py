@@ -3,7 +3,7 @@
 (a) Pollux workloads without interference: average JCT of bo vs Pollux (target: within 3%).
 (b) With hidden interference: ``--hidden contention`` (the contention generator's max-min law,
     with counters the policies can read) and ``--hidden gavel`` (Gavel's measured pairs scaled to
-    node sharing), see :mod:`bayes_sched.sim.hidden`; or the simple rule of ``--interference``
+    node sharing), see :mod:`bayes_sched.sim.laws`; or the simple rule of ``--interference``
     (distributed jobs sharing a node slow down by that fraction). Average and p99 JCT of bo vs
     Pollux (target: 15% lower average, lower p99). Pollux is run as in the artifact (a hard rule:
     at most one distributed job per node) and, with ``--blind``, interference-blind (no rule).
@@ -61,7 +61,8 @@ import pandas as pd
 from bayes_sched.policies import BayesOptPolicy, PolluxPolicy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, run_simulation
-from bayes_sched.sim.hidden import ContentionLaw, make_hidden
+from bayes_sched.sim.laws import make_hidden
+from bayes_sched.sim.laws.contention import ContentionLaw
 
 VARIANTS = ("pollux", "pollux-blind", "pollux-seed1", "bo")
 

@@ -7,7 +7,8 @@ import numpy as np
 import xarray as xr
 
 from bayes_sched.policies.bo_contention import ContentionPrior
-from bayes_sched.sim.hidden import ARTIFACT_NODE, ContentionLaw, RunningJob, job_demands
+from bayes_sched.sim.laws import RunningJob
+from bayes_sched.sim.laws.contention import ARTIFACT_NODE, ContentionLaw, job_demands
 
 
 def _rounds(law: ContentionLaw, layouts: list[dict[str, tuple[str, list[int], int]]],

@@ -166,7 +166,7 @@ def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any]) -> Cluste
 
 def _config(args: argparse.Namespace) -> SimConfig:
     from bayes_sched.sim import SimConfig
-    from bayes_sched.sim.hidden import HIDDEN_LAWS, make_hidden
+    from bayes_sched.sim.laws import HIDDEN_LAWS, make_hidden
 
     settings = _read_config(args.config)
     cluster = _cluster_spec(args, settings)

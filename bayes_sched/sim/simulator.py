@@ -6,7 +6,7 @@ each epoch and round through its agent, and finishing when it reaches its target
 that is started, moved or resized first pays its application's restart delay (the cluster spec's; 30
 s by default: checkpoint and restart) on its new GPUs. With ``interference > 0``, a distributed job
 that shares a node with another distributed job runs that much slower. With a ``hidden`` law
-(:mod:`bayes_sched.sim.hidden`), co-located jobs also slow each other as that law says, and where
+(:mod:`bayes_sched.sim.laws`), co-located jobs also slow each other as that law says, and where
 the law models resources the cluster collects its counters, which policies see in
 :attr:`ClusterState.counters`.
 """
@@ -24,7 +24,7 @@ from bayes_sched.cluster import Allocations, ClusterState, placement_of, validat
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.sim.hidden import HiddenInterference, RunningJob
+from bayes_sched.sim.laws import HiddenInterference, RunningJob
 from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
 from bayes_sched.sim.workload import Workload
 from perfmodel.efficiency import scale_invariant_gain
@@ -52,7 +52,7 @@ class SimConfig:
             refits on every new ``(nodes, replicas, m)``); by default only new shapes, and new
             micro-batches while fewer than two were seen, trigger a refit.
         max_time: give up after this many simulated seconds (jobs left unfinished are reported).
-        hidden: a hidden interference law (:mod:`bayes_sched.sim.hidden`), or ``None``; it must
+        hidden: a hidden interference law (:mod:`bayes_sched.sim.laws`), or ``None``; it must
             fit the cluster (:meth:`HiddenInterference.check_cluster`).
         counter_rounds: rounds of counters kept in the window policies see.
 
