@@ -58,6 +58,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bayes_sched.interference.contention_prior import ContentionPrior
+from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.policies import BayesOptPolicy, PolluxPolicy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, run_simulation
@@ -107,7 +109,7 @@ def plot_rounds(rounds: pd.DataFrame, title: str, path: Path) -> Path:
 def worst_pairs(policy: BayesOptPolicy, count: int = 4) -> str:
     """The ``count`` most harmful learned (job class, co-runner class) pairs with evidence (posterior
     std below 60% of the prior's), as ``job<-co-runner:slowdown%`` ("D": distributed)."""
-    pairs = policy.pairs
+    pairs = policy.predictor(PairResiduals)
     classes = [f"{app}{flag}" for app in pairs.applications for flag in ("", "D")]
     prior_std = float(np.sqrt(pairs.prior_covariance()[0, 0])) if classes else 0.0
     known = np.argwhere(pairs.std < 0.6 * prior_std)
@@ -147,10 +149,9 @@ def run_one(task: tuple[str, float, str, str, int | None]) -> dict[str, object]:
         row["rounds"] = rounds
         row["fit_problems"] = len(policy.fit_problems)
         row["learned_pairs"] = worst_pairs(policy)
-        if policy.contention is not None:
-            row["contention_fits"] = policy.contention.fits
-            row["contention_fit_s_median"] = float(np.median(policy.contention.fit_seconds or
-                                                             [np.nan]))
+        contention = policy.predictor(ContentionPrior)
+        row["contention_fits"] = contention.fits
+        row["contention_fit_s_median"] = float(np.median(contention.fit_seconds or [np.nan]))
     return row
 
 

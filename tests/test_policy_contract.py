@@ -16,10 +16,10 @@ import pytest
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.estimation import JobModelEstimator, profile_of
+from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies import POLICIES, BayesOptPolicy, PolluxPolicy
 from bayes_sched.policies.base import Policy
-from bayes_sched.policies.bo_pairs import PairResiduals
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application
 from perfmodel.throughput import fit_throughput
