@@ -3,6 +3,8 @@ EI choice, the loop and the CLI."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation import JobModelEstimator
 from bayes_sched.interference.pairs import PairResiduals
+from bayes_sched.interference.predictor import ColocationRound, speed_factor
 from bayes_sched.jobs import JobView
 from bayes_sched.policies import POLICIES, BayesOptPolicy, make_policy
 from bayes_sched.policies.pollux import GAConfig
@@ -107,6 +110,64 @@ def test_learns_which_applications_hurt_each_other() -> None:
     assert pairs.log_factor(with_yolo, index)[0, 0] < np.log(0.8)
     assert pairs.log_factor(with_bert, index)[0, 0] > np.log(0.92)
     assert pairs.draws.shape == (policy.posterior_draws, len(apps) * 2, len(apps) * 2)
+
+
+class SharingPenalty:
+    """A slowdown predictor that knows one thing: a job sharing a node runs at ``speed``; it keeps
+    the rounds it learns from."""
+
+    name = "sharing penalty"
+
+    def __init__(self, speed: float) -> None:
+        self.log_speed = float(np.log(speed))
+        self.rounds: list[ColocationRound] = []
+
+    def learn(self, observation: ColocationRound) -> None:
+        self.rounds.append(observation)
+
+    def log_slowdown(self, states: np.ndarray, applications: Sequence[str],
+                     draws: bool = False) -> np.ndarray:
+        used = states > 0
+        shares = np.any(used & (used.sum(axis=1, keepdims=True) > 1), axis=2)
+        return np.where(shares, self.log_speed, 0.0)
+
+    def diagnostics(self, allocation: np.ndarray, applications: Sequence[str]
+                    ) -> dict[str, float]:
+        return {f"log_speed_{self.log_speed:.3f}": self.log_speed}
+
+
+def test_each_predictor_learns_what_the_ones_before_it_leave_unexplained() -> None:
+    """bo composes predictors through the protocol: sharing costs every job 20%; a first
+    predictor that knows it sees the full residual log(0.8), a second one after it sees ~0, the
+    search multiplies their factors, and the report carries both predictors' diagnostics."""
+    knows, after = SharingPenalty(0.8), SharingPenalty(1.0)
+    policy = BayesOptPolicy(ga=SMALL_GA, seed=0)
+    policy.predictors = [knows, after]
+    applications = {"c1": "cifar10", "c2": "cifar10", "y": "yolov3", "b": "bert"}
+    costly = {frozenset(pair): 0.8 for pair in (("cifar10", "yolov3"), ("cifar10", "bert"))}
+    alone = {"c1": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "y": [0, 0, 1, 0], "b": [0, 0, 0, 1]}
+    shared = {"c1": [1, 0, 0, 0], "y": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "b": [0, 1, 0, 0]}
+    _play(policy, [alone, shared], applications, costly)
+    for mine, next_one in zip(knows.rounds, after.rounds, strict=True):
+        if mine.residuals is None:  # the first round: nothing measured
+            assert next_one.residuals is None
+            continue
+        predicted = knows.log_slowdown(mine.allocation[None], mine.applications)[0]
+        assert next_one.residuals == pytest.approx(
+            {j: r - predicted[j] for j, r in mine.residuals.items()})
+    # The last round was shared all through: the first sees the cost, the second nothing.
+    assert len(knows.rounds[-1].residuals or {}) == 4
+    assert np.allclose(list((knows.rounds[-1].residuals or {}).values()), np.log(0.8))
+    assert np.allclose(list((after.rounds[-1].residuals or {}).values()), 0.0, atol=1e-9)
+    together = np.array([[[1, 0], [1, 0]]], dtype=np.int16)
+    apart = np.array([[[1, 0], [0, 1]]], dtype=np.int16)
+    assert np.allclose(speed_factor(policy.predictors, together, ("cifar10", "bert")), 0.8)
+    assert np.allclose(speed_factor(policy.predictors, apart, ("cifar10", "bert")), 1.0)
+    cluster = ClusterState(4, 4, 3600.0)
+    agents = {n: _agent(n, applications[n]) for n in applications}
+    decide(policy, cluster, _views(cluster, alone, dict.fromkeys(agents, 0.0), agents,
+                                   applications))
+    assert set(policy.history[-1].learned) == {"log_speed_-0.223", "log_speed_0.000"}
 
 
 def test_runs_in_the_loop_and_records_predicted_vs_realised() -> None:

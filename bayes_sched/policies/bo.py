@@ -420,7 +420,8 @@ class BayesOptPolicy:
             else:
                 states = np.concatenate([states, avoiding_choice[None]])
                 avoiding = len(states) - 1
-        values = problem.fitness(states, draws=True)                        # (S, K)
+        # (S, K): one row where no predictor draws (all are certain)
+        values = np.atleast_2d(problem.fitness(states, draws=True))
         mean, std = values.mean(axis=0), values.std(axis=0)
         if avoiding >= 0:
             # Pollux's choice is the incumbent: each candidate's improvement over it is taken

@@ -23,6 +23,7 @@ from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
+from bayes_sched.estimation import RefitRule
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.sim.laws import HiddenInterference, RunningJob
 from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
@@ -44,7 +45,8 @@ class SimConfig:
             restart delays (the artifact: 30 s) and the round interval (the artifact: 60 s).
         interference: fractional slowdown of distributed jobs sharing a node with another
             distributed job (the artifact's settings: 0, 0.25, 0.5).
-        min_refit_interval: seconds between throughput refits of one job's agent; 0 (the
+        min_refit_interval: seconds between throughput refits of one job's model, by its agent
+            or, for a job that reports no fit, by the loop's estimation stage; 0 (the
             default) refits as soon as a new shape is measured, as the artifact's agent does (a
             model left stale for a few rounds mis-tunes the batch and mis-states the speedups
             Pollux allocates by).
@@ -110,6 +112,12 @@ class SimConfig:
     @property
     def num_nodes(self) -> int:
         return self.cluster.num_nodes
+
+    @property
+    def refit_rule(self) -> RefitRule:
+        """``min_refit_interval`` and ``refit_on_new_bsz``, the rule the estimation stage refits
+        by (the agents get the same two settings)."""
+        return RefitRule(self.min_refit_interval, self.refit_on_new_bsz)
 
     @property
     def gpus_per_node(self) -> int:
