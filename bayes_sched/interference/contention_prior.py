@@ -97,6 +97,8 @@ class ContentionPrior:
         if observation.counters is None:
             return
         if self.topology is None:
+            if observation.topology is None:
+                raise ValueError("contention prior: counters came without the nodes' topology")
             self.topology = observation.topology
             self.capacity = np.array([self.topology.nic_capacity, self.topology.dram_capacity])
         if observation.start < observation.end:

@@ -34,9 +34,11 @@ class ColocationRound:
         names: the active jobs ``(J,)``.
         applications: each job's application ``(J,)``.
         allocation: GPUs per node each job held over the round, ``(J, N)``.
-        topology: the layout and capacities of the cluster's nodes.
         counters: the cluster's counters window (:mod:`counters.schema`), ``None`` where it
             collects none.
+        topology: the layout and capacities every node shares, where there are counters
+            (``None`` where there are none: then it may be unknown, e.g. nodes of several
+            layouts).
         residuals: job row -> ``log(realised / predicted progress)`` over the round, less the
             job's own model error and less what the predictors before this one in the composition
             predict for it, for the jobs measured (same GPUs all round, no restart); ``None`` when
@@ -48,8 +50,8 @@ class ColocationRound:
     names: tuple[str, ...]
     applications: tuple[str, ...]
     allocation: np.ndarray
-    topology: NodeTopology
     counters: xr.Dataset | None = None
+    topology: NodeTopology | None = None
     residuals: Mapping[int, float] | None = None
 
 

@@ -306,9 +306,13 @@ class BayesOptPolicy:
         measured = self._measure(cluster, jobs)
         allocation = np.stack([job.allocation for job in jobs])
         applications = tuple(job.application for job in jobs)
+        # The nodes' topology matters only with counters (a cluster of mixed node layouts has
+        # none to give, and needs none without counters).
+        topology = (self.node_topology or cluster.topology if cluster.counters is not None
+                    else self.node_topology)
         observation = ColocationRound(
             self._previous_time, cluster.now, tuple(job.name for job in jobs), applications,
-            allocation, self.node_topology or cluster.topology, cluster.counters)
+            allocation, cluster.counters, topology)
         for k, predictor in enumerate(self.predictors):
             residuals = None
             if measured is not None:
