@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from bayes_sched.cluster import Cluster
 from bayes_sched.errors import AllocationError
-from bayes_sched.estimation import run_estimators
+from bayes_sched.estimation import RefitRule, run_estimators, set_refit_rule
 from bayes_sched.policies.base import Policy
 
 LOG = logging.getLogger(__name__)
@@ -41,15 +41,19 @@ class LoopStats:
 
 def run_loop(cluster: Cluster, policy: Policy, interval: float,
              on_round: Callable[[Cluster], None] | None = None,
-             max_rounds: int | None = None) -> LoopStats:
+             max_rounds: int | None = None, refit: RefitRule | None = None) -> LoopStats:
     """Run rounds of ``interval`` seconds until the cluster is done (or ``max_rounds``).
 
     Each round lets ``interval`` seconds pass, runs the policy's estimators on the active jobs'
     reports, then gives the policy the jobs and applies its decision. A decision the cluster
     rejects (e.g. one oversubscribing a node) is logged and the previous allocation stays in force.
+    ``refit``: the rule by which the estimation stage refits the throughput models of jobs that
+    report no fit of their own (``None``: each job-model estimator keeps its own).
     """
     stats = LoopStats()
     estimators = policy.estimators()
+    if refit is not None:
+        set_refit_rule(estimators, refit)
     while not cluster.done() and (max_rounds is None or stats.rounds < max_rounds):
         cluster.advance(interval)
         stats.rounds += 1

@@ -3,7 +3,7 @@
 (a) Pollux workloads without interference: average JCT of bo vs Pollux (target: within 3%).
 (b) With hidden interference: ``--hidden contention`` (the contention generator's max-min law,
     with counters the policies can read) and ``--hidden gavel`` (Gavel's measured pairs scaled to
-    node sharing), see :mod:`bayes_sched.sim.hidden`; or the simple rule of ``--interference``
+    node sharing), see :mod:`bayes_sched.sim.laws`; or the simple rule of ``--interference``
     (distributed jobs sharing a node slow down by that fraction). Average and p99 JCT of bo vs
     Pollux (target: 15% lower average, lower p99). Pollux is run as in the artifact (a hard rule:
     at most one distributed job per node) and, with ``--blind``, interference-blind (no rule).
@@ -58,10 +58,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bayes_sched.interference.contention_prior import ContentionPrior
+from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.policies import BayesOptPolicy, PolluxPolicy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, run_simulation
-from bayes_sched.sim.hidden import ContentionLaw, make_hidden
+from bayes_sched.sim.laws import make_hidden
+from bayes_sched.sim.laws.contention import ContentionLaw
 
 VARIANTS = ("pollux", "pollux-blind", "pollux-seed1", "bo")
 
@@ -106,7 +109,7 @@ def plot_rounds(rounds: pd.DataFrame, title: str, path: Path) -> Path:
 def worst_pairs(policy: BayesOptPolicy, count: int = 4) -> str:
     """The ``count`` most harmful learned (job class, co-runner class) pairs with evidence (posterior
     std below 60% of the prior's), as ``job<-co-runner:slowdown%`` ("D": distributed)."""
-    pairs = policy.pairs
+    pairs = policy.predictor(PairResiduals)
     classes = [f"{app}{flag}" for app in pairs.applications for flag in ("", "D")]
     prior_std = float(np.sqrt(pairs.prior_covariance()[0, 0])) if classes else 0.0
     known = np.argwhere(pairs.std < 0.6 * prior_std)
@@ -146,10 +149,9 @@ def run_one(task: tuple[str, float, str, str, int | None]) -> dict[str, object]:
         row["rounds"] = rounds
         row["fit_problems"] = len(policy.fit_problems)
         row["learned_pairs"] = worst_pairs(policy)
-        if policy.contention is not None:
-            row["contention_fits"] = policy.contention.fits
-            row["contention_fit_s_median"] = float(np.median(policy.contention.fit_seconds or
-                                                             [np.nan]))
+        contention = policy.predictor(ContentionPrior)
+        row["contention_fits"] = contention.fits
+        row["contention_fit_s_median"] = float(np.median(contention.fit_seconds or [np.nan]))
     return row
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from bayes_sched.policies.bo_contention import ContentionPrior
-from bayes_sched.sim.hidden import ARTIFACT_NODE, ContentionLaw, RunningJob, job_demands
+from bayes_sched.interference.contention_prior import ContentionPrior
+from bayes_sched.sim.laws import RunningJob
+from bayes_sched.sim.laws.contention import ARTIFACT_NODE, ContentionLaw, job_demands
 
 
 def _rounds(law: ContentionLaw, layouts: list[dict[str, tuple[str, list[int], int]]],
@@ -72,6 +73,7 @@ def test_bo_fits_the_contention_posterior_in_the_loop() -> None:
     config = SimConfig(num_nodes=4, gpus_per_node=4, max_time=900.0, hidden=law)
     result = run_simulation(Workload("w1-slice", tuple(jobs)), policy, config)
     assert result.rejected == []
-    assert policy.contention is not None and policy.contention.fits >= 2
-    assert policy.contention.known and policy.contention.problems == []
+    contention = policy.predictor(ContentionPrior)
+    assert contention.fits >= 2 and contention.topology == law.topology
+    assert contention.known and contention.problems == []
     assert all("contention_fits" in record.learned for record in policy.history)

@@ -3,12 +3,16 @@ EI choice, the loop and the CLI."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation import JobModelEstimator
+from bayes_sched.interference.pairs import PairResiduals
+from bayes_sched.interference.predictor import ColocationRound, speed_factor
 from bayes_sched.jobs import JobView
 from bayes_sched.policies import POLICIES, BayesOptPolicy, make_policy
 from bayes_sched.policies.pollux import GAConfig
@@ -61,7 +65,7 @@ def _play(policy: BayesOptPolicy, layouts: list[dict[str, list[int]]],
             now += interval
             cluster = ClusterState(4, 4, now)
             views = _views(cluster, allocation, progress, agents, applications)
-            policy._observe(cluster, views)
+            policy.learn(cluster, views)
             policy._previous = {v.name: (v.allocation.copy(), v.progress) for v in views}
             policy._previous_time = cluster.now
             for view in views:
@@ -91,20 +95,79 @@ def test_learns_which_applications_hurt_each_other() -> None:
     shared = [{"c1": [1, 0, 0, 0], "y": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "b": [0, 1, 0, 0]},
               {"c1": [0, 0, 1, 0], "b": [0, 0, 1, 0], "c2": [0, 0, 0, 1], "y": [0, 0, 0, 1]}]
     _play(policy, [alone, *shared, alone, *shared], applications, speed)
-    policy.pairs.fit()
-    apps = policy.pairs.applications
+    pairs = policy.predictor(PairResiduals)
+    pairs.fit()
+    apps = pairs.applications
     cifar, yolo, bert = (2 * apps.index(a) for a in ("cifar10", "yolov3", "bert"))
-    mean, std = policy.pairs.mean, policy.pairs.std
+    mean, std = pairs.mean, pairs.std
     assert mean[cifar, yolo] < np.log(0.75) and mean[yolo, cifar] < np.log(0.75)
     assert abs(mean[cifar, bert]) < 0.1 and abs(mean[bert, cifar]) < 0.1
-    assert std[cifar, yolo] < policy.pairs.prior.apps  # evidence narrowed it
+    assert std[cifar, yolo] < pairs.prior.apps  # evidence narrowed it
     # The search objective: c1 with b and c2 alone beats c1 with y, all else equal.
-    index = policy.pairs.application_index(["cifar10", "yolov3", "bert"])
+    index = pairs.application_index(["cifar10", "yolov3", "bert"])
     with_yolo = np.array([[[1, 0], [1, 0], [0, 1]]], dtype=np.int16)
     with_bert = np.array([[[1, 0], [0, 1], [1, 0]]], dtype=np.int16)
-    assert policy.pairs.log_factor(with_yolo, index)[0, 0] < np.log(0.8)
-    assert policy.pairs.log_factor(with_bert, index)[0, 0] > np.log(0.92)
-    assert policy.pairs.draws.shape == (policy.posterior_draws, len(apps) * 2, len(apps) * 2)
+    assert pairs.log_factor(with_yolo, index)[0, 0] < np.log(0.8)
+    assert pairs.log_factor(with_bert, index)[0, 0] > np.log(0.92)
+    assert pairs.draws.shape == (policy.posterior_draws, len(apps) * 2, len(apps) * 2)
+
+
+class SharingPenalty:
+    """A slowdown predictor that knows one thing: a job sharing a node runs at ``speed``; it keeps
+    the rounds it learns from."""
+
+    name = "sharing penalty"
+
+    def __init__(self, speed: float) -> None:
+        self.log_speed = float(np.log(speed))
+        self.rounds: list[ColocationRound] = []
+
+    def learn(self, observation: ColocationRound) -> None:
+        self.rounds.append(observation)
+
+    def log_slowdown(self, states: np.ndarray, applications: Sequence[str],
+                     draws: bool = False) -> np.ndarray:
+        used = states > 0
+        shares = np.any(used & (used.sum(axis=1, keepdims=True) > 1), axis=2)
+        return np.where(shares, self.log_speed, 0.0)
+
+    def diagnostics(self, allocation: np.ndarray, applications: Sequence[str]
+                    ) -> dict[str, float]:
+        return {f"log_speed_{self.log_speed:.3f}": self.log_speed}
+
+
+def test_each_predictor_learns_what_the_ones_before_it_leave_unexplained() -> None:
+    """bo composes predictors through the protocol: sharing costs every job 20%; a first
+    predictor that knows it sees the full residual log(0.8), a second one after it sees ~0, the
+    search multiplies their factors, and the report carries both predictors' diagnostics."""
+    knows, after = SharingPenalty(0.8), SharingPenalty(1.0)
+    policy = BayesOptPolicy(ga=SMALL_GA, seed=0)
+    policy.predictors = [knows, after]
+    applications = {"c1": "cifar10", "c2": "cifar10", "y": "yolov3", "b": "bert"}
+    costly = {frozenset(pair): 0.8 for pair in (("cifar10", "yolov3"), ("cifar10", "bert"))}
+    alone = {"c1": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "y": [0, 0, 1, 0], "b": [0, 0, 0, 1]}
+    shared = {"c1": [1, 0, 0, 0], "y": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "b": [0, 1, 0, 0]}
+    _play(policy, [alone, shared], applications, costly)
+    for mine, next_one in zip(knows.rounds, after.rounds, strict=True):
+        if mine.residuals is None:  # the first round: nothing measured
+            assert next_one.residuals is None
+            continue
+        predicted = knows.log_slowdown(mine.allocation[None], mine.applications)[0]
+        assert next_one.residuals == pytest.approx(
+            {j: r - predicted[j] for j, r in mine.residuals.items()})
+    # The last round was shared all through: the first sees the cost, the second nothing.
+    assert len(knows.rounds[-1].residuals or {}) == 4
+    assert np.allclose(list((knows.rounds[-1].residuals or {}).values()), np.log(0.8))
+    assert np.allclose(list((after.rounds[-1].residuals or {}).values()), 0.0, atol=1e-9)
+    together = np.array([[[1, 0], [1, 0]]], dtype=np.int16)
+    apart = np.array([[[1, 0], [0, 1]]], dtype=np.int16)
+    assert np.allclose(speed_factor(policy.predictors, together, ("cifar10", "bert")), 0.8)
+    assert np.allclose(speed_factor(policy.predictors, apart, ("cifar10", "bert")), 1.0)
+    cluster = ClusterState(4, 4, 3600.0)
+    agents = {n: _agent(n, applications[n]) for n in applications}
+    decide(policy, cluster, _views(cluster, alone, dict.fromkeys(agents, 0.0), agents,
+                                   applications))
+    assert set(policy.history[-1].learned) == {"log_speed_-0.223", "log_speed_0.000"}
 
 
 def test_runs_in_the_loop_and_records_predicted_vs_realised() -> None:
@@ -132,7 +195,6 @@ def test_cli_offers_the_policy(capsys: pytest.CaptureFixture[str]) -> None:
 def test_pair_log_factor_matches_the_dense_definition() -> None:
     """The vectorised co-runner factor equals, per job, the minimum over its nodes of the summed
     pair effects of the other jobs on that node (classes: application x distributed)."""
-    from bayes_sched.policies.bo_pairs import PairResiduals
 
     rng = np.random.default_rng(0)
     pairs = PairResiduals(seed=0)
@@ -167,17 +229,18 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     jobs = sorted(views, key=lambda j: (j.attained_service, j.submit_time, j.name))
     max_replicas = np.array([8, 8])
     tables = pollux.speedup_tables(jobs, cluster, max_replicas)
-    index = policy.pairs.application_index(["cifar10", "cifar10"])
+    pairs = policy.predictor(PairResiduals)
+    index = pairs.application_index(["cifar10", "cifar10"])
     problem = _ColocationProblem(np.zeros((2, 2), _STATE), tables, max_replicas, np.ones(2),
-                                 cluster, pollux.p, 2, pollux.rng, policy, index,
-                                 ["cifar10", "cifar10"])
+                                 cluster, pollux.p, 2, pollux.rng, policy.predictors,
+                                 ("cifar10", "cifar10"))
     shared = np.array([[[2, 2], [2, 2]]], dtype=_STATE)     # both distributed on both nodes
     apart = np.array([[4, 0], [0, 4]], dtype=_STATE)        # one node each
-    classes = policy.pairs.num_classes
-    policy.pairs.draws = np.zeros((policy.posterior_draws, classes, classes))
+    classes = pairs.num_classes
+    pairs.draws = np.zeros((policy.posterior_draws, classes, classes))
     distributed = 2 * index[0] + 1
-    policy.pairs.draws[:, distributed, distributed] = np.log(0.4)
-    policy.pairs.mean = policy.pairs.draws[0]
+    pairs.draws[:, distributed, distributed] = np.log(0.4)
+    pairs.mean = pairs.draws[0]
     fitness = problem.fitness(shared)
     chosen, record = policy._choose(problem, shared, fitness, apart, cluster.now)
     assert np.array_equal(chosen, apart) and record.avoiding_choice
@@ -199,7 +262,6 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
 
 def test_a_failed_surrogate_fit_is_reported_and_the_round_still_decides(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from bayes_sched.policies.bo_pairs import PairResiduals
 
     def fail(self: PairResiduals) -> None:
         raise np.linalg.LinAlgError("Matrix is not positive definite")
@@ -217,7 +279,6 @@ def test_a_failed_surrogate_fit_is_reported_and_the_round_still_decides(
 def test_the_pair_gp_posterior_is_the_weight_space_posterior_of_the_pair_table() -> None:
     """BoTorch's GP on ``x L`` must give the Bayesian linear model's posterior of the table:
     precision ``Sigma^-1 + X' W X``, mean ``precision^-1 X' W y``."""
-    from bayes_sched.policies.bo_pairs import PairResiduals
 
     rng = np.random.default_rng(3)
     pairs = PairResiduals(seed=0)

@@ -28,7 +28,9 @@ from bayes_sched.loop import run_loop
 from bayes_sched.policies import FifoPolicy, PolluxPolicy, make_policy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.registry import Registry
-from bayes_sched.sim.hidden import ContentionLaw, GavelLaw, make_hidden
+from bayes_sched.sim.laws import make_hidden
+from bayes_sched.sim.laws.contention import ContentionLaw
+from bayes_sched.sim.laws.gavel_pairs import GavelLaw
 from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
 from bayes_sched.sim.workload import Workload
 from tests.agents import decide as decide_round

@@ -16,10 +16,10 @@ import pytest
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.estimation import JobModelEstimator, profile_of
+from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies import POLICIES, BayesOptPolicy, PolluxPolicy
 from bayes_sched.policies.base import Policy
-from bayes_sched.policies.bo_pairs import PairResiduals
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application
 from perfmodel.throughput import fit_throughput
@@ -247,7 +247,7 @@ def test_library_fits_leave_the_callers_pyro_param_store_alone() -> None:
 
     from bayes_sched.contention.inference import fit_svi, prepare
     from bayes_sched.contention.topology import NodeTopology
-    from bayes_sched.sim.hidden import ContentionLaw
+    from bayes_sched.sim.laws.contention import ContentionLaw
 
     law = ContentionLaw()
     counters = law.counters(0.0, 120.0, 2, np.random.default_rng(0))

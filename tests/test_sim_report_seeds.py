@@ -12,7 +12,7 @@ import pytest
 
 from bayes_sched.jobs import JobSpec
 from bayes_sched.sim import SimConfig, Workload, run_simulation, write_report
-from bayes_sched.sim.hidden import make_hidden
+from bayes_sched.sim.laws import make_hidden
 
 TINY = Workload("tiny", (JobSpec("a", 0.0, "ncf", 1, 1024), JobSpec("b", 30.0, "bert", 2, 48),
                          JobSpec("c", 60.0, "ncf", 2, 1024)))

@@ -95,3 +95,20 @@ def test_cli_simulate_hidden_gavel_slows_jobs_sharing_a_node(tmp_path: Path) -> 
     # Both 2-GPU jobs share the one node from the start: Gavel's pairs must cost them time.
     assert shared["finished"] == alone["finished"] == 2
     assert float(shared["avg_jct"]) > 1.02 * float(alone["avg_jct"])
+
+
+def test_min_refit_interval_reaches_the_estimation_stage() -> None:
+    """``SimConfig.min_refit_interval`` throttles the refits the loop's estimation stage makes for
+    jobs that report no fit of their own (Optimus runs fixed-batch jobs): with an interval longer
+    than the run, each job's model is fitted once; with 0, again at every new shape."""
+    from bayes_sched.policies import OptimusPolicy
+
+    workload = Workload("workload-1-8", small_workload().jobs[:8])
+    refits = {}
+    for interval in (0.0, 1e9):
+        policy = OptimusPolicy()
+        config = SimConfig(num_nodes=4, gpus_per_node=4, max_time=1800.0,
+                           min_refit_interval=interval)
+        run_simulation(workload, policy, config)
+        refits[interval] = policy.job_models.refits
+    assert 1 <= refits[1e9] <= len(workload.jobs) < refits[0.0]

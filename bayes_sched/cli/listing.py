@@ -66,7 +66,7 @@ def _model_rows() -> list[dict[str, object]]:
 
 def _list(args: argparse.Namespace) -> int:
     from bayes_sched.policies import POLICIES
-    from bayes_sched.sim.hidden import HIDDEN_LAWS
+    from bayes_sched.sim.laws import HIDDEN_LAWS
 
     if args.what == "policies":
         print_table(_option_rows(POLICIES), title="policies (--policy-opt KEY=VALUE)",

@@ -182,7 +182,7 @@ def _config(args: argparse.Namespace, seed: int = 0) -> SimConfig:
     """The simulation settings; ``seed`` seeds the simulator and the hidden law (where its
     options do not set a seed)."""
     from bayes_sched.sim import SimConfig
-    from bayes_sched.sim.hidden import HIDDEN_LAWS, make_hidden
+    from bayes_sched.sim.laws import HIDDEN_LAWS, make_hidden
     from bayes_sched.sim.seeds import with_seed
 
     settings = _read_config(args.config)

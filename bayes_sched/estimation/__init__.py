@@ -19,6 +19,7 @@ from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation.job_models import (
     JobModelEstimator,
     PosteriorSettings,
+    RefitRule,
     ThroughputFitter,
     optimistic_unidentified,
     profile_of,
@@ -37,6 +38,14 @@ class Estimator(Protocol):
         ...
 
 
+def set_refit_rule(estimators: Sequence[Estimator], refit: RefitRule) -> None:
+    """Give every job-model estimator among ``estimators`` the refit rule ``refit`` (the cluster's
+    setting, which the policy that made the estimators cannot know)."""
+    for estimator in estimators:
+        if isinstance(estimator, JobModelEstimator):
+            estimator.refit = refit
+
+
 def run_estimators(estimators: Sequence[Estimator], cluster: ClusterState,
                    jobs: Sequence[JobView]) -> list[JobView]:
     """Run ``estimators`` in order, each on the views the previous one returned."""
@@ -46,5 +55,5 @@ def run_estimators(estimators: Sequence[Estimator], cluster: ClusterState,
     return views
 
 
-__all__ = ["Estimator", "JobModelEstimator", "PosteriorSettings", "ThroughputFitter",
-           "optimistic_unidentified", "profile_of", "run_estimators"]
+__all__ = ["Estimator", "JobModelEstimator", "PosteriorSettings", "RefitRule", "ThroughputFitter",
+           "optimistic_unidentified", "profile_of", "run_estimators", "set_refit_rule"]

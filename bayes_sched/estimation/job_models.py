@@ -126,6 +126,16 @@ class ThroughputFitter:
 
 
 @dataclass(frozen=True)
+class RefitRule:
+    """When a throughput model is refitted (:class:`ThroughputFitter`): no sooner than
+    ``min_refit_interval`` seconds after the last fit, and on every new micro-batch only with
+    ``refit_on_new_bsz``. The default refits as soon as a measurement says something new."""
+
+    min_refit_interval: float = 0.0
+    refit_on_new_bsz: bool = False
+
+
+@dataclass(frozen=True)
 class PosteriorSettings:
     """How the estimator draws from the throughput posterior: SVI steps, draws kept, seed."""
 
@@ -138,17 +148,21 @@ class JobModelEstimator:
     """Attaches each job's fitted :class:`JobModel` (per GPU type) to its view.
 
     Args:
-        min_refit_interval, refit_on_new_bsz: the refit rule for jobs that report no fit.
+        refit: the refit rule for jobs that report no fit (the loop sets the cluster's:
+            :func:`bayes_sched.loop.run_loop`'s ``refit``).
         posterior: draw from the throughput posterior too (``None``: the point fit only).
+
+    Attributes:
+        refits: throughput refits the estimator made (for jobs that report no fit).
     """
 
     name = "job_models"
 
-    def __init__(self, min_refit_interval: float = 0.0, refit_on_new_bsz: bool = False,
+    def __init__(self, refit: RefitRule = RefitRule(),
                  posterior: PosteriorSettings | None = None) -> None:
-        self.min_refit_interval = min_refit_interval
-        self.refit_on_new_bsz = refit_on_new_bsz
+        self.refit = refit
         self.posterior = posterior
+        self.refits = 0
         self._fitters: dict[tuple[str, str], ThroughputFitter] = {}
         # (job, GPU type) -> (params, version, posterior draws or None)
         self._fits: dict[tuple[str, str], tuple[ThroughputParams, int, np.ndarray | None]] = {}
@@ -172,8 +186,8 @@ class JobModelEstimator:
                 fitter = self._fitters.get((job.name, gpu_type))
                 if fitter is None:
                     fitter = self._fitters[job.name, gpu_type] = ThroughputFitter(
-                        job.name, self.min_refit_interval, self.refit_on_new_bsz)
-                fitter.refresh(observations, now)
+                        job.name, self.refit.min_refit_interval, self.refit.refit_on_new_bsz)
+                self.refits += fitter.refresh(observations, now)
                 params = fitter.params
             if params is None:
                 continue

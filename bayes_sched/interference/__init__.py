@@ -1,8 +1,14 @@
-"""Interference model: predict each job's slowdown in a co-location, with uncertainty.
+"""Interference: predict each job's slowdown in a co-location, with uncertainty.
 
-Inputs are a pairs table and a solo-features table (:mod:`.tables`); the model is in :mod:`.model`;
-Gavel's measured pairs ship with the package (:mod:`.gavel`); :mod:`.evaluation` has the splits and
-scores used to validate it.
+Co-location slowdown predictors a scheduler composes share one protocol,
+:class:`~bayes_sched.interference.predictor.SlowdownPredictor` (:mod:`.predictor`), one per module:
+the contention posterior's prior from counters (:mod:`.contention_prior`) and the pair GP learned
+from job progress (:mod:`.pairs`); import them from their modules (importing this package loads
+no BoTorch).
+
+The offline interference model (:mod:`.model`) learns from a pairs table and a solo-features table
+(:mod:`.tables`); Gavel's measured pairs ship with the package (:mod:`.gavel`); :mod:`.evaluation`
+has the splits and scores used to validate it.
 """
 
 from bayes_sched.interference.evaluation import (

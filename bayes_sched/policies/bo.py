@@ -7,16 +7,18 @@ Each round:
 1. **Learn.** For every job whose allocation did not change over the last round, compare the
    progress it actually made with what its fitted goodput model predicted there: the residual
    ``log(realised / predicted)``, less the job's own model error (its residual when alone). A GP
-   over *pairs of job classes* (:mod:`bayes_sched.policies.bo_pairs`; class: the application and
+   over *pairs of job classes* (:mod:`bayes_sched.interference.pairs`; class: the application and
    whether the job is distributed, both of which any scheduler knows) learns what each co-runner
    costs each job: the log slowdown on a node is the sum of the pair effects of the co-runners
    there, and a job goes at the pace of its worst node. So bo learns that (a, b) hurts and
    (a, c) does not, and shares evidence through the kernel (same application pair, same job
    class, same co-runner class). Nothing here needs the simulator's ground truth: only progress,
    which every cluster reports. Where the cluster collects counters, the contention network's
-   posterior (:mod:`bayes_sched.policies.bo_contention`) gives each candidate co-location a prior
-   slowdown from the jobs' inferred demands on each node's NIC and host DRAM, and the pair GP
-   learns the residual around that prior; without counters the prior is the goodput models alone.
+   posterior (:mod:`bayes_sched.interference.contention_prior`) gives each candidate co-location a
+   prior slowdown from the jobs' inferred demands on each node's NIC and host DRAM, and the pair
+   GP learns the residual around that prior; without counters the prior is the goodput models
+   alone. Both are :class:`~bayes_sched.interference.predictor.SlowdownPredictor` s, composed in
+   that order (:attr:`BayesOptPolicy.predictors`): bo reaches them only through that protocol.
 2. **Search.** Pollux's genetic search over allocation matrices (``(P, jobs, nodes)`` GPU counts)
    maximises the power mean of job speedups, each multiplied by the co-location slowdown the pair
    GP's posterior mean predicts for it in that candidate, so co-locations that proved harmless are
@@ -42,6 +44,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -52,9 +55,10 @@ from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
 from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
+from bayes_sched.interference.contention_prior import ContentionPrior
+from bayes_sched.interference.pairs import PairPrior, PairResiduals
+from bayes_sched.interference.predictor import ColocationRound, SlowdownPredictor, speed_factor
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.bo_contention import ContentionPrior
-from bayes_sched.policies.bo_pairs import PairPrior, PairResiduals
 from bayes_sched.policies.pollux import PolluxPolicy
 from bayes_sched.search.allocation import (
     STATE_DTYPE,
@@ -70,6 +74,8 @@ LOG = logging.getLogger(__name__)
 _DEFAULT_GA = GAConfig()
 _DEFAULT_PAIR_PRIOR = PairPrior()
 _DEFAULT_POSTERIOR = PosteriorSettings()
+
+_Predictor = TypeVar("_Predictor")
 
 #: Names of the co-location flags :meth:`BayesOptPolicy.features` reports, in order.
 FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node")
@@ -103,7 +109,7 @@ class BayesOptPolicy:
         p: power-mean exponent of the cluster objective (Pollux's fairness knob).
         max_nodes_per_job, max_replicas_cap, ga: as for Pollux, but bo always runs the elitist search.
         pair_prior: the pair GP's kernel scales and prior mean (see
-            :mod:`bayes_sched.policies.bo_pairs`).
+            :mod:`bayes_sched.interference.pairs`).
         residual_noise: standard deviation of one job-round residual, log units.
         forget: per-round weight decay of old residuals (models and workloads drift).
         candidates: distinct candidates scored by EI each round.
@@ -153,8 +159,6 @@ class BayesOptPolicy:
         self.min_gain = min_gain
         self.num_candidates = candidates
         self.posterior_draws = posterior_draws
-        self.pairs = PairResiduals(pair_prior, noise=residual_noise, forget=forget,
-                                   draws=posterior_draws, seed=seed)
         self.history: list[RoundRecord] = []
         self.fit_problems: list[str] = []
         self._previous: dict[str, tuple[np.ndarray, float]] = {}  # name -> (allocation, progress)
@@ -165,11 +169,25 @@ class BayesOptPolicy:
         self._application_of: dict[str, str] = {}
         self._changed_at: dict[str, float] = {}  # name -> time its allocation last changed
         self.node_topology = node_topology
-        self.contention_every = contention_every
-        self.contention: ContentionPrior | None = None  # made when counters first appear
+        # The co-location slowdown predictors, in order: the contention posterior's prior (from
+        # counters, where the cluster collects them; the cluster's topology unless
+        # ``node_topology``), then the pair GP learning the residual around it.
+        self.predictors: list[SlowdownPredictor] = [
+            ContentionPrior(node_topology, every=contention_every),
+            PairResiduals(pair_prior, noise=residual_noise, forget=forget, draws=posterior_draws,
+                          seed=seed),
+        ]
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.pollux.job_settings(spec)
+
+    def predictor(self, kind: type[_Predictor]) -> _Predictor:
+        """The first of :attr:`predictors` of type ``kind``, for reports and tests (decisions
+        reach the predictors only through :class:`SlowdownPredictor`)."""
+        for predictor in self.predictors:
+            if isinstance(predictor, kind):
+                return predictor
+        raise KeyError(f"policy 'bo' has no {kind.__name__} predictor")
 
     def estimators(self) -> Sequence[Estimator]:
         """The job models first (the residuals compare progress with them), then the learning
@@ -191,27 +209,6 @@ class BayesOptPolicy:
         shares = np.any(used & (jobs_on_node[:, None, :] > 1), axis=2)
         return np.stack([distributed, shares_dist, shares], axis=2).astype(np.float64)
 
-    def colocation_prior(self, states: np.ndarray, jobs: Sequence[JobView]) -> np.ndarray:
-        """Prior log slowdown of every job in every candidate from the contention posterior,
-        ``(P, J, N) -> (P, J)``; zeros where the cluster collects no counters."""
-        if self.contention is None:
-            return np.zeros(states.shape[:2])
-        return self.contention.log_slowdown(states, [job.application for job in jobs])
-
-    def _update_contention(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
-        """Feed the round just ended and the cluster's counters to the contention prior."""
-        if cluster.counters is None:
-            return
-        if self.contention is None:
-            topology = self.node_topology or cluster.topology
-            self.contention = ContentionPrior(topology, [], every=self.contention_every)
-        if self._previous_time < cluster.now:
-            self.contention.record_round(
-                self._previous_time, cluster.now,
-                {job.name: job.allocation for job in jobs if job.allocation.any()},
-                {job.name: job.application for job in jobs})
-        self.contention.update(cluster.counters)
-
     # --- learning from the last round ------------------------------------------------------------
 
     def _predicted_rate(self, job: JobView, allocation: np.ndarray) -> float | None:
@@ -225,23 +222,24 @@ class BayesOptPolicy:
                                       np.array([replicas]))[0])
         return goodput / job.limits.init_batch_size if goodput > 0 else None
 
-    def _observe(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
-        """Learn from the round just ended: the co-location residual of every job that held the
-        same GPUs all round and was not restarting.
+    def _measure(self, cluster: ClusterState, jobs: Sequence[JobView]
+                 ) -> list[tuple[int, float, float]] | None:
+        """The round just ended: ``(row, log(realised / predicted progress), model error)`` of
+        every job that held the same GPUs all round and was not restarting, and whose model
+        error is known; ``None`` when no round can be measured (the first, or no time passed).
 
         A job's goodput model has its own error, the same wherever the job runs; left in, it would
         be blamed on whatever co-location the job happened to be in. So each job's residual is
         taken relative to its *model error*: its recent mean residual in rounds when it shared no
         node (or, before it has had one, the mean of such errors over jobs of its application).
-        Rounds that start with a restart are skipped: the restart, not the co-location, cost them.
+        Alone, no predictor predicts a slowdown, so that residual is the model's own. Rounds that
+        start with a restart are skipped: the restart, not the co-location, cost them.
         """
         elapsed = cluster.now - self._previous_time
         if elapsed <= 0 or not self._previous:
-            return
+            return None
         states = np.stack([job.allocation for job in jobs])[None]
         feats = self.features(states)[0]
-        # What the contention posterior already explains is not the GP's to learn.
-        prior = self.colocation_prior(states, jobs)[0]
         measured: list[tuple[int, float]] = []
         for j, job in enumerate(jobs):
             self._application_of[job.name] = job.application
@@ -257,7 +255,7 @@ class BayesOptPolicy:
             rate = (job.progress - before[1]) / elapsed
             if predicted is None or rate <= 0:
                 continue
-            residual = math.log(rate / predicted) - prior[j]
+            residual = math.log(rate / predicted)
             if feats[j, 2] == 0:  # alone on its nodes: this is the model's own error
                 weight, total = self._model_error.get(job.name, (0.0, 0.0))
                 self._model_error[job.name] = (self.error_forget * weight + 1.0,
@@ -267,13 +265,12 @@ class BayesOptPolicy:
         for name, (weight, total) in self._model_error.items():
             if weight > 0 and name in self._application_of:
                 by_application.setdefault(self._application_of[name], []).append(total / weight)
-        rows, residuals = [], []
+        rows = []
         for j, residual in measured:
             error = self._job_model_error(jobs[j], by_application)
             if error is not None:
-                rows.append(j)
-                residuals.append(residual - error)
-        self.pairs.observe(states[0], [job.application for job in jobs], rows, residuals)
+                rows.append((j, residual, error))
+        return rows
 
     def _job_model_error(self, job: JobView, by_application: dict[str, list[float]]
                          ) -> float | None:
@@ -303,19 +300,36 @@ class BayesOptPolicy:
     # --- the decision ----------------------------------------------------------------------------
 
     def learn(self, cluster: ClusterState, jobs: Sequence[JobView]) -> None:
-        """The estimation step: feed the round just ended and the counters to the contention
-        posterior, the co-location residuals to the pair GP, and refit the pair GP."""
+        """The estimation step: each predictor in turn learns from the round just ended (the
+        counters, and the co-location residuals less what the predictors before it predict)."""
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
-        self._update_contention(cluster, jobs)
-        self._observe(cluster, jobs)
-        self.pairs.application_index([job.application for job in jobs])
-        try:
-            self.pairs.fit()
-        except (np.linalg.LinAlgError, torch.linalg.LinAlgError, NotPSDError) as error:
-            # keep the last posterior; the search goes on
-            message = f"t={cluster.now:g}s: pair surrogate fit failed ({error})"
-            self.fit_problems.append(message)
-            LOG.warning("%s; previous posterior kept", message)
+        measured = self._measure(cluster, jobs)
+        allocation = np.stack([job.allocation for job in jobs])
+        applications = tuple(job.application for job in jobs)
+        # The nodes' topology matters only with counters (a cluster of mixed node layouts has
+        # none to give, and needs none without counters).
+        topology = (self.node_topology or cluster.topology if cluster.counters is not None
+                    else self.node_topology)
+        observation = ColocationRound(
+            self._previous_time, cluster.now, tuple(job.name for job in jobs), applications,
+            allocation, cluster.counters, topology)
+        for k, predictor in enumerate(self.predictors):
+            residuals = None
+            if measured is not None:
+                earlier = [p.log_slowdown(allocation[None], applications)[0]
+                           for p in self.predictors[:k]]
+                residuals = {}
+                for j, residual, error in measured:
+                    for prior in earlier:
+                        residual = residual - prior[j]
+                    residuals[j] = residual - error
+            try:
+                predictor.learn(replace(observation, residuals=residuals))
+            except (np.linalg.LinAlgError, torch.linalg.LinAlgError, NotPSDError) as error:
+                # keep the last posterior; the search goes on
+                message = f"t={cluster.now:g}s: {predictor.name} fit failed ({error})"
+                self.fit_problems.append(message)
+                LOG.warning("%s; previous posterior kept", message)
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         if self.node_topology is not None and self.node_topology.num_gpus != cluster.gpus_per_node:
@@ -334,11 +348,10 @@ class BayesOptPolicy:
         age = np.array([job.age for job in jobs])
         restarts = np.array([job.num_restarts for job in jobs])
         penalty = restart_penalty(age, restarts, restart_delays(cluster, jobs))
-        applications = [job.application for job in jobs]
-        app_index = self.pairs.application_index(applications)
+        applications = tuple(job.application for job in jobs)
         max_nodes = min(pollux.max_nodes_per_job, cluster.num_nodes)
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
-                                     max_nodes, pollux.rng, self, app_index, applications)
+                                     max_nodes, pollux.rng, self.predictors, applications)
         # Realised objective of the last round (for the report), against this round's fair rates.
         scale = cluster.num_nodes / cluster.total_gpus
         fair_r = max(1, math.ceil(cluster.total_gpus / len(jobs)))
@@ -368,17 +381,9 @@ class BayesOptPolicy:
         except AllocationError as error:  # never apply an oversubscribing allocation
             LOG.warning("bo: candidate rejected (%s); current allocation kept", error)
             decision = {job.name: job.allocation for job in jobs if job.allocation.any()}
-        present = np.unique(np.concatenate([2 * app_index, 2 * app_index + 1]))
-        present = present[present < len(self.pairs.std)]  # classes the last fit covers
-        known = np.ix_(present, present)
-        record.surrogate_std = float(self.pairs.std[known].mean()) if present.size else math.nan
-        record.learned = {
-            "worst_pair": float(self.pairs.mean[known].min()) if present.size else math.nan,
-            "pairs_observed": float(self.pairs.observed_pairs()),
-            "chosen_log_factor": float(self.pairs.log_factor(chosen[None], app_index).mean()),
-            "contention_fits": float(self.contention.fits if self.contention else 0),
-            "prior_chosen": float(self.colocation_prior(chosen[None], jobs).mean()),
-        }
+        for predictor in self.predictors:
+            record.learned.update(predictor.diagnostics(chosen, applications))
+        record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
         for job in jobs:
             if not np.array_equal(decision.get(job.name, np.zeros_like(job.allocation)),
@@ -419,7 +424,8 @@ class BayesOptPolicy:
             else:
                 states = np.concatenate([states, avoiding_choice[None]])
                 avoiding = len(states) - 1
-        values = problem.fitness(states, table=self.pairs.draws)            # (S, K)
+        # (S, K): one row where no predictor draws (all are certain)
+        values = np.atleast_2d(problem.fitness(states, draws=True))
         mean, std = values.mean(axis=0), values.std(axis=0)
         if avoiding >= 0:
             # Pollux's choice is the incumbent: each candidate's improvement over it is taken
@@ -461,28 +467,22 @@ class _ColocationLearning:
 
 class _ColocationProblem(AllocationProblem):
     """Pollux's search problem with each job's speedup multiplied by its predicted co-location
-    slowdown in the candidate: ``exp(prior + residual)``, the contention posterior's prior (where
-    there are counters) and the pair GP's residual for its co-runners (posterior mean, or draws)."""
+    speed factor in the candidate: the product of ``exp(log slowdown)`` over the slowdown
+    predictors (posterior means, or their draws)."""
 
     def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
                  penalty: np.ndarray, cluster: ClusterState, p: float, max_nodes: int,
-                 rng: np.random.Generator, policy: BayesOptPolicy, app_index: np.ndarray,
-                 applications: Sequence[str] = ()) -> None:
+                 rng: np.random.Generator, predictors: Sequence[SlowdownPredictor],
+                 applications: tuple[str, ...]) -> None:
         super().__init__(base, tables, max_replicas, penalty, cluster, p, False, max_nodes, rng)
-        self.policy = policy
-        self.app_index = app_index  # (J,) index into the pair model's applications
-        self.applications = list(applications)
+        self.predictors = predictors
+        self.applications = applications  # (J,), one object: predictors may cache per object
 
-    def fitness(self, states: np.ndarray, table: np.ndarray | None = None,
+    def fitness(self, states: np.ndarray, draws: bool = False,
                 models_only: bool = False) -> np.ndarray:
-        """Power mean of penalised, scaled speedups times co-location slowdowns, shape ``(P,)``;
-        with ``table`` of shape ``(S, K, K)`` (posterior draws of the pair table), ``(S, P)``;
-        ``models_only``: Pollux's own objective (no co-location term at all)."""
-        if models_only:
-            factor: np.ndarray | float = 1.0
-        else:
-            factor = np.exp(self.policy.pairs.log_factor(states, self.app_index, table))
-            contention = self.policy.contention
-            if contention is not None and contention.known:
-                factor = factor * np.exp(contention.log_slowdown(states, self.applications))
+        """Power mean of penalised, scaled speedups times co-location speed factors, shape
+        ``(P,)``; with ``draws`` (the predictors' joint posterior draws, ``S`` of them),
+        ``(S, P)``; ``models_only``: Pollux's own objective (no co-location term at all)."""
+        factor = 1.0 if models_only else speed_factor(self.predictors, states,
+                                                      self.applications, draws)
         return power_mean(self.speedups(states) * factor + 1e-3, self.p)

@@ -88,7 +88,8 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
             # The loop hands back the cluster it drives: this simulated one.
             each_round = (None if on_round is None
                           else lambda _: on_round(cluster))
-            stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round)
+            stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round,
+                                        refit=config.refit_rule)
     finally:
         torch.set_num_threads(torch_threads)
     jobs = job_table(cluster)

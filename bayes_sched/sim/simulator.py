@@ -6,7 +6,7 @@ each epoch and round through its agent, and finishing when it reaches its target
 that is started, moved or resized first pays its application's restart delay (the cluster spec's; 30
 s by default: checkpoint and restart) on its new GPUs. With ``interference > 0``, a distributed job
 that shares a node with another distributed job runs that much slower. With a ``hidden`` law
-(:mod:`bayes_sched.sim.hidden`), co-located jobs also slow each other as that law says, and where
+(:mod:`bayes_sched.sim.laws`), co-located jobs also slow each other as that law says, and where
 the law models resources the cluster collects its counters, which policies see in
 :attr:`ClusterState.counters`.
 """
@@ -23,8 +23,9 @@ from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
+from bayes_sched.estimation import RefitRule
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.sim.hidden import HiddenInterference, RunningJob
+from bayes_sched.sim.laws import HiddenInterference, RunningJob
 from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
 from bayes_sched.sim.workload import Workload
 from perfmodel.efficiency import scale_invariant_gain
@@ -44,7 +45,8 @@ class SimConfig:
             restart delays (the artifact: 30 s) and the round interval (the artifact: 60 s).
         interference: fractional slowdown of distributed jobs sharing a node with another
             distributed job (the artifact's settings: 0, 0.25, 0.5).
-        min_refit_interval: seconds between throughput refits of one job's agent; 0 (the
+        min_refit_interval: seconds between throughput refits of one job's model, by its agent
+            or, for a job that reports no fit, by the loop's estimation stage; 0 (the
             default) refits as soon as a new shape is measured, as the artifact's agent does (a
             model left stale for a few rounds mis-tunes the batch and mis-states the speedups
             Pollux allocates by).
@@ -52,7 +54,7 @@ class SimConfig:
             refits on every new ``(nodes, replicas, m)``); by default only new shapes, and new
             micro-batches while fewer than two were seen, trigger a refit.
         max_time: give up after this many simulated seconds (jobs left unfinished are reported).
-        hidden: a hidden interference law (:mod:`bayes_sched.sim.hidden`), or ``None``; it must
+        hidden: a hidden interference law (:mod:`bayes_sched.sim.laws`), or ``None``; it must
             fit the cluster (:meth:`HiddenInterference.check_cluster`).
         counter_rounds: rounds of counters kept in the window policies see.
         seed: seeds the simulator's own random stream (the measurement noise and gaps of the
@@ -114,6 +116,12 @@ class SimConfig:
     @property
     def num_nodes(self) -> int:
         return self.cluster.num_nodes
+
+    @property
+    def refit_rule(self) -> RefitRule:
+        """``min_refit_interval`` and ``refit_on_new_bsz``, the rule the estimation stage refits
+        by (the agents get the same two settings)."""
+        return RefitRule(self.min_refit_interval, self.refit_on_new_bsz)
 
     @property
     def gpus_per_node(self) -> int:

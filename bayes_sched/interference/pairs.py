@@ -1,5 +1,6 @@
-"""Which co-runners cost a job what: a GP over (job class, co-runner class) pairs for the ``bo``
-policy.
+"""Which co-runners cost a job what: a GP over (job class, co-runner class) pairs, a
+:class:`~bayes_sched.interference.predictor.SlowdownPredictor` learned from job progress (the
+``bo`` policy's residual predictor).
 
 A job's *class* is its application and whether it is distributed (spans more than one node);
 both are known to any scheduler. On each node a job uses, its co-location log slowdown is modelled
@@ -26,6 +27,7 @@ means per distinct (class, co-runner counts) row, each with variance ``noise^2 /
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ from botorch.models import SingleTaskGP
 from botorch.posteriors import GPyTorchPosterior
 from gpytorch.kernels import LinearKernel
 from gpytorch.means import ZeroMean
+
+from bayes_sched.interference.predictor import ColocationRound
 
 
 @dataclass(frozen=True)
@@ -53,15 +57,18 @@ class PairPrior:
 
 
 class PairResiduals:
-    """The pair table's posterior, learned from per-job co-location residuals.
+    """The pair table's posterior, learned from per-job co-location residuals; a
+    :class:`~bayes_sched.interference.predictor.SlowdownPredictor`.
 
     Args:
         prior: the kernel's scales and the prior mean.
         noise: standard deviation of one job-round residual, log units.
         forget: per-round weight decay of old observations.
-        draws: joint posterior draws of the table returned by :meth:`posterior`.
+        draws: joint posterior draws of the table kept in :attr:`draws` at each fit.
         seed: seeds the draws.
     """
+
+    name = "pair surrogate"
 
     def __init__(self, prior: PairPrior = PairPrior(), noise: float = 0.15, forget: float = 0.998,
                  draws: int = 64, seed: int = 0) -> None:
@@ -76,6 +83,7 @@ class PairResiduals:
         self.mean = np.zeros((0, 0))
         self.std = np.zeros((0, 0))
         self.draws = np.zeros((draws, 0, 0))
+        self._indexed: tuple[Sequence[str] | None, np.ndarray] = (None, np.zeros(0, np.int64))
 
     @property
     def num_classes(self) -> int:
@@ -96,6 +104,48 @@ class PairResiduals:
             return table
         widths = [(0, 0)] * (table.ndim - 2) + [(0, pad), (0, pad)]
         return np.pad(table, widths, constant_values=self.prior.mean)
+
+    # --- the predictor ---------------------------------------------------------------------------
+
+    def learn(self, observation: ColocationRound) -> None:
+        """Add the round's residuals (where it was measured), cover its applications and refit
+        (:meth:`fit`; a failed fit raises and keeps the previous posterior)."""
+        if observation.residuals is not None:
+            self.observe(observation.allocation, observation.applications,
+                         list(observation.residuals), list(observation.residuals.values()))
+        self.application_index(observation.applications)
+        self.fit()
+
+    def log_slowdown(self, states: np.ndarray, applications: Sequence[str],
+                     draws: bool = False) -> np.ndarray:
+        """:meth:`log_factor` with the posterior mean ``(P, J)`` or the fit's draws ``(S, P, J)``."""
+        return self.log_factor(states, self._index_of(applications),
+                               self.draws if draws else None)
+
+    def diagnostics(self, allocation: np.ndarray, applications: Sequence[str]
+                    ) -> dict[str, float]:
+        """``surrogate_std`` and ``worst_pair``: the mean posterior std and the lowest mean of
+        the table over the classes of ``applications`` the last fit covers; ``pairs_observed``;
+        ``chosen_log_factor``: the mean predicted log slowdown in ``allocation`` ``(J, N)``."""
+        index = self._index_of(applications)
+        present = np.unique(np.concatenate([2 * index, 2 * index + 1]))
+        present = present[present < len(self.std)]  # classes the last fit covers
+        known = np.ix_(present, present)
+        return {
+            "surrogate_std": float(self.std[known].mean()) if present.size else math.nan,
+            "worst_pair": float(self.mean[known].min()) if present.size else math.nan,
+            "pairs_observed": float(self.observed_pairs()),
+            "chosen_log_factor": float(self.log_factor(allocation[None], index).mean()),
+        }
+
+    def _index_of(self, applications: Sequence[str]) -> np.ndarray:
+        """:meth:`application_index`, cached for the last sequence object asked about (a search
+        asks about the same jobs for every generation; indices never change once given)."""
+        cached, index = self._indexed
+        if applications is not cached:
+            index = self.application_index(applications)
+            self._indexed = (applications, index)
+        return index
 
     # --- co-runners ------------------------------------------------------------------------------
 

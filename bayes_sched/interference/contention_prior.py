@@ -1,4 +1,6 @@
-"""The contention posterior as a co-location prior for the ``bo`` policy.
+"""The contention posterior as a co-location prior: a
+:class:`~bayes_sched.interference.predictor.SlowdownPredictor` learned from counters (the ``bo``
+policy's first predictor).
 
 Where the cluster collects counters (:attr:`bayes_sched.cluster.ClusterState.counters`), every few
 rounds the contention network (:mod:`bayes_sched.contention.inference`: ``prepare`` -> ``fit_svi`` ->
@@ -29,6 +31,7 @@ import xarray as xr
 
 from bayes_sched.contention.inference import fit_svi, prepare, summarise
 from bayes_sched.contention.topology import NodeTopology
+from bayes_sched.interference.predictor import ColocationRound
 from counters import schema
 from counters.errors import CountersError
 
@@ -42,8 +45,10 @@ class ContentionPrior:
     """Per-class demand estimates from counters, and the prior log slowdown they imply.
 
     Args:
-        topology: the nodes' layout and capacities (as the counters' producer describes them).
-        applications: the application names job classes are built from.
+        topology: the nodes' layout and capacities (as the counters' producer describes them);
+            ``None``: the cluster's, from the first round that brings counters.
+        applications: the application names job classes are built from (more are added as
+            they are seen).
         every: rounds between contention-network fits.
         max_rows: most recent (round, node) equations kept for the least-squares fit.
         min_share: a job offering less than this fraction of a resource's capacity is not slowed
@@ -51,15 +56,21 @@ class ContentionPrior:
         svi_steps: SVI steps per fit.
     """
 
-    def __init__(self, topology: NodeTopology, applications: Sequence[str], every: int = 10,
-                 max_rows: int = 2000, min_share: float = 0.05, svi_steps: int = 60) -> None:
+    name = "contention prior"
+
+    def __init__(self, topology: NodeTopology | None = None, applications: Sequence[str] = (),
+                 every: int = 10, max_rows: int = 2000, min_share: float = 0.05,
+                 svi_steps: int = 60) -> None:
         self.topology = topology
         self.applications = list(applications)
         self.every = every
         self.max_rows = max_rows
         self.min_share = min_share
         self.svi_steps = svi_steps
-        self.capacity = np.array([topology.nic_capacity, topology.dram_capacity])
+        # A node's NIC and host-DRAM capacity, byte/s (zeros until a topology is known; no
+        # prior is predicted before a fit, which needs one).
+        self.capacity = (np.zeros(len(RESOURCES)) if topology is None
+                         else np.array([topology.nic_capacity, topology.dram_capacity]))
         # Demand per class (application x distributed) and resource, byte/s; NIC per node,
         # DRAM per GPU.
         self.demand = np.zeros((len(self.applications), 2, len(RESOURCES)))
@@ -78,6 +89,34 @@ class ContentionPrior:
             self.demand = np.concatenate([self.demand, np.zeros((1, 2, len(RESOURCES)))])
         return self.applications.index(application)
 
+    # --- the predictor ---------------------------------------------------------------------------
+
+    def learn(self, observation: ColocationRound) -> None:
+        """Where the cluster collects counters: remember the round (if time passed) and, every
+        ``every`` such rounds, refit (:meth:`update`). Rounds without counters are ignored."""
+        if observation.counters is None:
+            return
+        if self.topology is None:
+            if observation.topology is None:
+                raise ValueError("contention prior: counters came without the nodes' topology")
+            self.topology = observation.topology
+            self.capacity = np.array([self.topology.nic_capacity, self.topology.dram_capacity])
+        if observation.start < observation.end:
+            allocation = observation.allocation
+            self.record_round(
+                observation.start, observation.end,
+                {name: allocation[j] for j, name in enumerate(observation.names)
+                 if allocation[j].any()},
+                dict(zip(observation.names, observation.applications, strict=True)))
+        self.update(observation.counters)
+
+    def diagnostics(self, allocation: np.ndarray, applications: Sequence[str]
+                    ) -> dict[str, float]:
+        """``contention_fits`` so far and ``prior_chosen``, the mean prior log slowdown in
+        ``allocation`` ``(J, N)``."""
+        return {"contention_fits": float(self.fits),
+                "prior_chosen": float(self.log_slowdown(allocation[None], applications).mean())}
+
     # --- learning ---------------------------------------------------------------------------------
 
     def record_round(self, start: float, end: float, allocations: Mapping[str, np.ndarray],
@@ -95,6 +134,8 @@ class ContentionPrior:
         self._calls += 1
         if counters is None or self._calls % self.every or not self._rounds:
             return
+        if self.topology is None:
+            raise ValueError("the contention prior has no topology: give one, or learn() a round")
         start = time.perf_counter()
         try:
             window = prepare(counters, self.topology, where="cluster counters")
@@ -161,8 +202,10 @@ class ContentionPrior:
 
     # --- the prior ----------------------------------------------------------------------------------
 
-    def log_slowdown(self, states: np.ndarray, applications: Sequence[str]) -> np.ndarray:
-        """Prior log slowdown (<= 0) of every job in every candidate, ``(P, J, N) -> (P, J)``."""
+    def log_slowdown(self, states: np.ndarray, applications: Sequence[str],
+                     draws: bool = False) -> np.ndarray:
+        """Prior log slowdown (<= 0) of every job in every candidate, ``(P, J, N) -> (P, J)``
+        (the posterior median's demands: no draws, so ``draws`` changes nothing)."""
         size, num_jobs, num_nodes = states.shape
         out = np.zeros((size, num_jobs))
         if not self.known:

@@ -1,31 +1,12 @@
-"""Hidden interference for the simulator: slowdowns that co-located jobs cause each other, which no
-policy sees directly.
+"""The contention law: the contention generator's max-min law on the simulated cluster.
 
-The simulator asks a :class:`HiddenInterference` each round for every running job's slowdown (a
-fraction in ``[0, 1)`` of its progress lost) given where all jobs run. Policies only see what a real
-cluster shows: the jobs' progress, and, where the law models resources, the per-node counters it
-emits (:meth:`ContentionLaw.counters`, in the :mod:`counters.schema` layout).
-
-Two laws:
-
-* :class:`ContentionLaw`, the contention generator's law (:mod:`bayes_sched.contention.generator`):
-  every job offers hidden demands on its nodes' shared resources (each PCIe switch, host DRAM, the
-  NIC); each resource splits its capacity by max-min fairness over the jobs' offered demands
-  (:func:`~bayes_sched.contention.generator.max_min_share`), and a job progresses at the pace of its
-  worst-served resource on any of its nodes. Demands are derived from what the application is (its
-  measured step and sync times, sample size and decode cost) -- see :func:`job_demands`.
-* :class:`GavelLaw`, built from Gavel's measured co-location pairs: each Pollux application is
-  mapped to the closest Gavel job type (:data:`GAVEL_TYPE_OF`); a job sharing a node with others
-  runs at ``prod_b (1 - node_share_factor * (1 - speed(a with b)))`` on that node, where
-  ``speed(a with b)`` is Gavel's normalised speed of ``a`` sharing *a GPU* with ``b`` (V100); a
-  distributed job goes at the pace of its slowest node. ``node_share_factor`` scales GPU sharing
-  down to node sharing (host CPU, DRAM, PCIe, NIC): explicit, documented, and a parameter.
-
-Which GPUs of a node a job holds is not part of an allocation (GPUs per node); both laws give the
-jobs on a node consecutive GPUs in job-name order, which decides who shares a PCIe switch.
-
-Laws are registered by name in :data:`HIDDEN_LAWS` with typed options (their fields); a law checks
-at the start that it fits the cluster (:meth:`HiddenInterference.check_cluster`).
+Every job offers hidden demands on its nodes' shared resources (each PCIe switch, host DRAM, the
+NIC); each resource splits its capacity by max-min fairness over the jobs' offered demands
+(:func:`~bayes_sched.contention.generator.max_min_share`), and a job progresses at the pace of its
+worst-served resource on any of its nodes. Demands are derived from what the application is (its
+measured step and sync times, sample size and decode cost) -- see :func:`job_demands`. The law
+emits the per-node counters a real cluster would collect (:meth:`ContentionLaw.counters`, in the
+:mod:`counters.schema` layout), the only part of it a policy sees.
 """
 
 from __future__ import annotations
@@ -33,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Protocol
 
 import numpy as np
 import xarray as xr
@@ -43,35 +23,9 @@ from bayes_sched.cluster_spec import DEFAULT_TOPOLOGY, ClusterSpec
 from bayes_sched.contention.generator import max_min_share
 from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import InputError
-from bayes_sched.interference.gavel import load_gavel_pairs
-from bayes_sched.registry import Registry
+from bayes_sched.sim.laws.base import RunningJob
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application
 from counters import schema
-
-
-@dataclass(frozen=True)
-class RunningJob:
-    """What a hidden law sees of one running job: its application, GPUs per node ``(N,)`` and
-    per-GPU micro-batch."""
-
-    application: str
-    counts: np.ndarray
-    local_bsz: int
-
-
-class HiddenInterference(Protocol):
-    """A ground-truth interference law (the simulator's side; policies never see it)."""
-
-    name: str
-
-    def slowdowns(self, jobs: Mapping[str, RunningJob]) -> dict[str, float]:
-        """Fraction of progress each job loses this round, in ``[0, 1)``; absent means 0."""
-        ...
-
-    def check_cluster(self, cluster: ClusterSpec) -> None:
-        """Raise :class:`InputError` (one line) if the law cannot model ``cluster``."""
-        ...
-
 
 #: The artifact's node (AWS g4dn.12xlarge: 4 T4 GPUs on PCIe 3.0, two per switch, one socket,
 #: 50 Gbit/s network), the cluster specs' default (one definition:
@@ -288,7 +242,7 @@ class ContentionLaw:
         return schema.build(times, [f"node{n:03d}" for n in range(num_nodes)], variables,
                             device=list(range(topology.num_gpus)),
                             attrs={"interval_s": seconds / count,
-                                   "producer": "bayes_sched.sim.hidden.ContentionLaw"})
+                                   "producer": "bayes_sched.sim.laws.contention.ContentionLaw"})
 
 
 @cache
@@ -304,104 +258,3 @@ def _bottleneck(ratio: np.ndarray, demand: np.ndarray, capacity: float) -> None:
         return
     grant = max_min_share(demand[active], capacity)
     ratio[active] = np.minimum(ratio[active], grant / demand[active])
-
-
-#: The closest Gavel job type to each Pollux application: same model family and a similar per-GPU
-#: batch (ImageNet ResNet-50 -> ResNet-50; CIFAR-10 ResNet-18 -> ResNet-18; BERT, a Transformer
-#: encoder -> Transformer; DeepSpeech2, recurrent layers over sequences -> the LSTM language model;
-#: YOLOv3, a convolutional net on large images at small batches -> CycleGAN; NCF -> Recommendation).
-GAVEL_TYPE_OF: Mapping[str, str] = {
-    "imagenet": "ResNet-50 (batch size 64)",
-    "cifar10": "ResNet-18 (batch size 128)",
-    "bert": "Transformer (batch size 16)",
-    "deepspeech2": "LM (batch size 20)",
-    "yolov3": "CycleGAN",
-    "ncf": "Recommendation (batch size 8192)",
-}
-
-
-@dataclass
-class GavelLaw:
-    """Node-sharing slowdowns from Gavel's measured GPU-sharing pairs (see the module docstring).
-
-    Args:
-        node_share_factor: fraction of the GPU-sharing slowdown a job suffers from sharing only a
-            node with the other job (0: no effect, 1: as bad as sharing the GPU). Sharing a node
-            contends for host CPU, DRAM, PCIe and the NIC, not for SMs and GPU memory, so much less
-            than 1; 0.3 by default.
-        gpu: the Gavel GPU type whose measurements are used.
-    """
-
-    node_share_factor: float = 0.3
-    gpu: str = "v100"
-    name: str = field(default="gavel", init=False)
-    _speed: dict[tuple[str, str], float] = field(default_factory=dict, repr=False, init=False)
-
-    def check_cluster(self, cluster: ClusterSpec) -> None:
-        """Any cluster: the law works per node, whatever its GPUs (pairs measured on ``gpu``)."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.node_share_factor <= 1:
-            raise InputError(f"node_share_factor is {self.node_share_factor}: expected a "
-                             "fraction in [0, 1]", column="node_share_factor")
-        pairs = load_gavel_pairs()
-        pairs = pairs[pairs["gpu"] == self.gpu]
-        if pairs.empty:
-            raise InputError(f"no Gavel pairs measured on GPU type '{self.gpu}'", column="gpu")
-        speed = pairs.groupby(["type_a", "type_b"])["speed_a"].mean()
-        for a, type_a in GAVEL_TYPE_OF.items():
-            for b, type_b in GAVEL_TYPE_OF.items():
-                # Pairs too big for one GPU were not measured: use type_a's mean over partners.
-                value = speed.get((type_a, type_b))
-                if value is None or not np.isfinite(value):
-                    value = float(speed.loc[type_a].mean())
-                self._speed[(a, b)] = float(min(value, 1.0))
-
-    def pair_speed(self, application: str, other: str) -> float:
-        """Speed of ``application`` sharing a node with ``other`` (1 = unaffected)."""
-        return 1.0 - self.node_share_factor * (1.0 - self._speed[(application, other)])
-
-    def slowdowns(self, jobs: Mapping[str, RunningJob]) -> dict[str, float]:
-        on_node: dict[int, list[str]] = {}
-        for name, job in jobs.items():
-            for node in np.flatnonzero(job.counts):
-                on_node.setdefault(int(node), []).append(name)
-        result: dict[str, float] = {}
-        for names in on_node.values():
-            if len(names) < 2:
-                continue
-            for name in names:
-                speed = 1.0
-                for other in names:
-                    if other != name:
-                        speed *= self.pair_speed(jobs[name].application, jobs[other].application)
-                result[name] = max(result.get(name, 0.0), 1.0 - speed)
-        return result
-
-
-def _no_interference() -> None:
-    """No hidden interference."""
-    return None
-
-
-#: Hidden interference laws by name (``"none"`` makes no law); options are the laws' fields.
-HIDDEN_LAWS: Registry[HiddenInterference | None] = Registry("hidden law")
-HIDDEN_LAWS.register("none", _no_interference)
-HIDDEN_LAWS.register("contention", ContentionLaw,
-                     "max-min shares of each node's PCIe switches, DRAM and NIC (emits counters)")
-HIDDEN_LAWS.register("gavel", GavelLaw, "node sharing from Gavel's measured GPU-sharing pairs")
-
-
-def make_hidden(name: str, /, cluster: ClusterSpec | None = None, where: str = "",
-                **options: object) -> HiddenInterference | None:
-    """A hidden law by name with typed options (``None`` for ``"none"``), e.g.
-    ``make_hidden("contention", seed=1)``.
-
-    ``cluster`` gives a law with a topology option the cluster's node topology unless
-    ``options`` set one. Raises :class:`InputError` for an unknown law, option or type
-    (``where`` prefixes the message: a flag or a file).
-    """
-    context: dict[str, object] = {}
-    if cluster is not None and name in HIDDEN_LAWS and "topology" in HIDDEN_LAWS.options(name):
-        context["topology"] = cluster.topology
-    return HIDDEN_LAWS.make(name, where=where, context=context, **options)
