@@ -72,3 +72,24 @@ def test_fixed_batch_is_split_and_tuned_batch_stays_within_limits() -> None:
         batch = sum(placement) * m * (s + 1)
         assert APP.limits.min_local_bsz <= m <= APP.limits.max_local_bsz
         assert APP.limits.init_batch_size <= batch <= APP.limits.max_batch_size
+
+
+def test_simulated_jobs_report_their_models_under_the_clusters_gpu_type() -> None:
+    from bayes_sched.jobs import JobView
+    from bayes_sched.policies import make_policy
+    from bayes_sched.sim import SimConfig, run_simulation
+    from bayes_sched.sim.physics import GPU_TYPE
+
+    policy = make_policy("pollux")
+    seen: set[str] = set()
+    decide = policy.decide
+
+    def spying(cluster, jobs: list[JobView]):  # type: ignore[no-untyped-def]
+        for job in jobs:
+            seen.update(job.models)
+            assert all(o.gpu_type == GPU_TYPE for o in job.observations.values())
+        return decide(cluster, jobs)
+
+    policy.decide = spying  # type: ignore[method-assign]
+    run_simulation("workload-1", policy, SimConfig(num_nodes=2), max_jobs=3)
+    assert seen == {GPU_TYPE}

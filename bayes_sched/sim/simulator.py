@@ -253,8 +253,10 @@ class SimulatedCluster:
                     "cluster that fits every job",
                     workload.source or None, row=row, column="num_replicas")
             settings = job_settings(spec) if job_settings else JobSettings(spec.batch_size)
+            # Jobs report their measurements under the physics' GPU type, the only one the
+            # cluster may hold (SimConfig refuses others), so their models are per-type.
             agent = JobAgent(spec.name, app.limits, settings, config.min_refit_interval,
-                             config.refit_on_new_bsz)
+                             config.refit_on_new_bsz, gpu_type=GPU_TYPE)
             self.jobs[spec.name] = SimJob(spec, app, agent, config.num_nodes)
         self._allocations: Allocations = {}
         # Timeline: GPUs each job held during each round (rows appended per round).
