@@ -226,6 +226,7 @@ def run_interference(args: argparse.Namespace) -> int:
     if len(jobs) < 2:
         raise InterferenceInputError("--jobs: expected at least two comma-separated job names")
     model = InterferenceModel.fit(pairs, solo, FitConfig(num_steps=args.steps, seed=args.seed))
+    model.require_converged()
     table = model.predict_colocation(jobs)
     print_table(
         table.to_dict(orient="records"), title="Predicted normalised speed", as_json=args.json
