@@ -375,7 +375,8 @@ class ThroughputPosterior:
 def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: StepTimePrior
                     ) -> dict[str, torch.Tensor]:
     # Start from the point fit where the data inform a parameter, from the prior median where
-    # they cannot (the point fit merely holds those at arbitrary starting values).
+    # they cannot (the point fit pins those at its lower bound, which a log-normal prior puts
+    # far in its tail).
     start = point.as_dict()
     ok = identifiable(profile)
     uninformed = set()
