@@ -20,7 +20,6 @@ from bayes_sched.estimation.job_models import (
     JobModelEstimator,
     PosteriorSettings,
     ThroughputFitter,
-    optimistic_unidentified,
     profile_of,
 )
 from bayes_sched.jobs import JobView
@@ -47,4 +46,4 @@ def run_estimators(estimators: Sequence[Estimator], cluster: ClusterState,
 
 
 __all__ = ["Estimator", "JobModelEstimator", "PosteriorSettings", "ThroughputFitter",
-           "optimistic_unidentified", "profile_of", "run_estimators"]
+           "profile_of", "run_estimators"]
