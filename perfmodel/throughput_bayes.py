@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pyro
@@ -425,7 +426,7 @@ def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
         values = {n: to_constrained[n](z[..., i]) for i, n in enumerate(names)}
         trace = poutine.trace(poutine.condition(step_time_model, data=values)).get_trace(
             data, prior)
-        total = sum(site["fn"].log_prob(site["value"]) for site in trace.nodes.values()
+        total = sum(cast(Any, site["fn"]).log_prob(site["value"]) for site in trace.nodes.values()
                     if site["type"] == "sample")
         jacobian = sum(to_constrained[n].log_abs_det_jacobian(z[..., i], values[n])
                        for i, n in enumerate(names))

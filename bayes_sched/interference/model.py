@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -343,8 +344,10 @@ class InterferenceModel:
         other = torch.tensor(jobs.get_indexer(observations["other"]), dtype=torch.long)
         speed = torch.tensor(observations["speed"].to_numpy(), dtype=torch.float32)
 
-        def model(*args: torch.Tensor | None) -> torch.Tensor:
-            return interference_model(*args, latent_dim=config.latent_dim)
+        def model(features: torch.Tensor, target: torch.Tensor, other: torch.Tensor,
+                  speed: torch.Tensor | None = None) -> torch.Tensor:
+            return interference_model(features, target, other, speed,
+                                      latent_dim=config.latent_dim)
 
         pyro.set_rng_seed(config.seed)
         guide = AutoNormal(model, init_scale=0.05)
@@ -465,5 +468,5 @@ def _draw_posterior(
             trace = poutine.trace(guide).get_trace(*args)
             for name, site in trace.nodes.items():
                 if site["type"] == "sample":
-                    draws.setdefault(name, []).append(site["value"].detach())
+                    draws.setdefault(name, []).append(cast(torch.Tensor, site["value"]).detach())
     return {name: torch.stack(values) for name, values in draws.items()}
