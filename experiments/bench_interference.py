@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bayes_sched.interference import (  # noqa: E402
     FitConfig,
     InterferenceModel,
+    colocation_observations,
     interval_coverage,
     leave_one_group_out,
     load_gavel_pairs,
     load_gavel_solo_features,
     mean_absolute_error,
-    pair_observations,
     random_pair_splits,
 )
 from bayes_sched.interference.gavel import job_type_of  # noqa: E402
@@ -94,8 +94,13 @@ def run_baselines(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFram
     return out
 
 
-def run_bayes(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame, steps: int) -> tuple:
+def run_bayes(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame, steps: int
+              ) -> tuple | None:
+    """Median and 90% interval on ``test``, or ``None`` when the fit did not converge (a
+    diverged fit's numbers are not results)."""
     model = InterferenceModel.fit_observations(train, features, FitConfig(num_steps=steps))
+    if not model.converged:
+        return None
     prediction = model.predict_speed(list(test["target"]), list(test["other"]))
     low, high = prediction.interval(LEVEL)
     return prediction.median, low, high
@@ -108,7 +113,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     args = parser.parse_args()
 
-    observations = pair_observations(load_gavel_pairs())
+    observations = colocation_observations(load_gavel_pairs())
     features = load_gavel_solo_features()
     settings = {
         "random 80/20": [
@@ -118,13 +123,20 @@ def main() -> int:
         "leave one type out": list(leave_one_group_out(observations, job_type_of)),
     }
     rows = []
+    diverged: dict[str, int] = {}
     for setting, folds in settings.items():
         collected: dict[str, list] = {}
         started = time.perf_counter()
         for i, (_, test_mask) in enumerate(folds):
             train, test = observations[~test_mask], observations[test_mask]
             results = run_baselines(train, test, features)
-            results["bayes (this)"] = run_bayes(train, test, features, args.steps)
+            bayes = run_bayes(train, test, features, args.steps)
+            if bayes is None:
+                diverged[setting] = diverged.get(setting, 0) + 1
+                print(f"{setting}: fold {i + 1}: the Bayesian fit did not converge; fold left out "
+                      "for every method", file=sys.stderr)
+                continue
+            results["bayes (this)"] = bayes
             for name, (prediction, low, high) in results.items():
                 collected.setdefault(name, []).append(
                     (prediction, low, high, test["speed"].to_numpy())
@@ -136,7 +148,7 @@ def main() -> int:
                 {
                     "setting": setting,
                     "method": name,
-                    "folds": len(folds),
+                    "folds": len(folds) - diverged.get(setting, 0),
                     "n": len(observed),
                     "mae": mean_absolute_error(prediction, observed),
                     "coverage_90": interval_coverage(low, high, observed),

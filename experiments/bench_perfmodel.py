@@ -2,16 +2,18 @@
 
 Prints three tables:
 
-1. accuracy: RMSLE of step time for the point fit and the posterior median, in-sample and on
-   held-out placements (K folds over whole placements: every row of a placement is left out
-   together);
-2. calibration: fraction of held-out measured step times inside the 50% and 90% predictive
-   intervals, for the K-fold split and for fitting on single-GPU placements only and predicting
-   every multi-GPU one (with the default prior, and with a population prior learned from the
-   other five models);
-3. cost: fit time per model (point, Bayesian) and batch-tuning time for 10,000 allocations.
+1. fits: per model, the objective (Pollux's: RMSLE of compute and step time plus its penalties)
+   of our point fit next to a re-implementation of the reference fit (adaptdl's
+   ``goodput.fit_perf_params``: one L-BFGS-B run from its start), both scored by the reference's
+   objective, and PSIS k-hat of the Bayesian fit on all rows;
+2. quality per configuration class (1 GPU, within a node, across nodes): RMSLE of step time (point
+   fit and posterior median) and the fraction of measured step times inside the 50% and 90%
+   predictive intervals, *warm* (K folds over whole placements: every row of a placement is left
+   out together) and *cold* (fit on single-GPU placements only, predict every multi-GPU one), with
+   the median 90% interval width (log units) and the cold/warm width ratio;
+3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
-Run: ``python experiments/bench_perfmodel.py [--folds 5] [--models cifar10 ...] [--json]``
+Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]``
 """
 
 from __future__ import annotations
@@ -21,13 +23,82 @@ import json
 import time
 
 import numpy as np
+import scipy.optimize
+import torch
 
 from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.efficiency import EfficiencyModel
 from perfmodel.goodput import GoodputModel
 from perfmodel.profiles import StepTimeProfile, load_pollux_gradients, load_pollux_profile
-from perfmodel.throughput import fit_throughput, predict_step_time, rmsle
-from perfmodel.throughput_bayes import StepTimePrior, fit_throughput_posterior
+from perfmodel.throughput import (
+    CONFIGURATION_CLASSES,
+    ThroughputParams,
+    configuration_class,
+    fit_throughput,
+    predict_step_time,
+    profile_tensors,
+    rmsle,
+)
+from perfmodel.throughput_bayes import fit_throughput_posterior
+
+# --- a re-implementation of Pollux's fit (adaptdl's goodput.fit_perf_params), for comparison --
+
+def _reference_predict(theta: torch.Tensor, nodes: torch.Tensor, replicas: torch.Tensor,
+                       local_bsz: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # As the reference writes it: the slowest link's constant, 1e-8 for one replica, and the
+    # retrogression slope times max(K - 2, 1e-8).
+    alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = theta
+    t_c = alpha_c + beta_c * local_bsz
+    tiny = torch.full_like(nodes, 1e-8)
+    across, within = nodes > 1, replicas > 1
+    constant = torch.where(across, alpha_n, torch.where(within, alpha_r, tiny))
+    slope = torch.where(across, beta_n, torch.where(within, beta_r, tiny))
+    t_n = constant + slope * torch.clamp(replicas - 2, min=1e-8)
+    return t_c, torch.log(t_c**gamma + t_n**gamma) / gamma
+
+
+def reference_objective(theta: torch.Tensor, profile: StepTimeProfile) -> torch.Tensor:
+    """The reference's objective: RMSLE of compute and step time, ``1e-3 (gamma - 1)^2`` and
+    ``1e-2 ((beta_n / alpha_n)^2 + (beta_r / alpha_r)^2)``."""
+    data = profile_tensors(profile)
+    t_c, log_t_o = _reference_predict(theta, data["nodes"], data["replicas"], data["m"])
+    err_c = torch.sqrt(torch.mean((torch.log(t_c) - data["log_tc"]) ** 2))
+    err_o = torch.sqrt(torch.mean((log_t_o - data["log_to"]) ** 2))
+    return (err_c + err_o + 1e-3 * (theta[6] - 1) ** 2
+            + 1e-2 * ((theta[3] / theta[2]) ** 2 + (theta[5] / theta[4]) ** 2))
+
+
+def reference_fit(profile: StepTimeProfile) -> ThroughputParams:
+    """Pollux's point fit: start ``[0.1, 0.01] * 3 + [1.001]``, bounds ``[1e-8, inf)`` and gamma
+    in ``[1, 10]``; with one micro-batch size only ``alpha_c`` is pinned (at half the mean compute
+    time); network terms without data are pinned at 1e-8; one L-BFGS-B run; without multi-node
+    data ``alpha_n, beta_n`` are raised to 1.1 times ``alpha_r, beta_r``."""
+    start = np.array([1e-1, 1e-2] * 3 + [1.0 + 1e-3])
+    lower = np.array([1e-8] * 6 + [1.0])
+    upper = np.array([np.inf] * 6 + [10.0])
+    nodes, replicas = profile.num_nodes, profile.num_replicas
+    if len(np.unique(profile.local_bsz)) == 1:
+        start[0] = lower[0] = upper[0] = np.mean(profile.compute_time) / 2
+    if not np.any(nodes > 1):
+        start[[2, 3]] = upper[[2, 3]] = lower[[2, 3]]
+    if not np.any((nodes == 1) & (replicas > 1)):
+        start[[4, 5]] = upper[[4, 5]] = lower[[4, 5]]
+    if not np.any(replicas > 2):
+        start[[3, 5]] = upper[[3, 5]] = lower[[3, 5]]
+
+    def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
+        theta = torch.as_tensor(x, dtype=torch.float64).requires_grad_(True)
+        loss = reference_objective(theta, profile)
+        (grad,) = torch.autograd.grad(loss, theta)
+        return float(loss.detach()), grad.numpy()
+
+    bounds = scipy.optimize.Bounds(lower, upper, keep_feasible=True)
+    theta = scipy.optimize.minimize(objective, start, jac=True, method="L-BFGS-B",
+                                    bounds=bounds).x
+    if not np.any(nodes > 1):
+        theta[2] = max(theta[2], theta[4] * 1.1)
+        theta[3] = max(theta[3], theta[5] * 1.1)
+    return ThroughputParams.from_array(theta)
 
 
 def placement_folds(profile: StepTimeProfile, folds: int, seed: int) -> list[np.ndarray]:
@@ -39,16 +110,11 @@ def placement_folds(profile: StepTimeProfile, folds: int, seed: int) -> list[np.
     return [np.isin(profile.placement.astype(str), g) for g in groups]
 
 
-#: Whether the Bayesian fits model placement effects (set from the command line).
-PLACEMENT_EFFECTS = False
-
-
-def held_out(train: StepTimeProfile, test: StepTimeProfile, seed: int,
-             prior: StepTimePrior | None = None) -> dict[str, np.ndarray]:
+def held_out(train: StepTimeProfile, test: StepTimeProfile, seed: int, num_steps: int
+             ) -> dict[str, np.ndarray]:
     """Point and posterior predictions for ``test`` from fits on ``train``."""
     point = fit_throughput(train)
-    posterior = fit_throughput_posterior(train, seed=seed, check=False, prior=prior,
-                                         placement_effects=PLACEMENT_EFFECTS)
+    posterior = fit_throughput_posterior(train, seed=seed, check=False, num_steps=num_steps)
     pred = posterior.predict_step_time(test.num_nodes, test.num_replicas, test.local_bsz,
                                        test.accum_steps, (0.05, 0.25, 0.75, 0.95),
                                        placement=test.placement)
@@ -61,62 +127,58 @@ def inside(values: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarr
     return (values >= lower) & (values <= upper)
 
 
-def evaluate_model(model: str, folds: int, seed: int) -> tuple[dict, dict]:
-    profile = load_pollux_profile(model)
-    started = time.perf_counter()
-    point = fit_throughput(profile)
-    point_seconds = time.perf_counter() - started
-    posterior = fit_throughput_posterior(profile, seed=seed, placement_effects=PLACEMENT_EFFECTS)
-    in_pred = posterior.predict_step_time(profile.num_nodes, profile.num_replicas,
-                                          profile.local_bsz, placement=profile.placement)
-    in_point = predict_step_time(point, profile.num_nodes, profile.num_replicas,
-                                 profile.local_bsz)
+def class_rows(model: str, setting: str, test: StepTimeProfile, pred: dict[str, np.ndarray]
+               ) -> list[dict]:
+    """One row per configuration class present in ``test``."""
+    classes = configuration_class(test.num_nodes, test.num_replicas)
+    width = np.log(pred["q0.95"] / pred["q0.05"])
+    rows = []
+    for index, name in enumerate(CONFIGURATION_CLASSES):
+        rows_of = classes == index
+        if not rows_of.any():
+            continue
+        truth = test.step_time[rows_of]
+        rows.append({
+            "model": model, "setting": setting, "class": name, "rows": int(rows_of.sum()),
+            "rmsle_point": rmsle(pred["point"][rows_of], truth),
+            "rmsle_bayes": rmsle(pred["median"][rows_of], truth),
+            "cover50": float(inside(truth, pred["q0.25"][rows_of], pred["q0.75"][rows_of]).mean()),
+            "cover90": float(inside(truth, pred["q0.05"][rows_of], pred["q0.95"][rows_of]).mean()),
+            "width90": float(np.median(width[rows_of])),
+        })
+    return rows
 
-    log_point, log_post, in50, in90, measured = [], [], [], [], []
-    for mask in placement_folds(profile, folds, seed):
-        pred = held_out(profile.subset(~mask), profile.subset(mask), seed)
-        truth = profile.step_time[mask]
-        measured.append(truth)
-        log_point.append(pred["point"])
-        log_post.append(pred["median"])
-        in50.append(inside(truth, pred["q0.25"], pred["q0.75"]))
-        in90.append(inside(truth, pred["q0.05"], pred["q0.95"]))
-    truth = np.concatenate(measured)
+
+def objective_of(params: ThroughputParams, profile: StepTimeProfile) -> float:
+    return float(reference_objective(torch.as_tensor(params.as_array()), profile))
+
+
+def evaluate_model(model: str, folds: int, seed: int, num_steps: int) -> tuple[dict, list[dict]]:
+    profile = load_pollux_profile(model)
+    posterior = fit_throughput_posterior(profile, seed=seed, num_steps=num_steps)
+    fits = {"model": model,
+            "objective_ours": objective_of(fit_throughput(profile), profile),
+            "objective_reference": objective_of(reference_fit(profile), profile),
+            "pareto_k": posterior.diagnostics.pareto_k,
+            "bayes_fit_s": posterior.diagnostics.seconds}
+
+    masks = placement_folds(profile, folds, seed)
+    parts = [held_out(profile.subset(~mask), profile.subset(mask), seed, num_steps)
+             for mask in masks]
+    order = np.concatenate([np.flatnonzero(mask) for mask in masks])
+    warm_pred = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+    # The folds partition the rows: put the predictions back in the profile's row order.
+    warm = class_rows(model, "warm", profile, {k: v[np.argsort(order)] for k, v in warm_pred.items()})
 
     single = profile.num_replicas == 1
-    pred_multi = held_out(profile.subset(single), profile.subset(~single), seed)
-    multi = profile.step_time[~single]
-    # The same cold start with a prior learned from the other five models (leave-one-out).
-    others = [load_pollux_profile(o) for o in POLLUX_MODELS if o != model]
-    population = StepTimePrior.from_population(
-        profile.subset(single), [(o, fit_throughput(o)) for o in others])
-    pred_pop = held_out(profile.subset(single), profile.subset(~single), seed, population)
-
-    accuracy = {
-        "model": model,
-        "rmsle_point_in": rmsle(in_point, profile.step_time),
-        "rmsle_bayes_in": rmsle(in_pred["median"], profile.step_time),
-        "rmsle_point_heldout": rmsle(np.concatenate(log_point), truth),
-        "rmsle_bayes_heldout": rmsle(np.concatenate(log_post), truth),
-        "rmsle_point_1gpu_to_multi": rmsle(pred_multi["point"], multi),
-        "rmsle_bayes_1gpu_to_multi": rmsle(pred_multi["median"], multi),
-        "rmsle_popprior_1gpu_to_multi": rmsle(pred_pop["median"], multi),
-    }
-    calibration = {
-        "model": model,
-        "cover50_heldout": float(np.concatenate(in50).mean()),
-        "cover90_heldout": float(np.concatenate(in90).mean()),
-        "cover50_1gpu_to_multi": float(inside(multi, pred_multi["q0.25"],
-                                              pred_multi["q0.75"]).mean()),
-        "cover90_1gpu_to_multi": float(inside(multi, pred_multi["q0.05"],
-                                              pred_multi["q0.95"]).mean()),
-        "cover50_popprior": float(inside(multi, pred_pop["q0.25"], pred_pop["q0.75"]).mean()),
-        "cover90_popprior": float(inside(multi, pred_pop["q0.05"], pred_pop["q0.95"]).mean()),
-        "pareto_k": posterior.diagnostics.pareto_k,
-        "point_fit_s": point_seconds,
-        "bayes_fit_s": posterior.diagnostics.seconds,
-    }
-    return accuracy, calibration
+    cold = class_rows(model, "cold", profile.subset(~single),
+                      held_out(profile.subset(single), profile.subset(~single), seed, num_steps))
+    warm_width = {row["class"]: row["width90"] for row in warm}
+    for row in cold:
+        row["width_vs_warm"] = row["width90"] / warm_width.get(row["class"], float("nan"))
+    for row in warm:
+        row["width_vs_warm"] = 1.0
+    return fits, warm + cold
 
 
 def tuning_cost(model: str, num_allocations: int = 10_000, repeats: int = 5) -> dict:
@@ -163,25 +225,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=list(POLLUX_MODELS))
     parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=500, help="SVI steps per Bayesian fit")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--placement-effects", action="store_true",
-                        help="model a deviation shared by the rows of each placement")
     parser.add_argument("--skip-cost", action="store_true", help="leave out the tuning-cost table")
     args = parser.parse_args()
-    global PLACEMENT_EFFECTS
-    PLACEMENT_EFFECTS = args.placement_effects
-    accuracy, calibration, cost = [], [], []
+    fits, quality, cost = [], [], []
     for model in args.models:
-        a, c = evaluate_model(model, args.folds, args.seed)
-        accuracy.append(a)
-        calibration.append(c)
+        f, q = evaluate_model(model, args.folds, args.seed, args.steps)
+        fits.append(f)
+        quality.extend(q)
         if not args.skip_cost:
             cost.append(tuning_cost(model))
-    print_rows("Accuracy: RMSLE of step time (in-sample; held-out placements, "
-               f"{args.folds} folds; fit on 1-GPU rows, predict multi-GPU)", accuracy, args.json)
-    print_rows("Calibration of held-out predictive intervals (nominal 0.5 and 0.9) and fit cost",
-               calibration, args.json)
+    print_rows("Fits: the reference's objective at our point fit and at the reference's own fit; "
+               "PSIS k-hat of the Bayesian fit on all rows", fits, args.json)
+    print_rows(f"Step-time quality per configuration class: warm ({args.folds} folds over "
+               "placements) and cold (fit on 1-GPU rows); coverage of 50%/90% intervals",
+               quality, args.json)
     if cost:
         print_rows("Batch tuning: 10,000 allocations (mean goodput, point fit; 10% quantile over 32 "
                    "posterior draws)", cost, args.json)

@@ -15,7 +15,7 @@ machine): risk 0.1 / point-fit average JCT 2.15, 5.71, 2.00, 1.82, 1.51, 1.83, 1
 2.27): worse on every workload. The posterior keeps network terms no measurement informs as wide as
 their prior, so the 10 % quantile of goodput on GPU counts a job never ran on is low and jobs stay
 small, never measuring the larger allocations that would narrow it; the point fit is optimistic
-there by design (:func:`bayes_sched.estimation.optimistic_unidentified`). Risk aversion without an
+there by design (:func:`perfmodel.throughput.pinned_parameters`). Risk aversion without an
 exploration term does not pay here.
 """
 

@@ -98,6 +98,17 @@ def seconds_per_step(step_time: float, sync_time: float, accum_steps: int) -> fl
     return step_time + (step_time - sync_time) * accum_steps
 
 
+#: Configuration classes whose measurements scatter differently: one GPU, several GPUs within one
+#: node, several nodes.
+CONFIGURATION_CLASSES = ("1gpu", "within", "across")
+
+
+def configuration_class(num_nodes: np.ndarray, num_replicas: np.ndarray) -> np.ndarray:
+    """Index into :data:`CONFIGURATION_CLASSES` per configuration, shape of the broadcast inputs."""
+    nodes, replicas = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas))
+    return np.where(nodes > 1, 2, np.where(replicas > 1, 1, 0)).astype(np.int64)
+
+
 def predict_step_time(params: ThroughputParams, num_nodes: np.ndarray | int,
                       num_replicas: np.ndarray | int, local_bsz: np.ndarray | float,
                       accum_steps: np.ndarray | int = 0) -> np.ndarray:
@@ -157,35 +168,94 @@ def profile_tensors(profile: StepTimeProfile) -> dict[str, torch.Tensor]:
     }
 
 
-def fit_throughput(profile: StepTimeProfile) -> ThroughputParams:
-    """Point fit of the step-time model: minimise RMSLE with L-BFGS-B under Pollux's bounds.
+#: Pollux's lower bound on the six positive parameters; terms the data cannot inform are pinned
+#: here, so a configuration never measured is predicted optimistically (no network cost).
+LOWER_BOUND = 1e-8
+#: Pollux's prior when no multi-node run was measured: links across nodes are at least this much
+#: slower than links within one.
+ACROSS_OVER_WITHIN = 1.1
+#: Pollux's starting point, in :data:`PARAM_NAMES` order.
+POLLUX_START = (1e-1, 1e-2, 1e-1, 1e-2, 1e-1, 1e-2, 1.0 + 1e-3)
 
-    Parameter groups the profile cannot inform are held at their starting values, as Pollux does:
-    with one micro-batch size the compute time is split evenly between ``alpha_c`` and ``beta_c*m``;
-    without multi-node (single-node multi-GPU) runs the across-node (within-node) terms are fixed;
-    and with at most 2 GPUs the retrogression slopes are fixed.
+
+def pinned_parameters(profile: StepTimeProfile) -> dict[str, float]:
+    """Parameters the profile cannot inform and the values the fit holds them at, as Pollux does.
+
+    With one micro-batch size the compute time is split evenly between ``alpha_c`` and
+    ``beta_c * m``; network terms without measurements (no multi-node run: ``alpha_n, beta_n``;
+    no single-node multi-GPU run: ``alpha_r, beta_r``; at most 2 GPUs: ``beta_n, beta_r``) are
+    pinned at :data:`LOWER_BOUND`.
+    """
+    ok = identifiable(profile)
+    pinned: dict[str, float] = {}
+    if not ok["compute_slope"]:
+        t_c = float(np.mean(profile.compute_time))
+        pinned["alpha_c"] = t_c / 2
+        pinned["beta_c"] = t_c / float(np.mean(profile.local_bsz)) / 2
+    names = set()
+    if not ok["across"]:
+        names |= {"alpha_n", "beta_n"}
+    if not ok["within"]:
+        names |= {"alpha_r", "beta_r"}
+    if not ok["retrogression"]:
+        names |= {"beta_n", "beta_r"}
+    pinned.update({name: LOWER_BOUND for name in names})
+    return pinned
+
+
+def fit_objective(theta: np.ndarray, profile: StepTimeProfile) -> float:
+    """Pollux's objective (RMSLE of compute and step time plus its two penalties) at ``theta``
+    of shape ``(7,)``; lower is better."""
+    return float(_rmsle_objective(torch.as_tensor(np.asarray(theta, dtype=np.float64)),
+                                  profile_tensors(profile)))
+
+
+def _starts(profile: StepTimeProfile, count: int, seed: int) -> list[np.ndarray]:
+    # Pollux's start first (so the best start is never worse than Pollux's own fit), then one
+    # on the scale of the measured times, then log-uniform perturbations of that one: Pollux's
+    # start of 0.1 s is far from models whose whole step takes a few milliseconds.
+    starts = [np.array(POLLUX_START)]
+    t_c = float(np.median(profile.compute_time))
+    sync = profile.step_time - profile.compute_time
+    t_n = float(np.median(sync[profile.num_replicas > 1])) if np.any(profile.num_replicas > 1) \
+        else t_c
+    t_n = max(t_n, 1e-3 * t_c)
+    m = float(np.median(profile.local_bsz))
+    scaled = np.array([t_c / 2, t_c / (2 * m), t_n, t_n / 10, t_n / 2, t_n / 20, 1.5])
+    rng = np.random.default_rng(seed)
+    for i in range(1, count):
+        if i == 1:
+            starts.append(scaled)
+            continue
+        jitter = np.exp(rng.uniform(-2.0, 2.0, 6))
+        gamma = rng.uniform(*GAMMA_BOUNDS)
+        starts.append(np.append(scaled[:6] * jitter, gamma))
+    return starts
+
+
+def fit_throughput(profile: StepTimeProfile, starts: int = 4, seed: int = 0) -> ThroughputParams:
+    """Point fit of the step-time model: minimise Pollux's objective with L-BFGS-B under Pollux's
+    bounds, from ``starts`` starting points, keeping the lowest objective.
+
+    Parameters the profile cannot inform are pinned as Pollux pins them
+    (:func:`pinned_parameters`), and without multi-node runs the across-node terms are raised to
+    at least 1.1 times the within-node ones afterwards. The first start is Pollux's own, so with
+    ``starts=1`` this is Pollux's fit; more starts escape its local minima (e.g. on models whose
+    steps take milliseconds). ``seed`` draws the extra starts.
     """
     if len(profile) == 0:
         raise InputError(f"profile of '{profile.model}' has no rows: expected measurements")
-    ok = identifiable(profile)
-    start = np.array([1e-1, 1e-2] * 3 + [1.0 + 1e-3])
-    lower = np.array([1e-8] * 6 + [GAMMA_BOUNDS[0]])
+    if starts < 1:
+        raise ValueError(f"starts must be at least 1, not {starts}")
+    pinned = pinned_parameters(profile)
+    fixed = np.array([name in pinned for name in PARAM_NAMES])
+    pinned_values = np.array([pinned.get(name, 0.0) for name in PARAM_NAMES])
+    lower = np.array([LOWER_BOUND] * 6 + [GAMMA_BOUNDS[0]])
     upper = np.array([np.inf] * 6 + [GAMMA_BOUNDS[1]])
-    fixed = np.zeros(7, dtype=bool)
-    if not ok["compute_slope"]:
-        t_c = float(np.mean(profile.compute_time))
-        start[0], start[1] = t_c / 2, t_c / float(np.mean(profile.local_bsz)) / 2
-        fixed[[0, 1]] = True
-    if not ok["across"]:
-        fixed[[2, 3]] = True
-    if not ok["within"]:
-        fixed[[4, 5]] = True
-    if not ok["retrogression"]:
-        fixed[[3, 5]] = True
 
     data = profile_tensors(profile)
     free = ~fixed
-    base = torch.as_tensor(start)
+    base = torch.as_tensor(np.where(fixed, pinned_values, 0.0))
     free_index = torch.as_tensor(np.flatnonzero(free))
 
     def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
@@ -195,21 +265,20 @@ def fit_throughput(profile: StepTimeProfile) -> ThroughputParams:
         (grad,) = torch.autograd.grad(loss, theta_free)
         return float(loss.detach()), grad.numpy()
 
+    best, best_loss = np.where(fixed, pinned_values, np.array(POLLUX_START)), np.inf
     if free.any():
         bounds = scipy.optimize.Bounds(lower[free], upper[free], keep_feasible=True)
-        result = scipy.optimize.minimize(objective, start[free], jac=True, method="L-BFGS-B",
-                                         bounds=bounds)
-        theta = start.copy()
-        theta[free] = result.x
-    else:
-        theta = start.copy()
-    params = ThroughputParams.from_array(theta)
-    return params if ok["across"] else across_no_faster_than_within(params)
+        for start in _starts(profile, starts, seed):
+            x0 = np.clip(start[free], lower[free], upper[free])
+            result = scipy.optimize.minimize(objective, x0, jac=True, method="L-BFGS-B",
+                                             bounds=bounds)
+            if np.isfinite(result.fun) and result.fun < best_loss:
+                best_loss = float(result.fun)
+                best = np.where(fixed, pinned_values, 0.0)
+                best[free] = result.x
+    params = ThroughputParams.from_array(best)
+    return params if identifiable(profile)["across"] else across_no_faster_than_within(params)
 
-
-#: Across-node network terms are at least this multiple of the within-node ones where the data
-#: cannot tell them apart.
-ACROSS_OVER_WITHIN = 1.1
 
 
 def across_no_faster_than_within(params: ThroughputParams) -> ThroughputParams:

@@ -6,11 +6,14 @@ The model (a plain function of data, :func:`step_time_model`):
   time (log-normal for the positive ones, uniform on [1, 10] for ``gamma``): a parameter the data
   cannot inform stays as wide as its prior, so predictions for configurations unlike any measured
   widen instead of collapsing;
-* measured compute times and step times are log-normal around the model's prediction with
-  independent noise (``sigma``); optionally (``placement_effects=True``) with a deviation shared by
-  every row of one placement (``tau``) on top, integrated out in closed form (rows of a placement
-  are jointly normal in log space with compound-symmetric covariance), so inference stays
-  low-dimensional either way.
+* measured compute times and step times are log-Student-t around the model's prediction with
+  independent noise: heavy tails (degrees of freedom ``nu``, learned) keep the odd straggler from
+  widening every interval. Step-time noise is ``sigma_step`` on one GPU, times a learned ratio
+  within a node (``ratio_within``) and across nodes (``ratio_across``), because multi-node steps
+  scatter more; a class never measured keeps its ratio's prior, so its intervals stay honest;
+* optionally (``placement_effects=True``) rows are log-normal with a deviation shared by every row
+  of one placement (``tau``) on top, integrated out in closed form (rows of a placement are jointly
+  normal in log space with compound-symmetric covariance), so inference stays low-dimensional.
 
 Inference (:func:`fit_throughput_posterior`) is SVI with a full-rank Gaussian guide in the
 unconstrained space, started from the point fit and checked by Pareto-smoothed importance sampling
@@ -40,20 +43,28 @@ from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import (
     GAMMA_BOUNDS,
     PARAM_NAMES,
+    ArrayT,
     ThroughputParams,
+    configuration_class,
     fit_throughput,
     identifiable,
     profile_tensors,
     step_time_terms,
 )
 
-NOISE_NAMES = ("sigma_compute", "tau_compute", "sigma_step", "tau_step")
+NOISE_NAMES = ("sigma_compute", "tau_compute", "sigma_step", "ratio_within", "ratio_across",
+               "tau_step", "nu")
+#: Sites of the placement-effect likelihood only, and of the Student-t likelihood only.
+_PLACEMENT_SITES = ("tau_compute", "tau_step")
+_STUDENT_SITES = ("nu",)
 #: Multiples of the median compute time at which each positive parameter's prior is centred, and
 #: the prior's log-scale spread; wide because these vary by orders of magnitude across models.
 _PRIOR_CENTRE = {"alpha_c": 0.5, "alpha_n": 1.0, "beta_n": 0.05, "alpha_r": 0.3, "beta_r": 0.02}
 _PRIOR_SPREAD = {"alpha_c": 1.5, "beta_c": 1.5, "alpha_n": 2.0, "beta_n": 2.0, "alpha_r": 2.0,
                  "beta_r": 2.0}
 _NOISE_PRIOR_SCALE = 0.3
+#: Log-scale spread of the prior on how much more a multi-GPU class scatters than one GPU.
+_RATIO_PRIOR_SCALE = 0.7
 
 
 @dataclass(frozen=True)
@@ -69,15 +80,18 @@ class StepTimeData:
     num_groups: int
     placements: tuple[str, ...]
     placement_effects: bool = True
+    #: Index into :data:`CONFIGURATION_CLASSES` per row, shape ``(N,)``.
+    config_class: torch.Tensor | None = None
 
     @classmethod
     def from_profile(cls, profile: StepTimeProfile, placement_effects: bool = True
                      ) -> StepTimeData:
         tensors = profile_tensors(profile)
         labels, group = np.unique(profile.placement.astype(str), return_inverse=True)
+        classes = configuration_class(profile.num_nodes, profile.num_replicas)
         return cls(tensors["nodes"], tensors["replicas"], tensors["m"], tensors["log_tc"],
                    tensors["log_to"], torch.as_tensor(group), len(labels), tuple(labels),
-                   placement_effects)
+                   placement_effects, torch.as_tensor(classes))
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,7 @@ def grouped_normal_log_prob(residual: torch.Tensor, group: torch.Tensor, num_gro
                             sigma: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """Log density of residuals ``r`` (shape ``(..., N)``) where rows of one group share a
     ``N(0, tau^2)`` offset on top of independent ``N(0, sigma^2)`` noise; returns shape ``(...)``.
+    ``sigma`` and ``tau`` broadcast against ``(..., num_groups)`` (one scale per group allowed).
 
     Per group of ``n`` rows the covariance is ``sigma^2 I + tau^2 11^T``, whose determinant and
     inverse have closed forms in the group's sum and sum of squares of ``r``.
@@ -145,7 +160,7 @@ def grouped_normal_log_prob(residual: torch.Tensor, group: torch.Tensor, num_gro
                                                                                 dtype=residual.dtype))
     total = zeros.index_add(-1, group, residual)
     squares = zeros.index_add(-1, group, residual**2)
-    s2, t2 = (sigma**2)[..., None], (tau**2)[..., None]
+    s2, t2 = sigma**2, tau**2
     joint = s2 + count * t2
     log_det = (count - 1) * torch.log(s2) + torch.log(joint)
     quad = (squares - t2 * total**2 / joint) / s2
@@ -166,19 +181,48 @@ def sample_parameters(prior: StepTimePrior) -> torch.Tensor:
     return torch.stack(torch.broadcast_tensors(*values), dim=-1)
 
 
+def step_noise_scale(sigma_step: ArrayT, ratio_within: ArrayT, ratio_across: ArrayT,
+                     config_class: ArrayT) -> ArrayT:
+    """Step-time noise scale per row, shape ``(..., N)``, from per-draw scales ``(...)`` and the
+    rows' configuration classes ``(N,)``."""
+    ratios = (sigma_step * 0 + 1, ratio_within, ratio_across)
+    ratio = sum((config_class == i) * r[..., None] for i, r in enumerate(ratios))
+    return sigma_step[..., None] * ratio
+
+
 def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
     """Pyro model of measured compute and step times (see the module docstring)."""
     theta = sample_parameters(prior)
-    half_normal = dist.HalfNormal(torch.tensor(_NOISE_PRIOR_SCALE, dtype=torch.float64))
-    noise = {name: pyro.sample(name, half_normal) for name in NOISE_NAMES
-             if data.placement_effects or name.startswith("sigma")}
+    f64 = torch.float64
+    half_normal = dist.HalfNormal(torch.tensor(_NOISE_PRIOR_SCALE, dtype=f64))
+    sigma_compute = pyro.sample("sigma_compute", half_normal)
+    sigma_step = pyro.sample("sigma_step", half_normal)
+    ratio_prior = dist.LogNormal(torch.tensor(0.0, dtype=f64),
+                                 torch.tensor(_RATIO_PRIOR_SCALE, dtype=f64))
+    ratio_within = pyro.sample("ratio_within", ratio_prior)
+    ratio_across = pyro.sample("ratio_across", ratio_prior)
+    classes = data.config_class if data.config_class is not None else torch.zeros_like(data.group)
+    scale = {"compute": sigma_compute[..., None],
+             "step": step_noise_scale(sigma_step, ratio_within, ratio_across, classes)}
     t_c, t_o = step_time_terms(theta[..., None, :], data.nodes, data.replicas, data.local_bsz)
-    for series, observed, predicted in (("compute", data.log_compute, t_c),
-                                        ("step", data.log_step, t_o)):
-        residual = observed - torch.log(predicted)
-        pyro.factor(f"{series}_time", grouped_normal_log_prob(
-            residual, data.group, data.num_groups, noise[f"sigma_{series}"],
-            noise.get(f"tau_{series}", torch.zeros(()))))
+    residuals = {"compute": data.log_compute - torch.log(t_c),
+                 "step": data.log_step - torch.log(t_o)}
+    if data.placement_effects:
+        # Rows of one placement share a class, so the group's noise scale is any row's.
+        first_row = torch.zeros(data.num_groups, dtype=torch.long).index_reduce(
+            0, data.group, torch.arange(len(data.group)), "amin", include_self=False)
+        for series, residual in residuals.items():
+            tau = pyro.sample(f"tau_{series}", half_normal)
+            sigma = scale[series].expand(residual.shape)[..., first_row]
+            pyro.factor(f"{series}_time", grouped_normal_log_prob(
+                residual, data.group, data.num_groups, sigma, tau[..., None]))
+        return
+    # Gamma(2, 0.1) on the degrees of freedom (Juarez and Steel's prior): mean 20, near-normal
+    # unless the data show heavy tails.
+    nu = pyro.sample("nu", dist.Gamma(torch.tensor(2.0, dtype=f64), torch.tensor(0.1, dtype=f64)))
+    for series, residual in residuals.items():
+        likelihood = dist.StudentT(nu[..., None], torch.zeros((), dtype=f64), scale[series])
+        pyro.factor(f"{series}_time", likelihood.log_prob(residual).sum(-1))
 
 
 @dataclass(frozen=True)
@@ -212,7 +256,8 @@ class ThroughputPosterior:
         self.diagnostics = diagnostics
         self.point = point
         self.placements = data.placements
-        self._effects = self._placement_effects(data)
+        self._effects = self._placement_effects(data) if data.placement_effects else {
+            "compute": np.zeros(data.num_groups), "step": np.zeros(data.num_groups)}
 
     def _placement_effects(self, data: StepTimeData) -> dict[str, np.ndarray]:
         # Posterior of a placement's offset u given its rows: normal with mean
@@ -226,14 +271,26 @@ class ThroughputPosterior:
             residual = (observed - torch.log(predicted)).numpy()            # (S, N)
             total = np.zeros((residual.shape[0], data.num_groups))
             np.add.at(total.T, data.group.numpy(), residual.T)
-            s2 = self.samples[f"sigma_{series}"][:, None] ** 2
+            classes = np.zeros(data.num_groups, dtype=np.int64)
+            classes[data.group.numpy()] = (data.config_class.numpy() if data.config_class is not None
+                                           else 0)
+            s2 = self.noise_scale(series, classes) ** 2
             t2 = self._noise(f"tau_{series}")[:, None] ** 2
             effects[series] = (t2 * total / (s2 + count * t2)).mean(axis=0)
         return effects
 
-    def _noise(self, name: str) -> np.ndarray:
-        """Draws of a noise scale, shape ``(S,)``; 0 for placement effects left out of the model."""
-        return self.samples.get(name, np.zeros(self.theta.shape[0]))
+    def noise_scale(self, series: str, classes: np.ndarray) -> np.ndarray:
+        """Draws of the noise scale of ``series`` (``"compute"`` or ``"step"``) for rows of the
+        given configuration classes ``(N,)``; shape ``(S, N)``."""
+        if series == "compute":
+            return np.broadcast_to(self.samples["sigma_compute"][:, None],
+                                   (self.num_samples, len(classes)))
+        return step_noise_scale(self.samples["sigma_step"], self._noise("ratio_within", 1.0),
+                                self._noise("ratio_across", 1.0), np.asarray(classes))
+
+    def _noise(self, name: str, default: float = 0.0) -> np.ndarray:
+        """Draws of a noise site, shape ``(S,)``; ``default`` for a site left out of the model."""
+        return self.samples.get(name, np.full(self.theta.shape[0], default))
 
     @property
     def num_samples(self) -> int:
@@ -272,7 +329,7 @@ class ThroughputPosterior:
         t_c, t_o = step_time_terms(self.theta[:, None, :], nodes, replicas, m)
         log_t = np.log(s * t_c + t_o)
         rng = np.random.default_rng(seed)
-        sigma = self.samples["sigma_step"][:, None]
+        sigma = self.noise_scale("step", configuration_class(nodes, replicas))
         tau = self._noise("tau_step")[:, None]
         offset = tau * rng.standard_normal(log_t.shape)
         if placement is not None:
@@ -281,7 +338,11 @@ class ThroughputPosterior:
                                                       nodes.shape)):
                 if label in index:
                     offset[:, j] = self._effects["step"][index[label]]
-        return log_t + offset + sigma * rng.standard_normal(log_t.shape)
+        if "nu" in self.samples:
+            standard = rng.standard_t(self.samples["nu"][:, None], log_t.shape)
+        else:
+            standard = rng.standard_normal(log_t.shape)
+        return log_t + offset + sigma * standard
 
     def predict_step_time(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
                           local_bsz: np.ndarray, accum_steps: np.ndarray | int = 0,
@@ -316,7 +377,8 @@ class ThroughputPosterior:
 def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: StepTimePrior
                     ) -> dict[str, torch.Tensor]:
     # Start from the point fit where the data inform a parameter, from the prior median where
-    # they cannot (the point fit merely holds those at arbitrary starting values).
+    # they cannot (the point fit pins those at its lower bound, which a log-normal prior puts
+    # far in its tail).
     start = point.as_dict()
     ok = identifiable(profile)
     uninformed = set()
@@ -332,8 +394,9 @@ def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: St
                                  min(max(v, GAMMA_BOUNDS[0] + 0.05), GAMMA_BOUNDS[1] - 0.05),
                                  dtype=torch.float64)
               for name, v in start.items()}
-    for name in NOISE_NAMES:
-        values[name] = torch.tensor(0.1, dtype=torch.float64)  # unused sites are ignored
+    for name in NOISE_NAMES:  # sites the model leaves out are ignored
+        values[name] = torch.tensor(0.1 if name.startswith(("sigma", "tau")) else
+                                    10.0 if name == "nu" else 1.0, dtype=torch.float64)
     return values
 
 

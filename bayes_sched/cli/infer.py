@@ -287,6 +287,7 @@ def run_interference(args: argparse.Namespace) -> int:
             f"--jobs: unknown job {unknown[0]!r}: expected names from {args.solo} ({known})"
         )
     model = InterferenceModel.fit(pairs, solo, FitConfig(num_steps=args.steps, seed=args.seed))
+    model.require_converged()
     table = model.predict_colocation(jobs)
     print_table(
         table.to_dict(orient="records"), title="Predicted normalised speed", as_json=args.json

@@ -21,7 +21,6 @@ from bayes_sched.estimation.job_models import (
     PosteriorSettings,
     RefitRule,
     ThroughputFitter,
-    optimistic_unidentified,
     profile_of,
 )
 from bayes_sched.jobs import JobView
@@ -56,4 +55,4 @@ def run_estimators(estimators: Sequence[Estimator], cluster: ClusterState,
 
 
 __all__ = ["Estimator", "JobModelEstimator", "PosteriorSettings", "RefitRule", "ThroughputFitter",
-           "optimistic_unidentified", "profile_of", "run_estimators", "set_refit_rule"]
+           "profile_of", "run_estimators", "set_refit_rule"]

@@ -22,37 +22,8 @@ from bayes_sched.jobs import JobModel, JobView, Observation
 from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import (
     ThroughputParams,
-    across_no_faster_than_within,
     fit_throughput,
-    identifiable,
 )
-
-#: Where Pollux pins network terms its measurements cannot inform (its lower bound).
-_UNINFORMED = 1e-8
-
-
-def optimistic_unidentified(params: ThroughputParams, profile: StepTimeProfile
-                            ) -> ThroughputParams:
-    """Network terms the measurements cannot inform, set as Pollux's agent sets them: to ~0.
-
-    Pollux pins uninformed network parameters at their lower bound, so a job measured on one GPU
-    is assumed to scale well until measured otherwise, and across-node links are assumed no faster
-    than within-node ones (the across >= 1.1 x within rule). perfmodel's fit holds them at its
-    starting values (0.1 s, 0.01 s per GPU), which made new jobs look 0.1 s per step slower on
-    several GPUs and kept them small for minutes. Terms that multiply to zero on every measured
-    configuration do not affect the fit of the others, so resetting them afterwards is exact (up
-    to the small retrogression penalty).
-    """
-    ok = identifiable(profile)
-    values = params.as_dict()
-    if not ok["across"]:
-        values["alpha_n"] = values["beta_n"] = _UNINFORMED
-    if not ok["within"]:
-        values["alpha_r"] = values["beta_r"] = _UNINFORMED
-    if not ok["retrogression"]:
-        values["beta_n"] = values["beta_r"] = _UNINFORMED
-    params = ThroughputParams(**values)
-    return params if ok["across"] else across_no_faster_than_within(params)
 
 
 def profile_of(name: str, observations: Sequence[Observation]) -> StepTimeProfile:
@@ -116,7 +87,9 @@ class ThroughputFitter:
         if self.params is not None and now - self._last_fit_time < self.min_refit_interval:
             return False
         profile = profile_of(self.name, list(observations.values()))
-        self.params = optimistic_unidentified(fit_throughput(profile), profile)
+        # One start, Pollux's own: the fit Pollux's agent makes (it pins what the measurements
+        # cannot inform at the lower bound, perfmodel.throughput.pinned_parameters).
+        self.params = fit_throughput(profile, starts=1)
         self.num_refits += 1
         self._last_fit_time = now
         self._stale = False

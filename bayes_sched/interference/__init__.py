@@ -20,8 +20,10 @@ from bayes_sched.interference.evaluation import (
 from bayes_sched.interference.gavel import load_gavel_pairs, load_gavel_solo_features
 from bayes_sched.interference.model import (
     FitConfig,
+    InterferenceFitError,
     InterferenceModel,
     SpeedPrediction,
+    colocation_observations,
     interference_model,
 )
 from bayes_sched.interference.tables import (
@@ -32,16 +34,19 @@ from bayes_sched.interference.tables import (
     pair_observations,
     read_pairs_csv,
     read_solo_features_csv,
+    select_feature_columns,
 )
 
 __all__ = [
     "FitConfig",
+    "InterferenceFitError",
     "InterferenceInputError",
     "InterferenceModel",
     "SpeedPrediction",
     "check_pairs",
     "check_pairs_known",
     "check_solo_features",
+    "colocation_observations",
     "interference_model",
     "interval_coverage",
     "leave_one_group_out",
@@ -52,4 +57,5 @@ __all__ = [
     "random_pair_splits",
     "read_pairs_csv",
     "read_solo_features_csv",
+    "select_feature_columns",
 ]

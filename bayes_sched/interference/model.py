@@ -19,8 +19,14 @@ with everything else). Measured pairs pin down the residuals of the jobs they in
 co-located (cold start) gets its residual from the Gaussian conditional given the fitted jobs'
 residuals: jobs that look alike alone (e.g. the same model at another batch size) lend it their
 residuals, and its interval keeps the conditional spread, so it is honestly wider. Fitted by SVI (a
-mean-field normal guide), seeded. The mean is at most 1: the model never
-predicts a speed-up from sharing.
+mean-field normal guide), seeded.
+
+Measured normalised speeds above 1 occur (measurement noise, or a job that runs faster next to a
+light neighbour), so the mean carries a learned log-offset ``speed_offset`` shared by every
+observation and may exceed 1. The noise scale varies with the target's features through a
+*bounded* factor (between 0 and 2 times ``sigma``): an unbounded (exponential) one let a fit run
+away. Predictive draws are clipped to the valid range (0, MAX_SPEED], and a fit whose loss did not
+settle is reported as not converged (:attr:`InterferenceModel.converged`) rather than used.
 """
 
 from __future__ import annotations
@@ -42,11 +48,18 @@ from torch.nn.functional import softplus
 
 from bayes_sched.estimation.pyro_scope import private_param_store
 from bayes_sched.interference.tables import (
+    MAX_SPEED,
     InterferenceInputError,
     check_pairs,
     check_solo_features,
     pair_observations,
+    select_feature_columns,
 )
+
+
+class InterferenceFitError(InterferenceInputError):
+    """SVI did not converge: the fit must not be used or printed as a result."""
+
 
 #: Added to kernel diagonals so that their Cholesky factors exist in float32.
 JITTER = 1e-4
@@ -116,17 +129,45 @@ def interference_model(
         .to_event(2),
     )
     residual = by_channel.permute(2, 0, 1)  # (J, 2, K)
-    # Some jobs' speeds scatter more than others' (e.g. on a faster GPU): the noise scale is
-    # log-linear in the target's features.
+    # Some jobs' speeds scatter more than others' (e.g. on a faster GPU): the noise scale varies
+    # with the target's features, bounded to (0, 2 sigma).
     noise_weight = pyro.sample(
         "noise_weight", dist.Normal(0.0, 0.5).expand([num_features]).to_event(1)
     )
+    offset = pyro.sample("speed_offset", dist.Normal(0.0, 0.2))
     sensitivity, demand = latent_loads(features, weight, bias, tau, residual)
-    mean = torch.exp(-(sensitivity[target] * demand[other]).sum(-1))
-    scale = sigma * torch.exp(features[target] @ noise_weight)
+    mean = torch.exp(offset - (sensitivity[target] * demand[other]).sum(-1))
+    scale = noise_scale(sigma, noise_weight, features[target])
     with pyro.plate("observations", target.shape[0]):
         pyro.sample("speed", dist.Normal(mean, scale), obs=speed)
     return mean
+
+
+def noise_scale(sigma: torch.Tensor, noise_weight: torch.Tensor, features: torch.Tensor
+                ) -> torch.Tensor:
+    """Noise scale ``(..., N)`` of observations whose targets have standardised features
+    ``(N, P)``, from (batched) ``sigma`` ``(...)`` and ``noise_weight`` ``(..., P)``: ``sigma``
+    times a factor in (0, 2), 1 at the mean features."""
+    return sigma[..., None] * 2.0 * torch.sigmoid(noise_weight @ features.transpose(-1, -2))
+
+
+def colocation_observations(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Long observations (``target``, ``other``, ``speed``) of a checked pairs table.
+
+    As :func:`.tables.pair_observations`, except that a job sharing with a copy of itself gives
+    both copies' speeds: two observations, also when they are equal (they are two measurements,
+    not a row and its mirror).
+    """
+    own = (pairs["job_a"] == pairs["job_b"]).to_numpy()
+    rest = pair_observations(pairs[~own]) if (~own).any() else pd.DataFrame(
+        {"target": [], "other": [], "speed": []})
+    copies = pairs[own]
+    itself = pd.DataFrame({
+        "target": np.concatenate([copies["job_a"], copies["job_a"]]),
+        "other": np.concatenate([copies["job_b"], copies["job_b"]]),
+        "speed": np.concatenate([copies["speed_a"], copies["speed_b"]]),
+    })
+    return pd.concat([rest, itself], ignore_index=True)
 
 
 def latent_loads(
@@ -186,6 +227,8 @@ class FitConfig:
     final_learning_rate: float = 0.005
     num_samples: int = 300
     seed: int = 0
+    #: Fraction of the loss trace whose mean is compared with the tenth before it.
+    convergence_window: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -196,6 +239,10 @@ class SpeedPrediction:
 
     samples: np.ndarray
     cold_start: np.ndarray
+
+    def __post_init__(self) -> None:
+        # Normalised speeds live in (0, MAX_SPEED]: draws outside are noise, not predictions.
+        np.clip(self.samples, np.finfo(float).tiny, MAX_SPEED, out=self.samples)
 
     @property
     def median(self) -> np.ndarray:
@@ -220,6 +267,7 @@ class InterferenceModel:
         feature_scale: np.ndarray,
         draws: dict[str, torch.Tensor],
         elbo_losses: list[float],
+        num_observations: int = 1,
     ) -> None:
         self.config = config
         self.solo_features = solo_features
@@ -228,17 +276,44 @@ class InterferenceModel:
         self.feature_scale = feature_scale
         self.draws = draws
         self.elbo_losses = elbo_losses
+        self.num_observations = num_observations
+
+    @property
+    def converged(self) -> bool:
+        """Whether SVI settled: the loss is finite and its mean over the last tenth of the steps
+        is no higher than over the tenth before (a loss still climbing or exploding is not a
+        fit)."""
+        losses = np.asarray(self.elbo_losses, dtype=float)
+        window = max(1, int(len(losses) * self.config.convergence_window))
+        if len(losses) < 2 * window or not np.all(np.isfinite(losses[-2 * window:])):
+            return False
+        before = losses[-2 * window:-window]
+        # Still settling is fine (SVI's loss jitters); climbing beyond that jitter is not.
+        return bool(losses[-window:].mean() <= before.mean() + before.std() + 1e-9)
+
+    def require_converged(self) -> None:
+        """Raise :class:`InterferenceFitError` if the fit did not converge."""
+        if not self.converged:
+            final = self.elbo_losses[-1] / max(self.num_observations, 1)
+            raise InterferenceFitError(
+                f"the interference fit did not converge (final loss {final:.3g} per observation); "
+                "try more steps or fewer features")
 
     @classmethod
     def fit(
-        cls, pairs: pd.DataFrame, solo_features: pd.DataFrame, config: FitConfig | None = None
+        cls, pairs: pd.DataFrame, solo_features: pd.DataFrame, config: FitConfig | None = None,
+        feature_columns: Sequence[str] | None = None,
     ) -> InterferenceModel:
         """Fit to a pairs table and a solo-features table (formats in :mod:`.tables`).
 
         Every job in ``pairs`` needs a row in ``solo_features``; jobs with features but no pairs are
-        kept for cold-start prediction.
+        kept for cold-start prediction. ``feature_columns`` picks the features (other columns,
+        text ones included, are ignored); by default every column but ``job`` is one.
         """
-        return cls.fit_observations(pair_observations(check_pairs(pairs)), solo_features, config)
+        if feature_columns is not None:
+            solo_features = select_feature_columns(solo_features, feature_columns)
+        return cls.fit_observations(colocation_observations(check_pairs(pairs)), solo_features,
+                                    config)
 
     @classmethod
     @private_param_store
@@ -284,7 +359,8 @@ class InterferenceModel:
         losses = [float(svi.step(features, target, other, speed)) for _ in range(config.num_steps)]
         draws = _draw_posterior(guide, config.num_samples, features, target, other, speed)
         draws["residual"] = draws["residual"].permute(0, 3, 1, 2)  # (S, J, 2, K)
-        return cls(config, solo_features, jobs, feature_mean, feature_scale, draws, losses)
+        return cls(config, solo_features, jobs, feature_mean, feature_scale, draws, losses,
+                   len(observations))
 
     def predict_speed(
         self,
@@ -299,7 +375,8 @@ class InterferenceModel:
         the neighbours adds up). Jobs not seen in the fit need a row in ``solo_features`` (default:
         the table given to :meth:`fit`) and are predicted from it (cold start).
         """
-        table = self.solo_features if solo_features is None else check_solo_features(solo_features)
+        table = self.solo_features if solo_features is None else check_solo_features(
+            select_feature_columns(solo_features, list(self.solo_features.columns)))
         groups = [[o] if isinstance(o, str) else list(o) for o in others]
         if len(groups) != len(target):
             raise InterferenceInputError("target and others must have the same length")
@@ -315,11 +392,10 @@ class InterferenceModel:
         generator = torch.Generator().manual_seed(self.config.seed if seed is None else seed)
         standard = torch.randn(load.shape, generator=generator)
         target_x = x[torch.tensor(names.get_indexer(list(target)))]
-        scale = self.draws["sigma"][:, None] * torch.exp(
-            self.draws["noise_weight"] @ target_x.transpose(0, 1)
-        )
+        scale = noise_scale(self.draws["sigma"], self.draws["noise_weight"], target_x)
         noise = standard * scale
-        samples = (torch.exp(-load) + noise).numpy()
+        offset = self.draws["speed_offset"][:, None]
+        samples = (torch.exp(offset - load) + noise).numpy()
         cold = ~np.isin(np.asarray(target), self.fitted_jobs)
         return SpeedPrediction(samples=samples, cold_start=cold)
 

@@ -23,6 +23,7 @@ them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
 
@@ -149,6 +150,22 @@ def check_solo_features(frame: pd.DataFrame, source: str = "solo-features table"
             )
         values[column] = numbers
     return pd.DataFrame(values, index=pd.Index(out["job"].astype(str), name="job"))
+
+
+def select_feature_columns(frame: pd.DataFrame, columns: Sequence[str],
+                           source: str = "solo-features table") -> pd.DataFrame:
+    """The ``job`` column (or index) and the chosen feature ``columns`` of a solo-features table;
+    other columns, text ones included, are dropped. A chosen column that is absent is an error."""
+    table = frame.reset_index() if "job" not in frame.columns and frame.index.name == "job" \
+        else frame
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise InterferenceInputError(
+            f"{source}: no feature column {missing[0]!r}; columns are "
+            f"{', '.join(str(c) for c in table.columns)}")
+    if not columns:
+        raise InterferenceInputError(f"{source}: no feature columns chosen")
+    return table[["job", *columns]] if "job" in table.columns else table[list(columns)]
 
 
 def pair_observations(pairs: pd.DataFrame) -> pd.DataFrame:
