@@ -64,7 +64,7 @@ def test_fits_reproduce_with_a_seed(synthetic: StepTimeProfile) -> None:
 def test_svi_agrees_with_nuts_on_a_small_problem() -> None:
     small = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:6], noise=0.05, seed=2)
     svi = fit_throughput_posterior(small, num_steps=400, num_samples=400, seed=0)
-    nuts = fit_throughput_posterior(small, method="nuts", num_steps=100, num_samples=100, seed=0)
+    nuts = fit_throughput_posterior(small, method="nuts", num_steps=50, num_samples=50, seed=0)
     for name in ("alpha_c", "beta_c"):
         s, n = svi.samples[name], nuts.samples[name]
         assert abs(np.median(s) - np.median(n)) < 2 * n.std() + 1e-9, name
