@@ -7,10 +7,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from perfmodel.datasets import pollux_model_dir
+from tests.cli_inprocess import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -18,9 +18,8 @@ HEADER = "name,time,application,num_replicas,batch_size\n"
 SIM = ("simulate", "--policy", "fifo", "--nodes", "1", "--json", "--no-progress")
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bayes_sched", *argv], capture_output=True,
-                          text=True, cwd=ROOT, env=ENV, timeout=300)
+def _run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return run_cli(*argv)  # in process: the start-up path is test_cli_startup's
 
 
 def test_own_application_runs_from_its_profiles(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bayes_sched import __version__
+from tests.cli_inprocess import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -21,8 +22,7 @@ HEADER = "name,time,application,num_replicas,batch_size\n"
 
 
 def _run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bayes_sched", *argv], capture_output=True,
-                          text=True, cwd=ROOT, env=ENV, timeout=timeout)
+    return run_cli(*argv)  # in process: the start-up path is test_cli_startup's
 
 
 def _strict(text: str) -> object:
