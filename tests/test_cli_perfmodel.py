@@ -29,9 +29,24 @@ def test_help_lists_every_command_group() -> None:
 def test_fit_throughput_point_prints_json_parameters() -> None:
     result = run_cli("fit", "throughput", "yolov3", "--method", "point", "--json")
     assert result.returncode == 0, result.stderr
-    rows = {r["parameter"]: r["point_fit"] for r in json.loads(result.stdout)}
+    document = json.loads(result.stdout)
+    assert document["model"] == "yolov3" and document["method"] == "point"
+    assert document["rows"] > 0 and 0 <= document["objective"] < 1
+    rows = {r["parameter"]: r["point_fit"] for r in document["parameters"]}
     assert set(rows) == {"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma"}
     assert 1.0 <= rows["gamma"] <= 10.0 and rows["alpha_c"] > 0
+
+
+def test_fit_throughput_posterior_json_carries_its_diagnostics() -> None:
+    result = run_cli("fit", "throughput", "cifar10", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["method"] == "svi" and document["interval_level"] == 0.9
+    diagnostics = document["diagnostics"]
+    assert isinstance(diagnostics["pareto_k"], float) and diagnostics["steps"] > 0
+    assert diagnostics["seconds"] > 0 and isinstance(diagnostics["final_loss"], float)
+    (gamma,) = [r for r in document["parameters"] if r["parameter"] == "gamma"]
+    assert gamma["lower_90"] <= gamma["mean"] <= gamma["upper_90"]
 
 
 def test_fit_efficiency_gives_ordered_intervals() -> None:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bayes_sched.cli._common import print_table, stderr
+from bayes_sched.cli._common import print_json, print_table, stderr
 from bayes_sched.cli.options import positive_int, seed
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.errors import InputError
@@ -59,23 +59,38 @@ def population_prior(profile: StepTimeProfile) -> StepTimePrior:
 
 
 def _fit_throughput(args: argparse.Namespace) -> int:
-    from perfmodel.throughput import fit_throughput
+    from perfmodel.throughput import fit_objective, fit_throughput
     from perfmodel.throughput_bayes import fit_throughput_posterior
 
     profile = resolve_profile(args.profile)
     if args.method == "point":
         params = fit_throughput(profile)
         rows = [{"parameter": k, "point_fit": v} for k, v in params.as_dict().items()]
-        print_table(rows, title=f"{profile.model}: point fit", as_json=args.json)
+        if args.json:  # the rows and how they were obtained
+            print_json({"model": profile.model, "method": "point", "rows": len(profile),
+                        "objective": fit_objective(params.as_array(), profile),
+                        "parameters": rows})
+        else:
+            print_table(rows, title=f"{profile.model}: point fit")
         return 0
     prior = population_prior(profile) if args.population_prior else None
     with stderr.status(f"fitting {profile.model} by {args.method} ..."):
         posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed,
                                              prior=prior,
                                              placement_effects=args.placement_effects)
-    print_table(posterior.parameter_summary(), as_json=args.json,
-                title=f"{profile.model}: posterior ({args.method}, 90% intervals, "
-                      f"PSIS k-hat {posterior.diagnostics.pareto_k:.2f})")
+    diagnostics = posterior.diagnostics
+    if args.json:  # the rows, the interval level and the fit's diagnostics (k-hat NaN -> null)
+        print_json({"model": profile.model, "method": args.method, "rows": len(profile),
+                    "interval_level": 0.9, "seed": args.seed,
+                    "diagnostics": {"pareto_k": diagnostics.pareto_k,
+                                    "final_loss": diagnostics.final_loss,
+                                    "steps": diagnostics.num_steps,
+                                    "seconds": diagnostics.seconds},
+                    "parameters": posterior.parameter_summary()})
+    else:
+        print_table(posterior.parameter_summary(),
+                    title=f"{profile.model}: posterior ({args.method}, 90% intervals, "
+                          f"PSIS k-hat {diagnostics.pareto_k:.2f})")
     return 0
 
 
