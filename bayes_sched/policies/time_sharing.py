@@ -28,9 +28,12 @@ the failure is logged and counted in :attr:`TimeSharingPolicy.solver_failures`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import random
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import numpy as np
@@ -304,6 +307,21 @@ class TimeSharingPolicy:
         return out
 
 
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """Silence file descriptor 1: HiGHS prints a banner from C++ on its first use in a process,
+    which would corrupt a command's ``--json`` output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def solve_lp(problem: object, variable: object, solver: str) -> np.ndarray | None:
     """Solve a cvxpy ``problem`` with ``solver``; the variable's value, or ``None`` when the
     problem is infeasible, unbounded or the solver fails (the caller keeps its previous answer)."""
@@ -311,7 +329,8 @@ def solve_lp(problem: object, variable: object, solver: str) -> np.ndarray | Non
 
     assert isinstance(problem, cp.Problem) and isinstance(variable, cp.Variable)
     try:
-        problem.solve(solver=solver)
+        with _quiet_stdout():
+            problem.solve(solver=solver)
     except cp.error.SolverError as error:
         LOG.warning("LP solver %s failed: %s", solver, error)
         return None
