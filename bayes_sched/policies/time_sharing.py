@@ -209,11 +209,11 @@ class TimeSharingPolicy:
     def _update_allocation(self, jobs: Sequence[JobView], measured: np.ndarray,
                            capacities: np.ndarray) -> None:
         self._need_update = False
-        runnable = np.flatnonzero(measured.max(axis=1) > 0)
-        if runnable.size == 0:
+        runnable = [int(j) for j in np.flatnonzero(measured.max(axis=1) > 0)]
+        if not runnable:
             self._fractions = {}
             return
-        scale_factors = np.array([jobs[j].requested_replicas for j in runnable], dtype=float)
+        scale_factors = np.array([float(jobs[j].requested_replicas) for j in runnable])
         try:
             x = self.allocate(measured[runnable], scale_factors, capacities.astype(float))
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old allocation
@@ -223,7 +223,7 @@ class TimeSharingPolicy:
         if x is None:
             self.solver_failures += 1
             LOG.warning("policy %s: no allocation for %d jobs; previous allocation kept",
-                        self.name, runnable.size)
+                        self.name, len(runnable))
             return
         self.allocation_updates += 1
         x = np.clip(np.nan_to_num(x), 0.0, 1.0)

@@ -107,18 +107,16 @@ def read_gavel_trace(path: str | Path, table: ThroughputTable | None = None
         if len(fields) != len(TRACE_COLUMNS):
             raise InputError(f"{len(fields)} tab-separated columns: expected "
                              f"{len(TRACE_COLUMNS)} ({', '.join(TRACE_COLUMNS)})", path, row)
-
-        def cell(column: str, parse):  # noqa: ANN001, ANN202 -- a local shorthand
-            return textio.parse_cell(fields[TRACE_COLUMNS.index(column)], parse, path, row,
-                                     column, InputError)
-
+        values = {column: textio.parse_cell(fields[TRACE_COLUMNS.index(column)], parse, path,
+                                            row, column, InputError)
+                  for column, parse in (("needs_data_dir", int_cell),
+                                        ("total_steps", steps_cell),
+                                        ("scale_factor", scale_cell),
+                                        ("priority_weight", weight_cell), ("SLO", slo_cell),
+                                        ("arrival_time", time_cell))}
         job_type = fields[0].strip()
-        cell("needs_data_dir", int_cell)
-        total_steps = cell("total_steps", steps_cell)
-        scale_factor = cell("scale_factor", scale_cell)
-        weight = cell("priority_weight", weight_cell)
-        cell("SLO", slo_cell)
-        arrival = cell("arrival_time", time_cell)
+        total_steps, scale_factor = values["total_steps"], values["scale_factor"]
+        weight, arrival = values["priority_weight"], values["arrival_time"]
         if not job_type:
             raise InputError("empty job type: expected one of Gavel's job types", path, row,
                              "job_type")

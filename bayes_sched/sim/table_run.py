@@ -12,6 +12,7 @@ import pandas as pd
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.loop import run_loop
 from bayes_sched.policies.base import Policy
+from bayes_sched.policies.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
@@ -82,12 +83,11 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     for i, gpu in enumerate(cluster.busy_types):
         summary[f"utilization_{gpu}"] = (float(busy[:, i].mean() / spec.gpus_of_type(gpu))
                                          if len(busy) else 0.0)
-    for key in ("solver_failures", "allocation_updates"):
-        if hasattr(policy, key):
-            summary[key] = float(getattr(policy, key))
-    if getattr(policy, "lease_opportunities", 0):
-        summary["lease_extension_fraction"] = (getattr(policy, "lease_extensions")
-                                               / getattr(policy, "lease_opportunities"))
+    if isinstance(policy, TimeSharingPolicy):
+        summary["solver_failures"] = float(policy.solver_failures)
+        summary["allocation_updates"] = float(policy.allocation_updates)
+        summary["lease_extension_fraction"] = (policy.lease_extensions
+                                               / max(policy.lease_opportunities, 1))
     return TableResult(policy=policy.name, jobs=rows, summary=summary,
                        decision_seconds=np.array(stats.decision_seconds),
                        rejected=stats.rejected, wall_seconds=time.perf_counter() - start)
