@@ -50,7 +50,7 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
     published = PUBLISHED_HOURS.get((policy_name, rate))
     rounds = int(result.summary["rounds"])
     return {
-        "policy": policy_name, "rate_jobs_per_h": rate, "seed": seed,
+        "policy": policy_name, "rate_jobs_per_h": rate, "seed": seed, "solver": solver,
         "avg_jct_h": round(ours, 2),
         "published_h": published,
         "ratio": None if published is None else round(ours / published, 3),
@@ -70,7 +70,8 @@ def main() -> None:
                         default=["max_min_fairness", "max_min_fairness_perf"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--window", type=int, nargs=2, default=[4000, 5000])
-    parser.add_argument("--solver", default="HIGHS", choices=["HIGHS", "CLARABEL"])
+    parser.add_argument("--solver", default="CLARABEL", choices=["CLARABEL", "HIGHS"],
+                        help="LP solver (default CLARABEL, the policies' default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []

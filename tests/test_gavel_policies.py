@@ -50,10 +50,11 @@ def test_fractions_are_valid(name: str, seed: int) -> None:
     assert policy.solver_failures == 0
 
 
-def _effective(name: str, cluster: ClusterState, views: list) -> tuple[np.ndarray, np.ndarray]:
+def _effective(name: str, cluster: ClusterState, views: list, solver: str
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Steps/s each job gets from its fractions, and the same normalised by its steps/s under an
     equal share of the cluster (Gavel's normalisation)."""
-    policy = make_policy(name)
+    policy = make_policy(name, solver=solver)
     policy.decide(cluster, views)
     types = cluster_types(cluster)
     rates = measured_throughputs(views, types, cluster, TABLE)
@@ -73,9 +74,9 @@ def test_heterogeneity_awareness_raises_effective_throughput(solver: str) -> Non
     spec = load_cluster_spec("v100:4,p100:4,k80:4")
     views = TableCluster(jobs, spec, TABLE).job_views()
     cluster = ClusterState(spec=spec, now=360.0)
-    agnostic_raw, agnostic = _effective("max_min_fairness", cluster, views)
-    aware_raw, aware = _effective("max_min_fairness_perf", cluster, views)
-    most_raw, _ = _effective("max_sum_throughput_perf", cluster, views)
+    agnostic_raw, agnostic = _effective("max_min_fairness", cluster, views, solver)
+    aware_raw, aware = _effective("max_min_fairness_perf", cluster, views, solver)
+    most_raw, _ = _effective("max_sum_throughput_perf", cluster, views, solver)
     assert aware.min() >= agnostic.min() - 1e-6
     assert aware.sum() > 1.05 * agnostic.sum()
     assert most_raw.sum() >= max(aware_raw.sum(), agnostic_raw.sum()) - 1e-6

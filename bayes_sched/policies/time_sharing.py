@@ -49,7 +49,7 @@ LOG = logging.getLogger(__name__)
 GAVEL_TYPE_ORDER = ("v100", "p100", "k80")
 
 #: Open-source LP solvers the Gavel policies may use through cvxpy (pip-installable).
-LP_SOLVERS = ("HIGHS", "CLARABEL")
+LP_SOLVERS = ("CLARABEL", "HIGHS")
 
 #: Gavel's steps/s for a job whose type was never measured (``DEFAULT_THROUGHPUT``).
 DEFAULT_STEPS_PER_SECOND = 1.0
@@ -82,7 +82,11 @@ class TimeSharingPolicy:
     """Base of the Gavel family: subclasses give :meth:`allocate`; the mechanism is here.
 
     Args:
-        solver: the cvxpy LP solver (open source, from pip: HIGHS or CLARABEL).
+        solver: the cvxpy LP solver (open source, from pip). CLARABEL (default), an
+            interior-point solver like the ECOS Gavel used: where an LP has several optima (LAS
+            is indifferent to which type a job's time is on) it answers inside the optimal face,
+            as ECOS does, and it solved the max-min LPs faster than HiGHS (``experiments/
+            bench_gavel_lp.py``); HIGHS (simplex) answers at a vertex.
         min_reset_interval: seconds between allocation recomputations (Gavel: 1920).
         seed: seeds the per-round shuffle of GPU types (heterogeneity-agnostic policies; Gavel
             draws it from ``Random(seed + 5)``).
@@ -96,7 +100,7 @@ class TimeSharingPolicy:
     #: Whether the policy uses per-type throughputs (Gavel's "Perf" policies keep the type order).
     heterogeneity_aware = False
 
-    def __init__(self, solver: Literal["HIGHS", "CLARABEL"] = "HIGHS",
+    def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  throughputs: Literal["simulation", "physical"] = "simulation") -> None:
         if solver not in LP_SOLVERS:
