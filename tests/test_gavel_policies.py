@@ -97,3 +97,24 @@ def test_unknown_job_types_get_gavels_default_throughput() -> None:
     assert rates[0].tolist() == [0.0, 1.0]
     assert rates[1].tolist() == [TABLE.steps_per_second("A3C", 1, "v100"),
                                  TABLE.steps_per_second("A3C", 1, "k80")]
+
+
+def test_cli_simulates_a_gavel_trace_end_to_end() -> None:
+    """``bayes-sched simulate --trace`` on a shipped trace, Gavel's cluster, JSON out: every job
+    finishes, stdout is strict JSON (the solver prints nothing there)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "bayes_sched", "simulate", "--trace", "small_test", "--cluster",
+         "v100:36,p100:36,k80:36", "--policy", "max_min_fairness_perf", "--seed", "0",
+         "--json"], capture_output=True, text=True, cwd=root, timeout=300,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert row["finished"] == row["jobs"] == 20
+    assert row["round_s"] == 360.0 and row["solver_failures"] == 0
+    assert row["cluster"] == "9x4:v100,9x4:p100,9x4:k80"
