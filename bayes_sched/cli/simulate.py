@@ -69,9 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            f"policies: {', '.join(TIME_SHARING_POLICIES)}")
     simulate.add_argument("--seed", type=seed, default=0,
                           help="seed of the policy's random choices (default 0)")
-    simulate.add_argument("--policy", default="pollux", choices=list(POLICIES),
-                          help="scheduling policy (default pollux; `bayes-sched list policies` "
-                               "shows their options)")
+    simulate.add_argument("--policy", default=None, choices=list(POLICIES),
+                          help="scheduling policy (default pollux, or max_min_fairness_perf "
+                               "with --trace; `bayes-sched list policies` shows their options)")
     _cluster_options(simulate)
     simulate.add_argument("--out", help="write the report (tables, timeline, plots) here; "
                           f"{OUT_DIR_RULE}")
@@ -311,7 +311,9 @@ def _simulate(args: argparse.Namespace) -> int:
     from bayes_sched.sim import read_workload, run_simulation, write_report
 
     if args.trace is not None:
+        args.policy = args.policy or "max_min_fairness_perf"
         return _simulate_trace(args)
+    args.policy = args.policy or "pollux"
     from bayes_sched.sim.report import summary_rows
 
     config = _config(args)
