@@ -283,6 +283,11 @@ def write_fixtures(base: Path, stores: bool) -> None:
         "solo-good.csv": "\n".join([SOLO_HEADER, *SOLO_ROWS]) + "\n",
         "topology-good.json": TOPOLOGY,
         "a-file.txt": "not a folder\n",
+        # Gavel traces (10 tab-separated columns).
+        "trace-unknown-type.trace": "NoSuchNet\tcmd\tdir\t-n\t1\t100\t1\t1\t-1\t0\n",
+        "trace-9-columns.trace": "A3C\tcmd\tdir\t-n\t1\t100\t1\t1\t-1\n",
+        "trace-steps-nan.trace": "A3C\tcmd\tdir\t-n\t1\tnan\t1\t1\t-1\t0\n",
+        "trace-too-wide.trace": "A3C\tcmd\tdir\t-n\t1\t100\t64\t1\t-1\t0\n",
     }
     for name, text in good.items():
         (base / name).write_text(text, encoding="utf-8")
@@ -508,6 +513,22 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
         Case("simulate", "--out under a file",
              (*sim, "{dir}/workload-good.csv", *SIM, "--out", "{dir}/a-file.txt/x/y"), "--out",
              item="11"),
+    ])
+    trace = ("simulate", "--no-progress", "--cluster", "v100:4", "--trace")
+    add([
+        Case("simulate", "trace: unknown job type", (*trace, "{dir}/trace-unknown-type.trace"),
+             "job_type", quick=True),
+        Case("simulate", "trace: 9 columns", (*trace, "{dir}/trace-9-columns.trace"), "row 1"),
+        Case("simulate", "trace: NaN steps", (*trace, "{dir}/trace-steps-nan.trace"),
+             "total_steps"),
+        Case("simulate", "trace: scale factor 64", (*trace, "{dir}/trace-too-wide.trace"),
+             "scale_factor"),
+        Case("simulate", "trace: unknown shipped trace", (*trace, "no_such_trace"),
+             "no_such_trace"),
+        Case("simulate", "trace with a Pollux-world policy",
+             (*trace, "small_test", "--policy", "pollux"), "--policy"),
+        Case("simulate", "trace and --workload together",
+             (*trace, "small_test", "--workload", "workload-1"), "--workload"),
     ])
     good_sim = (*sim, "{dir}/workload-good.csv", "--no-progress")
     add(_flag_cases("simulate", good_sim, "--interval",

@@ -8,6 +8,7 @@ import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,15 @@ if TYPE_CHECKING:
     from bayes_sched.sim.run import SimulationResult
     from bayes_sched.sim.workload import Workload
 
+#: Traces shipped from Gavel's artifact (``bayes_sched/data/gavel/traces``).
+SHIPPED_TRACES = ("small_test", "medium_test", "max_min_fairness")
+
+#: Policies of the throughput-table world (Gavel's time-sharing family).
+TIME_SHARING_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf")
+
+#: Gavel's round (seconds), the default for --trace.
+GAVEL_ROUND_SECONDS = 360.0
+
 #: Exit status of a simulation that ran but left jobs unfinished at its horizon.
 EXIT_UNFINISHED = 3
 
@@ -50,11 +60,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate = subparsers.add_parser(
         "simulate", help="simulate one workload under one policy",
         description="Simulate a workload (a CSV or a shipped name such as workload-6 or "
-                    "workloads-2.0/workload-3) under a policy and print its summary.")
-    simulate.add_argument("--workload", required=True, help="workload CSV or shipped name")
-    simulate.add_argument("--policy", default="pollux", choices=list(POLICIES),
-                          help="scheduling policy (default pollux; `bayes-sched list policies` "
-                               "shows their options)")
+                    "workloads-2.0/workload-3) under a policy and print its summary; or, with "
+                    "--trace, a Gavel .trace file in the throughput-table world (jobs run at "
+                    "Gavel's measured steps/s per GPU type) under a Gavel policy.")
+    jobs = simulate.add_mutually_exclusive_group(required=True)
+    jobs.add_argument("--workload", help="workload CSV or shipped name (the Pollux world)")
+    jobs.add_argument("--trace", metavar="T",
+                      help="Gavel .trace file (10 tab-separated columns) or a shipped one "
+                           f"({', '.join(SHIPPED_TRACES)}); rounds default to Gavel's 360 s; "
+                           f"policies: {', '.join(TIME_SHARING_POLICIES)}")
+    simulate.add_argument("--policy", default=None, choices=list(POLICIES),
+                          help="scheduling policy (default pollux, or max_min_fairness_perf "
+                               "with --trace; `bayes-sched list policies` shows their options)")
     _cluster_options(simulate)
     simulate.add_argument("--out", help="write the report (tables, timeline, plots) here; "
                           f"{OUT_DIR_RULE}")
@@ -297,8 +314,53 @@ def _read_workload(name: str, args: argparse.Namespace, quiet: bool = False) -> 
     return workload.head(args.max_jobs) if args.max_jobs else workload
 
 
+def _simulate_trace(args: argparse.Namespace) -> int:
+    """``simulate --trace``: a Gavel trace in the throughput-table world."""
+    from bayes_sched.sim.gavel_jobs import read_gavel_trace, resolve_gavel_trace
+    from bayes_sched.sim.table_run import run_table_simulation
+
+    if args.policy not in TIME_SHARING_POLICIES:
+        raise InputError(f"--policy {args.policy}: not a policy of the throughput-table world; "
+                         f"expected one of {', '.join(TIME_SHARING_POLICIES)} with --trace")
+    for flag, value in (("--hidden", args.hidden), ("--interference", args.interference or None),
+                        ("--out", args.out), ("--seeds", args.seeds),
+                        ("--profiles", args.profiles), ("--skip-unknown", args.skip_unknown or None)):
+        if value is not None:
+            raise InputError(f"{flag} is not supported with --trace")
+    settings = _read_config(args.config)
+    spec = _cluster_spec(args, settings)
+    spec = replace(spec, round_interval=args.interval or GAVEL_ROUND_SECONDS)
+    path = resolve_gavel_trace(args.trace)
+    jobs = read_gavel_trace(path)
+    if args.max_jobs:
+        jobs = jobs[:args.max_jobs]
+    options = _policy_options(args, [args.policy])[args.policy]
+    policy = POLICIES.make(args.policy, context={"seed": args.seed}, **options)
+    with progress_bar(enabled=not args.no_progress and not args.json) as progress:
+        task = progress.add_task(f"{policy.name} on {path.stem}: jobs finished", total=len(jobs))
+
+        def on_round(cluster) -> None:  # noqa: ANN001
+            progress.update(task, completed=sum(1 for j in cluster.jobs.values() if not j.active))
+
+        result = run_table_simulation(jobs, policy, spec, source=str(path), on_round=on_round)
+    row: dict[str, object] = {"policy": policy.name, "trace": path.stem,
+                              "cluster": spec.describe(), "round_s": spec.round_interval,
+                              **result.summary, "wall_s": result.wall_seconds}
+    print_table([row], title=f"{policy.name} on {path.stem}", as_json=args.json)
+    unfinished = result.jobs.loc[result.jobs["completion_time"].isna(), "job"].astype(str)
+    if len(unfinished):
+        return fail(f"{len(unfinished)} of {len(result.jobs)} jobs of {path} unfinished",
+                    status=EXIT_UNFINISHED)
+    return 0
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from bayes_sched.sim import run_simulation, write_report
+
+    if args.trace is not None:
+        args.policy = args.policy or "max_min_fairness_perf"
+        return _simulate_trace(args)
+    args.policy = args.policy or "pollux"
     from bayes_sched.sim.report import summary_rows
 
     seeds = seed_list(args)

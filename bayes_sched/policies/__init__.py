@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from bayes_sched.policies.base import Policy
     from bayes_sched.policies.bo import BayesOptPolicy
     from bayes_sched.policies.fifo import FifoPolicy
+    from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
+    from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
     from bayes_sched.policies.optimus import OptimusPolicy
     from bayes_sched.policies.pollux import PolluxPolicy
     from bayes_sched.policies.tiresias import TiresiasPolicy
@@ -26,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     "Policy": "bayes_sched.policies.base",
     "BayesOptPolicy": "bayes_sched.policies.bo",
     "FifoPolicy": "bayes_sched.policies.fifo",
+    "MaxMinFairnessPolicy": "bayes_sched.policies.gavel_max_min",
+    "MaxMinFairnessPerfPolicy": "bayes_sched.policies.gavel_max_min",
+    "MaxSumThroughputPerfPolicy": "bayes_sched.policies.gavel_max_sum",
     "OptimusPolicy": "bayes_sched.policies.optimus",
     "PolluxPolicy": "bayes_sched.policies.pollux",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
@@ -36,7 +41,9 @@ _EXPORTS: dict[str, str] = {
 POLICIES: Registry[Policy] = Registry("policy")
 for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy"),
                       ("optimus", "OptimusPolicy"), ("fifo", "FifoPolicy"),
-                      ("bo", "BayesOptPolicy")):
+                      ("bo", "BayesOptPolicy"), ("max_min_fairness", "MaxMinFairnessPolicy"),
+                      ("max_min_fairness_perf", "MaxMinFairnessPerfPolicy"),
+                      ("max_sum_throughput_perf", "MaxSumThroughputPerfPolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
@@ -62,5 +69,6 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "BayesOptPolicy", "FifoPolicy", "OptimusPolicy", "PolluxPolicy", "Policy",
-           "TiresiasPolicy", "make_policy"]
+__all__ = ["POLICIES", "BayesOptPolicy", "FifoPolicy", "MaxMinFairnessPerfPolicy",
+           "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy", "OptimusPolicy", "PolluxPolicy",
+           "Policy", "TiresiasPolicy", "make_policy"]

@@ -1,0 +1,38 @@
+"""Gavel's maximum total throughput (``max_sum_throughput_perf``), heterogeneity-aware.
+
+Gavel's LP (``scheduler/policies/max_sum_throughput.py``, ``ThroughputSumWithPerf``) over time
+fractions ``x`` ``(J, T)``::
+
+    maximise  sum_j sum_t throughput[j, t] * x[j, t]      (measured steps/s)
+    subject to  x >= 0,  sum_t x[j, t] <= 1,  sum_j s_j * x[j, t] <= GPUs of type t
+
+It favours jobs with many steps/s and ignores fairness; the round mechanism is
+:mod:`bayes_sched.policies.time_sharing`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bayes_sched.policies.time_sharing import TimeSharingPolicy, base_constraints, solve_lp
+
+
+class MaxSumThroughputPerfPolicy(TimeSharingPolicy):
+    """Maximum total steps/s over the measured throughputs.
+
+    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`.
+    """
+
+    name = "max_sum_throughput_perf"
+    heterogeneity_aware = True
+
+    __init__ = TimeSharingPolicy.__init__
+
+    def allocate(self, throughputs: np.ndarray, scale_factors: np.ndarray,
+                 capacities: np.ndarray) -> np.ndarray | None:
+        import cvxpy as cp
+
+        x = cp.Variable(throughputs.shape)
+        problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(throughputs, x))),
+                             base_constraints(x, scale_factors, capacities))
+        return solve_lp(problem, x, self.solver)

@@ -1,0 +1,232 @@
+"""The throughput-table world: a simulated cluster whose jobs progress at measured steps/s.
+
+The job physics beside the Pollux profiles (:mod:`bayes_sched.sim.physics`): a job (job type, scale
+factor, total steps; :mod:`bayes_sched.sim.gavel_jobs`) runs only on exactly its scale factor of
+GPUs, all of one type, at the table's steps/s for (job type, scale factor, GPU type)
+(:func:`job_steps_per_second`; two jobs of one scale factor sharing their GPUs run at the measured
+pair rates, :func:`pair_steps_per_second`). As in Gavel's simulator, a round of ``s`` seconds runs
+``floor(rate * s)`` steps (no more than the job has left) and a job finishes ``steps / rate``
+seconds into its last round; there is no restart cost (Gavel's simulator charges none). Jobs are
+read from a finite trace or pulled lazily from an endless generator; the run ends when every job
+of ``jobs_to_complete`` (or, without it, every job) has finished.
+
+What policies see (:meth:`TableCluster.job_views`): the job's type and scale factor (the user's
+request), submission time, attained GPU-seconds, its allocation and restarts, and the steps it has
+done; never its total steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
+from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.errors import InputError
+from bayes_sched.jobs import BatchLimits, JobSettings, JobView
+from bayes_sched.sim.gavel_jobs import TableJobSpec
+from bayes_sched.throughputs import ThroughputTable
+
+
+def job_steps_per_second(table: ThroughputTable, job: TableJobSpec, gpu: str) -> float:
+    """Steps/s of ``job`` alone on its scale factor of ``gpu`` GPUs (0 where it cannot run)."""
+    return table.steps_per_second(job.job_type, job.scale_factor, gpu) or 0.0
+
+
+def pair_steps_per_second(table: ThroughputTable, a: TableJobSpec, b: TableJobSpec, gpu: str
+                          ) -> tuple[float, float]:
+    """Steps/s of ``a`` and ``b`` sharing their GPUs of type ``gpu`` (0, 0 where the pair was
+    not measured or does not fit in memory)."""
+    rates = table.pair_steps_per_second(gpu, (a.job_type, a.scale_factor),
+                                        (b.job_type, b.scale_factor))
+    return rates or (0.0, 0.0)
+
+
+@dataclass
+class TableJob:
+    """One job's state in the simulation (simulator side)."""
+
+    spec: TableJobSpec
+    steps_done: float = 0.0
+    attained_service: float = 0.0
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    num_restarts: int | None = None
+    start_time: float | None = None
+    completion_time: float | None = None
+    allocation_history: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.completion_time is None
+
+
+#: A Gavel job declares no batch limits; the views carry this placeholder.
+_NO_LIMITS = BatchLimits(1, 1, 1, 1)
+
+
+class TableCluster:
+    """A simulated cluster of typed GPUs running throughput-table jobs (a
+    :class:`~bayes_sched.cluster.Cluster`).
+
+    Args:
+        jobs: the jobs, sorted by submission time (a tuple, or an endless iterator).
+        spec: the nodes (GPU types from the table) and round interval.
+        table: the measured throughputs the jobs run at.
+        jobs_to_complete: names of the jobs whose completion ends the run (default: all).
+        max_time: give up after this many simulated seconds.
+        source: where the jobs came from (for messages).
+
+    Raises:
+        InputError: a job no GPU type of the cluster can run (naming it), jobs out of order.
+    """
+
+    def __init__(self, jobs: Iterable[TableJobSpec], spec: ClusterSpec, table: ThroughputTable,
+                 jobs_to_complete: Iterable[str] | None = None,
+                 max_time: float = 1e9, source: str = "") -> None:
+        self.spec = spec
+        self.table = table
+        self.max_time = float(max_time)
+        self.source = source
+        self._now = 0.0
+        self._types = spec.gpu_types
+        self._node_type = np.array(self._types)
+        self._incoming: Iterator[TableJobSpec] = iter(jobs)
+        self._next: TableJobSpec | None = None
+        self._exhausted = False
+        self.jobs: dict[str, TableJob] = {}
+        self._active: dict[str, TableJob] = {}
+        self._last_submit = 0.0
+        # Jobs whose completion ends the run, not yet finished (None: every job).
+        self._waiting = None if jobs_to_complete is None else set(jobs_to_complete)
+        self._allocations: Allocations = {}
+        self.misfit_rounds = 0  # rounds a job held GPUs it could not run on
+        # Per round: time and busy GPUs per GPU type (sorted type names in busy_types).
+        self.busy_types = tuple(sorted(set(self._types)))
+        self.timeline_time: list[float] = []
+        self.timeline_busy: list[np.ndarray] = []
+        self.timeline_active: list[int] = []
+        self._pull()
+
+    # --- arrivals -------------------------------------------------------------------------------
+
+    def _check(self, job: TableJobSpec) -> None:
+        runnable = [g for g in set(self._types)
+                    if job_steps_per_second(self.table, job, g) > 0
+                    and self.spec.gpus_of_type(g) >= job.scale_factor]
+        if not runnable:
+            raise InputError(
+                f"job '{job.name}' ({job.job_type}, {job.scale_factor} GPUs) can run on no GPU "
+                f"type of the cluster ({self.spec.describe()}): expected a measured throughput "
+                "on a type with enough GPUs", self.source or None, column="job_type")
+
+    def _pull(self) -> None:
+        """Admit every job submitted by now (reading ahead one job)."""
+        while not self._exhausted:
+            if self._next is None:
+                nxt = next(self._incoming, None)
+                if nxt is None:
+                    self._exhausted = True
+                    return
+                if nxt.submit_time < self._last_submit:
+                    raise InputError(f"job '{nxt.name}' is submitted before the previous one: "
+                                     "expected jobs sorted by submission time",
+                                     self.source or None)
+                self._check(nxt)
+                self._next, self._last_submit = nxt, nxt.submit_time
+            if self._next.submit_time > self._now:
+                return
+            job = TableJob(self._next, counts=np.zeros(self.spec.num_nodes, np.int64))
+            self.jobs[job.spec.name] = job
+            self._active[job.spec.name] = job
+            self._next = None
+
+    # --- Cluster interface ----------------------------------------------------------------------
+
+    @property
+    def state(self) -> ClusterState:
+        return ClusterState(spec=self.spec, now=self._now)
+
+    def job_views(self) -> list[JobView]:
+        views = []
+        for job in self._active.values():
+            spec = job.spec
+            views.append(JobView(
+                name=spec.name, application=spec.job_type, submit_time=spec.submit_time,
+                age=self._now - spec.submit_time, attained_service=job.attained_service,
+                allocation=job.counts.copy(), num_restarts=job.num_restarts or 0,
+                requested_replicas=spec.scale_factor, requested_batch_size=spec.batch_size,
+                settings=JobSettings(spec.batch_size, spec.scale_factor), limits=_NO_LIMITS,
+                progress=job.steps_done, allocation_history=tuple(job.allocation_history)))
+        return views
+
+    def allocations(self) -> Allocations:
+        return {name: counts.copy() for name, counts in self._allocations.items()}
+
+    def apply(self, allocations: Mapping[str, np.ndarray]) -> None:
+        new = validate_allocations(allocations, self.state, list(self._active))
+        empty = np.zeros(self.spec.num_nodes, dtype=np.int64)
+        for name, job in self._active.items():
+            counts = new.get(name, empty)
+            if np.array_equal(job.counts, counts):
+                continue
+            job.counts = counts.copy()
+            job.allocation_history.append((self._now, tuple(int(c) for c in counts)))
+            if counts.any():
+                if job.num_restarts is None:
+                    job.num_restarts, job.start_time = 0, self._now
+                else:
+                    job.num_restarts += 1
+        self._allocations = new
+
+    def _rate(self, job: TableJob) -> float:
+        """Steps/s on the job's current GPUs: 0 unless they are exactly its scale factor of GPUs
+        of one type."""
+        used = job.counts > 0
+        if not used.any():
+            return 0.0
+        types = set(self._node_type[used])
+        if len(types) != 1 or int(job.counts.sum()) != job.spec.scale_factor:
+            self.misfit_rounds += 1
+            return 0.0
+        return job_steps_per_second(self.table, job.spec, types.pop())
+
+    def advance(self, seconds: float) -> None:
+        busy = np.zeros(len(self.busy_types), dtype=np.int64)
+        finished = []
+        for name, job in self._active.items():
+            rate = self._rate(job)
+            gpus = int(job.counts.sum())
+            if gpus:
+                gpu_type = str(self._node_type[job.counts > 0][0])
+                busy[self.busy_types.index(gpu_type)] += gpus
+            if rate <= 0:
+                continue
+            left = job.spec.total_steps - job.steps_done
+            # Whole steps per round, as Gavel's simulator counts them.
+            steps = min(float(math.floor(rate * seconds)), left)
+            elapsed = steps / rate
+            job.steps_done += steps
+            job.attained_service += elapsed * gpus
+            if job.spec.total_steps - job.steps_done <= 0:
+                job.completion_time = self._now + elapsed
+                finished.append(name)
+        for name in finished:
+            del self._active[name]
+            if self._waiting is not None:
+                self._waiting.discard(name)
+            self._allocations.pop(name, None)
+        self._now += seconds
+        self.timeline_time.append(self._now)
+        self.timeline_busy.append(busy)
+        self.timeline_active.append(len(self._active))
+        self._pull()
+
+    def done(self) -> bool:
+        if self._now >= self.max_time:
+            return True
+        if self._waiting is not None:
+            return not self._waiting
+        return self._exhausted and self._next is None and not self._active
