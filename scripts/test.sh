@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 { [ -x .venv/bin/bayes-sched ] && [ -x .venv/bin/mypy ]; } || bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=15 "$@"
