@@ -20,7 +20,11 @@ from perfmodel.efficiency import EfficiencyModel  # noqa: E402
 from perfmodel.goodput import GoodputModel  # noqa: E402
 from perfmodel.profiles import GradientTrace, StepTimeProfile  # noqa: E402
 from perfmodel.throughput import predict_step_time, rmsle  # noqa: E402
-from perfmodel.throughput_bayes import ThroughputPosterior, fit_throughput_posterior  # noqa: E402
+from perfmodel.throughput_bayes import (  # noqa: E402
+    PARETO_K_USABLE,
+    ThroughputPosterior,
+    fit_throughput_posterior,
+)
 
 #: Allocations drawn in the throughput and goodput plots: (nodes, GPUs in all).
 PLOT_ALLOCATIONS: tuple[tuple[int, int], ...] = ((1, 1), (1, 4), (2, 8), (4, 16), (16, 64))
@@ -193,9 +197,11 @@ def write_model_report(fit: ModelFit, out_dir: str | Path) -> Path:
         f"# {name}: throughput and efficiency fit",
         f"Profile: {len(fit.profile)} measurements from "
         f"{', '.join(Path(s).name for s in fit.profile.sources)}. Posterior by {diag.method} in "
-        f"{diag.seconds:.2f} s (PSIS k-hat {diag.pareto_k:.2f}: below 0.7 means the SVI guide is "
-        "usable as a posterior).",
-        "## Step-time parameters (90% credible intervals)",
+        f"{diag.seconds:.2f} s (PSIS k-hat {diag.pareto_k:.2f}: at most {PARETO_K_USABLE} means "
+        "the SVI guide is usable as a posterior).",
+        *([] if diag.reliable else [f"**Warning: {diag.warning(name)}.**"]),
+        "## Step-time parameters (90% credible intervals"
+        f"{'' if diag.reliable else '; unreliable, see the warning above'})",
         _markdown_table(fit.posterior.parameter_summary()),
         "## Error and calibration (in-sample)",
         _markdown_table([fit.error_summary()]),

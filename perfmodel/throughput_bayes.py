@@ -65,6 +65,8 @@ _PRIOR_SPREAD = {"alpha_c": 1.5, "beta_c": 1.5, "alpha_n": 2.0, "beta_n": 2.0, "
 _NOISE_PRIOR_SCALE = 0.3
 #: Log-scale spread of the prior on how much more a multi-GPU class scatters than one GPU.
 _RATIO_PRIOR_SCALE = 0.7
+#: Above this PSIS k-hat an SVI guide is not a usable posterior (Vehtari et al., 2015-2024).
+PARETO_K_USABLE = 0.7
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,20 @@ class FitDiagnostics:
     final_loss: float
     pareto_k: float
     seconds: float
+
+    @property
+    def reliable(self) -> bool:
+        """Whether the intervals can be trusted: MCMC, or an SVI guide whose k-hat is at most
+        :data:`PARETO_K_USABLE` (NaN, not computed, counts as unreliable)."""
+        return self.method != "svi" or self.pareto_k <= PARETO_K_USABLE
+
+    def warning(self, model: str) -> str | None:
+        """One line saying why ``model``'s intervals are not to be trusted, or None."""
+        if self.reliable:
+            return None
+        return (f"{model}: PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the SVI "
+                "guide fits the posterior poorly and its intervals may be too narrow; check with "
+                "--method nuts")
 
 
 class ThroughputPosterior:

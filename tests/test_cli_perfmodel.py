@@ -45,6 +45,8 @@ def test_fit_throughput_posterior_json_carries_its_diagnostics() -> None:
     diagnostics = document["diagnostics"]
     assert isinstance(diagnostics["pareto_k"], float) and diagnostics["steps"] > 0
     assert diagnostics["seconds"] > 0 and isinstance(diagnostics["final_loss"], float)
+    assert diagnostics["reliable"] is (diagnostics["pareto_k"] <= 0.7)
+    assert ("warning: cifar10: PSIS k-hat" in result.stderr) is not diagnostics["reliable"]
     (gamma,) = [r for r in document["parameters"] if r["parameter"] == "gamma"]
     assert gamma["lower_90"] <= gamma["mean"] <= gamma["upper_90"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,12 +80,15 @@ def _fit_throughput(args: argparse.Namespace) -> int:
                                              prior=prior,
                                              placement_effects=args.placement_effects)
     diagnostics = posterior.diagnostics
+    if (warning := diagnostics.warning(profile.model)) is not None:
+        print(f"bayes-sched: warning: {warning}", file=sys.stderr)
     if args.json:  # the rows, the interval level and the fit's diagnostics (k-hat NaN -> null)
         print_json({"model": profile.model, "method": args.method, "rows": len(profile),
                     "interval_level": 0.9, "seed": args.seed,
                     "diagnostics": {"pareto_k": diagnostics.pareto_k,
                                     "final_loss": diagnostics.final_loss,
                                     "steps": diagnostics.num_steps,
+                                    "reliable": diagnostics.reliable,
                                     "seconds": diagnostics.seconds},
                     "parameters": posterior.parameter_summary()})
     else:
