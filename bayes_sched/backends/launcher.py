@@ -1,0 +1,100 @@
+"""Starting and stopping a job's processes: what differs between the local and the Ray backend.
+
+A real-cluster backend (the part that meets :class:`~bayes_sched.cluster.Cluster`: reads reports,
+writes controls, asks for checkpoints, restarts jobs) is one piece of code; only how processes are
+placed on nodes and started differs, and that is a :class:`Launcher`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bayes_sched.cluster_spec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One start of one job.
+
+    Attributes:
+        job_name: the job's name (unique in the scheduler).
+        argv: the command every replica runs, e.g. ``("python", "train.py", "--lr", "0.1")``.
+        gpus_per_node: GPUs (replicas) on each node of the cluster spec, shape ``(num_nodes,)``;
+            one process per GPU.
+        job_dir: the job's directory (:mod:`bayes_sched.client.protocol`), shared by its processes.
+        attempt: 0 for the first start, +1 for each restart.
+        env: extra environment variables for every replica (the launcher adds the job directory's
+            variables, ``torch.distributed``'s and ``CUDA_VISIBLE_DEVICES``).
+        cwd: working directory of the processes (``None``: the job directory).
+    """
+
+    job_name: str
+    argv: tuple[str, ...]
+    gpus_per_node: tuple[int, ...]
+    job_dir: str
+    attempt: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.gpus_per_node)
+
+    @property
+    def placement(self) -> str:
+        """GPUs per used node as a digit string, e.g. ``"22"`` (the Pollux profiles' notation)."""
+        return "".join(str(count) for count in self.gpus_per_node if count > 0)
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a job's processes ended: ``returncode`` of the first replica to fail (0 when all
+    succeeded; negative: killed by that signal, as :mod:`subprocess` reports it)."""
+
+    returncode: int
+    log_tail: str = ""
+
+
+class JobProcesses(Protocol):
+    """The running processes of one start of one job."""
+
+    def poll(self) -> ExitStatus | None:
+        """``None`` while any replica runs; the exit status once all have ended (a failed
+        replica stops the others)."""
+        ...
+
+    def stop(self, grace_seconds: float) -> ExitStatus:
+        """SIGTERM every replica (the client checkpoints on it), wait up to ``grace_seconds``,
+        then SIGKILL what is left; returns the exit status."""
+        ...
+
+
+class Launcher(Protocol):
+    """Places and starts job processes on a cluster's nodes."""
+
+    def cluster_spec(self) -> ClusterSpec:
+        """The nodes (GPU type, GPU count, topology) processes can be placed on."""
+        ...
+
+    def start(self, spec: LaunchSpec) -> JobProcesses:
+        """Start one process per GPU of ``spec.gpus_per_node``; raises
+        :class:`~bayes_sched.errors.AllocationError` (starting nothing) where the GPUs are not
+        free."""
+        ...
+
+    def close(self) -> None:
+        """Stop every process this launcher started and release what it holds."""
+        ...
+
+
+def rank_layout(gpus_per_node: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(node index, local rank, global rank)`` of every replica: ranks fill nodes in order."""
+    layout = []
+    rank = 0
+    for node, count in enumerate(gpus_per_node):
+        for local in range(count):
+            layout.append((node, local, rank))
+            rank += 1
+    return layout
