@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from bayes_sched.sim.fairness import ftf_rho
 from bayes_sched.sim.simulator import SimulatedCluster
 
 
@@ -34,7 +35,7 @@ def job_table(cluster: SimulatedCluster) -> pd.DataFrame:
             "restarts": job.num_restarts or 0,
             "gpu_time": job.attained_service,
             "standalone_time": alone,
-            "ftf": jct / alone if done else np.nan,
+            "ftf": float(ftf_rho(jct, alone)) if done else np.nan,
         })
     return pd.DataFrame(rows)
 

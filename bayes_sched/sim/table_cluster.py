@@ -143,6 +143,13 @@ class TableCluster:
             self._active[job.spec.name] = job
             self._next = None
 
+    def standalone_seconds(self, spec: TableJobSpec) -> float:
+        """Seconds the job would take alone on its GPUs of the fastest type of the cluster
+        (the denominator of its finish-time fairness)."""
+        rates = [job_steps_per_second(self.table, spec, g) for g in set(self._types)]
+        best = max(rates, default=0.0)
+        return spec.total_steps / best if best > 0 else float("inf")
+
     # --- Cluster interface ----------------------------------------------------------------------
 
     @property
