@@ -35,20 +35,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.cluster_spec import ClusterSpec
-from bayes_sched.errors import InputError
-from bayes_sched.jobs import JobSettings, JobView
-from bayes_sched.sim.shockwave_jobs import (
+from bayes_sched.batch_modes import (
     DATASET_SIZE,
     GNS_LIMIT,
     MAX_BATCH_SIZE,
     MIN_BATCH_SIZE,
-    ShockwaveJobSpec,
     gns_schedule,
     iterations_per_epoch,
     job_type_of,
-    profile_epoch_seconds,
 )
+from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.errors import InputError
+from bayes_sched.jobs import JobSettings, JobView
+from bayes_sched.sim.shockwave_jobs import ShockwaveJobSpec, profile_epoch_seconds
 from bayes_sched.sim.table_cluster import _NO_LIMITS, TableCluster, TableJob
 from bayes_sched.throughputs import ThroughputTable
 
