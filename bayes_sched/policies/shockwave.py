@@ -60,7 +60,11 @@ from bayes_sched.policies.remaining_work import (
     RegimeProfile,
     RemainingWorkPredictor,
 )
-from bayes_sched.policies.time_sharing import _quiet_stdout, cluster_types
+from bayes_sched.policies.time_sharing import (
+    DEFAULT_STEPS_PER_SECOND,
+    _quiet_stdout,
+    cluster_types,
+)
 from bayes_sched.throughputs import load_throughputs
 
 LOG = logging.getLogger(__name__)
@@ -73,6 +77,10 @@ LOG_ORIGIN = 1e-6
 FINISH_TIME_MOMENTUM = 0.9
 #: Exponent of a job's projected ratio when less than a round is left (``priority_M``).
 LAST_ROUND_POWER = 100.0
+
+#: Numerical guard on a priority (``ratio^100`` overflows or swamps the solver; Gurobi saw the
+#: raw values): larger ones are cut to it, keeping their order against all smaller ones.
+MAX_PRIORITY = 1e9
 
 #: Mixed-integer solvers from pip that cvxpy can call.
 MIP_SOLVERS = ("HIGHS", "SCIP")
@@ -91,6 +99,11 @@ class ShockwavePolicy:
         time_limit: seconds a solve may take (Shockwave: 15).
         mip_rel_gap: relative optimality gap at which a solve stops (1e-3).
         throughputs: the measured table the profiles are built from (``"tacc"``: Shockwave's).
+        calibrate: rescale a job's profiled epoch times when its measured throughput disagrees
+            (Shockwave's ``calibrate_profiled_epoch_duration``, see :meth:`calibration`).
+
+    Shockwave plans for a homogeneous cluster: on a cluster of several GPU types it plans and
+    places jobs on the first type in Gavel's order (V100, P100, K80, then by name) only.
     """
 
     name = "shockwave"
@@ -99,7 +112,8 @@ class ShockwavePolicy:
                  rhomax: float = 1.0, reopt_rounds: int = 8,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", time_limit: float = 15.0,
                  mip_rel_gap: float = 1e-3,
-                 throughputs: Literal["tacc", "simulation", "physical"] = "tacc") -> None:
+                 throughputs: Literal["tacc", "simulation", "physical"] = "tacc",
+                 calibrate: bool = True) -> None:
         if future_rounds < 1 or reopt_rounds < 1:
             raise ValueError(f"future_rounds {future_rounds}, reopt_rounds {reopt_rounds}: "
                              "expected rounds >= 1")
@@ -114,17 +128,24 @@ class ShockwavePolicy:
         self.time_limit, self.mip_rel_gap = float(time_limit), float(mip_rel_gap)
         self.table = load_throughputs(throughputs)
         self.predictor: RemainingWorkPredictor = DirichletRegimePredictor()
+        self.calibrate = bool(calibrate)
         self.solver_failures = 0
         self.allocation_updates = 0  # successful plans
         self.relaxed_plans = 0  # plans without the fairness constraints
         self.solve_seconds: list[float] = []
         self._round = 0
+        self._round_seconds = 120.0
         self._since_plan = 0
         self._names: frozenset[str] = frozenset()
         self._plan: dict[int, list[str]] = {}
         self._previous: list[str] = []
         self._share_series: dict[str, list[tuple[int, float]]] = {}
         self._profiles: dict[tuple[str, int, str, int, int, str], RegimeProfile] = {}
+        # Per job: measured (steps/s, batch size) by round, the last report seen, the factor on
+        # its profiled epoch times.
+        self._measured: dict[str, dict[int, tuple[float, int]]] = {}
+        self._last_report: dict[str, tuple[float, float, int]] = {}
+        self._factor: dict[str, float] = {}
 
     # --- Policy interface -----------------------------------------------------------------------
 
@@ -136,18 +157,20 @@ class ShockwavePolicy:
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         jobs = sorted(jobs, key=lambda j: (j.submit_time, j.name))
-        gpu = cluster_types(cluster)[0]
-        num_gpus = int(cluster.capacity().sum())
+        self._round_seconds = cluster.round_interval
+        gpu = cluster_types(cluster)[0]  # Shockwave plans one GPU type (see the class)
+        num_gpus = cluster.gpus_of_type(gpu)
         names = frozenset(job.name for job in jobs)
         changed = names != self._names
         if changed:
             self._names = names
-            for name in list(self._share_series):
-                if name not in names:
-                    del self._share_series[name]
+            for store in (self._share_series, self._measured, self._last_report, self._factor):
+                for name in [n for n in store if n not in names]:
+                    del store[name]
         chosen: list[str] | None = None
         if jobs:
-            profiles = [self.profile(job, gpu) for job in jobs]
+            self._record_throughputs(jobs, gpu)
+            profiles = [self._calibrated(job, self.profile(job, gpu)) for job in jobs]
             done = [self._epochs_done(job) for job in jobs]
             remaining = np.array([self.predictor.remaining_seconds(p, e)
                                   for p, e in zip(profiles, done, strict=True)])
@@ -169,7 +192,11 @@ class ShockwavePolicy:
     # --- profiles and predictions ---------------------------------------------------------------
 
     def profile(self, job: JobView, gpu: str) -> RegimeProfile:
-        """The job's profile under its declared mode on ``gpu`` (cached per declared settings)."""
+        """The job's profile under its declared mode on ``gpu`` (cached per declared settings).
+
+        An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)``; for a job
+        whose model or type the table does not cover, ``ceil(examples per epoch / b)`` steps at
+        Gavel's default of 1 step/s (a finite guess, so that such a job is still planned)."""
         model = model_of(job.application)
         key = (model, job.requested_batch_size, job.batch_size_mode, job.target_epochs,
                job.requested_replicas, gpu)
@@ -177,12 +204,82 @@ class ShockwavePolicy:
         if cached is None:
             regimes = batch_size_schedule(job.batch_size_mode, model, job.requested_batch_size,
                                           max(job.target_epochs, 1), job.requested_replicas)
-            seconds = {b: epoch_seconds(self.table, model, b, job.requested_replicas, gpu)
-                       for b in set(regimes)} if model in DATASET_SIZE else {}
-            cached = RegimeProfile(tuple(regimes), tuple(
-                float(seconds.get(b) or math.inf) for b in regimes))
+            seconds = {}
+            for batch in set(regimes):
+                known = (epoch_seconds(self.table, model, batch, job.requested_replicas, gpu)
+                         if model in DATASET_SIZE else None)
+                seconds[batch] = known if known is not None else (
+                    math.ceil(max(job.examples_per_epoch, 1) / max(batch, 1))
+                    / DEFAULT_STEPS_PER_SECOND)
+            cached = RegimeProfile(tuple(regimes), tuple(seconds[b] for b in regimes))
             self._profiles[key] = cached
         return cached
+
+    def _record_throughputs(self, jobs: Sequence[JobView], gpu: str) -> None:
+        """Each job's measured steps/s in the round just run, from its reports (steps and
+        GPU-seconds since the last round), keyed by this round's index as Shockwave keys them."""
+        for job in jobs:
+            report = (job.progress, job.attained_service, job.settings.batch_size)
+            last = self._last_report.get(job.name)
+            self._last_report[job.name] = report
+            if last is None or report[1] == last[1]:  # new, or it did not run
+                continue
+            seconds = (report[1] - last[1]) / max(job.requested_replicas, 1)
+            if seconds <= 0:
+                continue
+            if report[2] == last[2]:
+                rate = (report[0] - last[0]) / seconds
+            else:  # the batch changed after the round: its steps were recounted; the table's rate
+                rate = self.table.steps_per_second(
+                    f"{model_of(job.application)} (batch size {last[2]})",
+                    job.requested_replicas, gpu) or 0.0
+            self._measured.setdefault(job.name, {})[self._round] = (max(rate, 0.0), last[2])
+
+    def calibration(self, job: JobView, profile: RegimeProfile) -> float:
+        """Shockwave's factor on the profiled epoch times (1: unchanged).
+
+        Its rule, kept as it is: the examples the job's measurements account for, each measured
+        rate standing for every round since the previous measurement (from round 0), are compared
+        with the examples its profile would have processed from time 0 to the last measured
+        round; when they differ by more than 40 %, epoch times become the profile's times the
+        ratio profile / measured (otherwise the factor in force stays)."""
+        factor = self._factor.get(job.name, 1.0)
+        measured = self._measured.get(job.name)
+        if not measured:
+            return factor
+        round_s = self._round_seconds
+        examples = 0.0
+        previous = 0
+        for index in sorted(measured):
+            rate, batch = measured[index]
+            examples += batch * rate * round_s * (index - previous)
+            previous = index
+        horizon = round_s * max(measured)
+        profiled_time, profiled_examples = 0.0, 0.0
+        per_epoch = float(max(job.examples_per_epoch, 1))
+        last = len(profile.epoch_seconds) - 1
+        for index, seconds in enumerate(profile.epoch_seconds):
+            if profiled_time + seconds > horizon:
+                last = index
+                break
+            profiled_time += seconds
+            profiled_examples += per_epoch
+        if horizon - profiled_time > 0:  # the epoch reached, at its calibrated time
+            profiled_examples += (per_epoch * (horizon - profiled_time)
+                                  / (profile.epoch_seconds[last] * factor))
+        if examples > 0 and profiled_examples > 0 \
+                and abs(examples - profiled_examples) / profiled_examples > 0.4:
+            factor = profiled_examples / examples
+            self._factor[job.name] = factor
+        return factor
+
+    def _calibrated(self, job: JobView, profile: RegimeProfile) -> RegimeProfile:
+        if not self.calibrate:
+            return profile
+        factor = self.calibration(job, profile)
+        if factor == 1.0:
+            return profile
+        return RegimeProfile(profile.regimes, tuple(s * factor for s in profile.epoch_seconds))
 
     @staticmethod
     def _epochs_done(job: JobView) -> int:
@@ -274,9 +371,11 @@ class ShockwavePolicy:
         if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
             self.relaxed_plans += 1
             ratio = (cluster.now + remaining / share) / targets
-            priority = np.where(ratio > self.rhomax,
-                                ratio ** np.where(remaining < round_s, LAST_ROUND_POWER,
-                                                  self.lam), 1.0)
+            with np.errstate(over="ignore"):
+                priority = np.where(ratio > self.rhomax,
+                                    ratio ** np.where(remaining < round_s, LAST_ROUND_POWER,
+                                                      self.lam), 1.0)
+            priority = np.minimum(priority, MAX_PRIORITY)
             problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(priority, utility))
                                              * scale_utility - self.k * longest), constraints)
             self._run(problem)
@@ -312,7 +411,8 @@ class ShockwavePolicy:
             return x
         y = cp.Variable(x.shape, boolean=True)
         order = np.arange(x.shape[1], dtype=float)
-        cost = (priority / np.maximum(rounds, 1.0))[:, None] * order[None, :]
+        # Scaled by the largest priority: the same optimum, well-conditioned costs.
+        cost = (priority / priority.max() / np.maximum(rounds, 1.0))[:, None] * order[None, :]
         problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(cost, y))),
                              [cp.sum(y, axis=1) == rounds, scale @ y <= num_gpus])
         try:

@@ -53,17 +53,16 @@ def table_job_rows(cluster: TableCluster) -> pd.DataFrame:
     for job in cluster.jobs.values():
         spec = job.spec
         done = job.completion_time is not None
+        jct = (job.completion_time - spec.submit_time) if job.completion_time is not None \
+            else np.nan
+        alone = cluster.standalone_seconds(spec)
         rows.append({
             "job": spec.name, "job_type": spec.job_type, "scale_factor": spec.scale_factor,
             "submit_time": spec.submit_time,
             "start_time": np.nan if job.start_time is None else job.start_time,
             "completion_time": job.completion_time if done else np.nan,
-            "jct": (job.completion_time - spec.submit_time) if job.completion_time is not None
-            else np.nan,
-            "restarts": job.num_restarts or 0, "gpu_time": job.attained_service,
-            "standalone_time": cluster.standalone_seconds(spec)})
-        rows[-1]["ftf"] = float(ftf_rho(rows[-1]["jct"], rows[-1]["standalone_time"],
-                                        contention))
+            "jct": jct, "restarts": job.num_restarts or 0, "gpu_time": job.attained_service,
+            "standalone_time": alone, "ftf": float(ftf_rho(jct, alone, contention))})
     return pd.DataFrame(rows)
 
 
