@@ -259,3 +259,19 @@ def test_cli_runs_shockwave_on_a_shockwave_trace(tmp_path: Path) -> None:
                       "shockwave", "--no-progress")
     assert refused.returncode == 2 and "12-column Shockwave trace" in refused.stderr
     assert refused.stderr.count("\n") == 1
+
+
+def test_calibration_rescales_epoch_times_when_measurements_disagree_by_over_40_percent() -> None:
+    policy = make_policy("shockwave")
+    profile = profile_from([10] * 20, {10: 100.0})  # 100 s per epoch of 1000 examples
+    view = replace(_view("j", 0.0), examples_per_epoch=1000)
+    # Measured at round 5 (120 s rounds): 2 steps/s at batch 10 stands for rounds 0-5, 12,000
+    # examples; the profile does 6 epochs, 6,000 examples, in those 600 s: factor 6000 / 12000.
+    policy._measured["j"] = {5: (2.0, 10)}
+    assert policy.calibration(view, profile) == pytest.approx(0.5)
+    # Within 40 % the factor in force stays.
+    policy._measured["j"] = {5: (1.2, 10)}
+    assert policy.calibration(view, profile) == pytest.approx(0.5)
+    fresh = make_policy("shockwave")
+    fresh._measured["j"] = {5: (1.2, 10)}
+    assert fresh.calibration(view, profile) == 1.0
