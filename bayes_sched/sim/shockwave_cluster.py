@@ -162,16 +162,11 @@ class ShockwaveCluster(TableCluster):
                 batch_size_mode=spec.mode, allocation_history=tuple(job.allocation_history)))
         return views
 
-    def _current_rate(self, job: TableJob, state: BatchState) -> float:
-        used = job.counts > 0
-        if not used.any():
-            return 0.0
-        types = set(self._node_type[used])
-        if len(types) != 1 or int(job.counts.sum()) != job.spec.scale_factor:
-            self.misfit_rounds += 1
-            return 0.0
-        rate = self.table.steps_per_second(job_type_of(self._spec(job).model, state.batch_size),
-                                           job.spec.scale_factor, types.pop())
+    def _steps_per_second(self, job: TableJob, gpu: str) -> float:
+        """Steps/s at the job's current batch size."""
+        rate = self.table.steps_per_second(
+            job_type_of(self._spec(job).model, self._state(job).batch_size),
+            job.spec.scale_factor, gpu)
         return rate or 0.0
 
     def _apply_request(self, job: TableJob, state: BatchState) -> None:
@@ -206,11 +201,8 @@ class ShockwaveCluster(TableCluster):
         finished = []
         for name, job in self._active.items():
             state = self._state(job)
-            gpus = int(job.counts.sum())
-            if gpus:
-                gpu_type = str(self._node_type[job.counts > 0][0])
-                busy[self.busy_types.index(gpu_type)] += gpus
-            rate = self._current_rate(job, state)
+            self._count_busy(job, busy)
+            rate = self._rate(job)
             ran = rate > 0
             if ran:
                 left = state.total_steps - job.steps_done
@@ -221,7 +213,7 @@ class ShockwaveCluster(TableCluster):
                     steps = float(math.floor(steps * (elapsed - RESTART_SECONDS) / elapsed))
                     run = elapsed - RESTART_SECONDS
                 job.steps_done += steps
-                job.attained_service += elapsed * gpus
+                job.attained_service += elapsed * int(job.counts.sum())
                 state.run_seconds += run
                 spec = self._spec(job)
                 if (state.total_steps - job.steps_done <= 0
@@ -231,19 +223,12 @@ class ShockwaveCluster(TableCluster):
                 else:
                     self._apply_request(job, state)
             state.ran_last_round = ran
-        for name in finished:
-            del self._active[name]
-            if self._waiting is not None:
-                self._waiting.discard(name)
-            self._allocations.pop(name, None)
         for job in self._active.values():
+            if job.spec.name in finished:
+                continue
             state = self._state(job)
             request = batch_size_request(self._spec(job), state.batch_size, job.steps_done)
             if request is not None:
                 state.request = request
         self._rounds_run += 1
-        self._now += seconds
-        self.timeline_time.append(self._now)
-        self.timeline_busy.append(busy)
-        self.timeline_active.append(len(self._active))
-        self._pull()
+        self._end_round(seconds, busy, finished)
