@@ -219,7 +219,8 @@ class ShockwavePolicy:
         """Each job's measured steps/s in the round just run, from its reports (steps and
         GPU-seconds since the last round), keyed by this round's index as Shockwave keys them."""
         for job in jobs:
-            report = (job.progress, job.attained_service, job.settings.batch_size)
+            report = (job.progress, job.attained_service,
+                      job.settings.batch_size or job.requested_batch_size)
             last = self._last_report.get(job.name)
             self._last_report[job.name] = report
             if last is None or report[1] == last[1]:  # new, or it did not run
