@@ -369,8 +369,9 @@ def _simulate_trace(args: argparse.Namespace) -> int:
     if args.max_jobs:
         jobs = jobs[:args.max_jobs]
     options = _policy_options(args, [args.policy])[args.policy]
-    if shockwave_world:  # the policies read the table the jobs run at, unless told otherwise
-        options.setdefault("throughputs", "tacc")
+    if shockwave_world and "throughputs" in POLICIES.options(args.policy):
+        options.setdefault("throughputs", "tacc")  # the table the jobs run at, unless told
+
     policy = POLICIES.make(args.policy, context={"seed": args.seed}, **options)
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
         task = progress.add_task(f"{policy.name} on {path.stem}: jobs finished", total=len(jobs))
