@@ -52,7 +52,7 @@ def main() -> None:
         views, state = cluster.job_views(), cluster.state
         row: dict[str, object] = {"round": index, "active_jobs": len(views)}
         for solver in solvers:
-            trial = copy.deepcopy(policy)
+            trial = copy.deepcopy(policy, {id(policy.table): policy.table})  # table shared
             trial.solver = solver
             trial._names = frozenset()  # a changed job set: a full re-plan
             start = time.perf_counter()
