@@ -254,6 +254,9 @@ class JobView:
         epochs: epochs completed, with the fraction of the current one.
         target_epochs: epochs its user asked for (the job completes after them).
         examples_per_epoch: examples in one epoch (the job's dataset size).
+        batch_size_mode: how the job adapts its batch size, as its user declared it at
+            submission: ``"static"`` (never), ``"accordion"`` or ``"gns"`` (Shockwave's jobs);
+            ``settings.batch_size`` is the batch size it runs at now.
         observations: its measured step times by ``(num_nodes, num_replicas, local_bsz)``.
         gradient: its latest gradient statistics, ``None`` before it has run.
         fit: the throughput fit the job's own agent made to tune its batch, ``None`` where it
@@ -278,6 +281,7 @@ class JobView:
     epochs: float = 0.0
     target_epochs: int = 1
     examples_per_epoch: int = 1
+    batch_size_mode: str = "static"
     observations: Mapping[tuple[int, int, int], Observation] = field(
         default_factory=lambda: _NO_OBSERVATIONS)
     gradient: GradientStats | None = None

@@ -25,6 +25,7 @@ import pandas as pd
 from bayes_sched.errors import InputError
 
 GAVEL_DATA_DIR = Path(__file__).resolve().parent / "data" / "gavel"
+SHOCKWAVE_DATA_DIR = Path(__file__).resolve().parent / "data" / "shockwave"
 
 #: The throughput files of Gavel's artifact shipped as tidy tables (``file`` column).
 THROUGHPUT_SOURCES: Mapping[str, str] = MappingProxyType({
@@ -80,7 +81,7 @@ def load_gavel_throughputs(source: str = "simulation", data_dir: Path = GAVEL_DA
     placements; Gavel's ``*_unconsolidated`` entries are left out)."""
     if source not in THROUGHPUT_SOURCES:
         raise InputError(f"unknown throughput table '{source}': expected one of "
-                         f"{', '.join(THROUGHPUT_SOURCES)}")
+                         f"{', '.join(THROUGHPUT_SOURCES)}, tacc")
     iso_path = data_dir / "isolated_throughputs.csv"
     iso = pd.read_csv(iso_path)
     iso = iso[(iso["file"] == THROUGHPUT_SOURCES[source])
@@ -105,6 +106,31 @@ def load_gavel_throughputs(source: str = "simulation", data_dir: Path = GAVEL_DA
         solo=MappingProxyType({k: MappingProxyType(v) for k, v in solo.items()}),
         pairs=MappingProxyType({g: MappingProxyType(v) for g, v in pairs.items()}),
         source=str(iso_path))
+
+
+@cache
+def load_shockwave_throughputs(data_dir: Path = SHOCKWAVE_DATA_DIR) -> ThroughputTable:
+    """Shockwave's re-measured table (``scheduler/tacc_throughputs.json`` of its artifact, in
+    Gavel's schema): steps/s alone on K80, P100 and V100 for 83 (job type, scale factor) keys,
+    batch sizes up to each model's largest. Only the alone throughputs are shipped (no pairs:
+    Shockwave's runs do not pack jobs)."""
+    path = data_dir / "tacc_throughputs.csv"
+    raw = pd.read_csv(path)
+    solo: dict[JobKey, dict[str, float]] = {}
+    for gpu, job_type, sf, rate in zip(raw["worker_type"], raw["job_type"], raw["scale_factor"],
+                                       raw["steps_per_sec"], strict=True):
+        solo.setdefault((str(job_type), int(sf)), {})[str(gpu)] = float(rate)
+    return ThroughputTable(
+        solo=MappingProxyType({k: MappingProxyType(v) for k, v in solo.items()}),
+        pairs=MappingProxyType({}), source=str(path))
+
+
+def load_throughputs(source: str = "simulation") -> ThroughputTable:
+    """A shipped table by name: Gavel's ``"simulation"`` or ``"physical"``, Shockwave's
+    ``"tacc"``."""
+    if source == "tacc":
+        return load_shockwave_throughputs()
+    return load_gavel_throughputs(source)
 
 
 @cache

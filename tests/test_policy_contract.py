@@ -27,11 +27,13 @@ from tests.agents import decide, job_view
 
 SMALL_GA = GAConfig(population=12, generations=4, seed=0)
 
-#: Every registered policy; the genetic searches small, so hundreds of states stay quick.
+#: Every registered policy; the genetic searches small and Shockwave's horizon short, so hundreds
+#: of states stay quick.
 FACTORIES: dict[str, Callable[[], Policy]] = {
     **POLICIES,
     "pollux": lambda: PolluxPolicy(ga=SMALL_GA),
     "bo": lambda: BayesOptPolicy(ga=SMALL_GA, posterior_draws=8, candidates=4),
+    "shockwave": lambda: POLICIES.make("shockwave", future_rounds=4),
 }
 assert FACTORIES.keys() == POLICIES.keys()
 

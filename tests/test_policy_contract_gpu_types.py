@@ -32,7 +32,9 @@ def _view(cluster: ClusterState, name: str, replicas: int = 1, batch: int = 256,
 
 def _decide(name: str, cluster: ClusterState, jobs: list[JobView]) -> dict[str, np.ndarray]:
     # A short genetic search where a policy has one: the contract is validity, not quality.
-    quick = {"ga": {"population": 16, "generations": 8}} if "ga" in POLICIES.options(name) else {}
+    quick: dict[str, object] = (
+        {"ga": {"population": 16, "generations": 8}} if "ga" in POLICIES.options(name)
+        else {"future_rounds": 4} if "future_rounds" in POLICIES.options(name) else {})
     policy = make_policy(name, **quick)
     decision = decide(policy, cluster, jobs)
     # validate_allocations raises on an unknown job, a wrong shape or an oversubscribed node.

@@ -40,8 +40,14 @@ SHIPPED_TRACES = ("small_test", "medium_test", "max_min_fairness")
 #: Policies of the throughput-table world (Gavel's time-sharing family).
 TIME_SHARING_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf")
 
-#: Gavel's round (seconds), the default for --trace.
+#: Policies that need Shockwave's jobs (a 12-column trace with batch-size modes).
+SHOCKWAVE_POLICIES = ("shockwave",)
+
+#: Gavel's round (seconds), the default for a Gavel --trace.
 GAVEL_ROUND_SECONDS = 360.0
+
+#: Shockwave's round (seconds), the default for a Shockwave --trace.
+SHOCKWAVE_ROUND_SECONDS = 120.0
 
 #: Exit status of a simulation that ran but left jobs unfinished at its horizon.
 EXIT_UNFINISHED = 3
@@ -62,13 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Simulate a workload (a CSV or a shipped name such as workload-6 or "
                     "workloads-2.0/workload-3) under a policy and print its summary; or, with "
                     "--trace, a Gavel .trace file in the throughput-table world (jobs run at "
-                    "Gavel's measured steps/s per GPU type) under a Gavel policy.")
+                    "Gavel's measured steps/s per GPU type) under a Gavel policy, or a 12-column "
+                    "Shockwave trace (jobs whose batch size changes, Shockwave's tacc "
+                    "throughputs, 120 s rounds) under a Gavel policy or shockwave.")
     jobs = simulate.add_mutually_exclusive_group(required=True)
     jobs.add_argument("--workload", help="workload CSV or shipped name (the Pollux world)")
     jobs.add_argument("--trace", metavar="T",
                       help="Gavel .trace file (10 tab-separated columns) or a shipped one "
                            f"({', '.join(SHIPPED_TRACES)}); rounds default to Gavel's 360 s; "
-                           f"policies: {', '.join(TIME_SHARING_POLICIES)}")
+                           f"policies: {', '.join(TIME_SHARING_POLICIES)}; or a Shockwave "
+                           "trace (12 columns) or the shipped tacc_120 (120 s rounds; also "
+                           f"{', '.join(SHOCKWAVE_POLICIES)})")
     simulate.add_argument("--policy", default=None, choices=list(POLICIES),
                           help="scheduling policy (default pollux, or max_min_fairness_perf "
                                "with --trace; `bayes-sched list policies` shows their options)")
@@ -315,13 +325,28 @@ def _read_workload(name: str, args: argparse.Namespace, quiet: bool = False) -> 
 
 
 def _simulate_trace(args: argparse.Namespace) -> int:
-    """``simulate --trace``: a Gavel trace in the throughput-table world."""
+    """``simulate --trace``: a Gavel or Shockwave trace in the throughput-table world."""
     from bayes_sched.sim.gavel_jobs import read_gavel_trace, resolve_gavel_trace
+    from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
+    from bayes_sched.sim.shockwave_jobs import (
+        is_shockwave_trace,
+        read_shockwave_trace,
+        shipped_shockwave_trace,
+        shipped_shockwave_traces,
+    )
+    from bayes_sched.sim.table_cluster import TableCluster
     from bayes_sched.sim.table_run import run_table_simulation
+    from bayes_sched.throughputs import load_gavel_throughputs, load_shockwave_throughputs
 
-    if args.policy not in TIME_SHARING_POLICIES:
-        raise InputError(f"--policy {args.policy}: not a policy of the throughput-table world; "
-                         f"expected one of {', '.join(TIME_SHARING_POLICIES)} with --trace")
+    shockwave_world = (args.trace in shipped_shockwave_traces()
+                       or is_shockwave_trace(Path(args.trace)))
+    allowed = TIME_SHARING_POLICIES + (SHOCKWAVE_POLICIES if shockwave_world else ())
+    if args.policy not in allowed:
+        hint = ("" if shockwave_world or args.policy not in SHOCKWAVE_POLICIES
+                else " (it needs a 12-column Shockwave trace)")
+        raise InputError(f"--policy {args.policy}: not a policy of the throughput-table world "
+                         f"for this trace{hint}; expected one of {', '.join(allowed)} with "
+                         "--trace")
     for flag, value in (("--hidden", args.hidden), ("--interference", args.interference or None),
                         ("--out", args.out), ("--seeds", args.seeds),
                         ("--profiles", args.profiles), ("--skip-unknown", args.skip_unknown or None)):
@@ -329,12 +354,24 @@ def _simulate_trace(args: argparse.Namespace) -> int:
             raise InputError(f"{flag} is not supported with --trace")
     settings = _read_config(args.config)
     spec = _cluster_spec(args, settings)
-    spec = replace(spec, round_interval=args.interval or GAVEL_ROUND_SECONDS)
-    path = resolve_gavel_trace(args.trace)
-    jobs = read_gavel_trace(path)
+    cluster_type: type[TableCluster]
+    if shockwave_world:
+        path = (Path(args.trace) if Path(args.trace).exists()
+                else shipped_shockwave_trace(args.trace))
+        jobs: tuple = read_shockwave_trace(path)
+        table, cluster_type = load_shockwave_throughputs(), ShockwaveCluster
+        spec = replace(spec, round_interval=args.interval or SHOCKWAVE_ROUND_SECONDS)
+    else:
+        path = resolve_gavel_trace(args.trace)
+        jobs = read_gavel_trace(path)
+        table, cluster_type = load_gavel_throughputs(), TableCluster
+        spec = replace(spec, round_interval=args.interval or GAVEL_ROUND_SECONDS)
     if args.max_jobs:
         jobs = jobs[:args.max_jobs]
     options = _policy_options(args, [args.policy])[args.policy]
+    if shockwave_world and "throughputs" in POLICIES.options(args.policy):
+        options.setdefault("throughputs", "tacc")  # the table the jobs run at, unless told
+
     policy = POLICIES.make(args.policy, context={"seed": args.seed}, **options)
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
         task = progress.add_task(f"{policy.name} on {path.stem}: jobs finished", total=len(jobs))
@@ -342,7 +379,8 @@ def _simulate_trace(args: argparse.Namespace) -> int:
         def on_round(cluster) -> None:  # noqa: ANN001
             progress.update(task, completed=sum(1 for j in cluster.jobs.values() if not j.active))
 
-        result = run_table_simulation(jobs, policy, spec, source=str(path), on_round=on_round)
+        result = run_table_simulation(jobs, policy, spec, table=table, source=str(path),
+                                      on_round=on_round, cluster_type=cluster_type)
     row: dict[str, object] = {"policy": policy.name, "trace": path.stem,
                               "cluster": spec.describe(), "round_s": spec.round_interval,
                               **result.summary, "wall_s": result.wall_seconds}

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
     from bayes_sched.policies.optimus import OptimusPolicy
     from bayes_sched.policies.pollux import PolluxPolicy
+    from bayes_sched.policies.shockwave import ShockwavePolicy
     from bayes_sched.policies.tiresias import TiresiasPolicy
 
 #: Exported name -> module that defines it.
@@ -33,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "MaxSumThroughputPerfPolicy": "bayes_sched.policies.gavel_max_sum",
     "OptimusPolicy": "bayes_sched.policies.optimus",
     "PolluxPolicy": "bayes_sched.policies.pollux",
+    "ShockwavePolicy": "bayes_sched.policies.shockwave",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
 }
 
@@ -43,7 +45,8 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("optimus", "OptimusPolicy"), ("fifo", "FifoPolicy"),
                       ("bo", "BayesOptPolicy"), ("max_min_fairness", "MaxMinFairnessPolicy"),
                       ("max_min_fairness_perf", "MaxMinFairnessPerfPolicy"),
-                      ("max_sum_throughput_perf", "MaxSumThroughputPerfPolicy")):
+                      ("max_sum_throughput_perf", "MaxSumThroughputPerfPolicy"),
+                      ("shockwave", "ShockwavePolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
@@ -71,4 +74,4 @@ def __dir__() -> list[str]:
 
 __all__ = ["POLICIES", "BayesOptPolicy", "FifoPolicy", "MaxMinFairnessPerfPolicy",
            "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy", "OptimusPolicy", "PolluxPolicy",
-           "Policy", "TiresiasPolicy", "make_policy"]
+           "Policy", "ShockwavePolicy", "TiresiasPolicy", "make_policy"]

@@ -18,7 +18,9 @@ way Gavel's scheduler does (``scheduler/scheduler.py``, Narayanan et al., OSDI 2
 * **Placement and lease extension.** Largest scale factors first; a job scheduled on the type it
   already runs on keeps its GPUs where they are still free (its lease is extended: no restart),
   the others fill nodes in order.
-* **Recomputing the allocation** only when the job set changed, and then at most once every
+* **Recomputing the allocation** only when the job set changed or a job now runs as another job
+  type (Shockwave's jobs change batch size; Shockwave's scheduler then recomputes), and at most
+  once every
   ``min_reset_interval`` seconds (Gavel's 1920 s), resetting the time received and carrying the
   difference between time owed and time received as a deficit (the tie-breaker).
 
@@ -41,7 +43,7 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
+from bayes_sched.throughputs import ThroughputTable, load_throughputs
 
 LOG = logging.getLogger(__name__)
 
@@ -90,7 +92,8 @@ class TimeSharingPolicy:
         min_reset_interval: seconds between allocation recomputations (Gavel: 1920).
         seed: seeds the per-round shuffle of GPU types (heterogeneity-agnostic policies; Gavel
             draws it from ``Random(seed + 5)``).
-        throughputs: the measured table the policy reads: ``"simulation"`` or ``"physical"``.
+        throughputs: the measured table the policy reads: Gavel's ``"simulation"`` or
+            ``"physical"``, or Shockwave's ``"tacc"`` (V100 re-measured).
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -102,14 +105,14 @@ class TimeSharingPolicy:
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical"] = "simulation") -> None:
+                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation") -> None:
         if solver not in LP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(LP_SOLVERS)}")
         self.solver = solver
         if not min_reset_interval >= 0:
             raise ValueError(f"min_reset_interval is {min_reset_interval}: expected seconds >= 0")
         self.min_reset_interval = float(min_reset_interval)
-        self.table = load_gavel_throughputs(throughputs)
+        self.table = load_throughputs(throughputs)
         self._shuffler = random.Random(seed + 5)
         self.solver_failures = 0
         self.allocation_updates = 0
@@ -126,6 +129,7 @@ class TimeSharingPolicy:
         self._last_reset = 0.0
         self._need_update = False
         self._attained: dict[str, float] = {}
+        self._job_types: dict[str, str] = {}
         self._last_now: float | None = None
 
     # --- the policy's part ----------------------------------------------------------------------
@@ -197,6 +201,10 @@ class TimeSharingPolicy:
                 self._job_time[job.name][where] += ran
                 self._worker_time[where] += ran
         self._attained = {job.name: job.attained_service for job in jobs}
+        job_types = {job.name: job.application for job in jobs}
+        if any(self._job_types.get(name, kind) != kind for name, kind in job_types.items()):
+            self._need_update = True  # a job's measured throughputs changed
+        self._job_types = job_types
         self._last_now = now
 
     def _reset_time(self, now: float, half_round: float) -> None:

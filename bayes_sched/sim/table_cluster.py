@@ -143,6 +143,13 @@ class TableCluster:
             self._active[job.spec.name] = job
             self._next = None
 
+    def standalone_seconds(self, spec: TableJobSpec) -> float:
+        """Seconds the job would take alone on its GPUs of the fastest type of the cluster
+        (the denominator of its finish-time fairness)."""
+        rates = [job_steps_per_second(self.table, spec, g) for g in set(self._types)]
+        best = max(rates, default=0.0)
+        return spec.total_steps / best if best > 0 else float("inf")
+
     # --- Cluster interface ----------------------------------------------------------------------
 
     @property
@@ -191,28 +198,21 @@ class TableCluster:
         if len(types) != 1 or int(job.counts.sum()) != job.spec.scale_factor:
             self.misfit_rounds += 1
             return 0.0
-        return job_steps_per_second(self.table, job.spec, types.pop())
+        return self._steps_per_second(job, str(types.pop()))
 
-    def advance(self, seconds: float) -> None:
-        busy = np.zeros(len(self.busy_types), dtype=np.int64)
-        finished = []
-        for name, job in self._active.items():
-            rate = self._rate(job)
-            gpus = int(job.counts.sum())
-            if gpus:
-                gpu_type = str(self._node_type[job.counts > 0][0])
-                busy[self.busy_types.index(gpu_type)] += gpus
-            if rate <= 0:
-                continue
-            left = job.spec.total_steps - job.steps_done
-            # Whole steps per round, as Gavel's simulator counts them.
-            steps = min(float(math.floor(rate * seconds)), left)
-            elapsed = steps / rate
-            job.steps_done += steps
-            job.attained_service += elapsed * gpus
-            if job.spec.total_steps - job.steps_done <= 0:
-                job.completion_time = self._now + elapsed
-                finished.append(name)
+    def _steps_per_second(self, job: TableJob, gpu: str) -> float:
+        """Steps/s of the job alone on its GPUs of type ``gpu`` (the physics' rate law)."""
+        return job_steps_per_second(self.table, job.spec, gpu)
+
+    def _count_busy(self, job: TableJob, busy: np.ndarray) -> None:
+        """Add the job's GPUs to ``busy`` (GPUs per type, :attr:`busy_types` order)."""
+        gpus = int(job.counts.sum())
+        if gpus:
+            gpu_type = str(self._node_type[job.counts > 0][0])
+            busy[self.busy_types.index(gpu_type)] += gpus
+
+    def _end_round(self, seconds: float, busy: np.ndarray, finished: list[str]) -> None:
+        """Retire the finished jobs, move the clock, record the timeline, admit arrivals."""
         for name in finished:
             del self._active[name]
             if self._waiting is not None:
@@ -223,6 +223,26 @@ class TableCluster:
         self.timeline_busy.append(busy)
         self.timeline_active.append(len(self._active))
         self._pull()
+
+    def advance(self, seconds: float) -> None:
+        busy = np.zeros(len(self.busy_types), dtype=np.int64)
+        finished = []
+        for name, job in self._active.items():
+            self._count_busy(job, busy)
+            rate = self._rate(job)
+            if rate <= 0:
+                continue
+            gpus = int(job.counts.sum())
+            left = job.spec.total_steps - job.steps_done
+            # Whole steps per round, as Gavel's simulator counts them.
+            steps = min(float(math.floor(rate * seconds)), left)
+            elapsed = steps / rate
+            job.steps_done += steps
+            job.attained_service += elapsed * gpus
+            if job.spec.total_steps - job.steps_done <= 0:
+                job.completion_time = self._now + elapsed
+                finished.append(name)
+        self._end_round(seconds, busy, finished)
 
     def done(self) -> bool:
         if self._now >= self.max_time:

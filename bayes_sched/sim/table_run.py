@@ -13,6 +13,7 @@ from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.loop import run_loop
 from bayes_sched.policies.base import Policy
 from bayes_sched.policies.time_sharing import TimeSharingPolicy
+from bayes_sched.sim.fairness import contention_factor, ftf_rho, ftf_summary
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
@@ -26,10 +27,14 @@ class TableResult:
         policy: policy name.
         jobs: one row per job that arrived: ``job, job_type, scale_factor, submit_time,
             start_time, completion_time, jct`` (seconds; NaN where unfinished), ``restarts``,
-            ``gpu_time`` (GPU-seconds).
+            ``gpu_time`` (GPU-seconds), ``standalone_time`` (s alone on its GPUs) and ``ftf``
+            (finish-time fairness rho with Shockwave's contention factor max(1, jobs / GPUs);
+            :mod:`bayes_sched.sim.fairness`).
         summary: ``jobs, finished, avg_jct, median_jct, makespan`` (s), ``utilization`` per
-            GPU type (busy GPU-rounds over all GPU-rounds), ``rounds``, ``solver_failures``,
-            ``allocation_updates``, ``lease_extension_fraction``.
+            GPU type (busy GPU-rounds over all GPU-rounds), ``rounds``, the finish-time fairness
+            distribution (``ftf_worst``, ``ftf_p25`` ... ``ftf_p99``) and ``unfair_fraction``
+            (rho > 1.05), and from the policy ``solver_failures``, ``allocation_updates``,
+            ``lease_extension_fraction`` where it counts them.
         decision_seconds: wall time of each decision, shape ``(rounds with jobs,)``.
         wall_seconds: wall time of the whole run.
     """
@@ -44,17 +49,20 @@ class TableResult:
 
 def table_job_rows(cluster: TableCluster) -> pd.DataFrame:
     rows = []
+    contention = contention_factor(len(cluster.jobs), cluster.spec.total_gpus)
     for job in cluster.jobs.values():
         spec = job.spec
         done = job.completion_time is not None
+        jct = (job.completion_time - spec.submit_time) if job.completion_time is not None \
+            else np.nan
+        alone = cluster.standalone_seconds(spec)
         rows.append({
             "job": spec.name, "job_type": spec.job_type, "scale_factor": spec.scale_factor,
             "submit_time": spec.submit_time,
             "start_time": np.nan if job.start_time is None else job.start_time,
             "completion_time": job.completion_time if done else np.nan,
-            "jct": (job.completion_time - spec.submit_time) if job.completion_time is not None
-            else np.nan,
-            "restarts": job.num_restarts or 0, "gpu_time": job.attained_service})
+            "jct": jct, "restarts": job.num_restarts or 0, "gpu_time": job.attained_service,
+            "standalone_time": alone, "ftf": float(ftf_rho(jct, alone, contention))})
     return pd.DataFrame(rows)
 
 
@@ -62,11 +70,14 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                          table: ThroughputTable | None = None,
                          jobs_to_complete: Iterable[str] | None = None,
                          max_time: float = 1e9, source: str = "",
-                         on_round: Callable[[TableCluster], None] | None = None) -> TableResult:
+                         on_round: Callable[[TableCluster], None] | None = None,
+                         cluster_type: type[TableCluster] = TableCluster) -> TableResult:
     """Simulate ``jobs`` under ``policy`` on ``spec`` in rounds of ``spec.round_interval`` s
-    until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``."""
+    until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``;
+    ``cluster_type`` is the job physics (Gavel's fixed jobs, or
+    :class:`~bayes_sched.sim.shockwave_cluster.ShockwaveCluster` for dynamic batch sizes)."""
     start = time.perf_counter()
-    cluster = TableCluster(jobs, spec, table or load_gavel_throughputs(), jobs_to_complete,
+    cluster = cluster_type(jobs, spec, table or load_gavel_throughputs(), jobs_to_complete,
                            max_time, source)
     each_round = None if on_round is None else (lambda _: on_round(cluster))
     stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round)
@@ -79,13 +90,15 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
         "median_jct": float(jct.median()) if jct.size else np.nan,
         "makespan": float(rows["completion_time"].max()) if jct.size else np.nan,
         "rounds": float(stats.rounds),
+        **ftf_summary(rows["ftf"].to_numpy()),
     }
     for i, gpu in enumerate(cluster.busy_types):
         summary[f"utilization_{gpu}"] = (float(busy[:, i].mean() / spec.gpus_of_type(gpu))
                                          if len(busy) else 0.0)
+    for counter in ("solver_failures", "allocation_updates"):
+        if hasattr(policy, counter):
+            summary[counter] = float(getattr(policy, counter))
     if isinstance(policy, TimeSharingPolicy):
-        summary["solver_failures"] = float(policy.solver_failures)
-        summary["allocation_updates"] = float(policy.allocation_updates)
         summary["lease_extension_fraction"] = (policy.lease_extensions
                                                / max(policy.lease_opportunities, 1))
     return TableResult(policy=policy.name, jobs=rows, summary=summary,

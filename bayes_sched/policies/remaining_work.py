@@ -1,0 +1,106 @@
+"""Remaining-work predictors for jobs whose batch size changes: Shockwave's Dirichlet posterior.
+
+A job that adapts its batch size (Accordion, GNS) runs its remaining epochs in *regimes* (batch
+sizes) whose epochs take different times, and which regimes are still ahead is uncertain. A
+predictor answers: how many seconds of training (alone on the job's GPUs) are left after
+``epochs_done`` epochs of a job whose submission-time profile is a :class:`RegimeProfile`.
+
+:class:`DirichletRegimePredictor` is Shockwave's (Zheng et al., NSDI 2023, section 4.2;
+``JobMetaData.dirichlet_posterior_remaining_runtime``): a Dirichlet over the share of epochs spent
+in each regime of the profile, with a uniform prior of ``E / K`` pseudo-epochs on each of the
+``K`` regimes (``E`` epochs in all), updated with one count per profile epoch up to and including
+the current one; its mean, rebased to ``E`` epochs and less the epochs already seen in each regime,
+gives the epochs left per regime, each at that regime's mean epoch time, scaled to the epochs
+actually left. A later issue compares other estimators behind the same interface
+(:class:`RemainingWorkPredictor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RegimeProfile:
+    """A job's profile: its batch size (regime) and time alone in each epoch.
+
+    Attributes:
+        regimes: batch size of each epoch, shape ``(E,)``.
+        epoch_seconds: seconds of each epoch alone on the job's GPUs, shape ``(E,)``.
+    """
+
+    regimes: tuple[int, ...]
+    epoch_seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.regimes) != len(self.epoch_seconds) or not self.regimes:
+            raise ValueError(f"a profile needs one regime and one epoch time per epoch: got "
+                             f"{len(self.regimes)} and {len(self.epoch_seconds)}")
+
+    @property
+    def epochs(self) -> int:
+        return len(self.regimes)
+
+    def regime_seconds(self) -> dict[int, float]:
+        """Mean seconds of an epoch in each regime."""
+        out: dict[int, list[float]] = {}
+        for regime, seconds in zip(self.regimes, self.epoch_seconds, strict=True):
+            out.setdefault(regime, []).append(seconds)
+        return {regime: float(np.mean(values)) for regime, values in out.items()}
+
+    def seconds_done(self, epochs_done: int) -> float:
+        """Seconds of the profile's first ``epochs_done`` epochs."""
+        return float(sum(self.epoch_seconds[:max(epochs_done, 0)]))
+
+
+class RemainingWorkPredictor(Protocol):
+    """Seconds of training left (alone on the job's GPUs) after ``epochs_done`` epochs."""
+
+    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int) -> float: ...
+
+
+class DirichletRegimePredictor:
+    """Shockwave's Dirichlet posterior over batch-size regimes (see the module docstring)."""
+
+    def posterior(self, profile: RegimeProfile, epochs_done: int) -> dict[int, float]:
+        """Concentration per regime after observing the profile's epochs ``0..epochs_done``
+        (Shockwave counts the current epoch as observed)."""
+        regimes = sorted(set(profile.regimes))
+        concentration = {regime: profile.epochs / len(regimes) for regime in regimes}
+        for regime in profile.regimes[:epochs_done + 1]:
+            concentration[regime] += 1.0
+        return concentration
+
+    def remaining_epochs(self, profile: RegimeProfile, epochs_done: int) -> dict[int, float]:
+        """Expected epochs left per regime: the posterior mean rebased to the job's epochs, less
+        one per observed epoch of the regime (where that leaves it non-negative)."""
+        concentration = self.posterior(profile, epochs_done)
+        total = sum(concentration.values())
+        left = {regime: profile.epochs * c / total for regime, c in concentration.items()}
+        for regime in profile.regimes[:epochs_done + 1]:
+            if left[regime] >= 1.0:
+                left[regime] -= 1.0
+        return left
+
+    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int) -> float:
+        left_epochs = profile.epochs - epochs_done
+        per_regime = self.remaining_epochs(profile, epochs_done)
+        # Shockwave's normalisation: the predicted epochs (rounded up by one) are scaled to the
+        # epochs that are truly left, never up.
+        predicted = max(int(sum(per_regime.values()) + 1), left_epochs)
+        if predicted <= 0 or left_epochs <= 0:
+            return 1.0
+        seconds = profile.regime_seconds()
+        total = sum(epochs * seconds[regime] for regime, epochs in per_regime.items())
+        return total * left_epochs / predicted
+
+
+def profile_from(regimes: Sequence[int], seconds_per_regime: Mapping[int, float]
+                 ) -> RegimeProfile:
+    """A profile whose epochs in each regime take that regime's seconds."""
+    return RegimeProfile(tuple(int(r) for r in regimes),
+                         tuple(float(seconds_per_regime[r]) for r in regimes))

@@ -1,0 +1,465 @@
+"""Shockwave (Zheng et al., NSDI 2023): a market over future rounds for jobs with dynamic batches.
+
+Our formulation of Shockwave's planner (``scheduler/shockwave.py`` of its artifact,
+``dynamic_eisenberg_gale_scheduling``), a mixed-integer program over the next ``H`` rounds of
+``R`` seconds for the ``J`` active jobs on ``G`` GPUs:
+
+* ``x[j, h]`` in {0, 1}: job ``j`` runs in round ``h`` on its ``s_j`` GPUs; per round
+  ``sum_j s_j x[j, h] <= G``.
+* ``p_j >= 0``: epochs planned, ``p_j d_j <= R sum_h x[j, h]``, with ``d_j`` the mean epoch time
+  of the job's profile over the epochs done so far (Shockwave's ``interpolate_epoch_duration``).
+* Utility (Nash social welfare, the Eisenberg-Gale market's objective): ``log`` of the job's
+  progress after the horizon, ``(e_j + p_j) / E_j``, by a piecewise-linear interpolation of
+  ``log`` at the bases 0, 0.2, ..., 1 (``log 1e-6`` at 0; an SOS2 set with binaries).
+* Objective: maximise ``sum_j utility_j / (J H) - k max_j r_j`` with
+  ``r_j = max(0, T_j - p_j d_j)`` the predicted remaining seconds after the horizon, ``T_j`` from
+  the remaining-work predictor (:class:`~bayes_sched.policies.remaining_work.
+  DirichletRegimePredictor`, Shockwave's Dirichlet posterior over batch-size regimes).
+* Finish-time fairness: ``now + H R + r_j / min(1, G / J) <= rho_max F_j`` where ``F_j`` is a
+  momentum average (0.9) of the job's fair finish-time estimates ``submit + (done + T_j) /
+  min(1, G / J)``, re-estimated for all jobs whenever the job set changes.
+* When that is infeasible: no fairness constraints, and each job whose projected ratio
+  ``(now + T_j / share) / F_j`` exceeds ``rho_max`` has its utility multiplied by ``ratio^lambda``
+  (``ratio^100`` when less than a round is left); a second program then orders the rounds so that
+  high-priority jobs run first (Shockwave's ``rank_in_schedule_jobs``).
+
+The plan is kept for later rounds and recomputed when the job set changes or every
+``reopt_rounds`` rounds (Shockwave's ``REOPT_ROUNDS = 8``). Each round's jobs are those planned for
+it, then, while GPUs are idle, the others in decreasing predicted remaining time (Shockwave's
+work-conserving fill). A job keeps its GPUs where they are still free.
+
+What the policy reads: each job's declared settings (model and initial batch size from its job
+type and ``requested_batch_size``, GPUs, batch-size mode, the epochs its user asked for), its epochs
+done, and the measured throughput table (a scheduler-side input, as in Gavel). From these it builds
+the job's profile, the batch size of every epoch under its mode and their times alone, as Shockwave
+precomputes at submission; it never reads the simulator's state.
+
+Solver: Shockwave used Gurobi (15 s cap, relative gap 1e-3); here cvxpy with an open solver (HiGHS
+by default) under the same gap and cap. A solve that fails or returns no solution keeps the previous
+round's jobs (those still active), is logged, and is counted in :attr:`ShockwavePolicy.
+solver_failures`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from bayes_sched.batch_modes import DATASET_SIZE, batch_size_schedule, epoch_seconds, model_of
+from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimation import Estimator
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.policies.base import pack
+from bayes_sched.policies.remaining_work import (
+    DirichletRegimePredictor,
+    RegimeProfile,
+    RemainingWorkPredictor,
+)
+from bayes_sched.policies.time_sharing import (
+    DEFAULT_STEPS_PER_SECOND,
+    _quiet_stdout,
+    cluster_types,
+)
+from bayes_sched.throughputs import load_throughputs
+
+LOG = logging.getLogger(__name__)
+
+#: Points at which the log of normalised progress is interpolated (Shockwave's config).
+LOG_BASES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+#: Stand-in for log(0) at the first base (Shockwave's ``logapx_origin``).
+LOG_ORIGIN = 1e-6
+#: Weight of the running average in the fair finish-time target (``momentum``).
+FINISH_TIME_MOMENTUM = 0.9
+#: Exponent of a job's projected ratio when less than a round is left (``priority_M``).
+LAST_ROUND_POWER = 100.0
+
+#: Numerical guard on a priority (``ratio^100`` overflows or swamps the solver; Gurobi saw the
+#: raw values): larger ones are cut to it, keeping their order against all smaller ones.
+MAX_PRIORITY = 1e9
+
+#: Mixed-integer solvers from pip that cvxpy can call.
+MIP_SOLVERS = ("HIGHS", "SCIP")
+
+
+class ShockwavePolicy:
+    """Shockwave's planner over future rounds (see the module docstring).
+
+    Args:
+        future_rounds: rounds planned ahead, ``H`` (Shockwave's tacc_32gpus config: 20).
+        k: weight of the longest predicted remaining time (1e-3).
+        lam: exponent of the priority of a job behind its fair finish time (12).
+        rhomax: finish-time fairness bound (1.0).
+        reopt_rounds: rounds between re-plans when the job set does not change (8).
+        solver: cvxpy MIP solver (open source, from pip).
+        time_limit: seconds a solve may take (Shockwave: 15).
+        mip_rel_gap: relative optimality gap at which a solve stops (1e-3).
+        throughputs: the measured table the profiles are built from (``"tacc"``: Shockwave's).
+        calibrate: rescale a job's profiled epoch times when its measured throughput disagrees
+            (Shockwave's ``calibrate_profiled_epoch_duration``, see :meth:`calibration`).
+
+    Shockwave plans for a homogeneous cluster: on a cluster of several GPU types it plans and
+    places jobs on the first type in Gavel's order (V100, P100, K80, then by name) only.
+    """
+
+    name = "shockwave"
+
+    def __init__(self, future_rounds: int = 20, k: float = 1e-3, lam: float = 12.0,
+                 rhomax: float = 1.0, reopt_rounds: int = 8,
+                 solver: Literal["HIGHS", "SCIP"] = "HIGHS", time_limit: float = 15.0,
+                 mip_rel_gap: float = 1e-3,
+                 throughputs: Literal["tacc", "simulation", "physical"] = "tacc",
+                 calibrate: bool = True) -> None:
+        if future_rounds < 1 or reopt_rounds < 1:
+            raise ValueError(f"future_rounds {future_rounds}, reopt_rounds {reopt_rounds}: "
+                             "expected rounds >= 1")
+        if solver not in MIP_SOLVERS:
+            raise ValueError(f"solver is {solver!r}: expected one of {', '.join(MIP_SOLVERS)}")
+        if not (k > 0 and rhomax > 0 and time_limit > 0 and mip_rel_gap >= 0):
+            raise ValueError("k, rhomax and time_limit must be > 0 and mip_rel_gap >= 0")
+        self.future_rounds = int(future_rounds)
+        self.k, self.lam, self.rhomax = float(k), float(lam), float(rhomax)
+        self.reopt_rounds = int(reopt_rounds)
+        self.solver = solver
+        self.time_limit, self.mip_rel_gap = float(time_limit), float(mip_rel_gap)
+        self.table = load_throughputs(throughputs)
+        self.predictor: RemainingWorkPredictor = DirichletRegimePredictor()
+        self.calibrate = bool(calibrate)
+        self.solver_failures = 0
+        self.allocation_updates = 0  # successful plans
+        self.relaxed_plans = 0  # plans without the fairness constraints
+        self.solve_seconds: list[float] = []
+        self._round = 0
+        self._round_seconds = 120.0
+        self._since_plan = 0
+        self._names: frozenset[str] = frozenset()
+        self._plan: dict[int, list[str]] = {}
+        self._previous: list[str] = []
+        self._share_series: dict[str, list[tuple[int, float]]] = {}
+        self._profiles: dict[tuple[str, int, str, int, int, str], RegimeProfile] = {}
+        # Per job: measured (steps/s, batch size) by round, the last report seen, the factor on
+        # its profiled epoch times.
+        self._measured: dict[str, dict[int, tuple[float, int]]] = {}
+        self._last_report: dict[str, tuple[float, float, int]] = {}
+        self._factor: dict[str, float] = {}
+
+    # --- Policy interface -----------------------------------------------------------------------
+
+    def estimators(self) -> Sequence[Estimator]:
+        return ()
+
+    def job_settings(self, spec: JobSpec) -> JobSettings:
+        return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        jobs = sorted(jobs, key=lambda j: (j.submit_time, j.name))
+        self._round_seconds = cluster.round_interval
+        gpu = cluster_types(cluster)[0]  # Shockwave plans one GPU type (see the class)
+        num_gpus = cluster.gpus_of_type(gpu)
+        names = frozenset(job.name for job in jobs)
+        changed = names != self._names
+        if changed:
+            self._names = names
+            for store in (self._share_series, self._measured, self._last_report, self._factor):
+                for name in [n for n in store if n not in names]:
+                    del store[name]
+        chosen: list[str] | None = None
+        if jobs:
+            self._record_throughputs(jobs, gpu)
+            profiles = [self._calibrated(job, self.profile(job, gpu)) for job in jobs]
+            done = [self._epochs_done(job) for job in jobs]
+            remaining = np.array([self.predictor.remaining_seconds(p, e)
+                                  for p, e in zip(profiles, done, strict=True)])
+            if changed:
+                self._estimate_shares(jobs, profiles, done, remaining, num_gpus)
+            if (changed or self._since_plan >= self.reopt_rounds
+                    or self._round not in self._plan):
+                self._since_plan = 0
+                self._replan(cluster, jobs, profiles, done, remaining, num_gpus)
+            chosen = self._plan.get(self._round)
+            if chosen is None:  # no plan: keep the previous round's jobs that are still here
+                chosen = [name for name in self._previous if name in names]
+        self._round += 1
+        self._since_plan += 1
+        chosen = [name for name in (chosen or []) if name in names]
+        self._previous = chosen
+        return self._place(cluster, jobs, chosen, gpu)
+
+    # --- profiles and predictions ---------------------------------------------------------------
+
+    def profile(self, job: JobView, gpu: str) -> RegimeProfile:
+        """The job's profile under its declared mode on ``gpu`` (cached per declared settings).
+
+        An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)``; for a job
+        whose model or type the table does not cover, ``ceil(examples per epoch / b)`` steps at
+        Gavel's default of 1 step/s (a finite guess, so that such a job is still planned)."""
+        model = model_of(job.application)
+        key = (model, job.requested_batch_size, job.batch_size_mode, job.target_epochs,
+               job.requested_replicas, gpu)
+        cached = self._profiles.get(key)
+        if cached is None:
+            regimes = batch_size_schedule(job.batch_size_mode, model, job.requested_batch_size,
+                                          max(job.target_epochs, 1), job.requested_replicas)
+            seconds = {}
+            for batch in set(regimes):
+                known = (epoch_seconds(self.table, model, batch, job.requested_replicas, gpu)
+                         if model in DATASET_SIZE else None)
+                seconds[batch] = known if known is not None else (
+                    math.ceil(max(job.examples_per_epoch, 1) / max(batch, 1))
+                    / DEFAULT_STEPS_PER_SECOND)
+            cached = RegimeProfile(tuple(regimes), tuple(seconds[b] for b in regimes))
+            self._profiles[key] = cached
+        return cached
+
+    def _record_throughputs(self, jobs: Sequence[JobView], gpu: str) -> None:
+        """Each job's measured steps/s in the round just run, from its reports (steps and
+        GPU-seconds since the last round), keyed by this round's index as Shockwave keys them."""
+        for job in jobs:
+            report = (job.progress, job.attained_service,
+                      job.settings.batch_size or job.requested_batch_size)
+            last = self._last_report.get(job.name)
+            self._last_report[job.name] = report
+            if last is None or report[1] == last[1]:  # new, or it did not run
+                continue
+            seconds = (report[1] - last[1]) / max(job.requested_replicas, 1)
+            if seconds <= 0:
+                continue
+            if report[2] == last[2]:
+                rate = (report[0] - last[0]) / seconds
+            else:  # the batch changed after the round: its steps were recounted; the table's rate
+                rate = self.table.steps_per_second(
+                    f"{model_of(job.application)} (batch size {last[2]})",
+                    job.requested_replicas, gpu) or 0.0
+            self._measured.setdefault(job.name, {})[self._round] = (max(rate, 0.0), last[2])
+
+    def calibration(self, job: JobView, profile: RegimeProfile) -> float:
+        """Shockwave's factor on the profiled epoch times (1: unchanged).
+
+        Its rule, kept as it is: the examples the job's measurements account for, each measured
+        rate standing for every round since the previous measurement (from round 0), are compared
+        with the examples its profile would have processed from time 0 to the last measured
+        round; when they differ by more than 40 %, epoch times become the profile's times the
+        ratio profile / measured (otherwise the factor in force stays)."""
+        factor = self._factor.get(job.name, 1.0)
+        measured = self._measured.get(job.name)
+        if not measured:
+            return factor
+        round_s = self._round_seconds
+        examples = 0.0
+        previous = 0
+        for index in sorted(measured):
+            rate, batch = measured[index]
+            examples += batch * rate * round_s * (index - previous)
+            previous = index
+        horizon = round_s * max(measured)
+        profiled_time, profiled_examples = 0.0, 0.0
+        per_epoch = float(max(job.examples_per_epoch, 1))
+        last = len(profile.epoch_seconds) - 1
+        for index, seconds in enumerate(profile.epoch_seconds):
+            if profiled_time + seconds > horizon:
+                last = index
+                break
+            profiled_time += seconds
+            profiled_examples += per_epoch
+        if horizon - profiled_time > 0:  # the epoch reached, at its calibrated time
+            profiled_examples += (per_epoch * (horizon - profiled_time)
+                                  / (profile.epoch_seconds[last] * factor))
+        if examples > 0 and profiled_examples > 0 \
+                and abs(examples - profiled_examples) / profiled_examples > 0.4:
+            factor = profiled_examples / examples
+            self._factor[job.name] = factor
+        return factor
+
+    def _calibrated(self, job: JobView, profile: RegimeProfile) -> RegimeProfile:
+        if not self.calibrate:
+            return profile
+        factor = self.calibration(job, profile)
+        if factor == 1.0:
+            return profile
+        return RegimeProfile(profile.regimes, tuple(s * factor for s in profile.epoch_seconds))
+
+    @staticmethod
+    def _epochs_done(job: JobView) -> int:
+        return min(int(math.floor(job.epochs + 1e-9)), max(job.target_epochs, 1))
+
+    def _estimate_shares(self, jobs: Sequence[JobView], profiles: Sequence[RegimeProfile],
+                         done: Sequence[int], remaining: np.ndarray, num_gpus: int) -> None:
+        """Append each job's fair finish-time estimate under an equal share of the cluster."""
+        share = min(1.0, num_gpus / len(jobs))
+        for job, profile, epochs, left in zip(jobs, profiles, done, remaining, strict=True):
+            estimate = job.submit_time + (profile.seconds_done(epochs) + left) / share
+            self._share_series.setdefault(job.name, []).append((self._round, float(estimate)))
+
+    def finish_time_target(self, name: str) -> float:
+        """Momentum average of the job's fair finish-time estimates (weights: how long each
+        estimate stood, up to the current round)."""
+        series = self._share_series[name]
+        rounds = np.array([r for r, _ in series] + [self._round], dtype=float)
+        values = np.array([v for _, v in series])
+        windows = np.diff(rounds)
+        weights = (windows / windows.sum() if windows.sum() > 0
+                   else np.full(len(values), 1.0 / len(values)))
+        return float(FINISH_TIME_MOMENTUM * (weights @ values)
+                     + (1.0 - FINISH_TIME_MOMENTUM) * values[-1])
+
+    # --- the plan -------------------------------------------------------------------------------
+
+    def _replan(self, cluster: ClusterState, jobs: Sequence[JobView],
+                profiles: Sequence[RegimeProfile], done: Sequence[int], remaining: np.ndarray,
+                num_gpus: int) -> None:
+        start = time.perf_counter()
+        try:
+            x = self._solve(cluster, jobs, profiles, done, remaining, num_gpus)
+        except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old plan
+            LOG.warning("shockwave: solver %s failed (%s); previous jobs kept", self.solver,
+                        error)
+            x = None
+        self.solve_seconds.append(time.perf_counter() - start)
+        if x is None:
+            self.solver_failures += 1
+            self._plan = {}
+            return
+        self.allocation_updates += 1
+        self._plan = self._rounds_from(x, jobs, remaining, num_gpus)
+
+    def _solve(self, cluster: ClusterState, jobs: Sequence[JobView],
+               profiles: Sequence[RegimeProfile], done: Sequence[int], remaining: np.ndarray,
+               num_gpus: int) -> np.ndarray | None:
+        """The plan ``x`` ``(J, H)`` in {0, 1}, or ``None`` when no solution was found."""
+        import cvxpy as cp
+
+        count, horizon, round_s = len(jobs), self.future_rounds, cluster.round_interval
+        scale = np.array([float(job.requested_replicas) for job in jobs])
+        epochs = np.array([float(p.epochs) for p in profiles])
+        progress = np.array([float(e) for e in done])
+        # Mean epoch time of the profile's epochs up to the current one.
+        epoch_s = np.array([float(np.mean(p.epoch_seconds[:e + 1]))
+                            for p, e in zip(profiles, done, strict=True)])
+        epoch_s = np.where(np.isfinite(epoch_s), epoch_s, 1e9)
+        remaining = np.where(np.isfinite(remaining), remaining, 1e9)
+        bases = np.array(LOG_BASES)
+        log_bases = np.log(np.where(bases > 0, bases, LOG_ORIGIN))
+        x = cp.Variable((count, horizon), boolean=True)
+        planned = cp.Variable(count, nonneg=True)
+        weights = cp.Variable((count, len(bases)), nonneg=True)
+        segment = cp.Variable((count, len(bases)), boolean=True)
+        left = cp.Variable(count, nonneg=True)
+        longest = cp.Variable()
+        constraints = [
+            scale @ x <= num_gpus,
+            cp.multiply(planned, epoch_s) <= cp.sum(x, axis=1) * round_s,
+            weights @ bases == cp.multiply(progress + planned, 1.0 / epochs),
+            cp.sum(weights, axis=1) == 1,
+            cp.sum(segment, axis=1) <= 2,
+            weights <= segment,
+            left >= remaining - cp.multiply(planned, epoch_s),
+            longest >= left,
+        ]
+        constraints += [segment[:, lo] + segment[:, hi] <= 1
+                        for lo in range(len(bases)) for hi in range(lo + 2, len(bases))]
+        utility = weights @ log_bases
+        share = min(1.0, num_gpus / count)
+        targets = np.array([self.finish_time_target(job.name) for job in jobs])
+        fairness = [cluster.now + horizon * round_s + left / share <= targets * self.rhomax]
+        scale_utility = 1.0 / (count * horizon)
+        problem = cp.Problem(cp.Maximize(cp.sum(utility) * scale_utility - self.k * longest),
+                             constraints + fairness)
+        status = self._run(problem)
+        if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+            self.relaxed_plans += 1
+            ratio = (cluster.now + remaining / share) / targets
+            with np.errstate(over="ignore"):
+                priority = np.where(ratio > self.rhomax,
+                                    ratio ** np.where(remaining < round_s, LAST_ROUND_POWER,
+                                                      self.lam), 1.0)
+            priority = np.minimum(priority, MAX_PRIORITY)
+            problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(priority, utility))
+                                             * scale_utility - self.k * longest), constraints)
+            self._run(problem)
+            if x.value is None:
+                return None
+            return self._rank(np.round(x.value), priority, scale, num_gpus)
+        if x.value is None:
+            LOG.warning("shockwave: solver %s status %s", self.solver, status)
+            return None
+        return np.round(x.value)
+
+    def _run(self, problem: object) -> str:
+        import cvxpy as cp
+
+        assert isinstance(problem, cp.Problem)
+        options: dict[str, float | bool] = (
+            {"time_limit": self.time_limit, "mip_rel_gap": self.mip_rel_gap}
+            if self.solver == "HIGHS" else
+            {"scip_params": {"limits/time": self.time_limit,  # type: ignore[dict-item]
+                             "limits/gap": self.mip_rel_gap}})
+        with _quiet_stdout():
+            problem.solve(solver=self.solver, **options)
+        return str(problem.status)
+
+    def _rank(self, x: np.ndarray, priority: np.ndarray, scale: np.ndarray, num_gpus: int
+              ) -> np.ndarray:
+        """Reorder the planned rounds so that high-priority jobs run early (same number of
+        rounds per job, same capacity); the plan unchanged if that fails."""
+        import cvxpy as cp
+
+        rounds = x.sum(axis=1)
+        if not (rounds > 0).any():
+            return x
+        y = cp.Variable(x.shape, boolean=True)
+        order = np.arange(x.shape[1], dtype=float)
+        # Scaled by the largest priority: the same optimum, well-conditioned costs.
+        cost = (priority / priority.max() / np.maximum(rounds, 1.0))[:, None] * order[None, :]
+        problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(cost, y))),
+                             [cp.sum(y, axis=1) == rounds, scale @ y <= num_gpus])
+        try:
+            self._run(problem)
+        except Exception as error:  # noqa: BLE001 -- keep the unranked plan
+            LOG.warning("shockwave: ranking failed (%s)", error)
+            return x
+        return x if y.value is None else np.round(y.value)
+
+    def _rounds_from(self, x: np.ndarray, jobs: Sequence[JobView], remaining: np.ndarray,
+                     num_gpus: int) -> dict[int, list[str]]:
+        """Jobs per future round: the planned ones, then (work conservation) the others in
+        decreasing predicted remaining time while their GPUs fit."""
+        by_remaining = np.argsort(-remaining, kind="stable")
+        plan = {}
+        for h in range(x.shape[1]):
+            chosen = [j for j in range(len(jobs)) if x[j, h] >= 0.5]
+            idle = num_gpus - sum(jobs[j].requested_replicas for j in chosen)
+            for j in by_remaining:
+                if idle <= 0:
+                    break
+                if x[j, h] < 0.5 and jobs[j].requested_replicas <= idle:
+                    chosen.append(int(j))
+                    idle -= jobs[j].requested_replicas
+            plan[self._round + h] = [jobs[j].name for j in chosen]
+        return plan
+
+    # --- placement ------------------------------------------------------------------------------
+
+    def _place(self, cluster: ClusterState, jobs: Sequence[JobView], chosen: Sequence[str],
+               gpu: str) -> Allocations:
+        """GPUs per node for the chosen jobs, on nodes of ``gpu``: a job keeps its GPUs where
+        they are still free; the others are packed (most-free node first)."""
+        by_name = {job.name: job for job in jobs}
+        on_type = np.array([t == gpu for t in cluster.gpu_types])
+        free = np.where(on_type, cluster.capacity(), 0).astype(np.int64)
+        out: Allocations = {}
+        for name in chosen:
+            held = np.asarray(by_name[name].allocation)
+            if held.sum() == by_name[name].requested_replicas and np.all(held <= free) \
+                    and np.all(on_type[held > 0]):
+                out[name] = held.astype(np.int64).copy()
+                free -= held
+        for name in sorted((n for n in chosen if n not in out),
+                           key=lambda n: -by_name[n].requested_replicas):
+            counts = pack(by_name[name].requested_replicas, free)
+            if counts is not None:
+                out[name] = counts
+        return out

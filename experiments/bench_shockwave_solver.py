@@ -1,0 +1,83 @@
+"""Shockwave's planner: seconds per plan with each open MIP solver on the same cluster states.
+
+The tacc_32gpus setting (120-job trace, 32 V100, 120 s rounds) runs under ``shockwave`` with
+HiGHS; at sampled rounds, a copy of the policy re-plans the same state with each solver (a full
+plan: the 20-round MILP, and when its fairness constraints are infeasible the relaxed MILP and the
+round ranking), and the wall time of that decision is recorded. Shockwave used Gurobi with a 15 s
+cap; the issue's target is a median <= 2 s at 32 GPUs with an open solver. CLARABEL (cvxpy's
+default conic solver) solves no integer programs and is not a candidate.
+
+    python experiments/bench_shockwave_solver.py [--rounds 10 20 30 40 50 60] [--solvers HIGHS SCIP]
+
+Measured (``--rounds 20 30 40 50 60``, 48-109 active jobs; a 2-core machine at load average ~15):
+seconds per plan, HiGHS 7.3 median (6.1-9.0), SCIP (pyscipopt 6.3) 5.8 median (5.7-10.7); no
+failures. The target of <= 2 s per plan is not met here: the relaxed program (weighted by
+priorities up to ``ratio^100``) runs into the 15 s cap in most plans of a full run. Per round,
+with plans reused for up to 8 rounds, the median decision is 0.4-0.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from dataclasses import replace
+
+
+def main() -> None:
+    import cvxpy as cp
+    import numpy as np
+
+    from bayes_sched.cli._common import print_table
+    from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.policies import make_policy
+    from bayes_sched.policies.shockwave import ShockwavePolicy
+    from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
+    from bayes_sched.sim.shockwave_jobs import read_shockwave_trace, shipped_shockwave_trace
+    from bayes_sched.sim.table_cluster import TableCluster
+    from bayes_sched.sim.table_run import run_table_simulation
+    from bayes_sched.throughputs import load_shockwave_throughputs
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, nargs="+", default=[10, 20, 30, 40, 50, 60])
+    parser.add_argument("--solvers", nargs="+", default=["HIGHS", "SCIP"])
+    args = parser.parse_args()
+    solvers = [s for s in args.solvers if s in cp.installed_solvers()]
+    for missing in sorted(set(args.solvers) - set(solvers)):
+        print(f"{missing}: skipped, not installed (pip install pyscipopt for SCIP)")
+    spec = replace(load_cluster_spec("v100:32"), round_interval=120.0)
+    policy = make_policy("shockwave")
+    assert isinstance(policy, ShockwavePolicy)
+    seconds: dict[str, list[float]] = {s: [] for s in solvers}
+    rows = []
+
+    def sample(cluster: TableCluster) -> None:
+        index = len(cluster.timeline_time)
+        if index not in args.rounds:
+            return
+        views, state = cluster.job_views(), cluster.state
+        row: dict[str, object] = {"round": index, "active_jobs": len(views)}
+        for solver in solvers:
+            trial = copy.deepcopy(policy, {id(policy.table): policy.table})  # table shared
+            trial.solver = solver
+            trial._names = frozenset()  # a changed job set: a full re-plan
+            start = time.perf_counter()
+            trial.decide(state, views)
+            took = time.perf_counter() - start
+            seconds[solver].append(took)
+            row[f"{solver}_s"] = round(took, 3)
+            row[f"{solver}_failed"] = trial.solver_failures
+        rows.append(row)
+        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+
+    run_table_simulation(read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
+                         table=load_shockwave_throughputs(), cluster_type=ShockwaveCluster,
+                         max_time=120.0 * max(args.rounds), on_round=sample)
+    print_table(rows, title="Shockwave plan on tacc_120 states: seconds per solver")
+    print_table([{"solver": s, "plans": len(v), "median_s": round(float(np.median(v)), 3),
+                  "max_s": round(float(np.max(v)), 3)} for s, v in seconds.items() if v],
+                title="Seconds per plan (32 GPUs, 20 future rounds, cap 15 s, gap 1e-3)")
+
+
+if __name__ == "__main__":
+    main()
