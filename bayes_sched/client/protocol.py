@@ -33,6 +33,8 @@ ENV_JOB_NAME = "BAYES_SCHED_JOB"
 ENV_ATTEMPT = "BAYES_SCHED_ATTEMPT"        # 0 for the first start, +1 for each restart
 ENV_GPU_TYPE = "BAYES_SCHED_GPU_TYPE"      # the GPU type of the replica's node
 ENV_PLACEMENT = "BAYES_SCHED_PLACEMENT"    # GPUs per node in use, e.g. "22" (as in Pollux profiles)
+ENV_INIT_BATCH = "BAYES_SCHED_INIT_BATCH"    # the job's initial total batch B0 (examples)
+ENV_TARGET_EPOCHS = "BAYES_SCHED_TARGET_EPOCHS"  # epochs after which the job is done
 #: ... and the variables ``torch.distributed`` reads (``init_method="env://"``).
 ENV_TORCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
