@@ -189,6 +189,8 @@ class RealCluster:
         self._await_checkpoints(running)
         for record in running:
             self._stop(record)
+            if record.exit_status == "done":  # it finished before the stop reached it
+                self._finish(record, "done", "")
         for record in moving:
             if record.status in FINAL_STATES:
                 continue  # ended while we waited
@@ -472,7 +474,12 @@ class RealCluster:
         counts = record.allocation
         placement = placement_of(np.array(counts))
         agent = self.agent(record.spec.name, self._gpu_type(counts))
-        record.local_bsz, record.accum_steps = agent.choose_batch(placement)
+        local, accum = agent.choose_batch(placement)
+        if record.gradient is None and accum == 0 and sum(placement) == 1 and local >= 2:
+            # One replica without accumulation measures no gradient noise (it needs two
+            # gradients of a step): the same batch as two micro-batches does.
+            local, accum = math.ceil(local / 2), 1
+        record.local_bsz, record.accum_steps = local, accum
         self._write_control(record)
         launch = self._launch_spec(record, record.attempt)
         try:

@@ -422,7 +422,7 @@ class ElasticJob:
 
     def _report(self, kind: str, **fields: Any) -> None:
         if self.rank == 0 and self.job_dir is not None:
-            protocol.append_report(self.job_dir, kind, **fields)
+            protocol.append_report(self.job_dir, kind, time=time.time(), **fields)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self._terminate = True  # taken at the next step boundary (checkpoint, then exit 0)
