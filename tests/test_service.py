@@ -110,6 +110,33 @@ def test_raising_job_backs_off_then_fails_and_silent_job_times_out(tmp_path: Pat
                    for r in (j.get("handle") or {}).get("replicas", []))
 
 
+# --- serve: a restarted service reattaches --------------------------------------------------------
+
+def test_restarted_service_reattaches_and_starts_nothing_twice(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    path = _job_file(tmp_path, "tiny", EXAMPLE, args=[
+        "--examples", "2048", "--step-sleep", "0.01", "--report-interval", "0.3"])
+    assert run_cli("submit", str(path), "--state", str(store.root)).returncode == 0
+    config = RealClusterConfig(exit_when_idle=True, poll_interval=0.05)
+    first = Service(store, LocalLauncher(1), make_policy("pollux"), config)
+    deadline = time.monotonic() + 90
+    while first.cluster.records["tiny"].progress == 0 and time.monotonic() < deadline:
+        first.run(interval=0.3, max_rounds=1)
+    handle = first.cluster.records["tiny"].handle
+    assert handle is not None and first.cluster.records["tiny"].status == "running"
+    # The first service vanishes without stopping anything (as under SIGKILL): a second one
+    # over the same state file takes the job up where it runs.
+    second = Service(StateStore(store.root), LocalLauncher(1), make_policy("pollux"), config)
+    assert second.reattached == ["tiny"]
+    assert second.cluster.records["tiny"].handle == handle
+    second.run(interval=0.3, max_rounds=300)
+    job = StateStore(store.root, create=False).jobs()[0]
+    assert job["status"] == "done" and job["record"]["attempt"] == 1
+    reports = read_reports(store.jobs_dir / "tiny")[0]
+    assert [r["pid"] for r in reports if r["kind"] == "start"] == [handle["replicas"][0]["pid"]]
+    assert [r["status"] for r in reports if r["kind"] == "exit"] == ["done"]
+
+
 # --- serve: three jobs under Pollux, the scheduler killed and restarted -------------------------
 
 def _serve(state: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -310,7 +310,7 @@ class ElasticJob:
 
     # --- measurements ---------------------------------------------------------------------------
 
-    def _comm_hook(self, state, bucket):  # type: ignore[no-untyped-def]
+    def _comm_hook(self, state, bucket):
         # Unannotated: DDP checks the annotations against its classes, not against strings.
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
