@@ -45,7 +45,7 @@ import signal
 import statistics
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -53,7 +53,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset, TensorDataset, default_collate
 
 from bayes_sched.client import protocol
 from perfmodel.efficiency import gradient_noise_estimate, scale_invariant_gain
@@ -64,6 +64,12 @@ CHECKPOINT_FILE = "state.pt"
 WARMUP_STEPS = 2
 #: Decay of the moving averages of the gradient statistics, per measured step.
 GRADIENT_DECAY = 0.9
+#: Most of the training time the gradient statistics may take: a step is measured while the
+#: time spent on them so far is within this fraction of the time trained (every step where the
+#: norms are cheap next to the step, every few steps of a tiny model).
+GRADIENT_BUDGET = 0.01
+#: Seconds between looks at ``control.json`` (rank 0).
+CONTROL_POLL_SECONDS = 0.1
 
 
 def _env_int(name: str) -> int | None:
@@ -143,6 +149,11 @@ class ElasticJob:
         self._stepped = True
         self._micro_start = 0.0
         self._small_sqr: float | None = None
+        self._measure_gradient = False
+        self._gradient_seconds = 0.0
+        self._train_seconds = 0.0
+        self._step_start = 0.0
+        self._control_checked = 0.0
         self._warmup = WARMUP_STEPS
         self._step_times: list[float] = []
         self._sync_times: list[float] = []
@@ -210,17 +221,24 @@ class ElasticJob:
                 for micro in range(self.accum_steps + 1):
                     start = (self.position
                              + (micro * self.world_size + self.rank) * self.local_bsz)
-                    indices = permutation[start:start + self.local_bsz].tolist()
-                    batch = self._fetch(indices)
+                    batch = self._fetch(permutation[start:start + self.local_bsz])
                     self._micro = micro
                     self._stepped = False
                     self._micro_start = time.perf_counter()
+                    if micro == 0:
+                        self._start_step()
                     yield batch
                     if not self._stepped:
                         raise RuntimeError("ElasticJob: call step(loss) once per micro-batch")
             if self.position + self.batch_size > self.num_examples:
                 self.epoch += 1
                 self.position = 0
+
+    def _start_step(self) -> None:
+        self._step_start = self._micro_start
+        self._measure_gradient = (
+            self.rank == 0 and self.world_size * (self.accum_steps + 1) >= 2
+            and self._gradient_seconds <= GRADIENT_BUDGET * self._train_seconds)
 
     def step(self, loss: torch.Tensor) -> None:
         """Backward pass of one micro-batch's loss; at the last micro-step of an optimiser step
@@ -236,9 +254,11 @@ class ElasticJob:
             self._local_sqr_parts.clear()
             scaled.backward()
         self._stepped = True
-        if self._micro == 0 and accum > 0:
+        if self._micro == 0 and accum > 0 and self._measure_gradient:
             # One micro-batch's gradient: the accumulator holds it divided by (accum + 1).
+            start = time.perf_counter()
             self._small_sqr = self._grad_sqr_norm() * (accum + 1) ** 2
+            self._gradient_seconds += time.perf_counter() - start
         backward_end = time.perf_counter()
         if not last:
             self._compute_times.append(backward_end - self._micro_start)
@@ -248,7 +268,10 @@ class ElasticJob:
             sync_time = max(0.0, backward_end - self._last_hook_time)
             if accum == 0 and self._local_sqr_parts:
                 self._small_sqr = float(torch.stack(self._local_sqr_parts).sum())
-        self._update_gradient_stats()
+        if self._measure_gradient:
+            start = time.perf_counter()
+            self._update_gradient_stats()
+            self._gradient_seconds += time.perf_counter() - start
         gain = self.gain
         for group, base in zip(self.optimizer.param_groups, self._base_lrs, strict=True):
             group["lr"] = base * gain
@@ -256,7 +279,9 @@ class ElasticJob:
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        step_time = time.perf_counter() - self._micro_start
+        end = time.perf_counter()
+        step_time = end - self._micro_start
+        self._train_seconds += end - self._step_start
         self.progress += gain
         self.steps += 1
         self.position += self.batch_size
@@ -314,8 +339,9 @@ class ElasticJob:
         # Unannotated: DDP checks the annotations against its classes, not against strings.
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-        # The bucket holds this replica's own gradient until the all-reduce averages it.
-        self._local_sqr_parts.append(bucket.buffer().detach().pow(2).sum())
+        if self._measure_gradient:
+            # The bucket holds this replica's own gradient until the all-reduce averages it.
+            self._local_sqr_parts.append(bucket.buffer().detach().pow(2).sum())
         self._last_hook_time = time.perf_counter()
         return allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
@@ -342,7 +368,9 @@ class ElasticJob:
     # --- step boundary: control, checkpoints, reports --------------------------------------------
 
     def _boundary(self) -> None:
-        if self.rank == 0:
+        now = time.monotonic()
+        if self.rank == 0 and now - self._control_checked >= CONTROL_POLL_SECONDS:
+            self._control_checked = now
             self._read_control()
         if self.world_size > 1:
             decision = torch.tensor([self.local_bsz if self.rank == 0 else 0,
@@ -395,7 +423,16 @@ class ElasticJob:
             self._warmup = WARMUP_STEPS
 
     def _flush_reports(self) -> None:
+        """Report the measurements since the last flush, the gradient statistics and progress
+        (one write, one ``fsync``)."""
         self._last_report = time.monotonic()
+        if self.rank != 0 or self.job_dir is None:
+            self._step_times.clear()
+            self._sync_times.clear()
+            self._compute_times.clear()
+            return
+        now = time.time()
+        lines: list[dict[str, Any]] = []
         if self._step_times:
             times = sorted(self._step_times)
             step_time = statistics.median(times)
@@ -403,22 +440,26 @@ class ElasticJob:
                 sync_time = max(0.0, step_time - statistics.median(self._compute_times))
             else:
                 sync_time = statistics.median(self._sync_times)
-            self._report("step", placement=self.placement, gpu_type=self.gpu_type,
-                         num_nodes=self.num_nodes, num_replicas=self.world_size,
-                         local_bsz=self.local_bsz, accum_steps=self.accum_steps,
-                         step_time=step_time, sync_time=min(sync_time, step_time),
-                         step_time_p10=times[int(0.1 * (len(times) - 1))],
-                         step_time_p90=times[int(math.ceil(0.9 * (len(times) - 1)))],
-                         count=len(times))
+            lines.append({"kind": "step", "time": now, "placement": self.placement,
+                          "gpu_type": self.gpu_type, "num_nodes": self.num_nodes,
+                          "num_replicas": self.world_size, "local_bsz": self.local_bsz,
+                          "accum_steps": self.accum_steps, "step_time": step_time,
+                          "sync_time": min(sync_time, step_time),
+                          "step_time_p10": times[int(0.1 * (len(times) - 1))],
+                          "step_time_p90": times[int(math.ceil(0.9 * (len(times) - 1)))],
+                          "count": len(times)})
         self._step_times.clear()
         self._sync_times.clear()
         self._compute_times.clear()
         sqr, var = self.gradient_stats()
         if sqr > 0 and var >= 0:
-            self._report("gradient", grad_sqr=sqr, grad_var=var, batch_size=self.batch_size)
-        self._report("progress", step=self.steps, progress=self.progress, epochs=self.epochs,
-                     examples_per_epoch=self.num_examples, batch_size=self.batch_size,
-                     lr_gain=self.gain)
+            lines.append({"kind": "gradient", "time": now, "grad_sqr": sqr, "grad_var": var,
+                          "batch_size": self.batch_size})
+        lines.append({"kind": "progress", "time": now, "step": self.steps,
+                      "progress": self.progress, "epochs": self.epochs,
+                      "examples_per_epoch": self.num_examples, "batch_size": self.batch_size,
+                      "lr_gain": self.gain})
+        protocol.append_reports(self.job_dir, lines)
 
     def _report(self, kind: str, **fields: Any) -> None:
         if self.rank == 0 and self.job_dir is not None:
@@ -476,10 +517,14 @@ class ElasticJob:
             self._permutation_epoch = self.epoch
         return self._permutation
 
-    def _fetch(self, indices: Sequence[int]) -> Any:
+    def _fetch(self, indices: torch.Tensor) -> Any:
+        if isinstance(self.dataset, TensorDataset) and self.collate is default_collate:
+            batch: Any = tuple(tensor[indices] for tensor in self.dataset.tensors)
+            return batch if self.device.type == "cpu" else _to_device(batch, self.device)
+        positions: list[int] = indices.tolist()
         getitems = getattr(self.dataset, "__getitems__", None)
-        items = getitems(list(indices)) if getitems is not None else [
-            self.dataset[i] for i in indices]
+        items = getitems(positions) if getitems is not None else [
+            self.dataset[i] for i in positions]
         batch = self.collate(items)
         if self.device.type != "cpu":
             batch = _to_device(batch, self.device)

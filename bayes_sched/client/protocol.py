@@ -144,17 +144,33 @@ def append_report(job_dir: str | os.PathLike[str], kind: str, **fields_: Any) ->
     Raises:
         ValueError: an unknown kind or a non-finite number (strict JSON has none).
     """
-    if kind not in REPORT_KINDS:
-        raise ValueError(f"report kind {kind!r}: expected one of {', '.join(REPORT_KINDS)}")
-    bad = [name for name, value in fields_.items() if not _finite(value)]
-    if bad:
-        raise ValueError(f"report field {bad[0]!r}: expected a finite number, "
-                         f"got {fields_[bad[0]]!r}")
-    line = json.dumps({"kind": kind, **fields_}, allow_nan=False) + "\n"
+    append_reports(job_dir, [{"kind": kind, **fields_}])
+
+
+def append_reports(job_dir: str | os.PathLike[str], reports: list[dict[str, Any]]) -> None:
+    """Append several report lines (each a dict with its ``"kind"``) in one write and one flush
+    to disk: what :func:`append_report` does for one, at one ``fsync`` for all (a writer killed
+    mid-write leaves whole lines and at most one torn last line).
+
+    Raises:
+        ValueError: an unknown kind or a non-finite number (nothing is written then).
+    """
+    lines = []
+    for report in reports:
+        kind = report.get("kind")
+        if kind not in REPORT_KINDS:
+            raise ValueError(f"report kind {kind!r}: expected one of {', '.join(REPORT_KINDS)}")
+        bad = [name for name, value in report.items() if not _finite(value)]
+        if bad:
+            raise ValueError(f"report field {bad[0]!r}: expected a finite number, "
+                             f"got {report[bad[0]]!r}")
+        lines.append(json.dumps(report, allow_nan=False) + "\n")
+    if not lines:
+        return
     path = Path(job_dir) / REPORTS_FILE
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line.encode())
+        os.write(fd, "".join(lines).encode())
         os.fsync(fd)
     finally:
         os.close(fd)
