@@ -80,6 +80,7 @@ class JobRecord:
     checkpoint_request: int = 0
     checkpoint_acked: int = 0
     checkpoint_progress: float = 0.0
+    reported_attempt: int = -1  # the attempt whose client last sent its 'start' report
     step_spread: list[float] = field(default_factory=lambda: [1.0, 1.0])
     exit_status: str = ""
     exit_message: str = ""
@@ -184,9 +185,12 @@ class RealCluster:
                 continue
             moving.append(record)
         running = [r for r in moving if r.spec.name in self._processes]
-        for record in running:
+        # A client that has not started training (no 'start' report from this attempt yet) has
+        # nothing newer than its checkpoint: it is stopped without waiting for one.
+        training = [r for r in running if r.reported_attempt == r.attempt - 1]
+        for record in training:
             self._request_checkpoint(record)
-        self._await_checkpoints(running)
+        self._await_checkpoints(training)
         for record in running:
             self._stop(record)
             if record.exit_status == "done":  # it finished before the stop reached it
@@ -393,6 +397,8 @@ class RealCluster:
             record.epochs = float(report.get("epochs", record.epochs))
             record.examples_per_epoch = int(report.get("examples_per_epoch",
                                                        record.examples_per_epoch))
+        if kind == "start":
+            record.reported_attempt = int(report.get("attempt", record.reported_attempt))
         if kind == "step":
             obs = {name: report[name] for name in ("gpu_type", "num_nodes", "num_replicas",
                                                    "local_bsz", "accum_steps", "step_time",
