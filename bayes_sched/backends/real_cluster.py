@@ -430,6 +430,7 @@ class RealCluster:
             return
         record.failures += 1
         detail = (f"exited with status {returncode}" if returncode is not None
+                  else tail if tail.startswith("cannot start")
                   else "ended while the scheduler was away")
         if record.exit_status == "error" and record.exit_message:
             detail += f" ({record.exit_message.splitlines()[-1]})"
@@ -490,8 +491,11 @@ class RealCluster:
         launch = self._launch_spec(record, record.attempt)
         try:
             processes = self.launcher.start(launch)
-        except (AllocationError, InputError) as error:
+        except InputError as error:  # e.g. the interpreter cannot be run: no retry helps
             self._finish(record, "failed", f"cannot start: {error}")
+            return
+        except AllocationError as error:  # the GPUs are not free (yet): a failed start
+            self._ended(record, None, f"cannot start: {error}")
             return
         self._processes[record.spec.name] = processes
         record.handle = processes.handle()
