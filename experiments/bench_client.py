@@ -184,14 +184,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=12)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--skip-overhead", action="store_true", help="time reallocations only")
     parser.add_argument("--moves", type=int, default=2,
                         help="reallocations timed (0: skip the latency part)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rows = [overhead(hidden, bsz, accum, args.blocks, args.steps)
-            for hidden, bsz, accum in ((256, 32, 0), (256, 32, 1), (1024, 64, 1))]
-    _print(rows, "Client overhead per optimiser step (one process, alternating blocks; "
-                 "target ratio <= 1.02)")
+    if not args.skip_overhead:
+        rows = [overhead(hidden, bsz, accum, args.blocks, args.steps)
+                for hidden, bsz, accum in ((256, 32, 0), (256, 32, 1), (1024, 64, 1))]
+        _print(rows, "Client overhead per optimiser step (one process, alternating blocks; "
+                     "target ratio <= 1.02)")
     if args.moves:
         _print(reallocation_latency(args.moves), "Reallocation latency, local launcher "
                                                  "(seconds; request -> stepping again)")
