@@ -241,3 +241,49 @@ def test_serve_pollux_reallocates_and_survives_sigkill(tmp_path: Path) -> None:
     model = view.models["cpu"]
     expected = fit_throughput(profile_of("a", list(view.observations.values())), starts=1)
     np.testing.assert_allclose(model.params.as_array(), expected.as_array(), rtol=1e-6)
+
+
+# --- the no-flapping rule ------------------------------------------------------------------------
+
+def test_running_batch_changes_only_for_a_significant_predicted_gain(tmp_path: Path) -> None:
+    from bayes_sched.backends.job_spec import RealJobSpec
+    from bayes_sched.client.protocol import read_control
+    from perfmodel.throughput import ThroughputParams, step_time_terms
+
+    cluster = RealCluster(LocalLauncher(4), tmp_path, RealClusterConfig(batch_change_gain=0.05))
+    record = cluster.submit(RealJobSpec("j", ("true",), 32, 1024, 128, 2))
+    truth = ThroughputParams(0.02, 0.002, 0.05, 0.01, 0.01, 0.002, 1.5)
+    # The job's reports: step times on 1 and 2 GPUs at two micro-batches, and its noise.
+    record.gradient = [1.0, 20.0]
+    for replicas in (1, 2):
+        for local in (16, 64):
+            t_c, t_o = step_time_terms(truth.as_array(), np.array(1.0), np.array(replicas),
+                                       np.array(local))
+            cluster._take_report(record, "step", {
+                "gpu_type": "cpu", "num_nodes": 1, "num_replicas": replicas, "local_bsz": local,
+                "accum_steps": 0, "step_time": float(t_o), "sync_time": float(t_o - t_c)})
+    agent = cluster.agent("j", "cpu")
+    agent.grad_sqr, agent.grad_var = record.gradient
+    best = agent.choose_batch((2,))
+    model = agent.goodput_model()
+    assert model is not None
+
+    def goodput(local: int, accum: int) -> float:
+        return float(model.goodput(np.array([1]), np.array([2]), np.array([local]),
+                                   np.array([accum]))[0, 0])
+
+    record.status, record.allocation = "running", [2]
+    candidates = [(m, s) for m in range(1, 129) for s in range(0, 4) if 2 * m * (s + 1) <= 1024]
+    near = next(c for c in candidates if c != best and 0.97 < goodput(*c) / goodput(*best) < 1.0)
+    far = next(c for c in candidates if goodput(*c) / goodput(*best) < 0.8)
+    for current, changes in ((best, False), (near, False), (far, True)):
+        record.local_bsz, record.accum_steps = current
+        version = record.control_version
+        cluster.apply({"j": np.array([2])})  # the same allocation: only the batch may change
+        control = read_control(cluster.job_dir("j"))
+        if changes:
+            assert record.control_version == version + 1 and control is not None
+            assert (control.local_bsz, control.accum_steps) == best
+        else:
+            assert record.control_version == version
+            assert (record.local_bsz, record.accum_steps) == current
