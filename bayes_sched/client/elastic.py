@@ -179,9 +179,12 @@ class ElasticJob:
             ddp.register_comm_hook(None, self._comm_hook)
             self.model = ddp
         self._parameters = [p for p in model.parameters() if p.requires_grad]
-
         self._terminate = False
         self._finished = False
+        if self.world_size > 1:
+            self._agree()  # ranks may have read control.json on either side of a rewrite
+            self._warmup = WARMUP_STEPS
+
         self._permutation_epoch = -1
         self._permutation = torch.empty(0, dtype=torch.int64)
         if self.job_dir is not None:
@@ -374,16 +377,7 @@ class ElasticJob:
             self._control_checked = now
             self._read_control()
         if self.world_size > 1:
-            decision = torch.tensor([self.local_bsz if self.rank == 0 else 0,
-                                     self.accum_steps if self.rank == 0 else 0,
-                                     self._requested if self.rank == 0 else 0,
-                                     int(self._terminate)], dtype=torch.int64,
-                                    device=self.device if self.device.type == "cuda" else None)
-            dist.all_reduce(decision, op=dist.ReduceOp.MAX)
-            local, accum, requested, terminate = (int(v) for v in decision.tolist())
-            self._apply_batch(local, accum)
-            self._requested = requested
-            self._terminate = bool(terminate)
+            self._agree()
         if self._requested > self._acked_request:
             self._acked_request = self._requested
             self._checkpoint()
@@ -401,6 +395,19 @@ class ElasticJob:
             os._exit(0)
         if time.monotonic() - self._last_report >= self.report_interval:
             self._flush_reports()
+
+    def _agree(self) -> None:
+        """Give every rank rank 0's control and any rank's SIGTERM (one small all-reduce)."""
+        decision = torch.tensor([self.local_bsz if self.rank == 0 else 0,
+                                 self.accum_steps if self.rank == 0 else 0,
+                                 self._requested if self.rank == 0 else 0,
+                                 int(self._terminate)], dtype=torch.int64,
+                                device=self.device if self.device.type == "cuda" else None)
+        dist.all_reduce(decision, op=dist.ReduceOp.MAX)
+        local, accum, requested, terminate = (int(v) for v in decision.tolist())
+        self._apply_batch(local, accum)
+        self._requested = requested
+        self._terminate = bool(terminate)
 
     def _read_control(self) -> None:
         """Take up a new ``control.json`` (rank 0; re-read only when the file was replaced)."""
