@@ -18,6 +18,7 @@ import pytest
 from bayes_sched.backends.local import LocalLauncher, process_start_ticks
 from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
 from bayes_sched.client.protocol import read_reports
+from bayes_sched.errors import InputError
 from bayes_sched.estimation import run_estimators
 from bayes_sched.estimation.job_models import profile_of
 from bayes_sched.policies import make_policy
@@ -124,8 +125,12 @@ def test_restarted_service_reattaches_and_starts_nothing_twice(tmp_path: Path) -
         first.run(interval=0.3, max_rounds=1)
     handle = first.cluster.records["tiny"].handle
     assert handle is not None and first.cluster.records["tiny"].status == "running"
-    # The first service vanishes without stopping anything (as under SIGKILL): a second one
-    # over the same state file takes the job up where it runs.
+    # One service per state directory: a second one is refused while the first lives.
+    with pytest.raises(InputError, match="another 'bayes-sched serve'"):
+        Service(StateStore(store.root), LocalLauncher(1), make_policy("pollux"), config)
+    # The first service vanishes without stopping anything (as under SIGKILL, where the kernel
+    # drops its lock): a second one over the same state file takes the job up where it runs.
+    first.store.close()
     second = Service(StateStore(store.root), LocalLauncher(1), make_policy("pollux"), config)
     assert second.reattached == ["tiny"]
     assert second.cluster.records["tiny"].handle == handle

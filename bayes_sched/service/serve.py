@@ -38,6 +38,7 @@ class Service:
 
     def __init__(self, store: StateStore, launcher: Launcher, policy: Policy,
                  config: RealClusterConfig = _DEFAULT_CONFIG) -> None:
+        store.lock_for_service()
         self.store = store
         self.policy = policy
         self.cluster = RealCluster(launcher, store.jobs_dir, config, epoch=store.epoch(),

@@ -12,17 +12,19 @@ state of its last transaction, whole.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from bayes_sched.backends.job_spec import RealJobSpec
 from bayes_sched.errors import InputError
 
 STATE_FILE = "state.db"
+LOCK_FILE = "serve.lock"
 JOBS_DIR = "jobs"
 
 _SCHEMA = """
@@ -51,6 +53,7 @@ class StateStore:
 
     def __init__(self, root: str | Path, create: bool = True) -> None:
         self.root = Path(root)
+        self._lock: TextIO | None = None
         path = self.root / STATE_FILE
         if not path.exists() and not create:
             raise InputError("no scheduler state here: expected the --state directory of "
@@ -62,12 +65,40 @@ class StateStore:
         self.connection.execute("PRAGMA synchronous=FULL")
         self.connection.executescript(_SCHEMA)
 
+    def lock_for_service(self) -> None:
+        """Make this process the state directory's only service (an advisory lock, released
+        by the kernel when the process ends, SIGKILL included).
+
+        Raises:
+            InputError: another service holds it (two would start every job twice).
+        """
+        import fcntl
+
+        stream = (self.root / LOCK_FILE).open("a+")
+        try:
+            fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            stream.seek(0)
+            holder = stream.read().strip() or "?"
+            stream.close()
+            raise InputError(f"another 'bayes-sched serve' (pid {holder}) uses this state "
+                             "directory: expected one service per --state", self.root) from None
+        stream.seek(0)
+        stream.truncate()
+        stream.write(f"{os.getpid()}\n")
+        stream.flush()
+        self._lock = stream  # held open for the life of the process
+
     @property
     def jobs_dir(self) -> Path:
         return self.root / JOBS_DIR
 
     def close(self) -> None:
+        """Close the state file (and give up the service lock, if this store holds it)."""
         self.connection.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
