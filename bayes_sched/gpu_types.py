@@ -46,6 +46,8 @@ GPU_TYPES: Mapping[str, GpuType] = MappingProxyType({
         GpuType("l4", 24 * _GIB, "Ada Lovelace; GCP g2"),
         GpuType("a100", 40 * _GIB, "Ampere, 40 GB"),
         GpuType("h100", 80 * _GIB, "Hopper, 80 GB"),
+        GpuType("cpu", 0.0, "no GPU: a logical GPU of a machine without one (the local "
+                "backend's --gpus; its processes share the host's cores and memory)"),
     )
 })
 

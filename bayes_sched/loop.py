@@ -41,16 +41,18 @@ class LoopStats:
 
 def run_loop(cluster: Cluster, policy: Policy, interval: float,
              on_round: Callable[[Cluster], None] | None = None,
-             max_rounds: int | None = None, refit: RefitRule | None = None) -> LoopStats:
+             max_rounds: int | None = None, refit: RefitRule | None = None,
+             stats: LoopStats | None = None) -> LoopStats:
     """Run rounds of ``interval`` seconds until the cluster is done (or ``max_rounds``).
 
     Each round lets ``interval`` seconds pass, runs the policy's estimators on the active jobs'
     reports, then gives the policy the jobs and applies its decision. A decision the cluster
     rejects (e.g. one oversubscribing a node) is logged and the previous allocation stays in force.
     ``refit``: the rule by which the estimation stage refits the throughput models of jobs that
-    report no fit of their own (``None``: each job-model estimator keeps its own).
+    report no fit of their own (``None``: each job-model estimator keeps its own). ``stats``:
+    record into this (e.g. one ``on_round`` reads as the loop runs) rather than a new one.
     """
-    stats = LoopStats()
+    stats = LoopStats() if stats is None else stats
     estimators = policy.estimators()
     if refit is not None:
         set_refit_rule(estimators, refit)

@@ -262,6 +262,20 @@ def solo_files() -> dict[str, bytes]:
     })
 
 
+#: Job files for ``submit``: name -> fields changed from a good job file (``None``: removed).
+JOB_FILE_BAD: dict[str, dict[str, str | None]] = {
+    "missing-script": {"script": '"nosuch.py"'},
+    "no-script": {"script": None},
+    "bsz-limit-0": {"max_local_bsz": "0"},
+    "bsz-limit-text": {"max_local_bsz": '"64"'},
+    "target-0": {"target_epochs": "0"},
+    "target-float": {"target_epochs": "1.5"},
+    "unknown-field": {"gpus": "4"},
+    "max-below-init": {"max_batch_size": "8"},
+    "bad-name": {"name": '"a b"'},
+}
+
+
 def write_fixtures(base: Path, stores: bool) -> None:
     """Write every bad file under ``base`` (and, if ``stores``, the counters stores)."""
     groups: dict[str, tuple[dict[str, bytes], str]] = {
@@ -291,6 +305,14 @@ def write_fixtures(base: Path, stores: bool) -> None:
     }
     for name, text in good.items():
         (base / name).write_text(text, encoding="utf-8")
+    (base / "train.py").write_text("raise SystemExit(0)\n")
+    job = {"script": '"train.py"', "init_batch_size": "32", "max_local_bsz": "64",
+           "target_epochs": "2"}
+    for name, change in JOB_FILE_BAD.items():
+        fields = {**job, **change}
+        lines = [f"{key} = {value}" for key, value in fields.items() if value is not None]
+        (base / f"job-{name}.toml").write_text("\n".join(lines) + "\n")
+    (base / "job-not-toml.toml").write_text("script = [\n")
     for name in ("profile-folder.csv", "workload-folder.csv", "pairs-folder.csv",
                  "solo-folder.csv", "topology-folder.json", "empty-folder"):
         (base / name).mkdir()
@@ -839,6 +861,29 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
                     ("0", "nan", "-5m")))
     add(_flag_cases("collect", (*replay, *out), "--flush-every", ("0", "nan")))
     add(_flag_cases("collect", (*replay, *out), "--max-part-size", ("0", "abc", "-1M")))
+
+    # --- the scheduler service: job files, state directories ------------------------------------
+    tokens = {"missing-script": "script", "no-script": "script", "bsz-limit-0": "max_local_bsz",
+              "bsz-limit-text": "max_local_bsz", "target-0": "target_epochs",
+              "target-float": "target_epochs", "unknown-field": "gpus",
+              "max-below-init": "max_batch_size", "bad-name": "name"}
+    add([Case("submit", f"job file: {name}",
+              ("submit", f"{{dir}}/job-{name}.toml", "--state", "{case}/state"), token,
+              quick=name in ("missing-script", "target-0"))
+         for name, token in tokens.items()])
+    add([
+        Case("submit", "job file not TOML",
+             ("submit", "{dir}/job-not-toml.toml", "--state", "{case}/state"), "job-not-toml"),
+        Case("submit", "no such job file",
+             ("submit", "{dir}/nosuch.toml", "--state", "{case}/state"), "nosuch.toml"),
+        Case("status", "no state directory", ("status", "--state", "{case}/none"), "none"),
+        Case("cancel", "no state directory", ("cancel", "x", "--state", "{case}/none"), "none"),
+        Case("serve", "--gpus 0", ("serve", "--gpus", "0", "--state", "{case}/s"), "--gpus"),
+        Case("serve", "--interval nan", ("serve", "--gpus", "1", "--interval", "nan",
+                                         "--state", "{case}/s"), "--interval"),
+        Case("serve", "unknown policy", ("serve", "--gpus", "1", "--policy", "nosuch",
+                                         "--state", "{case}/s"), "nosuch"),
+    ])
 
     # --- the front door -------------------------------------------------------------------------
     add([

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
 
 from perfmodel.errors import InputError
 from perfmodel.profiles import MAX_LOG_NOISE, GradientTrace
@@ -44,6 +43,30 @@ def scale_invariant_gain(grad_sqr: float, grad_var: float, scale: float) -> floa
     ``(var + sqr) / (var / scale + sqr)`` (``scale`` where the denominator vanishes)."""
     denominator = grad_var / scale + grad_sqr
     return (grad_var + grad_sqr) / denominator if denominator > 0 else scale
+
+
+def gradient_noise_estimate(small_sqr: float, small_batch: float, big_sqr: float,
+                            big_batch: float, init_bsz: float) -> tuple[float, float]:
+    """Unbiased ``(grad_sqr, grad_var)`` from the squared norms of two gradients of one step.
+
+    ``small_sqr`` is ``|g_b|^2`` for a gradient averaged over ``small_batch`` examples (one
+    replica's micro-batch), ``big_sqr`` is ``|g_B|^2`` for the gradient averaged over
+    ``big_batch > small_batch`` examples (all replicas and micro-steps). As ``E|g_b|^2 = |G|^2 +
+    tr(Sigma) / b`` (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training", App. A):
+    ``|G|^2 = (B |g_B|^2 - b |g_b|^2) / (B - b)`` and ``tr(Sigma) = (|g_b|^2 - |g_B|^2) / (1/b -
+    1/B)``. ``grad_var`` is the variance at the initial batch, ``tr(Sigma) / init_bsz`` (the unit
+    :func:`efficiency_from_noise` and the Pollux traces use); with ``B = count * b`` these are
+    AdaptDL's ``(count |g_B|^2 - |g_b|^2) / (count - 1)`` and ``(|g_b|^2 - |g_B|^2) * scale /
+    (count - 1)``. Single estimates are noisy and may be negative: smooth them before use.
+
+    Raises:
+        ValueError: ``big_batch <= small_batch`` (no second batch size, nothing to estimate).
+    """
+    if not big_batch > small_batch > 0:
+        raise ValueError(f"batch sizes {small_batch} and {big_batch}: expected 0 < small < big")
+    grad_sqr = (big_batch * big_sqr - small_batch * small_sqr) / (big_batch - small_batch)
+    trace = (small_sqr - big_sqr) / (1.0 / small_batch - 1.0 / big_batch)
+    return float(grad_sqr), float(trace / init_bsz)
 
 
 def statistical_efficiency(grad_sqr: np.ndarray | float, grad_var: np.ndarray | float,
@@ -116,6 +139,8 @@ class NoiseScaleCurve:
         """``phi`` at ``fraction``: the posterior median, or the given posterior quantile."""
         loc, scale = self.log_noise(fraction)
         if quantile is not None:
+            import scipy.stats  # here: the training client imports this module, and scipy is slow
+
             loc = loc + scale * scipy.stats.t.ppf(quantile, self.dof)
         return np.exp(np.clip(loc, -MAX_LOG_NOISE, MAX_LOG_NOISE))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from bayes_sched.cluster_spec import ClusterSpec
 
@@ -51,9 +51,11 @@ class LaunchSpec:
 @dataclass(frozen=True)
 class ExitStatus:
     """How a job's processes ended: ``returncode`` of the first replica to fail (0 when all
-    succeeded; negative: killed by that signal, as :mod:`subprocess` reports it)."""
+    succeeded; negative: killed by that signal, as :mod:`subprocess` reports it; ``None``: not
+    known, for processes a launcher reattached to and so cannot wait for: the job's ``exit``
+    report tells), and the end of that replica's log."""
 
-    returncode: int
+    returncode: int | None
     log_tail: str = ""
 
 
@@ -70,6 +72,11 @@ class JobProcesses(Protocol):
         then SIGKILL what is left; returns the exit status."""
         ...
 
+    def handle(self) -> dict[str, Any]:
+        """What identifies these processes, as plain JSON data, so a restarted scheduler can
+        reattach to them (:meth:`Launcher.reattach`); e.g. PIDs with their start times."""
+        ...
+
 
 class Launcher(Protocol):
     """Places and starts job processes on a cluster's nodes."""
@@ -84,8 +91,15 @@ class Launcher(Protocol):
         free."""
         ...
 
+    def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> JobProcesses | None:
+        """The processes of ``spec`` that a previous scheduler started (``handle`` is their
+        :meth:`JobProcesses.handle`), now held by this launcher, or ``None`` where none of them
+        runs any more (a process whose ID was reused by another is not one of them)."""
+        ...
+
     def close(self) -> None:
-        """Stop every process this launcher started and release what it holds."""
+        """Stop every process this launcher started or reattached to and release what it holds
+        (a scheduler that means to be reattached to its jobs later exits without calling it)."""
         ...
 
 

@@ -49,6 +49,10 @@ COMMANDS: dict[str, Command] = {
     "compare": Command("bayes_sched.cli.simulate",
                        "simulate policies x workloads and write one report"),
     "infer": Command("bayes_sched.cli.infer", "Bayesian inference: contention, interference"),
+    "serve": Command("bayes_sched.cli.service", "run the scheduler on a real cluster"),
+    "submit": Command("bayes_sched.cli.service", "submit a job file (TOML) to the scheduler"),
+    "status": Command("bayes_sched.cli.service", "show the scheduler's jobs and allocations"),
+    "cancel": Command("bayes_sched.cli.service", "cancel a job"),
     "list": Command("bayes_sched.cli.listing",
                     "list policies, hidden laws, GPU types, workloads or models"),
 }

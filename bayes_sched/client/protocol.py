@@ -33,6 +33,8 @@ ENV_JOB_NAME = "BAYES_SCHED_JOB"
 ENV_ATTEMPT = "BAYES_SCHED_ATTEMPT"        # 0 for the first start, +1 for each restart
 ENV_GPU_TYPE = "BAYES_SCHED_GPU_TYPE"      # the GPU type of the replica's node
 ENV_PLACEMENT = "BAYES_SCHED_PLACEMENT"    # GPUs per node in use, e.g. "22" (as in Pollux profiles)
+ENV_INIT_BATCH = "BAYES_SCHED_INIT_BATCH"    # the job's initial total batch B0 (examples)
+ENV_TARGET_EPOCHS = "BAYES_SCHED_TARGET_EPOCHS"  # epochs after which the job is done
 #: ... and the variables ``torch.distributed`` reads (``init_method="env://"``).
 ENV_TORCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -142,17 +144,33 @@ def append_report(job_dir: str | os.PathLike[str], kind: str, **fields_: Any) ->
     Raises:
         ValueError: an unknown kind or a non-finite number (strict JSON has none).
     """
-    if kind not in REPORT_KINDS:
-        raise ValueError(f"report kind {kind!r}: expected one of {', '.join(REPORT_KINDS)}")
-    bad = [name for name, value in fields_.items() if not _finite(value)]
-    if bad:
-        raise ValueError(f"report field {bad[0]!r}: expected a finite number, "
-                         f"got {fields_[bad[0]]!r}")
-    line = json.dumps({"kind": kind, **fields_}, allow_nan=False) + "\n"
+    append_reports(job_dir, [{"kind": kind, **fields_}])
+
+
+def append_reports(job_dir: str | os.PathLike[str], reports: list[dict[str, Any]]) -> None:
+    """Append several report lines (each a dict with its ``"kind"``) in one write and one flush
+    to disk: what :func:`append_report` does for one, at one ``fsync`` for all (a writer killed
+    mid-write leaves whole lines and at most one torn last line).
+
+    Raises:
+        ValueError: an unknown kind or a non-finite number (nothing is written then).
+    """
+    lines = []
+    for report in reports:
+        kind = report.get("kind")
+        if kind not in REPORT_KINDS:
+            raise ValueError(f"report kind {kind!r}: expected one of {', '.join(REPORT_KINDS)}")
+        bad = [name for name, value in report.items() if not _finite(value)]
+        if bad:
+            raise ValueError(f"report field {bad[0]!r}: expected a finite number, "
+                             f"got {report[bad[0]]!r}")
+        lines.append(json.dumps(report, allow_nan=False) + "\n")
+    if not lines:
+        return
     path = Path(job_dir) / REPORTS_FILE
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line.encode())
+        os.write(fd, "".join(lines).encode())
         os.fsync(fd)
     finally:
         os.close(fd)

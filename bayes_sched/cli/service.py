@@ -1,0 +1,186 @@
+"""``bayes-sched serve | submit | status | cancel``: the scheduler service on a real cluster.
+
+``serve`` runs the loop (:mod:`bayes_sched.service.serve`); the others read and write its state
+directory's SQLite file (:mod:`bayes_sched.service.state`) and need no running service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from bayes_sched.cli._common import print_table
+from bayes_sched.cli.options import finite_float, int_in_range, positive_int
+
+DEFAULT_STATE = "bayes-sched-state"
+DAY = 86400.0
+
+
+def _local_launcher(args: argparse.Namespace) -> Any:
+    from bayes_sched.backends.local import LocalLauncher
+
+    return LocalLauncher(args.gpus, args.gpu_type, restart_delay=args.restart_delay,
+                         round_interval=args.interval)
+
+
+#: Backend name -> factory of its launcher from the parsed options.
+BACKENDS: dict[str, Callable[[argparse.Namespace], Any]] = {"local": _local_launcher}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    serve = subparsers.add_parser("serve", help="run the scheduler on a real cluster")
+    _state_option(serve)
+    serve.add_argument("--backend", choices=list(BACKENDS), default="local",
+                       help="where jobs run (default: local subprocesses)")
+    serve.add_argument("--gpus", type=int_in_range(1, 4096), default=None,
+                       help="GPUs to schedule (local: default the machine's; more than it has "
+                            "are logical GPUs on the CPU)")
+    serve.add_argument("--gpu-type", default=None, help="GPU type of the local node "
+                       "(default: detected, 'cpu' for logical GPUs)")
+    serve.add_argument("--policy", default="pollux", help="scheduling policy (default: pollux)")
+    serve.add_argument("--interval", type=finite_float(0.1, DAY, unit="seconds"), default=60.0,
+                       help="seconds per scheduling round (default: 60)")
+    serve.add_argument("--restart-delay", type=finite_float(0.0, DAY, unit="seconds"),
+                       default=10.0, help="seconds a restart costs a job (the policy's "
+                       "re-allocation penalty; default: 10)")
+    serve.add_argument("--checkpoint-timeout", type=finite_float(0.0, DAY, unit="seconds"),
+                       default=30.0, help="longest wait for a checkpoint (default: 30)")
+    serve.add_argument("--stop-grace", type=finite_float(0.0, DAY, unit="seconds"),
+                       default=30.0, help="seconds from SIGTERM to SIGKILL (default: 30)")
+    serve.add_argument("--report-timeout", type=finite_float(1.0, DAY, unit="seconds"),
+                       default=300.0, help="a job silent this long is marked failed "
+                       "(default: 300)")
+    serve.add_argument("--max-restarts", type=int_in_range(0, 1000), default=3,
+                       help="failed restarts before a job is marked failed (default: 3)")
+    serve.add_argument("--backoff", type=finite_float(0.0, DAY, unit="seconds"), default=10.0,
+                       help="seconds before the first restart of a failed job, doubling "
+                            "(default: 10)")
+    serve.add_argument("--batch-change-gain", type=finite_float(0.0, 10.0), default=0.05,
+                       help="predicted goodput gain that justifies changing a running job's "
+                            "batch (default: 0.05)")
+    serve.add_argument("--exit-when-idle", action="store_true",
+                       help="stop once every job has ended")
+    serve.add_argument("--max-rounds", type=positive_int, default=None)
+    serve.add_argument("--quiet", action="store_true", help="log warnings only")
+    serve.set_defaults(handler=_serve)
+
+    submit = subparsers.add_parser("submit", help="submit a job file (TOML) to the scheduler")
+    submit.add_argument("job_file", metavar="JOB.toml")
+    _state_option(submit)
+    submit.set_defaults(handler=_submit)
+
+    status = subparsers.add_parser("status", help="show the scheduler's jobs and allocations")
+    _state_option(status)
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.set_defaults(handler=_status)
+
+    cancel = subparsers.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("name", metavar="NAME")
+    _state_option(cancel)
+    cancel.set_defaults(handler=_cancel)
+
+
+def _state_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
+                        help=f"the scheduler's state directory (default: ./{DEFAULT_STATE})")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from bayes_sched.backends.real_cluster import RealClusterConfig
+    from bayes_sched.policies import make_policy
+    from bayes_sched.service.serve import Service
+    from bayes_sched.service.state import StateStore
+
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    policy = make_policy(args.policy)
+    launcher = BACKENDS[args.backend](args)
+    config = RealClusterConfig(checkpoint_timeout=args.checkpoint_timeout,
+                               stop_grace=args.stop_grace, report_timeout=args.report_timeout,
+                               max_restarts=args.max_restarts, backoff=args.backoff,
+                               batch_change_gain=args.batch_change_gain,
+                               exit_when_idle=args.exit_when_idle)
+    store = StateStore(args.state)
+    service = Service(store, launcher, policy, config)
+    if service.reattached:
+        logging.getLogger(__name__).info("reattached to %s", ", ".join(service.reattached))
+    service.run(args.interval, args.max_rounds)
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from bayes_sched.service.jobfile import read_job_file
+    from bayes_sched.service.state import StateStore
+
+    spec = read_job_file(args.job_file)
+    StateStore(args.state).submit(spec)
+    print(f"submitted {spec.name}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from bayes_sched.service.state import StateStore
+
+    status = StateStore(args.state, create=False).request_cancel(args.name)
+    print(f"cancel requested for {args.name} ({status})")
+    return 0
+
+
+def _placement(allocation: list[int]) -> str:
+    return "".join(str(c) for c in allocation if c > 0) or "-"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.0f}s" if value < 120 else f"{value / 60:.1f}min"
+
+
+def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
+                ) -> list[dict[str, Any]]:
+    """One row per job: status, GPUs per node, batch, epochs, restarts, goodput and predicted
+    completion (``-`` where no model exists yet)."""
+    predictions = (last_round or {}).get("predictions", {})
+    rows = []
+    for job in jobs:
+        record = job["record"] or {}
+        spec = job["spec"]
+        prediction = predictions.get(job["name"]) if job["status"] == "running" else None
+        allocation = record.get("allocation", [])
+        replicas = sum(allocation)
+        batch = "-"
+        if record.get("local_bsz") and replicas:
+            batch = f"{record['local_bsz']}x{record['accum_steps'] + 1}x{replicas}"
+        remaining = "-"
+        if prediction is not None:
+            remaining = (f"{_seconds(prediction['remaining_seconds'])} "
+                         f"[{_seconds(prediction['remaining_low'])}, "
+                         f"{_seconds(prediction['remaining_high'])}]")
+        reason = (record.get("reason") or "").splitlines()
+        rows.append({
+            "name": job["name"], "status": job["status"] + (" (cancel)" if job["cancel"] else ""),
+            "gpus": _placement(allocation), "batch": batch,
+            "epochs": f"{record.get('epochs', 0.0):.2f}/{spec['target_epochs']}",
+            "restarts": record.get("num_restarts", 0), "failures": record.get("failures", 0),
+            "goodput": prediction["goodput"] if prediction else "-",
+            "remaining": remaining, "reason": reason[0] if reason else ""})
+    return rows
+
+
+def _status(args: argparse.Namespace) -> int:
+    from bayes_sched.cli._common import print_json
+    from bayes_sched.service.state import StateStore
+
+    store = StateStore(args.state, create=False)
+    jobs = store.jobs()
+    last = store.last_round()
+    if args.json:
+        print_json({"jobs": jobs, "last_round": last})
+        return 0
+    title = "no rounds yet" if last is None else (
+        f"round {last['round']} at t={last['time']:.0f}s")
+    print_table(status_rows(jobs, last), title=f"bayes-sched jobs ({title})")
+    return 0

@@ -1,0 +1,105 @@
+"""Job files: what ``bayes-sched submit`` reads (TOML).
+
+::
+
+    name = "tiny-a"                 # optional: the file's stem
+    script = "train_tiny.py"        # relative to the job file
+    args = ["--examples", "4096"]   # optional
+    init_batch_size = 32            # the total batch the learning rate is tuned for
+    max_batch_size = 256            # the largest total batch the job accepts
+    max_local_bsz = 64              # per-GPU batch limit (what fits in GPU memory)
+    target_epochs = 3
+    min_local_bsz = 1               # optional
+    max_replicas = 4                # optional
+    python = "/usr/bin/python3"     # optional: the scheduler's interpreter
+    [env]                           # optional
+    OMP_NUM_THREADS = "1"
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from bayes_sched.backends.job_spec import RealJobSpec
+from bayes_sched.errors import InputError
+
+_FIELDS = ("name", "script", "args", "init_batch_size", "max_batch_size", "max_local_bsz",
+           "target_epochs", "min_local_bsz", "max_replicas", "python", "env", "cwd")
+_REQUIRED = ("script", "init_batch_size", "max_local_bsz", "target_epochs")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def read_job_file(path: str | Path) -> RealJobSpec:
+    """Read and check a job file; raises :class:`InputError` naming the file and field."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError("no such job file", path) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"cannot read the job file ({error})", path) from None
+    except tomllib.TOMLDecodeError as error:
+        raise InputError(f"not TOML ({error})", path) from None
+    return job_spec_from_dict(raw, path)
+
+
+def _fail(path: Path, key: str, message: str) -> InputError:
+    return InputError(f"field '{key}': {message}", path)
+
+
+def _int(raw: dict[str, Any], key: str, path: Path, minimum: int) -> int:
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(path, key, f"expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def job_spec_from_dict(raw: dict[str, Any], path: Path) -> RealJobSpec:
+    """A job spec from a parsed job file (see the module's documentation)."""
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        raise _fail(path, unknown[0], f"unknown field; expected one of {', '.join(_FIELDS)}")
+    for key in _REQUIRED:
+        if key not in raw:
+            raise _fail(path, key, "missing")
+    name = raw.get("name", path.stem)
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise _fail(path, "name", f"{name!r}: expected letters, digits, '_', '-', '.' "
+                                  "(at most 64)")
+    script = raw["script"]
+    if not isinstance(script, str) or not script:
+        raise _fail(path, "script", "expected a path to a Python script")
+    script_path = (path.parent / script).resolve()
+    if not script_path.is_file():
+        raise _fail(path, "script", f"file '{script_path}' not found")
+    args = raw.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str | int | float) and
+                                             not isinstance(a, bool) for a in args):
+        raise _fail(path, "args", "expected a list of strings or numbers")
+    init = _int(raw, "init_batch_size", path, 1)
+    max_local = _int(raw, "max_local_bsz", path, 1)
+    target = _int(raw, "target_epochs", path, 1)
+    min_local = _int(raw, "min_local_bsz", path, 1) if "min_local_bsz" in raw else 1
+    if min_local > max_local:
+        raise _fail(path, "min_local_bsz", f"{min_local} exceeds max_local_bsz {max_local}")
+    max_batch = _int(raw, "max_batch_size", path, init) if "max_batch_size" in raw else init
+    max_replicas = _int(raw, "max_replicas", path, 1) if "max_replicas" in raw else None
+    python = raw.get("python", sys.executable)
+    if not isinstance(python, str) or not python:
+        raise _fail(path, "python", "expected the path of a Python interpreter")
+    env = raw.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise _fail(path, "env", "expected a table of strings")
+    cwd = raw.get("cwd")
+    if cwd is not None:
+        if not isinstance(cwd, str) or not (path.parent / cwd).is_dir():
+            raise _fail(path, "cwd", f"{cwd!r}: expected an existing directory")
+        cwd = str((path.parent / cwd).resolve())
+    return RealJobSpec(name=name, argv=(python, str(script_path), *map(str, args)),
+                       init_batch_size=init, max_batch_size=max_batch, max_local_bsz=max_local,
+                       target_epochs=target, min_local_bsz=min_local, max_replicas=max_replicas,
+                       cwd=cwd, env=dict(env), application=script_path.stem)
