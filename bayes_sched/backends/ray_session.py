@@ -1,11 +1,13 @@
 """Connecting to a Ray cluster: one clear line for an address that does not answer, never a hang.
 
 ``ray.init(address=...)`` on an address where nothing listens keeps retrying for Ray's own GCS
-timeouts (about a minute); an operator who mistyped a port deserves a line at once. So a
-``HOST:PORT`` address is first probed with a TCP connection bounded by ``timeout_seconds``; only
-an address that accepts one is handed to Ray. (A port that accepts TCP but is not a Ray GCS is
-then left to Ray's own bounded timeouts.) ``auto`` uses Ray's discovery of a cluster started on
-this machine (``ray start --head``, or ``RAY_ADDRESS``), which fails at once when there is none.
+timeouts (minutes: twenty tries of about half a minute); an operator who mistyped a port
+deserves a line at once. So a ``HOST:PORT`` address is first resolved as Ray will resolve it
+(Ray replaces a loopback host by this machine's address) and probed there with a TCP connection
+bounded by ``timeout_seconds``; only an address that accepts one is handed to Ray. (A port that
+accepts TCP but is not a Ray GCS is then left to Ray's own timeouts.) ``auto`` uses Ray's
+discovery of a cluster started on this machine (``ray start --head``, or ``RAY_ADDRESS``), which
+fails at once when there is none.
 
 Ray is the ``cluster`` extra: this module imports it inside :func:`connect_ray` only.
 """
@@ -60,22 +62,23 @@ def split_address(address: str, where: str = "--ray") -> tuple[str, int]:
 
 
 def probe_address(address: str, timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT,
-                  where: str = "--ray") -> None:
+                  where: str = "--ray", dial_host: str | None = None) -> None:
     """Raise :class:`InputError` unless something accepts a TCP connection at ``HOST:PORT``
-    within ``timeout_seconds``."""
+    (or at ``dial_host`` and that port) within ``timeout_seconds``."""
     host, port = split_address(address, where)
+    dial = dial_host or host
+    at = "" if dial == host else f" at {dial}:{port}"
     try:
-        with socket.create_connection((host, port), timeout=timeout_seconds):
+        with socket.create_connection((dial, port), timeout=timeout_seconds):
             pass
     except TimeoutError:
-        raise InputError(f"{where} {address}: no Ray cluster answers (no connection within "
-                         f"{timeout_seconds:g} s); expected a running cluster's address, as "
-                         "`ray start --head` prints it") from None
+        reason = f"no connection within {timeout_seconds:g} s"
     except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise InputError(f"{where} {address}: no Ray cluster answers ({reason.lower()}); "
-                         "expected a running cluster's address, as `ray start --head` prints "
-                         "it") from None
+        reason = (error.strerror or type(error).__name__).lower()
+    else:
+        return
+    raise InputError(f"{where} {address}: no Ray cluster answers{at} ({reason}); expected a "
+                     "running cluster's address, as `ray start --head` prints it")
 
 
 def connect_ray(address: str, timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT,
@@ -95,7 +98,10 @@ def connect_ray(address: str, timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT,
     if ray.is_initialized():
         return RaySession(address, owned=False)
     if address != "auto":
-        probe_address(address, timeout_seconds, where)
+        from ray._private.services import resolve_ip_for_localhost  # the host ray.init dials
+
+        host, _ = split_address(address, where)
+        probe_address(address, timeout_seconds, where, resolve_ip_for_localhost(host))
     for key, value in LIGHT_RAY_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     try:
