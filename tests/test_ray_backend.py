@@ -258,7 +258,7 @@ def test_a_removed_node_fails_its_jobs_processes_and_leaves_the_spec(
     status = job.poll()
     assert status is not None and status.returncode == NODE_LOST_RETURNCODE
     assert f"Ray node {extra.node_id} left the cluster" in status.log_tail
-    assert extra.node_id not in launcher.node_ids and launcher.cluster_spec().num_nodes == 3
+    assert launcher.cluster_spec().num_nodes == 3 and extra.node_id not in launcher.node_ids
     others = [e for e in envs if e is not on_extra]
     assert all((tmp_path / f"term-{e['RANK']}").exists() for e in others)
     _wait_for(lambda: not any(_alive(e["pid"]) for e in envs), 15,

@@ -442,16 +442,20 @@ class RayLauncher:
                                   "cluster spec), at least one GPU")
         began = time.perf_counter()
         used = [i for i, count in enumerate(counts) if count > 0]
-        groups = {i: placement_group(
-            [{"GPU": 1.0}] * counts[i], strategy="STRICT_PACK",
-            name=f"bayes-sched/{spec.job_name}/{spec.attempt}/{i}",
-            bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]}] * counts[i])
-            for i in used}
-        ready, _ = ray.wait([g.ready() for g in groups.values()], num_returns=len(groups),
-                            timeout=self.placement_timeout_seconds)
-        if len(ready) < len(groups):
-            for group in groups.values():
-                remove_placement_group(group)
+        groups: dict[int, Any] = {}
+        ready: list[Any] = []
+        try:
+            for i in used:  # unnamed: a name would have to be unique across the cluster
+                groups[i] = placement_group(
+                    [{"GPU": 1.0}] * counts[i], strategy="STRICT_PACK",
+                    bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]}] * counts[i])
+            ready, _ = ray.wait([g.ready() for g in groups.values()], num_returns=len(groups),
+                                timeout=self.placement_timeout_seconds)
+        finally:
+            if len(ready) < len(used):
+                for group in groups.values():
+                    remove_placement_group(group)
+        if len(ready) < len(used):
             wanted = ", ".join(f"{counts[i]} on node {i}" for i in used)
             raise AllocationError(f"job {spec.job_name}: GPUs ({wanted}) not free within "
                                   f"{self.placement_timeout_seconds:g} s; nothing started")
