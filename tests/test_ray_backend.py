@@ -286,12 +286,15 @@ def test_an_address_that_does_not_answer_is_one_line_at_once() -> None:
         done.stderr and "no Ray cluster answers" in done.stderr
 
 
-def test_compare_on_ray_equals_local_processes(cluster: Any, tmp_path: Path) -> None:
+def _compare_on_ray_equals_local(cluster: Any, tmp_path: Path, seeds: int,
+                                 *policies: str) -> None:
     workload = tmp_path / "tiny.csv"
     workload.write_text("name,time,application,num_replicas,batch_size\n"
                         "a,0,ncf,1,1024\nb,30,bert,2,48\nc,60,ncf,2,1024\nd,90,cifar10,1,128\n")
-    argv = ("compare", "--workloads", str(workload), "--policies", "fifo", "pollux",
-            "--seeds", "2", "--nodes", "2", "--gpus-per-node", "2", "--no-progress")
+    argv = ("compare", "--workloads", str(workload), "--policies", *policies,
+            "--seed", "3", "--seeds", str(seeds), "--nodes", "2", "--gpus-per-node", "2",
+            "--no-progress",
+            "--hidden", "contention")
     local = run_cli(*argv, "--processes", "1", "--out", str(tmp_path / "local"))
     assert local.returncode == 0, local.stderr
     remote = subprocess.run([sys.executable, "-m", "bayes_sched", *argv, "--ray",
@@ -306,4 +309,15 @@ def test_compare_on_ray_equals_local_processes(cluster: Any, tmp_path: Path) -> 
     def outcomes(folder: str) -> list[dict[str, Any]]:
         rows = json.loads((tmp_path / folder / "summary.json").read_text())
         return [{k: v for k, v in row.items() if not k.startswith(timing)} for row in rows]
-    assert outcomes("ray") == outcomes("local") and len(outcomes("ray")) == 4
+    assert outcomes("ray") == outcomes("local") and len(outcomes("ray")) == seeds * len(policies)
+
+
+def test_compare_on_ray_equals_local_processes(cluster: Any, tmp_path: Path) -> None:
+    # Two runs (two Ray workers, each importing the simulator: the bulk of the time on 2 cores).
+    _compare_on_ray_equals_local(cluster, tmp_path, 1, "fifo", "tiresias")
+
+
+@pytest.mark.slow
+def test_compare_on_ray_equals_local_processes_under_pollux(cluster: Any,
+                                                            tmp_path: Path) -> None:
+    _compare_on_ray_equals_local(cluster, tmp_path, 2, "pollux", "fifo")

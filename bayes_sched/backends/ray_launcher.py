@@ -34,12 +34,8 @@ relative to the others while it lives; a new node comes last.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bayes_sched.backends.launcher import ExitStatus, LaunchSpec, rank_layout
+from bayes_sched.backends.ray_replica import ReplicaProcess
 from bayes_sched.backends.ray_session import DEFAULT_CONNECT_TIMEOUT, connect_ray
 from bayes_sched.client.protocol import LOG_DIR, job_environment
 from bayes_sched.cluster_spec import (
@@ -73,13 +70,8 @@ ENV_RAY_NODE_ID = "BAYES_SCHED_RAY_NODE_ID"
 #: Return code reported for a replica whose actor died with its node (as if SIGKILLed).
 NODE_LOST_RETURNCODE = -int(signal.SIGKILL)
 
-#: Return code of a replica whose command could not be started (as a shell reports it).
-NOT_STARTED_RETURNCODE = 127
-
 #: Bytes of a failed replica's log kept in :attr:`ExitStatus.log_tail`.
 LOG_TAIL_BYTES = 4000
-
-_PR_SET_PDEATHSIG = 1
 
 
 def replica_log_path(job_dir: str | os.PathLike[str], attempt: int, rank: int) -> Path:
@@ -107,81 +99,6 @@ def ray_gpu_type(name: str, aliases: Mapping[str, str] | None = None) -> str | N
         if candidate in GPU_TYPES:
             return candidate
     return None
-
-
-# --- inside a Ray actor, on the replica's node ----------------------------------------------------
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when its parent dies (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def set_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    return set_death_signal
-
-
-class ReplicaProcess:
-    """One replica's process; the body of a Ray actor (one per GPU bundle).
-
-    Its methods are called remotely by :class:`RayJobProcesses`.
-    """
-
-    def __init__(self) -> None:
-        self._process: subprocess.Popen[bytes] | None = None
-        self._returncode: int | None = None
-
-    def where(self) -> tuple[str, list[str]]:
-        """``(Ray node id, GPU ids Ray assigned this actor)``."""
-        import ray
-
-        context = ray.get_runtime_context()
-        return context.get_node_id(), [str(i) for i in context.get_accelerator_ids()["GPU"]]
-
-    def free_port(self) -> int:
-        """A TCP port free on this node now (for ``MASTER_PORT``)."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("", 0))
-            return int(probe.getsockname()[1])
-
-    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, log_file: str) -> int:
-        """Start the command; its pid (0 where it could not start: the reason is in the log and
-        :meth:`poll` reports :data:`NOT_STARTED_RETURNCODE`)."""
-        log = Path(log_file)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as stream:
-            try:
-                self._process = subprocess.Popen(
-                    list(argv), env={**os.environ, **env}, cwd=cwd, stdin=subprocess.DEVNULL,
-                    stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
-                    preexec_fn=_die_with_parent())
-            except OSError as error:
-                stream.write(f"bayes-sched: cannot start {list(argv)!r} in {cwd}: "
-                             f"{error.strerror or error}\n".encode())
-                self._returncode = NOT_STARTED_RETURNCODE
-                return 0
-        return self._process.pid
-
-    def poll(self) -> int | None:
-        """The return code, ``None`` while running."""
-        if self._process is not None and self._returncode is None:
-            self._returncode = self._process.poll()
-        return self._returncode
-
-    def send(self, signum: int) -> None:
-        """SIGTERM to the process (the client checkpoints on it); SIGKILL to its whole group
-        (what it spawned too)."""
-        if self._process is None or self.poll() is not None:
-            return
-        try:
-            if signum == signal.SIGKILL:
-                os.killpg(self._process.pid, signal.SIGKILL)
-            else:
-                self._process.send_signal(signum)
-        except ProcessLookupError:
-            pass
 
 
 # --- on the scheduler's side ----------------------------------------------------------------------
