@@ -82,7 +82,6 @@ def cluster() -> Iterator[Any]:
         "include_dashboard": False, "_system_config": FAST_HEALTH})
     cluster.add_node(**common, num_gpus=2, labels={"ray.io/accelerator-type": "A100-80G"})
     cluster.add_node(**common, num_gpus=2)
-    ray.init(address=cluster.address, log_to_driver=False)
     try:
         yield cluster
     finally:
@@ -96,10 +95,14 @@ def cluster() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def launcher(cluster: Any) -> Iterator[RayLauncher]:
-    launcher = RayLauncher(cluster.address, placement_timeout_seconds=3.0,
+    """The module's connection to Ray too: the launcher connects this process (probe, then
+    ``ray.init``), and disconnects it when closed."""
+    launcher = RayLauncher(cluster.address, placement_timeout_seconds=5.0,
                            failure_grace_seconds=2.0)
+    assert ray.is_initialized()
     yield launcher
     launcher.close(grace_seconds=1.0)
+    assert not ray.is_initialized()
 
 
 @pytest.fixture(scope="module")
@@ -211,8 +214,9 @@ def test_stop_sends_sigterm_then_sigkill(launcher: RayLauncher, script: Path,
 
 
 def test_over_asking_raises_allocation_error_and_reserves_nothing(
-        launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
-    with pytest.raises(AllocationError, match="not free within 3 s; nothing started"):
+        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    launcher = RayLauncher(cluster.address, placement_timeout_seconds=1.0)  # same connection
+    with pytest.raises(AllocationError, match="not free within 1 s; nothing started"):
         launcher.start(_spec(launcher, script, tmp_path, {"v100": 3}))
     assert _live_groups() == []
     holder = launcher.start(_spec(launcher, script, tmp_path / "holder", {"v100": 2}))
@@ -297,11 +301,11 @@ def _compare_on_ray_equals_local(cluster: Any, tmp_path: Path, seeds: int,
             "--hidden", "contention")
     local = run_cli(*argv, "--processes", "1", "--out", str(tmp_path / "local"))
     assert local.returncode == 0, local.stderr
-    remote = subprocess.run([sys.executable, "-m", "bayes_sched", *argv, "--ray",
-                             cluster.address, "--out", str(tmp_path / "ray")],
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, **RAY_ENV})
+    # In this process, connected already (the launcher fixture): the runs are Ray tasks in the
+    # cluster's worker processes all the same.
+    remote = run_cli(*argv, "--ray", cluster.address, "--out", str(tmp_path / "ray"))
     assert remote.returncode == 0, remote.stderr
+    assert ray.is_initialized()  # compare leaves a connection it did not make
     assert (tmp_path / "ray" / "jobs.csv").read_bytes() == \
         (tmp_path / "local" / "jobs.csv").read_bytes()
     timing = ("wall_s", "decision_median_ms", "decision_p95_ms", "decision_mean_ms")
@@ -312,12 +316,13 @@ def _compare_on_ray_equals_local(cluster: Any, tmp_path: Path, seeds: int,
     assert outcomes("ray") == outcomes("local") and len(outcomes("ray")) == seeds * len(policies)
 
 
-def test_compare_on_ray_equals_local_processes(cluster: Any, tmp_path: Path) -> None:
+def test_compare_on_ray_equals_local_processes(cluster: Any, launcher: RayLauncher,
+                                               tmp_path: Path) -> None:
     # Two runs (two Ray workers, each importing the simulator: the bulk of the time on 2 cores).
     _compare_on_ray_equals_local(cluster, tmp_path, 1, "fifo", "tiresias")
 
 
 @pytest.mark.slow
-def test_compare_on_ray_equals_local_processes_under_pollux(cluster: Any,
+def test_compare_on_ray_equals_local_processes_under_pollux(cluster: Any, launcher: RayLauncher,
                                                             tmp_path: Path) -> None:
     _compare_on_ray_equals_local(cluster, tmp_path, 2, "pollux", "fifo")
