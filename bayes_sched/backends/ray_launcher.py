@@ -40,9 +40,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bayes_sched.backends.launcher import ExitStatus, LaunchSpec, rank_layout
+from bayes_sched.backends.launcher import ExitStatus, JobProcesses, Launcher, LaunchSpec, rank_layout
 from bayes_sched.backends.ray_replica import ReplicaProcess
 from bayes_sched.backends.ray_session import DEFAULT_CONNECT_TIMEOUT, connect_ray
 from bayes_sched.client.protocol import LOG_DIR, job_environment
@@ -128,7 +128,7 @@ class RayJobProcesses:
     replicas: list[_Replica]
     placement_groups: list[Any]
     failure_grace_seconds: float
-    call_timeout_seconds: float
+    poll_timeout_seconds: float
     timings: dict[str, float] = field(default_factory=dict)
     _status: ExitStatus | None = None
     _failed_rank: int | None = None
@@ -168,7 +168,7 @@ class RayJobProcesses:
             self._refresh()
         if self._running():
             self._signal(signal.SIGKILL)
-            deadline = time.monotonic() + self.call_timeout_seconds
+            deadline = time.monotonic() + max(grace_seconds, 5.0)
             while self._running() and time.monotonic() < deadline:
                 time.sleep(0.05)
                 self._refresh()
@@ -182,7 +182,8 @@ class RayJobProcesses:
         return any(r.returncode is None and not r.lost for r in self.replicas)
 
     def _refresh(self) -> None:
-        """Ask every live replica for its return code (one round trip for all)."""
+        """Ask every live replica for its return code (one round trip for all; a replica that
+        does not answer within ``poll_timeout_seconds`` counts as running, this time)."""
         import ray
         from ray.exceptions import ActorDiedError, RayActorError
 
@@ -190,7 +191,7 @@ class RayJobProcesses:
         if not live:
             return
         refs = [r.actor.poll.remote() for r in live]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.call_timeout_seconds)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.poll_timeout_seconds)
         done = set(ready)
         for replica, ref in zip(live, refs, strict=True):
             if ref not in done:
@@ -208,18 +209,25 @@ class RayJobProcesses:
 
         refs = [r.actor.send.remote(int(signum)) for r in self.replicas
                 if r.returncode is None and not r.lost]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.call_timeout_seconds)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.poll_timeout_seconds)
         for ref in ready:
             try:
                 ray.get(ref)
             except RayActorError:
                 pass  # lost: the next refresh says so
 
-    def _finish(self) -> ExitStatus:
-        """Record the exit status, kill the actors, remove the placement groups."""
+    def _release(self) -> None:
+        """Kill the actors (and so what still runs under them), remove the placement groups."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        for replica in self.replicas:
+            ray.kill(replica.actor, no_restart=True)
+        for group in self.placement_groups:
+            remove_placement_group(group)
+
+    def _finish(self) -> ExitStatus:
+        """Record the exit status and release what the job held."""
         failed = next((r for r in self.replicas if r.rank == self._failed_rank), None) or next(
             (r for r in self.replicas if r.lost or r.returncode), None)
         if failed is None:
@@ -232,10 +240,7 @@ class RayJobProcesses:
                          f"{failed.node_id} left the cluster\n")
             status = ExitStatus(NODE_LOST_RETURNCODE if failed.lost else int(failed.returncode
                                                                             or 0), tail)
-        for replica in self.replicas:
-            ray.kill(replica.actor, no_restart=True)
-        for group in self.placement_groups:
-            remove_placement_group(group)
+        self._release()
         self._status = status
         if self._on_end is not None:
             self._on_end(self)
@@ -254,6 +259,8 @@ class RayLauncher:
         placement_timeout_seconds: bound on a start's placement groups becoming ready.
         actor_timeout_seconds: bound on a start's actors coming up and on any one call to them.
         failure_grace_seconds: after one replica fails, seconds the others get after SIGTERM.
+        poll_timeout_seconds: bound on one poll's round trip to a job's actors (a replica that
+            does not answer in time counts as running until a later poll).
         restart_delay, round_interval: passed into :meth:`cluster_spec` (seconds).
 
     Raises:
@@ -264,7 +271,7 @@ class RayLauncher:
                  gpu_type_names: Mapping[str, str] | None = None,
                  connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT,
                  placement_timeout_seconds: float = 30.0, actor_timeout_seconds: float = 60.0,
-                 failure_grace_seconds: float = 10.0,
+                 failure_grace_seconds: float = 10.0, poll_timeout_seconds: float = 2.0,
                  restart_delay: float = DEFAULT_RESTART_DELAY,
                  round_interval: float = DEFAULT_ROUND_INTERVAL) -> None:
         if default_gpu_type not in GPU_TYPES:
@@ -275,6 +282,7 @@ class RayLauncher:
         self.placement_timeout_seconds = placement_timeout_seconds
         self.actor_timeout_seconds = actor_timeout_seconds
         self.failure_grace_seconds = failure_grace_seconds
+        self.poll_timeout_seconds = poll_timeout_seconds
         self.restart_delay = restart_delay
         self.round_interval = round_interval
         self._session = connect_ray(address, connect_timeout_seconds, where="Ray address")
@@ -385,7 +393,7 @@ class RayLauncher:
                 groups[node], placement_group_bundle_index=local)).remote())
             for node, local, rank in rank_layout(counts)]
         job = RayJobProcesses(spec, replicas, list(groups.values()), self.failure_grace_seconds,
-                              self.actor_timeout_seconds, timings,
+                              self.poll_timeout_seconds, timings,
                               _on_end=self._forget)
         try:
             where = ray.get([r.actor.where.remote() for r in replicas],
@@ -399,7 +407,9 @@ class RayLauncher:
                 for r, (_, gpu_ids) in zip(replicas, where, strict=True)]
             ray.get(starts, timeout=self.actor_timeout_seconds)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as error:
-            job.stop(0.0)
+            for replica in replicas:  # those started, if any, die with their actors
+                replica.actor.send.remote(int(signal.SIGKILL))
+            job._release()
             raise AllocationError(f"job {spec.job_name}: its Ray actors did not come up within "
                                   f"{self.actor_timeout_seconds:g} s ({type(error).__name__}); "
                                   "nothing left running") from None
@@ -428,3 +438,8 @@ class RayLauncher:
         for job in list(self._jobs.values()):
             job.stop(grace_seconds)
         self._session.close()
+
+
+if TYPE_CHECKING:  # the launcher and its jobs meet the protocols (mypy checks this)
+    _launcher: Launcher = RayLauncher()
+    _job: JobProcesses = RayLauncher().start(LaunchSpec("job", ("true",), (1,), "."))
