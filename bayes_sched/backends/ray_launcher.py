@@ -54,7 +54,7 @@ from bayes_sched.cluster_spec import (
     default_topology,
 )
 from bayes_sched.errors import AllocationError, InputError
-from bayes_sched.gpu_types import GPU_TYPES
+from bayes_sched.gpu_types import GPU_TYPES, gpu_type
 
 #: GPU type of a node whose Ray resources name no accelerator type.
 DEFAULT_GPU_TYPE = "t4"
@@ -274,9 +274,7 @@ class RayLauncher:
                  failure_grace_seconds: float = 10.0, poll_timeout_seconds: float = 2.0,
                  restart_delay: float = DEFAULT_RESTART_DELAY,
                  round_interval: float = DEFAULT_ROUND_INTERVAL) -> None:
-        if default_gpu_type not in GPU_TYPES:
-            raise InputError(f"default_gpu_type {default_gpu_type!r}: expected one of "
-                             f"{', '.join(GPU_TYPES)}")
+        gpu_type(default_gpu_type, "default_gpu_type")
         self.default_gpu_type = default_gpu_type
         self.gpu_type_names = dict(gpu_type_names or {})
         self.placement_timeout_seconds = placement_timeout_seconds
