@@ -53,8 +53,9 @@ while True:
 """
 
 
-def start_cluster(nodes: int, gpus_per_node: int) -> Cluster:
-    common = {"num_cpus": 1, "num_gpus": gpus_per_node, "object_store_memory": 80 * 2**20}
+def start_cluster(nodes: int, gpus_per_node: int, cpus_per_node: int) -> Cluster:
+    common = {"num_cpus": cpus_per_node, "num_gpus": gpus_per_node,
+              "object_store_memory": 80 * 2**20}
     cluster = Cluster(initialize_head=True, head_node_args={**common, "include_dashboard": False})
     for _ in range(nodes - 1):
         cluster.add_node(**common)
@@ -154,6 +155,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--cpus-per-node", type=int, default=1,
+                        help="logical CPUs per node: Ray starts at most this many worker "
+                             "processes at once on a node (actors start one worker each)")
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--restarts", type=int, default=4, help="jobs restarted per round")
@@ -162,7 +166,7 @@ def main() -> None:
     parser.add_argument("--skip-rounds", action="store_true")
     args = parser.parse_args()
     began = time.perf_counter()
-    cluster = start_cluster(args.nodes, args.gpus_per_node)
+    cluster = start_cluster(args.nodes, args.gpus_per_node, args.cpus_per_node)
     print(f"Ray cluster of {args.nodes} x {args.gpus_per_node} logical GPUs up in "
           f"{time.perf_counter() - began:.1f} s")
     launcher = RayLauncher(cluster.address)
