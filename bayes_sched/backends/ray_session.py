@@ -85,8 +85,8 @@ def connect_ray(address: str, timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT,
                 where: str = "--ray") -> RaySession:
     """Connect this process to the Ray cluster at ``address`` (``auto`` or ``HOST:PORT``).
 
-    A process already connected keeps its connection (whatever ``address`` says: Ray holds one
-    connection a process), and the session does not own it.
+    A process already connected keeps its connection (Ray holds one connection a process; an
+    address given must still answer), and the session does not own it.
 
     Raises:
         InputError: Ray is not installed, the address is malformed, or no cluster answers there.
@@ -95,13 +95,13 @@ def connect_ray(address: str, timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT,
         import ray
     except ImportError:
         raise InputError(f"{where}: {_INSTALL_HINT}") from None
-    if ray.is_initialized():
-        return RaySession(address, owned=False)
-    if address != "auto":
+    if address != "auto":  # also when connected: a dead address given is an error
         from ray._private.services import resolve_ip_for_localhost  # the host ray.init dials
 
         host, _ = split_address(address, where)
         probe_address(address, timeout_seconds, where, resolve_ip_for_localhost(host))
+    if ray.is_initialized():
+        return RaySession(address, owned=False)
     for key, value in LIGHT_RAY_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     try:
