@@ -13,7 +13,8 @@ as :meth:`ClusterSpec.homogeneous`).
 One start (:meth:`RayLauncher.start`):
 
 1. a placement group per used node, one ``{"GPU": 1}`` bundle per replica, ``STRICT_PACK`` and
-   pinned to that node by its ``ray.io/node-id`` label; all-or-nothing within
+   pinned to that node by its ``ray.io/node-id`` label (Ray's bundle label selectors, Ray 2.49
+   on); all-or-nothing within
    ``placement_timeout_seconds`` (else :class:`AllocationError`, every group removed);
 2. one actor per bundle (no CPU asked: the job's process is the work, not the actor);
 3. rank 0's actor picks a free port; every actor starts the command with the job directory's
@@ -257,7 +258,8 @@ class RayLauncher:
         gpu_type_names: Ray accelerator types -> our GPU types, for names that do not match.
         connect_timeout_seconds: bound on reaching ``address``.
         placement_timeout_seconds: bound on a start's placement groups becoming ready.
-        actor_timeout_seconds: bound on a start's actors coming up and on any one call to them.
+        actor_timeout_seconds: bound on a start's actors coming up and starting the processes
+            (else :class:`AllocationError`, the actors killed, the groups removed).
         failure_grace_seconds: after one replica fails, seconds the others get after SIGTERM.
         poll_timeout_seconds: bound on one poll's round trip to a job's actors (a replica that
             does not answer in time counts as running until a later poll).
