@@ -5,6 +5,7 @@ every Ray process is on loopback and gone when the module ends."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -57,7 +58,7 @@ def on_term(signum, frame):
 signal.signal(signal.SIGTERM, on_term)
 seen = {k: v for k, v in os.environ.items() if k.startswith("BAYES_SCHED_") or k in (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES")}
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}
 seen["pid"] = os.getpid()
 (job / f"env-{rank}.tmp").write_text(json.dumps(seen))
 os.replace(job / f"env-{rank}.tmp", job / f"env-{rank}.json")
@@ -187,6 +188,7 @@ def test_start_places_replicas_on_the_named_nodes_with_their_environment(
         assert env["MASTER_ADDR"] == "127.0.0.1" and 0 < int(env["MASTER_PORT"]) < 65536
         assert env["BAYES_SCHED_PLACEMENT"] == spec.placement
         assert env["BAYES_SCHED_JOB_DIR"] == str(tmp_path) and env["BAYES_SCHED_ATTEMPT"] == "0"
+        assert "OMP_NUM_THREADS" not in env  # Ray's 1 for a CPU-less actor is not the job's
     assert len({e["MASTER_PORT"] for e in envs}) == 1
     v100 = [e["CUDA_VISIBLE_DEVICES"] for e in envs if e["BAYES_SCHED_GPU_TYPE"] == "v100"]
     assert sorted(v100) == ["0", "1"]  # each replica its own GPU of its node
@@ -202,8 +204,10 @@ def test_start_places_replicas_on_the_named_nodes_with_their_environment(
 
 def test_stop_sends_sigterm_then_sigkill(launcher: RayLauncher, script: Path,
                                          tmp_path: Path) -> None:
-    job = launcher.start(_spec(launcher, script, tmp_path, {"a100": 1}, mode="ignore-term"))
+    spec = _spec(launcher, script, tmp_path, {"a100": 1}, mode="ignore-term")
+    job = launcher.start(dataclasses.replace(spec, env={"OMP_NUM_THREADS": "3"}))
     (env,) = _envs(tmp_path, 1)
+    assert env["OMP_NUM_THREADS"] == "3"  # the job's own choice passes
     began = time.monotonic()
     status = job.stop(grace_seconds=1.0)
     assert time.monotonic() - began >= 1.0

@@ -20,6 +20,9 @@ from pathlib import Path
 #: Return code of a replica whose command could not be started (as a shell reports it).
 NOT_STARTED_RETURNCODE = 127
 
+#: Variables of the actor's worker that are Ray's settings for the actor, not for the job.
+RAY_WORKER_ONLY = frozenset({"OMP_NUM_THREADS"})
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -58,14 +61,19 @@ class ReplicaProcess:
             return int(probe.getsockname()[1])
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, log_file: str) -> int:
-        """Start the command; its pid (0 where it could not start: the reason is in the log and
-        :meth:`poll` reports :data:`NOT_STARTED_RETURNCODE`)."""
+        """Start the command with this worker's environment updated by ``env``; its pid (0
+        where it could not start: the reason is in the log and :meth:`poll` reports
+        :data:`NOT_STARTED_RETURNCODE`).
+
+        Ray forces ``OMP_NUM_THREADS=1`` on an actor that asks no CPU; the job's process does not
+        inherit that (a job chooses its threads through ``env``)."""
+        inherited = {k: v for k, v in os.environ.items() if k not in RAY_WORKER_ONLY}
         log = Path(log_file)
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as stream:
             try:
                 self._process = subprocess.Popen(
-                    list(argv), env={**os.environ, **env}, cwd=cwd, stdin=subprocess.DEVNULL,
+                    list(argv), env={**inherited, **env}, cwd=cwd, stdin=subprocess.DEVNULL,
                     stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
                     preexec_fn=_die_with_parent())
             except OSError as error:
