@@ -247,6 +247,19 @@ def test_a_failed_replica_stops_the_others_and_reports_its_log_tail(
     assert _live_groups() == []
 
 
+def test_a_command_that_cannot_start_fails_with_127_and_its_reason(
+        launcher: RayLauncher, tmp_path: Path) -> None:
+    spec = launcher.cluster_spec()
+    counts = tuple(1 if t == "v100" else 0 for t in spec.gpu_types)
+    job = launcher.start(LaunchSpec("missing", (str(tmp_path / "no-such-program"),), counts,
+                                    str(tmp_path)))
+    _wait_for(lambda: job.poll() is not None, 30, "the job is reported failed")
+    status = job.poll()
+    assert status is not None and status.returncode == 127
+    assert "cannot start" in status.log_tail and "no-such-program" in status.log_tail
+    assert _live_groups() == []
+
+
 def test_a_removed_node_fails_its_jobs_processes_and_leaves_the_spec(
         cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
     extra = cluster.add_node(num_cpus=1, num_gpus=2, object_store_memory=SMALL_STORE,
