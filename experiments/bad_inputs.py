@@ -591,6 +591,9 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
     add(_flag_cases("compare", good_cmp, "--processes", ("0", "-2", "abc"), ("--out",
                     "{case}/out")))
     add(_flag_cases("compare", good_cmp, "--max-jobs", ("0", "-3"), ("--out", "{case}/out")))
+    # Malformed only: a well-formed address is dialled, and the corpus sends no traffic.
+    add(_flag_cases("compare", good_cmp, "--ray", ("nowhere", "localhost:99999", ":6379"),
+                    ("--out", "{case}/out")))
 
     demo = ("demo", "--out", "{case}/out")
     add([

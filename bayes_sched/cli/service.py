@@ -26,8 +26,16 @@ def _local_launcher(args: argparse.Namespace) -> Any:
                          round_interval=args.interval)
 
 
+def _ray_launcher(args: argparse.Namespace) -> Any:
+    from bayes_sched.backends.ray_launcher import RayLauncher
+
+    return RayLauncher(args.ray_address, restart_delay=args.restart_delay,
+                       round_interval=args.interval)
+
+
 #: Backend name -> factory of its launcher from the parsed options.
-BACKENDS: dict[str, Callable[[argparse.Namespace], Any]] = {"local": _local_launcher}
+BACKENDS: dict[str, Callable[[argparse.Namespace], Any]] = {"local": _local_launcher,
+                                                             "ray": _ray_launcher}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _state_option(serve)
     serve.add_argument("--backend", choices=list(BACKENDS), default="local",
                        help="where jobs run (default: local subprocesses)")
+    serve.add_argument("--ray-address", default="auto", metavar="ADDRESS",
+                       help="the Ray cluster for --backend ray (default: auto, the cluster "
+                            "started on this machine)")
     serve.add_argument("--gpus", type=int_in_range(1, 4096), default=None,
                        help="GPUs to schedule (local: default the machine's; more than it has "
                             "are logical GPUs on the CPU)")

@@ -8,6 +8,7 @@ import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,7 +105,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "first of --policies)")
     compare.add_argument("--processes", type=int_in_range(1, 256),
                          default=min(os.cpu_count() or 1, 8),
-                         help="parallel simulations (default: CPU count, at most 8)")
+                         help="parallel simulations (default: CPU count, at most 8; with --ray, "
+                              "the cluster's CPUs decide)")
+    compare.add_argument("--ray", metavar="ADDRESS",
+                         help="run the simulations as tasks on a Ray cluster (one CPU each): "
+                              "HOST:PORT as `ray start --head` prints it, or auto for the one "
+                              "running on this machine; results equal local processes'. Every "
+                              "node needs bayes-sched installed (the cluster extra)")
     compare.set_defaults(handler=_compare)
 
 
@@ -458,19 +465,11 @@ def _compare(args: argparse.Namespace) -> int:
              for seed in seeds for p in args.policies for w in args.workloads]
     # Longest first (Pollux), so the pool's tail is short.
     tasks.sort(key=lambda t: t[1] != "pollux")
-    results: list[SimulationResult] = []
-    with progress_bar(enabled=not args.no_progress and not args.json) as progress:
-        bar = progress.add_task("simulations", total=len(tasks))
-        if args.processes <= 1:
-            for task in tasks:
-                results.append(_run_one(task))
-                progress.advance(bar)
-        else:
-            with ProcessPoolExecutor(max_workers=args.processes) as pool:
-                futures = [pool.submit(_run_one, task) for task in tasks]
-                for future in as_completed(futures):
-                    results.append(future.result())
-                    progress.advance(bar)
+    with ExitStack() as stack:
+        if args.ray is not None:  # a bad address fails here, in one line, before any run
+            from bayes_sched.backends.ray_session import connect_ray
+            stack.callback(connect_ray(args.ray).close)
+        results = _run_tasks(tasks, args)
     order = {(p, w): i for i, (p, w) in enumerate(
         (p, w) for p in args.policies for w in args.workloads)}
     results.sort(key=lambda r: (order.get((r.policy, r.workload.split("-first")[0]), 0), r.seed))
@@ -489,6 +488,30 @@ def _compare(args: argparse.Namespace) -> int:
             print_headlines(headlines(rows, baseline))
         print(f"report: {report}")
     return report_unfinished(results)
+
+
+def _run_tasks(tasks: list[tuple[str, str, dict[str, Any], SimConfig, argparse.Namespace]],
+               args: argparse.Namespace) -> list[SimulationResult]:
+    """Every task's result, in any order: on the Ray cluster this process is connected to
+    (``--ray``), else in ``--processes`` local processes."""
+    results: list[SimulationResult] = []
+    with progress_bar(enabled=not args.no_progress and not args.json) as progress:
+        bar = progress.add_task("simulations", total=len(tasks))
+        if args.ray is not None:
+            from bayes_sched.backends.ray_tasks import run_on_ray
+
+            return run_on_ray(_run_one, tasks, on_result=lambda _: progress.advance(bar))
+        if args.processes <= 1:
+            for task in tasks:
+                results.append(_run_one(task))
+                progress.advance(bar)
+            return results
+        with ProcessPoolExecutor(max_workers=args.processes) as pool:
+            futures = [pool.submit(_run_one, task) for task in tasks]
+            for future in as_completed(futures):
+                results.append(future.result())
+                progress.advance(bar)
+    return results
 
 
 def _print(rows: list[dict[str, object]], as_json: bool, title: str) -> None:

@@ -1,0 +1,459 @@
+"""The Ray launcher: a job's replicas placed on the nodes its allocation names, one Ray actor per
+GPU, each running the job's command as a subprocess.
+
+Nodes and GPU types come from Ray (:meth:`RayLauncher.cluster_spec`): every live node with GPUs,
+its GPU count from its ``GPU`` resource, its type from Ray's accelerator type (the node label
+``ray.io/accelerator-type``, else a resource ``accelerator_type:<T>``, which Ray sets itself on
+NVIDIA nodes and ``ray start --resources`` can set by hand). Ray's names map onto
+:data:`~bayes_sched.gpu_types.GPU_TYPES` case-insensitively, a memory variant falling back to its
+family (``A100-80G`` -> ``a100``); ``gpu_type_names`` maps other names; a node with no
+accelerator type gets ``default_gpu_type`` (:data:`DEFAULT_GPU_TYPE`, the Pollux artifact's T4,
+as :meth:`ClusterSpec.homogeneous`).
+
+One start (:meth:`RayLauncher.start`):
+
+1. a placement group per used node, one ``{"GPU": 1}`` bundle per replica, ``STRICT_PACK`` and
+   pinned to that node by its ``ray.io/node-id`` label (Ray's bundle label selectors, Ray 2.49
+   on); all-or-nothing within
+   ``placement_timeout_seconds`` (else :class:`AllocationError`, every group removed);
+2. one actor per bundle (no CPU asked: the job's process is the work, not the actor);
+3. rank 0's actor picks a free port; every actor starts the command with the job directory's
+   variables, ``torch.distributed``'s (``MASTER_ADDR`` = rank 0's node address) and
+   ``CUDA_VISIBLE_DEVICES`` = the GPU ids Ray assigned it; stdout and stderr go to
+   :func:`replica_log_path`. The process dies with its actor (``PR_SET_PDEATHSIG``), so a lost
+   actor leaves no stray process.
+
+:meth:`RayJobProcesses.stop` sends SIGTERM (the client checkpoints), waits, SIGKILLs the process
+group, then kills the actors and removes the placement groups. A node that leaves the cluster:
+its actors die, :meth:`RayJobProcesses.poll` reports the job failed (returncode
+:data:`NODE_LOST_RETURNCODE`; the others are stopped), and ``cluster_spec()`` no longer lists it.
+
+Node indices (an allocation's ``(num_nodes,)`` axis) follow the nodes of the last
+:meth:`RayLauncher.cluster_spec`; :attr:`RayLauncher.node_ids` names them. A node keeps its place
+relative to the others while it lives; a new node comes last.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bayes_sched.backends.launcher import ExitStatus, JobProcesses, Launcher, LaunchSpec, rank_layout
+from bayes_sched.backends.ray_replica import ReplicaProcess
+from bayes_sched.backends.ray_session import DEFAULT_CONNECT_TIMEOUT, connect_ray
+from bayes_sched.client.protocol import LOG_DIR, job_environment
+from bayes_sched.cluster_spec import (
+    DEFAULT_RESTART_DELAY,
+    DEFAULT_ROUND_INTERVAL,
+    ClusterSpec,
+    NodeSpec,
+    default_topology,
+)
+from bayes_sched.errors import AllocationError, InputError
+from bayes_sched.gpu_types import GPU_TYPES, gpu_type
+
+#: GPU type of a node whose Ray resources name no accelerator type.
+DEFAULT_GPU_TYPE = "t4"
+
+#: Ray's per-node accelerator resource (``accelerator_type:A100``) and node labels.
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
+ACCELERATOR_LABEL = "ray.io/accelerator-type"
+NODE_ID_LABEL = "ray.io/node-id"
+
+#: Set in every replica besides the protocol's variables: the Ray node it runs on.
+ENV_RAY_NODE_ID = "BAYES_SCHED_RAY_NODE_ID"
+
+#: Return code reported for a replica whose actor died with its node (as if SIGKILLed).
+NODE_LOST_RETURNCODE = -int(signal.SIGKILL)
+
+#: Bytes of a failed replica's log kept in :attr:`ExitStatus.log_tail`.
+LOG_TAIL_BYTES = 4000
+
+
+def replica_log_path(job_dir: str | os.PathLike[str], attempt: int, rank: int) -> Path:
+    """Where replica ``rank`` of start ``attempt`` writes stdout and stderr."""
+    return Path(job_dir) / LOG_DIR / f"attempt-{attempt}.rank-{rank}.log"
+
+
+def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last ``max_bytes`` of a log ("" where it cannot be read)."""
+    try:
+        with path.open("rb") as stream:
+            stream.seek(max(0, path.stat().st_size - max_bytes))
+            return stream.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def ray_gpu_type(name: str, aliases: Mapping[str, str] | None = None) -> str | None:
+    """Our GPU type for Ray's accelerator type ``name`` (``None`` where none matches): an entry of
+    ``aliases`` (keys case-insensitive), else the name lower-cased, else its family before a
+    ``-`` (``A100-80G`` -> ``a100``)."""
+    lowered = {key.lower(): value for key, value in (aliases or {}).items()}
+    key = name.lower()
+    for candidate in (lowered.get(key), key, key.split("-")[0]):
+        if candidate in GPU_TYPES:
+            return candidate
+    return None
+
+
+# --- on the scheduler's side ----------------------------------------------------------------------
+
+
+@dataclass
+class _Replica:
+    rank: int
+    node: int
+    node_id: str
+    actor: Any
+    returncode: int | None = None
+    lost: bool = False
+
+
+@dataclass
+class RayJobProcesses:
+    """The replicas of one start of one job on a Ray cluster (:class:`JobProcesses`).
+
+    Attributes:
+        spec: what was started.
+        timings: seconds spent, by part: ``placement_group_ready``, ``actors_up``,
+            ``processes_started`` (by :meth:`RayLauncher.start`) and ``stop`` (by :meth:`stop`).
+    """
+
+    spec: LaunchSpec
+    replicas: list[_Replica]
+    placement_groups: list[Any]
+    failure_grace_seconds: float
+    poll_timeout_seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+    _status: ExitStatus | None = None
+    _failed_rank: int | None = None
+    _kill_at: float | None = None
+    _on_end: Callable[[RayJobProcesses], None] | None = None
+
+    def poll(self) -> ExitStatus | None:
+        """``None`` while any replica runs. The first replica to fail (a non-zero return code,
+        or its actor lost with its node) has the others sent SIGTERM, and SIGKILL
+        ``failure_grace_seconds`` later; once all have ended, the exit status (the failed
+        replica's code and log tail)."""
+        if self._status is not None:
+            return self._status
+        self._refresh()
+        if self._failed_rank is None:
+            failed = [r for r in self.replicas if r.lost or r.returncode not in (None, 0)]
+            if failed:
+                self._failed_rank = failed[0].rank
+                self._signal(signal.SIGTERM)
+                self._kill_at = time.monotonic() + self.failure_grace_seconds
+        if self._kill_at is not None and time.monotonic() >= self._kill_at:
+            self._signal(signal.SIGKILL)
+        if any(r.returncode is None and not r.lost for r in self.replicas):
+            return None
+        return self._finish()
+
+    def handle(self) -> dict[str, Any]:
+        """Where the replicas ran (node ids by rank), for the record; a Ray start cannot be
+        reattached to (see :meth:`RayLauncher.reattach`)."""
+        return {"backend": "ray", "attempt": self.spec.attempt,
+                "replicas": [{"rank": r.rank, "node_id": r.node_id} for r in self.replicas]}
+
+    def stop(self, grace_seconds: float) -> ExitStatus:
+        """SIGTERM every replica, wait up to ``grace_seconds`` for all to exit, SIGKILL what is
+        left, then release the actors and placement groups."""
+        if self._status is not None:
+            return self._status
+        began = time.perf_counter()
+        self._signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_seconds
+        while self._running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+            self._refresh()
+        if self._running():
+            self._signal(signal.SIGKILL)
+            deadline = time.monotonic() + max(grace_seconds, 5.0)
+            while self._running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+                self._refresh()
+        status = self._finish()
+        self.timings["stop"] = time.perf_counter() - began
+        return status
+
+    # --- parts ---
+
+    def _running(self) -> bool:
+        return any(r.returncode is None and not r.lost for r in self.replicas)
+
+    def _refresh(self) -> None:
+        """Ask every live replica for its return code (one round trip for all; a replica that
+        does not answer within ``poll_timeout_seconds`` counts as running, this time)."""
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        live = [r for r in self.replicas if r.returncode is None and not r.lost]
+        if not live:
+            return
+        refs = [r.actor.poll.remote() for r in live]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.poll_timeout_seconds)
+        done = set(ready)
+        for replica, ref in zip(live, refs, strict=True):
+            if ref not in done:
+                continue  # no answer yet: still running, as far as anyone knows
+            try:
+                replica.returncode = ray.get(ref)
+            except ActorDiedError:
+                replica.lost = True
+            except RayActorError:  # unavailable for now (its node may be failing): ask again
+                pass
+
+    def _signal(self, signum: int) -> None:
+        import ray
+        from ray.exceptions import RayActorError
+
+        refs = [r.actor.send.remote(int(signum)) for r in self.replicas
+                if r.returncode is None and not r.lost]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.poll_timeout_seconds)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayActorError:
+                pass  # lost: the next refresh says so
+
+    def _release(self) -> None:
+        """Kill the actors (and so what still runs under them), remove the placement groups."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for replica in self.replicas:
+            ray.kill(replica.actor, no_restart=True)
+        for group in self.placement_groups:
+            remove_placement_group(group)
+
+    def _finish(self) -> ExitStatus:
+        """Record the exit status and release what the job held."""
+        failed = next((r for r in self.replicas if r.rank == self._failed_rank), None) or next(
+            (r for r in self.replicas if r.lost or r.returncode), None)
+        if failed is None:
+            status = ExitStatus(0)
+        else:
+            tail = read_log_tail(replica_log_path(self.spec.job_dir, self.spec.attempt,
+                                                  failed.rank))
+            if failed.lost:
+                tail += (f"bayes-sched: replica rank {failed.rank} lost: its Ray node "
+                         f"{failed.node_id} left the cluster\n")
+            status = ExitStatus(NODE_LOST_RETURNCODE if failed.lost else int(failed.returncode
+                                                                            or 0), tail)
+        self._release()
+        self._status = status
+        if self._on_end is not None:
+            self._on_end(self)
+        return status
+
+
+class RayLauncher:
+    """Places and starts job processes on a Ray cluster (:class:`Launcher`).
+
+    Args:
+        address: the cluster (``auto`` or ``HOST:PORT``); a process already connected to Ray
+            keeps its connection.
+        default_gpu_type: the type of a node that names no accelerator type.
+        gpu_type_names: Ray accelerator types -> our GPU types, for names that do not match.
+        connect_timeout_seconds: bound on reaching ``address``.
+        placement_timeout_seconds: bound on a start's placement groups becoming ready.
+        actor_timeout_seconds: bound on a start's actors coming up and starting the processes
+            (else :class:`AllocationError`, the actors killed, the groups removed).
+        failure_grace_seconds: after one replica fails, seconds the others get after SIGTERM.
+        poll_timeout_seconds: bound on one poll's round trip to a job's actors (a replica that
+            does not answer in time counts as running until a later poll).
+        restart_delay, round_interval: passed into :meth:`cluster_spec` (seconds).
+
+    Raises:
+        InputError: Ray not installed, or no cluster answers at ``address``.
+    """
+
+    def __init__(self, address: str = "auto", *, default_gpu_type: str = DEFAULT_GPU_TYPE,
+                 gpu_type_names: Mapping[str, str] | None = None,
+                 connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT,
+                 placement_timeout_seconds: float = 30.0, actor_timeout_seconds: float = 60.0,
+                 failure_grace_seconds: float = 10.0, poll_timeout_seconds: float = 2.0,
+                 restart_delay: float = DEFAULT_RESTART_DELAY,
+                 round_interval: float = DEFAULT_ROUND_INTERVAL) -> None:
+        gpu_type(default_gpu_type, "default_gpu_type")
+        self.default_gpu_type = default_gpu_type
+        self.gpu_type_names = dict(gpu_type_names or {})
+        self.placement_timeout_seconds = placement_timeout_seconds
+        self.actor_timeout_seconds = actor_timeout_seconds
+        self.failure_grace_seconds = failure_grace_seconds
+        self.poll_timeout_seconds = poll_timeout_seconds
+        self.restart_delay = restart_delay
+        self.round_interval = round_interval
+        self._session = connect_ray(address, connect_timeout_seconds, where="Ray address")
+        self._order: list[str] = []           # every node id seen, in first-seen order
+        self._node_ids: tuple[str, ...] = ()  # the nodes of the last cluster_spec()
+        self._addresses: dict[str, str] = {}
+        self._types: dict[str, str] = {}
+        self._jobs: dict[int, RayJobProcesses] = {}
+        self._actor_class: Any = None
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """Ray node ids of the nodes of the last :meth:`cluster_spec`, in its order."""
+        return self._node_ids
+
+    def cluster_spec(self) -> ClusterSpec:
+        """Every live Ray node with at least one GPU, in a stable order.
+
+        Raises:
+            InputError: no live node has a GPU, or a node's accelerator type is unknown.
+        """
+        import ray
+
+        nodes = []
+        for node in ray.nodes():
+            gpus = int(node.get("Resources", {}).get("GPU", 0))
+            if node.get("Alive") and gpus >= 1:
+                nodes.append((node, gpus))
+        if not nodes:
+            raise InputError("the Ray cluster has no live node with a GPU: expected nodes "
+                             "started with GPUs (ray start --num-gpus N)")
+        nodes.sort(key=lambda item: (item[0]["NodeManagerAddress"], item[0]["NodeID"]))
+        found = {}
+        for node, gpus in nodes:
+            node_id = node["NodeID"]
+            if node_id not in self._order:
+                self._order.append(node_id)
+            self._addresses[node_id] = node["NodeManagerAddress"]
+            self._types[node_id] = self._node_gpu_type(node)
+            found[node_id] = gpus
+        self._node_ids = tuple(n for n in self._order if n in found)
+        specs = tuple(NodeSpec(self._types[n], found[n], default_topology(found[n]))
+                      for n in self._node_ids)
+        return ClusterSpec(specs, restart_delay=self.restart_delay,
+                           round_interval=self.round_interval)
+
+    def _node_gpu_type(self, node: Mapping[str, Any]) -> str:
+        label = (node.get("Labels") or {}).get(ACCELERATOR_LABEL)
+        names = [label] if label else sorted(
+            key.removeprefix(ACCELERATOR_RESOURCE_PREFIX) for key in node.get("Resources", {})
+            if key.startswith(ACCELERATOR_RESOURCE_PREFIX))
+        if not names:
+            return self.default_gpu_type
+        where = f"Ray node {node['NodeID']} ({node['NodeManagerAddress']})"
+        if len(names) > 1:
+            raise InputError(f"{where}: accelerator types {', '.join(names)}: expected one")
+        name = ray_gpu_type(names[0], self.gpu_type_names)
+        if name is None:
+            raise InputError(f"{where}: accelerator type {names[0]!r} is not a known GPU type; "
+                             f"expected one of {', '.join(GPU_TYPES)}, or a gpu_type_names "
+                             "entry mapping it onto one")
+        return name
+
+    def start(self, spec: LaunchSpec) -> RayJobProcesses:
+        """Reserve the GPUs ``spec.gpus_per_node`` names (nodes of the last
+        :meth:`cluster_spec`) and start one replica on each.
+
+        Raises:
+            AllocationError: the counts do not fit the nodes, or the GPUs are not free within
+                ``placement_timeout_seconds`` (nothing started, nothing left reserved).
+        """
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if not self._node_ids:
+            self.cluster_spec()
+        counts = tuple(spec.gpus_per_node)
+        if len(counts) != len(self._node_ids) or min(counts, default=0) < 0 or sum(counts) < 1:
+            raise AllocationError(f"job {spec.job_name}: GPUs per node {list(counts)}: expected "
+                                  f"{len(self._node_ids)} counts >= 0 (one per node of the "
+                                  "cluster spec), at least one GPU")
+        began = time.perf_counter()
+        used = [i for i, count in enumerate(counts) if count > 0]
+        groups: dict[int, Any] = {}
+        ready: list[Any] = []
+        try:
+            for i in used:  # unnamed: a name would have to be unique across the cluster
+                groups[i] = placement_group(
+                    [{"GPU": 1.0}] * counts[i], strategy="STRICT_PACK",
+                    bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]}] * counts[i])
+            ready, _ = ray.wait([g.ready() for g in groups.values()], num_returns=len(groups),
+                                timeout=self.placement_timeout_seconds)
+        finally:
+            if len(ready) < len(used):
+                for group in groups.values():
+                    remove_placement_group(group)
+        if len(ready) < len(used):
+            wanted = ", ".join(f"{counts[i]} on node {i}" for i in used)
+            raise AllocationError(f"job {spec.job_name}: GPUs ({wanted}) not free within "
+                                  f"{self.placement_timeout_seconds:g} s; nothing started")
+        timings = {"placement_group_ready": time.perf_counter() - began}
+        if self._actor_class is None:  # made once: Ray exports a class on each ray.remote
+            self._actor_class = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0)(ReplicaProcess)
+        actor_class = self._actor_class
+        replicas = [_Replica(rank, node, self._node_ids[node], actor_class.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                groups[node], placement_group_bundle_index=local)).remote())
+            for node, local, rank in rank_layout(counts)]
+        job = RayJobProcesses(spec, replicas, list(groups.values()), self.failure_grace_seconds,
+                              self.poll_timeout_seconds, timings,
+                              _on_end=self._forget)
+        try:
+            where = ray.get([r.actor.where.remote() for r in replicas],
+                            timeout=self.actor_timeout_seconds)
+            timings["actors_up"] = time.perf_counter() - began - sum(timings.values())
+            port = ray.get(replicas[0].actor.free_port.remote(), timeout=self.actor_timeout_seconds)
+            rank0 = self._addresses[replicas[0].node_id]
+            starts = [r.actor.start.remote(spec.argv, self._environment(
+                spec, r, counts, gpu_ids, rank0, port), spec.cwd or spec.job_dir,
+                str(replica_log_path(spec.job_dir, spec.attempt, r.rank)))
+                for r, (_, gpu_ids) in zip(replicas, where, strict=True)]
+            ray.get(starts, timeout=self.actor_timeout_seconds)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as error:
+            for replica in replicas:  # those started, if any, die with their actors
+                replica.actor.send.remote(int(signal.SIGKILL))
+            job._release()
+            raise AllocationError(f"job {spec.job_name}: its Ray actors did not come up within "
+                                  f"{self.actor_timeout_seconds:g} s ({type(error).__name__}); "
+                                  "nothing left running") from None
+        timings["processes_started"] = time.perf_counter() - began - sum(timings.values())
+        self._jobs[id(job)] = job
+        return job
+
+    def _forget(self, job: RayJobProcesses) -> None:
+        self._jobs.pop(id(job), None)
+
+    def _environment(self, spec: LaunchSpec, replica: _Replica, counts: Sequence[int],
+                     gpu_ids: Sequence[str], master_address: str, port: int) -> dict[str, str]:
+        node_id = self._node_ids[replica.node]
+        local = replica.rank - sum(counts[:replica.node])
+        return {**spec.env,
+                **job_environment(spec.job_dir, spec.job_name, spec.attempt, spec.placement,
+                                  self._types[node_id]),
+                "RANK": str(replica.rank), "WORLD_SIZE": str(spec.world_size),
+                "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(counts[replica.node]),
+                "MASTER_ADDR": master_address, "MASTER_PORT": str(port),
+                "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids), ENV_RAY_NODE_ID: node_id}
+
+    def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> None:
+        """Always ``None``: a start's actors and placement groups belong to the Ray driver that
+        made them, and Ray kills them (and each actor its subprocess) when that driver ends, also
+        when it is killed. A restarted scheduler's jobs therefore no longer run, and restart from
+        their checkpoints; none runs twice."""
+        del spec, handle
+        return None
+
+    def close(self, grace_seconds: float = 10.0) -> None:
+        """Stop every job this launcher started (SIGTERM, ``grace_seconds``, SIGKILL), release
+        their GPUs, and disconnect where this launcher connected."""
+        for job in list(self._jobs.values()):
+            job.stop(grace_seconds)
+        self._session.close()
+
+
+if TYPE_CHECKING:  # the launcher and its jobs meet the protocols (mypy checks this)
+    _launcher: Launcher = RayLauncher()
+    _job: JobProcesses = RayLauncher().start(LaunchSpec("job", ("true",), (1,), "."))

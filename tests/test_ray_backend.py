@@ -1,0 +1,348 @@
+"""The Ray launcher and ``compare --ray`` on a real local Ray cluster (``ray.cluster_utils``): three
+logical nodes with logical GPUs and accelerator types, real actors, real subprocesses that write
+what they saw into their job directory. One cluster serves the whole module (Ray starts slowly);
+every Ray process is on loopback and gone when the module ends."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bayes_sched.backends.launcher import LaunchSpec
+from bayes_sched.backends.ray_launcher import (
+    DEFAULT_GPU_TYPE,
+    ENV_RAY_NODE_ID,
+    NODE_LOST_RETURNCODE,
+    RayLauncher,
+    ray_gpu_type,
+    replica_log_path,
+)
+from bayes_sched.backends.ray_session import probe_address
+from bayes_sched.errors import AllocationError, InputError
+from tests.cli_inprocess import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Keep Ray light and on loopback (this machine's address is not Ray's to use in tests); Ray
+#: reads these when imported, so they are set before it is, for every process it starts.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(ROOT)}
+os.environ.update({k: v for k, v in RAY_ENV.items() if k != "PYTHONPATH"})
+ray = pytest.importorskip("ray")
+SMALL_STORE = 80 * 2**20
+#: Node death noticed within about a second (Ray's default is 15 s or more).
+FAST_HEALTH = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 300,
+               "health_check_failure_threshold": 3}
+
+#: A replica: writes its environment, records SIGTERM (exiting, unless told to ignore it), and
+#: sleeps; mode "fail" makes rank 1 print a line and exit 3.
+REPLICA = """\
+import json, os, signal, sys, time
+from pathlib import Path
+mode = sys.argv[1]
+job = Path(os.environ["BAYES_SCHED_JOB_DIR"])
+rank = os.environ["RANK"]
+def on_term(signum, frame):
+    (job / f"term-{rank}").write_text(str(time.time()))
+    if mode != "ignore-term":
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+seen = {k: v for k, v in os.environ.items() if k.startswith("BAYES_SCHED_") or k in (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}
+seen["pid"] = os.getpid()
+(job / f"env-{rank}.tmp").write_text(json.dumps(seen))
+os.replace(job / f"env-{rank}.tmp", job / f"env-{rank}.json")
+if mode == "fail" and rank == "1":
+    print("boom: rank 1 fails", flush=True)
+    sys.exit(3)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    from ray.cluster_utils import Cluster
+
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(ROOT)  # the actors and tasks import bayes_sched
+    common = {"num_cpus": 1, "object_store_memory": SMALL_STORE}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **common, "num_gpus": 2, "resources": {"accelerator_type:V100": 1},
+        "include_dashboard": False, "_system_config": FAST_HEALTH})
+    cluster.add_node(**common, num_gpus=2, labels={"ray.io/accelerator-type": "A100-80G"})
+    cluster.add_node(**common, num_gpus=2)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+@pytest.fixture(scope="module")
+def launcher(cluster: Any) -> Iterator[RayLauncher]:
+    """The module's connection to Ray too: the launcher connects this process (probe, then
+    ``ray.init``), and disconnects it when closed."""
+    launcher = RayLauncher(cluster.address, placement_timeout_seconds=5.0,
+                           failure_grace_seconds=2.0)
+    assert ray.is_initialized()
+    yield launcher
+    launcher.close(grace_seconds=1.0)
+    assert not ray.is_initialized()
+
+
+@pytest.fixture(scope="module")
+def script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("scripts") / "replica.py"
+    path.write_text(REPLICA)
+    return path
+
+
+def _node_of(launcher: RayLauncher, gpu_type: str) -> int:
+    return launcher.cluster_spec().gpu_types.index(gpu_type)
+
+
+def _spec(launcher: RayLauncher, script: Path, job_dir: Path, counts: dict[str, int],
+          mode: str = "run", name: str = "job") -> LaunchSpec:
+    spec = launcher.cluster_spec()
+    per_node = [0] * spec.num_nodes
+    for gpu_type, count in counts.items():
+        per_node[spec.gpu_types.index(gpu_type)] = count
+    return LaunchSpec(name, (sys.executable, str(script), mode), tuple(per_node), str(job_dir))
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.1)
+
+
+def _envs(job_dir: Path, world: int) -> list[dict[str, Any]]:
+    _wait_for(lambda: all((job_dir / f"env-{r}.json").exists() for r in range(world)), 60,
+              "every replica wrote its environment")
+    return [json.loads((job_dir / f"env-{r}.json").read_text()) for r in range(world)]
+
+
+def _live_groups() -> list[dict[str, Any]]:
+    from ray.util import placement_group_table
+
+    return [g for g in placement_group_table().values() if g["state"] != "REMOVED"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its dead parent's reaper) counts as gone.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def test_cluster_spec_reads_gpu_counts_and_types_from_ray(launcher: RayLauncher) -> None:
+    spec = launcher.cluster_spec()
+    assert sorted(spec.gpu_types) == sorted(["v100", "a100", DEFAULT_GPU_TYPE])
+    assert list(spec.capacity()) == [2, 2, 2]
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert set(launcher.node_ids) == alive and len(launcher.node_ids) == 3
+    assert launcher.cluster_spec().gpu_types == spec.gpu_types  # a stable order
+    assert ray_gpu_type("A100-80G") == "a100" and ray_gpu_type("Tesla-X") is None
+    assert ray_gpu_type("Tesla-X", {"tesla-x": "h100"}) == "h100"
+
+
+def test_start_places_replicas_on_the_named_nodes_with_their_environment(
+        launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    spec = _spec(launcher, script, tmp_path, {"a100": 1, "v100": 2})
+    job = launcher.start(spec)
+    envs = _envs(tmp_path, 3)
+    ids = launcher.node_ids
+    types = launcher.cluster_spec().gpu_types
+    ranks_on = {t: sorted(int(e["RANK"]) for e in envs
+                          if e[ENV_RAY_NODE_ID] == ids[types.index(t)]) for t in types}
+    order = [t for t in types if t in ("a100", "v100")]  # ranks fill nodes in spec order
+    first, second = order
+    assert ranks_on[first] == list(range(spec.gpus_per_node[types.index(first)]))
+    assert len(ranks_on["a100"]) == 1 and len(ranks_on["v100"]) == 2
+    assert ranks_on[DEFAULT_GPU_TYPE] == []
+    for env in envs:
+        node_type = types[ids.index(env[ENV_RAY_NODE_ID])]
+        assert env["WORLD_SIZE"] == "3" and env["BAYES_SCHED_GPU_TYPE"] == node_type
+        assert env["LOCAL_WORLD_SIZE"] == str(len(ranks_on[node_type]))
+        assert int(env["LOCAL_RANK"]) == ranks_on[node_type].index(int(env["RANK"]))
+        assert env["MASTER_ADDR"] == "127.0.0.1" and 0 < int(env["MASTER_PORT"]) < 65536
+        assert env["BAYES_SCHED_PLACEMENT"] == spec.placement
+        assert env["BAYES_SCHED_JOB_DIR"] == str(tmp_path) and env["BAYES_SCHED_ATTEMPT"] == "0"
+        assert "OMP_NUM_THREADS" not in env  # Ray's 1 for a CPU-less actor is not the job's
+    assert len({e["MASTER_PORT"] for e in envs}) == 1
+    v100 = [e["CUDA_VISIBLE_DEVICES"] for e in envs if e["BAYES_SCHED_GPU_TYPE"] == "v100"]
+    assert sorted(v100) == ["0", "1"]  # each replica its own GPU of its node
+    assert job.poll() is None and len(_live_groups()) == 2  # one group per used node
+    status = job.stop(grace_seconds=10.0)
+    assert status.returncode == 0  # each replica exited on SIGTERM, having recorded it
+    assert all((tmp_path / f"term-{r}").exists() for r in range(3))
+    assert not any(_alive(e["pid"]) for e in envs)
+    assert _live_groups() == []
+    assert set(job.timings) == {"placement_group_ready", "actors_up", "processes_started", "stop"}
+    _wait_for(lambda: ray.available_resources().get("GPU") == 6.0, 10, "GPUs released")
+
+
+def test_stop_sends_sigterm_then_sigkill(launcher: RayLauncher, script: Path,
+                                         tmp_path: Path) -> None:
+    spec = _spec(launcher, script, tmp_path, {"a100": 1}, mode="ignore-term")
+    job = launcher.start(dataclasses.replace(spec, env={"OMP_NUM_THREADS": "3"}))
+    (env,) = _envs(tmp_path, 1)
+    assert env["OMP_NUM_THREADS"] == "3"  # the job's own choice passes
+    began = time.monotonic()
+    status = job.stop(grace_seconds=1.0)
+    assert time.monotonic() - began >= 1.0
+    assert (tmp_path / "term-0").exists()  # SIGTERM came first, and was ignored
+    assert status.returncode == -signal.SIGKILL
+    assert not _alive(env["pid"]) and _live_groups() == []
+
+
+def test_over_asking_raises_allocation_error_and_reserves_nothing(
+        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    launcher = RayLauncher(cluster.address, placement_timeout_seconds=1.0)  # same connection
+    with pytest.raises(AllocationError, match="not free within 1 s; nothing started"):
+        launcher.start(_spec(launcher, script, tmp_path, {"v100": 3}))
+    assert _live_groups() == []
+    holder = launcher.start(_spec(launcher, script, tmp_path / "holder", {"v100": 2}))
+    try:  # a node's GPUs held by one job are not free for another; other nodes' are untouched
+        with pytest.raises(AllocationError):
+            launcher.start(_spec(launcher, script, tmp_path, {"v100": 1, "a100": 1}))
+        assert len(_live_groups()) == 1
+    finally:
+        holder.stop(grace_seconds=5.0)
+    with pytest.raises(AllocationError, match="one per node"):
+        launcher.start(LaunchSpec("bad", ("true",), (1,), str(tmp_path)))
+    assert _live_groups() == [] and not list(tmp_path.glob("env-*"))
+
+
+def test_a_failed_replica_stops_the_others_and_reports_its_log_tail(
+        launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    job = launcher.start(_spec(launcher, script, tmp_path, {"v100": 1, "a100": 1}, mode="fail"))
+    envs = _envs(tmp_path, 2)
+    _wait_for(lambda: job.poll() is not None, 30, "the job ends after rank 1 fails")
+    status = job.poll()
+    assert status is not None and status.returncode == 3
+    assert "boom: rank 1 fails" in status.log_tail
+    assert "boom" in replica_log_path(tmp_path, 0, 1).read_text()
+    assert (tmp_path / "term-0").exists() and not _alive(envs[0]["pid"])
+    assert _live_groups() == []
+
+
+def test_a_command_that_cannot_start_fails_with_127_and_its_reason(
+        launcher: RayLauncher, tmp_path: Path) -> None:
+    spec = launcher.cluster_spec()
+    counts = tuple(1 if t == "v100" else 0 for t in spec.gpu_types)
+    job = launcher.start(LaunchSpec("missing", (str(tmp_path / "no-such-program"),), counts,
+                                    str(tmp_path)))
+    _wait_for(lambda: job.poll() is not None, 30, "the job is reported failed")
+    status = job.poll()
+    assert status is not None and status.returncode == 127
+    assert "cannot start" in status.log_tail and "no-such-program" in status.log_tail
+    assert _live_groups() == []
+
+
+def test_a_removed_node_fails_its_jobs_processes_and_leaves_the_spec(
+        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    extra = cluster.add_node(num_cpus=1, num_gpus=2, object_store_memory=SMALL_STORE,
+                             resources={"accelerator_type:T4": 1})
+    _wait_for(lambda: launcher.cluster_spec().num_nodes == 4, 30, "the new node is listed")
+    spec = launcher.cluster_spec()
+    assert launcher.node_ids[-1] == extra.node_id and spec.gpu_types[-1] == "t4"
+    counts = [0] * spec.num_nodes
+    counts[-1], counts[spec.gpu_types.index("v100")] = 1, 1
+    job = launcher.start(LaunchSpec("lost", (sys.executable, str(script), "run"), tuple(counts),
+                                    str(tmp_path)))
+    envs = _envs(tmp_path, 2)
+    on_extra = next(e for e in envs if e[ENV_RAY_NODE_ID] == extra.node_id)
+    cluster.remove_node(extra, allow_graceful=False)
+    _wait_for(lambda: job.poll() is not None, 60, "the lost node's job is reported failed")
+    status = job.poll()
+    assert status is not None and status.returncode == NODE_LOST_RETURNCODE
+    assert f"Ray node {extra.node_id} left the cluster" in status.log_tail
+    assert launcher.cluster_spec().num_nodes == 3 and extra.node_id not in launcher.node_ids
+    others = [e for e in envs if e is not on_extra]
+    assert all((tmp_path / f"term-{e['RANK']}").exists() for e in others)
+    _wait_for(lambda: not any(_alive(e["pid"]) for e in envs), 15,
+              "no replica outlives its job (the lost node's dies with its actor)")
+    assert _live_groups() == []
+
+
+def test_an_address_that_does_not_answer_is_one_line_at_once(launcher: RayLauncher,
+                                                             tmp_path: Path) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    began = time.monotonic()
+    with pytest.raises(InputError, match=f"127.0.0.1:{port}: no Ray cluster answers"):
+        probe_address(f"127.0.0.1:{port}", 2.0)
+    with pytest.raises(InputError, match="expected auto or HOST:PORT"):
+        probe_address("nowhere", 2.0)
+    assert time.monotonic() - began < 5
+    # Refused also where this process is connected to a cluster already (the fixture's).
+    done = run_cli("compare", "--ray", f"127.0.0.1:{port}", "--workloads", "workload-1",
+                   "--policies", "fifo", "--out", str(tmp_path / "out"), "--no-progress")
+    assert done.returncode == 2, done.stderr
+    assert time.monotonic() - began < 30 and ray.is_initialized()
+    assert done.stderr.count("\n") == 1 and "--ray" in done.stderr and "Traceback" not in \
+        done.stderr and "no Ray cluster answers" in done.stderr
+    served = run_cli("serve", "--backend", "ray", "--ray-address", f"127.0.0.1:{port}",
+                     "--state", str(tmp_path / "state"))
+    assert served.returncode == 2 and served.stderr.count("\n") == 1, served.stderr
+    assert "no Ray cluster answers" in served.stderr and "Traceback" not in served.stderr
+
+
+def _compare_on_ray_equals_local(cluster: Any, tmp_path: Path, seeds: int,
+                                 *policies: str) -> None:
+    workload = tmp_path / "tiny.csv"
+    workload.write_text("name,time,application,num_replicas,batch_size\n"
+                        "a,0,ncf,1,1024\nb,30,bert,2,48\nc,60,ncf,2,1024\nd,90,cifar10,1,128\n")
+    argv = ("compare", "--workloads", str(workload), "--policies", *policies,
+            "--seed", "3", "--seeds", str(seeds), "--nodes", "2", "--gpus-per-node", "2",
+            "--no-progress",
+            "--hidden", "contention")
+    local = run_cli(*argv, "--processes", "1", "--out", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    # In this process, connected already (the launcher fixture): the runs are Ray tasks in the
+    # cluster's worker processes all the same.
+    remote = run_cli(*argv, "--ray", cluster.address, "--out", str(tmp_path / "ray"))
+    assert remote.returncode == 0, remote.stderr
+    assert ray.is_initialized()  # compare leaves a connection it did not make
+    assert (tmp_path / "ray" / "jobs.csv").read_bytes() == \
+        (tmp_path / "local" / "jobs.csv").read_bytes()
+    timing = ("wall_s", "decision_median_ms", "decision_p95_ms", "decision_mean_ms")
+
+    def outcomes(folder: str) -> list[dict[str, Any]]:
+        rows = json.loads((tmp_path / folder / "summary.json").read_text())
+        return [{k: v for k, v in row.items() if not k.startswith(timing)} for row in rows]
+    assert outcomes("ray") == outcomes("local") and len(outcomes("ray")) == seeds * len(policies)
+
+
+def test_compare_on_ray_equals_local_processes(cluster: Any, launcher: RayLauncher,
+                                               tmp_path: Path) -> None:
+    # Two runs (two Ray workers, each importing the simulator: the bulk of the time on 2 cores).
+    _compare_on_ray_equals_local(cluster, tmp_path, 1, "fifo", "tiresias")
+
+
+@pytest.mark.slow
+def test_compare_on_ray_equals_local_processes_under_pollux(cluster: Any, launcher: RayLauncher,
+                                                            tmp_path: Path) -> None:
+    _compare_on_ray_equals_local(cluster, tmp_path, 2, "pollux", "fifo")
