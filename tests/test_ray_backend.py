@@ -346,3 +346,49 @@ def test_compare_on_ray_equals_local_processes(cluster: Any, launcher: RayLaunch
 def test_compare_on_ray_equals_local_processes_under_pollux(cluster: Any, launcher: RayLauncher,
                                                             tmp_path: Path) -> None:
     _compare_on_ray_equals_local(cluster, tmp_path, 2, "pollux", "fifo")
+
+
+def test_a_real_training_job_moves_on_ray_and_resumes_from_its_checkpoint(
+        launcher: RayLauncher, tmp_path: Path) -> None:
+    """The shared backend over the Ray launcher: a tiny PyTorch job (gloo on the CPU) starts on
+    one GPU of the V100 node, is moved to two, checkpoints at the request, resumes there, and
+    finishes; its step times reach its job model under the node's GPU type."""
+    import numpy as np
+
+    from bayes_sched.backends.job_spec import RealJobSpec
+    from bayes_sched.backends.local import python_command
+    from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
+    from bayes_sched.client.protocol import read_reports
+
+    example = ROOT / "examples" / "train_tiny.py"
+    cluster = RealCluster(launcher, tmp_path / "jobs", RealClusterConfig(
+        exit_when_idle=True, poll_interval=0.05, checkpoint_timeout=60, stop_grace=30))
+    argv = python_command(str(example), ["--examples", "2048", "--step-sleep", "0.01",
+                                         "--report-interval", "0.3"])
+    cluster.submit(RealJobSpec("tiny", argv, 32, 256, 64, 2))
+    node = _node_of(launcher, "v100")
+    one, two = np.zeros(cluster.spec.num_nodes, np.int64), np.zeros(cluster.spec.num_nodes,
+                                                                      np.int64)
+    one[node], two[node] = 1, 2
+    cluster.apply({"tiny": one})
+    deadline = time.monotonic() + 120
+    while cluster.records["tiny"].progress == 0 and time.monotonic() < deadline:
+        cluster.advance(0.2)
+    assert cluster.records["tiny"].status == "running", cluster.records["tiny"]
+    cluster.apply({"tiny": two})
+    while not cluster.done() and time.monotonic() < deadline + 120:
+        cluster.advance(0.2)
+    record = cluster.records["tiny"]
+    assert record.status == "done", record
+    reports = read_reports(cluster.job_dir("tiny"))[0]
+    starts = [r for r in reports if r["kind"] == "start"]
+    acked = [r for r in reports if r["kind"] == "checkpoint"]
+    assert [s["attempt"] for s in starts] == [0, 1] and acked
+    assert starts[1]["restored"] and starts[1]["step"] >= acked[-1]["step"] > 0
+    assert reports[-1]["kind"] == "exit" and reports[-1]["epochs"] == 2.0
+    placements = {r["num_replicas"] for r in reports if r["kind"] == "step"}
+    assert placements == {1, 2}
+    assert {r["gpu_type"] for r in reports if r["kind"] == "step"} == {"v100"}
+    assert cluster.job_views() == []  # done: no longer active
+    profile = cluster.agent("tiny", "v100").profile()
+    assert set(profile.num_replicas.tolist()) == {1, 2}
