@@ -186,16 +186,18 @@ class GeneticSearch:
         fitness = problem.fitness(population)
         for _ in range(generations):
             children = problem.offspring(population, fitness, ga)
-            merged = np.concatenate([population, children])
             merged_fitness = np.concatenate([fitness, problem.fitness(children)])
             keep = np.argsort(-merged_fitness, kind="stable")[:size]
-            population, fitness = merged[keep], merged_fitness[keep]
+            population = _take_merged(population, children, keep)
+            fitness = merged_fitness[keep]
         self._population, self._population_jobs = population, names
         return population, fitness
 
     def _evolve_nsga2(self, problem: AllocationProblem, names: list[str], population: np.ndarray,
                       size: int, generations: int) -> tuple[np.ndarray, np.ndarray]:
-        population = population[_unique_rows(population)]
+        keys = _row_keys(population)
+        first = _first_occurrences(keys)
+        population, keys = population[first], [keys[i] for i in first]
         fitness, utility = problem.fitness(population), problem.utility(population)
         _, crowding = nsga2.survivors(fitness, utility, size)
         for _ in range(generations):
@@ -203,14 +205,16 @@ class GeneticSearch:
             # as needed in one go fills the brood (about half are repeats on a full cluster).
             children = problem.offspring_nsga2(population, fitness, utility, crowding, 2 * size,
                                                self.ga)
-            merged = np.concatenate([population, children])
-            keep = _unique_rows(merged)
-            children = merged[keep[keep >= len(population)][:size]]
-            merged = np.concatenate([population, children])
+            child_keys = _row_keys(children)
+            new = _first_occurrences(child_keys, seen=keys)[:size]
+            children, child_keys = children[new], [child_keys[i] for i in new]
             merged_fitness = np.concatenate([fitness, problem.fitness(children)])
             merged_utility = np.concatenate([utility, problem.utility(children)])
             keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
-            population, fitness = merged[keep], merged_fitness[keep]
+            population = _take_merged(population, children, keep)
+            merged_keys = keys + child_keys
+            keys = [merged_keys[i] for i in keep.tolist()]
+            fitness = merged_fitness[keep]
             utility, crowding = merged_utility[keep], merged_crowding[keep]
         self._population, self._population_jobs = population, names
         return population, fitness
@@ -260,18 +264,41 @@ class AllocationProblem:
         self.max_nodes = max_nodes
         self.rng = rng
         self.job_index = np.arange(base.shape[0])
+        self._base_nodes = np.count_nonzero(base, axis=1)
 
-    def table_speedups(self, states: np.ndarray) -> np.ndarray:
-        """Every job's speedup table read at its nodes and GPUs in every state, shape ``(P, J)``."""
-        nodes = np.count_nonzero(states, axis=2)
-        replicas = states.sum(axis=2)
-        return self.tables[self.job_index, nodes, replicas]
+    def table_speedups(self, states: np.ndarray,
+                       entries: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+        """Every job's speedup table read at its nodes and GPUs in every state, shape ``(P, J)``.
+        ``entries``: ``nonzero_entries(states)``, where the caller has them."""
+        size, num_jobs, _ = states.shape
+        p, j, _, v = nonzero_entries(states) if entries is None else entries
+        # Nodes and GPUs per (state, job) from the nonzero entries: the dense reductions over
+        # P x J x N cost several times more on a large, mostly empty cluster state.
+        row = p * num_jobs + j
+        nodes = np.bincount(row, minlength=size * num_jobs).reshape(size, num_jobs)
+        replicas = np.bincount(row, weights=v, minlength=size * num_jobs).astype(np.int64)
+        return self.tables[self.job_index, nodes, replicas.reshape(size, num_jobs)]
+
+    def changed(self, states: np.ndarray,
+                entries: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+        """Whether each job's allocation in each state differs from :attr:`base`, shape
+        ``(P, J)`` (``np.any(states != base, axis=2)``, from the nonzero entries)."""
+        size, num_jobs, _ = states.shape
+        p, j, n, v = nonzero_entries(states) if entries is None else entries
+        row = p * num_jobs + j
+        same = self.base[j, n] == v
+        # A row equals the base row when every entry matches one of the base's and it has as
+        # many entries as the base row.
+        matched = np.bincount(row[same], minlength=size * num_jobs).reshape(size, num_jobs)
+        mismatched = np.bincount(row[~same], minlength=size * num_jobs).reshape(size, num_jobs)
+        return (mismatched > 0) | (matched != self._base_nodes)
 
     def speedups(self, states: np.ndarray) -> np.ndarray:
         """Scaled speedup of every job in every state, times the re-allocation penalty where the
         job's allocation changes, shape ``(P, J)``."""
-        speedup = self.table_speedups(states) * self.scale
-        changed = np.any(states != self.base, axis=2)
+        entries = nonzero_entries(states)
+        speedup = self.table_speedups(states, entries) * self.scale
+        changed = self.changed(states, entries)
         return np.where(changed, speedup * self.penalty, speedup)
 
     def fitness(self, states: np.ndarray) -> np.ndarray:
@@ -281,8 +308,12 @@ class AllocationProblem:
     def utility(self, states: np.ndarray) -> np.ndarray:
         """Cluster utility, as the artifact's second objective: the jobs' summed speedups over the
         GPUs of the nodes in use, shape ``(P,)``."""
-        speedup = self.table_speedups(states).sum(axis=1)
-        active = np.count_nonzero(states.any(axis=1), axis=1)
+        size, _, num_nodes = states.shape
+        entries = nonzero_entries(states)
+        speedup = self.table_speedups(states, entries).sum(axis=1)
+        p, _, n, _ = entries
+        in_use = np.bincount(p * num_nodes + n, minlength=size * num_nodes) > 0
+        active = np.count_nonzero(in_use.reshape(size, num_nodes), axis=1)
         return speedup / np.maximum(active * self.capacity, 1)
 
     def offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray, utility: np.ndarray,
@@ -305,15 +336,13 @@ class AllocationProblem:
         first, second = tournament(), tournament()
         point = rng.integers(num_jobs, size=(half, 1))
         point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)
-        take_first = (np.arange(num_jobs) < point)[:, :, None]
-        children = np.concatenate([
-            np.where(take_first, population[first], population[second]),
-            np.where(take_first, population[second], population[first])])[:count]
+        children = np.concatenate([_crossover(population, first, second, point[:, 0]),
+                                   _crossover(population, second, first, point[:, 0])])[:count]
         return self.repair(self.mutate_artifact(children, ga))
 
     def mutate_artifact(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
         """The artifact's mutation, drawn sparsely so that its cost follows the GPUs in use and
-        the free nodes rather than ``P x J x N``.
+        the free nodes rather than ``P x J x N``. Changes ``states`` in place and returns it.
 
         Per job row: with ``reset_prob``, back to the current allocation; with ``zero_prob``, each
         of its nodes dropped with ``zero_prob``. Then growth on nodes with free GPUs, as two
@@ -326,13 +355,14 @@ class AllocationProblem:
         rng = self.rng
         size, num_jobs, num_nodes = states.shape
         reset = rng.random((size, num_jobs)) < ga.reset_prob
-        states = np.where(reset[:, :, None], self.base, states)
-        p, j, n = np.nonzero(states)
+        _reset_rows(states, reset, self.base)
+        p, j, n, v = nonzero_entries(states)
         drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
                                                                        < ga.zero_prob)
         states[p[drop], j[drop], n[drop]] = 0
-        p, j, n = p[~drop], j[~drop], n[~drop]                                   # still in use
-        is_free = states.sum(axis=1, dtype=np.int32) < self.capacity             # (P, N)
+        p, j, n, v = p[~drop], j[~drop], n[~drop], v[~drop]                      # still in use
+        load = np.bincount(p * num_nodes + n, weights=v, minlength=size * num_nodes)
+        is_free = load.reshape(size, num_nodes) < self.capacity                  # (P, N)
         # Any job onto a free node: a binomial count of jobs per free node, then that many
         # distinct jobs (the same as a coin per entry, at the cost of the hits only).
         free_p, free_n = np.nonzero(is_free)
@@ -361,25 +391,27 @@ class AllocationProblem:
         second = np.where(fitness[a] >= fitness[b], a, b)
         # One-point crossover over jobs.
         point = rng.integers(num_jobs + 1, size=(size, 1))
-        take_first = (np.arange(num_jobs) < point)[:, :, None]
-        children = np.where(take_first, population[first], population[second])
+        children = _crossover(population, first, second, point[:, 0])
         return self.repair(self.mutate(children, ga))
 
     def mutate(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
         """Random changes per job row; randomness is drawn per row, not per GPU slot, so the cost
-        stays near ``P x J`` however many nodes there are."""
+        stays near ``P x J`` however many nodes there are. Changes ``states`` in place and
+        returns it."""
         rng = self.rng
         size, num_jobs, num_nodes = states.shape
         # Reset some jobs to their current allocation.
         reset = rng.random((size, num_jobs)) < ga.reset_prob
-        states = np.where(reset[:, :, None], self.base, states)
+        _reset_rows(states, reset, self.base)
         # Take some jobs off one of their nodes (or an empty one: no change).
         p, j = np.nonzero(rng.random((size, num_jobs)) < ga.zero_prob)
         states[p, j, rng.integers(num_nodes, size=p.size)] = 0
         # Grow some jobs where GPUs are free, as the artifact's mutation does (never onto a full
         # node, so no GPUs are taken from a job by growth alone): on one of their own nodes with
         # free GPUs, and on any node with free GPUs, each picked uniformly.
-        free = self.capacity - states.sum(axis=1, dtype=np.int32)                # (P, N)
+        p, _, n, v = nonzero_entries(states)
+        used = np.bincount(p * num_nodes + n, weights=v, minlength=size * num_nodes)
+        free = self.capacity - used.reshape(size, num_nodes).astype(np.int32)    # (P, N)
         for own in (True, False):
             p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
             if not p.size:
@@ -399,8 +431,8 @@ class AllocationProblem:
         """Make states feasible. Works on the nonzero entries only (a job uses few of many nodes),
         as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``."""
         size, num_jobs, num_nodes = states.shape
-        p, j, n = np.nonzero(states)
-        v = states[p, j, n].astype(np.int64)
+        p, j, n, v = nonzero_entries(states)
+        v = v.astype(np.int64)
         if self.avoid_interference:
             # At most one distributed job per node: later (lower-priority) ones leave it.
             job_key = p * num_jobs + j
@@ -432,10 +464,84 @@ class AllocationProblem:
 
 def _unique_rows(states: np.ndarray) -> np.ndarray:
     """Indices of the first occurrence of each distinct state, in order."""
-    flat = np.ascontiguousarray(states.reshape(len(states), -1))
-    _, first = np.unique(flat.view(np.dtype((np.void, flat.dtype.itemsize * flat.shape[1]))),
-                         return_index=True)
-    return np.sort(first)
+    return _first_occurrences(_row_keys(states))
+
+
+def _row_keys(states: np.ndarray) -> list[bytes]:
+    """One key per state of a ``(P, J, N)`` array, equal exactly where the states are equal: the
+    positions and values of its nonzero entries (a few hundred bytes, where the state's own bytes
+    are ``J x N`` elements: comparing those, or ``np.unique`` over them, costs far more)."""
+    size, num_jobs, num_nodes = states.shape
+    p, j, n, v = nonzero_entries(states)
+    position = (j * num_nodes + n).astype(np.int64)
+    values = v.astype(np.int64)
+    bounds = np.searchsorted(p, np.arange(size + 1)).tolist()
+    return [position[a:b].tobytes() + values[a:b].tobytes()
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _first_occurrences(keys: Sequence[bytes], seen: Sequence[bytes] = ()) -> np.ndarray:
+    """Indices of the first occurrence of each distinct key that is not in ``seen``, in order."""
+    known = set(seen)
+    first = []
+    for i, key in enumerate(keys):
+        if key not in known:
+            known.add(key)
+            first.append(i)
+    return np.array(first, dtype=np.int64)
+
+
+def _take_merged(population: np.ndarray, children: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``np.concatenate([population, children])[keep]`` without building the concatenation."""
+    out = np.empty((len(keep), *population.shape[1:]), dtype=population.dtype)
+    old = keep < len(population)
+    out[old] = population[keep[old]]
+    out[~old] = children[keep[~old] - len(population)]
+    return out
+
+
+def nonzero_entries(states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``np.nonzero(states)`` of a ``(P, J, N)`` integer array and the values there: ``(p, j, n,
+    values)``, each ``(K,)``, in the same (C) order.
+
+    A cluster state is mostly zeros (a job holds few of many nodes); scanning it eight bytes at a
+    time and looking inside the nonzero words only is an order of magnitude faster than
+    ``np.nonzero`` on a 3-D array.
+    """
+    flat = np.ascontiguousarray(states).reshape(-1)
+    per_word = 8 // flat.dtype.itemsize if 8 % flat.dtype.itemsize == 0 else 0
+    if per_word == 0 or flat.size < per_word:
+        p, j, n = np.nonzero(states)
+        return p, j, n, states[p, j, n]
+    whole = flat.size - flat.size % per_word
+    words = np.flatnonzero(flat[:whole].view(np.uint64) != 0)
+    index = (words[:, None] * per_word + np.arange(per_word)).reshape(-1)
+    index = np.concatenate([index, np.arange(whole, flat.size)])
+    values = flat[index]
+    keep = values != 0
+    index = index[keep]
+    p, j, n = np.unravel_index(index, states.shape)
+    return p, j, n, values[keep]
+
+
+def _crossover(population: np.ndarray, first: np.ndarray, second: np.ndarray,
+               point: np.ndarray) -> np.ndarray:
+    """One-point crossover over jobs: child ``c`` takes jobs ``< point[c]`` from
+    ``population[first[c]]`` and the rest from ``population[second[c]]``, shape
+    ``(len(first), J, N)`` (row copies, not a dense ``np.where`` over every child)."""
+    children = np.empty((len(first), *population.shape[1:]), dtype=population.dtype)
+    for c, (a, b, cut) in enumerate(zip(first.tolist(), second.tolist(), point.tolist(),
+                                        strict=True)):
+        cut = min(max(cut, 0), population.shape[1])
+        children[c, :cut] = population[a, :cut]
+        children[c, cut:] = population[b, cut:]
+    return children
+
+
+def _reset_rows(states: np.ndarray, reset: np.ndarray, base: np.ndarray) -> None:
+    """Set the rows ``reset`` (``(P, J)`` booleans) of ``states`` to ``base``'s, in place."""
+    p, j = np.nonzero(reset)
+    states[p, j] = base[j]
 
 
 def _distinct_draws(groups: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
