@@ -109,6 +109,10 @@ class SpeedupTables:
         self.speedup_tolerance = speedup_tolerance
         self.risk = risk
         self._tables: dict[str, tuple[int, float, int, np.ndarray]] = {}
+        # Tables built this round and the last by their inputs: jobs whose models are equal
+        # (the same fit, gradient statistics and limits) share one build.
+        self._built: dict[tuple[object, ...], np.ndarray] = {}
+        self._built_before: dict[tuple[object, ...], np.ndarray] = {}
 
     def _goodput_table(self, job: JobView, num_nodes: int, max_r: int) -> np.ndarray | None:
         """Fitted goodput for ``n <= num_nodes`` nodes and ``r <= max_r`` GPUs, shape
@@ -124,14 +128,24 @@ class SpeedupTables:
             if (version == model.version and cached_r >= max_r and table.shape[0] > num_nodes
                     and abs(phi - cached_phi) <= self.speedup_tolerance * abs(cached_phi)):
                 return table[: num_nodes + 1, : max_r + 1]
-        r = np.arange(1, max_r + 1)
-        n = np.arange(1, num_nodes + 1)
-        rr, nn = np.meshgrid(r, n)
-        valid = nn <= rr
-        # As in the artifact, speedups use the tuned batch even for a job run at a fixed batch.
-        goodput = model.goodput(nn[valid], rr[valid], quantile=self.risk)
-        table = np.zeros((num_nodes + 1, max_r + 1))
-        table[nn[valid], rr[valid]] = goodput
+        draws = model.draws
+        key = (model.params, model.gradient, model.limits,
+               None if draws is None else draws.tobytes(), num_nodes, max_r)
+        table = self._built.get(key)
+        if table is None:
+            table = self._built_before.get(key)
+        if table is None:
+            r = np.arange(1, max_r + 1)
+            n = np.arange(1, num_nodes + 1)
+            rr, nn = np.meshgrid(r, n)
+            valid = nn <= rr
+            # As in the artifact, speedups use the tuned batch even for a job run at a fixed
+            # batch.
+            goodput = model.goodput(nn[valid], rr[valid], quantile=self.risk)
+            table = np.zeros((num_nodes + 1, max_r + 1))
+            table[nn[valid], rr[valid]] = goodput
+            table.flags.writeable = False
+        self._built[key] = table
         self._tables[job.name] = (model.version, phi, max_r, table)
         return table
 
@@ -147,6 +161,12 @@ class SpeedupTables:
         r = np.arange(r_max + 1)
         n = np.arange(n_max + 1)[:, None]
         linear = np.where((n >= 1) & (n <= r), r / fair_r, 0.0)
+        # Keep what the jobs of this round use: finished jobs' tables go (memory stays flat
+        # however long the trace).
+        names = {job.name for job in jobs}
+        for name in [name for name in self._tables if name not in names]:
+            del self._tables[name]
+        self._built_before, self._built = self._built, {}
         for j, job in enumerate(jobs):
             goodput = self._goodput_table(job, n_max, max(int(max_replicas[j]), fair_r))
             if goodput is None:
@@ -232,7 +252,7 @@ class GeneticSearch:
         if self.ga.search != "nsga2":  # the artifact's NSGA-II starts from last round's as they are
             population[1:] = problem.mutate(population[1:], self.ga)
         population[0] = base  # keep the status quo as a candidate
-        return problem.repair(population)
+        return problem.repair(population, in_place=True)
 
 
 class AllocationProblem:
@@ -336,9 +356,10 @@ class AllocationProblem:
         first, second = tournament(), tournament()
         point = rng.integers(num_jobs, size=(half, 1))
         point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)
-        children = np.concatenate([_crossover(population, first, second, point[:, 0]),
-                                   _crossover(population, second, first, point[:, 0])])[:count]
-        return self.repair(self.mutate_artifact(children, ga))
+        children = np.empty((2 * half, *population.shape[1:]), dtype=population.dtype)
+        _crossover(population, first, second, point[:, 0], out=children[:half])
+        _crossover(population, second, first, point[:, 0], out=children[half:])
+        return self.repair(self.mutate_artifact(children[:count], ga), in_place=True)
 
     def mutate_artifact(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
         """The artifact's mutation, drawn sparsely so that its cost follows the GPUs in use and
@@ -392,7 +413,7 @@ class AllocationProblem:
         # One-point crossover over jobs.
         point = rng.integers(num_jobs + 1, size=(size, 1))
         children = _crossover(population, first, second, point[:, 0])
-        return self.repair(self.mutate(children, ga))
+        return self.repair(self.mutate(children, ga), in_place=True)
 
     def mutate(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
         """Random changes per job row; randomness is drawn per row, not per GPU slot, so the cost
@@ -427,9 +448,10 @@ class AllocationProblem:
             states[p, j, node] = rng.integers(current, self.capacity + 1)
         return states
 
-    def repair(self, states: np.ndarray) -> np.ndarray:
+    def repair(self, states: np.ndarray, in_place: bool = False) -> np.ndarray:
         """Make states feasible. Works on the nonzero entries only (a job uses few of many nodes),
-        as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``."""
+        as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``.
+        ``in_place``: repair ``states`` itself (and return it) rather than a copy."""
         size, num_jobs, num_nodes = states.shape
         p, j, n, v = nonzero_entries(states)
         v = v.astype(np.int64)
@@ -457,7 +479,8 @@ class AllocationProblem:
         total = _group_cumsum(values, node_key[order])
         v[order] = (np.minimum(total, self.capacity)
                     - np.minimum(total - values, self.capacity))
-        repaired = np.zeros_like(states)
+        # Only nonzero entries change, so writing them back repairs the states.
+        repaired = states if in_place else states.copy()
         repaired[p, j, n] = v
         return repaired
 
@@ -525,11 +548,13 @@ def nonzero_entries(states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def _crossover(population: np.ndarray, first: np.ndarray, second: np.ndarray,
-               point: np.ndarray) -> np.ndarray:
+               point: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """One-point crossover over jobs: child ``c`` takes jobs ``< point[c]`` from
     ``population[first[c]]`` and the rest from ``population[second[c]]``, shape
-    ``(len(first), J, N)`` (row copies, not a dense ``np.where`` over every child)."""
-    children = np.empty((len(first), *population.shape[1:]), dtype=population.dtype)
+    ``(len(first), J, N)`` (row copies, not a dense ``np.where`` over every child), written into
+    ``out`` where given."""
+    children = (np.empty((len(first), *population.shape[1:]), dtype=population.dtype)
+                if out is None else out)
     for c, (a, b, cut) in enumerate(zip(first.tolist(), second.tolist(), point.tolist(),
                                         strict=True)):
         cut = min(max(cut, 0), population.shape[1])
