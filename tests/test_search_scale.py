@@ -176,3 +176,52 @@ def test_generated_workload_round_trips_and_refuses_bad_lengths(tmp_path: Path) 
             generate_workload(10, hours)
     with pytest.raises(InputError, match="num_jobs"):
         generate_workload(0, 8)
+
+
+def _reference_repair(problem: AllocationProblem, states: np.ndarray) -> np.ndarray:
+    """The repair as first written (lexsorts over np.nonzero of the dense states)."""
+    from bayes_sched.search.allocation import _group_cumsum
+
+    size, num_jobs, num_nodes = states.shape
+    p, j, n = np.nonzero(states)
+    v = states[p, j, n].astype(np.int64)
+    if problem.avoid_interference:
+        job_key = p * num_jobs + j
+        distributed = np.bincount(job_key, minlength=size * num_jobs)[job_key] > 1
+        d = np.flatnonzero(distributed)
+        order = d[np.lexsort((j[d], p[d] * num_nodes + n[d]))]
+        rank = _group_cumsum(np.ones(order.size, np.int64), (p * num_nodes + n)[order])
+        v[order[rank > 1]] = 0
+    job_key = p * num_jobs + j
+    order = np.lexsort((problem.rng.random(p.size), job_key))
+    values, cap = v[order], problem.max_replicas[j[order]]
+    total = _group_cumsum(values, job_key[order])
+    kept = np.minimum(total, cap) - np.minimum(total - values, cap)
+    nodes_used = _group_cumsum((kept > 0).astype(np.int64), job_key[order])
+    kept[nodes_used > problem.max_nodes] = 0
+    v[order] = kept
+    node_key = p * num_nodes + n
+    order = np.lexsort((j, node_key))
+    values = v[order]
+    total = _group_cumsum(values, node_key[order])
+    v[order] = np.minimum(total, problem.capacity) - np.minimum(total - values, problem.capacity)
+    repaired = np.zeros_like(states)
+    repaired[p, j, n] = v
+    return repaired
+
+
+@pytest.mark.parametrize("avoid", [True, False])
+def test_repair_equals_the_reference(avoid: bool) -> None:
+    rng = np.random.default_rng(13)
+    for trial in range(15):
+        problem = _dense_problem(rng, 5 + 3 * trial, 4 + trial % 5, avoid=avoid)
+        states = _sparse_states(rng, (25, 5 + 3 * trial, 4 + trial % 5), np.int16,
+                                0.1 + 0.05 * trial)
+        state_rng = problem.rng.bit_generator.state
+        expected = _reference_repair(problem, states)
+        problem.rng.bit_generator.state = state_rng
+        assert np.array_equal(problem.repair(states), expected)
+        problem.rng.bit_generator.state = state_rng
+        fitness, utility = problem.objectives(expected)
+        assert np.array_equal(fitness, problem.fitness(expected))
+        assert np.array_equal(utility, problem.utility(expected))

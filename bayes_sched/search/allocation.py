@@ -218,7 +218,7 @@ class GeneticSearch:
         keys = _row_keys(population)
         first = _first_occurrences(keys)
         population, keys = population[first], [keys[i] for i in first]
-        fitness, utility = problem.fitness(population), problem.utility(population)
+        fitness, utility = problem.objectives(population)
         _, crowding = nsga2.survivors(fitness, utility, size)
         for _ in range(generations):
             # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
@@ -228,8 +228,9 @@ class GeneticSearch:
             child_keys = _row_keys(children)
             new = _first_occurrences(child_keys, seen=keys)[:size]
             children, child_keys = children[new], [child_keys[i] for i in new]
-            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
-            merged_utility = np.concatenate([utility, problem.utility(children)])
+            child_fitness, child_utility = problem.objectives(children)
+            merged_fitness = np.concatenate([fitness, child_fitness])
+            merged_utility = np.concatenate([utility, child_utility])
             keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
             population = _take_merged(population, children, keep)
             merged_keys = keys + child_keys
@@ -317,9 +318,12 @@ class AllocationProblem:
         """Scaled speedup of every job in every state, times the re-allocation penalty where the
         job's allocation changes, shape ``(P, J)``."""
         entries = nonzero_entries(states)
-        speedup = self.table_speedups(states, entries) * self.scale
-        changed = self.changed(states, entries)
-        return np.where(changed, speedup * self.penalty, speedup)
+        return self._penalised(self.table_speedups(states, entries), states, entries)
+
+    def _penalised(self, table: np.ndarray, states: np.ndarray,
+                   entries: tuple[np.ndarray, ...]) -> np.ndarray:
+        speedup = table * self.scale
+        return np.where(self.changed(states, entries), speedup * self.penalty, speedup)
 
     def fitness(self, states: np.ndarray) -> np.ndarray:
         """Power mean of penalised, scaled speedups, shape ``(P,)``."""
@@ -328,13 +332,25 @@ class AllocationProblem:
     def utility(self, states: np.ndarray) -> np.ndarray:
         """Cluster utility, as the artifact's second objective: the jobs' summed speedups over the
         GPUs of the nodes in use, shape ``(P,)``."""
-        size, _, num_nodes = states.shape
         entries = nonzero_entries(states)
-        speedup = self.table_speedups(states, entries).sum(axis=1)
+        return self._utility(self.table_speedups(states, entries), states, entries)
+
+    def _utility(self, table: np.ndarray, states: np.ndarray,
+                 entries: tuple[np.ndarray, ...]) -> np.ndarray:
+        size, _, num_nodes = states.shape
         p, _, n, _ = entries
         in_use = np.bincount(p * num_nodes + n, minlength=size * num_nodes) > 0
         active = np.count_nonzero(in_use.reshape(size, num_nodes), axis=1)
-        return speedup / np.maximum(active * self.capacity, 1)
+        return table.sum(axis=1) / np.maximum(active * self.capacity, 1)
+
+    def objectives(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`fitness` and :meth:`utility` of ``states``, sharing their table reads."""
+        if type(self).fitness is not AllocationProblem.fitness:  # a subclass's own fitness
+            return self.fitness(states), self.utility(states)
+        entries = nonzero_entries(states)
+        table = self.table_speedups(states, entries)
+        fitness = power_mean(self._penalised(table, states, entries) + 1e-3, self.p)
+        return fitness, self._utility(table, states, entries)
 
     def offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray, utility: np.ndarray,
                         crowding: np.ndarray, count: int, ga: GAConfig) -> np.ndarray:
@@ -453,15 +469,18 @@ class AllocationProblem:
         as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``.
         ``in_place``: repair ``states`` itself (and return it) rather than a copy."""
         size, num_jobs, num_nodes = states.shape
+        # Entries come in (state, job, node) order, so a stable sort by (state, node) orders
+        # each node's entries by job (as np.lexsort((j, node_key)) would, at less cost).
         p, j, n, v = nonzero_entries(states)
         v = v.astype(np.int64)
+        node_key = p * num_nodes + n
         if self.avoid_interference:
             # At most one distributed job per node: later (lower-priority) ones leave it.
             job_key = p * num_jobs + j
             distributed = np.bincount(job_key, minlength=size * num_jobs)[job_key] > 1
             d = np.flatnonzero(distributed)
-            order = d[np.lexsort((j[d], p[d] * num_nodes + n[d]))]
-            rank = _group_cumsum(np.ones(order.size, np.int64), (p * num_nodes + n)[order])
+            order = d[np.argsort(node_key[d], kind="stable")]
+            rank = _group_cumsum(np.ones(order.size, np.int64), node_key[order])
             v[order[rank > 1]] = 0
         # Per job: at most max_replicas GPUs and max_nodes nodes, trimmed in a random node order.
         job_key = p * num_jobs + j
@@ -473,8 +492,7 @@ class AllocationProblem:
         kept[nodes_used > self.max_nodes] = 0
         v[order] = kept
         # Node capacity, higher-priority jobs (lower index) first.
-        node_key = p * num_nodes + n
-        order = np.lexsort((j, node_key))
+        order = np.argsort(node_key, kind="stable")
         values = v[order]
         total = _group_cumsum(values, node_key[order])
         v[order] = (np.minimum(total, self.capacity)
