@@ -3,6 +3,7 @@ states), the shared fit and speedup-table caches, and the long-workload generato
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -225,3 +226,14 @@ def test_repair_equals_the_reference(avoid: bool) -> None:
         fitness, utility = problem.objectives(expected)
         assert np.array_equal(fitness, problem.fitness(expected))
         assert np.array_equal(utility, problem.utility(expected))
+
+
+@pytest.mark.parametrize("policy", ["pollux", "bo"])
+def test_short_simulation_gives_the_jcts_of_before_the_scale_work(policy: str) -> None:
+    from bayes_sched.sim import run_simulation
+
+    pinned = json.loads((Path(__file__).parent / "fixtures"
+                         / "pinned_jcts_workload1_first10.json").read_text())
+    result = run_simulation("workload-1", policy, max_jobs=10)
+    jct = {row.job: float(row.jct) for row in result.jobs.itertuples()}
+    assert jct == pinned["jct_seconds"][policy]
