@@ -411,8 +411,8 @@ class AllocationProblem:
         p, j, n = p[own], j[own], n[own]
         node = p * num_nodes + n
         pick = rng.random(p.size) * np.bincount(node, minlength=size * num_nodes)[node] < 1.0
-        key = np.unique(np.r_[(grow_p * num_jobs + grow_j) * num_nodes + grow_n,
-                              (p[pick] * num_jobs + j[pick]) * num_nodes + n[pick]])
+        key = _sorted_unique(np.concatenate([(grow_p * num_jobs + grow_j) * num_nodes + grow_n,
+                                             (p[pick] * num_jobs + j[pick]) * num_nodes + n[pick]]))
         p, rest = np.divmod(key, num_jobs * num_nodes)
         j, n = np.divmod(rest, num_nodes)
         states[p, j, n] = rng.integers(states[p, j, n], self.capacity + 1)
@@ -608,11 +608,18 @@ def power_mean(values: np.ndarray, p: float) -> np.ndarray:
     return np.mean(values**p, axis=-1) ** (1.0 / p)
 
 
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-D array, by a sort (cheaper on the small arrays here)."""
+    values = np.sort(values)
+    return values[np.concatenate([[True], values[1:] != values[:-1]])]
+
+
 def _group_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """Inclusive cumulative sum of ``values`` within runs of equal ``groups`` (sorted), shape kept."""
     if values.size == 0:
         return values.copy()
     total = np.cumsum(values)
-    start = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-    lengths = np.diff(np.r_[start, values.size])
+    # np.concatenate, not np.r_: this runs thousands of times a round on small arrays.
+    start = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+    lengths = np.diff(np.concatenate([start, [values.size]]))
     return total - np.repeat(total[start] - values[start], lengths)
