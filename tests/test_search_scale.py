@@ -237,3 +237,20 @@ def test_short_simulation_gives_the_jcts_of_before_the_scale_work(policy: str) -
     result = run_simulation("workload-1", policy, max_jobs=10)
     jct = {row.job: float(row.jct) for row in result.jobs.itertuples()}
     assert jct == pinned["jct_seconds"][policy]
+
+
+def test_entries_kept_through_repair_and_selection_equal_fresh_ones() -> None:
+    from bayes_sched.search.allocation import _entries_of_rows
+
+    rng = np.random.default_rng(21)
+    problem = _dense_problem(rng, 12, 6, avoid=True)
+    states = _sparse_states(rng, (20, 12, 6), np.int16, 0.3)
+    repaired, entries = problem._repair(states.copy(), in_place=True)
+    fresh = nonzero_entries(repaired)
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype
+               for a, b in zip(entries, fresh, strict=True))
+    rows = np.sort(rng.choice(20, size=7, replace=False))
+    selected = _entries_of_rows(entries, rows, 20)
+    assert all(np.array_equal(a, b) for a, b in zip(selected, nonzero_entries(repaired[rows]),
+                                                     strict=True))
+    assert _row_keys(repaired, entries) == _row_keys(repaired)

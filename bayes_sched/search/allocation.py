@@ -34,6 +34,9 @@ from bayes_sched.search import nsga2
 #: GPU counts in the search: small integers keep large populations cheap to copy and scan.
 STATE_DTYPE = np.int16
 
+#: ``(p, j, n, values)`` of the nonzero entries of a ``(P, J, N)`` array (:func:`nonzero_entries`).
+Entries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
 #: Survival schemes of the genetic search (see :class:`GAConfig`).
 SEARCHES = ("nsga2", "elitist")
 
@@ -223,12 +226,13 @@ class GeneticSearch:
         for _ in range(generations):
             # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
             # as needed in one go fills the brood (about half are repeats on a full cluster).
-            children = problem.offspring_nsga2(population, fitness, utility, crowding, 2 * size,
-                                               self.ga)
-            child_keys = _row_keys(children)
+            children, entries = problem._offspring_nsga2(population, fitness, utility, crowding,
+                                                         2 * size, self.ga)
+            child_keys = _row_keys(children, entries)
             new = _first_occurrences(child_keys, seen=keys)[:size]
+            entries = _entries_of_rows(entries, new, len(children))
             children, child_keys = children[new], [child_keys[i] for i in new]
-            child_fitness, child_utility = problem.objectives(children)
+            child_fitness, child_utility = problem.objectives(children, entries)
             merged_fitness = np.concatenate([fitness, child_fitness])
             merged_utility = np.concatenate([utility, child_utility])
             keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
@@ -288,7 +292,7 @@ class AllocationProblem:
         self._base_nodes = np.count_nonzero(base, axis=1)
 
     def table_speedups(self, states: np.ndarray,
-                       entries: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+                       entries: Entries | None = None) -> np.ndarray:
         """Every job's speedup table read at its nodes and GPUs in every state, shape ``(P, J)``.
         ``entries``: ``nonzero_entries(states)``, where the caller has them."""
         size, num_jobs, _ = states.shape
@@ -301,7 +305,7 @@ class AllocationProblem:
         return self.tables[self.job_index, nodes, replicas.reshape(size, num_jobs)]
 
     def changed(self, states: np.ndarray,
-                entries: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+                entries: Entries | None = None) -> np.ndarray:
         """Whether each job's allocation in each state differs from :attr:`base`, shape
         ``(P, J)`` (``np.any(states != base, axis=2)``, from the nonzero entries)."""
         size, num_jobs, _ = states.shape
@@ -321,7 +325,7 @@ class AllocationProblem:
         return self._penalised(self.table_speedups(states, entries), states, entries)
 
     def _penalised(self, table: np.ndarray, states: np.ndarray,
-                   entries: tuple[np.ndarray, ...]) -> np.ndarray:
+                   entries: Entries) -> np.ndarray:
         speedup = table * self.scale
         return np.where(self.changed(states, entries), speedup * self.penalty, speedup)
 
@@ -336,24 +340,32 @@ class AllocationProblem:
         return self._utility(self.table_speedups(states, entries), states, entries)
 
     def _utility(self, table: np.ndarray, states: np.ndarray,
-                 entries: tuple[np.ndarray, ...]) -> np.ndarray:
+                 entries: Entries) -> np.ndarray:
         size, _, num_nodes = states.shape
         p, _, n, _ = entries
         in_use = np.bincount(p * num_nodes + n, minlength=size * num_nodes) > 0
         active = np.count_nonzero(in_use.reshape(size, num_nodes), axis=1)
         return table.sum(axis=1) / np.maximum(active * self.capacity, 1)
 
-    def objectives(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`fitness` and :meth:`utility` of ``states``, sharing their table reads."""
+    def objectives(self, states: np.ndarray, entries: Entries | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`fitness` and :meth:`utility` of ``states``, sharing their table reads
+        (``entries``: ``nonzero_entries(states)`` where the caller has them)."""
         if type(self).fitness is not AllocationProblem.fitness:  # a subclass's own fitness
             return self.fitness(states), self.utility(states)
-        entries = nonzero_entries(states)
+        entries = nonzero_entries(states) if entries is None else entries
         table = self.table_speedups(states, entries)
         fitness = power_mean(self._penalised(table, states, entries) + 1e-3, self.p)
         return fitness, self._utility(table, states, entries)
 
     def offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray, utility: np.ndarray,
                         crowding: np.ndarray, count: int, ga: GAConfig) -> np.ndarray:
+        """``count`` children by the artifact's NSGA-II mating, mutation and repair."""
+        return self._offspring_nsga2(population, fitness, utility, crowding, count, ga)[0]
+
+    def _offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray,
+                         utility: np.ndarray, crowding: np.ndarray, count: int,
+                         ga: GAConfig) -> tuple[np.ndarray, Entries]:
         size, num_jobs, _ = population.shape
         rng = self.rng
         half = (count + 1) // 2
@@ -375,7 +387,7 @@ class AllocationProblem:
         children = np.empty((2 * half, *population.shape[1:]), dtype=population.dtype)
         _crossover(population, first, second, point[:, 0], out=children[:half])
         _crossover(population, second, first, point[:, 0], out=children[half:])
-        return self.repair(self.mutate_artifact(children[:count], ga), in_place=True)
+        return self._repair(self.mutate_artifact(children[:count], ga), in_place=True)
 
     def mutate_artifact(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
         """The artifact's mutation, drawn sparsely so that its cost follows the GPUs in use and
@@ -468,6 +480,10 @@ class AllocationProblem:
         """Make states feasible. Works on the nonzero entries only (a job uses few of many nodes),
         as grouped cumulative sums, so the cost follows the GPUs in use, not ``P x J x N``.
         ``in_place``: repair ``states`` itself (and return it) rather than a copy."""
+        return self._repair(states, in_place)[0]
+
+    def _repair(self, states: np.ndarray, in_place: bool) -> tuple[np.ndarray, Entries]:
+        """:meth:`repair`, and the repaired states' ``nonzero_entries``."""
         size, num_jobs, num_nodes = states.shape
         # Entries come in (state, job, node) order, so a stable sort by (state, node) orders
         # each node's entries by job (as np.lexsort((j, node_key)) would, at less cost).
@@ -500,7 +516,8 @@ class AllocationProblem:
         # Only nonzero entries change, so writing them back repairs the states.
         repaired = states if in_place else states.copy()
         repaired[p, j, n] = v
-        return repaired
+        keep = v > 0
+        return repaired, (p[keep], j[keep], n[keep], v[keep].astype(states.dtype))
 
 
 def _unique_rows(states: np.ndarray) -> np.ndarray:
@@ -508,17 +525,29 @@ def _unique_rows(states: np.ndarray) -> np.ndarray:
     return _first_occurrences(_row_keys(states))
 
 
-def _row_keys(states: np.ndarray) -> list[bytes]:
+def _row_keys(states: np.ndarray, entries: Entries | None = None) -> list[bytes]:
     """One key per state of a ``(P, J, N)`` array, equal exactly where the states are equal: the
     positions and values of its nonzero entries (a few hundred bytes, where the state's own bytes
-    are ``J x N`` elements: comparing those, or ``np.unique`` over them, costs far more)."""
+    are ``J x N`` elements: comparing those, or ``np.unique`` over them, costs far more).
+    ``entries``: ``nonzero_entries(states)`` where the caller has them."""
     size, num_jobs, num_nodes = states.shape
-    p, j, n, v = nonzero_entries(states)
+    p, j, n, v = nonzero_entries(states) if entries is None else entries
     position = (j * num_nodes + n).astype(np.int64)
     values = v.astype(np.int64)
     bounds = np.searchsorted(p, np.arange(size + 1)).tolist()
     return [position[a:b].tobytes() + values[a:b].tobytes()
             for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _entries_of_rows(entries: Entries, rows: np.ndarray, count: int) -> Entries:
+    """``nonzero_entries(states[rows])`` from ``entries = nonzero_entries(states)`` of ``count``
+    states, for increasing ``rows`` (the entries keep their order)."""
+    p, j, n, v = entries
+    position = np.full(count, -1, dtype=p.dtype)
+    position[rows] = np.arange(len(rows), dtype=p.dtype)
+    new_p = position[p]
+    keep = new_p >= 0
+    return new_p[keep], j[keep], n[keep], v[keep]
 
 
 def _first_occurrences(keys: Sequence[bytes], seen: Sequence[bytes] = ()) -> np.ndarray:
@@ -541,7 +570,7 @@ def _take_merged(population: np.ndarray, children: np.ndarray, keep: np.ndarray)
     return out
 
 
-def nonzero_entries(states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def nonzero_entries(states: np.ndarray) -> Entries:
     """``np.nonzero(states)`` of a ``(P, J, N)`` integer array and the values there: ``(p, j, n,
     values)``, each ``(K,)``, in the same (C) order.
 
