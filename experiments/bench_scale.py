@@ -111,7 +111,7 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
                 now = 60.0 * r
                 cluster = ClusterState(num_nodes, 4, now)
                 views = [JobView(age=now - job["submit_time"],  # type: ignore[operator]
-                                 allocation=allocation[job["name"]],  # type: ignore[index]
+                                 allocation=allocation[job["name"]],
                                  num_restarts=0, **job)  # type: ignore[arg-type]
                          for job in jobs]
                 start = time.perf_counter()
@@ -245,12 +245,12 @@ def main() -> int:
         sys.path[:] = [str(args.tree)] + [p for p in sys.path
                                           if Path(p or ".").resolve() != HERE / "experiments"]
         if args.worker.startswith("scale"):
-            rows = scale_worker(args.worker, args.policies, args.rounds, args.seed)
+            found = scale_worker(args.worker, args.policies, args.rounds, args.seed)
         elif args.worker == "workload":
-            rows = workload_worker(args.policies)
+            found = workload_worker(args.policies)
         else:
-            rows = trace_worker(args.trace.resolve(), args.trace_hours)
-        print(json.dumps(rows))
+            found = trace_worker(args.trace.resolve(), args.trace_hours)
+        print(json.dumps(found))
         return 0
 
     sys.path.insert(0, str(HERE))

@@ -35,7 +35,7 @@ from perfmodel.throughput import fit_throughput
 
 def _sparse_states(rng: np.random.Generator, shape: tuple[int, int, int], dtype: type,
                    density: float) -> np.ndarray:
-    states = rng.integers(1, 5, size=shape).astype(dtype)
+    states: np.ndarray = rng.integers(1, 5, size=shape).astype(dtype)
     states[rng.random(shape) >= density] = 0
     return states
 

@@ -134,10 +134,10 @@ class SpeedupTables:
         draws = model.draws
         key = (model.params, model.gradient, model.limits,
                None if draws is None else draws.tobytes(), num_nodes, max_r)
-        table = self._built.get(key)
-        if table is None:
-            table = self._built_before.get(key)
-        if table is None:
+        built = self._built.get(key)
+        if built is None:
+            built = self._built_before.get(key)
+        if built is None:
             r = np.arange(1, max_r + 1)
             n = np.arange(1, num_nodes + 1)
             rr, nn = np.meshgrid(r, n)
@@ -145,12 +145,12 @@ class SpeedupTables:
             # As in the artifact, speedups use the tuned batch even for a job run at a fixed
             # batch.
             goodput = model.goodput(nn[valid], rr[valid], quantile=self.risk)
-            table = np.zeros((num_nodes + 1, max_r + 1))
-            table[nn[valid], rr[valid]] = goodput
-            table.flags.writeable = False
-        self._built[key] = table
-        self._tables[job.name] = (model.version, phi, max_r, table)
-        return table
+            built = np.zeros((num_nodes + 1, max_r + 1))
+            built[nn[valid], rr[valid]] = goodput
+            built.flags.writeable = False
+        self._built[key] = built
+        self._tables[job.name] = (model.version, phi, max_r, built)
+        return built
 
     def build(self, jobs: Sequence[JobView], cluster: ClusterState,
               max_replicas: np.ndarray) -> np.ndarray:

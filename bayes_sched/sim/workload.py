@@ -170,7 +170,7 @@ def generate_workload(num_jobs: int, hours: int, seed: int = 0,
     rng = np.random.default_rng(seed)
     windows = hours // window_hours
     per_window = np.diff(np.linspace(0, num_jobs, windows + 1).round().astype(np.int64))
-    window = np.repeat(np.arange(windows), per_window)
+    window = np.repeat(np.arange(windows), per_window.tolist())
     rows = rng.integers(len(pool), size=num_jobs)
     times = window * SHIPPED_WINDOW_SECONDS + np.array([pool[r].submit_time for r in rows])
     order = np.argsort(times, kind="stable")
