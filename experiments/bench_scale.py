@@ -73,7 +73,9 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
 
     num_nodes, num_jobs = SCALE[case]
     templates = {}
-    for app_name in APPLICATION_NAMES:  # as bench_sim_speed's templates
+    # As bench_sim_speed's _template_agents, written out: importing that script would put this
+    # tree's sources first on the path, and the worker must run against the tree under test.
+    for app_name in APPLICATION_NAMES:
         app = get_application(app_name)
         agent = JobAgent(app_name, app.limits)
         lo = app.limits.min_local_bsz
