@@ -12,6 +12,7 @@ fit_throughput_posterior`) on the reported step times, refitted when the fit's v
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,36 @@ def profile_of(name: str, observations: Sequence[Observation]) -> StepTimeProfil
         np.array([o.step_time for o in obs]), np.array([o.sync_time for o in obs]),
         np.array([f"n{n}r{r}" for n, r in zip(nodes, replicas, strict=True)], dtype=object),
     )
+
+
+#: Most fits :func:`fit_measurements` remembers (least recently used go first).
+FIT_MEMO_SIZE = 4096
+_FIT_MEMO: OrderedDict[tuple[tuple[int, int, int, int, float, float], ...], ThroughputParams] = \
+    OrderedDict()
+
+
+def fit_measurements(name: str, observations: Sequence[Observation]) -> ThroughputParams:
+    """Pollux's point fit (one start: :func:`perfmodel.throughput.fit_throughput`) of
+    ``observations``, in order.
+
+    The fit is a deterministic function of the measurements, and jobs of one application measured
+    at the same configurations report the same step times, so equal measurements share one fit
+    (remembered in a bounded table): the same parameters, at a lookup's cost instead of an L-BFGS
+    run's (5-300 ms).
+    """
+    key = tuple((o.num_nodes, o.num_replicas, o.local_bsz, o.accum_steps, o.step_time,
+                 o.sync_time) for o in observations)
+    params = _FIT_MEMO.get(key)
+    if params is None:
+        # One start, Pollux's own: the fit Pollux's agent makes (it pins what the measurements
+        # cannot inform at the lower bound, perfmodel.throughput.pinned_parameters).
+        params = fit_throughput(profile_of(name, observations), starts=1)
+        _FIT_MEMO[key] = params
+        if len(_FIT_MEMO) > FIT_MEMO_SIZE:
+            _FIT_MEMO.popitem(last=False)
+    else:
+        _FIT_MEMO.move_to_end(key)
+    return params
 
 
 class ThroughputFitter:
@@ -86,10 +117,7 @@ class ThroughputFitter:
             return False
         if self.params is not None and now - self._last_fit_time < self.min_refit_interval:
             return False
-        profile = profile_of(self.name, list(observations.values()))
-        # One start, Pollux's own: the fit Pollux's agent makes (it pins what the measurements
-        # cannot inform at the lower bound, perfmodel.throughput.pinned_parameters).
-        self.params = fit_throughput(profile, starts=1)
+        self.params = fit_measurements(self.name, list(observations.values()))
         self.num_refits += 1
         self._last_fit_time = now
         self._stale = False
@@ -139,6 +167,8 @@ class JobModelEstimator:
         self._fitters: dict[tuple[str, str], ThroughputFitter] = {}
         # (job, GPU type) -> (params, version, posterior draws or None)
         self._fits: dict[tuple[str, str], tuple[ThroughputParams, int, np.ndarray | None]] = {}
+        # (job, GPU type) -> (the last model built, the draws it was built from)
+        self._models: dict[tuple[str, str], tuple[JobModel, np.ndarray | None]] = {}
         self.posterior_fits = 0
 
     def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
@@ -180,7 +210,17 @@ class JobModelEstimator:
                 draws = self._draws(job.name, observations)
             self._fits[key] = (params, version, draws)
         assert job.gradient is not None
-        return JobModel(gpu_type, version, params, job.gradient, job.limits, draws)
+        # A job model is read-only: the last round's serves again while nothing it holds changed
+        # (building one costs tens of microseconds, thousands of times a round at scale).
+        last = self._models.get(key)
+        if last is not None:
+            model, built_from = last
+            if (model.version == version and model.params == params and built_from is draws
+                    and model.gradient == job.gradient and model.limits == job.limits):
+                return model
+        model = JobModel(gpu_type, version, params, job.gradient, job.limits, draws)
+        self._models[key] = (model, draws)
+        return model
 
     def _draws(self, name: str, observations: Mapping[tuple[int, int, int], Observation]
                ) -> np.ndarray:
@@ -202,3 +242,5 @@ class JobModelEstimator:
             del self._fits[key]
         for key in [k for k in self._fitters if k[0] not in names]:
             del self._fitters[key]
+        for key in [k for k in self._models if k[0] not in names]:
+            del self._models[key]

@@ -52,15 +52,17 @@ def crowding_distance(first: np.ndarray, second: np.ndarray, front: np.ndarray) 
     """
     order = np.lexsort((-second, -first, front))  # stable: the earliest of equal points first
     a, b, r = first[order], second[order], front[order]
-    repeat = np.r_[False, (r[1:] == r[:-1]) & (a[1:] == a[:-1]) & (b[1:] == b[:-1])]
+    # np.concatenate, not np.r_ (slow on small arrays; this runs every generation).
+    repeat = np.concatenate([[False], (r[1:] == r[:-1]) & (a[1:] == a[:-1]) & (b[1:] == b[:-1])])
     order, a, b, r = order[~repeat], a[~repeat], b[~repeat], r[~repeat]
-    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-    ends = np.r_[starts[1:] - 1, r.size - 1]
+    starts = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
+    ends = np.concatenate([starts[1:] - 1, [r.size - 1]])
     lengths = ends - starts + 1
     distance = np.zeros(r.size)
     for values in (a, b):
         span = np.repeat(np.abs(values[starts] - values[ends]), lengths)
-        gap = np.abs(np.r_[values[1:], values[-1:]] - np.r_[values[:1], values[:-1]])
+        gap = np.abs(np.concatenate([values[1:], values[-1:]])
+                     - np.concatenate([values[:1], values[:-1]]))
         with np.errstate(divide="ignore", invalid="ignore"):
             distance += np.where(span > 0, gap / span, 0.0)
     distance[starts] = np.inf

@@ -4,14 +4,21 @@ A workload CSV has the columns ``name,time,application,num_replicas,batch_size``
 with its submission time (seconds from the start), the model it trains (one of the shipped
 applications), and the GPUs and total batch size its user asked for (used by the baselines that do
 not tune them). The artifact's workloads ship in ``bayes_sched/data/pollux/workloads*/``.
+:func:`generate_workload` draws longer ones as they were drawn (``experiments/generate_workload.py``).
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+import numpy as np
 
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobSpec
@@ -131,3 +138,67 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
             if skipped else " after the header"
         raise InputError(f"no jobs{dropped}", path)
     return Workload(path.stem, tuple(jobs), str(path), tuple(skipped))
+
+
+#: The span of one shipped workload: the artifact sampled each from an 8-hour interval of the
+#: Microsoft Philly trace (every shipped submission time is below 8 h).
+SHIPPED_WINDOW_SECONDS = 8 * 3600
+
+
+def generate_workload(num_jobs: int, hours: int, seed: int = 0,
+                      workload_set: str = "workloads") -> Workload:
+    """A longer workload drawn as the shipped ones are: ``hours`` (a multiple of 8) of 8-hour
+    windows, each with an equal share of ``num_jobs`` (960 jobs in 48 h: 160 per window, the
+    shipped density).
+
+    Each job is one row drawn uniformly, with replacement, from the pooled rows of the shipped
+    set's workloads (1-8 of ``workload_set``): its application, GPUs and batch size together (the
+    shipped joint mix), and its submission time within its window (the shipped arrival profile
+    over the busy interval the artifact sampled). Jobs are named ``{application}-{index}`` in
+    submission order, as the shipped ones are. ``seed`` seeds the draws (numpy's PCG64).
+
+    Raises:
+        InputError: ``hours`` not a positive multiple of 8, or ``num_jobs`` below 1.
+    """
+    window_hours = SHIPPED_WINDOW_SECONDS // 3600
+    if hours < window_hours or hours % window_hours:
+        raise InputError(f"hours is {hours}: expected a positive multiple of {window_hours}")
+    if num_jobs < 1:
+        raise InputError(f"num_jobs is {num_jobs}: expected at least 1")
+    folder = shipped_workloads_dir(workload_set)
+    pool = [job for i in range(1, 9) for job in read_workload(folder / f"workload-{i}.csv").jobs]
+    rng = np.random.default_rng(seed)
+    windows = hours // window_hours
+    per_window = np.diff(np.linspace(0, num_jobs, windows + 1).round().astype(np.int64))
+    window = np.repeat(np.arange(windows), per_window.tolist())
+    rows = rng.integers(len(pool), size=num_jobs)
+    times = window * SHIPPED_WINDOW_SECONDS + np.array([pool[r].submit_time for r in rows])
+    order = np.argsort(times, kind="stable")
+    jobs = []
+    for index, k in enumerate(order.tolist()):
+        drawn = pool[int(rows[k])]
+        jobs.append(JobSpec(f"{drawn.application}-{index}", float(times[k]), drawn.application,
+                            drawn.num_replicas, drawn.batch_size))
+    return Workload(f"generated-{num_jobs}jobs-{hours}h-seed{seed}", tuple(jobs))
+
+
+def write_workload(workload: Workload, path: str | Path) -> None:
+    """Write ``workload`` as a workload CSV (:data:`WORKLOAD_COLUMNS`), atomically: the file is
+    whole or absent, also when the process is killed."""
+    path = Path(path)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(WORKLOAD_COLUMNS)
+    for job in workload.jobs:
+        writer.writerow([job.name, f"{job.submit_time:g}", job.application, job.num_replicas,
+                         job.batch_size])
+    fd, temp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(buffer.getvalue())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,256 @@
+"""The allocation search's fast paths against the dense formulas they replace (seeded random
+states), the shared fit and speedup-table caches, and the long-workload generator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.errors import InputError
+from bayes_sched.estimation.job_models import _FIT_MEMO, fit_measurements, profile_of
+from bayes_sched.jobs import Observation
+from bayes_sched.search.allocation import (
+    AllocationProblem,
+    _crossover,
+    _first_occurrences,
+    _row_keys,
+    _take_merged,
+    _unique_rows,
+    nonzero_entries,
+    power_mean,
+)
+from bayes_sched.sim.workload import (
+    SHIPPED_WINDOW_SECONDS,
+    generate_workload,
+    read_workload,
+    shipped_workloads_dir,
+    write_workload,
+)
+from perfmodel.throughput import fit_throughput
+
+
+def _sparse_states(rng: np.random.Generator, shape: tuple[int, int, int], dtype: type,
+                   density: float) -> np.ndarray:
+    states: np.ndarray = rng.integers(1, 5, size=shape).astype(dtype)
+    states[rng.random(shape) >= density] = 0
+    return states
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 5), (4, 20, 16), (2, 1, 1), (5, 9, 3), (1, 0, 4)])
+@pytest.mark.parametrize("dtype", [np.int16, np.int64, np.int8, np.int32])
+def test_nonzero_entries_equal_numpy_nonzero(shape: tuple[int, int, int], dtype: type) -> None:
+    rng = np.random.default_rng(11)
+    for density in (0.0, 0.05, 0.5, 1.0):
+        states = _sparse_states(rng, shape, dtype, density)
+        p, j, n, v = nonzero_entries(states)
+        reference = np.nonzero(states)
+        for mine, theirs in zip((p, j, n), reference, strict=True):
+            assert np.array_equal(mine, theirs) and mine.dtype == theirs.dtype
+        assert np.array_equal(v, states[reference]) and v.dtype == states.dtype
+    # A view that is not contiguous reads the same.
+    wide = _sparse_states(rng, (shape[0], shape[1], 2 * shape[2]), dtype, 0.3)[:, :, ::2]
+    assert all(np.array_equal(a, b) for a, b in zip(nonzero_entries(wide)[:3], np.nonzero(wide),
+                                                    strict=True))
+
+
+def _dense_problem(rng: np.random.Generator, num_jobs: int, num_nodes: int,
+                   avoid: bool) -> AllocationProblem:
+    cluster = ClusterState(num_nodes, 4, 0.0)
+    base = _sparse_states(rng, (1, num_jobs, num_nodes), np.int16, 0.2)[0]
+    tables = rng.random((num_jobs, num_nodes + 1, 4 * num_nodes + 1))
+    return AllocationProblem(base, tables, rng.integers(1, 9, size=num_jobs),
+                             rng.random(num_jobs), cluster, -1.0, avoid, 3,
+                             np.random.default_rng(0))
+
+
+def test_scores_equal_the_dense_formulas() -> None:
+    rng = np.random.default_rng(5)
+    for trial in range(20):
+        problem = _dense_problem(rng, 6 + trial, 5, avoid=trial % 2 == 0)
+        states = problem.repair(_sparse_states(rng, (12, 6 + trial, 5), np.int16, 0.3))
+        states[0] = problem.base  # the status quo: unchanged everywhere
+        nodes, replicas = np.count_nonzero(states, axis=2), states.sum(axis=2)
+        table = problem.tables[problem.job_index, nodes, replicas]
+        assert np.array_equal(problem.table_speedups(states), table)
+        changed = np.any(states != problem.base, axis=2)
+        assert np.array_equal(problem.changed(states), changed)
+        assert not problem.changed(states)[0].any()
+        speedup = table * problem.scale
+        expected = power_mean(np.where(changed, speedup * problem.penalty, speedup) + 1e-3, -1.0)
+        assert np.array_equal(problem.fitness(states), expected)
+        active = np.count_nonzero(states.any(axis=1), axis=1)
+        assert np.array_equal(problem.utility(states),
+                              table.sum(axis=1) / np.maximum(active * problem.capacity, 1))
+
+
+def test_repair_in_place_equals_a_repaired_copy() -> None:
+    rng = np.random.default_rng(9)
+    problem = _dense_problem(rng, 10, 6, avoid=True)
+    states = _sparse_states(rng, (30, 10, 6), np.int16, 0.4)
+    state_rng = problem.rng.bit_generator.state
+    copy = problem.repair(states)
+    problem.rng.bit_generator.state = state_rng
+    in_place = states.copy()
+    assert problem.repair(in_place, in_place=True) is in_place
+    assert np.array_equal(in_place, copy) and not np.array_equal(states, copy)
+
+
+def test_crossover_equals_the_dense_where() -> None:
+    rng = np.random.default_rng(2)
+    population = _sparse_states(rng, (8, 13, 4), np.int16, 0.4)
+    first, second = rng.integers(8, size=(2, 10))
+    point = rng.integers(14, size=10)
+    take_first = (np.arange(13) < point[:, None])[:, :, None]
+    expected = np.where(take_first, population[first], population[second])
+    assert np.array_equal(_crossover(population, first, second, point), expected)
+
+
+def test_distinct_states_equal_numpy_unique() -> None:
+    rng = np.random.default_rng(4)
+    rows = _sparse_states(rng, (6, 9, 5), np.int16, 0.2)
+    states = rows[rng.integers(6, size=40)]               # many repeats
+    flat = states.reshape(len(states), -1)
+    _, first = np.unique(flat, axis=0, return_index=True)
+    assert np.array_equal(_unique_rows(states), np.sort(first))
+    # Keys are equal exactly where states are.
+    keys = _row_keys(states)
+    same = (flat[:, None] == flat[None]).all(axis=2)
+    assert np.array_equal(np.array([[a == b for b in keys] for a in keys]), same)
+    # Children repeating the population or an earlier child are dropped, as over the merge.
+    population, children = states[:10], states[10:]
+    merged_first = _unique_rows(np.concatenate([population, children]))
+    new = _first_occurrences(_row_keys(children), seen=_row_keys(population))
+    assert np.array_equal(new, merged_first[merged_first >= 10] - 10)
+    keep = rng.permutation(40)[:15]
+    assert np.array_equal(_take_merged(population, children, keep), states[keep])
+
+
+def _observations(step_scale: float) -> list[Observation]:
+    return [Observation(1, 1, 64, 0.1 * step_scale, 0.0), Observation(1, 2, 64, 0.12 * step_scale,
+                                                                      0.03 * step_scale),
+            Observation(1, 1, 128, 0.18 * step_scale, 0.0)]
+
+
+def test_equal_measurements_share_one_fit_equal_to_a_fresh_one() -> None:
+    _FIT_MEMO.clear()
+    observations = _observations(1.0)
+    fresh = fit_throughput(profile_of("a", observations), starts=1)
+    first = fit_measurements("a", observations)
+    assert first == fresh and len(_FIT_MEMO) == 1
+    assert fit_measurements("b", list(observations)) is first            # another job, same data
+    other = fit_measurements("c", _observations(1.5))
+    assert other != first and len(_FIT_MEMO) == 2
+    assert fit_measurements("d", observations[::-1]) == fit_throughput(
+        profile_of("d", observations[::-1]), starts=1)                   # order is part of the key
+
+
+def test_generated_workload_is_drawn_from_the_shipped_rows() -> None:
+    workload = generate_workload(960, 48, seed=3)
+    again = generate_workload(960, 48, seed=3)
+    assert workload.jobs == again.jobs and generate_workload(960, 48, seed=4).jobs != workload.jobs
+    assert len(workload) == 960
+    times = np.array([job.submit_time for job in workload.jobs])
+    assert np.all(np.diff(times) >= 0) and 0 <= times[0] and times[-1] < 48 * 3600
+    counts = np.bincount((times // SHIPPED_WINDOW_SECONDS).astype(int), minlength=6)
+    assert counts.tolist() == [160] * 6
+    folder = shipped_workloads_dir()
+    pool = {(job.submit_time, job.application, job.num_replicas, job.batch_size)
+            for i in range(1, 9) for job in read_workload(folder / f"workload-{i}.csv").jobs}
+    for job in workload.jobs:
+        assert (job.submit_time % SHIPPED_WINDOW_SECONDS, job.application, job.num_replicas,
+                job.batch_size) in pool
+    assert len({job.name for job in workload.jobs}) == 960
+
+
+def test_generated_workload_round_trips_and_refuses_bad_lengths(tmp_path: Path) -> None:
+    workload = generate_workload(50, 16, seed=1)
+    path = tmp_path / "w.csv"
+    write_workload(workload, path)
+    assert read_workload(path).jobs == workload.jobs
+    assert [p.name for p in tmp_path.iterdir()] == ["w.csv"]
+    for hours in (0, 12, -8):
+        with pytest.raises(InputError, match="multiple of 8"):
+            generate_workload(10, hours)
+    with pytest.raises(InputError, match="num_jobs"):
+        generate_workload(0, 8)
+
+
+def _reference_repair(problem: AllocationProblem, states: np.ndarray) -> np.ndarray:
+    """The repair as first written (lexsorts over np.nonzero of the dense states)."""
+    from bayes_sched.search.allocation import _group_cumsum
+
+    size, num_jobs, num_nodes = states.shape
+    p, j, n = np.nonzero(states)
+    v = states[p, j, n].astype(np.int64)
+    if problem.avoid_interference:
+        job_key = p * num_jobs + j
+        distributed = np.bincount(job_key, minlength=size * num_jobs)[job_key] > 1
+        d = np.flatnonzero(distributed)
+        order = d[np.lexsort((j[d], p[d] * num_nodes + n[d]))]
+        rank = _group_cumsum(np.ones(order.size, np.int64), (p * num_nodes + n)[order])
+        v[order[rank > 1]] = 0
+    job_key = p * num_jobs + j
+    order = np.lexsort((problem.rng.random(p.size), job_key))
+    values, cap = v[order], problem.max_replicas[j[order]]
+    total = _group_cumsum(values, job_key[order])
+    kept = np.minimum(total, cap) - np.minimum(total - values, cap)
+    nodes_used = _group_cumsum((kept > 0).astype(np.int64), job_key[order])
+    kept[nodes_used > problem.max_nodes] = 0
+    v[order] = kept
+    node_key = p * num_nodes + n
+    order = np.lexsort((j, node_key))
+    values = v[order]
+    total = _group_cumsum(values, node_key[order])
+    v[order] = np.minimum(total, problem.capacity) - np.minimum(total - values, problem.capacity)
+    repaired = np.zeros_like(states)
+    repaired[p, j, n] = v
+    return repaired
+
+
+@pytest.mark.parametrize("avoid", [True, False])
+def test_repair_equals_the_reference(avoid: bool) -> None:
+    rng = np.random.default_rng(13)
+    for trial in range(15):
+        problem = _dense_problem(rng, 5 + 3 * trial, 4 + trial % 5, avoid=avoid)
+        states = _sparse_states(rng, (25, 5 + 3 * trial, 4 + trial % 5), np.int16,
+                                0.1 + 0.05 * trial)
+        state_rng = problem.rng.bit_generator.state
+        expected = _reference_repair(problem, states)
+        problem.rng.bit_generator.state = state_rng
+        assert np.array_equal(problem.repair(states), expected)
+        problem.rng.bit_generator.state = state_rng
+        fitness, utility = problem.objectives(expected)
+        assert np.array_equal(fitness, problem.fitness(expected))
+        assert np.array_equal(utility, problem.utility(expected))
+
+
+@pytest.mark.parametrize("policy", ["pollux", "bo"])
+def test_short_simulation_gives_the_jcts_of_before_the_scale_work(policy: str) -> None:
+    from bayes_sched.sim import run_simulation
+
+    pinned = json.loads((Path(__file__).parent / "fixtures"
+                         / "pinned_jcts_workload1_first10.json").read_text())
+    result = run_simulation("workload-1", policy, max_jobs=10)
+    jct = {row.job: float(row.jct) for row in result.jobs.itertuples()}
+    assert jct == pinned["jct_seconds"][policy]
+
+
+def test_entries_kept_through_repair_and_selection_equal_fresh_ones() -> None:
+    from bayes_sched.search.allocation import _entries_of_rows
+
+    rng = np.random.default_rng(21)
+    problem = _dense_problem(rng, 12, 6, avoid=True)
+    states = _sparse_states(rng, (20, 12, 6), np.int16, 0.3)
+    repaired, entries = problem._repair(states.copy(), in_place=True)
+    fresh = nonzero_entries(repaired)
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype
+               for a, b in zip(entries, fresh, strict=True))
+    rows = np.sort(rng.choice(20, size=7, replace=False))
+    selected = _entries_of_rows(entries, rows, 20)
+    assert all(np.array_equal(a, b) for a, b in zip(selected, nonzero_entries(repaired[rows]),
+                                                     strict=True))
+    assert _row_keys(repaired, entries) == _row_keys(repaired)
