@@ -254,3 +254,10 @@ def test_entries_kept_through_repair_and_selection_equal_fresh_ones() -> None:
     assert all(np.array_equal(a, b) for a, b in zip(selected, nonzero_entries(repaired[rows]),
                                                      strict=True))
     assert _row_keys(repaired, entries) == _row_keys(repaired)
+
+
+def test_sorted_unique_of_nothing_is_empty() -> None:
+    from bayes_sched.search.allocation import _sorted_unique
+
+    assert _sorted_unique(np.array([], dtype=np.int64)).size == 0
+    np.testing.assert_array_equal(_sorted_unique(np.array([3, 1, 3, 2])), [1, 2, 3])

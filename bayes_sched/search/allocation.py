@@ -640,6 +640,8 @@ def power_mean(values: np.ndarray, p: float) -> np.ndarray:
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-D array, by a sort (cheaper on the small arrays here)."""
     values = np.sort(values)
+    if values.size == 0:  # nothing drawn (e.g. no job may grow): the mask below needs one entry
+        return values
     return values[np.concatenate([[True], values[1:] != values[:-1]])]
 
 
