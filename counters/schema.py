@@ -47,13 +47,15 @@ Use :func:`build` to make a conforming dataset from arrays and :func:`validate` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from counters.catalog import CATALOG, Counter
 from counters.errors import CountersError
+
+if TYPE_CHECKING:  # xarray loads when a dataset is built, so the store's journal side stays light
+    import xarray as xr
 
 TIME, NODE, DEVICE = "time", "node", "device"
 SCHEMA_NAME = "bayes-sched-counters"
@@ -161,6 +163,8 @@ def build(
                     raise CountersError(f"coordinate '{coord_name}': shape {labels.shape}, "
                                         f"expected {(len(nodes), n_device)}")
                 coords[coord_name] = ((NODE, DEVICE), labels)
+    import xarray as xr
+
     ds = xr.Dataset(data_vars, coords=coords)
     ds.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION})
     ds.attrs.update(dict(attrs or {}))
