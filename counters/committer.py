@@ -1,16 +1,17 @@
 """Commits a counters store's journal segments into parts in a short-lived child process.
 
-    python -m counters.committer STORE --below N [--recover] [--max-part-bytes B] [--max-parts K]
+    python -m counters.committer STORE --below N [--recovered-below R] [--max-part-bytes B]
+                                 [--max-parts K]
 
 Why. Writing a Zarr part goes through xarray, which brings pandas, zarr, numcodecs and dask:
 about 90 MB resident that a process keeps for good (modules are never unloaded), plus what
 writing and compacting parts allocates. A node collector must stay small (<= 80 MB), so its
 process only journals (:class:`ChildCommitWriter`, built on
 :class:`counters.storedir.StoreJournal`: numpy and the standard library) and hands every commit to
-this module run as a child: it imports xarray, commits the sealed segments as parts with
-:meth:`counters.store.StoreWriter.commit_journals`, compacts, prints what it did and exits,
-giving its memory back. A commit every five minutes pays Python's start-up and the imports
-(about 1 s of CPU) each time.
+this module run as a child: it lowers its priority, imports xarray, commits the sealed segments
+as parts with :meth:`counters.store.StoreWriter.commit_journals`, compacts, prints what it did
+and exits, giving its memory back. A commit every five minutes pays Python's start-up and the
+imports (about 1 s of CPU) each time.
 
 Crash safety is the store's own (:mod:`counters.store`), and the split keeps it:
 
@@ -27,22 +28,20 @@ The parent passes the batch by naming it (``--below``), not by sending samples: 
 is exactly what is on disk, and a commit that lags behind sampling holds nothing in the parent's
 memory (the segments wait on disk; the next commit takes them all).
 
-Protocol: the child prints ``note TEXT`` per note (with ``--recover``, one per part recovered
-from a stopped run) and last ``committed SAMPLES PEAK_RSS_BYTES``, then exits 0; on a
+Protocol: the child prints ``note TEXT`` per note (one per part recovered from a stopped run's
+segments, those below ``--recovered-below``) and last ``committed SAMPLES PEAK_RSS_BYTES``, then exits 0; on a
 :class:`CountersError` it prints the one-line message on stderr and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import os
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,14 +50,17 @@ from counters.journal import DEFAULT_SYNC_INTERVAL_S
 from counters.storedir import (
     StoreJournal,
     check_writer_options,
-    needs_recovery,
-    next_free_index,
+    commit_lock,
     pending_journals,
 )
 
 #: The directory holding the ``counters`` package: put first on the child's import path, so that
 #: the child runs the same code as its parent.
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+#: A commit yields the CPU to sampling (and to the node's real work): it can wait.
+NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,11 @@ class ChildCommitWriter(StoreJournal):
     """A store writer whose process only journals; each commit runs ``python -m
     counters.committer`` and waits for it.
 
-    Opening a store that a crash left work in (journal segments, temporaries, merged parts not
-    yet deleted) recovers it through a child before returning, as :class:`StoreWriter` would in
-    process; an error there (a damaged store) is a :class:`CountersError` naming the repair.
+    Opening a store checks it as :class:`counters.store.StoreWriter` does without reading any
+    part (a store that lost its parts is refused). What a crash left (journal segments,
+    temporaries, merged parts not yet deleted) is finished by the first commit, which notes each
+    part recovered; an error there (a damaged journal) is that commit's :class:`CountersError`,
+    naming the repair, and the journal keeps every sample meanwhile.
     """
 
     def __init__(self, path: str | Path, max_part_bytes: int | None = None,
@@ -89,22 +93,17 @@ class ChildCommitWriter(StoreJournal):
         self.python = python
         self.commits: list[CommitRecord] = []
         super().__init__(path, sync_interval_s)
-        if needs_recovery(self.path):
-            self._run(self._next_index, recover=True)
-            with self._lock:
-                self._next_index = max(self._next_index, next_free_index(self.path))
+        # What a stopped run journalled is committed by the first commit (readers see it
+        # meanwhile), so sampling starts at once; parts below this are noted as recovered.
+        self._recovered_below = self._next_index
 
     def commit(self, below: int) -> int:
         """Commit the sealed journal segments (indices below ``below``, from :meth:`seal`) in a
         child; returns the samples committed (0, and no child, when none is waiting)."""
         if not pending_journals(self.path, below):
             return 0
-        return self._run(below, recover=False)
-
-    def _run(self, below: int, recover: bool) -> int:
-        command = [self.python, "-m", "counters.committer", str(self.path), "--below", str(below)]
-        if recover:
-            command.append("--recover")
+        command = [self.python, "-m", "counters.committer", str(self.path), "--below", str(below),
+                   "--recovered-below", str(self._recovered_below)]
         if self.max_part_bytes is not None:
             command += ["--max-part-bytes", str(self.max_part_bytes)]
         if self.max_parts is not None:
@@ -138,45 +137,30 @@ class ChildCommitWriter(StoreJournal):
         return samples
 
 
-@contextlib.contextmanager
-def commit_lock(store: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the store directory (released when the process ends, however
-    it ends)."""
-    try:
-        fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as error:
-        raise CountersError(f"{store}: cannot open the store ({error.strerror or error})"
-                            ) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m counters.committer",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("store", type=Path)
     parser.add_argument("--below", type=int, required=True,
                         help="commit the journal segments with an index below this")
-    parser.add_argument("--recover", action="store_true",
-                        help="note each part as recovered from a stopped run's journal")
+    parser.add_argument("--recovered-below", type=int, default=0,
+                        help="note parts of segments below this index as recovered from a "
+                             "stopped run")
     parser.add_argument("--max-part-bytes", type=int)
     parser.add_argument("--max-parts", type=int)
     args = parser.parse_args(argv)
-    from counters.store import StoreWriter  # xarray and zarr: loaded here, in the child only
-
+    os.nice(NICENESS)  # before the imports: they are most of a commit's CPU time
     try:
-        with commit_lock(args.store):
+        with commit_lock(args.store):  # first: a child waiting for another holds little memory
+            from counters.store import StoreWriter  # xarray and zarr: in the child only
+
             writer = StoreWriter(args.store, max_part_bytes=args.max_part_bytes,
                                  max_parts=args.max_parts, recover=False)
             done = writer.commit_journals(args.below)
     except CountersError as error:
         print(" ".join(str(error).split()), file=sys.stderr)
         return 1
-    if args.recover:
-        writer.note_recovered(done)
+    writer.note_recovered([(part, n) for part, n in done if part.first < args.recovered_below])
     for note in writer.notes:
         print(f"note {' '.join(note.split())}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux

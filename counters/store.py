@@ -17,12 +17,21 @@ instant, lose at most the last second of samples, and never leave a store that c
   every second. That is the cheapest way to make each sample durable within 1 s: a few hundred
   bytes and no metadata per sample, where committing a Zarr append every second would rewrite
   the metadata of every array (~100 files) and create one chunk file per array per second.
-* Every ``flush_every`` samples (5 minutes by default) the batch is *committed*: written as a new
-  Zarr part into a hidden temporary directory, fsync-ed, and renamed into place -- a rename is
-  atomic, so a part is either complete or absent. Only then is its journal segment deleted. A
-  committed part is never written again, so nothing committed can be damaged by a later crash.
-  (The previous design appended in place to one part and left arrays of unequal length, or an
-  unreadable part, when killed mid-append.)
+* Every ``flush_every`` samples (5 minutes by default) the journal segment is *sealed* (closed;
+  the next sample opens a new one) and the sealed segments are *committed*: read back, written
+  as a new Zarr part into a hidden temporary directory, fsync-ed, and renamed into place -- a
+  rename is atomic, so a part is either complete or absent. Only then are the segments deleted.
+  A committed part is never written again, so nothing committed can be damaged by a later crash.
+  A commit takes what is on disk, by segment index, never samples held in memory: one that lags
+  behind sampling takes every segment sealed meanwhile, as one part named by their index range,
+  and nothing waits in memory or is dropped. (The previous design appended in place to one part
+  and left arrays of unequal length, or an unreadable part, when killed mid-append.)
+* Writing parts needs xarray (with pandas, zarr, numcodecs, dask: ~90 MB resident for good), so
+  the node collector commits in a short-lived child process (:mod:`counters.committer`) and its
+  own process only journals (:class:`counters.storedir.StoreJournal`, numpy only): it stays
+  under 80 MB. The child touches only sealed segments; the parent alone allocates segment
+  indices; children are serialised by a ``flock`` on the store directory. :class:`StoreWriter`
+  commits in its own process, the same way (the child runs it).
 * Readers take the committed parts plus the valid records of the journal segments not yet
   committed, in index order; a torn last record is ignored. Hidden ``.part-*.tmp`` and
   ``.trash-*`` directories (a commit or deletion cut short) are never read.
@@ -36,8 +45,9 @@ instant, lose at most the last second of samples, and never leave a store that c
 
 :func:`repair` removes what a crash or outside damage left (temporary directories, superseded
 parts, torn journal tails, unreadable parts, cut-short appends of the previous in-place design)
-and reports each thing it dropped. A :class:`StoreWriter` opening a store recovers a crashed
-run's journal segments into parts; it refuses (with :class:`CountersError`) to write into a store
+and reports each thing it dropped. A :class:`StoreWriter` (or a
+:class:`counters.committer.ChildCommitWriter`) opening a store recovers a crashed run's journal
+segments into parts; it refuses (with :class:`CountersError`) to write into a store
 damaged by anything but a crash, naming the repair command.
 
 Masks are not written (they equal ``isfinite`` of the values) and are rebuilt, lazily, on reading.
@@ -75,6 +85,7 @@ from counters.storedir import (  # noqa: F401  (MARKER, PART_GLOB, is_store... a
     PartName,
     StoreJournal,
     check_writer_options,
+    commit_lock,
     directory_bytes,
     is_store,
     journal_name,
@@ -601,6 +612,11 @@ def repair(path: str | Path) -> list[str]:
     root = Path(path)
     if not root.is_dir():
         raise CountersError(f"{root}: no such counters store")
+    with commit_lock(root):  # waits for a collector's commit in progress
+        return _repair(root)
+
+
+def _repair(root: Path) -> list[str]:
     changed: list[str] = []
     try:
         _check_marker(root)

@@ -12,6 +12,7 @@ collector small.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -19,7 +20,7 @@ import re
 import shutil
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -214,16 +215,6 @@ def time_lengths_agree(part: Path) -> bool:
     return len(lengths) <= 1
 
 
-def needs_recovery(root: Path) -> bool:
-    """Whether a crash left anything in the store for a writer to finish: hidden temporary or
-    trash entries, parts a compaction merged, journal segments not yet committed, or a last part
-    cut short by the older in-place design."""
-    committed, superseded, journals = scan(root)
-    return bool(leftovers(root) or superseded
-                or any(not covered(i, committed) for i in journals)
-                or (committed and not time_lengths_agree(committed[-1].path)))
-
-
 # -- writing files ---------------------------------------------------------------------------
 def fsync_tree(folder: Path) -> None:
     """fsync every file and directory under ``folder`` (before it is renamed into place)."""
@@ -249,6 +240,22 @@ def discard(path: Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def commit_lock(store: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the store directory while writing parts (a commit, a repair):
+    one writer of parts at a time. Released when the process ends, however it ends."""
+    try:
+        fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as error:
+        raise CountersError(f"{store}: cannot open the store ({error.strerror or error})"
+                            ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def check_writer_options(path: str | Path, max_part_bytes: int | None = None,
