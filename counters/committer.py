@@ -26,11 +26,14 @@ Crash safety is the store's own (:mod:`counters.store`), and the split keeps it:
 
 The parent passes the batch by naming it (``--below``), not by sending samples: what is committed
 is exactly what is on disk, and a commit that lags behind sampling holds nothing in the parent's
-memory (the segments wait on disk; the next commit takes them all).
+memory (the segments wait on disk; the next commit takes them all). What a stopped (killed)
+collector left is finished by the next collector's first commit, so a restarted collector
+samples at once; readers see those segments meanwhile.
 
 Protocol: the child prints ``note TEXT`` per note (one per part recovered from a stopped run's
-segments, those below ``--recovered-below``) and last ``committed SAMPLES PEAK_RSS_BYTES``, then exits 0; on a
-:class:`CountersError` it prints the one-line message on stderr and exits 1.
+segments, those below ``--recovered-below``, which are committed apart and not counted) and last
+``committed SAMPLES PEAK_RSS_BYTES``, then exits 0; on a :class:`CountersError` it prints the
+one-line message on stderr and exits 1.
 """
 
 from __future__ import annotations
@@ -156,11 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             writer = StoreWriter(args.store, max_part_bytes=args.max_part_bytes,
                                  max_parts=args.max_parts, recover=False)
+            # A stopped run's segments first, apart: never one part with the parent's own.
+            writer.note_recovered(writer.commit_journals(min(args.recovered_below, args.below)))
             done = writer.commit_journals(args.below)
     except CountersError as error:
         print(" ".join(str(error).split()), file=sys.stderr)
         return 1
-    writer.note_recovered([(part, n) for part, n in done if part.first < args.recovered_below])
     for note in writer.notes:
         print(f"note {' '.join(note.split())}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
