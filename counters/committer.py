@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -116,8 +117,10 @@ class ChildCommitWriter(StoreJournal):
                                                                               else [])])}
         started = time.monotonic()
         try:
+            # Its own session: a Ctrl-C in the collector's terminal is the collector's to act on
+            # (it stops, then commits once more), not the commit's.
             result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
-                                    text=True, env=env, check=False)
+                                    text=True, env=env, check=False, start_new_session=True)
         except OSError as error:
             raise CountersError(f"{self.path}: cannot start the commit process "
                                 f"({error.strerror or error})") from None
@@ -152,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-part-bytes", type=int)
     parser.add_argument("--max-parts", type=int)
     args = parser.parse_args(argv)
+    # A stop request (systemd signals the whole unit) is the collector's: it commits again after
+    # stopping, and a commit is short and safe to cut anyway (SIGKILL still ends it).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.nice(NICENESS)  # before the imports: they are most of a commit's CPU time
     try:
         with commit_lock(args.store):  # first: a child waiting for another holds little memory

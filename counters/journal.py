@@ -31,7 +31,7 @@ import numpy as np
 
 from counters.errors import CountersError
 
-if TYPE_CHECKING:  # xarray loads at the first flush to a store, not on a Prometheus-only node
+if TYPE_CHECKING:  # xarray loads where a dataset is built (a commit, a reader), never in a collector
     import xarray as xr
 
 MAGIC = b"BSJ1"
