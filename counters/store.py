@@ -209,13 +209,14 @@ def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:
     Values are not scanned here (use :func:`counters.schema.validate` for that).
     """
     root = Path(path)
-    for attempt in range(3):
+    attempts = 5
+    for attempt in range(attempts):
         listing = _listing(root)
         try:
             return _open_store_once(root, lazy)
         except CountersError:
             # A writer committing or compacting meanwhile renames what was listed: read again.
-            if attempt == 2 or _listing(root) == listing:
+            if attempt == attempts - 1 or _listing(root) == listing:
                 raise
     raise AssertionError("unreachable")
 
@@ -230,12 +231,16 @@ def _listing(root: Path) -> list[str]:
 def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
     if _lost_everything(root, _check_marker(root)):
         raise CountersError(_lost_message(root))
-    found = parts(root)
-    datasets = [open_part(p, lazy=lazy) for p in found]
-    for journal in pending_journals(root):
-        recent = _journal_dataset(journal)
-        if recent is not None:
-            datasets.append(recent)
+    # One listing for parts and journals: listed twice, a commit between the two (a new part,
+    # its segments deleted) would hide its samples from both. Anything listed here that a
+    # writer renames or deletes meanwhile fails to read, and open_store reads again.
+    committed, _, journals = _scan(root)
+    datasets = [open_part(p.path, lazy=lazy) for p in committed]
+    for index in sorted(journals):
+        if not _covered(index, committed):
+            recent = _journal_dataset(journals[index])
+            if recent is not None:
+                datasets.append(recent)
     return _combine(root, datasets)
 
 

@@ -136,8 +136,9 @@ def resident_bytes(pid: int) -> int | None:
 
 def test_a_storing_collector_stays_small_and_never_imports_xarray(tmp_path: Path) -> None:
     """``collect --out`` at 50 Hz committing every 0.2 s (commits and a compaction of 12 parts
-    run in child processes): the collector's resident memory, polled all along, stays under the
-    target, and the interpreter's own import log shows no xarray, pandas, zarr or dask."""
+    run in child processes), serving Prometheus too: it serves its first scrape as quickly as
+    without a store, its resident memory, polled all along, stays under the target, and the
+    interpreter's own import log shows no xarray, pandas, zarr or dask."""
     from collectors.daemon import Collector
     from collectors.procfs import ProcfsSource
     from counters.store import StoreWriter
@@ -154,18 +155,29 @@ def test_a_storing_collector_stays_small_and_never_imports_xarray(tmp_path: Path
     filler.close()
     assert len(parts(store)) == 11
     log = tmp_path / "collect.log"
+    python = wall(sys.executable, "-c", "pass")
+    first_scrape = None
     with open(log, "w") as stderr:  # a file, not a pipe: the import log must never block it
+        started = time.monotonic()
         process = subprocess.Popen(
             [sys.executable, "-X", "importtime", "-m", "bayes_sched", "collect", "--out",
              str(store), "--sources", "procfs", "--node", "rss", "--interval", "0.02s",
-             "--flush-every", "0.2s", "--duration", "8s", "--quiet"],
+             "--flush-every", "0.2s", "--duration", "8s", "--prometheus", "0", "--quiet"],
             stderr=stderr, env=ENV)
         peak = 0
         while process.poll() is None:
             peak = max(peak, resident_bytes(process.pid) or 0)
+            serving = [line for line in log.read_text().splitlines()
+                       if "serving Prometheus metrics on" in line]
+            if first_scrape is None and serving:
+                port = int(serving[0].rsplit(":", 1)[1].split("/")[0])
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    if "bayes_sched_collector_samples_total" in r.read().decode():
+                        first_scrape = time.monotonic() - started
             time.sleep(0.02)
     text = log.read_text()
     assert process.returncode == 0, text[-2000:]
+    assert first_scrape is not None and first_scrape <= max(1.0, 10 * python), first_scrape
     assert 0 < peak <= MAX_RESIDENT_BYTES, f"collector resident {peak / 2**20:.0f} MiB"
     imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in text.splitlines()
                 if line.startswith("import time:") and "|" in line}
