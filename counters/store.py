@@ -209,16 +209,17 @@ def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:
     Values are not scanned here (use :func:`counters.schema.validate` for that).
     """
     root = Path(path)
-    attempts = 5
-    for attempt in range(attempts):
+    for _ in range(3):
         listing = _listing(root)
         try:
             return _open_store_once(root, lazy)
         except CountersError:
             # A writer committing or compacting meanwhile renames what was listed: read again.
-            if attempt == attempts - 1 or _listing(root) == listing:
+            if _listing(root) == listing:
                 raise
-    raise AssertionError("unreachable")
+    # Writers keep renaming (commits queued back to back): read between two of their commits.
+    with commit_lock(root, shared=True):
+        return _open_store_once(root, lazy)
 
 
 def _listing(root: Path) -> list[str]:

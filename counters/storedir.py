@@ -243,16 +243,17 @@ def discard(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def commit_lock(store: Path) -> Iterator[None]:
+def commit_lock(store: Path, shared: bool = False) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the store directory while writing parts (a commit, a repair):
-    one writer of parts at a time. Released when the process ends, however it ends."""
+    one writer of parts at a time; ``shared``: a reader that no commit may change meanwhile.
+    Released when the process ends, however it ends."""
     try:
         fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as error:
         raise CountersError(f"{store}: cannot open the store ({error.strerror or error})"
                             ) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
