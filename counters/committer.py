@@ -169,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A stopped run's segments first, apart: never one part with the parent's own.
             writer.note_recovered(writer.commit_journals(min(args.recovered_below, args.below)))
             done = writer.commit_journals(args.below)
+            if not done:  # a compaction that a killed commit left undone is finished here
+                writer.compact()
     except CountersError as error:
         print(" ".join(str(error).split()), file=sys.stderr)
         return 1

@@ -519,6 +519,11 @@ class StoreWriter(StoreJournal):
         for index in range(indices[0], indices[1] + 1):
             with contextlib.suppress(OSError):
                 (self.path / journal_name(index)).unlink(missing_ok=True)
+        self.compact()
+
+    def compact(self) -> None:
+        """Merge parts of one level and delete the oldest past ``max_parts`` (after every commit;
+        also what a commit cut short left undone). Failures become a note, never an error."""
         try:
             self._compact()
             self._drop_old_parts()

@@ -18,7 +18,7 @@ from counters.catalog import CATALOG
 from counters.committer import ChildCommitWriter
 from counters.journal import JournalLayout
 from counters.store import StoreWriter, open_store, parts, pending_journals, repair
-from counters.storedir import StoreJournal, journal_name
+from counters.storedir import StoreJournal, journal_name, next_free_index
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -81,11 +81,30 @@ def test_a_child_commit_writes_the_store_an_in_process_commit_writes(tmp_path: P
     assert len(new.commits) == 3 and all(c.peak_rss_bytes > 0 for c in new.commits)
 
 
+def start_writing(store: Path, below: int) -> tuple[subprocess.Popen[bytes], float]:
+    """Start ``python -m counters.committer STORE --below BELOW``; return it once it has begun
+    writing (its first hidden temporary part exists) or ended, with that instant (monotonic s)."""
+    command = [sys.executable, "-m", "counters.committer", str(store), "--below", str(below)]
+    child = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while child.poll() is None and not any(p.name.startswith(".part-") for p in store.iterdir()):
+        assert time.monotonic() < deadline, "the committer never started writing"
+        time.sleep(0.001)
+    return child, time.monotonic()
+
+
+def write_to_the_end(child: subprocess.Popen[bytes], began: float) -> float:
+    """Wait for a committer to finish (successfully); the seconds it wrote for."""
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 0, stderr
+    return time.monotonic() - began
+
+
 def test_a_committer_killed_mid_write_loses_nothing(tmp_path: Path) -> None:
-    """SIGKILL the committer at seeded instants after its first write begins (part, rename,
-    journal deletion, compaction of 12 parts, deletion of the merged ones): every time the store
-    reads whole with every sample, the collector's open segment is untouched, the next commit
-    finishes the job, and repair finds only crash debris."""
+    """SIGKILL the committer at seeded fractions of its writing time (part, rename, journal
+    deletion, compaction of 12 parts, deletion of the merged ones): every time the store reads
+    whole with every sample, the collector's open segment is untouched, the next commit finishes
+    the job, and repair finds nothing left to do."""
     template = tmp_path / "template"
     writer = StoreWriter(template)
     for k in range(11):  # the committer's part is the 12th of level 0: it compacts them
@@ -93,6 +112,9 @@ def test_a_committer_killed_mid_write_loses_nothing(tmp_path: Path) -> None:
     journal(writer, rows(220, 20))
     journal(writer, rows(240, 20))
     writer.close()
+    calibration = tmp_path / "calibration"  # how long the writes take here, now
+    shutil.copytree(template, calibration)
+    writing_s = write_to_the_end(*start_writing(calibration, next_free_index(calibration)))
     rng = np.random.default_rng(17)
     landed = 0
     for trial in range(KILLS):
@@ -104,15 +126,9 @@ def test_a_committer_killed_mid_write_loses_nothing(tmp_path: Path) -> None:
         active = store / journal_name(below)
         expected = open_store(store, lazy=False)
         assert expected.sizes["time"] == 261
-        command = [sys.executable, "-m", "counters.committer", str(store), "--below", str(below)]
-        child = subprocess.Popen(command, env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while child.poll() is None and not any(p.name.startswith(".part-")
-                                               for p in store.iterdir()):
-            assert time.monotonic() < deadline, "the committer never started writing"
-            time.sleep(0.001)
-        time.sleep(float(rng.uniform(0.0, 0.8)))
+        child, began = start_writing(store, below)
+        time.sleep(max(0.0, began + float(rng.uniform(0.05, 0.95)) * writing_s
+                       - time.monotonic()))
         if child.poll() is None:
             child.send_signal(signal.SIGKILL)
             landed += 1
@@ -120,9 +136,7 @@ def test_a_committer_killed_mid_write_loses_nothing(tmp_path: Path) -> None:
         assert active.read_bytes()[-8:] == rows(260, 1)[0, -1:].tobytes()  # untouched
         xr.testing.assert_identical(open_store(store, lazy=False), expected)
         # The collector's next commit (the same command, not killed) finishes the job.
-        done = subprocess.run(command, env=ENV, cwd=tmp_path, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, done.stderr
+        write_to_the_end(*start_writing(store, below))
         assert pending_journals(store) == [active] and active.exists()
         xr.testing.assert_identical(open_store(store, lazy=False), expected)
         assert [p.name for p in parts(store)] == ["part-00000-00012.zarr"]
