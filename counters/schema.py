@@ -47,19 +47,15 @@ Use :func:`build` to make a conforming dataset from arrays and :func:`validate` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import xarray as xr
 
 from counters.catalog import CATALOG, Counter
 from counters.errors import CountersError
+from counters.names import DEVICE, NODE, SCHEMA_NAME, SCHEMA_VERSION, TIME
 
-if TYPE_CHECKING:  # xarray loads when a dataset is built, so the store's journal side stays light
-    import xarray as xr
-
-TIME, NODE, DEVICE = "time", "node", "device"
-SCHEMA_NAME = "bayes-sched-counters"
-SCHEMA_VERSION = 1
 MASK_SUFFIX = "_valid"
 REQUIRED_VARIABLE_ATTRS: tuple[str, ...] = ("units", "long_name", "kind", "source", "resource")
 REQUIRED_DATASET_ATTRS: tuple[str, ...] = ("schema", "schema_version")
@@ -163,8 +159,6 @@ def build(
                     raise CountersError(f"coordinate '{coord_name}': shape {labels.shape}, "
                                         f"expected {(len(nodes), n_device)}")
                 coords[coord_name] = ((NODE, DEVICE), labels)
-    import xarray as xr
-
     ds = xr.Dataset(data_vars, coords=coords)
     ds.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION})
     ds.attrs.update(dict(attrs or {}))

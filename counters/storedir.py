@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from counters import schema
+from counters import names
 from counters.errors import CountersError
 from counters.journal import DEFAULT_SYNC_INTERVAL_S, JournalLayout, JournalWriter
 from counters.journal import _sync_directory as sync_directory
@@ -91,17 +91,17 @@ def check_marker(root: Path) -> dict[str, Any]:
     except (OSError, ValueError) as error:
         raise CountersError(f"{root / MARKER}: unreadable store marker ({one_line(error)}); "
                             f"{REPAIR_HINT}") from None
-    if not isinstance(marker, dict) or marker.get("schema") != schema.SCHEMA_NAME:
+    if not isinstance(marker, dict) or marker.get("schema") != names.SCHEMA_NAME:
         raise CountersError(f"{root / MARKER}: not a bayes-sched counters store marker")
-    if marker.get("schema_version") != schema.SCHEMA_VERSION:
+    if marker.get("schema_version") != names.SCHEMA_VERSION:
         raise CountersError(f"{root / MARKER}: schema_version {marker.get('schema_version')}, "
-                            f"expected {schema.SCHEMA_VERSION}")
+                            f"expected {names.SCHEMA_VERSION}")
     return marker
 
 
 def write_marker(root: Path, committed: bool = False) -> None:
     marker: dict[str, Any] = {
-        "schema": schema.SCHEMA_NAME, "schema_version": schema.SCHEMA_VERSION,
+        "schema": names.SCHEMA_NAME, "schema_version": names.SCHEMA_VERSION,
         "format": f"zarr{ZARR_FORMAT}",
         "layout": "part-NNNNN[-MMMMM].zarr committed by rename; journal-NNNNN.bin"}
     if committed:
@@ -208,7 +208,7 @@ def time_lengths_agree(part: Path) -> bool:
             if not entry.is_dir() or not meta.is_file():
                 continue
             dims = json.loads((Path(entry.path) / ".zattrs").read_text()).get("_ARRAY_DIMENSIONS")
-            if isinstance(dims, list) and dims[:1] == [schema.TIME]:
+            if isinstance(dims, list) and dims[:1] == [names.TIME]:
                 lengths.add(int(json.loads(meta.read_text())["shape"][0]))
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return False
