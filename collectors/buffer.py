@@ -1,4 +1,5 @@
-"""A bounded, preallocated buffer of samples that turns into a counters dataset on flush."""
+"""A bounded, preallocated ring of samples (the rows the store's journal records), readable as a
+counters dataset."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 from collectors.base import Devices, Values
 from counters.journal import JournalLayout
 
-if TYPE_CHECKING:  # xarray is loaded on the first flush to a store, not by a Prometheus-only node
+if TYPE_CHECKING:  # xarray is loaded only by to_dataset, which the collector never calls
     import xarray as xr
 
 
@@ -20,9 +21,9 @@ class SampleBuffer:
 
     Each sample is one row of :attr:`layout` (the same row the store's journal records), so
     memory is fixed at construction: ``capacity x (1 + n_node_counters + n_device_counters x
-    n_devices) x 8`` bytes. When a sample arrives and the buffer is full (the store could not take
-    the last flush), the oldest sample is dropped and counted in :attr:`dropped` -- memory stays
-    bounded whatever happens to the disk.
+    n_devices) x 8`` bytes. When a sample arrives and the buffer is full, the oldest sample is
+    dropped and counted in :attr:`dropped`. (The collector clears it at every flush, so there it
+    never fills: a store commits from its journal segments, not from this buffer.)
     """
 
     def __init__(self, node: str, node_counters: Sequence[str], device_counters: Sequence[str],

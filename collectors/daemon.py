@@ -5,13 +5,17 @@ never drifts however long each sample takes; a sample that overruns makes the lo
 instants it missed (counted in ``skipped``) rather than bunch samples up. Each sample is stamped
 with the wall clock at the moment it was taken.
 
-Storage: each sample is journalled as it is taken (:meth:`counters.store.StoreWriter.log`: one
-``write`` of one record, synced within a second), so SIGKILL loses nothing journalled and a power
-loss at most the last second. Samples also go to a :class:`~collectors.buffer.SampleBuffer`;
-every ``flush_every`` samples the buffer is handed to a writer thread that commits it as a new
-store part (and drops its journal), so a slow disk never delays a sample. One batch waits for the
-disk at a time; while it does, the buffer (``2 x flush_every`` samples) keeps filling, and only
-when both are full are the oldest samples dropped from memory (counted; the journal keeps them).
+Storage: each sample is journalled as it is taken (:meth:`counters.storedir.StoreJournal.log`:
+one ``write`` of one record, synced within a second), so SIGKILL loses nothing journalled and a
+power loss at most the last second. Every ``flush_every`` samples the journal segment is sealed
+and a writer thread commits the sealed segments as a store part -- by name, not by handing over
+samples: what is committed is what is on disk, and a commit that lags holds nothing in memory
+(the segments wait on disk and the next commit takes them all), so a slow disk never delays a
+sample nor drops one. ``collect --out`` commits in a short-lived child process
+(:class:`counters.committer.ChildCommitWriter`), so this process never imports xarray; an
+in-process :class:`counters.store.StoreWriter` works the same. Samples the disk refuses stay in
+memory, at most ``2 x flush_every`` of them (the oldest dropped past that, counted), and are
+journalled once it takes them again.
 
 Stopping: :meth:`Collector.run` returns when ``stop`` is set -- :func:`install_signal_handlers`
 sets it on SIGTERM and SIGINT -- then flushes, so every sample taken before the signal is on disk.
@@ -39,10 +43,8 @@ from collectors.prometheus import LatestSampleCollector
 from counters.catalog import CATALOG
 from counters.errors import CountersError
 
-if TYPE_CHECKING:  # only a collector given a store loads xarray and zarr (through the writer)
-    import xarray as xr
-
-    from counters.store import StoreWriter
+if TYPE_CHECKING:
+    from counters.storedir import StoreJournal
 
 PRODUCER = "bayes-sched collectors 0.1.0"
 
@@ -83,7 +85,7 @@ class Collector:
         self,
         sources: Sequence[Source],
         interval_s: float,
-        writer: StoreWriter | None = None,
+        writer: StoreJournal | None = None,
         exporter: LatestSampleCollector | None = None,
         node: str | None = None,
         flush_every: int = 60,
@@ -104,14 +106,12 @@ class Collector:
         self.buffer: SampleBuffer | None = None
         self.stats = RunStats(keep_latencies=keep_latencies)
         self._attrs: dict[str, object] = {}
-        # Writer thread state: at most one batch waits for the disk at any time.
-        self._pending: xr.Dataset | None = None
-        self._pending_indices: tuple[int, int] | None = None  # its journal segments
+        # Writer thread state: the sealed journal segments (indices below this) not yet committed.
+        self._commit_below: int | None = None
+        self._commit_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._closing = False
-        self._writer_dropped = 0
-        self._last_retry = 0
 
     def discover(self) -> list[Discovery]:
         """Discover every source; fix the counters and devices the run records."""
@@ -141,6 +141,7 @@ class Collector:
                                    capacity=2 * self.flush_every, attrs=self._attrs)
         if self.writer is not None:
             self.writer.journal_layout = self.buffer.layout
+            self.writer.max_unwritten = self.buffer.capacity
         return self.discoveries
 
     @property
@@ -188,29 +189,21 @@ class Collector:
         }
 
     def flush(self, wait: bool = False) -> None:
-        """Hand the buffered samples to the writer thread (so sampling never waits on the disk).
+        """Seal the journal and have the writer thread commit what is sealed (so sampling never
+        waits on the disk).
 
-        With ``wait`` it also waits until everything handed over is on disk (or failed).
+        With ``wait`` it also waits until everything sealed is committed (or failed).
         """
         if self.buffer is None:
             return
-        self.stats.dropped = self.buffer.dropped + self._writer_dropped
-        if self.buffer.size and self.writer is None:
-            self.buffer.clear()
-        elif self.buffer.size and self._pending is None and self.writer is not None:
-            # Indices first: the writer thread may see ``_pending`` as soon as it is set.
-            self._pending_indices = self.writer.seal()
-            self._pending = self.buffer.to_dataset(self._attrs)
-            self.buffer.clear()
+        self.buffer.clear()
+        if self.writer is not None:
+            below = self.writer.seal()
+            with self._commit_lock:
+                self._commit_below = max(below, self._commit_below or 0)
             self._start_writer()
             self._wake.set()
-        elif (self._pending is not None
-              and self.stats.samples - self._last_retry >= self.flush_every):
-            # A batch is still waiting (slow disk or a failed write): nudge the writer, at most
-            # once per flush interval.
-            self._last_retry = self.stats.samples
-            self._start_writer()
-            self._wake.set()
+        self.stats.dropped = self._dropped()
         if wait:
             if self._thread is not None:
                 self._closing = True
@@ -218,8 +211,12 @@ class Collector:
                 self._thread.join()
                 self._thread = None
                 self._closing = False
-            if self._pending is not None:  # the last write failed: try once more, here
-                self._write_pending()
+            if self._commit_below is not None:  # the last commit failed: try once more, here
+                self._commit_pending()
+
+    def _dropped(self) -> int:
+        return (self.buffer.dropped if self.buffer else 0) + (self.writer.dropped if self.writer
+                                                                else 0)
 
     def _start_writer(self) -> None:
         if self._thread is None:
@@ -231,28 +228,23 @@ class Collector:
         while True:
             self._wake.wait()
             self._wake.clear()
-            if self._pending is not None:
-                self._write_pending()
+            if self._commit_below is not None:
+                self._commit_pending()
             if self._closing:
                 return
 
-    def _write_pending(self) -> None:
-        batch = self._pending
-        assert batch is not None and self.writer is not None
+    def _commit_pending(self) -> None:
+        below = self._commit_below
+        assert below is not None and self.writer is not None
         try:
-            self.writer.append(batch, indices=self._pending_indices)
+            self.stats.flushed += self.writer.commit(below)
         except (OSError, CountersError) as error:
+            # The segments stay on disk; the next flush (or the last, on stopping) tries again.
             self.stats.flush_errors.append(str(error))
-            # Keep the batch for the next try; past the buffer's size drop the oldest samples,
-            # so memory stays bounded however long the disk refuses.
-            excess = batch.sizes["time"] - self.buffer.capacity if self.buffer else 0
-            if excess > 0:
-                self._writer_dropped += excess
-                self._pending = batch.isel(time=slice(excess, None))
             return
-        self.stats.flushed += batch.sizes["time"]
-        self._pending = None
-        self._pending_indices = None
+        with self._commit_lock:
+            if self._commit_below == below:
+                self._commit_below = None
 
     def run(self, stop: threading.Event, duration_s: float | None = None,
             max_samples: int | None = None) -> RunStats:
@@ -278,8 +270,7 @@ class Collector:
                 stop.wait(max(0.0, deadline - time.monotonic()))
         finally:
             self.flush(wait=True)
-            self.flush(wait=True)  # what the buffer held while the writer was busy
-            self.stats.dropped = (self.buffer.dropped if self.buffer else 0) + self._writer_dropped
+            self.stats.dropped = self._dropped()
         return self.stats
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ loss or kernel crash can take to the last second; SIGKILL (the OOM killer) takes
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -30,7 +31,7 @@ import numpy as np
 
 from counters.errors import CountersError
 
-if TYPE_CHECKING:  # xarray loads at the first flush to a store, not on a Prometheus-only node
+if TYPE_CHECKING:  # xarray loads where a dataset is built (a commit, a reader), never in a collector
     import xarray as xr
 
 MAGIC = b"BSJ1"
@@ -137,9 +138,19 @@ class JournalWriter:
     def append(self, row: np.ndarray) -> None:
         """Write one row (one ``write`` call) and sync if the last sync is ``sync_interval_s``
         old."""
-        payload = np.ascontiguousarray(row, dtype="<f8").tobytes()
-        os.write(self._fd, _frame(payload))
+        self.write(row)
+        self.sync_if_due()
+
+    def write(self, row: np.ndarray) -> None:
+        """Write one row with one ``write`` call; OSError unless the whole record was written
+        (a short write on a full disk leaves a torn record, which readers stop at)."""
+        record = _frame(np.ascontiguousarray(row, dtype="<f8").tobytes())
+        if os.write(self._fd, record) != len(record):
+            raise OSError(errno.ENOSPC, "short write to the journal")
         self.rows += 1
+
+    def sync_if_due(self) -> None:
+        """Sync if the last sync is ``sync_interval_s`` old."""
         if time.monotonic() - self._last_sync >= self.sync_interval_s:
             self.sync()
 

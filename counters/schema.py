@@ -54,10 +54,8 @@ import xarray as xr
 
 from counters.catalog import CATALOG, Counter
 from counters.errors import CountersError
+from counters.names import DEVICE, NODE, SCHEMA_NAME, SCHEMA_VERSION, TIME
 
-TIME, NODE, DEVICE = "time", "node", "device"
-SCHEMA_NAME = "bayes-sched-counters"
-SCHEMA_VERSION = 1
 MASK_SUFFIX = "_valid"
 REQUIRED_VARIABLE_ATTRS: tuple[str, ...] = ("units", "long_name", "kind", "source", "resource")
 REQUIRED_DATASET_ATTRS: tuple[str, ...] = ("schema", "schema_version")

@@ -17,12 +17,21 @@ instant, lose at most the last second of samples, and never leave a store that c
   every second. That is the cheapest way to make each sample durable within 1 s: a few hundred
   bytes and no metadata per sample, where committing a Zarr append every second would rewrite
   the metadata of every array (~100 files) and create one chunk file per array per second.
-* Every ``flush_every`` samples (5 minutes by default) the batch is *committed*: written as a new
-  Zarr part into a hidden temporary directory, fsync-ed, and renamed into place -- a rename is
-  atomic, so a part is either complete or absent. Only then is its journal segment deleted. A
-  committed part is never written again, so nothing committed can be damaged by a later crash.
-  (The previous design appended in place to one part and left arrays of unequal length, or an
-  unreadable part, when killed mid-append.)
+* Every ``flush_every`` samples (5 minutes by default) the journal segment is *sealed* (closed;
+  the next sample opens a new one) and the sealed segments are *committed*: read back, written
+  as a new Zarr part into a hidden temporary directory, fsync-ed, and renamed into place -- a
+  rename is atomic, so a part is either complete or absent. Only then are the segments deleted.
+  A committed part is never written again, so nothing committed can be damaged by a later crash.
+  A commit takes what is on disk, by segment index, never samples held in memory: one that lags
+  behind sampling takes every segment sealed meanwhile, as one part named by their index range,
+  and nothing waits in memory or is dropped. (The previous design appended in place to one part
+  and left arrays of unequal length, or an unreadable part, when killed mid-append.)
+* Writing parts needs xarray (with pandas, zarr, numcodecs, dask: ~90 MB resident for good), so
+  the node collector commits in a short-lived child process (:mod:`counters.committer`) and its
+  own process only journals (:class:`counters.storedir.StoreJournal`, numpy only): it stays
+  under 80 MB. The child touches only sealed segments; the parent alone allocates segment
+  indices; children are serialised by a ``flock`` on the store directory. :class:`StoreWriter`
+  commits in its own process, the same way (the child runs it).
 * Readers take the committed parts plus the valid records of the journal segments not yet
   committed, in index order; a torn last record is ignored. Hidden ``.part-*.tmp`` and
   ``.trash-*`` directories (a commit or deletion cut short) are never read.
@@ -36,8 +45,9 @@ instant, lose at most the last second of samples, and never leave a store that c
 
 :func:`repair` removes what a crash or outside damage left (temporary directories, superseded
 parts, torn journal tails, unreadable parts, cut-short appends of the previous in-place design)
-and reports each thing it dropped. A :class:`StoreWriter` opening a store recovers a crashed
-run's journal segments into parts; it refuses (with :class:`CountersError`) to write into a store
+and reports each thing it dropped. A :class:`StoreWriter` (or a
+:class:`counters.committer.ChildCommitWriter`) opening a store recovers a crashed run's journal
+segments into parts; it refuses (with :class:`CountersError`) to write into a store
 damaged by anything but a crash, naming the repair command.
 
 Masks are not written (they equal ``isfinite`` of the values) and are rebuilt, lazily, on reading.
@@ -49,16 +59,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
-import re
 import shutil
-import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numcodecs
 import numpy as np
@@ -67,157 +73,48 @@ from dask.callbacks import Callback
 
 from counters import schema
 from counters.errors import CountersError
-from counters.journal import (
-    DEFAULT_SYNC_INTERVAL_S,
-    JournalLayout,
-    JournalWriter,
-    read_journal,
-)
+from counters.journal import DEFAULT_SYNC_INTERVAL_S, JournalLayout, read_journal
 from counters.journal import _sync_directory as sync_directory
+from counters.storedir import (  # noqa: F401  (MARKER, PART_GLOB, is_store... are this module's API too)
+    COMMITTED_KEY,
+    DEFAULT_MAX_UNWRITTEN,
+    MARKER,
+    PART_GLOB,
+    REPAIR_HINT,
+    ZARR_FORMAT,
+    PartName,
+    StoreJournal,
+    check_writer_options,
+    commit_lock,
+    directory_bytes,
+    is_store,
+    journal_name,
+    part_name,
+    parts,
+    pending_journals,
+)
+from counters.storedir import check_marker as _check_marker
+from counters.storedir import covered as _covered
+from counters.storedir import discard as _discard
+from counters.storedir import fsync_tree as _fsync_tree
+from counters.storedir import leftovers as _leftovers
+from counters.storedir import lost_everything as _lost_everything
+from counters.storedir import lost_message as _lost_message
+from counters.storedir import one_line as _one_line
+from counters.storedir import scan as _scan
+from counters.storedir import time_lengths_agree as _time_lengths_agree
+from counters.storedir import write_marker as _write_marker
 
-MARKER = "bayes-sched-store.json"
-PART_GLOB = "part-*.zarr"
-ZARR_FORMAT: Literal[2] = 2
 DEFAULT_CHUNK_SAMPLES = 3600
 #: Zstandard level for values: about half the size of the Blosc-LZ4 default on counters, and
 #: level 9 gains nothing over 3 (experiments/bench_collectors.py).
 DEFAULT_COMPRESSION_LEVEL = 3
 #: Parts of one level merged into one part of the next level.
 DEFAULT_COMPACT_FANOUT = 12
-_PART_NAME = re.compile(r"^part-(\d+)(?:-(\d+))?\.zarr$")
-_JOURNAL_NAME = re.compile(r"^journal-(\d+)\.bin$")
-_HIDDEN_PREFIXES = (".part-", ".trash-")
-REPAIR_HINT = "run `bayes-sched counters repair STORE`"
 #: Dataset attribute of a part listing its value variables: an array directory lost to outside
 #: damage would otherwise just vanish from the dataset (Zarr parts are not consolidated). Removed
 #: on reading.
 PART_VARIABLES_ATTR = "bayes_sched_part_variables"
-#: Marker key set once the store's first part is committed: a store whose marker says so but
-#: that holds no part and no journal lost its data (a marker alone is a store never written to).
-COMMITTED_KEY = "committed"
-
-
-def _one_line(error: BaseException) -> str:
-    detail = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-    return f"{type(error).__name__}: {' '.join(str(detail).split())[:200]}"
-
-
-# -- what a store directory holds ------------------------------------------------------------
-@dataclass(frozen=True)
-class PartName:
-    """A committed part: its directory and the range of commit indices it holds."""
-
-    path: Path
-    first: int
-    last: int
-
-    def level(self, fanout: int) -> int:
-        """Compaction level: ``floor(log_fanout(commits spanned))``."""
-        return int(math.floor(math.log(self.last - self.first + 1) / math.log(fanout) + 1e-9))
-
-
-def part_name(first: int, last: int | None = None) -> str:
-    return f"part-{first:05d}.zarr" if last is None or last == first else \
-        f"part-{first:05d}-{last:05d}.zarr"
-
-
-def journal_name(index: int) -> str:
-    return f"journal-{index:05d}.bin"
-
-
-def is_store(path: str | Path) -> bool:
-    return (Path(path) / MARKER).is_file()
-
-
-def _check_marker(root: Path) -> dict[str, Any]:
-    if not root.exists():
-        raise CountersError(f"{root}: no such counters store")
-    if not is_store(root):
-        raise CountersError(f"{root}: not a bayes-sched counters store (no {MARKER})")
-    try:
-        marker = json.loads((root / MARKER).read_text())
-    except (OSError, ValueError) as error:
-        raise CountersError(f"{root / MARKER}: unreadable store marker ({_one_line(error)}); "
-                            f"{REPAIR_HINT}") from None
-    if not isinstance(marker, dict) or marker.get("schema") != schema.SCHEMA_NAME:
-        raise CountersError(f"{root / MARKER}: not a bayes-sched counters store marker")
-    if marker.get("schema_version") != schema.SCHEMA_VERSION:
-        raise CountersError(f"{root / MARKER}: schema_version {marker.get('schema_version')}, "
-                            f"expected {schema.SCHEMA_VERSION}")
-    return marker
-
-
-def _lost_everything(root: Path, marker: dict[str, Any]) -> bool:
-    """Whether the marker records a commit but no part or journal segment is left."""
-    committed, superseded, journals = _scan(root)
-    return marker.get(COMMITTED_KEY) is True and not (committed or superseded or journals)
-
-
-def _lost_message(root: Path, consequence: str = "") -> str:
-    return (f"{root}: its marker records committed samples but no part or journal is left "
-            f"(deleted or lost){consequence}; {REPAIR_HINT}")
-
-
-def _scan(root: Path) -> tuple[list[PartName], list[PartName], dict[int, Path]]:
-    """``(committed parts in order, superseded parts, journal segments by index)``."""
-    found: list[PartName] = []
-    journals: dict[int, Path] = {}
-    try:
-        entries = list(os.scandir(root))
-    except OSError as error:
-        raise CountersError(f"{root}: cannot list the store ({_one_line(error)})") from None
-    for entry in entries:
-        match = _PART_NAME.match(entry.name)
-        if match and entry.is_dir():
-            first = int(match.group(1))
-            last = int(match.group(2)) if match.group(2) is not None else first
-            if last >= first:
-                found.append(PartName(Path(entry.path), first, last))
-            continue
-        match = _JOURNAL_NAME.match(entry.name)
-        if match and entry.is_file():
-            journals[int(match.group(1))] = Path(entry.path)
-    found.sort(key=lambda p: (p.first, -p.last))
-    committed: list[PartName] = []
-    superseded: list[PartName] = []
-    for part in found:
-        if committed and part.first <= committed[-1].last:
-            superseded.append(part)  # inside a merged part (a compaction cut short)
-        else:
-            committed.append(part)
-    return committed, superseded, journals
-
-
-def _covered(index: int, committed: Sequence[PartName]) -> bool:
-    return any(p.first <= index <= p.last for p in committed)
-
-
-def parts(path: str | Path) -> list[Path]:
-    """The committed parts of the store at ``path`` in time order; :class:`CountersError` if not
-    a store."""
-    root = Path(path)
-    _check_marker(root)
-    return [p.path for p in _scan(root)[0]]
-
-
-def pending_journals(path: str | Path) -> list[Path]:
-    """Journal segments of the store whose samples are not in a committed part, in order."""
-    root = Path(path)
-    _check_marker(root)
-    committed, _, journals = _scan(root)
-    return [journals[i] for i in sorted(journals) if not _covered(i, committed)]
-
-
-def directory_bytes(path: str | Path) -> int:
-    """Bytes of all files under ``path``."""
-    total = 0
-    for folder, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(folder, name)).st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -312,15 +209,17 @@ def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:
     Values are not scanned here (use :func:`counters.schema.validate` for that).
     """
     root = Path(path)
-    for attempt in range(3):
+    for _ in range(3):
         listing = _listing(root)
         try:
             return _open_store_once(root, lazy)
         except CountersError:
             # A writer committing or compacting meanwhile renames what was listed: read again.
-            if attempt == 2 or _listing(root) == listing:
+            if _listing(root) == listing:
                 raise
-    raise AssertionError("unreachable")
+    # Writers keep renaming (commits queued back to back): read between two of their commits.
+    with commit_lock(root, shared=True):
+        return _open_store_once(root, lazy)
 
 
 def _listing(root: Path) -> list[str]:
@@ -333,12 +232,16 @@ def _listing(root: Path) -> list[str]:
 def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
     if _lost_everything(root, _check_marker(root)):
         raise CountersError(_lost_message(root))
-    found = parts(root)
-    datasets = [open_part(p, lazy=lazy) for p in found]
-    for journal in pending_journals(root):
-        recent = _journal_dataset(journal)
-        if recent is not None:
-            datasets.append(recent)
+    # One listing for parts and journals: listed twice, a commit between the two (a new part,
+    # its segments deleted) would hide its samples from both. Anything listed here that a
+    # writer renames or deletes meanwhile fails to read, and open_store reads again.
+    committed, _, journals = _scan(root)
+    datasets = [open_part(p.path, lazy=lazy) for p in committed]
+    for index in sorted(journals):
+        if not _covered(index, committed):
+            recent = _journal_dataset(journals[index])
+            if recent is not None:
+                datasets.append(recent)
     return _combine(root, datasets)
 
 
@@ -419,32 +322,6 @@ def export_netcdf(store: str | Path, out: str | Path,
 
 
 # -- writing -------------------------------------------------------------------------------
-def _fsync_tree(folder: Path) -> None:
-    """fsync every file and directory under ``folder`` (before it is renamed into place)."""
-    for parent, _, files in os.walk(folder):
-        for name in files:
-            fd = os.open(os.path.join(parent, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        sync_directory(Path(parent))
-
-
-def _discard(path: Path) -> None:
-    """Delete a part or journal so that no reader ever sees it half-deleted: a directory is
-    renamed to a hidden ``.trash-`` name first (atomic), then removed."""
-    if path.is_dir():
-        trash = path.with_name(f".trash-{path.name}")
-        if trash.exists():
-            shutil.rmtree(trash, ignore_errors=True)
-        os.rename(path, trash)
-        sync_directory(path.parent)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
 def _trim_cut_short(part: Path) -> int:
     """Trim the arrays of a part appended in place by an older writer and cut short (arrays of
     unequal length along time) to the shortest; returns how many samples were dropped."""
@@ -470,23 +347,6 @@ def _trim_cut_short(part: Path) -> int:
     return max(lengths) - min(lengths)
 
 
-def _time_lengths_agree(part: Path) -> bool:
-    """Whether every array of ``part`` along ``time`` has one length, by reading the arrays'
-    metadata files as JSON; False when any cannot be read (zarr then looks closer)."""
-    lengths = set()
-    try:
-        for entry in os.scandir(part):
-            meta = Path(entry.path) / ".zarray"
-            if not entry.is_dir() or not meta.is_file():
-                continue
-            dims = json.loads((Path(entry.path) / ".zattrs").read_text()).get("_ARRAY_DIMENSIONS")
-            if isinstance(dims, list) and dims[:1] == [schema.TIME]:
-                lengths.add(int(json.loads(meta.read_text())["shape"][0]))
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return False
-    return len(lengths) <= 1
-
-
 def _last_time(part: Path) -> np.datetime64 | None:
     """The last sample time of a part, reading only its ``time`` array."""
     import zarr
@@ -506,87 +366,56 @@ def _last_time(part: Path) -> np.datetime64 | None:
     return np.datetime64(int(micros[0]), "us").astype("datetime64[ns]")
 
 
-def _leftovers(root: Path) -> list[Path]:
-    """Hidden temporary and trash entries a commit or deletion cut short left behind."""
-    return sorted(p for p in root.iterdir() if p.name.startswith(_HIDDEN_PREFIXES))
-
-
-class StoreWriter:
+class StoreWriter(StoreJournal):
     """Writes one node's counters to a store: samples to the journal, batches as new parts.
 
     Use :meth:`log` for each sample as it is taken (durable within ``sync_interval_s``), then
-    :meth:`seal` and :meth:`append` to commit the batch as a part; :meth:`append` alone commits a
-    dataset directly (no journal). Opening a store recovers the journal segments a killed run
-    left into parts. Parts of the same level are compacted ``compact_fanout`` at a time while
-    they stay under ``max_part_bytes``; past ``max_parts`` parts the oldest are deleted.
+    :meth:`seal` and :meth:`commit_journals` to commit the sealed journal segments as parts;
+    :meth:`append` alone commits a dataset directly (no journal). Opening a store recovers the
+    journal segments a killed run left into parts (``recover=False``: only the debris a crash
+    left is cleared, for a committer working beside a live journal). Parts of the same level are
+    compacted ``compact_fanout`` at a time while they stay under ``max_part_bytes``; past
+    ``max_parts`` parts the oldest are deleted.
     """
 
     def __init__(self, path: str | Path, max_part_bytes: int | None = None,
                  max_parts: int | None = None, chunk_samples: int = DEFAULT_CHUNK_SAMPLES,
                  compression_level: int = DEFAULT_COMPRESSION_LEVEL,
                  compact_fanout: int | None = DEFAULT_COMPACT_FANOUT,
-                 sync_interval_s: float = DEFAULT_SYNC_INTERVAL_S) -> None:
-        if max_parts is not None and max_parts < 1:
-            raise CountersError(f"{path}: keep at least 1 part, not {max_parts}")
-        if max_part_bytes is not None and max_part_bytes < 1:
-            raise CountersError(f"{path}: parts must be allowed at least 1 byte, "
-                                f"not {max_part_bytes}")
+                 sync_interval_s: float = DEFAULT_SYNC_INTERVAL_S,
+                 max_unwritten: int = DEFAULT_MAX_UNWRITTEN, recover: bool = True) -> None:
+        check_writer_options(path, max_part_bytes, max_parts, sync_interval_s)
         if chunk_samples < 1:
             raise CountersError(f"{path}: chunks must hold at least 1 sample, not {chunk_samples}")
         if compact_fanout is not None and compact_fanout < 2:
             raise CountersError(f"{path}: compaction merges at least 2 parts, not {compact_fanout}")
-        if not (math.isfinite(sync_interval_s) and sync_interval_s >= 0):
-            raise CountersError(f"{path}: journal sync interval must be >= 0 s, "
-                                f"not {sync_interval_s}")
-        self.path = Path(path)
         self.max_part_bytes = max_part_bytes
         self.max_parts = max_parts
         self.chunk_samples = chunk_samples
         self.compression_level = compression_level
         self.compact_fanout = compact_fanout
-        self.sync_interval_s = sync_interval_s
-        #: What a journal row holds; set it before the first :meth:`log`.
-        self.journal_layout: JournalLayout | None = None
-        self.notes: list[str] = []  # things an operator should hear about, one line each
-        self._journal: JournalWriter | None = None
-        self._batch: list[int] = []  # journal segments holding the samples since the last seal
-        self._lock = threading.Lock()
-        self._next_index = 0
         self._last_time: np.datetime64 | None = None
-        self._committed = False  # whether the marker records a commit (set on opening)
-        self._open_or_create()
+        super().__init__(path, sync_interval_s, max_unwritten)
+        self._clean_up()
+        if recover:
+            self.note_recovered(self.commit_journals())
+
+    def note_recovered(self, done: Sequence[tuple[PartName, int]]) -> None:
+        """Note each part committed from a stopped run's journal (:meth:`commit_journals`)."""
+        for part, samples in done:
+            self.notes.append(f"{self.path / journal_name(part.first)}: recovered {samples} "
+                              f"sample(s) a stopped run had journalled into part "
+                              f"{part.path.name}")
 
     # -- set-up ------------------------------------------------------------------------------
-    def _open_or_create(self) -> None:
-        root = self.path
-        if root.exists() and not root.is_dir():
-            raise CountersError(f"{root}: exists and is not a directory")
-        if root.is_dir() and any(root.iterdir()) and not is_store(root):
-            raise CountersError(f"{root}: not empty and not a bayes-sched counters store; "
-                                "refusing to write into it")
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            if not is_store(root):
-                _write_marker(root)
-            probe = root / ".write-probe"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as error:
-            raise CountersError(f"{root}: cannot write the store ({error.strerror or error})"
-                                ) from None
-        marker = _check_marker(root)
-        if _lost_everything(root, marker):
-            raise CountersError(_lost_message(root, "; refusing to append to it"))
-        self._committed = marker.get(COMMITTED_KEY) is True
-        self._recover()
-
-    def _recover(self) -> None:
-        """Finish what a killed run left: leftovers, superseded parts, journal segments."""
+    def _clean_up(self) -> None:
+        """Clear what a killed run left (leftovers, superseded parts, an append of the older
+        in-place design cut short) and find the newest stored sample."""
         root = self.path
         try:
             for leftover in _leftovers(root):
                 _discard(leftover) if leftover.is_dir() else leftover.unlink()
-            committed, superseded, journals = _scan(root)
+            committed, superseded, _ = _scan(root)
             for part in superseded:
                 _discard(part.path)
                 self.notes.append(f"{part.path}: removed, a compaction had merged it already")
@@ -600,64 +429,58 @@ class StoreWriter:
             raise CountersError(f"{root}: cannot clean up ({_one_line(error)})") from None
         if committed:  # new samples must follow the newest part's (older parts: readers check)
             self._last_time = _last_time(committed[-1].path)
-        self._next_index = max([p.last + 1 for p in committed] + [i + 1 for i in journals] + [0])
+
+    # -- committing --------------------------------------------------------------------------
+    def commit(self, below: int) -> int:
+        """Commit the sealed journal segments (indices below ``below``, from :meth:`seal`);
+        returns the samples committed."""
+        return sum(samples for _, samples in self.commit_journals(below))
+
+    def commit_journals(self, below: int | None = None) -> list[tuple[PartName, int]]:
+        """Commit the journal segments not yet in a part -- those with an index below ``below``,
+        or all -- as parts, oldest first; returns each new part and its samples.
+
+        Consecutive segments of one layout whose times follow on are committed as one part named
+        by their index range (segments pile up when commits lag behind); an empty segment is
+        deleted. :class:`CountersError` when a segment cannot be read or its samples do not
+        follow the stored ones (then what was committed before it stays committed).
+        """
+        committed, _, journals = _scan(self.path)
+        groups: list[tuple[int, int, JournalLayout, list[np.ndarray]]] = []
         for index in sorted(journals):
             journal = journals[index]
+            if below is not None and index >= below:
+                break
             if _covered(index, committed):
                 journal.unlink(missing_ok=True)
                 continue
-            recent = _journal_dataset(journal)
-            if recent is None:
+            contents = read_journal(journal)  # CountersError naming the journal if unreadable
+            if contents.layout is None or not len(contents.rows):
                 journal.unlink(missing_ok=True)
                 continue
-            first = recent[schema.TIME].values[0]
-            if self._last_time is not None and first <= self._last_time:
-                raise CountersError(f"{journal}: samples from {first} are not after the last "
+            if (groups and groups[-1][2] == contents.layout
+                    and contents.rows[0, 0] > groups[-1][3][-1][-1, 0]):
+                groups[-1] = (groups[-1][0], index, contents.layout,
+                              [*groups[-1][3], contents.rows])
+            else:
+                groups.append((index, index, contents.layout, [contents.rows]))
+        done: list[tuple[PartName, int]] = []
+        for first, last, layout, rows in groups:
+            journal = self.path / journal_name(first)
+            try:
+                recent = layout.to_dataset(np.vstack(rows))
+            except Exception as error:  # a header naming counters the schema cannot build
+                raise CountersError(f"{journal}: unreadable journal ({_one_line(error)}); "
+                                    f"{REPAIR_HINT}") from None
+            start = recent[schema.TIME].values[0]
+            if self._last_time is not None and start <= self._last_time:
+                raise CountersError(f"{journal}: samples from {start} are not after the last "
                                     f"stored sample {self._last_time}; {REPAIR_HINT}")
-            self.append(recent, indices=(index, index))
-            self.notes.append(f"{journal}: recovered {recent.sizes[schema.TIME]} sample(s) a "
-                              "stopped run had journalled into part "
-                              f"{part_name(index)}")
+            self.append(recent, indices=(first, last))
+            done.append((PartName(self.path / part_name(first, last), first, last),
+                         recent.sizes[schema.TIME]))
+        return done
 
-    # -- the journal -------------------------------------------------------------------------
-    def log(self, row: np.ndarray) -> None:
-        """Journal one sample row (``journal_layout.row(...)``): on disk when this returns, and
-        synced to the device within ``sync_interval_s``."""
-        if self.journal_layout is None:
-            raise CountersError(f"{self.path}: set journal_layout before logging samples")
-        try:
-            if self._journal is None:
-                with self._lock:
-                    index = self._next_index
-                    self._journal = JournalWriter(self.path / journal_name(index),
-                                                  self.journal_layout, self.sync_interval_s)
-                    self._next_index += 1
-                self._batch.append(index)
-            self._journal.append(row)
-        except OSError as error:
-            # A write cut short may leave a torn record: continue in a fresh segment.
-            self._close_journal()
-            raise CountersError(f"{self.path}: cannot write the journal ({_one_line(error)})"
-                                ) from None
-
-    def _close_journal(self) -> None:
-        journal, self._journal = self._journal, None
-        if journal is not None:
-            with contextlib.suppress(OSError):
-                journal.close()
-
-    def seal(self) -> tuple[int, int]:
-        """End the batch: close its journal; returns the index range to :meth:`append` the batch
-        under (a fresh index when nothing could be journalled), the same for every retry."""
-        self._close_journal()
-        batch, self._batch = self._batch, []
-        if not batch:
-            with self._lock:
-                batch = [self._next_index]
-                self._next_index += 1
-        return batch[0], batch[-1]
-
-    # -- committing --------------------------------------------------------------------------
     @staticmethod
     def layout(ds: xr.Dataset) -> tuple[Any, ...]:
         """What must match for two datasets to share a part: variables, dims and coordinates."""
@@ -670,9 +493,10 @@ class StoreWriter:
     def append(self, ds: xr.Dataset, indices: tuple[int, int] | None = None) -> None:
         """Commit ``ds`` (a counters dataset, times after everything stored) as a new part.
 
-        ``indices`` is the range :meth:`seal` returned for the journal segments holding the same
-        samples; they are deleted once the part is in place. Raises :class:`CountersError` if the
-        part cannot be written (then nothing changed and the call can be retried).
+        ``indices`` is the range of the journal segments holding the same samples (from
+        :meth:`commit_journals`); they are deleted once the part is in place. Raises
+        :class:`CountersError` if the part cannot be written (then nothing changed and the call
+        can be retried).
         """
         if ds.sizes.get(schema.TIME, 0) == 0:
             return
@@ -695,6 +519,11 @@ class StoreWriter:
         for index in range(indices[0], indices[1] + 1):
             with contextlib.suppress(OSError):
                 (self.path / journal_name(index)).unlink(missing_ok=True)
+        self.compact()
+
+    def compact(self) -> None:
+        """Merge parts of one level and delete the oldest past ``max_parts`` (after every commit;
+        also what a commit cut short left undone). Failures become a note, never an error."""
         try:
             self._compact()
             self._drop_old_parts()
@@ -758,24 +587,6 @@ class StoreWriter:
         for old in committed[: max(0, len(committed) - self.max_parts)]:
             _discard(old.path)
 
-    def close(self) -> None:
-        """Close the journal; samples logged but not committed stay in it (the next writer or
-        any reader picks them up)."""
-        self._close_journal()
-
-
-def _write_marker(root: Path, committed: bool = False) -> None:
-    marker: dict[str, Any] = {
-        "schema": schema.SCHEMA_NAME, "schema_version": schema.SCHEMA_VERSION,
-        "format": f"zarr{ZARR_FORMAT}",
-        "layout": "part-NNNNN[-MMMMM].zarr committed by rename; journal-NNNNN.bin"}
-    if committed:
-        marker[COMMITTED_KEY] = True
-    temporary = root / f".{MARKER}.partial"
-    temporary.write_text(json.dumps(marker, indent=1) + "\n")
-    os.replace(temporary, root / MARKER)
-    sync_directory(root)
-
 
 def write_store(ds: xr.Dataset, path: str | Path, max_part_bytes: int | None = None) -> Path:
     """Write a whole counters dataset (one node per call) as a new store or append to one."""
@@ -812,6 +623,11 @@ def repair(path: str | Path) -> list[str]:
     root = Path(path)
     if not root.is_dir():
         raise CountersError(f"{root}: no such counters store")
+    with commit_lock(root):  # waits for a collector's commit in progress
+        return _repair(root)
+
+
+def _repair(root: Path) -> list[str]:
     changed: list[str] = []
     try:
         _check_marker(root)

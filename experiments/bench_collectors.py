@@ -2,12 +2,21 @@
 
     PYTHONPATH=. python experiments/bench_collectors.py [--seconds 60] [--memory-seconds 30]
     PYTHONPATH=. python experiments/bench_collectors.py --store-only [--store-hours 1]
+    PYTHONPATH=. python experiments/bench_collectors.py --resident-only [--base-tree DIR]
 
 Measures, on this machine, with every source that is available here:
 
-* overhead: CPU time of the collector process while it samples at 1 Hz, appending to its store
-  every 60 samples (five times as often as the default), as a fraction of one core; the store's
-  part is created before the clock starts (once per 256 MiB part in real runs);
+* overhead: CPU time of the collector process and its commit processes while it samples at
+  1 Hz, committing to its store every 60 samples (five times as often as the default), as a
+  fraction of one core;
+* resident memory of a real ``bayes-sched collect --out`` process (procfs source, 20 Hz, a
+  commit every second), polled from /proc every 0.1 s: peak and median, for this tree and, with
+  ``--base-tree DIR`` (a checkout of another commit, e.g. ``git worktree add DIR COMMIT``), for
+  that tree in the same run, with the ratio;
+* commit latency: one 300-sample batch of the whole catalog for 8 GPUs committed in process
+  (:class:`counters.store.StoreWriter`, imports warm) and in a child process
+  (:class:`counters.committer.ChildCommitWriter`, as ``collect --out`` does), and the child's
+  peak resident memory;
 * sample latency p50/p99 at 1 Hz and at 100 Hz;
 * resident memory over a run at 200 Hz with a flush every second: start, end and slope;
 * store: append throughput and bytes per node-hour for the Zarr store against rotated netCDF
@@ -29,6 +38,7 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -45,6 +55,7 @@ from collectors.perf import PerfSource
 from collectors.procfs import ProcfsSource
 from counters import schema
 from counters.catalog import CATALOG
+from counters.committer import ChildCommitWriter
 from counters.journal import JournalLayout
 from counters.store import StoreWriter, directory_bytes, parts
 
@@ -52,8 +63,9 @@ N_GPUS = 8
 
 
 def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """CPU seconds of this process and of its children waited for (the commit processes)."""
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
 
 
 def all_sources() -> list:
@@ -62,13 +74,7 @@ def all_sources() -> list:
 
 def run_collector(interval: float, seconds: float, store: Path | None, flush_every: int,
                   rss_every: float | None = None) -> dict:
-    if store is not None:
-        # Create the store's part first: that happens once per part (256 MiB by default), and
-        # the run below measures the steady state of appending to it.
-        warm = Collector(all_sources(), interval, writer=StoreWriter(store), node="bench")
-        warm.run(threading.Event(), max_samples=2)
-        warm.close()
-    writer = StoreWriter(store) if store is not None else None
+    writer = ChildCommitWriter(store) if store is not None else None  # as collect --out
     collector = Collector(all_sources(), interval, writer=writer, node="bench",
                           flush_every=flush_every)
     collector.discover()
@@ -180,6 +186,96 @@ def bench_netcdf(folder: Path, hours: float, batch: int) -> tuple[float, float]:
     return total / spent, path.stat().st_size / hours
 
 
+def collect_resident(tree: Path, seconds: float, folder: Path) -> dict:
+    """Resident memory of ``bayes-sched collect --out`` run from ``tree`` (its sources first on
+    the path): peak and median over the run (MiB), and its summary line."""
+    store = folder / f"resident-{abs(hash(str(tree)))}"
+    command = [sys.executable, "-m", "bayes_sched", "collect", "--out", str(store), "--sources",
+               "procfs", "--interval", "0.05s", "--flush-every", "1s", "--duration",
+               f"{seconds:g}s", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    log = folder / "resident.log"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(command, cwd=tree, env=env, stderr=stderr)
+        trace = []
+        while process.poll() is None:
+            try:
+                status = Path(f"/proc/{process.pid}/status").read_text()
+                trace.append(int(next(line for line in status.splitlines()
+                                      if line.startswith("VmRSS:")).split()[1]) / 1024)
+            except (OSError, StopIteration):
+                pass
+            time.sleep(0.1)
+    summary = [line for line in log.read_text().splitlines() if "samples taken" in line]
+    return {"peak": max(trace), "median": float(np.median(trace)),
+            "summary": summary[-1].split("collect: ", 1)[-1] if summary else "(no summary)",
+            "parts": len(parts(store))}
+
+
+def bench_commit(folder: Path, batches: int = 3) -> dict:
+    """Seconds to commit one 300-sample batch of the whole catalog for 8 GPUs, in process and
+    in a child; the child's peak resident memory (MiB)."""
+    rng, state = np.random.default_rng(0), {}
+    data = [synthetic_batch(300 * k, 300, rng, state) for k in range(batches)]
+    names = schema.value_names(data[0])
+    per_device = [n for n in names if "device" in data[0][n].dims]
+    layout = JournalLayout(node="bench", node_counters=tuple(n for n in names
+                                                             if n not in per_device),
+                           device_counters=tuple(per_device), n_devices=N_GPUS)
+    result = {}
+    for label, writer in (("in process", StoreWriter(folder / "commit-in-process")),
+                          ("child process", ChildCommitWriter(folder / "commit-child"))):
+        writer.journal_layout = layout
+        spent = []
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        for ds in data:
+            seconds = schema.time_to_seconds(ds.time.values)
+            for i in range(ds.sizes["time"]):
+                writer.log(layout.row(seconds[i], {n: ds[n].values[i, 0] for n in names}))
+            below = writer.seal()
+            began = time.perf_counter()
+            assert writer.commit(below) == ds.sizes["time"]
+            spent.append(time.perf_counter() - began)
+        writer.close()
+        result[label] = float(np.median(spent))
+        if isinstance(writer, ChildCommitWriter):
+            result["child peak"] = max(c.peak_rss_bytes for c in writer.commits) / 2**20
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            result["child cpu"] = (after.ru_utime + after.ru_stime - children.ru_utime
+                                   - children.ru_stime) / batches
+    return result
+
+
+def resident_rows(folder: Path, seconds: float, base: Path | None) -> list[dict]:
+    here = Path(__file__).resolve().parents[1]
+    rows = []
+    measured = {"this tree": collect_resident(here, seconds, folder)}
+    if base is not None:
+        measured["base tree"] = collect_resident(base.resolve(), seconds, folder)
+    for label, got in measured.items():
+        rows.append({"measure": f"collect --out resident memory, {label}, 20 Hz, commit every "
+                                f"1 s, {seconds:g} s: peak / median ({got['summary']}; "
+                                f"{got['parts']} parts)",
+                     "value": f"{got['peak']:.1f} / {got['median']:.1f}", "unit": "MiB",
+                     "target": "<= 80"})
+    if base is not None:
+        rows.append({"measure": "collect --out resident memory peak, this tree / base tree",
+                     "value": measured["this tree"]["peak"] / measured["base tree"]["peak"],
+                     "unit": "1", "target": ""})
+    commit = bench_commit(folder)
+    for label in ("in process", "child process"):
+        rows.append({"measure": f"commit latency, 300 samples x {len(CATALOG)} counters x "
+                                f"{N_GPUS} GPUs, {label} (median of 3)",
+                     "value": commit[label], "unit": "s", "target": ""})
+    rows.append({"measure": "commit child process: peak resident memory", "unit": "MiB",
+                 "value": commit["child peak"], "target": ""})
+    rows.append({"measure": "commit child process: CPU per commit / as a fraction of one core "
+                            "at the default 5-min commits",
+                 "value": f"{commit['child cpu']:.2f} / {commit['child cpu'] / 300:.4f}",
+                 "unit": "s / 1", "target": ""})
+    return rows
+
+
 def nvidia_smi_cpu(seconds: float) -> float | None:
     if shutil.which("nvidia-smi") is None:
         return None
@@ -200,16 +296,26 @@ def main() -> None:
     parser.add_argument("--store-hours", type=float, default=1.0, help="store size benchmark")
     parser.add_argument("--store-only", action="store_true",
                         help="only the store and journal rows (no collector runs)")
+    parser.add_argument("--resident-seconds", type=float, default=20.0,
+                        help="collect --out resident-memory run")
+    parser.add_argument("--base-tree", type=Path,
+                        help="also measure collect --out from this checkout (before/after)")
+    parser.add_argument("--resident-only", action="store_true",
+                        help="only the resident-memory and commit rows")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        rows.extend(resident_rows(folder, args.resident_seconds, args.base_tree))
+        if args.resident_only:
+            print_table(rows, title="bayes-sched collectors benchmark", as_json=args.json)
+            return
         if not args.store_only:
             slow = run_collector(1.0, args.seconds, folder / "s1", flush_every=60)
             rows.append({"measure": f"collector CPU at 1 Hz, {slow['counters']} counters, "
-                                    f"{slow['flushes']} appends in {args.seconds:g} s "
-                                    "(fraction of one core)",
+                                    f"{slow['flushes']} commits in {args.seconds:g} s, commit "
+                                    "processes included (fraction of one core)",
                          "value": slow["cpu_fraction"], "unit": "1", "target": "<= 0.005"})
             rows.append({"measure": "sample latency p50 / p99 at 1 Hz",
                          "value": f"{slow['p50_ms']:.2f} / {slow['p99_ms']:.2f}", "unit": "ms",

@@ -108,8 +108,9 @@ def test_the_buffer_is_bounded_and_drops_the_oldest() -> None:
 
 def test_a_failing_disk_keeps_samples_in_bounded_memory_until_it_recovers(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    collector = Collector([ProcfsSource()], interval_s=0.01, writer=StoreWriter(store),
-                          node="n1", flush_every=5)
+    writer = StoreWriter(store)
+    collector = Collector([ProcfsSource()], interval_s=0.01, writer=writer, node="n1",
+                          flush_every=5)
     collector.discover()
     for _ in range(5):
         collector.sample_once()
@@ -117,24 +118,23 @@ def test_a_failing_disk_keeps_samples_in_bounded_memory_until_it_recovers(tmp_pa
     assert collector.stats.flushed == 5
     moved = tmp_path / "moved-away"
     store.rename(moved)
-    store.write_text("a file where the store was")  # every append now fails
+    store.write_text("a file where the store was")  # every journal write and commit now fails
     for _ in range(30):
         collector.sample_once()
         collector.flush(wait=True)
     assert collector.stats.flush_errors and "cannot" in collector.stats.flush_errors[-1]
-    assert collector.buffer is not None and collector.buffer.size <= collector.buffer.capacity
-    pending = collector._pending
-    assert pending is not None and pending.sizes["time"] <= collector.buffer.capacity
-    assert collector.stats.dropped > 0  # 30 samples cannot fit in 2 x 5 + 10
+    assert collector.stats.journal_errors == 30
+    assert collector.buffer is not None
+    assert writer.unwritten == writer.max_unwritten == collector.buffer.capacity == 10
+    assert collector.stats.dropped == 20  # 30 samples cannot fit in 2 x 5
     store.unlink()
     moved.rename(store)
     collector.flush(wait=True)
-    collector.flush(wait=True)
     ds = open_store(store).load()
-    # The part before, then the batch that waited, then what the buffer held meanwhile.
-    assert [p.name for p in parts(store)] == ["part-00000.zarr", "part-00001.zarr",
-                                              "part-00002.zarr"]
+    # The part before, then what memory held while the disk refused: journalled, then committed.
+    assert [p.name for p in parts(store)] == ["part-00000.zarr", "part-00001.zarr"]
     assert ds.sizes["time"] == collector.stats.flushed == 35 - collector.stats.dropped
+    assert writer.unwritten == 0
     assert schema.problems(ds) == []
 
 

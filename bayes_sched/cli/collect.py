@@ -26,7 +26,8 @@ from collectors import DEFAULT_PROMETHEUS_PORT
 from counters.catalog import RESOURCES, SOURCES
 
 # Heavy modules (numpy, xarray, the collector sources) are imported inside the functions that use
-# them, so ``--help`` is instant and a Prometheus-only collector never loads xarray or pandas.
+# them, so ``--help`` is instant; the collector never loads xarray or pandas (with ``--out`` its
+# commits run in a child process, :mod:`counters.committer`).
 if TYPE_CHECKING:
     from collectors.base import Source
     from collectors.daemon import Collector
@@ -266,13 +267,14 @@ def run_collect(args: argparse.Namespace) -> int:
             exporter = LatestSampleCollector(args.node or socket.gethostname(), None)
             endpoint = PrometheusEndpoint(exporter, args.prometheus, args.bind)
         writer = None
-        if args.out is not None:  # xarray and zarr are loaded only by a collector that stores
-            from counters.store import StoreWriter
+        if args.out is not None:  # this process journals; commits run in a child (no xarray)
+            from counters.committer import ChildCommitWriter
 
-            writer = StoreWriter(args.out, max_part_bytes=args.max_part_size,
-                                 max_parts=args.max_parts)
+            writer = ChildCommitWriter(args.out, max_part_bytes=args.max_part_size,
+                                       max_parts=args.max_parts)
         for note in writer.notes if writer is not None else []:
             print(f"bayes-sched collect: {note}", file=sys.stderr)
+        noted = len(writer.notes) if writer is not None else 0
         sources = build_sources(args)
         collector = Collector(sources, args.interval, writer=writer, node=args.node,
                               flush_every=samples_per_flush)
@@ -298,6 +300,8 @@ def run_collect(args: argparse.Namespace) -> int:
             endpoint.close()
         if collector is not None:
             collector.close()
+    for note in writer.notes[noted:] if writer is not None else []:
+        print(f"bayes-sched collect: {note}", file=sys.stderr)
     for error, times in stats.source_errors.items():
         print(f"bayes-sched collect: {error} ({times} samples; their values are NaN)",
               file=sys.stderr)
@@ -310,8 +314,9 @@ def run_collect(args: argparse.Namespace) -> int:
           f"{stats.skipped} skipped, {stats.dropped} dropped; sample latency p50 {p50:.2f} ms",
           file=sys.stderr)
     if stats.journal_errors:
-        print(f"bayes-sched collect: {stats.journal_errors} samples not journalled (a crash "
-              f"would have lost them): {stats.last_journal_error}", file=sys.stderr)
+        print(f"bayes-sched collect: {stats.journal_errors} samples could not be journalled when "
+              f"taken (held in memory until the disk took them; a crash meanwhile would have lost "
+              f"them): {stats.last_journal_error}", file=sys.stderr)
     if stats.flush_errors:
         print(f"bayes-sched: error: {stats.flush_errors[-1]}", file=sys.stderr)
         return 1
