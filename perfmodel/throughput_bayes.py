@@ -22,12 +22,13 @@ unconstrained space, started from the point fit and checked by Pareto-smoothed i
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyro
@@ -37,9 +38,9 @@ from pyro import poutine
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_value
 from pyro.infer.mcmc.util import initialize_model
-from pyro.ops.stats import fit_generalized_pareto
 
 from perfmodel.profiles import StepTimeProfile
+from perfmodel.saved_fits import FitCache, fit_key, quiet_arviz
 from perfmodel.throughput import (
     GAMMA_BOUNDS,
     PARAM_NAMES,
@@ -51,6 +52,9 @@ from perfmodel.throughput import (
     profile_tensors,
     step_time_terms,
 )
+
+if TYPE_CHECKING:
+    from arviz import InferenceData
 
 NOISE_NAMES = ("sigma_compute", "tau_compute", "sigma_step", "ratio_within", "ratio_across",
                "tau_step", "nu")
@@ -67,6 +71,14 @@ _NOISE_PRIOR_SCALE = 0.3
 _RATIO_PRIOR_SCALE = 0.7
 #: Above this PSIS k-hat an SVI guide is not a usable posterior (Vehtari et al., 2015-2024).
 PARETO_K_USABLE = 0.7
+#: NUTS draws are trusted with at least this bulk ESS and at most this R-hat (Vehtari et al. 2021:
+#: ESS above 100 per chain, R-hat near 1; 1.05 rather than 1.01 because one chain is run).
+ESS_USABLE = 100
+R_HAT_USABLE = 1.05
+#: NUTS warm-up steps and draws of the fallback (one chain): enough for ESS_USABLE when it mixes,
+#: and a few minutes at most on the largest shipped profile.
+FALLBACK_WARMUP = 300
+FALLBACK_SAMPLES = 400
 
 
 @dataclass(frozen=True)
@@ -231,8 +243,13 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
 class FitDiagnostics:
     """How the posterior was obtained and how far to trust it.
 
-    ``pareto_k``: PSIS k-hat of the SVI guide against the model (< 0.5 good, < 0.7 usable,
-    NaN for NUTS); ``final_loss``: last ELBO loss per row; ``seconds``: wall time of the fit.
+    ``method``: what produced the draws (``"svi"`` or ``"nuts"``); ``fallback_from``: the method
+    first tried when its result was not trusted and NUTS replaced it (``"svi"``), else None;
+    ``pareto_k``: PSIS k-hat of the SVI guide against the model (< 0.5 good, < 0.7 usable; for a
+    fallback, the k-hat that caused it; NaN where not computed); ``final_loss``: last ELBO loss per
+    row; ``seconds``: wall time of the whole fit, fallback included. NUTS only: ``divergences``
+    (divergent transitions after warm-up), ``ess_bulk_min`` (smallest bulk effective sample size
+    over the sites) and ``r_hat_max`` (largest rank-normalised split R-hat), from ArviZ.
     """
 
     method: str
@@ -240,20 +257,51 @@ class FitDiagnostics:
     final_loss: float
     pareto_k: float
     seconds: float
+    fallback_from: str | None = None
+    divergences: int = 0
+    ess_bulk_min: float = float("nan")
+    r_hat_max: float = float("nan")
 
     @property
     def reliable(self) -> bool:
-        """Whether the intervals can be trusted: MCMC, or an SVI guide whose k-hat is at most
-        :data:`PARETO_K_USABLE` (NaN, not computed, counts as unreliable)."""
-        return self.method != "svi" or self.pareto_k <= PARETO_K_USABLE
+        """Whether the intervals can be trusted: an SVI guide whose k-hat is at most
+        :data:`PARETO_K_USABLE` (NaN, not computed, counts as unreliable), or NUTS draws without
+        divergences, with bulk ESS at least :data:`ESS_USABLE` and R-hat at most
+        :data:`R_HAT_USABLE` (where computed)."""
+        if self.method == "svi":
+            return self.pareto_k <= PARETO_K_USABLE
+        return not (self.divergences > 0 or self.ess_bulk_min < ESS_USABLE
+                    or self.r_hat_max > R_HAT_USABLE)
+
+    @property
+    def source(self) -> str:
+        """One phrase naming what produced the draws, e.g. ``"nuts (fallback: SVI k-hat 1.11)"``."""
+        if self.fallback_from is None:
+            return self.method
+        return (f"{self.method} (fallback: {self.fallback_from.upper()} PSIS k-hat "
+                f"{self.pareto_k:.2f} > {PARETO_K_USABLE})")
 
     def warning(self, model: str) -> str | None:
         """One line saying why ``model``'s intervals are not to be trusted, or None."""
         if self.reliable:
             return None
-        return (f"{model}: PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the SVI "
-                "guide fits the posterior poorly and its intervals may be too narrow; check with "
-                "--method nuts")
+        if self.method == "svi":
+            return (f"{model}: PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the SVI "
+                    "guide fits the posterior poorly and its intervals may be too narrow; check "
+                    "with --method nuts")
+        problems = []
+        if self.divergences > 0:
+            problems.append(f"{self.divergences} divergent transitions")
+        if self.ess_bulk_min < ESS_USABLE:
+            problems.append(f"bulk ESS {self.ess_bulk_min:.0f} < {ESS_USABLE}")
+        if self.r_hat_max > R_HAT_USABLE:
+            problems.append(f"R-hat {self.r_hat_max:.3f} > {R_HAT_USABLE}")
+        return (f"{model}: {self.source} did not mix ({', '.join(problems)}): its intervals may "
+                "be wrong")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields and :attr:`reliable`, for JSON output."""
+        return {**asdict(self), "reliable": self.reliable}
 
 
 class ThroughputPosterior:
@@ -272,8 +320,37 @@ class ThroughputPosterior:
         self.diagnostics = diagnostics
         self.point = point
         self.placements = data.placements
+        self.placement_effects = data.placement_effects
         self._effects = self._placement_effects(data) if data.placement_effects else {
             "compute": np.zeros(data.num_groups), "step": np.zeros(data.num_groups)}
+
+    def to_inference_data(self) -> InferenceData:
+        """The draws as ArviZ InferenceData: a ``posterior`` group (one chain, ``S`` draws per
+        site), with the diagnostics, the point fit and whether placement effects were modelled
+        as JSON attributes (what :meth:`from_inference_data` needs besides the profile)."""
+        import xarray as xr
+
+        with quiet_arviz() as az:
+            posterior = xr.Dataset({name: (("chain", "draw"), np.asarray(draws)[None])
+                                    for name, draws in self.samples.items()})
+            idata = az.InferenceData(posterior=posterior)
+        idata.attrs.update({
+            "diagnostics": json.dumps(asdict(self.diagnostics)),
+            "point_fit": json.dumps(self.point.as_dict()),
+            "placement_effects": int(self.placement_effects),
+        })
+        return idata
+
+    @classmethod
+    def from_inference_data(cls, idata: InferenceData, profile: StepTimeProfile
+                            ) -> ThroughputPosterior:
+        """A posterior saved by :meth:`to_inference_data`, for the profile it was fitted to."""
+        samples = {str(name): np.asarray(values).reshape(-1)
+                   for name, values in idata.posterior.data_vars.items()}
+        diagnostics = FitDiagnostics(**json.loads(idata.attrs["diagnostics"]))
+        point = ThroughputParams(**json.loads(idata.attrs["point_fit"]))
+        data = StepTimeData.from_profile(profile, bool(int(idata.attrs["placement_effects"])))
+        return cls(samples, data, diagnostics, point)
 
     def _placement_effects(self, data: StepTimeData) -> dict[str, np.ndarray]:
         # Posterior of a placement's offset u given its rows: normal with mean
@@ -495,21 +572,18 @@ def _laplace_scale_tril(log_density: Callable[[torch.Tensor], torch.Tensor],
 
 
 def pareto_k_hat(log_weights: torch.Tensor) -> float:
-    """Shape of a generalised Pareto fit to the largest importance weights (Vehtari et al.'s
-    PSIS diagnostic, with Pyro's estimator): below 0.5 the proposal is good, above 0.7 unreliable.
-    """
-    num = log_weights.shape[0]
-    tail = min(int(0.2 * num), int(3 * math.sqrt(num)))
-    top = torch.topk(log_weights - log_weights.max(), tail + 1).values
-    exceed = top[:-1].exp() - top[-1].exp()
-    k, _ = fit_generalized_pareto(exceed)
+    """PSIS k-hat of importance weights (ArviZ's ``psislw``; Vehtari et al.): below 0.5 the
+    proposal is good, above 0.7 unreliable. ``log_weights`` has shape ``(S,)``."""
+    with quiet_arviz() as az:
+        _, k = az.psislw(log_weights.detach().numpy().astype(np.float64))
     return float(k)
 
 
 def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
                              num_steps: int = 500, num_samples: int = 1000, seed: int = 0,
                              prior: StepTimePrior | None = None,
-                             check: bool = True, placement_effects: bool = False
+                             check: bool = True, placement_effects: bool = False,
+                             fallback: bool = True, cache: FitCache | None = None
                              ) -> ThroughputPosterior:
     """Posterior of the step-time model given a profile.
 
@@ -525,10 +599,36 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
             parameter intervals honest about correlated errors and fits measured placements
             closely, but on the Pollux profiles it predicted held-out placements less accurately
             than independent rows (experiments/bench_perfmodel.py), hence off by default.
+        fallback: when SVI's k-hat (``check``) is above :data:`PARETO_K_USABLE`, replace its
+            draws by NUTS (:data:`FALLBACK_WARMUP` warm-up steps, :data:`FALLBACK_SAMPLES`
+            draws) started at the guide's median; the diagnostics record it. NUTS rather than
+            PSIS reweighting of the guide's draws: a k-hat above 0.7 is exactly the case where
+            importance weights have too heavy a tail for reweighting to be reliable.
+        cache: reuse a saved fit of the same data, settings and package version, and save a
+            new one (:mod:`perfmodel.saved_fits`).
     """
+    prior = prior or StepTimePrior.for_profile(profile)
+    settings = {"method": method, "num_steps": num_steps, "num_samples": num_samples,
+                "seed": seed, "prior": asdict(prior), "check": check,
+                "placement_effects": placement_effects, "fallback": fallback,
+                "fallback_warmup": FALLBACK_WARMUP, "fallback_samples": FALLBACK_SAMPLES}
+    key = fit_key("throughput", profile_arrays(profile), settings)
+    if cache is not None and (saved := cache.load("throughput", profile.model, key)) is not None:
+        return ThroughputPosterior.from_inference_data(saved, profile)
     with single_thread():
-        return _fit(profile, method, num_steps, num_samples, seed, prior, check,
-                    placement_effects)
+        posterior = _fit(profile, method, num_steps, num_samples, seed, prior, check,
+                         placement_effects, fallback)
+    if cache is not None:
+        cache.save("throughput", profile.model, key, posterior.to_inference_data())
+    return posterior
+
+
+def profile_arrays(profile: StepTimeProfile) -> dict[str, np.ndarray]:
+    """Every array of ``profile`` a fit reads, by name (what a saved fit's key covers)."""
+    return {"num_nodes": profile.num_nodes, "num_replicas": profile.num_replicas,
+            "local_bsz": profile.local_bsz, "accum_steps": profile.accum_steps,
+            "step_time": profile.step_time, "sync_time": profile.sync_time,
+            "placement": profile.placement.astype(str)}
 
 
 @contextmanager
@@ -544,23 +644,17 @@ def single_thread() -> Iterator[None]:
 
 
 def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int, seed: int,
-         prior: StepTimePrior | None, check: bool, placement_effects: bool
+         prior: StepTimePrior, check: bool, placement_effects: bool, fallback: bool
          ) -> ThroughputPosterior:
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
     point = fit_throughput(profile)
     data = StepTimeData.from_profile(profile, placement_effects)
-    prior = prior or StepTimePrior.for_profile(profile)
     init = _initial_values(profile, point, prior)
     if method == "nuts":
-        kernel = NUTS(step_time_model, init_strategy=init_to_value(values=init),
-                      max_tree_depth=6)
-        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=num_steps,
-                    disable_progbar=True)
-        mcmc.run(data, prior)
-        samples = {k: v.detach().numpy() for k, v in mcmc.get_samples().items()}
+        samples, nuts = _nuts(data, prior, init, num_steps, num_samples)
         diagnostics = FitDiagnostics("nuts", num_steps, float("nan"), float("nan"),
-                                     time.perf_counter() - started)
+                                     time.perf_counter() - started, **nuts)
         return ThroughputPosterior(samples, data, diagnostics, point)
     if method != "svi":
         raise ValueError(f"method must be 'svi' or 'nuts', not {method!r}")
@@ -568,4 +662,32 @@ def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int
                                                        num_samples, check)
     diagnostics = FitDiagnostics("svi", num_steps, loss / len(profile), pareto_k,
                                  time.perf_counter() - started)
+    if fallback and pareto_k > PARETO_K_USABLE:
+        # Start NUTS where the guide put its mass: closer to the typical set than the point fit.
+        start = {**init, **{name: torch.tensor(float(np.median(draws)), dtype=torch.float64)
+                            for name, draws in samples.items()}}
+        samples, nuts = _nuts(data, prior, start, FALLBACK_WARMUP, FALLBACK_SAMPLES)
+        diagnostics = replace(diagnostics, method="nuts", fallback_from="svi",
+                              num_steps=FALLBACK_WARMUP, seconds=time.perf_counter() - started,
+                              **nuts)
     return ThroughputPosterior(samples, data, diagnostics, point)
+
+
+def _nuts(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tensor],
+          warmup: int, num_samples: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """One NUTS chain; its draws and ArviZ's diagnostics (divergences, smallest bulk ESS,
+    largest R-hat) as :class:`FitDiagnostics` fields."""
+    kernel = NUTS(step_time_model, init_strategy=init_to_value(values=init), max_tree_depth=6)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, disable_progbar=True)
+    mcmc.run(data, prior)
+    samples = {k: v.detach().numpy() for k, v in mcmc.get_samples().items()}
+    with quiet_arviz() as az:
+        idata = az.from_pyro(mcmc, log_likelihood=False)
+        ess = az.ess(idata, method="bulk")
+        r_hat = az.rhat(idata)
+    diverging = idata.sample_stats["diverging"] if "sample_stats" in idata.groups() else None
+    return samples, {
+        "divergences": int(diverging.sum()) if diverging is not None else 0,
+        "ess_bulk_min": float(min(float(ess[name].min()) for name in ess.data_vars)),
+        "r_hat_max": float(max(float(r_hat[name].max()) for name in r_hat.data_vars)),
+    }
