@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 from perfmodel.efficiency import EfficiencyModel  # noqa: E402
 from perfmodel.goodput import GoodputModel  # noqa: E402
 from perfmodel.profiles import GradientTrace, StepTimeProfile  # noqa: E402
+from perfmodel.saved_fits import FitCache  # noqa: E402
 from perfmodel.throughput import predict_step_time, rmsle  # noqa: E402
 from perfmodel.throughput_bayes import (  # noqa: E402
     PARETO_K_USABLE,
@@ -65,9 +66,10 @@ def _inside(values: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
 
 
 def fit_model(profile: StepTimeProfile, traces: dict[int, GradientTrace] | None = None,
-              method: str = "svi", seed: int = 0) -> ModelFit:
-    """Fit the throughput posterior (and efficiency curves when ``traces`` are given)."""
-    posterior = fit_throughput_posterior(profile, method=method, seed=seed)
+              method: str = "svi", seed: int = 0, cache: FitCache | None = None) -> ModelFit:
+    """Fit the throughput posterior, or reuse its saved fit from ``cache`` (and efficiency curves
+    when ``traces`` are given: closed form, never saved)."""
+    posterior = fit_throughput_posterior(profile, method=method, seed=seed, cache=cache)
     efficiency = EfficiencyModel.fit(traces) if traces else None
     return ModelFit(profile.model, profile, posterior, efficiency)
 

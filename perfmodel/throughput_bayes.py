@@ -25,8 +25,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -50,6 +49,7 @@ from perfmodel.throughput import (
     fit_throughput,
     identifiable,
     profile_tensors,
+    single_thread,
     step_time_terms,
 )
 
@@ -346,7 +346,7 @@ class ThroughputPosterior:
                             ) -> ThroughputPosterior:
         """A posterior saved by :meth:`to_inference_data`, for the profile it was fitted to."""
         samples = {str(name): np.asarray(values).reshape(-1)
-                   for name, values in idata.posterior.data_vars.items()}
+                   for name, values in idata["posterior"].data_vars.items()}
         diagnostics = FitDiagnostics(**json.loads(idata.attrs["diagnostics"]))
         point = ThroughputParams(**json.loads(idata.attrs["point_fit"]))
         data = StepTimeData.from_profile(profile, bool(int(idata.attrs["placement_effects"])))
@@ -493,17 +493,33 @@ def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: St
     return values
 
 
+@dataclass(frozen=True)
+class _SviFit:
+    """An SVI fit: constrained draws, final loss (negative ELBO), PSIS k-hat of the guide as an
+    importance proposal, the guide (``(D,)`` unconstrained) and the model's log density there."""
+
+    samples: dict[str, np.ndarray]
+    loss: float
+    pareto_k: float
+    guide: dist.MultivariateNormal
+    log_density: Callable[[torch.Tensor], torch.Tensor]
+    to_constrained: dict[str, Any]
+
+    def constrained(self, z: torch.Tensor) -> dict[str, np.ndarray]:
+        """Unconstrained draws ``(S, D)`` as constrained draws per site, each ``(S,)``."""
+        return {n: self.to_constrained[n](z[:, i]).detach().numpy()
+                for i, n in enumerate(self.to_constrained)}
+
+
 def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
                              init: dict[str, torch.Tensor], num_steps: int, num_samples: int,
-                             check: bool, num_particles: int = 16
-                             ) -> tuple[dict[str, np.ndarray], float, float]:
+                             check: bool, num_particles: int = 16) -> _SviFit:
     """SVI with a full-rank Gaussian guide in the model's unconstrained space.
 
     The model's potential (negative log joint with Jacobians, from Pyro's ``initialize_model``)
     is evaluated for all particles in one trace because the model broadcasts over leading
     dimensions; this avoids the per-particle, per-step tracing of model and guide that dominates
-    a plain ``pyro.infer.SVI`` loop for an eleven-dimensional problem. Returns constrained draws, the
-    final loss (negative ELBO) and PSIS k-hat of the guide as an importance proposal.
+    a plain ``pyro.infer.SVI`` loop for an eleven-dimensional problem.
     """
     params, _, transforms, _ = initialize_model(
         step_time_model, model_args=(data, prior), init_strategy=init_to_value(values=init))
@@ -547,14 +563,49 @@ def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
         optimizer.step()
         schedule.step()
     with torch.no_grad():
-        guide = dist.MultivariateNormal(loc, scale_tril=scale_tril())
+        guide = dist.MultivariateNormal(loc.detach(), scale_tril=scale_tril().detach())
         z = guide.sample((num_samples,))
-        samples = {n: to_constrained[n](z[:, i]).numpy() for i, n in enumerate(names)}
         pareto_k = float("nan")
         if check:
             # PSIS: log importance weights of the guide against the model.
             pareto_k = pareto_k_hat(log_density(z) - guide.log_prob(z))
-    return samples, float(loss.detach()), pareto_k
+    fit = _SviFit({}, float(loss.detach()), pareto_k, guide, log_density, to_constrained)
+    return replace(fit, samples=fit.constrained(z))
+
+
+def _nuts_whitened(svi: _SviFit, warmup: int, num_samples: int
+                   ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Pyro's NUTS on the model's exact posterior, in coordinates whitened by the SVI guide:
+    ``z = loc + L u``, so where the guide is roughly right ``u`` is roughly standard normal and
+    NUTS takes short trajectories (the guide as a linear preconditioner, as in NeuTra HMC); where
+    it is wrong (the reason for the fallback) NUTS still targets the true posterior. Returns
+    constrained draws and :func:`_mcmc_diagnostics`."""
+    loc, tril = svi.guide.loc, svi.guide.scale_tril
+
+    def potential(params: dict[str, torch.Tensor]) -> torch.Tensor:
+        return -svi.log_density(loc + tril @ params["u"])
+
+    kernel = NUTS(potential_fn=potential, max_tree_depth=6)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, disable_progbar=True,
+                initial_params={"u": torch.zeros_like(loc)})
+    mcmc.run()
+    z = loc + mcmc.get_samples()["u"].detach() @ tril.T
+    samples = svi.constrained(z)
+    divergences = sum(len(v) for v in mcmc.diagnostics()["divergences"].values())
+    return samples, _mcmc_diagnostics(samples, divergences)
+
+
+def _mcmc_diagnostics(samples: dict[str, np.ndarray], divergences: int) -> dict[str, Any]:
+    """ArviZ's bulk ESS (smallest over sites) and rank-normalised split R-hat (largest) of one
+    chain of draws per site ``(S,)``, with the divergence count, as :class:`FitDiagnostics`
+    fields."""
+    with quiet_arviz() as az:
+        idata = az.from_dict(posterior={n: v[None] for n, v in samples.items()})
+        ess = az.ess(idata, method="bulk")
+        r_hat = az.rhat(idata)
+    return {"divergences": int(divergences),
+            "ess_bulk_min": min(float(ess[n]) for n in samples),
+            "r_hat_max": max(float(r_hat[n]) for n in samples)}
 
 
 def _laplace_scale_tril(log_density: Callable[[torch.Tensor], torch.Tensor],
@@ -631,18 +682,6 @@ def profile_arrays(profile: StepTimeProfile) -> dict[str, np.ndarray]:
             "placement": profile.placement.astype(str)}
 
 
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch on one thread: the tensors here are small, and on a busy machine the
-    synchronisation of torch's intra-op threads costs several times the work itself."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int, seed: int,
          prior: StepTimePrior, check: bool, placement_effects: bool, fallback: bool
          ) -> ThroughputPosterior:
@@ -658,15 +697,12 @@ def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int
         return ThroughputPosterior(samples, data, diagnostics, point)
     if method != "svi":
         raise ValueError(f"method must be 'svi' or 'nuts', not {method!r}")
-    samples, loss, pareto_k = _svi_multivariate_normal(data, prior, init, num_steps,
-                                                       num_samples, check)
-    diagnostics = FitDiagnostics("svi", num_steps, loss / len(profile), pareto_k,
+    svi = _svi_multivariate_normal(data, prior, init, num_steps, num_samples, check)
+    samples = svi.samples
+    diagnostics = FitDiagnostics("svi", num_steps, svi.loss / len(profile), svi.pareto_k,
                                  time.perf_counter() - started)
-    if fallback and pareto_k > PARETO_K_USABLE:
-        # Start NUTS where the guide put its mass: closer to the typical set than the point fit.
-        start = {**init, **{name: torch.tensor(float(np.median(draws)), dtype=torch.float64)
-                            for name, draws in samples.items()}}
-        samples, nuts = _nuts(data, prior, start, FALLBACK_WARMUP, FALLBACK_SAMPLES)
+    if fallback and svi.pareto_k > PARETO_K_USABLE:
+        samples, nuts = _nuts_whitened(svi, FALLBACK_WARMUP, FALLBACK_SAMPLES)
         diagnostics = replace(diagnostics, method="nuts", fallback_from="svi",
                               num_steps=FALLBACK_WARMUP, seconds=time.perf_counter() - started,
                               **nuts)
@@ -675,19 +711,11 @@ def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int
 
 def _nuts(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tensor],
           warmup: int, num_samples: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """One NUTS chain; its draws and ArviZ's diagnostics (divergences, smallest bulk ESS,
-    largest R-hat) as :class:`FitDiagnostics` fields."""
+    """One NUTS chain on the model, started at ``init``; its draws and
+    :func:`_mcmc_diagnostics`."""
     kernel = NUTS(step_time_model, init_strategy=init_to_value(values=init), max_tree_depth=6)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, disable_progbar=True)
     mcmc.run(data, prior)
     samples = {k: v.detach().numpy() for k, v in mcmc.get_samples().items()}
-    with quiet_arviz() as az:
-        idata = az.from_pyro(mcmc, log_likelihood=False)
-        ess = az.ess(idata, method="bulk")
-        r_hat = az.rhat(idata)
-    diverging = idata.sample_stats["diverging"] if "sample_stats" in idata.groups() else None
-    return samples, {
-        "divergences": int(diverging.sum()) if diverging is not None else 0,
-        "ess_bulk_min": float(min(float(ess[name].min()) for name in ess.data_vars)),
-        "r_hat_max": float(max(float(r_hat[name].max()) for name in r_hat.data_vars)),
-    }
+    divergences = sum(len(v) for v in mcmc.diagnostics()["divergences"].values())
+    return samples, _mcmc_diagnostics(samples, divergences)
