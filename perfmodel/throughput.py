@@ -35,6 +35,10 @@ ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 _TINY = 1e-8
 GAMMA_BOUNDS = (1.0, 10.0)
 PARAM_NAMES = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
+#: Unit of each parameter: seconds, seconds per example of the micro-batch, seconds per GPU beyond
+#: two (the retrogression slopes), and none for the overlap exponent.
+PARAM_UNITS = {"alpha_c": "s", "beta_c": "s/example", "alpha_n": "s", "beta_n": "s/GPU",
+               "alpha_r": "s", "beta_r": "s/GPU", "gamma": "1"}
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from perfmodel.saved_fits import FitCache, fit_key, quiet_arviz
 from perfmodel.throughput import (
     GAMMA_BOUNDS,
     PARAM_NAMES,
+    PARAM_UNITS,
     ArrayT,
     ThroughputParams,
     configuration_class,
@@ -58,6 +59,10 @@ if TYPE_CHECKING:
 
 NOISE_NAMES = ("sigma_compute", "tau_compute", "sigma_step", "ratio_within", "ratio_across",
                "tau_step", "nu")
+#: Units of the noise sites: the scales are standard deviations of log seconds (unitless, roughly
+#: relative errors), the ratios and degrees of freedom are plain numbers.
+NOISE_UNITS = {"sigma_compute": "log s", "tau_compute": "log s", "sigma_step": "log s",
+               "ratio_within": "1", "ratio_across": "1", "tau_step": "log s", "nu": "1"}
 #: Sites of the placement-effect likelihood only, and of the Student-t likelihood only.
 _PLACEMENT_SITES = ("tau_compute", "tau_step")
 _STUDENT_SITES = ("nu",)
@@ -390,7 +395,8 @@ class ThroughputPosterior:
         return self.theta.shape[0]
 
     def parameter_summary(self, probability: float = 0.9) -> list[dict[str, float | str]]:
-        """Posterior mean and central credible interval of every parameter, one dict per row."""
+        """Posterior mean and central credible interval of every parameter, with its unit (see
+        :data:`~perfmodel.throughput.PARAM_UNITS`, :data:`NOISE_UNITS`), one dict per row."""
         tail = (1 - probability) / 2
         level = f"{100 * probability:g}"  # interval columns are named lower_90/upper_90
         rows: list[dict[str, float | str]] = []
@@ -400,6 +406,7 @@ class ThroughputPosterior:
             draws = self.samples[name]
             rows.append({
                 "parameter": name,
+                "unit": {**PARAM_UNITS, **NOISE_UNITS}[name],
                 "point_fit": getattr(self.point, name, float("nan")),
                 "mean": float(draws.mean()),
                 f"lower_{level}": float(np.quantile(draws, tail)),
@@ -598,9 +605,12 @@ def _nuts_whitened(svi: _SviFit, warmup: int, num_samples: int
 def _mcmc_diagnostics(samples: dict[str, np.ndarray], divergences: int) -> dict[str, Any]:
     """ArviZ's bulk ESS (smallest over sites) and rank-normalised split R-hat (largest) of one
     chain of draws per site ``(S,)``, with the divergence count, as :class:`FitDiagnostics`
-    fields."""
+    fields. The chain's halves are passed as two chains (ArviZ needs two for R-hat; it splits
+    each again, comparing the four quarters)."""
+    half = min(len(v) for v in samples.values()) // 2
     with quiet_arviz() as az:
-        idata = az.from_dict(posterior={n: v[None] for n, v in samples.items()})
+        idata = az.from_dict(posterior={n: v[: 2 * half].reshape(2, half)
+                                        for n, v in samples.items()})
         ess = az.ess(idata, method="bulk")
         r_hat = az.rhat(idata)
     return {"divergences": int(divergences),
@@ -634,8 +644,9 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
                              num_steps: int = 500, num_samples: int = 1000, seed: int = 0,
                              prior: StepTimePrior | None = None,
                              check: bool = True, placement_effects: bool = False,
-                             fallback: bool = True, cache: FitCache | None = None
-                             ) -> ThroughputPosterior:
+                             fallback: bool = True, cache: FitCache | None = None,
+                             fallback_warmup: int = FALLBACK_WARMUP,
+                             fallback_samples: int = FALLBACK_SAMPLES) -> ThroughputPosterior:
     """Posterior of the step-time model given a profile.
 
     Args:
@@ -651,10 +662,12 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
             closely, but on the Pollux profiles it predicted held-out placements less accurately
             than independent rows (experiments/bench_perfmodel.py), hence off by default.
         fallback: when SVI's k-hat (``check``) is above :data:`PARETO_K_USABLE`, replace its
-            draws by NUTS (:data:`FALLBACK_WARMUP` warm-up steps, :data:`FALLBACK_SAMPLES`
-            draws) started at the guide's median; the diagnostics record it. NUTS rather than
-            PSIS reweighting of the guide's draws: a k-hat above 0.7 is exactly the case where
-            importance weights have too heavy a tail for reweighting to be reliable.
+            draws by NUTS (``fallback_warmup`` warm-up steps, ``fallback_samples`` draws, one
+            chain) in coordinates whitened by the guide (:func:`_nuts_whitened`); the
+            diagnostics record it. NUTS rather than PSIS reweighting of the guide's draws: a
+            k-hat above 0.7 is exactly the case where the importance weights' tail is too heavy
+            for reweighting to be reliable (Vehtari et al.), so reweighting would keep the
+            problem it was meant to fix.
         cache: reuse a saved fit of the same data, settings and package version, and save a
             new one (:mod:`perfmodel.saved_fits`).
     """
@@ -662,13 +675,14 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
     settings = {"method": method, "num_steps": num_steps, "num_samples": num_samples,
                 "seed": seed, "prior": asdict(prior), "check": check,
                 "placement_effects": placement_effects, "fallback": fallback,
-                "fallback_warmup": FALLBACK_WARMUP, "fallback_samples": FALLBACK_SAMPLES}
+                "fallback_warmup": fallback_warmup, "fallback_samples": fallback_samples}
     key = fit_key("throughput", profile_arrays(profile), settings)
     if cache is not None and (saved := cache.load("throughput", profile.model, key)) is not None:
         return ThroughputPosterior.from_inference_data(saved, profile)
     with single_thread():
         posterior = _fit(profile, method, num_steps, num_samples, seed, prior, check,
-                         placement_effects, fallback)
+                         placement_effects, (fallback_warmup, fallback_samples) if fallback
+                         else None)
     if cache is not None:
         cache.save("throughput", profile.model, key, posterior.to_inference_data())
     return posterior
@@ -683,8 +697,8 @@ def profile_arrays(profile: StepTimeProfile) -> dict[str, np.ndarray]:
 
 
 def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int, seed: int,
-         prior: StepTimePrior, check: bool, placement_effects: bool, fallback: bool
-         ) -> ThroughputPosterior:
+         prior: StepTimePrior, check: bool, placement_effects: bool,
+         fallback: tuple[int, int] | None) -> ThroughputPosterior:
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
     point = fit_throughput(profile)
@@ -701,11 +715,11 @@ def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int
     samples = svi.samples
     diagnostics = FitDiagnostics("svi", num_steps, svi.loss / len(profile), svi.pareto_k,
                                  time.perf_counter() - started)
-    if fallback and svi.pareto_k > PARETO_K_USABLE:
-        samples, nuts = _nuts_whitened(svi, FALLBACK_WARMUP, FALLBACK_SAMPLES)
-        diagnostics = replace(diagnostics, method="nuts", fallback_from="svi",
-                              num_steps=FALLBACK_WARMUP, seconds=time.perf_counter() - started,
-                              **nuts)
+    if fallback is not None and svi.pareto_k > PARETO_K_USABLE:
+        warmup, draws = fallback
+        samples, nuts = _nuts_whitened(svi, warmup, draws)
+        diagnostics = replace(diagnostics, method="nuts", fallback_from="svi", num_steps=warmup,
+                              seconds=time.perf_counter() - started, **nuts)
     return ThroughputPosterior(samples, data, diagnostics, point)
 
 
