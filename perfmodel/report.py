@@ -21,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from perfmodel.efficiency import EfficiencyModel  # noqa: E402
 from perfmodel.goodput import GoodputModel  # noqa: E402
@@ -260,15 +261,17 @@ def _plot_throughput_goodput(fit: ModelFit, path: Path) -> None:
                            f"{nodes} node(s), {gpus} GPU(s)")
             axes[1].fill_between(batch, np.asarray(curve["q0.05"]) * eff_lo,
                                  np.asarray(curve["q0.95"]) * eff_hi, color=color, alpha=0.2)
-    note = "; dashed: extrapolated" if any_beyond else ""
     axes[0].set(xscale="log", yscale="log", xlabel="total batch size (examples)",
-                ylabel="throughput (examples/s)",
-                title=f"{fit.model}: throughput, 90% band; dots measured{note}")
-    axes[0].legend(fontsize=7)
+                ylabel="throughput (examples/s)", title=f"{fit.model}: throughput, 90% band")
+    handles, _ = axes[0].get_legend_handles_labels()
+    handles.append(Line2D([], [], ls="none", marker="o", ms=4, color="grey", label="measured"))
+    if any_beyond:
+        handles.append(Line2D([], [], ls="--", color="grey", label="extrapolated"))
+    axes[0].legend(handles=handles, fontsize=7)
     if fit.efficiency:
         axes[1].set(xscale="log", yscale="log", xlabel="total batch size (examples)",
                     ylabel="goodput (examples/s at initial batch)",
-                    title=f"goodput at 50% of training, 90% band{note}")
+                    title="goodput at 50% of training, 90% band")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
