@@ -176,10 +176,13 @@ def measured_range(profile: StepTimeProfile) -> str:
 
 
 def fit_model(profile: StepTimeProfile, traces: dict[int, GradientTrace] | None = None,
-              method: str = "svi", seed: int = 0, cache: FitCache | None = None) -> ModelFit:
-    """Fit the throughput posterior, or reuse its saved fit from ``cache`` (and efficiency curves
-    when ``traces`` are given: closed form, never saved)."""
-    posterior = fit_throughput_posterior(profile, method=method, seed=seed, cache=cache)
+              method: str = "svi", seed: int = 0, cache: FitCache | None = None,
+              fallback: bool = True) -> ModelFit:
+    """Fit the throughput posterior (NUTS replacing an SVI guide that fails PSIS unless
+    ``fallback`` is False), or reuse its saved fit from ``cache`` (and efficiency curves when
+    ``traces`` are given: closed form, never saved)."""
+    posterior = fit_throughput_posterior(profile, method=method, seed=seed, cache=cache,
+                                         fallback=fallback)
     efficiency = EfficiencyModel.fit(traces) if traces else None
     return ModelFit(profile.model, profile, posterior, efficiency, traces or None)
 

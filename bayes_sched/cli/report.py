@@ -50,7 +50,7 @@ def resolve_sources(sources: list[str], gradients: str | None = None) -> list[Fi
 
 def write_fit_reports(sources: list[FitSource], out: Path, method: str = "svi", seed: int = 0,
                       as_json: bool = False, show_progress: bool = True,
-                      cache: FitCache | None = None) -> list[ModelFit]:
+                      cache: FitCache | None = None, fallback: bool = True) -> list[ModelFit]:
     """Fit each resolved source (or reuse its saved fit from ``cache``), write its page and an
     index."""
     from perfmodel.report import fit_model, write_index, write_model_report
@@ -58,7 +58,8 @@ def write_fit_reports(sources: list[FitSource], out: Path, method: str = "svi", 
     fits, pages = [], []
     for profile, traces in track(sources, "fitting models", total=len(sources),
                                  enabled=show_progress):
-        fit = fit_model(profile, traces, method=method, seed=seed, cache=cache)
+        fit = fit_model(profile, traces, method=method, seed=seed, cache=cache,
+                        fallback=fallback)
         fits.append(fit)
         pages.append(write_model_report(fit, out))
     index = write_index(fits, pages, out)
@@ -77,7 +78,8 @@ def _report(args: argparse.Namespace) -> int:
         raise InputError("--gradients goes with exactly one profile")
     resolved = resolve_sources(sources, args.gradients)
     out = prepare_out_dir(args.out)
-    write_fit_reports(resolved, out, args.method, args.seed, args.json, cache=fit_cache(args))
+    write_fit_reports(resolved, out, args.method, args.seed, args.json, cache=fit_cache(args),
+                      fallback=not args.no_fallback)
     return 0
 
 
@@ -93,6 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"report folder (default: report); {OUT_DIR_RULE}")
     parser.add_argument("--method", choices=("svi", "nuts"), default="svi")
     parser.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
+    parser.add_argument("--no-fallback", action="store_true",
+                        help="keep SVI's draws even when PSIS k-hat is above 0.7 (by default NUTS "
+                        "replaces them; minutes per model)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_cache_options(parser)
     parser.set_defaults(handler=_report)
