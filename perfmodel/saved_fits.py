@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from perfmodel.errors import one_line
 if TYPE_CHECKING:
     from arviz import InferenceData
 
+T = TypeVar("T")
 #: Environment variable naming the cache folder.
 CACHE_ENV = "BAYES_SCHED_CACHE"
 #: Attribute of a saved fit holding its key.
@@ -120,6 +121,13 @@ class FitCache:
     def load(self, kind: str, name: str, key: str) -> InferenceData | None:
         """The saved fit with ``key``, fully in memory, or None (none saved, ``refit``, or a file
         that cannot be read: noted, and left to be replaced)."""
+        return self.read(kind, name, key, lambda idata: idata)
+
+    def read(self, kind: str, name: str, key: str, convert: Callable[[InferenceData], T]
+             ) -> T | None:
+        """``convert`` applied to the saved fit with ``key``, or None as :meth:`load`; a fit that
+        ``convert`` cannot use (e.g. saved by other code under the same version) is noted and
+        refitted too."""
         path = self.path(kind, name, key)
         if self.refit or not path.is_file():
             return None
@@ -131,11 +139,11 @@ class FitCache:
             found = idata.attrs.get(KEY_ATTR)
             if found != key:
                 raise ValueError(f"it holds key {str(found)[:16]}, expected {key[:16]}")
+            return convert(idata)
         except Exception as error:  # noqa: BLE001 - whatever is wrong with the file, refit
             reason = " ".join(str(error).split())[:160] or type(error).__name__
             self.note(f"saved fit {path} could not be read ({reason}); refitting")
             return None
-        return idata
 
     def save(self, kind: str, name: str, key: str, idata: InferenceData) -> Path | None:
         """Write ``idata`` (its ``fit_key`` set to ``key``) atomically; returns its path, or None

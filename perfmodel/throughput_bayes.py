@@ -677,8 +677,10 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
                 "placement_effects": placement_effects, "fallback": fallback,
                 "fallback_warmup": fallback_warmup, "fallback_samples": fallback_samples}
     key = fit_key("throughput", profile_arrays(profile), settings)
-    if cache is not None and (saved := cache.load("throughput", profile.model, key)) is not None:
-        return ThroughputPosterior.from_inference_data(saved, profile)
+    if cache is not None and (saved := cache.read(
+            "throughput", profile.model, key,
+            lambda idata: ThroughputPosterior.from_inference_data(idata, profile))) is not None:
+        return saved
     with single_thread():
         posterior = _fit(profile, method, num_steps, num_samples, seed, prior, check,
                          placement_effects, (fallback_warmup, fallback_samples) if fallback

@@ -50,15 +50,15 @@ def test_svi_above_the_k_hat_limit_falls_back_to_nuts_and_the_page_says_so(tmp_p
                                                                           ) -> None:
     profile = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:3], noise=0.05, seed=2)
     # Ten SVI steps leave the guide far from the posterior (k-hat near 2 here).
-    settings = {"num_steps": 10, "num_samples": 200, "seed": 0}
+    settings = {"num_steps": 10, "num_samples": 100, "seed": 0}
     svi = fit_throughput_posterior(profile, fallback=False, **settings)
     assert svi.diagnostics.method == "svi" and svi.diagnostics.pareto_k > PARETO_K_USABLE
     # A deliberately short chain: too few draws for ESS_USABLE, so it stays marked unreliable.
-    nuts = fit_throughput_posterior(profile, fallback_warmup=40, fallback_samples=40, **settings)
+    nuts = fit_throughput_posterior(profile, fallback_warmup=20, fallback_samples=30, **settings)
     diagnostics = nuts.diagnostics
     assert (diagnostics.method, diagnostics.fallback_from) == ("nuts", "svi")
     assert diagnostics.pareto_k == svi.diagnostics.pareto_k  # the k-hat that caused it
-    assert nuts.num_samples == 40 and not np.array_equal(nuts.theta, svi.theta[:40])
+    assert nuts.num_samples == 30 and not np.array_equal(nuts.theta, svi.theta[:30])
     assert 0 < diagnostics.ess_bulk_min < ESS_USABLE and np.isfinite(diagnostics.r_hat_max)
     assert not diagnostics.reliable
     assert diagnostics.source == f"nuts (fallback: SVI PSIS k-hat {svi.diagnostics.pareto_k:.2f} > 0.7)"

@@ -329,9 +329,10 @@ class InterferenceModel:
                  "solo.columns": np.asarray(solo_features.columns, dtype=str),
                  "solo.values": solo_features.to_numpy(float)}
         key = fit_key("interference", data, asdict(config))
-        saved = cache.load("interference", "model", key)
+        saved = cache.read("interference", "model", key,
+                           lambda idata: cls.from_inference_data(idata, solo_features))
         if saved is not None:
-            return cls.from_inference_data(saved, solo_features)
+            return saved
         model = cls.fit_observations(observations, solo_features, config)
         cache.save("interference", "model", key, model.to_inference_data())
         return model
