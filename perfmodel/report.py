@@ -2,12 +2,18 @@
 
 :func:`fit_model` gathers everything a report shows for one model (point fit, posterior,
 efficiency curves, error and calibration figures); :func:`write_model_report` renders it.
+
+A page opens with a summary a reader can act on: how the posterior was obtained and whether its
+intervals can be trusted, whether the fit visibly misses the measurements (:func:`misfit_check`),
+how well its intervals are calibrated (:func:`interval_coverage`) and which configurations the
+measurements span (beyond them the plots extrapolate, drawn dashed, :func:`extrapolated`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import matplotlib
@@ -15,10 +21,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from perfmodel.efficiency import EfficiencyModel  # noqa: E402
 from perfmodel.goodput import GoodputModel  # noqa: E402
 from perfmodel.profiles import GradientTrace, StepTimeProfile  # noqa: E402
+from perfmodel.saved_fits import FitCache  # noqa: E402
 from perfmodel.throughput import predict_step_time, rmsle  # noqa: E402
 from perfmodel.throughput_bayes import (  # noqa: E402
     PARETO_K_USABLE,
@@ -29,47 +37,154 @@ from perfmodel.throughput_bayes import (  # noqa: E402
 #: Allocations drawn in the throughput and goodput plots: (nodes, GPUs in all).
 PLOT_ALLOCATIONS: tuple[tuple[int, int], ...] = ((1, 1), (1, 4), (2, 8), (4, 16), (16, 64))
 PROGRESS_FRACTIONS: tuple[float, ...] = (0.1, 0.5, 0.9)
+#: Nominal levels of the central predictive intervals in the calibration figure.
+CALIBRATION_LEVELS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+#: The misfit check (:func:`misfit_check`): a fit misses its measurements when more than
+#: MISFIT_SHARE of them lie outside the 90% predictive interval (calibration: 10% expected), or
+#: more than MISFIT_SHARE are predicted more than MISFIT_RELATIVE_ERROR off by the predictive
+#: median, or the median explains less than MISFIT_MIN_EXPLAINED of the variance of log step time
+#: (a flat fit through measurements that vary).
+MISFIT_SHARE = 0.2
+MISFIT_RELATIVE_ERROR = 0.25
+MISFIT_MIN_EXPLAINED = 0.5
 
 
 @dataclass(frozen=True)
 class ModelFit:
-    """Everything the report of one model shows."""
+    """Everything the report of one model shows; ``traces`` are the gradient statistics the
+    efficiency curves were fitted to (their per-epoch estimates are plotted)."""
 
     model: str
     profile: StepTimeProfile
     posterior: ThroughputPosterior
     efficiency: EfficiencyModel | None
+    traces: dict[int, GradientTrace] | None = field(default=None, compare=False)
 
-    def error_summary(self) -> dict[str, float | str]:
-        """In-sample RMSLE of step time (point fit, posterior median) and 50%/90% coverage."""
+    @cached_property
+    def log_step_draws(self) -> np.ndarray:
+        """Posterior predictive draws of log step time at every measured row (its placement's
+        learned offset kept), shape ``(S, N)``."""
+        p = self.profile
+        return self.posterior.log_step_time_draws(p.num_nodes, p.num_replicas, p.local_bsz,
+                                                  p.accum_steps, placement=list(p.placement))
+
+    def error_summary(self) -> dict[str, float | str | bool]:
+        """In-sample RMSLE of step time (point fit, posterior median), 50%/90% coverage, how the
+        posterior was obtained and whether to trust it, and the misfit check's verdict."""
         p = self.profile
         point = predict_step_time(self.posterior.point, p.num_nodes, p.num_replicas,
                                   p.local_bsz, p.accum_steps)
-        pred = self.posterior.predict_step_time(p.num_nodes, p.num_replicas, p.local_bsz,
-                                                p.accum_steps, (0.05, 0.25, 0.75, 0.95),
-                                                placement=list(p.placement))
+        median = np.exp(np.median(self.log_step_draws, axis=0))
+        coverage_50, coverage_90 = interval_coverage(self, (0.5, 0.9))
+        diagnostics = self.posterior.diagnostics
         return {
             "model": self.model,
             "rows": len(p),
             "rmsle_point": rmsle(point, p.step_time),
-            "rmsle_posterior": rmsle(pred["median"], p.step_time),
-            "coverage_50": _inside(p.step_time, pred["q0.25"], pred["q0.75"]),
-            "coverage_90": _inside(p.step_time, pred["q0.05"], pred["q0.95"]),
-            "pareto_k": self.posterior.diagnostics.pareto_k,
-            "fit_seconds": self.posterior.diagnostics.seconds,
+            "rmsle_posterior": rmsle(median, p.step_time),
+            "coverage_50": float(coverage_50),
+            "coverage_90": float(coverage_90),
+            "method": diagnostics.method,
+            "fallback_from": diagnostics.fallback_from or "",
+            "pareto_k": diagnostics.pareto_k,
+            "reliable": diagnostics.reliable,
+            "misfit": misfit_check(self).misfit,
+            "fit_seconds": diagnostics.seconds,
         }
 
 
-def _inside(values: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
-    return float(np.mean((values >= lower) & (values <= upper)))
+def interval_coverage(fit: ModelFit, levels: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Share of the measured step times inside the central predictive interval of each nominal
+    level (0..1), shape ``(len(levels),)``: a calibrated fit has coverage near the level."""
+    draws = fit.log_step_draws
+    measured = np.log(fit.profile.step_time)
+    coverage = []
+    for level in levels:
+        tail = (1 - level) / 2
+        lower, upper = np.quantile(draws, [tail, 1 - tail], axis=0)
+        coverage.append(np.mean((measured >= lower) & (measured <= upper)))
+    return np.asarray(coverage, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class MisfitCheck:
+    """The misfit check's measures (see :data:`MISFIT_SHARE`) and its verdict.
+
+    ``outside_90``: share of measurements outside the 90% predictive interval; ``off``: share
+    whose predictive median is more than :data:`MISFIT_RELATIVE_ERROR` off; ``explained``: share
+    of the variance of log step time the median explains (1 - residual variance / variance).
+    """
+
+    outside_90: float
+    off: float
+    explained: float
+
+    @property
+    def reasons(self) -> list[str]:
+        """One phrase per failed criterion."""
+        reasons = []
+        if self.outside_90 > MISFIT_SHARE:
+            reasons.append(f"{self.outside_90:.0%} of the measurements lie outside the 90% "
+                           "predictive interval (10% expected)")
+        if self.off > MISFIT_SHARE:
+            reasons.append(f"{self.off:.0%} are predicted more than "
+                           f"{MISFIT_RELATIVE_ERROR:.0%} off")
+        if self.explained < MISFIT_MIN_EXPLAINED:
+            reasons.append(f"the fit explains only {max(self.explained, 0):.0%} of the variation "
+                           "of the measured step times (a flat fit)")
+        return reasons
+
+    @property
+    def misfit(self) -> bool:
+        return bool(self.reasons)
+
+
+def misfit_check(fit: ModelFit) -> MisfitCheck:
+    """Whether the step-time fit visibly misses the measurements (see :data:`MISFIT_SHARE`)."""
+    measured = np.log(fit.profile.step_time)
+    median = np.median(fit.log_step_draws, axis=0)
+    variance = float(np.var(measured))
+    explained = 1 - float(np.var(measured - median)) / variance if variance > 0 else 1.0
+    off = float(np.mean(np.abs(np.exp(median - measured) - 1) > MISFIT_RELATIVE_ERROR))
+    outside = 1 - float(interval_coverage(fit, (0.9,))[0])
+    return MisfitCheck(outside, off, explained)
+
+
+def extrapolated(profile: StepTimeProfile, num_nodes: np.ndarray | int,
+                 num_replicas: np.ndarray | int, local_bsz: np.ndarray | int) -> np.ndarray:
+    """Where a configuration lies beyond the measurements, shape of the broadcast inputs: more
+    nodes or GPUs than any measured run, or a micro-batch outside the range measured with that
+    many GPUs (the whole profile's range where that GPU count was never measured)."""
+    nodes, replicas, m = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas),
+                                             np.asarray(local_bsz))
+    beyond = (nodes > profile.num_nodes.max()) | (replicas > profile.num_replicas.max())
+    low = np.full(m.shape, float(profile.local_bsz.min()))
+    high = np.full(m.shape, float(profile.local_bsz.max()))
+    for k in np.unique(replicas):
+        same = profile.num_replicas == k
+        if same.any():
+            low[replicas == k] = profile.local_bsz[same].min()
+            high[replicas == k] = profile.local_bsz[same].max()
+    return beyond | (m < low) | (m > high)
+
+
+def measured_range(profile: StepTimeProfile) -> str:
+    """The configurations a profile spans, in words."""
+    return (f"{int(profile.num_nodes.min())}-{int(profile.num_nodes.max())} nodes, "
+            f"{int(profile.num_replicas.min())}-{int(profile.num_replicas.max())} GPUs, "
+            f"micro-batch {int(profile.local_bsz.min())}-{int(profile.local_bsz.max())} examples")
 
 
 def fit_model(profile: StepTimeProfile, traces: dict[int, GradientTrace] | None = None,
-              method: str = "svi", seed: int = 0) -> ModelFit:
-    """Fit the throughput posterior (and efficiency curves when ``traces`` are given)."""
-    posterior = fit_throughput_posterior(profile, method=method, seed=seed)
+              method: str = "svi", seed: int = 0, cache: FitCache | None = None,
+              fallback: bool = True) -> ModelFit:
+    """Fit the throughput posterior (NUTS replacing an SVI guide that fails PSIS unless
+    ``fallback`` is False), or reuse its saved fit from ``cache`` (and efficiency curves when
+    ``traces`` are given: closed form, never saved)."""
+    posterior = fit_throughput_posterior(profile, method=method, seed=seed, cache=cache,
+                                         fallback=fallback)
     efficiency = EfficiencyModel.fit(traces) if traces else None
-    return ModelFit(profile.model, profile, posterior, efficiency)
+    return ModelFit(profile.model, profile, posterior, efficiency, traces or None)
 
 
 def _plot_step_times(fit: ModelFit, path: Path) -> None:
@@ -90,28 +205,72 @@ def _plot_step_times(fit: ModelFit, path: Path) -> None:
     plt.close(fig)
 
 
-def _plot_throughput_goodput(fit: ModelFit, path: Path) -> None:
+def throughput_curves(fit: ModelFit, points: int = 24) -> list[dict[str, np.ndarray | int]]:
+    """Per plotted allocation (:data:`PLOT_ALLOCATIONS`): ``nodes``, ``gpus``, micro-batch
+    ``local_bsz`` over the measured range, total ``batch``, predictive throughput ``median``,
+    ``q0.05``, ``q0.95`` (examples/s) and ``extrapolated`` (:func:`extrapolated`), arrays of
+    shape ``(points,)``."""
     p = fit.profile
-    lo_m, hi_m = int(p.local_bsz.min()), int(p.local_bsz.max())
+    m = np.unique(np.geomspace(int(p.local_bsz.min()), int(p.local_bsz.max()), points).round())
+    curves: list[dict[str, np.ndarray | int]] = []
+    for nodes, gpus in PLOT_ALLOCATIONS:
+        tp = fit.posterior.predict_throughput(np.full_like(m, nodes), np.full_like(m, gpus), m)
+        curves.append({"nodes": nodes, "gpus": gpus, "local_bsz": m, "batch": gpus * m,
+                       "median": tp["median"], "q0.05": tp["q0.05"], "q0.95": tp["q0.95"],
+                       "extrapolated": extrapolated(p, nodes, gpus, m)})
+    return curves
+
+
+def measured_throughput(profile: StepTimeProfile, nodes: int, gpus: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Total batch (examples) and measured throughput (examples/s) of every measured row on
+    ``nodes`` nodes with ``gpus`` GPUs, each ``(n,)``."""
+    rows = (profile.num_nodes == nodes) & (profile.num_replicas == gpus)
+    batch = (gpus * profile.local_bsz[rows] * (profile.accum_steps[rows] + 1)).astype(float)
+    return batch, batch / profile.step_time[rows]
+
+
+def _draw_segments(ax: plt.Axes, x: np.ndarray, y: np.ndarray, beyond: np.ndarray,
+                   color: str, label: str) -> None:
+    # Solid over the measured range, dashed where the curve extrapolates (segments touching an
+    # extrapolated point are dashed).
+    ax.plot(np.where(beyond, np.nan, x), y, color=color, label=label)
+    edge = beyond | np.r_[beyond[1:], False] | np.r_[False, beyond[:-1]]
+    ax.plot(np.where(edge, x, np.nan), y, color=color, ls="--")
+
+
+def _plot_throughput_goodput(fit: ModelFit, path: Path) -> None:
     fig, axes = plt.subplots(1, 2 if fit.efficiency else 1, figsize=(11 if fit.efficiency
                                                                        else 5.5, 4.5))
     axes = np.atleast_1d(axes)
-    for nodes, gpus in PLOT_ALLOCATIONS:
-        m = np.unique(np.geomspace(lo_m, hi_m, 24).round())
-        tp = fit.posterior.predict_throughput(np.full_like(m, nodes), np.full_like(m, gpus), m)
-        batch = gpus * m
-        line, = axes[0].plot(batch, tp["median"], label=f"{nodes} node(s), {gpus} GPU(s)")
-        axes[0].fill_between(batch, tp["q0.05"], tp["q0.95"], color=line.get_color(), alpha=0.2)
+    any_beyond = False
+    for curve, color in zip(throughput_curves(fit), plt.rcParams["axes.prop_cycle"].by_key()[
+            "color"], strict=False):
+        nodes, gpus = int(np.asarray(curve["nodes"])), int(np.asarray(curve["gpus"]))
+        batch = np.asarray(curve["batch"], dtype=float)
+        beyond = np.asarray(curve["extrapolated"], dtype=bool)
+        any_beyond |= bool(beyond.any())
+        _draw_segments(axes[0], batch, np.asarray(curve["median"]), beyond, color,
+                       f"{nodes} node(s), {gpus} GPU(s)")
+        axes[0].fill_between(batch, curve["q0.05"], curve["q0.95"], color=color, alpha=0.2)
+        measured_batch, measured = measured_throughput(fit.profile, nodes, gpus)
+        axes[0].scatter(measured_batch, measured, s=10, color=color, edgecolor="k", lw=0.3,
+                        zorder=3)
         if fit.efficiency:
             eff = fit.efficiency.efficiency(batch, 0.5)
             eff_lo = fit.efficiency.efficiency(batch, 0.5, quantile=0.05)
             eff_hi = fit.efficiency.efficiency(batch, 0.5, quantile=0.95)
-            axes[1].plot(batch, tp["median"] * eff, color=line.get_color())
-            axes[1].fill_between(batch, tp["q0.05"] * eff_lo, tp["q0.95"] * eff_hi,
-                                 color=line.get_color(), alpha=0.2)
+            _draw_segments(axes[1], batch, np.asarray(curve["median"]) * eff, beyond, color,
+                           f"{nodes} node(s), {gpus} GPU(s)")
+            axes[1].fill_between(batch, np.asarray(curve["q0.05"]) * eff_lo,
+                                 np.asarray(curve["q0.95"]) * eff_hi, color=color, alpha=0.2)
     axes[0].set(xscale="log", yscale="log", xlabel="total batch size (examples)",
                 ylabel="throughput (examples/s)", title=f"{fit.model}: throughput, 90% band")
-    axes[0].legend(fontsize=7)
+    handles, _ = axes[0].get_legend_handles_labels()
+    handles.append(Line2D([], [], ls="none", marker="o", ms=4, color="grey", label="measured"))
+    if any_beyond:
+        handles.append(Line2D([], [], ls="--", color="grey", label="extrapolated"))
+    axes[0].legend(handles=handles, fontsize=7)
     if fit.efficiency:
         axes[1].set(xscale="log", yscale="log", xlabel="total batch size (examples)",
                     ylabel="goodput (examples/s at initial batch)",
@@ -121,20 +280,63 @@ def _plot_throughput_goodput(fit: ModelFit, path: Path) -> None:
     plt.close(fig)
 
 
+def per_epoch_noise(traces: dict[int, GradientTrace]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per traced batch size: training fraction (0..1 of the trace's last epoch) and the epoch's
+    estimate of the noise-to-signal ratio ``grad_var / grad_sqr``, epochs with both positive."""
+    points = {}
+    for batch, trace in sorted(traces.items()):
+        keep = np.isfinite(trace.log_noise_to_signal)
+        points[batch] = (trace.progress[keep] / trace.progress.max(),
+                         np.exp(trace.log_noise_to_signal[keep]))
+    return points
+
+
 def _plot_efficiency(fit: ModelFit, path: Path) -> None:
     assert fit.efficiency is not None
     eff = fit.efficiency
     max_batch = max(eff.curves)
     batch = np.geomspace(eff.init_bsz, max_batch * 2, 40)
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    fig, axes = plt.subplots(1, 2 if fit.traces else 1, figsize=(11 if fit.traces else 5.5, 4.5))
+    axes = np.atleast_1d(axes)
+    ax = axes[0]
     for fraction in PROGRESS_FRACTIONS:
         mid = eff.efficiency(batch, fraction)
         line, = ax.plot(batch, mid, label=f"{fraction:.0%} of training")
         ax.fill_between(batch, eff.efficiency(batch, fraction, 0.05),
                         eff.efficiency(batch, fraction, 0.95), color=line.get_color(), alpha=0.2)
+    ax.axvline(max_batch, color="grey", lw=0.8, ls=":", label="largest traced batch")
     ax.set(xscale="log", xlabel="total batch size (examples)", ylabel="statistical efficiency",
            ylim=(0, 1.05), title=f"{fit.model}: efficiency, 90% band (M0={eff.init_bsz})")
     ax.legend(fontsize=8)
+    if fit.traces:
+        ax = axes[1]
+        progress = np.linspace(0, 1, 50)
+        for batch_size, (x, phi) in per_epoch_noise(fit.traces).items():
+            curve = eff.curves[batch_size]
+            line, = ax.plot(progress, curve.noise_to_signal(progress),
+                            label=f"batch {batch_size}: fit, 90% band")
+            ax.fill_between(progress, curve.noise_to_signal(progress, 0.05),
+                            curve.noise_to_signal(progress, 0.95), color=line.get_color(),
+                            alpha=0.2)
+            ax.scatter(x, phi, s=8, color=line.get_color(), edgecolor="k", lw=0.3, zorder=3)
+        ax.set(yscale="log", xlabel="fraction of training", ylabel="noise-to-signal grad_var/grad_sqr",
+               title="per-epoch estimates (dots) and the fitted curve")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_calibration(fit: ModelFit, path: Path) -> None:
+    levels = np.asarray(CALIBRATION_LEVELS)
+    coverage = interval_coverage(fit, levels)
+    fig, ax = plt.subplots(figsize=(4.8, 4.5))
+    ax.plot([0, 1], [0, 1], "k--", lw=1, label="calibrated")
+    ax.plot(levels, coverage, "o-", label="step time, in-sample")
+    ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="nominal level of the central interval",
+           ylabel="share of measurements inside",
+           title=f"{fit.model}: predictive interval coverage")
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -185,6 +387,43 @@ def best_batch_table(fit: ModelFit, max_batch_size: int | None = None
                                         choice.batch_size, choice.goodput, strict=True)]
 
 
+def summary_lines(fit: ModelFit) -> list[str]:
+    """The page's opening summary, one Markdown bullet per point: fit and trust, misfit,
+    calibration, measured range, efficiency."""
+    diag = fit.posterior.diagnostics
+    p = fit.profile
+    sources = ", ".join(Path(s).name for s in p.sources)
+    lines = [f"- **Fit**: {len(p)} step-time measurements ({sources}); posterior by "
+             f"{diag.source}, {diag.seconds:.1f} s."]
+    if diag.reliable:
+        lines.append("- **Intervals**: trusted (" + (
+            f"PSIS k-hat {diag.pareto_k:.2f} <= {PARETO_K_USABLE}" if diag.method == "svi" else
+            f"NUTS: {diag.divergences} divergences, bulk ESS {diag.ess_bulk_min:.0f}, R-hat "
+            f"{diag.r_hat_max:.3f}") + ").")
+    else:
+        lines.append(f"- **Intervals: unreliable.** {diag.warning(fit.model)}.")
+    check = misfit_check(fit)
+    if check.misfit:
+        lines.append(f"- **Misfit: the step-time fit misses the measurements**: "
+                     f"{'; '.join(check.reasons)}. Predictions from it are doubtful; see the "
+                     "step-time figure.")
+    else:
+        lines.append(f"- **Fit quality**: no misfit ({check.outside_90:.0%} of measurements "
+                     f"outside the 90% interval, {check.off:.0%} predicted more than "
+                     f"{MISFIT_RELATIVE_ERROR:.0%} off, {check.explained:.0%} of the variation "
+                     "explained).")
+    coverage_50, coverage_90 = interval_coverage(fit, (0.5, 0.9))
+    lines.append(f"- **Calibration** (in-sample): the 50% interval holds {coverage_50:.0%} and "
+                 f"the 90% interval {coverage_90:.0%} of the measurements.")
+    lines.append(f"- **Measured**: {measured_range(p)}; beyond these the plots extrapolate "
+                 "(dashed lines).")
+    if fit.efficiency is not None:
+        traced = ", ".join(str(b) for b in fit.efficiency.curves)
+        lines.append(f"- **Efficiency**: from gradient statistics traced at batch sizes {traced} "
+                     f"(initial batch {fit.efficiency.init_bsz}).")
+    return lines
+
+
 def write_model_report(fit: ModelFit, out_dir: str | Path) -> Path:
     """Write ``<model>.md`` and its PNG plots into ``out_dir``; returns the Markdown path."""
     out = Path(out_dir)
@@ -192,20 +431,19 @@ def write_model_report(fit: ModelFit, out_dir: str | Path) -> Path:
     name = fit.model
     _plot_step_times(fit, out / f"{name}-step-time.png")
     _plot_throughput_goodput(fit, out / f"{name}-throughput-goodput.png")
+    _plot_calibration(fit, out / f"{name}-calibration.png")
     diag = fit.posterior.diagnostics
     parts = [
         f"# {name}: throughput and efficiency fit",
-        f"Profile: {len(fit.profile)} measurements from "
-        f"{', '.join(Path(s).name for s in fit.profile.sources)}. Posterior by {diag.method} in "
-        f"{diag.seconds:.2f} s (PSIS k-hat {diag.pareto_k:.2f}: at most {PARETO_K_USABLE} means "
-        "the SVI guide is usable as a posterior).",
-        *([] if diag.reliable else [f"**Warning: {diag.warning(name)}.**"]),
+        "## Summary",
+        "\n".join(summary_lines(fit)),
         "## Step-time parameters (90% credible intervals"
-        f"{'' if diag.reliable else '; unreliable, see the warning above'})",
+        f"{'' if diag.reliable else '; unreliable, see the summary'})",
         _markdown_table(fit.posterior.parameter_summary()),
         "## Error and calibration (in-sample)",
         _markdown_table([fit.error_summary()]),
         f"![step time]({name}-step-time.png)",
+        f"![calibration: interval coverage against nominal level]({name}-calibration.png)",
         f"![throughput and goodput]({name}-throughput-goodput.png)",
     ]
     if fit.efficiency is not None:

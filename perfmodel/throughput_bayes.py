@@ -22,12 +22,12 @@ unconstrained space, started from the point fit and checked by Pareto-smoothed i
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyro
@@ -37,23 +37,32 @@ from pyro import poutine
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_value
 from pyro.infer.mcmc.util import initialize_model
-from pyro.ops.stats import fit_generalized_pareto
 
 from perfmodel.profiles import StepTimeProfile
+from perfmodel.saved_fits import FitCache, fit_key, quiet_arviz
 from perfmodel.throughput import (
     GAMMA_BOUNDS,
     PARAM_NAMES,
+    PARAM_UNITS,
     ArrayT,
     ThroughputParams,
     configuration_class,
     fit_throughput,
     identifiable,
     profile_tensors,
+    single_thread,
     step_time_terms,
 )
 
+if TYPE_CHECKING:
+    from arviz import InferenceData
+
 NOISE_NAMES = ("sigma_compute", "tau_compute", "sigma_step", "ratio_within", "ratio_across",
                "tau_step", "nu")
+#: Units of the noise sites: the scales are standard deviations of log seconds (unitless, roughly
+#: relative errors), the ratios and degrees of freedom are plain numbers.
+NOISE_UNITS = {"sigma_compute": "log s", "tau_compute": "log s", "sigma_step": "log s",
+               "ratio_within": "1", "ratio_across": "1", "tau_step": "log s", "nu": "1"}
 #: Sites of the placement-effect likelihood only, and of the Student-t likelihood only.
 _PLACEMENT_SITES = ("tau_compute", "tau_step")
 _STUDENT_SITES = ("nu",)
@@ -67,6 +76,14 @@ _NOISE_PRIOR_SCALE = 0.3
 _RATIO_PRIOR_SCALE = 0.7
 #: Above this PSIS k-hat an SVI guide is not a usable posterior (Vehtari et al., 2015-2024).
 PARETO_K_USABLE = 0.7
+#: NUTS draws are trusted with at least this bulk ESS and at most this R-hat (Vehtari et al. 2021:
+#: ESS above 100 per chain, R-hat near 1; 1.05 rather than 1.01 because one chain is run).
+ESS_USABLE = 100
+R_HAT_USABLE = 1.05
+#: NUTS warm-up steps and draws of the fallback (one chain): enough for ESS_USABLE when it mixes,
+#: and a few minutes at most on the largest shipped profile.
+FALLBACK_WARMUP = 300
+FALLBACK_SAMPLES = 400
 
 
 @dataclass(frozen=True)
@@ -231,8 +248,13 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
 class FitDiagnostics:
     """How the posterior was obtained and how far to trust it.
 
-    ``pareto_k``: PSIS k-hat of the SVI guide against the model (< 0.5 good, < 0.7 usable,
-    NaN for NUTS); ``final_loss``: last ELBO loss per row; ``seconds``: wall time of the fit.
+    ``method``: what produced the draws (``"svi"`` or ``"nuts"``); ``fallback_from``: the method
+    first tried when its result was not trusted and NUTS replaced it (``"svi"``), else None;
+    ``pareto_k``: PSIS k-hat of the SVI guide against the model (< 0.5 good, < 0.7 usable; for a
+    fallback, the k-hat that caused it; NaN where not computed); ``final_loss``: last ELBO loss per
+    row; ``seconds``: wall time of the whole fit, fallback included. NUTS only: ``divergences``
+    (divergent transitions after warm-up), ``ess_bulk_min`` (smallest bulk effective sample size
+    over the sites) and ``r_hat_max`` (largest rank-normalised split R-hat), from ArviZ.
     """
 
     method: str
@@ -240,20 +262,51 @@ class FitDiagnostics:
     final_loss: float
     pareto_k: float
     seconds: float
+    fallback_from: str | None = None
+    divergences: int = 0
+    ess_bulk_min: float = float("nan")
+    r_hat_max: float = float("nan")
 
     @property
     def reliable(self) -> bool:
-        """Whether the intervals can be trusted: MCMC, or an SVI guide whose k-hat is at most
-        :data:`PARETO_K_USABLE` (NaN, not computed, counts as unreliable)."""
-        return self.method != "svi" or self.pareto_k <= PARETO_K_USABLE
+        """Whether the intervals can be trusted: an SVI guide whose k-hat is at most
+        :data:`PARETO_K_USABLE` (NaN, not computed, counts as unreliable), or NUTS draws without
+        divergences, with bulk ESS at least :data:`ESS_USABLE` and R-hat at most
+        :data:`R_HAT_USABLE` (where computed)."""
+        if self.method == "svi":
+            return self.pareto_k <= PARETO_K_USABLE
+        return not (self.divergences > 0 or self.ess_bulk_min < ESS_USABLE
+                    or self.r_hat_max > R_HAT_USABLE)
+
+    @property
+    def source(self) -> str:
+        """One phrase naming what produced the draws, e.g. ``"nuts (fallback: SVI k-hat 1.11)"``."""
+        if self.fallback_from is None:
+            return self.method
+        return (f"{self.method} (fallback: {self.fallback_from.upper()} PSIS k-hat "
+                f"{self.pareto_k:.2f} > {PARETO_K_USABLE})")
 
     def warning(self, model: str) -> str | None:
         """One line saying why ``model``'s intervals are not to be trusted, or None."""
         if self.reliable:
             return None
-        return (f"{model}: PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the SVI "
-                "guide fits the posterior poorly and its intervals may be too narrow; check with "
-                "--method nuts")
+        if self.method == "svi":
+            return (f"{model}: PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the SVI "
+                    "guide fits the posterior poorly and its intervals may be too narrow; check "
+                    "with --method nuts")
+        problems = []
+        if self.divergences > 0:
+            problems.append(f"{self.divergences} divergent transitions")
+        if self.ess_bulk_min < ESS_USABLE:
+            problems.append(f"bulk ESS {self.ess_bulk_min:.0f} < {ESS_USABLE}")
+        if self.r_hat_max > R_HAT_USABLE:
+            problems.append(f"R-hat {self.r_hat_max:.3f} > {R_HAT_USABLE}")
+        return (f"{model}: {self.source} did not mix ({', '.join(problems)}): its intervals may "
+                "be wrong")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields and :attr:`reliable`, for JSON output."""
+        return {**asdict(self), "reliable": self.reliable}
 
 
 class ThroughputPosterior:
@@ -272,8 +325,37 @@ class ThroughputPosterior:
         self.diagnostics = diagnostics
         self.point = point
         self.placements = data.placements
+        self.placement_effects = data.placement_effects
         self._effects = self._placement_effects(data) if data.placement_effects else {
             "compute": np.zeros(data.num_groups), "step": np.zeros(data.num_groups)}
+
+    def to_inference_data(self) -> InferenceData:
+        """The draws as ArviZ InferenceData: a ``posterior`` group (one chain, ``S`` draws per
+        site), with the diagnostics, the point fit and whether placement effects were modelled
+        as JSON attributes (what :meth:`from_inference_data` needs besides the profile)."""
+        import xarray as xr
+
+        with quiet_arviz() as az:
+            posterior = xr.Dataset({name: (("chain", "draw"), np.asarray(draws)[None])
+                                    for name, draws in self.samples.items()})
+            idata = az.InferenceData(posterior=posterior)
+        idata.attrs.update({
+            "diagnostics": json.dumps(asdict(self.diagnostics)),
+            "point_fit": json.dumps(self.point.as_dict()),
+            "placement_effects": int(self.placement_effects),
+        })
+        return idata
+
+    @classmethod
+    def from_inference_data(cls, idata: InferenceData, profile: StepTimeProfile
+                            ) -> ThroughputPosterior:
+        """A posterior saved by :meth:`to_inference_data`, for the profile it was fitted to."""
+        samples = {str(name): np.asarray(values).reshape(-1)
+                   for name, values in idata["posterior"].data_vars.items()}
+        diagnostics = FitDiagnostics(**json.loads(idata.attrs["diagnostics"]))
+        point = ThroughputParams(**json.loads(idata.attrs["point_fit"]))
+        data = StepTimeData.from_profile(profile, bool(int(idata.attrs["placement_effects"])))
+        return cls(samples, data, diagnostics, point)
 
     def _placement_effects(self, data: StepTimeData) -> dict[str, np.ndarray]:
         # Posterior of a placement's offset u given its rows: normal with mean
@@ -313,7 +395,8 @@ class ThroughputPosterior:
         return self.theta.shape[0]
 
     def parameter_summary(self, probability: float = 0.9) -> list[dict[str, float | str]]:
-        """Posterior mean and central credible interval of every parameter, one dict per row."""
+        """Posterior mean and central credible interval of every parameter, with its unit (see
+        :data:`~perfmodel.throughput.PARAM_UNITS`, :data:`NOISE_UNITS`), one dict per row."""
         tail = (1 - probability) / 2
         level = f"{100 * probability:g}"  # interval columns are named lower_90/upper_90
         rows: list[dict[str, float | str]] = []
@@ -323,6 +406,7 @@ class ThroughputPosterior:
             draws = self.samples[name]
             rows.append({
                 "parameter": name,
+                "unit": {**PARAM_UNITS, **NOISE_UNITS}[name],
                 "point_fit": getattr(self.point, name, float("nan")),
                 "mean": float(draws.mean()),
                 f"lower_{level}": float(np.quantile(draws, tail)),
@@ -416,17 +500,33 @@ def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: St
     return values
 
 
+@dataclass(frozen=True)
+class _SviFit:
+    """An SVI fit: constrained draws, final loss (negative ELBO), PSIS k-hat of the guide as an
+    importance proposal, the guide (``(D,)`` unconstrained) and the model's log density there."""
+
+    samples: dict[str, np.ndarray]
+    loss: float
+    pareto_k: float
+    guide: dist.MultivariateNormal
+    log_density: Callable[[torch.Tensor], torch.Tensor]
+    to_constrained: dict[str, Any]
+
+    def constrained(self, z: torch.Tensor) -> dict[str, np.ndarray]:
+        """Unconstrained draws ``(S, D)`` as constrained draws per site, each ``(S,)``."""
+        return {n: self.to_constrained[n](z[:, i]).detach().numpy()
+                for i, n in enumerate(self.to_constrained)}
+
+
 def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
                              init: dict[str, torch.Tensor], num_steps: int, num_samples: int,
-                             check: bool, num_particles: int = 16
-                             ) -> tuple[dict[str, np.ndarray], float, float]:
+                             check: bool, num_particles: int = 16) -> _SviFit:
     """SVI with a full-rank Gaussian guide in the model's unconstrained space.
 
     The model's potential (negative log joint with Jacobians, from Pyro's ``initialize_model``)
     is evaluated for all particles in one trace because the model broadcasts over leading
     dimensions; this avoids the per-particle, per-step tracing of model and guide that dominates
-    a plain ``pyro.infer.SVI`` loop for an eleven-dimensional problem. Returns constrained draws, the
-    final loss (negative ELBO) and PSIS k-hat of the guide as an importance proposal.
+    a plain ``pyro.infer.SVI`` loop for an eleven-dimensional problem.
     """
     params, _, transforms, _ = initialize_model(
         step_time_model, model_args=(data, prior), init_strategy=init_to_value(values=init))
@@ -470,14 +570,52 @@ def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
         optimizer.step()
         schedule.step()
     with torch.no_grad():
-        guide = dist.MultivariateNormal(loc, scale_tril=scale_tril())
+        guide = dist.MultivariateNormal(loc.detach(), scale_tril=scale_tril().detach())
         z = guide.sample((num_samples,))
-        samples = {n: to_constrained[n](z[:, i]).numpy() for i, n in enumerate(names)}
         pareto_k = float("nan")
         if check:
             # PSIS: log importance weights of the guide against the model.
             pareto_k = pareto_k_hat(log_density(z) - guide.log_prob(z))
-    return samples, float(loss.detach()), pareto_k
+    fit = _SviFit({}, float(loss.detach()), pareto_k, guide, log_density, to_constrained)
+    return replace(fit, samples=fit.constrained(z))
+
+
+def _nuts_whitened(svi: _SviFit, warmup: int, num_samples: int
+                   ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Pyro's NUTS on the model's exact posterior, in coordinates whitened by the SVI guide:
+    ``z = loc + L u``, so where the guide is roughly right ``u`` is roughly standard normal and
+    NUTS takes short trajectories (the guide as a linear preconditioner, as in NeuTra HMC); where
+    it is wrong (the reason for the fallback) NUTS still targets the true posterior. Returns
+    constrained draws and :func:`_mcmc_diagnostics`."""
+    loc, tril = svi.guide.loc, svi.guide.scale_tril
+
+    def potential(params: dict[str, torch.Tensor]) -> torch.Tensor:
+        return -svi.log_density(loc + tril @ params["u"])
+
+    kernel = NUTS(potential_fn=potential, max_tree_depth=6)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, disable_progbar=True,
+                initial_params={"u": torch.zeros_like(loc)})
+    mcmc.run()
+    z = loc + mcmc.get_samples()["u"].detach() @ tril.T
+    samples = svi.constrained(z)
+    divergences = sum(len(v) for v in mcmc.diagnostics()["divergences"].values())
+    return samples, _mcmc_diagnostics(samples, divergences)
+
+
+def _mcmc_diagnostics(samples: dict[str, np.ndarray], divergences: int) -> dict[str, Any]:
+    """ArviZ's bulk ESS (smallest over sites) and rank-normalised split R-hat (largest) of one
+    chain of draws per site ``(S,)``, with the divergence count, as :class:`FitDiagnostics`
+    fields. The chain's halves are passed as two chains (ArviZ needs two for R-hat; it splits
+    each again, comparing the four quarters)."""
+    half = min(len(v) for v in samples.values()) // 2
+    with quiet_arviz() as az:
+        idata = az.from_dict(posterior={n: v[: 2 * half].reshape(2, half)
+                                        for n, v in samples.items()})
+        ess = az.ess(idata, method="bulk")
+        r_hat = az.rhat(idata)
+    return {"divergences": int(divergences),
+            "ess_bulk_min": min(float(ess[n]) for n in samples),
+            "r_hat_max": max(float(r_hat[n]) for n in samples)}
 
 
 def _laplace_scale_tril(log_density: Callable[[torch.Tensor], torch.Tensor],
@@ -495,22 +633,20 @@ def _laplace_scale_tril(log_density: Callable[[torch.Tensor], torch.Tensor],
 
 
 def pareto_k_hat(log_weights: torch.Tensor) -> float:
-    """Shape of a generalised Pareto fit to the largest importance weights (Vehtari et al.'s
-    PSIS diagnostic, with Pyro's estimator): below 0.5 the proposal is good, above 0.7 unreliable.
-    """
-    num = log_weights.shape[0]
-    tail = min(int(0.2 * num), int(3 * math.sqrt(num)))
-    top = torch.topk(log_weights - log_weights.max(), tail + 1).values
-    exceed = top[:-1].exp() - top[-1].exp()
-    k, _ = fit_generalized_pareto(exceed)
+    """PSIS k-hat of importance weights (ArviZ's ``psislw``; Vehtari et al.): below 0.5 the
+    proposal is good, above 0.7 unreliable. ``log_weights`` has shape ``(S,)``."""
+    with quiet_arviz() as az:
+        _, k = az.psislw(log_weights.detach().numpy().astype(np.float64))
     return float(k)
 
 
 def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
                              num_steps: int = 500, num_samples: int = 1000, seed: int = 0,
                              prior: StepTimePrior | None = None,
-                             check: bool = True, placement_effects: bool = False
-                             ) -> ThroughputPosterior:
+                             check: bool = True, placement_effects: bool = False,
+                             fallback: bool = True, cache: FitCache | None = None,
+                             fallback_warmup: int = FALLBACK_WARMUP,
+                             fallback_samples: int = FALLBACK_SAMPLES) -> ThroughputPosterior:
     """Posterior of the step-time model given a profile.
 
     Args:
@@ -525,47 +661,77 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
             parameter intervals honest about correlated errors and fits measured placements
             closely, but on the Pollux profiles it predicted held-out placements less accurately
             than independent rows (experiments/bench_perfmodel.py), hence off by default.
+        fallback: when SVI's k-hat (``check``) is above :data:`PARETO_K_USABLE`, replace its
+            draws by NUTS (``fallback_warmup`` warm-up steps, ``fallback_samples`` draws, one
+            chain) in coordinates whitened by the guide (:func:`_nuts_whitened`); the
+            diagnostics record it. NUTS rather than PSIS reweighting of the guide's draws: a
+            k-hat above 0.7 is exactly the case where the importance weights' tail is too heavy
+            for reweighting to be reliable (Vehtari et al.), so reweighting would keep the
+            problem it was meant to fix.
+        cache: reuse a saved fit of the same data, settings and package version, and save a
+            new one (:mod:`perfmodel.saved_fits`).
     """
+    prior = prior or StepTimePrior.for_profile(profile)
+    settings = {"method": method, "num_steps": num_steps, "num_samples": num_samples,
+                "seed": seed, "prior": asdict(prior), "check": check,
+                "placement_effects": placement_effects, "fallback": fallback,
+                "fallback_warmup": fallback_warmup, "fallback_samples": fallback_samples}
+    key = fit_key("throughput", profile_arrays(profile), settings)
+    if cache is not None and (saved := cache.read(
+            "throughput", profile.model, key,
+            lambda idata: ThroughputPosterior.from_inference_data(idata, profile))) is not None:
+        return saved
     with single_thread():
-        return _fit(profile, method, num_steps, num_samples, seed, prior, check,
-                    placement_effects)
+        posterior = _fit(profile, method, num_steps, num_samples, seed, prior, check,
+                         placement_effects, (fallback_warmup, fallback_samples) if fallback
+                         else None)
+    if cache is not None:
+        cache.save("throughput", profile.model, key, posterior.to_inference_data())
+    return posterior
 
 
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch on one thread: the tensors here are small, and on a busy machine the
-    synchronisation of torch's intra-op threads costs several times the work itself."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+def profile_arrays(profile: StepTimeProfile) -> dict[str, np.ndarray]:
+    """Every array of ``profile`` a fit reads, by name (what a saved fit's key covers)."""
+    return {"num_nodes": profile.num_nodes, "num_replicas": profile.num_replicas,
+            "local_bsz": profile.local_bsz, "accum_steps": profile.accum_steps,
+            "step_time": profile.step_time, "sync_time": profile.sync_time,
+            "placement": profile.placement.astype(str)}
 
 
 def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int, seed: int,
-         prior: StepTimePrior | None, check: bool, placement_effects: bool
-         ) -> ThroughputPosterior:
+         prior: StepTimePrior, check: bool, placement_effects: bool,
+         fallback: tuple[int, int] | None) -> ThroughputPosterior:
     started = time.perf_counter()
     pyro.set_rng_seed(seed)
     point = fit_throughput(profile)
     data = StepTimeData.from_profile(profile, placement_effects)
-    prior = prior or StepTimePrior.for_profile(profile)
     init = _initial_values(profile, point, prior)
     if method == "nuts":
-        kernel = NUTS(step_time_model, init_strategy=init_to_value(values=init),
-                      max_tree_depth=6)
-        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=num_steps,
-                    disable_progbar=True)
-        mcmc.run(data, prior)
-        samples = {k: v.detach().numpy() for k, v in mcmc.get_samples().items()}
+        samples, nuts = _nuts(data, prior, init, num_steps, num_samples)
         diagnostics = FitDiagnostics("nuts", num_steps, float("nan"), float("nan"),
-                                     time.perf_counter() - started)
+                                     time.perf_counter() - started, **nuts)
         return ThroughputPosterior(samples, data, diagnostics, point)
     if method != "svi":
         raise ValueError(f"method must be 'svi' or 'nuts', not {method!r}")
-    samples, loss, pareto_k = _svi_multivariate_normal(data, prior, init, num_steps,
-                                                       num_samples, check)
-    diagnostics = FitDiagnostics("svi", num_steps, loss / len(profile), pareto_k,
+    svi = _svi_multivariate_normal(data, prior, init, num_steps, num_samples, check)
+    samples = svi.samples
+    diagnostics = FitDiagnostics("svi", num_steps, svi.loss / len(profile), svi.pareto_k,
                                  time.perf_counter() - started)
+    if fallback is not None and svi.pareto_k > PARETO_K_USABLE:
+        warmup, draws = fallback
+        samples, nuts = _nuts_whitened(svi, warmup, draws)
+        diagnostics = replace(diagnostics, method="nuts", fallback_from="svi", num_steps=warmup,
+                              seconds=time.perf_counter() - started, **nuts)
     return ThroughputPosterior(samples, data, diagnostics, point)
+
+
+def _nuts(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tensor],
+          warmup: int, num_samples: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """One NUTS chain on the model, started at ``init``; its draws and
+    :func:`_mcmc_diagnostics`."""
+    kernel = NUTS(step_time_model, init_strategy=init_to_value(values=init), max_tree_depth=6)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, disable_progbar=True)
+    mcmc.run(data, prior)
+    samples = {k: v.detach().numpy() for k, v in mcmc.get_samples().items()}
+    divergences = sum(len(v) for v in mcmc.diagnostics()["divergences"].values())
+    return samples, _mcmc_diagnostics(samples, divergences)

@@ -40,3 +40,13 @@ ALL_PLACEMENTS = ["1", "2", "4", "11", "22", "44", "444", "4444", "2222", "13"]
 @pytest.fixture(scope="session")
 def synthetic() -> StepTimeProfile:
     return synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS, noise=0.03, seed=1)
+
+
+@pytest.fixture(autouse=True)
+def private_fit_cache(tmp_path_factory: pytest.TempPathFactory,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test (and every command it starts) saves fits into a fresh folder of its own: no test
+    reads a fit another test or the user saved."""
+    from perfmodel.saved_fits import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("fit-cache")))

@@ -7,10 +7,16 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfmodel.report import ModelFit, write_model_report
-from perfmodel.throughput_bayes import PARETO_K_USABLE, FitDiagnostics, fit_throughput_posterior
+from perfmodel.throughput_bayes import (
+    ESS_USABLE,
+    PARETO_K_USABLE,
+    FitDiagnostics,
+    fit_throughput_posterior,
+)
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 
 
@@ -28,12 +34,40 @@ def test_reliability_follows_k_hat(method: str, k: float, reliable: bool) -> Non
 
 def test_report_page_marks_unreliable_intervals(tmp_path: Path) -> None:
     profile = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:6], noise=0.05, seed=2)
-    posterior = fit_throughput_posterior(profile, num_steps=100, num_samples=200, seed=0)
+    posterior = fit_throughput_posterior(profile, num_steps=100, num_samples=200, seed=0,
+                                         fallback=False)
     fit = ModelFit("synthetic", profile, posterior, None)
     measured = posterior.diagnostics
     as_fitted = write_model_report(fit, tmp_path / "as-fitted").read_text()
-    assert ("Warning:" in as_fitted) is not measured.reliable
+    assert ("Intervals: unreliable" in as_fitted) is not measured.reliable
     posterior.diagnostics = replace(measured, pareto_k=1.27)
     flagged = write_model_report(fit, tmp_path / "flagged").read_text()
-    assert "**Warning: synthetic: PSIS k-hat 1.27 is above 0.7" in flagged
-    assert "(90% credible intervals; unreliable, see the warning above)" in flagged
+    assert "- **Intervals: unreliable.** synthetic: PSIS k-hat 1.27 is above 0.7" in flagged
+    assert "(90% credible intervals; unreliable, see the summary)" in flagged
+
+
+def test_svi_above_the_k_hat_limit_falls_back_to_nuts_and_the_page_says_so(tmp_path: Path
+                                                                          ) -> None:
+    profile = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:3], noise=0.05, seed=2)
+    # Ten SVI steps leave the guide far from the posterior (k-hat near 2 here).
+    settings = {"num_steps": 10, "num_samples": 100, "seed": 0}
+    svi = fit_throughput_posterior(profile, fallback=False, **settings)
+    assert svi.diagnostics.method == "svi" and svi.diagnostics.pareto_k > PARETO_K_USABLE
+    # A deliberately short chain: too few draws for ESS_USABLE, so it stays marked unreliable.
+    nuts = fit_throughput_posterior(profile, fallback_warmup=20, fallback_samples=30, **settings)
+    diagnostics = nuts.diagnostics
+    assert (diagnostics.method, diagnostics.fallback_from) == ("nuts", "svi")
+    assert diagnostics.pareto_k == svi.diagnostics.pareto_k  # the k-hat that caused it
+    assert nuts.num_samples == 30 and not np.array_equal(nuts.theta, svi.theta[:30])
+    assert 0 < diagnostics.ess_bulk_min < ESS_USABLE and np.isfinite(diagnostics.r_hat_max)
+    assert not diagnostics.reliable
+    assert diagnostics.source == f"nuts (fallback: SVI PSIS k-hat {svi.diagnostics.pareto_k:.2f} > 0.7)"
+    page = write_model_report(ModelFit("synthetic", profile, nuts, None), tmp_path).read_text()
+    assert f"posterior by {diagnostics.source}" in page
+    assert (f"- **Intervals: unreliable.** synthetic: {diagnostics.source} did not mix (bulk ESS "
+            in page)
+    assert "(90% credible intervals; unreliable, see the summary)" in page
+    # Draws long enough for ArviZ's thresholds: the same fallback is trusted.
+    assert replace(diagnostics, ess_bulk_min=2 * ESS_USABLE, r_hat_max=1.0).reliable
+    assert not replace(diagnostics, ess_bulk_min=2 * ESS_USABLE, r_hat_max=1.0,
+                       divergences=1).reliable

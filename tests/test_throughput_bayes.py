@@ -25,7 +25,8 @@ def test_grouped_likelihood_matches_dense_multivariate_normal() -> None:
 
 @pytest.fixture(scope="module")
 def posterior_all(synthetic: StepTimeProfile):
-    return fit_throughput_posterior(synthetic, num_steps=300, num_samples=400, seed=0)
+    return fit_throughput_posterior(synthetic, num_steps=300, num_samples=400, seed=0,
+                                    fallback=False)
 
 
 def test_posterior_covers_true_parameters(posterior_all) -> None:
@@ -44,7 +45,8 @@ def test_predictive_interval_covers_fresh_measurements(posterior_all) -> None:
 
 def test_intervals_widen_for_configurations_never_measured(synthetic: StepTimeProfile) -> None:
     single = synthetic.subset(synthetic.num_replicas == 1)
-    posterior = fit_throughput_posterior(single, num_steps=300, num_samples=400, seed=0)
+    posterior = fit_throughput_posterior(single, num_steps=300, num_samples=400, seed=0,
+                                         fallback=False)
     m = np.array([32, 32])
     pred = posterior.predict_step_time(np.array([1, 4]), np.array([1, 16]), m,
                                        quantiles=(0.05, 0.95), placement=["1", "4444"])
@@ -63,7 +65,8 @@ def test_fits_reproduce_with_a_seed(synthetic: StepTimeProfile) -> None:
 
 def test_svi_agrees_with_nuts_on_a_small_problem() -> None:
     small = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:6], noise=0.05, seed=2)
-    svi = fit_throughput_posterior(small, num_steps=400, num_samples=400, seed=0)
+    svi = fit_throughput_posterior(small, num_steps=400, num_samples=400, seed=0,
+                                   fallback=False)
     nuts = fit_throughput_posterior(small, method="nuts", num_steps=50, num_samples=50, seed=0)
     for name in ("alpha_c", "beta_c"):
         s, n = svi.samples[name], nuts.samples[name]
@@ -78,7 +81,8 @@ def test_noise_is_learned_per_configuration_class_with_heavy_tails() -> None:
         "mixed", *(np.concatenate([getattr(quiet, f), getattr(loud, f)]) for f in (
             "num_nodes", "num_replicas", "local_bsz", "accum_steps", "step_time", "sync_time",
             "placement")))
-    posterior = fit_throughput_posterior(profile, num_steps=300, num_samples=400, seed=0)
+    posterior = fit_throughput_posterior(profile, num_steps=300, num_samples=400, seed=0,
+                                         fallback=False)
     assert "nu" in posterior.samples  # log-Student-t likelihood
     pred = posterior.predict_step_time(np.array([1, 1, 2]), np.array([1, 4, 8]),
                                        np.array([32, 32, 32]), quantiles=(0.05, 0.95))

@@ -12,8 +12,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from bayes_sched.strict_json import json_safe
 
 if TYPE_CHECKING:
+    import argparse
+
     from rich.console import Console
     from rich.progress import Progress
+
+    from perfmodel.saved_fits import FitCache
 
 #: Exceptions that mean "the user's input is wrong", printed as one line with exit status 2, as
 #: (module, class) names: the CLI imports a module only for the command that needs it, and an
@@ -134,3 +138,10 @@ def track(items: Iterable[T], description: str, total: int | None = None,
     """Iterate over ``items`` with a progress bar."""
     with progress_bar(enabled) as progress:
         yield from progress.track(items, description=description, total=total)
+
+
+def fit_cache(args: argparse.Namespace) -> FitCache:
+    """The saved-fit folder of a command with :func:`~bayes_sched.cli.options.add_cache_options`."""
+    from perfmodel.saved_fits import FitCache, default_cache_dir
+
+    return FitCache(args.cache_dir or default_cache_dir(), refit=args.refit)

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import argparse
 
-from bayes_sched.cli._common import print_table, progress_bar, stderr
-from bayes_sched.cli.options import OUT_DIR_RULE, check_out_dir, positive_int, seed
+from bayes_sched.cli._common import fit_cache, print_table, progress_bar, stderr
+from bayes_sched.cli.options import (
+    OUT_DIR_RULE,
+    add_cache_options,
+    check_cache_dir,
+    check_out_dir,
+    positive_int,
+    seed,
+)
 from bayes_sched.cli.report import prepare_out_dir, resolve_sources, write_fit_reports
 from bayes_sched.cli.simulate import check_horizon, report_unfinished
 from bayes_sched.policies import POLICIES
@@ -25,6 +32,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     # Every input is read and checked before the six fits (minutes): a bad workload fails now.
     check_out_dir(args.out)
+    check_cache_dir(args)
     workload = read_workload(args.workload)
     if args.max_jobs:
         workload = workload.head(args.max_jobs)
@@ -32,7 +40,7 @@ def _demo(args: argparse.Namespace) -> int:
     sources = resolve_sources(list(POLLUX_MODELS))
     out = prepare_out_dir(args.out)
     stderr.print(f"[1/2] fitting the {len(POLLUX_MODELS)} shipped Pollux models")
-    write_fit_reports(sources, out / "models", seed=args.seed)
+    write_fit_reports(sources, out / "models", seed=args.seed, cache=fit_cache(args))
 
     stderr.print(f"[2/2] simulating {workload.name} ({len(workload)} jobs, 64 GPUs) with "
                  f"{' and '.join(args.policies)}")
@@ -60,8 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo", help="run the end-to-end demo on the shipped data and write a report",
         description="Fit every shipped model's throughput posterior and efficiency (report under "
-        "OUT/models), then simulate a shipped workload with the Pollux and Tiresias policies "
-        "(report under OUT/simulation).")
+        "OUT/models; saved fits are reused, --refit to fit again), then simulate a shipped "
+        "workload with the Pollux and Tiresias policies (report under OUT/simulation).")
     parser.add_argument("--out", default="report",
                         help=f"report folder (default: report); {OUT_DIR_RULE}")
     parser.add_argument("--workload", default="workload-6",
@@ -74,4 +82,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"{' '.join(DEMO_POLICIES)})")
     parser.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    add_cache_options(parser)
     parser.set_defaults(handler=_demo)

@@ -60,13 +60,14 @@ def population_prior(profile: StepTimeProfile) -> StepTimePrior:
 
 
 def _fit_throughput(args: argparse.Namespace) -> int:
-    from perfmodel.throughput import fit_objective, fit_throughput
+    from perfmodel.throughput import PARAM_UNITS, fit_objective, fit_throughput
     from perfmodel.throughput_bayes import fit_throughput_posterior
 
     profile = resolve_profile(args.profile)
     if args.method == "point":
         params = fit_throughput(profile)
-        rows = [{"parameter": k, "point_fit": v} for k, v in params.as_dict().items()]
+        rows = [{"parameter": k, "unit": PARAM_UNITS[k], "point_fit": v}
+                for k, v in params.as_dict().items()]
         if args.json:  # the rows and how they were obtained
             print_json({"model": profile.model, "method": "point", "rows": len(profile),
                         "objective": fit_objective(params.as_array(), profile),
@@ -78,22 +79,23 @@ def _fit_throughput(args: argparse.Namespace) -> int:
     with stderr.status(f"fitting {profile.model} by {args.method} ..."):
         posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed,
                                              prior=prior,
-                                             placement_effects=args.placement_effects)
+                                             placement_effects=args.placement_effects,
+                                             fallback=not args.no_fallback)
     diagnostics = posterior.diagnostics
+    if diagnostics.fallback_from is not None:
+        print(f"bayes-sched: note: {profile.model}: posterior by {diagnostics.source}",
+              file=sys.stderr)
     if (warning := diagnostics.warning(profile.model)) is not None:
         print(f"bayes-sched: warning: {warning}", file=sys.stderr)
-    if args.json:  # the rows, the interval level and the fit's diagnostics (k-hat NaN -> null)
-        print_json({"model": profile.model, "method": args.method, "rows": len(profile),
+    if args.json:  # the rows, the interval level and the fit's diagnostics (NaN -> null)
+        print_json({"model": profile.model, "method": diagnostics.method,
+                    "requested_method": args.method, "rows": len(profile),
                     "interval_level": 0.9, "seed": args.seed,
-                    "diagnostics": {"pareto_k": diagnostics.pareto_k,
-                                    "final_loss": diagnostics.final_loss,
-                                    "steps": diagnostics.num_steps,
-                                    "reliable": diagnostics.reliable,
-                                    "seconds": diagnostics.seconds},
+                    "diagnostics": {**diagnostics.as_dict(), "steps": diagnostics.num_steps},
                     "parameters": posterior.parameter_summary()})
     else:
         print_table(posterior.parameter_summary(),
-                    title=f"{profile.model}: posterior ({args.method}, 90% intervals, "
+                    title=f"{profile.model}: posterior ({diagnostics.source}, 90% intervals, "
                           f"PSIS k-hat {diagnostics.pareto_k:.2f})")
     return 0
 
@@ -133,6 +135,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "placements, e.g. a new job measured on one GPU)")
     tp.add_argument("--placement-effects", action="store_true",
                     help="model a deviation shared by the rows of each placement")
+    tp.add_argument("--no-fallback", action="store_true",
+                    help="keep SVI's draws even when PSIS k-hat is above 0.7 (by default NUTS "
+                    "replaces them)")
     tp.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     tp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     tp.set_defaults(handler=_fit_throughput)

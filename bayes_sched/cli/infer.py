@@ -12,10 +12,12 @@ import argparse
 import json
 from pathlib import Path
 
-from bayes_sched.cli._common import print_table, progress_bar
+from bayes_sched.cli._common import fit_cache, print_table, progress_bar
 from bayes_sched.cli.options import (
     OUT_DIR_RULE,
     OptionError,
+    add_cache_options,
+    check_cache_dir,
     check_new_dir,
     check_out_dir,
     check_out_file,
@@ -120,7 +122,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="predict each job's speed in a candidate co-location",
         description="Fit the interference model to a pairs table and a solo-features table "
         "(formats in bayes_sched.interference.tables) and predict the normalised "
-        "speed of each job sharing with the others, with 90% intervals.",
+        "speed of each job sharing with the others, with 90% intervals. A saved fit of the same "
+        "tables, settings and version is reused (--refit to fit again).",
     )
     interference.add_argument(
         "pairs", type=existing_file, help="pairs CSV: job_a,job_b,speed_a,speed_b"
@@ -136,6 +139,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     interference.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     interference.add_argument("--json", action="store_true", help="print the table as JSON")
+    add_cache_options(interference)
     interference.set_defaults(handler=run_interference)
 
 
@@ -269,6 +273,7 @@ def run_interference(args: argparse.Namespace) -> int:
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     if len(jobs) < 2:
         raise OptionError(f"--jobs {args.jobs!r}: expected at least two comma-separated job names")
+    check_cache_dir(args)
     from bayes_sched.interference import (
         FitConfig,
         InterferenceModel,
@@ -286,7 +291,8 @@ def run_interference(args: argparse.Namespace) -> int:
         raise OptionError(
             f"--jobs: unknown job {unknown[0]!r}: expected names from {args.solo} ({known})"
         )
-    model = InterferenceModel.fit(pairs, solo, FitConfig(num_steps=args.steps, seed=args.seed))
+    model = InterferenceModel.fit(pairs, solo, FitConfig(num_steps=args.steps, seed=args.seed),
+                                  cache=fit_cache(args))
     model.require_converged()
     table = model.predict_colocation(jobs)
     print_table(

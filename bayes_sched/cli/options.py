@@ -143,7 +143,8 @@ def _check_writable_parent(path: Path, flag: str, what: str) -> None:
         raise OptionError(f"{flag} {path}: {ancestor} is not writable; expected {what}")
 
 
-def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
+def check_out_dir(path: str | Path, flag: str = "--out",
+                  what: str = "a folder to write the report in") -> Path:
     """Check, before any work, that a report folder can be written at ``path``; returns it.
 
     A new folder (its nearest existing parent must be a writable folder) or an existing writable
@@ -154,7 +155,6 @@ def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
             writable.
     """
     out = Path(path)
-    what = "a folder to write the report in"
     if str(path) == "":
         raise OptionError(f"{flag} is empty; expected {what}")
     if out.exists():
@@ -196,3 +196,23 @@ def check_out_file(path: str | Path, flag: str = "--out", overwrite: bool = Fals
         return out
     _check_writable_parent(out, flag, "a new file")
     return out
+
+
+#: Where saved fits live unless ``--cache-dir`` says otherwise (see perfmodel.saved_fits).
+CACHE_DIR_HELP = ("folder of saved fits (default: $BAYES_SCHED_CACHE, else "
+                  "$XDG_CACHE_HOME/bayes-sched/fits, i.e. ~/.cache/bayes-sched/fits)")
+
+
+def add_cache_options(parser: argparse.ArgumentParser) -> None:
+    """``--refit`` and ``--cache-dir``: a command that fits reuses a saved fit of the same data,
+    settings and package version unless told to refit."""
+    parser.add_argument("--refit", action="store_true",
+                        help="fit again even where a saved fit of the same data, settings and "
+                        "version exists (the new fit replaces it)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help=CACHE_DIR_HELP)
+
+
+def check_cache_dir(args: argparse.Namespace) -> None:
+    """Refuse a ``--cache-dir`` that is a file or unwritable, before any work."""
+    if args.cache_dir is not None:
+        check_out_dir(args.cache_dir, "--cache-dir", "a folder to keep saved fits in")

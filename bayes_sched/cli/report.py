@@ -6,15 +6,22 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bayes_sched.cli._common import print_table, stderr, track
+from bayes_sched.cli._common import fit_cache, print_table, stderr, track
 from bayes_sched.cli.fit import resolve_gradients, resolve_profile
-from bayes_sched.cli.options import OUT_DIR_RULE, check_out_dir, seed
+from bayes_sched.cli.options import (
+    OUT_DIR_RULE,
+    add_cache_options,
+    check_cache_dir,
+    check_out_dir,
+    seed,
+)
 from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.errors import InputError
 
 if TYPE_CHECKING:  # the report code (matplotlib, torch) is imported when a report is written
     from perfmodel.profiles import GradientTrace, StepTimeProfile
     from perfmodel.report import ModelFit
+    from perfmodel.saved_fits import FitCache
 
 #: A profile to fit and its gradient traces (``None``: no efficiency curves).
 FitSource = tuple["StepTimeProfile", "dict[int, GradientTrace] | None"]
@@ -42,14 +49,17 @@ def resolve_sources(sources: list[str], gradients: str | None = None) -> list[Fi
 
 
 def write_fit_reports(sources: list[FitSource], out: Path, method: str = "svi", seed: int = 0,
-                      as_json: bool = False, show_progress: bool = True) -> list[ModelFit]:
-    """Fit each resolved source, write its page and an index."""
+                      as_json: bool = False, show_progress: bool = True,
+                      cache: FitCache | None = None, fallback: bool = True) -> list[ModelFit]:
+    """Fit each resolved source (or reuse its saved fit from ``cache``), write its page and an
+    index."""
     from perfmodel.report import fit_model, write_index, write_model_report
 
     fits, pages = [], []
     for profile, traces in track(sources, "fitting models", total=len(sources),
                                  enabled=show_progress):
-        fit = fit_model(profile, traces, method=method, seed=seed)
+        fit = fit_model(profile, traces, method=method, seed=seed, cache=cache,
+                        fallback=fallback)
         fits.append(fit)
         pages.append(write_model_report(fit, out))
     index = write_index(fits, pages, out)
@@ -62,12 +72,14 @@ def write_fit_reports(sources: list[FitSource], out: Path, method: str = "svi", 
 
 def _report(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
+    check_cache_dir(args)
     sources = args.profiles or list(POLLUX_MODELS)
     if args.gradients and len(sources) != 1:
         raise InputError("--gradients goes with exactly one profile")
     resolved = resolve_sources(sources, args.gradients)
     out = prepare_out_dir(args.out)
-    write_fit_reports(resolved, out, args.method, args.seed, args.json)
+    write_fit_reports(resolved, out, args.method, args.seed, args.json, cache=fit_cache(args),
+                      fallback=not args.no_fallback)
     return 0
 
 
@@ -75,12 +87,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report", help="fit models and write a Markdown report with plots",
         description="Fit the throughput posterior and efficiency curves of each profile (default: "
-        "every shipped model) and write <model>.md pages, PNG plots and index.md.")
+        "every shipped model) and write <model>.md pages, PNG plots and index.md. A saved fit of "
+        "the same data, settings and version is reused (--refit to fit again).")
     parser.add_argument("profiles", nargs="*", help="profile CSVs/folders or shipped model names")
     parser.add_argument("--gradients", help="validation CSV or folder, for a single profile")
     parser.add_argument("--out", default="report",
                         help=f"report folder (default: report); {OUT_DIR_RULE}")
     parser.add_argument("--method", choices=("svi", "nuts"), default="svi")
     parser.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
+    parser.add_argument("--no-fallback", action="store_true",
+                        help="keep SVI's draws even when PSIS k-hat is above 0.7 (by default NUTS "
+                        "replaces them; minutes per model)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_cache_options(parser)
     parser.set_defaults(handler=_report)

@@ -31,9 +31,10 @@ settle is reported as not converged (:attr:`InterferenceModel.converged`) rather
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,10 @@ from bayes_sched.interference.tables import (
     pair_observations,
     select_feature_columns,
 )
+from perfmodel.saved_fits import FitCache, fit_key, quiet_arviz
+
+if TYPE_CHECKING:
+    from arviz import InferenceData
 
 
 class InterferenceFitError(InterferenceInputError):
@@ -302,18 +307,73 @@ class InterferenceModel:
     @classmethod
     def fit(
         cls, pairs: pd.DataFrame, solo_features: pd.DataFrame, config: FitConfig | None = None,
-        feature_columns: Sequence[str] | None = None,
+        feature_columns: Sequence[str] | None = None, cache: FitCache | None = None,
     ) -> InterferenceModel:
         """Fit to a pairs table and a solo-features table (formats in :mod:`.tables`).
 
         Every job in ``pairs`` needs a row in ``solo_features``; jobs with features but no pairs are
         kept for cold-start prediction. ``feature_columns`` picks the features (other columns,
-        text ones included, are ignored); by default every column but ``job`` is one.
+        text ones included, are ignored); by default every column but ``job`` is one. With a
+        ``cache``, a saved fit of the same tables, settings and package version is reused, and a
+        new fit is saved (:mod:`perfmodel.saved_fits`).
         """
         if feature_columns is not None:
             solo_features = select_feature_columns(solo_features, feature_columns)
-        return cls.fit_observations(colocation_observations(check_pairs(pairs)), solo_features,
-                                    config)
+        config = config or FitConfig()
+        observations = colocation_observations(check_pairs(pairs))
+        if cache is None:
+            return cls.fit_observations(observations, solo_features, config)
+        solo_features = check_solo_features(solo_features)
+        data = {f"observations.{c}": observations[c].to_numpy() for c in observations.columns}
+        data |= {"solo.job": solo_features.index.to_numpy().astype(str),
+                 "solo.columns": np.asarray(solo_features.columns, dtype=str),
+                 "solo.values": solo_features.to_numpy(float)}
+        key = fit_key("interference", data, asdict(config))
+        saved = cache.read("interference", "model", key,
+                           lambda idata: cls.from_inference_data(idata, solo_features))
+        if saved is not None:
+            return saved
+        model = cls.fit_observations(observations, solo_features, config)
+        cache.save("interference", "model", key, model.to_inference_data())
+        return model
+
+    def to_inference_data(self) -> InferenceData:
+        """The fit as ArviZ InferenceData: every latent site's draws in ``posterior`` (one chain),
+        the feature standardisation, fitted jobs and ELBO trace in ``constant_data``, the settings
+        as a JSON attribute. :meth:`from_inference_data` reads it back."""
+        import xarray as xr
+
+        posterior = xr.Dataset({
+            name: (("chain", "draw", *(f"{name}_dim_{i}" for i in range(draws.dim() - 1))),
+                   draws.numpy()[None])
+            for name, draws in self.draws.items()})
+        constant = xr.Dataset({
+            "feature_mean": ("feature", np.asarray(self.feature_mean, float)),
+            "feature_scale": ("feature", np.asarray(self.feature_scale, float)),
+            "fitted_job": ("job", self.fitted_jobs.to_numpy().astype(str)),
+            "elbo_loss": ("step", np.asarray(self.elbo_losses, float)),
+        })
+        with quiet_arviz() as az:
+            idata = az.InferenceData(posterior=posterior, constant_data=constant)
+        idata.attrs.update({"config": json.dumps(asdict(self.config)),
+                            "num_observations": int(self.num_observations)})
+        return idata
+
+    @classmethod
+    def from_inference_data(cls, idata: InferenceData, solo_features: pd.DataFrame
+                            ) -> InterferenceModel:
+        """A fit saved by :meth:`to_inference_data`, with the solo-features table it was fitted
+        with."""
+        draws = {str(name): torch.as_tensor(np.asarray(values)[0])
+                 for name, values in idata["posterior"].data_vars.items()}
+        constant = idata["constant_data"]
+        return cls(FitConfig(**json.loads(idata.attrs["config"])),
+                   check_solo_features(solo_features),
+                   pd.Index([str(j) for j in constant["fitted_job"].values]),
+                   np.asarray(constant["feature_mean"].values, float),
+                   np.asarray(constant["feature_scale"].values, float), draws,
+                   [float(v) for v in constant["elbo_loss"].values],
+                   int(idata.attrs["num_observations"]))
 
     @classmethod
     @private_param_store
