@@ -29,12 +29,25 @@ import json
 import time
 from dataclasses import replace
 
-#: Published average JCT (hours) of jobs 4000-4999, single-GPU continuous jobs, seed 0.
+#: Published average JCT (hours) of jobs 4000-4999, seed 0: single-GPU continuous jobs.
 PUBLISHED_HOURS: dict[tuple[str, float], float] = {
     ("max_min_fairness", 0.4): 23.26, ("max_min_fairness", 4.0): 23.49,
     ("max_min_fairness", 5.6): 95.99,
     ("max_min_fairness_perf", 0.4): 17.58, ("max_min_fairness_perf", 4.0): 16.82,
     ("max_min_fairness_perf", 5.6): 28.96,
+    ("max_min_fairness_packed", 0.4): 18.42, ("max_min_fairness_packed", 4.0): 16.96,
+    ("max_min_fairness_packed", 5.6): 19.64,
+    ("gandiva", 5.6): 42.54, ("allox", 5.6): 25.32,
+    ("fifo", 4.8): 99.19, ("fifo_perf", 4.8): 22.24,
+}
+
+#: The same with multi-GPU jobs (scale factors from the Philly mix).
+PUBLISHED_MULTI_GPU_HOURS: dict[tuple[str, float], float] = {
+    ("max_min_fairness", 2.0): 28.91, ("max_min_fairness", 2.6): 70.54,
+    ("max_min_fairness_perf", 2.0): 21.90, ("max_min_fairness_perf", 2.6): 36.44,
+    ("max_min_fairness_packed", 2.0): 20.85, ("max_min_fairness_packed", 2.6): 30.51,
+    ("finish_time_fairness", 2.0): 28.87, ("finish_time_fairness", 2.6): 64.38,
+    ("finish_time_fairness_perf", 2.0): 21.80, ("finish_time_fairness_perf", 2.6): 33.90,
 }
 
 CLUSTER = "v100:36,p100:36,k80:36"
@@ -42,7 +55,7 @@ ROUND_SECONDS = 360.0
 
 
 def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
-            solver: str) -> dict[str, object]:
+            solver: str, multi_gpu: bool = False) -> dict[str, object]:
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
@@ -52,15 +65,17 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
     policy = make_policy(policy_name, seed=seed, solver=solver)
     names = [str(i) for i in range(*window)]
     start = time.perf_counter()
-    result = run_table_simulation(generate_continuous_jobs(rate, seed), policy, spec,
+    result = run_table_simulation(generate_continuous_jobs(rate, seed, multi_gpu), policy, spec,
                                   jobs_to_complete=names)
     wall = time.perf_counter() - start
     jobs = result.jobs.set_index("job").loc[names]
     ours = float(jobs["jct"].mean() / 3600.0)
-    published = PUBLISHED_HOURS.get((policy_name, rate))
+    published = (PUBLISHED_MULTI_GPU_HOURS if multi_gpu else PUBLISHED_HOURS).get(
+        (policy_name, rate))
     rounds = int(result.summary["rounds"])
     return {
-        "policy": policy_name, "rate_jobs_per_h": rate, "seed": seed, "solver": solver,
+        "policy": policy_name, "jobs": "multi-GPU" if multi_gpu else "single-GPU",
+        "rate_jobs_per_h": rate, "seed": seed, "solver": solver,
         "avg_jct_h": round(ours, 2),
         "published_h": published,
         "ratio": None if published is None else round(ours / published, 3),
@@ -82,13 +97,16 @@ def main() -> None:
     parser.add_argument("--window", type=int, nargs=2, default=[4000, 5000])
     parser.add_argument("--solver", default="CLARABEL", choices=["CLARABEL", "HIGHS"],
                         help="LP solver (default CLARABEL, the policies' default)")
+    parser.add_argument("--multi-gpu", action="store_true",
+                        help="scale factors from the Philly mix (Gavel's multi-GPU rows)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
     for policy in args.policies:
         for rate in args.rates:
             for seed in args.seeds:
-                row = run_one(policy, rate, seed, (args.window[0], args.window[1]), args.solver)
+                row = run_one(policy, rate, seed, (args.window[0], args.window[1]), args.solver,
+                              args.multi_gpu)
                 rows.append(row)
                 if not args.json:
                     print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
