@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from bayes_sched.policies.fifo import FifoPolicy
     from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
+    from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy
     from bayes_sched.policies.optimus import OptimusPolicy
     from bayes_sched.policies.pollux import PolluxPolicy
     from bayes_sched.policies.tiresias import TiresiasPolicy
@@ -31,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "MaxMinFairnessPolicy": "bayes_sched.policies.gavel_max_min",
     "MaxMinFairnessPerfPolicy": "bayes_sched.policies.gavel_max_min",
     "MaxSumThroughputPerfPolicy": "bayes_sched.policies.gavel_max_sum",
+    "MaxMinFairnessPackedPolicy": "bayes_sched.policies.gavel_packing",
     "OptimusPolicy": "bayes_sched.policies.optimus",
     "PolluxPolicy": "bayes_sched.policies.pollux",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
@@ -43,7 +45,8 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("optimus", "OptimusPolicy"), ("fifo", "FifoPolicy"),
                       ("bo", "BayesOptPolicy"), ("max_min_fairness", "MaxMinFairnessPolicy"),
                       ("max_min_fairness_perf", "MaxMinFairnessPerfPolicy"),
-                      ("max_sum_throughput_perf", "MaxSumThroughputPerfPolicy")):
+                      ("max_sum_throughput_perf", "MaxSumThroughputPerfPolicy"),
+                      ("max_min_fairness_packed", "MaxMinFairnessPackedPolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
@@ -69,6 +72,6 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "BayesOptPolicy", "FifoPolicy", "MaxMinFairnessPerfPolicy",
-           "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy", "OptimusPolicy", "PolluxPolicy",
+__all__ = ["POLICIES", "BayesOptPolicy", "FifoPolicy", "MaxMinFairnessPackedPolicy",
+           "MaxMinFairnessPerfPolicy", "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy", "OptimusPolicy", "PolluxPolicy",
            "Policy", "TiresiasPolicy", "make_policy"]
