@@ -38,7 +38,7 @@ PUBLISHED_HOURS: dict[tuple[str, float], float] = {
     ("max_min_fairness_packed", 0.4): 18.42, ("max_min_fairness_packed", 4.0): 16.96,
     ("max_min_fairness_packed", 5.6): 19.64,
     ("gandiva", 5.6): 42.54, ("allox", 5.6): 25.32,
-    ("fifo", 4.8): 99.19, ("fifo_perf", 4.8): 22.24,
+    ("gavel_fifo", 4.8): 99.19, ("fifo_perf", 4.8): 22.24,
 }
 
 #: The same with multi-GPU jobs (scale factors from the Philly mix).

@@ -17,9 +17,19 @@ if TYPE_CHECKING:
     from bayes_sched.policies.base import Policy
     from bayes_sched.policies.bo import BayesOptPolicy
     from bayes_sched.policies.fifo import FifoPolicy
+    from bayes_sched.policies.finish_time_fairness import (
+        FinishTimeFairnessPackedPolicy,
+        FinishTimeFairnessPerfPolicy,
+        FinishTimeFairnessPolicy,
+    )
+    from bayes_sched.policies.gavel_fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
     from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
     from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy
+    from bayes_sched.policies.min_total_duration import (
+        MinTotalDurationPackedPolicy,
+        MinTotalDurationPolicy,
+    )
     from bayes_sched.policies.optimus import OptimusPolicy
     from bayes_sched.policies.pollux import PolluxPolicy
     from bayes_sched.policies.tiresias import TiresiasPolicy
@@ -33,6 +43,14 @@ _EXPORTS: dict[str, str] = {
     "MaxMinFairnessPerfPolicy": "bayes_sched.policies.gavel_max_min",
     "MaxSumThroughputPerfPolicy": "bayes_sched.policies.gavel_max_sum",
     "MaxMinFairnessPackedPolicy": "bayes_sched.policies.gavel_packing",
+    "FinishTimeFairnessPolicy": "bayes_sched.policies.finish_time_fairness",
+    "FinishTimeFairnessPerfPolicy": "bayes_sched.policies.finish_time_fairness",
+    "FinishTimeFairnessPackedPolicy": "bayes_sched.policies.finish_time_fairness",
+    "MinTotalDurationPolicy": "bayes_sched.policies.min_total_duration",
+    "MinTotalDurationPackedPolicy": "bayes_sched.policies.min_total_duration",
+    "GavelFifoPolicy": "bayes_sched.policies.gavel_fifo",
+    "FifoPerfPolicy": "bayes_sched.policies.gavel_fifo",
+    "FifoPackedPolicy": "bayes_sched.policies.gavel_fifo",
     "OptimusPolicy": "bayes_sched.policies.optimus",
     "PolluxPolicy": "bayes_sched.policies.pollux",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
@@ -46,7 +64,14 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("bo", "BayesOptPolicy"), ("max_min_fairness", "MaxMinFairnessPolicy"),
                       ("max_min_fairness_perf", "MaxMinFairnessPerfPolicy"),
                       ("max_sum_throughput_perf", "MaxSumThroughputPerfPolicy"),
-                      ("max_min_fairness_packed", "MaxMinFairnessPackedPolicy")):
+                      ("max_min_fairness_packed", "MaxMinFairnessPackedPolicy"),
+                      ("finish_time_fairness", "FinishTimeFairnessPolicy"),
+                      ("finish_time_fairness_perf", "FinishTimeFairnessPerfPolicy"),
+                      ("finish_time_fairness_packed", "FinishTimeFairnessPackedPolicy"),
+                      ("min_total_duration_perf", "MinTotalDurationPolicy"),
+                      ("min_total_duration_packed", "MinTotalDurationPackedPolicy"),
+                      ("gavel_fifo", "GavelFifoPolicy"), ("fifo_perf", "FifoPerfPolicy"),
+                      ("fifo_packed", "FifoPackedPolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
@@ -72,6 +97,10 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "BayesOptPolicy", "FifoPolicy", "MaxMinFairnessPackedPolicy",
-           "MaxMinFairnessPerfPolicy", "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy", "OptimusPolicy", "PolluxPolicy",
-           "Policy", "TiresiasPolicy", "make_policy"]
+__all__ = ["POLICIES", "make_policy", "BayesOptPolicy", "FifoPackedPolicy", "FifoPerfPolicy",
+           "FifoPolicy", "FinishTimeFairnessPackedPolicy",
+           "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",
+           "GavelFifoPolicy", "MaxMinFairnessPackedPolicy", "MaxMinFairnessPerfPolicy",
+           "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy",
+           "MinTotalDurationPackedPolicy", "MinTotalDurationPolicy", "OptimusPolicy",
+           "Policy", "PolluxPolicy", "TiresiasPolicy"]

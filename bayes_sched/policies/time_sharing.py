@@ -93,6 +93,7 @@ class AllocationInputs:
     submission order, then (packing policies) the pairs of them that may share GPUs.
 
     Attributes:
+        names: the jobs' names, ``(J,)``.
         throughputs: measured steps/s alone, shape ``(J, T)`` (0 where a job cannot run).
         scale_factors: GPUs per job, ``(J,)``.
         capacities: GPUs per type, ``(T,)``.
@@ -104,6 +105,7 @@ class AllocationInputs:
             was not measured or does not fit on the type).
     """
 
+    names: tuple[str, ...]
     throughputs: np.ndarray
     scale_factors: np.ndarray
     capacities: np.ndarray
@@ -293,7 +295,7 @@ class TimeSharingPolicy:
                              else (np.zeros((0, 2), np.int64),
                                    np.zeros((0, 2, len(self._types)))))
         return AllocationInputs(
-            throughputs=measured, scale_factors=scale_factors,
+            names=tuple(job.name for job in jobs), throughputs=measured, scale_factors=scale_factors,
             capacities=capacities.astype(float),
             elapsed=np.array([job.age for job in jobs]), remaining_steps=remaining,
             pairs=pairs, pair_throughputs=pair_rates)
