@@ -75,6 +75,14 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
+#: Policies of the throughput-table world (Gavel's time-sharing family, on its round mechanism).
+TIME_SHARING_POLICIES: tuple[str, ...] = (
+    "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
+    "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
+    "finish_time_fairness_packed", "min_total_duration_perf", "min_total_duration_packed",
+    "gavel_fifo", "fifo_perf", "fifo_packed")
+
+
 def make_policy(name: str, /, **options: Any) -> Policy:
     """A fresh policy by name with typed options, e.g. ``make_policy("pollux", p=-0.5)``.
 
@@ -97,7 +105,8 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "make_policy", "BayesOptPolicy", "FifoPackedPolicy", "FifoPerfPolicy",
+__all__ = ["POLICIES", "TIME_SHARING_POLICIES", "make_policy", "BayesOptPolicy",
+           "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",
            "GavelFifoPolicy", "MaxMinFairnessPackedPolicy", "MaxMinFairnessPerfPolicy",
