@@ -16,6 +16,7 @@ slack Gavel's has (about 5 % above the optimum) rather than sitting at the optim
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -62,8 +63,8 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
 
     __init__ = TimeSharingPolicy.__init__
 
-    def _problem(self, inputs: AllocationInputs) -> tuple[object, object, object] | None:
-        """``(variable, effective steps/s per job (J,), constraints)``."""
+    def _problem(self, inputs: AllocationInputs) -> tuple[Any, Any, list]:
+        """``(variable, effective steps/s per job (J,), constraints)`` (cvxpy objects)."""
         import cvxpy as cp
 
         x = cp.Variable(inputs.throughputs.shape)
@@ -81,10 +82,7 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
             LOG.warning("policy %s needs each job's declared steps; %d jobs declare none",
                         self.name, int(np.isnan(remaining).sum()))
             return None
-        built = self._problem(inputs)
-        assert built is not None
-        x, effective, constraints = built
-        assert isinstance(constraints, list)
+        x, effective, constraints = self._problem(inputs)
         speed = cp.Variable(nonneg=True)  # 1 / horizon
         fastest = cp.Problem(cp.Maximize(speed), [effective >= remaining * speed, *constraints])
         if solve_lp(fastest, x, self.solver) is None or not speed.value:
@@ -105,7 +103,7 @@ class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
     packing = True
     __init__ = TimeSharingPolicy.__init__
 
-    def _problem(self, inputs: AllocationInputs) -> tuple[object, object, object] | None:
+    def _problem(self, inputs: AllocationInputs) -> tuple[Any, Any, list]:
         import cvxpy as cp
 
         self._terms = combination_terms(inputs)
