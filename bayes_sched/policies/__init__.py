@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from bayes_sched.registry import Registry
 
 if TYPE_CHECKING:
+    from bayes_sched.policies.allox import AlloXPolicy
     from bayes_sched.policies.base import Policy
     from bayes_sched.policies.bo import BayesOptPolicy
     from bayes_sched.policies.fifo import FifoPolicy
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         FinishTimeFairnessPerfPolicy,
         FinishTimeFairnessPolicy,
     )
+    from bayes_sched.policies.gandiva import GandivaPolicy
     from bayes_sched.policies.gavel_fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
     from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
@@ -44,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "MaxSumThroughputPerfPolicy": "bayes_sched.policies.gavel_max_sum",
     "MaxMinFairnessPackedPolicy": "bayes_sched.policies.gavel_packing",
     "FinishTimeFairnessPolicy": "bayes_sched.policies.finish_time_fairness",
+    "AlloXPolicy": "bayes_sched.policies.allox",
+    "GandivaPolicy": "bayes_sched.policies.gandiva",
     "FinishTimeFairnessPerfPolicy": "bayes_sched.policies.finish_time_fairness",
     "FinishTimeFairnessPackedPolicy": "bayes_sched.policies.finish_time_fairness",
     "MinTotalDurationPolicy": "bayes_sched.policies.min_total_duration",
@@ -71,7 +75,8 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("min_total_duration_perf", "MinTotalDurationPolicy"),
                       ("min_total_duration_packed", "MinTotalDurationPackedPolicy"),
                       ("gavel_fifo", "GavelFifoPolicy"), ("fifo_perf", "FifoPerfPolicy"),
-                      ("fifo_packed", "FifoPackedPolicy")):
+                      ("fifo_packed", "FifoPackedPolicy"), ("allox", "AlloXPolicy"),
+                      ("gandiva", "GandivaPolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
@@ -80,7 +85,7 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
     "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
     "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
     "finish_time_fairness_packed", "min_total_duration_perf", "min_total_duration_packed",
-    "gavel_fifo", "fifo_perf", "fifo_packed")
+    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
@@ -105,7 +110,8 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "TIME_SHARING_POLICIES", "make_policy", "BayesOptPolicy",
+__all__ = ["POLICIES", "TIME_SHARING_POLICIES", "make_policy", "AlloXPolicy", "BayesOptPolicy",
+           "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",
