@@ -69,7 +69,7 @@ class AlloXPolicy(TimeSharingPolicy):
         waiting = waiting[:max(int(self.alpha * len(waiting)), len(gpu_type))]
         x = np.zeros((inputs.num_jobs, len(free)))
         if waiting and len(gpu_type):
-            rates = inputs.throughputs[np.ix_(waiting, gpu_type)]
+            rates = inputs.throughputs[np.ix_(np.array(waiting), gpu_type)]
             rates = np.where(rates == 0.0, UNRUNNABLE_STEPS_PER_SECOND, rates)
             processing = inputs.remaining_steps[waiting][:, None] / rates  # (m, GPUs)
             positions = np.arange(1, len(waiting) + 1)
