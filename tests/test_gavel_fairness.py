@@ -193,3 +193,60 @@ def test_bad_options_are_one_line_errors() -> None:
         make_policy("fifo_packed", packing_threshold=-1.0)
     with pytest.raises(InputError, match="solver"):
         make_policy("finish_time_fairness_packed", solver="GUROBI")
+
+
+def test_allox_matches_the_brute_force_optimum_and_does_not_preempt() -> None:
+    """Three waiting jobs, one V100 and one K80: AlloX starts the jobs that begin each GPU's
+    queue in the order of least total completion time (found here by enumerating every split of
+    the jobs over the GPUs, each queue shortest first); a job arriving later preempts none."""
+    import itertools
+
+    spec = _spec("v100:1x1,k80:1x1")
+    kinds = (SMALL[0], SMALL[1], SMALL[3])
+    steps = (4e5, 2e5, 1e5)
+    jobs = [make_job(str(i), 0.0, kinds[i], 1, steps[i]) for i in range(3)]
+    views = [replace(v, age=100.0 * (3 - i))
+             for i, v in enumerate(TableCluster(jobs, spec, TABLE).job_views())]
+    best, best_cost = None, np.inf
+    for split in itertools.product(("v100", "k80"), repeat=3):
+        cost, first = 0.0, {}
+        for gpu in ("v100", "k80"):
+            times = sorted((steps[i] / TABLE.steps_per_second(kinds[i], 1, gpu), i)
+                           for i in range(3) if split[i] == gpu)
+            cost += sum(t * (len(times) - k) for k, (t, _) in enumerate(times))
+            if times:
+                first[gpu] = times[0][1]
+        if cost < best_cost:
+            best, best_cost = first, cost
+    policy = make_policy("allox")
+    policy.decide(ClusterState(spec=spec, now=ROUND), views)
+    running = {t: int(n) for n, x in policy.fractions().items() for t, v in x.items() if v == 1}
+    assert running == best
+    late = TableCluster([make_job("9", 0.0, kinds[2], 1, 10.0)], spec, TABLE).job_views()
+    policy.decide(ClusterState(spec=spec, now=ROUND * 10), [*views, *late])
+    again = {t: int(n) for n, x in policy.fractions().items() for t, v in x.items() if v == 1}
+    assert all(again[t] == n for t, n in best.items())  # no preemption
+    assert policy.solver_failures == 0
+
+
+def test_gandiva_splits_equally_then_packs_same_scale_factor_pairs() -> None:
+    spec, world = _world("v100:1x2,k80:1x2", SMALL)
+    state = ClusterState(spec=spec, now=ROUND)
+    policy = make_policy("gandiva", seed=1)
+    policy.decide(state, world.job_views())
+    for x in policy.fractions().values():  # four jobs, four GPUs: 1/4 of each type's two
+        assert x == pytest.approx({"v100": 0.5, "k80": 0.5})
+    assert not policy.pair_fractions()
+    kinds = [SMALL[i % 4] for i in range(6)] + ["ResNet-50 (batch size 32)"] * 2
+    jobs = [make_job(str(i), 0.0, t, 2 if i >= 6 else 1, 1e9) for i, t in enumerate(kinds)]
+    views = TableCluster(jobs, _spec("v100:1x2,k80:1x2"), TABLE).job_views()
+    pairs = []
+    for _ in range(2):  # the same seed draws the same pairs
+        policy = make_policy("gandiva", seed=7)
+        policy.decide(state, views)
+        pairs.append(sorted(policy.pair_fractions()))
+    assert pairs[0] == pairs[1] and pairs[0]
+    sizes = {v.name: v.requested_replicas for v in views}
+    assert all(sizes[a] == sizes[b] for a, b in pairs[0])
+    members = [n for p in pairs[0] for n in p]
+    assert len(members) == len(set(members))
