@@ -16,7 +16,6 @@ nowhere until then (in Gavel it has rate 0 everywhere).
 from __future__ import annotations
 
 import random
-from typing import Literal
 
 import numpy as np
 
@@ -41,11 +40,11 @@ class GandivaPolicy(TimeSharingPolicy):
     heterogeneity_aware = True  # Gavel's "Gandiva_Packing": the type order is not shuffled
     packing = True
 
-    def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
-                 min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical"] = "simulation") -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs)
-        self._grouping = random.Random(seed)
+    __init__ = TimeSharingPolicy.__init__
+
+    def _reset_state(self, types: tuple[str, ...]) -> None:
+        super()._reset_state(types)
+        self._grouping = random.Random(self.seed)
         self._partner: dict[str, str] = {}  # jobs in a kept pair -> the other job
 
     def _normalised(self, a: int, b: int, inputs: AllocationInputs,

@@ -42,12 +42,12 @@ class GavelFifoPolicy(TimeSharingPolicy):
     #: Whether assignments persist across recomputations (Gavel's base mode).
     persistent = True
 
-    def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
-                 min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical"] = "simulation") -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs)
-        self._draw = random.Random(seed)
-        self._assigned: dict[str, int] = {}
+    __init__ = TimeSharingPolicy.__init__
+
+    def _reset_state(self, types: tuple[str, ...]) -> None:
+        super()._reset_state(types)
+        self._draw = random.Random(self.seed)
+        self._assigned: dict[str, int] = {}  # job -> the type it holds all its time on
 
     def _choose(self, fits: list[int], rates: np.ndarray) -> int:
         """The type a job takes among those with room (indices into ``rates``)."""
@@ -97,7 +97,7 @@ class FifoPerfPolicy(GavelFifoPolicy):
     name = "fifo_perf"
     heterogeneity_aware = True
     persistent = False
-    __init__ = GavelFifoPolicy.__init__
+    __init__ = TimeSharingPolicy.__init__
 
     def _choose(self, fits: list[int], rates: np.ndarray) -> int:
         best = fits[0]

@@ -155,6 +155,7 @@ class TimeSharingPolicy:
             raise ValueError(f"min_reset_interval is {min_reset_interval}: expected seconds >= 0")
         self.min_reset_interval = float(min_reset_interval)
         self.table = load_gavel_throughputs(throughputs)
+        self.seed = seed
         self._shuffler = random.Random(seed + 5)
         self.solver_failures = 0
         self.allocation_updates = 0
