@@ -124,15 +124,16 @@ def test_finish_time_fairness_equalises_the_ratios(name: str) -> None:
     assert policy.solver_failures == 0
 
 
-def test_a_job_without_declared_steps_keeps_the_previous_allocation() -> None:
+def test_jobs_without_declared_steps_get_an_equal_split() -> None:
+    """FTF reads remaining steps; where a job declares none, the time is split equally (Gavel's
+    IsolatedPolicy: 1/n of each type's GPUs), logged and counted as a fallback."""
     spec, world = _world("v100:1x1,k80:1x1", SMALL[:2], steps=1e6)
-    views = world.job_views()
+    views = [replace(v, target_steps=None) if v.name == "1" else v for v in world.job_views()]
     policy = make_policy("finish_time_fairness_perf")
-    policy.decide(ClusterState(spec=spec, now=ROUND), views[:1])
-    kept = policy.fractions()
-    undeclared = replace(views[1], target_steps=None)
-    policy.decide(ClusterState(spec=spec, now=ROUND * 10), [views[0], undeclared])
-    assert policy.solver_failures == 1 and policy.fractions() == kept
+    policy.decide(ClusterState(spec=spec, now=ROUND), views)
+    assert policy.fallbacks == 1 and policy.solver_failures == 0
+    for x in policy.fractions().values():
+        assert x == pytest.approx({"v100": 0.5, "k80": 0.5})
 
 
 def test_min_total_duration_uses_gavel_horizon() -> None:

@@ -9,21 +9,18 @@ waiting time to every column of its row, which shifts the row and leaves the mat
 is, so it is left out here). The matching is solved exactly (Hungarian method,
 ``scipy.optimize.linear_sum_assignment``); each GPU's first job (the largest ``k``) gets fraction
 1 on the GPU's type; the others wait for the next recomputation. AlloX schedules single-GPU jobs
-only: a job of several GPUs makes the recomputation fail (logged and counted; the previous
-allocation stays).
+only (Gavel asserts it): where a job asks for several GPUs, or declares no steps, the time is
+split equally instead (logged and counted).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Literal
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
-
-LOG = logging.getLogger(__name__)
 
 #: Gavel's stand-in steps/s where a job cannot run on a type (a prohibitive cost).
 UNRUNNABLE_STEPS_PER_SECOND = 1e-10
@@ -51,13 +48,13 @@ class AlloXPolicy(TimeSharingPolicy):
         self._holding: dict[str, int] = {}  # job -> the type it holds all its time on
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
-        if np.any(inputs.scale_factors != 1):
-            LOG.warning("policy %s schedules single-GPU jobs only; %d jobs ask for more",
-                        self.name, int(np.sum(inputs.scale_factors != 1)))
-            return None
-        if np.isnan(inputs.remaining_steps).any():
-            LOG.warning("policy %s needs each job's declared steps", self.name)
-            return None
+        wide = int(np.sum(inputs.scale_factors != 1))
+        if wide:
+            return self.equal_split_fallback(inputs, f"AlloX schedules single-GPU jobs only and "
+                                                     f"{wide} jobs ask for more")
+        fallback = self.undeclared_fallback(inputs)
+        if fallback is not None:
+            return fallback
         index = {name: j for j, name in enumerate(inputs.names)}
         holding = {index[n]: t for n, t in self._holding.items() if n in index}
         free = inputs.capacities.astype(np.int64)

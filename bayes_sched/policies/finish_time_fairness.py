@@ -13,17 +13,17 @@ the steps done), ``isolated_j`` the job's steps/s on 1/n of every type's GPUs (G
 most 1), and ``I_j`` the time the job would have spent in isolation so far (each recomputation
 adds the steps done since the last one over the isolated rate then). It is convex:
 ``minimise r`` subject to ``t_j + R_j * inv_pos(throughput_j . x_j) <= r * (I_j + R_j /
-isolated_j)`` (an SOCP; CLARABEL solves it). The heterogeneity-agnostic form (Gavel's
-``finish_time_fairness``) gives each job its V100 rate on every type (Gavel hard-codes the V100);
-the aware form (``finish_time_fairness_perf``) uses the measured rates; the packed form
-(``finish_time_fairness_packed``) sums a job's rates over the combinations it is in
-(:mod:`bayes_sched.policies.gavel_packing`). Gavel's packed form divides the packed rates by each
-job's summed rates while ``isolated_j`` stays in steps/s; here both are in steps/s.
+isolated_j)`` (an SOCP; CLARABEL solves it). Jobs that declare no steps: the time is split
+equally (Gavel's fallback when its FTF LP has no answer), logged and counted. The
+heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on
+every type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the
+measured rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the
+combinations it is in (:mod:`bayes_sched.policies.gavel_packing`). Gavel's packed form divides the
+packed rates by each job's summed rates while ``isolated_j`` stays in steps/s; here both are in
+steps/s.
 """
 
 from __future__ import annotations
-
-import logging
 
 import numpy as np
 
@@ -32,10 +32,9 @@ from bayes_sched.policies.time_sharing import (
     AllocationInputs,
     TimeSharingPolicy,
     base_constraints,
+    equal_split,
     solve_lp,
 )
-
-LOG = logging.getLogger(__name__)
 
 #: The GPU type whose rate Gavel's heterogeneity-agnostic FTF gives every type.
 AGNOSTIC_REFERENCE_GPU = "v100"
@@ -45,9 +44,7 @@ def isolated_throughputs(throughputs: np.ndarray, scale_factors: np.ndarray,
                          capacities: np.ndarray) -> np.ndarray:
     """Steps/s of each job on an isolated 1/n share of every type, ``(J,)`` (Gavel's
     ``IsolatedPolicy``)."""
-    share = (capacities / len(scale_factors))[None, :] / scale_factors[:, None]
-    share /= np.maximum(share.sum(axis=1), 1.0)[:, None]
-    return (throughputs * share).sum(axis=1)
+    return (throughputs * equal_split(scale_factors, capacities)).sum(axis=1)
 
 
 class FinishTimeFairnessPolicy(TimeSharingPolicy):
@@ -75,14 +72,9 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
         return np.repeat(reference[:, None], len(self._types), axis=1)
 
     def _ratio_terms(self, inputs: AllocationInputs, rates: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """``(t, R, denominator)`` per job, updating the isolated time; ``None`` where a job
-        declares no remaining steps."""
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(t, R, denominator)`` per job, updating the isolated time."""
         remaining = inputs.remaining_steps
-        if np.isnan(remaining).any():
-            LOG.warning("policy %s needs each job's declared steps; %d jobs declare none",
-                        self.name, int(np.isnan(remaining).sum()))
-            return None
         isolated = isolated_throughputs(rates, inputs.scale_factors, inputs.capacities)
         previous, self._previous = self._previous, {}
         for j, name in enumerate(inputs.names):
@@ -98,11 +90,11 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
         import cvxpy as cp
 
+        fallback = self.undeclared_fallback(inputs)
+        if fallback is not None:
+            return fallback
         rates = self._rates(inputs)
-        terms = self._ratio_terms(inputs, rates)
-        if terms is None:
-            return None
-        elapsed, remaining, denominator = terms
+        elapsed, remaining, denominator = self._ratio_terms(inputs, rates)
         x = cp.Variable(rates.shape)
         worst = cp.Variable()
         effective = cp.sum(cp.multiply(rates, x), axis=1)
@@ -137,10 +129,10 @@ class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
         import cvxpy as cp
 
-        terms = self._ratio_terms(inputs, inputs.throughputs)
-        if terms is None:
-            return None
-        elapsed, remaining, denominator = terms
+        fallback = self.undeclared_fallback(inputs)
+        if fallback is not None:
+            return fallback
+        elapsed, remaining, denominator = self._ratio_terms(inputs, inputs.throughputs)
         combos = combination_terms(inputs)
         v = cp.Variable(combos.num_entries)
         worst = cp.Variable()

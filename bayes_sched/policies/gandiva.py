@@ -19,14 +19,7 @@ import random
 
 import numpy as np
 
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
-
-
-def equal_split(scale_factors: np.ndarray, capacities: np.ndarray) -> np.ndarray:
-    """Each of ``n`` combinations gets 1/n of every type's GPUs, ``(n, T)`` time fractions,
-    rows scaled down to sum at most 1 (Gavel's ``_get_allocation`` of Gandiva)."""
-    share = (capacities / len(scale_factors))[None, :] / scale_factors[:, None]
-    return share / np.maximum(share.sum(axis=1), 1.0)[:, None]
+from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
 
 
 class GandivaPolicy(TimeSharingPolicy):

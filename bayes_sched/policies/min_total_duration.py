@@ -11,11 +11,11 @@ The smallest feasible ``T`` is one LP here (maximise ``s = 1 / T`` subject to ``
 x_j >= R_j s``); Gavel's bisection is then replayed on that exact threshold, arithmetic only, and
 one feasibility LP is solved at the horizon Gavel's bisection ends on, so the allocation has the
 slack Gavel's has (about 5 % above the optimum) rather than sitting at the optimum's vertex.
+Jobs that declare no steps: the time is split equally, logged and counted.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
@@ -27,8 +27,6 @@ from bayes_sched.policies.time_sharing import (
     base_constraints,
     solve_lp,
 )
-
-LOG = logging.getLogger(__name__)
 
 #: Gavel's bisection: initial bounds (seconds) and stopping ratio.
 LOWEST_HORIZON_S = 100.0
@@ -77,11 +75,10 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
         import cvxpy as cp
 
+        fallback = self.undeclared_fallback(inputs)
+        if fallback is not None:
+            return fallback
         remaining = inputs.remaining_steps
-        if np.isnan(remaining).any():
-            LOG.warning("policy %s needs each job's declared steps; %d jobs declare none",
-                        self.name, int(np.isnan(remaining).sum()))
-            return None
         x, effective, constraints = self._problem(inputs)
         speed = cp.Variable(nonneg=True)  # 1 / horizon
         fastest = cp.Problem(cp.Maximize(speed), [effective >= remaining * speed, *constraints])

@@ -56,6 +56,14 @@ LP_SOLVERS = ("CLARABEL", "HIGHS")
 DEFAULT_STEPS_PER_SECOND = 1.0
 
 
+def equal_split(scale_factors: np.ndarray, capacities: np.ndarray) -> np.ndarray:
+    """Each of ``n`` jobs (or combinations) gets 1/n of every type's GPUs: time fractions
+    ``(n, T)`` = ``(GPUs of t / n) / scale factor``, each row scaled down to sum at most 1
+    (Gavel's ``IsolatedPolicy``)."""
+    share = (capacities / len(scale_factors))[None, :] / scale_factors[:, None]
+    return share / np.maximum(share.sum(axis=1), 1.0)[:, None]
+
+
 def cluster_types(cluster: ClusterState) -> tuple[str, ...]:
     """The cluster's GPU types in Gavel's order."""
     present = set(cluster.gpu_types)
@@ -158,6 +166,7 @@ class TimeSharingPolicy:
         self.seed = seed
         self._shuffler = random.Random(seed + 5)
         self.solver_failures = 0
+        self.fallbacks = 0
         self.allocation_updates = 0
         self.lease_extensions = 0
         self.lease_opportunities = 0
@@ -190,6 +199,25 @@ class TimeSharingPolicy:
         """Time fractions ``(J + P, T)``: the jobs alone, then the pairs sharing GPUs; ``None``
         when no allocation could be computed. By default :meth:`allocate` on the jobs alone."""
         return self.allocate(inputs.throughputs, inputs.scale_factors, inputs.capacities)
+
+    def undeclared_fallback(self, inputs: AllocationInputs) -> np.ndarray | None:
+        """For policies that read the jobs' remaining steps: ``None`` when every job declares
+        its steps; otherwise :meth:`equal_split_fallback`."""
+        undeclared = int(np.isnan(inputs.remaining_steps).sum())
+        if not undeclared:
+            return None
+        return self.equal_split_fallback(inputs, f"{undeclared} of {inputs.num_jobs} jobs "
+                                                 "declare no steps")
+
+    def equal_split_fallback(self, inputs: AllocationInputs, why: str) -> np.ndarray:
+        """The equal split (Gavel's ``IsolatedPolicy``, FTF's own fallback) for inputs the
+        policy cannot allocate by its own rule, logged with ``why`` and counted in
+        :attr:`fallbacks`."""
+        self.fallbacks += 1
+        LOG.warning("policy %s: %s; time split equally instead", self.name, why)
+        x = np.zeros((inputs.num_jobs + len(inputs.pairs), len(inputs.capacities)))
+        x[:inputs.num_jobs] = equal_split(inputs.scale_factors, inputs.capacities)
+        return x
 
     # --- Policy interface -----------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ class TableResult:
             ``gpu_time`` (GPU-seconds).
         summary: ``jobs, finished, avg_jct, median_jct, makespan`` (s), ``utilization`` per
             GPU type (busy GPU-rounds over all GPU-rounds), ``rounds``, ``solver_failures``,
+            ``fallback_allocations`` (equal splits for jobs declaring no steps),
             ``allocation_updates``, ``lease_extension_fraction``.
         decision_seconds: wall time of each decision, shape ``(rounds with jobs,)``.
         wall_seconds: wall time of the whole run.
@@ -85,6 +86,7 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                                          if len(busy) else 0.0)
     if isinstance(policy, TimeSharingPolicy):
         summary["solver_failures"] = float(policy.solver_failures)
+        summary["fallback_allocations"] = float(policy.fallbacks)
         summary["allocation_updates"] = float(policy.allocation_updates)
         summary["lease_extension_fraction"] = (policy.lease_extensions
                                                / max(policy.lease_opportunities, 1))
