@@ -148,7 +148,7 @@ def test_min_total_duration_uses_gavel_horizon() -> None:
     spec = _spec("v100:1x1")
     steps = (3000.0 * rate, 9000.0 * rate)
     jobs = [make_job(str(i), 0.0, SMALL[0], 1, s) for i, s in enumerate(steps)]
-    policy = make_policy("min_total_duration_perf")
+    policy = make_policy("min_total_duration")
     policy.decide(ClusterState(spec=spec, now=ROUND), TableCluster(jobs, spec, TABLE).job_views())
     x = np.array([policy.fractions()[str(i)]["v100"] for i in range(2)])
     horizon = gavel_horizon(12000.0)

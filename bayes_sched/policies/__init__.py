@@ -72,7 +72,7 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("finish_time_fairness", "FinishTimeFairnessPolicy"),
                       ("finish_time_fairness_perf", "FinishTimeFairnessPerfPolicy"),
                       ("finish_time_fairness_packed", "FinishTimeFairnessPackedPolicy"),
-                      ("min_total_duration_perf", "MinTotalDurationPolicy"),
+                      ("min_total_duration", "MinTotalDurationPolicy"),
                       ("min_total_duration_packed", "MinTotalDurationPackedPolicy"),
                       ("gavel_fifo", "GavelFifoPolicy"), ("fifo_perf", "FifoPerfPolicy"),
                       ("fifo_packed", "FifoPackedPolicy"), ("allox", "AlloXPolicy"),
@@ -84,7 +84,7 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
 TIME_SHARING_POLICIES: tuple[str, ...] = (
     "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
     "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
-    "finish_time_fairness_packed", "min_total_duration_perf", "min_total_duration_packed",
+    "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
     "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva")
 
 

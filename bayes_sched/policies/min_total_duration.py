@@ -1,4 +1,4 @@
-"""Minimum total duration (makespan), Gavel's ``min_total_duration_perf`` and ``_packed``.
+"""Minimum total duration (makespan): Gavel's ``min_total_duration`` and ``_packed``.
 
 Gavel (``scheduler/policies/min_total_duration.py``) looks for the smallest horizon ``T`` in which
 every active job can finish: ``T`` is feasible when some allocation gives every job
@@ -56,7 +56,7 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
     Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`.
     """
 
-    name = "min_total_duration_perf"
+    name = "min_total_duration"
     heterogeneity_aware = True
 
     __init__ = TimeSharingPolicy.__init__
