@@ -10,7 +10,8 @@ rate in jobs/hour on 36 V100 + 36 P100 + 36 K80, 360 s rounds, seed 0; the run e
 
 ``--multi-gpu`` draws scale factors from the Philly mix (Gavel's multi-GPU rows, 2.0 / 2.6
 jobs/h). Prints one row per (policy, rate, seed): ours, published, ratio, rounds, wall seconds,
-ms per round, LP solves and failures.
+ms per round, LP solves and failures; with several ``--seeds``, also their spread per (policy,
+rate).
 
 Measured (seed 0, jobs 4000-4999, average JCT in hours; ours / published):
 
@@ -132,6 +133,24 @@ def main() -> None:
 
     print_table(rows, title=f"Gavel continuous jobs, {CLUSTER}, jobs {args.window[0]}-"
                             f"{args.window[1] - 1}, average JCT in hours")
+    if len(args.seeds) > 1:
+        print_table(seed_spread(rows), title="spread over seeds (published: seed 0)")
+
+
+def seed_spread(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Per (policy, rate): the seeds' average JCTs (hours), their mean, min, max and the range
+    relative to the mean."""
+    groups: dict[tuple[object, object], list[float]] = {}
+    for row in rows:
+        groups.setdefault((row["policy"], row["rate_jobs_per_h"]), []).append(
+            float(row["avg_jct_h"]))  # type: ignore[arg-type]
+    out: list[dict[str, object]] = []
+    for (policy, rate), values in groups.items():
+        mean = sum(values) / len(values)
+        out.append({"policy": policy, "rate_jobs_per_h": rate, "seeds": len(values),
+                    "mean_h": round(mean, 2), "min_h": min(values), "max_h": max(values),
+                    "range_over_mean": round((max(values) - min(values)) / mean, 3)})
+    return out
 
 
 if __name__ == "__main__":
