@@ -290,6 +290,9 @@ class TimeSharingPolicy:
         by_name = {job.name: job for job in jobs}
         credited: set[str] = set()
         for combo, counts in self._placed.items():
+            if len(combo) == 2 and not all(n in by_name for n in combo):
+                credited.update(combo)  # the pair ended with its finished job (Gavel drops it)
+                continue
             if len(combo) == 2 and all(n in ran and np.array_equal(by_name[n].allocation, counts)
                                        for n in combo) and combo in self._job_time:
                 seconds = max(ran[n][0] for n in combo)
