@@ -26,6 +26,7 @@ Measured (seed 0, jobs 4000-4999, average JCT in hours; ours / published):
     multi-GPU jobs             2.0 jobs/h               2.6 jobs/h
     max_min_fairness           26.97 / 28.91 (0.933)    (not run in time)
     max_min_fairness_perf      20.42 / 21.90 (0.933)    (not run in time)
+    max_min_fairness_packed    21.40 / 20.85 (1.026)    (not run in time)
     finish_time_fairness_perf  21.25 / 21.80 (0.975)    (not run in time)
 
 Every finished row is within 7 % of the published value. Wall time per run on a shared, heavily
