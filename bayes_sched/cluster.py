@@ -24,6 +24,23 @@ if TYPE_CHECKING:
 Allocations = dict[str, np.ndarray]
 
 
+class PackedAllocations(dict[str, np.ndarray]):
+    """Allocations in which some pairs of jobs share their GPUs (space sharing, as Gavel's
+    ``_packed`` policies do): both jobs of a pair in :attr:`pairs` hold the same GPUs per node,
+    counted once against each node's capacity. A cluster that cannot share GPUs treats it as
+    plain allocations (and rejects the oversubscription)."""
+
+    def __init__(self, allocations: Mapping[str, np.ndarray] = (),  # type: ignore[assignment]
+                 pairs: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(allocations)
+        self.pairs: tuple[tuple[str, str], ...] = tuple(pairs)
+
+
+def shared_pairs(allocations: Mapping[str, np.ndarray]) -> tuple[tuple[str, str], ...]:
+    """The pairs of jobs sharing GPUs in ``allocations`` (none for plain allocations)."""
+    return allocations.pairs if isinstance(allocations, PackedAllocations) else ()
+
+
 @dataclass(frozen=True, init=False)
 class ClusterState:
     """What a policy sees of the cluster: its nodes (GPU type, GPU count, topology), restart
@@ -135,12 +152,16 @@ class Cluster(Protocol):
 
 
 def validate_allocations(allocations: Mapping[str, np.ndarray], state: ClusterState,
-                         job_names: Sequence[str]) -> Allocations:
+                         job_names: Sequence[str], sharing: bool = False) -> Allocations:
     """Check a decision and return it as int arrays, dropping empty entries.
 
+    With ``sharing``, the pairs of a :class:`PackedAllocations` share their GPUs: both jobs of a
+    pair must hold the same GPUs per node, and they count once against the capacity.
+
     Raises:
-        AllocationError: an unknown job, a wrong shape, a negative or fractional count, or a node
-            given more GPUs than it has (naming the job or node).
+        AllocationError: an unknown job, a wrong shape, a negative or fractional count, a node
+            given more GPUs than it has, or a pair whose jobs hold different GPUs or that names a
+            job twice (naming the job or node).
     """
     known = set(job_names)
     result: Allocations = {}
@@ -159,6 +180,17 @@ def validate_allocations(allocations: Mapping[str, np.ndarray], state: ClusterSt
         if ints.any():
             result[name] = ints
             used += ints
+    seen: set[str] = set()
+    for a, b in shared_pairs(allocations) if sharing else ():
+        if a == b or a in seen or b in seen:
+            raise AllocationError(f"job '{a if a in seen or a == b else b}' is in two GPU-sharing "
+                                  "pairs: expected each job in at most one pair")
+        seen.update((a, b))
+        held_a, held_b = result.get(a), result.get(b)
+        if held_a is None or held_b is None or not np.array_equal(held_a, held_b):
+            raise AllocationError(f"jobs '{a}' and '{b}' share GPUs but hold different GPUs per "
+                                  "node: expected the same")
+        used -= held_b
     capacity = state.capacity()
     over = np.flatnonzero(used > capacity)
     if over.size:

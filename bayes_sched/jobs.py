@@ -264,6 +264,9 @@ class JobView:
         allocation_history: ``(time, GPUs per node)`` of every change of its allocation.
         models: fitted models by GPU type, attached by the estimation stage (empty before it or
             for a policy that reads none).
+        target_steps: the steps its user declared it will train for, where the user declares
+            them (a Gavel job's ``total_steps``; the remaining-work input of finish-time fairness
+            and min total duration); ``None`` where the job declares no such target.
     """
 
     name: str
@@ -289,6 +292,7 @@ class JobView:
     fit_version: int = 0
     allocation_history: tuple[tuple[float, tuple[int, ...]], ...] = ()
     models: Mapping[str, JobModel] = field(default_factory=lambda: _NO_MODELS, repr=False)
+    target_steps: float | None = None
 
     def __post_init__(self) -> None:
         if self.allocation.flags.writeable:

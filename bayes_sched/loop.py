@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bayes_sched.cluster import Cluster
+from bayes_sched.cluster import Cluster, PackedAllocations, shared_pairs
 from bayes_sched.errors import AllocationError
 from bayes_sched.estimation import RefitRule, run_estimators, set_refit_rule
 from bayes_sched.policies.base import Policy
@@ -77,7 +77,10 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
                             now, policy.name, error)
                 stats.rejected.append((now, str(error)))
                 names = {job.name for job in jobs}
-                cluster.apply({k: v for k, v in cluster.allocations().items() if k in names})
+                held = cluster.allocations()
+                cluster.apply(PackedAllocations(
+                    {k: v for k, v in held.items() if k in names},
+                    [p for p in shared_pairs(held) if p[0] in names and p[1] in names]))
         if on_round is not None:
             on_round(cluster)
     return stats

@@ -24,7 +24,7 @@ from bayes_sched.cli.options import (
 )
 from bayes_sched.cli.seeds import add_seed_options, print_headlines, print_seed_summary, seed_list
 from bayes_sched.errors import InputError
-from bayes_sched.policies import POLICIES, make_policy
+from bayes_sched.policies import POLICIES, TIME_SHARING_POLICIES, make_policy
 from bayes_sched.registry import parse_assignments
 
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 #: Traces shipped from Gavel's artifact (``bayes_sched/data/gavel/traces``).
 SHIPPED_TRACES = ("small_test", "medium_test", "max_min_fairness")
 
-#: Policies of the throughput-table world (Gavel's time-sharing family).
-TIME_SHARING_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf")
 
 #: Policies that need Shockwave's jobs (a 12-column trace with batch-size modes).
 SHOCKWAVE_POLICIES = ("shockwave",)

@@ -14,11 +14,24 @@ from typing import TYPE_CHECKING, Any
 from bayes_sched.registry import Registry
 
 if TYPE_CHECKING:
+    from bayes_sched.policies.allox import AlloXPolicy
     from bayes_sched.policies.base import Policy
     from bayes_sched.policies.bo import BayesOptPolicy
     from bayes_sched.policies.fifo import FifoPolicy
+    from bayes_sched.policies.finish_time_fairness import (
+        FinishTimeFairnessPackedPolicy,
+        FinishTimeFairnessPerfPolicy,
+        FinishTimeFairnessPolicy,
+    )
+    from bayes_sched.policies.gandiva import GandivaPolicy
+    from bayes_sched.policies.gavel_fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
     from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
+    from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy
+    from bayes_sched.policies.min_total_duration import (
+        MinTotalDurationPackedPolicy,
+        MinTotalDurationPolicy,
+    )
     from bayes_sched.policies.optimus import OptimusPolicy
     from bayes_sched.policies.pollux import PolluxPolicy
     from bayes_sched.policies.shockwave import ShockwavePolicy
@@ -32,6 +45,17 @@ _EXPORTS: dict[str, str] = {
     "MaxMinFairnessPolicy": "bayes_sched.policies.gavel_max_min",
     "MaxMinFairnessPerfPolicy": "bayes_sched.policies.gavel_max_min",
     "MaxSumThroughputPerfPolicy": "bayes_sched.policies.gavel_max_sum",
+    "MaxMinFairnessPackedPolicy": "bayes_sched.policies.gavel_packing",
+    "FinishTimeFairnessPolicy": "bayes_sched.policies.finish_time_fairness",
+    "AlloXPolicy": "bayes_sched.policies.allox",
+    "GandivaPolicy": "bayes_sched.policies.gandiva",
+    "FinishTimeFairnessPerfPolicy": "bayes_sched.policies.finish_time_fairness",
+    "FinishTimeFairnessPackedPolicy": "bayes_sched.policies.finish_time_fairness",
+    "MinTotalDurationPolicy": "bayes_sched.policies.min_total_duration",
+    "MinTotalDurationPackedPolicy": "bayes_sched.policies.min_total_duration",
+    "GavelFifoPolicy": "bayes_sched.policies.gavel_fifo",
+    "FifoPerfPolicy": "bayes_sched.policies.gavel_fifo",
+    "FifoPackedPolicy": "bayes_sched.policies.gavel_fifo",
     "OptimusPolicy": "bayes_sched.policies.optimus",
     "PolluxPolicy": "bayes_sched.policies.pollux",
     "ShockwavePolicy": "bayes_sched.policies.shockwave",
@@ -46,8 +70,24 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("bo", "BayesOptPolicy"), ("max_min_fairness", "MaxMinFairnessPolicy"),
                       ("max_min_fairness_perf", "MaxMinFairnessPerfPolicy"),
                       ("max_sum_throughput_perf", "MaxSumThroughputPerfPolicy"),
-                      ("shockwave", "ShockwavePolicy")):
+                      ("max_min_fairness_packed", "MaxMinFairnessPackedPolicy"),
+                      ("finish_time_fairness", "FinishTimeFairnessPolicy"),
+                      ("finish_time_fairness_perf", "FinishTimeFairnessPerfPolicy"),
+                      ("finish_time_fairness_packed", "FinishTimeFairnessPackedPolicy"),
+                      ("min_total_duration", "MinTotalDurationPolicy"),
+                      ("min_total_duration_packed", "MinTotalDurationPackedPolicy"),
+                      ("gavel_fifo", "GavelFifoPolicy"), ("fifo_perf", "FifoPerfPolicy"),
+                      ("fifo_packed", "FifoPackedPolicy"), ("allox", "AlloXPolicy"),
+                      ("gandiva", "GandivaPolicy"), ("shockwave", "ShockwavePolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
+
+
+#: Policies of the throughput-table world (Gavel's time-sharing family, on its round mechanism).
+TIME_SHARING_POLICIES: tuple[str, ...] = (
+    "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
+    "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
+    "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
+    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
@@ -72,6 +112,12 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "BayesOptPolicy", "FifoPolicy", "MaxMinFairnessPerfPolicy",
-           "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy", "OptimusPolicy", "PolluxPolicy",
-           "Policy", "ShockwavePolicy", "TiresiasPolicy", "make_policy"]
+__all__ = ["POLICIES", "TIME_SHARING_POLICIES", "make_policy", "AlloXPolicy", "BayesOptPolicy",
+           "GandivaPolicy",
+           "FifoPackedPolicy", "FifoPerfPolicy",
+           "FifoPolicy", "FinishTimeFairnessPackedPolicy",
+           "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",
+           "GavelFifoPolicy", "MaxMinFairnessPackedPolicy", "MaxMinFairnessPerfPolicy",
+           "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy",
+           "MinTotalDurationPackedPolicy", "MinTotalDurationPolicy", "OptimusPolicy",
+           "Policy", "PolluxPolicy", "ShockwavePolicy", "TiresiasPolicy"]

@@ -36,14 +36,15 @@ import os
 import random
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.throughputs import ThroughputTable, load_throughputs
+from bayes_sched.throughputs import JobKey, ThroughputTable, load_throughputs
 
 LOG = logging.getLogger(__name__)
 
@@ -55,6 +56,14 @@ LP_SOLVERS = ("CLARABEL", "HIGHS")
 
 #: Gavel's steps/s for a job whose type was never measured (``DEFAULT_THROUGHPUT``).
 DEFAULT_STEPS_PER_SECOND = 1.0
+
+
+def equal_split(scale_factors: np.ndarray, capacities: np.ndarray) -> np.ndarray:
+    """Each of ``n`` jobs (or combinations) gets 1/n of every type's GPUs: time fractions
+    ``(n, T)`` = ``(GPUs of t / n) / scale factor``, each row scaled down to sum at most 1
+    (Gavel's ``IsolatedPolicy``)."""
+    share = (capacities / len(scale_factors))[None, :] / scale_factors[:, None]
+    return share / np.maximum(share.sum(axis=1), 1.0)[:, None]
 
 
 def cluster_types(cluster: ClusterState) -> tuple[str, ...]:
@@ -80,8 +89,50 @@ def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster:
     return out
 
 
+#: A unit the mechanism schedules: one job, or two jobs sharing their GPUs (submission order).
+Combo = tuple[str, ...]
+
+#: Pair fractions below this are dropped from the allocation in force (an interior-point LP
+#: leaves ~1e-9 on most pairs; such a pair would rank last and never run).
+MIN_PAIR_FRACTION = 1e-6
+
+
+@dataclass(frozen=True)
+class AllocationInputs:
+    """What a time-sharing policy computes an allocation from; rows are the runnable jobs in
+    submission order, then (packing policies) the pairs of them that may share GPUs.
+
+    Attributes:
+        names: the jobs' names, ``(J,)``.
+        throughputs: measured steps/s alone, shape ``(J, T)`` (0 where a job cannot run).
+        scale_factors: GPUs per job, ``(J,)``.
+        capacities: GPUs per type, ``(T,)``.
+        elapsed: seconds since each job's submission, ``(J,)``.
+        remaining_steps: steps each job's user declared minus the steps done, ``(J,)`` (NaN where
+            a job declares none).
+        pairs: job indices of each pair, ``(P, 2)`` (empty unless the policy packs).
+        pair_throughputs: steps/s of each member while sharing, ``(P, 2, T)`` (0 where the pair
+            was not measured or does not fit on the type).
+    """
+
+    names: tuple[str, ...]
+    throughputs: np.ndarray
+    scale_factors: np.ndarray
+    capacities: np.ndarray
+    elapsed: np.ndarray
+    remaining_steps: np.ndarray
+    pairs: np.ndarray
+    pair_throughputs: np.ndarray
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.scale_factors)
+
+
 class TimeSharingPolicy:
-    """Base of the Gavel family: subclasses give :meth:`allocate`; the mechanism is here.
+    """Base of the Gavel family: subclasses give :meth:`allocate` (or, for policies that read
+    more than throughputs or that pack pairs, :meth:`allocate_combinations`); the mechanism is
+    here.
 
     Args:
         solver: the cvxpy LP solver (open source, from pip). CLARABEL (default), an
@@ -102,6 +153,8 @@ class TimeSharingPolicy:
     name = "time_sharing"
     #: Whether the policy uses per-type throughputs (Gavel's "Perf" policies keep the type order).
     heterogeneity_aware = False
+    #: Whether the policy's allocation holds pairs of jobs sharing GPUs (Gavel's "_packed").
+    packing = False
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
@@ -113,24 +166,29 @@ class TimeSharingPolicy:
             raise ValueError(f"min_reset_interval is {min_reset_interval}: expected seconds >= 0")
         self.min_reset_interval = float(min_reset_interval)
         self.table = load_throughputs(throughputs)
+        self.seed = seed
         self._shuffler = random.Random(seed + 5)
         self.solver_failures = 0
+        self.fallbacks = 0
         self.allocation_updates = 0
         self.lease_extensions = 0
         self.lease_opportunities = 0
+        self.missing_pairs: set[tuple[JobKey, JobKey, str]] = set()
         self._reset_state(())
 
     def _reset_state(self, types: tuple[str, ...]) -> None:
         self._types = types
-        self._fractions: dict[str, np.ndarray] = {}
-        self._job_time: dict[str, np.ndarray] = {}
-        self._deficit: dict[str, np.ndarray] = {}
+        self._fractions: dict[Combo, np.ndarray] = {}
+        self._job_time: dict[Combo, np.ndarray] = {}
+        self._deficit: dict[Combo, np.ndarray] = {}
         self._worker_time = np.zeros(len(types))
         self._last_reset = 0.0
         self._need_update = False
         self._attained: dict[str, float] = {}
         self._job_types: dict[str, str] = {}
         self._last_now: float | None = None
+        self._placed: dict[Combo, np.ndarray] = {}  # last round's placement of each combo
+        self._pair_usable: dict[Combo, np.ndarray] = {}  # pairs in force: types they can share
 
     # --- the policy's part ----------------------------------------------------------------------
 
@@ -141,6 +199,30 @@ class TimeSharingPolicy:
         ``None`` when no allocation could be computed."""
         raise NotImplementedError
 
+    def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
+        """Time fractions ``(J + P, T)``: the jobs alone, then the pairs sharing GPUs; ``None``
+        when no allocation could be computed. By default :meth:`allocate` on the jobs alone."""
+        return self.allocate(inputs.throughputs, inputs.scale_factors, inputs.capacities)
+
+    def undeclared_fallback(self, inputs: AllocationInputs) -> np.ndarray | None:
+        """For policies that read the jobs' remaining steps: ``None`` when every job declares
+        its steps; otherwise :meth:`equal_split_fallback`."""
+        undeclared = int(np.isnan(inputs.remaining_steps).sum())
+        if not undeclared:
+            return None
+        return self.equal_split_fallback(inputs, f"{undeclared} of {inputs.num_jobs} jobs "
+                                                 "declare no steps")
+
+    def equal_split_fallback(self, inputs: AllocationInputs, why: str) -> np.ndarray:
+        """The equal split (Gavel's ``IsolatedPolicy``, FTF's own fallback) for inputs the
+        policy cannot allocate by its own rule, logged with ``why`` and counted in
+        :attr:`fallbacks`."""
+        self.fallbacks += 1
+        LOG.warning("policy %s: %s; time split equally instead", self.name, why)
+        x = np.zeros((inputs.num_jobs + len(inputs.pairs), len(inputs.capacities)))
+        x[:inputs.num_jobs] = equal_split(inputs.scale_factors, inputs.capacities)
+        return x
+
     # --- Policy interface -----------------------------------------------------------------------
 
     def estimators(self) -> Sequence[Estimator]:
@@ -150,9 +232,14 @@ class TimeSharingPolicy:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
 
     def fractions(self) -> dict[str, dict[str, float]]:
-        """The allocation in force: ``{job: {GPU type: fraction of time}}``."""
-        return {name: dict(zip(self._types, map(float, x), strict=True))
-                for name, x in self._fractions.items()}
+        """The allocation in force for the jobs alone: ``{job: {GPU type: fraction of time}}``."""
+        return {combo[0]: dict(zip(self._types, map(float, x), strict=True))
+                for combo, x in self._fractions.items() if len(combo) == 1}
+
+    def pair_fractions(self) -> dict[tuple[str, str], dict[str, float]]:
+        """The allocation in force for pairs sharing GPUs: ``{(job a, job b): {type: fraction}}``."""
+        return {(combo[0], combo[1]): dict(zip(self._types, map(float, x), strict=True))
+                for combo, x in self._fractions.items() if len(combo) == 2}
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         types = cluster_types(cluster)
@@ -168,38 +255,59 @@ class TimeSharingPolicy:
         if self._need_update and (now - self._last_reset >= self.min_reset_interval
                                   or self._last_reset == 0.0):
             self._reset_time(now, half_round)
-            self._update_allocation(jobs, measured, capacities)
+            self._update_allocation(jobs, measured, capacities, half_round)
         order = list(range(len(types)))
         if not self.heterogeneity_aware:
             self._shuffler.shuffle(order)
-        scheduled = self._greedy(jobs, measured, capacities, order)
-        return self._place(jobs, scheduled, cluster, node_types)
+        combos, rates_ok = self._candidates(jobs, measured)
+        scheduled = self._greedy(jobs, combos, rates_ok, capacities, order)
+        return self._place(jobs, combos, scheduled, cluster, node_types)
 
     # --- the mechanism --------------------------------------------------------------------------
 
     def _account(self, jobs: Sequence[JobView], node_types: np.ndarray, now: float,
                  half_round: float) -> None:
-        """Credit last round's run time (from the jobs' reports); admit and drop jobs."""
+        """Credit last round's run time (from the jobs' reports) to the combination each job ran
+        in (a pair: the longer of its two jobs' times, as Gavel counts it); admit and drop
+        jobs."""
         names = {job.name for job in jobs}
-        gone = [name for name in self._job_time if name not in names]
-        for name in gone:
-            del self._job_time[name], self._deficit[name]
-            self._fractions.pop(name, None)
+        gone = [combo for combo in self._job_time if any(n not in names for n in combo)]
+        for combo in gone:
+            del self._job_time[combo], self._deficit[combo]
+            self._fractions.pop(combo, None)
+            self._pair_usable.pop(combo, None)
             self._need_update = True
         elapsed = 0.0 if self._last_now is None else max(now - self._last_now, 0.0)
+        ran: dict[str, tuple[float, int]] = {}
         for job in jobs:
-            if job.name not in self._job_time:
-                self._job_time[job.name] = np.full(len(self._types), half_round)
-                self._deficit[job.name] = np.zeros(len(self._types))
+            if (job.name,) not in self._job_time:
+                self._job_time[(job.name,)] = np.full(len(self._types), half_round)
+                self._deficit[(job.name,)] = np.zeros(len(self._types))
                 self._need_update = True
                 continue
             gpus = job.num_gpus
             before = self._attained.get(job.name)
             if gpus and before is not None:
-                ran = min(max((job.attained_service - before) / gpus, 0.0), elapsed)
+                seconds = min(max((job.attained_service - before) / gpus, 0.0), elapsed)
                 where = self._types.index(str(node_types[np.flatnonzero(job.allocation)[0]]))
-                self._job_time[job.name][where] += ran
-                self._worker_time[where] += ran
+                ran[job.name] = (seconds, where)
+        by_name = {job.name: job for job in jobs}
+        credited: set[str] = set()
+        for combo, counts in self._placed.items():
+            if len(combo) == 2 and not all(n in by_name for n in combo):
+                credited.update(combo)  # the pair ended with its finished job (Gavel drops it)
+                continue
+            if len(combo) == 2 and all(n in ran and np.array_equal(by_name[n].allocation, counts)
+                                       for n in combo) and combo in self._job_time:
+                seconds = max(ran[n][0] for n in combo)
+                where = ran[combo[0]][1]
+                self._job_time[combo][where] += seconds
+                self._worker_time[where] += seconds
+                credited.update(combo)
+        for name, (seconds, where) in ran.items():
+            if name not in credited:
+                self._job_time[(name,)][where] += seconds
+                self._worker_time[where] += seconds
         self._attained = {job.name: job.attained_service for job in jobs}
         job_types = {job.name: job.application for job in jobs}
         if any(self._job_types.get(name, kind) != kind for name, kind in job_types.items()):
@@ -211,23 +319,69 @@ class TimeSharingPolicy:
         """Gavel's ``_reset_time_run_so_far``: owed minus received time joins the deficit."""
         since = now - self._last_reset
         self._worker_time[:] = 0.0
-        for name, received in self._job_time.items():
-            owed = self._fractions.get(name, np.zeros(len(self._types))) * since
-            self._deficit[name] += owed - (received - half_round)
+        for combo, received in self._job_time.items():
+            owed = self._fractions.get(combo, np.zeros(len(self._types))) * since
+            self._deficit[combo] += owed - (received - half_round)
             received[:] = half_round
             self._worker_time += half_round
         self._last_reset = now
 
+    def _inputs(self, jobs: Sequence[JobView], measured: np.ndarray,
+                capacities: np.ndarray) -> AllocationInputs:
+        scale_factors = np.array([float(job.requested_replicas) for job in jobs])
+        remaining = np.array([np.nan if job.target_steps is None
+                              else max(job.target_steps - job.progress, 0.0) for job in jobs])
+        pairs, pair_rates = (self._pairs(jobs, measured) if self.packing
+                             else (np.zeros((0, 2), np.int64),
+                                   np.zeros((0, 2, len(self._types)))))
+        return AllocationInputs(
+            names=tuple(job.name for job in jobs), throughputs=measured, scale_factors=scale_factors,
+            capacities=capacities.astype(float),
+            elapsed=np.array([job.age for job in jobs]), remaining_steps=remaining,
+            pairs=pairs, pair_throughputs=pair_rates)
+
+    def _pairs(self, jobs: Sequence[JobView], measured: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Pairs of jobs of one scale factor that may share GPUs, and their measured rates
+        ``(P, 2, T)``; a pair the table lacks on a type is logged once and not packed there."""
+        keys = [(job.application, job.requested_replicas) for job in jobs]
+        classes = list(dict.fromkeys(keys))
+        index = np.array([classes.index(k) for k in keys], dtype=np.int64)
+        rates = np.zeros((len(classes), len(classes), len(self._types), 2))
+        for a, key_a in enumerate(classes):
+            for b, key_b in enumerate(classes):
+                if key_a[1] != key_b[1]:
+                    continue
+                for t, gpu in enumerate(self._types):
+                    if not (self.table.steps_per_second(*key_a, gpu)
+                            and self.table.steps_per_second(*key_b, gpu)):
+                        continue
+                    pair = self.table.pair_steps_per_second(gpu, key_a, key_b)
+                    if pair is None:
+                        if (key_a, key_b, gpu) not in self.missing_pairs:
+                            self.missing_pairs.add((key_a, key_b, gpu))
+                            LOG.warning("policy %s: the throughput table has no pair %s x %s on "
+                                        "%s: not packing it", self.name, key_a, key_b, gpu)
+                        continue
+                    rates[a, b, t] = pair
+        first, second = np.triu_indices(len(jobs), k=1)
+        cls_a, cls_b = index[first], index[second]
+        pair_rates = rates[cls_a, cls_b].transpose(0, 2, 1)  # (P, 2, T)
+        usable = (pair_rates.min(axis=1) > 0) & (measured[first] > 0) & (measured[second] > 0)
+        keep = usable.any(axis=1)
+        pair_rates = np.where(usable[:, None, :], pair_rates, 0.0)[keep]
+        return np.stack([first[keep], second[keep]], axis=1), pair_rates
+
     def _update_allocation(self, jobs: Sequence[JobView], measured: np.ndarray,
-                           capacities: np.ndarray) -> None:
+                           capacities: np.ndarray, half_round: float) -> None:
         self._need_update = False
         runnable = [int(j) for j in np.flatnonzero(measured.max(axis=1) > 0)]
         if not runnable:
-            self._fractions = {}
+            self._fractions, self._pair_usable = {}, {}
             return
-        scale_factors = np.array([float(jobs[j].requested_replicas) for j in runnable])
+        inputs = self._inputs([jobs[j] for j in runnable], measured[runnable], capacities)
         try:
-            x = self.allocate(measured[runnable], scale_factors, capacities.astype(float))
+            x = self.allocate_combinations(inputs)
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old allocation
             LOG.warning("policy %s: allocation failed (%s); previous allocation kept", self.name,
                         error)
@@ -238,75 +392,106 @@ class TimeSharingPolicy:
                         self.name, len(runnable))
             return
         self.allocation_updates += 1
-        x = np.clip(np.nan_to_num(x), 0.0, 1.0)
-        self._fractions = {jobs[j].name: x[i] for i, j in enumerate(runnable)}
+        x = np.clip(np.nan_to_num(np.asarray(x, dtype=float)), 0.0, 1.0)
+        names = [jobs[j].name for j in runnable]
+        fractions: dict[Combo, np.ndarray] = {(name,): x[i] for i, name in enumerate(names)}
+        self._pair_usable = {}
+        for p, (a, b) in enumerate(inputs.pairs):
+            row = x[len(names) + p]
+            if row.max() >= MIN_PAIR_FRACTION:
+                combo = (names[a], names[b])
+                fractions[combo] = row
+                self._pair_usable[combo] = inputs.pair_throughputs[p].min(axis=0) > 0
+                if combo not in self._job_time:
+                    self._job_time[combo] = np.full(len(self._types), half_round)
+                    self._deficit[combo] = np.zeros(len(self._types))
+        self._fractions = fractions
 
-    def _greedy(self, jobs: Sequence[JobView], measured: np.ndarray, capacities: np.ndarray,
-                order: list[int]) -> dict[int, int]:
-        """Job index -> type index for the next round."""
-        share = np.divide(np.array([self._job_time[job.name] for job in jobs]).reshape(
-            len(jobs), len(self._types)), self._worker_time,
-            out=np.zeros((len(jobs), len(self._types))), where=self._worker_time > 0)
+    def _candidates(self, jobs: Sequence[JobView], measured: np.ndarray
+                    ) -> tuple[list[Combo], np.ndarray]:
+        """The combinations the next round may run: every job alone, then the pairs in the
+        allocation in force; and where each can run, ``(C, T)`` bool."""
+        combos: list[Combo] = [(job.name,) for job in jobs]
+        ok = [measured[j] > 0 for j in range(len(jobs))]
+        for combo, usable in self._pair_usable.items():
+            combos.append(combo)
+            ok.append(usable)
+        return combos, np.array(ok, dtype=bool).reshape(len(combos), len(self._types))
+
+    def _greedy(self, jobs: Sequence[JobView], combos: list[Combo], rates_ok: np.ndarray,
+                capacities: np.ndarray, order: list[int]) -> dict[int, int]:
+        """Combination index -> type index for the next round."""
+        num_types = len(self._types)
+        zero = np.zeros(num_types)
+        fractions = np.array([self._fractions.get(c, zero) for c in combos]).reshape(-1, num_types)
+        allocated = np.array([c in self._fractions for c in combos], dtype=bool)
+        job_time = np.array([self._job_time[c] for c in combos]).reshape(-1, num_types)
+        deficit = np.array([self._deficit[c] for c in combos]).reshape(-1, num_types)
+        share = np.divide(job_time, self._worker_time, out=np.zeros_like(job_time),
+                          where=self._worker_time > 0)
+        priority = np.where(share > 0, fractions / np.where(share > 0, share, 1.0),
+                            fractions * 1e9)
+        priority[(fractions == 0) | ~rates_ok | ~allocated[:, None]] = 0.0
+        index = {job.name: j for j, job in enumerate(jobs)}
+        sizes = [jobs[index[c[0]]].requested_replicas for c in combos]
         left = capacities.copy()
+        busy: set[str] = set()
         scheduled: dict[int, int] = {}
         for t in order:
-            entries = []
-            for j, job in enumerate(jobs):
-                x = self._fractions.get(job.name)
-                if x is None or x[t] == 0.0 or measured[j, t] <= 0:
-                    priority = 0.0
-                elif share[j, t] > 0:
-                    priority = x[t] / share[j, t]
-                else:
-                    priority = x[t] * 1e9
-                deficit = self._deficit[job.name][t]
-                entries.append((priority, deficit, 0.0 if x is None else x[t], j))
-            # Stable sort, decreasing: ties keep submission order, as Gavel's dicts do.
-            entries.sort(key=lambda e: (e[0], e[1], e[2]), reverse=True)
-            for priority, _, _, j in entries:
+            # Decreasing (priority, deficit, allocation); a stable sort keeps ties in order.
+            ranked = np.lexsort((-fractions[:, t], -deficit[:, t], -priority[:, t]))
+            for c in ranked:
                 if left[t] == 0:
                     break
-                if j in scheduled or measured[j, t] <= 0 or self._skip(priority):
-                    continue
-                need = jobs[j].requested_replicas
-                if need > left[t]:
+                combo = combos[c]
+                if (any(n in busy for n in combo) or not rates_ok[c, t]
+                        or self._skip(float(priority[c, t])) or sizes[c] > left[t]):
                     continue
                 # A job without an allocation yet still takes its GPUs here and is then left
                 # unplaced (Gavel's _schedule_jobs_on_workers does the same).
-                left[t] -= need
-                scheduled[j] = t
+                left[t] -= sizes[c]
+                busy.update(combo)
+                scheduled[int(c)] = t
         return scheduled
 
     def _skip(self, priority: float) -> bool:
         """Whether a job of this priority is left out of the round (FIFO policies: priority 0)."""
         return False
 
-    def _place(self, jobs: Sequence[JobView], scheduled: dict[int, int], cluster: ClusterState,
-               node_types: np.ndarray) -> Allocations:
+    def _place(self, jobs: Sequence[JobView], combos: list[Combo], scheduled: dict[int, int],
+               cluster: ClusterState, node_types: np.ndarray) -> Allocations:
         free = cluster.capacity().copy()
-        out: Allocations = {}
+        out = PackedAllocations()
+        pairs: list[tuple[str, str]] = []
+        placed: dict[Combo, np.ndarray] = {}
+        by_name = {job.name: job for job in jobs}
         self.lease_opportunities += sum(1 for job in jobs if job.num_gpus)
         for t, gpu_type in enumerate(self._types):
             on_type = node_types == gpu_type
-            chosen = sorted((j for j, tt in scheduled.items() if tt == t),
-                            key=lambda j: -jobs[j].requested_replicas)
+            chosen = [c for c, tt in scheduled.items() if tt == t]
+            size = {c: by_name[combos[c][0]].requested_replicas for c in chosen}
             nodes = np.flatnonzero(on_type)
             pointer = 0
-            for size in sorted({jobs[j].requested_replicas for j in chosen}, reverse=True):
-                group = [j for j in chosen if jobs[j].requested_replicas == size]
-                for j in group:  # keep jobs where they run (lease extension)
-                    held = np.asarray(jobs[j].allocation)
-                    if (held.sum() == size and np.all(on_type[held > 0])
-                            and np.all(held <= free)):
-                        out[jobs[j].name] = held.astype(np.int64).copy()
+            for current in sorted(set(size.values()), reverse=True):
+                group = [c for c in chosen if size[c] == current]
+                for c in group:  # keep combinations where they run (lease extension)
+                    combo = combos[c]
+                    held = np.asarray(by_name[combo[0]].allocation)
+                    same = all(np.array_equal(by_name[n].allocation, held) for n in combo)
+                    was = self._placed.get(combo)
+                    if (same and held.sum() == current and np.all(on_type[held > 0])
+                            and np.all(held <= free)
+                            and (len(combo) == 1 or (was is not None
+                                                     and np.array_equal(was, held)))):
+                        placed[combo] = held.astype(np.int64).copy()
                         free -= held
-                        self.lease_extensions += 1
-                for j in group:
-                    name = jobs[j].name
-                    if name in out or name not in self._fractions:
+                        self.lease_extensions += len(combo)
+                for c in group:
+                    combo = combos[c]
+                    if combo in placed or combo not in self._fractions:
                         continue
                     counts = np.zeros(cluster.num_nodes, dtype=np.int64)
-                    need = size
+                    need = current
                     while need > 0 and pointer < len(nodes):
                         node = nodes[pointer]
                         take = min(int(free[node]), need)
@@ -315,7 +500,14 @@ class TimeSharingPolicy:
                         need -= take
                         if free[node] == 0:
                             pointer += 1
-                    out[name] = counts
+                    placed[combo] = counts
+        for combo, counts in placed.items():
+            for name in combo:
+                out[name] = counts
+            if len(combo) == 2:
+                pairs.append((combo[0], combo[1]))
+        out.pairs = tuple(pairs)
+        self._placed = placed
         return out
 
 

@@ -10,9 +10,14 @@ seconds into its last round; there is no restart cost (Gavel's simulator charges
 read from a finite trace or pulled lazily from an endless generator; the run ends when every job
 of ``jobs_to_complete`` (or, without it, every job) has finished.
 
+Space sharing: a decision that is a :class:`~bayes_sched.cluster.PackedAllocations` may put two
+jobs on the same GPUs; each then runs at its measured rate in that pair. A pair the table does not
+hold (or marks as not fitting in memory) is rejected with a one-line error naming it.
+
 What policies see (:meth:`TableCluster.job_views`): the job's type and scale factor (the user's
-request), submission time, attained GPU-seconds, its allocation and restarts, and the steps it has
-done; never its total steps.
+request), submission time, attained GPU-seconds, its allocation and restarts, the steps it has
+done and the steps its user declared (``target_steps``: Gavel's traces declare them, and its
+finish-time-fairness and min-total-duration policies read them).
 """
 
 from __future__ import annotations
@@ -23,9 +28,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
+from bayes_sched.cluster import (
+    Allocations,
+    ClusterState,
+    PackedAllocations,
+    shared_pairs,
+    validate_allocations,
+)
 from bayes_sched.cluster_spec import ClusterSpec
-from bayes_sched.errors import InputError
+from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.throughputs import ThroughputTable
@@ -102,6 +113,7 @@ class TableCluster:
         # Jobs whose completion ends the run, not yet finished (None: every job).
         self._waiting = None if jobs_to_complete is None else set(jobs_to_complete)
         self._allocations: Allocations = {}
+        self._partner: dict[str, str] = {}  # job -> the job sharing its GPUs this round
         self.misfit_rounds = 0  # rounds a job held GPUs it could not run on
         # Per round: time and busy GPUs per GPU type (sorted type names in busy_types).
         self.busy_types = tuple(sorted(set(self._types)))
@@ -166,14 +178,28 @@ class TableCluster:
                 allocation=job.counts.copy(), num_restarts=job.num_restarts or 0,
                 requested_replicas=spec.scale_factor, requested_batch_size=spec.batch_size,
                 settings=JobSettings(spec.batch_size, spec.scale_factor), limits=_NO_LIMITS,
-                progress=job.steps_done, allocation_history=tuple(job.allocation_history)))
+                progress=job.steps_done, allocation_history=tuple(job.allocation_history),
+                target_steps=spec.total_steps))
         return views
 
     def allocations(self) -> Allocations:
-        return {name: counts.copy() for name, counts in self._allocations.items()}
+        pairs = {(min(p), max(p)) for p in self._partner.items()
+                 if p[0] in self._allocations and p[1] in self._allocations}
+        return PackedAllocations({name: counts.copy() for name, counts in
+                                  self._allocations.items()}, sorted(pairs))
 
     def apply(self, allocations: Mapping[str, np.ndarray]) -> None:
-        new = validate_allocations(allocations, self.state, list(self._active))
+        new = validate_allocations(allocations, self.state, list(self._active), sharing=True)
+        partner: dict[str, str] = {}
+        for a, b in shared_pairs(allocations):
+            gpu = str(self._node_type[new[a] > 0][0])
+            rates = pair_steps_per_second(self.table, self._active[a].spec, self._active[b].spec,
+                                          gpu)
+            if min(rates) <= 0:
+                raise AllocationError(f"jobs '{a}' and '{b}' share {gpu} GPUs but the throughput "
+                                      "table holds no measured pair rate for them: expected a "
+                                      "measured pair")
+            partner[a], partner[b] = b, a
         empty = np.zeros(self.spec.num_nodes, dtype=np.int64)
         for name, job in self._active.items():
             counts = new.get(name, empty)
@@ -187,6 +213,7 @@ class TableCluster:
                 else:
                     job.num_restarts += 1
         self._allocations = new
+        self._partner = partner
 
     def _rate(self, job: TableJob) -> float:
         """Steps/s on the job's current GPUs: 0 unless they are exactly its scale factor of GPUs
@@ -201,13 +228,20 @@ class TableCluster:
         return self._steps_per_second(job, str(types.pop()))
 
     def _steps_per_second(self, job: TableJob, gpu: str) -> float:
-        """Steps/s of the job alone on its GPUs of type ``gpu`` (the physics' rate law)."""
+        """Steps/s of the job on its GPUs of type ``gpu`` (the physics' rate law): at its
+        measured pair rate where it shares them this round, else alone."""
+        other = self._partner.get(job.spec.name)
+        if other is not None and other in self._active:
+            return pair_steps_per_second(self.table, job.spec, self._active[other].spec, gpu)[0]
         return job_steps_per_second(self.table, job.spec, gpu)
 
     def _count_busy(self, job: TableJob, busy: np.ndarray) -> None:
-        """Add the job's GPUs to ``busy`` (GPUs per type, :attr:`busy_types` order)."""
+        """Add the job's GPUs to ``busy`` (GPUs per type, :attr:`busy_types` order); a GPU two
+        jobs share is busy once."""
         gpus = int(job.counts.sum())
-        if gpus:
+        shared_with = self._partner.get(job.spec.name)
+        if gpus and (shared_with is None or shared_with not in self._active
+                     or job.spec.name < shared_with):
             gpu_type = str(self._node_type[job.counts > 0][0])
             busy[self.busy_types.index(gpu_type)] += gpus
 

@@ -33,7 +33,8 @@ class TableResult:
         summary: ``jobs, finished, avg_jct, median_jct, makespan`` (s), ``utilization`` per
             GPU type (busy GPU-rounds over all GPU-rounds), ``rounds``, the finish-time fairness
             distribution (``ftf_worst``, ``ftf_p25`` ... ``ftf_p99``) and ``unfair_fraction``
-            (rho > 1.05), and from the policy ``solver_failures``, ``allocation_updates``,
+            (rho > 1.05), and from the policy ``solver_failures``, ``fallback_allocations``
+            (equal splits for jobs declaring no steps), ``allocation_updates``,
             ``lease_extension_fraction`` where it counts them.
         decision_seconds: wall time of each decision, shape ``(rounds with jobs,)``.
         wall_seconds: wall time of the whole run.
@@ -99,6 +100,7 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
         if hasattr(policy, counter):
             summary[counter] = float(getattr(policy, counter))
     if isinstance(policy, TimeSharingPolicy):
+        summary["fallback_allocations"] = float(policy.fallbacks)
         summary["lease_extension_fraction"] = (policy.lease_extensions
                                                / max(policy.lease_opportunities, 1))
     return TableResult(policy=policy.name, jobs=rows, summary=summary,

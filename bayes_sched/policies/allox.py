@@ -1,0 +1,86 @@
+"""AlloX (Le et al., EuroSys 2020) as Gavel runs it (``scheduler/policies/allox.py``, ``allox``):
+min-cost matching of waiting single-GPU jobs to free GPUs, without preemption.
+
+A job that holds all its time on one type (fraction 1) keeps it until it finishes. The waiting
+jobs, longest-waiting first, are matched to the free GPUs (one column per GPU and *position*: a
+job placed ``k``-th from the end of a GPU's queue delays ``k`` jobs, so its cost there is ``k``
+times its processing time, ``remaining steps / steps/s on the GPU's type``; Gavel adds the job's
+waiting time to every column of its row, which shifts the row and leaves the matching as it
+is, so it is left out here). The matching is solved exactly (Hungarian method,
+``scipy.optimize.linear_sum_assignment``); each GPU's first job (the largest ``k``) gets fraction
+1 on the GPU's type; the others wait for the next recomputation. AlloX schedules single-GPU jobs
+only (Gavel asserts it): where a job asks for several GPUs, or declares no steps, the time is
+split equally instead (logged and counted).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
+
+#: Gavel's stand-in steps/s where a job cannot run on a type (a prohibitive cost).
+UNRUNNABLE_STEPS_PER_SECOND = 1e-10
+
+
+class AlloXPolicy(TimeSharingPolicy):
+    """AlloX: non-preemptive min-cost matching of waiting jobs to free GPUs.
+
+    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and ``alpha``: the
+    fraction of the waiting jobs (longest-waiting first, at least as many as free GPUs) that
+    enter the matching (Gavel: 1).
+    """
+
+    name = "allox"
+    heterogeneity_aware = True  # Gavel's "AlloX_Perf": the type order is not shuffled
+
+    def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
+                 min_reset_interval: float = 1920.0, seed: int = 0,
+                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
+                 alpha: float = 1.0) -> None:
+        super().__init__(solver, min_reset_interval, seed, throughputs)
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha is {alpha}: expected a fraction in (0, 1]")
+        self.alpha = float(alpha)
+        self._holding: dict[str, int] = {}  # job -> the type it holds all its time on
+
+    def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
+        wide = int(np.sum(inputs.scale_factors != 1))
+        if wide:
+            return self.equal_split_fallback(inputs, f"AlloX schedules single-GPU jobs only and "
+                                                     f"{wide} jobs ask for more")
+        fallback = self.undeclared_fallback(inputs)
+        if fallback is not None:
+            return fallback
+        index = {name: j for j, name in enumerate(inputs.names)}
+        holding = {index[n]: t for n, t in self._holding.items() if n in index}
+        free = inputs.capacities.astype(np.int64)
+        for t in holding.values():
+            free[t] -= 1
+        gpu_type = np.repeat(np.arange(len(free)), np.maximum(free, 0))  # one entry per GPU
+        waiting = sorted((j for j in range(inputs.num_jobs) if j not in holding),
+                         key=lambda j: -inputs.elapsed[j])
+        waiting = waiting[:max(int(self.alpha * len(waiting)), len(gpu_type))]
+        x = np.zeros((inputs.num_jobs, len(free)))
+        if waiting and len(gpu_type):
+            rates = inputs.throughputs[np.ix_(np.array(waiting), gpu_type)]
+            rates = np.where(rates == 0.0, UNRUNNABLE_STEPS_PER_SECOND, rates)
+            processing = inputs.remaining_steps[waiting][:, None] / rates  # (m, GPUs)
+            positions = np.arange(1, len(waiting) + 1)
+            cost = (positions[:, None, None] * processing[None]).transpose(1, 0, 2).reshape(
+                len(waiting), -1)  # column (k - 1) * GPUs + g
+            rows, cols = linear_sum_assignment(cost)
+            first: dict[int, tuple[int, int]] = {}  # GPU -> (position, job) of its first job
+            for row, col in zip(rows, cols, strict=True):
+                position, gpu = divmod(int(col), len(gpu_type))
+                if gpu not in first or position > first[gpu][0]:
+                    first[gpu] = (position, waiting[row])
+            for gpu, (_, j) in first.items():
+                holding[j] = int(gpu_type[gpu])
+        for j, t in holding.items():
+            x[j, t] = 1.0
+        self._holding = {inputs.names[j]: t for j, t in holding.items()}
+        return x

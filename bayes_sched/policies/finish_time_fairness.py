@@ -1,0 +1,147 @@
+"""Finish-time fairness (Themis, Mahajan et al., NSDI 2020) as Gavel formulates it:
+heterogeneity-agnostic, -aware and with space sharing.
+
+Gavel's ``scheduler/policies/finish_time_fairness.py``: each job's finish-time ratio ``rho`` is
+its expected completion time under the allocation over its expected completion time had it run on
+an isolated 1/n share of the cluster, and the LP minimises the largest ratio::
+
+    rho_j = (t_j + R_j / (throughput_j . x_j)) / (I_j + R_j / isolated_j)
+
+with ``t_j`` seconds since submission, ``R_j`` steps remaining (the user's declared steps minus
+the steps done), ``isolated_j`` the job's steps/s on 1/n of every type's GPUs (Gavel's
+``IsolatedPolicy``: ``x[j, t] = (GPUs of t / n) / scale factor``, each row scaled down to sum at
+most 1), and ``I_j`` the time the job would have spent in isolation so far (each recomputation
+adds the steps done since the last one over the isolated rate then). It is convex:
+``minimise r`` subject to ``t_j + R_j * inv_pos(throughput_j . x_j) <= r * (I_j + R_j /
+isolated_j)`` (an SOCP; CLARABEL solves it). Jobs that declare no steps: the time is split
+equally (Gavel's fallback when its FTF LP has no answer), logged and counted. The
+heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on
+every type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the
+measured rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the
+combinations it is in (:mod:`bayes_sched.policies.gavel_packing`). Gavel's packed form divides the
+packed rates by each job's summed rates while ``isolated_j`` stays in steps/s; here both are in
+steps/s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bayes_sched.policies.gavel_packing import combination_terms, packing_constraints
+from bayes_sched.policies.time_sharing import (
+    AllocationInputs,
+    TimeSharingPolicy,
+    base_constraints,
+    equal_split,
+    solve_lp,
+)
+
+#: The GPU type whose rate Gavel's heterogeneity-agnostic FTF gives every type.
+AGNOSTIC_REFERENCE_GPU = "v100"
+
+
+def isolated_throughputs(throughputs: np.ndarray, scale_factors: np.ndarray,
+                         capacities: np.ndarray) -> np.ndarray:
+    """Steps/s of each job on an isolated 1/n share of every type, ``(J,)`` (Gavel's
+    ``IsolatedPolicy``)."""
+    return (throughputs * equal_split(scale_factors, capacities)).sum(axis=1)
+
+
+class FinishTimeFairnessPolicy(TimeSharingPolicy):
+    """Finish-time fairness, heterogeneity-agnostic: every type counts at the job's V100 rate.
+
+    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`.
+    """
+
+    name = "finish_time_fairness"
+    heterogeneity_aware = False
+
+    __init__ = TimeSharingPolicy.__init__
+
+    def _reset_state(self, types: tuple[str, ...]) -> None:
+        super()._reset_state(types)
+        # Per job: remaining steps and isolated steps/s at the last recomputation; the time it
+        # would have spent in isolation so far.
+        self._previous: dict[str, tuple[float, float]] = {}
+        self._isolated_time: dict[str, float] = {}
+
+    def _rates(self, inputs: AllocationInputs) -> np.ndarray:
+        if self.heterogeneity_aware or AGNOSTIC_REFERENCE_GPU not in self._types:
+            return inputs.throughputs
+        reference = inputs.throughputs[:, self._types.index(AGNOSTIC_REFERENCE_GPU)]
+        return np.repeat(reference[:, None], len(self._types), axis=1)
+
+    def _ratio_terms(self, inputs: AllocationInputs, rates: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(t, R, denominator)`` per job, updating the isolated time."""
+        remaining = inputs.remaining_steps
+        isolated = isolated_throughputs(rates, inputs.scale_factors, inputs.capacities)
+        previous, self._previous = self._previous, {}
+        for j, name in enumerate(inputs.names):
+            before = previous.get(name)
+            if before is not None and before[1] > 0:
+                self._isolated_time[name] = (self._isolated_time.get(name, 0.0)
+                                             + (before[0] - remaining[j]) / before[1])
+            self._previous[name] = (float(remaining[j]), float(isolated[j]))
+        spent = np.array([self._isolated_time.get(name, 0.0) for name in inputs.names])
+        denominator = spent + remaining / np.maximum(isolated, 1e-12)
+        return inputs.elapsed, remaining, np.maximum(denominator, 1e-9)
+
+    def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
+        import cvxpy as cp
+
+        fallback = self.undeclared_fallback(inputs)
+        if fallback is not None:
+            return fallback
+        rates = self._rates(inputs)
+        elapsed, remaining, denominator = self._ratio_terms(inputs, rates)
+        x = cp.Variable(rates.shape)
+        worst = cp.Variable()
+        effective = cp.sum(cp.multiply(rates, x), axis=1)
+        problem = cp.Problem(cp.Minimize(worst), [
+            elapsed + cp.multiply(remaining, cp.inv_pos(effective)) <= worst * denominator,
+            *base_constraints(x, inputs.scale_factors, inputs.capacities)])
+        return solve_lp(problem, x, self.solver)
+
+
+class FinishTimeFairnessPerfPolicy(FinishTimeFairnessPolicy):
+    """Finish-time fairness over the measured per-type rates (Gavel's FTF).
+
+    Args: as :class:`FinishTimeFairnessPolicy`.
+    """
+
+    name = "finish_time_fairness_perf"
+    heterogeneity_aware = True
+    __init__ = TimeSharingPolicy.__init__
+
+
+class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
+    """Finish-time fairness with space sharing: a job's rate sums over its combinations.
+
+    Args: as :class:`FinishTimeFairnessPolicy`.
+    """
+
+    name = "finish_time_fairness_packed"
+    heterogeneity_aware = True
+    packing = True
+    __init__ = TimeSharingPolicy.__init__
+
+    def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
+        import cvxpy as cp
+
+        fallback = self.undeclared_fallback(inputs)
+        if fallback is not None:
+            return fallback
+        elapsed, remaining, denominator = self._ratio_terms(inputs, inputs.throughputs)
+        combos = combination_terms(inputs)
+        v = cp.Variable(combos.num_entries)
+        worst = cp.Variable()
+        effective = combos.rates @ v
+        problem = cp.Problem(cp.Minimize(worst), [
+            elapsed + cp.multiply(remaining, cp.inv_pos(effective)) <= worst * denominator,
+            *packing_constraints(v, combos, inputs.capacities)])
+        values = solve_lp(problem, v, self.solver)
+        if values is None:
+            return None
+        return combos.unflatten(values, inputs.num_jobs + len(inputs.pairs),
+                                len(inputs.capacities))

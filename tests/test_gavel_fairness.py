@@ -1,0 +1,253 @@
+"""The rest of Gavel's policies on small real table worlds: space sharing (only measured pairs,
+a missing pair logged and skipped, the world runs a pair at its pair rates), finish-time fairness
+(equal finish-time ratios on a case solved by hand), min total duration (Gavel's horizon), the
+FIFO variants (every type used, the queue blocks, packing only pairs that pay), and failures that
+keep the previous allocation."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from types import MappingProxyType
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from bayes_sched.cluster import ClusterState, PackedAllocations, validate_allocations
+from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.errors import AllocationError, InputError
+from bayes_sched.policies import make_policy
+from bayes_sched.policies.min_total_duration import gavel_horizon
+from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.table_cluster import TableCluster
+from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
+
+TABLE = load_gavel_throughputs()
+ROUND = 360.0
+# Single-GPU types whose pairs share a V100 well (summed normalised rate above 1.5).
+SMALL = ("ResNet-18 (batch size 16)", "CycleGAN", "A3C", "LM (batch size 5)")
+
+
+def _spec(text: str):  # noqa: ANN202
+    return replace(load_cluster_spec(text), round_interval=ROUND)
+
+
+def _world(spec_text: str, job_types, steps: float = 1e9):  # noqa: ANN001, ANN202
+    spec = _spec(spec_text)
+    jobs = [make_job(str(i), 0.0, t, 1, steps) for i, t in enumerate(job_types)]
+    return spec, TableCluster(jobs, spec, TABLE)
+
+
+def test_packed_policy_shares_gpus_only_in_measured_pairs() -> None:
+    """Four single-GPU jobs on two V100s under Gavel with space sharing: the decision packs
+    pairs (all four run at once), every pair it uses or allocates time to is measured with
+    positive rates, and the world runs each packed job at its measured pair rate."""
+    spec, world = _world("v100:1x2", SMALL)
+    policy = make_policy("max_min_fairness_packed")
+    decision = policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views())
+    assert isinstance(decision, PackedAllocations) and len(decision.pairs) == 2
+    assert len(decision) == 4  # two GPUs, four jobs running
+    types = {v.name: v.application for v in world.job_views()}
+    for a, b in policy.pair_fractions():
+        rates = TABLE.pair_steps_per_second("v100", (types[a], 1), (types[b], 1))
+        assert rates is not None and min(rates) > 0
+    world.apply(decision)
+    world.advance(ROUND)
+    for a, b in decision.pairs:
+        rate_a, rate_b = TABLE.pair_steps_per_second("v100", (types[a], 1), (types[b], 1))
+        assert world.jobs[a].steps_done == np.floor(rate_a * ROUND)
+        assert world.jobs[b].steps_done == np.floor(rate_b * ROUND)
+    assert world.timeline_busy[-1].sum() == 2  # a shared GPU is busy once
+    assert policy.solver_failures == 0
+
+
+def test_a_missing_pair_is_logged_and_not_packed(caplog: pytest.LogCaptureFixture) -> None:
+    """A table without the ResNet-18 x CycleGAN pair on the V100: the policy names the pair in
+    a warning, allocates it no time and still packs the other jobs."""
+    key_a, key_b = (SMALL[0], 1), (SMALL[1], 1)
+    v100 = {k: v for k, v in TABLE.pairs["v100"].items() if k not in ((key_a, key_b),
+                                                                      (key_b, key_a))}
+    table = ThroughputTable(TABLE.solo, MappingProxyType({**TABLE.pairs, "v100": v100}))
+    spec, world = _world("v100:1x2", SMALL[:3])
+    policy = make_policy("max_min_fairness_packed")
+    policy.table = table
+    with caplog.at_level(logging.WARNING):
+        decision = policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views())
+    assert any(SMALL[0] in r.getMessage() and SMALL[1] in r.getMessage()
+               and "not packing" in r.getMessage() for r in caplog.records)
+    assert ("0", "1") not in policy.pair_fractions()
+    assert decision.pairs and ("0", "1") not in decision.pairs
+    world.apply(decision)  # the world accepts it
+
+
+def test_the_world_rejects_an_unmeasured_or_inconsistent_pair() -> None:
+    spec = _spec("v100:1x2")
+    jobs = [make_job("a", 0.0, SMALL[0], 1, 1e6), make_job("b", 0.0, SMALL[1], 1, 1e6),
+            make_job("r", 0.0, "ResNet-50 (batch size 32)", 1, 1e6),
+            make_job("w", 0.0, "ResNet-50 (batch size 128)", 1, 1e6)]
+    world = TableCluster(jobs, spec, TABLE)
+    one = np.array([1])
+    state = ClusterState(spec=spec, now=0.0)
+    with pytest.raises(AllocationError, match="'a' and 'b' share GPUs but hold different"):
+        validate_allocations(PackedAllocations({"a": one, "b": np.array([2])}, [("a", "b")]),
+                             state, ["a", "b"], sharing=True)
+    with pytest.raises(AllocationError, match="oversubscribes"):  # no sharing without pairs
+        world.apply({"a": np.array([2]), "b": np.array([1])})
+    # The two ResNet-50s do not fit in a V100's memory together (Gavel's table marks it).
+    with pytest.raises(AllocationError, match="'r' and 'w' share v100 GPUs.*no measured pair"):
+        world.apply(PackedAllocations({"r": one, "w": one}, [("r", "w")]))
+    world.apply(PackedAllocations({"a": one, "b": one}, [("a", "b")]))
+
+
+@pytest.mark.parametrize("name", ["finish_time_fairness", "finish_time_fairness_perf"])
+def test_finish_time_fairness_equalises_the_ratios(name: str) -> None:
+    """Two jobs of one type on one V100, 1800 s old, 4x apart in remaining steps. Isolated, each
+    has half the GPU (rate r/2), so rho_j = (t + R_j / (r x_j)) / (2 R_j / r); FTF gives the
+    x_A + x_B = 1 that equalises them, found here by root finding."""
+    rate = TABLE.steps_per_second(SMALL[0], 1, "v100")
+    assert rate is not None
+    spec = _spec("v100:1x1")
+    steps = (2000.0 * rate, 8000.0 * rate)
+    jobs = [make_job(str(i), 0.0, SMALL[0], 1, s) for i, s in enumerate(steps)]
+    views = [replace(v, age=1800.0) for v in TableCluster(jobs, spec, TABLE).job_views()]
+    policy = make_policy(name)
+    policy.decide(ClusterState(spec=spec, now=1800.0), views)
+    x = np.array([policy.fractions()[str(i)]["v100"] for i in range(2)])
+
+    def rho(share: float, remaining: float) -> float:
+        return (1800.0 + remaining / (rate * share)) / (2 * remaining / rate)
+
+    expected = brentq(lambda a: rho(a, steps[0]) - rho(1 - a, steps[1]), 1e-6, 1 - 1e-6)
+    assert x[0] == pytest.approx(expected, abs=2e-3) and x.sum() == pytest.approx(1, abs=2e-3)
+    assert rho(x[0], steps[0]) == pytest.approx(rho(x[1], steps[1]), rel=5e-3)
+    assert policy.solver_failures == 0
+
+
+def test_jobs_without_declared_steps_get_an_equal_split() -> None:
+    """FTF reads remaining steps; where a job declares none, the time is split equally (Gavel's
+    IsolatedPolicy: 1/n of each type's GPUs), logged and counted as a fallback."""
+    spec, world = _world("v100:1x1,k80:1x1", SMALL[:2], steps=1e6)
+    views = [replace(v, target_steps=None) if v.name == "1" else v for v in world.job_views()]
+    policy = make_policy("finish_time_fairness_perf")
+    policy.decide(ClusterState(spec=spec, now=ROUND), views)
+    assert policy.fallbacks == 1 and policy.solver_failures == 0
+    for x in policy.fractions().values():
+        assert x == pytest.approx({"v100": 0.5, "k80": 0.5})
+
+
+def test_min_total_duration_uses_gavel_horizon() -> None:
+    """Gavel's bisection ends on a horizon at most 5 % above the shortest; on two jobs sharing
+    one V100 the shortest is (R_A + R_B) / r, and the allocation meets every job's rate for the
+    bisection's horizon."""
+    for shortest in (50.0, 3e3, 7.7e5, 4.2e7):
+        horizon = gavel_horizon(shortest)
+        assert shortest <= horizon <= 1.05 * max(shortest, 100.0) + 1e-9
+    rate = TABLE.steps_per_second(SMALL[0], 1, "v100")
+    assert rate is not None
+    spec = _spec("v100:1x1")
+    steps = (3000.0 * rate, 9000.0 * rate)
+    jobs = [make_job(str(i), 0.0, SMALL[0], 1, s) for i, s in enumerate(steps)]
+    policy = make_policy("min_total_duration")
+    policy.decide(ClusterState(spec=spec, now=ROUND), TableCluster(jobs, spec, TABLE).job_views())
+    x = np.array([policy.fractions()[str(i)]["v100"] for i in range(2)])
+    horizon = gavel_horizon(12000.0)
+    assert np.all(rate * x >= np.array(steps) / horizon * (1 - 1e-4))
+    assert x.sum() <= 1 + 1e-6
+
+
+def test_fifo_variants() -> None:
+    """Eight single-GPU jobs on 2 V100 + 2 P100 + 2 K80: base FIFO uses every type (the drawn
+    type, not Gavel's stale V100) and runs the first six; fifo_perf puts jobs in order on the
+    fastest type with room; the last two wait (the queue blocks); fifo_packed packs waiting jobs
+    only into pairs whose summed normalised rate exceeds 1.5."""
+    types = [SMALL[i % 4] for i in range(8)]
+    spec, world = _world("v100:1x2,p100:1x2,k80:1x2", types)
+    views = world.job_views()
+    state = ClusterState(spec=spec, now=ROUND)
+    base = make_policy("gavel_fifo", seed=3)
+    decision = base.decide(state, views)
+    assert sorted(decision) == [str(i) for i in range(6)]
+    used = {t: sum(1 for x in base.fractions().values() if x[t] == 1.0) for t in
+            ("v100", "p100", "k80")}
+    assert used == {"v100": 2, "p100": 2, "k80": 2}
+    perf = make_policy("fifo_perf")
+    assert sorted(perf.decide(state, views)) == [str(i) for i in range(6)]
+    for i in range(6):
+        chosen = max(perf.fractions()[str(i)], key=perf.fractions()[str(i)].get)
+        room = [t for t in ("k80", "p100", "v100")
+                if sum(1 for k in range(i) if perf.fractions()[str(k)][t] == 1.0) < 2]
+        best = max(room, key=lambda t: (TABLE.steps_per_second(types[i], 1, t), -ord(t[0])))
+        assert chosen == best
+    packed = make_policy("fifo_packed")
+    decision = packed.decide(state, views)
+    for a, b in decision.pairs:
+        gpu = spec.gpu_types[int(np.flatnonzero(decision[a])[0])]
+        pair = TABLE.pair_steps_per_second(gpu, (types[int(a)], 1), (types[int(b)], 1))
+        alone = [TABLE.steps_per_second(types[int(n)], 1, gpu) for n in (a, b)]
+        assert pair is not None and pair[0] / alone[0] + pair[1] / alone[1] > 1.5
+    assert {"6", "7"} & set(decision) == {n for p in decision.pairs for n in p} & {"6", "7"}
+
+
+def test_bad_options_are_one_line_errors() -> None:
+    with pytest.raises(InputError, match="packing_threshold"):
+        make_policy("fifo_packed", packing_threshold=-1.0)
+    with pytest.raises(InputError, match="solver"):
+        make_policy("finish_time_fairness_packed", solver="GUROBI")
+
+
+def test_allox_matches_the_brute_force_optimum_and_does_not_preempt() -> None:
+    """Three waiting jobs, one V100 and one K80: AlloX starts the jobs that begin each GPU's
+    queue in the order of least total completion time (found here by enumerating every split of
+    the jobs over the GPUs, each queue shortest first); a job arriving later preempts none."""
+    import itertools
+
+    spec = _spec("v100:1x1,k80:1x1")
+    kinds = (SMALL[0], SMALL[1], SMALL[3])
+    steps = (4e5, 2e5, 1e5)
+    jobs = [make_job(str(i), 0.0, kinds[i], 1, steps[i]) for i in range(3)]
+    views = [replace(v, age=100.0 * (3 - i))
+             for i, v in enumerate(TableCluster(jobs, spec, TABLE).job_views())]
+    best, best_cost = None, np.inf
+    for split in itertools.product(("v100", "k80"), repeat=3):
+        cost, first = 0.0, {}
+        for gpu in ("v100", "k80"):
+            times = sorted((steps[i] / TABLE.steps_per_second(kinds[i], 1, gpu), i)
+                           for i in range(3) if split[i] == gpu)
+            cost += sum(t * (len(times) - k) for k, (t, _) in enumerate(times))
+            if times:
+                first[gpu] = times[0][1]
+        if cost < best_cost:
+            best, best_cost = first, cost
+    policy = make_policy("allox")
+    policy.decide(ClusterState(spec=spec, now=ROUND), views)
+    running = {t: int(n) for n, x in policy.fractions().items() for t, v in x.items() if v == 1}
+    assert running == best
+    late = TableCluster([make_job("9", 0.0, kinds[2], 1, 10.0)], spec, TABLE).job_views()
+    policy.decide(ClusterState(spec=spec, now=ROUND * 10), [*views, *late])
+    again = {t: int(n) for n, x in policy.fractions().items() for t, v in x.items() if v == 1}
+    assert all(again[t] == n for t, n in best.items())  # no preemption
+    assert policy.solver_failures == 0
+
+
+def test_gandiva_splits_equally_then_packs_same_scale_factor_pairs() -> None:
+    spec, world = _world("v100:1x2,k80:1x2", SMALL)
+    state = ClusterState(spec=spec, now=ROUND)
+    policy = make_policy("gandiva", seed=1)
+    policy.decide(state, world.job_views())
+    for x in policy.fractions().values():  # four jobs, four GPUs: 1/4 of each type's two
+        assert x == pytest.approx({"v100": 0.5, "k80": 0.5})
+    assert not policy.pair_fractions()
+    kinds = [SMALL[i % 4] for i in range(6)] + ["ResNet-50 (batch size 32)"] * 2
+    jobs = [make_job(str(i), 0.0, t, 2 if i >= 6 else 1, 1e9) for i, t in enumerate(kinds)]
+    views = TableCluster(jobs, _spec("v100:1x2,k80:1x2"), TABLE).job_views()
+    pairs = []
+    for _ in range(2):  # the same seed draws the same pairs
+        policy = make_policy("gandiva", seed=7)
+        policy.decide(state, views)
+        pairs.append(sorted(policy.pair_fractions()))
+    assert pairs[0] == pairs[1] and pairs[0]
+    sizes = {v.name: v.requested_replicas for v in views}
+    assert all(sizes[a] == sizes[b] for a, b in pairs[0])
+    members = [n for p in pairs[0] for n in p]
+    assert len(members) == len(set(members))
