@@ -174,12 +174,18 @@ def test_job_submitted_after_the_horizon_is_refused(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_exits_130_without_a_traceback(workloads: dict[str, Path]) -> None:
+    # A suite started in the background of a shell runs with SIGINT ignored, and a child inherits
+    # that (then Ctrl-C cannot reach it at all): the child gets the default disposition.
+    def default_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     for delay in (2.0, 12.0):  # while importing, and (most likely) while simulating
         process = subprocess.Popen(
             [sys.executable, "-m", "bayes_sched", "compare", "--workloads", "workload-1",
              "--policies", "pollux", "--processes", "1", "--no-progress", "--out",
              str(workloads["one"].parent / f"cmp-{delay}")],
-            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=default_sigint)
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)

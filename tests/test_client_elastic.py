@@ -106,7 +106,9 @@ def test_client_measures_applies_batch_checkpoints_and_restores(tmp_path: Path) 
         assert processes.stop(5.0).returncode == -9
         write_control(job_dir, Control(local_bsz=64, accum_steps=1, checkpoint_request=1,
                                        version=3))
-        processes = _start(launcher, job_dir, gpus=1, attempt=1)
+        # Slow steps: the job must still be training when the SIGTERM below reaches it (one that
+        # has finished and is tearing down dies of the signal, as any process does).
+        processes = _start(launcher, job_dir, gpus=1, attempt=1, step_sleep=0.2)
         reports = _wait_for(job_dir, processes, lambda rs: sum(
             r["kind"] == "start" for r in rs) == 2 and rs[-1]["kind"] != "start")
         restart = [r for r in reports if r["kind"] == "start"][1]
