@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bayes_sched.backends.launcher import ExitStatus, LaunchSpec, rank_layout
-from bayes_sched.client.protocol import LOG_DIR, job_environment
+from bayes_sched.client.protocol import LOG_DIR, job_environment, log_tail
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
 
@@ -72,16 +72,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def log_tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
-    """The last ``chars`` characters of a log file ('' where there is none)."""
-    try:
-        with path.open("rb") as stream:
-            stream.seek(max(0, path.stat().st_size - chars))
-            return stream.read().decode(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -152,9 +142,9 @@ class LocalProcesses:
     def _finish(self) -> ExitStatus:
         first = next((r for r in self.replicas if r.failed), None)
         if first is not None:
-            status = ExitStatus(first.returncode, log_tail(first.log))
+            status = ExitStatus(first.returncode, log_tail(first.log, LOG_TAIL_CHARS))
         elif any(r.popen is None for r in self.replicas):
-            status = ExitStatus(None, log_tail(self.replicas[0].log))
+            status = ExitStatus(None, log_tail(self.replicas[0].log, LOG_TAIL_CHARS))
         else:
             status = ExitStatus(0, "")
         self._status = status

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from bayes_sched.backends.launcher import ExitStatus, JobProcesses, Launcher, LaunchSpec, rank_layout
 from bayes_sched.backends.ray_replica import ReplicaProcess
 from bayes_sched.backends.ray_session import DEFAULT_CONNECT_TIMEOUT, connect_ray
-from bayes_sched.client.protocol import LOG_DIR, job_environment
+from bayes_sched.client.protocol import LOG_DIR, job_environment, log_tail
 from bayes_sched.cluster_spec import (
     DEFAULT_RESTART_DELAY,
     DEFAULT_ROUND_INTERVAL,
@@ -78,16 +78,6 @@ LOG_TAIL_BYTES = 4000
 def replica_log_path(job_dir: str | os.PathLike[str], attempt: int, rank: int) -> Path:
     """Where replica ``rank`` of start ``attempt`` writes stdout and stderr."""
     return Path(job_dir) / LOG_DIR / f"attempt-{attempt}.rank-{rank}.log"
-
-
-def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
-    """The last ``max_bytes`` of a log ("" where it cannot be read)."""
-    try:
-        with path.open("rb") as stream:
-            stream.seek(max(0, path.stat().st_size - max_bytes))
-            return stream.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def ray_gpu_type(name: str, aliases: Mapping[str, str] | None = None) -> str | None:
@@ -240,11 +230,12 @@ class RayJobProcesses:
         if failed is None:
             status = ExitStatus(0)
         else:
-            tail = read_log_tail(replica_log_path(self.spec.job_dir, self.spec.attempt,
-                                                  failed.rank))
+            tail = log_tail(replica_log_path(self.spec.job_dir, self.spec.attempt,
+                                             failed.rank), LOG_TAIL_BYTES)
             if failed.lost:
-                tail += (f"bayes-sched: replica rank {failed.rank} lost: its Ray node "
-                         f"{failed.node_id} left the cluster\n")
+                tail += ("\n" if tail else "") + (
+                    f"bayes-sched: replica rank {failed.rank} lost: its Ray node "
+                    f"{failed.node_id} left the cluster\n")
             status = ExitStatus(NODE_LOST_RETURNCODE if failed.lost else int(failed.returncode
                                                                             or 0), tail)
         self._release()

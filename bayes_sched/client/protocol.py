@@ -206,6 +206,18 @@ def read_reports(job_dir: str | os.PathLike[str],
     return reports, offset + end
 
 
+def log_tail(path: str | os.PathLike[str], max_bytes: int = 2000) -> str:
+    """The last ``max_bytes`` of a replica's log, stripped ("" where it cannot be read): what a
+    backend shows of a job that failed."""
+    path = Path(path)
+    try:
+        with path.open("rb") as stream:
+            stream.seek(max(0, path.stat().st_size - max_bytes))
+            return stream.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
