@@ -85,6 +85,14 @@ class ThroughputLearner(Protocol):
         non-positive seconds, are ignored with a logged reason)."""
         ...
 
+    def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
+                        belief: ThroughputBelief) -> list[Cell]:
+        """The cells a newly submitted job of ``job_type`` on ``scale_factor`` GPUs should be
+        measured in before its belief is used (Gavel: a fraction of its pairs with reference
+        jobs; Sia: one GPU of every type); empty for a learner that profiles nothing up front
+        (the oracle, or a policy that explores by posterior draws instead)."""
+        ...
+
 
 _BATCH_SIZE = re.compile(r"^(?P<family>.+?) \(batch size (?P<batch>\d+)\)$")
 
