@@ -2,7 +2,9 @@
 # Set up (if needed) and run the linter, the type checker and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-{ [ -x .venv/bin/bayes-sched ] && [ -x .venv/bin/mypy ] && [ -x .venv/bin/ray ]; } || bash scripts/setup.sh
+{ [ -x .venv/bin/bayes-sched ] && [ -x .venv/bin/mypy ] && [ -x .venv/bin/ray ] \
+  && .venv/bin/python -c "import xdist" 2>/dev/null; } || bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
-.venv/bin/python -m pytest -q --durations=15 "$@"
+# Test files run in parallel, one worker per core up to 4 (a file's fixtures are built once).
+.venv/bin/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --durations=15 "$@"
