@@ -85,6 +85,7 @@ RANDOM_EFFECTS = (
     "family_scale", "family_scale_gpu", "batch_scale",
     "pair_family", "pair_family_gpu", "pair_batch", "pair_partner_batch",
     "pair_type", "pair_type_gpu", "pair_partner", "pair_partner_gpu",
+    "pair_load", "pair_partner_load",
 )
 NUGGETS = ("solo", "pair")
 _DEFAULT_LOG_VARIANCE = math.log(0.25)
@@ -101,8 +102,24 @@ def _family_batch(job_type: str, centres: dict[str, float]) -> tuple[str, float]
     return family, log_batch - centres.get(family, log_batch)
 
 
-def cell_features(cell: Cell, centres: dict[str, float]) -> list[Feature]:
+@dataclass(frozen=True)
+class FeatureContext:
+    """What features are measured against, fixed at fit time.
+
+    Attributes:
+        centres: ``{family: mean log2 batch size of its types seen}``.
+        loads: ``{(job type, scale factor, gpu type): observed mean log alone steps/s less the
+            mean over types at that scale and GPU type}`` (a paired cell's covariates: how heavy
+            the job and its partner are on that GPU).
+    """
+
+    centres: dict[str, float]
+    loads: dict[tuple[str, int, str], float]
+
+
+def cell_features(cell: Cell, context: FeatureContext) -> list[Feature]:
     """The effects a cell's log rate sums, with their multipliers (see the module docstring)."""
+    centres = context.centres
     j, s, g = cell.job_type, cell.scale_factor, cell.gpu_type
     fam, xb = _family_batch(j, centres)
     out: list[Feature] = [
@@ -116,11 +133,14 @@ def cell_features(cell: Cell, centres: dict[str, float]) -> list[Feature]:
     if cell.partner is not None:
         k = cell.partner
         pfam, pxb = _family_batch(k, centres)
+        load = context.loads.get((j, s, g), 0.0)
+        partner_load = context.loads.get((k, s, g), 0.0)
         out += [("pair_level", (s, g), 1.0),
                 ("pair_family", (fam, pfam), 1.0), ("pair_family_gpu", (fam, pfam, g), 1.0),
                 ("pair_batch", (fam, pfam), xb), ("pair_partner_batch", (fam, pfam), pxb),
                 ("pair_type", (j,), 1.0), ("pair_type_gpu", (j, g), 1.0),
-                ("pair_partner", (k,), 1.0), ("pair_partner_gpu", (k, g), 1.0)]
+                ("pair_partner", (k,), 1.0), ("pair_partner_gpu", (k, g), 1.0),
+                ("pair_load", (g,), load), ("pair_partner_load", (g,), partner_load)]
     return [f for f in out if f[2] != 0.0]
 
 
@@ -150,7 +170,7 @@ class _Design:
     effect_names: tuple[str, ...]
 
 
-def _build_design(pooled: dict[Cell, PooledCell], centres: dict[str, float],
+def _build_design(pooled: dict[Cell, PooledCell], context: FeatureContext,
                   noise_var_at_reference: float, reference_seconds: float) -> _Design:
     names = FIXED_EFFECTS + RANDOM_EFFECTS
     name_index = {n: i for i, n in enumerate(names)}
@@ -159,7 +179,7 @@ def _build_design(pooled: dict[Cell, PooledCell], centres: dict[str, float],
     rows, cols, vals = [], [], []
     cells = list(pooled)
     for r, cell in enumerate(cells):
-        for name, key, value in cell_features(cell, centres):
+        for name, key, value in cell_features(cell, context):
             c = columns.get((name, key))
             if c is None:
                 c = columns[(name, key)] = len(columns)
@@ -254,7 +274,7 @@ class BayesianThroughputBelief:
     design: _Design | None
     posterior: _Posterior | None
     log_variances: np.ndarray
-    centres: dict[str, float]
+    context: FeatureContext
     widening: float = 1.0
     fallback_reason: str | None = None
     fit_seconds: float = 0.0
@@ -307,7 +327,7 @@ class BayesianThroughputBelief:
         unknown_prior: list[float] = []
         rows, cols, vals, urows, ucols, uvals = [], [], [], [], [], []
         for r, cell in enumerate(cells):
-            for name, key, value in cell_features(cell, self.centres):
+            for name, key, value in cell_features(cell, self.context):
                 c = columns.get((name, key))
                 if c is not None:
                     rows.append(r)
@@ -416,11 +436,11 @@ class BayesianThroughputLearner:
     def _fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         start = time.perf_counter()
         pooled = pool(observations)
-        centres = _batch_centres(pooled)
+        context = FeatureContext(_batch_centres(pooled), _loads(pooled))
         if not pooled:
-            return BayesianThroughputBelief(None, None, self.log_variances.copy(), centres,
+            return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
                                             fit_seconds=time.perf_counter() - start)
-        design = _build_design(pooled, centres, self.measurement_noise**2,
+        design = _build_design(pooled, context, self.measurement_noise**2,
                                self.reference_seconds)
         observed = {cell: i for i, cell in enumerate(design.cells)}
         reason: str | None = None
@@ -452,7 +472,7 @@ class BayesianThroughputLearner:
             logger.warning("throughput belief falls back to the prior's settings with intervals "
                            "widened x%s: %s", self.fallback_widening, reason)
         return BayesianThroughputBelief(
-            design if posterior is not None else None, posterior, params, centres,
+            design if posterior is not None else None, posterior, params, context,
             widening=1.0 if reason is None else self.fallback_widening, fallback_reason=reason,
             fit_seconds=time.perf_counter() - start, iterations=iterations,
             _observed=observed if posterior is not None else {})
@@ -488,3 +508,13 @@ def _batch_centres(pooled: dict[Cell, PooledCell]) -> dict[str, float]:
             if batch is not None:
                 by_family.setdefault(family, set()).add(batch)
     return {fam: float(np.mean(np.log2(sorted(b)))) for fam, b in by_family.items()}
+
+
+def _loads(pooled: dict[Cell, PooledCell]) -> dict[tuple[str, int, str], float]:
+    """Observed log alone rates less their mean over types at each scale and GPU type."""
+    by_place: dict[tuple[int, str], dict[str, float]] = {}
+    for cell, p in pooled.items():
+        if cell.partner is None:
+            by_place.setdefault((cell.scale_factor, cell.gpu_type), {})[cell.job_type] = p.log_rate
+    return {(j, s, g): rate - float(np.mean(list(rates.values())))
+            for (s, g), rates in by_place.items() for j, rate in rates.items()}

@@ -97,27 +97,35 @@ def leave_one_type_out(table: ThroughputTable, learners: Mapping[str, Callable[[
 
 def summarise(records: Sequence[HeldOutRecord]) -> list[dict[str, object]]:
     """Per learner and kind (alone / paired): on the cells it did not profile (``own``) and on
-    those no learner profiled (``common``): count, mean absolute error (steps/s), mean relative
-    error, median relative error and the share inside the 90% interval."""
-    profiled_by_any = {(r.job_type, r.scale_factor, r.cell) for r in records if r.profiled}
+    those that no learner with unprofiled cells of that kind profiled (``common``; a learner that
+    profiles every cell of a kind, as Gavel's does alone cells, leaves that comparison): count,
+    mean absolute error (steps/s), mean and median relative error, and the share of true values
+    inside the 90% interval (0 for a point belief unless it is exact)."""
     rows: list[dict[str, object]] = []
     learners = list(dict.fromkeys(r.learner for r in records))
-    for name in learners:
-        for kind in ("alone", "paired"):
+    for kind in ("alone", "paired"):
+        of_kind = [r for r in records if (r.cell.partner is None) == (kind == "alone")]
+        predicting = {r.learner for r in of_kind if not r.profiled}
+        profiled_by_any = {(r.job_type, r.scale_factor, r.cell) for r in of_kind
+                           if r.profiled and r.learner in predicting}
+        for name in learners:
             for scope in ("own", "common"):
-                chosen = [r for r in records if r.learner == name and not r.profiled
-                          and (r.cell.partner is None) == (kind == "alone")
+                chosen = [r for r in of_kind if r.learner == name and not r.profiled
                           and (scope == "own"
                                or (r.job_type, r.scale_factor, r.cell) not in profiled_by_any)]
-                if not chosen:
-                    continue
-                truth = np.array([r.truth for r in chosen])
-                mean = np.array([r.mean for r in chosen])
-                relative = np.abs(mean - truth) / truth
-                inside = np.array([r.lower <= r.truth <= r.upper for r in chosen])
-                rows.append({"learner": name, "cells": kind, "scope": scope, "n": len(chosen),
-                             "mae_steps_per_s": float(np.mean(np.abs(mean - truth))),
-                             "mean_rel_err": float(np.mean(relative)),
-                             "median_rel_err": float(np.median(relative)),
-                             "coverage90": float(np.mean(inside))})
+                if chosen:
+                    rows.append({"learner": name, "cells": kind, "scope": scope,
+                                 **error_summary(chosen)})
     return rows
+
+
+def error_summary(records: Sequence[HeldOutRecord]) -> dict[str, float]:
+    """Count, mean absolute error (steps/s), mean and median relative error and 90% interval
+    coverage of ``records``."""
+    truth = np.array([r.truth for r in records])
+    mean = np.array([r.mean for r in records])
+    relative = np.abs(mean - truth) / truth
+    inside = np.array([r.lower <= r.truth <= r.upper for r in records])
+    return {"n": float(len(records)), "mae_steps_per_s": float(np.mean(np.abs(mean - truth))),
+            "mean_rel_err": float(np.mean(relative)),
+            "median_rel_err": float(np.median(relative)), "coverage90": float(np.mean(inside))}
