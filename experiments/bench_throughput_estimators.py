@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -34,6 +36,7 @@ def main() -> None:
         SiaBootstrapLearner,
     )
     from bayes_sched.estimation.throughput.held_out import leave_one_type_out, summarise
+    from bayes_sched.estimation.throughput_cells import ThroughputLearner
     from bayes_sched.throughputs import load_throughputs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -57,10 +60,10 @@ def main() -> None:
         table = load_throughputs(table_name)
         held_out = list(table.job_types)[::args.every]
         for seed in args.seeds:
-            factories = {
+            factories: dict[str, Callable[[], ThroughputLearner]] = {
                 "bayes": BayesianThroughputLearner,
-                "bayes-prior": lambda: BayesianThroughputLearner(profiling_budget=0),
-                "gavel": lambda seed=seed: GavelMatrixCompletionLearner(seed=seed),
+                "bayes-prior": partial(BayesianThroughputLearner, profiling_budget=0),
+                "gavel": partial(GavelMatrixCompletionLearner, seed=seed),
                 "sia": SiaBootstrapLearner,
             }
             result = leave_one_type_out(table, {n: factories[n] for n in args.learners},

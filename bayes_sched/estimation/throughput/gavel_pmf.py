@@ -64,7 +64,8 @@ def complete_matrix(values: np.ndarray, mask: np.ndarray, rank: int, mu: float,
         gram_cols = np.einsum("ij,ik,il->jkl", weights, u, u) + ridge
         v = np.linalg.solve(gram_cols, (target.T @ u)[..., None])[..., 0]
         completed = u @ v.T
-        change = np.linalg.norm(completed - previous) / max(np.linalg.norm(previous), 1e-12)
+        change = float(np.linalg.norm(completed - previous)) / max(
+            float(np.linalg.norm(previous)), 1e-12)
         previous = completed
         if change < tolerance:
             break

@@ -67,14 +67,15 @@ def leave_one_type_out(table: ThroughputTable, learners: Mapping[str, Callable[[
     gpus = table.gpu_types()
     live = {name: make() for name, make in learners.items()}
     for held_out in job_types if job_types is not None else table.job_types:
-        others = table_observations(
-            table, keep=lambda c, j=held_out: j not in (c.job_type, c.partner))
+        others = table_observations(table, keep=_not_about(held_out))
         scales = sorted(sf for j, sf in table.solo if j == held_out)
         for name, learner in live.items():
             start = time.perf_counter()
             belief = learner.fit(others)
             result.fit_seconds.setdefault(name, []).append(time.perf_counter() - start)
-            refitter: ThroughputLearner = getattr(learner, "conditioning_only", lambda: learner)()
+            # A learner with a cheap refit (ours: condition, keep the hyperparameters) uses it.
+            cheap = getattr(learner, "conditioning_only", None)
+            refitter: ThroughputLearner = learner if cheap is None else cheap()
             for sf in scales:
                 needed = job_cells(table, held_out, sf)
                 profiled = set(learner.profiling_cells(held_out, sf, gpus, belief))
@@ -93,6 +94,12 @@ def leave_one_type_out(table: ThroughputTable, learners: Mapping[str, Callable[[
                         name, held_out, sf, cell, truth, float(prediction.mean[i]),
                         float(lower[i]), float(upper[i]), cell in profiled))
     return result
+
+
+def _not_about(job_type: str) -> Callable[[Cell], bool]:
+    def keep(cell: Cell) -> bool:
+        return job_type not in (cell.job_type, cell.partner)
+    return keep
 
 
 def summarise(records: Sequence[HeldOutRecord]) -> list[dict[str, object]]:
