@@ -48,6 +48,9 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--learners", nargs="+", default=["bayes", "bayes-prior", "gavel", "sia"],
                         choices=["bayes", "bayes-prior", "gavel", "sia"])
+    parser.add_argument("--timing", action="store_true",
+                        help="also time ours online: cold fit, warm refit and conditioning on the "
+                             "whole simulation table, predictions for 100 active jobs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.every < 1 or args.draws < 2:
@@ -77,14 +80,55 @@ def main() -> None:
                     "fit_s_max": float(np.max(result.fit_seconds[name])),
                     "refit_s_mean": float(np.mean(result.refit_seconds[name])),
                     "profiled_cells_per_job": float(np.mean(result.profiled_cells[name]))})
+    online = _online_timing(args.draws) if args.timing else []
     load = os.getloadavg()[0]
     title = (f"held-out job types ({', '.join(args.tables)}; every {args.every}; seeds "
              f"{args.seeds}; {time.perf_counter() - started:.0f} s; load {load:.1f})")
     if args.json:
-        print_json({"errors": rows, "timing": timing, "load_average": load})
+        print_json({"errors": rows, "timing": timing, "online": online, "load_average": load})
         return
     print_table(rows, title=title)
     print_table(timing, title="fit seconds and profiling per learner")
+    if online:
+        print_table(online, title=f"ours online, Gavel's simulation table (load {load:.1f})")
+
+
+def _online_timing(num_draws: int) -> list[dict[str, object]]:
+    """Ours as an online estimation stage would run it, on every cell of Gavel's simulation
+    table (the most an online fit can see: 2,130 positive cells): a cold fit, a warm refit after
+    one more round of reports (every cell again, rates perturbed by 5%), conditioning only, and
+    one prediction of the cells 100 active jobs need (alone on every GPU type and beside each
+    other) with ``num_draws`` joint draws."""
+    from bayes_sched.estimation.throughput import BayesianThroughputLearner, table_observations
+    from bayes_sched.estimation.throughput_cells import Cell, CellObservation
+    from bayes_sched.throughputs import load_throughputs
+
+    table = load_throughputs("simulation")
+    reports = table_observations(table)
+    rng = np.random.default_rng(0)
+    again = [CellObservation(o.cell, o.steps_per_second * float(np.exp(rng.normal(0, 0.05))),
+                             o.seconds, 720.0) for o in reports]
+    learner = BayesianThroughputLearner()
+    rows = []
+    for what, run in (("cold fit", lambda: learner.fit(reports)),
+                      ("warm refit, one more round", lambda: learner.fit([*reports, *again])),
+                      ("conditioning only",
+                       lambda: learner.conditioning_only().fit([*reports, *again]))):
+        start = time.perf_counter()
+        belief = run()
+        rows.append({"step": what, "seconds": time.perf_counter() - start,
+                     "iterations": belief.iterations, "cells": belief.num_cells})
+    types = [t for t, sf in table.solo if sf == 1]
+    jobs = [types[int(i)] for i in rng.integers(len(types), size=100)]
+    gpus = table.gpu_types()
+    cells = [Cell(j, 1, g) for j in jobs for g in gpus]
+    cells += [Cell(a, 1, g, b) for i, a in enumerate(jobs) for k, b in enumerate(jobs) if i != k
+              for g in gpus]
+    start = time.perf_counter()
+    belief.predict(cells, num_draws=num_draws, seed=0)
+    rows.append({"step": f"predict 100 jobs, {num_draws} draws",
+                 "seconds": time.perf_counter() - start, "iterations": 0, "cells": len(cells)})
+    return rows
 
 
 if __name__ == "__main__":
