@@ -98,7 +98,8 @@ def _online_timing(num_draws: int) -> list[dict[str, object]]:
     table (the most an online fit can see: 2,130 positive cells): a cold fit, a warm refit after
     one more round of reports (every cell again, rates perturbed by 5%), conditioning only, and
     one prediction of the cells 100 active jobs need (alone on every GPU type and beside each
-    other) with ``num_draws`` joint draws."""
+    other) with ``num_draws`` joint draws. Wall and CPU seconds (one BLAS thread: CPU seconds
+    are what the step costs on an idle core)."""
     from bayes_sched.estimation.throughput import BayesianThroughputLearner, table_observations
     from bayes_sched.estimation.throughput_cells import Cell, CellObservation
     from bayes_sched.throughputs import load_throughputs
@@ -114,9 +115,10 @@ def _online_timing(num_draws: int) -> list[dict[str, object]]:
                       ("warm refit, one more round", lambda: learner.fit([*reports, *again])),
                       ("conditioning only",
                        lambda: learner.conditioning_only().fit([*reports, *again]))):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         belief = run()
         rows.append({"step": what, "seconds": time.perf_counter() - start,
+                     "cpu_seconds": time.process_time() - cpu,
                      "iterations": belief.iterations, "cells": belief.num_cells})
     types = [t for t, sf in table.solo if sf == 1]
     jobs = [types[int(i)] for i in rng.integers(len(types), size=100)]
@@ -124,10 +126,11 @@ def _online_timing(num_draws: int) -> list[dict[str, object]]:
     cells = [Cell(j, 1, g) for j in jobs for g in gpus]
     cells += [Cell(a, 1, g, b) for i, a in enumerate(jobs) for k, b in enumerate(jobs) if i != k
               for g in gpus]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     belief.predict(cells, num_draws=num_draws, seed=0)
     rows.append({"step": f"predict 100 jobs, {num_draws} draws",
-                 "seconds": time.perf_counter() - start, "iterations": 0, "cells": len(cells)})
+                 "seconds": time.perf_counter() - start,
+                 "cpu_seconds": time.process_time() - cpu, "iterations": 0, "cells": len(cells)})
     return rows
 
 

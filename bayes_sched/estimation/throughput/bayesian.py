@@ -294,8 +294,13 @@ class BayesianThroughputBelief:
 
     def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
                 ) -> CellPrediction:
+        # Jobs of one type share their cells: predict each distinct cell once (the same cell
+        # is the same throughput, so its draws are identical across the jobs that ask).
+        index: dict[Cell, int] = {}
+        positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
         with threadpool_limits(1):
-            return self._predict(list(cells), num_draws, seed)
+            unique = self._predict(list(index), num_draws, seed)
+        return CellPrediction(unique.mean[positions], unique.draws[:, positions])
 
     def _predict(self, cells: list[Cell], num_draws: int, seed: int) -> CellPrediction:
         mean_log, var_log, parts = self.log_moments(cells)
