@@ -7,34 +7,40 @@ family) on ``s`` GPUs of type ``g``:
     log paired(j | k, s, g) = f(j, s, g) + h(j, k, s, g) + e'
 
 ``f`` and ``h`` are sums of independent Gaussian effects of what is known at submission, each
-with its own variance: per GPU type and scale (broad, fixed), per family and family x GPU,
-batch-size slopes per family and family x GPU, per job type and type x GPU, scale effects per
-family, family x GPU and type; for the paired part, per (family, partner family) and with GPU,
-batch slopes of both, per type, per partner, each x GPU, and per (type, partner). ``e``, ``e'`` are
-cell effects (the part of each cell nothing shared explains; a cell measured again keeps its
-``e``), and every report adds measurement noise of standard deviation
-``measurement_noise`` (log units) over ``reference_seconds``, shrinking as 1/sqrt(seconds).
+with its own variance: per GPU type and per (scale, GPU type) (broad, fixed), per family and
+family x GPU, batch-size slopes per family and family x GPU, per job type and type x GPU, and for
+more than one GPU per (family, scale), (family, scale, GPU) and a batch slope per (family,
+scale); for the paired part a level per (scale, GPU), per (family, partner family) and with GPU,
+batch slopes of both, per type, per partner, each x GPU, and slopes per GPU in the job's and the
+partner's *load* (their measured log alone rate there, centred over types: heavy partners slow a
+job more; a type with no alone report has load 0, the average). ``e``, ``e'`` are cell effects
+(the part of each cell nothing shared explains; a cell measured again keeps its ``e``), and every
+report adds measurement noise of standard deviation ``measurement_noise`` (log units) over
+``reference_seconds``, shrinking as 1/sqrt(seconds).
 A paired rate shares ``f`` with the job's alone rate: measuring either informs the other, and a
 new type's one-GPU profile moves its paired predictions too. That is one joint Gaussian process
 with a sum-of-products kernel (categorical x linear), so draws are joint across cells.
 
 Why a GP in this form and not Bayesian matrix factorisation. The kernel is degenerate (a finite
 sum of feature products plus a cell nugget), so the GP is solved exactly in weight space: a
-sparse design (each cell touches ~20 effects) and one Cholesky of a ``p x p`` matrix (``p`` about
-1,500 effects on Gavel's table). That gives exact posteriors, closed-form joint draws and analytic
-type-II maximum-likelihood gradients for the ~20 variances, with no sampling and no SVI to
-converge; a Pyro matrix factorisation would need SVI or MCMC at every online refit and gives
-nothing for a type never seen (no row factors) unless its prior is built from these same features.
-gpytorch/BoTorch exact GPs work on the ``n x n`` kernel (n ~ 2,000 cells here, 10^4 online) and
+sparse design (each cell touches ~20 effects) and one Cholesky of a ``p x p`` matrix (``p`` ~700
+effects on Gavel's whole simulation table). That gives exact posteriors, closed-form joint draws
+and analytic type-II maximum-likelihood gradients for the 21 variances, with no sampling and no
+SVI to converge; a Pyro matrix factorisation would need SVI or MCMC at every online refit and
+gives nothing for a type never seen (no row factors) unless its prior is built from these same
+features. gpytorch/BoTorch exact GPs work on the ``n x n`` kernel (n ~2,100 cells here) and
 re-derive with iterative solvers what the weight-space form gives exactly; at this size the
 weight-space solve is the faster exact method. Libraries do the numerics (scipy sparse, LAPACK
-Cholesky, L-BFGS-B).
+Cholesky and ``potri``, L-BFGS-B). A (type, partner) effect and a (type, scale) effect were
+tried and dropped: type-II ML gave them standard deviations of 0.002 and they doubled ``p``.
 
-Fit time (2-core CI-class machine, load ~2): about 0.1-0.3 s per objective evaluation on the
-whole Gavel simulation table (2,130 cells, ~1,500 effects); a cold hyperparameter fit takes a few
-seconds, a warm-started refit (the learner starts from its last fit) a fraction of that, and
-conditioning alone (``max_iterations=0``) ~0.2 s; see ``experiments/bench_throughput_estimators.py``
-(``--timing``) for measured figures.
+Fit time on every cell of Gavel's simulation table (2,127 cells, the most an online fit can
+see; CPU seconds, one BLAS thread, ``experiments/bench_throughput_estimators.py --timing``):
+cold hyperparameter fit 3.6 s (75 L-BFGS-B iterations), warm refit after one more round of
+reports 0.7 s (13 iterations; the learner starts from its last converged hyperparameters),
+conditioning only (:meth:`BayesianThroughputLearner.conditioning_only`) 0.06 s, and predicting
+the 30,000 cells 100 active jobs need with 200 joint draws 0.09 s. Refitting hyperparameters
+every few rounds and conditioning in between fits an online loop with ~100 jobs.
 
 Profiling (:meth:`BayesianThroughputLearner.profiling_cells`): a small uncertainty-driven plan, the
 same budget as Sia (one cell per GPU type): among the job's alone cells at its scale factor and on
@@ -377,12 +383,6 @@ class BayesianThroughputBelief:
             known_var = np.asarray(phi.multiply(phi) @ prior_var).ravel() if p else known_var
         return _QueryParts(phi, known_mean, known_var, unknown, prior, unknown_var, cell_var,
                            scale, offset)
-
-    def posterior_log_covariance(self, cells: Sequence[Cell], num_draws: int = 512,
-                                 seed: int = 0) -> np.ndarray:
-        """Covariance of log steps/s of ``cells`` from joint draws, shape ``(N, N)``."""
-        draws = self.predict(cells, num_draws=num_draws, seed=seed).draws
-        return np.atleast_2d(np.cov(np.log(draws), rowvar=False))
 
 
 @dataclass
