@@ -176,24 +176,39 @@ class _Design:
     effect_names: tuple[str, ...]
 
 
-def _build_design(pooled: dict[Cell, PooledCell], context: FeatureContext,
-                  noise_var_at_reference: float, reference_seconds: float) -> _Design:
-    names = FIXED_EFFECTS + RANDOM_EFFECTS
-    name_index = {n: i for i, n in enumerate(names)}
-    columns: dict[tuple[str, tuple[object, ...]], int] = {}
-    column_effect: list[int] = []
+Unknown = list[tuple[int, str, tuple[object, ...], float]]
+
+
+def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
+                  columns: dict[tuple[str, tuple[object, ...]], int], grow: bool
+                  ) -> tuple[scipy.sparse.csr_matrix, Unknown]:
+    """The cells' effects as sparse rows over ``columns``, shape ``(N, len(columns))``; an
+    effect not in ``columns`` gets a new column when ``grow``, else is returned as ``(row, name,
+    key, value)``."""
     rows, cols, vals = [], [], []
-    cells = list(pooled)
+    unknown: Unknown = []
     for r, cell in enumerate(cells):
         for name, key, value in cell_features(cell, context):
             c = columns.get((name, key))
-            if c is None:
+            if c is None and grow:
                 c = columns[(name, key)] = len(columns)
-                column_effect.append(name_index[name])
+            if c is None:
+                unknown.append((r, name, key, value))
+                continue
             rows.append(r)
             cols.append(c)
             vals.append(value)
     phi = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(len(cells), len(columns)))
+    return phi, unknown
+
+
+def _build_design(pooled: dict[Cell, PooledCell], context: FeatureContext,
+                  noise_var_at_reference: float, reference_seconds: float) -> _Design:
+    names = FIXED_EFFECTS + RANDOM_EFFECTS
+    columns: dict[tuple[str, tuple[object, ...]], int] = {}
+    cells = list(pooled)
+    phi, _ = _feature_rows(cells, context, columns, grow=True)
+    column_effect = [names.index(name) for name, _ in columns]
     seconds = np.array([pooled[c].seconds for c in cells])
     return _Design(cells, np.array([pooled[c].log_rate for c in cells]),
                    noise_var_at_reference * reference_seconds / seconds,
@@ -332,28 +347,22 @@ class BayesianThroughputBelief:
         log_params = self.log_variances
         variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
         nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
-        columns = self.design.columns if self.design is not None else {}
+        columns: dict[tuple[str, tuple[object, ...]], int] = (
+            self.design.columns if self.design is not None else {})
         p = len(columns)
+        n = len(cells)
+        phi, found = _feature_rows(cells, self.context, columns, grow=False)
         unknown_cols: dict[tuple[str, tuple[object, ...]], int] = {}
         unknown_prior: list[float] = []
-        rows, cols, vals, urows, ucols, uvals = [], [], [], [], [], []
-        for r, cell in enumerate(cells):
-            for name, key, value in cell_features(cell, self.context):
-                c = columns.get((name, key))
-                if c is not None:
-                    rows.append(r)
-                    cols.append(c)
-                    vals.append(value)
-                    continue
-                u = unknown_cols.get((name, key))
-                if u is None:
-                    u = unknown_cols[(name, key)] = len(unknown_cols)
-                    unknown_prior.append(variances[name])
-                urows.append(r)
-                ucols.append(u)
-                uvals.append(value)
-        n = len(cells)
-        phi = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, p))
+        urows, ucols, uvals = [], [], []
+        for r, name, key, value in found:
+            u = unknown_cols.get((name, key))
+            if u is None:
+                u = unknown_cols[(name, key)] = len(unknown_cols)
+                unknown_prior.append(variances[name])
+            urows.append(r)
+            ucols.append(u)
+            uvals.append(value)
         unknown = scipy.sparse.csr_matrix((uvals, (urows, ucols)), shape=(n, len(unknown_cols)))
         prior = np.array(unknown_prior)
         unknown_var = np.asarray(unknown.multiply(unknown) @ prior).ravel() if len(prior) \

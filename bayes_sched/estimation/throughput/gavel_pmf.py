@@ -28,13 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.estimation.throughput.observations import PointTable, pool
-from bayes_sched.estimation.throughput_cells import (
-    Cell,
-    CellObservation,
-    CellPrediction,
-    ThroughputBelief,
-)
+from bayes_sched.estimation.throughput.observations import PointBelief, PointTable, pool
+from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
 
 
 def complete_matrix(values: np.ndarray, mask: np.ndarray, rank: int, mu: float,
@@ -82,7 +77,7 @@ def _stable_seed(*parts: object) -> int:
 
 
 @dataclass
-class GavelMatrixCompletionBelief:
+class GavelMatrixCompletionBelief(PointBelief):
     """Point belief: measured cells as measured, the rest from each type's mapped reference.
 
     Attributes:
@@ -100,32 +95,17 @@ class GavelMatrixCompletionBelief:
     def _substitutes(self, scale_factor: int) -> dict[str, str]:
         return {j: r for (j, s), r in self.mapped.items() if s == scale_factor}
 
-    def _alone(self, cell: Cell) -> float:
-        rate = self.table.rate(cell)
-        if rate is not None:
-            return rate
+    def alone(self, cell: Cell) -> float:
         stand_in = self.mapped.get((cell.job_type, cell.scale_factor))
         if stand_in is not None and (rate := self.table.rate(
                 Cell(stand_in, cell.scale_factor, cell.gpu_type))) is not None:
             return rate
         return self.table.mean_alone(cell.scale_factor, cell.gpu_type)
 
-    def _rate(self, cell: Cell) -> float:
-        if (rate := self.table.rate(cell)) is not None:
-            return rate
-        alone = self._alone(Cell(cell.job_type, cell.scale_factor, cell.gpu_type))
-        if cell.partner is None:
-            return alone
+    def ratio(self, cell: Cell) -> float:
         completed = self.completed.get((cell.scale_factor, cell.gpu_type), {})
-        ratio = self.table.substituted_ratio(
-            cell, self._substitutes(cell.scale_factor),
-            fallback=lambda a, b: completed.get((a, b)))
-        return alone * ratio
-
-    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
-                ) -> CellPrediction:
-        mean = np.array([self._rate(cell) for cell in cells], dtype=float)
-        return CellPrediction(mean, mean[None, :].copy())
+        return self.table.substituted_ratio(cell, self._substitutes(cell.scale_factor),
+                                            fallback=lambda a, b: completed.get((a, b)))
 
 
 class GavelMatrixCompletionLearner:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation
+from bayes_sched.estimation.throughput_cells import Cell, CellObservation, CellPrediction
 from bayes_sched.throughputs import ThroughputTable
 
 logger = logging.getLogger(__name__)
@@ -172,3 +172,33 @@ class PointTable:
         if fallback is not None and (found := fallback(sx, sy)) is not None:
             return found
         return self.mean_ratio(cell.scale_factor, cell.gpu_type)
+
+
+class PointBelief:
+    """A point estimator's belief (Gavel's, Sia's): a measured cell as measured, an alone cell
+    by :meth:`alone`, a paired cell as its job's alone rate times :meth:`ratio`; one draw equal
+    to the mean."""
+
+    table: PointTable
+    fallback_reason: str | None = None
+
+    def alone(self, cell: Cell) -> float:
+        """Steps/s of an alone cell that was not measured."""
+        raise NotImplementedError
+
+    def ratio(self, cell: Cell) -> float:
+        """Paired / alone steps/s of a paired cell that was not measured."""
+        raise NotImplementedError
+
+    def rate(self, cell: Cell) -> float:
+        if (rate := self.table.rate(cell)) is not None:
+            return rate
+        alone_cell = Cell(cell.job_type, cell.scale_factor, cell.gpu_type)
+        alone = self.table.rate(alone_cell)
+        alone = self.alone(alone_cell) if alone is None else alone
+        return alone if cell.partner is None else alone * self.ratio(cell)
+
+    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
+                ) -> CellPrediction:
+        mean = np.array([self.rate(cell) for cell in cells], dtype=float)
+        return CellPrediction(mean, mean[None, :].copy())

@@ -27,17 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.estimation.throughput.observations import PointTable, pool
-from bayes_sched.estimation.throughput_cells import (
-    Cell,
-    CellObservation,
-    CellPrediction,
-    ThroughputBelief,
-)
+from bayes_sched.estimation.throughput.observations import PointBelief, PointTable, pool
+from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
 
 
 @dataclass
-class SiaBootstrapBelief:
+class SiaBootstrapBelief(PointBelief):
     """Point belief (see the module docstring).
 
     Attributes:
@@ -60,9 +55,10 @@ class SiaBootstrapBelief:
                 return base * ratio
         return None
 
-    def _alone(self, cell: Cell) -> float:
-        if (rate := self.table.rate(cell)) is not None:
-            return rate
+    def __post_init__(self) -> None:
+        self._substitutes = {j: ks[0] for j, ks in self.nearest.items() if ks}
+
+    def alone(self, cell: Cell) -> float:
         j, s, g = cell.job_type, cell.scale_factor, cell.gpu_type
         one = self._one_gpu(j, g)
         if s == 1 or one is None:
@@ -80,19 +76,8 @@ class SiaBootstrapBelief:
                 return multi * one / base
         return self.table.mean_alone(s, g)
 
-    def _rate(self, cell: Cell) -> float:
-        if (rate := self.table.rate(cell)) is not None:
-            return rate
-        alone = self._alone(Cell(cell.job_type, cell.scale_factor, cell.gpu_type))
-        if cell.partner is None:
-            return alone
-        substitutes = {j: ks[0] for j, ks in self.nearest.items() if ks}
-        return alone * self.table.substituted_ratio(cell, substitutes)
-
-    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
-                ) -> CellPrediction:
-        mean = np.array([self._rate(cell) for cell in cells], dtype=float)
-        return CellPrediction(mean, mean[None, :].copy())
+    def ratio(self, cell: Cell) -> float:
+        return self.table.substituted_ratio(cell, self._substitutes)
 
 
 def _one_gpu_ratio(table: PointTable, job_type: str, other: str) -> float | None:
