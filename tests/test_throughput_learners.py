@@ -200,3 +200,14 @@ def test_a_fit_that_does_not_converge_falls_back_with_widened_intervals() -> Non
     np.testing.assert_allclose(var_failed, 4.0 * var_plain)
     converged = BayesianThroughputLearner().fit(observations)
     assert converged.fallback_reason is None and converged.iterations > 1
+
+
+def test_gavels_reference_types_stay_fixed_and_never_include_an_unknown_type() -> None:
+    table = _small_paired_table(every=5)
+    learner = GavelMatrixCompletionLearner(num_reference_types=3, seed=0)
+    first = learner.fit(table_observations(table)).reference_types[1]
+    held = first[0]
+    without = learner.fit(_without(held, table)).reference_types[1]
+    assert held not in without and len(without) == 3
+    profiled = [CellObservation(Cell(held, 1, g), 1.0, TABLE_SECONDS) for g in ("k80", "v100")]
+    assert learner.fit([*_without(held, table), *profiled]).reference_types[1] == without

@@ -129,12 +129,14 @@ class GavelMatrixCompletionLearner:
         self.mu = mu
         self.seed = seed
         #: ``{scale factor: reference types}``, drawn at the first fit that sees the scale and
-        #: kept (Gavel's reference set is fixed offline; a profiled new job never joins it).
+        #: kept (Gavel's reference set is fixed offline; a profiled new job never joins it);
+        #: drawn again only if a fit lacks one of them (a held-out benchmark's next fold).
         self.reference_types: dict[int, tuple[str, ...]] = {}
 
     def _references(self, table: PointTable) -> dict[int, tuple[str, ...]]:
         """Per scale factor, reference types drawn among those measured alone on every GPU
-        type seen at that scale and beside at least one other type (once per scale factor)."""
+        type seen at that scale and beside at least one other type (kept across fits while they
+        stay known)."""
         gpus: dict[int, set[str]] = {}
         alone: dict[tuple[str, int], set[str]] = {}
         paired: set[tuple[str, int]] = set()
@@ -146,10 +148,10 @@ class GavelMatrixCompletionLearner:
                 paired.add((cell.job_type, cell.scale_factor))
         out = self.reference_types
         for sf, seen in sorted(gpus.items()):
-            if out.get(sf):
-                continue
             known = sorted(j for (j, s), g in alone.items() if s == sf and g == seen
                            and (j, s) in paired)
+            if out.get(sf) and set(out[sf]) <= set(known):
+                continue  # kept while every reference type is still known
             rng = np.random.default_rng(_stable_seed(self.seed, "references", sf))
             count = min(self.num_reference_types, len(known))
             out[sf] = tuple(sorted(rng.choice(known, size=count, replace=False).tolist())) \
