@@ -105,14 +105,19 @@ class NoiseScaleCurve:
     num_epochs: int
 
     @classmethod
-    def fit(cls, trace: GradientTrace) -> NoiseScaleCurve:
-        """Fit the curve to one training run's per-epoch gradient statistics."""
+    def fit(cls, trace: GradientTrace, total_progress: float | None = None) -> NoiseScaleCurve:
+        """Fit the curve to one training run's per-epoch gradient statistics.
+
+        ``total_progress`` is the progress at the end of training where the trace stops short of
+        it (a run still training): fractions are then of the whole run and the curve past the
+        trace's end is a forecast. Default: the trace's last progress.
+        """
         log_phi = trace.log_noise_to_signal
         keep = np.isfinite(log_phi)
         if keep.sum() < 2:
             raise InputError("fewer than 2 epochs with grad_var > 0 and grad_sqr > 0: expected a "
                              "gradient-statistics trace", trace.source or None, column="grad_var")
-        max_progress = float(trace.progress.max())
+        max_progress = max(float(trace.progress.max()), float(total_progress or 0.0))
         x = trace.progress[keep] / max_progress
         y = log_phi[keep]
         design = _basis(x)
@@ -143,6 +148,16 @@ class NoiseScaleCurve:
 
             loc = loc + scale * scipy.stats.t.ppf(quantile, self.dof)
         return np.exp(np.clip(loc, -MAX_LOG_NOISE, MAX_LOG_NOISE))
+
+    def sample_log_noise_curves(self, fractions: np.ndarray, num_samples: int,
+                                generator: np.random.Generator) -> np.ndarray:
+        """Joint posterior draws of the mean ``log phi`` curve at ``fractions`` (shape ``(F,)``):
+        shape ``(num_samples, F)``, each row one curve (multivariate Student-t coefficients)."""
+        design = _basis(np.clip(fractions, 0.0, 1.0))
+        chol = np.linalg.cholesky(self.scale2 * self.coef_cov)
+        normal = generator.standard_normal((num_samples, len(self.coef_mean))) @ chol.T
+        scale = np.sqrt(self.dof / generator.chisquare(self.dof, size=(num_samples, 1)))
+        return (self.coef_mean + normal * scale) @ design.T
 
     def sample_noise_to_signal(self, fraction: float, num_samples: int,
                                generator: np.random.Generator) -> np.ndarray:

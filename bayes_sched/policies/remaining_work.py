@@ -11,8 +11,10 @@ in each regime of the profile, with a uniform prior of ``E / K`` pseudo-epochs o
 ``K`` regimes (``E`` epochs in all), updated with one count per profile epoch up to and including
 the current one; its mean, rebased to ``E`` epochs and less the epochs already seen in each regime,
 gives the epochs left per regime, each at that regime's mean epoch time, scaled to the epochs
-actually left. A later issue compares other estimators behind the same interface
-(:class:`RemainingWorkPredictor`).
+actually left.
+
+:class:`NoiseScaleRegimePredictor` is ours, for jobs whose batch size follows the gradient noise
+scale (GNS): see its docstring. Both sit behind :class:`RemainingWorkPredictor`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+from perfmodel.efficiency import NoiseScaleCurve
+from perfmodel.profiles import GradientTrace
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,53 @@ class DirichletRegimePredictor:
         seconds = profile.regime_seconds()
         total = sum(epochs * seconds[regime] for regime, epochs in per_regime.items())
         return total * left_epochs / predicted
+
+
+class NoiseScaleRegimePredictor:
+    """Remaining seconds from a posterior over the job's gradient-noise-scale curve.
+
+    Under GNS a job's batch size tracks its gradient noise scale ``phi`` (batch ~ ``phi`` times the
+    initial batch, doubled when ``phi`` has doubled, capped), and ``phi`` drifts smoothly over
+    training. So the batch sizes seen so far are readings of ``log phi`` relative to its start:
+    ``log(batch / initial batch)`` at each observed epoch. Those readings are fit by the
+    efficiency model's conjugate noise-scale curve (:class:`perfmodel.efficiency.NoiseScaleCurve`,
+    a Student-t posterior over a cubic in the fraction of training done, here over the job's
+    declared epochs so that the rest of training is a forecast); each joint posterior draw of the
+    curve gives a batch size per remaining epoch (the largest of the profile's regimes at most
+    ``initial x exp(draw)``, never below the current one and never shrinking, as GNS only grows
+    the batch), each at that regime's mean epoch time. The prediction is the mean over draws.
+
+    It uses what the Dirichlet uses: the regimes seen up to and including the current epoch, the
+    profile's set of regimes with their epoch times, and the job's epochs. With fewer than two
+    epochs seen it assumes the current regime to the end.
+    """
+
+    def __init__(self, num_draws: int = 256, seed: int = 0) -> None:
+        self.num_draws = num_draws
+        self.seed = seed
+
+    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int) -> float:
+        left = profile.epochs - epochs_done
+        if left <= 0:
+            return 1.0
+        seconds = profile.regime_seconds()
+        seen = np.array(profile.regimes[:epochs_done + 1], dtype=float)
+        current = int(seen[-1])
+        if len(seen) < 2 or left == 1:
+            return left * seconds[current]
+        ladder = np.array(sorted(seconds), dtype=float)
+        ladder_seconds = np.array([seconds[int(b)] for b in ladder])
+        progress = np.arange(len(seen)) + 0.5  # epochs, each read at its middle
+        trace = GradientTrace(int(seen[0]), progress, progress, np.zeros_like(progress),
+                              np.ones_like(progress), seen / seen[0])
+        curve = NoiseScaleCurve.fit(trace, total_progress=float(profile.epochs))
+        future = (np.arange(epochs_done + 1, profile.epochs) + 0.5) / profile.epochs
+        draws = curve.sample_log_noise_curves(future, self.num_draws,
+                                              np.random.default_rng(self.seed))
+        level = np.searchsorted(ladder, seen[0] * np.exp(draws), side="right") - 1
+        level = np.maximum(level, int(np.searchsorted(ladder, current)))
+        level = np.maximum.accumulate(level, axis=1)
+        return float(seconds[current] + ladder_seconds[level].sum(axis=1).mean())
 
 
 def profile_from(regimes: Sequence[int], seconds_per_regime: Mapping[int, float]

@@ -1,0 +1,213 @@
+"""Throughput learners on the shipped tables: held-out recovery, coverage, bad reports, fallback."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pytest
+
+from bayes_sched.estimation.throughput import (
+    BayesianThroughputLearner,
+    GavelMatrixCompletionLearner,
+    SiaBootstrapLearner,
+    job_cells,
+    table_observations,
+)
+from bayes_sched.estimation.throughput.gavel_pmf import complete_matrix
+from bayes_sched.estimation.throughput.held_out import error_summary, leave_one_type_out
+from bayes_sched.estimation.throughput.observations import TABLE_SECONDS, table_rate
+from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputLearner
+from bayes_sched.throughputs import ThroughputTable, load_throughputs
+
+TACC = load_throughputs("tacc")
+SIMULATION = load_throughputs("simulation")
+
+
+def _without(job_type: str, table: ThroughputTable = TACC) -> list[CellObservation]:
+    return table_observations(table, keep=lambda c: job_type not in (c.job_type, c.partner))
+
+
+def _profiled_fit(learner: ThroughputLearner, table: ThroughputTable, job_type: str,
+                  scale_factor: int, others: list[CellObservation]
+                  ) -> tuple[list[Cell], object]:
+    belief = learner.fit(others)
+    profiled = learner.profiling_cells(job_type, scale_factor, table.gpu_types(), belief)
+    measured = [CellObservation(c, rate, TABLE_SECONDS) for c in profiled
+                if (rate := table_rate(table, c))]
+    return profiled, learner.fit([*others, *measured])
+
+
+def _small_paired_table(every: int) -> ThroughputTable:
+    """Gavel's simulation table at one GPU for every ``every``-th job type, alone and paired."""
+    types = set(SIMULATION.job_types[::every])
+    solo = {k: v for k, v in SIMULATION.solo.items() if k[1] == 1 and k[0] in types}
+    pairs = {g: {k: v for k, v in d.items() if k[0][1] == 1 and k[0][0] in types
+                 and k[1][0] in types} for g, d in SIMULATION.pairs.items()}
+    return ThroughputTable(solo, pairs)
+
+
+# --- each learner recovers held-out cells on a shipped table --------------------------------------
+
+def test_ours_recovers_a_held_out_multi_gpu_cell_within_25_percent() -> None:
+    held = "ResNet-50 (batch size 32)"
+    profiled, belief = _profiled_fit(BayesianThroughputLearner(), TACC, held, 4, _without(held))
+    # The plan: one alone cell per GPU type, the job's own, at its scale or on one GPU.
+    assert len(profiled) == 3
+    assert all(c.job_type == held and c.partner is None and c.scale_factor in (1, 4)
+               for c in profiled)
+    cells = [c for c in job_cells(TACC, held, 4) if c not in profiled]
+    assert cells
+    truth = np.array([table_rate(TACC, c) for c in cells], dtype=float)
+    prediction = belief.predict(cells, num_draws=200, seed=0)  # type: ignore[attr-defined]
+    assert np.all(np.abs(prediction.mean - truth) / truth < 0.25)
+    lower, upper = prediction.interval(0.9)
+    assert np.all((lower <= truth) & (truth <= upper))
+
+
+def test_sia_recovers_multi_gpu_cells_from_one_gpu_profiles_within_25_percent() -> None:
+    held = "ResNet-50 (batch size 32)"
+    profiled, belief = _profiled_fit(SiaBootstrapLearner(), TACC, held, 4, _without(held))
+    assert profiled == [Cell(held, 1, g) for g in TACC.gpu_types()]
+    cells = job_cells(TACC, held, 4)
+    truth = np.array([table_rate(TACC, c) for c in cells], dtype=float)
+    mean = belief.predict(cells).mean  # type: ignore[attr-defined]
+    assert np.all(np.abs(mean - truth) / truth < 0.25)
+
+
+def test_gavel_and_ours_predict_a_held_out_types_paired_cells() -> None:
+    table = _small_paired_table(every=5)
+    held = "ResNet-50 (batch size 16)"
+    others = _without(held, table)
+    medians = {}
+    for learner in (GavelMatrixCompletionLearner(num_reference_types=4, seed=1),
+                    BayesianThroughputLearner()):
+        profiled, belief = _profiled_fit(learner, table, held, 1, others)
+        cells = [c for c in job_cells(table, held, 1) if c.partner is not None
+                 and c not in profiled]
+        assert len(cells) > 10
+        truth = np.array([table_rate(table, c) for c in cells], dtype=float)
+        mean = belief.predict(cells).mean  # type: ignore[attr-defined]
+        medians[learner.name] = float(np.median(np.abs(mean - truth) / truth))
+    # Gavel's profile pairs the job with reference types; it lands near one of them.
+    assert medians["gavel"] < 0.5
+    assert medians["bayes"] < 0.35
+
+
+def test_gavel_maps_a_job_to_the_reference_type_it_copies() -> None:
+    """A new type whose every measured rate equals a reference type's is mapped to it, and its
+    unprofiled paired cells are that type's."""
+    table = _small_paired_table(every=5)
+    learner = GavelMatrixCompletionLearner(num_reference_types=3, seed=0)
+    belief = learner.fit(table_observations(table))
+    reference = belief.reference_types[1][0]
+    copy = "Copy (batch size 1)"
+    observations = table_observations(table)
+    observations += [CellObservation(Cell(copy, o.cell.scale_factor, o.cell.gpu_type,
+                                          o.cell.partner), o.steps_per_second, o.seconds)
+                     for o in observations if o.cell.job_type == reference
+                     and o.cell.partner in (None, *belief.reference_types[1][1:])]
+    mapped = learner.fit(observations)
+    assert mapped.mapped[(copy, 1)] == reference
+    partner = next(t for t in table.job_types if t not in belief.reference_types[1])
+    cell = Cell(copy, 1, "v100", partner)
+    expected = table_rate(table, Cell(reference, 1, "v100", partner))
+    assert expected
+    assert mapped.predict([cell]).mean[0] == pytest.approx(expected)
+
+
+def test_matrix_completion_recovers_a_low_rank_matrix() -> None:
+    rng = np.random.default_rng(3)
+    truth = rng.uniform(0.2, 1.0, (17, 3)) @ rng.uniform(0.2, 1.0, (3, 48)) / 3
+    mask = rng.uniform(size=truth.shape) < 0.6
+    completed = complete_matrix(truth, mask, rank=3, mu=1e-4, rng=np.random.default_rng(0),
+                                tolerance=1e-6, max_iterations=500)
+    missing = ~mask
+    assert np.abs(completed[missing] - truth[missing]).max() < 0.05 * truth.max()
+
+
+# --- ours: calibration and one model over alone and paired cells ----------------------------------
+
+def test_ours_90_percent_intervals_cover_held_out_types_in_a_sane_band() -> None:
+    result = leave_one_type_out(TACC, {"bayes": BayesianThroughputLearner},
+                                TACC.job_types[::9], num_draws=200)
+    summary = error_summary([r for r in result.records if not r.profiled])
+    assert summary["n"] >= 10
+    assert 0.7 <= summary["coverage90"] <= 1.0
+    assert summary["median_rel_err"] < 0.2
+
+
+def test_ours_alone_report_moves_the_same_jobs_paired_prediction() -> None:
+    table = _small_paired_table(every=5)
+    held = "ResNet-50 (batch size 16)"
+    others = _without(held, table)
+    learner = BayesianThroughputLearner()
+    learner.fit(others)
+    refit = learner.conditioning_only()
+    partner = next(t for t in table.job_types if t != held)
+    paired = Cell(held, 1, "v100", partner)
+    alone = Cell(held, 1, "v100")
+    truth = table_rate(table, alone)
+    assert truth
+    means = [refit.fit([*others, CellObservation(alone, truth * factor, TABLE_SECONDS)])
+             .predict([paired]).mean[0] for factor in (0.5, 2.0)]
+    assert means[1] > 2.0 * means[0]
+    draws = refit.fit(others).predict([alone, paired], num_draws=400, seed=1).draws
+    assert np.corrcoef(np.log(draws), rowvar=False)[0, 1] > 0.3
+
+
+# --- bad reports and the fallback -----------------------------------------------------------------
+
+BAD = [(0.0, 60.0, "<= 0"), (-1.0, 60.0, "<= 0"), (math.nan, 60.0, "steps/s is nan"),
+       (math.inf, 60.0, "steps/s is inf"), (5.0, 0.0, "measured over 0.0 s"),
+       (5.0, math.nan, "measured over nan s")]
+
+
+@pytest.mark.parametrize("make", [BayesianThroughputLearner, GavelMatrixCompletionLearner,
+                                  SiaBootstrapLearner])
+def test_bad_reports_are_logged_and_leave_the_belief_unchanged(
+        make: type, caplog: pytest.LogCaptureFixture) -> None:
+    types = set(TACC.job_types[::4])
+    good = table_observations(TACC, keep=lambda c: c.job_type in types)
+    held = TACC.job_types[0]
+    bad = [CellObservation(Cell(held, 1, "v100"), rate, seconds) for rate, seconds, _ in BAD]
+    cells = [Cell(t, 1, g) for t in TACC.job_types[:6] for g in TACC.gpu_types()]
+    before = make().fit(good).predict(cells, num_draws=20, seed=4)
+    with caplog.at_level(logging.WARNING, logger="bayes_sched.estimation.throughput"):
+        after = make().fit([*bad[:3], *good, *bad[3:]]).predict(cells, num_draws=20, seed=4)
+    np.testing.assert_array_equal(before.mean, after.mean)
+    np.testing.assert_array_equal(before.draws, after.draws)
+    for _, _, reason in BAD:
+        assert reason in caplog.text
+    assert caplog.text.count("ignored report") == len(BAD)
+
+
+def test_a_fit_that_does_not_converge_falls_back_with_widened_intervals() -> None:
+    types = set(TACC.job_types[::4])
+    observations = table_observations(TACC, keep=lambda c: c.job_type in types)
+    cells = [Cell(t, 2, g) for t in TACC.job_types[1:4] for g in TACC.gpu_types()]
+    failed = BayesianThroughputLearner(max_iterations=1).fit(observations)
+    assert failed.fallback_reason is not None
+    assert failed.fallback_reason.startswith("hyperparameter fit did not converge in 1 iter")
+    # The prior's settings (the defaults the fit started from), conditioned, spread doubled.
+    plain = BayesianThroughputLearner(max_iterations=0).fit(observations)
+    assert plain.fallback_reason is None
+    np.testing.assert_array_equal(failed.log_variances, plain.log_variances)
+    mean_failed, var_failed, _ = failed.log_moments(cells)
+    mean_plain, var_plain, _ = plain.log_moments(cells)
+    np.testing.assert_allclose(mean_failed, mean_plain)
+    np.testing.assert_allclose(var_failed, 4.0 * var_plain)
+    converged = BayesianThroughputLearner().fit(observations)
+    assert converged.fallback_reason is None and converged.iterations > 1
+
+
+def test_gavels_reference_types_stay_fixed_and_never_include_an_unknown_type() -> None:
+    table = _small_paired_table(every=5)
+    learner = GavelMatrixCompletionLearner(num_reference_types=3, seed=0)
+    first = learner.fit(table_observations(table)).reference_types[1]
+    held = first[0]
+    without = learner.fit(_without(held, table)).reference_types[1]
+    assert held not in without and len(without) == 3
+    profiled = [CellObservation(Cell(held, 1, g), 1.0, TABLE_SECONDS) for g in ("k80", "v100")]
+    assert learner.fit([*_without(held, table), *profiled]).reference_types[1] == without
