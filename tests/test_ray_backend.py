@@ -392,3 +392,120 @@ def test_a_real_training_job_moves_on_ray_and_resumes_from_its_checkpoint(
     assert cluster.job_views() == []  # done: no longer active
     profile = cluster.agent("tiny", "v100").profile()
     assert set(profile.num_replicas.tolist()) == {1, 2}
+
+
+def _add_t4_node(cluster: Any, launcher: RayLauncher) -> Any:
+    extra = cluster.add_node(num_cpus=1, num_gpus=2, object_store_memory=SMALL_STORE,
+                             resources={"accelerator_type:T4": 1})
+    _wait_for(lambda: launcher.cluster_spec() is not None and extra.node_id in launcher.node_ids,
+              30, "the new node is listed")
+    return extra
+
+
+def _counts(spec: Any, **per_type: int) -> Any:
+    import numpy as np
+
+    counts = np.zeros(spec.num_nodes, np.int64)
+    for gpu_type, count in per_type.items():
+        counts[spec.gpu_types.index(gpu_type)] = count
+    return counts
+
+
+def _advance_until(real: Any, condition: Callable[[], bool], seconds: float, what: str) -> None:
+    """Advance the cluster until ``condition``; failing, say where each job stands (its record,
+    the end of its logs and reports)."""
+    def step() -> bool:
+        real.advance(0.1)
+        return condition()
+    try:
+        _wait_for(step, seconds, what)
+    except AssertionError as error:
+        story = []
+        for name, record in real.records.items():
+            story.append(f"{name}: {record.status} {record.reason!r} attempt {record.attempt}")
+            for path in sorted(real.job_dir(name).glob("logs/*")) + [
+                    real.job_dir(name) / "reports.jsonl"]:
+                if path.exists():
+                    story.append(f"{path.name}: {path.read_text()[-1500:]}")
+        raise AssertionError(f"{error}\n" + "\n".join(story)) from None
+
+
+def test_real_cluster_follows_a_removed_node_and_restarts_its_job_elsewhere(
+        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    """The shared backend reads the nodes every round: a job with a replica on a node that
+    leaves is stopped and waits for GPUs, no failure counted; the spec, the allocations and the
+    cluster state shrink to the nodes left, where the job starts again (its next attempt)."""
+    from bayes_sched.backends.job_spec import RealJobSpec
+    from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
+
+    extra = _add_t4_node(cluster, launcher)
+    real = RealCluster(launcher, tmp_path / "jobs", RealClusterConfig(poll_interval=0.05,
+                                                                      stop_grace=2.0))
+    assert real.spec.num_nodes == 4 and real.node_ids[-1] == extra.node_id
+    real.submit(RealJobSpec("moved", (sys.executable, str(script), "run"), 32, 256, 64, 1))
+    counts = _counts(real.spec, v100=1)
+    counts[-1] = 1  # one replica on the node about to leave
+    real.apply({"moved": counts})
+    job_dir = real.job_dir("moved")
+    _envs(job_dir, 2)
+    for path in job_dir.glob("env-*.json"):
+        path.unlink()
+    cluster.remove_node(extra, allow_graceful=False)
+    record = real.records["moved"]
+    _advance_until(real, lambda: record.status == "pending", 60, "the job waits for GPUs")
+    assert record.failures == 0 and "left the cluster" in record.reason
+    assert real.spec.num_nodes == 3 and extra.node_id not in real.node_ids
+    assert real.state.num_nodes == 3 and record.allocation == [0, 0, 0]
+    assert real.allocations() == {} and [v.allocation.tolist() for v in real.job_views()] == [
+        [0, 0, 0]]
+    real.apply({"moved": _counts(real.spec, v100=2)})
+    envs = _envs(job_dir, 2)
+    v100 = real.node_ids[real.spec.gpu_types.index("v100")]
+    assert {e["BAYES_SCHED_ATTEMPT"] for e in envs} == {"1"}
+    assert {e[ENV_RAY_NODE_ID] for e in envs} == {v100}
+    assert record.status == "running" and record.num_restarts == 1 and record.failures == 0
+    real.cancel("moved")
+    assert record.status == "cancelled" and _live_groups() == []
+
+
+@pytest.mark.slow  # three starts of a PyTorch job (each imports torch): 30-90 s on 2 cores
+def test_a_training_job_on_a_removed_node_resumes_from_its_checkpoint_elsewhere(
+        cluster: Any, launcher: RayLauncher, tmp_path: Path) -> None:
+    """A tiny PyTorch job (gloo, CPU) runs across the V100 node and a node that then leaves the
+    cluster: the scheduler stops it without counting a failure, places it on the nodes left, and
+    it resumes at or after its acknowledged checkpoint and finishes."""
+    from bayes_sched.backends.job_spec import RealJobSpec
+    from bayes_sched.backends.local import python_command
+    from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
+    from bayes_sched.client.protocol import read_reports
+
+    extra = _add_t4_node(cluster, launcher)
+    real = RealCluster(launcher, tmp_path / "jobs", RealClusterConfig(
+        exit_when_idle=True, poll_interval=0.05, checkpoint_timeout=60, stop_grace=10))
+    argv = python_command(str(ROOT / "examples" / "train_tiny.py"), [
+        "--examples", "2048", "--step-sleep", "0.02", "--report-interval", "0.3"])
+    real.submit(RealJobSpec("tiny", argv, 32, 256, 64, 2))
+    record = real.records["tiny"]
+    on_extra = _counts(real.spec)
+    on_extra[-1] = 1
+    real.apply({"tiny": on_extra})
+    _advance_until(real, lambda: record.progress > 0, 120, "the job trains on the new node")
+    across = _counts(real.spec, v100=1)
+    across[-1] = 1  # moved across two nodes: a checkpoint at the request
+    real.apply({"tiny": across})
+    _advance_until(real, lambda: record.reported_attempt == 1
+                   and record.progress > record.checkpoint_progress, 120,
+                   "the job trains across both nodes")
+    cluster.remove_node(extra, allow_graceful=False)
+    _advance_until(real, lambda: record.status == "pending", 60, "the job waits for GPUs")
+    assert record.failures == 0 and real.spec.num_nodes == 3
+    real.apply({"tiny": _counts(real.spec, v100=1)})
+    _advance_until(real, real.done, 180, "the job finishes on the nodes left")
+    assert record.status == "done" and record.failures == 0, record
+    reports = read_reports(real.job_dir("tiny"))[0]
+    starts = [r for r in reports if r["kind"] == "start"]
+    acked = [r for r in reports if r["kind"] == "checkpoint"]
+    assert [s["attempt"] for s in starts] == [0, 1, 2] and acked
+    assert starts[2]["restored"] and starts[2]["step"] >= acked[-1]["step"] > 0
+    assert reports[-1]["kind"] == "exit" and reports[-1]["epochs"] == 2.0
+    assert {r["num_replicas"] for r in reports if r["kind"] == "step"} == {1, 2}

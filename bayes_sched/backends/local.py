@@ -27,6 +27,8 @@ from bayes_sched.client.protocol import LOG_DIR, job_environment, log_tail
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
 
+#: The name of the local backend's one node (:attr:`LocalLauncher.node_ids`).
+LOCAL_NODE_ID = "local"
 #: Characters of a failed replica's log kept in its exit status.
 LOG_TAIL_CHARS = 2000
 #: GPU names as ``nvidia-smi`` prints them -> bayes-sched GPU types.
@@ -202,6 +204,11 @@ class LocalLauncher:
 
     def cluster_spec(self) -> ClusterSpec:
         return self._spec
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """This machine, the one node."""
+        return (LOCAL_NODE_ID,)
 
     def start(self, spec: LaunchSpec) -> LocalProcesses:
         if len(spec.gpus_per_node) != 1:

@@ -237,7 +237,8 @@ class RayJobProcesses:
                     f"bayes-sched: replica rank {failed.rank} lost: its Ray node "
                     f"{failed.node_id} left the cluster\n")
             status = ExitStatus(NODE_LOST_RETURNCODE if failed.lost else int(failed.returncode
-                                                                            or 0), tail)
+                                                                            or 0), tail,
+                                node_lost=failed.lost)
         self._release()
         self._status = status
         if self._on_end is not None:

@@ -18,6 +18,10 @@ simulator runs with each job: it fits the throughput model and tunes the batch),
   restarts it is marked failed with the end of its log. A job that reports nothing for
   ``report_timeout`` seconds (from its start, or since its last report) is stopped and marked
   failed. Nothing waits without a bound, so the scheduler never hangs on a job.
+* The cluster's nodes are read again every round (:meth:`RealCluster.refresh_nodes`), and
+  allocations follow their nodes by the launcher's node ids. A job whose node left the cluster
+  (a Ray node died, a machine was taken out) is stopped and waits for GPUs again, with no failure
+  counted: the policy places it on the nodes left, and it restarts from its checkpoint.
 
 The state of every job is plain data (:meth:`RealCluster.snapshot`), so a restarted scheduler
 rebuilds the cluster (:meth:`RealCluster.restore`) and reattaches to the processes still running.
@@ -86,6 +90,7 @@ class JobRecord:
     exit_message: str = ""
     handle: dict[str, Any] | None = None
     finished_at: float = 0.0
+    nodes: list[str] = field(default_factory=list)  # node ids ``allocation`` indexes (snapshots)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -123,6 +128,26 @@ class RealClusterConfig:
     exit_when_idle: bool = False
 
 
+def follow_nodes(counts: Sequence[int], old: Sequence[str], new: Sequence[str]
+                 ) -> tuple[list[int], list[str]]:
+    """GPUs per node ``counts`` over nodes ``old`` (ids) moved onto nodes ``new``: each count
+    goes to its node's new index (0 on nodes new to the list). Returns the counts, shape
+    ``(len(new),)``, and the ids of nodes in ``old`` with GPUs in ``counts`` that ``new`` lacks
+    (their GPUs are dropped). Counts of another length than ``old`` (none allocated yet) are
+    all zeros."""
+    moved = [0] * len(new)
+    gone: list[str] = []
+    if len(counts) != len(old):
+        return moved, gone
+    index = {node: i for i, node in enumerate(new)}
+    for node, count in zip(old, counts, strict=True):
+        if node in index:
+            moved[index[node]] = int(count)
+        elif count:
+            gone.append(node)
+    return moved, gone
+
+
 class RealCluster:
     """Jobs on a real cluster (:class:`~bayes_sched.cluster.Cluster`), through ``launcher``.
 
@@ -145,6 +170,7 @@ class RealCluster:
         self.epoch = time.time() if epoch is None else epoch
         self.on_change = on_change
         self.spec = launcher.cluster_spec()
+        self.node_ids: tuple[str, ...] = tuple(launcher.node_ids)
         self.records: dict[str, JobRecord] = {}
         self._processes: dict[str, JobProcesses] = {}
         self._agents: dict[str, dict[str, JobAgent]] = {}
@@ -215,6 +241,38 @@ class RealCluster:
             if remaining <= 0:
                 break
             time.sleep(min(self.config.poll_interval, remaining))
+        self.refresh_nodes()  # the round's decision sees the nodes there are now
+
+    def refresh_nodes(self) -> list[str]:
+        """Read the launcher's nodes again: allocations follow their nodes (by node id) into the
+        new spec; a job with GPUs on a node that left is stopped and made pending (its next start
+        restores its checkpoint; no failure is counted). Returns the names of those jobs.
+
+        Where the launcher cannot list nodes now (e.g. every GPU node is gone), the spec is kept
+        and a warning logged: starts then fail and back off until nodes return."""
+        try:
+            spec = self.launcher.cluster_spec()
+        except InputError as error:
+            LOG.warning("cannot read the cluster's nodes (%s); keeping the last ones", error)
+            return []
+        ids = tuple(self.launcher.node_ids)
+        if ids == self.node_ids and spec == self.spec:
+            return []
+        left = [n for n in self.node_ids if n not in ids]
+        if left:
+            LOG.warning("node(s) %s left the cluster", ", ".join(left))
+        moved = {name: follow_nodes(record.allocation, self.node_ids, ids)
+                 for name, record in self.records.items()}
+        self.spec, self.node_ids = spec, ids
+        lost = []
+        for name, (counts, gone) in moved.items():
+            record = self.records[name]
+            record.allocation = counts
+            if gone and record.status in ACTIVE_STATES:
+                self._node_lost(record, gone)
+                lost.append(name)
+        self._changed()
+        return lost
 
     def done(self) -> bool:
         return self.config.exit_when_idle and all(
@@ -263,7 +321,11 @@ class RealCluster:
                     del self._processes[record.spec.name]
                     record.handle = None
                     self._read_reports(record)
-                    self._ended(record, status.returncode, status.log_tail)
+                    if status.node_lost and record.exit_status != "done":
+                        self._node_lost(record, [])
+                        self.refresh_nodes()
+                    else:
+                        self._ended(record, status.returncode, status.log_tail)
                     changed = True
                     continue
                 silent_since = max(record.started_at, record.last_report_at)
@@ -289,6 +351,8 @@ class RealCluster:
         """Every job's record as plain JSON data (with the handles of running processes)."""
         for name, processes in self._processes.items():
             self.records[name].handle = processes.handle()
+        for record in self.records.values():
+            record.nodes = list(self.node_ids)
         return [record.to_dict() for record in self.records.values()]
 
     def restore(self, records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -301,6 +365,10 @@ class RealCluster:
             self.records[record.spec.name] = record
             for obs in record.observations:
                 self._observe(record, obs, record_it=False)
+            record.allocation, gone = follow_nodes(record.allocation, record.nodes or
+                                                   self.node_ids, self.node_ids)
+            if gone and record.status in ACTIVE_STATES:  # its node left while we were away
+                self._node_lost(record, gone)
             if record.status != "running":
                 continue
             processes = None
@@ -442,6 +510,17 @@ class RealCluster:
         record.reason = f"{detail}; restart {record.failures} of {self.config.max_restarts}"
         record.retry_at = self.now + self.config.backoff * 2 ** (record.failures - 1)
         LOG.warning("job %s %s, retrying at t=%.1fs", record.spec.name, detail, record.retry_at)
+
+    def _node_lost(self, record: JobRecord, nodes: Sequence[str]) -> None:
+        """The job's node left: stop what is left of it, and make it wait for GPUs (no failure
+        counted); its next start restores its checkpoint."""
+        self._stop(record, grace=min(self.config.stop_grace, 5.0))
+        which = f" ({', '.join(nodes)})" if nodes else ""
+        record.status = "backoff" if record.status == "backoff" else "pending"
+        record.reason = f"its node{which} left the cluster; waiting to restart from its checkpoint"
+        record.allocation = [0] * len(record.allocation)
+        record.allocation_history.append([self.now, []])
+        LOG.warning("job %s: %s", record.spec.name, record.reason)
 
     def _finish(self, record: JobRecord, status: str, reason: str) -> None:
         record.status = status
