@@ -260,32 +260,6 @@ def test_a_command_that_cannot_start_fails_with_127_and_its_reason(
     assert _live_groups() == []
 
 
-def test_a_removed_node_fails_its_jobs_processes_and_leaves_the_spec(
-        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
-    extra = cluster.add_node(num_cpus=1, num_gpus=2, object_store_memory=SMALL_STORE,
-                             resources={"accelerator_type:T4": 1})
-    _wait_for(lambda: launcher.cluster_spec().num_nodes == 4, 30, "the new node is listed")
-    spec = launcher.cluster_spec()
-    assert launcher.node_ids[-1] == extra.node_id and spec.gpu_types[-1] == "t4"
-    counts = [0] * spec.num_nodes
-    counts[-1], counts[spec.gpu_types.index("v100")] = 1, 1
-    job = launcher.start(LaunchSpec("lost", (sys.executable, str(script), "run"), tuple(counts),
-                                    str(tmp_path)))
-    envs = _envs(tmp_path, 2)
-    on_extra = next(e for e in envs if e[ENV_RAY_NODE_ID] == extra.node_id)
-    cluster.remove_node(extra, allow_graceful=False)
-    _wait_for(lambda: job.poll() is not None, 60, "the lost node's job is reported failed")
-    status = job.poll()
-    assert status is not None and status.returncode == NODE_LOST_RETURNCODE
-    assert f"Ray node {extra.node_id} left the cluster" in status.log_tail
-    assert launcher.cluster_spec().num_nodes == 3 and extra.node_id not in launcher.node_ids
-    others = [e for e in envs if e is not on_extra]
-    assert all((tmp_path / f"term-{e['RANK']}").exists() for e in others)
-    _wait_for(lambda: not any(_alive(e["pid"]) for e in envs), 15,
-              "no replica outlives its job (the lost node's dies with its actor)")
-    assert _live_groups() == []
-
-
 def test_an_address_that_does_not_answer_is_one_line_at_once(launcher: RayLauncher,
                                                              tmp_path: Path) -> None:
     with socket.socket() as closed:
@@ -395,6 +369,7 @@ def test_a_real_training_job_moves_on_ray_and_resumes_from_its_checkpoint(
 
 
 def _add_t4_node(cluster: Any, launcher: RayLauncher) -> Any:
+    launcher.cluster_spec()  # the nodes seen before: the new one comes after them
     extra = cluster.add_node(num_cpus=1, num_gpus=2, object_store_memory=SMALL_STORE,
                              resources={"accelerator_type:T4": 1})
     _wait_for(lambda: launcher.cluster_spec() is not None and extra.node_id in launcher.node_ids,
@@ -430,11 +405,13 @@ def _advance_until(real: Any, condition: Callable[[], bool], seconds: float, wha
         raise AssertionError(f"{error}\n" + "\n".join(story)) from None
 
 
-def test_real_cluster_follows_a_removed_node_and_restarts_its_job_elsewhere(
+def test_a_removed_node_fails_its_processes_and_the_job_restarts_elsewhere(
         cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
-    """The shared backend reads the nodes every round: a job with a replica on a node that
-    leaves is stopped and waits for GPUs, no failure counted; the spec, the allocations and the
-    cluster state shrink to the nodes left, where the job starts again (its next attempt)."""
+    """A node leaves: the launcher fails the processes of the job it held (its replica's actor
+    died; the others get SIGTERM; nothing is left running or reserved) and drops it from the
+    spec. The shared backend, reading the nodes every round, stops the job and makes it wait for
+    GPUs with no failure counted; the spec, the allocations and the cluster state shrink to the
+    nodes left, where the job starts again (its next attempt)."""
     from bayes_sched.backends.job_spec import RealJobSpec
     from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
 
@@ -442,19 +419,30 @@ def test_real_cluster_follows_a_removed_node_and_restarts_its_job_elsewhere(
     real = RealCluster(launcher, tmp_path / "jobs", RealClusterConfig(poll_interval=0.05,
                                                                       stop_grace=2.0))
     assert real.spec.num_nodes == 4 and real.node_ids[-1] == extra.node_id
+    assert real.spec.gpu_types[-1] == "t4"  # a new node comes last
     real.submit(RealJobSpec("moved", (sys.executable, str(script), "run"), 32, 256, 64, 1))
     counts = _counts(real.spec, v100=1)
     counts[-1] = 1  # one replica on the node about to leave
     real.apply({"moved": counts})
+    processes = real._processes["moved"]
     job_dir = real.job_dir("moved")
-    _envs(job_dir, 2)
+    envs = _envs(job_dir, 2)
     for path in job_dir.glob("env-*.json"):
         path.unlink()
     cluster.remove_node(extra, allow_graceful=False)
     record = real.records["moved"]
     _advance_until(real, lambda: record.status == "pending", 60, "the job waits for GPUs")
+    status = processes.poll()
+    assert status is not None and status.returncode == NODE_LOST_RETURNCODE and status.node_lost
+    assert f"Ray node {extra.node_id} left the cluster" in status.log_tail
+    on_extra = next(e for e in envs if e[ENV_RAY_NODE_ID] == extra.node_id)
+    assert all((job_dir / f"term-{e['RANK']}").exists() for e in envs if e is not on_extra)
+    _wait_for(lambda: not any(_alive(e["pid"]) for e in envs), 15,
+              "no replica outlives its job (the lost node's dies with its actor)")
+    assert _live_groups() == []
     assert record.failures == 0 and "left the cluster" in record.reason
-    assert real.spec.num_nodes == 3 and extra.node_id not in real.node_ids
+    assert launcher.cluster_spec().num_nodes == 3 and extra.node_id not in launcher.node_ids
+    assert real.spec.num_nodes == 3 and real.node_ids == launcher.node_ids
     assert real.state.num_nodes == 3 and record.allocation == [0, 0, 0]
     assert real.allocations() == {} and [v.allocation.tolist() for v in real.job_views()] == [
         [0, 0, 0]]

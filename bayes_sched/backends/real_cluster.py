@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,11 @@ from bayes_sched.client import protocol
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.jobs import JobSettings, JobView
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from bayes_sched.backends.counters_feed import CountersFeed
 
 LOG = logging.getLogger(__name__)
 
@@ -159,16 +164,22 @@ class RealCluster:
             a restarted scheduler passes the first one's, so times stay comparable.
         on_change: called after every start or stop of processes (the service persists its
             state there, so a scheduler killed right after cannot start a job twice).
+        counters: where the nodes' collectors write; read every round into
+            :attr:`ClusterState.counters` (``None``: no counters).
     """
 
     def __init__(self, launcher: Launcher, jobs_dir: str | Path,
                  config: RealClusterConfig = RealClusterConfig(), epoch: float | None = None,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None,
+                 counters: CountersFeed | None = None) -> None:
         self.launcher = launcher
         self.jobs_dir = Path(jobs_dir)
         self.config = config
         self.epoch = time.time() if epoch is None else epoch
         self.on_change = on_change
+        self.counters = counters
+        #: The counters read at the end of the last :meth:`advance` (``None``: none).
+        self.counter_window: xr.Dataset | None = None
         self.spec = launcher.cluster_spec()
         self.node_ids: tuple[str, ...] = tuple(launcher.node_ids)
         self.records: dict[str, JobRecord] = {}
@@ -184,7 +195,7 @@ class RealCluster:
 
     @property
     def state(self) -> ClusterState:
-        return ClusterState(spec=self.spec, now=self.now)
+        return ClusterState(spec=self.spec, now=self.now, counters=self.counter_window)
 
     def job_views(self) -> list[JobView]:
         now = self.now
@@ -242,6 +253,8 @@ class RealCluster:
                 break
             time.sleep(min(self.config.poll_interval, remaining))
         self.refresh_nodes()  # the round's decision sees the nodes there are now
+        if self.counters is not None:
+            self.counter_window = self.counters.read()
 
     def refresh_nodes(self) -> list[str]:
         """Read the launcher's nodes again: allocations follow their nodes (by node id) into the

@@ -72,6 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--batch-change-gain", type=finite_float(0.0, 10.0), default=0.05,
                        help="predicted goodput gain that justifies changing a running job's "
                             "batch (default: 0.05)")
+    serve.add_argument("--counters", default=None, metavar="DIR",
+                       help="the nodes' counters stores (bayes-sched collect --out), one store "
+                            "or a directory of them: their latest window is read every round "
+                            "into the cluster state the policy sees")
+    serve.add_argument("--counters-window", type=finite_float(1.0, DAY, unit="seconds"),
+                       default=300.0, help="seconds of counters read each round (default: 300)")
     serve.add_argument("--exit-when-idle", action="store_true",
                        help="stop once every job has ended")
     serve.add_argument("--max-rounds", type=positive_int, default=None)
@@ -108,14 +114,19 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")
     policy = make_policy(args.policy)
-    launcher = BACKENDS[args.backend](args)
     config = RealClusterConfig(checkpoint_timeout=args.checkpoint_timeout,
                                stop_grace=args.stop_grace, report_timeout=args.report_timeout,
                                max_restarts=args.max_restarts, backoff=args.backoff,
                                batch_change_gain=args.batch_change_gain,
                                exit_when_idle=args.exit_when_idle)
+    counters = None
+    if args.counters is not None:
+        from bayes_sched.backends.counters_feed import CountersFeed
+
+        counters = CountersFeed(args.counters, args.counters_window)
+    launcher = BACKENDS[args.backend](args)
     store = StateStore(args.state)
-    service = Service(store, launcher, policy, config)
+    service = Service(store, launcher, policy, config, counters)
     if service.reattached:
         logging.getLogger(__name__).info("reattached to %s", ", ".join(service.reattached))
     service.run(args.interval, args.max_rounds)
