@@ -25,9 +25,9 @@ from bayes_sched.backends.ray_launcher import (
     NODE_LOST_RETURNCODE,
     RayLauncher,
     ray_gpu_type,
-    replica_log_path,
 )
 from bayes_sched.backends.ray_session import probe_address
+from bayes_sched.client.protocol import replica_log_path
 from bayes_sched.errors import AllocationError, InputError
 from tests.cli_inprocess import run_cli
 

@@ -20,8 +20,8 @@ One start (:meth:`RayLauncher.start`):
 3. rank 0's actor picks a free port; every actor starts the command with the job directory's
    variables, ``torch.distributed``'s (``MASTER_ADDR`` = rank 0's node address) and
    ``CUDA_VISIBLE_DEVICES`` = the GPU ids Ray assigned it; stdout and stderr go to
-   :func:`replica_log_path`. The process dies with its actor (``PR_SET_PDEATHSIG``), so a lost
-   actor leaves no stray process.
+   :func:`~bayes_sched.client.protocol.replica_log_path`. The process dies with its actor
+   (``PR_SET_PDEATHSIG``), so a lost actor leaves no stray process.
 
 :meth:`RayJobProcesses.stop` sends SIGTERM (the client checkpoints), waits, SIGKILLs the process
 group, then kills the actors and removes the placement groups. A node that leaves the cluster:
@@ -35,18 +35,16 @@ relative to the others while it lives; a new node comes last.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.backends.launcher import ExitStatus, JobProcesses, Launcher, LaunchSpec, rank_layout
 from bayes_sched.backends.ray_replica import ReplicaProcess
 from bayes_sched.backends.ray_session import DEFAULT_CONNECT_TIMEOUT, connect_ray
-from bayes_sched.client.protocol import LOG_DIR, job_environment, log_tail
+from bayes_sched.client.protocol import job_environment, log_tail, replica_log_path
 from bayes_sched.cluster_spec import (
     DEFAULT_RESTART_DELAY,
     DEFAULT_ROUND_INTERVAL,
@@ -73,11 +71,6 @@ NODE_LOST_RETURNCODE = -int(signal.SIGKILL)
 
 #: Bytes of a failed replica's log kept in :attr:`ExitStatus.log_tail`.
 LOG_TAIL_BYTES = 4000
-
-
-def replica_log_path(job_dir: str | os.PathLike[str], attempt: int, rank: int) -> Path:
-    """Where replica ``rank`` of start ``attempt`` writes stdout and stderr."""
-    return Path(job_dir) / LOG_DIR / f"attempt-{attempt}.rank-{rank}.log"
 
 
 def ray_gpu_type(name: str, aliases: Mapping[str, str] | None = None) -> str | None:

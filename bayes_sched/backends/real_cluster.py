@@ -546,10 +546,8 @@ class RealCluster:
                         if reason else "")
 
     def _log_tail(self, record: JobRecord) -> str:
-        # The log written last: the newest start's (the Ray launcher writes one file per start,
-        # whose names do not sort by attempt; the local one appends every start to its file).
-        logs = list((self.job_dir(record.spec.name) / protocol.LOG_DIR).glob("*.log"))
-        return protocol.log_tail(max(logs, key=lambda p: p.stat().st_mtime)) if logs else ""
+        log = protocol.latest_log(self.job_dir(record.spec.name))
+        return protocol.log_tail(log) if log is not None else ""
 
     def _log_suffix(self, record: JobRecord) -> str:
         tail = self._log_tail(record)

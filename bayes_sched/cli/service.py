@@ -163,8 +163,9 @@ def _seconds(value: float | None) -> str:
 
 def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
                 ) -> list[dict[str, Any]]:
-    """One row per job: status, GPUs per node, batch, epochs, restarts, goodput and predicted
-    completion (``-`` where no model exists yet)."""
+    """One row per job: status, GPUs per node, batch, epochs, restarts, goodput, predicted
+    completion (``-`` where no model exists yet), and its log to read (``log``: the newest
+    start's, as :func:`~bayes_sched.client.protocol.latest_log` picks it, in ``job["log"]``)."""
     predictions = (last_round or {}).get("predictions", {})
     rows = []
     for job in jobs:
@@ -188,16 +189,21 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
             "epochs": f"{record.get('epochs', 0.0):.2f}/{spec['target_epochs']}",
             "restarts": record.get("num_restarts", 0), "failures": record.get("failures", 0),
             "goodput": prediction["goodput"] if prediction else "-",
-            "remaining": remaining, "reason": reason[0] if reason else ""})
+            "remaining": remaining, "reason": reason[0] if reason else "",
+            "log": job.get("log") or "-"})
     return rows
 
 
 def _status(args: argparse.Namespace) -> int:
     from bayes_sched.cli._common import print_json
+    from bayes_sched.client.protocol import latest_log
     from bayes_sched.service.state import StateStore
 
     store = StateStore(args.state, create=False)
     jobs = store.jobs()
+    for job in jobs:  # the log to read, relative to the state directory
+        log = latest_log(store.jobs_dir / job["name"])
+        job["log"] = None if log is None else str(log.relative_to(store.root))
     last = store.last_round()
     if args.json:
         print_json({"jobs": jobs, "last_round": last})
