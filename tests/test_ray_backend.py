@@ -284,6 +284,47 @@ def test_an_address_that_does_not_answer_is_one_line_at_once(launcher: RayLaunch
     assert "no Ray cluster answers" in served.stderr and "Traceback" not in served.stderr
 
 
+@pytest.mark.parametrize(("answer", "reason"), [
+    (None, "no answer within 1 s"),  # silent: what Ray's own client retries on for a minute
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it does not speak gRPC"),  # e.g. the dashboard
+])
+def test_a_port_that_accepts_tcp_but_is_not_ray_is_one_line_within_the_bound(
+        launcher: RayLauncher, tmp_path: Path, answer: bytes | None, reason: str) -> None:
+    """A real listening socket on loopback that accepts connections, then says nothing or
+    answers as another service would: serve names the flag and what it expected within its
+    --ray-timeout, exit 2, no traceback."""
+    import threading
+
+    held: list[socket.socket] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+
+        def accept() -> None:
+            while True:
+                try:
+                    connection = server.accept()[0]
+                except OSError:  # closed at the end of the test
+                    return
+                held.append(connection)
+                if answer is not None:
+                    connection.sendall(answer)
+        threading.Thread(target=accept, daemon=True).start()
+        began = time.monotonic()
+        served = run_cli("serve", "--backend", "ray", "--ray-address", f"127.0.0.1:{port}",
+                         "--ray-timeout", "1", "--state", str(tmp_path / "state"))
+        elapsed = time.monotonic() - began
+        assert served.returncode == 2 and served.stderr.count("\n") == 1, served.stderr
+        assert f"--ray-address 127.0.0.1:{port}: accepts connections but is not a Ray cluster " \
+               f"({reason})" in served.stderr and "ray start --head" in served.stderr
+        assert "Traceback" not in served.stderr and held  # it did connect
+        assert elapsed < 10, elapsed
+        assert ray.is_initialized()  # the module's connection is untouched
+    for connection in held:
+        connection.close()
+
+
 def _compare_on_ray_equals_local(cluster: Any, tmp_path: Path, seeds: int,
                                  *policies: str) -> None:
     workload = tmp_path / "tiny.csv"

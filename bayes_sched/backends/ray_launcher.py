@@ -255,6 +255,7 @@ class RayLauncher:
         poll_timeout_seconds: bound on one poll's round trip to a job's actors (a replica that
             does not answer in time counts as running until a later poll).
         restart_delay, round_interval: passed into :meth:`cluster_spec` (seconds).
+        where: how the operator named ``address`` (a command-line flag), for error messages.
 
     Raises:
         InputError: Ray not installed, or no cluster answers at ``address``.
@@ -266,7 +267,8 @@ class RayLauncher:
                  placement_timeout_seconds: float = 30.0, actor_timeout_seconds: float = 60.0,
                  failure_grace_seconds: float = 10.0, poll_timeout_seconds: float = 2.0,
                  restart_delay: float = DEFAULT_RESTART_DELAY,
-                 round_interval: float = DEFAULT_ROUND_INTERVAL) -> None:
+                 round_interval: float = DEFAULT_ROUND_INTERVAL,
+                 where: str = "Ray address") -> None:
         gpu_type(default_gpu_type, "default_gpu_type")
         self.default_gpu_type = default_gpu_type
         self.gpu_type_names = dict(gpu_type_names or {})
@@ -276,7 +278,7 @@ class RayLauncher:
         self.poll_timeout_seconds = poll_timeout_seconds
         self.restart_delay = restart_delay
         self.round_interval = round_interval
-        self._session = connect_ray(address, connect_timeout_seconds, where="Ray address")
+        self._session = connect_ray(address, connect_timeout_seconds, where=where)
         self._order: list[str] = []           # every node id seen, in first-seen order
         self._node_ids: tuple[str, ...] = ()  # the nodes of the last cluster_spec()
         self._addresses: dict[str, str] = {}

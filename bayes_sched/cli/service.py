@@ -30,7 +30,8 @@ def _ray_launcher(args: argparse.Namespace) -> Any:
     from bayes_sched.backends.ray_launcher import RayLauncher
 
     return RayLauncher(args.ray_address, restart_delay=args.restart_delay,
-                       round_interval=args.interval)
+                       round_interval=args.interval, connect_timeout_seconds=args.ray_timeout,
+                       where="--ray-address")
 
 
 #: Backend name -> factory of its launcher from the parsed options.
@@ -46,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--ray-address", default="auto", metavar="ADDRESS",
                        help="the Ray cluster for --backend ray (default: auto, the cluster "
                             "started on this machine)")
+    serve.add_argument("--ray-timeout", type=finite_float(0.1, 600.0, unit="seconds"),
+                       default=4.0, help="seconds --ray-address gets to accept a connection "
+                       "and then to answer as a Ray cluster (default: 4)")
     serve.add_argument("--gpus", type=int_in_range(1, 4096), default=None,
                        help="GPUs to schedule (local: default the machine's; more than it has "
                             "are logical GPUs on the CPU)")
