@@ -133,7 +133,7 @@ def _ask_cluster_id(target: str, timeout_seconds: float) -> str | None:
     """``None`` where Ray's GCS client at ``target`` learns the cluster's id within
     ``timeout_seconds``, else why not. The client blocks in C++ for most of a minute on a server
     that is not a GCS: it asks from a daemon thread, left behind to time out on its own."""
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # Cython, not in its stub
 
     outcome: dict[str, Any] = {}
 
