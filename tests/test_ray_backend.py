@@ -234,6 +234,26 @@ def test_over_asking_raises_allocation_error_and_reserves_nothing(
     assert _live_groups() == [] and not list(tmp_path.glob("env-*"))
 
 
+def test_start_many_starts_jobs_together_and_one_failure_leaves_the_others(
+        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    """A round's starts in one call: every job's groups and actors asked for together; a job
+    whose GPUs are not free gets its AllocationError and holds nothing, the others run."""
+    launcher = RayLauncher(cluster.address, placement_timeout_seconds=1.0)  # same connection
+    specs = [_spec(launcher, script, tmp_path / "a", {"v100": 1, "a100": 1}, name="a"),
+             _spec(launcher, script, tmp_path / "b", {"v100": 1}, name="b"),
+             _spec(launcher, script, tmp_path / "c", {"a100": 2}, name="c")]  # 1 a100 left
+    began = time.monotonic()
+    a, b, c = launcher.start_many(specs)
+    assert isinstance(c, AllocationError) and "job c" in str(c)
+    assert not isinstance(a, Exception) and not isinstance(b, Exception)
+    assert [e["BAYES_SCHED_JOB"] for e in _envs(tmp_path / "a", 2)] == ["a", "a"]
+    assert _envs(tmp_path / "b", 1)[0]["BAYES_SCHED_GPU_TYPE"] == "v100"
+    assert time.monotonic() - began < 30
+    assert len(_live_groups()) == 3  # a: two nodes, b: one; none of c's
+    assert a.stop(grace_seconds=5.0).returncode == 0 and b.stop(grace_seconds=5.0).returncode == 0
+    assert _live_groups() == [] and not (tmp_path / "c").exists()
+
+
 def test_a_failed_replica_stops_the_others_and_reports_its_log_tail(
         launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
     job = launcher.start(_spec(launcher, script, tmp_path, {"v100": 1, "a100": 1}, mode="fail"))

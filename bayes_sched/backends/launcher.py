@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.errors import AllocationError, InputError
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,13 @@ class Launcher(Protocol):
         """Start one process per GPU of ``spec.gpus_per_node``; raises
         :class:`~bayes_sched.errors.AllocationError` (starting nothing) where the GPUs are not
         free."""
+        ...
+
+    def start_many(self, specs: Sequence[LaunchSpec]
+                   ) -> Sequence[JobProcesses | AllocationError | InputError]:
+        """Start several jobs (a round's starts): per spec its processes, or the error
+        :meth:`start` would have raised for it (the others start all the same). A launcher whose
+        starts wait on remote workers starts them together (Ray)."""
         ...
 
     def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> JobProcesses | None:

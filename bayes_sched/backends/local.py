@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -253,6 +253,17 @@ class LocalLauncher:
         processes = LocalProcesses(pgid, replicas, gpus, self._release)
         self._started.append(processes)
         return processes
+
+    def start_many(self, specs: Sequence[LaunchSpec]
+                   ) -> list[LocalProcesses | AllocationError | InputError]:
+        """:meth:`start` for each (a local start waits on nothing remote)."""
+        started: list[LocalProcesses | AllocationError | InputError] = []
+        for spec in specs:
+            try:
+                started.append(self.start(spec))
+            except (AllocationError, InputError) as error:
+                started.append(error)
+        return started
 
     def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> LocalProcesses | None:
         replicas = [_Replica(int(r["rank"]), int(r["pid"]), r["start_ticks"], Path(r["log"]),

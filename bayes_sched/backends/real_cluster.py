@@ -232,6 +232,7 @@ class RealCluster:
             self._stop(record)
             if record.exit_status == "done":  # it finished before the stop reached it
                 self._finish(record, "done", "")
+        starting = []
         for record in moving:
             if record.status in FINAL_STATES:
                 continue  # ended while we waited
@@ -241,7 +242,8 @@ class RealCluster:
             if not counts.any():
                 record.status = "pending"
             elif record.status != "backoff":
-                self._start(record)
+                starting.append(record)
+        self._start_many(starting)  # together: on Ray, their workers start in parallel
         self._changed()
 
     def advance(self, seconds: float) -> None:
@@ -568,25 +570,34 @@ class RealCluster:
             checkpoint_request=record.checkpoint_request, version=record.control_version))
 
     def _start(self, record: JobRecord) -> None:
-        counts = record.allocation
-        placement = placement_of(np.array(counts))
-        agent = self.agent(record.spec.name, self._gpu_type(counts))
-        local, accum = agent.choose_batch(placement)
-        if record.gradient is None and accum == 0 and sum(placement) == 1 and local >= 2:
-            # One replica without accumulation measures no gradient noise (it needs two
-            # gradients of a step): the same batch as two micro-batches does.
-            local, accum = math.ceil(local / 2), 1
-        record.local_bsz, record.accum_steps = local, accum
-        self._write_control(record)
-        launch = self._launch_spec(record, record.attempt)
-        try:
-            processes = self.launcher.start(launch)
-        except InputError as error:  # e.g. the interpreter cannot be run: no retry helps
-            self._finish(record, "failed", f"cannot start: {error}")
+        self._start_many([record])
+
+    def _start_many(self, records: Sequence[JobRecord]) -> None:
+        """Start jobs at their allocations, in one call of the launcher."""
+        if not records:
             return
-        except AllocationError as error:  # the GPUs are not free (yet): a failed start
-            self._ended(record, None, f"cannot start: {error}")
-            return
+        launches = []
+        for record in records:
+            counts = record.allocation
+            placement = placement_of(np.array(counts))
+            agent = self.agent(record.spec.name, self._gpu_type(counts))
+            local, accum = agent.choose_batch(placement)
+            if record.gradient is None and accum == 0 and sum(placement) == 1 and local >= 2:
+                # One replica without accumulation measures no gradient noise (it needs two
+                # gradients of a step): the same batch as two micro-batches does.
+                local, accum = math.ceil(local / 2), 1
+            record.local_bsz, record.accum_steps = local, accum
+            self._write_control(record)
+            launches.append(self._launch_spec(record, record.attempt))
+        for record, outcome in zip(records, self.launcher.start_many(launches), strict=True):
+            if isinstance(outcome, AllocationError):  # the GPUs are not free (yet): a failure
+                self._ended(record, None, f"cannot start: {outcome}")
+            elif isinstance(outcome, InputError):  # e.g. no interpreter there: no retry helps
+                self._finish(record, "failed", f"cannot start: {outcome}")
+            else:
+                self._running(record, outcome)
+
+    def _running(self, record: JobRecord, processes: JobProcesses) -> None:
         self._processes[record.spec.name] = processes
         record.handle = processes.handle()
         if record.attempt > 0:
