@@ -6,7 +6,8 @@ of replicas and the checkpoints are the scheduler's business (:mod:`bayes_sched.
 
 ``--plain`` trains the same model on the same micro-batches with a plain PyTorch loop and no
 client (the per-GPU batch and accumulation from ``--local-bsz``/``--accum-steps``), and
-``--timing`` prints the seconds the training loop took as one JSON line: what
+``--timing`` prints the seconds the training loop took (wall-clock, and this process's CPU time,
+which a loaded machine's waiting does not inflate) as one JSON line: what
 ``experiments/bench_client.py --script-pairs N`` compares.
 """
 
@@ -65,23 +66,34 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     train = train_plain if args.plain else train_elastic
-    steps, seconds = train(model, optimizer, loss_fn, dataset, args)
+    steps, (seconds, cpu_seconds) = train(model, optimizer, loss_fn, dataset, args)
     if args.timing:
         print(json.dumps({"mode": "plain" if args.plain else "client", "steps": steps,
-                          "train_seconds": seconds}), flush=True)
+                          "train_seconds": seconds, "cpu_seconds": cpu_seconds}), flush=True)
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(began: tuple[float, float]) -> tuple[float, float]:
+    """Wall-clock and CPU seconds since ``began`` (:func:`_clocks`)."""
+    wall, cpu = _clocks()
+    return wall - began[0], cpu - began[1]
 
 
 def train_plain(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
-                dataset: TensorDataset, args: argparse.Namespace) -> tuple[int, float]:
+                dataset: TensorDataset, args: argparse.Namespace
+                ) -> tuple[int, tuple[float, float]]:
     """The same training without the client: shuffled micro-batches (seeded), gradients
     accumulated over ``accum_steps + 1`` of them per optimiser step; returns the steps taken
-    and the seconds the loop took."""
+    and the wall-clock and CPU seconds the loop took."""
     micro = args.accum_steps + 1
     steps = int(args.target_epochs * len(dataset)) // (args.local_bsz * micro)
     generator = torch.Generator().manual_seed(args.seed)
     order = torch.randperm(len(dataset), generator=generator)
     position = 0
-    began = time.perf_counter()
+    began = _clocks()
     for _ in range(steps):
         for _ in range(micro):
             if position + args.local_bsz > len(dataset):
@@ -93,24 +105,25 @@ def train_plain(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.
             (loss_fn(model(inputs), labels) / micro).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return steps, time.perf_counter() - began
+    return steps, _since(began)
 
 
 def train_elastic(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
-                  dataset: TensorDataset, args: argparse.Namespace) -> tuple[int, float]:
-    """Training under the client; returns the optimiser steps taken and the seconds its loop
-    took (from the first micro-batch to the last step: what the client adds per iteration, not
-    its one-off start and finish)."""
+                  dataset: TensorDataset, args: argparse.Namespace
+                  ) -> tuple[int, tuple[float, float]]:
+    """Training under the client; returns the optimiser steps taken and the wall-clock and CPU
+    seconds its loop took (from the first micro-batch to the last step: what the client adds
+    per iteration, not its one-off start and finish)."""
     job = ElasticJob(model, optimizer, dataset, init_batch_size=args.init_batch,
                      target_epochs=args.target_epochs, seed=args.seed,
                      report_interval=args.report_interval)
     with job:
-        began = time.perf_counter()
+        began = _clocks()
         for inputs, labels in job.micro_batches():
             if args.step_sleep:
                 time.sleep(args.step_sleep)
             job.step(loss_fn(job.model(inputs), labels))
-        seconds = time.perf_counter() - began
+        seconds = _since(began)
     return job.steps, seconds
 
 

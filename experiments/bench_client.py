@@ -7,8 +7,10 @@
 1b. Overhead of the example script: ``examples/train_tiny.py`` with the client (reporting into a
    job directory whose control asks for the same micro-batch and accumulation) and with
    ``--plain`` (the same model and micro-batches, a plain loop), run as separate processes in
-   alternating pairs (ABBA); per pair the ratio of the loops' seconds, and the median ratio with
-   a 90 % bootstrap interval over pairs (seeded); the load average before and after.
+   alternating pairs (ABBA); per pair the ratio of the loops' seconds, wall-clock and CPU time
+   (the process's own: what a loaded machine's waiting for a core does not inflate), and the
+   median ratio with a 90 % bootstrap interval over pairs (seeded); the load average before and
+   after.
 2. Reallocation latency with the local launcher: a running job moved from 1 to 2 logical GPUs
    (and back) by :class:`~bayes_sched.backends.real_cluster.RealCluster`, broken into its parts:
    checkpoint (request -> acknowledgement), stop (-> processes gone), launch (-> the restarted
@@ -132,6 +134,7 @@ def script_overhead(pairs: int, name: str, size: tuple[str, ...], local_bsz: int
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     load_before = os.getloadavg()[0]
     seconds: dict[str, list[float]] = {"plain": [], "client": []}
+    cpu: dict[str, list[float]] = {"plain": [], "client": []}
     steps = 0
     with tempfile.TemporaryDirectory() as job_dir:
         for pair in range(pairs):
@@ -145,17 +148,25 @@ def script_overhead(pairs: int, name: str, size: tuple[str, ...], local_bsz: int
                                       env=run_env, capture_output=True, text=True, check=True)
                 timing = json.loads(done.stdout.strip().splitlines()[-1])
                 seconds[mode].append(timing["train_seconds"])
+                cpu[mode].append(timing["cpu_seconds"])
                 steps = timing["steps"]
-    ratios = np.array(seconds["client"]) / np.array(seconds["plain"])
     rng = np.random.default_rng(seed)
-    medians = np.median(rng.choice(ratios, (2000, ratios.size)), axis=1)
-    low, high = np.quantile(medians, [0.05, 0.95])
+
+    def ratio(times: dict[str, list[float]]) -> tuple[float, float, float]:
+        """Median client/plain ratio over pairs, and its 90 % bootstrap interval."""
+        ratios = np.array(times["client"]) / np.array(times["plain"])
+        medians = np.median(rng.choice(ratios, (2000, ratios.size)), axis=1)
+        low, high = np.quantile(medians, [0.05, 0.95])
+        return float(np.median(ratios)), float(low), float(high)
+
+    wall, wall_low, wall_high = ratio(seconds)
+    cpu_ratio, cpu_low, cpu_high = ratio(cpu)
     return {"script": name, "steps": steps, "pairs": pairs,
             "plain_ms_per_step": 1e3 * statistics.median(seconds["plain"]) / steps,
             "client_ms_per_step": 1e3 * statistics.median(seconds["client"]) / steps,
-            "ratio_median": float(np.median(ratios)), "ratio_90_low": float(low),
-            "ratio_90_high": float(high), "load_before": load_before,
-            "load_after": os.getloadavg()[0]}
+            "wall_ratio": wall, "wall_90": f"[{wall_low:.3f}, {wall_high:.3f}]",
+            "cpu_ratio": cpu_ratio, "cpu_90": f"[{cpu_low:.3f}, {cpu_high:.3f}]",
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
 def reallocation_latency(moves: int, seed: int = 0) -> list[dict[str, Any]]:
