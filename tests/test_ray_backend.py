@@ -235,21 +235,21 @@ def test_over_asking_raises_allocation_error_and_reserves_nothing(
 
 
 def test_start_many_starts_jobs_together_and_one_failure_leaves_the_others(
-        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+        launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
     """A round's starts in one call: every job's groups and actors asked for together; a job
-    whose GPUs are not free gets its AllocationError and holds nothing, the others run."""
-    launcher = RayLauncher(cluster.address, placement_timeout_seconds=1.0)  # same connection
+    that cannot start gets its AllocationError and holds nothing, the others run. (GPUs not
+    free within the bound: test_over_asking_..., through start, which is start_many of one.)"""
     specs = [_spec(launcher, script, tmp_path / "a", {"v100": 1, "a100": 1}, name="a"),
              _spec(launcher, script, tmp_path / "b", {"v100": 1}, name="b"),
-             _spec(launcher, script, tmp_path / "c", {"a100": 2}, name="c")]  # 1 a100 left
+             LaunchSpec("c", (sys.executable, str(script), "run"), (1,), str(tmp_path / "c"))]
     began = time.monotonic()
     a, b, c = launcher.start_many(specs)
-    assert isinstance(c, AllocationError) and "job c" in str(c)
+    assert isinstance(c, AllocationError) and "job c" in str(c) and "one per node" in str(c)
     assert not isinstance(a, Exception) and not isinstance(b, Exception)
     assert [e["BAYES_SCHED_JOB"] for e in _envs(tmp_path / "a", 2)] == ["a", "a"]
     assert _envs(tmp_path / "b", 1)[0]["BAYES_SCHED_GPU_TYPE"] == "v100"
     assert time.monotonic() - began < 30
-    assert len(_live_groups()) == 3  # a: two nodes, b: one; none of c's
+    assert len(_live_groups()) == 3  # a: two nodes, b: one
     assert a.stop(grace_seconds=5.0).returncode == 0 and b.stop(grace_seconds=5.0).returncode == 0
     assert _live_groups() == [] and not (tmp_path / "c").exists()
 
@@ -532,7 +532,7 @@ def test_a_training_job_on_a_removed_node_resumes_from_its_checkpoint_elsewhere(
     real = RealCluster(launcher, tmp_path / "jobs", RealClusterConfig(
         exit_when_idle=True, poll_interval=0.05, checkpoint_timeout=60, stop_grace=10))
     argv = python_command(str(ROOT / "examples" / "train_tiny.py"), [
-        "--examples", "2048", "--step-sleep", "0.02", "--report-interval", "0.3"])
+        "--examples", "4096", "--step-sleep", "0.02", "--report-interval", "0.3"])
     real.submit(RealJobSpec("tiny", argv, 32, 256, 64, 2))
     record = real.records["tiny"]
     on_extra = _counts(real.spec)
@@ -542,9 +542,9 @@ def test_a_training_job_on_a_removed_node_resumes_from_its_checkpoint_elsewhere(
     across = _counts(real.spec, v100=1)
     across[-1] = 1  # moved across two nodes: a checkpoint at the request
     real.apply({"tiny": across})
-    _advance_until(real, lambda: record.reported_attempt == 1
-                   and record.progress > record.checkpoint_progress, 120,
-                   "the job trains across both nodes")
+    _advance_until(real, lambda: record.reported_attempt == 1 and any(
+        o["num_replicas"] == 2 for o in record.observations), 120,
+        "the job trains across both nodes (its step times reported)")
     cluster.remove_node(extra, allow_graceful=False)
     _advance_until(real, lambda: record.status == "pending", 60, "the job waits for GPUs")
     assert record.failures == 0 and real.spec.num_nodes == 3
