@@ -4,20 +4,29 @@
    :class:`~bayes_sched.client.elastic.ElasticJob` (reporting into a job directory, reading its
    control file, measuring step times and gradient noise), in alternating blocks of steps in one
    process, so both see the same machine load; the ratio of median seconds per iteration.
+1b. Overhead of the example script: ``examples/train_tiny.py`` with the client (reporting into a
+   job directory whose control asks for the same micro-batch and accumulation) and with
+   ``--plain`` (the same model and micro-batches, a plain loop), run as separate processes in
+   alternating pairs (ABBA); per pair the ratio of the loops' seconds, wall-clock and CPU time
+   (the process's own: what a loaded machine's waiting for a core does not inflate), and the
+   median ratio with a 90 % bootstrap interval over pairs (seeded); the load average before and
+   after.
 2. Reallocation latency with the local launcher: a running job moved from 1 to 2 logical GPUs
    (and back) by :class:`~bayes_sched.backends.real_cluster.RealCluster`, broken into its parts:
    checkpoint (request -> acknowledgement), stop (-> processes gone), launch (-> the restarted
    client's ``start`` report: interpreter, torch import, process group, restore) and first step
    (-> its first step done).
 
-    python experiments/bench_client.py [--blocks 12] [--steps 40] [--moves 2]
+    python experiments/bench_client.py [--blocks 12] [--steps 40] [--moves 2] [--script-pairs 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -106,6 +115,60 @@ def overhead(hidden: int, local_bsz: int, accum_steps: int, blocks: int, steps: 
             "reports": len(reports)}
 
 
+#: Sizes of the example script timed by :func:`script_overhead`: its defaults, and a wider MLP
+#: whose step takes milliseconds on one CPU core, as a real job's does (name, arguments).
+SCRIPT_SIZES = (
+    ("train_tiny defaults (MLP 32-64-4)", ("--examples", "32768")),
+    ("wide (MLP 512-2048-10)", ("--examples", "4096", "--features", "512", "--hidden", "2048",
+                                "--classes", "10")),
+)
+
+
+def script_overhead(pairs: int, name: str, size: tuple[str, ...], local_bsz: int = 16,
+                    accum_steps: int = 1, seed: int = 0) -> dict[str, Any]:
+    """Ratio of ``train_tiny.py``'s loop seconds with the client to ``--plain``, over ``pairs``
+    pairs of runs in ABBA order; median and a 90 % bootstrap interval over pairs."""
+    script = str(ROOT / "examples" / "train_tiny.py")
+    common = [sys.executable, script, "--timing", "--target-epochs", "1", "--seed", str(seed),
+              "--local-bsz", str(local_bsz), "--accum-steps", str(accum_steps), *size]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    load_before = os.getloadavg()[0]
+    seconds: dict[str, list[float]] = {"plain": [], "client": []}
+    cpu: dict[str, list[float]] = {"plain": [], "client": []}
+    steps = 0
+    with tempfile.TemporaryDirectory() as job_dir:
+        for pair in range(pairs):
+            for mode in (("plain", "client") if pair % 2 == 0 else ("client", "plain")):
+                run_env = dict(env)
+                if mode == "client":  # under a scheduler: a job directory, its control
+                    run_dir = Path(job_dir) / f"run-{pair}"
+                    protocol.write_control(run_dir, protocol.Control(local_bsz, accum_steps))
+                    run_env[protocol.ENV_JOB_DIR] = str(run_dir)
+                done = subprocess.run([*common, *(["--plain"] if mode == "plain" else [])],
+                                      env=run_env, capture_output=True, text=True, check=True)
+                timing = json.loads(done.stdout.strip().splitlines()[-1])
+                seconds[mode].append(timing["train_seconds"])
+                cpu[mode].append(timing["cpu_seconds"])
+                steps = timing["steps"]
+    rng = np.random.default_rng(seed)
+
+    def ratio(times: dict[str, list[float]]) -> tuple[float, float, float]:
+        """Median client/plain ratio over pairs, and its 90 % bootstrap interval."""
+        ratios = np.array(times["client"]) / np.array(times["plain"])
+        medians = np.median(rng.choice(ratios, (2000, ratios.size)), axis=1)
+        low, high = np.quantile(medians, [0.05, 0.95])
+        return float(np.median(ratios)), float(low), float(high)
+
+    wall, wall_low, wall_high = ratio(seconds)
+    cpu_ratio, cpu_low, cpu_high = ratio(cpu)
+    return {"script": name, "steps": steps, "pairs": pairs,
+            "plain_ms_per_step": 1e3 * statistics.median(seconds["plain"]) / steps,
+            "client_ms_per_step": 1e3 * statistics.median(seconds["client"]) / steps,
+            "wall_ratio": wall, "wall_90": f"[{wall_low:.3f}, {wall_high:.3f}]",
+            "cpu_ratio": cpu_ratio, "cpu_90": f"[{cpu_low:.3f}, {cpu_high:.3f}]",
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
 def reallocation_latency(moves: int, seed: int = 0) -> list[dict[str, Any]]:
     """Parts of the reallocation latency of a tiny job moved between 1 and 2 logical GPUs."""
     events: list[tuple[float, str, int]] = []
@@ -185,6 +248,8 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=12)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--skip-overhead", action="store_true", help="time reallocations only")
+    parser.add_argument("--script-pairs", type=int, default=0,
+                        help="pairs of example-script runs timed, client vs plain (0: skip)")
     parser.add_argument("--moves", type=int, default=2,
                         help="reallocations timed (0: skip the latency part)")
     args = parser.parse_args()
@@ -194,6 +259,10 @@ def main() -> None:
                 for hidden, bsz, accum in ((256, 32, 0), (256, 32, 1), (1024, 64, 1))]
         _print(rows, "Client overhead per optimiser step (one process, alternating blocks; "
                      "target ratio <= 1.02)")
+    if args.script_pairs:
+        _print([script_overhead(args.script_pairs, name, size) for name, size in SCRIPT_SIZES],
+               "Client overhead of examples/train_tiny.py (separate processes, ABBA pairs; "
+               "target ratio <= 1.02)")
     if args.moves:
         _print(reallocation_latency(args.moves), "Reallocation latency, local launcher "
                                                  "(seconds; request -> stepping again)")

@@ -7,7 +7,9 @@
    ``--nodes`` x ``--gpus-per-node`` cluster: the jobs that fit (first come, sizes 1, 2 or 4
    GPUs drawn with a seed) run; each round reads the cluster spec and polls every running job,
    then restarts ``--restarts`` of them on other GPUs (stop with a SIGTERM grace, start anew).
-   Target: <= 1 s per round beyond the policy's decision.
+   Target: <= 1 s per round beyond the policy's decision. A round's starts (and the first fill)
+   go in one :meth:`RayLauncher.start_many` call, as the scheduler makes them; ``--one-by-one``
+   starts them one :meth:`RayLauncher.start` at a time instead, for comparison.
 
 The replicas are tiny Python processes that write one file and sleep (the training client is
 not part of this measurement).
@@ -100,12 +102,21 @@ def latency_rows(launcher: RayLauncher, script: Path, work: Path, gpus_per_node:
 
 
 def round_rows(launcher: RayLauncher, script: Path, work: Path, jobs: int, rounds: int,
-               restarts: int, seed: int) -> tuple[list[dict[str, object]], dict[str, object]]:
+               restarts: int, seed: int, one_by_one: bool = False
+               ) -> tuple[list[dict[str, object]], dict[str, object]]:
+    def start(specs: list[LaunchSpec]) -> list[RayJobProcesses]:
+        started = ([launcher.start(one) for one in specs] if one_by_one
+                   else launcher.start_many(specs))
+        failed = [s for s in started if isinstance(s, Exception)]
+        assert not failed, failed
+        return [s for s in started if not isinstance(s, Exception)]
+
     spec = launcher.cluster_spec()
     free = list(spec.capacity())
     rng = np.random.default_rng(seed)
     sizes = rng.choice([1, 2, 4], size=jobs)
     running: dict[str, tuple[RayJobProcesses, list[int]]] = {}
+    placed: dict[str, list[int]] = {}
     began = time.perf_counter()
     for index, size in enumerate(sizes):  # first come, first placed on one node
         node = next((i for i, f in enumerate(free) if f >= size), None)
@@ -114,8 +125,11 @@ def round_rows(launcher: RayLauncher, script: Path, work: Path, jobs: int, round
         free[node] -= int(size)
         counts = [0] * spec.num_nodes
         counts[node] = int(size)
-        name = f"job-{index}"
-        running[name] = (launcher.start(_spec(name, script, counts, work / name)), counts)
+        placed[f"job-{index}"] = counts
+    for (name, counts), job in zip(placed.items(), start(
+            [_spec(name, script, counts, work / name) for name, counts in placed.items()]),
+            strict=True):
+        running[name] = (job, counts)
     fill_seconds = time.perf_counter() - began
     rows = []
     attempt = 0
@@ -128,6 +142,7 @@ def round_rows(launcher: RayLauncher, script: Path, work: Path, jobs: int, round
         attempt += 1
         began = time.perf_counter()
         moved = list(running)[round_index * restarts:(round_index + 1) * restarts]
+        targets = {}
         for name in moved:  # same size, next node with room (the freed GPUs count)
             job, counts = running[name]
             job.stop(10.0)
@@ -136,9 +151,12 @@ def round_rows(launcher: RayLauncher, script: Path, work: Path, jobs: int, round
             order = [(node + k) % spec.num_nodes for k in range(1, spec.num_nodes + 1)]
             target = next(i for i in order if free[i] >= counts[node])
             free[target] -= counts[node]
-            new = [0] * spec.num_nodes
-            new[target] = counts[node]
-            running[name] = (launcher.start(_spec(name, script, new, work / name, attempt)), new)
+            targets[name] = [0] * spec.num_nodes
+            targets[name][target] = counts[node]
+        for (name, new), job in zip(targets.items(), start(
+                [_spec(name, script, new, work / name, attempt) for name, new in targets.items()]),
+                strict=True):
+            running[name] = (job, new)
         restart = time.perf_counter() - began
         rows.append({"round": round_index, "running_jobs": len(running),
                      "replicas": sum(sum(c) for _, c in running.values()),
@@ -164,6 +182,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="starts per latency shape")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-rounds", action="store_true")
+    parser.add_argument("--one-by-one", action="store_true",
+                        help="start a round's jobs one start() at a time (not start_many)")
     args = parser.parse_args()
     began = time.perf_counter()
     cluster = start_cluster(args.nodes, args.gpus_per_node, args.cpus_per_node)
@@ -179,7 +199,7 @@ def main() -> None:
                         title="start/stop latency of one job (median seconds)")
             if not args.skip_rounds:
                 rows, setup = round_rows(launcher, script, work, args.jobs, args.rounds,
-                                         args.restarts, args.seed)
+                                         args.restarts, args.seed, args.one_by_one)
                 print_table([setup], title="rounds: the jobs that fit, started")
                 print_table(rows, title="launcher work per round (seconds)")
     finally:

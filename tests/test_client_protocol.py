@@ -73,3 +73,20 @@ def test_launch_spec_placement_and_rank_layout() -> None:
     assert spec.placement == "21" and spec.world_size == 3
     assert rank_layout(spec.gpus_per_node) == [(0, 0, 0), (0, 1, 1), (2, 0, 2)]
     assert json.loads(json.dumps(list(spec.argv))) == ["python", "t.py"]
+
+
+def test_replica_logs_sort_by_attempt_and_the_latest_is_the_newest_starts(tmp_path: Path) -> None:
+    import os
+
+    from bayes_sched.client.protocol import latest_log, replica_log_path, replica_logs
+
+    assert replica_logs(tmp_path) == [] and latest_log(tmp_path) is None
+    for attempt, rank in ((2, 0), (10, 1), (10, 0), (1, 0)):
+        path = replica_log_path(tmp_path, attempt, rank)
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"attempt {attempt} rank {rank}\n")
+    (tmp_path / "logs" / "notes.log").write_text("not a replica's")
+    assert [(a, r) for a, r, _ in replica_logs(tmp_path)] == [(1, 0), (2, 0), (10, 0), (10, 1)]
+    # Of attempt 10 (not 2, which sorts after it by name), the one written last.
+    os.utime(replica_log_path(tmp_path, 10, 1), ns=(0, 10**18))  # rank 1 wrote long ago
+    assert latest_log(tmp_path) == replica_log_path(tmp_path, 10, 0)

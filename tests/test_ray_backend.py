@@ -25,9 +25,9 @@ from bayes_sched.backends.ray_launcher import (
     NODE_LOST_RETURNCODE,
     RayLauncher,
     ray_gpu_type,
-    replica_log_path,
 )
 from bayes_sched.backends.ray_session import probe_address
+from bayes_sched.client.protocol import replica_log_path
 from bayes_sched.errors import AllocationError, InputError
 from tests.cli_inprocess import run_cli
 
@@ -234,6 +234,26 @@ def test_over_asking_raises_allocation_error_and_reserves_nothing(
     assert _live_groups() == [] and not list(tmp_path.glob("env-*"))
 
 
+def test_start_many_starts_jobs_together_and_one_failure_leaves_the_others(
+        launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    """A round's starts in one call: every job's groups and actors asked for together; a job
+    that cannot start gets its AllocationError and holds nothing, the others run. (GPUs not
+    free within the bound: test_over_asking_..., through start, which is start_many of one.)"""
+    specs = [_spec(launcher, script, tmp_path / "a", {"v100": 1, "a100": 1}, name="a"),
+             _spec(launcher, script, tmp_path / "b", {"v100": 1}, name="b"),
+             LaunchSpec("c", (sys.executable, str(script), "run"), (1,), str(tmp_path / "c"))]
+    began = time.monotonic()
+    a, b, c = launcher.start_many(specs)
+    assert isinstance(c, AllocationError) and "job c" in str(c) and "one per node" in str(c)
+    assert not isinstance(a, Exception) and not isinstance(b, Exception)
+    assert [e["BAYES_SCHED_JOB"] for e in _envs(tmp_path / "a", 2)] == ["a", "a"]
+    assert _envs(tmp_path / "b", 1)[0]["BAYES_SCHED_GPU_TYPE"] == "v100"
+    assert time.monotonic() - began < 30
+    assert len(_live_groups()) == 3  # a: two nodes, b: one
+    assert a.stop(grace_seconds=5.0).returncode == 0 and b.stop(grace_seconds=5.0).returncode == 0
+    assert _live_groups() == [] and not (tmp_path / "c").exists()
+
+
 def test_a_failed_replica_stops_the_others_and_reports_its_log_tail(
         launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
     job = launcher.start(_spec(launcher, script, tmp_path, {"v100": 1, "a100": 1}, mode="fail"))
@@ -260,32 +280,6 @@ def test_a_command_that_cannot_start_fails_with_127_and_its_reason(
     assert _live_groups() == []
 
 
-def test_a_removed_node_fails_its_jobs_processes_and_leaves_the_spec(
-        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
-    extra = cluster.add_node(num_cpus=1, num_gpus=2, object_store_memory=SMALL_STORE,
-                             resources={"accelerator_type:T4": 1})
-    _wait_for(lambda: launcher.cluster_spec().num_nodes == 4, 30, "the new node is listed")
-    spec = launcher.cluster_spec()
-    assert launcher.node_ids[-1] == extra.node_id and spec.gpu_types[-1] == "t4"
-    counts = [0] * spec.num_nodes
-    counts[-1], counts[spec.gpu_types.index("v100")] = 1, 1
-    job = launcher.start(LaunchSpec("lost", (sys.executable, str(script), "run"), tuple(counts),
-                                    str(tmp_path)))
-    envs = _envs(tmp_path, 2)
-    on_extra = next(e for e in envs if e[ENV_RAY_NODE_ID] == extra.node_id)
-    cluster.remove_node(extra, allow_graceful=False)
-    _wait_for(lambda: job.poll() is not None, 60, "the lost node's job is reported failed")
-    status = job.poll()
-    assert status is not None and status.returncode == NODE_LOST_RETURNCODE
-    assert f"Ray node {extra.node_id} left the cluster" in status.log_tail
-    assert launcher.cluster_spec().num_nodes == 3 and extra.node_id not in launcher.node_ids
-    others = [e for e in envs if e is not on_extra]
-    assert all((tmp_path / f"term-{e['RANK']}").exists() for e in others)
-    _wait_for(lambda: not any(_alive(e["pid"]) for e in envs), 15,
-              "no replica outlives its job (the lost node's dies with its actor)")
-    assert _live_groups() == []
-
-
 def test_an_address_that_does_not_answer_is_one_line_at_once(launcher: RayLauncher,
                                                              tmp_path: Path) -> None:
     with socket.socket() as closed:
@@ -308,6 +302,47 @@ def test_an_address_that_does_not_answer_is_one_line_at_once(launcher: RayLaunch
                      "--state", str(tmp_path / "state"))
     assert served.returncode == 2 and served.stderr.count("\n") == 1, served.stderr
     assert "no Ray cluster answers" in served.stderr and "Traceback" not in served.stderr
+
+
+@pytest.mark.parametrize(("answer", "reason"), [
+    (None, "no answer within 1 s"),  # silent: what Ray's own client retries on for a minute
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it does not speak gRPC"),  # e.g. the dashboard
+])
+def test_a_port_that_accepts_tcp_but_is_not_ray_is_one_line_within_the_bound(
+        launcher: RayLauncher, tmp_path: Path, answer: bytes | None, reason: str) -> None:
+    """A real listening socket on loopback that accepts connections, then says nothing or
+    answers as another service would: serve names the flag and what it expected within its
+    --ray-timeout, exit 2, no traceback."""
+    import threading
+
+    held: list[socket.socket] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+
+        def accept() -> None:
+            while True:
+                try:
+                    connection = server.accept()[0]
+                except OSError:  # closed at the end of the test
+                    return
+                held.append(connection)
+                if answer is not None:
+                    connection.sendall(answer)
+        threading.Thread(target=accept, daemon=True).start()
+        began = time.monotonic()
+        served = run_cli("serve", "--backend", "ray", "--ray-address", f"127.0.0.1:{port}",
+                         "--ray-timeout", "1", "--state", str(tmp_path / "state"))
+        elapsed = time.monotonic() - began
+        assert served.returncode == 2 and served.stderr.count("\n") == 1, served.stderr
+        assert f"--ray-address 127.0.0.1:{port}: accepts connections but is not a Ray cluster " \
+               f"({reason})" in served.stderr and "ray start --head" in served.stderr
+        assert "Traceback" not in served.stderr and held  # it did connect
+        assert elapsed < 10, elapsed
+        assert ray.is_initialized()  # the module's connection is untouched
+    for connection in held:
+        connection.close()
 
 
 def _compare_on_ray_equals_local(cluster: Any, tmp_path: Path, seeds: int,
@@ -392,3 +427,134 @@ def test_a_real_training_job_moves_on_ray_and_resumes_from_its_checkpoint(
     assert cluster.job_views() == []  # done: no longer active
     profile = cluster.agent("tiny", "v100").profile()
     assert set(profile.num_replicas.tolist()) == {1, 2}
+
+
+def _add_t4_node(cluster: Any, launcher: RayLauncher) -> Any:
+    launcher.cluster_spec()  # the nodes seen before: the new one comes after them
+    extra = cluster.add_node(num_cpus=1, num_gpus=2, object_store_memory=SMALL_STORE,
+                             resources={"accelerator_type:T4": 1})
+    _wait_for(lambda: launcher.cluster_spec() is not None and extra.node_id in launcher.node_ids,
+              30, "the new node is listed")
+    return extra
+
+
+def _counts(spec: Any, **per_type: int) -> Any:
+    import numpy as np
+
+    counts = np.zeros(spec.num_nodes, np.int64)
+    for gpu_type, count in per_type.items():
+        counts[spec.gpu_types.index(gpu_type)] = count
+    return counts
+
+
+def _advance_until(real: Any, condition: Callable[[], bool], seconds: float, what: str) -> None:
+    """Advance the cluster until ``condition``; failing, say where each job stands (its record,
+    the end of its logs and reports)."""
+    def step() -> bool:
+        real.advance(0.1)
+        return condition()
+    try:
+        _wait_for(step, seconds, what)
+    except AssertionError as error:
+        story = []
+        for name, record in real.records.items():
+            story.append(f"{name}: {record.status} {record.reason!r} attempt {record.attempt}")
+            for path in sorted(real.job_dir(name).glob("logs/*")) + [
+                    real.job_dir(name) / "reports.jsonl"]:
+                if path.exists():
+                    story.append(f"{path.name}: {path.read_text()[-1500:]}")
+        raise AssertionError(f"{error}\n" + "\n".join(story)) from None
+
+
+def test_a_removed_node_fails_its_processes_and_the_job_restarts_elsewhere(
+        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    """A node leaves: the launcher fails the processes of the job it held (its replica's actor
+    died; the others get SIGTERM; nothing is left running or reserved) and drops it from the
+    spec. The shared backend, reading the nodes every round, stops the job and makes it wait for
+    GPUs with no failure counted; the spec, the allocations and the cluster state shrink to the
+    nodes left, where the job starts again (its next attempt)."""
+    from bayes_sched.backends.job_spec import RealJobSpec
+    from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
+
+    extra = _add_t4_node(cluster, launcher)
+    real = RealCluster(launcher, tmp_path / "jobs", RealClusterConfig(poll_interval=0.05,
+                                                                      stop_grace=2.0))
+    assert real.spec.num_nodes == 4 and real.node_ids[-1] == extra.node_id
+    assert real.spec.gpu_types[-1] == "t4"  # a new node comes last
+    real.submit(RealJobSpec("moved", (sys.executable, str(script), "run"), 32, 256, 64, 1))
+    counts = _counts(real.spec, v100=1)
+    counts[-1] = 1  # one replica on the node about to leave
+    real.apply({"moved": counts})
+    processes = real._processes["moved"]
+    job_dir = real.job_dir("moved")
+    envs = _envs(job_dir, 2)
+    for path in job_dir.glob("env-*.json"):
+        path.unlink()
+    cluster.remove_node(extra, allow_graceful=False)
+    record = real.records["moved"]
+    _advance_until(real, lambda: record.status == "pending", 60, "the job waits for GPUs")
+    status = processes.poll()
+    assert status is not None and status.returncode == NODE_LOST_RETURNCODE and status.node_lost
+    assert f"Ray node {extra.node_id} left the cluster" in status.log_tail
+    on_extra = next(e for e in envs if e[ENV_RAY_NODE_ID] == extra.node_id)
+    assert all((job_dir / f"term-{e['RANK']}").exists() for e in envs if e is not on_extra)
+    _wait_for(lambda: not any(_alive(e["pid"]) for e in envs), 15,
+              "no replica outlives its job (the lost node's dies with its actor)")
+    assert _live_groups() == []
+    assert record.failures == 0 and "left the cluster" in record.reason
+    assert launcher.cluster_spec().num_nodes == 3 and extra.node_id not in launcher.node_ids
+    assert real.spec.num_nodes == 3 and real.node_ids == launcher.node_ids
+    assert real.state.num_nodes == 3 and record.allocation == [0, 0, 0]
+    assert real.allocations() == {} and [v.allocation.tolist() for v in real.job_views()] == [
+        [0, 0, 0]]
+    real.apply({"moved": _counts(real.spec, v100=2)})
+    envs = _envs(job_dir, 2)
+    v100 = real.node_ids[real.spec.gpu_types.index("v100")]
+    assert {e["BAYES_SCHED_ATTEMPT"] for e in envs} == {"1"}
+    assert {e[ENV_RAY_NODE_ID] for e in envs} == {v100}
+    assert record.status == "running" and record.num_restarts == 1 and record.failures == 0
+    real.cancel("moved")
+    assert record.status == "cancelled" and _live_groups() == []
+
+
+@pytest.mark.slow  # three starts of a PyTorch job (each imports torch): 30-90 s on 2 cores
+def test_a_training_job_on_a_removed_node_resumes_from_its_checkpoint_elsewhere(
+        cluster: Any, launcher: RayLauncher, tmp_path: Path) -> None:
+    """A tiny PyTorch job (gloo, CPU) runs across the V100 node and a node that then leaves the
+    cluster: the scheduler stops it without counting a failure, places it on the nodes left, and
+    it resumes at or after its acknowledged checkpoint and finishes."""
+    from bayes_sched.backends.job_spec import RealJobSpec
+    from bayes_sched.backends.local import python_command
+    from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
+    from bayes_sched.client.protocol import read_reports
+
+    extra = _add_t4_node(cluster, launcher)
+    real = RealCluster(launcher, tmp_path / "jobs", RealClusterConfig(
+        exit_when_idle=True, poll_interval=0.05, checkpoint_timeout=60, stop_grace=10))
+    argv = python_command(str(ROOT / "examples" / "train_tiny.py"), [
+        "--examples", "4096", "--step-sleep", "0.02", "--report-interval", "0.3"])
+    real.submit(RealJobSpec("tiny", argv, 32, 256, 64, 2))
+    record = real.records["tiny"]
+    on_extra = _counts(real.spec)
+    on_extra[-1] = 1
+    real.apply({"tiny": on_extra})
+    _advance_until(real, lambda: record.progress > 0, 120, "the job trains on the new node")
+    across = _counts(real.spec, v100=1)
+    across[-1] = 1  # moved across two nodes: a checkpoint at the request
+    real.apply({"tiny": across})
+    _advance_until(real, lambda: record.reported_attempt == 1 and any(
+        o["num_replicas"] == 2 for o in record.observations), 120,
+        "the job trains across both nodes (its step times reported)")
+    cluster.remove_node(extra, allow_graceful=False)
+    _advance_until(real, lambda: record.status == "pending", 60, "the job waits for GPUs")
+    assert record.failures == 0 and real.spec.num_nodes == 3
+    real.apply({"tiny": _counts(real.spec, v100=1)})
+    _advance_until(real, real.done, 180, "the job finishes on the nodes left")
+    assert record.status == "done" and record.failures == 0, record
+    reports = read_reports(real.job_dir("tiny"))[0]
+    starts = [r for r in reports if r["kind"] == "start"]
+    acked = [r for r in reports if r["kind"] == "checkpoint"]
+    assert [s["attempt"] for s in starts] == [0, 1, 2] and acked
+    assert starts[2]["restored"] and starts[2]["step"] >= acked[-1]["step"] > 0
+    assert reports[-1]["kind"] == "exit" and reports[-1]["epochs"] == 2.0
+    assert {r["num_replicas"] for r in reports if r["kind"] == "step"} == {1, 2}

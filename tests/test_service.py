@@ -17,7 +17,7 @@ import pytest
 
 from bayes_sched.backends.local import LocalLauncher, process_start_ticks
 from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
-from bayes_sched.client.protocol import read_reports
+from bayes_sched.client.protocol import read_reports, replica_log_path, replica_logs
 from bayes_sched.errors import InputError
 from bayes_sched.estimation import run_estimators
 from bayes_sched.estimation.job_models import profile_of
@@ -100,8 +100,13 @@ def test_raising_job_backs_off_then_fails_and_silent_job_times_out(tmp_path: Pat
     assert raising["attempt"] == 3 and raising["failures"] == 3
     assert "exited with status 1, 3 times" in raising["reason"]
     assert "RuntimeError: tiny job exploded on purpose" in raising["reason"]  # the log's tail
-    log = (store.jobs_dir / "raising" / "logs" / "rank-0.log").read_text()
-    assert log.count("--- attempt") == 3
+    logs = [(attempt, rank) for attempt, rank, _ in replica_logs(store.jobs_dir / "raising")]
+    assert logs == [(0, 0), (1, 0), (2, 0)]  # one log per start, as under the Ray launcher
+    assert "tiny job exploded" in replica_log_path(store.jobs_dir / "raising", 2, 0).read_text()
+    shown = run_cli("status", "--json", "--state", str(store.root))
+    assert shown.returncode == 0, shown.stderr
+    logs_shown = {j["name"]: j["log"] for j in json.loads(shown.stdout)["jobs"]}
+    assert logs_shown["raising"] == "jobs/raising/logs/attempt-2.rank-0.log"
     history = [t for t, placement in raising["allocation_history"] if placement]
     assert len(history) >= 1
     silent = jobs["silent"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.errors import AllocationError, InputError
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,12 @@ class ExitStatus:
     """How a job's processes ended: ``returncode`` of the first replica to fail (0 when all
     succeeded; negative: killed by that signal, as :mod:`subprocess` reports it; ``None``: not
     known, for processes a launcher reattached to and so cannot wait for: the job's ``exit``
-    report tells), and the end of that replica's log."""
+    report tells), the end of that replica's log, and whether it ended because its node left
+    the cluster (``node_lost``: not the job's failure; it restarts elsewhere)."""
 
     returncode: int | None
     log_tail: str = ""
+    node_lost: bool = False
 
 
 class JobProcesses(Protocol):
@@ -82,13 +85,27 @@ class Launcher(Protocol):
     """Places and starts job processes on a cluster's nodes."""
 
     def cluster_spec(self) -> ClusterSpec:
-        """The nodes (GPU type, GPU count, topology) processes can be placed on."""
+        """The nodes (GPU type, GPU count, topology) processes can be placed on now; read again
+        every round, so a node that left is gone from it (indices follow :attr:`node_ids`)."""
+        ...
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """A name of each node of the last :meth:`cluster_spec`, in its order, that stays the
+        node's while it lives: how an allocation follows its nodes when the spec changes."""
         ...
 
     def start(self, spec: LaunchSpec) -> JobProcesses:
         """Start one process per GPU of ``spec.gpus_per_node``; raises
         :class:`~bayes_sched.errors.AllocationError` (starting nothing) where the GPUs are not
         free."""
+        ...
+
+    def start_many(self, specs: Sequence[LaunchSpec]
+                   ) -> Sequence[JobProcesses | AllocationError | InputError]:
+        """Start several jobs (a round's starts): per spec its processes, or the error
+        :meth:`start` would have raised for it (the others start all the same). A launcher whose
+        starts wait on remote workers starts them together (Ray)."""
         ...
 
     def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> JobProcesses | None:

@@ -5,7 +5,8 @@ machine without GPUs, ``--gpus 4`` on a laptop or in CI: the replicas then share
 job directory's variables and ``torch.distributed``'s (``MASTER_ADDR`` 127.0.0.1 and a free
 port). All replicas of one start share a process group of their own, so stopping the job signals
 the whole tree, and so they outlive a killed scheduler, which reattaches to them by PID and start
-time (:meth:`LocalLauncher.reattach`). stdout and stderr go to ``<job dir>/logs/rank-<r>.log``.
+time (:meth:`LocalLauncher.reattach`). stdout and stderr go to the replica's log of that start,
+:func:`~bayes_sched.client.protocol.replica_log_path` (as under every backend).
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bayes_sched.backends.launcher import ExitStatus, LaunchSpec, rank_layout
-from bayes_sched.client.protocol import LOG_DIR, job_environment, log_tail
+from bayes_sched.client.protocol import job_environment, log_tail, replica_log_path
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
 
+#: The name of the local backend's one node (:attr:`LocalLauncher.node_ids`).
+LOCAL_NODE_ID = "local"
 #: Characters of a failed replica's log kept in its exit status.
 LOG_TAIL_CHARS = 2000
 #: GPU names as ``nvidia-smi`` prints them -> bayes-sched GPU types.
@@ -203,6 +206,11 @@ class LocalLauncher:
     def cluster_spec(self) -> ClusterSpec:
         return self._spec
 
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """This machine, the one node."""
+        return (LOCAL_NODE_ID,)
+
     def start(self, spec: LaunchSpec) -> LocalProcesses:
         if len(spec.gpus_per_node) != 1:
             raise AllocationError(f"job '{spec.job_name}': {len(spec.gpus_per_node)} nodes given, "
@@ -211,8 +219,6 @@ class LocalLauncher:
             raise AllocationError(f"job '{spec.job_name}' asks for {spec.world_size} GPUs, "
                                   f"{len(self._free)} are free")
         gpus = sorted(self._free)[:spec.world_size]
-        logs = Path(spec.job_dir) / LOG_DIR
-        logs.mkdir(parents=True, exist_ok=True)
         base = {**os.environ,
                 **job_environment(spec.job_dir, spec.job_name, spec.attempt, spec.placement,
                                   self._spec.nodes[0].gpu_type),
@@ -225,10 +231,9 @@ class LocalLauncher:
             for (_, local, rank), gpu in zip(rank_layout(spec.gpus_per_node), gpus, strict=True):
                 env = {**base, "RANK": str(rank), "LOCAL_RANK": str(local),
                        "CUDA_VISIBLE_DEVICES": str(gpu) if self.physical else ""}
-                log = logs / f"rank-{rank}.log"
+                log = replica_log_path(spec.job_dir, spec.attempt, rank)
+                log.parent.mkdir(parents=True, exist_ok=True)
                 with log.open("ab") as stream:
-                    stream.write(f"--- attempt {spec.attempt}, rank {rank}\n".encode())
-                    stream.flush()
                     popen = subprocess.Popen(
                         list(spec.argv), cwd=spec.cwd or spec.job_dir, env=env,
                         stdin=subprocess.DEVNULL, stdout=stream, stderr=subprocess.STDOUT,
@@ -248,6 +253,17 @@ class LocalLauncher:
         processes = LocalProcesses(pgid, replicas, gpus, self._release)
         self._started.append(processes)
         return processes
+
+    def start_many(self, specs: Sequence[LaunchSpec]
+                   ) -> list[LocalProcesses | AllocationError | InputError]:
+        """:meth:`start` for each (a local start waits on nothing remote)."""
+        started: list[LocalProcesses | AllocationError | InputError] = []
+        for spec in specs:
+            try:
+                started.append(self.start(spec))
+            except (AllocationError, InputError) as error:
+                started.append(error)
+        return started
 
     def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> LocalProcesses | None:
         replicas = [_Replica(int(r["rank"]), int(r["pid"]), r["start_ticks"], Path(r["log"]),

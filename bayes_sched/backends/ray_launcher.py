@@ -20,8 +20,8 @@ One start (:meth:`RayLauncher.start`):
 3. rank 0's actor picks a free port; every actor starts the command with the job directory's
    variables, ``torch.distributed``'s (``MASTER_ADDR`` = rank 0's node address) and
    ``CUDA_VISIBLE_DEVICES`` = the GPU ids Ray assigned it; stdout and stderr go to
-   :func:`replica_log_path`. The process dies with its actor (``PR_SET_PDEATHSIG``), so a lost
-   actor leaves no stray process.
+   :func:`~bayes_sched.client.protocol.replica_log_path`. The process dies with its actor
+   (``PR_SET_PDEATHSIG``), so a lost actor leaves no stray process.
 
 :meth:`RayJobProcesses.stop` sends SIGTERM (the client checkpoints), waits, SIGKILLs the process
 group, then kills the actors and removes the placement groups. A node that leaves the cluster:
@@ -35,18 +35,16 @@ relative to the others while it lives; a new node comes last.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.backends.launcher import ExitStatus, JobProcesses, Launcher, LaunchSpec, rank_layout
 from bayes_sched.backends.ray_replica import ReplicaProcess
 from bayes_sched.backends.ray_session import DEFAULT_CONNECT_TIMEOUT, connect_ray
-from bayes_sched.client.protocol import LOG_DIR, job_environment, log_tail
+from bayes_sched.client.protocol import job_environment, log_tail, replica_log_path
 from bayes_sched.cluster_spec import (
     DEFAULT_RESTART_DELAY,
     DEFAULT_ROUND_INTERVAL,
@@ -73,11 +71,6 @@ NODE_LOST_RETURNCODE = -int(signal.SIGKILL)
 
 #: Bytes of a failed replica's log kept in :attr:`ExitStatus.log_tail`.
 LOG_TAIL_BYTES = 4000
-
-
-def replica_log_path(job_dir: str | os.PathLike[str], attempt: int, rank: int) -> Path:
-    """Where replica ``rank`` of start ``attempt`` writes stdout and stderr."""
-    return Path(job_dir) / LOG_DIR / f"attempt-{attempt}.rank-{rank}.log"
 
 
 def ray_gpu_type(name: str, aliases: Mapping[str, str] | None = None) -> str | None:
@@ -237,7 +230,8 @@ class RayJobProcesses:
                     f"bayes-sched: replica rank {failed.rank} lost: its Ray node "
                     f"{failed.node_id} left the cluster\n")
             status = ExitStatus(NODE_LOST_RETURNCODE if failed.lost else int(failed.returncode
-                                                                            or 0), tail)
+                                                                            or 0), tail,
+                                node_lost=failed.lost)
         self._release()
         self._status = status
         if self._on_end is not None:
@@ -261,6 +255,7 @@ class RayLauncher:
         poll_timeout_seconds: bound on one poll's round trip to a job's actors (a replica that
             does not answer in time counts as running until a later poll).
         restart_delay, round_interval: passed into :meth:`cluster_spec` (seconds).
+        where: how the operator named ``address`` (a command-line flag), for error messages.
 
     Raises:
         InputError: Ray not installed, or no cluster answers at ``address``.
@@ -272,7 +267,8 @@ class RayLauncher:
                  placement_timeout_seconds: float = 30.0, actor_timeout_seconds: float = 60.0,
                  failure_grace_seconds: float = 10.0, poll_timeout_seconds: float = 2.0,
                  restart_delay: float = DEFAULT_RESTART_DELAY,
-                 round_interval: float = DEFAULT_ROUND_INTERVAL) -> None:
+                 round_interval: float = DEFAULT_ROUND_INTERVAL,
+                 where: str = "Ray address") -> None:
         gpu_type(default_gpu_type, "default_gpu_type")
         self.default_gpu_type = default_gpu_type
         self.gpu_type_names = dict(gpu_type_names or {})
@@ -282,7 +278,7 @@ class RayLauncher:
         self.poll_timeout_seconds = poll_timeout_seconds
         self.restart_delay = restart_delay
         self.round_interval = round_interval
-        self._session = connect_ray(address, connect_timeout_seconds, where="Ray address")
+        self._session = connect_ray(address, connect_timeout_seconds, where=where)
         self._order: list[str] = []           # every node id seen, in first-seen order
         self._node_ids: tuple[str, ...] = ()  # the nodes of the last cluster_spec()
         self._addresses: dict[str, str] = {}
@@ -351,68 +347,143 @@ class RayLauncher:
             AllocationError: the counts do not fit the nodes, or the GPUs are not free within
                 ``placement_timeout_seconds`` (nothing started, nothing left reserved).
         """
+        (started,) = self.start_many([spec])
+        if isinstance(started, AllocationError):
+            raise started
+        return started
+
+    def start_many(self, specs: Sequence[LaunchSpec]
+                   ) -> list[RayJobProcesses | AllocationError]:
+        """Start several jobs at once, as :meth:`start` does each: every placement group asked
+        for together and waited for in one bounded wait, every actor made together and asked
+        in one round trip per phase, so the jobs' Ray workers start in parallel and a round
+        that starts several jobs pays about one start. One job failing does not stop the others.
+
+        Returns:
+            per spec, its processes, or the :class:`AllocationError` that left it unstarted
+            (nothing of it left reserved).
+        """
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         if not self._node_ids:
             self.cluster_spec()
-        counts = tuple(spec.gpus_per_node)
-        if len(counts) != len(self._node_ids) or min(counts, default=0) < 0 or sum(counts) < 1:
-            raise AllocationError(f"job {spec.job_name}: GPUs per node {list(counts)}: expected "
-                                  f"{len(self._node_ids)} counts >= 0 (one per node of the "
-                                  "cluster spec), at least one GPU")
         began = time.perf_counter()
-        used = [i for i, count in enumerate(counts) if count > 0]
-        groups: dict[int, Any] = {}
+        results: list[RayJobProcesses | AllocationError | None] = [None] * len(specs)
+        groups: dict[int, dict[int, Any]] = {}  # spec index -> node index -> its group
+        for k, spec in enumerate(specs):
+            counts = tuple(spec.gpus_per_node)
+            if len(counts) != len(self._node_ids) or min(counts, default=0) < 0 \
+                    or sum(counts) < 1:
+                results[k] = AllocationError(
+                    f"job {spec.job_name}: GPUs per node {list(counts)}: expected "
+                    f"{len(self._node_ids)} counts >= 0 (one per node of the cluster spec), at "
+                    "least one GPU")
+                continue
+            # Unnamed: a name would have to be unique across the cluster.
+            groups[k] = {i: placement_group(
+                [{"GPU": 1.0}] * count, strategy="STRICT_PACK",
+                bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]}] * count)
+                for i, count in enumerate(counts) if count > 0}
+        refs = {group.ready(): k for k, per_node in groups.items()
+                for group in per_node.values()}
         ready: list[Any] = []
         try:
-            for i in used:  # unnamed: a name would have to be unique across the cluster
-                groups[i] = placement_group(
-                    [{"GPU": 1.0}] * counts[i], strategy="STRICT_PACK",
-                    bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]}] * counts[i])
-            ready, _ = ray.wait([g.ready() for g in groups.values()], num_returns=len(groups),
+            ready, _ = ray.wait(list(refs), num_returns=len(refs),
                                 timeout=self.placement_timeout_seconds)
         finally:
-            if len(ready) < len(used):
-                for group in groups.values():
-                    remove_placement_group(group)
-        if len(ready) < len(used):
-            wanted = ", ".join(f"{counts[i]} on node {i}" for i in used)
-            raise AllocationError(f"job {spec.job_name}: GPUs ({wanted}) not free within "
-                                  f"{self.placement_timeout_seconds:g} s; nothing started")
-        timings = {"placement_group_ready": time.perf_counter() - began}
+            ready_count = {k: 0 for k in groups}
+            for ref in ready:
+                ready_count[refs[ref]] += 1
+            for k, per_node in groups.items():
+                if ready_count[k] < len(per_node):  # all-or-nothing, per job
+                    for group in per_node.values():
+                        remove_placement_group(group)
+                    counts = specs[k].gpus_per_node
+                    wanted = ", ".join(f"{counts[i]} on node {i}" for i in per_node)
+                    results[k] = AllocationError(
+                        f"job {specs[k].job_name}: GPUs ({wanted}) not free within "
+                        f"{self.placement_timeout_seconds:g} s; nothing started")
+        placed = [k for k in groups if results[k] is None]
+        jobs = {k: self._make_actors(specs[k], groups[k], time.perf_counter() - began)
+                for k in placed}
+        for k, outcome in zip(placed, self._start_processes([jobs[k] for k in placed]),
+                              strict=True):
+            results[k] = outcome
+        return [r for r in results if r is not None]
+
+    def _make_actors(self, spec: LaunchSpec, groups: Mapping[int, Any],
+                     placement_seconds: float) -> RayJobProcesses:
+        """One actor per bundle of ``groups`` (node index -> its placement group)."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         if self._actor_class is None:  # made once: Ray exports a class on each ray.remote
             self._actor_class = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0)(ReplicaProcess)
-        actor_class = self._actor_class
-        replicas = [_Replica(rank, node, self._node_ids[node], actor_class.options(
+        replicas = [_Replica(rank, node, self._node_ids[node], self._actor_class.options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 groups[node], placement_group_bundle_index=local)).remote())
-            for node, local, rank in rank_layout(counts)]
-        job = RayJobProcesses(spec, replicas, list(groups.values()), self.failure_grace_seconds,
-                              self.poll_timeout_seconds, timings,
-                              _on_end=self._forget)
-        try:
-            where = ray.get([r.actor.where.remote() for r in replicas],
-                            timeout=self.actor_timeout_seconds)
-            timings["actors_up"] = time.perf_counter() - began - sum(timings.values())
-            port = ray.get(replicas[0].actor.free_port.remote(), timeout=self.actor_timeout_seconds)
-            rank0 = self._addresses[replicas[0].node_id]
-            starts = [r.actor.start.remote(spec.argv, self._environment(
-                spec, r, counts, gpu_ids, rank0, port), spec.cwd or spec.job_dir,
+            for node, local, rank in rank_layout(spec.gpus_per_node)]
+        return RayJobProcesses(spec, replicas, list(groups.values()), self.failure_grace_seconds,
+                               self.poll_timeout_seconds,
+                               {"placement_group_ready": placement_seconds},
+                               _on_end=self._forget)
+
+    def _start_processes(self, jobs: Sequence[RayJobProcesses]
+                         ) -> list[RayJobProcesses | AllocationError]:
+        """Bring up every job's actors and start its processes, all jobs' calls of a phase
+        together (``where``, rank 0's free port, ``start``), each phase bounded by
+        ``actor_timeout_seconds``; a job whose actors fail or do not answer in time is
+        released."""
+        import ray
+
+        began = time.perf_counter()
+        failed: dict[int, str] = {}
+
+        def gather(calls: dict[int, list[Any]]) -> dict[int, list[Any]]:
+            """The answers of each job's calls, waited for together; jobs that fail go to
+            ``failed`` with the reason."""
+            refs = [ref for batch in calls.values() for ref in batch]
+            ray.wait(refs, num_returns=len(refs), timeout=self.actor_timeout_seconds)
+            answers = {}
+            for k, batch in calls.items():
+                try:
+                    answers[k] = ray.get(batch, timeout=0)
+                except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as error:
+                    failed[k] = type(error).__name__
+            return answers
+
+        live = dict(enumerate(jobs))
+        where = gather({k: [r.actor.where.remote() for r in job.replicas]
+                        for k, job in live.items()})
+        for job in live.values():
+            job.timings["actors_up"] = time.perf_counter() - began
+        ports = gather({k: [live[k].replicas[0].actor.free_port.remote()] for k in where})
+        starts = {}
+        for k, (port,) in ports.items():
+            job, spec = live[k], live[k].spec
+            rank0 = self._addresses[job.replicas[0].node_id]
+            starts[k] = [r.actor.start.remote(spec.argv, self._environment(
+                spec, r, spec.gpus_per_node, gpu_ids, rank0, port), spec.cwd or spec.job_dir,
                 str(replica_log_path(spec.job_dir, spec.attempt, r.rank)))
-                for r, (_, gpu_ids) in zip(replicas, where, strict=True)]
-            ray.get(starts, timeout=self.actor_timeout_seconds)
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as error:
-            for replica in replicas:  # those started, if any, die with their actors
-                replica.actor.send.remote(int(signal.SIGKILL))
-            job._release()
-            raise AllocationError(f"job {spec.job_name}: its Ray actors did not come up within "
-                                  f"{self.actor_timeout_seconds:g} s ({type(error).__name__}); "
-                                  "nothing left running") from None
-        timings["processes_started"] = time.perf_counter() - began - sum(timings.values())
-        self._jobs[id(job)] = job
-        return job
+                for r, (_, gpu_ids) in zip(job.replicas, where[k], strict=True)]
+        gather(starts)
+        results: list[RayJobProcesses | AllocationError] = []
+        for k, job in live.items():
+            if k in failed or k not in starts:
+                for replica in job.replicas:  # those started, if any, die with their actors
+                    replica.actor.send.remote(int(signal.SIGKILL))
+                job._release()
+                results.append(AllocationError(
+                    f"job {job.spec.job_name}: its Ray actors did not come up within "
+                    f"{self.actor_timeout_seconds:g} s ({failed.get(k, 'no answer')}); "
+                    "nothing left running"))
+                continue
+            job.timings["processes_started"] = (time.perf_counter() - began
+                                                - job.timings["actors_up"])
+            self._jobs[id(job)] = job
+            results.append(job)
+        return results
 
     def _forget(self, job: RayJobProcesses) -> None:
         self._jobs.pop(id(job), None)

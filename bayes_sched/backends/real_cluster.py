@@ -18,6 +18,10 @@ simulator runs with each job: it fits the throughput model and tunes the batch),
   restarts it is marked failed with the end of its log. A job that reports nothing for
   ``report_timeout`` seconds (from its start, or since its last report) is stopped and marked
   failed. Nothing waits without a bound, so the scheduler never hangs on a job.
+* The cluster's nodes are read again every round (:meth:`RealCluster.refresh_nodes`), and
+  allocations follow their nodes by the launcher's node ids. A job whose node left the cluster
+  (a Ray node died, a machine was taken out) is stopped and waits for GPUs again, with no failure
+  counted: the policy places it on the nodes left, and it restarts from its checkpoint.
 
 The state of every job is plain data (:meth:`RealCluster.snapshot`), so a restarted scheduler
 rebuilds the cluster (:meth:`RealCluster.restore`) and reattaches to the processes still running.
@@ -31,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +46,11 @@ from bayes_sched.client import protocol
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.jobs import JobSettings, JobView
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from bayes_sched.backends.counters_feed import CountersFeed
 
 LOG = logging.getLogger(__name__)
 
@@ -86,6 +95,7 @@ class JobRecord:
     exit_message: str = ""
     handle: dict[str, Any] | None = None
     finished_at: float = 0.0
+    nodes: list[str] = field(default_factory=list)  # node ids ``allocation`` indexes (snapshots)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -123,6 +133,26 @@ class RealClusterConfig:
     exit_when_idle: bool = False
 
 
+def follow_nodes(counts: Sequence[int], old: Sequence[str], new: Sequence[str]
+                 ) -> tuple[list[int], list[str]]:
+    """GPUs per node ``counts`` over nodes ``old`` (ids) moved onto nodes ``new``: each count
+    goes to its node's new index (0 on nodes new to the list). Returns the counts, shape
+    ``(len(new),)``, and the ids of nodes in ``old`` with GPUs in ``counts`` that ``new`` lacks
+    (their GPUs are dropped). Counts of another length than ``old`` (none allocated yet) are
+    all zeros."""
+    moved = [0] * len(new)
+    gone: list[str] = []
+    if len(counts) != len(old):
+        return moved, gone
+    index = {node: i for i, node in enumerate(new)}
+    for node, count in zip(old, counts, strict=True):
+        if node in index:
+            moved[index[node]] = int(count)
+        elif count:
+            gone.append(node)
+    return moved, gone
+
+
 class RealCluster:
     """Jobs on a real cluster (:class:`~bayes_sched.cluster.Cluster`), through ``launcher``.
 
@@ -134,17 +164,24 @@ class RealCluster:
             a restarted scheduler passes the first one's, so times stay comparable.
         on_change: called after every start or stop of processes (the service persists its
             state there, so a scheduler killed right after cannot start a job twice).
+        counters: where the nodes' collectors write; read every round into
+            :attr:`ClusterState.counters` (``None``: no counters).
     """
 
     def __init__(self, launcher: Launcher, jobs_dir: str | Path,
                  config: RealClusterConfig = RealClusterConfig(), epoch: float | None = None,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None,
+                 counters: CountersFeed | None = None) -> None:
         self.launcher = launcher
         self.jobs_dir = Path(jobs_dir)
         self.config = config
         self.epoch = time.time() if epoch is None else epoch
         self.on_change = on_change
+        self.counters = counters
+        #: The counters read at the end of the last :meth:`advance` (``None``: none).
+        self.counter_window: xr.Dataset | None = None
         self.spec = launcher.cluster_spec()
+        self.node_ids: tuple[str, ...] = tuple(launcher.node_ids)
         self.records: dict[str, JobRecord] = {}
         self._processes: dict[str, JobProcesses] = {}
         self._agents: dict[str, dict[str, JobAgent]] = {}
@@ -158,7 +195,7 @@ class RealCluster:
 
     @property
     def state(self) -> ClusterState:
-        return ClusterState(spec=self.spec, now=self.now)
+        return ClusterState(spec=self.spec, now=self.now, counters=self.counter_window)
 
     def job_views(self) -> list[JobView]:
         now = self.now
@@ -195,6 +232,7 @@ class RealCluster:
             self._stop(record)
             if record.exit_status == "done":  # it finished before the stop reached it
                 self._finish(record, "done", "")
+        starting = []
         for record in moving:
             if record.status in FINAL_STATES:
                 continue  # ended while we waited
@@ -204,7 +242,8 @@ class RealCluster:
             if not counts.any():
                 record.status = "pending"
             elif record.status != "backoff":
-                self._start(record)
+                starting.append(record)
+        self._start_many(starting)  # together: on Ray, their workers start in parallel
         self._changed()
 
     def advance(self, seconds: float) -> None:
@@ -215,6 +254,40 @@ class RealCluster:
             if remaining <= 0:
                 break
             time.sleep(min(self.config.poll_interval, remaining))
+        self.refresh_nodes()  # the round's decision sees the nodes there are now
+        if self.counters is not None:
+            self.counter_window = self.counters.read()
+
+    def refresh_nodes(self) -> list[str]:
+        """Read the launcher's nodes again: allocations follow their nodes (by node id) into the
+        new spec; a job with GPUs on a node that left is stopped and made pending (its next start
+        restores its checkpoint; no failure is counted). Returns the names of those jobs.
+
+        Where the launcher cannot list nodes now (e.g. every GPU node is gone), the spec is kept
+        and a warning logged: starts then fail and back off until nodes return."""
+        try:
+            spec = self.launcher.cluster_spec()
+        except InputError as error:
+            LOG.warning("cannot read the cluster's nodes (%s); keeping the last ones", error)
+            return []
+        ids = tuple(self.launcher.node_ids)
+        if ids == self.node_ids and spec == self.spec:
+            return []
+        left = [n for n in self.node_ids if n not in ids]
+        if left:
+            LOG.warning("node(s) %s left the cluster", ", ".join(left))
+        moved = {name: follow_nodes(record.allocation, self.node_ids, ids)
+                 for name, record in self.records.items()}
+        self.spec, self.node_ids = spec, ids
+        lost = []
+        for name, (counts, gone) in moved.items():
+            record = self.records[name]
+            record.allocation = counts
+            if gone and record.status in ACTIVE_STATES:
+                self._node_lost(record, gone)
+                lost.append(name)
+        self._changed()
+        return lost
 
     def done(self) -> bool:
         return self.config.exit_when_idle and all(
@@ -263,7 +336,11 @@ class RealCluster:
                     del self._processes[record.spec.name]
                     record.handle = None
                     self._read_reports(record)
-                    self._ended(record, status.returncode, status.log_tail)
+                    if status.node_lost and record.exit_status != "done":
+                        self._node_lost(record, [])
+                        self.refresh_nodes()
+                    else:
+                        self._ended(record, status.returncode, status.log_tail)
                     changed = True
                     continue
                 silent_since = max(record.started_at, record.last_report_at)
@@ -289,6 +366,8 @@ class RealCluster:
         """Every job's record as plain JSON data (with the handles of running processes)."""
         for name, processes in self._processes.items():
             self.records[name].handle = processes.handle()
+        for record in self.records.values():
+            record.nodes = list(self.node_ids)
         return [record.to_dict() for record in self.records.values()]
 
     def restore(self, records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -301,6 +380,10 @@ class RealCluster:
             self.records[record.spec.name] = record
             for obs in record.observations:
                 self._observe(record, obs, record_it=False)
+            record.allocation, gone = follow_nodes(record.allocation, record.nodes or
+                                                   self.node_ids, self.node_ids)
+            if gone and record.status in ACTIVE_STATES:  # its node left while we were away
+                self._node_lost(record, gone)
             if record.status != "running":
                 continue
             processes = None
@@ -443,6 +526,17 @@ class RealCluster:
         record.retry_at = self.now + self.config.backoff * 2 ** (record.failures - 1)
         LOG.warning("job %s %s, retrying at t=%.1fs", record.spec.name, detail, record.retry_at)
 
+    def _node_lost(self, record: JobRecord, nodes: Sequence[str]) -> None:
+        """The job's node left: stop what is left of it, and make it wait for GPUs (no failure
+        counted); its next start restores its checkpoint."""
+        self._stop(record, grace=min(self.config.stop_grace, 5.0))
+        which = f" ({', '.join(nodes)})" if nodes else ""
+        record.status = "backoff" if record.status == "backoff" else "pending"
+        record.reason = f"its node{which} left the cluster; waiting to restart from its checkpoint"
+        record.allocation = [0] * len(record.allocation)
+        record.allocation_history.append([self.now, []])
+        LOG.warning("job %s: %s", record.spec.name, record.reason)
+
     def _finish(self, record: JobRecord, status: str, reason: str) -> None:
         record.status = status
         record.reason = reason
@@ -454,10 +548,8 @@ class RealCluster:
                         if reason else "")
 
     def _log_tail(self, record: JobRecord) -> str:
-        # The log written last: the newest start's (the Ray launcher writes one file per start,
-        # whose names do not sort by attempt; the local one appends every start to its file).
-        logs = list((self.job_dir(record.spec.name) / protocol.LOG_DIR).glob("*.log"))
-        return protocol.log_tail(max(logs, key=lambda p: p.stat().st_mtime)) if logs else ""
+        log = protocol.latest_log(self.job_dir(record.spec.name))
+        return protocol.log_tail(log) if log is not None else ""
 
     def _log_suffix(self, record: JobRecord) -> str:
         tail = self._log_tail(record)
@@ -478,25 +570,34 @@ class RealCluster:
             checkpoint_request=record.checkpoint_request, version=record.control_version))
 
     def _start(self, record: JobRecord) -> None:
-        counts = record.allocation
-        placement = placement_of(np.array(counts))
-        agent = self.agent(record.spec.name, self._gpu_type(counts))
-        local, accum = agent.choose_batch(placement)
-        if record.gradient is None and accum == 0 and sum(placement) == 1 and local >= 2:
-            # One replica without accumulation measures no gradient noise (it needs two
-            # gradients of a step): the same batch as two micro-batches does.
-            local, accum = math.ceil(local / 2), 1
-        record.local_bsz, record.accum_steps = local, accum
-        self._write_control(record)
-        launch = self._launch_spec(record, record.attempt)
-        try:
-            processes = self.launcher.start(launch)
-        except InputError as error:  # e.g. the interpreter cannot be run: no retry helps
-            self._finish(record, "failed", f"cannot start: {error}")
+        self._start_many([record])
+
+    def _start_many(self, records: Sequence[JobRecord]) -> None:
+        """Start jobs at their allocations, in one call of the launcher."""
+        if not records:
             return
-        except AllocationError as error:  # the GPUs are not free (yet): a failed start
-            self._ended(record, None, f"cannot start: {error}")
-            return
+        launches = []
+        for record in records:
+            counts = record.allocation
+            placement = placement_of(np.array(counts))
+            agent = self.agent(record.spec.name, self._gpu_type(counts))
+            local, accum = agent.choose_batch(placement)
+            if record.gradient is None and accum == 0 and sum(placement) == 1 and local >= 2:
+                # One replica without accumulation measures no gradient noise (it needs two
+                # gradients of a step): the same batch as two micro-batches does.
+                local, accum = math.ceil(local / 2), 1
+            record.local_bsz, record.accum_steps = local, accum
+            self._write_control(record)
+            launches.append(self._launch_spec(record, record.attempt))
+        for record, outcome in zip(records, self.launcher.start_many(launches), strict=True):
+            if isinstance(outcome, AllocationError):  # the GPUs are not free (yet): a failure
+                self._ended(record, None, f"cannot start: {outcome}")
+            elif isinstance(outcome, InputError):  # e.g. no interpreter there: no retry helps
+                self._finish(record, "failed", f"cannot start: {outcome}")
+            else:
+                self._running(record, outcome)
+
+    def _running(self, record: JobRecord, processes: JobProcesses) -> None:
         self._processes[record.spec.name] = processes
         record.handle = processes.handle()
         if record.attempt > 0:

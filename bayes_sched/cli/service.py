@@ -30,7 +30,8 @@ def _ray_launcher(args: argparse.Namespace) -> Any:
     from bayes_sched.backends.ray_launcher import RayLauncher
 
     return RayLauncher(args.ray_address, restart_delay=args.restart_delay,
-                       round_interval=args.interval)
+                       round_interval=args.interval, connect_timeout_seconds=args.ray_timeout,
+                       where="--ray-address")
 
 
 #: Backend name -> factory of its launcher from the parsed options.
@@ -46,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--ray-address", default="auto", metavar="ADDRESS",
                        help="the Ray cluster for --backend ray (default: auto, the cluster "
                             "started on this machine)")
+    serve.add_argument("--ray-timeout", type=finite_float(0.1, 600.0, unit="seconds"),
+                       default=4.0, help="seconds --ray-address gets to accept a connection "
+                       "and then to answer as a Ray cluster (default: 4)")
     serve.add_argument("--gpus", type=int_in_range(1, 4096), default=None,
                        help="GPUs to schedule (local: default the machine's; more than it has "
                             "are logical GPUs on the CPU)")
@@ -72,6 +76,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--batch-change-gain", type=finite_float(0.0, 10.0), default=0.05,
                        help="predicted goodput gain that justifies changing a running job's "
                             "batch (default: 0.05)")
+    serve.add_argument("--counters", default=None, metavar="DIR",
+                       help="the nodes' counters stores (bayes-sched collect --out), one store "
+                            "or a directory of them: their latest window is read every round "
+                            "into the cluster state the policy sees")
+    serve.add_argument("--counters-window", type=finite_float(1.0, DAY, unit="seconds"),
+                       default=300.0, help="seconds of counters read each round (default: 300)")
     serve.add_argument("--exit-when-idle", action="store_true",
                        help="stop once every job has ended")
     serve.add_argument("--max-rounds", type=positive_int, default=None)
@@ -108,14 +118,19 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")
     policy = make_policy(args.policy)
-    launcher = BACKENDS[args.backend](args)
     config = RealClusterConfig(checkpoint_timeout=args.checkpoint_timeout,
                                stop_grace=args.stop_grace, report_timeout=args.report_timeout,
                                max_restarts=args.max_restarts, backoff=args.backoff,
                                batch_change_gain=args.batch_change_gain,
                                exit_when_idle=args.exit_when_idle)
+    counters = None
+    if args.counters is not None:
+        from bayes_sched.backends.counters_feed import CountersFeed
+
+        counters = CountersFeed(args.counters, args.counters_window)
+    launcher = BACKENDS[args.backend](args)
     store = StateStore(args.state)
-    service = Service(store, launcher, policy, config)
+    service = Service(store, launcher, policy, config, counters)
     if service.reattached:
         logging.getLogger(__name__).info("reattached to %s", ", ".join(service.reattached))
     service.run(args.interval, args.max_rounds)
@@ -152,8 +167,9 @@ def _seconds(value: float | None) -> str:
 
 def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
                 ) -> list[dict[str, Any]]:
-    """One row per job: status, GPUs per node, batch, epochs, restarts, goodput and predicted
-    completion (``-`` where no model exists yet)."""
+    """One row per job: status, GPUs per node, batch, epochs, restarts, goodput, predicted
+    completion (``-`` where no model exists yet), and its log to read (``log``: the newest
+    start's, as :func:`~bayes_sched.client.protocol.latest_log` picks it, in ``job["log"]``)."""
     predictions = (last_round or {}).get("predictions", {})
     rows = []
     for job in jobs:
@@ -177,16 +193,21 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
             "epochs": f"{record.get('epochs', 0.0):.2f}/{spec['target_epochs']}",
             "restarts": record.get("num_restarts", 0), "failures": record.get("failures", 0),
             "goodput": prediction["goodput"] if prediction else "-",
-            "remaining": remaining, "reason": reason[0] if reason else ""})
+            "remaining": remaining, "reason": reason[0] if reason else "",
+            "log": job.get("log") or "-"})
     return rows
 
 
 def _status(args: argparse.Namespace) -> int:
     from bayes_sched.cli._common import print_json
+    from bayes_sched.client.protocol import latest_log
     from bayes_sched.service.state import StateStore
 
     store = StateStore(args.state, create=False)
     jobs = store.jobs()
+    for job in jobs:  # the log to read, relative to the state directory
+        log = latest_log(store.jobs_dir / job["name"])
+        job["log"] = None if log is None else str(log.relative_to(store.root))
     last = store.last_round()
     if args.json:
         print_json({"jobs": jobs, "last_round": last})

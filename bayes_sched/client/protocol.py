@@ -11,7 +11,9 @@ writes::
     <job dir>/reports.jsonl    job -> scheduler: one JSON object a line, appended by rank 0 and
                                flushed to disk (:func:`append_report`, :func:`read_reports`)
     <job dir>/checkpoint/      the client's checkpoints (written atomically by the client)
-    <job dir>/logs/            each replica's stdout and stderr, written by the backend
+    <job dir>/logs/            each replica's stdout and stderr, written by the backend, one
+                               file per start and rank: attempt-<N>.rank-<R>.log
+                               (:func:`replica_log_path`, :func:`replica_logs`)
 
 This module is imported by training scripts: it needs the standard library only.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -204,6 +207,35 @@ def read_reports(job_dir: str | os.PathLike[str],
         if isinstance(item, dict) and item.get("kind") in REPORT_KINDS:
             reports.append(item)
     return reports, offset + end
+
+
+def replica_log_path(job_dir: str | os.PathLike[str], attempt: int, rank: int) -> Path:
+    """Where replica ``rank`` of start ``attempt`` writes stdout and stderr (every backend)."""
+    return Path(job_dir) / LOG_DIR / f"attempt-{attempt}.rank-{rank}.log"
+
+
+_LOG_NAME = re.compile(r"attempt-(\d+)\.rank-(\d+)\.log")
+
+
+def replica_logs(job_dir: str | os.PathLike[str]) -> list[tuple[int, int, Path]]:
+    """Every replica log of the job, as ``(attempt, rank, path)`` by attempt then rank (numbers,
+    not names: attempt 10 comes after attempt 2)."""
+    found = []
+    for path in (Path(job_dir) / LOG_DIR).glob("attempt-*.rank-*.log"):
+        match = _LOG_NAME.fullmatch(path.name)
+        if match:
+            found.append((int(match[1]), int(match[2]), path))
+    return sorted(found)
+
+
+def latest_log(job_dir: str | os.PathLike[str]) -> Path | None:
+    """The log to show of a job: of its newest start, the one written last (a failing replica's
+    last words come after its peers'), ``None`` where it has none."""
+    logs = replica_logs(job_dir)
+    if not logs:
+        return None
+    newest = [path for attempt, _, path in logs if attempt == logs[-1][0]]
+    return max(newest, key=lambda path: path.stat().st_mtime_ns)
 
 
 def log_tail(path: str | os.PathLike[str], max_bytes: int = 2000) -> str:

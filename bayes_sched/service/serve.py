@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bayes_sched.backends.counters_feed import CountersFeed
 from bayes_sched.backends.launcher import Launcher
 from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
 from bayes_sched.cluster import Cluster
@@ -34,15 +35,17 @@ class Service:
         launcher: where jobs run.
         policy: the scheduling policy.
         config: the cluster's timeouts and restart rules.
+        counters: the nodes' collector stores, read into the cluster state every round.
     """
 
     def __init__(self, store: StateStore, launcher: Launcher, policy: Policy,
-                 config: RealClusterConfig = _DEFAULT_CONFIG) -> None:
+                 config: RealClusterConfig = _DEFAULT_CONFIG,
+                 counters: CountersFeed | None = None) -> None:
         store.lock_for_service()
         self.store = store
         self.policy = policy
         self.cluster = RealCluster(launcher, store.jobs_dir, config, epoch=store.epoch(),
-                                   on_change=self.save)
+                                   on_change=self.save, counters=counters)
         self.cluster.on_change = None  # no saves while restoring
         self.reattached = self.cluster.restore(store.records())
         self.cluster.on_change = self.save
