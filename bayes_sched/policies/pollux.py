@@ -135,8 +135,8 @@ class PolluxPolicy:
         if not jobs:
             return {}
         problem, names = self.problem(cluster, jobs)
-        population, fitness = self.evolve(problem, names)
-        best = population[int(np.argmax(fitness))]
+        population, fitness = self.search.evolve_sparse(problem, names)
+        best = population.rows(np.array([np.argmax(fitness)])).dense()[0]
         return {name: best[j].astype(np.int64) for j, name in enumerate(names) if best[j].any()}
 
     def evolve(self, problem: AllocationProblem, names: list[str]
