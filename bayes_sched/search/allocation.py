@@ -634,7 +634,7 @@ class SparseStates:
 
     @classmethod
     def of(cls, states: np.ndarray) -> SparseStates:
-        return cls(nonzero_entries(states), states.shape)  # type: ignore[arg-type]
+        return cls(nonzero_entries(states), states.shape)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -658,10 +658,10 @@ class SparseStates:
 
     def concat(self, other: SparseStates) -> SparseStates:
         """These states, then ``other``'s (of the same jobs and nodes)."""
+        (p, j, n, v), (q, k, m, w) = self.entries, other.entries
         return SparseStates(
-            (np.concatenate([self.entries[0], other.entries[0] + len(self)]),
-             *(np.concatenate([a, b]) for a, b in zip(self.entries[1:], other.entries[1:],
-                                                      strict=True))),
+            (np.concatenate([p, q + len(self)]), np.concatenate([j, k]), np.concatenate([n, m]),
+             np.concatenate([v, w])),
             (len(self) + len(other), *self.shape[1:]))
 
     def crossover(self, first: np.ndarray, second: np.ndarray,
@@ -690,7 +690,7 @@ class SparseStates:
 
 def _sparse(states: np.ndarray, entries: Entries | None) -> SparseStates:
     return SparseStates(nonzero_entries(states) if entries is None else entries,
-                        states.shape)  # type: ignore[arg-type]
+                        states.shape)
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -721,17 +721,16 @@ def _row_keys(states: np.ndarray, entries: Entries | None = None) -> list[bytes]
     are ``J x N`` elements: comparing those, or ``np.unique`` over them, costs far more).
     ``entries``: ``nonzero_entries(states)`` where the caller has them."""
     return _row_keys_of(nonzero_entries(states) if entries is None else entries,
-                        states.shape)  # type: ignore[arg-type]
+                        states.shape)
 
 
 def _row_keys_of(entries: Entries, shape: tuple[int, int, int]) -> list[bytes]:
     size, num_jobs, num_nodes = shape
     p, j, n, v = entries
-    position = (j * num_nodes + n).astype(np.int64)
-    values = v.astype(np.int64)
+    # Position and count in one word (counts are GPUs on one node: below 2**16).
+    words = ((j * num_nodes + n).astype(np.int64) << 16) | v.astype(np.int64)
     bounds = np.searchsorted(p, np.arange(size + 1)).tolist()
-    return [position[a:b].tobytes() + values[a:b].tobytes()
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [words[a:b].tobytes() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _first_occurrences(keys: Sequence[bytes], seen: Sequence[bytes] = ()) -> np.ndarray:
