@@ -1,14 +1,17 @@
 """The allocation search Pollux-like policies share: states, repair, the genetic search, speedups.
 
 An allocation *state* is a ``(J, N)`` array of GPUs per node for ``J`` jobs on ``N`` nodes; a
-population is ``(P, J, N)``. :class:`AllocationProblem` scores states (the power mean of each job's
-speedup, times the restart penalty where its allocation changes; and the cluster utility) and
-makes them feasible (:meth:`AllocationProblem.repair`); :class:`GeneticSearch` evolves a population,
-warm-started from the previous round's, by the artifact's NSGA-II (:mod:`bayes_sched.search.nsga2`)
-or an elitist search; :class:`SpeedupTables` turns job models into each job's speedup over a fair
-share for every node and GPU count. :class:`~bayes_sched.policies.pollux.PolluxPolicy` is this
-search on the job models alone; :class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the
-problem to multiply in co-location slowdowns.
+population is ``(P, J, N)``, which the NSGA-II search carries as its nonzero entries
+(:class:`SparseStates`: a job holds few of many nodes, and at 4,096 GPUs copying the dense
+population cost more than the search itself). :class:`AllocationProblem` scores states (the
+power mean of each job's speedup, times the restart penalty where its allocation changes; and
+the cluster utility) and makes them feasible (:meth:`AllocationProblem.repair`);
+:class:`GeneticSearch` evolves a population, warm-started from the previous round's, by the
+artifact's NSGA-II (:mod:`bayes_sched.search.nsga2`) or an elitist search; :class:`SpeedupTables`
+turns job models into each job's speedup over a fair share for every node and GPU count.
+:class:`~bayes_sched.policies.pollux.PolluxPolicy` is this search on the job models alone;
+:class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the problem to multiply in
+co-location slowdowns.
 
 The NSGA-II search (``GAConfig.search = "nsga2"``, the default) has two objectives, the fitness and
 the *cluster utility* (the jobs' summed speedups over the GPUs of the nodes in use), non-dominated
