@@ -163,7 +163,7 @@ def trace_worker(trace: Path, hours: float | None) -> list[dict[str, object]]:
     samples: list[tuple[float, float]] = []
 
     def sample(cluster: SimulatedCluster) -> None:
-        if len(cluster.timeline_time) % 240 == 0:  # every 4 simulated hours
+        if len(cluster.timeline_time) % 120 == 0:  # every 2 simulated hours
             samples.append((cluster.timeline_time[-1] / 3600.0, current_rss_mib()))
 
     result = run_simulation(trace, "pollux", config, on_round=sample)

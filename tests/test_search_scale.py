@@ -15,6 +15,8 @@ from bayes_sched.estimation.job_models import _FIT_MEMO, fit_measurements, profi
 from bayes_sched.jobs import Observation
 from bayes_sched.search.allocation import (
     AllocationProblem,
+    GAConfig,
+    SparseStates,
     _crossover,
     _first_occurrences,
     _row_keys,
@@ -240,8 +242,6 @@ def test_short_simulation_gives_the_jcts_of_before_the_scale_work(policy: str) -
 
 
 def test_entries_kept_through_repair_and_selection_equal_fresh_ones() -> None:
-    from bayes_sched.search.allocation import _entries_of_rows
-
     rng = np.random.default_rng(21)
     problem = _dense_problem(rng, 12, 6, avoid=True)
     states = _sparse_states(rng, (20, 12, 6), np.int16, 0.3)
@@ -249,11 +249,78 @@ def test_entries_kept_through_repair_and_selection_equal_fresh_ones() -> None:
     fresh = nonzero_entries(repaired)
     assert all(np.array_equal(a, b) and a.dtype == b.dtype
                for a, b in zip(entries, fresh, strict=True))
-    rows = np.sort(rng.choice(20, size=7, replace=False))
-    selected = _entries_of_rows(entries, rows, 20)
-    assert all(np.array_equal(a, b) for a, b in zip(selected, nonzero_entries(repaired[rows]),
-                                                     strict=True))
-    assert _row_keys(repaired, entries) == _row_keys(repaired)
+    sparse = SparseStates(entries, repaired.shape)
+    for rows in (np.sort(rng.choice(20, size=7, replace=False)), rng.integers(20, size=30),
+                 np.array([], dtype=np.int64)):
+        selected = sparse.rows(rows)
+        assert all(np.array_equal(a, b) for a, b in zip(selected.entries,
+                                                         nonzero_entries(repaired[rows]),
+                                                         strict=True))
+        assert np.array_equal(selected.dense(), repaired[rows])
+    assert _row_keys(repaired, entries) == _row_keys(repaired) == sparse.row_keys()
+
+
+def test_sparse_crossover_and_concat_equal_the_dense_ones() -> None:
+    rng = np.random.default_rng(3)
+    for trial in range(10):
+        population = _sparse_states(rng, (6, 5 + trial, 4), np.int16, 0.3)
+        sparse = SparseStates.of(population)
+        first, second = rng.integers(6, size=(2, 12))
+        point = rng.integers(-1, 7 + trial, size=12)
+        children = sparse.crossover(first, second, point)
+        expected = _crossover(population, first, second, point)
+        assert all(np.array_equal(a, b) for a, b in zip(children.entries,
+                                                         nonzero_entries(expected), strict=True))
+        both = sparse.concat(children)
+        assert np.array_equal(both.dense(), np.concatenate([population, expected]))
+
+
+def _reference_mutate_artifact(problem: AllocationProblem, states: np.ndarray,
+                               ga: GAConfig) -> np.ndarray:
+    """The artifact's mutation as first written, on the dense states."""
+    from bayes_sched.search.allocation import _distinct_draws, _sorted_unique
+
+    rng = problem.rng
+    size, num_jobs, num_nodes = states.shape
+    reset = rng.random((size, num_jobs)) < ga.reset_prob
+    rp, rj = np.nonzero(reset)
+    states[rp, rj] = problem.base[rj]
+    p, j, n, v = nonzero_entries(states)
+    drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
+                                                                   < ga.zero_prob)
+    states[p[drop], j[drop], n[drop]] = 0
+    p, j, n, v = p[~drop], j[~drop], n[~drop], v[~drop]
+    load = np.bincount(p * num_nodes + n, weights=v, minlength=size * num_nodes)
+    is_free = load.reshape(size, num_nodes) < problem.capacity
+    free_p, free_n = np.nonzero(is_free)
+    counts = rng.binomial(num_jobs, 1.0 / num_jobs, size=free_p.size)
+    grow_p, grow_n = np.repeat(free_p, counts), np.repeat(free_n, counts)
+    grow_j = _distinct_draws(np.repeat(np.arange(free_p.size), counts), num_jobs, rng)
+    own = is_free[p, n]
+    p, j, n = p[own], j[own], n[own]
+    node = p * num_nodes + n
+    pick = rng.random(p.size) * np.bincount(node, minlength=size * num_nodes)[node] < 1.0
+    key = _sorted_unique(np.concatenate([(grow_p * num_jobs + grow_j) * num_nodes + grow_n,
+                                         (p[pick] * num_jobs + j[pick]) * num_nodes + n[pick]]))
+    p, rest = np.divmod(key, num_jobs * num_nodes)
+    j, n = np.divmod(rest, num_nodes)
+    states[p, j, n] = rng.integers(states[p, j, n], problem.capacity + 1)
+    return states
+
+
+def test_sparse_mutation_equals_the_dense_reference() -> None:
+    rng = np.random.default_rng(17)
+    ga = GAConfig(reset_prob=0.3, zero_prob=0.3)
+    for trial in range(12):
+        problem = _dense_problem(rng, 4 + 2 * trial, 3 + trial % 4, avoid=trial % 2 == 0)
+        states = problem.repair(_sparse_states(rng, (9, 4 + 2 * trial, 3 + trial % 4), np.int16,
+                                               0.25))
+        state_rng = problem.rng.bit_generator.state
+        expected = _reference_mutate_artifact(problem, states.copy(), ga)
+        after = problem.rng.bit_generator.state
+        problem.rng.bit_generator.state = state_rng
+        assert np.array_equal(problem.mutate_artifact(states.copy(), ga), expected)
+        assert problem.rng.bit_generator.state == after         # the same draws, in order
 
 
 def test_sorted_unique_of_nothing_is_empty() -> None:
@@ -261,3 +328,16 @@ def test_sorted_unique_of_nothing_is_empty() -> None:
 
     assert _sorted_unique(np.array([], dtype=np.int64)).size == 0
     np.testing.assert_array_equal(_sorted_unique(np.array([3, 1, 3, 2])), [1, 2, 3])
+
+
+def test_gpu_timeline_kept_as_changes_equals_the_stacked_rows() -> None:
+    from bayes_sched.sim.simulator import GpuTimeline
+
+    rng = np.random.default_rng(8)
+    rows = rng.integers(0, 3, size=(40, 7)) * (rng.random((40, 7)) < 0.3)
+    rows[10:20] = rows[9]                                  # rounds with no change are not stored
+    timeline = GpuTimeline(7)
+    for row in rows:
+        timeline.append(row)
+    assert np.array_equal(timeline.dense(), rows) and len(timeline._changes) <= 31
+    assert GpuTimeline(3).dense().shape == (0, 3)

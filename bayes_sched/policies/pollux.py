@@ -120,7 +120,10 @@ class PolluxPolicy:
         """This round's search problem over ``jobs`` (sorted into priority order: least attained
         service first) and their names in that order."""
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
-        base = np.stack([job.allocation for job in jobs]).astype(STATE_DTYPE)   # (J, N)
+        base = np.zeros((len(jobs), len(jobs[0].allocation)), dtype=STATE_DTYPE)   # (J, N)
+        for j, job in enumerate(jobs):  # most jobs hold few nodes or none: no dense stack
+            nodes = np.flatnonzero(job.allocation)
+            base[j, nodes] = job.allocation[nodes]
         max_replicas = np.array([self.max_replicas(job) for job in jobs])
         tables = self.speedup_tables(jobs, cluster, max_replicas)
         penalty = restart_penalty(np.array([job.age for job in jobs]),
@@ -135,9 +138,10 @@ class PolluxPolicy:
         if not jobs:
             return {}
         problem, names = self.problem(cluster, jobs)
-        population, fitness = self.evolve(problem, names)
-        best = population[int(np.argmax(fitness))]
-        return {name: best[j].astype(np.int64) for j, name in enumerate(names) if best[j].any()}
+        population, fitness = self.search.evolve_sparse(problem, names)
+        best = population.rows(np.array([np.argmax(fitness)])).dense()[0]
+        return {names[j]: best[j].astype(np.int64)
+                for j in np.flatnonzero(best.any(axis=1)).tolist()}
 
     def evolve(self, problem: AllocationProblem, names: list[str]
                ) -> tuple[np.ndarray, np.ndarray]:

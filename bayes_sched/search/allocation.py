@@ -1,14 +1,17 @@
 """The allocation search Pollux-like policies share: states, repair, the genetic search, speedups.
 
 An allocation *state* is a ``(J, N)`` array of GPUs per node for ``J`` jobs on ``N`` nodes; a
-population is ``(P, J, N)``. :class:`AllocationProblem` scores states (the power mean of each job's
-speedup, times the restart penalty where its allocation changes; and the cluster utility) and
-makes them feasible (:meth:`AllocationProblem.repair`); :class:`GeneticSearch` evolves a population,
-warm-started from the previous round's, by the artifact's NSGA-II (:mod:`bayes_sched.search.nsga2`)
-or an elitist search; :class:`SpeedupTables` turns job models into each job's speedup over a fair
-share for every node and GPU count. :class:`~bayes_sched.policies.pollux.PolluxPolicy` is this
-search on the job models alone; :class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the
-problem to multiply in co-location slowdowns.
+population is ``(P, J, N)``, which the NSGA-II search carries as its nonzero entries
+(:class:`SparseStates`: a job holds few of many nodes, and at 4,096 GPUs copying the dense
+population cost more than the search itself). :class:`AllocationProblem` scores states (the
+power mean of each job's speedup, times the restart penalty where its allocation changes; and
+the cluster utility) and makes them feasible (:meth:`AllocationProblem.repair`);
+:class:`GeneticSearch` evolves a population, warm-started from the previous round's, by the
+artifact's NSGA-II (:mod:`bayes_sched.search.nsga2`) or an elitist search; :class:`SpeedupTables`
+turns job models into each job's speedup over a fair share for every node and GPU count.
+:class:`~bayes_sched.policies.pollux.PolluxPolicy` is this search on the job models alone;
+:class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the problem to multiply in
+co-location slowdowns.
 
 The NSGA-II search (``GAConfig.search = "nsga2"``, the default) has two objectives, the fitness and
 the *cluster utility* (the jobs' summed speedups over the GPUs of the nodes in use), non-dominated
@@ -190,7 +193,7 @@ class GeneticSearch:
     def __init__(self, ga: GAConfig) -> None:
         self.ga = ga
         self.rng = np.random.default_rng(ga.seed)
-        self._population: np.ndarray | None = None  # (P, J, N) from the last round
+        self._population: SparseStates | None = None  # the last round's
         self._population_jobs: list[str] = []
 
     def evolve(self, problem: AllocationProblem, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -199,13 +202,22 @@ class GeneticSearch:
         Returns the final population ``(P, jobs, nodes)`` and its fitness ``(P,)``, and keeps the
         population for the next round's warm start.
         """
+        population, fitness = self.evolve_sparse(problem, names)
+        return population.dense(), fitness
+
+    def evolve_sparse(self, problem: AllocationProblem, names: list[str]
+                      ) -> tuple[SparseStates, np.ndarray]:
+        """:meth:`evolve`, the population by its nonzero entries (the NSGA-II search never
+        builds the dense one: on a large cluster copying it costs more than the search)."""
         ga = self.ga
         base = problem.base
         size = int(np.clip(ga.max_elements // base.size, ga.min_population, ga.population))
         generations = max(ga.min_generations, ga.generations * size // ga.population)
-        population = self._initial_population(problem, names, size)
         if ga.search == "nsga2":
-            return self._evolve_nsga2(problem, names, population, size, generations)
+            return self._evolve_nsga2(problem, names, size, generations)
+        population = self._initial_states(problem, names, size).dense()
+        population[1:] = problem.mutate(population[1:], self.ga)
+        population = problem.repair(population, in_place=True)
         fitness = problem.fitness(population)
         for _ in range(generations):
             children = problem.offspring(population, fitness, ga)
@@ -213,30 +225,31 @@ class GeneticSearch:
             keep = np.argsort(-merged_fitness, kind="stable")[:size]
             population = _take_merged(population, children, keep)
             fitness = merged_fitness[keep]
-        self._population, self._population_jobs = population, names
-        return population, fitness
+        self._population, self._population_jobs = SparseStates.of(population), names
+        return self._population, fitness
 
-    def _evolve_nsga2(self, problem: AllocationProblem, names: list[str], population: np.ndarray,
-                      size: int, generations: int) -> tuple[np.ndarray, np.ndarray]:
-        keys = _row_keys(population)
+    def _evolve_nsga2(self, problem: AllocationProblem, names: list[str], size: int,
+                      generations: int) -> tuple[SparseStates, np.ndarray]:
+        # The artifact's NSGA-II starts from last round's population as it is (no mutation).
+        population = problem.repair_sparse(self._initial_states(problem, names, size))
+        keys = population.row_keys()
         first = _first_occurrences(keys)
-        population, keys = population[first], [keys[i] for i in first]
-        fitness, utility = problem.objectives(population)
+        population, keys = population.rows(first), [keys[i] for i in first]
+        fitness, utility = problem.objectives_sparse(population)
         _, crowding = nsga2.survivors(fitness, utility, size)
         for _ in range(generations):
             # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
             # as needed in one go fills the brood (about half are repeats on a full cluster).
-            children, entries = problem._offspring_nsga2(population, fitness, utility, crowding,
-                                                         2 * size, self.ga)
-            child_keys = _row_keys(children, entries)
+            children = problem.offspring_sparse(population, fitness, utility, crowding, 2 * size,
+                                                self.ga)
+            child_keys = children.row_keys()
             new = _first_occurrences(child_keys, seen=keys)[:size]
-            entries = _entries_of_rows(entries, new, len(children))
-            children, child_keys = children[new], [child_keys[i] for i in new]
-            child_fitness, child_utility = problem.objectives(children, entries)
+            children, child_keys = children.rows(new), [child_keys[i] for i in new]
+            child_fitness, child_utility = problem.objectives_sparse(children)
             merged_fitness = np.concatenate([fitness, child_fitness])
             merged_utility = np.concatenate([utility, child_utility])
             keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
-            population = _take_merged(population, children, keep)
+            population = population.concat(children).rows(keep)
             merged_keys = keys + child_keys
             keys = [merged_keys[i] for i in keep.tolist()]
             fitness = merged_fitness[keep]
@@ -244,20 +257,32 @@ class GeneticSearch:
         self._population, self._population_jobs = population, names
         return population, fitness
 
-    def _initial_population(self, problem: AllocationProblem, names: list[str], size: int) -> np.ndarray:
+    def _initial_states(self, problem: AllocationProblem, names: list[str],
+                        size: int) -> SparseStates:
+        """``size`` states, unrepaired: the status quo first, then the last round's states (their
+        jobs found by name; jobs gone dropped, new jobs without GPUs), then copies of the status
+        quo."""
         base = problem.base
-        population = np.broadcast_to(base, (size, *base.shape)).copy()
-        if self._population is not None and self._population.shape[2] == base.shape[1]:
-            previous = {name: i for i, name in enumerate(self._population_jobs)}
-            src = [previous[n] for n in names if n in previous]
-            dst = [j for j, n in enumerate(names) if n in previous]
-            count = min(size, len(self._population))
-            population[:count] = 0
-            population[:count][:, dst] = self._population[:count][:, src]
-        if self.ga.search != "nsga2":  # the artifact's NSGA-II starts from last round's as they are
-            population[1:] = problem.mutate(population[1:], self.ga)
-        population[0] = base  # keep the status quo as a candidate
-        return problem.repair(population, in_place=True)
+        num_jobs, num_nodes = base.shape
+        bj, bn, bv = problem.base_entries
+        previous = self._population
+        count = 0
+        parts: list[Entries] = []
+        if previous is not None and previous.shape[2] == num_nodes:
+            where = {name: i for i, name in enumerate(names)}
+            index = np.array([where.get(name, -1) for name in self._population_jobs],
+                             dtype=np.int64)
+            count = min(size, len(previous))
+            p, j, n, v = previous.entries
+            new_j = index[j] if j.size else j
+            kept = (p >= 1) & (p < count) & (new_j >= 0)
+            parts.append((p[kept], new_j[kept], n[kept], v[kept].astype(base.dtype)))
+        rows = np.concatenate([[0], np.arange(max(count, 1), size)]).astype(np.int64)
+        parts.append((np.repeat(rows, bj.size), np.tile(bj, rows.size), np.tile(bn, rows.size),
+                      np.tile(bv, rows.size)))
+        p, j, n, v = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+        order = np.argsort((p * num_jobs + j) * num_nodes + n, kind="stable")
+        return SparseStates((p[order], j[order], n[order], v[order]), (size, num_jobs, num_nodes))
 
 
 class AllocationProblem:
@@ -290,13 +315,20 @@ class AllocationProblem:
         self.rng = rng
         self.job_index = np.arange(base.shape[0])
         self._base_nodes = np.count_nonzero(base, axis=1)
+        base_j, base_n = np.nonzero(base)
+        #: The status quo's nonzero entries ``(j, n, GPUs)``, in order.
+        self.base_entries = (base_j, base_n, base[base_j, base_n])
+        self._base_bounds = np.searchsorted(base_j, np.arange(base.shape[0] + 1))
 
     def table_speedups(self, states: np.ndarray,
                        entries: Entries | None = None) -> np.ndarray:
         """Every job's speedup table read at its nodes and GPUs in every state, shape ``(P, J)``.
         ``entries``: ``nonzero_entries(states)``, where the caller has them."""
+        return self._table_speedups(_sparse(states, entries))
+
+    def _table_speedups(self, states: SparseStates) -> np.ndarray:
         size, num_jobs, _ = states.shape
-        p, j, _, v = nonzero_entries(states) if entries is None else entries
+        p, j, _, v = states.entries
         # Nodes and GPUs per (state, job) from the nonzero entries: the dense reductions over
         # P x J x N cost several times more on a large, mostly empty cluster state.
         row = p * num_jobs + j
@@ -308,8 +340,11 @@ class AllocationProblem:
                 entries: Entries | None = None) -> np.ndarray:
         """Whether each job's allocation in each state differs from :attr:`base`, shape
         ``(P, J)`` (``np.any(states != base, axis=2)``, from the nonzero entries)."""
+        return self._changed(_sparse(states, entries))
+
+    def _changed(self, states: SparseStates) -> np.ndarray:
         size, num_jobs, _ = states.shape
-        p, j, n, v = nonzero_entries(states) if entries is None else entries
+        p, j, n, v = states.entries
         row = p * num_jobs + j
         same = self.base[j, n] == v
         # A row equals the base row when every entry matches one of the base's and it has as
@@ -321,13 +356,12 @@ class AllocationProblem:
     def speedups(self, states: np.ndarray) -> np.ndarray:
         """Scaled speedup of every job in every state, times the re-allocation penalty where the
         job's allocation changes, shape ``(P, J)``."""
-        entries = nonzero_entries(states)
-        return self._penalised(self.table_speedups(states, entries), states, entries)
+        sparse = SparseStates.of(states)
+        return self._penalised(self._table_speedups(sparse), sparse)
 
-    def _penalised(self, table: np.ndarray, states: np.ndarray,
-                   entries: Entries) -> np.ndarray:
+    def _penalised(self, table: np.ndarray, states: SparseStates) -> np.ndarray:
         speedup = table * self.scale
-        return np.where(self.changed(states, entries), speedup * self.penalty, speedup)
+        return np.where(self._changed(states), speedup * self.penalty, speedup)
 
     def fitness(self, states: np.ndarray) -> np.ndarray:
         """Power mean of penalised, scaled speedups, shape ``(P,)``."""
@@ -336,13 +370,12 @@ class AllocationProblem:
     def utility(self, states: np.ndarray) -> np.ndarray:
         """Cluster utility, as the artifact's second objective: the jobs' summed speedups over the
         GPUs of the nodes in use, shape ``(P,)``."""
-        entries = nonzero_entries(states)
-        return self._utility(self.table_speedups(states, entries), states, entries)
+        sparse = SparseStates.of(states)
+        return self._utility(self._table_speedups(sparse), sparse)
 
-    def _utility(self, table: np.ndarray, states: np.ndarray,
-                 entries: Entries) -> np.ndarray:
+    def _utility(self, table: np.ndarray, states: SparseStates) -> np.ndarray:
         size, _, num_nodes = states.shape
-        p, _, n, _ = entries
+        p, _, n, _ = states.entries
         in_use = np.bincount(p * num_nodes + n, minlength=size * num_nodes) > 0
         active = np.count_nonzero(in_use.reshape(size, num_nodes), axis=1)
         return table.sum(axis=1) / np.maximum(active * self.capacity, 1)
@@ -353,19 +386,27 @@ class AllocationProblem:
         (``entries``: ``nonzero_entries(states)`` where the caller has them)."""
         if type(self).fitness is not AllocationProblem.fitness:  # a subclass's own fitness
             return self.fitness(states), self.utility(states)
-        entries = nonzero_entries(states) if entries is None else entries
-        table = self.table_speedups(states, entries)
-        fitness = power_mean(self._penalised(table, states, entries) + 1e-3, self.p)
-        return fitness, self._utility(table, states, entries)
+        return self.objectives_sparse(_sparse(states, entries))
+
+    def objectives_sparse(self, states: SparseStates) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`objectives` of states given by their nonzero entries."""
+        if type(self).fitness is not AllocationProblem.fitness:  # a subclass's own fitness
+            dense = states.dense()
+            return self.fitness(dense), self.utility(dense)
+        table = self._table_speedups(states)
+        fitness = power_mean(self._penalised(table, states) + 1e-3, self.p)
+        return fitness, self._utility(table, states)
 
     def offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray, utility: np.ndarray,
                         crowding: np.ndarray, count: int, ga: GAConfig) -> np.ndarray:
         """``count`` children by the artifact's NSGA-II mating, mutation and repair."""
-        return self._offspring_nsga2(population, fitness, utility, crowding, count, ga)[0]
+        return self.offspring_sparse(SparseStates.of(population), fitness, utility, crowding,
+                                     count, ga).dense()
 
-    def _offspring_nsga2(self, population: np.ndarray, fitness: np.ndarray,
+    def offspring_sparse(self, population: SparseStates, fitness: np.ndarray,
                          utility: np.ndarray, crowding: np.ndarray, count: int,
-                         ga: GAConfig) -> tuple[np.ndarray, Entries]:
+                         ga: GAConfig) -> SparseStates:
+        """:meth:`offspring_nsga2` on states given by their nonzero entries."""
         size, num_jobs, _ = population.shape
         rng = self.rng
         half = (count + 1) // 2
@@ -383,11 +424,14 @@ class AllocationProblem:
 
         first, second = tournament(), tournament()
         point = rng.integers(num_jobs, size=(half, 1))
-        point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)
-        children = np.empty((2 * half, *population.shape[1:]), dtype=population.dtype)
-        _crossover(population, first, second, point[:, 0], out=children[:half])
-        _crossover(population, second, first, point[:, 0], out=children[half:])
-        return self._repair(self.mutate_artifact(children[:count], ga), in_place=True)
+        point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)[:, 0]
+        # Two complementary children per pair: the first half (first, second), then the other.
+        children = population.crossover(np.concatenate([first, second]),
+                                        np.concatenate([second, first]),
+                                        np.concatenate([point, point]))
+        if len(children) != count:
+            children = children.rows(np.arange(count))
+        return self.repair_sparse(self._mutate_sparse(children, ga))
 
     def mutate_artifact(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
         """The artifact's mutation, drawn sparsely so that its cost follows the GPUs in use and
@@ -401,14 +445,20 @@ class AllocationProblem:
         grown entry takes a uniform count from its current one up to the node's capacity; repair
         trims what no longer fits.
         """
+        mutated = self._mutate_sparse(SparseStates.of(states), ga)
+        states[...] = 0
+        p, j, n, v = mutated.entries
+        states[p, j, n] = v
+        return states
+
+    def _mutate_sparse(self, states: SparseStates, ga: GAConfig) -> SparseStates:
+        """:meth:`mutate_artifact` on states given by their nonzero entries."""
         rng = self.rng
         size, num_jobs, num_nodes = states.shape
         reset = rng.random((size, num_jobs)) < ga.reset_prob
-        _reset_rows(states, reset, self.base)
-        p, j, n, v = nonzero_entries(states)
+        p, j, n, v = self._reset_rows(states, reset)
         drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
                                                                        < ga.zero_prob)
-        states[p[drop], j[drop], n[drop]] = 0
         p, j, n, v = p[~drop], j[~drop], n[~drop], v[~drop]                      # still in use
         load = np.bincount(p * num_nodes + n, weights=v, minlength=size * num_nodes)
         is_free = load.reshape(size, num_nodes) < self.capacity                  # (P, N)
@@ -420,15 +470,43 @@ class AllocationProblem:
         grow_j = _distinct_draws(np.repeat(np.arange(free_p.size), counts), num_jobs, rng)
         # A job already on a free node: one over the number of jobs on that node.
         own = is_free[p, n]
-        p, j, n = p[own], j[own], n[own]
-        node = p * num_nodes + n
-        pick = rng.random(p.size) * np.bincount(node, minlength=size * num_nodes)[node] < 1.0
-        key = _sorted_unique(np.concatenate([(grow_p * num_jobs + grow_j) * num_nodes + grow_n,
-                                             (p[pick] * num_jobs + j[pick]) * num_nodes + n[pick]]))
-        p, rest = np.divmod(key, num_jobs * num_nodes)
-        j, n = np.divmod(rest, num_nodes)
-        states[p, j, n] = rng.integers(states[p, j, n], self.capacity + 1)
-        return states
+        own_p, own_j, own_n = p[own], j[own], n[own]
+        node = own_p * num_nodes + own_n
+        pick = rng.random(own_p.size) * np.bincount(node, minlength=size * num_nodes)[node] < 1.0
+        key = _sorted_unique(np.concatenate([
+            (grow_p * num_jobs + grow_j) * num_nodes + grow_n,
+            (own_p[pick] * num_jobs + own_j[pick]) * num_nodes + own_n[pick]]))
+        # Each grown entry draws from its current count (0 where the job is not on the node).
+        entry_key = (p * num_jobs + j) * num_nodes + n
+        at = np.minimum(np.searchsorted(entry_key, key), max(entry_key.size - 1, 0))
+        found = (entry_key[at] == key) if entry_key.size else np.zeros(key.size, dtype=bool)
+        current = np.where(found, v[at] if v.size else 0, 0).astype(v.dtype)
+        grown = rng.integers(current, self.capacity + 1).astype(v.dtype)
+        v = v.copy()
+        v[at[found]] = grown[found]
+        added = ~found & (grown > 0)
+        add_p, rest = np.divmod(key[added], num_jobs * num_nodes)
+        add_j, add_n = np.divmod(rest, num_nodes)
+        p, j, n, v = _merge((p, j, n, v), entry_key, (add_p, add_j, add_n, grown[added]),
+                            key[added])
+        keep = v != 0
+        return SparseStates((p[keep], j[keep], n[keep], v[keep]), states.shape)
+
+    def _reset_rows(self, states: SparseStates, reset: np.ndarray) -> Entries:
+        """The entries of ``states`` with the rows ``reset`` (``(P, J)`` booleans) set to the
+        status quo's."""
+        size, num_jobs, num_nodes = states.shape
+        p, j, n, v = states.entries
+        reset_p, reset_j = np.nonzero(reset)
+        base_j, base_n, base_v = self.base_entries
+        lengths = self._base_bounds[reset_j + 1] - self._base_bounds[reset_j]
+        index = _ranges(self._base_bounds[reset_j], lengths)
+        added = (np.repeat(reset_p, lengths), base_j[index], base_n[index],
+                 base_v[index].astype(v.dtype))
+        kept = ~reset[p, j]
+        return _merge((p[kept], j[kept], n[kept], v[kept]),
+                      ((p[kept] * num_jobs + j[kept]) * num_nodes + n[kept]), added,
+                      (added[0] * num_jobs + added[1]) * num_nodes + added[2])
 
     def offspring(self, population: np.ndarray, fitness: np.ndarray, ga: GAConfig) -> np.ndarray:
         size, num_jobs, _ = population.shape
@@ -450,8 +528,8 @@ class AllocationProblem:
         rng = self.rng
         size, num_jobs, num_nodes = states.shape
         # Reset some jobs to their current allocation.
-        reset = rng.random((size, num_jobs)) < ga.reset_prob
-        _reset_rows(states, reset, self.base)
+        p, j = np.nonzero(rng.random((size, num_jobs)) < ga.reset_prob)
+        states[p, j] = self.base[j]
         # Take some jobs off one of their nodes (or an empty one: no change).
         p, j = np.nonzero(rng.random((size, num_jobs)) < ga.zero_prob)
         states[p, j, rng.integers(num_nodes, size=p.size)] = 0
@@ -484,10 +562,29 @@ class AllocationProblem:
 
     def _repair(self, states: np.ndarray, in_place: bool) -> tuple[np.ndarray, Entries]:
         """:meth:`repair`, and the repaired states' ``nonzero_entries``."""
+        entries = nonzero_entries(states)
+        p, j, n, _ = entries
+        v = self._repaired_values(SparseStates(entries, states.shape))
+        # Only nonzero entries change, so writing them back repairs the states.
+        repaired = states if in_place else states.copy()
+        repaired[p, j, n] = v
+        keep = v > 0
+        return repaired, (p[keep], j[keep], n[keep], v[keep].astype(states.dtype))
+
+    def repair_sparse(self, states: SparseStates) -> SparseStates:
+        """:meth:`repair` of states given by their nonzero entries."""
+        p, j, n, v = states.entries
+        repaired = self._repaired_values(states)
+        keep = repaired > 0
+        return SparseStates((p[keep], j[keep], n[keep], repaired[keep].astype(v.dtype)),
+                            states.shape)
+
+    def _repaired_values(self, states: SparseStates) -> np.ndarray:
+        """The repaired value of each nonzero entry of ``states`` (0 where it goes), ``(K,)``."""
         size, num_jobs, num_nodes = states.shape
         # Entries come in (state, job, node) order, so a stable sort by (state, node) orders
         # each node's entries by job (as np.lexsort((j, node_key)) would, at less cost).
-        p, j, n, v = nonzero_entries(states)
+        p, j, n, v = states.entries
         v = v.astype(np.int64)
         node_key = p * num_nodes + n
         if self.avoid_interference:
@@ -499,25 +596,121 @@ class AllocationProblem:
             rank = _group_cumsum(np.ones(order.size, np.int64), node_key[order])
             v[order[rank > 1]] = 0
         # Per job: at most max_replicas GPUs and max_nodes nodes, trimmed in a random node order.
+        # Only the entries of jobs over a limit change, so only they are sorted (the draws are
+        # made for every entry all the same).
         job_key = p * num_jobs + j
-        order = np.lexsort((self.rng.random(p.size), job_key))
+        draws = self.rng.random(p.size)
+        over = ((np.bincount(job_key, weights=v)[job_key] > self.max_replicas[j])
+                | (np.bincount(job_key, weights=v > 0)[job_key] > self.max_nodes))
+        trim = np.flatnonzero(over)
+        order = trim[np.lexsort((draws[trim], job_key[trim]))]
         values, cap = v[order], self.max_replicas[j[order]]
         total = _group_cumsum(values, job_key[order])
         kept = np.minimum(total, cap) - np.minimum(total - values, cap)
         nodes_used = _group_cumsum((kept > 0).astype(np.int64), job_key[order])
         kept[nodes_used > self.max_nodes] = 0
         v[order] = kept
-        # Node capacity, higher-priority jobs (lower index) first.
-        order = np.argsort(node_key, kind="stable")
+        # Node capacity, higher-priority jobs (lower index) first, on the nodes over it.
+        trim = np.flatnonzero(np.bincount(node_key, weights=v)[node_key] > self.capacity)
+        order = trim[np.argsort(node_key[trim], kind="stable")]
         values = v[order]
         total = _group_cumsum(values, node_key[order])
         v[order] = (np.minimum(total, self.capacity)
                     - np.minimum(total - values, self.capacity))
-        # Only nonzero entries change, so writing them back repairs the states.
-        repaired = states if in_place else states.copy()
-        repaired[p, j, n] = v
-        keep = v > 0
-        return repaired, (p[keep], j[keep], n[keep], v[keep].astype(states.dtype))
+        return v
+
+
+@dataclass(frozen=True)
+class SparseStates:
+    """States ``(P, J, N)`` given by their nonzero entries, as the NSGA-II search carries its
+    population: a job holds few of many nodes, so a state is mostly zeros, and on a large cluster
+    copying the dense array costs more than all of the search's work on the entries.
+
+    Attributes:
+        entries: ``(p, j, n, values)``, each ``(K,)``, in (state, job, node) order: what
+            :func:`nonzero_entries` gives of the dense array.
+        shape: ``(P, J, N)``.
+    """
+
+    entries: Entries
+    shape: tuple[int, int, int]
+
+    @classmethod
+    def of(cls, states: np.ndarray) -> SparseStates:
+        return cls(nonzero_entries(states), states.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def dense(self) -> np.ndarray:
+        """The states as an array ``(P, J, N)`` of the entries' dtype."""
+        p, j, n, v = self.entries
+        out = np.zeros(self.shape, dtype=v.dtype)
+        out[p, j, n] = v
+        return out
+
+    def rows(self, rows: np.ndarray) -> SparseStates:
+        """``states[rows]`` for integer ``rows`` (in any order, repeats allowed)."""
+        p, j, n, v = self.entries
+        rows = np.asarray(rows, dtype=np.int64)
+        bounds = np.searchsorted(p, np.arange(self.shape[0] + 1))
+        lengths = bounds[rows + 1] - bounds[rows]
+        index = _ranges(bounds[rows], lengths)
+        return SparseStates((np.repeat(np.arange(rows.size, dtype=p.dtype), lengths), j[index],
+                             n[index], v[index]), (rows.size, *self.shape[1:]))
+
+    def concat(self, other: SparseStates) -> SparseStates:
+        """These states, then ``other``'s (of the same jobs and nodes)."""
+        (p, j, n, v), (q, k, m, w) = self.entries, other.entries
+        return SparseStates(
+            (np.concatenate([p, q + len(self)]), np.concatenate([j, k]), np.concatenate([n, m]),
+             np.concatenate([v, w])),
+            (len(self) + len(other), *self.shape[1:]))
+
+    def crossover(self, first: np.ndarray, second: np.ndarray,
+                  point: np.ndarray) -> SparseStates:
+        """One-point crossover over jobs: child ``c`` takes jobs ``< point[c]`` from state
+        ``first[c]`` and the rest from state ``second[c]`` (as :func:`_crossover`)."""
+        _, num_jobs, _ = self.shape
+        p, j, n, v = self.entries
+        row = p * num_jobs + j                                     # sorted: entries are in order
+        cut = np.clip(point, 0, num_jobs)
+        first_start = np.searchsorted(row, first * num_jobs)
+        first_end = np.searchsorted(row, first * num_jobs + cut)
+        second_start = np.searchsorted(row, second * num_jobs + cut)
+        second_end = np.searchsorted(row, (second + 1) * num_jobs)
+        starts = np.stack([first_start, second_start], axis=1).reshape(-1)
+        lengths = np.stack([first_end - first_start, second_end - second_start],
+                           axis=1).reshape(-1)
+        index = _ranges(starts, lengths)
+        child = np.repeat(np.arange(len(first), dtype=p.dtype), lengths.reshape(-1, 2).sum(1))
+        return SparseStates((child, j[index], n[index], v[index]), (len(first), *self.shape[1:]))
+
+    def row_keys(self) -> list[bytes]:
+        """:func:`_row_keys` of these states."""
+        return _row_keys_of(self.entries, self.shape)
+
+
+def _sparse(states: np.ndarray, entries: Entries | None) -> SparseStates:
+    return SparseStates(nonzero_entries(states) if entries is None else entries,
+                        states.shape)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``np.concatenate([np.arange(a, a + k) for a, k in zip(starts, lengths)])``, int64."""
+    total = int(lengths.sum())
+    offsets = np.cumsum(lengths) - lengths
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lengths)
+
+
+def _merge(first: Entries, first_key: np.ndarray, second: Entries,
+           second_key: np.ndarray) -> Entries:
+    """The entries of ``first`` and ``second`` (each in order of its flat positions ``*_key``, no
+    position in both) together, in order."""
+    # A stable sort of two sorted runs is a merge (timsort finds the runs): linear time.
+    order = np.argsort(np.concatenate([first_key, second_key]), kind="stable")
+    return tuple(np.concatenate([a, b])[order]  # type: ignore[return-value]
+                 for a, b in zip(first, second, strict=True))
 
 
 def _unique_rows(states: np.ndarray) -> np.ndarray:
@@ -530,24 +723,17 @@ def _row_keys(states: np.ndarray, entries: Entries | None = None) -> list[bytes]
     positions and values of its nonzero entries (a few hundred bytes, where the state's own bytes
     are ``J x N`` elements: comparing those, or ``np.unique`` over them, costs far more).
     ``entries``: ``nonzero_entries(states)`` where the caller has them."""
-    size, num_jobs, num_nodes = states.shape
-    p, j, n, v = nonzero_entries(states) if entries is None else entries
-    position = (j * num_nodes + n).astype(np.int64)
-    values = v.astype(np.int64)
-    bounds = np.searchsorted(p, np.arange(size + 1)).tolist()
-    return [position[a:b].tobytes() + values[a:b].tobytes()
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return _row_keys_of(nonzero_entries(states) if entries is None else entries,
+                        states.shape)
 
 
-def _entries_of_rows(entries: Entries, rows: np.ndarray, count: int) -> Entries:
-    """``nonzero_entries(states[rows])`` from ``entries = nonzero_entries(states)`` of ``count``
-    states, for increasing ``rows`` (the entries keep their order)."""
+def _row_keys_of(entries: Entries, shape: tuple[int, int, int]) -> list[bytes]:
+    size, num_jobs, num_nodes = shape
     p, j, n, v = entries
-    position = np.full(count, -1, dtype=p.dtype)
-    position[rows] = np.arange(len(rows), dtype=p.dtype)
-    new_p = position[p]
-    keep = new_p >= 0
-    return new_p[keep], j[keep], n[keep], v[keep]
+    # Position and count in one word (counts are GPUs on one node: below 2**16).
+    words = ((j * num_nodes + n).astype(np.int64) << 16) | v.astype(np.int64)
+    bounds = np.searchsorted(p, np.arange(size + 1)).tolist()
+    return [words[a:b].tobytes() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _first_occurrences(keys: Sequence[bytes], seen: Sequence[bytes] = ()) -> np.ndarray:
@@ -608,12 +794,6 @@ def _crossover(population: np.ndarray, first: np.ndarray, second: np.ndarray,
         children[c, :cut] = population[a, :cut]
         children[c, cut:] = population[b, cut:]
     return children
-
-
-def _reset_rows(states: np.ndarray, reset: np.ndarray, base: np.ndarray) -> None:
-    """Set the rows ``reset`` (``(P, J)`` booleans) of ``states`` to ``base``'s, in place."""
-    p, j = np.nonzero(reset)
-    states[p, j] = base[j]
 
 
 def _distinct_draws(groups: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:

@@ -71,8 +71,7 @@ def timeline_dataset(cluster: SimulatedCluster) -> xr.Dataset:
     """GPUs per job per round and cluster utilisation, dims ``(time, job)`` and ``(time,)``."""
     names = list(cluster.jobs)
     time = np.array(cluster.timeline_time, dtype=np.float64)
-    gpus = (np.stack(cluster.timeline_gpus) if cluster.timeline_gpus
-            else np.zeros((0, len(names)), dtype=np.int64))
+    gpus = cluster.timeline_gpus()
     total = cluster.config.cluster.total_gpus
     return xr.Dataset(
         {

@@ -90,9 +90,12 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
                           else lambda _: on_round(cluster))
             stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round,
                                         refit=config.refit_rule)
+            # The job table's standalone times interpolate the physics' profiles, whose first
+            # use per application solves a small system per simplex: with BLAS threads on a busy
+            # machine that took seconds per application instead of milliseconds.
+            jobs = job_table(cluster)
     finally:
         torch.set_num_threads(torch_threads)
-    jobs = job_table(cluster)
     timeline = timeline_dataset(cluster)
     timeline.attrs.update(workload=workload.name, policy=policy.name)
     return SimulationResult(

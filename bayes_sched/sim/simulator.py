@@ -229,6 +229,37 @@ class SimJob:
             self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
 
 
+class GpuTimeline:
+    """GPUs per job per round, stored as the rounds where some job's count changed (memory
+    follows the changes, not ``rounds x jobs``).
+
+    Args:
+        num_jobs: the row length.
+    """
+
+    def __init__(self, num_jobs: int) -> None:
+        self.num_jobs = num_jobs
+        self.rounds = 0
+        self._last = np.zeros(num_jobs, dtype=np.int64)
+        # (round, jobs whose count changed, the change in GPUs)
+        self._changes: list[tuple[int, np.ndarray, np.ndarray]] = []
+
+    def append(self, gpus: np.ndarray) -> None:
+        """Record one round's GPUs per job, shape ``(num_jobs,)``."""
+        changed = np.flatnonzero(gpus != self._last)
+        if changed.size:
+            self._changes.append((self.rounds, changed, gpus[changed] - self._last[changed]))
+            self._last[changed] = gpus[changed]
+        self.rounds += 1
+
+    def dense(self) -> np.ndarray:
+        """Every round's row, shape ``(rounds, num_jobs)``, int64."""
+        out = np.zeros((self.rounds, self.num_jobs), dtype=np.int64)
+        for round_index, jobs, step in self._changes:
+            out[round_index, jobs] = step
+        return np.cumsum(out, axis=0, out=out)  # each change holds until the job's next
+
+
 class SimulatedCluster:
     """A simulated GPU cluster running one workload (a :class:`~bayes_sched.cluster.Cluster`).
 
@@ -259,10 +290,11 @@ class SimulatedCluster:
                              config.refit_on_new_bsz, gpu_type=GPU_TYPE)
             self.jobs[spec.name] = SimJob(spec, app, agent, config.num_nodes)
         self._allocations: Allocations = {}
-        # Timeline: GPUs each job held during each round (rows appended per round).
+        # Timeline: each round's end time and active jobs, and the GPUs each job held during it,
+        # kept as changes (a dense row per round grew by the job count every round).
         self.timeline_time: list[float] = []
-        self.timeline_gpus: list[np.ndarray] = []
         self.timeline_active: list[int] = []
+        self._timeline_gpus = GpuTimeline(len(self.jobs))
         self._counters: list[xr.Dataset] = []
         self._counter_window: xr.Dataset | None = None
         self._counter_rng = np.random.default_rng(config.seed)
@@ -309,7 +341,11 @@ class SimulatedCluster:
                   if j.active and j.spec.submit_time <= self._now]
         new = validate_allocations(allocations, self.state, active)
         empty = np.zeros(self.config.num_nodes, dtype=np.int64)
+        # Only jobs holding GPUs before or after can change (in workload order, as before).
+        touched = self._allocations.keys() | new.keys()
         for name, job in self.jobs.items():
+            if name not in touched:
+                continue
             old = self._allocations.get(name, empty)
             counts = new.get(name, empty)
             if not np.array_equal(old, counts):
@@ -332,9 +368,14 @@ class SimulatedCluster:
             self._counter_window = xr.concat(self._counters, dim="time")
         self._now += seconds
         self.timeline_time.append(self._now)
-        self.timeline_gpus.append(gpus)
+        self._timeline_gpus.append(gpus)
         self.timeline_active.append(sum(1 for j in self.jobs.values()
                                         if j.active and j.spec.submit_time <= self._now))
+
+    def timeline_gpus(self) -> np.ndarray:
+        """GPUs each job held during each round, shape ``(rounds, jobs)`` (jobs in workload
+        order)."""
+        return self._timeline_gpus.dense()
 
     def done(self) -> bool:
         return (all(not job.active for job in self.jobs.values())
