@@ -1,9 +1,11 @@
-"""Two throughput learners behind :mod:`bayes_sched.estimation.throughput_cells`: the oracle and
-independent per-cell log-normal posteriors.
+"""Simple throughput learners behind :mod:`bayes_sched.estimation.throughput_cells`: the oracle,
+no estimation, and independent per-cell log-normal posteriors.
 
 * :class:`OracleLearner` knows the measured table (the upper bound of every learner): it ignores
   what jobs report. A cell the table lacks answers as Gavel's mechanism does for a job type it
   never measured: :data:`DEFAULT_STEPS_PER_SECOND` alone, 0 in a pair (not packed).
+* :class:`UniformLearner` estimates nothing: one steps/s for every job type on every GPU type,
+  no pair (the "no estimation" baseline of a policy that has no heterogeneity-agnostic form).
 * :class:`PerCellLearner` keeps one conjugate normal posterior over ``log(steps/s)`` per cell,
   independent of every other cell (no pooling across job types, GPU types, scale factors or
   partners: the ablation of a pooled model), with a broad prior. A report of rate ``r`` is
@@ -101,6 +103,34 @@ class OracleLearner:
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:
         return []
+
+
+@dataclass(frozen=True)
+class UniformBelief:
+    """No estimation: every job type at :data:`DEFAULT_STEPS_PER_SECOND` on every GPU type,
+    every pair at 0 (nothing is known to pay for sharing)."""
+
+    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
+                ) -> CellPrediction:
+        return _point(np.array([DEFAULT_STEPS_PER_SECOND if c.partner is None else 0.0
+                                for c in cells], dtype=float), num_draws)
+
+
+class UniformLearner:
+    """No estimation (the baseline for policies without a heterogeneity-agnostic variant):
+    ignores the reports and believes every job runs at one steps/s everywhere, alone only."""
+
+    name = "uniform"
+
+    def fit(self, observations: Sequence[CellObservation]) -> ThroughputBelief:
+        return _UNIFORM
+
+    def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
+                        belief: ThroughputBelief) -> list[Cell]:
+        return []
+
+
+_UNIFORM = UniformBelief()
 
 
 @dataclass(frozen=True)

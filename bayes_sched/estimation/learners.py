@@ -19,6 +19,8 @@ from bayes_sched.throughputs import ThroughputTable
 LEARNERS: Registry[ThroughputLearner] = Registry("throughput learner")
 LEARNERS.register("oracle", "bayes_sched.estimation.cell_learners:OracleLearner",
                   "the measured table, whatever the jobs report (the upper bound)")
+LEARNERS.register("uniform", "bayes_sched.estimation.cell_learners:UniformLearner",
+                  "no estimation: one steps/s everywhere, nothing packed")
 LEARNERS.register("per_cell", "bayes_sched.estimation.cell_learners:PerCellLearner",
                   "independent log-normal posterior per cell, broad prior (no pooling)")
 

@@ -305,13 +305,15 @@ class TimeSharingPolicy:
             self._shuffler.shuffle(order)
         combos, rates_ok = self._candidates(jobs, measured)
         profiling = self._profiling(jobs, measured, capacities)
-        left, busy = capacities.copy(), set()
+        left = capacities.copy()
+        busy: set[str] = set()
         scheduled: dict[int, int] = {}
-        for combo, t in profiling.items():
+        sizes = {job.name: job.requested_replicas for job in jobs}
+        for combo, t in profiling.items():  # profiling rounds first, then the allocation
             if combo not in combos:
                 combos.append(combo)
             scheduled[combos.index(combo)] = t
-            left[t] -= jobs[[job.name for job in jobs].index(combo[0])].requested_replicas
+            left[t] -= sizes[combo[0]]
             busy.update(combo)
         scheduled.update(self._greedy(jobs, combos, rates_ok, left, order, busy))
         self._profiling_now = set(profiling)
