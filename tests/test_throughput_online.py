@@ -218,3 +218,27 @@ def test_a_bad_report_leaves_the_belief_unchanged(caplog: pytest.LogCaptureFixtu
 def test_an_unknown_source_is_a_one_line_error() -> None:
     with pytest.raises(InputError, match="source is 'nope': expected 'table' or a learner"):
         make_policy("max_min_fairness_perf", source="nope")
+
+
+def test_shockwave_jobs_report_the_batch_size_they_ran_at() -> None:
+    """In the Shockwave world a GNS job reports each round in the cell of the batch size it ran
+    at (the round in which it asks to double still at the old one), at that batch size's
+    measured rate when the noise is 0."""
+    from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
+    from bayes_sched.throughputs import load_shockwave_throughputs
+    from tests.test_shockwave import GOOD, read_shockwave_trace_text
+
+    (job,) = read_shockwave_trace_text(GOOD)
+    table = load_shockwave_throughputs()
+    cluster = ShockwaveCluster([job], _spec("v100:1x1"), table, measurement_noise=0.0)
+    reported, batch = [], []  # per round: the job type reported, the batch size after it
+    while not cluster.done():
+        cluster.apply({"0": np.array([1])})
+        cluster.advance(120.0)
+        report = cluster.jobs["0"].reports[0]
+        reported.append(report.cell.job_type)
+        batch.append(cluster.batch["0"].batch_size)
+        assert report.steps_per_second == table.steps_per_second(report.cell.job_type, 1, "v100")
+    change = batch.index(20)  # the round after which the job runs at batch 20
+    assert reported[change] == "LM (batch size 10)"
+    assert set(reported[change + 1:]) == {"LM (batch size 20)"} and len(reported) > change + 1
