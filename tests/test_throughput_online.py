@@ -215,6 +215,26 @@ def test_a_bad_report_leaves_the_belief_unchanged(caplog: pytest.LogCaptureFixtu
     assert estimator.version == 2 and len(estimator.fit_seconds) == 3
 
 
+class Failing(PerCellLearner):
+    def fit(self, observations: Sequence[CellObservation]) -> ThroughputBelief:
+        if observations:
+            raise FloatingPointError("did not converge")
+        return super().fit(observations)
+
+
+def test_a_failing_fit_keeps_the_previous_belief(caplog: pytest.LogCaptureFixture) -> None:
+    spec = _spec("v100:1x1")
+    view = TableCluster([make_job("0", 0.0, SMALL[0], 1, 1e9)], spec, TABLE).job_views()[0]
+    cell = Cell(SMALL[0], 1, "v100")
+    estimator = ThroughputEstimator(Failing())
+    before = estimator.belief
+    with caplog.at_level(logging.WARNING):
+        estimator.estimate(ClusterState(spec=spec, now=ROUND), [replace(
+            view, cell_observations=(CellObservation(cell, 50.0, 360.0),))])
+    assert estimator.belief is before and estimator.failed_fits == 1 and estimator.version == 0
+    assert "did not converge" in caplog.text
+
+
 def test_an_unknown_source_is_a_one_line_error() -> None:
     with pytest.raises(InputError, match="source is 'nope': expected 'table' or a learner"):
         make_policy("max_min_fairness_perf", source="nope")

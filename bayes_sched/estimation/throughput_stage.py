@@ -7,7 +7,9 @@ non-positive rate or seconds) with a logged reason, and refits the learner on ev
 so far when there is something new and at least ``min_refit_interval`` seconds have passed since
 the last fit (each fit timed). The policy reads :attr:`ThroughputEstimator.belief` (read-only:
 a belief has one method, ``predict``) and :attr:`ThroughputEstimator.version`, which changes only
-when a fit returns a new belief (the oracle's never does).
+when a fit returns a new belief (the oracle's never does). A fit that raises keeps the previous
+belief, logged and counted (:attr:`~ThroughputEstimator.failed_fits`); a learner that can tell it
+did not converge should itself answer with its prior, widened.
 
 Profiling: when a job is first seen the learner names the cells it should be measured in
 (:meth:`ThroughputLearner.profiling_cells`); the policy runs the job there (real rounds, the job
@@ -60,6 +62,7 @@ class ThroughputEstimator:
         self.profiling_gpu_seconds = 0.0
         self.first_visit_gpu_seconds = 0.0
         self.dropped_profiling_cells = 0
+        self.failed_fits = 0
         self.version = 0
         self._belief = self._timed_fit()
         self._fitted = 0  # observations the belief was fitted on
@@ -119,8 +122,14 @@ class ThroughputEstimator:
         due = (self._last_fit is None
                or cluster.now - self._last_fit >= self.min_refit_interval)
         if len(self.observations) > self._fitted and due:
-            belief = self._timed_fit()
             self._fitted, self._last_fit = len(self.observations), cluster.now
+            try:
+                belief = self._timed_fit()
+            except Exception as error:  # noqa: BLE001 -- a failed fit keeps the last belief
+                self.failed_fits += 1
+                LOG.warning("throughput learner %s failed on %d reports (%s); the previous "
+                            "belief is kept", self.learner.name, len(self.observations), error)
+                return list(jobs)
             if belief is not self._belief:
                 self._belief = belief
                 self.version += 1
