@@ -215,6 +215,28 @@ def test_a_bad_report_leaves_the_belief_unchanged(caplog: pytest.LogCaptureFixtu
     assert estimator.version == 2 and len(estimator.fit_seconds) == 3
 
 
+def test_per_cell_posterior_is_the_conjugate_update_and_refits_incrementally() -> None:
+    """Two reports of one cell: the posterior of log(steps/s) is the normal-normal update of
+    the prior; a refit on the same list extended gives what a fresh learner gives on it; a
+    cell never reported answers with the prior; an earlier belief does not change."""
+    learner = PerCellLearner(prior_mean_steps_per_second=10.0, prior_sd=3.0,
+                             observation_sd=0.1)
+    cell, other = Cell(SMALL[0], 1, "v100"), Cell(SMALL[1], 1, "k80", SMALL[2])
+    reports = [CellObservation(cell, 20.0, 360.0)]
+    first = learner.fit(reports)
+    reports += [CellObservation(cell, 30.0, 360.0), CellObservation(other, 4.0, 100.0)]
+    second = learner.fit(reports)
+    precision = 3.0 ** -2 + 2 / 0.1 ** 2
+    mean = (math.log(10.0) * 3.0 ** -2 + (math.log(20.0) + math.log(30.0)) / 0.1 ** 2) / precision
+    expected = math.exp(mean + 0.5 / precision)
+    assert second.predict([cell]).mean[0] == pytest.approx(expected, rel=1e-12)
+    fresh = PerCellLearner().fit(reports).predict([cell, other]).mean
+    assert np.array_equal(second.predict([cell, other]).mean, fresh)
+    unseen = second.predict([Cell("A3C", 1, "p100")]).mean[0]
+    assert unseen == pytest.approx(10.0 * math.exp(9.0 / 2))
+    assert first.predict([other]).mean[0] == pytest.approx(unseen)
+
+
 class Failing(PerCellLearner):
     def fit(self, observations: Sequence[CellObservation]) -> ThroughputBelief:
         if observations:

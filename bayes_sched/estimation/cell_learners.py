@@ -186,32 +186,36 @@ class PerCellLearner:
         self.prior_mean = math.log(prior_mean_steps_per_second)
         self.prior_sd = float(prior_sd)
         self.observation_sd = float(observation_sd)
-        # Sufficient statistics (reports, sum of log rates) per cell, kept so that a refit on
-        # the same observations with new ones appended reads only the new ones.
+        # Sufficient statistics (reports, sum of log rates) and the posterior per cell, kept so
+        # that a refit on the same observations with new ones appended reads only the new ones.
         self._sums: dict[Cell, list[float]] = {}
+        self._posterior: dict[Cell, tuple[float, float]] = {}
         self._count = 0
         self._last: CellObservation | None = None
 
     def fit(self, observations: Sequence[CellObservation]) -> ThroughputBelief:
         count = self._count
         if count and not (len(observations) >= count and observations[count - 1] is self._last):
-            self._sums, count = {}, 0  # not an extension of what was fitted: start over
+            self._sums, self._posterior, count = {}, {}, 0  # not an extension: start over
         new = observations[count:]
         self._count = len(observations)
         self._last = observations[-1] if observations else None
-        sums = self._sums
+        touched = set()
         for observation in usable_observations(new):
-            total = sums.setdefault(observation.cell, [0.0, 0.0])
+            total = self._sums.setdefault(observation.cell, [0.0, 0.0])
             total[0] += 1.0
             total[1] += math.log(observation.steps_per_second)
+            touched.add(observation.cell)
         prior_precision = self.prior_sd ** -2
         noise_precision = self.observation_sd ** -2
-        posterior = {}
-        for cell, (reports, log_sum) in sums.items():
+        for cell in touched:
+            reports, log_sum = self._sums[cell]
             precision = prior_precision + reports * noise_precision
             mean = (self.prior_mean * prior_precision + log_sum * noise_precision) / precision
-            posterior[cell] = (mean, precision ** -0.5)
-        return LogNormalCellBelief(self.prior_mean, self.prior_sd, MappingProxyType(posterior))
+            self._posterior[cell] = (mean, precision ** -0.5)
+        # A copy: beliefs handed out earlier stay as they were.
+        return LogNormalCellBelief(self.prior_mean, self.prior_sd,
+                                   MappingProxyType(dict(self._posterior)))
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:
