@@ -61,9 +61,11 @@ the rates matter only to max sum throughput, whose objective (steps/s summed ove
 different models) the uniform belief serves better than the true rates; min total duration runs
 identically under every source. With space sharing the independent learner is 32 % above the
 oracle: every unknown pair starts at the broad prior, so its draws pack pairs that turn out slow
-(203 GPU-hours in new cells against the oracle's 52) and its decisions take 2.2x the table's (with
-a refit rebuilding every cell's posterior then; refits are incremental since). These windows are
-the first 30 or 100 jobs (warm-up), not Gavel's steady-state 4000-4999.
+(203 GPU-hours in new cells against the oracle's 52) and its decisions took 2.2x the table's with
+a refit rebuilding every cell's posterior (13 ms a fit); refits are incremental since: rerun on
+seed 0 at load 4-6, the same JCTs, 0.35 ms a fit, 22.5 ms a round against the table's 12.6 (1.78x;
+more allocation recomputes, as every refit asks for one). These windows are the first 30 or 100
+jobs (warm-up), not Gavel's steady-state 4000-4999.
 """
 
 from __future__ import annotations
