@@ -15,11 +15,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfmodel.goodput import BatchChoice, GoodputModel
 from perfmodel.throughput import ThroughputParams, predict_step_time
+
+if TYPE_CHECKING:  # the estimation package imports this module
+    from bayes_sched.estimation.throughput_cells import CellObservation
 
 #: The GPU type of a cluster that names none (a homogeneous cluster).
 DEFAULT_GPU_TYPE = "default"
@@ -267,6 +271,10 @@ class JobView:
         target_steps: the steps its user declared it will train for, where the user declares
             them (a Gavel job's ``total_steps``; the remaining-work input of finish-time fairness
             and min total duration); ``None`` where the job declares no such target.
+        cell_observations: the throughputs the job measured in the last round, each with the
+            cell it ran in (job type, scale factor, GPU type, partner type when it shared its
+            GPUs): what a throughput-table job reports (empty where it did not run, and in the
+            Pollux world, whose jobs report ``observations``).
     """
 
     name: str
@@ -293,6 +301,7 @@ class JobView:
     allocation_history: tuple[tuple[float, tuple[int, ...]], ...] = ()
     models: Mapping[str, JobModel] = field(default_factory=lambda: _NO_MODELS, repr=False)
     target_steps: float | None = None
+    cell_observations: tuple[CellObservation, ...] = ()
 
     def __post_init__(self) -> None:
         if self.allocation.flags.writeable:

@@ -40,8 +40,10 @@ class AlloXPolicy(TimeSharingPolicy):
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 alpha: float = 1.0) -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs)
+                 alpha: float = 1.0, source: str = "table", thompson: bool = True,
+                 refit_interval: float = 0.0) -> None:
+        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
+                         refit_interval)
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha is {alpha}: expected a fraction in (0, 1]")
         self.alpha = float(alpha)

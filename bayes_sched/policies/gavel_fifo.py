@@ -120,8 +120,10 @@ class FifoPackedPolicy(FifoPerfPolicy):
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 packing_threshold: float = 1.5) -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs)
+                 packing_threshold: float = 1.5, source: str = "table", thompson: bool = True,
+                 refit_interval: float = 0.0) -> None:
+        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
+                         refit_interval)
         if not packing_threshold >= 0:
             raise ValueError(f"packing_threshold is {packing_threshold}: expected >= 0")
         self.packing_threshold = float(packing_threshold)

@@ -26,6 +26,25 @@ way Gavel's scheduler does (``scheduler/scheduler.py``, Narayanan et al., OSDI 2
 
 A policy that fails to produce an allocation (infeasible LP, solver error) keeps the previous one;
 the failure is logged and counted in :attr:`TimeSharingPolicy.solver_failures`.
+
+**Throughput source.** By default (``source="table"``) a policy reads the measured table, as
+Gavel does. With ``source`` a learner's name (:data:`bayes_sched.estimation.learners.LEARNERS`)
+it reads what the loop's :class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`
+learned from the jobs' reports instead: at each allocation recompute one joint prediction of the
+solo matrix ``(J, T)`` and the pair rates ``(P, 2, T)`` (``thompson=True``: one joint posterior
+draw, seeded by the policy's seed and the recompute count, so unknown cells are tried where their
+draw is high: which GPU type a job tries next, which unknown pairs are packed; ``False``: the
+posterior mean). The belief changing (a refit) triggers a recompute, still at most every
+``min_reset_interval``. What the table still gives is *where* a job can run at all: a job type
+fits on a GPU type (a positive entry) and a pair fits in one GPU's memory (a positive pair
+entry), what a scheduler knows from the jobs' declared memory, not their speed. A cell never
+measured: the table source gives :data:`DEFAULT_STEPS_PER_SECOND` on every type to a job type it
+lacks (Gavel's rule) and does not pack a pair it lacks; the oracle learner the same; a point
+learner its prior mean; a Thompson policy a draw from the prior. The cells a learner asks a new
+job to be profiled in (``profiling_cells``) run first, one per job per round while the job has
+any (a pair with a running job of the partner type; a cell that cannot run, such as a pair with
+no job of that type active, is dropped and counted): real rounds, the job progressing at that
+cell's rate, their GPU-seconds counted by the estimator as profiling.
 """
 
 from __future__ import annotations
@@ -43,6 +62,9 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
 from bayes_sched.estimation import Estimator
+from bayes_sched.estimation.learners import LEARNERS, make_learner
+from bayes_sched.estimation.throughput_cells import Cell
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.throughputs import JobKey, ThroughputTable, load_throughputs
 
@@ -145,6 +167,11 @@ class TimeSharingPolicy:
             draws it from ``Random(seed + 5)``).
         throughputs: the measured table the policy reads: Gavel's ``"simulation"`` or
             ``"physical"``, or Shockwave's ``"tacc"`` (V100 re-measured).
+        source: where the steps/s come from: ``"table"`` (the ``throughputs`` table) or a
+            learner's name (``"oracle"``: the same table through the estimation stage;
+            ``"per_cell"``, ...), learning from the jobs' reports (see the module).
+        thompson: with a learner, decide on one posterior draw per recompute (else the mean).
+        refit_interval: with a learner, seconds between refits (0: every round with reports).
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -158,7 +185,9 @@ class TimeSharingPolicy:
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation") -> None:
+                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
+                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0
+                 ) -> None:
         if solver not in LP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(LP_SOLVERS)}")
         self.solver = solver
@@ -166,6 +195,16 @@ class TimeSharingPolicy:
             raise ValueError(f"min_reset_interval is {min_reset_interval}: expected seconds >= 0")
         self.min_reset_interval = float(min_reset_interval)
         self.table = load_throughputs(throughputs)
+        if source != "table" and source not in LEARNERS:
+            raise ValueError(f"source is {source!r}: expected 'table' or a learner: "
+                             f"{', '.join(LEARNERS)}")
+        self.source = source
+        self.estimator = (None if source == "table" else ThroughputEstimator(
+            make_learner(source, table=self.table, seed=seed), refit_interval))
+        self.thompson = bool(thompson)
+        self.draws_made = 0
+        self._belief_version = 0
+        self._pair_draw: dict[tuple[JobKey, JobKey, str], tuple[float, float]] = {}
         self.seed = seed
         self._shuffler = random.Random(seed + 5)
         self.solver_failures = 0
@@ -188,6 +227,7 @@ class TimeSharingPolicy:
         self._job_types: dict[str, str] = {}
         self._last_now: float | None = None
         self._placed: dict[Combo, np.ndarray] = {}  # last round's placement of each combo
+        self._profiling_now: set[Combo] = set()  # combos run this round to profile a job
         self._pair_usable: dict[Combo, np.ndarray] = {}  # pairs in force: types they can share
 
     # --- the policy's part ----------------------------------------------------------------------
@@ -226,7 +266,7 @@ class TimeSharingPolicy:
     # --- Policy interface -----------------------------------------------------------------------
 
     def estimators(self) -> Sequence[Estimator]:
-        return ()
+        return () if self.estimator is None else (self.estimator,)
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
@@ -250,8 +290,12 @@ class TimeSharingPolicy:
         half_round = cluster.round_interval / 2.0
         node_types = np.array(cluster.gpu_types)
         self._account(jobs, node_types, now, half_round)
+        # With a learner only the table's zero pattern is read here (where a job fits at all).
         measured = measured_throughputs(jobs, types, cluster, self.table)
         capacities = np.array([cluster.gpus_of_type(t) for t in types], dtype=np.int64)
+        if self.estimator is not None and self.estimator.version != self._belief_version:
+            self._belief_version = self.estimator.version
+            self._need_update = True  # the belief changed
         if self._need_update and (now - self._last_reset >= self.min_reset_interval
                                   or self._last_reset == 0.0):
             self._reset_time(now, half_round)
@@ -260,7 +304,19 @@ class TimeSharingPolicy:
         if not self.heterogeneity_aware:
             self._shuffler.shuffle(order)
         combos, rates_ok = self._candidates(jobs, measured)
-        scheduled = self._greedy(jobs, combos, rates_ok, capacities, order)
+        profiling = self._profiling(jobs, measured, capacities)
+        left = capacities.copy()
+        busy: set[str] = set()
+        scheduled: dict[int, int] = {}
+        sizes = {job.name: job.requested_replicas for job in jobs}
+        for combo, t in profiling.items():  # profiling rounds first, then the allocation
+            if combo not in combos:
+                combos.append(combo)
+            scheduled[combos.index(combo)] = t
+            left[t] -= sizes[combo[0]]
+            busy.update(combo)
+        scheduled.update(self._greedy(jobs, combos, rates_ok, left, order, busy))
+        self._profiling_now = set(profiling)
         return self._place(jobs, combos, scheduled, cluster, node_types)
 
     # --- the mechanism --------------------------------------------------------------------------
@@ -356,7 +412,7 @@ class TimeSharingPolicy:
                     if not (self.table.steps_per_second(*key_a, gpu)
                             and self.table.steps_per_second(*key_b, gpu)):
                         continue
-                    pair = self.table.pair_steps_per_second(gpu, key_a, key_b)
+                    pair = self._pair_steps_per_second(gpu, key_a, key_b)
                     if pair is None:
                         if (key_a, key_b, gpu) not in self.missing_pairs:
                             self.missing_pairs.add((key_a, key_b, gpu))
@@ -372,6 +428,50 @@ class TimeSharingPolicy:
         pair_rates = np.where(usable[:, None, :], pair_rates, 0.0)[keep]
         return np.stack([first[keep], second[keep]], axis=1), pair_rates
 
+    def _pair_steps_per_second(self, gpu: str, a: JobKey, b: JobKey
+                               ) -> tuple[float, float] | None:
+        """Steps/s of ``a`` and ``b`` sharing GPUs of type ``gpu``: the table's, or with a
+        learner the recompute's prediction where the table says the pair fits (``None``: the
+        pair is not known to fit)."""
+        known = self.table.pair_steps_per_second(gpu, a, b)
+        if self.estimator is None or known is None or min(known) <= 0:
+            return known
+        return self._pair_draw.get((a, b, gpu), (0.0, 0.0))
+
+    def _believed(self, jobs: Sequence[JobView], runnable: np.ndarray) -> np.ndarray:
+        """One joint prediction (a posterior draw, or the mean) of the jobs' steps/s alone
+        ``(J, T)`` (0 where ``runnable`` is false) and, kept for :meth:`_pairs`, of every pair of
+        their (job type, scale factor) classes known to fit on a type."""
+        assert self.estimator is not None
+        classes = list(dict.fromkeys((job.application, job.requested_replicas) for job in jobs))
+        cells: dict[Cell, int] = {}
+        for kind, size in classes:
+            for gpu in self._types:
+                cells.setdefault(Cell(kind, size, gpu), len(cells))
+        pair_keys = []
+        if self.packing:
+            for a in classes:
+                for b in classes:
+                    for gpu in self._types:
+                        known = (None if a[1] != b[1]
+                                 else self.table.pair_steps_per_second(gpu, a, b))
+                        if known is None or min(known) <= 0:
+                            continue
+                        pair_keys.append((a, b, gpu))
+                        cells.setdefault(Cell(a[0], a[1], gpu, b[0]), len(cells))
+        prediction = self.estimator.belief.predict(
+            list(cells), num_draws=1 if self.thompson else 0,
+            seed=self.seed * 1_000_003 + self.draws_made)
+        self.draws_made += 1
+        values = prediction.draws[0] if self.thompson else prediction.mean
+        rates = np.array([[values[cells[Cell(job.application, job.requested_replicas, gpu)]]
+                           for gpu in self._types] for job in jobs]).reshape(runnable.shape)
+        self._pair_draw = {
+            (a, b, gpu): (float(values[cells[Cell(a[0], a[1], gpu, b[0])]]),
+                          float(values[cells[Cell(b[0], b[1], gpu, a[0])]]))
+            for a, b, gpu in pair_keys}
+        return np.where(runnable, rates, 0.0)
+
     def _update_allocation(self, jobs: Sequence[JobView], measured: np.ndarray,
                            capacities: np.ndarray, half_round: float) -> None:
         self._need_update = False
@@ -379,7 +479,10 @@ class TimeSharingPolicy:
         if not runnable:
             self._fractions, self._pair_usable = {}, {}
             return
-        inputs = self._inputs([jobs[j] for j in runnable], measured[runnable], capacities)
+        chosen = [jobs[j] for j in runnable]
+        rates = (measured[runnable] if self.estimator is None
+                 else self._believed(chosen, measured[runnable] > 0))
+        inputs = self._inputs(chosen, rates, capacities)
         try:
             x = self.allocate_combinations(inputs)
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old allocation
@@ -418,9 +521,72 @@ class TimeSharingPolicy:
             ok.append(usable)
         return combos, np.array(ok, dtype=bool).reshape(len(combos), len(self._types))
 
+    def _profiling(self, jobs: Sequence[JobView], measured: np.ndarray, capacities: np.ndarray
+                   ) -> dict[Combo, int]:
+        """The combinations run this round to profile jobs (type index each): per job in
+        submission order its first pending cell that can run now; cells that never can are
+        dropped from its plan."""
+        estimator = self.estimator
+        if estimator is None:
+            return {}
+        left = capacities.copy()
+        busy: set[str] = set()
+        out: dict[Combo, int] = {}
+        for j, job in enumerate(jobs):
+            size = job.requested_replicas
+            for cell in estimator.pending_profiling(job.name):
+                if job.name in busy:
+                    break
+                why = self._unrunnable(job, j, cell, measured, capacities)
+                if why is None and cell.partner is not None:
+                    if not any(k.application == cell.partner and k.requested_replicas == size
+                               and k.name != job.name for k in jobs):
+                        why = f"no job of type {cell.partner} on {size} GPUs is active"
+                if why is not None:
+                    estimator.drop_profiling(job.name, cell, why)
+                    continue
+                t = self._types.index(cell.gpu_type)
+                if left[t] < size:
+                    break  # the type is full this round: try again next round
+                combo: Combo = (job.name,)
+                if cell.partner is not None:
+                    partner = next((k for k in jobs if k.application == cell.partner
+                                    and k.requested_replicas == size and k.name != job.name
+                                    and k.name not in busy), None)
+                    if partner is None:
+                        break
+                    combo = tuple(sorted((job.name, partner.name),
+                                         key=lambda n: [k.name for k in jobs].index(n)))
+                out[combo] = t
+                left[t] -= size
+                busy.update(combo)
+                break
+        return out
+
+    def _unrunnable(self, job: JobView, j: int, cell: Cell, measured: np.ndarray,
+                    capacities: np.ndarray) -> str | None:
+        """Why ``job`` can never be profiled in ``cell`` (``None``: it can)."""
+        if (cell.job_type, cell.scale_factor) != (job.application, job.requested_replicas):
+            return "the job runs as another job type or scale factor"
+        if cell.gpu_type not in self._types:
+            return "the cluster has no such GPU type"
+        t = self._types.index(cell.gpu_type)
+        if measured[j, t] <= 0 or capacities[t] < job.requested_replicas:
+            return "the job does not fit there"
+        if cell.partner is not None:
+            key = (job.application, job.requested_replicas)
+            known = self.table.pair_steps_per_second(
+                cell.gpu_type, key, (cell.partner, job.requested_replicas))
+            if known is None or min(known) <= 0:
+                return "the pair is not known to fit in one GPU's memory"
+        return None
+
     def _greedy(self, jobs: Sequence[JobView], combos: list[Combo], rates_ok: np.ndarray,
-                capacities: np.ndarray, order: list[int]) -> dict[int, int]:
-        """Combination index -> type index for the next round."""
+                capacities: np.ndarray, order: list[int], busy: set[str] | None = None
+                ) -> dict[int, int]:
+        """Combination index -> type index for the next round, given the GPUs left per type
+        ``capacities`` and the jobs already ``busy`` this round."""
+        combos = combos[:len(rates_ok)]  # profiling pairs appended after the candidates
         num_types = len(self._types)
         zero = np.zeros(num_types)
         fractions = np.array([self._fractions.get(c, zero) for c in combos]).reshape(-1, num_types)
@@ -435,7 +601,7 @@ class TimeSharingPolicy:
         index = {job.name: j for j, job in enumerate(jobs)}
         sizes = [jobs[index[c[0]]].requested_replicas for c in combos]
         left = capacities.copy()
-        busy: set[str] = set()
+        busy = set() if busy is None else set(busy)
         scheduled: dict[int, int] = {}
         for t in order:
             # Decreasing (priority, deficit, allocation); a stable sort keeps ties in order.
@@ -488,7 +654,8 @@ class TimeSharingPolicy:
                         self.lease_extensions += len(combo)
                 for c in group:
                     combo = combos[c]
-                    if combo in placed or combo not in self._fractions:
+                    if combo in placed or (combo not in self._fractions
+                                           and combo not in self._profiling_now):
                         continue
                     counts = np.zeros(cluster.num_nodes, dtype=np.int64)
                     need = current

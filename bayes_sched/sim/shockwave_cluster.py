@@ -48,7 +48,12 @@ from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobSettings, JobView
 from bayes_sched.sim.shockwave_jobs import ShockwaveJobSpec, profile_epoch_seconds
-from bayes_sched.sim.table_cluster import _NO_LIMITS, TableCluster, TableJob
+from bayes_sched.sim.table_cluster import (
+    _NO_LIMITS,
+    DEFAULT_MEASUREMENT_NOISE,
+    TableCluster,
+    TableJob,
+)
 from bayes_sched.throughputs import ThroughputTable
 
 #: Seconds a job loses when it (re)starts (Shockwave's ``preemption_overhead``).
@@ -114,10 +119,13 @@ class ShockwaveCluster(TableCluster):
 
     def __init__(self, jobs: Iterable[ShockwaveJobSpec], spec: ClusterSpec,
                  table: ThroughputTable, jobs_to_complete: Iterable[str] | None = None,
-                 max_time: float = 1e9, source: str = "") -> None:
+                 max_time: float = 1e9, source: str = "",
+                 measurement_noise: float = DEFAULT_MEASUREMENT_NOISE, noise_seed: int = 0
+                 ) -> None:
         self.batch: dict[str, BatchState] = {}
         self._rounds_run = 0
-        super().__init__(jobs, spec, table, jobs_to_complete, max_time, source)
+        super().__init__(jobs, spec, table, jobs_to_complete, max_time, source,
+                         measurement_noise, noise_seed)
 
     def _check(self, job: object) -> None:
         if not isinstance(job, ShockwaveJobSpec):
@@ -159,8 +167,12 @@ class ShockwaveCluster(TableCluster):
                 progress=job.steps_done,
                 epochs=job.steps_done / iterations_per_epoch(spec.model, state.batch_size),
                 target_epochs=spec.epochs, examples_per_epoch=DATASET_SIZE[spec.model],
-                batch_size_mode=spec.mode, allocation_history=tuple(job.allocation_history)))
+                batch_size_mode=spec.mode, allocation_history=tuple(job.allocation_history),
+                cell_observations=job.reports))
         return views
+
+    def _job_type(self, job: TableJob) -> str:
+        return job_type_of(self._spec(job).model, self._state(job).batch_size)
 
     def _steps_per_second(self, job: TableJob, gpu: str) -> float:
         """Steps/s at the job's current batch size."""
@@ -214,6 +226,7 @@ class ShockwaveCluster(TableCluster):
                     run = elapsed - RESTART_SECONDS
                 job.steps_done += steps
                 job.attained_service += elapsed * int(job.counts.sum())
+                self._report(job, rate, run)  # the batch size it ran at, before a change
                 state.run_seconds += run
                 spec = self._spec(job)
                 if (state.total_steps - job.steps_done <= 0
@@ -222,6 +235,8 @@ class ShockwaveCluster(TableCluster):
                     finished.append(name)
                 else:
                     self._apply_request(job, state)
+            if not ran:
+                job.reports = ()
             state.ran_last_round = ran
         for job in self._active.values():
             if job.spec.name in finished:

@@ -17,7 +17,12 @@ hold (or marks as not fitting in memory) is rejected with a one-line error namin
 What policies see (:meth:`TableCluster.job_views`): the job's type and scale factor (the user's
 request), submission time, attained GPU-seconds, its allocation and restarts, the steps it has
 done and the steps its user declared (``target_steps``: Gavel's traces declare them, and its
-finish-time-fairness and min-total-duration policies read them).
+finish-time-fairness and min-total-duration policies read them), and the throughput it measured
+in the last round with the cell it ran in (``cell_observations``: job type, scale factor, GPU type,
+partner job type when it shared its GPUs; steps/s over the seconds it ran). A measurement carries
+seeded multiplicative noise: the true rate times ``exp(measurement_noise * z)``, ``z`` standard
+normal from the cluster's own stream (``noise_seed``), so the noise changes what a job reports and
+never how fast it runs: a policy that reads no report runs exactly as without noise.
 """
 
 from __future__ import annotations
@@ -37,9 +42,15 @@ from bayes_sched.cluster import (
 )
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
+from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.throughputs import ThroughputTable
+
+#: Default log-scale standard deviation of a reported steps/s (5 %): a round-long average of step
+#: times still varies by a few percent between rounds on shared nodes (input pipelines, co-runners
+#: on the host, clock boost); it changes reports only, never the jobs' progress.
+DEFAULT_MEASUREMENT_NOISE = 0.05
 
 
 def job_steps_per_second(table: ThroughputTable, job: TableJobSpec, gpu: str) -> float:
@@ -68,6 +79,7 @@ class TableJob:
     start_time: float | None = None
     completion_time: float | None = None
     allocation_history: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
+    reports: tuple[CellObservation, ...] = ()  # what it measured in the last round
 
     @property
     def active(self) -> bool:
@@ -89,6 +101,9 @@ class TableCluster:
         jobs_to_complete: names of the jobs whose completion ends the run (default: all).
         max_time: give up after this many simulated seconds.
         source: where the jobs came from (for messages).
+        measurement_noise: log-scale standard deviation of the noise on a reported steps/s
+            (:data:`DEFAULT_MEASUREMENT_NOISE`; 0: reports are the true rates).
+        noise_seed: seeds the measurement noise (a stream of its own).
 
     Raises:
         InputError: a job no GPU type of the cluster can run (naming it), jobs out of order.
@@ -96,7 +111,14 @@ class TableCluster:
 
     def __init__(self, jobs: Iterable[TableJobSpec], spec: ClusterSpec, table: ThroughputTable,
                  jobs_to_complete: Iterable[str] | None = None,
-                 max_time: float = 1e9, source: str = "") -> None:
+                 max_time: float = 1e9, source: str = "",
+                 measurement_noise: float = DEFAULT_MEASUREMENT_NOISE, noise_seed: int = 0
+                 ) -> None:
+        if not (math.isfinite(measurement_noise) and measurement_noise >= 0):
+            raise ValueError(f"measurement_noise is {measurement_noise}: expected a log-scale "
+                             "standard deviation >= 0")
+        self.measurement_noise = float(measurement_noise)
+        self._noise = np.random.default_rng(noise_seed)
         self.spec = spec
         self.table = table
         self.max_time = float(max_time)
@@ -179,8 +201,28 @@ class TableCluster:
                 requested_replicas=spec.scale_factor, requested_batch_size=spec.batch_size,
                 settings=JobSettings(spec.batch_size, spec.scale_factor), limits=_NO_LIMITS,
                 progress=job.steps_done, allocation_history=tuple(job.allocation_history),
-                target_steps=spec.total_steps))
+                target_steps=spec.total_steps, cell_observations=job.reports))
         return views
+
+    def _job_type(self, job: TableJob) -> str:
+        """The job type the job runs as now."""
+        return job.spec.job_type
+
+    def _report(self, job: TableJob, steps_per_second: float, seconds: float) -> None:
+        """Record what the job measured this round: ``steps_per_second`` over ``seconds`` in the
+        cell it ran in, with the cluster's measurement noise (nothing when it did not run)."""
+        if seconds <= 0 or steps_per_second <= 0:
+            job.reports = ()
+            return
+        gpu = str(self._node_type[job.counts > 0][0])
+        other = self._partner.get(job.spec.name)
+        partner = (self._job_type(self._active[other])
+                   if other is not None and other in self._active else None)
+        measured = steps_per_second
+        if self.measurement_noise > 0:
+            measured *= math.exp(self.measurement_noise * float(self._noise.standard_normal()))
+        cell = Cell(self._job_type(job), job.spec.scale_factor, gpu, partner)
+        job.reports = (CellObservation(cell, measured, seconds, self._now + seconds),)
 
     def allocations(self) -> Allocations:
         pairs = {(min(p), max(p)) for p in self._partner.items()
@@ -265,12 +307,14 @@ class TableCluster:
             self._count_busy(job, busy)
             rate = self._rate(job)
             if rate <= 0:
+                job.reports = ()
                 continue
             gpus = int(job.counts.sum())
             left = job.spec.total_steps - job.steps_done
             # Whole steps per round, as Gavel's simulator counts them.
             steps = min(float(math.floor(rate * seconds)), left)
             elapsed = steps / rate
+            self._report(job, rate, elapsed)
             job.steps_done += steps
             job.attained_service += elapsed * gpus
             if job.spec.total_steps - job.steps_done <= 0:

@@ -15,7 +15,7 @@ from bayes_sched.policies.base import Policy
 from bayes_sched.policies.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.fairness import contention_factor, ftf_rho, ftf_summary
 from bayes_sched.sim.gavel_jobs import TableJobSpec
-from bayes_sched.sim.table_cluster import TableCluster
+from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, TableCluster
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
 
 
@@ -35,8 +35,13 @@ class TableResult:
             distribution (``ftf_worst``, ``ftf_p25`` ... ``ftf_p99``) and ``unfair_fraction``
             (rho > 1.05), and from the policy ``solver_failures``, ``fallback_allocations``
             (equal splits for jobs declaring no steps), ``allocation_updates``,
-            ``lease_extension_fraction`` where it counts them.
+            ``lease_extension_fraction`` where it counts them; for a policy that learns its
+            throughputs (``source`` a learner) ``profiling_gpu_hours`` (GPU-hours jobs spent in
+            the cells their learner had them profiled in), ``first_visit_gpu_hours`` (in cells
+            nobody had reported from before), ``rejected_reports``, ``fits`` and
+            ``fit_seconds`` (total), ``thompson_draws``.
         decision_seconds: wall time of each decision, shape ``(rounds with jobs,)``.
+        estimate_seconds: wall time of the estimation stage before each decision, same shape.
         wall_seconds: wall time of the whole run.
     """
 
@@ -46,6 +51,7 @@ class TableResult:
     decision_seconds: np.ndarray
     rejected: list[tuple[float, str]] = field(default_factory=list)
     wall_seconds: float = 0.0
+    estimate_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def table_job_rows(cluster: TableCluster) -> pd.DataFrame:
@@ -72,14 +78,19 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                          jobs_to_complete: Iterable[str] | None = None,
                          max_time: float = 1e9, source: str = "",
                          on_round: Callable[[TableCluster], None] | None = None,
-                         cluster_type: type[TableCluster] = TableCluster) -> TableResult:
+                         cluster_type: type[TableCluster] = TableCluster,
+                         measurement_noise: float = DEFAULT_MEASUREMENT_NOISE,
+                         noise_seed: int = 0) -> TableResult:
     """Simulate ``jobs`` under ``policy`` on ``spec`` in rounds of ``spec.round_interval`` s
     until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``;
     ``cluster_type`` is the job physics (Gavel's fixed jobs, or
-    :class:`~bayes_sched.sim.shockwave_cluster.ShockwaveCluster` for dynamic batch sizes)."""
+    :class:`~bayes_sched.sim.shockwave_cluster.ShockwaveCluster` for dynamic batch sizes);
+    ``measurement_noise`` and ``noise_seed``: the noise on what jobs report
+    (:class:`~bayes_sched.sim.table_cluster.TableCluster`)."""
     start = time.perf_counter()
     cluster = cluster_type(jobs, spec, table or load_gavel_throughputs(), jobs_to_complete,
-                           max_time, source)
+                           max_time, source, measurement_noise=measurement_noise,
+                           noise_seed=noise_seed)
     each_round = None if on_round is None else (lambda _: on_round(cluster))
     stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round)
     rows = table_job_rows(cluster)
@@ -103,6 +114,16 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
         summary["fallback_allocations"] = float(policy.fallbacks)
         summary["lease_extension_fraction"] = (policy.lease_extensions
                                                / max(policy.lease_opportunities, 1))
+        estimator = policy.estimator
+        if estimator is not None:
+            summary.update({
+                "profiling_gpu_hours": estimator.profiling_gpu_seconds / 3600.0,
+                "first_visit_gpu_hours": estimator.first_visit_gpu_seconds / 3600.0,
+                "rejected_reports": float(estimator.rejected_reports),
+                "fits": float(len(estimator.fit_seconds)),
+                "fit_seconds": float(sum(estimator.fit_seconds)),
+                "thompson_draws": float(policy.draws_made if policy.thompson else 0)})
     return TableResult(policy=policy.name, jobs=rows, summary=summary,
                        decision_seconds=np.array(stats.decision_seconds),
-                       rejected=stats.rejected, wall_seconds=time.perf_counter() - start)
+                       rejected=stats.rejected, wall_seconds=time.perf_counter() - start,
+                       estimate_seconds=np.array(stats.estimate_seconds))

@@ -1,0 +1,136 @@
+"""The loop's throughput estimator: job reports -> a :class:`ThroughputBelief` a policy reads.
+
+:class:`ThroughputEstimator` wraps any
+:class:`~bayes_sched.estimation.throughput_cells.ThroughputLearner`. Every round it gathers the
+throughputs the jobs measured (``JobView.cell_observations``), drops bad reports (non-finite or
+non-positive rate or seconds) with a logged reason, and refits the learner on everything reported
+so far when there is something new and at least ``min_refit_interval`` seconds have passed since
+the last fit (each fit timed). The policy reads :attr:`ThroughputEstimator.belief` (read-only:
+a belief has one method, ``predict``) and :attr:`ThroughputEstimator.version`, which changes only
+when a fit returns a new belief (the oracle's never does). A fit that raises keeps the previous
+belief, logged and counted (:attr:`~ThroughputEstimator.failed_fits`); a learner that can tell it
+did not converge should itself answer with its prior, widened.
+
+Profiling: when a job is first seen the learner names the cells it should be measured in
+(:meth:`ThroughputLearner.profiling_cells`); the policy runs the job there (real rounds, the job
+progressing at that cell's rate) and the estimator strikes a cell off when the job reports from it.
+GPU-seconds are counted: :attr:`~ThroughputEstimator.profiling_gpu_seconds` (rounds a job spent in
+a cell of its profiling plan, its scale factor times the seconds it reported) and
+:attr:`~ThroughputEstimator.first_visit_gpu_seconds` (rounds in a cell nobody had reported from
+before: the exploration a policy deciding on posterior draws does; the oracle's runs visit new
+cells too, without exploring, so compare it between sources).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.estimation.cell_learners import usable_observations
+from bayes_sched.estimation.throughput_cells import (
+    Cell,
+    CellObservation,
+    ThroughputBelief,
+    ThroughputLearner,
+)
+from bayes_sched.jobs import JobView
+
+LOG = logging.getLogger(__name__)
+
+
+class ThroughputEstimator:
+    """Learns steps/s per cell from what the jobs report (an
+    :class:`~bayes_sched.estimation.Estimator`).
+
+    Args:
+        learner: what turns the reports into a belief.
+        min_refit_interval: seconds between fits (0: refit every round with new reports).
+    """
+
+    name = "throughputs"
+
+    def __init__(self, learner: ThroughputLearner, min_refit_interval: float = 0.0) -> None:
+        if not min_refit_interval >= 0:
+            raise ValueError(f"min_refit_interval is {min_refit_interval}: expected seconds >= 0")
+        self.learner = learner
+        self.min_refit_interval = float(min_refit_interval)
+        self.observations: list[CellObservation] = []
+        self.fit_seconds: list[float] = []
+        self.rejected_reports = 0
+        self.profiling_gpu_seconds = 0.0
+        self.first_visit_gpu_seconds = 0.0
+        self.dropped_profiling_cells = 0
+        self.failed_fits = 0
+        self.version = 0
+        self._belief = self._timed_fit()
+        self._fitted = 0  # observations the belief was fitted on
+        self._last_fit: float | None = None
+        self._plans: dict[str, list[Cell]] = {}
+        self._visited: set[Cell] = set()
+
+    @property
+    def belief(self) -> ThroughputBelief:
+        """The belief of the last fit (read-only)."""
+        return self._belief
+
+    @property
+    def learner_name(self) -> str:
+        return self.learner.name
+
+    def _timed_fit(self) -> ThroughputBelief:
+        start = time.perf_counter()
+        belief = self.learner.fit(self.observations)
+        self.fit_seconds.append(time.perf_counter() - start)
+        return belief
+
+    def pending_profiling(self, job: str) -> tuple[Cell, ...]:
+        """The cells ``job`` is still to be measured in, in the learner's order."""
+        return tuple(self._plans.get(job, ()))
+
+    def drop_profiling(self, job: str, cell: Cell, why: str) -> None:
+        """Strike ``cell`` off ``job``'s plan unmeasured (the policy cannot run it there),
+        logged with ``why`` and counted."""
+        plan = self._plans.get(job, [])
+        if cell in plan:
+            plan.remove(cell)
+            self.dropped_profiling_cells += 1
+            LOG.info("job %s is not profiled in %s: %s", job, cell, why)
+
+    def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
+        names = {job.name for job in jobs}
+        for gone in [name for name in self._plans if name not in names]:
+            del self._plans[gone]
+        types = tuple(sorted(set(cluster.gpu_types)))
+        for job in jobs:
+            if job.name not in self._plans:
+                self._plans[job.name] = list(self.learner.profiling_cells(
+                    job.application, job.requested_replicas, types, self._belief))
+            reports = usable_observations(job.cell_observations)
+            self.rejected_reports += len(job.cell_observations) - len(reports)
+            plan = self._plans[job.name]
+            for report in reports:
+                gpu_seconds = report.seconds * report.cell.scale_factor
+                if report.cell in plan:
+                    plan.remove(report.cell)
+                    self.profiling_gpu_seconds += gpu_seconds
+                if report.cell not in self._visited:
+                    self._visited.add(report.cell)
+                    self.first_visit_gpu_seconds += gpu_seconds
+            self.observations.extend(reports)
+        due = (self._last_fit is None
+               or cluster.now - self._last_fit >= self.min_refit_interval)
+        if len(self.observations) > self._fitted and due:
+            self._fitted, self._last_fit = len(self.observations), cluster.now
+            try:
+                belief = self._timed_fit()
+            except Exception as error:  # noqa: BLE001 -- a failed fit keeps the last belief
+                self.failed_fits += 1
+                LOG.warning("throughput learner %s failed on %d reports (%s); the previous "
+                            "belief is kept", self.learner.name, len(self.observations), error)
+                return list(jobs)
+            if belief is not self._belief:
+                self._belief = belief
+                self.version += 1
+        return list(jobs)
