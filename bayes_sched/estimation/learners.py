@@ -23,6 +23,14 @@ LEARNERS.register("uniform", "bayes_sched.estimation.cell_learners:UniformLearne
                   "no estimation: one steps/s everywhere, nothing packed")
 LEARNERS.register("per_cell", "bayes_sched.estimation.cell_learners:PerCellLearner",
                   "independent log-normal posterior per cell, broad prior (no pooling)")
+LEARNERS.register("bayes", "bayes_sched.estimation.throughput.bayesian:BayesianThroughputLearner",
+                  "ours: one GP over alone and paired log steps/s, prior from job features")
+LEARNERS.register("gavel", "bayes_sched.estimation.throughput.gavel_pmf:"
+                  "GavelMatrixCompletionLearner",
+                  "Gavel's estimator: profile 20% of reference pairs, rank-10 matrix completion, "
+                  "nearest reference type")
+LEARNERS.register("sia", "bayes_sched.estimation.throughput.sia_bootstrap:SiaBootstrapLearner",
+                  "Sia's bootstrap: one GPU of every type, multi-GPU by the one-GPU ratio")
 
 
 def make_learner(name: str, /, table: ThroughputTable, seed: int = 0, where: str = "",
