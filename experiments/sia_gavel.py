@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,13 +39,28 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
-    from bayes_sched.sim.table_run import run_table_simulation
+    from bayes_sched.sim.table_cluster import TableCluster
+    from bayes_sched.sim.table_run import run_table_simulation, table_job_rows
 
     spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
     policy = make_policy(policy_name, seed=seed)
     names = [str(i) for i in range(*window)]
+    rounds = [0]
+
+    def report(cluster: TableCluster) -> None:
+        """Progress on stderr every 1000 rounds; with ``out``, the per-job outcomes so far (a
+        window whose jobs have all finished can be averaged from them if the run is cut)."""
+        rounds[0] += 1
+        if rounds[0] % 1000 == 0:
+            done = sum(1 for job in cluster.jobs.values() if not job.active)
+            print(f"{policy_name}: round {rounds[0]}, {done} jobs finished", file=sys.stderr,
+                  flush=True)
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                table_job_rows(cluster).to_csv(out / f"{policy_name}.partial.csv", index=False)
+
     result = run_table_simulation(generate_continuous_jobs(rate, seed, multi_gpu=True), policy,
-                                  spec, jobs_to_complete=names)
+                                  spec, jobs_to_complete=names, on_round=report)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         result.jobs.to_csv(out / f"{policy_name}.csv", index=False)
