@@ -119,7 +119,8 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES", "make_policy", "AlloXPolicy", "BayesOptPolicy",
+__all__ = ["POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES", "make_policy",
+           "AlloXPolicy", "BayesOptPolicy",
            "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",

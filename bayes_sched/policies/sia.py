@@ -333,7 +333,7 @@ class SiaPolicy:
         free = cluster.capacity().copy()
         out: Allocations = {}
         rest: list[tuple[int, int, int]] = []  # (GPUs, job, type)
-        for j in np.flatnonzero(chosen >= 0):
+        for j in map(int, np.flatnonzero(chosen >= 0)):
             job, c = jobs[j], int(chosen[j])
             gpu_type, gpus = types[int(configs.gpu_type[c])], int(configs.num_gpus[c])
             held = np.asarray(job.allocation, dtype=np.int64)
@@ -342,15 +342,15 @@ class SiaPolicy:
                 out[job.name] = held.copy()
                 free -= held
             else:
-                rest.append((gpus, int(j), int(configs.gpu_type[c])))
-        for gpus, j, t in sorted(rest, key=lambda r: (-r[0], r[1])):
+                rest.append((gpus, j, int(configs.gpu_type[c])))
+        for gpus, k, t in sorted(rest, key=lambda r: (-r[0], r[1])):
             of_type = np.where(node_types == types[t], free, 0)
             counts = pack(gpus, of_type)
             if counts is None:  # cannot happen within the per-type capacity; kept as a guard
-                LOG.warning("sia: no room for job %s on %s", jobs[j].name, types[t])
+                LOG.warning("sia: no room for job %s on %s", jobs[k].name, types[t])
                 continue
             free -= counts
-            out[jobs[j].name] = counts
+            out[jobs[k].name] = counts
         return out
 
 
