@@ -12,8 +12,10 @@ chooses a GPU type per job every round by its ILP; Gavel and LAS time-share by t
 Prints one row per policy: the window's average and median JCT (hours), the completion time of
 its last job (the run's makespan, hours), restarts per job, per-type utilisation, the rounds, and
 the decision time per round (median and p95, ms; the loop's timing of ``decide``). With ``--out``
-each policy's per-job outcomes are written to ``DIR/<policy>.csv`` so other windows can be
-averaged from the same run.
+each policy's per-job outcomes are written to ``DIR/<policy>.csv`` (and every 1000 rounds to
+``DIR/<policy>.partial.csv``) so other windows can be averaged from the same run:
+``--summarize DIR --window A B`` prints the same columns (without the run's rounds and decision
+times) from those files, refusing a window with unfinished jobs.
 
 Sia's paper reports gains over Gavel on its own traces and its own clusters (not shipped); this
 script measures Sia in Gavel's setting, where jobs are rigid (fixed GPU count and batch), so Sia's
@@ -84,6 +86,34 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
     }
 
 
+def summarize(directory: Path, policies: list[str], window: tuple[int, int]
+              ) -> list[dict[str, object]]:
+    """The window's outcomes from the per-job CSVs a run wrote (the final file, else the
+    partial one)."""
+    import pandas as pd
+
+    rows: list[dict[str, object]] = []
+    for policy in policies:
+        path = directory / f"{policy}.csv"
+        if not path.exists():
+            path = directory / f"{policy}.partial.csv"
+        frame = pd.read_csv(path, dtype={"job": str}).set_index("job")
+        names = [str(i) for i in range(*window)]
+        missing = [n for n in names if n not in frame.index
+                   or pd.isna(frame.loc[n, "completion_time"])]
+        if missing:
+            raise SystemExit(f"{path}: {len(missing)} jobs of the window unfinished "
+                             f"(first {missing[0]})")
+        jobs = frame.loc[names]
+        rows.append({"policy": policy, "source": path.name,
+                     "window": f"{window[0]}-{window[1] - 1}",
+                     "avg_jct_h": round(float(jobs["jct"].mean() / 3600.0), 2),
+                     "median_jct_h": round(float(jobs["jct"].median() / 3600.0), 2),
+                     "makespan_h": round(float(jobs["completion_time"].max() / 3600.0), 1),
+                     "restarts_per_job": round(float(jobs["restarts"].mean()), 2)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policies", nargs="+",
@@ -92,8 +122,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, nargs=2, default=[4000, 5000])
     parser.add_argument("--out", type=Path, help="write each policy's per-job CSV here")
+    parser.add_argument("--summarize", type=Path, metavar="DIR",
+                        help="summarise the window from the per-job CSVs in DIR (no run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.summarize is not None:
+        from bayes_sched.cli._common import print_table
+
+        print_table(summarize(args.summarize, args.policies, tuple(args.window)),
+                    title=f"from {args.summarize}", as_json=args.json)
+        return
     rows = []
     for policy in args.policies:
         row = run_one(policy, args.rate, args.seed, (args.window[0], args.window[1]), args.out)
