@@ -25,7 +25,6 @@ only choice is the GPU type and whether a job runs this round.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -126,25 +125,16 @@ def main() -> None:
                         help="summarise the window from the per-job CSVs in DIR (no run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.summarize is not None:
-        from bayes_sched.cli._common import print_table
-
-        print_table(summarize(args.summarize, args.policies, tuple(args.window)),
-                    title=f"from {args.summarize}", as_json=args.json)
-        return
-    rows = []
-    for policy in args.policies:
-        row = run_one(policy, args.rate, args.seed, (args.window[0], args.window[1]), args.out)
-        rows.append(row)
-        if not args.json:
-            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-    if args.json:
-        print(json.dumps(rows))
-        return
     from bayes_sched.cli._common import print_table
 
+    window = (args.window[0], args.window[1])
+    if args.summarize is not None:
+        print_table(summarize(args.summarize, args.policies, window),
+                    title=f"from {args.summarize}", as_json=args.json)
+        return
+    rows = [run_one(policy, args.rate, args.seed, window, args.out) for policy in args.policies]
     print_table(rows, title=f"Gavel continuous multi-GPU jobs, {CLUSTER}, {args.rate} jobs/h, "
-                            f"jobs {args.window[0]}-{args.window[1] - 1}")
+                            f"jobs {window[0]}-{window[1] - 1}", as_json=args.json)
 
 
 if __name__ == "__main__":
