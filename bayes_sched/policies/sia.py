@@ -33,12 +33,14 @@ nothing of its code or data is copied, only the formulation.
   ``1e-4``. When every job's best configuration fits at once no solver is needed: that choice is
   the optimum. A failed solve keeps the previous allocation, logged and counted in
   :attr:`SiaPolicy.solver_failures`.
-* **Bootstrapping** (Sia's paper, section 4; ``cluster.py`` ``compute_throughput_ratios``,
-  ``sia.py`` ``_compute_goodputs_v2``). A new adaptive job is profiled on one GPU of every type;
-  until it has a throughput model on a type, that type offers only its one-GPU configuration at
+* **Bootstrapping** (Sia's paper; ``cluster.py`` ``compute_throughput_ratios``, ``sia.py``
+  ``_compute_goodputs_v2``). A new adaptive job is profiled on one GPU of every type; until it
+  has a throughput model somewhere, every type offers only its one-GPU configuration at
   normalised goodput 1; with ``project_throughputs`` (on in Sia's runs) a type without a model
   borrows the model of a type that has one, scaled by the ratio of the two types' one-GPU
-  throughputs. Rigid jobs need none of it: Sia reads their throughput per type directly.
+  throughputs. An adaptive job's configurations reach twice the most GPUs it has been measured
+  on (the most over all types, with ``share_max_replicas``, also on in Sia's runs), at most 64.
+  Rigid jobs need none of it: Sia reads their throughput per type directly.
 
 **Where Sia runs here: the throughput-table world** (Gavel's jobs: a job type and a scale factor;
 steps/s per scale factor 1, 2, 4, 8 on K80 / P100 / V100, :mod:`bayes_sched.throughputs`). Its
