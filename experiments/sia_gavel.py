@@ -36,7 +36,7 @@ CLARABEL; other windows by ``--summarize`` from the same runs; shared 2-core mac
     (Gavel's LPs are re-solved only when the job set changes; Sia solves its ILP every round).
     Utilisation K80 / P100 / V100: sia 0.22 / 0.69 / 0.95, Gavel 0.34 / 0.78 / 0.99.
 
-Sia's average JCT is 16 % below Gavel's on jobs 4000-4999 (7-11 % on the earlier windows) with 2.5
+Sia's average JCT is 16 % below Gavel's on jobs 4000-4999 (8-11 % on the earlier windows) with 2.5
 restarts per job against Gavel's 86: the cluster is rarely saturated at this rate (a job waits
 0.05 h for its first GPUs under Sia), so Sia gives nearly every job its fastest type for which
 there is room and keeps it there, where Gavel's max-min fairness time-slices every job over all
