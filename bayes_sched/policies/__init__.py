@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from bayes_sched.policies.optimus import OptimusPolicy
     from bayes_sched.policies.pollux import PolluxPolicy
     from bayes_sched.policies.shockwave import ShockwavePolicy
+    from bayes_sched.policies.sia import SiaPolicy
     from bayes_sched.policies.tiresias import TiresiasPolicy
 
 #: Exported name -> module that defines it.
@@ -59,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "OptimusPolicy": "bayes_sched.policies.optimus",
     "PolluxPolicy": "bayes_sched.policies.pollux",
     "ShockwavePolicy": "bayes_sched.policies.shockwave",
+    "SiaPolicy": "bayes_sched.policies.sia",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
 }
 
@@ -78,7 +80,8 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("min_total_duration_packed", "MinTotalDurationPackedPolicy"),
                       ("gavel_fifo", "GavelFifoPolicy"), ("fifo_perf", "FifoPerfPolicy"),
                       ("fifo_packed", "FifoPackedPolicy"), ("allox", "AlloXPolicy"),
-                      ("gandiva", "GandivaPolicy"), ("shockwave", "ShockwavePolicy")):
+                      ("gandiva", "GandivaPolicy"), ("shockwave", "ShockwavePolicy"),
+                      ("sia", "SiaPolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
@@ -88,6 +91,10 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
     "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
     "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
     "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva")
+
+#: Every policy of the throughput-table world: the time-sharing family and Sia (a GPU type per
+#: job each round, by its integer program).
+TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "sia")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
@@ -112,7 +119,8 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "TIME_SHARING_POLICIES", "make_policy", "AlloXPolicy", "BayesOptPolicy",
+__all__ = ["POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES", "make_policy",
+           "AlloXPolicy", "BayesOptPolicy",
            "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
@@ -120,4 +128,4 @@ __all__ = ["POLICIES", "TIME_SHARING_POLICIES", "make_policy", "AlloXPolicy", "B
            "GavelFifoPolicy", "MaxMinFairnessPackedPolicy", "MaxMinFairnessPerfPolicy",
            "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy",
            "MinTotalDurationPackedPolicy", "MinTotalDurationPolicy", "OptimusPolicy",
-           "Policy", "PolluxPolicy", "ShockwavePolicy", "TiresiasPolicy"]
+           "Policy", "PolluxPolicy", "ShockwavePolicy", "SiaPolicy", "TiresiasPolicy"]
