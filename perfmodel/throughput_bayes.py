@@ -27,7 +27,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -48,12 +48,14 @@ from perfmodel.throughput import (
     PARAM_UNITS,
     ArrayT,
     ThroughputParams,
+    compute_time,
     configuration_class,
     fit_throughput,
     identifiable,
+    network_time,
+    optimizer_time,
     profile_tensors,
     single_thread,
-    step_time_terms,
 )
 
 if TYPE_CHECKING:
@@ -76,6 +78,12 @@ _PRIOR_SPREAD = {"alpha_c": 1.5, "beta_c": 1.5, "alpha_n": 2.0, "beta_n": 2.0, "
 _NOISE_PRIOR_SCALE = 0.3
 #: Log-scale spread of the prior on how much more a multi-GPU class scatters than one GPU.
 _RATIO_PRIOR_SCALE = 0.7
+#: Log compute-time factor of a multi-GPU class against one GPU at the same micro-batch (sites
+#: ``shift_within``, ``shift_across``), and its default prior spread: GPUs sharing a host share
+#: its memory bandwidth, PCIe lanes, data loaders and power budget, so their compute steps differ
+#: from a lone GPU's by some tens of percent either way (shipped profiles: medians -6% to +12%).
+SHIFT_NAMES = ("shift_within", "shift_across")
+_SHIFT_PRIOR_SCALE = 0.2
 #: Above this PSIS k-hat an SVI guide is not a usable posterior (Vehtari et al., 2015-2024).
 PARETO_K_USABLE = 0.7
 #: NUTS draws are trusted with at least this bulk ESS and at most this R-hat (Vehtari et al. 2021:
@@ -117,10 +125,14 @@ class StepTimeData:
 
 @dataclass(frozen=True)
 class StepTimePrior:
-    """Log-normal prior locations and scales for the six positive parameters (log seconds)."""
+    """Log-normal prior locations and scales for the six positive parameters (log seconds), and
+    normal ones for the multi-GPU compute shifts (:data:`SHIFT_NAMES`, log factors)."""
 
     loc: dict[str, float]
     scale: dict[str, float]
+    shift_loc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SHIFT_NAMES, 0.0))
+    shift_scale: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(SHIFT_NAMES, _SHIFT_PRIOR_SCALE))
 
     @classmethod
     def for_profile(cls, profile: StepTimeProfile) -> StepTimePrior:
@@ -163,7 +175,51 @@ class StepTimePrior:
             loc[name] = base + float(values.mean())
             spread = float(values.std(ddof=1)) * math.sqrt(1 + 1 / len(values))
             scale[name] = max(spread, min_scale)
-        return cls(loc, scale)
+        # Compute shifts as measured in the references (a reference without rows of a class, or
+        # without one GPU at the same micro-batch, says nothing of it); the spread of a new
+        # member of the population, as above, but no floor: these are measured, not fitted.
+        shifts = [compute_shifts(p) for p, _ in reference]
+        shift_loc, shift_scale = dict(target.shift_loc), dict(target.shift_scale)
+        for name in SHIFT_NAMES:
+            measured = np.array([row[name] for row in shifts if name in row])
+            if len(measured) >= 2:
+                shift_loc[name] = float(measured.mean())
+                shift_scale[name] = float(measured.std(ddof=1)) * math.sqrt(1 + 1 / len(measured))
+        return cls(loc, scale, shift_loc, shift_scale)
+
+
+def compute_shifts(profile: StepTimeProfile) -> dict[str, float]:
+    """Median log ratio of each multi-GPU class's compute time to the mean 1-GPU compute time at
+    the same micro-batch size, by :data:`SHIFT_NAMES` name; classes without such rows are left
+    out."""
+    classes = configuration_class(profile.num_nodes, profile.num_replicas)
+    alone = classes == 0
+    shifts = {}
+    for index, name in enumerate(SHIFT_NAMES, start=1):
+        rows = (classes == index) & np.isin(profile.local_bsz, profile.local_bsz[alone])
+        if not rows.any():
+            continue
+        single = {m: float(np.mean(profile.compute_time[alone & (profile.local_bsz == m)]))
+                  for m in np.unique(profile.local_bsz[rows])}
+        reference = np.array([single[m] for m in profile.local_bsz[rows]])
+        shifts[name] = float(np.median(np.log(profile.compute_time[rows] / reference)))
+    return shifts
+
+
+def shifted_step_time_terms(theta: torch.Tensor, shift_within: torch.Tensor,
+                            shift_across: torch.Tensor, num_nodes: torch.Tensor,
+                            num_replicas: torch.Tensor, local_bsz: torch.Tensor,
+                            config_class: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(T_c, T_o)`` as :func:`~perfmodel.throughput.step_time_terms`, shape ``(..., N)``, with
+    each multi-GPU row's compute time scaled by its class's factor ``exp(shift)``; ``theta`` is
+    ``(..., 7)`` and the shifts ``(...)`` per draw, the configuration arrays ``(N,)``."""
+    alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = (theta[..., i, None]
+                                                                for i in range(7))
+    shift = ((config_class == 1) * shift_within[..., None]
+             + (config_class == 2) * shift_across[..., None])
+    t_c = compute_time(alpha_c, beta_c, local_bsz) * torch.exp(shift)
+    t_n = network_time(alpha_n, beta_n, alpha_r, beta_r, num_nodes, num_replicas)
+    return t_c, optimizer_time(t_c, t_n, gamma)
 
 
 def grouped_normal_log_prob(residual: torch.Tensor, group: torch.Tensor, num_groups: int,
@@ -222,10 +278,14 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
                                  torch.tensor(_RATIO_PRIOR_SCALE, dtype=f64))
     ratio_within = pyro.sample("ratio_within", ratio_prior)
     ratio_across = pyro.sample("ratio_across", ratio_prior)
+    shift_within, shift_across = (pyro.sample(name, dist.Normal(
+        torch.tensor(prior.shift_loc[name], dtype=f64),
+        torch.tensor(prior.shift_scale[name], dtype=f64))) for name in SHIFT_NAMES)
     classes = data.config_class if data.config_class is not None else torch.zeros_like(data.group)
     scale = {"compute": sigma_compute[..., None],
              "step": step_noise_scale(sigma_step, ratio_within, ratio_across, classes)}
-    t_c, t_o = step_time_terms(theta[..., None, :], data.nodes, data.replicas, data.local_bsz)
+    t_c, t_o = shifted_step_time_terms(theta, shift_within, shift_across, data.nodes,
+                                       data.replicas, data.local_bsz, classes)
     residuals = {"compute": data.log_compute - torch.log(t_c),
                  "step": data.log_step - torch.log(t_o)}
     if data.placement_effects:
@@ -362,8 +422,10 @@ class ThroughputPosterior:
     def _placement_effects(self, data: StepTimeData) -> dict[str, np.ndarray]:
         # Posterior of a placement's offset u given its rows: normal with mean
         # tau^2 * sum(r) / (sigma^2 + n tau^2); averaged over draws.
-        theta = torch.as_tensor(self.theta)
-        t_c, t_o = step_time_terms(theta[:, None, :], data.nodes, data.replicas, data.local_bsz)
+        row_class = (data.config_class if data.config_class is not None
+                     else torch.zeros_like(data.group))
+        t_c, t_o = (torch.as_tensor(t) for t in self.step_time_terms(
+            data.nodes.numpy(), data.replicas.numpy(), data.local_bsz.numpy(), row_class.numpy()))
         count = np.bincount(data.group.numpy(), minlength=data.num_groups)
         effects = {}
         for series, observed, predicted in (("compute", data.log_compute, t_c),
@@ -392,6 +454,18 @@ class ThroughputPosterior:
         """Draws of a noise site, shape ``(S,)``; ``default`` for a site left out of the model."""
         return self.samples.get(name, np.full(self.theta.shape[0], default))
 
+    def step_time_terms(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
+                        local_bsz: np.ndarray, config_class: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Draws of ``(T_c, T_o)`` in seconds, each ``(S, N)``, for configurations ``(N,)``, the
+        multi-GPU compute shifts included (0 for a fit saved without them)."""
+        within, across = (torch.as_tensor(self._noise(name)) for name in SHIFT_NAMES)
+        nodes, replicas, m = (torch.as_tensor(np.asarray(a, np.float64))
+                              for a in (num_nodes, num_replicas, local_bsz))
+        t_c, t_o = shifted_step_time_terms(torch.as_tensor(self.theta), within, across, nodes,
+                                           replicas, m, torch.as_tensor(np.asarray(config_class)))
+        return t_c.numpy(), t_o.numpy()
+
     @property
     def num_samples(self) -> int:
         return self.theta.shape[0]
@@ -402,13 +476,13 @@ class ThroughputPosterior:
         tail = (1 - probability) / 2
         level = f"{100 * probability:g}"  # interval columns are named lower_90/upper_90
         rows: list[dict[str, float | str]] = []
-        for name in (*PARAM_NAMES, *NOISE_NAMES):
+        for name in (*PARAM_NAMES, *SHIFT_NAMES, *NOISE_NAMES):
             if name not in self.samples:
                 continue
             draws = self.samples[name]
             rows.append({
                 "parameter": name,
-                "unit": {**PARAM_UNITS, **NOISE_UNITS}[name],
+                "unit": {**PARAM_UNITS, **NOISE_UNITS}.get(name, "1"),
                 "point_fit": getattr(self.point, name, float("nan")),
                 "mean": float(draws.mean()),
                 f"lower_{level}": float(np.quantile(draws, tail)),
@@ -428,10 +502,11 @@ class ThroughputPosterior:
         nodes, replicas, m, s = np.broadcast_arrays(*(np.atleast_1d(np.asarray(a, np.float64))
                                                       for a in (num_nodes, num_replicas,
                                                                 local_bsz, accum_steps)))
-        t_c, t_o = step_time_terms(self.theta[:, None, :], nodes, replicas, m)
+        classes = configuration_class(nodes, replicas)
+        t_c, t_o = self.step_time_terms(nodes, replicas, m, classes)
         log_t = np.log(s * t_c + t_o)
         rng = np.random.default_rng(seed)
-        sigma = self.noise_scale("step", configuration_class(nodes, replicas))
+        sigma = self.noise_scale("step", classes)
         tau = self._noise("tau_step")[:, None]
         offset = tau * rng.standard_normal(log_t.shape)
         if placement is not None:
@@ -499,6 +574,8 @@ def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: St
     for name in NOISE_NAMES:  # sites the model leaves out are ignored
         values[name] = torch.tensor(0.1 if name.startswith(("sigma", "tau")) else
                                     10.0 if name == "nu" else 1.0, dtype=torch.float64)
+    for name in SHIFT_NAMES:
+        values[name] = torch.tensor(prior.shift_loc[name], dtype=torch.float64)
     return values
 
 
