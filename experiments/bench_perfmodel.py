@@ -10,7 +10,10 @@ Prints three tables:
    fit and posterior median) and the fraction of measured step times inside the 50% and 90%
    predictive intervals, *warm* (K folds over whole placements: every row of a placement is left
    out together) and *cold* (fit on single-GPU placements only, predict every multi-GPU one), with
-   the median 90% interval width (log units) and the cold/warm width ratio;
+   the median 90% interval width (log units) and the cold/warm width ratio; cold twice: with the
+   default prior (``cold``) and with the prior learned from the other shipped models on the same
+   cluster (``cold-fleet``: :meth:`StepTimePrior.from_population` over their point fits and
+   measured compute shifts, the target model left out);
 3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
 Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]``
@@ -19,6 +22,7 @@ Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -39,7 +43,7 @@ from perfmodel.throughput import (
     profile_tensors,
     rmsle,
 )
-from perfmodel.throughput_bayes import fit_throughput_posterior
+from perfmodel.throughput_bayes import StepTimePrior, fit_throughput_posterior
 
 # --- a re-implementation of Pollux's fit (adaptdl's goodput.fit_perf_params), for comparison --
 
@@ -110,11 +114,12 @@ def placement_folds(profile: StepTimeProfile, folds: int, seed: int) -> list[np.
     return [np.isin(profile.placement.astype(str), g) for g in groups]
 
 
-def held_out(train: StepTimeProfile, test: StepTimeProfile, seed: int, num_steps: int
-             ) -> dict[str, np.ndarray]:
+def held_out(train: StepTimeProfile, test: StepTimeProfile, seed: int, num_steps: int,
+             prior: StepTimePrior | None = None) -> dict[str, np.ndarray]:
     """Point and posterior predictions for ``test`` from fits on ``train``."""
     point = fit_throughput(train)
-    posterior = fit_throughput_posterior(train, seed=seed, check=False, num_steps=num_steps)
+    posterior = fit_throughput_posterior(train, seed=seed, check=False, num_steps=num_steps,
+                                         prior=prior)
     pred = posterior.predict_step_time(test.num_nodes, test.num_replicas, test.local_bsz,
                                        test.accum_steps, (0.05, 0.25, 0.75, 0.95),
                                        placement=test.placement)
@@ -171,14 +176,24 @@ def evaluate_model(model: str, folds: int, seed: int, num_steps: int) -> tuple[d
     warm = class_rows(model, "warm", profile, {k: v[np.argsort(order)] for k, v in warm_pred.items()})
 
     single = profile.num_replicas == 1
-    cold = class_rows(model, "cold", profile.subset(~single),
-                      held_out(profile.subset(single), profile.subset(~single), seed, num_steps))
+    train, test = profile.subset(single), profile.subset(~single)
+    cold = class_rows(model, "cold", test, held_out(train, test, seed, num_steps))
+    others = [(load_pollux_profile(name), fleet_fit(name)) for name in POLLUX_MODELS
+              if name != model]
+    cold += class_rows(model, "cold-fleet", test, held_out(
+        train, test, seed, num_steps, StepTimePrior.from_population(train, others)))
     warm_width = {row["class"]: row["width90"] for row in warm}
     for row in cold:
         row["width_vs_warm"] = row["width90"] / warm_width.get(row["class"], float("nan"))
     for row in warm:
         row["width_vs_warm"] = 1.0
     return fits, warm + cold
+
+
+@functools.cache
+def fleet_fit(model: str) -> ThroughputParams:
+    """The point fit of a shipped model on all its rows (a member of the fleet prior)."""
+    return fit_throughput(load_pollux_profile(model))
 
 
 def tuning_cost(model: str, num_allocations: int = 10_000, repeats: int = 5) -> dict:

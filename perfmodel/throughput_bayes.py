@@ -15,9 +15,10 @@ The model (a plain function of data, :func:`step_time_model`):
   of one placement (``tau``) on top, integrated out in closed form (rows of a placement are jointly
   normal in log space with compound-symmetric covariance), so inference stays low-dimensional.
 
-Inference (:func:`fit_throughput_posterior`) is SVI with a full-rank Gaussian guide in the
-unconstrained space, started from the point fit and checked by Pareto-smoothed importance sampling
-(PSIS k-hat); ``method="nuts"`` runs Pyro's NUTS instead, to check SVI.
+Inference (:func:`fit_throughput_posterior`) is SVI in the unconstrained space with a full-rank
+Gaussian guide whose whitened coordinates each pass through a monotone spline (skewed marginals),
+started at the Laplace approximation around the posterior mode, and checked by Pareto-smoothed
+importance sampling (PSIS k-hat); ``method="nuts"`` runs Pyro's NUTS instead, to check SVI.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -34,6 +35,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
+from pyro.distributions.transforms import Spline
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_value
 from pyro.infer.mcmc.util import initialize_model
@@ -46,12 +48,14 @@ from perfmodel.throughput import (
     PARAM_UNITS,
     ArrayT,
     ThroughputParams,
+    compute_time,
     configuration_class,
     fit_throughput,
     identifiable,
+    network_time,
+    optimizer_time,
     profile_tensors,
     single_thread,
-    step_time_terms,
 )
 
 if TYPE_CHECKING:
@@ -74,6 +78,12 @@ _PRIOR_SPREAD = {"alpha_c": 1.5, "beta_c": 1.5, "alpha_n": 2.0, "beta_n": 2.0, "
 _NOISE_PRIOR_SCALE = 0.3
 #: Log-scale spread of the prior on how much more a multi-GPU class scatters than one GPU.
 _RATIO_PRIOR_SCALE = 0.7
+#: Log compute-time factor of a multi-GPU class against one GPU at the same micro-batch (sites
+#: ``shift_within``, ``shift_across``), and its default prior spread: GPUs sharing a host share
+#: its memory bandwidth, PCIe lanes, data loaders and power budget, so their compute steps differ
+#: from a lone GPU's by some tens of percent either way (shipped profiles: medians -6% to +12%).
+SHIFT_NAMES = ("shift_within", "shift_across")
+_SHIFT_PRIOR_SCALE = 0.2
 #: Above this PSIS k-hat an SVI guide is not a usable posterior (Vehtari et al., 2015-2024).
 PARETO_K_USABLE = 0.7
 #: NUTS draws are trusted with at least this bulk ESS and at most this R-hat (Vehtari et al. 2021:
@@ -115,10 +125,14 @@ class StepTimeData:
 
 @dataclass(frozen=True)
 class StepTimePrior:
-    """Log-normal prior locations and scales for the six positive parameters (log seconds)."""
+    """Log-normal prior locations and scales for the six positive parameters (log seconds), and
+    normal ones for the multi-GPU compute shifts (:data:`SHIFT_NAMES`, log factors)."""
 
     loc: dict[str, float]
     scale: dict[str, float]
+    shift_loc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SHIFT_NAMES, 0.0))
+    shift_scale: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(SHIFT_NAMES, _SHIFT_PRIOR_SCALE))
 
     @classmethod
     def for_profile(cls, profile: StepTimeProfile) -> StepTimePrior:
@@ -161,7 +175,51 @@ class StepTimePrior:
             loc[name] = base + float(values.mean())
             spread = float(values.std(ddof=1)) * math.sqrt(1 + 1 / len(values))
             scale[name] = max(spread, min_scale)
-        return cls(loc, scale)
+        # Compute shifts as measured in the references (a reference without rows of a class, or
+        # without one GPU at the same micro-batch, says nothing of it); the spread of a new
+        # member of the population, as above, but no floor: these are measured, not fitted.
+        shifts = [compute_shifts(p) for p, _ in reference]
+        shift_loc, shift_scale = dict(target.shift_loc), dict(target.shift_scale)
+        for name in SHIFT_NAMES:
+            measured = np.array([row[name] for row in shifts if name in row])
+            if len(measured) >= 2:
+                shift_loc[name] = float(measured.mean())
+                shift_scale[name] = float(measured.std(ddof=1)) * math.sqrt(1 + 1 / len(measured))
+        return cls(loc, scale, shift_loc, shift_scale)
+
+
+def compute_shifts(profile: StepTimeProfile) -> dict[str, float]:
+    """Median log ratio of each multi-GPU class's compute time to the mean 1-GPU compute time at
+    the same micro-batch size, by :data:`SHIFT_NAMES` name; classes without such rows are left
+    out."""
+    classes = configuration_class(profile.num_nodes, profile.num_replicas)
+    alone = classes == 0
+    shifts = {}
+    for index, name in enumerate(SHIFT_NAMES, start=1):
+        rows = (classes == index) & np.isin(profile.local_bsz, profile.local_bsz[alone])
+        if not rows.any():
+            continue
+        single = {m: float(np.mean(profile.compute_time[alone & (profile.local_bsz == m)]))
+                  for m in np.unique(profile.local_bsz[rows])}
+        reference = np.array([single[m] for m in profile.local_bsz[rows]])
+        shifts[name] = float(np.median(np.log(profile.compute_time[rows] / reference)))
+    return shifts
+
+
+def shifted_step_time_terms(theta: torch.Tensor, shift_within: torch.Tensor,
+                            shift_across: torch.Tensor, num_nodes: torch.Tensor,
+                            num_replicas: torch.Tensor, local_bsz: torch.Tensor,
+                            config_class: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(T_c, T_o)`` as :func:`~perfmodel.throughput.step_time_terms`, shape ``(..., N)``, with
+    each multi-GPU row's compute time scaled by its class's factor ``exp(shift)``; ``theta`` is
+    ``(..., 7)`` and the shifts ``(...)`` per draw, the configuration arrays ``(N,)``."""
+    alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = (theta[..., i, None]
+                                                                for i in range(7))
+    shift = ((config_class == 1) * shift_within[..., None]
+             + (config_class == 2) * shift_across[..., None])
+    t_c = compute_time(alpha_c, beta_c, local_bsz) * torch.exp(shift)
+    t_n = network_time(alpha_n, beta_n, alpha_r, beta_r, num_nodes, num_replicas)
+    return t_c, optimizer_time(t_c, t_n, gamma)
 
 
 def grouped_normal_log_prob(residual: torch.Tensor, group: torch.Tensor, num_groups: int,
@@ -220,10 +278,14 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
                                  torch.tensor(_RATIO_PRIOR_SCALE, dtype=f64))
     ratio_within = pyro.sample("ratio_within", ratio_prior)
     ratio_across = pyro.sample("ratio_across", ratio_prior)
+    shift_within, shift_across = (pyro.sample(name, dist.Normal(
+        torch.tensor(prior.shift_loc[name], dtype=f64),
+        torch.tensor(prior.shift_scale[name], dtype=f64))) for name in SHIFT_NAMES)
     classes = data.config_class if data.config_class is not None else torch.zeros_like(data.group)
     scale = {"compute": sigma_compute[..., None],
              "step": step_noise_scale(sigma_step, ratio_within, ratio_across, classes)}
-    t_c, t_o = step_time_terms(theta[..., None, :], data.nodes, data.replicas, data.local_bsz)
+    t_c, t_o = shifted_step_time_terms(theta, shift_within, shift_across, data.nodes,
+                                       data.replicas, data.local_bsz, classes)
     residuals = {"compute": data.log_compute - torch.log(t_c),
                  "step": data.log_step - torch.log(t_o)}
     if data.placement_effects:
@@ -360,8 +422,10 @@ class ThroughputPosterior:
     def _placement_effects(self, data: StepTimeData) -> dict[str, np.ndarray]:
         # Posterior of a placement's offset u given its rows: normal with mean
         # tau^2 * sum(r) / (sigma^2 + n tau^2); averaged over draws.
-        theta = torch.as_tensor(self.theta)
-        t_c, t_o = step_time_terms(theta[:, None, :], data.nodes, data.replicas, data.local_bsz)
+        row_class = (data.config_class if data.config_class is not None
+                     else torch.zeros_like(data.group))
+        t_c, t_o = (torch.as_tensor(t) for t in self.step_time_terms(
+            data.nodes.numpy(), data.replicas.numpy(), data.local_bsz.numpy(), row_class.numpy()))
         count = np.bincount(data.group.numpy(), minlength=data.num_groups)
         effects = {}
         for series, observed, predicted in (("compute", data.log_compute, t_c),
@@ -390,6 +454,18 @@ class ThroughputPosterior:
         """Draws of a noise site, shape ``(S,)``; ``default`` for a site left out of the model."""
         return self.samples.get(name, np.full(self.theta.shape[0], default))
 
+    def step_time_terms(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
+                        local_bsz: np.ndarray, config_class: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Draws of ``(T_c, T_o)`` in seconds, each ``(S, N)``, for configurations ``(N,)``, the
+        multi-GPU compute shifts included (0 for a fit saved without them)."""
+        within, across = (torch.as_tensor(self._noise(name)) for name in SHIFT_NAMES)
+        nodes, replicas, m = (torch.as_tensor(np.asarray(a, np.float64))
+                              for a in (num_nodes, num_replicas, local_bsz))
+        t_c, t_o = shifted_step_time_terms(torch.as_tensor(self.theta), within, across, nodes,
+                                           replicas, m, torch.as_tensor(np.asarray(config_class)))
+        return t_c.numpy(), t_o.numpy()
+
     @property
     def num_samples(self) -> int:
         return self.theta.shape[0]
@@ -400,13 +476,13 @@ class ThroughputPosterior:
         tail = (1 - probability) / 2
         level = f"{100 * probability:g}"  # interval columns are named lower_90/upper_90
         rows: list[dict[str, float | str]] = []
-        for name in (*PARAM_NAMES, *NOISE_NAMES):
+        for name in (*PARAM_NAMES, *SHIFT_NAMES, *NOISE_NAMES):
             if name not in self.samples:
                 continue
             draws = self.samples[name]
             rows.append({
                 "parameter": name,
-                "unit": {**PARAM_UNITS, **NOISE_UNITS}[name],
+                "unit": {**PARAM_UNITS, **NOISE_UNITS}.get(name, "1"),
                 "point_fit": getattr(self.point, name, float("nan")),
                 "mean": float(draws.mean()),
                 f"lower_{level}": float(np.quantile(draws, tail)),
@@ -426,10 +502,11 @@ class ThroughputPosterior:
         nodes, replicas, m, s = np.broadcast_arrays(*(np.atleast_1d(np.asarray(a, np.float64))
                                                       for a in (num_nodes, num_replicas,
                                                                 local_bsz, accum_steps)))
-        t_c, t_o = step_time_terms(self.theta[:, None, :], nodes, replicas, m)
+        classes = configuration_class(nodes, replicas)
+        t_c, t_o = self.step_time_terms(nodes, replicas, m, classes)
         log_t = np.log(s * t_c + t_o)
         rng = np.random.default_rng(seed)
-        sigma = self.noise_scale("step", configuration_class(nodes, replicas))
+        sigma = self.noise_scale("step", classes)
         tau = self._noise("tau_step")[:, None]
         offset = tau * rng.standard_normal(log_t.shape)
         if placement is not None:
@@ -497,18 +574,41 @@ def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: St
     for name in NOISE_NAMES:  # sites the model leaves out are ignored
         values[name] = torch.tensor(0.1 if name.startswith(("sigma", "tau")) else
                                     10.0 if name == "nu" else 1.0, dtype=torch.float64)
+    for name in SHIFT_NAMES:
+        values[name] = torch.tensor(prior.shift_loc[name], dtype=torch.float64)
     return values
+
+
+#: Bins and half-width (in standard deviations of the guide's Gaussian part) of the guide's
+#: per-coordinate monotone spline; outside the half-width the spline is the identity.
+GUIDE_SPLINE_BINS = 8
+GUIDE_SPLINE_BOUND = 4.0
+
+
+def identity_spline(dim: int) -> Spline:
+    """Pyro's elementwise monotone rational-quadratic spline on ``dim`` coordinates, initialised
+    to the identity (equal bins, unit slopes), in float64."""
+    spline = Spline(dim, count_bins=GUIDE_SPLINE_BINS, bound=GUIDE_SPLINE_BOUND).double()
+    with torch.no_grad():
+        for parameter in spline.parameters():
+            parameter.zero_()
+        # Pyro adds a minimum slope of 1e-3 to softplus(unnormalised slope).
+        spline.unnormalized_derivatives.fill_(math.log(math.expm1(1 - 1e-3)))
+    return spline
 
 
 @dataclass(frozen=True)
 class _SviFit:
     """An SVI fit: constrained draws, final loss (negative ELBO), PSIS k-hat of the guide as an
-    importance proposal, the guide (``(D,)`` unconstrained) and the model's log density there."""
+    importance proposal, the guide (``(D,)`` unconstrained), its Gaussian part (``loc`` and
+    ``scale_tril``) and the model's log density there."""
 
     samples: dict[str, np.ndarray]
     loss: float
     pareto_k: float
-    guide: dist.MultivariateNormal
+    guide: dist.TransformedDistribution
+    loc: torch.Tensor
+    scale_tril: torch.Tensor
     log_density: Callable[[torch.Tensor], torch.Tensor]
     to_constrained: dict[str, Any]
 
@@ -518,10 +618,18 @@ class _SviFit:
                 for i, n in enumerate(self.to_constrained)}
 
 
-def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
-                             init: dict[str, torch.Tensor], num_steps: int, num_samples: int,
-                             check: bool, num_particles: int = 16) -> _SviFit:
-    """SVI with a full-rank Gaussian guide in the model's unconstrained space.
+def _svi_spline_gaussian(data: StepTimeData, prior: StepTimePrior,
+                         init: dict[str, torch.Tensor], num_steps: int, num_samples: int,
+                         check: bool, num_particles: int = 16) -> _SviFit:
+    """SVI in the model's unconstrained space with a full-rank Gaussian guide whose whitened
+    coordinates pass through a learned monotone spline each: ``z = loc + L s(u)``,
+    ``u ~ N(0, I)``.
+
+    Why not the Gaussian alone: a parameter the data bound on one side only (a retrogression
+    slope, e.g. ``beta_r``, that the data say is below some value and the prior lets fall orders
+    of magnitude lower) has a skewed posterior in log space (on bert, skewness -2.9 and excess
+    kurtosis 10 in NUTS draws), which no Gaussian can follow; the spline bends each marginal,
+    while ``L`` keeps the correlations.
 
     The model's potential (negative log joint with Jacobians, from Pyro's ``initialize_model``)
     is evaluated for all particles in one trace because the model broadcasts over leading
@@ -533,7 +641,6 @@ def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
     names = list(params)
     # initialize_model's transforms map constrained to unconstrained values; we need the inverse.
     to_constrained = {n: transforms[n].inv for n in names}
-    loc = torch.stack([params[n].detach() for n in names]).clone().requires_grad_(True)
     dim = len(names)
 
     def log_density(z: torch.Tensor) -> torch.Tensor:
@@ -548,35 +655,49 @@ def _svi_multivariate_normal(data: StepTimeData, prior: StepTimePrior,
                        for i, n in enumerate(names))
         return total + jacobian
 
-    # Start the guide at the Laplace approximation around the point fit: parameters the data
+    # Start the guide at the Laplace approximation around the posterior mode: parameters the data
     # cannot inform then start as wide as their prior instead of having to grow there by SVI.
-    start = _laplace_scale_tril(log_density, loc.detach())
+    # The mode, not the point fit: the point fit minimises another objective and knows nothing
+    # of the noise sites, so the Laplace approximation there is far off (on bert its noise
+    # scale and degrees of freedom sat 9-17 posterior standard deviations from the mode, PSIS
+    # k-hat 24.7), and 500 Adam steps did not recover (k-hat 1.22; from the mode: 0.68).
+    mode = posterior_mode(log_density, torch.stack([params[n].detach() for n in names]))
+    start = _laplace_scale_tril(log_density, mode)
+    loc = mode.clone().requires_grad_(True)
     raw_scale = torch.log(torch.expm1(torch.diagonal(start))).clone().requires_grad_(True)
     off_diag = start.tril(-1).clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([loc, raw_scale, off_diag], lr=0.02)
-    schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.995)
+    spline = identity_spline(dim)
+    base = dist.Normal(torch.zeros(dim, dtype=torch.float64),
+                       torch.ones(dim, dtype=torch.float64)).to_event(1)
 
     def scale_tril() -> torch.Tensor:
         return torch.diag(torch.nn.functional.softplus(raw_scale)) + off_diag.tril(-1)
 
+    def guide() -> dist.TransformedDistribution:
+        return dist.TransformedDistribution(
+            base, [spline, dist.transforms.LowerCholeskyAffine(loc, scale_tril())])
+
+    optimizer = torch.optim.Adam([loc, raw_scale, off_diag, *spline.parameters()], lr=0.01)
+    schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.995)
     loss = torch.tensor(float("nan"))
     for _ in range(num_steps):
-        tril = scale_tril()
-        z = loc + torch.randn(num_particles, dim, dtype=torch.float64) @ tril.T
-        # Negative ELBO up to a constant: E_q[potential] - entropy of q.
-        loss = -log_density(z).mean() - torch.log(torch.diagonal(tril)).sum()
+        q = guide()
+        z = q.rsample((num_particles,))
+        # Negative ELBO: E_q[log q - log p].
+        loss = (q.log_prob(z) - log_density(z)).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         schedule.step()
     with torch.no_grad():
-        guide = dist.MultivariateNormal(loc.detach(), scale_tril=scale_tril().detach())
-        z = guide.sample((num_samples,))
+        q = guide()
+        z = q.sample((num_samples,))
         pareto_k = float("nan")
         if check:
             # PSIS: log importance weights of the guide against the model.
-            pareto_k = pareto_k_hat(log_density(z) - guide.log_prob(z))
-    fit = _SviFit({}, float(loss.detach()), pareto_k, guide, log_density, to_constrained)
+            pareto_k = pareto_k_hat(log_density(z) - q.log_prob(z))
+        fit = _SviFit({}, float(loss), pareto_k, q, loc.detach().clone(),
+                      scale_tril().detach().clone(), log_density, to_constrained)
     return replace(fit, samples=fit.constrained(z))
 
 
@@ -587,7 +708,7 @@ def _nuts_whitened(svi: _SviFit, warmup: int, num_samples: int
     NUTS takes short trajectories (the guide as a linear preconditioner, as in NeuTra HMC); where
     it is wrong (the reason for the fallback) NUTS still targets the true posterior. Returns
     constrained draws and :func:`_mcmc_diagnostics`."""
-    loc, tril = svi.guide.loc, svi.guide.scale_tril
+    loc, tril = svi.loc, svi.scale_tril
 
     def potential(params: dict[str, torch.Tensor]) -> torch.Tensor:
         return -svi.log_density(loc + tril @ params["u"])
@@ -616,6 +737,28 @@ def _mcmc_diagnostics(samples: dict[str, np.ndarray], divergences: int) -> dict[
     return {"divergences": int(divergences),
             "ess_bulk_min": min(float(ess[n]) for n in samples),
             "r_hat_max": max(float(r_hat[n]) for n in samples)}
+
+
+def posterior_mode(log_density: Callable[[torch.Tensor], torch.Tensor], start: torch.Tensor,
+                   max_iter: int = 500) -> torch.Tensor:
+    """The maximum of ``log_density`` (unconstrained coordinates, shape ``(D,)``) found by
+    L-BFGS from ``start``; ``start`` itself where the search ends anywhere not finite or lower."""
+    z = start.clone().requires_grad_(True)
+    optimizer = torch.optim.LBFGS([z], max_iter=max_iter, line_search_fn="strong_wolfe",
+                                  tolerance_grad=1e-7, tolerance_change=1e-10)
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = -log_density(z)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        found, before = log_density(z), log_density(start)
+    if not torch.isfinite(found) or found < before or not torch.isfinite(z).all():
+        return start.clone()
+    return z.detach()
 
 
 def _laplace_scale_tril(log_density: Callable[[torch.Tensor], torch.Tensor],
@@ -651,7 +794,7 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
 
     Args:
         profile: measured step times.
-        method: ``"svi"`` (multivariate-normal guide, Adam) or ``"nuts"``.
+        method: ``"svi"`` (Gaussian guide with spline marginals, Adam) or ``"nuts"``.
         num_steps: SVI steps, or NUTS warm-up steps.
         num_samples: posterior draws kept.
         seed: seeds Pyro and torch, so fits reproduce.
@@ -713,7 +856,7 @@ def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int
         return ThroughputPosterior(samples, data, diagnostics, point)
     if method != "svi":
         raise ValueError(f"method must be 'svi' or 'nuts', not {method!r}")
-    svi = _svi_multivariate_normal(data, prior, init, num_steps, num_samples, check)
+    svi = _svi_spline_gaussian(data, prior, init, num_steps, num_samples, check)
     samples = svi.samples
     diagnostics = FitDiagnostics("svi", num_steps, svi.loss / len(profile), svi.pareto_k,
                                  time.perf_counter() - started)

@@ -48,8 +48,10 @@ def test_report_page_marks_unreliable_intervals(tmp_path: Path) -> None:
 
 def test_svi_above_the_k_hat_limit_falls_back_to_nuts_and_the_page_says_so(tmp_path: Path
                                                                           ) -> None:
-    profile = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:3], noise=0.05, seed=2)
-    # Ten SVI steps leave the guide far from the posterior (k-hat near 2 here).
+    # Two single-node placements leave the across-node terms and much of the overlap exponent to
+    # their priors (no Gaussian shape), and ten SVI steps leave the guide a poor proposal there
+    # (k-hat 0.99).
+    profile = synthetic_profile(TRUE_PARAMS, ["1", "2"], noise=0.05, seed=2)
     settings = {"num_steps": 10, "num_samples": 100, "seed": 0}
     svi = fit_throughput_posterior(profile, fallback=False, **settings)
     assert svi.diagnostics.method == "svi" and svi.diagnostics.pareto_k > PARETO_K_USABLE
