@@ -44,6 +44,10 @@ CACHE_ENV = "BAYES_SCHED_CACHE"
 KEY_ATTR = "fit_key"
 #: The distribution whose version is part of every key.
 DISTRIBUTION = "bayes-sched"
+#: Part of every key: raise it whenever a model or its inference changes, so that fits cached by
+#: an earlier build of the same version are refitted (2: the SVI guide starts at the posterior
+#: mode with a spline per marginal, and the step-time model has compute-time shifts).
+FIT_REVISION = 2
 
 
 def package_version() -> str:
@@ -56,8 +60,8 @@ def package_version() -> str:
 
 def fit_key(kind: str, data: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
     """SHA-256 hex digest identifying a fit: ``kind``, every input array in ``data`` (name, dtype,
-    shape and bytes; object arrays by their text), the JSON of ``settings`` and the package
-    version."""
+    shape and bytes; object arrays by their text), the JSON of ``settings``, the package version
+    and :data:`FIT_REVISION`."""
     digest = hashlib.sha256()
 
     def add(text: str) -> None:
@@ -74,6 +78,7 @@ def fit_key(kind: str, data: Mapping[str, Any], settings: Mapping[str, Any]) -> 
             digest.update(np.ascontiguousarray(array).tobytes())
     add(json.dumps(settings, sort_keys=True, default=str))
     add(package_version())
+    add(f"revision {FIT_REVISION}")
     return digest.hexdigest()
 
 
