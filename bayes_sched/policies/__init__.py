@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from bayes_sched.policies.allox import AlloXPolicy
     from bayes_sched.policies.base import Policy
     from bayes_sched.policies.bo import BayesOptPolicy
+    from bayes_sched.policies.elas import ElasPolicy
     from bayes_sched.policies.fifo import FifoPolicy
     from bayes_sched.policies.finish_time_fairness import (
         FinishTimeFairnessPackedPolicy,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         FinishTimeFairnessPolicy,
     )
     from bayes_sched.policies.gandiva import GandivaPolicy
+    from bayes_sched.policies.gandiva_fair import GandivaFairPolicy
     from bayes_sched.policies.gavel_fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
     from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
@@ -49,6 +51,8 @@ _EXPORTS: dict[str, str] = {
     "FinishTimeFairnessPolicy": "bayes_sched.policies.finish_time_fairness",
     "AlloXPolicy": "bayes_sched.policies.allox",
     "GandivaPolicy": "bayes_sched.policies.gandiva",
+    "GandivaFairPolicy": "bayes_sched.policies.gandiva_fair",
+    "ElasPolicy": "bayes_sched.policies.elas",
     "FinishTimeFairnessPerfPolicy": "bayes_sched.policies.finish_time_fairness",
     "FinishTimeFairnessPackedPolicy": "bayes_sched.policies.finish_time_fairness",
     "MinTotalDurationPolicy": "bayes_sched.policies.min_total_duration",
@@ -78,7 +82,8 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("min_total_duration_packed", "MinTotalDurationPackedPolicy"),
                       ("gavel_fifo", "GavelFifoPolicy"), ("fifo_perf", "FifoPerfPolicy"),
                       ("fifo_packed", "FifoPackedPolicy"), ("allox", "AlloXPolicy"),
-                      ("gandiva", "GandivaPolicy"), ("shockwave", "ShockwavePolicy")):
+                      ("gandiva", "GandivaPolicy"), ("gandiva_fair", "GandivaFairPolicy"),
+                      ("elas", "ElasPolicy"), ("shockwave", "ShockwavePolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
@@ -87,7 +92,7 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
     "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
     "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
     "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
-    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva")
+    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
@@ -113,7 +118,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["POLICIES", "TIME_SHARING_POLICIES", "make_policy", "AlloXPolicy", "BayesOptPolicy",
-           "GandivaPolicy",
+           "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",

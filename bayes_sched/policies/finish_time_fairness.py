@@ -1,26 +1,25 @@
-"""Finish-time fairness (Themis, Mahajan et al., NSDI 2020) as Gavel formulates it:
-heterogeneity-agnostic, -aware and with space sharing.
+"""Finish-time fairness (Themis, Mahajan et al., NSDI 2020) as Gavel formulates it: heterogeneity-
+agnostic, -aware and with space sharing.
 
-Gavel's ``scheduler/policies/finish_time_fairness.py``: each job's finish-time ratio ``rho`` is
-its expected completion time under the allocation over its expected completion time had it run on
-an isolated 1/n share of the cluster, and the LP minimises the largest ratio::
+Gavel's ``scheduler/policies/finish_time_fairness.py``: each job's finish-time ratio ``rho`` is its
+expected completion time under the allocation over its expected completion time had it run on an
+isolated 1/n share of the cluster, and the LP minimises the largest ratio::
 
     rho_j = (t_j + R_j / (throughput_j . x_j)) / (I_j + R_j / isolated_j)
 
-with ``t_j`` seconds since submission, ``R_j`` steps remaining (the user's declared steps minus
-the steps done), ``isolated_j`` the job's steps/s on 1/n of every type's GPUs (Gavel's
+with ``t_j`` seconds since submission, ``R_j`` steps remaining (the user's declared steps minus the
+steps done), ``isolated_j`` the job's steps/s on 1/n of every type's GPUs (Gavel's
 ``IsolatedPolicy``: ``x[j, t] = (GPUs of t / n) / scale factor``, each row scaled down to sum at
-most 1), and ``I_j`` the time the job would have spent in isolation so far (each recomputation
-adds the steps done since the last one over the isolated rate then). It is convex:
-``minimise r`` subject to ``(throughput_j . x_j) * (r * (I_j + R_j / isolated_j) - t_j) >=
-R_j``, a rotated second-order cone per job (an SOCP; CLARABEL solves it, HiGHS cannot). Jobs
-that declare no steps: the time is split equally (Gavel's fallback when its FTF LP has no
-answer), logged and counted. The heterogeneity-agnostic form (Gavel's ``finish_time_fairness``)
-gives each job its V100 rate on every type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the
-measured rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the
-combinations it is in (:mod:`bayes_sched.policies.gavel_packing`). Gavel's packed form divides the
-packed rates by each job's summed rates while ``isolated_j`` stays in steps/s; here both are in
-steps/s.
+most 1), and ``I_j`` the time the job would have spent in isolation so far (each recomputation adds
+the steps done since the last one over the isolated rate then). It is convex: ``minimise r`` subject
+to ``(throughput_j . x_j) * (r * (I_j + R_j / isolated_j) - t_j) >= R_j``, a rotated second-order
+cone per job (an SOCP; CLARABEL solves it, HiGHS cannot). Jobs that declare no steps: the time is
+split equally (Gavel's fallback when its FTF LP has no answer), logged and counted. The
+heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on every
+type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the measured
+rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the combinations it
+is in (:mod:`bayes_sched.policies.gavel_packing`). Gavel's packed form divides the packed rates by
+each job's summed rates while ``isolated_j`` stays in steps/s; here both are in steps/s.
 """
 
 from __future__ import annotations
