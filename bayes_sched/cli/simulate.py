@@ -24,7 +24,7 @@ from bayes_sched.cli.options import (
 )
 from bayes_sched.cli.seeds import add_seed_options, print_headlines, print_seed_summary, seed_list
 from bayes_sched.errors import InputError
-from bayes_sched.policies import POLICIES, TIME_SHARING_POLICIES, make_policy
+from bayes_sched.policies import POLICIES, TABLE_WORLD_POLICIES, make_policy
 from bayes_sched.registry import parse_assignments
 
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     jobs.add_argument("--trace", metavar="T",
                       help="Gavel .trace file (10 tab-separated columns) or a shipped one "
                            f"({', '.join(SHIPPED_TRACES)}); rounds default to Gavel's 360 s; "
-                           f"policies: {', '.join(TIME_SHARING_POLICIES)}; or a Shockwave "
+                           f"policies: {', '.join(TABLE_WORLD_POLICIES)}; or a Shockwave "
                            "trace (12 columns) or the shipped tacc_120 (120 s rounds; also "
                            f"{', '.join(SHOCKWAVE_POLICIES)})")
     simulate.add_argument("--policy", default=None, choices=list(POLICIES),
@@ -345,7 +345,7 @@ def _simulate_trace(args: argparse.Namespace) -> int:
 
     shockwave_world = (args.trace in shipped_shockwave_traces()
                        or is_shockwave_trace(Path(args.trace)))
-    allowed = TIME_SHARING_POLICIES + (SHOCKWAVE_POLICIES if shockwave_world else ())
+    allowed = TABLE_WORLD_POLICIES + (SHOCKWAVE_POLICIES if shockwave_world else ())
     if args.policy not in allowed:
         hint = ("" if shockwave_world or args.policy not in SHOCKWAVE_POLICIES
                 else " (it needs a 12-column Shockwave trace)")

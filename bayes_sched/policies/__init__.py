@@ -94,6 +94,10 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
     "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
     "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair")
 
+#: Every policy the throughput-table world runs: the time-sharing family, and E-LAS (it places
+#: each job on GPUs of one type, as the world requires).
+TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas")
+
 
 def make_policy(name: str, /, **options: Any) -> Policy:
     """A fresh policy by name with typed options, e.g. ``make_policy("pollux", p=-0.5)``.
@@ -117,8 +121,8 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "TIME_SHARING_POLICIES", "make_policy", "AlloXPolicy", "BayesOptPolicy",
-           "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
+__all__ = ["POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES", "make_policy",
+           "AlloXPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",
