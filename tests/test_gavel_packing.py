@@ -101,3 +101,51 @@ def test_the_per_class_lp_is_smaller() -> None:
     reduced, full = class_terms(inputs).terms, combination_terms(inputs)
     assert reduced.rates.shape[0] == num_classes == 6
     assert reduced.num_entries < full.num_entries / 2
+
+
+def test_the_direct_programs_reach_the_cvxpy_formulations_optimum() -> None:
+    """The LPs built as matrices (max-min, max-sum; the finish-time-fairness SOCP) reach the
+    optimum of the same programs stated in cvxpy, on the jobs above alone (no packing)."""
+    import cvxpy as cp
+
+    from bayes_sched.policies.finish_time_fairness import isolated_throughputs
+    from bayes_sched.policies.time_fraction_lp import (
+        dense_terms,
+        max_min_program,
+        max_sum_program,
+        min_max_ratio_program,
+        solve_allocation,
+    )
+
+    inputs = _inputs()
+    rates, sizes, capacities = inputs.throughputs, inputs.scale_factors, inputs.capacities
+    terms = dense_terms(rates, sizes)
+    weights = sizes / (rates @ (capacities / capacities.sum()))
+    remaining = np.linspace(1e4, 5e4, inputs.num_jobs)
+    elapsed = np.full(inputs.num_jobs, 1800.0)
+    denominator = remaining / isolated_throughputs(rates, sizes, capacities)
+    x = cp.Variable(rates.shape)
+    effective = cp.sum(cp.multiply(rates, x), axis=1)
+    constraints = [x >= 0, cp.sum(x, axis=1) <= 1,
+                   cp.sum(cp.multiply(sizes[:, None], x), axis=0) <= capacities]
+    worst = cp.Variable()
+    references = {
+        "max_min": cp.Problem(cp.Maximize(cp.min(cp.multiply(weights, effective))), constraints),
+        "max_sum": cp.Problem(cp.Maximize(cp.sum(effective)), constraints),
+        "ratio": cp.Problem(cp.Minimize(worst), [
+            elapsed + cp.multiply(remaining, cp.inv_pos(effective)) <= worst * denominator,
+            *constraints])}
+    programs = {
+        "max_min": max_min_program(dense_terms(rates * weights[:, None], sizes).rates, terms,
+                                   capacities),
+        "max_sum": max_sum_program(terms, capacities),
+        "ratio": min_max_ratio_program(terms, capacities, elapsed, remaining, denominator)}
+    for name, program in programs.items():
+        ours = solve_allocation(program, terms, inputs.num_jobs, "CLARABEL")
+        assert ours is not None
+        _assert_feasible(np.concatenate([ours, np.zeros((len(inputs.pairs), 3))]), inputs)
+        references[name].solve(solver="CLARABEL")
+        e = (rates * ours).sum(axis=1)
+        value = {"max_min": (weights * e).min(), "max_sum": e.sum(),
+                 "ratio": ((elapsed + remaining / e) / denominator).max()}[name]
+        assert value == pytest.approx(references[name].value, rel=1e-5), name
