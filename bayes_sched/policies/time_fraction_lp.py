@@ -109,20 +109,27 @@ def _bounds(terms: CombinationTerms, capacities: np.ndarray) -> np.ndarray:
     return np.concatenate([np.ones(terms.membership.shape[0]), capacities])
 
 
+def _largest_floor(rows: sp.csr_matrix, weights: np.ndarray, terms: CombinationTerms,
+                   capacities: np.ndarray, floor_nonnegative: bool) -> ConicProgram:
+    """Maximise ``f`` (variable last) such that ``weights_j * f <= rows_j @ v`` for every job."""
+    num_jobs, num_entries = rows.shape
+    upper = sp.bmat([[-rows, _column(weights)], [terms.membership, None], [terms.gpus, None]],
+                    format="csr")
+    cost = np.zeros(num_entries + 1)
+    cost[-1] = -1.0
+    nonnegative = np.ones(num_entries + 1, dtype=bool)
+    nonnegative[-1] = floor_nonnegative
+    return ConicProgram(cost=cost, upper=upper,
+                        upper_bound=np.concatenate([np.zeros(num_jobs),
+                                                    _bounds(terms, capacities)]),
+                        nonnegative=nonnegative, num_entries=num_entries)
+
+
 def max_min_program(scores: sp.csr_matrix, terms: CombinationTerms,
                     capacities: np.ndarray) -> ConicProgram:
     """Maximise the least ``scores @ v`` (one row per job, ``(J, V)``) over the entries ``v``,
     with a free epigraph variable last."""
-    num_jobs, num_entries = scores.shape
-    upper = sp.bmat([[-scores, _column(np.ones(num_jobs))], [terms.membership, None],
-                     [terms.gpus, None]], format="csr")
-    cost = np.zeros(num_entries + 1)
-    cost[-1] = -1.0
-    return ConicProgram(cost=cost, upper=upper,
-                        upper_bound=np.concatenate([np.zeros(num_jobs),
-                                                    _bounds(terms, capacities)]),
-                        nonnegative=np.arange(num_entries + 1) < num_entries,
-                        num_entries=num_entries)
+    return _largest_floor(scores, np.ones(scores.shape[0]), terms, capacities, False)
 
 
 def max_sum_program(terms: CombinationTerms, capacities: np.ndarray) -> ConicProgram:
@@ -138,16 +145,7 @@ def fastest_finish_program(terms: CombinationTerms, capacities: np.ndarray,
                            remaining: np.ndarray) -> ConicProgram:
     """Maximise ``s >= 0`` (variable last) such that every job's steps/s is at least
     ``remaining * s``: ``1 / s`` is the shortest horizon in which every job can finish."""
-    num_jobs, num_entries = terms.rates.shape
-    upper = sp.bmat([[-terms.rates, _column(remaining)], [terms.membership, None],
-                     [terms.gpus, None]], format="csr")
-    cost = np.zeros(num_entries + 1)
-    cost[-1] = -1.0
-    return ConicProgram(cost=cost, upper=upper,
-                        upper_bound=np.concatenate([np.zeros(num_jobs),
-                                                    _bounds(terms, capacities)]),
-                        nonnegative=np.ones(num_entries + 1, dtype=bool),
-                        num_entries=num_entries)
+    return _largest_floor(terms.rates, remaining, terms, capacities, True)
 
 
 def finish_by_program(terms: CombinationTerms, capacities: np.ndarray,
