@@ -20,12 +20,20 @@ Measured (HiGHS; a 2-core machine at load average ~15; ours / published):
     shockwave                10335 / 9958    23410 / 24197   1.86 / 1.78   6.7 % / 5.0 %
     max_min_fairness         11860 / 11274   33549 / 33208   3.14 / 2.95   32.5 % / 25.0 %
     max_sum_throughput_perf   9958 / 9655    32518 / 31909   5.02 / 4.98   22.5 % / 25.0 %
+    gandiva_fair             11860 / 12574   33549 / 32367   3.14 / 1.85   32.5 % / 51.7 %
 
-All within the bands. Shockwave's rows vary between runs: most of its relaxed plans stop at the
-15 s cap (wall clock, as the original's Gurobi cap), so the incumbent depends on the machine's
-load (another run: 10781 / 23479 s, worst 2.06, unfair 13.3 %, also within the bands). Without
-Shockwave's epoch-time calibration (``--policy-opt calibrate=false``) the row misses (11755 s,
-unfair 39 %): the calibration is part of its predictor.
+The first three within the bands. gandiva_fair's JCT and makespan are within them, its worst FTF
+and unfair fraction are not: on one GPU type nothing is traded and ours splits each job's GPU
+share equally (Gandiva-fair's fair share of GPUs; identical here to max_min_fairness), where
+Shockwave's baseline (``gandiva_fair_proportional.py``) gives every job the same time fraction
+whatever its GPU count, so a job of 4 GPUs is allotted 4 times the GPUs of a job of 1 (run by
+``python experiments/shockwave_fidelity.py --policies gandiva_fair``, load ~16).
+
+Shockwave's rows vary between runs: most of its relaxed plans stop at the 15 s cap (wall clock, as
+the original's Gurobi cap), so the incumbent depends on the machine's load (another run: 10781 /
+23479 s, worst 2.06, unfair 13.3 %, also within the bands). Without Shockwave's epoch-time
+calibration (``--policy-opt calibrate=false``) the row misses (11755 s, unfair 39 %): the
+calibration is part of its predictor.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from bayes_sched.policies.allox import AlloXPolicy
     from bayes_sched.policies.base import Policy
     from bayes_sched.policies.bo import BayesOptPolicy
+    from bayes_sched.policies.elas import ElasPolicy
     from bayes_sched.policies.fifo import FifoPolicy
     from bayes_sched.policies.finish_time_fairness import (
         FinishTimeFairnessPackedPolicy,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         FinishTimeFairnessPolicy,
     )
     from bayes_sched.policies.gandiva import GandivaPolicy
+    from bayes_sched.policies.gandiva_fair import GandivaFairPolicy
     from bayes_sched.policies.gavel_fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
     from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
@@ -50,6 +52,8 @@ _EXPORTS: dict[str, str] = {
     "FinishTimeFairnessPolicy": "bayes_sched.policies.finish_time_fairness",
     "AlloXPolicy": "bayes_sched.policies.allox",
     "GandivaPolicy": "bayes_sched.policies.gandiva",
+    "GandivaFairPolicy": "bayes_sched.policies.gandiva_fair",
+    "ElasPolicy": "bayes_sched.policies.elas",
     "FinishTimeFairnessPerfPolicy": "bayes_sched.policies.finish_time_fairness",
     "FinishTimeFairnessPackedPolicy": "bayes_sched.policies.finish_time_fairness",
     "MinTotalDurationPolicy": "bayes_sched.policies.min_total_duration",
@@ -80,7 +84,8 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("min_total_duration_packed", "MinTotalDurationPackedPolicy"),
                       ("gavel_fifo", "GavelFifoPolicy"), ("fifo_perf", "FifoPerfPolicy"),
                       ("fifo_packed", "FifoPackedPolicy"), ("allox", "AlloXPolicy"),
-                      ("gandiva", "GandivaPolicy"), ("shockwave", "ShockwavePolicy"),
+                      ("gandiva", "GandivaPolicy"), ("gandiva_fair", "GandivaFairPolicy"),
+                      ("elas", "ElasPolicy"), ("shockwave", "ShockwavePolicy"),
                       ("sia", "SiaPolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
@@ -90,11 +95,11 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
     "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
     "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
     "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
-    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva")
+    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair")
 
-#: Every policy of the throughput-table world: the time-sharing family and Sia (a GPU type per
-#: job each round, by its integer program).
-TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "sia")
+#: Every policy the throughput-table world runs: the time-sharing family, E-LAS and Sia (each
+#: places a job on GPUs of one type, as the world requires; Sia by its integer program).
+TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
@@ -120,8 +125,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES", "make_policy",
-           "AlloXPolicy", "BayesOptPolicy",
-           "GandivaPolicy",
+           "AlloXPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",

@@ -1,40 +1,39 @@
-"""Finish-time fairness (Themis, Mahajan et al., NSDI 2020) as Gavel formulates it:
-heterogeneity-agnostic, -aware and with space sharing.
+"""Finish-time fairness (Themis, Mahajan et al., NSDI 2020) as Gavel formulates it: heterogeneity-
+agnostic, -aware and with space sharing.
 
-Gavel's ``scheduler/policies/finish_time_fairness.py``: each job's finish-time ratio ``rho`` is
-its expected completion time under the allocation over its expected completion time had it run on
-an isolated 1/n share of the cluster, and the LP minimises the largest ratio::
+Gavel's ``scheduler/policies/finish_time_fairness.py``: each job's finish-time ratio ``rho`` is its
+expected completion time under the allocation over its expected completion time had it run on an
+isolated 1/n share of the cluster, and the LP minimises the largest ratio::
 
     rho_j = (t_j + R_j / (throughput_j . x_j)) / (I_j + R_j / isolated_j)
 
-with ``t_j`` seconds since submission, ``R_j`` steps remaining (the user's declared steps minus
-the steps done), ``isolated_j`` the job's steps/s on 1/n of every type's GPUs (Gavel's
+with ``t_j`` seconds since submission, ``R_j`` steps remaining (the user's declared steps minus the
+steps done), ``isolated_j`` the job's steps/s on 1/n of every type's GPUs (Gavel's
 ``IsolatedPolicy``: ``x[j, t] = (GPUs of t / n) / scale factor``, each row scaled down to sum at
-most 1), and ``I_j`` the time the job would have spent in isolation so far (each recomputation
-adds the steps done since the last one over the isolated rate then). It is convex:
-``minimise r`` subject to ``t_j + R_j * inv_pos(throughput_j . x_j) <= r * (I_j + R_j /
-isolated_j)`` (an SOCP; CLARABEL solves it). Jobs that declare no steps: the time is split
-equally (Gavel's fallback when its FTF LP has no answer), logged and counted. The
-heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on
-every type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the
-measured rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the
-combinations it is in (:mod:`bayes_sched.policies.gavel_packing`). Gavel's packed form divides the
-packed rates by each job's summed rates while ``isolated_j`` stays in steps/s; here both are in
-steps/s.
+most 1), and ``I_j`` the time the job would have spent in isolation so far (each recomputation adds
+the steps done since the last one over the isolated rate then). It is convex: ``minimise r`` subject
+to ``(throughput_j . x_j) * (r * (I_j + R_j / isolated_j) - t_j) >= R_j``, a rotated second-order
+cone per job (an SOCP; CLARABEL solves it, HiGHS cannot). Jobs that declare no steps: the time is
+split equally (Gavel's fallback when its FTF LP has no answer), logged and counted. The
+heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on every
+type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the measured
+rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the combinations it
+is in (:mod:`bayes_sched.policies.gavel_packing`). Gavel's packed form divides the packed rates by
+each job's summed rates while ``isolated_j`` stays in steps/s; here both are in steps/s.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from bayes_sched.policies.gavel_packing import combination_terms, packing_constraints
-from bayes_sched.policies.time_sharing import (
-    AllocationInputs,
-    TimeSharingPolicy,
-    base_constraints,
-    equal_split,
-    solve_lp,
+from bayes_sched.policies.gavel_packing import combination_terms
+from bayes_sched.policies.time_fraction_lp import (
+    CombinationTerms,
+    dense_terms,
+    min_max_ratio_program,
+    solve_allocation,
 )
+from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
 
 #: The GPU type whose rate Gavel's heterogeneity-agnostic FTF gives every type.
 AGNOSTIC_REFERENCE_GPU = "v100"
@@ -87,21 +86,19 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
         denominator = spent + remaining / np.maximum(isolated, 1e-12)
         return inputs.elapsed, remaining, np.maximum(denominator, 1e-9)
 
-    def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
-        import cvxpy as cp
+    def _terms(self, inputs: AllocationInputs, rates: np.ndarray) -> CombinationTerms:
+        return dense_terms(rates, inputs.scale_factors)
 
+    def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
         fallback = self.undeclared_fallback(inputs)
         if fallback is not None:
             return fallback
         rates = self._rates(inputs)
         elapsed, remaining, denominator = self._ratio_terms(inputs, rates)
-        x = cp.Variable(rates.shape)
-        worst = cp.Variable()
-        effective = cp.sum(cp.multiply(rates, x), axis=1)
-        problem = cp.Problem(cp.Minimize(worst), [
-            elapsed + cp.multiply(remaining, cp.inv_pos(effective)) <= worst * denominator,
-            *base_constraints(x, inputs.scale_factors, inputs.capacities)])
-        return solve_lp(problem, x, self.solver)
+        terms = self._terms(inputs, rates)
+        program = min_max_ratio_program(terms, inputs.capacities, elapsed, remaining,
+                                        denominator)
+        return solve_allocation(program, terms, inputs.num_jobs + len(inputs.pairs), self.solver)
 
 
 class FinishTimeFairnessPerfPolicy(FinishTimeFairnessPolicy):
@@ -126,22 +123,5 @@ class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
     packing = True
     __init__ = TimeSharingPolicy.__init__
 
-    def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
-        import cvxpy as cp
-
-        fallback = self.undeclared_fallback(inputs)
-        if fallback is not None:
-            return fallback
-        elapsed, remaining, denominator = self._ratio_terms(inputs, inputs.throughputs)
-        combos = combination_terms(inputs)
-        v = cp.Variable(combos.num_entries)
-        worst = cp.Variable()
-        effective = combos.rates @ v
-        problem = cp.Problem(cp.Minimize(worst), [
-            elapsed + cp.multiply(remaining, cp.inv_pos(effective)) <= worst * denominator,
-            *packing_constraints(v, combos, inputs.capacities)])
-        values = solve_lp(problem, v, self.solver)
-        if values is None:
-            return None
-        return combos.unflatten(values, inputs.num_jobs + len(inputs.pairs),
-                                len(inputs.capacities))
+    def _terms(self, inputs: AllocationInputs, rates: np.ndarray) -> CombinationTerms:
+        return combination_terms(inputs)

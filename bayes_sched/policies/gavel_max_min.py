@@ -19,7 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from bayes_sched.policies.time_sharing import TimeSharingPolicy, base_constraints, solve_lp
+from bayes_sched.policies.time_fraction_lp import (
+    dense_terms,
+    max_min_program,
+    solve_allocation,
+)
+from bayes_sched.policies.time_sharing import TimeSharingPolicy
 
 
 class MaxMinFairnessPolicy(TimeSharingPolicy):
@@ -35,17 +40,15 @@ class MaxMinFairnessPolicy(TimeSharingPolicy):
 
     def allocate(self, throughputs: np.ndarray, scale_factors: np.ndarray,
                  capacities: np.ndarray) -> np.ndarray | None:
-        import cvxpy as cp
-
         if not self.heterogeneity_aware:
             throughputs = np.ones_like(throughputs)
         equal_share = throughputs @ (capacities / capacities.sum())  # (J,) steps/s
         weights = 1.0 / np.maximum(equal_share, 1e-12)
         coefficients = throughputs * (weights * scale_factors)[:, None]
-        x = cp.Variable(throughputs.shape)
-        problem = cp.Problem(cp.Maximize(cp.min(cp.sum(cp.multiply(coefficients, x), axis=1))),
-                             base_constraints(x, scale_factors, capacities))
-        return solve_lp(problem, x, self.solver)
+        terms = dense_terms(throughputs, scale_factors)
+        scores = dense_terms(coefficients, scale_factors).rates
+        return solve_allocation(max_min_program(scores, terms, capacities), terms,
+                                len(throughputs), self.solver)
 
 
 class MaxMinFairnessPerfPolicy(MaxMinFairnessPolicy):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bayes_sched.policies.time_sharing import TimeSharingPolicy, base_constraints, solve_lp
+from bayes_sched.policies.time_fraction_lp import dense_terms, max_sum_program, solve_allocation
+from bayes_sched.policies.time_sharing import TimeSharingPolicy
 
 
 class MaxSumThroughputPerfPolicy(TimeSharingPolicy):
@@ -30,9 +31,6 @@ class MaxSumThroughputPerfPolicy(TimeSharingPolicy):
 
     def allocate(self, throughputs: np.ndarray, scale_factors: np.ndarray,
                  capacities: np.ndarray) -> np.ndarray | None:
-        import cvxpy as cp
-
-        x = cp.Variable(throughputs.shape)
-        problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(throughputs, x))),
-                             base_constraints(x, scale_factors, capacities))
-        return solve_lp(problem, x, self.solver)
+        terms = dense_terms(throughputs, scale_factors)
+        return solve_allocation(max_sum_program(terms, capacities), terms, len(throughputs),
+                                self.solver)

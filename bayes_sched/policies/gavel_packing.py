@@ -12,13 +12,30 @@ measured rate while sharing) times the combination's time fraction. Constraints:
 
 (a pair occupies its scale factor of GPUs once). Here a combination enters only on the types
 where every member runs (a positive measured rate, alone or in the pair), so the LPs are built
-sparse over those entries: with ``J`` jobs the pairs number up to ``J (J - 1) / 2`` and a dense
-formulation would not fit the 50 ms budget.
+sparse over those entries (:func:`combination_terms`).
 
 :class:`MaxMinFairnessPackedPolicy` is Gavel's ``max_min_fairness_packed``
 (``MaxMinFairnessPolicyWithPacking.get_allocation``): maximise the least effective throughput of
 a job, each job's rates normalised by the sum of its measured rates alone over the types and
 multiplied by its scale factor.
+
+**Solving per job class.** With ``J`` jobs the pairs number up to ``J (J - 1) / 2``: ~15,000
+entries at 100 jobs, 2.9-5.8 s per solve. Gavel's answer
+(``get_allocation_using_job_type_throughputs``) is to give each job variables per *job type* it
+pairs with (its job-type key: model and scale factor), tie the types' pair totals together and
+expand the answer to job pairs (``convert_job_type_allocation``). In the max-min LP every job of
+one class (job type and scale factor) has the same coefficients, so averaging an optimum over the
+permutations of each class's jobs gives an optimum in which all jobs of a class are allocated
+alike (the objective, a minimum of linear functions, can only rise). The LP is therefore solved
+over classes (:func:`class_terms`): per class and type, the time each of its jobs runs alone,
+and per pair of classes and type, the total time of all their job pairs; each class's row is
+one of its jobs' normalised effective throughput. The answer is expanded evenly: each job of a
+class gets its class's alone fractions, each job pair an equal share of its class pair's total
+(Gavel's expansion formula on such an answer). The optimum value is the full LP's
+(``tests/test_gavel_packing.py`` checks it against :func:`combination_terms`); the entries
+number ``C T + C (C + 1) T / 2`` for ``C`` classes (~1,100 at 100 single-GPU jobs) whatever the
+number of jobs. Finish-time fairness and min total duration read each job's remaining steps, so
+jobs of one class differ there and those LPs keep one entry per job pair.
 """
 
 from __future__ import annotations
@@ -28,41 +45,20 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, solve_lp
+from bayes_sched.policies.time_fraction_lp import (
+    CombinationTerms,
+    max_min_program,
+    solve_program,
+)
+from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
 
-
-@dataclass(frozen=True)
-class CombinationTerms:
-    """The sparse structure of a packing LP over ``V`` (combination, type) entries.
-
-    Attributes:
-        rates: ``(J, V)``: job ``j``'s steps/s in the entry's combination on its type (0 where
-            ``j`` is not in it).
-        membership: ``(J, V)``: 1 where job ``j`` is in the entry's combination.
-        gpus: ``(T, V)``: GPUs the entry occupies on its type (its scale factor).
-        combination: ``(V,)`` row of the entry in the ``(J + P, T)`` allocation.
-        gpu_type: ``(V,)`` column of the entry.
-    """
-
-    rates: sp.csr_matrix
-    membership: sp.csr_matrix
-    gpus: sp.csr_matrix
-    combination: np.ndarray
-    gpu_type: np.ndarray
-
-    @property
-    def num_entries(self) -> int:
-        return len(self.combination)
-
-    def unflatten(self, values: np.ndarray, num_combinations: int, num_types: int) -> np.ndarray:
-        """Entry values ``(V,)`` as an allocation ``(J + P, T)``."""
-        out = np.zeros((num_combinations, num_types))
-        out[self.combination, self.gpu_type] = values
-        return out
+__all__ = ["CombinationTerms", "ClassTerms", "MaxMinFairnessPackedPolicy", "class_terms",
+           "combination_terms", "packed_max_min_allocation"]
 
 
 def combination_terms(inputs: AllocationInputs) -> CombinationTerms:
-    """The entries of ``inputs``' jobs alone and pairs, on the types where all members run."""
+    """The entries of ``inputs``' jobs alone and pairs, on the types where all members run;
+    an entry's combination is its row in the ``(J + P, T)`` allocation."""
     num_jobs, num_types = inputs.throughputs.shape
     single_job, single_type = np.nonzero(inputs.throughputs > 0)
     pair, pair_type = np.nonzero(inputs.pair_throughputs.min(axis=1) > 0)
@@ -85,17 +81,124 @@ def combination_terms(inputs: AllocationInputs) -> CombinationTerms:
         combination=combination, gpu_type=gpu_type)
 
 
-def packing_constraints(v: object, terms: CombinationTerms, capacities: np.ndarray) -> list:
-    """Non-negative entries, each job's time at most 1, each type's GPUs at most its count."""
-    import cvxpy as cp
+@dataclass(frozen=True)
+class ClassTerms:
+    """The packing LP over job classes, and how to expand its answer to jobs and job pairs.
 
-    assert isinstance(v, cp.Variable)
-    return [v >= 0, terms.membership @ v <= 1, terms.gpus @ v <= capacities]
+    Attributes:
+        terms: entries over ``C`` classes: first each class alone on each type where it runs
+            (value: the time each of its jobs runs there alone), then each pair of classes on
+            each type where their pairs run (value: the total time of all their job pairs);
+            ``terms.rates[c]`` and ``terms.membership[c]`` are one job of class ``c``'s steps/s
+            and time per unit of an entry, ``terms.gpus`` the GPUs per unit.
+        representative: one job of each class, ``(C,)``.
+        share: per entry, the fraction of its value each allocation row it expands to gets
+            (1 for a class alone; one over the number of its job pairs for a class pair).
+        class_pair: per pair entry, the index of its class pair; per job pair, likewise
+            (``pair_class_pair``, ``(P,)``).
+    """
+
+    terms: CombinationTerms
+    representative: np.ndarray
+    share: np.ndarray
+    class_pair: np.ndarray
+    pair_class_pair: np.ndarray
+
+    def expand(self, values: np.ndarray, job_classes: np.ndarray, num_types: int
+               ) -> np.ndarray:
+        """Entry values ``(V,)`` as the ``(J + P, T)`` allocation: each job its class's alone
+        fractions, each job pair an equal share of its class pair's total."""
+        num_classes = len(self.representative)
+        scaled = values * self.share
+        alone = self.terms.combination < num_classes
+        by_class = np.zeros((num_classes, num_types))
+        by_class[self.terms.combination[alone], self.terms.gpu_type[alone]] = scaled[alone]
+        by_class_pair = np.zeros((int(self.class_pair.max(initial=-1)) + 1, num_types))
+        by_class_pair[self.class_pair[~alone], self.terms.gpu_type[~alone]] = scaled[~alone]
+        return np.concatenate([by_class[job_classes], by_class_pair[self.pair_class_pair]])
+
+
+def class_terms(inputs: AllocationInputs) -> ClassTerms:
+    """The packing LP's structure over ``inputs``' job classes (:attr:`AllocationInputs.
+    job_classes`); rows of ``terms`` are classes."""
+    classes = inputs.job_classes
+    num_classes = int(classes.max()) + 1
+    num_types = inputs.throughputs.shape[1]
+    members = np.bincount(classes, minlength=num_classes).astype(float)
+    representative = np.zeros(num_classes, dtype=np.int64)
+    representative[classes[::-1]] = np.arange(len(classes))[::-1]  # each class's first job
+    alone_rates = inputs.throughputs[representative]
+    sizes = inputs.scale_factors[representative]
+    # Class pairs (low, high), in order of first appearance among the job pairs.
+    low = classes[inputs.pairs[:, 0]]
+    high = classes[inputs.pairs[:, 1]]
+    swap = low > high
+    low, high = np.where(swap, high, low), np.where(swap, low, high)
+    keys, first_row, pair_class_pair, counts = np.unique(
+        low * num_classes + high, return_index=True, return_inverse=True, return_counts=True)
+    pair_low, pair_high = keys // num_classes, keys % num_classes
+    # Each class's rate in the pair: the member of its class in a representative job pair.
+    rates = inputs.pair_throughputs[first_row]  # (K, 2, T), in the job pair's order
+    rates = np.where(swap[first_row][:, None, None], rates[:, ::-1], rates)
+    single_class, single_type = np.nonzero(alone_rates > 0)
+    pair, pair_type = np.nonzero(rates.min(axis=1) > 0)
+    num_singles = len(single_class)
+    entries = np.arange(num_singles + len(pair))
+    low_of, high_of = pair_low[pair], pair_high[pair]
+    same = low_of == high_of
+    # Per job of a class: the time it spends per unit of a pair entry's total.
+    low_time = np.where(same, 2.0, 1.0) / members[low_of]
+    high_time = 1.0 / members[high_of]
+    rows = np.concatenate([single_class, low_of, high_of[~same]])
+    cols = np.concatenate([entries[:num_singles], entries[num_singles:],
+                           entries[num_singles:][~same]])
+    time_values = np.concatenate([np.ones(num_singles), low_time, high_time[~same]])
+    # Two jobs of one class share at one rate in Gavel's table; the mean covers a table that
+    # gives the two members different rates (then the reduction is exact only on average).
+    low_rate = np.where(same, rates[pair, :, pair_type].mean(axis=1), rates[pair, 0, pair_type])
+    rate_values = time_values * np.concatenate([
+        alone_rates[single_class, single_type], low_rate, rates[pair, 1, pair_type][~same]])
+    shape = (num_classes, len(entries))
+    gpus = np.concatenate([members[single_class] * sizes[single_class], sizes[low_of]])
+    terms = CombinationTerms(
+        rates=sp.csr_matrix((rate_values, (rows, cols)), shape=shape),
+        membership=sp.csr_matrix((time_values, (rows, cols)), shape=shape),
+        gpus=sp.csr_matrix((gpus, (np.concatenate([single_type, pair_type]), entries)),
+                           shape=(num_types, len(entries))),
+        combination=np.concatenate([single_class, num_classes + pair]),
+        gpu_type=np.concatenate([single_type, pair_type]))
+    return ClassTerms(terms=terms, representative=representative,
+                      share=np.concatenate([np.ones(num_singles), 1.0 / counts[pair]]),
+                      class_pair=np.concatenate([np.full(num_singles, -1), pair]),
+                      pair_class_pair=pair_class_pair)
+
+
+def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: bool = True
+                              ) -> np.ndarray | None:
+    """Gavel's packed max-min allocation ``(J + P, T)``: over job classes (default), or with one
+    entry per job and job pair (``per_class=False``, the LP as Gavel's ``get_allocation``
+    states it; the same optimum value)."""
+    # Gavel normalises a job's rates by the sum of its rates alone over the types.
+    weights = inputs.scale_factors / np.maximum(inputs.throughputs.sum(axis=1), 1e-12)
+    num_rows = inputs.num_jobs + len(inputs.pairs)
+    num_types = len(inputs.capacities)
+    if not per_class:
+        terms = combination_terms(inputs)
+        values = solve_program(
+            max_min_program(sp.diags(weights) @ terms.rates, terms, inputs.capacities), solver)
+        return None if values is None else terms.unflatten(values[:-1], num_rows, num_types)
+    reduced = class_terms(inputs)
+    scores = sp.diags(weights[reduced.representative]) @ reduced.terms.rates
+    values = solve_program(max_min_program(scores, reduced.terms, inputs.capacities), solver)
+    if values is None:
+        return None
+    return reduced.expand(values[:-1], inputs.job_classes, num_types)
 
 
 class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
     """Gavel with space sharing: max-min fairness over normalised effective throughput, where
-    pairs of jobs of one scale factor may share GPUs at their measured pair rates.
+    pairs of jobs of one scale factor may share GPUs at their measured pair rates (solved per
+    job class).
 
     Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`.
     """
@@ -107,20 +210,4 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
     __init__ = TimeSharingPolicy.__init__
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
-        import cvxpy as cp
-
-        terms = combination_terms(inputs)
-        # Gavel normalises a job's rates by the sum of its rates alone over the types.
-        normaliser = inputs.throughputs.sum(axis=1)
-        weights = inputs.scale_factors / np.maximum(normaliser, 1e-12)
-        coefficients = sp.diags(weights) @ terms.rates
-        v = cp.Variable(terms.num_entries)
-        least = cp.Variable()
-        problem = cp.Problem(cp.Maximize(least),
-                             [coefficients @ v >= least,
-                              *packing_constraints(v, terms, inputs.capacities)])
-        values = solve_lp(problem, v, self.solver)
-        if values is None:
-            return None
-        return terms.unflatten(values, inputs.num_jobs + len(inputs.pairs),
-                               len(inputs.capacities))
+        return packed_max_min_allocation(inputs, self.solver)

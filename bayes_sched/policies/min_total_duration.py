@@ -16,17 +16,18 @@ Jobs that declare no steps: the time is split equally, logged and counted.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from bayes_sched.policies.gavel_packing import combination_terms, packing_constraints
-from bayes_sched.policies.time_sharing import (
-    AllocationInputs,
-    TimeSharingPolicy,
-    base_constraints,
-    solve_lp,
+from bayes_sched.policies.gavel_packing import combination_terms
+from bayes_sched.policies.time_fraction_lp import (
+    CombinationTerms,
+    dense_terms,
+    fastest_finish_program,
+    finish_by_program,
+    solve_allocation,
+    solve_program,
 )
+from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
 
 #: Gavel's bisection: initial bounds (seconds) and stopping ratio.
 LOWEST_HORIZON_S = 100.0
@@ -61,33 +62,22 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
 
     __init__ = TimeSharingPolicy.__init__
 
-    def _problem(self, inputs: AllocationInputs) -> tuple[Any, Any, list]:
-        """``(variable, effective steps/s per job (J,), constraints)`` (cvxpy objects)."""
-        import cvxpy as cp
-
-        x = cp.Variable(inputs.throughputs.shape)
-        return (x, cp.sum(cp.multiply(inputs.throughputs, x), axis=1),
-                base_constraints(x, inputs.scale_factors, inputs.capacities))
-
-    def _shape(self, values: np.ndarray, inputs: AllocationInputs) -> np.ndarray:
-        return values
+    def _terms(self, inputs: AllocationInputs) -> CombinationTerms:
+        return dense_terms(inputs.throughputs, inputs.scale_factors)
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
-        import cvxpy as cp
-
         fallback = self.undeclared_fallback(inputs)
         if fallback is not None:
             return fallback
         remaining = inputs.remaining_steps
-        x, effective, constraints = self._problem(inputs)
-        speed = cp.Variable(nonneg=True)  # 1 / horizon
-        fastest = cp.Problem(cp.Maximize(speed), [effective >= remaining * speed, *constraints])
-        if solve_lp(fastest, x, self.solver) is None or not speed.value:
+        terms = self._terms(inputs)
+        fastest = solve_program(fastest_finish_program(terms, inputs.capacities, remaining),
+                                self.solver)
+        if fastest is None or not fastest[-1] > 0:
             return None
-        horizon = gavel_horizon(1.0 / float(speed.value))
-        feasible = cp.Problem(cp.Minimize(0), [effective >= remaining / horizon, *constraints])
-        values = solve_lp(feasible, x, self.solver)
-        return None if values is None else self._shape(values, inputs)
+        horizon = gavel_horizon(1.0 / float(fastest[-1]))
+        return solve_allocation(finish_by_program(terms, inputs.capacities, remaining, horizon),
+                                terms, inputs.num_jobs + len(inputs.pairs), self.solver)
 
 
 class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
@@ -100,13 +90,5 @@ class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
     packing = True
     __init__ = TimeSharingPolicy.__init__
 
-    def _problem(self, inputs: AllocationInputs) -> tuple[Any, Any, list]:
-        import cvxpy as cp
-
-        self._terms = combination_terms(inputs)
-        v = cp.Variable(self._terms.num_entries)
-        return v, self._terms.rates @ v, packing_constraints(v, self._terms, inputs.capacities)
-
-    def _shape(self, values: np.ndarray, inputs: AllocationInputs) -> np.ndarray:
-        return self._terms.unflatten(values, inputs.num_jobs + len(inputs.pairs),
-                                     len(inputs.capacities))
+    def _terms(self, inputs: AllocationInputs) -> CombinationTerms:
+        return combination_terms(inputs)

@@ -73,7 +73,8 @@ LOG = logging.getLogger(__name__)
 #: Gavel's fixed worker-type order (``_schedule_jobs_on_workers``); other types follow by name.
 GAVEL_TYPE_ORDER = ("v100", "p100", "k80")
 
-#: Open-source LP solvers the Gavel policies may use through cvxpy (pip-installable).
+#: Open-source LP solvers the Gavel policies may use (pip-installable; called directly by
+#: :mod:`bayes_sched.policies.time_fraction_lp`).
 LP_SOLVERS = ("CLARABEL", "HIGHS")
 
 #: Gavel's steps/s for a job whose type was never measured (``DEFAULT_THROUGHPUT``).
@@ -135,6 +136,8 @@ class AllocationInputs:
         pairs: job indices of each pair, ``(P, 2)`` (empty unless the policy packs).
         pair_throughputs: steps/s of each member while sharing, ``(P, 2, T)`` (0 where the pair
             was not measured or does not fit on the type).
+        job_classes: each job's class, ``(J,)`` ints from 0: jobs of one job type and scale
+            factor (Gavel's job-type key), numbered in order of first appearance.
     """
 
     names: tuple[str, ...]
@@ -145,6 +148,7 @@ class AllocationInputs:
     remaining_steps: np.ndarray
     pairs: np.ndarray
     pair_throughputs: np.ndarray
+    job_classes: np.ndarray
 
     @property
     def num_jobs(self) -> int:
@@ -157,7 +161,7 @@ class TimeSharingPolicy:
     here.
 
     Args:
-        solver: the cvxpy LP solver (open source, from pip). CLARABEL (default), an
+        solver: the LP solver (open source, from pip). CLARABEL (default), an
             interior-point solver like the ECOS Gavel used: where an LP has several optima (LAS
             is indifferent to which type a job's time is on) it answers inside the optimal face,
             as ECOS does, and it solved the max-min LPs faster than HiGHS (``experiments/
@@ -387,22 +391,24 @@ class TimeSharingPolicy:
         scale_factors = np.array([float(job.requested_replicas) for job in jobs])
         remaining = np.array([np.nan if job.target_steps is None
                               else max(job.target_steps - job.progress, 0.0) for job in jobs])
-        pairs, pair_rates = (self._pairs(jobs, measured) if self.packing
+        keys = [(job.application, job.requested_replicas) for job in jobs]
+        classes = list(dict.fromkeys(keys))
+        position = {key: c for c, key in enumerate(classes)}
+        index = np.array([position[k] for k in keys], dtype=np.int64)
+        pairs, pair_rates = (self._pairs(classes, index, measured) if self.packing
                              else (np.zeros((0, 2), np.int64),
                                    np.zeros((0, 2, len(self._types)))))
         return AllocationInputs(
             names=tuple(job.name for job in jobs), throughputs=measured, scale_factors=scale_factors,
             capacities=capacities.astype(float),
             elapsed=np.array([job.age for job in jobs]), remaining_steps=remaining,
-            pairs=pairs, pair_throughputs=pair_rates)
+            pairs=pairs, pair_throughputs=pair_rates, job_classes=index)
 
-    def _pairs(self, jobs: Sequence[JobView], measured: np.ndarray
+    def _pairs(self, classes: list[JobKey], index: np.ndarray, measured: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
-        """Pairs of jobs of one scale factor that may share GPUs, and their measured rates
-        ``(P, 2, T)``; a pair the table lacks on a type is logged once and not packed there."""
-        keys = [(job.application, job.requested_replicas) for job in jobs]
-        classes = list(dict.fromkeys(keys))
-        index = np.array([classes.index(k) for k in keys], dtype=np.int64)
+        """Pairs of jobs (of ``classes[index[j]]``) of one scale factor that may share GPUs, and
+        their measured rates ``(P, 2, T)``; a pair the table lacks on a type is logged once and
+        not packed there."""
         rates = np.zeros((len(classes), len(classes), len(self._types), 2))
         for a, key_a in enumerate(classes):
             for b, key_b in enumerate(classes):
@@ -420,7 +426,7 @@ class TimeSharingPolicy:
                                         "%s: not packing it", self.name, key_a, key_b, gpu)
                         continue
                     rates[a, b, t] = pair
-        first, second = np.triu_indices(len(jobs), k=1)
+        first, second = np.triu_indices(len(index), k=1)
         cls_a, cls_b = index[first], index[second]
         pair_rates = rates[cls_a, cls_b].transpose(0, 2, 1)  # (P, 2, T)
         usable = (pair_rates.min(axis=1) > 0) & (measured[first] > 0) & (measured[second] > 0)
@@ -691,32 +697,3 @@ def _quiet_stdout() -> Iterator[None]:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
-
-
-def solve_lp(problem: object, variable: object, solver: str) -> np.ndarray | None:
-    """Solve a cvxpy ``problem`` with ``solver``; the variable's value, or ``None`` when the
-    problem is infeasible, unbounded or the solver fails (the caller keeps its previous answer)."""
-    import cvxpy as cp
-
-    assert isinstance(problem, cp.Problem) and isinstance(variable, cp.Variable)
-    try:
-        with _quiet_stdout():
-            problem.solve(solver=solver)
-    except cp.error.SolverError as error:
-        LOG.warning("LP solver %s failed: %s", solver, error)
-        return None
-    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or variable.value is None:
-        LOG.warning("LP status %s with solver %s", problem.status, solver)
-        return None
-    return np.asarray(variable.value, dtype=float)
-
-
-def base_constraints(x: object, scale_factors: np.ndarray, capacities: np.ndarray) -> list:
-    """Gavel's constraints on time fractions ``x`` ``(J, T)``: non-negative, each job's sum at
-    most 1, per type GPUs used (fraction x scale factor) at most the type's GPUs."""
-    import cvxpy as cp
-
-    assert isinstance(x, cp.Variable)
-    return [x >= 0,
-            cp.sum(cp.multiply(scale_factors[:, None], x), axis=0) <= capacities,
-            cp.sum(x, axis=1) <= 1]

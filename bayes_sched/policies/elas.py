@@ -1,0 +1,117 @@
+"""E-LAS (Sultana et al., ICPP 2020, "E-LAS: design and analysis of completion-time agnostic
+scheduling for distributed deep learning clusters"): least attained service weighted by each job's
+epoch progress.
+
+What is implemented, from the paper's description (its abstract and design summary: the paper's
+text and code were not available to read here, so the exact priority formula is our reading of
+it, not a copy):
+
+* A job's **attained service** in the temporal and spatial domains is its GPU-seconds (GPUs held
+  times seconds run; Tiresias' two-dimensional attained service, :attr:`JobView.
+  attained_service`).
+* Its **epoch progress rate** is the fraction of its declared training done: epochs completed
+  over the epochs its user asked for (completion-time agnostic: the epoch count is declared at
+  submission, the running time is never estimated); where the job declares steps instead (the
+  throughput-table world) the steps done over the steps declared.
+* **Priority:** attained service times the fraction of training left, ``service * (1 -
+  progress)``, lowest first (ties: earlier submission). A new job (no service) comes first, as
+  in LAS; of two jobs with equal service, the one nearer its declared end runs first, which
+  shortens the average completion time that LAS alone cannot see.
+* Each round, jobs are admitted in priority order while their GPUs (the user's count) fit in the
+  cluster (a job that does not fit is skipped, so smaller ones may start); admitted jobs already
+  running keep their GPUs, the others are placed consolidated on nodes of one GPU type (the type
+  with the most free GPUs that fits them); the rest are preempted.
+
+Left out: the paper's own placement algorithm (the consolidated placement above stands in for
+it), any discretisation of priorities into queues, and starvation handling. A job that declares
+neither epochs nor steps has progress 0 and is scheduled by plain LAS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimation import Estimator
+from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.policies.base import pack
+
+
+def epoch_progress(job: JobView) -> float:
+    """The fraction of its declared training the job has done, in [0, 1]."""
+    if job.target_steps:
+        done = job.progress / job.target_steps
+    elif job.target_epochs > 0:
+        done = job.epochs / job.target_epochs
+    else:
+        done = 0.0
+    return float(min(max(done, 0.0), 1.0))
+
+
+def elas_priority(job: JobView) -> float:
+    """E-LAS's priority value (lower runs first): GPU-seconds attained times the fraction of the
+    declared training left."""
+    return float(job.attained_service) * (1.0 - epoch_progress(job))
+
+
+def pack_on_one_type(num_gpus: int, free: np.ndarray, gpu_types: Sequence[str]
+                     ) -> np.ndarray | None:
+    """:func:`~bayes_sched.policies.base.pack` within the nodes of one GPU type: the type with
+    the most free GPUs among those that fit ``num_gpus`` (ties: the first type by node order).
+    ``free`` is updated in place when the GPUs fit."""
+    node_types = np.asarray(gpu_types)
+    best, best_free = None, -1
+    for gpu in dict.fromkeys(gpu_types):
+        on_type = node_types == gpu
+        available = int(free[on_type].sum())
+        if available >= num_gpus and available > best_free:
+            best, best_free = gpu, available
+    if best is None:
+        return None
+    on_type = node_types == best
+    subset = free[on_type].copy()
+    counts = pack(num_gpus, subset)
+    assert counts is not None
+    out = np.zeros_like(free)
+    out[on_type] = counts
+    free[on_type] = subset
+    return out
+
+
+class ElasPolicy:
+    """E-LAS: attained GPU-service times the fraction of declared epochs left, lowest first."""
+
+    name = "elas"
+
+    def estimators(self) -> Sequence[Estimator]:
+        return ()
+
+    def job_settings(self, spec: JobSpec) -> JobSettings:
+        return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
+
+    def order(self, jobs: Sequence[JobView]) -> list[JobView]:
+        """The jobs in E-LAS's priority order."""
+        return sorted(jobs, key=lambda job: (elas_priority(job), job.submit_time, job.name))
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        available = cluster.total_gpus
+        admitted: list[JobView] = []
+        for job in self.order(jobs):
+            if job.requested_replicas <= available:
+                admitted.append(job)
+                available -= job.requested_replicas
+        free = cluster.capacity().copy()
+        allocations: dict[str, np.ndarray] = {}
+        for job in admitted:  # running jobs keep their GPUs (no restart)
+            held = np.asarray(job.allocation)
+            if held.sum() == job.requested_replicas and np.all(held <= free):
+                allocations[job.name] = held.copy()
+                free -= held
+        for job in admitted:
+            if job.name not in allocations:
+                counts = pack_on_one_type(job.requested_replicas, free, cluster.gpu_types)
+                if counts is not None:
+                    allocations[job.name] = counts
+        return allocations

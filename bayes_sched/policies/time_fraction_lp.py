@@ -1,0 +1,259 @@
+"""The Gavel family's programs over time fractions, built as sparse matrices and handed to the
+solver directly.
+
+Every Gavel LP here allocates time fractions to *entries* (a combination of jobs — one job, or a
+pair sharing GPUs — on one GPU type) under the same constraints: entries non-negative, each
+job's time at most 1, each type's GPUs at most its count. :class:`CombinationTerms` holds that
+structure (:func:`dense_terms`: every job alone on every type, the ``(J, T)`` fractions of the
+policies without packing; the packing policies build theirs in
+:mod:`bayes_sched.policies.gavel_packing`), and the builders below state each objective once over
+it.
+
+Why not through cvxpy: at ~100 jobs cvxpy's canonicalisation took 50-110 ms per LP, more than
+the solve and more than the issue's 50 ms budget per decision (``experiments/
+bench_gavel_decisions.py``); the LP structure changes with the job set, so a parametrised cvxpy
+problem (DPP) could not be reused across recomputations. The programs are the ones the cvxpy
+formulations stated (same variables, constraints and objective), solved by the same open-source
+solvers: CLARABEL (interior point; answers inside the optimal face) through its own API, HiGHS
+(simplex; answers at a vertex) through :func:`scipy.optimize.linprog`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CombinationTerms:
+    """The sparse structure of a time-fraction program over ``V`` (combination, type) entries.
+
+    Attributes:
+        rates: ``(J, V)``: job ``j``'s steps/s in the entry's combination on its type (0 where
+            ``j`` is not in it).
+        membership: ``(J, V)``: the time job ``j`` spends in the entry per unit of it (1 where
+            ``j`` is in the entry's combination).
+        gpus: ``(T, V)``: GPUs the entry occupies on its type (its scale factor).
+        combination: ``(V,)`` row of the entry in the allocation.
+        gpu_type: ``(V,)`` column of the entry.
+    """
+
+    rates: sp.csr_matrix
+    membership: sp.csr_matrix
+    gpus: sp.csr_matrix
+    combination: np.ndarray
+    gpu_type: np.ndarray
+
+    @property
+    def num_entries(self) -> int:
+        return len(self.combination)
+
+    def unflatten(self, values: np.ndarray, num_combinations: int, num_types: int) -> np.ndarray:
+        """Entry values ``(V,)`` as an allocation ``(num_combinations, T)``."""
+        out = np.zeros((num_combinations, num_types))
+        out[self.combination, self.gpu_type] = values
+        return out
+
+
+def dense_terms(throughputs: np.ndarray, scale_factors: np.ndarray) -> CombinationTerms:
+    """Every job alone on every type (also where it cannot run, as Gavel's ``(J, T)`` variable
+    does): entry ``j * T + t``."""
+    num_jobs, num_types = throughputs.shape
+    num_entries = num_jobs * num_types
+    entries = np.arange(num_entries)
+    job_rows = np.arange(0, num_entries + 1, num_types)  # CSR row pointers: job j's T entries
+    by_type = entries.reshape(num_jobs, num_types).T.ravel()  # type t's entries, job by job
+    return CombinationTerms(
+        rates=sp.csr_matrix((throughputs.ravel(), entries, job_rows),
+                            shape=(num_jobs, num_entries)),
+        membership=sp.csr_matrix((np.ones(num_entries), entries, job_rows),
+                                 shape=(num_jobs, num_entries)),
+        gpus=sp.csr_matrix((np.tile(scale_factors, num_types), by_type,
+                            np.arange(0, num_entries + 1, num_jobs)),
+                           shape=(num_types, num_entries)),
+        combination=entries // num_types, gpu_type=entries % num_types)
+
+
+@dataclass(frozen=True)
+class ConicProgram:
+    """``minimise cost @ z`` subject to ``upper @ z <= upper_bound``, ``z[i] >= 0`` where
+    ``nonnegative[i]``, and for each row ``k`` of the optional hyperbolic constraints
+    ``(first[k] @ z - first_offset[k]) * (second[k] @ z - second_offset[k]) >= product[k]`` with
+    both factors non-negative (a rotated second-order cone; only CLARABEL solves those).
+
+    The first ``num_entries`` variables are the entries' time fractions.
+    """
+
+    cost: np.ndarray
+    upper: sp.csr_matrix
+    upper_bound: np.ndarray
+    nonnegative: np.ndarray
+    num_entries: int
+    first: sp.csr_matrix | None = None
+    first_offset: np.ndarray | None = None
+    second: sp.csr_matrix | None = None
+    second_offset: np.ndarray | None = None
+    product: np.ndarray | None = None
+
+
+def _column(values: np.ndarray) -> sp.csr_matrix:
+    return sp.csr_matrix(np.asarray(values, dtype=float).reshape(-1, 1))
+
+
+def _bounds(terms: CombinationTerms, capacities: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.ones(terms.membership.shape[0]), capacities])
+
+
+def _largest_floor(rows: sp.csr_matrix, weights: np.ndarray, terms: CombinationTerms,
+                   capacities: np.ndarray, floor_nonnegative: bool) -> ConicProgram:
+    """Maximise ``f`` (variable last) such that ``weights_j * f <= rows_j @ v`` for every job."""
+    num_jobs, num_entries = rows.shape
+    upper = sp.bmat([[-rows, _column(weights)], [terms.membership, None], [terms.gpus, None]],
+                    format="csr")
+    cost = np.zeros(num_entries + 1)
+    cost[-1] = -1.0
+    nonnegative = np.ones(num_entries + 1, dtype=bool)
+    nonnegative[-1] = floor_nonnegative
+    return ConicProgram(cost=cost, upper=upper,
+                        upper_bound=np.concatenate([np.zeros(num_jobs),
+                                                    _bounds(terms, capacities)]),
+                        nonnegative=nonnegative, num_entries=num_entries)
+
+
+def max_min_program(scores: sp.csr_matrix, terms: CombinationTerms,
+                    capacities: np.ndarray) -> ConicProgram:
+    """Maximise the least ``scores @ v`` (one row per job, ``(J, V)``) over the entries ``v``,
+    with a free epigraph variable last."""
+    return _largest_floor(scores, np.ones(scores.shape[0]), terms, capacities, False)
+
+
+def max_sum_program(terms: CombinationTerms, capacities: np.ndarray) -> ConicProgram:
+    """Maximise the summed steps/s of all jobs."""
+    return ConicProgram(cost=-np.asarray(terms.rates.sum(axis=0)).ravel(),
+                        upper=sp.vstack([terms.membership, terms.gpus], format="csr"),
+                        upper_bound=_bounds(terms, capacities),
+                        nonnegative=np.ones(terms.num_entries, dtype=bool),
+                        num_entries=terms.num_entries)
+
+
+def fastest_finish_program(terms: CombinationTerms, capacities: np.ndarray,
+                           remaining: np.ndarray) -> ConicProgram:
+    """Maximise ``s >= 0`` (variable last) such that every job's steps/s is at least
+    ``remaining * s``: ``1 / s`` is the shortest horizon in which every job can finish."""
+    return _largest_floor(terms.rates, remaining, terms, capacities, True)
+
+
+def finish_by_program(terms: CombinationTerms, capacities: np.ndarray,
+                      remaining: np.ndarray, horizon: float) -> ConicProgram:
+    """Any allocation (constant objective) under which every job's steps/s is at least
+    ``remaining / horizon``."""
+    num_entries = terms.num_entries
+    return ConicProgram(cost=np.zeros(num_entries),
+                        upper=sp.vstack([-terms.rates, terms.membership, terms.gpus],
+                                        format="csr"),
+                        upper_bound=np.concatenate([-remaining / horizon,
+                                                    _bounds(terms, capacities)]),
+                        nonnegative=np.ones(num_entries, dtype=bool), num_entries=num_entries)
+
+
+def min_max_ratio_program(terms: CombinationTerms, capacities: np.ndarray, elapsed: np.ndarray,
+                          remaining: np.ndarray, denominator: np.ndarray) -> ConicProgram:
+    """Finish-time fairness: minimise ``r`` (variable last) such that ``elapsed_j + remaining_j
+    / (rates_j @ v) <= r * denominator_j`` for every job: ``(rates_j @ v) * (r * denominator_j -
+    elapsed_j) >= remaining_j``, a rotated second-order cone per job."""
+    num_jobs, num_entries = terms.rates.shape
+    cost = np.zeros(num_entries + 1)
+    cost[-1] = 1.0
+    upper = sp.bmat([[terms.membership, _column(np.zeros(num_jobs))],
+                     [terms.gpus, None]], format="csr")
+    return ConicProgram(cost=cost, upper=upper, upper_bound=_bounds(terms, capacities),
+                        nonnegative=np.arange(num_entries + 1) < num_entries,
+                        num_entries=num_entries,
+                        first=sp.bmat([[terms.rates, _column(np.zeros(num_jobs))]],
+                                      format="csr"),
+                        first_offset=np.zeros(num_jobs),
+                        second=sp.bmat([[sp.csr_matrix((num_jobs, num_entries)),
+                                         _column(denominator)]], format="csr"),
+                        second_offset=elapsed, product=remaining)
+
+
+def solve_program(program: ConicProgram, solver: str) -> np.ndarray | None:
+    """All variables of the optimum ``(n,)``, or ``None`` when the program is infeasible,
+    unbounded or the solver fails (logged; the caller keeps its previous answer)."""
+    if solver == "HIGHS":
+        return _solve_highs(program)
+    if solver == "CLARABEL":
+        return _solve_clarabel(program)
+    raise ValueError(f"solver is {solver!r}: expected CLARABEL or HIGHS")
+
+
+def _solve_highs(program: ConicProgram) -> np.ndarray | None:
+    from scipy.optimize import linprog
+
+    if program.product is not None:
+        LOG.warning("HIGHS solves linear programs only; this one has second-order cones")
+        return None
+    bounds = [(0.0, None) if keep else (None, None) for keep in program.nonnegative]
+    result = linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound, bounds=bounds,
+                     method="highs")
+    if result.status != 0 or result.x is None:
+        LOG.warning("LP solver HIGHS: %s", result.message)
+        return None
+    return np.asarray(result.x, dtype=float)
+
+
+def _solve_clarabel(program: ConicProgram) -> np.ndarray | None:
+    import clarabel
+
+    num_vars = len(program.cost)
+    nonnegative = np.flatnonzero(program.nonnegative)
+    # Clarabel's form: A z + s = b, s in the cones.
+    blocks = [program.upper,
+              sp.csr_matrix((-np.ones(len(nonnegative)), (np.arange(len(nonnegative)),
+                                                          nonnegative)),
+                            shape=(len(nonnegative), num_vars))]
+    offsets = [program.upper_bound, np.zeros(len(nonnegative))]
+    cones: list = [clarabel.NonnegativeConeT(program.upper.shape[0] + len(nonnegative))]
+    if program.product is not None:
+        assert program.first is not None and program.second is not None
+        assert program.first_offset is not None and program.second_offset is not None
+        # (a z - a0)(b z - b0) >= p, both >= 0  <=>  ((a+b) z - a0 - b0, (a-b) z - a0 + b0,
+        # 2 sqrt(p)) in the second-order cone of dimension 3.
+        total, difference = program.first + program.second, program.first - program.second
+        rows = len(program.product)
+        zero = sp.csr_matrix((rows, num_vars))
+        interleaved = sp.vstack([-total, -difference, zero]).tocsr()
+        order = np.arange(3 * rows).reshape(3, rows).T.ravel()  # row k's three lines together
+        blocks.append(interleaved[order])
+        offsets.append(np.stack([-program.first_offset - program.second_offset,
+                                 program.second_offset - program.first_offset,
+                                 2.0 * np.sqrt(np.maximum(program.product, 0.0))],
+                                axis=1).ravel())
+        cones.extend(clarabel.SecondOrderConeT(3) for _ in range(rows))
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    solution = clarabel.DefaultSolver(sp.csc_matrix((num_vars, num_vars)), program.cost,
+                                      sp.vstack(blocks, format="csc"), np.concatenate(offsets),
+                                      cones,
+                                      settings).solve()
+    status = str(solution.status)
+    if status not in ("Solved", "AlmostSolved"):
+        LOG.warning("LP solver CLARABEL: status %s", status)
+        return None
+    return np.asarray(solution.x, dtype=float)
+
+
+def solve_allocation(program: ConicProgram, terms: CombinationTerms, num_combinations: int,
+                     solver: str) -> np.ndarray | None:
+    """The program's entry values as an allocation ``(num_combinations, T)``; ``None`` when it
+    has no answer."""
+    values = solve_program(program, solver)
+    if values is None:
+        return None
+    return terms.unflatten(values[:program.num_entries], num_combinations,
+                           terms.gpus.shape[0])

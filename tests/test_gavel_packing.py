@@ -1,0 +1,151 @@
+"""Gavel's packed max-min LP solved per job class: the same optimum as the LP over every job pair,
+an allocation that is feasible in that LP, and the direct solver path against cvxpy."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.policies.gavel_packing import (
+    MaxMinFairnessPackedPolicy,
+    class_terms,
+    combination_terms,
+    packed_max_min_allocation,
+)
+from bayes_sched.policies.time_sharing import AllocationInputs
+from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.table_cluster import TableCluster
+from bayes_sched.throughputs import load_gavel_throughputs
+
+TABLE = load_gavel_throughputs()
+#: Job types (scale factor 1 unless given): repeated types make classes of 1-4 jobs (six in all); the two
+#: 2-GPU jobs form a class of their own scale factor.
+JOB_TYPES = ("ResNet-18 (batch size 16)", "CycleGAN", "A3C", "LM (batch size 5)", "A3C",
+             "CycleGAN", "A3C", "Transformer (batch size 16)", "A3C",
+             ("ResNet-18 (batch size 64)", 2), ("ResNet-18 (batch size 64)", 2))
+
+
+def _inputs(cluster: str = "v100:1x2,p100:1x2,k80:1x2") -> AllocationInputs:
+    """The inputs Gavel's packed policy builds for the jobs above (captured from a decision)."""
+    spec = replace(load_cluster_spec(cluster), round_interval=360.0)
+    jobs = [make_job(str(i), 0.0, *(t if isinstance(t, tuple) else (t, 1)), 1e9)
+            for i, t in enumerate(JOB_TYPES)]
+    seen: list[AllocationInputs] = []
+
+    class Capture(MaxMinFairnessPackedPolicy):
+        def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
+            seen.append(inputs)
+            return super().allocate_combinations(inputs)
+
+    Capture().decide(ClusterState(spec=spec, now=360.0), TableCluster(jobs, spec, TABLE).job_views())
+    return seen[0]
+
+
+def _normalised_throughputs(x: np.ndarray, inputs: AllocationInputs) -> np.ndarray:
+    """Each job's effective steps/s under allocation ``x`` ``(J + P, T)`` (alone and in its
+    pairs), times its scale factor over its summed rates alone (Gavel's normalisation)."""
+    num_jobs = inputs.num_jobs
+    effective = (inputs.throughputs * x[:num_jobs]).sum(axis=1)
+    for p, (a, b) in enumerate(inputs.pairs):
+        effective[a] += inputs.pair_throughputs[p, 0] @ x[num_jobs + p]
+        effective[b] += inputs.pair_throughputs[p, 1] @ x[num_jobs + p]
+    return effective * inputs.scale_factors / inputs.throughputs.sum(axis=1)
+
+
+def _assert_feasible(x: np.ndarray, inputs: AllocationInputs) -> None:
+    """The full LP's constraints: non-negative, each job's time <= 1, each type's GPUs."""
+    num_jobs = inputs.num_jobs
+    assert np.all(x >= -1e-7)
+    time = x[:num_jobs].sum(axis=1)
+    gpus = (inputs.scale_factors[:, None] * x[:num_jobs]).sum(axis=0)
+    for p, (a, b) in enumerate(inputs.pairs):
+        time[a] += x[num_jobs + p].sum()
+        time[b] += x[num_jobs + p].sum()
+        gpus += inputs.scale_factors[a] * x[num_jobs + p]
+    assert np.all(time <= 1 + 1e-6) and np.all(gpus <= inputs.capacities + 1e-6)
+    # Pairs get time only on types where both members run together.
+    usable = inputs.pair_throughputs.min(axis=1) > 0
+    assert np.all(x[num_jobs:][~usable] <= 1e-7)
+
+
+@pytest.mark.parametrize("solver", ["CLARABEL", "HIGHS"])
+def test_the_per_class_lp_has_the_full_lps_optimum(solver: str) -> None:
+    """Eleven jobs in six classes on 2 GPUs of each type (packing pays): the LP over classes
+    reaches the least normalised throughput of the LP over all 45 job pairs, its expanded
+    allocation is feasible there, and jobs of one class get the same fractions."""
+    inputs = _inputs()
+    reduced = packed_max_min_allocation(inputs, solver)
+    full = packed_max_min_allocation(inputs, solver, per_class=False)
+    assert reduced is not None and full is not None
+    _assert_feasible(reduced, inputs)
+    _assert_feasible(full, inputs)
+    best, ours = _normalised_throughputs(full, inputs).min(), _normalised_throughputs(
+        reduced, inputs).min()
+    assert ours == pytest.approx(best, rel=1e-5)
+    assert best > 0
+    for c in np.unique(inputs.job_classes):
+        rows = reduced[:inputs.num_jobs][inputs.job_classes == c]
+        assert np.allclose(rows, rows[0])
+    # Some pairs share GPUs: the reduction is exercised, not bypassed.
+    assert reduced[inputs.num_jobs:].sum() > 0.1
+
+
+def test_the_per_class_lp_is_smaller() -> None:
+    """Its entries number per class and class pair, not per job pair."""
+    inputs = _inputs()
+    num_classes = len(np.unique(inputs.job_classes))
+    reduced, full = class_terms(inputs).terms, combination_terms(inputs)
+    assert reduced.rates.shape[0] == num_classes == 6
+    assert reduced.num_entries < full.num_entries / 2
+
+
+def test_the_direct_programs_reach_the_cvxpy_formulations_optimum() -> None:
+    """The LPs built as matrices (max-min, max-sum; the finish-time-fairness SOCP) reach the
+    optimum of the same programs stated in cvxpy, on the jobs above alone (no packing)."""
+    import cvxpy as cp
+
+    from bayes_sched.policies.finish_time_fairness import isolated_throughputs
+    from bayes_sched.policies.time_fraction_lp import (
+        dense_terms,
+        max_min_program,
+        max_sum_program,
+        min_max_ratio_program,
+        solve_allocation,
+    )
+
+    inputs = _inputs()
+    rates, sizes, capacities = inputs.throughputs, inputs.scale_factors, inputs.capacities
+    terms = dense_terms(rates, sizes)
+    weights = sizes / (rates @ (capacities / capacities.sum()))
+    remaining = np.linspace(1e4, 5e4, inputs.num_jobs)
+    elapsed = np.full(inputs.num_jobs, 1800.0)
+    denominator = remaining / isolated_throughputs(rates, sizes, capacities)
+    x = cp.Variable(rates.shape)
+    effective = cp.sum(cp.multiply(rates, x), axis=1)
+    constraints = [x >= 0, cp.sum(x, axis=1) <= 1,
+                   cp.sum(cp.multiply(sizes[:, None], x), axis=0) <= capacities]
+    worst = cp.Variable()
+    references = {
+        "max_min": cp.Problem(cp.Maximize(cp.min(cp.multiply(weights, effective))), constraints),
+        "max_sum": cp.Problem(cp.Maximize(cp.sum(effective)), constraints),
+        "ratio": cp.Problem(cp.Minimize(worst), [
+            elapsed + cp.multiply(remaining, cp.inv_pos(effective)) <= worst * denominator,
+            *constraints])}
+    programs = {
+        "max_min": max_min_program(dense_terms(rates * weights[:, None], sizes).rates, terms,
+                                   capacities),
+        "max_sum": max_sum_program(terms, capacities),
+        "ratio": min_max_ratio_program(terms, capacities, elapsed, remaining, denominator)}
+    for name, program in programs.items():
+        ours = solve_allocation(program, terms, inputs.num_jobs, "CLARABEL")
+        assert ours is not None
+        _assert_feasible(np.concatenate([ours, np.zeros((len(inputs.pairs), 3))]), inputs)
+        references[name].solve(solver="CLARABEL")
+        e = (rates * ours).sum(axis=1)
+        value = {"max_min": (weights * e).min(), "max_sum": e.sum(),
+                 "ratio": ((elapsed + remaining / e) / denominator).max()}[name]
+        assert value == pytest.approx(references[name].value, rel=1e-5), name
