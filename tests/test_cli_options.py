@@ -189,8 +189,10 @@ def test_ctrl_c_exits_130_without_a_traceback(workloads: dict[str, Path]) -> Non
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
-        assert process.returncode == 130, stderr
-        assert "Traceback" not in stderr
+        # 130 from our handler; or death by SIGINT itself (a signal that lands before the
+        # interpreter installs its handler), which a shell reports as 130 too.
+        assert process.returncode in (130, -signal.SIGINT), (process.returncode, stderr)
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
 
 
 def test_closed_stdout_exits_141_quietly() -> None:
