@@ -210,8 +210,11 @@ def test_a_bad_report_leaves_the_belief_unchanged(caplog: pytest.LogCaptureFixtu
     assert estimator.version == 1 and after == pytest.approx(50.0, rel=0.05)
     estimator.estimate(ClusterState(spec=spec, now=3 * ROUND),
                        [replace(view, cell_observations=(CellObservation(cell, 80.0, 360.0),))])
-    assert estimator.version == 1 and len(estimator.observations) == 2  # waits for 1000 s
+    assert estimator.belief.predict([cell]).mean[0] == after  # the refit waits for 1000 s
+    assert estimator.version == 1 and len(estimator.observations) == 2
     estimator.estimate(ClusterState(spec=spec, now=5 * ROUND), [view])
+    assert estimator.version == 1  # fitting is lazy: only when the belief is read
+    assert estimator.belief.predict([cell]).mean[0] > after
     assert estimator.version == 2 and len(estimator.fit_seconds) == 3
 
 

@@ -2,12 +2,14 @@
 
 :class:`ThroughputEstimator` wraps any
 :class:`~bayes_sched.estimation.throughput_cells.ThroughputLearner`. Every round it gathers the
-throughputs the jobs measured (``JobView.cell_observations``), drops bad reports (non-finite or
-non-positive rate or seconds) with a logged reason, and refits the learner on everything reported
-so far when there is something new and at least ``min_refit_interval`` seconds have passed since
-the last fit (each fit timed). The policy reads :attr:`ThroughputEstimator.belief` (read-only:
-a belief has one method, ``predict``) and :attr:`ThroughputEstimator.version`, which changes only
-when a fit returns a new belief (the oracle's never does). A fit that raises keeps the previous
+throughputs the jobs measured (``JobView.cell_observations``) and drops bad reports (non-finite or
+non-positive rate or seconds) with a logged reason. Fitting is lazy: reading
+:attr:`ThroughputEstimator.belief` refits the learner on everything reported so far when there is
+something new and at least ``min_refit_interval`` seconds have passed since the last fit (each fit
+timed), so a policy that reads the belief only when it recomputes its allocation (Gavel's: at most
+every 1,920 s) pays for a fit only then, not every round. The belief is read-only (one method,
+``predict``); :attr:`ThroughputEstimator.version` changes only when a fit returns a new belief
+(the oracle's never does). A fit that raises keeps the previous
 belief, logged and counted (:attr:`~ThroughputEstimator.failed_fits`); a learner that can tell it
 did not converge should itself answer with its prior, widened.
 
@@ -67,13 +69,37 @@ class ThroughputEstimator:
         self._belief = self._timed_fit()
         self._fitted = 0  # observations the belief was fitted on
         self._last_fit: float | None = None
+        self._now = 0.0  # the last round's time (seconds), for the refit interval
         self._plans: dict[str, list[Cell]] = {}
         self._visited: set[Cell] = set()
 
     @property
+    def has_unfitted_reports(self) -> bool:
+        """Whether reports have arrived since the last fit."""
+        return len(self.observations) > self._fitted
+
+    @property
     def belief(self) -> ThroughputBelief:
-        """The belief of the last fit (read-only)."""
+        """The belief on every report so far (read-only): refitted here when there are new
+        reports and the minimum refit interval has passed, else the last fit's."""
+        due = (self._last_fit is None
+               or self._now - self._last_fit >= self.min_refit_interval)
+        if self.has_unfitted_reports and due:
+            self._refit()
         return self._belief
+
+    def _refit(self) -> None:
+        self._fitted, self._last_fit = len(self.observations), self._now
+        try:
+            belief = self._timed_fit()
+        except Exception as error:  # noqa: BLE001 -- a failed fit keeps the last belief
+            self.failed_fits += 1
+            LOG.warning("throughput learner %s failed on %d reports (%s); the previous "
+                        "belief is kept", self.learner.name, len(self.observations), error)
+            return
+        if belief is not self._belief:
+            self._belief = belief
+            self.version += 1
 
     @property
     def learner_name(self) -> str:
@@ -103,10 +129,13 @@ class ThroughputEstimator:
         for gone in [name for name in self._plans if name not in names]:
             del self._plans[gone]
         types = tuple(sorted(set(cluster.gpu_types)))
+        # New jobs' plans come from the belief on the reports before this round's.
         for job in jobs:
             if job.name not in self._plans:
                 self._plans[job.name] = list(self.learner.profiling_cells(
-                    job.application, job.requested_replicas, types, self._belief))
+                    job.application, job.requested_replicas, types, self.belief))
+        self._now = cluster.now
+        for job in jobs:
             reports = usable_observations(job.cell_observations)
             self.rejected_reports += len(job.cell_observations) - len(reports)
             plan = self._plans[job.name]
@@ -119,18 +148,4 @@ class ThroughputEstimator:
                     self._visited.add(report.cell)
                     self.first_visit_gpu_seconds += gpu_seconds
             self.observations.extend(reports)
-        due = (self._last_fit is None
-               or cluster.now - self._last_fit >= self.min_refit_interval)
-        if len(self.observations) > self._fitted and due:
-            self._fitted, self._last_fit = len(self.observations), cluster.now
-            try:
-                belief = self._timed_fit()
-            except Exception as error:  # noqa: BLE001 -- a failed fit keeps the last belief
-                self.failed_fits += 1
-                LOG.warning("throughput learner %s failed on %d reports (%s); the previous "
-                            "belief is kept", self.learner.name, len(self.observations), error)
-                return list(jobs)
-            if belief is not self._belief:
-                self._belief = belief
-                self.version += 1
         return list(jobs)

@@ -297,11 +297,14 @@ class TimeSharingPolicy:
         # With a learner only the table's zero pattern is read here (where a job fits at all).
         measured = measured_throughputs(jobs, types, cluster, self.table)
         capacities = np.array([cluster.gpus_of_type(t) for t in types], dtype=np.int64)
+        may_recompute = (now - self._last_reset >= self.min_reset_interval
+                         or self._last_reset == 0.0)
+        if self.estimator is not None and self.estimator.has_unfitted_reports and may_recompute:
+            self.estimator.belief  # noqa: B018 -- a lazy refit, only when it can be used
         if self.estimator is not None and self.estimator.version != self._belief_version:
             self._belief_version = self.estimator.version
             self._need_update = True  # the belief changed
-        if self._need_update and (now - self._last_reset >= self.min_reset_interval
-                                  or self._last_reset == 0.0):
+        if self._need_update and may_recompute:
             self._reset_time(now, half_round)
             self._update_allocation(jobs, measured, capacities, half_round)
         order = list(range(len(types)))
