@@ -80,15 +80,16 @@ class ThroughputEstimator:
 
     @property
     def belief(self) -> ThroughputBelief:
-        """The belief on every report so far (read-only): refitted here when there are new
-        reports and the minimum refit interval has passed, else the last fit's."""
-        due = (self._last_fit is None
-               or self._now - self._last_fit >= self.min_refit_interval)
-        if self.has_unfitted_reports and due:
-            self._refit()
+        """The belief on every report so far (read-only; :meth:`refresh` first)."""
+        self.refresh()
         return self._belief
 
-    def _refit(self) -> None:
+    def refresh(self) -> None:
+        """Refit when there are new reports and the minimum refit interval has passed."""
+        due = (self._last_fit is None
+               or self._now - self._last_fit >= self.min_refit_interval)
+        if not (self.has_unfitted_reports and due):
+            return
         self._fitted, self._last_fit = len(self.observations), self._now
         try:
             belief = self._timed_fit()
@@ -129,12 +130,12 @@ class ThroughputEstimator:
         for gone in [name for name in self._plans if name not in names]:
             del self._plans[gone]
         types = tuple(sorted(set(cluster.gpu_types)))
+        self._now = cluster.now
         # New jobs' plans come from the belief on the reports before this round's.
         for job in jobs:
             if job.name not in self._plans:
                 self._plans[job.name] = list(self.learner.profiling_cells(
                     job.application, job.requested_replicas, types, self.belief))
-        self._now = cluster.now
         for job in jobs:
             reports = usable_observations(job.cell_observations)
             self.rejected_reports += len(job.cell_observations) - len(reports)

@@ -299,8 +299,8 @@ class TimeSharingPolicy:
         capacities = np.array([cluster.gpus_of_type(t) for t in types], dtype=np.int64)
         may_recompute = (now - self._last_reset >= self.min_reset_interval
                          or self._last_reset == 0.0)
-        if self.estimator is not None and self.estimator.has_unfitted_reports and may_recompute:
-            self.estimator.belief  # noqa: B018 -- a lazy refit, only when it can be used
+        if self.estimator is not None and may_recompute:
+            self.estimator.refresh()  # fits only when the new belief can be used
         if self.estimator is not None and self.estimator.version != self._belief_version:
             self._belief_version = self.estimator.version
             self._need_update = True  # the belief changed
