@@ -209,6 +209,10 @@ def problems(ds: xr.Dataset, check_monotonic: bool = True, check_values: bool = 
             first = int(np.argmax(np.diff(times.astype(np.int64)) <= 0)) + 1
             found.append(f"coordinate 'time' is not strictly increasing at index {first} "
                          f"({times[first]})")
+    for dim in (NODE, DEVICE):  # a repeated label makes selecting by it ambiguous
+        if dim in ds.coords and ds.indexes.get(dim) is not None and \
+                not ds.indexes[dim].is_unique:
+            found.append(f"coordinate '{dim}' repeats a label")
     names = value_names(ds)
     if not names:
         found.append("no data variables")

@@ -537,11 +537,15 @@ class StoreWriter(StoreJournal):
         values_only = ds[schema.value_names(ds)].assign_attrs(
             {PART_VARIABLES_ATTR: schema.value_names(ds)})
         chunk = max(1, min(self.chunk_samples, ds.sizes[schema.TIME]))
+        # Every array, coordinates included, carries a Zstandard checksum: Blosc (Zarr's default)
+        # decodes a truncated chunk without complaint from whatever memory follows it, so damage
+        # read back differently from one process to the next instead of failing.
+        checked = {"compressors": [numcodecs.Zstd(level=self.compression_level, checksum=True)]}
         encoding: dict[str, dict[str, Any]] = {
-            schema.TIME: {**schema.TIME_ENCODING, "chunks": (chunk,)}}
+            str(name): dict(checked) for name in values_only.variables if name != schema.TIME}
+        encoding[schema.TIME] = {**schema.TIME_ENCODING, "chunks": (chunk,), **checked}
         for name in schema.value_names(ds):
-            encoding[name] = {"chunks": (chunk, *ds[name].shape[1:]),
-                              "compressors": [numcodecs.Zstd(level=self.compression_level)]}
+            encoding[name]["chunks"] = (chunk, *ds[name].shape[1:])
         try:
             if temporary.exists():
                 shutil.rmtree(temporary)

@@ -92,6 +92,12 @@ def test_validate_rejects_time_that_is_nat_or_not_increasing() -> None:
         schema.validate(ds.assign_coords(time=times))
 
 
+def test_validate_rejects_a_repeated_device_label() -> None:
+    ds = small()
+    with pytest.raises(CountersError, match="coordinate 'device' repeats a label"):
+        schema.validate(ds.assign_coords(device=np.zeros(ds.sizes["device"], dtype=np.int64)))
+
+
 def test_validate_rejects_a_counter_going_backwards_but_accepts_a_wrap() -> None:
     values = np.array([10.0, 20.0, 15.0, 30.0])
     ds = schema.build(T0 + np.arange(4), "node-a", {"cpu_user": values})
