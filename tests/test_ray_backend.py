@@ -558,3 +558,65 @@ def test_a_training_job_on_a_removed_node_resumes_from_its_checkpoint_elsewhere(
     assert starts[2]["restored"] and starts[2]["step"] >= acked[-1]["step"] > 0
     assert reports[-1]["kind"] == "exit" and reports[-1]["epochs"] == 2.0
     assert {r["num_replicas"] for r in reports if r["kind"] == "step"} == {1, 2}
+
+
+#: A scheduler's stand-in: starts two jobs through the Ray launcher, prints the handle of the
+#: first (recorded) but not of the second (killed before its record was saved), and waits to be
+#: killed.
+DRIVER = """\
+import json, sys, time
+from bayes_sched.backends.launcher import LaunchSpec
+from bayes_sched.backends.ray_launcher import RayLauncher
+launcher = RayLauncher(sys.argv[1], placement_timeout_seconds=20.0)
+recorded, unrecorded = (launcher.start(LaunchSpec(**spec)) for spec in json.loads(sys.argv[2]))
+print(json.dumps(recorded.handle()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_schedulers_jobs_run_on_and_are_reattached_unrecorded_ones_released(
+        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    """A driver (a scheduler) starts two jobs and is SIGKILLed: their detached actors and
+    placement groups, and so their processes, run on. A new launcher reattaches to the recorded
+    job by its handle (the same processes: same PIDs, no new start), releases the unrecorded
+    one (it would run twice), and stops the reattached one as any other; a handle whose actors
+    are gone reports the job lost with its node (restarted from its checkpoint, not a failure)."""
+    import subprocess
+
+    specs = [dataclasses.asdict(_spec(launcher, script, tmp_path / name, counts, name=name))
+             for name, counts in (("kept", {"v100": 1, "a100": 1}), ("stray", {"v100": 1}))]
+    env = {**os.environ, **RAY_ENV}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, cluster.address, json.dumps(specs)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout is not None
+        handle = json.loads(driver.stdout.readline() or "null")
+        assert handle is not None, driver.stderr.read() if driver.stderr else ""
+        kept, stray = _envs(tmp_path / "kept", 2), _envs(tmp_path / "stray", 1)
+    finally:
+        driver.kill()
+        driver.wait()
+    time.sleep(2.0)  # Ray would have killed a dead driver's non-detached actors by now
+    assert all(_alive(e["pid"]) for e in kept + stray)
+    assert len(_live_groups()) == 3
+
+    spec = LaunchSpec(**{**specs[0], "gpus_per_node": tuple(specs[0]["gpus_per_node"]),
+                         "argv": tuple(specs[0]["argv"])})
+    job = launcher.reattach(spec, handle)
+    assert job is not None and job.poll() is None
+    released = launcher.release_strays([str(tmp_path / "kept"), str(tmp_path / "stray")])
+    assert len(released) == 2 and all("rank" in n or "node" in n for n in released)
+    _wait_for(lambda: not _alive(stray[0]["pid"]), 15, "the unrecorded start is released")
+    assert all(_alive(e["pid"]) for e in kept) and len(_live_groups()) == 2
+    assert not (tmp_path / "kept" / "env-0.json.tmp").exists()
+    assert sorted(p.name for p in (tmp_path / "kept").glob("env-*.json")) == [
+        "env-0.json", "env-1.json"]  # no replica started again
+    assert job.stop(grace_seconds=10.0).returncode == 0  # the actors still own the processes
+    assert all((tmp_path / "kept" / f"term-{r}").exists() for r in range(2))
+    assert not any(_alive(e["pid"]) for e in kept) and _live_groups() == []
+
+    gone = launcher.reattach(spec, handle)  # its actors were killed with the stop
+    assert gone is not None
+    status = gone.poll()
+    assert status is not None and status.node_lost and status.returncode == NODE_LOST_RETURNCODE
+    assert "was gone when the scheduler restarted" in status.log_tail

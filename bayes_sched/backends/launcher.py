@@ -114,6 +114,12 @@ class Launcher(Protocol):
         runs any more (a process whose ID was reused by another is not one of them)."""
         ...
 
+    def release_strays(self, job_dirs: Sequence[str]) -> list[str]:
+        """Release what runs for the jobs of ``job_dirs`` that this launcher does not hold (a
+        start a killed scheduler made but had not recorded), after every recorded start was
+        reattached; returns what it released (names, for the log)."""
+        ...
+
     def close(self) -> None:
         """Stop every process this launcher started or reattached to and release what it holds
         (a scheduler that means to be reattached to its jobs later exits without calling it)."""

@@ -397,6 +397,7 @@ class RealCluster:
                 record.handle = None
                 self._read_reports(record)
                 self._ended(record, None, "")
+        self.launcher.release_strays([str(self.job_dir(name)) for name in self.records])
         self._last_advance = self.now
         return reattached
 
