@@ -620,3 +620,86 @@ def test_a_killed_schedulers_jobs_run_on_and_are_reattached_unrecorded_ones_rele
     status = gone.poll()
     assert status is not None and status.node_lost and status.returncode == NODE_LOST_RETURNCODE
     assert "was gone when the scheduler restarted" in status.log_tail
+
+
+def _serve_on_ray(cluster: Any, state: Path, log: Path, *options: str) -> Any:
+    import subprocess
+
+    command = [sys.executable, "-m", "bayes_sched", "serve", "--backend", "ray",
+               "--ray-address", cluster.address, "--state", str(state), "--interval", "1",
+               "--checkpoint-timeout", "30", "--stop-grace", "20", "--report-timeout", "60",
+               "--exit-when-idle", "--max-rounds", "300", *options]
+    with log.open("ab") as stream:
+        return subprocess.Popen(command, env={**os.environ, **RAY_ENV}, stdout=stream,
+                                stderr=subprocess.STDOUT)
+
+
+def _named_actors() -> list[str]:
+    from ray.util import list_named_actors
+
+    return [a["name"] for a in list_named_actors(all_namespaces=True)
+            if a["namespace"] == "bayes-sched"]
+
+
+@pytest.mark.slow  # a serve process started twice and a PyTorch job: 40-80 s on 2 cores
+def test_serve_on_ray_sigkilled_and_restarted_reattaches_and_runs_nothing_twice(
+        cluster: Any, launcher: RayLauncher, tmp_path: Path) -> None:
+    """``bayes-sched serve --backend ray`` is SIGKILLed while a tiny PyTorch job trains, and
+    started again over the same state: the job is still known, its processes (detached Ray
+    actors) ran on meanwhile, the new scheduler reattaches to them (the same attempt, the same
+    process: one start report, step counters that only grow), and the job finishes, with no
+    failure and no restart."""
+    from bayes_sched.service.state import StateStore
+
+    state, log = tmp_path / "state", tmp_path / "serve.log"
+    job = tmp_path / "tiny.toml"
+    job.write_text(f'name = "tiny"\nscript = "{ROOT / "examples" / "train_tiny.py"}"\n'
+                   'args = ["--examples", "8192", "--step-sleep", "0.04", '
+                   '"--report-interval", "0.3"]\ninit_batch_size = 32\nmax_batch_size = 256\n'
+                   'max_local_bsz = 64\ntarget_epochs = 2\n')
+    assert run_cli("submit", str(job), "--state", str(state)).returncode == 0
+    server = _serve_on_ray(cluster, state, log, "--policy", "fifo")
+    store = StateStore(state, create=False)
+    try:
+        def training() -> bool:
+            assert server.poll() is None, log.read_text()[-3000:]
+            record = store.jobs()[0]["record"]
+            return bool(record) and record["status"] == "running" and record["progress"] > 0
+        _wait_for(training, 120, "the job trains under the first scheduler")
+        server.kill()
+        server.wait()
+        killed_at = time.time()
+        before = store.jobs()[0]["record"]
+        reports = read_reports_of(state / "jobs" / "tiny")
+        (start,) = [r for r in reports if r["kind"] == "start"]
+        assert _alive(start["pid"])
+        time.sleep(2.0)  # a non-detached actor would be dead by now, and its process with it
+        assert _alive(start["pid"])
+        server = _serve_on_ray(cluster, state, log, "--policy", "fifo")
+        assert server.wait(timeout=180) == 0, log.read_text()[-3000:]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert "reattached to tiny" in log.read_text()
+    (job_row,) = store.jobs()
+    record = job_row["record"]
+    assert job_row["status"] == "done", record["reason"]
+    assert record["attempt"] == before["attempt"] == 1
+    assert record["failures"] == 0 and record["num_restarts"] == 0
+    reports = read_reports_of(state / "jobs" / "tiny")
+    assert [(r["attempt"], r["pid"]) for r in reports if r["kind"] == "start"] == [
+        (0, start["pid"])]  # nothing started again
+    steps = [r["step"] for r in reports if r["kind"] == "progress"]
+    assert steps == sorted(steps)  # no step ran twice: the counter never went back
+    assert any(r["kind"] == "progress" and r["time"] > killed_at for r in reports)
+    assert [r["status"] for r in reports if r["kind"] == "exit"] == ["done"]
+    assert reports[-1]["epochs"] == 2.0
+    _wait_for(lambda: _live_groups() == [] and _named_actors() == [], 15,
+              "the finished job's actors and groups are released")
+
+
+def read_reports_of(job_dir: Path) -> list[dict[str, Any]]:
+    from bayes_sched.client.protocol import read_reports
+
+    return read_reports(job_dir)[0]
