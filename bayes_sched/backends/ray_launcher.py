@@ -23,6 +23,14 @@ One start (:meth:`RayLauncher.start`):
    :func:`~bayes_sched.client.protocol.replica_log_path`. The process dies with its actor
    (``PR_SET_PDEATHSIG``), so a lost actor leaves no stray process.
 
+The actors and placement groups are detached and named (:data:`RAY_NAMESPACE`; names start with
+:func:`job_prefix` of the job directory), so a job's processes outlive the scheduler that started
+them (the Ray cluster is not the scheduler's: ``serve`` connects to it by address). A killed and
+restarted scheduler finds them by the names its state recorded (:meth:`RayLauncher.reattach`):
+the same processes run on, and their actors, still their parents, report how they end. Starts
+the killed scheduler had not recorded are released (:meth:`RayLauncher.release_strays`), so no
+job runs twice.
+
 :meth:`RayJobProcesses.stop` sends SIGTERM (the client checkpoints), waits, SIGKILLs the process
 group, then kills the actors and removes the placement groups. A node that leaves the cluster:
 its actors die, :meth:`RayJobProcesses.poll` reports the job failed (returncode
