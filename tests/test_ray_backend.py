@@ -703,3 +703,36 @@ def read_reports_of(job_dir: Path) -> list[dict[str, Any]]:
     from bayes_sched.client.protocol import read_reports
 
     return read_reports(job_dir)[0]
+
+
+def test_counters_are_keyed_by_ray_node_ids(launcher: RayLauncher, tmp_path: Path) -> None:
+    """Two nodes' counters stores: one collector recorded its Ray node id (``collect --node``),
+    the other the machine's host name, which every logical node of this cluster shares. The
+    cluster state's counters name the first by its Ray node id, as the cluster's nodes are
+    named; the ambiguous host name is kept as recorded and noted, never guessed."""
+    import numpy as np
+
+    from bayes_sched.backends.counters_feed import CountersFeed
+    from bayes_sched.backends.real_cluster import RealCluster
+    from counters import schema
+    from counters.store import write_store
+
+    launcher.cluster_spec()
+    aliases = launcher.node_aliases()
+    hostnames = {n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]}
+    assert all(aliases[node] == node for node in launcher.node_ids)
+    assert not hostnames & set(aliases)  # shared by three nodes: no alias
+    node = launcher.node_ids[1]
+    (host,) = hostnames
+    seconds = time.time() - 5 + np.arange(6.0)
+    for name, recorded in (("first", node), ("second", host)):
+        write_store(schema.build(seconds, recorded, {"cpu_user": np.linspace(0, 1, 6)}),
+                    tmp_path / "counters" / name)
+    real = RealCluster(launcher, tmp_path / "jobs",
+                       counters=CountersFeed(tmp_path / "counters", window_seconds=60))
+    real.advance(0.0)
+    counters = real.state.counters
+    assert counters is not None
+    assert counters[schema.NODE].values.tolist() == [node, host]
+    assert real.counters is not None and f"node(s) {host} match no node" in \
+        real.counters.problems[-1]

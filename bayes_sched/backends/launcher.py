@@ -95,6 +95,12 @@ class Launcher(Protocol):
         node's while it lives: how an allocation follows its nodes when the spec changes."""
         ...
 
+    def node_aliases(self) -> dict[str, str]:
+        """Names a node of the last :meth:`cluster_spec` is known by elsewhere (its host name,
+        its address; as a node's collector records itself in its counters) -> its id in
+        :attr:`node_ids`; each id maps to itself. A name several nodes share is left out."""
+        ...
+
     def start(self, spec: LaunchSpec) -> JobProcesses:
         """Start one process per GPU of ``spec.gpus_per_node``; raises
         :class:`~bayes_sched.errors.AllocationError` (starting nothing) where the GPUs are not

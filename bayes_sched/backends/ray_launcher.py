@@ -331,6 +331,7 @@ class RayLauncher:
         self._order: list[str] = []           # every node id seen, in first-seen order
         self._node_ids: tuple[str, ...] = ()  # the nodes of the last cluster_spec()
         self._addresses: dict[str, str] = {}
+        self._hostnames: dict[str, str] = {}
         self._types: dict[str, str] = {}
         self._jobs: dict[int, RayJobProcesses] = {}
         self._actor_class: Any = None
@@ -363,6 +364,7 @@ class RayLauncher:
             if node_id not in self._order:
                 self._order.append(node_id)
             self._addresses[node_id] = node["NodeManagerAddress"]
+            self._hostnames[node_id] = str(node.get("NodeManagerHostname") or "")
             self._types[node_id] = self._node_gpu_type(node)
             found[node_id] = gpus
         self._node_ids = tuple(n for n in self._order if n in found)
@@ -370,6 +372,19 @@ class RayLauncher:
                       for n in self._node_ids)
         return ClusterSpec(specs, restart_delay=self.restart_delay,
                            round_interval=self.round_interval)
+
+    def node_aliases(self) -> dict[str, str]:
+        """Each node's host name and address (Ray's ``NodeManagerHostname`` and
+        ``NodeManagerAddress``) -> its Ray node id, where no other node of the last
+        :meth:`cluster_spec` shares it (several Ray nodes on one machine do); each id maps to
+        itself. A collector started with ``--node`` set to its Ray node id is always matched."""
+        names: dict[str, set[str]] = {}
+        for node_id in self._node_ids:
+            for name in (self._hostnames.get(node_id), self._addresses.get(node_id)):
+                if name:
+                    names.setdefault(name, set()).add(node_id)
+        aliases = {name: next(iter(ids)) for name, ids in names.items() if len(ids) == 1}
+        return {**aliases, **{node_id: node_id for node_id in self._node_ids}}
 
     def _node_gpu_type(self, node: Mapping[str, Any]) -> str:
         label = (node.get("Labels") or {}).get(ACCELERATOR_LABEL)

@@ -256,7 +256,7 @@ class RealCluster:
             time.sleep(min(self.config.poll_interval, remaining))
         self.refresh_nodes()  # the round's decision sees the nodes there are now
         if self.counters is not None:
-            self.counter_window = self.counters.read()
+            self.counter_window = self.counters.read(self.launcher.node_aliases())
 
     def refresh_nodes(self) -> list[str]:
         """Read the launcher's nodes again: allocations follow their nodes (by node id) into the
