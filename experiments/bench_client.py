@@ -15,7 +15,8 @@
    (and back) by :class:`~bayes_sched.backends.real_cluster.RealCluster`, broken into its parts:
    checkpoint (request -> acknowledgement), stop (-> processes gone), launch (-> the restarted
    client's ``start`` report: interpreter, torch import, process group, restore) and first step
-   (-> its first step done).
+   (-> its first step done); ``--ray``: also with the Ray launcher on a local Ray cluster (one
+   node, 2 logical GPUs), where launch includes the placement group and the actors.
 
     python experiments/bench_client.py [--blocks 12] [--steps 40] [--moves 2] [--script-pairs 6]
 """
@@ -207,11 +208,32 @@ def script_overhead(pairs: int, name: str, size: tuple[str, ...], local_bsz: int
             "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
-def reallocation_latency(moves: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Parts of the reallocation latency of a tiny job moved between 1 and 2 logical GPUs."""
+def _local_ray_launcher() -> tuple[Any, Any]:
+    """A Ray launcher on a local Ray cluster of one node with 2 logical GPUs (what the Ray
+    backend's tests use), and the cluster to shut down."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
+                                                              os.environ.get("PYTHONPATH")]))
+    from ray.cluster_utils import Cluster
+
+    from bayes_sched.backends.ray_launcher import RayLauncher
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "num_gpus": 2, "object_store_memory": 80 * 2**20,
+        "include_dashboard": False})
+    return RayLauncher(cluster.address), cluster
+
+
+def reallocation_latency(moves: int, seed: int = 0, ray: bool = False) -> list[dict[str, Any]]:
+    """Parts of the reallocation latency of a tiny job moved between 1 and 2 logical GPUs, on
+    this machine's local launcher or (``ray``) a local Ray cluster's."""
     events: list[tuple[float, str, int]] = []
+    ray_cluster = None
     with tempfile.TemporaryDirectory() as root:
-        launcher = LocalLauncher(2)
+        if ray:
+            launcher, ray_cluster = _local_ray_launcher()
+        else:
+            launcher = LocalLauncher(2)
         cluster = RealCluster(launcher, root, RealClusterConfig(poll_interval=0.02))
 
         def on_change() -> None:
@@ -245,7 +267,8 @@ def reallocation_latency(moves: int, seed: int = 0) -> list[dict[str, Any]]:
                 start = next(r for r in new if r["kind"] == "start")
                 step = next(r["time"] for r in new if r["kind"] == "progress"
                             and r["time"] > start["time"] and r["step"] > start["step"])
-                rows.append({"move": f"{move % 2 + 1} -> {(move + 1) % 2 + 1} GPUs",
+                rows.append({"backend": "ray" if ray else "local",
+                             "move": f"{move % 2 + 1} -> {(move + 1) % 2 + 1} GPUs",
                              "checkpoint_s": ack - requested, "stop_s": stopped - ack,
                              "launch_s": start["time"] - started,
                              "first_step_s": step - start["time"],
@@ -254,6 +277,11 @@ def reallocation_latency(moves: int, seed: int = 0) -> list[dict[str, Any]]:
                                  r["step"] for r in new if r["kind"] == "checkpoint") else 1})
         finally:
             launcher.close()
+            if ray_cluster is not None:
+                import ray as ray_module
+
+                ray_module.shutdown()
+                ray_cluster.shutdown()
     return rows
 
 
@@ -288,6 +316,8 @@ def main() -> None:
     parser.add_argument("--skip-overhead", action="store_true", help="time reallocations only")
     parser.add_argument("--script-pairs", type=int, default=0,
                         help="pairs of example-script runs timed, client vs plain (0: skip)")
+    parser.add_argument("--ray", action="store_true",
+                        help="time the reallocations on a local Ray cluster's launcher too")
     parser.add_argument("--moves", type=int, default=2,
                         help="reallocations timed (0: skip the latency part)")
     args = parser.parse_args()
@@ -310,8 +340,10 @@ def main() -> None:
                "Client overhead of examples/train_tiny.py (separate processes, ABBA pairs; "
                "target ratio <= 1.02)")
     if args.moves:
-        _print(reallocation_latency(args.moves), "Reallocation latency, local launcher "
-                                                 "(seconds; request -> stepping again)")
+        rows = reallocation_latency(args.moves)
+        if args.ray:
+            rows += reallocation_latency(args.moves, ray=True)
+        _print(rows, "Reallocation latency (seconds; request -> stepping again)")
 
 
 if __name__ == "__main__":
