@@ -3,6 +3,9 @@ backend's tests): read back from the jobs' own reports and the scheduler's state
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,33 @@ from bayes_sched.estimation import run_estimators
 from bayes_sched.estimation.job_models import profile_of
 from bayes_sched.policies import make_policy
 from perfmodel.throughput import fit_throughput
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def local_ray_cluster(head: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]] = ()
+                      ) -> Iterator[Any]:
+    """A local Ray cluster (``ray.cluster_utils.Cluster``: a head node with ``head``'s
+    arguments and one node per entry of ``nodes``) whose workers import this checkout; shut
+    down, and this process disconnected from it, on the way out."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(ROOT)  # the actors and tasks import bayes_sched
+    cluster = Cluster(initialize_head=True, head_node_args={**head, "include_dashboard": False})
+    try:
+        for node in nodes:
+            cluster.add_node(**node)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def check_moved_jobs(state: Path, jobs: dict[str, dict[str, Any]], target_epochs: float

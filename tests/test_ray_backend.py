@@ -30,6 +30,7 @@ from bayes_sched.backends.ray_session import probe_address
 from bayes_sched.client.protocol import replica_log_path
 from bayes_sched.errors import AllocationError, InputError
 from tests.cli_inprocess import run_cli
+from tests.real_jobs import local_ray_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Keep Ray light and on loopback (this machine's address is not Ray's to use in tests); Ray
@@ -72,25 +73,13 @@ while True:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(ROOT)  # the actors and tasks import bayes_sched
     common = {"num_cpus": 1, "object_store_memory": SMALL_STORE}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **common, "num_gpus": 2, "resources": {"accelerator_type:V100": 1},
-        "include_dashboard": False, "_system_config": FAST_HEALTH})
-    cluster.add_node(**common, num_gpus=2, labels={"ray.io/accelerator-type": "A100-80G"})
-    cluster.add_node(**common, num_gpus=2)
-    try:
+    with local_ray_cluster(
+            {**common, "num_gpus": 2, "resources": {"accelerator_type:V100": 1},
+             "_system_config": FAST_HEALTH},
+            [{**common, "num_gpus": 2, "labels": {"ray.io/accelerator-type": "A100-80G"}},
+             {**common, "num_gpus": 2}]) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 @pytest.fixture(scope="module")

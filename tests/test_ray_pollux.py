@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 from tests.cli_inprocess import run_cli
-from tests.real_jobs import check_moved_jobs, check_step_times_reach_the_model
+from tests.real_jobs import (
+    check_moved_jobs,
+    check_step_times_reach_the_model,
+    local_ray_cluster,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_tiny.py"
@@ -25,23 +29,9 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def address() -> Iterator[str]:
-    from ray.cluster_utils import Cluster
-
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(ROOT)  # the actors import bayes_sched
     common: dict[str, Any] = {"num_cpus": 1, "num_gpus": 2, "object_store_memory": 80 * 2**20}
-    cluster = Cluster(initialize_head=True, head_node_args={**common,
-                                                             "include_dashboard": False})
-    cluster.add_node(**common)
-    try:
+    with local_ray_cluster(common, [common]) as cluster:
         yield cluster.address
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 @pytest.mark.slow  # a dozen starts of PyTorch processes: 2-4 minutes on a loaded 2-core machine
