@@ -241,7 +241,10 @@ def main() -> None:
     cluster = start_cluster(args.nodes, args.gpus_per_node, args.cpus_per_node)
     print(f"Ray cluster of {args.nodes} x {args.gpus_per_node} logical GPUs up in "
           f"{time.perf_counter() - began:.1f} s")
-    launcher = RayLauncher(cluster.address)
+    # Generous bounds: on a loaded 2-core machine 64 actors' workers take minutes to start,
+    # and the first fill is a one-off, not what a round costs.
+    launcher = RayLauncher(cluster.address, placement_timeout_seconds=600.0,
+                           actor_timeout_seconds=600.0)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-ray-") as folder:
             work = Path(folder)
