@@ -15,7 +15,8 @@
    (and back) by :class:`~bayes_sched.backends.real_cluster.RealCluster`, broken into its parts:
    checkpoint (request -> acknowledgement), stop (-> processes gone), launch (-> the restarted
    client's ``start`` report: interpreter, torch import, process group, restore) and first step
-   (-> its first step done).
+   (-> its first step done); ``--ray``: also with the Ray launcher on a local Ray cluster (one
+   node, 2 logical GPUs), where launch includes the placement group and the actors.
 
     python experiments/bench_client.py [--blocks 12] [--steps 40] [--moves 2] [--script-pairs 6]
 """
@@ -47,24 +48,56 @@ from bayes_sched.client.elastic import ElasticJob
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _model(features: int, hidden: int, classes: int, seed: int) -> nn.Module:
-    torch.manual_seed(seed)
+def _mlp(features: int, hidden: int, classes: int) -> nn.Module:
     return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
                          nn.ReLU(), nn.Linear(hidden, classes))
 
 
-def overhead(hidden: int, local_bsz: int, accum_steps: int, blocks: int, steps: int,
+def _cnn(classes: int) -> nn.Module:
+    """A small CNN for 3 x 32 x 32 images (CIFAR-10's shape): two 3x3 convolutions (32, 64
+    channels) with max-pooling, one linear layer; tens of milliseconds a step of 32 images on
+    one CPU core."""
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 8 * 8, classes))
+
+
+#: Models of the overhead benchmark: name -> (input shape of one example, a maker of the model).
+MODELS: dict[str, tuple[tuple[int, ...], Any]] = {
+    "CNN 3x32x32 conv32-conv64-fc10": ((3, 32, 32), lambda: _cnn(10)),
+    "MLP 128-256-256-10": ((128,), lambda: _mlp(128, 256, 10)),
+    "MLP 128-1024-1024-10": ((128,), lambda: _mlp(128, 1024, 10)),
+    "trivial (Linear 8-2)": ((8,), lambda: nn.Linear(8, 2)),
+}
+
+
+def bootstrap_median(values: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
+    """Median of ``values`` and its 90 % bootstrap interval (2000 resamples, seeded)."""
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(values, (2000, values.size)), axis=1)
+    low, high = np.quantile(medians, [0.05, 0.95])
+    return float(np.median(values)), float(low), float(high)
+
+
+def overhead(model_name: str, local_bsz: int, accum_steps: int, blocks: int, steps: int,
              seed: int = 0) -> dict[str, Any]:
-    """Median seconds per optimiser step, plain loop vs client, in alternating blocks."""
-    features, classes = 128, 10
+    """Seconds per optimiser step, plain loop vs client, in interleaved blocks of ``steps``
+    steps (plain, client, client, plain, ...: ABBA, so neither always runs first) in one
+    process; per pair of blocks the ratio client/plain (wall-clock, and the process's CPU time,
+    which a loaded machine's waiting for a core does not inflate) and the CPU time the client
+    adds per step, and their medians over pairs with a 90 % bootstrap interval."""
+    shape, make = MODELS[model_name]
+    classes = 10 if len(shape) > 1 or shape[0] > 8 else 2
     generator = torch.Generator().manual_seed(seed)
     examples = local_bsz * (accum_steps + 1) * steps * 4
-    dataset = TensorDataset(torch.randn(examples, features, generator=generator),
+    dataset = TensorDataset(torch.randn(examples, *shape, generator=generator),
                             torch.randint(classes, (examples,), generator=generator))
     loss_fn = nn.CrossEntropyLoss()
-    plain_model = _model(features, hidden, classes, seed)
+    torch.manual_seed(seed)
+    plain_model = make()
+    torch.manual_seed(seed)
+    client_model = make()
     plain_opt = torch.optim.SGD(plain_model.parameters(), lr=0.01, momentum=0.9)
-    client_model = _model(features, hidden, classes, seed)
     client_opt = torch.optim.SGD(client_model.parameters(), lr=0.01, momentum=0.9)
     with tempfile.TemporaryDirectory() as job_dir:
         os.environ[protocol.ENV_JOB_DIR] = job_dir
@@ -74,12 +107,13 @@ def overhead(hidden: int, local_bsz: int, accum_steps: int, blocks: int, steps: 
                          seed=seed, report_interval=2.0)
         batches = job.micro_batches()
         order = torch.randperm(examples, generator=generator)
-        plain_times: list[float] = []
-        client_times: list[float] = []
+        plain_times: list[tuple[float, float]] = []
+        client_times: list[tuple[float, float]] = []
         position = 0
-        def plain_block() -> float:
+
+        def plain_block() -> tuple[float, float]:
             nonlocal position
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for _ in range(steps):  # the plain loop: same micro-batches, same accumulation
                 for _ in range(accum_steps + 1):
                     index = order[position:position + local_bsz]
@@ -89,16 +123,20 @@ def overhead(hidden: int, local_bsz: int, accum_steps: int, blocks: int, steps: 
                     loss.backward()
                 plain_opt.step()
                 plain_opt.zero_grad(set_to_none=True)
-            return (time.perf_counter() - start) / steps
+            return ((time.perf_counter() - start) / steps,
+                    (time.process_time() - cpu) / steps)
 
-        def client_block() -> float:
-            start = time.perf_counter()
+        def client_block() -> tuple[float, float]:
+            start, cpu = time.perf_counter(), time.process_time()
             for _ in range(steps * (accum_steps + 1)):
                 inputs, labels = next(batches)
                 job.step(loss_fn(job.model(inputs), labels))
-            return (time.perf_counter() - start) / steps
+            return ((time.perf_counter() - start) / steps,
+                    (time.process_time() - cpu) / steps)
 
-        for block in range(blocks):  # ABBA order: neither loop always runs first
+        plain_block(), client_block()  # warm-up (allocator, the client's first steps)
+        load_before = os.getloadavg()[0]
+        for block in range(blocks):
             if block % 2 == 0:
                 plain_times.append(plain_block())
                 client_times.append(client_block())
@@ -107,12 +145,18 @@ def overhead(hidden: int, local_bsz: int, accum_steps: int, blocks: int, steps: 
                 plain_times.append(plain_block())
         del os.environ[protocol.ENV_JOB_DIR]
         reports = protocol.read_reports(job_dir)[0]
-    plain, client = statistics.median(plain_times), statistics.median(client_times)
-    return {"model": f"MLP {features}-{hidden}-{hidden}-{classes}",
-            "micro_batch": local_bsz, "accum_steps": accum_steps,
-            "plain_ms": plain * 1e3, "client_ms": client * 1e3, "ratio": client / plain,
-            "ratio_best_blocks": min(client_times) / min(plain_times),
-            "reports": len(reports)}
+    plain, client = np.array(plain_times), np.array(client_times)  # (blocks, wall | cpu)
+    ratio, low, high = bootstrap_median(client[:, 0] / plain[:, 0], seed)
+    cpu_ratio, cpu_low, cpu_high = bootstrap_median(client[:, 1] / plain[:, 1], seed)
+    extra, extra_low, extra_high = bootstrap_median((client[:, 1] - plain[:, 1]) * 1e6, seed)
+    return {"model": model_name, "micro_batch": local_bsz, "accum_steps": accum_steps,
+            "plain_ms": float(np.median(plain[:, 0])) * 1e3,
+            "client_ms": float(np.median(client[:, 0])) * 1e3,
+            "wall_ratio": ratio, "wall_90": f"[{low:.3f}, {high:.3f}]",
+            "cpu_ratio": cpu_ratio, "cpu_90": f"[{cpu_low:.3f}, {cpu_high:.3f}]",
+            "extra_cpu_us": extra, "extra_90": f"[{extra_low:.0f}, {extra_high:.0f}]",
+            "pairs": blocks, "reports": len(reports),
+            "load": f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"}
 
 
 #: Sizes of the example script timed by :func:`script_overhead`: its defaults, and a wider MLP
@@ -150,14 +194,9 @@ def script_overhead(pairs: int, name: str, size: tuple[str, ...], local_bsz: int
                 seconds[mode].append(timing["train_seconds"])
                 cpu[mode].append(timing["cpu_seconds"])
                 steps = timing["steps"]
-    rng = np.random.default_rng(seed)
-
     def ratio(times: dict[str, list[float]]) -> tuple[float, float, float]:
         """Median client/plain ratio over pairs, and its 90 % bootstrap interval."""
-        ratios = np.array(times["client"]) / np.array(times["plain"])
-        medians = np.median(rng.choice(ratios, (2000, ratios.size)), axis=1)
-        low, high = np.quantile(medians, [0.05, 0.95])
-        return float(np.median(ratios)), float(low), float(high)
+        return bootstrap_median(np.array(times["client"]) / np.array(times["plain"]), seed)
 
     wall, wall_low, wall_high = ratio(seconds)
     cpu_ratio, cpu_low, cpu_high = ratio(cpu)
@@ -169,11 +208,32 @@ def script_overhead(pairs: int, name: str, size: tuple[str, ...], local_bsz: int
             "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
-def reallocation_latency(moves: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Parts of the reallocation latency of a tiny job moved between 1 and 2 logical GPUs."""
+def _local_ray_launcher() -> tuple[Any, Any]:
+    """A Ray launcher on a local Ray cluster of one node with 2 logical GPUs (what the Ray
+    backend's tests use), and the cluster to shut down."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
+                                                              os.environ.get("PYTHONPATH")]))
+    from ray.cluster_utils import Cluster
+
+    from bayes_sched.backends.ray_launcher import RayLauncher
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "num_gpus": 2, "object_store_memory": 80 * 2**20,
+        "include_dashboard": False})
+    return RayLauncher(cluster.address), cluster
+
+
+def reallocation_latency(moves: int, seed: int = 0, ray: bool = False) -> list[dict[str, Any]]:
+    """Parts of the reallocation latency of a tiny job moved between 1 and 2 logical GPUs, on
+    this machine's local launcher or (``ray``) a local Ray cluster's."""
     events: list[tuple[float, str, int]] = []
+    ray_cluster = None
     with tempfile.TemporaryDirectory() as root:
-        launcher = LocalLauncher(2)
+        if ray:
+            launcher, ray_cluster = _local_ray_launcher()
+        else:
+            launcher = LocalLauncher(2)
         cluster = RealCluster(launcher, root, RealClusterConfig(poll_interval=0.02))
 
         def on_change() -> None:
@@ -207,7 +267,8 @@ def reallocation_latency(moves: int, seed: int = 0) -> list[dict[str, Any]]:
                 start = next(r for r in new if r["kind"] == "start")
                 step = next(r["time"] for r in new if r["kind"] == "progress"
                             and r["time"] > start["time"] and r["step"] > start["step"])
-                rows.append({"move": f"{move % 2 + 1} -> {(move + 1) % 2 + 1} GPUs",
+                rows.append({"backend": "ray" if ray else "local",
+                             "move": f"{move % 2 + 1} -> {(move + 1) % 2 + 1} GPUs",
                              "checkpoint_s": ack - requested, "stop_s": stopped - ack,
                              "launch_s": start["time"] - started,
                              "first_step_s": step - start["time"],
@@ -216,6 +277,11 @@ def reallocation_latency(moves: int, seed: int = 0) -> list[dict[str, Any]]:
                                  r["step"] for r in new if r["kind"] == "checkpoint") else 1})
         finally:
             launcher.close()
+            if ray_cluster is not None:
+                import ray as ray_module
+
+                ray_module.shutdown()
+                ray_cluster.shutdown()
     return rows
 
 
@@ -250,22 +316,34 @@ def main() -> None:
     parser.add_argument("--skip-overhead", action="store_true", help="time reallocations only")
     parser.add_argument("--script-pairs", type=int, default=0,
                         help="pairs of example-script runs timed, client vs plain (0: skip)")
+    parser.add_argument("--ray", action="store_true",
+                        help="time the reallocations on a local Ray cluster's launcher too")
     parser.add_argument("--moves", type=int, default=2,
                         help="reallocations timed (0: skip the latency part)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if not args.skip_overhead:
-        rows = [overhead(hidden, bsz, accum, args.blocks, args.steps)
-                for hidden, bsz, accum in ((256, 32, 0), (256, 32, 1), (1024, 64, 1))]
-        _print(rows, "Client overhead per optimiser step (one process, alternating blocks; "
-                     "target ratio <= 1.02)")
+        cases = [(name, bsz, accum, steps) for name, bsz, accum, steps in (
+            ("CNN 3x32x32 conv32-conv64-fc10", 32, 0, 1), ("CNN 3x32x32 conv32-conv64-fc10", 16, 1, 1),
+            ("MLP 128-256-256-10", 32, 0, 10), ("MLP 128-256-256-10", 32, 1, 10),
+            ("MLP 128-1024-1024-10", 64, 1, 1),
+            ("trivial (Linear 8-2)", 4, 0, 100), ("trivial (Linear 8-2)", 4, 1, 100))]
+        rows = [overhead(name, bsz, accum, args.blocks, max(1, args.steps * scale))
+                for name, bsz, accum, scale in cases]
+        _print(rows, "Client overhead per optimiser step (one process, interleaved blocks, "
+                     "median over block pairs [90 % bootstrap]; target ratio <= 1.02). "
+                     "extra_cpu_us: the client's CPU time per step beyond the plain loop's; on "
+                     "the trivial model that is its fixed cost, and 2 % holds for steps longer "
+                     "than 50 times it")
     if args.script_pairs:
         _print([script_overhead(args.script_pairs, name, size) for name, size in SCRIPT_SIZES],
                "Client overhead of examples/train_tiny.py (separate processes, ABBA pairs; "
                "target ratio <= 1.02)")
     if args.moves:
-        _print(reallocation_latency(args.moves), "Reallocation latency, local launcher "
-                                                 "(seconds; request -> stepping again)")
+        rows = reallocation_latency(args.moves)
+        if args.ray:
+            rows += reallocation_latency(args.moves, ray=True)
+        _print(rows, "Reallocation latency (seconds; request -> stepping again)")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from bayes_sched.backends.ray_session import probe_address
 from bayes_sched.client.protocol import replica_log_path
 from bayes_sched.errors import AllocationError, InputError
 from tests.cli_inprocess import run_cli
+from tests.real_jobs import local_ray_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Keep Ray light and on loopback (this machine's address is not Ray's to use in tests); Ray
@@ -72,25 +73,13 @@ while True:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(ROOT)  # the actors and tasks import bayes_sched
     common = {"num_cpus": 1, "object_store_memory": SMALL_STORE}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **common, "num_gpus": 2, "resources": {"accelerator_type:V100": 1},
-        "include_dashboard": False, "_system_config": FAST_HEALTH})
-    cluster.add_node(**common, num_gpus=2, labels={"ray.io/accelerator-type": "A100-80G"})
-    cluster.add_node(**common, num_gpus=2)
-    try:
+    with local_ray_cluster(
+            {**common, "num_gpus": 2, "resources": {"accelerator_type:V100": 1},
+             "_system_config": FAST_HEALTH},
+            [{**common, "num_gpus": 2, "labels": {"ray.io/accelerator-type": "A100-80G"}},
+             {**common, "num_gpus": 2}]) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 @pytest.fixture(scope="module")
@@ -558,3 +547,181 @@ def test_a_training_job_on_a_removed_node_resumes_from_its_checkpoint_elsewhere(
     assert starts[2]["restored"] and starts[2]["step"] >= acked[-1]["step"] > 0
     assert reports[-1]["kind"] == "exit" and reports[-1]["epochs"] == 2.0
     assert {r["num_replicas"] for r in reports if r["kind"] == "step"} == {1, 2}
+
+
+#: A scheduler's stand-in: starts two jobs through the Ray launcher, prints the handle of the
+#: first (recorded) but not of the second (killed before its record was saved), and waits to be
+#: killed.
+DRIVER = """\
+import json, sys, time
+from bayes_sched.backends.launcher import LaunchSpec
+from bayes_sched.backends.ray_launcher import RayLauncher
+launcher = RayLauncher(sys.argv[1], placement_timeout_seconds=20.0)
+recorded, unrecorded = (launcher.start(LaunchSpec(**spec)) for spec in json.loads(sys.argv[2]))
+print(json.dumps(recorded.handle()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_schedulers_jobs_run_on_and_are_reattached_unrecorded_ones_released(
+        cluster: Any, launcher: RayLauncher, script: Path, tmp_path: Path) -> None:
+    """A driver (a scheduler) starts two jobs and is SIGKILLed: their detached actors and
+    placement groups, and so their processes, run on. A new launcher reattaches to the recorded
+    job by its handle (the same processes: same PIDs, no new start), releases the unrecorded
+    one (it would run twice), and stops the reattached one as any other; a handle whose actors
+    are gone reports the job lost with its node (restarted from its checkpoint, not a failure)."""
+    import subprocess
+
+    specs = [dataclasses.asdict(_spec(launcher, script, tmp_path / name, counts, name=name))
+             for name, counts in (("kept", {"v100": 1, "a100": 1}), ("stray", {"v100": 1}))]
+    env = {**os.environ, **RAY_ENV}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, cluster.address, json.dumps(specs)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout is not None
+        handle = json.loads(driver.stdout.readline() or "null")
+        assert handle is not None, driver.stderr.read() if driver.stderr else ""
+        kept, stray = _envs(tmp_path / "kept", 2), _envs(tmp_path / "stray", 1)
+    finally:
+        driver.kill()
+        driver.wait()
+    time.sleep(2.0)  # Ray would have killed a dead driver's non-detached actors by now
+    assert all(_alive(e["pid"]) for e in kept + stray)
+    assert len(_live_groups()) == 3
+
+    spec = LaunchSpec(**{**specs[0], "gpus_per_node": tuple(specs[0]["gpus_per_node"]),
+                         "argv": tuple(specs[0]["argv"])})
+    job = launcher.reattach(spec, handle)
+    assert job is not None and job.poll() is None
+    released = launcher.release_strays([str(tmp_path / "kept"), str(tmp_path / "stray")])
+    assert len(released) == 2 and all("rank" in n or "node" in n for n in released)
+    _wait_for(lambda: not _alive(stray[0]["pid"]), 15, "the unrecorded start is released")
+    assert all(_alive(e["pid"]) for e in kept) and len(_live_groups()) == 2
+    assert not (tmp_path / "kept" / "env-0.json.tmp").exists()
+    assert sorted(p.name for p in (tmp_path / "kept").glob("env-*.json")) == [
+        "env-0.json", "env-1.json"]  # no replica started again
+    assert job.stop(grace_seconds=10.0).returncode == 0  # the actors still own the processes
+    assert all((tmp_path / "kept" / f"term-{r}").exists() for r in range(2))
+    assert not any(_alive(e["pid"]) for e in kept) and _live_groups() == []
+
+    gone = launcher.reattach(spec, handle)  # its actors were killed with the stop
+    assert gone is not None
+    status = gone.poll()
+    assert status is not None and status.node_lost and status.returncode == NODE_LOST_RETURNCODE
+    assert "was gone when the scheduler restarted" in status.log_tail
+
+
+def _serve_on_ray(cluster: Any, state: Path, log: Path, *options: str) -> Any:
+    import subprocess
+
+    command = [sys.executable, "-m", "bayes_sched", "serve", "--backend", "ray",
+               "--ray-address", cluster.address, "--state", str(state), "--interval", "1",
+               "--checkpoint-timeout", "30", "--stop-grace", "20", "--report-timeout", "60",
+               "--exit-when-idle", "--max-rounds", "300", *options]
+    with log.open("ab") as stream:
+        return subprocess.Popen(command, env={**os.environ, **RAY_ENV}, stdout=stream,
+                                stderr=subprocess.STDOUT)
+
+
+def _named_actors() -> list[str]:
+    from ray.util import list_named_actors
+
+    return [a["name"] for a in list_named_actors(all_namespaces=True)
+            if a["namespace"] == "bayes-sched"]
+
+
+@pytest.mark.slow  # a serve process started twice and a PyTorch job: 40-80 s on 2 cores
+def test_serve_on_ray_sigkilled_and_restarted_reattaches_and_runs_nothing_twice(
+        cluster: Any, launcher: RayLauncher, tmp_path: Path) -> None:
+    """``bayes-sched serve --backend ray`` is SIGKILLed while a tiny PyTorch job trains, and
+    started again over the same state: the job is still known, its processes (detached Ray
+    actors) ran on meanwhile, the new scheduler reattaches to them (the same attempt, the same
+    process: one start report, step counters that only grow), and the job finishes, with no
+    failure and no restart."""
+    from bayes_sched.service.state import StateStore
+
+    state, log = tmp_path / "state", tmp_path / "serve.log"
+    job = tmp_path / "tiny.toml"
+    job.write_text(f'name = "tiny"\nscript = "{ROOT / "examples" / "train_tiny.py"}"\n'
+                   'args = ["--examples", "8192", "--step-sleep", "0.04", '
+                   '"--report-interval", "0.3"]\ninit_batch_size = 32\nmax_batch_size = 256\n'
+                   'max_local_bsz = 64\ntarget_epochs = 2\n')
+    assert run_cli("submit", str(job), "--state", str(state)).returncode == 0
+    server = _serve_on_ray(cluster, state, log, "--policy", "fifo")
+    store = StateStore(state, create=False)
+    try:
+        def training() -> bool:
+            assert server.poll() is None, log.read_text()[-3000:]
+            record = store.jobs()[0]["record"]
+            return bool(record) and record["status"] == "running" and record["progress"] > 0
+        _wait_for(training, 120, "the job trains under the first scheduler")
+        server.kill()
+        server.wait()
+        killed_at = time.time()
+        before = store.jobs()[0]["record"]
+        reports = read_reports_of(state / "jobs" / "tiny")
+        (start,) = [r for r in reports if r["kind"] == "start"]
+        assert _alive(start["pid"])
+        time.sleep(2.0)  # a non-detached actor would be dead by now, and its process with it
+        assert _alive(start["pid"])
+        server = _serve_on_ray(cluster, state, log, "--policy", "fifo")
+        assert server.wait(timeout=180) == 0, log.read_text()[-3000:]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert "reattached to tiny" in log.read_text()
+    (job_row,) = store.jobs()
+    record = job_row["record"]
+    assert job_row["status"] == "done", record["reason"]
+    assert record["attempt"] == before["attempt"] == 1
+    assert record["failures"] == 0 and record["num_restarts"] == 0
+    reports = read_reports_of(state / "jobs" / "tiny")
+    assert [(r["attempt"], r["pid"]) for r in reports if r["kind"] == "start"] == [
+        (0, start["pid"])]  # nothing started again
+    steps = [r["step"] for r in reports if r["kind"] == "progress"]
+    assert steps == sorted(steps)  # no step ran twice: the counter never went back
+    assert any(r["kind"] == "progress" and r["time"] > killed_at for r in reports)
+    assert [r["status"] for r in reports if r["kind"] == "exit"] == ["done"]
+    assert reports[-1]["epochs"] == 2.0
+    _wait_for(lambda: _live_groups() == [] and _named_actors() == [], 15,
+              "the finished job's actors and groups are released")
+
+
+def read_reports_of(job_dir: Path) -> list[dict[str, Any]]:
+    from bayes_sched.client.protocol import read_reports
+
+    return read_reports(job_dir)[0]
+
+
+def test_counters_are_keyed_by_ray_node_ids(launcher: RayLauncher, tmp_path: Path) -> None:
+    """Two nodes' counters stores: one collector recorded its Ray node id (``collect --node``),
+    the other the machine's host name, which every logical node of this cluster shares. The
+    cluster state's counters name the first by its Ray node id, as the cluster's nodes are
+    named; the ambiguous host name is kept as recorded and noted, never guessed."""
+    import numpy as np
+
+    from bayes_sched.backends.counters_feed import CountersFeed
+    from bayes_sched.backends.real_cluster import RealCluster
+    from counters import schema
+    from counters.store import write_store
+
+    launcher.cluster_spec()
+    aliases = launcher.node_aliases()
+    hostnames = {n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]}
+    assert all(aliases[node] == node for node in launcher.node_ids)
+    assert not hostnames & set(aliases)  # shared by three nodes: no alias
+    node = launcher.node_ids[1]
+    (host,) = hostnames
+    seconds = time.time() - 5 + np.arange(6.0)
+    for name, recorded in (("first", node), ("second", host)):
+        write_store(schema.build(seconds, recorded, {"cpu_user": np.linspace(0, 1, 6)}),
+                    tmp_path / "counters" / name)
+    real = RealCluster(launcher, tmp_path / "jobs",
+                       counters=CountersFeed(tmp_path / "counters", window_seconds=60))
+    real.advance(0.0)
+    counters = real.state.counters
+    assert counters is not None
+    assert counters[schema.NODE].values.tolist() == [node, host]
+    assert real.counters is not None and f"node(s) {host} match no node" in \
+        real.counters.problems[-1]

@@ -54,17 +54,20 @@ def test_counters_of_real_collectors_reach_the_cluster_state_each_round(tmp_path
     """Two real collector runs (procfs, as two nodes) write their stores under one directory;
     each round the backend reads the latest window of both, aligned onto one grid, into the
     state the policy sees. A store that cannot be read is left out with a note, never an error."""
+    import socket
+
     import numpy as np
 
     from bayes_sched.backends.counters_feed import CountersFeed
     from counters import schema
 
     stores = tmp_path / "counters"
+    here = socket.gethostname()  # what a collector on this machine records by default
     runs = [subprocess.Popen(
         [sys.executable, "-m", "bayes_sched", "collect", "--sources", "procfs", "--interval",
-         "0.1", "--samples", "6", "--out", str(stores / node), "--node", node, "--quiet"],
+         "0.1", "--samples", "6", "--out", str(stores / store), "--node", node, "--quiet"],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
-        for node in ("node-a", "node-b")]
+        for store, node in (("node-a", here), ("node-b", "node-b"))]
     for run in runs:
         assert run.wait(timeout=120) == 0, run.stderr.read() if run.stderr else ""
     (stores / "not-a-store").mkdir()
@@ -74,7 +77,12 @@ def test_counters_of_real_collectors_reach_the_cluster_state_each_round(tmp_path
     cluster.advance(0.0)
     counters = cluster.state.counters
     assert counters is not None
-    assert sorted(counters[schema.NODE].values.tolist()) == ["node-a", "node-b"]
+    # Keyed as the cluster's nodes are: this machine's host name is the local node; a name
+    # that matches no node is kept, and noted.
+    assert counters[schema.NODE].values.tolist() == ["local", "node-b"]
+    assert cluster.node_ids == ("local",)
+    assert cluster.counters is not None and "node(s) node-b match no node" in \
+        cluster.counters.problems[-1]
     seconds = schema.time_to_seconds(counters[schema.TIME].values)
     assert 1 <= seconds.size <= 4 and np.all(np.diff(seconds) > 0)  # the newest 0.25 s
     assert abs(time.time() - seconds[-1]) < 300  # wall-clock time (cluster time 0 is its epoch)
@@ -85,8 +93,9 @@ def test_counters_of_real_collectors_reach_the_cluster_state_each_round(tmp_path
     (stores / "node-b" / "bayes-sched-store.json").write_text("{")
     cluster.advance(0.0)
     counters = cluster.state.counters
-    assert counters is not None and counters[schema.NODE].values.tolist() == ["node-a"]
+    assert counters is not None and counters[schema.NODE].values.tolist() == ["local"]
     assert cluster.counters is not None and "node-b" in cluster.counters.problems[-1]
+    assert "left out this round" in cluster.counters.problems[-1]
 
 
 def test_serve_refuses_a_counters_flag_that_names_no_directory(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ with a warning, never an error: counters inform the policy, they must not stop t
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -63,10 +64,13 @@ class CountersFeed:
             return [self.root]
         return sorted(p for p in self.root.iterdir() if is_store(p))
 
-    def read(self) -> xr.Dataset | None:
+    def read(self, aliases: Mapping[str, str] | None = None) -> xr.Dataset | None:
         """The newest ``window_seconds`` of every readable store, several nodes aligned onto
         one grid (the coarsest median sample interval among them); ``None`` where no store
-        holds samples yet."""
+        holds samples yet. ``aliases`` (the launcher's :meth:`node_aliases
+        <bayes_sched.backends.launcher.Launcher.node_aliases>`) renames the ``node``
+        coordinate from the names the collectors recorded (host names) to the cluster's node
+        ids, so the counters are keyed as the cluster's nodes are (:func:`name_nodes`)."""
         windows = []
         for store in self.stores():
             try:
@@ -74,13 +78,21 @@ class CountersFeed:
             except CountersError as error:
                 self._note(f"counters store left out this round: {error}")
         if len(windows) <= 1:
-            return windows[0] if windows else None
-        interval = max(_median_interval(w) for w in windows)
-        try:
-            return align(windows, interval)
-        except CountersError as error:
-            self._note(f"counters of {len(windows)} stores not aligned this round: {error}")
-            return None
+            merged = windows[0] if windows else None
+        else:
+            interval = max(_median_interval(w) for w in windows)
+            try:
+                merged = align(windows, interval)
+            except CountersError as error:
+                self._note(f"counters of {len(windows)} stores not aligned this round: {error}")
+                return None
+        if merged is None or aliases is None:
+            return merged
+        named, unknown = name_nodes(merged, aliases)
+        if unknown:
+            self._note(f"counters of node(s) {', '.join(unknown)} match no node of the cluster "
+                       "(expected a node's host name, address or id: collect --node)")
+        return named
 
     def _window(self, store: Path) -> xr.Dataset:
         with reading(store):
@@ -94,6 +106,22 @@ class CountersFeed:
         LOG.warning("%s", problem)
         self.problems.append(problem)
         del self.problems[:-20]  # the latest few, for status
+
+
+def name_nodes(ds: xr.Dataset, aliases: Mapping[str, str]) -> tuple[xr.Dataset, list[str]]:
+    """``ds`` with its ``node`` coordinate mapped through ``aliases`` (recorded name -> the
+    cluster's node id), and the recorded names that match none (kept as they are). Two names
+    that map to one node (two collectors on it) keep their recorded names, and count as
+    unmatched."""
+    names = [str(n) for n in ds[schema.NODE].values.tolist()]
+    mapped = [aliases.get(name, name) for name in names]
+    taken = list(mapped)
+    unknown = []
+    for i, (name, target) in enumerate(zip(names, mapped, strict=True)):
+        if name not in aliases or taken.count(target) > 1:
+            mapped[i] = name
+            unknown.append(name)
+    return ds.assign_coords({schema.NODE: np.asarray(mapped, dtype=str)}), unknown
 
 
 def _median_interval(ds: xr.Dataset) -> float:

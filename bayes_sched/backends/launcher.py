@@ -55,7 +55,8 @@ class ExitStatus:
     succeeded; negative: killed by that signal, as :mod:`subprocess` reports it; ``None``: not
     known, for processes a launcher reattached to and so cannot wait for: the job's ``exit``
     report tells), the end of that replica's log, and whether it ended because its node left
-    the cluster (``node_lost``: not the job's failure; it restarts elsewhere)."""
+    the cluster, or its workers were gone when a restarted scheduler reattached (``node_lost``:
+    not the job's failure; it restarts from its checkpoint, elsewhere where need be)."""
 
     returncode: int | None
     log_tail: str = ""
@@ -95,6 +96,12 @@ class Launcher(Protocol):
         node's while it lives: how an allocation follows its nodes when the spec changes."""
         ...
 
+    def node_aliases(self) -> dict[str, str]:
+        """Names a node of the last :meth:`cluster_spec` is known by elsewhere (its host name,
+        its address; as a node's collector records itself in its counters) -> its id in
+        :attr:`node_ids`; each id maps to itself. A name several nodes share is left out."""
+        ...
+
     def start(self, spec: LaunchSpec) -> JobProcesses:
         """Start one process per GPU of ``spec.gpus_per_node``; raises
         :class:`~bayes_sched.errors.AllocationError` (starting nothing) where the GPUs are not
@@ -111,7 +118,15 @@ class Launcher(Protocol):
     def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> JobProcesses | None:
         """The processes of ``spec`` that a previous scheduler started (``handle`` is their
         :meth:`JobProcesses.handle`), now held by this launcher, or ``None`` where none of them
-        runs any more (a process whose ID was reused by another is not one of them)."""
+        runs any more (a process whose ID was reused by another is not one of them). A launcher
+        that can tell its workers vanished (Ray: the actors are gone) returns processes whose
+        first poll reports them ``node_lost`` instead, so no failure is counted."""
+        ...
+
+    def release_strays(self, job_dirs: Sequence[str]) -> list[str]:
+        """Release what runs for the jobs of ``job_dirs`` that this launcher does not hold (a
+        start a killed scheduler made but had not recorded), after every recorded start was
+        reattached; returns what it released (names, for the log)."""
         ...
 
     def close(self) -> None:

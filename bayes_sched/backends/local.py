@@ -280,6 +280,16 @@ class LocalLauncher:
         self._started.append(processes)
         return processes
 
+    def node_aliases(self) -> dict[str, str]:
+        """This machine's host name (what its collector records by default) -> its node."""
+        return {socket.gethostname(): LOCAL_NODE_ID, LOCAL_NODE_ID: LOCAL_NODE_ID}
+
+    def release_strays(self, job_dirs: Sequence[str]) -> list[str]:
+        """Nothing: an unrecorded start's processes are not found by this launcher (their PIDs
+        were never saved)."""
+        del job_dirs
+        return []
+
     def close(self) -> None:
         for processes in self._started:
             processes.stop(5.0)

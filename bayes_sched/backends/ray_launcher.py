@@ -23,6 +23,14 @@ One start (:meth:`RayLauncher.start`):
    :func:`~bayes_sched.client.protocol.replica_log_path`. The process dies with its actor
    (``PR_SET_PDEATHSIG``), so a lost actor leaves no stray process.
 
+The actors and placement groups are detached and named (:data:`RAY_NAMESPACE`; names start with
+:func:`job_prefix` of the job directory), so a job's processes outlive the scheduler that started
+them (the Ray cluster is not the scheduler's: ``serve`` connects to it by address). A killed and
+restarted scheduler finds them by the names its state recorded (:meth:`RayLauncher.reattach`):
+the same processes run on, and their actors, still their parents, report how they end. Starts
+the killed scheduler had not recorded are released (:meth:`RayLauncher.release_strays`), so no
+job runs twice.
+
 :meth:`RayJobProcesses.stop` sends SIGTERM (the client checkpoints), waits, SIGKILLs the process
 group, then kills the actors and removes the placement groups. A node that leaves the cluster:
 its actors die, :meth:`RayJobProcesses.poll` reports the job failed (returncode
@@ -35,10 +43,14 @@ relative to the others while it lives; a new node comes last.
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import secrets
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.backends.launcher import ExitStatus, JobProcesses, Launcher, LaunchSpec, rank_layout
@@ -54,6 +66,8 @@ from bayes_sched.cluster_spec import (
 )
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.gpu_types import GPU_TYPES, gpu_type
+
+LOG = logging.getLogger(__name__)
 
 #: GPU type of a node whose Ray resources name no accelerator type.
 DEFAULT_GPU_TYPE = "t4"
@@ -71,6 +85,25 @@ NODE_LOST_RETURNCODE = -int(signal.SIGKILL)
 
 #: Bytes of a failed replica's log kept in :attr:`ExitStatus.log_tail`.
 LOG_TAIL_BYTES = 4000
+
+#: Ray namespace of the replicas' named, detached actors (whatever namespace the driver has).
+RAY_NAMESPACE = "bayes-sched"
+
+
+def job_prefix(job_dir: str) -> str:
+    """The start of the Ray names of every actor and placement group of the job whose directory
+    is ``job_dir``: unique to that directory (so to one job of one scheduler's state), the same
+    for a restarted scheduler, which finds them by it."""
+    digest = hashlib.sha1(str(Path(job_dir).resolve()).encode()).hexdigest()[:16]
+    return f"bayes-sched:{digest}:"
+
+
+def start_names(spec: LaunchSpec) -> tuple[str, Callable[[int], str], Callable[[int], str]]:
+    """The Ray names of one start of ``spec``: its prefix (:func:`job_prefix` + attempt + a
+    nonce, so no start reuses a name still being released), then the actor name of a rank and
+    the placement group name of a node index."""
+    prefix = f"{job_prefix(spec.job_dir)}a{spec.attempt}:{secrets.token_hex(4)}:"
+    return prefix, (lambda rank: f"{prefix}rank{rank}"), (lambda node: f"{prefix}node{node}")
 
 
 def ray_gpu_type(name: str, aliases: Mapping[str, str] | None = None) -> str | None:
@@ -93,9 +126,11 @@ class _Replica:
     rank: int
     node: int
     node_id: str
-    actor: Any
+    actor: Any  # None: gone when a restarted scheduler looked for it
+    name: str = ""
     returncode: int | None = None
     lost: bool = False
+    gone: bool = False  # lost before this scheduler reattached (its node left, or it was killed)
 
 
 @dataclass
@@ -111,6 +146,7 @@ class RayJobProcesses:
     spec: LaunchSpec
     replicas: list[_Replica]
     placement_groups: list[Any]
+    group_names: list[str]
     failure_grace_seconds: float
     poll_timeout_seconds: float
     timings: dict[str, float] = field(default_factory=dict)
@@ -140,10 +176,14 @@ class RayJobProcesses:
         return self._finish()
 
     def handle(self) -> dict[str, Any]:
-        """Where the replicas ran (node ids by rank), for the record; a Ray start cannot be
-        reattached to (see :meth:`RayLauncher.reattach`)."""
-        return {"backend": "ray", "attempt": self.spec.attempt,
-                "replicas": [{"rank": r.rank, "node_id": r.node_id} for r in self.replicas]}
+        """The names of the replicas' detached actors (by rank, with their nodes) and the ids
+        of the placement groups, by which a restarted scheduler finds them
+        (:meth:`RayLauncher.reattach`)."""
+        return {"backend": "ray", "attempt": self.spec.attempt, "namespace": RAY_NAMESPACE,
+                "replicas": [{"rank": r.rank, "node_id": r.node_id, "actor": r.name}
+                             for r in self.replicas],
+                "groups": [{"id": group.id.hex(), "name": name} for group, name in
+                           zip(self.placement_groups, self.group_names, strict=True)]}
 
     def stop(self, grace_seconds: float) -> ExitStatus:
         """SIGTERM every replica, wait up to ``grace_seconds`` for all to exit, SIGKILL what is
@@ -212,9 +252,13 @@ class RayJobProcesses:
         from ray.util.placement_group import remove_placement_group
 
         for replica in self.replicas:
-            ray.kill(replica.actor, no_restart=True)
+            if replica.actor is not None:
+                ray.kill(replica.actor, no_restart=True)
         for group in self.placement_groups:
-            remove_placement_group(group)
+            try:
+                remove_placement_group(group)
+            except Exception as error:  # removed already (its node left, or by hand)
+                LOG.debug("placement group %s not removed: %s", group.id.hex(), error)
 
     def _finish(self) -> ExitStatus:
         """Record the exit status and release what the job held."""
@@ -225,7 +269,12 @@ class RayJobProcesses:
         else:
             tail = log_tail(replica_log_path(self.spec.job_dir, self.spec.attempt,
                                              failed.rank), LOG_TAIL_BYTES)
-            if failed.lost:
+            if failed.gone:
+                tail += ("\n" if tail else "") + (
+                    f"bayes-sched: replica rank {failed.rank} lost: its Ray actor "
+                    f"{failed.name} was gone when the scheduler restarted (its node "
+                    f"{failed.node_id} left the cluster, or the actor was killed)\n")
+            elif failed.lost:
                 tail += ("\n" if tail else "") + (
                     f"bayes-sched: replica rank {failed.rank} lost: its Ray node "
                     f"{failed.node_id} left the cluster\n")
@@ -282,6 +331,7 @@ class RayLauncher:
         self._order: list[str] = []           # every node id seen, in first-seen order
         self._node_ids: tuple[str, ...] = ()  # the nodes of the last cluster_spec()
         self._addresses: dict[str, str] = {}
+        self._hostnames: dict[str, str] = {}
         self._types: dict[str, str] = {}
         self._jobs: dict[int, RayJobProcesses] = {}
         self._actor_class: Any = None
@@ -314,6 +364,7 @@ class RayLauncher:
             if node_id not in self._order:
                 self._order.append(node_id)
             self._addresses[node_id] = node["NodeManagerAddress"]
+            self._hostnames[node_id] = str(node.get("NodeManagerHostname") or "")
             self._types[node_id] = self._node_gpu_type(node)
             found[node_id] = gpus
         self._node_ids = tuple(n for n in self._order if n in found)
@@ -321,6 +372,19 @@ class RayLauncher:
                       for n in self._node_ids)
         return ClusterSpec(specs, restart_delay=self.restart_delay,
                            round_interval=self.round_interval)
+
+    def node_aliases(self) -> dict[str, str]:
+        """Each node's host name and address (Ray's ``NodeManagerHostname`` and
+        ``NodeManagerAddress``) -> its Ray node id, where no other node of the last
+        :meth:`cluster_spec` shares it (several Ray nodes on one machine do); each id maps to
+        itself. A collector started with ``--node`` set to its Ray node id is always matched."""
+        names: dict[str, set[str]] = {}
+        for node_id in self._node_ids:
+            for name in (self._hostnames.get(node_id), self._addresses.get(node_id)):
+                if name:
+                    names.setdefault(name, set()).add(node_id)
+        aliases = {name: next(iter(ids)) for name, ids in names.items() if len(ids) == 1}
+        return {**aliases, **{node_id: node_id for node_id in self._node_ids}}
 
     def _node_gpu_type(self, node: Mapping[str, Any]) -> str:
         label = (node.get("Labels") or {}).get(ACCELERATOR_LABEL)
@@ -371,6 +435,7 @@ class RayLauncher:
         began = time.perf_counter()
         results: list[RayJobProcesses | AllocationError | None] = [None] * len(specs)
         groups: dict[int, dict[int, Any]] = {}  # spec index -> node index -> its group
+        names = {}  # spec index -> (actor name of a rank, group name of a node)
         for k, spec in enumerate(specs):
             counts = tuple(spec.gpus_per_node)
             if len(counts) != len(self._node_ids) or min(counts, default=0) < 0 \
@@ -380,9 +445,13 @@ class RayLauncher:
                     f"{len(self._node_ids)} counts >= 0 (one per node of the cluster spec), at "
                     "least one GPU")
                 continue
-            # Unnamed: a name would have to be unique across the cluster.
+            # Detached and named: they outlive this driver (a killed scheduler), and the next
+            # one finds them (reattach) or, for a start it had not recorded, releases them.
+            _, actor_name, group_name = start_names(spec)
+            names[k] = (actor_name, group_name)
             groups[k] = {i: placement_group(
-                [{"GPU": 1.0}] * count, strategy="STRICT_PACK",
+                [{"GPU": 1.0}] * count, strategy="STRICT_PACK", name=group_name(i),
+                lifetime="detached",
                 bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]}] * count)
                 for i, count in enumerate(counts) if count > 0}
         refs = {group.ready(): k for k, per_node in groups.items()
@@ -405,7 +474,7 @@ class RayLauncher:
                         f"job {specs[k].job_name}: GPUs ({wanted}) not free within "
                         f"{self.placement_timeout_seconds:g} s; nothing started")
         placed = [k for k in groups if results[k] is None]
-        jobs = {k: self._make_actors(specs[k], groups[k], time.perf_counter() - began)
+        jobs = {k: self._make_actors(specs[k], groups[k], *names[k], time.perf_counter() - began)
                 for k in placed}
         for k, outcome in zip(placed, self._start_processes([jobs[k] for k in placed]),
                               strict=True):
@@ -413,19 +482,23 @@ class RayLauncher:
         return [r for r in results if r is not None]
 
     def _make_actors(self, spec: LaunchSpec, groups: Mapping[int, Any],
+                     actor_name: Callable[[int], str], group_name: Callable[[int], str],
                      placement_seconds: float) -> RayJobProcesses:
-        """One actor per bundle of ``groups`` (node index -> its placement group)."""
+        """One named, detached actor per bundle of ``groups`` (node index -> its placement
+        group): it lives until it is killed, not with this driver."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         if self._actor_class is None:  # made once: Ray exports a class on each ray.remote
             self._actor_class = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0)(ReplicaProcess)
         replicas = [_Replica(rank, node, self._node_ids[node], self._actor_class.options(
+            name=actor_name(rank), namespace=RAY_NAMESPACE, lifetime="detached",
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                groups[node], placement_group_bundle_index=local)).remote())
+                groups[node], placement_group_bundle_index=local)).remote(), actor_name(rank))
             for node, local, rank in rank_layout(spec.gpus_per_node)]
-        return RayJobProcesses(spec, replicas, list(groups.values()), self.failure_grace_seconds,
-                               self.poll_timeout_seconds,
+        return RayJobProcesses(spec, replicas, list(groups.values()),
+                               [group_name(node) for node in groups],
+                               self.failure_grace_seconds, self.poll_timeout_seconds,
                                {"placement_group_ready": placement_seconds},
                                _on_end=self._forget)
 
@@ -500,13 +573,77 @@ class RayLauncher:
                 "MASTER_ADDR": master_address, "MASTER_PORT": str(port),
                 "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids), ENV_RAY_NODE_ID: node_id}
 
-    def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> None:
-        """Always ``None``: a start's actors and placement groups belong to the Ray driver that
-        made them, and Ray kills them (and each actor its subprocess) when that driver ends, also
-        when it is killed. A restarted scheduler's jobs therefore no longer run, and restart from
-        their checkpoints; none runs twice."""
-        del spec, handle
-        return None
+    def reattach(self, spec: LaunchSpec, handle: Mapping[str, Any]) -> RayJobProcesses | None:
+        """The replicas a previous scheduler started (``handle``: their
+        :meth:`RayJobProcesses.handle`), found by their actors' names: the actors and placement
+        groups are detached, so they and each actor's process outlive that scheduler, and the
+        actor, still the process's parent, knows its return code.
+
+        A replica whose actor is gone (its node left while no scheduler ran, or it was killed)
+        counts as lost with its node: the job's first :meth:`RayJobProcesses.poll` stops what
+        is left and reports ``node_lost``, so it restarts from its checkpoint and no failure is
+        counted. ``None`` for a handle that is not a Ray start's (nothing to look up)."""
+        import ray
+        from ray.util.placement_group import PlacementGroup
+
+        if handle.get("backend") != "ray" or "groups" not in handle:
+            return None
+        namespace = str(handle.get("namespace", RAY_NAMESPACE))
+        if not self._node_ids:
+            self.cluster_spec()
+        index = {node: i for i, node in enumerate(self._node_ids)}
+        replicas = []
+        for entry in handle["replicas"]:
+            name = str(entry["actor"])
+            try:
+                actor = ray.get_actor(name, namespace=namespace)
+            except ValueError:  # no live actor of that name
+                actor = None
+            replicas.append(_Replica(int(entry["rank"]), index.get(entry["node_id"], -1),
+                                     str(entry["node_id"]), actor, name, lost=actor is None,
+                                     gone=actor is None))
+        groups = [PlacementGroup(ray.PlacementGroupID.from_hex(g["id"]))
+                  for g in handle["groups"]]
+        job = RayJobProcesses(spec, replicas, groups, [str(g["name"]) for g in handle["groups"]],
+                              self.failure_grace_seconds, self.poll_timeout_seconds,
+                              _on_end=self._forget)
+        self._jobs[id(job)] = job
+        return job
+
+    def release_strays(self, job_dirs: Sequence[str]) -> list[str]:
+        """Kill the actors and remove the placement groups of the jobs in ``job_dirs`` that no
+        job of this launcher holds: those of a start a killed scheduler made but had not
+        recorded (its record still says the job waits), which would otherwise run the job
+        twice. Call it after :meth:`reattach` has taken up every recorded start. Returns the
+        names released."""
+        import ray
+        from ray.util import list_named_actors, placement_group_table
+        from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+        prefixes = tuple(job_prefix(d) for d in job_dirs)
+        if not prefixes:
+            return []
+        held = {name for job in self._jobs.values()
+                for name in [r.name for r in job.replicas] + job.group_names}
+        released = []
+        for entry in list_named_actors(all_namespaces=True):
+            name = entry["name"]
+            if entry["namespace"] == RAY_NAMESPACE and name.startswith(prefixes) \
+                    and name not in held:
+                try:
+                    ray.kill(ray.get_actor(name, namespace=RAY_NAMESPACE), no_restart=True)
+                except ValueError:
+                    continue  # ended meanwhile
+                released.append(name)
+        for group_id, group in placement_group_table().items():
+            name = group.get("name") or ""
+            if group["state"] != "REMOVED" and name.startswith(prefixes) and name not in held:
+                remove_placement_group(PlacementGroup(ray.PlacementGroupID.from_hex(group_id)))
+                released.append(name)
+        if released:
+            LOG.warning("released %d Ray actor(s) and placement group(s) of starts no record "
+                        "holds: %s", len(released), ", ".join(released))
+        return released
 
     def close(self, grace_seconds: float = 10.0) -> None:
         """Stop every job this launcher started (SIGTERM, ``grace_seconds``, SIGKILL), release

@@ -256,7 +256,7 @@ class RealCluster:
             time.sleep(min(self.config.poll_interval, remaining))
         self.refresh_nodes()  # the round's decision sees the nodes there are now
         if self.counters is not None:
-            self.counter_window = self.counters.read()
+            self.counter_window = self.counters.read(self.launcher.node_aliases())
 
     def refresh_nodes(self) -> list[str]:
         """Read the launcher's nodes again: allocations follow their nodes (by node id) into the
@@ -397,6 +397,7 @@ class RealCluster:
                 record.handle = None
                 self._read_reports(record)
                 self._ended(record, None, "")
+        self.launcher.release_strays([str(self.job_dir(name)) for name in self.records])
         self._last_advance = self.now
         return reattached
 

@@ -161,9 +161,11 @@ class ElasticJob:
         self._compute_times: list[float] = []
         self._last_report = time.monotonic()
 
+        self._gain = 1.0
         model.to(self.device)
         self._module = model
         self._restore()
+        self._refresh_gain()
         self._requested = self._acked_request
         self._control_stamp: tuple[int, int] | None = None
         self._read_control()
@@ -299,13 +301,18 @@ class ElasticJob:
 
     @property
     def gain(self) -> float:
-        """AdaScale's gain at the current batch (1 before the first gradient estimate)."""
+        """AdaScale's gain at the current batch (1 before the first gradient estimate); kept
+        from the last change of the batch or the gradient statistics (read every step)."""
+        return self._gain
+
+    def _refresh_gain(self) -> None:
         scale = self.batch_size / self.init_batch_size
         if self._avg_weight == 0.0 or scale == 1.0:
-            return 1.0
+            self._gain = 1.0
+            return
         sqr, var = self.gradient_stats()
         gain = scale_invariant_gain(max(sqr, 0.0), max(var, 0.0), scale)
-        return min(max(gain, 1.0), max(scale, 1.0))
+        self._gain = min(max(gain, 1.0), max(scale, 1.0))
 
     def gradient_stats(self) -> tuple[float, float]:
         """Smoothed ``(grad_sqr, grad_var)`` at the initial batch (0s before the first)."""
@@ -368,6 +375,7 @@ class ElasticJob:
         self._sqr_avg = GRADIENT_DECAY * self._sqr_avg + (1 - GRADIENT_DECAY) * sqr
         self._var_avg = GRADIENT_DECAY * self._var_avg + (1 - GRADIENT_DECAY) * var
         self._avg_weight = GRADIENT_DECAY * self._avg_weight + (1 - GRADIENT_DECAY)
+        self._refresh_gain()
 
     # --- step boundary: control, checkpoints, reports --------------------------------------------
 
@@ -433,6 +441,7 @@ class ElasticJob:
                 self._flush_reports()
             self.local_bsz, self.accum_steps = local_bsz, accum_steps
             self._warmup = WARMUP_STEPS
+            self._refresh_gain()
 
     def _flush_reports(self) -> None:
         """Report the measurements since the last flush, the gradient statistics and progress
@@ -471,7 +480,9 @@ class ElasticJob:
                       "progress": self.progress, "epochs": self.epochs,
                       "examples_per_epoch": self.num_examples, "batch_size": self.batch_size,
                       "lr_gain": self.gain})
-        protocol.append_reports(self.job_dir, lines)
+        # Not fsynced: superseded by the next; what must be durable (checkpoints, start and
+        # exit reports) is written durably.
+        protocol.append_reports(self.job_dir, lines, durable=False)
 
     def _report(self, kind: str, **fields: Any) -> None:
         if self.rank == 0 and self.job_dir is not None:
