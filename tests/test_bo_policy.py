@@ -84,7 +84,7 @@ def _play(policy: BayesOptPolicy, layouts: list[dict[str, list[int]]],
 
 def test_learns_which_applications_hurt_each_other() -> None:
     """CIFAR-10 sharing a node with YOLOv3 delivers 60% of the prediction; sharing with BERT, all
-    of it. Every job also runs alone for a while (its model error). The pair GP must learn a
+    of it. Every job also runs alone for a while (its model error). The pair learner must learn a
     clearly negative effect for (cifar10, yolov3) and about none for (cifar10, bert), and the
     policy's search objective must prefer pairing CIFAR-10 with BERT -- which co-location
     features that ignore the applications cannot tell apart."""
