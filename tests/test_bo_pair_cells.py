@@ -184,3 +184,20 @@ def test_bo_passes_the_clusters_time_origin_to_its_contention_model() -> None:
     views = JobModelEstimator().estimate(cluster, [job_view(agent, "cifar10", 600.0, [1, 0])])
     policy.learn(cluster, views)
     assert recorder.rounds[-1].time_origin == 1_700_000_000.0
+
+
+def test_hyperparameter_fits_run_every_hyper_every_rounds() -> None:
+    """With ``hyper_every=2`` the learner's variances move from the prior's scales on the second
+    fit only (the first conditions on the reports)."""
+    rng = np.random.default_rng(0)
+    pairs = PairResiduals(seed=0, hyper_every=2)
+    names = ["cifar10", "yolov3", "bert", "cifar10"]
+    for _ in range(15):
+        allocation = rng.integers(0, 2, size=(4, 3)) * (rng.random((4, 3)) < 0.5)
+        pairs.observe(allocation, names, [0, 1, 2, 3], list(rng.normal(-0.1, 0.1, 4)))
+    start = PairPrior().log_variances()
+    pairs.fit()
+    np.testing.assert_array_equal(pairs.learner.log_variances, start)
+    pairs.fit()
+    assert pairs.fallback_reason is None
+    assert not np.allclose(pairs.learner.log_variances, start)
