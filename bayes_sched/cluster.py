@@ -55,15 +55,19 @@ class ClusterState:
         now: seconds since the start.
         counters: the counters the cluster collected over its last rounds (a counters dataset,
             :mod:`counters.schema`), ``None`` where none are collected.
+        time_origin: the second on the counters' time axis (seconds since the Unix epoch) that
+            the cluster's time 0 stands for: a real cluster's start (its counters carry
+            wall-clock times), 0 for the simulator (its counters carry cluster times).
     """
 
     spec: ClusterSpec
     now: float
     counters: xr.Dataset | None = field(default=None, compare=False, repr=False)
+    time_origin: float = 0.0
 
     def __init__(self, num_nodes: int | None = None, gpus_per_node: int | None = None,
                  now: float = 0.0, counters: xr.Dataset | None = None, *,
-                 spec: ClusterSpec | None = None) -> None:
+                 spec: ClusterSpec | None = None, time_origin: float = 0.0) -> None:
         if spec is None:
             if num_nodes is None or gpus_per_node is None:
                 raise TypeError("ClusterState needs spec= or num_nodes and gpus_per_node")
@@ -75,6 +79,7 @@ class ClusterState:
         object.__setattr__(self, "spec", spec)
         object.__setattr__(self, "now", float(now))
         object.__setattr__(self, "counters", counters)
+        object.__setattr__(self, "time_origin", float(time_origin))
 
     @property
     def num_nodes(self) -> int:

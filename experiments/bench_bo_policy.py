@@ -34,13 +34,21 @@ Figures (full workloads, 160 jobs, 64 GPUs, ``--processes 1``; bo / Pollux with 
   Pollux's average JCT (0.955 overall): that, not 15%, bounds what avoiding interference gains.
   Against interference-blind Pollux (``--blind``, no avoid rule), workloads 1-3: average 0.853
   0.940 0.964, p99 0.801 0.862 0.962 (blind Pollux over Pollux: 1.192 1.110 1.041).
+* ``--hidden gavel`` with the pair costs from the estimation module's learner (the ``bayes``
+  GP over paired cells of job classes, :mod:`bayes_sched.estimation.pair_cells`), workload 1,
+  first 80 jobs, seeds 0-2 (``--workloads 1 --max-jobs 80 --hidden gavel --seeds 0 1 2``; load
+  30-60 on 2 cores): average JCT / Pollux 1.016 1.004 0.966 (the former BoTorch pair GP on the
+  same runs: 0.997 1.037 1.012), makespan 0.976 1.006 0.996 (1.026 0.976 0.990); rounds with
+  co-located distributed jobs 0 4 5 (6 10 15). Decision time unchanged (same search; median
+  0.69-0.71 s against 0.75-0.80 s at that load, Pollux 0.61-0.78 s); the estimation stage took
+  80-86 s a run against 40-44 s (a learner fit and a belief query every round).
 * ``--hidden none``: workloads 1-8, average 1.011 0.997 1.016 1.007 0.991 1.004 0.999 1.000
   (geometric mean 1.003), p99 1.011 0.989 1.004 1.002 1.002 0.996 0.957 0.996 (0.995).
 * ``--hidden contention``, workloads 1-2: average 1.007 0.989, p99 1.000 1.003 (before: 0.989
   and 0.997 over 1-6). Pollux's JCT under this law equals its JCT without it: its avoid rule
   removes the only contention the law creates (two distributed jobs' gradient traffic on one NIC;
   input pipelines stay far below PCIe and DRAM capacities), so no policy can gain here.
-* decision time: median 0.047 s per round for bo (two genetic searches and the pair GP) against
+* decision time: median 0.047 s per round for bo (two genetic searches and the pair table) against
   about 0.02 s for Pollux, at 64 GPUs; at 1,024 GPUs and 2,000 jobs bo takes 1.17 s per round
   (median of later rounds; 1.85 s first round), from
   ``experiments/bench_sim_speed.py --skip-workload --policies bo``.
@@ -107,38 +115,40 @@ def plot_rounds(rounds: pd.DataFrame, title: str, path: Path) -> Path:
 
 
 def worst_pairs(policy: BayesOptPolicy, count: int = 4) -> str:
-    """The ``count`` most harmful learned (job class, co-runner class) pairs with evidence (posterior
-    std below 60% of the prior's), as ``job<-co-runner:slowdown%`` ("D": distributed)."""
+    """The ``count`` most harmful learned (job class, co-runner class) pairs with reports, as
+    ``job<-co-runner:slowdown%`` ("D": distributed)."""
     pairs = policy.predictor(PairResiduals)
     classes = [f"{app}{flag}" for app in pairs.applications for flag in ("", "D")]
-    prior_std = float(np.sqrt(pairs.prior_covariance()[0, 0])) if classes else 0.0
-    known = np.argwhere(pairs.std < 0.6 * prior_std)
+    seen = pairs.observed()
+    known = np.argwhere(seen[: len(pairs.mean), : len(pairs.mean)])
     ranked = sorted(known, key=lambda ij: pairs.mean[ij[0], ij[1]])[:count]
     return " ".join(f"{classes[i]}<-{classes[j]}:{100 * (1 - np.exp(pairs.mean[i, j])):.0f}%"
                     for i, j in ranked)
 
 
-def run_one(task: tuple[str, float, str, str, int | None]) -> dict[str, object]:
-    workload, interference, hidden_name, variant, max_jobs = task
+def run_one(task: tuple[str, float, str, str, int | None, int]) -> dict[str, object]:
+    workload, interference, hidden_name, variant, max_jobs, seed = task
     warnings.simplefilter("ignore")
     hidden = make_hidden(hidden_name)
     if variant == "bo":
         # The policy is told the nodes' layout (a real cluster's topology file), not the law.
         topology = hidden.topology if isinstance(hidden, ContentionLaw) else None
-        policy = BayesOptPolicy(node_topology=topology)
+        policy = BayesOptPolicy(node_topology=topology, seed=seed, ga=GAConfig(seed=seed))
     else:
         # pollux-seed1: the artifact's Pollux with another search seed, the noise floor of a
         # one-run comparison (a different trajectory, nothing else changed).
         policy = PolluxPolicy(avoid_interference=variant != "pollux-blind",
-                              ga=GAConfig(seed=1 if variant == "pollux-seed1" else 0))
+                              ga=GAConfig(seed=seed + (variant == "pollux-seed1")))
     result = run_simulation(workload, policy,
-                            SimConfig(interference=interference, hidden=hidden),
+                            SimConfig(interference=interference, hidden=hidden, seed=seed),
                             max_jobs=max_jobs)
     row: dict[str, object] = {"workload": workload, "interference": interference,
-                              "hidden": hidden_name,
+                              "hidden": hidden_name, "seed": seed,
                               "policy": variant, **{k: result.summary[k] for k in
-                                                    ("finished", "avg_jct", "p99_jct")},
+                                                    ("finished", "avg_jct", "p99_jct",
+                                                     "makespan")},
                               "decision_median_s": float(np.median(result.decision_seconds)),
+                              "estimate_s": result.estimate_seconds,
                               "wall_s": result.wall_seconds}
     if isinstance(policy, BayesOptPolicy):
         rounds = []
@@ -166,11 +176,14 @@ def main() -> None:
     parser.add_argument("--seed-noise", action="store_true",
                         help="also run Pollux with another search seed (one-run noise floor)")
     parser.add_argument("--max-jobs", type=int, default=None)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0],
+                        help="seeds of the policies' searches and draws and of the simulator")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--report", type=Path, default=Path("bo-report"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    tasks = [(f"workload-{w}", i, h, v, args.max_jobs) for w in args.workloads
+    tasks = [(f"workload-{w}", i, h, v, args.max_jobs, seed) for w in args.workloads
+             for seed in args.seeds
              for i in args.interference for h in args.hidden for v in VARIANTS
              if (v != "pollux-blind" or (args.blind and (i > 0 or h != "none")))
              and (v != "pollux-seed1" or args.seed_noise)]
@@ -186,7 +199,8 @@ def main() -> None:
     for row in rows:
         if "rounds" in row:
             rounds = pd.DataFrame(row.pop("rounds"))
-            name = f"rounds-{row['workload']}-{row['interference']:g}-{row['hidden']}.csv"
+            name = (f"rounds-{row['workload']}-{row['interference']:g}-{row['hidden']}"
+                    f"-seed{row['seed']}.csv")
             rounds.to_csv(args.report / name, index=False)
             plot_rounds(rounds, f"bo on {row['workload']}, hidden {row['hidden']}, "
                         f"interference {row['interference']:g}",
@@ -206,43 +220,48 @@ def main() -> None:
             row["avoid_rule_rounds"] = int(rounds["avoiding_choice"].sum())
             row["pairs_observed"] = int(last["learned_pairs_observed"])
     table = pd.DataFrame(rows)
-    key = ["workload", "interference", "hidden"]
+    key = ["workload", "interference", "hidden", "seed"]
     base = table[table.policy == "pollux"].set_index(key)
-    for stat in ("avg_jct", "p99_jct"):
+    for stat in ("avg_jct", "p99_jct", "makespan"):
         table[f"{stat}_vs_pollux"] = [
-            getattr(row, stat) / base.loc[(row.workload, row.interference, row.hidden), stat]
+            getattr(row, stat) / base.loc[(row.workload, row.interference, row.hidden, row.seed),
+                                          stat]
             for row in table.itertuples()]
     table.to_csv(args.report / "summary.csv", index=False)
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
-    shown = ["workload", "interference", "hidden", "policy", "finished", "avg_jct", "p99_jct",
-             "avg_jct_vs_pollux", "p99_jct_vs_pollux", "decision_median_s"]
+    shown = ["workload", "seed", "interference", "hidden", "policy", "finished", "avg_jct", "p99_jct",
+             "avg_jct_vs_pollux", "p99_jct_vs_pollux", "makespan_vs_pollux",
+             "decision_median_s"]
     print(json.dumps(table.to_dict("records"), default=str) if args.json
           else table[shown].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for (interference, hidden), sub in table.groupby(["interference", "hidden"]):
         for variant in ("pollux-blind", "pollux-seed1", "bo"):
-            for stat in ("avg_jct", "p99_jct"):
+            for stat in ("avg_jct", "p99_jct", "makespan"):
                 ratios = sub[sub.policy == variant][f"{stat}_vs_pollux"]
                 if len(ratios):
                     line = (f"interference {interference:g}, hidden {hidden}: {variant} {stat} / "
                             f"pollux: geometric mean {np.exp(np.mean(np.log(ratios))):.3f} over "
-                            f"{len(ratios)} workloads")
+                            f"{len(ratios)} runs (workloads x seeds)")
                     print(line)
                     lines.append(f"- {line}")
     # What interference costs Pollux (the most any policy can gain by avoiding it).
     plain = table[(table.policy == "pollux") & (table.hidden == "none")
-                  & (table.interference == 0)].set_index("workload")
+                  & (table.interference == 0)].set_index(["workload", "seed"])
     for (interference, hidden), sub in table[table.policy == "pollux"].groupby(
             ["interference", "hidden"]):
         if (interference == 0 and hidden == "none") or plain.empty:
             continue
-        sub = sub[sub.workload.isin(plain.index)]
+        keys = list(zip(sub.workload, sub.seed, strict=True))
+        sub = sub[[k in plain.index for k in keys]]
+        keys = list(zip(sub.workload, sub.seed, strict=True))
         for stat in ("avg_jct", "p99_jct"):
-            ratios = sub[stat].to_numpy() / plain.loc[sub.workload, stat].to_numpy()
+            ratios = sub[stat].to_numpy() / plain.loc[keys, stat].to_numpy()
             if len(ratios):
                 line = (f"interference {interference:g}, hidden {hidden}: pollux {stat} with / "
-                        f"without it: " + " ".join(f"{w.split('-')[-1]}:{r:.3f}" for w, r in
-                                                    zip(sub.workload, ratios, strict=True)))
+                        f"without it: " + " ".join(f"{w.split('-')[-1]}/{s}:{r:.3f}"
+                                                    for (w, s), r in
+                                                    zip(keys, ratios, strict=True)))
                 print(line)
                 lines.append(f"- {line}")
     bo = table[table.policy == "bo"]
@@ -250,10 +269,10 @@ def main() -> None:
                          "pred_log_error_median", "surrogate_std_first_last",
                          "colocated_rounds", "explore_rounds", "avoid_rule_rounds",
                          "pairs_observed", "learned_pairs") if c in bo]
-    print(bo[["workload", "interference", "hidden", *extra]].to_string(index=False,
+    print(bo[["workload", "seed", "interference", "hidden", *extra]].to_string(index=False,
                                                              float_format=lambda v: f"{v:.3g}"))
     lines += ["", "## Per-run surrogate report", "",
-              "```", bo[["workload", "interference", "hidden", *extra]].to_string(index=False),
+              "```", bo[["workload", "seed", "interference", "hidden", *extra]].to_string(index=False),
               "```"]
     (args.report / "report.md").write_text("\n".join(lines) + "\n")
 

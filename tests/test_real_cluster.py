@@ -104,3 +104,9 @@ def test_serve_refuses_a_counters_flag_that_names_no_directory(tmp_path: Path) -
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "--counters" in done.stderr and "not a directory" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "state").exists()
+
+
+def test_the_cluster_state_carries_the_clusters_time_origin(tmp_path: Path) -> None:
+    """Counters carry wall-clock times; the state says which one the cluster's time 0 is."""
+    cluster = RealCluster(LocalLauncher(1), tmp_path / "jobs", epoch=1_700_000_000.0)
+    assert cluster.state.time_origin == 1_700_000_000.0

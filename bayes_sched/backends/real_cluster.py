@@ -195,7 +195,8 @@ class RealCluster:
 
     @property
     def state(self) -> ClusterState:
-        return ClusterState(spec=self.spec, now=self.now, counters=self.counter_window)
+        return ClusterState(spec=self.spec, now=self.now, counters=self.counter_window,
+                            time_origin=self.epoch)
 
     def job_views(self) -> list[JobView]:
         now = self.now

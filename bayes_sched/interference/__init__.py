@@ -2,9 +2,9 @@
 
 Co-location slowdown predictors a scheduler composes share one protocol,
 :class:`~bayes_sched.interference.predictor.SlowdownPredictor` (:mod:`.predictor`), one per module:
-the contention posterior's prior from counters (:mod:`.contention_prior`) and the pair GP learned
-from job progress (:mod:`.pairs`); import them from their modules (importing this package loads
-no BoTorch).
+the contention posterior's prior from counters (:mod:`.contention_prior`) and the pair table
+learned from job progress by the estimation module's throughput learner (:mod:`.pairs`); import
+them from their modules (importing this package loads no BoTorch).
 
 The offline interference model (:mod:`.model`) learns from a pairs table and a solo-features table
 (:mod:`.tables`); Gavel's measured pairs ship with the package (:mod:`.gavel`); :mod:`.evaluation`

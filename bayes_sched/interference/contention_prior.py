@@ -93,7 +93,8 @@ class ContentionPrior:
 
     def learn(self, observation: ColocationRound) -> None:
         """Where the cluster collects counters: remember the round (if time passed) and, every
-        ``every`` such rounds, refit (:meth:`update`). Rounds without counters are ignored."""
+        ``every`` such rounds, refit (:meth:`update`, with the round's time origin: the
+        counters' time axis may be wall-clock). Rounds without counters are ignored."""
         if observation.counters is None:
             return
         if self.topology is None:
@@ -108,7 +109,7 @@ class ContentionPrior:
                 {name: allocation[j] for j, name in enumerate(observation.names)
                  if allocation[j].any()},
                 dict(zip(observation.names, observation.applications, strict=True)))
-        self.update(observation.counters)
+        self.update(observation.counters, origin=observation.time_origin)
 
     def diagnostics(self, allocation: np.ndarray, applications: Sequence[str]
                     ) -> dict[str, float]:

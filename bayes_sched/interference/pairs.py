@@ -1,6 +1,8 @@
-"""Which co-runners cost a job what: a GP over (job class, co-runner class) pairs, a
-:class:`~bayes_sched.interference.predictor.SlowdownPredictor` learned from job progress (the
-``bo`` policy's residual predictor).
+"""Which co-runners cost a job what: the pair table of co-location log slowdowns between job
+classes, a :class:`~bayes_sched.interference.predictor.SlowdownPredictor` learned from job
+progress (the ``bo`` policy's residual predictor), its posterior from the estimation module's
+throughput learner (:mod:`bayes_sched.estimation.pair_cells`; one machinery with the
+time-sharing policies' throughput beliefs).
 
 A job's *class* is its application and whether it is distributed (spans more than one node);
 both are known to any scheduler. On each node a job uses, its co-location log slowdown is modelled
@@ -9,80 +11,77 @@ as additive over its co-runners there,
     log slowdown on node n = sum over co-runners k on n of  w[class(job), class(k)],
 
 and the job goes at the pace of its worst node (a synchronous data-parallel job waits for its
-slowest replica). The table ``w`` (``K x K``, log units, 0 = harmless) has a Gaussian-process prior
-over pairs whose kernel adds a shared level, an effect of the job's class, one of the co-runner's
-class, one of the pair of *applications* (so a distributed and a single-node job of the same pair
-share evidence) and one of the class pair itself::
+slowest replica). The table ``w`` (``K x K``, log units, 0 = harmless) is the learner's
+``log paired(job | co-runner) - log alone(job)``
+(:func:`~bayes_sched.estimation.pair_cells.log_slowdown_table`): its posterior mean and joint
+draws.
 
-    k((a, b), (a', b')) = s_level^2 + s_own^2 [a = a'] + s_other^2 [b = b']
-                          + s_apps^2 [app(a) = app(a'), app(b) = app(b')] + s_pair^2 [a = a', b = b']
-
-A job-round's residual (the log of realised over predicted progress, less the job's own model
-error) is a linear functional of ``w`` -- its co-runner class counts on its worst node -- so the
-posterior is Gaussian: BoTorch's ``SingleTaskGP`` with a linear kernel over the counts mapped
-through the kernel's root (:meth:`PairResiduals.fit`); the kernel is low rank (``K^2``), so the
-cost stays flat however many rounds are observed. Observations are kept as exponentially forgotten
-means per distinct (class, co-runner counts) row, each with variance ``noise^2 / weight``.
+What the learner is told. A job-round's residual (the log of realised over predicted progress,
+less the job's own model error and what the predictors before this one predict) is a report of
+the job's class *alone* where it shared no node, and of its class beside its co-runner where its
+worst node (under the current posterior mean) held one co-runner. Where that node held several,
+the additive model makes the residual a sum of pair effects; each co-runner's cell is then told
+the residual less the other co-runners' current posterior means, over its share of the round's
+seconds (a backfitting step: the evidence is split, not counted once per co-runner).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
-import torch
-from botorch.exceptions import InputDataWarning
-from botorch.models import SingleTaskGP
-from botorch.posteriors import GPyTorchPosterior
-from gpytorch.kernels import LinearKernel
-from gpytorch.means import ZeroMean
 
+from bayes_sched.estimation.pair_cells import (
+    PairCellObservations,
+    PairPrior,
+    class_cell,
+    log_slowdown_table,
+)
+from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
 from bayes_sched.interference.predictor import ColocationRound
 
-
-@dataclass(frozen=True)
-class PairPrior:
-    """Prior standard deviations (log slowdown per co-runner) of the kernel's parts, and the prior
-    mean of every pair (0: co-location is harmless until shown otherwise)."""
-
-    level: float = 0.05
-    own: float = 0.04
-    other: float = 0.04
-    apps: float = 0.08
-    pair: float = 0.04
-    mean: float = 0.0
+#: Seconds of one job-round the residual noise is stated over (the Pollux world's round).
+ROUND_SECONDS = 60.0
+_DEFAULT_PRIOR = PairPrior()
 
 
 class PairResiduals:
-    """The pair table's posterior, learned from per-job co-location residuals; a
-    :class:`~bayes_sched.interference.predictor.SlowdownPredictor`.
+    """The pair table's posterior, learned from per-job co-location residuals through a
+    throughput learner; a :class:`~bayes_sched.interference.predictor.SlowdownPredictor`.
 
     Args:
-        prior: the kernel's scales and the prior mean.
-        noise: standard deviation of one job-round residual, log units.
+        prior: the starting standard deviations of the learner's paired effects.
+        noise: standard deviation of one job-round residual (``ROUND_SECONDS`` of progress),
+            log units: the learner's measurement noise.
         forget: per-round weight decay of old observations.
         draws: joint posterior draws of the table kept in :attr:`draws` at each fit.
         seed: seeds the draws.
+        hyper_every: rounds between the learner's hyperparameter fits (type-II maximum
+            likelihood, warm-started); the rounds between only condition on the reports with the
+            current hyperparameters. 0: never fit them (the prior's scales throughout).
     """
 
     name = "pair surrogate"
 
-    def __init__(self, prior: PairPrior = PairPrior(), noise: float = 0.15, forget: float = 0.998,
-                 draws: int = 64, seed: int = 0) -> None:
+    def __init__(self, prior: PairPrior = _DEFAULT_PRIOR, noise: float = 0.15, forget: float = 0.998,
+                 draws: int = 64, seed: int = 0, hyper_every: int = 0) -> None:
         self.prior = prior
         self.noise = noise
         self.forget = forget
         self.num_draws = draws
+        self.hyper_every = hyper_every
         self.rng = np.random.default_rng(seed)
+        self.learner = BayesianThroughputLearner(measurement_noise=noise,
+                                                 reference_seconds=ROUND_SECONDS,
+                                                 log_variances=prior.log_variances())
+        self.reports = PairCellObservations()
         self.applications: list[str] = []
-        self._weight: dict[tuple[int, tuple[tuple[int, int], ...]], float] = {}
-        self._total: dict[tuple[int, tuple[tuple[int, int], ...]], float] = {}
         self.mean = np.zeros((0, 0))
         self.std = np.zeros((0, 0))
         self.draws = np.zeros((draws, 0, 0))
+        self.fits = 0
+        self.fallback_reason: str | None = None
         self._indexed: tuple[Sequence[str] | None, np.ndarray] = (None, np.zeros(0, np.int64))
 
     @property
@@ -103,7 +102,7 @@ class PairResiduals:
         if pad <= 0:
             return table
         widths = [(0, 0)] * (table.ndim - 2) + [(0, pad), (0, pad)]
-        return np.pad(table, widths, constant_values=self.prior.mean)
+        return np.pad(table, widths, constant_values=0.0)
 
     # --- the predictor ---------------------------------------------------------------------------
 
@@ -112,7 +111,8 @@ class PairResiduals:
         (:meth:`fit`; a failed fit raises and keeps the previous posterior)."""
         if observation.residuals is not None:
             self.observe(observation.allocation, observation.applications,
-                         list(observation.residuals), list(observation.residuals.values()))
+                         list(observation.residuals), list(observation.residuals.values()),
+                         seconds=observation.end - observation.start)
         self.application_index(observation.applications)
         self.fit()
 
@@ -187,109 +187,71 @@ class PairResiduals:
     # --- learning --------------------------------------------------------------------------------
 
     def observe(self, allocation: np.ndarray, applications: Sequence[str], jobs: Sequence[int],
-                residuals: Sequence[float]) -> int:
-        """Add one round: the cluster's allocation ``(J, N)``, every job's application, and the
-        residuals (log units) of the jobs ``jobs`` measured over it. Returns the rows added (jobs
-        that shared a node; a job alone on its nodes says nothing about pairs)."""
-        for key in self._weight:
-            self._weight[key] *= self.forget
-            self._total[key] *= self.forget
+                residuals: Sequence[float], seconds: float = ROUND_SECONDS) -> int:
+        """Add one round of ``seconds``: the cluster's allocation ``(J, N)``, every job's
+        application, and the residuals (log units) of the jobs ``jobs`` measured over it, as
+        reports of their cells (see the module docstring). Returns the reports added (one per job
+        alone, one per co-runner class on a shared worst node)."""
+        self.reports.decay(self.forget)
         apps = self.application_index(applications)
-        state = allocation[None]
-        pj, own, counts, _ = self.entries(state, apps)
+        pj, own, counts, _ = self.entries(allocation[None], apps)
         if pj.size == 0:
             return 0
         # The job's worst node under the current posterior mean (ties: most co-runners).
         table = self._covering(self.mean)
-        score = np.einsum("ek,ek->e", table[own], counts) - 1e-6 * counts.sum(axis=1)
+        effects = table[own] * counts                                    # (E, K)
+        score = effects.sum(axis=1) - 1e-6 * counts.sum(axis=1)
         added = 0
         for j, residual in zip(jobs, residuals, strict=True):
             mine = np.flatnonzero(pj == j)
             if mine.size == 0:
                 continue
             worst = mine[int(np.argmin(score[mine]))]
-            if not counts[worst].any():
+            job_class = int(own[worst])
+            partners = np.flatnonzero(counts[worst])
+            if partners.size == 0:  # shares no node: its class alone
+                self.reports.add(class_cell(self.applications, job_class), float(residual),
+                                 seconds)
+                added += 1
                 continue
-            row = tuple((int(k), int(c)) for k, c in enumerate(counts[worst]) if c)
-            key = (int(own[worst]), row)
-            self._weight[key] = self._weight.get(key, 0.0) + 1.0
-            self._total[key] = self._total.get(key, 0.0) + float(residual)
-            added += 1
+            total = float(effects[worst].sum())
+            share = seconds / float(counts[worst].sum())
+            for other in partners:
+                # the residual less the other co-runners' current posterior means
+                rest = total - float(table[job_class, other])
+                self.reports.add(class_cell(self.applications, job_class, int(other)),
+                                 float(residual) - rest, share * float(counts[worst, other]))
+                added += 1
         return added
 
-    def prior_covariance(self) -> np.ndarray:
-        """The kernel over all ``K x K`` pairs, ``(K^2, K^2)``, pairs flattened row-major."""
-        classes = self.num_classes
-        cls = np.arange(classes)
-        own_grid, other_grid = np.meshgrid(cls, cls, indexing="ij")
-        own, other = own_grid.ravel(), other_grid.ravel()
-        prior = self.prior
-        same_own = own[:, None] == own[None, :]
-        same_other = other[:, None] == other[None, :]
-        same_apps = ((own // 2)[:, None] == (own // 2)[None, :]) & (
-            (other // 2)[:, None] == (other // 2)[None, :])
-        return (prior.level**2 + prior.own**2 * same_own + prior.other**2 * same_other
-                + prior.apps**2 * same_apps + prior.pair**2 * (same_own & same_other))
-
     def fit(self) -> None:
-        """Condition on the observations: updates :attr:`mean` and :attr:`std` ``(K, K)`` and the
-        joint :attr:`draws` ``(S, K, K)``.
+        """Fit the learner to the reports (hyperparameters every ``hyper_every`` fits, else
+        conditioning only) and read the table from its belief: updates :attr:`mean` and
+        :attr:`std` ``(K, K)``, the joint :attr:`draws` ``(S, K, K)`` and
+        :attr:`fallback_reason` (the belief's, where its fit fell back to the prior's settings)."""
+        self.fits += 1
+        hyper = self.hyper_every > 0 and self.fits % self.hyper_every == 0
+        learner = self.learner if hyper else self.learner.conditioning_only()
+        belief = learner.fit(self.reports.observations())
+        self.fallback_reason = belief.fallback_reason
+        seed = int(self.rng.integers(2**31))
+        self.mean, self.draws = log_slowdown_table(belief, self.applications, self.num_draws,
+                                                   seed)
+        self.std = self.draws.std(axis=0)
 
-        The model is a BoTorch :class:`~botorch.models.SingleTaskGP` with a linear kernel on the
-        inputs ``x L`` (``L`` the Cholesky root of the pair kernel ``Sigma``), so that
-        ``cov(f(x), f(x')) = x Sigma x'``: a row's co-runner counts ``x`` give its residual
-        ``x . w``, and the table itself is the GP at the rows of ``L`` (the unit vectors). Each row's
-        noise variance is fixed at ``noise^2 / weight``.
-        """
-        classes = self.num_classes
-        size = classes * classes
-        keys = [k for k, w in self._weight.items() if w > 1e-3]
-        design = np.zeros((len(keys), size))
-        target = np.zeros(len(keys))
-        noise_var = np.zeros(len(keys))
-        for i, key in enumerate(keys):
-            own, row = key
-            for other, count in row:
-                design[i, own * classes + other] = count
-            weight = self._weight[key]
-            target[i] = self._total[key] / weight - self.prior.mean * design[i].sum()
-            noise_var[i] = self.noise**2 / weight
-        root = np.linalg.cholesky(self.prior_covariance() + 1e-9 * np.eye(size))
-        if keys:
-            mean, cov = _linear_gp_posterior(design @ root, target, noise_var, root)
-        else:
-            mean, cov = np.zeros(size), root @ root.T
-        mean = mean + self.prior.mean
-        chol = np.linalg.cholesky(cov + 1e-10 * np.eye(size))
-        draws = mean + self.rng.standard_normal((self.num_draws, size)) @ chol.T
-        self.mean = mean.reshape(classes, classes)
-        self.std = np.sqrt(np.clip(np.diag(cov), 0.0, None)).reshape(classes, classes)
-        self.draws = draws.reshape(self.num_draws, classes, classes)
+    def observed(self) -> np.ndarray:
+        """``(K, K)``: whether the pair (job class, co-runner class) has reports."""
+        seen = np.zeros((self.num_classes, self.num_classes), dtype=bool)
+        index = {app: a for a, app in enumerate(self.applications)}
+        for cell in self.reports.cells():
+            if cell.partner is None:
+                continue
+            own = 2 * index[cell.job_type] + cell.scale_factor - 1
+            for other in range(self.num_classes):
+                if class_cell(self.applications, own, other) == cell:
+                    seen[own, other] = True
+        return seen
 
     def observed_pairs(self) -> int:
         """Distinct (class, co-runner class) pairs with evidence."""
-        pairs = {(own, other) for (own, row), w in self._weight.items() if w > 1e-3
-                 for other, _ in row}
-        return len(pairs)
-
-
-def _linear_gp_posterior(train_x: np.ndarray, train_y: np.ndarray, train_var: np.ndarray,
-                         test_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean ``(T,)`` and covariance ``(T, T)`` at ``test_x`` ``(T, D)`` of a zero-mean
-    GP with a unit-variance linear kernel, given ``train_x`` ``(N, D)``, targets ``(N,)`` and
-    their fixed noise variances ``(N,)``."""
-    kernel = LinearKernel()
-    kernel.variance = 1.0
-    with warnings.catch_warnings():
-        # The inputs are co-runner counts mapped through the kernel's root, not unit-cube features.
-        warnings.simplefilter("ignore", InputDataWarning)
-        model = SingleTaskGP(torch.as_tensor(train_x), torch.as_tensor(train_y)[:, None],
-                             train_Yvar=torch.as_tensor(train_var)[:, None],
-                             covar_module=kernel, mean_module=ZeroMean(), outcome_transform=None)
-    model.eval()
-    with torch.no_grad():
-        posterior = model.posterior(torch.as_tensor(test_x))
-        assert isinstance(posterior, GPyTorchPosterior)  # no outcome transform
-        mean = posterior.mean.squeeze(-1).numpy()
-        cov = posterior.distribution.covariance_matrix.numpy()
-    return mean, cov
+        return int(self.observed().sum())

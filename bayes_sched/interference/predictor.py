@@ -39,6 +39,8 @@ class ColocationRound:
         topology: the layout and capacities every node shares, where there are counters
             (``None`` where there are none: then it may be unknown, e.g. nodes of several
             layouts).
+        time_origin: the second on the counters' time axis that the cluster's time 0 stands
+            for (:attr:`bayes_sched.cluster.ClusterState.time_origin`).
         residuals: job row -> ``log(realised / predicted progress)`` over the round, less the
             job's own model error and less what the predictors before this one in the composition
             predict for it, for the jobs measured (same GPUs all round, no restart); ``None`` when
@@ -53,6 +55,7 @@ class ColocationRound:
     counters: xr.Dataset | None = None
     topology: NodeTopology | None = None
     residuals: Mapping[int, float] | None = None
+    time_origin: float = 0.0
 
 
 class SlowdownPredictor(Protocol):

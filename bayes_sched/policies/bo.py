@@ -6,22 +6,25 @@ Each round:
 
 1. **Learn.** For every job whose allocation did not change over the last round, compare the
    progress it actually made with what its fitted goodput model predicted there: the residual
-   ``log(realised / predicted)``, less the job's own model error (its residual when alone). A GP
-   over *pairs of job classes* (:mod:`bayes_sched.interference.pairs`; class: the application and
-   whether the job is distributed, both of which any scheduler knows) learns what each co-runner
-   costs each job: the log slowdown on a node is the sum of the pair effects of the co-runners
-   there, and a job goes at the pace of its worst node. So bo learns that (a, b) hurts and
-   (a, c) does not, and shares evidence through the kernel (same application pair, same job
-   class, same co-runner class). Nothing here needs the simulator's ground truth: only progress,
-   which every cluster reports. Where the cluster collects counters, the contention network's
-   posterior (:mod:`bayes_sched.interference.contention_prior`) gives each candidate co-location a
-   prior slowdown from the jobs' inferred demands on each node's NIC and host DRAM, and the pair
-   GP learns the residual around that prior; without counters the prior is the goodput models
-   alone. Both are :class:`~bayes_sched.interference.predictor.SlowdownPredictor` s, composed in
-   that order (:attr:`BayesOptPolicy.predictors`): bo reaches them only through that protocol.
+   ``log(realised / predicted)``, less the job's own model error (its residual when alone). The
+   estimation module's throughput learner (:mod:`bayes_sched.estimation.pair_cells`: the same
+   Gaussian-process learner the time-sharing policies read, over cells of *job classes*; class:
+   the application and whether the job is distributed, both of which any scheduler knows) learns
+   what each co-runner costs each job (:mod:`bayes_sched.interference.pairs`): the log slowdown
+   on a node is the sum of the pair effects of the co-runners there, each the learner's paired
+   cell over its alone cell, and a job goes at the pace of its worst node. So bo learns that
+   (a, b) hurts and (a, c) does not, and shares evidence through the learner's effects (same
+   application pair, same job class, same co-runner class). Nothing here needs the simulator's
+   ground truth: only progress, which every cluster reports. Where the cluster collects counters,
+   the contention network's posterior (:mod:`bayes_sched.interference.contention_prior`) gives
+   each candidate co-location a prior slowdown from the jobs' inferred demands on each node's NIC
+   and host DRAM, and the pair learner learns the residual around that prior; without counters
+   the prior is the goodput models alone. Both are
+   :class:`~bayes_sched.interference.predictor.SlowdownPredictor` s, composed in that order
+   (:attr:`BayesOptPolicy.predictors`): bo reaches them only through that protocol.
 2. **Search.** Pollux's genetic search over allocation matrices (``(P, jobs, nodes)`` GPU counts)
    maximises the power mean of job speedups, each multiplied by the co-location slowdown the pair
-   GP's posterior mean predicts for it in that candidate, so co-locations that proved harmless are
+   learner's posterior mean predicts for it in that candidate, so co-locations that proved harmless are
    used and harmful ones avoided, with no hard rule against them. A second search, Pollux's own
    (models alone, at most one distributed job per node), runs alongside: its choice is always a
    candidate, so the avoid rule is a candidate generator rather than a constraint.
@@ -55,8 +58,9 @@ from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
 from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
+from bayes_sched.estimation.pair_cells import PairPrior
 from bayes_sched.interference.contention_prior import ContentionPrior
-from bayes_sched.interference.pairs import PairPrior, PairResiduals
+from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.interference.predictor import ColocationRound, SlowdownPredictor, speed_factor
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.pollux import PolluxPolicy
@@ -108,8 +112,10 @@ class BayesOptPolicy:
     Args:
         p: power-mean exponent of the cluster objective (Pollux's fairness knob).
         max_nodes_per_job, max_replicas_cap, ga: as for Pollux, but bo always runs the elitist search.
-        pair_prior: the pair GP's kernel scales and prior mean (see
-            :mod:`bayes_sched.interference.pairs`).
+        pair_prior: the starting prior scales of the pair learner's paired effects (see
+            :mod:`bayes_sched.estimation.pair_cells`).
+        pair_hyper_every: rounds between the pair learner's hyperparameter fits (0: its
+            prior's scales throughout; it conditions on the reports every round).
         residual_noise: standard deviation of one job-round residual, log units.
         forget: per-round weight decay of old residuals (models and workloads drift).
         candidates: distinct candidates scored by EI each round.
@@ -128,7 +134,7 @@ class BayesOptPolicy:
             by the ``q``-quantile of goodput under the throughput posterior.
 
     Learning (the contention posterior from counters, the co-location residuals of the round just
-    ended and the pair GP's fit) runs in the loop's estimation stage (:meth:`estimators`), apart
+    ended and the pair learner's fit) runs in the loop's estimation stage (:meth:`estimators`), apart
     from the decision; ``decide`` only searches and chooses.
     """
 
@@ -140,7 +146,8 @@ class BayesOptPolicy:
                  posterior_draws: int = 64, offer_avoiding: bool = True, min_gain: float = 0.01,
                  error_forget: float = 0.8, node_topology: NodeTopology | None = None,
                  contention_every: int = 10, seed: int = 0, risk: float | None = None,
-                 posterior: PosteriorSettings = _DEFAULT_POSTERIOR) -> None:
+                 posterior: PosteriorSettings = _DEFAULT_POSTERIOR,
+                 pair_hyper_every: int = 0) -> None:
         # bo's searches are elitist whatever ``ga`` says: its co-location fitness has no
         # counterpart of NSGA-II's second objective, and its figures were measured so.
         ga = replace(ga, search="elitist")
@@ -171,11 +178,11 @@ class BayesOptPolicy:
         self.node_topology = node_topology
         # The co-location slowdown predictors, in order: the contention posterior's prior (from
         # counters, where the cluster collects them; the cluster's topology unless
-        # ``node_topology``), then the pair GP learning the residual around it.
+        # ``node_topology``), then the pair learner learning the residual around it.
         self.predictors: list[SlowdownPredictor] = [
             ContentionPrior(node_topology, every=contention_every),
             PairResiduals(pair_prior, noise=residual_noise, forget=forget, draws=posterior_draws,
-                          seed=seed),
+                          seed=seed, hyper_every=pair_hyper_every),
         ]
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
@@ -312,7 +319,7 @@ class BayesOptPolicy:
                     else self.node_topology)
         observation = ColocationRound(
             self._previous_time, cluster.now, tuple(job.name for job in jobs), applications,
-            allocation, cluster.counters, topology)
+            allocation, cluster.counters, topology, time_origin=cluster.time_origin)
         for k, predictor in enumerate(self.predictors):
             residuals = None
             if measured is not None:
