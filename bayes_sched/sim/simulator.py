@@ -110,8 +110,7 @@ class SimConfig:
         try:
             check_cluster_types(cluster.types, ())
         except InputError as error:
-            raise InputError(f"cluster {cluster.describe()}: {error}",
-                             column="cluster") from None
+            raise InputError(f"cluster {cluster.describe()}: {error}") from None
         if hidden is not None:
             hidden.check_cluster(cluster)
         for name, value in (("cluster", cluster), ("interference", interference),
