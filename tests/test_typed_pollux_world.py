@@ -39,7 +39,9 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def _gavel_ratio(job_type: str, gpu: str) -> float:
     table = load_gavel_throughputs("simulation")
-    return table.steps_per_second(job_type, 1, "v100") / table.steps_per_second(job_type, 1, gpu)
+    anchor, other = (table.steps_per_second(job_type, 1, t) for t in ("v100", gpu))
+    assert anchor is not None and other is not None
+    return anchor / other
 
 
 # --- the derivation rule --------------------------------------------------------------------------
