@@ -27,6 +27,10 @@ Measured (defaults: workload-1's first 20 jobs, v100:16,p100:16,k80:16, seeds 0 
     optimus       5288 (all seeds)             5288   1.23     16.3               1.00
     tiresias      6645 (all seeds)             6645   1.54     22.9               0.95
 
+With ``--max-jobs 30 --policies sia_adaptive pollux`` (same cluster and seeds): sia_adaptive
+1492 / 1881 / 5874 s (mean 3082, worst ftf 6.3), pollux 3152 / 3201 / 3159 s (mean 3171, worst ftf
+12.3): again 53 % and 41 % below Pollux on seeds 0 and 1, 86 % above on seed 2.
+
 Sia is 56 % and 39 % below Pollux on seeds 0 and 1 (Sia's direction and size) and twice Pollux
 on seed 2. The seed picks, through HiGHS's tie-breaking, the type a new application first lands
 on: a job with no model offers one GPU on every type at equal goodput (Sia's bootstrapping rule),
