@@ -60,10 +60,29 @@ class JobAgent:
         self._fitter = ThroughputFitter(name, min_refit_interval, refit_on_new_bsz)
         self._model: GoodputModel | None = None
         self._model_key: tuple[ThroughputParams, float, float] | None = None
+        # Other GPU types' measurements and fitters (a typed cluster: :meth:`use_gpu_type`).
+        self._other_types: dict[str, tuple[dict[tuple[int, int, int], Observation],
+                                           ThroughputFitter]] = {}
 
     @property
     def num_refits(self) -> int:
-        return self._fitter.num_refits
+        return self._fitter.num_refits + sum(f.num_refits for _, f in self._other_types.values())
+
+    def use_gpu_type(self, gpu_type: str) -> None:
+        """Run on ``gpu_type`` from now on (a typed cluster moved the job): the job keeps its
+        measurements and throughput fit per GPU type, since a step time measured on one type says
+        nothing of another's; its report and batch tuning use the current type's."""
+        if gpu_type == self.gpu_type:
+            return
+        self._other_types[self.gpu_type] = (self.observations, self._fitter)
+        saved = self._other_types.pop(gpu_type, None)
+        if saved is None:
+            fitter = self._fitter
+            saved = ({}, ThroughputFitter(self.name, fitter.min_refit_interval,
+                                          fitter.refit_on_new_bsz))
+        self.observations, self._fitter = saved
+        self.gpu_type = gpu_type
+        self._model, self._model_key = None, None
 
     # --- measurements (called from inside the job) ---------------------------------------------
 

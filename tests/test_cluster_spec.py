@@ -135,10 +135,12 @@ def test_bad_files_name_file_and_field(tmp_path: Path, body: str, field: str) ->
 # --- the simulator takes the spec ---------------------------------------------------------------
 
 def test_simulator_refuses_what_its_physics_cannot_simulate() -> None:
-    with pytest.raises(InputError, match="measured on t4"):
-        SimConfig(cluster=parse_cluster_spec("v100:8,k80:8"))
-    with pytest.raises(InputError, match="measured on t4"):
-        SimConfig(cluster=parse_cluster_spec("4x4:v100"))
+    # T4 measured, K80/P100/V100 derived (bayes_sched.sim.typed_profiles); nothing else.
+    SimConfig(cluster=parse_cluster_spec("v100:8,k80:8"))
+    with pytest.raises(InputError, match="no profile on GPU type 'a100'"):
+        SimConfig(cluster=parse_cluster_spec("4x4:a100"))
+    with pytest.raises(InputError, match="no profile on GPU type 'h100'"):
+        SimConfig(cluster=parse_cluster_spec("t4:8,h100:8"))
     # The law's 4-GPU topology on 8-GPU nodes used to compute on truncated slots, silently.
     with pytest.raises(InputError, match="topology"):
         SimConfig(gpus_per_node=8, hidden=ContentionLaw())

@@ -24,7 +24,12 @@ from bayes_sched.cli.options import (
 )
 from bayes_sched.cli.seeds import add_seed_options, print_headlines, print_seed_summary, seed_list
 from bayes_sched.errors import InputError
-from bayes_sched.policies import POLICIES, TABLE_WORLD_POLICIES, make_policy
+from bayes_sched.policies import (
+    POLICIES,
+    POLLUX_WORLD_POLICIES,
+    TABLE_WORLD_POLICIES,
+    make_policy,
+)
 from bayes_sched.registry import parse_assignments
 
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
@@ -57,8 +62,14 @@ MAX_GPUS_PER_NODE = 1024
 DAY = 86_400.0
 
 _TABLE_COLUMNS = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
-                  "utilization", "ftf_mean", "restarts_per_job", "decision_median_ms",
+                  "utilization", "ftf_mean", "ftf_worst", "ftf_p50", "ftf_p90", "ftf_p99",
+                  "unfair_fraction", "restarts_per_job", "decision_median_ms",
                   "decision_p95_ms", "wall_s")
+
+#: The columns of ``compare``'s table across both worlds.
+_WORLDS_COLUMNS = ("world", "policy", "setting", "seed", "finished", "avg_jct", "median_jct",
+                   "makespan", "ftf_worst", "ftf_p50", "ftf_p90", "ftf_p99", "unfair_fraction",
+                   "wall_s")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,13 +88,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            f"({', '.join(SHIPPED_TRACES)}); rounds default to Gavel's 360 s; "
                            f"policies: {', '.join(TABLE_WORLD_POLICIES)}; or a Shockwave "
                            "trace (12 columns) or the shipped tacc_120 (120 s rounds; also "
-                           f"{', '.join(SHOCKWAVE_POLICIES)})")
+                           f"{', '.join(SHOCKWAVE_POLICIES)}); or a Pollux workload (a CSV "
+                           "or a shipped name such as workload-1: the Pollux world, also on "
+                           "typed clusters of t4, k80, p100, v100; policies: "
+                           f"{', '.join(POLLUX_WORLD_POLICIES)})")
     simulate.add_argument("--policy", default=None, choices=list(POLICIES),
                           help="scheduling policy (default pollux, or max_min_fairness_perf "
                                "with --trace; `bayes-sched list policies` shows their options)")
     _cluster_options(simulate)
     simulate.add_argument("--out", help="write the report (tables, timeline, plots) here; "
                           f"{OUT_DIR_RULE}")
+    simulate.add_argument("--plot", metavar="DIR",
+                          help="write per-GPU-type utilisation over time into DIR (created): "
+                               "a PNG and the plotted numbers as CSV per run")
     simulate.set_defaults(handler=_simulate)
 
     compare = subparsers.add_parser(
@@ -94,10 +111,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          choices=list(POLICIES), metavar="POLICY",
                          help=f"policies to run, of {', '.join(POLICIES)}")
     compare.add_argument("--workloads", nargs="+",
-                         default=[f"workload-{i}" for i in range(1, 9)], metavar="WORKLOAD")
+                         default=[f"workload-{i}" for i in range(1, 9)], metavar="WORKLOAD",
+                         help="Pollux workloads (the Pollux world; none with --workloads none)")
+    compare.add_argument("--traces", nargs="+", default=[], metavar="TRACE",
+                         help="Gavel or Shockwave traces: also run every policy of the "
+                              "throughput-table world among --policies on them, on the same "
+                              "--cluster, and print one table across both worlds")
     _cluster_options(compare)
     compare.add_argument("--out", default="sim-report",
                          help=f"report folder (default: sim-report); {OUT_DIR_RULE}")
+    compare.add_argument("--plot", metavar="DIR",
+                         help="where the table world's per-GPU-type utilisation plots go "
+                              "(default: OUT/type_utilization, beside the Pollux world's)")
     compare.add_argument("--baseline", choices=list(POLICIES), metavar="POLICY",
                          help="the policy the report's headlines compare against (default: the "
                               "first of --policies)")
@@ -219,6 +244,12 @@ def _config(args: argparse.Namespace, seed: int = 0) -> SimConfig:
 
     settings = _read_config(args.config)
     cluster = _cluster_spec(args, settings)
+    from bayes_sched.sim.typed_profiles import check_cluster_types
+
+    try:
+        check_cluster_types(cluster.types, ())
+    except InputError as error:
+        raise InputError(f"--cluster {cluster.describe()}: {error}") from None
     tables = settings.get("hidden", {})
     if args.hidden is None and len(tables) > 1:
         raise InputError(f"--config: {len(tables)} [hidden.NAME] tables and no --hidden: "
@@ -329,8 +360,11 @@ def _read_workload(name: str, args: argparse.Namespace, quiet: bool = False) -> 
     return workload.head(args.max_jobs) if args.max_jobs else workload
 
 
-def _simulate_trace(args: argparse.Namespace) -> int:
-    """``simulate --trace``: a Gavel or Shockwave trace in the throughput-table world."""
+def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
+               ) -> tuple[dict[str, object], Any, Path]:
+    """One run of a Gavel or Shockwave trace in the throughput-table world: its table row (the
+    summary), the result, and the trace's path; with ``args.plot`` the per-type utilisation plot
+    is written there."""
     from bayes_sched.sim.gavel_jobs import read_gavel_trace, resolve_gavel_trace
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
     from bayes_sched.sim.shockwave_jobs import (
@@ -343,53 +377,69 @@ def _simulate_trace(args: argparse.Namespace) -> int:
     from bayes_sched.sim.table_run import run_table_simulation
     from bayes_sched.throughputs import load_gavel_throughputs, load_shockwave_throughputs
 
-    shockwave_world = (args.trace in shipped_shockwave_traces()
-                       or is_shockwave_trace(Path(args.trace)))
+    shockwave_world = (trace in shipped_shockwave_traces() or is_shockwave_trace(Path(trace)))
     allowed = TABLE_WORLD_POLICIES + (SHOCKWAVE_POLICIES if shockwave_world else ())
-    if args.policy not in allowed:
-        hint = ("" if shockwave_world or args.policy not in SHOCKWAVE_POLICIES
+    if policy_name not in allowed:
+        hint = ("" if shockwave_world or policy_name not in SHOCKWAVE_POLICIES
                 else " (it needs a 12-column Shockwave trace)")
-        raise InputError(f"--policy {args.policy}: not a policy of the throughput-table world "
+        raise InputError(f"--policy {policy_name}: not a policy of the throughput-table world "
                          f"for this trace{hint}; expected one of {', '.join(allowed)} with "
                          "--trace")
-    for flag, value in (("--hidden", args.hidden), ("--interference", args.interference or None),
-                        ("--out", args.out), ("--seeds", args.seeds),
-                        ("--profiles", args.profiles), ("--skip-unknown", args.skip_unknown or None)):
-        if value is not None:
-            raise InputError(f"{flag} is not supported with --trace")
     settings = _read_config(args.config)
     spec = _cluster_spec(args, settings)
     cluster_type: type[TableCluster]
     if shockwave_world:
-        path = (Path(args.trace) if Path(args.trace).exists()
-                else shipped_shockwave_trace(args.trace))
+        path = (Path(trace) if Path(trace).exists() else shipped_shockwave_trace(trace))
         jobs: tuple = read_shockwave_trace(path)
         table, cluster_type = load_shockwave_throughputs(), ShockwaveCluster
         spec = replace(spec, round_interval=args.interval or SHOCKWAVE_ROUND_SECONDS)
     else:
-        path = resolve_gavel_trace(args.trace)
+        path = resolve_gavel_trace(trace)
         jobs = read_gavel_trace(path)
         table, cluster_type = load_gavel_throughputs(), TableCluster
         spec = replace(spec, round_interval=args.interval or GAVEL_ROUND_SECONDS)
     if args.max_jobs:
         jobs = jobs[:args.max_jobs]
-    options = _policy_options(args, [args.policy])[args.policy]
-    if shockwave_world and "throughputs" in POLICIES.options(args.policy):
+    options = _policy_options(args, [policy_name])[policy_name]
+    if shockwave_world and "throughputs" in POLICIES.options(policy_name):
         options.setdefault("throughputs", "tacc")  # the table the jobs run at, unless told
 
-    policy = POLICIES.make(args.policy, context={"seed": args.seed}, **options)
+    policy = POLICIES.make(policy_name, context={"seed": seed}, **options)
+    seen: list[TableCluster] = []
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
         task = progress.add_task(f"{policy.name} on {path.stem}: jobs finished", total=len(jobs))
 
-        def on_round(cluster) -> None:  # noqa: ANN001
+        def on_round(cluster: TableCluster) -> None:
+            seen[:] = [cluster]
             progress.update(task, completed=sum(1 for j in cluster.jobs.values() if not j.active))
 
         result = run_table_simulation(jobs, policy, spec, table=table, source=str(path),
                                       on_round=on_round, cluster_type=cluster_type)
+    if args.plot and seen:
+        from bayes_sched.sim.type_utilization import table_world_series, write_type_utilization
+
+        cluster = seen[0]
+        write_type_utilization(
+            table_world_series(cluster.timeline_time, cluster.timeline_busy,
+                               cluster.busy_types, spec),
+            args.plot, f"{policy.name}_{path.stem}_seed{seed}", f"{policy.name} on {path.stem}")
     row: dict[str, object] = {"policy": policy.name, "trace": path.stem,
                               "cluster": spec.describe(), "round_s": spec.round_interval,
                               **result.summary, "wall_s": result.wall_seconds}
-    print_table([row], title=f"{policy.name} on {path.stem}", as_json=args.json)
+    return row, result, path
+
+
+def _simulate_trace(args: argparse.Namespace) -> int:
+    """``simulate --trace``: a Gavel or Shockwave trace in the throughput-table world."""
+    if args.plot:
+        check_out_dir(args.plot, "--plot", "a folder to write the plots in")
+    for flag, value in (("--hidden", args.hidden), ("--interference", args.interference or None),
+                        ("--out", args.out), ("--seeds", args.seeds),
+                        ("--profiles", args.profiles), ("--skip-unknown", args.skip_unknown or None)):
+        if value is not None:
+            raise InputError(f"{flag} is not supported with --trace")
+    row, result, path = _table_run(args.trace, args.policy, args, args.seed)
+    print_table([row], title=f"{row['policy']} on {path.stem}", as_json=args.json)
     unfinished = result.jobs.loc[result.jobs["completion_time"].isna(), "job"].astype(str)
     if len(unfinished):
         return fail(f"{len(unfinished)} of {len(result.jobs)} jobs of {path} unfinished",
@@ -400,11 +450,17 @@ def _simulate_trace(args: argparse.Namespace) -> int:
 def _simulate(args: argparse.Namespace) -> int:
     from bayes_sched.sim import run_simulation, write_report
 
+    if args.trace is not None and is_pollux_workload(args.trace):
+        args.workload, args.trace = args.trace, None
     if args.trace is not None:
         args.policy = args.policy or "max_min_fairness_perf"
         return _simulate_trace(args)
     args.policy = args.policy or "pollux"
+    check_pollux_world_policy(args.policy)
     from bayes_sched.sim.report import summary_rows
+
+    if args.plot:
+        check_out_dir(args.plot, "--plot", "a folder to write the plots in")
 
     seeds = seed_list(args)
     configs = [_config(args, seed) for seed in seeds]
@@ -433,7 +489,47 @@ def _simulate(args: argparse.Namespace) -> int:
         print_seed_summary(results, args.json, title, baseline=None)
     if args.out:
         write_report(results, args.out)
+    if args.plot:
+        from bayes_sched.sim.type_utilization import pollux_world_series, write_type_utilization
+
+        for r in results:
+            write_type_utilization(pollux_world_series(r), args.plot,
+                                   f"{r.policy}_{r.workload}_seed{r.seed}",
+                                   f"{r.policy} on {r.workload}")
     return report_unfinished(results)
+
+
+def is_pollux_workload(trace: str) -> bool:
+    """Whether ``--trace`` names a Pollux workload: a CSV file whose header holds the workload
+    columns, or a shipped workload's name (``workload-1``, ``workloads-2.0/workload-3``)."""
+    from bayes_sched.sim.shockwave_jobs import shipped_shockwave_traces
+    from bayes_sched.sim.workload import WORKLOAD_COLUMNS, resolve_workload
+
+    path = Path(trace)
+    if path.is_file():
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                header = handle.readline().strip().split(",")
+        except OSError:
+            return False
+        return set(WORKLOAD_COLUMNS) <= {h.strip() for h in header}
+    if path.exists() or trace in SHIPPED_TRACES or trace in shipped_shockwave_traces():
+        return False
+    try:
+        resolve_workload(trace)
+    except InputError:
+        return False
+    return True
+
+
+def check_pollux_world_policy(policy: str) -> None:
+    """Refuse a policy that cannot run in the Pollux world (one line naming --policy)."""
+    if policy in POLLUX_WORLD_POLICIES:
+        return
+    hint = (" (Sia's adaptive form there is sia_adaptive)" if policy == "sia" else
+            " (it runs Gavel or Shockwave traces: --trace)")
+    raise InputError(f"--policy {policy}: not a policy of the Pollux world{hint}; expected one "
+                     f"of {', '.join(POLLUX_WORLD_POLICIES)} with a Pollux workload")
 
 
 def _run_one(task: tuple[str, str, dict[str, Any], SimConfig, argparse.Namespace]
@@ -446,21 +542,92 @@ def _run_one(task: tuple[str, str, dict[str, Any], SimConfig, argparse.Namespace
 
 
 def _compare(args: argparse.Namespace) -> int:
+    import numpy as np
+    import pandas as pd
+
+    seeds = seed_list(args)
+    workloads = [] if args.workloads == ["none"] else list(args.workloads)
+    table_policies = [p for p in args.policies
+                      if p in TABLE_WORLD_POLICIES + SHOCKWAVE_POLICIES] if args.traces else []
+    pollux_policies = [p for p in args.policies if p in POLLUX_WORLD_POLICIES] \
+        if workloads else []
+    for name in args.policies:
+        if name not in table_policies and name not in pollux_policies:
+            where = ("the Pollux world (--workloads)" if not args.traces else
+                     "either world (--workloads: the Pollux world; --traces: the table world)")
+            raise InputError(f"--policies {name}: cannot run in {where}; expected one of "
+                             f"{', '.join(POLLUX_WORLD_POLICIES)} with --workloads"
+                             + (f", or {', '.join(TABLE_WORLD_POLICIES)} with --traces"
+                                if args.traces else ""))
+    if not args.traces:
+        return _compare_pollux_world(args, seeds, args.policies, workloads)
+    for trace in args.traces:  # fail fast on a bad trace or a policy its world cannot run
+        _check_trace(trace)
+    check_out_dir(args.out)
+    rows: list[dict[str, object]] = []
+    if pollux_policies:
+        status = _compare_pollux_world(args, seeds, pollux_policies, workloads, quiet=True)
+        if status not in (0, EXIT_UNFINISHED):
+            return status
+        summary = pd.read_csv(Path(args.out) / "summary.csv")
+        for row in summary.to_dict("records"):
+            rows.append({"world": "pollux", "setting": f"{row['workload']} on {row['cluster']}",
+                         **row})
+    if args.plot is None:
+        args.plot = str(Path(args.out) / "type_utilization")
+    for trace in args.traces:
+        for name in table_policies:
+            for seed in seeds:
+                try:
+                    row, _, path = _table_run(trace, name, args, seed)
+                except InputError as error:
+                    if "not a policy of the throughput-table world" in str(error):
+                        continue  # shockwave on a Gavel trace: that pair does not exist
+                    raise
+                rows.append({"world": "table", "setting": f"{path.stem} on {row['cluster']}",
+                             "seed": seed, **row})
+    table = [{k: row.get(k, np.nan) for k in _WORLDS_COLUMNS} for row in rows]
+    (Path(args.out)).mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(table).to_csv(Path(args.out) / "worlds.csv", index=False)
+    print_table(table, title="policies across both worlds", as_json=args.json)
+    if not args.json:
+        print(f"report: {Path(args.out) / 'worlds.csv'}")
+    return 0
+
+
+def _check_trace(trace: str) -> None:
+    """Refuse a --traces entry that is no Gavel or Shockwave trace (one line naming it)."""
+    from bayes_sched.sim.gavel_jobs import resolve_gavel_trace
+    from bayes_sched.sim.shockwave_jobs import shipped_shockwave_traces
+
+    if is_pollux_workload(trace):
+        raise InputError(f"--traces {trace}: a Pollux workload; expected a Gavel or Shockwave "
+                         "trace (Pollux workloads go in --workloads)")
+    if trace in shipped_shockwave_traces():
+        return
+    path = resolve_gavel_trace(trace)
+    if not path.is_file():
+        raise InputError(f"--traces {trace}: no such trace file; expected a Gavel or "
+                         "Shockwave trace or a shipped name")
+
+
+def _compare_pollux_world(args: argparse.Namespace, seeds: list[int], policies: list[str],
+                          workloads: list[str], quiet: bool = False) -> int:
+    """``compare`` in the Pollux world: every policy on every workload, one report."""
     from bayes_sched.sim import write_report
     from bayes_sched.sim.report import headlines, policy_rows, summary_rows
 
-    seeds = seed_list(args)
     configs = {seed: _config(args, seed) for seed in seeds}
-    options = {seed: _policy_options(args, args.policies, seed) for seed in seeds}
-    baseline = args.policies[0] if args.baseline is None else args.baseline
-    if baseline not in args.policies:
+    options = {seed: _policy_options(args, policies, seed) for seed in seeds}
+    baseline = policies[0] if args.baseline is None else args.baseline
+    if baseline not in policies:
         raise OptionError(f"--baseline {baseline}: not among --policies "
-                          f"({', '.join(args.policies)}); expected one of them")
+                          f"({', '.join(policies)}); expected one of them")
     check_out_dir(args.out)
-    for name in args.workloads:  # fail fast, before any process starts
+    for name in workloads:  # fail fast, before any process starts
         check_horizon(_read_workload(name, args), configs[seeds[0]])
     tasks = [(w, p, options[seed][p], configs[seed], args)
-             for seed in seeds for p in args.policies for w in args.workloads]
+             for seed in seeds for p in policies for w in workloads]
     # Longest first (Pollux), so the pool's tail is short.
     tasks.sort(key=lambda t: t[1] != "pollux")
     with ExitStack() as stack:
@@ -469,10 +636,12 @@ def _compare(args: argparse.Namespace) -> int:
             stack.callback(connect_ray(args.ray).close)
         results = _run_tasks(tasks, args)
     order = {(p, w): i for i, (p, w) in enumerate(
-        (p, w) for p in args.policies for w in args.workloads)}
+        (p, w) for p in policies for w in workloads)}
     results.sort(key=lambda r: (order.get((r.policy, r.workload.split("-first")[0]), 0), r.seed))
     report = write_report(results, args.out, baseline)
     rows = summary_rows(results)
+    if quiet:
+        return report_unfinished(results)
     if args.seeds is None:
         _print(rows, args.json, "runs")
     else:
@@ -482,7 +651,7 @@ def _compare(args: argparse.Namespace) -> int:
                 "utilization", "ftf_mean", "decision_median_ms", "wall_s")
         print_table([{k: row[k] for k in keep} for row in policy_rows(rows)],
                     title="mean over workloads")
-        if args.seeds is None and len(args.policies) > 1:
+        if args.seeds is None and len(policies) > 1:
             print_headlines(headlines(rows, baseline))
         print(f"report: {report}")
     return report_unfinished(results)

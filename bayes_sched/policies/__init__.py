@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "PolluxPolicy": "bayes_sched.policies.pollux",
     "ShockwavePolicy": "bayes_sched.policies.shockwave",
     "SiaPolicy": "bayes_sched.policies.sia",
+    "SiaAdaptivePolicy": "bayes_sched.policies.sia_adaptive",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
 }
 
@@ -86,7 +87,7 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("fifo_packed", "FifoPackedPolicy"), ("allox", "AlloXPolicy"),
                       ("gandiva", "GandivaPolicy"), ("gandiva_fair", "GandivaFairPolicy"),
                       ("elas", "ElasPolicy"), ("shockwave", "ShockwavePolicy"),
-                      ("sia", "SiaPolicy")):
+                      ("sia", "SiaPolicy"), ("sia_adaptive", "SiaAdaptivePolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
@@ -100,6 +101,11 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
 #: Every policy the throughput-table world runs: the time-sharing family, E-LAS and Sia (each
 #: places a job on GPUs of one type, as the world requires; Sia by its integer program).
 TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia")
+
+#: Every policy the Pollux world (adaptive jobs, :mod:`bayes_sched.sim.simulator`) runs; on a
+#: typed cluster Pollux, Tiresias, Optimus, FIFO and BO are type-agnostic, sia_adaptive is Sia.
+POLLUX_WORLD_POLICIES: tuple[str, ...] = ("pollux", "tiresias", "optimus", "fifo", "bo",
+                                          "sia_adaptive")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
@@ -124,7 +130,8 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES", "make_policy",
+__all__ = ["POLICIES", "POLLUX_WORLD_POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES",
+           "make_policy",
            "AlloXPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
@@ -132,4 +139,5 @@ __all__ = ["POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES", "make_po
            "GavelFifoPolicy", "MaxMinFairnessPackedPolicy", "MaxMinFairnessPerfPolicy",
            "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy",
            "MinTotalDurationPackedPolicy", "MinTotalDurationPolicy", "OptimusPolicy",
-           "Policy", "PolluxPolicy", "ShockwavePolicy", "SiaPolicy", "TiresiasPolicy"]
+           "Policy", "PolluxPolicy", "ShockwavePolicy", "SiaAdaptivePolicy", "SiaPolicy",
+           "TiresiasPolicy"]

@@ -114,7 +114,9 @@ class SpeedupTables:
         self.max_nodes_per_job = max_nodes_per_job
         self.speedup_tolerance = speedup_tolerance
         self.risk = risk
-        self._tables: dict[str, tuple[int, float, int, np.ndarray]] = {}
+        # job -> ((GPU type, model version), noise-to-signal, GPUs, table): a job moved to another
+        # type has another model, whose versions count from 1 again.
+        self._tables: dict[str, tuple[tuple[str, int], float, int, np.ndarray]] = {}
         # Tables built this round and the last by their inputs: jobs whose models are equal
         # (the same fit, gradient statistics and limits) share one build.
         self._built: dict[tuple[object, ...], np.ndarray] = {}
@@ -131,7 +133,8 @@ class SpeedupTables:
         cached = self._tables.get(job.name)
         if cached is not None:
             version, cached_phi, cached_r, table = cached
-            if (version == model.version and cached_r >= max_r and table.shape[0] > num_nodes
+            if (version == (model.gpu_type, model.version) and cached_r >= max_r
+                    and table.shape[0] > num_nodes
                     and abs(phi - cached_phi) <= self.speedup_tolerance * abs(cached_phi)):
                 return table[: num_nodes + 1, : max_r + 1]
         draws = model.draws
@@ -152,7 +155,7 @@ class SpeedupTables:
             built[nn[valid], rr[valid]] = goodput
             built.flags.writeable = False
         self._built[key] = built
-        self._tables[job.name] = (model.version, phi, max_r, built)
+        self._tables[job.name] = ((model.gpu_type, model.version), phi, max_r, built)
         return built
 
     def build(self, jobs: Sequence[JobView], cluster: ClusterState,

@@ -7,7 +7,17 @@ import pandas as pd
 import xarray as xr
 
 from bayes_sched.sim.fairness import ftf_rho, ftf_summary
+from bayes_sched.sim.physics import GPU_TYPE
 from bayes_sched.sim.simulator import SimulatedCluster
+from bayes_sched.sim.typed_profiles import TypedApplication
+
+
+def baseline_gpu_type(types: tuple[str, ...], gpus: list[int]) -> str:
+    """The GPU type a job's time alone is measured on (the fairness baseline): the profiles'
+    type where the cluster has it, else the type the cluster has most GPUs of (the first on ties)."""
+    if GPU_TYPE in types:
+        return GPU_TYPE
+    return types[int(np.argmax(gpus))]
 
 
 def job_table(cluster: SimulatedCluster) -> pd.DataFrame:
@@ -15,13 +25,18 @@ def job_table(cluster: SimulatedCluster) -> pd.DataFrame:
 
     Columns: ``job, application, submit_time, start_time, completion_time, jct, queueing_delay,
     restarts, gpu_time, standalone_time, ftf`` where ``ftf`` (finish-time fairness) is the JCT over
-    the job's run time alone on the GPUs and batch its user asked for (``> 1``: slower than that).
+    the job's run time alone on the GPUs and batch its user asked for (``> 1``: slower than that);
+    on a typed cluster on GPUs of :func:`baseline_gpu_type`.
     """
     rows = []
-    gpus = int(cluster.config.cluster.capacity().max())  # alone: packed on the largest nodes
+    cluster_spec = cluster.config.cluster
+    gpus = int(cluster_spec.capacity().max())  # alone: packed on the largest nodes
+    baseline = baseline_gpu_type(cluster_spec.types,
+                                 [cluster_spec.gpus_of_type(t) for t in cluster_spec.types])
     for job in cluster.jobs.values():
         spec = job.spec
-        alone = job.app.standalone_runtime(spec.num_replicas, spec.batch_size, gpus)
+        app = job.app if baseline == GPU_TYPE else TypedApplication(job.app, (baseline,))
+        alone = app.standalone_runtime(spec.num_replicas, spec.batch_size, gpus)
         done = job.completion_time is not None
         jct = job.completion_time - spec.submit_time if job.completion_time is not None else np.nan
         rows.append({
@@ -42,10 +57,11 @@ def job_table(cluster: SimulatedCluster) -> pd.DataFrame:
 
 def summarize(jobs: pd.DataFrame, timeline: xr.Dataset) -> dict[str, float]:
     """Summary of one run: JCT statistics (s), makespan (s), utilisation, fairness (finish-time
-    fairness: mean, worst as ``ftf_max``, quantiles ``ftf_p25`` ... ``ftf_p99``, ``ftf_over_1``
-    and ``unfair_fraction``, rho > 1.05)."""
+    fairness: mean, worst as ``ftf_max`` and ``ftf_worst``, quantiles ``ftf_p25`` ... ``ftf_p99``,
+    ``ftf_over_1`` and ``unfair_fraction``, rho > 1.05) and ``utilization_<type>`` per GPU type."""
     jct = jobs["jct"].dropna()
     util = timeline["utilization"].values
+    per_type = timeline["type_utilization"].values  # (time, gpu_type)
     busy = timeline["active_jobs"].values > 0
     return {
         "jobs": int(len(jobs)),
@@ -63,7 +79,10 @@ def summarize(jobs: pd.DataFrame, timeline: xr.Dataset) -> dict[str, float]:
         "ftf_over_1": float((jobs["ftf"] > 1).mean()),
         # The distribution's points and the unfair fraction, as in the throughput-table world
         # (here with contention 1: rho against the job alone on the GPUs its user asked for).
-        **{k: v for k, v in ftf_summary(jobs["ftf"].to_numpy()).items() if k != "ftf_worst"},
+        **ftf_summary(jobs["ftf"].to_numpy()),
+        # Per GPU type, as the throughput-table world reports it (over the rounds with jobs).
+        **{f"utilization_{gpu}": (float(per_type[busy, i].mean()) if busy.any() else 0.0)
+           for i, gpu in enumerate(timeline["gpu_type"].values)},
     }
 
 
@@ -73,6 +92,10 @@ def timeline_dataset(cluster: SimulatedCluster) -> xr.Dataset:
     time = np.array(cluster.timeline_time, dtype=np.float64)
     gpus = cluster.timeline_gpus()
     total = cluster.config.cluster.total_gpus
+    types = list(cluster.timeline_types)
+    type_gpus = np.array(cluster.timeline_type_gpus, dtype=np.float64).reshape(len(time),
+                                                                              len(types))
+    type_total = np.array([cluster.config.cluster.gpus_of_type(t) for t in types], dtype=float)
     return xr.Dataset(
         {
             "gpus": (("time", "job"), gpus.astype(np.int32),
@@ -81,10 +104,13 @@ def timeline_dataset(cluster: SimulatedCluster) -> xr.Dataset:
                             {"units": "1", "long_name": "fraction of the cluster's GPUs held"}),
             "active_jobs": (("time",), np.array(cluster.timeline_active, dtype=np.int32),
                             {"units": "jobs", "long_name": "submitted, unfinished jobs"}),
+            "type_utilization": (("time", "gpu_type"), type_gpus / type_total,
+                                 {"units": "1", "long_name": "fraction of the type's GPUs held"}),
         },
         coords={
             "time": ("time", time, {"units": "s", "long_name": "end of scheduling round"}),
             "job": ("job", np.array(names, dtype=object)),
+            "gpu_type": ("gpu_type", np.array(types, dtype=object)),
         },
         attrs={"num_nodes": cluster.config.num_nodes,
                "gpus_per_node": int(cluster.config.cluster.capacity().max()),

@@ -193,7 +193,14 @@ def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
     _atomic_write(out / "avg_jct.png", lambda p: _plot_avg_jct(over_seeds, p))
     _atomic_write(out / "jct_cdf.png", lambda p: _plot_jct_cdf(jobs, p))
     _atomic_write(out / "utilization.png", lambda p: _plot_utilization(results, p))
+    from bayes_sched.sim.type_utilization import pollux_world_series, write_type_utilization
+
+    for r in results:
+        name = _timeline_name(r, several_seeds).removesuffix(".nc")
+        write_type_utilization(pollux_world_series(r), out / "type_utilization", name,
+                               f"{r.policy} on {r.workload}")
     sections = _sections(lines, rows, per_policy, over_seeds)
+    sections += _typed_sections(results)
     _atomic_write(out / "report.html", lambda p: p.write_text(_html(sections)))
     report = out / "report.md"
     _atomic_write(report, lambda p: p.write_text(_markdown(sections)))
@@ -280,11 +287,15 @@ def _plot_utilization(results: Sequence[SimulationResult], path: Path) -> None:
 #: ``("table", (rows, columns))`` or ``("image", (file, alt))``.
 Section = tuple[str, Any]
 
+#: The finish-time-fairness distribution every summary gives: worst, CDF points, unfair fraction.
+FTF_COLUMNS = ["ftf_worst", "ftf_p25", "ftf_p50", "ftf_p75", "ftf_p90", "ftf_p99",
+               "unfair_fraction"]
 _RUN_COLUMNS = ["policy", "workload", "seed", "finished", "avg_jct", "median_jct", "p99_jct",
-                "makespan", "utilization", "ftf_mean", "ftf_max", "restarts_per_job",
+                "makespan", "utilization", "ftf_mean", *FTF_COLUMNS, "restarts_per_job",
                 "decision_median_ms"]
 _POLICY_COLUMNS = ["policy", "workloads", "avg_jct", "median_jct", "p99_jct", "makespan",
-                   "utilization", "ftf_mean", "ftf_max"]
+                   "utilization", "ftf_mean", "ftf_worst", "ftf_p50", "ftf_p90",
+                   "unfair_fraction"]
 _SEED_COLUMNS = ["avg_jct", "p99_jct", "makespan", "utilization", "ftf_mean"]
 
 
@@ -319,6 +330,38 @@ def _sections(lines: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
               "per-seed values in `seeds.json`."),
     ]
     return sections
+
+
+def _typed_sections(results: Sequence[SimulationResult]) -> list[Section]:
+    """Per-type utilisation files, and on a typed cluster the table of which profiles are measured
+    and which derived (:func:`~bayes_sched.sim.typed_profiles.derivation_table`)."""
+    from bayes_sched.sim.physics import GPU_TYPE
+    from bayes_sched.sim.typed_profiles import derivation_table
+
+    sections: list[Section] = [
+        ("p", "Per-GPU-type utilisation over time: `type_utilization/*.png`, the plotted numbers "
+              "beside each in `*.csv` (their mean over the counted rounds is the summary's "
+              "`utilization_<type>`).")]
+    types = tuple(dict.fromkeys(t for r in results for t in r.config.cluster.types))
+    if types == (GPU_TYPE,):
+        return sections
+    applications = sorted({str(a) for r in results for a in r.jobs["application"]})
+    table = derivation_table(types, [a for a in applications if a in _shipped()])
+    columns = ["application", "gpu_type", "profile", "gavel_model", "reason", "factor_min_bsz",
+               "factor_init_bsz", "factor_max_bsz"]
+    return sections + [
+        ("h2", "Profiles per GPU type"),
+        ("p", f"The Pollux profiles were measured on {GPU_TYPE}; the others are derived "
+              "(bayes_sched.sim.typed_profiles): the compute part of each step is the T4 one "
+              "times the factor below (Gavel's measured V100/type throughput ratio of the closest "
+              "Gavel model at the micro-batch, times T4/V100 peak FP32), the sync part is kept."),
+        ("table", (table, columns))]
+
+
+def _shipped() -> tuple[str, ...]:
+    from bayes_sched.sim.physics import APPLICATION_NAMES
+
+    return APPLICATION_NAMES
 
 
 def _cell(value: object) -> str:

@@ -27,6 +27,11 @@ from bayes_sched.estimation import RefitRule
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.sim.laws import HiddenInterference, RunningJob
 from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
+from bayes_sched.sim.typed_profiles import (
+    TypedApplication,
+    check_cluster_types,
+    slowest_type,
+)
 from bayes_sched.sim.workload import Workload
 from perfmodel.efficiency import scale_invariant_gain
 from perfmodel.throughput import seconds_per_step
@@ -100,10 +105,12 @@ class SimConfig:
         if not 0 <= interference < 1:
             raise InputError(f"interference is {interference}: expected a slowdown in "
                              "[0, 1)", column="interference")
-        if cluster.types != (GPU_TYPE,):
-            raise InputError(
-                f"cluster {cluster.describe()}: the simulator's physics (the Pollux profiles) "
-                f"was measured on {GPU_TYPE} GPUs only; expected a cluster of {GPU_TYPE} nodes")
+        # The Pollux profiles were measured on T4s; other types' are derived
+        # (:mod:`bayes_sched.sim.typed_profiles`) where the rule covers them.
+        try:
+            check_cluster_types(cluster.types, ())
+        except InputError as error:
+            raise InputError(f"cluster {cluster.describe()}: {error}") from None
         if hidden is not None:
             hidden.check_cluster(cluster)
         for name, value in (("cluster", cluster), ("interference", interference),
@@ -146,6 +153,11 @@ class SimJob:
                  num_nodes: int) -> None:
         self.spec = spec
         self.app = app
+        #: Step times on the GPUs the job holds: the measured profile on a T4-only cluster, else
+        #: the typed one (:meth:`reallocate` sets it where ``node_types`` is given).
+        self.physics: Application | TypedApplication = app
+        #: GPU type per node, on a cluster with a type other than the profiles' (else ``None``).
+        self.node_types: np.ndarray | None = None
         self.agent = agent
         self.counts = np.zeros(num_nodes, dtype=np.int64)
         self.placement: tuple[int, ...] = ()
@@ -180,6 +192,11 @@ class SimJob:
         if not self.placement:
             self.local_bsz, self.accum_steps = 0, 0
             return
+        if self.node_types is not None:
+            types = tuple(sorted(set(self.node_types[counts > 0].tolist())))
+            self.physics = TypedApplication(self.app, types)
+            # The job measures (and fits) per type; across types, the slowest paces it.
+            self.agent.use_gpu_type(slowest_type(self.app, types))
         self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
         self.restart_left = restart_delay
         if self.num_restarts is None:
@@ -203,7 +220,7 @@ class SimJob:
         nodes, replicas = len(self.placement), gpus
         while seconds > 0 and self.active:
             batch = replicas * self.local_bsz * (self.accum_steps + 1)
-            step, sync = app.step_time(self.placement, self.local_bsz)
+            step, sync = self.physics.step_time(self.placement, self.local_bsz)
             sqr, var = app.grad_stats(batch, self.epoch)
             self.agent.record(nodes, replicas, self.local_bsz, step, sync, sqr, var)
             scale = batch / app.limits.init_batch_size
@@ -275,6 +292,11 @@ class SimulatedCluster:
         self.config = config
         self._now = 0.0
         self.jobs: dict[str, SimJob] = {}
+        typed = config.cluster.types != (GPU_TYPE,)
+        if typed:
+            check_cluster_types(config.cluster.types,
+                                [spec.application for spec in workload.jobs])
+        node_types = np.array(config.cluster.gpu_types)
         for row, spec in enumerate(workload.jobs, start=2):
             app = get_application(spec.application)
             if spec.num_replicas > config.cluster.total_gpus:
@@ -289,12 +311,19 @@ class SimulatedCluster:
             agent = JobAgent(spec.name, app.limits, settings, config.min_refit_interval,
                              config.refit_on_new_bsz, gpu_type=GPU_TYPE)
             self.jobs[spec.name] = SimJob(spec, app, agent, config.num_nodes)
+            if typed:
+                self.jobs[spec.name].node_types = node_types
         self._allocations: Allocations = {}
         # Timeline: each round's end time and active jobs, and the GPUs each job held during it,
         # kept as changes (a dense row per round grew by the job count every round).
         self.timeline_time: list[float] = []
         self.timeline_active: list[int] = []
         self._timeline_gpus = GpuTimeline(len(self.jobs))
+        #: The cluster's GPU types, and the GPUs of each held during each round, ``(rounds, T)``.
+        self.timeline_types: tuple[str, ...] = config.cluster.types
+        self.timeline_type_gpus: list[np.ndarray] = []
+        self._node_type_index = np.array([self.timeline_types.index(t)
+                                          for t in config.cluster.gpu_types], dtype=np.int64)
         self._counters: list[xr.Dataset] = []
         self._counter_window: xr.Dataset | None = None
         self._counter_rng = np.random.default_rng(config.seed)
@@ -356,9 +385,11 @@ class SimulatedCluster:
     def advance(self, seconds: float) -> None:
         slowdown = self._slowdowns()
         gpus = np.zeros(len(self.jobs), dtype=np.int64)
+        node_gpus = np.zeros(self.config.num_nodes, dtype=np.int64)
         for i, (name, job) in enumerate(self.jobs.items()):
             if job.active and job.placement:
                 gpus[i] = sum(job.placement)
+                node_gpus += job.counts
             job.run(self._now, seconds, slowdown.get(name, 0.0))
         emit = getattr(self.config.hidden, "counters", None)
         if emit is not None:
@@ -369,6 +400,8 @@ class SimulatedCluster:
         self._now += seconds
         self.timeline_time.append(self._now)
         self._timeline_gpus.append(gpus)
+        self.timeline_type_gpus.append(np.bincount(self._node_type_index, weights=node_gpus,
+                                                   minlength=len(self.timeline_types)))
         self.timeline_active.append(sum(1 for j in self.jobs.values()
                                         if j.active and j.spec.submit_time <= self._now))
 

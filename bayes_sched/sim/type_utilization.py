@@ -1,0 +1,136 @@
+"""Per-GPU-type utilisation over time, in both worlds: the series, its summary means, and a plot.
+
+A run's series is the fraction of each GPU type's GPUs held in every round, shape ``(rounds,
+types)``, with the rounds its summary averages over (``counted``): the Pollux world's summary
+averages over the rounds with submitted, unfinished jobs
+(:func:`~bayes_sched.sim.metrics.summarize`), the throughput-table world's over every round
+(:func:`~bayes_sched.sim.table_run.run_table_simulation`). :func:`write_type_utilization` writes the
+plot (PNG) and the plotted numbers (CSV) side by side, so a reader can check one against the other
+and against the summary's ``utilization_<type>``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from bayes_sched.cluster_spec import ClusterSpec
+    from bayes_sched.sim.run import SimulationResult
+
+
+@dataclass(frozen=True)
+class TypeUtilization:
+    """Fraction of each GPU type's GPUs held per round.
+
+    Attributes:
+        time_s: end of each round, seconds, ``(R,)``.
+        gpu_types: the types, ``(T,)``.
+        fraction: GPUs held over the type's GPUs, ``(R, T)``.
+        counted: the rounds the run's summary averages over, ``(R,)`` bool.
+    """
+
+    time_s: np.ndarray
+    gpu_types: tuple[str, ...]
+    fraction: np.ndarray
+    counted: np.ndarray
+
+    def means(self) -> dict[str, float]:
+        """``utilization_<type>``: the mean over the counted rounds (0 with none), as the run's
+        summary states it."""
+        out = {}
+        for i, gpu in enumerate(self.gpu_types):
+            values = self.fraction[self.counted, i]
+            out[f"utilization_{gpu}"] = float(values.mean()) if values.size else 0.0
+        return out
+
+
+def pollux_world_series(result: SimulationResult) -> TypeUtilization:
+    """The series of a Pollux-world run (its timeline's ``type_utilization``)."""
+    timeline = result.timeline
+    return TypeUtilization(
+        time_s=np.asarray(timeline["time"].values, dtype=float),
+        gpu_types=tuple(str(t) for t in timeline["gpu_type"].values),
+        fraction=np.asarray(timeline["type_utilization"].values, dtype=float),
+        counted=np.asarray(timeline["active_jobs"].values) > 0)
+
+
+def table_world_series(time_s: Sequence[float], busy: Sequence[np.ndarray],
+                       busy_types: Sequence[str], spec: ClusterSpec) -> TypeUtilization:
+    """The series of a throughput-table run from its cluster's ``timeline_time``,
+    ``timeline_busy`` (GPUs busy per type, ``busy_types`` order) and the cluster spec."""
+    types = tuple(busy_types)
+    held = np.array(busy, dtype=float).reshape(len(time_s), len(types))
+    total = np.array([spec.gpus_of_type(t) for t in types], dtype=float)
+    return TypeUtilization(time_s=np.asarray(time_s, dtype=float), gpu_types=types,
+                           fraction=held / total, counted=np.ones(len(time_s), dtype=bool))
+
+
+def series_csv(series: TypeUtilization) -> str:
+    """The plotted numbers: ``time_s, counted`` and one column per type, one row per round."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["time_s", "counted", *series.gpu_types])
+    for r in range(len(series.time_s)):
+        writer.writerow([repr(float(series.time_s[r])), int(series.counted[r]),
+                         *(repr(float(v)) for v in series.fraction[r])])
+    return buffer.getvalue()
+
+
+def read_series_csv(path: str | Path) -> TypeUtilization:
+    """A series back from :func:`series_csv`'s file."""
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    header, body = rows[0], rows[1:]
+    data = np.array([[float(c) for c in row] for row in body], dtype=float).reshape(
+        len(body), len(header))
+    return TypeUtilization(time_s=data[:, 0], gpu_types=tuple(header[2:]),
+                           fraction=data[:, 2:], counted=data[:, 1] > 0)
+
+
+def write_type_utilization(series: TypeUtilization, out_dir: str | Path, stem: str,
+                           title: str = "") -> tuple[Path, Path]:
+    """Write ``<stem>.png`` (one line per GPU type over time, hours) and ``<stem>.csv``
+    (:func:`series_csv`) into ``out_dir`` (created), each atomically; returns both paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bayes_sched.sim.report import _atomic_write, series_styles
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, png_path = out / f"{stem}.csv", out / f"{stem}.png"
+    _atomic_write(csv_path, lambda p: p.write_text(series_csv(series)))
+
+    def plot(path: Path) -> None:
+        fig, ax = plt.subplots(figsize=(6.4, 3.0))
+        hours = series.time_s / 3600.0
+        styles = series_styles(len(series.gpu_types))
+        for i, gpu in enumerate(series.gpu_types):
+            mean = series.means()[f"utilization_{gpu}"]
+            ax.step(hours, series.fraction[:, i], where="post", label=f"{gpu} (mean {mean:.2f})",
+                    **styles[i])
+        ax.set_xlabel("time (h)")
+        ax.set_ylabel("GPUs held (fraction of type)")
+        ax.set_ylim(0, 1.05)
+        if title:
+            ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path, format="png", dpi=110)
+        plt.close(fig)
+
+    _atomic_write(png_path, plot)
+    return png_path, csv_path
+
+
+__all__ = ["TypeUtilization", "pollux_world_series", "read_series_csv", "series_csv",
+           "table_world_series", "write_type_utilization"]
