@@ -184,6 +184,7 @@ def run_case(tree: Path, label: str, case: str, args: argparse.Namespace) -> lis
     env = dict(os.environ, PYTHONPATH=str(tree))
     before = load_average()
     start = time.perf_counter()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     if case == "compare":
         with tempfile.TemporaryDirectory() as out:
             subprocess.run([sys.executable, "-m", "bayes_sched", "compare", "--out",
@@ -200,14 +201,19 @@ def run_case(tree: Path, label: str, case: str, args: argparse.Namespace) -> lis
         done = subprocess.run(command, env=env, cwd=tree, check=True, capture_output=True,
                               text=True)
         rows = json.loads(done.stdout.strip().splitlines()[-1])
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the case's processes (user + system, every child): less load-sensitive than
+    # wall time on a shared machine.
+    cpu = (used.ru_utime - children.ru_utime) + (used.ru_stime - children.ru_stime)
     for row in rows:
-        row.update(tree=label, load_before=before, load_after=load_average())
+        row.update(tree=label, cpu_s=cpu, load_before=before, load_after=load_average())
     return rows
 
 
 def ratio_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """Branch over base for every timing, per case and policy."""
-    keys = ("first_round_s", "later_median_s", "wall_s", "decision_median_ms", "peak_rss_mib")
+    keys = ("first_round_s", "later_median_s", "wall_s", "cpu_s", "decision_median_ms",
+            "peak_rss_mib")
     out = []
     by = {(r["case"], r["policy"], r["tree"]): r for r in rows}
     for (case, policy, tree), new in by.items():

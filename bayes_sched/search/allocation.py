@@ -801,6 +801,8 @@ def _distinct_draws(groups: np.ndarray, count: int, rng: np.random.Generator) ->
     sorted ``groups`` (no run may be longer than ``count``): repeats are redrawn until none is
     left, which takes few rounds when runs are short against ``count``."""
     draws = rng.integers(count, size=groups.size)
+    if groups.size < 2 or bool(np.all(groups[1:] != groups[:-1])):
+        return draws  # no run of two or more: nothing can repeat (most calls: ~1 job a node)
     while True:
         key = groups.astype(np.int64) * count + draws
         order = np.argsort(key, kind="stable")
