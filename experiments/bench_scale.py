@@ -151,9 +151,10 @@ def workload_worker(policies: list[str]) -> list[dict[str, object]]:
 
     rows = []
     for name in policies:
+        start = time.process_time()
         result = run_simulation("workload-1", name)
         rows.append({"case": "workload", "policy": name, "gpus": 64, "jobs": 160,
-                     "wall_s": result.wall_seconds,
+                     "wall_s": result.wall_seconds, "run_cpu_s": time.process_time() - start,
                      "decision_median_ms": float(np.median(result.decision_seconds) * 1e3),
                      "avg_jct": result.summary["avg_jct"], "peak_rss_mib": peak_rss_mib()})
     return rows
@@ -219,7 +220,7 @@ def run_case(tree: Path, label: str, case: str, args: argparse.Namespace) -> lis
 def ratio_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """Branch over base for every timing, per case and policy."""
     keys = ("first_round_s", "later_median_s", "first_round_cpu_s", "later_median_cpu_s",
-            "wall_s", "cpu_s", "decision_median_ms", "peak_rss_mib")
+            "wall_s", "cpu_s", "run_cpu_s", "decision_median_ms", "peak_rss_mib")
     out = []
     by = {(r["case"], r["policy"], r["tree"]): r for r in rows}
     for (case, policy, tree), new in by.items():
