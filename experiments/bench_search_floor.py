@@ -1,8 +1,10 @@
-"""What one Pollux decision's genetic search costs at a scale, and the part no rewrite of its
-array code can remove while the decisions stay the same.
+"""What one decision's genetic searches cost at a scale (Pollux: one NSGA-II search; bo: its
+elitist search and Pollux's under the avoid rule), and the part no rewrite of their array code can
+remove while the decisions stay the same.
 
 A round of ``bench_scale``'s synthetic cluster (``--case``, default 64 GPUs x 160 jobs) is run
-to round ``--round`` and the search's inputs there are kept; then, on copies of them:
+under ``--policy`` to round ``--round`` and the searches' inputs there are kept; then, on copies
+of them:
 
 * the search's CPU time (the least of ``--repeats``);
 * its calls per generation: C functions called (numpy's and the generator's) and Python
@@ -13,6 +15,7 @@ to round ``--round`` and the search's inputs there are kept; then, on copies of 
 * the CPU time of one small numpy call (``a.sum()`` on 100 elements), the cost of a call itself.
 
     python experiments/bench_search_floor.py --case scale-64
+    python experiments/bench_search_floor.py --case scale-1024 --policy bo
 """
 
 from __future__ import annotations
@@ -52,82 +55,102 @@ class _RecordingGenerator:
         return call
 
 
-def captured_search(case: str, at_round: int) -> tuple[Any, Any, list[str]]:
-    """The Pollux search, its problem and the job names as they stand at round ``at_round``."""
+#: Searches per decision.
+SEARCHES_PER_DECISION = {"pollux": 1, "bo": 2}
+
+
+def captured_searches(case: str, policy: str, at_round: int) -> list[tuple[Any, Any, list[str]]]:
+    """Each search of the decision of round ``at_round``: the search, its problem and the job
+    names as they stand then."""
     kept: list[tuple[Any, Any, list[str]]] = []
     evolve = allocation.GeneticSearch.evolve_sparse
 
     def capture(self: Any, problem: Any, names: list[str]) -> Any:
-        if len(kept) < at_round:
+        if len(kept) < at_round * SEARCHES_PER_DECISION[policy]:
             kept.append(copy.deepcopy((self, problem, names)))
         return evolve(self, problem, names)
 
     allocation.GeneticSearch.evolve_sparse = capture  # type: ignore[method-assign]
     try:
-        bench_scale.scale_worker(case, ["pollux"], at_round, 0)
+        bench_scale.scale_worker(case, [policy], at_round, 0)
     finally:
         allocation.GeneticSearch.evolve_sparse = evolve  # type: ignore[method-assign]
-    return kept[-1]
+    return kept[-SEARCHES_PER_DECISION[policy]:]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=sorted(bench_scale.SCALE), default="scale-64")
+    parser.add_argument("--policy", choices=sorted(SEARCHES_PER_DECISION), default="pollux")
     parser.add_argument("--round", type=int, default=3, help="the round whose search is timed")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    state = captured_search(args.case, args.round)
+    states = captured_searches(args.case, args.policy, args.round)
 
-    def fresh() -> tuple[Any, Any, list[str]]:
+    def fresh(state: tuple[Any, Any, list[str]]) -> tuple[Any, Any, list[str]]:
         search, problem, names = copy.deepcopy(state)
         problem.rng = search.rng
         return search, problem, names
 
-    times = []
-    for _ in range(args.repeats):
-        search, problem, names = fresh()
-        start = time.process_time()
-        search.evolve_sparse(problem, names)
-        times.append(time.process_time() - start)
-    search, problem, names = fresh()
-    size = int(np.clip(search.ga.max_elements // problem.base.size, search.ga.min_population,
-                       search.ga.population))
-    generations = max(search.ga.min_generations,
-                      search.ga.generations * size // search.ga.population)
+    def run_all() -> float:
+        """CPU seconds of every search of the decision, each on fresh copies."""
+        total = 0.0
+        for state in states:
+            search, problem, names = fresh(state)
+            start = time.process_time()
+            search.evolve_sparse(problem, names)
+            total += time.process_time() - start
+        return total
+
+    times = [run_all() for _ in range(args.repeats)]
     counts: Counter[str] = Counter()
 
     def count(frame: Any, event: str, arg: Any) -> None:
         counts[event] += 1
 
-    sys.setprofile(count)
-    search.evolve_sparse(problem, names)
-    sys.setprofile(None)
-    search, problem, names = fresh()
-    recorder = _RecordingGenerator(search.rng)
-    search.rng = problem.rng = recorder  # type: ignore[assignment]
-    search.evolve_sparse(problem, names)
+    generations = 0
+    recorders = []
+    for state in states:
+        search, problem, names = fresh(state)
+        size = int(np.clip(search.ga.max_elements // problem.base.size,
+                           search.ga.min_population, search.ga.population))
+        generations += max(search.ga.min_generations,
+                           search.ga.generations * size // search.ga.population)
+        sys.setprofile(count)
+        search.evolve_sparse(problem, names)
+        sys.setprofile(None)
+        search, problem, names = fresh(state)
+        recorder = _RecordingGenerator(search.rng)
+        search.rng = problem.rng = recorder
+        search.evolve_sparse(problem, names)
+        recorders.append((state[0].rng, recorder))
     draws = []
     for _ in range(args.repeats):
-        generator = copy.deepcopy(state[0].rng)
-        start = time.process_time()
-        for name, call_args, kwargs in recorder.calls:
-            getattr(generator, name)(*call_args, **kwargs)
-        draws.append(time.process_time() - start)
+        total = 0.0
+        for original, recorder in recorders:
+            generator = copy.deepcopy(original)
+            start = time.process_time()
+            for name, call_args, kwargs in recorder.calls:
+                getattr(generator, name)(*call_args, **kwargs)
+            total += time.process_time() - start
+        draws.append(total)
     small = np.arange(100)
     start = time.process_time()
     for _ in range(20_000):
         small.sum()
     per_call = (time.process_time() - start) / 20_000
-    jobs, nodes = problem.base.shape
+    jobs, nodes = states[0][1].base.shape
     print_table([{
-        "case": args.case, "jobs": jobs, "nodes": nodes, "population": size,
-        "generations": generations, "search_cpu_ms": 1e3 * min(times),
+        "case": args.case, "policy": args.policy, "jobs": jobs, "nodes": nodes,
+        "searches": len(states), "generations": generations,
+        "search_cpu_ms": 1e3 * min(times),
         "c_calls_per_generation": counts["c_call"] / generations,
         "python_calls_per_generation": counts["call"] / generations,
-        "draw_calls": len(recorder.calls), "draws_alone_cpu_ms": 1e3 * min(draws),
+        "draw_calls": sum(len(r.calls) for _, r in recorders),
+        "draws_alone_cpu_ms": 1e3 * min(draws),
         "small_numpy_call_us": 1e6 * per_call,
-    }], title="one Pollux search (CPU time; load-insensitive)", as_json=args.json)
+    }], title="one decision's searches (CPU time; load-insensitive)", as_json=args.json)
     return 0
 
 
