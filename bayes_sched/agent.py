@@ -63,6 +63,9 @@ class JobAgent:
         # Other GPU types' measurements and fitters (a typed cluster: :meth:`use_gpu_type`).
         self._other_types: dict[str, tuple[dict[tuple[int, int, int], Observation],
                                            ThroughputFitter]] = {}
+        # choose_batch's tuned choices for the current model, by (nodes, replicas).
+        self._choices: dict[tuple[int, int], tuple[int, int]] = {}
+        self._choices_key: tuple[ThroughputParams, float, float] | None = None
 
     @property
     def num_refits(self) -> int:
@@ -162,6 +165,21 @@ class JobAgent:
             if batch is None:
                 batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)
             return split_batch(batch, replicas, limits)
+        # The choice is a function of the model and the shape: a job keeps its model for many
+        # reallocations (one optimisation ~1 ms; the 960-job trace made ~5,000 of them).
+        if self._choices_key != self._model_key:
+            self._choices, self._choices_key = {}, self._model_key
+        cached = self._choices.get((nodes, replicas))
+        if cached is not None:
+            return cached
+        chosen = self._tuned_batch(model, nodes, replicas)
+        self._choices[(nodes, replicas)] = chosen
+        return chosen
+
+    def _tuned_batch(self, model: GoodputModel, nodes: int, replicas: int) -> tuple[int, int]:
+        """:meth:`choose_batch` by the goodput model ``model`` on ``replicas`` GPUs of ``nodes``
+        nodes."""
+        limits = self.limits
         choice = model.optimize(
             np.array([nodes]), np.array([replicas]), limits.max_batch_size,
             (limits.min_local_bsz, limits.max_local_bsz), max_accum_steps=limits.max_accum_steps,

@@ -108,7 +108,7 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
                                  **templates[spec.application]))
             allocation = {job["name"]: np.zeros(num_nodes, dtype=np.int64) for job in jobs}
             estimators = policy.estimators()
-            times, estimate, digest = [], [], hashlib.sha256()
+            times, cpu, estimate, digest = [], [], [], hashlib.sha256()
             for r in range(rounds):
                 now = 60.0 * r
                 cluster = ClusterState(num_nodes, 4, now)
@@ -119,9 +119,10 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
                 start = time.perf_counter()
                 views = run_estimators(estimators, cluster, views)
                 estimate.append(time.perf_counter() - start)
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 decision = policy.decide(cluster, views)
                 times.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - start_cpu)
                 allocation = {job["name"]: decision.get(job["name"],  # type: ignore[call-overload]
                                                         np.zeros(num_nodes, np.int64))
                               for job in jobs}
@@ -131,6 +132,11 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
             rows.append({"case": case, "policy": name, "gpus": 4 * num_nodes, "jobs": num_jobs,
                          "first_round_s": times[0],
                          "later_median_s": float(np.median(times[1:])) if rounds > 1 else None,
+                         # CPU time of the decisions: on a shared machine, the wall times above
+                         # count the other processes' time slices too.
+                         "first_round_cpu_s": cpu[0],
+                         "later_median_cpu_s": (float(np.median(cpu[1:])) if rounds > 1
+                                                else None),
                          "estimate_median_s": float(np.median(estimate)),
                          "decisions": digest.hexdigest()[:10]})
     for row in rows:
@@ -145,9 +151,10 @@ def workload_worker(policies: list[str]) -> list[dict[str, object]]:
 
     rows = []
     for name in policies:
+        start = time.process_time()
         result = run_simulation("workload-1", name)
         rows.append({"case": "workload", "policy": name, "gpus": 64, "jobs": 160,
-                     "wall_s": result.wall_seconds,
+                     "wall_s": result.wall_seconds, "run_cpu_s": time.process_time() - start,
                      "decision_median_ms": float(np.median(result.decision_seconds) * 1e3),
                      "avg_jct": result.summary["avg_jct"], "peak_rss_mib": peak_rss_mib()})
     return rows
@@ -184,6 +191,7 @@ def run_case(tree: Path, label: str, case: str, args: argparse.Namespace) -> lis
     env = dict(os.environ, PYTHONPATH=str(tree))
     before = load_average()
     start = time.perf_counter()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     if case == "compare":
         with tempfile.TemporaryDirectory() as out:
             subprocess.run([sys.executable, "-m", "bayes_sched", "compare", "--out",
@@ -200,14 +208,19 @@ def run_case(tree: Path, label: str, case: str, args: argparse.Namespace) -> lis
         done = subprocess.run(command, env=env, cwd=tree, check=True, capture_output=True,
                               text=True)
         rows = json.loads(done.stdout.strip().splitlines()[-1])
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the case's processes (user + system, every child): less load-sensitive than
+    # wall time on a shared machine.
+    cpu = (used.ru_utime - children.ru_utime) + (used.ru_stime - children.ru_stime)
     for row in rows:
-        row.update(tree=label, load_before=before, load_after=load_average())
+        row.update(tree=label, cpu_s=cpu, load_before=before, load_after=load_average())
     return rows
 
 
 def ratio_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """Branch over base for every timing, per case and policy."""
-    keys = ("first_round_s", "later_median_s", "wall_s", "decision_median_ms", "peak_rss_mib")
+    keys = ("first_round_s", "later_median_s", "first_round_cpu_s", "later_median_cpu_s",
+            "wall_s", "cpu_s", "run_cpu_s", "decision_median_ms", "peak_rss_mib")
     out = []
     by = {(r["case"], r["policy"], r["tree"]): r for r in rows}
     for (case, policy, tree), new in by.items():
@@ -222,6 +235,24 @@ def ratio_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
             row["same decisions"] = new["decisions"] == old.get("decisions")
         if "avg_jct" in new:
             row["same avg JCT"] = new["avg_jct"] == old.get("avg_jct")
+        out.append(row)
+    return out
+
+
+def policy_ratio_rows(rows: list[dict[str, object]], policy: str = "bo",
+                      reference: str = "pollux") -> list[dict[str, object]]:
+    """``policy``'s decision times over ``reference``'s, per case and tree (the same process)."""
+    keys = ("first_round_s", "later_median_s", "first_round_cpu_s", "later_median_cpu_s")
+    by = {(r["case"], r["policy"], r["tree"]): r for r in rows}
+    out = []
+    for (case, name, tree), new in by.items():
+        old = by.get((case, reference, tree))
+        if name != policy or old is None:
+            continue
+        row: dict[str, object] = {"case": case, "tree": tree}
+        for key in keys:
+            if isinstance(new.get(key), float) and isinstance(old.get(key), float) and old[key]:
+                row[f"{key} ratio"] = new[key] / old[key]  # type: ignore[operator]
         out.append(row)
     return out
 
@@ -275,6 +306,9 @@ def main() -> int:
                 as_json=args.json)
     if args.base is not None and not args.skip_branch:
         print_table(ratio_rows(rows), title="branch / base (lower is faster)", as_json=args.json)
+    if "bo" in args.policies and "pollux" in args.policies:
+        print_table(policy_ratio_rows(rows), title="bo / pollux decision time (target <= 1.5)",
+                    as_json=args.json)
     return 0
 
 

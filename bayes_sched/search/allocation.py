@@ -220,11 +220,12 @@ class GeneticSearch:
             return self._evolve_nsga2(problem, names, size, generations)
         population = self._initial_states(problem, names, size).dense()
         population[1:] = problem.mutate(population[1:], self.ga)
-        population = problem.repair(population, in_place=True)
-        fitness = problem.fitness(population)
+        population, entries = problem._repair(population, in_place=True)
+        fitness = problem.fitness_with_entries(population, entries)
         for _ in range(generations):
-            children = problem.offspring(population, fitness, ga)
-            merged_fitness = np.concatenate([fitness, problem.fitness(children)])
+            children, entries = problem.offspring_entries(population, fitness, ga)
+            merged_fitness = np.concatenate([fitness, problem.fitness_with_entries(children,
+                                                                                   entries)])
             keep = np.argsort(-merged_fitness, kind="stable")[:size]
             population = _take_merged(population, children, keep)
             fitness = merged_fitness[keep]
@@ -322,6 +323,24 @@ class AllocationProblem:
         #: The status quo's nonzero entries ``(j, n, GPUs)``, in order.
         self.base_entries = (base_j, base_n, base[base_j, base_n])
         self._base_bounds = np.searchsorted(base_j, np.arange(base.shape[0] + 1))
+        # States whose nonzero entries the caller has, while :meth:`fitness_with_entries` runs.
+        self._known: tuple[np.ndarray, Entries] | None = None
+
+    def _sparse_of(self, states: np.ndarray) -> SparseStates:
+        known = self._known
+        if known is not None and known[0] is states:
+            return SparseStates(known[1], states.shape)
+        return SparseStates.of(states)
+
+    def fitness_with_entries(self, states: np.ndarray, entries: Entries) -> np.ndarray:
+        """:meth:`fitness` of ``states`` whose ``nonzero_entries`` are ``entries`` (as repair
+        gives them), which the speedups then read instead of scanning the states again (also in
+        a subclass's own :meth:`fitness`, which reads them through :meth:`speedups`)."""
+        self._known = (states, entries)
+        try:
+            return self.fitness(states)
+        finally:
+            self._known = None
 
     def table_speedups(self, states: np.ndarray,
                        entries: Entries | None = None) -> np.ndarray:
@@ -359,7 +378,7 @@ class AllocationProblem:
     def speedups(self, states: np.ndarray) -> np.ndarray:
         """Scaled speedup of every job in every state, times the re-allocation penalty where the
         job's allocation changes, shape ``(P, J)``."""
-        sparse = SparseStates.of(states)
+        sparse = self._sparse_of(states)
         return self._penalised(self._table_speedups(sparse), sparse)
 
     def _penalised(self, table: np.ndarray, states: SparseStates) -> np.ndarray:
@@ -373,7 +392,7 @@ class AllocationProblem:
     def utility(self, states: np.ndarray) -> np.ndarray:
         """Cluster utility, as the artifact's second objective: the jobs' summed speedups over the
         GPUs of the nodes in use, shape ``(P,)``."""
-        sparse = SparseStates.of(states)
+        sparse = self._sparse_of(states)
         return self._utility(self._table_speedups(sparse), sparse)
 
     def _utility(self, table: np.ndarray, states: SparseStates) -> np.ndarray:
@@ -512,6 +531,13 @@ class AllocationProblem:
                       (added[0] * num_jobs + added[1]) * num_nodes + added[2])
 
     def offspring(self, population: np.ndarray, fitness: np.ndarray, ga: GAConfig) -> np.ndarray:
+        """``size`` children by binary tournaments, one-point crossover over jobs, mutation and
+        repair (the elitist search's)."""
+        return self.offspring_entries(population, fitness, ga)[0]
+
+    def offspring_entries(self, population: np.ndarray, fitness: np.ndarray, ga: GAConfig
+                          ) -> tuple[np.ndarray, Entries]:
+        """:meth:`offspring` and the children's ``nonzero_entries``."""
         size, num_jobs, _ = population.shape
         rng = self.rng
         # Binary tournaments pick the parents.
@@ -522,7 +548,7 @@ class AllocationProblem:
         # One-point crossover over jobs.
         point = rng.integers(num_jobs + 1, size=(size, 1))
         children = _crossover(population, first, second, point[:, 0])
-        return self.repair(self.mutate(children, ga), in_place=True)
+        return self._repair(self.mutate(children, ga), in_place=True)
 
     def mutate(self, states: np.ndarray, ga: GAConfig) -> np.ndarray:
         """Random changes per job row; randomness is drawn per row, not per GPU slot, so the cost
@@ -804,6 +830,8 @@ def _distinct_draws(groups: np.ndarray, count: int, rng: np.random.Generator) ->
     sorted ``groups`` (no run may be longer than ``count``): repeats are redrawn until none is
     left, which takes few rounds when runs are short against ``count``."""
     draws = rng.integers(count, size=groups.size)
+    if groups.size < 2 or bool(np.all(groups[1:] != groups[:-1])):
+        return draws  # no run of two or more: nothing can repeat (most calls: ~1 job a node)
     while True:
         key = groups.astype(np.int64) * count + draws
         order = np.argsort(key, kind="stable")

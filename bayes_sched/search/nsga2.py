@@ -8,6 +8,8 @@ with the fitness and the cluster utility as the objectives, as the Pollux artifa
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 
@@ -21,24 +23,22 @@ def front_ranks(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     so a binary search over fronts places each candidate (``O(M log M)``).
     """
     order = np.lexsort((-second, -first))
-    a, b = first.tolist(), second.tolist()
-    tail_a: list[float] = []   # the latest member of each front so far
-    tail_b: list[float] = []
-    front = np.empty(first.size, np.int64)
-    for i in order.tolist():
-        lo, hi = 0, len(tail_b)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if tail_b[mid] > b[i] or (tail_b[mid] == b[i] and tail_a[mid] > a[i]):
-                lo = mid + 1  # dominated by front ``mid``
-            else:
-                hi = mid
-        if lo == len(tail_b):
-            tail_a.append(a[i])
-            tail_b.append(b[i])
+    # Front ``f`` dominates a candidate exactly when its latest member's ``(second, first)`` is
+    # lexicographically greater; negated, the tails stay in ascending order, so the C bisection
+    # of the standard library finds the candidate's front (the same search, without a Python
+    # loop per step).
+    keys = list(zip((-second[order]).tolist(), (-first[order]).tolist(), strict=True))
+    tails: list[tuple[float, float]] = []   # the latest member of each front so far, negated
+    ranks = []
+    for key in keys:
+        lo = bisect_left(tails, key)
+        if lo == len(tails):
+            tails.append(key)
         else:
-            tail_a[lo], tail_b[lo] = a[i], b[i]
-        front[i] = lo
+            tails[lo] = key
+        ranks.append(lo)
+    front = np.empty(first.size, np.int64)
+    front[order] = ranks
     return front
 
 
