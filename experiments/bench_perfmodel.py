@@ -16,15 +16,18 @@ Prints three tables:
    measured compute shifts, the target model left out);
 3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
-Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]``
+Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]
+[--jobs 6] [--khat-seeds 0 1 2]`` (``--jobs``: models evaluated in parallel processes).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import functools
 import json
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.optimize
@@ -158,14 +161,20 @@ def objective_of(params: ThroughputParams, profile: StepTimeProfile) -> float:
     return float(reference_objective(torch.as_tensor(params.as_array()), profile))
 
 
-def evaluate_model(model: str, folds: int, seed: int, num_steps: int) -> tuple[dict, list[dict]]:
+def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
+                   khat_seeds: Sequence[int] = ()) -> tuple[dict, list[dict]]:
     profile = load_pollux_profile(model)
-    posterior = fit_throughput_posterior(profile, seed=seed, num_steps=num_steps)
-    fits = {"model": model,
+    # The SVI guide's own k-hat (no NUTS fallback, which would not change it), on every row.
+    posterior = fit_throughput_posterior(profile, seed=seed, num_steps=num_steps, fallback=False)
+    fits = {"model": model, "rows": len(profile),
             "objective_ours": objective_of(fit_throughput(profile), profile),
             "objective_reference": objective_of(reference_fit(profile), profile),
             "pareto_k": posterior.diagnostics.pareto_k,
             "bayes_fit_s": posterior.diagnostics.seconds}
+    for other in khat_seeds:
+        if other != seed:
+            fits[f"pareto_k_seed{other}"] = fit_throughput_posterior(
+                profile, seed=other, num_steps=num_steps, fallback=False).diagnostics.pareto_k
 
     masks = placement_folds(profile, folds, seed)
     parts = [held_out(profile.subset(~mask), profile.subset(mask), seed, num_steps)
@@ -223,6 +232,14 @@ def tuning_cost(model: str, num_allocations: int = 10_000, repeats: int = 5) -> 
             "tune_q10_32draws_ms": 1000 * risk_seconds}
 
 
+def _evaluate(model: str, folds: int, seed: int, num_steps: int, khat_seeds: tuple[int, ...],
+              with_cost: bool) -> tuple[dict, list[dict], list[dict]]:
+    started = time.perf_counter()
+    fits, quality = evaluate_model(model, folds, seed, num_steps, khat_seeds)
+    fits["model_s"] = time.perf_counter() - started
+    return fits, quality, [tuning_cost(model)] if with_cost else []
+
+
 def print_rows(title: str, rows: list[dict], as_json: bool) -> None:
     if as_json:
         print(json.dumps({"table": title, "rows": rows}, default=float))
@@ -243,15 +260,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500, help="SVI steps per Bayesian fit")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--khat-seeds", type=int, nargs="*", default=[],
+                        help="also report the full fit's PSIS k-hat for these seeds")
+    parser.add_argument("--jobs", type=int, default=1, help="models evaluated in parallel")
     parser.add_argument("--skip-cost", action="store_true", help="leave out the tuning-cost table")
     args = parser.parse_args()
     fits, quality, cost = [], [], []
-    for model in args.models:
-        f, q = evaluate_model(model, args.folds, args.seed, args.steps)
-        fits.append(f)
-        quality.extend(q)
-        if not args.skip_cost:
-            cost.append(tuning_cost(model))
+    evaluate = functools.partial(_evaluate, folds=args.folds, seed=args.seed,
+                                 num_steps=args.steps, khat_seeds=tuple(args.khat_seeds),
+                                 with_cost=not args.skip_cost)
+    # One process per model: the models are independent, and each fit runs on one thread.
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for f, q, c in pool.map(evaluate, args.models):
+            fits.append(f)
+            quality.extend(q)
+            cost.extend(c)
     print_rows("Fits: the reference's objective at our point fit and at the reference's own fit; "
                "PSIS k-hat of the Bayesian fit on all rows", fits, args.json)
     print_rows(f"Step-time quality per configuration class: warm ({args.folds} folds over "

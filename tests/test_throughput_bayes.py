@@ -8,14 +8,13 @@ import scipy.stats
 import torch
 
 from perfmodel.profiles import StepTimeProfile, load_pollux_profile
-from perfmodel.throughput import configuration_class
+from perfmodel.throughput import step_time_terms
 from perfmodel.throughput_bayes import (
     PARETO_K_USABLE,
     StepTimePrior,
     compute_shifts,
     fit_throughput_posterior,
     grouped_normal_log_prob,
-    shifted_step_time_terms,
 )
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 
@@ -116,11 +115,9 @@ def _shifted_profile(shift_within: float, seed: int) -> StepTimeProfile:
     """Rows drawn from the model whose within-node compute steps are ``exp(shift_within)`` times
     one GPU's (3% log-normal noise)."""
     base = synthetic_profile(TRUE_PARAMS, ["1", "2", "4", "22", "44"], noise=0.0, seed=seed)
-    classes = configuration_class(base.num_nodes, base.num_replicas)
-    t_c, t_o = (t.numpy()[0] for t in shifted_step_time_terms(
-        torch.as_tensor(TRUE_PARAMS.as_array())[None], torch.tensor([shift_within]),
-        torch.tensor([0.0]), *(torch.as_tensor(a, dtype=torch.float64) for a in (
-            base.num_nodes, base.num_replicas, base.local_bsz)), torch.as_tensor(classes)))
+    t_c, t_o = step_time_terms(np.append(TRUE_PARAMS.as_array(), [shift_within, 0.0]),
+                               *(np.asarray(a, dtype=np.float64) for a in (
+                                   base.num_nodes, base.num_replicas, base.local_bsz)))
     rng = np.random.default_rng(seed)
     t_c = t_c * np.exp(0.03 * rng.standard_normal(len(t_c)))
     t_o = np.maximum(t_o * np.exp(0.03 * rng.standard_normal(len(t_o))), 1.001 * t_c)
