@@ -26,8 +26,10 @@ import argparse
 import concurrent.futures
 import functools
 import json
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.optimize
@@ -161,36 +163,82 @@ def objective_of(params: ThroughputParams, profile: StepTimeProfile) -> float:
     return float(reference_objective(torch.as_tensor(params.as_array()), profile))
 
 
-def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
-                   khat_seeds: Sequence[int] = ()) -> tuple[dict, list[dict]]:
+def fit_summary(model: str, seed: int, num_steps: int) -> dict:
+    """Our point fit's objective next to the reference fit's, and the PSIS k-hat of the SVI guide
+    on every row (no NUTS fallback, which would not change it)."""
     profile = load_pollux_profile(model)
-    # The SVI guide's own k-hat (no NUTS fallback, which would not change it), on every row.
     posterior = fit_throughput_posterior(profile, seed=seed, num_steps=num_steps, fallback=False)
-    fits = {"model": model, "rows": len(profile),
+    return {"model": model, "rows": len(profile),
             "objective_ours": objective_of(fit_throughput(profile), profile),
             "objective_reference": objective_of(reference_fit(profile), profile),
             "pareto_k": posterior.diagnostics.pareto_k,
             "bayes_fit_s": posterior.diagnostics.seconds}
-    for other in khat_seeds:
-        if other != seed:
-            fits[f"pareto_k_seed{other}"] = fit_throughput_posterior(
-                profile, seed=other, num_steps=num_steps, fallback=False).diagnostics.pareto_k
 
+
+def pareto_k(model: str, seed: int, num_steps: int) -> float:
+    """PSIS k-hat of the SVI guide fitted with ``seed`` on every row of ``model``."""
+    return fit_throughput_posterior(load_pollux_profile(model), seed=seed, num_steps=num_steps,
+                                    fallback=False).diagnostics.pareto_k
+
+
+def warm_fold(model: str, folds: int, fold: int, seed: int, num_steps: int
+              ) -> dict[str, np.ndarray]:
+    """Predictions for the rows of fold ``fold`` (whole placements) from a fit on the others."""
+    profile = load_pollux_profile(model)
+    mask = placement_folds(profile, folds, seed)[fold]
+    return held_out(profile.subset(~mask), profile.subset(mask), seed, num_steps)
+
+
+def cold_start(model: str, fleet: bool, seed: int, num_steps: int) -> dict[str, np.ndarray]:
+    """Predictions for every multi-GPU row from a fit on the 1-GPU rows, with the default prior
+    or (``fleet``) the one learned from the other shipped models."""
+    profile = load_pollux_profile(model)
+    single = profile.num_replicas == 1
+    train, test = profile.subset(single), profile.subset(~single)
+    prior = None
+    if fleet:
+        others = [(load_pollux_profile(name), fleet_fit(name)) for name in POLLUX_MODELS
+                  if name != model]
+        prior = StepTimePrior.from_population(train, others)
+    return held_out(train, test, seed, num_steps, prior)
+
+
+def _call(task: Callable[[], Any]) -> Any:
+    return task()
+
+
+def model_tasks(model: str, folds: int, seed: int, num_steps: int,
+                khat_seeds: Sequence[int] = ()) -> list[Callable[[], Any]]:
+    """The independent fits of ``model``'s evaluation, for :func:`evaluate_model`."""
+    return [functools.partial(fit_summary, model, seed, num_steps),
+            *(functools.partial(warm_fold, model, folds, i, seed, num_steps)
+              for i in range(folds)),
+            *(functools.partial(cold_start, model, fleet, seed, num_steps)
+              for fleet in (False, True)),
+            *(functools.partial(pareto_k, model, k, num_steps) for k in khat_seeds if k != seed)]
+
+
+def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
+                   khat_seeds: Sequence[int] = (), results: Sequence[Any] | None = None
+                   ) -> tuple[dict, list[dict]]:
+    """The fits row and the quality rows of ``model``, from the results of :func:`model_tasks`
+    (run here, one after another, where not given)."""
+    if results is None:
+        results = [task() for task in model_tasks(model, folds, seed, num_steps, khat_seeds)]
+    fits, parts = dict(results[0]), results[1: 1 + folds]
+    cold_default, cold_fleet = results[1 + folds: 3 + folds]
+    for k, value in zip([k for k in khat_seeds if k != seed], results[3 + folds:], strict=True):
+        fits[f"pareto_k_seed{k}"] = value
+
+    profile = load_pollux_profile(model)
     masks = placement_folds(profile, folds, seed)
-    parts = [held_out(profile.subset(~mask), profile.subset(mask), seed, num_steps)
-             for mask in masks]
     order = np.concatenate([np.flatnonzero(mask) for mask in masks])
     warm_pred = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
     # The folds partition the rows: put the predictions back in the profile's row order.
     warm = class_rows(model, "warm", profile, {k: v[np.argsort(order)] for k, v in warm_pred.items()})
-
-    single = profile.num_replicas == 1
-    train, test = profile.subset(single), profile.subset(~single)
-    cold = class_rows(model, "cold", test, held_out(train, test, seed, num_steps))
-    others = [(load_pollux_profile(name), fleet_fit(name)) for name in POLLUX_MODELS
-              if name != model]
-    cold += class_rows(model, "cold-fleet", test, held_out(
-        train, test, seed, num_steps, StepTimePrior.from_population(train, others)))
+    test = profile.subset(profile.num_replicas != 1)
+    cold = (class_rows(model, "cold", test, cold_default)
+            + class_rows(model, "cold-fleet", test, cold_fleet))
     warm_width = {row["class"]: row["width90"] for row in warm}
     for row in cold:
         row["width_vs_warm"] = row["width90"] / warm_width.get(row["class"], float("nan"))
@@ -232,14 +280,6 @@ def tuning_cost(model: str, num_allocations: int = 10_000, repeats: int = 5) -> 
             "tune_q10_32draws_ms": 1000 * risk_seconds}
 
 
-def _evaluate(model: str, folds: int, seed: int, num_steps: int, khat_seeds: tuple[int, ...],
-              with_cost: bool) -> tuple[dict, list[dict], list[dict]]:
-    started = time.perf_counter()
-    fits, quality = evaluate_model(model, folds, seed, num_steps, khat_seeds)
-    fits["model_s"] = time.perf_counter() - started
-    return fits, quality, [tuning_cost(model)] if with_cost else []
-
-
 def print_rows(title: str, rows: list[dict], as_json: bool) -> None:
     if as_json:
         print(json.dumps({"table": title, "rows": rows}, default=float))
@@ -262,19 +302,27 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--khat-seeds", type=int, nargs="*", default=[],
                         help="also report the full fit's PSIS k-hat for these seeds")
-    parser.add_argument("--jobs", type=int, default=1, help="models evaluated in parallel")
+    parser.add_argument("--jobs", type=int, default=1, help="fits run in parallel processes")
     parser.add_argument("--skip-cost", action="store_true", help="leave out the tuning-cost table")
     args = parser.parse_args()
     fits, quality, cost = [], [], []
-    evaluate = functools.partial(_evaluate, folds=args.folds, seed=args.seed,
-                                 num_steps=args.steps, khat_seeds=tuple(args.khat_seeds),
-                                 with_cost=not args.skip_cost)
-    # One process per model: the models are independent, and each fit runs on one thread.
+    # Every fit in its own process (each runs on one thread): models, folds and cold starts are
+    # independent.
+    tasks = {model: model_tasks(model, args.folds, args.seed, args.steps, args.khat_seeds)
+             for model in args.models}
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for f, q, c in pool.map(evaluate, args.models):
+        flat = pool.map(_call, [task for model in args.models for task in tasks[model]])
+        for model in args.models:
+            results = [next(flat) for _ in tasks[model]]
+            f, q = evaluate_model(model, args.folds, args.seed, args.steps, args.khat_seeds,
+                                  results)
+            # Each model's rows as soon as they are in (stderr), so a long run is never lost.
+            print(json.dumps({"fits": f, "quality": q}, default=float), file=sys.stderr,
+                  flush=True)
             fits.append(f)
             quality.extend(q)
-            cost.extend(c)
+            if not args.skip_cost:
+                cost.append(tuning_cost(model))
     print_rows("Fits: the reference's objective at our point fit and at the reference's own fit; "
                "PSIS k-hat of the Bayesian fit on all rows", fits, args.json)
     print_rows(f"Step-time quality per configuration class: warm ({args.folds} folds over "

@@ -7,6 +7,7 @@ import pytest
 import scipy.stats
 import torch
 
+from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.profiles import StepTimeProfile, load_pollux_profile
 from perfmodel.throughput import step_time_terms
 from perfmodel.throughput_bayes import (
@@ -102,12 +103,15 @@ def test_noise_is_learned_per_configuration_class_with_heavy_tails() -> None:
 
 
 @pytest.mark.slow
-def test_svi_guide_is_a_usable_importance_proposal_on_a_shipped_profile() -> None:
+@pytest.mark.parametrize("model", POLLUX_MODELS)
+def test_svi_guide_is_a_usable_importance_proposal_on_a_shipped_profile(model: str) -> None:
     # Issue 18 item 5. The guide used to start at the Laplace approximation around the point
     # fit, with the noise sites at arbitrary values (scales 0.1, nu 10): 9-17 posterior standard
     # deviations off, and 500 steps did not recover (bert: k-hat 1.22). Started at the posterior
-    # mode, with a spline on each whitened coordinate: 0.57.
-    posterior = fit_throughput_posterior(load_pollux_profile("bert"), seed=0, fallback=False)
+    # mode, with a spline on each whitened coordinate: bert 0.57, but yolov3 0.89 and ncf 0.72
+    # (a Gaussian base's tails are lighter than the exponential tail of a posterior piled against
+    # a prior bound, e.g. gamma near 1); with a Student-t base and a wider spline: at most 0.7.
+    posterior = fit_throughput_posterior(load_pollux_profile(model), seed=0, fallback=False)
     assert posterior.diagnostics.pareto_k <= PARETO_K_USABLE
 
 
