@@ -150,7 +150,8 @@ class JobModel:
         gradient: the gradient statistics the job reported.
         limits: the job's batch limits.
         draws: posterior draws of the step-time parameters, shape ``(S, 7)`` in
-            ``perfmodel.throughput.PARAM_NAMES`` order, or ``None`` (point fit only).
+            ``perfmodel.throughput.PARAM_NAMES`` order or ``(S, 9)`` with the multi-GPU compute
+            shifts (``DRAW_NAMES``), or ``None`` (point fit only).
     """
 
     __slots__ = ("_draws", "_point", "_posterior", "gpu_type", "gradient", "limits", "params",
@@ -188,7 +189,8 @@ class JobModel:
 
     @property
     def draws(self) -> np.ndarray | None:
-        """Posterior draws of the step-time parameters ``(S, 7)`` (read-only), or ``None``."""
+        """Posterior draws of the step-time parameters ``(S, 7)`` or ``(S, 9)`` (read-only), or
+        ``None``."""
         return self._draws
 
     @property

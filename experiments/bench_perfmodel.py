@@ -16,15 +16,20 @@ Prints three tables:
    measured compute shifts, the target model left out);
 3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
-Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]``
+Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]
+[--jobs 6] [--khat-seeds 0 1 2]`` (``--jobs``: models evaluated in parallel processes).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import functools
 import json
+import sys
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.optimize
@@ -158,30 +163,82 @@ def objective_of(params: ThroughputParams, profile: StepTimeProfile) -> float:
     return float(reference_objective(torch.as_tensor(params.as_array()), profile))
 
 
-def evaluate_model(model: str, folds: int, seed: int, num_steps: int) -> tuple[dict, list[dict]]:
+def fit_summary(model: str, seed: int, num_steps: int) -> dict:
+    """Our point fit's objective next to the reference fit's, and the PSIS k-hat of the SVI guide
+    on every row (no NUTS fallback, which would not change it)."""
     profile = load_pollux_profile(model)
-    posterior = fit_throughput_posterior(profile, seed=seed, num_steps=num_steps)
-    fits = {"model": model,
+    posterior = fit_throughput_posterior(profile, seed=seed, num_steps=num_steps, fallback=False)
+    return {"model": model, "rows": len(profile),
             "objective_ours": objective_of(fit_throughput(profile), profile),
             "objective_reference": objective_of(reference_fit(profile), profile),
             "pareto_k": posterior.diagnostics.pareto_k,
             "bayes_fit_s": posterior.diagnostics.seconds}
 
+
+def pareto_k(model: str, seed: int, num_steps: int) -> float:
+    """PSIS k-hat of the SVI guide fitted with ``seed`` on every row of ``model``."""
+    return fit_throughput_posterior(load_pollux_profile(model), seed=seed, num_steps=num_steps,
+                                    fallback=False).diagnostics.pareto_k
+
+
+def warm_fold(model: str, folds: int, fold: int, seed: int, num_steps: int
+              ) -> dict[str, np.ndarray]:
+    """Predictions for the rows of fold ``fold`` (whole placements) from a fit on the others."""
+    profile = load_pollux_profile(model)
+    mask = placement_folds(profile, folds, seed)[fold]
+    return held_out(profile.subset(~mask), profile.subset(mask), seed, num_steps)
+
+
+def cold_start(model: str, fleet: bool, seed: int, num_steps: int) -> dict[str, np.ndarray]:
+    """Predictions for every multi-GPU row from a fit on the 1-GPU rows, with the default prior
+    or (``fleet``) the one learned from the other shipped models."""
+    profile = load_pollux_profile(model)
+    single = profile.num_replicas == 1
+    train, test = profile.subset(single), profile.subset(~single)
+    prior = None
+    if fleet:
+        others = [(load_pollux_profile(name), fleet_fit(name)) for name in POLLUX_MODELS
+                  if name != model]
+        prior = StepTimePrior.from_population(train, others)
+    return held_out(train, test, seed, num_steps, prior)
+
+
+def _call(task: Callable[[], Any]) -> Any:
+    return task()
+
+
+def model_tasks(model: str, folds: int, seed: int, num_steps: int,
+                khat_seeds: Sequence[int] = ()) -> list[Callable[[], Any]]:
+    """The independent fits of ``model``'s evaluation, for :func:`evaluate_model`."""
+    return [functools.partial(fit_summary, model, seed, num_steps),
+            *(functools.partial(warm_fold, model, folds, i, seed, num_steps)
+              for i in range(folds)),
+            *(functools.partial(cold_start, model, fleet, seed, num_steps)
+              for fleet in (False, True)),
+            *(functools.partial(pareto_k, model, k, num_steps) for k in khat_seeds if k != seed)]
+
+
+def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
+                   khat_seeds: Sequence[int] = (), results: Sequence[Any] | None = None
+                   ) -> tuple[dict, list[dict]]:
+    """The fits row and the quality rows of ``model``, from the results of :func:`model_tasks`
+    (run here, one after another, where not given)."""
+    if results is None:
+        results = [task() for task in model_tasks(model, folds, seed, num_steps, khat_seeds)]
+    fits, parts = dict(results[0]), results[1: 1 + folds]
+    cold_default, cold_fleet = results[1 + folds: 3 + folds]
+    for k, value in zip([k for k in khat_seeds if k != seed], results[3 + folds:], strict=True):
+        fits[f"pareto_k_seed{k}"] = value
+
+    profile = load_pollux_profile(model)
     masks = placement_folds(profile, folds, seed)
-    parts = [held_out(profile.subset(~mask), profile.subset(mask), seed, num_steps)
-             for mask in masks]
     order = np.concatenate([np.flatnonzero(mask) for mask in masks])
     warm_pred = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
     # The folds partition the rows: put the predictions back in the profile's row order.
     warm = class_rows(model, "warm", profile, {k: v[np.argsort(order)] for k, v in warm_pred.items()})
-
-    single = profile.num_replicas == 1
-    train, test = profile.subset(single), profile.subset(~single)
-    cold = class_rows(model, "cold", test, held_out(train, test, seed, num_steps))
-    others = [(load_pollux_profile(name), fleet_fit(name)) for name in POLLUX_MODELS
-              if name != model]
-    cold += class_rows(model, "cold-fleet", test, held_out(
-        train, test, seed, num_steps, StepTimePrior.from_population(train, others)))
+    test = profile.subset(profile.num_replicas != 1)
+    cold = (class_rows(model, "cold", test, cold_default)
+            + class_rows(model, "cold-fleet", test, cold_fleet))
     warm_width = {row["class"]: row["width90"] for row in warm}
     for row in cold:
         row["width_vs_warm"] = row["width90"] / warm_width.get(row["class"], float("nan"))
@@ -243,15 +300,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500, help="SVI steps per Bayesian fit")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--khat-seeds", type=int, nargs="*", default=[],
+                        help="also report the full fit's PSIS k-hat for these seeds")
+    parser.add_argument("--jobs", type=int, default=1, help="fits run in parallel processes")
     parser.add_argument("--skip-cost", action="store_true", help="leave out the tuning-cost table")
     args = parser.parse_args()
     fits, quality, cost = [], [], []
-    for model in args.models:
-        f, q = evaluate_model(model, args.folds, args.seed, args.steps)
-        fits.append(f)
-        quality.extend(q)
-        if not args.skip_cost:
-            cost.append(tuning_cost(model))
+    # Every fit in its own process (each runs on one thread): models, folds and cold starts are
+    # independent.
+    tasks = {model: model_tasks(model, args.folds, args.seed, args.steps, args.khat_seeds)
+             for model in args.models}
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        flat = pool.map(_call, [task for model in args.models for task in tasks[model]])
+        for model in args.models:
+            results = [next(flat) for _ in tasks[model]]
+            f, q = evaluate_model(model, args.folds, args.seed, args.steps, args.khat_seeds,
+                                  results)
+            # Each model's rows as soon as they are in (stderr), so a long run is never lost.
+            print(json.dumps({"fits": f, "quality": q}, default=float), file=sys.stderr,
+                  flush=True)
+            fits.append(f)
+            quality.extend(q)
+            if not args.skip_cost:
+                cost.append(tuning_cost(model))
     print_rows("Fits: the reference's objective at our point fit and at the reference's own fit; "
                "PSIS k-hat of the Bayesian fit on all rows", fits, args.json)
     print_rows(f"Step-time quality per configuration class: warm ({args.folds} folds over "

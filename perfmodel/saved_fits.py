@@ -46,8 +46,9 @@ KEY_ATTR = "fit_key"
 DISTRIBUTION = "bayes-sched"
 #: Part of every key: raise it whenever a model or its inference changes, so that fits cached by
 #: an earlier build of the same version are refitted (2: the SVI guide starts at the posterior
-#: mode with a spline per marginal, and the step-time model has compute-time shifts).
-FIT_REVISION = 2
+#: mode with a spline per marginal, and the step-time model has compute-time shifts; 3: the
+#: guide's base is Student-t and its spline twice as wide).
+FIT_REVISION = 3
 
 
 def package_version() -> str:

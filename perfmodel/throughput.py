@@ -16,6 +16,7 @@ same code serves prediction (numpy) and fitting (torch autograd).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, fields
@@ -37,6 +38,13 @@ GAMMA_BOUNDS = (1.0, 10.0)
 PARAM_NAMES = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
 #: Unit of each parameter: seconds, seconds per example of the micro-batch, seconds per GPU beyond
 #: two (the retrogression slopes), and none for the overlap exponent.
+#: Log compute-time factor of a multi-GPU class against one GPU at the same micro-batch: GPUs
+#: sharing a host share its memory bandwidth, PCIe lanes, data loaders and power budget, so their
+#: compute steps differ from a lone GPU's (the Bayesian fit learns these; the point fit has none).
+SHIFT_NAMES = ("shift_within", "shift_across")
+#: Columns of a parameter draw: the seven step-time parameters, optionally followed by the two
+#: compute shifts.
+DRAW_NAMES = PARAM_NAMES + SHIFT_NAMES
 PARAM_UNITS = {"alpha_c": "s", "beta_c": "s/example", "alpha_n": "s", "beta_n": "s/GPU",
                "alpha_r": "s", "beta_r": "s/GPU", "gamma": "1"}
 
@@ -86,15 +94,28 @@ def optimizer_time(t_compute: ArrayT, t_network: ArrayT, gamma: ArrayT) -> Array
     return (t_compute**gamma + t_network**gamma) ** (1 / gamma)
 
 
+def compute_factor(shift_within: ArrayT, shift_across: ArrayT, num_nodes: ArrayT,
+                   num_replicas: ArrayT) -> ArrayT:
+    """Factor on one GPU's compute time for each configuration: ``exp(shift)`` of its class
+    (:data:`SHIFT_NAMES`; 1 for one GPU); arguments broadcast."""
+    multi_node = (num_nodes > 1) * 1.0
+    within = (1 - multi_node) * (num_replicas > 1)
+    return math.e ** (within * shift_within + multi_node * shift_across)
+
+
 def step_time_terms(theta: ArrayT, num_nodes: ArrayT, num_replicas: ArrayT, local_bsz: ArrayT
                     ) -> tuple[ArrayT, ArrayT]:
-    """``(T_c, T_o)`` for parameters ``theta`` of shape ``(..., 7)`` in :data:`PARAM_NAMES` order.
+    """``(T_c, T_o)`` for parameters ``theta`` of shape ``(..., 7)`` in :data:`PARAM_NAMES` order,
+    or ``(..., 9)`` in :data:`DRAW_NAMES` order (multi-GPU compute times then scale by
+    :func:`compute_factor`).
 
     The leading dimensions of ``theta`` (e.g. posterior samples) broadcast against the configuration
-    arrays, so ``theta[..., None]`` against configurations of shape ``(N,)`` gives ``(S, N)``.
+    arrays, so ``theta[..., None, :]`` against configurations of shape ``(N,)`` gives ``(S, N)``.
     """
     alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = (theta[..., i] for i in range(7))
     t_c = compute_time(alpha_c, beta_c, local_bsz)
+    if theta.shape[-1] == len(DRAW_NAMES):
+        t_c = t_c * compute_factor(theta[..., 7], theta[..., 8], num_nodes, num_replicas)
     t_n = network_time(alpha_n, beta_n, alpha_r, beta_r, num_nodes, num_replicas)
     return t_c, optimizer_time(t_c, t_n, gamma)
 

@@ -16,9 +16,10 @@ The model (a plain function of data, :func:`step_time_model`):
   normal in log space with compound-symmetric covariance), so inference stays low-dimensional.
 
 Inference (:func:`fit_throughput_posterior`) is SVI in the unconstrained space with a full-rank
-Gaussian guide whose whitened coordinates each pass through a monotone spline (skewed marginals),
-started at the Laplace approximation around the posterior mode, and checked by Pareto-smoothed
-importance sampling (PSIS k-hat); ``method="nuts"`` runs Pyro's NUTS instead, to check SVI.
+guide whose whitened coordinates are Student-t (tails no lighter than the posterior's) and each
+pass through a monotone spline (skewed marginals), started at the Laplace approximation around
+the posterior mode, and checked by Pareto-smoothed importance sampling (PSIS k-hat);
+``method="nuts"`` runs Pyro's NUTS instead, to check SVI.
 """
 
 from __future__ import annotations
@@ -46,16 +47,15 @@ from perfmodel.throughput import (
     GAMMA_BOUNDS,
     PARAM_NAMES,
     PARAM_UNITS,
+    SHIFT_NAMES,
     ArrayT,
     ThroughputParams,
-    compute_time,
     configuration_class,
     fit_throughput,
     identifiable,
-    network_time,
-    optimizer_time,
     profile_tensors,
     single_thread,
+    step_time_terms,
 )
 
 if TYPE_CHECKING:
@@ -78,11 +78,8 @@ _PRIOR_SPREAD = {"alpha_c": 1.5, "beta_c": 1.5, "alpha_n": 2.0, "beta_n": 2.0, "
 _NOISE_PRIOR_SCALE = 0.3
 #: Log-scale spread of the prior on how much more a multi-GPU class scatters than one GPU.
 _RATIO_PRIOR_SCALE = 0.7
-#: Log compute-time factor of a multi-GPU class against one GPU at the same micro-batch (sites
-#: ``shift_within``, ``shift_across``), and its default prior spread: GPUs sharing a host share
-#: its memory bandwidth, PCIe lanes, data loaders and power budget, so their compute steps differ
-#: from a lone GPU's by some tens of percent either way (shipped profiles: medians -6% to +12%).
-SHIFT_NAMES = ("shift_within", "shift_across")
+#: Default prior spread of the multi-GPU compute shifts (sites :data:`SHIFT_NAMES`, log factors):
+#: some tens of percent either way (shipped profiles: medians -6% to +12%).
 _SHIFT_PRIOR_SCALE = 0.2
 #: Above this PSIS k-hat an SVI guide is not a usable posterior (Vehtari et al., 2015-2024).
 PARETO_K_USABLE = 0.7
@@ -208,18 +205,13 @@ def compute_shifts(profile: StepTimeProfile) -> dict[str, float]:
 
 def shifted_step_time_terms(theta: torch.Tensor, shift_within: torch.Tensor,
                             shift_across: torch.Tensor, num_nodes: torch.Tensor,
-                            num_replicas: torch.Tensor, local_bsz: torch.Tensor,
-                            config_class: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                            num_replicas: torch.Tensor, local_bsz: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(T_c, T_o)`` as :func:`~perfmodel.throughput.step_time_terms`, shape ``(..., N)``, with
     each multi-GPU row's compute time scaled by its class's factor ``exp(shift)``; ``theta`` is
     ``(..., 7)`` and the shifts ``(...)`` per draw, the configuration arrays ``(N,)``."""
-    alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = (theta[..., i, None]
-                                                                for i in range(7))
-    shift = ((config_class == 1) * shift_within[..., None]
-             + (config_class == 2) * shift_across[..., None])
-    t_c = compute_time(alpha_c, beta_c, local_bsz) * torch.exp(shift)
-    t_n = network_time(alpha_n, beta_n, alpha_r, beta_r, num_nodes, num_replicas)
-    return t_c, optimizer_time(t_c, t_n, gamma)
+    draws = torch.cat([theta, shift_within[..., None], shift_across[..., None]], dim=-1)
+    return step_time_terms(draws[..., None, :], num_nodes, num_replicas, local_bsz)
 
 
 def grouped_normal_log_prob(residual: torch.Tensor, group: torch.Tensor, num_groups: int,
@@ -285,7 +277,7 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
     scale = {"compute": sigma_compute[..., None],
              "step": step_noise_scale(sigma_step, ratio_within, ratio_across, classes)}
     t_c, t_o = shifted_step_time_terms(theta, shift_within, shift_across, data.nodes,
-                                       data.replicas, data.local_bsz, classes)
+                                       data.replicas, data.local_bsz)
     residuals = {"compute": data.log_compute - torch.log(t_c),
                  "step": data.log_step - torch.log(t_o)}
     if data.placement_effects:
@@ -422,10 +414,8 @@ class ThroughputPosterior:
     def _placement_effects(self, data: StepTimeData) -> dict[str, np.ndarray]:
         # Posterior of a placement's offset u given its rows: normal with mean
         # tau^2 * sum(r) / (sigma^2 + n tau^2); averaged over draws.
-        row_class = (data.config_class if data.config_class is not None
-                     else torch.zeros_like(data.group))
         t_c, t_o = (torch.as_tensor(t) for t in self.step_time_terms(
-            data.nodes.numpy(), data.replicas.numpy(), data.local_bsz.numpy(), row_class.numpy()))
+            data.nodes.numpy(), data.replicas.numpy(), data.local_bsz.numpy()))
         count = np.bincount(data.group.numpy(), minlength=data.num_groups)
         effects = {}
         for series, observed, predicted in (("compute", data.log_compute, t_c),
@@ -454,17 +444,21 @@ class ThroughputPosterior:
         """Draws of a noise site, shape ``(S,)``; ``default`` for a site left out of the model."""
         return self.samples.get(name, np.full(self.theta.shape[0], default))
 
+    @property
+    def draws(self) -> np.ndarray:
+        """The step-time parameters and the multi-GPU compute shifts, shape ``(S, 9)`` in
+        :data:`~perfmodel.throughput.DRAW_NAMES` order (shifts 0 for a fit saved without them):
+        what :func:`~perfmodel.throughput.step_time_terms` and
+        :class:`~perfmodel.goodput.GoodputModel` take."""
+        return np.column_stack([self.theta, *(self._noise(name) for name in SHIFT_NAMES)])
+
     def step_time_terms(self, num_nodes: np.ndarray, num_replicas: np.ndarray,
-                        local_bsz: np.ndarray, config_class: np.ndarray
-                        ) -> tuple[np.ndarray, np.ndarray]:
+                        local_bsz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Draws of ``(T_c, T_o)`` in seconds, each ``(S, N)``, for configurations ``(N,)``, the
-        multi-GPU compute shifts included (0 for a fit saved without them)."""
-        within, across = (torch.as_tensor(self._noise(name)) for name in SHIFT_NAMES)
-        nodes, replicas, m = (torch.as_tensor(np.asarray(a, np.float64))
-                              for a in (num_nodes, num_replicas, local_bsz))
-        t_c, t_o = shifted_step_time_terms(torch.as_tensor(self.theta), within, across, nodes,
-                                           replicas, m, torch.as_tensor(np.asarray(config_class)))
-        return t_c.numpy(), t_o.numpy()
+        multi-GPU compute shifts included."""
+        nodes, replicas, m = (np.asarray(a, np.float64) for a in (num_nodes, num_replicas,
+                                                                   local_bsz))
+        return step_time_terms(self.draws[:, None, :], nodes, replicas, m)
 
     @property
     def num_samples(self) -> int:
@@ -503,7 +497,7 @@ class ThroughputPosterior:
                                                       for a in (num_nodes, num_replicas,
                                                                 local_bsz, accum_steps)))
         classes = configuration_class(nodes, replicas)
-        t_c, t_o = self.step_time_terms(nodes, replicas, m, classes)
+        t_c, t_o = self.step_time_terms(nodes, replicas, m)
         log_t = np.log(s * t_c + t_o)
         rng = np.random.default_rng(seed)
         sigma = self.noise_scale("step", classes)
@@ -579,10 +573,26 @@ def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: St
     return values
 
 
-#: Bins and half-width (in standard deviations of the guide's Gaussian part) of the guide's
-#: per-coordinate monotone spline; outside the half-width the spline is the identity.
+#: Bins and half-width (in scale units of the guide's base) of the guide's per-coordinate monotone
+#: spline; outside the half-width the spline is the identity. Wide, because a posterior piled
+#: against a bound of its prior (``gamma`` near 1, a slope near 0) has in unconstrained space an
+#: exponential tail that the spline must bend far out (yolov3: the heaviest importance weights
+#: lay at ``gamma``'s coordinate 2-5 scales below the mode; half-width 4 gave k-hat 0.52-0.73
+#: over seeds 0-2, 8 gave 0.45-0.57).
 GUIDE_SPLINE_BINS = 8
-GUIDE_SPLINE_BOUND = 4.0
+GUIDE_SPLINE_BOUND = 8.0
+#: Degrees of freedom of the guide's base distribution (Student-t per whitened coordinate): an
+#: importance proposal must have tails no lighter than the target's, and those exponential tails
+#: outgrow any Gaussian's (a Gaussian base: yolov3 k-hat 0.89, imagenet up to 1.0 over seeds).
+GUIDE_BASE_DF = 10.0
+
+
+def guide_base(dim: int) -> dist.Distribution:
+    """The guide's base: independent Student-t coordinates with :data:`GUIDE_BASE_DF` degrees of
+    freedom, location 0 and scale 1, as one event of shape ``(dim,)``."""
+    zeros = torch.zeros(dim, dtype=torch.float64)
+    return dist.StudentT(torch.full((dim,), GUIDE_BASE_DF, dtype=torch.float64), zeros,
+                         zeros + 1).to_event(1)
 
 
 def identity_spline(dim: int) -> Spline:
@@ -621,11 +631,11 @@ class _SviFit:
 def _svi_spline_gaussian(data: StepTimeData, prior: StepTimePrior,
                          init: dict[str, torch.Tensor], num_steps: int, num_samples: int,
                          check: bool, num_particles: int = 16) -> _SviFit:
-    """SVI in the model's unconstrained space with a full-rank Gaussian guide whose whitened
-    coordinates pass through a learned monotone spline each: ``z = loc + L s(u)``,
-    ``u ~ N(0, I)``.
+    """SVI in the model's unconstrained space with a full-rank guide whose whitened coordinates
+    pass through a learned monotone spline each: ``z = loc + L s(u)``, ``u`` independent
+    Student-t (:func:`guide_base`).
 
-    Why not the Gaussian alone: a parameter the data bound on one side only (a retrogression
+    Why not a Gaussian alone: a parameter the data bound on one side only (a retrogression
     slope, e.g. ``beta_r``, that the data say is below some value and the prior lets fall orders
     of magnitude lower) has a skewed posterior in log space (on bert, skewness -2.9 and excess
     kurtosis 10 in NUTS draws), which no Gaussian can follow; the spline bends each marginal,
@@ -667,8 +677,7 @@ def _svi_spline_gaussian(data: StepTimeData, prior: StepTimePrior,
     raw_scale = torch.log(torch.expm1(torch.diagonal(start))).clone().requires_grad_(True)
     off_diag = start.tril(-1).clone().requires_grad_(True)
     spline = identity_spline(dim)
-    base = dist.Normal(torch.zeros(dim, dtype=torch.float64),
-                       torch.ones(dim, dtype=torch.float64)).to_event(1)
+    base = guide_base(dim)
 
     def scale_tril() -> torch.Tensor:
         return torch.diag(torch.nn.functional.softplus(raw_scale)) + off_diag.tril(-1)
@@ -794,7 +803,7 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
 
     Args:
         profile: measured step times.
-        method: ``"svi"`` (Gaussian guide with spline marginals, Adam) or ``"nuts"``.
+        method: ``"svi"`` (full-rank Student-t guide with spline marginals, Adam) or ``"nuts"``.
         num_steps: SVI steps, or NUTS warm-up steps.
         num_samples: posterior draws kept.
         seed: seeds Pyro and torch, so fits reproduce.

@@ -7,15 +7,15 @@ import pytest
 import scipy.stats
 import torch
 
+from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.profiles import StepTimeProfile, load_pollux_profile
-from perfmodel.throughput import configuration_class
+from perfmodel.throughput import step_time_terms
 from perfmodel.throughput_bayes import (
     PARETO_K_USABLE,
     StepTimePrior,
     compute_shifts,
     fit_throughput_posterior,
     grouped_normal_log_prob,
-    shifted_step_time_terms,
 )
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 
@@ -103,12 +103,15 @@ def test_noise_is_learned_per_configuration_class_with_heavy_tails() -> None:
 
 
 @pytest.mark.slow
-def test_svi_guide_is_a_usable_importance_proposal_on_a_shipped_profile() -> None:
+@pytest.mark.parametrize("model", POLLUX_MODELS)
+def test_svi_guide_is_a_usable_importance_proposal_on_a_shipped_profile(model: str) -> None:
     # Issue 18 item 5. The guide used to start at the Laplace approximation around the point
     # fit, with the noise sites at arbitrary values (scales 0.1, nu 10): 9-17 posterior standard
     # deviations off, and 500 steps did not recover (bert: k-hat 1.22). Started at the posterior
-    # mode, with a spline on each whitened coordinate: 0.57.
-    posterior = fit_throughput_posterior(load_pollux_profile("bert"), seed=0, fallback=False)
+    # mode, with a spline on each whitened coordinate: bert 0.57, but yolov3 0.89 and ncf 0.72
+    # (a Gaussian base's tails are lighter than the exponential tail of a posterior piled against
+    # a prior bound, e.g. gamma near 1); with a Student-t base and a wider spline: at most 0.7.
+    posterior = fit_throughput_posterior(load_pollux_profile(model), seed=0, fallback=False)
     assert posterior.diagnostics.pareto_k <= PARETO_K_USABLE
 
 
@@ -116,11 +119,9 @@ def _shifted_profile(shift_within: float, seed: int) -> StepTimeProfile:
     """Rows drawn from the model whose within-node compute steps are ``exp(shift_within)`` times
     one GPU's (3% log-normal noise)."""
     base = synthetic_profile(TRUE_PARAMS, ["1", "2", "4", "22", "44"], noise=0.0, seed=seed)
-    classes = configuration_class(base.num_nodes, base.num_replicas)
-    t_c, t_o = (t.numpy()[0] for t in shifted_step_time_terms(
-        torch.as_tensor(TRUE_PARAMS.as_array())[None], torch.tensor([shift_within]),
-        torch.tensor([0.0]), *(torch.as_tensor(a, dtype=torch.float64) for a in (
-            base.num_nodes, base.num_replicas, base.local_bsz)), torch.as_tensor(classes)))
+    t_c, t_o = step_time_terms(np.append(TRUE_PARAMS.as_array(), [shift_within, 0.0]),
+                               *(np.asarray(a, dtype=np.float64) for a in (
+                                   base.num_nodes, base.num_replicas, base.local_bsz)))
     rng = np.random.default_rng(seed)
     t_c = t_c * np.exp(0.03 * rng.standard_normal(len(t_c)))
     t_o = np.maximum(t_o * np.exp(0.03 * rng.standard_normal(len(t_o))), 1.001 * t_c)

@@ -6,7 +6,10 @@ takes that fit as it is, so the model a policy reads is the one the job tunes by
 reports no fit (a fixed-batch job has no use for one), the estimator fits the reported step times
 itself, with the same refit rule (:class:`ThroughputFitter`). With :class:`PosteriorSettings`, it
 also draws from perfmodel's throughput posterior (:func:`perfmodel.throughput_bayes.
-fit_throughput_posterior`) on the reported step times, refitted when the fit's version changes.
+fit_throughput_posterior`) on the reported step times, refitted when the fit's version changes:
+the step-time parameters with the multi-GPU compute shifts the posterior learns
+(:data:`perfmodel.throughput.DRAW_NAMES`), so a policy's goodput reads the same step times as
+perfmodel's predictive distribution.
 """
 
 from __future__ import annotations
@@ -234,7 +237,9 @@ class JobModelEstimator:
                                              num_samples=settings.num_samples,
                                              seed=settings.seed, check=False)
         self.posterior_fits += 1
-        return posterior.theta
+        # With the compute shifts: multi-GPU steps as the posterior predicts them, not as one
+        # GPU's compute time would make them.
+        return posterior.draws
 
     def forget(self, names: set[str]) -> None:
         """Drop the state of jobs no longer active."""
