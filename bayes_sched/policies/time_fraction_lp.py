@@ -193,8 +193,13 @@ def min_max_ratio_program(terms: CombinationTerms, capacities: np.ndarray, elaps
                           remaining: np.ndarray, denominator: np.ndarray) -> ConicProgram:
     """Finish-time fairness: minimise ``r`` (variable last) such that ``elapsed_j + remaining_j
     / (rates_j @ v) <= r * denominator_j`` for every job: ``(rates_j @ v) * (r * denominator_j -
-    elapsed_j) >= remaining_j``, a rotated second-order cone per job."""
+    elapsed_j) >= remaining_j``, a rotated second-order cone per job, stated scaled as
+    ``(denominator_j / remaining_j * rates_j @ v) * (r - elapsed_j / denominator_j) >= 1`` (the
+    same set; both factors of order one, where steps and seconds of order 1e5-1e7 made
+    CLARABEL stop with InsufficientProgress on loaded snapshots that cvxpy's form solved)."""
     num_jobs, num_entries = terms.rates.shape
+    declared = remaining > 0
+    scale = np.where(declared, denominator / np.where(declared, remaining, 1.0), 1.0)
     cost = np.zeros(num_entries + 1)
     cost[-1] = 1.0
     upper = sp.bmat([[terms.membership, _column(np.zeros(num_jobs))],
@@ -202,12 +207,13 @@ def min_max_ratio_program(terms: CombinationTerms, capacities: np.ndarray, elaps
     return ConicProgram(cost=cost, upper=upper, upper_bound=_bounds(terms, capacities),
                         nonnegative=np.arange(num_entries + 1) < num_entries,
                         num_entries=num_entries, equal=_equal(terms, 1),
-                        first=sp.bmat([[terms.rates, _column(np.zeros(num_jobs))]],
-                                      format="csr"),
+                        first=sp.bmat([[sp.diags(scale) @ terms.rates,
+                                        _column(np.zeros(num_jobs))]], format="csr"),
                         first_offset=np.zeros(num_jobs),
                         second=sp.bmat([[sp.csr_matrix((num_jobs, num_entries)),
-                                         _column(denominator)]], format="csr"),
-                        second_offset=elapsed, product=remaining)
+                                         _column(np.ones(num_jobs))]], format="csr"),
+                        second_offset=elapsed / denominator,
+                        product=declared.astype(float))
 
 
 def solve_program(program: ConicProgram, solver: str) -> np.ndarray | None:
