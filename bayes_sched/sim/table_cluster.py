@@ -142,6 +142,7 @@ class TableCluster:
         self._allocations: Allocations = {}
         self._partner: dict[str, str] = {}  # job -> the job sharing its GPUs this round
         self.misfit_rounds = 0  # rounds a job held GPUs it could not run on
+        self._cells: dict[tuple[str, int, str, str | None], Cell] = {}  # reported cells, reused
         # Per round: time and busy GPUs per GPU type (sorted type names in busy_types).
         self.busy_types = tuple(sorted(set(self._types)))
         self.timeline_time: list[float] = []
@@ -219,14 +220,17 @@ class TableCluster:
         if seconds <= 0 or steps_per_second <= 0:
             job.reports = ()
             return
-        gpu = job.gpu_type
+        gpu = job.gpu_type or str(self._node_type[job.counts > 0][0])
         other = self._partner.get(job.spec.name)
         partner = (self._job_type(self._active[other])
                    if other is not None and other in self._active else None)
         measured = steps_per_second
         if self.measurement_noise > 0:
             measured *= math.exp(self.measurement_noise * float(self._noise.standard_normal()))
-        cell = Cell(self._job_type(job), job.spec.scale_factor, gpu, partner)
+        key = (self._job_type(job), job.spec.scale_factor, gpu, partner)
+        cell = self._cells.get(key)
+        if cell is None:
+            cell = self._cells[key] = Cell(*key)
         job.reports = (CellObservation(cell, measured, seconds, self._now + seconds),)
 
     def allocations(self) -> Allocations:
@@ -253,7 +257,7 @@ class TableCluster:
             if np.array_equal(job.counts, counts):
                 continue
             job.counts = counts.copy()
-            job.allocation_history.append((self._now, tuple(int(c) for c in counts)))
+            job.allocation_history.append((self._now, tuple(counts.tolist())))
             job.history = tuple(job.allocation_history)
             used = job.counts > 0
             types = set(self._node_type[used].tolist())
@@ -292,7 +296,7 @@ class TableCluster:
         shared_with = self._partner.get(job.spec.name)
         if gpus and (shared_with is None or shared_with not in self._active
                      or job.spec.name < shared_with):
-            gpu_type = str(self._node_type[job.counts > 0][0])
+            gpu_type = job.gpu_type or str(self._node_type[job.counts > 0][0])
             busy[self.busy_types.index(gpu_type)] += gpus
 
     def _end_round(self, seconds: float, busy: np.ndarray, finished: list[str]) -> None:
