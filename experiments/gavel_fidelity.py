@@ -86,6 +86,13 @@ What Gavel's code says about the misses (session 10, read from ``stanford-future
   with the earlier statement; none was re-run after the rescaling (a 2.6 jobs/h run needed more
   CPU than the session had at load 40-57).
 
+A whole 6,000-job run (multi-GPU, 2.6 jobs/h, seed 0, until all 6,000 jobs finished; session
+10 code, ``run_table_simulation`` as above, at load 18-38): max_min_fairness_perf 177 s of CPU
+(37,411 rounds, 893 s wall), under the issue's 5 minutes; max_min_fairness (LAS, ~2x the jobs
+active) had used 374 s of CPU when stopped unfinished after 22 min: not met. Jobs 0-299 of the
+same setting, base ``1912330`` against this code side by side: 9.21 -> 6.17 s CPU (Gavel),
+12.05 -> 9.40 s (packed, jobs 0-199), every JCT identical.
+
 Gavel's base FIFO: ``gavel_fifo`` assigns each job the randomly drawn type with room, where
 Gavel's ``fifo.py`` as read (commit 3e3acf6) assigns the stale loop variable ``worker_type``;
 with the drawn type the published 99.19 h is reproduced within 5 %.
