@@ -171,6 +171,20 @@ def validate_allocations(allocations: Mapping[str, np.ndarray], state: ClusterSt
     known = set(job_names)
     result: Allocations = {}
     used = np.zeros(state.num_nodes, dtype=np.int64)
+    arrays = [np.asarray(counts) for counts in allocations.values()]
+    if arrays and all(name in known for name in allocations) and all(
+            a.shape == (state.num_nodes,) for a in arrays):
+        # Every job known and shaped right: check the counts of all jobs at once (a decision
+        # is checked every round); a bad count falls through to the job-by-job loop's message.
+        stack = np.stack(arrays)
+        if np.all(np.isfinite(stack)) and not np.any(stack < 0) and np.all(
+                stack == np.round(stack)):
+            ints = stack.astype(np.int64)
+            held = np.asarray(ints.any(axis=1), dtype=bool).tolist()
+            result = {name: row for name, row, keep in zip(allocations, ints, list(held), strict=True)
+                      if keep}
+            used = ints.sum(axis=0)
+            return _check_pairs_and_capacity(allocations, result, used, state, sharing)
     for name, counts in allocations.items():
         if name not in known:
             raise AllocationError(f"allocation for unknown or finished job '{name}'")
@@ -185,6 +199,14 @@ def validate_allocations(allocations: Mapping[str, np.ndarray], state: ClusterSt
         if ints.any():
             result[name] = ints
             used += ints
+    return _check_pairs_and_capacity(allocations, result, used, state, sharing)
+
+
+def _check_pairs_and_capacity(allocations: Mapping[str, np.ndarray], result: Allocations,
+                              used: np.ndarray, state: ClusterState, sharing: bool
+                              ) -> Allocations:
+    """The rest of :func:`validate_allocations` once each job's counts are valid: pairs hold the
+    same GPUs and count once, and no node is oversubscribed."""
     seen: set[str] = set()
     for a, b in shared_pairs(allocations) if sharing else ():
         if a == b or a in seen or b in seen:

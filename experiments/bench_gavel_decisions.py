@@ -35,6 +35,23 @@ finish_time_fairness_perf 44 -> 14, max_min_fairness_packed 254 -> 55,
 finish_time_fairness_packed 350 -> 238, min_total_duration_packed 302 -> 216. The issue's 50 ms
 holds for every LP policy but the packed ones (max-min per class: 55-57 ms; FTF and min total
 duration, one entry per job pair: 216-238 ms multi-GPU, ~0.5 s CPU single-GPU).
+
+Session 10 (packed FTF and min total duration over (job, partner class, type) entries,
+``gavel_packing.partner_class_terms``, an exact reduction; 100 multi-GPU jobs, 3 repeats, CPU ms
+per decision, the pair LP and the reduced LP back to back in one process, load ~15):
+finish_time_fairness_packed 206 -> 151, min_total_duration_packed 169 -> 148. The target
+(<= 50 ms) is not met: the solve itself (CLARABEL, ~4,000 entries) is ~100 ms of it. Pooling a
+class's demands (a relaxation that is exact when its proportional split keeps every job's time
+<= 1) was tried and dropped: on this snapshot 15 (FTF) and 27 (min total duration) jobs would
+need more than all their time, so it fell back every time.
+
+At 2,048 GPUs (``--cluster v100:86x8,p100:85x8,k80:85x8 --jobs 1900 --multi-gpu --repeats 2``,
+load 22-27, CPU ms / wall ms): max_min_fairness 82 / 982, max_min_fairness_perf 113 / 1320,
+max_sum_throughput_perf 78 / 1251, finish_time_fairness_perf 217 / 3133, min_total_duration
+138 / 1889: under 1 s of CPU (the wall clock is the machine's load). max_min_fairness_packed:
+9,803 / 160,800 ms: the per-class LP is small, but its answer is expanded to 780,798 job pairs
+that the mechanism then keeps as combinations (O(J^2) pairs, J = 1,900); not met. The packed FTF
+and min total duration were not run at that size (J C T ~ 100,000 entries).
 """
 
 from __future__ import annotations

@@ -100,3 +100,25 @@ def test_a_trade_needs_room_on_the_side_that_receives_more_gpus() -> None:
     shares = np.array([[0.5, 0.5], [0.5, 0.5]])
     rates = np.array([[8.0, 1.0], [2.0, 1.0]])
     assert np.allclose(trade_shares(shares, rates, np.ones(2), [(0, 1)]), shares)
+
+
+def test_gandiva_fair_time_split_is_shockwaves_baseline() -> None:
+    """``split="time"`` (Shockwave's GandivaFairProportional): every job the same time fraction
+    (GPUs / jobs) whatever its GPU count; the default splits the GPUs, so a job of 4 GPUs gets a
+    quarter of a 1-GPU job's fraction. A bad split is a one-line error."""
+    spec = replace(load_cluster_spec("v100:2x4"), round_interval=120.0)
+    sizes = [1, 2, 4] * 4
+    jobs = [make_job(str(i), 0.0, "ResNet-18 (batch size 64)", s, 1e9)
+            for i, s in enumerate(sizes)]
+    views = TableCluster(jobs, spec, TABLE).job_views()
+    state = ClusterState(spec=spec, now=120.0)
+    fractions = {}
+    for split in ("time", "gpus"):
+        policy = make_policy("gandiva_fair", split=split)
+        policy.decide(state, views)
+        fractions[split] = np.array([policy.fractions()[str(i)]["v100"]
+                                     for i in range(len(sizes))])
+    assert np.allclose(fractions["time"], 8 / len(sizes))
+    assert np.allclose(fractions["gpus"] * np.array(sizes), 8 / len(sizes))
+    with pytest.raises(ValueError, match="split"):
+        make_policy("gandiva_fair", split="tickets")

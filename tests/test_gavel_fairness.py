@@ -251,3 +251,53 @@ def test_gandiva_splits_equally_then_packs_same_scale_factor_pairs() -> None:
     assert all(sizes[a] == sizes[b] for a, b in pairs[0])
     members = [n for p in pairs[0] for n in p]
     assert len(members) == len(set(members))
+
+
+def test_finish_time_fairness_solves_a_loaded_snapshot() -> None:
+    """180 multi-GPU jobs of Gavel's generator, ages up to 100 h and random progress, on 36 GPUs
+    of each type (a state of the 2.6 jobs/h run): the agnostic FTF program solves (stated in
+    seconds and steps CLARABEL stopped here with InsufficientProgress) and its worst ratio is
+    the optimum of the program as Gavel states it in cvxpy."""
+    from itertools import islice
+
+    import cvxpy as cp
+
+    from bayes_sched.policies.finish_time_fairness import (
+        FinishTimeFairnessPolicy,
+        isolated_throughputs,
+    )
+    from bayes_sched.policies.time_sharing import AllocationInputs
+    from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
+
+    rng = np.random.default_rng(0)
+    spec = _spec("v100:36,p100:36,k80:36")
+    jobs = [replace(job, submit_time=0.0)
+            for job in islice(generate_continuous_jobs(2.6, 0, True), 180)]
+    views = [replace(v, age=float(rng.uniform(0, 100 * 3600)),
+                     progress=float(rng.uniform(0, 0.9)) * float(v.target_steps or 0))
+             for v in TableCluster(jobs, spec, TABLE).job_views()]
+    seen: list[AllocationInputs] = []
+
+    class Capture(FinishTimeFairnessPolicy):
+        def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
+            seen.append(inputs)
+            return super().allocate_combinations(inputs)
+
+    policy = Capture()
+    policy.decide(ClusterState(spec=spec, now=360000.0), views)
+    assert policy.solver_failures == 0
+    inputs = seen[0]
+    rates = policy._rates(inputs)
+    remaining, elapsed = inputs.remaining_steps, inputs.elapsed
+    denominator = remaining / isolated_throughputs(rates, inputs.scale_factors,
+                                                   inputs.capacities)
+    ours = np.array([[policy.fractions()[n][t] for t in policy._types] for n in inputs.names])
+    worst = ((elapsed + remaining / (rates * ours).sum(axis=1)) / denominator).max()
+    x = cp.Variable(rates.shape)
+    ratios = [(elapsed[i] + remaining[i] * cp.inv_pos(rates[i] @ x[i])) / denominator[i]
+              for i in range(len(rates))]
+    reference = cp.Problem(cp.Minimize(cp.maximum(*ratios)), [
+        x >= 0, cp.sum(x, axis=1) <= 1,
+        cp.sum(cp.multiply(inputs.scale_factors[:, None], x), axis=0) <= inputs.capacities])
+    reference.solve(solver="CLARABEL")
+    assert worst == pytest.approx(reference.value, rel=1e-5)

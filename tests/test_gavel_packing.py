@@ -149,3 +149,67 @@ def test_the_direct_programs_reach_the_cvxpy_formulations_optimum() -> None:
         value = {"max_min": (weights * e).min(), "max_sum": e.sum(),
                  "ratio": ((elapsed + remaining / e) / denominator).max()}[name]
         assert value == pytest.approx(references[name].value, rel=1e-5), name
+
+
+def _effective(x: np.ndarray, inputs: AllocationInputs) -> np.ndarray:
+    """Each job's steps/s under allocation ``x`` ``(J + P, T)``."""
+    return _normalised_throughputs(x, inputs) * inputs.throughputs.sum(axis=1) / (
+        inputs.scale_factors)
+
+
+@pytest.mark.parametrize("solver", ["CLARABEL", "HIGHS"])
+def test_the_per_partner_class_lp_has_the_pair_lps_optimum(solver: str) -> None:
+    """Finish-time fairness (an SOCP, CLARABEL only) and min total duration's fastest horizon
+    over (job, partner class) entries reach the optimum over all job pairs, with jobs that
+    differ in remaining steps and age (no class symmetry), and the answer expanded to job
+    pairs is feasible there and attains it."""
+    from bayes_sched.policies.gavel_packing import packed_layout
+    from bayes_sched.policies.time_fraction_lp import (
+        fastest_finish_program,
+        min_max_ratio_program,
+        solve_program,
+    )
+
+    inputs = replace(_inputs(), remaining_steps=np.linspace(2e3, 4e4, len(JOB_TYPES)),
+                     elapsed=np.linspace(0.0, 3600.0, len(JOB_TYPES)))
+    remaining = inputs.remaining_steps
+    denominator = np.linspace(1e3, 8e3, inputs.num_jobs)
+    programs = {"finish": lambda terms: fastest_finish_program(terms, inputs.capacities,
+                                                               remaining)}
+    if solver == "CLARABEL":
+        programs["ratio"] = lambda terms: min_max_ratio_program(
+            terms, inputs.capacities, inputs.elapsed, remaining, denominator)
+    for name, build in programs.items():
+        optima, attained = [], []
+        for per_partner in (False, True):
+            layout = packed_layout(inputs, per_partner)
+            values = solve_program(build(layout.terms), solver)
+            assert values is not None
+            x = layout.expand(values, inputs)
+            _assert_feasible(x, inputs)
+            optima.append(values[-1])
+            rate = _effective(x, inputs)
+            attained.append((rate / remaining).min() if name == "finish" else
+                            ((inputs.elapsed + remaining / rate) / denominator).max())
+        assert optima[1] == pytest.approx(optima[0], rel=1e-5), name
+        assert attained[1] == pytest.approx(optima[0], rel=1e-5), name
+        assert attained[0] == pytest.approx(optima[0], rel=1e-5), name
+    layout = packed_layout(inputs)
+    assert layout.expand(solve_program(programs["finish"](layout.terms), solver),
+                         inputs)[inputs.num_jobs:].sum() > 0.1  # pairs are used
+
+
+def test_pairing_within_a_class_keeps_each_jobs_time() -> None:
+    """Symmetric, zero diagonal, non-negative, rows summing to the times, whenever no time
+    exceeds the rest together (the boundary included)."""
+    from bayes_sched.policies.gavel_packing import pair_within_class
+
+    rng = np.random.default_rng(0)
+    cases = [np.array([2.0, 1.0, 1.0]), np.array([0.5, 0.5]), np.array([0.3, 0.0, 0.3])]
+    cases += [rng.random(n) for n in rng.integers(2, 9, size=200)]
+    for times in cases:
+        if times.max() > times.sum() - times.max():
+            continue
+        pairs = pair_within_class(times)
+        assert np.allclose(pairs, pairs.T) and np.all(pairs >= 0)
+        assert np.allclose(np.diag(pairs), 0.0) and np.allclose(pairs.sum(axis=1), times)

@@ -18,7 +18,9 @@ split equally (Gavel's fallback when its FTF LP has no answer), logged and count
 heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on every
 type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the measured
 rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the combinations it
-is in (:mod:`bayes_sched.policies.gavel_packing`). Gavel's packed form divides the packed rates by
+is in (:mod:`bayes_sched.policies.gavel_packing`; solved over (job, partner class) entries,
+:func:`~bayes_sched.policies.gavel_packing.partner_class_terms`, the same optimum as over every job
+pair). Gavel's packed form divides the packed rates by
 each job's summed rates while ``isolated_j`` stays in steps/s; here both are in steps/s.
 """
 
@@ -26,12 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from bayes_sched.policies.gavel_packing import combination_terms
+from bayes_sched.policies.gavel_packing import PackedLayout, packed_layout
 from bayes_sched.policies.time_fraction_lp import (
-    CombinationTerms,
     dense_terms,
     min_max_ratio_program,
-    solve_allocation,
+    solve_program,
 )
 from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
 
@@ -86,8 +87,8 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
         denominator = spent + remaining / np.maximum(isolated, 1e-12)
         return inputs.elapsed, remaining, np.maximum(denominator, 1e-9)
 
-    def _terms(self, inputs: AllocationInputs, rates: np.ndarray) -> CombinationTerms:
-        return dense_terms(rates, inputs.scale_factors)
+    def _layout(self, inputs: AllocationInputs, rates: np.ndarray) -> PackedLayout:
+        return PackedLayout.of(dense_terms(rates, inputs.scale_factors))
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
         fallback = self.undeclared_fallback(inputs)
@@ -95,10 +96,10 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
             return fallback
         rates = self._rates(inputs)
         elapsed, remaining, denominator = self._ratio_terms(inputs, rates)
-        terms = self._terms(inputs, rates)
-        program = min_max_ratio_program(terms, inputs.capacities, elapsed, remaining,
-                                        denominator)
-        return solve_allocation(program, terms, inputs.num_jobs + len(inputs.pairs), self.solver)
+        layout = self._layout(inputs, rates)
+        values = solve_program(min_max_ratio_program(layout.terms, inputs.capacities, elapsed,
+                                                     remaining, denominator), self.solver)
+        return None if values is None else layout.expand(values, inputs)
 
 
 class FinishTimeFairnessPerfPolicy(FinishTimeFairnessPolicy):
@@ -123,5 +124,8 @@ class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
     packing = True
     __init__ = TimeSharingPolicy.__init__
 
-    def _terms(self, inputs: AllocationInputs, rates: np.ndarray) -> CombinationTerms:
-        return combination_terms(inputs)
+    #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).
+    per_partner_class = True
+
+    def _layout(self, inputs: AllocationInputs, rates: np.ndarray) -> PackedLayout:
+        return packed_layout(inputs, self.per_partner_class)

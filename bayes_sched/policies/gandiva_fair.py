@@ -28,12 +28,21 @@ Left out, or where our world lacks what Gandiva-fair needs:
 * **Users.** Jobs here carry no user; every job is its own user with equal tickets (the setting
   Shockwave's evaluation of Gandiva-fair uses). With several jobs per user, a user's share would
   be split among its jobs; that is not modelled.
+* **Shockwave's baseline** (``split="time"``): Shockwave's evaluation ran Gandiva-fair as its
+  ``GandivaFairProportional`` policy (``scheduler/policies/gandiva_fair_proportional.py``): each of
+  ``m`` jobs gets the time fraction ``GPUs of the type / m`` on every type (each job's fractions
+  scaled down to sum at most 1) whatever its own GPU count, and nothing is traded. A job of 4 GPUs
+  is then owed 4 times the GPU time of a job of 1, and the fractions can ask for more GPUs than
+  the cluster has (the round mechanism's priorities ration them). The default (``"gpus"``)
+  splits the GPUs, as the paper's tickets do.
 * The split, gang-aware stride scheduler on each server, the load balancer and job migration
   between servers (the round mechanism places jobs instead), ticket weights other than equal, and
   the profiling of speedups (the measured table is read instead).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 
@@ -91,15 +100,31 @@ class GandivaFairPolicy(TimeSharingPolicy):
     """Gandiva-fair: equal shares per user (here per job), fast-GPU share traded for slow-GPU
     share between users whose speedups differ.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`.
+    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and
+        split: ``"gpus"`` (default: each job an equal share of every type's GPUs, then traded)
+            or ``"time"`` (Shockwave's baseline: each job an equal time fraction whatever its
+            GPU count, no trading; see the module).
     """
 
     name = "gandiva_fair"
     heterogeneity_aware = True  # trading reads per-type throughputs; the type order is kept
 
-    __init__ = TimeSharingPolicy.__init__
+    def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
+                 min_reset_interval: float = 1920.0, seed: int = 0,
+                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
+                 split: Literal["gpus", "time"] = "gpus", source: str = "table",
+                 thompson: bool = True, refit_interval: float = 0.0) -> None:
+        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
+                         refit_interval)
+        if split not in ("gpus", "time"):
+            raise ValueError(f"split is {split!r}: expected 'gpus' (equal GPU shares, traded) or "
+                             "'time' (Shockwave's baseline: equal time fractions)")
+        self.split = split
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
+        if self.split == "time":
+            # Shockwave's GandivaFairProportional: equal_split with every job counted as 1 GPU.
+            return equal_split(np.ones(inputs.num_jobs), inputs.capacities)
         sizes = inputs.scale_factors
         fractions = equal_split(sizes, inputs.capacities)
         fractions[inputs.throughputs <= 0] = 0.0

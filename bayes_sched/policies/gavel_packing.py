@@ -52,8 +52,10 @@ from bayes_sched.policies.time_fraction_lp import (
 )
 from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
 
-__all__ = ["CombinationTerms", "ClassTerms", "MaxMinFairnessPackedPolicy", "class_terms",
-           "combination_terms", "packed_max_min_allocation"]
+__all__ = ["CombinationTerms", "ClassTerms", "MaxMinFairnessPackedPolicy", "PackedLayout",
+           "PartnerTerms", "packed_layout",
+           "class_terms", "combination_terms", "packed_max_min_allocation", "pair_within_class",
+           "partner_class_terms"]
 
 
 def combination_terms(inputs: AllocationInputs) -> CombinationTerms:
@@ -171,6 +173,195 @@ def class_terms(inputs: AllocationInputs) -> ClassTerms:
                       share=np.concatenate([np.ones(num_singles), 1.0 / counts[pair]]),
                       class_pair=np.concatenate([np.full(num_singles, -1), pair]),
                       pair_class_pair=pair_class_pair)
+
+
+@dataclass(frozen=True)
+class PartnerTerms:
+    """The packing LP with one entry per job, *partner class* and type instead of per job pair,
+    and how to expand its answer to job pairs (an exact reduction, :func:`partner_class_terms`).
+
+    Attributes:
+        terms: entries: each job alone on each type where it runs, then ``y[j, c, t]``, the time
+            job ``j`` spends paired with jobs of class ``c`` on type ``t`` (where the two classes'
+            pair runs there and ``c`` has a job other than ``j``); rows are jobs; its coupling
+            rows make ``y`` decompose into job pairs.
+        job: ``(V,)`` the entry's job; ``partner``: ``(V,)`` its partner class (-1 alone).
+        num_classes: ``C``.
+    """
+
+    terms: CombinationTerms
+    job: np.ndarray
+    partner: np.ndarray
+    num_classes: int
+
+    def expand(self, values: np.ndarray, inputs: AllocationInputs) -> np.ndarray:
+        """Entry values ``(V,)`` as the ``(J + P, T)`` allocation over ``inputs``' jobs and job
+        pairs: each job's time paired with a class split over that class's jobs so that every
+        job's total per partner class is kept (between two classes in proportion to both
+        sides' totals, Gavel's ``convert_job_type_allocation`` formula; within one class by
+        :func:`pair_within_class`)."""
+        num_jobs, num_types = inputs.throughputs.shape
+        values = np.maximum(values, 0.0)
+        gpu_type = self.terms.gpu_type
+        alone = self.partner < 0
+        out = np.zeros((num_jobs + len(inputs.pairs), num_types))
+        out[self.job[alone], gpu_type[alone]] = values[alone]
+        if not len(inputs.pairs):
+            return out
+        classes = inputs.job_classes
+        paired = np.zeros((num_jobs, self.num_classes, num_types))
+        paired[self.job[~alone], self.partner[~alone], gpu_type[~alone]] = values[~alone]
+        totals = np.zeros((self.num_classes, self.num_classes, num_types))
+        np.add.at(totals, classes, paired)  # totals[c, c', t]: class c's time with class c'
+        a, b = inputs.pairs[:, 0], inputs.pairs[:, 1]
+        ca, cb = classes[a], classes[b]
+        # Between classes: x_ab = y[a, cb] y[b, ca] / (time of class ca with cb), averaged with
+        # the other side's total (the two are equal up to the solver's tolerance).
+        between = (totals[ca, cb] + totals[cb, ca]) / 2.0
+        pairs = np.divide(paired[a, cb] * paired[b, ca], between,
+                          out=np.zeros_like(between), where=between > 0)
+        same = ca == cb
+        for c in np.unique(ca[same]):
+            members = np.flatnonzero(classes == c)
+            position = np.zeros(num_jobs, dtype=np.int64)
+            position[members] = np.arange(len(members))
+            rows = np.flatnonzero(same & (ca == c))
+            for t in range(num_types):
+                within = pair_within_class(paired[members, c, t])
+                pairs[rows, t] = within[position[a[rows]], position[b[rows]]]
+        out[num_jobs:] = pairs
+        return out
+
+
+def pair_within_class(times: np.ndarray) -> np.ndarray:
+    """A symmetric ``(n, n)`` matrix, zero on the diagonal, non-negative, whose rows sum to
+    ``times`` ``(n,)``: how long each two jobs of one class share GPUs so that each job spends
+    its ``times`` paired. It exists exactly when no job's time exceeds the others' together.
+
+    Construction: lay the times end to end on a circle of circumference ``S`` and pair every
+    point with the point half way round; a job's arc (at most ``S / 2``) never meets itself.
+    """
+    n = len(times)
+    out = np.zeros((n, n))
+    total = float(times.sum())
+    if n < 2 or total <= 0:
+        return out
+    half = total / 2.0
+    ends = np.cumsum(times)
+    starts = ends - times
+    points = np.unique(np.clip(np.concatenate([starts, ends, starts - half, ends - half]),
+                               0.0, half))
+    middles = (points[:-1] + points[1:]) / 2.0
+    first = np.minimum(np.searchsorted(ends, middles, side="right"), n - 1)
+    second = np.minimum(np.searchsorted(ends, middles + half, side="right"), n - 1)
+    np.add.at(out, (first, second), np.diff(points))
+    out += out.T
+    np.fill_diagonal(out, 0.0)  # only where a time exceeds half the total by the tolerance
+    return out
+
+
+def partner_class_terms(inputs: AllocationInputs) -> PartnerTerms:
+    """The packing LP over (job, partner class, type) entries: exact for any objective over the
+    jobs' effective steps/s (finish-time fairness, min total duration), unlike
+    :func:`class_terms`, which needs every job of a class to be alike.
+
+    A job's rate paired depends only on its partner's class, so the LP over job pairs depends on
+    ``x`` only through ``y[j, c, t]`` = the summed time of ``j``'s pairs with jobs of class
+    ``c`` on ``t``, and any ``y`` is the image of a pair allocation exactly when: between two
+    classes, both sides' totals agree (a transportation problem with equal totals always has
+    a solution), and within a class, no job's time exceeds its classmates' together
+    (:func:`pair_within_class`). Those are the coupling rows; a pair occupies its GPUs once, so
+    ``y`` counts half its scale factor per job. Entries: ``J T`` alone plus at most ``J C T``
+    paired (``C`` classes of the job's scale factor), instead of ``J (J - 1) T / 2``.
+    """
+    num_jobs, num_types = inputs.throughputs.shape
+    classes = inputs.job_classes
+    num_classes = int(classes.max()) + 1 if num_jobs else 0
+    members = np.bincount(classes, minlength=num_classes)
+    # Class-level pair rates: rate[c, c', t] of a class-c job beside a class-c' job.
+    rate = np.zeros((num_classes, num_classes, num_types))
+    if len(inputs.pairs):
+        ca, cb = classes[inputs.pairs[:, 0]], classes[inputs.pairs[:, 1]]
+        pair_rates = inputs.pair_throughputs
+        same = (ca == cb)[:, None]
+        # Two jobs of one class share at one rate in Gavel's table; the mean covers a table
+        # that gives the two members different rates.
+        rate[ca, cb] = np.where(same, pair_rates.mean(axis=1), pair_rates[:, 0])
+        rate[cb, ca] = np.where(same, pair_rates.mean(axis=1), pair_rates[:, 1])
+    runs_paired = (rate > 0) & (np.transpose(rate, (1, 0, 2)) > 0)
+    runs_paired[np.arange(num_classes), np.arange(num_classes)] &= (members >= 2)[:, None]
+    single_job, single_type = np.nonzero(inputs.throughputs > 0)
+    pair_job, pair_class, pair_type = np.nonzero(runs_paired[classes])
+    num_singles = len(single_job)
+    job = np.concatenate([single_job, pair_job])
+    partner = np.concatenate([np.full(num_singles, -1), pair_class])
+    gpu_type = np.concatenate([single_type, pair_type])
+    entries = np.arange(len(job))
+    shape = (num_jobs, len(job))
+    sizes = inputs.scale_factors[job] * np.where(partner < 0, 1.0, 0.5)
+    rates = np.concatenate([inputs.throughputs[single_job, single_type],
+                            rate[classes[pair_job], pair_class, pair_type]])
+    own = classes[pair_job]
+    paired_entries = entries[num_singles:]
+    # Between classes: sum of y[j in c, c', t] - sum of y[k in c', c, t] == 0 per c < c'.
+    cross = own != pair_class
+    low, high = np.minimum(own, pair_class)[cross], np.maximum(own, pair_class)[cross]
+    keys, row = np.unique((low * num_classes + high) * num_types + pair_type[cross],
+                          return_inverse=True)
+    equal = sp.csr_matrix((np.where(own[cross] < pair_class[cross], 1.0, -1.0),
+                           (row, paired_entries[cross])), shape=(len(keys), len(job)))
+    # Within a class: y[j] - sum of y[k != j] <= 0, one row per such entry.
+    within = paired_entries[~cross]
+    group = (own[~cross] * num_types + pair_type[~cross])
+    order = np.argsort(group, kind="stable")
+    within, group = within[order], group[order]
+    starts = np.searchsorted(group, group, side="left")
+    stops = np.searchsorted(group, group, side="right")
+    counts = stops - starts
+    upper_rows = np.repeat(np.arange(len(within)), counts)
+    # Row i's columns: the entries of its group, within[starts[i]:stops[i]].
+    first_of_row = np.repeat(np.cumsum(counts) - counts, counts)
+    upper_cols = within[np.arange(len(upper_rows)) - first_of_row + np.repeat(starts, counts)]
+    upper_values = np.where(upper_cols == within[upper_rows], 1.0, -1.0)
+    upper = sp.csr_matrix((upper_values, (upper_rows, upper_cols)),
+                          shape=(len(within), len(job)))
+    terms = CombinationTerms(
+        rates=sp.csr_matrix((rates, (job, entries)), shape=shape),
+        membership=sp.csr_matrix((np.ones(len(job)), (job, entries)), shape=shape),
+        gpus=sp.csr_matrix((sizes, (gpu_type, entries)), shape=(num_types, len(job))),
+        combination=job, gpu_type=gpu_type, coupling_upper=upper, coupling_equal=equal)
+    return PartnerTerms(terms=terms, job=job, partner=partner, num_classes=num_classes)
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """A program's entries and how its answer becomes the ``(J + P, T)`` allocation: by the
+    entries' rows (:meth:`CombinationTerms.unflatten`) or by :meth:`PartnerTerms.expand`."""
+
+    terms: CombinationTerms
+    partners: PartnerTerms | None = None
+
+    @classmethod
+    def of(cls, terms: CombinationTerms) -> PackedLayout:
+        return cls(terms)
+
+    def expand(self, values: np.ndarray, inputs: AllocationInputs) -> np.ndarray:
+        """The program's variables ``values`` (entries first) as the allocation."""
+        entries = values[:self.terms.num_entries]
+        if self.partners is not None:
+            return self.partners.expand(entries, inputs)
+        return self.terms.unflatten(entries, inputs.num_jobs + len(inputs.pairs),
+                                    len(inputs.capacities))
+
+
+def packed_layout(inputs: AllocationInputs, per_partner_class: bool = True) -> PackedLayout:
+    """The packing LP's entries for ``inputs``: per (job, partner class, type)
+    (:func:`partner_class_terms`, default) or one per job and job pair
+    (:func:`combination_terms`, the LP as Gavel states it)."""
+    if not per_partner_class:
+        return PackedLayout(combination_terms(inputs))
+    partners = partner_class_terms(inputs)
+    return PackedLayout(partners.terms, partners)
 
 
 def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: bool = True

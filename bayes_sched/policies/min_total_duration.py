@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from bayes_sched.policies.gavel_packing import combination_terms
+from bayes_sched.policies.gavel_packing import PackedLayout, packed_layout
 from bayes_sched.policies.time_fraction_lp import (
-    CombinationTerms,
     dense_terms,
     fastest_finish_program,
     finish_by_program,
-    solve_allocation,
     solve_program,
 )
 from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
@@ -62,22 +60,23 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
 
     __init__ = TimeSharingPolicy.__init__
 
-    def _terms(self, inputs: AllocationInputs) -> CombinationTerms:
-        return dense_terms(inputs.throughputs, inputs.scale_factors)
+    def _layout(self, inputs: AllocationInputs) -> PackedLayout:
+        return PackedLayout.of(dense_terms(inputs.throughputs, inputs.scale_factors))
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
         fallback = self.undeclared_fallback(inputs)
         if fallback is not None:
             return fallback
         remaining = inputs.remaining_steps
-        terms = self._terms(inputs)
-        fastest = solve_program(fastest_finish_program(terms, inputs.capacities, remaining),
-                                self.solver)
+        layout = self._layout(inputs)
+        fastest = solve_program(fastest_finish_program(layout.terms, inputs.capacities,
+                                                       remaining), self.solver)
         if fastest is None or not fastest[-1] > 0:
             return None
         horizon = gavel_horizon(1.0 / float(fastest[-1]))
-        return solve_allocation(finish_by_program(terms, inputs.capacities, remaining, horizon),
-                                terms, inputs.num_jobs + len(inputs.pairs), self.solver)
+        values = solve_program(finish_by_program(layout.terms, inputs.capacities, remaining,
+                                                 horizon), self.solver)
+        return None if values is None else layout.expand(values, inputs)
 
 
 class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
@@ -90,5 +89,8 @@ class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
     packing = True
     __init__ = TimeSharingPolicy.__init__
 
-    def _terms(self, inputs: AllocationInputs) -> CombinationTerms:
-        return combination_terms(inputs)
+    #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).
+    per_partner_class = True
+
+    def _layout(self, inputs: AllocationInputs) -> PackedLayout:
+        return packed_layout(inputs, self.per_partner_class)

@@ -41,6 +41,9 @@ class CombinationTerms:
         gpus: ``(T, V)``: GPUs the entry occupies on its type (its scale factor).
         combination: ``(V,)`` row of the entry in the allocation.
         gpu_type: ``(V,)`` column of the entry.
+        coupling_upper: optional ``(K, V)``: rows ``coupling_upper @ v <= 0`` that the entries
+            must also satisfy (the per-partner-class reduction's same-class rows).
+        coupling_equal: optional ``(E, V)``: rows ``coupling_equal @ v == 0`` (its pair totals).
     """
 
     rates: sp.csr_matrix
@@ -48,6 +51,8 @@ class CombinationTerms:
     gpus: sp.csr_matrix
     combination: np.ndarray
     gpu_type: np.ndarray
+    coupling_upper: sp.csr_matrix | None = None
+    coupling_equal: sp.csr_matrix | None = None
 
     @property
     def num_entries(self) -> int:
@@ -81,8 +86,9 @@ def dense_terms(throughputs: np.ndarray, scale_factors: np.ndarray) -> Combinati
 
 @dataclass(frozen=True)
 class ConicProgram:
-    """``minimise cost @ z`` subject to ``upper @ z <= upper_bound``, ``z[i] >= 0`` where
-    ``nonnegative[i]``, and for each row ``k`` of the optional hyperbolic constraints
+    """``minimise cost @ z`` subject to ``upper @ z <= upper_bound``, ``equal @ z == 0`` (when
+    given), ``z[i] >= 0`` where ``nonnegative[i]``, and for each row ``k`` of the optional
+    hyperbolic constraints
     ``(first[k] @ z - first_offset[k]) * (second[k] @ z - second_offset[k]) >= product[k]`` with
     both factors non-negative (a rotated second-order cone; only CLARABEL solves those).
 
@@ -99,6 +105,7 @@ class ConicProgram:
     second: sp.csr_matrix | None = None
     second_offset: np.ndarray | None = None
     product: np.ndarray | None = None
+    equal: sp.csr_matrix | None = None
 
 
 def _column(values: np.ndarray) -> sp.csr_matrix:
@@ -106,14 +113,34 @@ def _column(values: np.ndarray) -> sp.csr_matrix:
 
 
 def _bounds(terms: CombinationTerms, capacities: np.ndarray) -> np.ndarray:
-    return np.concatenate([np.ones(terms.membership.shape[0]), capacities])
+    """Right-hand sides of :func:`_base_rows`."""
+    coupled = 0 if terms.coupling_upper is None else terms.coupling_upper.shape[0]
+    return np.concatenate([np.ones(terms.membership.shape[0]), capacities, np.zeros(coupled)])
+
+
+def _base_rows(terms: CombinationTerms) -> list[sp.csr_matrix]:
+    """The rows every program shares over the entries: each job's time, each type's GPUs, and
+    the terms' own coupling rows (``<= 0``)."""
+    rows = [terms.membership, terms.gpus]
+    if terms.coupling_upper is not None:
+        rows.append(terms.coupling_upper)
+    return rows
+
+
+def _equal(terms: CombinationTerms, extra_columns: int) -> sp.csr_matrix | None:
+    """The terms' equality rows over the program's variables (entries, then ``extra_columns``)."""
+    if terms.coupling_equal is None or terms.coupling_equal.shape[0] == 0:
+        return None
+    return sp.hstack([terms.coupling_equal,
+                      sp.csr_matrix((terms.coupling_equal.shape[0], extra_columns))],
+                     format="csr")
 
 
 def _largest_floor(rows: sp.csr_matrix, weights: np.ndarray, terms: CombinationTerms,
                    capacities: np.ndarray, floor_nonnegative: bool) -> ConicProgram:
     """Maximise ``f`` (variable last) such that ``weights_j * f <= rows_j @ v`` for every job."""
     num_jobs, num_entries = rows.shape
-    upper = sp.bmat([[-rows, _column(weights)], [terms.membership, None], [terms.gpus, None]],
+    upper = sp.bmat([[-rows, _column(weights)], *([r, None] for r in _base_rows(terms))],
                     format="csr")
     cost = np.zeros(num_entries + 1)
     cost[-1] = -1.0
@@ -122,7 +149,8 @@ def _largest_floor(rows: sp.csr_matrix, weights: np.ndarray, terms: CombinationT
     return ConicProgram(cost=cost, upper=upper,
                         upper_bound=np.concatenate([np.zeros(num_jobs),
                                                     _bounds(terms, capacities)]),
-                        nonnegative=nonnegative, num_entries=num_entries)
+                        nonnegative=nonnegative, num_entries=num_entries,
+                        equal=_equal(terms, 1))
 
 
 def max_min_program(scores: sp.csr_matrix, terms: CombinationTerms,
@@ -135,10 +163,10 @@ def max_min_program(scores: sp.csr_matrix, terms: CombinationTerms,
 def max_sum_program(terms: CombinationTerms, capacities: np.ndarray) -> ConicProgram:
     """Maximise the summed steps/s of all jobs."""
     return ConicProgram(cost=-np.asarray(terms.rates.sum(axis=0)).ravel(),
-                        upper=sp.vstack([terms.membership, terms.gpus], format="csr"),
+                        upper=sp.vstack(_base_rows(terms), format="csr"),
                         upper_bound=_bounds(terms, capacities),
                         nonnegative=np.ones(terms.num_entries, dtype=bool),
-                        num_entries=terms.num_entries)
+                        num_entries=terms.num_entries, equal=_equal(terms, 0))
 
 
 def fastest_finish_program(terms: CombinationTerms, capacities: np.ndarray,
@@ -154,32 +182,38 @@ def finish_by_program(terms: CombinationTerms, capacities: np.ndarray,
     ``remaining / horizon``."""
     num_entries = terms.num_entries
     return ConicProgram(cost=np.zeros(num_entries),
-                        upper=sp.vstack([-terms.rates, terms.membership, terms.gpus],
-                                        format="csr"),
+                        upper=sp.vstack([-terms.rates, *_base_rows(terms)], format="csr"),
                         upper_bound=np.concatenate([-remaining / horizon,
                                                     _bounds(terms, capacities)]),
-                        nonnegative=np.ones(num_entries, dtype=bool), num_entries=num_entries)
+                        nonnegative=np.ones(num_entries, dtype=bool), num_entries=num_entries,
+                        equal=_equal(terms, 0))
 
 
 def min_max_ratio_program(terms: CombinationTerms, capacities: np.ndarray, elapsed: np.ndarray,
                           remaining: np.ndarray, denominator: np.ndarray) -> ConicProgram:
     """Finish-time fairness: minimise ``r`` (variable last) such that ``elapsed_j + remaining_j
     / (rates_j @ v) <= r * denominator_j`` for every job: ``(rates_j @ v) * (r * denominator_j -
-    elapsed_j) >= remaining_j``, a rotated second-order cone per job."""
+    elapsed_j) >= remaining_j``, a rotated second-order cone per job, stated scaled as
+    ``(denominator_j / remaining_j * rates_j @ v) * (r - elapsed_j / denominator_j) >= 1`` (the
+    same set; both factors of order one, where steps and seconds of order 1e5-1e7 made
+    CLARABEL stop with InsufficientProgress on loaded snapshots that cvxpy's form solved)."""
     num_jobs, num_entries = terms.rates.shape
+    declared = remaining > 0
+    scale = np.where(declared, denominator / np.where(declared, remaining, 1.0), 1.0)
     cost = np.zeros(num_entries + 1)
     cost[-1] = 1.0
     upper = sp.bmat([[terms.membership, _column(np.zeros(num_jobs))],
-                     [terms.gpus, None]], format="csr")
+                     *([r, None] for r in _base_rows(terms)[1:])], format="csr")
     return ConicProgram(cost=cost, upper=upper, upper_bound=_bounds(terms, capacities),
                         nonnegative=np.arange(num_entries + 1) < num_entries,
-                        num_entries=num_entries,
-                        first=sp.bmat([[terms.rates, _column(np.zeros(num_jobs))]],
-                                      format="csr"),
+                        num_entries=num_entries, equal=_equal(terms, 1),
+                        first=sp.bmat([[sp.diags(scale) @ terms.rates,
+                                        _column(np.zeros(num_jobs))]], format="csr"),
                         first_offset=np.zeros(num_jobs),
                         second=sp.bmat([[sp.csr_matrix((num_jobs, num_entries)),
-                                         _column(denominator)]], format="csr"),
-                        second_offset=elapsed, product=remaining)
+                                         _column(np.ones(num_jobs))]], format="csr"),
+                        second_offset=elapsed / denominator,
+                        product=declared.astype(float))
 
 
 def solve_program(program: ConicProgram, solver: str) -> np.ndarray | None:
@@ -199,8 +233,10 @@ def _solve_highs(program: ConicProgram) -> np.ndarray | None:
         LOG.warning("HIGHS solves linear programs only; this one has second-order cones")
         return None
     bounds = [(0.0, None) if keep else (None, None) for keep in program.nonnegative]
-    result = linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound, bounds=bounds,
-                     method="highs")
+    equal = program.equal
+    result = linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound,
+                     A_eq=equal, b_eq=None if equal is None else np.zeros(equal.shape[0]),
+                     bounds=bounds, method="highs")
     if result.status != 0 or result.x is None:
         LOG.warning("LP solver HIGHS: %s", result.message)
         return None
@@ -212,13 +248,20 @@ def _solve_clarabel(program: ConicProgram) -> np.ndarray | None:
 
     num_vars = len(program.cost)
     nonnegative = np.flatnonzero(program.nonnegative)
-    # Clarabel's form: A z + s = b, s in the cones.
-    blocks = [program.upper,
+    # Clarabel's form: A z + s = b, s in the cones (the equality rows first: the zero cone).
+    blocks: list[sp.csr_matrix] = []
+    offsets: list[np.ndarray] = []
+    cones: list = []
+    if program.equal is not None:
+        blocks.append(program.equal)
+        offsets.append(np.zeros(program.equal.shape[0]))
+        cones.append(clarabel.ZeroConeT(program.equal.shape[0]))
+    blocks += [program.upper,
               sp.csr_matrix((-np.ones(len(nonnegative)), (np.arange(len(nonnegative)),
                                                           nonnegative)),
                             shape=(len(nonnegative), num_vars))]
-    offsets = [program.upper_bound, np.zeros(len(nonnegative))]
-    cones: list = [clarabel.NonnegativeConeT(program.upper.shape[0] + len(nonnegative))]
+    offsets += [program.upper_bound, np.zeros(len(nonnegative))]
+    cones.append(clarabel.NonnegativeConeT(program.upper.shape[0] + len(nonnegative)))
     if program.product is not None:
         assert program.first is not None and program.second is not None
         assert program.first_offset is not None and program.second_offset is not None

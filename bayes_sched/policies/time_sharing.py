@@ -97,18 +97,30 @@ def cluster_types(cluster: ClusterState) -> tuple[str, ...]:
 
 
 def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster: ClusterState,
-                         table: ThroughputTable) -> np.ndarray:
+                         table: ThroughputTable,
+                         cache: dict[JobKey, np.ndarray] | None = None) -> np.ndarray:
     """Steps/s of each job alone on each type, shape ``(J, T)``: the measured table for the job's
     type and scale factor (its requested GPUs); :data:`DEFAULT_STEPS_PER_SECOND` on every type for
     a job the table does not cover on some type; 0 where the type has fewer GPUs than the job
-    needs."""
+    needs. ``cache``: rows already read for these ``types``, by job class (emptied when the
+    cluster's GPUs per type change)."""
     out = np.zeros((len(jobs), len(types)))
     capacity = np.array([cluster.gpus_of_type(t) for t in types])
+    cache = {} if cache is None else cache
+    if cache.get(("", -1)) is None or not np.array_equal(cache[("", -1)], capacity):
+        cache.clear()
+        cache[("", -1)] = capacity  # the GPUs per type the rows were read for
     for j, job in enumerate(jobs):
-        rates = [table.steps_per_second(job.application, job.requested_replicas, t)
-                 for t in types]
-        out[j] = DEFAULT_STEPS_PER_SECOND if None in rates else rates
-        out[j, capacity < job.requested_replicas] = 0.0
+        key = (job.application, job.requested_replicas)
+        row = cache.get(key)
+        if row is None:
+            rates = [table.steps_per_second(job.application, job.requested_replicas, t)
+                     for t in types]
+            row = np.full(len(types), DEFAULT_STEPS_PER_SECOND) if None in rates \
+                else np.array(rates, dtype=float)
+            row[capacity < job.requested_replicas] = 0.0
+            cache[key] = row
+        out[j] = row
     return out
 
 
@@ -221,6 +233,7 @@ class TimeSharingPolicy:
 
     def _reset_state(self, types: tuple[str, ...]) -> None:
         self._types = types
+        self._measured_rows: dict[JobKey, np.ndarray] = {}  # by job class, for these types
         self._fractions: dict[Combo, np.ndarray] = {}
         self._job_time: dict[Combo, np.ndarray] = {}
         self._deficit: dict[Combo, np.ndarray] = {}
@@ -295,7 +308,7 @@ class TimeSharingPolicy:
         node_types = np.array(cluster.gpu_types)
         self._account(jobs, node_types, now, half_round)
         # With a learner only the table's zero pattern is read here (where a job fits at all).
-        measured = measured_throughputs(jobs, types, cluster, self.table)
+        measured = measured_throughputs(jobs, types, cluster, self.table, self._measured_rows)
         capacities = np.array([cluster.gpus_of_type(t) for t in types], dtype=np.int64)
         may_recompute = (now - self._last_reset >= self.min_reset_interval
                          or self._last_reset == 0.0)
@@ -348,11 +361,14 @@ class TimeSharingPolicy:
                 self._deficit[(job.name,)] = np.zeros(len(self._types))
                 self._need_update = True
                 continue
-            gpus = job.num_gpus
             before = self._attained.get(job.name)
-            if gpus and before is not None:
+            if before is None:
+                continue
+            nodes = np.flatnonzero(job.allocation)
+            if len(nodes):
+                gpus = int(job.allocation[nodes].sum())
                 seconds = min(max((job.attained_service - before) / gpus, 0.0), elapsed)
-                where = self._types.index(str(node_types[np.flatnonzero(job.allocation)[0]]))
+                where = self._types.index(str(node_types[nodes[0]]))
                 ran[job.name] = (seconds, where)
         by_name = {job.name: job for job in jobs}
         credited: set[str] = set()
@@ -640,7 +656,9 @@ class TimeSharingPolicy:
         pairs: list[tuple[str, str]] = []
         placed: dict[Combo, np.ndarray] = {}
         by_name = {job.name: job for job in jobs}
-        self.lease_opportunities += sum(1 for job in jobs if job.num_gpus)
+        # Per job: the nodes it holds GPUs on and how many it holds.
+        holding = {job.name: np.flatnonzero(job.allocation) for job in jobs}
+        self.lease_opportunities += sum(1 for held in holding.values() if len(held))
         for t, gpu_type in enumerate(self._types):
             on_type = node_types == gpu_type
             chosen = [c for c, tt in scheduled.items() if tt == t]
@@ -652,15 +670,21 @@ class TimeSharingPolicy:
                 for c in group:  # keep combinations where they run (lease extension)
                     combo = combos[c]
                     held = np.asarray(by_name[combo[0]].allocation)
-                    same = all(np.array_equal(by_name[n].allocation, held) for n in combo)
-                    was = self._placed.get(combo)
-                    if (same and held.sum() == current and np.all(on_type[held > 0])
-                            and np.all(held <= free)
-                            and (len(combo) == 1 or (was is not None
-                                                     and np.array_equal(was, held)))):
-                        placed[combo] = held.astype(np.int64).copy()
-                        free -= held
-                        self.lease_extensions += len(combo)
+                    held_nodes = holding[combo[0]]
+                    if not len(held_nodes) or not on_type[held_nodes].all():
+                        continue
+                    counts_held = held[held_nodes]
+                    if (int(counts_held.sum()) != current
+                            or np.any(counts_held > free[held_nodes])):
+                        continue
+                    if len(combo) == 2:
+                        was = self._placed.get(combo)
+                        if (was is None or not np.array_equal(was, held)
+                                or not np.array_equal(by_name[combo[1]].allocation, held)):
+                            continue
+                    placed[combo] = held.astype(np.int64)
+                    free[held_nodes] -= counts_held
+                    self.lease_extensions += len(combo)
                 for c in group:
                     combo = combos[c]
                     if combo in placed or (combo not in self._fractions

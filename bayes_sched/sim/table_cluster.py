@@ -80,6 +80,11 @@ class TableJob:
     completion_time: float | None = None
     allocation_history: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
     reports: tuple[CellObservation, ...] = ()  # what it measured in the last round
+    # Derived from ``counts`` when it changes (kept so a round does not recompute them): the
+    # history as a tuple, the GPUs held, their type (None: none, or several types).
+    history: tuple[tuple[float, tuple[int, ...]], ...] = ()
+    num_gpus: int = 0
+    gpu_type: str | None = None
 
     @property
     def active(self) -> bool:
@@ -137,6 +142,7 @@ class TableCluster:
         self._allocations: Allocations = {}
         self._partner: dict[str, str] = {}  # job -> the job sharing its GPUs this round
         self.misfit_rounds = 0  # rounds a job held GPUs it could not run on
+        self._cells: dict[tuple[str, int, str, str | None], Cell] = {}  # reported cells, reused
         # Per round: time and busy GPUs per GPU type (sorted type names in busy_types).
         self.busy_types = tuple(sorted(set(self._types)))
         self.timeline_time: list[float] = []
@@ -200,7 +206,7 @@ class TableCluster:
                 allocation=job.counts.copy(), num_restarts=job.num_restarts or 0,
                 requested_replicas=spec.scale_factor, requested_batch_size=spec.batch_size,
                 settings=JobSettings(spec.batch_size, spec.scale_factor), limits=_NO_LIMITS,
-                progress=job.steps_done, allocation_history=tuple(job.allocation_history),
+                progress=job.steps_done, allocation_history=job.history,
                 target_steps=spec.total_steps, cell_observations=job.reports))
         return views
 
@@ -214,14 +220,17 @@ class TableCluster:
         if seconds <= 0 or steps_per_second <= 0:
             job.reports = ()
             return
-        gpu = str(self._node_type[job.counts > 0][0])
+        gpu = job.gpu_type or str(self._node_type[job.counts > 0][0])
         other = self._partner.get(job.spec.name)
         partner = (self._job_type(self._active[other])
                    if other is not None and other in self._active else None)
         measured = steps_per_second
         if self.measurement_noise > 0:
             measured *= math.exp(self.measurement_noise * float(self._noise.standard_normal()))
-        cell = Cell(self._job_type(job), job.spec.scale_factor, gpu, partner)
+        key = (self._job_type(job), job.spec.scale_factor, gpu, partner)
+        cell = self._cells.get(key)
+        if cell is None:
+            cell = self._cells[key] = Cell(*key)
         job.reports = (CellObservation(cell, measured, seconds, self._now + seconds),)
 
     def allocations(self) -> Allocations:
@@ -248,7 +257,12 @@ class TableCluster:
             if np.array_equal(job.counts, counts):
                 continue
             job.counts = counts.copy()
-            job.allocation_history.append((self._now, tuple(int(c) for c in counts)))
+            job.allocation_history.append((self._now, tuple(counts.tolist())))
+            job.history = tuple(job.allocation_history)
+            used = job.counts > 0
+            types = set(self._node_type[used].tolist())
+            job.num_gpus = int(job.counts.sum())
+            job.gpu_type = types.pop() if len(types) == 1 else None
             if counts.any():
                 if job.num_restarts is None:
                     job.num_restarts, job.start_time = 0, self._now
@@ -260,14 +274,12 @@ class TableCluster:
     def _rate(self, job: TableJob) -> float:
         """Steps/s on the job's current GPUs: 0 unless they are exactly its scale factor of GPUs
         of one type."""
-        used = job.counts > 0
-        if not used.any():
+        if not job.num_gpus:
             return 0.0
-        types = set(self._node_type[used])
-        if len(types) != 1 or int(job.counts.sum()) != job.spec.scale_factor:
+        if job.gpu_type is None or job.num_gpus != job.spec.scale_factor:
             self.misfit_rounds += 1
             return 0.0
-        return self._steps_per_second(job, str(types.pop()))
+        return self._steps_per_second(job, job.gpu_type)
 
     def _steps_per_second(self, job: TableJob, gpu: str) -> float:
         """Steps/s of the job on its GPUs of type ``gpu`` (the physics' rate law): at its
@@ -280,11 +292,11 @@ class TableCluster:
     def _count_busy(self, job: TableJob, busy: np.ndarray) -> None:
         """Add the job's GPUs to ``busy`` (GPUs per type, :attr:`busy_types` order); a GPU two
         jobs share is busy once."""
-        gpus = int(job.counts.sum())
+        gpus = job.num_gpus
         shared_with = self._partner.get(job.spec.name)
         if gpus and (shared_with is None or shared_with not in self._active
                      or job.spec.name < shared_with):
-            gpu_type = str(self._node_type[job.counts > 0][0])
+            gpu_type = job.gpu_type or str(self._node_type[job.counts > 0][0])
             busy[self.busy_types.index(gpu_type)] += gpus
 
     def _end_round(self, seconds: float, busy: np.ndarray, finished: list[str]) -> None:
@@ -309,7 +321,7 @@ class TableCluster:
             if rate <= 0:
                 job.reports = ()
                 continue
-            gpus = int(job.counts.sum())
+            gpus = job.num_gpus
             left = job.spec.total_steps - job.steps_done
             # Whole steps per round, as Gavel's simulator counts them.
             steps = min(float(math.floor(rate * seconds)), left)
