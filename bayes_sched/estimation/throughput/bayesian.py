@@ -63,15 +63,16 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
 import scipy.optimize
 import scipy.sparse
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
-from bayes_sched.estimation.throughput.observations import PooledCell, pool
+from bayes_sched.estimation.throughput.observations import IncrementalPool, PooledCell
 from bayes_sched.estimation.throughput_cells import (
     Cell,
     CellObservation,
@@ -98,6 +99,18 @@ _DEFAULT_LOG_VARIANCE = math.log(0.25)
 _LOG_VARIANCE_BOUNDS = (-12.0, 4.0)
 
 Feature = tuple[str, tuple[object, ...], float]
+
+_THREADPOOLS: ThreadpoolController | None = None
+
+
+def _one_blas_thread() -> AbstractContextManager[object]:
+    """Limit BLAS to one thread for a block. The controller (which finds the loaded BLAS
+    libraries, ~14 ms a call under load) is built once: a fresh ``threadpool_limits`` per predict
+    cost more than the predict."""
+    global _THREADPOOLS
+    if _THREADPOOLS is None:
+        _THREADPOOLS = ThreadpoolController()
+    return _THREADPOOLS.limit(limits=1)
 
 
 def _family_batch(job_type: str, centres: dict[str, float]) -> tuple[str, float]:
@@ -225,9 +238,11 @@ class _Posterior:
     noise_var: np.ndarray  # (n,) nugget + measurement
 
 
-def _condition(design: _Design, log_params: np.ndarray) -> tuple[_Posterior, float, np.ndarray]:
+def _condition(design: _Design, log_params: np.ndarray, gradient: bool = True
+               ) -> tuple[_Posterior, float, np.ndarray]:
     """Posterior of the effects, the negative log marginal likelihood and its gradient with
-    respect to ``log_params`` (learned log variances, then the log nuggets)."""
+    respect to ``log_params`` (learned log variances, then the log nuggets; zeros unless
+    ``gradient``)."""
     variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
     nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
     prior_var = np.array([variances[design.effect_names[e]] for e in design.column_effect])
@@ -245,6 +260,8 @@ def _condition(design: _Design, log_params: np.ndarray) -> tuple[_Posterior, flo
     nll = 0.5 * (design.y @ (design.y / noise) - b @ mean + 2 * np.log(np.diag(chol)).sum()
                  + np.log(prior_var).sum() + np.log(noise).sum() + n * math.log(2 * math.pi))
     grad = np.zeros_like(log_params)
+    if not gradient:
+        return _Posterior(mean, chol, cov, prior_var, noise), float(nll), grad
     per_column = (mean**2 + np.diag(cov)) / prior_var - 1.0
     for i, name in enumerate(RANDOM_EFFECTS):
         e = design.effect_names.index(name)
@@ -319,7 +336,7 @@ class BayesianThroughputBelief:
         # is the same throughput, so its draws are identical across the jobs that ask).
         index: dict[Cell, int] = {}
         positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
-        with threadpool_limits(1):
+        with _one_blas_thread():
             unique = self._predict(list(index), num_draws, seed)
         return CellPrediction(unique.mean[positions], unique.draws[:, positions])
 
@@ -414,6 +431,11 @@ class BayesianThroughputLearner:
     Args:
         max_iterations: L-BFGS-B iterations of the hyperparameter fit; 0 conditions on the data
             with the current hyperparameters only.
+        hyperparameter_growth: the hyperparameters are fitted again only once the cells observed
+            have grown by this factor since their last converged fit (a fit on a list that does
+            not extend the last one's always fits them); in between a fit conditions on the
+            data only (1: every fit). Doubling gives a logarithmic number of hyperparameter
+            fits in an online loop, where each costs ~10-70 conditionings.
         measurement_noise: standard deviation of one report's log steps/s measured over
             ``reference_seconds``.
         fallback_widening: factor on the posterior spread after a failed fit.
@@ -425,8 +447,14 @@ class BayesianThroughputLearner:
     def __init__(self, max_iterations: int = 200, measurement_noise: float = 0.05,
                  reference_seconds: float = 60.0, fallback_widening: float = 2.0,
                  log_variances: np.ndarray | None = None, profiling_budget: int | None = None,
-                 ) -> None:
+                 hyperparameter_growth: float = 2.0) -> None:
+        if not hyperparameter_growth >= 1.0:
+            raise ValueError(f"hyperparameter_growth is {hyperparameter_growth}: expected a "
+                             "factor >= 1")
         self.max_iterations = max_iterations
+        self.hyperparameter_growth = float(hyperparameter_growth)
+        self._tuned_cells = 0  # cells observed at the last converged hyperparameter fit
+        self._pool = IncrementalPool()  # the reports so far, pooled per cell
         self.measurement_noise = measurement_noise
         self.reference_seconds = reference_seconds
         self.fallback_widening = fallback_widening
@@ -444,12 +472,14 @@ class BayesianThroughputLearner:
     def fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         # One BLAS thread: these matrices are small, and threads fight on a shared machine
         # (a 700 x 700 Cholesky took 2 s with OpenBLAS's threads at load 19, 30 ms without).
-        with threadpool_limits(1):
+        with _one_blas_thread():
             return self._fit(observations)
 
     def _fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         start = time.perf_counter()
-        pooled = pool(observations)
+        pooled = self._pool.update(observations)
+        if not self._pool.extended:
+            self._tuned_cells = 0  # other data, not more of the same: fit the hyperparameters
         context = FeatureContext(_batch_centres(pooled), _loads(pooled))
         if not pooled:
             return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
@@ -460,7 +490,9 @@ class BayesianThroughputLearner:
         reason: str | None = None
         params = self.log_variances.copy()
         iterations = 0
-        if self.max_iterations > 0:
+        tune = self.max_iterations > 0 and (
+            not self._tuned_cells or len(pooled) >= self.hyperparameter_growth * self._tuned_cells)
+        if tune:
             try:
                 result = scipy.optimize.minimize(
                     lambda x: _condition(design, x)[1:], params, jac=True, method="L-BFGS-B",
@@ -475,13 +507,15 @@ class BayesianThroughputLearner:
             except (np.linalg.LinAlgError, ValueError) as error:
                 reason = f"hyperparameter fit failed: {error}"
         try:
-            posterior = _condition(design, params)[0]
+            posterior = _condition(design, params, gradient=False)[0]
         except (np.linalg.LinAlgError, ValueError) as error:
             reason = f"{reason}; " if reason else ""
             reason += f"conditioning failed ({error}): prior only"
             posterior = None
         if reason is None:
             self.log_variances = params
+            if tune:
+                self._tuned_cells = len(pooled)
         else:
             logger.warning("throughput belief falls back to the prior's settings with intervals "
                            "widened x%s: %s", self.fallback_widening, reason)

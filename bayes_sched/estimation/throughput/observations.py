@@ -63,15 +63,41 @@ class PooledCell:
     seconds: float
 
 
-def pool(observations: Iterable[CellObservation]) -> dict[Cell, PooledCell]:
+def pool(observations: Sequence[CellObservation]) -> dict[Cell, PooledCell]:
     """Usable reports pooled per cell (bad ones logged and left out), in first-seen order."""
-    sums: dict[Cell, list[float]] = {}
-    for obs in usable_observations(observations):
-        acc = sums.setdefault(obs.cell, [0.0, 0.0, 0.0])
-        acc[0] += obs.steps_per_second * obs.seconds
-        acc[1] += math.log(obs.steps_per_second) * obs.seconds
-        acc[2] += obs.seconds
-    return {cell: PooledCell(a / s, b / s, s) for cell, (a, b, s) in sums.items()}
+    return IncrementalPool().update(observations)
+
+
+class IncrementalPool:
+    """:func:`pool` kept up to date as a growing list of observations is passed again: a list
+    that extends the one seen last (same length prefix, same last object) costs only its new
+    tail; any other list is pooled from scratch. The sums are added in the same order as
+    :func:`pool` adds them, so the result is the same to the last bit (an online loop hands its
+    learner every report so far at each fit: pooling them all again cost ~0.15 s a fit after
+    1,000 rounds)."""
+
+    def __init__(self) -> None:
+        self._sums: dict[Cell, list[float]] = {}
+        self._count = 0
+        self._last: CellObservation | None = None
+        #: Whether the last :meth:`update` read only the new tail of the list seen before.
+        self.extended = False
+
+    def update(self, observations: Sequence[CellObservation]) -> dict[Cell, PooledCell]:
+        """The pooled usable observations of ``observations`` (as :func:`pool`)."""
+        count = self._count
+        self.extended = bool(count) and len(observations) >= count \
+            and observations[count - 1] is self._last
+        if not self.extended:
+            self._sums, count = {}, 0  # not an extension of the last list: start over
+        for obs in usable_observations(observations[count:]):
+            acc = self._sums.setdefault(obs.cell, [0.0, 0.0, 0.0])
+            acc[0] += obs.steps_per_second * obs.seconds
+            acc[1] += math.log(obs.steps_per_second) * obs.seconds
+            acc[2] += obs.seconds
+        self._count = len(observations)
+        self._last = observations[-1] if observations else None
+        return {cell: PooledCell(a / s, b / s, s) for cell, (a, b, s) in self._sums.items()}
 
 
 def table_rate(table: ThroughputTable, cell: Cell) -> float | None:

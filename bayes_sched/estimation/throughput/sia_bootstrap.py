@@ -27,7 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.estimation.throughput.observations import PointBelief, PointTable, pool
+from bayes_sched.estimation.throughput.observations import (
+    IncrementalPool,
+    PointBelief,
+    PointTable,
+)
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
 
 
@@ -111,8 +115,11 @@ class SiaBootstrapLearner:
 
     name = "sia"
 
+    def __init__(self) -> None:
+        self._pool = IncrementalPool()  # the reports so far, pooled per cell
+
     def fit(self, observations: Sequence[CellObservation]) -> SiaBootstrapBelief:
-        table = PointTable(pool(observations))
+        table = PointTable(self._pool.update(observations))
         return SiaBootstrapBelief(table, _nearest_types(table))
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
