@@ -131,11 +131,13 @@ class ThroughputEstimator:
             del self._plans[gone]
         types = tuple(sorted(set(cluster.gpu_types)))
         self._now = cluster.now
-        # New jobs' plans come from the belief on the reports before this round's.
+        # New jobs' plans come from the belief in force (fitted when the policy last read it:
+        # at most one allocation recompute old), not a refit per arriving job: a plan names the
+        # cells to measure, and a refit for it doubled the fits of an online run.
         for job in jobs:
             if job.name not in self._plans:
                 self._plans[job.name] = list(self.learner.profiling_cells(
-                    job.application, job.requested_replicas, types, self.belief))
+                    job.application, job.requested_replicas, types, self._belief))
         for job in jobs:
             reports = usable_observations(job.cell_observations)
             self.rejected_reports += len(job.cell_observations) - len(reports)

@@ -59,6 +59,7 @@ widened by ``fallback_widening``; :attr:`BayesianThroughputBelief.fallback_reaso
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -113,8 +114,12 @@ def _one_blas_thread() -> AbstractContextManager[object]:
     return _THREADPOOLS.limit(limits=1)
 
 
+#: :func:`job_type_features` memoised (a regular expression per call, several per cell and fit).
+_declared = functools.lru_cache(maxsize=4096)(job_type_features)
+
+
 def _family_batch(job_type: str, centres: dict[str, float]) -> tuple[str, float]:
-    family, batch = job_type_features(job_type)
+    family, batch = _declared(job_type)
     if batch is None:
         return family, 0.0
     log_batch = math.log2(batch)
@@ -215,12 +220,56 @@ def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
     return phi, unknown
 
 
+class _DesignRows:
+    """The design's rows kept across the fits of one growing list of reports: the effect
+    columns in first-seen order and each cell's sparse row, rebuilt only for a cell whose
+    context (its families' batch centres, its and its partner's loads) changed. An online fit
+    then costs what is new, not a pass over every cell's effects (a column left without a cell
+    keeps its prior and changes no posterior)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[tuple[str, tuple[object, ...]], int] = {}
+        self._rows: dict[Cell, tuple[tuple[object, ...], np.ndarray, np.ndarray]] = {}
+
+    def phi(self, cells: Sequence[Cell], context: FeatureContext) -> scipy.sparse.csr_matrix:
+        """The cells' rows, shape ``(len(cells), len(self.columns))``."""
+        indices, values = [], []
+        for cell in cells:
+            key = _context_key(cell, context)
+            row = self._rows.get(cell)
+            if row is None or row[0] != key:
+                features = cell_features(cell, context)
+                cols = np.array([self.columns.setdefault((name, k), len(self.columns))
+                                 for name, k, _ in features], dtype=np.int64)
+                row = self._rows[cell] = (key, cols, np.array([v for _, _, v in features]))
+            indices.append(row[1])
+            values.append(row[2])
+        indptr = np.zeros(len(cells) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(i) for i in indices])
+        return scipy.sparse.csr_matrix(
+            (np.concatenate(values) if values else np.zeros(0),
+             np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64), indptr),
+            shape=(len(cells), len(self.columns)))
+
+
+def _context_key(cell: Cell, context: FeatureContext) -> tuple[object, ...]:
+    """What of ``context`` a cell's features read (see :func:`cell_features`)."""
+    centre = context.centres.get(_declared(cell.job_type)[0])
+    if cell.partner is None:
+        return (centre,)
+    where = (cell.scale_factor, cell.gpu_type)
+    return (centre, context.centres.get(_declared(cell.partner)[0]),
+            context.loads.get((cell.job_type, *where)), context.loads.get((cell.partner, *where)))
+
+
 def _build_design(pooled: dict[Cell, PooledCell], context: FeatureContext,
-                  noise_var_at_reference: float, reference_seconds: float) -> _Design:
+                  noise_var_at_reference: float, reference_seconds: float,
+                  rows: _DesignRows | None = None) -> _Design:
     names = FIXED_EFFECTS + RANDOM_EFFECTS
-    columns: dict[tuple[str, tuple[object, ...]], int] = {}
+    rows = _DesignRows() if rows is None else rows
     cells = list(pooled)
-    phi, _ = _feature_rows(cells, context, columns, grow=True)
+    phi = rows.phi(cells, context)
+    columns = dict(rows.columns)  # a copy: the belief keeps it while the rows grow
     column_effect = [names.index(name) for name, _ in columns]
     seconds = np.array([pooled[c].seconds for c in cells])
     return _Design(cells, np.array([pooled[c].log_rate for c in cells]),
@@ -455,6 +504,7 @@ class BayesianThroughputLearner:
         self.hyperparameter_growth = float(hyperparameter_growth)
         self._tuned_cells = 0  # cells observed at the last converged hyperparameter fit
         self._pool = IncrementalPool()  # the reports so far, pooled per cell
+        self._rows = _DesignRows()  # their design rows
         self.measurement_noise = measurement_noise
         self.reference_seconds = reference_seconds
         self.fallback_widening = fallback_widening
@@ -480,12 +530,13 @@ class BayesianThroughputLearner:
         pooled = self._pool.update(observations)
         if not self._pool.extended:
             self._tuned_cells = 0  # other data, not more of the same: fit the hyperparameters
+            self._rows = _DesignRows()
         context = FeatureContext(_batch_centres(pooled), _loads(pooled))
         if not pooled:
             return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
                                             fit_seconds=time.perf_counter() - start)
         design = _build_design(pooled, context, self.measurement_noise**2,
-                               self.reference_seconds)
+                               self.reference_seconds, self._rows)
         observed = {cell: i for i, cell in enumerate(design.cells)}
         reason: str | None = None
         params = self.log_variances.copy()
@@ -564,5 +615,6 @@ def _loads(pooled: dict[Cell, PooledCell]) -> dict[tuple[str, int, str], float]:
     for cell, p in pooled.items():
         if cell.partner is None:
             by_place.setdefault((cell.scale_factor, cell.gpu_type), {})[cell.job_type] = p.log_rate
-    return {(j, s, g): rate - float(np.mean(list(rates.values())))
+    means = {place: float(np.mean(list(rates.values()))) for place, rates in by_place.items()}
+    return {(j, s, g): rate - means[(s, g)]
             for (s, g), rates in by_place.items() for j, rate in rates.items()}

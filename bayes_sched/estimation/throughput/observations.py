@@ -78,6 +78,7 @@ class IncrementalPool:
 
     def __init__(self) -> None:
         self._sums: dict[Cell, list[float]] = {}
+        self._pooled: dict[Cell, PooledCell] = {}
         self._count = 0
         self._last: CellObservation | None = None
         #: Whether the last :meth:`update` read only the new tail of the list seen before.
@@ -89,15 +90,21 @@ class IncrementalPool:
         self.extended = bool(count) and len(observations) >= count \
             and observations[count - 1] is self._last
         if not self.extended:
-            self._sums, count = {}, 0  # not an extension of the last list: start over
+            # Not an extension of the last list: start over.
+            self._sums, self._pooled, count = {}, {}, 0
+        touched: dict[Cell, None] = {}  # in first-seen order, as the new cells join _sums
         for obs in usable_observations(observations[count:]):
             acc = self._sums.setdefault(obs.cell, [0.0, 0.0, 0.0])
             acc[0] += obs.steps_per_second * obs.seconds
             acc[1] += math.log(obs.steps_per_second) * obs.seconds
             acc[2] += obs.seconds
+            touched[obs.cell] = None
+        for cell in touched:
+            a, b, s = self._sums[cell]
+            self._pooled[cell] = PooledCell(a / s, b / s, s)
         self._count = len(observations)
         self._last = observations[-1] if observations else None
-        return {cell: PooledCell(a / s, b / s, s) for cell, (a, b, s) in self._sums.items()}
+        return dict(self._pooled)
 
 
 def table_rate(table: ThroughputTable, cell: Cell) -> float | None:
