@@ -24,6 +24,8 @@ TABLE_SECONDS = 360.0
 
 def _bad_reason(observation: CellObservation) -> str | None:
     rate, seconds = observation.steps_per_second, observation.seconds
+    if observation.out_of_memory:
+        return None if math.isfinite(seconds) and seconds >= 0 else f"measured over {seconds} s"
     if not math.isfinite(rate):
         return f"steps/s is {rate}"
     if rate <= 0:
@@ -94,6 +96,8 @@ class IncrementalPool:
             self._sums, self._pooled, count = {}, {}, 0
         touched: dict[Cell, None] = {}  # in first-seen order, as the new cells join _sums
         for obs in usable_observations(observations[count:]):
+            if obs.out_of_memory:
+                continue  # not a rate: the estimation stage keeps where jobs do not fit
             acc = self._sums.setdefault(obs.cell, [0.0, 0.0, 0.0])
             acc[0] += obs.steps_per_second * obs.seconds
             acc[1] += math.log(obs.steps_per_second) * obs.seconds
