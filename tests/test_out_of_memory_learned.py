@@ -18,6 +18,7 @@ from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobView
 from bayes_sched.policies import make_policy
+from bayes_sched.policies.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.table_run import run_table_simulation
@@ -81,12 +82,13 @@ def test_a_learning_policy_tries_a_type_once_and_then_avoids_it() -> None:
 
     table = make_policy("max_min_fairness_perf", seed=0, min_reset_interval=0.0)
     assert run_table_simulation(jobs, table, spec, table=TABLE).summary["finished"] == 3
-    assert table.estimator is None
+    assert isinstance(table, TimeSharingPolicy) and table.estimator is None
     # The uniform learner believes every type alike: it tries the K80s.
     learned = make_policy("max_min_fairness_perf", source="uniform", seed=0,
                           min_reset_interval=0.0)
     result = run_table_simulation(jobs, learned, spec, table=TABLE)
     assert result.summary["finished"] == 3
+    assert isinstance(learned, TimeSharingPolicy) and learned.estimator is not None
     assert learned.estimator.out_of_memory == {Cell(BIG, 2, "k80")}
     # One failed launch (one round on the two K80s), never again once learned.
     assert learned.estimator.failed_launch_gpu_seconds == 2 * ROUND
