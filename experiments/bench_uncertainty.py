@@ -150,6 +150,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         else float("nan"),
         "profiling_gpu_h": float(summary.get("profiling_gpu_hours", 0.0)),
         "new_cell_gpu_h": float(summary.get("first_visit_gpu_hours", float("nan"))),
+        "failed_launch_gpu_h": float(summary.get("failed_launch_gpu_hours", 0.0)),
         "decision_ms": float(1000 * np.mean(per_round)) if len(per_round) else 0.0,
         "fit_ms": float(1000 * summary.get("fit_seconds", 0.0)
                         / max(summary.get("fits", 0.0), 1.0)),
@@ -178,7 +179,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         unfair = np.array([row["unfair_frac"] - base[(setting, policy, row["seed"])][
             "unfair_frac"] for row in group])
         entry["unfair_diff"] = f"{unfair.mean():+.3f} ({unfair.min():+.3f}..{unfair.max():+.3f})"
-        for metric in ("profiling_gpu_h", "new_cell_gpu_h"):
+        for metric in ("profiling_gpu_h", "new_cell_gpu_h", "failed_launch_gpu_h"):
             entry[metric] = round(float(np.mean([r[metric] for r in group])), 1)
         out.append(entry)
     return out
