@@ -39,8 +39,12 @@ see; CPU seconds, one BLAS thread, ``experiments/bench_throughput_estimators.py 
 cold hyperparameter fit 3.6 s (75 L-BFGS-B iterations), warm refit after one more round of
 reports 0.7 s (13 iterations; the learner starts from its last converged hyperparameters),
 conditioning only (:meth:`BayesianThroughputLearner.conditioning_only`) 0.06 s, and predicting
-the 30,000 cells 100 active jobs need with 200 joint draws 0.09 s. Refitting hyperparameters
-every few rounds and conditioning in between fits an online loop with ~100 jobs.
+the 30,000 cells 100 active jobs need with 200 joint draws 0.09 s. Online (the estimation
+stage hands the learner every report so far at each fit) the learner fits its hyperparameters
+again only when the observed cells have doubled (``hyperparameter_growth``) and otherwise
+conditions only; the reports are pooled incrementally and each cell's design row is rebuilt
+only when its context (batch centres, loads) moved, so a conditioning costs its Cholesky and
+the new rows, not a pass over every report.
 
 Profiling (:meth:`BayesianThroughputLearner.profiling_cells`): a small uncertainty-driven plan, the
 same budget as Sia (one cell per GPU type): among the job's alone cells at its scale factor and on
