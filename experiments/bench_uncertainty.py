@@ -66,6 +66,27 @@ a refit rebuilding every cell's posterior (13 ms a fit); refits are incremental 
 seed 0 at load 4-6, the same JCTs, 0.35 ms a fit, 22.5 ms a round against the table's 12.6 (1.78x;
 more allocation recomputes, as every refit asks for one). These windows are the first 30 or 100
 jobs (warm-up), not Gavel's steady-state 4000-4999.
+
+Session 10 (issue 20, branch unc20; jobs 0-9, seed 0 unless said, load average 37-48 on 2
+cores, so absolute milliseconds are ~20x an idle machine's; ratios from runs of one process):
+
+    setting    policy           source    avg JCT  worst FTF  decision vs table
+    gavel-2.0  max_min_f._perf  bayes     0.995    0.733      2.51x (before: 11.75x)
+                                gavel     0.993    0.667      0.91x (before: 4.55x)
+                                sia       0.992    0.667      0.90x
+                                agnostic  1.645    0.382      1.06x
+    gavel-2.6  max_min_f._perf  bayes     0.988    0.593      2.58x
+                                gavel     0.984    0.593      0.94x
+                                sia       0.984    0.593      0.95x
+                                agnostic  1.647    0.424      1.36x
+    gavel-2.0  max_min_f._pack  bayes     1.054    0.724      3.74x (out of memory learned)
+               (table zero pattern read)  bayes  1.117 0.838  3.86x
+                                gavel     1.022    0.692      7.89x
+                                sia       0.991    0.675      1.07x
+    gavel-2.0  sia              bayes     1.006    1.271      4.74x (refit every round)
+                                sia       1.005    1.271      1.52x
+
+"before": the start of the session (1912330), same run, same JCTs (17.537 h and 17.497 h).
 """
 
 from __future__ import annotations
