@@ -79,10 +79,10 @@ cores, so absolute milliseconds are ~20x an idle machine's; ratios from runs of 
                                 gavel     0.984    0.593      0.94x
                                 sia       0.984    0.593      0.95x
                                 agnostic  1.647    0.424      1.36x
-    gavel-2.0  max_min_f._pack  bayes     1.054    0.724      3.74x (out of memory learned)
-               (table zero pattern read)  bayes  1.117 0.838  3.86x
-                                gavel     1.022    0.692      7.89x
-                                sia       0.991    0.675      1.07x
+    gavel-2.0  max_min_f._pack  bayes     1.054    0.724      3.74x (where pairs fit: learned)
+                                bayes     1.117    0.838      3.86x (where pairs fit: table)
+                                gavel     1.022    0.692      7.89x (where pairs fit: table)
+                                sia       0.991    0.675      1.07x (where pairs fit: table)
     gavel-2.0  sia              bayes     1.006    1.271      4.74x (refit every round)
                                 sia       1.005    1.271      1.52x
 
