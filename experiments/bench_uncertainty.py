@@ -67,26 +67,28 @@ seed 0 at load 4-6, the same JCTs, 0.35 ms a fit, 22.5 ms a round against the ta
 more allocation recomputes, as every refit asks for one). These windows are the first 30 or 100
 jobs (warm-up), not Gavel's steady-state 4000-4999.
 
-Session 10 (issue 20, branch unc20; jobs 0-9, seed 0 unless said, load average 37-48 on 2
-cores, so absolute milliseconds are ~20x an idle machine's; ratios from runs of one process):
+Session 10 (issue 20, branch unc20): jobs 0-9, seeds 0 1 2 (the packed rows: seed 0), load
+average 18-48 on 2 cores, so absolute milliseconds are up to ~20x an idle machine's; ratio to
+the table run of the same seed, mean (min..max); "before" is the start of the session
+(1912330) run beside it, with identical JCTs on every seed:
 
-    setting    policy           source    avg JCT  worst FTF  decision vs table
-    gavel-2.0  max_min_f._perf  bayes     0.995    0.733      2.51x (before: 11.75x)
-                                gavel     0.993    0.667      0.91x (before: 4.55x)
-                                sia       0.992    0.667      0.90x
-                                agnostic  1.645    0.382      1.06x
-    gavel-2.6  max_min_f._perf  bayes     0.988    0.593      2.58x
-                                gavel     0.984    0.593      0.94x
-                                sia       0.984    0.593      0.95x
-                                agnostic  1.647    0.424      1.36x
-    gavel-2.0  max_min_f._pack  bayes     1.054    0.724      3.74x (where pairs fit: learned)
-                                bayes     1.117    0.838      3.86x (where pairs fit: table)
-                                gavel     1.022    0.692      7.89x (where pairs fit: table)
-                                sia       0.991    0.675      1.07x (where pairs fit: table)
-    gavel-2.0  sia              bayes     1.006    1.271      4.74x (refit every round)
-                                sia       1.005    1.271      1.52x
-
-"before": the start of the session (1912330), same run, same JCTs (17.537 h and 17.497 h).
+    setting    policy           source    avg JCT              worst FTF   decision vs table
+    gavel-2.0  max_min_f._perf  bayes     0.995 (0.993..0.998) 0.892       2.23x (before 10.73x)
+                                gavel     0.993 (0.989..0.996) 0.856       0.89x (before 3.58x)
+                                sia       0.993 (0.990..0.997) 0.880       0.83x (before 3.39x)
+                                agnostic  1.660 (1.576..1.759) 0.578       0.87x
+    gavel-2.6  max_min_f._perf  bayes     0.990 (0.988..0.992) 0.771       2.19x
+                                gavel     0.987 (0.984..0.989) 0.752       0.78x
+                                sia       0.989 (0.984..0.992) 0.793       0.81x
+                                agnostic  1.646 (1.537..1.753) 0.534       0.96x
+    gavel-2.0  max_min_f._pack  bayes     1.054 (seed 0)       0.724       3.74x (fits learned)
+                                bayes     1.116                0.838       3.86x (fits: table)
+                                gavel     1.022                0.692       7.89x (fits: table)
+                                sia       0.991                0.675       1.07x (fits: table)
+                                per_cell  1.324                0.807       1.43x (fits: table)
+                                agnostic  1.640                0.387       0.55x
+    gavel-2.0  sia              bayes     1.006 (1.005..1.007) 1.154       2.78x (refit a round)
+                                sia       1.005 (1.005..1.006) 1.139       1.46x
 """
 
 from __future__ import annotations
