@@ -547,8 +547,15 @@ class TimeSharingPolicy:
         allocation in force; and where each can run, ``(C, T)`` bool."""
         combos: list[Combo] = [(job.name,) for job in jobs]
         ok = [measured[j] > 0 for j in range(len(jobs))]
+        by_name = {job.name: job for job in jobs}
         for combo, usable in self._pair_usable.items():
             combos.append(combo)
+            if self.estimator is not None and all(n in by_name for n in combo):
+                # A pair that failed to launch since the allocation was computed is not
+                # tried again on that type while the allocation stays in force.
+                a, b = ((by_name[n].application, by_name[n].requested_replicas) for n in combo)
+                usable = usable & np.array([self._pair_may_fit(gpu, a, b)
+                                            for gpu in self._types])
             ok.append(usable)
         return combos, np.array(ok, dtype=bool).reshape(len(combos), len(self._types))
 
