@@ -87,8 +87,10 @@ the table run of the same seed, mean (min..max); "before" is the start of the se
                                 sia       0.991                0.675       1.07x (fits: table)
                                 per_cell  1.324                0.807       1.43x (fits: table)
                                 agnostic  1.640                0.387       0.55x
-               (fits learned, another run: gavel 1.487, sia 0.990; Gavel's learner kept
-               relaunching pairs that had failed until the next recompute, fixed after)
+               (fits learned, at eba5526, another run, load ~13: table 4.1 ms a round;
+               bayes 1.054, 2.54x, 1.4 GPU-h of failed launches; gavel 1.487, 39x, 1,474
+               GPU-h of failed launches: its plan profiles each new job beside reference types
+               in pairs that do not fit, one unknown cell at a time; sia 0.990)
     gavel-2.0  sia              bayes     1.006 (1.005..1.007) 1.154       2.78x (refit a round)
                                 sia       1.005 (1.005..1.006) 1.139       1.46x
 """
