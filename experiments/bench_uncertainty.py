@@ -66,6 +66,33 @@ a refit rebuilding every cell's posterior (13 ms a fit); refits are incremental 
 seed 0 at load 4-6, the same JCTs, 0.35 ms a fit, 22.5 ms a round against the table's 12.6 (1.78x;
 more allocation recomputes, as every refit asks for one). These windows are the first 30 or 100
 jobs (warm-up), not Gavel's steady-state 4000-4999.
+
+Session 10 (issue 20, branch unc20): jobs 0-9, seeds 0 1 2 (the packed rows: seed 0), load
+average 18-48 on 2 cores, so absolute milliseconds are up to ~20x an idle machine's; ratio to
+the table run of the same seed, mean (min..max); "before" is the start of the session
+(1912330) run beside it, with identical JCTs on every seed:
+
+    setting    policy           source    avg JCT              worst FTF   decision vs table
+    gavel-2.0  max_min_f._perf  bayes     0.995 (0.993..0.998) 0.892       2.23x (before 10.73x)
+                                gavel     0.993 (0.989..0.996) 0.856       0.89x (before 3.58x)
+                                sia       0.993 (0.990..0.997) 0.880       0.83x (before 3.39x)
+                                agnostic  1.660 (1.576..1.759) 0.578       0.87x
+    gavel-2.6  max_min_f._perf  bayes     0.990 (0.988..0.992) 0.771       2.19x
+                                gavel     0.987 (0.984..0.989) 0.752       0.78x
+                                sia       0.989 (0.984..0.992) 0.793       0.81x
+                                agnostic  1.646 (1.537..1.753) 0.534       0.96x
+    gavel-2.0  max_min_f._pack  bayes     1.054 (seed 0)       0.724       3.74x (fits learned)
+                                bayes     1.116                0.838       3.86x (fits: table)
+                                gavel     1.022                0.692       7.89x (fits: table)
+                                sia       0.991                0.675       1.07x (fits: table)
+                                per_cell  1.324                0.807       1.43x (fits: table)
+                                agnostic  1.640                0.387       0.55x
+               (fits learned, at eba5526, another run, load ~13: table 4.1 ms a round;
+               bayes 1.054, 2.54x, 1.4 GPU-h of failed launches; gavel 1.487, 39x, 1,474
+               GPU-h of failed launches: its plan profiles each new job beside reference types
+               in pairs that do not fit, one unknown cell at a time; sia 0.990)
+    gavel-2.0  sia              bayes     1.006 (1.005..1.007) 1.154       2.78x (refit a round)
+                                sia       1.005 (1.005..1.006) 1.139       1.46x
 """
 
 from __future__ import annotations
@@ -150,6 +177,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         else float("nan"),
         "profiling_gpu_h": float(summary.get("profiling_gpu_hours", 0.0)),
         "new_cell_gpu_h": float(summary.get("first_visit_gpu_hours", float("nan"))),
+        "failed_launch_gpu_h": float(summary.get("failed_launch_gpu_hours", 0.0)),
         "decision_ms": float(1000 * np.mean(per_round)) if len(per_round) else 0.0,
         "fit_ms": float(1000 * summary.get("fit_seconds", 0.0)
                         / max(summary.get("fits", 0.0), 1.0)),
@@ -178,7 +206,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         unfair = np.array([row["unfair_frac"] - base[(setting, policy, row["seed"])][
             "unfair_frac"] for row in group])
         entry["unfair_diff"] = f"{unfair.mean():+.3f} ({unfair.min():+.3f}..{unfair.max():+.3f})"
-        for metric in ("profiling_gpu_h", "new_cell_gpu_h"):
+        for metric in ("profiling_gpu_h", "new_cell_gpu_h", "failed_launch_gpu_h"):
             entry[metric] = round(float(np.mean([r[metric] for r in group])), 1)
         out.append(entry)
     return out

@@ -96,6 +96,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="scheduling policy (default pollux, or max_min_fairness_perf "
                                "with --trace; `bayes-sched list policies` shows their options)")
     _cluster_options(simulate)
+    simulate.add_argument("--measurement-noise", type=finite_float(0.0, unit="log units"),
+                          default=None, metavar="SD",
+                          help="with --trace: standard deviation of the multiplicative noise on "
+                               "the steps/s jobs report, log scale (default: the simulator's "
+                               "0.05; 0: exact reports; seeded by "
+                               "--seed); what a policy reading a learner (source=...) learns from")
     simulate.add_argument("--out", help="write the report (tables, timeline, plots) here; "
                           f"{OUT_DIR_RULE}")
     simulate.add_argument("--plot", metavar="DIR",
@@ -373,7 +379,7 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
         shipped_shockwave_trace,
         shipped_shockwave_traces,
     )
-    from bayes_sched.sim.table_cluster import TableCluster
+    from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, TableCluster
     from bayes_sched.sim.table_run import run_table_simulation
     from bayes_sched.throughputs import load_gavel_throughputs, load_shockwave_throughputs
 
@@ -413,8 +419,11 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
             seen[:] = [cluster]
             progress.update(task, completed=sum(1 for j in cluster.jobs.values() if not j.active))
 
+        noise = (DEFAULT_MEASUREMENT_NOISE if args.measurement_noise is None
+                 else args.measurement_noise)
         result = run_table_simulation(jobs, policy, spec, table=table, source=str(path),
-                                      on_round=on_round, cluster_type=cluster_type)
+                                      on_round=on_round, cluster_type=cluster_type,
+                                      measurement_noise=noise, noise_seed=args.seed)
     if args.plot and seen:
         from bayes_sched.sim.type_utilization import table_world_series, write_type_utilization
 
@@ -452,6 +461,9 @@ def _simulate(args: argparse.Namespace) -> int:
 
     if args.trace is not None and is_pollux_workload(args.trace):
         args.workload, args.trace = args.trace, None
+    if args.trace is None and args.measurement_noise is not None:
+        raise InputError("--measurement-noise is supported only with a Gavel or Shockwave "
+                         "--trace (jobs there report measured steps/s)")
     if args.trace is not None:
         args.policy = args.policy or "max_min_fairness_perf"
         return _simulate_trace(args)

@@ -45,11 +45,18 @@ DEFAULT_STEPS_PER_SECOND = 1.0
 
 def usable_observations(observations: Sequence[CellObservation]) -> list[CellObservation]:
     """``observations`` without those a learner must ignore (non-finite or non-positive rate or
-    seconds), each dropped one logged with its reason."""
+    seconds; an out-of-memory report needs only finite seconds >= 0), each dropped one logged
+    with its reason."""
     kept = []
     for observation in observations:
         rate, seconds = observation.steps_per_second, observation.seconds
-        if not (math.isfinite(rate) and rate > 0):
+        if observation.out_of_memory:
+            if math.isfinite(seconds) and seconds >= 0:
+                kept.append(observation)
+            else:
+                LOG.warning("ignored an out-of-memory report over %r s in %s: expected "
+                            "seconds >= 0", seconds, observation.cell)
+        elif not (math.isfinite(rate) and rate > 0):
             LOG.warning("ignored a report of %r steps/s in %s: expected a finite rate > 0",
                         rate, observation.cell)
         elif not (math.isfinite(seconds) and seconds > 0):
@@ -99,6 +106,17 @@ class OracleLearner:
 
     def fit(self, observations: Sequence[CellObservation]) -> ThroughputBelief:
         return self._belief  # the same object: nothing was learned
+
+    def fits(self, cell: Cell) -> bool:
+        """Where the table says a job fits: a positive entry, or (alone) a job type it lacks
+        (Gavel's default rate everywhere); a pair only where the table has it positive."""
+        table = self._belief.table
+        if cell.partner is None:
+            rate = table.steps_per_second(cell.job_type, cell.scale_factor, cell.gpu_type)
+            return rate is None or rate > 0
+        pair = table.pair_steps_per_second(cell.gpu_type, (cell.job_type, cell.scale_factor),
+                                           (cell.partner, cell.scale_factor))
+        return pair is not None and min(pair) > 0
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:

@@ -10,7 +10,8 @@ the known table (the oracle), Gavel's matrix completion, Sia's one-GPU bootstrap
 Bayesian model are all learners behind this one interface.
 
 Units: steps per second of the whole job (all its GPUs together), as in
-:mod:`bayes_sched.throughputs`; 0 means the job cannot run there (out of memory).
+:mod:`bayes_sched.throughputs`; 0 means the job cannot run there (out of memory: a report with
+``out_of_memory``, which the estimation stage learns, not a rate).
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ class Cell:
 @dataclass(frozen=True)
 class CellObservation:
     """What a job reported: ``steps_per_second`` in ``cell``, measured over ``seconds`` of
-    running, ending at ``time`` (seconds since the start of the workload)."""
+    running, ending at ``time`` (seconds since the start of the workload). With
+    ``out_of_memory`` the job failed to launch there (it does not fit in the GPUs' memory):
+    ``steps_per_second`` is 0 and ``seconds`` the time its GPUs were held for nothing."""
 
     cell: Cell
     steps_per_second: float
     seconds: float
     time: float = 0.0
+    out_of_memory: bool = False
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,11 @@ every 1,920 s) pays for a fit only then, not every round. The belief is read-onl
 belief, logged and counted (:attr:`~ThroughputEstimator.failed_fits`); a learner that can tell it
 did not converge should itself answer with its prior, widened.
 
+Out of memory: a job that fails to launch in a cell reports it (``CellObservation.
+out_of_memory``); the estimator keeps those cells (:meth:`ThroughputEstimator.fits`) apart from
+the rates the learner fits, so where a job fits at all is learned from failed launches, not read
+from a table.
+
 Profiling: when a job is first seen the learner names the cells it should be measured in
 (:meth:`ThroughputLearner.profiling_cells`); the policy runs the job there (real rounds, the job
 progressing at that cell's rate) and the estimator strikes a cell off when the job reports from it.
@@ -59,6 +64,9 @@ class ThroughputEstimator:
         self.learner = learner
         self.min_refit_interval = float(min_refit_interval)
         self.observations: list[CellObservation] = []
+        #: Cells where a job failed to launch (out of memory): learned, not read from a table.
+        self.out_of_memory: set[Cell] = set()
+        self.failed_launch_gpu_seconds = 0.0  # GPU-seconds held by jobs that failed to launch
         self.fit_seconds: list[float] = []
         self.rejected_reports = 0
         self.profiling_gpu_seconds = 0.0
@@ -131,11 +139,13 @@ class ThroughputEstimator:
             del self._plans[gone]
         types = tuple(sorted(set(cluster.gpu_types)))
         self._now = cluster.now
-        # New jobs' plans come from the belief on the reports before this round's.
+        # New jobs' plans come from the belief in force (fitted when the policy last read it:
+        # at most one allocation recompute old), not a refit per arriving job: a plan names the
+        # cells to measure, and a refit for it doubled the fits of an online run.
         for job in jobs:
             if job.name not in self._plans:
                 self._plans[job.name] = list(self.learner.profiling_cells(
-                    job.application, job.requested_replicas, types, self.belief))
+                    job.application, job.requested_replicas, types, self._belief))
         for job in jobs:
             reports = usable_observations(job.cell_observations)
             self.rejected_reports += len(job.cell_observations) - len(reports)
@@ -148,5 +158,22 @@ class ThroughputEstimator:
                 if report.cell not in self._visited:
                     self._visited.add(report.cell)
                     self.first_visit_gpu_seconds += gpu_seconds
-            self.observations.extend(reports)
+            for report in reports:
+                if report.out_of_memory:
+                    self.failed_launch_gpu_seconds += report.seconds * report.cell.scale_factor
+                    if report.cell not in self.out_of_memory:
+                        LOG.info("job %s does not fit in %s (out of memory)", job.name,
+                                 report.cell)
+                    self.out_of_memory.add(report.cell)
+                else:
+                    self.observations.append(report)
         return list(jobs)
+
+    def fits(self, cell: Cell) -> bool:
+        """Whether ``cell`` may run: no job has failed to launch there (out of memory), and the
+        learner, if it knows where jobs fit (its optional ``fits(cell)``: the oracle's table),
+        does not say otherwise."""
+        if cell in self.out_of_memory:
+            return False
+        known = getattr(self.learner, "fits", None)
+        return True if known is None else bool(known(cell))

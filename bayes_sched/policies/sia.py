@@ -53,10 +53,14 @@ licence), and deriving them by a scaling law would be an invented physics. Elast
 that is not done, and the configurations here are general enough to take them.
 
 **Throughputs** are read through a :class:`~bayes_sched.estimation.throughput_cells.ThroughputBelief`'s
-posterior mean (:attr:`SiaPolicy.belief`): by default the known table (the oracle), which a learner's
-belief (issue 20) replaces by assigning the attribute. A job whose job type the belief does not know
-on any type runs equally well everywhere (Sia's rule for a job with no throughput yet; Gavel's
-default throughput is the same).
+posterior mean: by default the known table (the oracle, :attr:`SiaPolicy.belief`); with
+``source`` a learner's name (issue 20), the belief the loop's estimation stage
+(:class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`) learns from the jobs'
+reports, as the Gavel-family policies read it: a new job first runs in its learner's profiling
+cells (Sia's own learner: one GPU of every type, which for a rigid multi-GPU job means none of
+them: it runs at its scale factor only), and ``thompson`` reads a posterior draw instead of the
+mean. A job whose job type the belief does not know on any type runs equally well everywhere
+(Sia's rule for a job with no throughput yet; Gavel's default throughput is the same).
 
 Not modelled: Sia's 60 s rounds (the cluster's round is used; Gavel's setting has 360 s), its
 rounding of powered goodputs to two decimals (a tie-breaking artefact), and its rule that a job in
@@ -75,7 +79,9 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
+from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_cells import Cell, CellPrediction, ThroughputBelief
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.time_sharing import _quiet_stdout, cluster_types
@@ -224,6 +230,16 @@ class SiaPolicy:
         seed: the solver's random seed (ties between equally good choices).
         throughputs: the shipped table the default belief reads (``"simulation"`` and
             ``"physical"``: Gavel's; ``"tacc"``: Shockwave's).
+        source: where steps/s come from: ``"table"`` (the known table) or a learner's name
+            (:data:`~bayes_sched.estimation.learners.LEARNERS`), read through the loop's
+            estimation stage as the Gavel-family policies read it (their ``source``): the
+            learner's profiling cells run first (one GPU type per job and round, at the job's
+            own scale factor; a cell at another scale or in a pair is dropped: Sia's jobs are
+            rigid and never share GPUs), then the belief's mean (or a draw) is the goodput.
+        thompson: with a learner, read one joint posterior draw per belief version (seeded by
+            ``seed`` and the version) instead of the mean.
+        refit_interval: with a learner, seconds between refits (0: every round with reports;
+            Sia decides every round).
     """
 
     name = "sia"
@@ -231,7 +247,9 @@ class SiaPolicy:
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation") -> None:
+                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
+                 source: str = "table", thompson: bool = False, refit_interval: float = 0.0
+                 ) -> None:
         if not np.isfinite(p) or p == 0:
             raise ValueError(f"p is {p}: expected a finite nonzero exponent")
         if not lambda_n > 0:
@@ -243,15 +261,24 @@ class SiaPolicy:
         self.p, self.lambda_n = float(p), float(lambda_n)
         self.solver, self.mip_rel_gap, self.time_limit = solver, float(mip_rel_gap), time_limit
         self.seed = seed
-        #: Where Sia reads steps/s (a posterior mean); assign a learner's belief to replace it.
-        self.belief: ThroughputBelief = _TableBelief(load_throughputs(throughputs))
+        table = load_throughputs(throughputs)
+        if source != "table" and source not in LEARNERS:
+            raise ValueError(f"source is {source!r}: expected 'table' or a learner: "
+                             f"{', '.join(LEARNERS)}")
+        self.source = source
+        self.estimator = (None if source == "table" else ThroughputEstimator(
+            make_learner(source, table=table, seed=seed), refit_interval))
+        self.thompson = bool(thompson)
+        #: Where Sia reads steps/s with the table source (a posterior mean); a learner's belief
+        #: comes from :attr:`estimator` instead.
+        self.belief: ThroughputBelief = _TableBelief(table)
         self.solver_failures = 0
         self.ilp_solves = 0
 
     # --- Policy interface -----------------------------------------------------------------------
 
     def estimators(self) -> Sequence[Estimator]:
-        return ()
+        return () if self.estimator is None else (self.estimator,)
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
@@ -262,7 +289,18 @@ class SiaPolicy:
         jobs = sorted(jobs, key=lambda j: (j.submit_time, j.name))
         types = cluster_types(cluster)
         node_types = np.array(cluster.gpu_types)
-        configs = self.configurations(cluster, jobs, types)
+        free = cluster.capacity().copy()
+        profiled = self._profiling(cluster, jobs, types, node_types, free)  # takes its GPUs from free
+        others = [job for job in jobs if job.name not in profiled]
+        if not others:
+            return profiled
+        return {**profiled, **self._decide(cluster, others, types, node_types, free)}
+
+    def _decide(self, cluster: ClusterState, jobs: Sequence[JobView], types: tuple[str, ...],
+                node_types: np.ndarray, free: np.ndarray) -> Allocations:
+        """Sia's assignment of ``jobs`` to the GPUs per node still ``free``."""
+        capacities = np.array([free[node_types == t].sum() for t in types], dtype=np.int64)
+        configs = self.configurations(cluster, jobs, types, capacities)
         normalized = normalized_goodputs(configs, len(jobs))
         current = self._current_type(jobs, types, node_types)
         factors = realloc_factors(np.array([job.age for job in jobs]),
@@ -274,7 +312,6 @@ class SiaPolicy:
             (configs.gpu_type == current[configs.job]) & (configs.num_gpus == held[configs.job]))
         normalized = np.where(moves, normalized * factors[configs.job], normalized)
         utility = config_utilities(normalized, self.p, self.lambda_n)
-        capacities = np.array([cluster.gpus_of_type(t) for t in types])
         chosen = solve_assignment(utility, configs, capacities, len(jobs), self.solver,
                                   self._solver_options())
         self.ilp_solves += 1
@@ -283,26 +320,27 @@ class SiaPolicy:
             LOG.warning("sia: no assignment for %d jobs; previous allocation kept", len(jobs))
             return {job.name: np.array(job.allocation, dtype=np.int64) for job in jobs
                     if job.num_gpus}
-        return self._place(cluster, jobs, configs, chosen, types, node_types)
+        return self._place(free, jobs, configs, chosen, types, node_types)
 
     # --- the policy's parts ---------------------------------------------------------------------
 
     def configurations(self, cluster: ClusterState, jobs: Sequence[JobView],
-                       types: Sequence[str]) -> Configurations:
-        """Each job's configurations: its scale factor on every type with room for it where the
-        belief's mean steps/s is positive; on every type with room where the belief knows the
-        job on no type."""
+                       types: Sequence[str], capacity: np.ndarray | None = None
+                       ) -> Configurations:
+        """Each job's configurations: its scale factor on every type with room for it (GPUs per
+        type ``capacity``, default the cluster's) where the belief's mean steps/s (or draw) is
+        positive; on every type with room where the belief knows the job on no type."""
         row = {key: k for k, key in enumerate(dict.fromkeys(
             (job.application, job.requested_replicas) for job in jobs))}
         keys = list(row)
         cells = [Cell(job_type, scale, t) for job_type, scale in keys for t in types]
-        mean = np.asarray(self.belief.predict(cells).mean, dtype=float).reshape(len(keys),
-                                                                               len(types))
+        mean = self._believed(cells).reshape(len(keys), len(types))
         unknown = ~np.isfinite(mean).any(axis=1)
         mean[unknown] = 1.0  # no throughput anywhere: every type alike
         rates = np.nan_to_num(mean, nan=0.0)[[row[(job.application, job.requested_replicas)]
                                              for job in jobs]]
-        capacity = np.array([cluster.gpus_of_type(t) for t in types])
+        if capacity is None:
+            capacity = np.array([cluster.gpus_of_type(t) for t in types])
         scale = np.array([job.requested_replicas for job in jobs])
         runnable = (rates > 0) & (capacity[None, :] >= scale[:, None]) & (scale[:, None] > 0)
         job_index, type_index = np.nonzero(runnable)
@@ -327,12 +365,61 @@ class SiaPolicy:
                                 "limits/time": float(self.time_limit),
                                 "randomization/randomseedshift": int(self.seed)}}
 
-    def _place(self, cluster: ClusterState, jobs: Sequence[JobView], configs: Configurations,
+    def _believed(self, cells: list[Cell]) -> np.ndarray:
+        """Steps/s of ``cells`` ``(N,)``: the table's (NaN where it has no entry), or the
+        learner's posterior mean, or with ``thompson`` its draw for the belief in force."""
+        if self.estimator is None:
+            return np.asarray(self.belief.predict(cells).mean, dtype=float)
+        belief = self.estimator.belief  # refits when there are new reports
+        if not self.thompson:
+            return np.asarray(belief.predict(cells).mean, dtype=float)
+        seed = self.seed * 1_000_003 + self.estimator.version
+        return np.asarray(belief.predict(cells, num_draws=1, seed=seed).draws[0], dtype=float)
+
+    def _profiling(self, cluster: ClusterState, jobs: Sequence[JobView],
+                   types: tuple[str, ...], node_types: np.ndarray, free: np.ndarray
+                   ) -> Allocations:
+        """Jobs run this round in a cell of their learner's profiling plan: per job in
+        submission order, its first pending cell on a type with room (taken from ``free``);
+        cells that never can run (another scale factor, a pair, a type the cluster lacks or
+        too small) are dropped from the plan."""
+        estimator = self.estimator
+        out: Allocations = {}
+        if estimator is None:
+            return out
+        for job in jobs:
+            size = job.requested_replicas
+            for cell in estimator.pending_profiling(job.name):
+                why = None
+                if (cell.job_type, cell.scale_factor) != (job.application, size):
+                    why = "Sia's jobs are rigid: the job runs at its own scale factor only"
+                elif cell.partner is not None:
+                    why = "Sia never shares a GPU between jobs"
+                elif cell.gpu_type not in types or (node_types == cell.gpu_type).sum() == 0:
+                    why = "the cluster has no such GPU type"
+                elif cluster.gpus_of_type(cell.gpu_type) < size:
+                    why = "the type has fewer GPUs than the job needs"
+                if why is not None:
+                    estimator.drop_profiling(job.name, cell, why)
+                    continue
+                held = np.asarray(job.allocation, dtype=np.int64)
+                on_type = node_types == cell.gpu_type
+                if held.sum() == size and np.all(on_type[held > 0]) and np.all(held <= free):
+                    counts: np.ndarray | None = held.copy()  # already there: no restart
+                else:
+                    counts = pack(size, np.where(on_type, free, 0))
+                if counts is not None:
+                    free -= counts
+                    out[job.name] = counts
+                break  # one cell per job and round; a full type waits for the next round
+        return out
+
+    def _place(self, free: np.ndarray, jobs: Sequence[JobView], configs: Configurations,
                chosen: np.ndarray, types: Sequence[str], node_types: np.ndarray) -> Allocations:
         """GPUs per node for the chosen configurations: a job given its current type and GPU
-        count keeps its GPUs (no restart); the others, most GPUs first, take the nodes of their
-        type with the most free GPUs (:func:`~bayes_sched.policies.base.pack`)."""
-        free = cluster.capacity().copy()
+        count keeps its GPUs (no restart) where they are still ``free``; the others, most GPUs
+        first, take the nodes of their type with the most free GPUs
+        (:func:`~bayes_sched.policies.base.pack`); ``free`` is consumed."""
         out: Allocations = {}
         rest: list[tuple[int, int, int]] = []  # (GPUs, job, type)
         for j in map(int, np.flatnonzero(chosen >= 0)):

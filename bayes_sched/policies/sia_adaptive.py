@@ -127,23 +127,26 @@ class SiaAdaptivePolicy(SiaPolicy):
         return max(limit, 1)
 
     def configurations(self, cluster: ClusterState, jobs: Sequence[JobView],
-                       types: Sequence[str]) -> Configurations:
-        """Each job's configurations per type and GPU count with its (projected) goodput."""
+                       types: Sequence[str], capacity: np.ndarray | None = None
+                       ) -> Configurations:
+        """Each job's configurations per type and GPU count with its (projected) goodput, within
+        ``capacity`` GPUs per type (default the cluster's)."""
         job_index, type_index, num_gpus, goodput = [], [], [], []
         for j, job in enumerate(jobs):
             known = {t: self._models[job.name, t] for t in types
                      if (job.name, t) in self._models}
             for k, gpu_type in enumerate(types):
-                capacity = cluster.gpus_of_type(gpu_type)
+                room = (cluster.gpus_of_type(gpu_type) if capacity is None
+                        else int(capacity[k]))
                 nodes = cluster.spec.nodes_of_type(gpu_type)
                 per_node = int(cluster.capacity()[nodes].max()) if nodes.size else 0
-                if capacity < 1:
+                if room < 1:
                     continue
                 if not known:
                     counts, rates = np.array([1]), np.array([1.0])
                 else:
                     source = gpu_type if gpu_type in known else next(iter(known))
-                    counts = gpu_counts(min(self.max_gpus(job), capacity), per_node)
+                    counts = gpu_counts(min(self.max_gpus(job), room), per_node)
                     model = known[source]
                     rates = model.goodput(np.ceil(counts / per_node).astype(np.int64), counts)
                     rates = rates * (1.0 if source == gpu_type

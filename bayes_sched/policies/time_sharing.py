@@ -35,9 +35,11 @@ solo matrix ``(J, T)`` and the pair rates ``(P, 2, T)`` (``thompson=True``: one 
 draw, seeded by the policy's seed and the recompute count, so unknown cells are tried where their
 draw is high: which GPU type a job tries next, which unknown pairs are packed; ``False``: the
 posterior mean). The belief changing (a refit) triggers a recompute, still at most every
-``min_reset_interval``. What the table still gives is *where* a job can run at all: a job type
-fits on a GPU type (a positive entry) and a pair fits in one GPU's memory (a positive pair
-entry), what a scheduler knows from the jobs' declared memory, not their speed. A cell never
+``min_reset_interval``. *Where* a job can run at all is learned too: a job (or a pair) that
+fails to launch in a cell reports it (out of memory), and the estimator keeps it from then on
+(:meth:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator.fits`); until then every
+type with room, and every pair of one scale factor, may be tried (the oracle learner knows the
+table's zero pattern, so it runs as the table does). A cell never
 measured: the table source gives :data:`DEFAULT_STEPS_PER_SECOND` on every type to a job type it
 lacks (Gavel's rule) and does not pack a pair it lacks; the oracle learner the same; a point
 learner its prior mean; a Thompson policy a draw from the prior. The cells a learner asks a new
@@ -307,8 +309,9 @@ class TimeSharingPolicy:
         half_round = cluster.round_interval / 2.0
         node_types = np.array(cluster.gpu_types)
         self._account(jobs, node_types, now, half_round)
-        # With a learner only the table's zero pattern is read here (where a job fits at all).
-        measured = measured_throughputs(jobs, types, cluster, self.table, self._measured_rows)
+        # With a learner this is only where a job may run at all (learned from failed launches).
+        measured = (measured_throughputs(jobs, types, cluster, self.table, self._measured_rows)
+                    if self.estimator is None else self._may_run(jobs, types, cluster))
         capacities = np.array([cluster.gpus_of_type(t) for t in types], dtype=np.int64)
         may_recompute = (now - self._last_reset >= self.min_reset_interval
                          or self._last_reset == 0.0)
@@ -434,6 +437,9 @@ class TimeSharingPolicy:
                 if key_a[1] != key_b[1]:
                     continue
                 for t, gpu in enumerate(self._types):
+                    if self.estimator is not None:  # the recompute's prediction, where it may fit
+                        rates[a, b, t] = self._pair_draw.get((key_a, key_b, gpu), (0.0, 0.0))
+                        continue
                     if not (self.table.steps_per_second(*key_a, gpu)
                             and self.table.steps_per_second(*key_b, gpu)):
                         continue
@@ -455,13 +461,31 @@ class TimeSharingPolicy:
 
     def _pair_steps_per_second(self, gpu: str, a: JobKey, b: JobKey
                                ) -> tuple[float, float] | None:
-        """Steps/s of ``a`` and ``b`` sharing GPUs of type ``gpu``: the table's, or with a
-        learner the recompute's prediction where the table says the pair fits (``None``: the
-        pair is not known to fit)."""
-        known = self.table.pair_steps_per_second(gpu, a, b)
-        if self.estimator is None or known is None or min(known) <= 0:
-            return known
-        return self._pair_draw.get((a, b, gpu), (0.0, 0.0))
+        """Steps/s of ``a`` and ``b`` sharing GPUs of type ``gpu`` by the table (``None``: the
+        table lacks the pair)."""
+        return self.table.pair_steps_per_second(gpu, a, b)
+
+    def _may_run(self, jobs: Sequence[JobView], types: Sequence[str], cluster: ClusterState
+                 ) -> np.ndarray:
+        """With a learner: 1 where a job may run alone on a type, 0 where the type has fewer
+        GPUs than it needs or a job of its type and scale failed to launch there (out of
+        memory), shape ``(J, T)``; learned, not read from the table."""
+        assert self.estimator is not None
+        capacity = np.array([cluster.gpus_of_type(t) for t in types])
+        return np.array([[float(capacity[t] >= job.requested_replicas and self.estimator.fits(
+            Cell(job.application, job.requested_replicas, gpu))) for t, gpu in enumerate(types)]
+            for job in jobs]).reshape(len(jobs), len(types))
+
+    def _pair_may_fit(self, gpu: str, a: JobKey, b: JobKey) -> bool:
+        """Whether ``a`` and ``b`` may share GPUs of type ``gpu``: the same scale factor, and
+        (with a learner) no failed launch of the pair there, or (the table) a positive entry."""
+        if a[1] != b[1]:
+            return False
+        if self.estimator is None:
+            known = self.table.pair_steps_per_second(gpu, a, b)
+            return known is not None and min(known) > 0
+        return (self.estimator.fits(Cell(a[0], a[1], gpu, b[0]))
+                and self.estimator.fits(Cell(b[0], b[1], gpu, a[0])))
 
     def _believed(self, jobs: Sequence[JobView], runnable: np.ndarray) -> np.ndarray:
         """One joint prediction (a posterior draw, or the mean) of the jobs' steps/s alone
@@ -478,9 +502,7 @@ class TimeSharingPolicy:
             for a in classes:
                 for b in classes:
                     for gpu in self._types:
-                        known = (None if a[1] != b[1]
-                                 else self.table.pair_steps_per_second(gpu, a, b))
-                        if known is None or min(known) <= 0:
+                        if not self._pair_may_fit(gpu, a, b):
                             continue
                         pair_keys.append((a, b, gpu))
                         cells.setdefault(Cell(a[0], a[1], gpu, b[0]), len(cells))
@@ -541,8 +563,15 @@ class TimeSharingPolicy:
         allocation in force; and where each can run, ``(C, T)`` bool."""
         combos: list[Combo] = [(job.name,) for job in jobs]
         ok = [measured[j] > 0 for j in range(len(jobs))]
+        by_name = {job.name: job for job in jobs}
         for combo, usable in self._pair_usable.items():
             combos.append(combo)
+            if self.estimator is not None and all(n in by_name for n in combo):
+                # A pair that failed to launch since the allocation was computed is not
+                # tried again on that type while the allocation stays in force.
+                a, b = ((by_name[n].application, by_name[n].requested_replicas) for n in combo)
+                usable = usable & np.array([self._pair_may_fit(gpu, a, b)
+                                            for gpu in self._types])
             ok.append(usable)
         return combos, np.array(ok, dtype=bool).reshape(len(combos), len(self._types))
 
@@ -598,12 +627,10 @@ class TimeSharingPolicy:
         t = self._types.index(cell.gpu_type)
         if measured[j, t] <= 0 or capacities[t] < job.requested_replicas:
             return "the job does not fit there"
-        if cell.partner is not None:
-            key = (job.application, job.requested_replicas)
-            known = self.table.pair_steps_per_second(
-                cell.gpu_type, key, (cell.partner, job.requested_replicas))
-            if known is None or min(known) <= 0:
-                return "the pair is not known to fit in one GPU's memory"
+        if cell.partner is not None and not self._pair_may_fit(
+                cell.gpu_type, (job.application, job.requested_replicas),
+                (cell.partner, job.requested_replicas)):
+            return "the pair is known not to fit in one GPU's memory"
         return None
 
     def _greedy(self, jobs: Sequence[JobView], combos: list[Combo], rates_ok: np.ndarray,

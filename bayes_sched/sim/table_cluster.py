@@ -281,6 +281,22 @@ class TableCluster:
             return 0.0
         return self._steps_per_second(job, job.gpu_type)
 
+    def _fits_nowhere_here(self, job: TableJob) -> bool:
+        """Whether the job holds exactly its scale factor of GPUs of one type and still cannot
+        run (its table entry there, alone or beside its partner, is 0 or missing: out of
+        memory)."""
+        used = job.counts > 0
+        return (bool(used.any()) and len(set(self._node_type[used])) == 1
+                and int(job.counts.sum()) == job.spec.scale_factor)
+
+    def _out_of_memory_report(self, job: TableJob, seconds: float) -> CellObservation:
+        gpu = str(self._node_type[job.counts > 0][0])
+        other = self._partner.get(job.spec.name)
+        partner = (self._job_type(self._active[other])
+                   if other is not None and other in self._active else None)
+        cell = Cell(self._job_type(job), job.spec.scale_factor, gpu, partner)
+        return CellObservation(cell, 0.0, seconds, self._now + seconds, out_of_memory=True)
+
     def _steps_per_second(self, job: TableJob, gpu: str) -> float:
         """Steps/s of the job on its GPUs of type ``gpu`` (the physics' rate law): at its
         measured pair rate where it shares them this round, else alone."""
@@ -320,6 +336,8 @@ class TableCluster:
             rate = self._rate(job)
             if rate <= 0:
                 job.reports = ()
+                if self._fits_nowhere_here(job):  # a failed launch: the job learns it
+                    job.reports = (self._out_of_memory_report(job, seconds),)
                 continue
             gpus = job.num_gpus
             left = job.spec.total_steps - job.steps_done

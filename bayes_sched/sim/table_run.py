@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.loop import run_loop
 from bayes_sched.policies.base import Policy
 from bayes_sched.policies.time_sharing import TimeSharingPolicy
@@ -114,15 +115,18 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
         summary["fallback_allocations"] = float(policy.fallbacks)
         summary["lease_extension_fraction"] = (policy.lease_extensions
                                                / max(policy.lease_opportunities, 1))
-        estimator = policy.estimator
-        if estimator is not None:
-            summary.update({
-                "profiling_gpu_hours": estimator.profiling_gpu_seconds / 3600.0,
-                "first_visit_gpu_hours": estimator.first_visit_gpu_seconds / 3600.0,
-                "rejected_reports": float(estimator.rejected_reports),
-                "fits": float(len(estimator.fit_seconds)),
-                "fit_seconds": float(sum(estimator.fit_seconds)),
-                "thompson_draws": float(policy.draws_made if policy.thompson else 0)})
+        if policy.estimator is not None:
+            summary["thompson_draws"] = float(policy.draws_made if policy.thompson else 0)
+    # Any policy reading a learner through the estimation stage (the Gavel family, Sia).
+    estimator = getattr(policy, "estimator", None)
+    if isinstance(estimator, ThroughputEstimator):
+        summary.update({
+            "profiling_gpu_hours": estimator.profiling_gpu_seconds / 3600.0,
+            "first_visit_gpu_hours": estimator.first_visit_gpu_seconds / 3600.0,
+            "failed_launch_gpu_hours": estimator.failed_launch_gpu_seconds / 3600.0,
+            "rejected_reports": float(estimator.rejected_reports),
+            "fits": float(len(estimator.fit_seconds)),
+            "fit_seconds": float(sum(estimator.fit_seconds))})
     return TableResult(policy=policy.name, jobs=rows, summary=summary,
                        decision_seconds=np.array(stats.decision_seconds),
                        rejected=stats.rejected, wall_seconds=time.perf_counter() - start,

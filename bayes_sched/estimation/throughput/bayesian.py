@@ -39,8 +39,12 @@ see; CPU seconds, one BLAS thread, ``experiments/bench_throughput_estimators.py 
 cold hyperparameter fit 3.6 s (75 L-BFGS-B iterations), warm refit after one more round of
 reports 0.7 s (13 iterations; the learner starts from its last converged hyperparameters),
 conditioning only (:meth:`BayesianThroughputLearner.conditioning_only`) 0.06 s, and predicting
-the 30,000 cells 100 active jobs need with 200 joint draws 0.09 s. Refitting hyperparameters
-every few rounds and conditioning in between fits an online loop with ~100 jobs.
+the 30,000 cells 100 active jobs need with 200 joint draws 0.09 s. Online (the estimation
+stage hands the learner every report so far at each fit) the learner fits its hyperparameters
+again only when the observed cells have doubled (``hyperparameter_growth``) and otherwise
+conditions only; the reports are pooled incrementally and each cell's design row is rebuilt
+only when its context (batch centres, loads) moved, so a conditioning costs its Cholesky and
+the new rows, not a pass over every report.
 
 Profiling (:meth:`BayesianThroughputLearner.profiling_cells`): a small uncertainty-driven plan, the
 same budget as Sia (one cell per GPU type): among the job's alone cells at its scale factor and on
@@ -59,19 +63,21 @@ widened by ``fallback_widening``; :attr:`BayesianThroughputBelief.fallback_reaso
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
 import scipy.optimize
 import scipy.sparse
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
-from bayes_sched.estimation.throughput.observations import PooledCell, pool
+from bayes_sched.estimation.throughput.observations import IncrementalPool, PooledCell
 from bayes_sched.estimation.throughput_cells import (
     Cell,
     CellObservation,
@@ -99,9 +105,25 @@ _LOG_VARIANCE_BOUNDS = (-12.0, 4.0)
 
 Feature = tuple[str, tuple[object, ...], float]
 
+_THREADPOOLS: ThreadpoolController | None = None
+
+
+def _one_blas_thread() -> AbstractContextManager[object]:
+    """Limit BLAS to one thread for a block. The controller (which finds the loaded BLAS
+    libraries, ~14 ms a call under load) is built once: a fresh ``threadpool_limits`` per predict
+    cost more than the predict."""
+    global _THREADPOOLS
+    if _THREADPOOLS is None:
+        _THREADPOOLS = ThreadpoolController()
+    return _THREADPOOLS.limit(limits=1)
+
+
+#: :func:`job_type_features` memoised (a regular expression per call, several per cell and fit).
+_declared = functools.lru_cache(maxsize=4096)(job_type_features)
+
 
 def _family_batch(job_type: str, centres: dict[str, float]) -> tuple[str, float]:
-    family, batch = job_type_features(job_type)
+    family, batch = _declared(job_type)
     if batch is None:
         return family, 0.0
     log_batch = math.log2(batch)
@@ -202,12 +224,56 @@ def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
     return phi, unknown
 
 
+class _DesignRows:
+    """The design's rows kept across the fits of one growing list of reports: the effect
+    columns in first-seen order and each cell's sparse row, rebuilt only for a cell whose
+    context (its families' batch centres, its and its partner's loads) changed. An online fit
+    then costs what is new, not a pass over every cell's effects (a column left without a cell
+    keeps its prior and changes no posterior)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[tuple[str, tuple[object, ...]], int] = {}
+        self._rows: dict[Cell, tuple[tuple[object, ...], np.ndarray, np.ndarray]] = {}
+
+    def phi(self, cells: Sequence[Cell], context: FeatureContext) -> scipy.sparse.csr_matrix:
+        """The cells' rows, shape ``(len(cells), len(self.columns))``."""
+        indices, values = [], []
+        for cell in cells:
+            key = _context_key(cell, context)
+            row = self._rows.get(cell)
+            if row is None or row[0] != key:
+                features = cell_features(cell, context)
+                cols = np.array([self.columns.setdefault((name, k), len(self.columns))
+                                 for name, k, _ in features], dtype=np.int64)
+                row = self._rows[cell] = (key, cols, np.array([v for _, _, v in features]))
+            indices.append(row[1])
+            values.append(row[2])
+        indptr = np.zeros(len(cells) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(i) for i in indices])
+        return scipy.sparse.csr_matrix(
+            (np.concatenate(values) if values else np.zeros(0),
+             np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64), indptr),
+            shape=(len(cells), len(self.columns)))
+
+
+def _context_key(cell: Cell, context: FeatureContext) -> tuple[object, ...]:
+    """What of ``context`` a cell's features read (see :func:`cell_features`)."""
+    centre = context.centres.get(_declared(cell.job_type)[0])
+    if cell.partner is None:
+        return (centre,)
+    where = (cell.scale_factor, cell.gpu_type)
+    return (centre, context.centres.get(_declared(cell.partner)[0]),
+            context.loads.get((cell.job_type, *where)), context.loads.get((cell.partner, *where)))
+
+
 def _build_design(pooled: dict[Cell, PooledCell], context: FeatureContext,
-                  noise_var_at_reference: float, reference_seconds: float) -> _Design:
+                  noise_var_at_reference: float, reference_seconds: float,
+                  rows: _DesignRows | None = None) -> _Design:
     names = FIXED_EFFECTS + RANDOM_EFFECTS
-    columns: dict[tuple[str, tuple[object, ...]], int] = {}
+    rows = _DesignRows() if rows is None else rows
     cells = list(pooled)
-    phi, _ = _feature_rows(cells, context, columns, grow=True)
+    phi = rows.phi(cells, context)
+    columns = dict(rows.columns)  # a copy: the belief keeps it while the rows grow
     column_effect = [names.index(name) for name, _ in columns]
     seconds = np.array([pooled[c].seconds for c in cells])
     return _Design(cells, np.array([pooled[c].log_rate for c in cells]),
@@ -225,9 +291,11 @@ class _Posterior:
     noise_var: np.ndarray  # (n,) nugget + measurement
 
 
-def _condition(design: _Design, log_params: np.ndarray) -> tuple[_Posterior, float, np.ndarray]:
+def _condition(design: _Design, log_params: np.ndarray, gradient: bool = True
+               ) -> tuple[_Posterior, float, np.ndarray]:
     """Posterior of the effects, the negative log marginal likelihood and its gradient with
-    respect to ``log_params`` (learned log variances, then the log nuggets)."""
+    respect to ``log_params`` (learned log variances, then the log nuggets; zeros unless
+    ``gradient``)."""
     variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
     nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
     prior_var = np.array([variances[design.effect_names[e]] for e in design.column_effect])
@@ -245,6 +313,8 @@ def _condition(design: _Design, log_params: np.ndarray) -> tuple[_Posterior, flo
     nll = 0.5 * (design.y @ (design.y / noise) - b @ mean + 2 * np.log(np.diag(chol)).sum()
                  + np.log(prior_var).sum() + np.log(noise).sum() + n * math.log(2 * math.pi))
     grad = np.zeros_like(log_params)
+    if not gradient:
+        return _Posterior(mean, chol, cov, prior_var, noise), float(nll), grad
     per_column = (mean**2 + np.diag(cov)) / prior_var - 1.0
     for i, name in enumerate(RANDOM_EFFECTS):
         e = design.effect_names.index(name)
@@ -319,7 +389,7 @@ class BayesianThroughputBelief:
         # is the same throughput, so its draws are identical across the jobs that ask).
         index: dict[Cell, int] = {}
         positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
-        with threadpool_limits(1):
+        with _one_blas_thread():
             unique = self._predict(list(index), num_draws, seed)
         return CellPrediction(unique.mean[positions], unique.draws[:, positions])
 
@@ -414,6 +484,11 @@ class BayesianThroughputLearner:
     Args:
         max_iterations: L-BFGS-B iterations of the hyperparameter fit; 0 conditions on the data
             with the current hyperparameters only.
+        hyperparameter_growth: the hyperparameters are fitted again only once the cells observed
+            have grown by this factor since their last converged fit (a fit on a list that does
+            not extend the last one's always fits them); in between a fit conditions on the
+            data only (1: every fit). Doubling gives a logarithmic number of hyperparameter
+            fits in an online loop, where each costs ~10-70 conditionings.
         measurement_noise: standard deviation of one report's log steps/s measured over
             ``reference_seconds``.
         fallback_widening: factor on the posterior spread after a failed fit.
@@ -425,8 +500,15 @@ class BayesianThroughputLearner:
     def __init__(self, max_iterations: int = 200, measurement_noise: float = 0.05,
                  reference_seconds: float = 60.0, fallback_widening: float = 2.0,
                  log_variances: np.ndarray | None = None, profiling_budget: int | None = None,
-                 ) -> None:
+                 hyperparameter_growth: float = 2.0) -> None:
+        if not hyperparameter_growth >= 1.0:
+            raise ValueError(f"hyperparameter_growth is {hyperparameter_growth}: expected a "
+                             "factor >= 1")
         self.max_iterations = max_iterations
+        self.hyperparameter_growth = float(hyperparameter_growth)
+        self._tuned_cells = 0  # cells observed at the last converged hyperparameter fit
+        self._pool = IncrementalPool()  # the reports so far, pooled per cell
+        self._rows = _DesignRows()  # their design rows
         self.measurement_noise = measurement_noise
         self.reference_seconds = reference_seconds
         self.fallback_widening = fallback_widening
@@ -444,23 +526,28 @@ class BayesianThroughputLearner:
     def fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         # One BLAS thread: these matrices are small, and threads fight on a shared machine
         # (a 700 x 700 Cholesky took 2 s with OpenBLAS's threads at load 19, 30 ms without).
-        with threadpool_limits(1):
+        with _one_blas_thread():
             return self._fit(observations)
 
     def _fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         start = time.perf_counter()
-        pooled = pool(observations)
+        pooled = self._pool.update(observations)
+        if not self._pool.extended:
+            self._tuned_cells = 0  # other data, not more of the same: fit the hyperparameters
+            self._rows = _DesignRows()
         context = FeatureContext(_batch_centres(pooled), _loads(pooled))
         if not pooled:
             return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
                                             fit_seconds=time.perf_counter() - start)
         design = _build_design(pooled, context, self.measurement_noise**2,
-                               self.reference_seconds)
+                               self.reference_seconds, self._rows)
         observed = {cell: i for i, cell in enumerate(design.cells)}
         reason: str | None = None
         params = self.log_variances.copy()
         iterations = 0
-        if self.max_iterations > 0:
+        tune = self.max_iterations > 0 and (
+            not self._tuned_cells or len(pooled) >= self.hyperparameter_growth * self._tuned_cells)
+        if tune:
             try:
                 result = scipy.optimize.minimize(
                     lambda x: _condition(design, x)[1:], params, jac=True, method="L-BFGS-B",
@@ -475,13 +562,15 @@ class BayesianThroughputLearner:
             except (np.linalg.LinAlgError, ValueError) as error:
                 reason = f"hyperparameter fit failed: {error}"
         try:
-            posterior = _condition(design, params)[0]
+            posterior = _condition(design, params, gradient=False)[0]
         except (np.linalg.LinAlgError, ValueError) as error:
             reason = f"{reason}; " if reason else ""
             reason += f"conditioning failed ({error}): prior only"
             posterior = None
         if reason is None:
             self.log_variances = params
+            if tune:
+                self._tuned_cells = len(pooled)
         else:
             logger.warning("throughput belief falls back to the prior's settings with intervals "
                            "widened x%s: %s", self.fallback_widening, reason)
@@ -530,5 +619,6 @@ def _loads(pooled: dict[Cell, PooledCell]) -> dict[tuple[str, int, str], float]:
     for cell, p in pooled.items():
         if cell.partner is None:
             by_place.setdefault((cell.scale_factor, cell.gpu_type), {})[cell.job_type] = p.log_rate
-    return {(j, s, g): rate - float(np.mean(list(rates.values())))
+    means = {place: float(np.mean(list(rates.values()))) for place, rates in by_place.items()}
+    return {(j, s, g): rate - means[(s, g)]
             for (s, g), rates in by_place.items() for j, rate in rates.items()}

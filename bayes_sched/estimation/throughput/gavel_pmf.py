@@ -28,8 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.estimation.throughput.observations import PointBelief, PointTable, pool
+from bayes_sched.estimation.throughput.observations import (
+    IncrementalPool,
+    PointBelief,
+    PointTable,
+)
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
+
+#: Completed matrices a learner keeps for reuse (cleared when full).
+MAX_CACHED_COMPLETIONS = 4096
 
 
 def complete_matrix(values: np.ndarray, mask: np.ndarray, rank: int, mu: float,
@@ -132,6 +139,8 @@ class GavelMatrixCompletionLearner:
         #: kept (Gavel's reference set is fixed offline; a profiled new job never joins it);
         #: drawn again only if a fit lacks one of them (a held-out benchmark's next fold).
         self.reference_types: dict[int, tuple[str, ...]] = {}
+        self._pool = IncrementalPool()  # the reports so far, pooled per cell
+        self._completions: dict[tuple[object, ...], np.ndarray] = {}
 
     def _references(self, table: PointTable) -> dict[int, tuple[str, ...]]:
         """Per scale factor, reference types drawn among those measured alone on every GPU
@@ -159,7 +168,7 @@ class GavelMatrixCompletionLearner:
         return dict(out)
 
     def fit(self, observations: Sequence[CellObservation]) -> GavelMatrixCompletionBelief:
-        table = PointTable(pool(observations))
+        table = PointTable(self._pool.update(observations))
         references = self._references(table)
         mapped: dict[tuple[str, int], str] = {}
         completed: dict[tuple[int, str], dict[tuple[str, str], float]] = {}
@@ -203,8 +212,16 @@ class GavelMatrixCompletionLearner:
     def _complete(self, values: np.ndarray, mask: np.ndarray, sf: int, what: str) -> np.ndarray:
         if mask.all():
             return values
+        # The completion is a function of its inputs (its start is seeded by ``sf`` and
+        # ``what``): an online refit whose matrix did not change reuses it.
+        key = (sf, what, values.shape, values.tobytes(), mask.tobytes())
+        if (done := self._completions.get(key)) is not None:
+            return done
         rng = np.random.default_rng(_stable_seed(self.seed, "pmf", sf, what))
-        return complete_matrix(values, mask, self.rank, self.mu, rng)
+        if len(self._completions) >= MAX_CACHED_COMPLETIONS:
+            self._completions.clear()
+        done = self._completions[key] = complete_matrix(values, mask, self.rank, self.mu, rng)
+        return done
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:

@@ -24,6 +24,8 @@ TABLE_SECONDS = 360.0
 
 def _bad_reason(observation: CellObservation) -> str | None:
     rate, seconds = observation.steps_per_second, observation.seconds
+    if observation.out_of_memory:
+        return None if math.isfinite(seconds) and seconds >= 0 else f"measured over {seconds} s"
     if not math.isfinite(rate):
         return f"steps/s is {rate}"
     if rate <= 0:
@@ -63,15 +65,50 @@ class PooledCell:
     seconds: float
 
 
-def pool(observations: Iterable[CellObservation]) -> dict[Cell, PooledCell]:
+def pool(observations: Sequence[CellObservation]) -> dict[Cell, PooledCell]:
     """Usable reports pooled per cell (bad ones logged and left out), in first-seen order."""
-    sums: dict[Cell, list[float]] = {}
-    for obs in usable_observations(observations):
-        acc = sums.setdefault(obs.cell, [0.0, 0.0, 0.0])
-        acc[0] += obs.steps_per_second * obs.seconds
-        acc[1] += math.log(obs.steps_per_second) * obs.seconds
-        acc[2] += obs.seconds
-    return {cell: PooledCell(a / s, b / s, s) for cell, (a, b, s) in sums.items()}
+    return IncrementalPool().update(observations)
+
+
+class IncrementalPool:
+    """:func:`pool` kept up to date as a growing list of observations is passed again: a list
+    that extends the one seen last (same length prefix, same last object) costs only its new
+    tail; any other list is pooled from scratch. The sums are added in the same order as
+    :func:`pool` adds them, so the result is the same to the last bit (an online loop hands its
+    learner every report so far at each fit: pooling them all again cost ~0.15 s a fit after
+    1,000 rounds)."""
+
+    def __init__(self) -> None:
+        self._sums: dict[Cell, list[float]] = {}
+        self._pooled: dict[Cell, PooledCell] = {}
+        self._count = 0
+        self._last: CellObservation | None = None
+        #: Whether the last :meth:`update` read only the new tail of the list seen before.
+        self.extended = False
+
+    def update(self, observations: Sequence[CellObservation]) -> dict[Cell, PooledCell]:
+        """The pooled usable observations of ``observations`` (as :func:`pool`)."""
+        count = self._count
+        self.extended = bool(count) and len(observations) >= count \
+            and observations[count - 1] is self._last
+        if not self.extended:
+            # Not an extension of the last list: start over.
+            self._sums, self._pooled, count = {}, {}, 0
+        touched: dict[Cell, None] = {}  # in first-seen order, as the new cells join _sums
+        for obs in usable_observations(observations[count:]):
+            if obs.out_of_memory:
+                continue  # not a rate: the estimation stage keeps where jobs do not fit
+            acc = self._sums.setdefault(obs.cell, [0.0, 0.0, 0.0])
+            acc[0] += obs.steps_per_second * obs.seconds
+            acc[1] += math.log(obs.steps_per_second) * obs.seconds
+            acc[2] += obs.seconds
+            touched[obs.cell] = None
+        for cell in touched:
+            a, b, s = self._sums[cell]
+            self._pooled[cell] = PooledCell(a / s, b / s, s)
+        self._count = len(observations)
+        self._last = observations[-1] if observations else None
+        return dict(self._pooled)
 
 
 def table_rate(table: ThroughputTable, cell: Cell) -> float | None:

@@ -27,7 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.estimation.throughput.observations import PointBelief, PointTable, pool
+from bayes_sched.estimation.throughput.observations import (
+    IncrementalPool,
+    PointBelief,
+    PointTable,
+)
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
 
 
@@ -91,18 +95,26 @@ def _one_gpu_ratio(table: PointTable, job_type: str, other: str) -> float | None
 def _nearest_types(table: PointTable) -> dict[str, tuple[str, ...]]:
     """For every type measured on one GPU, the other such types with more than a one-GPU profile
     (multi-GPU or paired rates), nearest first by mean squared log one-GPU difference."""
-    profiles = {j: {g: float(np.log(r)) for g, r in rates.items()}
-                for (j, s), rates in table.alone.items() if s == 1}
+    types = sorted(j for (j, s) in table.alone if s == 1)
+    gpus = sorted({g for (_, s), rates in table.alone.items() if s == 1 for g in rates})
+    # Log one-GPU profiles, NaN where a type was not measured on a GPU type: (types, gpus).
+    profiles = np.full((len(types), len(gpus)), np.nan)
+    for i, j in enumerate(types):
+        for g, rate in table.alone[(j, 1)].items():
+            profiles[i, gpus.index(g)] = np.log(rate)
     richer = {c.job_type for c in table.rates if c.scale_factor > 1 or c.partner is not None}
-    out = {}
-    for j, profile in profiles.items():
-        scored = []
-        for k in sorted(richer & profiles.keys() - {j}):
-            common = profile.keys() & profiles[k].keys()
-            if common:
-                scored.append((float(np.mean([(profile[g] - profiles[k][g])**2
-                                              for g in common])), k))
-        out[j] = tuple(k for _, k in sorted(scored))
+    candidates = [i for i, k in enumerate(types) if k in richer]
+    out: dict[str, tuple[str, ...]] = {}
+    if not candidates:
+        return {j: () for j in types}
+    squared = (profiles[:, None, :] - profiles[None, candidates, :]) ** 2  # (types, cands, gpus)
+    common = np.isfinite(squared)
+    counts = common.sum(axis=2)
+    distance = np.where(common, squared, 0.0).sum(axis=2) / np.maximum(counts, 1)
+    for i, j in enumerate(types):
+        scored = sorted((float(distance[i, c]), types[k]) for c, k in enumerate(candidates)
+                        if k != i and counts[i, c])
+        out[j] = tuple(k for _, k in scored)
     return out
 
 
@@ -111,8 +123,11 @@ class SiaBootstrapLearner:
 
     name = "sia"
 
+    def __init__(self) -> None:
+        self._pool = IncrementalPool()  # the reports so far, pooled per cell
+
     def fit(self, observations: Sequence[CellObservation]) -> SiaBootstrapBelief:
-        table = PointTable(pool(observations))
+        table = PointTable(self._pool.update(observations))
         return SiaBootstrapBelief(table, _nearest_types(table))
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
