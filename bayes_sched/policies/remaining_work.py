@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -52,6 +53,10 @@ class RegimeProfile:
 
     def regime_seconds(self) -> dict[int, float]:
         """Mean seconds of an epoch in each regime."""
+        return dict(self._regime_seconds)
+
+    @cached_property
+    def _regime_seconds(self) -> dict[int, float]:
         out: dict[int, list[float]] = {}
         for regime, seconds in zip(self.regimes, self.epoch_seconds, strict=True):
             out.setdefault(regime, []).append(seconds)

@@ -9,8 +9,12 @@ Our formulation of Shockwave's planner (``scheduler/shockwave.py`` of its artifa
 * ``p_j >= 0``: epochs planned, ``p_j d_j <= R sum_h x[j, h]``, with ``d_j`` the mean epoch time
   of the job's profile over the epochs done so far (Shockwave's ``interpolate_epoch_duration``).
 * Utility (Nash social welfare, the Eisenberg-Gale market's objective): ``log`` of the job's
-  progress after the horizon, ``(e_j + p_j) / E_j``, by a piecewise-linear interpolation of
-  ``log`` at the bases 0, 0.2, ..., 1 (``log 1e-6`` at 0; an SOS2 set with binaries).
+  progress after the horizon, ``(e_j + p_j) / E_j <= 1``, by a piecewise-linear interpolation of
+  ``log`` at the bases 0, 0.2, ..., 1 (``log 1e-6`` at 0). Shockwave models it with an SOS2 set
+  (binaries); the interpolation is concave and every job's utility enters the objective with a
+  positive weight, so its hypograph (``utility_j <=`` each segment's line) has the same optimum
+  with no binaries: the program's only integers are ``x``, and the plans solve at the root node
+  or the first (0-1 branch-and-bound nodes on the tacc_120 states measured).
 * Objective: maximise ``sum_j utility_j / (J H) - k max_j r_j`` with
   ``r_j = max(0, T_j - p_j d_j)`` the predicted remaining seconds after the horizon, ``T_j`` from
   the remaining-work predictor (:class:`~bayes_sched.policies.remaining_work.
@@ -35,9 +39,12 @@ the job's profile, the batch size of every epoch under its mode and their times 
 precomputes at submission; it never reads the simulator's state.
 
 Solver: Shockwave used Gurobi (15 s cap, relative gap 1e-3); here cvxpy with an open solver (HiGHS
-by default) under the same gap and cap. A solve that fails or returns no solution keeps the previous
-round's jobs (those still active), is logged, and is counted in :attr:`ShockwavePolicy.
-solver_failures`.
+by default, one thread) under the same gap, with a *work* limit (``max_nodes`` branch-and-bound
+nodes) and a fixed seed instead of a wall-clock cap, so a plan, and so a run, does not depend on
+the machine's load (a wall-clock ``time_limit`` is optional and off by default). A MIP stopped by
+the node limit uses its incumbent and is counted in :attr:`ShockwavePolicy.node_limit_hits`. A
+solve that fails or returns no solution keeps the previous round's jobs (those still active), is
+logged, and is counted in :attr:`ShockwavePolicy.solver_failures`.
 """
 
 from __future__ import annotations
@@ -86,6 +93,16 @@ MAX_PRIORITY = 1e9
 MIP_SOLVERS = ("HIGHS", "SCIP")
 
 
+def log_segments() -> tuple[np.ndarray, np.ndarray]:
+    """Slopes and intercepts ``(K,)`` of the ``K`` segments of the piecewise-linear log through
+    :data:`LOG_BASES` (``log`` of :data:`LOG_ORIGIN` at 0): a concave function, the minimum of
+    its segments' lines."""
+    bases = np.array(LOG_BASES)
+    logs = np.log(np.where(bases > 0, bases, LOG_ORIGIN))
+    slopes = np.diff(logs) / np.diff(bases)
+    return slopes, logs[:-1] - slopes * bases[:-1]
+
+
 class ShockwavePolicy:
     """Shockwave's planner over future rounds (see the module docstring).
 
@@ -96,7 +113,10 @@ class ShockwavePolicy:
         rhomax: finish-time fairness bound (1.0).
         reopt_rounds: rounds between re-plans when the job set does not change (8).
         solver: cvxpy MIP solver (open source, from pip).
-        time_limit: seconds a solve may take (Shockwave: 15).
+        max_nodes: branch-and-bound nodes a MIP may explore (a deterministic work limit).
+        seed: the solver's random seed.
+        time_limit: seconds a solve may take, or ``None`` (default: no wall-clock cap, so runs
+            are reproducible; Shockwave: 15 s).
         mip_rel_gap: relative optimality gap at which a solve stops (1e-3).
         throughputs: the measured table the profiles are built from (``"tacc"``: Shockwave's).
         calibrate: rescale a job's profiled epoch times when its measured throughput disagrees
@@ -110,8 +130,8 @@ class ShockwavePolicy:
 
     def __init__(self, future_rounds: int = 20, k: float = 1e-3, lam: float = 12.0,
                  rhomax: float = 1.0, reopt_rounds: int = 8,
-                 solver: Literal["HIGHS", "SCIP"] = "HIGHS", time_limit: float = 15.0,
-                 mip_rel_gap: float = 1e-3,
+                 solver: Literal["HIGHS", "SCIP"] = "HIGHS", max_nodes: int = 1000,
+                 seed: int = 0, time_limit: float | None = None, mip_rel_gap: float = 1e-3,
                  throughputs: Literal["tacc", "simulation", "physical"] = "tacc",
                  calibrate: bool = True) -> None:
         if future_rounds < 1 or reopt_rounds < 1:
@@ -119,13 +139,17 @@ class ShockwavePolicy:
                              "expected rounds >= 1")
         if solver not in MIP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(MIP_SOLVERS)}")
-        if not (k > 0 and rhomax > 0 and time_limit > 0 and mip_rel_gap >= 0):
-            raise ValueError("k, rhomax and time_limit must be > 0 and mip_rel_gap >= 0")
+        if not (k > 0 and rhomax > 0 and max_nodes >= 1 and mip_rel_gap >= 0
+                and (time_limit is None or time_limit > 0)):
+            raise ValueError("k, rhomax, max_nodes and time_limit must be > 0 and mip_rel_gap "
+                             ">= 0")
         self.future_rounds = int(future_rounds)
         self.k, self.lam, self.rhomax = float(k), float(lam), float(rhomax)
         self.reopt_rounds = int(reopt_rounds)
         self.solver = solver
-        self.time_limit, self.mip_rel_gap = float(time_limit), float(mip_rel_gap)
+        self.max_nodes, self.seed = int(max_nodes), int(seed)
+        self.time_limit = None if time_limit is None else float(time_limit)
+        self.mip_rel_gap = float(mip_rel_gap)
         self.table = load_throughputs(throughputs)
         self.predictor: RemainingWorkPredictor = DirichletRegimePredictor()
         self.calibrate = bool(calibrate)
@@ -133,6 +157,8 @@ class ShockwavePolicy:
         self.allocation_updates = 0  # successful plans
         self.relaxed_plans = 0  # plans without the fairness constraints
         self.solve_seconds: list[float] = []
+        self.solve_nodes: list[int] = []  # branch-and-bound nodes per MIP solved
+        self.node_limit_hits = 0  # MIPs stopped by max_nodes (their incumbent used)
         self._round = 0
         self._round_seconds = 120.0
         self._since_plan = 0
@@ -341,27 +367,24 @@ class ShockwavePolicy:
                             for p, e in zip(profiles, done, strict=True)])
         epoch_s = np.where(np.isfinite(epoch_s), epoch_s, 1e9)
         remaining = np.where(np.isfinite(remaining), remaining, 1e9)
-        bases = np.array(LOG_BASES)
-        log_bases = np.log(np.where(bases > 0, bases, LOG_ORIGIN))
+        slopes, intercepts = log_segments()
         x = cp.Variable((count, horizon), boolean=True)
         planned = cp.Variable(count, nonneg=True)
-        weights = cp.Variable((count, len(bases)), nonneg=True)
-        segment = cp.Variable((count, len(bases)), boolean=True)
+        fraction = cp.multiply(progress + planned, 1.0 / epochs)  # of the job's epochs, (J,)
+        utility = cp.Variable(count)
         left = cp.Variable(count, nonneg=True)
         longest = cp.Variable()
         constraints = [
             scale @ x <= num_gpus,
             cp.multiply(planned, epoch_s) <= cp.sum(x, axis=1) * round_s,
-            weights @ bases == cp.multiply(progress + planned, 1.0 / epochs),
-            cp.sum(weights, axis=1) == 1,
-            cp.sum(segment, axis=1) <= 2,
-            weights <= segment,
+            fraction <= 1.0,
+            # The hypograph of the concave piecewise-linear log: maximised with positive
+            # weights, utility_j is the interpolation itself (no SOS2 binaries needed).
+            utility[:, None] <= fraction[:, None] @ slopes[None, :]
+            + np.ones((count, 1)) @ intercepts[None, :],
             left >= remaining - cp.multiply(planned, epoch_s),
             longest >= left,
         ]
-        constraints += [segment[:, lo] + segment[:, hi] <= 1
-                        for lo in range(len(bases)) for hi in range(lo + 2, len(bases))]
-        utility = weights @ log_bases
         share = min(1.0, num_gpus / count)
         targets = np.array([self.finish_time_target(job.name) for job in jobs])
         fairness = [cluster.now + horizon * round_s + left / share <= targets * self.rhomax]
@@ -389,16 +412,32 @@ class ShockwavePolicy:
         return np.round(x.value)
 
     def _run(self, problem: object) -> str:
+        """Solve under work limits (nodes, a fixed seed), so that the answer does not depend on
+        the machine's load; a wall-clock cap only where ``time_limit`` is set."""
         import cvxpy as cp
 
         assert isinstance(problem, cp.Problem)
-        options: dict[str, float | bool] = (
-            {"time_limit": self.time_limit, "mip_rel_gap": self.mip_rel_gap}
-            if self.solver == "HIGHS" else
-            {"scip_params": {"limits/time": self.time_limit,  # type: ignore[dict-item]
-                             "limits/gap": self.mip_rel_gap}})
+        options: dict[str, object]
+        if self.solver == "HIGHS":
+            options = {"mip_rel_gap": self.mip_rel_gap, "mip_max_nodes": self.max_nodes,
+                       "random_seed": self.seed, "threads": 1}
+            if self.time_limit is not None:
+                options["time_limit"] = self.time_limit
+        else:
+            params: dict[str, object] = {"limits/gap": self.mip_rel_gap,
+                                         "limits/nodes": self.max_nodes,
+                                         "randomization/randomseedshift": self.seed}
+            if self.time_limit is not None:
+                params["limits/time"] = self.time_limit
+            options = {"scip_params": params}
         with _quiet_stdout():
             problem.solve(solver=self.solver, **options)
+        stats = problem.solver_stats
+        nodes = getattr(getattr(stats, "extra_stats", None), "mip_node_count", None)
+        if nodes is not None:
+            self.solve_nodes.append(int(nodes))
+            if nodes >= self.max_nodes:
+                self.node_limit_hits += 1
         return str(problem.status)
 
     def _rank(self, x: np.ndarray, priority: np.ndarray, scale: np.ndarray, num_gpus: int
