@@ -64,7 +64,8 @@ ROUND_SECONDS = 120.0
 JCT_BAND, FTF_BAND, UNFAIR_BAND = 0.10, 0.20, 0.10
 
 
-def run_one(policy_name: str, solver: str | None) -> dict[str, object]:
+def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None
+            ) -> dict[str, object]:
     import numpy as np
 
     from bayes_sched.cluster_spec import load_cluster_spec
@@ -87,6 +88,8 @@ def run_one(policy_name: str, solver: str | None) -> dict[str, object]:
     result = run_table_simulation(jobs, policy, spec, table=load_shockwave_throughputs(),
                                   cluster_type=ShockwaveCluster)
     wall = time.perf_counter() - start
+    if jobs_out is not None:  # per-job rows, to compare two runs job by job
+        result.jobs.to_csv(f"{jobs_out}.{policy_name}.csv", index=False)
     summary = result.summary
     jct, makespan, worst, unfair = PUBLISHED[policy_name]
     ours = (summary["avg_jct"], summary["makespan"], summary["ftf_worst"],
@@ -111,6 +114,7 @@ def run_one(policy_name: str, solver: str | None) -> dict[str, object]:
         "decision_median_ms": round(1000 * float(np.median(result.decision_seconds)), 1),
         "solve_median_s": round(float(np.median(solves)), 3),
         "solver_failures": int(summary.get("solver_failures", 0)),
+        "node_limit_hits": int(getattr(policy, "node_limit_hits", 0)),
     }
 
 
@@ -120,6 +124,8 @@ def main() -> None:
                         choices=list(PUBLISHED))
     parser.add_argument("--solver", default=None, choices=["HIGHS", "SCIP"],
                         help="Shockwave's MIP solver (default: the policy's, HiGHS)")
+    parser.add_argument("--jobs-out", default=None, metavar="PREFIX",
+                        help="write each policy's per-job rows to PREFIX.<policy>.csv")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from bayes_sched.policies import POLICIES
@@ -129,7 +135,7 @@ def main() -> None:
         if name not in POLICIES:
             print(f"{name}: skipped, not a registered policy in this checkout", flush=True)
             continue
-        row = run_one(name, args.solver)
+        row = run_one(name, args.solver, args.jobs_out)
         rows.append(row)
         if not args.json:
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)

@@ -57,13 +57,22 @@ from typing import Literal
 
 import numpy as np
 
-from bayes_sched.batch_modes import DATASET_SIZE, batch_size_schedule, epoch_seconds, model_of
+from bayes_sched.batch_modes import (
+    DATASET_SIZE,
+    batch_size_schedule,
+    epoch_seconds,
+    job_type_of,
+    model_of,
+)
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
+from bayes_sched.estimation.learners import LEARNERS, make_learner
+from bayes_sched.estimation.throughput_cells import Cell, ThroughputBelief
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.remaining_work import (
-    DirichletRegimePredictor,
+    REMAINING_WORK,
     RegimeProfile,
     RemainingWorkPredictor,
 )
@@ -133,12 +142,23 @@ class ShockwavePolicy:
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", max_nodes: int = 1000,
                  seed: int = 0, time_limit: float | None = None, mip_rel_gap: float = 1e-3,
                  throughputs: Literal["tacc", "simulation", "physical"] = "tacc",
-                 calibrate: bool = True) -> None:
+                 calibrate: bool = True,
+                 remaining_work: Literal["dirichlet", "noise_scale"] = "dirichlet",
+                 remaining_quantile: float = 0.9, source: str = "table",
+                 refit_interval: float = 0.0) -> None:
         if future_rounds < 1 or reopt_rounds < 1:
             raise ValueError(f"future_rounds {future_rounds}, reopt_rounds {reopt_rounds}: "
                              "expected rounds >= 1")
         if solver not in MIP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(MIP_SOLVERS)}")
+        if remaining_work not in REMAINING_WORK:
+            raise ValueError(f"remaining_work is {remaining_work!r}: expected one of "
+                             f"{', '.join(REMAINING_WORK)}")
+        if source != "table" and source not in LEARNERS:
+            raise ValueError(f"source is {source!r}: expected 'table' or a learner: "
+                             f"{', '.join(LEARNERS)}")
+        if not 0.0 < remaining_quantile < 1.0:
+            raise ValueError(f"remaining_quantile is {remaining_quantile}: expected 0 < q < 1")
         if not (k > 0 and rhomax > 0 and max_nodes >= 1 and mip_rel_gap >= 0
                 and (time_limit is None or time_limit > 0)):
             raise ValueError("k, rhomax, max_nodes and time_limit must be > 0 and mip_rel_gap "
@@ -151,7 +171,12 @@ class ShockwavePolicy:
         self.time_limit = None if time_limit is None else float(time_limit)
         self.mip_rel_gap = float(mip_rel_gap)
         self.table = load_throughputs(throughputs)
-        self.predictor: RemainingWorkPredictor = DirichletRegimePredictor()
+        #: The remaining-work predictor (swappable: a benchmark may set an oracle here).
+        self.predictor: RemainingWorkPredictor = REMAINING_WORK[remaining_work]()
+        self.remaining_quantile = float(remaining_quantile)
+        self.source = source
+        self.estimator = (None if source == "table" else ThroughputEstimator(
+            make_learner(source, table=self.table, seed=seed), refit_interval))
         self.calibrate = bool(calibrate)
         self.solver_failures = 0
         self.allocation_updates = 0  # successful plans
@@ -167,6 +192,7 @@ class ShockwavePolicy:
         self._previous: list[str] = []
         self._share_series: dict[str, list[tuple[int, float]]] = {}
         self._profiles: dict[tuple[str, int, str, int, int, str], RegimeProfile] = {}
+        self._belief: ThroughputBelief | None = None  # the learner's, as of the last plan
         # Per job: measured (steps/s, batch size) by round, the last report seen, the factor on
         # its profiled epoch times.
         self._measured: dict[str, dict[int, tuple[float, int]]] = {}
@@ -176,7 +202,7 @@ class ShockwavePolicy:
     # --- Policy interface -----------------------------------------------------------------------
 
     def estimators(self) -> Sequence[Estimator]:
-        return ()
+        return () if self.estimator is None else (self.estimator,)
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
@@ -195,17 +221,26 @@ class ShockwavePolicy:
                     del store[name]
         chosen: list[str] | None = None
         if jobs:
+            replan = (changed or self._since_plan >= self.reopt_rounds
+                      or self._round not in self._plan)
+            if replan and self.estimator is not None:
+                # The belief is read (and refitted on new reports) only when a plan uses it.
+                belief = self.estimator.belief
+                if belief is not self._belief:
+                    self._belief, self._profiles = belief, {}
             self._record_throughputs(jobs, gpu)
             profiles = [self._calibrated(job, self.profile(job, gpu)) for job in jobs]
             done = [self._epochs_done(job) for job in jobs]
-            remaining = np.array([self.predictor.remaining_seconds(p, e)
-                                  for p, e in zip(profiles, done, strict=True)])
+            remaining = np.array([self.predictor.remaining_seconds(p, e, job)
+                                  for p, e, job in zip(profiles, done, jobs, strict=True)])
             if changed:
                 self._estimate_shares(jobs, profiles, done, remaining, num_gpus)
-            if (changed or self._since_plan >= self.reopt_rounds
-                    or self._round not in self._plan):
+            if replan:
                 self._since_plan = 0
-                self._replan(cluster, jobs, profiles, done, remaining, num_gpus)
+                at_risk = np.array([
+                    self.predictor.quantile_seconds(p, e, self.remaining_quantile, job)
+                    for p, e, job in zip(profiles, done, jobs, strict=True)])
+                self._replan(cluster, jobs, profiles, done, remaining, at_risk, num_gpus)
             chosen = self._plan.get(self._round)
             if chosen is None:  # no plan: keep the previous round's jobs that are still here
                 chosen = [name for name in self._previous if name in names]
@@ -220,8 +255,9 @@ class ShockwavePolicy:
     def profile(self, job: JobView, gpu: str) -> RegimeProfile:
         """The job's profile under its declared mode on ``gpu`` (cached per declared settings).
 
-        An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)``; for a job
-        whose model or type the table does not cover, ``ceil(examples per epoch / b)`` steps at
+        An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)``, at the table's
+        steps/s, or with a learner (``source``) at its posterior mean as of the last plan; for a
+        job whose model or type neither covers, ``ceil(examples per epoch / b)`` steps at
         Gavel's default of 1 step/s (a finite guess, so that such a job is still planned)."""
         model = model_of(job.application)
         key = (model, job.requested_batch_size, job.batch_size_mode, job.target_epochs,
@@ -231,8 +267,11 @@ class ShockwavePolicy:
             regimes = batch_size_schedule(job.batch_size_mode, model, job.requested_batch_size,
                                           max(job.target_epochs, 1), job.requested_replicas)
             seconds = {}
+            learned = self._learned_epoch_seconds(model, sorted(set(regimes)),
+                                                  job.requested_replicas, gpu)
             for batch in set(regimes):
-                known = (epoch_seconds(self.table, model, batch, job.requested_replicas, gpu)
+                known = (learned.get(batch) if self.estimator is not None else
+                         epoch_seconds(self.table, model, batch, job.requested_replicas, gpu)
                          if model in DATASET_SIZE else None)
                 seconds[batch] = known if known is not None else (
                     math.ceil(max(job.examples_per_epoch, 1) / max(batch, 1))
@@ -240,6 +279,19 @@ class ShockwavePolicy:
             cached = RegimeProfile(tuple(regimes), tuple(seconds[b] for b in regimes))
             self._profiles[key] = cached
         return cached
+
+    def _learned_epoch_seconds(self, model: str, batches: Sequence[int], scale_factor: int,
+                               gpu: str) -> dict[int, float]:
+        """Seconds of an epoch at each batch size from the learner's belief (posterior mean);
+        none where the model has no dataset size or the belief no positive, finite rate."""
+        if self.estimator is None or model not in DATASET_SIZE:
+            return {}
+        if self._belief is None:
+            self._belief = self.estimator.belief
+        cells = [Cell(job_type_of(model, b), scale_factor, gpu) for b in batches]
+        rates = self._belief.predict(cells).mean
+        return {b: DATASET_SIZE[model] / b / float(r)
+                for b, r in zip(batches, rates, strict=True) if np.isfinite(r) and r > 0}
 
     def _record_throughputs(self, jobs: Sequence[JobView], gpu: str) -> None:
         """Each job's measured steps/s in the round just run, from its reports (steps and
@@ -336,10 +388,12 @@ class ShockwavePolicy:
 
     def _replan(self, cluster: ClusterState, jobs: Sequence[JobView],
                 profiles: Sequence[RegimeProfile], done: Sequence[int], remaining: np.ndarray,
-                num_gpus: int) -> None:
+                at_risk: np.ndarray, num_gpus: int) -> None:
+        """A new plan: the programs on ``at_risk`` (the predictor's upper quantile of each
+        job's remaining seconds), the work-conserving fill in order of ``remaining`` (means)."""
         start = time.perf_counter()
         try:
-            x = self._solve(cluster, jobs, profiles, done, remaining, num_gpus)
+            x = self._solve(cluster, jobs, profiles, done, at_risk, num_gpus)
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old plan
             LOG.warning("shockwave: solver %s failed (%s); previous jobs kept", self.solver,
                         error)
