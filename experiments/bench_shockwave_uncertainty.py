@@ -119,14 +119,22 @@ def run_one(policy_name: str, source: str, predictor: str, seed: int, noise: flo
     }
 
 
-def grid(policies: list[str], sources: list[str], predictors: list[str], seeds: list[int]
-         ) -> Iterator[tuple[str, str, str, int]]:
-    """The runs to make: seed-free sources once (seed 0)."""
-    for policy in policies:
-        for source in sources:
-            for predictor in (predictors if policy == "shockwave" else ["-"]):
-                for seed in ([0] if source in SEED_FREE else seeds):
-                    yield policy, source, predictor, seed
+def grid(policies: list[str], sources: list[str], predictors: list[str], seeds: list[int],
+         cells: list[str] | None = None) -> Iterator[tuple[str, str, str, int]]:
+    """The runs to make, seeds outermost: seed-free sources once (seed 0); with ``cells``
+    (``source:predictor``) only those, in that order."""
+    pairs = ([tuple(c.split(":", 1)) for c in cells] if cells else
+             [(s, p) for s in sources for p in predictors])
+    for seed in seeds:
+        for policy in policies:
+            for source, predictor in pairs:
+                if policy != "shockwave":
+                    if predictor != pairs[0][1] and cells is None:
+                        continue
+                    predictor = "-"
+                if source in SEED_FREE and seed != seeds[0]:
+                    continue
+                yield policy, source, predictor, 0 if source in SEED_FREE else seed
 
 
 def ratios(rows: list[dict[str, Any]], seeds: list[int]) -> list[dict[str, Any]]:
@@ -176,6 +184,8 @@ def main() -> None:
     parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES)
     parser.add_argument("--predictors", nargs="+", default=list(PREDICTORS), choices=PREDICTORS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--cells", nargs="+", default=None, metavar="SOURCE:PREDICTOR",
+                        help="only these (source, predictor) runs, in this order")
     parser.add_argument("--noise", type=float, default=0.05,
                         help="log-scale sd of the noise on reported steps/s")
     parser.add_argument("--workers", type=int, default=1, help="runs in parallel (processes)")
@@ -189,8 +199,9 @@ def main() -> None:
     if args.resume and args.out is not None and args.out.exists():
         rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
     done = {(r["policy"], r["source"], r["predictor"], r["seed"]) for r in rows}
-    todo = [(*key, args.noise) for key in grid(args.policies, args.sources, args.predictors,
-                                                args.seeds) if key not in done]
+    keys = dict.fromkeys(grid(args.policies, args.sources, args.predictors, args.seeds,
+                              args.cells))
+    todo = [(*key, args.noise) for key in keys if key not in done]
     with ProcessPoolExecutor(max_workers=max(args.workers, 1)) as pool:
         for row in pool.map(_run, todo):
             rows.append(row)

@@ -29,11 +29,17 @@ Shockwave's baseline (``gandiva_fair_proportional.py``) gives every job the same
 whatever its GPU count, so a job of 4 GPUs is allotted 4 times the GPUs of a job of 1 (run by
 ``python experiments/shockwave_fidelity.py --policies gandiva_fair``, load ~16).
 
-Shockwave's rows vary between runs: most of its relaxed plans stop at the 15 s cap (wall clock, as
-the original's Gurobi cap), so the incumbent depends on the machine's load (another run: 10781 /
-23479 s, worst 2.06, unfair 13.3 %, also within the bands). Without Shockwave's epoch-time
-calibration (``--policy-opt calibrate=false``) the row misses (11755 s, unfair 39 %): the
-calibration is part of its predictor.
+Shockwave's row (first line above) is from before its plans were deterministic: most relaxed
+plans stopped at a 15 s wall-clock cap, so the row depended on the machine's load (another run:
+10781 / 23479 s, worst 2.06, unfair 13.3 %). The planner now solves its log utility as a
+hypograph (no SOS2 binaries), on one HiGHS thread under a node limit with a fixed seed and no
+wall-clock cap; its plans finish at 0-1 branch-and-bound nodes. Rerun (``--policies shockwave
+--jobs-out PREFIX``, load 17-21): 10553 / 22970 s (1.060 / 0.949 of published), worst FTF 2.107
+(1.181), unfair 7.5 % (5.0 %), within the bands; 192 rounds, plan median 1.96 s wall at that
+load, no node-limit hit, no solver failure. The same command beside a CPU burner (load 23-25)
+gave the same JCT of every job (``--jobs-out`` files compared). Without Shockwave's epoch-time
+calibration (``--policy-opt calibrate=false``) the row missed (11755 s, unfair 39 %, before the
+change): the calibration is part of its predictor.
 """
 
 from __future__ import annotations

@@ -17,8 +17,16 @@ Our formulation of Shockwave's planner (``scheduler/shockwave.py`` of its artifa
   or the first (0-1 branch-and-bound nodes on the tacc_120 states measured).
 * Objective: maximise ``sum_j utility_j / (J H) - k max_j r_j`` with
   ``r_j = max(0, T_j - p_j d_j)`` the predicted remaining seconds after the horizon, ``T_j`` from
-  the remaining-work predictor (:class:`~bayes_sched.policies.remaining_work.
-  DirichletRegimePredictor`, Shockwave's Dirichlet posterior over batch-size regimes).
+  the remaining-work predictor (``remaining_work``: ``dirichlet``, Shockwave's Dirichlet
+  posterior over batch-size regimes, a point prediction; ``noise_scale``, ours, a posterior over
+  the job's gradient-noise-scale curve; see :mod:`bayes_sched.policies.remaining_work`).
+  In the programs (the fairness constraint, the longest remaining time and the priority ratio
+  below) ``T_j`` is the predictor's ``remaining_quantile`` (0.9) quantile: these ask whether a job
+  will finish by its fair finish time, a one-sided question a mean answers wrongly half of the
+  time for a job whose remaining work is uncertain, so ours plans on a bound that holds with 90 %
+  predictive probability (chosen before any run, not tuned); the fair finish-time targets
+  ``F_j`` and the fill order use the mean (an estimate, not a guard). Dirichlet's quantile is its
+  mean, so Shockwave's plan is unchanged.
 * Finish-time fairness: ``now + H R + r_j / min(1, G / J) <= rho_max F_j`` where ``F_j`` is a
   momentum average (0.9) of the job's fair finish-time estimates ``submit + (done + T_j) /
   min(1, G / J)``, re-estimated for all jobs whenever the job set changes.
@@ -36,7 +44,10 @@ What the policy reads: each job's declared settings (model and initial batch siz
 type and ``requested_batch_size``, GPUs, batch-size mode, the epochs its user asked for), its epochs
 done, and the measured throughput table (a scheduler-side input, as in Gavel). From these it builds
 the job's profile, the batch size of every epoch under its mode and their times alone, as Shockwave
-precomputes at submission; it never reads the simulator's state.
+precomputes at submission; it never reads the simulator's state. With ``source`` a learner's name
+the steps/s come from the learner's belief (posterior mean) fitted on the jobs' reports instead
+of the table, read when a plan is made. A benchmark may set :attr:`ShockwavePolicy.predictor`
+to an oracle it supplies (the true remaining work); no option of the policy reads it.
 
 Solver: Shockwave used Gurobi (15 s cap, relative gap 1e-3); here cvxpy with an open solver (HiGHS
 by default, one thread) under the same gap, with a *work* limit (``max_nodes`` branch-and-bound
@@ -130,6 +141,13 @@ class ShockwavePolicy:
         throughputs: the measured table the profiles are built from (``"tacc"``: Shockwave's).
         calibrate: rescale a job's profiled epoch times when its measured throughput disagrees
             (Shockwave's ``calibrate_profiled_epoch_duration``, see :meth:`calibration`).
+        remaining_work: the remaining-work predictor, ``dirichlet`` (Shockwave's) or
+            ``noise_scale`` (ours).
+        remaining_quantile: the quantile of the predictor's remaining seconds the programs plan
+            on (a point predictor's is its point).
+        source: ``"table"`` (the ``throughputs`` table) or a learner's name
+            (:data:`bayes_sched.estimation.learners.LEARNERS`) the profiles' steps/s come from.
+        refit_interval: with a learner, seconds between refits (0: at every plan with reports).
 
     Shockwave plans for a homogeneous cluster: on a cluster of several GPU types it plans and
     places jobs on the first type in Gavel's order (V100, P100, K80, then by name) only.
