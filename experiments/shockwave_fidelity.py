@@ -36,8 +36,9 @@ hypograph (no SOS2 binaries), on one HiGHS thread under a node limit with a fixe
 wall-clock cap; its plans finish at 0-1 branch-and-bound nodes. Rerun (``--policies shockwave
 --jobs-out PREFIX``, load 17-21): 10553 / 22970 s (1.060 / 0.949 of published), worst FTF 2.107
 (1.181), unfair 7.5 % (5.0 %), within the bands; 192 rounds, plan median 1.96 s wall at that
-load, no node-limit hit, no solver failure. The same command beside a CPU burner (load 23-25)
-gave the same JCT of every job (``--jobs-out`` files compared). Without Shockwave's epoch-time
+load, no node-limit hit, no solver failure. The same command beside a CPU burner (load 20-34,
+1,222 s instead of 281 s, plan median 5.33 s) gave an identical per-job table (every column of the
+two ``--jobs-out`` files equal). Without Shockwave's epoch-time
 calibration (``--policy-opt calibrate=false``) the row missed (11755 s, unfair 39 %, before the
 change): the calibration is part of its predictor.
 """
