@@ -4,8 +4,9 @@ The tacc_32gpus setting (120-job trace, 32 V100, 120 s rounds) runs under ``shoc
 HiGHS; at sampled rounds, a copy of the policy re-plans the same state with each solver (a full
 plan: the 20-round MILP, and when its fairness constraints are infeasible the relaxed MILP and the
 round ranking), and the wall and CPU time of that decision and the most branch-and-bound nodes of
-its programs are recorded. Shockwave used Gurobi with a 15 s cap; the issue's target is a median <= 2 s at 32 GPUs with an open solver. CLARABEL (cvxpy's
-default conic solver) solves no integer programs and is not a candidate.
+its programs are recorded. Shockwave used Gurobi with a 15 s cap; the issue's target is a median
+<= 2 s at 32 GPUs with an open solver. CLARABEL (cvxpy's default conic solver) solves no integer
+programs and is not a candidate.
 
     python experiments/bench_shockwave_solver.py [--rounds 10 20 30 40 50 60] [--solvers HIGHS SCIP]
 
