@@ -29,11 +29,18 @@ Shockwave's baseline (``gandiva_fair_proportional.py``) gives every job the same
 whatever its GPU count, so a job of 4 GPUs is allotted 4 times the GPUs of a job of 1 (run by
 ``python experiments/shockwave_fidelity.py --policies gandiva_fair``, load ~16).
 
-Shockwave's rows vary between runs: most of its relaxed plans stop at the 15 s cap (wall clock, as
-the original's Gurobi cap), so the incumbent depends on the machine's load (another run: 10781 /
-23479 s, worst 2.06, unfair 13.3 %, also within the bands). Without Shockwave's epoch-time
-calibration (``--policy-opt calibrate=false``) the row misses (11755 s, unfair 39 %): the
-calibration is part of its predictor.
+Shockwave's row (first line above) is from before its plans were deterministic: most relaxed
+plans stopped at a 15 s wall-clock cap, so the row depended on the machine's load (another run:
+10781 / 23479 s, worst 2.06, unfair 13.3 %). The planner now solves its log utility as a
+hypograph (no SOS2 binaries), on one HiGHS thread under a node limit with a fixed seed and no
+wall-clock cap; its plans finish at 0-1 branch-and-bound nodes. Rerun (``--policies shockwave
+--jobs-out PREFIX``, load 17-21): 10553 / 22970 s (1.060 / 0.949 of published), worst FTF 2.107
+(1.181), unfair 7.5 % (5.0 %), within the bands; 192 rounds, plan median 1.96 s wall at that
+load, no node-limit hit, no solver failure. The same command beside a CPU burner (load 20-34,
+1,222 s instead of 281 s, plan median 5.33 s) gave an identical per-job table (every column of the
+two ``--jobs-out`` files equal). Without Shockwave's epoch-time
+calibration (``--policy-opt calibrate=false``) the row missed (11755 s, unfair 39 %, before the
+change): the calibration is part of its predictor.
 """
 
 from __future__ import annotations
@@ -64,7 +71,8 @@ ROUND_SECONDS = 120.0
 JCT_BAND, FTF_BAND, UNFAIR_BAND = 0.10, 0.20, 0.10
 
 
-def run_one(policy_name: str, solver: str | None) -> dict[str, object]:
+def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None
+            ) -> dict[str, object]:
     import numpy as np
 
     from bayes_sched.cluster_spec import load_cluster_spec
@@ -87,6 +95,8 @@ def run_one(policy_name: str, solver: str | None) -> dict[str, object]:
     result = run_table_simulation(jobs, policy, spec, table=load_shockwave_throughputs(),
                                   cluster_type=ShockwaveCluster)
     wall = time.perf_counter() - start
+    if jobs_out is not None:  # per-job rows, to compare two runs job by job
+        result.jobs.to_csv(f"{jobs_out}.{policy_name}.csv", index=False)
     summary = result.summary
     jct, makespan, worst, unfair = PUBLISHED[policy_name]
     ours = (summary["avg_jct"], summary["makespan"], summary["ftf_worst"],
@@ -111,6 +121,7 @@ def run_one(policy_name: str, solver: str | None) -> dict[str, object]:
         "decision_median_ms": round(1000 * float(np.median(result.decision_seconds)), 1),
         "solve_median_s": round(float(np.median(solves)), 3),
         "solver_failures": int(summary.get("solver_failures", 0)),
+        "node_limit_hits": int(getattr(policy, "node_limit_hits", 0)),
     }
 
 
@@ -120,6 +131,8 @@ def main() -> None:
                         choices=list(PUBLISHED))
     parser.add_argument("--solver", default=None, choices=["HIGHS", "SCIP"],
                         help="Shockwave's MIP solver (default: the policy's, HiGHS)")
+    parser.add_argument("--jobs-out", default=None, metavar="PREFIX",
+                        help="write each policy's per-job rows to PREFIX.<policy>.csv")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from bayes_sched.policies import POLICIES
@@ -129,7 +142,7 @@ def main() -> None:
         if name not in POLICIES:
             print(f"{name}: skipped, not a registered policy in this checkout", flush=True)
             continue
-        row = run_one(name, args.solver)
+        row = run_one(name, args.solver, args.jobs_out)
         rows.append(row)
         if not args.json:
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)

@@ -14,17 +14,21 @@ gives the epochs left per regime, each at that regime's mean epoch time, scaled 
 actually left.
 
 :class:`NoiseScaleRegimePredictor` is ours, for jobs whose batch size follows the gradient noise
-scale (GNS): see its docstring. Both sit behind :class:`RemainingWorkPredictor`.
+scale (GNS): see its docstring; it gives joint posterior draws, so also quantiles.
+:class:`OracleRemainingWork` answers the truth a benchmark supplies (the upper bound). All sit
+behind :class:`RemainingWorkPredictor`; :data:`REMAINING_WORK` names the two a policy may choose.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
 
+from bayes_sched.jobs import JobView
 from perfmodel.efficiency import NoiseScaleCurve
 from perfmodel.profiles import GradientTrace
 
@@ -52,6 +56,10 @@ class RegimeProfile:
 
     def regime_seconds(self) -> dict[int, float]:
         """Mean seconds of an epoch in each regime."""
+        return dict(self._regime_seconds)
+
+    @cached_property
+    def _regime_seconds(self) -> dict[int, float]:
         out: dict[int, list[float]] = {}
         for regime, seconds in zip(self.regimes, self.epoch_seconds, strict=True):
             out.setdefault(regime, []).append(seconds)
@@ -63,9 +71,16 @@ class RegimeProfile:
 
 
 class RemainingWorkPredictor(Protocol):
-    """Seconds of training left (alone on the job's GPUs) after ``epochs_done`` epochs."""
+    """Seconds of training left (alone on the job's GPUs) after ``epochs_done`` epochs: the
+    predictive mean, and a quantile of the predictive distribution (a point predictor answers
+    its point). ``job`` is what the scheduler sees of the job (an oracle supplied by a benchmark
+    needs its name; the predictors of the policies use only the profile)."""
 
-    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int) -> float: ...
+    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int,
+                          job: JobView | None = None) -> float: ...
+
+    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
+                         job: JobView | None = None) -> float: ...
 
 
 class DirichletRegimePredictor:
@@ -91,7 +106,8 @@ class DirichletRegimePredictor:
                 left[regime] -= 1.0
         return left
 
-    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int) -> float:
+    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int,
+                          job: JobView | None = None) -> float:
         left_epochs = profile.epochs - epochs_done
         per_regime = self.remaining_epochs(profile, epochs_done)
         # Shockwave's normalisation: the predicted epochs (rounded up by one) are scaled to the
@@ -102,6 +118,11 @@ class DirichletRegimePredictor:
         seconds = profile.regime_seconds()
         total = sum(epochs * seconds[regime] for regime, epochs in per_regime.items())
         return total * left_epochs / predicted
+
+    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
+                         job: JobView | None = None) -> float:
+        """Shockwave plans on the posterior mean only: every quantile is the mean."""
+        return self.remaining_seconds(profile, epochs_done, job)
 
 
 class NoiseScaleRegimePredictor:
@@ -116,7 +137,8 @@ class NoiseScaleRegimePredictor:
     declared epochs so that the rest of training is a forecast); each joint posterior draw of the
     curve gives a batch size per remaining epoch (the largest of the profile's regimes at most
     ``initial x exp(draw)``, never below the current one and never shrinking, as GNS only grows
-    the batch), each at that regime's mean epoch time. The prediction is the mean over draws.
+    the batch), each at that regime's mean epoch time. The prediction is the mean over draws,
+    and its quantiles those of the draws.
 
     It uses what the Dirichlet uses: the regimes seen up to and including the current epoch, the
     profile's set of regimes with their epoch times, and the job's epochs. With fewer than two
@@ -126,16 +148,37 @@ class NoiseScaleRegimePredictor:
     def __init__(self, num_draws: int = 256, seed: int = 0) -> None:
         self.num_draws = num_draws
         self.seed = seed
+        self._cache: dict[tuple[RegimeProfile, int], np.ndarray] = {}
 
-    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int) -> float:
+    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int,
+                          job: JobView | None = None) -> float:
+        return float(self.draws(profile, epochs_done).mean())
+
+    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
+                         job: JobView | None = None) -> float:
+        return float(np.quantile(self.draws(profile, epochs_done), q))
+
+    def draws(self, profile: RegimeProfile, epochs_done: int) -> np.ndarray:
+        """Joint posterior draws of the remaining seconds, shape ``(num_draws,)`` (one value
+        where the prediction is certain); cached per (profile, epochs done)."""
+        key = (profile, epochs_done)
+        cached = self._cache.get(key)
+        if cached is None:
+            if len(self._cache) > 4096:  # a long run: forget the oldest half
+                for old in list(self._cache)[:2048]:
+                    del self._cache[old]
+            cached = self._cache[key] = self._draws(profile, epochs_done)
+        return cached
+
+    def _draws(self, profile: RegimeProfile, epochs_done: int) -> np.ndarray:
         left = profile.epochs - epochs_done
         if left <= 0:
-            return 1.0
+            return np.ones(1)
         seconds = profile.regime_seconds()
         seen = np.array(profile.regimes[:epochs_done + 1], dtype=float)
         current = int(seen[-1])
         if len(seen) < 2 or left == 1:
-            return left * seconds[current]
+            return np.array([left * seconds[current]])
         ladder = np.array(sorted(seconds), dtype=float)
         ladder_seconds = np.array([seconds[int(b)] for b in ladder])
         progress = np.arange(len(seen)) + 0.5  # epochs, each read at its middle
@@ -148,7 +191,34 @@ class NoiseScaleRegimePredictor:
         level = np.searchsorted(ladder, seen[0] * np.exp(draws), side="right") - 1
         level = np.maximum(level, int(np.searchsorted(ladder, current)))
         level = np.maximum.accumulate(level, axis=1)
-        return float(seconds[current] + ladder_seconds[level].sum(axis=1).mean())
+        return seconds[current] + ladder_seconds[level].sum(axis=1)
+
+
+class OracleRemainingWork:
+    """The true remaining seconds, from a function the caller supplies (a benchmark's upper
+    bound: the simulator's truth, never a policy's default; the policy only calls it).
+
+    Args:
+        truth: job name -> seconds of training it truly has left alone on its GPUs.
+    """
+
+    def __init__(self, truth: Callable[[str], float]) -> None:
+        self.truth = truth
+
+    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int,
+                          job: JobView | None = None) -> float:
+        if job is None:
+            raise ValueError("the oracle needs the job")
+        return float(self.truth(job.name))
+
+    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
+                         job: JobView | None = None) -> float:
+        return self.remaining_seconds(profile, epochs_done, job)
+
+
+#: The remaining-work predictors a policy may be given by name (the oracle only by a benchmark).
+REMAINING_WORK: dict[str, Callable[[], RemainingWorkPredictor]] = {
+    "dirichlet": DirichletRegimePredictor, "noise_scale": NoiseScaleRegimePredictor}
 
 
 def profile_from(regimes: Sequence[int], seconds_per_regime: Mapping[int, float]

@@ -9,12 +9,24 @@ Our formulation of Shockwave's planner (``scheduler/shockwave.py`` of its artifa
 * ``p_j >= 0``: epochs planned, ``p_j d_j <= R sum_h x[j, h]``, with ``d_j`` the mean epoch time
   of the job's profile over the epochs done so far (Shockwave's ``interpolate_epoch_duration``).
 * Utility (Nash social welfare, the Eisenberg-Gale market's objective): ``log`` of the job's
-  progress after the horizon, ``(e_j + p_j) / E_j``, by a piecewise-linear interpolation of
-  ``log`` at the bases 0, 0.2, ..., 1 (``log 1e-6`` at 0; an SOS2 set with binaries).
+  progress after the horizon, ``(e_j + p_j) / E_j <= 1``, by a piecewise-linear interpolation of
+  ``log`` at the bases 0, 0.2, ..., 1 (``log 1e-6`` at 0). Shockwave models it with an SOS2 set
+  (binaries); the interpolation is concave and every job's utility enters the objective with a
+  positive weight, so its hypograph (``utility_j <=`` each segment's line) has the same optimum
+  with no binaries: the program's only integers are ``x``, and the plans solve at the root node
+  or the first (0-1 branch-and-bound nodes on the tacc_120 states measured).
 * Objective: maximise ``sum_j utility_j / (J H) - k max_j r_j`` with
   ``r_j = max(0, T_j - p_j d_j)`` the predicted remaining seconds after the horizon, ``T_j`` from
-  the remaining-work predictor (:class:`~bayes_sched.policies.remaining_work.
-  DirichletRegimePredictor`, Shockwave's Dirichlet posterior over batch-size regimes).
+  the remaining-work predictor (``remaining_work``: ``dirichlet``, Shockwave's Dirichlet
+  posterior over batch-size regimes, a point prediction; ``noise_scale``, ours, a posterior over
+  the job's gradient-noise-scale curve; see :mod:`bayes_sched.policies.remaining_work`).
+  In the programs (the fairness constraint, the longest remaining time and the priority ratio
+  below) ``T_j`` is the predictor's ``remaining_quantile`` (0.9) quantile: these ask whether a job
+  will finish by its fair finish time, a one-sided question a mean answers wrongly half of the
+  time for a job whose remaining work is uncertain, so ours plans on a bound that holds with 90 %
+  predictive probability (chosen before any run, not tuned); the fair finish-time targets
+  ``F_j`` and the fill order use the mean (an estimate, not a guard). Dirichlet's quantile is its
+  mean, so Shockwave's plan is unchanged.
 * Finish-time fairness: ``now + H R + r_j / min(1, G / J) <= rho_max F_j`` where ``F_j`` is a
   momentum average (0.9) of the job's fair finish-time estimates ``submit + (done + T_j) /
   min(1, G / J)``, re-estimated for all jobs whenever the job set changes.
@@ -32,12 +44,18 @@ What the policy reads: each job's declared settings (model and initial batch siz
 type and ``requested_batch_size``, GPUs, batch-size mode, the epochs its user asked for), its epochs
 done, and the measured throughput table (a scheduler-side input, as in Gavel). From these it builds
 the job's profile, the batch size of every epoch under its mode and their times alone, as Shockwave
-precomputes at submission; it never reads the simulator's state.
+precomputes at submission; it never reads the simulator's state. With ``source`` a learner's name
+the steps/s come from the learner's belief (posterior mean) fitted on the jobs' reports instead
+of the table, read when a plan is made. A benchmark may set :attr:`ShockwavePolicy.predictor`
+to an oracle it supplies (the true remaining work); no option of the policy reads it.
 
 Solver: Shockwave used Gurobi (15 s cap, relative gap 1e-3); here cvxpy with an open solver (HiGHS
-by default) under the same gap and cap. A solve that fails or returns no solution keeps the previous
-round's jobs (those still active), is logged, and is counted in :attr:`ShockwavePolicy.
-solver_failures`.
+by default, one thread) under the same gap, with a *work* limit (``max_nodes`` branch-and-bound
+nodes) and a fixed seed instead of a wall-clock cap, so a plan, and so a run, does not depend on
+the machine's load (a wall-clock ``time_limit`` is optional and off by default). A MIP stopped by
+the node limit uses its incumbent and is counted in :attr:`ShockwavePolicy.node_limit_hits`. A
+solve that fails or returns no solution keeps the previous round's jobs (those still active), is
+logged, and is counted in :attr:`ShockwavePolicy.solver_failures`.
 """
 
 from __future__ import annotations
@@ -50,13 +68,22 @@ from typing import Literal
 
 import numpy as np
 
-from bayes_sched.batch_modes import DATASET_SIZE, batch_size_schedule, epoch_seconds, model_of
+from bayes_sched.batch_modes import (
+    DATASET_SIZE,
+    batch_size_schedule,
+    epoch_seconds,
+    job_type_of,
+    model_of,
+)
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
+from bayes_sched.estimation.learners import LEARNERS, make_learner
+from bayes_sched.estimation.throughput_cells import Cell, ThroughputBelief
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.remaining_work import (
-    DirichletRegimePredictor,
+    REMAINING_WORK,
     RegimeProfile,
     RemainingWorkPredictor,
 )
@@ -86,6 +113,16 @@ MAX_PRIORITY = 1e9
 MIP_SOLVERS = ("HIGHS", "SCIP")
 
 
+def log_segments() -> tuple[np.ndarray, np.ndarray]:
+    """Slopes and intercepts ``(K,)`` of the ``K`` segments of the piecewise-linear log through
+    :data:`LOG_BASES` (``log`` of :data:`LOG_ORIGIN` at 0): a concave function, the minimum of
+    its segments' lines."""
+    bases = np.array(LOG_BASES)
+    logs = np.log(np.where(bases > 0, bases, LOG_ORIGIN))
+    slopes = np.diff(logs) / np.diff(bases)
+    return slopes, logs[:-1] - slopes * bases[:-1]
+
+
 class ShockwavePolicy:
     """Shockwave's planner over future rounds (see the module docstring).
 
@@ -96,11 +133,21 @@ class ShockwavePolicy:
         rhomax: finish-time fairness bound (1.0).
         reopt_rounds: rounds between re-plans when the job set does not change (8).
         solver: cvxpy MIP solver (open source, from pip).
-        time_limit: seconds a solve may take (Shockwave: 15).
+        max_nodes: branch-and-bound nodes a MIP may explore (a deterministic work limit).
+        seed: the solver's random seed.
+        time_limit: seconds a solve may take, or ``None`` (default: no wall-clock cap, so runs
+            are reproducible; Shockwave: 15 s).
         mip_rel_gap: relative optimality gap at which a solve stops (1e-3).
         throughputs: the measured table the profiles are built from (``"tacc"``: Shockwave's).
         calibrate: rescale a job's profiled epoch times when its measured throughput disagrees
             (Shockwave's ``calibrate_profiled_epoch_duration``, see :meth:`calibration`).
+        remaining_work: the remaining-work predictor, ``dirichlet`` (Shockwave's) or
+            ``noise_scale`` (ours).
+        remaining_quantile: the quantile of the predictor's remaining seconds the programs plan
+            on (a point predictor's is its point).
+        source: ``"table"`` (the ``throughputs`` table) or a learner's name
+            (:data:`bayes_sched.estimation.learners.LEARNERS`) the profiles' steps/s come from.
+        refit_interval: with a learner, seconds between refits (0: at every plan with reports).
 
     Shockwave plans for a homogeneous cluster: on a cluster of several GPU types it plans and
     places jobs on the first type in Gavel's order (V100, P100, K80, then by name) only.
@@ -110,29 +157,51 @@ class ShockwavePolicy:
 
     def __init__(self, future_rounds: int = 20, k: float = 1e-3, lam: float = 12.0,
                  rhomax: float = 1.0, reopt_rounds: int = 8,
-                 solver: Literal["HIGHS", "SCIP"] = "HIGHS", time_limit: float = 15.0,
-                 mip_rel_gap: float = 1e-3,
+                 solver: Literal["HIGHS", "SCIP"] = "HIGHS", max_nodes: int = 1000,
+                 seed: int = 0, time_limit: float | None = None, mip_rel_gap: float = 1e-3,
                  throughputs: Literal["tacc", "simulation", "physical"] = "tacc",
-                 calibrate: bool = True) -> None:
+                 calibrate: bool = True,
+                 remaining_work: Literal["dirichlet", "noise_scale"] = "dirichlet",
+                 remaining_quantile: float = 0.9, source: str = "table",
+                 refit_interval: float = 0.0) -> None:
         if future_rounds < 1 or reopt_rounds < 1:
             raise ValueError(f"future_rounds {future_rounds}, reopt_rounds {reopt_rounds}: "
                              "expected rounds >= 1")
         if solver not in MIP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(MIP_SOLVERS)}")
-        if not (k > 0 and rhomax > 0 and time_limit > 0 and mip_rel_gap >= 0):
-            raise ValueError("k, rhomax and time_limit must be > 0 and mip_rel_gap >= 0")
+        if remaining_work not in REMAINING_WORK:
+            raise ValueError(f"remaining_work is {remaining_work!r}: expected one of "
+                             f"{', '.join(REMAINING_WORK)}")
+        if source != "table" and source not in LEARNERS:
+            raise ValueError(f"source is {source!r}: expected 'table' or a learner: "
+                             f"{', '.join(LEARNERS)}")
+        if not 0.0 < remaining_quantile < 1.0:
+            raise ValueError(f"remaining_quantile is {remaining_quantile}: expected 0 < q < 1")
+        if not (k > 0 and rhomax > 0 and max_nodes >= 1 and mip_rel_gap >= 0
+                and (time_limit is None or time_limit > 0)):
+            raise ValueError("k, rhomax, max_nodes and time_limit must be > 0 and mip_rel_gap "
+                             ">= 0")
         self.future_rounds = int(future_rounds)
         self.k, self.lam, self.rhomax = float(k), float(lam), float(rhomax)
         self.reopt_rounds = int(reopt_rounds)
         self.solver = solver
-        self.time_limit, self.mip_rel_gap = float(time_limit), float(mip_rel_gap)
+        self.max_nodes, self.seed = int(max_nodes), int(seed)
+        self.time_limit = None if time_limit is None else float(time_limit)
+        self.mip_rel_gap = float(mip_rel_gap)
         self.table = load_throughputs(throughputs)
-        self.predictor: RemainingWorkPredictor = DirichletRegimePredictor()
+        #: The remaining-work predictor (swappable: a benchmark may set an oracle here).
+        self.predictor: RemainingWorkPredictor = REMAINING_WORK[remaining_work]()
+        self.remaining_quantile = float(remaining_quantile)
+        self.source = source
+        self.estimator = (None if source == "table" else ThroughputEstimator(
+            make_learner(source, table=self.table, seed=seed), refit_interval))
         self.calibrate = bool(calibrate)
         self.solver_failures = 0
         self.allocation_updates = 0  # successful plans
         self.relaxed_plans = 0  # plans without the fairness constraints
         self.solve_seconds: list[float] = []
+        self.solve_nodes: list[int] = []  # branch-and-bound nodes per MIP solved
+        self.node_limit_hits = 0  # MIPs stopped by max_nodes (their incumbent used)
         self._round = 0
         self._round_seconds = 120.0
         self._since_plan = 0
@@ -141,6 +210,7 @@ class ShockwavePolicy:
         self._previous: list[str] = []
         self._share_series: dict[str, list[tuple[int, float]]] = {}
         self._profiles: dict[tuple[str, int, str, int, int, str], RegimeProfile] = {}
+        self._belief: ThroughputBelief | None = None  # the learner's, as of the last plan
         # Per job: measured (steps/s, batch size) by round, the last report seen, the factor on
         # its profiled epoch times.
         self._measured: dict[str, dict[int, tuple[float, int]]] = {}
@@ -150,7 +220,7 @@ class ShockwavePolicy:
     # --- Policy interface -----------------------------------------------------------------------
 
     def estimators(self) -> Sequence[Estimator]:
-        return ()
+        return () if self.estimator is None else (self.estimator,)
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
@@ -169,17 +239,26 @@ class ShockwavePolicy:
                     del store[name]
         chosen: list[str] | None = None
         if jobs:
+            replan = (changed or self._since_plan >= self.reopt_rounds
+                      or self._round not in self._plan)
+            if replan and self.estimator is not None:
+                # The belief is read (and refitted on new reports) only when a plan uses it.
+                belief = self.estimator.belief
+                if belief is not self._belief:
+                    self._belief, self._profiles = belief, {}
             self._record_throughputs(jobs, gpu)
             profiles = [self._calibrated(job, self.profile(job, gpu)) for job in jobs]
             done = [self._epochs_done(job) for job in jobs]
-            remaining = np.array([self.predictor.remaining_seconds(p, e)
-                                  for p, e in zip(profiles, done, strict=True)])
+            remaining = np.array([self.predictor.remaining_seconds(p, e, job)
+                                  for p, e, job in zip(profiles, done, jobs, strict=True)])
             if changed:
                 self._estimate_shares(jobs, profiles, done, remaining, num_gpus)
-            if (changed or self._since_plan >= self.reopt_rounds
-                    or self._round not in self._plan):
+            if replan:
                 self._since_plan = 0
-                self._replan(cluster, jobs, profiles, done, remaining, num_gpus)
+                at_risk = np.array([
+                    self.predictor.quantile_seconds(p, e, self.remaining_quantile, job)
+                    for p, e, job in zip(profiles, done, jobs, strict=True)])
+                self._replan(cluster, jobs, profiles, done, remaining, at_risk, num_gpus)
             chosen = self._plan.get(self._round)
             if chosen is None:  # no plan: keep the previous round's jobs that are still here
                 chosen = [name for name in self._previous if name in names]
@@ -194,8 +273,9 @@ class ShockwavePolicy:
     def profile(self, job: JobView, gpu: str) -> RegimeProfile:
         """The job's profile under its declared mode on ``gpu`` (cached per declared settings).
 
-        An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)``; for a job
-        whose model or type the table does not cover, ``ceil(examples per epoch / b)`` steps at
+        An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)``, at the table's
+        steps/s, or with a learner (``source``) at its posterior mean as of the last plan; for a
+        job whose model or type neither covers, ``ceil(examples per epoch / b)`` steps at
         Gavel's default of 1 step/s (a finite guess, so that such a job is still planned)."""
         model = model_of(job.application)
         key = (model, job.requested_batch_size, job.batch_size_mode, job.target_epochs,
@@ -205,8 +285,11 @@ class ShockwavePolicy:
             regimes = batch_size_schedule(job.batch_size_mode, model, job.requested_batch_size,
                                           max(job.target_epochs, 1), job.requested_replicas)
             seconds = {}
+            learned = self._learned_epoch_seconds(model, sorted(set(regimes)),
+                                                  job.requested_replicas, gpu)
             for batch in set(regimes):
-                known = (epoch_seconds(self.table, model, batch, job.requested_replicas, gpu)
+                known = (learned.get(batch) if self.estimator is not None else
+                         epoch_seconds(self.table, model, batch, job.requested_replicas, gpu)
                          if model in DATASET_SIZE else None)
                 seconds[batch] = known if known is not None else (
                     math.ceil(max(job.examples_per_epoch, 1) / max(batch, 1))
@@ -214,6 +297,19 @@ class ShockwavePolicy:
             cached = RegimeProfile(tuple(regimes), tuple(seconds[b] for b in regimes))
             self._profiles[key] = cached
         return cached
+
+    def _learned_epoch_seconds(self, model: str, batches: Sequence[int], scale_factor: int,
+                               gpu: str) -> dict[int, float]:
+        """Seconds of an epoch at each batch size from the learner's belief (posterior mean);
+        none where the model has no dataset size or the belief no positive, finite rate."""
+        if self.estimator is None or model not in DATASET_SIZE:
+            return {}
+        if self._belief is None:
+            self._belief = self.estimator.belief
+        cells = [Cell(job_type_of(model, b), scale_factor, gpu) for b in batches]
+        rates = self._belief.predict(cells).mean
+        return {b: DATASET_SIZE[model] / b / float(r)
+                for b, r in zip(batches, rates, strict=True) if np.isfinite(r) and r > 0}
 
     def _record_throughputs(self, jobs: Sequence[JobView], gpu: str) -> None:
         """Each job's measured steps/s in the round just run, from its reports (steps and
@@ -310,10 +406,12 @@ class ShockwavePolicy:
 
     def _replan(self, cluster: ClusterState, jobs: Sequence[JobView],
                 profiles: Sequence[RegimeProfile], done: Sequence[int], remaining: np.ndarray,
-                num_gpus: int) -> None:
+                at_risk: np.ndarray, num_gpus: int) -> None:
+        """A new plan: the programs on ``at_risk`` (the predictor's upper quantile of each
+        job's remaining seconds), the work-conserving fill in order of ``remaining`` (means)."""
         start = time.perf_counter()
         try:
-            x = self._solve(cluster, jobs, profiles, done, remaining, num_gpus)
+            x = self._solve(cluster, jobs, profiles, done, at_risk, num_gpus)
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old plan
             LOG.warning("shockwave: solver %s failed (%s); previous jobs kept", self.solver,
                         error)
@@ -341,27 +439,24 @@ class ShockwavePolicy:
                             for p, e in zip(profiles, done, strict=True)])
         epoch_s = np.where(np.isfinite(epoch_s), epoch_s, 1e9)
         remaining = np.where(np.isfinite(remaining), remaining, 1e9)
-        bases = np.array(LOG_BASES)
-        log_bases = np.log(np.where(bases > 0, bases, LOG_ORIGIN))
+        slopes, intercepts = log_segments()
         x = cp.Variable((count, horizon), boolean=True)
         planned = cp.Variable(count, nonneg=True)
-        weights = cp.Variable((count, len(bases)), nonneg=True)
-        segment = cp.Variable((count, len(bases)), boolean=True)
+        fraction = cp.multiply(progress + planned, 1.0 / epochs)  # of the job's epochs, (J,)
+        utility = cp.Variable(count)
         left = cp.Variable(count, nonneg=True)
         longest = cp.Variable()
         constraints = [
             scale @ x <= num_gpus,
             cp.multiply(planned, epoch_s) <= cp.sum(x, axis=1) * round_s,
-            weights @ bases == cp.multiply(progress + planned, 1.0 / epochs),
-            cp.sum(weights, axis=1) == 1,
-            cp.sum(segment, axis=1) <= 2,
-            weights <= segment,
+            fraction <= 1.0,
+            # The hypograph of the concave piecewise-linear log: maximised with positive
+            # weights, utility_j is the interpolation itself (no SOS2 binaries needed).
+            utility[:, None] <= fraction[:, None] @ slopes[None, :]
+            + np.ones((count, 1)) @ intercepts[None, :],
             left >= remaining - cp.multiply(planned, epoch_s),
             longest >= left,
         ]
-        constraints += [segment[:, lo] + segment[:, hi] <= 1
-                        for lo in range(len(bases)) for hi in range(lo + 2, len(bases))]
-        utility = weights @ log_bases
         share = min(1.0, num_gpus / count)
         targets = np.array([self.finish_time_target(job.name) for job in jobs])
         fairness = [cluster.now + horizon * round_s + left / share <= targets * self.rhomax]
@@ -389,16 +484,32 @@ class ShockwavePolicy:
         return np.round(x.value)
 
     def _run(self, problem: object) -> str:
+        """Solve under work limits (nodes, a fixed seed), so that the answer does not depend on
+        the machine's load; a wall-clock cap only where ``time_limit`` is set."""
         import cvxpy as cp
 
         assert isinstance(problem, cp.Problem)
-        options: dict[str, float | bool] = (
-            {"time_limit": self.time_limit, "mip_rel_gap": self.mip_rel_gap}
-            if self.solver == "HIGHS" else
-            {"scip_params": {"limits/time": self.time_limit,  # type: ignore[dict-item]
-                             "limits/gap": self.mip_rel_gap}})
+        options: dict[str, object]
+        if self.solver == "HIGHS":
+            options = {"mip_rel_gap": self.mip_rel_gap, "mip_max_nodes": self.max_nodes,
+                       "random_seed": self.seed, "threads": 1}
+            if self.time_limit is not None:
+                options["time_limit"] = self.time_limit
+        else:
+            params: dict[str, object] = {"limits/gap": self.mip_rel_gap,
+                                         "limits/nodes": self.max_nodes,
+                                         "randomization/randomseedshift": self.seed}
+            if self.time_limit is not None:
+                params["limits/time"] = self.time_limit
+            options = {"scip_params": params}
         with _quiet_stdout():
             problem.solve(solver=self.solver, **options)
+        stats = problem.solver_stats
+        nodes = getattr(getattr(stats, "extra_stats", None), "mip_node_count", None)
+        if nodes is not None:
+            self.solve_nodes.append(int(nodes))
+            if nodes >= self.max_nodes:
+                self.node_limit_hits += 1
         return str(problem.status)
 
     def _rank(self, x: np.ndarray, priority: np.ndarray, scale: np.ndarray, num_gpus: int

@@ -29,9 +29,10 @@ batch size they run at, epochs done and the epochs their user asked for, and the
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -124,6 +125,7 @@ class ShockwaveCluster(TableCluster):
                  ) -> None:
         self.batch: dict[str, BatchState] = {}
         self._rounds_run = 0
+        self._truth_cache: dict[tuple[str, float, int, str | None, float], float] = {}
         super().__init__(jobs, spec, table, jobs_to_complete, max_time, source,
                          measurement_noise, noise_seed)
 
@@ -152,6 +154,43 @@ class ShockwaveCluster(TableCluster):
         assert isinstance(spec, ShockwaveJobSpec)
         return min(sum(profile_epoch_seconds(spec, self.table, gpu))
                    for gpu in set(self.spec.gpu_types))
+
+    def true_remaining_seconds(self, name: str) -> float:
+        """Seconds job ``name`` truly has left alone on its GPUs of the fastest type, played
+        forward round by round under this simulator's rules (its rate at each batch size, the
+        batch-size requests of its mode applied a round late, the deadline), without restarts:
+        simulator truth, for a benchmark's oracle (``0`` for a job not active)."""
+        job = self._active.get(name)
+        if job is None:
+            return 0.0
+        state = self._state(job)
+        key = (name, job.steps_done, state.batch_size, state.request, state.run_seconds)
+        cached = self._truth_cache.get(key)
+        if cached is not None:
+            return cached
+        ghost, ghost_state = copy.copy(job), replace(state)
+        spec, round_s = self._spec(ghost), self.spec.round_interval
+        left_seconds = 0.0
+        for _ in range(100_000):
+            rate = max((self.table.steps_per_second(
+                job_type_of(spec.model, ghost_state.batch_size), spec.scale_factor, gpu) or 0.0)
+                for gpu in set(self._types))
+            if rate <= 0:
+                left_seconds = math.inf
+                break
+            steps = min(float(math.floor(rate * round_s)),
+                        ghost_state.total_steps - ghost.steps_done)
+            ghost.steps_done += steps
+            left_seconds += steps / rate
+            ghost_state.run_seconds += steps / rate
+            if (ghost_state.total_steps - ghost.steps_done <= 0
+                    or ghost_state.run_seconds > DEADLINE_FACTOR * spec.duration > 0):
+                break
+            self._apply_request(ghost, ghost_state)
+            ghost_state.request = batch_size_request(spec, ghost_state.batch_size,
+                                                     ghost.steps_done)
+        self._truth_cache[key] = left_seconds
+        return left_seconds
 
     def job_views(self) -> list[JobView]:
         views = []

@@ -1,0 +1,118 @@
+"""Shockwave under uncertainty: the remaining-work predictors inside the planner, the simulator's
+true remaining work for a benchmark's oracle, learned throughputs, and a reproducible plan."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bayes_sched.cluster_spec import ClusterSpec, load_cluster_spec
+from bayes_sched.errors import InputError
+from bayes_sched.policies import Policy, make_policy
+from bayes_sched.policies.remaining_work import (
+    NoiseScaleRegimePredictor,
+    OracleRemainingWork,
+    RegimeProfile,
+    profile_from,
+)
+from bayes_sched.policies.shockwave import ShockwavePolicy, log_segments
+from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
+from bayes_sched.sim.table_run import TableResult, run_table_simulation
+from bayes_sched.throughputs import load_shockwave_throughputs
+from tests.test_shockwave import GOOD, read_shockwave_trace_text
+
+#: Three jobs of Shockwave's trace format: a GNS LM job, a shorter one, a static one later.
+THREE = [GOOD.replace("\t77584\t", "\t12000\t"),
+         GOOD.replace("\t77584\t", "\t6000\t")[:-1] + "60",
+         GOOD.replace("\tgns\t", "\tstatic\t").replace("\t77584\t", "\t9000\t")[:-1] + "130"]
+
+
+def _spec(cluster: str = "v100:2x1") -> ClusterSpec:
+    return replace(load_cluster_spec(cluster), round_interval=120.0)
+
+
+def _run(policy: Policy, noise_seed: int = 0) -> tuple[TableResult, ShockwavePolicy]:
+    jobs = read_shockwave_trace_text(*THREE)
+    result = run_table_simulation(jobs, policy, _spec(), table=load_shockwave_throughputs(),
+                                  cluster_type=ShockwaveCluster, noise_seed=noise_seed)
+    assert isinstance(policy, ShockwavePolicy)
+    return result, policy
+
+
+def test_log_segments_interpolate_the_log_at_the_bases() -> None:
+    slopes, intercepts = log_segments()
+    bases = np.array([0.2, 0.4, 0.6, 0.8, 1.0])
+    # The hypograph's bound at each base is the log there (the segments' minimum).
+    bound = np.min(bases[:, None] * slopes[None, :] + intercepts[None, :], axis=1)
+    assert bound == pytest.approx(np.log(bases))
+    assert np.all(np.diff(slopes) < 0)  # concave: the hypograph is exact under maximisation
+
+
+def test_the_true_remaining_work_is_what_the_job_then_takes_alone() -> None:
+    (job,) = read_shockwave_trace_text(GOOD)
+    cluster = ShockwaveCluster([job], _spec("v100:1x1"), load_shockwave_throughputs(),
+                               measurement_noise=0.0)
+    for _ in range(3):  # some rounds in, with the batch size about to change
+        cluster.apply({"0": np.array([1])})
+        cluster.advance(120.0)
+    truth = cluster.true_remaining_seconds("0")
+    start = cluster.batch["0"].run_seconds
+    while not cluster.done():
+        cluster.apply({"0": np.array([1])})
+        cluster.advance(120.0)
+    assert cluster.batch["0"].changes > 0  # the batch size did change on the way
+    assert cluster.batch["0"].run_seconds - start == pytest.approx(truth)
+    assert cluster.true_remaining_seconds("0") == 0.0  # completed
+
+
+def test_noise_scale_upper_quantile_bounds_its_mean_and_dirichlet_is_a_point() -> None:
+    profile = profile_from([8] * 5 + [16] * 5 + [32] * 10, {8: 40.0, 16: 25.0, 32: 15.0})
+    ours = NoiseScaleRegimePredictor()
+    mean = ours.remaining_seconds(profile, 8)
+    assert ours.quantile_seconds(profile, 8, 0.9) >= mean >= ours.quantile_seconds(profile, 8,
+                                                                                   0.1)
+    assert ours.quantile_seconds(profile, 8, 0.9) > ours.quantile_seconds(profile, 8, 0.1)
+    policy = make_policy("shockwave")
+    assert isinstance(policy, ShockwavePolicy)
+    assert policy.predictor.quantile_seconds(profile, 8, 0.9) == \
+        policy.predictor.remaining_seconds(profile, 8)
+
+
+def test_remaining_work_and_source_are_typed_options() -> None:
+    policy = make_policy("shockwave", remaining_work="noise_scale", source="bayes")
+    assert isinstance(policy, ShockwavePolicy)
+    assert isinstance(policy.predictor, NoiseScaleRegimePredictor)
+    assert policy.estimators() == (policy.estimator,)
+    with pytest.raises(InputError, match="remaining_work"):
+        make_policy("shockwave", remaining_work="oracle")  # the oracle is no policy option
+    with pytest.raises(InputError, match="source"):
+        make_policy("shockwave", source="nope")
+
+
+def test_the_oracle_predictor_answers_the_truth_it_is_given() -> None:
+    oracle = OracleRemainingWork({"a": 123.0}.__getitem__)
+    profile = RegimeProfile((8,), (1.0,))
+    from tests.test_shockwave import _view
+
+    assert oracle.remaining_seconds(profile, 0, _view("a", 0.0)) == 123.0
+    with pytest.raises(ValueError):
+        oracle.remaining_seconds(profile, 0)
+
+
+def test_shockwave_learning_throughputs_with_our_predictor_finishes_every_job() -> None:
+    policy = make_policy("shockwave", future_rounds=4, source="bayes",
+                         remaining_work="noise_scale")
+    assert isinstance(policy, ShockwavePolicy)
+    result, _ = _run(policy)
+    assert result.summary["finished"] == 3
+    assert policy.estimator is not None and len(policy.estimator.fit_seconds) > 1
+    assert policy.solver_failures == 0 and policy.node_limit_hits == 0
+
+
+def test_a_run_is_the_same_twice_and_needs_no_wall_clock_cap() -> None:
+    first, policy = _run(make_policy("shockwave", future_rounds=4))
+    second, _ = _run(make_policy("shockwave", future_rounds=4))
+    assert policy.time_limit is None and policy.solve_nodes
+    assert first.jobs["completion_time"].tolist() == second.jobs["completion_time"].tolist()
