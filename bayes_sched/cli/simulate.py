@@ -419,8 +419,8 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
             seen[:] = [cluster]
             progress.update(task, completed=sum(1 for j in cluster.jobs.values() if not j.active))
 
-        noise = (DEFAULT_MEASUREMENT_NOISE if args.measurement_noise is None
-                 else args.measurement_noise)
+        given = getattr(args, "measurement_noise", None)  # compare has no such flag
+        noise = DEFAULT_MEASUREMENT_NOISE if given is None else given
         result = run_table_simulation(jobs, policy, spec, table=table, source=str(path),
                                       on_round=on_round, cluster_type=cluster_type,
                                       measurement_noise=noise, noise_seed=args.seed)
