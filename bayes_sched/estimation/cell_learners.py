@@ -29,6 +29,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from bayes_sched.estimation.throughput.observations import usable_observations
 from bayes_sched.estimation.throughput_cells import (
     Cell,
     CellObservation,
@@ -41,30 +42,6 @@ LOG = logging.getLogger(__name__)
 
 #: Gavel's steps/s for a job type it never measured (``DEFAULT_THROUGHPUT``).
 DEFAULT_STEPS_PER_SECOND = 1.0
-
-
-def usable_observations(observations: Sequence[CellObservation]) -> list[CellObservation]:
-    """``observations`` without those a learner must ignore (non-finite or non-positive rate or
-    seconds; an out-of-memory report needs only finite seconds >= 0), each dropped one logged
-    with its reason."""
-    kept = []
-    for observation in observations:
-        rate, seconds = observation.steps_per_second, observation.seconds
-        if observation.out_of_memory:
-            if math.isfinite(seconds) and seconds >= 0:
-                kept.append(observation)
-            else:
-                LOG.warning("ignored an out-of-memory report over %r s in %s: expected "
-                            "seconds >= 0", seconds, observation.cell)
-        elif not (math.isfinite(rate) and rate > 0):
-            LOG.warning("ignored a report of %r steps/s in %s: expected a finite rate > 0",
-                        rate, observation.cell)
-        elif not (math.isfinite(seconds) and seconds > 0):
-            LOG.warning("ignored a report measured over %r s in %s: expected seconds > 0",
-                        seconds, observation.cell)
-        else:
-            kept.append(observation)
-    return kept
 
 
 def _point(mean: np.ndarray, num_draws: int) -> CellPrediction:
@@ -220,6 +197,8 @@ class PerCellLearner:
         self._last = observations[-1] if observations else None
         touched = set()
         for observation in usable_observations(new):
+            if observation.out_of_memory:
+                continue  # not a rate: the estimation stage keeps where jobs do not fit
             total = self._sums.setdefault(observation.cell, [0.0, 0.0])
             total[0] += 1.0
             total[1] += math.log(observation.steps_per_second)

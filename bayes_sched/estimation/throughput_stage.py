@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 
 from bayes_sched.cluster import ClusterState
-from bayes_sched.estimation.cell_learners import usable_observations
+from bayes_sched.estimation.throughput.observations import usable_observations
 from bayes_sched.estimation.throughput_cells import (
     Cell,
     CellObservation,
