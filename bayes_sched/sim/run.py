@@ -9,9 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 import xarray as xr
-from threadpoolctl import threadpool_limits
 
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies import make_policy
@@ -19,6 +17,7 @@ from bayes_sched.policies.base import Policy
 from bayes_sched.sim.metrics import job_table, summarize, timeline_dataset
 from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
 from bayes_sched.sim.workload import Workload, read_workload
+from perfmodel.throughput import single_thread
 
 
 @dataclass
@@ -79,23 +78,18 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         policy = make_policy(policy)
     start = time.perf_counter()
     cluster = SimulatedCluster(workload, config, policy.job_settings)
-    # One thread: the small fits and searches run several times faster without BLAS/OpenMP threads
-    # contending (runs are parallelised across processes instead).
-    torch_threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        with threadpool_limits(1):
-            # The loop hands back the cluster it drives: this simulated one.
-            each_round = (None if on_round is None
-                          else lambda _: on_round(cluster))
-            stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round,
-                                        refit=config.refit_rule)
-            # The job table's standalone times interpolate the physics' profiles, whose first
-            # use per application solves a small system per simplex: with BLAS threads on a busy
-            # machine that took seconds per application instead of milliseconds.
-            jobs = job_table(cluster)
-    finally:
-        torch.set_num_threads(torch_threads)
+    # One thread (torch and BLAS): the small fits and searches run several times faster without
+    # threads contending (runs are parallelised across processes instead).
+    with single_thread():
+        # The loop hands back the cluster it drives: this simulated one.
+        each_round = (None if on_round is None
+                      else lambda _: on_round(cluster))
+        stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round,
+                                    refit=config.refit_rule)
+        # The job table's standalone times interpolate the physics' profiles, whose first
+        # use per application solves a small system per simplex: with BLAS threads on a busy
+        # machine that took seconds per application instead of milliseconds.
+        jobs = job_table(cluster)
     timeline = timeline_dataset(cluster)
     timeline.attrs.update(workload=workload.name, policy=policy.name)
     return SimulationResult(
