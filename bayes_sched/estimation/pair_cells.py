@@ -39,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from bayes_sched.estimation.throughput.bayesian import (
-    _LOG_VARIANCE_BOUNDS,
+    LOG_VARIANCE_BOUNDS,
     NUGGETS,
     RANDOM_EFFECTS,
     default_log_variances,
@@ -87,7 +87,7 @@ class PairPrior:
                          ("pair_family", self.apps)):
             values[index[name]] = 2 * math.log(sd)
         for name in ("pair_type_gpu", "pair_partner_gpu", "pair_family_gpu"):
-            values[index[name]] = _LOG_VARIANCE_BOUNDS[0]
+            values[index[name]] = LOG_VARIANCE_BOUNDS[0]
         values[len(RANDOM_EFFECTS) + NUGGETS.index("pair")] = 2 * math.log(self.pair)
         return values
 

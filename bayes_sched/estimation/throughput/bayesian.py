@@ -101,7 +101,9 @@ RANDOM_EFFECTS = (
 )
 NUGGETS = ("solo", "pair")
 _DEFAULT_LOG_VARIANCE = math.log(0.25)
-_LOG_VARIANCE_BOUNDS = (-12.0, 4.0)
+#: Bounds of every learned log variance (hyperparameter fits; bo's pair learner starts the
+#: effects it does not use at the lower one).
+LOG_VARIANCE_BOUNDS = (-12.0, 4.0)
 
 Feature = tuple[str, tuple[object, ...], float]
 
@@ -551,7 +553,7 @@ class BayesianThroughputLearner:
             try:
                 result = scipy.optimize.minimize(
                     lambda x: _condition(design, x)[1:], params, jac=True, method="L-BFGS-B",
-                    bounds=[_LOG_VARIANCE_BOUNDS] * len(params),
+                    bounds=[LOG_VARIANCE_BOUNDS] * len(params),
                     options={"maxiter": self.max_iterations, "ftol": 1e-7, "gtol": 1e-3})
                 iterations = int(result.nit)
                 if result.success and np.all(np.isfinite(result.x)):
