@@ -72,10 +72,11 @@ ROUND_SECONDS = 120.0
 JCT_BAND, FTF_BAND, UNFAIR_BAND = 0.10, 0.20, 0.10
 
 
-def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None
-            ) -> dict[str, object]:
+def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None,
+            min_reset: float | None = None) -> dict[str, object]:
     import numpy as np
 
+    from bayes_sched.cli.simulate import SHOCKWAVE_MIN_RESET_SECONDS
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import POLICIES, make_policy
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -84,6 +85,7 @@ def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None
     from bayes_sched.throughputs import load_shockwave_throughputs
 
     spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
+    min_reset = SHOCKWAVE_MIN_RESET_SECONDS if min_reset is None else min_reset
     options: dict[str, object] = {}
     accepted = POLICIES.options(policy_name)
     if "throughputs" in accepted:
@@ -92,6 +94,8 @@ def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None
         options["solver"] = solver
     if policy_name == "gandiva_fair":  # the variant Shockwave's published row ran
         options["split"] = "time"
+    if "min_reset_interval" in accepted:  # Shockwave's scheduler's, not Gavel's 1920 s
+        options["min_reset_interval"] = min_reset
     policy = make_policy(policy_name, **options)
     jobs = read_shockwave_trace(shipped_shockwave_trace("tacc_120"))
     start = time.perf_counter()
@@ -136,6 +140,9 @@ def main() -> None:
                         help="Shockwave's MIP solver (default: the policy's, HiGHS)")
     parser.add_argument("--jobs-out", default=None, metavar="PREFIX",
                         help="write each policy's per-job rows to PREFIX.<policy>.csv")
+    parser.add_argument("--min-reset", type=float, default=None, metavar="SECONDS",
+                        help="seconds between allocation recomputes of the time-sharing "
+                             "policies (default: Shockwave's scheduler's, 1000)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from bayes_sched.policies import POLICIES
@@ -145,7 +152,7 @@ def main() -> None:
         if name not in POLICIES:
             print(f"{name}: skipped, not a registered policy in this checkout", flush=True)
             continue
-        row = run_one(name, args.solver, args.jobs_out)
+        row = run_one(name, args.solver, args.jobs_out, args.min_reset)
         rows.append(row)
         if not args.json:
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)

@@ -65,7 +65,8 @@ def run_one(task: tuple[str, int, str, int, str]) -> dict[str, object]:
     from bayes_sched.sim.workload import read_workload
 
     workload = read_workload(workload_name).head(max_jobs)
-    result = run_simulation(workload, make_policy(policy, **_seed_option(policy, seed)),
+    made = make_policy(policy, **_seed_option(policy, seed))
+    result = run_simulation(workload, made,
                             SimConfig(cluster=parse_cluster_spec(cluster), seed=seed))
     s = result.summary
     row: dict[str, object] = {"policy": policy, "seed": seed, "finished": s["finished"],
@@ -73,6 +74,8 @@ def run_one(task: tuple[str, int, str, int, str]) -> dict[str, object]:
                               "makespan": s["makespan"], "ftf_worst": s["ftf_worst"],
                               "ftf_p50": s["ftf_p50"], "unfair_fraction": s["unfair_fraction"]}
     row.update({k: v for k, v in s.items() if k.startswith("utilization_")})
+    # Sia's profiling of new jobs (one GPU of every type): GPU-seconds it took, inside the run.
+    row["profiling_gpu_s"] = float(getattr(made, "profiling_gpu_seconds", 0.0))
     row["wall_s"] = result.wall_seconds
     return row
 

@@ -53,6 +53,11 @@ GAVEL_ROUND_SECONDS = 360.0
 #: Shockwave's round (seconds), the default for a Shockwave --trace.
 SHOCKWAVE_ROUND_SECONDS = 120.0
 
+#: Seconds between a time-sharing policy's allocation recomputes under Shockwave's scheduler (its
+#: ``Scheduler``'s ``minimum_time_between_allocation_resets`` default, which its trace driver
+#: keeps; Gavel's scheduler has 1920 s): the default for a Shockwave --trace.
+SHOCKWAVE_MIN_RESET_SECONDS = 1000.0
+
 #: Exit status of a simulation that ran but left jobs unfinished at its horizon.
 EXIT_UNFINISHED = 3
 
@@ -409,6 +414,8 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
     options = _policy_options(args, [policy_name])[policy_name]
     if shockwave_world and "throughputs" in POLICIES.options(policy_name):
         options.setdefault("throughputs", "tacc")  # the table the jobs run at, unless told
+    if shockwave_world and "min_reset_interval" in POLICIES.options(policy_name):
+        options.setdefault("min_reset_interval", SHOCKWAVE_MIN_RESET_SECONDS)
 
     policy = POLICIES.make(policy_name, context={"seed": seed}, **options)
     seen: list[TableCluster] = []

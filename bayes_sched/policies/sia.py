@@ -304,7 +304,7 @@ class SiaPolicy:
         normalized = normalized_goodputs(configs, len(jobs))
         current = self._current_type(jobs, types, node_types)
         factors = realloc_factors(np.array([job.age for job in jobs]),
-                                  np.array([job.num_restarts for job in jobs]),
+                                  self.penalised_restarts(jobs),
                                   np.array([job.attained_service for job in jobs]),
                                   restart_delays(cluster, jobs))
         held = np.array([job.num_gpus for job in jobs])
@@ -346,6 +346,10 @@ class SiaPolicy:
         job_index, type_index = np.nonzero(runnable)
         return Configurations(job=job_index, gpu_type=type_index, num_gpus=scale[job_index],
                               goodput=rates[job_index, type_index])
+
+    def penalised_restarts(self, jobs: Sequence[JobView]) -> np.ndarray:
+        """Restarts the re-allocation factor counts per job ``(J,)``: all of them here."""
+        return np.array([job.num_restarts for job in jobs], dtype=np.int64)
 
     def _current_type(self, jobs: Sequence[JobView], types: Sequence[str],
                       node_types: np.ndarray) -> np.ndarray:

@@ -11,17 +11,30 @@ whose goodput per GPU type comes from the job's own fitted models, as Sia's pape
   (Sia's ``share_max_replicas``), at most 64 and what its batch limits allow; ``n`` GPUs span
   ``ceil(n / gpus_per_node)`` nodes. Goodput is the job model's (examples at ``B0`` per second at
   the best batch, :meth:`~bayes_sched.jobs.JobModel.goodput`).
+* **Profiling of new jobs** (Sia's paper, bootstrapping): Sia profiles every new job on one GPU
+  of each GPU type to learn the job's per-type throughput ratio. Here that profiling is real
+  allocation, so its cost is in every result: a job with a type it has not been profiled on (no
+  model of it there, and no profiling round there yet) is given one GPU of that type for a round,
+  before the integer program and ahead of it (types in the cluster's order, Gavel's V100, P100,
+  K80; a job that already holds one GPU of the type keeps it). Each such round's GPU-seconds are
+  counted in :attr:`SiaAdaptivePolicy.profiling_gpu_seconds`, and the job's JCT includes the rounds
+  and their restarts. Sia profiles outside the job's run, so the restarts profiling causes (one
+  per profiling round at most) are not counted against the job in the re-allocation factor
+  (:meth:`SiaAdaptivePolicy.penalised_restarts`). ``profile_types=False`` leaves profiling out
+  (the jobs then start where the program puts them and learn a type only by running there).
 * **Models per type.** A job reports the measurements of the type it runs on
   (:meth:`~bayes_sched.agent.JobAgent.use_gpu_type`); the policy keeps the last model it saw per
-  job and type. On a type with no model of the job, Sia *projects* a model of another type by the
-  ratio of the two types' one-GPU throughputs (``project_throughputs``). Sia profiles every new
-  job on one GPU of each type to get that ratio; no job here is profiled outside its allocation,
-  so the policy learns the ratio per application from what it has seen: the median, over the
-  jobs of that application it watched on a type, of the model's one-GPU throughput at the
-  application's initial micro-batch. Where an application was never seen on one of the two types
-  the ratio is 1 (the types taken as alike, Sia's rule for a job it knows nothing of).
-* **Bootstrapping.** A job with no model on any type offers one GPU on every type, goodput 1
-  (Sia's rule).
+  job and type, and the most GPUs it saw the job measured on per type.
+* **Bootstrapping the multi-GPU model** (Sia's ``project_throughputs``): on a type where the job
+  was measured on one GPU only (its profiling) or not at all, while another type measured it on
+  more, the goodput of ``n`` GPUs is the other type's model's times the ratio of the two types'
+  one-GPU throughputs; where the type measured it on several GPUs (or no type did), its own model
+  is used. The ratio is the job's own (its two models' one-GPU throughput at its initial
+  micro-batch: what its profiling measured); where the job lacks a model on one of the two types,
+  the application's median over the jobs the policy watched on both, else 1 (the types taken as
+  alike, Sia's rule for a job it knows nothing of).
+* **A job with no model on any type** (profiling gave none yet, or it is off) offers one GPU on
+  every type, goodput 1 (Sia's rule).
 
 Job settings are Pollux's (the artifact's NCF override included), so both policies run the same
 jobs. Everything else (objective, restart factor, solver, placement) is
@@ -38,6 +51,7 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator, JobModelEstimator
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
+from bayes_sched.policies.base import pack
 from bayes_sched.policies.pollux import ARTIFACT_JOB_SETTINGS
 from bayes_sched.policies.sia import Configurations, SiaPolicy
 
@@ -67,6 +81,11 @@ class SiaAdaptivePolicy(SiaPolicy):
         time_limit: seconds a solve may take.
         seed: the solver's random seed.
         job_overrides: per-application fixed settings (default: Pollux's artifact's).
+        profile_types: profile each new job on one GPU of every type first (Sia's paper).
+
+    Attributes:
+        profiling_gpu_seconds: GPU-seconds given to profiling rounds (one GPU for a round each).
+        profiling_rounds: profiling allocations made (job-rounds).
     """
 
     name = "sia_adaptive"
@@ -74,14 +93,22 @@ class SiaAdaptivePolicy(SiaPolicy):
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
-                 job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS) -> None:
+                 job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
+                 profile_types: bool = True) -> None:
         super().__init__(p, lambda_n, solver, mip_rel_gap, time_limit, seed)
         self.job_overrides = dict(job_overrides)
         self.job_models = JobModelEstimator()
+        self.profile_types = bool(profile_types)
         self._models: dict[tuple[str, str], JobModel] = {}   # (job, type) -> last model seen
         self._max_profiled: dict[str, int] = {}
+        self._replicas: dict[tuple[str, str], int] = {}  # (job, type) -> most GPUs measured on
         # (application, type) -> {job: one-GPU throughput of its model, steps/s}
         self._one_gpu: dict[tuple[str, str], dict[str, float]] = {}
+        self._profiled: dict[str, set[str]] = {}  # job -> types it had a profiling round on
+        self._profiling_now: dict[str, str] = {}  # job -> type of its profiling GPU this round
+        self._profiling_rounds: dict[str, int] = {}
+        self.profiling_gpu_seconds = 0.0
+        self.profiling_rounds = 0
 
     def estimators(self) -> Sequence[Estimator]:
         return (self.job_models,)
@@ -91,13 +118,24 @@ class SiaAdaptivePolicy(SiaPolicy):
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         names = {job.name for job in jobs}
-        for key in [k for k in self._models if k[0] not in names]:
-            del self._models[key]
-        for name in [n for n in self._max_profiled if n not in names]:
-            del self._max_profiled[name]
+        for table in (self._models, self._replicas):
+            for key in [k for k in table if k[0] not in names]:
+                del table[key]
+        for per_job in (self._max_profiled, self._profiled, self._profiling_now,
+                        self._profiling_rounds):
+            for name in [n for n in per_job if n not in names]:
+                del per_job[name]
+        node_types = np.array(cluster.gpu_types)
         for job in jobs:
             self._max_profiled[job.name] = max(self._max_profiled.get(job.name, 0),
                                                job.max_profiled_replicas)
+            for obs in job.observations.values():
+                key = (job.name, obs.gpu_type)
+                self._replicas[key] = max(self._replicas.get(key, 0), obs.num_replicas)
+            profiling = self._profiling_now.pop(job.name, None)
+            held = np.flatnonzero(np.asarray(job.allocation))
+            if profiling is not None and held.size and str(node_types[held[0]]) == profiling:
+                self._profiled.setdefault(job.name, set()).add(profiling)
             for gpu_type, model in job.models.items():
                 self._models[job.name, gpu_type] = model
                 local = _initial_local_bsz(job)
@@ -108,14 +146,58 @@ class SiaAdaptivePolicy(SiaPolicy):
                         1.0 / step
         return super().decide(cluster, jobs)
 
-    def type_ratio(self, application: str, to_type: str, from_type: str) -> float:
-        """Learned one-GPU throughput of ``application`` on ``to_type`` over ``from_type`` (1
-        where either was never seen)."""
+    def type_ratio(self, application: str, to_type: str, from_type: str,
+                   job: str | None = None) -> float:
+        """One-GPU throughput on ``to_type`` over ``from_type``: ``job``'s own where it has a
+        model on both; else the median over the jobs of ``application`` seen on each; else 1."""
         to = self._one_gpu.get((application, to_type))
         frm = self._one_gpu.get((application, from_type))
         if not to or not frm:
             return 1.0
+        if job is not None and job in to and job in frm:
+            return to[job] / frm[job]
         return float(np.median(list(to.values())) / np.median(list(frm.values())))
+
+    def pending_profiling(self, job: JobView, types: Sequence[str]) -> list[str]:
+        """The types ``job`` still has to be profiled on, in ``types``' order (none with
+        ``profile_types`` off): those with no model of it and no profiling round yet."""
+        if not self.profile_types:
+            return []
+        done = self._profiled.get(job.name, set())
+        return [t for t in types if t not in done and (job.name, t) not in self._models]
+
+    def penalised_restarts(self, jobs: Sequence[JobView]) -> np.ndarray:
+        """Restarts the re-allocation factor counts ``(J,)``: the job's, less one per profiling
+        round it had (Sia profiles outside the job's run; a profiling round causes at most one
+        restart: the move to the next type or out of profiling)."""
+        return np.array([max(job.num_restarts - self._profiling_rounds.get(job.name, 0), 0)
+                         for job in jobs], dtype=np.int64)
+
+    def _profiling(self, cluster: ClusterState, jobs: Sequence[JobView],
+                   types: tuple[str, ...], node_types: np.ndarray, free: np.ndarray
+                   ) -> Allocations:
+        """One GPU of its first pending type (with a free GPU) for each job still to be profiled,
+        in submission order, taken from ``free``; a job already on one GPU of that type keeps
+        it."""
+        out: Allocations = {}
+        for job in jobs:
+            for gpu_type in self.pending_profiling(job, types):
+                on_type = node_types == gpu_type
+                held = np.asarray(job.allocation, dtype=np.int64)
+                if held.sum() == 1 and np.all(on_type[held > 0]) and np.all(held <= free):
+                    counts: np.ndarray | None = held.copy()
+                else:
+                    counts = pack(1, np.where(on_type, free, 0))
+                if counts is None:
+                    continue  # the type is full this round: try the job's next one
+                free -= counts
+                out[job.name] = counts
+                self._profiling_now[job.name] = gpu_type
+                self._profiling_rounds[job.name] = self._profiling_rounds.get(job.name, 0) + 1
+                self.profiling_rounds += 1
+                self.profiling_gpu_seconds += float(cluster.round_interval)
+                break
+        return out
 
     def max_gpus(self, job: JobView) -> int:
         """Twice the most GPUs ``job`` was measured on over all types (at least 1), at most 64,
@@ -135,6 +217,9 @@ class SiaAdaptivePolicy(SiaPolicy):
         for j, job in enumerate(jobs):
             known = {t: self._models[job.name, t] for t in types
                      if (job.name, t) in self._models}
+            # The type whose model saw the job on the most GPUs (the first such in types' order).
+            widest = max(known, key=lambda t: self._replicas.get((job.name, t), 0), default=None)
+            wide = self._replicas.get((job.name, widest), 0) > 1 if widest else False
             for k, gpu_type in enumerate(types):
                 room = (cluster.gpus_of_type(gpu_type) if capacity is None
                         else int(capacity[k]))
@@ -145,12 +230,14 @@ class SiaAdaptivePolicy(SiaPolicy):
                 if not known:
                     counts, rates = np.array([1]), np.array([1.0])
                 else:
-                    source = gpu_type if gpu_type in known else next(iter(known))
+                    own = gpu_type in known and (
+                        self._replicas.get((job.name, gpu_type), 0) > 1 or not wide)
+                    source = gpu_type if own else str(widest)
                     counts = gpu_counts(min(self.max_gpus(job), room), per_node)
                     model = known[source]
                     rates = model.goodput(np.ceil(counts / per_node).astype(np.int64), counts)
-                    rates = rates * (1.0 if source == gpu_type
-                                     else self.type_ratio(job.application, gpu_type, source))
+                    rates = rates * (1.0 if source == gpu_type else self.type_ratio(
+                        job.application, gpu_type, source, job.name))
                 ok = rates > 0
                 job_index += [j] * int(ok.sum())
                 type_index += [k] * int(ok.sum())
