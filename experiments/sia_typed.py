@@ -18,27 +18,30 @@ the mean over seeds with each policy's average JCT over the first policy's.
 Sia's paper (SOSP 2023) reports 30-50 % lower average JCT than Pollux on heterogeneous clusters, on
 its own traces and per-type profiles (not shipped).
 
-Measured (defaults: workload-1's first 20 jobs, v100:16,p100:16,k80:16, seeds 0 1 2; shared
-2-core machine at load 22-48, so wall times are not comparable):
+Sia profiles every new job on one GPU of each type before its program places it
+(:class:`~bayes_sched.policies.sia_adaptive.SiaAdaptivePolicy`; the rounds are real, so their cost
+is in the JCTs, and the ``profiling_gpu_s`` column counts their GPU-seconds).
 
-    policy        avg JCT s per seed (0/1/2)   mean   vs sia   ftf worst (mean)   unfair frac
-    sia_adaptive  1862 / 2523 / 8540           4309   1.00      6.1               1.00
-    pollux        4271 / 4139 / 4261           4224   0.98     11.4               1.00
-    optimus       5288 (all seeds)             5288   1.23     16.3               1.00
-    tiresias      6645 (all seeds)             6645   1.54     22.9               0.95
+Measured with ``--max-jobs 30 --policies sia_adaptive pollux`` (v100:16,p100:16,k80:16, seeds
+0 1 2; shared 2-core machine at load ~20, so wall times are not comparable):
 
-With ``--max-jobs 30 --policies sia_adaptive pollux`` (same cluster and seeds): sia_adaptive
-1492 / 1881 / 5874 s (mean 3082, worst ftf 6.3), pollux 3152 / 3201 / 3159 s (mean 3171, worst ftf
-12.3): again 53 % and 41 % below Pollux on seeds 0 and 1, 86 % above on seed 2.
+    policy        avg JCT s (seeds 0/1/2)   makespan s (0/1/2)        worst ftf (mean)  profiling
+    sia_adaptive  1552 / 1552 / 1551        27410 / 27410 / 27330     4.26              3840 GPU-s
+    pollux        3254 / 3117 / 3198        61750 / 58690 / 65870     8.80              -
 
-Sia is 56 % and 39 % below Pollux on seeds 0 and 1 (Sia's direction and size) and twice Pollux
-on seed 2. The seed picks, through HiGHS's tie-breaking, the type a new application first lands
-on: a job with no model offers one GPU on every type at equal goodput (Sia's bootstrapping rule),
-and the type it lands on is the only one measured. Sia profiles every new job on one GPU of each
-type to get the per-type ratio; that profiling is not modelled here (the policy learns the ratio
-only from jobs it watched on both types, 1 until then), so on seed 2 every application started on
-the K80s and stayed there (utilisation K80 0.99, V100 0.02, P100 0.01). Pollux is type-agnostic
-and keeps all three types busy (0.99 each).
+Sia is 52 %, 50 % and 51 % below Pollux in average JCT and 56 %, 53 % and 59 % below in makespan on
+the three seeds: ahead of Pollux on a heterogeneous cluster, as Sia's paper reports. Profiling
+took 3840 GPU-seconds: 64 one-GPU rounds of 60 s (three per job, one type each; one for the NCF
+jobs, which finish inside their first round), under 1 % of the ~500,000 GPU-seconds the jobs held
+(mean utilisation 0.38 of 48 GPUs over the 27,400 s makespan).
+
+Before profiling was modelled (the policy learned a type only by running a job there, ratio 1
+until then) the same command gave sia_adaptive 1492 / 1881 / 5874 s: on seed 2 the solver's
+tie-break between types that all offered one GPU at goodput 1 put every application on the K80s,
+where they stayed (utilisation K80 0.99, V100 0.02). With profiling no job enters the program
+without a model on every type, the seeds agree, and the V100s carry most of the work
+(utilisation V100 0.96, P100 0.17, K80 0.02: at this load the fast type holds the jobs at many
+GPUs; Pollux, type-agnostic, keeps all three types at 0.99).
 """
 
 from __future__ import annotations

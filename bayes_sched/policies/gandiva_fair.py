@@ -34,7 +34,11 @@ Left out, or where our world lacks what Gandiva-fair needs:
   scaled down to sum at most 1) whatever its own GPU count, and nothing is traded. A job of 4 GPUs
   is then owed 4 times the GPU time of a job of 1, and the fractions can ask for more GPUs than
   the cluster has (the round mechanism's priorities ration them). The default (``"gpus"``)
-  splits the GPUs, as the paper's tickets do.
+  splits the GPUs, as the paper's tickets do. That baseline is deterministic (no lottery, no
+  tickets); under Shockwave's scheduler its allocation is recomputed at most every 1000 s
+  (``min_reset_interval``; the Shockwave world's default in ``simulate --trace`` and
+  ``experiments/shockwave_fidelity.py``), which its published worst finish-time fairness (1.85)
+  rests on: at Gavel's 1920 s late arrivals wait longer and the worst is 2.29.
 * The split, gang-aware stride scheduler on each server, the load balancer and job migration
   between servers (the round mechanism places jobs instead), ticket weights other than equal, and
   the profiling of speedups (the measured table is read instead).

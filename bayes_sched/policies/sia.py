@@ -45,10 +45,10 @@ nothing of its code or data is copied, only the formulation.
 **Where Sia runs here: the throughput-table world** (Gavel's jobs: a job type and a scale factor;
 steps/s per scale factor 1, 2, 4, 8 on K80 / P100 / V100, :mod:`bayes_sched.throughputs`). Its
 jobs declare a fixed batch, so statistical efficiency is 1 and goodput is the table's throughput:
-they are Sia's *rigid* jobs, and Sia chooses each round a GPU type per job (or none). The Pollux
-world on typed GPUs was not chosen: Sia's adaptive jobs need per-type step-time models, and the
-shipped Pollux profiles hold one GPU type (T4); Sia's own per-type profiles cannot be shipped (no
-licence), and deriving them by a scaling law would be an invented physics. Elastic scale factors
+they are Sia's *rigid* jobs, and Sia chooses each round a GPU type per job (or none). Sia's
+*adaptive* jobs run in the Pollux world on typed GPUs (per-type step times derived by
+:mod:`bayes_sched.sim.typed_profiles`'s documented rule; Sia's own profiles cannot be shipped, no
+licence) under :class:`~bayes_sched.policies.sia_adaptive.SiaAdaptivePolicy`. Elastic scale factors
 (Sia choosing among the measured 1, 2, 4, 8) would need the table world to admit elastic jobs;
 that is not done, and the configurations here are general enough to take them.
 

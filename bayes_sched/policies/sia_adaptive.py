@@ -12,7 +12,8 @@ whose goodput per GPU type comes from the job's own fitted models, as Sia's pape
   ``ceil(n / gpus_per_node)`` nodes. Goodput is the job model's (examples at ``B0`` per second at
   the best batch, :meth:`~bayes_sched.jobs.JobModel.goodput`).
 * **Profiling of new jobs** (Sia's paper, bootstrapping): Sia profiles every new job on one GPU
-  of each GPU type to learn the job's per-type throughput ratio. Here that profiling is real
+  of each GPU type to learn the job's per-type throughput ratio (on a cluster of one type there
+  is nothing to learn and no profiling). Here that profiling is real
   allocation, so its cost is in every result: a job with a type it has not been profiled on (no
   model of it there, and no profiling round there yet) is given one GPU of that type for a round,
   before the integer program and ahead of it (types in the cluster's order, Gavel's V100, P100,
@@ -160,9 +161,10 @@ class SiaAdaptivePolicy(SiaPolicy):
 
     def pending_profiling(self, job: JobView, types: Sequence[str]) -> list[str]:
         """The types ``job`` still has to be profiled on, in ``types``' order (none with
-        ``profile_types`` off): those with no model of it and no profiling round yet."""
-        if not self.profile_types:
-            return []
+        ``profile_types`` off or a single type): those with no model of it and no profiling
+        round yet."""
+        if not self.profile_types or len(types) < 2:
+            return []  # one type: no ratio to learn (a new job starts on one GPU anyway)
         done = self._profiled.get(job.name, set())
         return [t for t in types if t not in done and (job.name, t) not in self._models]
 
