@@ -38,8 +38,10 @@ jobs, which finish inside their first round), under 1 % of the ~500,000 GPU-seco
 Before profiling was modelled (the policy learned a type only by running a job there, ratio 1
 until then) the same command gave sia_adaptive 1492 / 1881 / 5874 s: on seed 2 the solver's
 tie-break between types that all offered one GPU at goodput 1 put every application on the K80s,
-where they stayed (utilisation K80 0.99, V100 0.02). With profiling no job enters the program
-without a model on every type, the seeds agree, and the V100s carry most of the work
+where they stayed (utilisation K80 0.99, V100 0.02). The same code with ``profile_types=False`` still
+depends on that tie-break: seed 2 then put the applications on the P100s (1863 s, utilisation
+P100 0.96, V100 0.12). With profiling no job enters the program without a model on every type,
+the seeds agree, and the V100s carry most of the work
 (utilisation V100 0.96, P100 0.17, K80 0.02: at this load the fast type holds the jobs at many
 GPUs; Pollux, type-agnostic, keeps all three types at 0.99).
 """
