@@ -6,7 +6,8 @@ rate in jobs/hour on 36 V100 + 36 P100 + 36 K80, 360 s rounds, seed 0; the run e
 4000-4999 have finished, and their mean JCT is reported beside the published value.
 
     python experiments/gavel_fidelity.py [--rates 0.4 4.0 5.6] [--policies max_min_fairness
-        max_min_fairness_perf] [--seeds 0] [--window 4000 5000] [--multi-gpu] [--json]
+        max_min_fairness_perf] [--seeds 0] [--window 4000 5000] [--multi-gpu]
+        [--policy-opt KEY=VALUE] [--json]
 
 ``--multi-gpu`` draws scale factors from the Philly mix (Gavel's multi-GPU rows, 2.0 / 2.6
 jobs/h). Prints one row per (policy, rate, seed): ours, published, ratio, rounds, wall seconds,
@@ -103,6 +104,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 #: Published average JCT (hours) of jobs 4000-4999, seed 0: single-GPU continuous jobs.
@@ -131,14 +133,16 @@ ROUND_SECONDS = 360.0
 
 
 def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
-            solver: str, multi_gpu: bool = False) -> dict[str, object]:
+            solver: str, multi_gpu: bool = False, options: Sequence[str] = ()
+            ) -> dict[str, object]:
     from bayes_sched.cluster_spec import load_cluster_spec
-    from bayes_sched.policies import make_policy
+    from bayes_sched.policies import POLICIES, make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_run import run_table_simulation
 
     spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
-    policy = make_policy(policy_name, seed=seed, solver=solver)
+    policy = make_policy(policy_name, seed=seed, solver=solver,
+                         **POLICIES.parse(policy_name, list(options), "--policy-opt"))
     names = [str(i) for i in range(*window)]
     start = time.perf_counter()
     result = run_table_simulation(generate_continuous_jobs(rate, seed, multi_gpu), policy, spec,
@@ -150,7 +154,8 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
         (policy_name, rate))
     rounds = int(result.summary["rounds"])
     return {
-        "policy": policy_name, "jobs": "multi-GPU" if multi_gpu else "single-GPU",
+        "policy": policy_name + "".join(f" {o}" for o in options),
+        "jobs": "multi-GPU" if multi_gpu else "single-GPU",
         "rate_jobs_per_h": rate, "seed": seed, "solver": solver,
         "avg_jct_h": round(ours, 2),
         "published_h": published,
@@ -175,14 +180,25 @@ def main() -> None:
                         help="LP solver (default CLARABEL, the policies' default)")
     parser.add_argument("--multi-gpu", action="store_true",
                         help="scale factors from the Philly mix (Gavel's multi-GPU rows)")
+    parser.add_argument("--policy-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a policy option for every policy run (repeatable), e.g. "
+                             "gavel_statement=true for max_min_fairness_packed")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    from bayes_sched.errors import InputError
+    from bayes_sched.policies import POLICIES
+
+    for policy in args.policies:  # bad options fail here, in one line, before any run
+        try:
+            POLICIES.parse(policy, args.policy_opt, "--policy-opt")
+        except InputError as error:
+            parser.error(str(error))
     rows = []
     for policy in args.policies:
         for rate in args.rates:
             for seed in args.seeds:
                 row = run_one(policy, rate, seed, (args.window[0], args.window[1]), args.solver,
-                              args.multi_gpu)
+                              args.multi_gpu, args.policy_opt)
                 rows.append(row)
                 if not args.json:
                     print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
