@@ -36,10 +36,11 @@ Measured (seed 0, jobs 4000-4999, average JCT in hours; ours / published):
     * the packed LP solved per job class (``gavel_packing.class_terms``): the same optimum, a
       different point of the optimal face, 2.7 % lower JCT than the LP over every job pair.
       The 2.6 jobs/h packed row (per class) misses by 19 %; ours there is no better than
-      max_min_fairness_perf (packing gains nothing), where Gavel's gains 16 %. Not explained
-      yet; the LP over every job pair was not run at 2.6 jobs/h (34 min per run at load ~10).
-      The heterogeneity-agnostic FTF row at 2.6 jobs/h misses by 23 % (ours lower): not
-      explained yet.
+      max_min_fairness_perf (packing gains nothing), where Gavel's gains 16 %: the cause is
+      Gavel's statement of the LP (its zero-rate pair variables), see "Packed LP" below
+      (``--policy-opt gavel_statement=true``). The FTF rows were measured with the isolated
+      share capped per row (not Gavel's, see "Finish-time fairness" below) and before the
+      cone rescaling.
 
 ``max_min_fairness_perf`` at 2.6 jobs/h over seeds 0 / 1 / 2: 35.59 / 28.98 / 33.16 h (mean
 32.58, range 20 % of the mean; the published value is seed 0's; seed 0 ran with the LPs through
@@ -51,6 +52,54 @@ multi-GPU rows of LAS, Gavel and FTF at 2.0 jobs/h sit 3-7 % below theirs (not e
 Wall time per run on a shared, heavily loaded 2-core machine (load 12-15): 5-55 min (10-120 ms
 per round; 125,000 rounds at 0.4 jobs/h).
 
+**Packed LP (session 11): the 2.6 jobs/h packed miss comes from Gavel's statement of the LP.**
+Gavel's ``MaxMinFairnessPolicyWithPacking.get_allocation`` has a variable for every job and for
+every pair of jobs of one scale factor (``_populate_job_combination_metadata`` makes the pairs) on
+every type, *zero rates included*: the table gives every multi-GPU pair ``[0, 0]`` and a pair that
+does not fit in memory 0. Such a variable adds nothing to any job, but an interior-point solver
+(ECOS, Gavel's default) answers inside the optimal face, and O(J^2) of them pull time away from
+the jobs. Ours (per class, or over the measured pairs) has only the useful entries: the same
+optimum, another point. Measured on one snapshot of the packed run (multi-GPU, 2.6 jobs/h, seed
+0, at 400 h: 52 jobs, 30 of them 1-GPU, 422 measured pairs; ``gavel_packing`` and cvxpy)::
+
+    statement, solver                   least   mean    GPUs alone       GPUs in useful pairs
+    ours per class, CLARABEL            0.4244  0.648   31.7 34.4 35.0   2.3 1.0 0.5
+    measured pairs only, CLARABEL       0.4244  0.607   28.7 34.4 35.1   3.2 1.2 0.7
+    Gavel's (cvxpy), ECOS               0.4244  0.447   22.8 19.2 14.1   2.9 1.1 0.7
+    Gavel's (cvxpy), CLARABEL           0.4244  0.442   22.8 19.2  7.5   2.9 1.1 0.6
+    gavel_statement_terms, CLARABEL     0.4244  0.442   22.8 19.2  7.5   2.9 1.1 0.6
+
+(least / mean normalised throughput; GPUs per type V100 P100 K80.) In Gavel's form the zero-rate
+pairs hold 8-15 GPUs of each type, which the round mechanism never runs (it skips zero-rate
+combinations), so the jobs' own fractions are lower and flatter and the GPUs go to combinations
+in priority order. ``MaxMinFairnessPackedPolicy(gavel_statement=True)`` states the LP as Gavel
+does (``gavel_packing.gavel_statement_terms``; the same point as cvxpy's form under CLARABEL,
+``tests/test_gavel_packing.py``). Jobs 1000-1099 (multi-GPU, 2.6 jobs/h, seed 0, average JCT in
+hours; ``/tmp`` diagnostics, not this script)::
+
+    max_min_fairness_perf                            16.80
+    max_min_fairness_packed, per class (default)     18.40   (1.095 x perf)
+    max_min_fairness_packed, gavel_statement=true    15.15   (0.902 x perf; Gavel at jobs
+                                                              4000-4999: 30.51 / 36.44 = 0.837)
+
+In all three runs pairs held 0.3-0.4 GPUs per round on average: the published packing gain at
+this load is the LP statement's point in the optimal face, not packing. FULL_WINDOW_PACKED
+
+**Finish-time fairness (session 11): Gavel's isolated share.** Gavel's ``IsolatedPolicy``
+divides every row of the ``1/n`` split by the *largest* row sum (one scalar), so a job of the
+smallest scale factor has all its time as its isolated reference whatever ``n``, and a job of
+scale factor ``s`` has ``s_min / s`` of it; ours capped each row at 1 (with 127 jobs active,
+the 1-GPU jobs' isolated rate was 0.85 of Gavel's, and below 108 jobs the multi-GPU jobs'
+relative reference was higher than Gavel's). Fixed in ``finish_time_fairness.
+isolated_throughputs`` (``tests/test_gavel_fairness.py``). FULL_WINDOW_FTF The choice of point
+in FTF's optimal face (one min-max program: only the worst ratio is pinned), measured again with
+the fix on a loaded snapshot (180 multi-GPU jobs of this generator, ages up to 100 h, random
+progress, 36 GPUs of each type): ours (CLARABEL, scaled cones), Gavel's cvxpy form under ECOS
+and under CLARABEL reach the same worst ratio (980.36); the allocations differ by 3.9 % / 4.7 %
+(L1, against ECOS's) and 8 / 5 of 180 jobs' ratios by more than 5 %. In a run that point moves
+the window's JCT by 24 % (jobs 1000-1099, session 10, below), so the FTF rows hold only to
+within what the solver's iterates decide.
+
 What Gavel's code says about the misses (session 10, read from ``stanford-futuredata/gavel``
 ``scheduler/scheduler.py``, ``policies/policy.py``, ``policies/max_min_fairness.py``,
 ``policies/finish_time_fairness.py``, ``policies/isolated.py``):
@@ -61,8 +110,9 @@ What Gavel's code says about the misses (session 10, read from ``stanford-future
   pair on every type, zero rates included), but it never runs: ``_update_priorities`` gives a
   combination with a zero rate priority 0 and ``_schedule_jobs_on_workers_helper`` skips it
   ("Don't schedule jobs with 0 throughput"). So multi-GPU jobs never pack in Gavel either; ours
-  leaves zero-rate pairs out of the LP (same optimum; the zero-rate variables can only move the
-  interior-point answer within the optimal face).
+  leaves zero-rate pairs out of the LP by default (same optimum; session 11 measured how far the
+  zero-rate variables move the interior-point answer within the optimal face: "Packed LP"
+  above).
 * **Leftover GPUs.** Gavel's greedy ranks every combination, pairs included, by (priority,
   deficit, allocation), so an interior-point LP's ~1e-9 pair fractions rank above
   zero-allocation jobs and fill GPUs left after the positive priorities; ours drops pairs below
