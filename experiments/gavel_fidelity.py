@@ -75,15 +75,21 @@ combinations), so the jobs' own fractions are lower and flatter and the GPUs go 
 in priority order. ``MaxMinFairnessPackedPolicy(gavel_statement=True)`` states the LP as Gavel
 does (``gavel_packing.gavel_statement_terms``; the same point as cvxpy's form under CLARABEL,
 ``tests/test_gavel_packing.py``). Jobs 1000-1099 (multi-GPU, 2.6 jobs/h, seed 0, average JCT in
-hours; ``/tmp`` diagnostics, not this script)::
+hours; ``run_table_simulation`` with an ``on_round`` counter, not this script)::
 
-    max_min_fairness_perf                            16.80
-    max_min_fairness_packed, per class (default)     18.40   (1.095 x perf)
-    max_min_fairness_packed, gavel_statement=true    15.15   (0.902 x perf; Gavel at jobs
-                                                              4000-4999: 30.51 / 36.44 = 0.837)
+                                                     seed 0          seed 1
+    max_min_fairness_perf                            16.80           30.90
+    max_min_fairness_packed, per class (default)     18.40 (1.095)   33.25 (1.076)
+    max_min_fairness_packed, gavel_statement=true    15.15 (0.902)   27.82 (0.900)
 
-In all three runs pairs held 0.3-0.4 GPUs per round on average: the published packing gain at
-this load is the LP statement's point in the optimal face, not packing. FULL_WINDOW_PACKED
+(ratios to perf; Gavel at jobs 4000-4999, seed 0: 30.51 / 36.44 = 0.837.) Gavel's statement
+cuts the window's JCT by 18 % (seed 0) and 16 % (seed 1) against ours per class. In these runs
+pairs held 0.3-0.9 GPUs per round on average: the published packing gain at this load is the LP
+statement's point in the optimal face, not packing. The full window (jobs 4000-4999) with
+``--policy-opt gavel_statement=true`` was started and stopped unfinished (1.5 CPU-min in 14 min
+at load 18-21; each solve takes 0.26 s CPU at 130 jobs, 12,360 entries, against 0.02 s per
+class, so the run needs an estimated 20-25 CPU-min): the 2.6 jobs/h packed row is not yet
+remeasured, nor the 2.0 jobs/h one (20.82 per class, 0.999, may move below the band).
 
 **Finish-time fairness (session 11): Gavel's isolated share.** Gavel's ``IsolatedPolicy``
 divides every row of the ``1/n`` split by the *largest* row sum (one scalar), so a job of the
@@ -91,7 +97,14 @@ smallest scale factor has all its time as its isolated reference whatever ``n``,
 scale factor ``s`` has ``s_min / s`` of it; ours capped each row at 1 (with 127 jobs active,
 the 1-GPU jobs' isolated rate was 0.85 of Gavel's, and below 108 jobs the multi-GPU jobs'
 relative reference was higher than Gavel's). Fixed in ``finish_time_fairness.
-isolated_throughputs`` (``tests/test_gavel_fairness.py``). FULL_WINDOW_FTF The choice of point
+isolated_throughputs`` (``tests/test_gavel_fairness.py``). Jobs 1000-1099 (multi-GPU, 2.6
+jobs/h, seed 0), base ``b62cc48`` against the fix, one session: ``finish_time_fairness`` 27.22 ->
+30.17 h (+10.8 %; 0 solver failures in both; published at 4000-4999: 64.38, ours there 49.25
+with the earlier statement), ``finish_time_fairness_perf`` 20.60 -> 22.96 h (+11.5 %; its
+2.6 jobs/h row was 1.098 before the fix, so it may now leave the band above). The full window
+(agnostic) was started with the fix and stopped unfinished (4 CPU-min in 33 min at load 17-20;
+3 CLARABEL InsufficientProgress failures by then, on 131-150 job snapshots, the previous
+allocation kept): the 2.6 jobs/h FTF rows are not yet remeasured. The choice of point
 in FTF's optimal face (one min-max program: only the worst ratio is pinned), measured again with
 the fix on a loaded snapshot (180 multi-GPU jobs of this generator, ages up to 100 h, random
 progress, 36 GPUs of each type): ours (CLARABEL, scaled cones), Gavel's cvxpy form under ECOS
