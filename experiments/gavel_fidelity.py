@@ -6,7 +6,8 @@ rate in jobs/hour on 36 V100 + 36 P100 + 36 K80, 360 s rounds, seed 0; the run e
 4000-4999 have finished, and their mean JCT is reported beside the published value.
 
     python experiments/gavel_fidelity.py [--rates 0.4 4.0 5.6] [--policies max_min_fairness
-        max_min_fairness_perf] [--seeds 0] [--window 4000 5000] [--multi-gpu] [--json]
+        max_min_fairness_perf] [--seeds 0] [--window 4000 5000] [--multi-gpu]
+        [--policy-opt KEY=VALUE] [--json]
 
 ``--multi-gpu`` draws scale factors from the Philly mix (Gavel's multi-GPU rows, 2.0 / 2.6
 jobs/h). Prints one row per (policy, rate, seed): ours, published, ratio, rounds, wall seconds,
@@ -35,10 +36,11 @@ Measured (seed 0, jobs 4000-4999, average JCT in hours; ours / published):
     * the packed LP solved per job class (``gavel_packing.class_terms``): the same optimum, a
       different point of the optimal face, 2.7 % lower JCT than the LP over every job pair.
       The 2.6 jobs/h packed row (per class) misses by 19 %; ours there is no better than
-      max_min_fairness_perf (packing gains nothing), where Gavel's gains 16 %. Not explained
-      yet; the LP over every job pair was not run at 2.6 jobs/h (34 min per run at load ~10).
-      The heterogeneity-agnostic FTF row at 2.6 jobs/h misses by 23 % (ours lower): not
-      explained yet.
+      max_min_fairness_perf (packing gains nothing), where Gavel's gains 16 %: the cause is
+      Gavel's statement of the LP (its zero-rate pair variables), see "Packed LP" below
+      (``--policy-opt gavel_statement=true``). The FTF rows were measured with the isolated
+      share capped per row (not Gavel's, see "Finish-time fairness" below) and before the
+      cone rescaling.
 
 ``max_min_fairness_perf`` at 2.6 jobs/h over seeds 0 / 1 / 2: 35.59 / 28.98 / 33.16 h (mean
 32.58, range 20 % of the mean; the published value is seed 0's; seed 0 ran with the LPs through
@@ -50,6 +52,67 @@ multi-GPU rows of LAS, Gavel and FTF at 2.0 jobs/h sit 3-7 % below theirs (not e
 Wall time per run on a shared, heavily loaded 2-core machine (load 12-15): 5-55 min (10-120 ms
 per round; 125,000 rounds at 0.4 jobs/h).
 
+**Packed LP (session 11): the 2.6 jobs/h packed miss comes from Gavel's statement of the LP.**
+Gavel's ``MaxMinFairnessPolicyWithPacking.get_allocation`` has a variable for every job and for
+every pair of jobs of one scale factor (``_populate_job_combination_metadata`` makes the pairs) on
+every type, *zero rates included*: the table gives every multi-GPU pair ``[0, 0]`` and a pair that
+does not fit in memory 0. Such a variable adds nothing to any job, but an interior-point solver
+(ECOS, Gavel's default) answers inside the optimal face, and O(J^2) of them pull time away from
+the jobs. Ours (per class, or over the measured pairs) has only the useful entries: the same
+optimum, another point. Measured on one snapshot of the packed run (multi-GPU, 2.6 jobs/h, seed
+0, at 400 h: 52 jobs, 30 of them 1-GPU, 422 measured pairs; ``gavel_packing`` and cvxpy)::
+
+    statement, solver                   least   mean    GPUs alone       GPUs in useful pairs
+    ours per class, CLARABEL            0.4244  0.648   31.7 34.4 35.0   2.3 1.0 0.5
+    measured pairs only, CLARABEL       0.4244  0.607   28.7 34.4 35.1   3.2 1.2 0.7
+    Gavel's (cvxpy), ECOS               0.4244  0.447   22.8 19.2 14.1   2.9 1.1 0.7
+    Gavel's (cvxpy), CLARABEL           0.4244  0.442   22.8 19.2  7.5   2.9 1.1 0.6
+    gavel_statement_terms, CLARABEL     0.4244  0.442   22.8 19.2  7.5   2.9 1.1 0.6
+
+(least / mean normalised throughput; GPUs per type V100 P100 K80.) In Gavel's form the zero-rate
+pairs hold 8-15 GPUs of each type, which the round mechanism never runs (it skips zero-rate
+combinations), so the jobs' own fractions are lower and flatter and the GPUs go to combinations
+in priority order. ``MaxMinFairnessPackedPolicy(gavel_statement=True)`` states the LP as Gavel
+does (``gavel_packing.gavel_statement_terms``; the same point as cvxpy's form under CLARABEL,
+``tests/test_gavel_packing.py``). Jobs 1000-1099 (multi-GPU, 2.6 jobs/h, seed 0, average JCT in
+hours; ``run_table_simulation`` with an ``on_round`` counter, not this script)::
+
+                                                     seed 0          seed 1
+    max_min_fairness_perf                            16.80           30.90
+    max_min_fairness_packed, per class (default)     18.40 (1.095)   33.25 (1.076)
+    max_min_fairness_packed, gavel_statement=true    15.15 (0.902)   27.82 (0.900)
+
+(ratios to perf; Gavel at jobs 4000-4999, seed 0: 30.51 / 36.44 = 0.837.) Gavel's statement
+cuts the window's JCT by 18 % (seed 0) and 16 % (seed 1) against ours per class. In these runs
+pairs held 0.3-0.9 GPUs per round on average: the published packing gain at this load is the LP
+statement's point in the optimal face, not packing. The full window (jobs 4000-4999) with
+``--policy-opt gavel_statement=true`` was started and stopped unfinished (1.5 CPU-min in 14 min
+at load 18-21; each solve takes 0.26 s CPU at 130 jobs, 12,360 entries, against 0.02 s per
+class, so the run needs an estimated 20-25 CPU-min): the 2.6 jobs/h packed row is not yet
+remeasured, nor the 2.0 jobs/h one (20.82 per class, 0.999, may move below the band).
+
+**Finish-time fairness (session 11): Gavel's isolated share.** Gavel's ``IsolatedPolicy``
+divides every row of the ``1/n`` split by the *largest* row sum (one scalar), so a job of the
+smallest scale factor has all its time as its isolated reference whatever ``n``, and a job of
+scale factor ``s`` has ``s_min / s`` of it; ours capped each row at 1 (with 127 jobs active,
+the 1-GPU jobs' isolated rate was 0.85 of Gavel's, and below 108 jobs the multi-GPU jobs'
+relative reference was higher than Gavel's). Fixed in ``finish_time_fairness.
+isolated_throughputs`` (``tests/test_gavel_fairness.py``). Jobs 1000-1099 (multi-GPU, 2.6
+jobs/h, seed 0), base ``b62cc48`` against the fix, one session: ``finish_time_fairness`` 27.22 ->
+30.17 h (+10.8 %; 0 solver failures in both; published at 4000-4999: 64.38, ours there 49.25
+with the earlier statement), ``finish_time_fairness_perf`` 20.60 -> 22.96 h (+11.5 %; its
+2.6 jobs/h row was 1.098 before the fix, so it may now leave the band above). The full window
+(agnostic) was started with the fix and stopped unfinished (4 CPU-min in 33 min at load 17-20;
+3 CLARABEL InsufficientProgress failures by then, on 131-150 job snapshots, the previous
+allocation kept): the 2.6 jobs/h FTF rows are not yet remeasured. The choice of point
+in FTF's optimal face (one min-max program: only the worst ratio is pinned), measured again with
+the fix on a loaded snapshot (180 multi-GPU jobs of this generator, ages up to 100 h, random
+progress, 36 GPUs of each type): ours (CLARABEL, scaled cones), Gavel's cvxpy form under ECOS
+and under CLARABEL reach the same worst ratio (980.36); the allocations differ by 3.9 % / 4.7 %
+(L1, against ECOS's) and 8 / 5 of 180 jobs' ratios by more than 5 %. In a run that point moves
+the window's JCT by 24 % (jobs 1000-1099, session 10, below), so the FTF rows hold only to
+within what the solver's iterates decide.
+
 What Gavel's code says about the misses (session 10, read from ``stanford-futuredata/gavel``
 ``scheduler/scheduler.py``, ``policies/policy.py``, ``policies/max_min_fairness.py``,
 ``policies/finish_time_fairness.py``, ``policies/isolated.py``):
@@ -60,8 +123,9 @@ What Gavel's code says about the misses (session 10, read from ``stanford-future
   pair on every type, zero rates included), but it never runs: ``_update_priorities`` gives a
   combination with a zero rate priority 0 and ``_schedule_jobs_on_workers_helper`` skips it
   ("Don't schedule jobs with 0 throughput"). So multi-GPU jobs never pack in Gavel either; ours
-  leaves zero-rate pairs out of the LP (same optimum; the zero-rate variables can only move the
-  interior-point answer within the optimal face).
+  leaves zero-rate pairs out of the LP by default (same optimum; session 11 measured how far the
+  zero-rate variables move the interior-point answer within the optimal face: "Packed LP"
+  above).
 * **Leftover GPUs.** Gavel's greedy ranks every combination, pairs included, by (priority,
   deficit, allocation), so an interior-point LP's ~1e-9 pair fractions rank above
   zero-allocation jobs and fill GPUs left after the positive priorities; ours drops pairs below
@@ -103,6 +167,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 #: Published average JCT (hours) of jobs 4000-4999, seed 0: single-GPU continuous jobs.
@@ -131,14 +196,16 @@ ROUND_SECONDS = 360.0
 
 
 def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
-            solver: str, multi_gpu: bool = False) -> dict[str, object]:
+            solver: str, multi_gpu: bool = False, options: Sequence[str] = ()
+            ) -> dict[str, object]:
     from bayes_sched.cluster_spec import load_cluster_spec
-    from bayes_sched.policies import make_policy
+    from bayes_sched.policies import POLICIES, make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_run import run_table_simulation
 
     spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
-    policy = make_policy(policy_name, seed=seed, solver=solver)
+    policy = make_policy(policy_name, seed=seed, solver=solver,
+                         **POLICIES.parse(policy_name, list(options), "--policy-opt"))
     names = [str(i) for i in range(*window)]
     start = time.perf_counter()
     result = run_table_simulation(generate_continuous_jobs(rate, seed, multi_gpu), policy, spec,
@@ -150,7 +217,8 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
         (policy_name, rate))
     rounds = int(result.summary["rounds"])
     return {
-        "policy": policy_name, "jobs": "multi-GPU" if multi_gpu else "single-GPU",
+        "policy": policy_name + "".join(f" {o}" for o in options),
+        "jobs": "multi-GPU" if multi_gpu else "single-GPU",
         "rate_jobs_per_h": rate, "seed": seed, "solver": solver,
         "avg_jct_h": round(ours, 2),
         "published_h": published,
@@ -175,14 +243,25 @@ def main() -> None:
                         help="LP solver (default CLARABEL, the policies' default)")
     parser.add_argument("--multi-gpu", action="store_true",
                         help="scale factors from the Philly mix (Gavel's multi-GPU rows)")
+    parser.add_argument("--policy-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a policy option for every policy run (repeatable), e.g. "
+                             "gavel_statement=true for max_min_fairness_packed")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    from bayes_sched.errors import InputError
+    from bayes_sched.policies import POLICIES
+
+    for policy in args.policies:  # bad options fail here, in one line, before any run
+        try:
+            POLICIES.parse(policy, args.policy_opt, "--policy-opt")
+        except InputError as error:
+            parser.error(str(error))
     rows = []
     for policy in args.policies:
         for rate in args.rates:
             for seed in args.seeds:
                 row = run_one(policy, rate, seed, (args.window[0], args.window[1]), args.solver,
-                              args.multi_gpu)
+                              args.multi_gpu, args.policy_opt)
                 rows.append(row)
                 if not args.json:
                     print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)

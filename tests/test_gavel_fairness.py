@@ -103,8 +103,9 @@ def test_the_world_rejects_an_unmeasured_or_inconsistent_pair() -> None:
 @pytest.mark.parametrize("name", ["finish_time_fairness", "finish_time_fairness_perf"])
 def test_finish_time_fairness_equalises_the_ratios(name: str) -> None:
     """Two jobs of one type on one V100, 1800 s old, 4x apart in remaining steps. Isolated, each
-    has half the GPU (rate r/2), so rho_j = (t + R_j / (r x_j)) / (2 R_j / r); FTF gives the
-    x_A + x_B = 1 that equalises them, found here by root finding."""
+    has the whole GPU (Gavel's IsolatedPolicy scales the 1/n split up until the largest row sums
+    to 1: rate r), so rho_j = (t + R_j / (r x_j)) / (R_j / r); FTF gives the x_A + x_B = 1 that
+    equalises them, found here by root finding."""
     rate = TABLE.steps_per_second(SMALL[0], 1, "v100")
     assert rate is not None
     spec = _spec("v100:1x1")
@@ -116,13 +117,29 @@ def test_finish_time_fairness_equalises_the_ratios(name: str) -> None:
     x = np.array([policy.fractions()[str(i)]["v100"] for i in range(2)])
 
     def rho(share: float, remaining: float) -> float:
-        return (1800.0 + remaining / (rate * share)) / (2 * remaining / rate)
+        return (1800.0 + remaining / (rate * share)) / (remaining / rate)
 
     expected = brentq(lambda a: rho(a, steps[0]) - rho(1 - a, steps[1]), 1e-6, 1 - 1e-6)
     assert x[0] == pytest.approx(expected, abs=2e-3) and x.sum() == pytest.approx(1, abs=2e-3)
     assert rho(x[0], steps[0]) == pytest.approx(rho(x[1], steps[1]), rel=5e-3)
     assert policy.solver_failures == 0
 
+
+
+def test_isolated_share_is_gavels_split_scaled_by_the_largest_row() -> None:
+    """Gavel's IsolatedPolicy divides every row of the 1/n split by the largest row sum (one
+    scalar): with 1-, 2- and 8-GPU jobs on 36 + 36 + 36 GPUs the 1-GPU job has all its time
+    (1/3 on each type), the others 1/2 and 1/8 of it, whether 3 or 300 jobs share the cluster;
+    a per-row cap at 1 would give the 300-job case 0.36 / 0.18 / 0.045."""
+    from bayes_sched.policies.finish_time_fairness import isolated_throughputs
+
+    capacities = np.array([36.0, 36.0, 36.0])
+    rates = np.array([[3.0, 2.0, 1.0], [6.0, 4.0, 2.0], [24.0, 16.0, 8.0]])
+    for copies in (1, 100):
+        sizes = np.repeat([1.0, 2.0, 8.0], copies)
+        got = isolated_throughputs(np.repeat(rates, copies, axis=0), sizes, capacities)
+        assert np.allclose(got[::copies], [2.0, 2.0, 2.0])
+    assert isolated_throughputs(np.zeros((0, 3)), np.zeros(0), capacities).shape == (0,)
 
 def test_jobs_without_declared_steps_get_an_equal_split() -> None:
     """FTF reads remaining steps; where a job declares none, the time is split equally (Gavel's

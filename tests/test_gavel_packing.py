@@ -213,3 +213,49 @@ def test_pairing_within_a_class_keeps_each_jobs_time() -> None:
         pairs = pair_within_class(times)
         assert np.allclose(pairs, pairs.T) and np.all(pairs >= 0)
         assert np.allclose(np.diag(pairs), 0.0) and np.allclose(pairs.sum(axis=1), times)
+
+
+def test_gavels_statement_has_every_same_scale_factor_pair_and_lands_where_cvxpy_does() -> None:
+    """Gavel's own statement of the packed LP (every job and every pair of one scale factor on
+    every type, zero rates included): 11 + 37 combinations on 3 types, the optimum of the LP
+    over measured pairs, a feasible answer once the never-run zero-rate pairs are dropped, and
+    the point of the same program stated in cvxpy (Gavel's form) and solved by the same
+    interior-point solver; the zero-rate entries take time there, which the measured-pairs LP
+    never gives them (8 GPUs of each type: the optimal face is wide enough to differ)."""
+    import cvxpy as cp
+
+    from bayes_sched.policies.gavel_packing import gavel_statement_terms
+
+    inputs = _inputs("v100:1x8,p100:1x8,k80:1x8")
+    terms, pairs = gavel_statement_terms(inputs)
+    assert len(pairs) == 36 + 1 and terms.num_entries == (11 + 37) * 3
+    ours = packed_max_min_allocation(inputs, "CLARABEL", gavel_statement=True)
+    full = packed_max_min_allocation(inputs, "CLARABEL", per_class=False)
+    assert ours is not None and full is not None
+    _assert_feasible(ours, inputs)
+    assert _normalised_throughputs(ours, inputs).min() == pytest.approx(
+        _normalised_throughputs(full, inputs).min(), rel=1e-5)
+    # Gavel's form in cvxpy: x (combinations x types), the objective and constraints of
+    # MaxMinFairnessPolicyWithPacking.get_allocation.
+    num_jobs, num_types = inputs.throughputs.shape
+    rows = num_jobs + len(pairs)
+    weights = inputs.scale_factors / inputs.throughputs.sum(axis=1)
+    x = cp.Variable((rows, num_types))
+    normalised, times = [], []
+    for j in range(num_jobs):
+        rate = terms.unflatten(terms.rates[j].toarray().ravel(), rows, num_types)
+        member = terms.unflatten(terms.membership[j].toarray().ravel(), rows, num_types)
+        normalised.append(cp.sum(cp.multiply(rate * weights[j], x)))
+        times.append(cp.sum(cp.multiply(member, x)))
+    sizes = inputs.scale_factors[np.concatenate([np.arange(num_jobs), pairs[:, 0]])]
+    problem = cp.Problem(cp.Maximize(cp.minimum(*normalised)), [
+        x >= 0, sizes @ x <= inputs.capacities, cp.hstack(times) <= 1])
+    problem.solve(solver="CLARABEL")
+    theirs = np.clip(x.value, 0.0, 1.0)
+    index = {(int(a), int(b)): q for q, (a, b) in enumerate(pairs)}
+    kept = [num_jobs + index[(int(a), int(b))] for a, b in inputs.pairs]
+    assert np.allclose(ours, np.concatenate([theirs[:num_jobs], theirs[kept]]), atol=1e-4)
+    zero_rate = np.ones(len(pairs), dtype=bool)
+    zero_rate[np.array(kept) - num_jobs] = False
+    assert theirs[num_jobs:][zero_rate].sum() > 0.05
+    assert full[num_jobs:].sum() + full[:num_jobs].sum() > ours.sum() + 0.05

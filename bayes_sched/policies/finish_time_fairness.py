@@ -8,9 +8,10 @@ isolated 1/n share of the cluster, and the LP minimises the largest ratio::
     rho_j = (t_j + R_j / (throughput_j . x_j)) / (I_j + R_j / isolated_j)
 
 with ``t_j`` seconds since submission, ``R_j`` steps remaining (the user's declared steps minus the
-steps done), ``isolated_j`` the job's steps/s on 1/n of every type's GPUs (Gavel's
-``IsolatedPolicy``: ``x[j, t] = (GPUs of t / n) / scale factor``, each row scaled down to sum at
-most 1), and ``I_j`` the time the job would have spent in isolation so far (each recomputation adds
+steps done), ``isolated_j`` the job's steps/s on its isolated share (Gavel's ``IsolatedPolicy``:
+``x[j, t] = (GPUs of t / n) / scale factor``, all rows divided by the largest row sum, so that
+a job of the smallest scale factor has all its time whatever ``n``; :func:`isolated_throughputs`),
+and ``I_j`` the time the job would have spent in isolation so far (each recomputation adds
 the steps done since the last one over the isolated rate then). It is convex: ``minimise r`` subject
 to ``(throughput_j . x_j) * (r * (I_j + R_j / isolated_j) - t_j) >= R_j``, a rotated second-order
 cone per job (an SOCP; CLARABEL solves it, HiGHS cannot). Jobs that declare no steps: the time is
@@ -34,7 +35,7 @@ from bayes_sched.policies.time_fraction_lp import (
     min_max_ratio_program,
     solve_program,
 )
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
+from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
 
 #: The GPU type whose rate Gavel's heterogeneity-agnostic FTF gives every type.
 AGNOSTIC_REFERENCE_GPU = "v100"
@@ -42,9 +43,15 @@ AGNOSTIC_REFERENCE_GPU = "v100"
 
 def isolated_throughputs(throughputs: np.ndarray, scale_factors: np.ndarray,
                          capacities: np.ndarray) -> np.ndarray:
-    """Steps/s of each job on an isolated 1/n share of every type, ``(J,)`` (Gavel's
-    ``IsolatedPolicy``)."""
-    return (throughputs * equal_split(scale_factors, capacities)).sum(axis=1)
+    """Steps/s of each job on its isolated share, ``(J,)``: Gavel's ``IsolatedPolicy``,
+    ``x[j, t] = (GPUs of t / n) / scale factor`` with *every* row divided by the largest row
+    sum (one scalar, so the jobs of the smallest scale factor get all their time, on every type
+    in proportion to its GPUs, and a job of scale factor ``s`` gets ``s_min / s`` of it,
+    whatever the number of jobs ``n``); not each row capped at 1 (:func:`equal_split`)."""
+    if not len(scale_factors):
+        return np.zeros(0)
+    share = capacities[None, :] / scale_factors[:, None]  # the 1 / n cancels in the scaling
+    return (throughputs * (share / share.sum(axis=1).max())).sum(axis=1)
 
 
 class FinishTimeFairnessPolicy(TimeSharingPolicy):

@@ -41,6 +41,7 @@ jobs of one class differ there and those LPs keep one entry per job pair.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -54,7 +55,8 @@ from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolic
 
 __all__ = ["CombinationTerms", "ClassTerms", "MaxMinFairnessPackedPolicy", "PackedLayout",
            "PartnerTerms", "packed_layout",
-           "class_terms", "combination_terms", "packed_max_min_allocation", "pair_within_class",
+           "class_terms", "combination_terms", "gavel_statement_terms", "packed_max_min_allocation",
+           "pair_within_class",
            "partner_class_terms"]
 
 
@@ -81,6 +83,42 @@ def combination_terms(inputs: AllocationInputs) -> CombinationTerms:
         membership=sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=shape),
         gpus=sp.csr_matrix((sizes, (gpu_type, entries)), shape=(num_types, len(combination))),
         combination=combination, gpu_type=gpu_type)
+
+
+def gavel_statement_terms(inputs: AllocationInputs) -> tuple[CombinationTerms, np.ndarray]:
+    """The packing LP's entries as Gavel's ``get_allocation`` states them: every job on every
+    type and every pair of jobs of one scale factor on every type, *zero rates included* (a
+    multi-GPU pair's table entry is ``[0, 0]``, a pair that does not fit in memory is 0: such
+    entries add nothing to a job's throughput but are variables, and an interior-point solver
+    puts time on them, which moves its answer within the optimal face); and the pairs ``(Q, 2)``
+    in entry order. An entry's combination is its row in the ``(J + Q, T)`` allocation."""
+    num_jobs, num_types = inputs.throughputs.shape
+    first, second = np.triu_indices(num_jobs, k=1)
+    same = inputs.scale_factors[first] == inputs.scale_factors[second]
+    pairs = np.stack([first[same], second[same]], axis=1)
+    pair_rates = np.zeros((len(pairs), 2, num_types))
+    if len(inputs.pairs):  # the measured ones; the rest stay 0
+        index = {(int(a), int(b)): q for q, (a, b) in enumerate(pairs)}
+        at = np.array([index[(int(a), int(b))] for a, b in inputs.pairs])
+        pair_rates[at] = inputs.pair_throughputs
+    rows = num_jobs + len(pairs)
+    combination = np.repeat(np.arange(rows), num_types)
+    gpu_type = np.tile(np.arange(num_types), rows)
+    entries = np.arange(len(combination))
+    singles = num_jobs * num_types
+    pair_of = combination[singles:] - num_jobs
+    members = np.concatenate([combination[:singles], pairs[pair_of, 0], pairs[pair_of, 1]])
+    cols = np.concatenate([entries, entries[singles:]])
+    values = np.concatenate([inputs.throughputs.ravel(),
+                             pair_rates[pair_of, 0, gpu_type[singles:]],
+                             pair_rates[pair_of, 1, gpu_type[singles:]]])
+    shape = (num_jobs, len(combination))
+    sizes = inputs.scale_factors[np.concatenate([combination[:singles], pairs[pair_of, 0]])]
+    return CombinationTerms(
+        rates=sp.csr_matrix((values, (members, cols)), shape=shape),
+        membership=sp.csr_matrix((np.ones(len(members)), (members, cols)), shape=shape),
+        gpus=sp.csr_matrix((sizes, (gpu_type, entries)), shape=(num_types, len(combination))),
+        combination=combination, gpu_type=gpu_type), pairs
 
 
 @dataclass(frozen=True)
@@ -364,15 +402,27 @@ def packed_layout(inputs: AllocationInputs, per_partner_class: bool = True) -> P
     return PackedLayout(partners.terms, partners)
 
 
-def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: bool = True
-                              ) -> np.ndarray | None:
-    """Gavel's packed max-min allocation ``(J + P, T)``: over job classes (default), or with one
-    entry per job and job pair (``per_class=False``, the LP as Gavel's ``get_allocation``
-    states it; the same optimum value)."""
+def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: bool = True,
+                              gavel_statement: bool = False) -> np.ndarray | None:
+    """Gavel's packed max-min allocation ``(J + P, T)``: over job classes (default), with one
+    entry per job and measured job pair (``per_class=False``), or over Gavel's own entries
+    (``gavel_statement``: :func:`gavel_statement_terms`; the zero-rate pairs' time is dropped
+    from the answer, as Gavel never runs them). The same optimum value; a different point of
+    the optimal face each."""
     # Gavel normalises a job's rates by the sum of its rates alone over the types.
     weights = inputs.scale_factors / np.maximum(inputs.throughputs.sum(axis=1), 1e-12)
     num_rows = inputs.num_jobs + len(inputs.pairs)
     num_types = len(inputs.capacities)
+    if gavel_statement:
+        terms, pairs = gavel_statement_terms(inputs)
+        values = solve_program(
+            max_min_program(sp.diags(weights) @ terms.rates, terms, inputs.capacities), solver)
+        if values is None:
+            return None
+        full = terms.unflatten(values[:-1], inputs.num_jobs + len(pairs), num_types)
+        index = {(int(a), int(b)): q for q, (a, b) in enumerate(pairs)}
+        kept = [inputs.num_jobs + index[(int(a), int(b))] for a, b in inputs.pairs]
+        return np.concatenate([full[:inputs.num_jobs], full[kept]]).reshape(num_rows, num_types)
     if not per_class:
         terms = combination_terms(inputs)
         values = solve_program(
@@ -398,7 +448,17 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
     heterogeneity_aware = True
     packing = True
 
-    __init__ = TimeSharingPolicy.__init__
+    def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
+                 min_reset_interval: float = 1920.0, seed: int = 0,
+                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
+                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
+                 gavel_statement: bool = False) -> None:
+        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
+                         refit_interval)
+        #: Solve the LP over Gavel's own entries (every pair of one scale factor, zero rates
+        #: included; :func:`gavel_statement_terms`) instead of per job class.
+        self.gavel_statement = bool(gavel_statement)
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
-        return packed_max_min_allocation(inputs, self.solver)
+        return packed_max_min_allocation(inputs, self.solver,
+                                         gavel_statement=self.gavel_statement)
