@@ -103,36 +103,58 @@ class PairFitBelief:
 
     def probability(self, cell: Cell) -> float:
         """Posterior probability that ``cell`` runs (1 for an alone cell)."""
-        if cell.partner is None:
-            return 1.0
-        key = pair_key(cell)
-        if key in self.fits:
-            return 1.0
-        if key in self.failures:
-            return 0.0
-        a, b = self._beta((cell.scale_factor, cell.gpu_type))
-        return a / (a + b)
+        return float(self._index([cell]).probability[0])
+
+    def _index(self, cells: Sequence[Cell]) -> _PairIndex:
+        """Each paired cell's pair and each pair's group and state, as arrays."""
+        rows, key_of_row = [], []
+        keys: dict[PairKey, int] = {}
+        for i, cell in enumerate(cells):
+            if cell.partner is not None:
+                rows.append(i)
+                key_of_row.append(keys.setdefault(pair_key(cell), len(keys)))
+        groups: dict[Group, int] = {}
+        group_of_key = np.array([groups.setdefault((s, g), len(groups)) for _, s, g in keys],
+                                dtype=np.int64)
+        beta = np.array([self._beta(group) for group in groups]).reshape(len(groups), 2)
+        # 1: seen to run, 0: seen to fail (and never to run), NaN: never launched.
+        known = np.array([1.0 if key in self.fits else 0.0 if key in self.failures else np.nan
+                          for key in keys])
+        key_index = np.array(key_of_row, dtype=np.int64)
+        prior = beta[group_of_key, 0] / beta.sum(axis=1)[group_of_key] if len(keys) \
+            else np.zeros(0)
+        probability = np.ones(len(cells))
+        probability[rows] = np.where(np.isnan(known), prior, known)[key_index]
+        return _PairIndex(np.array(rows, dtype=np.int64), key_index, group_of_key, beta, known,
+                          probability)
 
     def draw(self, cells: Sequence[Cell], num_draws: int, seed: int) -> np.ndarray:
         """Joint draws of whether each cell runs, shape ``(num_draws, N)`` of 0/1."""
-        out = np.ones((num_draws, len(cells)))
-        unknown: dict[PairKey, list[int]] = {}
-        for i, cell in enumerate(cells):
-            if cell.partner is None:
-                continue
-            key = pair_key(cell)
-            if key in self.failures and key not in self.fits:
-                out[:, i] = 0.0
-            elif key not in self.fits:
-                unknown.setdefault(key, []).append(i)
-        if not unknown:
+        return self._index(cells).draw(num_draws, seed, len(cells))
+
+
+@dataclass(frozen=True)
+class _PairIndex:
+    """The paired cells of a query: ``rows`` ``(R,)`` and their pair ``key_index`` ``(R,)``;
+    per pair its group ``(K,)`` and ``known`` state ``(K,)`` (1, 0 or NaN); ``beta`` ``(G, 2)``
+    per group; every cell's ``probability`` ``(N,)``."""
+
+    rows: np.ndarray
+    key_index: np.ndarray
+    group_of_key: np.ndarray
+    beta: np.ndarray
+    known: np.ndarray
+    probability: np.ndarray
+
+    def draw(self, num_draws: int, seed: int, num_cells: int) -> np.ndarray:
+        out = np.ones((num_draws, num_cells))
+        if not len(self.rows):
             return out
         rng = np.random.default_rng([seed, 0x9A1F])  # a stream apart from the rates' draws
-        groups = sorted({(s, g) for _, s, g in unknown}, key=repr)
-        theta = {group: rng.beta(*self._beta(group), size=num_draws) for group in groups}
-        for key, columns in sorted(unknown.items(), key=lambda kv: kv[1][0]):
-            fit = rng.uniform(size=num_draws) < theta[(key[1], key[2])]
-            out[:, columns] = fit[:, None]
+        theta = rng.beta(self.beta[:, 0], self.beta[:, 1], size=(num_draws, len(self.beta)))
+        fit = rng.uniform(size=(num_draws, len(self.known))) < theta[:, self.group_of_key]
+        fit = np.where(np.isnan(self.known), fit, self.known)
+        out[:, self.rows] = fit[:, self.key_index]
         return out
 
 
@@ -141,13 +163,13 @@ def with_pair_fits(prediction: CellPrediction, cells: Sequence[Cell], belief: Pa
     """``prediction`` of ``cells`` (a rate belief's) with where pairs fit: mean times the
     probability of fitting, each draw times a joint draw of fitting (with ``num_draws == 0`` the
     draws are the mean, as :meth:`ThroughputBelief.predict` promises)."""
-    if not any(cell.partner is not None for cell in cells):
+    index = belief._index(cells)
+    if not len(index.rows):
         return prediction
-    probability = np.array([belief.probability(cell) for cell in cells])
-    mean = prediction.mean * probability
+    mean = prediction.mean * index.probability
     if num_draws == 0:
         return CellPrediction(mean, mean[None, :].copy())
-    return CellPrediction(mean, prediction.draws * belief.draw(cells, num_draws, seed))
+    return CellPrediction(mean, prediction.draws * index.draw(num_draws, seed, len(cells)))
 
 
 def with_failed_pairs(pooled: Mapping[Cell, PooledCell], launches: PairLaunches
