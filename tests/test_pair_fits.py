@@ -13,6 +13,7 @@ import pytest
 from bayes_sched.cluster import PackedAllocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import AllocationError
+from bayes_sched.estimation.pair_cells import PairPrior, class_cell
 from bayes_sched.estimation.throughput import (
     BayesianThroughputLearner,
     GavelMatrixCompletionLearner,
@@ -148,3 +149,19 @@ def test_ours_prior_for_a_place_without_pairs_comes_from_the_places_with_pairs()
     alone, paired = belief.predict([Cell(types[0], 2, "v100"),
                                     Cell(types[0], 2, "v100", types[2])]).mean
     assert 0.2 * alone < paired < 2.0 * alone
+
+
+def test_bos_pair_prior_at_a_scale_without_pairs_comes_from_the_scale_with_pairs() -> None:
+    """bo's node-sharing cells: co-runners measured on one node only. A pair across nodes (scale
+    2) has no report of its own; its log slowdown's prior variance is the fleet's (the learner's
+    per-place deviation), not the broad level's 25."""
+    apps = ["bert", "ncf"]
+    learner = BayesianThroughputLearner(max_iterations=0, measurement_noise=0.15,
+                                        log_variances=PairPrior().log_variances(),
+                                        learn_pair_fits=False)
+    reports = [CellObservation(class_cell(apps, k), 1.0, 600.0) for k in range(4)]
+    reports += [CellObservation(class_cell(apps, 0, m), 0.8, 600.0) for m in (0, 2)]
+    belief = learner.fit(reports)
+    _, variance, _ = belief.log_moments([class_cell(apps, 1, 3), class_cell(apps, 0, 2)])
+    assert variance[0] < 1.0  # was > 25
+    assert variance[1] < variance[0]
