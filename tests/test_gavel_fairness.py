@@ -94,9 +94,8 @@ def test_the_world_rejects_an_unmeasured_or_inconsistent_pair() -> None:
                              state, ["a", "b"], sharing=True)
     with pytest.raises(AllocationError, match="oversubscribes"):  # no sharing without pairs
         world.apply({"a": np.array([2]), "b": np.array([1])})
-    # The two ResNet-50s do not fit in a V100's memory together (Gavel's table marks it).
-    with pytest.raises(AllocationError, match="'r' and 'w' share v100 GPUs.*no measured pair"):
-        world.apply(PackedAllocations({"r": one, "w": one}, [("r", "w")]))
+    # The two ResNet-50s do not fit in a V100's memory together (Gavel's table marks it): that
+    # pair launches and fails (tests/test_pair_fits.py); a pair the table lacks is refused there.
     world.apply(PackedAllocations({"a": one, "b": one}, [("a", "b")]))
 
 

@@ -64,7 +64,9 @@ def test_the_stage_learns_where_a_job_does_not_fit_and_drops_invalid_reports(
             CellObservation(v100, float("nan"), ROUND, ROUND),
             CellObservation(v100, -3.0, ROUND, ROUND)))])
     assert not stage.fits(k80) and stage.fits(v100)
-    assert stage.observations == []  # a failed launch is not a rate; NaN and -3 are dropped
+    # A failed launch reaches the learner (which may generalise from it; every pool skips it as
+    # a rate); NaN and -3 are dropped.
+    assert stage.observations == [CellObservation(k80, 0.0, ROUND, ROUND, out_of_memory=True)]
     assert stage.rejected_reports == 2
     assert sum("ignored report" in r.getMessage() for r in caplog.records) == 2
     assert stage.first_visit_gpu_seconds == 2 * ROUND  # the failed launch held 2 GPUs a round

@@ -142,7 +142,8 @@ def test_ours_alone_report_moves_the_same_jobs_paired_prediction() -> None:
     table = _small_paired_table(every=5)
     held = "ResNet-50 (batch size 16)"
     others = _without(held, table)
-    learner = BayesianThroughputLearner()
+    # The rates' joint draws (where pairs fit, a draw of 0 or 1 on top: tests/test_pair_fits.py).
+    learner = BayesianThroughputLearner(learn_pair_fits=False)
     learner.fit(others)
     refit = learner.conditioning_only()
     partner = next(t for t in table.job_types if t != held)

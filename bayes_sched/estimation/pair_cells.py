@@ -19,10 +19,15 @@ BayesianThroughputLearner`), one machinery for both worlds. This module is the t
   them (exact, by linearity), joint posterior draws from :meth:`ThroughputBelief.predict`.
 
 The learner's paired effects then play the parts the ``bo`` policy's former pair kernel had: a
-level per scale (``pair_level``), an effect of the job's class (``pair_type``), of the co-runner's
-class (``pair_partner``), of the application pair across both classes' distributedness
-(``pair_family``: the job's family is its application whatever its scale) and the pair cell's own
-effect (the ``pair`` nugget). :class:`PairPrior` gives their starting standard deviations.
+level shared by every co-location (``pair_level``, broad) and its deviation per scale
+(``pair_level_place``, the learner's default standard deviation 0.5: co-location across nodes
+starts from what sharing one node was seen to cost, not from the broad prior, whose variance of
+25 made its first draws span e^+-10), an effect of the job's class (``pair_type``), of the
+co-runner's class (``pair_partner``), of the application pair across both classes'
+distributedness (``pair_family``: the job's family is its application whatever its scale) and
+the pair cell's own effect (the ``pair`` nugget). :class:`PairPrior` gives their starting
+standard deviations. Every co-location here launches (a node has room for its jobs), so the
+learner does not model where pairs fit (``learn_pair_fits=False``).
 
 Old reports are forgotten geometrically (:meth:`PairCellObservations.decay`): models and
 workloads drift. Observations are pooled per cell, so a fit costs the same however many rounds

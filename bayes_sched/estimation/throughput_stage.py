@@ -16,7 +16,8 @@ did not converge should itself answer with its prior, widened.
 Out of memory: a job that fails to launch in a cell reports it (``CellObservation.
 out_of_memory``); the estimator keeps those cells (:meth:`ThroughputEstimator.fits`) apart from
 the rates the learner fits, so where a job fits at all is learned from failed launches, not read
-from a table.
+from a table; the learner sees the failed launches too (with the rates), so one that models
+where jobs fit can generalise from them.
 
 Profiling: when a job is first seen the learner names the cells it should be measured in
 (:meth:`ThroughputLearner.profiling_cells`); the policy runs the job there (real rounds, the job
@@ -165,8 +166,10 @@ class ThroughputEstimator:
                         LOG.info("job %s does not fit in %s (out of memory)", job.name,
                                  report.cell)
                     self.out_of_memory.add(report.cell)
-                else:
-                    self.observations.append(report)
+                # Failed launches go to the learner too (every pool skips them as rates): a
+                # learner may generalise where jobs fit from them (Gavel's: a pair that does not
+                # fit is a measured normalised throughput of 0).
+                self.observations.append(report)
         return list(jobs)
 
     def fits(self, cell: Cell) -> bool:

@@ -74,7 +74,8 @@ class PairResiduals:
         self.rng = np.random.default_rng(seed)
         self.learner = BayesianThroughputLearner(measurement_noise=noise,
                                                  reference_seconds=ROUND_SECONDS,
-                                                 log_variances=prior.log_variances())
+                                                 log_variances=prior.log_variances(),
+                                                 learn_pair_fits=False)  # nodes always share
         self.reports = PairCellObservations()
         self.applications: list[str] = []
         self.mean = np.zeros((0, 0))

@@ -11,8 +11,11 @@ read from a finite trace or pulled lazily from an endless generator; the run end
 of ``jobs_to_complete`` (or, without it, every job) has finished.
 
 Space sharing: a decision that is a :class:`~bayes_sched.cluster.PackedAllocations` may put two
-jobs on the same GPUs; each then runs at its measured rate in that pair. A pair the table does not
-hold (or marks as not fitting in memory) is rejected with a one-line error naming it.
+jobs on the same GPUs; each then runs at its measured rate in that pair. A pair the table marks as
+not fitting in memory (rate 0) launches and fails, as it would on a real cluster: both jobs hold
+their GPUs for the round and report out of memory in their paired cells (the other jobs of the
+decision run as decided). A pair the table does not hold at all is rejected with a one-line error
+naming it.
 
 What policies see (:meth:`TableCluster.job_views`): the job's type and scale factor (the user's
 request), submission time, attained GPU-seconds, its allocation and restarts, the steps it has
@@ -244,12 +247,13 @@ class TableCluster:
         partner: dict[str, str] = {}
         for a, b in shared_pairs(allocations):
             gpu = str(self._node_type[new[a] > 0][0])
-            rates = pair_steps_per_second(self.table, self._active[a].spec, self._active[b].spec,
-                                          gpu)
-            if min(rates) <= 0:
+            spec_a, spec_b = self._active[a].spec, self._active[b].spec
+            if self.table.pair_steps_per_second(gpu, (spec_a.job_type, spec_a.scale_factor),
+                                                (spec_b.job_type, spec_b.scale_factor)) is None:
                 raise AllocationError(f"jobs '{a}' and '{b}' share {gpu} GPUs but the throughput "
                                       "table holds no measured pair rate for them: expected a "
                                       "measured pair")
+            # A pair marked as not fitting (rate 0) launches and fails: see advance().
             partner[a], partner[b] = b, a
         empty = np.zeros(self.spec.num_nodes, dtype=np.int64)
         for name, job in self._active.items():

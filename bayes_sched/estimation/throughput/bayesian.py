@@ -10,7 +10,10 @@ family) on ``s`` GPUs of type ``g``:
 with its own variance: per GPU type and per (scale, GPU type) (broad, fixed), per family and
 family x GPU, batch-size slopes per family and family x GPU, per job type and type x GPU, and for
 more than one GPU per (family, scale), (family, scale, GPU) and a batch slope per (family,
-scale); for the paired part a level per (scale, GPU), per (family, partner family) and with GPU,
+scale); for the paired part one level (broad, fixed) and a deviation per (scale, GPU) (learned
+variance: a place where no pair has run yet starts from the level of those where pairs ran, not
+from the broad prior, which made a first pair's draws span e^+-10), per (family, partner
+family) and with GPU,
 batch slopes of both, per type, per partner, each x GPU, and slopes per GPU in the job's and the
 partner's *load* (their measured log alone rate there, centred over types: heavy partners slow a
 job more; a type with no alone report has load 0, the average). ``e``, ``e'`` are cell effects
@@ -78,6 +81,7 @@ import scipy.sparse
 from threadpoolctl import ThreadpoolController
 
 from bayes_sched.estimation.throughput.observations import IncrementalPool, PooledCell
+from bayes_sched.estimation.throughput.pair_fit import PairFitBelief, PairLaunches, with_pair_fits
 from bayes_sched.estimation.throughput_cells import (
     Cell,
     CellObservation,
@@ -98,6 +102,7 @@ RANDOM_EFFECTS = (
     "pair_family", "pair_family_gpu", "pair_batch", "pair_partner_batch",
     "pair_type", "pair_type_gpu", "pair_partner", "pair_partner_gpu",
     "pair_load", "pair_partner_load",
+    "pair_level_place",
 )
 NUGGETS = ("solo", "pair")
 _DEFAULT_LOG_VARIANCE = math.log(0.25)
@@ -165,7 +170,7 @@ def cell_features(cell: Cell, context: FeatureContext) -> list[Feature]:
         pfam, pxb = _family_batch(k, centres)
         load = context.loads.get((j, s, g), 0.0)
         partner_load = context.loads.get((k, s, g), 0.0)
-        out += [("pair_level", (s, g), 1.0),
+        out += [("pair_level", (), 1.0), ("pair_level_place", (s, g), 1.0),
                 ("pair_family", (fam, pfam), 1.0), ("pair_family_gpu", (fam, pfam, g), 1.0),
                 ("pair_batch", (fam, pfam), xb), ("pair_partner_batch", (fam, pfam), pxb),
                 ("pair_type", (j,), 1.0), ("pair_type_gpu", (j, g), 1.0),
@@ -373,6 +378,9 @@ class BayesianThroughputBelief:
     fit_seconds: float = 0.0
     iterations: int = 0
     _observed: dict[Cell, int] = field(default_factory=dict)
+    #: Where pairs fit (:mod:`~bayes_sched.estimation.throughput.pair_fit`); ``None``: every
+    #: pair is taken to fit.
+    pair_fits: PairFitBelief | None = None
 
     @property
     def num_cells(self) -> int:
@@ -393,6 +401,8 @@ class BayesianThroughputBelief:
         positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
         with _one_blas_thread():
             unique = self._predict(list(index), num_draws, seed)
+        if self.pair_fits is not None:
+            unique = with_pair_fits(unique, list(index), self.pair_fits, num_draws, seed)
         return CellPrediction(unique.mean[positions], unique.draws[:, positions])
 
     def _predict(self, cells: list[Cell], num_draws: int, seed: int) -> CellPrediction:
@@ -495,6 +505,9 @@ class BayesianThroughputLearner:
             ``reference_seconds``.
         fallback_widening: factor on the posterior spread after a failed fit.
         log_variances: starting hyperparameters (default :func:`default_log_variances`).
+        learn_pair_fits: learn where pairs fit from failed launches (out-of-memory reports;
+            :mod:`~bayes_sched.estimation.throughput.pair_fit`); off where every pair launches
+            (bo's node-sharing cells).
     """
 
     name = "bayes"
@@ -502,7 +515,7 @@ class BayesianThroughputLearner:
     def __init__(self, max_iterations: int = 200, measurement_noise: float = 0.05,
                  reference_seconds: float = 60.0, fallback_widening: float = 2.0,
                  log_variances: np.ndarray | None = None, profiling_budget: int | None = None,
-                 hyperparameter_growth: float = 2.0) -> None:
+                 hyperparameter_growth: float = 2.0, learn_pair_fits: bool = True) -> None:
         if not hyperparameter_growth >= 1.0:
             raise ValueError(f"hyperparameter_growth is {hyperparameter_growth}: expected a "
                              "factor >= 1")
@@ -517,13 +530,16 @@ class BayesianThroughputLearner:
         self.log_variances = (default_log_variances() if log_variances is None
                               else np.array(log_variances, dtype=float))
         self.profiling_budget = profiling_budget
+        self.learn_pair_fits = learn_pair_fits
+        self._launches = PairLaunches()
 
     def conditioning_only(self) -> BayesianThroughputLearner:
         """A learner that conditions on data with this one's current hyperparameters and fits
         none (``max_iterations=0``): the cheap refit between hyperparameter fits."""
         return BayesianThroughputLearner(0, self.measurement_noise, self.reference_seconds,
                                          self.fallback_widening, self.log_variances,
-                                         self.profiling_budget)
+                                         self.profiling_budget,
+                                         learn_pair_fits=self.learn_pair_fits)
 
     def fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         # One BLAS thread: these matrices are small, and threads fight on a shared machine
@@ -537,10 +553,13 @@ class BayesianThroughputLearner:
         if not self._pool.extended:
             self._tuned_cells = 0  # other data, not more of the same: fit the hyperparameters
             self._rows = _DesignRows()
+            self._launches.restart()
+        pair_fits = self._launches.update(observations) if self.learn_pair_fits else None
         context = FeatureContext(_batch_centres(pooled), _loads(pooled))
         if not pooled:
             return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
-                                            fit_seconds=time.perf_counter() - start)
+                                            fit_seconds=time.perf_counter() - start,
+                                            pair_fits=pair_fits)
         design = _build_design(pooled, context, self.measurement_noise**2,
                                self.reference_seconds, self._rows)
         observed = {cell: i for i, cell in enumerate(design.cells)}
@@ -580,7 +599,7 @@ class BayesianThroughputLearner:
             design if posterior is not None else None, posterior, params, context,
             widening=1.0 if reason is None else self.fallback_widening, fallback_reason=reason,
             fit_seconds=time.perf_counter() - start, iterations=iterations,
-            _observed=observed if posterior is not None else {})
+            _observed=observed if posterior is not None else {}, pair_fits=pair_fits)
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:

@@ -13,11 +13,20 @@ paired throughput beside a job ``k`` on a GPU type is its own alone throughput t
 type's normalised throughput beside ``k`` (Gavel: beside ``k``'s mapped type); a measured cell is
 used as measured.
 
+Out of memory: Gavel's throughput table holds a pair that does not fit as throughput 0
+(``_get_normalized_throughputs`` divides it by the alone rate: a normalised 0), and its
+estimator treats that 0 as any measurement: in the reference rows, in a new job's profiled
+cells, through the completion, and a job mapped to a reference type inherits that type's zeros,
+so a pair predicted at 0 is never packed (its policies see no gain in it). Here a failed launch
+of a pair (:attr:`CellObservation.out_of_memory`, both directions of the pair) is that measured
+0 (:func:`~bayes_sched.estimation.throughput.pair_fit.with_failed_pairs`); Gavel has no other
+mechanism for memory (its profiling plan draws pairs without regard to fit, as this one does).
+
 Differences from Gavel's code, all where its world has no answer: reference types are drawn per
 scale factor among the types fully known at that scale (Gavel's estimator works at scale 1);
-infeasible pairs (rate 0) are never observations here (the learners' contract drops them), so the
-reference rows have holes that the completion fills too; an alone cell that was never measured
-takes the mapped type's alone rate. The belief is a point estimate (one draw equal to the mean).
+a reference pair never launched is a hole the completion fills; an alone cell that was never
+measured takes the mapped type's alone rate. The belief is a point estimate (one draw equal to
+the mean).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from bayes_sched.estimation.throughput.observations import (
     PointBelief,
     PointTable,
 )
+from bayes_sched.estimation.throughput.pair_fit import PairLaunches, with_failed_pairs
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
 
 #: Completed matrices a learner keeps for reuse (cleared when full).
@@ -140,6 +150,7 @@ class GavelMatrixCompletionLearner:
         #: drawn again only if a fit lacks one of them (a held-out benchmark's next fold).
         self.reference_types: dict[int, tuple[str, ...]] = {}
         self._pool = IncrementalPool()  # the reports so far, pooled per cell
+        self._launches = PairLaunches()  # pairs seen to fit and to fail
         self._completions: dict[tuple[object, ...], np.ndarray] = {}
 
     def _references(self, table: PointTable) -> dict[int, tuple[str, ...]]:
@@ -168,7 +179,11 @@ class GavelMatrixCompletionLearner:
         return dict(out)
 
     def fit(self, observations: Sequence[CellObservation]) -> GavelMatrixCompletionBelief:
-        table = PointTable(self._pool.update(observations))
+        pooled = self._pool.update(observations)
+        if not self._pool.extended:
+            self._launches.restart()
+        self._launches.update(observations)
+        table = PointTable(with_failed_pairs(pooled, self._launches))
         references = self._references(table)
         mapped: dict[tuple[str, int], str] = {}
         completed: dict[tuple[int, str], dict[tuple[str, str], float]] = {}
