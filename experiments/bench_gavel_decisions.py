@@ -80,6 +80,8 @@ def main() -> None:
     parser.add_argument("--multi-gpu", action="store_true")
     parser.add_argument("--policies", nargs="+", default=list(TIME_SHARING_POLICIES),
                         choices=list(TABLE_WORLD_POLICIES))
+    parser.add_argument("--pair-split", choices=["even", "intervals"], default="even",
+                        help="max_min_fairness_packed's pair_split")
     args = parser.parse_args()
     spec = replace(load_cluster_spec(args.cluster), round_interval=360.0)
     table = load_gavel_throughputs()
@@ -90,10 +92,11 @@ def main() -> None:
         views = [replace(v, age=3600.0) for v in TableCluster(jobs, spec, table).job_views()]
         state = ClusterState(spec=spec, now=3600.0)
         for name in args.policies:
-            policy = make_policy(name)
+            options = ({"pair_split": args.pair_split} if name == "max_min_fairness_packed"
+                       else {})
             times, cpu = [], []
             for _ in range(args.repeats):
-                policy = make_policy(name)
+                policy = make_policy(name, **options)
                 start, start_cpu = time.perf_counter(), time.process_time()
                 policy.decide(state, views)
                 times.append(time.perf_counter() - start)
