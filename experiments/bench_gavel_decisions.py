@@ -52,6 +52,20 @@ max_sum_throughput_perf 78 / 1251, finish_time_fairness_perf 217 / 3133, min_tot
 9,803 / 160,800 ms: the per-class LP is small, but its answer is expanded to 780,798 job pairs
 that the mechanism then keeps as combinations (O(J^2) pairs, J = 1,900); not met. The packed FTF
 and min total duration were not run at that size (J C T ~ 100,000 entries).
+
+Session 11 (``--pair-split``: max_min_fairness_packed's split of a class pair's time over job
+pairs; the mechanism's per-pair work vectorised, candidate pairs built only among jobs whose
+class can pair; min_total_duration_packed's horizon LP by HiGHS). 100 multi-GPU jobs, 5
+repeats, base ``b62cc48`` and this code back to back at load ~17, CPU ms per decision:
+finish_time_fairness_packed 123 -> 114, min_total_duration_packed 163 -> 100,
+max_min_fairness_packed 38 -> 29, max_min_fairness 5.8 -> 5.3, min_total_duration 8.5 -> 8.4.
+The packed FTF and min total duration stay above 50 ms: their solves alone take 67-92 ms
+(``bench_gavel_lp.py --packed``). At 2,048 GPUs (1,900 multi-GPU jobs, 2 repeats, load ~23):
+max_min_fairness_packed with ``--pair-split intervals`` 844 ms CPU (28,945 pairs in force;
+wall 7.9 s at that load), met; with Gavel's even split (the default) 7,153 ms CPU (780,798 pairs in force; 9,803 ms in
+session 10), not met; the unpacked LP
+policies 62-117 ms CPU (max_min_fairness 71, max_min_fairness_perf 89,
+finish_time_fairness_perf 117, min_total_duration 116, max_sum_throughput_perf 62). PACKED_BIG
 """
 
 from __future__ import annotations
