@@ -60,12 +60,15 @@ repeats, base ``b62cc48`` and this code back to back at load ~17, CPU ms per dec
 finish_time_fairness_packed 123 -> 114, min_total_duration_packed 163 -> 100,
 max_min_fairness_packed 38 -> 29, max_min_fairness 5.8 -> 5.3, min_total_duration 8.5 -> 8.4.
 The packed FTF and min total duration stay above 50 ms: their solves alone take 67-92 ms
-(``bench_gavel_lp.py --packed``). At 2,048 GPUs (1,900 multi-GPU jobs, 2 repeats, load ~23):
-max_min_fairness_packed with ``--pair-split intervals`` 844 ms CPU (28,945 pairs in force;
-wall 7.9 s at that load), met; with Gavel's even split (the default) 7,153 ms CPU (780,798 pairs in force; 9,803 ms in
-session 10), not met; the unpacked LP
-policies 62-117 ms CPU (max_min_fairness 71, max_min_fairness_perf 89,
-finish_time_fairness_perf 117, min_total_duration 116, max_sum_throughput_perf 62). PACKED_BIG
+(``bench_gavel_lp.py --packed``). At 2,048 GPUs (1,900 multi-GPU jobs, load ~22, CPU ms):
+max_min_fairness_packed with ``--pair-split intervals`` 844 (28,945 pairs in force; wall
+7.9 s at that load): met; with Gavel's even split (the default) 7,153 (780,798 pairs in
+force; 9,803 in session 10): not met. The unpacked LP policies 62-117 (max_min_fairness 71,
+max_min_fairness_perf 89, finish_time_fairness_perf 117, min_total_duration 116,
+max_sum_throughput_perf 62). finish_time_fairness_packed 23,673 and
+min_total_duration_packed 19,755 (one repeat): not met; their per-partner-class answers are
+expanded to ~840,000 job pairs by Gavel's product formula (``PartnerTerms.expand``), the same
+O(J^2) pairs in force as max-min's even split.
 """
 
 from __future__ import annotations
