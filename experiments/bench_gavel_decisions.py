@@ -55,10 +55,10 @@ and min total duration were not run at that size (J C T ~ 100,000 entries).
 
 Session 11 (``--pair-split``: max_min_fairness_packed's split of a class pair's time over job
 pairs; the mechanism's per-pair work vectorised, candidate pairs built only among jobs whose
-class can pair; min_total_duration_packed's horizon LP by HiGHS). 100 multi-GPU jobs, 5
-repeats, base ``b62cc48`` and this code back to back at load ~17, CPU ms per decision:
-finish_time_fairness_packed 123 -> 114, min_total_duration_packed 163 -> 100,
-max_min_fairness_packed 38 -> 29, max_min_fairness 5.8 -> 5.3, min_total_duration 8.5 -> 8.4.
+class can pair). 100 multi-GPU jobs, 5 repeats, base ``b62cc48`` and this code back to back,
+CPU ms per decision: at load ~17, max_min_fairness_packed 38 -> 29, max_min_fairness 5.8 ->
+5.3, min_total_duration 8.5 -> 8.4; at load 5-9, finish_time_fairness_packed 108 -> 99,
+min_total_duration_packed 131 -> 123.
 The packed FTF and min total duration stay above 50 ms: their solves alone take 67-92 ms
 (``bench_gavel_lp.py --packed``). At 2,048 GPUs (1,900 multi-GPU jobs, load ~22, CPU ms):
 max_min_fairness_packed with ``--pair-split intervals`` 844 (28,945 pairs in force; wall

@@ -28,8 +28,11 @@ moves FTF's rows; session 10's note.)
 
 The issue's 50 ms per decision is out of reach for packed FTF and min total duration with
 these solvers at this size: FTF's one cone program takes 67-90 ms to solve, min total
-duration needs two LPs (at least 33 + 32 ms by HiGHS). ``min_total_duration_packed`` now
-solves its horizon LP with HiGHS (the same horizon, tested; 163 -> 100 ms CPU per decision).
+duration needs two LPs (at least 33 + 32 ms by HiGHS). HiGHS on the horizon LP alone (only its
+value is read) was tried and dropped: in a run (multi-GPU, 2.6 jobs/h, seed 0, jobs 0-9) it
+returned a 6.6 % longer shortest horizon than CLARABEL's at one of 329 recomputations
+(632,982 s against 593,805 s; the objective, s = 1 / horizon, is ~1.6e-6, inside HiGHS's
+tolerances), which changed the JCTs.
 """
 
 from __future__ import annotations

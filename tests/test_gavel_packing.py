@@ -280,23 +280,3 @@ def test_pairs_are_every_two_jobs_that_may_share() -> None:
     assert inputs.pairs.tolist() == expected
     multi = np.flatnonzero(inputs.scale_factors > 1)
     assert len(multi) == 2 and not np.isin(inputs.pairs, multi).any()
-
-
-def test_the_packed_threshold_lp_by_highs_gives_the_same_allocation() -> None:
-    """min_total_duration_packed reads only the value of its shortest-horizon LP: solved by
-    HiGHS (its default there) or CLARABEL, the horizon and so the allocation are the same, on
-    seeded remaining steps."""
-    from bayes_sched.policies.min_total_duration import MinTotalDurationPackedPolicy
-
-    base = _inputs()
-    rng = np.random.default_rng(15)
-    for _ in range(3):
-        inputs = replace(base, remaining_steps=rng.uniform(1e3, 1e5, base.num_jobs))
-        answers = []
-        for threshold in ("HIGHS", None):
-            policy = MinTotalDurationPackedPolicy()
-            policy.threshold_solver = threshold
-            answers.append(policy.allocate_combinations(inputs))
-        assert answers[0] is not None and answers[1] is not None
-        assert np.array_equal(answers[0], answers[1])
-        _assert_feasible(answers[0], inputs)

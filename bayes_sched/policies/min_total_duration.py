@@ -8,8 +8,7 @@ done) within the base constraints. Gavel bisects ``T`` between 100 s and 10^6 s 
 objective) at each midpoint, and keeps the allocation of the last feasible midpoint.
 
 The smallest feasible ``T`` is one LP here (maximise ``s = 1 / T`` subject to ``throughput_j .
-x_j >= R_j s``; only its value is read, so the packed form solves it with HiGHS, the faster
-there); Gavel's bisection is then replayed on that exact threshold, arithmetic only, and
+x_j >= R_j s``); Gavel's bisection is then replayed on that exact threshold, arithmetic only, and
 one feasibility LP is solved at the horizon Gavel's bisection ends on, so the allocation has the
 slack Gavel's has (about 5 % above the optimum) rather than sitting at the optimum's vertex.
 Jobs that declare no steps: the time is split equally, logged and counted.
@@ -61,11 +60,6 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
 
     __init__ = TimeSharingPolicy.__init__
 
-    #: The solver of the shortest-horizon LP (``None``: the policy's). Only its optimum value
-    #: is read (the allocation comes from the feasibility LP), so any exact solver gives the
-    #: same horizon.
-    threshold_solver: str | None = None
-
     def _layout(self, inputs: AllocationInputs) -> PackedLayout:
         return PackedLayout.of(dense_terms(inputs.throughputs, inputs.scale_factors))
 
@@ -76,8 +70,7 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
         remaining = inputs.remaining_steps
         layout = self._layout(inputs)
         fastest = solve_program(fastest_finish_program(layout.terms, inputs.capacities,
-                                                       remaining),
-                                self.threshold_solver or self.solver)
+                                                       remaining), self.solver)
         if fastest is None or not fastest[-1] > 0:
             return None
         horizon = gavel_horizon(1.0 / float(fastest[-1]))
@@ -98,9 +91,6 @@ class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
 
     #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).
     per_partner_class = True
-    #: HiGHS (simplex) reaches the packed threshold LP's optimum in half CLARABEL's time
-    #: (34 vs 68 ms CPU at 100 multi-GPU jobs; on the unpacked LP CLARABEL is the faster).
-    threshold_solver = "HIGHS"
 
     def _layout(self, inputs: AllocationInputs) -> PackedLayout:
         return packed_layout(inputs, self.per_partner_class)
