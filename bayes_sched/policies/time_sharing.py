@@ -403,8 +403,8 @@ class TimeSharingPolicy:
         self._last_now = now
 
     def _held(self, jobs: Sequence[JobView], node_types: np.ndarray) -> np.ndarray:
-        """The jobs' GPUs per node ``(J, N)`` (kept for this round's placement), and each
-        node's type index in :attr:`_node_type_index` ``(N,)``."""
+        """The jobs' GPUs per node ``(J, N)``, kept for this round's placement; refreshes each
+        node's type index ``_node_type_index`` ``(N,)`` when the nodes change."""
         if not np.array_equal(self._node_types, node_types):
             self._node_types = node_types
             self._node_type_index = np.array([self._types.index(str(t)) for t in node_types],
