@@ -259,3 +259,70 @@ def test_gavels_statement_has_every_same_scale_factor_pair_and_lands_where_cvxpy
     zero_rate[np.array(kept) - num_jobs] = False
     assert theirs[num_jobs:][zero_rate].sum() > 0.05
     assert full[num_jobs:].sum() + full[:num_jobs].sum() > ours.sum() + 0.05
+
+
+def _time_with_partner_class(x: np.ndarray, inputs: AllocationInputs) -> np.ndarray:
+    """Per job, partner class and type: the summed time of the job's pairs ``(J, C, T)``."""
+    num_jobs, num_types = inputs.throughputs.shape
+    classes = inputs.job_classes
+    out = np.zeros((num_jobs, int(classes.max()) + 1, num_types))
+    for p, (a, b) in enumerate(inputs.pairs):
+        out[a, classes[b]] += x[num_jobs + p]
+        out[b, classes[a]] += x[num_jobs + p]
+    return out
+
+
+@pytest.mark.parametrize("solver", ["CLARABEL", "HIGHS"])
+def test_the_interval_split_is_the_even_splits_optimum_on_fewer_pairs(solver: str) -> None:
+    """pair_split='intervals' gives every job the even split's time alone and with each
+    partner class on each type (so the same effective throughputs and the same optimum), is
+    feasible in the LP over every job pair, and uses fewer job pairs."""
+    inputs = _inputs()
+    even = packed_max_min_allocation(inputs, solver)
+    intervals = packed_max_min_allocation(inputs, solver, pair_split="intervals")
+    assert even is not None and intervals is not None
+    _assert_feasible(intervals, inputs)
+    num_jobs = inputs.num_jobs
+    assert np.array_equal(intervals[:num_jobs], even[:num_jobs])
+    assert np.allclose(_time_with_partner_class(intervals, inputs),
+                       _time_with_partner_class(even, inputs), rtol=1e-9, atol=1e-12)
+    assert np.allclose(_normalised_throughputs(intervals, inputs),
+                       _normalised_throughputs(even, inputs), rtol=1e-9)
+    used_even = int((even[num_jobs:].max(axis=1) > 1e-9).sum())
+    used_intervals = int((intervals[num_jobs:].max(axis=1) > 1e-9).sum())
+    assert 0 < used_intervals < used_even
+
+
+def test_interval_pairs_are_a_transport_plan_on_few_pairs() -> None:
+    """Each of n supplies sends 1/n and each of m demands receives 1/m, on at most n + m - 1
+    pairs, every weight positive."""
+    from bayes_sched.policies.gavel_packing import interval_pairs
+
+    for n, m in [(1, 1), (1, 5), (4, 6), (7, 3), (12, 12), (5, 8)]:
+        i, k, weight = interval_pairs(n, m)
+        assert np.all(weight > 0) and len(weight) <= n + m - 1
+        assert np.allclose(np.bincount(i, weight, minlength=n), 1.0 / n)
+        assert np.allclose(np.bincount(k, weight, minlength=m), 1.0 / m)
+
+
+def test_pairs_are_every_two_jobs_that_may_share() -> None:
+    """The mechanism's candidate pairs (built only among jobs whose class can pair) are, in
+    order, every two jobs of one scale factor that the table lets share some type where
+    both run; the 2-GPU jobs (zero pair rates in Gavel's table) are in none."""
+    inputs = _inputs()
+    names = inputs.names
+    kinds = [(t if isinstance(t, tuple) else (t, 1)) for t in
+             (JOB_TYPES[int(name)] for name in names)]  # rows in submission order
+    types = ("v100", "p100", "k80")
+    expected = []
+    for a in range(len(names)):
+        for b in range(a + 1, len(names)):
+            if kinds[a][1] != kinds[b][1]:
+                continue
+            if any(inputs.throughputs[a, t] > 0 and inputs.throughputs[b, t] > 0
+                   and min(TABLE.pair_steps_per_second(gpu, kinds[a], kinds[b]) or (0.0,)) > 0
+                   for t, gpu in enumerate(types)):
+                expected.append([a, b])
+    assert inputs.pairs.tolist() == expected
+    multi = np.flatnonzero(inputs.scale_factors > 1)
+    assert len(multi) == 2 and not np.isin(inputs.pairs, multi).any()

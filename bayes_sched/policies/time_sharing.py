@@ -106,13 +106,13 @@ def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster:
     a job the table does not cover on some type; 0 where the type has fewer GPUs than the job
     needs. ``cache``: rows already read for these ``types``, by job class (emptied when the
     cluster's GPUs per type change)."""
-    out = np.zeros((len(jobs), len(types)))
     capacity = np.array([cluster.gpus_of_type(t) for t in types])
     cache = {} if cache is None else cache
     if cache.get(("", -1)) is None or not np.array_equal(cache[("", -1)], capacity):
         cache.clear()
         cache[("", -1)] = capacity  # the GPUs per type the rows were read for
-    for j, job in enumerate(jobs):
+    rows = []
+    for job in jobs:
         key = (job.application, job.requested_replicas)
         row = cache.get(key)
         if row is None:
@@ -122,8 +122,8 @@ def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster:
                 else np.array(rates, dtype=float)
             row[capacity < job.requested_replicas] = 0.0
             cache[key] = row
-        out[j] = row
-    return out
+        rows.append(row)
+    return np.array(rows, dtype=float).reshape(len(jobs), len(types))
 
 
 #: A unit the mechanism schedules: one job, or two jobs sharing their GPUs (submission order).
@@ -248,6 +248,9 @@ class TimeSharingPolicy:
         self._placed: dict[Combo, np.ndarray] = {}  # last round's placement of each combo
         self._profiling_now: set[Combo] = set()  # combos run this round to profile a job
         self._pair_usable: dict[Combo, np.ndarray] = {}  # pairs in force: types they can share
+        self._node_types = np.zeros(0, dtype=str)  # the nodes' types, and their index in types
+        self._node_type_index = np.zeros(0, dtype=np.int64)
+        self._held_now = np.zeros((0, 0), dtype=np.int64)  # this round's jobs' GPUs per node
 
     # --- the policy's part ----------------------------------------------------------------------
 
@@ -358,7 +361,11 @@ class TimeSharingPolicy:
             self._need_update = True
         elapsed = 0.0 if self._last_now is None else max(now - self._last_now, 0.0)
         ran: dict[str, tuple[float, int]] = {}
-        for job in jobs:
+        # Each job's GPUs held, and the type of its first node, for all jobs at once.
+        held = self._held(jobs, node_types)
+        gpus_held = held.sum(axis=1).tolist()
+        first_type = self._node_type_index[np.argmax(held > 0, axis=1)].tolist()
+        for j, job in enumerate(jobs):
             if (job.name,) not in self._job_time:
                 self._job_time[(job.name,)] = np.full(len(self._types), half_round)
                 self._deficit[(job.name,)] = np.zeros(len(self._types))
@@ -367,12 +374,10 @@ class TimeSharingPolicy:
             before = self._attained.get(job.name)
             if before is None:
                 continue
-            nodes = np.flatnonzero(job.allocation)
-            if len(nodes):
-                gpus = int(job.allocation[nodes].sum())
+            gpus = gpus_held[j]
+            if gpus:
                 seconds = min(max((job.attained_service - before) / gpus, 0.0), elapsed)
-                where = self._types.index(str(node_types[nodes[0]]))
-                ran[job.name] = (seconds, where)
+                ran[job.name] = (seconds, first_type[j])
         by_name = {job.name: job for job in jobs}
         credited: set[str] = set()
         for combo, counts in self._placed.items():
@@ -396,6 +401,17 @@ class TimeSharingPolicy:
             self._need_update = True  # a job's measured throughputs changed
         self._job_types = job_types
         self._last_now = now
+
+    def _held(self, jobs: Sequence[JobView], node_types: np.ndarray) -> np.ndarray:
+        """The jobs' GPUs per node ``(J, N)``, kept for this round's placement; refreshes each
+        node's type index ``_node_type_index`` ``(N,)`` when the nodes change."""
+        if not np.array_equal(self._node_types, node_types):
+            self._node_types = node_types
+            self._node_type_index = np.array([self._types.index(str(t)) for t in node_types],
+                                             dtype=np.int64)
+        self._held_now = (np.stack([job.allocation for job in jobs]) if jobs
+                          else np.zeros((0, len(node_types)), dtype=np.int64))
+        return self._held_now
 
     def _reset_time(self, now: float, half_round: float) -> None:
         """Gavel's ``_reset_time_run_so_far``: owed minus received time joins the deficit."""
@@ -451,7 +467,11 @@ class TimeSharingPolicy:
                                         "%s: not packing it", self.name, key_a, key_b, gpu)
                         continue
                     rates[a, b, t] = pair
-        first, second = np.triu_indices(len(index), k=1)
+        # Only jobs of a class with some partner class to pair with can be in a pair (at 1,900
+        # jobs the pairs of every two jobs number 1.8 million): the same pairs, in order.
+        pairs_somewhere = (rates.min(axis=3) > 0).any(axis=2)  # (C, C)
+        candidates = np.flatnonzero((pairs_somewhere | pairs_somewhere.T).any(axis=1)[index])
+        first, second = (candidates[i] for i in np.triu_indices(len(candidates), k=1))
         cls_a, cls_b = index[first], index[second]
         pair_rates = rates[cls_a, cls_b].transpose(0, 2, 1)  # (P, 2, T)
         usable = (pair_rates.min(axis=1) > 0) & (measured[first] > 0) & (measured[second] > 0)
@@ -546,15 +566,17 @@ class TimeSharingPolicy:
         names = [jobs[j].name for j in runnable]
         fractions: dict[Combo, np.ndarray] = {(name,): x[i] for i, name in enumerate(names)}
         self._pair_usable = {}
-        for p, (a, b) in enumerate(inputs.pairs):
-            row = x[len(names) + p]
-            if row.max() >= MIN_PAIR_FRACTION:
-                combo = (names[a], names[b])
-                fractions[combo] = row
-                self._pair_usable[combo] = inputs.pair_throughputs[p].min(axis=0) > 0
-                if combo not in self._job_time:
-                    self._job_time[combo] = np.full(len(self._types), half_round)
-                    self._deficit[combo] = np.zeros(len(self._types))
+        pair_rows = x[len(names):]
+        kept = np.flatnonzero(pair_rows.max(axis=1, initial=0.0) >= MIN_PAIR_FRACTION)
+        usable = inputs.pair_throughputs[kept].min(axis=1) > 0  # (kept, T)
+        for i, (p, (a, b)) in enumerate(zip(kept.tolist(), inputs.pairs[kept].tolist(),
+                                            strict=True)):
+            combo = (names[a], names[b])
+            fractions[combo] = pair_rows[p]
+            self._pair_usable[combo] = usable[i]
+            if combo not in self._job_time:
+                self._job_time[combo] = np.full(len(self._types), half_round)
+                self._deficit[combo] = np.zeros(len(self._types))
         self._fractions = fractions
 
     def _candidates(self, jobs: Sequence[JobView], measured: np.ndarray
@@ -562,7 +584,7 @@ class TimeSharingPolicy:
         """The combinations the next round may run: every job alone, then the pairs in the
         allocation in force; and where each can run, ``(C, T)`` bool."""
         combos: list[Combo] = [(job.name,) for job in jobs]
-        ok = [measured[j] > 0 for j in range(len(jobs))]
+        ok: list[np.ndarray] = []  # the pairs' rows; the jobs' are measured > 0
         by_name = {job.name: job for job in jobs}
         for combo, usable in self._pair_usable.items():
             combos.append(combo)
@@ -573,7 +595,9 @@ class TimeSharingPolicy:
                 usable = usable & np.array([self._pair_may_fit(gpu, a, b)
                                             for gpu in self._types])
             ok.append(usable)
-        return combos, np.array(ok, dtype=bool).reshape(len(combos), len(self._types))
+        num_types = len(self._types)
+        return combos, np.concatenate([np.reshape(measured > 0, (len(jobs), num_types)),
+                                       np.array(ok, dtype=bool).reshape(len(ok), num_types)])
 
     def _profiling(self, jobs: Sequence[JobView], measured: np.ndarray, capacities: np.ndarray
                    ) -> dict[Combo, int]:
@@ -655,15 +679,18 @@ class TimeSharingPolicy:
         left = capacities.copy()
         busy = set() if busy is None else set(busy)
         scheduled: dict[int, int] = {}
+        size_of = np.array(sizes, dtype=np.int64)
         for t in order:
             # Decreasing (priority, deficit, allocation); a stable sort keeps ties in order.
             ranked = np.lexsort((-fractions[:, t], -deficit[:, t], -priority[:, t]))
-            for c in ranked:
+            # Only those that run on t and fit in its GPUs left could be taken (same order).
+            ranked = ranked[rates_ok[ranked, t] & (size_of[ranked] <= left[t])]
+            for c in ranked.tolist():
                 if left[t] == 0:
                     break
                 combo = combos[c]
-                if (any(n in busy for n in combo) or not rates_ok[c, t]
-                        or self._skip(float(priority[c, t])) or sizes[c] > left[t]):
+                if (sizes[c] > left[t] or any(n in busy for n in combo)
+                        or self._skip(float(priority[c, t]))):
                     continue
                 # A job without an allocation yet still takes its GPUs here and is then left
                 # unplaced (Gavel's _schedule_jobs_on_workers does the same).
@@ -683,9 +710,9 @@ class TimeSharingPolicy:
         pairs: list[tuple[str, str]] = []
         placed: dict[Combo, np.ndarray] = {}
         by_name = {job.name: job for job in jobs}
-        # Per job: the nodes it holds GPUs on and how many it holds.
-        holding = {job.name: np.flatnonzero(job.allocation) for job in jobs}
-        self.lease_opportunities += sum(1 for held in holding.values() if len(held))
+        # Per job: its row of this round's GPUs held (:meth:`_held`, jobs in this order).
+        row = {job.name: j for j, job in enumerate(jobs)}
+        self.lease_opportunities += int(self._held_now.any(axis=1).sum())
         for t, gpu_type in enumerate(self._types):
             on_type = node_types == gpu_type
             chosen = [c for c, tt in scheduled.items() if tt == t]
@@ -696,8 +723,8 @@ class TimeSharingPolicy:
                 group = [c for c in chosen if size[c] == current]
                 for c in group:  # keep combinations where they run (lease extension)
                     combo = combos[c]
-                    held = np.asarray(by_name[combo[0]].allocation)
-                    held_nodes = holding[combo[0]]
+                    held = self._held_now[row[combo[0]]]
+                    held_nodes = np.flatnonzero(held)
                     if not len(held_nodes) or not on_type[held_nodes].all():
                         continue
                     counts_held = held[held_nodes]

@@ -84,10 +84,12 @@ class TableJob:
     allocation_history: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
     reports: tuple[CellObservation, ...] = ()  # what it measured in the last round
     # Derived from ``counts`` when it changes (kept so a round does not recompute them): the
-    # history as a tuple, the GPUs held, their type (None: none, or several types).
+    # history as a tuple, the GPUs held, their type (None: none, or several types); the
+    # settings its views carry.
     history: tuple[tuple[float, tuple[int, ...]], ...] = ()
     num_gpus: int = 0
     gpu_type: str | None = None
+    settings: JobSettings = field(default_factory=JobSettings)
 
     @property
     def active(self) -> bool:
@@ -148,6 +150,7 @@ class TableCluster:
         self._cells: dict[tuple[str, int, str, str | None], Cell] = {}  # reported cells, reused
         # Per round: time and busy GPUs per GPU type (sorted type names in busy_types).
         self.busy_types = tuple(sorted(set(self._types)))
+        self._node_type_index = np.array([self.busy_types.index(t) for t in self._types])
         self.timeline_time: list[float] = []
         self.timeline_busy: list[np.ndarray] = []
         self.timeline_active: list[int] = []
@@ -181,7 +184,10 @@ class TableCluster:
                 self._next, self._last_submit = nxt, nxt.submit_time
             if self._next.submit_time > self._now:
                 return
-            job = TableJob(self._next, counts=np.zeros(self.spec.num_nodes, np.int64))
+            counts = np.zeros(self.spec.num_nodes, np.int64)
+            counts.flags.writeable = False  # replaced, never written: views share it
+            job = TableJob(self._next, counts=counts,
+                           settings=JobSettings(self._next.batch_size, self._next.scale_factor))
             self.jobs[job.spec.name] = job
             self._active[job.spec.name] = job
             self._next = None
@@ -206,9 +212,9 @@ class TableCluster:
             views.append(JobView(
                 name=spec.name, application=spec.job_type, submit_time=spec.submit_time,
                 age=self._now - spec.submit_time, attained_service=job.attained_service,
-                allocation=job.counts.copy(), num_restarts=job.num_restarts or 0,
+                allocation=job.counts, num_restarts=job.num_restarts or 0,
                 requested_replicas=spec.scale_factor, requested_batch_size=spec.batch_size,
-                settings=JobSettings(spec.batch_size, spec.scale_factor), limits=_NO_LIMITS,
+                settings=job.settings, limits=_NO_LIMITS,
                 progress=job.steps_done, allocation_history=job.history,
                 target_steps=spec.total_steps, cell_observations=job.reports))
         return views
@@ -256,22 +262,32 @@ class TableCluster:
             # A pair marked as not fitting (rate 0) launches and fails: see advance().
             partner[a], partner[b] = b, a
         empty = np.zeros(self.spec.num_nodes, dtype=np.int64)
-        for name, job in self._active.items():
-            counts = new.get(name, empty)
-            if np.array_equal(job.counts, counts):
-                continue
-            job.counts = counts.copy()
-            job.allocation_history.append((self._now, tuple(counts.tolist())))
-            job.history = tuple(job.allocation_history)
-            used = job.counts > 0
-            types = set(self._node_type[used].tolist())
-            job.num_gpus = int(job.counts.sum())
-            job.gpu_type = types.pop() if len(types) == 1 else None
-            if counts.any():
-                if job.num_restarts is None:
-                    job.num_restarts, job.start_time = 0, self._now
-                else:
-                    job.num_restarts += 1
+        active = list(self._active.values())
+        if active:
+            # Most jobs' GPUs change in a round of time sharing: derive what the changed jobs
+            # keep (GPUs held, their one type or None) for all of them at once.
+            wanted = np.stack([new.get(job.spec.name, empty) for job in active])
+            changed = np.flatnonzero(
+                (np.stack([job.counts for job in active]) != wanted).any(axis=1))
+            rows = wanted[changed]
+            gpus = rows.sum(axis=1).tolist()
+            used = rows > 0
+            lowest = np.where(used, self._node_type_index, len(self.busy_types)).min(axis=1)
+            one_type = (lowest == np.where(used, self._node_type_index, -1).max(axis=1)).tolist()
+            for k, (i, counts, held) in enumerate(zip(changed.tolist(), rows.tolist(), gpus,
+                                                      strict=True)):
+                job = active[i]
+                job.counts = rows[k].copy()  # its own (a view would keep the whole round's)
+                job.counts.flags.writeable = False  # shared with the job's views
+                job.allocation_history.append((self._now, tuple(counts)))
+                job.history = tuple(job.allocation_history)
+                job.num_gpus = held
+                job.gpu_type = self.busy_types[lowest[k]] if one_type[k] else None
+                if held:
+                    if job.num_restarts is None:
+                        job.num_restarts, job.start_time = 0, self._now
+                    else:
+                        job.num_restarts += 1
         self._allocations = new
         self._partner = partner
 
