@@ -245,23 +245,52 @@ Unknown = list[tuple[int, str, tuple[object, ...], float]]
 
 
 def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
-                  columns: dict[tuple[str, tuple[object, ...]], int]
+                  columns: dict[tuple[str, tuple[object, ...]], int], rows: _QueryRows
                   ) -> tuple[scipy.sparse.csr_matrix, Unknown]:
     """The cells' effects as sparse rows over ``columns``, shape ``(N, len(columns))``; an
     effect not in ``columns`` is returned as ``(row, name, key, value)``."""
-    rows, cols, vals = [], [], []
+    known: list[tuple[np.ndarray, np.ndarray]] = []
     unknown: Unknown = []
     for r, cell in enumerate(cells):
-        for name, key, value in _features(cell, _context_key(cell, context)):
-            c = columns.get((name, key))
-            if c is None:
-                unknown.append((r, name, key, value))
-                continue
-            rows.append(r)
-            cols.append(c)
-            vals.append(value)
-    phi = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(len(cells), len(columns)))
-    return phi, unknown
+        cols, vals, missing = rows.row(cell, _context_key(cell, context), columns)
+        known.append((cols, vals))
+        unknown.extend((r, name, key, value) for name, key, value in missing)
+    return _csr(known, len(columns)), unknown
+
+
+class _QueryRows:
+    """Cells' rows over the columns of one design lineage, kept across its beliefs.
+
+    A learner's columns only grow while its reports extend one list (a column keeps its number),
+    so a row whose effects were all known stays right for every later belief of the lineage; a
+    row with unknown effects only for a belief with as many columns as when it was built. A
+    prediction then costs a lookup per cell, not one per effect (it is asked for the same cells
+    at every allocation recompute)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[Cell, ContextKey],
+                         tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
+
+    def row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
+            ) -> tuple[np.ndarray, np.ndarray, tuple[Feature, ...]]:
+        """The cell's known columns and values, and its unknown effects, over ``columns``."""
+        p = len(columns)
+        kept = self._rows.get((cell, key))
+        if kept is not None and (kept[0] == p or (not kept[3] and kept[0] <= p)):
+            return kept[1], kept[2], kept[3]
+        cols, vals, missing = [], [], []
+        for feature in _features(cell, key):
+            column = columns.get(feature[:2])
+            if column is None:
+                missing.append(feature)
+            else:
+                cols.append(column)
+                vals.append(feature[2])
+        if len(self._rows) > 1 << 16:
+            self._rows.clear()
+        row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing))
+        self._rows[(cell, key)] = row
+        return row[1], row[2], row[3]
 
 
 def _batch_centre(batches: set[int]) -> float:
@@ -308,6 +337,7 @@ class _OnlineDesign:
         self._term_y = np.zeros(0)
         self._retired: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows the terms hold
         self._changed: set[int] = set()  # cells whose terms moved since the terms were built
+        self.query_rows = _QueryRows()  # rows of the cells its beliefs are asked about
 
     @property
     def context(self) -> FeatureContext:
@@ -571,6 +601,7 @@ class BayesianThroughputBelief:
     fit_seconds: float = 0.0
     iterations: int = 0
     _observed: dict[Cell, int] = field(default_factory=dict)
+    _query_rows: _QueryRows = field(default_factory=_QueryRows)
 
     @property
     def num_cells(self) -> int:
@@ -627,7 +658,7 @@ class BayesianThroughputBelief:
             self.design.columns if self.design is not None else {})
         p = len(columns)
         n = len(cells)
-        phi, found = _feature_rows(cells, self.context, columns)
+        phi, found = _feature_rows(cells, self.context, columns, self._query_rows)
         unknown_cols: dict[tuple[str, tuple[object, ...]], int] = {}
         unknown_prior: list[float] = []
         urows, ucols, uvals = [], [], []
@@ -795,7 +826,8 @@ class BayesianThroughputLearner:
             design if posterior is not None else None, posterior, params, context,
             widening=1.0 if reason is None else self.fallback_widening, fallback_reason=reason,
             fit_seconds=time.perf_counter() - start, iterations=iterations,
-            _observed=observed if posterior is not None else {})
+            _observed=observed if posterior is not None else {},
+            _query_rows=self._design.query_rows)
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:
