@@ -440,12 +440,12 @@ class _OnlineDesign:
                     + [self._retired.get(i, self._rows[i]) for i in old])
             signed = np.concatenate([weights[changed], -self._term_weights[old]])
             ys = np.concatenate([design.y[changed], self._term_y[old]])
-            idx, val = _padded(rows, p)
+            idx, val = _padded(rows)
             # sum_r signed_r phi_r phi_r^T and sum_r signed_r y_r phi_r, scattered: a few
             # cells of ~20 effects each touch ~400 entries of gram.
             outer = signed[:, None, None] * val[:, :, None] * val[:, None, :]
             flat = (idx[:, :, None] * p + idx[:, None, :]).ravel()
-            gram = gram + np.bincount(flat, outer.ravel(), minlength=p * p).reshape(p, p)
+            gram += np.bincount(flat, outer.ravel(), minlength=p * p).reshape(p, p)
             b = b + np.bincount(idx.ravel(), (val * (signed * ys)[:, None]).ravel(),
                                 minlength=p)
         self._terms, self._term_nuggets = (gram, b), nuggets.copy()
@@ -495,7 +495,8 @@ def _data_terms(phi: scipy.sparse.csr_matrix, noise: np.ndarray, y: np.ndarray
 def _posterior_from_terms(gram: np.ndarray, b: np.ndarray, prior_var: np.ndarray,
                           noise: np.ndarray) -> _Posterior:
     """The effects' posterior from the data terms: precision ``gram + diag(1 / prior_var)``."""
-    precision = gram + np.diag(1.0 / prior_var)
+    precision = gram.copy()
+    precision[np.diag_indices_from(precision)] += 1.0 / prior_var
     chol = scipy.linalg.cholesky(precision, lower=True)
     mean = scipy.linalg.cho_solve((chol, True), b)
     return _Posterior(mean, chol, prior_var, noise)
@@ -540,11 +541,16 @@ def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
     return np.tril(inverse) + np.tril(inverse, -1).T
 
 
-def _padded(rows: Sequence[tuple[np.ndarray, np.ndarray]], p: int
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """Sparse rows ``(columns < p, values)`` as dense ``(N, width)`` column and value arrays,
+def _padded(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sparse rows ``(columns, values)`` as dense ``(N, width)`` column and value arrays,
     padded with column 0 and value 0."""
-    return _padded_csr(_csr(rows, p))
+    width = max((len(cols) for cols, _ in rows), default=0)
+    idx = np.zeros((len(rows), width), dtype=np.int64)
+    val = np.zeros((len(rows), width))
+    for r, (cols, vals) in enumerate(rows):
+        idx[r, :len(cols)] = cols
+        val[r, :len(vals)] = vals
+    return idx, val
 
 
 def _padded_csr(phi: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
@@ -610,7 +616,8 @@ class BayesianThroughputBelief:
     def log_moments(self, cells: Sequence[Cell]) -> tuple[np.ndarray, np.ndarray,
                                                           _QueryParts]:
         """Posterior mean and variance of log steps/s of ``cells``, each shape ``(N,)``."""
-        parts = self._query(cells)
+        with _one_blas_thread():
+            parts = self._query(cells)
         var = parts.scale**2 * parts.known_var + parts.unknown_var + parts.cell_var
         return parts.offset + parts.scale * parts.known_mean, var * self.widening**2, parts
 
