@@ -75,7 +75,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import scipy.linalg
@@ -247,20 +247,33 @@ def _csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], width: int) -> scipy.spa
 
 
 Unknown = list[tuple[int, str, tuple[object, ...], float]]
+#: A design's rows, dense or sparse.
+Matrix: TypeAlias = "np.ndarray | scipy.sparse.csr_matrix"
 
 
 def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
-                  columns: dict[tuple[str, tuple[object, ...]], int], rows: _QueryRows
-                  ) -> tuple[scipy.sparse.csr_matrix, Unknown]:
-    """The cells' effects as sparse rows over ``columns``, shape ``(N, len(columns))``; an
-    effect not in ``columns`` is returned as ``(row, name, key, value)``."""
+                  columns: dict[tuple[str, tuple[object, ...]], int], rows: _QueryRows,
+                  dense: bool = False) -> tuple[Matrix, Unknown]:
+    """The cells' effects as rows over ``columns``, shape ``(N, len(columns))`` (sparse, or
+    dense: a few cells, where scipy's sparse set-up costs more than the products); an effect not
+    in ``columns`` is returned as ``(row, name, key, value)``."""
     known: list[tuple[np.ndarray, np.ndarray]] = []
     unknown: Unknown = []
     for r, cell in enumerate(cells):
         cols, vals, missing = rows.row(cell, _context_key(cell, context), columns)
         known.append((cols, vals))
         unknown.extend((r, name, key, value) for name, key, value in missing)
-    return _csr(known, len(columns)), unknown
+    if not dense:
+        return _csr(known, len(columns)), unknown
+    phi = np.zeros((len(cells), len(columns)))
+    for r, (cols, vals) in enumerate(known):
+        phi[r, cols] = vals
+    return phi, unknown
+
+
+def _squared(matrix: Matrix) -> Matrix:
+    """Elementwise square of a dense or sparse matrix."""
+    return matrix**2 if isinstance(matrix, np.ndarray) else matrix.multiply(matrix)
 
 
 class _QueryRows:
@@ -670,7 +683,8 @@ class BayesianThroughputBelief:
             self.design.columns if self.design is not None else {})
         p = len(columns)
         n = len(cells)
-        phi, found = _feature_rows(cells, self.context, columns, self._query_rows)
+        few = n < p  # fewer cells than effects: dense rows, and variances through L^-1 phi^T
+        phi, found = _feature_rows(cells, self.context, columns, self._query_rows, dense=few)
         unknown_cols: dict[tuple[str, tuple[object, ...]], int] = {}
         unknown_prior: list[float] = []
         urows, ucols, uvals = [], [], []
@@ -682,9 +696,15 @@ class BayesianThroughputBelief:
             urows.append(r)
             ucols.append(u)
             uvals.append(value)
-        unknown = scipy.sparse.csr_matrix((uvals, (urows, ucols)), shape=(n, len(unknown_cols)))
+        unknown: Matrix
+        if few:
+            unknown = np.zeros((n, len(unknown_cols)))
+            unknown[urows, ucols] = uvals
+        else:
+            unknown = scipy.sparse.csr_matrix((uvals, (urows, ucols)),
+                                              shape=(n, len(unknown_cols)))
         prior = np.array(unknown_prior)
-        unknown_var = np.asarray(unknown.multiply(unknown) @ prior).ravel() if len(prior) \
+        unknown_var = np.asarray(_squared(unknown) @ prior).ravel() if len(prior) \
             else np.zeros(n)
         cell_var = np.array([nugget[1] if c.partner is not None else nugget[0] for c in cells])
         scale = np.ones(n)
@@ -692,10 +712,9 @@ class BayesianThroughputBelief:
         half = None
         if self.posterior is not None:
             known_mean = phi @ self.posterior.mean
-            if n < p:
+            if isinstance(phi, np.ndarray):
                 # Fewer cells than effects: L^-1 phi^T (p^2 N) beats the covariance (~p^3).
-                half = scipy.linalg.solve_triangular(self.posterior.chol, phi.T.toarray(),
-                                                     lower=True)
+                half = scipy.linalg.solve_triangular(self.posterior.chol, phi.T, lower=True)
                 known_var = np.einsum("ij,ij->j", half, half)
             else:
                 known_var = _quadratic_diag(phi, self.posterior.cov)
@@ -715,17 +734,17 @@ class BayesianThroughputBelief:
             known_mean = np.zeros(n)
             known_var = np.zeros(n)
             prior_var = np.array([variances[name] for name, _ in columns])
-            known_var = np.asarray(phi.multiply(phi) @ prior_var).ravel() if p else known_var
+            known_var = np.asarray(_squared(phi) @ prior_var).ravel() if p else known_var
         return _QueryParts(phi, known_mean, known_var, unknown, prior, unknown_var, cell_var,
                            scale, offset, half)
 
 
 @dataclass
 class _QueryParts:
-    phi: scipy.sparse.csr_matrix   # (N, p) effects the fit saw
+    phi: Matrix                    # (N, p) effects the fit saw
     known_mean: np.ndarray         # (N,)
     known_var: np.ndarray          # (N,) posterior (or prior, after a failed fit) variance
-    unknown: scipy.sparse.csr_matrix  # (N, U) effects the fit never saw (prior)
+    unknown: Matrix                # (N, U) effects the fit never saw (prior)
     unknown_prior: np.ndarray      # (U,)
     unknown_var: np.ndarray        # (N,)
     cell_var: np.ndarray           # (N,) cell-effect variance (posterior where observed)
