@@ -63,6 +63,8 @@ class ThroughputEstimator:
         if not min_refit_interval >= 0:
             raise ValueError(f"min_refit_interval is {min_refit_interval}: expected seconds >= 0")
         self.learner = learner
+        # The learner's own ``fits(cell)``, if it knows where jobs fit (asked ~60 times a round).
+        self._known_fits = getattr(learner, "fits", None)
         self.min_refit_interval = float(min_refit_interval)
         self.observations: list[CellObservation] = []
         #: Cells where a job failed to launch (out of memory): learned, not read from a table.
@@ -178,5 +180,4 @@ class ThroughputEstimator:
         does not say otherwise."""
         if cell in self.out_of_memory:
             return False
-        known = getattr(self.learner, "fits", None)
-        return True if known is None else bool(known(cell))
+        return self._known_fits is None or bool(self._known_fits(cell))

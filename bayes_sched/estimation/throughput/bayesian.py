@@ -45,9 +45,14 @@ conditioning only (:meth:`BayesianThroughputLearner.conditioning_only`) 0.06 s, 
 the 30,000 cells 100 active jobs need with 200 joint draws 0.09 s. Online (the estimation
 stage hands the learner every report so far at each fit) the learner fits its hyperparameters
 again only when the observed cells have doubled (``hyperparameter_growth``) and otherwise
-conditions only; the reports are pooled incrementally and each cell's design row is rebuilt
-only when its context (batch centres, loads) moved, so a conditioning costs its Cholesky and
-the new rows, not a pass over every report.
+conditions only. A conditioning costs what changed, not a pass over every report: the reports
+are pooled incrementally, the context (batch centres, loads) is updated from the cells whose
+reports moved, a cell's design row is rebuilt only when its context moved, and the precision's
+data terms ``phi.T W phi`` and ``phi.T W y`` are kept and updated by the changed cells' old and
+new terms (:class:`_OnlineDesign`), leaving one LAPACK Cholesky of ``p x p`` (0.3 ms at the
+``p`` = 226 of Gavel's world, jobs 0-9; the covariance, ``potri``, twice that, is formed only
+where a prediction needs it). Predictions of fewer cells than effects (an allocation recompute's
+cells, a profiling plan's) go through ``L^-1 phi^T`` (``p^2 N``) for variances and draws.
 
 Profiling (:meth:`BayesianThroughputLearner.profiling_cells`): a small uncertainty-driven plan, the
 same budget as Sia (one cell per GPU type): among the job's alone cells at its scale factor and on
@@ -70,9 +75,10 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
 import scipy.linalg
@@ -111,6 +117,8 @@ _DEFAULT_LOG_VARIANCE = math.log(0.25)
 LOG_VARIANCE_BOUNDS = (-12.0, 4.0)
 
 Feature = tuple[str, tuple[object, ...], float]
+#: What of a :class:`FeatureContext` a cell's features read (:func:`_context_key`).
+ContextKey = tuple[float | None, ...]
 
 _THREADPOOLS: ThreadpoolController | None = None
 
@@ -129,12 +137,14 @@ def _one_blas_thread() -> AbstractContextManager[object]:
 _declared = functools.lru_cache(maxsize=4096)(job_type_features)
 
 
-def _family_batch(job_type: str, centres: dict[str, float]) -> tuple[str, float]:
+def _centred_batch(job_type: str, centre: float | None) -> tuple[str, float]:
+    """The type's family and its log2 batch size less ``centre`` (0 without a batch size or a
+    centre)."""
     family, batch = _declared(job_type)
     if batch is None:
         return family, 0.0
     log_batch = math.log2(batch)
-    return family, log_batch - centres.get(family, log_batch)
+    return family, log_batch - (log_batch if centre is None else centre)
 
 
 @dataclass(frozen=True)
@@ -154,9 +164,26 @@ class FeatureContext:
 
 def cell_features(cell: Cell, context: FeatureContext) -> list[Feature]:
     """The effects a cell's log rate sums, with their multipliers (see the module docstring)."""
-    centres = context.centres
+    return list(_features(cell, _context_key(cell, context)))
+
+
+def _context_key(cell: Cell, context: FeatureContext) -> ContextKey:
+    """What of ``context`` a cell's features read: its family's batch centre and, paired, its
+    partner's, its load and its partner's (``None`` where the context has none)."""
+    centre = context.centres.get(_declared(cell.job_type)[0])
+    if cell.partner is None:
+        return (centre,)
+    where = (cell.scale_factor, cell.gpu_type)
+    return (centre, context.centres.get(_declared(cell.partner)[0]),
+            context.loads.get((cell.job_type, *where)), context.loads.get((cell.partner, *where)))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _features(cell: Cell, key: ContextKey) -> tuple[Feature, ...]:
+    """:func:`cell_features` given the cell's :func:`_context_key`, memoised: a cell's effects
+    are asked for at every prediction and fit while its context stands."""
     j, s, g = cell.job_type, cell.scale_factor, cell.gpu_type
-    fam, xb = _family_batch(j, centres)
+    fam, xb = _centred_batch(j, key[0])
     out: list[Feature] = [
         ("gpu", (g,), 1.0), ("scale", (s, g), 1.0),
         ("family", (fam,), 1.0), ("family_gpu", (fam, g), 1.0),
@@ -167,16 +194,16 @@ def cell_features(cell: Cell, context: FeatureContext) -> list[Feature]:
                 ("batch_scale", (fam, s), xb)]
     if cell.partner is not None:
         k = cell.partner
-        pfam, pxb = _family_batch(k, centres)
-        load = context.loads.get((j, s, g), 0.0)
-        partner_load = context.loads.get((k, s, g), 0.0)
+        pfam, pxb = _centred_batch(k, key[1])
+        load = 0.0 if key[2] is None else key[2]
+        partner_load = 0.0 if key[3] is None else key[3]
         out += [("pair_level", (), 1.0), ("pair_level_place", (s, g), 1.0),
                 ("pair_family", (fam, pfam), 1.0), ("pair_family_gpu", (fam, pfam, g), 1.0),
                 ("pair_batch", (fam, pfam), xb), ("pair_partner_batch", (fam, pfam), pxb),
                 ("pair_type", (j,), 1.0), ("pair_type_gpu", (j, g), 1.0),
                 ("pair_partner", (k,), 1.0), ("pair_partner_gpu", (k, g), 1.0),
                 ("pair_load", (g,), load), ("pair_partner_load", (g,), partner_load)]
-    return [f for f in out if f[2] != 0.0]
+    return tuple(f for f in out if f[2] != 0.0)
 
 
 def _effect_variances(log_variances: np.ndarray) -> dict[str, float]:
@@ -193,135 +220,330 @@ def default_log_variances() -> np.ndarray:
 
 @dataclass
 class _Design:
-    """Training cells in weight space."""
+    """Training cells in weight space (a snapshot: the learner's design grows on)."""
 
     cells: list[Cell]
     y: np.ndarray             # (n,) pooled log rate
     meas_var: np.ndarray      # (n,) measurement variance of the pooled log rate
     is_pair: np.ndarray       # (n,) bool
-    phi: scipy.sparse.csr_matrix  # (n, p)
+    rows: list[tuple[np.ndarray, np.ndarray]]  # (n,) each cell's effect columns and values
     columns: dict[tuple[str, tuple[object, ...]], int]
     column_effect: np.ndarray  # (p,) index into FIXED_EFFECTS + RANDOM_EFFECTS names
     effect_names: tuple[str, ...]
+    _phi: scipy.sparse.csr_matrix | None = None
+
+    @property
+    def phi(self) -> scipy.sparse.csr_matrix:
+        """The rows as one sparse matrix, shape ``(n, p)`` (built on first use: a fit that only
+        conditions never needs it)."""
+        if self._phi is None:
+            self._phi = _csr(self.rows, len(self.columns))
+        return self._phi
+
+
+def _csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], width: int) -> scipy.sparse.csr_matrix:
+    """Sparse rows ``(columns, values)`` as a CSR matrix of shape ``(len(rows), width)``."""
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(cols) for cols, _ in rows])
+    return scipy.sparse.csr_matrix(
+        (np.concatenate([vals for _, vals in rows]) if rows else np.zeros(0),
+         np.concatenate([cols for cols, _ in rows]) if rows else np.zeros(0, dtype=np.int64),
+         indptr), shape=(len(rows), width))
 
 
 Unknown = list[tuple[int, str, tuple[object, ...], float]]
+#: A design's rows, dense or sparse.
+Matrix: TypeAlias = "np.ndarray | scipy.sparse.csr_matrix"
 
 
 def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
-                  columns: dict[tuple[str, tuple[object, ...]], int], grow: bool
-                  ) -> tuple[scipy.sparse.csr_matrix, Unknown]:
-    """The cells' effects as sparse rows over ``columns``, shape ``(N, len(columns))``; an
-    effect not in ``columns`` gets a new column when ``grow``, else is returned as ``(row, name,
-    key, value)``."""
-    rows, cols, vals = [], [], []
+                  columns: dict[tuple[str, tuple[object, ...]], int], rows: _QueryRows,
+                  dense: bool = False) -> tuple[Matrix, Unknown]:
+    """The cells' effects as rows over ``columns``, shape ``(N, len(columns))`` (sparse, or
+    dense: a few cells, where scipy's sparse set-up costs more than the products); an effect not
+    in ``columns`` is returned as ``(row, name, key, value)``."""
+    known: list[tuple[np.ndarray, np.ndarray]] = []
     unknown: Unknown = []
     for r, cell in enumerate(cells):
-        for name, key, value in cell_features(cell, context):
-            c = columns.get((name, key))
-            if c is None and grow:
-                c = columns[(name, key)] = len(columns)
-            if c is None:
-                unknown.append((r, name, key, value))
-                continue
-            rows.append(r)
-            cols.append(c)
-            vals.append(value)
-    phi = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(len(cells), len(columns)))
+        cols, vals, missing = rows.row(cell, _context_key(cell, context), columns)
+        known.append((cols, vals))
+        unknown.extend((r, name, key, value) for name, key, value in missing)
+    if not dense:
+        return _csr(known, len(columns)), unknown
+    phi = np.zeros((len(cells), len(columns)))
+    for r, (cols, vals) in enumerate(known):
+        phi[r, cols] = vals
     return phi, unknown
 
 
-class _DesignRows:
-    """The design's rows kept across the fits of one growing list of reports: the effect
-    columns in first-seen order and each cell's sparse row, rebuilt only for a cell whose
-    context (its families' batch centres, its and its partner's loads) changed. An online fit
-    then costs what is new, not a pass over every cell's effects (a column left without a cell
-    keeps its prior and changes no posterior)."""
+def _squared(matrix: Matrix) -> Matrix:
+    """Elementwise square of a dense or sparse matrix."""
+    return matrix**2 if isinstance(matrix, np.ndarray) else matrix.multiply(matrix)
+
+
+class _QueryRows:
+    """Cells' rows over the columns of one design lineage, kept across its beliefs.
+
+    A learner's columns only grow while its reports extend one list (a column keeps its number),
+    so a row whose effects were all known stays right for every later belief of the lineage; a
+    row with unknown effects only for a belief with as many columns as when it was built. A
+    prediction then costs a lookup per cell, not one per effect (it is asked for the same cells
+    at every allocation recompute)."""
 
     def __init__(self) -> None:
+        self._rows: dict[tuple[Cell, ContextKey],
+                         tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
+
+    def row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
+            ) -> tuple[np.ndarray, np.ndarray, tuple[Feature, ...]]:
+        """The cell's known columns and values, and its unknown effects, over ``columns``."""
+        p = len(columns)
+        kept = self._rows.get((cell, key))
+        if kept is not None and (kept[0] == p or (not kept[3] and kept[0] <= p)):
+            return kept[1], kept[2], kept[3]
+        cols, vals, missing = [], [], []
+        for feature in _features(cell, key):
+            column = columns.get(feature[:2])
+            if column is None:
+                missing.append(feature)
+            else:
+                cols.append(column)
+                vals.append(feature[2])
+        if len(self._rows) > 1 << 16:
+            self._rows.clear()
+        row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing))
+        self._rows[(cell, key)] = row
+        return row[1], row[2], row[3]
+
+
+def _batch_centre(batches: set[int]) -> float:
+    """A family's batch centre: the mean log2 batch size of its types seen."""
+    return float(np.mean(np.log2(sorted(batches))))
+
+
+class _OnlineDesign:
+    """The design of one growing list of reports, kept across its fits.
+
+    Per cell, in first-seen order: its effects' row (rebuilt only when its context key moved:
+    its families' batch centres, its and its partner's loads), its pooled log rate and seconds;
+    the context itself is updated from the cells whose reports changed. With the nuggets of its
+    last conditioning it also keeps the data terms of the posterior precision, ``G = phi.T @ W @
+    phi`` (dense ``(p, p)``) and ``b = phi.T @ W @ y``, ``W = diag(1 / (nugget + measurement
+    variance))``: a conditioning with the same nuggets subtracts the old terms of the cells whose
+    row, rate or seconds changed and adds their new ones (new effect columns join with zero
+    terms), then takes one LAPACK Cholesky of ``G + diag(1 / prior variance)``. That is the
+    full build's posterior up to rounding (pinned by ``tests/test_estimation_incremental.py``) at
+    the cost of what changed, where the full build is a pass over every cell's effects."""
+
+    def __init__(self, noise_var_at_reference: float, reference_seconds: float) -> None:
+        self.noise_var_at_reference = noise_var_at_reference
+        self.reference_seconds = reference_seconds
         self.columns: dict[tuple[str, tuple[object, ...]], int] = {}
-        self._rows: dict[Cell, tuple[tuple[object, ...], np.ndarray, np.ndarray]] = {}
+        self._column_effect: list[int] = []
+        self.cells: list[Cell] = []
+        self.index: dict[Cell, int] = {}
+        self._rows: list[tuple[np.ndarray, np.ndarray]] = []
+        self._keys: list[ContextKey] = []
+        self._y: list[float] = []
+        self._seconds: list[float] = []
+        self._is_pair: list[bool] = []
+        self._by_family: dict[str, list[int]] = {}  # cells whose job or partner is of a family
+        self._pairs_at: dict[tuple[int, str], list[int]] = {}  # paired cells per (scale, gpu)
+        self._batches: dict[str, set[int]] = {}
+        self._alone: dict[tuple[int, str], dict[str, float]] = {}  # log alone rates per place
+        self._centres: dict[str, float] = {}
+        self._loads: dict[tuple[str, int, str], float] = {}
+        # The data terms and what they were built from (None: build them in full next time).
+        self._terms: tuple[np.ndarray, np.ndarray] | None = None
+        self._term_nuggets: np.ndarray | None = None
+        self._term_weights = np.zeros(0)
+        self._term_y = np.zeros(0)
+        self._retired: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows the terms hold
+        self._changed: set[int] = set()  # cells whose terms moved since the terms were built
+        self.query_rows = _QueryRows()  # rows of the cells its beliefs are asked about
 
-    def phi(self, cells: Sequence[Cell], context: FeatureContext) -> scipy.sparse.csr_matrix:
-        """The cells' rows, shape ``(len(cells), len(self.columns))``."""
-        indices, values = [], []
-        for cell in cells:
+    @property
+    def context(self) -> FeatureContext:
+        """The context now (a snapshot)."""
+        return FeatureContext(dict(self._centres), dict(self._loads))
+
+    def update(self, pooled: dict[Cell, PooledCell], touched: Sequence[Cell]) -> None:
+        """Take in the pooled reports, where only the cells ``touched`` changed or are new."""
+        families: set[str] = set()
+        places: set[tuple[int, str]] = set()
+        candidates: set[int] = set()
+        for cell in touched:
+            report = pooled[cell]
+            i = self.index.get(cell)
+            if i is None:
+                i = self.index[cell] = len(self.cells)
+                self.cells.append(cell)
+                self._rows.append((np.zeros(0, dtype=np.int64), np.zeros(0)))
+                self._keys.append(())
+                self._y.append(report.log_rate)
+                self._seconds.append(report.seconds)
+                self._is_pair.append(cell.partner is not None)
+                for job_type in (cell.job_type, cell.partner):
+                    if job_type is None:
+                        continue
+                    family, batch = _declared(job_type)
+                    self._by_family.setdefault(family, []).append(i)
+                    if batch is not None and batch not in self._batches.setdefault(family, set()):
+                        self._batches[family].add(batch)
+                        families.add(family)
+                if cell.partner is not None:
+                    self._pairs_at.setdefault((cell.scale_factor, cell.gpu_type), []).append(i)
+            else:
+                self._y[i], self._seconds[i] = report.log_rate, report.seconds
+            if cell.partner is None:
+                place = (cell.scale_factor, cell.gpu_type)
+                self._alone.setdefault(place, {})[cell.job_type] = report.log_rate
+                places.add(place)
+            candidates.add(i)
+        self._changed.update(candidates)  # their rate or seconds moved
+        for family in families:
+            centre = _batch_centre(self._batches[family])
+            if self._centres.get(family) != centre:
+                self._centres[family] = centre
+                candidates.update(self._by_family[family])
+        for place in places:
+            rates = self._alone[place]
+            mean = float(np.mean(list(rates.values())))
+            for job_type, rate in rates.items():
+                self._loads[(job_type, *place)] = rate - mean
+            candidates.update(self._pairs_at.get(place, ()))
+        context = FeatureContext(self._centres, self._loads)
+        for i in sorted(candidates):  # in first-seen order, as new columns are numbered
+            cell = self.cells[i]
             key = _context_key(cell, context)
-            row = self._rows.get(cell)
-            if row is None or row[0] != key:
-                features = cell_features(cell, context)
-                cols = np.array([self.columns.setdefault((name, k), len(self.columns))
-                                 for name, k, _ in features], dtype=np.int64)
-                row = self._rows[cell] = (key, cols, np.array([v for _, _, v in features]))
-            indices.append(row[1])
-            values.append(row[2])
-        indptr = np.zeros(len(cells) + 1, dtype=np.int64)
-        indptr[1:] = np.cumsum([len(i) for i in indices])
-        return scipy.sparse.csr_matrix(
-            (np.concatenate(values) if values else np.zeros(0),
-             np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64), indptr),
-            shape=(len(cells), len(self.columns)))
+            if key != self._keys[i]:
+                self._changed.add(i)
+                if self._terms is not None and i < len(self._term_y) and i not in self._retired:
+                    self._retired[i] = self._rows[i]
+                features = _features(cell, key)
+                cols = np.array([self._column(name, k) for name, k, _ in features],
+                                dtype=np.int64)
+                self._rows[i] = (cols, np.array([v for _, _, v in features]))
+                self._keys[i] = key
+
+    def _column(self, name: str, key: tuple[object, ...]) -> int:
+        column = self.columns.get((name, key))
+        if column is None:
+            column = self.columns[(name, key)] = len(self.columns)
+            self._column_effect.append(EFFECT_NAMES.index(name))
+        return column
+
+    def design(self) -> _Design:
+        """A snapshot of the training cells."""
+        seconds = np.array(self._seconds)
+        return _Design(list(self.cells), np.array(self._y),
+                       self.noise_var_at_reference * self.reference_seconds / seconds,
+                       np.array(self._is_pair), list(self._rows), dict(self.columns),
+                       np.array(self._column_effect, dtype=int), EFFECT_NAMES)
+
+    def posterior(self, design: _Design, log_params: np.ndarray) -> _Posterior:
+        """The effects' posterior under ``log_params`` (updating the data terms, or building
+        them in full where the nuggets changed)."""
+        prior_var, noise = _prior_and_noise(design, log_params)
+        nuggets = log_params[len(RANDOM_EFFECTS):]
+        weights = 1.0 / noise
+        p = len(design.columns)
+        if (self._terms is None or self._term_nuggets is None
+                or not np.array_equal(nuggets, self._term_nuggets)):
+            gram, b = _data_terms(design.phi, noise, design.y)
+        else:
+            gram, b = self._terms
+            if gram.shape[0] < p:  # new effects: zero data terms until a cell adds to them
+                grown = np.zeros((p, p))
+                grown[:gram.shape[0], :gram.shape[0]] = gram
+                gram, b = grown, np.concatenate([b, np.zeros(p - len(b))])
+            changed = sorted(self._changed)
+            old = [i for i in changed if i < len(self._term_y)]
+            rows = ([self._rows[i] for i in changed]
+                    + [self._retired.get(i, self._rows[i]) for i in old])
+            signed = np.concatenate([weights[changed], -self._term_weights[old]])
+            ys = np.concatenate([design.y[changed], self._term_y[old]])
+            idx, val = _padded(rows)
+            # sum_r signed_r phi_r phi_r^T and sum_r signed_r y_r phi_r, scattered: a few
+            # cells of ~20 effects each touch ~400 entries of gram.
+            outer = signed[:, None, None] * val[:, :, None] * val[:, None, :]
+            flat = (idx[:, :, None] * p + idx[:, None, :]).ravel()
+            gram += np.bincount(flat, outer.ravel(), minlength=p * p).reshape(p, p)
+            b = b + np.bincount(idx.ravel(), (val * (signed * ys)[:, None]).ravel(),
+                                minlength=p)
+        self._terms, self._term_nuggets = (gram, b), nuggets.copy()
+        self._term_weights, self._term_y = weights, design.y
+        self._retired, self._changed = {}, set()
+        return _posterior_from_terms(gram, b, prior_var, noise)
 
 
-def _context_key(cell: Cell, context: FeatureContext) -> tuple[object, ...]:
-    """What of ``context`` a cell's features read (see :func:`cell_features`)."""
-    centre = context.centres.get(_declared(cell.job_type)[0])
-    if cell.partner is None:
-        return (centre,)
-    where = (cell.scale_factor, cell.gpu_type)
-    return (centre, context.centres.get(_declared(cell.partner)[0]),
-            context.loads.get((cell.job_type, *where)), context.loads.get((cell.partner, *where)))
-
-
-def _build_design(pooled: dict[Cell, PooledCell], context: FeatureContext,
-                  noise_var_at_reference: float, reference_seconds: float,
-                  rows: _DesignRows | None = None) -> _Design:
-    names = FIXED_EFFECTS + RANDOM_EFFECTS
-    rows = _DesignRows() if rows is None else rows
-    cells = list(pooled)
-    phi = rows.phi(cells, context)
-    columns = dict(rows.columns)  # a copy: the belief keeps it while the rows grow
-    column_effect = [names.index(name) for name, _ in columns]
-    seconds = np.array([pooled[c].seconds for c in cells])
-    return _Design(cells, np.array([pooled[c].log_rate for c in cells]),
-                   noise_var_at_reference * reference_seconds / seconds,
-                   np.array([c.partner is not None for c in cells]), phi, columns,
-                   np.array(column_effect, dtype=int), names)
+EFFECT_NAMES = FIXED_EFFECTS + RANDOM_EFFECTS
 
 
 @dataclass
 class _Posterior:
     mean: np.ndarray      # (p,)
     chol: np.ndarray      # (p, p) lower Cholesky factor of the posterior precision
-    cov: np.ndarray       # (p, p)
     prior_var: np.ndarray  # (p,)
     noise_var: np.ndarray  # (n,) nugget + measurement
+    _cov: np.ndarray | None = None
+
+    @property
+    def cov(self) -> np.ndarray:
+        """The effects' posterior covariance ``(p, p)``, on first use (LAPACK ``potri``: twice
+        the Cholesky's cost, and most predictions need only a few of its entries' worth)."""
+        if self._cov is None:
+            self._cov = _inverse_from_cholesky(self.chol)
+        return self._cov
+
+
+def _prior_and_noise(design: _Design, log_params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each effect column's prior variance ``(p,)`` and each cell's noise variance (its nugget
+    and its measurement variance) ``(n,)`` under ``log_params``."""
+    variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
+    nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
+    per_effect = np.array([variances[name] for name in design.effect_names])
+    prior_var = per_effect[design.column_effect] if len(design.column_effect) else np.zeros(0)
+    return prior_var, np.where(design.is_pair, nugget[1], nugget[0]) + design.meas_var
+
+
+def _data_terms(phi: scipy.sparse.csr_matrix, noise: np.ndarray, y: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``phi.T @ W @ phi`` (dense ``(p, p)``) and ``phi.T @ W @ y`` ``(p,)``,
+    ``W = diag(1 / noise)``."""
+    weighted = scipy.sparse.diags(1.0 / noise) @ phi
+    return (phi.T @ weighted).toarray(), weighted.T @ y
+
+
+def _posterior_from_terms(gram: np.ndarray, b: np.ndarray, prior_var: np.ndarray,
+                          noise: np.ndarray) -> _Posterior:
+    """The effects' posterior from the data terms: precision ``gram + diag(1 / prior_var)``."""
+    precision = gram.copy()
+    precision[np.diag_indices_from(precision)] += 1.0 / prior_var
+    chol = scipy.linalg.cholesky(precision, lower=True)
+    mean = scipy.linalg.cho_solve((chol, True), b)
+    return _Posterior(mean, chol, prior_var, noise)
 
 
 def _condition(design: _Design, log_params: np.ndarray, gradient: bool = True
                ) -> tuple[_Posterior, float, np.ndarray]:
-    """Posterior of the effects, the negative log marginal likelihood and its gradient with
-    respect to ``log_params`` (learned log variances, then the log nuggets; zeros unless
-    ``gradient``)."""
-    variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
+    """Posterior of the effects (built in full), the negative log marginal likelihood and its
+    gradient with respect to ``log_params`` (learned log variances, then the log nuggets;
+    zeros unless ``gradient``)."""
     nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
-    prior_var = np.array([variances[design.effect_names[e]] for e in design.column_effect])
-    kind_nugget = np.where(design.is_pair, nugget[1], nugget[0])
-    noise = kind_nugget + design.meas_var
+    prior_var, noise = _prior_and_noise(design, log_params)
     phi = design.phi
-    weighted = scipy.sparse.diags(1.0 / noise) @ phi
-    precision = (phi.T @ weighted).toarray() + np.diag(1.0 / prior_var)
-    chol = scipy.linalg.cholesky(precision, lower=True)
-    b = weighted.T @ design.y
-    mean = scipy.linalg.cho_solve((chol, True), b)
-    cov = _inverse_from_cholesky(chol)
+    gram, b = _data_terms(phi, noise, design.y)
+    posterior = _posterior_from_terms(gram, b, prior_var, noise)
+    mean, chol = posterior.mean, posterior.chol
     resid = design.y - phi @ mean
     n = len(design.y)
     nll = 0.5 * (design.y @ (design.y / noise) - b @ mean + 2 * np.log(np.diag(chol)).sum()
                  + np.log(prior_var).sum() + np.log(noise).sum() + n * math.log(2 * math.pi))
     grad = np.zeros_like(log_params)
     if not gradient:
-        return _Posterior(mean, chol, cov, prior_var, noise), float(nll), grad
+        return posterior, float(nll), grad
+    cov = posterior.cov
     per_column = (mean**2 + np.diag(cov)) / prior_var - 1.0
     for i, name in enumerate(RANDOM_EFFECTS):
         e = design.effect_names.index(name)
@@ -331,7 +553,7 @@ def _condition(design: _Design, log_params: np.ndarray, gradient: bool = True
     for i, is_pair in enumerate((False, True)):
         rows = design.is_pair == is_pair
         grad[len(RANDOM_EFFECTS) + i] = -0.5 * nugget[i] * per_row[rows].sum()
-    return _Posterior(mean, chol, cov, prior_var, noise), float(nll), grad
+    return posterior, float(nll), grad
 
 
 def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
@@ -342,9 +564,21 @@ def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
     return np.tril(inverse) + np.tril(inverse, -1).T
 
 
-def _quadratic_diag(phi: scipy.sparse.csr_matrix, cov: np.ndarray) -> np.ndarray:
-    """``diag(phi @ cov @ phi.T)`` for a sparse ``phi`` of shape ``(N, p)``, shape ``(N,)``."""
-    phi = phi.tocsr()
+def _padded(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sparse rows ``(columns, values)`` as dense ``(N, width)`` column and value arrays,
+    padded with column 0 and value 0."""
+    width = max((len(cols) for cols, _ in rows), default=0)
+    idx = np.zeros((len(rows), width), dtype=np.int64)
+    val = np.zeros((len(rows), width))
+    for r, (cols, vals) in enumerate(rows):
+        idx[r, :len(cols)] = cols
+        val[r, :len(vals)] = vals
+    return idx, val
+
+
+def _padded_csr(phi: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR matrix's rows as dense ``(N, width)`` column and value arrays (see
+    :func:`_padded`)."""
     counts = np.diff(phi.indptr)
     width = int(counts.max()) if len(counts) else 0
     idx = np.zeros((phi.shape[0], width), dtype=int)
@@ -353,8 +587,26 @@ def _quadratic_diag(phi: scipy.sparse.csr_matrix, cov: np.ndarray) -> np.ndarray
     rows = np.repeat(np.arange(phi.shape[0]), counts)
     idx[rows, slot] = phi.indices
     val[rows, slot] = phi.data
+    return idx, val
+
+
+def _quadratic_diag(phi: scipy.sparse.csr_matrix, cov: np.ndarray) -> np.ndarray:
+    """``diag(phi @ cov @ phi.T)`` for a sparse ``phi`` of shape ``(N, p)``, shape ``(N,)``."""
+    idx, val = _padded_csr(phi.tocsr())
     block = cov[idx[:, :, None], idx[:, None, :]]
     return np.einsum("ni,nij,nj->n", val, block, val)
+
+
+@functools.lru_cache(maxsize=4)
+def _standard_normals(p: int, num_draws: int, seed: int
+                      ) -> tuple[np.ndarray, Mapping[str, Any]]:
+    """``default_rng(seed).standard_normal((p, num_draws))`` (read-only) and the generator's
+    state after it, kept: the profiling plan draws 512 with seed 0 for every new job, and ``p``
+    changes only when a fit meets new effects."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((p, num_draws))
+    z.flags.writeable = False
+    return z, rng.bit_generator.state
 
 
 @dataclass
@@ -381,6 +633,7 @@ class BayesianThroughputBelief:
     #: Where pairs fit (:mod:`~bayes_sched.estimation.throughput.pair_fit`); ``None``: every
     #: pair is taken to fit.
     pair_fits: PairFitBelief | None = None
+    _query_rows: _QueryRows = field(default_factory=_QueryRows)
 
     @property
     def num_cells(self) -> int:
@@ -389,7 +642,8 @@ class BayesianThroughputBelief:
     def log_moments(self, cells: Sequence[Cell]) -> tuple[np.ndarray, np.ndarray,
                                                           _QueryParts]:
         """Posterior mean and variance of log steps/s of ``cells``, each shape ``(N,)``."""
-        parts = self._query(cells)
+        with _one_blas_thread():
+            parts = self._query(cells)
         var = parts.scale**2 * parts.known_var + parts.unknown_var + parts.cell_var
         return parts.offset + parts.scale * parts.known_mean, var * self.widening**2, parts
 
@@ -413,9 +667,15 @@ class BayesianThroughputBelief:
         rng = np.random.default_rng(seed)
         n = len(cells)
         if self.posterior is not None and parts.phi.shape[1]:
-            z = rng.standard_normal((len(self.posterior.mean), num_draws))
-            w_dev = scipy.linalg.solve_triangular(self.posterior.chol, z, lower=True, trans="T")
-            known_dev = (parts.phi @ w_dev).T * parts.scale
+            z, state = _standard_normals(len(self.posterior.mean), num_draws, seed)
+            rng.bit_generator.state = state
+            if parts.half is not None:
+                # phi @ L^-T z = (L^-1 phi^T)^T z: p^2 N work instead of p^2 draws.
+                known_dev = (parts.half.T @ z).T * parts.scale
+            else:
+                w_dev = scipy.linalg.solve_triangular(self.posterior.chol, z, lower=True,
+                                                      trans="T")
+                known_dev = (parts.phi @ w_dev).T * parts.scale
         else:
             known_dev = np.zeros((num_draws, n))
         unknown = rng.standard_normal((num_draws, parts.unknown.shape[1])) * np.sqrt(
@@ -433,7 +693,8 @@ class BayesianThroughputBelief:
             self.design.columns if self.design is not None else {})
         p = len(columns)
         n = len(cells)
-        phi, found = _feature_rows(cells, self.context, columns, grow=False)
+        few = n < p  # fewer cells than effects: dense rows, and variances through L^-1 phi^T
+        phi, found = _feature_rows(cells, self.context, columns, self._query_rows, dense=few)
         unknown_cols: dict[tuple[str, tuple[object, ...]], int] = {}
         unknown_prior: list[float] = []
         urows, ucols, uvals = [], [], []
@@ -445,16 +706,28 @@ class BayesianThroughputBelief:
             urows.append(r)
             ucols.append(u)
             uvals.append(value)
-        unknown = scipy.sparse.csr_matrix((uvals, (urows, ucols)), shape=(n, len(unknown_cols)))
+        unknown: Matrix
+        if few:
+            unknown = np.zeros((n, len(unknown_cols)))
+            unknown[urows, ucols] = uvals
+        else:
+            unknown = scipy.sparse.csr_matrix((uvals, (urows, ucols)),
+                                              shape=(n, len(unknown_cols)))
         prior = np.array(unknown_prior)
-        unknown_var = np.asarray(unknown.multiply(unknown) @ prior).ravel() if len(prior) \
+        unknown_var = np.asarray(_squared(unknown) @ prior).ravel() if len(prior) \
             else np.zeros(n)
         cell_var = np.array([nugget[1] if c.partner is not None else nugget[0] for c in cells])
         scale = np.ones(n)
         offset = np.zeros(n)
+        half = None
         if self.posterior is not None:
             known_mean = phi @ self.posterior.mean
-            known_var = _quadratic_diag(phi, self.posterior.cov)
+            if isinstance(phi, np.ndarray):
+                # Fewer cells than effects: L^-1 phi^T (p^2 N) beats the covariance (~p^3).
+                half = scipy.linalg.solve_triangular(self.posterior.chol, phi.T, lower=True)
+                known_var = np.einsum("ij,ij->j", half, half)
+            else:
+                known_var = _quadratic_diag(phi, self.posterior.cov)
             assert self.design is not None
             for r, cell in enumerate(cells):
                 i = self._observed.get(cell)
@@ -471,22 +744,23 @@ class BayesianThroughputBelief:
             known_mean = np.zeros(n)
             known_var = np.zeros(n)
             prior_var = np.array([variances[name] for name, _ in columns])
-            known_var = np.asarray(phi.multiply(phi) @ prior_var).ravel() if p else known_var
+            known_var = np.asarray(_squared(phi) @ prior_var).ravel() if p else known_var
         return _QueryParts(phi, known_mean, known_var, unknown, prior, unknown_var, cell_var,
-                           scale, offset)
+                           scale, offset, half)
 
 
 @dataclass
 class _QueryParts:
-    phi: scipy.sparse.csr_matrix   # (N, p) effects the fit saw
+    phi: Matrix                    # (N, p) effects the fit saw
     known_mean: np.ndarray         # (N,)
     known_var: np.ndarray          # (N,) posterior (or prior, after a failed fit) variance
-    unknown: scipy.sparse.csr_matrix  # (N, U) effects the fit never saw (prior)
+    unknown: Matrix                # (N, U) effects the fit never saw (prior)
     unknown_prior: np.ndarray      # (U,)
     unknown_var: np.ndarray        # (N,)
     cell_var: np.ndarray           # (N,) cell-effect variance (posterior where observed)
     scale: np.ndarray              # (N,) 1 - shrinkage of observed cells
     offset: np.ndarray             # (N,) shrinkage x observed log rate
+    half: np.ndarray | None = None  # (p, N) L^-1 phi^T (L: the precision's factor), if formed
 
 
 class BayesianThroughputLearner:
@@ -523,15 +797,18 @@ class BayesianThroughputLearner:
         self.hyperparameter_growth = float(hyperparameter_growth)
         self._tuned_cells = 0  # cells observed at the last converged hyperparameter fit
         self._pool = IncrementalPool()  # the reports so far, pooled per cell
-        self._rows = _DesignRows()  # their design rows
         self.measurement_noise = measurement_noise
         self.reference_seconds = reference_seconds
+        self._design = self._new_design()  # their design and precision terms
         self.fallback_widening = fallback_widening
         self.log_variances = (default_log_variances() if log_variances is None
                               else np.array(log_variances, dtype=float))
         self.profiling_budget = profiling_budget
         self.learn_pair_fits = learn_pair_fits
         self._launches = PairLaunches()
+
+    def _new_design(self) -> _OnlineDesign:
+        return _OnlineDesign(self.measurement_noise**2, self.reference_seconds)
 
     def conditioning_only(self) -> BayesianThroughputLearner:
         """A learner that conditions on data with this one's current hyperparameters and fits
@@ -552,17 +829,17 @@ class BayesianThroughputLearner:
         pooled = self._pool.update(observations)
         if not self._pool.extended:
             self._tuned_cells = 0  # other data, not more of the same: fit the hyperparameters
-            self._rows = _DesignRows()
+            self._design = self._new_design()
             self._launches.restart()
         pair_fits = self._launches.update(observations) if self.learn_pair_fits else None
-        context = FeatureContext(_batch_centres(pooled), _loads(pooled))
+        self._design.update(pooled, self._pool.touched)
+        context = self._design.context
         if not pooled:
             return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
                                             fit_seconds=time.perf_counter() - start,
                                             pair_fits=pair_fits)
-        design = _build_design(pooled, context, self.measurement_noise**2,
-                               self.reference_seconds, self._rows)
-        observed = {cell: i for i, cell in enumerate(design.cells)}
+        design = self._design.design()
+        observed = dict(self._design.index)
         reason: str | None = None
         params = self.log_variances.copy()
         iterations = 0
@@ -583,7 +860,7 @@ class BayesianThroughputLearner:
             except (np.linalg.LinAlgError, ValueError) as error:
                 reason = f"hyperparameter fit failed: {error}"
         try:
-            posterior = _condition(design, params, gradient=False)[0]
+            posterior: _Posterior | None = self._design.posterior(design, params)
         except (np.linalg.LinAlgError, ValueError) as error:
             reason = f"{reason}; " if reason else ""
             reason += f"conditioning failed ({error}): prior only"
@@ -599,7 +876,8 @@ class BayesianThroughputLearner:
             design if posterior is not None else None, posterior, params, context,
             widening=1.0 if reason is None else self.fallback_widening, fallback_reason=reason,
             fit_seconds=time.perf_counter() - start, iterations=iterations,
-            _observed=observed if posterior is not None else {}, pair_fits=pair_fits)
+            _observed=observed if posterior is not None else {}, pair_fits=pair_fits,
+            _query_rows=self._design.query_rows)
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:
@@ -619,27 +897,3 @@ class BayesianThroughputLearner:
             cov = cov - np.outer(cov[:, i], cov[i, :]) / cov[i, i]
             cov[i, i] = 0.0
         return chosen
-
-
-def _batch_centres(pooled: dict[Cell, PooledCell]) -> dict[str, float]:
-    """Mean log2 batch size of each family's types seen (the batch slopes' origin)."""
-    by_family: dict[str, set[int]] = {}
-    for cell in pooled:
-        for job_type in (cell.job_type, cell.partner):
-            if job_type is None:
-                continue
-            family, batch = job_type_features(job_type)
-            if batch is not None:
-                by_family.setdefault(family, set()).add(batch)
-    return {fam: float(np.mean(np.log2(sorted(b)))) for fam, b in by_family.items()}
-
-
-def _loads(pooled: dict[Cell, PooledCell]) -> dict[tuple[str, int, str], float]:
-    """Observed log alone rates less their mean over types at each scale and GPU type."""
-    by_place: dict[tuple[int, str], dict[str, float]] = {}
-    for cell, p in pooled.items():
-        if cell.partner is None:
-            by_place.setdefault((cell.scale_factor, cell.gpu_type), {})[cell.job_type] = p.log_rate
-    means = {place: float(np.mean(list(rates.values()))) for place, rates in by_place.items()}
-    return {(j, s, g): rate - means[(s, g)]
-            for (s, g), rates in by_place.items() for j, rate in rates.items()}

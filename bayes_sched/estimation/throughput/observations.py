@@ -85,6 +85,9 @@ class IncrementalPool:
         self._last: CellObservation | None = None
         #: Whether the last :meth:`update` read only the new tail of the list seen before.
         self.extended = False
+        #: The cells whose pooled reports the last :meth:`update` changed or added, in
+        #: first-seen order (every cell after a start over).
+        self.touched: list[Cell] = []
 
     def update(self, observations: Sequence[CellObservation]) -> dict[Cell, PooledCell]:
         """The pooled usable observations of ``observations`` (as :func:`pool`)."""
@@ -108,6 +111,7 @@ class IncrementalPool:
             self._pooled[cell] = PooledCell(a / s, b / s, s)
         self._count = len(observations)
         self._last = observations[-1] if observations else None
+        self.touched = list(touched)
         return dict(self._pooled)
 
 

@@ -1,0 +1,112 @@
+"""Our learner's online fits update the posterior's precision in place of a full rebuild: they
+must give the full build's posterior (mean and variance of every cell's log steps/s, observed or
+not, alone or paired, of a type seen or never seen) to rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
+from bayes_sched.estimation.throughput.observations import table_rate
+from bayes_sched.estimation.throughput_cells import Cell, CellObservation
+from bayes_sched.throughputs import ThroughputTable, load_throughputs
+
+SIMULATION = load_throughputs("simulation")
+GPUS = ("v100", "p100", "k80")
+
+
+def _types() -> list[str]:
+    """Job types of three families with two batch sizes each, so that a type arriving later
+    moves its family's batch centre (and every row of that family)."""
+    by_family: dict[str, list[str]] = {}
+    for job_type in SIMULATION.job_types:
+        by_family.setdefault(job_type.split(" (")[0], []).append(job_type)
+    families = [types for types in by_family.values() if len(types) >= 2][:3]
+    return [t for types in families for t in types[:2]]
+
+
+def _report(table: ThroughputTable, cell: Cell, factor: float, seconds: float
+            ) -> CellObservation | None:
+    rate = table_rate(table, cell)
+    return None if not rate else CellObservation(cell, rate * factor, seconds)
+
+
+def _rounds(seed: int) -> list[list[CellObservation]]:
+    """Reports arriving round by round: types join one at a time (new effects, new batch
+    centres), cells measured again (their pooled rate and seconds move), alone reports at a
+    place where pairs are measured (the pairs' loads move), and pairs."""
+    rng = np.random.default_rng(seed)
+    types = _types()
+    rounds: list[list[CellObservation]] = []
+    for r in range(len(types) + 3):
+        known = types[:min(r + 1, len(types))]
+        cells = [Cell(t, s, g) for t in known for s in (1, 2) for g in GPUS]
+        cells += [Cell(a, 1, g, b) for a in known for b in known for g in GPUS[:2]]
+        chosen = rng.choice(len(cells), size=min(len(cells), 12), replace=False)
+        reports = [_report(SIMULATION, cells[i], float(np.exp(rng.normal(0, 0.05))),
+                           float(rng.uniform(60, 600))) for i in chosen]
+        rounds.append([o for o in reports if o is not None])
+    return rounds
+
+
+def _queries() -> list[Cell]:
+    types = _types()
+    unseen = next(t for t in SIMULATION.job_types if t not in types)
+    cells = [Cell(t, s, g) for t in [*types, unseen] for s in (1, 2, 4) for g in GPUS]
+    cells += [Cell(a, 1, g, b) for a in [*types, unseen] for b in types for g in GPUS]
+    return cells
+
+
+def _moments(learner: BayesianThroughputLearner, observations: list[CellObservation]
+             ) -> tuple[np.ndarray, np.ndarray]:
+    mean, var, _ = learner.fit(observations).log_moments(_queries())
+    return mean, var
+
+
+def _shifted_log_variances() -> np.ndarray:
+    """The default hyperparameters, each moved by its own amount (not the fitted ones)."""
+    base = BayesianThroughputLearner().log_variances
+    return base + np.linspace(-1.0, 0.5, len(base))
+
+
+def test_online_conditioning_equals_the_full_build_after_every_round() -> None:
+    params = _shifted_log_variances()
+    online = BayesianThroughputLearner(max_iterations=0, log_variances=params)
+    growing: list[CellObservation] = []
+    updated = 0
+    for reports in _rounds(seed=3):
+        growing.extend(reports)
+        full_before = online._design._terms is not None
+        mean, var = _moments(online, growing)
+        updated += full_before  # this fit updated the terms in place
+        # A fresh learner on a copy of the list builds everything from scratch.
+        fresh = BayesianThroughputLearner(max_iterations=0, log_variances=params)
+        mean_full, var_full = _moments(fresh, list(growing))
+        np.testing.assert_allclose(mean, mean_full, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(var, var_full, rtol=1e-8, atol=1e-10)
+    assert updated >= 6
+
+
+def test_online_fits_with_hyperparameter_refits_equal_a_full_build_at_their_hyperparameters(
+        ) -> None:
+    online = BayesianThroughputLearner()
+    growing: list[CellObservation] = []
+    for reports in _rounds(seed=5)[:5]:
+        growing.extend(reports)
+        mean, var = _moments(online, growing)
+        fresh = BayesianThroughputLearner(max_iterations=0, log_variances=online.log_variances)
+        mean_full, var_full = _moments(fresh, list(growing))
+        np.testing.assert_allclose(mean, mean_full, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(var, var_full, rtol=1e-8, atol=1e-10)
+
+
+def test_draws_of_a_few_cells_repeat_by_seed_and_have_the_posterior_moments() -> None:
+    learner = BayesianThroughputLearner(max_iterations=0)
+    belief = learner.fit([o for reports in _rounds(seed=1) for o in reports])
+    few = _queries()[:5]  # fewer cells than effects: the draws go through L^-1 phi^T
+    first = belief.predict(few, num_draws=4000, seed=7).draws
+    np.testing.assert_array_equal(first, belief.predict(few, num_draws=4000, seed=7).draws)
+    mean, var, _ = belief.log_moments(few)
+    logs = np.log(first)
+    np.testing.assert_allclose(logs.mean(axis=0), mean, atol=4 * np.sqrt(var.max() / 4000))
+    np.testing.assert_allclose(logs.var(axis=0), var, rtol=0.1)
