@@ -134,3 +134,20 @@ def test_ours_counts_the_whole_iterations_of_an_epoch_as_the_job_runs_them() -> 
     shockwave = ShockwavePolicy(remaining_work="dirichlet")  # as published: 4 % short
     assert sum(shockwave.profile(view, "v100").epoch_seconds) == \
         pytest.approx(truth * 117907 / 8192 / 15, rel=1e-9)
+
+
+def test_a_calibration_factor_corrects_only_the_profile_it_was_computed_on() -> None:
+    # A learner's first belief had the job 4x too fast: Shockwave's rule sets a factor of ~4 on
+    # that profile. Its next belief has learned the job's rate: that profile needs no factor,
+    # and the old one must not be applied to it (it was: the job was planned 4x too slow).
+    (job,) = read_shockwave_trace_text(GOOD.replace("\tgns\t", "\tstatic\t"))
+    cluster = ShockwaveCluster([job], _spec("v100:1x1"), load_shockwave_throughputs(),
+                               measurement_noise=0.0)
+    (view,) = cluster.job_views()
+    policy = ShockwavePolicy()
+    learned = policy.profile(view, "v100")
+    rate = view.examples_per_epoch / view.requested_batch_size / learned.epoch_seconds[0]
+    policy._measured[view.name] = {5: (rate, view.requested_batch_size)}  # what the job ran at
+    first = RegimeProfile(learned.regimes, tuple(s / 4 for s in learned.epoch_seconds))
+    assert policy.calibration(view, first) == pytest.approx(4.0, rel=0.05)
+    assert policy.calibration(view, learned) == 1.0

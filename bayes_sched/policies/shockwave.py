@@ -220,10 +220,10 @@ class ShockwavePolicy:
         self._profiles: dict[tuple[str, int, str, int, int, str], RegimeProfile] = {}
         self._belief: ThroughputBelief | None = None  # the learner's, as of the last plan
         # Per job: measured (steps/s, batch size) by round, the last report seen, the factor on
-        # its profiled epoch times.
+        # its profiled epoch times with the profile it corrects.
         self._measured: dict[str, dict[int, tuple[float, int]]] = {}
         self._last_report: dict[str, tuple[float, float, int]] = {}
-        self._factor: dict[str, float] = {}
+        self._factor: dict[str, tuple[float, RegimeProfile]] = {}
 
     # --- Policy interface -----------------------------------------------------------------------
 
@@ -351,8 +351,17 @@ class ShockwavePolicy:
         rate standing for every round since the previous measurement (from round 0), are compared
         with the examples its profile would have processed from time 0 to the last measured
         round; when they differ by more than 40 %, epoch times become the profile's times the
-        ratio profile / measured (otherwise the factor in force stays)."""
-        factor = self._factor.get(job.name, 1.0)
+        ratio profile / measured (otherwise the factor in force stays).
+
+        A factor corrects the profile it was computed on. With a learner (``source``) the
+        profile is rebuilt from each new belief, which has learned from the same measurements:
+        a factor in force for an older profile would correct them twice (a job first profiled
+        4x too fast kept a factor of 4.9 on a belief that had learned its rate, so was planned
+        4.9x too slow and starved: worst rho 3.03 on the tacc_120 trace, noise seed 1). So a
+        new profile starts from 1 and the rule is applied to it afresh; with the table the
+        profile never changes and the rule is Shockwave's."""
+        entry = self._factor.get(job.name)
+        factor = entry[0] if entry is not None and entry[1] == profile else 1.0
         measured = self._measured.get(job.name)
         if not measured:
             return factor
@@ -379,7 +388,7 @@ class ShockwavePolicy:
         if examples > 0 and profiled_examples > 0 \
                 and abs(examples - profiled_examples) / profiled_examples > 0.4:
             factor = profiled_examples / examples
-            self._factor[job.name] = factor
+            self._factor[job.name] = (factor, profile)
         return factor
 
     def _calibrated(self, job: JobView, profile: RegimeProfile) -> RegimeProfile:
