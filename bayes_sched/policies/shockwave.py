@@ -218,6 +218,7 @@ class ShockwavePolicy:
         self._previous: list[str] = []
         self._share_series: dict[str, list[tuple[int, float]]] = {}
         self._profiles: dict[tuple[str, int, str, int, int, str], RegimeProfile] = {}
+        self._schedules: dict[tuple[str, int, str, int, int], tuple[int, ...]] = {}
         self._belief: ThroughputBelief | None = None  # the learner's, as of the last plan
         # Per job: measured (steps/s, batch size) by round, the last report seen, the factor on
         # its profiled epoch times with the profile it corrects.
@@ -291,8 +292,11 @@ class ShockwavePolicy:
                job.requested_replicas, gpu)
         cached = self._profiles.get(key)
         if cached is None:
-            regimes = batch_size_schedule(job.batch_size_mode, model, job.requested_batch_size,
-                                          max(job.target_epochs, 1), job.requested_replicas)
+            regimes = self._schedules.get(key[:-1])
+            if regimes is None:  # kept across beliefs: the schedule is the job's declaration's
+                regimes = self._schedules[key[:-1]] = tuple(batch_size_schedule(
+                    job.batch_size_mode, model, job.requested_batch_size,
+                    max(job.target_epochs, 1), job.requested_replicas))
             seconds = {}
             learned = self._learned_epoch_seconds(model, sorted(set(regimes)),
                                                   job.requested_replicas, gpu)
@@ -306,7 +310,7 @@ class ShockwavePolicy:
                 seconds[batch] = known if known is not None else (
                     math.ceil(max(job.examples_per_epoch, 1) / max(batch, 1))
                     / DEFAULT_STEPS_PER_SECOND)
-            cached = RegimeProfile(tuple(regimes), tuple(seconds[b] for b in regimes))
+            cached = RegimeProfile(regimes, tuple(seconds[b] for b in regimes))
             self._profiles[key] = cached
         return cached
 
