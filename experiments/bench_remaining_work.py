@@ -86,7 +86,9 @@ def main() -> None:
                     below.setdefault((job.mode, name, percent, "profile"), []).append(
                         left <= policy.predictor.quantile_seconds(profile, at, QUANTILE)
                         * (1 + 1e-9))
-            cluster.apply({view.name: pack(view.requested_replicas, cluster.state.capacity())})
+            counts = pack(view.requested_replicas, cluster.state.capacity())
+            assert counts is not None  # alone on the cluster: its GPUs are free
+            cluster.apply({view.name: counts})
             cluster.advance(spec.round_interval)
     rows = [{"mode": mode, "predictor": name, "progress_pct": percent, "jobs": len(e),
              "mean_abs_rel_err": float(np.mean(np.abs(e))),
