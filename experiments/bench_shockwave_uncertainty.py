@@ -91,6 +91,30 @@ tied with gavel), makespan (1.036 vs 1.311 and 1.178) and unfair fraction (+0.9 
 Decision time of our learner against the same policy with the table
 (wall clock at load 30-60, noisy): Shockwave 3.5x (noise_scale: 11.5 s vs 3.3 s a round; with
 Dirichlet 1.4x), max-min 7x (93 vs 13 ms; refits at recomputes): the issue's 2x is not met.
+
+Session 11 (the figures above are last session's code). The seed-1 spike had one cause: job 12
+(ResNet-18 at batch 256, 1 GPU) was first planned on the learner's prior, 4x too fast (7.6 s an
+epoch against 30.9 s); Shockwave's calibration rule set a factor of 4.9 against that profile, and
+kept it (the rule keeps the factor in force while measurements agree within 40 %) on every later
+belief, which had itself learned the rate: planned at 151.6 s an epoch (4.9x too slow, 1064 s
+left against 216 s), the job was not run from t = 1560 s to 14640 s, rho 3.03. A factor now
+corrects only the profile it was computed on (``ShockwavePolicy.calibration``); on last
+session's code (7034d8d) with that fix alone, seed 1 gives worst FTF 1.553 (was 3.025) and avg
+JCT 10157 s (was 10384 s). On the current code, with it and ours' whole epochs
+(``whole_epochs``), ``--policies shockwave --seeds 0 1 2 --workers 3`` (load 5-24), ratios to
+the oracle (10566 s, 22109 s, worst FTF 1.545, 5.8 % unfair), mean (min..max) over seeds:
+
+    source    predictor    seeds  avg JCT              makespan  worst FTF            unfair (pts)
+    bayes     noise_scale  3      0.968 (0.967..0.969)  1.029     1.124 (0.983..1.195)  +1.7
+    sia       dirichlet    3      0.966 (0.943..0.978)  1.156     1.222 (1.188..1.288)  +1.1
+    gavel     noise_scale  1      0.962                 1.172     1.124                 +9.2
+    sia       noise_scale  1      0.971                 1.027     1.311                 +3.3
+    agnostic  noise_scale  1      0.975                 1.159     1.719                 +14.2
+
+Worst FTF per seed 0 / 1 / 2: ours 1.846 / 1.519 / 1.846, sia + dirichlet 1.839 / 1.990 / 1.835
+(ours 0.4 and 0.6 % above sia's on seeds 0 and 2, 24 % below on seed 1). Sia's learner is the
+best baseline and beats the oracle's average JCT (so the gap is under 3 %): ours is 3.2 % below
+the oracle, within 1 % of it or better on every seed.
 """
 
 from __future__ import annotations
