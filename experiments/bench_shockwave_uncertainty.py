@@ -91,6 +91,38 @@ tied with gavel), makespan (1.036 vs 1.311 and 1.178) and unfair fraction (+0.9 
 Decision time of our learner against the same policy with the table
 (wall clock at load 30-60, noisy): Shockwave 3.5x (noise_scale: 11.5 s vs 3.3 s a round; with
 Dirichlet 1.4x), max-min 7x (93 vs 13 ms; refits at recomputes): the issue's 2x is not met.
+
+Session 11 (the figures above are last session's code). The seed-1 spike had one cause: job 12
+(ResNet-18 at batch 256, 1 GPU) was first planned on the learner's prior, 4x too fast (7.6 s an
+epoch against 30.9 s); Shockwave's calibration rule set a factor of 4.9 against that profile, and
+kept it (the rule keeps the factor in force while measurements agree within 40 %) on every later
+belief, which had itself learned the rate: planned at 151.6 s an epoch (4.9x too slow, 1064 s
+left against 216 s), the job was not run from t = 1560 s to 14640 s, rho 3.03. A factor now
+corrects only the profile it was computed on (``ShockwavePolicy.calibration``); on last
+session's code (7034d8d) with that fix alone, seed 1 gives worst FTF 1.553 (was 3.025) and avg
+JCT 10157 s (was 10384 s). On the current code, with it and ours' whole epochs
+(``whole_epochs``), ``--policies shockwave --seeds 0 1 2 --workers 3`` (load 5-24), ratios to
+the oracle (10566 s, 22109 s, worst FTF 1.545, 5.8 % unfair), mean (min..max) over seeds:
+
+    source    predictor    seeds  avg JCT               makespan  worst FTF             unfair (pts)
+    bayes     noise_scale  3      0.968 (0.967..0.969)  1.029     1.124 (0.983..1.195)  +1.7
+    sia       dirichlet    3      0.966 (0.943..0.978)  1.156     1.222 (1.188..1.288)  +1.1
+    gavel     dirichlet    3      0.975 (0.972..0.977)  1.203     1.134 (1.102..1.160)  +6.1
+    agnostic  dirichlet    1      1.056                 1.248     2.065                 +25.8
+    table     dirichlet    1      0.999                 1.039     1.363                 +1.7
+    bayes     dirichlet    3      0.975 (0.963..0.984)  1.050     1.140 (1.100..1.212)  +0.0
+    sia       noise_scale  3      0.951 (0.935..0.971)  1.084     1.120 (0.951..1.311)  +3.1
+    gavel     noise_scale  3      0.976 (0.962..0.989)  1.136     1.128 (1.095..1.164)  +10.8
+    agnostic  noise_scale  1      0.975                 1.159     1.719                 +14.2
+
+Worst FTF per seed 0 / 1 / 2: ours 1.846 / 1.519 / 1.846, sia + dirichlet 1.839 / 1.990 / 1.835,
+gavel + dirichlet 1.762 / 1.702 / 1.793 (ours above sia's by 0.4 and 0.6 % on seeds 0 and 2 and
+24 % below on seed 1; above gavel's on seeds 0 and 2). Every baseline estimator is within 3 % of
+the oracle's average JCT or better (sia 0.966, gavel 0.975), so the rule is "ours within 1 %":
+ours is 3.2 % below the oracle on every seed, with the lowest makespan of the learned sources and
+a lower mean worst-FTF ratio than the best baseline's (sia, 1.222x). Our predictor also helps the
+baselines' learners (sia + noise_scale 0.951, worst 1.120x; agnostic 1.056 -> 0.975). Decision
+times are not compared: the load went from 24 to 5 during the grid (10-20x swings).
 """
 
 from __future__ import annotations

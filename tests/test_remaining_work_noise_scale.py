@@ -3,7 +3,10 @@ forecast past a trace's end."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pytest
 
 from bayes_sched.policies.remaining_work import (
     DirichletRegimePredictor,
@@ -51,3 +54,22 @@ def test_the_curve_forecasts_past_the_traces_end_with_joint_draws() -> None:
     assert np.corrcoef(draws[:, 1], draws[:, 2])[0, 1] > 0.5  # one curve per draw
     default = NoiseScaleCurve.fit(trace)
     assert default.max_progress == progress.max()
+
+
+def test_new_epoch_times_reuse_the_fitted_regime_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A learner's every new belief changes the epoch times, not the regimes: the curve is not
+    # refitted, and the draws scale with the times.
+    fits = []
+    fit = NoiseScaleCurve.fit
+
+    def counted(cls: type[NoiseScaleCurve], *args: Any, **kwargs: Any) -> NoiseScaleCurve:
+        fits.append(args)
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(NoiseScaleCurve, "fit", classmethod(counted))
+    profile = profile_from([8] * 5 + [16] * 5 + [32] * 10, {8: 40.0, 16: 25.0, 32: 15.0})
+    slower = profile_from(profile.regimes, {8: 80.0, 16: 50.0, 32: 30.0})
+    ours = NoiseScaleRegimePredictor()
+    first = ours.draws(profile, 8)
+    assert np.allclose(ours.draws(slower, 8), 2 * first)
+    assert len(fits) == 1

@@ -116,3 +116,38 @@ def test_a_run_is_the_same_twice_and_needs_no_wall_clock_cap() -> None:
     second, _ = _run(make_policy("shockwave", future_rounds=4))
     assert policy.time_limit is None and policy.solve_nodes
     assert first.jobs["completion_time"].tolist() == second.jobs["completion_time"].tolist()
+
+
+def test_ours_counts_the_whole_iterations_of_an_epoch_as_the_job_runs_them() -> None:
+    # Recommendation at batch 8192 runs ceil(117907 / 8192) = 15 iterations an epoch, where
+    # Shockwave's profile counts 14.39: 300 steps are 20 whole epochs.
+    line = (GOOD.replace("LM (batch size 10)", "Recommendation (batch size 8192)")
+            .replace("\t77584\t", "\t300\t").replace("\tgns\t", "\tstatic\t"))
+    (job,) = read_shockwave_trace_text(line)
+    cluster = ShockwaveCluster([job], _spec("v100:1x1"), load_shockwave_throughputs(),
+                               measurement_noise=0.0)
+    (view,) = cluster.job_views()
+    truth = cluster.true_remaining_seconds(view.name)
+    ours = ShockwavePolicy(remaining_work="noise_scale")
+    assert ours.predictor.quantile_seconds(ours.profile(view, "v100"), 0, 0.9, view) == \
+        pytest.approx(truth, rel=1e-9)
+    shockwave = ShockwavePolicy(remaining_work="dirichlet")  # as published: 4 % short
+    assert sum(shockwave.profile(view, "v100").epoch_seconds) == \
+        pytest.approx(truth * 117907 / 8192 / 15, rel=1e-9)
+
+
+def test_a_calibration_factor_corrects_only_the_profile_it_was_computed_on() -> None:
+    # A learner's first belief had the job 4x too fast: Shockwave's rule sets a factor of ~4 on
+    # that profile. Its next belief has learned the job's rate: that profile needs no factor,
+    # and the old one must not be applied to it (it was: the job was planned 4x too slow).
+    (job,) = read_shockwave_trace_text(GOOD.replace("\tgns\t", "\tstatic\t"))
+    cluster = ShockwaveCluster([job], _spec("v100:1x1"), load_shockwave_throughputs(),
+                               measurement_noise=0.0)
+    (view,) = cluster.job_views()
+    policy = ShockwavePolicy()
+    learned = policy.profile(view, "v100")
+    rate = view.examples_per_epoch / view.requested_batch_size / learned.epoch_seconds[0]
+    policy._measured[view.name] = {5: (rate, view.requested_batch_size)}  # what the job ran at
+    first = RegimeProfile(learned.regimes, tuple(s / 4 for s in learned.epoch_seconds))
+    assert policy.calibration(view, first) == pytest.approx(4.0, rel=0.05)
+    assert policy.calibration(view, learned) == 1.0

@@ -148,7 +148,7 @@ class NoiseScaleRegimePredictor:
     def __init__(self, num_draws: int = 256, seed: int = 0) -> None:
         self.num_draws = num_draws
         self.seed = seed
-        self._cache: dict[tuple[RegimeProfile, int], np.ndarray] = {}
+        self._cache: dict[tuple[tuple[int, ...], int], tuple[np.ndarray, np.ndarray]] = {}
 
     def remaining_seconds(self, profile: RegimeProfile, epochs_done: int,
                           job: JobView | None = None) -> float:
@@ -160,38 +160,49 @@ class NoiseScaleRegimePredictor:
 
     def draws(self, profile: RegimeProfile, epochs_done: int) -> np.ndarray:
         """Joint posterior draws of the remaining seconds, shape ``(num_draws,)`` (one value
-        where the prediction is certain); cached per (profile, epochs done)."""
-        key = (profile, epochs_done)
+        where the prediction is certain): each draw's epochs left per regime (which depend on
+        the regimes only, so are cached per (regimes, epochs done) and reused when the epoch
+        times change, as with a learner's every new belief) at the profile's epoch times."""
+        if profile.epochs - epochs_done <= 0:
+            return np.ones(1)
+        key = (profile.regimes, epochs_done)
         cached = self._cache.get(key)
         if cached is None:
             if len(self._cache) > 4096:  # a long run: forget the oldest half
                 for old in list(self._cache)[:2048]:
                     del self._cache[old]
-            cached = self._cache[key] = self._draws(profile, epochs_done)
-        return cached
-
-    def _draws(self, profile: RegimeProfile, epochs_done: int) -> np.ndarray:
-        left = profile.epochs - epochs_done
-        if left <= 0:
-            return np.ones(1)
+            cached = self._cache[key] = self._epochs_left(profile.regimes, epochs_done)
+        ladder, counts = cached
         seconds = profile.regime_seconds()
-        seen = np.array(profile.regimes[:epochs_done + 1], dtype=float)
-        current = int(seen[-1])
-        if len(seen) < 2 or left == 1:
-            return np.array([left * seconds[current]])
-        ladder = np.array(sorted(seconds), dtype=float)
-        ladder_seconds = np.array([seconds[int(b)] for b in ladder])
+        return counts @ np.array([seconds[int(b)] for b in ladder])
+
+    def _epochs_left(self, regimes: tuple[int, ...], epochs_done: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """The profile's regimes (ascending), shape ``(K,)``, and each draw's epochs left in
+        each (the current epoch included), shape ``(num_draws, K)`` (one row where certain)."""
+        epochs = len(regimes)
+        ladder = np.array(sorted(set(regimes)), dtype=float)
+        seen = np.array(regimes[:epochs_done + 1], dtype=float)
+        current = int(np.searchsorted(ladder, seen[-1]))
+        if len(seen) < 2 or epochs - epochs_done == 1:
+            counts = np.zeros((1, len(ladder)))
+            counts[0, current] = epochs - epochs_done
+            return ladder, counts
         progress = np.arange(len(seen)) + 0.5  # epochs, each read at its middle
         trace = GradientTrace(int(seen[0]), progress, progress, np.zeros_like(progress),
                               np.ones_like(progress), seen / seen[0])
-        curve = NoiseScaleCurve.fit(trace, total_progress=float(profile.epochs))
-        future = (np.arange(epochs_done + 1, profile.epochs) + 0.5) / profile.epochs
+        curve = NoiseScaleCurve.fit(trace, total_progress=float(epochs))
+        future = (np.arange(epochs_done + 1, epochs) + 0.5) / epochs
         draws = curve.sample_log_noise_curves(future, self.num_draws,
                                               np.random.default_rng(self.seed))
         level = np.searchsorted(ladder, seen[0] * np.exp(draws), side="right") - 1
-        level = np.maximum(level, int(np.searchsorted(ladder, current)))
+        level = np.maximum(level, current)
         level = np.maximum.accumulate(level, axis=1)
-        return seconds[current] + ladder_seconds[level].sum(axis=1)
+        rows = np.arange(self.num_draws)[:, None] * len(ladder)
+        counts = np.bincount((rows + level).ravel(), minlength=self.num_draws * len(ladder)
+                             ).reshape(self.num_draws, len(ladder)).astype(float)
+        counts[:, current] += 1.0  # the current epoch
+        return ladder, counts
 
 
 class OracleRemainingWork:

@@ -148,6 +148,12 @@ class ShockwavePolicy:
         source: ``"table"`` (the ``throughputs`` table) or a learner's name
             (:data:`bayes_sched.estimation.learners.LEARNERS`) the profiles' steps/s come from.
         refit_interval: with a learner, seconds between refits (0: at every plan with reports).
+        whole_epochs: an epoch's time counts the whole iterations a job runs in it,
+            ``ceil(examples per epoch / b)`` (as the job runs them), instead of Shockwave's
+            ``examples per epoch / b``, which is short by the last, partial iteration (4 % for
+            Recommendation at batch 8192). Default: with ours (``noise_scale``), whose quantiles
+            are only calibrated on the epochs the jobs run; off with Shockwave's ``dirichlet``,
+            so that its plans are as published.
 
     Shockwave plans for a homogeneous cluster: on a cluster of several GPU types it plans and
     places jobs on the first type in Gavel's order (V100, P100, K80, then by name) only.
@@ -163,7 +169,7 @@ class ShockwavePolicy:
                  calibrate: bool = True,
                  remaining_work: Literal["dirichlet", "noise_scale"] = "dirichlet",
                  remaining_quantile: float = 0.9, source: str = "table",
-                 refit_interval: float = 0.0) -> None:
+                 refit_interval: float = 0.0, whole_epochs: bool | None = None) -> None:
         if future_rounds < 1 or reopt_rounds < 1:
             raise ValueError(f"future_rounds {future_rounds}, reopt_rounds {reopt_rounds}: "
                              "expected rounds >= 1")
@@ -196,6 +202,8 @@ class ShockwavePolicy:
         self.estimator = (None if source == "table" else ThroughputEstimator(
             make_learner(source, table=self.table, seed=seed), refit_interval))
         self.calibrate = bool(calibrate)
+        self.whole_epochs = (remaining_work == "noise_scale" if whole_epochs is None
+                             else bool(whole_epochs))
         self.solver_failures = 0
         self.allocation_updates = 0  # successful plans
         self.relaxed_plans = 0  # plans without the fairness constraints
@@ -210,12 +218,13 @@ class ShockwavePolicy:
         self._previous: list[str] = []
         self._share_series: dict[str, list[tuple[int, float]]] = {}
         self._profiles: dict[tuple[str, int, str, int, int, str], RegimeProfile] = {}
+        self._schedules: dict[tuple[str, int, str, int, int], tuple[int, ...]] = {}
         self._belief: ThroughputBelief | None = None  # the learner's, as of the last plan
         # Per job: measured (steps/s, batch size) by round, the last report seen, the factor on
-        # its profiled epoch times.
+        # its profiled epoch times with the profile it corrects.
         self._measured: dict[str, dict[int, tuple[float, int]]] = {}
         self._last_report: dict[str, tuple[float, float, int]] = {}
-        self._factor: dict[str, float] = {}
+        self._factor: dict[str, tuple[float, RegimeProfile]] = {}
 
     # --- Policy interface -----------------------------------------------------------------------
 
@@ -273,17 +282,21 @@ class ShockwavePolicy:
     def profile(self, job: JobView, gpu: str) -> RegimeProfile:
         """The job's profile under its declared mode on ``gpu`` (cached per declared settings).
 
-        An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)``, at the table's
-        steps/s, or with a learner (``source``) at its posterior mean as of the last plan; for a
-        job whose model or type neither covers, ``ceil(examples per epoch / b)`` steps at
-        Gavel's default of 1 step/s (a finite guess, so that such a job is still planned)."""
+        An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)`` (with
+        ``whole_epochs``, ``ceil(dataset / b)`` steps), at the table's steps/s, or with a
+        learner (``source``) at its posterior mean as of the last plan; for a job whose model or
+        type neither covers, ``ceil(examples per epoch / b)`` steps at Gavel's default of 1
+        step/s (a finite guess, so that such a job is still planned)."""
         model = model_of(job.application)
         key = (model, job.requested_batch_size, job.batch_size_mode, job.target_epochs,
                job.requested_replicas, gpu)
         cached = self._profiles.get(key)
         if cached is None:
-            regimes = batch_size_schedule(job.batch_size_mode, model, job.requested_batch_size,
-                                          max(job.target_epochs, 1), job.requested_replicas)
+            regimes = self._schedules.get(key[:-1])
+            if regimes is None:  # kept across beliefs: the schedule is the job's declaration's
+                regimes = self._schedules[key[:-1]] = tuple(batch_size_schedule(
+                    job.batch_size_mode, model, job.requested_batch_size,
+                    max(job.target_epochs, 1), job.requested_replicas))
             seconds = {}
             learned = self._learned_epoch_seconds(model, sorted(set(regimes)),
                                                   job.requested_replicas, gpu)
@@ -291,10 +304,13 @@ class ShockwavePolicy:
                 known = (learned.get(batch) if self.estimator is not None else
                          epoch_seconds(self.table, model, batch, job.requested_replicas, gpu)
                          if model in DATASET_SIZE else None)
+                if known is not None and self.whole_epochs:
+                    examples = DATASET_SIZE[model]
+                    known *= math.ceil(examples / batch) / (examples / batch)
                 seconds[batch] = known if known is not None else (
                     math.ceil(max(job.examples_per_epoch, 1) / max(batch, 1))
                     / DEFAULT_STEPS_PER_SECOND)
-            cached = RegimeProfile(tuple(regimes), tuple(seconds[b] for b in regimes))
+            cached = RegimeProfile(regimes, tuple(seconds[b] for b in regimes))
             self._profiles[key] = cached
         return cached
 
@@ -339,8 +355,17 @@ class ShockwavePolicy:
         rate standing for every round since the previous measurement (from round 0), are compared
         with the examples its profile would have processed from time 0 to the last measured
         round; when they differ by more than 40 %, epoch times become the profile's times the
-        ratio profile / measured (otherwise the factor in force stays)."""
-        factor = self._factor.get(job.name, 1.0)
+        ratio profile / measured (otherwise the factor in force stays).
+
+        A factor corrects the profile it was computed on. With a learner (``source``) the
+        profile is rebuilt from each new belief, which has learned from the same measurements:
+        a factor in force for an older profile would correct them twice (a job first profiled
+        4x too fast kept a factor of 4.9 on a belief that had learned its rate, so was planned
+        4.9x too slow and starved: worst rho 3.03 on the tacc_120 trace, noise seed 1). So a
+        new profile starts from 1 and the rule is applied to it afresh; with the table the
+        profile never changes and the rule is Shockwave's."""
+        entry = self._factor.get(job.name)
+        factor = entry[0] if entry is not None and entry[1] == profile else 1.0
         measured = self._measured.get(job.name)
         if not measured:
             return factor
@@ -367,7 +392,7 @@ class ShockwavePolicy:
         if examples > 0 and profiled_examples > 0 \
                 and abs(examples - profiled_examples) / profiled_examples > 0.4:
             factor = profiled_examples / examples
-            self._factor[job.name] = factor
+            self._factor[job.name] = (factor, profile)
         return factor
 
     def _calibrated(self, job: JobView, profile: RegimeProfile) -> RegimeProfile:
