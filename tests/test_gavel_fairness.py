@@ -247,6 +247,29 @@ def test_allox_matches_the_brute_force_optimum_and_does_not_preempt() -> None:
     assert policy.solver_failures == 0
 
 
+def test_allox_gives_multi_gpu_jobs_one_gpu_of_time_and_keeps_matching_them() -> None:
+    """Shockwave's AlloX (its published row): a job of s GPUs that starts a GPU's queue gets
+    fraction 1 / s; it never counts as placed (its fractions do not sum to 1), so it keeps its
+    fraction and its GPUs stay in the later matchings; single-GPU jobs are held as before."""
+    spec = _spec("v100:1x4")
+    kinds = ("ResNet-18 (batch size 16)", SMALL[0], SMALL[3])
+    jobs = [make_job("0", 0.0, kinds[0], 4, 1e5), make_job("1", 0.0, kinds[1], 1, 2e5),
+            make_job("2", 0.0, kinds[2], 1, 1e5)]
+    views = [replace(v, age=100.0 * (3 - i))
+             for i, v in enumerate(TableCluster(jobs, spec, TABLE).job_views())]
+    policy = make_policy("allox", min_reset_interval=0.0)
+    policy.decide(ClusterState(spec=spec, now=ROUND), views)
+    first = {n: x["v100"] for n, x in policy.fractions().items()}
+    assert first == {"0": 0.25, "1": 1.0, "2": 1.0}
+    assert policy.fallbacks == 0
+    late = [replace(v, name="3", submit_time=ROUND, age=1.0) for v in
+            TableCluster([make_job("3", 0.0, kinds[2], 1, 1e4)], spec, TABLE).job_views()]
+    policy.decide(ClusterState(spec=spec, now=2 * ROUND), [*views, *late])
+    again = {n: x["v100"] for n, x in policy.fractions().items()}
+    # Two GPUs are free (jobs 1 and 2 hold theirs): job 3 gets one, job 0 keeps its 1/4.
+    assert again == {"0": 0.25, "1": 1.0, "2": 1.0, "3": 1.0}
+
+
 def test_gandiva_splits_equally_then_packs_same_scale_factor_pairs() -> None:
     spec, world = _world("v100:1x2,k80:1x2", SMALL)
     state = ClusterState(spec=spec, now=ROUND)
