@@ -92,6 +92,9 @@ PUBLISHED: dict[str, tuple[float, float, float, float]] = {
 }
 
 CLUSTER = "v100:32"
+#: The fraction of waiting jobs AlloX matches (longest-waiting first, at least one per free GPU):
+#: Shockwave's ``scheduler/utils.py`` ``get_policy("allox")`` sets 0.2 (Gavel's sets 1.0).
+ALLOX_ALPHA = 0.2
 ROUND_SECONDS = 120.0
 #: Relative bands for JCT and makespan, worst FTF; absolute band for the unfair fraction.
 JCT_BAND, FTF_BAND, UNFAIR_BAND = 0.10, 0.20, 0.10
@@ -119,6 +122,8 @@ def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None,
         options["solver"] = solver
     if policy_name == "gandiva_fair":  # the variant Shockwave's published row ran
         options["split"] = "time"
+    if policy_name == "allox":  # Shockwave's utils.get_policy("allox"): alpha 0.2 (Gavel's: 1)
+        options["alpha"] = ALLOX_ALPHA
     if "min_reset_interval" in accepted:  # Shockwave's scheduler's, not Gavel's 1920 s
         options["min_reset_interval"] = min_reset
     policy = make_policy(policy_name, **options)
