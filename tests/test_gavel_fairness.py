@@ -141,6 +141,25 @@ def test_isolated_share_is_gavels_split_scaled_by_the_largest_row() -> None:
         assert np.allclose(got[::copies], [2.0, 2.0, 2.0])
     assert isolated_throughputs(np.zeros((0, 3)), np.zeros(0), capacities).shape == (0,)
 
+def test_shockwaves_isolated_share_caps_each_row_at_one() -> None:
+    """Shockwave's copy of IsolatedPolicy (its FTF baseline's reference) caps each row of the
+    1/n split at 1: 3 jobs on 36 + 36 + 36 GPUs each get 1/3 of every type whatever their
+    scale factor; 300 jobs get 0.12 / scale factor of each type, a true 1/n share."""
+    from bayes_sched.policies.finish_time_fairness import isolated_throughputs
+
+    capacities = np.array([36.0, 36.0, 36.0])
+    rates = np.array([[3.0, 2.0, 1.0], [6.0, 4.0, 2.0], [24.0, 16.0, 8.0]])
+    for copies, expected in ((1, [2.0, 4.0, 16.0]), (100, [0.72, 0.72, 0.72])):
+        sizes = np.repeat([1.0, 2.0, 8.0], copies)
+        got = isolated_throughputs(np.repeat(rates, copies, axis=0), sizes, capacities,
+                                   "shockwave")
+        assert np.allclose(got[::copies], expected)
+    assert make_policy("finish_time_fairness_perf", isolated_share="shockwave").isolated_share \
+        == "shockwave"
+    with pytest.raises(InputError, match="isolated_share"):
+        make_policy("finish_time_fairness", isolated_share="themis")
+
+
 def test_jobs_without_declared_steps_get_an_equal_split() -> None:
     """FTF reads remaining steps; where a job declares none, the time is split equally (Gavel's
     IsolatedPolicy: 1/n of each type's GPUs), logged and counted as a fallback."""
