@@ -124,6 +124,8 @@ def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None,
         options["split"] = "time"
     if policy_name == "allox":  # Shockwave's utils.get_policy("allox"): alpha 0.2 (Gavel's: 1)
         options["alpha"] = ALLOX_ALPHA
+    if "isolated_share" in accepted:  # FTF's reference share: Shockwave's IsolatedPolicy
+        options["isolated_share"] = "shockwave"
     if "min_reset_interval" in accepted:  # Shockwave's scheduler's, not Gavel's 1920 s
         options["min_reset_interval"] = min_reset
     policy = make_policy(policy_name, **options)
