@@ -114,9 +114,6 @@ PUBLISHED: dict[str, tuple[float, float, float, float]] = {
 }
 
 CLUSTER = "v100:32"
-#: The fraction of waiting jobs AlloX matches (longest-waiting first, at least one per free GPU):
-#: Shockwave's ``scheduler/utils.py`` ``get_policy("allox")`` sets 0.2 (Gavel's sets 1.0).
-ALLOX_ALPHA = 0.2
 ROUND_SECONDS = 120.0
 #: Relative bands for JCT and makespan, worst FTF; absolute band for the unfair fraction.
 JCT_BAND, FTF_BAND, UNFAIR_BAND = 0.10, 0.20, 0.10
@@ -126,30 +123,22 @@ def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None,
             min_reset: float | None = None) -> dict[str, object]:
     import numpy as np
 
-    from bayes_sched.cli.simulate import SHOCKWAVE_MIN_RESET_SECONDS
+    from bayes_sched.cli.simulate import shockwave_world_options
     from bayes_sched.cluster_spec import load_cluster_spec
-    from bayes_sched.policies import POLICIES, make_policy
+    from bayes_sched.policies import make_policy
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
     from bayes_sched.sim.shockwave_jobs import read_shockwave_trace, shipped_shockwave_trace
     from bayes_sched.sim.table_run import run_table_simulation
     from bayes_sched.throughputs import load_shockwave_throughputs
 
     spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
-    min_reset = SHOCKWAVE_MIN_RESET_SECONDS if min_reset is None else min_reset
-    options: dict[str, object] = {}
-    accepted = POLICIES.options(policy_name)
-    if "throughputs" in accepted:
-        options["throughputs"] = "tacc"
+    # Shockwave's tacc table, its 1000 s between recomputes and its baselines' settings (AlloX's
+    # alpha 0.2, Gandiva-fair's equal time per job, FTF's isolated share), as simulate --trace.
+    options = shockwave_world_options(policy_name)
+    if min_reset is not None and "min_reset_interval" in options:
+        options["min_reset_interval"] = min_reset
     if solver is not None and policy_name == "shockwave":
         options["solver"] = solver
-    if policy_name == "gandiva_fair":  # the variant Shockwave's published row ran
-        options["split"] = "time"
-    if policy_name == "allox":  # Shockwave's utils.get_policy("allox"): alpha 0.2 (Gavel's: 1)
-        options["alpha"] = ALLOX_ALPHA
-    if "isolated_share" in accepted:  # FTF's reference share: Shockwave's IsolatedPolicy
-        options["isolated_share"] = "shockwave"
-    if "min_reset_interval" in accepted:  # Shockwave's scheduler's, not Gavel's 1920 s
-        options["min_reset_interval"] = min_reset
     policy = make_policy(policy_name, **options)
     jobs = read_shockwave_trace(shipped_shockwave_trace("tacc_120"))
     start = time.perf_counter()
