@@ -73,7 +73,10 @@ GPUs the fraction ``1 / s`` and keeps matching it (``policies/allox.py``); AlloX
 bands). Without Shockwave's settings: AlloX at Gavel's alpha 1.0 (every waiting job in the
 matching, so short jobs go first) 8309 / 32229 s, worst 2.179, unfair 5.8 % (JCT 0.837, FTF and
 unfair out of band); FTF with Gavel's isolated share 12324 / 31589 s, worst 3.781, unfair 32.5 %
-(JCT 1.090 and unfair +10.0 points, at the bands' edges). Shockwave's FTF baseline solved with
+(JCT 1.090 and unfair +10.0 points, at the bands' edges). AlloX at alpha 0.2 with multi-GPU jobs
+held at fraction 1 like single-GPU ones (not Shockwave's rule) gave 9984 / 32929 s, worst 5.061,
+unfair 25.0 %: in the bands too, but only Shockwave's ``1 / s`` rule gives the published makespan
+and worst FTF to the digit. Shockwave's FTF baseline solved with
 Gurobi (hard-coded in ``get_policy``); here CLARABEL, so allocations inside the min-max
 optimum's face may differ.
 
