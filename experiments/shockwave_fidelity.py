@@ -51,9 +51,34 @@ max_sum_throughput_perf 9958 / 32518 s, 5.019, 22.5 %; gandiva_fair 13359 / 3322
 Recommendation, 718 s alone, arriving at 4426 s) waited until the recompute at 6240-6360 s.
 Shockwave's Gandiva-fair baseline is deterministic (``GandivProportionalPolicy``: fractions
 ``GPUs / m`` per job, no tickets, no lottery, no trading), so no seed enters the row.
-min_total_duration, finish_time_fairness and allox fall back to the equal split on this trace
-(their logged reason: the jobs declare no steps; AlloX: multi-GPU jobs), so their rows equal one
-another and miss; that is outside this change.
+**Policies that read remaining steps** (min_total_duration, finish_time_fairness, allox). They
+used to fall back to the equal split here (the jobs declared no steps; AlloX refused multi-GPU
+jobs), all three at 11312 s, worst FTF 2.947. Shockwave's scheduler gives them
+``num_steps_remaining = total_steps - total_steps_run`` (``_get_allocation_state``), with both
+rescaled on every batch-size change (``_scale_bs_and_iters``: total steps by the batch-size ratio,
+keeping the epochs; steps done set to the completed epochs at the new batch size); the Shockwave
+world's job views now declare exactly these (``target_steps``, ``progress``). Three settings of
+Shockwave's baselines differ from Gavel's and are taken from its code: AlloX gives a job of ``s``
+GPUs the fraction ``1 / s`` and keeps matching it (``policies/allox.py``); AlloX's ``alpha`` is
+0.2 (``utils.get_policy``; Gavel: 1.0); FTF's isolated share is Shockwave's ``IsolatedPolicy``
+(each row of the 1/n split capped at 1; Gavel divides every row by the largest row sum). Rerun
+(one run each, deterministic, load ~5-9):
+
+    policy                   avg JCT s       makespan s      worst FTF      unfair
+    min_total_duration       20260 / 19807   24260 / 24205   8.475 / 7.741  75.0 % / 74.2 %
+    finish_time_fairness     11416 / 11302   31709 / 31929   3.830 / 3.438  21.7 % / 22.5 %
+    allox                     9874 / 9926    32489 / 32489   4.964 / 4.964  27.5 % / 27.5 %
+
+(ratios 1.023 / 1.002 / 1.095; 1.010 / 0.993 / 1.114; 0.995 / 1.000 / 1.000: all within the
+bands). Without Shockwave's settings: AlloX at Gavel's alpha 1.0 (every waiting job in the
+matching, so short jobs go first) 8309 / 32229 s, worst 2.179, unfair 5.8 % (JCT 0.837, FTF and
+unfair out of band); FTF with Gavel's isolated share 12324 / 31589 s, worst 3.781, unfair 32.5 %
+(JCT 1.090 and unfair +10.0 points, at the bands' edges). AlloX at alpha 0.2 with multi-GPU jobs
+held at fraction 1 like single-GPU ones (not Shockwave's rule) gave 9984 / 32929 s, worst 5.061,
+unfair 25.0 %: in the bands too, but only Shockwave's ``1 / s`` rule gives the published makespan
+and worst FTF to the digit. Shockwave's FTF baseline solved with
+Gurobi (hard-coded in ``get_policy``); here CLARABEL, so allocations inside the min-max
+optimum's face may differ.
 
 Shockwave's row (first line above) is from before its plans were deterministic: most relaxed
 plans stopped at a 15 s wall-clock cap, so the row depended on the machine's load (another run:
@@ -101,26 +126,22 @@ def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None,
             min_reset: float | None = None) -> dict[str, object]:
     import numpy as np
 
-    from bayes_sched.cli.simulate import SHOCKWAVE_MIN_RESET_SECONDS
+    from bayes_sched.cli.simulate import shockwave_world_options
     from bayes_sched.cluster_spec import load_cluster_spec
-    from bayes_sched.policies import POLICIES, make_policy
+    from bayes_sched.policies import make_policy
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
     from bayes_sched.sim.shockwave_jobs import read_shockwave_trace, shipped_shockwave_trace
     from bayes_sched.sim.table_run import run_table_simulation
     from bayes_sched.throughputs import load_shockwave_throughputs
 
     spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
-    min_reset = SHOCKWAVE_MIN_RESET_SECONDS if min_reset is None else min_reset
-    options: dict[str, object] = {}
-    accepted = POLICIES.options(policy_name)
-    if "throughputs" in accepted:
-        options["throughputs"] = "tacc"
+    # Shockwave's tacc table, its 1000 s between recomputes and its baselines' settings (AlloX's
+    # alpha 0.2, Gandiva-fair's equal time per job, FTF's isolated share), as simulate --trace.
+    options = shockwave_world_options(policy_name)
+    if min_reset is not None and "min_reset_interval" in options:
+        options["min_reset_interval"] = min_reset
     if solver is not None and policy_name == "shockwave":
         options["solver"] = solver
-    if policy_name == "gandiva_fair":  # the variant Shockwave's published row ran
-        options["split"] = "time"
-    if "min_reset_interval" in accepted:  # Shockwave's scheduler's, not Gavel's 1920 s
-        options["min_reset_interval"] = min_reset
     policy = make_policy(policy_name, **options)
     jobs = read_shockwave_trace(shipped_shockwave_trace("tacc_120"))
     start = time.perf_counter()
@@ -153,6 +174,7 @@ def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None,
         "decision_median_ms": round(1000 * float(np.median(result.decision_seconds)), 1),
         "solve_median_s": round(float(np.median(solves)), 3),
         "solver_failures": int(summary.get("solver_failures", 0)),
+        "fallbacks": int(getattr(policy, "fallbacks", 0)),
         "node_limit_hits": int(getattr(policy, "node_limit_hits", 0)),
     }
 

@@ -140,6 +140,25 @@ def test_isolated_share_is_gavels_split_scaled_by_the_largest_row() -> None:
         assert np.allclose(got[::copies], [2.0, 2.0, 2.0])
     assert isolated_throughputs(np.zeros((0, 3)), np.zeros(0), capacities).shape == (0,)
 
+def test_shockwaves_isolated_share_caps_each_row_at_one() -> None:
+    """Shockwave's copy of IsolatedPolicy (its FTF baseline's reference) caps each row of the
+    1/n split at 1: 3 jobs on 36 + 36 + 36 GPUs each get 1/3 of every type whatever their
+    scale factor; 300 jobs get 0.12 / scale factor of each type, a true 1/n share."""
+    from bayes_sched.policies.finish_time_fairness import isolated_throughputs
+
+    capacities = np.array([36.0, 36.0, 36.0])
+    rates = np.array([[3.0, 2.0, 1.0], [6.0, 4.0, 2.0], [24.0, 16.0, 8.0]])
+    for copies, expected in ((1, [2.0, 4.0, 16.0]), (100, [0.72, 0.72, 0.72])):
+        sizes = np.repeat([1.0, 2.0, 8.0], copies)
+        got = isolated_throughputs(np.repeat(rates, copies, axis=0), sizes, capacities,
+                                   "shockwave")
+        assert np.allclose(got[::copies], expected)
+    assert make_policy("finish_time_fairness_perf", isolated_share="shockwave").isolated_share \
+        == "shockwave"
+    with pytest.raises(InputError, match="isolated_share"):
+        make_policy("finish_time_fairness", isolated_share="themis")
+
+
 def test_jobs_without_declared_steps_get_an_equal_split() -> None:
     """FTF reads remaining steps; where a job declares none, the time is split equally (Gavel's
     IsolatedPolicy: 1/n of each type's GPUs), logged and counted as a fallback."""
@@ -244,6 +263,29 @@ def test_allox_matches_the_brute_force_optimum_and_does_not_preempt() -> None:
     again = {t: int(n) for n, x in policy.fractions().items() for t, v in x.items() if v == 1}
     assert all(again[t] == n for t, n in best.items())  # no preemption
     assert policy.solver_failures == 0
+
+
+def test_allox_gives_multi_gpu_jobs_one_gpu_of_time_and_keeps_matching_them() -> None:
+    """Shockwave's AlloX (its published row): a job of s GPUs that starts a GPU's queue gets
+    fraction 1 / s; it never counts as placed (its fractions do not sum to 1), so it keeps its
+    fraction and its GPUs stay in the later matchings; single-GPU jobs are held as before."""
+    spec = _spec("v100:1x4")
+    kinds = ("ResNet-18 (batch size 16)", SMALL[0], SMALL[3])
+    jobs = [make_job("0", 0.0, kinds[0], 4, 1e5), make_job("1", 0.0, kinds[1], 1, 2e5),
+            make_job("2", 0.0, kinds[2], 1, 1e5)]
+    views = [replace(v, age=100.0 * (3 - i))
+             for i, v in enumerate(TableCluster(jobs, spec, TABLE).job_views())]
+    policy = make_policy("allox", min_reset_interval=0.0)
+    policy.decide(ClusterState(spec=spec, now=ROUND), views)
+    first = {n: x["v100"] for n, x in policy.fractions().items()}
+    assert first == {"0": 0.25, "1": 1.0, "2": 1.0}
+    assert policy.fallbacks == 0
+    late = [replace(v, name="3", submit_time=ROUND, age=1.0) for v in
+            TableCluster([make_job("3", 0.0, kinds[2], 1, 1e4)], spec, TABLE).job_views()]
+    policy.decide(ClusterState(spec=spec, now=2 * ROUND), [*views, *late])
+    again = {n: x["v100"] for n, x in policy.fractions().items()}
+    # Two GPUs are free (jobs 1 and 2 hold theirs): job 3 gets one, job 0 keeps its 1/4.
+    assert again == {"0": 0.25, "1": 1.0, "2": 1.0, "3": 1.0}
 
 
 def test_gandiva_splits_equally_then_packs_same_scale_factor_pairs() -> None:

@@ -152,6 +152,9 @@ def test_gns_job_doubles_its_batch_and_keeps_its_epochs() -> None:
     views = cluster.job_views()
     assert views[0].application == "LM (batch size 20)" and views[0].batch_size_mode == "gns"
     assert views[0].target_epochs == 13
+    # The steps declared and done, as Shockwave's scheduler rescales them: what policies that
+    # read remaining steps (min total duration, FTF, AlloX) are given.
+    assert views[0].target_steps == 13 * 2984 and views[0].progress == done
 
 
 def test_a_job_that_did_not_run_last_round_loses_its_restart_time() -> None:

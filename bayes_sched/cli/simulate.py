@@ -58,6 +58,29 @@ SHOCKWAVE_ROUND_SECONDS = 120.0
 #: keeps; Gavel's scheduler has 1920 s): the default for a Shockwave --trace.
 SHOCKWAVE_MIN_RESET_SECONDS = 1000.0
 
+#: Options of Shockwave's baselines that differ from Gavel's (artifact ``uw-mad-dash/shockwave``):
+#: AlloX's alpha (``scheduler/utils.py`` ``get_policy``: 0.2; Gavel: 1.0), Gandiva-fair's equal
+#: time per job (``gandiva_fair_proportional.py``), FTF's isolated share (its ``IsolatedPolicy``
+#: caps each row at 1). Defaults for a Shockwave --trace, each where the policy has the option.
+SHOCKWAVE_BASELINE_OPTIONS: dict[str, dict[str, object]] = {
+    "allox": {"alpha": 0.2},
+    "gandiva_fair": {"split": "time"},
+    "finish_time_fairness": {"isolated_share": "shockwave"},
+    "finish_time_fairness_perf": {"isolated_share": "shockwave"},
+    "finish_time_fairness_packed": {"isolated_share": "shockwave"},
+}
+
+
+def shockwave_world_options(policy_name: str) -> dict[str, object]:
+    """The options policy ``policy_name`` runs with in Shockwave's world unless told otherwise:
+    Shockwave's tacc table, its 1000 s between recomputes, and its baselines' settings
+    (:data:`SHOCKWAVE_BASELINE_OPTIONS`); only options the policy has."""
+    accepted = POLICIES.options(policy_name)
+    options: dict[str, object] = {"throughputs": "tacc",
+                                  "min_reset_interval": SHOCKWAVE_MIN_RESET_SECONDS,
+                                  **SHOCKWAVE_BASELINE_OPTIONS.get(policy_name, {})}
+    return {name: value for name, value in options.items() if name in accepted}
+
 #: Exit status of a simulation that ran but left jobs unfinished at its horizon.
 EXIT_UNFINISHED = 3
 
@@ -412,10 +435,9 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
     if args.max_jobs:
         jobs = jobs[:args.max_jobs]
     options = _policy_options(args, [policy_name])[policy_name]
-    if shockwave_world and "throughputs" in POLICIES.options(policy_name):
-        options.setdefault("throughputs", "tacc")  # the table the jobs run at, unless told
-    if shockwave_world and "min_reset_interval" in POLICIES.options(policy_name):
-        options.setdefault("min_reset_interval", SHOCKWAVE_MIN_RESET_SECONDS)
+    if shockwave_world:  # Shockwave's table, recompute interval and baselines, unless told
+        for name, value in shockwave_world_options(policy_name).items():
+            options.setdefault(name, value)
 
     policy = POLICIES.make(policy_name, context={"seed": seed}, **options)
     seen: list[TableCluster] = []

@@ -1,5 +1,5 @@
 """AlloX (Le et al., EuroSys 2020) as Gavel runs it (``scheduler/policies/allox.py``, ``allox``):
-min-cost matching of waiting single-GPU jobs to free GPUs, without preemption.
+min-cost matching of waiting jobs to free GPUs, without preemption.
 
 A job that holds all its time on one type (fraction 1) keeps it until it finishes. The waiting
 jobs, longest-waiting first, are matched to the free GPUs (one column per GPU and *position*: a
@@ -8,9 +8,17 @@ times its processing time, ``remaining steps / steps/s on the GPU's type``; Gave
 waiting time to every column of its row, which shifts the row and leaves the matching as it
 is, so it is left out here). The matching is solved exactly (Hungarian method,
 ``scipy.optimize.linear_sum_assignment``); each GPU's first job (the largest ``k``) gets fraction
-1 on the GPU's type; the others wait for the next recomputation. AlloX schedules single-GPU jobs
-only (Gavel asserts it): where a job asks for several GPUs, or declares no steps, the time is
-split equally instead (logged and counted).
+``1 / scale factor`` on the GPU's type; the others wait for the next recomputation.
+
+**Multi-GPU jobs.** Gavel asserts single-GPU jobs. Shockwave's copy of the policy (artifact
+``uw-mad-dash/shockwave``, ``scheduler/policies/allox.py``, the one its published ``allox`` row
+ran) comments the assertion out and gives a job of ``s`` GPUs the fraction ``1 / s`` (one GPU's
+worth of time, spread over its ``s`` GPUs). A job counts as placed only while its fractions sum
+to exactly 1, so a multi-GPU job never does: it keeps the fraction it was given (every
+recomputation copies the previous allocation over) and still enters every later matching as a
+waiting job, where it may take the first place of a GPU again; its GPUs are not taken out of
+the free ones. This is followed here. For single-GPU jobs the two are the same rule. Jobs that
+declare no steps: the time is split equally instead (logged and counted).
 """
 
 from __future__ import annotations
@@ -47,26 +55,25 @@ class AlloXPolicy(TimeSharingPolicy):
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha is {alpha}: expected a fraction in (0, 1]")
         self.alpha = float(alpha)
-        self._holding: dict[str, int] = {}  # job -> the type it holds all its time on
+        # job -> its fractions per type at the last recomputation (Shockwave's _prev_allocation)
+        self._previous: dict[str, np.ndarray] = {}
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
-        wide = int(np.sum(inputs.scale_factors != 1))
-        if wide:
-            return self.equal_split_fallback(inputs, f"AlloX schedules single-GPU jobs only and "
-                                                     f"{wide} jobs ask for more")
         fallback = self.undeclared_fallback(inputs)
         if fallback is not None:
             return fallback
-        index = {name: j for j, name in enumerate(inputs.names)}
-        holding = {index[n]: t for n, t in self._holding.items() if n in index}
-        free = inputs.capacities.astype(np.int64)
-        for t in holding.values():
-            free[t] -= 1
-        gpu_type = np.repeat(np.arange(len(free)), np.maximum(free, 0))  # one entry per GPU
-        waiting = sorted((j for j in range(inputs.num_jobs) if j not in holding),
+        num_types = len(inputs.capacities)
+        x = np.zeros((inputs.num_jobs, num_types))
+        for j, name in enumerate(inputs.names):  # the allocation so far is kept
+            previous = self._previous.get(name)
+            if previous is not None and len(previous) == num_types:
+                x[j] = previous
+        placed = np.isclose(x.sum(axis=1), 1.0, rtol=0.0, atol=1e-12)  # Shockwave: sum == 1
+        free = inputs.capacities.astype(np.int64) - (x[placed] == 1.0).sum(axis=0)
+        gpu_type = np.repeat(np.arange(num_types), np.maximum(free, 0))  # one entry per GPU
+        waiting = sorted((j for j in range(inputs.num_jobs) if not placed[j]),
                          key=lambda j: -inputs.elapsed[j])
         waiting = waiting[:max(int(self.alpha * len(waiting)), len(gpu_type))]
-        x = np.zeros((inputs.num_jobs, len(free)))
         if waiting and len(gpu_type):
             rates = inputs.throughputs[np.ix_(np.array(waiting), gpu_type)]
             rates = np.where(rates == 0.0, UNRUNNABLE_STEPS_PER_SECOND, rates)
@@ -81,8 +88,6 @@ class AlloXPolicy(TimeSharingPolicy):
                 if gpu not in first or position > first[gpu][0]:
                     first[gpu] = (position, waiting[row])
             for gpu, (_, j) in first.items():
-                holding[j] = int(gpu_type[gpu])
-        for j, t in holding.items():
-            x[j, t] = 1.0
-        self._holding = {inputs.names[j]: t for j, t in holding.items()}
+                x[j, int(gpu_type[gpu])] = 1.0 / inputs.scale_factors[j]
+        self._previous = {name: x[j].copy() for j, name in enumerate(inputs.names)}
         return x

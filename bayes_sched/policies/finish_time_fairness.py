@@ -27,6 +27,8 @@ each job's summed rates while ``isolated_j`` stays in steps/s; here both are in 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from bayes_sched.policies.gavel_packing import PackedLayout, packed_layout
@@ -35,21 +37,30 @@ from bayes_sched.policies.time_fraction_lp import (
     min_max_ratio_program,
     solve_program,
 )
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
+from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
 
 #: The GPU type whose rate Gavel's heterogeneity-agnostic FTF gives every type.
 AGNOSTIC_REFERENCE_GPU = "v100"
 
 
+#: Whose ``IsolatedPolicy`` gives the isolated share: Gavel's (every row over the largest row
+#: sum) or Shockwave's copy (each row capped at 1, a true 1/n share).
+IsolatedRule = Literal["gavel", "shockwave"]
+
+
 def isolated_throughputs(throughputs: np.ndarray, scale_factors: np.ndarray,
-                         capacities: np.ndarray) -> np.ndarray:
+                         capacities: np.ndarray, rule: IsolatedRule = "gavel") -> np.ndarray:
     """Steps/s of each job on its isolated share, ``(J,)``: Gavel's ``IsolatedPolicy``,
     ``x[j, t] = (GPUs of t / n) / scale factor`` with *every* row divided by the largest row
     sum (one scalar, so the jobs of the smallest scale factor get all their time, on every type
     in proportion to its GPUs, and a job of scale factor ``s`` gets ``s_min / s`` of it,
-    whatever the number of jobs ``n``); not each row capped at 1 (:func:`equal_split`)."""
+    whatever the number of jobs ``n``); not each row capped at 1 (:func:`equal_split`).
+    ``rule="shockwave"``: Shockwave's copy of ``IsolatedPolicy`` (``uw-mad-dash/shockwave``,
+    ``scheduler/policies/isolated.py``) caps each row at 1 instead, the :func:`equal_split`."""
     if not len(scale_factors):
         return np.zeros(0)
+    if rule == "shockwave":
+        return (throughputs * equal_split(scale_factors, capacities)).sum(axis=1)
     share = capacities[None, :] / scale_factors[:, None]  # the 1 / n cancels in the scaling
     return (throughputs * (share / share.sum(axis=1).max())).sum(axis=1)
 
@@ -57,13 +68,25 @@ def isolated_throughputs(throughputs: np.ndarray, scale_factors: np.ndarray,
 class FinishTimeFairnessPolicy(TimeSharingPolicy):
     """Finish-time fairness, heterogeneity-agnostic: every type counts at the job's V100 rate.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`.
+    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and
+    ``isolated_share``: whose isolated share is the ratio's reference (:func:`isolated_throughputs`:
+    ``"gavel"``, or ``"shockwave"`` as Shockwave's baselines ran).
     """
 
     name = "finish_time_fairness"
     heterogeneity_aware = False
 
-    __init__ = TimeSharingPolicy.__init__
+    def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
+                 min_reset_interval: float = 1920.0, seed: int = 0,
+                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
+                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
+                 isolated_share: IsolatedRule = "gavel") -> None:
+        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
+                         refit_interval)
+        if isolated_share not in ("gavel", "shockwave"):
+            raise ValueError(f"isolated_share is {isolated_share!r}: expected 'gavel' or "
+                             "'shockwave'")
+        self.isolated_share: IsolatedRule = isolated_share
 
     def _reset_state(self, types: tuple[str, ...]) -> None:
         super()._reset_state(types)
@@ -82,7 +105,8 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(t, R, denominator)`` per job, updating the isolated time."""
         remaining = inputs.remaining_steps
-        isolated = isolated_throughputs(rates, inputs.scale_factors, inputs.capacities)
+        isolated = isolated_throughputs(rates, inputs.scale_factors, inputs.capacities,
+                                        self.isolated_share)
         previous, self._previous = self._previous, {}
         for j, name in enumerate(inputs.names):
             before = previous.get(name)
@@ -117,7 +141,7 @@ class FinishTimeFairnessPerfPolicy(FinishTimeFairnessPolicy):
 
     name = "finish_time_fairness_perf"
     heterogeneity_aware = True
-    __init__ = TimeSharingPolicy.__init__
+    __init__ = FinishTimeFairnessPolicy.__init__
 
 
 class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
@@ -129,7 +153,7 @@ class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
     name = "finish_time_fairness_packed"
     heterogeneity_aware = True
     packing = True
-    __init__ = TimeSharingPolicy.__init__
+    __init__ = FinishTimeFairnessPolicy.__init__
 
     #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).
     per_partner_class = True

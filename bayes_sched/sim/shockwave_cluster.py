@@ -24,7 +24,12 @@ the way Shockwave's simulator does (``scheduler/scheduler.py``, ``simulate``,
   ``is_over_deadline``).
 
 Jobs report (:meth:`ShockwaveCluster.job_views`) their current job type (``application``), the
-batch size they run at, epochs done and the epochs their user asked for, and their declared mode.
+batch size they run at, epochs done and the epochs their user asked for, their declared mode, and
+the steps declared and done as Shockwave's scheduler keeps them (``target_steps``: the trace's
+total steps, rescaled on each batch-size change as above; ``progress``: the steps done, set to the
+completed epochs at the new batch size), so that policies reading remaining steps
+(``num_steps_remaining = total_steps - total_steps_run`` in its ``_get_allocation_state``) get
+what Shockwave's gave them.
 """
 
 from __future__ import annotations
@@ -207,7 +212,7 @@ class ShockwaveCluster(TableCluster):
                 epochs=job.steps_done / iterations_per_epoch(spec.model, state.batch_size),
                 target_epochs=spec.epochs, examples_per_epoch=DATASET_SIZE[spec.model],
                 batch_size_mode=spec.mode, allocation_history=tuple(job.allocation_history),
-                cell_observations=job.reports))
+                target_steps=state.total_steps, cell_observations=job.reports))
         return views
 
     def _job_type(self, job: TableJob) -> str:
