@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from perfmodel.throughput import step_time_terms
 from perfmodel.throughput_bayes import (
     PARETO_K_USABLE,
     PSIS_DRAWS,
+    NetworkCoordinates,
+    StepTimeData,
     StepTimePrior,
     adapt_proposal,
     compute_shifts,
@@ -185,3 +188,18 @@ def test_fleet_prior_learns_the_compute_shift_of_its_references() -> None:
     assert prior.shift_loc["shift_within"] == pytest.approx(0.15, abs=0.03)
     assert 0.01 < prior.shift_scale["shift_within"] < 0.15
     assert prior.shift_loc["shift_across"] == pytest.approx(0.0, abs=0.03)  # none across nodes
+
+
+def test_network_coordinates_are_a_volume_preserving_bijection(synthetic: StepTimeProfile
+                                                               ) -> None:
+    names = ["alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma"]
+    coordinates = NetworkCoordinates.for_data(StepTimeData.from_profile(synthetic), names)
+    y = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    z = coordinates.to_unconstrained(y)
+    assert torch.allclose(coordinates.from_unconstrained(z), y)
+    jacobian = torch.autograd.functional.jacobian(coordinates.to_unconstrained, y)
+    assert torch.isclose(torch.linalg.det(jacobian), torch.tensor(1.0, dtype=torch.float64))
+    # The first coordinate of a pair is the log all-reduce time at the median retrogression.
+    for a, b, log_c in coordinates.pairs:
+        assert torch.isclose(y[a], torch.log(z[a].exp() + z[b].exp() * math.exp(log_c)))
+    assert [names[a] for a, _, _ in coordinates.pairs] == ["alpha_n", "alpha_r"]
