@@ -122,20 +122,23 @@ def test_svi_guide_is_a_usable_importance_proposal_on_a_shipped_profile(model: s
     # mode, with a Student-t base and a spline on each whitened coordinate, seed 0 passed on
     # 1,000 draws, but seeds 1 and 2 did not (cifar10 0.95, deepspeech2 0.99), and on 16,000
     # fresh draws seed 0's cifar10 guide had 0.78: the ELBO's optimum is too narrow where the
-    # posterior is curved. Its affine part adapted to the PSIS-weighted moments: at most 0.7.
+    # posterior is curved. In network coordinates, its affine part adapted to the PSIS-weighted
+    # moments, on 4,000 fresh draws: 0.29-0.69 over the six models and seeds 0-2 (imagenet
+    # seed 1 the highest).
     posterior = fit_throughput_posterior(load_pollux_profile(model), seed=seed, fallback=False)
     assert posterior.diagnostics.pareto_k <= PARETO_K_USABLE
 
 
 def test_adapted_proposal_covers_a_posterior_wider_and_offset_from_the_guide() -> None:
     # A guide fitted by the mode-seeking ELBO is too narrow; as an importance proposal for a
-    # correlated Gaussian twice as wide and shifted, its weights have an infinite-variance tail.
+    # correlated Gaussian 1.4-1.7x as wide and shifted, its k-hat is above 0.7.
     torch.manual_seed(0)
     target = torch.distributions.MultivariateNormal(
         torch.tensor([0.5, -0.3], dtype=torch.float64),
         torch.tensor([[4.0, 1.2], [1.2, 1.0]], dtype=torch.float64))
     base, spline = guide_base(2), identity_spline(2)
-    loc, tril = torch.zeros(2, dtype=torch.float64), 0.5 * torch.eye(2, dtype=torch.float64)
+    loc = torch.zeros(2, dtype=torch.float64)
+    tril = torch.diag(torch.tensor([1.2, 0.7], dtype=torch.float64))
     guide = spline_guide(base, spline, loc, tril)
     with torch.no_grad():
         z = guide.sample((PSIS_DRAWS,))
