@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -12,10 +13,18 @@ from perfmodel.profiles import StepTimeProfile, load_pollux_profile
 from perfmodel.throughput import step_time_terms
 from perfmodel.throughput_bayes import (
     PARETO_K_USABLE,
+    PSIS_DRAWS,
+    NetworkCoordinates,
+    StepTimeData,
     StepTimePrior,
+    adapt_proposal,
     compute_shifts,
     fit_throughput_posterior,
     grouped_normal_log_prob,
+    guide_base,
+    identity_spline,
+    psis,
+    spline_guide,
 )
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 
@@ -103,16 +112,43 @@ def test_noise_is_learned_per_configuration_class_with_heavy_tails() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("model", POLLUX_MODELS)
-def test_svi_guide_is_a_usable_importance_proposal_on_a_shipped_profile(model: str) -> None:
+def test_svi_guide_is_a_usable_importance_proposal_on_a_shipped_profile(model: str, seed: int
+                                                                        ) -> None:
     # Issue 18 item 5. The guide used to start at the Laplace approximation around the point
     # fit, with the noise sites at arbitrary values (scales 0.1, nu 10): 9-17 posterior standard
     # deviations off, and 500 steps did not recover (bert: k-hat 1.22). Started at the posterior
-    # mode, with a spline on each whitened coordinate: bert 0.57, but yolov3 0.89 and ncf 0.72
-    # (a Gaussian base's tails are lighter than the exponential tail of a posterior piled against
-    # a prior bound, e.g. gamma near 1); with a Student-t base and a wider spline: at most 0.7.
-    posterior = fit_throughput_posterior(load_pollux_profile(model), seed=0, fallback=False)
+    # mode, with a Student-t base and a spline on each whitened coordinate, seed 0 passed on
+    # 1,000 draws, but seeds 1 and 2 did not (cifar10 0.95, deepspeech2 0.99), and on 16,000
+    # fresh draws seed 0's cifar10 guide had 0.78: the ELBO's optimum is too narrow where the
+    # posterior is curved. In network coordinates, its affine part adapted to the PSIS-weighted
+    # moments, on 4,000 fresh draws: 0.29-0.69 over the six models and seeds 0-2 (imagenet
+    # seed 1 the highest).
+    posterior = fit_throughput_posterior(load_pollux_profile(model), seed=seed, fallback=False)
     assert posterior.diagnostics.pareto_k <= PARETO_K_USABLE
+
+
+def test_adapted_proposal_covers_a_posterior_wider_and_offset_from_the_guide() -> None:
+    # A guide fitted by the mode-seeking ELBO is too narrow; as an importance proposal for a
+    # correlated Gaussian 1.4-1.7x as wide and shifted, its k-hat is above 0.7.
+    torch.manual_seed(0)
+    target = torch.distributions.MultivariateNormal(
+        torch.tensor([0.5, -0.3], dtype=torch.float64),
+        torch.tensor([[4.0, 1.2], [1.2, 1.0]], dtype=torch.float64))
+    base, spline = guide_base(2), identity_spline(2)
+    loc = torch.zeros(2, dtype=torch.float64)
+    tril = torch.diag(torch.tensor([1.2, 0.7], dtype=torch.float64))
+    guide = spline_guide(base, spline, loc, tril)
+    with torch.no_grad():
+        z = guide.sample((PSIS_DRAWS,))
+        assert psis(target.log_prob(z) - guide.log_prob(z))[1] > PARETO_K_USABLE
+        adapted = adapt_proposal(base, spline, loc, tril, target.log_prob)
+        z = adapted.sample((PSIS_DRAWS,))
+        smoothed, k = psis(target.log_prob(z) - adapted.log_prob(z))
+    assert k < 0.5
+    weights = smoothed.exp()
+    assert torch.allclose(weights @ z, target.mean, atol=0.1)
 
 
 def _shifted_profile(shift_within: float, seed: int) -> StepTimeProfile:
@@ -155,3 +191,18 @@ def test_fleet_prior_learns_the_compute_shift_of_its_references() -> None:
     assert prior.shift_loc["shift_within"] == pytest.approx(0.15, abs=0.03)
     assert 0.01 < prior.shift_scale["shift_within"] < 0.15
     assert prior.shift_loc["shift_across"] == pytest.approx(0.0, abs=0.03)  # none across nodes
+
+
+def test_network_coordinates_are_a_volume_preserving_bijection(synthetic: StepTimeProfile
+                                                               ) -> None:
+    names = ["alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma"]
+    coordinates = NetworkCoordinates.for_data(StepTimeData.from_profile(synthetic), names)
+    y = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    z = coordinates.to_unconstrained(y)
+    assert torch.allclose(coordinates.from_unconstrained(z), y)
+    jacobian = torch.autograd.functional.jacobian(coordinates.to_unconstrained, y)
+    assert torch.isclose(torch.linalg.det(jacobian), torch.tensor(1.0, dtype=torch.float64))
+    # The first coordinate of a pair is the log all-reduce time at the median retrogression.
+    for a, b, log_c in coordinates.pairs:
+        assert torch.isclose(y[a], torch.log(z[a].exp() + z[b].exp() * math.exp(log_c)))
+    assert [names[a] for a, _, _ in coordinates.pairs] == ["alpha_n", "alpha_r"]
