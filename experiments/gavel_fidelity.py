@@ -114,17 +114,25 @@ multi-GPU, 2.6 jobs/h, seed 0, scaled cones), ours / published::
     per row capped (Gavel's)  59.78 / 64.38 (0.929)      42.25 / 33.90 (1.246)
     largest row (earlier)     58.84 / 64.38 (0.914)      44.63 / 33.90 (1.317)
 
+    per row capped, ECOS      53.74 / 64.38 (0.835)      39.95 / 33.90 (1.179)
+
 (per-row rows: ``--policy-opt isolated_share=shockwave``, the same rule, this commit's code, two
 runs side by side at load 2-6, 513 / 447 s wall; largest-row rows: the lead's run of
-``9e84e8d``.) The isolated share moves either row by under 6 %: it is not the cause of the
+``9e84e8d``; ECOS row: the same program (scaled cones) solved by ECOS through its own API
+(``bench_gavel_lp._solve_ecos``, an ``optimal_inaccurate`` exit accepted as cvxpy and Gavel
+do) in place of CLARABEL, a throwaway script, not an option of this one; failures: 6 of 6,596
+agnostic and 11 of 6,176 aware. On jobs 1000-1099 the aware form gives 20.60 h under CLARABEL
+and 19.03 under ECOS.) The isolated share moves either row by under 6 %: it is not the cause of the
 Gavel-FTF miss. With the per-row cap the aware row was 37.21 (1.098) and the agnostic 49.25
 (0.765) *before* the cone rescaling of ``min_max_ratio_program``, the same program stated with
 factors of order one: the change of statement moved them by +14 % and +21 %, as it moved the
 agnostic JCT of jobs 1000-1099 by 24 % (below). Both FTF rows at 2.6 jobs/h are decided by
 the point the solver's iterates reach in FTF's wide optimal face (only the worst ratio is
-pinned), not by a constant or a rule we can read off Gavel's code; reproducing the aware row
-needs ECOS's iterates on cvxpy's canonicalisation (Gavel's solver), not measured here (one
-ECOS solve per decision through cvxpy, ~6,300 decisions, did not fit the session).
+pinned), not by a constant or a rule we can read off Gavel's code: ECOS in place of CLARABEL
+on the very same program moves the agnostic row by -10 % (to 0.835, out of the band below) and
+the aware one by -5 % (1.179, still out above). Reproducing both rows needs ECOS's iterates on
+cvxpy's canonicalisation of Gavel's statement (Gavel's solver and form), not measured here (one
+cvxpy compile and solve per decision, ~6,500 decisions per row, did not fit the session).
 Solver failures in these runs (``lp_failures``): agnostic 55 of 6,610 solves, aware 2 of
 6,300, every one CLARABEL ``InsufficientProgress`` on a 79-171 job snapshot, the previous
 allocation kept (the lead's largest-row runs: 4 each). Gavel on a failed solve: ECOS's errors
