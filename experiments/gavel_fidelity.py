@@ -30,24 +30,27 @@ Measured (seed 0, jobs 4000-4999, average JCT in hours; ours / published):
     max_min_fairness_perf      20.42 / 21.90 (0.933)    35.59 / 36.44 (0.977)
     max_min_fairness_packed    21.40 / 20.85 (1.026)    36.22 / 30.51 (1.187)
                                20.82 / 20.85 (0.999)*
-    finish_time_fairness       26.75 / 28.87 (0.926)    49.25 / 64.38 (0.765)
-    finish_time_fairness_perf  21.25 / 21.80 (0.975)    37.21 / 33.90 (1.098)
+    finish_time_fairness       26.75 / 28.87 (0.926)    59.78 / 64.38 (0.929)**
+    finish_time_fairness_perf  21.25 / 21.80 (0.975)    42.25 / 33.90 (1.246)**
 
     * the packed LP solved per job class (``gavel_packing.class_terms``): the same optimum, a
       different point of the optimal face, 2.7 % lower JCT than the LP over every job pair.
       The 2.6 jobs/h packed row (per class) misses by 19 %; ours there is no better than
       max_min_fairness_perf (packing gains nothing), where Gavel's gains 16 %: the cause is
       Gavel's statement of the LP (its zero-rate pair variables), see "Packed LP" below
-      (``--policy-opt gavel_statement=true``). The FTF rows were measured with the isolated
-      share capped per row (not Gavel's, see "Finish-time fairness" below) and before the
-      cone rescaling.
+      (``--policy-opt gavel_statement=true``). The 2.0 jobs/h FTF rows were measured before
+      the cone rescaling (``min_max_ratio_program``).
+    ** session 11, the code of this commit (Gavel's isolated share, each row capped at 1;
+      scaled cones); before the rescaling, with the same isolated share: 49.25 (0.765) and
+      37.21 (1.098). See "Finish-time fairness" below.
 
 ``max_min_fairness_perf`` at 2.6 jobs/h over seeds 0 / 1 / 2: 35.59 / 28.98 / 33.16 h (mean
 32.58, range 20 % of the mean; the published value is seed 0's; seed 0 ran with the LPs through
 cvxpy, seeds 1-2 with the LPs built as matrices, the same CLARABEL optimum; 19-27 min each at
 load 15-27).
 
-Every finished row but packed and agnostic FTF at 2.6 jobs/h is within 10 % of the published; the
+Every finished row but packed and Gavel-FTF (``finish_time_fairness_perf``) at 2.6 jobs/h is
+within 10 % of the published; the
 multi-GPU rows of LAS, Gavel and FTF at 2.0 jobs/h sit 3-7 % below theirs (not explained yet).
 Wall time per run on a shared, heavily loaded 2-core machine (load 12-15): 5-55 min (10-120 ms
 per round; 125,000 rounds at 0.4 jobs/h).
@@ -91,27 +94,63 @@ at load 18-21; each solve takes 0.26 s CPU at 130 jobs, 12,360 entries, against 
 class, so the run needs an estimated 20-25 CPU-min): the 2.6 jobs/h packed row is not yet
 remeasured, nor the 2.0 jobs/h one (20.82 per class, 0.999, may move below the band).
 
-**Finish-time fairness (session 11): Gavel's isolated share.** Gavel's ``IsolatedPolicy``
-divides every row of the ``1/n`` split by the *largest* row sum (one scalar), so a job of the
-smallest scale factor has all its time as its isolated reference whatever ``n``, and a job of
-scale factor ``s`` has ``s_min / s`` of it; ours capped each row at 1 (with 127 jobs active,
-the 1-GPU jobs' isolated rate was 0.85 of Gavel's, and below 108 jobs the multi-GPU jobs'
-relative reference was higher than Gavel's). Fixed in ``finish_time_fairness.
-isolated_throughputs`` (``tests/test_gavel_fairness.py``). Jobs 1000-1099 (multi-GPU, 2.6
-jobs/h, seed 0), base ``b62cc48`` against the fix, one session: ``finish_time_fairness`` 27.22 ->
-30.17 h (+10.8 %; 0 solver failures in both; published at 4000-4999: 64.38, ours there 49.25
-with the earlier statement), ``finish_time_fairness_perf`` 20.60 -> 22.96 h (+11.5 %; its
-2.6 jobs/h row was 1.098 before the fix, so it may now leave the band above). The full window
-(agnostic) was started with the fix and stopped unfinished (4 CPU-min in 33 min at load 17-20;
-3 CLARABEL InsufficientProgress failures by then, on 131-150 job snapshots, the previous
-allocation kept): the 2.6 jobs/h FTF rows are not yet remeasured. The choice of point
-in FTF's optimal face (one min-max program: only the worst ratio is pinned), measured again with
-the fix on a loaded snapshot (180 multi-GPU jobs of this generator, ages up to 100 h, random
-progress, 36 GPUs of each type): ours (CLARABEL, scaled cones), Gavel's cvxpy form under ECOS
-and under CLARABEL reach the same worst ratio (980.36); the allocations differ by 3.9 % / 4.7 %
-(L1, against ECOS's) and 8 / 5 of 180 jobs' ratios by more than 5 %. In a run that point moves
-the window's JCT by 24 % (jobs 1000-1099, session 10, below), so the FTF rows hold only to
-within what the solver's iterates decide.
+**Finish-time fairness (session 11): Gavel's isolated share, and what it does not explain.**
+Gavel's FTF (``scheduler/policies/finish_time_fairness.py``, the version with the cumulative
+isolated time; ``FinishTimeFairnessPolicyWithPerf``, which the agnostic form calls with every
+type's rate set to the job's V100 rate) builds ``IsolatedPolicy()`` and calls
+``get_throughputs(throughputs, index, scale_factors, cluster_spec)`` on the same throughputs
+it optimises (agnostic: the V100 rate everywhere; perf: the measured rates): one isolated rule
+for both forms. That ``IsolatedPolicy`` (``scheduler/policies/isolated.py``, the version with
+no solver argument) caps each row of the ``1/n`` split at 1 (``np.maximum(per_row_sum, 1)``),
+as Shockwave's copy does. The largest-row-sum rule (every row over the largest row sum) is an
+earlier ``IsolatedPolicy(solver)``, constructed then by ``MaxMinFairnessPolicyWithPerf`` (which
+now uses ``ProportionalPolicy``); Gavel's FTF cannot construct it (``IsolatedPolicy()`` has
+no solver), and the first FTF used ``MaxMinFairnessPolicy``'s allocation as its reference.
+So the per-row cap is Gavel's FTF's rule (``isolated_share="gavel"``, the default again; the
+earlier rule stays as ``isolated_share=gavel_largest_row``). Full window (jobs 4000-4999,
+multi-GPU, 2.6 jobs/h, seed 0, scaled cones), ours / published::
+
+    isolated share            finish_time_fairness       finish_time_fairness_perf
+    per row capped (Gavel's)  59.78 / 64.38 (0.929)      42.25 / 33.90 (1.246)
+    largest row (earlier)     58.84 / 64.38 (0.914)      44.63 / 33.90 (1.317)
+
+    per row capped, ECOS      53.74 / 64.38 (0.835)      39.95 / 33.90 (1.179)
+
+(per-row rows: ``--policy-opt isolated_share=shockwave``, the same rule, this commit's code, two
+runs side by side at load 2-6, 513 / 447 s wall; largest-row rows: the lead's run of
+``9e84e8d``; ECOS row: the same program (scaled cones) solved by ECOS through its own API
+(``bench_gavel_lp._solve_ecos``, an ``optimal_inaccurate`` exit accepted as cvxpy and Gavel
+do) in place of CLARABEL, a throwaway script, not an option of this one; failures: 6 of 6,596
+agnostic and 11 of 6,176 aware. On jobs 1000-1099 the aware form gives 20.60 h under CLARABEL
+and 19.03 under ECOS.) The isolated share moves either row by under 6 %: it is not the cause of the
+Gavel-FTF miss. With the per-row cap the aware row was 37.21 (1.098) and the agnostic 49.25
+(0.765) *before* the cone rescaling of ``min_max_ratio_program``, the same program stated with
+factors of order one: the change of statement moved them by +14 % and +21 %, as it moved the
+agnostic JCT of jobs 1000-1099 by 24 % (below). Both FTF rows at 2.6 jobs/h are decided by
+the point the solver's iterates reach in FTF's wide optimal face (only the worst ratio is
+pinned), not by a constant or a rule we can read off Gavel's code: ECOS in place of CLARABEL
+on the very same program moves the agnostic row by -10 % (to 0.835, out of the band below) and
+the aware one by -5 % (1.179, still out above). Reproducing both rows needs ECOS's iterates on
+cvxpy's canonicalisation of Gavel's statement (Gavel's solver and form), not measured here (one
+cvxpy compile and solve per decision, ~6,500 decisions per row, did not fit the session).
+Solver failures in these runs (``lp_failures``): agnostic 55 of 6,610 solves, aware 2 of
+6,300, every one CLARABEL ``InsufficientProgress`` on a 79-171 job snapshot, the previous
+allocation kept (the lead's largest-row runs: 4 each). Gavel on a failed solve: ECOS's errors
+raise ``cvxpy.error.SolverError``, which nothing in ``scheduler.py`` catches (the run stops);
+a solve that ends without a value (``x.value is None``) returns ``IsolatedPolicy``'s
+allocation (the equal split) in the FTF version read; a non-optimal status with a value
+(``optimal_inaccurate``) is used as is, with a printed warning. Ours keeps the previous
+allocation (the issue's rule for a failed solver); with under 1 % of solves failing, either
+choice moves little, not measured. The order of the two ``IsolatedPolicy`` versions is inferred
+(the stored files carry no dates): the per-row version sits with the FTF that has the cumulative
+isolated time and with ``ProportionalPolicy`` in max-min fairness, and Shockwave's later fork
+copied it. The choice of point in FTF's optimal face (one min-max program: only the worst ratio
+is pinned), measured with the largest-row share on a loaded snapshot (180 multi-GPU jobs of this
+generator, ages up to 100 h, random progress, 36 GPUs of each type): ours (CLARABEL, scaled
+cones), Gavel's cvxpy form under ECOS and under CLARABEL reach the same worst ratio (980.36);
+the allocations differ by 3.9 % / 4.7 % (L1, against ECOS's) and 8 / 5 of 180 jobs' ratios by
+more than 5 %. In a run that point moves the window's JCT by 24 % (jobs 1000-1099, session 10,
+below), so the FTF rows hold only to within what the solver's iterates decide.
 
 What Gavel's code says about the misses (session 10, read from ``stanford-futuredata/gavel``
 ``scheduler/scheduler.py``, ``policies/policy.py``, ``policies/max_min_fairness.py``,

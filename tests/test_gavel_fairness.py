@@ -125,36 +125,34 @@ def test_finish_time_fairness_equalises_the_ratios(name: str) -> None:
 
 
 
-def test_isolated_share_is_gavels_split_scaled_by_the_largest_row() -> None:
-    """Gavel's IsolatedPolicy divides every row of the 1/n split by the largest row sum (one
-    scalar): with 1-, 2- and 8-GPU jobs on 36 + 36 + 36 GPUs the 1-GPU job has all its time
-    (1/3 on each type), the others 1/2 and 1/8 of it, whether 3 or 300 jobs share the cluster;
-    a per-row cap at 1 would give the 300-job case 0.36 / 0.18 / 0.045."""
-    from bayes_sched.policies.finish_time_fairness import isolated_throughputs
-
-    capacities = np.array([36.0, 36.0, 36.0])
-    rates = np.array([[3.0, 2.0, 1.0], [6.0, 4.0, 2.0], [24.0, 16.0, 8.0]])
-    for copies in (1, 100):
-        sizes = np.repeat([1.0, 2.0, 8.0], copies)
-        got = isolated_throughputs(np.repeat(rates, copies, axis=0), sizes, capacities)
-        assert np.allclose(got[::copies], [2.0, 2.0, 2.0])
-    assert isolated_throughputs(np.zeros((0, 3)), np.zeros(0), capacities).shape == (0,)
-
-def test_shockwaves_isolated_share_caps_each_row_at_one() -> None:
-    """Shockwave's copy of IsolatedPolicy (its FTF baseline's reference) caps each row of the
-    1/n split at 1: 3 jobs on 36 + 36 + 36 GPUs each get 1/3 of every type whatever their
-    scale factor; 300 jobs get 0.12 / scale factor of each type, a true 1/n share."""
+def test_isolated_share_is_gavels_split_capped_per_row() -> None:
+    """The IsolatedPolicy Gavel's FTF calls (``IsolatedPolicy()``, beside its cumulative
+    isolated time) caps each row of the 1/n split at 1, as Shockwave's copy does: 3 jobs on
+    36 + 36 + 36 GPUs each get 1/3 of every type whatever their scale factor; 300 jobs get
+    0.12 / scale factor of each type, a true 1/n share. Gavel's earlier IsolatedPolicy
+    (``gavel_largest_row``) divides every row by the largest row sum instead: the 1-GPU job has
+    all its time (1/3 on each type), the others 1/2 and 1/8 of it, whether 3 or 300 jobs."""
     from bayes_sched.policies.finish_time_fairness import isolated_throughputs
 
     capacities = np.array([36.0, 36.0, 36.0])
     rates = np.array([[3.0, 2.0, 1.0], [6.0, 4.0, 2.0], [24.0, 16.0, 8.0]])
     for copies, expected in ((1, [2.0, 4.0, 16.0]), (100, [0.72, 0.72, 0.72])):
         sizes = np.repeat([1.0, 2.0, 8.0], copies)
+        for rule in ("gavel", "shockwave"):
+            got = isolated_throughputs(np.repeat(rates, copies, axis=0), sizes, capacities,
+                                       rule)
+            assert np.allclose(got[::copies], expected)
+        assert np.allclose(isolated_throughputs(np.repeat(rates, copies, axis=0), sizes,
+                                                capacities)[::copies], expected)
         got = isolated_throughputs(np.repeat(rates, copies, axis=0), sizes, capacities,
-                                   "shockwave")
-        assert np.allclose(got[::copies], expected)
+                                   "gavel_largest_row")
+        assert np.allclose(got[::copies], [2.0, 2.0, 2.0])
+    assert isolated_throughputs(np.zeros((0, 3)), np.zeros(0), capacities).shape == (0,)
+    assert make_policy("finish_time_fairness").isolated_share == "gavel"
     assert make_policy("finish_time_fairness_perf", isolated_share="shockwave").isolated_share \
         == "shockwave"
+    assert make_policy("finish_time_fairness_perf",
+                       isolated_share="gavel_largest_row").isolated_share == "gavel_largest_row"
     with pytest.raises(InputError, match="isolated_share"):
         make_policy("finish_time_fairness", isolated_share="themis")
 

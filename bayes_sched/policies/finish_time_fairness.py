@@ -8,9 +8,9 @@ isolated 1/n share of the cluster, and the LP minimises the largest ratio::
     rho_j = (t_j + R_j / (throughput_j . x_j)) / (I_j + R_j / isolated_j)
 
 with ``t_j`` seconds since submission, ``R_j`` steps remaining (the user's declared steps minus the
-steps done), ``isolated_j`` the job's steps/s on its isolated share (Gavel's ``IsolatedPolicy``:
-``x[j, t] = (GPUs of t / n) / scale factor``, all rows divided by the largest row sum, so that
-a job of the smallest scale factor has all its time whatever ``n``; :func:`isolated_throughputs`),
+steps done), ``isolated_j`` the job's steps/s on its isolated share (Gavel's ``IsolatedPolicy``
+as its FTF calls it: ``x[j, t] = (GPUs of t / n) / scale factor``, each row capped at 1, a true
+1/n share of the cluster; :func:`isolated_throughputs`),
 and ``I_j`` the time the job would have spent in isolation so far (each recomputation adds
 the steps done since the last one over the isolated rate then). It is convex: ``minimise r`` subject
 to ``(throughput_j . x_j) * (r * (I_j + R_j / isolated_j) - t_j) >= R_j``, a rotated second-order
@@ -43,23 +43,28 @@ from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolic
 AGNOSTIC_REFERENCE_GPU = "v100"
 
 
-#: Whose ``IsolatedPolicy`` gives the isolated share: Gavel's (every row over the largest row
-#: sum) or Shockwave's copy (each row capped at 1, a true 1/n share).
-IsolatedRule = Literal["gavel", "shockwave"]
+#: Which ``IsolatedPolicy`` gives the isolated share. ``"gavel"``: the one Gavel's FTF calls
+#: (``stanford-futuredata/gavel`` ``scheduler/policies/isolated.py``, the version without a solver
+#: argument that ``finish_time_fairness.py`` constructs as ``IsolatedPolicy()`` beside its
+#: cumulative isolated time): each row of the 1/n split capped at 1. ``"shockwave"``: Shockwave's
+#: copy of it (``uw-mad-dash/shockwave``), the same rule. ``"gavel_largest_row"``: an earlier
+#: Gavel ``IsolatedPolicy`` (``IsolatedPolicy(solver)``, used then by max-min fairness, which now
+#: uses ``ProportionalPolicy``) that divides every row by the largest row sum (one scalar).
+IsolatedRule = Literal["gavel", "shockwave", "gavel_largest_row"]
+ISOLATED_RULES: tuple[IsolatedRule, ...] = ("gavel", "shockwave", "gavel_largest_row")
 
 
 def isolated_throughputs(throughputs: np.ndarray, scale_factors: np.ndarray,
                          capacities: np.ndarray, rule: IsolatedRule = "gavel") -> np.ndarray:
     """Steps/s of each job on its isolated share, ``(J,)``: Gavel's ``IsolatedPolicy``,
-    ``x[j, t] = (GPUs of t / n) / scale factor`` with *every* row divided by the largest row
-    sum (one scalar, so the jobs of the smallest scale factor get all their time, on every type
-    in proportion to its GPUs, and a job of scale factor ``s`` gets ``s_min / s`` of it,
-    whatever the number of jobs ``n``); not each row capped at 1 (:func:`equal_split`).
-    ``rule="shockwave"``: Shockwave's copy of ``IsolatedPolicy`` (``uw-mad-dash/shockwave``,
-    ``scheduler/policies/isolated.py``) caps each row at 1 instead, the :func:`equal_split`."""
+    ``x[j, t] = (GPUs of t / n) / scale factor`` with each row capped at 1 (:func:`equal_split`;
+    ``rule`` ``"gavel"`` or ``"shockwave"``). ``rule="gavel_largest_row"``: Gavel's earlier
+    ``IsolatedPolicy``, *every* row divided by the largest row sum (one scalar, so the jobs of
+    the smallest scale factor get all their time whatever the number of jobs ``n``, and a job
+    of scale factor ``s`` gets ``s_min / s`` of it)."""
     if not len(scale_factors):
         return np.zeros(0)
-    if rule == "shockwave":
+    if rule != "gavel_largest_row":
         return (throughputs * equal_split(scale_factors, capacities)).sum(axis=1)
     share = capacities[None, :] / scale_factors[:, None]  # the 1 / n cancels in the scaling
     return (throughputs * (share / share.sum(axis=1).max())).sum(axis=1)
@@ -70,7 +75,8 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
 
     Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and
     ``isolated_share``: whose isolated share is the ratio's reference (:func:`isolated_throughputs`:
-    ``"gavel"``, or ``"shockwave"`` as Shockwave's baselines ran).
+    ``"gavel"``, ``"shockwave"`` as Shockwave's baselines ran (the same rule), or Gavel's
+    earlier ``"gavel_largest_row"``).
     """
 
     name = "finish_time_fairness"
@@ -83,9 +89,9 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
                  isolated_share: IsolatedRule = "gavel") -> None:
         super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
                          refit_interval)
-        if isolated_share not in ("gavel", "shockwave"):
-            raise ValueError(f"isolated_share is {isolated_share!r}: expected 'gavel' or "
-                             "'shockwave'")
+        if isolated_share not in ISOLATED_RULES:
+            raise ValueError(f"isolated_share is {isolated_share!r}: expected one of "
+                             + ", ".join(repr(rule) for rule in ISOLATED_RULES))
         self.isolated_share: IsolatedRule = isolated_share
 
     def _reset_state(self, types: tuple[str, ...]) -> None:
