@@ -777,35 +777,14 @@ def _svi_spline_gaussian(data: StepTimeData, prior: StepTimePrior,
         # The guide as an importance proposal: its affine part moved to the PSIS-weighted moments
         # of its draws (the ELBO's optimum is narrower than the posterior where the posterior is
         # curved), then checked on fresh draws and resampled by their PSIS weights.
-        adapted = adapt_proposal(base, spline, fit.loc, fit.scale_tril, log_density)
-        proposal, z, smoothed, pareto_k = checked_proposal(
-            [spline_guide(base, spline, fit.loc, fit.scale_tril), adapted], log_density)
+        proposal = adapt_proposal(base, spline, fit.loc, fit.scale_tril, log_density)
+        z = proposal.sample((PSIS_DRAWS,))
+        log_weights = log_density(z) - proposal.log_prob(z)
+        smoothed, pareto_k = psis(log_weights)
         keep = torch.multinomial(smoothed.exp(), num_samples, replacement=True)
         fit = replace(fit, pareto_k=pareto_k, guide=proposal,
                       loc=proposal.transforms[-1].loc, scale_tril=proposal.transforms[-1].scale_tril)
     return replace(fit, samples=fit.constrained(z[keep]))
-
-
-def checked_proposal(candidates: Sequence[dist.TransformedDistribution],
-                     log_density: Callable[[torch.Tensor], torch.Tensor]
-                     ) -> tuple[dist.TransformedDistribution, torch.Tensor, torch.Tensor, float]:
-    """Of the ``candidates`` (proposals over the same ``(D,)`` space), the one with the lowest
-    PSIS k-hat on :data:`PSIS_DRAWS` fresh draws of its own: ``(proposal, draws (S, D),
-    smoothed log weights (S,), k-hat)``.
-
-    Why fresh draws for both the SVI guide and its moment-matched version: the matching keeps a
-    move when it lowers k-hat on the draws it is scored on, which can select noise; on a 2-D
-    Gaussian whose guide was too narrow (scales 1.0 / 0.6) the matched proposal's k-hat on fresh
-    draws was 0.87 against the guide's 0.75."""
-    best: tuple[dist.TransformedDistribution, torch.Tensor, torch.Tensor, float] | None = None
-    for candidate in candidates:
-        z = candidate.sample((PSIS_DRAWS,))
-        smoothed, k = psis(log_density(z) - candidate.log_prob(z))
-        if best is None or k < best[3]:
-            best = (candidate, z, smoothed, k)
-    if best is None:
-        raise ValueError("checked_proposal needs at least one candidate")
-    return best
 
 
 #: Draws of the PSIS check and of the moment matching: Vehtari et al. (2024) need at least
