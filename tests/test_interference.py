@@ -3,6 +3,9 @@ pairs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -225,39 +228,32 @@ def test_on_gavel_heldout_pairs_beat_the_mean_predictor() -> None:
     assert mean_absolute_error(prediction.median, test["speed"]) < 0.8 * mean_error
 
 
-def test_cli_predicts_a_colocation_and_rejects_bad_speeds(tmp_path: Path) -> None:
-    import json
-    import os
-    import subprocess
-    import sys
-
+def _run_infer_interference(tmp_path: Path, pairs: pd.DataFrame, features: pd.DataFrame,
+                            *args: str) -> subprocess.CompletedProcess[str]:
+    """``bayes-sched infer interference PAIRS SOLO *args`` in a subprocess, on ``pairs`` and
+    ``features`` written to ``tmp_path``, from the repository root on one OpenMP thread."""
     root = Path(__file__).resolve().parent.parent
-    pairs, features, _ = synthetic_pairs(6, seed=2)
     pairs.to_csv(tmp_path / "pairs.csv", index=False)
     features.to_csv(tmp_path / "solo.csv")
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "bayes_sched",
-        "infer",
-        "interference",
-        str(tmp_path / "pairs.csv"),
-        str(tmp_path / "solo.csv"),
-        "--jobs",
-        "job0,job1,job2",
-        "--steps",
-        "50",
-        "--json",
-    ]
-    done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+    command = [sys.executable, "-m", "bayes_sched", "infer", "interference",
+               str(tmp_path / "pairs.csv"), str(tmp_path / "solo.csv"), *args]
+    return subprocess.run(command, env=env, cwd=root, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_predicts_a_colocation_and_rejects_bad_speeds(tmp_path: Path) -> None:
+    import json
+
+    pairs, features, _ = synthetic_pairs(6, seed=2)
+    args = ("--jobs", "job0,job1,job2", "--steps", "50", "--json")
+    done = _run_infer_interference(tmp_path, pairs, features, *args)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [r["job"] for r in rows] == ["job0", "job1", "job2"]
     assert all(r["speed_lower_90"] <= r["speed_median"] <= r["speed_upper_90"] for r in rows)
     pairs.loc[3, "speed_a"] = 3.0
-    pairs.to_csv(tmp_path / "pairs.csv", index=False)
-    bad = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+    bad = _run_infer_interference(tmp_path, pairs, features, *args)
     assert bad.returncode == 2
     assert "row 5, column 'speed_a': speed_a=3.0" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -289,18 +285,8 @@ def test_cold_start_residual_borrows_from_look_alike_jobs_only() -> None:
 def test_a_typo_in_jobs_is_reported_before_the_fit(tmp_path: Path) -> None:
     # Issue 18 item 6(f): an unknown name in --jobs was reported only after the fit (54 s on the
     # held-out pairs). With a fit of 10^6 steps (hours), only a check before it answers in time.
-    import os
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parent.parent
     pairs, features, _ = synthetic_pairs(4, seed=2)
-    pairs.to_csv(tmp_path / "pairs.csv", index=False)
-    features.to_csv(tmp_path / "solo.csv")
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "bayes_sched", "infer", "interference",
-               str(tmp_path / "pairs.csv"), str(tmp_path / "solo.csv"), "--jobs", "job0,jbo1",
-               "--steps", str(10**6)]
-    done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    done = _run_infer_interference(tmp_path, pairs, features, "--jobs", "job0,jbo1",
+                                   "--steps", str(10**6))
     assert done.returncode == 2
     assert "--jobs: unknown job 'jbo1'" in done.stderr and "Traceback" not in done.stderr
