@@ -357,3 +357,85 @@ def test_finish_time_fairness_solves_a_loaded_snapshot() -> None:
         cp.sum(cp.multiply(inputs.scale_factors[:, None], x), axis=0) <= inputs.capacities])
     reference.solve(solver="CLARABEL")
     assert worst == pytest.approx(reference.value, rel=1e-5)
+
+
+def test_gavel_statement_cone_data_is_what_cvxpy_hands_ecos() -> None:
+    """FTF's program as Gavel states it (``gavel_statement_problem``, Gavel's cvxpy form): the
+    cone data built directly is, bitwise, what cvxpy's canonicalisation hands ECOS (2 and 7
+    jobs, a zero rate included: no entry), so ECOS sees the very numbers it saw in Gavel."""
+    import cvxpy as cp
+
+    from bayes_sched.policies.finish_time_fairness import (
+        gavel_statement_cone_data,
+        gavel_statement_problem,
+    )
+
+    rng = np.random.default_rng(3)
+    for num_jobs in (2, 7):
+        rates = rng.uniform(0.1, 10.0, (num_jobs, 3))
+        rates[0, 1] = 0.0
+        args = (rates, rng.choice([1.0, 2.0, 4.0], num_jobs), np.array([8.0, 8.0, 8.0]),
+                rng.uniform(0, 3e5, num_jobs), rng.uniform(1e3, 1e6, num_jobs),
+                rng.uniform(0, 1e5, num_jobs), rng.uniform(0.01, 1.0, num_jobs))
+        problem, _ = gavel_statement_problem(*args)
+        data, _, _ = problem.get_problem_data(cp.ECOS)
+        c, G, h, dims = gavel_statement_cone_data(*args)
+        expected = data["G"].tocsc()
+        assert np.array_equal(c, data["c"]) and np.array_equal(h, data["h"])
+        assert G.shape == expected.shape and np.array_equal(G.indptr, expected.indptr)
+        assert np.array_equal(G.indices, expected.indices)
+        assert np.array_equal(G.data, expected.data)
+        assert dims["l"] == data["dims"].nonneg and dims["q"] == list(data["dims"].soc)
+        assert data["A"] is None or data["A"].shape[0] == 0
+
+
+@pytest.mark.parametrize("name", ["finish_time_fairness", "finish_time_fairness_perf"])
+def test_gavel_statement_reaches_the_worst_ratio_optimum(name: str) -> None:
+    """``gavel_statement=true`` (Gavel's statement, ECOS) on a hand-built snapshot (7 jobs of
+    1, 2 and 4 GPUs on 4 V100 + 4 P100 + 4 K80, ages and progress set by hand): a feasible
+    allocation whose worst finish-time ratio is the optimum of an independent statement (the
+    default scaled cones under CLARABEL), computed here from the fractions with the isolated
+    share written out (1/n of each type's GPUs over the scale factor, each row capped at 1)."""
+    from bayes_sched.policies import POLICIES
+
+    spec = _spec("v100:1x4,p100:1x4,k80:1x4")
+    kinds = [(SMALL[0], 1), ("ResNet-50 (batch size 32)", 2), (SMALL[1], 1),
+             ("Transformer (batch size 64)", 4), (SMALL[2], 1), ("ResNet-50 (batch size 64)", 1),
+             ("LM (batch size 20)", 2)]
+    jobs = [make_job(str(i), 0.0, kind, size, 4e5) for i, (kind, size) in enumerate(kinds)]
+    views = [replace(v, age=600.0 * (i + 1), progress=3e4 * i)
+             for i, v in enumerate(TableCluster(jobs, spec, TABLE).job_views())]
+    state = ClusterState(spec=spec, now=5000.0)
+    options = POLICIES.parse(name, ["gavel_statement=true"], "--policy-opt")
+    assert options == {"gavel_statement": True}
+    worst = []
+    for policy in (make_policy(name, **options), make_policy(name)):
+        policy.decide(state, views)
+        assert policy.solver_failures == 0 and policy.fallbacks == 0
+        types = policy._types
+        x = np.array([[policy.fractions()[v.name][t] for t in types] for v in views])
+        rates = np.array([[TABLE.steps_per_second(v.application, v.requested_replicas, t)
+                           or 0.0 for t in types] for v in views])
+        if name == "finish_time_fairness":  # every type at the job's V100 rate
+            rates = np.repeat(rates[:, :1], 3, axis=1)
+        sizes = np.array([float(v.requested_replicas) for v in views])
+        assert np.all(x.sum(axis=1) <= 1 + 1e-6) and np.all(sizes @ x <= 4 + 1e-6)
+        share = 4.0 / len(views) / sizes[:, None] * np.ones((1, 3))
+        isolated = (rates * share / np.maximum(share.sum(axis=1), 1.0)[:, None]).sum(axis=1)
+        remaining = np.array([4e5 - v.progress for v in views])
+        ages = np.array([v.age for v in views])
+        worst.append(((ages + remaining / (rates * x).sum(axis=1))
+                      / (remaining / isolated)).max())
+    assert worst[0] == pytest.approx(worst[1], rel=1e-4)
+    with pytest.raises(InputError, match="gavel_statement"):
+        make_policy("finish_time_fairness_packed", gavel_statement=True)
+
+
+def test_gavel_statement_one_job_takes_the_cluster() -> None:
+    """One job alone: Gavel minimises its ratio itself (no maximum; cvxpy states that case):
+    the job gets all its time, and nothing fails."""
+    spec, world = _world("v100:1x1,k80:1x1", SMALL[:1], steps=1e6)
+    policy = make_policy("finish_time_fairness_perf", gavel_statement=True)
+    policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views())
+    assert policy.solver_failures == 0
+    assert sum(policy.fractions()["0"].values()) == pytest.approx(1.0, abs=1e-6)
