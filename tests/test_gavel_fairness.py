@@ -439,3 +439,24 @@ def test_gavel_statement_one_job_takes_the_cluster() -> None:
     policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views())
     assert policy.solver_failures == 0
     assert sum(policy.fractions()["0"].values()) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_fidelity_script_runs_ftf_with_gavels_statement() -> None:
+    """``experiments/gavel_fidelity.py --policy-opt gavel_statement=true`` (a subprocess, jobs
+    0-2 of the 2.0 jobs/h multi-GPU stream): the option reaches the policy, its LPs go to ECOS
+    and the row reports the solves, failures and inaccurate exits."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "experiments" / "gavel_fidelity.py"), "--multi-gpu",
+         "--rates", "2.0", "--policies", "finish_time_fairness_perf", "--window", "0", "3",
+         "--policy-opt", "gavel_statement=true", "--json"],
+        capture_output=True, text=True, timeout=300, check=True, cwd=root)
+    (row,) = json.loads(done.stdout)
+    assert row["policy"] == "finish_time_fairness_perf gavel_statement=true"
+    assert row["solver"] == "ECOS" and row["lp_solves"] > 0 and row["lp_failures"] == 0
+    assert row["lp_inaccurate"] >= 0 and row["avg_jct_h"] > 0
