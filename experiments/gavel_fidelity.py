@@ -197,10 +197,19 @@ Gavel's ``requirements.txt`` pins no cvxpy, and its 2020 runs had a cvxpy 1.0/1.
 division are scaled) we cannot check here. A run shows the trajectories are not Gavel's: ours
 hit 3 ECOS errors (exit -2 and -3 on 112-144 jobs) in the agnostic 2.6 row and 1 in the aware
 one, each of which would have raised ``SolverError`` and stopped Gavel's simulation, and
-Gavel's published run finished. The agnostic 2.6 row (the most loaded: twice the active jobs of
-the aware form, LAS 70.54 h) moved between 0.765 and 0.929 with each statement and solver
-tried: it is decided by the point ECOS's iterates reach in FTF's optimal face, which our run's
-own roundoff no longer pins to Gavel's; not reproduced, and no constant was changed.
+Gavel's published run finished. Roundoff alone does not move the row: the same run with the
+types in our order (v100, p100, k80; the same program up to a permutation, a throwaway script
+patching the order, load 17-19, 1,002 s wall) gave 51.69 h again, with the same 3 failures and
+27 inaccurate exits (on a 180-job snapshot the two orders' allocations differ by 6e-16, L1).
+The agnostic 2.6 row (the most loaded: twice the active jobs of the aware form, LAS 70.54 h)
+moved between 0.765 and 0.929 with each statement and solver tried, and lands at 0.803 with
+Gavel's: it is decided by the point ECOS reaches in FTF's optimal face, so the solver's build
+(ECOS 2.0.14 here) and any change of scaling in the canonicalisation of Gavel's cvxpy can move
+it; not reproduced, and no constant was changed. A lead not followed: the repository holds 21
+versions of ``finish_time_fairness.py``; one (``076074c``) takes the isolated share from
+``MaxMinFairnessPolicy``'s allocation and divides by ``t_j + R_j / isolated_j`` (no cumulative
+isolated time). Which version produced the notebooks is not recorded; the one stated here is
+the version with ``IsolatedPolicy()`` and the cumulative isolated time.
 
 What Gavel's code says about the misses (session 10, read from ``stanford-futuredata/gavel``
 ``scheduler/scheduler.py``, ``policies/policy.py``, ``policies/max_min_fairness.py``,
