@@ -17,7 +17,8 @@ Prints three tables:
 3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
 Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]
-[--jobs 6] [--khat-seeds 0 1 2]`` (``--jobs``: models evaluated in parallel processes).
+[--jobs 6] [--khat-seeds 0 1 2] [--parts fits warm cold]`` (``--jobs``: fits run in parallel
+processes; ``--parts``: a quicker subset, e.g. ``--parts cold`` for the cold starts alone).
 """
 
 from __future__ import annotations
@@ -207,38 +208,61 @@ def _call(task: Callable[[], Any]) -> Any:
     return task()
 
 
+#: Parts of a model's evaluation that ``--parts`` selects: the fits row (objective, k-hat), the
+#: warm folds, the two cold starts.
+PARTS = ("fits", "warm", "cold")
+
+
 def model_tasks(model: str, folds: int, seed: int, num_steps: int,
-                khat_seeds: Sequence[int] = ()) -> list[Callable[[], Any]]:
-    """The independent fits of ``model``'s evaluation, for :func:`evaluate_model`."""
-    return [functools.partial(fit_summary, model, seed, num_steps),
-            *(functools.partial(warm_fold, model, folds, i, seed, num_steps)
-              for i in range(folds)),
-            *(functools.partial(cold_start, model, fleet, seed, num_steps)
-              for fleet in (False, True)),
-            *(functools.partial(pareto_k, model, k, num_steps) for k in khat_seeds if k != seed)]
+                khat_seeds: Sequence[int] = (), parts: Sequence[str] = PARTS
+                ) -> list[Callable[[], Any]]:
+    """The independent fits of ``model``'s evaluation, for :func:`evaluate_model`, in order: the
+    fits row, the warm folds, the cold starts, the extra k-hat seeds (each where ``parts`` has
+    it; the k-hat seeds go with ``"fits"``)."""
+    tasks: list[Callable[[], Any]] = []
+    if "fits" in parts:
+        tasks.append(functools.partial(fit_summary, model, seed, num_steps))
+    if "warm" in parts:
+        tasks += [functools.partial(warm_fold, model, folds, i, seed, num_steps)
+                  for i in range(folds)]
+    if "cold" in parts:
+        tasks += [functools.partial(cold_start, model, fleet, seed, num_steps)
+                  for fleet in (False, True)]
+    if "fits" in parts:
+        tasks += [functools.partial(pareto_k, model, k, num_steps) for k in khat_seeds
+                  if k != seed]
+    return tasks
 
 
 def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
-                   khat_seeds: Sequence[int] = (), results: Sequence[Any] | None = None
-                   ) -> tuple[dict, list[dict]]:
+                   khat_seeds: Sequence[int] = (), results: Sequence[Any] | None = None,
+                   parts: Sequence[str] = PARTS) -> tuple[dict, list[dict]]:
     """The fits row and the quality rows of ``model``, from the results of :func:`model_tasks`
-    (run here, one after another, where not given)."""
+    (run here, one after another, where not given); parts left out give an empty fits row or no
+    quality rows of theirs."""
     if results is None:
-        results = [task() for task in model_tasks(model, folds, seed, num_steps, khat_seeds)]
-    fits, parts = dict(results[0]), results[1: 1 + folds]
-    cold_default, cold_fleet = results[1 + folds: 3 + folds]
-    for k, value in zip([k for k in khat_seeds if k != seed], results[3 + folds:], strict=True):
-        fits[f"pareto_k_seed{k}"] = value
+        results = [task() for task in model_tasks(model, folds, seed, num_steps, khat_seeds,
+                                                  parts)]
+    pending = list(results)
+    fits: dict = dict(pending.pop(0)) if "fits" in parts else {"model": model}
+    parts_ = [pending.pop(0) for _ in range(folds)] if "warm" in parts else []
+    cold_default, cold_fleet = (pending.pop(0), pending.pop(0)) if "cold" in parts else ({}, {})
+    if "fits" in parts:
+        for k, value in zip([k for k in khat_seeds if k != seed], pending, strict=True):
+            fits[f"pareto_k_seed{k}"] = value
 
     profile = load_pollux_profile(model)
-    masks = placement_folds(profile, folds, seed)
-    order = np.concatenate([np.flatnonzero(mask) for mask in masks])
-    warm_pred = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
-    # The folds partition the rows: put the predictions back in the profile's row order.
-    warm = class_rows(model, "warm", profile, {k: v[np.argsort(order)] for k, v in warm_pred.items()})
+    warm: list[dict] = []
+    if parts_:
+        masks = placement_folds(profile, folds, seed)
+        order = np.concatenate([np.flatnonzero(mask) for mask in masks])
+        warm_pred = {key: np.concatenate([part[key] for part in parts_]) for key in parts_[0]}
+        # The folds partition the rows: put the predictions back in the profile's row order.
+        warm = class_rows(model, "warm", profile,
+                          {k: v[np.argsort(order)] for k, v in warm_pred.items()})
     test = profile.subset(profile.num_replicas != 1)
     cold = (class_rows(model, "cold", test, cold_default)
-            + class_rows(model, "cold-fleet", test, cold_fleet))
+            + class_rows(model, "cold-fleet", test, cold_fleet)) if "cold" in parts else []
     warm_width = {row["class"]: row["width90"] for row in warm}
     for row in cold:
         row["width_vs_warm"] = row["width90"] / warm_width.get(row["class"], float("nan"))
@@ -304,18 +328,22 @@ def main() -> None:
                         help="also report the full fit's PSIS k-hat for these seeds")
     parser.add_argument("--jobs", type=int, default=1, help="fits run in parallel processes")
     parser.add_argument("--skip-cost", action="store_true", help="leave out the tuning-cost table")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="which fits to run per model (default all): the fits row with "
+                             "k-hat ('fits'), the warm folds, the cold starts")
     args = parser.parse_args()
     fits, quality, cost = [], [], []
     # Every fit in its own process (each runs on one thread): models, folds and cold starts are
     # independent.
-    tasks = {model: model_tasks(model, args.folds, args.seed, args.steps, args.khat_seeds)
+    tasks = {model: model_tasks(model, args.folds, args.seed, args.steps, args.khat_seeds,
+                                args.parts)
              for model in args.models}
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
         flat = pool.map(_call, [task for model in args.models for task in tasks[model]])
         for model in args.models:
             results = [next(flat) for _ in tasks[model]]
             f, q = evaluate_model(model, args.folds, args.seed, args.steps, args.khat_seeds,
-                                  results)
+                                  results, args.parts)
             # Each model's rows as soon as they are in (stderr), so a long run is never lost.
             print(json.dumps({"fits": f, "quality": q}, default=float), file=sys.stderr,
                   flush=True)
@@ -323,11 +351,13 @@ def main() -> None:
             quality.extend(q)
             if not args.skip_cost:
                 cost.append(tuning_cost(model))
-    print_rows("Fits: the reference's objective at our point fit and at the reference's own fit; "
-               "PSIS k-hat of the Bayesian fit on all rows", fits, args.json)
-    print_rows(f"Step-time quality per configuration class: warm ({args.folds} folds over "
-               "placements) and cold (fit on 1-GPU rows); coverage of 50%/90% intervals",
-               quality, args.json)
+    if "fits" in args.parts:
+        print_rows("Fits: the reference's objective at our point fit and at the reference's own "
+                   "fit; PSIS k-hat of the Bayesian fit on all rows", fits, args.json)
+    if quality:
+        print_rows(f"Step-time quality per configuration class: warm ({args.folds} folds over "
+                   "placements) and cold (fit on 1-GPU rows); coverage of 50%/90% intervals",
+                   quality, args.json)
     if cost:
         print_rows("Batch tuning: 10,000 allocations (mean goodput, point fit; 10% quantile over 32 "
                    "posterior draws)", cost, args.json)

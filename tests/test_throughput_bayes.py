@@ -10,7 +10,7 @@ import torch
 
 from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.profiles import StepTimeProfile, load_pollux_profile
-from perfmodel.throughput import step_time_terms
+from perfmodel.throughput import ThroughputParams, step_time_terms
 from perfmodel.throughput_bayes import (
     PARETO_K_USABLE,
     PSIS_DRAWS,
@@ -20,6 +20,7 @@ from perfmodel.throughput_bayes import (
     adapt_proposal,
     compute_shifts,
     fit_throughput_posterior,
+    gamma_logit,
     grouped_normal_log_prob,
     guide_base,
     identity_spline,
@@ -206,3 +207,47 @@ def test_network_coordinates_are_a_volume_preserving_bijection(synthetic: StepTi
     for a, b, log_c in coordinates.pairs:
         assert torch.isclose(y[a], torch.log(z[a].exp() + z[b].exp() * math.exp(log_c)))
     assert [names[a] for a, _, _ in coordinates.pairs] == ["alpha_n", "alpha_r"]
+
+
+def _references(gammas: tuple[float, ...]) -> list[tuple[StepTimeProfile, ThroughputParams]]:
+    """Synthetic reference models, one per ``gamma``, each with its true parameters as its fit."""
+    references = []
+    for seed, gamma in enumerate(gammas):
+        params = dataclasses.replace(TRUE_PARAMS, gamma=gamma, alpha_r=0.04 * (1 + 0.3 * seed))
+        references.append((synthetic_profile(params, ["1", "2", "4", "22"], noise=0.02,
+                                             seed=seed), params))
+    return references
+
+
+def test_population_prior_is_the_predictive_of_a_new_member_with_gamma_learned() -> None:
+    # Issue 18 item 4: the fleet prior took the references' spread as known (normal) and left
+    # gamma uniform on [1, 10].
+    references = _references((1.5, 2.0, 2.5, 1.8, 2.2))
+    target = references[0][0].subset(references[0][0].num_replicas == 1)
+    prior = StepTimePrior.from_population(target, references)
+    assert prior.df == len(references) - 1
+    logits = np.array([gamma_logit(params.gamma) for _, params in references])
+    assert prior.gamma_loc == pytest.approx(logits.mean())
+    assert prior.gamma_scale == pytest.approx(max(logits.std(ddof=1) * math.sqrt(1.2), 0.5))
+    # Student-t with n - 1 degrees of freedom on the log scale (a log-t density in seconds).
+    x = 0.03
+    expected = scipy.stats.t(len(references) - 1, prior.loc["alpha_r"],
+                             prior.scale["alpha_r"]).logpdf(math.log(x)) - math.log(x)
+    assert float(prior.site("alpha_r").log_prob(torch.tensor(x, dtype=torch.float64))) \
+        == pytest.approx(expected)
+    # The default prior keeps gamma uniform.
+    assert isinstance(StepTimePrior.for_profile(target).site("gamma"),
+                      torch.distributions.Uniform)
+
+
+def test_cold_start_borrows_the_fleet_overlap_exponent() -> None:
+    # Fitted on one GPU only, nothing in the data speaks of gamma; references agreeing on it
+    # (1.8-2.2) must narrow it, and with it the step time of a configuration whose all-reduce
+    # takes about as long as its compute.
+    references = _references((1.8, 2.0, 2.2, 1.9, 2.1))
+    single = synthetic_profile(TRUE_PARAMS, ["1"], noise=0.02, seed=9)
+    prior = StepTimePrior.from_population(single, references)
+    fleet = fit_throughput_posterior(single, num_steps=100, num_samples=400, seed=0,
+                                     prior=prior, check=False)
+    low, high = np.quantile(fleet.samples["gamma"], [0.05, 0.95])
+    assert 1.2 < low and high < 3.5
