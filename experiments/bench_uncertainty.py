@@ -145,8 +145,10 @@ AGNOSTIC = {"max_min_fairness_perf": "max_min_fairness",
             "finish_time_fairness_packed": "finish_time_fairness"}
 
 
-def _policy(policy: str, source: str, seed: int, throughputs: str) -> tuple[Any, str]:
-    """A fresh policy for ``source`` and the name it runs under."""
+def _policy(policy: str, source: str, seed: int, throughputs: str,
+            exploration: str | None = None) -> tuple[Any, str]:
+    """A fresh policy for ``source`` and the name it runs under (``exploration``: the learner
+    sources' option of that name, where given)."""
     from bayes_sched.policies import make_policy
 
     options: dict[str, Any] = {"seed": seed, "throughputs": throughputs}
@@ -156,11 +158,13 @@ def _policy(policy: str, source: str, seed: int, throughputs: str) -> tuple[Any,
         if policy in AGNOSTIC:
             return make_policy(AGNOSTIC[policy], **options), AGNOSTIC[policy]
         return make_policy(policy, source="uniform", **options), f"{policy} (uniform)"
+    if exploration is not None:
+        options["exploration"] = exploration
     return make_policy(policy, source=source, **options), policy
 
 
 def run_one(setting: str, policy_name: str, source: str, seed: int, window: tuple[int, int],
-            noise: float, max_hours: float) -> dict[str, Any]:
+            noise: float, max_hours: float, exploration: str | None = None) -> dict[str, Any]:
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -170,7 +174,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
 
     if setting == "shockwave":
         spec = replace(load_cluster_spec(SHOCKWAVE_CLUSTER), round_interval=SHOCKWAVE_ROUND_SECONDS)
-        policy, ran = _policy(policy_name, source, seed, "tacc")
+        policy, ran = _policy(policy_name, source, seed, "tacc", exploration)
         start = time.perf_counter()
         result = run_table_simulation(
             read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
@@ -180,7 +184,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
     else:
         rate = float(setting.split("-")[1])
         spec = replace(load_cluster_spec(GAVEL_CLUSTER), round_interval=GAVEL_ROUND_SECONDS)
-        policy, ran = _policy(policy_name, source, seed, "simulation")
+        policy, ran = _policy(policy_name, source, seed, "simulation", exploration)
         names = [str(i) for i in range(*window)]
         start = time.perf_counter()
         result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy, spec,
@@ -271,6 +275,9 @@ def main() -> None:
                         help="simulated hours after which a run gives up")
     parser.add_argument("--cpu-time", action="store_true",
                         help="decision and estimation times in CPU seconds, not wall")
+    parser.add_argument("--exploration", choices=["thompson", "value_of_information"],
+                        help="the learner sources' exploration rule (packed max-min; default: "
+                             "the policy's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.cpu_time:
@@ -282,7 +289,7 @@ def main() -> None:
             for seed in args.seeds:
                 for source in args.sources:
                     row = run_one(setting, policy, source, seed, tuple(args.window), args.noise,
-                                  args.max_hours)
+                                  args.max_hours, args.exploration)
                     rows.append(row)
                     if not args.json:
                         print(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}"
