@@ -19,23 +19,25 @@ information beats its expected cost:
   time ``v_e(r) = sum_k pi_k score_k,e(r) - sum_k mu_k time_k,e - nu_t gpus_e``, linear in ``r``.
   At the optimum ``v_e(mean r) <= 0`` for every column (complementary slackness), ``= 0`` for a
   column it uses.
-* **Gain.** The LP value with column ``e`` forced to level ``x`` is concave in ``x`` and has
-  slope ``v_e`` at 0, so knowing ``r`` would raise the objective by at most ``max(v_e(r), 0)
-  x_max`` (``x_max``: the most time the column can take: each job's time is at most 1, each
-  type's GPUs its capacity). The information is used while the column's jobs remain:
-  ``horizon`` seconds, the expected remaining time of the longest job of each class (its
-  declared steps left over its steps/s under the mean allocation; the pair's: the shorter of
-  its two classes'). Expected gain: ``E[max(v_e(r), 0)] x_max horizon`` over the joint
-  posterior draws (rates and fits; a pair that does not fit has ``r = 0``).
+* **Gain.** Knowing ``r`` changes the optimum only where ``v_e(r) > 0`` (elsewhere the mean's
+  primal and dual stay optimal and the column stays unused). The expected rise of the optimum is
+  ``E[F(r) - F(mean)]`` over the joint posterior draws (rates and fits; a pair that does not fit
+  has ``r = 0``), taken as the probability of ``v_e(r) > 0`` times the rise at those draws' mean
+  rates (one LP solve per column; exact when the rates that beat the prices are one value, an
+  approximation otherwise). The answer is used while the column's jobs remain: ``horizon``
+  seconds, the expected remaining time of the longest job of each class (its declared steps
+  left over its steps/s under the mean allocation; a pair's: the shorter of its two classes').
+  Expected gain: rise times horizon.
 * **Cost.** A trial runs one job (pair) of the column for one round of ``R`` seconds instead of
-  the mean allocation: expected loss ``max(-v_e(mean r), 0) R`` per unit of the job-level column
-  (the time of the jobs in it and its GPUs at their prices, less the rate it is expected to
-  give; a failed launch gives nothing, which the mean's fit probability carries).
-* **Rule.** Try ``e`` iff gain > cost. Nothing is tuned: ``R`` is the round, ``horizon`` the
-  jobs' own declared work, the prices the LP's. The gain is an upper bound (the first-order
-  value at ``x_max`` over the whole horizon), so the rule errs towards exploring; it ignores
-  what a trial teaches about *other* cells (the shared effects, a group's fit probability) and
-  about future jobs of the two classes, which errs the other way.
+  the mean allocation: expected loss ``max(-v(mean r), 0) R`` for the job-level column (the time
+  of its jobs and its GPUs at their prices, less the rate it is expected to give; a failed
+  launch gives nothing, which the mean's fit probability carries).
+* **Rule.** Try ``e`` iff gain > cost, and only a column the mean allocation does not already
+  run (exploitation learns those for free) with a cell nobody has reported from. Nothing is
+  tuned: ``R`` is the round, the horizon the jobs' own declared work, the prices the LP's. The
+  rule ignores what a trial teaches about *other* cells (the shared effects, a group's fit
+  probability) and about future jobs of the two classes (it errs towards not exploring), and
+  it prices the trial and the gain at today's duals for the whole horizon.
 
 Units: ``v`` is the LP objective (a normalised steps/s floor) per unit of time fraction, so gain
 and cost are both objective-seconds.
