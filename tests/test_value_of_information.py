@@ -52,8 +52,8 @@ def test_an_unknown_pair_is_tried_only_when_its_expected_gain_beats_the_trials_l
     ratios = np.ones((len(fits), 2, reduced.terms.num_entries))
     ratios[:, :, pair] = (drawn_rate / mean_rate)[:, None]
     drawn = column_values(scores_csc, time, gpus, reduced.terms.gpu_type, prices, ratios)
-    gain = expected_gain(scores_csc, reduced.terms, inputs.capacities, prices, pair,
-                         np.array([0, 1]), drawn[:, pair], ratios[:, :, pair])
+    gain = expected_gain(program, prices, pair, np.array([0, 1]), drawn[:, pair],
+                         ratios[:, :, pair])
     # Brute force: the optimum with the pair at each draw's rate, averaged over the draws.
     optimum = {rate: max_min_value(class_max_min_program(_inputs(rate))[2]) or 0.5
                for rate in (0.8, 1e-9)}
@@ -68,8 +68,8 @@ def test_an_unknown_pair_is_tried_only_when_its_expected_gain_beats_the_trials_l
     slow = np.tile([0.45, 0.0], 500)
     ratios[:, :, pair] = (slow / mean_rate)[:, None]
     drawn = column_values(scores_csc, time, gpus, reduced.terms.gpu_type, prices, ratios)
-    assert expected_gain(scores_csc, reduced.terms, inputs.capacities, prices, pair,
-                         np.array([0, 1]), drawn[:, pair], ratios[:, :, pair]) == 0.0
+    assert expected_gain(program, prices, pair, np.array([0, 1]), drawn[:, pair],
+                         ratios[:, :, pair]) == 0.0
 
 
 def test_the_value_of_information_rule_decides_on_the_mean() -> None:

@@ -672,21 +672,23 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                               ratios)
         mean_value = column_values(scores_csc[:, entries], time_c, gpus[entries], gpu_type,
                                    prices)
-        capacity = inputs.capacities[gpu_type]
+        # The rise is at most E[max(v, 0)] times the most of the column the LP can use
+        # (concavity): where even that does not pay for the trial, no LP solve.
+        time_dense = time_c.toarray()
+        most = np.minimum(1.0 / np.max(time_dense, axis=0, initial=0.0, where=time_dense > 0)
+                          if len(entries) else np.zeros(0),
+                          inputs.capacities[gpu_type] / gpus[entries])
+        bound = np.mean(np.maximum(drawn, 0.0), axis=0) * most
         for i, (e, rows, cs) in enumerate(candidates):
             size = float(keys[rows[0]][1])
             # The trial's job-level column: one job (pair) on its GPUs, a share of the class's.
             trial_value = float(mean_value[i]) * size / float(gpus[e])
-            row_index = np.array(rows)
-            # The rise is at most E[max(v, 0)] times the most of the column the LP can use
-            # (concavity): where even that does not pay for the trial, skip the LP solve.
-            most = min(float(np.min(1.0 / time_c[row_index, i].toarray())),
-                       float(capacity[i] / gpus[e]))
-            if not worth_trying(float(np.mean(np.maximum(drawn[:, i], 0.0))) * most,
-                                float(min(horizon[rows])), trial_value, self._round_seconds)[0]:
+            if not worth_trying(float(bound[i]), float(min(horizon[rows])), trial_value,
+                                self._round_seconds)[0]:
                 continue
-            gain = expected_gain(scores_csc, terms, inputs.capacities, prices, int(e), row_index,
-                                 drawn[:, i], ratios[:, row_index, i])
+            row_index = np.array(rows)
+            gain = expected_gain(program, prices, int(e), row_index, drawn[:, i],
+                                 ratios[:, row_index, i])
             go, gain, cost = worth_trying(gain, float(min(horizon[rows])), trial_value,
                                           self._round_seconds)
             if not go:

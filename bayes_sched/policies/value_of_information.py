@@ -45,12 +45,12 @@ and cost are both objective-seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
 
-from bayes_sched.policies.time_fraction_lp import CombinationTerms, ConicProgram, max_min_program
+from bayes_sched.policies.time_fraction_lp import ConicProgram
 
 __all__ = ["DUAL_TOLERANCE", "LpPrices", "column_values", "expected_gain", "lp_prices",
            "max_min_value", "worth_trying"]
@@ -125,9 +125,8 @@ def max_min_value(program: ConicProgram) -> float | None:
     return None if result.status != 0 else -float(result.fun)
 
 
-def expected_gain(scores: sp.csc_matrix, terms: CombinationTerms, capacities: np.ndarray,
-                  prices: LpPrices, entry: int, rows: np.ndarray, values: np.ndarray,
-                  ratios: np.ndarray) -> float:
+def expected_gain(program: ConicProgram, prices: LpPrices, entry: int, rows: np.ndarray,
+                  values: np.ndarray, ratios: np.ndarray) -> float:
     """Expected rise of the max-min optimum from knowing column ``entry``'s rates:
     ``E[F(r) - F(mean)]``, where ``F(r)`` is the optimum with the column at rates ``r`` and every
     other at its mean. A draw with ``v_e(r) <= 0`` leaves the optimum where it is (the mean's
@@ -135,8 +134,8 @@ def expected_gain(scores: sp.csc_matrix, terms: CombinationTerms, capacities: np
     probability times the rise at their mean rates, one LP solve.
 
     Args:
-        scores: the program's floor rows at the mean rates ``(C, V)`` (CSC).
-        terms, capacities: the program's other rows, as :func:`max_min_program` takes them.
+        program: the max-min program at the mean rates (:func:`max_min_program`: its first
+            ``C`` rows are the floors, ``-scores``).
         rows: the rows (classes) in the column ``(R,)``.
         values: ``v_e`` at each draw ``(S,)`` (:func:`column_values`).
         ratios: each row's rate in the column at each draw over its mean ``(S, R)``.
@@ -144,12 +143,12 @@ def expected_gain(scores: sp.csc_matrix, terms: CombinationTerms, capacities: np
     better = values > DUAL_TOLERANCE
     if not better.any():
         return 0.0
-    scaled = scores.copy()
-    start, stop = scaled.indptr[entry], scaled.indptr[entry + 1]
-    factor = dict(zip(rows.tolist(), ratios[better].mean(axis=0).tolist(), strict=True))
-    for k in range(start, stop):
-        scaled.data[k] *= factor.get(int(scaled.indices[k]), 1.0)
-    value = max_min_value(max_min_program(scaled.tocsr(), terms, capacities))
+    upper = program.upper.tocsc(copy=True)
+    factor = np.ones(upper.shape[0])
+    factor[rows] = ratios[better].mean(axis=0)
+    start, stop = upper.indptr[entry], upper.indptr[entry + 1]
+    upper.data[start:stop] *= factor[upper.indices[start:stop]]
+    value = max_min_value(replace(program, upper=upper.tocsr()))
     if value is None:
         return 0.0
     return float(better.mean()) * max(value - prices.value, 0.0)
