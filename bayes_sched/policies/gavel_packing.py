@@ -535,11 +535,14 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
             (multi-GPU, 2.6 jobs/h, seed 0, jobs 0-99): average JCT 16.667 h even, 16.676 h
             intervals.
         exploration: with a learner, how the policy learns cells it has not seen:
+            ``"value_of_information"`` (default; ``thompson`` is then ignored: decide on the
+            posterior mean, and try a job alone or a pair in a cell nobody has reported from,
+            for one profiling round, only where the expected value of knowing its rate beats
+            the trial's expected cost: :mod:`~bayes_sched.policies.value_of_information`) or
             ``"thompson"`` (decide on one joint posterior draw per recompute, or on the mean
-            with ``thompson=False``) or ``"value_of_information"`` (decide on the posterior
-            mean, and try a job alone or a pair in a cell nobody has reported from, for one
-            profiling round, only where the expected value of knowing its rate beats the
-            trial's expected cost: :mod:`~bayes_sched.policies.value_of_information`).
+            with ``thompson=False``). Measured (ours, gavel-2.0, jobs 0-9, seeds 0-2, average
+            JCT over the table's): value of information 0.999 / 0.990 / 0.998, Thompson
+            1.006 / 0.999 / 1.015.
     """
 
     name = "max_min_fairness_packed"
@@ -555,7 +558,8 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                  source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
                  gavel_statement: bool = False,
                  pair_split: Literal["even", "intervals"] = "even",
-                 exploration: Literal["thompson", "value_of_information"] = "thompson"
+                 exploration: Literal["thompson", "value_of_information"] = (
+                     "value_of_information")
                  ) -> None:
         super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
                          refit_interval)
