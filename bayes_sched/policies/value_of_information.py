@@ -46,6 +46,7 @@ and cost are both objective-seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -78,18 +79,23 @@ class LpPrices:
     entries: np.ndarray
 
 
+def _highs(program: ConicProgram) -> Any:
+    """scipy's HiGHS result for a linear ``program`` (primal, and the rows' marginals)."""
+    from scipy.optimize import linprog
+
+    bounds = [(0.0, None) if keep else (None, None) for keep in program.nonnegative]
+    equal = program.equal
+    return linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound, A_eq=equal,
+                   b_eq=None if equal is None else np.zeros(equal.shape[0]), bounds=bounds,
+                   method="highs")
+
+
 def lp_prices(program: ConicProgram, num_rows: int, num_types: int) -> LpPrices | None:
     """The prices of a max-min program built by
     :func:`~bayes_sched.policies.time_fraction_lp.max_min_program` (rows: ``num_rows`` floors,
     ``num_rows`` times, ``num_types`` GPU counts, then coupling rows), solved with HiGHS for a
     basic dual; ``None`` if it has no optimum."""
-    from scipy.optimize import linprog
-
-    bounds = [(0.0, None) if keep else (None, None) for keep in program.nonnegative]
-    equal = program.equal
-    result = linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound, A_eq=equal,
-                     b_eq=None if equal is None else np.zeros(equal.shape[0]), bounds=bounds,
-                     method="highs")
+    result = _highs(program)
     if result.status != 0 or result.ineqlin is None:
         return None
     # HiGHS: d(objective)/d(bound) <= 0 for a minimisation's <= rows; the objective is -floor.
@@ -115,13 +121,7 @@ def column_values(scores: sp.csr_matrix, time: sp.csr_matrix, gpus: np.ndarray,
 
 def max_min_value(program: ConicProgram) -> float | None:
     """The optimum of a max-min program (HiGHS); ``None`` if it has none."""
-    from scipy.optimize import linprog
-
-    bounds = [(0.0, None) if keep else (None, None) for keep in program.nonnegative]
-    equal = program.equal
-    result = linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound, A_eq=equal,
-                     b_eq=None if equal is None else np.zeros(equal.shape[0]), bounds=bounds,
-                     method="highs")
+    result = _highs(program)
     return None if result.status != 0 else -float(result.fun)
 
 
