@@ -5,9 +5,21 @@ expected loss; the expected rise equals the brute-force expectation over the bel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from bayes_sched.cluster import ClusterState
+from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.estimation.throughput_cells import (
+    Cell,
+    CellObservation,
+    CellPrediction,
+    ThroughputBelief,
+)
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy, class_max_min_program
 from bayes_sched.policies.time_sharing import AllocationInputs
@@ -18,6 +30,9 @@ from bayes_sched.policies.value_of_information import (
     max_min_value,
     worth_trying,
 )
+from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.table_cluster import TableCluster
+from bayes_sched.throughputs import load_gavel_throughputs
 
 ROUND = 360.0
 
@@ -70,6 +85,59 @@ def test_an_unknown_pair_is_tried_only_when_its_expected_gain_beats_the_trials_l
     drawn = column_values(scores_csc, time, gpus, reduced.terms.gpu_type, prices, ratios)
     assert expected_gain(program, prices, pair, np.array([0, 1]), drawn[:, pair],
                          ratios[:, :, pair]) == 0.0
+
+
+class _HandBelief:
+    """Every job at 1 step/s alone; every pair fits with probability 1/2 and then runs at 0.8
+    steps/s each (joint draws: half the draws 0.8, half 0)."""
+
+    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
+                ) -> CellPrediction:
+        paired = np.array([c.partner is not None for c in cells])
+        mean = np.where(paired, 0.4, 1.0)
+        fits = np.tile([0.8, 0.0], max(num_draws, 2) // 2 + 1)[:max(num_draws, 1)]
+        draws = np.where(paired[None, :], fits[:, None], 1.0)
+        return CellPrediction(mean, draws if num_draws else mean[None, :])
+
+
+class _HandLearner:
+    name = "hand"
+
+    def fit(self, observations: Sequence[CellObservation]) -> ThroughputBelief:
+        return _HandBelief()
+
+    def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
+                        belief: ThroughputBelief) -> list[Cell]:
+        return []
+
+
+@pytest.mark.parametrize("steps", [50.0, 1e4])
+def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_enough(
+        steps: float) -> None:
+    """The hand-built belief above in the packed policy, two one-GPU jobs on one V100: the mean
+    allocation time-shares the GPU (0.5 steps/s each); trying the pair for a round loses 0.1 x
+    360 s at the prices and the answer is worth 0.15 a second while both jobs remain: with
+    10,000 steps each (20,000 s at 0.5 steps/s) the pair goes into a job's profiling plan, with
+    50 (100 s) it does not, and Thompson sampling never asks for a trial."""
+    spec = replace(load_cluster_spec("v100:1x1"), round_interval=ROUND)
+    jobs = [make_job("a", 0.0, "ResNet-18 (batch size 16)", 1, steps),
+            make_job("b", 0.0, "A3C", 1, steps)]
+    views = TableCluster(jobs, spec, load_gavel_throughputs()).job_views()
+    cluster = ClusterState(spec=spec, now=0.0)
+    pair = Cell("ResNet-18 (batch size 16)", 1, "v100", "A3C")
+    plans = {}
+    for exploration in ("value_of_information", "thompson"):
+        policy = make_policy("max_min_fairness_packed", source="per_cell",
+                             exploration=exploration)
+        assert isinstance(policy, MaxMinFairnessPackedPolicy)
+        policy.estimator = ThroughputEstimator(_HandLearner())
+        policy.estimator.estimate(cluster, views)
+        policy.decide(cluster, views)
+        plans[exploration] = policy.estimator.pending_profiling("a")
+        if exploration == "value_of_information":
+            assert policy.pair_fractions() == {}  # the mean allocation does not pack them
+    assert plans["value_of_information"] == ((pair,) if steps > 1e3 else ())
+    assert plans["thompson"] == ()
 
 
 def test_the_value_of_information_rule_decides_on_the_mean() -> None:
