@@ -26,8 +26,9 @@ information beats its expected cost:
   rates (one LP solve per column; exact when the rates that beat the prices are one value, an
   approximation otherwise). The answer is used while the column's jobs remain: ``horizon``
   seconds, the expected remaining time of the longest job of each class (its declared steps
-  left over its steps/s under the mean allocation; a pair's: the shorter of its two classes').
-  Expected gain: rise times horizon.
+  left over its steps/s under the mean allocation; a pair's: the shorter of its two classes';
+  a class whose jobs declare no steps has none, and is never tried). Expected gain: rise times
+  horizon.
 * **Cost.** A trial runs one job (pair) of the column for one round of ``R`` seconds instead of
   the mean allocation: expected loss ``max(-v(mean r), 0) R`` for the job-level column (the time
   of its jobs and its GPUs at their prices, less the rate it is expected to give; a failed
@@ -38,6 +39,12 @@ information beats its expected cost:
   rule ignores what a trial teaches about *other* cells (the shared effects, a group's fit
   probability) and about future jobs of the two classes (it errs towards not exploring), and
   it prices the trial and the gain at today's duals for the whole horizon.
+
+What the max-min objective implies: only the jobs at the floor have a price, so a column of
+jobs off the floor is worth nothing to it (a trial of theirs costs nothing at the prices but
+gains nothing either) and is never tried; their cells are learned when the mean allocation runs
+them. The log-normal posterior mean of a barely known cell is high (``exp(mu + var / 2)``), so
+the mean allocation itself runs such cells first; the trials are for the cells it leaves out.
 
 Units: ``v`` is the LP objective (a normalised steps/s floor) per unit of time fraction, so gain
 and cost are both objective-seconds.
