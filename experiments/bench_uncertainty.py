@@ -119,6 +119,21 @@ Jobs 0-29 (wall-clock decision columns, load ~20; ratio to the table, mean (min.
                gavel     0.990 (0.986..0.993) 0.502 0.674 0.489
                sia       0.992 (0.990..0.994) 0.502 0.674 0.489
                agnostic  1.477 (1.428..1.511) 0.322 0.447 0.427
+
+Session 12 (issue 20, branch voi20): ``max_min_fairness_packed`` with a learner decides on the
+posterior mean and tries an unknown cell for one profiling round only where its value of
+information beats the trial's cost (``exploration="value_of_information"``, the policy's
+default since; ``--exploration thompson`` gives the old rule; the point learners, Sia's and
+Gavel's, decide alike under both). gavel-2.0, jobs 0-9, seeds 0 1 2, load 14-21; ratio to the
+table, mean (min..max); decision time in CPU seconds (``--cpu-time``, a run of table and ours):
+
+    source                      avg JCT              worst FTF            decision vs table
+    ours, value of information  0.996 (0.990..0.999) 0.899 (0.724..1.026) 6.5x (6.4..6.8)
+    ours, Thompson (52dee37)    1.007 (0.999..1.015) 0.908 (0.735..1.051) 5.8x (5.5..6.0)
+    ours, posterior mean only   0.994 (0.984..1.000)  (exploration="thompson", thompson=False)
+    sia                         0.990 (0.982..0.997) 0.905 (0.675..1.091)
+    gavel                       1.005 (0.993..1.022) 0.871 (0.692..1.017)
+    agnostic                    1.645 (1.552..1.745) 0.582 (0.387..0.835)
 """
 
 from __future__ import annotations
