@@ -624,37 +624,9 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                          where=rate > 0)
         horizon = np.zeros(num_classes)
         np.maximum.at(horizon, classes, np.nan_to_num(left, nan=0.0))
-        # What the mean allocation already runs (exploitation learns those for free).
-        used = allocation >= MIN_PAIR_FRACTION
-        used_alone = {(int(classes[j]), t) for j, t in zip(*np.nonzero(used[:inputs.num_jobs]),
-                                                            strict=True)}
-        pair_rows, pair_types = np.nonzero(used[inputs.num_jobs:])
-        used_pairs = {(frozenset(classes[inputs.pairs[p]].tolist()), int(t))
-                      for p, t in zip(pair_rows, pair_types, strict=True)}
         gpus = np.asarray(terms.gpus.sum(axis=0)).ravel()
         time = terms.membership.tocsc()
-        pending = {cell for job in jobs for cell in estimator.pending_profiling(job.name)}
-        # The columns with a cell nobody has reported from, and the rows' cells in each.
-        candidates: list[tuple[int, list[int], list[Cell]]] = []
-        for e in range(terms.num_entries):
-            rows = time.indices[time.indptr[e]:time.indptr[e + 1]].tolist()
-            t = int(terms.gpu_type[e])
-            gpu = self._types[t]
-            alone = len(rows) == 1 and terms.combination[e] < num_classes
-            if (rows[0], t) in used_alone if alone else (frozenset(rows), t) in used_pairs:
-                continue
-            if alone:
-                kind, size = keys[rows[0]]
-                cells = [Cell(kind, size, gpu)]
-            elif len(rows) == 1:  # two jobs of one class
-                kind, size = keys[rows[0]]
-                cells = [Cell(kind, size, gpu, kind)]
-            else:
-                (a, size), (b, _) = keys[rows[0]], keys[rows[1]]
-                cells = [Cell(a, size, gpu, b), Cell(b, size, gpu, a)]
-            if any(c in self._reported or c in pending for c in cells):
-                continue
-            candidates.append((e, rows, cells))
+        candidates = self._untried_columns(inputs, allocation, reduced, keys)
         if not candidates:
             return
         cells = [c for _, _, cs in candidates for c in cs]
@@ -702,3 +674,44 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
             job = min(of_class, key=lambda n: len(estimator.pending_profiling(n)) > 0)
             estimator.request_profiling(job, cs[0])
             self.trials.append((cs[0], gain, cost))
+
+    def _untried_columns(self, inputs: AllocationInputs, allocation: np.ndarray,
+                         reduced: ClassTerms, keys: list[tuple[str, int]]
+                         ) -> list[tuple[int, list[int], list[Cell]]]:
+        """The class LP's columns that the mean ``allocation`` does not run (exploitation
+        learns those for free) with a cell nobody has reported from and no job is to be
+        profiled in: ``(entry, its rows (classes), the rows' cells)`` each."""
+        assert self.estimator is not None
+        terms = reduced.terms
+        num_classes = len(reduced.representative)
+        classes = inputs.job_classes
+        used = allocation >= MIN_PAIR_FRACTION
+        used_alone = {(int(classes[j]), t) for j, t in zip(*np.nonzero(used[:inputs.num_jobs]),
+                                                            strict=True)}
+        pair_rows, pair_types = np.nonzero(used[inputs.num_jobs:])
+        used_pairs = {(frozenset(classes[inputs.pairs[p]].tolist()), int(t))
+                      for p, t in zip(pair_rows, pair_types, strict=True)}
+        time = terms.membership.tocsc()
+        pending = {cell for name in inputs.names
+                   for cell in self.estimator.pending_profiling(name)}
+        candidates: list[tuple[int, list[int], list[Cell]]] = []
+        for e in range(terms.num_entries):
+            rows = time.indices[time.indptr[e]:time.indptr[e + 1]].tolist()
+            t = int(terms.gpu_type[e])
+            gpu = self._types[t]
+            alone = len(rows) == 1 and terms.combination[e] < num_classes
+            if (rows[0], t) in used_alone if alone else (frozenset(rows), t) in used_pairs:
+                continue
+            if alone:
+                kind, size = keys[rows[0]]
+                cells = [Cell(kind, size, gpu)]
+            elif len(rows) == 1:  # two jobs of one class
+                kind, size = keys[rows[0]]
+                cells = [Cell(kind, size, gpu, kind)]
+            else:
+                (a, size), (b, _) = keys[rows[0]], keys[rows[1]]
+                cells = [Cell(a, size, gpu, b), Cell(b, size, gpu, a)]
+            if any(c in self._reported or c in pending for c in cells):
+                continue
+            candidates.append((e, rows, cells))
+        return candidates
