@@ -119,6 +119,25 @@ Jobs 0-29 (wall-clock decision columns, load ~20; ratio to the table, mean (min.
                gavel     0.990 (0.986..0.993) 0.502 0.674 0.489
                sia       0.992 (0.990..0.994) 0.502 0.674 0.489
                agnostic  1.477 (1.428..1.511) 0.322 0.447 0.427
+
+Session 12 (issue 20, branch voi20): ``max_min_fairness_packed`` with a learner decides on the
+posterior mean and tries an unknown cell for one profiling round only where its value of
+information beats the trial's cost (``exploration="value_of_information"``, the policy's
+default since; ``--exploration thompson`` gives the old rule; the point learners, Sia's and
+Gavel's, decide alike under both). gavel-2.0, jobs 0-9, seeds 0 1 2, load 14-21; ratio to the
+table, mean (min..max); decision time in CPU seconds (``--cpu-time``, a run of table and ours):
+
+    source                      avg JCT              worst FTF            decision vs table
+    ours, value of information  0.996 (0.990..0.999) 0.899 (0.724..1.026) 6.5x (6.4..6.8)
+    ours, Thompson (52dee37)    1.007 (0.999..1.015) 0.908 (0.735..1.051) 5.8x (5.5..6.0)
+    ours, posterior mean only   0.994 (0.984..1.000)  (exploration="thompson", thompson=False)
+    sia                         0.990 (0.982..0.997) 0.905 (0.675..1.091)
+    gavel                       1.005 (0.993..1.022) 0.871 (0.692..1.017)
+    agnostic                    1.645 (1.552..1.745) 0.582 (0.387..0.835)
+
+Jobs 0-29, the same setting (load 15-17): ours (value of information) 0.998 (0.995..1.000),
+worst FTF 0.644 / 0.952 / 0.805; Sia 0.996 (0.992..0.999), 0.707 / 0.952 / 0.715 (table 0.865
+/ 1.325 / 0.830).
 """
 
 from __future__ import annotations
@@ -145,8 +164,10 @@ AGNOSTIC = {"max_min_fairness_perf": "max_min_fairness",
             "finish_time_fairness_packed": "finish_time_fairness"}
 
 
-def _policy(policy: str, source: str, seed: int, throughputs: str) -> tuple[Any, str]:
-    """A fresh policy for ``source`` and the name it runs under."""
+def _policy(policy: str, source: str, seed: int, throughputs: str,
+            exploration: str | None = None) -> tuple[Any, str]:
+    """A fresh policy for ``source`` and the name it runs under (``exploration``: the learner
+    sources' option of that name, where given)."""
     from bayes_sched.policies import make_policy
 
     options: dict[str, Any] = {"seed": seed, "throughputs": throughputs}
@@ -156,11 +177,13 @@ def _policy(policy: str, source: str, seed: int, throughputs: str) -> tuple[Any,
         if policy in AGNOSTIC:
             return make_policy(AGNOSTIC[policy], **options), AGNOSTIC[policy]
         return make_policy(policy, source="uniform", **options), f"{policy} (uniform)"
+    if exploration is not None:
+        options["exploration"] = exploration
     return make_policy(policy, source=source, **options), policy
 
 
 def run_one(setting: str, policy_name: str, source: str, seed: int, window: tuple[int, int],
-            noise: float, max_hours: float) -> dict[str, Any]:
+            noise: float, max_hours: float, exploration: str | None = None) -> dict[str, Any]:
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -170,7 +193,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
 
     if setting == "shockwave":
         spec = replace(load_cluster_spec(SHOCKWAVE_CLUSTER), round_interval=SHOCKWAVE_ROUND_SECONDS)
-        policy, ran = _policy(policy_name, source, seed, "tacc")
+        policy, ran = _policy(policy_name, source, seed, "tacc", exploration)
         start = time.perf_counter()
         result = run_table_simulation(
             read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
@@ -180,7 +203,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
     else:
         rate = float(setting.split("-")[1])
         spec = replace(load_cluster_spec(GAVEL_CLUSTER), round_interval=GAVEL_ROUND_SECONDS)
-        policy, ran = _policy(policy_name, source, seed, "simulation")
+        policy, ran = _policy(policy_name, source, seed, "simulation", exploration)
         names = [str(i) for i in range(*window)]
         start = time.perf_counter()
         result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy, spec,
@@ -271,6 +294,9 @@ def main() -> None:
                         help="simulated hours after which a run gives up")
     parser.add_argument("--cpu-time", action="store_true",
                         help="decision and estimation times in CPU seconds, not wall")
+    parser.add_argument("--exploration", choices=["thompson", "value_of_information"],
+                        help="the learner sources' exploration rule (packed max-min; default: "
+                             "the policy's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.cpu_time:
@@ -282,7 +308,7 @@ def main() -> None:
             for seed in args.seeds:
                 for source in args.sources:
                     row = run_one(setting, policy, source, seed, tuple(args.window), args.noise,
-                                  args.max_hours)
+                                  args.max_hours, args.exploration)
                     rows.append(row)
                     if not args.json:
                         print(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}"

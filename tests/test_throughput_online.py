@@ -163,7 +163,7 @@ def test_thompson_draws_differ_across_recomputes_and_repeat_by_seed() -> None:
 
     def draws(seed: int, thompson: bool = True) -> list[np.ndarray]:
         policy = make_policy("max_min_fairness_packed", source="per_cell", seed=seed,
-                             thompson=thompson)
+                             thompson=thompson, exploration="thompson")
         policy.decide(ClusterState(spec=spec, now=ROUND), views)  # sets the types
         runnable = np.ones((len(views), 2), dtype=bool)
         out = []

@@ -127,6 +127,13 @@ class ThroughputEstimator:
         """The cells ``job`` is still to be measured in, in the learner's order."""
         return tuple(self._plans.get(job, ()))
 
+    def request_profiling(self, job: str, cell: Cell) -> None:
+        """Add ``cell`` to the end of the plan of ``job`` (one this stage has seen): a policy's
+        exploration trial, run and counted as profiling."""
+        plan = self._plans.get(job)
+        if plan is not None and cell not in plan:
+            plan.append(cell)
+
     def drop_profiling(self, job: str, cell: Cell, why: str) -> None:
         """Strike ``cell`` off ``job``'s plan unmeasured (the policy cannot run it there),
         logged with ``why`` and counted."""

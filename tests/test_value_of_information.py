@@ -1,0 +1,148 @@
+"""The packed max-min policy's exploration rule (value of information at the LP's prices): on a
+hand-built belief over one unknown pair, the pair is tried exactly when the expected rise of the
+LP optimum from knowing its rate, over the horizon its jobs remain, beats a one-round trial's
+expected loss; the expected rise equals the brute-force expectation over the belief's draws."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.estimation.throughput_cells import (
+    Cell,
+    CellObservation,
+    CellPrediction,
+    ThroughputBelief,
+)
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
+from bayes_sched.policies import make_policy
+from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy, class_max_min_program
+from bayes_sched.policies.time_sharing import AllocationInputs
+from bayes_sched.policies.value_of_information import (
+    column_values,
+    expected_gain,
+    lp_prices,
+    max_min_value,
+    worth_trying,
+)
+from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.table_cluster import TableCluster
+from bayes_sched.throughputs import load_gavel_throughputs
+
+ROUND = 360.0
+
+
+def _inputs(pair_rate: float) -> AllocationInputs:
+    """Two one-GPU jobs of two classes, alone at 1 step/s on the one GPU of one type, and their
+    pair at ``pair_rate`` each."""
+    return AllocationInputs(
+        names=("a", "b"), throughputs=np.ones((2, 1)), scale_factors=np.ones(2),
+        capacities=np.ones(1), elapsed=np.zeros(2), remaining_steps=np.full(2, 1e4),
+        pairs=np.array([[0, 1]]), pair_throughputs=np.full((1, 2, 1), pair_rate),
+        job_classes=np.array([0, 1]))
+
+
+def test_an_unknown_pair_is_tried_only_when_its_expected_gain_beats_the_trials_loss() -> None:
+    # The belief: the pair fits with probability 1/2 and then runs at 0.8 steps/s each (a
+    # mean of 0.4): alone, time-sharing the GPU gives each job 0.5; packed, 0.8.
+    fits = np.tile([1.0, 0.0], 500)
+    drawn_rate = 0.8 * fits
+    mean_rate = float(drawn_rate.mean())
+    inputs = _inputs(mean_rate)
+    reduced, scores, program = class_max_min_program(inputs)
+    prices = lp_prices(program, 2, 1)
+    assert prices is not None and prices.value == pytest.approx(0.5)
+    assert prices.floor.sum() == pytest.approx(1.0) and prices.gpus == pytest.approx([0.5])
+    pair = int(np.flatnonzero(reduced.terms.combination >= 2)[0])
+    scores_csc, time = scores.tocsc(), reduced.terms.membership.tocsc()
+    gpus = np.asarray(reduced.terms.gpus.sum(axis=0)).ravel()
+    # v = 0.5 r_a + 0.5 r_b - 0.5 (the GPU's price): -0.1 at the mean, the mean LP leaves it.
+    at_mean = column_values(scores_csc, time, gpus, reduced.terms.gpu_type, prices)
+    assert at_mean[pair] == pytest.approx(-0.1)
+    ratios = np.ones((len(fits), 2, reduced.terms.num_entries))
+    ratios[:, :, pair] = (drawn_rate / mean_rate)[:, None]
+    drawn = column_values(scores_csc, time, gpus, reduced.terms.gpu_type, prices, ratios)
+    gain = expected_gain(program, prices, pair, np.array([0, 1]), drawn[:, pair],
+                         ratios[:, :, pair])
+    # Brute force: the optimum with the pair at each draw's rate, averaged over the draws.
+    optimum = {rate: max_min_value(class_max_min_program(_inputs(rate))[2]) or 0.5
+               for rate in (0.8, 1e-9)}
+    brute = np.mean([optimum[0.8] if f else optimum[1e-9] for f in fits]) - prices.value
+    assert gain == pytest.approx(brute) and gain == pytest.approx(0.5 * (0.8 - 0.5))
+    # A one-round trial loses 0.1 per second at the prices; the answer is worth 0.15 a second
+    # for as long as both jobs remain.
+    assert worth_trying(gain, ROUND, float(at_mean[pair]), ROUND) == (
+        True, pytest.approx(0.15 * ROUND), pytest.approx(0.1 * ROUND))
+    assert not worth_trying(gain, ROUND / 2, float(at_mean[pair]), ROUND)[0]
+    # A pair that fits but never beats time-sharing is worth nothing, however long the jobs run.
+    slow = np.tile([0.45, 0.0], 500)
+    ratios[:, :, pair] = (slow / mean_rate)[:, None]
+    drawn = column_values(scores_csc, time, gpus, reduced.terms.gpu_type, prices, ratios)
+    assert expected_gain(program, prices, pair, np.array([0, 1]), drawn[:, pair],
+                         ratios[:, :, pair]) == 0.0
+
+
+class _HandBelief:
+    """Every job at 1 step/s alone; every pair fits with probability 1/2 and then runs at 0.8
+    steps/s each (joint draws: half the draws 0.8, half 0)."""
+
+    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
+                ) -> CellPrediction:
+        paired = np.array([c.partner is not None for c in cells])
+        mean = np.where(paired, 0.4, 1.0)
+        fits = np.tile([0.8, 0.0], max(num_draws, 2) // 2 + 1)[:max(num_draws, 1)]
+        draws = np.where(paired[None, :], fits[:, None], 1.0)
+        return CellPrediction(mean, draws if num_draws else mean[None, :])
+
+
+class _HandLearner:
+    name = "hand"
+
+    def fit(self, observations: Sequence[CellObservation]) -> ThroughputBelief:
+        return _HandBelief()
+
+    def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
+                        belief: ThroughputBelief) -> list[Cell]:
+        return []
+
+
+@pytest.mark.parametrize("steps", [50.0, 1e4])
+def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_enough(
+        steps: float) -> None:
+    """The hand-built belief above in the packed policy, two one-GPU jobs on one V100: the mean
+    allocation time-shares the GPU (0.5 steps/s each); trying the pair for a round loses 0.1 x
+    360 s at the prices and the answer is worth 0.15 a second while both jobs remain: with
+    10,000 steps each (20,000 s at 0.5 steps/s) the pair goes into a job's profiling plan, with
+    50 (100 s) it does not, and Thompson sampling never asks for a trial."""
+    spec = replace(load_cluster_spec("v100:1x1"), round_interval=ROUND)
+    jobs = [make_job("a", 0.0, "ResNet-18 (batch size 16)", 1, steps),
+            make_job("b", 0.0, "A3C", 1, steps)]
+    views = TableCluster(jobs, spec, load_gavel_throughputs()).job_views()
+    cluster = ClusterState(spec=spec, now=0.0)
+    pair = Cell("ResNet-18 (batch size 16)", 1, "v100", "A3C")
+    plans = {}
+    for exploration in ("value_of_information", "thompson"):
+        policy = make_policy("max_min_fairness_packed", source="per_cell",
+                             exploration=exploration)
+        assert isinstance(policy, MaxMinFairnessPackedPolicy)
+        policy.estimator = ThroughputEstimator(_HandLearner())
+        policy.estimator.estimate(cluster, views)
+        policy.decide(cluster, views)
+        plans[exploration] = policy.estimator.pending_profiling("a")
+        if exploration == "value_of_information":
+            assert policy.pair_fractions() == {}  # the mean allocation does not pack them
+    assert plans["value_of_information"] == ((pair,) if steps > 1e3 else ())
+    assert plans["thompson"] == ()
+
+
+def test_the_value_of_information_rule_decides_on_the_mean() -> None:
+    policy = make_policy("max_min_fairness_packed", source="bayes",
+                         exploration="value_of_information")
+    assert isinstance(policy, MaxMinFairnessPackedPolicy) and policy.thompson is False
+    with pytest.raises(ValueError, match="exploration is 'ucb'"):
+        make_policy("max_min_fairness_packed", source="bayes", exploration="ucb")
