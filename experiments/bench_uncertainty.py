@@ -126,7 +126,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import types
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -160,7 +160,10 @@ def _policy(policy: str, source: str, seed: int, throughputs: str) -> tuple[Any,
 
 
 def run_one(setting: str, policy_name: str, source: str, seed: int, window: tuple[int, int],
-            noise: float, max_hours: float) -> dict[str, Any]:
+            noise: float, max_hours: float,
+            clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """One run; ``clock`` times the loop's estimation and decisions (``time.process_time``:
+    this process's CPU seconds)."""
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -175,7 +178,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         result = run_table_simulation(
             read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
             table=load_shockwave_throughputs(), cluster_type=ShockwaveCluster,
-            measurement_noise=noise, noise_seed=seed, max_time=max_hours * 3600.0)
+            measurement_noise=noise, noise_seed=seed, max_time=max_hours * 3600.0, clock=clock)
         jobs = result.jobs
     else:
         rate = float(setting.split("-")[1])
@@ -185,7 +188,8 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         start = time.perf_counter()
         result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy, spec,
                                       jobs_to_complete=names, measurement_noise=noise,
-                                      noise_seed=seed, max_time=max_hours * 3600.0)
+                                      noise_seed=seed, max_time=max_hours * 3600.0,
+                                      clock=clock)
         jobs = result.jobs.set_index("job").loc[names].reset_index()
     wall = time.perf_counter() - start
     finished = jobs["jct"].notna()
@@ -239,15 +243,6 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def use_cpu_clock() -> None:
-    """Make the loop time its stages in CPU seconds of this process: it reads
-    ``time.perf_counter`` through its module's ``time``, which this replaces for the process."""
-    import bayes_sched.loop
-
-    bayes_sched.loop.time = types.SimpleNamespace(  # type: ignore[assignment]
-        perf_counter=time.process_time)
-
-
 def main() -> None:
     from bayes_sched.estimation.learners import LEARNERS
 
@@ -273,8 +268,7 @@ def main() -> None:
                         help="decision and estimation times in CPU seconds, not wall")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.cpu_time:
-        use_cpu_clock()
+    clock = time.process_time if args.cpu_time else time.perf_counter
     rows = []
     for setting in args.settings:
         policies = args.shockwave_policies if setting == "shockwave" else args.policies
@@ -282,7 +276,7 @@ def main() -> None:
             for seed in args.seeds:
                 for source in args.sources:
                     row = run_one(setting, policy, source, seed, tuple(args.window), args.noise,
-                                  args.max_hours)
+                                  args.max_hours, clock)
                     rows.append(row)
                     if not args.json:
                         print(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}"
