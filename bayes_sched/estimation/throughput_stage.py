@@ -36,10 +36,12 @@ import time
 from collections.abc import Sequence
 
 from bayes_sched.cluster import ClusterState
-from bayes_sched.estimation.throughput.observations import usable_observations
+from bayes_sched.estimation.throughput.observations import (
+    UsableObservations,
+    usable_observations,
+)
 from bayes_sched.estimation.throughput_cells import (
     Cell,
-    CellObservation,
     ThroughputBelief,
     ThroughputLearner,
 )
@@ -66,7 +68,8 @@ class ThroughputEstimator:
         # The learner's own ``fits(cell)``, if it knows where jobs fit (asked ~60 times a round).
         self._known_fits = getattr(learner, "fits", None)
         self.min_refit_interval = float(min_refit_interval)
-        self.observations: list[CellObservation] = []
+        #: Every usable report so far (checked once here: the learner's pool does not again).
+        self.observations = UsableObservations()
         #: Cells where a job failed to launch (out of memory): learned, not read from a table.
         self.out_of_memory: set[Cell] = set()
         self.failed_launch_gpu_seconds = 0.0  # GPU-seconds held by jobs that failed to launch

@@ -74,6 +74,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -87,7 +88,12 @@ import scipy.sparse
 from threadpoolctl import ThreadpoolController
 
 from bayes_sched.estimation.throughput.observations import IncrementalPool, PooledCell
-from bayes_sched.estimation.throughput.pair_fit import PairFitBelief, PairLaunches, with_pair_fits
+from bayes_sched.estimation.throughput.pair_fit import (
+    LaunchesAt,
+    PairFitBelief,
+    PairLaunches,
+    with_pair_fits,
+)
 from bayes_sched.estimation.throughput_cells import (
     Cell,
     CellObservation,
@@ -123,14 +129,37 @@ ContextKey = tuple[float | None, ...]
 _THREADPOOLS: ThreadpoolController | None = None
 
 
-def _one_blas_thread() -> AbstractContextManager[object]:
+class _OneBlasThread(threading.local):
+    """Limits BLAS to one thread for a block (see :func:`_one_blas_thread`); a block inside
+    another (a predict's moments, a fit's plan) leaves the outer limit in force instead of
+    setting it again (~15 us a limit, several per prediction)."""
+
+    depth = 0
+    limit: AbstractContextManager[object] | None = None
+
+    def __enter__(self) -> None:
+        if self.depth == 0:
+            global _THREADPOOLS
+            if _THREADPOOLS is None:
+                _THREADPOOLS = ThreadpoolController()
+            self.limit = _THREADPOOLS.limit(limits=1)
+        self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.depth -= 1
+        if self.depth == 0 and self.limit is not None:
+            limit, self.limit = self.limit, None
+            limit.__exit__(*exc)
+
+
+_BLAS = _OneBlasThread()
+
+
+def _one_blas_thread() -> AbstractContextManager[None]:
     """Limit BLAS to one thread for a block. The controller (which finds the loaded BLAS
     libraries, ~14 ms a call under load) is built once: a fresh ``threadpool_limits`` per predict
     cost more than the predict."""
-    global _THREADPOOLS
-    if _THREADPOOLS is None:
-        _THREADPOOLS = ThreadpoolController()
-    return _THREADPOOLS.limit(limits=1)
+    return _BLAS
 
 
 #: :func:`job_type_features` memoised (a regular expression per call, several per cell and fit).
@@ -597,16 +626,51 @@ def _quadratic_diag(phi: scipy.sparse.csr_matrix, cov: np.ndarray) -> np.ndarray
     return np.einsum("ni,nij,nj->n", val, block, val)
 
 
-@functools.lru_cache(maxsize=4)
+#: Below this many draws normals are drawn afresh (a Thompson draw: ``p`` normals, each with its
+#: own seed); from it on they are kept (the profiling plan's 512 for every new job).
+_KEPT_DRAWS = 32
+
+
+@dataclass
+class _NormalStream:
+    """The first ``rows`` rows of ``default_rng(seed).standard_normal((rows, S))`` (read-only)
+    and, per row count ``p`` asked for, the generator's state after ``(p, S)`` normals."""
+
+    z: np.ndarray
+    states: dict[int, Mapping[str, Any]]
+
+
+_NORMAL_STREAMS: dict[tuple[int, int], _NormalStream] = {}
+
+
 def _standard_normals(p: int, num_draws: int, seed: int
                       ) -> tuple[np.ndarray, Mapping[str, Any]]:
     """``default_rng(seed).standard_normal((p, num_draws))`` (read-only) and the generator's
-    state after it, kept: the profiling plan draws 512 with seed 0 for every new job, and ``p``
-    changes only when a fit meets new effects."""
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal((p, num_draws))
-    z.flags.writeable = False
-    return z, rng.bit_generator.state
+    state after it. Many draws are kept per ``(num_draws, seed)`` and grown as ``p`` grows: a
+    generator fills the rows in order, so the first ``p`` rows of a taller draw are the
+    ``(p, num_draws)`` draw, and continuing from the state after ``p`` rows gives the rest (the
+    profiling plan draws 512 with seed 0 for every new job, and ``p`` grows with each fit that
+    meets new effects: drawing all of them again cost ~1 ms a plan)."""
+    if num_draws < _KEPT_DRAWS:
+        rng = np.random.default_rng(seed)
+        return rng.standard_normal((p, num_draws)), rng.bit_generator.state
+    stream = _NORMAL_STREAMS.get((num_draws, seed))
+    if stream is None:
+        if len(_NORMAL_STREAMS) >= 4:
+            del _NORMAL_STREAMS[next(iter(_NORMAL_STREAMS))]
+        stream = _NORMAL_STREAMS[(num_draws, seed)] = _NormalStream(
+            np.zeros((0, num_draws)), {0: np.random.default_rng(seed).bit_generator.state})
+    if p not in stream.states:
+        start = max(rows for rows in stream.states if rows <= p)
+        rng = np.random.default_rng(seed)
+        rng.bit_generator.state = stream.states[start]
+        more = rng.standard_normal((p - start, num_draws))
+        rows = len(stream.z)
+        if p > rows:
+            stream.z = np.concatenate([stream.z, more[rows - start:]])
+            stream.z.flags.writeable = False
+        stream.states[p] = rng.bit_generator.state
+    return stream.z[:p], stream.states[p]
 
 
 @dataclass
@@ -630,10 +694,16 @@ class BayesianThroughputBelief:
     fit_seconds: float = 0.0
     iterations: int = 0
     _observed: dict[Cell, int] = field(default_factory=dict)
-    #: Where pairs fit (:mod:`~bayes_sched.estimation.throughput.pair_fit`); ``None``: every
-    #: pair is taken to fit.
-    pair_fits: PairFitBelief | None = None
+    #: The launches where pairs fit are learned from (read on first use); ``None``: every pair
+    #: is taken to fit.
+    _launches: LaunchesAt | None = None
     _query_rows: _QueryRows = field(default_factory=_QueryRows)
+
+    @property
+    def pair_fits(self) -> PairFitBelief | None:
+        """Where pairs fit (:mod:`~bayes_sched.estimation.throughput.pair_fit`); ``None``: every
+        pair is taken to fit."""
+        return None if self._launches is None else self._launches.pair_fits
 
     @property
     def num_cells(self) -> int:
@@ -655,8 +725,9 @@ class BayesianThroughputBelief:
         positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
         with _one_blas_thread():
             unique = self._predict(list(index), num_draws, seed)
-        if self.pair_fits is not None:
-            unique = with_pair_fits(unique, list(index), self.pair_fits, num_draws, seed)
+        if self._launches is not None and any(cell.partner is not None for cell in index):
+            unique = with_pair_fits(unique, list(index), self._launches.pair_fits, num_draws,
+                                    seed)
         return CellPrediction(unique.mean[positions], unique.draws[:, positions])
 
     def _predict(self, cells: list[Cell], num_draws: int, seed: int) -> CellPrediction:
@@ -724,7 +795,9 @@ class BayesianThroughputBelief:
             known_mean = phi @ self.posterior.mean
             if isinstance(phi, np.ndarray):
                 # Fewer cells than effects: L^-1 phi^T (p^2 N) beats the covariance (~p^3).
-                half = scipy.linalg.solve_triangular(self.posterior.chol, phi.T, lower=True)
+                # The factor is finite (its Cholesky succeeded), and so are the rows.
+                half = scipy.linalg.solve_triangular(self.posterior.chol, phi.T, lower=True,
+                                                     check_finite=False)
                 known_var = np.einsum("ij,ij->j", half, half)
             else:
                 known_var = _quadratic_diag(phi, self.posterior.cov)
@@ -831,13 +904,14 @@ class BayesianThroughputLearner:
             self._tuned_cells = 0  # other data, not more of the same: fit the hyperparameters
             self._design = self._new_design()
             self._launches.restart()
-        pair_fits = self._launches.update(observations) if self.learn_pair_fits else None
+        # Where pairs fit is read from the reports only when a prediction asks about a pair.
+        launches = LaunchesAt(self._launches, observations) if self.learn_pair_fits else None
         self._design.update(pooled, self._pool.touched)
         context = self._design.context
         if not pooled:
             return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
                                             fit_seconds=time.perf_counter() - start,
-                                            pair_fits=pair_fits)
+                                            _launches=launches)
         design = self._design.design()
         observed = dict(self._design.index)
         reason: str | None = None
@@ -876,7 +950,7 @@ class BayesianThroughputLearner:
             design if posterior is not None else None, posterior, params, context,
             widening=1.0 if reason is None else self.fallback_widening, fallback_reason=reason,
             fit_seconds=time.perf_counter() - start, iterations=iterations,
-            _observed=observed if posterior is not None else {}, pair_fits=pair_fits,
+            _observed=observed if posterior is not None else {}, _launches=launches,
             _query_rows=self._design.query_rows)
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
