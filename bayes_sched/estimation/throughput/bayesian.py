@@ -145,7 +145,7 @@ class _OneBlasThread(threading.local):
             self.limit = _THREADPOOLS.limit(limits=1)
         self.depth += 1
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.depth -= 1
         if self.depth == 0 and self.limit is not None:
             limit, self.limit = self.limit, None
