@@ -291,17 +291,15 @@ def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
     """The cells' effects as rows over ``columns``, shape ``(N, len(columns))`` (sparse, or
     dense: a few cells, where scipy's sparse set-up costs more than the products); an effect not
     in ``columns`` is returned as ``(row, name, key, value)``."""
-    known: list[tuple[np.ndarray, np.ndarray]] = []
-    unknown: Unknown = []
-    for r, cell in enumerate(cells):
-        cols, vals, missing = rows.row(cell, _context_key(cell, context), columns)
-        known.append((cols, vals))
-        unknown.extend((r, name, key, value) for name, key, value in missing)
+    known, unknown = rows.rows(cells, context, columns)
     if not dense:
         return _csr(known, len(columns)), unknown
     phi = np.zeros((len(cells), len(columns)))
-    for r, (cols, vals) in enumerate(known):
-        phi[r, cols] = vals
+    if known:
+        counts = [len(cols) for cols, _ in known]
+        phi[np.repeat(np.arange(len(known)), counts),
+            np.concatenate([cols for cols, _ in known])] = np.concatenate(
+                [vals for _, vals in known])
     return phi, unknown
 
 
@@ -323,13 +321,30 @@ class _QueryRows:
         self._rows: dict[tuple[Cell, ContextKey],
                          tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
 
-    def row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
-            ) -> tuple[np.ndarray, np.ndarray, tuple[Feature, ...]]:
-        """The cell's known columns and values, and its unknown effects, over ``columns``."""
+    def rows(self, cells: Sequence[Cell], context: FeatureContext,
+             columns: dict[tuple[str, tuple[object, ...]], int]
+             ) -> tuple[list[tuple[np.ndarray, np.ndarray]], Unknown]:
+        """Each cell's known columns and values over ``columns``, and the unknown effects as
+        ``(row, name, key, value)``."""
         p = len(columns)
-        kept = self._rows.get((cell, key))
-        if kept is not None and (kept[0] == p or (not kept[3] and kept[0] <= p)):
-            return kept[1], kept[2], kept[3]
+        kept_rows = self._rows
+        known: list[tuple[np.ndarray, np.ndarray]] = []
+        unknown: Unknown = []
+        for r, cell in enumerate(cells):
+            key = _context_key(cell, context)
+            kept = kept_rows.get((cell, key))
+            if kept is None or not (kept[0] == p or (not kept[3] and kept[0] <= p)):
+                kept = self._row(cell, key, columns)
+            known.append((kept[1], kept[2]))
+            if kept[3]:
+                unknown.extend((r, name, k, value) for name, k, value in kept[3])
+        return known, unknown
+
+    def _row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
+             ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]:
+        """The cell's row over ``columns`` (built and kept): the column count it was built at,
+        its known columns and values, and its unknown effects."""
+        p = len(columns)
         cols, vals, missing = [], [], []
         for feature in _features(cell, key):
             column = columns.get(feature[:2])
@@ -342,7 +357,7 @@ class _QueryRows:
             self._rows.clear()
         row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing))
         self._rows[(cell, key)] = row
-        return row[1], row[2], row[3]
+        return row
 
 
 def _batch_centre(batches: set[int]) -> float:
@@ -698,6 +713,8 @@ class BayesianThroughputBelief:
     #: is taken to fit.
     _launches: LaunchesAt | None = None
     _query_rows: _QueryRows = field(default_factory=_QueryRows)
+    #: The effects' variances and the nuggets of ``log_variances``, on first use.
+    _variances: tuple[dict[str, float], np.ndarray] | None = None
 
     @property
     def pair_fits(self) -> PairFitBelief | None:
@@ -757,9 +774,11 @@ class BayesianThroughputBelief:
         return CellPrediction(mean, np.exp(mean_log[None, :] + deviation))
 
     def _query(self, cells: Sequence[Cell]) -> _QueryParts:
-        log_params = self.log_variances
-        variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
-        nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
+        if self._variances is None:
+            log_params = self.log_variances
+            self._variances = (_effect_variances(log_params[:len(RANDOM_EFFECTS)]),
+                               np.exp(log_params[len(RANDOM_EFFECTS):]))
+        variances, nugget = self._variances
         columns: dict[tuple[str, tuple[object, ...]], int] = (
             self.design.columns if self.design is not None else {})
         p = len(columns)
@@ -787,7 +806,8 @@ class BayesianThroughputBelief:
         prior = np.array(unknown_prior)
         unknown_var = np.asarray(_squared(unknown) @ prior).ravel() if len(prior) \
             else np.zeros(n)
-        cell_var = np.array([nugget[1] if c.partner is not None else nugget[0] for c in cells])
+        cell_var = np.where([c.partner is not None for c in cells], nugget[1], nugget[0]) \
+            if n else np.zeros(0)
         scale = np.ones(n)
         offset = np.zeros(n)
         half = None
@@ -802,11 +822,12 @@ class BayesianThroughputBelief:
             else:
                 known_var = _quadratic_diag(phi, self.posterior.cov)
             assert self.design is not None
-            for r, cell in enumerate(cells):
-                i = self._observed.get(cell)
-                if i is None:
-                    continue
-                # The cell's own effect given its reports: shrink towards them.
+            observed = self._observed
+            at = np.array([observed.get(cell, -1) for cell in cells], dtype=np.int64)
+            r = np.flatnonzero(at >= 0)
+            if len(r):
+                # The cells' own effects given their reports: shrink towards them.
+                i = at[r]
                 noise = self.posterior.noise_var[i]
                 meas = noise - cell_var[r]
                 gain = cell_var[r] / noise
