@@ -152,19 +152,19 @@ class ThroughputEstimator:
             if job.name not in self._plans:
                 self._plans[job.name] = list(self.learner.profiling_cells(
                     job.application, job.requested_replicas, types, self._belief))
+        visited = self._visited
         for job in jobs:
             reports = usable_observations(job.cell_observations)
             self.rejected_reports += len(job.cell_observations) - len(reports)
             plan = self._plans[job.name]
             for report in reports:
-                gpu_seconds = report.seconds * report.cell.scale_factor
-                if report.cell in plan:
-                    plan.remove(report.cell)
-                    self.profiling_gpu_seconds += gpu_seconds
-                if report.cell not in self._visited:
-                    self._visited.add(report.cell)
-                    self.first_visit_gpu_seconds += gpu_seconds
-            for report in reports:
+                cell = report.cell
+                if plan and cell in plan:
+                    plan.remove(cell)
+                    self.profiling_gpu_seconds += report.seconds * cell.scale_factor
+                if cell not in visited:
+                    visited.add(cell)
+                    self.first_visit_gpu_seconds += report.seconds * cell.scale_factor
                 if report.out_of_memory:
                     self.failed_launch_gpu_seconds += report.seconds * report.cell.scale_factor
                     if report.cell not in self.out_of_memory:

@@ -452,7 +452,7 @@ class _OnlineDesign:
                 candidates.update(self._by_family[family])
         for place in places:
             rates = self._alone[place]
-            mean = float(np.mean(list(rates.values())))
+            mean = float(np.mean(np.fromiter(rates.values(), float, len(rates))))
             for job_type, rate in rates.items():
                 self._loads[(job_type, *place)] = rate - mean
             candidates.update(self._pairs_at.get(place, ()))
@@ -611,26 +611,31 @@ def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
 def _padded(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Sparse rows ``(columns, values)`` as dense ``(N, width)`` column and value arrays,
     padded with column 0 and value 0."""
-    width = max((len(cols) for cols, _ in rows), default=0)
-    idx = np.zeros((len(rows), width), dtype=np.int64)
-    val = np.zeros((len(rows), width))
-    for r, (cols, vals) in enumerate(rows):
-        idx[r, :len(cols)] = cols
-        val[r, :len(vals)] = vals
-    return idx, val
+    if not rows:
+        return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0))
+    counts = np.array([len(cols) for cols, _ in rows], dtype=np.int64)
+    return _padded_flat(counts, np.concatenate([cols for cols, _ in rows]),
+                        np.concatenate([vals for _, vals in rows]).astype(float, copy=False))
 
 
 def _padded_csr(phi: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
     """A CSR matrix's rows as dense ``(N, width)`` column and value arrays (see
     :func:`_padded`)."""
-    counts = np.diff(phi.indptr)
+    return _padded_flat(np.diff(phi.indptr), phi.indices, phi.data)
+
+
+def _padded_flat(counts: np.ndarray, columns: np.ndarray, values: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``counts`` entries each, their ``columns`` and ``values`` one after another, as
+    dense ``(N, width)`` column and value arrays padded with column 0 and value 0."""
     width = int(counts.max()) if len(counts) else 0
-    idx = np.zeros((phi.shape[0], width), dtype=int)
-    val = np.zeros((phi.shape[0], width))
-    slot = np.arange(phi.nnz) - np.repeat(phi.indptr[:-1], counts)
-    rows = np.repeat(np.arange(phi.shape[0]), counts)
-    idx[rows, slot] = phi.indices
-    val[rows, slot] = phi.data
+    idx = np.zeros((len(counts), width), dtype=np.int64)
+    val = np.zeros((len(counts), width))
+    starts = np.cumsum(counts) - counts
+    slot = np.arange(len(columns)) - np.repeat(starts, counts)
+    rows = np.repeat(np.arange(len(counts)), counts)
+    idx[rows, slot] = columns
+    val[rows, slot] = values
     return idx, val
 
 
