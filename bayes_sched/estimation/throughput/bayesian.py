@@ -829,16 +829,15 @@ class BayesianThroughputBelief:
             assert self.design is not None
             observed = self._observed
             at = np.array([observed.get(cell, -1) for cell in cells], dtype=np.int64)
-            r = np.flatnonzero(at >= 0)
-            if len(r):
+            rows = np.flatnonzero(at >= 0)
+            if len(rows):
                 # The cells' own effects given their reports: shrink towards them.
-                i = at[r]
-                noise = self.posterior.noise_var[i]
-                meas = noise - cell_var[r]
-                gain = cell_var[r] / noise
-                scale[r] = 1.0 - gain
-                offset[r] = gain * self.design.y[i]
-                cell_var[r] = cell_var[r] * meas / noise
+                noise = self.posterior.noise_var[at[rows]]
+                meas = noise - cell_var[rows]
+                gain = cell_var[rows] / noise
+                scale[rows] = 1.0 - gain
+                offset[rows] = gain * self.design.y[at[rows]]
+                cell_var[rows] = cell_var[rows] * meas / noise
         else:
             known_mean = np.zeros(n)
             known_var = np.zeros(n)
