@@ -119,6 +119,20 @@ Jobs 0-29 (wall-clock decision columns, load ~20; ratio to the table, mean (min.
                gavel     0.990 (0.986..0.993) 0.502 0.674 0.489
                sia       0.992 (0.990..0.994) 0.502 0.674 0.489
                agnostic  1.477 (1.428..1.511) 0.322 0.447 0.427
+
+Session 12 (issue 20, branch dec20d), decision time in CPU seconds (``--cpu-time``, now the loop's
+``clock``), max_min_fairness_perf, jobs 0-9, ours over the table, per seed 0 1 2; the start
+commit 52dee37 and the branch run back to back at load 15-17 on 2 cores; every decision (the
+allocation and pairs of every round) and every JCT identical to the start's on both settings,
+3 seeds, perf and packed:
+
+    gavel-2.0  start 1.592 2.273 2.062 (mean 1.976)   branch 1.784 1.981 1.704 (mean 1.823)
+    gavel-2.6  start 2.172 1.978 1.889 (mean 2.013)   branch 2.090 2.011 1.706 (mean 1.936)
+
+At this load one run's ratio moves by +-0.3 between repeats (the start alone read 1.59..2.27), so
+per seed the two are not told apart; interleaved runs (table, ours, table, ours; ratio of the
+minima; start and branch side by side) gave 2.03 1.79 1.65 / 2.12 1.91 2.03 for the start and
+1.88 1.77 1.94 / 2.10 1.66 1.96 for the branch (gavel-2.0 / gavel-2.6).
 """
 
 from __future__ import annotations
