@@ -132,7 +132,17 @@ allocation and pairs of every round) and every JCT identical to the start's on b
 At this load one run's ratio moves by +-0.3 between repeats (the start alone read 1.59..2.27), so
 per seed the two are not told apart; interleaved runs (table, ours, table, ours; ratio of the
 minima; start and branch side by side) gave 2.03 1.79 1.65 / 2.12 1.91 2.03 for the start and
-1.88 1.77 1.94 / 2.10 1.66 1.96 for the branch (gavel-2.0 / gavel-2.6).
+1.88 1.77 1.94 / 2.10 1.66 1.96 for the branch (gavel-2.0 / gavel-2.6). Two more back-to-back
+pairs with the final branch (54c0864), per seed 0 1 2:
+
+    load 13-10  gavel-2.0  start 2.043 1.763 2.082 (1.963)  branch 1.813 1.850 1.660 (1.774)
+                gavel-2.6  start 2.062 1.914 2.190 (2.055)  branch 1.602 1.829 1.843 (1.758)
+    load 7      gavel-2.0  start 1.895 2.386 1.761 (2.014)  branch 1.957 2.127 1.676 (1.920)
+                gavel-2.6  start 2.187 1.840 2.215 (2.081)  branch 2.122 2.007 2.138 (2.089)
+
+Over the three pairs: the start 1.98 (gavel-2.0) and 2.05 (gavel-2.6), the branch 1.84 and 1.93;
+single seeds still read up to 2.14. What is left is mostly LAPACK at p ~230 effects (a Cholesky
+per fit, L^-1 phi^T per prediction, the plan's 512 draws), which an unchanged posterior keeps.
 """
 
 from __future__ import annotations
