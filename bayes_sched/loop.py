@@ -42,7 +42,8 @@ class LoopStats:
 def run_loop(cluster: Cluster, policy: Policy, interval: float,
              on_round: Callable[[Cluster], None] | None = None,
              max_rounds: int | None = None, refit: RefitRule | None = None,
-             stats: LoopStats | None = None) -> LoopStats:
+             stats: LoopStats | None = None,
+             clock: Callable[[], float] = time.perf_counter) -> LoopStats:
     """Run rounds of ``interval`` seconds until the cluster is done (or ``max_rounds``).
 
     Each round lets ``interval`` seconds pass, runs the policy's estimators on the active jobs'
@@ -51,6 +52,9 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
     ``refit``: the rule by which the estimation stage refits the throughput models of jobs that
     report no fit of their own (``None``: each job-model estimator keeps its own). ``stats``:
     record into this (e.g. one ``on_round`` reads as the loop runs) rather than a new one.
+    ``clock``: what the estimation and decision times are read from, in seconds (default wall
+    time; ``time.process_time`` counts only this process's CPU, not other processes' work on a
+    shared machine).
     """
     stats = LoopStats() if stats is None else stats
     estimators = policy.estimators()
@@ -62,12 +66,12 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
         state = cluster.state
         jobs = cluster.job_views()
         if jobs:
-            start = time.perf_counter()
+            start = clock()
             jobs = run_estimators(estimators, state, jobs)
-            stats.estimate_seconds.append(time.perf_counter() - start)
-            start = time.perf_counter()
+            stats.estimate_seconds.append(clock() - start)
+            start = clock()
             decision = policy.decide(state, jobs)
-            stats.decision_seconds.append(time.perf_counter() - start)
+            stats.decision_seconds.append(clock() - start)
             stats.decision_jobs.append(len(jobs))
             try:
                 cluster.apply(decision)

@@ -138,6 +138,30 @@ table, mean (min..max); decision time in CPU seconds (``--cpu-time``, a run of t
 Jobs 0-29, the same setting (load 15-17): ours (value of information) 0.998 (0.995..1.000),
 worst FTF 0.644 / 0.952 / 0.805; Sia 0.996 (0.992..0.999), 0.707 / 0.952 / 0.715 (table 0.865
 / 1.325 / 0.830).
+
+Session 12 (issue 20, branch dec20d), decision time in CPU seconds (``--cpu-time``, now the loop's
+``clock``), max_min_fairness_perf, jobs 0-9, ours over the table, per seed 0 1 2; the start
+commit 52dee37 and the branch run back to back at load 15-17 on 2 cores; every decision (the
+allocation and pairs of every round) and every JCT identical to the start's on both settings,
+3 seeds, perf and packed:
+
+    gavel-2.0  start 1.592 2.273 2.062 (mean 1.976)   branch 1.784 1.981 1.704 (mean 1.823)
+    gavel-2.6  start 2.172 1.978 1.889 (mean 2.013)   branch 2.090 2.011 1.706 (mean 1.936)
+
+At this load one run's ratio moves by +-0.3 between repeats (the start alone read 1.59..2.27), so
+per seed the two are not told apart; interleaved runs (table, ours, table, ours; ratio of the
+minima; start and branch side by side) gave 2.03 1.79 1.65 / 2.12 1.91 2.03 for the start and
+1.88 1.77 1.94 / 2.10 1.66 1.96 for the branch (gavel-2.0 / gavel-2.6). Two more back-to-back
+pairs with the final branch (54c0864), per seed 0 1 2:
+
+    load 13-10  gavel-2.0  start 2.043 1.763 2.082 (1.963)  branch 1.813 1.850 1.660 (1.774)
+                gavel-2.6  start 2.062 1.914 2.190 (2.055)  branch 1.602 1.829 1.843 (1.758)
+    load 7      gavel-2.0  start 1.895 2.386 1.761 (2.014)  branch 1.957 2.127 1.676 (1.920)
+                gavel-2.6  start 2.187 1.840 2.215 (2.081)  branch 2.122 2.007 2.138 (2.089)
+
+Over the three pairs: the start 1.98 (gavel-2.0) and 2.05 (gavel-2.6), the branch 1.84 and 1.93;
+single seeds still read up to 2.14. What is left is mostly LAPACK at p ~230 effects (a Cholesky
+per fit, L^-1 phi^T per prediction, the plan's 512 draws), which an unchanged posterior keeps.
 """
 
 from __future__ import annotations
@@ -145,7 +169,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import types
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -183,7 +207,10 @@ def _policy(policy: str, source: str, seed: int, throughputs: str,
 
 
 def run_one(setting: str, policy_name: str, source: str, seed: int, window: tuple[int, int],
-            noise: float, max_hours: float, exploration: str | None = None) -> dict[str, Any]:
+            noise: float, max_hours: float, exploration: str | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """One run; ``clock`` times the loop's estimation and decisions (``time.process_time``:
+    this process's CPU seconds)."""
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -198,7 +225,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         result = run_table_simulation(
             read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
             table=load_shockwave_throughputs(), cluster_type=ShockwaveCluster,
-            measurement_noise=noise, noise_seed=seed, max_time=max_hours * 3600.0)
+            measurement_noise=noise, noise_seed=seed, max_time=max_hours * 3600.0, clock=clock)
         jobs = result.jobs
     else:
         rate = float(setting.split("-")[1])
@@ -208,7 +235,8 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         start = time.perf_counter()
         result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy, spec,
                                       jobs_to_complete=names, measurement_noise=noise,
-                                      noise_seed=seed, max_time=max_hours * 3600.0)
+                                      noise_seed=seed, max_time=max_hours * 3600.0,
+                                      clock=clock)
         jobs = result.jobs.set_index("job").loc[names].reset_index()
     wall = time.perf_counter() - start
     finished = jobs["jct"].notna()
@@ -262,15 +290,6 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def use_cpu_clock() -> None:
-    """Make the loop time its stages in CPU seconds of this process: it reads
-    ``time.perf_counter`` through its module's ``time``, which this replaces for the process."""
-    import bayes_sched.loop
-
-    bayes_sched.loop.time = types.SimpleNamespace(  # type: ignore[assignment]
-        perf_counter=time.process_time)
-
-
 def main() -> None:
     from bayes_sched.estimation.learners import LEARNERS
 
@@ -299,8 +318,7 @@ def main() -> None:
                              "the policy's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.cpu_time:
-        use_cpu_clock()
+    clock = time.process_time if args.cpu_time else time.perf_counter
     rows = []
     for setting in args.settings:
         policies = args.shockwave_policies if setting == "shockwave" else args.policies
@@ -308,7 +326,7 @@ def main() -> None:
             for seed in args.seeds:
                 for source in args.sources:
                     row = run_one(setting, policy, source, seed, tuple(args.window), args.noise,
-                                  args.max_hours, args.exploration)
+                                  args.max_hours, args.exploration, clock)
                     rows.append(row)
                     if not args.json:
                         print(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
+from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner, _standard_normals
 from bayes_sched.estimation.throughput.observations import table_rate
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
@@ -110,3 +110,19 @@ def test_draws_of_a_few_cells_repeat_by_seed_and_have_the_posterior_moments() ->
     logs = np.log(first)
     np.testing.assert_allclose(logs.mean(axis=0), mean, atol=4 * np.sqrt(var.max() / 4000))
     np.testing.assert_allclose(logs.var(axis=0), var, rtol=0.1)
+
+
+def test_kept_normals_grown_with_the_effects_are_the_fresh_draws_and_generator_state() -> None:
+    """The profiling plan's normals are kept per (draws, seed) and grown as the effects grow:
+    every size asked for, in any order, must be exactly the fresh ``(p, draws)`` draw, and the
+    generator must continue from exactly where the fresh draw leaves it."""
+    for p in (5, 9, 3, 9, 14, 0, 12):
+        z, state = _standard_normals(p, 64, seed=11)
+        rng = np.random.default_rng(11)
+        np.testing.assert_array_equal(z, rng.standard_normal((p, 64)))
+        assert state == rng.bit_generator.state
+        assert not z.flags.writeable
+    few, state = _standard_normals(7, 1, seed=11)  # one Thompson draw: drawn afresh
+    rng = np.random.default_rng(11)
+    np.testing.assert_array_equal(few, rng.standard_normal((7, 1)))
+    assert state == rng.bit_generator.state

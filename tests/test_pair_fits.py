@@ -165,3 +165,26 @@ def test_bos_pair_prior_at_a_scale_without_pairs_comes_from_the_scale_with_pairs
     _, variance, _ = belief.log_moments([class_cell(apps, 1, 3), class_cell(apps, 0, 2)])
     assert variance[0] < 1.0  # was > 25
     assert variance[1] < variance[0]
+
+
+def test_ours_reads_where_pairs_fit_only_when_a_pair_is_asked_about_and_as_of_its_fit() -> None:
+    """The launches are read lazily: a belief asked only about alone cells reads none; a belief
+    asked after a later fit's belief read more reports still answers from the reports of its own
+    fit, the same as reading them at once."""
+    first = [_failed("a", "b", 4), CellObservation(Cell("a", 1, "v100"), 2.0, ROUND),
+             CellObservation(Cell("b", 1, "v100"), 3.0, ROUND)]
+    growing = list(first)
+    learner = BayesianThroughputLearner(max_iterations=0)
+    old = learner.fit(growing)
+    growing += [CellObservation(Cell("a", 4, "v100", "b"), 1.0, ROUND),
+                _failed("a", "c", 4), _failed("c", "d", 4)]
+    new = learner.fit(growing)
+    new.predict([Cell("a", 1, "v100"), Cell("b", 1, "v100")], num_draws=2)
+    assert learner._launches.seen == 0  # alone cells only: nothing read
+    pair = [Cell("a", 4, "v100", "b"), Cell("c", 4, "v100", "e")]
+    assert new.predict(pair).mean[0] > 0  # the pair ran after its failed launch
+    assert learner._launches.seen == len(growing)
+    assert old.predict(pair).mean[0] == 0.0  # as of the old fit it had only failed
+    assert old.pair_fits == PairLaunches().update(first)
+    assert new.pair_fits == PairLaunches().update(growing)
+    assert new.pair_fits is not None and new.pair_fits.counts == {(4, "v100"): (1, 2)}

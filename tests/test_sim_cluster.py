@@ -105,3 +105,19 @@ def test_cluster_that_cannot_fit_a_job_is_an_input_error() -> None:
                          SimConfig(num_nodes=1, gpus_per_node=4))
     with pytest.raises(InputError, match="interference"):
         SimConfig(interference=1.5)
+
+
+def test_the_loop_times_estimation_and_decisions_with_the_clock_it_is_given() -> None:
+    ticks = iter(range(10_000))
+    readings: list[float] = []
+
+    def clock() -> float:  # one tick a reading: every timed stage lasts exactly 1 "second"
+        readings.append(float(next(ticks)))
+        return readings[-1]
+
+    spec = JobSpec("j", 0.0, "cifar10", 1, 128)
+    cluster = SimulatedCluster(_workload(spec), SimConfig(num_nodes=1, gpus_per_node=4))
+    stats = run_loop(cluster, FifoPolicy(), 60.0, max_rounds=3, clock=clock)
+    assert stats.decision_seconds == [1.0, 1.0, 1.0]
+    assert stats.estimate_seconds == [1.0, 1.0, 1.0]
+    assert len(readings) == 12  # two readings per stage, two stages per round

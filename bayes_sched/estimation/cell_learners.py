@@ -29,7 +29,10 @@ from types import MappingProxyType
 
 import numpy as np
 
-from bayes_sched.estimation.throughput.observations import usable_observations
+from bayes_sched.estimation.throughput.observations import (
+    UsableObservations,
+    usable_observations,
+)
 from bayes_sched.estimation.throughput_cells import (
     Cell,
     CellObservation,
@@ -196,7 +199,8 @@ class PerCellLearner:
         self._count = len(observations)
         self._last = observations[-1] if observations else None
         touched = set()
-        for observation in usable_observations(new):
+        for observation in new if isinstance(observations, UsableObservations) \
+                else usable_observations(new):
             if observation.out_of_memory:
                 continue  # not a rate: the estimation stage keeps where jobs do not fit
             total = self._sums.setdefault(observation.cell, [0.0, 0.0])

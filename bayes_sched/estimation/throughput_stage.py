@@ -36,10 +36,12 @@ import time
 from collections.abc import Sequence
 
 from bayes_sched.cluster import ClusterState
-from bayes_sched.estimation.throughput.observations import usable_observations
+from bayes_sched.estimation.throughput.observations import (
+    UsableObservations,
+    usable_observations,
+)
 from bayes_sched.estimation.throughput_cells import (
     Cell,
-    CellObservation,
     ThroughputBelief,
     ThroughputLearner,
 )
@@ -66,7 +68,8 @@ class ThroughputEstimator:
         # The learner's own ``fits(cell)``, if it knows where jobs fit (asked ~60 times a round).
         self._known_fits = getattr(learner, "fits", None)
         self.min_refit_interval = float(min_refit_interval)
-        self.observations: list[CellObservation] = []
+        #: Every usable report so far (checked once here: the learner's pool does not again).
+        self.observations = UsableObservations()
         #: Cells where a job failed to launch (out of memory): learned, not read from a table.
         self.out_of_memory: set[Cell] = set()
         self.failed_launch_gpu_seconds = 0.0  # GPU-seconds held by jobs that failed to launch
@@ -156,19 +159,19 @@ class ThroughputEstimator:
             if job.name not in self._plans:
                 self._plans[job.name] = list(self.learner.profiling_cells(
                     job.application, job.requested_replicas, types, self._belief))
+        visited = self._visited
         for job in jobs:
             reports = usable_observations(job.cell_observations)
             self.rejected_reports += len(job.cell_observations) - len(reports)
             plan = self._plans[job.name]
             for report in reports:
-                gpu_seconds = report.seconds * report.cell.scale_factor
-                if report.cell in plan:
-                    plan.remove(report.cell)
-                    self.profiling_gpu_seconds += gpu_seconds
-                if report.cell not in self._visited:
-                    self._visited.add(report.cell)
-                    self.first_visit_gpu_seconds += gpu_seconds
-            for report in reports:
+                cell = report.cell
+                if plan and cell in plan:
+                    plan.remove(cell)
+                    self.profiling_gpu_seconds += report.seconds * cell.scale_factor
+                if cell not in visited:
+                    visited.add(cell)
+                    self.first_visit_gpu_seconds += report.seconds * cell.scale_factor
                 if report.out_of_memory:
                     self.failed_launch_gpu_seconds += report.seconds * report.cell.scale_factor
                     if report.cell not in self.out_of_memory:

@@ -491,10 +491,14 @@ class TimeSharingPolicy:
         GPUs than it needs or a job of its type and scale failed to launch there (out of
         memory), shape ``(J, T)``; learned, not read from the table."""
         assert self.estimator is not None
-        capacity = np.array([cluster.gpus_of_type(t) for t in types])
-        return np.array([[float(capacity[t] >= job.requested_replicas and self.estimator.fits(
-            Cell(job.application, job.requested_replicas, gpu))) for t, gpu in enumerate(types)]
-            for job in jobs]).reshape(len(jobs), len(types))
+        capacity = [cluster.gpus_of_type(t) for t in types]
+        fits = self.estimator.fits
+        rows: dict[tuple[str, int], list[float]] = {}  # per (job type, scale): jobs share them
+        for kind, size in {(job.application, job.requested_replicas) for job in jobs}:
+            rows[(kind, size)] = [float(capacity[t] >= size and fits(Cell(kind, size, gpu)))
+                                  for t, gpu in enumerate(types)]
+        return np.array([rows[(job.application, job.requested_replicas)] for job in jobs]
+                        ).reshape(len(jobs), len(types))
 
     def _pair_may_fit(self, gpu: str, a: JobKey, b: JobKey) -> bool:
         """Whether ``a`` and ``b`` may share GPUs of type ``gpu``: the same scale factor, and

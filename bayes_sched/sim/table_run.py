@@ -81,19 +81,21 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                          on_round: Callable[[TableCluster], None] | None = None,
                          cluster_type: type[TableCluster] = TableCluster,
                          measurement_noise: float = DEFAULT_MEASUREMENT_NOISE,
-                         noise_seed: int = 0) -> TableResult:
+                         noise_seed: int = 0,
+                         clock: Callable[[], float] = time.perf_counter) -> TableResult:
     """Simulate ``jobs`` under ``policy`` on ``spec`` in rounds of ``spec.round_interval`` s
     until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``;
     ``cluster_type`` is the job physics (Gavel's fixed jobs, or
     :class:`~bayes_sched.sim.shockwave_cluster.ShockwaveCluster` for dynamic batch sizes);
     ``measurement_noise`` and ``noise_seed``: the noise on what jobs report
-    (:class:`~bayes_sched.sim.table_cluster.TableCluster`)."""
+    (:class:`~bayes_sched.sim.table_cluster.TableCluster`); ``clock``: what the loop times
+    estimation and decisions with (:func:`~bayes_sched.loop.run_loop`)."""
     start = time.perf_counter()
     cluster = cluster_type(jobs, spec, table or load_gavel_throughputs(), jobs_to_complete,
                            max_time, source, measurement_noise=measurement_noise,
                            noise_seed=noise_seed)
     each_round = None if on_round is None else (lambda _: on_round(cluster))
-    stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round)
+    stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round, clock=clock)
     rows = table_job_rows(cluster)
     jct = rows["jct"].dropna()
     busy = np.array(cluster.timeline_busy) if cluster.timeline_busy else np.zeros((0, 1))

@@ -74,6 +74,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -87,7 +88,12 @@ import scipy.sparse
 from threadpoolctl import ThreadpoolController
 
 from bayes_sched.estimation.throughput.observations import IncrementalPool, PooledCell
-from bayes_sched.estimation.throughput.pair_fit import PairFitBelief, PairLaunches, with_pair_fits
+from bayes_sched.estimation.throughput.pair_fit import (
+    LaunchesAt,
+    PairFitBelief,
+    PairLaunches,
+    with_pair_fits,
+)
 from bayes_sched.estimation.throughput_cells import (
     Cell,
     CellObservation,
@@ -123,14 +129,37 @@ ContextKey = tuple[float | None, ...]
 _THREADPOOLS: ThreadpoolController | None = None
 
 
-def _one_blas_thread() -> AbstractContextManager[object]:
+class _OneBlasThread(threading.local):
+    """Limits BLAS to one thread for a block (see :func:`_one_blas_thread`); a block inside
+    another (a predict's moments, a fit's plan) leaves the outer limit in force instead of
+    setting it again (~15 us a limit, several per prediction)."""
+
+    depth = 0
+    limit: AbstractContextManager[object] | None = None
+
+    def __enter__(self) -> None:
+        if self.depth == 0:
+            global _THREADPOOLS
+            if _THREADPOOLS is None:
+                _THREADPOOLS = ThreadpoolController()
+            self.limit = _THREADPOOLS.limit(limits=1)
+        self.depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self.depth -= 1
+        if self.depth == 0 and self.limit is not None:
+            limit, self.limit = self.limit, None
+            limit.__exit__(*exc)
+
+
+_BLAS = _OneBlasThread()
+
+
+def _one_blas_thread() -> AbstractContextManager[None]:
     """Limit BLAS to one thread for a block. The controller (which finds the loaded BLAS
     libraries, ~14 ms a call under load) is built once: a fresh ``threadpool_limits`` per predict
     cost more than the predict."""
-    global _THREADPOOLS
-    if _THREADPOOLS is None:
-        _THREADPOOLS = ThreadpoolController()
-    return _THREADPOOLS.limit(limits=1)
+    return _BLAS
 
 
 #: :func:`job_type_features` memoised (a regular expression per call, several per cell and fit).
@@ -262,17 +291,15 @@ def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
     """The cells' effects as rows over ``columns``, shape ``(N, len(columns))`` (sparse, or
     dense: a few cells, where scipy's sparse set-up costs more than the products); an effect not
     in ``columns`` is returned as ``(row, name, key, value)``."""
-    known: list[tuple[np.ndarray, np.ndarray]] = []
-    unknown: Unknown = []
-    for r, cell in enumerate(cells):
-        cols, vals, missing = rows.row(cell, _context_key(cell, context), columns)
-        known.append((cols, vals))
-        unknown.extend((r, name, key, value) for name, key, value in missing)
+    known, unknown = rows.rows(cells, context, columns)
     if not dense:
         return _csr(known, len(columns)), unknown
     phi = np.zeros((len(cells), len(columns)))
-    for r, (cols, vals) in enumerate(known):
-        phi[r, cols] = vals
+    if known:
+        counts = [len(cols) for cols, _ in known]
+        phi[np.repeat(np.arange(len(known)), counts),
+            np.concatenate([cols for cols, _ in known])] = np.concatenate(
+                [vals for _, vals in known])
     return phi, unknown
 
 
@@ -294,13 +321,30 @@ class _QueryRows:
         self._rows: dict[tuple[Cell, ContextKey],
                          tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
 
-    def row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
-            ) -> tuple[np.ndarray, np.ndarray, tuple[Feature, ...]]:
-        """The cell's known columns and values, and its unknown effects, over ``columns``."""
+    def rows(self, cells: Sequence[Cell], context: FeatureContext,
+             columns: dict[tuple[str, tuple[object, ...]], int]
+             ) -> tuple[list[tuple[np.ndarray, np.ndarray]], Unknown]:
+        """Each cell's known columns and values over ``columns``, and the unknown effects as
+        ``(row, name, key, value)``."""
         p = len(columns)
-        kept = self._rows.get((cell, key))
-        if kept is not None and (kept[0] == p or (not kept[3] and kept[0] <= p)):
-            return kept[1], kept[2], kept[3]
+        kept_rows = self._rows
+        known: list[tuple[np.ndarray, np.ndarray]] = []
+        unknown: Unknown = []
+        for r, cell in enumerate(cells):
+            key = _context_key(cell, context)
+            kept = kept_rows.get((cell, key))
+            if kept is None or not (kept[0] == p or (not kept[3] and kept[0] <= p)):
+                kept = self._row(cell, key, columns)
+            known.append((kept[1], kept[2]))
+            if kept[3]:
+                unknown.extend((r, name, k, value) for name, k, value in kept[3])
+        return known, unknown
+
+    def _row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
+             ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]:
+        """The cell's row over ``columns`` (built and kept): the column count it was built at,
+        its known columns and values, and its unknown effects."""
+        p = len(columns)
         cols, vals, missing = [], [], []
         for feature in _features(cell, key):
             column = columns.get(feature[:2])
@@ -313,7 +357,7 @@ class _QueryRows:
             self._rows.clear()
         row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing))
         self._rows[(cell, key)] = row
-        return row[1], row[2], row[3]
+        return row
 
 
 def _batch_centre(batches: set[int]) -> float:
@@ -408,7 +452,7 @@ class _OnlineDesign:
                 candidates.update(self._by_family[family])
         for place in places:
             rates = self._alone[place]
-            mean = float(np.mean(list(rates.values())))
+            mean = float(np.mean(np.fromiter(rates.values(), float, len(rates))))
             for job_type, rate in rates.items():
                 self._loads[(job_type, *place)] = rate - mean
             candidates.update(self._pairs_at.get(place, ()))
@@ -567,26 +611,31 @@ def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
 def _padded(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Sparse rows ``(columns, values)`` as dense ``(N, width)`` column and value arrays,
     padded with column 0 and value 0."""
-    width = max((len(cols) for cols, _ in rows), default=0)
-    idx = np.zeros((len(rows), width), dtype=np.int64)
-    val = np.zeros((len(rows), width))
-    for r, (cols, vals) in enumerate(rows):
-        idx[r, :len(cols)] = cols
-        val[r, :len(vals)] = vals
-    return idx, val
+    if not rows:
+        return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0))
+    counts = np.array([len(cols) for cols, _ in rows], dtype=np.int64)
+    return _padded_flat(counts, np.concatenate([cols for cols, _ in rows]),
+                        np.concatenate([vals for _, vals in rows]).astype(float, copy=False))
 
 
 def _padded_csr(phi: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
     """A CSR matrix's rows as dense ``(N, width)`` column and value arrays (see
     :func:`_padded`)."""
-    counts = np.diff(phi.indptr)
+    return _padded_flat(np.diff(phi.indptr), phi.indices, phi.data)
+
+
+def _padded_flat(counts: np.ndarray, columns: np.ndarray, values: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``counts`` entries each, their ``columns`` and ``values`` one after another, as
+    dense ``(N, width)`` column and value arrays padded with column 0 and value 0."""
     width = int(counts.max()) if len(counts) else 0
-    idx = np.zeros((phi.shape[0], width), dtype=int)
-    val = np.zeros((phi.shape[0], width))
-    slot = np.arange(phi.nnz) - np.repeat(phi.indptr[:-1], counts)
-    rows = np.repeat(np.arange(phi.shape[0]), counts)
-    idx[rows, slot] = phi.indices
-    val[rows, slot] = phi.data
+    idx = np.zeros((len(counts), width), dtype=np.int64)
+    val = np.zeros((len(counts), width))
+    starts = np.cumsum(counts) - counts
+    slot = np.arange(len(columns)) - np.repeat(starts, counts)
+    rows = np.repeat(np.arange(len(counts)), counts)
+    idx[rows, slot] = columns
+    val[rows, slot] = values
     return idx, val
 
 
@@ -597,16 +646,51 @@ def _quadratic_diag(phi: scipy.sparse.csr_matrix, cov: np.ndarray) -> np.ndarray
     return np.einsum("ni,nij,nj->n", val, block, val)
 
 
-@functools.lru_cache(maxsize=4)
+#: Below this many draws normals are drawn afresh (a Thompson draw: ``p`` normals, each with its
+#: own seed); from it on they are kept (the profiling plan's 512 for every new job).
+_KEPT_DRAWS = 32
+
+
+@dataclass
+class _NormalStream:
+    """The first ``rows`` rows of ``default_rng(seed).standard_normal((rows, S))`` (read-only)
+    and, per row count ``p`` asked for, the generator's state after ``(p, S)`` normals."""
+
+    z: np.ndarray
+    states: dict[int, Mapping[str, Any]]
+
+
+_NORMAL_STREAMS: dict[tuple[int, int], _NormalStream] = {}
+
+
 def _standard_normals(p: int, num_draws: int, seed: int
                       ) -> tuple[np.ndarray, Mapping[str, Any]]:
     """``default_rng(seed).standard_normal((p, num_draws))`` (read-only) and the generator's
-    state after it, kept: the profiling plan draws 512 with seed 0 for every new job, and ``p``
-    changes only when a fit meets new effects."""
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal((p, num_draws))
-    z.flags.writeable = False
-    return z, rng.bit_generator.state
+    state after it. Many draws are kept per ``(num_draws, seed)`` and grown as ``p`` grows: a
+    generator fills the rows in order, so the first ``p`` rows of a taller draw are the
+    ``(p, num_draws)`` draw, and continuing from the state after ``p`` rows gives the rest (the
+    profiling plan draws 512 with seed 0 for every new job, and ``p`` grows with each fit that
+    meets new effects: drawing all of them again cost ~1 ms a plan)."""
+    if num_draws < _KEPT_DRAWS:
+        rng = np.random.default_rng(seed)
+        return rng.standard_normal((p, num_draws)), rng.bit_generator.state
+    stream = _NORMAL_STREAMS.get((num_draws, seed))
+    if stream is None:
+        if len(_NORMAL_STREAMS) >= 4:
+            del _NORMAL_STREAMS[next(iter(_NORMAL_STREAMS))]
+        stream = _NORMAL_STREAMS[(num_draws, seed)] = _NormalStream(
+            np.zeros((0, num_draws)), {0: np.random.default_rng(seed).bit_generator.state})
+    if p not in stream.states:
+        start = max(rows for rows in stream.states if rows <= p)
+        rng = np.random.default_rng(seed)
+        rng.bit_generator.state = stream.states[start]
+        more = rng.standard_normal((p - start, num_draws))
+        rows = len(stream.z)
+        if p > rows:
+            stream.z = np.concatenate([stream.z, more[rows - start:]])
+            stream.z.flags.writeable = False
+        stream.states[p] = rng.bit_generator.state
+    return stream.z[:p], stream.states[p]
 
 
 @dataclass
@@ -630,10 +714,18 @@ class BayesianThroughputBelief:
     fit_seconds: float = 0.0
     iterations: int = 0
     _observed: dict[Cell, int] = field(default_factory=dict)
-    #: Where pairs fit (:mod:`~bayes_sched.estimation.throughput.pair_fit`); ``None``: every
-    #: pair is taken to fit.
-    pair_fits: PairFitBelief | None = None
+    #: The launches where pairs fit are learned from (read on first use); ``None``: every pair
+    #: is taken to fit.
+    _launches: LaunchesAt | None = None
     _query_rows: _QueryRows = field(default_factory=_QueryRows)
+    #: The effects' variances and the nuggets of ``log_variances``, on first use.
+    _variances: tuple[dict[str, float], np.ndarray] | None = None
+
+    @property
+    def pair_fits(self) -> PairFitBelief | None:
+        """Where pairs fit (:mod:`~bayes_sched.estimation.throughput.pair_fit`); ``None``: every
+        pair is taken to fit."""
+        return None if self._launches is None else self._launches.pair_fits
 
     @property
     def num_cells(self) -> int:
@@ -655,8 +747,9 @@ class BayesianThroughputBelief:
         positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
         with _one_blas_thread():
             unique = self._predict(list(index), num_draws, seed)
-        if self.pair_fits is not None:
-            unique = with_pair_fits(unique, list(index), self.pair_fits, num_draws, seed)
+        if self._launches is not None and any(cell.partner is not None for cell in index):
+            unique = with_pair_fits(unique, list(index), self._launches.pair_fits, num_draws,
+                                    seed)
         return CellPrediction(unique.mean[positions], unique.draws[:, positions])
 
     def _predict(self, cells: list[Cell], num_draws: int, seed: int) -> CellPrediction:
@@ -686,9 +779,11 @@ class BayesianThroughputBelief:
         return CellPrediction(mean, np.exp(mean_log[None, :] + deviation))
 
     def _query(self, cells: Sequence[Cell]) -> _QueryParts:
-        log_params = self.log_variances
-        variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
-        nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
+        if self._variances is None:
+            log_params = self.log_variances
+            self._variances = (_effect_variances(log_params[:len(RANDOM_EFFECTS)]),
+                               np.exp(log_params[len(RANDOM_EFFECTS):]))
+        variances, nugget = self._variances
         columns: dict[tuple[str, tuple[object, ...]], int] = (
             self.design.columns if self.design is not None else {})
         p = len(columns)
@@ -716,7 +811,8 @@ class BayesianThroughputBelief:
         prior = np.array(unknown_prior)
         unknown_var = np.asarray(_squared(unknown) @ prior).ravel() if len(prior) \
             else np.zeros(n)
-        cell_var = np.array([nugget[1] if c.partner is not None else nugget[0] for c in cells])
+        cell_var = np.where([c.partner is not None for c in cells], nugget[1], nugget[0]) \
+            if n else np.zeros(0)
         scale = np.ones(n)
         offset = np.zeros(n)
         half = None
@@ -724,22 +820,24 @@ class BayesianThroughputBelief:
             known_mean = phi @ self.posterior.mean
             if isinstance(phi, np.ndarray):
                 # Fewer cells than effects: L^-1 phi^T (p^2 N) beats the covariance (~p^3).
-                half = scipy.linalg.solve_triangular(self.posterior.chol, phi.T, lower=True)
+                # The factor is finite (its Cholesky succeeded), and so are the rows.
+                half = scipy.linalg.solve_triangular(self.posterior.chol, phi.T, lower=True,
+                                                     check_finite=False)
                 known_var = np.einsum("ij,ij->j", half, half)
             else:
                 known_var = _quadratic_diag(phi, self.posterior.cov)
             assert self.design is not None
-            for r, cell in enumerate(cells):
-                i = self._observed.get(cell)
-                if i is None:
-                    continue
-                # The cell's own effect given its reports: shrink towards them.
-                noise = self.posterior.noise_var[i]
-                meas = noise - cell_var[r]
-                gain = cell_var[r] / noise
-                scale[r] = 1.0 - gain
-                offset[r] = gain * self.design.y[i]
-                cell_var[r] = cell_var[r] * meas / noise
+            observed = self._observed
+            at = np.array([observed.get(cell, -1) for cell in cells], dtype=np.int64)
+            rows = np.flatnonzero(at >= 0)
+            if len(rows):
+                # The cells' own effects given their reports: shrink towards them.
+                noise = self.posterior.noise_var[at[rows]]
+                meas = noise - cell_var[rows]
+                gain = cell_var[rows] / noise
+                scale[rows] = 1.0 - gain
+                offset[rows] = gain * self.design.y[at[rows]]
+                cell_var[rows] = cell_var[rows] * meas / noise
         else:
             known_mean = np.zeros(n)
             known_var = np.zeros(n)
@@ -831,13 +929,14 @@ class BayesianThroughputLearner:
             self._tuned_cells = 0  # other data, not more of the same: fit the hyperparameters
             self._design = self._new_design()
             self._launches.restart()
-        pair_fits = self._launches.update(observations) if self.learn_pair_fits else None
+        # Where pairs fit is read from the reports only when a prediction asks about a pair.
+        launches = LaunchesAt(self._launches, observations) if self.learn_pair_fits else None
         self._design.update(pooled, self._pool.touched)
         context = self._design.context
         if not pooled:
             return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
                                             fit_seconds=time.perf_counter() - start,
-                                            pair_fits=pair_fits)
+                                            _launches=launches)
         design = self._design.design()
         observed = dict(self._design.index)
         reason: str | None = None
@@ -876,7 +975,7 @@ class BayesianThroughputLearner:
             design if posterior is not None else None, posterior, params, context,
             widening=1.0 if reason is None else self.fallback_widening, fallback_reason=reason,
             fit_seconds=time.perf_counter() - start, iterations=iterations,
-            _observed=observed if posterior is not None else {}, pair_fits=pair_fits,
+            _observed=observed if posterior is not None else {}, _launches=launches,
             _query_rows=self._design.query_rows)
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],

@@ -50,6 +50,12 @@ def usable_observations(observations: Iterable[CellObservation],
     return kept
 
 
+class UsableObservations(list[CellObservation]):
+    """A list of observations every one of which passed :func:`usable_observations` (the
+    estimation stage's reports, checked as they arrive): a learner's pool reads them without
+    checking them again. Only append observations that passed."""
+
+
 @dataclass(frozen=True)
 class PooledCell:
     """All usable reports of one cell.
@@ -98,14 +104,20 @@ class IncrementalPool:
             # Not an extension of the last list: start over.
             self._sums, self._pooled, count = {}, {}, 0
         touched: dict[Cell, None] = {}  # in first-seen order, as the new cells join _sums
-        for obs in usable_observations(observations[count:]):
+        new = observations[count:]
+        sums, log = self._sums, math.log
+        for obs in new if isinstance(observations, UsableObservations) \
+                else usable_observations(new):
             if obs.out_of_memory:
                 continue  # not a rate: the estimation stage keeps where jobs do not fit
-            acc = self._sums.setdefault(obs.cell, [0.0, 0.0, 0.0])
-            acc[0] += obs.steps_per_second * obs.seconds
-            acc[1] += math.log(obs.steps_per_second) * obs.seconds
-            acc[2] += obs.seconds
-            touched[obs.cell] = None
+            cell, rate, seconds = obs.cell, obs.steps_per_second, obs.seconds
+            acc = sums.get(cell)
+            if acc is None:
+                acc = sums[cell] = [0.0, 0.0, 0.0]
+            acc[0] += rate * seconds
+            acc[1] += log(rate) * seconds
+            acc[2] += seconds
+            touched[cell] = None
         for cell in touched:
             a, b, s = self._sums[cell]
             self._pooled[cell] = PooledCell(a / s, b / s, s)

@@ -50,14 +50,33 @@ class PairLaunches:
         #: The paired cells (both directions) of the pairs seen to fail and never to fit.
         self.failed_cells: set[Cell] = set()
         self.seen = 0
+        self._last: CellObservation | None = None  # the last report read
 
     def restart(self) -> None:
         self.fits, self.failures, self.failed_cells, self.seen = set(), set(), set(), 0
+        self._last = None
 
     def update(self, observations: Sequence[CellObservation]) -> PairFitBelief:
         """Read the reports not read yet (out-of-memory reports and positive paired rates; a
         report of a pair that ran wins over a failed launch of it)."""
-        for report in observations[self.seen:]:
+        self._read(observations, len(observations))
+        return self.belief()
+
+    def belief(self) -> PairFitBelief:
+        """Where pairs fit, given the reports read so far."""
+        return PairFitBelief.from_launches(self.fits, self.failures - self.fits)
+
+    def at(self, observations: Sequence[CellObservation], count: int) -> PairFitBelief:
+        """Where pairs fit given the first ``count`` of ``observations``: the reports not read
+        yet when the list extends the one read so far (the last report read is still at its
+        place), else read again from the start."""
+        if count < self.seen or (self.seen and observations[self.seen - 1] is not self._last):
+            self.restart()
+        self._read(observations, count)
+        return self.belief()
+
+    def _read(self, observations: Sequence[CellObservation], count: int) -> None:
+        for report in observations[self.seen:count]:
             cell, partner = report.cell, report.cell.partner
             if partner is None:
                 continue
@@ -70,8 +89,28 @@ class PairLaunches:
             elif report.steps_per_second > 0:
                 self.fits.add(key)
                 self.failed_cells.difference_update(both)
-        self.seen = len(observations)
-        return PairFitBelief.from_launches(self.fits, self.failures - self.fits)
+        if count > self.seen:
+            self._last = observations[count - 1]
+        self.seen = max(self.seen, count)
+
+
+class LaunchesAt:
+    """Where pairs fit given the first ``count`` of a growing list of reports, read on first
+    use (:attr:`pair_fits`): a belief built for a policy that never asks about a pair (one that
+    does not pack) never reads them. The list's first ``count`` reports must stay as they are
+    (an online loop only appends)."""
+
+    def __init__(self, launches: PairLaunches, observations: Sequence[CellObservation]) -> None:
+        self._launches = launches
+        self._observations = observations
+        self._count = len(observations)
+        self._belief: PairFitBelief | None = None
+
+    @property
+    def pair_fits(self) -> PairFitBelief:
+        if self._belief is None:
+            self._belief = self._launches.at(self._observations, self._count)
+        return self._belief
 
 
 @dataclass(frozen=True)
