@@ -32,8 +32,8 @@ per-model JSON lines the benchmark writes to stderr; without them part 2 prints 
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
 import numpy as np
 import scipy.optimize
@@ -103,13 +103,27 @@ def band_of_offsets(spread: float, noise: float) -> tuple[float, float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rows", nargs="*",
+                        help="files of bench_perfmodel.py's JSON lines (its stderr)")
+    args = parser.parse_args()
     quality: dict[tuple[str, str, str], dict] = {}
-    for path in sys.argv[1:]:
-        with open(path) as lines:
-            for line in lines:
-                if line.startswith("{"):
-                    for row in json.loads(line)["quality"]:
-                        quality[row["model"], row["setting"], row["class"]] = row
+    for path in args.rows:
+        try:
+            with open(path) as lines:
+                text = lines.readlines()
+        except OSError as error:
+            parser.error(f"{path}: cannot read ({error.strerror})")
+        for number, line in enumerate(text, 1):
+            if not line.startswith("{"):
+                continue
+            try:
+                rows = json.loads(line)["quality"]
+            except (ValueError, KeyError):
+                parser.error(f"{path}, line {number}: expected a JSON object with a 'quality' "
+                             "list (a line of bench_perfmodel.py's stderr)")
+            for row in rows:
+                quality[row["model"], row["setting"], row["class"]] = row
 
     print("Rows and placements per class; is any k/rows within 5 points of 50% and of 90%?")
     print(f"{'model':12s} {'class':7s} {'rows':>5s} {'placements':>10s} {'50% possible':>13s} "
