@@ -14,7 +14,7 @@ Learners: ``bayes`` (ours, uncertainty-driven plan of one cell per GPU type), ``
 rank 10), ``sia`` (one GPU of every type).
 
     python experiments/bench_throughput_estimators.py [--tables simulation tacc] [--seeds 0]
-        [--every 1] [--draws 200] [--json]
+        [--every 1] [--draws 200] [--plan own|one-gpu] [--json]
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ def main() -> None:
         GavelMatrixCompletionLearner,
         SiaBootstrapLearner,
     )
-    from bayes_sched.estimation.throughput.held_out import leave_one_type_out, summarise
+    from bayes_sched.estimation.throughput.held_out import (
+        leave_one_type_out,
+        one_gpu_plan,
+        summarise,
+    )
     from bayes_sched.estimation.throughput_cells import ThroughputLearner
     from bayes_sched.throughputs import load_throughputs
 
@@ -51,6 +55,9 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true",
                         help="also time ours online: cold fit, warm refit and conditioning on the "
                              "whole simulation table, predictions for 100 active jobs")
+    parser.add_argument("--plan", choices=["own", "one-gpu"], default="own",
+                        help="profiling: each learner's own plan, or Sia's (one GPU of every "
+                             "type) for all, scoring every learner on the same cells")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.every < 1 or args.draws < 2:
@@ -70,7 +77,8 @@ def main() -> None:
                 "sia": SiaBootstrapLearner,
             }
             result = leave_one_type_out(table, {n: factories[n] for n in args.learners},
-                                        held_out, num_draws=args.draws, seed=seed)
+                                        held_out, num_draws=args.draws, seed=seed,
+                                        plan=one_gpu_plan if args.plan == "one-gpu" else None)
             for row in summarise(result.records):
                 rows.append({"table": table_name, "seed": seed, **row})
             for name in args.learners:
@@ -82,7 +90,8 @@ def main() -> None:
                     "profiled_cells_per_job": float(np.mean(result.profiled_cells[name]))})
     online = _online_timing(args.draws) if args.timing else []
     load = os.getloadavg()[0]
-    title = (f"held-out job types ({', '.join(args.tables)}; every {args.every}; seeds "
+    title = (f"held-out job types ({', '.join(args.tables)}; plan {args.plan}; every "
+             f"{args.every}; seeds "
              f"{args.seeds}; {time.perf_counter() - started:.0f} s; load {load:.1f})")
     if args.json:
         print_json({"errors": rows, "timing": timing, "online": online, "load_average": load})
