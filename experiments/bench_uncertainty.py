@@ -248,14 +248,16 @@ class WindowTimeline:
             return float(1000 * part.mean()) if len(part) else float("nan")
 
         return {"active_at_window": float(self.active[min(at, len(arrived) - 1)]),
-                "active_window_mean": float(np.mean(self.active[at:] or [np.nan])),
+                "active_window_mean": (float(np.mean(self.active[at:])) if at < len(arrived)
+                                       else float("nan")),
                 "cpu_ms_per_round_before": per_round(cpu[1:at]),
                 "cpu_ms_per_round_window": per_round(cpu[max(at, 1):])}
 
     def curve(self, every: int) -> list[dict[str, float]]:
         """Active jobs and CPU ms per round at every ``every``-th arrival (mean over the rounds
         since the last row)."""
-        rows, last = [], 0
+        rows: list[dict[str, float]] = []
+        last = 0
         for i, n in enumerate(self.arrived):
             if n >= (len(rows) + 1) * every:
                 span = self.cpu_seconds[i] - self.cpu_seconds[last]
