@@ -14,9 +14,9 @@ scale) and per (family, scale, GPU) (on Gavel's table how much faster a V100 is 
 GPUs falls with the batch size, 5.2x to 2.8x over LM's, and not on one GPU; without this slope a
 held-out type at the end of its family's batch range was predicted from the wrong ratio, with
 intervals too narrow: 90% coverage 0.836 of its multi-GPU cells); for the paired part one
-level (broad, fixed) and a deviation per (scale, GPU) (learned variance: a place where no pair has run yet starts from the level of those where pairs ran, not
-from the broad prior, which made a first pair's draws span e^+-10), per (family, partner
-family) and with GPU,
+level (broad, fixed) and a deviation per (scale, GPU) (learned variance: a place where no pair
+has run yet starts from the level of those where pairs ran, not from the broad prior, which made
+a first pair's draws span e^+-10), per (family, partner family) and with GPU,
 batch slopes of both, per type, per partner, each x GPU, and slopes per GPU in the job's and the
 partner's *load* (their measured log alone rate there, centred over types: heavy partners slow a
 job more; a type with no alone report has load 0, the average). ``e``, ``e'`` are cell effects
