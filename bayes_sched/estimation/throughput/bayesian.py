@@ -31,7 +31,7 @@ Why a GP in this form and not Bayesian matrix factorisation. The kernel is degen
 sum of feature products plus a cell nugget), so the GP is solved exactly in weight space: a
 sparse design (each cell touches ~20 effects) and one Cholesky of a ``p x p`` matrix (``p`` ~700
 effects on Gavel's whole simulation table). That gives exact posteriors, closed-form joint draws
-and analytic type-II maximum-likelihood gradients for the 21 variances, with no sampling and no
+and analytic type-II maximum-likelihood gradients for the 23 variances, with no sampling and no
 SVI to converge; a Pyro matrix factorisation would need SVI or MCMC at every online refit and
 gives nothing for a type never seen (no row factors) unless its prior is built from these same
 features. gpytorch/BoTorch exact GPs work on the ``n x n`` kernel (n ~2,100 cells here) and
