@@ -15,6 +15,28 @@ rank 10), ``sia`` (one GPU of every type).
 
     python experiments/bench_throughput_estimators.py [--tables simulation tacc] [--seeds 0]
         [--every 1] [--draws 200] [--plan own|one-gpu] [--json]
+
+Measured (session 12, seed 0, every held-out type, load 14-18 on 2 shared cores; ``own`` scope:
+the cells the learner did not profile; MAE in steps/s; coverage of the 90% interval; Gavel's and
+Sia's are point estimates):
+
+    table       cells            learner      plan     n     MAE    mean rel  coverage90
+    simulation  alone (multi)    ours         one-gpu   168   5.32  0.099     0.911
+                                 Sia's        one-gpu   168  11.77  0.219     -
+                                 ours         own         2   0.13  0.031     1.000
+                                 ours, prior  none      246  12.16  0.445     0.846
+    simulation  paired           ours         own      3691   1.38  0.137     0.906
+                                 Gavel's PMF  own      3470   1.89  0.197     -
+                                 Sia's        own      3691   1.75  0.198     -
+    tacc        alone            ours         own        70   3.57  0.062     0.857
+                                 Sia's        own       165   7.59  0.138     -
+
+Before the (family, scale, GPU) batch slope (main at 52dee37): simulation alone, ours' own plan
+(which then profiled 1 GPU on one type): 55 cells, MAE 9.13, coverage 0.836; with the one-gpu
+plan 168 cells, MAE 8.27, coverage 0.857; paired MAE 1.47, coverage 0.902; tacc MAE 4.14,
+coverage 0.942. Ours' plan now profiles a multi-GPU job at its own scale on every GPU type, so
+the own-plan alone comparison has 2 cells left; ``--plan one-gpu`` scores every learner on the
+same 168.
 """
 
 from __future__ import annotations
