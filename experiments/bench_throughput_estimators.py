@@ -14,7 +14,29 @@ Learners: ``bayes`` (ours, uncertainty-driven plan of one cell per GPU type), ``
 rank 10), ``sia`` (one GPU of every type).
 
     python experiments/bench_throughput_estimators.py [--tables simulation tacc] [--seeds 0]
-        [--every 1] [--draws 200] [--json]
+        [--every 1] [--draws 200] [--plan own|one-gpu] [--json]
+
+Measured (session 12, seed 0, every held-out type, load 14-18 on 2 shared cores; ``own`` scope:
+the cells the learner did not profile; MAE in steps/s; coverage of the 90% interval; Gavel's and
+Sia's are point estimates):
+
+    table       cells            learner      plan     n     MAE    mean rel  coverage90
+    simulation  alone (multi)    ours         one-gpu   168   5.32  0.099     0.911
+                                 Sia's        one-gpu   168  11.77  0.219     -
+                                 ours         own         2   0.13  0.031     1.000
+                                 ours, prior  none      246  12.16  0.445     0.846
+    simulation  paired           ours         own      3691   1.38  0.137     0.906
+                                 Gavel's PMF  own      3470   1.89  0.197     -
+                                 Sia's        own      3691   1.75  0.198     -
+    tacc        alone            ours         own        70   3.57  0.062     0.857
+                                 Sia's        own       165   7.59  0.138     -
+
+Before the (family, scale, GPU) batch slope (main at 52dee37): simulation alone, ours' own plan
+(which then profiled 1 GPU on one type): 55 cells, MAE 9.13, coverage 0.836; with the one-gpu
+plan 168 cells, MAE 8.27, coverage 0.857; paired MAE 1.47, coverage 0.902; tacc MAE 4.14,
+coverage 0.942. Ours' plan now profiles a multi-GPU job at its own scale on every GPU type, so
+the own-plan alone comparison has 2 cells left; ``--plan one-gpu`` scores every learner on the
+same 168.
 """
 
 from __future__ import annotations
@@ -35,7 +57,11 @@ def main() -> None:
         GavelMatrixCompletionLearner,
         SiaBootstrapLearner,
     )
-    from bayes_sched.estimation.throughput.held_out import leave_one_type_out, summarise
+    from bayes_sched.estimation.throughput.held_out import (
+        leave_one_type_out,
+        one_gpu_plan,
+        summarise,
+    )
     from bayes_sched.estimation.throughput_cells import ThroughputLearner
     from bayes_sched.throughputs import load_throughputs
 
@@ -51,6 +77,9 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true",
                         help="also time ours online: cold fit, warm refit and conditioning on the "
                              "whole simulation table, predictions for 100 active jobs")
+    parser.add_argument("--plan", choices=["own", "one-gpu"], default="own",
+                        help="profiling: each learner's own plan, or Sia's (one GPU of every "
+                             "type) for all, scoring every learner on the same cells")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.every < 1 or args.draws < 2:
@@ -70,7 +99,8 @@ def main() -> None:
                 "sia": SiaBootstrapLearner,
             }
             result = leave_one_type_out(table, {n: factories[n] for n in args.learners},
-                                        held_out, num_draws=args.draws, seed=seed)
+                                        held_out, num_draws=args.draws, seed=seed,
+                                        plan=one_gpu_plan if args.plan == "one-gpu" else None)
             for row in summarise(result.records):
                 rows.append({"table": table_name, "seed": seed, **row})
             for name in args.learners:
@@ -82,7 +112,8 @@ def main() -> None:
                     "profiled_cells_per_job": float(np.mean(result.profiled_cells[name]))})
     online = _online_timing(args.draws) if args.timing else []
     load = os.getloadavg()[0]
-    title = (f"held-out job types ({', '.join(args.tables)}; every {args.every}; seeds "
+    title = (f"held-out job types ({', '.join(args.tables)}; plan {args.plan}; every "
+             f"{args.every}; seeds "
              f"{args.seeds}; {time.perf_counter() - started:.0f} s; load {load:.1f})")
     if args.json:
         print_json({"errors": rows, "timing": timing, "online": online, "load_average": load})

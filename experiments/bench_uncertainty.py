@@ -208,9 +208,10 @@ def _policy(policy: str, source: str, seed: int, throughputs: str,
 
 def run_one(setting: str, policy_name: str, source: str, seed: int, window: tuple[int, int],
             noise: float, max_hours: float, exploration: str | None = None,
-            clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+            clock: Callable[[], float] = time.perf_counter,
+            timeline: WindowTimeline | None = None) -> dict[str, Any]:
     """One run; ``clock`` times the loop's estimation and decisions (``time.process_time``:
-    this process's CPU seconds)."""
+    this process's CPU seconds); ``timeline`` records a Gavel run's active jobs per round."""
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -218,6 +219,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
     from bayes_sched.sim.table_run import run_table_simulation
     from bayes_sched.throughputs import load_shockwave_throughputs
 
+    steady: dict[str, float] = {}
     if setting == "shockwave":
         spec = replace(load_cluster_spec(SHOCKWAVE_CLUSTER), round_interval=SHOCKWAVE_ROUND_SECONDS)
         policy, ran = _policy(policy_name, source, seed, "tacc", exploration)
@@ -232,12 +234,14 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         spec = replace(load_cluster_spec(GAVEL_CLUSTER), round_interval=GAVEL_ROUND_SECONDS)
         policy, ran = _policy(policy_name, source, seed, "simulation", exploration)
         names = [str(i) for i in range(*window)]
+        timeline = WindowTimeline() if timeline is None else timeline
         start = time.perf_counter()
         result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy, spec,
                                       jobs_to_complete=names, measurement_noise=noise,
                                       noise_seed=seed, max_time=max_hours * 3600.0,
-                                      clock=clock)
+                                      clock=clock, on_round=timeline.record)
         jobs = result.jobs.set_index("job").loc[names].reset_index()
+        steady = timeline.summary(window[0])
     wall = time.perf_counter() - start
     finished = jobs["jct"].notna()
     rho = jobs["ftf"].to_numpy()
@@ -260,8 +264,57 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         "fit_ms": float(1000 * summary.get("fit_seconds", 0.0)
                         / max(summary.get("fits", 0.0), 1.0)),
         "rounds": int(summary["rounds"]), "lp_solves": int(summary.get("allocation_updates", 0)),
-        "wall_s": round(wall, 1),
+        "wall_s": round(wall, 1), **steady,
     }
+
+
+class WindowTimeline:
+    """Per round of a Gavel-setting run: jobs arrived so far, jobs active, and this process's
+    CPU seconds (what tells when the cluster reaches a steady state, and whether a round costs
+    more as jobs accumulate)."""
+
+    def __init__(self) -> None:
+        self.arrived: list[int] = []
+        self.active: list[int] = []
+        self.cpu_seconds: list[float] = []
+
+    def record(self, cluster: Any) -> None:
+        self.arrived.append(len(cluster.jobs))
+        self.active.append(cluster.timeline_active[-1])
+        self.cpu_seconds.append(time.process_time())
+
+    def summary(self, first: int) -> dict[str, float]:
+        """``active_at_window``: active jobs in the round job ``first`` arrived;
+        ``active_window_mean``: mean active jobs from then to the run's end;
+        ``cpu_ms_per_round_before`` / ``_window``: CPU ms per round before that round and from
+        it on (NaN where a phase has no rounds)."""
+        arrived = np.array(self.arrived)
+        if not len(arrived):
+            return {}
+        at = int(np.searchsorted(arrived, first + 1))  # first round with job ``first`` in
+        cpu = np.diff(np.array([self.cpu_seconds[0], *self.cpu_seconds]))
+
+        def per_round(part: np.ndarray) -> float:
+            return float(1000 * part.mean()) if len(part) else float("nan")
+
+        return {"active_at_window": float(self.active[min(at, len(arrived) - 1)]),
+                "active_window_mean": (float(np.mean(self.active[at:])) if at < len(arrived)
+                                       else float("nan")),
+                "cpu_ms_per_round_before": per_round(cpu[1:at]),
+                "cpu_ms_per_round_window": per_round(cpu[max(at, 1):])}
+
+    def curve(self, every: int) -> list[dict[str, float]]:
+        """Active jobs and CPU ms per round at every ``every``-th arrival (mean over the rounds
+        since the last row)."""
+        rows: list[dict[str, float]] = []
+        last = 0
+        for i, n in enumerate(self.arrived):
+            if n >= (len(rows) + 1) * every:
+                span = self.cpu_seconds[i] - self.cpu_seconds[last]
+                rows.append({"jobs_arrived": n, "active": self.active[i],
+                             "cpu_ms_per_round": 1000 * span / max(i - last, 1)})
+                last = i
+        return rows
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -291,6 +344,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    from bayes_sched.cli._common import print_table
     from bayes_sched.estimation.learners import LEARNERS
 
     learners = [name for name in LEARNERS if name not in ("oracle", "uniform")]
@@ -316,8 +370,13 @@ def main() -> None:
     parser.add_argument("--exploration", choices=["thompson", "value_of_information"],
                         help="the learner sources' exploration rule (packed max-min; default: "
                              "the policy's)")
+    parser.add_argument("--timeline", type=int, default=0, metavar="N",
+                        help="Gavel settings: after each run, print its active jobs and CPU ms "
+                             "per round at every N-th arrival (where the steady state starts)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.window[0] < 0 or args.window[1] <= args.window[0] or args.timeline < 0:
+        parser.error("--window A B: expected 0 <= A < B; --timeline: expected N >= 0")
     clock = time.process_time if args.cpu_time else time.perf_counter
     rows = []
     for setting in args.settings:
@@ -325,17 +384,20 @@ def main() -> None:
         for policy in policies:
             for seed in args.seeds:
                 for source in args.sources:
+                    timeline = WindowTimeline()
                     row = run_one(setting, policy, source, seed, tuple(args.window), args.noise,
-                                  args.max_hours, args.exploration, clock)
+                                  args.max_hours, args.exploration, clock, timeline)
                     rows.append(row)
                     if not args.json:
                         print(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}"
                                        for k, v in row.items()), flush=True)
+                        if args.timeline and setting != "shockwave":
+                            print_table(timeline.curve(args.timeline),
+                                        title=f"{setting} {source} seed {seed}: active jobs")
     summary = ratios(rows)
     if args.json:
         print(json.dumps({"runs": rows, "ratios_to_table": summary}))
         return
-    from bayes_sched.cli._common import print_table
 
     window = (f", Gavel window {args.window[0]}-{args.window[1] - 1}"
               if set(args.settings) - {"shockwave"} else "")

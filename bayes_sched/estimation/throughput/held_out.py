@@ -5,7 +5,9 @@ to the table without ``j`` (nothing about ``j``, alone or as a partner), asked f
 cells of a new job of type ``j`` at that scale, refit with the table's rates in those cells (cells
 the table has no positive rate for cannot be measured and are skipped) and then asked for the
 cells a scheduler needs for that job (:func:`~bayes_sched.estimation.throughput.observations.
-job_cells`). A learner is scored on the needed cells it did not profile itself, and all learners
+job_cells`). With a common ``plan`` every learner is profiled in the same cells instead of its own
+(a learner whose plan measures every cell of a kind otherwise leaves nothing of that kind to
+score it on). A learner is scored on the needed cells it did not profile itself, and all learners
 together on the cells none of them profiled.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
 
@@ -25,6 +28,9 @@ from bayes_sched.estimation.throughput.observations import (
 )
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputLearner
 from bayes_sched.throughputs import ThroughputTable
+
+#: ``(job type, scale factor, GPU types) -> cells`` a new job is profiled in.
+ProfilingPlan: TypeAlias = Callable[[str, int, Sequence[str]], Sequence[Cell]]
 
 
 @dataclass(frozen=True)
@@ -55,13 +61,17 @@ class HeldOutResult:
 def leave_one_type_out(table: ThroughputTable, learners: Mapping[str, Callable[[],
                                                                             ThroughputLearner]],
                        job_types: Sequence[str] | None = None, num_draws: int = 200,
-                       seed: int = 0) -> HeldOutResult:
+                       seed: int = 0, plan: ProfilingPlan | None = None) -> HeldOutResult:
     """Run the held-out protocol (module docstring) for ``job_types`` (default: all).
 
     Args:
         learners: name -> factory of a fresh learner; one learner per name lives through all
             folds (so a learner that warm-starts from its last fit does so across folds).
         num_draws: posterior draws for the intervals (point beliefs give one).
+        plan: the cells every learner has a new job profiled in, ``(job type, scale factor,
+            GPU types) -> cells`` (default: each learner's own plan); one plan for all scores
+            the learners on the same cells from the same measurements (e.g.
+            :func:`one_gpu_plan`, Sia's).
     """
     result = HeldOutResult()
     gpus = table.gpu_types()
@@ -78,7 +88,8 @@ def leave_one_type_out(table: ThroughputTable, learners: Mapping[str, Callable[[
             refitter: ThroughputLearner = learner if cheap is None else cheap()
             for sf in scales:
                 needed = job_cells(table, held_out, sf)
-                profiled = set(learner.profiling_cells(held_out, sf, gpus, belief))
+                profiled = set(learner.profiling_cells(held_out, sf, gpus, belief)
+                               if plan is None else plan(held_out, sf, gpus))
                 measured = [CellObservation(c, rate, TABLE_SECONDS) for c in sorted(
                     profiled, key=repr) if (rate := table_rate(table, c)) is not None and rate > 0]
                 result.profiled_cells.setdefault(name, []).append(len(measured))
@@ -94,6 +105,11 @@ def leave_one_type_out(table: ThroughputTable, learners: Mapping[str, Callable[[
                         name, held_out, sf, cell, truth, float(prediction.mean[i]),
                         float(lower[i]), float(upper[i]), cell in profiled))
     return result
+
+
+def one_gpu_plan(job_type: str, scale_factor: int, gpu_types: Sequence[str]) -> list[Cell]:
+    """Sia's profile: the job alone on one GPU of every type, whatever its scale factor."""
+    return [Cell(job_type, 1, gpu) for gpu in gpu_types]
 
 
 def _not_about(job_type: str) -> Callable[[Cell], bool]:
