@@ -250,6 +250,7 @@ class TimeSharingPolicy:
         self._pair_usable: dict[Combo, np.ndarray] = {}  # pairs in force: types they can share
         self._node_types = np.zeros(0, dtype=str)  # the nodes' types, and their index in types
         self._node_type_index = np.zeros(0, dtype=np.int64)
+        self._nodes_of_type: list[list[int]] = []  # per type (index in types), its nodes
         self._held_now = np.zeros((0, 0), dtype=np.int64)  # this round's jobs' GPUs per node
 
     # --- the policy's part ----------------------------------------------------------------------
@@ -380,12 +381,13 @@ class TimeSharingPolicy:
                 ran[job.name] = (seconds, first_type[j])
         by_name = {job.name: job for job in jobs}
         credited: set[str] = set()
-        for combo, counts in self._placed.items():
-            if len(combo) == 2 and not all(n in by_name for n in combo):
+        for combo in [c for c in self._placed if len(c) == 2]:  # the pairs that ran
+            counts = self._placed[combo]
+            if not all(n in by_name for n in combo):
                 credited.update(combo)  # the pair ended with its finished job (Gavel drops it)
                 continue
-            if len(combo) == 2 and all(n in ran and np.array_equal(by_name[n].allocation, counts)
-                                       for n in combo) and combo in self._job_time:
+            if all(n in ran and np.array_equal(by_name[n].allocation, counts)
+                   for n in combo) and combo in self._job_time:
                 seconds = max(ran[n][0] for n in combo)
                 where = ran[combo[0]][1]
                 self._job_time[combo][where] += seconds
@@ -409,6 +411,8 @@ class TimeSharingPolicy:
             self._node_types = node_types
             self._node_type_index = np.array([self._types.index(str(t)) for t in node_types],
                                              dtype=np.int64)
+            self._nodes_of_type = [np.flatnonzero(self._node_type_index == t).tolist()
+                                   for t in range(len(self._types))]
         self._held_now = (np.stack([job.allocation for job in jobs]) if jobs
                           else np.zeros((0, len(node_types)), dtype=np.int64))
         return self._held_now
@@ -722,10 +726,10 @@ class TimeSharingPolicy:
             held_at.setdefault(j, []).append((node, count))
         self.lease_opportunities += len(held_at)
         type_of_node = self._node_type_index.tolist()
-        for t, gpu_type in enumerate(self._types):
+        for t in range(len(self._types)):
             chosen = [c for c, tt in scheduled.items() if tt == t]
             size = {c: by_name[combos[c][0]].requested_replicas for c in chosen}
-            nodes = np.flatnonzero(node_types == gpu_type).tolist()
+            nodes = self._nodes_of_type[t]
             pointer = 0
             for current in sorted(set(size.values()), reverse=True):
                 group = [c for c in chosen if size[c] == current]

@@ -376,6 +376,9 @@ class TableCluster:
         finished = []
         ran = []  # reported after the loop, the noise drawn at once
         for name, job in self._active.items():
+            if not job.num_gpus:  # waiting: nothing runs, nothing to report
+                job.reports = ()
+                continue
             self._count_busy(job, busy)
             rate = self._rate(job)
             if rate <= 0:
