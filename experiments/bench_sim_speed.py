@@ -147,7 +147,7 @@ def gavel_run_rows(policies: list[str], num_jobs: int, rate: float, seed: int,
     window = set(names)
     rows: list[dict[str, object]] = []
     for name in policies:
-        policy = make_policy(name, seed=seed)
+        policy = make_policy(name, **({"seed": seed} if "seed" in POLICIES.options(name) else {}))
         seen: dict[str, TableCluster] = {}
         rounds = [0]
 
