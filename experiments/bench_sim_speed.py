@@ -28,6 +28,8 @@ shared 2-core machine). Whole runs until jobs 0-5999 finished (``--gavel-cpu-bud
     max_min_fairness (LAS)       base 52dee37   55,450   14,328         419.5    no
     max_min_fairness (LAS)       this commit    55,450   14,328         254.8    yes
     max_min_fairness_perf        session 10     37,411                  177      yes
+    max_min_fairness_packed      this commit    37,303    9,638         239.4    yes
+    finish_time_fairness         this commit    40,757   10,546         203.0    yes
 
 (every JCT of the 14,328 jobs identical to base's; base ran at load 15-19, this code at 4-8.)
 The first 300 h of the same run back to back: base 8.5 s, this code 5.4 s (1.57x). Runs of
@@ -40,9 +42,9 @@ CPU x 6000 / jobs of 0-5999 finished by then, a linear projection)::
     policy                       finished  rounds  ms/round  projection
     max_min_fairness (LAS)       956       3,878   2.58      >=63  (measured whole: 254.8)
     max_min_fairness_perf        996       4,012   2.49      >=60  (measured whole: 177)
-    max_min_fairness_packed      629       2,487   4.03      >=95
+    max_min_fairness_packed      629       2,487   4.03      >=95  (measured whole: 239.4)
     max_sum_throughput_perf      1,104     4,434   2.26      >=54
-    finish_time_fairness         744       3,064   3.27      >=81
+    finish_time_fairness         744       3,064   3.27      >=81  (measured whole: 203.0)
     finish_time_fairness_perf    860       3,461   2.89      >=70
     finish_time_fairness_packed  360       1,561   6.42      >=167
     min_total_duration           721       3,071   3.26      >=83
