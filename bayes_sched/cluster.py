@@ -170,15 +170,16 @@ def validate_allocations(allocations: Mapping[str, np.ndarray], state: ClusterSt
     """
     known = set(job_names)
     result: Allocations = {}
-    used = np.zeros(state.num_nodes, dtype=np.int64)
+    shape = (state.num_nodes,)
+    used = np.zeros(shape, dtype=np.int64)
     arrays = [np.asarray(counts) for counts in allocations.values()]
-    if arrays and all(name in known for name in allocations) and all(
-            a.shape == (state.num_nodes,) for a in arrays):
+    if arrays and known.issuperset(allocations) and all(a.shape == shape for a in arrays):
         # Every job known and shaped right: check the counts of all jobs at once (a decision
         # is checked every round); a bad count falls through to the job-by-job loop's message.
         stack = np.stack(arrays)
-        if np.all(np.isfinite(stack)) and not np.any(stack < 0) and np.all(
-                stack == np.round(stack)):
+        whole = stack.dtype.kind in "iu" or (np.all(np.isfinite(stack)) and np.all(
+            stack == np.round(stack)))  # integer arrays are finite and whole
+        if whole and not np.any(stack < 0):
             ints = stack.astype(np.int64)
             held = np.asarray(ints.any(axis=1), dtype=bool).tolist()
             result = {name: row for name, row, keep in zip(allocations, ints, list(held), strict=True)

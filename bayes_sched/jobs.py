@@ -12,10 +12,10 @@ no live fitter: the job's agent (:mod:`bayes_sched.agent`) stays with the job, o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -235,6 +235,52 @@ class JobModel:
         return self._point.efficiency(batch_size)[0]
 
 
+#: One change of a job's allocation: ``(time in seconds, GPUs per node)``.
+AllocationChange = tuple[float, tuple[int, ...]]
+
+
+class AllocationHistory(Sequence[AllocationChange]):
+    """A read-only view of the first ``length`` entries of an append-only list of allocation
+    changes: taken in O(1) each round where copying the history into a tuple would cost
+    O(changes) (a job of a long run changes its allocation thousands of times). The owner only
+    ever appends to ``entries``, so the view never changes; it compares equal to a sequence
+    with the same entries."""
+
+    __slots__ = ("_entries", "_length")
+
+    def __init__(self, entries: list[AllocationChange], length: int | None = None) -> None:
+        self._entries = entries
+        self._length = len(entries) if length is None else length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> AllocationChange: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[AllocationChange, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> AllocationChange | tuple[AllocationChange, ...]:
+        if isinstance(index, slice):
+            return tuple(self._entries[:self._length][index])
+        return self._entries[range(self._length)[index]]
+
+    def __iter__(self) -> Iterator[AllocationChange]:
+        return iter(self._entries[:self._length])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(other) == self._length and all(
+            a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"AllocationHistory({list(self)!r})"
+
+
 _NO_MODELS: Mapping[str, JobModel] = MappingProxyType({})
 _NO_OBSERVATIONS: Mapping[tuple[int, int, int], Observation] = MappingProxyType({})
 
@@ -267,7 +313,8 @@ class JobView:
         gradient: its latest gradient statistics, ``None`` before it has run.
         fit: the throughput fit the job's own agent made to tune its batch, ``None`` where it
             made none (a fixed-batch job); ``fit_version`` counts its fits.
-        allocation_history: ``(time, GPUs per node)`` of every change of its allocation.
+        allocation_history: ``(time, GPUs per node)`` of every change of its allocation (a
+            tuple, or an :class:`AllocationHistory`).
         models: fitted models by GPU type, attached by the estimation stage (empty before it or
             for a policy that reads none).
         target_steps: the steps its user declared it will train for, where the user declares
@@ -300,7 +347,7 @@ class JobView:
     gradient: GradientStats | None = None
     fit: ThroughputParams | None = None
     fit_version: int = 0
-    allocation_history: tuple[tuple[float, tuple[int, ...]], ...] = ()
+    allocation_history: Sequence[AllocationChange] = ()
     models: Mapping[str, JobModel] = field(default_factory=lambda: _NO_MODELS, repr=False)
     target_steps: float | None = None
     cell_observations: tuple[CellObservation, ...] = ()
@@ -312,6 +359,23 @@ class JobView:
             object.__setattr__(self, "observations", MappingProxyType(dict(self.observations)))
         if not isinstance(self.models, MappingProxyType):
             object.__setattr__(self, "models", MappingProxyType(dict(self.models)))
+
+    def updated(self, **changes: object) -> JobView:
+        """This view with ``changes`` (field name -> value), built without construction's
+        checks, for a cluster that keeps one view per job and changes a few fields each round
+        (the simulator's hot path: ``dataclasses.replace`` costs several times more). The
+        caller keeps construction's invariants; an ``allocation`` must be read-only."""
+        if not changes.keys() <= _VIEW_FIELDS:
+            unknown = sorted(changes.keys() - _VIEW_FIELDS)
+            raise TypeError(f"JobView.updated: no such fields {unknown}")
+        allocation = changes.get("allocation")
+        if isinstance(allocation, np.ndarray) and allocation.flags.writeable:
+            raise ValueError("JobView.updated: expected a read-only allocation array")
+        view = object.__new__(JobView)
+        state = view.__dict__
+        state.update(self.__dict__)
+        state.update(changes)
+        return view
 
     @property
     def num_gpus(self) -> int:
@@ -329,3 +393,6 @@ class JobView:
         if len(self.models) == 1:
             return next(iter(self.models.values()))
         return self.models.get(DEFAULT_GPU_TYPE)
+
+
+_VIEW_FIELDS = frozenset(f.name for f in fields(JobView))

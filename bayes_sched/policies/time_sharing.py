@@ -250,6 +250,7 @@ class TimeSharingPolicy:
         self._pair_usable: dict[Combo, np.ndarray] = {}  # pairs in force: types they can share
         self._node_types = np.zeros(0, dtype=str)  # the nodes' types, and their index in types
         self._node_type_index = np.zeros(0, dtype=np.int64)
+        self._nodes_of_type: list[list[int]] = []  # per type (index in types), its nodes
         self._held_now = np.zeros((0, 0), dtype=np.int64)  # this round's jobs' GPUs per node
 
     # --- the policy's part ----------------------------------------------------------------------
@@ -353,7 +354,7 @@ class TimeSharingPolicy:
         in (a pair: the longer of its two jobs' times, as Gavel counts it); admit and drop
         jobs."""
         names = {job.name for job in jobs}
-        gone = [combo for combo in self._job_time if any(n not in names for n in combo)]
+        gone = [combo for combo in self._job_time if not names.issuperset(combo)]
         for combo in gone:
             del self._job_time[combo], self._deficit[combo]
             self._fractions.pop(combo, None)
@@ -380,12 +381,13 @@ class TimeSharingPolicy:
                 ran[job.name] = (seconds, first_type[j])
         by_name = {job.name: job for job in jobs}
         credited: set[str] = set()
-        for combo, counts in self._placed.items():
-            if len(combo) == 2 and not all(n in by_name for n in combo):
+        for combo in [c for c in self._placed if len(c) == 2]:  # the pairs that ran
+            counts = self._placed[combo]
+            if not all(n in by_name for n in combo):
                 credited.update(combo)  # the pair ended with its finished job (Gavel drops it)
                 continue
-            if len(combo) == 2 and all(n in ran and np.array_equal(by_name[n].allocation, counts)
-                                       for n in combo) and combo in self._job_time:
+            if all(n in ran and np.array_equal(by_name[n].allocation, counts)
+                   for n in combo) and combo in self._job_time:
                 seconds = max(ran[n][0] for n in combo)
                 where = ran[combo[0]][1]
                 self._job_time[combo][where] += seconds
@@ -409,6 +411,8 @@ class TimeSharingPolicy:
             self._node_types = node_types
             self._node_type_index = np.array([self._types.index(str(t)) for t in node_types],
                                              dtype=np.int64)
+            self._nodes_of_type = [np.flatnonzero(self._node_type_index == t).tolist()
+                                   for t in range(len(self._types))]
         self._held_now = (np.stack([job.allocation for job in jobs]) if jobs
                           else np.zeros((0, len(node_types)), dtype=np.int64))
         return self._held_now
@@ -680,27 +684,28 @@ class TimeSharingPolicy:
         priority[(fractions == 0) | ~rates_ok | ~allocated[:, None]] = 0.0
         index = {job.name: j for j, job in enumerate(jobs)}
         sizes = [jobs[index[c[0]]].requested_replicas for c in combos]
-        left = capacities.copy()
         busy = set() if busy is None else set(busy)
         scheduled: dict[int, int] = {}
         size_of = np.array(sizes, dtype=np.int64)
+        skip = self._skip
         for t in order:
+            left = int(capacities[t])
             # Decreasing (priority, deficit, allocation); a stable sort keeps ties in order.
             ranked = np.lexsort((-fractions[:, t], -deficit[:, t], -priority[:, t]))
             # Only those that run on t and fit in its GPUs left could be taken (same order).
-            ranked = ranked[rates_ok[ranked, t] & (size_of[ranked] <= left[t])]
+            ranked = ranked[rates_ok[ranked, t] & (size_of[ranked] <= left)]
+            on_t = priority[:, t].tolist()
             for c in ranked.tolist():
-                if left[t] == 0:
+                if left == 0:
                     break
                 combo = combos[c]
-                if (sizes[c] > left[t] or any(n in busy for n in combo)
-                        or self._skip(float(priority[c, t]))):
+                if sizes[c] > left or not busy.isdisjoint(combo) or skip(on_t[c]):
                     continue
                 # A job without an allocation yet still takes its GPUs here and is then left
                 # unplaced (Gavel's _schedule_jobs_on_workers does the same).
-                left[t] -= sizes[c]
+                left -= sizes[c]
                 busy.update(combo)
-                scheduled[int(c)] = t
+                scheduled[c] = t
         return scheduled
 
     def _skip(self, priority: float) -> bool:
@@ -709,39 +714,46 @@ class TimeSharingPolicy:
 
     def _place(self, jobs: Sequence[JobView], combos: list[Combo], scheduled: dict[int, int],
                cluster: ClusterState, node_types: np.ndarray) -> Allocations:
-        free = cluster.capacity().copy()
+        free = cluster.capacity().tolist()
         out = PackedAllocations()
         pairs: list[tuple[str, str]] = []
         placed: dict[Combo, np.ndarray] = {}
         by_name = {job.name: job for job in jobs}
-        # Per job: its row of this round's GPUs held (:meth:`_held`, jobs in this order).
+        # Per job: its row of this round's GPUs held (:meth:`_held`, jobs in this order), and
+        # the (node, GPUs) it holds, in node order.
         row = {job.name: j for j, job in enumerate(jobs)}
-        self.lease_opportunities += int(self._held_now.any(axis=1).sum())
-        for t, gpu_type in enumerate(self._types):
-            on_type = node_types == gpu_type
+        held_now = self._held_now
+        held_rows, held_nodes = np.nonzero(held_now)
+        held_at: dict[int, list[tuple[int, int]]] = {}
+        for j, node, count in zip(held_rows.tolist(), held_nodes.tolist(),
+                                  held_now[held_rows, held_nodes].tolist(), strict=True):
+            held_at.setdefault(j, []).append((node, count))
+        self.lease_opportunities += len(held_at)
+        type_of_node = self._node_type_index.tolist()
+        for t in range(len(self._types)):
             chosen = [c for c, tt in scheduled.items() if tt == t]
             size = {c: by_name[combos[c][0]].requested_replicas for c in chosen}
-            nodes = np.flatnonzero(on_type)
+            nodes = self._nodes_of_type[t]
             pointer = 0
             for current in sorted(set(size.values()), reverse=True):
                 group = [c for c in chosen if size[c] == current]
                 for c in group:  # keep combinations where they run (lease extension)
                     combo = combos[c]
-                    held = self._held_now[row[combo[0]]]
-                    held_nodes = np.flatnonzero(held)
-                    if not len(held_nodes) or not on_type[held_nodes].all():
-                        continue
-                    counts_held = held[held_nodes]
-                    if (int(counts_held.sum()) != current
-                            or np.any(counts_held > free[held_nodes])):
+                    j = row[combo[0]]
+                    held = held_at.get(j)
+                    if (held is None or any(type_of_node[node] != t for node, _ in held)
+                            or sum(count for _, count in held) != current
+                            or any(count > free[node] for node, count in held)):
                         continue
                     if len(combo) == 2:
                         was = self._placed.get(combo)
-                        if (was is None or not np.array_equal(was, held)
-                                or not np.array_equal(by_name[combo[1]].allocation, held)):
+                        if (was is None or not np.array_equal(was, held_now[j])
+                                or not np.array_equal(by_name[combo[1]].allocation,
+                                                      held_now[j])):
                             continue
-                    placed[combo] = held.astype(np.int64)
-                    free[held_nodes] -= counts_held
+                    placed[combo] = held_now[j].astype(np.int64)
+                    for node, count in held:
+                        free[node] -= count
                     self.lease_extensions += len(combo)
                 for c in group:
                     combo = combos[c]
@@ -752,7 +764,7 @@ class TimeSharingPolicy:
                     need = current
                     while need > 0 and pointer < len(nodes):
                         node = nodes[pointer]
-                        take = min(int(free[node]), need)
+                        take = min(free[node], need)
                         counts[node] += take
                         free[node] -= take
                         need -= take

@@ -31,7 +31,7 @@ never how fast it runs: a policy that reads no report runs exactly as without no
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,7 +46,7 @@ from bayes_sched.cluster import (
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation
-from bayes_sched.jobs import BatchLimits, JobSettings, JobView
+from bayes_sched.jobs import AllocationChange, AllocationHistory, BatchLimits, JobSettings, JobView
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.throughputs import ThroughputTable
 
@@ -81,15 +81,19 @@ class TableJob:
     num_restarts: int | None = None
     start_time: float | None = None
     completion_time: float | None = None
-    allocation_history: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
+    allocation_history: list[AllocationChange] = field(default_factory=list)
     reports: tuple[CellObservation, ...] = ()  # what it measured in the last round
-    # Derived from ``counts`` when it changes (kept so a round does not recompute them): the
-    # history as a tuple, the GPUs held, their type (None: none, or several types); the
-    # settings its views carry.
-    history: tuple[tuple[float, tuple[int, ...]], ...] = ()
+    # Derived from ``counts`` when it changes (kept so a round does not recompute them): a
+    # read-only view of the history, the GPUs held, their type (None: none, or several types);
+    # the settings its views carry.
+    history: Sequence[AllocationChange] = ()
     num_gpus: int = 0
     gpu_type: str | None = None
     settings: JobSettings = field(default_factory=JobSettings)
+    # Kept from admission: steps/s alone on each GPU type of the cluster (0: cannot run), and
+    # the fields of its views that never change (each round's view updates the others).
+    solo_rates: dict[str, float] = field(default_factory=dict)
+    view: JobView | None = None
 
     @property
     def active(self) -> bool:
@@ -151,6 +155,7 @@ class TableCluster:
         # Per round: time and busy GPUs per GPU type (sorted type names in busy_types).
         self.busy_types = tuple(sorted(set(self._types)))
         self._node_type_index = np.array([self.busy_types.index(t) for t in self._types])
+        self._busy_index = {t: i for i, t in enumerate(self.busy_types)}
         self.timeline_time: list[float] = []
         self.timeline_busy: list[np.ndarray] = []
         self.timeline_active: list[int] = []
@@ -187,7 +192,9 @@ class TableCluster:
             counts = np.zeros(self.spec.num_nodes, np.int64)
             counts.flags.writeable = False  # replaced, never written: views share it
             job = TableJob(self._next, counts=counts,
-                           settings=JobSettings(self._next.batch_size, self._next.scale_factor))
+                           settings=JobSettings(self._next.batch_size, self._next.scale_factor),
+                           solo_rates={gpu: job_steps_per_second(self.table, self._next, gpu)
+                                       for gpu in self.busy_types})
             self.jobs[job.spec.name] = job
             self._active[job.spec.name] = job
             self._next = None
@@ -207,16 +214,20 @@ class TableCluster:
 
     def job_views(self) -> list[JobView]:
         views = []
+        now = self._now
         for job in self._active.values():
             spec = job.spec
-            views.append(JobView(
-                name=spec.name, application=spec.job_type, submit_time=spec.submit_time,
-                age=self._now - spec.submit_time, attained_service=job.attained_service,
+            if job.view is None:  # built once with construction's checks, then updated
+                job.view = JobView(
+                    name=spec.name, application=spec.job_type, submit_time=spec.submit_time,
+                    age=0.0, attained_service=0.0, allocation=job.counts, num_restarts=0,
+                    requested_replicas=spec.scale_factor, requested_batch_size=spec.batch_size,
+                    settings=job.settings, limits=_NO_LIMITS, target_steps=spec.total_steps)
+            views.append(job.view.updated(
+                age=now - spec.submit_time, attained_service=job.attained_service,
                 allocation=job.counts, num_restarts=job.num_restarts or 0,
-                requested_replicas=spec.scale_factor, requested_batch_size=spec.batch_size,
-                settings=job.settings, limits=_NO_LIMITS,
                 progress=job.steps_done, allocation_history=job.history,
-                target_steps=spec.total_steps, cell_observations=job.reports))
+                cell_observations=job.reports))
         return views
 
     def _job_type(self, job: TableJob) -> str:
@@ -226,21 +237,33 @@ class TableCluster:
     def _report(self, job: TableJob, steps_per_second: float, seconds: float) -> None:
         """Record what the job measured this round: ``steps_per_second`` over ``seconds`` in the
         cell it ran in, with the cluster's measurement noise (nothing when it did not run)."""
-        if seconds <= 0 or steps_per_second <= 0:
-            job.reports = ()
+        self._report_all([(job, steps_per_second, seconds)])
+
+    def _report_all(self, ran: Sequence[tuple[TableJob, float, float]]) -> None:
+        """:meth:`_report` for each ``(job, steps/s, seconds)`` in order, the noise drawn in one
+        call (the same draws, in the same order, as one call per job)."""
+        measuring = []
+        for item in ran:
+            if item[2] <= 0 or item[1] <= 0:
+                item[0].reports = ()
+            else:
+                measuring.append(item)
+        if not measuring:
             return
-        gpu = job.gpu_type or str(self._node_type[job.counts > 0][0])
-        other = self._partner.get(job.spec.name)
-        partner = (self._job_type(self._active[other])
-                   if other is not None and other in self._active else None)
-        measured = steps_per_second
-        if self.measurement_noise > 0:
-            measured *= math.exp(self.measurement_noise * float(self._noise.standard_normal()))
-        key = (self._job_type(job), job.spec.scale_factor, gpu, partner)
-        cell = self._cells.get(key)
-        if cell is None:
-            cell = self._cells[key] = Cell(*key)
-        job.reports = (CellObservation(cell, measured, seconds, self._now + seconds),)
+        factors = ([math.exp(self.measurement_noise * z)
+                    for z in self._noise.standard_normal(len(measuring)).tolist()]
+                   if self.measurement_noise > 0 else [1.0] * len(measuring))
+        for (job, steps_per_second, seconds), factor in zip(measuring, factors, strict=True):
+            gpu = job.gpu_type or str(self._node_type[job.counts > 0][0])
+            other = self._partner.get(job.spec.name)
+            partner = (self._job_type(self._active[other])
+                       if other is not None and other in self._active else None)
+            key = (self._job_type(job), job.spec.scale_factor, gpu, partner)
+            cell = self._cells.get(key)
+            if cell is None:
+                cell = self._cells[key] = Cell(*key)
+            job.reports = (CellObservation(cell, steps_per_second * factor, seconds,
+                                           self._now + seconds),)
 
     def allocations(self) -> Allocations:
         pairs = {(min(p), max(p)) for p in self._partner.items()
@@ -280,7 +303,7 @@ class TableCluster:
                 job.counts = rows[k].copy()  # its own (a view would keep the whole round's)
                 job.counts.flags.writeable = False  # shared with the job's views
                 job.allocation_history.append((self._now, tuple(counts)))
-                job.history = tuple(job.allocation_history)
+                job.history = AllocationHistory(job.allocation_history)
                 job.num_gpus = held
                 job.gpu_type = self.busy_types[lowest[k]] if one_type[k] else None
                 if held:
@@ -323,7 +346,7 @@ class TableCluster:
         other = self._partner.get(job.spec.name)
         if other is not None and other in self._active:
             return pair_steps_per_second(self.table, job.spec, self._active[other].spec, gpu)[0]
-        return job_steps_per_second(self.table, job.spec, gpu)
+        return job.solo_rates[gpu]
 
     def _count_busy(self, job: TableJob, busy: np.ndarray) -> None:
         """Add the job's GPUs to ``busy`` (GPUs per type, :attr:`busy_types` order); a GPU two
@@ -333,7 +356,7 @@ class TableCluster:
         if gpus and (shared_with is None or shared_with not in self._active
                      or job.spec.name < shared_with):
             gpu_type = job.gpu_type or str(self._node_type[job.counts > 0][0])
-            busy[self.busy_types.index(gpu_type)] += gpus
+            busy[self._busy_index[gpu_type]] += gpus
 
     def _end_round(self, seconds: float, busy: np.ndarray, finished: list[str]) -> None:
         """Retire the finished jobs, move the clock, record the timeline, admit arrivals."""
@@ -351,7 +374,11 @@ class TableCluster:
     def advance(self, seconds: float) -> None:
         busy = np.zeros(len(self.busy_types), dtype=np.int64)
         finished = []
+        ran = []  # reported after the loop, the noise drawn at once
         for name, job in self._active.items():
+            if not job.num_gpus:  # waiting: nothing runs, nothing to report
+                job.reports = ()
+                continue
             self._count_busy(job, busy)
             rate = self._rate(job)
             if rate <= 0:
@@ -364,12 +391,13 @@ class TableCluster:
             # Whole steps per round, as Gavel's simulator counts them.
             steps = min(float(math.floor(rate * seconds)), left)
             elapsed = steps / rate
-            self._report(job, rate, elapsed)
+            ran.append((job, rate, elapsed))
             job.steps_done += steps
             job.attained_service += elapsed * gpus
             if job.spec.total_steps - job.steps_done <= 0:
                 job.completion_time = self._now + elapsed
                 finished.append(name)
+        self._report_all(ran)
         self._end_round(seconds, busy, finished)
 
     def done(self) -> bool:
