@@ -207,12 +207,30 @@ def _context_key(cell: Cell, context: FeatureContext) -> ContextKey:
             context.loads.get((cell.job_type, *where)), context.loads.get((cell.partner, *where)))
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _features(cell: Cell, key: ContextKey) -> tuple[Feature, ...]:
-    """:func:`cell_features` given the cell's :func:`_context_key`, memoised: a cell's effects
-    are asked for at every prediction and fit while its context stands."""
+    """:func:`cell_features` given the cell's :func:`_context_key`: the effects that do not read
+    the loads (memoised per cell and batch centres), then a pair's two load effects (its key's
+    loads move with every alone report at its place, so they are not part of the memo)."""
+    if cell.partner is None:
+        return _fixed_features(cell, key)
+    return _fixed_features(cell, key[:2]) + _load_features(cell.gpu_type, key)
+
+
+def _load_features(gpu: str, key: ContextKey) -> tuple[Feature, ...]:
+    """A pair's load effects on ``gpu`` under its context ``key`` (those with a non-zero
+    multiplier)."""
+    load = 0.0 if key[2] is None else key[2]
+    partner_load = 0.0 if key[3] is None else key[3]
+    out = (("pair_load", (gpu,), load), ("pair_partner_load", (gpu,), partner_load))
+    return tuple(f for f in out if f[2] != 0.0)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _fixed_features(cell: Cell, centres: ContextKey) -> tuple[Feature, ...]:
+    """A cell's effects but a pair's load effects, given its (and its partner's) batch centres
+    ``centres``, memoised: asked for at every prediction and fit while the centres stand."""
     j, s, g = cell.job_type, cell.scale_factor, cell.gpu_type
-    fam, xb = _centred_batch(j, key[0])
+    fam, xb = _centred_batch(j, centres[0])
     out: list[Feature] = [
         ("gpu", (g,), 1.0), ("scale", (s, g), 1.0),
         ("family", (fam,), 1.0), ("family_gpu", (fam, g), 1.0),
@@ -223,15 +241,12 @@ def _features(cell: Cell, key: ContextKey) -> tuple[Feature, ...]:
                 ("batch_scale", (fam, s), xb)]
     if cell.partner is not None:
         k = cell.partner
-        pfam, pxb = _centred_batch(k, key[1])
-        load = 0.0 if key[2] is None else key[2]
-        partner_load = 0.0 if key[3] is None else key[3]
+        pfam, pxb = _centred_batch(k, centres[1])
         out += [("pair_level", (), 1.0), ("pair_level_place", (s, g), 1.0),
                 ("pair_family", (fam, pfam), 1.0), ("pair_family_gpu", (fam, pfam, g), 1.0),
                 ("pair_batch", (fam, pfam), xb), ("pair_partner_batch", (fam, pfam), pxb),
                 ("pair_type", (j,), 1.0), ("pair_type_gpu", (j, g), 1.0),
-                ("pair_partner", (k,), 1.0), ("pair_partner_gpu", (k, g), 1.0),
-                ("pair_load", (g,), load), ("pair_partner_load", (g,), partner_load)]
+                ("pair_partner", (k,), 1.0), ("pair_partner_gpu", (k, g), 1.0)]
     return tuple(f for f in out if f[2] != 0.0)
 
 
@@ -320,6 +335,9 @@ class _QueryRows:
     def __init__(self) -> None:
         self._rows: dict[tuple[Cell, ContextKey],
                          tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
+        #: Per (cell, batch centres): the row of the effects that do not read the loads.
+        self._fixed: dict[tuple[Cell, ContextKey],
+                          tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
 
     def rows(self, cells: Sequence[Cell], context: FeatureContext,
              columns: dict[tuple[str, tuple[object, ...]], int]
@@ -343,20 +361,51 @@ class _QueryRows:
     def _row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
              ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]:
         """The cell's row over ``columns`` (built and kept): the column count it was built at,
-        its known columns and values, and its unknown effects."""
+        its known columns and values, and its unknown effects. A pair's row is its kept row of
+        the effects that do not read the loads, then its two load effects: its loads move at
+        every fit with an alone report at its place, its other effects do not."""
+        if len(self._rows) > 1 << 16:
+            self._rows.clear()
+            self._fixed.clear()
+        if cell.partner is None:
+            row = self._fixed_row(cell, key, columns)
+        else:
+            p, cols, vals, missing = self._fixed_row(cell, key[:2], columns)
+            load_cols: list[int] = []
+            load_vals: list[float] = []
+            load_missing: list[Feature] = []
+            for feature in _load_features(cell.gpu_type, key):
+                column = columns.get(feature[:2])
+                if column is None:
+                    load_missing.append(feature)
+                else:
+                    load_cols.append(column)
+                    load_vals.append(feature[2])
+            if load_cols:
+                cols = np.concatenate([cols, np.array(load_cols, dtype=np.int64)])
+                vals = np.concatenate([vals, np.array(load_vals, dtype=float)])
+            row = (len(columns), cols, vals, missing + tuple(load_missing))
+        self._rows[(cell, key)] = row
+        return row
+
+    def _fixed_row(self, cell: Cell, centres: ContextKey,
+                   columns: dict[tuple[str, tuple[object, ...]], int]
+                   ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]:
+        """The row of :func:`_fixed_features` over ``columns`` (kept; see :meth:`_row`)."""
         p = len(columns)
+        kept = self._fixed.get((cell, centres))
+        if kept is not None and (kept[0] == p or (not kept[3] and kept[0] <= p)):
+            return kept
         cols, vals, missing = [], [], []
-        for feature in _features(cell, key):
+        for feature in _fixed_features(cell, centres):
             column = columns.get(feature[:2])
             if column is None:
                 missing.append(feature)
             else:
                 cols.append(column)
                 vals.append(feature[2])
-        if len(self._rows) > 1 << 16:
-            self._rows.clear()
         row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing))
-        self._rows[(cell, key)] = row
+        self._fixed[(cell, centres)] = row
         return row
 
 
