@@ -344,15 +344,17 @@ class _QueryRows:
              ) -> tuple[list[tuple[np.ndarray, np.ndarray]], Unknown]:
         """Each cell's known columns and values over ``columns``, and the unknown effects as
         ``(row, name, key, value)``."""
-        p = len(columns)
         kept_rows = self._rows
         known: list[tuple[np.ndarray, np.ndarray]] = []
         unknown: Unknown = []
         for r, cell in enumerate(cells):
             key = _context_key(cell, context)
-            kept = kept_rows.get((cell, key))
-            if kept is None or not (kept[0] == p or (not kept[3] and kept[0] <= p)):
+            found = kept_rows.get((cell, key))
+            kept = _still_right(found, columns)
+            if kept is None:
                 kept = self._row(cell, key, columns)
+            elif kept is not found:
+                kept_rows[(cell, key)] = kept
             known.append((kept[1], kept[2]))
             if kept[3]:
                 unknown.extend((r, name, k, value) for name, k, value in kept[3])
@@ -393,8 +395,11 @@ class _QueryRows:
                    ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]:
         """The row of :func:`_fixed_features` over ``columns`` (kept; see :meth:`_row`)."""
         p = len(columns)
-        kept = self._fixed.get((cell, centres))
-        if kept is not None and (kept[0] == p or (not kept[3] and kept[0] <= p)):
+        found = self._fixed.get((cell, centres))
+        kept = _still_right(found, columns)
+        if kept is not None:
+            if kept is not found:
+                self._fixed[(cell, centres)] = kept
             return kept
         cols, vals, missing = [], [], []
         for feature in _fixed_features(cell, centres):
@@ -407,6 +412,24 @@ class _QueryRows:
         row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing))
         self._fixed[(cell, centres)] = row
         return row
+
+
+def _still_right(row: tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]] | None,
+                 columns: dict[tuple[str, tuple[object, ...]], int]
+                 ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]] | None:
+    """A kept row (see :class:`_QueryRows`) as of ``columns`` if it is still right there: built
+    at as many columns, or at fewer where none of its unknown effects has become a column since
+    (its known columns keep their numbers); ``None`` if it must be built again."""
+    if row is None:
+        return None
+    p = len(columns)
+    if row[0] == p:
+        return row
+    if row[0] > p:
+        return None
+    if row[3] and any(feature[:2] in columns for feature in row[3]):
+        return None
+    return row if not row[3] else (p, row[1], row[2], row[3])
 
 
 def _batch_centre(batches: set[int]) -> float:
