@@ -306,15 +306,15 @@ def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
     """The cells' effects as rows over ``columns``, shape ``(N, len(columns))`` (sparse, or
     dense: a few cells, where scipy's sparse set-up costs more than the products); an effect not
     in ``columns`` is returned as ``(row, name, key, value)``."""
-    known, unknown = rows.rows(cells, context, columns)
+    counts, cols, vals, unknown = rows.rows(cells, context, columns)
     if not dense:
-        return _csr(known, len(columns)), unknown
+        indptr = np.zeros(len(cells) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return scipy.sparse.csr_matrix((vals, cols, indptr),
+                                       shape=(len(cells), len(columns))), unknown
     phi = np.zeros((len(cells), len(columns)))
-    if known:
-        counts = [len(cols) for cols, _ in known]
-        phi[np.repeat(np.arange(len(known)), counts),
-            np.concatenate([cols for cols, _ in known])] = np.concatenate(
-                [vals for _, vals in known])
+    if len(cols):
+        phi[np.repeat(np.arange(len(cells)), counts), cols] = vals
     return phi, unknown
 
 
@@ -323,77 +323,78 @@ def _squared(matrix: Matrix) -> Matrix:
     return matrix**2 if isinstance(matrix, np.ndarray) else matrix.multiply(matrix)
 
 
+_Row = tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]
+
+
 class _QueryRows:
     """Cells' rows over the columns of one design lineage, kept across its beliefs.
 
     A learner's columns only grow while its reports extend one list (a column keeps its number),
-    so a row whose effects were all known stays right for every later belief of the lineage; a
-    row with unknown effects only for a belief with as many columns as when it was built. A
-    prediction then costs a lookup per cell, not one per effect (it is asked for the same cells
-    at every allocation recompute)."""
+    so a row stays right for every later belief of the lineage while none of its unknown
+    effects has become a column. Kept per cell and batch centres: the effects that do not read
+    the loads; a pair's two load effects (its loads move at every fit with an alone report at
+    its place) are looked up per prediction and inserted at its row's end. A prediction then
+    costs a lookup per cell, not one per effect (it is asked for the same cells at every
+    allocation recompute)."""
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[Cell, ContextKey],
-                         tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
-        #: Per (cell, batch centres): the row of the effects that do not read the loads.
-        self._fixed: dict[tuple[Cell, ContextKey],
-                          tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
+        #: Per (cell, batch centres): the column count the row was built at, its known columns
+        #: and values, its unknown effects.
+        self._fixed: dict[tuple[Cell, ContextKey], _Row] = {}
 
     def rows(self, cells: Sequence[Cell], context: FeatureContext,
              columns: dict[tuple[str, tuple[object, ...]], int]
-             ) -> tuple[list[tuple[np.ndarray, np.ndarray]], Unknown]:
-        """Each cell's known columns and values over ``columns``, and the unknown effects as
-        ``(row, name, key, value)``."""
-        kept_rows = self._rows
-        known: list[tuple[np.ndarray, np.ndarray]] = []
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Unknown]:
+        """The cells' rows over ``columns``: each row's count of known effects ``(N,)``, their
+        columns and values one row after another, and the unknown effects as ``(row, name,
+        key, value)``."""
+        if len(self._fixed) > 1 << 16:
+            self._fixed.clear()
+        p = len(columns)
+        fixed = self._fixed
+        n = len(cells)
+        counts = np.zeros(n, dtype=np.int64)
+        col_parts: list[np.ndarray] = []
+        val_parts: list[np.ndarray] = []
+        load_at: list[int] = []  # where in the fixed effects' flat arrays a load effect goes
+        load_cols: list[int] = []
+        load_vals: list[float] = []
         unknown: Unknown = []
+        at = 0
         for r, cell in enumerate(cells):
             key = _context_key(cell, context)
-            found = kept_rows.get((cell, key))
-            kept = _still_right(found, columns)
-            if kept is None:
-                kept = self._row(cell, key, columns)
-            elif kept is not found:
-                kept_rows[(cell, key)] = kept
-            known.append((kept[1], kept[2]))
-            if kept[3]:
-                unknown.extend((r, name, k, value) for name, k, value in kept[3])
-        return known, unknown
-
-    def _row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
-             ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]:
-        """The cell's row over ``columns`` (built and kept): the column count it was built at,
-        its known columns and values, and its unknown effects. A pair's row is its kept row of
-        the effects that do not read the loads, then its two load effects: its loads move at
-        every fit with an alone report at its place, its other effects do not."""
-        if len(self._rows) > 1 << 16:
-            self._rows.clear()
-            self._fixed.clear()
-        if cell.partner is None:
-            row = self._fixed_row(cell, key, columns)
-        else:
-            p, cols, vals, missing = self._fixed_row(cell, key[:2], columns)
-            load_cols: list[int] = []
-            load_vals: list[float] = []
-            load_missing: list[Feature] = []
-            for feature in _load_features(cell.gpu_type, key):
-                column = columns.get(feature[:2])
-                if column is None:
-                    load_missing.append(feature)
-                else:
-                    load_cols.append(column)
-                    load_vals.append(feature[2])
-            if load_cols:
-                cols = np.concatenate([cols, np.array(load_cols, dtype=np.int64)])
-                vals = np.concatenate([vals, np.array(load_vals, dtype=float)])
-            row = (len(columns), cols, vals, missing + tuple(load_missing))
-        self._rows[(cell, key)] = row
-        return row
+            centres = key if cell.partner is None else key[:2]
+            row = fixed.get((cell, centres))
+            if row is None or row[0] != p:
+                row = self._fixed_row(cell, centres, columns)
+            width = len(row[1])
+            col_parts.append(row[1])
+            val_parts.append(row[2])
+            at += width
+            if row[3]:
+                unknown.extend((r, name, k, value) for name, k, value in row[3])
+            if cell.partner is not None:
+                for name, k, value in _load_features(cell.gpu_type, key):
+                    column = columns.get((name, k))
+                    if column is None:
+                        unknown.append((r, name, k, value))
+                    else:
+                        load_at.append(at)
+                        load_cols.append(column)
+                        load_vals.append(value)
+                        width += 1
+            counts[r] = width
+        cols = np.concatenate(col_parts) if col_parts else np.zeros(0, dtype=np.int64)
+        vals = np.concatenate(val_parts) if val_parts else np.zeros(0)
+        if load_at:  # equal positions keep their order: a pair's load, then its partner's
+            cols = np.insert(cols, load_at, load_cols)
+            vals = np.insert(vals, load_at, load_vals)
+        return counts, cols, vals, unknown
 
     def _fixed_row(self, cell: Cell, centres: ContextKey,
-                   columns: dict[tuple[str, tuple[object, ...]], int]
-                   ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]:
-        """The row of :func:`_fixed_features` over ``columns`` (kept; see :meth:`_row`)."""
+                   columns: dict[tuple[str, tuple[object, ...]], int]) -> _Row:
+        """The row of :func:`_fixed_features` over ``columns`` (kept): the column count it is
+        right at, its known columns and values, its unknown effects."""
         p = len(columns)
         found = self._fixed.get((cell, centres))
         kept = _still_right(found, columns)
@@ -414,9 +415,8 @@ class _QueryRows:
         return row
 
 
-def _still_right(row: tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]] | None,
-                 columns: dict[tuple[str, tuple[object, ...]], int]
-                 ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]] | None:
+def _still_right(row: _Row | None, columns: dict[tuple[str, tuple[object, ...]], int]
+                 ) -> _Row | None:
     """A kept row (see :class:`_QueryRows`) as of ``columns`` if it is still right there: built
     at as many columns, or at fewer where none of its unknown effects has become a column since
     (its known columns keep their numbers); ``None`` if it must be built again."""
@@ -429,7 +429,7 @@ def _still_right(row: tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]] | 
         return None
     if row[3] and any(feature[:2] in columns for feature in row[3]):
         return None
-    return row if not row[3] else (p, row[1], row[2], row[3])
+    return (p, row[1], row[2], row[3])
 
 
 def _batch_centre(batches: set[int]) -> float:
