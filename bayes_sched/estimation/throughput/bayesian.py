@@ -295,7 +295,9 @@ def _csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], width: int) -> scipy.spa
          indptr), shape=(len(rows), width))
 
 
-Unknown = list[tuple[int, str, tuple[object, ...], float]]
+Effect = tuple[str, tuple[object, ...]]
+#: Effects not among a fit's columns: their rows, the effects (name, key) and their values.
+Unknown = tuple[list[int], list[Effect], list[float]]
 #: A design's rows, dense or sparse.
 Matrix: TypeAlias = "np.ndarray | scipy.sparse.csr_matrix"
 
@@ -304,8 +306,8 @@ def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
                   columns: dict[tuple[str, tuple[object, ...]], int], rows: _QueryRows,
                   dense: bool = False) -> tuple[Matrix, Unknown]:
     """The cells' effects as rows over ``columns``, shape ``(N, len(columns))`` (sparse, or
-    dense: a few cells, where scipy's sparse set-up costs more than the products); an effect not
-    in ``columns`` is returned as ``(row, name, key, value)``."""
+    dense: a few cells, where scipy's sparse set-up costs more than the products); the effects
+    not in ``columns`` are returned as their rows, ``(name, key)`` and values."""
     counts, cols, vals, unknown = rows.rows(cells, context, columns)
     if not dense:
         indptr = np.zeros(len(cells) + 1, dtype=np.int64)
@@ -323,7 +325,9 @@ def _squared(matrix: Matrix) -> Matrix:
     return matrix**2 if isinstance(matrix, np.ndarray) else matrix.multiply(matrix)
 
 
-_Row = tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]
+#: A kept row: the column count it is right at, its known columns and values, its unknown
+#: effects ``(name, key)`` and their values.
+_Row = tuple[int, np.ndarray, np.ndarray, tuple[Effect, ...], tuple[float, ...]]
 
 
 class _QueryRows:
@@ -338,16 +342,14 @@ class _QueryRows:
     allocation recompute)."""
 
     def __init__(self) -> None:
-        #: Per (cell, batch centres): the column count the row was built at, its known columns
-        #: and values, its unknown effects.
+        #: Per (cell, batch centres): its row (:data:`_Row`).
         self._fixed: dict[tuple[Cell, ContextKey], _Row] = {}
 
     def rows(self, cells: Sequence[Cell], context: FeatureContext,
              columns: dict[tuple[str, tuple[object, ...]], int]
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Unknown]:
         """The cells' rows over ``columns``: each row's count of known effects ``(N,)``, their
-        columns and values one row after another, and the unknown effects as ``(row, name,
-        key, value)``."""
+        columns and values one row after another, and the unknown effects (:data:`Unknown`)."""
         if len(self._fixed) > 1 << 16:
             self._fixed.clear()
         p = len(columns)
@@ -359,7 +361,9 @@ class _QueryRows:
         load_at: list[int] = []  # where in the fixed effects' flat arrays a load effect goes
         load_cols: list[int] = []
         load_vals: list[float] = []
-        unknown: Unknown = []
+        unknown_rows: list[int] = []
+        unknown_effects: list[Effect] = []
+        unknown_values: list[float] = []
         at = 0
         for r, cell in enumerate(cells):
             key = _context_key(cell, context)
@@ -372,12 +376,16 @@ class _QueryRows:
             val_parts.append(row[2])
             at += width
             if row[3]:
-                unknown.extend((r, name, k, value) for name, k, value in row[3])
+                unknown_rows.extend([r] * len(row[3]))
+                unknown_effects.extend(row[3])
+                unknown_values.extend(row[4])
             if cell.partner is not None:
                 for name, k, value in _load_features(cell.gpu_type, key):
                     column = columns.get((name, k))
                     if column is None:
-                        unknown.append((r, name, k, value))
+                        unknown_rows.append(r)
+                        unknown_effects.append((name, k))
+                        unknown_values.append(value)
                     else:
                         load_at.append(at)
                         load_cols.append(column)
@@ -389,7 +397,7 @@ class _QueryRows:
         if load_at:  # equal positions keep their order: a pair's load, then its partner's
             cols = np.insert(cols, load_at, load_cols)
             vals = np.insert(vals, load_at, load_vals)
-        return counts, cols, vals, unknown
+        return counts, cols, vals, (unknown_rows, unknown_effects, unknown_values)
 
     def _fixed_row(self, cell: Cell, centres: ContextKey,
                    columns: dict[tuple[str, tuple[object, ...]], int]) -> _Row:
@@ -402,15 +410,17 @@ class _QueryRows:
             if kept is not found:
                 self._fixed[(cell, centres)] = kept
             return kept
-        cols, vals, missing = [], [], []
-        for feature in _fixed_features(cell, centres):
-            column = columns.get(feature[:2])
+        cols, vals, missing, missing_values = [], [], [], []
+        for name, k, value in _fixed_features(cell, centres):
+            column = columns.get((name, k))
             if column is None:
-                missing.append(feature)
+                missing.append((name, k))
+                missing_values.append(value)
             else:
                 cols.append(column)
-                vals.append(feature[2])
-        row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing))
+                vals.append(value)
+        row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing),
+               tuple(missing_values))
         self._fixed[(cell, centres)] = row
         return row
 
@@ -427,9 +437,9 @@ def _still_right(row: _Row | None, columns: dict[tuple[str, tuple[object, ...]],
         return row
     if row[0] > p:
         return None
-    if row[3] and any(feature[:2] in columns for feature in row[3]):
+    if row[3] and any(effect in columns for effect in row[3]):
         return None
-    return (p, row[1], row[2], row[3])
+    return (p, row[1], row[2], row[3], row[4])
 
 
 def _batch_centre(batches: set[int]) -> float:
@@ -861,18 +871,12 @@ class BayesianThroughputBelief:
         p = len(columns)
         n = len(cells)
         few = n < p  # fewer cells than effects: dense rows, and variances through L^-1 phi^T
-        phi, found = _feature_rows(cells, self.context, columns, self._query_rows, dense=few)
-        unknown_cols: dict[tuple[str, tuple[object, ...]], int] = {}
-        unknown_prior: list[float] = []
-        urows, ucols, uvals = [], [], []
-        for r, name, key, value in found:
-            u = unknown_cols.get((name, key))
-            if u is None:
-                u = unknown_cols[(name, key)] = len(unknown_cols)
-                unknown_prior.append(variances[name])
-            urows.append(r)
-            ucols.append(u)
-            uvals.append(value)
+        phi, (urows, effects, uvals) = _feature_rows(cells, self.context, columns,
+                                                     self._query_rows, dense=few)
+        # The unknown effects numbered in the order first met.
+        unknown_cols: dict[Effect, int] = {}
+        ucols = [unknown_cols.setdefault(effect, len(unknown_cols)) for effect in effects]
+        unknown_prior = [variances[name] for name, _ in unknown_cols]
         unknown: Matrix
         if few:
             unknown = np.zeros((n, len(unknown_cols)))
