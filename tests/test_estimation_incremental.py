@@ -4,9 +4,17 @@ not, alone or paired, of a type seen or never seen) to rounding."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner, _standard_normals
+from bayes_sched.estimation.throughput.bayesian import (
+    BayesianThroughputLearner,
+    _feature_rows,
+    _QueryRows,
+    _standard_normals,
+    cell_features,
+)
 from bayes_sched.estimation.throughput.observations import table_rate
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
@@ -98,6 +106,37 @@ def test_online_fits_with_hyperparameter_refits_equal_a_full_build_at_their_hype
         mean_full, var_full = _moments(fresh, list(growing))
         np.testing.assert_allclose(mean, mean_full, rtol=0, atol=1e-8)
         np.testing.assert_allclose(var, var_full, rtol=1e-8, atol=1e-10)
+
+
+def test_query_rows_kept_across_fits_are_the_rows_built_from_the_cells_features() -> None:
+    """A lineage keeps its query rows across beliefs (the columns grow, batch centres and pair
+    loads move): at every fit, dense and sparse, they must be exactly the rows read off
+    :func:`cell_features` over the belief's columns, and its moments those of fresh rows."""
+    online = BayesianThroughputLearner(max_iterations=0)
+    growing: list[CellObservation] = []
+    queries = _queries()
+    for reports in _rounds(seed=3):
+        growing.extend(reports)
+        belief = online.fit(growing)
+        assert belief.design is not None
+        columns = belief.design.columns
+        expected = np.zeros((len(queries), len(columns)))
+        unknown: list[tuple[int, tuple[str, tuple[object, ...]], float]] = []
+        for r, cell in enumerate(queries):
+            for name, key, value in cell_features(cell, belief.context):
+                if (name, key) in columns:
+                    expected[r, columns[(name, key)]] = value
+                else:
+                    unknown.append((r, (name, key), value))
+        for dense in (True, False):
+            phi, (rows, effects, values) = _feature_rows(queries, belief.context, columns,
+                                                         belief._query_rows, dense=dense)
+            np.testing.assert_array_equal(phi if dense else phi.toarray(), expected)
+            assert list(zip(rows, effects, values, strict=True)) == unknown
+        fresh = replace(belief, _query_rows=_QueryRows())
+        for got, want in zip(belief.log_moments(queries)[:2], fresh.log_moments(queries)[:2],
+                             strict=True):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_draws_of_a_few_cells_repeat_by_seed_and_have_the_posterior_moments() -> None:
