@@ -743,20 +743,31 @@ class _NormalStream:
 
 
 _NORMAL_STREAMS: dict[tuple[int, int], _NormalStream] = {}
+#: The ``(num_draws, seed)`` asked for once so far (a stream is kept from the second ask on: a
+#: policy's value-of-information draws take a new seed per call, and keeping those evicted the
+#: profiling plan's stream every few calls).
+_ASKED_ONCE: dict[tuple[int, int], None] = {}
 
 
 def _standard_normals(p: int, num_draws: int, seed: int
                       ) -> tuple[np.ndarray, Mapping[str, Any]]:
     """``default_rng(seed).standard_normal((p, num_draws))`` (read-only) and the generator's
-    state after it. Many draws are kept per ``(num_draws, seed)`` and grown as ``p`` grows: a
+    state after it. Many draws are kept per ``(num_draws, seed)`` asked for again (see
+    :data:`_ASKED_ONCE`) and grown as ``p`` grows: a
     generator fills the rows in order, so the first ``p`` rows of a taller draw are the
     ``(p, num_draws)`` draw, and continuing from the state after ``p`` rows gives the rest (the
     profiling plan draws 512 with seed 0 for every new job, and ``p`` grows with each fit that
     meets new effects: drawing all of them again cost ~1 ms a plan)."""
-    if num_draws < _KEPT_DRAWS:
-        rng = np.random.default_rng(seed)
-        return rng.standard_normal((p, num_draws)), rng.bit_generator.state
     stream = _NORMAL_STREAMS.get((num_draws, seed))
+    if stream is None and (num_draws < _KEPT_DRAWS or (num_draws, seed) not in _ASKED_ONCE):
+        if num_draws >= _KEPT_DRAWS:
+            if len(_ASKED_ONCE) >= 1024:
+                del _ASKED_ONCE[next(iter(_ASKED_ONCE))]
+            _ASKED_ONCE[(num_draws, seed)] = None
+        rng = np.random.default_rng(seed)
+        z = rng.standard_normal((p, num_draws))
+        z.flags.writeable = False
+        return z, rng.bit_generator.state
     if stream is None:
         if len(_NORMAL_STREAMS) >= 4:
             del _NORMAL_STREAMS[next(iter(_NORMAL_STREAMS))]
