@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from bayes_sched.estimation.throughput.bayesian import (
+    _NORMAL_STREAMS,
     BayesianThroughputLearner,
     _feature_rows,
     _QueryRows,
@@ -165,3 +166,19 @@ def test_kept_normals_grown_with_the_effects_are_the_fresh_draws_and_generator_s
     rng = np.random.default_rng(11)
     np.testing.assert_array_equal(few, rng.standard_normal((7, 1)))
     assert state == rng.bit_generator.state
+
+
+def test_one_off_seeds_are_drawn_afresh_and_keep_the_asked_again_stream() -> None:
+    """A (draws, seed) asked for once is drawn afresh (the value-of-information draws take a new
+    seed per call); one asked for again is kept, and many one-off seeds do not evict it."""
+    _standard_normals(6, 64, seed=21)
+    kept, _ = _standard_normals(6, 64, seed=21)
+    assert (64, 21) in _NORMAL_STREAMS
+    for seed in range(1000, 1010):
+        z, state = _standard_normals(6, 64, seed=seed)
+        rng = np.random.default_rng(seed)
+        np.testing.assert_array_equal(z, rng.standard_normal((6, 64)))
+        assert state == rng.bit_generator.state
+        assert (64, seed) not in _NORMAL_STREAMS
+    assert (64, 21) in _NORMAL_STREAMS
+    np.testing.assert_array_equal(kept, np.random.default_rng(21).standard_normal((6, 64)))
