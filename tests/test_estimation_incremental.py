@@ -132,7 +132,9 @@ def test_query_rows_kept_across_fits_are_the_rows_built_from_the_cells_features(
         for dense in (True, False):
             phi, (rows, effects, values) = _feature_rows(queries, belief.context, columns,
                                                          belief._query_rows, dense=dense)
-            np.testing.assert_array_equal(phi if dense else phi.toarray(), expected)
+            assert isinstance(phi, np.ndarray) == dense
+            np.testing.assert_array_equal(phi if isinstance(phi, np.ndarray) else phi.toarray(),
+                                          expected)
             assert list(zip(rows, effects, values, strict=True)) == unknown
         fresh = replace(belief, _query_rows=_QueryRows())
         for got, want in zip(belief.log_moments(queries)[:2], fresh.log_moments(queries)[:2],
