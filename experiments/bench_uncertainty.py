@@ -171,6 +171,8 @@ JCT identical to the start's on the 3 seeds (and on seed 0 with ``--exploration 
 
     load 6.6-7.4  start  6.479 5.356 6.286 (mean 6.04)  branch 4.749 5.062 4.958 (mean 4.92)
     load 4.3-4.5  start  5.981 6.116 6.282 (mean 6.13)  branch 5.140 4.954 4.709 (mean 4.93)
+    Thompson, load 1.8-3.2 (avg JCT, worst FTF, makespan identical on the 3 seeds):
+                  start  5.582 4.479 5.370 (mean 5.14)  branch 3.680 4.149 4.550 (mean 4.13)
 
 Ours per round 10.2-13.0 ms at the start, 7.7-9.7 ms on the branch; the table 1.6-2.4 ms. Where
 ours' goes (seed 0, CPU seconds over the run's 1270 rounds, load 5): refits 1.6; per allocation
