@@ -4,9 +4,18 @@ not, alone or paired, of a type seen or never seen) to rounding."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner, _standard_normals
+from bayes_sched.estimation.throughput.bayesian import (
+    _NORMAL_STREAMS,
+    BayesianThroughputLearner,
+    _feature_rows,
+    _QueryRows,
+    _standard_normals,
+    cell_features,
+)
 from bayes_sched.estimation.throughput.observations import table_rate
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
@@ -100,6 +109,39 @@ def test_online_fits_with_hyperparameter_refits_equal_a_full_build_at_their_hype
         np.testing.assert_allclose(var, var_full, rtol=1e-8, atol=1e-10)
 
 
+def test_query_rows_kept_across_fits_are_the_rows_built_from_the_cells_features() -> None:
+    """A lineage keeps its query rows across beliefs (the columns grow, batch centres and pair
+    loads move): at every fit, dense and sparse, they must be exactly the rows read off
+    :func:`cell_features` over the belief's columns, and its moments those of fresh rows."""
+    online = BayesianThroughputLearner(max_iterations=0)
+    growing: list[CellObservation] = []
+    queries = _queries()
+    for reports in _rounds(seed=3):
+        growing.extend(reports)
+        belief = online.fit(growing)
+        assert belief.design is not None
+        columns = belief.design.columns
+        expected = np.zeros((len(queries), len(columns)))
+        unknown: list[tuple[int, tuple[str, tuple[object, ...]], float]] = []
+        for r, cell in enumerate(queries):
+            for name, key, value in cell_features(cell, belief.context):
+                if (name, key) in columns:
+                    expected[r, columns[(name, key)]] = value
+                else:
+                    unknown.append((r, (name, key), value))
+        for dense in (True, False):
+            phi, (rows, effects, values) = _feature_rows(queries, belief.context, columns,
+                                                         belief._query_rows, dense=dense)
+            assert isinstance(phi, np.ndarray) == dense
+            np.testing.assert_array_equal(phi if isinstance(phi, np.ndarray) else phi.toarray(),
+                                          expected)
+            assert list(zip(rows, effects, values, strict=True)) == unknown
+        fresh = replace(belief, _query_rows=_QueryRows())
+        for got, want in zip(belief.log_moments(queries)[:2], fresh.log_moments(queries)[:2],
+                             strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_draws_of_a_few_cells_repeat_by_seed_and_have_the_posterior_moments() -> None:
     learner = BayesianThroughputLearner(max_iterations=0)
     belief = learner.fit([o for reports in _rounds(seed=1) for o in reports])
@@ -126,3 +168,19 @@ def test_kept_normals_grown_with_the_effects_are_the_fresh_draws_and_generator_s
     rng = np.random.default_rng(11)
     np.testing.assert_array_equal(few, rng.standard_normal((7, 1)))
     assert state == rng.bit_generator.state
+
+
+def test_one_off_seeds_are_drawn_afresh_and_keep_the_asked_again_stream() -> None:
+    """A (draws, seed) asked for once is drawn afresh (the value-of-information draws take a new
+    seed per call); one asked for again is kept, and many one-off seeds do not evict it."""
+    _standard_normals(6, 64, seed=21)
+    kept, _ = _standard_normals(6, 64, seed=21)
+    assert (64, 21) in _NORMAL_STREAMS
+    for seed in range(1000, 1010):
+        z, state = _standard_normals(6, 64, seed=seed)
+        rng = np.random.default_rng(seed)
+        np.testing.assert_array_equal(z, rng.standard_normal((6, 64)))
+        assert state == rng.bit_generator.state
+        assert (64, seed) not in _NORMAL_STREAMS
+    assert (64, 21) in _NORMAL_STREAMS
+    np.testing.assert_array_equal(kept, np.random.default_rng(21).standard_normal((6, 64)))

@@ -485,8 +485,9 @@ def class_max_min_program(inputs: AllocationInputs
 
 
 def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: bool = True,
-                              gavel_statement: bool = False, pair_split: str = "even"
-                              ) -> np.ndarray | None:
+                              gavel_statement: bool = False, pair_split: str = "even",
+                              class_program: tuple[ClassTerms, sp.csr_matrix, ConicProgram]
+                              | None = None) -> np.ndarray | None:
     """Gavel's packed max-min allocation ``(J + P, T)``: over job classes (default), with one
     entry per job and measured job pair (``per_class=False``), or over Gavel's own entries
     (``gavel_statement``: :func:`gavel_statement_terms`; the zero-rate pairs' time is dropped
@@ -494,7 +495,8 @@ def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: 
     the optimal face each. ``pair_split`` (per class only): how a class pair's time is spread
     over its job pairs: ``"even"`` (Gavel's ``convert_job_type_allocation`` on a
     class-symmetric answer: every job pair), ``"intervals"`` (:meth:`ClassTerms.expand_intervals`:
-    the same time per job and partner class on O(jobs) pairs instead of O(jobs^2))."""
+    the same time per job and partner class on O(jobs) pairs instead of O(jobs^2)).
+    ``class_program``: :func:`class_max_min_program` of ``inputs`` where already built."""
     # Gavel normalises a job's rates by the sum of its rates alone over the types.
     weights = inputs.scale_factors / np.maximum(inputs.throughputs.sum(axis=1), 1e-12)
     num_rows = inputs.num_jobs + len(inputs.pairs)
@@ -514,7 +516,8 @@ def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: 
         values = solve_program(
             max_min_program(sp.diags(weights) @ terms.rates, terms, inputs.capacities), solver)
         return None if values is None else terms.unflatten(values[:-1], num_rows, num_types)
-    reduced, scores, program = class_max_min_program(inputs)
+    reduced, _, program = (class_max_min_program(inputs) if class_program is None
+                           else class_program)
     values = solve_program(program, solver)
     if values is None:
         return None
@@ -591,17 +594,23 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         return super()._believed(jobs, runnable)
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
+        explore = self.estimator is not None and self.exploration == "value_of_information"
+        # The class program is built once for the allocation and the trials' prices.
+        program = (class_max_min_program(inputs) if explore and not self.gavel_statement
+                   else None)
         x = packed_max_min_allocation(inputs, self.solver,
                                       gavel_statement=self.gavel_statement,
-                                      pair_split=self.pair_split)
-        if (x is not None and self.estimator is not None
-                and self.exploration == "value_of_information"):
-            self._request_trials(inputs, x)
+                                      pair_split=self.pair_split, class_program=program)
+        if x is not None and explore:
+            self._request_trials(inputs, x, program)
         return x
 
-    def _request_trials(self, inputs: AllocationInputs, allocation: np.ndarray) -> None:
+    def _request_trials(self, inputs: AllocationInputs, allocation: np.ndarray,
+                        class_program: tuple[ClassTerms, sp.csr_matrix, ConicProgram]
+                        | None = None) -> None:
         """Queue, as profiling rounds, the cells worth trying given the mean ``allocation``
-        ``(J + P, T)`` (module :mod:`~bayes_sched.policies.value_of_information`)."""
+        ``(J + P, T)`` (module :mod:`~bayes_sched.policies.value_of_information`;
+        ``class_program``: :func:`class_max_min_program` of ``inputs`` where already built)."""
         estimator = self.estimator
         assert estimator is not None
         jobs = self._jobs_now
@@ -610,13 +619,18 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         for report in estimator.observations[self._reports_read:]:
             self._reported.add(report.cell)
         self._reports_read = len(estimator.observations)
-        reduced, scores, program = class_max_min_program(inputs)
+        reduced, scores, program = (class_max_min_program(inputs) if class_program is None
+                                    else class_program)
         terms = reduced.terms
         num_classes = len(reduced.representative)
+        keys = list(dict.fromkeys((job.application, job.requested_replicas) for job in jobs))
+        # Every column tried or in use: no trial, and no LP for its prices.
+        candidates = self._untried_columns(inputs, allocation, reduced, keys)
+        if not candidates:
+            return
         prices = lp_prices(program, num_classes, len(inputs.capacities))
         if prices is None:
             return
-        keys = list(dict.fromkeys((job.application, job.requested_replicas) for job in jobs))
         classes = inputs.job_classes
         # Each class's horizon: its longest job's declared steps left at its mean-LP steps/s.
         rate = np.asarray(terms.rates @ prices.entries).ravel()[classes]
@@ -626,9 +640,6 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         np.maximum.at(horizon, classes, np.nan_to_num(left, nan=0.0))
         gpus = np.asarray(terms.gpus.sum(axis=0)).ravel()
         time = terms.membership.tocsc()
-        candidates = self._untried_columns(inputs, allocation, reduced, keys)
-        if not candidates:
-            return
         cells = [c for _, _, cs in candidates for c in cs]
         prediction = estimator.belief.predict(cells, num_draws=self.VALUE_DRAWS,
                                               seed=self.seed * 1_000_003 + self.draws_made)

@@ -210,12 +210,30 @@ def _context_key(cell: Cell, context: FeatureContext) -> ContextKey:
             context.loads.get((cell.job_type, *where)), context.loads.get((cell.partner, *where)))
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _features(cell: Cell, key: ContextKey) -> tuple[Feature, ...]:
-    """:func:`cell_features` given the cell's :func:`_context_key`, memoised: a cell's effects
-    are asked for at every prediction and fit while its context stands."""
+    """:func:`cell_features` given the cell's :func:`_context_key`: the effects that do not read
+    the loads (memoised per cell and batch centres), then a pair's two load effects (its key's
+    loads move with every alone report at its place, so they are not part of the memo)."""
+    if cell.partner is None:
+        return _fixed_features(cell, key)
+    return _fixed_features(cell, key[:2]) + _load_features(cell.gpu_type, key)
+
+
+def _load_features(gpu: str, key: ContextKey) -> tuple[Feature, ...]:
+    """A pair's load effects on ``gpu`` under its context ``key`` (those with a non-zero
+    multiplier)."""
+    load = 0.0 if key[2] is None else key[2]
+    partner_load = 0.0 if key[3] is None else key[3]
+    out = (("pair_load", (gpu,), load), ("pair_partner_load", (gpu,), partner_load))
+    return tuple(f for f in out if f[2] != 0.0)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _fixed_features(cell: Cell, centres: ContextKey) -> tuple[Feature, ...]:
+    """A cell's effects but a pair's load effects, given its (and its partner's) batch centres
+    ``centres``, memoised: asked for at every prediction and fit while the centres stand."""
     j, s, g = cell.job_type, cell.scale_factor, cell.gpu_type
-    fam, xb = _centred_batch(j, key[0])
+    fam, xb = _centred_batch(j, centres[0])
     out: list[Feature] = [
         ("gpu", (g,), 1.0), ("scale", (s, g), 1.0),
         ("family", (fam,), 1.0), ("family_gpu", (fam, g), 1.0),
@@ -226,15 +244,12 @@ def _features(cell: Cell, key: ContextKey) -> tuple[Feature, ...]:
                 ("batch_scale", (fam, s), xb), ("batch_scale_gpu", (fam, s, g), xb)]
     if cell.partner is not None:
         k = cell.partner
-        pfam, pxb = _centred_batch(k, key[1])
-        load = 0.0 if key[2] is None else key[2]
-        partner_load = 0.0 if key[3] is None else key[3]
+        pfam, pxb = _centred_batch(k, centres[1])
         out += [("pair_level", (), 1.0), ("pair_level_place", (s, g), 1.0),
                 ("pair_family", (fam, pfam), 1.0), ("pair_family_gpu", (fam, pfam, g), 1.0),
                 ("pair_batch", (fam, pfam), xb), ("pair_partner_batch", (fam, pfam), pxb),
                 ("pair_type", (j,), 1.0), ("pair_type_gpu", (j, g), 1.0),
-                ("pair_partner", (k,), 1.0), ("pair_partner_gpu", (k, g), 1.0),
-                ("pair_load", (g,), load), ("pair_partner_load", (g,), partner_load)]
+                ("pair_partner", (k,), 1.0), ("pair_partner_gpu", (k, g), 1.0)]
     return tuple(f for f in out if f[2] != 0.0)
 
 
@@ -283,7 +298,9 @@ def _csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], width: int) -> scipy.spa
          indptr), shape=(len(rows), width))
 
 
-Unknown = list[tuple[int, str, tuple[object, ...], float]]
+Effect = tuple[str, tuple[object, ...]]
+#: Effects not among a fit's columns: their rows, the effects (name, key) and their values.
+Unknown = tuple[list[int], list[Effect], list[float]]
 #: A design's rows, dense or sparse.
 Matrix: TypeAlias = "np.ndarray | scipy.sparse.csr_matrix"
 
@@ -292,17 +309,17 @@ def _feature_rows(cells: Sequence[Cell], context: FeatureContext,
                   columns: dict[tuple[str, tuple[object, ...]], int], rows: _QueryRows,
                   dense: bool = False) -> tuple[Matrix, Unknown]:
     """The cells' effects as rows over ``columns``, shape ``(N, len(columns))`` (sparse, or
-    dense: a few cells, where scipy's sparse set-up costs more than the products); an effect not
-    in ``columns`` is returned as ``(row, name, key, value)``."""
-    known, unknown = rows.rows(cells, context, columns)
+    dense: a few cells, where scipy's sparse set-up costs more than the products); the effects
+    not in ``columns`` are returned as their rows, ``(name, key)`` and values."""
+    counts, cols, vals, unknown = rows.rows(cells, context, columns)
     if not dense:
-        return _csr(known, len(columns)), unknown
+        indptr = np.zeros(len(cells) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return scipy.sparse.csr_matrix((vals, cols, indptr),
+                                       shape=(len(cells), len(columns))), unknown
     phi = np.zeros((len(cells), len(columns)))
-    if known:
-        counts = [len(cols) for cols, _ in known]
-        phi[np.repeat(np.arange(len(known)), counts),
-            np.concatenate([cols for cols, _ in known])] = np.concatenate(
-                [vals for _, vals in known])
+    if len(cols):
+        phi[np.repeat(np.arange(len(cells)), counts), cols] = vals
     return phi, unknown
 
 
@@ -311,56 +328,121 @@ def _squared(matrix: Matrix) -> Matrix:
     return matrix**2 if isinstance(matrix, np.ndarray) else matrix.multiply(matrix)
 
 
+#: A kept row: the column count it is right at, its known columns and values, its unknown
+#: effects ``(name, key)`` and their values.
+_Row = tuple[int, np.ndarray, np.ndarray, tuple[Effect, ...], tuple[float, ...]]
+
+
 class _QueryRows:
     """Cells' rows over the columns of one design lineage, kept across its beliefs.
 
     A learner's columns only grow while its reports extend one list (a column keeps its number),
-    so a row whose effects were all known stays right for every later belief of the lineage; a
-    row with unknown effects only for a belief with as many columns as when it was built. A
-    prediction then costs a lookup per cell, not one per effect (it is asked for the same cells
-    at every allocation recompute)."""
+    so a row stays right for every later belief of the lineage while none of its unknown
+    effects has become a column. Kept per cell and batch centres: the effects that do not read
+    the loads; a pair's two load effects (its loads move at every fit with an alone report at
+    its place) are looked up per prediction and inserted at its row's end. A prediction then
+    costs a lookup per cell, not one per effect (it is asked for the same cells at every
+    allocation recompute)."""
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[Cell, ContextKey],
-                         tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]] = {}
+        #: Per (cell, batch centres): its row (:data:`_Row`).
+        self._fixed: dict[tuple[Cell, ContextKey], _Row] = {}
 
     def rows(self, cells: Sequence[Cell], context: FeatureContext,
              columns: dict[tuple[str, tuple[object, ...]], int]
-             ) -> tuple[list[tuple[np.ndarray, np.ndarray]], Unknown]:
-        """Each cell's known columns and values over ``columns``, and the unknown effects as
-        ``(row, name, key, value)``."""
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Unknown]:
+        """The cells' rows over ``columns``: each row's count of known effects ``(N,)``, their
+        columns and values one row after another, and the unknown effects (:data:`Unknown`)."""
+        if len(self._fixed) > 1 << 16:
+            self._fixed.clear()
         p = len(columns)
-        kept_rows = self._rows
-        known: list[tuple[np.ndarray, np.ndarray]] = []
-        unknown: Unknown = []
+        fixed = self._fixed
+        n = len(cells)
+        counts = np.zeros(n, dtype=np.int64)
+        col_parts: list[np.ndarray] = []
+        val_parts: list[np.ndarray] = []
+        load_at: list[int] = []  # where in the fixed effects' flat arrays a load effect goes
+        load_cols: list[int] = []
+        load_vals: list[float] = []
+        unknown_rows: list[int] = []
+        unknown_effects: list[Effect] = []
+        unknown_values: list[float] = []
+        at = 0
         for r, cell in enumerate(cells):
             key = _context_key(cell, context)
-            kept = kept_rows.get((cell, key))
-            if kept is None or not (kept[0] == p or (not kept[3] and kept[0] <= p)):
-                kept = self._row(cell, key, columns)
-            known.append((kept[1], kept[2]))
-            if kept[3]:
-                unknown.extend((r, name, k, value) for name, k, value in kept[3])
-        return known, unknown
+            centres = key if cell.partner is None else key[:2]
+            row = fixed.get((cell, centres))
+            if row is None or row[0] != p:
+                row = self._fixed_row(cell, centres, columns)
+            width = len(row[1])
+            col_parts.append(row[1])
+            val_parts.append(row[2])
+            at += width
+            if row[3]:
+                unknown_rows.extend([r] * len(row[3]))
+                unknown_effects.extend(row[3])
+                unknown_values.extend(row[4])
+            if cell.partner is not None:
+                for name, k, value in _load_features(cell.gpu_type, key):
+                    column = columns.get((name, k))
+                    if column is None:
+                        unknown_rows.append(r)
+                        unknown_effects.append((name, k))
+                        unknown_values.append(value)
+                    else:
+                        load_at.append(at)
+                        load_cols.append(column)
+                        load_vals.append(value)
+                        width += 1
+            counts[r] = width
+        cols = np.concatenate(col_parts) if col_parts else np.zeros(0, dtype=np.int64)
+        vals = np.concatenate(val_parts) if val_parts else np.zeros(0)
+        if load_at:  # equal positions keep their order: a pair's load, then its partner's
+            cols = np.insert(cols, load_at, load_cols)
+            vals = np.insert(vals, load_at, load_vals)
+        return counts, cols, vals, (unknown_rows, unknown_effects, unknown_values)
 
-    def _row(self, cell: Cell, key: ContextKey, columns: dict[tuple[str, tuple[object, ...]], int]
-             ) -> tuple[int, np.ndarray, np.ndarray, tuple[Feature, ...]]:
-        """The cell's row over ``columns`` (built and kept): the column count it was built at,
-        its known columns and values, and its unknown effects."""
+    def _fixed_row(self, cell: Cell, centres: ContextKey,
+                   columns: dict[tuple[str, tuple[object, ...]], int]) -> _Row:
+        """The row of :func:`_fixed_features` over ``columns`` (kept): the column count it is
+        right at, its known columns and values, its unknown effects."""
         p = len(columns)
-        cols, vals, missing = [], [], []
-        for feature in _features(cell, key):
-            column = columns.get(feature[:2])
+        found = self._fixed.get((cell, centres))
+        kept = _still_right(found, columns)
+        if kept is not None:
+            if kept is not found:
+                self._fixed[(cell, centres)] = kept
+            return kept
+        cols, vals, missing, missing_values = [], [], [], []
+        for name, k, value in _fixed_features(cell, centres):
+            column = columns.get((name, k))
             if column is None:
-                missing.append(feature)
+                missing.append((name, k))
+                missing_values.append(value)
             else:
                 cols.append(column)
-                vals.append(feature[2])
-        if len(self._rows) > 1 << 16:
-            self._rows.clear()
-        row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing))
-        self._rows[(cell, key)] = row
+                vals.append(value)
+        row = (p, np.array(cols, dtype=np.int64), np.array(vals, dtype=float), tuple(missing),
+               tuple(missing_values))
+        self._fixed[(cell, centres)] = row
         return row
+
+
+def _still_right(row: _Row | None, columns: dict[tuple[str, tuple[object, ...]], int]
+                 ) -> _Row | None:
+    """A kept row (see :class:`_QueryRows`) as of ``columns`` if it is still right there: built
+    at as many columns, or at fewer where none of its unknown effects has become a column since
+    (its known columns keep their numbers); ``None`` if it must be built again."""
+    if row is None:
+        return None
+    p = len(columns)
+    if row[0] == p:
+        return row
+    if row[0] > p:
+        return None
+    if row[3] and any(effect in columns for effect in row[3]):
+        return None
+    return (p, row[1], row[2], row[3], row[4])
 
 
 def _batch_centre(batches: set[int]) -> float:
@@ -664,20 +746,31 @@ class _NormalStream:
 
 
 _NORMAL_STREAMS: dict[tuple[int, int], _NormalStream] = {}
+#: The ``(num_draws, seed)`` asked for once so far (a stream is kept from the second ask on: a
+#: policy's value-of-information draws take a new seed per call, and keeping those evicted the
+#: profiling plan's stream every few calls).
+_ASKED_ONCE: dict[tuple[int, int], None] = {}
 
 
 def _standard_normals(p: int, num_draws: int, seed: int
                       ) -> tuple[np.ndarray, Mapping[str, Any]]:
     """``default_rng(seed).standard_normal((p, num_draws))`` (read-only) and the generator's
-    state after it. Many draws are kept per ``(num_draws, seed)`` and grown as ``p`` grows: a
+    state after it. Many draws are kept per ``(num_draws, seed)`` asked for again (see
+    :data:`_ASKED_ONCE`) and grown as ``p`` grows: a
     generator fills the rows in order, so the first ``p`` rows of a taller draw are the
     ``(p, num_draws)`` draw, and continuing from the state after ``p`` rows gives the rest (the
     profiling plan draws 512 with seed 0 for every new job, and ``p`` grows with each fit that
     meets new effects: drawing all of them again cost ~1 ms a plan)."""
-    if num_draws < _KEPT_DRAWS:
-        rng = np.random.default_rng(seed)
-        return rng.standard_normal((p, num_draws)), rng.bit_generator.state
     stream = _NORMAL_STREAMS.get((num_draws, seed))
+    if stream is None and (num_draws < _KEPT_DRAWS or (num_draws, seed) not in _ASKED_ONCE):
+        if num_draws >= _KEPT_DRAWS:
+            if len(_ASKED_ONCE) >= 1024:
+                del _ASKED_ONCE[next(iter(_ASKED_ONCE))]
+            _ASKED_ONCE[(num_draws, seed)] = None
+        rng = np.random.default_rng(seed)
+        z = rng.standard_normal((p, num_draws))
+        z.flags.writeable = False
+        return z, rng.bit_generator.state
     if stream is None:
         if len(_NORMAL_STREAMS) >= 4:
             del _NORMAL_STREAMS[next(iter(_NORMAL_STREAMS))]
@@ -792,18 +885,12 @@ class BayesianThroughputBelief:
         p = len(columns)
         n = len(cells)
         few = n < p  # fewer cells than effects: dense rows, and variances through L^-1 phi^T
-        phi, found = _feature_rows(cells, self.context, columns, self._query_rows, dense=few)
-        unknown_cols: dict[tuple[str, tuple[object, ...]], int] = {}
-        unknown_prior: list[float] = []
-        urows, ucols, uvals = [], [], []
-        for r, name, key, value in found:
-            u = unknown_cols.get((name, key))
-            if u is None:
-                u = unknown_cols[(name, key)] = len(unknown_cols)
-                unknown_prior.append(variances[name])
-            urows.append(r)
-            ucols.append(u)
-            uvals.append(value)
+        phi, (urows, effects, uvals) = _feature_rows(cells, self.context, columns,
+                                                     self._query_rows, dense=few)
+        # The unknown effects numbered in the order first met.
+        unknown_cols: dict[Effect, int] = {}
+        ucols = [unknown_cols.setdefault(effect, len(unknown_cols)) for effect in effects]
+        unknown_prior = [variances[name] for name, _ in unknown_cols]
         unknown: Matrix
         if few:
             unknown = np.zeros((n, len(unknown_cols)))
