@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -226,17 +227,23 @@ def solve_program(program: ConicProgram, solver: str) -> np.ndarray | None:
     raise ValueError(f"solver is {solver!r}: expected CLARABEL or HIGHS")
 
 
-def _solve_highs(program: ConicProgram) -> np.ndarray | None:
+def highs_result(program: ConicProgram) -> Any:
+    """scipy's HiGHS result (``OptimizeResult``: primal, and the rows' marginals) for a linear
+    ``program`` (one without second-order cones)."""
     from scipy.optimize import linprog
 
+    bounds = [(0.0, None) if keep else (None, None) for keep in program.nonnegative]
+    equal = program.equal
+    return linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound,
+                   A_eq=equal, b_eq=None if equal is None else np.zeros(equal.shape[0]),
+                   bounds=bounds, method="highs")
+
+
+def _solve_highs(program: ConicProgram) -> np.ndarray | None:
     if program.product is not None:
         LOG.warning("HIGHS solves linear programs only; this one has second-order cones")
         return None
-    bounds = [(0.0, None) if keep else (None, None) for keep in program.nonnegative]
-    equal = program.equal
-    result = linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound,
-                     A_eq=equal, b_eq=None if equal is None else np.zeros(equal.shape[0]),
-                     bounds=bounds, method="highs")
+    result = highs_result(program)
     if result.status != 0 or result.x is None:
         LOG.warning("LP solver HIGHS: %s", result.message)
         return None

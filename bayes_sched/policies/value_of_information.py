@@ -53,12 +53,11 @@ and cost are both objective-seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from bayes_sched.policies.time_fraction_lp import ConicProgram
+from bayes_sched.policies.time_fraction_lp import ConicProgram, highs_result
 
 __all__ = ["DUAL_TOLERANCE", "LpPrices", "column_values", "expected_gain", "lp_prices",
            "max_min_value", "worth_trying"]
@@ -86,23 +85,12 @@ class LpPrices:
     entries: np.ndarray
 
 
-def _highs(program: ConicProgram) -> Any:
-    """scipy's HiGHS result for a linear ``program`` (primal, and the rows' marginals)."""
-    from scipy.optimize import linprog
-
-    bounds = [(0.0, None) if keep else (None, None) for keep in program.nonnegative]
-    equal = program.equal
-    return linprog(program.cost, A_ub=program.upper, b_ub=program.upper_bound, A_eq=equal,
-                   b_eq=None if equal is None else np.zeros(equal.shape[0]), bounds=bounds,
-                   method="highs")
-
-
 def lp_prices(program: ConicProgram, num_rows: int, num_types: int) -> LpPrices | None:
     """The prices of a max-min program built by
     :func:`~bayes_sched.policies.time_fraction_lp.max_min_program` (rows: ``num_rows`` floors,
     ``num_rows`` times, ``num_types`` GPU counts, then coupling rows), solved with HiGHS for a
     basic dual; ``None`` if it has no optimum."""
-    result = _highs(program)
+    result = highs_result(program)
     if result.status != 0 or result.ineqlin is None:
         return None
     # HiGHS: d(objective)/d(bound) <= 0 for a minimisation's <= rows; the objective is -floor.
@@ -128,7 +116,7 @@ def column_values(scores: sp.csr_matrix, time: sp.csr_matrix, gpus: np.ndarray,
 
 def max_min_value(program: ConicProgram) -> float | None:
     """The optimum of a max-min program (HiGHS); ``None`` if it has none."""
-    result = _highs(program)
+    result = highs_result(program)
     return None if result.status != 0 else -float(result.fun)
 
 
