@@ -44,7 +44,7 @@ def _inputs(pair_rate: float) -> AllocationInputs:
         names=("a", "b"), throughputs=np.ones((2, 1)), scale_factors=np.ones(2),
         capacities=np.ones(1), elapsed=np.zeros(2), remaining_steps=np.full(2, 1e4),
         pairs=np.array([[0, 1]]), pair_throughputs=np.full((1, 2, 1), pair_rate),
-        job_classes=np.array([0, 1]))
+        job_classes=np.array([0, 1]), class_keys=(("a", 1), ("b", 1)))
 
 
 def test_an_unknown_pair_is_tried_only_when_its_expected_gain_beats_the_trials_loss() -> None:

@@ -580,7 +580,6 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
             self.thompson = False  # the allocation is the posterior mean's
         #: Exploration trials requested: (cell, expected gain, expected cost), objective-seconds.
         self.trials: list[tuple[Cell, float, float]] = []
-        self._jobs_now: list[JobView] = []
         self._round_seconds = 0.0
         self._reported: set[Cell] = set()
         self._reports_read = 0
@@ -588,10 +587,6 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         self._round_seconds = float(cluster.round_interval)
         return super().decide(cluster, jobs)
-
-    def _believed(self, jobs: Sequence[JobView], runnable: np.ndarray) -> np.ndarray:
-        self._jobs_now = list(jobs)
-        return super()._believed(jobs, runnable)
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
         explore = self.estimator is not None and self.exploration == "value_of_information"
@@ -613,8 +608,7 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         ``class_program``: :func:`class_max_min_program` of ``inputs`` where already built)."""
         estimator = self.estimator
         assert estimator is not None
-        jobs = self._jobs_now
-        if len(jobs) != inputs.num_jobs or not np.isfinite(inputs.remaining_steps).any():
+        if not np.isfinite(inputs.remaining_steps).any():
             return  # no declared work: no horizon to value information over
         for report in estimator.observations[self._reports_read:]:
             self._reported.add(report.cell)
@@ -623,7 +617,7 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                                     else class_program)
         terms = reduced.terms
         num_classes = len(reduced.representative)
-        keys = list(dict.fromkeys((job.application, job.requested_replicas) for job in jobs))
+        keys = inputs.class_keys
         # Every column tried or in use: no trial, and no LP for its prices.
         candidates = self._untried_columns(inputs, allocation, reduced, keys)
         if not candidates:
@@ -687,7 +681,7 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
             self.trials.append((cs[0], gain, cost))
 
     def _untried_columns(self, inputs: AllocationInputs, allocation: np.ndarray,
-                         reduced: ClassTerms, keys: list[tuple[str, int]]
+                         reduced: ClassTerms, keys: Sequence[tuple[str, int]]
                          ) -> list[tuple[int, list[int], list[Cell]]]:
         """The class LP's columns that the mean ``allocation`` does not run (exploitation
         learns those for free) with a cell nobody has reported from and no job is to be

@@ -152,6 +152,7 @@ class AllocationInputs:
             was not measured or does not fit on the type).
         job_classes: each job's class, ``(J,)`` ints from 0: jobs of one job type and scale
             factor (Gavel's job-type key), numbered in order of first appearance.
+        class_keys: each class's ``(job type, scale factor)``, ``(C,)`` in that order.
     """
 
     names: tuple[str, ...]
@@ -163,6 +164,7 @@ class AllocationInputs:
     pairs: np.ndarray
     pair_throughputs: np.ndarray
     job_classes: np.ndarray
+    class_keys: tuple[JobKey, ...]
 
     @property
     def num_jobs(self) -> int:
@@ -444,7 +446,8 @@ class TimeSharingPolicy:
             names=tuple(job.name for job in jobs), throughputs=measured, scale_factors=scale_factors,
             capacities=capacities.astype(float),
             elapsed=np.array([job.age for job in jobs]), remaining_steps=remaining,
-            pairs=pairs, pair_throughputs=pair_rates, job_classes=index)
+            pairs=pairs, pair_throughputs=pair_rates, job_classes=index,
+            class_keys=tuple(classes))
 
     def _pairs(self, classes: list[JobKey], index: np.ndarray, measured: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
