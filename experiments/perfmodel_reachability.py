@@ -102,6 +102,12 @@ def band_of_offsets(spread: float, noise: float) -> tuple[float, float]:
     return (0.0 if np.isnan(low) and not np.isnan(high) else low), high
 
 
+def other_models(ratio: dict[tuple[str, str], float], model: str, name: str) -> np.ndarray:
+    """Class ``name``'s median log(step/compute) of the models other than ``model``: all a
+    fleet prior can know of ``model`` before it runs on several GPUs."""
+    return np.array([ratio[other, name] for other in POLLUX_MODELS if other != model])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rows", nargs="*",
@@ -159,7 +165,7 @@ def main() -> None:
           f"{'warm90':>7s} {'cap':>6s} {'reach':>6s}")
     for name in CONFIGURATION_CLASSES[1:]:
         for model in POLLUX_MODELS:
-            others = np.array([ratio[o, name] for o in POLLUX_MODELS if o != model])
+            others = other_models(ratio, model, name)
             deviation = ratio[model, name] - others.mean()
             row = quality.get((model, "warm", name))
             warm = row["width90"] if row else float("nan")
@@ -175,7 +181,7 @@ def main() -> None:
           f"{'cov(d)':>7s} {'band':>13s} {'P(band)':>8s}")
     for name in CONFIGURATION_CLASSES[1:]:
         for model in POLLUX_MODELS:
-            others = np.array([ratio[o, name] for o in POLLUX_MODELS if o != model])
+            others = other_models(ratio, model, name)
             spread = float(others.std(ddof=1) * np.sqrt(1 + 1 / len(others)))
             noise = noise_sd[model, name]
             offset = ratio[model, name] - float(others.mean())
