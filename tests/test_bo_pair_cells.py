@@ -13,6 +13,7 @@ from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation import JobModelEstimator
 from bayes_sched.estimation.pair_cells import (
     NODE_SHARING,
+    NODE_SHARING_PRIORS,
     PairPrior,
     class_cell,
     log_slowdown_table,
@@ -83,7 +84,7 @@ def test_the_pair_table_is_the_throughput_learners_belief() -> None:
     learner = BayesianThroughputLearner(measurement_noise=pairs.noise,
                                         reference_seconds=ROUND_SECONDS,
                                         log_variances=PairPrior().log_variances(),
-                                        max_iterations=0)
+                                        max_iterations=0, fixed_priors=NODE_SHARING_PRIORS)
     belief = learner.fit(pairs.reports.observations())
     apps = pairs.applications
     classes = pairs.num_classes

@@ -47,6 +47,7 @@ from bayes_sched.estimation.throughput.bayesian import (
     LOG_VARIANCE_BOUNDS,
     NUGGETS,
     RANDOM_EFFECTS,
+    FixedPriors,
     default_log_variances,
 )
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
@@ -55,6 +56,13 @@ from bayes_sched.estimation.throughput_cells import Cell, CellObservation, Throu
 NODE_SHARING = "node"
 #: Appended to a distributed co-runner's application to name its class.
 ACROSS_NODES = " across nodes"
+
+
+#: The learner's unlearned levels here: a cell's "steps/s" is progress relative to its goodput
+#: model's prediction (1 = as predicted), so every level is centred on 0 (co-location harmless
+#: until shown otherwise) with the broad standard deviation 5 the levels always had here.
+NODE_SHARING_PRIORS = FixedPriors(level_mean=0.0, level_sd=5.0, scale_sd=5.0, pair_mean=0.0,
+                                  pair_sd=5.0)
 
 
 def class_name(application: str, distributed: bool) -> str:

@@ -150,19 +150,24 @@ class ThroughputEstimator:
         names = {job.name for job in jobs}
         for gone in [name for name in self._plans if name not in names]:
             del self._plans[gone]
-        types = tuple(sorted(set(cluster.gpu_types)))
+        types: tuple[str, ...] | None = None  # read when a job is new (a pass over the nodes)
         self._now = cluster.now
         # New jobs' plans come from the belief in force (fitted when the policy last read it:
         # at most one allocation recompute old), not a refit per arriving job: a plan names the
         # cells to measure, and a refit for it doubled the fits of an online run.
         for job in jobs:
             if job.name not in self._plans:
+                if types is None:
+                    types = tuple(sorted(set(cluster.gpu_types)))
                 self._plans[job.name] = list(self.learner.profiling_cells(
                     job.application, job.requested_replicas, types, self._belief))
         visited = self._visited
         for job in jobs:
-            reports = usable_observations(job.cell_observations)
-            self.rejected_reports += len(job.cell_observations) - len(reports)
+            observed = job.cell_observations
+            if not observed:
+                continue  # nothing reported (waiting this round)
+            reports = usable_observations(observed)  # bad ones logged and left out
+            self.rejected_reports += len(observed) - len(reports)
             plan = self._plans[job.name]
             for report in reports:
                 cell = report.cell
@@ -183,6 +188,13 @@ class ThroughputEstimator:
                 # fit is a measured normalised throughput of 0).
                 self.observations.append(report)
         return list(jobs)
+
+    @property
+    def fits_version(self) -> tuple[int, int]:
+        """Changes whenever :meth:`fits`' answers may: with a new failed launch (that set only
+        grows) or, where the learner has its own ``fits`` (which may read its fitted state),
+        with a new belief. Callers memoise ``fits`` per value."""
+        return (len(self.out_of_memory), self.version if self._known_fits is not None else 0)
 
     def fits(self, cell: Cell) -> bool:
         """Whether ``cell`` may run: no job has failed to launch there (out of memory), and the

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bayes_sched.estimation.pair_cells import (
+    NODE_SHARING_PRIORS,
     PairCellObservations,
     PairPrior,
     class_cell,
@@ -75,7 +76,8 @@ class PairResiduals:
         self.learner = BayesianThroughputLearner(measurement_noise=noise,
                                                  reference_seconds=ROUND_SECONDS,
                                                  log_variances=prior.log_variances(),
-                                                 learn_pair_fits=False)  # nodes always share
+                                                 learn_pair_fits=False,  # nodes always share
+                                                 fixed_priors=NODE_SHARING_PRIORS)
         self.reports = PairCellObservations()
         self.applications: list[str] = []
         self.mean = np.zeros((0, 0))

@@ -7,14 +7,16 @@ family) on ``s`` GPUs of type ``g``:
     log paired(j | k, s, g) = f(j, s, g) + h(j, k, s, g) + e'
 
 ``f`` and ``h`` are sums of independent Gaussian effects of what is known at submission, each
-with its own variance: per GPU type and per (scale, GPU type) (broad, fixed), per family and
-family x GPU, batch-size slopes per family and family x GPU, per job type and type x GPU, and for
+with its own variance: per GPU type and per (scale, GPU type) (fixed priors stated in log
+steps/s, :class:`FixedPriors`), per family and family x GPU, batch-size slopes per family and
+family x GPU, per job type and type x GPU, and for
 more than one GPU per (family, scale), (family, scale, GPU) and a batch slope per (family,
 scale) and per (family, scale, GPU) (on Gavel's table how much faster a V100 is than a P100 at 8
 GPUs falls with the batch size, 5.2x to 2.8x over LM's, and not on one GPU; without this slope a
 held-out type at the end of its family's batch range was predicted from the wrong ratio, with
 intervals too narrow: 90% coverage 0.836 of its multi-GPU cells); for the paired part one
-level (broad, fixed) and a deviation per (scale, GPU) (learned variance: a place where no pair
+level (fixed prior: about half the alone rate) and a deviation per (scale, GPU) (learned
+variance: a place where no pair
 has run yet starts from the level of those where pairs ran, not from the broad prior, which made
 a first pair's draws span e^+-10), per (family, partner family) and with GPU,
 batch slopes of both, per type, per partner, each x GPU, and slopes per GPU in the job's and the
@@ -107,8 +109,7 @@ from bayes_sched.estimation.throughput_cells import (
 
 logger = logging.getLogger(__name__)
 
-#: Effects with a broad fixed prior variance (log units squared): levels, not learned.
-FIXED_VARIANCE = 25.0
+#: Effects with a fixed prior (:class:`FixedPriors`): levels, not learned.
 FIXED_EFFECTS = ("gpu", "scale", "pair_level")
 #: Effects whose variances are learned (type-II maximum likelihood), in this order.
 RANDOM_EFFECTS = (
@@ -126,6 +127,55 @@ _DEFAULT_LOG_VARIANCE = math.log(0.25)
 LOG_VARIANCE_BOUNDS = (-12.0, 4.0)
 
 Feature = tuple[str, tuple[object, ...], float]
+
+
+#: z of a two-sided 95% normal interval: a stated range is a prior's 95% interval.
+_Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class FixedPriors:
+    """Normal priors of the effects that are not learned, in log steps/s, stated from what a
+    scheduler knows before any report (the defaults: data-parallel DL training on GPUs).
+
+    * ``gpu`` (the level of a job of its family's average batch alone on one GPU of a type):
+      training steps of DL jobs on one GPU run at ~1e-2 to 1e3 steps/s, so the prior's 95%
+      interval is that span (mean ``log(10 ** 0.5)``, sd ``log(1e5) / 3.92`` = 2.94).
+    * ``scale`` (per scale ``s`` and GPU type: log steps/s on ``s`` GPUs over the type's level):
+      a data-parallel job's steps/s on ``s`` GPUs lies between ``1 / s`` (each step as large,
+      slowed by synchronisation) and ``s`` (the global batch split ``s`` ways at no cost) times
+      its one-GPU rate, and the level itself is only known to a factor 2 on one GPU: mean 0,
+      95% within ``(2 s) ** +-1`` (sd ``log(2 s) / 1.96``; ``scale_sd`` sets one sd for every
+      ``s``). A scale no job has run at then stays within what scaling out can do.
+    * ``pair_level`` (a job's steps/s beside a partner on the same GPUs over its steps/s
+      alone): two jobs sharing a GPU each get at most their alone rate, about half where
+      neither fills the other's idle time: mean ``log(1/2)``, 95% within 1/8 to 2 x alone
+      (sd ``log(4) / 1.96`` = 0.71).
+
+    A cell no report has touched is predicted from these and the learned effects' variances, so
+    its predictive stays inside what is physically possible (before, every level had a N(0, 25)
+    prior: a first-seen scale or pair had ``exp(sigma^2 / 2)`` ~ 1e5 to 1e17 times its median).
+    """
+
+    level_mean: float = 0.5 * math.log(10.0)
+    level_sd: float = math.log(1e5) / (2 * _Z95)
+    scale_sd: float | None = None
+    pair_mean: float = math.log(0.5)
+    pair_sd: float = math.log(4.0) / _Z95
+
+    def prior(self, name: str, key: tuple[object, ...]) -> tuple[float, float]:
+        """Mean and variance of the fixed effect ``(name, key)``."""
+        if name == "gpu":
+            return self.level_mean, self.level_sd**2
+        if name == "scale":
+            s = key[0]
+            assert isinstance(s, int)
+            sd = math.log(2 * s) / _Z95 if self.scale_sd is None else self.scale_sd
+            return 0.0, sd**2
+        assert name == "pair_level", name
+        return self.pair_mean, self.pair_sd**2
+
+
 #: What of a :class:`FeatureContext` a cell's features read (:func:`_context_key`).
 ContextKey = tuple[float | None, ...]
 
@@ -254,15 +304,36 @@ def _fixed_features(cell: Cell, centres: ContextKey) -> tuple[Feature, ...]:
 
 
 def _effect_variances(log_variances: np.ndarray) -> dict[str, float]:
-    variances = {name: FIXED_VARIANCE for name in FIXED_EFFECTS}
-    variances.update({name: float(np.exp(v)) for name, v in zip(RANDOM_EFFECTS, log_variances,
-                                                                  strict=False)})
-    return variances
+    """The learned effects' variances by name."""
+    return {name: float(np.exp(v)) for name, v in zip(RANDOM_EFFECTS, log_variances,
+                                                       strict=False)}
+
+
+def _effect_prior(effect: tuple[str, tuple[object, ...]], variances: Mapping[str, float],
+                  fixed: FixedPriors) -> tuple[float, float]:
+    """Prior mean and variance of one effect: a fixed effect's from ``fixed``, a learned one's
+    mean 0 and its variance in ``variances``."""
+    name, key = effect
+    return fixed.prior(name, key) if name in FIXED_EFFECTS else (0.0, variances[name])
 
 
 def default_log_variances() -> np.ndarray:
     """Starting hyperparameters: every learned variance and both nuggets at 0.25 (log units^2)."""
     return np.full(len(RANDOM_EFFECTS) + len(NUGGETS), _DEFAULT_LOG_VARIANCE)
+
+
+def starting_log_variances(fixed: FixedPriors) -> np.ndarray:
+    """The learner's starting hyperparameters: :func:`default_log_variances`, but the learned
+    paired effects and the paired nugget share ``fixed.pair_sd ** 2`` evenly. No pair variance
+    is learned before a pair is reported, so until then these are the paired part's prior; at
+    0.25 each its twelve terms summed to ~3 beside ``pair_level``'s 0.5, and a first pair's
+    predicted mean came out ~3.7x its alone rate (median over Gavel's one-GPU pairs), where a
+    job sharing a GPU cannot beat its alone rate."""
+    values = default_log_variances()
+    paired = [i for i, name in enumerate(RANDOM_EFFECTS) if name.startswith("pair_")]
+    paired.append(len(RANDOM_EFFECTS) + NUGGETS.index("pair"))
+    values[paired] = math.log(fixed.pair_sd**2 / len(paired))
+    return values
 
 
 @dataclass
@@ -277,7 +348,10 @@ class _Design:
     columns: dict[tuple[str, tuple[object, ...]], int]
     column_effect: np.ndarray  # (p,) index into FIXED_EFFECTS + RANDOM_EFFECTS names
     effect_names: tuple[str, ...]
+    prior_mean: np.ndarray    # (p,) each effect's prior mean (0 but for fixed effects)
+    fixed_var: np.ndarray     # (p,) a fixed effect's prior variance, NaN for learned ones
     _phi: scipy.sparse.csr_matrix | None = None
+    _dense_rows: _PaddedRows | None = None
 
     @property
     def phi(self) -> scipy.sparse.csr_matrix:
@@ -286,6 +360,55 @@ class _Design:
         if self._phi is None:
             self._phi = _csr(self.rows, len(self.columns))
         return self._phi
+
+    @property
+    def padded(self) -> _PaddedRows:
+        """The rows padded to one width, and what a hyperparameter fit's every evaluation reads
+        of them (built on first use, kept for the fit's ~10-70 evaluations)."""
+        if self._dense_rows is None:
+            self._dense_rows = _PaddedRows.of(self)
+        return self._dense_rows
+
+
+@dataclass(frozen=True)
+class _PaddedRows:
+    """A design's rows as dense ``(n, w)`` column and value arrays (:func:`_padded`), the flat
+    ``(i, j)`` index of each product of two of a row's entries ``(n * w * w,)``, and each learned
+    effect's columns. With them an evaluation of :func:`_condition` scatters its products with
+    ``bincount`` instead of building scipy sparse matrices (whose set-up was most of an
+    evaluation at a few hundred cells): the same products summed in the same order (cells in
+    order), so the same numbers to the last bit."""
+
+    idx: np.ndarray                 # (n, w) effect columns, padded with column 0
+    val: np.ndarray                 # (n, w) values, padded with 0
+    pair_index: np.ndarray          # (n * w * w,) i * p + j of val[k, a] * val[k, b]
+    upper: np.ndarray               # (n, w, w) max(i, j) of that product
+    lower: np.ndarray               # (n, w, w) min(i, j): the covariance's (i, j) is read at
+    #                                 (upper, lower), in its lower triangle
+    effect_columns: tuple[np.ndarray, ...]  # per RANDOM_EFFECTS name, its columns
+
+    @classmethod
+    def of(cls, design: _Design) -> _PaddedRows:
+        p = len(design.columns)
+        idx, val = _padded(design.rows)
+        effect_columns = tuple(
+            np.flatnonzero(design.column_effect == design.effect_names.index(name))
+            for name in RANDOM_EFFECTS)
+        first, second = idx[:, :, None], idx[:, None, :]
+        return cls(idx, val, (first * p + second).ravel(), np.maximum(first, second),
+                   np.minimum(first, second), effect_columns)
+
+    def data_terms(self, noise: np.ndarray, y: np.ndarray, p: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """``phi.T @ W @ phi`` (dense ``(p, p)``) and ``phi.T @ W @ y`` ``(p,)``,
+        ``W = diag(1 / noise)``: ``sum_k phi_ki (phi_kj / noise_k)`` and ``sum_k (phi_ki /
+        noise_k) y_k``, summed over the cells ``k`` in order (as scipy's sparse products sum
+        them)."""
+        weighted = self.val * (1.0 / noise)[:, None]
+        products = self.val[:, :, None] * weighted[:, None, :]
+        gram = np.bincount(self.pair_index, products.ravel(), minlength=p * p).reshape(p, p)
+        return gram, np.bincount(self.idx.ravel(), (weighted * y[:, None]).ravel(),
+                                 minlength=p)
 
 
 def _csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], width: int) -> scipy.sparse.csr_matrix:
@@ -464,11 +587,14 @@ class _OnlineDesign:
     full build's posterior up to rounding (pinned by ``tests/test_estimation_incremental.py``) at
     the cost of what changed, where the full build is a pass over every cell's effects."""
 
-    def __init__(self, noise_var_at_reference: float, reference_seconds: float) -> None:
+    def __init__(self, noise_var_at_reference: float, reference_seconds: float,
+                 fixed_priors: FixedPriors) -> None:
         self.noise_var_at_reference = noise_var_at_reference
         self.reference_seconds = reference_seconds
+        self.fixed_priors = fixed_priors
         self.columns: dict[tuple[str, tuple[object, ...]], int] = {}
         self._column_effect: list[int] = []
+        self._column_prior: list[tuple[float, float]] = []  # (mean, fixed variance or NaN)
         self.cells: list[Cell] = []
         self.index: dict[Cell, int] = {}
         self._rows: list[tuple[np.ndarray, np.ndarray]] = []
@@ -560,6 +686,8 @@ class _OnlineDesign:
         if column is None:
             column = self.columns[(name, key)] = len(self.columns)
             self._column_effect.append(EFFECT_NAMES.index(name))
+            self._column_prior.append(self.fixed_priors.prior(name, key)
+                                      if name in FIXED_EFFECTS else (0.0, math.nan))
         return column
 
     def design(self) -> _Design:
@@ -568,7 +696,9 @@ class _OnlineDesign:
         return _Design(list(self.cells), np.array(self._y),
                        self.noise_var_at_reference * self.reference_seconds / seconds,
                        np.array(self._is_pair), list(self._rows), dict(self.columns),
-                       np.array(self._column_effect, dtype=int), EFFECT_NAMES)
+                       np.array(self._column_effect, dtype=int), EFFECT_NAMES,
+                       np.array([m for m, _ in self._column_prior]),
+                       np.array([v for _, v in self._column_prior]))
 
     def posterior(self, design: _Design, log_params: np.ndarray) -> _Posterior:
         """The effects' posterior under ``log_params`` (updating the data terms, or building
@@ -579,7 +709,7 @@ class _OnlineDesign:
         p = len(design.columns)
         if (self._terms is None or self._term_nuggets is None
                 or not np.array_equal(nuggets, self._term_nuggets)):
-            gram, b = _data_terms(design.phi, noise, design.y)
+            gram, b = design.padded.data_terms(noise, design.y, p)
         else:
             gram, b = self._terms
             if gram.shape[0] < p:  # new effects: zero data terms until a cell adds to them
@@ -603,7 +733,7 @@ class _OnlineDesign:
         self._terms, self._term_nuggets = (gram, b), nuggets.copy()
         self._term_weights, self._term_y = weights, design.y
         self._retired, self._changed = {}, set()
-        return _posterior_from_terms(gram, b, prior_var, noise)
+        return _posterior_from_terms(gram, b, prior_var, noise, design.prior_mean)
 
 
 EFFECT_NAMES = FIXED_EFFECTS + RANDOM_EFFECTS
@@ -631,27 +761,46 @@ def _prior_and_noise(design: _Design, log_params: np.ndarray) -> tuple[np.ndarra
     and its measurement variance) ``(n,)`` under ``log_params``."""
     variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
     nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
-    per_effect = np.array([variances[name] for name in design.effect_names])
+    per_effect = np.array([variances.get(name, math.nan) for name in design.effect_names])
     prior_var = per_effect[design.column_effect] if len(design.column_effect) else np.zeros(0)
+    prior_var = np.where(np.isnan(design.fixed_var), prior_var, design.fixed_var)
     return prior_var, np.where(design.is_pair, nugget[1], nugget[0]) + design.meas_var
 
 
-def _data_terms(phi: scipy.sparse.csr_matrix, noise: np.ndarray, y: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """``phi.T @ W @ phi`` (dense ``(p, p)``) and ``phi.T @ W @ y`` ``(p,)``,
-    ``W = diag(1 / noise)``."""
-    weighted = scipy.sparse.diags(1.0 / noise) @ phi
-    return (phi.T @ weighted).toarray(), weighted.T @ y
-
-
 def _posterior_from_terms(gram: np.ndarray, b: np.ndarray, prior_var: np.ndarray,
-                          noise: np.ndarray) -> _Posterior:
-    """The effects' posterior from the data terms: precision ``gram + diag(1 / prior_var)``."""
-    precision = gram.copy()
+                          noise: np.ndarray, prior_mean: np.ndarray) -> _Posterior:
+    """The effects' posterior from the data terms: precision ``gram + diag(1 / prior_var)``,
+    mean its inverse times ``b + prior_mean / prior_var``."""
+    precision = np.array(gram, order="F")  # LAPACK's order: factored in place
     precision[np.diag_indices_from(precision)] += 1.0 / prior_var
-    chol = scipy.linalg.cholesky(precision, lower=True)
-    mean = scipy.linalg.cho_solve((chol, True), b)
+    chol = _cholesky_lower(precision)
+    mean, info = scipy.linalg.lapack.dpotrs(chol, b + prior_mean / prior_var, lower=1)
+    if info != 0:
+        raise ValueError(f"potrs failed (info {info})")
     return _Posterior(mean, chol, prior_var, noise)
+
+
+def _cholesky_lower(matrix: np.ndarray) -> np.ndarray:
+    """The lower Cholesky factor of a symmetric positive definite ``matrix`` (its lower
+    triangle read; overwritten where it is in Fortran order). LAPACK ``potrf`` called as
+    ``scipy.linalg.cholesky(matrix, lower=True)`` calls it, without its wrappers (a tenth of a
+    millisecond a call, and a fit makes hundreds).
+
+    Raises:
+        ValueError: a non-finite entry.
+        numpy.linalg.LinAlgError: the matrix is not positive definite.
+    """
+    if not matrix.size:
+        return scipy.linalg.cholesky(matrix, lower=True)
+    if not np.isfinite(matrix).all():
+        raise ValueError("array must not contain infs or NaNs")
+    chol, info = scipy.linalg.lapack.dpotrf(matrix, lower=1, clean=1, overwrite_a=1)
+    if info > 0:
+        raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive "
+                                    "definite")
+    if info < 0:
+        raise ValueError(f"potrf: illegal value in argument {-info}")
+    return chol
 
 
 def _condition(design: _Design, log_params: np.ndarray, gradient: bool = True
@@ -662,22 +811,28 @@ def _condition(design: _Design, log_params: np.ndarray, gradient: bool = True
     nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
     prior_var, noise = _prior_and_noise(design, log_params)
     phi = design.phi
-    gram, b = _data_terms(phi, noise, design.y)
-    posterior = _posterior_from_terms(gram, b, prior_var, noise)
+    padded = design.padded
+    gram, b = padded.data_terms(noise, design.y, len(prior_var))
+    prior_mean = design.prior_mean
+    posterior = _posterior_from_terms(gram, b, prior_var, noise, prior_mean)
     mean, chol = posterior.mean, posterior.chol
     resid = design.y - phi @ mean
     n = len(design.y)
-    nll = 0.5 * (design.y @ (design.y / noise) - b @ mean + 2 * np.log(np.diag(chol)).sum()
+    # y ~ N(phi m, phi Lambda phi^T + N): its quadratic form is y^T N^-1 y + m^T Lambda^-1 m
+    # - mu^T A mu, with A mu = b + Lambda^-1 m.
+    shifted_b = b + prior_mean / prior_var
+    nll = 0.5 * (design.y @ (design.y / noise) + prior_mean @ (prior_mean / prior_var)
+                 - shifted_b @ mean + 2 * np.log(np.diag(chol)).sum()
                  + np.log(prior_var).sum() + np.log(noise).sum() + n * math.log(2 * math.pi))
     grad = np.zeros_like(log_params)
     if not gradient:
         return posterior, float(nll), grad
-    cov = posterior.cov
-    per_column = (mean**2 + np.diag(cov)) / prior_var - 1.0
-    for i, name in enumerate(RANDOM_EFFECTS):
-        e = design.effect_names.index(name)
-        grad[i] = -0.5 * per_column[design.column_effect == e].sum()
-    q = _quadratic_diag(phi, cov)
+    # The covariance's lower triangle only: every entry the gradient reads is read there.
+    lower = _lower_inverse_from_cholesky(chol)
+    per_column = ((mean - prior_mean)**2 + np.diag(lower)) / prior_var - 1.0
+    for i, columns in enumerate(padded.effect_columns):
+        grad[i] = -0.5 * per_column[columns].sum()
+    q = np.einsum("ni,nij,nj->n", padded.val, lower[padded.upper, padded.lower], padded.val)
     per_row = (resid**2 + q) / noise**2 - 1.0 / noise
     for i, is_pair in enumerate((False, True)):
         rows = design.is_pair == is_pair
@@ -687,10 +842,31 @@ def _condition(design: _Design, log_params: np.ndarray, gradient: bool = True
 
 def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
     """``inv(chol @ chol.T)`` from its lower Cholesky factor (LAPACK ``potri``)."""
+    inverse = _lower_inverse_from_cholesky(chol)
+    return np.tril(inverse) + np.tril(inverse, -1).T
+
+
+def _solve_lower(chol: np.ndarray, rhs: np.ndarray, transposed: bool = False) -> np.ndarray:
+    """``chol^-1 rhs`` (``chol^-T rhs`` if ``transposed``) for a lower triangular ``chol`` in
+    Fortran order (a factor of :func:`_cholesky_lower`): LAPACK ``trtrs`` called as
+    ``scipy.linalg.solve_triangular(chol, rhs, lower=True, check_finite=False)`` calls it for
+    such a factor, without its wrappers (asked at every prediction)."""
+    if not chol.flags.f_contiguous:
+        return scipy.linalg.solve_triangular(chol, rhs, lower=True, trans=int(transposed),
+                                             check_finite=False)
+    x, info = scipy.linalg.lapack.dtrtrs(chol, rhs, lower=1, trans=int(transposed))
+    if info != 0:
+        raise np.linalg.LinAlgError(f"trtrs failed (info {info})")
+    return x
+
+
+def _lower_inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
+    """The lower triangle of ``inv(chol @ chol.T)`` (above it: zeros) from its lower Cholesky
+    factor (LAPACK ``potri``)."""
     inverse, info = scipy.linalg.lapack.dpotri(chol, lower=1)
     if info != 0:
         raise np.linalg.LinAlgError(f"potri failed (info {info})")
-    return np.tril(inverse) + np.tril(inverse, -1).T
+    return inverse
 
 
 def _padded(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -814,6 +990,8 @@ class BayesianThroughputBelief:
     #: is taken to fit.
     _launches: LaunchesAt | None = None
     _query_rows: _QueryRows = field(default_factory=_QueryRows)
+    #: The priors of the effects not learned.
+    fixed_priors: FixedPriors = field(default_factory=FixedPriors)
     #: The effects' variances and the nuggets of ``log_variances``, on first use.
     _variances: tuple[dict[str, float], np.ndarray] | None = None
 
@@ -862,8 +1040,7 @@ class BayesianThroughputBelief:
                 # phi @ L^-T z = (L^-1 phi^T)^T z: p^2 N work instead of p^2 draws.
                 known_dev = (parts.half.T @ z).T * parts.scale
             else:
-                w_dev = scipy.linalg.solve_triangular(self.posterior.chol, z, lower=True,
-                                                      trans="T")
+                w_dev = _solve_lower(self.posterior.chol, z, transposed=True)
                 known_dev = (parts.phi @ w_dev).T * parts.scale
         else:
             known_dev = np.zeros((num_draws, n))
@@ -890,7 +1067,8 @@ class BayesianThroughputBelief:
         # The unknown effects numbered in the order first met.
         unknown_cols: dict[Effect, int] = {}
         ucols = [unknown_cols.setdefault(effect, len(unknown_cols)) for effect in effects]
-        unknown_prior = [variances[name] for name, _ in unknown_cols]
+        fixed = self.fixed_priors
+        unknown_priors = [_effect_prior(effect, variances, fixed) for effect in unknown_cols]
         unknown: Matrix
         if few:
             unknown = np.zeros((n, len(unknown_cols)))
@@ -898,21 +1076,23 @@ class BayesianThroughputBelief:
         else:
             unknown = scipy.sparse.csr_matrix((uvals, (urows, ucols)),
                                               shape=(n, len(unknown_cols)))
-        prior = np.array(unknown_prior)
+        prior = np.array([var for _, var in unknown_priors])
         unknown_var = np.asarray(_squared(unknown) @ prior).ravel() if len(prior) \
             else np.zeros(n)
+        # The unknown effects' prior means (a first-seen GPU, scale or pair level).
+        unknown_mean = np.asarray(unknown @ np.array([m for m, _ in unknown_priors])).ravel() \
+            if len(prior) else np.zeros(n)
         cell_var = np.where([c.partner is not None for c in cells], nugget[1], nugget[0]) \
             if n else np.zeros(0)
         scale = np.ones(n)
         offset = np.zeros(n)
         half = None
         if self.posterior is not None:
-            known_mean = phi @ self.posterior.mean
+            known_mean = phi @ self.posterior.mean + unknown_mean
             if isinstance(phi, np.ndarray):
                 # Fewer cells than effects: L^-1 phi^T (p^2 N) beats the covariance (~p^3).
                 # The factor is finite (its Cholesky succeeded), and so are the rows.
-                half = scipy.linalg.solve_triangular(self.posterior.chol, phi.T, lower=True,
-                                                     check_finite=False)
+                half = _solve_lower(self.posterior.chol, phi.T)
                 known_var = np.einsum("ij,ij->j", half, half)
             else:
                 known_var = _quadratic_diag(phi, self.posterior.cov)
@@ -929,10 +1109,11 @@ class BayesianThroughputBelief:
                 offset[rows] = gain * self.design.y[at[rows]]
                 cell_var[rows] = cell_var[rows] * meas / noise
         else:
-            known_mean = np.zeros(n)
-            known_var = np.zeros(n)
-            prior_var = np.array([variances[name] for name, _ in columns])
-            known_var = np.asarray(_squared(phi) @ prior_var).ravel() if p else known_var
+            column_priors = [_effect_prior(effect, variances, fixed) for effect in columns]
+            prior_var = np.array([var for _, var in column_priors])
+            known_mean = unknown_mean + (phi @ np.array([m for m, _ in column_priors]) if p
+                                         else 0.0)
+            known_var = np.asarray(_squared(phi) @ prior_var).ravel() if p else np.zeros(n)
         return _QueryParts(phi, known_mean, known_var, unknown, prior, unknown_var, cell_var,
                            scale, offset, half)
 
@@ -959,10 +1140,14 @@ class BayesianThroughputLearner:
         max_iterations: L-BFGS-B iterations of the hyperparameter fit; 0 conditions on the data
             with the current hyperparameters only.
         hyperparameter_growth: the hyperparameters are fitted again only once the cells observed
-            have grown by this factor since their last converged fit (a fit on a list that does
-            not extend the last one's always fits them); in between a fit conditions on the
-            data only (1: every fit). Doubling gives a logarithmic number of hyperparameter
-            fits in an online loop, where each costs ~10-70 conditionings.
+            have grown by this factor since their last fit (a fit on a list that does not
+            extend the last one's always fits them); in between a fit conditions on the data
+            only (1: every fit). A fit that does not converge is retried at the same growth,
+            not at every fit (each attempt costs up to ``max_iterations`` conditionings); in
+            between, the last converged hyperparameters are used, or, before any has
+            converged, the starting ones with the fallback's widening and reason. Doubling
+            gives a logarithmic number of hyperparameter fits in an online loop, where each
+            costs ~10-70 conditionings.
         measurement_noise: standard deviation of one report's log steps/s measured over
             ``reference_seconds``.
         fallback_widening: factor on the posterior spread after a failed fit.
@@ -970,6 +1155,8 @@ class BayesianThroughputLearner:
         learn_pair_fits: learn where pairs fit from failed launches (out-of-memory reports;
             :mod:`~bayes_sched.estimation.throughput.pair_fit`); off where every pair launches
             (bo's node-sharing cells).
+        fixed_priors: the priors of the effects not learned (default :class:`FixedPriors`:
+            steps/s of DL training on GPUs).
     """
 
     name = "bayes"
@@ -977,26 +1164,33 @@ class BayesianThroughputLearner:
     def __init__(self, max_iterations: int = 200, measurement_noise: float = 0.05,
                  reference_seconds: float = 60.0, fallback_widening: float = 2.0,
                  log_variances: np.ndarray | None = None, profiling_budget: int | None = None,
-                 hyperparameter_growth: float = 2.0, learn_pair_fits: bool = True) -> None:
+                 hyperparameter_growth: float = 2.0, learn_pair_fits: bool = True,
+                 fixed_priors: FixedPriors | None = None) -> None:
         if not hyperparameter_growth >= 1.0:
             raise ValueError(f"hyperparameter_growth is {hyperparameter_growth}: expected a "
                              "factor >= 1")
         self.max_iterations = max_iterations
         self.hyperparameter_growth = float(hyperparameter_growth)
-        self._tuned_cells = 0  # cells observed at the last converged hyperparameter fit
+        self._tuned_cells = 0  # cells observed at the last hyperparameter fit, converged or not
+        self._converged = False  # whether any hyperparameter fit has converged
+        #: Why the hyperparameters have not converged yet (``None`` once one fit has): between
+        #: attempts a belief conditions on the starting values and still says it fell back.
+        self._unconverged: str | None = None
         self._pool = IncrementalPool()  # the reports so far, pooled per cell
         self.measurement_noise = measurement_noise
         self.reference_seconds = reference_seconds
+        self.fixed_priors = FixedPriors() if fixed_priors is None else fixed_priors
         self._design = self._new_design()  # their design and precision terms
         self.fallback_widening = fallback_widening
-        self.log_variances = (default_log_variances() if log_variances is None
+        self.log_variances = (starting_log_variances(self.fixed_priors) if log_variances is None
                               else np.array(log_variances, dtype=float))
         self.profiling_budget = profiling_budget
         self.learn_pair_fits = learn_pair_fits
         self._launches = PairLaunches()
 
     def _new_design(self) -> _OnlineDesign:
-        return _OnlineDesign(self.measurement_noise**2, self.reference_seconds)
+        return _OnlineDesign(self.measurement_noise**2, self.reference_seconds,
+                             self.fixed_priors)
 
     def conditioning_only(self) -> BayesianThroughputLearner:
         """A learner that conditions on data with this one's current hyperparameters and fits
@@ -1004,7 +1198,8 @@ class BayesianThroughputLearner:
         return BayesianThroughputLearner(0, self.measurement_noise, self.reference_seconds,
                                          self.fallback_widening, self.log_variances,
                                          self.profiling_budget,
-                                         learn_pair_fits=self.learn_pair_fits)
+                                         learn_pair_fits=self.learn_pair_fits,
+                                         fixed_priors=self.fixed_priors)
 
     def fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         # One BLAS thread: these matrices are small, and threads fight on a shared machine
@@ -1017,6 +1212,7 @@ class BayesianThroughputLearner:
         pooled = self._pool.update(observations)
         if not self._pool.extended:
             self._tuned_cells = 0  # other data, not more of the same: fit the hyperparameters
+            self._unconverged = None
             self._design = self._new_design()
             self._launches.restart()
         # Where pairs fit is read from the reports only when a prediction asks about a pair.
@@ -1026,7 +1222,7 @@ class BayesianThroughputLearner:
         if not pooled:
             return BayesianThroughputBelief(None, None, self.log_variances.copy(), context,
                                             fit_seconds=time.perf_counter() - start,
-                                            _launches=launches)
+                                            _launches=launches, fixed_priors=self.fixed_priors)
         design = self._design.design()
         observed = dict(self._design.index)
         reason: str | None = None
@@ -1054,10 +1250,14 @@ class BayesianThroughputLearner:
             reason = f"{reason}; " if reason else ""
             reason += f"conditioning failed ({error}): prior only"
             posterior = None
+        if tune:  # a failed fit is retried once the cells grow, as a converged one is redone
+            self._tuned_cells = len(pooled)
+            self._converged = self._converged or reason is None
+            self._unconverged = None if self._converged else reason
+        if reason is None and self._unconverged is not None:
+            reason = f"{self._unconverged} (at {self._tuned_cells} cells; retried at growth)"
         if reason is None:
             self.log_variances = params
-            if tune:
-                self._tuned_cells = len(pooled)
         else:
             logger.warning("throughput belief falls back to the prior's settings with intervals "
                            "widened x%s: %s", self.fallback_widening, reason)
@@ -1066,7 +1266,7 @@ class BayesianThroughputLearner:
             widening=1.0 if reason is None else self.fallback_widening, fallback_reason=reason,
             fit_seconds=time.perf_counter() - start, iterations=iterations,
             _observed=observed if posterior is not None else {}, _launches=launches,
-            _query_rows=self._design.query_rows)
+            _query_rows=self._design.query_rows, fixed_priors=self.fixed_priors)
 
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:

@@ -39,8 +39,15 @@ def usable_observations(observations: Iterable[CellObservation],
                         log: logging.Logger = logger) -> list[CellObservation]:
     """The observations with a finite positive rate over positive seconds; each other one is
     logged (warning) with its reason and left out."""
+    listed = list(observations)
+    # The usual list (every rate and seconds finite and positive, no failed launch: what
+    # _bad_reason passes) as it is, without a call per report (the stage reads every job's
+    # reports every round).
+    if all(0.0 < o.steps_per_second < math.inf and 0.0 < o.seconds < math.inf
+           and not o.out_of_memory for o in listed):
+        return listed
     kept = []
-    for observation in observations:
+    for observation in listed:
         reason = _bad_reason(observation)
         if reason is None:
             kept.append(observation)
