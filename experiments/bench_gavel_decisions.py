@@ -69,6 +69,19 @@ max_sum_throughput_perf 62). finish_time_fairness_packed 23,673 and
 min_total_duration_packed 19,755 (one repeat): not met; their per-partner-class answers are
 expanded to ~840,000 job pairs by Gavel's product formula (``PartnerTerms.expand``), the same
 O(J^2) pairs in force as max-min's even split.
+
+Session 13, where the 2,048-GPU decision goes (1,900 multi-GPU jobs, load 16-27, CPU s, the
+solver calls timed alone): finish_time_fairness_packed 26.7-39.9 in all (cProfile on), of it
+the CLARABEL solve of the cone program 15.1 (102,642 entries, one cone per job; only
+CLARABEL solves cones here), building its entries
+(``partner_class_terms``) 0.15, the expansion to 839,981 pairs 0.18, the rest the round
+mechanism over those pairs. min_total_duration_packed 38.1 in all: CLARABEL 18.1 (shortest
+horizon) + 9.8 (allocation at Gavel's horizon; 102,643 variables, 7,481 inequality and 905
+equality rows); HiGHS would take 1.42 + 0.53 on the same two
+LPs, and building both programs 0.006. The <= 1 s target is blocked by the solves: the
+required program alone takes 15 s (FTF), and even HiGHS's two LP solves take 1.95 s (min total
+duration), before the mechanism. HiGHS's optimum of the first LP in place of CLARABEL's was
+tried and dropped: not exact (78 of 314 JCTs of a 120-h run changed).
 """
 
 from __future__ import annotations

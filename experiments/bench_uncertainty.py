@@ -183,6 +183,32 @@ it HiGHS: the prices, and a re-solve per column that might pay), the packed LP 0
 alone are 5.7 s, 2.7x the table's: this policy's 2x is out of reach while it refits and
 re-prices at every allocation (Thompson's draws skip the HiGHS solves, not the refits and
 predictions).
+
+Session 13 (issue 20): Gavel's own window, jobs 4000-4999, ``max_min_fairness_perf``, seeds 0 1 2,
+``--window 4000 5000 --seeds S --settings gavel-R --policies max_min_fairness_perf --sources SRC
+--cpu-time --json``, one process per (rate, seed, source) at load 12-27 (ours on 62e8ba9; Gavel's,
+Sia's and agnostic on e9f933a, whose changes do not touch them); ratio to the table (oracle) of
+the same seed, mean (min..max); agnostic at 2.6 jobs/h not run (session 12's 1500-1599 window:
+1.464):
+
+    rate  source    avg JCT              makespan  worst FTF            decision (separate runs)
+    2.0   ours      0.994 (0.993..0.995) 0.998     0.943 (0.741..1.045) 2.01 (1.99..2.02)
+          Gavel's   0.993 (0.993..0.995) 0.998     0.882 (0.709..1.035) 1.38
+          Sia's     0.996 (0.995..0.997) 0.998     0.969 (0.794..1.065) 1.37
+          agnostic  1.322 (1.305..1.339) 1.000     0.949 (0.685..1.131) 1.12
+    2.6   ours      0.995 (0.965..1.011) 1.020     1.253 (0.939..1.789) 1.83 (1.79..1.91)
+          Gavel's   0.994 (0.964..1.010) 1.023     1.359 (0.939..2.107) 1.23
+          Sia's     1.005 (0.998..1.020) 1.019     1.442 (1.033..1.871) 1.20
+
+No unfair-fraction difference above 0.001. The oracle's worst FTF is 0.08-0.16 at 2.0 jobs/h and
+0.30-1.59 at 2.6, so ratios of it swing widely; at 2.6 seed 2 ours' is 0.53 (Gavel's 0.62, Sia's
+0.55). The learners' avg JCTs straddle the oracle's by up to 3.5% at 2.6 jobs/h (seed 1: ours
+0.965, Gavel's 0.964): max-min fairness does not minimise JCT, so a belief that is off can move
+it either way. On e9f933a (fixed priors, dec20u's and dec20p's speed-ups), table and ours in one
+process per seed (``--sources table bayes``) at 2.0 jobs/h, load 4-7: ours' avg JCT 0.9955 /
+0.9943 / 0.9935 of the table's, decision time 1.84 / 2.29 / 2.17 (mean 2.10) of the table's; at
+2.6 jobs/h seeds 0 / 1 (seed 2 not run): avg JCT 1.005 / 0.966 (1.011 / 0.965 on 62e8ba9),
+decision time 1.67 / 1.83.
 """
 
 from __future__ import annotations

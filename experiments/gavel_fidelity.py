@@ -64,20 +64,24 @@ Measured (seed 0, jobs 4000-4999, average JCT in hours; ours / published):
 Seeds 0 / 1 / 2 of the multi-GPU rows, average JCT of jobs 4000-4999 in hours (the published
 value is seed 0's; packed and FTF rows with ``gavel_statement=true``; seeds 1-2 run in session 12
 with this script, load 4-21; ``max_min_fairness_perf`` at 2.6 jobs/h seeds 1-2 in session 9 with
-the LPs as matrices, session 12 re-ran seed 1: 28.98 again)::
+the LPs as matrices, session 12 re-ran seed 1: 28.98 again; agnostic FTF at 2.6 jobs/h seeds 1-2 in
+session 13, load 15-18, 748 / 1,065 s wall, ECOS failures / inaccurate exits / solves 2 / 46 /
+5,203 and 5 / 460 / 7,138; aware FTF at 2.6 jobs/h seeds 1-2 likewise, 504 / 525 s wall, 3 / 16 /
+4,749 and 3 / 54 / 4,898)::
 
                                2.0 jobs/h                         2.6 jobs/h
     max_min_fairness           26.97 / 23.28 / 24.33 (28.91)      69.84 / 60.90 / 76.95 (70.54)
     max_min_fairness_perf      20.42 / 17.38 / 18.64 (21.90)      35.59 / 28.98 / 33.16 (36.44)
     max_min_fairness_packed    19.24 / 16.67 / 17.74 (20.85)      27.83 / 24.29 / 23.44 (30.51)
-    finish_time_fairness       27.08 / 23.19 / 24.54 (28.87)      51.69 / not run (64.38)
-    finish_time_fairness_perf  20.64 / 17.31 / 18.84 (21.80)      36.68 / not run (33.90)
+    finish_time_fairness       27.08 / 23.19 / 24.54 (28.87)      51.69 / 40.33 / 54.70 (64.38)
+    finish_time_fairness_perf  20.64 / 17.31 / 18.84 (21.80)      36.68 / 30.22 / 32.53 (33.90)
 
 At 2.0 jobs/h seed 0 is the slowest of the three on every row (seeds 1 and 2 are 13-16 % and 8-10 %
 below it), so the 3-7 % by which the seed-0 rows sit below the published values is well within the
-seed-to-seed spread of one policy (range 14-18 % of the mean at 2.0 jobs/h, 17-23 % at 2.6).
+seed-to-seed spread of one policy (range 14-18 % of the mean at 2.0 jobs/h, 17-29 % at 2.6).
 
-Every finished row but the agnostic FTF at 2.6 jobs/h is within 10 % of the published (the
+Every finished row but the agnostic FTF at 2.6 jobs/h (blocked: "Agnostic FTF at 2.6 jobs/h"
+below) is within 10 % of the published (the
 packed and FTF rows with Gavel's statement of their programs; the FTF rows with the default
 statement: see the table); the
 multi-GPU rows of LAS, Gavel and FTF at 2.0 jobs/h sit 3-7 % below theirs (not explained yet).
@@ -216,11 +220,59 @@ The agnostic 2.6 row (the most loaded: twice the active jobs of the aware form, 
 moved between 0.765 and 0.929 with each statement and solver tried, and lands at 0.803 with
 Gavel's: it is decided by the point ECOS reaches in FTF's optimal face, so the solver's build
 (ECOS 2.0.14 here) and any change of scaling in the canonicalisation of Gavel's cvxpy can move
-it; not reproduced, and no constant was changed. A lead not followed: the repository holds 21
-versions of ``finish_time_fairness.py``; one (``076074c``) takes the isolated share from
-``MaxMinFairnessPolicy``'s allocation and divides by ``t_j + R_j / isolated_j`` (no cumulative
-isolated time). Which version produced the notebooks is not recorded; the one stated here is
-the version with ``IsolatedPolicy()`` and the cumulative isolated time.
+it; not reproduced, and no constant was changed.
+
+**Agnostic FTF at 2.6 jobs/h: which Gavel version ran, and what else was checked (session 13,
+``ftf15b``).** The stored files carry no dates; the order of the versions is read from the
+repository's pull requests. The deduplicated text index holds three Gavel texts of
+``scheduler/policies/finish_time_fairness.py``: (a) the first (PR #135, "Finish-time fairness
+policy"): every agnostic rate 1.0, the perf form called without ``t_j`` or ``R_j``; (b)
+``076074c`` (after PR #137, "Support for new finish-time-fairness policy in scheduler"): every
+agnostic rate 1.0, the isolated share from ``MaxMinFairnessPolicy(solver)``'s allocation, the
+denominator ``t_j + R_j / isolated_j``; (c) ``cfae01cb``, the newest: each job's V100 rate on every
+type ("Hardcode worker_type to v100 since all other worker types have a throughput of 0 for some
+job"), ``IsolatedPolicy()``, the cumulative isolated time. PR #138 "Fix bug in finish-time-
+fairness policy" (2020-04-05: "rho should be computed as follows") is the change from (b)'s
+denominator to (c)'s; PR #139 "Use some worker type's throughputs for all worker types in base
+finish time fairness policy" replaced the rates 1.0; PR #143 "Refactor isolated throughput
+computation to separate method" made ``IsolatedPolicy.get_throughputs``. All were merged in April
+2020, before the paper's submission (PR #164 is dated 2020-05-12) and long before the notebook
+that reads ``logs/multi_gpu_continuous_jobs_final`` (``2d8e076``) was run (its output carries
+Matplotlib 3.3's deprecation warning; 3.3 came out in July 2020; EXPERIMENTS.md's sample sweep is
+dated 2020-09-03). So (c) is what the figure ran, and (b) is the pre-fix version: not an option
+here. (c)'s reference cannot have been the K80 (the first type by name, which "some worker
+type" would pick): ``simulation_throughputs.json`` gives ResNet-50 (batch size 128) on 2, 4 and 8
+K80s 0 steps/s, an unbounded ratio for each such job of a multi-GPU run; no V100 rate is 0.
+The rest of what reaches (c), checked against ours: ``scheduler.py`` (``c4fa400``)
+``_get_allocation_state`` gives every active job ``times_since_start`` = now minus arrival
+(ours ``JobView.age``) and ``num_steps_remaining`` = total steps minus the steps run, summed
+over the job's workers (ours ``target_steps - progress``), and the oracle's ``(job type, scale
+factor)`` rates, untouched for the agnostic policies (only ``FinishTimeFairnessPolicy`` swaps
+in the V100 column; ours ``_rates``); ``_compute_allocation`` runs only from
+``_update_priorities``, when a job arrived or left and 1,920 s passed since the last reset, so
+the cumulative isolated time moves only then (ours ``min_reset_interval=1920``,
+``_isolated_terms``); a name without ``Perf`` shuffles the types every round, and a job never
+runs where its rate is 0 (``_schedule_jobs_on_workers_helper``). ``isolated.py`` (``5203ac2``,
+the version without a solver argument, the one (c) constructs): each row capped at 1 (ours
+``isolated_share="gavel"``). ``policy.py`` (``1dbc9ea``): jobs and types sorted,
+``get_base_constraints`` in the order ours states. (c) computes ``priority_weights`` and leaves
+them unused ("TODO"); ours has none. ``scripts/sweeps/run_sweep_continuous.py`` (``0615e70``):
+``--solver`` ECOS by default, ``-i 360``, ``--num_gpus_per_server 1:1:1``, ``--throughputs-file
+simulation_throughputs.json``; EXPERIMENTS.md's figure-10 command: ``-p finish_time_fairness
+finish_time_fairness_perf --seeds 0 1 2 -c 36:36:36 -s 4000 -e 5000 --generate-multi-gpu-jobs``;
+``utils.get_policy`` builds ``FinishTimeFairnessPolicy(solver=solver)``. No input of the
+agnostic program differs from (c)'s. What is left is the solver, and the row is not a matter of
+roundoff: the type-permuted run above changed the allocations by 6e-16 and left the row at
+51.69 h, so our trajectory does not amplify perturbations of that size, while Gavel's (which
+finished) cannot have been ours (ours hit ECOS errors that stop Gavel's loop). Reaching it needs
+the 2020 cvxpy canonicalisation and ECOS build, which Gavel does not pin: **blocked**. Nor is
+the miss seed noise: seeds 1 and 2 of the row (the seed table above) give 40.33 and 54.70 h, so
+FTF over LAS (same seed, our LAS row) is 0.740 / 0.662 / 0.711 on seeds 0 / 1 / 2 against
+Gavel's 64.38 / 70.54 = 0.913 on seed 0: ours is systematically further ahead of LAS than
+Gavel's FTF was. The aware row, by contrast, tracks Gavel's: Gavel-FTF over Gavel
+(``max_min_fairness_perf``) is 1.031 / 1.043 / 0.981 on seeds 0-2 against Gavel's 33.90 / 36.44 =
+0.930. Every one of the three agnostic seeds hit ECOS errors (3, 2 and 5; exits -1, -2, -3 on
+88-164 jobs), each of which would have stopped a run with cvxpy's ``SolverError``.
 
 What Gavel's code says about the misses (session 10, read from ``stanford-futuredata/gavel``
 ``scheduler/scheduler.py``, ``policies/policy.py``, ``policies/max_min_fairness.py``,

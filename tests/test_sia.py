@@ -21,6 +21,8 @@ from bayes_sched.policies import POLICIES, TABLE_WORLD_POLICIES, make_policy
 from bayes_sched.policies.sia import (
     Configurations,
     SiaPolicy,
+    assignment_highs_data,
+    assignment_problem,
     config_utilities,
     normalized_goodputs,
     solve_assignment,
@@ -91,6 +93,64 @@ def test_the_ilp_is_optimal_and_within_capacity_against_brute_force() -> None:
 #: SCIP comes with the optional ``scip`` extra (pyscipopt); CI installs only HiGHS.
 _SCIP = pytest.param("SCIP", marks=pytest.mark.skipif(
     "SCIP" not in cp.installed_solvers(), reason="pyscipopt (the scip extra) is not installed"))
+
+
+def test_the_direct_highs_data_equal_cvxpys_and_give_the_same_choice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The integer program of a real round (Gavel's multi-GPU jobs 0-149, all active, on 36 V100
+    + 36 P100 + 36 K80: more jobs than GPUs), built directly for HiGHS: every number equals
+    cvxpy's ``get_problem_data``, and HiGHS picks the same configurations as through
+    ``Problem.solve``."""
+    from dataclasses import replace
+    from itertools import islice
+
+    import bayes_sched.policies.sia as sia
+    from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
+    from bayes_sched.sim.table_cluster import TableCluster
+    from bayes_sched.throughputs import load_gavel_throughputs
+
+    spec = replace(load_cluster_spec("v100:36,p100:36,k80:36"), round_interval=360.0)
+    jobs = [replace(job, submit_time=0.0)
+            for job in islice(generate_continuous_jobs(2.6, 0, multi_gpu=True), 150)]
+    views = [replace(v, age=3600.0)
+             for v in TableCluster(jobs, spec, load_gavel_throughputs()).job_views()]
+    calls: list[tuple] = []
+    solve = sia.solve_assignment
+
+    def recording(*args: object) -> np.ndarray | None:
+        chosen = solve(*args)  # type: ignore[arg-type]
+        calls.append((*args, chosen))
+        return chosen
+
+    monkeypatch.setattr(sia, "solve_assignment", recording)
+    policy = make_policy("sia")
+    policy.decide(ClusterState(spec=spec, now=3600.0), views)
+    (utility, configs, capacities, num_jobs, solver, options, chosen), = calls
+    assert solver == "HIGHS"
+    useful = np.flatnonzero(utility > 0)
+    args = (utility[useful], configs.job[useful], configs.gpu_type[useful],
+            configs.num_gpus[useful], capacities, num_jobs)
+    ours = assignment_highs_data(*args)
+    problem, x = assignment_problem(*args)
+    theirs = problem.get_problem_data(cp.HIGHS)[0]
+    assert ours["c"].tobytes() == theirs["c"].tobytes()
+    assert ours["b"].tobytes() == theirs["b"].tobytes()
+    for field in ("indptr", "indices", "data"):
+        assert getattr(ours["A"], field).tolist() == getattr(theirs["A"], field).tolist()
+    assert ours["A"].shape == theirs["A"].shape
+    assert ours["lower_bounds"].tobytes() == theirs["lower_bounds"].tobytes()
+    assert theirs["upper_bounds"] is None and ours["upper_bounds"] is None
+    assert ours["bool_vars_idx"] == theirs["bool_vars_idx"] and not theirs["int_vars_idx"]
+    assert (ours["dims"].zero, ours["dims"].nonneg) == (theirs["dims"].zero,
+                                                        theirs["dims"].nonneg)
+    # Not every job's best configuration fits: the solver ran.
+    assert len(calls) == 1 and (chosen >= 0).sum() < num_jobs
+    problem.solve(solver="HIGHS", **options)
+    through_cvxpy = np.full(num_jobs, -1)
+    picked = useful[np.round(x.value) > 0.5]
+    through_cvxpy[configs.job[picked]] = picked
+    assert chosen.tolist() == through_cvxpy.tolist()
 
 
 @pytest.mark.parametrize("solver", ["HIGHS", _SCIP])

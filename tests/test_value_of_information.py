@@ -22,6 +22,7 @@ from bayes_sched.estimation.throughput_cells import (
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy, class_max_min_program
+from bayes_sched.policies.time_fraction_lp import HighsModel, highs_result
 from bayes_sched.policies.time_sharing import AllocationInputs
 from bayes_sched.policies.value_of_information import (
     column_values,
@@ -33,6 +34,7 @@ from bayes_sched.policies.value_of_information import (
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import load_gavel_throughputs
+from tests.test_gavel_packing import _inputs as packed_inputs
 
 ROUND = 360.0
 
@@ -146,3 +148,55 @@ def test_the_value_of_information_rule_decides_on_the_mean() -> None:
     assert isinstance(policy, MaxMinFairnessPackedPolicy) and policy.thompson is False
     with pytest.raises(ValueError, match="exploration is 'ucb'"):
         make_policy("max_min_fairness_packed", source="bayes", exploration="ucb")
+
+
+def test_the_held_program_solves_as_linprog_and_re_solves_from_its_basis_as_afresh() -> None:
+    """The packed class program of eleven jobs on Gavel's table (six classes, three types):
+    held in HiGHS, its first solve is ``linprog``'s to the bit (primal, duals, optimum: the
+    prices the rule reads); each column's re-solve at scaled rates, started from the last
+    basis, gives the optimum of a fresh solve of the changed program; and the column is put
+    back after each."""
+    inputs = packed_inputs()
+    reduced, _, program = class_max_min_program(inputs)
+    num_classes, num_types = len(reduced.representative), len(inputs.capacities)
+    model = HighsModel(program)
+    prices = lp_prices(program, num_classes, num_types, model)
+    result = highs_result(program)
+    assert prices is not None and result.status == 0
+    price = -np.asarray(result.ineqlin.marginals)
+    assert np.array_equal(prices.floor, price[:num_classes])
+    assert np.array_equal(prices.time, price[num_classes:2 * num_classes])
+    assert np.array_equal(prices.gpus, price[2 * num_classes:2 * num_classes + num_types])
+    assert prices.value == -result.fun
+    assert np.array_equal(prices.entries, result.x[:program.num_entries])
+    time = reduced.terms.membership.tocsc()
+    rng = np.random.default_rng(0)
+    rises = 0
+    for entry in range(reduced.terms.num_entries):
+        rows = time.indices[time.indptr[entry]:time.indptr[entry + 1]]
+        # Every draw beats the prices, at rates 0.5-3 times the mean.
+        ratios = np.tile(rng.uniform(0.5, 3.0, size=len(rows)), (4, 1))
+        beats = np.ones(4)
+        warm = expected_gain(program, prices, entry, rows, beats, ratios, model)
+        cold = expected_gain(program, prices, entry, rows, beats, ratios)
+        assert warm == pytest.approx(cold, rel=1e-9, abs=1e-12)
+        rises += cold > 1e-6
+    assert rises >= 5  # columns whose scaled rates raise the optimum
+    assert model.solve() and -model.objective == pytest.approx(prices.value, rel=1e-12)
+
+
+def test_the_pair_fit_memo_sees_a_new_failed_launch() -> None:
+    """Whether two job types may share GPUs, asked of every job pair each round, is memoised
+    per estimator state: a failed launch recorded after a first answer changes the next."""
+    policy = make_policy("max_min_fairness_packed", source="per_cell")
+    assert isinstance(policy, MaxMinFairnessPackedPolicy) and policy.estimator is not None
+    policy._reset_state(("v100", "p100", "k80"))
+    a, b = ("A3C", 1), ("CycleGAN", 1)
+    assert policy._pair_may_fit("v100", a, b)
+    assert policy._pair_fit_mask(a, b).tolist() == [True, True, True]
+    assert not policy._pair_may_fit("v100", a, ("CycleGAN", 2))  # scale factors differ
+    policy.estimator.out_of_memory.add(Cell("CycleGAN", 1, "v100", "A3C"))
+    assert not policy._pair_may_fit("v100", a, b) and not policy._pair_may_fit("v100", b, a)
+    assert policy._pair_fit_mask(a, b).tolist() == [False, True, True]
+    assert policy._pair_may_fit("p100", a, b)
+

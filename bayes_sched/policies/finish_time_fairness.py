@@ -57,7 +57,10 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-#: The GPU type whose rate Gavel's heterogeneity-agnostic FTF gives every type.
+#: The GPU type whose rate Gavel's heterogeneity-agnostic FTF gives every type (its newest
+#: ``finish_time_fairness.py``, ``cfae01cb``). Earlier versions gave every type the rate 1.0 (up
+#: to PR #139, April 2020, before the paper was submitted); the K80 cannot be the reference of a
+#: multi-GPU run: Gavel's table gives ResNet-50 (batch size 128) on 2, 4 and 8 K80s 0 steps/s.
 AGNOSTIC_REFERENCE_GPU = "v100"
 
 

@@ -59,6 +59,7 @@ from bayes_sched.jobs import JobView
 from bayes_sched.policies.time_fraction_lp import (
     CombinationTerms,
     ConicProgram,
+    HighsModel,
     max_min_program,
     solve_program,
 )
@@ -622,7 +623,8 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         candidates = self._untried_columns(inputs, allocation, reduced, keys)
         if not candidates:
             return
-        prices = lp_prices(program, num_classes, len(inputs.capacities))
+        model = HighsModel(program)  # the prices, then each column's re-solve from its basis
+        prices = lp_prices(program, num_classes, len(inputs.capacities), model)
         if prices is None:
             return
         classes = inputs.job_classes
@@ -640,19 +642,18 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         self.draws_made += 1
         entries = np.array([e for e, _, _ in candidates])
         ratios = np.ones((self.VALUE_DRAWS, num_classes, len(entries)))
-        at = 0
-        for i, (_, rows, cs) in enumerate(candidates):
-            for row, _ in zip(rows, cs, strict=True):
-                mean = prediction.mean[at]
-                ratios[:, row, i] = prediction.draws[:, at] / mean if mean > 0 else 0.0
-                at += 1
-        scores_csc = scores.tocsc()
+        # Cell k (in ``cells``' order) is row ``row_of[k]`` of column ``column_of[k]``.
+        row_of = np.array([row for _, rows, _ in candidates for row in rows], dtype=np.int64)
+        column_of = np.repeat(np.arange(len(candidates)),
+                              [len(rows) for _, rows, _ in candidates])
+        known = prediction.mean > 0
+        ratios[:, row_of, column_of] = np.where(
+            known, prediction.draws / np.where(known, prediction.mean, 1.0), 0.0)
+        scores_c = scores.tocsc()[:, entries]
         time_c = time[:, entries]
         gpu_type = terms.gpu_type[entries]
-        drawn = column_values(scores_csc[:, entries], time_c, gpus[entries], gpu_type, prices,
-                              ratios)
-        mean_value = column_values(scores_csc[:, entries], time_c, gpus[entries], gpu_type,
-                                   prices)
+        drawn = column_values(scores_c, time_c, gpus[entries], gpu_type, prices, ratios)
+        mean_value = column_values(scores_c, time_c, gpus[entries], gpu_type, prices)
         # The rise is at most E[max(v, 0)] times the most of the column the LP can use
         # (concavity): where even that does not pay for the trial, no LP solve.
         time_dense = time_c.toarray()
@@ -669,7 +670,7 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                 continue
             row_index = np.array(rows)
             gain = expected_gain(program, prices, int(e), row_index, drawn[:, i],
-                                 ratios[:, row_index, i])
+                                 ratios[:, row_index, i], model)
             go, gain, cost = worth_trying(gain, float(min(horizon[rows])), trial_value,
                                           self._round_seconds)
             if not go:

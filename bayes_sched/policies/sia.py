@@ -30,7 +30,9 @@ nothing of its code or data is copied, only the formulation.
   objective; it is left out here.)
 * **Solver.** cvxpy over boolean variables, one per (job, configuration) pair that can run, with
   an open MILP solver (HiGHS by default, SCIP optional; Sia used CBC) at Sia's relative gap
-  ``1e-4``. When every job's best configuration fits at once no solver is needed: that choice is
+  ``1e-4``. With HiGHS the program goes to cvxpy's HiGHS interface as the numbers cvxpy would
+  compile it to, built directly (:func:`assignment_highs_data`; the compile cost more than the
+  solve). When every job's best configuration fits at once no solver is needed: that choice is
   the optimum. A failed solve keeps the previous allocation, logged and counted in
   :attr:`SiaPolicy.solver_failures`.
 * **Bootstrapping** (Sia's paper; ``cluster.py`` ``compute_throughput_ratios``, ``sia.py``
@@ -73,7 +75,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -168,16 +170,20 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
         chosen[configs.job[best]] = best
         return chosen
     import cvxpy as cp
-    import scipy.sparse as sp
 
-    n = useful.size
-    columns = np.arange(n)
-    per_job = sp.csr_matrix((np.ones(n), (configs.job[useful], columns)), shape=(num_jobs, n))
-    per_type = sp.csr_matrix((configs.num_gpus[useful].astype(float),
-                              (configs.gpu_type[useful], columns)), shape=(len(capacities), n))
-    x = cp.Variable(n, boolean=True)
-    problem = cp.Problem(cp.Maximize(utility[useful] @ x),
-                         [per_job @ x <= 1, per_type @ x <= capacities.astype(float)])
+    if solver == "HIGHS":
+        values = _solve_highs(assignment_highs_data(utility[useful], configs.job[useful],
+                                                    configs.gpu_type[useful],
+                                                    configs.num_gpus[useful], capacities,
+                                                    num_jobs), options)
+        if values is None:
+            return None
+        picked = useful[np.round(values) > 0.5]
+        chosen[configs.job[picked]] = picked
+        return chosen
+    problem, x = assignment_problem(utility[useful], configs.job[useful],
+                                    configs.gpu_type[useful], configs.num_gpus[useful],
+                                    capacities, num_jobs)
     try:
         with _quiet_stdout():
             problem.solve(solver=solver, **dict(options or {}))
@@ -191,6 +197,91 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
     picked = useful[np.round(x.value) > 0.5]
     chosen[configs.job[picked]] = picked
     return chosen
+
+
+def _assignment_rows(job: np.ndarray, gpu_type: np.ndarray, num_gpus: np.ndarray,
+                     num_types: int, num_jobs: int) -> tuple[Any, Any]:
+    """The integer program's rows over its ``n`` columns: one per job (its configurations,
+    ``(J, n)``) and one per GPU type (their GPUs, ``(T, n)``), as scipy CSR matrices."""
+    import scipy.sparse as sp
+
+    columns = np.arange(len(job))
+    per_job = sp.csr_matrix((np.ones(len(job)), (job, columns)), shape=(num_jobs, len(job)))
+    per_type = sp.csr_matrix((num_gpus.astype(float), (gpu_type, columns)),
+                             shape=(num_types, len(job)))
+    return per_job, per_type
+
+
+def assignment_problem(utility: np.ndarray, job: np.ndarray, gpu_type: np.ndarray,
+                       num_gpus: np.ndarray, capacities: np.ndarray, num_jobs: int
+                       ) -> tuple[Any, Any]:
+    """Sia's integer program over ``n`` configurations (their ``utility``, ``job``,
+    ``gpu_type``, ``num_gpus``, each ``(n,)``) as a cvxpy problem and its boolean variable
+    ``(n,)``: maximise ``utility @ x`` with at most one configuration per job and the GPUs per
+    type within ``capacities``."""
+    import cvxpy as cp
+
+    per_job, per_type = _assignment_rows(job, gpu_type, num_gpus, len(capacities), num_jobs)
+    x = cp.Variable(len(job), boolean=True)
+    problem = cp.Problem(cp.Maximize(utility @ x),
+                         [per_job @ x <= 1, per_type @ x <= capacities.astype(float)])
+    return problem, x
+
+
+def assignment_highs_data(utility: np.ndarray, job: np.ndarray, gpu_type: np.ndarray,
+                          num_gpus: np.ndarray, capacities: np.ndarray, num_jobs: int
+                          ) -> dict[str, Any]:
+    """Sia's integer program over ``n`` configurations (their ``utility``, ``job``,
+    ``gpu_type``, ``num_gpus``, each ``(n,)``) as the data cvxpy's HiGHS interface receives
+    from ``get_problem_data`` for :func:`assignment_problem`, built directly: cvxpy's compile
+    of that statement took ~3/4 of each Sia solve (``tests/test_sia.py`` checks the numbers
+    equal cvxpy's)."""
+    per_job, per_type = _assignment_rows(job, gpu_type, num_gpus, len(capacities), num_jobs)
+    import scipy.sparse as sp
+
+    rows = num_jobs + len(capacities)
+    n = len(job)
+    return {"c": -np.asarray(utility, dtype=float),
+            "A": sp.vstack([per_job, per_type], format="csc"),
+            "b": np.concatenate([np.ones(num_jobs), capacities.astype(float)]),
+            "lower_bounds": np.zeros(n), "upper_bounds": None,
+            "bool_vars_idx": list(range(n)), "int_vars_idx": [],
+            "dims": _InequalityDims(rows)}
+
+
+class _InequalityDims:
+    """The cone dimensions of a program of ``rows`` inequality rows only (what cvxpy's
+    ``dims_to_solver_dict`` reads from its ``ConeDims``)."""
+
+    def __init__(self, rows: int) -> None:
+        self.zero, self.nonneg = 0, rows
+        self.soc: list[int] = []
+        self.exp = 0
+        self.psd: list[int] = []
+        self.p3d: list[float] = []
+        self.pnd: list[float] = []
+
+
+def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
+                 ) -> np.ndarray | None:
+    """The columns' values from HiGHS on ``data`` (:func:`assignment_highs_data`) through
+    cvxpy's own HiGHS interface, as ``Problem.solve`` calls it for a new problem (no warm
+    start, quiet); ``None`` where cvxpy would give no solution (logged)."""
+    import cvxpy as cp
+    from cvxpy.reductions.solvers.conic_solvers.highs_conif import HIGHS
+
+    interface = HIGHS()
+    try:
+        with _quiet_stdout():
+            results = interface.solve_via_data(data, False, False, dict(options or {}))
+    except cp.error.SolverError as error:
+        LOG.warning("sia: solver HIGHS failed: %s", error)
+        return None
+    status = interface.STATUS_MAP.get(results["model_status"], cp.settings.UNKNOWN)
+    if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE, cp.USER_LIMIT):
+        LOG.warning("sia: solver HIGHS status %s", status)
+        return None
+    return np.array(results["solution"].col_value)
 
 
 class _TableBelief:
@@ -448,4 +539,5 @@ class SiaPolicy:
 
 
 __all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Configurations", "SiaPolicy", "config_utilities",
-           "normalized_goodputs", "realloc_factors", "solve_assignment"]
+           "normalized_goodputs", "realloc_factors", "solve_assignment",
+           "assignment_highs_data", "assignment_problem"]

@@ -239,6 +239,86 @@ def highs_result(program: ConicProgram) -> Any:
                    bounds=bounds, method="highs")
 
 
+class HighsModel:
+    """A linear ``program`` (no second-order cones) held in HiGHS through highspy, for a caller
+    that solves it, then changes a few coefficients and solves again from the last basis
+    (HiGHS skips presolve and starts the simplex there).
+
+    The first solve is :func:`highs_result`'s: the same HiGHS options as scipy's ``linprog``
+    (``method="highs"``: dual simplex, presolve on) on the same rows in the same order (the
+    ``upper`` rows, then the ``equal`` rows), without ``linprog``'s input checks and result
+    conversion (about half of each call on the packed max-min programs). On every program of a
+    packed run (gavel-2.0, jobs 0-9, seed 0: 531 programs) its primal, duals and optimum were
+    bitwise ``linprog``'s (``tests/test_value_of_information.py`` checks one).
+    """
+
+    def __init__(self, program: ConicProgram) -> None:
+        import highspy
+
+        if program.product is not None:
+            raise ValueError("HiGHS solves linear programs only; this one has second-order "
+                             "cones")
+        rows = program.upper if program.equal is None else sp.vstack([program.upper,
+                                                                      program.equal])
+        matrix = sp.csc_matrix(rows)
+        num_rows, num_cols = matrix.shape
+        infinity = highspy.kHighsInf
+        self.num_upper = program.upper.shape[0]
+        lower = np.full(num_rows, -infinity)
+        lower[self.num_upper:] = 0.0
+        upper = np.zeros(num_rows)
+        upper[:self.num_upper] = program.upper_bound
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = num_cols, num_rows
+        lp.col_cost_ = np.asarray(program.cost, dtype=float)
+        lp.col_lower_ = np.where(program.nonnegative, 0.0, -infinity)
+        lp.col_upper_ = np.full(num_cols, infinity)
+        lp.row_lower_, lp.row_upper_ = lower, upper
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = num_cols, num_rows
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = matrix.indptr
+        lp.a_matrix_.index_ = matrix.indices
+        lp.a_matrix_.value_ = matrix.data
+        from bayes_sched.policies.time_sharing import _quiet_stdout
+
+        with _quiet_stdout():  # HiGHS's banner, printed from C++ on a first instance
+            self.highs = highspy.Highs()
+        for option, value in (("output_flag", False), ("log_to_console", False),
+                              ("presolve", "on"), ("highs_debug_level", 0),
+                              ("simplex_strategy", 1)):  # 1: dual simplex, as scipy asks
+            self.highs.setOptionValue(option, value)
+        self.highs.passModel(lp)
+        self._optimal = highspy.HighsModelStatus.kOptimal
+        #: The rows (``upper``, then ``equal``) as a CSC matrix: each column's coefficients.
+        self.matrix = matrix
+
+    def solve(self) -> bool:
+        """Solve (from the last basis, if any); whether an optimum was found."""
+        self.highs.run()
+        return bool(self.highs.getModelStatus() == self._optimal)
+
+    @property
+    def objective(self) -> float:
+        """The last solve's optimum of ``cost @ z``."""
+        return float(self.highs.getInfo().objective_function_value)
+
+    @property
+    def primal(self) -> np.ndarray:
+        """The last solve's variables ``(n,)``."""
+        return np.asarray(self.highs.getSolution().col_value, dtype=float)
+
+    @property
+    def upper_duals(self) -> np.ndarray:
+        """The last solve's duals of the ``upper`` rows (``linprog``'s ``ineqlin.marginals``:
+        ``<= 0`` for a minimisation)."""
+        return np.asarray(self.highs.getSolution().row_dual, dtype=float)[:self.num_upper]
+
+    def change(self, rows: np.ndarray, column: int, values: np.ndarray) -> None:
+        """Set the coefficients of ``column`` on ``rows`` (``upper`` rows) to ``values``."""
+        for row, value in zip(rows.tolist(), values.tolist(), strict=True):
+            self.highs.changeCoeff(row, column, value)
+
+
 def _solve_highs(program: ConicProgram) -> np.ndarray | None:
     if program.product is not None:
         LOG.warning("HIGHS solves linear programs only; this one has second-order cones")

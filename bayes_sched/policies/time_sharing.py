@@ -237,6 +237,9 @@ class TimeSharingPolicy:
 
     def _reset_state(self, types: tuple[str, ...]) -> None:
         self._types = types
+        # _may_run's rows per job class, for the capacities and estimator state they were read in.
+        self._may_run_rows: dict[tuple[str, int], list[float]] = {}
+        self._may_run_state: tuple[object, ...] = ()
         self._measured_rows: dict[JobKey, np.ndarray] = {}  # by job class, for these types
         self._fractions: dict[Combo, np.ndarray] = {}
         self._job_time: dict[Combo, np.ndarray] = {}
@@ -254,6 +257,11 @@ class TimeSharingPolicy:
         self._node_type_index = np.zeros(0, dtype=np.int64)
         self._nodes_of_type: list[list[int]] = []  # per type (index in types), its nodes
         self._held_now = np.zeros((0, 0), dtype=np.int64)  # this round's jobs' GPUs per node
+        # With a learner, _pair_may_fit's answers (per type, and per class pair over the
+        # types) for the estimator state they were read in (:meth:`_pair_fit_memo`).
+        self._pair_fits: dict[tuple[str, JobKey, JobKey], bool] = {}
+        self._pair_fit_masks: dict[tuple[JobKey, JobKey], np.ndarray] = {}
+        self._pair_fits_state: tuple[int, int] = (-1, -1)
 
     # --- the policy's part ----------------------------------------------------------------------
 
@@ -497,13 +505,21 @@ class TimeSharingPolicy:
         """With a learner: 1 where a job may run alone on a type, 0 where the type has fewer
         GPUs than it needs or a job of its type and scale failed to launch there (out of
         memory), shape ``(J, T)``; learned, not read from the table."""
-        assert self.estimator is not None
+        estimator = self.estimator
+        assert estimator is not None
         capacity = [cluster.gpus_of_type(t) for t in types]
-        fits = self.estimator.fits
-        rows: dict[tuple[str, int], list[float]] = {}  # per (job type, scale): jobs share them
+        fits = estimator.fits
+        # Per (job type, scale): jobs share them, and they stand while the capacities and the
+        # estimator's answers do.
+        state = (tuple(capacity), estimator.fits_version)
+        if state != self._may_run_state:
+            self._may_run_rows.clear()
+            self._may_run_state = state
+        rows = self._may_run_rows
         for kind, size in {(job.application, job.requested_replicas) for job in jobs}:
-            rows[(kind, size)] = [float(capacity[t] >= size and fits(Cell(kind, size, gpu)))
-                                  for t, gpu in enumerate(types)]
+            if (kind, size) not in rows:
+                rows[(kind, size)] = [float(capacity[t] >= size and fits(Cell(kind, size, gpu)))
+                                      for t, gpu in enumerate(types)]
         return np.array([rows[(job.application, job.requested_replicas)] for job in jobs]
                         ).reshape(len(jobs), len(types))
 
@@ -515,8 +531,37 @@ class TimeSharingPolicy:
         if self.estimator is None:
             known = self.table.pair_steps_per_second(gpu, a, b)
             return known is not None and min(known) > 0
-        return (self.estimator.fits(Cell(a[0], a[1], gpu, b[0]))
-                and self.estimator.fits(Cell(b[0], b[1], gpu, a[0])))
+        memo = self._pair_fit_memo()
+        key = (gpu, a, b)
+        fit = memo.get(key)
+        if fit is None:
+            fit = memo[key] = (self.estimator.fits(Cell(a[0], a[1], gpu, b[0]))
+                               and self.estimator.fits(Cell(b[0], b[1], gpu, a[0])))
+        return fit
+
+    def _pair_fit_mask(self, a: JobKey, b: JobKey) -> np.ndarray:
+        """:meth:`_pair_may_fit` of ``a`` and ``b`` on each of the policy's types ``(T,)``
+        (with a learner)."""
+        self._pair_fit_memo()
+        mask = self._pair_fit_masks.get((a, b))
+        if mask is None:
+            mask = self._pair_fit_masks[(a, b)] = np.array(
+                [self._pair_may_fit(gpu, a, b) for gpu in self._types], dtype=bool)
+        return mask
+
+    def _pair_fit_memo(self) -> dict[tuple[str, JobKey, JobKey], bool]:
+        """The memo of :meth:`_pair_may_fit`'s answers with a learner, emptied (with
+        :meth:`_pair_fit_mask`'s) when they may have changed (the estimator's
+        ``fits_version``). They are asked of every job pair in force every round (~500k times
+        a packed run)."""
+        estimator = self.estimator
+        assert estimator is not None
+        state = estimator.fits_version
+        if state != self._pair_fits_state:
+            self._pair_fits.clear()
+            self._pair_fit_masks.clear()
+            self._pair_fits_state = state
+        return self._pair_fits
 
     def _believed(self, jobs: Sequence[JobView], runnable: np.ndarray) -> np.ndarray:
         """One joint prediction (a posterior draw, or the mean) of the jobs' steps/s alone
@@ -528,26 +573,32 @@ class TimeSharingPolicy:
         for kind, size in classes:
             for gpu in self._types:
                 cells.setdefault(Cell(kind, size, gpu), len(cells))
-        pair_keys = []
+        pair_cell: dict[tuple[JobKey, JobKey, str], int] = {}  # (a, b, type): a's cell with b
         if self.packing:
             for a in classes:
                 for b in classes:
-                    for gpu in self._types:
-                        if not self._pair_may_fit(gpu, a, b):
+                    if a[1] != b[1]:
+                        continue  # pairs share their GPUs: one scale factor
+                    for gpu, fits in zip(self._types, self._pair_fit_mask(a, b).tolist(),
+                                         strict=True):
+                        if not fits:
                             continue
-                        pair_keys.append((a, b, gpu))
-                        cells.setdefault(Cell(a[0], a[1], gpu, b[0]), len(cells))
+                        pair_cell[(a, b, gpu)] = cells.setdefault(Cell(a[0], a[1], gpu, b[0]),
+                                                                  len(cells))
         prediction = self.estimator.belief.predict(
             list(cells), num_draws=1 if self.thompson else 0,
             seed=self.seed * 1_000_003 + self.draws_made)
         self.draws_made += 1
         values = prediction.draws[0] if self.thompson else prediction.mean
-        rates = np.array([[values[cells[Cell(job.application, job.requested_replicas, gpu)]]
-                           for gpu in self._types] for job in jobs]).reshape(runnable.shape)
-        self._pair_draw = {
-            (a, b, gpu): (float(values[cells[Cell(a[0], a[1], gpu, b[0])]]),
-                          float(values[cells[Cell(b[0], b[1], gpu, a[0])]]))
-            for a, b, gpu in pair_keys}
+        # The alone cells came first, class by class in the types' order: (classes, T).
+        by_class = values[:len(classes) * len(self._types)].reshape(len(classes), -1)
+        position = {key: c for c, key in enumerate(classes)}
+        rates = by_class[[position[(job.application, job.requested_replicas)]
+                          for job in jobs]].reshape(runnable.shape)
+        listed = values.tolist()
+        # (b, a, type) is there too: whether a pair may fit asks both of its cells.
+        self._pair_draw = {(a, b, gpu): (listed[at], listed[pair_cell[(b, a, gpu)]])
+                           for (a, b, gpu), at in pair_cell.items()}
         return np.where(runnable, rates, 0.0)
 
     def _update_allocation(self, jobs: Sequence[JobView], measured: np.ndarray,
@@ -596,15 +647,19 @@ class TimeSharingPolicy:
         allocation in force; and where each can run, ``(C, T)`` bool."""
         combos: list[Combo] = [(job.name,) for job in jobs]
         ok: list[np.ndarray] = []  # the pairs' rows; the jobs' are measured > 0
-        by_name = {job.name: job for job in jobs}
+        keys = ({job.name: (job.application, job.requested_replicas) for job in jobs}
+                if self.estimator is not None else {})
+        if keys:
+            self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
+        masks = self._pair_fit_masks
         for combo, usable in self._pair_usable.items():
             combos.append(combo)
-            if self.estimator is not None and all(n in by_name for n in combo):
+            if keys and all(n in keys for n in combo):
                 # A pair that failed to launch since the allocation was computed is not
                 # tried again on that type while the allocation stays in force.
-                a, b = ((by_name[n].application, by_name[n].requested_replicas) for n in combo)
-                usable = usable & np.array([self._pair_may_fit(gpu, a, b)
-                                            for gpu in self._types])
+                a, b = keys[combo[0]], keys[combo[1]]
+                mask = masks.get((a, b))
+                usable = usable & (self._pair_fit_mask(a, b) if mask is None else mask)
             ok.append(usable)
         num_types = len(self._types)
         return combos, np.concatenate([np.reshape(measured > 0, (len(jobs), num_types)),

@@ -43,8 +43,9 @@ information beats its expected cost:
 What the max-min objective implies: only the jobs at the floor have a price, so a column of
 jobs off the floor is worth nothing to it (a trial of theirs costs nothing at the prices but
 gains nothing either) and is never tried; their cells are learned when the mean allocation runs
-them. The log-normal posterior mean of a barely known cell is high (``exp(mu + var / 2)``), so
-the mean allocation itself runs such cells first; the trials are for the cells it leaves out.
+them. The log-normal posterior mean of a barely known cell is above its median by
+``exp(var / 2)`` (bounded by the learner's fixed priors), which leans the mean allocation towards
+such cells; the trials are for the cells it leaves out.
 
 Units: ``v`` is the LP objective (a normalised steps/s floor) per unit of time fraction, so gain
 and cost are both objective-seconds.
@@ -57,7 +58,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse as sp
 
-from bayes_sched.policies.time_fraction_lp import ConicProgram, highs_result
+from bayes_sched.policies.time_fraction_lp import ConicProgram, HighsModel
 
 __all__ = ["DUAL_TOLERANCE", "LpPrices", "column_values", "expected_gain", "lp_prices",
            "max_min_value", "worth_trying"]
@@ -85,19 +86,21 @@ class LpPrices:
     entries: np.ndarray
 
 
-def lp_prices(program: ConicProgram, num_rows: int, num_types: int) -> LpPrices | None:
+def lp_prices(program: ConicProgram, num_rows: int, num_types: int,
+              model: HighsModel | None = None) -> LpPrices | None:
     """The prices of a max-min program built by
     :func:`~bayes_sched.policies.time_fraction_lp.max_min_program` (rows: ``num_rows`` floors,
     ``num_rows`` times, ``num_types`` GPU counts, then coupling rows), solved with HiGHS for a
-    basic dual; ``None`` if it has no optimum."""
-    result = highs_result(program)
-    if result.status != 0 or result.ineqlin is None:
+    basic dual; ``None`` if it has no optimum. ``model``: the program held in HiGHS, not yet
+    solved (kept by the caller for :func:`expected_gain`'s re-solves)."""
+    model = HighsModel(program) if model is None else model
+    if not model.solve():
         return None
     # HiGHS: d(objective)/d(bound) <= 0 for a minimisation's <= rows; the objective is -floor.
-    price = -np.asarray(result.ineqlin.marginals, dtype=float)
+    price = -model.upper_duals
     return LpPrices(floor=price[:num_rows], time=price[num_rows:2 * num_rows],
-                    gpus=price[2 * num_rows:2 * num_rows + num_types], value=-float(result.fun),
-                    entries=np.asarray(result.x[:program.num_entries], dtype=float))
+                    gpus=price[2 * num_rows:2 * num_rows + num_types], value=-model.objective,
+                    entries=model.primal[:program.num_entries])
 
 
 def column_values(scores: sp.csr_matrix, time: sp.csr_matrix, gpus: np.ndarray,
@@ -116,12 +119,13 @@ def column_values(scores: sp.csr_matrix, time: sp.csr_matrix, gpus: np.ndarray,
 
 def max_min_value(program: ConicProgram) -> float | None:
     """The optimum of a max-min program (HiGHS); ``None`` if it has none."""
-    result = highs_result(program)
-    return None if result.status != 0 else -float(result.fun)
+    model = HighsModel(program)
+    return -model.objective if model.solve() else None
 
 
 def expected_gain(program: ConicProgram, prices: LpPrices, entry: int, rows: np.ndarray,
-                  values: np.ndarray, ratios: np.ndarray) -> float:
+                  values: np.ndarray, ratios: np.ndarray, model: HighsModel | None = None
+                  ) -> float:
     """Expected rise of the max-min optimum from knowing column ``entry``'s rates:
     ``E[F(r) - F(mean)]``, where ``F(r)`` is the optimum with the column at rates ``r`` and every
     other at its mean. A draw with ``v_e(r) <= 0`` leaves the optimum where it is (the mean's
@@ -134,16 +138,34 @@ def expected_gain(program: ConicProgram, prices: LpPrices, entry: int, rows: np.
         rows: the rows (classes) in the column ``(R,)``.
         values: ``v_e`` at each draw ``(S,)`` (:func:`column_values`).
         ratios: each row's rate in the column at each draw over its mean ``(S, R)``.
+        model: the program held in HiGHS (:func:`lp_prices`' ``model``, solved): the re-solve
+            changes the column there and starts from the last basis, then restores it (the
+            optimum is the cold solve's up to rounding: an LP's optimal value is unique);
+            ``None``: a cold solve of a copy.
     """
     better = values > DUAL_TOLERANCE
     if not better.any():
         return 0.0
-    upper = program.upper.tocsc(copy=True)
-    factor = np.ones(upper.shape[0])
-    factor[rows] = ratios[better].mean(axis=0)
-    start, stop = upper.indptr[entry], upper.indptr[entry + 1]
-    upper.data[start:stop] *= factor[upper.indices[start:stop]]
-    value = max_min_value(replace(program, upper=upper.tocsr()))
+    factor = ratios[better].mean(axis=0)
+    value = None
+    if model is not None:
+        start, stop = model.matrix.indptr[entry], model.matrix.indptr[entry + 1]
+        on = model.matrix.indices[start:stop]
+        original = model.matrix.data[start:stop]
+        scale = np.ones(model.matrix.shape[0])
+        scale[rows] = factor
+        changed = scale[on] != 1.0
+        model.change(on[changed], entry, original[changed] * scale[on[changed]])
+        if model.solve():
+            value = -model.objective
+        model.change(on[changed], entry, original[changed])
+    if value is None:  # no model, or no optimum from the last basis: solve a copy afresh
+        upper = program.upper.tocsc(copy=True)
+        scale = np.ones(upper.shape[0])
+        scale[rows] = factor
+        start, stop = upper.indptr[entry], upper.indptr[entry + 1]
+        upper.data[start:stop] *= scale[upper.indices[start:stop]]
+        value = max_min_value(replace(program, upper=upper.tocsr()))
     if value is None:
         return 0.0
     return float(better.mean()) * max(value - prices.value, 0.0)
