@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 { [ -x .venv/bin/bayes-sched ] && [ -x .venv/bin/mypy ] && [ -x .venv/bin/ray ] \
-  && .venv/bin/python -c "import xdist" 2>/dev/null; } || bash scripts/setup.sh
+  && .venv/bin/python -c "import xdist, pytest_timeout" 2>/dev/null; } || bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
 # Test files run in parallel, one worker per core up to 4 (a file's fixtures are built once).
