@@ -200,3 +200,28 @@ def test_the_pair_fit_memo_sees_a_new_failed_launch() -> None:
     assert policy._pair_fit_mask(a, b).tolist() == [False, True, True]
     assert policy._pair_may_fit("p100", a, b)
 
+
+def test_a_re_solve_stopped_at_its_iteration_limit_falls_back_to_a_fresh_solve() -> None:
+    """A held program whose re-solve hits the simplex iteration limit reports no optimum, and
+    the column's gain is then the fresh solve's, not the stopped solve's objective."""
+    inputs = packed_inputs()
+    reduced, _, program = class_max_min_program(inputs)
+    num_classes, num_types = len(reduced.representative), len(inputs.capacities)
+    model = HighsModel(program)
+    assert model.iteration_limit == 10 * sum(model.matrix.shape) + 1000
+    prices = lp_prices(program, num_classes, num_types, model)
+    assert prices is not None
+    model.highs.setOptionValue("simplex_iteration_limit", 1)
+    time = reduced.terms.membership.tocsc()
+    rng = np.random.default_rng(0)
+    stopped = 0
+    for entry in range(reduced.terms.num_entries):
+        rows = time.indices[time.indptr[entry]:time.indptr[entry + 1]]
+        ratios = np.tile(rng.uniform(0.5, 3.0, size=len(rows)), (4, 1))
+        model.change(rows, entry, model.matrix[rows, entry].toarray().ravel() * ratios[0])
+        stopped += not model.solve()
+        model.change(rows, entry, model.matrix[rows, entry].toarray().ravel())
+        warm = expected_gain(program, prices, entry, rows, np.ones(4), ratios, model)
+        cold = expected_gain(program, prices, entry, rows, np.ones(4), ratios)
+        assert warm == pytest.approx(cold, rel=1e-9, abs=1e-12)
+    assert stopped >= 5  # the limit did stop re-solves
