@@ -18,6 +18,7 @@ from bayes_sched.errors import InputError
 from bayes_sched.estimation.throughput_cells import Cell, CellPrediction
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
 from bayes_sched.policies import POLICIES, TABLE_WORLD_POLICIES, make_policy
+from bayes_sched.policies.highs_process import HIGHS_THREADS
 from bayes_sched.policies.sia import (
     Configurations,
     SiaPolicy,
@@ -146,7 +147,7 @@ def test_the_direct_highs_data_equal_cvxpys_and_give_the_same_choice(
                                                         theirs["dims"].nonneg)
     # Not every job's best configuration fits: the solver ran.
     assert len(calls) == 1 and (chosen >= 0).sum() < num_jobs
-    problem.solve(solver="HIGHS", **options)
+    problem.solve(solver="HIGHS", **options, threads=HIGHS_THREADS)
     through_cvxpy = np.full(num_jobs, -1)
     picked = useful[np.round(x.value) > 0.5]
     through_cvxpy[configs.job[picked]] = picked

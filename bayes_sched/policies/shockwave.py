@@ -82,16 +82,13 @@ from bayes_sched.estimation.throughput_cells import Cell, ThroughputBelief
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
+from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
 from bayes_sched.policies.remaining_work import (
     REMAINING_WORK,
     RegimeProfile,
     RemainingWorkPredictor,
 )
-from bayes_sched.policies.time_sharing import (
-    DEFAULT_STEPS_PER_SECOND,
-    _quiet_stdout,
-    cluster_types,
-)
+from bayes_sched.policies.time_sharing import DEFAULT_STEPS_PER_SECOND, cluster_types
 from bayes_sched.throughputs import load_throughputs
 
 LOG = logging.getLogger(__name__)
@@ -517,7 +514,7 @@ class ShockwavePolicy:
         options: dict[str, object]
         if self.solver == "HIGHS":
             options = {"mip_rel_gap": self.mip_rel_gap, "mip_max_nodes": self.max_nodes,
-                       "random_seed": self.seed, "threads": 1}
+                       "random_seed": self.seed, "threads": HIGHS_THREADS}
             if self.time_limit is not None:
                 options["time_limit"] = self.time_limit
         else:
@@ -527,7 +524,7 @@ class ShockwavePolicy:
             if self.time_limit is not None:
                 params["limits/time"] = self.time_limit
             options = {"scip_params": params}
-        with _quiet_stdout():
+        with quiet_stdout():
             problem.solve(solver=self.solver, **options)
         stats = problem.solver_stats
         nodes = getattr(getattr(stats, "extra_stats", None), "mip_node_count", None)

@@ -86,7 +86,8 @@ from bayes_sched.estimation.throughput_cells import Cell, CellPrediction, Throug
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
-from bayes_sched.policies.time_sharing import _quiet_stdout, cluster_types
+from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
+from bayes_sched.policies.time_sharing import cluster_types
 from bayes_sched.search.allocation import restart_delays, restart_penalty
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
 
@@ -185,7 +186,7 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
                                     configs.gpu_type[useful], configs.num_gpus[useful],
                                     capacities, num_jobs)
     try:
-        with _quiet_stdout():
+        with quiet_stdout():
             problem.solve(solver=solver, **dict(options or {}))
     except cp.error.SolverError as error:
         LOG.warning("sia: solver %s failed: %s", solver, error)
@@ -272,8 +273,9 @@ def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
 
     interface = HIGHS()
     try:
-        with _quiet_stdout():
-            results = interface.solve_via_data(data, False, False, dict(options or {}))
+        with quiet_stdout():
+            results = interface.solve_via_data(data, False, False,
+                                               {**(options or {}), "threads": HIGHS_THREADS})
     except cp.error.SolverError as error:
         LOG.warning("sia: solver HIGHS failed: %s", error)
         return None

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
+
 LOG = logging.getLogger(__name__)
 
 
@@ -279,9 +281,7 @@ class HighsModel:
         lp.a_matrix_.start_ = matrix.indptr
         lp.a_matrix_.index_ = matrix.indices
         lp.a_matrix_.value_ = matrix.data
-        from bayes_sched.policies.time_sharing import _quiet_stdout
-
-        with _quiet_stdout():  # HiGHS's banner, printed from C++ on a first instance
+        with quiet_stdout():  # HiGHS's banner, printed from C++ on a first instance
             self.highs = highspy.Highs()
         # Simplex iterations per solve are bounded: a re-solve from a changed basis took at
         # most 23 on a 15 x 55 packed program (a cold solve 31), so at this bound a solve has
@@ -291,6 +291,7 @@ class HighsModel:
         for option, value in (("output_flag", False), ("log_to_console", False),
                               ("presolve", "on"), ("highs_debug_level", 0),
                               ("simplex_strategy", 1),  # 1: dual simplex, as scipy asks
+                              ("threads", HIGHS_THREADS),
                               ("simplex_iteration_limit", self.iteration_limit)):
             self.highs.setOptionValue(option, value)
         self.highs.passModel(lp)

@@ -51,12 +51,9 @@ cell's rate, their GPU-seconds counted by the estimator as profiling.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import random
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -838,17 +835,3 @@ class TimeSharingPolicy:
         self._placed = placed
         return out
 
-
-@contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
-    """Silence file descriptor 1: HiGHS prints a banner from C++ on its first use in a process,
-    which would corrupt a command's ``--json`` output."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-            yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
