@@ -95,3 +95,39 @@ def test_updated_view_is_the_view_with_the_changes() -> None:
         base.updated(agee=1.0)
     with pytest.raises(ValueError, match="read-only"):
         base.updated(allocation=np.array([1, 1]))
+
+
+class _HoldsNothing:
+    """A policy that never gives a job a GPU: to the jobs, a solver failing every round."""
+
+    name = "holds_nothing"
+    solver_failures = 0
+
+    def estimators(self) -> list[object]:
+        return []
+
+    def job_settings(self, spec: object) -> JobSettings:
+        raise NotImplementedError
+
+    def decide(self, cluster: object, jobs: object) -> dict[str, np.ndarray]:
+        self.solver_failures += 1
+        return {}
+
+
+def test_a_run_whose_policy_holds_no_gpu_is_given_up_at_the_stall_limit(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Jobs waiting with no GPU held for ``stall_limit`` simulated seconds end the run (where it
+    went on to its 1e9 s horizon: session 13's CI hang, a Shockwave planner failing every
+    solve); a policy that runs the jobs never trips it."""
+    spec = replace(load_cluster_spec("v100:4"), round_interval=360.0)
+    jobs = list(islice(generate_continuous_jobs(2.0, 0), 3))
+    limit = 10 * 3600.0
+    stalled = run_table_simulation(jobs, _HoldsNothing(), spec, stall_limit=limit)  # type: ignore[arg-type]
+    assert stalled.summary["finished"] == 0
+    start = stalled.summary["stalled_at"]
+    assert start == jobs[0].submit_time // 360.0 * 360.0  # from the first round a job waited
+    assert start + limit <= stalled.summary["rounds"] * 360.0 < start + limit + 360.0
+    assert "the policy stalled (solver failures: " in caplog.text
+    healthy = run_table_simulation(jobs, make_policy("max_min_fairness"), spec,
+                                   stall_limit=limit)
+    assert healthy.summary["finished"] == 3 and "stalled_at" not in healthy.summary

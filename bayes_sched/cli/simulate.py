@@ -480,7 +480,10 @@ def _simulate_trace(args: argparse.Namespace) -> int:
     print_table([row], title=f"{row['policy']} on {path.stem}", as_json=args.json)
     unfinished = result.jobs.loc[result.jobs["completion_time"].isna(), "job"].astype(str)
     if len(unfinished):
-        return fail(f"{len(unfinished)} of {len(result.jobs)} jobs of {path} unfinished",
+        stalled = result.summary.get("stalled_at")
+        why = ("" if stalled is None else f" (no job held a GPU from {stalled / 3600:g} h on "
+               "while jobs waited: the policy stalled, its warnings say why)")
+        return fail(f"{len(unfinished)} of {len(result.jobs)} jobs of {path} unfinished{why}",
                     status=EXIT_UNFINISHED)
     return 0
 

@@ -57,6 +57,7 @@ from bayes_sched.sim.shockwave_jobs import ShockwaveJobSpec, profile_epoch_secon
 from bayes_sched.sim.table_cluster import (
     _NO_LIMITS,
     DEFAULT_MEASUREMENT_NOISE,
+    STALL_LIMIT,
     TableCluster,
     TableJob,
 )
@@ -126,13 +127,13 @@ class ShockwaveCluster(TableCluster):
     def __init__(self, jobs: Iterable[ShockwaveJobSpec], spec: ClusterSpec,
                  table: ThroughputTable, jobs_to_complete: Iterable[str] | None = None,
                  max_time: float = 1e9, source: str = "",
-                 measurement_noise: float = DEFAULT_MEASUREMENT_NOISE, noise_seed: int = 0
-                 ) -> None:
+                 measurement_noise: float = DEFAULT_MEASUREMENT_NOISE, noise_seed: int = 0,
+                 stall_limit: float = STALL_LIMIT) -> None:
         self.batch: dict[str, BatchState] = {}
         self._rounds_run = 0
         self._truth_cache: dict[tuple[str, float, int, str | None, float], float] = {}
         super().__init__(jobs, spec, table, jobs_to_complete, max_time, source,
-                         measurement_noise, noise_seed)
+                         measurement_noise, noise_seed, stall_limit)
 
     def _check(self, job: object) -> None:
         if not isinstance(job, ShockwaveJobSpec):

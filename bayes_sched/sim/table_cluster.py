@@ -100,6 +100,10 @@ class TableJob:
         return self.completion_time is None
 
 
+#: Simulated seconds jobs may wait with no GPU held before a run is given up as stalled (a
+#: healthy policy runs something every round it has jobs; 30 days leaves any plan room).
+STALL_LIMIT = 30 * 24 * 3600.0
+
 #: A Gavel job declares no batch limits; the views carry this placeholder.
 _NO_LIMITS = BatchLimits(1, 1, 1, 1)
 
@@ -118,6 +122,9 @@ class TableCluster:
         measurement_noise: log-scale standard deviation of the noise on a reported steps/s
             (:data:`DEFAULT_MEASUREMENT_NOISE`; 0: reports are the true rates).
         noise_seed: seeds the measurement noise (a stream of its own).
+        stall_limit: give up once jobs have waited this many simulated seconds with no GPU
+            held by any job (the policy stalled: a solver failing every round, say), where the
+            run would otherwise go on to ``max_time``; ``stalled_at`` says when it began.
 
     Raises:
         InputError: a job no GPU type of the cluster can run (naming it), jobs out of order.
@@ -126,8 +133,8 @@ class TableCluster:
     def __init__(self, jobs: Iterable[TableJobSpec], spec: ClusterSpec, table: ThroughputTable,
                  jobs_to_complete: Iterable[str] | None = None,
                  max_time: float = 1e9, source: str = "",
-                 measurement_noise: float = DEFAULT_MEASUREMENT_NOISE, noise_seed: int = 0
-                 ) -> None:
+                 measurement_noise: float = DEFAULT_MEASUREMENT_NOISE, noise_seed: int = 0,
+                 stall_limit: float = STALL_LIMIT) -> None:
         if not (math.isfinite(measurement_noise) and measurement_noise >= 0):
             raise ValueError(f"measurement_noise is {measurement_noise}: expected a log-scale "
                              "standard deviation >= 0")
@@ -136,6 +143,9 @@ class TableCluster:
         self.spec = spec
         self.table = table
         self.max_time = float(max_time)
+        self.stall_limit = float(stall_limit)
+        self._idle_since: float | None = None  # since when jobs wait and no GPU is held
+        self.stalled_at: float | None = None
         self.source = source
         self._now = 0.0
         self._types = spec.gpu_types
@@ -365,6 +375,10 @@ class TableCluster:
             if self._waiting is not None:
                 self._waiting.discard(name)
             self._allocations.pop(name, None)
+        if self._active and not busy.any():
+            self._idle_since = self._now if self._idle_since is None else self._idle_since
+        else:
+            self._idle_since = None
         self._now += seconds
         self.timeline_time.append(self._now)
         self.timeline_busy.append(busy)
@@ -402,6 +416,9 @@ class TableCluster:
 
     def done(self) -> bool:
         if self._now >= self.max_time:
+            return True
+        if self._idle_since is not None and self._now - self._idle_since >= self.stall_limit:
+            self.stalled_at = self._idle_since
             return True
         if self._waiting is not None:
             return not self._waiting

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,8 +17,10 @@ from bayes_sched.policies.base import Policy
 from bayes_sched.policies.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.fairness import contention_factor, ftf_rho, ftf_summary
 from bayes_sched.sim.gavel_jobs import TableJobSpec
-from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, TableCluster
+from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, STALL_LIMIT, TableCluster
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -82,18 +85,21 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                          cluster_type: type[TableCluster] = TableCluster,
                          measurement_noise: float = DEFAULT_MEASUREMENT_NOISE,
                          noise_seed: int = 0,
-                         clock: Callable[[], float] = time.perf_counter) -> TableResult:
+                         clock: Callable[[], float] = time.perf_counter,
+                         stall_limit: float = STALL_LIMIT) -> TableResult:
     """Simulate ``jobs`` under ``policy`` on ``spec`` in rounds of ``spec.round_interval`` s
     until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``;
     ``cluster_type`` is the job physics (Gavel's fixed jobs, or
     :class:`~bayes_sched.sim.shockwave_cluster.ShockwaveCluster` for dynamic batch sizes);
     ``measurement_noise`` and ``noise_seed``: the noise on what jobs report
     (:class:`~bayes_sched.sim.table_cluster.TableCluster`); ``clock``: what the loop times
-    estimation and decisions with (:func:`~bayes_sched.loop.run_loop`)."""
+    estimation and decisions with (:func:`~bayes_sched.loop.run_loop`); ``stall_limit``:
+    simulated seconds of jobs waiting with no GPU held after which the run is given up (logged,
+    and ``stalled_at`` in the summary)."""
     start = time.perf_counter()
     cluster = cluster_type(jobs, spec, table or load_gavel_throughputs(), jobs_to_complete,
                            max_time, source, measurement_noise=measurement_noise,
-                           noise_seed=noise_seed)
+                           noise_seed=noise_seed, stall_limit=stall_limit)
     each_round = None if on_round is None else (lambda _: on_round(cluster))
     stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round, clock=clock)
     rows = table_job_rows(cluster)
@@ -107,6 +113,12 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
         "rounds": float(stats.rounds),
         **ftf_summary(rows["ftf"].to_numpy()),
     }
+    if cluster.stalled_at is not None:
+        summary["stalled_at"] = cluster.stalled_at
+        LOG.warning("%s: no job held a GPU from %.0f s to %.0f s of simulated time while jobs "
+                    "waited: the policy stalled (solver failures: %s); run given up",
+                    policy.name, cluster.stalled_at, cluster.state.now,
+                    getattr(policy, "solver_failures", "not counted"))
     for i, gpu in enumerate(cluster.busy_types):
         summary[f"utilization_{gpu}"] = (float(busy[:, i].mean() / spec.gpus_of_type(gpu))
                                          if len(busy) else 0.0)
