@@ -5,8 +5,9 @@ expected loss; the expected rise equals the brute-force expectation over the bel
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -150,6 +151,16 @@ def test_the_value_of_information_rule_decides_on_the_mean() -> None:
         make_policy("max_min_fairness_packed", source="bayes", exploration="ucb")
 
 
+def _scaled_columns(reduced: Any) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Each column of the packed program ``reduced``: its entry, its time rows and four draws'
+    rate ratios on them ``(4, rows)``, all beating the prices at 0.5-3 times the mean (seeded)."""
+    time = reduced.terms.membership.tocsc()
+    rng = np.random.default_rng(0)
+    for entry in range(reduced.terms.num_entries):
+        rows = time.indices[time.indptr[entry]:time.indptr[entry + 1]]
+        yield entry, rows, np.tile(rng.uniform(0.5, 3.0, size=len(rows)), (4, 1))
+
+
 def test_the_held_program_solves_as_linprog_and_re_solves_from_its_basis_as_afresh() -> None:
     """The packed class program of eleven jobs on Gavel's table (six classes, three types):
     held in HiGHS, its first solve is ``linprog``'s to the bit (primal, duals, optimum: the
@@ -169,13 +180,8 @@ def test_the_held_program_solves_as_linprog_and_re_solves_from_its_basis_as_afre
     assert np.array_equal(prices.gpus, price[2 * num_classes:2 * num_classes + num_types])
     assert prices.value == -result.fun
     assert np.array_equal(prices.entries, result.x[:program.num_entries])
-    time = reduced.terms.membership.tocsc()
-    rng = np.random.default_rng(0)
     rises = 0
-    for entry in range(reduced.terms.num_entries):
-        rows = time.indices[time.indptr[entry]:time.indptr[entry + 1]]
-        # Every draw beats the prices, at rates 0.5-3 times the mean.
-        ratios = np.tile(rng.uniform(0.5, 3.0, size=len(rows)), (4, 1))
+    for entry, rows, ratios in _scaled_columns(reduced):
         beats = np.ones(4)
         warm = expected_gain(program, prices, entry, rows, beats, ratios, model)
         cold = expected_gain(program, prices, entry, rows, beats, ratios)
@@ -212,12 +218,8 @@ def test_a_re_solve_stopped_at_its_iteration_limit_falls_back_to_a_fresh_solve()
     prices = lp_prices(program, num_classes, num_types, model)
     assert prices is not None
     model.highs.setOptionValue("simplex_iteration_limit", 1)
-    time = reduced.terms.membership.tocsc()
-    rng = np.random.default_rng(0)
     stopped = 0
-    for entry in range(reduced.terms.num_entries):
-        rows = time.indices[time.indptr[entry]:time.indptr[entry + 1]]
-        ratios = np.tile(rng.uniform(0.5, 3.0, size=len(rows)), (4, 1))
+    for entry, rows, ratios in _scaled_columns(reduced):
         model.change(rows, entry, model.matrix[rows, entry].toarray().ravel() * ratios[0])
         stopped += not model.solve()
         model.change(rows, entry, model.matrix[rows, entry].toarray().ravel())
