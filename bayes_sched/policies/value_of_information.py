@@ -149,26 +149,31 @@ def expected_gain(program: ConicProgram, prices: LpPrices, entry: int, rows: np.
     factor = ratios[better].mean(axis=0)
     value = None
     if model is not None:
-        start, stop = model.matrix.indptr[entry], model.matrix.indptr[entry + 1]
-        on = model.matrix.indices[start:stop]
-        original = model.matrix.data[start:stop]
-        scale = np.ones(model.matrix.shape[0])
-        scale[rows] = factor
-        changed = scale[on] != 1.0
-        model.change(on[changed], entry, original[changed] * scale[on[changed]])
+        on, original, scale = _column_scales(model.matrix, entry, rows, factor)
+        changed = scale != 1.0
+        model.change(on[changed], entry, original[changed] * scale[changed])
         if model.solve():
             value = -model.objective
         model.change(on[changed], entry, original[changed])
     if value is None:  # no model, or no optimum from the last basis: solve a copy afresh
         upper = program.upper.tocsc(copy=True)
-        scale = np.ones(upper.shape[0])
-        scale[rows] = factor
-        start, stop = upper.indptr[entry], upper.indptr[entry + 1]
-        upper.data[start:stop] *= scale[upper.indices[start:stop]]
+        _, original, scale = _column_scales(upper, entry, rows, factor)
+        original *= scale  # a view of the copy's column
         value = max_min_value(replace(program, upper=upper.tocsr()))
     if value is None:
         return 0.0
     return float(better.mean()) * max(value - prices.value, 0.0)
+
+
+def _column_scales(matrix: sp.csc_matrix, entry: int, rows: np.ndarray, factor: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Column ``entry`` of a CSC ``matrix``: its stored rows, its values (a view into
+    ``matrix.data``) and each one's scale, ``factor`` on ``rows`` and 1 elsewhere."""
+    start, stop = matrix.indptr[entry], matrix.indptr[entry + 1]
+    on = matrix.indices[start:stop]
+    scale = np.ones(matrix.shape[0])
+    scale[rows] = factor
+    return on, matrix.data[start:stop], scale[on]
 
 
 def worth_trying(gain_per_second: float, horizon_seconds: float, trial_value: float,
