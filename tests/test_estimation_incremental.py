@@ -154,8 +154,30 @@ def test_draws_of_a_few_cells_repeat_by_seed_and_have_the_posterior_moments() ->
     np.testing.assert_allclose(logs.var(axis=0), var, rtol=0.1)
 
 
+def test_log_covariance_is_the_draws_covariance_and_has_the_moments_variance() -> None:
+    """The exact covariance (a profiling plan's) must be what the draws are made of: its
+    diagonal the moments' variance, every entry the sample covariance of many draws, and the
+    same for a few cells (through ``L^-1 phi^T``) as within a query of many (sparse rows)."""
+    learner = BayesianThroughputLearner(max_iterations=0, learn_pair_fits=False)
+    belief = learner.fit([o for reports in _rounds(seed=1) for o in reports])
+    queries = _queries()
+    few = [queries[0], queries[3], queries[-20], queries[-1], queries[-4]]  # unseen, pairs
+    cov = belief.log_covariance(few)
+    np.testing.assert_allclose(np.diag(cov), belief.log_moments(few)[1], rtol=1e-10)
+    np.testing.assert_allclose(cov, cov.T, rtol=1e-12)
+    logs = np.log(belief.predict(few, num_draws=20000, seed=3).draws)
+    sample = np.cov(logs, rowvar=False)
+    scale = np.sqrt(np.outer(np.diag(cov), np.diag(cov)))
+    assert np.abs((sample - cov) / scale).max() < 0.05  # correlations to sampling error
+    assert np.abs(cov / scale - np.eye(len(few))).max() > 0.1  # they do covary
+    many = belief.log_covariance([*few, *queries])
+    assert belief.posterior is not None
+    assert len(few) + len(queries) > len(belief.posterior.mean)  # the sparse path
+    np.testing.assert_allclose(many[:len(few), :len(few)], cov, rtol=1e-9, atol=1e-12)
+
+
 def test_kept_normals_grown_with_the_effects_are_the_fresh_draws_and_generator_state() -> None:
-    """The profiling plan's normals are kept per (draws, seed) and grown as the effects grow:
+    """Many draws' normals are kept per (draws, seed) and grown as the effects grow:
     every size asked for, in any order, must be exactly the fresh ``(p, draws)`` draw, and the
     generator must continue from exactly where the fresh draw leaves it."""
     for p in (5, 9, 3, 9, 14, 0, 12):

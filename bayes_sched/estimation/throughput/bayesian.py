@@ -908,7 +908,7 @@ def _quadratic_diag(phi: scipy.sparse.csr_matrix, cov: np.ndarray) -> np.ndarray
 
 
 #: Below this many draws normals are drawn afresh (a Thompson draw: ``p`` normals, each with its
-#: own seed); from it on they are kept (the profiling plan's 512 for every new job).
+#: own seed); from it on they are kept (a held-out run's or bo's draws, one seed asked again).
 _KEPT_DRAWS = 32
 
 
@@ -924,7 +924,7 @@ class _NormalStream:
 _NORMAL_STREAMS: dict[tuple[int, int], _NormalStream] = {}
 #: The ``(num_draws, seed)`` asked for once so far (a stream is kept from the second ask on: a
 #: policy's value-of-information draws take a new seed per call, and keeping those evicted the
-#: profiling plan's stream every few calls).
+#: repeated streams every few calls).
 _ASKED_ONCE: dict[tuple[int, int], None] = {}
 
 
@@ -934,9 +934,9 @@ def _standard_normals(p: int, num_draws: int, seed: int
     state after it. Many draws are kept per ``(num_draws, seed)`` asked for again (see
     :data:`_ASKED_ONCE`) and grown as ``p`` grows: a
     generator fills the rows in order, so the first ``p`` rows of a taller draw are the
-    ``(p, num_draws)`` draw, and continuing from the state after ``p`` rows gives the rest (the
-    profiling plan draws 512 with seed 0 for every new job, and ``p`` grows with each fit that
-    meets new effects: drawing all of them again cost ~1 ms a plan)."""
+    ``(p, num_draws)`` draw, and continuing from the state after ``p`` rows gives the rest (``p``
+    grows with each fit that meets new effects: drawing all of them again cost ~1 ms a call
+    of 512 draws)."""
     stream = _NORMAL_STREAMS.get((num_draws, seed))
     if stream is None and (num_draws < _KEPT_DRAWS or (num_draws, seed) not in _ASKED_ONCE):
         if num_draws >= _KEPT_DRAWS:
@@ -1012,6 +1012,24 @@ class BayesianThroughputBelief:
             parts = self._query(cells)
         var = parts.scale**2 * parts.known_var + parts.unknown_var + parts.cell_var
         return parts.offset + parts.scale * parts.known_mean, var * self.widening**2, parts
+
+    def log_covariance(self, cells: Sequence[Cell]) -> np.ndarray:
+        """Posterior covariance of log steps/s of ``cells`` (alone or paired, without where
+        pairs fit), shape ``(N, N)``; its diagonal is :meth:`log_moments`' variance. Exact:
+        the same terms :meth:`predict`'s draws are made of."""
+        with _one_blas_thread():
+            parts = self._query(cells)
+            n = len(cells)
+            known = np.zeros((n, n))
+            if self.posterior is not None and parts.phi.shape[1]:
+                known = (parts.half.T @ parts.half if parts.half is not None
+                         else np.asarray(parts.phi @ (parts.phi @ self.posterior.cov).T))
+                known *= np.outer(parts.scale, parts.scale)
+            unknown = (parts.unknown if isinstance(parts.unknown, np.ndarray)
+                       else parts.unknown.toarray())  # few columns: the effects never seen
+            cov = known + (unknown * parts.unknown_prior) @ unknown.T
+            cov[np.diag_indices(n)] += parts.cell_var
+        return cov * self.widening**2
 
     def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
                 ) -> CellPrediction:
@@ -1271,12 +1289,17 @@ class BayesianThroughputLearner:
     def profiling_cells(self, job_type: str, scale_factor: int, gpu_types: Sequence[str],
                         belief: ThroughputBelief) -> list[Cell]:
         """Greedy largest posterior variance among the job's alone cells at its scale factor and
-        on one GPU, up to one cell per GPU type (see the module docstring)."""
+        on one GPU, up to one cell per GPU type (see the module docstring), on the exact
+        covariance of their log steps/s (512 draws' sample covariance, before, chose among
+        near-equal variances by sampling noise: a job at its own scale and on one GPU of a type
+        differ by a few percent of variance, and which was measured came down to the draws)."""
         scales = sorted({1, scale_factor})
         candidates = [Cell(job_type, s, g) for s in scales for g in gpu_types]
         budget = len(gpu_types) if self.profiling_budget is None else self.profiling_budget
-        draws = belief.predict(candidates, num_draws=512, seed=0).draws
-        cov = np.atleast_2d(np.cov(np.log(draws), rowvar=False))
+        if not isinstance(belief, BayesianThroughputBelief):
+            raise TypeError(f"profiling_cells reads this learner's own belief, not a "
+                            f"{type(belief).__name__}")
+        cov = belief.log_covariance(candidates)
         chosen: list[Cell] = []
         for _ in range(min(budget, len(candidates))):
             i = int(np.argmax(np.diag(cov)))
