@@ -243,6 +243,22 @@ def test_solver_failure_keeps_the_previous_jobs_and_is_counted() -> None:
     assert list(second) == list(first)
 
 
+def test_a_failed_first_plan_still_fills_the_gpus_in_decreasing_remaining_time() -> None:
+    # No plan and no previous round: the work-conserving fill alone runs jobs (before, nothing
+    # ran, and a run whose every solve failed waited until its horizon).
+    policy = make_policy("shockwave", future_rounds=3)
+    policy.time_limit = -1.0  # HiGHS rejects the option: every solve fails
+    spec = replace(load_cluster_spec("v100:4"), round_interval=120.0)
+    none = [0] * spec.num_nodes
+    jobs = [_view("a", 9.0, gpus=2, allocation=none), _view("b", 2.0, allocation=none),
+            _view("c", 3.0, allocation=none), _view("d", 0.0, gpus=2, allocation=none)]
+    allocation = policy.decide(ClusterState(spec=spec, now=0.0), jobs)
+    assert policy.solver_failures == 1
+    # d has the most left (0 of 20 epochs), then b, then c; a (9 done) waits.
+    assert sorted(allocation) == ["b", "c", "d"]
+    assert int(sum(allocation.values()).sum()) == 4
+
+
 def test_cli_runs_shockwave_on_a_shockwave_trace(tmp_path: Path) -> None:
     path = tmp_path / "three.trace"
     lines = [GOOD.replace("\t77584\t", "\t12000\t"),

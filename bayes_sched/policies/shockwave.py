@@ -54,8 +54,9 @@ by default, one thread) under the same gap, with a *work* limit (``max_nodes`` b
 nodes) and a fixed seed instead of a wall-clock cap, so a plan, and so a run, does not depend on
 the machine's load (a wall-clock ``time_limit`` is optional and off by default). A MIP stopped by
 the node limit uses its incumbent and is counted in :attr:`ShockwavePolicy.node_limit_hits`. A
-solve that fails or returns no solution keeps the previous round's jobs (those still active), is
-logged, and is counted in :attr:`ShockwavePolicy.solver_failures`.
+solve that fails or returns no solution keeps the previous round's jobs (those still active) and
+gives the GPUs they leave idle to the work-conserving fill, so a first plan that fails still runs
+jobs; it is logged and counted in :attr:`ShockwavePolicy.solver_failures`.
 """
 
 from __future__ import annotations
@@ -266,8 +267,11 @@ class ShockwavePolicy:
                     for p, e, job in zip(profiles, done, jobs, strict=True)])
                 self._replan(cluster, jobs, profiles, done, remaining, at_risk, num_gpus)
             chosen = self._plan.get(self._round)
-            if chosen is None:  # no plan: keep the previous round's jobs that are still here
-                chosen = [name for name in self._previous if name in names]
+            if chosen is None:  # no plan: the previous round's jobs still here, then the fill
+                at = {job.name: j for j, job in enumerate(jobs)}
+                kept = [at[name] for name in self._previous if name in at]
+                chosen = [jobs[j].name for j in _work_conserving(
+                    kept, jobs, np.argsort(-remaining, kind="stable"), num_gpus)]
         self._round += 1
         self._since_plan += 1
         chosen = [name for name in (chosen or []) if name in names]
@@ -435,8 +439,8 @@ class ShockwavePolicy:
         try:
             x = self._solve(cluster, jobs, profiles, done, at_risk, num_gpus)
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old plan
-            LOG.warning("shockwave: solver %s failed (%s); previous jobs kept", self.solver,
-                        error)
+            LOG.warning("shockwave: solver %s failed (%s); previous jobs kept, idle GPUs "
+                        "filled", self.solver, error)
             x = None
         self.solve_seconds.append(time.perf_counter() - start)
         if x is None:
@@ -561,18 +565,10 @@ class ShockwavePolicy:
         """Jobs per future round: the planned ones, then (work conservation) the others in
         decreasing predicted remaining time while their GPUs fit."""
         by_remaining = np.argsort(-remaining, kind="stable")
-        plan = {}
-        for h in range(x.shape[1]):
-            chosen = [j for j in range(len(jobs)) if x[j, h] >= 0.5]
-            idle = num_gpus - sum(jobs[j].requested_replicas for j in chosen)
-            for j in by_remaining:
-                if idle <= 0:
-                    break
-                if x[j, h] < 0.5 and jobs[j].requested_replicas <= idle:
-                    chosen.append(int(j))
-                    idle -= jobs[j].requested_replicas
-            plan[self._round + h] = [jobs[j].name for j in chosen]
-        return plan
+        return {self._round + h: [jobs[j].name for j in _work_conserving(
+                    [j for j in range(len(jobs)) if x[j, h] >= 0.5], jobs, by_remaining,
+                    num_gpus)]
+                for h in range(x.shape[1])}
 
     # --- placement ------------------------------------------------------------------------------
 
@@ -596,3 +592,18 @@ class ShockwavePolicy:
             if counts is not None:
                 out[name] = counts
         return out
+
+
+def _work_conserving(chosen: list[int], jobs: Sequence[JobView], order: np.ndarray,
+                     num_gpus: int) -> list[int]:
+    """``chosen`` (indices into ``jobs``), then Shockwave's work-conserving fill: the other jobs
+    in ``order`` (decreasing predicted remaining time) while their GPUs fit in the idle ones."""
+    idle = num_gpus - sum(jobs[j].requested_replicas for j in chosen)
+    taken = set(chosen)
+    for j in order.tolist():
+        if idle <= 0:
+            break
+        if j not in taken and jobs[j].requested_replicas <= idle:
+            chosen.append(j)
+            idle -= jobs[j].requested_replicas
+    return chosen
