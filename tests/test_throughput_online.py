@@ -218,6 +218,40 @@ def test_a_bad_report_leaves_the_belief_unchanged(caplog: pytest.LogCaptureFixtu
     assert estimator.version == 2 and len(estimator.fit_seconds) == 3
 
 
+@pytest.mark.parametrize("growth, fitted_at", [(1.0, [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+                                               (2.0, [1, 2, 4, 7, 9])])
+def test_a_refit_is_due_on_a_new_cell_a_failed_launch_or_seconds_grown_by_the_factor(
+        growth: float, fitted_at: list[int]) -> None:
+    """One cell reported every round (360 s): at growth 2 it makes a refit due when its seconds
+    double (rounds 1, 2, 4); a new cell (round 7) and a failed launch (round 9) make one due at
+    once (the fit at round 7 takes the first cell's seconds in too: its next doubling is at 14);
+    at growth 1 every round refits. Each fit reads every report so far."""
+    spec = _spec("v100:1x2")
+    view = TableCluster([make_job("0", 0.0, SMALL[0], 1, 1e9)], spec, TABLE).job_views()[0]
+    cell, other = Cell(SMALL[0], 1, "v100"), Cell(SMALL[1], 1, "v100")
+    estimator = ThroughputEstimator(PerCellLearner(), refit_growth=growth)
+    fitted = []
+    for r in range(1, 10):
+        reports = [CellObservation(cell, 50.0 + r, ROUND)]
+        if r == 7:
+            reports.append(CellObservation(other, 20.0, ROUND))
+        if r == 9:
+            reports.append(CellObservation(Cell(SMALL[0], 2, "v100"), 0.0, ROUND,
+                                           out_of_memory=True))
+        estimator.estimate(ClusterState(spec=spec, now=r * ROUND),
+                           [replace(view, cell_observations=tuple(reports))])
+        version = estimator.version
+        belief = estimator.belief
+        if estimator.version != version:
+            fitted.append(r)
+            fresh = PerCellLearner().fit(list(estimator.observations))
+            assert np.array_equal(belief.predict([cell, other]).mean,
+                                  fresh.predict([cell, other]).mean)
+    assert fitted == fitted_at
+    with pytest.raises(ValueError, match="refit_growth is 0.5: expected a factor >= 1"):
+        ThroughputEstimator(PerCellLearner(), refit_growth=0.5)
+
+
 def test_per_cell_posterior_is_the_conjugate_update_and_refits_incrementally() -> None:
     """Two reports of one cell: the posterior of log(steps/s) is the normal-normal update of
     the prior; a refit on the same list extended gives what a fresh learner gives on it; a

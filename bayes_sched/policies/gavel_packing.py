@@ -55,6 +55,7 @@ import scipy.sparse as sp
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation.throughput_cells import Cell
+from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.jobs import JobView
 from bayes_sched.policies.time_fraction_lp import (
     CombinationTerms,
@@ -560,13 +561,13 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
                  source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
-                 gavel_statement: bool = False,
+                 refit_growth: float = REFIT_GROWTH, gavel_statement: bool = False,
                  pair_split: Literal["even", "intervals"] = "even",
                  exploration: Literal["thompson", "value_of_information"] = (
                      "value_of_information")
                  ) -> None:
         super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
-                         refit_interval)
+                         refit_interval, refit_growth)
         if pair_split not in ("even", "intervals"):
             raise ValueError(f"pair_split is {pair_split!r}: expected 'even' or 'intervals'")
         if exploration not in ("thompson", "value_of_information"):

@@ -80,7 +80,7 @@ from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_cells import Cell, ThroughputBelief
-from bayes_sched.estimation.throughput_stage import ThroughputEstimator
+from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
@@ -146,6 +146,9 @@ class ShockwavePolicy:
         source: ``"table"`` (the ``throughputs`` table) or a learner's name
             (:data:`bayes_sched.estimation.learners.LEARNERS`) the profiles' steps/s come from.
         refit_interval: with a learner, seconds between refits (0: at every plan with reports).
+        refit_growth: with a learner, the factor a cell's reported seconds grow by before it
+            makes a refit due (1: any report; see :class:`~bayes_sched.policies.time_sharing.
+            TimeSharingPolicy`).
         whole_epochs: an epoch's time counts the whole iterations a job runs in it,
             ``ceil(examples per epoch / b)`` (as the job runs them), instead of Shockwave's
             ``examples per epoch / b``, which is short by the last, partial iteration (4 % for
@@ -167,7 +170,8 @@ class ShockwavePolicy:
                  calibrate: bool = True,
                  remaining_work: Literal["dirichlet", "noise_scale"] = "dirichlet",
                  remaining_quantile: float = 0.9, source: str = "table",
-                 refit_interval: float = 0.0, whole_epochs: bool | None = None) -> None:
+                 refit_interval: float = 0.0, refit_growth: float = REFIT_GROWTH,
+                 whole_epochs: bool | None = None) -> None:
         if future_rounds < 1 or reopt_rounds < 1:
             raise ValueError(f"future_rounds {future_rounds}, reopt_rounds {reopt_rounds}: "
                              "expected rounds >= 1")
@@ -198,7 +202,7 @@ class ShockwavePolicy:
         self.remaining_quantile = float(remaining_quantile)
         self.source = source
         self.estimator = (None if source == "table" else ThroughputEstimator(
-            make_learner(source, table=self.table, seed=seed), refit_interval))
+            make_learner(source, table=self.table, seed=seed), refit_interval, refit_growth))
         self.calibrate = bool(calibrate)
         self.whole_epochs = (remaining_work == "noise_scale" if whole_epochs is None
                              else bool(whole_epochs))

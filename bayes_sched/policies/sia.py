@@ -83,7 +83,7 @@ from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_cells import Cell, CellPrediction, ThroughputBelief
-from bayes_sched.estimation.throughput_stage import ThroughputEstimator
+from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
@@ -333,6 +333,8 @@ class SiaPolicy:
             ``seed`` and the version) instead of the mean.
         refit_interval: with a learner, seconds between refits (0: every round with reports;
             Sia decides every round).
+        refit_growth: with a learner, the factor a cell's reported seconds grow by before it
+            makes a refit due (1: any report; see :class:`TimeSharingPolicy`).
     """
 
     name = "sia"
@@ -341,8 +343,8 @@ class SiaPolicy:
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
                  throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 source: str = "table", thompson: bool = False, refit_interval: float = 0.0
-                 ) -> None:
+                 source: str = "table", thompson: bool = False, refit_interval: float = 0.0,
+                 refit_growth: float = REFIT_GROWTH) -> None:
         if not np.isfinite(p) or p == 0:
             raise ValueError(f"p is {p}: expected a finite nonzero exponent")
         if not lambda_n > 0:
@@ -360,7 +362,7 @@ class SiaPolicy:
                              f"{', '.join(LEARNERS)}")
         self.source = source
         self.estimator = (None if source == "table" else ThroughputEstimator(
-            make_learner(source, table=table, seed=seed), refit_interval))
+            make_learner(source, table=table, seed=seed), refit_interval, refit_growth))
         self.thompson = bool(thompson)
         #: Where Sia reads steps/s with the table source (a posterior mean); a learner's belief
         #: comes from :attr:`estimator` instead.

@@ -63,7 +63,7 @@ from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_cells import Cell
-from bayes_sched.estimation.throughput_stage import ThroughputEstimator
+from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.throughputs import JobKey, ThroughputTable, load_throughputs
 
@@ -189,6 +189,9 @@ class TimeSharingPolicy:
             ``"per_cell"``, ...), learning from the jobs' reports (see the module).
         thompson: with a learner, decide on one posterior draw per recompute (else the mean).
         refit_interval: with a learner, seconds between refits (0: every round with reports).
+        refit_growth: with a learner, a refit is due on a report of a new cell, a failed
+            launch, or a cell whose reported seconds grew by this factor since the last fit
+            (1: any report; :class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`).
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -203,8 +206,8 @@ class TimeSharingPolicy:
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0
-                 ) -> None:
+                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
+                 refit_growth: float = REFIT_GROWTH) -> None:
         if solver not in LP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(LP_SOLVERS)}")
         self.solver = solver
@@ -217,7 +220,7 @@ class TimeSharingPolicy:
                              f"{', '.join(LEARNERS)}")
         self.source = source
         self.estimator = (None if source == "table" else ThroughputEstimator(
-            make_learner(source, table=self.table, seed=seed), refit_interval))
+            make_learner(source, table=self.table, seed=seed), refit_interval, refit_growth))
         self.thompson = bool(thompson)
         self.draws_made = 0
         self._belief_version = 0
