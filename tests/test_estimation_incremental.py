@@ -14,8 +14,8 @@ from bayes_sched.estimation.throughput.bayesian import (
     _feature_rows,
     _QueryRows,
     _standard_normals,
-    cell_features,
 )
+from bayes_sched.estimation.throughput.effects import cell_features
 from bayes_sched.estimation.throughput.observations import table_rate
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import ThroughputTable, load_throughputs

@@ -11,7 +11,6 @@ import scipy.linalg
 import scipy.sparse
 
 from bayes_sched.estimation.throughput.bayesian import (
-    RANDOM_EFFECTS,
     BayesianThroughputLearner,
     _cholesky_lower,
     _condition,
@@ -19,6 +18,7 @@ from bayes_sched.estimation.throughput.bayesian import (
     _prior_and_noise,
     _quadratic_diag,
 )
+from bayes_sched.estimation.throughput.effects import RANDOM_EFFECTS
 from bayes_sched.estimation.throughput.observations import table_rate
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import load_throughputs

@@ -43,7 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from bayes_sched.estimation.throughput.bayesian import (
+from bayes_sched.estimation.throughput.effects import (
     LOG_VARIANCE_BOUNDS,
     NUGGETS,
     RANDOM_EFFECTS,

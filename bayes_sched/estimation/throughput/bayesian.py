@@ -7,10 +7,11 @@ family) on ``s`` GPUs of type ``g``:
     log paired(j | k, s, g) = f(j, s, g) + h(j, k, s, g) + e'
 
 ``f`` and ``h`` are sums of independent Gaussian effects of what is known at submission, each
-with its own variance: per GPU type and per (scale, GPU type) (fixed priors stated in log
-steps/s, :class:`FixedPriors`), per family and family x GPU, batch-size slopes per family and
-family x GPU, per job type and type x GPU, and for
-more than one GPU per (family, scale), (family, scale, GPU) and a batch slope per (family,
+with its own variance (the effects and their priors:
+:mod:`~bayes_sched.estimation.throughput.effects`): per GPU type and per (scale, GPU type) (fixed
+priors stated in log steps/s, :class:`~bayes_sched.estimation.throughput.effects.FixedPriors`),
+per family and family x GPU, batch-size slopes per family and family x GPU, per job type and
+type x GPU, and for more than one GPU per (family, scale), (family, scale, GPU) and a batch slope per (family,
 scale) and per (family, scale, GPU) (on Gavel's table how much faster a V100 is than a P100 at 8
 GPUs falls with the batch size, 5.2x to 2.8x over LM's, and not on one GPU; without this slope a
 held-out type at the end of its family's batch range was predicted from the wrong ratio, with
@@ -76,7 +77,6 @@ widened by ``fallback_widening``; :attr:`BayesianThroughputBelief.fallback_reaso
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import threading
@@ -92,6 +92,25 @@ import scipy.optimize
 import scipy.sparse
 from threadpoolctl import ThreadpoolController
 
+from bayes_sched.estimation.throughput.effects import (
+    EFFECT_NAMES,
+    FIXED_EFFECTS,
+    LOG_VARIANCE_BOUNDS,
+    RANDOM_EFFECTS,
+    ContextKey,
+    Effect,
+    FeatureContext,
+    FixedPriors,
+    batch_centre,
+    context_key,
+    effect_prior,
+    effect_variances,
+    fixed_features,
+    keyed_features,
+    load_features,
+    starting_log_variances,
+    type_features,
+)
 from bayes_sched.estimation.throughput.observations import IncrementalPool, PooledCell
 from bayes_sched.estimation.throughput.pair_fit import (
     LaunchesAt,
@@ -104,80 +123,9 @@ from bayes_sched.estimation.throughput_cells import (
     CellObservation,
     CellPrediction,
     ThroughputBelief,
-    job_type_features,
 )
 
 logger = logging.getLogger(__name__)
-
-#: Effects with a fixed prior (:class:`FixedPriors`): levels, not learned.
-FIXED_EFFECTS = ("gpu", "scale", "pair_level")
-#: Effects whose variances are learned (type-II maximum likelihood), in this order.
-RANDOM_EFFECTS = (
-    "family", "family_gpu", "batch", "batch_gpu", "type", "type_gpu",
-    "family_scale", "family_scale_gpu", "batch_scale", "batch_scale_gpu",
-    "pair_family", "pair_family_gpu", "pair_batch", "pair_partner_batch",
-    "pair_type", "pair_type_gpu", "pair_partner", "pair_partner_gpu",
-    "pair_load", "pair_partner_load",
-    "pair_level_place",
-)
-NUGGETS = ("solo", "pair")
-_DEFAULT_LOG_VARIANCE = math.log(0.25)
-#: Bounds of every learned log variance (hyperparameter fits; bo's pair learner starts the
-#: effects it does not use at the lower one).
-LOG_VARIANCE_BOUNDS = (-12.0, 4.0)
-
-Feature = tuple[str, tuple[object, ...], float]
-
-
-#: z of a two-sided 95% normal interval: a stated range is a prior's 95% interval.
-_Z95 = 1.959963984540054
-
-
-@dataclass(frozen=True)
-class FixedPriors:
-    """Normal priors of the effects that are not learned, in log steps/s, stated from what a
-    scheduler knows before any report (the defaults: data-parallel DL training on GPUs).
-
-    * ``gpu`` (the level of a job of its family's average batch alone on one GPU of a type):
-      training steps of DL jobs on one GPU run at ~1e-2 to 1e3 steps/s, so the prior's 95%
-      interval is that span (mean ``log(10 ** 0.5)``, sd ``log(1e5) / 3.92`` = 2.94).
-    * ``scale`` (per scale ``s`` and GPU type: log steps/s on ``s`` GPUs over the type's level):
-      a data-parallel job's steps/s on ``s`` GPUs lies between ``1 / s`` (each step as large,
-      slowed by synchronisation) and ``s`` (the global batch split ``s`` ways at no cost) times
-      its one-GPU rate, and the level itself is only known to a factor 2 on one GPU: mean 0,
-      95% within ``(2 s) ** +-1`` (sd ``log(2 s) / 1.96``; ``scale_sd`` sets one sd for every
-      ``s``). A scale no job has run at then stays within what scaling out can do.
-    * ``pair_level`` (a job's steps/s beside a partner on the same GPUs over its steps/s
-      alone): two jobs sharing a GPU each get at most their alone rate, about half where
-      neither fills the other's idle time: mean ``log(1/2)``, 95% within 1/8 to 2 x alone
-      (sd ``log(4) / 1.96`` = 0.71).
-
-    A cell no report has touched is predicted from these and the learned effects' variances, so
-    its predictive stays inside what is physically possible (before, every level had a N(0, 25)
-    prior: a first-seen scale or pair had ``exp(sigma^2 / 2)`` ~ 1e5 to 1e17 times its median).
-    """
-
-    level_mean: float = 0.5 * math.log(10.0)
-    level_sd: float = math.log(1e5) / (2 * _Z95)
-    scale_sd: float | None = None
-    pair_mean: float = math.log(0.5)
-    pair_sd: float = math.log(4.0) / _Z95
-
-    def prior(self, name: str, key: tuple[object, ...]) -> tuple[float, float]:
-        """Mean and variance of the fixed effect ``(name, key)``."""
-        if name == "gpu":
-            return self.level_mean, self.level_sd**2
-        if name == "scale":
-            s = key[0]
-            assert isinstance(s, int)
-            sd = math.log(2 * s) / _Z95 if self.scale_sd is None else self.scale_sd
-            return 0.0, sd**2
-        assert name == "pair_level", name
-        return self.pair_mean, self.pair_sd**2
-
-
-#: What of a :class:`FeatureContext` a cell's features read (:func:`_context_key`).
-ContextKey = tuple[float | None, ...]
 
 _THREADPOOLS: ThreadpoolController | None = None
 
@@ -214,126 +162,6 @@ def _one_blas_thread() -> AbstractContextManager[None]:
     cost more than the predict."""
     return _BLAS
 
-
-#: :func:`job_type_features` memoised (a regular expression per call, several per cell and fit).
-_declared = functools.lru_cache(maxsize=4096)(job_type_features)
-
-
-def _centred_batch(job_type: str, centre: float | None) -> tuple[str, float]:
-    """The type's family and its log2 batch size less ``centre`` (0 without a batch size or a
-    centre)."""
-    family, batch = _declared(job_type)
-    if batch is None:
-        return family, 0.0
-    log_batch = math.log2(batch)
-    return family, log_batch - (log_batch if centre is None else centre)
-
-
-@dataclass(frozen=True)
-class FeatureContext:
-    """What features are measured against, fixed at fit time.
-
-    Attributes:
-        centres: ``{family: mean log2 batch size of its types seen}``.
-        loads: ``{(job type, scale factor, gpu type): observed mean log alone steps/s less the
-            mean over types at that scale and GPU type}`` (a paired cell's covariates: how heavy
-            the job and its partner are on that GPU).
-    """
-
-    centres: dict[str, float]
-    loads: dict[tuple[str, int, str], float]
-
-
-def cell_features(cell: Cell, context: FeatureContext) -> list[Feature]:
-    """The effects a cell's log rate sums, with their multipliers (see the module docstring)."""
-    return list(_features(cell, _context_key(cell, context)))
-
-
-def _context_key(cell: Cell, context: FeatureContext) -> ContextKey:
-    """What of ``context`` a cell's features read: its family's batch centre and, paired, its
-    partner's, its load and its partner's (``None`` where the context has none)."""
-    centre = context.centres.get(_declared(cell.job_type)[0])
-    if cell.partner is None:
-        return (centre,)
-    where = (cell.scale_factor, cell.gpu_type)
-    return (centre, context.centres.get(_declared(cell.partner)[0]),
-            context.loads.get((cell.job_type, *where)), context.loads.get((cell.partner, *where)))
-
-
-def _features(cell: Cell, key: ContextKey) -> tuple[Feature, ...]:
-    """:func:`cell_features` given the cell's :func:`_context_key`: the effects that do not read
-    the loads (memoised per cell and batch centres), then a pair's two load effects (its key's
-    loads move with every alone report at its place, so they are not part of the memo)."""
-    if cell.partner is None:
-        return _fixed_features(cell, key)
-    return _fixed_features(cell, key[:2]) + _load_features(cell.gpu_type, key)
-
-
-def _load_features(gpu: str, key: ContextKey) -> tuple[Feature, ...]:
-    """A pair's load effects on ``gpu`` under its context ``key`` (those with a non-zero
-    multiplier)."""
-    load = 0.0 if key[2] is None else key[2]
-    partner_load = 0.0 if key[3] is None else key[3]
-    out = (("pair_load", (gpu,), load), ("pair_partner_load", (gpu,), partner_load))
-    return tuple(f for f in out if f[2] != 0.0)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _fixed_features(cell: Cell, centres: ContextKey) -> tuple[Feature, ...]:
-    """A cell's effects but a pair's load effects, given its (and its partner's) batch centres
-    ``centres``, memoised: asked for at every prediction and fit while the centres stand."""
-    j, s, g = cell.job_type, cell.scale_factor, cell.gpu_type
-    fam, xb = _centred_batch(j, centres[0])
-    out: list[Feature] = [
-        ("gpu", (g,), 1.0), ("scale", (s, g), 1.0),
-        ("family", (fam,), 1.0), ("family_gpu", (fam, g), 1.0),
-        ("batch", (fam,), xb), ("batch_gpu", (fam, g), xb),
-        ("type", (j,), 1.0), ("type_gpu", (j, g), 1.0)]
-    if s > 1:
-        out += [("family_scale", (fam, s), 1.0), ("family_scale_gpu", (fam, s, g), 1.0),
-                ("batch_scale", (fam, s), xb), ("batch_scale_gpu", (fam, s, g), xb)]
-    if cell.partner is not None:
-        k = cell.partner
-        pfam, pxb = _centred_batch(k, centres[1])
-        out += [("pair_level", (), 1.0), ("pair_level_place", (s, g), 1.0),
-                ("pair_family", (fam, pfam), 1.0), ("pair_family_gpu", (fam, pfam, g), 1.0),
-                ("pair_batch", (fam, pfam), xb), ("pair_partner_batch", (fam, pfam), pxb),
-                ("pair_type", (j,), 1.0), ("pair_type_gpu", (j, g), 1.0),
-                ("pair_partner", (k,), 1.0), ("pair_partner_gpu", (k, g), 1.0)]
-    return tuple(f for f in out if f[2] != 0.0)
-
-
-def _effect_variances(log_variances: np.ndarray) -> dict[str, float]:
-    """The learned effects' variances by name."""
-    return {name: float(np.exp(v)) for name, v in zip(RANDOM_EFFECTS, log_variances,
-                                                       strict=False)}
-
-
-def _effect_prior(effect: tuple[str, tuple[object, ...]], variances: Mapping[str, float],
-                  fixed: FixedPriors) -> tuple[float, float]:
-    """Prior mean and variance of one effect: a fixed effect's from ``fixed``, a learned one's
-    mean 0 and its variance in ``variances``."""
-    name, key = effect
-    return fixed.prior(name, key) if name in FIXED_EFFECTS else (0.0, variances[name])
-
-
-def default_log_variances() -> np.ndarray:
-    """Starting hyperparameters: every learned variance and both nuggets at 0.25 (log units^2)."""
-    return np.full(len(RANDOM_EFFECTS) + len(NUGGETS), _DEFAULT_LOG_VARIANCE)
-
-
-def starting_log_variances(fixed: FixedPriors) -> np.ndarray:
-    """The learner's starting hyperparameters: :func:`default_log_variances`, but the learned
-    paired effects and the paired nugget share ``fixed.pair_sd ** 2`` evenly. No pair variance
-    is learned before a pair is reported, so until then these are the paired part's prior; at
-    0.25 each its twelve terms summed to ~3 beside ``pair_level``'s 0.5, and a first pair's
-    predicted mean came out ~3.7x its alone rate (median over Gavel's one-GPU pairs), where a
-    job sharing a GPU cannot beat its alone rate."""
-    values = default_log_variances()
-    paired = [i for i, name in enumerate(RANDOM_EFFECTS) if name.startswith("pair_")]
-    paired.append(len(RANDOM_EFFECTS) + NUGGETS.index("pair"))
-    values[paired] = math.log(fixed.pair_sd**2 / len(paired))
-    return values
 
 
 @dataclass
@@ -421,7 +249,6 @@ def _csr(rows: Sequence[tuple[np.ndarray, np.ndarray]], width: int) -> scipy.spa
          indptr), shape=(len(rows), width))
 
 
-Effect = tuple[str, tuple[object, ...]]
 #: Effects not among a fit's columns: their rows, the effects (name, key) and their values.
 Unknown = tuple[list[int], list[Effect], list[float]]
 #: A design's rows, dense or sparse.
@@ -492,7 +319,7 @@ class _QueryRows:
         unknown_values: list[float] = []
         at = 0
         for r, cell in enumerate(cells):
-            key = _context_key(cell, context)
+            key = context_key(cell, context)
             centres = key if cell.partner is None else key[:2]
             row = fixed.get((cell, centres))
             if row is None or row[0] != p:
@@ -506,7 +333,7 @@ class _QueryRows:
                 unknown_effects.extend(row[3])
                 unknown_values.extend(row[4])
             if cell.partner is not None:
-                for name, k, value in _load_features(cell.gpu_type, key):
+                for name, k, value in load_features(cell.gpu_type, key):
                     column = columns.get((name, k))
                     if column is None:
                         unknown_rows.append(r)
@@ -527,7 +354,7 @@ class _QueryRows:
 
     def _fixed_row(self, cell: Cell, centres: ContextKey,
                    columns: dict[tuple[str, tuple[object, ...]], int]) -> _Row:
-        """The row of :func:`_fixed_features` over ``columns`` (kept): the column count it is
+        """The row of :func:`fixed_features` over ``columns`` (kept): the column count it is
         right at, its known columns and values, its unknown effects."""
         p = len(columns)
         found = self._fixed.get((cell, centres))
@@ -537,7 +364,7 @@ class _QueryRows:
                 self._fixed[(cell, centres)] = kept
             return kept
         cols, vals, missing, missing_values = [], [], [], []
-        for name, k, value in _fixed_features(cell, centres):
+        for name, k, value in fixed_features(cell, centres):
             column = columns.get((name, k))
             if column is None:
                 missing.append((name, k))
@@ -566,11 +393,6 @@ def _still_right(row: _Row | None, columns: dict[tuple[str, tuple[object, ...]],
     if row[3] and any(effect in columns for effect in row[3]):
         return None
     return (p, row[1], row[2], row[3], row[4])
-
-
-def _batch_centre(batches: set[int]) -> float:
-    """A family's batch centre: the mean log2 batch size of its types seen."""
-    return float(np.mean(np.log2(sorted(batches))))
 
 
 class _OnlineDesign:
@@ -641,7 +463,7 @@ class _OnlineDesign:
                 for job_type in (cell.job_type, cell.partner):
                     if job_type is None:
                         continue
-                    family, batch = _declared(job_type)
+                    family, batch = type_features(job_type)
                     self._by_family.setdefault(family, []).append(i)
                     if batch is not None and batch not in self._batches.setdefault(family, set()):
                         self._batches[family].add(batch)
@@ -657,7 +479,7 @@ class _OnlineDesign:
             candidates.add(i)
         self._changed.update(candidates)  # their rate or seconds moved
         for family in families:
-            centre = _batch_centre(self._batches[family])
+            centre = batch_centre(self._batches[family])
             if self._centres.get(family) != centre:
                 self._centres[family] = centre
                 candidates.update(self._by_family[family])
@@ -670,12 +492,12 @@ class _OnlineDesign:
         context = FeatureContext(self._centres, self._loads)
         for i in sorted(candidates):  # in first-seen order, as new columns are numbered
             cell = self.cells[i]
-            key = _context_key(cell, context)
+            key = context_key(cell, context)
             if key != self._keys[i]:
                 self._changed.add(i)
                 if self._terms is not None and i < len(self._term_y) and i not in self._retired:
                     self._retired[i] = self._rows[i]
-                features = _features(cell, key)
+                features = keyed_features(cell, key)
                 cols = np.array([self._column(name, k) for name, k, _ in features],
                                 dtype=np.int64)
                 self._rows[i] = (cols, np.array([v for _, _, v in features]))
@@ -736,8 +558,6 @@ class _OnlineDesign:
         return _posterior_from_terms(gram, b, prior_var, noise, design.prior_mean)
 
 
-EFFECT_NAMES = FIXED_EFFECTS + RANDOM_EFFECTS
-
 
 @dataclass
 class _Posterior:
@@ -759,7 +579,7 @@ class _Posterior:
 def _prior_and_noise(design: _Design, log_params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each effect column's prior variance ``(p,)`` and each cell's noise variance (its nugget
     and its measurement variance) ``(n,)`` under ``log_params``."""
-    variances = _effect_variances(log_params[:len(RANDOM_EFFECTS)])
+    variances = effect_variances(log_params[:len(RANDOM_EFFECTS)])
     nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
     per_effect = np.array([variances.get(name, math.nan) for name in design.effect_names])
     prior_var = per_effect[design.column_effect] if len(design.column_effect) else np.zeros(0)
@@ -1072,7 +892,7 @@ class BayesianThroughputBelief:
     def _query(self, cells: Sequence[Cell]) -> _QueryParts:
         if self._variances is None:
             log_params = self.log_variances
-            self._variances = (_effect_variances(log_params[:len(RANDOM_EFFECTS)]),
+            self._variances = (effect_variances(log_params[:len(RANDOM_EFFECTS)]),
                                np.exp(log_params[len(RANDOM_EFFECTS):]))
         variances, nugget = self._variances
         columns: dict[tuple[str, tuple[object, ...]], int] = (
@@ -1086,7 +906,7 @@ class BayesianThroughputBelief:
         unknown_cols: dict[Effect, int] = {}
         ucols = [unknown_cols.setdefault(effect, len(unknown_cols)) for effect in effects]
         fixed = self.fixed_priors
-        unknown_priors = [_effect_prior(effect, variances, fixed) for effect in unknown_cols]
+        unknown_priors = [effect_prior(effect, variances, fixed) for effect in unknown_cols]
         unknown: Matrix
         if few:
             unknown = np.zeros((n, len(unknown_cols)))
@@ -1127,7 +947,7 @@ class BayesianThroughputBelief:
                 offset[rows] = gain * self.design.y[at[rows]]
                 cell_var[rows] = cell_var[rows] * meas / noise
         else:
-            column_priors = [_effect_prior(effect, variances, fixed) for effect in columns]
+            column_priors = [effect_prior(effect, variances, fixed) for effect in columns]
             prior_var = np.array([var for _, var in column_priors])
             known_mean = unknown_mean + (phi @ np.array([m for m, _ in column_priors]) if p
                                          else 0.0)
