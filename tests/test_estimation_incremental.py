@@ -11,12 +11,11 @@ import numpy as np
 from bayes_sched.estimation.throughput.bayesian import (
     _NORMAL_STREAMS,
     BayesianThroughputLearner,
-    _feature_rows,
-    _QueryRows,
     _standard_normals,
 )
 from bayes_sched.estimation.throughput.effects import cell_features
 from bayes_sched.estimation.throughput.observations import table_rate
+from bayes_sched.estimation.throughput.weight_space import QueryRows, feature_rows
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
 
@@ -130,13 +129,13 @@ def test_query_rows_kept_across_fits_are_the_rows_built_from_the_cells_features(
                 else:
                     unknown.append((r, (name, key), value))
         for dense in (True, False):
-            phi, (rows, effects, values) = _feature_rows(queries, belief.context, columns,
+            phi, (rows, effects, values) = feature_rows(queries, belief.context, columns,
                                                          belief._query_rows, dense=dense)
             assert isinstance(phi, np.ndarray) == dense
             np.testing.assert_array_equal(phi if isinstance(phi, np.ndarray) else phi.toarray(),
                                           expected)
             assert list(zip(rows, effects, values, strict=True)) == unknown
-        fresh = replace(belief, _query_rows=_QueryRows())
+        fresh = replace(belief, _query_rows=QueryRows())
         for got, want in zip(belief.log_moments(queries)[:2], fresh.log_moments(queries)[:2],
                              strict=True):
             np.testing.assert_array_equal(got, want)

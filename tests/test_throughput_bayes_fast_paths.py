@@ -10,16 +10,16 @@ import pytest
 import scipy.linalg
 import scipy.sparse
 
-from bayes_sched.estimation.throughput.bayesian import (
-    BayesianThroughputLearner,
-    _cholesky_lower,
-    _condition,
-    _Design,
-    _prior_and_noise,
-    _quadratic_diag,
-)
+from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
 from bayes_sched.estimation.throughput.effects import RANDOM_EFFECTS
 from bayes_sched.estimation.throughput.observations import table_rate
+from bayes_sched.estimation.throughput.weight_space import (
+    Design,
+    cholesky_lower,
+    condition,
+    prior_and_noise,
+    quadratic_diag,
+)
 from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import load_throughputs
 
@@ -27,7 +27,7 @@ SIMULATION = load_throughputs("simulation")
 GPUS = ("v100", "p100", "k80")
 
 
-def _design() -> _Design:
+def _design() -> Design:
     """The design of every alone cell of twelve job types at 1 and 4 GPUs and their pairs on
     one GPU, with noisy rates over varied seconds (as an online fit sees them)."""
     rng = np.random.default_rng(3)
@@ -54,7 +54,7 @@ def _log_params() -> np.ndarray:
 
 def test_data_terms_scattered_over_padded_rows_equal_scipys_sparse_products_bitwise() -> None:
     design = _design()
-    _, noise = _prior_and_noise(design, _log_params())
+    _, noise = prior_and_noise(design, _log_params())
     phi = design.phi
     weighted = scipy.sparse.diags(1.0 / noise) @ phi
     gram, b = design.padded.data_terms(noise, design.y, len(design.columns))
@@ -65,9 +65,9 @@ def test_data_terms_scattered_over_padded_rows_equal_scipys_sparse_products_bitw
 def test_the_fits_gradient_from_the_lower_triangle_equals_the_full_covariances_bitwise() -> None:
     design = _design()
     log_params = _log_params()
-    posterior, nll, grad = _condition(design, log_params)
+    posterior, nll, grad = condition(design, log_params)
     # The slow path: the full symmetric covariance, effects' columns by mask, sparse rows.
-    prior_var, noise = _prior_and_noise(design, log_params)
+    prior_var, noise = prior_and_noise(design, log_params)
     mean, cov = posterior.mean, posterior.cov
     slow = np.zeros_like(log_params)
     per_column = (mean**2 + np.diag(cov)) / prior_var - 1.0
@@ -75,7 +75,7 @@ def test_the_fits_gradient_from_the_lower_triangle_equals_the_full_covariances_b
         e = design.effect_names.index(name)
         slow[i] = -0.5 * per_column[design.column_effect == e].sum()
     resid = design.y - design.phi @ mean
-    per_row = (resid**2 + _quadratic_diag(design.phi, cov)) / noise**2 - 1.0 / noise
+    per_row = (resid**2 + quadratic_diag(design.phi, cov)) / noise**2 - 1.0 / noise
     nugget = np.exp(log_params[len(RANDOM_EFFECTS):])
     for i, is_pair in enumerate((False, True)):
         slow[len(RANDOM_EFFECTS) + i] = -0.5 * nugget[i] * per_row[design.is_pair == is_pair].sum()
@@ -87,22 +87,22 @@ def test_the_fits_gradient_from_the_lower_triangle_equals_the_full_covariances_b
         up, down = log_params.copy(), log_params.copy()
         up[i] += step
         down[i] -= step
-        numeric = (_condition(design, up, gradient=False)[1]
-                   - _condition(design, down, gradient=False)[1]) / (2 * step)
+        numeric = (condition(design, up, gradient=False)[1]
+                   - condition(design, down, gradient=False)[1]) / (2 * step)
         assert grad[i] == pytest.approx(numeric, rel=1e-4, abs=1e-6)
 
 
 def test_cholesky_without_scipys_wrappers_equals_scipys_and_fails_as_it_does() -> None:
     design = _design()
-    prior_var, noise = _prior_and_noise(design, _log_params())
+    prior_var, noise = prior_and_noise(design, _log_params())
     gram, _ = design.padded.data_terms(noise, design.y, len(design.columns))
     precision = gram + np.diag(1.0 / prior_var)
     expected = scipy.linalg.cholesky(precision, lower=True)
-    assert np.array_equal(_cholesky_lower(precision.copy()), expected)
-    assert np.array_equal(_cholesky_lower(np.asfortranarray(precision)), expected)
+    assert np.array_equal(cholesky_lower(precision.copy()), expected)
+    assert np.array_equal(cholesky_lower(np.asfortranarray(precision)), expected)
     with pytest.raises(np.linalg.LinAlgError):
-        _cholesky_lower(-precision)
+        cholesky_lower(-precision)
     broken = precision.copy()
     broken[3, 3] = np.nan
     with pytest.raises(ValueError):
-        _cholesky_lower(broken)
+        cholesky_lower(broken)
