@@ -53,6 +53,14 @@ PMF): ``--seeds 1 2 --json`` at 62e8ba9 (load ~27) and ``--tables simulation --l
 
 Every one of ours' coverages over seeds 0-2 is inside 85-95%; ours' MAE is the lowest on every
 row and seed.
+
+Session 15: ours' plan now reads the exact posterior covariance (it took 512 draws' sample
+covariance, whose noise chose among near-equal variances): a job's own scale on every GPU type
+has a little more variance than one GPU of a type, so the plan measures every alone cell a job
+needs on both tables, and the ``own`` alone rows are empty (simulation: 2 cells before, tacc:
+70). ``--learners bayes --plan own --seeds 0`` (load ~3): paired, n 3691, MAE 1.38, coverage
+0.906, as before; the ``one-gpu`` rows do not read ours' plan and are unchanged. The alone
+comparison at equal cost is ``--plan one-gpu``.
 """
 
 from __future__ import annotations
