@@ -292,6 +292,11 @@ def test_a_failing_fit_keeps_the_previous_belief(caplog: pytest.LogCaptureFixtur
             view, cell_observations=(CellObservation(cell, 50.0, 360.0),))])
     assert estimator.belief is before and estimator.failed_fits == 1 and estimator.version == 0
     assert "did not converge" in caplog.text
+    # The belief kept has no report of the cell: its next report, if short, makes a retry due
+    # (growth counts from the belief in force, not from the failed attempt's 360 s).
+    estimator.estimate(ClusterState(spec=spec, now=2 * ROUND), [replace(
+        view, cell_observations=(CellObservation(cell, 50.0, 100.0),))])
+    assert estimator.belief is before and estimator.failed_fits == 2
 
 
 def test_an_unknown_source_is_a_one_line_error() -> None:

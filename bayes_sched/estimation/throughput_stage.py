@@ -126,14 +126,15 @@ class ThroughputEstimator:
         if not (self.has_unfitted_reports and due):
             return
         self._due, self._last_fit = False, self._now
-        self._fitted_seconds = dict(self._seconds)
+        seconds = dict(self._seconds)
         try:
             belief = self._timed_fit()
         except Exception as error:  # noqa: BLE001 -- a failed fit keeps the last belief
             self.failed_fits += 1
             LOG.warning("throughput learner %s failed on %d reports (%s); the previous "
                         "belief is kept", self.learner.name, len(self.observations), error)
-            return
+            return  # growth still counts from the belief kept: the next report may retry
+        self._fitted_seconds = seconds
         if belief is not self._belief:
             self._belief = belief
             self.version += 1
