@@ -370,7 +370,7 @@ class FitDiagnostics:
     ``final_loss``: last ELBO loss per row; ``seconds``: wall time of the whole fit, fallback
     included. NUTS only: ``divergences`` (divergent transitions after warm-up), ``ess_bulk_min``
     (smallest bulk effective sample size over the sites) and ``r_hat_max`` (largest
-    rank-normalised split R-hat), from ArviZ.
+    rank-normalised split R-hat; infinite where a site's draws never moved), from ArviZ.
     """
 
     method: str
@@ -944,7 +944,9 @@ def _mcmc_diagnostics(samples: dict[str, np.ndarray], divergences: int) -> dict[
     """ArviZ's bulk ESS (smallest over sites) and rank-normalised split R-hat (largest) of one
     chain of draws per site ``(S,)``, with the divergence count, as :class:`FitDiagnostics`
     fields. The chain's halves are passed as two chains (ArviZ needs two for R-hat; it splits
-    each again, comparing the four quarters)."""
+    each again, comparing the four quarters). A site whose draws never move within a quarter has
+    no R-hat (ArviZ: NaN, no within-chain variance); it counts as infinite, the worst mixing, so
+    that it is not lost in the maximum (``max`` over NaNs depends on the sites' order)."""
     half = min(len(v) for v in samples.values()) // 2
     with quiet_arviz() as az:
         idata = az.from_dict(posterior={n: v[: 2 * half].reshape(2, half)
@@ -953,24 +955,40 @@ def _mcmc_diagnostics(samples: dict[str, np.ndarray], divergences: int) -> dict[
         r_hat = az.rhat(idata)
     return {"divergences": int(divergences),
             "ess_bulk_min": min(float(ess[n]) for n in samples),
-            "r_hat_max": max(float(r_hat[n]) for n in samples)}
+            "r_hat_max": max(math.inf if math.isnan(float(r_hat[n])) else float(r_hat[n])
+                             for n in samples)}
 
 
 def posterior_mode(log_density: Callable[[torch.Tensor], torch.Tensor], start: torch.Tensor,
                    max_iter: int = 500) -> torch.Tensor:
     """The maximum of ``log_density`` (unconstrained coordinates, shape ``(D,)``) found by
-    L-BFGS from ``start``; ``start`` itself where the search ends anywhere not finite or lower."""
+    L-BFGS from ``start``; ``start`` itself where the search ends anywhere not finite or lower.
+
+    A line-search trial can land where a parameter leaves its support in float64 (a scale
+    ``exp(z)`` that underflows to 0), and the model's distributions then refuse it: the search
+    stops there and the best point it had evaluated stands (which trial first leaves the support
+    depends on the BLAS kernels, so one machine's search may meet it where another's does not)."""
     z = start.clone().requires_grad_(True)
     optimizer = torch.optim.LBFGS([z], max_iter=max_iter, line_search_fn="strong_wolfe",
                                   tolerance_grad=1e-7, tolerance_change=1e-10)
+    best: list[tuple[float, torch.Tensor]] = []
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
         loss = -log_density(z)
         loss.backward()
+        value = float(loss)
+        if np.isfinite(value) and (not best or value < best[0][0]):
+            best[:] = [(value, z.detach().clone())]
         return loss
 
-    optimizer.step(closure)
+    try:
+        optimizer.step(closure)
+    except ValueError:  # a distribution's argument check: the trial point is outside the support
+        if not best:
+            return start.clone()
+        with torch.no_grad():
+            z.copy_(best[0][1])
     with torch.no_grad():
         found, before = log_density(z), log_density(start)
     if not torch.isfinite(found) or found < before or not torch.isfinite(z).all():

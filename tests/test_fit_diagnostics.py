@@ -15,7 +15,9 @@ from perfmodel.throughput_bayes import (
     ESS_USABLE,
     PARETO_K_USABLE,
     FitDiagnostics,
+    _mcmc_diagnostics,
     fit_throughput_posterior,
+    posterior_mode,
 )
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 
@@ -61,7 +63,8 @@ def test_svi_above_the_k_hat_limit_falls_back_to_nuts_and_the_page_says_so(tmp_p
     assert (diagnostics.method, diagnostics.fallback_from) == ("nuts", "svi")
     assert diagnostics.pareto_k == svi.diagnostics.pareto_k  # the k-hat that caused it
     assert nuts.num_samples == 30 and not np.array_equal(nuts.theta, svi.theta[:30])
-    assert 0 < diagnostics.ess_bulk_min < ESS_USABLE and np.isfinite(diagnostics.r_hat_max)
+    # R-hat is computed; a site the short chain never moved counts as infinite, never NaN.
+    assert 0 < diagnostics.ess_bulk_min < ESS_USABLE and diagnostics.r_hat_max > 1
     assert not diagnostics.reliable
     assert diagnostics.source == f"nuts (fallback: SVI PSIS k-hat {svi.diagnostics.pareto_k:.2f} > 0.7)"
     page = write_model_report(ModelFit("synthetic", profile, nuts, None), tmp_path).read_text()
@@ -73,3 +76,33 @@ def test_svi_above_the_k_hat_limit_falls_back_to_nuts_and_the_page_says_so(tmp_p
     assert replace(diagnostics, ess_bulk_min=2 * ESS_USABLE, r_hat_max=1.0, divergences=0).reliable
     assert not replace(diagnostics, ess_bulk_min=2 * ESS_USABLE, r_hat_max=1.0,
                        divergences=1).reliable
+
+
+@pytest.mark.parametrize("stuck_first", [True, False])
+def test_a_site_that_never_moves_has_infinite_r_hat_whatever_its_place(stuck_first: bool
+                                                                         ) -> None:
+    rng = np.random.default_rng(4)
+    moving, stuck = rng.normal(size=200), np.full(200, 0.3)
+    samples = {"stuck": stuck, "moving": moving} if stuck_first else {"moving": moving,
+                                                                       "stuck": stuck}
+    fields = _mcmc_diagnostics(samples, divergences=0)
+    assert fields["r_hat_max"] == math.inf
+    diagnostics = FitDiagnostics("nuts", 0, 0.0, math.nan, 0.0, **fields)
+    assert not diagnostics.reliable and "R-hat inf > " in (diagnostics.warning("m") or "")
+
+
+def test_mode_search_stops_at_the_best_point_where_a_trial_leaves_the_support() -> None:
+    import torch
+
+    def log_density(z: torch.Tensor) -> torch.Tensor:
+        # A scale exp(-40 z) underflows to 0 for large z, and the Normal refuses it; the
+        # density rises towards z = 30, far outside, so L-BFGS's line search steps out.
+        scale = torch.exp(-40.0 * z.sum())
+        prior = torch.distributions.Normal(torch.tensor(0.0, dtype=torch.float64), scale,
+                                           validate_args=True)
+        return prior.log_prob(torch.zeros((), dtype=torch.float64)) - 0.01 * ((z - 30) ** 2).sum()
+
+    start = torch.zeros(1, dtype=torch.float64)
+    found = posterior_mode(log_density, start)
+    assert torch.isfinite(found).all() and float(found) > 0
+    assert float(log_density(found)) > float(log_density(start))
