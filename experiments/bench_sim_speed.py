@@ -73,6 +73,26 @@ Sia's integer program now goes to HiGHS without cvxpy's compile (``sia.assignmen
 the same numbers): back to back against 62e8ba9, the first 100 h 16.0 vs 10.0 s CPU (cProfile
 on), the first 300 h 114.8 vs 104.2 s (HiGHS's own solve dominates as the queue grows), every
 JCT identical (808 jobs). The other rows above are still unmeasured whole.
+
+Part 4, the solver floor (session 16, code 7415335, ``--gavel-policies P --solver-floor
+--gavel-cpu-budget 600 --json``, the two at once beside a third benchmark and a CI run, load 4-6;
+CPU seconds, comparison solves off the budget)::
+
+    policy                       rounds  sim h   finished/arrived  programs  own solver       fastest
+    finish_time_fairness_packed  12,577  1,257.7  3,008 / 3,286     2,072     CLARABEL 377.4   377.4
+    min_total_duration_packed     4,450    445.0    967 / 1,163     1,442     CLARABEL 406.7    54.4
+
+Packed FTF's programs are cone programs (``(rates . v)(r d - e) >= R`` per job), which HiGHS
+cannot take: CLARABEL alone spent 377.4 s (median 114.9 ms a program, 6,134 variables) on the
+programs of the first half of the run (3,008 of the 6,000 jobs finished), so its whole run
+cannot meet 5 min with an open solver whatever the rest costs (ECOS and CLARABEL were measured
+alike, 67-92 ms a program at 108 GPUs, on the lp15 branch). Packed min total duration is
+linear: HiGHS solves the same programs in 54.4 s against CLARABEL's 406.7 (7.5x), so its solver
+is no floor; the rest of its run (194 s of CPU for 445 of its ~2,300+ simulated hours, growing
+with its queue) is. Its ``solver="HIGHS"`` option stays off by default: the lp15 branch saw
+HiGHS end one horizon LP in 329 6.6 % long, its objective (1/T, about 1e-6 per second) inside
+HiGHS's tolerances. (These two runs used this part's first form, a script of its own with the
+same timing code.)
 """
 
 from __future__ import annotations
