@@ -101,6 +101,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -217,9 +218,10 @@ SOLVER_MODULES = {
 class _SolverClock:
     """Part 4: times every program a policy module hands to ``solve_program`` and solves it
     again with every other open solver that takes it (HiGHS for linear programs, CLARABEL for
-    both); :attr:`charged` is the comparison solves' CPU, kept off the run's budget."""
+    both; ``compare=False``: none); :attr:`charged` is the comparison solves' CPU, kept off the
+    run's budget."""
 
-    def __init__(self, module_name: str) -> None:
+    def __init__(self, module_name: str, compare: bool = True) -> None:
         import importlib
 
         from bayes_sched.policies import time_fraction_lp
@@ -229,6 +231,7 @@ class _SolverClock:
         self.own: list[float] = []
         self.fastest: list[float] = []
         self.charged = 0.0
+        self.compare = compare
 
     def _seconds(self, program: Any, solver: str) -> float:
         start = time.process_time()
@@ -243,7 +246,8 @@ class _SolverClock:
         answer = self.solve_program(program, solver)
         own = time.process_time() - start
         side = time.process_time()
-        others = ("HIGHS", "CLARABEL") if program.product is None else ("CLARABEL",)
+        others = (() if not self.compare else ("HIGHS", "CLARABEL") if program.product is None
+                  else ("CLARABEL",))
         fastest = min([own, *(self._seconds(program, o) for o in others if o != solver)])
         self.charged += time.process_time() - side
         self.own.append(own)
@@ -265,18 +269,23 @@ class _SolverClock:
 
 
 def gavel_run_rows(policies: list[str], num_jobs: int, rate: float, seed: int,
-                   cpu_budget: float, solver_floor: bool = False) -> list[dict[str, object]]:
+                   cpu_budget: float, solver_floor: bool = False, options: Sequence[str] = (),
+                   compare: bool = True) -> list[dict[str, object]]:
     """Part 3: one continuous Gavel run per policy until jobs ``0 .. num_jobs - 1`` finish (or
     ``cpu_budget`` seconds of CPU pass); CPU seconds of the whole run, rounds, and whether it
     meets the issue's 5 minutes. With ``solver_floor`` (part 4), the policies of
-    :data:`SOLVER_MODULES` only, with their solves timed (:class:`_SolverClock`)."""
+    :data:`SOLVER_MODULES` only, with their solves timed (:class:`_SolverClock`). ``options``:
+    ``KEY=VALUE`` policy options for every policy (``--policy-opt``); ``compare=False``: time
+    the policy's own solves only (``--no-compare``)."""
     return [gavel_run_row(name, num_jobs, rate, seed, cpu_budget,
-                          _SolverClock(SOLVER_MODULES[name]) if solver_floor else None)
+                          _SolverClock(SOLVER_MODULES[name], compare) if solver_floor else None,
+                          options)
             for name in policies if not solver_floor or name in SOLVER_MODULES]
 
 
 def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: float,
-                  clock: _SolverClock | None = None) -> dict[str, object]:
+                  clock: _SolverClock | None = None, options: Sequence[str] = ()
+                  ) -> dict[str, object]:
     """One policy's row of :func:`gavel_run_rows`; ``clock`` times its solves (part 4)."""
     from contextlib import nullcontext
     from dataclasses import replace
@@ -288,7 +297,8 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
 
     spec = replace(load_cluster_spec("v100:36,p100:36,k80:36"), round_interval=360.0)
     names = [str(i) for i in range(num_jobs)]
-    policy = make_policy(name, **({"seed": seed} if "seed" in POLICIES.options(name) else {}))
+    policy = make_policy(name, **({"seed": seed} if "seed" in POLICIES.options(name) else {}),
+                         **POLICIES.parse(name, list(options), "--policy-opt"))
     seen: dict[str, TableCluster] = {}
     at_round: list[float] = []  # the process's CPU seconds at the end of each round
 
@@ -346,8 +356,12 @@ def main() -> int:
     parser.add_argument("--gavel-rate", type=float, default=2.6, help="jobs per hour")
     parser.add_argument("--gavel-cpu-budget", type=float, default=600.0,
                         help="stop a run after this many CPU seconds")
+    parser.add_argument("--policy-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="part 3/4: a policy option for every policy run (repeatable)")
     parser.add_argument("--solver-floor", action="store_true",
                         help="part 4: part 3 with every solve timed against the other solvers")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="part 4: time the policy's own solves only, no other solver")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not args.skip_workload:
@@ -368,12 +382,20 @@ def main() -> int:
                               args.policies)
         print_table(rows, title="scale: decision time per round", as_json=args.json)
     if args.gavel_runs:
+        from bayes_sched.errors import InputError
         from bayes_sched.policies import TABLE_WORLD_POLICIES
 
+        gavel_policies = args.gavel_policies or list(TABLE_WORLD_POLICIES)
+        for name in gavel_policies:  # bad options fail here, in one line, before any run
+            try:
+                POLICIES.parse(name, args.policy_opt, "--policy-opt")
+            except InputError as error:
+                parser.error(str(error))
         with threadpool_limits(1):
-            rows = gavel_run_rows(args.gavel_policies or list(TABLE_WORLD_POLICIES),
+            rows = gavel_run_rows(gavel_policies,
                                   args.gavel_jobs, args.gavel_rate, args.seed,
-                                  args.gavel_cpu_budget, args.solver_floor)
+                                  args.gavel_cpu_budget, args.solver_floor, args.policy_opt,
+                                  not args.no_compare)
         print_table(rows, title=f"continuous Gavel runs (multi-GPU, {args.gavel_rate} jobs/h, "
                                 f"jobs 0-{args.gavel_jobs - 1}): CPU seconds per policy",
                     as_json=args.json)
