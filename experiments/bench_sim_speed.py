@@ -114,7 +114,7 @@ factor ``T / (T + delta)`` moves with every job's age ``T``), so reusing a solut
 highspy called directly, with or without ``output_flag=False``, gives bitwise the same solutions
 and 17.4-17.5 vs 17.8 ms per solve (2%, noise). Options that change HiGHS's path change
 decisions: without feasibility jump 13.9 ms per solve, but 295 of the 2,124 chosen sets differ
-(212 exact ties, the rest within the 1e-4 gap); 22% faster would still leave the first 17,048
+(212 exact ties, the rest within the 1e-4 gap); were it 22% faster throughout, the first 17,048
 rounds' solves at ~440 s.
 """
 
