@@ -115,7 +115,7 @@ highspy called directly, with or without ``output_flag=False``, gives bitwise th
 and 17.4-17.5 vs 17.8 ms per solve (2%, noise). Options that change HiGHS's path change
 decisions: without feasibility jump 13.9 ms per solve, but 295 of the 2,124 chosen sets differ
 (212 exact ties, the rest within the 1e-4 gap); were it 22% faster throughout, the first 17,048
-rounds' solves at ~440 s.
+rounds' solves would still take ~440 s.
 """
 
 from __future__ import annotations
