@@ -94,6 +94,14 @@ HiGHS end one horizon LP in 329 6.6 % long, its objective (1/T, about 1e-6 per s
 HiGHS's tolerances. (These two runs used this part's first form, a script of its own with the
 same timing code.)
 
+Packed min total duration with HiGHS as its solver, the whole run (``--gavel-policies
+min_total_duration_packed --solver-floor --no-compare --policy-opt solver=HIGHS
+--gavel-cpu-budget 1200``, load 3-5): complete, 30,350 rounds (3,035 simulated hours, 7,914
+jobs arrived), **504.2 s CPU, of which HiGHS's solves 332.7 s** (9,910 programs, median 22.2
+ms). Each recompute needs both of its LPs for Gavel's allocation (the shortest horizon, then the
+allocation at the horizon Gavel's bisection settles on; Gavel itself solves one LP per bisection
+step), so the fastest open solver's time alone is over 5 min: this row cannot meet it either.
+
 Session 16 (issue 15, Sia at 7415335; HiGHS's own ``run`` timed by a wrapper around
 ``sia._solve_highs``; load 0-7)::
 
