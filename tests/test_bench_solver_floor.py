@@ -1,0 +1,43 @@
+"""experiments/bench_sim_speed.py's part 4 (the solver floor), run as a user runs it (nothing
+imports experiments): every program the policy solves is timed and solved again by the other
+open solver; a bad policy option is one line naming the flag."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = [sys.executable, str(ROOT / "experiments" / "bench_sim_speed.py"), "--skip-workload",
+         "--skip-scale", "--gavel-runs"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([*BENCH, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_budgeted_run_times_its_own_solves_and_the_fastest_solver_of_each_program() -> None:
+    done = _run("--gavel-policies", "min_total_duration_packed", "max_min_fairness",
+                "--solver-floor", "--gavel-jobs", "20", "--gavel-cpu-budget", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    # Only the policies whose module hands programs to solve_program are run in part 4.
+    assert [row["policy"] for row in rows] == ["min_total_duration_packed"]
+    row = rows[0]
+    assert row["programs"] > 0 and row["rounds"] > 0
+    # Two LPs per recompute, at most one recompute per round.
+    assert row["programs"] <= 2 * row["rounds"]
+    assert 0 < row["fastest_solver_s"] <= row["own_solver_s"] <= row["cpu_s"] + 0.1
+    assert row["floor_over_5_min"] is False
+
+
+def test_a_bad_policy_option_is_one_line_naming_the_flag_before_any_run() -> None:
+    done = _run("--gavel-policies", "min_total_duration_packed", "--policy-opt", "bogus=1")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "--policy-opt" in last and "'bogus'" in last and "solver" in last
