@@ -126,6 +126,11 @@ def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster:
 #: A unit the mechanism schedules: one job, or two jobs sharing their GPUs (submission order).
 Combo = tuple[str, ...]
 
+#: :meth:`TimeSharingPolicy._greedy` scans the ranking in windows of this many combinations
+#: (growing to the second number while none is taken).
+_GREEDY_CHUNK = 32
+_GREEDY_CHUNK_MAX = 2048
+
 #: Pair fractions below this are dropped from the allocation in force (an interior-point LP
 #: leaves ~1e-9 on most pairs; such a pair would rank last and never run).
 MIN_PAIR_FRACTION = 1e-6
@@ -337,6 +342,7 @@ class TimeSharingPolicy:
         # _pair_usable they were read in, the pairs, their rows in _store and usable types.
         self._pairs_version = 0
         self._pair_rows_cache: tuple[int, list[Combo], np.ndarray, np.ndarray] | None = None
+        # (version, pairs, their (4, P) index (:meth:`_pair_index`), usable types (P, T)).
         # _pairs' table rates per class pair on these types ((T, 2) each).
         self._table_pair_rows: dict[tuple[JobKey, JobKey], np.ndarray] = {}
         self._worker_time = np.zeros(len(types))
@@ -435,7 +441,7 @@ class TimeSharingPolicy:
         order = list(range(len(types)))
         if not self.heterogeneity_aware:
             self._shuffler.shuffle(order)
-        combos, rates_ok, rows, combo_sizes = self._candidates(jobs, measured)
+        combos, rates_ok, combo_index = self._candidates(jobs, measured)
         profiling = self._profiling(jobs, measured, capacities)
         left = capacities.copy()
         busy: set[str] = set()
@@ -447,8 +453,7 @@ class TimeSharingPolicy:
             scheduled[combos.index(combo)] = t
             left[t] -= sizes[combo[0]]
             busy.update(combo)
-        scheduled.update(self._greedy(jobs, combos, rates_ok, left, order, busy, rows,
-                                      combo_sizes))
+        scheduled.update(self._greedy(jobs, combos, rates_ok, left, order, busy, combo_index))
         self._profiling_now = set(profiling)
         return self._place(jobs, combos, scheduled, cluster, node_types)
 
@@ -753,12 +758,16 @@ class TimeSharingPolicy:
         pair_rows = x[len(names):]
         kept = np.flatnonzero(pair_rows.max(axis=1, initial=0.0) >= MIN_PAIR_FRACTION)
         usable = inputs.pair_throughputs[kept].min(axis=1) > 0  # (kept, T)
-        for i, (p, (a, b)) in enumerate(zip(kept.tolist(), inputs.pairs[kept].tolist(),
-                                            strict=True)):
-            combo = (names[a], names[b])
-            fractions[combo] = pair_rows[p]
-            self._pair_usable[combo] = usable[i]
-            if combo not in self._store:
+        # The pairs kept, in order, named (an object array keeps the names' own str).
+        by_index = np.array(names, dtype=object)
+        pair_combos: list[Combo] = list(zip(by_index[inputs.pairs[kept, 0]].tolist(),
+                                            by_index[inputs.pairs[kept, 1]].tolist(),
+                                            strict=True))
+        fractions.update(zip(pair_combos, pair_rows[kept], strict=True))
+        self._pair_usable = dict(zip(pair_combos, usable, strict=True))
+        index = self._store.index
+        for combo in pair_combos:
+            if combo not in index:
                 self._store.add(combo, half_round)
         self._fractions = fractions
         self._store.set_allocation(list(fractions), np.concatenate([x[:len(names)],
@@ -766,53 +775,58 @@ class TimeSharingPolicy:
         self._pairs_version += 1
 
     def _candidates(self, jobs: Sequence[JobView], measured: np.ndarray
-                    ) -> tuple[list[Combo], np.ndarray, np.ndarray, np.ndarray]:
+                    ) -> tuple[list[Combo], np.ndarray, np.ndarray]:
         """The combinations the next round may run: every job alone, then the pairs in the
-        allocation in force; where each can run, ``(C, T)`` bool; their rows in the
-        combination store ``(C,)``; and their scale factors ``(C,)`` (GPUs)."""
+        allocation in force; where each can run, ``(C, T)`` bool; and per combination
+        ``(4, C)`` ints: its row in the combination store, its scale factor (GPUs), and the
+        store rows of its members alone (the second -1 for a job alone)."""
         combos: list[Combo] = [(job.name,) for job in jobs]
         num_types = len(self._types)
         singles = np.reshape(measured > 0, (len(jobs), num_types))
         single_rows = self._store.rows(combos)
-        single_sizes = np.array([job.requested_replicas for job in jobs], dtype=np.int64)
+        single_index = np.stack([single_rows,
+                                 np.array([job.requested_replicas for job in jobs],
+                                          dtype=np.int64).reshape(len(jobs)),
+                                 single_rows, np.full(len(jobs), -1, dtype=np.int64)])
         if self.estimator is None:
             # The pairs' part stands while the allocation in force does (no learned fits).
             cache = self._pair_rows_cache
             if cache is None or cache[0] != self._pairs_version:
                 pairs = list(self._pair_usable)
                 usable = np.array(list(self._pair_usable.values()), dtype=bool)
-                size_of = {job.name: job.requested_replicas for job in jobs}
                 cache = self._pair_rows_cache = (
-                    self._pairs_version, pairs,
-                    np.stack([self._store.rows(pairs),
-                              np.array([size_of[c[0]] for c in pairs], dtype=np.int64)]),
+                    self._pairs_version, pairs, self._pair_index(jobs, pairs),
                     usable.reshape(len(pairs), num_types))
             combos.extend(cache[1])
             return (combos, np.concatenate([singles, cache[3]]),
-                    np.concatenate([single_rows, cache[2][0]]),
-                    np.concatenate([single_sizes, cache[2][1]]))
+                    np.concatenate([single_index, cache[2]], axis=1))
         ok: list[np.ndarray] = []  # the pairs' rows; the jobs' are measured > 0
-        keys = ({job.name: (job.application, job.requested_replicas) for job in jobs}
-                if self.estimator is not None else {})
-        if keys:
-            self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
+        keys = {job.name: (job.application, job.requested_replicas) for job in jobs}
+        self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
         masks = self._pair_fit_masks
         for combo, usable in self._pair_usable.items():
             combos.append(combo)
-            if keys and all(n in keys for n in combo):
+            if all(n in keys for n in combo):
                 # A pair that failed to launch since the allocation was computed is not
                 # tried again on that type while the allocation stays in force.
                 a, b = keys[combo[0]], keys[combo[1]]
                 mask = masks.get((a, b))
                 usable = usable & (self._pair_fit_mask(a, b) if mask is None else mask)
             ok.append(usable)
-        size_of = {job.name: job.requested_replicas for job in jobs}
-        pairs = combos[len(jobs):]
         return (combos, np.concatenate([singles,
                                         np.array(ok, dtype=bool).reshape(len(ok), num_types)]),
-                np.concatenate([single_rows, self._store.rows(pairs)]),
-                np.concatenate([single_sizes,
-                                np.array([size_of[c[0]] for c in pairs], dtype=np.int64)]))
+                np.concatenate([single_index, self._pair_index(jobs, combos[len(jobs):])],
+                               axis=1))
+
+    def _pair_index(self, jobs: Sequence[JobView], pairs: Sequence[Combo]) -> np.ndarray:
+        """:meth:`_candidates`' ``(4, P)`` ints for ``pairs`` (of ``jobs``): store rows, scale
+        factors (the first member's), and the store rows of the first and second member."""
+        size_of = {job.name: job.requested_replicas for job in jobs}
+        store = self._store
+        return np.stack([store.rows(pairs),
+                         np.array([size_of[c[0]] for c in pairs], dtype=np.int64),
+                         store.rows([(c[0],) for c in pairs]),
+                         store.rows([(c[1],) for c in pairs])]).reshape(4, len(pairs))
 
     def _profiling(self, jobs: Sequence[JobView], measured: np.ndarray, capacities: np.ndarray
                    ) -> dict[Combo, int]:
@@ -873,16 +887,14 @@ class TimeSharingPolicy:
         return None
 
     def _greedy(self, jobs: Sequence[JobView], combos: list[Combo], rates_ok: np.ndarray,
-                capacities: np.ndarray, order: list[int], busy: set[str] | None = None,
-                rows: np.ndarray | None = None, combo_sizes: np.ndarray | None = None
-                ) -> dict[int, int]:
+                capacities: np.ndarray, order: list[int], busy: set[str],
+                combo_index: np.ndarray) -> dict[int, int]:
         """Combination index -> type index for the next round, given the GPUs left per type
-        ``capacities`` and the jobs already ``busy`` this round; ``rows`` and ``combo_sizes``
-        ``(C,)``: the candidates' rows in the combination store and GPUs (:meth:`_candidates`;
-        looked up when not given)."""
+        ``capacities`` and the jobs already ``busy`` this round; ``combo_index`` ``(4, C)``:
+        the candidates' store rows, GPUs and members' rows (:meth:`_candidates`)."""
         combos = combos[:len(rates_ok)]  # profiling pairs appended after the candidates
         store = self._store
-        rows = store.rows(combos) if rows is None else rows[:len(combos)]
+        rows, size_of, first, second = combo_index[:, :len(combos)]
         fractions = store.fraction[rows]
         allocated = store.allocated[rows]
         job_time = store.time[rows]
@@ -892,33 +904,45 @@ class TimeSharingPolicy:
         priority = np.where(share > 0, fractions / np.where(share > 0, share, 1.0),
                             fractions * 1e9)
         priority[(fractions == 0) | ~rates_ok | ~allocated[:, None]] = 0.0
-        if combo_sizes is None:
-            index = {job.name: j for j, job in enumerate(jobs)}
-            size_of = np.array([jobs[index[c[0]]].requested_replicas for c in combos],
-                               dtype=np.int64)
-        else:
-            size_of = combo_sizes[:len(combos)]
+        # Which jobs are busy, by the store row of the job alone; the last entry stands for a
+        # job alone's absent second member and is never busy.
+        busy_rows = np.zeros(len(store.allocated) + 1, dtype=bool)
+        for name in busy:
+            busy_rows[store.index[(name,)]] = True
+        second = np.where(second < 0, len(busy_rows) - 1, second)
         sizes = size_of.tolist()
-        busy = set() if busy is None else set(busy)
         scheduled: dict[int, int] = {}
-        skip = self._skip
+        skips = type(self)._skip is not TimeSharingPolicy._skip
         for t in order:
             left = int(capacities[t])
             # Decreasing (priority, deficit, allocation); a stable sort keeps ties in order.
             ranked = np.lexsort((-fractions[:, t], -deficit[:, t], -priority[:, t]))
             # Only those that run on t and fit in its GPUs left could be taken (same order).
             ranked = ranked[rates_ok[ranked, t] & (size_of[ranked] <= left)]
-            on_t = priority[:, t].tolist()
-            for c in ranked.tolist():
-                if left == 0:
-                    break
-                combo = combos[c]
-                if sizes[c] > left or not busy.isdisjoint(combo) or skip(on_t[c]):
+            if skips:  # a combination the policy leaves out is never taken
+                ranked = ranked[~np.fromiter(map(self._skip, priority[ranked, t].tolist()),
+                                             dtype=bool, count=len(ranked))]
+            # Take the first combination, in rank order, that fits in the GPUs left and has no
+            # busy member (as one pass over the ranking would), scanning it in chunks: a round
+            # takes tens of combinations among ~10^4 candidates of a packed run.
+            at, chunk = 0, _GREEDY_CHUNK
+            while left > 0 and at < len(ranked):
+                window = ranked[at:at + chunk]
+                ok = ((size_of[window] <= left) & ~busy_rows[first[window]]
+                      & ~busy_rows[second[window]])
+                hit = int(ok.argmax())
+                if not ok[hit]:
+                    at += len(window)
+                    chunk = min(4 * chunk, _GREEDY_CHUNK_MAX)
                     continue
+                c = int(window[hit])
+                at += hit + 1
+                chunk = _GREEDY_CHUNK
                 # A job without an allocation yet still takes its GPUs here and is then left
                 # unplaced (Gavel's _schedule_jobs_on_workers does the same).
                 left -= sizes[c]
-                busy.update(combo)
+                busy_rows[first[c]] = True
+                busy_rows[second[c]] = second[c] != len(busy_rows) - 1
                 scheduled[c] = t
         return scheduled
 
