@@ -915,10 +915,12 @@ class TimeSharingPolicy:
         skips = type(self)._skip is not TimeSharingPolicy._skip
         for t in order:
             left = int(capacities[t])
-            # Decreasing (priority, deficit, allocation); a stable sort keeps ties in order.
-            ranked = np.lexsort((-fractions[:, t], -deficit[:, t], -priority[:, t]))
-            # Only those that run on t and fit in its GPUs left could be taken (same order).
-            ranked = ranked[rates_ok[ranked, t] & (size_of[ranked] <= left)]
+            # Only those that run on t and fit in its GPUs left could be taken; ranked in
+            # decreasing (priority, deficit, allocation), a stable sort keeping ties in index
+            # order (sorting only these gives the same order as filtering the whole ranking).
+            could = np.flatnonzero(rates_ok[:, t] & (size_of <= left))
+            ranked = could[np.lexsort((-fractions[could, t], -deficit[could, t],
+                                       -priority[could, t]))]
             if skips:  # a combination the policy leaves out is never taken
                 ranked = ranked[~np.fromiter(map(self._skip, priority[ranked, t].tolist()),
                                              dtype=bool, count=len(ranked))]
