@@ -124,6 +124,45 @@ and 17.4-17.5 vs 17.8 ms per solve (2%, noise). Options that change HiGHS's path
 decisions: without feasibility jump 13.9 ms per solve, but 295 of the 2,124 chosen sets differ
 (212 exact ties, the rest within the 1e-4 gap); were it 22% faster throughout, the first 17,048
 rounds' solves would still take ~440 s.
+
+Session 16, packed min total duration's round mechanism (``time_sharing.py``). A cProfile of
+its rounds 270-310 h (230-280 jobs active, ~16,000 job pairs in force) at 658e27d: besides
+CLARABEL, the greedy assignment (each round three ``np.array`` reads of a dict of arrays per
+combination, then a Python pass over each type's ranking), the time reset (a Python loop over
+every combination admitted), the scan for a departed job's combinations and the loop naming
+the allocation's pairs. Now the per-combination state is rows of arrays
+(``time_sharing.ComboStore``: the reset and the priorities vectorised, a departed job's
+combinations found through its members, the pairs in force read once per allocation), the
+greedy scans its ranking in numpy windows for the first combination that fits with no busy
+member, and the table's pair rates are read once per class pair. The first 330 h (3,300
+rounds) of the same run, base and this code at once (load ~3; CPU s, ms per round incl.
+the solves)::
+
+    code        CPU s   0-100 h   200-250 h   250-300 h   300-330 h
+    658e27d     168.1     4.4       26.0       102.7       241.8
+    f35dd13     121.7     4.0       19.2        66.2       178.2
+
+Every JCT of the 607 jobs finished, the rounds and the active jobs every 50 rounds identical
+(each step of f35dd13's three commits checked alike). Part 4 at 803dd7d (the greedy's last
+step not in; ``--gavel-policies min_total_duration_packed --solver-floor
+--gavel-cpu-budget 600 --json``, load 2-4)::
+
+    rounds  sim h  finished/arrived  programs  CLARABEL s  HiGHS s  rest s  ms/round (late)
+     5,494  549.4   1,248 / 1,444     1,784     525.5       63.2     74.9   109.3 (141.3)
+
+against 4,450 rounds, 445 h, 406.7 s CLARABEL and 193.3 s rest at 7415335: the rest of the
+run fell from 193 s over 445 h to 75 s over 549 h. CLARABEL alone (525.5 s for the first
+quarter of the run's hours) keeps the whole run far above 5 minutes.
+
+HiGHS on rescaled horizon programs (120 fastest-finish programs, every 4th of the first
+300 h, 7-234 jobs; a script of its own, not this file): HiGHS on the program as stated
+ends up to 6.6 % long (593,804 vs 632,982 s) and changes Gavel's bisection horizon
+(``min_total_duration.gavel_horizon``) on one; with the remaining steps in units of the longest
+job's standalone seconds (so ``s`` <= 1, the same program) HiGHS and CLARABEL on it agree
+within 3.0e-9 relative on all 120, and with CLARABEL on the program as stated within 4.2e-6
+(the 4 over 1e-6 are CLARABEL's own imprecision on the unscaled program, on 7-17 jobs), the
+bisection horizon identical on all 120; 2.6 s of HiGHS against 7.2 s of CLARABEL. Not wired
+in: the default solver stays CLARABEL for both programs.
 """
 
 from __future__ import annotations

@@ -126,9 +126,103 @@ def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster:
 #: A unit the mechanism schedules: one job, or two jobs sharing their GPUs (submission order).
 Combo = tuple[str, ...]
 
+#: :meth:`TimeSharingPolicy._greedy` scans the ranking in windows of this many combinations
+#: (growing to the second number while none is taken).
+_GREEDY_CHUNK = 32
+_GREEDY_CHUNK_MAX = 2048
+
 #: Pair fractions below this are dropped from the allocation in force (an interior-point LP
 #: leaves ~1e-9 on most pairs; such a pair would rank last and never run).
 MIN_PAIR_FRACTION = 1e-6
+
+
+class ComboStore:
+    """The mechanism's state per combination (a job alone, or a pair), as rows of arrays so a
+    round reads it for thousands of combinations at once (a packed run carries ~10^4 pairs in
+    force; per-combination dicts of arrays cost O(pairs) Python work every round).
+
+    Attributes:
+        index: combination -> its row (rows of removed combinations are reused).
+        time: ``(rows, T)`` seconds the combination ran on each type since the last reset
+            (from half a round of credit).
+        deficit: ``(rows, T)`` seconds owed minus received over earlier resets.
+        fraction: ``(rows, T)`` the allocation in force (0 where it has none).
+        allocated: ``(rows,)`` whether the combination is in the allocation in force.
+    """
+
+    def __init__(self, num_types: int) -> None:
+        self.num_types = num_types
+        self.index: dict[Combo, int] = {}
+        self._members: dict[str, set[Combo]] = {}  # job name -> its combinations here
+        self._free: list[int] = []
+        self.time = np.zeros((0, num_types))
+        self.deficit = np.zeros((0, num_types))
+        self.fraction = np.zeros((0, num_types))
+        self.allocated = np.zeros(0, dtype=bool)
+
+    def __contains__(self, combo: object) -> bool:
+        return combo in self.index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def add(self, combo: Combo, half_round: float) -> int:
+        """Admit ``combo`` with ``half_round`` seconds of credit on each type, no deficit and
+        no allocation; its row."""
+        if not self._free:
+            size = len(self.allocated)
+            grown = max(2 * size, 64)
+            self.time = np.concatenate([self.time, np.zeros((grown - size, self.num_types))])
+            self.deficit = np.concatenate([self.deficit,
+                                           np.zeros((grown - size, self.num_types))])
+            self.fraction = np.concatenate([self.fraction,
+                                            np.zeros((grown - size, self.num_types))])
+            self.allocated = np.concatenate([self.allocated, np.zeros(grown - size, bool)])
+            self._free = list(range(grown - 1, size - 1, -1))  # lowest rows first
+        row = self._free.pop()
+        self.time[row] = half_round
+        self.deficit[row] = 0.0
+        self.fraction[row] = 0.0
+        self.allocated[row] = False
+        self.index[combo] = row
+        for name in combo:
+            self._members.setdefault(name, set()).add(combo)
+        return row
+
+    def remove_jobs(self, names: set[str]) -> list[Combo]:
+        """Drop every combination with a member in ``names``; the combinations dropped."""
+        gone: set[Combo] = set()
+        for name in names:
+            gone |= self._members.pop(name, set())
+        for combo in gone:
+            self._free.append(self.index.pop(combo))
+            for name in combo:
+                members = self._members.get(name)
+                if members is not None:
+                    members.discard(combo)
+        return list(gone)
+
+    def names(self) -> set[str]:
+        """The jobs with a combination here."""
+        return set(self._members)
+
+    def rows(self, combos: Sequence[Combo]) -> np.ndarray:
+        """The rows of ``combos`` ``(C,)``."""
+        index = self.index
+        return np.fromiter((index[c] for c in combos), dtype=np.int64, count=len(combos))
+
+    def live_rows(self) -> np.ndarray:
+        """Every admitted combination's row, ``(len(self),)``."""
+        return np.fromiter(self.index.values(), dtype=np.int64, count=len(self.index))
+
+    def set_allocation(self, combos: Sequence[Combo], fractions: np.ndarray) -> None:
+        """Make ``fractions`` ``(len(combos), T)`` of ``combos`` (each admitted) the allocation
+        in force: every other combination's fraction is 0."""
+        self.fraction[:] = 0.0
+        self.allocated[:] = False
+        rows = self.rows(combos)
+        self.fraction[rows] = fractions
+        self.allocated[rows] = True
 
 
 @dataclass(frozen=True)
@@ -242,8 +336,15 @@ class TimeSharingPolicy:
         self._may_run_state: tuple[object, ...] = ()
         self._measured_rows: dict[JobKey, np.ndarray] = {}  # by job class, for these types
         self._fractions: dict[Combo, np.ndarray] = {}
-        self._job_time: dict[Combo, np.ndarray] = {}
-        self._deficit: dict[Combo, np.ndarray] = {}
+        # Time received and deficit per combination admitted, and the allocation's mirror.
+        self._store = ComboStore(len(types))
+        # The pairs in force as _candidates reads them (table source): the version of
+        # _pair_usable they were read in, the pairs, their rows in _store and usable types.
+        self._pairs_version = 0
+        self._pair_rows_cache: tuple[int, list[Combo], np.ndarray, np.ndarray] | None = None
+        # (version, pairs, their (4, P) index (:meth:`_pair_index`), usable types (P, T)).
+        # _pairs' table rates per class pair on these types ((T, 2) each).
+        self._table_pair_rows: dict[tuple[JobKey, JobKey], np.ndarray] = {}
         self._worker_time = np.zeros(len(types))
         self._last_reset = 0.0
         self._need_update = False
@@ -340,7 +441,7 @@ class TimeSharingPolicy:
         order = list(range(len(types)))
         if not self.heterogeneity_aware:
             self._shuffler.shuffle(order)
-        combos, rates_ok = self._candidates(jobs, measured)
+        combos, rates_ok, combo_index = self._candidates(jobs, measured)
         profiling = self._profiling(jobs, measured, capacities)
         left = capacities.copy()
         busy: set[str] = set()
@@ -352,7 +453,7 @@ class TimeSharingPolicy:
             scheduled[combos.index(combo)] = t
             left[t] -= sizes[combo[0]]
             busy.update(combo)
-        scheduled.update(self._greedy(jobs, combos, rates_ok, left, order, busy))
+        scheduled.update(self._greedy(jobs, combos, rates_ok, left, order, busy, combo_index))
         self._profiling_now = set(profiling)
         return self._place(jobs, combos, scheduled, cluster, node_types)
 
@@ -363,13 +464,17 @@ class TimeSharingPolicy:
         """Credit last round's run time (from the jobs' reports) to the combination each job ran
         in (a pair: the longer of its two jobs' times, as Gavel counts it); admit and drop
         jobs."""
+        store = self._store
         names = {job.name for job in jobs}
-        gone = [combo for combo in self._job_time if not names.issuperset(combo)]
+        # The combinations with a member gone (found through the members, not by scanning
+        # every combination admitted).
+        gone = store.remove_jobs(store.names() - names)
         for combo in gone:
-            del self._job_time[combo], self._deficit[combo]
             self._fractions.pop(combo, None)
             self._pair_usable.pop(combo, None)
             self._need_update = True
+        if gone:
+            self._pairs_version += 1
         elapsed = 0.0 if self._last_now is None else max(now - self._last_now, 0.0)
         ran: dict[str, tuple[float, int]] = {}
         # Each job's GPUs held, and the type of its first node, for all jobs at once.
@@ -377,9 +482,8 @@ class TimeSharingPolicy:
         gpus_held = held.sum(axis=1).tolist()
         first_type = self._node_type_index[np.argmax(held > 0, axis=1)].tolist()
         for j, job in enumerate(jobs):
-            if (job.name,) not in self._job_time:
-                self._job_time[(job.name,)] = np.full(len(self._types), half_round)
-                self._deficit[(job.name,)] = np.zeros(len(self._types))
+            if (job.name,) not in store:
+                store.add((job.name,), half_round)
                 self._need_update = True
                 continue
             before = self._attained.get(job.name)
@@ -397,15 +501,15 @@ class TimeSharingPolicy:
                 credited.update(combo)  # the pair ended with its finished job (Gavel drops it)
                 continue
             if all(n in ran and np.array_equal(by_name[n].allocation, counts)
-                   for n in combo) and combo in self._job_time:
+                   for n in combo) and combo in store:
                 seconds = max(ran[n][0] for n in combo)
                 where = ran[combo[0]][1]
-                self._job_time[combo][where] += seconds
+                store.time[store.index[combo], where] += seconds
                 self._worker_time[where] += seconds
                 credited.update(combo)
         for name, (seconds, where) in ran.items():
             if name not in credited:
-                self._job_time[(name,)][where] += seconds
+                store.time[store.index[(name,)], where] += seconds
                 self._worker_time[where] += seconds
         self._attained = {job.name: job.attained_service for job in jobs}
         job_types = {job.name: job.application for job in jobs}
@@ -431,11 +535,17 @@ class TimeSharingPolicy:
         """Gavel's ``_reset_time_run_so_far``: owed minus received time joins the deficit."""
         since = now - self._last_reset
         self._worker_time[:] = 0.0
-        for combo, received in self._job_time.items():
-            owed = self._fractions.get(combo, np.zeros(len(self._types))) * since
-            self._deficit[combo] += owed - (received - half_round)
-            received[:] = half_round
-            self._worker_time += half_round
+        store = self._store
+        rows = store.live_rows()
+        # Elementwise the same arithmetic as one combination at a time (a combination outside
+        # the allocation is owed 0 * since).
+        owed = store.fraction[rows] * since
+        store.deficit[rows] += owed - (store.time[rows] - half_round)
+        store.time[rows] = half_round
+        worker = 0.0
+        for _ in range(len(rows)):  # the same sum as adding half a round per combination
+            worker += half_round
+        self._worker_time += worker
         self._last_reset = now
 
     def _inputs(self, jobs: Sequence[JobView], measured: np.ndarray,
@@ -467,21 +577,17 @@ class TimeSharingPolicy:
             for b, key_b in enumerate(classes):
                 if key_a[1] != key_b[1]:
                     continue
+                if self.estimator is None:
+                    # The table's rates stand for the policy's types: read once per class pair.
+                    row = self._table_pair_rows.get((key_a, key_b))
+                    if row is None:
+                        row = self._table_pair_rows[(key_a, key_b)] = self._table_pair_row(
+                            key_a, key_b)
+                    rates[a, b] = row
+                    continue
                 for t, gpu in enumerate(self._types):
-                    if self.estimator is not None:  # the recompute's prediction, where it may fit
-                        rates[a, b, t] = self._pair_draw.get((key_a, key_b, gpu), (0.0, 0.0))
-                        continue
-                    if not (self.table.steps_per_second(*key_a, gpu)
-                            and self.table.steps_per_second(*key_b, gpu)):
-                        continue
-                    pair = self._pair_steps_per_second(gpu, key_a, key_b)
-                    if pair is None:
-                        if (key_a, key_b, gpu) not in self.missing_pairs:
-                            self.missing_pairs.add((key_a, key_b, gpu))
-                            LOG.warning("policy %s: the throughput table has no pair %s x %s on "
-                                        "%s: not packing it", self.name, key_a, key_b, gpu)
-                        continue
-                    rates[a, b, t] = pair
+                    # The recompute's prediction, where it may fit.
+                    rates[a, b, t] = self._pair_draw.get((key_a, key_b, gpu), (0.0, 0.0))
         # Only jobs of a class with some partner class to pair with can be in a pair (at 1,900
         # jobs the pairs of every two jobs number 1.8 million): the same pairs, in order.
         pairs_somewhere = (rates.min(axis=3) > 0).any(axis=2)  # (C, C)
@@ -493,6 +599,25 @@ class TimeSharingPolicy:
         keep = usable.any(axis=1)
         pair_rates = np.where(usable[:, None, :], pair_rates, 0.0)[keep]
         return np.stack([first[keep], second[keep]], axis=1), pair_rates
+
+    def _table_pair_row(self, key_a: JobKey, key_b: JobKey) -> np.ndarray:
+        """The table's steps/s of ``key_a`` and ``key_b`` sharing GPUs on each of the policy's
+        types ``(T, 2)`` (0 where either cannot run there alone or the pair is not measured; a
+        pair the table lacks is logged once)."""
+        row = np.zeros((len(self._types), 2))
+        for t, gpu in enumerate(self._types):
+            if not (self.table.steps_per_second(*key_a, gpu)
+                    and self.table.steps_per_second(*key_b, gpu)):
+                continue
+            pair = self._pair_steps_per_second(gpu, key_a, key_b)
+            if pair is None:
+                if (key_a, key_b, gpu) not in self.missing_pairs:
+                    self.missing_pairs.add((key_a, key_b, gpu))
+                    LOG.warning("policy %s: the throughput table has no pair %s x %s on "
+                                "%s: not packing it", self.name, key_a, key_b, gpu)
+                continue
+            row[t] = pair
+        return row
 
     def _pair_steps_per_second(self, gpu: str, a: JobKey, b: JobKey
                                ) -> tuple[float, float] | None:
@@ -607,6 +732,8 @@ class TimeSharingPolicy:
         runnable = [int(j) for j in np.flatnonzero(measured.max(axis=1) > 0)]
         if not runnable:
             self._fractions, self._pair_usable = {}, {}
+            self._store.set_allocation([], np.zeros((0, len(self._types))))
+            self._pairs_version += 1
             return
         chosen = [jobs[j] for j in runnable]
         rates = (measured[runnable] if self.estimator is None
@@ -631,39 +758,75 @@ class TimeSharingPolicy:
         pair_rows = x[len(names):]
         kept = np.flatnonzero(pair_rows.max(axis=1, initial=0.0) >= MIN_PAIR_FRACTION)
         usable = inputs.pair_throughputs[kept].min(axis=1) > 0  # (kept, T)
-        for i, (p, (a, b)) in enumerate(zip(kept.tolist(), inputs.pairs[kept].tolist(),
-                                            strict=True)):
-            combo = (names[a], names[b])
-            fractions[combo] = pair_rows[p]
-            self._pair_usable[combo] = usable[i]
-            if combo not in self._job_time:
-                self._job_time[combo] = np.full(len(self._types), half_round)
-                self._deficit[combo] = np.zeros(len(self._types))
+        # The pairs kept, in order, named (an object array keeps the names' own str).
+        by_index = np.array(names, dtype=object)
+        pair_combos: list[Combo] = list(zip(by_index[inputs.pairs[kept, 0]].tolist(),
+                                            by_index[inputs.pairs[kept, 1]].tolist(),
+                                            strict=True))
+        fractions.update(zip(pair_combos, pair_rows[kept], strict=True))
+        self._pair_usable = dict(zip(pair_combos, usable, strict=True))
+        index = self._store.index
+        for combo in pair_combos:
+            if combo not in index:
+                self._store.add(combo, half_round)
         self._fractions = fractions
+        self._store.set_allocation(list(fractions), np.concatenate([x[:len(names)],
+                                                                   pair_rows[kept]]))
+        self._pairs_version += 1
 
     def _candidates(self, jobs: Sequence[JobView], measured: np.ndarray
-                    ) -> tuple[list[Combo], np.ndarray]:
+                    ) -> tuple[list[Combo], np.ndarray, np.ndarray]:
         """The combinations the next round may run: every job alone, then the pairs in the
-        allocation in force; and where each can run, ``(C, T)`` bool."""
+        allocation in force; where each can run, ``(C, T)`` bool; and per combination
+        ``(4, C)`` ints: its row in the combination store, its scale factor (GPUs), and the
+        store rows of its members alone (the second -1 for a job alone)."""
         combos: list[Combo] = [(job.name,) for job in jobs]
+        num_types = len(self._types)
+        singles = np.reshape(measured > 0, (len(jobs), num_types))
+        single_rows = self._store.rows(combos)
+        single_index = np.stack([single_rows,
+                                 np.array([job.requested_replicas for job in jobs],
+                                          dtype=np.int64).reshape(len(jobs)),
+                                 single_rows, np.full(len(jobs), -1, dtype=np.int64)])
+        if self.estimator is None:
+            # The pairs' part stands while the allocation in force does (no learned fits).
+            cache = self._pair_rows_cache
+            if cache is None or cache[0] != self._pairs_version:
+                pairs = list(self._pair_usable)
+                usable = np.array(list(self._pair_usable.values()), dtype=bool)
+                cache = self._pair_rows_cache = (
+                    self._pairs_version, pairs, self._pair_index(jobs, pairs),
+                    usable.reshape(len(pairs), num_types))
+            combos.extend(cache[1])
+            return (combos, np.concatenate([singles, cache[3]]),
+                    np.concatenate([single_index, cache[2]], axis=1))
         ok: list[np.ndarray] = []  # the pairs' rows; the jobs' are measured > 0
-        keys = ({job.name: (job.application, job.requested_replicas) for job in jobs}
-                if self.estimator is not None else {})
-        if keys:
-            self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
+        keys = {job.name: (job.application, job.requested_replicas) for job in jobs}
+        self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
         masks = self._pair_fit_masks
         for combo, usable in self._pair_usable.items():
             combos.append(combo)
-            if keys and all(n in keys for n in combo):
+            if all(n in keys for n in combo):
                 # A pair that failed to launch since the allocation was computed is not
                 # tried again on that type while the allocation stays in force.
                 a, b = keys[combo[0]], keys[combo[1]]
                 mask = masks.get((a, b))
                 usable = usable & (self._pair_fit_mask(a, b) if mask is None else mask)
             ok.append(usable)
-        num_types = len(self._types)
-        return combos, np.concatenate([np.reshape(measured > 0, (len(jobs), num_types)),
-                                       np.array(ok, dtype=bool).reshape(len(ok), num_types)])
+        return (combos, np.concatenate([singles,
+                                        np.array(ok, dtype=bool).reshape(len(ok), num_types)]),
+                np.concatenate([single_index, self._pair_index(jobs, combos[len(jobs):])],
+                               axis=1))
+
+    def _pair_index(self, jobs: Sequence[JobView], pairs: Sequence[Combo]) -> np.ndarray:
+        """:meth:`_candidates`' ``(4, P)`` ints for ``pairs`` (of ``jobs``): store rows, scale
+        factors (the first member's), and the store rows of the first and second member."""
+        size_of = {job.name: job.requested_replicas for job in jobs}
+        store = self._store
+        return np.stack([store.rows(pairs),
+                         np.array([size_of[c[0]] for c in pairs], dtype=np.int64),
+                         store.rows([(c[0],) for c in pairs]),
+                         store.rows([(c[1],) for c in pairs])]).reshape(4, len(pairs))
 
     def _profiling(self, jobs: Sequence[JobView], measured: np.ndarray, capacities: np.ndarray
                    ) -> dict[Combo, int]:
@@ -724,45 +887,64 @@ class TimeSharingPolicy:
         return None
 
     def _greedy(self, jobs: Sequence[JobView], combos: list[Combo], rates_ok: np.ndarray,
-                capacities: np.ndarray, order: list[int], busy: set[str] | None = None
-                ) -> dict[int, int]:
+                capacities: np.ndarray, order: list[int], busy: set[str],
+                combo_index: np.ndarray) -> dict[int, int]:
         """Combination index -> type index for the next round, given the GPUs left per type
-        ``capacities`` and the jobs already ``busy`` this round."""
+        ``capacities`` and the jobs already ``busy`` this round; ``combo_index`` ``(4, C)``:
+        the candidates' store rows, GPUs and members' rows (:meth:`_candidates`)."""
         combos = combos[:len(rates_ok)]  # profiling pairs appended after the candidates
-        num_types = len(self._types)
-        zero = np.zeros(num_types)
-        fractions = np.array([self._fractions.get(c, zero) for c in combos]).reshape(-1, num_types)
-        allocated = np.array([c in self._fractions for c in combos], dtype=bool)
-        job_time = np.array([self._job_time[c] for c in combos]).reshape(-1, num_types)
-        deficit = np.array([self._deficit[c] for c in combos]).reshape(-1, num_types)
+        store = self._store
+        rows, size_of, first, second = combo_index[:, :len(combos)]
+        fractions = store.fraction[rows]
+        allocated = store.allocated[rows]
+        job_time = store.time[rows]
+        deficit = store.deficit[rows]
         share = np.divide(job_time, self._worker_time, out=np.zeros_like(job_time),
                           where=self._worker_time > 0)
         priority = np.where(share > 0, fractions / np.where(share > 0, share, 1.0),
                             fractions * 1e9)
         priority[(fractions == 0) | ~rates_ok | ~allocated[:, None]] = 0.0
-        index = {job.name: j for j, job in enumerate(jobs)}
-        sizes = [jobs[index[c[0]]].requested_replicas for c in combos]
-        busy = set() if busy is None else set(busy)
+        # Which jobs are busy, by the store row of the job alone; the last entry stands for a
+        # job alone's absent second member and is never busy.
+        busy_rows = np.zeros(len(store.allocated) + 1, dtype=bool)
+        for name in busy:
+            busy_rows[store.index[(name,)]] = True
+        second = np.where(second < 0, len(busy_rows) - 1, second)
+        sizes = size_of.tolist()
         scheduled: dict[int, int] = {}
-        size_of = np.array(sizes, dtype=np.int64)
-        skip = self._skip
+        skips = type(self)._skip is not TimeSharingPolicy._skip
         for t in order:
             left = int(capacities[t])
-            # Decreasing (priority, deficit, allocation); a stable sort keeps ties in order.
-            ranked = np.lexsort((-fractions[:, t], -deficit[:, t], -priority[:, t]))
-            # Only those that run on t and fit in its GPUs left could be taken (same order).
-            ranked = ranked[rates_ok[ranked, t] & (size_of[ranked] <= left)]
-            on_t = priority[:, t].tolist()
-            for c in ranked.tolist():
-                if left == 0:
-                    break
-                combo = combos[c]
-                if sizes[c] > left or not busy.isdisjoint(combo) or skip(on_t[c]):
+            # Only those that run on t and fit in its GPUs left could be taken; ranked in
+            # decreasing (priority, deficit, allocation), a stable sort keeping ties in index
+            # order (sorting only these gives the same order as filtering the whole ranking).
+            could = np.flatnonzero(rates_ok[:, t] & (size_of <= left))
+            ranked = could[np.lexsort((-fractions[could, t], -deficit[could, t],
+                                       -priority[could, t]))]
+            if skips:  # a combination the policy leaves out is never taken
+                ranked = ranked[~np.fromiter(map(self._skip, priority[ranked, t].tolist()),
+                                             dtype=bool, count=len(ranked))]
+            # Take the first combination, in rank order, that fits in the GPUs left and has no
+            # busy member (as one pass over the ranking would), scanning it in chunks: a round
+            # takes tens of combinations among ~10^4 candidates of a packed run.
+            at, chunk = 0, _GREEDY_CHUNK
+            while left > 0 and at < len(ranked):
+                window = ranked[at:at + chunk]
+                ok = ((size_of[window] <= left) & ~busy_rows[first[window]]
+                      & ~busy_rows[second[window]])
+                hit = int(ok.argmax())
+                if not ok[hit]:
+                    at += len(window)
+                    chunk = min(4 * chunk, _GREEDY_CHUNK_MAX)
                     continue
+                c = int(window[hit])
+                at += hit + 1
+                chunk = _GREEDY_CHUNK
                 # A job without an allocation yet still takes its GPUs here and is then left
                 # unplaced (Gavel's _schedule_jobs_on_workers does the same).
                 left -= sizes[c]
-                busy.update(combo)
+                busy_rows[first[c]] = True
+                busy_rows[second[c]] = second[c] != len(busy_rows) - 1
                 scheduled[c] = t
         return scheduled
 
