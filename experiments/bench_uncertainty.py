@@ -258,6 +258,19 @@ part); with the rule ours refits at new information, not at every recompute, and
 about as often as the table (4771 against 4766 at 2.0, seed 0). ``max_min_fairness_packed``,
 jobs 0-9: avg JCT 0.996 / 0.988 / 0.999, decision 6.52 / 4.48 / 4.64 x the table's (not met:
 6 hyperparameter fits, pair predictions and value-of-information solves in a 10-job warm-up).
+
+Session 16, ``max_min_fairness_packed`` past the warm-up (7415335; the active-jobs curve is
+level by job ~300 at 2.0 jobs/h): ``--window 1000 1050 --seeds 0 --settings gavel-2.0
+--policies max_min_fairness_packed --sources table bayes --cpu-time`` (load 3-6): avg JCT
+0.991, decision 3.77 x the table's (6.33 against 1.68 CPU ms a decision; 2.27 x in CPU per
+round with the simulator). Jobs 0-9 read 5.76 / 4.89 / 4.81 and jobs 0-29 5.91 / 5.01 / 4.68 on
+seeds 0 1 2 (load 4-7). Where ours' CPU goes (jobs 0-9, seed 0; 7.0 s against the table's
+1.19): refits 1.8 (6 hyperparameter fits 1.1), mean rates of ~500 class and pair cells per
+recompute 1.85, the value-of-information pass 1.6 (256-draw prediction 0.75, HiGHS 0.41), the
+packed LP 0.6, the mechanism and the estimation stage ~0.7. Exact memos of the mean prediction,
+cell lists and pair rows per (fit attempts, belief version, classes, pair-fit state) changed no
+decision and gained nothing (the mean was reused at 4 of 206 recomputes; 3.75 x on the window
+above): most recomputes follow a refit. Not met; not landed.
 """
 
 from __future__ import annotations
