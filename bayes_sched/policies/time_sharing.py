@@ -338,11 +338,11 @@ class TimeSharingPolicy:
         self._fractions: dict[Combo, np.ndarray] = {}
         # Time received and deficit per combination admitted, and the allocation's mirror.
         self._store = ComboStore(len(types))
-        # The pairs in force as _candidates reads them (table source): the version of
-        # _pair_usable they were read in, the pairs, their rows in _store and usable types.
+        # The pairs in force as _candidates reads them (table source): (the version of
+        # _pair_usable they were read in, the pairs, their (4, P) index (:meth:`_pair_index`),
+        # usable types (P, T)).
         self._pairs_version = 0
         self._pair_rows_cache: tuple[int, list[Combo], np.ndarray, np.ndarray] | None = None
-        # (version, pairs, their (4, P) index (:meth:`_pair_index`), usable types (P, T)).
         # _pairs' table rates per class pair on these types ((T, 2) each).
         self._table_pair_rows: dict[tuple[JobKey, JobKey], np.ndarray] = {}
         self._worker_time = np.zeros(len(types))
@@ -754,7 +754,6 @@ class TimeSharingPolicy:
         x = np.clip(np.nan_to_num(np.asarray(x, dtype=float)), 0.0, 1.0)
         names = [jobs[j].name for j in runnable]
         fractions: dict[Combo, np.ndarray] = {(name,): x[i] for i, name in enumerate(names)}
-        self._pair_usable = {}
         pair_rows = x[len(names):]
         kept = np.flatnonzero(pair_rows.max(axis=1, initial=0.0) >= MIN_PAIR_FRACTION)
         usable = inputs.pair_throughputs[kept].min(axis=1) > 0  # (kept, T)
