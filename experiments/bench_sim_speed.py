@@ -360,25 +360,29 @@ class _SolverClock:
 
 def gavel_run_rows(policies: list[str], num_jobs: int, rate: float, seed: int,
                    cpu_budget: float, solver_floor: bool = False, options: Sequence[str] = (),
-                   compare: bool = True) -> list[dict[str, object]]:
+                   compare: bool = True, arrivals_stop: bool = False
+                   ) -> list[dict[str, object]]:
     """Part 3: one continuous Gavel run per policy until jobs ``0 .. num_jobs - 1`` finish (or
     ``cpu_budget`` seconds of CPU pass); CPU seconds of the whole run, rounds, and whether it
     meets the issue's 5 minutes. With ``solver_floor`` (part 4), the policies of
     :data:`SOLVER_MODULES` only, with their solves timed (:class:`_SolverClock`). ``options``:
     ``KEY=VALUE`` policy options for every policy (``--policy-opt``); ``compare=False``: time
-    the policy's own solves only (``--no-compare``)."""
+    the policy's own solves only (``--no-compare``); ``arrivals_stop``: exactly ``num_jobs``
+    jobs arrive, then the cluster drains (Gavel's ``num_total_jobs``; ``--gavel-arrivals
+    stop``)."""
     return [gavel_run_row(name, num_jobs, rate, seed, cpu_budget,
                           _SolverClock(SOLVER_MODULES[name], compare) if solver_floor else None,
-                          options)
+                          options, arrivals_stop)
             for name in policies if not solver_floor or name in SOLVER_MODULES]
 
 
 def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: float,
-                  clock: _SolverClock | None = None, options: Sequence[str] = ()
-                  ) -> dict[str, object]:
+                  clock: _SolverClock | None = None, options: Sequence[str] = (),
+                  arrivals_stop: bool = False) -> dict[str, object]:
     """One policy's row of :func:`gavel_run_rows`; ``clock`` times its solves (part 4)."""
     from contextlib import nullcontext
     from dataclasses import replace
+    from itertools import islice
 
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
@@ -405,7 +409,8 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
     complete = True
     try:
         with clock if clock is not None else nullcontext():
-            run_table_simulation(generate_continuous_jobs(rate, seed, multi_gpu=True), policy,
+            jobs = generate_continuous_jobs(rate, seed, multi_gpu=True)
+            run_table_simulation(islice(jobs, num_jobs) if arrivals_stop else jobs, policy,
                                  spec, jobs_to_complete=names, on_round=check)
     except _OverBudget:
         complete = False
@@ -417,7 +422,9 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
     rounds = len(at_round)
     late = at_round[-(rounds // 4 + 1):]  # the last quarter's rounds
     return {"policy": name, "jobs": num_jobs, "finished": finished,
-            "arrived": len(cluster.jobs), "rounds": rounds,
+            "arrived": len(cluster.jobs),
+            "active": sum(1 for job in cluster.jobs.values() if job.completion_time is None),
+            "rounds": rounds,
             "sim_hours": round(cluster.state.now / 3600.0, 1), "cpu_s": round(cpu, 1),
             "ms_per_round": round(1000 * cpu / max(rounds, 1), 2),
             "late_ms_per_round": round(1000 * (late[-1] - late[0]) / max(len(late) - 1, 1), 2),
@@ -444,6 +451,10 @@ def main() -> int:
                         help="part 3's policies (default: every throughput-table policy)")
     parser.add_argument("--gavel-jobs", type=int, default=6000)
     parser.add_argument("--gavel-rate", type=float, default=2.6, help="jobs per hour")
+    parser.add_argument("--gavel-arrivals", choices=("continue", "stop"), default="continue",
+                        help="part 3: arrivals go on until jobs 0 .. N-1 finish (continue), or "
+                             "exactly N jobs arrive and the cluster drains (stop: Gavel's "
+                             "num_total_jobs)")
     parser.add_argument("--gavel-cpu-budget", type=float, default=600.0,
                         help="stop a run after this many CPU seconds")
     parser.add_argument("--policy-opt", action="append", default=[], metavar="KEY=VALUE",
@@ -485,9 +496,10 @@ def main() -> int:
             rows = gavel_run_rows(gavel_policies,
                                   args.gavel_jobs, args.gavel_rate, args.seed,
                                   args.gavel_cpu_budget, args.solver_floor, args.policy_opt,
-                                  not args.no_compare)
+                                  not args.no_compare, args.gavel_arrivals == "stop")
         print_table(rows, title=f"continuous Gavel runs (multi-GPU, {args.gavel_rate} jobs/h, "
-                                f"jobs 0-{args.gavel_jobs - 1}): CPU seconds per policy",
+                                f"jobs 0-{args.gavel_jobs - 1}, arrivals "
+                                f"{args.gavel_arrivals}): CPU seconds per policy",
                     as_json=args.json)
     return 0
 

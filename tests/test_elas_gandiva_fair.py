@@ -16,6 +16,7 @@ from bayes_sched.policies.gandiva_fair import trade_shares
 from bayes_sched.policies.time_sharing import equal_split
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.table_cluster import TableCluster
+from bayes_sched.sim.table_run import run_table_simulation
 from bayes_sched.throughputs import load_gavel_throughputs
 
 TABLE = load_gavel_throughputs()
@@ -122,3 +123,21 @@ def test_gandiva_fair_time_split_is_shockwaves_baseline() -> None:
     assert np.allclose(fractions["gpus"] * np.array(sizes), 8 / len(sizes))
     with pytest.raises(ValueError, match="split"):
         make_policy("gandiva_fair", split="tickets")
+
+
+def test_elas_moves_a_job_off_a_gpu_type_where_it_failed_to_launch() -> None:
+    """ResNet-50 at batch 128 on 2 GPUs does not fit a K80 (Gavel's table: 0 steps/s). E-LAS
+    first places it on the type with the most free GPUs, K80; the launch fails, the job reports
+    it, and from the next round it runs on the V100s and finishes. Before E-LAS read failed
+    launches it held the K80s for ever (no service gained, so its priority never fell)."""
+    spec = replace(load_cluster_spec("v100:1x2,k80:1x4"), round_interval=360.0)
+    steps = 4.0 * 3600.0  # about an hour on two V100s (4.2 steps/s)
+    jobs = [make_job("r", 0.0, "ResNet-50 (batch size 128)", 2, steps),
+            make_job("s", 0.0, "ResNet-50 (batch size 128)", 2, steps)]
+    policy = ElasPolicy()
+    result = run_table_simulation(jobs, policy, spec, TABLE, max_time=48 * 3600.0)
+    assert result.summary["finished"] == 2.0
+    assert policy.failed_types(TableCluster(jobs, spec, TABLE).job_views()[0]) == {"k80"}
+    # One wasted round on the K80s (both jobs' first choice), then the two share the V100s in
+    # turn: the second finishes within a few hours, not at the 48 h cut-off.
+    assert result.summary["makespan"] < 4 * 3600.0

@@ -21,6 +21,11 @@ it, not a copy):
   cluster (a job that does not fit is skipped, so smaller ones may start); admitted jobs already
   running keep their GPUs, the others are placed consolidated on nodes of one GPU type (the type
   with the most free GPUs that fits them); the rest are preempted.
+* **Failed launches:** a job that reports it did not fit in memory on a GPU type (a launch that
+  fails, as a real cluster shows it) is not placed on that type again, nor is any job of its
+  model and GPU count; a job held where it failed gives its GPUs back. Without this, a job
+  placed on a type it cannot run on keeps its GPUs for ever (it holds them, so it stays
+  admitted, and it gains no service, so its priority never falls).
 
 Left out: the paper's own placement algorithm (the consolidated placement above stands in for
 it), any discretisation of priorities into queues, and starvation handling. A job that declares
@@ -29,7 +34,7 @@ neither epochs nor steps has progress 0 and is scheduled by plain LAS.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -56,14 +61,16 @@ def elas_priority(job: JobView) -> float:
     return float(job.attained_service) * (1.0 - epoch_progress(job))
 
 
-def pack_on_one_type(num_gpus: int, free: np.ndarray, gpu_types: Sequence[str]
-                     ) -> np.ndarray | None:
+def pack_on_one_type(num_gpus: int, free: np.ndarray, gpu_types: Sequence[str],
+                     excluded: Collection[str] = ()) -> np.ndarray | None:
     """:func:`~bayes_sched.policies.base.pack` within the nodes of one GPU type: the type with
-    the most free GPUs among those that fit ``num_gpus`` (ties: the first type by node order).
-    ``free`` is updated in place when the GPUs fit."""
+    the most free GPUs among those that fit ``num_gpus`` and are not ``excluded`` (ties: the
+    first type by node order). ``free`` is updated in place when the GPUs fit."""
     node_types = np.asarray(gpu_types)
     best, best_free = None, -1
     for gpu in dict.fromkeys(gpu_types):
+        if gpu in excluded:
+            continue
         on_type = node_types == gpu
         available = int(free[on_type].sum())
         if available >= num_gpus and available > best_free:
@@ -85,6 +92,21 @@ class ElasPolicy:
 
     name = "elas"
 
+    def __init__(self) -> None:
+        # GPU types where a job of (model, GPU count) failed to launch (out of memory).
+        self._failed: dict[tuple[str, int], set[str]] = {}
+
+    def failed_types(self, job: JobView) -> set[str]:
+        """The GPU types where a job of ``job``'s model and GPU count failed to launch alone."""
+        return self._failed.get((job.application, job.requested_replicas), set())
+
+    def _learn_failures(self, jobs: Sequence[JobView]) -> None:
+        for job in jobs:
+            for report in job.cell_observations:
+                if report.out_of_memory and report.cell.partner is None:
+                    key = (report.cell.job_type, report.cell.scale_factor)
+                    self._failed.setdefault(key, set()).add(report.cell.gpu_type)
+
     def estimators(self) -> Sequence[Estimator]:
         return ()
 
@@ -96,6 +118,8 @@ class ElasPolicy:
         return sorted(jobs, key=lambda job: (elas_priority(job), job.submit_time, job.name))
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+        self._learn_failures(jobs)
+        node_types = np.asarray(cluster.gpu_types)
         available = cluster.total_gpus
         admitted: list[JobView] = []
         for job in self.order(jobs):
@@ -106,12 +130,15 @@ class ElasPolicy:
         allocations: dict[str, np.ndarray] = {}
         for job in admitted:  # running jobs keep their GPUs (no restart)
             held = np.asarray(job.allocation)
-            if held.sum() == job.requested_replicas and np.all(held <= free):
+            failed = self.failed_types(job)
+            if (held.sum() == job.requested_replicas and np.all(held <= free)
+                    and not failed.intersection(node_types[held > 0].tolist())):
                 allocations[job.name] = held.copy()
                 free -= held
         for job in admitted:
             if job.name not in allocations:
-                counts = pack_on_one_type(job.requested_replicas, free, cluster.gpu_types)
+                counts = pack_on_one_type(job.requested_replicas, free, cluster.gpu_types,
+                                          self.failed_types(job))
                 if counts is not None:
                     allocations[job.name] = counts
         return allocations
