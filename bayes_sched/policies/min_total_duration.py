@@ -8,7 +8,9 @@ done) within the base constraints. Gavel bisects ``T`` between 100 s and 10^6 s 
 objective) at each midpoint, and keeps the allocation of the last feasible midpoint.
 
 The smallest feasible ``T`` is one LP here (maximise ``s = 1 / T`` subject to ``throughput_j .
-x_j >= R_j s``); Gavel's bisection is then replayed on that exact threshold, arithmetic only, and
+x_j >= R_j s``, stated with ``R`` in units of the longest job's standalone seconds so that ``s``
+is at most about 1: in seconds ``s`` is ~1e-6, inside HiGHS's tolerances, which ended one such
+program 6.6 % long); Gavel's bisection is then replayed on that exact threshold, arithmetic only, and
 one feasibility LP is solved at the horizon Gavel's bisection ends on, so the allocation has the
 slack Gavel's has (about 5 % above the optimum) rather than sitting at the optimum's vertex.
 Jobs that declare no steps: the time is split equally, logged and counted.
@@ -31,6 +33,15 @@ from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolic
 LOWEST_HORIZON_S = 100.0
 HIGHEST_HORIZON_S = 1e6
 BISECTION_RATIO = 1.05
+
+
+def standalone_seconds(inputs: AllocationInputs) -> float:
+    """The longest time any job needs alone on its fastest GPU type (seconds): a lower bound of
+    every horizon, the unit the horizon program is stated in (1 where no job runs anywhere)."""
+    best = inputs.throughputs.max(axis=1, initial=0.0)
+    seconds = np.divide(inputs.remaining_steps, best, out=np.zeros_like(best), where=best > 0)
+    longest = float(seconds.max(initial=0.0))
+    return longest if longest > 0 else 1.0
 
 
 def gavel_horizon(shortest: float) -> float:
@@ -67,16 +78,27 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
         fallback = self.undeclared_fallback(inputs)
         if fallback is not None:
             return fallback
-        remaining = inputs.remaining_steps
         layout = self._layout(inputs)
+        shortest = self.shortest_horizon(inputs, layout)
+        if shortest is None:
+            return None
+        values = solve_program(finish_by_program(layout.terms, inputs.capacities,
+                                                 inputs.remaining_steps, gavel_horizon(shortest)),
+                               self.solver)
+        return None if values is None else layout.expand(values, inputs)
+
+    def shortest_horizon(self, inputs: AllocationInputs, layout: PackedLayout | None = None
+                         ) -> float | None:
+        """The shortest horizon (seconds) in which every job of ``inputs`` can finish, or
+        ``None`` where the solver finds none."""
+        layout = self._layout(inputs) if layout is None else layout
+        unit = standalone_seconds(inputs)
         fastest = solve_program(fastest_finish_program(layout.terms, inputs.capacities,
-                                                       remaining), self.solver)
+                                                       inputs.remaining_steps / unit),
+                                self.solver)
         if fastest is None or not fastest[-1] > 0:
             return None
-        horizon = gavel_horizon(1.0 / float(fastest[-1]))
-        values = solve_program(finish_by_program(layout.terms, inputs.capacities, remaining,
-                                                 horizon), self.solver)
-        return None if values is None else layout.expand(values, inputs)
+        return unit / float(fastest[-1])
 
 
 class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
