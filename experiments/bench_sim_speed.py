@@ -8,7 +8,8 @@
    later rounds reuse them). Target: <= 2 s per Pollux round.
 3. (``--gavel-runs``) A continuous Gavel run per throughput-table policy: Gavel's multi-GPU
    generator at 2.6 jobs/h, seed 0, on 36 V100 + 36 P100 + 36 K80 in 360 s rounds, arrivals
-   continuing until jobs 0 .. N-1 (``--gavel-jobs``, default 6,000) have finished; the process's
+   continuing until jobs 0 .. N-1 (``--gavel-jobs``, default 6,000) have finished, or with
+   ``--gavel-arrivals stop`` exactly N jobs (Gavel's ``num_total_jobs``); the process's
    CPU time (not wall: the machine is shared), one BLAS thread. Target (issue 15): <= 5 min of
    CPU per policy. A run that passes ``--gavel-cpu-budget`` seconds of CPU is stopped; its row
    then gives the jobs of the window finished by then, ``cpu_all_s`` ">N" (the CPU it used: a
@@ -21,6 +22,7 @@
     python experiments/bench_sim_speed.py --skip-workload   # part 2 only
     python experiments/bench_sim_speed.py --skip-workload --skip-scale --gavel-runs \
         [--gavel-policies max_min_fairness ...] [--gavel-jobs 6000] [--gavel-cpu-budget 300]
+        [--gavel-arrivals continue|stop] [--gavel-watch ROUNDS]
 
 Measured (session 12, part 3's setting, seed 0; CPU seconds, one process, load 6-19 on the
 shared 2-core machine). Whole runs until jobs 0-5999 finished (``--gavel-cpu-budget`` large)::
@@ -183,6 +185,69 @@ within 3.0e-9 relative on all 120, and with CLARABEL on the program as stated wi
 (the 4 over 1e-6 are CLARABEL's own imprecision on the unscaled program, on 7-17 jobs), the
 bisection horizon identical on all 120; 2.6 s of HiGHS against 7.2 s of CLARABEL. Not wired
 in: the default solver stays CLARABEL for both programs.
+
+Session 17: the rescaled horizon program is wired in (754c7ba, ``min_total_duration.
+standalone_seconds``) for both solvers: on every recompute of packed min total duration's first
+150 h (244 programs) HiGHS and CLARABEL agree within 3.5e-9 and on every bisection horizon
+(unscaled HiGHS: 6.6 % off on one, the horizon moved); CLARABEL's JCTs over 300 h are identical
+to before for both min total duration policies, and so is the Shockwave fidelity row.
+
+Session 17, **runs of exactly 6,000 jobs** (``--gavel-arrivals stop``: jobs 0-5999 arrive, then
+the cluster drains; Gavel's own meaning of an N-job run, its simulator's ``num_total_jobs``,
+which stops generating jobs at N and ends when N have completed). Code 7f3da5f (E-LAS's fix
+below; the rest as 58aab6d), ``--gavel-policies P ... --gavel-cpu-budget 330 --gavel-arrivals
+stop --json``, two or three processes on 2 cores (load 1-3); CPU seconds::
+
+    policy                       rounds   sim h     CPU s   <= 5 min
+    allox                        24,808   2,480.8    25.2   yes
+    gandiva_fair                 24,492   2,449.2    27.6   yes
+    max_min_fairness_perf        25,459   2,545.9    29.9   yes
+    max_sum_throughput_perf      24,659   2,465.9    32.8   yes
+    max_min_fairness (LAS)       27,893   2,789.3    37.6   yes
+    gandiva                      25,409   2,540.9    41.8   yes
+    finish_time_fairness_perf    25,110   2,511.0    41.9   yes
+    fifo_perf                    26,368   2,636.8    45.9   yes
+    finish_time_fairness         27,534   2,753.4    51.0   yes
+    max_min_fairness_packed      25,296   2,529.6    53.9   yes
+    gavel_fifo                   40,441   4,044.1    83.7   yes
+    min_total_duration           24,110   2,411.0   119.6   yes
+    fifo_packed                  26,312   2,631.2   158.7   yes
+    elas                         38,547   3,854.7    18.4   yes (before the fix: stopped
+                                                             at 330 s, 198,784 h, 10 jobs left)
+    min_total_duration_packed    24,124   2,412.4   332.8   no (``solver=HIGHS``, HiGHS 260.4 s)
+    finish_time_fairness_packed  (not rerun)                no: CLARABEL's solves alone 377.4 s
+    sia                          (not rerun)                no: HiGHS's MIP solves alone 565.4 s
+
+A run of 6,000 jobs is the run with arrivals continuing until its 6,000th arrival, so every
+figure about its first 2,300 simulated hours carries over from the rows above: packed
+finish-time fairness's 377.4 s of CLARABEL came in its first 1,257.7 h (3,286 jobs arrived)
+and Sia's 565.4 s of HiGHS in its first 1,704.8 h (4,451 arrived). Packed min total duration
+with its default CLARABEL spent 525.5 s in its first 549 h; with ``--policy-opt solver=HIGHS``
+its whole run took 284.3 s before the horizon program was rescaled (HiGHS 209.5 s, 7,728
+programs) and 332.8 s after (HiGHS 260.4 s, 7,712 programs, median 18.9 ms: the scaled
+programs' tail is slower); the HiGHS runs are also another policy in effect: the second,
+constant-objective LP's answer is a vertex under HiGHS and an interior point under CLARABEL
+(and under Gavel's ECOS), and the first 300 h finish 719 jobs with HiGHS against 569.
+
+E-LAS's fix (7f3da5f): E-LAS placed each job on the GPU type with the most free GPUs, and a job
+that cannot run there (ResNet-50 at batch 128 on 2-8 K80s: Gavel's table has 0) kept those
+GPUs for ever: it held them, so it stayed admitted; it gained no service, so its priority never
+fell. Its failed launches are reported (out of memory), and E-LAS now reads them.
+
+**Arrivals continuing until jobs 0-5999 finish** (the default, the rows of session 16): three
+policies starve a few jobs of that window while the queue grows, so the run lasts as long as
+the policy starves them, whatever a round costs (``--gavel-watch 2000``: every 2,000 rounds the
+active jobs, and each unfinished window job's fraction of its steps done):
+
+* max sum throughput (Gavel's objective is the summed steps/s, so slow jobs wait): jobs 2012,
+  2250, 3701 and 5022 at 0.448, 0.176, 0.458 and 0.108 of their steps from 11,400 h to 11,800 h
+  with no GPU; active jobs 60-170 over the first 3,000 h, 414-444 at 11,400-11,800 h; 1.3 ms a
+  round at first, 2.5 late.
+* min total duration (every job gets the time to finish by the common horizon, which new
+  arrivals push back): 86 window jobs left from 3,600 h to 4,800 h, job 541 at 0.979 of its
+  steps from 4,000 h on; active jobs 710-744 at 4,600-4,800 h.
+* E-LAS with the fix: 31 window jobs left at 21,393 h (330 s of CPU), 580 jobs active, 55,402
+  arrived; a job with service and little progress waits while new jobs (priority 0) arrive.
 """
 
 from __future__ import annotations
@@ -360,7 +425,7 @@ class _SolverClock:
 
 def gavel_run_rows(policies: list[str], num_jobs: int, rate: float, seed: int,
                    cpu_budget: float, solver_floor: bool = False, options: Sequence[str] = (),
-                   compare: bool = True, arrivals_stop: bool = False
+                   compare: bool = True, arrivals_stop: bool = False, watch: int = 0
                    ) -> list[dict[str, object]]:
     """Part 3: one continuous Gavel run per policy until jobs ``0 .. num_jobs - 1`` finish (or
     ``cpu_budget`` seconds of CPU pass); CPU seconds of the whole run, rounds, and whether it
@@ -369,16 +434,16 @@ def gavel_run_rows(policies: list[str], num_jobs: int, rate: float, seed: int,
     ``KEY=VALUE`` policy options for every policy (``--policy-opt``); ``compare=False``: time
     the policy's own solves only (``--no-compare``); ``arrivals_stop``: exactly ``num_jobs``
     jobs arrive, then the cluster drains (Gavel's ``num_total_jobs``; ``--gavel-arrivals
-    stop``)."""
+    stop``); ``watch``: every ``watch`` rounds, a line on stderr (:func:`watch_line`)."""
     return [gavel_run_row(name, num_jobs, rate, seed, cpu_budget,
                           _SolverClock(SOLVER_MODULES[name], compare) if solver_floor else None,
-                          options, arrivals_stop)
+                          options, arrivals_stop, watch)
             for name in policies if not solver_floor or name in SOLVER_MODULES]
 
 
 def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: float,
                   clock: _SolverClock | None = None, options: Sequence[str] = (),
-                  arrivals_stop: bool = False) -> dict[str, object]:
+                  arrivals_stop: bool = False, watch: int = 0) -> dict[str, object]:
     """One policy's row of :func:`gavel_run_rows`; ``clock`` times its solves (part 4)."""
     from contextlib import nullcontext
     from dataclasses import replace
@@ -402,6 +467,9 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
     def check(cluster: TableCluster) -> None:
         seen["cluster"] = cluster
         at_round.append(time.process_time() - charged())
+        if watch and len(at_round) % watch == 0:
+            print(watch_line(name, cluster, set(names), at_round[-1] - start), file=sys.stderr,
+                  flush=True)
         if at_round[-1] - start > cpu_budget:
             raise _OverBudget
 
@@ -434,6 +502,20 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
             **(clock.columns() if clock is not None else {})}
 
 
+def watch_line(policy: str, cluster: Any, window: set[str], cpu: float, shown: int = 6) -> str:
+    """A running Gavel run's state: simulated hours, CPU seconds, jobs arrived and active, the
+    jobs of ``window`` not finished, and the first ``shown`` of them as ``name:fraction of its
+    steps done:GPUs held``."""
+    active = [job for job in cluster.jobs.values() if job.completion_time is None]
+    left = sorted((job for job in active if job.spec.name in window),
+                  key=lambda job: int(job.spec.name) if job.spec.name.isdigit() else 0)
+    jobs = " ".join(f"{job.spec.name}:{job.steps_done / job.spec.total_steps:.3f}:{job.num_gpus}"
+                    for job in left[:shown])
+    return (f"{policy}: {cluster.state.now / 3600.0:.0f} h, {cpu:.0f} s CPU, "
+            f"{len(cluster.jobs)} arrived, {len(active)} active, {len(left)} of the window "
+            f"left {jobs}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="workload-1")
@@ -457,6 +539,9 @@ def main() -> int:
                              "num_total_jobs)")
     parser.add_argument("--gavel-cpu-budget", type=float, default=600.0,
                         help="stop a run after this many CPU seconds")
+    parser.add_argument("--gavel-watch", type=int, default=0, metavar="N",
+                        help="part 3: every N rounds, the run's state on stderr (jobs active, "
+                             "the window's jobs left and their progress)")
     parser.add_argument("--policy-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="part 3/4: a policy option for every policy run (repeatable)")
     parser.add_argument("--solver-floor", action="store_true",
@@ -496,7 +581,8 @@ def main() -> int:
             rows = gavel_run_rows(gavel_policies,
                                   args.gavel_jobs, args.gavel_rate, args.seed,
                                   args.gavel_cpu_budget, args.solver_floor, args.policy_opt,
-                                  not args.no_compare, args.gavel_arrivals == "stop")
+                                  not args.no_compare, args.gavel_arrivals == "stop",
+                                  args.gavel_watch)
         print_table(rows, title=f"continuous Gavel runs (multi-GPU, {args.gavel_rate} jobs/h, "
                                 f"jobs 0-{args.gavel_jobs - 1}, arrivals "
                                 f"{args.gavel_arrivals}): CPU seconds per policy",

@@ -41,3 +41,19 @@ def test_a_bad_policy_option_is_one_line_naming_the_flag_before_any_run() -> Non
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "--policy-opt" in last and "'bogus'" in last and "solver" in last
+
+
+def test_arrivals_stop_at_n_jobs_and_the_watch_shows_the_jobs_left() -> None:
+    """``--gavel-arrivals stop`` is Gavel's ``num_total_jobs``: exactly N jobs arrive and the run
+    ends when all have finished (with arrivals continuing, more than N arrive meanwhile);
+    ``--gavel-watch`` prints the run's state every N rounds."""
+    args = ("--gavel-policies", "max_sum_throughput_perf", "--gavel-jobs", "60", "--json")
+    stop = _run(*args, "--gavel-arrivals", "stop", "--gavel-watch", "100")
+    assert stop.returncode == 0, stop.stderr
+    (row,) = json.loads(stop.stdout)
+    assert (row["arrived"], row["finished"], row["active"], row["run"]) == (60, 60, 0, "complete")
+    lines = [line for line in stop.stderr.splitlines() if line.startswith("max_sum")]
+    assert len(lines) == row["rounds"] // 100
+    assert " 60 arrived, " in lines[-1] and "of the window left" in lines[-1]
+    (going_on,) = json.loads(_run(*args).stdout)
+    assert going_on["finished"] == 60 and going_on["arrived"] > 60
