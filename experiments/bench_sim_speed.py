@@ -95,6 +95,7 @@ policies each, load 2-5 with a CI run beside them for the first 13 minutes)::
 The three misses are long runs, not slow rounds (7.2, 3.0 and 2.0 ms a round): max sum
 throughput and E-LAS leave a few of jobs 0-5999 waiting while arrivals go on (4 and 81 of them
 after 11,074 and 16,760 simulated hours), so their runs last as long as those jobs starve.
+(E-LAS's 81 included jobs held for ever on GPUs they cannot run on: fixed in session 17, below.)
 
 Part 4, the solver floor (session 16, code 7415335, ``--gavel-policies P --solver-floor
 --gavel-cpu-budget 600 --json``, the two at once beside a third benchmark and a CI run, load 4-6;
