@@ -266,7 +266,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -282,6 +282,9 @@ from bayes_sched.jobs import JobView  # noqa: E402
 from bayes_sched.policies import POLICIES, make_policy  # noqa: E402
 from bayes_sched.sim import read_workload, run_simulation  # noqa: E402
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application  # noqa: E402
+
+if TYPE_CHECKING:
+    from bayes_sched.sim.table_cluster import TableCluster
 
 
 def workload_rows(workload: str, policies: list[str]) -> list[dict[str, object]]:
@@ -459,11 +462,11 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
 
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
-    from bayes_sched.sim.table_cluster import TableCluster
     from bayes_sched.sim.table_run import run_table_simulation
 
     spec = replace(load_cluster_spec("v100:36,p100:36,k80:36"), round_interval=360.0)
     names = [str(i) for i in range(num_jobs)]
+    window = set(names)
     policy = make_policy(name, **({"seed": seed} if "seed" in POLICIES.options(name) else {}),
                          **POLICIES.parse(name, list(options), "--policy-opt"))
     seen: dict[str, TableCluster] = {}
@@ -476,7 +479,7 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
         seen["cluster"] = cluster
         at_round.append(time.process_time() - charged())
         if watch and len(at_round) % watch == 0:
-            print(watch_line(name, cluster, set(names), at_round[-1] - start), file=sys.stderr,
+            print(watch_line(name, cluster, window, at_round[-1] - start), file=sys.stderr,
                   flush=True)
         if at_round[-1] - start > cpu_budget:
             raise _OverBudget
@@ -492,14 +495,13 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
         complete = False
     cpu = time.process_time() - charged() - start
     cluster = seen["cluster"]
-    window = set(names)
     finished = sum(1 for job in cluster.jobs.values()
                    if job.completion_time is not None and job.spec.name in window)
     rounds = len(at_round)
     late = at_round[-(rounds // 4 + 1):]  # the last quarter's rounds
     return {"policy": name, "jobs": num_jobs, "finished": finished,
             "arrived": len(cluster.jobs),
-            "active": sum(1 for job in cluster.jobs.values() if job.completion_time is None),
+            "active": sum(1 for job in cluster.jobs.values() if job.active),
             "rounds": rounds,
             "sim_hours": round(cluster.state.now / 3600.0, 1), "cpu_s": round(cpu, 1),
             "ms_per_round": round(1000 * cpu / max(rounds, 1), 2),
@@ -510,11 +512,12 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
             **(clock.columns() if clock is not None else {})}
 
 
-def watch_line(policy: str, cluster: Any, window: set[str], cpu: float, shown: int = 6) -> str:
+def watch_line(policy: str, cluster: TableCluster, window: set[str], cpu: float, shown: int = 6
+               ) -> str:
     """A running Gavel run's state: simulated hours, CPU seconds, jobs arrived and active, the
     jobs of ``window`` not finished, and the first ``shown`` of them as ``name:fraction of its
     steps done:GPUs held``."""
-    active = [job for job in cluster.jobs.values() if job.completion_time is None]
+    active = [job for job in cluster.jobs.values() if job.active]
     left = sorted((job for job in active if job.spec.name in window),
                   key=lambda job: int(job.spec.name) if job.spec.name.isdigit() else 0)
     jobs = " ".join(f"{job.spec.name}:{job.steps_done / job.spec.total_steps:.3f}:{job.num_gpus}"
