@@ -326,3 +326,44 @@ def test_shockwave_jobs_report_the_batch_size_they_ran_at() -> None:
     change = batch.index(20)  # the round after which the job runs at batch 20
     assert reported[change] == "LM (batch size 10)"
     assert set(reported[change + 1:]) == {"LM (batch size 20)"} and len(reported) > change + 1
+
+
+def test_a_failed_launch_alone_refits_where_pairs_fit_and_keeps_the_rates_posterior() -> None:
+    """Our learner: a round whose only news is a failed launch gives a new belief (the pair
+    now predicts 0, its group's unlaunched pairs less) sharing the last posterior over rates
+    (the same object, the same means); the rates reported meanwhile wait for the next refit a
+    rate makes due, which conditions on every report so far as a fresh learner does."""
+    from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
+
+    spec = _spec("v100:1x2")
+    view = TableCluster([make_job("0", 0.0, SMALL[0], 1, 1e9)], spec, TABLE).job_views()[0]
+    alone = [Cell(t, 1, "v100") for t in SMALL]
+    failed = Cell(SMALL[0], 1, "v100", SMALL[1])
+    other_pair = Cell(SMALL[2], 1, "v100", SMALL[3])
+    estimator = ThroughputEstimator(BayesianThroughputLearner(max_iterations=0))
+
+    def report(r: int, reports: list[CellObservation]) -> None:
+        estimator.estimate(ClusterState(spec=spec, now=r * ROUND),
+                           [replace(view, cell_observations=tuple(reports))])
+
+    report(1, [CellObservation(c, 10.0 + i, ROUND) for i, c in enumerate(alone)])
+    first = estimator.belief
+    before = first.predict([*alone, failed, other_pair]).mean
+    fits = len(estimator.fit_seconds)
+    # The same cells again (not due: seconds not doubled) and a failed launch (due).
+    report(2, [CellObservation(alone[0], 30.0, ROUND / 4),
+               CellObservation(failed, 0.0, ROUND, out_of_memory=True)])
+    second = estimator.belief
+    assert second is not first and len(estimator.fit_seconds) == fits + 1
+    assert second.posterior is first.posterior  # type: ignore[attr-defined]
+    after = second.predict([*alone, failed, other_pair]).mean
+    np.testing.assert_array_equal(after[:4], before[:4])
+    assert after[4] == 0.0 and 0.0 < after[5] < before[5]
+    # A new cell's rate: a full refit on every report so far, the held-back one included.
+    report(3, [CellObservation(Cell(SMALL[1], 2, "v100"), 7.0, ROUND)])
+    third = estimator.belief
+    assert third.posterior is not first.posterior  # type: ignore[attr-defined]
+    fresh = BayesianThroughputLearner(max_iterations=0).fit(list(estimator.observations))
+    np.testing.assert_allclose(third.predict(alone).mean, fresh.predict(alone).mean,
+                               rtol=1e-12)
+    assert third.predict(alone).mean[0] != after[0]

@@ -152,6 +152,11 @@ class LogNormalCellBelief:
                            dtype=float).reshape(-1, 2)
         return moments[:, 0], moments[:, 1]
 
+    def log_variance_and_fit(self, cells: Sequence[Cell]) -> tuple[np.ndarray, np.ndarray]:
+        """The variance of each cell's log steps/s and the probability it runs (1: this
+        belief does not model where jobs fit), each ``(N,)``."""
+        return self.log_moments(cells)[1] ** 2, np.ones(len(cells))
+
     def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
                 ) -> CellPrediction:
         mu, sd = self.log_moments(cells)

@@ -10,9 +10,14 @@ timed), so a policy that reads the belief only when it recomputes its allocation
 every 1,920 s) pays for a fit only then, not every round. "New" is a report of a cell the last fit
 had no report of, a failed launch, or a cell whose reported seconds have grown ``refit_growth``-
 fold since the last fit (1: any report): more of the same cell's seconds narrow its pooled rate
-slowly, and refitting for each round of them made the fits grow with the rounds. The belief is
-read-only (one method, ``predict``); :attr:`ThroughputEstimator.version` changes only when a fit
-returns a new belief (the oracle's never does). A fit that raises keeps the previous belief,
+slowly, and refitting for each round of them made the fits grow with the rounds. When the only
+news is failed launches and the learner has ``refit_launches(observations, belief)`` (ours), the
+refit is that: the belief with where pairs fit read again and its rates' posterior kept (the
+rates' reports since then wait for the next refit a rate makes due). Failed launches were half of
+the refits of a packed run (gavel-2.0, jobs 1000-1009: 263 of 530), and a rate refit is a
+conditioning and a fresh prediction of every cell. The belief is read-only (one method,
+``predict``); :attr:`ThroughputEstimator.version` changes only when a fit returns a new belief
+(the oracle's never does). A fit that raises keeps the previous belief,
 logged and counted (:attr:`~ThroughputEstimator.failed_fits`); a learner that can tell it did not
 converge should itself answer with its prior, widened.
 
@@ -90,6 +95,8 @@ class ThroughputEstimator:
         self.observations = UsableObservations()
         #: Cells where a job failed to launch (out of memory): learned, not read from a table.
         self.out_of_memory: set[Cell] = set()
+        #: The same cells in the order their first failed launch was read.
+        self.failed_launches: list[Cell] = []
         self.failed_launch_gpu_seconds = 0.0  # GPU-seconds held by jobs that failed to launch
         self.fit_seconds: list[float] = []
         self.rejected_reports = 0
@@ -100,6 +107,10 @@ class ThroughputEstimator:
         self.version = 0
         self._belief = self._timed_fit()
         self._due = False  # whether a report since the last fit makes a refit due
+        self._rates_due = False  # ... and whether one of them is a rate (not a failed launch)
+        # The learner's optional ``refit_launches(observations, belief)``: the belief with
+        # the failed launches so far, its rates' posterior kept (see :meth:`refresh`).
+        self._refit_launches = getattr(learner, "refit_launches", None)
         self._seconds: dict[Cell, float] = {}  # reported seconds per cell
         self._fitted_seconds: dict[Cell, float] = {}  # ... as of the last fit
         self._last_fit: float | None = None
@@ -125,16 +136,19 @@ class ThroughputEstimator:
                or self._now - self._last_fit >= self.min_refit_interval)
         if not (self.has_unfitted_reports and due):
             return
-        self._due, self._last_fit = False, self._now
+        launches_only = not self._rates_due and self._refit_launches is not None
+        self._due, self._rates_due, self._last_fit = False, False, self._now
         seconds = dict(self._seconds)
         try:
-            belief = self._timed_fit()
+            belief = self._timed_fit(launches_only)
         except Exception as error:  # noqa: BLE001 -- a failed fit keeps the last belief
             self.failed_fits += 1
+            self._rates_due = not launches_only
             LOG.warning("throughput learner %s failed on %d reports (%s); the previous "
                         "belief is kept", self.learner.name, len(self.observations), error)
             return  # growth still counts from the belief kept: the next report may retry
-        self._fitted_seconds = seconds
+        if not launches_only:
+            self._fitted_seconds = seconds  # growth counts from the last fit of the rates
         if belief is not self._belief:
             self._belief = belief
             self.version += 1
@@ -143,9 +157,13 @@ class ThroughputEstimator:
     def learner_name(self) -> str:
         return self.learner.name
 
-    def _timed_fit(self) -> ThroughputBelief:
+    def _timed_fit(self, launches_only: bool = False) -> ThroughputBelief:
         start = time.perf_counter()
-        belief = self.learner.fit(self.observations)
+        if launches_only:
+            assert self._refit_launches is not None
+            belief = self._refit_launches(self.observations, self._belief)
+        else:
+            belief = self.learner.fit(self.observations)
         self.fit_seconds.append(time.perf_counter() - start)
         return belief
 
@@ -205,16 +223,18 @@ class ThroughputEstimator:
                     if report.cell not in self.out_of_memory:
                         LOG.info("job %s does not fit in %s (out of memory)", job.name,
                                  report.cell)
-                    self.out_of_memory.add(report.cell)
+                        self.out_of_memory.add(report.cell)
+                        self.failed_launches.append(report.cell)
                 # Failed launches go to the learner too (every pool skips them as rates): a
                 # learner may generalise where jobs fit from them (Gavel's: a pair that does not
                 # fit is a measured normalised throughput of 0).
                 self.observations.append(report)
                 seconds = self._seconds[cell] = self._seconds.get(cell, 0.0) + report.seconds
                 fitted = self._fitted_seconds.get(cell)
-                if (fitted is None or report.out_of_memory
-                        or seconds >= self.refit_growth * fitted):
+                if report.out_of_memory:
                     self._due = True
+                elif fitted is None or seconds >= self.refit_growth * fitted:
+                    self._due = self._rates_due = True
         return list(jobs)
 
     @property

@@ -59,7 +59,12 @@ new terms (:class:`~bayes_sched.estimation.throughput.weight_space.OnlineDesign`
 LAPACK Cholesky of ``p x p`` (0.3 ms at the ``p`` = 226 of Gavel's world, jobs 0-9; the
 covariance, ``potri``, twice that, is formed only where a prediction needs it). Predictions of
 fewer cells than effects (an allocation recompute's cells, a profiling plan's) go through
-``L^-1 phi^T`` (``p^2 N``) for variances and draws.
+``L^-1 phi^T`` (``p^2 N``) for variances and draws, or through the covariance where it is
+already formed. Many draws of a few cells draw the known effects' part from its ``(N, N)``
+covariance's root, not through the ``p`` effects. A belief keeps the cells' mean and variance
+of log steps/s as it predicts them (:attr:`BayesianThroughputBelief._moments`); a refit whose
+only news is failed launches (:meth:`BayesianThroughputLearner.refit_launches`) keeps the
+posterior and that memo, so an allocation recompute predicts only the cells new since.
 
 Profiling (:meth:`BayesianThroughputLearner.profiling_cells`): a small uncertainty-driven plan, the
 same budget as Sia (one cell per GPU type): among the job's alone cells at its scale factor and on
@@ -78,6 +83,7 @@ widened by ``fallback_widening``; :attr:`BayesianThroughputBelief.fallback_reaso
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -215,6 +221,10 @@ class BayesianThroughputBelief:
     fixed_priors: FixedPriors = field(default_factory=FixedPriors)
     #: The effects' variances and the nuggets of ``log_variances``, on first use.
     _variances: tuple[dict[str, float], np.ndarray] | None = None
+    #: Cells' log steps/s mean and variance as predicted so far, shared by the beliefs that
+    #: keep this one's posterior (:meth:`BayesianThroughputLearner.refit_launches`): an
+    #: allocation recompute asks the mean of the same ~700 cells again.
+    _moments: dict[Cell, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def pair_fits(self) -> PairFitBelief | None:
@@ -266,14 +276,32 @@ class BayesianThroughputBelief:
         return CellPrediction(unique.mean[positions], unique.draws[:, positions])
 
     def _predict(self, cells: list[Cell], num_draws: int, seed: int) -> CellPrediction:
+        if num_draws == 0:
+            mean_log, var_log = self._kept_moments(cells)
+            mean = np.exp(mean_log + var_log / 2)
+            return CellPrediction(mean, mean[None, :].copy())
         mean_log, var_log, parts = self.log_moments(cells)
         mean = np.exp(mean_log + var_log / 2)
-        if num_draws == 0 or not cells:
+        if not cells:
             return CellPrediction(mean, mean[None, :].copy())
         rng = np.random.default_rng(seed)
         n = len(cells)
-        if self.posterior is not None and parts.phi.shape[1]:
-            z, state = _standard_normals(len(self.posterior.mean), num_draws, seed)
+        p = len(self.posterior.mean) if self.posterior is not None else 0
+        if p and 10 * n * n + n * p < p * num_draws:
+            # Few cells, many draws: draw the known part from its (N, N) covariance's root
+            # (N normals a draw) instead of through the p effects (p normals a draw and an
+            # (N, p) x (p, S) product: 4 of a value-of-information pass's 7 ms at p ~560).
+            assert self.posterior is not None
+            if parts.half is not None:
+                known = parts.half.T @ parts.half
+            else:
+                known = np.asarray(parts.phi @ (parts.phi @ self.posterior.cov).T)
+            known *= np.outer(parts.scale, parts.scale)
+            eigenvalues, vectors = np.linalg.eigh(known)
+            root = vectors * np.sqrt(np.clip(eigenvalues, 0.0, None))
+            known_dev = rng.standard_normal((num_draws, n)) @ root.T
+        elif self.posterior is not None and parts.phi.shape[1]:
+            z, state = _standard_normals(p, num_draws, seed)
             rng.bit_generator.state = state
             if parts.half is not None:
                 # phi @ L^-T z = (L^-1 phi^T)^T z: p^2 N work instead of p^2 draws.
@@ -290,6 +318,31 @@ class BayesianThroughputBelief:
         deviation = (known_dev + unknown_dev + cell_dev) * self.widening
         return CellPrediction(mean, np.exp(mean_log[None, :] + deviation))
 
+    def log_variance_and_fit(self, cells: Sequence[Cell]) -> tuple[np.ndarray, np.ndarray]:
+        """Each cell's steps/s is ``F R``: ``R`` log-normal, ``F`` whether it runs at all
+        (Bernoulli, independent of ``R``; 1 alone). Returns the variance of ``log R`` and
+        ``P(F = 1)``, each ``(N,)`` (the mean of ``F R`` is :meth:`predict`'s mean)."""
+        index: dict[Cell, int] = {}
+        positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
+        unique = list(index)
+        with one_blas_thread():
+            _, var_log = self._kept_moments(unique)
+        fit = (self._launches.pair_fits.probabilities(unique)
+               if self._launches is not None else np.ones(len(unique)))
+        return var_log[positions], fit[positions]
+
+    def _kept_moments(self, cells: list[Cell]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`log_moments`' mean and variance of ``cells`` (distinct), those not asked
+        before computed and kept (:attr:`_moments`)."""
+        kept = self._moments
+        missing = [cell for cell in cells if cell not in kept]
+        if missing:
+            mean_log, var_log, _ = self.log_moments(missing)
+            kept.update(zip(missing, zip(mean_log.tolist(), var_log.tolist(), strict=True),
+                            strict=True))
+        moments = np.array([kept[cell] for cell in cells], dtype=float).reshape(len(cells), 2)
+        return moments[:, 0], moments[:, 1]
+
     def _query(self, cells: Sequence[Cell]) -> _QueryParts:
         if self._variances is None:
             log_params = self.log_variances
@@ -300,7 +353,10 @@ class BayesianThroughputBelief:
             self.design.columns if self.design is not None else {})
         p = len(columns)
         n = len(cells)
-        few = n < p  # fewer cells than effects: dense rows, and variances through L^-1 phi^T
+        # Fewer cells than effects: dense rows, and variances through L^-1 phi^T, unless the
+        # covariance is at hand (a recompute's full prediction formed it): then sparse rows
+        # and their quadratic forms in it, a few hundred products a cell instead of p^2.
+        few = n < p and (self.posterior is None or not self.posterior.has_cov)
         phi, (urows, effects, uvals) = feature_rows(cells, self.context, columns,
                                                      self._query_rows, dense=few)
         # The unknown effects numbered in the order first met.
@@ -445,6 +501,20 @@ class BayesianThroughputLearner:
         # (a 700 x 700 Cholesky took 2 s with OpenBLAS's threads at load 19, 30 ms without).
         with one_blas_thread():
             return self._fit(observations)
+
+    def refit_launches(self, observations: Sequence[CellObservation],
+                       belief: ThroughputBelief) -> ThroughputBelief:
+        """``belief`` (this learner's last) with where pairs fit read from ``observations``
+        (every report so far) and its rates' posterior kept: the refit when the only news is
+        failed launches, which say nothing of rates (every pool skips them). The rates'
+        reports since the last fit are read at the next :meth:`fit`. The belief shares the
+        kept posterior's memo of cells' moments. Any other belief: a full :meth:`fit`."""
+        if not isinstance(belief, BayesianThroughputBelief) or not self.learn_pair_fits \
+                or not self._pool.extends(observations):
+            return self.fit(observations)
+        start = time.perf_counter()
+        return dataclasses.replace(belief, _launches=LaunchesAt(self._launches, observations),
+                                   iterations=0, fit_seconds=time.perf_counter() - start)
 
     def _fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         start = time.perf_counter()

@@ -102,11 +102,17 @@ class IncrementalPool:
         #: first-seen order (every cell after a start over).
         self.touched: list[Cell] = []
 
+    def extends(self, observations: Sequence[CellObservation]) -> bool:
+        """Whether ``observations`` extends the list pooled last (its first reports are that
+        list's: same last object at the same place)."""
+        count = self._count
+        return bool(count) and len(observations) >= count \
+            and observations[count - 1] is self._last
+
     def update(self, observations: Sequence[CellObservation]) -> dict[Cell, PooledCell]:
         """The pooled usable observations of ``observations`` (as :func:`pool`)."""
         count = self._count
-        self.extended = bool(count) and len(observations) >= count \
-            and observations[count - 1] is self._last
+        self.extended = self.extends(observations)
         if not self.extended:
             # Not an extension of the last list: start over.
             self._sums, self._pooled, count = {}, {}, 0

@@ -51,10 +51,13 @@ class PairLaunches:
         self.failed_cells: set[Cell] = set()
         self.seen = 0
         self._last: CellObservation | None = None  # the last report read
+        #: The belief on the launches read, until one changes them (its memo then stays).
+        self._belief: PairFitBelief | None = None
 
     def restart(self) -> None:
         self.fits, self.failures, self.failed_cells, self.seen = set(), set(), set(), 0
         self._last = None
+        self._belief = None
 
     def update(self, observations: Sequence[CellObservation]) -> PairFitBelief:
         """Read the reports not read yet (out-of-memory reports and positive paired rates; a
@@ -63,8 +66,11 @@ class PairLaunches:
         return self.belief()
 
     def belief(self) -> PairFitBelief:
-        """Where pairs fit, given the reports read so far."""
-        return PairFitBelief.from_launches(self.fits, self.failures - self.fits)
+        """Where pairs fit, given the reports read so far (the same object while no report
+        read since changed the pairs seen to fit or to fail)."""
+        if self._belief is None:
+            self._belief = PairFitBelief.from_launches(self.fits, self.failures - self.fits)
+        return self._belief
 
     def at(self, observations: Sequence[CellObservation], count: int) -> PairFitBelief:
         """Where pairs fit given the first ``count`` of ``observations``: the reports not read
@@ -83,11 +89,15 @@ class PairLaunches:
             key = pair_key(cell)
             both = (cell, Cell(partner, cell.scale_factor, cell.gpu_type, cell.job_type))
             if report.out_of_memory:
-                self.failures.add(key)
+                if key not in self.failures:
+                    self.failures.add(key)
+                    self._belief = None
                 if key not in self.fits:
                     self.failed_cells.update(both)
             elif report.steps_per_second > 0:
-                self.fits.add(key)
+                if key not in self.fits:
+                    self.fits.add(key)
+                    self._belief = None
                 self.failed_cells.difference_update(both)
         if count > self.seen:
             self._last = observations[count - 1]
@@ -125,6 +135,8 @@ class PairFitBelief:
     fits: frozenset[PairKey] = frozenset()
     failures: frozenset[PairKey] = frozenset()
     counts: dict[Group, tuple[int, int]] = field(default_factory=dict)
+    #: :meth:`probabilities`' answers so far (a recompute asks of the same ~700 cells again).
+    _probability: dict[Cell, float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_launches(cls, fits: Iterable[PairKey], failures: Iterable[PairKey]
@@ -143,6 +155,15 @@ class PairFitBelief:
     def probability(self, cell: Cell) -> float:
         """Posterior probability that ``cell`` runs (1 for an alone cell)."""
         return float(self._index([cell]).probability[0])
+
+    def probabilities(self, cells: Sequence[Cell]) -> np.ndarray:
+        """:meth:`probability` of each of ``cells`` ``(N,)``, those asked before read from
+        a memo."""
+        kept = self._probability
+        missing = list(dict.fromkeys(cell for cell in cells if cell not in kept))
+        if missing:
+            kept.update(zip(missing, self._index(missing).probability.tolist(), strict=True))
+        return np.array([kept[cell] for cell in cells], dtype=float).reshape(len(cells))
 
     def _index(self, cells: Sequence[Cell]) -> _PairIndex:
         """Each paired cell's pair and each pair's group and state, as arrays."""
@@ -202,12 +223,13 @@ def with_pair_fits(prediction: CellPrediction, cells: Sequence[Cell], belief: Pa
     """``prediction`` of ``cells`` (a rate belief's) with where pairs fit: mean times the
     probability of fitting, each draw times a joint draw of fitting (with ``num_draws == 0`` the
     draws are the mean, as :meth:`ThroughputBelief.predict` promises)."""
+    if num_draws == 0:
+        mean = prediction.mean * belief.probabilities(cells)
+        return CellPrediction(mean, mean[None, :].copy())
     index = belief._index(cells)
     if not len(index.rows):
         return prediction
     mean = prediction.mean * index.probability
-    if num_draws == 0:
-        return CellPrediction(mean, mean[None, :].copy())
     return CellPrediction(mean, prediction.draws * index.draw(num_draws, seed, len(cells)))
 
 

@@ -32,7 +32,6 @@ from bayes_sched.estimation.throughput.effects import (
     context_key,
     effect_variances,
     fixed_features,
-    keyed_features,
     load_features,
     type_features,
 )
@@ -332,6 +331,8 @@ class OnlineDesign:
         self.cells: list[Cell] = []
         self.index: dict[Cell, int] = {}
         self._rows: list[tuple[np.ndarray, np.ndarray]] = []
+        #: Per (cell, batch centres): the columns and values of its effects but the loads.
+        self._fixed_rows: dict[tuple[Cell, ContextKey], tuple[np.ndarray, np.ndarray]] = {}
         self._keys: list[ContextKey] = []
         self._y: list[float] = []
         self._seconds: list[float] = []
@@ -409,10 +410,27 @@ class OnlineDesign:
                 self._changed.add(i)
                 if self._terms is not None and i < len(self._term_y) and i not in self._retired:
                     self._retired[i] = self._rows[i]
-                features = keyed_features(cell, key)
-                cols = np.array([self._column(name, k) for name, k, _ in features],
-                                dtype=np.int64)
-                self._rows[i] = (cols, np.array([v for _, _, v in features]))
+                # The effects but a pair's loads stand while its batch centres do: their
+                # columns are kept per (cell, centres) (a pair's loads move with every alone
+                # report at its place, re-keying ~150 cells a fit).
+                centres = key if cell.partner is None else key[:2]
+                fixed = self._fixed_rows.get((cell, centres))
+                if fixed is None:
+                    features = fixed_features(cell, centres)
+                    fixed = self._fixed_rows[(cell, centres)] = (
+                        np.array([self._column(name, k) for name, k, _ in features],
+                                 dtype=np.int64),
+                        np.array([v for _, _, v in features], dtype=float))
+                if cell.partner is None:
+                    self._rows[i] = fixed
+                else:
+                    loads = load_features(cell.gpu_type, key)
+                    self._rows[i] = (
+                        np.concatenate([fixed[0], np.array([self._column(name, k)
+                                                            for name, k, _ in loads],
+                                                           dtype=np.int64)]),
+                        np.concatenate([fixed[1], np.array([v for _, _, v in loads],
+                                                           dtype=float)]))
                 self._keys[i] = key
 
     def _column(self, name: str, key: tuple[object, ...]) -> int:
@@ -478,6 +496,11 @@ class Posterior:
     prior_var: np.ndarray  # (p,)
     noise_var: np.ndarray  # (n,) nugget + measurement
     _cov: np.ndarray | None = None
+
+    @property
+    def has_cov(self) -> bool:
+        """Whether :attr:`cov` has been formed."""
+        return self._cov is not None
 
     @property
     def cov(self) -> np.ndarray:
