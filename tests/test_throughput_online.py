@@ -169,9 +169,9 @@ def test_thompson_draws_differ_across_recomputes_and_repeat_by_seed() -> None:
         out = []
         for _ in range(3):
             solo = policy._believed(views, runnable)
-            pairs = [rates for _, rates in sorted(policy._pair_draw.items())]
-            assert pairs  # the packing policy draws pair rates too
-            out.append(np.concatenate([solo.ravel(), np.ravel(pairs)]))
+            pairs = policy._pair_draw[1]
+            assert (pairs > 0).any()  # the packing policy draws pair rates too
+            out.append(np.concatenate([solo.ravel(), pairs.ravel()]))
         return out
 
     first, second = draws(7), draws(7)

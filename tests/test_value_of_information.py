@@ -30,6 +30,7 @@ from bayes_sched.policies.value_of_information import (
     expected_gain,
     lp_prices,
     max_min_value,
+    positive_part_bound,
     worth_trying,
 )
 from bayes_sched.sim.gavel_jobs import make_job
@@ -227,3 +228,76 @@ def test_a_re_solve_stopped_at_its_iteration_limit_falls_back_to_a_fresh_solve()
         cold = expected_gain(program, prices, entry, rows, np.ones(4), ratios)
         assert warm == pytest.approx(cold, rel=1e-9, abs=1e-12)
     assert stopped >= 5  # the limit did stop re-solves
+
+
+def test_the_positive_part_bound_is_exact_for_one_cell_and_bounds_a_pair_of_cells() -> None:
+    """The draw-free screen: for a one-cell column (a log-normal rate that runs with
+    probability q) the bound is the expectation itself (2 million seeded draws); for a pair of
+    cells sharing whether they run, with correlated rates, it is above the expectation; a column
+    with no fixed price has ``v >= 0`` and its bound is its mean."""
+    rng = np.random.default_rng(7)
+    n = 2_000_000
+    log_var, fit, w, fixed = 0.6, 0.4, 1.3, 1.1
+    runs = rng.uniform(size=n) < fit
+    rate = np.exp(rng.normal(0.0, np.sqrt(log_var), size=n))
+    ratio = runs * rate / (fit * np.exp(log_var / 2))  # F R / E[F R]
+    exact = np.maximum(w * ratio - fixed, 0.0).mean()
+    one = positive_part_bound(np.array([w]), np.array([0]), np.array([fixed]),
+                              np.array([log_var]), np.array([fit]))
+    assert one[0] == pytest.approx(exact, rel=0.01)
+    # Two cells of one pair: one fit draw, log rates correlated 0.8.
+    z = rng.standard_normal((n, 2))
+    z[:, 1] = 0.8 * z[:, 0] + 0.6 * z[:, 1]
+    variances = np.array([0.3, 1.2])
+    ratios = runs[:, None] * np.exp(z * np.sqrt(variances)) / (fit * np.exp(variances / 2))
+    weights = np.array([0.7, 0.9])
+    pair_exact = np.maximum(ratios @ weights - 1.4, 0.0).mean()
+    bounds = positive_part_bound(np.array([*weights, 0.5]), np.array([0, 0, 1]),
+                                 np.array([1.4, -0.2]), np.array([*variances, 0.5]),
+                                 np.array([fit, fit, 1.0]))
+    assert pair_exact < bounds[0] < 2 * pair_exact
+    assert bounds[1] == pytest.approx(0.5 + 0.2)  # v = 0.5 rho + 0.2 >= 0: its mean
+
+
+class _ScreenedHandBelief(_HandBelief):
+    """:class:`_HandBelief` telling the screen its spread: a pair's rate is 0.8 exactly, and it
+    runs with probability 1/2."""
+
+    draws_asked = 0
+
+    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
+                ) -> CellPrediction:
+        type(self).draws_asked += num_draws > 0
+        return super().predict(cells, num_draws, seed)
+
+    def log_variance_and_fit(self, cells: Sequence[Cell]) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(len(cells)), np.array([0.5 if c.partner else 1.0 for c in cells])
+
+
+class _ScreenedHandLearner(_HandLearner):
+    def fit(self, observations: Sequence[CellObservation]) -> ThroughputBelief:
+        return _ScreenedHandBelief()
+
+
+@pytest.mark.parametrize("steps", [50.0, 1e4])
+def test_the_draw_free_screen_changes_no_trial_and_skips_the_draws_it_rules_out(
+        steps: float) -> None:
+    """The packed policy with the screen (a belief with ``log_variance_and_fit``) asks for
+    the same trials as without it. With 50 steps per job (100 s left) the bound, here exact
+    (the pair's one fit draw decides both rates: 0.15 a second), cannot pay for a round's
+    trial (0.1 x 360 s) and no draw is made; with 10,000 the pair is drawn and tried."""
+    spec = replace(load_cluster_spec("v100:1x1"), round_interval=ROUND)
+    jobs = [make_job("a", 0.0, "ResNet-18 (batch size 16)", 1, steps),
+            make_job("b", 0.0, "A3C", 1, steps)]
+    views = TableCluster(jobs, spec, load_gavel_throughputs()).job_views()
+    cluster = ClusterState(spec=spec, now=0.0)
+    plans = []
+    _ScreenedHandBelief.draws_asked = 0
+    for learner in (_HandLearner(), _ScreenedHandLearner()):
+        policy = make_policy("max_min_fairness_packed", source="per_cell")
+        policy.estimator = ThroughputEstimator(learner)
+        policy.estimator.estimate(cluster, views)
+        policy.decide(cluster, views)
+        plans.append(policy.estimator.pending_profiling("a"))
+    assert plans[0] == plans[1]
+    assert _ScreenedHandBelief.draws_asked == (0 if steps < 1e3 else 1)

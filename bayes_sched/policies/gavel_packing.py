@@ -73,6 +73,7 @@ from bayes_sched.policies.value_of_information import (
     column_values,
     expected_gain,
     lp_prices,
+    positive_part_bound,
     worth_trying,
 )
 
@@ -637,30 +638,53 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         np.maximum.at(horizon, classes, np.nan_to_num(left, nan=0.0))
         gpus = np.asarray(terms.gpus.sum(axis=0)).ravel()
         time = terms.membership.tocsc()
-        cells = [c for _, _, cs in candidates for c in cs]
-        prediction = estimator.belief.predict(cells, num_draws=self.VALUE_DRAWS,
-                                              seed=self.seed * 1_000_003 + self.draws_made)
-        self.draws_made += 1
+        belief = estimator.belief
         entries = np.array([e for e, _, _ in candidates])
-        ratios = np.ones((self.VALUE_DRAWS, num_classes, len(entries)))
-        # Cell k (in ``cells``' order) is row ``row_of[k]`` of column ``column_of[k]``.
-        row_of = np.array([row for _, rows, _ in candidates for row in rows], dtype=np.int64)
-        column_of = np.repeat(np.arange(len(candidates)),
-                              [len(rows) for _, rows, _ in candidates])
-        known = prediction.mean > 0
-        ratios[:, row_of, column_of] = np.where(
-            known, prediction.draws / np.where(known, prediction.mean, 1.0), 0.0)
         scores_c = scores.tocsc()[:, entries]
         time_c = time[:, entries]
         gpu_type = terms.gpu_type[entries]
-        drawn = column_values(scores_c, time_c, gpus[entries], gpu_type, prices, ratios)
         mean_value = column_values(scores_c, time_c, gpus[entries], gpu_type, prices)
         # The rise is at most E[max(v, 0)] times the most of the column the LP can use
         # (concavity): where even that does not pay for the trial, no LP solve.
         time_dense = time_c.toarray()
-        most = np.minimum(1.0 / np.max(time_dense, axis=0, initial=0.0, where=time_dense > 0)
-                          if len(entries) else np.zeros(0),
+        most = np.minimum(1.0 / np.max(time_dense, axis=0, initial=0.0, where=time_dense > 0),
                           inputs.capacities[gpu_type] / gpus[entries])
+        # Cell k (in the candidates' order) is row ``row_of[k]`` of column ``column_of[k]``.
+        row_of = np.array([row for _, rows, _ in candidates for row in rows], dtype=np.int64)
+        column_of = np.repeat(np.arange(len(candidates)),
+                              [len(rows) for _, rows, _ in candidates])
+        spread = getattr(belief, "log_variance_and_fit", None)
+        if spread is not None:
+            # Before any draw: E[max(v, 0)] bounded from each rate's log variance and fit
+            # probability; only the columns this bound does not rule out are drawn.
+            weights = scores_c.multiply(prices.floor[:, None]).tocsc()
+            w = np.asarray(weights[row_of, column_of]).ravel()
+            log_var, fit = spread([c for _, _, cs in candidates for c in cs])
+            fixed = np.bincount(column_of, w, minlength=len(entries)) - mean_value
+            screen = positive_part_bound(w, column_of, fixed, log_var, fit) * most
+            keep = np.array([worth_trying(float(screen[i]), float(min(horizon[rows])),
+                                          float(mean_value[i]) * float(keys[rows[0]][1])
+                                          / float(gpus[e]), self._round_seconds)[0]
+                             for i, (e, rows, _) in enumerate(candidates)], dtype=bool)
+            if not keep.any():
+                return
+            candidates = [c for c, k in zip(candidates, keep.tolist(), strict=True) if k]
+            entries, gpu_type, mean_value, most = (entries[keep], gpu_type[keep],
+                                                   mean_value[keep], most[keep])
+            scores_c, time_c = scores_c[:, keep], time_c[:, keep]
+            row_of = np.array([row for _, rows, _ in candidates for row in rows],
+                              dtype=np.int64)
+            column_of = np.repeat(np.arange(len(candidates)),
+                                  [len(rows) for _, rows, _ in candidates])
+        cells = [c for _, _, cs in candidates for c in cs]
+        prediction = belief.predict(cells, num_draws=self.VALUE_DRAWS,
+                                    seed=self.seed * 1_000_003 + self.draws_made)
+        self.draws_made += 1
+        ratios = np.ones((self.VALUE_DRAWS, num_classes, len(entries)))
+        known = prediction.mean > 0
+        ratios[:, row_of, column_of] = np.where(
+            known, prediction.draws / np.where(known, prediction.mean, 1.0), 0.0)
+        drawn = column_values(scores_c, time_c, gpus[entries], gpu_type, prices, ratios)
         bound = np.mean(np.maximum(drawn, 0.0), axis=0) * most
         for i, (e, rows, cs) in enumerate(candidates):
             size = float(keys[rows[0]][1])
@@ -696,29 +720,38 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         used_alone = {(int(classes[j]), t) for j, t in zip(*np.nonzero(used[:inputs.num_jobs]),
                                                             strict=True)}
         pair_rows, pair_types = np.nonzero(used[inputs.num_jobs:])
-        used_pairs = {(frozenset(classes[inputs.pairs[p]].tolist()), int(t))
-                      for p, t in zip(pair_rows, pair_types, strict=True)}
+        # Per job pair in use: its two classes (smaller first) and type, each triple once
+        # (thousands of job pairs share a few hundred class pairs).
+        member_classes = np.sort(classes[inputs.pairs[pair_rows]], axis=1)
+        triples = np.unique(np.column_stack([member_classes, pair_types]), axis=0)
+        used_pairs = set(map(tuple, triples.tolist()))  # (class, class, type), smaller first
         time = terms.membership.tocsc()
         pending = {cell for name in inputs.names
                    for cell in self.estimator.pending_profiling(name)}
+        reported = self._reported
+        indices, indptr = time.indices.tolist(), time.indptr.tolist()
+        gpu_types, combination = terms.gpu_type.tolist(), terms.combination.tolist()
         candidates: list[tuple[int, list[int], list[Cell]]] = []
         for e in range(terms.num_entries):
-            rows = time.indices[time.indptr[e]:time.indptr[e + 1]].tolist()
-            t = int(terms.gpu_type[e])
+            rows = indices[indptr[e]:indptr[e + 1]]
+            t = gpu_types[e]
             gpu = self._types[t]
-            alone = len(rows) == 1 and terms.combination[e] < num_classes
-            if (rows[0], t) in used_alone if alone else (frozenset(rows), t) in used_pairs:
-                continue
-            if alone:
+            if len(rows) == 1 and combination[e] < num_classes:  # a job alone
+                if (rows[0], t) in used_alone:
+                    continue
                 kind, size = keys[rows[0]]
                 cells = [Cell(kind, size, gpu)]
             elif len(rows) == 1:  # two jobs of one class
+                if (rows[0], rows[0], t) in used_pairs:
+                    continue
                 kind, size = keys[rows[0]]
                 cells = [Cell(kind, size, gpu, kind)]
             else:
+                if (min(rows), max(rows), t) in used_pairs:
+                    continue
                 (a, size), (b, _) = keys[rows[0]], keys[rows[1]]
                 cells = [Cell(a, size, gpu, b), Cell(b, size, gpu, a)]
-            if any(c in self._reported or c in pending for c in cells):
+            if any(c in reported or c in pending for c in cells):
                 continue
             candidates.append((e, rows, cells))
         return candidates

@@ -318,7 +318,9 @@ class TimeSharingPolicy:
         self.thompson = bool(thompson)
         self.draws_made = 0
         self._belief_version = 0
-        self._pair_draw: dict[tuple[JobKey, JobKey, str], tuple[float, float]] = {}
+        #: The last recompute's predicted pair rates per class pair: its classes and ``(C, C,
+        #: T, 2)`` steps/s of ``a`` and ``b`` sharing type ``t`` (0 where they may not).
+        self._pair_draw: tuple[list[JobKey], np.ndarray] = ([], np.zeros((0, 0, 0, 2)))
         self.seed = seed
         self._shuffler = random.Random(seed + 5)
         self.solver_failures = 0
@@ -338,11 +340,12 @@ class TimeSharingPolicy:
         self._fractions: dict[Combo, np.ndarray] = {}
         # Time received and deficit per combination admitted, and the allocation's mirror.
         self._store = ComboStore(len(types))
-        # The pairs in force as _candidates reads them (table source): (the version of
-        # _pair_usable they were read in, the pairs, their (4, P) index (:meth:`_pair_index`),
-        # usable types (P, T)).
+        # The pairs in force as _candidates reads them: (the version of _pair_usable and the
+        # estimator's fits_version ((0, 0) for the table) they were read in, the pairs, their
+        # (4, P) index (:meth:`_pair_index`), usable types (P, T)).
         self._pairs_version = 0
-        self._pair_rows_cache: tuple[int, list[Combo], np.ndarray, np.ndarray] | None = None
+        self._pair_rows_cache: tuple[tuple[int, tuple[int, int]], list[Combo], np.ndarray,
+                                     np.ndarray] | None = None
         # _pairs' table rates per class pair on these types ((T, 2) each).
         self._table_pair_rows: dict[tuple[JobKey, JobKey], np.ndarray] = {}
         self._worker_time = np.zeros(len(types))
@@ -515,6 +518,7 @@ class TimeSharingPolicy:
         job_types = {job.name: job.application for job in jobs}
         if any(self._job_types.get(name, kind) != kind for name, kind in job_types.items()):
             self._need_update = True  # a job's measured throughputs changed
+            self._pairs_version += 1  # and where its pairs may fit
         self._job_types = job_types
         self._last_now = now
 
@@ -572,22 +576,22 @@ class TimeSharingPolicy:
         """Pairs of jobs (of ``classes[index[j]]``) of one scale factor that may share GPUs, and
         their measured rates ``(P, 2, T)``; a pair the table lacks on a type is logged once and
         not packed there."""
-        rates = np.zeros((len(classes), len(classes), len(self._types), 2))
-        for a, key_a in enumerate(classes):
-            for b, key_b in enumerate(classes):
-                if key_a[1] != key_b[1]:
-                    continue
-                if self.estimator is None:
+        if self.estimator is not None:
+            # The recompute's prediction, where it may fit (:meth:`_believed`, these classes).
+            assert self._pair_draw[0] == classes
+            rates = self._pair_draw[1]
+        else:
+            rates = np.zeros((len(classes), len(classes), len(self._types), 2))
+            for a, key_a in enumerate(classes):
+                for b, key_b in enumerate(classes):
+                    if key_a[1] != key_b[1]:
+                        continue
                     # The table's rates stand for the policy's types: read once per class pair.
                     row = self._table_pair_rows.get((key_a, key_b))
                     if row is None:
                         row = self._table_pair_rows[(key_a, key_b)] = self._table_pair_row(
                             key_a, key_b)
                     rates[a, b] = row
-                    continue
-                for t, gpu in enumerate(self._types):
-                    # The recompute's prediction, where it may fit.
-                    rates[a, b, t] = self._pair_draw.get((key_a, key_b, gpu), (0.0, 0.0))
         # Only jobs of a class with some partner class to pair with can be in a pair (at 1,900
         # jobs the pairs of every two jobs number 1.8 million): the same pairs, in order.
         pairs_somewhere = (rates.min(axis=3) > 0).any(axis=2)  # (C, C)
@@ -682,10 +686,24 @@ class TimeSharingPolicy:
         estimator = self.estimator
         assert estimator is not None
         state = estimator.fits_version
-        if state != self._pair_fits_state:
+        old = self._pair_fits_state
+        if state == old:
+            return self._pair_fits
+        if (state[1] == old[1] and 0 <= old[0] <= state[0]
+                and len(estimator.failed_launches) == state[0]):
+            # Only failed launches were added: forget the class pairs they name (a packed run
+            # reads a few hundred, each once; emptying every memo cost ~1,000 checks each).
+            for cell in estimator.failed_launches[old[0]:state[0]]:
+                if cell.partner is None:
+                    continue
+                a, b = (cell.job_type, cell.scale_factor), (cell.partner, cell.scale_factor)
+                for first, second in ((a, b), (b, a)):
+                    self._pair_fits.pop((cell.gpu_type, first, second), None)
+                    self._pair_fit_masks.pop((first, second), None)
+        else:
             self._pair_fits.clear()
             self._pair_fit_masks.clear()
-            self._pair_fits_state = state
+        self._pair_fits_state = state
         return self._pair_fits
 
     def _believed(self, jobs: Sequence[JobView], runnable: np.ndarray) -> np.ndarray:
@@ -698,18 +716,28 @@ class TimeSharingPolicy:
         for kind, size in classes:
             for gpu in self._types:
                 cells.setdefault(Cell(kind, size, gpu), len(cells))
-        pair_cell: dict[tuple[JobKey, JobKey, str], int] = {}  # (a, b, type): a's cell with b
+        # Per (a, b, type) where they may share it: a's cell beside b and b's beside a.
+        slots: list[tuple[int, int, int]] = []
+        pair_cells: list[tuple[Cell, Cell]] = []
         if self.packing:
-            for a in classes:
-                for b in classes:
+            self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
+            masks = self._pair_fit_masks
+            for i, a in enumerate(classes):
+                for j, b in enumerate(classes):
                     if a[1] != b[1]:
                         continue  # pairs share their GPUs: one scale factor
-                    for gpu, fits in zip(self._types, self._pair_fit_mask(a, b).tolist(),
-                                         strict=True):
+                    mask = masks.get((a, b))
+                    if mask is None:
+                        mask = self._pair_fit_mask(a, b)
+                    for t, fits in enumerate(mask.tolist()):
                         if not fits:
                             continue
-                        pair_cell[(a, b, gpu)] = cells.setdefault(Cell(a[0], a[1], gpu, b[0]),
-                                                                  len(cells))
+                        gpu = self._types[t]
+                        slots.append((i, j, t))
+                        pair_cells.append((Cell(a[0], a[1], gpu, b[0]),
+                                           Cell(b[0], b[1], gpu, a[0])))
+            for own, _ in pair_cells:  # (b, a, t) is a slot too: its cell joins there
+                cells.setdefault(own, len(cells))
         prediction = self.estimator.belief.predict(
             list(cells), num_draws=1 if self.thompson else 0,
             seed=self.seed * 1_000_003 + self.draws_made)
@@ -720,10 +748,13 @@ class TimeSharingPolicy:
         position = {key: c for c, key in enumerate(classes)}
         rates = by_class[[position[(job.application, job.requested_replicas)]
                           for job in jobs]].reshape(runnable.shape)
-        listed = values.tolist()
-        # (b, a, type) is there too: whether a pair may fit asks both of its cells.
-        self._pair_draw = {(a, b, gpu): (listed[at], listed[pair_cell[(b, a, gpu)]])
-                           for (a, b, gpu), at in pair_cell.items()}
+        pair_rates = np.zeros((len(classes), len(classes), len(self._types), 2))
+        if slots:
+            at = np.array([(cells[own], cells[other]) for own, other in pair_cells],
+                          dtype=np.int64)
+            i, j, t = np.array(slots, dtype=np.int64).T
+            pair_rates[i, j, t] = values[at]
+        self._pair_draw = (classes, pair_rates)
         return np.where(runnable, rates, 0.0)
 
     def _update_allocation(self, jobs: Sequence[JobView], measured: np.ndarray,
@@ -790,32 +821,38 @@ class TimeSharingPolicy:
         if self.estimator is None:
             # The pairs' part stands while the allocation in force does (no learned fits).
             cache = self._pair_rows_cache
-            if cache is None or cache[0] != self._pairs_version:
+            if cache is None or cache[0] != (self._pairs_version, (0, 0)):
                 pairs = list(self._pair_usable)
                 usable = np.array(list(self._pair_usable.values()), dtype=bool)
                 cache = self._pair_rows_cache = (
-                    self._pairs_version, pairs, self._pair_index(jobs, pairs),
+                    (self._pairs_version, (0, 0)), pairs, self._pair_index(jobs, pairs),
                     usable.reshape(len(pairs), num_types))
             combos.extend(cache[1])
             return (combos, np.concatenate([singles, cache[3]]),
                     np.concatenate([single_index, cache[2]], axis=1))
-        ok: list[np.ndarray] = []  # the pairs' rows; the jobs' are measured > 0
-        keys = {job.name: (job.application, job.requested_replicas) for job in jobs}
-        self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
-        masks = self._pair_fit_masks
-        for combo, usable in self._pair_usable.items():
-            combos.append(combo)
-            if all(n in keys for n in combo):
-                # A pair that failed to launch since the allocation was computed is not
-                # tried again on that type while the allocation stays in force.
-                a, b = keys[combo[0]], keys[combo[1]]
-                mask = masks.get((a, b))
-                usable = usable & (self._pair_fit_mask(a, b) if mask is None else mask)
-            ok.append(usable)
-        return (combos, np.concatenate([singles,
-                                        np.array(ok, dtype=bool).reshape(len(ok), num_types)]),
-                np.concatenate([single_index, self._pair_index(jobs, combos[len(jobs):])],
-                               axis=1))
+        # The pairs' part stands while the allocation in force and where pairs may fit do.
+        state = (self._pairs_version, self.estimator.fits_version)
+        cache = self._pair_rows_cache
+        if cache is None or cache[0] != state:
+            pairs = list(self._pair_usable)
+            ok: list[np.ndarray] = []  # the pairs' rows; the jobs' are measured > 0
+            keys = {job.name: (job.application, job.requested_replicas) for job in jobs}
+            self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
+            masks = self._pair_fit_masks
+            for combo, usable in self._pair_usable.items():
+                if all(n in keys for n in combo):
+                    # A pair that failed to launch since the allocation was computed is not
+                    # tried again on that type while the allocation stays in force.
+                    a, b = keys[combo[0]], keys[combo[1]]
+                    mask = masks.get((a, b))
+                    usable = usable & (self._pair_fit_mask(a, b) if mask is None else mask)
+                ok.append(usable)
+            cache = self._pair_rows_cache = (
+                state, pairs, self._pair_index(jobs, pairs),
+                np.array(ok, dtype=bool).reshape(len(ok), num_types))
+        combos.extend(cache[1])
+        return (combos, np.concatenate([singles, cache[3]]),
+                np.concatenate([single_index, cache[2]], axis=1))
 
     def _pair_index(self, jobs: Sequence[JobView], pairs: Sequence[Combo]) -> np.ndarray:
         """:meth:`_candidates`' ``(4, P)`` ints for ``pairs`` (of ``jobs``): store rows, scale

@@ -33,6 +33,12 @@ information beats its expected cost:
   the mean allocation: expected loss ``max(-v(mean r), 0) R`` for the job-level column (the time
   of its jobs and its GPUs at their prices, less the rate it is expected to give; a failed
   launch gives nothing, which the mean's fit probability carries).
+* **Screen.** Before any draw, each column's ``E[max(v_e(r), 0)]`` is bounded from its rates'
+  log variances and fit probabilities (:func:`positive_part_bound`, exact for a one-cell
+  column); a column whose bound cannot pay for its trial is not drawn. A belief that states
+  no spread (no ``log_variance_and_fit``) has every column drawn. On a packed run (gavel-2.0,
+  jobs 1000-1009) the screen left ~1 in 27 columns to draw, and the value-of-information pass
+  went from 7.4 to ~4 CPU ms (its 256 draws of ~66 cells to ~5).
 * **Rule.** Try ``e`` iff gain > cost, and only a column the mean allocation does not already
   run (exploitation learns those for free) with a cell nobody has reported from. Nothing is
   tuned: ``R`` is the round, the horizon the jobs' own declared work, the prices the LP's. The
@@ -57,11 +63,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import ndtr
 
 from bayes_sched.policies.time_fraction_lp import ConicProgram, HighsModel
 
 __all__ = ["DUAL_TOLERANCE", "LpPrices", "column_values", "expected_gain", "lp_prices",
-           "max_min_value", "worth_trying"]
+           "max_min_value", "positive_part_bound", "worth_trying"]
 
 #: HiGHS's dual feasibility tolerance (its default): a column value ``v_e`` at most this is 0.
 DUAL_TOLERANCE = 1e-7
@@ -115,6 +122,34 @@ def column_values(scores: sp.csr_matrix, time: sp.csr_matrix, gpus: np.ndarray,
         return np.asarray(scores.T @ prices.floor).ravel() - fixed
     weighted = scores.multiply(prices.floor[:, None]).toarray()  # (C, V)
     return np.einsum("cv,scv->sv", weighted, rate_ratios) - fixed[None, :]
+
+
+def positive_part_bound(weights: np.ndarray, column_of: np.ndarray, fixed: np.ndarray,
+                        log_var: np.ndarray, fit: np.ndarray) -> np.ndarray:
+    """An upper bound on ``E[max(v, 0)]`` of each column's value ``v`` ``(V,)``, before any
+    draw. Column ``i``'s ``v = sum_k w_k F_k R_k / E[F_k R_k] - fixed_i`` over its cells ``k``
+    (``column_of[k] = i``; ``weights`` ``w_k >= 0`` ``(K,)``), ``R_k`` log-normal with
+    ``log_var`` ``(K,)``, ``F_k`` Bernoulli with ``P(F_k = 1) = fit`` ``(K,)``. Split ``fixed_i``
+    over the cells in proportion to ``w_k`` (``f_k``); ``max(a + b, 0) <= max(a, 0) + max(b,
+    0)`` whatever the cells' correlation, and each term is the log-normal call price:
+    ``E[max(w F R / E[F R] - f, 0)] = w Phi(d + s) - P(F = 1) f Phi(d)``, ``s^2`` = ``log_var``,
+    ``d = (log(w / (P(F = 1) f)) - s^2 / 2) / s``. Exact for a one-cell column. A column with
+    ``fixed <= 0`` has ``v >= 0``: its bound is its mean."""
+    total = np.zeros(len(fixed))
+    np.add.at(total, column_of, weights)
+    share = np.divide(weights, total[column_of], out=np.zeros(len(weights)),
+                      where=total[column_of] > 0)
+    f = fixed[column_of] * share
+    live = (weights > 0) & (fit > 0) & (f > 0)
+    sd = np.sqrt(np.maximum(log_var, 1e-24))
+    d = np.zeros(len(weights))
+    d[live] = (np.log(weights[live] / (fit[live] * f[live])) - sd[live]**2 / 2) / sd[live]
+    terms = np.where(live, weights * ndtr(d + sd) - fit * f * ndtr(d), 0.0)
+    bound = np.zeros(len(fixed))
+    np.add.at(bound, column_of, terms)
+    free = fixed <= 0
+    bound[free] = (total - fixed)[free]
+    return bound
 
 
 def max_min_value(program: ConicProgram) -> float | None:
