@@ -295,7 +295,9 @@ process per seed in turn (load ~1; ratio to the table run of the same process):
                        1     0.988    1.192      3.34 (3.60 / 1.08)
                        2     1.000    1.068      3.48 (4.52 / 1.30)
 
-(A second reading with a type check running beside it: 3.61 / 4.02 / 3.14.) What changed: a
+(A second reading with a type check running beside it: 3.61 / 4.02 / 3.14.) At gavel-2.6,
+seed 0, the same window: avg JCT 0.929 of the table's before and 0.941 after, worst FTF 1.39 and
+1.34, decision 5.08 x before and 3.29 x after (ours 8.21 / 5.66 ms). What changed: a
 refit whose only news is failed launches keeps the rates' posterior (263 of 530 refits on
 jobs 1000-1009) and a belief keeps the cells' moments it predicted, so a recompute predicts
 only cells new since (of 829 recomputes' predictions, 288 had every cell to predict, 256
