@@ -365,6 +365,11 @@ class TimeSharingPolicy:
         # types) for the estimator state they were read in (:meth:`_pair_fit_memo`).
         self._pair_fits: dict[tuple[str, JobKey, JobKey], bool] = {}
         self._pair_fit_masks: dict[tuple[JobKey, JobKey], np.ndarray] = {}
+        # :meth:`_believed`'s cells, kept (~1,500 a recompute): per class its alone cell on
+        # each type, and per class pair (a, b), read with its mask, each type index where they
+        # may share it with a's cell beside b and b's beside a.
+        self._alone_cells: dict[JobKey, list[Cell]] = {}
+        self._pair_slots: dict[tuple[JobKey, JobKey], list[tuple[int, Cell, Cell]]] = {}
         self._pair_fits_state: tuple[int, int] = (-1, -1)
 
     # --- the policy's part ----------------------------------------------------------------------
@@ -700,9 +705,11 @@ class TimeSharingPolicy:
                 for first, second in ((a, b), (b, a)):
                     self._pair_fits.pop((cell.gpu_type, first, second), None)
                     self._pair_fit_masks.pop((first, second), None)
+                    self._pair_slots.pop((first, second), None)
         else:
             self._pair_fits.clear()
             self._pair_fit_masks.clear()
+            self._pair_slots.clear()
         self._pair_fits_state = state
         return self._pair_fits
 
@@ -713,31 +720,35 @@ class TimeSharingPolicy:
         assert self.estimator is not None
         classes = list(dict.fromkeys((job.application, job.requested_replicas) for job in jobs))
         cells: dict[Cell, int] = {}
+        alone_cells = self._alone_cells
         for kind, size in classes:
-            for gpu in self._types:
-                cells.setdefault(Cell(kind, size, gpu), len(cells))
+            row = alone_cells.get((kind, size))
+            if row is None:
+                row = alone_cells[(kind, size)] = [Cell(kind, size, gpu) for gpu in self._types]
+            for cell in row:
+                cells.setdefault(cell, len(cells))
         # Per (a, b, type) where they may share it: a's cell beside b and b's beside a.
         slots: list[tuple[int, int, int]] = []
         pair_cells: list[tuple[Cell, Cell]] = []
         if self.packing:
             self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
-            masks = self._pair_fit_masks
+            kept = self._pair_slots
             for i, a in enumerate(classes):
                 for j, b in enumerate(classes):
                     if a[1] != b[1]:
                         continue  # pairs share their GPUs: one scale factor
-                    mask = masks.get((a, b))
-                    if mask is None:
-                        mask = self._pair_fit_mask(a, b)
-                    for t, fits in enumerate(mask.tolist()):
-                        if not fits:
-                            continue
-                        gpu = self._types[t]
+                    where = kept.get((a, b))
+                    if where is None:
+                        where = kept[(a, b)] = [
+                            (t, Cell(a[0], a[1], gpu, b[0]), Cell(b[0], b[1], gpu, a[0]))
+                            for t, (gpu, fits) in enumerate(zip(
+                                self._types, self._pair_fit_mask(a, b).tolist(), strict=True))
+                            if fits]
+                    for t, own, other in where:
                         slots.append((i, j, t))
-                        pair_cells.append((Cell(a[0], a[1], gpu, b[0]),
-                                           Cell(b[0], b[1], gpu, a[0])))
-            for own, _ in pair_cells:  # (b, a, t) is a slot too: its cell joins there
-                cells.setdefault(own, len(cells))
+                        pair_cells.append((own, other))
+                        # (b, a, t) is a slot too: b's cell joins there, in the same order.
+                        cells.setdefault(own, len(cells))
         prediction = self.estimator.belief.predict(
             list(cells), num_draws=1 if self.thompson else 0,
             seed=self.seed * 1_000_003 + self.draws_made)
