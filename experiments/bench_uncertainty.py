@@ -291,11 +291,12 @@ process per seed in turn (load ~1; ratio to the table run of the same process):
     12212fd (before)   0     0.991    0.646      5.09 (5.30 / 1.04)
                        1     0.995    1.098      5.20 (5.75 / 1.11)
                        2     1.006    1.136      4.93 (7.19 / 1.46)
-    session 18         0     0.993    0.733      3.44 (3.66 / 1.06)
-                       1     0.988    1.192      3.34 (3.60 / 1.08)
-                       2     1.000    1.068      3.48 (4.52 / 1.30)
+    dfc9e72 (after)    0     0.993    0.733      3.47 (3.51 / 1.01)
+                       1     0.988    1.192      3.10 (3.71 / 1.20)
+                       2     1.001    1.067      3.18 (4.34 / 1.36)
 
-(A second reading with a type check running beside it: 3.61 / 4.02 / 3.14.) At gavel-2.6,
+(Two readings of ecf20a1, the same JCTs: 3.44 / 3.34 / 3.48 at load ~1, and 3.61 / 4.02 / 3.14
+with a type check running beside it.) At gavel-2.6,
 seed 0, the same window: avg JCT 0.929 of the table's before and 0.941 after, worst FTF 1.39 and
 1.34, decision 5.08 x before and 3.29 x after (ours 8.21 / 5.66 ms). What changed: a
 refit whose only news is failed launches keeps the rates' posterior (263 of 530 refits on
@@ -314,10 +315,11 @@ table's: HiGHS's price solves and re-solves 1.45 and model builds 0.35, the cova
 (``potri``) 1.31 (most of it in the 6 hyperparameter fits' gradients; the fits 1.49 in all),
 Cholesky factors 0.65, quadratic forms 0.43, triangular solves 0.33, CLARABEL 0.28 more: 4.8 s,
 and the estimation stage's per-round reading of reports 0.6. With the table's 4.95 that is
-10.35 s, 2.09 x the table's, before any of ours' bookkeeping: with value-of-information
-exploration priced by HiGHS and an exact refit at each new cell, the 2x is out of reach at
-these counts; reaching it needs fewer of them (e.g. hyperparameter fits or the price LP off
-the decision path), not faster code. Thompson exploration (``--exploration thompson``, no
+10.35 s, 2.09 x the table's, before any of ours' bookkeeping (a second reading at load ~2:
+table 5.86 s, numerical work beyond it 5.15, with the reading of reports 1.98 x): with
+value-of-information exploration priced by HiGHS and an exact refit at each new cell, the 2x
+is out of reach at these counts; reaching it needs fewer of them (e.g. hyperparameter fits or
+the price LP off the decision path), not faster code. Thompson exploration (``--exploration thompson``, no
 price LP) read 4.06 x on jobs 1000-1009 (avg JCT 1.0005 of the table's against the value of
 information's 1.0050): a fresh draw each recompute predicts every cell with its variance.
 """
