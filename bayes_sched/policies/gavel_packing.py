@@ -70,6 +70,7 @@ from bayes_sched.policies.time_sharing import (
     TimeSharingPolicy,
 )
 from bayes_sched.policies.value_of_information import (
+    LpPrices,
     column_values,
     expected_gain,
     lp_prices,
@@ -529,6 +530,15 @@ def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: 
     return reduced.expand(values[:-1], inputs.job_classes, num_types)
 
 
+def _cell_positions(candidates: Sequence[tuple[int, list[int], list[Cell]]]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """For the cells of ``candidates`` (columns: entry, rows, the rows' cells) in order: each
+    cell's row (class) and its column's index, two ``(K,)`` arrays."""
+    row_of = np.array([row for _, rows, _ in candidates for row in rows], dtype=np.int64)
+    column_of = np.repeat(np.arange(len(candidates)), [len(rows) for _, rows, _ in candidates])
+    return row_of, column_of
+
+
 class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
     """Gavel with space sharing: max-min fairness over normalised effective throughput, where
     pairs of jobs of one scale factor may share GPUs at their measured pair rates (solved per
@@ -649,33 +659,24 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         time_dense = time_c.toarray()
         most = np.minimum(1.0 / np.max(time_dense, axis=0, initial=0.0, where=time_dense > 0),
                           inputs.capacities[gpu_type] / gpus[entries])
-        # Cell k (in the candidates' order) is row ``row_of[k]`` of column ``column_of[k]``.
-        row_of = np.array([row for _, rows, _ in candidates for row in rows], dtype=np.int64)
-        column_of = np.repeat(np.arange(len(candidates)),
-                              [len(rows) for _, rows, _ in candidates])
-        spread = getattr(belief, "log_variance_and_fit", None)
-        if spread is not None:
-            # Before any draw: E[max(v, 0)] bounded from each rate's log variance and fit
-            # probability; only the columns this bound does not rule out are drawn.
-            weights = scores_c.multiply(prices.floor[:, None]).tocsc()
-            w = np.asarray(weights[row_of, column_of]).ravel()
-            log_var, fit = spread([c for _, _, cs in candidates for c in cs])
-            fixed = np.bincount(column_of, w, minlength=len(entries)) - mean_value
-            screen = positive_part_bound(w, column_of, fixed, log_var, fit) * most
-            keep = np.array([worth_trying(float(screen[i]), float(min(horizon[rows])),
-                                          float(mean_value[i]) * float(keys[rows[0]][1])
-                                          / float(gpus[e]), self._round_seconds)[0]
-                             for i, (e, rows, _) in enumerate(candidates)], dtype=bool)
+        # Per column: the trial's job-level column's value (one job or pair on its GPUs, a
+        # share of the class's), and how long the answer is used (its classes' shortest).
+        trial_value = mean_value * np.array([float(keys[rows[0]][1]) for _, rows, _ in candidates]
+                                            ) / gpus[entries]
+        column_horizon = np.array([float(min(horizon[rows])) for _, rows, _ in candidates])
+        screen = self._draw_free_bound(belief, candidates, scores_c, prices, mean_value)
+        if screen is not None:
+            keep = np.array([worth_trying(float(b), float(h), float(v), self._round_seconds)[0]
+                             for b, h, v in zip(screen * most, column_horizon, trial_value,
+                                                strict=True)], dtype=bool)
             if not keep.any():
                 return
             candidates = [c for c, k in zip(candidates, keep.tolist(), strict=True) if k]
             entries, gpu_type, mean_value, most = (entries[keep], gpu_type[keep],
                                                    mean_value[keep], most[keep])
+            trial_value, column_horizon = trial_value[keep], column_horizon[keep]
             scores_c, time_c = scores_c[:, keep], time_c[:, keep]
-            row_of = np.array([row for _, rows, _ in candidates for row in rows],
-                              dtype=np.int64)
-            column_of = np.repeat(np.arange(len(candidates)),
-                                  [len(rows) for _, rows, _ in candidates])
+        row_of, column_of = _cell_positions(candidates)
         cells = [c for _, _, cs in candidates for c in cs]
         prediction = belief.predict(cells, num_draws=self.VALUE_DRAWS,
                                     seed=self.seed * 1_000_003 + self.draws_made)
@@ -687,17 +688,14 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         drawn = column_values(scores_c, time_c, gpus[entries], gpu_type, prices, ratios)
         bound = np.mean(np.maximum(drawn, 0.0), axis=0) * most
         for i, (e, rows, cs) in enumerate(candidates):
-            size = float(keys[rows[0]][1])
-            # The trial's job-level column: one job (pair) on its GPUs, a share of the class's.
-            trial_value = float(mean_value[i]) * size / float(gpus[e])
-            if not worth_trying(float(bound[i]), float(min(horizon[rows])), trial_value,
-                                self._round_seconds)[0]:
+            if not worth_trying(float(bound[i]), float(column_horizon[i]),
+                                float(trial_value[i]), self._round_seconds)[0]:
                 continue
             row_index = np.array(rows)
             gain = expected_gain(program, prices, int(e), row_index, drawn[:, i],
                                  ratios[:, row_index, i], model)
-            go, gain, cost = worth_trying(gain, float(min(horizon[rows])), trial_value,
-                                          self._round_seconds)
+            go, gain, cost = worth_trying(gain, float(column_horizon[i]),
+                                          float(trial_value[i]), self._round_seconds)
             if not go:
                 continue
             # A job of the column's first class; one with no plan left first.
@@ -705,6 +703,24 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
             job = min(of_class, key=lambda n: len(estimator.pending_profiling(n)) > 0)
             estimator.request_profiling(job, cs[0])
             self.trials.append((cs[0], gain, cost))
+
+    @staticmethod
+    def _draw_free_bound(belief: object, candidates: list[tuple[int, list[int], list[Cell]]],
+                         scores: sp.csc_matrix, prices: LpPrices, mean_value: np.ndarray
+                         ) -> np.ndarray | None:
+        """Each candidate column's bound on ``E[max(v, 0)]`` before any draw
+        (:func:`~bayes_sched.policies.value_of_information.positive_part_bound`, from the
+        belief's ``log_variance_and_fit``), ``(V,)``; ``None`` for a belief that does not
+        state its spread (every column is then drawn). ``scores``: the columns' ``(C, V)``."""
+        spread = getattr(belief, "log_variance_and_fit", None)
+        if spread is None:
+            return None
+        row_of, column_of = _cell_positions(candidates)
+        weights = np.asarray(scores.multiply(prices.floor[:, None]).tocsc()[row_of, column_of]
+                             ).ravel()
+        log_var, fit = spread([c for _, _, cs in candidates for c in cs])
+        fixed = np.bincount(column_of, weights, minlength=len(candidates)) - mean_value
+        return positive_part_bound(weights, column_of, fixed, log_var, fit)
 
     def _untried_columns(self, inputs: AllocationInputs, allocation: np.ndarray,
                          reduced: ClassTerms, keys: Sequence[tuple[str, int]]
