@@ -342,7 +342,7 @@ class TimeSharingPolicy:
         self._store = ComboStore(len(types))
         # The pairs in force as _candidates reads them: (the version of _pair_usable and the
         # estimator's fits_version ((0, 0) for the table) they were read in, the pairs, their
-        # (4, P) index (:meth:`_pair_index`), usable types (P, T)).
+        # (4, P) index (:meth:`_pair_index`), types where each may run now (P, T)).
         self._pairs_version = 0
         self._pair_rows_cache: tuple[tuple[int, tuple[int, int]], list[Combo], np.ndarray,
                                      np.ndarray] | None = None
@@ -829,38 +829,23 @@ class TimeSharingPolicy:
                                  np.array([job.requested_replicas for job in jobs],
                                           dtype=np.int64).reshape(len(jobs)),
                                  single_rows, np.full(len(jobs), -1, dtype=np.int64)])
-        if self.estimator is None:
-            # The pairs' part stands while the allocation in force does (no learned fits).
-            cache = self._pair_rows_cache
-            if cache is None or cache[0] != (self._pairs_version, (0, 0)):
-                pairs = list(self._pair_usable)
-                usable = np.array(list(self._pair_usable.values()), dtype=bool)
-                cache = self._pair_rows_cache = (
-                    (self._pairs_version, (0, 0)), pairs, self._pair_index(jobs, pairs),
-                    usable.reshape(len(pairs), num_types))
-            combos.extend(cache[1])
-            return (combos, np.concatenate([singles, cache[3]]),
-                    np.concatenate([single_index, cache[2]], axis=1))
-        # The pairs' part stands while the allocation in force and where pairs may fit do.
-        state = (self._pairs_version, self.estimator.fits_version)
+        # The pairs' part stands while the allocation in force does and, with a learner, where
+        # pairs may fit (its fits_version; the table's (0, 0) never moves).
+        state = (self._pairs_version,
+                 (0, 0) if self.estimator is None else self.estimator.fits_version)
         cache = self._pair_rows_cache
         if cache is None or cache[0] != state:
             pairs = list(self._pair_usable)
-            ok: list[np.ndarray] = []  # the pairs' rows; the jobs' are measured > 0
-            keys = {job.name: (job.application, job.requested_replicas) for job in jobs}
-            self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
-            masks = self._pair_fit_masks
-            for combo, usable in self._pair_usable.items():
-                if all(n in keys for n in combo):
-                    # A pair that failed to launch since the allocation was computed is not
-                    # tried again on that type while the allocation stays in force.
-                    a, b = keys[combo[0]], keys[combo[1]]
-                    mask = masks.get((a, b))
-                    usable = usable & (self._pair_fit_mask(a, b) if mask is None else mask)
-                ok.append(usable)
-            cache = self._pair_rows_cache = (
-                state, pairs, self._pair_index(jobs, pairs),
-                np.array(ok, dtype=bool).reshape(len(ok), num_types))
+            usable = np.array(list(self._pair_usable.values()), dtype=bool).reshape(
+                len(pairs), num_types)
+            if self.estimator is not None:
+                # A pair that failed to launch since the allocation was computed is not tried
+                # again on that type while the allocation stays in force.
+                keys = {job.name: (job.application, job.requested_replicas) for job in jobs}
+                for p, combo in enumerate(pairs):
+                    if all(n in keys for n in combo):
+                        usable[p] &= self._pair_fit_mask(keys[combo[0]], keys[combo[1]])
+            cache = self._pair_rows_cache = (state, pairs, self._pair_index(jobs, pairs), usable)
         combos.extend(cache[1])
         return (combos, np.concatenate([singles, cache[3]]),
                 np.concatenate([single_index, cache[2]], axis=1))

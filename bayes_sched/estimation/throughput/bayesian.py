@@ -266,13 +266,11 @@ class BayesianThroughputBelief:
                 ) -> CellPrediction:
         # Jobs of one type share their cells: predict each distinct cell once (the same cell
         # is the same throughput, so its draws are identical across the jobs that ask).
-        index: dict[Cell, int] = {}
-        positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
+        distinct, positions = _distinct(cells)
         with one_blas_thread():
-            unique = self._predict(list(index), num_draws, seed)
-        if self._launches is not None and any(cell.partner is not None for cell in index):
-            unique = with_pair_fits(unique, list(index), self._launches.pair_fits, num_draws,
-                                    seed)
+            unique = self._predict(distinct, num_draws, seed)
+        if self._launches is not None and any(cell.partner is not None for cell in distinct):
+            unique = with_pair_fits(unique, distinct, self._launches.pair_fits, num_draws, seed)
         return CellPrediction(unique.mean[positions], unique.draws[:, positions])
 
     def _predict(self, cells: list[Cell], num_draws: int, seed: int) -> CellPrediction:
@@ -322,9 +320,7 @@ class BayesianThroughputBelief:
         """Each cell's steps/s is ``F R``: ``R`` log-normal, ``F`` whether it runs at all
         (Bernoulli, independent of ``R``; 1 alone). Returns the variance of ``log R`` and
         ``P(F = 1)``, each ``(N,)`` (the mean of ``F R`` is :meth:`predict`'s mean)."""
-        index: dict[Cell, int] = {}
-        positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
-        unique = list(index)
+        unique, positions = _distinct(cells)
         with one_blas_thread():
             _, var_log = self._kept_moments(unique)
         fit = (self._launches.pair_fits.probabilities(unique)
@@ -411,6 +407,14 @@ class BayesianThroughputBelief:
             known_var = np.asarray(squared(phi) @ prior_var).ravel() if p else np.zeros(n)
         return _QueryParts(phi, known_mean, known_var, unknown, prior, unknown_var, cell_var,
                            scale, offset, half)
+
+
+def _distinct(cells: Sequence[Cell]) -> tuple[list[Cell], np.ndarray]:
+    """The distinct ``cells`` in first-asked order, and each cell's place among them
+    ``(N,)``."""
+    index: dict[Cell, int] = {}
+    positions = np.array([index.setdefault(cell, len(index)) for cell in cells], dtype=int)
+    return list(index), positions
 
 
 @dataclass
