@@ -91,6 +91,6 @@ def test_a_learning_policy_tries_a_type_once_and_then_avoids_it() -> None:
     result = run_table_simulation(jobs, learned, spec, table=TABLE)
     assert result.summary["finished"] == 3
     assert isinstance(learned, TimeSharingPolicy) and learned.estimator is not None
-    assert learned.estimator.out_of_memory == {Cell(BIG, 2, "k80")}
+    assert list(learned.estimator.failed_launches) == [Cell(BIG, 2, "k80")]
     # One failed launch (one round on the two K80s), never again once learned.
     assert learned.estimator.failed_launch_gpu_seconds == 2 * ROUND

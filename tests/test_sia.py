@@ -168,6 +168,23 @@ def test_the_fast_type_goes_to_the_job_that_gains_most_from_it(solver: str) -> N
     assert policy.ilp_solves == 1 and policy.solver_failures == 0
 
 
+def test_a_round_where_every_job_gets_its_best_type_takes_no_solver() -> None:
+    """Two V100s: both jobs get the type they gain most on without the integer program, and
+    the policy counts no solve (it counts only the rounds that needed the solver)."""
+    cluster = ClusterState(spec=parse_cluster_spec("v100:1x2,k80:1x1"), now=3600.0)
+    jobs = [_view(cluster, "a3c", SLOW_GAIN, submit=0.0),
+            _view(cluster, "resnet", FAST_ON_V100, submit=10.0)]
+    policy = make_policy("sia")
+    decision = policy.decide(cluster, jobs)
+    validate_allocations(decision, cluster, [j.name for j in jobs])
+    assert _types_of(cluster, decision) == {"resnet": "v100", "a3c": "v100"}
+    assert policy.ilp_solves == 0 and policy.solver_failures == 0
+    crowded = ClusterState(spec=parse_cluster_spec("v100:1x1,k80:1x1"), now=3600.0)
+    policy.decide(crowded, [_view(crowded, "a3c", SLOW_GAIN, submit=0.0),
+                            _view(crowded, "resnet", FAST_ON_V100, submit=10.0)])
+    assert policy.ilp_solves == 1
+
+
 def test_capacity_and_rigid_scale_factors_are_respected_when_jobs_outnumber_gpus() -> None:
     cluster = ClusterState(spec=parse_cluster_spec("v100:2x4,p100:1x4,k80:2x4"), now=7200.0)
     rng = np.random.default_rng(1)

@@ -202,7 +202,7 @@ def test_the_pair_fit_memo_sees_a_new_failed_launch() -> None:
     assert policy._pair_may_fit("v100", a, b)
     assert policy._pair_fit_mask(a, b).tolist() == [True, True, True]
     assert not policy._pair_may_fit("v100", a, ("CycleGAN", 2))  # scale factors differ
-    policy.estimator.out_of_memory.add(Cell("CycleGAN", 1, "v100", "A3C"))
+    assert policy.estimator.note_failed_launch(Cell("CycleGAN", 1, "v100", "A3C"))
     assert not policy._pair_may_fit("v100", a, b) and not policy._pair_may_fit("v100", b, a)
     assert policy._pair_fit_mask(a, b).tolist() == [False, True, True]
     assert policy._pair_may_fit("p100", a, b)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import KeysView, Sequence
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation.throughput.observations import (
@@ -93,10 +93,8 @@ class ThroughputEstimator:
         self.min_refit_interval = float(min_refit_interval)
         #: Every usable report so far (checked once here: the learner's pool does not again).
         self.observations = UsableObservations()
-        #: Cells where a job failed to launch (out of memory): learned, not read from a table.
-        self.out_of_memory: set[Cell] = set()
-        #: The same cells in the order their first failed launch was read.
-        self.failed_launches: list[Cell] = []
+        # Cells where a job failed to launch, in the order first read (:attr:`failed_launches`).
+        self._failed_launches: dict[Cell, None] = {}
         self.failed_launch_gpu_seconds = 0.0  # GPU-seconds held by jobs that failed to launch
         self.fit_seconds: list[float] = []
         self.rejected_reports = 0
@@ -220,11 +218,9 @@ class ThroughputEstimator:
                     self.first_visit_gpu_seconds += report.seconds * cell.scale_factor
                 if report.out_of_memory:
                     self.failed_launch_gpu_seconds += report.seconds * report.cell.scale_factor
-                    if report.cell not in self.out_of_memory:
+                    if self.note_failed_launch(report.cell):
                         LOG.info("job %s does not fit in %s (out of memory)", job.name,
                                  report.cell)
-                        self.out_of_memory.add(report.cell)
-                        self.failed_launches.append(report.cell)
                 # Failed launches go to the learner too (every pool skips them as rates): a
                 # learner may generalise where jobs fit from them (Gavel's: a pair that does not
                 # fit is a measured normalised throughput of 0).
@@ -238,16 +234,30 @@ class ThroughputEstimator:
         return list(jobs)
 
     @property
+    def failed_launches(self) -> KeysView[Cell]:
+        """Cells where a job failed to launch (out of memory), in the order their first failed
+        launch was read: learned, not read from a table."""
+        return self._failed_launches.keys()
+
+    def note_failed_launch(self, cell: Cell) -> bool:
+        """Record that a job failed to launch in ``cell``; whether that is news."""
+        if cell in self._failed_launches:
+            return False
+        self._failed_launches[cell] = None
+        return True
+
+    @property
     def fits_version(self) -> tuple[int, int]:
         """Changes whenever :meth:`fits`' answers may: with a new failed launch (that set only
         grows) or, where the learner has its own ``fits`` (which may read its fitted state),
         with a new belief. Callers memoise ``fits`` per value."""
-        return (len(self.out_of_memory), self.version if self._known_fits is not None else 0)
+        return (len(self._failed_launches),
+                self.version if self._known_fits is not None else 0)
 
     def fits(self, cell: Cell) -> bool:
         """Whether ``cell`` may run: no job has failed to launch there (out of memory), and the
         learner, if it knows where jobs fit (its optional ``fits(cell)``: the oracle's table),
         does not say otherwise."""
-        if cell in self.out_of_memory:
+        if cell in self._failed_launches:
             return False
         return self._known_fits is None or bool(self._known_fits(cell))

@@ -149,6 +149,26 @@ def config_utilities(normalized: np.ndarray, p: float, lambda_n: float) -> np.nd
     return lambda_n + np.sign(p) * powered
 
 
+def best_if_all_fit(utility: np.ndarray, configs: Configurations, capacities: np.ndarray,
+                    num_jobs: int) -> np.ndarray | None:
+    """:func:`solve_assignment`'s optimum without a solver where there is one: each job's
+    best configuration of positive utility (ties: the first; none for a job without one),
+    ``(J,)``, when they all fit in ``capacities`` at once; ``None`` when they do not."""
+    chosen = np.full(num_jobs, -1, dtype=np.int64)
+    useful = np.flatnonzero(utility > 0)
+    if useful.size == 0:
+        return chosen
+    order = useful[np.lexsort((-utility[useful], configs.job[useful]))]
+    jobs_in_order = configs.job[order]
+    best = order[np.r_[True, jobs_in_order[1:] != jobs_in_order[:-1]]]
+    used = np.bincount(configs.gpu_type[best], weights=configs.num_gpus[best],
+                       minlength=len(capacities))
+    if not np.all(used <= capacities):
+        return None
+    chosen[configs.job[best]] = best
+    return chosen
+
+
 def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: np.ndarray,
                      num_jobs: int, solver: str = "HIGHS",
                      options: Mapping[str, object] | None = None) -> np.ndarray | None:
@@ -157,19 +177,11 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
     per job and, per GPU type, the chosen GPUs within ``capacities`` ``(T,)``; ``None`` when the
     solver fails. Configurations of non-positive utility are never worth choosing and are left
     out; when every job's best configuration fits at once, that is the optimum (no solver)."""
+    chosen = best_if_all_fit(utility, configs, capacities, num_jobs)
+    if chosen is not None:
+        return chosen
     chosen = np.full(num_jobs, -1, dtype=np.int64)
     useful = np.flatnonzero(utility > 0)
-    if useful.size == 0:
-        return chosen
-    # Each job's best configuration (ties: the first); taken alone it is optimal when all fit.
-    order = useful[np.lexsort((-utility[useful], configs.job[useful]))]
-    jobs_in_order = configs.job[order]
-    best = order[np.r_[True, jobs_in_order[1:] != jobs_in_order[:-1]]]
-    used = np.bincount(configs.gpu_type[best], weights=configs.num_gpus[best],
-                       minlength=len(capacities))
-    if np.all(used <= capacities):
-        chosen[configs.job[best]] = best
-        return chosen
     import cvxpy as cp
 
     if solver == "HIGHS":
@@ -368,6 +380,8 @@ class SiaPolicy:
         #: comes from :attr:`estimator` instead.
         self.belief: ThroughputBelief = _TableBelief(table)
         self.solver_failures = 0
+        #: Rounds whose assignment took the solver (not those where every job's best
+        #: configuration fitted at once: :func:`best_if_all_fit`).
         self.ilp_solves = 0
 
     # --- Policy interface -----------------------------------------------------------------------
@@ -407,9 +421,11 @@ class SiaPolicy:
             (configs.gpu_type == current[configs.job]) & (configs.num_gpus == held[configs.job]))
         normalized = np.where(moves, normalized * factors[configs.job], normalized)
         utility = config_utilities(normalized, self.p, self.lambda_n)
-        chosen = solve_assignment(utility, configs, capacities, len(jobs), self.solver,
-                                  self._solver_options())
-        self.ilp_solves += 1
+        chosen = best_if_all_fit(utility, configs, capacities, len(jobs))
+        if chosen is None:
+            chosen = solve_assignment(utility, configs, capacities, len(jobs), self.solver,
+                                      self._solver_options())
+            self.ilp_solves += 1
         if chosen is None:
             self.solver_failures += 1
             LOG.warning("sia: no assignment for %d jobs; previous allocation kept", len(jobs))
@@ -542,6 +558,7 @@ class SiaPolicy:
         return out
 
 
-__all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Configurations", "SiaPolicy", "config_utilities",
+__all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Configurations", "SiaPolicy", "best_if_all_fit",
+           "config_utilities",
            "normalized_goodputs", "realloc_factors", "solve_assignment",
            "assignment_highs_data", "assignment_problem"]

@@ -55,6 +55,7 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Literal
 
 import numpy as np
@@ -694,11 +695,10 @@ class TimeSharingPolicy:
         old = self._pair_fits_state
         if state == old:
             return self._pair_fits
-        if (state[1] == old[1] and 0 <= old[0] <= state[0]
-                and len(estimator.failed_launches) == state[0]):
+        if state[1] == old[1] and 0 <= old[0] <= state[0]:
             # Only failed launches were added: forget the class pairs they name (a packed run
             # reads a few hundred, each once; emptying every memo cost ~1,000 checks each).
-            for cell in estimator.failed_launches[old[0]:state[0]]:
+            for cell in islice(estimator.failed_launches, old[0], state[0]):
                 if cell.partner is None:
                     continue
                 a, b = (cell.job_type, cell.scale_factor), (cell.partner, cell.scale_factor)
