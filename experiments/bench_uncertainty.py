@@ -32,7 +32,8 @@ table run's.
     python experiments/bench_uncertainty.py [--settings gavel-2.0 gavel-2.6 shockwave]
         [--window 0 100] [--seeds 0 1 2] [--sources table agnostic per_cell]
         [--policies max_min_fairness_perf] [--shockwave-policies max_sum_throughput_perf]
-        [--noise 0.05] [--max-hours 2000] [--cpu-time] [--json]
+        [--noise 0.05] [--max-hours 2000] [--cpu-time]
+        [--exploration thompson|value_of_information|none] [--refit-growth F] [--json]
 
 ``--cpu-time``: the decision and estimation times are this process's CPU seconds
 (``time.process_time``) instead of wall seconds: on a shared machine wall time counts the other
@@ -337,6 +338,36 @@ the 2x, and 1.7 % more JCT on seed 2.
 The independent per-cell posterior meets the 2x with Thompson draws, at more exploration;
 with the value of information its price LP alone puts it over. Ours with Thompson draws a
 fresh joint sample each recompute, so every cell is predicted with its variance each time.
+
+Session 19 (issue 20): what each part of learning costs in decision time. ``--exploration
+none`` decides on the posterior mean and tries nothing; ``--refit-growth inf`` refits only on a
+new cell or a failed launch. Jobs 1000-1049, ``--policies max_min_fairness_packed --sources
+table S [--exploration E] [--refit-growth F] --cpu-time``, one process per (seed, row) with its
+own table run, two processes at a time on 2 cores (load ~2), commit 37f5ee8. Ratios to the
+table's run in the same process, per seed 0 / 1 / 2 (gavel-2.6: seeds 0 / 1):
+
+    setting    learner   exploration   refits        avg JCT                decision
+    gavel-2.0  ours      value of inf. default (2)   0.993 / 0.988 / 1.001  3.69 / 3.49 / 3.11
+               ours      none          default       0.994 / 0.981 / 1.011  2.30 / 2.29 / 2.02
+               ours      none          inf           0.992 / 0.972 / 1.010  2.05 / 1.89 / 1.93
+               ours      value of inf. inf           0.991 / 0.981 / 1.018  3.15 / 2.77 / 2.57
+               per_cell  Thompson      default       1.003 / 1.067 / 1.011  1.54 / 1.66 / 1.74
+    gavel-2.6  ours      value of inf. default       0.941 / 0.961          3.34 / 3.12
+               ours      none          default       0.928 / 0.999          2.06 / 1.86
+               ours      none          inf           0.922 / 0.983          1.80 / 1.74
+               ours      value of inf. inf           0.930 / 0.971          2.88 / 2.69
+
+Worst FTF, gavel-2.0 (table 0.220 / 0.249 / 0.177): 0.162 / 0.296 / 0.189 with the defaults,
+0.182 / 0.254 / 0.195 with none, 0.196 / 0.389 / 0.210 per_cell. So ours' estimation alone
+(refits, posterior means of every cell an allocation needs, the report reading) takes 0.7-1.3
+of the table's whole decision time, and the value-of-information pass (an LP for the prices
+per recompute, of the allocation LP's size, plus its draws and re-solves) another 0.6-1.4: no
+exploring configuration of ours measured is under 2.5x. The one configuration under 2x that
+learns by posterior draws, per_cell with Thompson, is 6.7 % over the table's avg JCT on seed 1.
+Deciding on the mean without trials is under 2x at gavel-2.6 and with refits only on new cells,
+and its JCTs are within the seeds' spread of the value-of-information rule's (better on 2 of
+the 5 (setting, seed), worse on 3; 1.1 % over the table on gavel-2.0 seed 2, 3.8 % behind the
+value of information on gavel-2.6 seed 1).
 """
 
 from __future__ import annotations
@@ -364,10 +395,12 @@ AGNOSTIC = {"max_min_fairness_perf": "max_min_fairness",
 
 
 def _policy(policy: str, source: str, seed: int, throughputs: str,
-            exploration: str | None = None) -> tuple[Any, str]:
+            exploration: str | None = None, refit_growth: float | None = None
+            ) -> tuple[Any, str]:
     """A fresh policy for ``source`` and the name it runs under (``exploration``: the learner
-    sources' option of that name, where given)."""
-    from bayes_sched.policies import make_policy
+    sources' option of that name, where given; ``"none"``: decide on the posterior mean and
+    try nothing; ``refit_growth``: the learner sources' option of that name, where given)."""
+    from bayes_sched.policies import POLICIES, make_policy
 
     options: dict[str, Any] = {"seed": seed, "throughputs": throughputs}
     if source == "table":
@@ -376,17 +409,23 @@ def _policy(policy: str, source: str, seed: int, throughputs: str,
         if policy in AGNOSTIC:
             return make_policy(AGNOSTIC[policy], **options), AGNOSTIC[policy]
         return make_policy(policy, source="uniform", **options), f"{policy} (uniform)"
-    if exploration is not None:
+    if exploration == "none" and "exploration" not in POLICIES.options(policy):
+        options["thompson"] = False  # a policy without trials: none is its mean-deciding form
+    elif exploration is not None:
         options["exploration"] = exploration
+    if refit_growth is not None:
+        options["refit_growth"] = refit_growth
     return make_policy(policy, source=source, **options), policy
 
 
 def run_one(setting: str, policy_name: str, source: str, seed: int, window: tuple[int, int],
             noise: float, max_hours: float, exploration: str | None = None,
             clock: Callable[[], float] = time.perf_counter,
-            timeline: WindowTimeline | None = None) -> dict[str, Any]:
+            timeline: WindowTimeline | None = None, refit_growth: float | None = None
+            ) -> dict[str, Any]:
     """One run; ``clock`` times the loop's estimation and decisions (``time.process_time``:
-    this process's CPU seconds); ``timeline`` records a Gavel run's active jobs per round."""
+    this process's CPU seconds); ``timeline`` records a Gavel run's active jobs per round;
+    ``exploration``, ``refit_growth``: see :func:`_policy`."""
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -397,7 +436,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
     steady: dict[str, float] = {}
     if setting == "shockwave":
         spec = replace(load_cluster_spec(SHOCKWAVE_CLUSTER), round_interval=SHOCKWAVE_ROUND_SECONDS)
-        policy, ran = _policy(policy_name, source, seed, "tacc", exploration)
+        policy, ran = _policy(policy_name, source, seed, "tacc", exploration, refit_growth)
         start = time.perf_counter()
         result = run_table_simulation(
             read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
@@ -407,7 +446,8 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
     else:
         rate = float(setting.split("-")[1])
         spec = replace(load_cluster_spec(GAVEL_CLUSTER), round_interval=GAVEL_ROUND_SECONDS)
-        policy, ran = _policy(policy_name, source, seed, "simulation", exploration)
+        policy, ran = _policy(policy_name, source, seed, "simulation", exploration,
+                             refit_growth)
         names = [str(i) for i in range(*window)]
         timeline = WindowTimeline() if timeline is None else timeline
         start = time.perf_counter()
@@ -542,9 +582,12 @@ def main() -> None:
                         help="simulated hours after which a run gives up")
     parser.add_argument("--cpu-time", action="store_true",
                         help="decision and estimation times in CPU seconds, not wall")
-    parser.add_argument("--exploration", choices=["thompson", "value_of_information"],
+    parser.add_argument("--exploration", choices=["thompson", "value_of_information", "none"],
                         help="the learner sources' exploration rule (packed max-min; default: "
-                             "the policy's)")
+                             "the policy's; none: decide on the posterior mean, try nothing)")
+    parser.add_argument("--refit-growth", type=float, metavar="F",
+                        help="the learner sources' refit_growth (default: the policy's; inf: "
+                             "refit on new cells and failed launches only)")
     parser.add_argument("--timeline", type=int, default=0, metavar="N",
                         help="Gavel settings: after each run, print its active jobs and CPU ms "
                              "per round at every N-th arrival (where the steady state starts)")
@@ -561,7 +604,8 @@ def main() -> None:
                 for source in args.sources:
                     timeline = WindowTimeline()
                     row = run_one(setting, policy, source, seed, tuple(args.window), args.noise,
-                                  args.max_hours, args.exploration, clock, timeline)
+                                  args.max_hours, args.exploration, clock, timeline,
+                                  args.refit_growth)
                     rows.append(row)
                     if not args.json:
                         print(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}"

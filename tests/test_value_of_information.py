@@ -122,7 +122,8 @@ def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_eno
     allocation time-shares the GPU (0.5 steps/s each); trying the pair for a round loses 0.1 x
     360 s at the prices and the answer is worth 0.15 a second while both jobs remain: with
     10,000 steps each (20,000 s at 0.5 steps/s) the pair goes into a job's profiling plan, with
-    50 (100 s) it does not, and Thompson sampling never asks for a trial."""
+    50 (100 s) it does not; Thompson sampling and ``exploration="none"`` never ask for a
+    trial."""
     spec = replace(load_cluster_spec("v100:1x1"), round_interval=ROUND)
     jobs = [make_job("a", 0.0, "ResNet-18 (batch size 16)", 1, steps),
             make_job("b", 0.0, "A3C", 1, steps)]
@@ -130,7 +131,7 @@ def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_eno
     cluster = ClusterState(spec=spec, now=0.0)
     pair = Cell("ResNet-18 (batch size 16)", 1, "v100", "A3C")
     plans = {}
-    for exploration in ("value_of_information", "thompson"):
+    for exploration in ("value_of_information", "thompson", "none"):
         policy = make_policy("max_min_fairness_packed", source="per_cell",
                              exploration=exploration)
         assert isinstance(policy, MaxMinFairnessPackedPolicy)
@@ -138,16 +139,16 @@ def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_eno
         policy.estimator.estimate(cluster, views)
         policy.decide(cluster, views)
         plans[exploration] = policy.estimator.pending_profiling("a")
-        if exploration == "value_of_information":
+        if exploration != "thompson":
             assert policy.pair_fractions() == {}  # the mean allocation does not pack them
     assert plans["value_of_information"] == ((pair,) if steps > 1e3 else ())
-    assert plans["thompson"] == ()
+    assert plans["thompson"] == () and plans["none"] == ()
 
 
 def test_the_value_of_information_rule_decides_on_the_mean() -> None:
-    policy = make_policy("max_min_fairness_packed", source="bayes",
-                         exploration="value_of_information")
-    assert isinstance(policy, MaxMinFairnessPackedPolicy) and policy.thompson is False
+    for exploration in ("value_of_information", "none"):
+        policy = make_policy("max_min_fairness_packed", source="bayes", exploration=exploration)
+        assert isinstance(policy, MaxMinFairnessPackedPolicy) and policy.thompson is False
     with pytest.raises(ValueError, match="exploration is 'ucb'"):
         make_policy("max_min_fairness_packed", source="bayes", exploration="ucb")
 

@@ -556,9 +556,14 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
             for one profiling round, only where the expected value of knowing its rate beats
             the trial's expected cost: :mod:`~bayes_sched.policies.value_of_information`) or
             ``"thompson"`` (decide on one joint posterior draw per recompute, or on the mean
-            with ``thompson=False``). Measured (ours, gavel-2.0, jobs 0-9, seeds 0-2, average
+            with ``thompson=False``) or ``"none"`` (decide on the posterior mean and try
+            nothing: what the mean allocation runs and the learner's profiling plan are all it
+            learns from; ``thompson`` is ignored). Measured (ours, gavel-2.0, jobs 0-9, seeds 0-2, average
             JCT over the table's): value of information 0.999 / 0.990 / 0.998, Thompson
-            1.006 / 0.999 / 1.015.
+            1.006 / 0.999 / 1.015. Jobs 1000-1049, seeds 0-2 (the same, and decision time
+            over the table's): value of information 0.993 / 0.988 / 1.001 at 3.7 / 3.5 /
+            3.1x, none 0.994 / 0.981 / 1.011 at 2.3 / 2.3 / 2.0x
+            (``experiments/bench_uncertainty.py``).
     """
 
     name = "max_min_fairness_packed"
@@ -574,22 +579,22 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                  source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
                  refit_growth: float = REFIT_GROWTH, gavel_statement: bool = False,
                  pair_split: Literal["even", "intervals"] = "even",
-                 exploration: Literal["thompson", "value_of_information"] = (
+                 exploration: Literal["thompson", "value_of_information", "none"] = (
                      "value_of_information")
                  ) -> None:
         super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
                          refit_interval, refit_growth)
         if pair_split not in ("even", "intervals"):
             raise ValueError(f"pair_split is {pair_split!r}: expected 'even' or 'intervals'")
-        if exploration not in ("thompson", "value_of_information"):
-            raise ValueError(f"exploration is {exploration!r}: expected 'thompson' or "
-                             "'value_of_information'")
+        if exploration not in ("thompson", "value_of_information", "none"):
+            raise ValueError(f"exploration is {exploration!r}: expected 'thompson', "
+                             "'value_of_information' or 'none'")
         #: Solve the LP over Gavel's own entries (every pair of one scale factor, zero rates
         #: included; :func:`gavel_statement_terms`) instead of per job class.
         self.gavel_statement = bool(gavel_statement)
         self.pair_split = pair_split
         self.exploration = exploration
-        if exploration == "value_of_information":
+        if exploration != "thompson":
             self.thompson = False  # the allocation is the posterior mean's
         #: Exploration trials requested: (cell, expected gain, expected cost), objective-seconds.
         self.trials: list[tuple[Cell, float, float]] = []
