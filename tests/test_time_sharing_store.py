@@ -70,13 +70,14 @@ def test_a_packed_runs_state_holds_its_jobs_and_pairs_in_force() -> None:
     def check(cluster: TableCluster) -> None:
         active = {name for name, job in cluster.jobs.items() if job.completion_time is None}
         store = policy._store
-        # Every combination admitted is of jobs the last decision saw; every pair in force and
-        # every job alone has its row, and the mirror of the allocation is the allocation.
+        # Every combination admitted is of jobs the last decision saw; the pairs the policy may
+        # place are exactly the pairs of the allocation in force, each admitted with its row.
         assert store.names() <= active | set(policy._attained)
-        for combo, fraction in policy._fractions.items():
-            row = store.index[combo]
-            assert store.allocated[row] and np.array_equal(store.fraction[row], fraction)
-        assert int(store.allocated[store.live_rows()].sum()) == len(policy._fractions)
+        in_force = store.allocation()
+        assert {c for c in in_force if len(c) == 2} == set(policy._pair_usable)
+        assert all(store.in_force(c) for c in policy._pair_usable)
+        assert int(store.allocated[store.live_rows()].sum()) == len(in_force)
+        assert set(policy.pair_fractions()) == set(policy._pair_usable)
         checked.append(len(policy._pair_usable))
 
     run_table_simulation(generate_continuous_jobs(2.0, 0, multi_gpu=True), policy, spec,

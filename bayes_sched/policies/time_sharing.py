@@ -216,6 +216,16 @@ class ComboStore:
         """Every admitted combination's row, ``(len(self),)``."""
         return np.fromiter(self.index.values(), dtype=np.int64, count=len(self.index))
 
+    def in_force(self, combo: Combo) -> bool:
+        """Whether ``combo`` is admitted and in the allocation in force."""
+        row = self.index.get(combo)
+        return row is not None and bool(self.allocated[row])
+
+    def allocation(self) -> dict[Combo, np.ndarray]:
+        """The allocation in force: each combination in it and its fractions ``(T,)``."""
+        allocated, fraction = self.allocated, self.fraction
+        return {combo: fraction[row] for combo, row in self.index.items() if allocated[row]}
+
     def set_allocation(self, combos: Sequence[Combo], fractions: np.ndarray) -> None:
         """Make ``fractions`` ``(len(combos), T)`` of ``combos`` (each admitted) the allocation
         in force: every other combination's fraction is 0."""
@@ -338,8 +348,7 @@ class TimeSharingPolicy:
         self._may_run_rows: dict[tuple[str, int], list[float]] = {}
         self._may_run_state: tuple[object, ...] = ()
         self._measured_rows: dict[JobKey, np.ndarray] = {}  # by job class, for these types
-        self._fractions: dict[Combo, np.ndarray] = {}
-        # Time received and deficit per combination admitted, and the allocation's mirror.
+        # Time received and deficit per combination admitted, and the allocation in force.
         self._store = ComboStore(len(types))
         # The pairs in force as _candidates reads them: (the version of _pair_usable and the
         # estimator's fits_version ((0, 0) for the table) they were read in, the pairs, their
@@ -417,12 +426,12 @@ class TimeSharingPolicy:
     def fractions(self) -> dict[str, dict[str, float]]:
         """The allocation in force for the jobs alone: ``{job: {GPU type: fraction of time}}``."""
         return {combo[0]: dict(zip(self._types, map(float, x), strict=True))
-                for combo, x in self._fractions.items() if len(combo) == 1}
+                for combo, x in self._store.allocation().items() if len(combo) == 1}
 
     def pair_fractions(self) -> dict[tuple[str, str], dict[str, float]]:
         """The allocation in force for pairs sharing GPUs: ``{(job a, job b): {type: fraction}}``."""
         return {(combo[0], combo[1]): dict(zip(self._types, map(float, x), strict=True))
-                for combo, x in self._fractions.items() if len(combo) == 2}
+                for combo, x in self._store.allocation().items() if len(combo) == 2}
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
         types = cluster_types(cluster)
@@ -479,7 +488,6 @@ class TimeSharingPolicy:
         # every combination admitted).
         gone = store.remove_jobs(store.names() - names)
         for combo in gone:
-            self._fractions.pop(combo, None)
             self._pair_usable.pop(combo, None)
             self._need_update = True
         if gone:
@@ -773,7 +781,7 @@ class TimeSharingPolicy:
         self._need_update = False
         runnable = [int(j) for j in np.flatnonzero(measured.max(axis=1) > 0)]
         if not runnable:
-            self._fractions, self._pair_usable = {}, {}
+            self._pair_usable = {}
             self._store.set_allocation([], np.zeros((0, len(self._types))))
             self._pairs_version += 1
             return
@@ -795,7 +803,6 @@ class TimeSharingPolicy:
         self.allocation_updates += 1
         x = np.clip(np.nan_to_num(np.asarray(x, dtype=float)), 0.0, 1.0)
         names = [jobs[j].name for j in runnable]
-        fractions: dict[Combo, np.ndarray] = {(name,): x[i] for i, name in enumerate(names)}
         pair_rows = x[len(names):]
         kept = np.flatnonzero(pair_rows.max(axis=1, initial=0.0) >= MIN_PAIR_FRACTION)
         usable = inputs.pair_throughputs[kept].min(axis=1) > 0  # (kept, T)
@@ -804,15 +811,13 @@ class TimeSharingPolicy:
         pair_combos: list[Combo] = list(zip(by_index[inputs.pairs[kept, 0]].tolist(),
                                             by_index[inputs.pairs[kept, 1]].tolist(),
                                             strict=True))
-        fractions.update(zip(pair_combos, pair_rows[kept], strict=True))
         self._pair_usable = dict(zip(pair_combos, usable, strict=True))
         index = self._store.index
         for combo in pair_combos:
             if combo not in index:
                 self._store.add(combo, half_round)
-        self._fractions = fractions
-        self._store.set_allocation(list(fractions), np.concatenate([x[:len(names)],
-                                                                   pair_rows[kept]]))
+        self._store.set_allocation([(name,) for name in names] + pair_combos,
+                                   np.concatenate([x[:len(names)], pair_rows[kept]]))
         self._pairs_version += 1
 
     def _candidates(self, jobs: Sequence[JobView], measured: np.ndarray
@@ -990,6 +995,7 @@ class TimeSharingPolicy:
         out = PackedAllocations()
         pairs: list[tuple[str, str]] = []
         placed: dict[Combo, np.ndarray] = {}
+        store = self._store
         by_name = {job.name: job for job in jobs}
         # Per job: its row of this round's GPUs held (:meth:`_held`, jobs in this order), and
         # the (node, GPUs) it holds, in node order.
@@ -1029,7 +1035,7 @@ class TimeSharingPolicy:
                     self.lease_extensions += len(combo)
                 for c in group:
                     combo = combos[c]
-                    if combo in placed or (combo not in self._fractions
+                    if combo in placed or (not store.in_force(combo)
                                            and combo not in self._profiling_now):
                         continue
                     counts = np.zeros(cluster.num_nodes, dtype=np.int64)
