@@ -364,10 +364,10 @@ of the table's whole decision time, and the value-of-information pass (an LP for
 per recompute, of the allocation LP's size, plus its draws and re-solves) another 0.6-1.4: no
 exploring configuration of ours measured is under 2.5x. The one configuration under 2x that
 learns by posterior draws, per_cell with Thompson, is 6.7 % over the table's avg JCT on seed 1.
-Deciding on the mean without trials is under 2x at gavel-2.6 and with refits only on new cells,
-and its JCTs are within the seeds' spread of the value-of-information rule's (better on 2 of
-the 5 (setting, seed), worse on 3; 1.1 % over the table on gavel-2.0 seed 2, 3.8 % behind the
-value of information on gavel-2.6 seed 1).
+Deciding on the mean without trials sits at about the 2x line (2.06 / 1.86 at gavel-2.6;
+1.74-2.05 with refits only on new cells), and its JCTs are within the seeds' spread of the
+value-of-information rule's (better on 2 of the 5 (setting, seed), worse on 3; 1.1 % over the
+table on gavel-2.0 seed 2, 3.8 % behind the value of information on gavel-2.6 seed 1).
 """
 
 from __future__ import annotations

@@ -559,6 +559,5 @@ class SiaPolicy:
 
 
 __all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Configurations", "SiaPolicy", "best_if_all_fit",
-           "config_utilities",
-           "normalized_goodputs", "realloc_factors", "solve_assignment",
+           "config_utilities", "normalized_goodputs", "realloc_factors", "solve_assignment",
            "assignment_highs_data", "assignment_problem"]

@@ -154,7 +154,7 @@ class PairFitBelief:
 
     def probability(self, cell: Cell) -> float:
         """Posterior probability that ``cell`` runs (1 for an alone cell)."""
-        return float(self._index([cell]).probability[0])
+        return float(self.probabilities([cell])[0])
 
     def probabilities(self, cells: Sequence[Cell]) -> np.ndarray:
         """:meth:`probability` of each of ``cells`` ``(N,)``, those asked before read from
