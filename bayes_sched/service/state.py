@@ -173,8 +173,11 @@ class StateStore:
         if not self.path.exists() and not create:
             raise InputError("no scheduler state here: expected the --state directory of "
                              "'bayes-sched serve' (or submit a job first)", self.root)
-        try:
-            self.root.mkdir(mode=PRIVATE_FOLDER, parents=True, exist_ok=True)
+        try:  # parents made 0755 whatever the umask: others must not swap the state folder
+            for parent in reversed(self.root.absolute().parents):
+                if not parent.is_dir():
+                    parent.mkdir(mode=0o755, exist_ok=True)
+            self.root.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
         except OSError as error:
             raise InputError(f"cannot make the state folder: {error.strerror}",
                              self.root) from None
