@@ -235,3 +235,53 @@ def test_a_state_created_by_many_processes_at_once_is_one_state(tmp_path: Path) 
     assert sorted(j["name"] for j in StateStore(tmp_path / "s").jobs()) == [
         f"j{k}" for k in range(6)]
     assert not [p.name for p in (tmp_path / "s").iterdir() if ".new" in p.name]
+
+
+def test_a_row_that_is_not_json_is_damage_that_check_finds_and_repair_leaves_out(
+        tmp_path: Path) -> None:
+    """Damage inside a record (the pages intact, so quick_check passes): reading it is one line
+    naming the file; ``state check`` parses every JSON column and finds it; repair drops it."""
+    root = tmp_path / "state"
+    original = populated_state(root, jobs=6, rounds=2)
+    with sqlite3.connect(root / STATE_FILE) as connection:
+        connection.execute("UPDATE jobs SET record = '{\"status\": \"runn' WHERE name = 'job002'")
+    connection.close()
+    one_error_line(cli("status", "--state", str(root)), str(root / STATE_FILE),
+                   "a record in table jobs is not JSON", "state repair")
+    check = cli("state", "check", "--state", str(root))
+    one_error_line(check, "rowid 3: column record is not JSON")
+    report = json.loads(cli("state", "repair", "--state", str(root), "--json").stdout)
+    jobs = {t["table"]: t for t in report["tables"]}["jobs"]
+    assert jobs["unreadable"] == ["rowid 3: column record is not JSON"]
+    assert jobs["lost"] == ["job002"] and jobs["recovered"] == 5
+    salvaged = {job["name"]: job for job in StateStore(root).jobs()}
+    assert salvaged == {name: job for name, job in original.items() if name != "job002"}
+
+
+@pytest.mark.parametrize("keep", [0.02, 0.1, 0.3, 0.6, 0.9, 0.99])
+def test_a_state_cut_anywhere_is_refused_then_repaired(tmp_path: Path, keep: float) -> None:
+    """Cut at several points (inside the header, page 1, mid-file, the last page): opening is
+    one input error naming the file, unless the cut took only the unused tail of the last page
+    (SQLite reads a short page as zeros), where every job reads as written; repair always ends
+    in a healthy file holding a subset of the jobs, each as it was written."""
+    from bayes_sched.service.state_repair import repair_state
+
+    root = tmp_path / "state"
+    original = populated_state(root, jobs=30, rounds=10)
+    path = root / STATE_FILE
+    size = path.stat().st_size
+    with path.open("r+b") as stream:
+        stream.truncate(max(1, int(size * keep)))
+    try:
+        store = StateStore(root)
+    except InputError as error:
+        assert str(error).startswith(f"{path}: ")
+        report = repair_state(root)
+        assert report.repaired
+    else:
+        assert {job["name"]: job for job in store.jobs()} == original
+        assert keep > 0.9
+        store.close()
+    salvaged = {job["name"]: job for job in StateStore(root).jobs()}
+    assert all(job == original[name] for name, job in salvaged.items())
+    assert inspect_state(root).verdict == state_check.HEALTHY

@@ -38,6 +38,7 @@ from bayes_sched.service.state_check import (
     access_problem,
     diagnose,
     header_problem,
+    repair_hint,
 )
 from bayes_sched.service.state_schema import create_schema, migrate
 from bayes_sched.service.state_trust import check_private_state
@@ -224,8 +225,16 @@ class StateStore:
         except sqlite3.DatabaseError as error:
             if type(error) is not sqlite3.DatabaseError:  # integrity, programming: a bug
                 raise
-            raise InputError(f"is damaged ({error}): 'bayes-sched state repair --state "
-                             f"{self.root}' salvages what can be read", self.path) from None
+            raise InputError(f"is damaged ({error}): {repair_hint(self.root)}",
+                             self.path) from None
+
+    def _json(self, text: str, table: str, column: str) -> Any:
+        """A JSON column's value; text that does not parse is a damaged file."""
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError):
+            raise InputError(f"is damaged (a {column} in table {table} is not JSON): "
+                             f"{repair_hint(self.root)}", self.path) from None
 
     def _rows(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
         with self._sqlite_errors():
@@ -310,7 +319,8 @@ class StateStore:
         """Jobs submitted but not yet taken up: ``(spec, wall-clock submission time)``."""
         rows = self._rows(
             "SELECT spec, submitted FROM jobs WHERE record IS NULL ORDER BY submitted, name")
-        return [(RealJobSpec.from_dict(json.loads(spec)), float(t)) for spec, t in rows]
+        return [(RealJobSpec.from_dict(self._json(spec, "jobs", "spec")), float(t))
+                for spec, t in rows]
 
     def cancel_requests(self) -> list[str]:
         rows = self._rows("SELECT name FROM jobs WHERE cancel = 1 AND record IS NOT NULL")
@@ -320,7 +330,7 @@ class StateStore:
         """The records the service saved (jobs it had taken up)."""
         rows = self._rows(
             "SELECT record FROM jobs WHERE record IS NOT NULL ORDER BY submitted, name")
-        return [json.loads(record) for (record,) in rows]
+        return [self._json(record, "jobs", "record") for (record,) in rows]
 
     def save(self, records: Sequence[dict[str, Any]], cancelled: Sequence[str] = (),
              round_row: tuple[int, float, Any, Any, float | None] | None = None) -> None:
@@ -343,8 +353,9 @@ class StateStore:
         service took it up)."""
         rows = self._rows("SELECT name, status, submitted, spec, record, cancel FROM jobs "
                           "ORDER BY submitted, name")
-        return [{"name": n, "status": s, "submitted": t, "spec": json.loads(spec),
-                 "record": json.loads(rec) if rec else None, "cancel": bool(c)}
+        return [{"name": n, "status": s, "submitted": t, "spec": self._json(spec, "jobs", "spec"),
+                 "record": self._json(rec, "jobs", "record") if rec else None,
+                 "cancel": bool(c)}
                 for n, s, t, spec, rec, c in rows]
 
     def last_round(self) -> dict[str, Any] | None:
@@ -353,5 +364,7 @@ class StateStore:
         if not rows:
             return None
         row = rows[0]
-        return {"round": row[0], "time": row[1], "allocations": json.loads(row[2]),
-                "predictions": json.loads(row[3]), "decision_seconds": row[4]}
+        return {"round": row[0], "time": row[1],
+                "allocations": self._json(row[2], "rounds", "allocations"),
+                "predictions": self._json(row[3], "rounds", "predictions"),
+                "decision_seconds": row[4]}

@@ -22,7 +22,9 @@ from urllib.parse import quote
 
 from bayes_sched.service.state_schema import (
     APPLICATION_ID,
+    JSON_COLUMNS,
     SCHEMA_VERSION,
+    json_problem,
     marks,
     schema_problem,
     table_columns,
@@ -129,11 +131,17 @@ def header_problem(path: Path) -> tuple[str, str] | None:
     return None
 
 
-def diagnose(connection: sqlite3.Connection, path: Path, count: bool = False) -> Diagnosis:
+def repair_hint(root: Path) -> str:
+    """What to do about a damaged state file in folder ``root``."""
+    return f"'bayes-sched state repair --state {root}' salvages what can be read"
+
+
+def diagnose(connection: sqlite3.Connection, path: Path, thorough: bool = False) -> Diagnosis:
     """Diagnose an open SQLite file (it passed :func:`header_problem`); reads, never writes.
-    With ``count``, the rows of each table are counted too."""
+    With ``thorough``, the rows of each table are counted and every JSON column parsed too
+    (which reads the whole file: ``state check``; opening a state does not)."""
     result = Diagnosis(str(path), HEALTHY, size=path.stat().st_size)
-    repair = f"'bayes-sched state repair --state {path.parent}' salvages what can be read"
+    repair = repair_hint(path.parent)
     try:
         application, version = marks(connection)
         result.application_id, result.version = application, version
@@ -150,11 +158,12 @@ def diagnose(connection: sqlite3.Connection, path: Path, count: bool = False) ->
         if result.findings != ["ok"]:
             return _verdict(result, DAMAGED, f"is damaged ({result.findings[0]}): {repair}")
         tables = table_columns(connection)
-        for name in tables if count else ():
-            result.rows[name] = int(connection.execute(
-                f'SELECT count(*) FROM "{name}"').fetchone()[0])
+        bad_rows = _count_rows(connection, tables, result) if thorough else []
     except sqlite3.DatabaseError as error:
         return _verdict(result, DAMAGED, f"is damaged ({error}): {repair}")
+    if bad_rows:
+        result.findings = bad_rows[:CHECK_LINES]
+        return _verdict(result, DAMAGED, f"is damaged ({bad_rows[0]}): {repair}")
     if application == 0:
         return _unmarked(result, tables)
     wrong = schema_problem(tables, version)
@@ -162,6 +171,23 @@ def diagnose(connection: sqlite3.Connection, path: Path, count: bool = False) ->
         return _verdict(result, DAMAGED, f"is damaged (schema version {version} but {wrong}): "
                         f"{repair}")
     return _verdict(result, OLDER if version < SCHEMA_VERSION else HEALTHY, None)
+
+
+def _count_rows(connection: sqlite3.Connection, tables: dict[str, tuple[str, ...]],
+                result: Diagnosis) -> list[str]:
+    """Count each table's rows into ``result``; returns the rows whose JSON does not parse."""
+    bad = []
+    for name, columns in tables.items():
+        listed = [c for c in JSON_COLUMNS.get(name, ()) if c in columns]
+        rows = 0
+        sql = f'SELECT rowid{"".join(f", {c}" for c in listed)} FROM "{name}"'
+        for row in connection.execute(sql):
+            rows += 1
+            problem = json_problem(name, tuple(listed), row[1:])
+            if problem is not None:
+                bad.append(f"table {name}, rowid {row[0]}: {problem}")
+        result.rows[name] = rows
+    return bad
 
 
 def _unmarked(result: Diagnosis, tables: dict[str, tuple[str, ...]]) -> Diagnosis:
@@ -203,6 +229,6 @@ def inspect_state(root: Path) -> Diagnosis:
         return Diagnosis(str(path), found[0], found[1], size=path.stat().st_size)
     connection = sqlite3.connect(read_only_uri(path), uri=True, timeout=30.0)
     try:
-        return diagnose(connection, path, count=True)
+        return diagnose(connection, path, thorough=True)
     finally:
         connection.close()

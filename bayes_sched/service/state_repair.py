@@ -16,7 +16,6 @@ renamed over ``state.db``: a reader sees the old file or the new one, never a pa
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sqlite3
@@ -45,7 +44,12 @@ from bayes_sched.service.state_check import (
     inspect_state,
     read_only_uri,
 )
-from bayes_sched.service.state_schema import COLUMNS, JSON_COLUMNS, SCHEMA_VERSION, table_columns
+from bayes_sched.service.state_schema import (
+    COLUMNS,
+    SCHEMA_VERSION,
+    json_problem,
+    table_columns,
+)
 
 #: Rowids looked up one by one per table, at most.
 MAX_PROBES = 1_000_000
@@ -199,7 +203,7 @@ def _salvage_table(source: sqlite3.Connection, target: sqlite3.Connection,
     kept: set[str] = set()
 
     def take(row: tuple[Any, ...]) -> None:
-        problem = _row_problem(table, columns, row[1:])
+        problem = json_problem(table, columns, row[1:])
         if problem is None:
             try:
                 target.execute(insert, row)
@@ -274,21 +278,6 @@ def _probe(source: sqlite3.Connection, sql: str, take: Take, low: int, high: int
 def _rowids(first: int, last: int, error: str) -> str:
     where = f"rowid {first}" if first == last else f"rowids {first}..{last}"
     return f"{where}: {error}"
-
-
-def _row_problem(table: str, columns: tuple[str, ...], values: tuple[Any, ...]) -> str | None:
-    """Why a salvaged row cannot be kept (a JSON column that does not parse), or ``None``."""
-    for column in JSON_COLUMNS.get(table, ()):
-        if column not in columns:
-            continue
-        value = values[columns.index(column)]
-        if value is None:
-            continue
-        try:
-            json.loads(value)
-        except (TypeError, ValueError):
-            return f"column {column} is not JSON"
-    return None
 
 
 def _key_index(source: sqlite3.Connection, table: str) -> tuple[str, str] | None:

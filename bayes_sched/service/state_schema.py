@@ -15,7 +15,9 @@ opens a file of an older version for writing migrates it in one transaction
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from typing import Any
 
 #: ``PRAGMA application_id`` of a bayes-sched state file: b"BSCH" as a big-endian integer.
 APPLICATION_ID = int.from_bytes(b"BSCH", "big")
@@ -117,3 +119,19 @@ def migrate(connection: sqlite3.Connection) -> int:
         raise
     connection.execute("COMMIT")
     return found
+
+
+def json_problem(table: str, columns: tuple[str, ...], values: tuple[Any, ...]) -> str | None:
+    """Why a row of ``table`` (``values`` of ``columns``) cannot be read back: a column of
+    :data:`JSON_COLUMNS` that holds no JSON; ``None`` when it can."""
+    for column in JSON_COLUMNS.get(table, ()):
+        if column not in columns:
+            continue
+        value = values[columns.index(column)]
+        if value is None:
+            continue
+        try:
+            json.loads(value)
+        except (TypeError, ValueError):
+            return f"column {column} is not JSON"
+    return None
