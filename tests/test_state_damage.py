@@ -285,3 +285,27 @@ def test_a_state_cut_anywhere_is_refused_then_repaired(tmp_path: Path, keep: flo
     salvaged = {job["name"]: job for job in StateStore(root).jobs()}
     assert all(job == original[name] for name, job in salvaged.items())
     assert inspect_state(root).verdict == state_check.HEALTHY
+
+
+def test_a_full_disk_while_the_state_is_made_is_one_line_and_leaves_nothing(
+        tmp_path: Path) -> None:
+    """A file-size limit (``RLIMIT_FSIZE``, as a full file system) below a new state's size."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.state_files import ROOT
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (5000, 5000))
+
+    (tmp_path / "t.py").write_text("pass\n")
+    job = tmp_path / "job.toml"
+    job.write_text('script = "t.py"\ninit_batch_size = 32\nmax_local_bsz = 64\n'
+                   "target_epochs = 2\n")
+    root = tmp_path / "state"
+    result = subprocess.run([sys.executable, "-m", "bayes_sched", "submit", str(job), "--state",
+                             str(root)], capture_output=True, text=True, cwd=ROOT,
+                            preexec_fn=small_files, timeout=120)
+    one_error_line(result, str(root / STATE_FILE), "on a file system with room")
+    assert list(root.iterdir()) == []  # no half-made state file, no temporary one

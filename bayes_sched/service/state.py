@@ -32,6 +32,7 @@ from typing import Any, TextIO
 from bayes_sched.backends.job_spec import RealJobSpec
 from bayes_sched.errors import InputError
 from bayes_sched.service.state_check import (
+    ACCESS_NEEDED,
     EMPTY,
     OLDER,
     STATE_FILE,
@@ -75,14 +76,20 @@ def new_state_file(folder: Path, prefix: str) -> Path:
             continue
     else:
         raise InputError(f"cannot pick a new file name like {prefix}-{os.getpid()}-N", folder)
-    connection = sqlite3.connect(path, isolation_level=None)
     try:
-        connection.execute("PRAGMA journal_mode=WAL")  # kept in the file's header
-        create_schema(connection)
-    finally:
-        connection.close()  # checkpoints: the file alone holds everything
-    with path.open("rb") as stream:
-        os.fsync(stream.fileno())
+        connection = sqlite3.connect(path, isolation_level=None)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")  # kept in the file's header
+            create_schema(connection)
+        finally:
+            connection.close()  # checkpoints: the file alone holds everything
+        with path.open("rb") as stream:
+            os.fsync(stream.fileno())
+    except BaseException:  # e.g. a full disk: leave nothing half-made behind
+        for suffix in ("", "-wal", "-shm"):
+            with suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        raise
     return path
 
 
@@ -157,8 +164,8 @@ class StateStore:
         self.root = Path(root)
         self.path = self.root / STATE_FILE
         self._lock: TextIO | None = None
-        self._make_folder(create)
         with self._sqlite_errors():
+            self._make_folder(create)
             self.connection = self._open(init)
         if not self.jobs_dir.is_dir():
             try:
@@ -183,7 +190,11 @@ class StateStore:
             raise InputError(f"cannot make the state folder: {error.strerror}",
                              self.root) from None
         if not self.path.exists():
-            create_state_file(self.path)
+            try:
+                create_state_file(self.path)
+            except OSError as error:
+                raise InputError(f"cannot create the state file: {error.strerror}",
+                                 self.path) from None
 
     def _open(self, init: bool) -> sqlite3.Connection:
         """Connect to a checked state file (an empty one replaced if ``init``), migrated to
@@ -220,8 +231,7 @@ class StateStore:
         try:
             yield
         except sqlite3.OperationalError as error:
-            raise InputError(f"cannot be used: {error}: expected a state file this user can "
-                             "read and write on a file system with room", self.path) from None
+            raise InputError(f"cannot be used ({error}): {ACCESS_NEEDED}", self.path) from None
         except sqlite3.DatabaseError as error:
             if type(error) is not sqlite3.DatabaseError:  # integrity, programming: a bug
                 raise

@@ -37,6 +37,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Lines of ``PRAGMA quick_check`` kept in a diagnosis.
 CHECK_LINES = 20
 
+#: What reading a state needs (said where an operation fails for the file system's reasons).
+ACCESS_NEEDED = ("expected a state file this user can read and write, on a file system with "
+                 "room")
+
 # What a diagnosis can say of a state file.
 HEALTHY = "healthy"
 OLDER = "older schema"  # healthy, migrated by the next command that writes it
@@ -159,6 +163,8 @@ def diagnose(connection: sqlite3.Connection, path: Path, thorough: bool = False)
             return _verdict(result, DAMAGED, f"is damaged ({result.findings[0]}): {repair}")
         tables = table_columns(connection)
         bad_rows = _count_rows(connection, tables, result) if thorough else []
+    except sqlite3.OperationalError as error:  # the file system's, not the file's
+        return _verdict(result, UNREADABLE, f"cannot be read ({error}): {ACCESS_NEEDED}")
     except sqlite3.DatabaseError as error:
         return _verdict(result, DAMAGED, f"is damaged ({error}): {repair}")
     if bad_rows:
