@@ -181,7 +181,7 @@ class StateStore:
         if not self.path.exists() and not create:
             raise InputError("no scheduler state here: expected the --state directory of "
                              "'bayes-sched serve' (or submit a job first)", self.root)
-        try:  # parents made 0755 whatever the umask: others must not swap the state folder
+        try:  # parents that others cannot write, whatever the umask: nobody swaps the state
             for parent in reversed(self.root.absolute().parents):
                 if not parent.is_dir():
                     parent.mkdir(mode=0o755, exist_ok=True)
@@ -214,13 +214,16 @@ class StateStore:
             create_state_file(self.path, replace_empty=True)
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
             diagnosis = diagnose(connection, self.path)
-        if not diagnosis.usable:
+        try:
+            if not diagnosis.usable:
+                raise InputError(str(diagnosis.problem), self.path)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            if diagnosis.verdict == OLDER:
+                migrate(connection)
+        except BaseException:
             connection.close()
-            raise InputError(str(diagnosis.problem), self.path)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=FULL")
-        if diagnosis.verdict == OLDER:
-            migrate(connection)
+            raise
         return connection
 
     @contextmanager

@@ -116,9 +116,11 @@ def repair_state(root: Path) -> RepairReport:
     report = RepairReport(str(path), diagnosis)
     if diagnosis.usable:
         return report
-    if diagnosis.verdict in (MISSING, UNREADABLE, FOREIGN, NEWER):
-        raise InputError(f"{diagnosis.problem} (repair salvages bayes-sched states only)",
-                         diagnosis.path)
+    if diagnosis.verdict in (MISSING, UNREADABLE):
+        raise InputError(str(diagnosis.problem), diagnosis.path)
+    if diagnosis.verdict in (FOREIGN, NEWER):
+        raise InputError(f"{diagnosis.problem} (repair salvages this bayes-sched's states "
+                         "only)", diagnosis.path)
     lock = hold_service_lock(root, "a 'bayes-sched serve' (pid {pid}) uses this state: "
                              "expected no service while it is repaired; stop it first")
     try:
@@ -133,6 +135,10 @@ def repair_state(root: Path) -> RepairReport:
         finally:
             with suppress(FileNotFoundError):
                 fresh.unlink()
+    except (OSError, sqlite3.OperationalError) as error:  # e.g. no room for the new file
+        raise InputError(f"cannot write the repaired state beside it ({error}): expected a "
+                         "folder with room for a copy; the damaged file is kept as it was",
+                         path) from None
     finally:
         lock.close()
     report.repaired = True

@@ -8,9 +8,11 @@ is a version-1 file, stamped by its first migration (:data:`MIGRATIONS`).
 
 To change the schema: write the new tables in :data:`_SCHEMA`, add the step from the last
 version to :data:`MIGRATIONS` (SQL applied to a file of the previous version), give the new
-version's columns in :data:`COLUMNS` and raise :data:`SCHEMA_VERSION`. A service or command that
-opens a file of an older version for writing migrates it in one transaction
-(:func:`migrate`); a file of a newer version is refused (this bayes-sched cannot know its meaning).
+version's columns in :data:`COLUMNS` and raise :data:`SCHEMA_VERSION`. Every command that opens
+the state through :class:`~bayes_sched.service.state.StateStore` (``serve``, ``submit``,
+``status``, ``cancel``: all open it read-write, as SQLite's write-ahead log needs) migrates a file
+of an older version in one transaction (:func:`migrate`); ``state check`` only reports it. A
+file of a newer version is refused (this bayes-sched cannot know its meaning).
 """
 
 from __future__ import annotations
