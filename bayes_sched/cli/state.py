@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check = sub.add_parser("check", help="say whether the state file is healthy (exit 0) or "
                            "not (exit 2), changing nothing",
                            description="Check the state file's header, schema version, pages "
-                                       "and records (PRAGMA quick_check) and tables.")
+                                       "and records (PRAGMA quick_check), tables and every "
+                                       "JSON column.")
     repair = sub.add_parser("repair", help="salvage a damaged state file into a new one",
                             description="Copy what can be read from a damaged state.db into a "
                                         "new file, keep the damaged one as "
