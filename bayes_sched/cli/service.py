@@ -109,7 +109,7 @@ def _state_option(parser: argparse.ArgumentParser, init: bool = False) -> None:
                         help=f"the scheduler's state directory (default: ./{DEFAULT_STATE})")
     if init:
         parser.add_argument("--init", action="store_true", help="start an empty state where "
-                            "state.db holds nothing (0 bytes), which is refused otherwise")
+                            "state.db holds nothing (0 bytes or no tables), refused otherwise")
 
 
 def _serve(args: argparse.Namespace) -> int:
