@@ -334,6 +334,7 @@ def write_fixtures(base: Path, stores: bool) -> None:
     (base / "validation-zero").mkdir()
     (base / "validation-zero" / "validation-0.csv").write_text(
         "\n".join([VALIDATION_HEADER, *_validation_rows()]) + "\n")
+    write_state_fixtures(base)  # issue 40, item 4: see the block at the end
     if stores:
         write_stores(base)
 
@@ -895,6 +896,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
         Case("bayes-sched", "fit without a kind", ("fit",), "KIND"),
         Case("bayes-sched", "infer unknown", ("infer", "nothing"), "nothing"),
     ])
+    add(state_file_cases())  # issue 40, item 4: see the block at the end
     return cases
 
 
@@ -1059,6 +1061,100 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_report(results, time.perf_counter() - start, len(previous))
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 40, item 4: damaged, foreign, empty and newer state files of the scheduler service.
+# ---------------------------------------------------------------------------------------------
+
+#: State folders the corpus writes (``state-NAME``), each with a bad ``state.db``.
+STATE_KINDS = ("garbage", "zero", "foreign", "no-tables", "newer", "truncated")
+
+
+def write_state_fixtures(base: Path) -> None:
+    """State folders: bad ``state.db`` files, a healthy state, one others can write."""
+    import sqlite3
+
+    from bayes_sched.backends.job_spec import RealJobSpec
+    from bayes_sched.service.state import StateStore
+    from bayes_sched.service.state_schema import APPLICATION_ID
+
+    def sqlite_file(path: Path, script: str, application: int = 0, version: int = 0) -> None:
+        connection = sqlite3.connect(path)
+        connection.executescript(f"{script} PRAGMA application_id = {application}; "
+                                 f"PRAGMA user_version = {version};")
+        connection.close()
+
+    def state(name: str, jobs: int) -> Path:
+        store = StateStore(base / f"state-{name}")
+        for k in range(jobs):
+            store.submit(RealJobSpec(f"job{k}", ("python", "train.py"), 32, 256, 64, 2,
+                                     env={"NOTE": "x" * 600}))
+        store.close()
+        return store.root / "state.db"
+
+    for kind in STATE_KINDS:
+        (base / f"state-{kind}").mkdir()
+    (base / "state-garbage" / "state.db").write_text("name,spec\nnot a database\n" * 40)
+    (base / "state-zero" / "state.db").write_bytes(b"")
+    sqlite_file(base / "state-foreign" / "state.db", "CREATE TABLE songs (title TEXT);")
+    sqlite_file(base / "state-no-tables" / "state.db", "")
+    sqlite_file(base / "state-newer" / "state.db", "CREATE TABLE later (x);",
+                APPLICATION_ID, 99)
+    truncated = state("truncated", 30)
+    with truncated.open("r+b") as stream:
+        stream.truncate(truncated.stat().st_size // 2)
+    state("healthy", 1)
+    state("open", 1)
+    (base / "job-good.toml").write_text('script = "train.py"\ninit_batch_size = 32\n'
+                                        "max_local_bsz = 64\ntarget_epochs = 2\n")
+    (base / "state-open").chmod(0o777)  # others can write it
+
+
+def state_file_cases() -> list[Case]:
+    """Every command that opens the state, on each bad state file; ``state check|repair``."""
+    said = {"garbage": "not a SQLite database", "zero": "--init", "foreign": "not a bayes-sched",
+            "no-tables": "--init", "newer": "upgrade", "truncated": "damaged"}
+    cases = [Case("status", f"state.db: {kind}", ("status", "--state", f"{{dir}}/state-{kind}"),
+                  f"state-{kind}/state.db: ", item="40.4",
+                  quick=kind in ("garbage", "zero", "truncated")) for kind in STATE_KINDS]
+    cases += [Case("state check", f"state.db: {kind}",
+                   ("state", "check", "--state", f"{{dir}}/state-{kind}"), said[kind],
+                   item="40.4", quick=kind == "truncated") for kind in STATE_KINDS]
+    job = ("{dir}/job-good.toml",)
+    return [*cases,
+            Case("submit", "state.db: zero bytes", ("submit", *job, "--state",
+                                                    "{dir}/state-zero"), "--init", item="40.4"),
+            Case("submit", "state.db: truncated", ("submit", *job, "--state",
+                                                   "{dir}/state-truncated"), "state-truncated",
+                 item="40.4"),
+            Case("cancel", "state.db: garbage", ("cancel", "x", "--state",
+                                                 "{dir}/state-garbage"), "state-garbage",
+                 item="40.4"),
+            Case("serve", "state.db: truncated", ("serve", "--gpus", "1", "--state",
+                                                  "{dir}/state-truncated"), "state-truncated",
+                 item="40.4"),
+            Case("serve", "a state others can write", ("serve", "--gpus", "1", "--state",
+                                                       "{case}/state-open"), "chmod 700",
+                 item="40.3", fresh=("state-open",)),
+            Case("status", "--state is a file", ("status", "--state", "{dir}/a-file.txt"),
+                 "a-file.txt: is not a folder", item="40.4"),
+            Case("state check", "--state is a file",
+                 ("state", "check", "--state", "{dir}/a-file.txt"), "a-file.txt", item="40.4"),
+            Case("submit", "--state below a file", ("submit", *job, "--state",
+                                                    "{dir}/a-file.txt/state"), "a-file.txt",
+                 item="40.4"),
+            Case("state check", "healthy", ("state", "check", "--state", "{dir}/state-healthy"),
+                 "healthy", status=0, item="40.4"),
+            Case("state repair", "another program's database",
+                 ("state", "repair", "--state", "{dir}/state-foreign"), "state-foreign",
+                 item="40.4"),
+            Case("state repair", "a newer schema",
+                 ("state", "repair", "--state", "{dir}/state-newer"), "upgrade", item="40.4"),
+            Case("state repair", "truncated", ("state", "repair", "--state",
+                                               "{case}/state-truncated"), "repaired", status=0,
+                 item="40.4", fresh=("state-truncated",)),
+            ]
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ COMMANDS: dict[str, Command] = {
     "submit": Command("bayes_sched.cli.service", "submit a job file (TOML) to the scheduler"),
     "status": Command("bayes_sched.cli.service", "show the scheduler's jobs and allocations"),
     "cancel": Command("bayes_sched.cli.service", "cancel a job"),
+    "state": Command("bayes_sched.cli.state", "check or repair the scheduler's state file"),
     "list": Command("bayes_sched.cli.listing",
                     "list policies, hidden laws, GPU types, workloads or models"),
 }

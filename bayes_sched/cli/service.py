@@ -41,7 +41,7 @@ BACKENDS: dict[str, Callable[[argparse.Namespace], Any]] = {"local": _local_laun
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     serve = subparsers.add_parser("serve", help="run the scheduler on a real cluster")
-    _state_option(serve)
+    _state_option(serve, init=True)
     serve.add_argument("--backend", choices=list(BACKENDS), default="local",
                        help="where jobs run (default: local subprocesses)")
     serve.add_argument("--ray-address", default="auto", metavar="ADDRESS",
@@ -90,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     submit = subparsers.add_parser("submit", help="submit a job file (TOML) to the scheduler")
     submit.add_argument("job_file", metavar="JOB.toml")
-    _state_option(submit)
+    _state_option(submit, init=True)
     submit.set_defaults(handler=_submit)
 
     status = subparsers.add_parser("status", help="show the scheduler's jobs and allocations")
@@ -104,9 +104,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cancel.set_defaults(handler=_cancel)
 
 
-def _state_option(parser: argparse.ArgumentParser) -> None:
+def _state_option(parser: argparse.ArgumentParser, init: bool = False) -> None:
     parser.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
                         help=f"the scheduler's state directory (default: ./{DEFAULT_STATE})")
+    if init:
+        parser.add_argument("--init", action="store_true", help="start an empty state where "
+                            "state.db holds nothing (0 bytes or no tables), refused otherwise")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -129,7 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         counters = CountersFeed(args.counters, args.counters_window)
     launcher = BACKENDS[args.backend](args)
-    store = StateStore(args.state)
+    store = StateStore(args.state, init=args.init)
     service = Service(store, launcher, policy, config, counters)
     if service.reattached:
         logging.getLogger(__name__).info("reattached to %s", ", ".join(service.reattached))
@@ -142,7 +145,7 @@ def _submit(args: argparse.Namespace) -> int:
     from bayes_sched.service.state import StateStore
 
     spec = read_job_file(args.job_file)
-    StateStore(args.state).submit(spec)
+    StateStore(args.state, init=args.init).submit(spec)
     print(f"submitted {spec.name}")
     return 0
 

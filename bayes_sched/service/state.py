@@ -1,12 +1,21 @@
 """The service's state in one SQLite file (stdlib :mod:`sqlite3`, write-ahead log).
 
-Tables: ``meta`` (the cluster's time origin, the backend), ``jobs`` (one row per job: its spec,
-status, the record the cluster keeps of it as JSON: observations, gradient statistics, progress,
-allocation, attempts, report offset, the handle of its running processes; and a cancel flag the
-``cancel`` command sets), ``rounds`` (one row per scheduling round: time, decision, predictions).
-``submit`` and ``cancel`` write rows the service takes up at its next round, so they need no
-server. Each round's changes are one transaction, so a service killed at any point leaves the
-state of its last transaction, whole.
+Tables (:mod:`bayes_sched.service.state_schema`): ``meta`` (the cluster's time origin, the
+backend), ``jobs`` (one row per job: its spec, status, the record the cluster keeps of it as
+JSON: observations, gradient statistics, progress, allocation, attempts, report offset, the
+handle of its running processes; and a cancel flag the ``cancel`` command sets), ``rounds`` (one
+row per scheduling round: time, decision, predictions). ``submit`` and ``cancel`` write rows the
+service takes up at its next round, so they need no server. Each round's changes are one
+transaction, so a service killed at any point leaves the state of its last transaction, whole.
+
+Opening a state checks it first (:mod:`bayes_sched.service.state_check`): a damaged file,
+another program's, one of a newer schema, or an empty one (unless ``init``) is refused with one
+line naming it; one of an older schema is migrated. A new state file is written whole under a
+temporary name and then linked into place, so a state file exists complete or not at all (and
+two processes creating it at once keep one). The folder and the jobs folder are made 0700 and
+the files 0600; ``serve`` refuses a state others can write
+(:mod:`bayes_sched.service.state_trust`). ``bayes-sched state check`` and ``state repair``
+(:mod:`bayes_sched.service.state_repair`) diagnose and salvage a damaged file.
 """
 
 from __future__ import annotations
@@ -16,78 +25,246 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TextIO
 
 from bayes_sched.backends.job_spec import RealJobSpec
 from bayes_sched.errors import InputError
+from bayes_sched.service.state_check import (
+    ACCESS_NEEDED,
+    EMPTY,
+    OLDER,
+    STATE_FILE,
+    access_problem,
+    diagnose,
+    header_problem,
+    repair_hint,
+)
+from bayes_sched.service.state_schema import create_schema, migrate
+from bayes_sched.service.state_trust import check_private_state
 
-STATE_FILE = "state.db"
+__all__ = ["JOBS_DIR", "LOCK_FILE", "STATE_FILE", "StateStore", "create_state_file",
+           "fsync_folder", "hold_service_lock", "new_state_file"]
+
 LOCK_FILE = "serve.lock"
 JOBS_DIR = "jobs"
+#: Seconds a command waits for another's write transaction before it gives up.
+BUSY_TIMEOUT = 30.0
+PRIVATE_FILE = 0o600
+PRIVATE_FOLDER = 0o700
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-    name TEXT PRIMARY KEY,
-    spec TEXT NOT NULL,
-    submitted REAL NOT NULL,
-    status TEXT NOT NULL DEFAULT 'submitted',
-    record TEXT,
-    cancel INTEGER NOT NULL DEFAULT 0,
-    updated REAL
-);
-CREATE TABLE IF NOT EXISTS rounds (
-    round INTEGER PRIMARY KEY,
-    time REAL NOT NULL,
-    allocations TEXT NOT NULL,
-    predictions TEXT NOT NULL,
-    decision_seconds REAL
-);
-"""
+
+def fsync_folder(folder: Path) -> None:
+    """Make a folder's entries (a file linked or renamed in) durable."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def new_state_file(folder: Path, prefix: str) -> Path:
+    """A new, private (0600) state file of the current schema in ``folder``, under a name of
+    its own starting with ``prefix`` (no other process writes it); synced to disk."""
+    for attempt in range(100):
+        path = folder / f"{prefix}-{os.getpid()}-{attempt}"
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise InputError(f"cannot pick a new file name like {prefix}-{os.getpid()}-N", folder)
+    try:
+        connection = sqlite3.connect(path, isolation_level=None)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")  # kept in the file's header
+            create_schema(connection)
+        finally:
+            connection.close()  # checkpoints: the file alone holds everything
+        with path.open("rb") as stream:
+            os.fsync(stream.fileno())
+    except BaseException:  # e.g. a full disk: leave nothing half-made behind
+        for suffix in ("", "-wal", "-shm"):
+            with suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        raise
+    return path
+
+
+def create_state_file(path: Path, replace_empty: bool = False) -> None:
+    """Put a new, empty state at ``path``: written whole under another name, then linked into
+    place. Where another process did so first, its file is kept. With ``replace_empty`` an
+    existing empty file (0 bytes or no tables: checked by the caller) is replaced."""
+    fresh = new_state_file(path.parent, f".{path.name}.new")
+    try:
+        if replace_empty:
+            os.replace(fresh, path)
+        else:
+            with suppress(FileExistsError):
+                os.link(fresh, path)
+    finally:
+        with suppress(FileNotFoundError):
+            fresh.unlink()
+    fsync_folder(path.parent)
+
+
+def hold_service_lock(root: Path, refusal: str) -> TextIO:
+    """Take the state folder's service lock (an advisory lock, released by the kernel when the
+    process ends, SIGKILL included) and write this process's id into it; the stream returned
+    holds it until closed.
+
+    Args:
+        root: the state folder.
+        refusal: the message when another process holds it; ``{pid}`` is replaced by its id.
+
+    Raises:
+        InputError: another process holds it.
+    """
+    import fcntl
+
+    path = root / LOCK_FILE
+    try:
+        stream = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE), "r+")
+    except OSError as error:
+        raise InputError(f"cannot open the service lock: {error.strerror}", path) from None
+    try:
+        fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = stream.read().strip() or "?"
+        stream.close()
+        raise InputError(refusal.format(pid=holder), root) from None
+    stream.seek(0)
+    stream.truncate()
+    stream.write(f"{os.getpid()}\n")
+    stream.flush()
+    return stream
 
 
 class StateStore:
-    """The state file of one service, in directory ``root`` (made where missing)."""
+    """The state file of one service, in directory ``root``.
 
-    def __init__(self, root: str | Path, create: bool = True) -> None:
+    Args:
+        root: the state folder.
+        create: make the folder (0700) and an empty state file where they are missing
+            (``submit``, ``serve``); otherwise a missing state is refused (``status``,
+            ``cancel``).
+        init: start an empty state where ``state.db`` holds nothing (0 bytes, or a SQLite file
+            without tables). Without it such a file is refused: an empty file where a state
+            was means a lost state, which should be noticed, not silently begun again.
+
+    Raises:
+        InputError: one line naming the folder or file: not a folder, missing (without
+            ``create``), not readable and writable, empty (without ``init``), damaged, another
+            program's, of a newer schema.
+    """
+
+    def __init__(self, root: str | Path, create: bool = True, init: bool = False) -> None:
         self.root = Path(root)
+        self.path = self.root / STATE_FILE
         self._lock: TextIO | None = None
-        path = self.root / STATE_FILE
-        if not path.exists() and not create:
+        with self._sqlite_errors():
+            self._make_folder(create)
+            self.connection = self._open(init)
+        if not self.jobs_dir.is_dir():
+            try:
+                self.jobs_dir.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
+            except OSError as error:
+                raise InputError(f"cannot make the jobs folder: {error.strerror}",
+                                 self.jobs_dir) from None
+
+    def _make_folder(self, create: bool) -> None:
+        problem = access_problem(self.root, folder=True)
+        if problem is not None:
+            raise InputError(problem, self.root)
+        if not self.path.exists() and not create:
             raise InputError("no scheduler state here: expected the --state directory of "
                              "'bayes-sched serve' (or submit a job first)", self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.jobs_dir.mkdir(exist_ok=True)
-        self.connection = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-        self.connection.execute("PRAGMA journal_mode=WAL")
-        self.connection.execute("PRAGMA synchronous=FULL")
-        self.connection.executescript(_SCHEMA)
+        try:  # parents that others cannot write, whatever the umask: nobody swaps the state
+            for parent in reversed(self.root.absolute().parents):
+                if not parent.is_dir():
+                    parent.mkdir(mode=0o755, exist_ok=True)
+            self.root.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
+        except OSError as error:
+            raise InputError(f"cannot make the state folder: {error.strerror}",
+                             self.root) from None
+        if not self.path.exists():
+            try:
+                create_state_file(self.path)
+            except OSError as error:
+                raise InputError(f"cannot create the state file: {error.strerror}",
+                                 self.path) from None
+
+    def _open(self, init: bool) -> sqlite3.Connection:
+        """Connect to a checked state file (an empty one replaced if ``init``), migrated to
+        the current schema."""
+        problem = access_problem(self.path, folder=False)
+        if problem is not None:
+            raise InputError(problem, self.path)
+        found = header_problem(self.path)
+        if found is not None and found[0] == EMPTY and init:
+            create_state_file(self.path, replace_empty=True)
+        elif found is not None:
+            raise InputError(found[1], self.path)
+        connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        diagnosis = diagnose(connection, self.path)
+        if diagnosis.verdict == EMPTY and init:  # a SQLite file without tables
+            connection.close()
+            create_state_file(self.path, replace_empty=True)
+            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+            diagnosis = diagnose(connection, self.path)
+        try:
+            if not diagnosis.usable:
+                raise InputError(str(diagnosis.problem), self.path)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            if diagnosis.verdict == OLDER:
+                migrate(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    @contextmanager
+    def _sqlite_errors(self) -> Iterator[None]:
+        """Turn SQLite's errors that come from the file, not the code, into one-line input
+        errors naming it: damage found after opening, a read-only file, a full disk, a lock
+        held past :data:`BUSY_TIMEOUT`."""
+        try:
+            yield
+        except sqlite3.OperationalError as error:
+            raise InputError(f"cannot be used ({error}): {ACCESS_NEEDED}", self.path) from None
+        except sqlite3.DatabaseError as error:
+            if type(error) is not sqlite3.DatabaseError:  # integrity, programming: a bug
+                raise
+            raise InputError(f"is damaged ({error}): {repair_hint(self.root)}",
+                             self.path) from None
+
+    def _json(self, text: str, table: str, column: str) -> Any:
+        """A JSON column's value; text that does not parse is a damaged file."""
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError):
+            raise InputError(f"is damaged (a {column} in table {table} is not JSON): "
+                             f"{repair_hint(self.root)}", self.path) from None
+
+    def _rows(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        with self._sqlite_errors():
+            return self.connection.execute(sql, parameters).fetchall()
 
     def lock_for_service(self) -> None:
-        """Make this process the state directory's only service (an advisory lock, released
-        by the kernel when the process ends, SIGKILL included).
+        """Make this process the state directory's only service, after checking that nobody
+        else can write the state (:func:`~bayes_sched.service.state_trust.check_private_state`).
 
         Raises:
-            InputError: another service holds it (two would start every job twice).
+            InputError: the state is not private, or another service holds the lock (two would
+                start every job twice).
         """
-        import fcntl
-
-        stream = (self.root / LOCK_FILE).open("a+")
-        try:
-            fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            stream.seek(0)
-            holder = stream.read().strip() or "?"
-            stream.close()
-            raise InputError(f"another 'bayes-sched serve' (pid {holder}) uses this state "
-                             "directory: expected one service per --state", self.root) from None
-        stream.seek(0)
-        stream.truncate()
-        stream.write(f"{os.getpid()}\n")
-        stream.flush()
-        self._lock = stream  # held open for the life of the process
+        check_private_state(self.root)
+        self._lock = hold_service_lock(
+            self.root, "another 'bayes-sched serve' (pid {pid}) uses this state directory: "
+            "expected one service per --state")
 
     @property
     def jobs_dir(self) -> Path:
@@ -103,19 +280,21 @@ class StateStore:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction (taken at once, so concurrent writers queue)."""
-        self.connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.connection
-        except BaseException:
-            self.connection.execute("ROLLBACK")
-            raise
-        self.connection.execute("COMMIT")
+        with self._sqlite_errors():
+            self.connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.connection
+            except BaseException:
+                if self.connection.in_transaction:  # SQLite may have rolled back already
+                    self.connection.execute("ROLLBACK")
+                raise
+            self.connection.execute("COMMIT")
 
     # --- meta ---------------------------------------------------------------------------------
 
     def meta(self, key: str) -> str | None:
-        row = self.connection.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
 
     def epoch(self) -> float:
         """Wall-clock seconds that the cluster's time 0 stands for (set on first use)."""
@@ -151,20 +330,20 @@ class StateStore:
 
     def new_submissions(self) -> list[tuple[RealJobSpec, float]]:
         """Jobs submitted but not yet taken up: ``(spec, wall-clock submission time)``."""
-        rows = self.connection.execute(
+        rows = self._rows(
             "SELECT spec, submitted FROM jobs WHERE record IS NULL ORDER BY submitted, name")
-        return [(RealJobSpec.from_dict(json.loads(spec)), float(t)) for spec, t in rows]
+        return [(RealJobSpec.from_dict(self._json(spec, "jobs", "spec")), float(t))
+                for spec, t in rows]
 
     def cancel_requests(self) -> list[str]:
-        rows = self.connection.execute(
-            "SELECT name FROM jobs WHERE cancel = 1 AND record IS NOT NULL")
+        rows = self._rows("SELECT name FROM jobs WHERE cancel = 1 AND record IS NOT NULL")
         return [str(name) for (name,) in rows]
 
     def records(self) -> list[dict[str, Any]]:
         """The records the service saved (jobs it had taken up)."""
-        rows = self.connection.execute(
+        rows = self._rows(
             "SELECT record FROM jobs WHERE record IS NOT NULL ORDER BY submitted, name")
-        return [json.loads(record) for (record,) in rows]
+        return [self._json(record, "jobs", "record") for (record,) in rows]
 
     def save(self, records: Sequence[dict[str, Any]], cancelled: Sequence[str] = (),
              round_row: tuple[int, float, Any, Any, float | None] | None = None) -> None:
@@ -185,18 +364,20 @@ class StateStore:
     def jobs(self) -> list[dict[str, Any]]:
         """Every job: name, status, submission time, spec and record (``None`` before the
         service took it up)."""
-        rows = self.connection.execute(
-            "SELECT name, status, submitted, spec, record, cancel FROM jobs "
-            "ORDER BY submitted, name")
-        return [{"name": n, "status": s, "submitted": t, "spec": json.loads(spec),
-                 "record": json.loads(rec) if rec else None, "cancel": bool(c)}
+        rows = self._rows("SELECT name, status, submitted, spec, record, cancel FROM jobs "
+                          "ORDER BY submitted, name")
+        return [{"name": n, "status": s, "submitted": t, "spec": self._json(spec, "jobs", "spec"),
+                 "record": self._json(rec, "jobs", "record") if rec else None,
+                 "cancel": bool(c)}
                 for n, s, t, spec, rec, c in rows]
 
     def last_round(self) -> dict[str, Any] | None:
-        row = self.connection.execute(
-            "SELECT round, time, allocations, predictions, decision_seconds FROM rounds "
-            "ORDER BY round DESC LIMIT 1").fetchone()
-        if row is None:
+        rows = self._rows("SELECT round, time, allocations, predictions, decision_seconds "
+                          "FROM rounds ORDER BY round DESC LIMIT 1")
+        if not rows:
             return None
-        return {"round": row[0], "time": row[1], "allocations": json.loads(row[2]),
-                "predictions": json.loads(row[3]), "decision_seconds": row[4]}
+        row = rows[0]
+        return {"round": row[0], "time": row[1],
+                "allocations": self._json(row[2], "rounds", "allocations"),
+                "predictions": self._json(row[3], "rounds", "predictions"),
+                "decision_seconds": row[4]}
