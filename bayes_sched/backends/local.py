@@ -274,8 +274,10 @@ class LocalLauncher:
                 if replica.popen is not None:
                     replica.popen.kill()
                     replica.popen.wait()
+            missing = error.filename if error.filename is not None else spec.argv[0]
             raise InputError(f"job '{spec.job_name}': cannot start {spec.argv[0]!r}: "
-                             f"{error.strerror}", column="script") from None
+                             f"{error.strerror} ({missing})",
+                             column="python" if missing == spec.argv[0] else "cwd") from None
         self._free -= set(gpus)
         processes = LocalProcesses(pgid, replicas, gpus, self._release)
         self._started.append(processes)
