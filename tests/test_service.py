@@ -86,6 +86,21 @@ def test_submit_rejects_bad_job_files(tmp_path: Path, fields: dict[str, Any], fi
     assert not state.exists()  # nothing written
 
 
+def test_submit_takes_loader_variables_only_when_allowed_and_stores_the_interpreter_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    state = str(tmp_path / "state")
+    path = _job_file(tmp_path, "loader", EXAMPLE, python=Path(sys.executable).name,
+                     env={"PYTHONPATH": "/opt/lib", "OMP_NUM_THREADS": "2"})
+    refused = run_cli("submit", str(path), "--state", state)
+    assert refused.returncode == 2 and "field 'env.PYTHONPATH'" in refused.stderr
+    done = run_cli("submit", str(path), "--allow-loader-env", "--state", state)
+    assert done.returncode == 0, done.stderr
+    (job,) = StateStore(state, create=False).jobs()
+    assert job["spec"]["env"] == {"PYTHONPATH": "/opt/lib", "OMP_NUM_THREADS": "2"}
+    assert job["spec"]["argv"][0] == sys.executable  # found on PATH at submit, kept as a path
+
+
 def test_submit_status_cancel_through_the_state_file(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
     (tmp_path / "broken.toml").write_text("name = [\n")
