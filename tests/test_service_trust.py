@@ -14,9 +14,9 @@ from typing import Any
 import psutil
 import pytest
 
-from bayes_sched.backends.job_env import INHERITED, inherited_environment
+from bayes_sched.backends.job_env import INHERITED, LOOPBACK, inherited_environment, loopback_interface
 from bayes_sched.backends.launcher import ExitStatus, LaunchSpec
-from bayes_sched.backends.local import LOOPBACK, LocalLauncher, LocalProcesses, loopback_interface
+from bayes_sched.backends.local import LocalLauncher, LocalProcesses
 from bayes_sched.client.protocol import ENV_INIT_BATCH, ENV_JOB_DIR, ENV_TARGET_EPOCHS, read_reports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,3 +85,27 @@ def test_two_replica_local_job_listens_on_loopback_only(tmp_path: Path) -> None:
         assert {ip for found in sockets.values() for ip, _ in found} == {LOOPBACK}, sockets
     finally:
         processes.stop(5.0)
+
+
+def test_a_ray_replica_gets_the_allow_list_not_the_workers_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ray backend's replica (the actor's body, run here as a plain object) starts its job
+    with the allow-listed part of the worker's environment plus what the launcher sets."""
+    from bayes_sched.backends.ray_replica import ReplicaProcess
+
+    monkeypatch.setenv("WORKER_TOKEN", "secret")
+    monkeypatch.setenv("LD_PRELOAD", "/nonexistent.so")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    out = tmp_path / "env.json"
+    replica = ReplicaProcess()
+    pid = replica.start([sys.executable, "-c", "import json, os, sys; "
+                         f"json.dump(dict(os.environ), open({str(out)!r}, 'w'))"],
+                        {"RANK": "0"}, str(tmp_path), str(tmp_path / "log"))
+    assert pid > 0
+    deadline = time.monotonic() + 30
+    while replica.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert replica.poll() == 0
+    env = json.loads(out.read_text())
+    assert env["RANK"] == "0" and env["LANG"] == "C.UTF-8"
+    assert "WORKER_TOKEN" not in env and "LD_PRELOAD" not in env

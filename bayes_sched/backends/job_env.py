@@ -16,7 +16,9 @@ allows them (``submit --allow-loader-env``).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
+from pathlib import Path
 
 from bayes_sched.client.protocol import ENV_TORCH
 
@@ -60,3 +62,22 @@ def job_process_environment(environ: Mapping[str, str], job_env: Mapping[str, st
     """A replica's environment: the allow-listed part of the scheduler's ``environ``, the job
     file's ``job_env`` over it, and the backend's ``scheduler_env`` over both."""
     return {**inherited_environment(environ), **job_env, **scheduler_env}
+
+
+#: The loopback address a one-node job's rendezvous listens on (``MASTER_ADDR``).
+LOOPBACK = "127.0.0.1"
+#: ``IFF_LOOPBACK`` in a Linux interface's flags (``/sys/class/net/NAME/flags``).
+_IFF_LOOPBACK = 0x8
+
+
+def loopback_interface() -> str:
+    """The name of this machine's loopback interface (``lo`` on Linux), for gloo's and NCCL's
+    ``*_SOCKET_IFNAME``: found by its flags, ``lo`` where they cannot be read."""
+    for _, name in socket.if_nameindex():
+        try:
+            flags = int(Path(f"/sys/class/net/{name}/flags").read_text(), 16)
+        except (OSError, ValueError):
+            continue
+        if flags & _IFF_LOOPBACK:
+            return name
+    return "lo"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bayes_sched.backends.job_env import job_process_environment
+from bayes_sched.backends.job_env import LOOPBACK, job_process_environment, loopback_interface
 from bayes_sched.backends.launcher import ExitStatus, LaunchSpec, rank_layout
 from bayes_sched.client.protocol import job_environment, log_tail, replica_log_path
 from bayes_sched.cluster_spec import ClusterSpec
@@ -76,25 +76,6 @@ def process_start_ticks(pid: int) -> int | None:
     if fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
-
-
-#: The loopback address a local job's rendezvous listens on (``MASTER_ADDR``).
-LOOPBACK = "127.0.0.1"
-#: ``IFF_LOOPBACK`` in a Linux interface's flags (``/sys/class/net/NAME/flags``).
-_IFF_LOOPBACK = 0x8
-
-
-def loopback_interface() -> str:
-    """The name of this machine's loopback interface (``lo`` on Linux), for gloo's and NCCL's
-    ``*_SOCKET_IFNAME``: found by its flags, ``lo`` where they cannot be read."""
-    for _, name in socket.if_nameindex():
-        try:
-            flags = int(Path(f"/sys/class/net/{name}/flags").read_text(), 16)
-        except (OSError, ValueError):
-            continue
-        if flags & _IFF_LOOPBACK:
-            return name
-    return "lo"
 
 
 def _free_port() -> int:

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bayes_sched.backends.job_env import LOOPBACK
 from bayes_sched.backends.launcher import ExitStatus, JobProcesses, Launcher, LaunchSpec, rank_layout
 from bayes_sched.backends.ray_replica import ReplicaProcess
 from bayes_sched.backends.ray_session import DEFAULT_CONNECT_TIMEOUT, connect_ray
@@ -535,7 +536,9 @@ class RayLauncher:
         starts = {}
         for k, (port,) in ports.items():
             job, spec = live[k], live[k].spec
-            rank0 = self._addresses[job.replicas[0].node_id]
+            # A job on one node meets on loopback: its rendezvous is not reachable from elsewhere.
+            single_node = len({r.node_id for r in job.replicas}) == 1
+            rank0 = LOOPBACK if single_node else self._addresses[job.replicas[0].node_id]
             starts[k] = [r.actor.start.remote(spec.argv, self._environment(
                 spec, r, spec.gpus_per_node, gpu_ids, rank0, port), spec.cwd or spec.job_dir,
                 str(replica_log_path(spec.job_dir, spec.attempt, r.rank)))

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from bayes_sched.backends.job_env import inherited_environment
+
 #: Return code of a replica whose command could not be started (as a shell reports it).
 NOT_STARTED_RETURNCODE = 127
 
@@ -61,13 +63,15 @@ class ReplicaProcess:
             return int(probe.getsockname()[1])
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, log_file: str) -> int:
-        """Start the command with this worker's environment updated by ``env``; its pid (0
+        """Start the command with the allow-listed part of this worker's environment
+        (:func:`~bayes_sched.backends.job_env.inherited_environment`) updated by ``env``; its pid (0
         where it could not start: the reason is in the log and :meth:`poll` reports
         :data:`NOT_STARTED_RETURNCODE`).
 
         Ray forces ``OMP_NUM_THREADS=1`` on an actor that asks no CPU; the job's process does not
         inherit that (a job chooses its threads through ``env``)."""
-        inherited = {k: v for k, v in os.environ.items() if k not in RAY_WORKER_ONLY}
+        inherited = {k: v for k, v in inherited_environment(os.environ).items()
+                     if k not in RAY_WORKER_ONLY}
         log = Path(log_file)
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as stream:
