@@ -1,13 +1,14 @@
 """Same decisions: run simulation scenarios on a base revision and on this tree, compare per job.
 
 A refactor that should not change what the scheduler decides is checked here, on this machine, in
-one run: every scenario runs twice, once with the code of ``--base REV`` (a temporary
-``git worktree`` of this script's repository, removed afterwards) and once with the code of the branch tree (this checkout, or
-``--branch-tree PATH``), each in its own ``sys.executable`` subprocess with ``PYTHONPATH`` set to
-that tree, one process at a time. The per-job outcomes are compared exactly: the JCT and, where
-both sides report them, the start and completion times and the restarts. Floating point is the
-same on both sides (same machine, same interpreter, same libraries), so any difference is a
-different decision, not roundoff.
+one run: every scenario runs twice, once with the code of ``--base REV`` (a temporary detached
+``git worktree`` of this script's repository, removed afterwards) and once with the code of the
+branch tree (this checkout, or ``--branch-tree PATH``), each in its own ``sys.executable``
+subprocess with ``PYTHONPATH`` set to that tree (the script checks that ``bayes_sched`` and
+``perfmodel`` were imported from there), one process at a time. The per-job outcomes are compared
+exactly: the JCT and, where both sides report them, the start and completion times and the
+restarts. Floating point is the same on both sides (same machine, same interpreter, same
+libraries), so any difference is a different decision, not roundoff.
 
 Scenarios (issue 34's acceptance list; ``--jobs N`` caps each one's job count):
 
@@ -112,7 +113,8 @@ def select(scenarios: Sequence[Scenario], patterns: Sequence[str]) -> list[Scena
 
 
 # The code each subprocess runs, importing bayes_sched from PYTHONPATH (the tree under test). It
-# writes {"module", "via", "status", "jobs": [{job, jct, ...}]} as JSON to argv[2].
+# writes {"modules" (bayes_sched's and perfmodel's files), "via", "status", "jobs": [{job, jct,
+# ...}]} as JSON to argv[2].
 _DRIVER = r'''
 import contextlib, io, json, math, sys
 from pathlib import Path
@@ -140,17 +142,19 @@ jobs = [{k: (None if isinstance(v, float) and math.isnan(v) else v.item() if has
              else v) for k, v in row.items()} for row in rows[keep].to_dict("records")]
 for job in jobs:
     job["job"] = str(job["job"])
-out.write_text(json.dumps({"module": bayes_sched.__file__, "via": via, "status": status,
-                           "jobs": jobs}))
+import perfmodel
+out.write_text(json.dumps({"modules": [bayes_sched.__file__, perfmodel.__file__], "via": via,
+                           "status": status, "jobs": jobs}))
 '''
 
 
 @dataclass(frozen=True)
 class Side:
-    """One tree's outcome of a scenario: where ``bayes_sched`` was imported from, how the rows
-    were read, the CLI's exit status and the per-job rows (dicts of :data:`FIELDS` and ``job``)."""
+    """One tree's outcome of a scenario: the files ``bayes_sched`` and ``perfmodel`` were imported
+    from, how the rows were read, the CLI's exit status and the per-job rows (dicts of
+    :data:`FIELDS` and ``job``)."""
 
-    module: str
+    modules: list[str]
     via: str
     status: int
     jobs: list[dict[str, Any]]
@@ -172,9 +176,10 @@ def run_side(scenario: Scenario, tree: Path, work: Path) -> Side:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RunFailed(f"{scenario.name} on {tree}: exit {done.returncode}: {tail}")
     side = Side(**json.loads((work / "side.json").read_text()))
-    if not Path(side.module).resolve().is_relative_to(tree.resolve()):
-        raise RunFailed(f"{scenario.name}: bayes_sched came from {side.module}, not from "
-                        f"{tree} (PYTHONPATH did not win)")
+    for module in side.modules:
+        if not Path(module).resolve().is_relative_to(tree.resolve()):
+            raise RunFailed(f"{scenario.name}: {module} was imported, not the package of "
+                            f"{tree} (PYTHONPATH did not win)")
     return side
 
 
@@ -232,8 +237,11 @@ def base_tree(rev: str, repo: Path, where: Path) -> Iterator[tuple[Path, str]]:
         raise ValueError(f"--base {rev}: not a commit of {repo}; expected a revision "
                          "git rev-parse knows") from None
     path = where / "base"
-    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--quiet", str(path),
-                    commit], check=True, capture_output=True)
+    added = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--quiet",
+                            str(path), commit], capture_output=True, text=True, check=False)
+    if added.returncode != 0:
+        raise ValueError(f"--base {rev}: git worktree add {path} failed: "
+                         f"{added.stderr.strip()}")
     try:
         yield path, commit
     finally:
@@ -257,7 +265,7 @@ def run(scenarios: Sequence[Scenario], rev: str, branch: Path, debug: bool = Fal
                 continue
             if debug:
                 for label, side in zip(("base", "branch"), sides, strict=True):
-                    print(f"{scenario.name} {label}: bayes_sched from {side.module} via "
+                    print(f"{scenario.name} {label}: imported {', '.join(side.modules)} via "
                           f"{side.via}, exit {side.status}, {len(side.jobs)} jobs",
                           file=sys.stderr)
             outcome = compare_jobs(sides[0].jobs, sides[1].jobs)
