@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
   2>/dev/null; } || bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
-# The documentation site, warnings as errors (a few seconds); the site goes to an ignored folder.
-NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --quiet --site-dir .site
+# The documentation site, warnings as errors (a few seconds; not --quiet, which hides the
+# warnings that --strict counts); the site goes to an ignored folder.
+NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir .site
 # Test files run in parallel, one worker per core up to 4 (a file's fixtures are built once).
 .venv/bin/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --durations=15 "$@"
