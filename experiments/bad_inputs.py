@@ -275,6 +275,25 @@ JOB_FILE_BAD: dict[str, dict[str, str | None]] = {
     "bad-name": {"name": '"a b"'},
 }
 
+# --- issue 40 (servetrust): job files the trust model and the bounds refuse -------------------
+#: Job files for ``submit`` (as :data:`JOB_FILE_BAD`) -> the field the error names.
+JOB_FILE_TRUST: dict[str, tuple[dict[str, str | None], str]] = {
+    "env-ld-preload": ({"env": '{ LD_PRELOAD = "/tmp/x.so" }'}, "env.LD_PRELOAD"),
+    "env-ld-library-path": ({"env": '{ LD_LIBRARY_PATH = "/tmp" }'}, "env.LD_LIBRARY_PATH"),
+    "env-pythonpath": ({"env": '{ PYTHONPATH = "/tmp" }'}, "env.PYTHONPATH"),
+    "env-rank": ({"env": '{ RANK = "3" }'}, "env.RANK"),
+    "env-bad-name": ({"env": '{ "A B" = "1" }'}, "env.A B"),
+    "python-missing": ({"python": '"/nonexistent/python3"'}, "python"),
+    "target-huge": ({"target_epochs": "9223372036854775807"}, "target_epochs"),
+    "max-batch-1e26": ({"max_batch_size": "1e26"}, "max_batch_size"),
+    "max-batch-huge": ({"max_batch_size": "100000000000000000"}, "max_batch_size"),
+    "init-batch-4e12": ({"init_batch_size": "4e12"}, "init_batch_size"),
+    "init-batch-huge": ({"init_batch_size": "4000000000000"}, "init_batch_size"),
+    "max-replicas-huge": ({"max_replicas": "1073741824"}, "max_replicas"),
+}
+#: Of those, the ones the quick corpus (the pytest test) runs.
+JOB_FILE_TRUST_QUICK = ("env-ld-preload", "python-missing", "target-huge", "init-batch-huge")
+
 
 def write_fixtures(base: Path, stores: bool) -> None:
     """Write every bad file under ``base`` (and, if ``stores``, the counters stores)."""
@@ -308,7 +327,8 @@ def write_fixtures(base: Path, stores: bool) -> None:
     (base / "train.py").write_text("raise SystemExit(0)\n")
     job = {"script": '"train.py"', "init_batch_size": "32", "max_local_bsz": "64",
            "target_epochs": "2"}
-    for name, change in JOB_FILE_BAD.items():
+    trust = {name: change for name, (change, _) in JOB_FILE_TRUST.items()}
+    for name, change in {**JOB_FILE_BAD, **trust}.items():
         fields = {**job, **change}
         lines = [f"{key} = {value}" for key, value in fields.items() if value is not None]
         (base / f"job-{name}.toml").write_text("\n".join(lines) + "\n")
@@ -888,6 +908,15 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
         Case("serve", "unknown policy", ("serve", "--gpus", "1", "--policy", "nosuch",
                                          "--state", "{case}/s"), "nosuch"),
     ])
+
+    # --- issue 40 (servetrust): the service's trust model and job-file bounds ------------------
+    add([Case("submit", f"job file: {name}",
+              ("submit", f"{{dir}}/job-{name}.toml", "--state", "{case}/state"), token,
+              item="40", quick=name in JOB_FILE_TRUST_QUICK)
+         for name, (_, token) in JOB_FILE_TRUST.items()])
+    add([Case("submit", "job file: env-pythonpath with --allow-loader-env",
+              ("submit", "{dir}/job-env-pythonpath.toml", "--allow-loader-env", "--state",
+               "{case}/state"), "submitted", status=0, item="40")])
 
     # --- the front door -------------------------------------------------------------------------
     add([

@@ -78,14 +78,11 @@ SLOW = {
 #: Commands another test runs -> "tests/FILE.py::TEST" (checked to exist).
 ELSEWHERE = {
     "bayes-sched submit examples/tiny_job.toml":
-        "tests/test_service.py::test_submit_status_cancel_through_the_state_file",
+        "tests/test_service_readme.py::test_readme_service_commands_run_from_a_fresh_folder",
     "bayes-sched serve --gpus 2 --interval 2 --exit-when-idle":
-        "tests/test_service.py::test_serve_pollux_reallocates_and_survives_sigkill",
-    "bayes-sched status": "tests/test_service.py::test_submit_status_cancel_through_the_state_file",
-    "bayes-sched serve --gpus 4 --interval 30 &":
-        "tests/test_service.py::test_serve_pollux_reallocates_and_survives_sigkill",
-    "bayes-sched cancel tiny":
-        "tests/test_service.py::test_submit_status_cancel_through_the_state_file",
+        "tests/test_service_readme.py::test_readme_service_commands_run_from_a_fresh_folder",
+    "bayes-sched status":
+        "tests/test_service_readme.py::test_readme_service_commands_run_from_a_fresh_folder",
     "bayes-sched compare --ray auto --workloads workload-1 workload-2 --seeds 3":
         "tests/test_ray_backend.py::test_compare_on_ray_equals_local_processes",
 }

@@ -30,10 +30,18 @@ JOBS = Path(__file__).resolve().parent / "jobs"
 EXAMPLE = ROOT / "examples" / "train_tiny.py"
 
 
+def _toml_value(value: Any) -> str:
+    """A TOML value of JSON-like data (JSON's strings, numbers and lists are TOML's)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}"
+                               for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
 def _job_file(folder: Path, name: str, script: Path | str, **fields: Any) -> Path:
     values = {"name": name, "script": str(script), "init_batch_size": 32, "max_batch_size": 256,
               "max_local_bsz": 64, "target_epochs": 2, **fields}
-    lines = [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    lines = [f"{key} = {_toml_value(value)}" for key, value in values.items()]
     path = folder / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -43,10 +51,28 @@ def _job_file(folder: Path, name: str, script: Path | str, **fields: Any) -> Pat
 
 @pytest.mark.parametrize(("fields", "field", "expected"), [
     ({"script": "missing.py"}, "script", "not found"),
-    ({"max_local_bsz": 0}, "max_local_bsz", "expected an integer >= 1"),
-    ({"target_epochs": 0}, "target_epochs", "expected an integer >= 1"),
+    ({"max_local_bsz": 0}, "max_local_bsz", "expected an integer in [1, "),
+    ({"target_epochs": 0}, "target_epochs", "expected an integer in [1, "),
     ({"gpus": 3}, "gpus", "unknown field"),
-    ({"max_batch_size": 16}, "max_batch_size", "expected an integer >= 32"),
+    ({"max_batch_size": 16}, "max_batch_size", "expected an integer in [32, "),
+    # Bounds: the profile readers' batch and GPU bounds, a million epochs.
+    ({"target_epochs": 2**63 - 1}, "target_epochs", "in [1, 1000000]"),
+    ({"max_batch_size": 1e26}, "max_batch_size", "expected an integer"),
+    ({"max_batch_size": 10**17}, "max_batch_size", f"in [32, {2**31}]"),
+    ({"init_batch_size": 4e12}, "init_batch_size", "expected an integer"),
+    ({"init_batch_size": 4 * 10**12}, "init_batch_size", f"in [1, {2**31}]"),
+    ({"max_replicas": 2**30}, "max_replicas", f"in [1, {2**20}]"),
+    # An interpreter that does not exist is named as such (not blamed on the script later).
+    ({"python": "/nonexistent/python3"}, "python", "not found"),
+    ({"python": "no-such-python-here"}, "python", "not found"),
+    # The environment: loader variables, the scheduler's own, names that are no names.
+    ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "env.LD_PRELOAD", "--allow-loader-env"),
+    ({"env": {"LD_AUDIT": "/tmp/x.so"}}, "env.LD_AUDIT", "loader variable"),
+    ({"env": {"PYTHONPATH": "/tmp"}}, "env.PYTHONPATH", "--allow-loader-env"),
+    ({"env": {"PYTHONSTARTUP": "/tmp/s.py"}}, "env.PYTHONSTARTUP", "loader variable"),
+    ({"env": {"RANK": "3"}}, "env.RANK", "set by the scheduler"),
+    ({"env": {"BAYES_SCHED_JOB_DIR": "/tmp"}}, "env.BAYES_SCHED_JOB_DIR", "set by the scheduler"),
+    ({"env": {"A B": "1"}}, "env.A B", "expected a variable name"),
 ])
 def test_submit_rejects_bad_job_files(tmp_path: Path, fields: dict[str, Any], field: str,
                                       expected: str) -> None:
@@ -58,6 +84,21 @@ def test_submit_rejects_bad_job_files(tmp_path: Path, fields: dict[str, Any], fi
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert str(path) in lines[0] and f"field '{field}'" in lines[0] and expected in lines[0]
     assert not state.exists()  # nothing written
+
+
+def test_submit_takes_loader_variables_only_when_allowed_and_stores_the_interpreter_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    state = str(tmp_path / "state")
+    path = _job_file(tmp_path, "loader", EXAMPLE, python=Path(sys.executable).name,
+                     env={"PYTHONPATH": "/opt/lib", "OMP_NUM_THREADS": "2"})
+    refused = run_cli("submit", str(path), "--state", state)
+    assert refused.returncode == 2 and "field 'env.PYTHONPATH'" in refused.stderr
+    done = run_cli("submit", str(path), "--allow-loader-env", "--state", state)
+    assert done.returncode == 0, done.stderr
+    (job,) = StateStore(state, create=False).jobs()
+    assert job["spec"]["env"] == {"PYTHONPATH": "/opt/lib", "OMP_NUM_THREADS": "2"}
+    assert job["spec"]["argv"][0] == sys.executable  # found on PATH at submit, kept as a path
 
 
 def test_submit_status_cancel_through_the_state_file(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -139,8 +140,13 @@ def test_a_state_this_user_cannot_write_is_one_line_naming_it(shared_tmp: Path) 
     (root / STATE_FILE).chmod(0o644)
     job = shared_tmp / "job.toml"
     (shared_tmp / "t.py").write_text("pass\n")
-    job.write_text(f'name = "b"\nscript = "{shared_tmp / "t.py"}"\ninit_batch_size = 32\n'
-                   "max_local_bsz = 64\ntarget_epochs = 2\n")
+    # submit resolves the job's interpreter first: name one the other user may run (this
+    # interpreter may sit in a folder closed to them).
+    python = shutil.which("python3", path="/usr/bin:/bin") if as_nobody else sys.executable
+    if python is None:
+        pytest.skip("needs a system python3 that uid 65534 may run")
+    job.write_text(f'name = "b"\nscript = "{shared_tmp / "t.py"}"\npython = "{python}"\n'
+                   "init_batch_size = 32\nmax_local_bsz = 64\ntarget_epochs = 2\n")
     for args in (("status",), ("state", "check"), ("submit", str(job)), ("cancel", "a")):
         line = one_error_line(cli(*args, "--state", str(root), as_nobody=as_nobody),
                               f"{root}: this folder cannot be read and written", who,

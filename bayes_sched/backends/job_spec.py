@@ -25,7 +25,8 @@ class RealJobSpec:
         min_local_bsz: the smallest per-GPU micro-batch (examples).
         max_replicas: most GPUs the job may use (``None``: no cap of its own).
         cwd: working directory of its processes (``None``: its job directory).
-        env: extra environment variables.
+        env: the job file's ``[env]``: set over the allow-listed variables a job inherits
+            (:mod:`bayes_sched.backends.job_env`), under those the backend sets.
         application: a label for reports (default: the name).
     """
 

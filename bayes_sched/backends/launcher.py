@@ -26,8 +26,10 @@ class LaunchSpec:
             one process per GPU.
         job_dir: the job's directory (:mod:`bayes_sched.client.protocol`), shared by its processes.
         attempt: 0 for the first start, +1 for each restart.
-        env: extra environment variables for every replica (the launcher adds the job directory's
-            variables, ``torch.distributed``'s and ``CUDA_VISIBLE_DEVICES``).
+        env: extra environment variables for every replica (the local launcher sets them over
+            the allow-listed part of its own environment, :mod:`bayes_sched.backends.job_env`;
+            every launcher adds the job directory's variables, ``torch.distributed``'s and
+            ``CUDA_VISIBLE_DEVICES`` over them).
         cwd: working directory of the processes (``None``: the job directory).
     """
 

@@ -1,10 +1,16 @@
 """The local launcher: a job's replicas as subprocesses of one machine, one GPU each.
 
-Each replica gets ``CUDA_VISIBLE_DEVICES`` naming its GPU (an empty value for a logical GPU of a
-machine without GPUs, ``--gpus 4`` on a laptop or in CI: the replicas then share the CPU), the
-job directory's variables and ``torch.distributed``'s (``MASTER_ADDR`` 127.0.0.1 and a free
-port). All replicas of one start share a process group of their own, so stopping the job signals
-the whole tree, and so they outlive a killed scheduler, which reattaches to them by PID and start
+Each replica's environment is the allow-listed part of the scheduler's, the job file's ``[env]``
+and then (:mod:`bayes_sched.backends.job_env`) ``CUDA_VISIBLE_DEVICES`` naming its GPU (an empty
+value for a logical GPU of a machine without GPUs, ``--gpus 4`` on a laptop or in CI: the
+replicas then share the CPU), the job directory's variables and ``torch.distributed``'s
+(``MASTER_ADDR`` 127.0.0.1 and a free port). A local job never leaves this machine, so its
+rendezvous and collectives listen on loopback only: the client binds rank 0's store to
+``MASTER_ADDR`` (:mod:`bayes_sched.client.elastic`), and ``GLOO_SOCKET_IFNAME`` and
+``NCCL_SOCKET_IFNAME`` name the loopback interface (:func:`loopback_interface`).
+
+All replicas of one start share a process group of their own, so stopping the job signals the
+whole tree, and so they outlive a killed scheduler, which reattaches to them by PID and start
 time (:meth:`LocalLauncher.reattach`). stdout and stderr go to the replica's log of that start,
 :func:`~bayes_sched.client.protocol.replica_log_path` (as under every backend).
 """
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bayes_sched.backends.job_env import job_process_environment
 from bayes_sched.backends.launcher import ExitStatus, LaunchSpec, rank_layout
 from bayes_sched.client.protocol import job_environment, log_tail, replica_log_path
 from bayes_sched.cluster_spec import ClusterSpec
@@ -71,9 +78,28 @@ def process_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+#: The loopback address a local job's rendezvous listens on (``MASTER_ADDR``).
+LOOPBACK = "127.0.0.1"
+#: ``IFF_LOOPBACK`` in a Linux interface's flags (``/sys/class/net/NAME/flags``).
+_IFF_LOOPBACK = 0x8
+
+
+def loopback_interface() -> str:
+    """The name of this machine's loopback interface (``lo`` on Linux), for gloo's and NCCL's
+    ``*_SOCKET_IFNAME``: found by its flags, ``lo`` where they cannot be read."""
+    for _, name in socket.if_nameindex():
+        try:
+            flags = int(Path(f"/sys/class/net/{name}/flags").read_text(), 16)
+        except (OSError, ValueError):
+            continue
+        if flags & _IFF_LOOPBACK:
+            return name
+    return "lo"
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
 
 
@@ -219,12 +245,13 @@ class LocalLauncher:
             raise AllocationError(f"job '{spec.job_name}' asks for {spec.world_size} GPUs, "
                                   f"{len(self._free)} are free")
         gpus = sorted(self._free)[:spec.world_size]
-        base = {**os.environ,
-                **job_environment(spec.job_dir, spec.job_name, spec.attempt, spec.placement,
-                                  self._spec.nodes[0].gpu_type),
-                **spec.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-                "WORLD_SIZE": str(spec.world_size),
-                "LOCAL_WORLD_SIZE": str(spec.world_size)}
+        interface = loopback_interface()
+        base = job_process_environment(os.environ, spec.env, {
+            **job_environment(spec.job_dir, spec.job_name, spec.attempt, spec.placement,
+                              self._spec.nodes[0].gpu_type),
+            "MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(_free_port()),
+            "WORLD_SIZE": str(spec.world_size), "LOCAL_WORLD_SIZE": str(spec.world_size),
+            "GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface})
         replicas: list[_Replica] = []
         pgid = 0
         try:
@@ -247,8 +274,10 @@ class LocalLauncher:
                 if replica.popen is not None:
                     replica.popen.kill()
                     replica.popen.wait()
+            missing = error.filename if error.filename is not None else spec.argv[0]
             raise InputError(f"job '{spec.job_name}': cannot start {spec.argv[0]!r}: "
-                             f"{error.strerror}", column="script") from None
+                             f"{error.strerror} ({missing})",
+                             column="python" if missing == spec.argv[0] else "cwd") from None
         self._free -= set(gpus)
         processes = LocalProcesses(pgid, replicas, gpus, self._release)
         self._started.append(processes)

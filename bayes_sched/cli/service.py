@@ -2,6 +2,11 @@
 
 ``serve`` runs the loop (:mod:`bayes_sched.service.serve`); the others read and write its state
 directory's SQLite file (:mod:`bayes_sched.service.state`) and need no running service.
+
+``--state`` is made absolute once, as the command starts, so every path the service hands a job
+(its job directory, reports, logs, checkpoints) is absolute: a job runs in its own directory.
+Every command sets the process's umask to :data:`PRIVATE_UMASK`, so what it and the jobs it starts
+write (state, logs, reports, checkpoints) only its user can read.
 """
 
 from __future__ import annotations
@@ -9,7 +14,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bayes_sched.cli._common import print_table
@@ -17,6 +24,9 @@ from bayes_sched.cli.options import finite_float, int_in_range, positive_int
 
 DEFAULT_STATE = "bayes-sched-state"
 DAY = 86400.0
+#: The umask of ``serve``, ``submit``, ``status`` and ``cancel`` (and so of every job ``serve``
+#: starts): new files 0600, new folders 0700.
+PRIVATE_UMASK = 0o077
 
 
 def _local_launcher(args: argparse.Namespace) -> Any:
@@ -91,6 +101,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     submit = subparsers.add_parser("submit", help="submit a job file (TOML) to the scheduler")
     submit.add_argument("job_file", metavar="JOB.toml")
     _state_option(submit, init=True)
+    submit.add_argument("--allow-loader-env", action="store_true",
+                        help="let the job file's [env] set loader variables (LD_PRELOAD, "
+                             "LD_LIBRARY_PATH, PYTHONPATH, ...), refused by default")
     submit.set_defaults(handler=_submit)
 
     status = subparsers.add_parser("status", help="show the scheduler's jobs and allocations")
@@ -104,12 +117,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cancel.set_defaults(handler=_cancel)
 
 
+def state_root(value: str) -> Path:
+    """``--state``: the state directory, absolute (resolved against the working folder once)."""
+    return Path(value).resolve()
+
+
 def _state_option(parser: argparse.ArgumentParser, init: bool = False) -> None:
-    parser.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
-                        help=f"the scheduler's state directory (default: ./{DEFAULT_STATE})")
+    parser.add_argument("--state", type=state_root, default=DEFAULT_STATE, metavar="DIR",
+                        help=f"the scheduler's state directory (default: ./{DEFAULT_STATE}; "
+                             "private to its user)")
     if init:
         parser.add_argument("--init", action="store_true", help="start an empty state where "
                             "state.db holds nothing (0 bytes or no tables), refused otherwise")
+
+
+def _private() -> None:
+    os.umask(PRIVATE_UMASK)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -118,6 +141,7 @@ def _serve(args: argparse.Namespace) -> int:
     from bayes_sched.service.serve import Service
     from bayes_sched.service.state import StateStore
 
+    _private()
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")
     policy = make_policy(args.policy)
@@ -144,7 +168,8 @@ def _submit(args: argparse.Namespace) -> int:
     from bayes_sched.service.jobfile import read_job_file
     from bayes_sched.service.state import StateStore
 
-    spec = read_job_file(args.job_file)
+    _private()
+    spec = read_job_file(args.job_file, args.allow_loader_env)
     StateStore(args.state, init=args.init).submit(spec)
     print(f"submitted {spec.name}")
     return 0
@@ -153,6 +178,7 @@ def _submit(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     from bayes_sched.service.state import StateStore
 
+    _private()
     status = StateStore(args.state, create=False).request_cancel(args.name)
     print(f"cancel requested for {args.name} ({status})")
     return 0
@@ -206,6 +232,7 @@ def _status(args: argparse.Namespace) -> int:
     from bayes_sched.client.protocol import latest_log
     from bayes_sched.service.state import StateStore
 
+    _private()
     store = StateStore(args.state, create=False)
     jobs = store.jobs()
     for job in jobs:  # the log to read, relative to the state directory

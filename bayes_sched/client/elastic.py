@@ -8,7 +8,8 @@
             job.step(loss_fn(job.model(inputs), targets))
 
 :class:`ElasticJob` joins the job's process group (``torch.distributed`` from the launcher's
-``env://`` variables: gloo on CPU, NCCL on GPU) and wraps the model in DDP when there is more than
+``env://`` variables: gloo on CPU, NCCL on GPU; rank 0's store listens on ``MASTER_ADDR`` only,
+not on every interface, :func:`rendezvous_store`) and wraps the model in DDP when there is more than
 one replica; restores the job's checkpoint if there is one (model, optimiser, data position,
 progress); hands out each replica's micro-batches of the per-GPU batch the scheduler asks for in
 ``control.json``; and at every optimiser step boundary
@@ -42,6 +43,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import statistics
 import sys
 import time
@@ -76,6 +78,27 @@ CONTROL_POLL_SECONDS = 0.1
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name)
     return int(value) if value not in (None, "") else None
+
+
+def rendezvous_store(rank: int, world_size: int) -> dist.TCPStore:
+    """The job's rendezvous store at ``MASTER_ADDR:MASTER_PORT`` (the launcher's variables), as
+    ``init_method="env://"`` makes it, except that rank 0 listens on ``MASTER_ADDR`` alone:
+    torch's own store listens on every interface, and a local job's ``MASTER_ADDR`` is loopback
+    (its rendezvous is then reachable from this machine only)."""
+    address = os.environ["MASTER_ADDR"]
+    port = int(os.environ["MASTER_PORT"])
+    listen_fd = None
+    if rank == 0:
+        family, kind, proto, _, where = socket.getaddrinfo(
+            address, port, type=socket.SOCK_STREAM)[0]
+        listener = socket.socket(family, kind, proto)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(where)
+        listener.listen(socket.SOMAXCONN)
+        listen_fd = listener.detach()  # the store owns it from here
+    return dist.TCPStore(address, port, world_size, rank == 0,
+                         dist.constants.default_pg_timeout, multi_tenant=True,
+                         master_listen_fd=listen_fd)
 
 
 class ElasticJob:
@@ -130,8 +153,13 @@ class ElasticJob:
             device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         self.device = torch.device(device)
         if self.world_size > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
-                                    init_method="env://")
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's store
+                dist.init_process_group(backend, init_method="env://")
+            else:
+                dist.init_process_group(backend, store=rendezvous_store(self.rank,
+                                                                        self.world_size),
+                                        rank=self.rank, world_size=self.world_size)
 
         # Training state (what a checkpoint holds).
         self.epoch = 0

@@ -6,6 +6,10 @@ pass (reading the jobs' reports), run the policy's estimators and decision, carr
 round's allocations and predictions in one transaction. Every start or stop of a job's processes
 is saved at once too, so a service killed at any moment (SIGKILL included) restarts knowing every
 job, reattaches to the processes still running and starts none twice.
+
+Every path handed to a job (its job directory, hence its reports, control file, logs and
+checkpoints) is absolute: a job runs in its own directory (or the job file's ``cwd``), so a state
+directory given relative to the scheduler's working folder would name nothing there.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ class Service:
     """The scheduler service over one state directory.
 
     Args:
-        store: the state file.
+        store: the state file (its directory may be relative: it is made absolute here, once).
         launcher: where jobs run.
         policy: the scheduling policy.
         config: the cluster's timeouts and restart rules.
@@ -44,7 +48,7 @@ class Service:
         store.lock_for_service()
         self.store = store
         self.policy = policy
-        self.cluster = RealCluster(launcher, store.jobs_dir, config, epoch=store.epoch(),
+        self.cluster = RealCluster(launcher, store.jobs_dir.resolve(), config, epoch=store.epoch(),
                                    on_change=self.save, counters=counters)
         self.cluster.on_change = None  # no saves while restoring
         self.reattached = self.cluster.restore(store.records())
