@@ -51,7 +51,7 @@ SLOW = {
     "bayes-sched demo --out report --max-jobs 40": "six fits and two simulations: minutes",
     "bayes-sched simulate --workload workload-6 --policy pollux --out report/sim":
         "160 jobs under Pollux: minutes",
-    "bayes-sched compare --out sim-report": "32 runs (4 policies x 8 workloads): about an hour",
+    "bayes-sched compare --out sim-report": "32 whole-workload runs (4 policies x 8 workloads)",
     "bayes-sched simulate --workload workload-1 --policy pollux --policy-opt p=-0.5 "
     "--policy-opt ga.population=24": "a whole workload under Pollux: minutes",
     "bayes-sched simulate --workload workload-1 --cluster 8x8:t4 --hidden contention "
