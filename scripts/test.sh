@@ -3,8 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 { [ -x .venv/bin/bayes-sched ] && [ -x .venv/bin/mypy ] && [ -x .venv/bin/ray ] \
-  && .venv/bin/python -c "import xdist, pytest_timeout" 2>/dev/null; } || bash scripts/setup.sh
+  && .venv/bin/python -c "import xdist, pytest_timeout, material, mkdocstrings_handlers.python" \
+  2>/dev/null; } || bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
+# The documentation site, warnings as errors (a few seconds; not --quiet, which hides the
+# warnings that --strict counts); the site goes to an ignored folder.
+NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir .site
 # Test files run in parallel, one worker per core up to 4 (a file's fixtures are built once).
 .venv/bin/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --durations=15 "$@"
