@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -34,6 +35,7 @@ from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.interference.predictor import ColocationRound
 from counters import schema
 from counters.errors import CountersError
+from perfmodel.errors import UnreliableFitWarning
 
 LOG = logging.getLogger(__name__)
 
@@ -140,7 +142,17 @@ class ContentionPrior:
         start = time.perf_counter()
         try:
             window = prepare(counters, self.topology, where="cluster counters")
-            draws = fit_svi(window, num_steps=self.svi_steps, num_samples=32, seed=self.fits)
+            with warnings.catch_warnings(record=True) as caught:
+                # A fit that did not converge is still this round's best estimate: kept, and
+                # reported in problems (a per-round budget of steps, not a final fit).
+                warnings.simplefilter("always", UnreliableFitWarning)
+                draws = fit_svi(window, num_steps=self.svi_steps, num_samples=32, seed=self.fits)
+            for warning in caught:
+                if issubclass(warning.category, UnreliableFitWarning):
+                    self.problems.append(str(warning.message))
+                else:
+                    warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                           warning.lineno)
             posterior = summarise(window, draws)
         except (CountersError, ValueError, RuntimeError) as error:
             self.problems.append(str(error))
