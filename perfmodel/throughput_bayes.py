@@ -417,12 +417,15 @@ class FitDiagnostics:
         """One line saying why ``model``'s intervals are not to be trusted, or None."""
         if self.reliable:
             return None
-        if self.method == "svi" and not self.converged and self.convergence is not None:
-            return f"{model}: {Convergence.from_dict(self.convergence).message()}"
         if self.method == "svi":
-            return (f"{model}: PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the SVI "
-                    "guide fits the posterior poorly and its intervals may be too narrow; check "
-                    "with --method nuts")
+            problems = []
+            if not self.pareto_k <= PARETO_K_USABLE:
+                problems.append(f"PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the "
+                                "SVI guide fits the posterior poorly and its intervals may be too "
+                                "narrow; check with --method nuts")
+            if self.convergence is not None and not self.converged:
+                problems.append(str(Convergence.from_dict(self.convergence).message()))
+            return f"{model}: {'; '.join(problems)}"
         problems = []
         if self.divergences > 0:
             problems.append(f"{self.divergences} divergent transitions")

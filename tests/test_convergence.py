@@ -77,16 +77,26 @@ def test_an_interference_fit_stopped_early_is_not_converged(small_pairs: tuple) 
     with pytest.raises(InterferenceFitError, match="try more steps"):
         early.require_converged()
     # A learning rate of 1e-4 barely moves the guide: its loss is nearly flat, its gradient not.
-    slow = _fit(small_pairs, num_steps=1000, learning_rate=1e-4, final_learning_rate=1e-5)
+    slow = _fit(small_pairs, num_steps=300, learning_rate=1e-4, final_learning_rate=1e-5)
     assert not slow.converged and slow.convergence.gradient > DEFAULT_RULE.gradient_tolerance
 
 
+@pytest.mark.slow
 def test_an_interference_fit_at_default_settings_converges(small_pairs: tuple) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnreliableFitWarning)
         model = _fit(small_pairs)
     assert model.converged, model.convergence
     assert model.convergence.steps == FitConfig().num_steps
+
+
+def test_a_normal_interference_fit_converges(small_pairs: tuple) -> None:
+    # The fast variant of the test above: the default learning rates over 300 steps (on these
+    # 42 observations the loss settles after about 150).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnreliableFitWarning)
+        model = _fit(small_pairs, num_steps=300)
+    assert model.converged, model.convergence
 
 
 def test_a_diverging_interference_fit_raises_the_projects_error(tmp_path) -> None:
