@@ -43,7 +43,7 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -280,8 +280,10 @@ def svi_fit(model: Callable[..., Any], guide: Callable[..., Any], optimiser: Any
                 if not str(error).startswith("Expected parameter"):
                     raise
                 raise monitor.non_finite("parameters") from error
-        values = {name: site["value"] for name, site in capture.trace.nodes.items()}
-        params = {name: v.unconstrained() for name, v in values.items()}
+        values: dict[str, torch.Tensor] = {name: cast(torch.Tensor, site["value"])
+                                           for name, site in capture.trace.nodes.items()}
+        params: dict[str, torch.Tensor] = {name: v.unconstrained()  # type: ignore[attr-defined]
+                                           for name, v in values.items()}
         monitor.record(step_loss, functools.partial(scaled_gradient, values, params))
         optimiser(params.values())
         zero_grads(params.values())
