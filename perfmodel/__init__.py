@@ -12,9 +12,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the exported names, for type checkers
+    from perfmodel.convergence import Convergence, ConvergenceRule
     from perfmodel.datasets import POLLUX_MODELS
     from perfmodel.efficiency import EfficiencyModel
-    from perfmodel.errors import InputError
+    from perfmodel.errors import FitError, InputError, UnreliableFitWarning
     from perfmodel.goodput import GoodputModel
     from perfmodel.profiles import (
         GradientTrace,
@@ -61,6 +62,10 @@ _EXPORTS: dict[str, str] = {
     "write_model_report": "perfmodel.report",
     "POLLUX_MODELS": "perfmodel.datasets",
     "InputError": "perfmodel.errors",
+    "FitError": "perfmodel.errors",
+    "UnreliableFitWarning": "perfmodel.errors",
+    "Convergence": "perfmodel.convergence",
+    "ConvergenceRule": "perfmodel.convergence",
 }
 
 
@@ -98,4 +103,8 @@ __all__ = [
     "write_model_report",
     "POLLUX_MODELS",
     "InputError",
+    "FitError",
+    "UnreliableFitWarning",
+    "Convergence",
+    "ConvergenceRule",
 ]

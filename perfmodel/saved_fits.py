@@ -48,8 +48,9 @@ DISTRIBUTION = "bayes-sched"
 #: an earlier build of the same version are refitted (2: the SVI guide starts at the posterior
 #: mode with a spline per marginal, and the step-time model has compute-time shifts; 3: the
 #: guide's base is Student-t and its spline twice as wide; 4: the guide is adapted as an
-#: importance proposal and its draws resampled by PSIS weights).
-FIT_REVISION = 4
+#: importance proposal and its draws resampled by PSIS weights; 5: fits record their convergence
+#: verdict, perfmodel.convergence).
+FIT_REVISION = 5
 
 
 def package_version() -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
@@ -44,6 +45,8 @@ from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_value
 from pyro.infer.mcmc.util import initialize_model
 
+from perfmodel.convergence import Convergence, FitMonitor
+from perfmodel.errors import UnreliableFitWarning
 from perfmodel.profiles import StepTimeProfile
 from perfmodel.saved_fits import FitCache, fit_key, quiet_arviz
 from perfmodel.throughput import (
@@ -370,7 +373,9 @@ class FitDiagnostics:
     ``final_loss``: last ELBO loss per row; ``seconds``: wall time of the whole fit, fallback
     included. NUTS only: ``divergences`` (divergent transitions after warm-up), ``ess_bulk_min``
     (smallest bulk effective sample size over the sites) and ``r_hat_max`` (largest
-    rank-normalised split R-hat; infinite where a site's draws never moved), from ArviZ.
+    rank-normalised split R-hat; infinite where a site's draws never moved), from ArviZ. SVI
+    only: ``convergence``, the optimisation's verdict (:meth:`.Convergence.as_dict`, the rule of
+    :mod:`perfmodel.convergence`; None for NUTS alone).
     """
 
     method: str
@@ -382,15 +387,21 @@ class FitDiagnostics:
     divergences: int = 0
     ess_bulk_min: float = float("nan")
     r_hat_max: float = float("nan")
+    convergence: dict[str, Any] | None = None
+
+    @property
+    def converged(self) -> bool:
+        """Whether the SVI optimisation converged (True where there was none: NUTS alone)."""
+        return self.convergence is None or Convergence.from_dict(self.convergence).converged
 
     @property
     def reliable(self) -> bool:
-        """Whether the intervals can be trusted: an SVI guide whose k-hat is at most
-        :data:`PARETO_K_USABLE` (NaN, not computed, counts as unreliable), or NUTS draws without
-        divergences, with bulk ESS at least :data:`ESS_USABLE` and R-hat at most
+        """Whether the intervals can be trusted: an SVI guide that converged and whose k-hat is
+        at most :data:`PARETO_K_USABLE` (NaN, not computed, counts as unreliable), or NUTS draws
+        without divergences, with bulk ESS at least :data:`ESS_USABLE` and R-hat at most
         :data:`R_HAT_USABLE` (where computed)."""
         if self.method == "svi":
-            return self.pareto_k <= PARETO_K_USABLE
+            return self.converged and self.pareto_k <= PARETO_K_USABLE
         return not (self.divergences > 0 or self.ess_bulk_min < ESS_USABLE
                     or self.r_hat_max > R_HAT_USABLE)
 
@@ -407,9 +418,14 @@ class FitDiagnostics:
         if self.reliable:
             return None
         if self.method == "svi":
-            return (f"{model}: PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the SVI "
-                    "guide fits the posterior poorly and its intervals may be too narrow; check "
-                    "with --method nuts")
+            problems = []
+            if not self.pareto_k <= PARETO_K_USABLE:
+                problems.append(f"PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the "
+                                "SVI guide fits the posterior poorly and its intervals may be too "
+                                "narrow; check with --method nuts")
+            if self.convergence is not None and not self.converged:
+                problems.append(str(Convergence.from_dict(self.convergence).message()))
+            return f"{model}: {'; '.join(problems)}"
         problems = []
         if self.divergences > 0:
             problems.append(f"{self.divergences} divergent transitions")
@@ -744,6 +760,7 @@ class _SviFit:
     log_density: Callable[[torch.Tensor], torch.Tensor]
     to_constrained: dict[str, Any]
     coordinates: NetworkCoordinates
+    convergence: Convergence
 
     def constrained(self, y: torch.Tensor) -> dict[str, np.ndarray]:
         """Draws ``(S, D)`` in the guide's coordinates as constrained draws per site, each
@@ -814,9 +831,23 @@ def _svi_spline_gaussian(data: StepTimeData, prior: StepTimePrior,
     def guide() -> dist.TransformedDistribution:
         return spline_guide(base, spline, loc, scale_tril())
 
-    optimizer = torch.optim.Adam([loc, raw_scale, off_diag, *spline.parameters()], lr=0.01)
+    parameters = [loc, raw_scale, off_diag, *spline.parameters()]
+    optimizer = torch.optim.Adam(parameters, lr=0.01)
     schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.995)
-    loss = torch.tensor(float("nan"))
+    monitor = FitMonitor("throughput (SVI)", num_steps, len(data.log_step))
+
+    def scaled_gradient() -> torch.Tensor:
+        # Unit-free (perfmodel.convergence): the location's gradient in the guide's whitened
+        # coordinates (L^T g), the scales' with respect to their logs (softplus leaves), the
+        # off-diagonal's per unit of its row's scale; the spline acts on whitened draws already.
+        scale = torch.nn.functional.softplus(raw_scale.detach())
+        tril = scale_tril().detach()
+        parts = [tril.T @ cast(torch.Tensor, loc.grad),
+                 cast(torch.Tensor, raw_scale.grad) * scale / torch.sigmoid(raw_scale.detach()),
+                 (cast(torch.Tensor, off_diag.grad) * scale[:, None]).tril(-1).reshape(-1),
+                 *(p.grad.reshape(-1) for p in spline.parameters() if p.grad is not None)]
+        return torch.cat([part.reshape(-1) for part in parts])
+
     for _ in range(num_steps):
         q = guide()
         z = q.rsample((num_particles,))
@@ -824,12 +855,16 @@ def _svi_spline_gaussian(data: StepTimeData, prior: StepTimePrior,
         loss = (q.log_prob(z) - log_density(z)).mean()
         optimizer.zero_grad()
         loss.backward()
+        monitor.record(loss, scaled_gradient)
         optimizer.step()
         schedule.step()
+        monitor.check_parameters(parameters)
     with torch.no_grad():
         q = guide()
-        fit = _SviFit({}, float(loss), float("nan"), q, loc.detach().clone(),
-                      scale_tril().detach().clone(), log_density, to_constrained, coordinates)
+        final_loss = monitor.losses[-1] if monitor.losses else float("nan")
+        fit = _SviFit({}, final_loss, float("nan"), q, loc.detach().clone(),
+                      scale_tril().detach().clone(), log_density, to_constrained, coordinates,
+                      monitor.verdict())
         if not check:
             return replace(fit, samples=fit.constrained(q.sample((num_samples,))))
         # The guide as an importance proposal: its affine part moved to the PSIS-weighted moments
@@ -977,7 +1012,7 @@ def posterior_mode(log_density: Callable[[torch.Tensor], torch.Tensor], start: t
         optimizer.zero_grad()
         loss = -log_density(z)
         loss.backward()
-        value = float(loss)
+        value = float(loss.detach())
         if np.isfinite(value) and (not best or value < best[0][0]):
             best[:] = [(value, z.detach().clone())]
         return loss
@@ -1052,6 +1087,10 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
             problem it was meant to fix.
         cache: reuse a saved fit of the same data, settings and package version, and save a
             new one (:mod:`perfmodel.saved_fits`).
+
+    Warns :class:`~perfmodel.errors.UnreliableFitWarning` (one line, :meth:`FitDiagnostics.warning`)
+    when the intervals are not to be trusted, a saved fit's included; raises
+    :class:`~perfmodel.errors.FitError` when SVI's loss or parameters go non-finite.
     """
     prior = prior or StepTimePrior.for_profile(profile)
     settings = {"method": method, "num_steps": num_steps, "num_samples": num_samples,
@@ -1059,16 +1098,18 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
                 "placement_effects": placement_effects, "fallback": fallback,
                 "fallback_warmup": fallback_warmup, "fallback_samples": fallback_samples}
     key = fit_key("throughput", profile_arrays(profile), settings)
-    if cache is not None and (saved := cache.read(
-            "throughput", profile.model, key,
-            lambda idata: ThroughputPosterior.from_inference_data(idata, profile))) is not None:
-        return saved
-    with single_thread():
-        posterior = _fit(profile, method, num_steps, num_samples, seed, prior, check,
-                         placement_effects, (fallback_warmup, fallback_samples) if fallback
-                         else None)
-    if cache is not None:
-        cache.save("throughput", profile.model, key, posterior.to_inference_data())
+    posterior = None if cache is None else cache.read(
+        "throughput", profile.model, key,
+        lambda idata: ThroughputPosterior.from_inference_data(idata, profile))
+    if posterior is None:
+        with single_thread():
+            posterior = _fit(profile, method, num_steps, num_samples, seed, prior, check,
+                             placement_effects, (fallback_warmup, fallback_samples) if fallback
+                             else None)
+        if cache is not None:
+            cache.save("throughput", profile.model, key, posterior.to_inference_data())
+    if (warning := posterior.diagnostics.warning(profile.model)) is not None:
+        warnings.warn(warning, UnreliableFitWarning, stacklevel=2)
     return posterior
 
 
@@ -1098,7 +1139,8 @@ def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int
     svi = _svi_spline_gaussian(data, prior, init, num_steps, num_samples, check)
     samples = svi.samples
     diagnostics = FitDiagnostics("svi", num_steps, svi.loss / len(profile), svi.pareto_k,
-                                 time.perf_counter() - started)
+                                 time.perf_counter() - started,
+                                 convergence=svi.convergence.as_dict())
     if fallback is not None and svi.pareto_k > PARETO_K_USABLE:
         warmup, draws = fallback
         samples, nuts = _nuts_whitened(svi, warmup, draws)

@@ -246,7 +246,7 @@ def test_cli_predicts_a_colocation_and_rejects_bad_speeds(tmp_path: Path) -> Non
     import json
 
     pairs, features, _ = synthetic_pairs(6, seed=2)
-    args = ("--jobs", "job0,job1,job2", "--steps", "50", "--json")
+    args = ("--jobs", "job0,job1,job2", "--steps", "300", "--json")
     done = _run_infer_interference(tmp_path, pairs, features, *args)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)

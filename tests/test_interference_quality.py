@@ -20,6 +20,7 @@ from bayes_sched.interference import (
 )
 from bayes_sched.interference.model import noise_scale
 from bayes_sched.interference.tables import MAX_SPEED
+from perfmodel.convergence import judge
 
 
 def _solo() -> pd.DataFrame:
@@ -81,8 +82,10 @@ def test_a_fit_whose_loss_runs_away_is_not_converged() -> None:
     pairs = pd.DataFrame({"job_a": ["a", "b"], "job_b": ["b", "c"], "speed_a": [0.8, 0.7],
                           "speed_b": [0.9, 0.6]})
     model = InterferenceModel.fit(pairs, _solo(), FitConfig(num_steps=200, num_samples=4))
-    assert model.converged
-    model.elbo_losses = [*model.elbo_losses[:180], *np.geomspace(10.0, 6e6, 20)]
+    runaway = judge("interference", [*model.elbo_losses[:180], *np.geomspace(10.0, 6e6, 20)],
+                    model.convergence.gradient, model.num_observations)
+    assert not runaway.converged
+    model.convergence = runaway
     assert not model.converged
     with pytest.raises(InterferenceFitError, match="did not converge"):
         model.require_converged()

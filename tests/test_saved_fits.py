@@ -138,7 +138,7 @@ def test_interference_command_reuses_its_saved_fit(tmp_path: Path) -> None:
     features.to_csv(tmp_path / "solo.csv")
     cache = tmp_path / "cache"
     command = ["infer", "interference", str(tmp_path / "pairs.csv"), str(tmp_path / "solo.csv"),
-               "--jobs", "job0,job1,job4", "--steps", "60", "--seed", "3", "--json",
+               "--jobs", "job0,job1,job4", "--steps", "300", "--seed", "0", "--json",
                "--cache-dir", str(cache)]
 
     def run(*extra: str) -> tuple[list[dict], str]:

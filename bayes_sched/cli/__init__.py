@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from bayes_sched import __version__
-from bayes_sched.cli._common import fail, is_user_error
+from bayes_sched.cli._common import fail, is_user_error, one_line_warnings
 from bayes_sched.cli.options import OptionParser
 
 #: Set to a non-empty value to let unexpected exceptions print their traceback.
@@ -101,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         arguments = list(sys.argv[1:] if argv is None else argv)
         args = build_parser(arguments).parse_args(arguments)
-        status = args.handler(args)
+        with one_line_warnings():
+            status = args.handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except KeyboardInterrupt:
         return 130

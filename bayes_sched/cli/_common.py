@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 #: error can only be an instance of a class whose module was imported (:func:`is_user_error`).
 USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("perfmodel.errors", "InputError"),
+    ("perfmodel.errors", "FitError"),
     ("counters.errors", "CountersError"),
     ("collectors.base", "CollectorError"),
     ("bayes_sched.errors", "InputError"),
@@ -64,6 +66,27 @@ def __getattr__(name: str) -> Console:
 
 if TYPE_CHECKING:
     stderr: Console
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """Within the block, the library's :class:`~perfmodel.errors.UnreliableFitWarning` shows as
+    one line, ``bayes-sched: warning: MESSAGE``, on stderr (not Python's file:line format); other
+    warnings as Python shows them."""
+    from perfmodel.errors import UnreliableFitWarning
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:
+            if issubclass(category, UnreliableFitWarning):
+                print(f"bayes-sched: warning: {' '.join(str(message).split())}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 def fail(message: str, status: int = 2) -> int:

@@ -85,8 +85,7 @@ def _fit_throughput(args: argparse.Namespace) -> int:
     if diagnostics.fallback_from is not None:
         print(f"bayes-sched: note: {profile.model}: posterior by {diagnostics.source}",
               file=sys.stderr)
-    if (warning := diagnostics.warning(profile.model)) is not None:
-        print(f"bayes-sched: warning: {warning}", file=sys.stderr)
+    # An unreliable fit's warning comes from the library (UnreliableFitWarning), one line.
     if args.json:  # the rows, the interval level and the fit's diagnostics (NaN -> null)
         print_json({"model": profile.model, "method": diagnostics.method,
                     "requested_method": args.method, "rows": len(profile),

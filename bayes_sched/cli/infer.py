@@ -3,13 +3,15 @@
 bayes-sched infer contention STORE --out DIR [--topology FILE] [--steps N] [--seed S] [--json]
 bayes-sched infer topology [--sysfs-root PATH] [--no-nvml] [--out FILE] [--json]
 bayes-sched infer synthetic OUT_DIR [--nodes N] [--samples T] [--seed S]
-bayes-sched infer interference PAIRS SOLO --jobs A,B[,C...] [--steps N] [--seed S] [--json]
+bayes-sched infer interference PAIRS SOLO --jobs A,B[,C...] [--steps N] [--learning-rate R]
+    [--seed S] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 
 from bayes_sched.cli._common import fit_cache, print_table, progress_bar
@@ -22,14 +24,17 @@ from bayes_sched.cli.options import (
     check_out_dir,
     check_out_file,
     existing_file,
+    finite_float,
     int_in_range,
     seed,
 )
+from perfmodel.errors import UnreliableFitWarning
 
 # The models (pandas, torch, pyro) are imported by the handlers, so ``--help`` stays instant.
 
 #: Bounds of the SVI step counts and of the synthetic store's shape.
 STEPS = int_in_range(1, 1_000_000)
+LEARNING_RATE = finite_float(0.0, 100.0, min_open=True)
 MAX_SYNTHETIC_NODES = 1024
 MIN_SYNTHETIC_SAMPLES = 2
 MAX_SYNTHETIC_SAMPLES = 1_000_000
@@ -72,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="step-times CSV (time, one column per job, s); needs --jobs",
     )
     contention.add_argument(
-        "--steps", type=STEPS, default=100, help="SVI steps, in [1, 1000000] (default 100)"
+        "--steps", type=STEPS, default=1000, help="SVI steps, in [1, 1000000] (default 1000)"
     )
     contention.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     contention.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -135,8 +140,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--jobs", required=True, help="comma-separated job names sharing a GPU, switch or node"
     )
     interference.add_argument(
-        "--steps", type=STEPS, default=1000, help="SVI steps, in [1, 1000000] (default 1000)"
+        "--steps", type=STEPS, default=2000, help="SVI steps, in [1, 1000000] (default 2000)"
     )
+    interference.add_argument(
+        "--learning-rate", type=LEARNING_RATE, default=0.05,
+        help="Adam's first learning rate, in (0, 100] (default 0.05; it decays to a tenth)")
     interference.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     interference.add_argument("--json", action="store_true", help="print the table as JSON")
     add_cache_options(interference)
@@ -291,8 +299,13 @@ def run_interference(args: argparse.Namespace) -> int:
         raise OptionError(
             f"--jobs: unknown job {unknown[0]!r}: expected names from {args.solo} ({known})"
         )
-    model = InterferenceModel.fit(pairs, solo, FitConfig(num_steps=args.steps, seed=args.seed),
-                                  cache=fit_cache(args))
+    config = FitConfig(num_steps=args.steps, seed=args.seed, learning_rate=args.learning_rate,
+                       final_learning_rate=args.learning_rate / 10)
+    with warnings.catch_warnings():
+        # Not converged is an error here (require_converged, one line): its warning would say
+        # it twice.
+        warnings.simplefilter("ignore", UnreliableFitWarning)
+        model = InterferenceModel.fit(pairs, solo, config, cache=fit_cache(args))
     model.require_converged()
     table = model.predict_colocation(jobs)
     print_table(

@@ -19,6 +19,7 @@ fraction, split evenly among the jobs sharing that GPU (counters cannot tell the
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 import xarray as xr
-from pyro.infer import SVI, Trace_ELBO
+from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.optim import ClippedAdam
 
@@ -36,6 +37,8 @@ from bayes_sched.contention.model import BYTES_PER_UNIT
 from bayes_sched.contention.topology import RESOURCE_KINDS, TopologyError
 from bayes_sched.estimation.pyro_scope import private_param_store
 from perfmodel import textio
+from perfmodel.convergence import FitMonitor, svi_fit
+from perfmodel.errors import UnreliableFitWarning
 
 #: Pressure starts at this load over capacity and reaches 1 at full capacity.
 PRESSURE_ONSET = 0.8
@@ -113,14 +116,11 @@ def infer_jobs(
 
     pyro.set_rng_seed(seed)
     guide = AutoNormal(sensitivity_model, init_scale=0.05)
-    svi = SVI(
-        sensitivity_model,
-        guide,
-        ClippedAdam({"lr": 0.05, "lrd": 0.1 ** (1 / num_steps)}),
-        Trace_ELBO(),
-    )
-    for _ in range(num_steps):
-        svi.step(pressure, log_slowdown)
+    monitor = FitMonitor("job sensitivity", num_steps, int(torch.isfinite(log_slowdown).sum()))
+    svi_fit(sensitivity_model, guide, ClippedAdam({"lr": 0.05, "lrd": 0.1 ** (1 / num_steps)}),
+            Trace_ELBO(), (pressure, log_slowdown), monitor)
+    if (message := monitor.verdict().message()) is not None:
+        warnings.warn(message, UnreliableFitWarning, stacklevel=3)
     quantiles = guide.quantiles([0.05, 0.5, 0.95], pressure, log_slowdown)["sensitivity"]
     out = jobs[["job", "node", "gpu"]].copy()
     kinds = RESOURCE_KINDS

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -34,6 +35,7 @@ from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.interference.predictor import ColocationRound
 from counters import schema
 from counters.errors import CountersError
+from perfmodel.errors import UnreliableFitWarning
 
 LOG = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ class ContentionPrior:
         self.fits = 0
         self.fit_seconds: list[float] = []
         self.problems: list[str] = []
+        #: One line per fit used although it did not converge (perfmodel.convergence).
+        self.unconverged: list[str] = []
         self._rows: list[np.ndarray] = []      # each (2 resources, classes) design row pair
         self._targets: list[np.ndarray] = []   # each (2,) observed node traffic
         self._rounds: list[tuple[float, float, dict[str, np.ndarray], dict[str, str]]] = []
@@ -140,7 +144,17 @@ class ContentionPrior:
         start = time.perf_counter()
         try:
             window = prepare(counters, self.topology, where="cluster counters")
-            draws = fit_svi(window, num_steps=self.svi_steps, num_samples=32, seed=self.fits)
+            with warnings.catch_warnings(record=True) as caught:
+                # A fit that did not converge is still this round's best estimate (a per-round
+                # budget of steps, not a final fit): used, and its verdict kept in unconverged.
+                warnings.simplefilter("always", UnreliableFitWarning)
+                draws = fit_svi(window, num_steps=self.svi_steps, num_samples=32, seed=self.fits)
+            for warning in caught:
+                if issubclass(warning.category, UnreliableFitWarning):
+                    self.unconverged.append(str(warning.message))
+                else:
+                    warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                           warning.lineno)
             posterior = summarise(window, draws)
         except (CountersError, ValueError, RuntimeError) as error:
             self.problems.append(str(error))
