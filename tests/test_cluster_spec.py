@@ -21,7 +21,6 @@ from bayes_sched.cluster_spec import (
     parse_cluster_spec,
     read_cluster_spec,
 )
-from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobSpec
 from bayes_sched.loop import run_loop
@@ -33,6 +32,7 @@ from bayes_sched.sim.laws.contention import ContentionLaw
 from bayes_sched.sim.laws.gavel_pairs import GavelLaw
 from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
 from bayes_sched.sim.workload import Workload
+from bayes_sched.topology import NodeTopology
 from tests.agents import decide as decide_round
 from tests.agents import job_view, measured_agent
 

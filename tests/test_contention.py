@@ -22,7 +22,7 @@ from bayes_sched.contention.inference import (
     summarise,
 )
 from bayes_sched.contention.report import write_report
-from bayes_sched.contention.topology import NodeTopology, TopologyError, read_topology
+from bayes_sched.topology import NodeTopology, TopologyError, read_topology
 from counters import schema
 from counters.errors import CountersError
 from counters.store import write_store

@@ -248,8 +248,8 @@ def test_library_fits_leave_the_callers_pyro_param_store_alone() -> None:
     import torch
 
     from bayes_sched.contention.inference import fit_svi, prepare
-    from bayes_sched.contention.topology import NodeTopology
     from bayes_sched.sim.laws.contention import ContentionLaw
+    from bayes_sched.topology import NodeTopology
 
     law = ContentionLaw()
     counters = law.counters(0.0, 120.0, 2, np.random.default_rng(0))

@@ -28,7 +28,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("collectors.base", "CollectorError"),
     ("bayes_sched.errors", "InputError"),
     ("bayes_sched.interference.tables", "InterferenceInputError"),
-    ("bayes_sched.contention.topology", "TopologyError"),
+    ("bayes_sched.topology", "TopologyError"),
     ("bayes_sched.cli.options", "OptionError"),
 )
 

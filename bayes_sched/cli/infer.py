@@ -163,7 +163,7 @@ def run_contention(args: argparse.Namespace) -> int:
     )
     from bayes_sched.contention.jobs import infer_jobs, read_jobs_csv, read_step_times_csv
     from bayes_sched.contention.report import write_report
-    from bayes_sched.contention.topology import NodeTopology, read_topology
+    from bayes_sched.topology import NodeTopology, read_topology
     from counters.errors import CountersError
 
     if args.discover_topology:

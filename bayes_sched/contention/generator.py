@@ -1,6 +1,6 @@
 """A synthetic cluster with hidden contention and known ground truth, emitting counters datasets.
 
-Each node has the layout of a :class:`~bayes_sched.contention.topology.NodeTopology` and runs one
+Each node has the layout of a :class:`~bayes_sched.topology.NodeTopology` and runs one
 job
 per GPU (two on one GPU in the shared-GPU scenario). Jobs have hidden demands (byte/s of PCIe, of
 host DRAM from their CPU side, of NIC; a fraction of their GPU's SMs). Each node is drawn into one
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayes_sched.contention.topology import NodeTopology
+from bayes_sched.topology import NodeTopology
 from counters import schema
 
 SCENARIOS: tuple[str, ...] = ("none", "pcie_switch", "dram", "nic", "gpu_sm")

@@ -33,8 +33,8 @@ from pyro.optim import ClippedAdam
 
 from bayes_sched.contention.inference import PreparedWindow, resource_utilization
 from bayes_sched.contention.model import BYTES_PER_UNIT
-from bayes_sched.contention.topology import RESOURCE_KINDS, TopologyError
 from bayes_sched.estimation.pyro_scope import private_param_store
+from bayes_sched.topology import RESOURCE_KINDS, TopologyError
 from perfmodel import textio
 
 #: Pressure starts at this load over capacity and reaches 1 at full capacity.

@@ -21,10 +21,10 @@ import xarray as xr
 from bayes_sched.cluster import placement_of
 from bayes_sched.cluster_spec import DEFAULT_TOPOLOGY, ClusterSpec
 from bayes_sched.contention.generator import max_min_share
-from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import InputError
 from bayes_sched.sim.laws.base import RunningJob
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application
+from bayes_sched.topology import NodeTopology
 from counters import schema
 
 #: The artifact's node (AWS g4dn.12xlarge: 4 T4 GPUs on PCIe 3.0, two per switch, one socket,
