@@ -100,7 +100,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "synthetic",
         help="write a synthetic counters store with known hidden contention",
         description="Generate a cluster window with hidden contention (see "
-        "bayes_sched.contention.generator) and write it as a counters store, with "
+        "bayes_sched.sim.laws.contention_generator) and write it as a counters store, with "
         "the ground truth beside it in truth.json.",
     )
     synthetic.add_argument(
@@ -237,7 +237,7 @@ def run_synthetic(args: argparse.Namespace) -> int:
     check_new_dir(args.out, "OUT_DIR")
     import pandas as pd
 
-    from bayes_sched.contention.generator import GeneratorConfig, generate
+    from bayes_sched.sim.laws.contention_generator import GeneratorConfig, generate
     from counters.store import write_store
 
     cluster = generate(
