@@ -83,7 +83,6 @@ import numpy as np
 
 
 def main() -> None:
-    from bayes_sched.cli._common import print_json, print_table
     from bayes_sched.estimation.throughput import (
         BayesianThroughputLearner,
         GavelMatrixCompletionLearner,
@@ -95,6 +94,7 @@ def main() -> None:
         summarise,
     )
     from bayes_sched.estimation.throughput_cells import ThroughputLearner
+    from bayes_sched.tables import print_json, print_table
     from bayes_sched.throughputs import load_throughputs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

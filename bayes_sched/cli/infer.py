@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bayes_sched.cli._common import fit_cache, print_table, progress_bar
+from bayes_sched.cli._common import fit_cache, progress_bar
 from bayes_sched.cli.options import (
     OUT_DIR_RULE,
     OptionError,
@@ -25,6 +25,7 @@ from bayes_sched.cli.options import (
     int_in_range,
     seed,
 )
+from bayes_sched.tables import print_table
 
 # The models (pandas, torch, pyro) are imported by the handlers, so ``--help`` stays instant.
 

@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bayes_sched.cli._common import fit_cache, print_table, stderr, track
-from bayes_sched.cli.fit import resolve_gradients, resolve_profile
+from bayes_sched.cli._common import fit_cache, stderr, track
 from bayes_sched.cli.options import (
     OUT_DIR_RULE,
     add_cache_options,
@@ -15,7 +14,8 @@ from bayes_sched.cli.options import (
     check_out_dir,
     seed,
 )
-from perfmodel.datasets import POLLUX_MODELS
+from bayes_sched.tables import print_table
+from perfmodel.datasets import POLLUX_MODELS, resolve_gradients, resolve_profile
 from perfmodel.errors import InputError
 
 if TYPE_CHECKING:  # the report code (matplotlib, torch) is imported when a report is written
