@@ -163,8 +163,8 @@ def _online_timing(num_draws: int) -> list[dict[str, object]]:
     one prediction of the cells 100 active jobs need (alone on every GPU type and beside each
     other) with ``num_draws`` joint draws. Wall and CPU seconds (one BLAS thread: CPU seconds
     are what the step costs on an idle core)."""
+    from bayes_sched.cells import Cell, CellObservation
     from bayes_sched.estimation.throughput import BayesianThroughputLearner, table_observations
-    from bayes_sched.estimation.throughput_cells import Cell, CellObservation
     from bayes_sched.throughputs import load_throughputs
 
     table = load_throughputs("simulation")
