@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the linter, the type checker and the whole test suite.
+# Set up (if needed) and run the linter, the type checker, the import contracts (pyproject.toml's
+# [tool.importlinter]) and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 { [ -x .venv/bin/bayes-sched ] && [ -x .venv/bin/mypy ] && [ -x .venv/bin/ray ] \
+  && [ -x .venv/bin/lint-imports ] \
   && .venv/bin/python -c "import xdist, pytest_timeout" 2>/dev/null; } || bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports
 # Test files run in parallel, one worker per core up to 4 (a file's fixtures are built once).
 .venv/bin/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --durations=15 "$@"
