@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from bayes_sched.cli._common import stderr
 from bayes_sched.cli.options import positive_int, seed
 from bayes_sched.tables import print_json, print_table
-from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir, resolve_gradients, resolve_profile
+from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.errors import InputError
 
 # The models (numpy, pandas, torch, pyro) are imported by the functions that fit them, so
@@ -31,6 +31,7 @@ def population_prior(profile: StepTimeProfile) -> StepTimePrior:
 
 
 def _fit_throughput(args: argparse.Namespace) -> int:
+    from perfmodel.profiles import resolve_profile
     from perfmodel.throughput import PARAM_UNITS, fit_objective, fit_throughput
     from perfmodel.throughput_bayes import fit_throughput_posterior
 
@@ -75,6 +76,7 @@ def _fit_efficiency(args: argparse.Namespace) -> int:
     import numpy as np
 
     from perfmodel.efficiency import EfficiencyModel
+    from perfmodel.profiles import resolve_gradients
     from perfmodel.report import efficiency_table
 
     traces = resolve_gradients(args.gradients)

@@ -15,7 +15,7 @@ from bayes_sched.cli.options import (
     seed,
 )
 from bayes_sched.tables import print_table
-from perfmodel.datasets import POLLUX_MODELS, resolve_gradients, resolve_profile
+from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.errors import InputError
 
 if TYPE_CHECKING:  # the report code (matplotlib, torch) is imported when a report is written
@@ -40,6 +40,8 @@ def prepare_out_dir(out: str | Path, flag: str = "--out") -> Path:
 
 def resolve_sources(sources: list[str], gradients: str | None = None) -> list[FitSource]:
     """Read every profile (and its gradient traces) before any fit, so bad input fails fast."""
+    from perfmodel.profiles import resolve_gradients, resolve_profile
+
     resolved: list[FitSource] = []
     for source in sources:
         profile = resolve_profile(source)
