@@ -26,8 +26,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Protocol
 
-from bayes_sched.throughputs import ThroughputTable
+
+class SoloRates(Protocol):
+    """Anything that answers a job's steps/s alone (a :class:`~bayes_sched.throughputs.ThroughputTable`,
+    or an estimate of one): the rules here read rates, never where they come from."""
+
+    def steps_per_second(self, job_type: str, scale_factor: int, gpu: str) -> float | None: ...
 
 #: Batch-size adaptation modes.
 MODES: tuple[str, ...] = ("static", "accordion", "gns")
@@ -159,7 +165,7 @@ def batch_size_schedule(mode: str, model: str, initial_batch_size: int, epochs: 
     return [initial_batch_size] * epochs
 
 
-def epoch_seconds(table: ThroughputTable, model: str, batch_size: int, scale_factor: int,
+def epoch_seconds(table: SoloRates, model: str, batch_size: int, scale_factor: int,
                   gpu: str = "v100") -> float | None:
     """Seconds of one epoch at ``batch_size`` on ``scale_factor`` GPUs of type ``gpu``
     (Shockwave's ``get_metric(..., "duration")``: dataset / batch size iterations, not rounded);

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from bayes_sched.cluster_spec import ClusterSpec
-from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError
 from bayes_sched.jobs import JobView
+from bayes_sched.topology import NodeTopology
 
 if TYPE_CHECKING:
     import xarray as xr

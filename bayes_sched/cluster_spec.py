@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from bayes_sched.contention.topology import NodeTopology, TopologyError
 from bayes_sched.errors import InputError
 from bayes_sched.gpu_types import GPU_TYPES, gpu_type
+from bayes_sched.topology import NodeTopology, TopologyError
 
 #: GPUs per node where a spec gives only a GPU count per type.
 DEFAULT_GPUS_PER_NODE = 4

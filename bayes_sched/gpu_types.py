@@ -3,6 +3,8 @@
 A type's name is how clusters, traces and throughput tables refer to it (Gavel's traces say
 ``v100``, ``p100``, ``k80``; the Pollux profiles were measured on ``t4``). An unknown name is an
 error wherever a cluster is described, so a typo cannot become a silently different cluster.
+:func:`gpu_type_of_device` is the one map from the names hardware reports (``nvidia-smi``, NVML,
+Ray's accelerator types) onto these types.
 
 Attributes are the vendor's published figures for the variant the shipped data were measured on
 (e.g. the 16 GB V100 of AWS p3 instances that Gavel used); they bound per-GPU batches and label
@@ -11,6 +13,7 @@ reports, nothing more.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -60,3 +63,19 @@ def gpu_type(name: str, where: str = "gpu type") -> GpuType:
     except (KeyError, TypeError):
         raise InputError(f"{where}: unknown GPU type {name!r}; expected one of "
                          f"{', '.join(GPU_TYPES)}") from None
+
+
+def gpu_type_of_device(name: str, aliases: Mapping[str, str] | None = None) -> str | None:
+    """Our GPU type for a device name as the vendor's tools or Ray report it, ``None`` where none
+    matches: an entry of ``aliases`` (keys case-insensitive) naming a known type, else the first
+    word of the name (words split at spaces and ``-``) that is a type's name, case-insensitively.
+
+    ``"Tesla V100-SXM2-16GB"`` and ``"NVIDIA A100 80GB PCIe"`` (``nvidia-smi``), ``"A100-80G"``
+    (Ray: a memory variant) give ``v100``, ``a100``, ``a100``; ``"NVIDIA L40S"`` gives ``None``
+    (a whole word must match, not a prefix).
+    """
+    lowered = {key.lower(): value for key, value in (aliases or {}).items()}
+    key = name.strip().lower()
+    if lowered.get(key) in GPU_TYPES:
+        return lowered[key]
+    return next((word for word in re.split(r"[\s-]+", key) if word in GPU_TYPES), None)

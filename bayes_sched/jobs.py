@@ -23,7 +23,7 @@ from perfmodel.goodput import BatchChoice, GoodputModel
 from perfmodel.throughput import ThroughputParams, predict_step_time
 
 if TYPE_CHECKING:  # the estimation package imports this module
-    from bayes_sched.estimation.throughput_cells import CellObservation
+    from bayes_sched.cells import CellObservation
 
 #: The GPU type of a cluster that names none (a homogeneous cluster).
 DEFAULT_GPU_TYPE = "default"

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from bayes_sched.cli._common import print_table
+from bayes_sched.tables import print_table
 from collectors.daemon import Collector, resident_bytes
 from collectors.nvml import NvmlSource
 from collectors.pcie import PcieSysfsSource

@@ -30,13 +30,13 @@ import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bayes_sched.contention.generator import GeneratorConfig, generate  # noqa: E402
 from bayes_sched.contention.inference import (  # noqa: E402
     fit_svi,
     most_likely_contended,
     prepare,
     summarise,
 )
+from bayes_sched.sim.laws.contention_generator import GeneratorConfig, generate  # noqa: E402
 from counters import schema  # noqa: E402
 
 

@@ -49,11 +49,11 @@ import numpy as np
 
 
 def main() -> None:
-    from bayes_sched.cli._common import print_table
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.policies.time_sharing import cluster_types, measured_throughputs
+    from bayes_sched.tables import print_table
     from bayes_sched.throughputs import gavel_job_types, load_gavel_throughputs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -153,7 +153,6 @@ def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> None:
     from dataclasses import replace
     from itertools import islice
 
-    from bayes_sched.cli._common import print_table
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
@@ -168,6 +167,7 @@ def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> None:
     from bayes_sched.policies.time_sharing import AllocationInputs
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_cluster import TableCluster
+    from bayes_sched.tables import print_table
     from bayes_sched.throughputs import load_gavel_throughputs
 
     spec = replace(load_cluster_spec(cluster_text), round_interval=360.0)

@@ -43,7 +43,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from bayes_sched.backends.launcher import LaunchSpec  # noqa: E402
 from bayes_sched.backends.ray_launcher import RayJobProcesses, RayLauncher  # noqa: E402
-from bayes_sched.cli._common import print_table  # noqa: E402
+from bayes_sched.tables import print_table  # noqa: E402
 
 REPLICA = """\
 import os, signal, sys, time

@@ -52,7 +52,6 @@ QUANTILE = 0.9
 
 
 def main() -> None:
-    from bayes_sched.cli._common import print_table
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies.base import pack
     from bayes_sched.policies.shockwave import ShockwavePolicy
@@ -63,6 +62,7 @@ def main() -> None:
         shipped_shockwave_trace,
         shipped_shockwave_traces,
     )
+    from bayes_sched.tables import print_table
     from bayes_sched.throughputs import load_shockwave_throughputs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

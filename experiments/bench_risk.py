@@ -30,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bayes_sched.cli._common import print_table  # noqa: E402
 from bayes_sched.estimation import PosteriorSettings  # noqa: E402
 from bayes_sched.policies import PolluxPolicy  # noqa: E402
 from bayes_sched.sim import SimConfig, run_simulation  # noqa: E402
+from bayes_sched.tables import print_table  # noqa: E402
 
 WORKLOADS = [f"workload-{i}" for i in range(1, 9)]
 

@@ -287,8 +287,8 @@ def main() -> int:
         return 0
 
     sys.path.insert(0, str(HERE))
-    from bayes_sched.cli._common import print_table
     from bayes_sched.sim.workload import generate_workload, write_workload
+    from bayes_sched.tables import print_table
 
     if "trace" in args.cases and not args.trace.exists():
         write_workload(generate_workload(960, 48, seed=0), args.trace)

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_scale  # noqa: E402
 
-from bayes_sched.cli._common import print_table  # noqa: E402
 from bayes_sched.search import allocation  # noqa: E402
+from bayes_sched.tables import print_table  # noqa: E402
 
 
 class _RecordingGenerator:

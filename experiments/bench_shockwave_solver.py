@@ -36,7 +36,6 @@ def main() -> None:
     import cvxpy as cp
     import numpy as np
 
-    from bayes_sched.cli._common import print_table
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.policies.shockwave import ShockwavePolicy
@@ -44,6 +43,7 @@ def main() -> None:
     from bayes_sched.sim.shockwave_jobs import read_shockwave_trace, shipped_shockwave_trace
     from bayes_sched.sim.table_cluster import TableCluster
     from bayes_sched.sim.table_run import run_table_simulation
+    from bayes_sched.tables import print_table
     from bayes_sched.throughputs import load_shockwave_throughputs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

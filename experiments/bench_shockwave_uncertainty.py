@@ -322,7 +322,7 @@ def main() -> None:
     if args.json:
         print(json.dumps({"runs": rows, "ratios_to_oracle": summary}))
         return
-    from bayes_sched.cli._common import print_table
+    from bayes_sched.tables import print_table
 
     print_table(rows, title=f"Shockwave tacc_120 on {CLUSTER} (noise {args.noise})")
     print_table(summary, title="ratio to the oracle (table + true remaining work): mean "

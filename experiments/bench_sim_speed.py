@@ -275,13 +275,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from bayes_sched.agent import JobAgent  # noqa: E402
-from bayes_sched.cli._common import print_table  # noqa: E402
 from bayes_sched.cluster import ClusterState  # noqa: E402
 from bayes_sched.estimation import run_estimators  # noqa: E402
 from bayes_sched.jobs import JobView  # noqa: E402
 from bayes_sched.policies import POLICIES, make_policy  # noqa: E402
 from bayes_sched.sim import read_workload, run_simulation  # noqa: E402
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application  # noqa: E402
+from bayes_sched.tables import print_table  # noqa: E402
 
 if TYPE_CHECKING:
     from bayes_sched.sim.table_cluster import TableCluster

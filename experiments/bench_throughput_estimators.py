@@ -83,7 +83,6 @@ import numpy as np
 
 
 def main() -> None:
-    from bayes_sched.cli._common import print_json, print_table
     from bayes_sched.estimation.throughput import (
         BayesianThroughputLearner,
         GavelMatrixCompletionLearner,
@@ -95,6 +94,7 @@ def main() -> None:
         summarise,
     )
     from bayes_sched.estimation.throughput_cells import ThroughputLearner
+    from bayes_sched.tables import print_json, print_table
     from bayes_sched.throughputs import load_throughputs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -163,8 +163,8 @@ def _online_timing(num_draws: int) -> list[dict[str, object]]:
     one prediction of the cells 100 active jobs need (alone on every GPU type and beside each
     other) with ``num_draws`` joint draws. Wall and CPU seconds (one BLAS thread: CPU seconds
     are what the step costs on an idle core)."""
+    from bayes_sched.cells import Cell, CellObservation
     from bayes_sched.estimation.throughput import BayesianThroughputLearner, table_observations
-    from bayes_sched.estimation.throughput_cells import Cell, CellObservation
     from bayes_sched.throughputs import load_throughputs
 
     table = load_throughputs("simulation")

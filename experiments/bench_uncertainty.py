@@ -559,8 +559,8 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    from bayes_sched.cli._common import print_table
     from bayes_sched.estimation.learners import LEARNERS
+    from bayes_sched.tables import print_table
 
     learners = [name for name in LEARNERS if name not in ("oracle", "uniform")]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayes_sched.cli.fit import resolve_profile
+from perfmodel.profiles import resolve_profile
 from perfmodel.report import ModelFit, interval_coverage
 from perfmodel.saved_fits import FitCache, default_cache_dir
 from perfmodel.throughput import PARAM_NAMES

@@ -78,10 +78,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bayes_sched.cli._common import print_table  # noqa: E402
 from bayes_sched.policies import PolluxPolicy, make_policy  # noqa: E402
 from bayes_sched.policies.pollux import SEARCHES  # noqa: E402
 from bayes_sched.sim import SimConfig, run_simulation  # noqa: E402
+from bayes_sched.tables import print_table  # noqa: E402
 
 WORKLOADS = [f"workload-{i}" for i in range(1, 9)]
 POLICIES = ("pollux", "tiresias", "optimus")

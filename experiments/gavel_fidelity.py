@@ -438,7 +438,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows))
         return
-    from bayes_sched.cli._common import print_table
+    from bayes_sched.tables import print_table
 
     print_table(rows, title=f"Gavel continuous jobs, {CLUSTER}, jobs {args.window[0]}-"
                             f"{args.window[1] - 1}, average JCT in hours")

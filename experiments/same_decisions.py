@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps([{k: _json_safe(v) for k, v in row.items()} for row in rows],
                          indent=2, allow_nan=False))
     else:
-        from bayes_sched.cli._common import print_table
+        from bayes_sched.tables import print_table
 
         columns = ("scenario", "jobs", "result", "max_abs_jct_diff", "first_difference")
         print_table([{c: (row.get(c) or row.get("error") or "-") if c == "first_difference"

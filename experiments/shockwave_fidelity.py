@@ -206,7 +206,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows))
         return
-    from bayes_sched.cli._common import print_table
+    from bayes_sched.tables import print_table
 
     print_table(rows, title=f"Shockwave tacc_32gpus: 120 jobs, {CLUSTER}, {ROUND_SECONDS:g} s "
                             "rounds (ours vs published)")

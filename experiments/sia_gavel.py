@@ -147,7 +147,7 @@ def main() -> None:
                         help="summarise the window from the per-job CSVs in DIR (no run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from bayes_sched.cli._common import print_table
+    from bayes_sched.tables import print_table
 
     window = (args.window[0], args.window[1])
     if args.summarize is not None:

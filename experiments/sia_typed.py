@@ -58,7 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bayes_sched.cli._common import print_table  # noqa: E402
+from bayes_sched.tables import print_table  # noqa: E402
 
 
 def run_one(task: tuple[str, int, str, int, str]) -> dict[str, object]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel import textio
-from perfmodel.datasets import pollux_model_dir
+from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.errors import InputError
 
 PLACEMENTS_COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
@@ -334,3 +334,31 @@ def read_gradient_traces(folder: str | Path) -> dict[int, GradientTrace]:
 def load_pollux_gradients(model: str) -> dict[int, GradientTrace]:
     """The shipped gradient-statistics traces of ``model``, keyed by training batch size."""
     return read_gradient_traces(pollux_model_dir(model))
+
+
+def resolve_profile(source: str) -> StepTimeProfile:
+    """A step-time profile from a CSV file, a folder of them, or a shipped model's name; raises
+    :class:`~perfmodel.errors.InputError` naming ``source`` for anything else."""
+    path = Path(source)
+    if path.exists():
+        return read_step_time_profile(path)
+    if source in POLLUX_MODELS:
+        return read_step_time_profile(pollux_model_dir(source), source)
+    raise InputError(f"no such file, folder or shipped model: expected a profile CSV, a folder "
+                     f"or one of {', '.join(POLLUX_MODELS)}", source)
+
+
+def resolve_gradients(source: str) -> dict[int, GradientTrace]:
+    """Gradient traces from a validation CSV, a folder of them, or a shipped model's name, by
+    batch size; raises :class:`~perfmodel.errors.InputError` naming ``source`` for anything
+    else."""
+    path = Path(source)
+    if path.is_file():
+        trace = read_validation_csv(path)
+        return {trace.batch_size: trace}
+    if path.is_dir():
+        return read_gradient_traces(path)
+    if source in POLLUX_MODELS:
+        return read_gradient_traces(pollux_model_dir(source))
+    raise InputError(f"no such file, folder or shipped model: expected validation-<B>.csv, a "
+                     f"folder or one of {', '.join(POLLUX_MODELS)}", source)

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the linter, the type checker and the whole test suite.
+# Set up (if needed) and run the linter, the type checker, the import contracts (pyproject.toml's
+# [tool.importlinter]) and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 { [ -x .venv/bin/bayes-sched ] && [ -x .venv/bin/mypy ] && [ -x .venv/bin/ray ] \
-  && .venv/bin/python -c "import xdist, pytest_timeout, material, mkdocstrings_handlers.python" \
+  && [ -x .venv/bin/lint-imports ] \
+  && .venv/bin/python -c "import xdist, pytest_timeout, psutil, material, mkdocstrings_handlers.python" \
   2>/dev/null; } || bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports
 # The documentation site, warnings as errors (a few seconds; not --quiet, which hides the
 # warnings that --strict counts); the site goes to an ignored folder.
 NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir .site

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation import JobModelEstimator
 from bayes_sched.estimation.pair_cells import (
@@ -19,7 +20,7 @@ from bayes_sched.estimation.pair_cells import (
     log_slowdown_table,
 )
 from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
-from bayes_sched.estimation.throughput_cells import Cell, CellPrediction
+from bayes_sched.estimation.throughput_cells import CellPrediction
 from bayes_sched.interference.contention_prior import ContentionPrior
 from bayes_sched.interference.pairs import ROUND_SECONDS, PairResiduals
 from bayes_sched.interference.predictor import ColocationRound

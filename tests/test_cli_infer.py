@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_sched.contention.generator import GeneratorConfig, generate
 from bayes_sched.contention.inference import prepare
-from bayes_sched.contention.topology import NodeTopology
+from bayes_sched.sim.laws.contention_generator import GeneratorConfig, generate
+from bayes_sched.topology import NodeTopology
 from counters.errors import CountersError
 from counters.store import write_store
 

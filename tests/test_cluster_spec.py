@@ -21,8 +21,8 @@ from bayes_sched.cluster_spec import (
     parse_cluster_spec,
     read_cluster_spec,
 )
-from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import InputError
+from bayes_sched.gpu_types import gpu_type_of_device
 from bayes_sched.jobs import JobSpec
 from bayes_sched.loop import run_loop
 from bayes_sched.policies import FifoPolicy, PolluxPolicy, make_policy
@@ -33,6 +33,7 @@ from bayes_sched.sim.laws.contention import ContentionLaw
 from bayes_sched.sim.laws.gavel_pairs import GavelLaw
 from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
 from bayes_sched.sim.workload import Workload
+from bayes_sched.topology import NodeTopology
 from tests.agents import decide as decide_round
 from tests.agents import job_view, measured_agent
 
@@ -61,6 +62,22 @@ def test_shapes_either_way_round_and_homogeneous_is_the_one_type_case() -> None:
     assert list(mixed.capacity()) == [8, 4, 4] and mixed.total_gpus == 16
     with pytest.raises(InputError, match="8 GPUs"):
         _ = mixed.gpus_per_node  # code that needs equal nodes is told, not misled
+
+
+@pytest.mark.parametrize(("device", "expected"), [
+    ("Tesla V100-SXM2-16GB", "v100"), ("NVIDIA A100 80GB PCIe", "a100"), ("Tesla T4", "t4"),
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A10G", "a10g"), ("NVIDIA L4", "l4"),
+    ("A100-80G", "a100"), ("V100", "v100"), ("Tesla-X", None), ("NVIDIA L40S", None),
+    ("NVIDIA GeForce RTX 4090", None)])
+def test_device_names_from_nvidia_smi_and_ray_map_onto_one_gpu_type(device: str,
+                                                                     expected: str | None) -> None:
+    assert gpu_type_of_device(device) == expected
+
+
+def test_device_name_aliases_are_case_insensitive_and_must_name_a_known_type() -> None:
+    assert gpu_type_of_device("Tesla-X", {"tesla-x": "h100"}) == "h100"
+    assert gpu_type_of_device("tesla-x", {"Tesla-X": "h100"}) == "h100"
+    assert gpu_type_of_device("Tesla-X", {"tesla-x": "x100"}) is None
 
 
 def test_spec_is_read_only_and_travels_to_worker_processes() -> None:

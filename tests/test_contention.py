@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from bayes_sched.contention.generator import GeneratorConfig, generate, max_min_share
 from bayes_sched.contention.inference import (
     fit_svi,
     most_likely_contended,
@@ -22,7 +21,8 @@ from bayes_sched.contention.inference import (
     summarise,
 )
 from bayes_sched.contention.report import write_report
-from bayes_sched.contention.topology import NodeTopology, TopologyError, read_topology
+from bayes_sched.sim.laws.contention_generator import GeneratorConfig, generate, max_min_share
+from bayes_sched.topology import NodeTopology, TopologyError, read_topology
 from counters import schema
 from counters.errors import CountersError
 from counters.store import write_store

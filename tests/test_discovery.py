@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bayes_sched.contention.discovery import discover_sysfs, discover_topology
-from bayes_sched.contention.topology import NodeTopology, TopologyError, read_topology
+from bayes_sched.topology import NodeTopology, TopologyError, read_topology
 from tests.nvml_standin import FIXTURES, compile_standin, standin_environment
 
 ROOT = Path(__file__).resolve().parents[1]

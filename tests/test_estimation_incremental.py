@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.bayesian import (
     _NORMAL_STREAMS,
     BayesianThroughputLearner,
@@ -16,7 +17,6 @@ from bayes_sched.estimation.throughput.bayesian import (
 from bayes_sched.estimation.throughput.effects import cell_features
 from bayes_sched.estimation.throughput.observations import table_rate
 from bayes_sched.estimation.throughput.weight_space import QueryRows, feature_rows
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
 
 SIMULATION = load_throughputs("simulation")

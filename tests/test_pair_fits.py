@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import PackedAllocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import AllocationError
@@ -21,7 +22,6 @@ from bayes_sched.estimation.throughput import (
 )
 from bayes_sched.estimation.throughput.observations import table_rate
 from bayes_sched.estimation.throughput.pair_fit import PairFitBelief, PairLaunches, pair_key
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs

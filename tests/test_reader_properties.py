@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bayes_sched.contention.topology import read_topology
 from bayes_sched.errors import InputError as SchedInputError
 from bayes_sched.interference.tables import read_pairs_csv, read_solo_features_csv
 from bayes_sched.sim.workload import read_workload
+from bayes_sched.topology import read_topology
 from collectors import perf_stat
 from collectors.procfs import (
     ProcfsParseError,

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from bayes_sched.contention.jobs import read_jobs_csv, read_step_times_csv
-from bayes_sched.contention.topology import TopologyError, read_topology
 from bayes_sched.errors import InputError as SchedInputError
 from bayes_sched.interference.tables import (
     InterferenceInputError,
@@ -24,6 +23,7 @@ from bayes_sched.interference.tables import (
     read_solo_features_csv,
 )
 from bayes_sched.sim.workload import read_workload
+from bayes_sched.topology import TopologyError, read_topology
 from collectors import perf_stat
 from collectors.procfs import ProcfsParseError, parse_meminfo, parse_stat_cpu
 from perfmodel.datasets import pollux_model_dir

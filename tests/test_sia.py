@@ -12,10 +12,11 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
+from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.cluster_spec import parse_cluster_spec
 from bayes_sched.errors import InputError
-from bayes_sched.estimation.throughput_cells import Cell, CellPrediction
+from bayes_sched.estimation.throughput_cells import CellPrediction
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
 from bayes_sched.policies import POLICIES, TABLE_WORLD_POLICIES, make_policy
 from bayes_sched.policies.highs_process import HIGHS_THREADS

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_sched.contention.generator import max_min_share
 from bayes_sched.errors import InputError
 from bayes_sched.interference.gavel import load_gavel_pairs
 from bayes_sched.sim import SimConfig, Workload, read_workload, run_simulation
 from bayes_sched.sim.laws import RunningJob, make_hidden
 from bayes_sched.sim.laws.contention import ARTIFACT_NODE, ContentionLaw, job_demands
+from bayes_sched.sim.laws.contention_generator import max_min_share
 from bayes_sched.sim.laws.gavel_pairs import GAVEL_TYPE_OF, GavelLaw
 from bayes_sched.sim.simulator import SimulatedCluster
 from counters import schema

@@ -10,7 +10,8 @@ import pytest
 from bayes_sched.cli import build_parser
 from bayes_sched.cli.simulate import _config, _policy_options
 from bayes_sched.policies import POLICIES, make_policy
-from bayes_sched.sim.report import headline_text, headlines, series_styles
+from bayes_sched.sim.report import headline_text, headlines
+from bayes_sched.sim.report_parts import series_styles
 from bayes_sched.sim.seeds import mean_interval, seed_rows, with_seed
 
 

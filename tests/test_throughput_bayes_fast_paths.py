@@ -10,6 +10,7 @@ import pytest
 import scipy.linalg
 import scipy.sparse
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
 from bayes_sched.estimation.throughput.effects import RANDOM_EFFECTS
 from bayes_sched.estimation.throughput.observations import table_rate
@@ -20,7 +21,6 @@ from bayes_sched.estimation.throughput.weight_space import (
     prior_and_noise,
     quadratic_diag,
 )
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.throughputs import load_throughputs
 
 SIMULATION = load_throughputs("simulation")

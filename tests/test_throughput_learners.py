@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput import (
     BayesianThroughputLearner,
     GavelMatrixCompletionLearner,
@@ -22,7 +23,7 @@ from bayes_sched.estimation.throughput.held_out import (
     one_gpu_plan,
 )
 from bayes_sched.estimation.throughput.observations import TABLE_SECONDS, table_rate
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputLearner
+from bayes_sched.estimation.throughput_cells import ThroughputLearner
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
 
 TACC = load_throughputs("tacc")

@@ -14,15 +14,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import ClusterState, PackedAllocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import InputError
 from bayes_sched.estimation.cell_learners import PerCellLearner
-from bayes_sched.estimation.throughput_cells import (
-    Cell,
-    CellObservation,
-    ThroughputBelief,
-)
+from bayes_sched.estimation.throughput_cells import ThroughputBelief
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.loop import run_loop
 from bayes_sched.policies import make_policy

@@ -12,14 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
-from bayes_sched.estimation.throughput_cells import (
-    Cell,
-    CellObservation,
-    CellPrediction,
-    ThroughputBelief,
-)
+from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy, class_max_min_program

@@ -34,14 +34,12 @@ from bayes_sched.backends.launcher import ExitStatus, LaunchSpec, rank_layout
 from bayes_sched.client.protocol import job_environment, log_tail, replica_log_path
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
+from bayes_sched.gpu_types import gpu_type_of_device
 
 #: The name of the local backend's one node (:attr:`LocalLauncher.node_ids`).
 LOCAL_NODE_ID = "local"
 #: Characters of a failed replica's log kept in its exit status.
 LOG_TAIL_CHARS = 2000
-#: GPU names as ``nvidia-smi`` prints them -> bayes-sched GPU types.
-_GPU_NAMES = (("H100", "h100"), ("A100", "a100"), ("L4", "l4"), ("A10G", "a10g"),
-              ("V100", "v100"), ("P100", "p100"), ("K80", "k80"), ("T4", "t4"))
 
 
 def detect_gpus() -> list[str]:
@@ -55,14 +53,6 @@ def detect_gpus() -> list[str]:
         return []
     return [line.split(":", 1)[1].split("(")[0].strip() for line in out.splitlines()
             if line.startswith("GPU ")]
-
-
-def gpu_type_of(name: str) -> str | None:
-    """The GPU type of an ``nvidia-smi`` name, ``None`` where bayes-sched knows none."""
-    for marker, gpu in _GPU_NAMES:
-        if marker in name.upper():
-            return gpu
-    return None
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -204,7 +194,7 @@ class LocalLauncher:
             raise InputError(f"--gpus is {num_gpus}: expected at least 1", column="--gpus")
         self.physical = bool(names) and num_gpus <= len(names)
         if gpu_type is None:
-            gpu_type = (gpu_type_of(names[0]) if self.physical else None) or "cpu"
+            gpu_type = (gpu_type_of_device(names[0]) if self.physical else None) or "cpu"
         self._spec = ClusterSpec.homogeneous(1, num_gpus, gpu_type, restart_delay=restart_delay,
                                              round_interval=round_interval)
         self._free = set(range(num_gpus))

@@ -5,8 +5,9 @@ Nodes and GPU types come from Ray (:meth:`RayLauncher.cluster_spec`): every live
 its GPU count from its ``GPU`` resource, its type from Ray's accelerator type (the node label
 ``ray.io/accelerator-type``, else a resource ``accelerator_type:<T>``, which Ray sets itself on
 NVIDIA nodes and ``ray start --resources`` can set by hand). Ray's names map onto
-:data:`~bayes_sched.gpu_types.GPU_TYPES` case-insensitively, a memory variant falling back to its
-family (``A100-80G`` -> ``a100``); ``gpu_type_names`` maps other names; a node with no
+:data:`~bayes_sched.gpu_types.GPU_TYPES` as every device name does
+(:func:`~bayes_sched.gpu_types.gpu_type_of_device`: case-insensitively, a memory variant falling
+back to its family, ``A100-80G`` -> ``a100``); ``gpu_type_names`` maps other names; a node with no
 accelerator type gets ``default_gpu_type`` (:data:`DEFAULT_GPU_TYPE`, the Pollux artifact's T4,
 as :meth:`ClusterSpec.homogeneous`).
 
@@ -66,7 +67,7 @@ from bayes_sched.cluster_spec import (
     default_topology,
 )
 from bayes_sched.errors import AllocationError, InputError
-from bayes_sched.gpu_types import GPU_TYPES, gpu_type
+from bayes_sched.gpu_types import GPU_TYPES, gpu_type, gpu_type_of_device
 
 LOG = logging.getLogger(__name__)
 
@@ -105,18 +106,6 @@ def start_names(spec: LaunchSpec) -> tuple[str, Callable[[int], str], Callable[[
     the placement group name of a node index."""
     prefix = f"{job_prefix(spec.job_dir)}a{spec.attempt}:{secrets.token_hex(4)}:"
     return prefix, (lambda rank: f"{prefix}rank{rank}"), (lambda node: f"{prefix}node{node}")
-
-
-def ray_gpu_type(name: str, aliases: Mapping[str, str] | None = None) -> str | None:
-    """Our GPU type for Ray's accelerator type ``name`` (``None`` where none matches): an entry of
-    ``aliases`` (keys case-insensitive), else the name lower-cased, else its family before a
-    ``-`` (``A100-80G`` -> ``a100``)."""
-    lowered = {key.lower(): value for key, value in (aliases or {}).items()}
-    key = name.lower()
-    for candidate in (lowered.get(key), key, key.split("-")[0]):
-        if candidate in GPU_TYPES:
-            return candidate
-    return None
 
 
 # --- on the scheduler's side ----------------------------------------------------------------------
@@ -397,7 +386,7 @@ class RayLauncher:
         where = f"Ray node {node['NodeID']} ({node['NodeManagerAddress']})"
         if len(names) > 1:
             raise InputError(f"{where}: accelerator types {', '.join(names)}: expected one")
-        name = ray_gpu_type(names[0], self.gpu_type_names)
+        name = gpu_type_of_device(names[0], self.gpu_type_names)
         if name is None:
             raise InputError(f"{where}: accelerator type {names[0]!r} is not a known GPU type; "
                              f"expected one of {', '.join(GPU_TYPES)}, or a gpu_type_names "

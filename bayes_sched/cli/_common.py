@@ -1,16 +1,14 @@
-"""Shared pieces of the command line: user-facing errors, tables, JSON output and progress bars."""
+"""Shared pieces of the command line: user-facing errors, progress bars and the fit cache (result
+tables and JSON output: :mod:`bayes_sched.tables`)."""
 
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
-
-from bayes_sched.strict_json import json_safe
 
 if TYPE_CHECKING:
     import argparse
@@ -30,7 +28,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("collectors.base", "CollectorError"),
     ("bayes_sched.errors", "InputError"),
     ("bayes_sched.interference.tables", "InterferenceInputError"),
-    ("bayes_sched.contention.topology", "TopologyError"),
+    ("bayes_sched.topology", "TopologyError"),
     ("bayes_sched.cli.options", "OptionError"),
 )
 
@@ -93,41 +91,6 @@ def fail(message: str, status: int = 2) -> int:
     """Print ``bayes-sched: error: MESSAGE`` on one line to stderr and return ``status``."""
     print(f"bayes-sched: error: {' '.join(message.split())}", file=sys.stderr)
     return status
-
-
-def print_table(
-    rows: Sequence[Mapping[str, Any]],
-    title: str | None = None,
-    as_json: bool = False,
-    float_format: str = "{:.4g}",
-) -> None:
-    """Print ``rows`` (dicts sharing keys) as a table on stdout, or as a JSON list."""
-    if as_json:
-        print_json(list(rows))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    columns = list(rows[0].keys()) if rows else []
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("model", "name") else "right")
-    for row in rows:
-        table.add_row(*(_format(row[c], float_format) for c in columns))
-    Console(width=200).print(table)
-
-
-def print_json(value: Any) -> None:
-    """Print ``value`` as strict JSON (RFC 8259) on stdout: NaN and infinities become ``null``,
-    numpy numbers and arrays plain numbers and lists, anything else its string."""
-    json.dump(json_safe(value), sys.stdout, indent=2, allow_nan=False)
-    sys.stdout.write("\n")
-
-
-def _format(value: Any, float_format: str) -> str:
-    if isinstance(value, float):
-        return float_format.format(value)
-    return str(value)
 
 
 @contextmanager

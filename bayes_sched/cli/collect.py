@@ -324,7 +324,7 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_catalog(args: argparse.Namespace) -> int:
-    from bayes_sched.cli._common import print_table
+    from bayes_sched.tables import print_table
     from counters.catalog import CATALOG
 
     rows = [
@@ -362,7 +362,7 @@ def _summary(store: Path) -> dict[str, Any]:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from bayes_sched.cli._common import print_json, print_table
+    from bayes_sched.tables import print_json, print_table
 
     summary = _summary(args.store)
     if args.json:
@@ -375,7 +375,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from bayes_sched.cli._common import print_table
+    from bayes_sched.tables import print_table
     from counters import schema
     from counters.store import open_store
 
@@ -445,8 +445,8 @@ def parse_offsets(items: list[str]) -> dict[str, float]:
 def run_align(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from bayes_sched.cli._common import print_table
     from bayes_sched.cli.options import check_out_file
+    from bayes_sched.tables import print_table
     from collectors.base import CollectorError
     from counters import schema
     from counters.align import align

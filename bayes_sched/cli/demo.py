@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from bayes_sched.cli._common import fit_cache, print_table, progress_bar, stderr
+from bayes_sched.cli._common import fit_cache, progress_bar, stderr
 from bayes_sched.cli.options import (
     OUT_DIR_RULE,
     add_cache_options,
@@ -21,6 +21,7 @@ from bayes_sched.cli.options import (
 from bayes_sched.cli.report import prepare_out_dir, resolve_sources, write_fit_reports
 from bayes_sched.cli.simulate import check_horizon, report_unfinished
 from bayes_sched.policies import POLICIES
+from bayes_sched.tables import print_table
 from perfmodel.datasets import POLLUX_MODELS
 
 DEMO_POLICIES = ("pollux", "tiresias")

@@ -4,48 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bayes_sched.cli._common import print_json, print_table, stderr
+from bayes_sched.cli._common import stderr
 from bayes_sched.cli.options import positive_int, seed
+from bayes_sched.tables import print_json, print_table
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.errors import InputError
 
 # The models (numpy, pandas, torch, pyro) are imported by the functions that fit them, so
 # ``--help`` stays instant.
 if TYPE_CHECKING:
-    from perfmodel.profiles import GradientTrace, StepTimeProfile
+    from perfmodel.profiles import StepTimeProfile
     from perfmodel.throughput_bayes import StepTimePrior
-
-
-def resolve_profile(source: str) -> StepTimeProfile:
-    """A step-time profile from a CSV file, a folder of them, or a shipped model's name."""
-    from perfmodel.profiles import read_step_time_profile
-
-    path = Path(source)
-    if path.exists():
-        return read_step_time_profile(path)
-    if source in POLLUX_MODELS:
-        return read_step_time_profile(pollux_model_dir(source), source)
-    raise InputError(f"no such file, folder or shipped model: expected a profile CSV, a folder "
-                     f"or one of {', '.join(POLLUX_MODELS)}", source)
-
-
-def resolve_gradients(source: str) -> dict[int, GradientTrace]:
-    """Gradient traces from a validation CSV, a folder of them, or a shipped model's name."""
-    from perfmodel.profiles import read_gradient_traces, read_validation_csv
-
-    path = Path(source)
-    if path.is_file():
-        trace = read_validation_csv(path)
-        return {trace.batch_size: trace}
-    if path.is_dir():
-        return read_gradient_traces(path)
-    if source in POLLUX_MODELS:
-        return read_gradient_traces(pollux_model_dir(source))
-    raise InputError(f"no such file, folder or shipped model: expected validation-<B>.csv, a "
-                     f"folder or one of {', '.join(POLLUX_MODELS)}", source)
 
 
 def population_prior(profile: StepTimeProfile) -> StepTimePrior:
@@ -60,6 +31,7 @@ def population_prior(profile: StepTimeProfile) -> StepTimePrior:
 
 
 def _fit_throughput(args: argparse.Namespace) -> int:
+    from perfmodel.profiles import resolve_profile
     from perfmodel.throughput import PARAM_UNITS, fit_objective, fit_throughput
     from perfmodel.throughput_bayes import fit_throughput_posterior
 
@@ -103,6 +75,7 @@ def _fit_efficiency(args: argparse.Namespace) -> int:
     import numpy as np
 
     from perfmodel.efficiency import EfficiencyModel
+    from perfmodel.profiles import resolve_gradients
     from perfmodel.report import efficiency_table
 
     traces = resolve_gradients(args.gradients)

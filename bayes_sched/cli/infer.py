@@ -14,7 +14,7 @@ import json
 import warnings
 from pathlib import Path
 
-from bayes_sched.cli._common import fit_cache, print_table, progress_bar
+from bayes_sched.cli._common import fit_cache, progress_bar
 from bayes_sched.cli.options import (
     OUT_DIR_RULE,
     OptionError,
@@ -28,6 +28,7 @@ from bayes_sched.cli.options import (
     int_in_range,
     seed,
 )
+from bayes_sched.tables import print_table
 from perfmodel.errors import UnreliableFitWarning
 
 # The models (pandas, torch, pyro) are imported by the handlers, so ``--help`` stays instant.
@@ -105,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "synthetic",
         help="write a synthetic counters store with known hidden contention",
         description="Generate a cluster window with hidden contention (see "
-        "bayes_sched.contention.generator) and write it as a counters store, with "
+        "bayes_sched.sim.laws.contention_generator) and write it as a counters store, with "
         "the ground truth beside it in truth.json.",
     )
     synthetic.add_argument(
@@ -171,7 +172,7 @@ def run_contention(args: argparse.Namespace) -> int:
     )
     from bayes_sched.contention.jobs import infer_jobs, read_jobs_csv, read_step_times_csv
     from bayes_sched.contention.report import write_report
-    from bayes_sched.contention.topology import NodeTopology, read_topology
+    from bayes_sched.topology import NodeTopology, read_topology
     from counters.errors import CountersError
 
     if args.discover_topology:
@@ -245,7 +246,7 @@ def run_synthetic(args: argparse.Namespace) -> int:
     check_new_dir(args.out, "OUT_DIR")
     import pandas as pd
 
-    from bayes_sched.contention.generator import GeneratorConfig, generate
+    from bayes_sched.sim.laws.contention_generator import GeneratorConfig, generate
     from counters.store import write_store
 
     cluster = generate(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bayes_sched.cli._common import print_table
 from bayes_sched.gpu_types import GPU_TYPES
 from bayes_sched.registry import Option, Registry
+from bayes_sched.tables import print_table
 
 _WHAT = ("policies", "hidden", "gpu-types", "workloads", "models")
 

@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bayes_sched.cli._common import fit_cache, print_table, stderr, track
-from bayes_sched.cli.fit import resolve_gradients, resolve_profile
+from bayes_sched.cli._common import fit_cache, stderr, track
 from bayes_sched.cli.options import (
     OUT_DIR_RULE,
     add_cache_options,
@@ -15,6 +14,7 @@ from bayes_sched.cli.options import (
     check_out_dir,
     seed,
 )
+from bayes_sched.tables import print_table
 from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.errors import InputError
 
@@ -40,6 +40,8 @@ def prepare_out_dir(out: str | Path, flag: str = "--out") -> Path:
 
 def resolve_sources(sources: list[str], gradients: str | None = None) -> list[FitSource]:
     """Read every profile (and its gradient traces) before any fit, so bad input fails fast."""
+    from perfmodel.profiles import resolve_gradients, resolve_profile
+
     resolved: list[FitSource] = []
     for source in sources:
         profile = resolve_profile(source)

@@ -10,8 +10,8 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bayes_sched.cli._common import print_json, print_table
 from bayes_sched.cli.options import MAX_SEED, OptionError, int_in_range, seed
+from bayes_sched.tables import print_json, print_table
 
 if TYPE_CHECKING:
     from bayes_sched.sim.run import SimulationResult

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bayes_sched.cli._common import print_table
 from bayes_sched.cli.options import finite_float, int_in_range, positive_int
+from bayes_sched.tables import print_table
 
 DEFAULT_STATE = "bayes-sched-state"
 DAY = 86400.0
@@ -228,9 +228,9 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
 
 
 def _status(args: argparse.Namespace) -> int:
-    from bayes_sched.cli._common import print_json
     from bayes_sched.client.protocol import latest_log
     from bayes_sched.service.state import StateStore
+    from bayes_sched.tables import print_json
 
     _private()
     store = StateStore(args.state, create=False)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bayes_sched.cli._common import fail, print_table, progress_bar
+from bayes_sched.cli._common import fail, progress_bar
 from bayes_sched.cli.options import (
     OUT_DIR_RULE,
     OptionError,
@@ -31,6 +31,7 @@ from bayes_sched.policies import (
     make_policy,
 )
 from bayes_sched.registry import parse_assignments
+from bayes_sched.tables import print_table
 
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
 # ``--help`` stays instant.

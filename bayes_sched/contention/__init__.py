@@ -1,6 +1,6 @@
 """The contention network: infer hidden resource contention from noisy, multiplexed counters.
 
-:mod:`.topology` (shared resources of a node), :mod:`.model` (the Pyro model),
-:mod:`.inference` (data preparation, SVI, NUTS, summaries), :mod:`.report` (Markdown + PNG),
-:mod:`.generator` (synthetic clusters with known ground truth).
+:mod:`.model` (the Pyro model), :mod:`.inference` (data preparation, SVI, NUTS, summaries),
+:mod:`.report` (Markdown + PNG), :mod:`.discovery` (a node's layout from sysfs / NVML). The
+node's shared resources are the core's :mod:`bayes_sched.topology`.
 """

@@ -1,4 +1,4 @@
-"""Topology discovery: build a :class:`~bayes_sched.contention.topology.NodeTopology` from the node.
+"""Topology discovery: build a :class:`~bayes_sched.topology.NodeTopology` from the node.
 
 Two sources, both read-only:
 
@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bayes_sched.contention.topology import NodeTopology, TopologyError
+from bayes_sched.topology import NodeTopology, TopologyError
 
 NVIDIA_VENDOR = "0x10de"
 #: PCIe payload bandwidth per lane and direction, byte/s, by transfer rate (GT/s): 8b/10b coding
@@ -76,7 +76,7 @@ def discover_topology(
     """NVML where it answers (``use_nvml``), else sysfs under ``sysfs_root``.
 
     NIC capacity always comes from sysfs (NVML does not know NICs). Raises
-    :class:`~bayes_sched.contention.topology.TopologyError` when neither finds a GPU.
+    :class:`~bayes_sched.topology.TopologyError` when neither finds a GPU.
     """
     defaults = defaults or NodeTopology()
     nvml_note = None
@@ -179,7 +179,7 @@ def _node_topology(
 def discover_nvml(defaults: NodeTopology | None = None) -> Discovery:
     """The GPU part of the topology from NVML (pynvml); NIC capacity is left at the default.
 
-    Raises :class:`~bayes_sched.contention.topology.TopologyError` when NVML cannot be loaded or
+    Raises :class:`~bayes_sched.topology.TopologyError` when NVML cannot be loaded or
     initialised, or reports no GPU.
     """
     import pynvml

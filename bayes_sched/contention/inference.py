@@ -36,8 +36,8 @@ from bayes_sched.contention.model import (
     latent_loads,
     trend_weight_scales,
 )
-from bayes_sched.contention.topology import NodeTopology, TopologyError
 from bayes_sched.estimation.pyro_scope import private_param_store
+from bayes_sched.topology import NodeTopology, TopologyError
 from counters import schema
 from counters.align import align
 from counters.errors import CountersError
@@ -91,7 +91,7 @@ def prepare(
     all-reduce traffic is then one latent series appearing on each of their NICs.
 
     Raises :class:`counters.errors.CountersError` for schema or unit problems and
-    :class:`~bayes_sched.contention.topology.TopologyError` when the dataset's GPUs do not match
+    :class:`~bayes_sched.topology.TopologyError` when the dataset's GPUs do not match
     the topology.
     """
     schema.validate(ds, where=where, check_monotonic=False)

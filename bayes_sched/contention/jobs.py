@@ -34,8 +34,8 @@ from pyro.optim import ClippedAdam
 
 from bayes_sched.contention.inference import PreparedWindow, resource_utilization
 from bayes_sched.contention.model import BYTES_PER_UNIT
-from bayes_sched.contention.topology import RESOURCE_KINDS, TopologyError
 from bayes_sched.estimation.pyro_scope import private_param_store
+from bayes_sched.topology import RESOURCE_KINDS, TopologyError
 from perfmodel import textio
 from perfmodel.convergence import FitMonitor, svi_fit
 from perfmodel.errors import UnreliableFitWarning

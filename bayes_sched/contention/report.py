@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from bayes_sched.contention.inference import bottlenecks  # noqa: E402
-from bayes_sched.contention.topology import RESOURCE_KINDS  # noqa: E402
+from bayes_sched.topology import RESOURCE_KINDS  # noqa: E402
 from counters import schema  # noqa: E402
 
 REPORT_NAME = "contention.md"

@@ -29,16 +29,12 @@ from types import MappingProxyType
 
 import numpy as np
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.observations import (
     UsableObservations,
     usable_observations,
 )
-from bayes_sched.estimation.throughput_cells import (
-    Cell,
-    CellObservation,
-    CellPrediction,
-    ThroughputBelief,
-)
+from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
 from bayes_sched.throughputs import ThroughputTable
 
 LOG = logging.getLogger(__name__)

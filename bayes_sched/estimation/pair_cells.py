@@ -43,6 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.effects import (
     LOG_VARIANCE_BOUNDS,
     NUGGETS,
@@ -50,7 +51,7 @@ from bayes_sched.estimation.throughput.effects import (
     FixedPriors,
     default_log_variances,
 )
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
+from bayes_sched.estimation.throughput_cells import ThroughputBelief
 
 #: The "GPU type" of every node-sharing cell: the Pollux world has one kind of node.
 NODE_SHARING = "node"

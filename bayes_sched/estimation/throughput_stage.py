@@ -43,16 +43,13 @@ import logging
 import time
 from collections.abc import KeysView, Sequence
 
+from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation.throughput.observations import (
     UsableObservations,
     usable_observations,
 )
-from bayes_sched.estimation.throughput_cells import (
-    Cell,
-    ThroughputBelief,
-    ThroughputLearner,
-)
+from bayes_sched.estimation.throughput_cells import ThroughputBelief, ThroughputLearner
 from bayes_sched.jobs import JobView
 
 LOG = logging.getLogger(__name__)

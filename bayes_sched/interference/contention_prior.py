@@ -31,8 +31,8 @@ import scipy.optimize
 import xarray as xr
 
 from bayes_sched.contention.inference import fit_svi, prepare, summarise
-from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.interference.predictor import ColocationRound
+from bayes_sched.topology import NodeTopology
 from counters import schema
 from counters.errors import CountersError
 from perfmodel.errors import UnreliableFitWarning

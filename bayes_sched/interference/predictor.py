@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 import xarray as xr
 
-from bayes_sched.contention.topology import NodeTopology
+from bayes_sched.topology import NodeTopology
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,6 @@ from botorch.acquisition.analytic import _log_ei_helper
 from linear_operator.utils.errors import NotPSDError
 
 from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
-from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.estimation.pair_cells import PairPrior
@@ -72,6 +71,7 @@ from bayes_sched.search.allocation import (
     restart_delays,
     restart_penalty,
 )
+from bayes_sched.topology import NodeTopology
 
 LOG = logging.getLogger(__name__)
 

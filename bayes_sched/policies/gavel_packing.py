@@ -53,8 +53,8 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
+from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
-from bayes_sched.estimation.throughput_cells import Cell
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.jobs import JobView
 from bayes_sched.policies.time_fraction_lp import (

@@ -76,10 +76,11 @@ from bayes_sched.batch_modes import (
     job_type_of,
     model_of,
 )
+from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
-from bayes_sched.estimation.throughput_cells import Cell, ThroughputBelief
+from bayes_sched.estimation.throughput_cells import ThroughputBelief
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack

@@ -79,10 +79,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
-from bayes_sched.estimation.throughput_cells import Cell, CellPrediction, ThroughputBelief
+from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack

@@ -60,10 +60,10 @@ from typing import Literal
 
 import numpy as np
 
+from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
-from bayes_sched.estimation.throughput_cells import Cell
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.throughputs import JobKey, ThroughputTable, load_throughputs

@@ -5,12 +5,47 @@ Typical use::
     from bayes_sched.sim import run_simulation, write_report
     results = [run_simulation("workload-6", policy) for policy in ("pollux", "tiresias")]
     write_report(results, "report/")
+
+The names below load on first use, so that importing one light part of the simulator (a law, the
+contention generator, the workload reader) does not import the run driver, the policies and torch.
 """
 
-from bayes_sched.sim.report import write_report
-from bayes_sched.sim.run import SimulationResult, run_simulation
-from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
-from bayes_sched.sim.workload import JobSpec, Workload, read_workload
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the exported names, for type checkers
+    from bayes_sched.sim.report import write_report
+    from bayes_sched.sim.run import SimulationResult, run_simulation
+    from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
+    from bayes_sched.sim.workload import JobSpec, Workload, read_workload
+
+#: Public name -> module that defines it (imported on first use).
+_EXPORTS: dict[str, str] = {
+    "write_report": "bayes_sched.sim.report",
+    "SimulationResult": "bayes_sched.sim.run",
+    "run_simulation": "bayes_sched.sim.run",
+    "SimConfig": "bayes_sched.sim.simulator",
+    "SimulatedCluster": "bayes_sched.sim.simulator",
+    "JobSpec": "bayes_sched.sim.workload",
+    "Workload": "bayes_sched.sim.workload",
+    "read_workload": "bayes_sched.sim.workload",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = ["JobSpec", "SimConfig", "SimulatedCluster", "SimulationResult", "Workload",
            "read_workload", "run_simulation", "write_report"]

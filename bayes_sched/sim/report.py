@@ -24,8 +24,7 @@ import functools
 import html
 import json
 import math
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bayes_sched.sim.report_parts import atomic_write, series_styles  # noqa: E402
 from bayes_sched.sim.run import SimulationResult  # noqa: E402
 from bayes_sched.sim.seeds import (  # noqa: E402
     LEVEL,
@@ -132,26 +132,6 @@ def headline_text(headline: dict[str, Any], level: float = LEVEL) -> str:
     return f"{text} [one seed: no interval; --seeds N gives one]"
 
 
-def series_styles(count: int) -> list[dict[str, Any]]:
-    """Matplotlib line styles for ``count`` series: colour, dash and marker all change, so lines
-    stay distinguishable beyond the 10 colours of ``tab10``; widths shrink and draw order rises
-    with the index, so a line drawn over another leaves the wider one visible at its edges."""
-    palette = plt.get_cmap("tab10")
-    dashes = ("-", "--", "-.", ":")
-    markers = ("o", "s", "^", "D", "v", "x", "P", "*", "<", ">", "h")
-    return [{"color": palette(i % 10), "linestyle": dashes[i % len(dashes)],
-             "marker": markers[i % len(markers)], "markevery": 0.1 + 0.013 * (i % 7),
-             "markersize": 3.5, "linewidth": 0.8 + 1.6 * (count - 1 - i) / max(count - 1, 1),
-             "zorder": 2 + i}
-            for i in range(count)]
-
-
-def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 def _write_timeline(result: SimulationResult, path: Path) -> None:
     result.timeline.to_netcdf(path, engine="h5netcdf")
 
@@ -174,25 +154,25 @@ def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
     over_seeds = seed_rows(rows)
     policies = list(dict.fromkeys(r.policy for r in results))
     lines = headlines(rows, baseline or policies[0]) if len(policies) > 1 else []
-    _atomic_write(out / "summary.csv", lambda p: pd.DataFrame(rows).to_csv(p, index=False))
-    _atomic_write(out / "summary.json",
+    atomic_write(out / "summary.csv", lambda p: pd.DataFrame(rows).to_csv(p, index=False))
+    atomic_write(out / "summary.json",
                   lambda p: p.write_text(json.dumps(json_safe(rows), indent=2, allow_nan=False)))
-    _atomic_write(out / "seeds.csv", lambda p: pd.DataFrame(
+    atomic_write(out / "seeds.csv", lambda p: pd.DataFrame(
         [{k: v for k, v in row.items() if k != "per_seed"} for row in over_seeds]
     ).to_csv(p, index=False))
-    _atomic_write(out / "seeds.json", lambda p: p.write_text(json.dumps(
+    atomic_write(out / "seeds.json", lambda p: p.write_text(json.dumps(
         json_safe(seeds_document(over_seeds, lines)), indent=2, allow_nan=False)))
-    _atomic_write(out / "policies.csv", lambda p: pd.DataFrame(per_policy).to_csv(p, index=False))
+    atomic_write(out / "policies.csv", lambda p: pd.DataFrame(per_policy).to_csv(p, index=False))
     jobs = pd.concat([r.jobs.assign(policy=r.policy, workload=r.workload, seed=r.seed)
                       for r in results], ignore_index=True)
-    _atomic_write(out / "jobs.csv", lambda p: jobs.to_csv(p, index=False))
+    atomic_write(out / "jobs.csv", lambda p: jobs.to_csv(p, index=False))
     several_seeds = len({r.seed for r in results}) > 1
     for r in results:
-        _atomic_write(out / "timelines" / _timeline_name(r, several_seeds),
+        atomic_write(out / "timelines" / _timeline_name(r, several_seeds),
                       functools.partial(_write_timeline, r))
-    _atomic_write(out / "avg_jct.png", lambda p: _plot_avg_jct(over_seeds, p))
-    _atomic_write(out / "jct_cdf.png", lambda p: _plot_jct_cdf(jobs, p))
-    _atomic_write(out / "utilization.png", lambda p: _plot_utilization(results, p))
+    atomic_write(out / "avg_jct.png", lambda p: _plot_avg_jct(over_seeds, p))
+    atomic_write(out / "jct_cdf.png", lambda p: _plot_jct_cdf(jobs, p))
+    atomic_write(out / "utilization.png", lambda p: _plot_utilization(results, p))
     from bayes_sched.sim.type_utilization import pollux_world_series, write_type_utilization
 
     for r in results:
@@ -201,9 +181,9 @@ def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
                                f"{r.policy} on {r.workload}")
     sections = _sections(lines, rows, per_policy, over_seeds)
     sections += _typed_sections(results)
-    _atomic_write(out / "report.html", lambda p: p.write_text(_html(sections)))
+    atomic_write(out / "report.html", lambda p: p.write_text(_html(sections)))
     report = out / "report.md"
-    _atomic_write(report, lambda p: p.write_text(_markdown(sections)))
+    atomic_write(report, lambda p: p.write_text(_markdown(sections)))
     return report
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import (
     Allocations,
     ClusterState,
@@ -45,7 +46,6 @@ from bayes_sched.cluster import (
 )
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation
 from bayes_sched.jobs import AllocationChange, AllocationHistory, BatchLimits, JobSettings, JobView
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.throughputs import ThroughputTable

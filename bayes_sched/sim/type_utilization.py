@@ -103,12 +103,12 @@ def write_type_utilization(series: TypeUtilization, out_dir: str | Path, stem: s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bayes_sched.sim.report import _atomic_write, series_styles
+    from bayes_sched.sim.report_parts import atomic_write, series_styles
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out / f"{stem}.csv", out / f"{stem}.png"
-    _atomic_write(csv_path, lambda p: p.write_text(series_csv(series)))
+    atomic_write(csv_path, lambda p: p.write_text(series_csv(series)))
 
     def plot(path: Path) -> None:
         fig, ax = plt.subplots(figsize=(6.4, 3.0))
@@ -128,7 +128,7 @@ def write_type_utilization(series: TypeUtilization, out_dir: str | Path, stem: s
         fig.savefig(path, format="png", dpi=110)
         plt.close(fig)
 
-    _atomic_write(png_path, plot)
+    atomic_write(png_path, plot)
     return png_path, csv_path
 
 

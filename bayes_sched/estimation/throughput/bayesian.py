@@ -95,6 +95,7 @@ import scipy.linalg
 import scipy.optimize
 import scipy.sparse
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.effects import (
     LOG_VARIANCE_BOUNDS,
     RANDOM_EFFECTS,
@@ -125,12 +126,7 @@ from bayes_sched.estimation.throughput.weight_space import (
     solve_lower,
     squared,
 )
-from bayes_sched.estimation.throughput_cells import (
-    Cell,
-    CellObservation,
-    CellPrediction,
-    ThroughputBelief,
-)
+from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.estimation.throughput_cells import Cell, job_type_features
+from bayes_sched.cells import Cell
+from bayes_sched.estimation.throughput_cells import job_type_features
 
 #: Effects with a fixed prior (:class:`FixedPriors`): levels, not learned.
 FIXED_EFFECTS = ("gpu", "scale", "pair_level")

@@ -37,13 +37,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.observations import (
     IncrementalPool,
     PointBelief,
     PointTable,
 )
 from bayes_sched.estimation.throughput.pair_fit import PairLaunches, with_failed_pairs
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
+from bayes_sched.estimation.throughput_cells import ThroughputBelief
 
 #: Completed matrices a learner keeps for reuse (cleared when full).
 MAX_CACHED_COMPLETIONS = 4096

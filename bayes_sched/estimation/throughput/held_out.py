@@ -20,13 +20,14 @@ from typing import TypeAlias
 
 import numpy as np
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.observations import (
     TABLE_SECONDS,
     job_cells,
     table_observations,
     table_rate,
 )
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputLearner
+from bayes_sched.estimation.throughput_cells import ThroughputLearner
 from bayes_sched.throughputs import ThroughputTable
 
 #: ``(job type, scale factor, GPU types) -> cells`` a new job is profiled in.

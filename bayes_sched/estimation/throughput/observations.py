@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation, CellPrediction
+from bayes_sched.cells import Cell, CellObservation
+from bayes_sched.estimation.throughput_cells import CellPrediction
 from bayes_sched.throughputs import ThroughputTable
 
 logger = logging.getLogger(__name__)

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.observations import PooledCell
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation, CellPrediction
+from bayes_sched.estimation.throughput_cells import CellPrediction
 
 #: An unordered pair of job types at a scale factor on a GPU type.
 PairKey = tuple[frozenset[str], int, str]

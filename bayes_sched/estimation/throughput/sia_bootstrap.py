@@ -27,12 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.estimation.throughput.observations import (
     IncrementalPool,
     PointBelief,
     PointTable,
 )
-from bayes_sched.estimation.throughput_cells import Cell, CellObservation, ThroughputBelief
+from bayes_sched.estimation.throughput_cells import ThroughputBelief
 
 
 @dataclass

@@ -20,6 +20,7 @@ import scipy.linalg
 import scipy.sparse
 from threadpoolctl import ThreadpoolController
 
+from bayes_sched.cells import Cell
 from bayes_sched.estimation.throughput.effects import (
     EFFECT_NAMES,
     FIXED_EFFECTS,
@@ -36,7 +37,6 @@ from bayes_sched.estimation.throughput.effects import (
     type_features,
 )
 from bayes_sched.estimation.throughput.observations import PooledCell
-from bayes_sched.estimation.throughput_cells import Cell
 
 _THREADPOOLS: ThreadpoolController | None = None
 

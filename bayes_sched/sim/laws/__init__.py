@@ -4,6 +4,8 @@ cause each other, which no policy sees directly.
 * :mod:`.base`: the :class:`HiddenInterference` protocol and :class:`RunningJob`;
 * :mod:`.contention`: :class:`ContentionLaw`, max-min shares of each node's PCIe switches, DRAM and
   NIC from demands derived per application (emits counters);
+* :mod:`.contention_generator`: a synthetic cluster with hidden contention and its ground truth
+  (counters datasets for the contention inference to be judged on), and the max-min sharing law;
 * :mod:`.gavel_pairs`: :class:`GavelLaw`, node sharing from Gavel's measured GPU-sharing pairs;
 * :mod:`.none`: no law.
 

@@ -2,8 +2,8 @@
 
 Every job offers hidden demands on its nodes' shared resources (each PCIe switch, host DRAM, the
 NIC); each resource splits its capacity by max-min fairness over the jobs' offered demands
-(:func:`~bayes_sched.contention.generator.max_min_share`), and a job progresses at the pace of its
-worst-served resource on any of its nodes. Demands are derived from what the application is (its
+(:func:`~bayes_sched.sim.laws.contention_generator.max_min_share`), and a job progresses at the
+pace of its worst-served resource on any of its nodes. Demands are derived from what the application is (its
 measured step and sync times, sample size and decode cost) -- see :func:`job_demands`. The law
 emits the per-node counters a real cluster would collect (:meth:`ContentionLaw.counters`, in the
 :mod:`counters.schema` layout), the only part of it a policy sees.
@@ -20,11 +20,11 @@ import xarray as xr
 
 from bayes_sched.cluster import placement_of
 from bayes_sched.cluster_spec import DEFAULT_TOPOLOGY, ClusterSpec
-from bayes_sched.contention.generator import max_min_share
-from bayes_sched.contention.topology import NodeTopology
 from bayes_sched.errors import InputError
 from bayes_sched.sim.laws.base import RunningJob
+from bayes_sched.sim.laws.contention_generator import max_min_share
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application
+from bayes_sched.topology import NodeTopology
 from counters import schema
 
 #: The artifact's node (AWS g4dn.12xlarge: 4 T4 GPUs on PCIe 3.0, two per switch, one socket,

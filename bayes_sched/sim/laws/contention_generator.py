@@ -1,8 +1,10 @@
 """A synthetic cluster with hidden contention and known ground truth, emitting counters datasets.
 
-Each node has the layout of a :class:`~bayes_sched.contention.topology.NodeTopology` and runs one
-job
-per GPU (two on one GPU in the shared-GPU scenario). Jobs have hidden demands (byte/s of PCIe, of
+The simulator's truth, kept under its laws: the contention inference (:mod:`bayes_sched.contention`)
+must never see it (an import-linter contract), only the counters it emits.
+
+Each node has the layout of a :class:`~bayes_sched.topology.NodeTopology` and runs one
+job per GPU (two on one GPU in the shared-GPU scenario). Jobs have hidden demands (byte/s of PCIe, of
 host DRAM from their CPU side, of NIC; a fraction of their GPU's SMs). Each node is drawn into one
 scenario: nothing contended, or one PCIe switch, the DRAM, the NIC, or one GPU's SMs
 over-subscribed.
@@ -10,8 +12,7 @@ over-subscribed.
 The true sharing law is deliberately *not* the contention model's: every resource splits its
 capacity by max-min fairness (water-filling) over the jobs' offered demands, a job progresses at the
 pace of its worst-served resource (``p = min_r granted/demand``), and then uses ``p x demand`` of
-every
-resource. GPU DMA and NIC traffic pass through host DRAM, so the DRAM load includes them.
+every resource. GPU DMA and NIC traffic pass through host DRAM, so the DRAM load includes them.
 
 Counters come out in the :mod:`counters.schema` layout (dims time/node/device, catalog units):
 
@@ -34,7 +35,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from bayes_sched.contention.topology import NodeTopology
+from bayes_sched.topology import NodeTopology
 from counters import schema
 
 SCENARIOS: tuple[str, ...] = ("none", "pcie_switch", "dram", "nic", "gpu_sm")
@@ -318,7 +319,7 @@ def generate(config: GeneratorConfig | None = None) -> SyntheticCluster:
         device=list(range(num_g)),
         attrs={
             "interval_s": config.interval_s,
-            "producer": "bayes_sched.contention.generator",
+            "producer": "bayes_sched.sim.laws.contention_generator",
             "seed": config.seed,
         },
     )
