@@ -223,6 +223,10 @@ class RealCluster:
                 continue
             moving.append(record)
         running = [r for r in moving if r.spec.name in self._processes]
+        if running:
+            LOG.info("reallocating %s", ", ".join(
+                f"{r.spec.name} {placement_of(np.array(r.allocation))}->"
+                f"{placement_of(new.get(r.spec.name, zeros))}" for r in running))
         # A client that has not started training (no 'start' report from this attempt yet) has
         # nothing newer than its checkpoint: it is stopped without waiting for one.
         training = [r for r in running if r.reported_attempt == r.attempt - 1]
@@ -246,6 +250,8 @@ class RealCluster:
                 starting.append(record)
         self._start_many(starting)  # together: on Ray, their workers start in parallel
         self._changed()
+        if running:
+            LOG.info("reallocated %s", ", ".join(r.spec.name for r in running))
 
     def advance(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
