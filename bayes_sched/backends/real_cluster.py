@@ -405,6 +405,12 @@ class RealCluster:
                 self._read_reports(record)
                 self._ended(record, None, "")
         self.launcher.release_strays([str(self.job_dir(name)) for name in self.records])
+        for record in self.records.values():
+            if record.status in ACTIVE_STATES and record.spec.name not in self._processes:
+                # An unrecorded start may have run (and even finished) while no scheduler ran.
+                self._read_reports(record)
+                if record.exit_status == "done":
+                    self._finish(record, "done", "")
         self._last_advance = self.now
         return reattached
 
