@@ -59,7 +59,8 @@ def _take_rank_lock(marker: Path | None, job: str, rank: int) -> bool:
         return True
 
 
-def _save(job_dir: Path, state: dict[str, Any]) -> None:
+def _save(job_dir: Path, state: dict[str, Any], seconds: float = 0.0) -> None:
+    time.sleep(seconds)  # what writing a real model's checkpoint takes
     directory = job_dir / protocol.CHECKPOINT_DIR
     directory.mkdir(exist_ok=True)
     tmp = directory / f".{CHECKPOINT}.{os.getpid()}"
@@ -100,11 +101,11 @@ def train(job_dir: Path, args: argparse.Namespace, attempt: int) -> str:
         control = protocol.read_control(job_dir) or control
         if control.checkpoint_request > saved["acked"]:
             saved["acked"] = control.checkpoint_request
-            _save(job_dir, saved)
+            _save(job_dir, saved, args.checkpoint_seconds)
             protocol.append_report(job_dir, "checkpoint", request=saved["acked"],
                                    step=saved["step"], epochs=saved["examples"] / per_epoch)
         if terminate:
-            _save(job_dir, saved)
+            _save(job_dir, saved, args.checkpoint_seconds)
             protocol.append_report(job_dir, "exit", status="stopped", step=saved["step"],
                                    epochs=saved["examples"] / per_epoch)
             return "stopped"
@@ -134,6 +135,8 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=256, help="examples per epoch")
     parser.add_argument("--step-seconds", type=float, default=0.01)
     parser.add_argument("--report-interval", type=float, default=0.2)
+    parser.add_argument("--checkpoint-seconds", type=float, default=0.0,
+                        help="seconds each checkpoint on request or SIGTERM takes")
     parser.add_argument("--marker", type=Path, default=None)
     parser.add_argument("--flood-mb", type=int, default=0)
     args = parser.parse_args()

@@ -60,6 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 JOB_SCRIPT = ROOT / "examples" / "protocol_job.py"
 HOLD_VARIABLE = "BAYES_SCHED_TEST_HOLD_SAVE"
 KILL_KINDS = ("random", "reallocation", "transaction")
+#: Examples per epoch of the kill scenario's jobs (a minute or so each on a loaded machine).
+KILL_EXAMPLES = 60000
 REALLOCATING = re.compile(r"reallocating (\S+)")
 
 
@@ -257,58 +259,66 @@ def _write_locked(state: Path) -> bool:
         connection.close()
 
 
+def _mid_reallocation(log: bytes) -> bool:
+    """Whether the log's last reallocation had begun and not ended."""
+    text = log.decode(errors="replace")
+    moves = [m.start() for m in REALLOCATING.finditer(text)]
+    return bool(moves) and "reallocated" not in text[moves[-1]:]
+
+
 def _await_kill_instant(kind: str, server: subprocess.Popen[bytes], log: Path, offset: int,
-                        state: Path, rng: random.Random, limit: float) -> tuple[bool, str]:
+                        state: Path, rng: random.Random, limit: float) -> bool:
     """Wait for an instant of ``kind`` (at most ``limit`` seconds); returns whether the instant
-    of that kind was reached (``False``: the limit passed first) and the log line aimed at."""
+    of that kind was reached (``False``: the limit passed, or serve exited, first)."""
     deadline = time.monotonic() + limit
     if kind == "random":
         time.sleep(rng.uniform(0.3, min(limit, 4.0)))
-        return True, ""
+        return True
     time.sleep(rng.uniform(0.0, 1.0))
     while time.monotonic() < deadline and server.poll() is None:
         if kind == "transaction" and _write_locked(state):
-            return True, ""
-        if kind == "reallocation":
-            text = log.read_bytes()[offset:].decode(errors="replace")
-            moves = [m.start() for m in REALLOCATING.finditer(text)]
-            if moves and "reallocated" not in text[moves[-1]:]:
-                return True, text[moves[-1]:].splitlines()[0]
+            return True
+        if kind == "reallocation" and _mid_reallocation(log.read_bytes()[offset:]):
+            return True
         time.sleep(0.005)
-    return False, ""
+    return False
 
 
 def scenario_kills(work: Path, jobs: int, kills: int, seed: int, timeout: float) -> Outcome:
-    """``kills`` SIGKILLs of serve at seeded instants, a restart after each."""
+    """``kills`` SIGKILLs of serve at seeded instants, a restart after each; the jobs come in
+    four waves (before the first start and after each further quarter of the kills), so that
+    Pollux grows jobs onto free GPUs and shrinks them for newcomers: reallocations throughout."""
     outcome = Outcome("kills")
     rng = random.Random(seed)
     state, marker, log = work / "state", work / "marker.jsonl", work / "serve.log"
-    files = [write_job(work, f"kill-{i:02d}", marker, examples=2048, step_seconds=0.02)
-             for i in range(jobs)]
-    outcome.problems.extend(submit_concurrently(files, state, 4))
+    files = [write_job(work, f"kill-{i:02d}", marker, examples=KILL_EXAMPLES, step_seconds=0.02,
+                       extra=["--checkpoint-seconds", "0.3"]) for i in range(jobs)]
+    waves = [files[i::4] for i in range(4)]
     command = serve_command(state, 4, 1.0, "pollux")
     kinds: Counter[str] = Counter()
     for number in range(kills):
+        if waves and number >= kills * (4 - len(waves)) / 4:
+            outcome.problems.extend(submit_concurrently(waves.pop(0), state, 4))
         kind = KILL_KINDS[number % len(KILL_KINDS)]
         offset = log.stat().st_size if log.exists() else 0
         hold = {HOLD_VARIABLE: "0.2"} if kind == "transaction" else {}
         server = start_serve(command, log, env=hold)
-        reached, _ = _await_kill_instant(kind, server, log, offset, state, rng, limit=20.0)
+        reached = _await_kill_instant(kind, server, log, offset, state, rng, limit=20.0)
         if server.poll() is not None:
             outcome.notes.append(f"kill {number}: serve had exited ({server.returncode}) "
                                  f"before the {kind} instant")
             if server.returncode != 0:
                 outcome.problems.append(f"serve exited {server.returncode}: {_last_line(log)}")
-            break
+            continue
         transaction = _write_locked(state)
         server.send_signal(signal.SIGKILL)
         server.wait()
         outcome.kills += 1
         kinds[kind if reached else f"{kind} (not reached)"] += 1
         outcome.mid_transaction += transaction
-        text = log.read_bytes()[offset:].decode(errors="replace")
-        moves = [m.start() for m in REALLOCATING.finditer(text)]
-        outcome.mid_reallocation += bool(moves) and "reallocated" not in text[moves[-1]:]
+        outcome.mid_reallocation += _mid_reallocation(log.read_bytes()[offset:])
+    for wave in waves:
+        outcome.problems.extend(submit_concurrently(wave, state, 4))
     outcome.kills_by_kind = dict(kinds)
     server = start_serve(command, log)
     status = finish_serve(server, timeout)
