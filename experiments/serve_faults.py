@@ -357,24 +357,25 @@ def _file_size_limit(limit: int) -> Callable[[], None]:
     return apply
 
 
-def scenario_disk(work: Path, limit_kb: int, timeout: float) -> Outcome:
-    """serve (and its jobs) under ``RLIMIT_FSIZE``; then serve without the limit."""
+def scenario_disk(work: Path, limits_kb: Sequence[int], timeout: float) -> Outcome:
+    """serve (and so its jobs) under ``RLIMIT_FSIZE``, once per limit; then serve without."""
     outcome = Outcome("full disk")
     state, marker, log = work / "state", work / "marker.jsonl", work / "serve.log"
-    files = [write_job(work, f"disk-{i}", marker, 1024, 0.01) for i in range(3)]
+    files = [write_job(work, f"disk-{i}", marker, 4096, 0.01) for i in range(3)]
     outcome.problems.extend(submit_concurrently(files, state, 3))
-    server = start_serve(serve_command(state, 2, 1.0, "pollux"), log,
-                         preexec=_file_size_limit(limit_kb * 1024))
-    status = finish_serve(server, timeout)
-    tail = log.read_text(errors="replace").strip().splitlines()
-    outcome.notes.append(f"serve under a {limit_kb} KiB file size limit exited {status}: "
-                         f"{tail[-1] if tail else ''}")
-    if status not in (0, 2) or any("Traceback" in line for line in tail):
-        outcome.problems.append(f"serve under the limit: exit {status}, {tail[-1:]}")
-    checked = cli("status", "--state", str(state))
-    if checked.returncode != 0:
-        outcome.problems.append(f"state after the full disk: status exit {checked.returncode}: "
-                                f"{checked.stderr.strip()}")
+    for limit in limits_kb:
+        server = start_serve(serve_command(state, 2, 1.0, "pollux"), log,
+                             preexec=_file_size_limit(limit * 1024))
+        status = finish_serve(server, timeout)
+        last = _last_line(log)
+        outcome.notes.append(f"serve under a {limit} KiB file size limit exited {status}: {last}")
+        if status not in (0, 2) or "Traceback" in log.read_text(errors="replace") \
+                or "internal error" in last:
+            outcome.problems.append(f"serve under a {limit} KiB limit: exit {status}, {last}")
+        checked = cli("status", "--state", str(state))
+        if checked.returncode != 0:
+            outcome.problems.append(f"state after the full disk: status exit "
+                                    f"{checked.returncode}: {checked.stderr.strip()}")
     server = start_serve(serve_command(state, 2, 1.0, "pollux"), log)
     status = finish_serve(server, timeout)
     if status != 0:
@@ -414,7 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=None, help="default 30")
     parser.add_argument("--kill-jobs", type=int, default=None, help="default 12")
     parser.add_argument("--flood-mb", type=int, default=None, help="default 100")
-    parser.add_argument("--disk-limit-kb", type=int, default=256)
+    parser.add_argument("--disk-limits-kb", default="32,160",
+                        help="RLIMIT_FSIZE of each full-disk serve, KiB, comma-separated "
+                             "(default 32: at its start, 160: after some rounds)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds each serve gets to finish its jobs")
@@ -432,7 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load": lambda w: scenario_load(w, jobs, submitters, 4, args.timeout),
         "kills": lambda w: scenario_kills(w, kill_jobs, kills, args.seed, args.timeout),
         "flood": lambda w: scenario_flood(w, flood_mb, args.timeout),
-        "disk": lambda w: scenario_disk(w, args.disk_limit_kb, args.timeout)}
+        "disk": lambda w: scenario_disk(w, [int(v) for v in args.disk_limits_kb.split(",")],
+                                        args.timeout)}
     only = [name for name in args.only.split(",") if name]
     unknown = [name for name in only if name not in runs]
     if unknown:
