@@ -284,14 +284,15 @@ def _await_kill_instant(kind: str, server: subprocess.Popen[bytes], log: Path, o
     return False
 
 
-def scenario_kills(work: Path, jobs: int, kills: int, seed: int, timeout: float) -> Outcome:
+def scenario_kills(work: Path, jobs: int, kills: int, seed: int, timeout: float,
+                   examples: int = KILL_EXAMPLES) -> Outcome:
     """``kills`` SIGKILLs of serve at seeded instants, a restart after each; the jobs come in
     four waves (before the first start and after each further quarter of the kills), so that
     Pollux grows jobs onto free GPUs and shrinks them for newcomers: reallocations throughout."""
     outcome = Outcome("kills")
     rng = random.Random(seed)
     state, marker, log = work / "state", work / "marker.jsonl", work / "serve.log"
-    files = [write_job(work, f"kill-{i:02d}", marker, examples=KILL_EXAMPLES, step_seconds=0.02,
+    files = [write_job(work, f"kill-{i:02d}", marker, examples=examples, step_seconds=0.02,
                        extra=["--checkpoint-seconds", "0.3"]) for i in range(jobs)]
     waves = [files[i::4] for i in range(4)]
     command = serve_command(state, 4, 1.0, "pollux")
@@ -407,7 +408,8 @@ def print_outcomes(outcomes: Sequence[Outcome], cpu_seconds: float) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="16 jobs from 4 workers, 3 kills, a 20 MB flood (the test's size)")
+                        help="16 jobs from 4 workers, 3 kills of 4 shorter jobs, a 20 MB flood (the "
+                             "test's size)")
     parser.add_argument("--only", default="load,kills,flood,disk",
                         help="scenarios to run, comma-separated (default: all)")
     parser.add_argument("--jobs", type=int, default=None, help="jobs of the load (default 200)")
@@ -429,11 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = args.jobs or (16 if quick else 200)
     submitters = args.submitters or (4 if quick else 8)
     kills = args.kills if args.kills is not None else (3 if quick else 30)
-    kill_jobs = args.kill_jobs or (6 if quick else 12)
+    kill_jobs = args.kill_jobs or (4 if quick else 12)
     flood_mb = args.flood_mb or (20 if quick else 100)
     runs: dict[str, Callable[[Path], Outcome]] = {
         "load": lambda w: scenario_load(w, jobs, submitters, 4, args.timeout),
-        "kills": lambda w: scenario_kills(w, kill_jobs, kills, args.seed, args.timeout),
+        "kills": lambda w: scenario_kills(w, kill_jobs, kills, args.seed, args.timeout,
+                                          8000 if quick else KILL_EXAMPLES),
         "flood": lambda w: scenario_flood(w, flood_mb, args.timeout),
         "disk": lambda w: scenario_disk(w, [int(v) for v in args.disk_limits_kb.split(",")],
                                         args.timeout)}

@@ -353,10 +353,9 @@ class LocalLauncher:
             job_dir = _environment(pid).get(ENV_JOB_DIR)
             if job_dir is None or os.path.abspath(job_dir) not in wanted:
                 continue
-            try:
-                strays[os.getpgid(pid)] = wanted[os.path.abspath(job_dir)]
-            except ProcessLookupError:
-                continue
+            group = _pgid(pid)
+            if group is not None and group != os.getpgrp():  # never this scheduler's own group
+                strays[group] = wanted[os.path.abspath(job_dir)]
         for signum in (signal.SIGTERM, signal.SIGKILL):
             for group in strays:
                 try:
