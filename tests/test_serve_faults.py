@@ -40,7 +40,7 @@ def _assert_invariants(outcome: dict[str, Any], workdir: Path) -> None:
     assert outcome["finished"] + outcome["failed"] == outcome["submitted"] > 0
     # Read back apart from the harness: one row per job file, every one final, every failure
     # with a one-line reason, and the service never printed a traceback or an internal error.
-    folder = workdir / {"disk": "disk"}.get(outcome["scenario"], outcome["scenario"])
+    folder = workdir / {"full disk": "disk"}.get(outcome["scenario"], outcome["scenario"])
     names = {path.stem for path in folder.glob("*.toml")}
     shown = subprocess.run([sys.executable, "-m", "bayes_sched", "status", "--state",
                             str(folder / "state"), "--json"], capture_output=True, text=True,
