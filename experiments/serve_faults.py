@@ -287,8 +287,9 @@ def _await_kill_instant(kind: str, server: subprocess.Popen[bytes], log: Path, o
 def scenario_kills(work: Path, jobs: int, kills: int, seed: int, timeout: float,
                    examples: int = KILL_EXAMPLES) -> Outcome:
     """``kills`` SIGKILLs of serve at seeded instants, a restart after each; the jobs come in
-    four waves (before the first start and after each further quarter of the kills), so that
-    Pollux grows jobs onto free GPUs and shrinks them for newcomers: reallocations throughout."""
+    four waves (before the first start, then before a kill aimed at a reallocation after each
+    further quarter of the kills), so that Pollux grows jobs onto free GPUs and shrinks them
+    for newcomers: reallocations throughout."""
     outcome = Outcome("kills")
     rng = random.Random(seed)
     state, marker, log = work / "state", work / "marker.jsonl", work / "serve.log"
@@ -298,13 +299,14 @@ def scenario_kills(work: Path, jobs: int, kills: int, seed: int, timeout: float,
     command = serve_command(state, 4, 1.0, "pollux")
     kinds: Counter[str] = Counter()
     for number in range(kills):
-        if waves and number >= kills * (4 - len(waves)) / 4:
-            outcome.problems.extend(submit_concurrently(waves.pop(0), state, 4))
         kind = KILL_KINDS[number % len(KILL_KINDS)]
+        if waves and number >= kills * (4 - len(waves)) / 4 and (
+                kind == "reallocation" or len(waves) == 4):
+            outcome.problems.extend(submit_concurrently(waves.pop(0), state, 4))
         offset = log.stat().st_size if log.exists() else 0
         hold = {HOLD_VARIABLE: "0.2"} if kind == "transaction" else {}
         server = start_serve(command, log, env=hold)
-        reached = _await_kill_instant(kind, server, log, offset, state, rng, limit=20.0)
+        reached = _await_kill_instant(kind, server, log, offset, state, rng, limit=30.0)
         if server.poll() is not None:
             outcome.notes.append(f"kill {number}: serve had exited ({server.returncode}) "
                                  f"before the {kind} instant")
