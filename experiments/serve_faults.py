@@ -13,8 +13,10 @@ Scenarios (each in a folder of its own):
   log line announcing that running jobs move, before the one announcing that they moved) and
   ``transaction`` (while ``serve`` holds the state file's write lock: a probe's ``BEGIN
   IMMEDIATE`` finds it taken; ``serve`` runs with ``BAYES_SCHED_TEST_HOLD_SAVE`` so that each of
-  its saves holds the lock a while, :mod:`bayes_sched.service.state`). A kill counts as landed
-  mid-reallocation / mid-transaction where the condition held when the signal was sent.
+  its saves holds the lock a while, :mod:`bayes_sched.service.state`) and ``start`` (as soon as a
+  job's process started by this serve marks its start, the hold on: between the start and the
+  save that records it). A kill counts as landed mid-reallocation / mid-transaction where the
+  condition held when the signal was sent.
 - ``flood``: one job writes ``--flood-mb`` MB to its log as fast as it can, next to a normal job:
   ``serve`` must keep its rounds going and both jobs finish.
 - ``full disk``: ``serve`` (and so its jobs) under ``RLIMIT_FSIZE`` with ``SIGXFSZ`` ignored, so a
@@ -59,7 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 JOB_SCRIPT = ROOT / "examples" / "protocol_job.py"
 HOLD_VARIABLE = "BAYES_SCHED_TEST_HOLD_SAVE"
-KILL_KINDS = ("random", "reallocation", "transaction")
+KILL_KINDS = ("random", "reallocation", "transaction", "start")
 #: Examples per epoch of the kill scenario's jobs (a minute or so each on a loaded machine).
 KILL_EXAMPLES = 60000
 REALLOCATING = re.compile(r"reallocating (\S+)")
@@ -267,7 +269,8 @@ def _mid_reallocation(log: bytes) -> bool:
 
 
 def _await_kill_instant(kind: str, server: subprocess.Popen[bytes], log: Path, offset: int,
-                        state: Path, rng: random.Random, limit: float) -> bool:
+                        state: Path, rng: random.Random, limit: float,
+                        marker: tuple[Path, int] | None = None) -> bool:
     """Wait for an instant of ``kind`` (at most ``limit`` seconds); returns whether the instant
     of that kind was reached (``False``: the limit passed, or serve exited, first)."""
     deadline = time.monotonic() + limit
@@ -279,6 +282,9 @@ def _await_kill_instant(kind: str, server: subprocess.Popen[bytes], log: Path, o
         if kind == "transaction" and _write_locked(state):
             return True
         if kind == "reallocation" and _mid_reallocation(log.read_bytes()[offset:]):
+            return True
+        if kind == "start" and marker is not None and marker[0].exists() \
+                and b'"begin"' in marker[0].read_bytes()[marker[1]:]:
             return True
         time.sleep(0.005)
     return False
@@ -304,9 +310,12 @@ def scenario_kills(work: Path, jobs: int, kills: int, seed: int, timeout: float,
                 kind == "reallocation" or len(waves) == 4):
             outcome.problems.extend(submit_concurrently(waves.pop(0), state, 4))
         offset = log.stat().st_size if log.exists() else 0
-        hold = {HOLD_VARIABLE: "0.2"} if kind == "transaction" else {}
+        hold = {HOLD_VARIABLE: {"transaction": "0.2", "start": "1.0"}[kind]} \
+            if kind in ("transaction", "start") else {}
         server = start_serve(command, log, env=hold)
-        reached = _await_kill_instant(kind, server, log, offset, state, rng, limit=30.0)
+        marked = (marker, marker.stat().st_size if marker.exists() else 0)
+        reached = _await_kill_instant(kind, server, log, offset, state, rng, limit=30.0,
+                                      marker=marked)
         if server.poll() is not None:
             outcome.notes.append(f"kill {number}: serve had exited ({server.returncode}) "
                                  f"before the {kind} instant")
@@ -410,8 +419,8 @@ def print_outcomes(outcomes: Sequence[Outcome], cpu_seconds: float) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="16 jobs from 4 workers, 3 kills of 4 shorter jobs, a 20 MB flood (the "
-                             "test's size)")
+                        help="16 jobs from 4 workers, 4 kills (one per kind) of 4 shorter "
+                             "jobs, a 20 MB flood (the test's size)")
     parser.add_argument("--only", default="load,kills,flood,disk",
                         help="scenarios to run, comma-separated (default: all)")
     parser.add_argument("--jobs", type=int, default=None, help="jobs of the load (default 200)")
@@ -432,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quick = args.quick
     jobs = args.jobs or (16 if quick else 200)
     submitters = args.submitters or (4 if quick else 8)
-    kills = args.kills if args.kills is not None else (3 if quick else 30)
+    kills = args.kills if args.kills is not None else (4 if quick else 30)
     kill_jobs = args.kill_jobs or (4 if quick else 12)
     flood_mb = args.flood_mb or (20 if quick else 100)
     runs: dict[str, Callable[[Path], Outcome]] = {

@@ -73,7 +73,7 @@ def test_serve_killed_at_seeded_instants_loses_nothing_and_runs_nothing_twice(
         tmp_path: Path) -> None:
     outcome = _run_harness("kills", tmp_path)
     _assert_invariants(outcome, tmp_path)
-    assert outcome["kills"] + sum("exited" in note for note in outcome["notes"]) == 3
+    assert outcome["kills"] + sum("exited" in note for note in outcome["notes"]) == 4
     assert not any(event["overlap"] for event in _begins(tmp_path, "kills"))
 
 
