@@ -18,7 +18,11 @@ Scenarios (each in a folder of its own):
   save that records it). A kill counts as landed mid-reallocation / mid-transaction where the
   condition held when the signal was sent.
 - ``flood``: one job writes ``--flood-mb`` MB to its log as fast as it can, next to a normal job:
-  ``serve`` must keep its rounds going and both jobs finish.
+  ``serve`` must keep its rounds going and both jobs finish. What was chosen: ``serve`` does not
+  cap a job's log. A replica's stdout and stderr are a file the kernel writes (the launcher hands
+  the job the file, no pipe goes through ``serve``), and ``serve`` reads at most a 2000-byte tail
+  of a log (:func:`~bayes_sched.client.protocol.log_tail`), so a flood costs disk space, not the
+  service's time or memory; a flood that fills the disk is the full-disk case below.
 - ``full disk``: ``serve`` (and so its jobs) under ``RLIMIT_FSIZE`` with ``SIGXFSZ`` ignored, so a
   write past the limit fails as on a full disk; ``serve`` must stop with one line (or go on),
   the state stay readable, and a ``serve`` without the limit finish every job.
