@@ -15,13 +15,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from bayes_sched.backends.local import LocalLauncher, process_start_ticks
+from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
 from bayes_sched.client.protocol import ENV_JOB_DIR
+from bayes_sched.service.jobfile import read_job_file
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "experiments" / "serve_faults.py"
+JOB_SCRIPT = ROOT / "examples" / "protocol_job.py"
 
 
 def _run_harness(scenario: str, workdir: Path) -> dict[str, Any]:
@@ -127,3 +131,34 @@ def test_the_full_harness_finds_nothing_lost_or_run_twice(tmp_path: Path) -> Non
     assert sum(o["kills"] for o in outcomes) == 30
     for outcome in outcomes:
         _assert_invariants(outcome, tmp_path)
+
+
+def test_a_stop_cut_short_by_a_restart_counts_no_failure(tmp_path: Path) -> None:
+    """A scheduler killed after it signalled a job to stop and before it saved the stop: the
+    state it left must say so, and the next scheduler then counts no failure for the exit."""
+    job_file = tmp_path / "slow.toml"
+    job_file.write_text(f'name = "slow"\nscript = "{JOB_SCRIPT}"\n'
+                        'args = ["--examples", "100000", "--step-seconds", "0.02"]\n'
+                        f'python = "{sys.executable}"\ninit_batch_size = 16\n'
+                        "max_local_bsz = 64\ntarget_epochs = 1\n")
+    config = RealClusterConfig(poll_interval=0.05, checkpoint_timeout=10, stop_grace=10)
+    saved: list[list[dict[str, Any]]] = []
+    cluster = RealCluster(LocalLauncher(1), tmp_path / "jobs", config)
+    cluster.on_change = lambda: saved.append(cluster.snapshot())
+    cluster.submit(read_job_file(job_file))
+    try:
+        cluster.apply({"slow": np.array([1])})
+        deadline = time.monotonic() + 60
+        while cluster.records["slow"].reported_attempt < 0:  # training: it will checkpoint
+            assert time.monotonic() < deadline
+            cluster.advance(0.1)
+        cluster.apply({})  # the policy takes its GPU: checkpoint, SIGTERM, exit
+        assert cluster.records["slow"].status == "pending"
+        # What a scheduler killed at the signal left: the last save holding the processes.
+        (last,) = [s for s in saved if s[0]["handle"] is not None][-1:]
+        restarted = RealCluster(LocalLauncher(1), tmp_path / "jobs", config)
+        assert restarted.restore(last) == []
+        record = restarted.records["slow"]
+        assert (record.status, record.failures, any(record.allocation)) == ("pending", 0, False)
+    finally:
+        cluster.launcher.close()

@@ -94,6 +94,7 @@ class JobRecord:
     exit_status: str = ""
     exit_message: str = ""
     handle: dict[str, Any] | None = None
+    stopping: bool = False      # the scheduler is stopping its processes (saved before it signals)
     finished_at: float = 0.0
     nodes: list[str] = field(default_factory=list)  # node ids ``allocation`` indexes (snapshots)
 
@@ -525,6 +526,12 @@ class RealCluster:
         if record.exit_status == "done" or record.epochs >= record.spec.target_epochs - 1e-9:
             self._finish(record, "done", "")
             return
+        if record.stopping:  # the scheduler's own stop, whose end a restart of it missed
+            record.stopping = False
+            record.status = "pending"
+            record.allocation = [0] * len(record.allocation)
+            record.allocation_history.append([self.now, []])
+            return
         record.failures += 1
         detail = (f"exited with status {returncode}" if returncode is not None
                   else tail if tail.startswith("cannot start")
@@ -618,6 +625,7 @@ class RealCluster:
             record.num_restarts += 1
         record.attempt += 1
         record.status = "running"
+        record.stopping = False
         record.started_at = self.now
         record.exit_status = record.exit_message = ""
         self._changed()
@@ -626,8 +634,11 @@ class RealCluster:
         processes = self._processes.pop(record.spec.name, None)
         if processes is None:
             return
+        record.stopping = True  # saved before the signal: a restart meanwhile counts no failure
+        self._changed()
         processes.stop(self.config.stop_grace if grace is None else grace)
         record.handle = None
+        record.stopping = False
         self._read_reports(record)
         if record.status == "running":
             record.status = "pending"
