@@ -17,6 +17,7 @@ time (:meth:`LocalLauncher.reattach`). stdout and stderr go to the replica's log
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -31,11 +32,12 @@ from typing import Any
 
 from bayes_sched.backends.job_env import LOOPBACK, job_process_environment, loopback_interface
 from bayes_sched.backends.launcher import ExitStatus, LaunchSpec, rank_layout
-from bayes_sched.client.protocol import job_environment, log_tail, replica_log_path
+from bayes_sched.client.protocol import ENV_JOB_DIR, job_environment, log_tail, replica_log_path
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.gpu_types import gpu_type_of_device
 
+LOG = logging.getLogger(__name__)
 #: The name of the local backend's one node (:attr:`LocalLauncher.node_ids`).
 LOCAL_NODE_ID = "local"
 #: Characters of a failed replica's log kept in its exit status.
@@ -66,6 +68,47 @@ def process_start_ticks(pid: int) -> int | None:
     if fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
+
+
+def _own_pids() -> list[int]:
+    """The processes of this user (``/proc``)."""
+    uid = os.getuid()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _environment(pid: int) -> dict[str, str]:
+    """The environment process ``pid`` was started with (empty where it cannot be read)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a live (not zombie) member."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return any(process_start_ticks(pid) is not None for pid in _own_pids()
+               if _pgid(pid) == pgid)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def _free_port() -> int:
@@ -284,11 +327,39 @@ class LocalLauncher:
         """This machine's host name (what its collector records by default) -> its node."""
         return {socket.gethostname(): LOCAL_NODE_ID, LOCAL_NODE_ID: LOCAL_NODE_ID}
 
-    def release_strays(self, job_dirs: Sequence[str]) -> list[str]:
-        """Nothing: an unrecorded start's processes are not found by this launcher (their PIDs
-        were never saved)."""
-        del job_dirs
-        return []
+    def release_strays(self, job_dirs: Sequence[str], grace_seconds: float = 5.0) -> list[str]:
+        """Stop the processes of this machine that run for a job of ``job_dirs`` (found by the
+        ``BAYES_SCHED_JOB_DIR`` of their environment) and that no job of this launcher holds:
+        those of a start a killed scheduler made but had not recorded, which would otherwise run
+        next to the job's next start. Their process groups get SIGTERM (the client checkpoints
+        and exits), SIGKILL after ``grace_seconds``. Call it after :meth:`reattach` has taken up
+        every recorded start. Returns the job directories released."""
+        wanted = {os.path.abspath(d): d for d in job_dirs}
+        held = {r.pid for processes in self._started for r in processes.replicas}
+        strays: dict[int, str] = {}  # process group -> job directory
+        for pid in _own_pids():
+            if pid in held or pid == os.getpid():
+                continue
+            job_dir = _environment(pid).get(ENV_JOB_DIR)
+            if job_dir is None or os.path.abspath(job_dir) not in wanted:
+                continue
+            group = _pgid(pid)
+            if group is not None and group != os.getpgrp():  # never this scheduler's own group
+                strays[group] = wanted[os.path.abspath(job_dir)]
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            for group in strays:
+                try:
+                    os.killpg(group, signum)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace_seconds
+            while any(_group_alive(g) for g in strays) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        released = sorted(set(strays.values()))
+        if released:
+            LOG.warning("stopped the processes of starts no record holds: %s",
+                        ", ".join(released))
+        return released
 
     def close(self) -> None:
         for processes in self._started:

@@ -94,6 +94,7 @@ class JobRecord:
     exit_status: str = ""
     exit_message: str = ""
     handle: dict[str, Any] | None = None
+    stopping: bool = False      # the scheduler is stopping its processes (saved before it signals)
     finished_at: float = 0.0
     nodes: list[str] = field(default_factory=list)  # node ids ``allocation`` indexes (snapshots)
 
@@ -223,6 +224,10 @@ class RealCluster:
                 continue
             moving.append(record)
         running = [r for r in moving if r.spec.name in self._processes]
+        if running:
+            LOG.info("reallocating %s", ", ".join(
+                f"{r.spec.name} {placement_of(np.array(r.allocation))}->"
+                f"{placement_of(new.get(r.spec.name, zeros))}" for r in running))
         # A client that has not started training (no 'start' report from this attempt yet) has
         # nothing newer than its checkpoint: it is stopped without waiting for one.
         training = [r for r in running if r.reported_attempt == r.attempt - 1]
@@ -246,6 +251,8 @@ class RealCluster:
                 starting.append(record)
         self._start_many(starting)  # together: on Ray, their workers start in parallel
         self._changed()
+        if running:
+            LOG.info("reallocated %s", ", ".join(r.spec.name for r in running))
 
     def advance(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -399,6 +406,12 @@ class RealCluster:
                 self._read_reports(record)
                 self._ended(record, None, "")
         self.launcher.release_strays([str(self.job_dir(name)) for name in self.records])
+        for record in self.records.values():
+            if record.status in ACTIVE_STATES and record.spec.name not in self._processes:
+                # An unrecorded start may have run (and even finished) while no scheduler ran.
+                self._read_reports(record)
+                if record.exit_status == "done":
+                    self._finish(record, "done", "")
         self._last_advance = self.now
         return reattached
 
@@ -513,6 +526,12 @@ class RealCluster:
         if record.exit_status == "done" or record.epochs >= record.spec.target_epochs - 1e-9:
             self._finish(record, "done", "")
             return
+        if record.stopping:  # the scheduler's own stop, whose end a restart of it missed
+            record.stopping = False
+            record.status = "pending"
+            record.allocation = [0] * len(record.allocation)
+            record.allocation_history.append([self.now, []])
+            return
         record.failures += 1
         detail = (f"exited with status {returncode}" if returncode is not None
                   else tail if tail.startswith("cannot start")
@@ -606,6 +625,7 @@ class RealCluster:
             record.num_restarts += 1
         record.attempt += 1
         record.status = "running"
+        record.stopping = False
         record.started_at = self.now
         record.exit_status = record.exit_message = ""
         self._changed()
@@ -614,8 +634,11 @@ class RealCluster:
         processes = self._processes.pop(record.spec.name, None)
         if processes is None:
             return
+        record.stopping = True  # saved before the signal: a restart meanwhile counts no failure
+        self._changed()
         processes.stop(self.config.stop_grace if grace is None else grace)
         record.handle = None
+        record.stopping = False
         self._read_reports(record)
         if record.status == "running":
             record.status = "pending"

@@ -12,6 +12,8 @@ write (state, logs, reports, checkpoints) only its user can read.
 from __future__ import annotations
 
 import argparse
+import errno
+import functools
 import logging
 import math
 import os
@@ -135,6 +137,41 @@ def _private() -> None:
     os.umask(PRIVATE_UMASK)
 
 
+#: ``errno`` values of a write the file system refused for want of space (or of a file size
+#: limit: ``RLIMIT_FSIZE`` with ``SIGXFSZ`` ignored), or failed on the device.
+_WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO})
+#: SQLite's messages for the same.
+_SQLITE_WRITE_FAILURES = ("database or disk is full", "disk I/O error")
+
+
+def _state_writes(handler: Callable[[argparse.Namespace], int]
+                  ) -> Callable[[argparse.Namespace], int]:
+    """A handler whose failed writes to the state directory (a full disk, a file size limit,
+    an I/O error) end it with one line naming the directory, not an internal error. What was
+    committed stays whole (SQLite rolls an unfinished transaction back), and a job's processes
+    keep running: the next ``serve`` takes them up."""
+    @functools.wraps(handler)
+    def guarded(args: argparse.Namespace) -> int:
+        import sqlite3
+
+        from bayes_sched.errors import InputError
+
+        try:
+            return handler(args)
+        except (sqlite3.OperationalError, OSError) as error:
+            if isinstance(error, sqlite3.OperationalError):
+                if not str(error).startswith(_SQLITE_WRITE_FAILURES):
+                    raise
+            elif error.errno not in _WRITE_FAILURES:
+                raise
+            raise InputError(f"cannot write the scheduler's state ({error}): expected free "
+                             "space on its disk (and no file size limit below its files); "
+                             "what was saved is whole, and jobs left running are taken up by "
+                             "the next 'bayes-sched serve'", args.state) from None
+    return guarded
+
+
+@_state_writes
 def _serve(args: argparse.Namespace) -> int:
     from bayes_sched.backends.real_cluster import RealClusterConfig
     from bayes_sched.policies import make_policy
@@ -164,6 +201,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+@_state_writes
 def _submit(args: argparse.Namespace) -> int:
     from bayes_sched.service.jobfile import read_job_file
     from bayes_sched.service.state import StateStore

@@ -347,7 +347,12 @@ class StateStore:
 
     def save(self, records: Sequence[dict[str, Any]], cancelled: Sequence[str] = (),
              round_row: tuple[int, float, Any, Any, float | None] | None = None) -> None:
-        """Write every job's record (and a round's row) in one transaction."""
+        """Write every job's record (and a round's row) in one transaction.
+
+        A test hook, off by default: ``BAYES_SCHED_TEST_HOLD_SAVE=SECONDS`` in the service's
+        environment holds the open transaction that long before it commits, so that a fault
+        harness can kill the service mid-transaction (``experiments/serve_faults.py``); unset, a
+        save pays one dictionary lookup."""
         now = time.time()
         with self.transaction() as db:
             db.executemany("UPDATE jobs SET record = ?, status = ?, updated = ? WHERE name = ?",
@@ -360,6 +365,9 @@ class StateStore:
                 db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?)",
                            (number, t, json.dumps(allocations), json.dumps(predictions),
                             seconds))
+            hold = os.environ.get("BAYES_SCHED_TEST_HOLD_SAVE")
+            if hold:
+                time.sleep(float(hold))
 
     def jobs(self) -> list[dict[str, Any]]:
         """Every job: name, status, submission time, spec and record (``None`` before the
