@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bayes_sched.cli._common import fail, print_json
+from bayes_sched.cli._common import fail
 from bayes_sched.cli.service import DEFAULT_STATE
+from bayes_sched.tables import print_json
 
 #: Lost keys and unreadable ranges printed per table (``--json`` gives them all).
 SHOWN = 20
