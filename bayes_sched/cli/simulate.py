@@ -400,7 +400,7 @@ def _read_workload(name: str, args: argparse.Namespace, quiet: bool = False) -> 
 
     if args.profiles is not None:
         register_profiles(args.profiles)
-    workload = read_workload(name, skip_unknown=args.skip_unknown)
+    workload = read_workload(name, skip_unknown=args.skip_unknown, max_jobs=args.max_jobs)
     if workload.skipped and not quiet:
         apps = ", ".join(sorted(set(workload.skipped)))
         print(f"bayes-sched: {workload.name}: dropped {len(workload.skipped)} of "
@@ -439,16 +439,14 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
     cluster_type: type[TableCluster]
     if shockwave_world:
         path = (Path(trace) if Path(trace).exists() else shipped_shockwave_trace(trace))
-        jobs: tuple = read_shockwave_trace(path)
+        jobs: tuple = read_shockwave_trace(path, max_jobs=args.max_jobs)
         table, cluster_type = load_shockwave_throughputs(), ShockwaveCluster
         spec = replace(spec, round_interval=args.interval or SHOCKWAVE_ROUND_SECONDS)
     else:
         path = resolve_gavel_trace(trace)
-        jobs = read_gavel_trace(path)
+        jobs = read_gavel_trace(path, max_jobs=args.max_jobs)
         table, cluster_type = load_gavel_throughputs(), TableCluster
         spec = replace(spec, round_interval=args.interval or GAVEL_ROUND_SECONDS)
-    if args.max_jobs:
-        jobs = jobs[:args.max_jobs]
     options = _policy_options(args, [policy_name])[policy_name]
     if shockwave_world:  # Shockwave's table, recompute interval and baselines, unless told
         for name, value in shockwave_world_options(policy_name).items():
@@ -568,7 +566,7 @@ def is_pollux_workload(trace: str) -> bool:
     if path.is_file():
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
-                header = handle.readline().strip().split(",")
+                header = handle.readline(1 << 20).strip().split(",")  # a header, not a file
         except OSError:
             return False
         return set(WORKLOAD_COLUMNS) <= {h.strip() for h in header}
