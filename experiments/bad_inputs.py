@@ -925,6 +925,7 @@ def write_bounds_fixtures(base: Path) -> None:
     }
     for name, text in clusters.items():
         (base / name).write_text(text)
+    (base / "config-binary.toml").write_bytes(bytes(range(256)) * 4)
     with (base / "trace-long.trace").open("w") as handle:
         handle.writelines(_BOUNDS_TRACE_LINE.format(arrival=i) for i in range(_BOUNDS_GOOD_ROWS))
         handle.write(_BOUNDS_TRACE_LINE.format(arrival=0).replace("\t1000\t", "\tnan\t"))
@@ -991,6 +992,9 @@ def bounds_cases() -> list[Case]:
         Case("simulate", "long trace cut by --max-jobs before its bad row (runs)",
              (*trace, "{dir}/trace-long.trace", "--max-jobs", str(_BOUNDS_GOOD_ROWS)),
              "max_min_fairness", status=0, item="40.5", quick=True),
+        Case("simulate", "--config a binary file", (*sim, "--policy", "fifo", "--config",
+                                                    "{dir}/config-binary.toml"),
+             "config-binary.toml", item="40.5"),
         Case("simulate", "long trace read whole: its bad row named",
              (*trace, "{dir}/trace-long.trace"), "trace-long.trace", item="40.5"),
         Case("simulate", "long workload cut by --max-jobs before its bad row (runs)",

@@ -229,11 +229,13 @@ def _read_config(path: str | None) -> dict[str, Any]:
     """The --config TOML file as a table (empty without one)."""
     if path is None:
         return {}
+    from perfmodel import textio
+
     file = Path(path)
-    try:
-        raw = tomllib.loads(file.read_text())
-    except OSError as error:
-        raise InputError(f"--config: cannot read it ({error.strerror})", file) from None
+    try:  # bounded in size, UTF-8 checked: a binary or endless file is one line, not a crash
+        raw = tomllib.loads(textio.read_text(file, InputError))
+    except InputError as error:
+        raise InputError(f"--config: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"--config: not TOML ({error})", file) from None
     for key, value in raw.items():
