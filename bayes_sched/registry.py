@@ -317,10 +317,10 @@ def coerce(value: Any, annotation: Any, where: str, default: Any = _EMPTY) -> An
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
-        converted = coerce(value, args[0], where, default)
-        if not all(_obeys(converted, rule) for rule in annotation.__metadata__):
+        plain = coerce(value, args[0], where, default)
+        if not all(_obeys(plain, rule) for rule in annotation.__metadata__):
             raise wrong()
-        return converted
+        return plain
     if annotation is Any:
         return value
     if origin in (typing.Union, types.UnionType):

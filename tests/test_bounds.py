@@ -19,7 +19,7 @@ from bayes_sched.cluster_spec import (
     read_cluster_spec,
 )
 from bayes_sched.errors import InputError
-from bayes_sched.policies import POLICIES
+from bayes_sched.policies import POLICIES, TiresiasPolicy
 from bayes_sched.registry import type_name
 from bayes_sched.search.allocation import MAX_POPULATION, GAConfig
 from bayes_sched.sim.gavel_jobs import read_gavel_trace
@@ -113,7 +113,8 @@ def test_options_out_of_bounds_are_one_line_naming_the_option(policy: str, item:
 
 def test_options_within_bounds_are_kept_and_the_listing_shows_the_bounds() -> None:
     options = POLICIES.parse("tiresias", ["thresholds=[3600, 7200]"])
-    assert POLICIES.make("tiresias", **options).thresholds == (3600.0, 7200.0)
+    policy = POLICIES.make("tiresias", **options)
+    assert isinstance(policy, TiresiasPolicy) and policy.thresholds == (3600.0, 7200.0)
     ga = POLICIES.parse("pollux", ["ga.population=2", "ga.generations=3"])["ga"]
     assert (ga.population, ga.generations) == (2, 3)
     assert type_name(POLICIES.options("pollux")["max_replicas_cap"].annotation) \

@@ -13,10 +13,11 @@ import csv
 import io
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,7 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
     rows = textio.iter_csv(path, InputError)
     _, header = next(rows)
     textio.CsvTable(path, header, ()).require(WORKLOAD_COLUMNS, InputError)
-    parsers = {
+    parsers: dict[str, Callable[[str], Any]] = {
         "name": str,
         "time": textio.float_parser(),
         "application": str,
