@@ -29,11 +29,14 @@ A file (TOML or JSON; every key optional except ``nodes``)::
     imagenet = 250.0
 
 Every error is one line naming the file and the field (``nodes[1].gpus``) and what was expected.
+
+Size bounds (:func:`check_cluster_size`), checked before any node is built: at most
+:data:`MAX_NODES` nodes, :data:`MAX_GPUS_PER_NODE` GPUs per node and :data:`MAX_CLUSTER_GPUS`
+GPUs in all (2^20, the readers' bound on GPUs: ``perfmodel.textio.MAX_GPUS``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import tomllib
@@ -49,9 +52,18 @@ import numpy as np
 from bayes_sched.errors import InputError
 from bayes_sched.gpu_types import GPU_TYPES, gpu_type
 from bayes_sched.topology import NodeTopology, TopologyError
+from perfmodel import textio
 
 #: GPUs per node where a spec gives only a GPU count per type.
 DEFAULT_GPUS_PER_NODE = 4
+
+#: Most GPUs in one cluster: 2^20 (``perfmodel.textio.MAX_GPUS``, the bound every reader puts on
+#: a GPU count), some 250 times the largest clusters trained on.
+MAX_CLUSTER_GPUS = textio.MAX_GPUS
+#: Most nodes in one cluster (2^16): allocations are ``(jobs, nodes)`` arrays.
+MAX_NODES = 2**16
+#: Most GPUs on one node (a node's topology lists its PCIe switches; 8-16 GPUs are built).
+MAX_GPUS_PER_NODE = 1024
 
 #: Seconds a job loses to checkpoint and restart where nothing else is known (the Pollux
 #: artifact's figure; the simulator's fidelity is measured with it).
@@ -65,6 +77,19 @@ DEFAULT_ROUND_INTERVAL = 60.0
 DEFAULT_TOPOLOGY = NodeTopology(gpus_per_switch=(2, 2), switch_numa=(0, 0),
                                 pcie_switch_capacity=12e9, dram_capacity=60e9,
                                 nic_capacity=6.25e9)
+
+
+def check_cluster_size(num_nodes: int, total_gpus: int, largest_node: int, where: str) -> None:
+    """Refuse a cluster of ``num_nodes`` nodes and ``total_gpus`` GPUs whose largest node holds
+    ``largest_node``, beyond :data:`MAX_NODES`, :data:`MAX_CLUSTER_GPUS` or
+    :data:`MAX_GPUS_PER_NODE`: one :class:`InputError` line naming ``where`` (the flag, file or
+    field) and the bound. Called with the counts alone, before any node is built."""
+    for count, bound, what in ((largest_node, MAX_GPUS_PER_NODE, "GPUs per node"),
+                               (num_nodes, MAX_NODES, "nodes in a cluster"),
+                               (total_gpus, MAX_CLUSTER_GPUS, "GPUs in a cluster")):
+        if count > bound:
+            raise InputError(f"{where}: {count} {what.split(' in ')[0]}; expected at most "
+                             f"{bound} {what}")
 
 
 def default_topology(num_gpus: int) -> NodeTopology:
@@ -117,6 +142,8 @@ class ClusterSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
+        check_cluster_size(len(self.nodes), sum(n.num_gpus for n in self.nodes),
+                           max((n.num_gpus for n in self.nodes), default=0), "nodes")
         object.__setattr__(self, "restart_delays",
                            MappingProxyType({str(k): float(v)
                                              for k, v in dict(self.restart_delays).items()}))
@@ -143,6 +170,8 @@ class ClusterSpec:
         if gpus_per_node < 1:
             raise InputError(f"gpus_per_node is {gpus_per_node}: expected at least 1",
                              column="gpus_per_node")
+        check_cluster_size(num_nodes, num_nodes * gpus_per_node, gpus_per_node,
+                           f"{num_nodes}x{gpus_per_node}:{gpu_type}")
         node = NodeSpec(gpu_type, gpus_per_node, topology or default_topology(gpus_per_node))
         return cls((node,) * num_nodes, restart_delay=restart_delay,
                    round_interval=round_interval)
@@ -231,6 +260,8 @@ class ClusterSpec:
 
 _COUNT = r"(\d+)"
 _SHAPE = r"(\d+)x(\d+)"
+#: Digits a count may have before it is refused unread (int() of a long string is slow).
+_MAX_DIGITS = 12
 _TYPE = r"([A-Za-z][\w-]*)"
 
 
@@ -244,8 +275,13 @@ def _parse_nodes(text: str, where: str) -> tuple[NodeSpec, ...]:
     entries = [e.strip() for e in str(text).split(",")]
     if not any(entries):
         raise InputError(f"{where}: empty; expected e.g. 16x4:t4 or v100:36,p100:36")
+    total_gpus = 0
     for entry in entries:
         label = f"{where} entry {entry!r}"
+        if any(len(digits) > _MAX_DIGITS for digits in re.findall(r"\d+", entry)):
+            raise InputError(f"{label}: a count of more than {_MAX_DIGITS} digits; expected at "
+                             f"most {MAX_NODES} nodes of at most {MAX_GPUS_PER_NODE} GPUs and "
+                             f"{MAX_CLUSTER_GPUS} GPUs in a cluster")
         if match := re.fullmatch(f"{_TYPE}:{_SHAPE}", entry):
             name, count, gpus = match[1], int(match[2]), int(match[3])
         elif match := re.fullmatch(f"{_SHAPE}:{_TYPE}", entry):
@@ -265,6 +301,8 @@ def _parse_nodes(text: str, where: str) -> tuple[NodeSpec, ...]:
         if count < 1 or gpus < 1:
             raise InputError(f"{label}: {count} nodes of {gpus} GPUs; expected at least 1 of "
                              "each")
+        total_gpus += count * gpus
+        check_cluster_size(len(nodes) + count, total_gpus, gpus, label)
         node = NodeSpec(name.lower(), gpus, default_topology(gpus))
         nodes.extend([node] * count)
     return tuple(nodes)
@@ -273,15 +311,14 @@ def _parse_nodes(text: str, where: str) -> tuple[NodeSpec, ...]:
 def read_cluster_spec(path: str | PathLike[str]) -> ClusterSpec:
     """A cluster from a TOML (``.toml``) or JSON file (see the module docstring)."""
     file = Path(path)
-    try:
-        text = file.read_text()
-    except OSError as error:
-        raise InputError(f"cannot read the cluster spec ({error.strerror})", file) from None
-    try:
-        raw = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as error:
-        kind = "JSON" if file.suffix == ".json" else "TOML"
-        raise InputError(f"not {kind} ({error})", file) from None
+    text = textio.read_text(file, InputError)
+    if file.suffix == ".json":
+        raw = textio.loads_json(text, file, InputError)
+    else:
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise InputError(f"not TOML ({error})", file) from None
     return cluster_spec_from_dict(raw, file)
 
 
@@ -308,7 +345,7 @@ def cluster_spec_from_dict(raw: Any, source: str | PathLike[str] | None = None) 
             raise fail("nodes", str(error).removeprefix("nodes: ").removeprefix("nodes ")) \
                 from None
     elif isinstance(entries, Sequence) and entries:
-        nodes = tuple(n for i, entry in enumerate(entries) for n in _node_entry(entry, i, fail))
+        nodes = _node_entries(entries, fail)
     else:
         raise fail("nodes", "expected a short string or a non-empty list of node tables")
     settings: dict[str, Any] = {}
@@ -332,7 +369,27 @@ def _seconds(value: Any, key: str, fail: Any) -> float:
     return float(value)
 
 
-def _node_entry(entry: Any, index: int, fail: Any) -> tuple[NodeSpec, ...]:
+def _node_entries(entries: Sequence[Any], fail: Any) -> tuple[NodeSpec, ...]:
+    """The nodes of a list of node tables; the cluster's size is checked before each table's
+    nodes are built."""
+    nodes: list[NodeSpec] = []
+    total_gpus = 0
+    for index, entry in enumerate(entries):
+        if len(nodes) >= MAX_NODES:
+            raise fail(f"nodes[{index}]", f"{len(entries)} node tables; expected at most "
+                       f"{MAX_NODES} nodes in a cluster")
+        node, count = _node_entry(entry, index, fail)
+        total_gpus += count * node.num_gpus
+        try:
+            check_cluster_size(len(nodes) + count, total_gpus, node.num_gpus, "nodes")
+        except InputError as error:
+            raise fail(f"nodes[{index}].count", str(error).removeprefix("nodes: ")) from None
+        nodes.extend([node] * count)
+    return tuple(nodes)
+
+
+def _node_entry(entry: Any, index: int, fail: Any) -> tuple[NodeSpec, int]:
+    """One node table: its node and how many of it (``count``)."""
     where = f"nodes[{index}]"
     if not isinstance(entry, Mapping):
         raise fail(where, "expected a table with gpu_type, gpus, count, topology")
@@ -348,10 +405,10 @@ def _node_entry(entry: Any, index: int, fail: Any) -> tuple[NodeSpec, ...]:
         raise fail(f"{where}.gpu_type", f"unknown GPU type {name!r}; expected one of "
                    f"{', '.join(GPU_TYPES)}")
     counts = {}
-    for key, default in (("gpus", None), ("count", 1)):
+    for key, default, bound in (("gpus", None, MAX_GPUS_PER_NODE), ("count", 1, MAX_NODES)):
         value = entry.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise fail(f"{where}.{key}", f"{value!r}: expected a whole number >= 1")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound:
+            raise fail(f"{where}.{key}", f"{value!r}: expected a whole number in [1, {bound}]")
         counts[key] = value
     topology_raw = entry.get("topology")
     try:
@@ -369,7 +426,7 @@ def _node_entry(entry: Any, index: int, fail: Any) -> tuple[NodeSpec, ...]:
                    rest or message) from None
     except InputError as error:
         raise fail(f"{where}.{error.column or 'gpus'}", str(error).split(": ", 1)[-1]) from None
-    return (node,) * counts["count"]
+    return node, counts["count"]
 
 
 def _topology(raw: Mapping[str, Any]) -> NodeTopology:

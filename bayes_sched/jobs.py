@@ -15,10 +15,11 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Annotated, overload
 
 import numpy as np
 
+from bayes_sched.registry import GPU_COUNT, Range
 from perfmodel.goodput import BatchChoice, GoodputModel
 from perfmodel.throughput import ThroughputParams, predict_step_time
 
@@ -97,8 +98,8 @@ class JobSettings:
         max_replicas: most GPUs the job may use, or ``None`` for no job-side cap.
     """
 
-    batch_size: int | None = None
-    max_replicas: int | None = None
+    batch_size: Annotated[int | None, Range(1, 2**31)] = None   # perfmodel.textio.MAX_BATCH
+    max_replicas: Annotated[int | None, GPU_COUNT] = None
 
 
 @dataclass(frozen=True)

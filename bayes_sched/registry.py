@@ -7,6 +7,12 @@ values (``make_policy("pollux", p=-0.5)``), as ``key=value`` strings from the co
 dataclass option: ``ga.population=24``), or as a TOML table. Every value is checked against its
 type hint; an unknown option or a wrong type is one :class:`InputError` line naming the option
 and the expected type.
+
+Bounds live where an option is declared, in its type hint: ``Annotated[int, Range(1, 10_000)]``
+(a number in a range), ``Annotated[Sequence[float], Increasing()]`` (a strictly increasing
+sequence, of bounded length). The registry checks them wherever a value arrives through it, before
+the component is made, so a number that sizes memory or time never reaches an allocation. Every
+``float`` option is finite: NaN and infinities are refused whatever the hint.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import math
 import tomllib
 import types
 import typing
@@ -26,6 +33,69 @@ from bayes_sched.errors import InputError
 T = TypeVar("T")
 
 _EMPTY = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds of a numeric option, given in its type hint: ``Annotated[int, Range(1, 10_000)]``.
+
+    ``minimum``/``maximum`` (``None``: unbounded on that side) are inclusive unless
+    ``min_open``/``max_open``; ``unit`` names what the number counts, for messages.
+    """
+
+    minimum: float | None = None
+    maximum: float | None = None
+    min_open: bool = False
+    max_open: bool = False
+    unit: str = ""
+
+    def holds(self, value: float) -> bool:
+        """Whether ``value`` lies within the bounds."""
+        if self.minimum is not None and (value <= self.minimum if self.min_open
+                                         else value < self.minimum):
+            return False
+        return not (self.maximum is not None and (value >= self.maximum if self.max_open
+                                                  else value > self.maximum))
+
+    def describe(self) -> str:
+        """The bounds as a phrase: ``in [1, 10000]``, ``> 0``, ``in [0, 1)``."""
+        low = None if self.minimum is None else _number(self.minimum)
+        high = None if self.maximum is None else _number(self.maximum)
+        unit = f" {self.unit}" if self.unit else ""
+        if low is not None and high is not None:
+            return (f"in {'(' if self.min_open else '['}{low}, {high}"
+                    f"{')' if self.max_open else ']'}{unit}")
+        if low is not None:
+            return f"{'>' if self.min_open else '>='} {low}{unit}"
+        if high is not None:
+            return f"{'<' if self.max_open else '<='} {high}{unit}"
+        return unit.strip()
+
+
+#: A probability: a number in [0, 1].
+PROBABILITY = Range(0.0, 1.0)
+
+#: A random seed: numpy's legacy seeding and torch take 32-bit values (as ``--seed`` does).
+SEED = Range(0, 2**32 - 1)
+
+#: A count of GPUs, nodes or replicas: the readers' bound (``perfmodel.textio.MAX_GPUS``, 2^20).
+GPU_COUNT = Range(1, 2**20)
+
+
+def _number(value: float) -> str:
+    """A bound as written: whole numbers in full (``4294967295``), others as ``%g``."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Increasing:
+    """A sequence option's rule, given in its type hint: its items strictly increase and it holds
+    at most ``max_length`` of them (``Annotated[Sequence[float], Increasing()]``)."""
+
+    max_length: int = 64
+
+    def describe(self) -> str:
+        return f"strictly increasing, at most {self.max_length} items"
 
 
 @dataclass(frozen=True)
@@ -173,7 +243,7 @@ def factory_options(factory: Callable[..., Any]) -> dict[str, Option]:
     else:
         target = factory
     try:
-        hints = typing.get_type_hints(target)
+        hints = typing.get_type_hints(target, include_extras=True)
     except NameError as error:  # a programming error: options would go unchecked
         raise TypeError(f"cannot resolve the type hints of {factory!r}: {error}") from None
     out: dict[str, Option] = {}
@@ -217,6 +287,10 @@ def parse_assignments(items: Sequence[str], where: str = "") -> dict[str, Any]:
 def type_name(annotation: Any) -> str:
     """A readable name of a type hint: ``float``, ``int or None``, ``sequence of float``."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        rules = [rule.describe() for rule in annotation.__metadata__
+                 if isinstance(rule, Range | Increasing)]
+        return " ".join([type_name(args[0]), *rules])
     if annotation is Any:
         return "any value"
     if annotation is type(None):
@@ -242,6 +316,11 @@ def coerce(value: Any, annotation: Any, where: str, default: Any = _EMPTY) -> An
         return InputError(f"{where} is {value!r}: expected {type_name(annotation)}")
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        plain = coerce(value, args[0], where, default)
+        if not all(_obeys(plain, rule) for rule in annotation.__metadata__):
+            raise wrong()
+        return plain
     if annotation is Any:
         return value
     if origin in (typing.Union, types.UnionType):
@@ -249,13 +328,16 @@ def coerce(value: Any, annotation: Any, where: str, default: Any = _EMPTY) -> An
             if type(None) in args:
                 return None
             raise wrong()
+        failures = []
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return coerce(value, arg, where, default)
-            except InputError:
-                continue
+            except InputError as failure:
+                failures.append(failure)
+        if len(failures) == 1 and len(args) == 2:  # X or None: X's reason, and None
+            raise InputError(f"{failures[0]} or None") from None
         raise wrong()
     if origin is typing.Literal:
         if value in args:
@@ -270,9 +352,11 @@ def coerce(value: Any, annotation: Any, where: str, default: Any = _EMPTY) -> An
             return int(value)
         raise wrong()
     if annotation is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise wrong()
+        if isinstance(value, int) and abs(value) < 2**1023 or math.isfinite(value):
             return float(value)
-        raise wrong()
+        raise InputError(f"{where} is {value!r}: expected a finite number")
     if annotation is str:
         if isinstance(value, str):
             return value
@@ -313,3 +397,31 @@ def coerce(value: Any, annotation: Any, where: str, default: Any = _EMPTY) -> An
             return value
         raise wrong()
     return value
+
+
+def _obeys(value: Any, rule: Any) -> bool:
+    """Whether a converted option value obeys one rule of its ``Annotated`` hint (rules of other
+    kinds are not the registry's and pass)."""
+    if isinstance(rule, Range):
+        return value is None or rule.holds(value)
+    if isinstance(rule, Increasing):
+        items = list(value)
+        return len(items) <= rule.max_length and all(
+            a < b for a, b in zip(items, items[1:], strict=False))
+    return True
+
+
+def check_fields(instance: Any, label: str) -> None:
+    """Check a dataclass instance's fields against the rules of their ``Annotated`` hints (and
+    every ``float`` field for finiteness), for code that builds it directly rather than through
+    a registry; raises ``ValueError`` naming ``label.field``, the value and what was expected.
+    Types are not checked here (numpy integers pass)."""
+    hints = typing.get_type_hints(type(instance), include_extras=True)
+    for item in dataclasses.fields(instance):
+        hint, value = hints.get(item.name, Any), getattr(instance, item.name)
+        rules = hint.__metadata__ if typing.get_origin(hint) is typing.Annotated else ()
+        plain = typing.get_args(hint)[0] if rules else hint
+        finite = plain is not float or value is None or math.isfinite(value)
+        if not finite or not all(_obeys(value, rule) for rule in rules):
+            raise ValueError(f"{label}.{item.name} is {value!r}: expected {type_name(hint)}"
+                             + ("" if finite else " (a finite number)"))

@@ -355,6 +355,7 @@ def write_fixtures(base: Path, stores: bool) -> None:
     (base / "validation-zero" / "validation-0.csv").write_text(
         "\n".join([VALIDATION_HEADER, *_validation_rows()]) + "\n")
     write_state_fixtures(base)  # issue 40, item 4: see the block at the end
+    write_bounds_fixtures(base)
     if stores:
         write_stores(base)
 
@@ -926,6 +927,115 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
         Case("bayes-sched", "infer unknown", ("infer", "nothing"), "nothing"),
     ])
     add(state_file_cases())  # issue 40, item 4: see the block at the end
+    add(bounds_cases())
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 40, item 5: bounds where memory or time follows a number (cluster sizes, policy and
+# search options, traces read only as far as --max-jobs needs).
+# ---------------------------------------------------------------------------------------------
+
+#: A Gavel trace line (10 columns) arriving at ``{arrival}`` seconds.
+_BOUNDS_TRACE_LINE = "ResNet-18 (batch size 64)\tcmd\tdir\t-n\t1\t1000\t1\t1\t-1\t{arrival}\n"
+#: Jobs before the malformed line of the long trace and workload (--max-jobs stops before it).
+_BOUNDS_GOOD_ROWS = 5
+
+
+def write_bounds_fixtures(base: Path) -> None:
+    """Cluster files of a billion nodes or GPUs, and a long trace and workload whose row after
+    the first :data:`_BOUNDS_GOOD_ROWS` jobs is malformed."""
+    node = '[[nodes]]\ngpu_type = "{t}"\ncount = {count}\ngpus = {gpus}\n'
+    clusters = {
+        "cluster-count-1e9.toml": node.format(t="t4", count=10**9, gpus=4),
+        "cluster-gpus-1e9.toml": node.format(t="t4", count=10, gpus=10**9),
+        "cluster-total.toml": (node.format(t="t4", count=40_000, gpus=8)
+                               + node.format(t="v100", count=40_000, gpus=8)),
+        "cluster-count-1e9.json": json.dumps({"nodes": [{"gpu_type": "t4", "count": 10**9,
+                                                         "gpus": 4}]}),
+    }
+    for name, text in clusters.items():
+        (base / name).write_text(text)
+    (base / "config-binary.toml").write_bytes(bytes(range(256)) * 4)
+    with (base / "trace-long.trace").open("w") as handle:
+        handle.writelines(_BOUNDS_TRACE_LINE.format(arrival=i) for i in range(_BOUNDS_GOOD_ROWS))
+        handle.write(_BOUNDS_TRACE_LINE.format(arrival=0).replace("\t1000\t", "\tnan\t"))
+        handle.writelines(_BOUNDS_TRACE_LINE.format(arrival=i) for i in range(200_000))
+    rows = [f"j{i},{i},cifar10,1,128" for i in range(_BOUNDS_GOOD_ROWS)]
+    (base / "workload-long.csv").write_text("\n".join(
+        [WORKLOAD_HEADER, *rows, "bad,0,cifar10,-1,128",
+         *(f"k{i},{i},cifar10,1,128" for i in range(100_000))]) + "\n")
+
+
+def bounds_cases() -> list[Case]:
+    """Issue 40 item 5: each case exit 2 with one line naming the flag, file or field (or, for
+    a trace cut by --max-jobs before its bad row, a run that works)."""
+    sim = ("simulate", "--workload", "{dir}/workload-good.csv", "--interval", "3600",
+           "--no-progress")
+    trace = ("simulate", "--no-progress", "--cluster", "v100:16", "--policy",
+             "max_min_fairness", "--trace")
+    cases = [
+        Case("simulate", f"--cluster {spec}", (*sim, "--policy", "fifo", "--cluster", spec),
+             "--cluster", item="40.5", quick=spec == "1000000000x1:t4")
+        for spec in ("1000000000x1:t4", "v100:1000000000", "t4:" + "9" * 40, "1x100000:t4",
+                     "70000x1:t4,t4:4")]
+    cases += [
+        Case("simulate", f"cluster file: {name}",
+             (*sim, "--policy", "fifo", "--cluster", f"{{dir}}/{name}"), token, item="40.5",
+             quick=name == "cluster-count-1e9.toml")
+        for name, token in (("cluster-count-1e9.toml", "nodes[0].count"),
+                            ("cluster-gpus-1e9.toml", "nodes[0].gpus"),
+                            ("cluster-total.toml", "nodes[1].count"),
+                            ("cluster-count-1e9.json", "nodes[0].count"))]
+    cases.append(Case("simulate", "--nodes 100000 --gpus-per-node 64",
+                      (*sim, "--policy", "fifo", "--nodes", "100000", "--gpus-per-node", "64"),
+                      "--nodes", item="40.5"))
+    options = (("pollux", "ga.population=1000000000", "ga.population", True),
+               ("pollux", "ga.population=-3", "ga.population", True),
+               ("pollux", "ga.generations=1000000000", "ga.generations", False),
+               ("pollux", "ga.max_elements=1000000000000", "ga.max_elements", False),
+               ("pollux", "p=nan", "option p", True),
+               ("pollux", "p=inf", "option p", False),
+               ("pollux", "p=0", "p is 0", False),
+               ("pollux", "posterior.num_samples=1000000000", "posterior.num_samples", False),
+               ("pollux", "max_replicas_cap=-1", "max_replicas_cap", False),
+               ("tiresias", "thresholds=[-1]", "thresholds", True),
+               ("tiresias", "thresholds=[7200, 3600]", "thresholds", False),
+               ("tiresias", "thresholds=[nan]", "thresholds", False),
+               ("optimus", "max_replicas.ncf=0", "max_replicas.ncf", False),
+               ("bo", "posterior_draws=1000000000", "posterior_draws", False),
+               ("bo", "pair_prior.own=-1", "pair_prior.own", False),
+               ("fifo", "pollux:p=1", "pollux:p=1", True))
+    cases += [Case("simulate", f"--policy {policy} --policy-opt {item}",
+                   (*sim, "--policy", policy, "--policy-opt", item), token, item="40.5",
+                   quick=quick)
+              for policy, item, token, quick in options]
+    cases += [
+        Case("compare", "--policy-opt for a policy not among --policies",
+             ("compare", "--workloads", "{dir}/workload-good.csv", *COMPARE, "--out",
+              "{case}/rep", "--policy-opt", "pollux:p=1"), "pollux:p=1", item="40.5"),
+        Case("simulate", "trace: --policy-opt for a policy not run",
+             (*trace, "small_test", "--policy-opt", "shockwave:k=1"), "shockwave:k=1",
+             item="40.5"),
+        Case("simulate", "trace: shockwave future_rounds 1e9",
+             ("simulate", "--no-progress", "--trace", "tacc_120", "--policy", "shockwave",
+              "--policy-opt", "future_rounds=1000000000"), "future_rounds", item="40.5"),
+        Case("simulate", "long trace cut by --max-jobs before its bad row (runs)",
+             (*trace, "{dir}/trace-long.trace", "--max-jobs", str(_BOUNDS_GOOD_ROWS)),
+             "max_min_fairness", status=0, item="40.5", quick=True),
+        Case("simulate", "--config a binary file", (*sim, "--policy", "fifo", "--config",
+                                                    "{dir}/config-binary.toml"),
+             "config-binary.toml", item="40.5"),
+        Case("simulate", "long trace read whole: its bad row named",
+             (*trace, "{dir}/trace-long.trace"), "trace-long.trace", item="40.5"),
+        Case("simulate", "long workload cut by --max-jobs before its bad row (runs)",
+             ("simulate", "--workload", "{dir}/workload-long.csv", "--policy", "fifo",
+              "--no-progress", "--max-jobs", str(_BOUNDS_GOOD_ROWS)), "fifo", status=0,
+             item="40.5"),
+        Case("simulate", "long workload read whole: its bad row named",
+             ("simulate", "--workload", "{dir}/workload-long.csv", "--policy", "fifo",
+              "--no-progress"), "num_replicas", item="40.5"),
+    ]
     return cases
 
 

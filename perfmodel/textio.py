@@ -8,6 +8,9 @@ column, and says what was expected. No other exception type leaves these functio
 
 * Text is UTF-8, with or without a byte-order mark (Excel writes one). UTF-16, NUL bytes and other
   encodings are refused with the row of the first bad byte.
+* Long inputs are streamed: :func:`iter_lines` and :func:`iter_csv` yield row by row with the same
+  checks, so a reader that needs the first N rows (a trace cut to ``--max-jobs``) reads only
+  those, and never holds the file whole.
 * A CSV header has unique, non-empty names; every row has as many fields as the header, so an extra
   field cannot silently shift the columns after it.
 * Integers are written as integers (``12``, ``12.0`` or ``1e3``) and lie within the bounds the
@@ -29,7 +32,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,8 @@ from perfmodel.errors import InputError
 
 #: Largest file any reader accepts, bytes: tables of measurements are kilobytes to a few megabytes.
 MAX_FILE_BYTES = 256 * 1024 * 1024
+#: Longest line a streamed reader accepts, bytes (a trace line is about 100).
+MAX_LINE_BYTES = 1024 * 1024
 #: JSON nesting deeper than this is refused (topology files nest two levels).
 MAX_JSON_DEPTH = 32
 #: Integers with more digits than this are refused before any conversion (2^63 has 19 digits).
@@ -98,6 +103,55 @@ def decode_text(data: bytes, path: str | Path | None = None,
     return text
 
 
+def iter_lines(path: str | Path, error: ErrorType = InputError,
+               max_bytes: int = MAX_FILE_BYTES) -> Iterator[tuple[int, str]]:
+    """The lines of ``path`` streamed: ``(row, line)``, row 1-based, the line without its
+    newline (``\\n`` or ``\\r\\n``). The checks of :func:`read_text`, line by line: a UTF-16
+    byte-order mark, a byte that is not UTF-8, a NUL byte; and a line over
+    :data:`MAX_LINE_BYTES`, or more than ``max_bytes`` read in all. Raises ``error`` naming the
+    file and the row; the file is open only while the iterator runs."""
+    file = Path(path)
+    if file.is_dir():
+        raise error("is a directory: expected a file", file)
+    try:
+        handle = file.open("rb")
+    except FileNotFoundError:
+        raise error("no such file", file) from None
+    except OSError as failure:
+        raise error(f"cannot read file: {failure.strerror or failure}", file) from None
+    with handle:
+        consumed, row = 0, 0
+        while True:
+            try:
+                data = handle.readline(MAX_LINE_BYTES + 1)
+            except OSError as failure:
+                raise error(f"cannot read file: {failure.strerror or failure}", file,
+                            row + 1) from None
+            if not data:
+                return
+            row += 1
+            consumed += len(data)
+            if len(data) > MAX_LINE_BYTES:
+                raise error(f"a line longer than {MAX_LINE_BYTES} bytes: expected text lines",
+                            file, row)
+            if consumed > max_bytes:
+                raise error(f"larger than {max_bytes} bytes: expected a smaller text file",
+                            file, row)
+            if row == 1:
+                if data.startswith(_UTF16_BOMS):
+                    raise error("UTF-16 text: expected UTF-8 (save the file as UTF-8 or CSV "
+                                "UTF-8)", file)
+                data = data.removeprefix(_UTF8_BOM)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as failure:
+                raise error(f"byte 0x{data[failure.start]:02x} is not UTF-8: expected UTF-8 "
+                            "text", file, row) from None
+            if "\0" in text:
+                raise error("NUL byte (binary data): expected UTF-8 text", file, row)
+            yield row, text.removesuffix("\n").removesuffix("\r")
+
+
 # --- CSV tables ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -123,16 +177,33 @@ class CsvTable:
 
 
 def read_csv(path: str | Path, error: ErrorType = InputError) -> CsvTable:
-    """Read a CSV file through :func:`read_text`, checking its header and field counts.
+    """Read a CSV file whole through :func:`read_text` (so a bad byte anywhere is found before
+    any row is parsed), checking its header and field counts.
 
     Blank rows are skipped (their numbers still count). Raises ``error`` naming file and row.
     """
     file = Path(path)
-    text = read_text(file, error)
     # newline="" keeps the csv module's own newline handling (quoted fields may span lines).
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows = _csv_rows(io.StringIO(read_text(file, error), newline=""), file, error)
+    _, header = next(rows)
+    return CsvTable(file, header, tuple(rows))
+
+
+def iter_csv(path: str | Path, error: ErrorType = InputError
+             ) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """The rows of a CSV file streamed through :func:`iter_lines`: first the header, then every
+    non-blank row, each with its 1-based row number, checked as :func:`read_csv` checks them.
+    Any problem, an empty file included, is raised when its row is reached."""
+    file = Path(path)
+    return _csv_rows((line + "\n" for _, line in iter_lines(file, error)), file, error)
+
+
+def _csv_rows(lines: Iterable[str], file: Path, error: ErrorType
+              ) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """The header (unique, non-empty names, stripped), then each non-blank row with as many
+    fields as the header, with their row numbers (the csv module's ``line_num``)."""
+    reader = csv.reader(lines, strict=True)
     header: tuple[str, ...] | None = None
-    rows: list[tuple[int, tuple[str, ...]]] = []
     try:
         for fields in reader:
             row_number = reader.line_num
@@ -140,16 +211,16 @@ def read_csv(path: str | Path, error: ErrorType = InputError) -> CsvTable:
                 continue
             if header is None:
                 header = _check_header(fields, file, row_number, error)
+                yield row_number, header
                 continue
             if len(fields) != len(header):
                 raise error(f"{len(fields)} fields, the header has {len(header)}: expected "
                             f"one field per column ({','.join(header)})", file, row_number)
-            rows.append((row_number, tuple(fields)))
+            yield row_number, tuple(fields)
     except csv.Error as failure:
         raise error(f"not a CSV row ({failure})", file, reader.line_num) from None
     if header is None:
         raise error("empty file: expected a CSV header", file)
-    return CsvTable(file, header, tuple(rows))
 
 
 def _check_header(fields: list[str], path: Path, row: int, error: ErrorType) -> tuple[str, ...]:

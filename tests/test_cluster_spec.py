@@ -255,7 +255,9 @@ def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     (["--cluster", "x100:8"], "unknown GPU type 'x100'"),
     (["--cluster", "BAD_TOPOLOGY"], "nodes[0].topology.gpus_per_switch"),
     (["--policy-opt", "q=1"], "policy 'pollux' has no option 'q'"),
-    (["--policy-opt", "tiresias:thresholds=1"], "option thresholds is 1: expected sequence"),
+    (["--policy", "tiresias", "--policy-opt", "tiresias:thresholds=1"],
+     "option thresholds is 1: expected sequence"),
+    (["--policy-opt", "tiresias:thresholds=[1]"], "policy 'tiresias' is not in this run"),
     (["--hidden", "contention", "--hidden-opt", "seed=1.5"], "option seed is 1.5: expected int"),
     (["--config", "BAD_CONFIG"], "[policy.nope]"),
 ])

@@ -85,9 +85,8 @@ def shockwave_world_options(policy_name: str) -> dict[str, object]:
 #: Exit status of a simulation that ran but left jobs unfinished at its horizon.
 EXIT_UNFINISHED = 3
 
-#: Bounds of the simulated cluster's shape and of its times (seconds).
-MAX_NODES = 10_000
-MAX_GPUS_PER_NODE = 1024
+#: Bound of the simulated times (seconds); the cluster's size bounds are
+#: :func:`bayes_sched.cluster_spec.check_cluster_size`'s.
 DAY = 86_400.0
 
 _TABLE_COLUMNS = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
@@ -178,10 +177,11 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
                         help="the cluster: a short spec such as 16x4:t4 (16 nodes of 4 T4 GPUs) "
                              "or v100:36 (nodes of 4), or a TOML/JSON file (see the README); "
                              "default 16x4:t4, the artifact's")
-    parser.add_argument("--nodes", type=int_in_range(1, MAX_NODES),
-                        help="nodes of a homogeneous cluster (default 16)")
-    parser.add_argument("--gpus-per-node", type=int_in_range(1, MAX_GPUS_PER_NODE),
-                        help="GPUs per node of a homogeneous cluster (default 4)")
+    parser.add_argument("--nodes", type=positive_int,
+                        help="nodes of a homogeneous cluster (default 16; at most 65536)")
+    parser.add_argument("--gpus-per-node", type=positive_int,
+                        help="GPUs per node of a homogeneous cluster (default 4; at most 1024, "
+                             "and 2^20 GPUs in all)")
     parser.add_argument("--interval", type=finite_float(1.0, DAY, unit="seconds"),
                         help="seconds per scheduling round, in [1, 86400] (default: the cluster "
                              "spec's, 60)")
@@ -230,11 +230,13 @@ def _read_config(path: str | None) -> dict[str, Any]:
     """The --config TOML file as a table (empty without one)."""
     if path is None:
         return {}
+    from perfmodel import textio
+
     file = Path(path)
-    try:
-        raw = tomllib.loads(file.read_text())
-    except OSError as error:
-        raise InputError(f"--config: cannot read it ({error.strerror})", file) from None
+    try:  # bounded in size, UTF-8 checked: a binary or endless file is one line, not a crash
+        raw = tomllib.loads(textio.read_text(file, InputError))
+    except InputError as error:
+        raise InputError(f"--config: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"--config: not TOML ({error})", file) from None
     for key, value in raw.items():
@@ -249,7 +251,12 @@ def _read_config(path: str | None) -> dict[str, Any]:
 
 
 def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any]) -> ClusterSpec:
-    from bayes_sched.cluster_spec import ClusterSpec, cluster_spec_from_dict, load_cluster_spec
+    from bayes_sched.cluster_spec import (
+        ClusterSpec,
+        check_cluster_size,
+        cluster_spec_from_dict,
+        load_cluster_spec,
+    )
 
     shape = args.nodes is not None or args.gpus_per_node is not None
     if args.cluster is not None and shape:
@@ -261,8 +268,10 @@ def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any]) -> Cluste
     if args.cluster is not None:
         return load_cluster_spec(args.cluster)
     if shape or "cluster" not in config:
-        return ClusterSpec.homogeneous(16 if args.nodes is None else args.nodes,
-                                       4 if args.gpus_per_node is None else args.gpus_per_node)
+        nodes = 16 if args.nodes is None else args.nodes
+        gpus = 4 if args.gpus_per_node is None else args.gpus_per_node
+        check_cluster_size(nodes, nodes * gpus, gpus, f"--nodes {nodes} --gpus-per-node {gpus}")
+        return ClusterSpec.homogeneous(nodes, gpus)
     raw = config["cluster"]
     source = f"{args.config} [cluster]"
     if isinstance(raw, str):
@@ -306,7 +315,11 @@ def _config(args: argparse.Namespace, seed: int = 0) -> SimConfig:
 def _policy_options(args: argparse.Namespace, names: Sequence[str],
                     seed: int = 0) -> dict[str, dict[str, Any]]:
     """Checked options per policy: the --config tables, then --policy-opt, then
-    --no-avoid-interference; ``seed`` for every seed option none of them sets."""
+    --no-avoid-interference; ``seed`` for every seed option none of them sets.
+
+    ``names`` may be the part of the run's policies one world runs (``compare``); a
+    ``--policy-opt POLICY:KEY=VALUE`` for a policy the run does not hold at all (``--policy`` /
+    ``--policies``) is refused, not ignored."""
     from bayes_sched.sim.seeds import with_seed
 
     settings = _read_config(args.config).get("policy", {})
@@ -315,6 +328,7 @@ def _policy_options(args: argparse.Namespace, names: Sequence[str],
         raise InputError(f"--config: unknown policy [policy.{unknown[0]}]; expected one of "
                          f"{', '.join(POLICIES)}", args.config)
     raw: dict[str, dict[str, Any]] = {name: dict(settings.get(name, {})) for name in names}
+    run = getattr(args, "policies", None) or [args.policy]
     for item in args.policy_opt:
         prefix, colon, rest = item.partition(":")
         targets = names
@@ -322,8 +336,11 @@ def _policy_options(args: argparse.Namespace, names: Sequence[str],
             if prefix not in POLICIES:
                 raise InputError(f"--policy-opt {item!r}: unknown policy '{prefix}'; expected "
                                  f"one of {', '.join(POLICIES)}")
+            if prefix not in run:
+                raise InputError(f"--policy-opt {item!r}: policy '{prefix}' is not in this run "
+                                 f"({', '.join(run)}); expected an option of a policy run")
             targets, item = [prefix] if prefix in names else [], rest
-            # A policy not run here still gets its options checked (a typo is not ignored).
+            # A policy of the run that another world runs still gets its options checked here.
             POLICIES.parse(prefix, [item], "--policy-opt")
         for name in targets:
             _merge(raw[name], parse_assignments([item], "--policy-opt"))
@@ -386,7 +403,7 @@ def _read_workload(name: str, args: argparse.Namespace, quiet: bool = False) -> 
 
     if args.profiles is not None:
         register_profiles(args.profiles)
-    workload = read_workload(name, skip_unknown=args.skip_unknown)
+    workload = read_workload(name, skip_unknown=args.skip_unknown, max_jobs=args.max_jobs)
     if workload.skipped and not quiet:
         apps = ", ".join(sorted(set(workload.skipped)))
         print(f"bayes-sched: {workload.name}: dropped {len(workload.skipped)} of "
@@ -425,16 +442,14 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
     cluster_type: type[TableCluster]
     if shockwave_world:
         path = (Path(trace) if Path(trace).exists() else shipped_shockwave_trace(trace))
-        jobs: tuple = read_shockwave_trace(path)
+        jobs: tuple = read_shockwave_trace(path, max_jobs=args.max_jobs)
         table, cluster_type = load_shockwave_throughputs(), ShockwaveCluster
         spec = replace(spec, round_interval=args.interval or SHOCKWAVE_ROUND_SECONDS)
     else:
         path = resolve_gavel_trace(trace)
-        jobs = read_gavel_trace(path)
+        jobs = read_gavel_trace(path, max_jobs=args.max_jobs)
         table, cluster_type = load_gavel_throughputs(), TableCluster
         spec = replace(spec, round_interval=args.interval or GAVEL_ROUND_SECONDS)
-    if args.max_jobs:
-        jobs = jobs[:args.max_jobs]
     options = _policy_options(args, [policy_name])[policy_name]
     if shockwave_world:  # Shockwave's table, recompute interval and baselines, unless told
         for name, value in shockwave_world_options(policy_name).items():
@@ -554,7 +569,7 @@ def is_pollux_workload(trace: str) -> bool:
     if path.is_file():
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
-                header = handle.readline().strip().split(",")
+                header = handle.readline(1 << 20).strip().split(",")  # a header, not a file
         except OSError:
             return False
         return set(WORKLOAD_COLUMNS) <= {h.strip() for h in header}

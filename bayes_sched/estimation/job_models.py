@@ -18,11 +18,13 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.jobs import JobModel, JobView, Observation
+from bayes_sched.registry import SEED, Range
 from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import (
     ThroughputParams,
@@ -143,9 +145,9 @@ class RefitRule:
 class PosteriorSettings:
     """How the estimator draws from the throughput posterior: SVI steps, draws kept, seed."""
 
-    num_steps: int = 150
-    num_samples: int = 64
-    seed: int = 0
+    num_steps: Annotated[int, Range(1, 100_000)] = 150
+    num_samples: Annotated[int, Range(1, 10_000)] = 64
+    seed: Annotated[int, SEED] = 0
 
 
 class JobModelEstimator:

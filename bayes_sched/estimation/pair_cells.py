@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from bayes_sched.estimation.throughput.effects import (
     default_log_variances,
 )
 from bayes_sched.estimation.throughput_cells import ThroughputBelief
+from bayes_sched.registry import Range
 
 #: The "GPU type" of every node-sharing cell: the Pollux world has one kind of node.
 NODE_SHARING = "node"
@@ -88,10 +89,10 @@ class PairPrior:
     shown otherwise. The learner's per-GPU-type copies of these effects coincide with them here
     (one node type), so they start at the smallest variance the learner allows."""
 
-    own: float = 0.04
-    other: float = 0.04
-    apps: float = 0.08
-    pair: float = 0.04
+    own: Annotated[float, Range(0.0, min_open=True)] = 0.04
+    other: Annotated[float, Range(0.0, min_open=True)] = 0.04
+    apps: Annotated[float, Range(0.0, min_open=True)] = 0.08
+    pair: Annotated[float, Range(0.0, min_open=True)] = 0.04
 
     def log_variances(self) -> np.ndarray:
         """The learner's starting hyperparameters (learned log variances, then log nuggets)."""

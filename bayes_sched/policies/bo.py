@@ -47,7 +47,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import numpy as np
 import torch
@@ -63,6 +63,7 @@ from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.interference.predictor import ColocationRound, SlowdownPredictor, speed_factor
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.pollux import PolluxPolicy
+from bayes_sched.registry import GPU_COUNT, PROBABILITY, SEED, Range
 from bayes_sched.search.allocation import (
     STATE_DTYPE,
     AllocationProblem,
@@ -106,6 +107,12 @@ class RoundRecord:
     learned: dict[str, float] = field(default_factory=dict)
 
 
+#: Most candidates scored per round and most joint posterior draws (memory follows
+#: ``draws x jobs x jobs``; defaults 8 and 64).
+MAX_CANDIDATES = 1024
+MAX_DRAWS = 4096
+
+
 class BayesOptPolicy:
     """The Bayesian-optimised policy (registered as ``"bo"``).
 
@@ -140,14 +147,20 @@ class BayesOptPolicy:
 
     name = "bo"
 
-    def __init__(self, p: float = -1.0, max_nodes_per_job: int = 16, max_replicas_cap: int = 64,
+    def __init__(self, p: float = -1.0, max_nodes_per_job: Annotated[int, GPU_COUNT] = 16,
+                 max_replicas_cap: Annotated[int, GPU_COUNT] = 64,
                  ga: GAConfig = _DEFAULT_GA, pair_prior: PairPrior = _DEFAULT_PAIR_PRIOR,
-                 residual_noise: float = 0.15, forget: float = 0.998, candidates: int = 8,
-                 posterior_draws: int = 64, offer_avoiding: bool = True, min_gain: float = 0.01,
-                 error_forget: float = 0.8, node_topology: NodeTopology | None = None,
-                 contention_every: int = 10, seed: int = 0, risk: float | None = None,
+                 residual_noise: Annotated[float, Range(0.0, min_open=True)] = 0.15,
+                 forget: Annotated[float, Range(0.0, 1.0, min_open=True)] = 0.998,
+                 candidates: Annotated[int, Range(1, MAX_CANDIDATES)] = 8,
+                 posterior_draws: Annotated[int, Range(1, MAX_DRAWS)] = 64,
+                 offer_avoiding: bool = True, min_gain: Annotated[float, Range(0.0)] = 0.01,
+                 error_forget: Annotated[float, PROBABILITY] = 0.8,
+                 node_topology: NodeTopology | None = None,
+                 contention_every: Annotated[int, Range(1)] = 10,
+                 seed: Annotated[int, SEED] = 0, risk: float | None = None,
                  posterior: PosteriorSettings = _DEFAULT_POSTERIOR,
-                 pair_hyper_every: int = 0) -> None:
+                 pair_hyper_every: Annotated[int, Range(0)] = 0) -> None:
         # bo's searches are elitist whatever ``ga`` says: its co-location fitness has no
         # counterpart of NSGA-II's second objective, and its figures were measured so.
         ga = replace(ga, search="elitist")

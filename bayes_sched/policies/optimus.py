@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Annotated
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from bayes_sched.cluster import Allocations, ClusterState, consolidated_placemen
 from bayes_sched.estimation import Estimator, JobModelEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies.base import free_gpus, pack
+from bayes_sched.registry import GPU_COUNT
 from perfmodel.throughput import seconds_per_step
 
 #: The artifact ran NCF on one GPU under every policy that sizes jobs.
@@ -45,7 +47,8 @@ ARTIFACT_MAX_REPLICAS: Mapping[str, int] = {"ncf": 1}
 class OptimusPolicy:
     name = "optimus"
 
-    def __init__(self, max_replicas: Mapping[str, int] = ARTIFACT_MAX_REPLICAS) -> None:
+    def __init__(self, max_replicas: Mapping[str, Annotated[int, GPU_COUNT]] = ARTIFACT_MAX_REPLICAS
+                 ) -> None:
         self.max_replicas_by_app = dict(max_replicas)
         self.job_models = JobModelEstimator()
 

@@ -30,12 +30,14 @@ distributed job per node.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Annotated
 
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.registry import GPU_COUNT, Range
 from bayes_sched.search.allocation import (
     SEARCHES,
     STATE_DTYPE,
@@ -75,11 +77,15 @@ class PolluxPolicy:
 
     name = "pollux"
 
-    def __init__(self, p: float = -1.0, avoid_interference: bool = True, max_nodes_per_job: int = 16,
-                 max_replicas_cap: int = 64, ga: GAConfig = _DEFAULT_GA,
+    def __init__(self, p: float = -1.0, avoid_interference: bool = True,
+                 max_nodes_per_job: Annotated[int, GPU_COUNT] = 16,
+                 max_replicas_cap: Annotated[int, GPU_COUNT] = 64, ga: GAConfig = _DEFAULT_GA,
                  job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
-                 speedup_tolerance: float = 0.02, risk: float | None = None,
+                 speedup_tolerance: Annotated[float, Range(0.0)] = 0.02,
+                 risk: float | None = None,
                  posterior: PosteriorSettings = _DEFAULT_POSTERIOR) -> None:
+        if p == 0:
+            raise ValueError("p is 0: expected a nonzero power-mean exponent")
         if risk is not None and not 0 <= risk < 1:
             raise ValueError(f"risk is {risk}: expected None or a quantile in [0, 1)")
         self.risk = risk or None

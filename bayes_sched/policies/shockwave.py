@@ -65,7 +65,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 
@@ -91,6 +91,7 @@ from bayes_sched.policies.remaining_work import (
     RemainingWorkPredictor,
 )
 from bayes_sched.policies.time_sharing import DEFAULT_STEPS_PER_SECOND, cluster_types
+from bayes_sched.registry import SEED, Range
 from bayes_sched.throughputs import load_throughputs
 
 LOG = logging.getLogger(__name__)
@@ -110,6 +111,9 @@ MAX_PRIORITY = 1e9
 
 #: Mixed-integer solvers from pip that cvxpy can call.
 MIP_SOLVERS = ("HIGHS", "SCIP")
+
+#: Most rounds planned ahead or between re-plans (the program grows with the horizon; default 20).
+MAX_FUTURE_ROUNDS = 1000
 
 
 def log_segments() -> tuple[np.ndarray, np.ndarray]:
@@ -163,10 +167,12 @@ class ShockwavePolicy:
 
     name = "shockwave"
 
-    def __init__(self, future_rounds: int = 20, k: float = 1e-3, lam: float = 12.0,
-                 rhomax: float = 1.0, reopt_rounds: int = 8,
+    def __init__(self, future_rounds: Annotated[int, Range(1, MAX_FUTURE_ROUNDS)] = 20,
+                 k: float = 1e-3, lam: float = 12.0, rhomax: float = 1.0,
+                 reopt_rounds: Annotated[int, Range(1, MAX_FUTURE_ROUNDS)] = 8,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", max_nodes: int = 1000,
-                 seed: int = 0, time_limit: float | None = None, mip_rel_gap: float = 1e-3,
+                 seed: Annotated[int, SEED] = 0, time_limit: float | None = None,
+                 mip_rel_gap: float = 1e-3,
                  throughputs: Literal["tacc", "simulation", "physical"] = "tacc",
                  calibrate: bool = True,
                  remaining_work: Literal["dirichlet", "noise_scale"] = "dirichlet",

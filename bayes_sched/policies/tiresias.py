@@ -12,11 +12,13 @@ artifact.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
+from bayes_sched.registry import Increasing, Range
 
 
 class TiresiasPolicy:
@@ -24,7 +26,9 @@ class TiresiasPolicy:
 
     name = "tiresias"
 
-    def __init__(self, thresholds: Sequence[float] = (16 * 3600.0,)) -> None:
+    def __init__(self, thresholds: Annotated[
+            Sequence[Annotated[float, Range(0.0, min_open=True, unit="GPU-seconds")]],
+            Increasing()] = (16 * 3600.0,)) -> None:
         self.thresholds = tuple(float(t) for t in thresholds)
         self._queues: list[list[str]] = [[] for _ in range(len(self.thresholds) + 1)]
         self._level: dict[str, int] = {}

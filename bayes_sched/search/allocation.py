@@ -27,11 +27,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.jobs import JobView
+from bayes_sched.registry import PROBABILITY, SEED, Range, check_fields
 from bayes_sched.search import nsga2
 
 #: GPU counts in the search: small integers keep large populations cheap to copy and scan.
@@ -42,6 +44,13 @@ Entries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 #: Survival schemes of the genetic search (see :class:`GAConfig`).
 SEARCHES = ("nsga2", "elitist")
+
+#: Largest population and most generations of the genetic search (defaults: 48 and 40).
+MAX_POPULATION = 10_000
+MAX_GENERATIONS = 10_000
+#: Most GPU counts (``P x jobs x nodes``) a population may hold (default: 3,000,000).
+MAX_ELEMENTS = 50_000_000
+
 
 @dataclass(frozen=True)
 class GAConfig:
@@ -56,23 +65,29 @@ class GAConfig:
     On large problems the population shrinks so that it holds at most ``max_elements`` GPU counts
     (``P x jobs x nodes``), down to ``min_population``, with generations shrinking alike down to
     ``min_generations``: at 1,024 GPUs and 2,000 jobs a full population would not fit a 2 s round.
+
+    Bounds (checked by the option registry, and here for direct use): population and
+    generations up to :data:`MAX_POPULATION` and :data:`MAX_GENERATIONS` (time grows with their
+    product), ``max_elements`` up to :data:`MAX_ELEMENTS` (a dense population of that many int16
+    counts is 100 MB), the rates probabilities.
     """
 
-    population: int = 48
-    generations: int = 40
-    max_elements: int = 3_000_000
-    min_population: int = 8
-    min_generations: int = 8
-    reset_prob: float = 0.1
-    zero_prob: float = 0.1
-    grow_prob: float = 0.15
-    seed: int = 0
+    population: Annotated[int, Range(2, MAX_POPULATION)] = 48
+    generations: Annotated[int, Range(1, MAX_GENERATIONS)] = 40
+    max_elements: Annotated[int, Range(1, MAX_ELEMENTS)] = 3_000_000
+    min_population: Annotated[int, Range(2, MAX_POPULATION)] = 8
+    min_generations: Annotated[int, Range(1, MAX_GENERATIONS)] = 8
+    reset_prob: Annotated[float, PROBABILITY] = 0.1
+    zero_prob: Annotated[float, PROBABILITY] = 0.1
+    grow_prob: Annotated[float, PROBABILITY] = 0.15
+    seed: Annotated[int, SEED] = 0
     search: str = "nsga2"
-    crossover_prob: float = 0.9
+    crossover_prob: Annotated[float, PROBABILITY] = 0.9
 
     def __post_init__(self) -> None:
         if self.search not in SEARCHES:
             raise ValueError(f"GAConfig.search is {self.search!r}: expected one of {SEARCHES}")
+        check_fields(self, "GAConfig")
 
 
 def restart_penalty(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndarray | float

@@ -5,7 +5,8 @@ all of one type) and a training length in steps; it progresses at the measured s
 type, scale factor and GPU type (:mod:`bayes_sched.throughputs`).
 
 ``.trace`` files (Gavel's ``scheduler/traces``): one job per line, 10 tab-separated columns, no
-header (:data:`TRACE_COLUMNS`); arrival times in seconds, non-decreasing.
+header (:data:`TRACE_COLUMNS`); arrival times in seconds, non-decreasing. They are streamed
+(:func:`iter_gavel_trace`): reading the first N jobs reads N lines, whatever the file's length.
 
 The continuous-arrival generator follows Gavel's simulator (``scheduler.py`` ``simulate`` and
 ``utils.py`` ``generate_job``): Poisson arrivals (exponential gaps of mean ``3600 / rate`` s, the
@@ -19,6 +20,7 @@ Python's Mersenne Twister, as Gavel seeds them, so a seed names the same job seq
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
@@ -80,27 +82,43 @@ def make_job(name: str, submit_time: float, job_type: str, scale_factor: int, to
                         _batch_size(job_type), float(total_steps), float(priority_weight))
 
 
-def read_gavel_trace(path: str | Path, table: ThroughputTable | None = None
-                     ) -> tuple[TableJobSpec, ...]:
-    """Read and check a Gavel ``.trace`` file; jobs are named by their line index (``"0"``...).
+def read_gavel_trace(path: str | Path, table: ThroughputTable | None = None,
+                     max_jobs: int | None = None) -> tuple[TableJobSpec, ...]:
+    """Read and check a Gavel ``.trace`` file, or its first ``max_jobs`` jobs (the lines after
+    them are not read); jobs are named by their index (``"0"``...).
 
     Raises:
-        InputError: one line naming the file, row (line number) and column of the first problem:
-            a wrong number of columns, a bad number, a job type / scale factor with no measured
-            throughput, arrival times that go back in time, an empty file.
+        InputError: one line naming the file, row (line number) and column of the first problem
+            (see :func:`iter_gavel_trace`), or a file with no jobs.
+    """
+    path = Path(path)
+    jobs = tuple(itertools.islice(iter_gavel_trace(path, table), max_jobs))
+    if not jobs:
+        raise InputError("no jobs: expected one tab-separated line per job", path)
+    return jobs
+
+
+def iter_gavel_trace(path: str | Path, table: ThroughputTable | None = None
+                     ) -> Iterator[TableJobSpec]:
+    """The jobs of a Gavel ``.trace`` file, checked and yielded line by line (the file is never
+    held whole).
+
+    Raises:
+        InputError: when the iteration reaches it, one line naming the file, row (line number)
+            and column of a problem: a wrong number of columns, a bad number, a job type / scale
+            factor with no measured throughput, arrival times that go back in time.
     """
     table = table or load_gavel_throughputs()
     path = Path(path)
-    text = textio.read_text(path, InputError)
     int_cell = textio.int_parser(0, 1)
     steps_cell = textio.float_parser(0.0, 1e15, above_minimum=True)
     scale_cell = textio.int_parser(1, MAX_SCALE_FACTOR)
     weight_cell = textio.float_parser(0.0, 1e6, above_minimum=True)
     slo_cell = textio.float_parser()
     time_cell = textio.float_parser(0.0, 1e12)
-    jobs: list[TableJobSpec] = []
+    index = 0
     previous = 0.0
-    for row, line in enumerate(text.splitlines(), start=1):
+    for row, line in textio.iter_lines(path, InputError):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -133,11 +151,8 @@ def read_gavel_trace(path: str | Path, table: ThroughputTable | None = None
                              f"{previous:g}: expected non-decreasing arrival times", path, row,
                              "arrival_time")
         previous = arrival
-        jobs.append(make_job(str(len(jobs)), arrival, job_type, scale_factor, total_steps,
-                             weight))
-    if not jobs:
-        raise InputError("no jobs: expected one tab-separated line per job", path)
-    return tuple(jobs)
+        yield make_job(str(index), arrival, job_type, scale_factor, total_steps, weight)
+        index += 1
 
 
 def shipped_gavel_trace(name: str) -> Path:

@@ -15,7 +15,8 @@ runs follows Shockwave's simulator, which differs from these profiles in places;
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,19 +76,34 @@ def profile_epoch_seconds(job: ShockwaveJobSpec, table: ThroughputTable, gpu: st
     return out
 
 
-def read_shockwave_trace(path: str | Path, table: ThroughputTable | None = None
-                         ) -> tuple[ShockwaveJobSpec, ...]:
-    """Read and check a 12-column Shockwave trace; jobs are named by their line index.
+def read_shockwave_trace(path: str | Path, table: ThroughputTable | None = None,
+                         max_jobs: int | None = None) -> tuple[ShockwaveJobSpec, ...]:
+    """Read and check a 12-column Shockwave trace, or its first ``max_jobs`` jobs (the lines after
+    them are not read); jobs are named by their index.
 
     Raises:
-        InputError: one line naming the file, row and column of the first problem: a wrong number
-            of columns, a bad number, an unknown mode, a model without a dataset size, a job type /
-            scale factor with no measured throughput (also for a batch size its mode reaches),
-            arrival times that go back in time, an empty file.
+        InputError: one line naming the file, row and column of the first problem (see
+            :func:`iter_shockwave_trace`), or a file with no jobs.
+    """
+    path = Path(path)
+    jobs = tuple(itertools.islice(iter_shockwave_trace(path, table), max_jobs))
+    if not jobs:
+        raise InputError("no jobs: expected one tab-separated line per job", path)
+    return jobs
+
+
+def iter_shockwave_trace(path: str | Path, table: ThroughputTable | None = None
+                         ) -> Iterator[ShockwaveJobSpec]:
+    """The jobs of a 12-column Shockwave trace, checked and yielded line by line.
+
+    Raises:
+        InputError: when the iteration reaches it, one line naming the file, row and column of a
+            problem: a wrong number of columns, a bad number, an unknown mode, a model without a
+            dataset size, a job type / scale factor with no measured throughput (also for a batch
+            size its mode reaches), arrival times that go back in time.
     """
     table = table or load_shockwave_throughputs()
     path = Path(path)
-    text = textio.read_text(path, InputError)
     parsers = {
         "needs_data_dir": textio.int_parser(0, 1),
         "total_steps": textio.float_parser(0.0, 1e15, above_minimum=True),
@@ -97,9 +113,9 @@ def read_shockwave_trace(path: str | Path, table: ThroughputTable | None = None
         "duration": textio.float_parser(0.0, 1e12),
         "arrival_time": textio.float_parser(0.0, 1e12),
     }
-    jobs: list[ShockwaveJobSpec] = []
+    index = 0
     previous = 0.0
-    for row, line in enumerate(text.splitlines(), start=1):
+    for row, line in textio.iter_lines(path, InputError):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -120,7 +136,7 @@ def read_shockwave_trace(path: str | Path, table: ThroughputTable | None = None
                              f"{', '.join(MODES)}", path, row, "mode")
         scale_factor = int(values["scale_factor"])
         arrival = float(values["arrival_time"])
-        job = ShockwaveJobSpec(str(len(jobs)), arrival, job_type, scale_factor,
+        job = ShockwaveJobSpec(str(index), arrival, job_type, scale_factor,
                                _initial_batch_size(job_type, path, row),
                                float(values["total_steps"]), float(values["priority_weight"]),
                                mode, float(values["duration"]))
@@ -137,10 +153,8 @@ def read_shockwave_trace(path: str | Path, table: ThroughputTable | None = None
                              f"{previous:g}: expected non-decreasing arrival times", path, row,
                              "arrival_time")
         previous = arrival
-        jobs.append(job)
-    if not jobs:
-        raise InputError("no jobs: expected one tab-separated line per job", path)
-    return tuple(jobs)
+        yield job
+        index += 1
 
 
 def _initial_batch_size(job_type: str, path: Path, row: int) -> int:
@@ -171,7 +185,7 @@ def is_shockwave_trace(path: Path) -> bool:
     """Whether a trace file's first line has Shockwave's 12 columns (else Gavel's 10)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            first = handle.readline()
+            first = handle.readline(textio.MAX_LINE_BYTES)
     except OSError:
         return False
     return len(first.rstrip("\n").split("\t")) == len(SHOCKWAVE_TRACE_COLUMNS)

@@ -13,10 +13,11 @@ import csv
 import io
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,8 +80,8 @@ def resolve_workload(spec: str | Path) -> Path:
 
 
 def read_workload(path: str | Path, applications: Sequence[str] | None = None,
-                  skip_unknown: bool = False) -> Workload:
-    """Read and validate a workload CSV.
+                  skip_unknown: bool = False, max_jobs: int | None = None) -> Workload:
+    """Read and validate a workload CSV, streamed row by row.
 
     Args:
         path: the CSV file (or a shipped name, see :func:`resolve_workload`).
@@ -88,6 +89,8 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
             registered (:func:`~bayes_sched.sim.physics.register_profiles`).
         skip_unknown: drop the rows of unknown applications (listed in ``Workload.skipped``)
             instead of refusing the workload.
+        max_jobs: stop once this many jobs are read (the rows after them are not read, nor
+            checked); ``None``: every row.
 
     Raises:
         InputError: naming file, row and column of the first problem (unknown application, a
@@ -98,22 +101,28 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
 
     known = tuple(applications) if applications is not None else known_applications()
     path = resolve_workload(path)
-    table = textio.read_csv(path, InputError)
-    table.require(WORKLOAD_COLUMNS, InputError)
-    columns = textio.parse_cells(table, {
+    rows = textio.iter_csv(path, InputError)
+    _, header = next(rows)
+    textio.CsvTable(path, header, ()).require(WORKLOAD_COLUMNS, InputError)
+    parsers: dict[str, Callable[[str], Any]] = {
         "name": str,
         "time": textio.float_parser(),
         "application": str,
         "num_replicas": textio.int_parser(1, textio.MAX_GPUS),
         "batch_size": textio.int_parser(1, textio.MAX_BATCH),
-    }, InputError)
+    }
+    index = {column: header.index(column) for column in parsers}
     jobs: list[JobSpec] = []
     names: set[str] = set()
     previous_time = 0.0
     skipped: list[str] = []
-    for i, (row_number, _) in enumerate(table.rows):
-        name, time, application = columns["name"][i], columns["time"][i], \
-            columns["application"][i]
+    for row_number, fields in rows:
+        if max_jobs is not None and len(jobs) >= max_jobs:
+            break
+        cells = {column: textio.parse_cell(fields[index[column]], parse, path, row_number,
+                                           column, InputError)
+                 for column, parse in parsers.items()}
+        name, time, application = cells["name"], cells["time"], cells["application"]
         if name in names:
             raise InputError(f"duplicate job name '{name}': expected unique names", path,
                              row_number, "name")
@@ -131,8 +140,8 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
         if application not in known:
             raise InputError(f"unknown application '{application}': expected one of "
                              f"{', '.join(known)}", path, row_number, "application")
-        jobs.append(JobSpec(name, time, application, columns["num_replicas"][i],
-                            columns["batch_size"][i]))
+        jobs.append(JobSpec(name, time, application, cells["num_replicas"],
+                            cells["batch_size"]))
     if not jobs:
         dropped = f" once {len(skipped)} rows of unknown applications were dropped" \
             if skipped else " after the header"
