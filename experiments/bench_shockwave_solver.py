@@ -38,6 +38,7 @@ def main() -> None:
 
     from bayes_sched.cli._common import print_table
     from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.estimates import NO_ESTIMATES
     from bayes_sched.policies import make_policy
     from bayes_sched.policies.shockwave import ShockwavePolicy
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -71,7 +72,7 @@ def main() -> None:
             trial.solver = solver
             trial._names = frozenset()  # a changed job set: a full re-plan
             start, cpu = time.perf_counter(), time.process_time()
-            trial.decide(state, views)
+            trial.decide(state, views, NO_ESTIMATES)
             took = time.perf_counter() - start
             seconds[solver].append(took)
             cpu_seconds[solver].append(time.process_time() - cpu)

@@ -11,9 +11,10 @@ artifact.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
@@ -23,6 +24,7 @@ class TiresiasPolicy:
     """2D-LAS with queue thresholds ``thresholds`` (GPU-seconds, increasing)."""
 
     name = "tiresias"
+    needs: tuple[str, ...] = ()
 
     def __init__(self, thresholds: Sequence[float] = (16 * 3600.0,)) -> None:
         self.thresholds = tuple(float(t) for t in thresholds)
@@ -35,10 +37,14 @@ class TiresiasPolicy:
     def estimators(self) -> Sequence[Estimator]:
         return ()
 
+    def stats(self) -> Mapping[str, float]:
+        return {}
+
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         now = cluster.now
         by_name = {job.name: job for job in jobs}
         for queue in self._queues:
