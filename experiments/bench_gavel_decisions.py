@@ -138,7 +138,7 @@ def main() -> None:
                          "cpu_ms": round(1000 * float(np.median(cpu)), 1),
                          "pairs_in_force": (len(policy.pair_fractions())
                                             if hasattr(policy, "pair_fractions") else 0),
-                         "failures": policy.solver_failures})
+                         "failures": int(policy.stats()["solver_failures"])})
             print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     print_table(rows, title=f"decision time (allocation recomputed), {args.cluster}")
 

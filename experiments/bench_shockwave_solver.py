@@ -79,7 +79,7 @@ def main() -> None:
             row[f"{solver}_s"] = round(took, 3)
             row[f"{solver}_cpu_s"] = round(cpu_seconds[solver][-1], 3)
             row[f"{solver}_nodes"] = max(trial.solve_nodes, default=0)
-            row[f"{solver}_failed"] = trial.solver_failures
+            row[f"{solver}_failed"] = int(trial.stats()["solver_failures"])
         rows.append(row)
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
