@@ -3,8 +3,9 @@
 ::
 
     observe   cluster.advance(interval); cluster.state, cluster.job_views()    (job reports)
-    estimate  policy.estimators(): job models, contention / co-location posteriors   (timed apart)
-    decide    policy.decide(state, read-only job views)  -> {job: GPUs per node}
+    estimate  the estimators (today the policy's, policy.estimators()) -> an Estimates bundle
+              (job models, throughput beliefs, co-location posteriors; timed apart)
+    decide    policy.decide(state, read-only job views, estimates)  -> {job: GPUs per node}
     apply     cluster.apply(decision)   (a rejected decision keeps the allocation in force)
 
 The loop knows the cluster only through :class:`~bayes_sched.cluster.Cluster`, so the same loop that
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 from bayes_sched.cluster import Cluster, PackedAllocations, shared_pairs
 from bayes_sched.errors import AllocationError
-from bayes_sched.estimation import RefitRule, run_estimators, set_refit_rule
+from bayes_sched.estimation import RefitRule, estimate_round, estimator_stats, set_refit_rule
 from bayes_sched.policies.base import Policy
 
 LOG = logging.getLogger(__name__)
@@ -30,13 +31,17 @@ LOG = logging.getLogger(__name__)
 class LoopStats:
     """What happened in the loop: decision wall times (seconds, one per round with active jobs),
     estimation wall times (seconds, one per such round: model fits and posteriors, outside the
-    decision), number of active jobs at each decision, and rejected decisions with their reasons."""
+    decision), number of active jobs at each decision, and rejected decisions with their reasons;
+    at the end of the run, what each need's estimates came from (``{need: estimator}``, the last
+    round's) and the estimators' figures (:meth:`~bayes_sched.estimation.Estimator.stats`)."""
 
     decision_seconds: list[float] = field(default_factory=list)
     estimate_seconds: list[float] = field(default_factory=list)
     decision_jobs: list[int] = field(default_factory=list)
     rejected: list[tuple[float, str]] = field(default_factory=list)
     rounds: int = 0
+    estimates_from: dict[str, str] = field(default_factory=dict)
+    estimator_stats: dict[str, float] = field(default_factory=dict)
 
 
 def run_loop(cluster: Cluster, policy: Policy, interval: float,
@@ -47,8 +52,9 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
     """Run rounds of ``interval`` seconds until the cluster is done (or ``max_rounds``).
 
     Each round lets ``interval`` seconds pass, runs the policy's estimators on the active jobs'
-    reports, then gives the policy the jobs and applies its decision. A decision the cluster
-    rejects (e.g. one oversubscribing a node) is logged and the previous allocation stays in force.
+    reports, then gives the policy the jobs and the round's estimates and applies its decision. A
+    decision the cluster rejects (e.g. one oversubscribing a node) is logged and the previous
+    allocation stays in force.
     ``refit``: the rule by which the estimation stage refits the throughput models of jobs that
     report no fit of their own (``None``: each job-model estimator keeps its own). ``stats``:
     record into this (e.g. one ``on_round`` reads as the loop runs) rather than a new one.
@@ -67,10 +73,11 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
         jobs = cluster.job_views()
         if jobs:
             start = clock()
-            jobs = run_estimators(estimators, state, jobs)
+            jobs, estimates = estimate_round(estimators, state, jobs)
             stats.estimate_seconds.append(clock() - start)
+            stats.estimates_from.update(estimates.sources())
             start = clock()
-            decision = policy.decide(state, jobs)
+            decision = policy.decide(state, jobs, estimates)
             stats.decision_seconds.append(clock() - start)
             stats.decision_jobs.append(len(jobs))
             try:
@@ -87,4 +94,5 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
                     [p for p in shared_pairs(held) if p[0] in names and p[1] in names]))
         if on_round is not None:
             on_round(cluster)
+    stats.estimator_stats.update(estimator_stats(estimators))
     return stats

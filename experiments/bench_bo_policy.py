@@ -157,7 +157,7 @@ def run_one(task: tuple[str, float, str, str, int | None, int]) -> dict[str, obj
             entry.update({f"learned_{k}": v for k, v in entry.pop("learned").items()})
             rounds.append(entry)
         row["rounds"] = rounds
-        row["fit_problems"] = len(policy.fit_problems)
+        row["fit_problems"] = int(result.policy_stats["fit_problems"])
         row["learned_pairs"] = worst_pairs(policy)
         contention = policy.predictor(ContentionPrior)
         row["contention_fits"] = contention.fits

@@ -97,6 +97,7 @@ import numpy as np
 def main() -> None:
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.estimates import NO_ESTIMATES
     from bayes_sched.policies import TABLE_WORLD_POLICIES, TIME_SHARING_POLICIES, make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_cluster import TableCluster
@@ -128,7 +129,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 policy = make_policy(name, **options)
                 start, start_cpu = time.perf_counter(), time.process_time()
-                policy.decide(state, views)
+                policy.decide(state, views, NO_ESTIMATES)
                 times.append(time.perf_counter() - start)
                 cpu.append(time.process_time() - start_cpu)
             rows.append({"policy": name, "jobs": num_jobs,
@@ -137,7 +138,7 @@ def main() -> None:
                          "cpu_ms": round(1000 * float(np.median(cpu)), 1),
                          "pairs_in_force": (len(policy.pair_fractions())
                                             if hasattr(policy, "pair_fractions") else 0),
-                         "failures": policy.solver_failures})
+                         "failures": int(policy.stats()["solver_failures"])})
             print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     print_table(rows, title=f"decision time (allocation recomputed), {args.cluster}")
 

@@ -155,6 +155,7 @@ def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> None:
 
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.estimates import NO_ESTIMATES
     from bayes_sched.policies import make_policy
     from bayes_sched.policies.gavel_packing import packed_layout
     from bayes_sched.policies.min_total_duration import gavel_horizon
@@ -181,7 +182,7 @@ def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> None:
         seen: list[AllocationInputs] = []
         policy.allocate_combinations = seen.append  # type: ignore[method-assign,assignment]
         logging.disable(logging.WARNING)  # the captured decision itself keeps no allocation
-        policy.decide(ClusterState(spec=spec, now=3600.0), views)
+        policy.decide(ClusterState(spec=spec, now=3600.0), views, NO_ESTIMATES)
         logging.disable(logging.NOTSET)
         inputs = seen[0]
         terms = packed_layout(inputs).terms

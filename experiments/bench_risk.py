@@ -46,7 +46,7 @@ def _run(task: tuple[str, float | None, int, int, int]) -> dict[str, object]:
             "p99_jct_s": result.summary.get("p99_jct", float("nan")),
             "estimate_s_per_round": result.estimate_seconds / max(len(result.decision_seconds), 1),
             "decide_s_median": float(np.median(result.decision_seconds)),
-            "posterior_fits": policy.job_models.posterior_fits}
+            "posterior_fits": int(result.estimator_stats["posterior_fits"])}
 
 
 def main() -> int:

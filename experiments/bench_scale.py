@@ -65,7 +65,7 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
 
     from bayes_sched.agent import JobAgent
     from bayes_sched.cluster import ClusterState
-    from bayes_sched.estimation import run_estimators
+    from bayes_sched.estimation import estimate_round
     from bayes_sched.jobs import JobView
     from bayes_sched.policies import make_policy
     from bayes_sched.sim import read_workload
@@ -117,10 +117,10 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
                                  num_restarts=0, **job)  # type: ignore[arg-type]
                          for job in jobs]
                 start = time.perf_counter()
-                views = run_estimators(estimators, cluster, views)
+                views, estimates = estimate_round(estimators, cluster, views)
                 estimate.append(time.perf_counter() - start)
                 start, start_cpu = time.perf_counter(), time.process_time()
-                decision = policy.decide(cluster, views)
+                decision = policy.decide(cluster, views, estimates)
                 times.append(time.perf_counter() - start)
                 cpu.append(time.process_time() - start_cpu)
                 allocation = {job["name"]: decision.get(job["name"],  # type: ignore[call-overload]

@@ -37,6 +37,7 @@ def main() -> None:
     import numpy as np
 
     from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.estimates import NO_ESTIMATES
     from bayes_sched.policies import make_policy
     from bayes_sched.policies.shockwave import ShockwavePolicy
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -71,14 +72,14 @@ def main() -> None:
             trial.solver = solver
             trial._names = frozenset()  # a changed job set: a full re-plan
             start, cpu = time.perf_counter(), time.process_time()
-            trial.decide(state, views)
+            trial.decide(state, views, NO_ESTIMATES)
             took = time.perf_counter() - start
             seconds[solver].append(took)
             cpu_seconds[solver].append(time.process_time() - cpu)
             row[f"{solver}_s"] = round(took, 3)
             row[f"{solver}_cpu_s"] = round(cpu_seconds[solver][-1], 3)
             row[f"{solver}_nodes"] = max(trial.solve_nodes, default=0)
-            row[f"{solver}_failed"] = trial.solver_failures
+            row[f"{solver}_failed"] = int(trial.stats()["solver_failures"])
         rows.append(row)
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 

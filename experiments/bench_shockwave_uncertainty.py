@@ -207,21 +207,19 @@ def run_one(policy_name: str, source: str, predictor: str, seed: int, noise: flo
     summary = result.summary
     per_round = result.decision_seconds + (result.estimate_seconds
                                            if len(result.estimate_seconds) else 0.0)
-    estimator = getattr(policy, "estimator", None)
-    solves = getattr(policy, "solve_seconds", None) or [float("nan")]
+    stats = result.policy_stats
     return {
         "policy": policy_name, "source": source,
         "predictor": predictor if policy_name == "shockwave" else "-", "ran_as": name,
         "seed": seed, "finished": int(summary["finished"]),
         "avg_jct_s": float(summary["avg_jct"]), "makespan_s": float(summary["makespan"]),
         "worst_ftf": float(summary["ftf_worst"]), "unfair_frac": float(summary["unfair_fraction"]),
-        "profiling_gpu_h": (float(estimator.profiling_gpu_seconds / 3600.0)
-                            if estimator is not None else 0.0),
+        "profiling_gpu_h": float(summary.get("profiling_gpu_hours", 0.0)),
         "decision_ms": float(1000 * np.mean(per_round)) if len(per_round) else 0.0,
-        "plan_median_s": float(np.median(solves)),
-        "fits": len(estimator.fit_seconds) if estimator is not None else 0,
+        "plan_median_s": float(stats.get("solve_median_seconds", float("nan"))),
+        "fits": int(summary.get("fits", 0)),
         "solver_failures": int(summary.get("solver_failures", 0)),
-        "node_limit_hits": int(getattr(policy, "node_limit_hits", 0)),
+        "node_limit_hits": int(stats.get("node_limit_hits", 0)),
         "wall_s": round(time.perf_counter() - start, 1),
     }
 

@@ -276,7 +276,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from bayes_sched.agent import JobAgent  # noqa: E402
 from bayes_sched.cluster import ClusterState  # noqa: E402
-from bayes_sched.estimation import run_estimators  # noqa: E402
+from bayes_sched.estimation import estimate_round  # noqa: E402
 from bayes_sched.jobs import JobView  # noqa: E402
 from bayes_sched.policies import POLICIES, make_policy  # noqa: E402
 from bayes_sched.sim import read_workload, run_simulation  # noqa: E402
@@ -352,10 +352,10 @@ def scale_rows(num_jobs: int, num_nodes: int, gpus: int, rounds: int, seed: int,
             views = [JobView(age=now - job["submit_time"], allocation=allocation[job["name"]],
                              num_restarts=0, **job) for job in jobs]  # type: ignore[arg-type]
             start = time.perf_counter()
-            views = run_estimators(estimators, cluster, views)
+            views, estimates = estimate_round(estimators, cluster, views)
             estimate.append(time.perf_counter() - start)
             start = time.perf_counter()
-            decision = policy.decide(cluster, views)
+            decision = policy.decide(cluster, views, estimates)
             times.append(time.perf_counter() - start)
             allocation = {job["name"]: decision.get(job["name"], np.zeros(num_nodes, np.int64))
                           for job in jobs}

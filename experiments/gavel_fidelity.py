@@ -388,7 +388,7 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
         "wall_s": round(wall, 1), "ms_per_round": round(1000 * wall / max(rounds, 1), 2),
         "lp_solves": int(result.summary.get("allocation_updates", 0)),
         "lp_failures": int(result.summary.get("solver_failures", 0)),
-        "lp_inaccurate": int(getattr(policy, "inaccurate_solves", 0)),
+        "lp_inaccurate": int(result.policy_stats.get("lp_inaccurate", 0)),
         "decision_median_ms": round(1000 * float(
             sorted(result.decision_seconds)[len(result.decision_seconds) // 2]), 2),
     }

@@ -9,7 +9,7 @@ import numpy as np
 
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import Allocations, ClusterState
-from bayes_sched.estimation import run_estimators
+from bayes_sched.estimation import estimate_round
 from bayes_sched.jobs import JobSettings, JobView
 from bayes_sched.policies.base import Policy
 from bayes_sched.sim.physics import get_application
@@ -46,4 +46,4 @@ def job_view(agent: JobAgent, app: str, now: float, allocation: Sequence[int], *
 
 def decide(policy: Policy, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
     """One round as the loop runs it: the policy's estimators, then its decision."""
-    return policy.decide(cluster, run_estimators(policy.estimators(), cluster, jobs))
+    return policy.decide(cluster, *estimate_round(policy.estimators(), cluster, jobs))

@@ -10,6 +10,7 @@ import pytest
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies.gavel_packing import (
     MaxMinFairnessPackedPolicy,
     class_terms,
@@ -41,7 +42,8 @@ def _inputs(cluster: str = "v100:1x2,p100:1x2,k80:1x2") -> AllocationInputs:
             seen.append(inputs)
             return super().allocate_combinations(inputs)
 
-    Capture().decide(ClusterState(spec=spec, now=360.0), TableCluster(jobs, spec, TABLE).job_views())
+    Capture().decide(ClusterState(spec=spec, now=360.0), TableCluster(jobs, spec, TABLE).job_views(),
+                     NO_ESTIMATES)
     return seen[0]
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.time_sharing import cluster_types, measured_throughputs
 from bayes_sched.sim.gavel_jobs import make_job
@@ -37,7 +38,7 @@ def test_fractions_are_valid(name: str, seed: int) -> None:
     type's GPUs; the round's decision oversubscribes no node."""
     cluster, views = _case(seed, 6 + 5 * seed)
     policy = make_policy(name)
-    decision = policy.decide(cluster, views)
+    decision = policy.decide(cluster, views, NO_ESTIMATES)
     validate_allocations(decision, cluster, [v.name for v in views])
     fractions = policy.fractions()
     assert set(fractions) == {v.name for v in views}
@@ -55,7 +56,7 @@ def _effective(name: str, cluster: ClusterState, views: list, solver: str
     """Steps/s each job gets from its fractions, and the same normalised by its steps/s under an
     equal share of the cluster (Gavel's normalisation)."""
     policy = make_policy(name, solver=solver)
-    policy.decide(cluster, views)
+    policy.decide(cluster, views, NO_ESTIMATES)
     types = cluster_types(cluster)
     rates = measured_throughputs(views, types, cluster, TABLE)
     x = np.array([[policy.fractions()[v.name][t] for t in types] for v in views])

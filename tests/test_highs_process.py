@@ -20,6 +20,7 @@ import numpy as np
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel_packing import class_max_min_program
 from bayes_sched.policies.sia import (
@@ -51,7 +52,7 @@ def shockwave():
     policy = make_policy("shockwave", future_rounds=4)
     state = ClusterState(spec=replace(load_cluster_spec("v100:1x1"), round_interval=120.0),
                          now=0.0)
-    policy.decide(state, [_view("behind", 0.0), _view("ahead", 10.0)])
+    policy.decide(state, [_view("behind", 0.0), _view("ahead", 10.0)], NO_ESTIMATES)
     assert sum(len(jobs) for jobs in policy._plan.values()) == 4, policy._plan
     print("shockwave ok")
 

@@ -13,6 +13,7 @@ import pytest
 
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState, validate_allocations
+from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.estimation import JobModelEstimator, profile_of
 from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
@@ -201,8 +202,8 @@ def test_job_views_and_models_are_read_only() -> None:
 
 def test_empty_job_lists_and_all_zero_allocations_do_not_crash_pollux_or_bo() -> None:
     cluster = ClusterState(2, 4, 60.0)
-    assert PolluxPolicy(ga=SMALL_GA).decide(cluster, []) == {}
-    assert BayesOptPolicy(ga=SMALL_GA).decide(cluster, []) == {}
+    assert PolluxPolicy(ga=SMALL_GA).decide(cluster, [], NO_ESTIMATES) == {}
+    assert BayesOptPolicy(ga=SMALL_GA).decide(cluster, [], NO_ESTIMATES) == {}
     pairs = PairResiduals(draws=5)
     apps = pairs.application_index(["cifar10", "bert", "cifar10"])
     pairs.fit()

@@ -16,6 +16,7 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.cluster_spec import parse_cluster_spec
 from bayes_sched.errors import InputError
+from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.estimation.throughput_cells import CellPrediction
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
 from bayes_sched.policies import POLICIES, TABLE_WORLD_POLICIES, make_policy
@@ -127,7 +128,7 @@ def test_the_direct_highs_data_equal_cvxpys_and_give_the_same_choice(
 
     monkeypatch.setattr(sia, "solve_assignment", recording)
     policy = make_policy("sia")
-    policy.decide(ClusterState(spec=spec, now=3600.0), views)
+    policy.decide(ClusterState(spec=spec, now=3600.0), views, NO_ESTIMATES)
     (utility, configs, capacities, num_jobs, solver, options, chosen), = calls
     assert solver == "HIGHS"
     useful = np.flatnonzero(utility > 0)
@@ -163,7 +164,7 @@ def test_the_fast_type_goes_to_the_job_that_gains_most_from_it(solver: str) -> N
     jobs = [_view(cluster, "a3c", SLOW_GAIN, submit=0.0),
             _view(cluster, "resnet", FAST_ON_V100, submit=10.0)]
     policy = make_policy("sia", solver=solver)
-    decision = policy.decide(cluster, jobs)
+    decision = policy.decide(cluster, jobs, NO_ESTIMATES)
     validate_allocations(decision, cluster, [j.name for j in jobs])
     assert _types_of(cluster, decision) == {"resnet": "v100", "a3c": "k80"}
     assert policy.ilp_solves == 1 and policy.solver_failures == 0
@@ -176,13 +177,13 @@ def test_a_round_where_every_job_gets_its_best_type_takes_no_solver() -> None:
     jobs = [_view(cluster, "a3c", SLOW_GAIN, submit=0.0),
             _view(cluster, "resnet", FAST_ON_V100, submit=10.0)]
     policy = make_policy("sia")
-    decision = policy.decide(cluster, jobs)
+    decision = policy.decide(cluster, jobs, NO_ESTIMATES)
     validate_allocations(decision, cluster, [j.name for j in jobs])
     assert _types_of(cluster, decision) == {"resnet": "v100", "a3c": "v100"}
     assert policy.ilp_solves == 0 and policy.solver_failures == 0
     crowded = ClusterState(spec=parse_cluster_spec("v100:1x1,k80:1x1"), now=3600.0)
     policy.decide(crowded, [_view(crowded, "a3c", SLOW_GAIN, submit=0.0),
-                            _view(crowded, "resnet", FAST_ON_V100, submit=10.0)])
+                            _view(crowded, "resnet", FAST_ON_V100, submit=10.0)], NO_ESTIMATES)
     assert policy.ilp_solves == 1
 
 
@@ -192,7 +193,7 @@ def test_capacity_and_rigid_scale_factors_are_respected_when_jobs_outnumber_gpus
     kinds = (FAST_ON_V100, SLOW_GAIN, BARELY_FASTER, "Recommendation (batch size 512)")
     jobs = [_view(cluster, f"j{i}", kinds[i % 4], int(rng.choice([1, 2, 4, 8])),
                   submit=float(i)) for i in range(14)]
-    decision = make_policy("sia").decide(cluster, jobs)
+    decision = make_policy("sia").decide(cluster, jobs, NO_ESTIMATES)
     validate_allocations(decision, cluster, [j.name for j in jobs])
     by_name = {job.name: job for job in jobs}
     types = _types_of(cluster, decision)
@@ -217,14 +218,14 @@ def test_the_restart_penalty_keeps_a_running_job_where_the_gain_is_small() -> No
 
     def placed(job_type: str, attained: float) -> str:
         job = _view(cluster, "j", job_type, allocation=on_p100, restarts=10, attained=attained)
-        return _types_of(cluster, make_policy("sia").decide(cluster, [job]))["j"]
+        return _types_of(cluster, make_policy("sia").decide(cluster, [job], NO_ESTIMATES))["j"]
 
     assert placed(BARELY_FASTER, attained=3000.0) == "p100"
     assert placed(FAST_ON_V100, attained=3000.0) == "v100"
     assert placed(BARELY_FASTER, attained=10.0) == "v100"
     # A job kept where it runs keeps its very GPUs (no restart).
     job = _view(cluster, "j", BARELY_FASTER, allocation=on_p100, restarts=10, attained=3000.0)
-    assert make_policy("sia").decide(cluster, [job])["j"].tolist() == on_p100
+    assert make_policy("sia").decide(cluster, [job], NO_ESTIMATES)["j"].tolist() == on_p100
 
 
 class _FixedBelief:
@@ -243,14 +244,14 @@ def test_sia_reads_its_throughputs_from_a_swappable_belief() -> None:
     cluster = ClusterState(spec=parse_cluster_spec("v100:1x1,k80:1x1"), now=600.0)
     job = _view(cluster, "j", SLOW_GAIN)
     policy = SiaPolicy()
-    assert _types_of(cluster, policy.decide(cluster, [job])) == {"j": "v100"}  # the table
+    assert _types_of(cluster, policy.decide(cluster, [job], NO_ESTIMATES)) == {"j": "v100"}  # the table
     policy.belief = _FixedBelief({(SLOW_GAIN, "v100"): 1.0, (SLOW_GAIN, "k80"): 3.0})
-    assert _types_of(cluster, policy.decide(cluster, [job])) == {"j": "k80"}
+    assert _types_of(cluster, policy.decide(cluster, [job], NO_ESTIMATES)) == {"j": "k80"}
     # A job type the belief knows on no type runs anywhere; one it cannot run nowhere.
     policy.belief = _FixedBelief({(SLOW_GAIN, "v100"): 0.0, (SLOW_GAIN, "k80"): 0.0})
-    assert policy.decide(cluster, [job]) == {}
+    assert policy.decide(cluster, [job], NO_ESTIMATES) == {}
     policy.belief = _FixedBelief({})
-    assert len(policy.decide(cluster, [job])) == 1
+    assert len(policy.decide(cluster, [job], NO_ESTIMATES)) == 1
 
 
 def test_registry_options_and_bad_values() -> None:

@@ -73,13 +73,18 @@ class _Greedy:
 
     name = "greedy"
 
+    needs = ()
+
     def estimators(self) -> tuple[()]:
         return ()
+
+    def stats(self) -> dict[str, float]:
+        return {}
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(spec.batch_size)
 
-    def decide(self, cluster: ClusterState, jobs):  # noqa: ANN001, ANN201
+    def decide(self, cluster: ClusterState, jobs, estimates):  # noqa: ANN001, ANN201
         counts = np.zeros(cluster.num_nodes, dtype=np.int64)
         counts[0] = cluster.gpus_per_node
         if len(jobs) == 1:

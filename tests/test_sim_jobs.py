@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bayes_sched.agent import JobAgent
+from bayes_sched.estimation.posteriors import JOB_GOODPUT
 from bayes_sched.jobs import JobSettings, split_batch
 from bayes_sched.sim.physics import get_application
 
@@ -82,11 +83,14 @@ def test_simulated_jobs_report_their_models_under_the_clusters_gpu_type() -> Non
     seen: set[str] = set()
     decide = policy.decide
 
-    def spying(cluster, jobs: list[JobView]):  # type: ignore[no-untyped-def]
+    def spying(cluster, jobs: list[JobView], estimates):  # type: ignore[no-untyped-def]
+        published = estimates.require(JOB_GOODPUT)  # the bundle holds the views' models
+        assert estimates.estimator_of(JOB_GOODPUT) == "job_models"
         for job in jobs:
             seen.update(job.models)
+            assert dict(published.get(job.name, {})) == dict(job.models)
             assert all(o.gpu_type == GPU_TYPE for o in job.observations.values())
-        return decide(cluster, jobs)
+        return decide(cluster, jobs, estimates)
 
     policy.decide = spying  # type: ignore[method-assign]
     run_simulation("workload-1", policy, SimConfig(num_nodes=2), max_jobs=3)

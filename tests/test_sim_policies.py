@@ -9,6 +9,7 @@ import pytest
 
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
+from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies import FifoPolicy, OptimusPolicy, PolluxPolicy, TiresiasPolicy
 from bayes_sched.policies.pollux import GAConfig
@@ -37,24 +38,24 @@ def _check_capacity(allocations: dict[str, np.ndarray]) -> np.ndarray:
 
 def test_fifo_is_strict_and_keeps_running_jobs() -> None:
     jobs = [_view("a", 12, submit=0), _view("b", 8, submit=1), _view("c", 1, submit=2)]
-    decision = FifoPolicy().decide(CLUSTER, jobs)
+    decision = FifoPolicy().decide(CLUSTER, jobs, NO_ESTIMATES)
     assert set(decision) == {"a"} and decision["a"].sum() == 12
     _check_capacity(decision)
     jobs[0] = _view("a", 12, submit=0, allocation=decision["a"].tolist())
-    assert np.array_equal(FifoPolicy().decide(CLUSTER, jobs)["a"], decision["a"])
+    assert np.array_equal(FifoPolicy().decide(CLUSTER, jobs, NO_ESTIMATES)["a"], decision["a"])
 
 
 def test_tiresias_skips_what_does_not_fit_and_demotes_long_runners() -> None:
     policy = TiresiasPolicy(thresholds=(3600.0,))
     jobs = [_view("a", 12, submit=0), _view("b", 8, submit=1), _view("c", 4, submit=2)]
-    first = policy.decide(CLUSTER, jobs)
+    first = policy.decide(CLUSTER, jobs, NO_ESTIMATES)
     assert set(first) == {"a", "c"}  # b does not fit; c, smaller, is backfilled
     assert all(np.count_nonzero(v) == v.sum() // 4 for v in first.values())  # consolidated
     # After an hour on 12 GPUs, a passes the 1 GPU-hour threshold and yields to b.
     later = ClusterState(CLUSTER.num_nodes, CLUSTER.gpus_per_node, CLUSTER.now + 3600)
     jobs = [_view("a", 12, submit=0, allocation=first["a"].tolist()), _view("b", 8, submit=1),
             _view("c", 4, submit=2, allocation=first["c"].tolist())]
-    second = policy.decide(later, jobs)
+    second = policy.decide(later, jobs, NO_ESTIMATES)
     assert "b" in second and second["b"].sum() == 8 and "a" not in second
     _check_capacity(second)
 

@@ -103,13 +103,18 @@ class _HoldsNothing:
     name = "holds_nothing"
     solver_failures = 0
 
+    needs = ()
+
     def estimators(self) -> list[object]:
         return []
+
+    def stats(self) -> dict[str, float]:
+        return {"solver_failures": float(self.solver_failures)}
 
     def job_settings(self, spec: object) -> JobSettings:
         raise NotImplementedError
 
-    def decide(self, cluster: object, jobs: object) -> dict[str, np.ndarray]:
+    def decide(self, cluster: object, jobs: object, estimates: object) -> dict[str, np.ndarray]:
         self.solver_failures += 1
         return {}
 

@@ -18,6 +18,7 @@ from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import ClusterState, PackedAllocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import InputError
+from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.estimation.cell_learners import PerCellLearner
 from bayes_sched.estimation.throughput_cells import ThroughputBelief
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
@@ -161,7 +162,7 @@ def test_thompson_draws_differ_across_recomputes_and_repeat_by_seed() -> None:
     def draws(seed: int, thompson: bool = True) -> list[np.ndarray]:
         policy = make_policy("max_min_fairness_packed", source="per_cell", seed=seed,
                              thompson=thompson, exploration="thompson")
-        policy.decide(ClusterState(spec=spec, now=ROUND), views)  # sets the types
+        policy.decide(ClusterState(spec=spec, now=ROUND), views, NO_ESTIMATES)  # sets the types
         runnable = np.ones((len(views), 2), dtype=bool)
         out = []
         for _ in range(3):

@@ -15,6 +15,7 @@ import pytest
 from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.policies import make_policy
@@ -133,7 +134,7 @@ def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_eno
         assert isinstance(policy, MaxMinFairnessPackedPolicy)
         policy.estimator = ThroughputEstimator(_HandLearner())
         policy.estimator.estimate(cluster, views)
-        policy.decide(cluster, views)
+        policy.decide(cluster, views, NO_ESTIMATES)
         plans[exploration] = policy.estimator.pending_profiling("a")
         if exploration != "thompson":
             assert policy.pair_fractions() == {}  # the mean allocation does not pack them
@@ -294,7 +295,7 @@ def test_the_draw_free_screen_changes_no_trial_and_skips_the_draws_it_rules_out(
         policy = make_policy("max_min_fairness_packed", source="per_cell")
         policy.estimator = ThroughputEstimator(learner)
         policy.estimator.estimate(cluster, views)
-        policy.decide(cluster, views)
+        policy.decide(cluster, views, NO_ESTIMATES)
         plans.append(policy.estimator.pending_profiling("a"))
     assert plans[0] == plans[1]
     assert _ScreenedHandBelief.draws_asked == (0 if steps < 1e3 else 1)

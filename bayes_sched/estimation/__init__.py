@@ -1,21 +1,23 @@
-"""The loop's estimation stage: what the cluster reported -> fitted models a policy reads.
+"""The loop's estimation stage: what the cluster reported -> the estimates a decision reads.
 
-Every round the loop observes the cluster (job reports, counters), then runs the *estimators* the
-policy declares (:meth:`Policy.estimators`), timed apart from the decision, then asks the policy to
-decide. An estimator takes the round's job views and returns them as the decision sees them (e.g.
-with fitted :class:`~bayes_sched.jobs.JobModel` s attached); estimators that learn something else
-(the contention posterior from counters, the co-location posterior) keep it as a read-only result
-their policy reads in ``decide``.
+Every round the loop observes the cluster (job reports, counters), then runs the *estimators*
+(:func:`estimate_round`; today those the policy declares, :meth:`Policy.estimators`), timed apart
+from the decision, then asks the policy to decide on the round's
+:class:`~bayes_sched.estimates.Estimates`. An estimator takes the round's job views and returns
+them as the decision sees them (e.g. with fitted :class:`~bayes_sched.jobs.JobModel` s attached),
+and publishes what it learned in the bundle under the needs it serves
+(:mod:`bayes_sched.estimation.posteriors` names them).
 
 Nothing here imports the simulator: estimation sees only what a real cluster reports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from bayes_sched.cluster import ClusterState
+from bayes_sched.estimates import Estimate, Estimates
 from bayes_sched.estimation.job_models import (
     JobModelEstimator,
     PosteriorSettings,
@@ -36,6 +38,15 @@ class Estimator(Protocol):
         them (the same views, or copies with models attached)."""
         ...
 
+    def published(self) -> Sequence[Estimate[Any]]:
+        """What the last :meth:`estimate` learned, one entry per need it serves (read-only
+        values; none before the first round)."""
+        ...
+
+    def stats(self) -> Mapping[str, float]:
+        """What a run reports about the estimator (fits, their seconds, ...): named figures."""
+        ...
+
 
 def set_refit_rule(estimators: Sequence[Estimator], refit: RefitRule) -> None:
     """Give every job-model estimator among ``estimators`` the refit rule ``refit`` (the cluster's
@@ -54,5 +65,20 @@ def run_estimators(estimators: Sequence[Estimator], cluster: ClusterState,
     return views
 
 
+def estimate_round(estimators: Sequence[Estimator], cluster: ClusterState,
+                   jobs: Sequence[JobView]) -> tuple[list[JobView], Estimates]:
+    """Run ``estimators`` in order (:func:`run_estimators`) and bundle what they published: the
+    job views as the decision sees them and the round's estimates."""
+    views = run_estimators(estimators, cluster, jobs)
+    return views, Estimates(entry for estimator in estimators
+                            for entry in estimator.published())
+
+
+def estimator_stats(estimators: Sequence[Estimator]) -> dict[str, float]:
+    """Every estimator's :meth:`Estimator.stats`, merged in order."""
+    return {name: value for estimator in estimators
+            for name, value in estimator.stats().items()}
+
+
 __all__ = ["Estimator", "JobModelEstimator", "PosteriorSettings", "RefitRule", "ThroughputFitter",
-           "profile_of", "run_estimators", "set_refit_rule"]
+           "estimate_round", "estimator_stats", "profile_of", "run_estimators", "set_refit_rule"]

@@ -18,11 +18,13 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 
 from bayes_sched.cluster import ClusterState
+from bayes_sched.estimates import Estimate
+from bayes_sched.estimation.posteriors import JOB_GOODPUT
 from bayes_sched.jobs import JobModel, JobView, Observation
 from bayes_sched.registry import SEED, Range
 from perfmodel.profiles import StepTimeProfile
@@ -160,6 +162,10 @@ class JobModelEstimator:
 
     Attributes:
         refits: throughput refits the estimator made (for jobs that report no fit).
+        posterior_fits: throughput posteriors drawn (with ``posterior``).
+
+    Publishes ``job_goodput`` (:data:`~bayes_sched.estimation.posteriors.JOB_GOODPUT`): the
+    models of the last round's jobs that have one.
     """
 
     name = "job_models"
@@ -175,10 +181,21 @@ class JobModelEstimator:
         # (job, GPU type) -> (the last model built, the draws it was built from)
         self._models: dict[tuple[str, str], tuple[JobModel, np.ndarray | None]] = {}
         self.posterior_fits = 0
+        self._published: tuple[Estimate[Any], ...] = ()
 
     def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
         self.forget({job.name for job in jobs})
-        return [self._with_models(job, cluster.now) for job in jobs]
+        views = [self._with_models(job, cluster.now) for job in jobs]
+        models = {job.name: job.models for job in views if job.models}
+        self._published = (Estimate(JOB_GOODPUT, self.name, models),)
+        return views
+
+    def published(self) -> Sequence[Estimate[Any]]:
+        return self._published
+
+    def stats(self) -> Mapping[str, float]:
+        return {"job_model_refits": float(self.refits),
+                "posterior_fits": float(self.posterior_fits)}
 
     def _with_models(self, job: JobView, now: float) -> JobView:
         if job.gradient is None or not job.observations:

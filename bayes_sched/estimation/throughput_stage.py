@@ -41,15 +41,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import KeysView, Sequence
+from collections.abc import KeysView, Mapping, Sequence
+from typing import Any
 
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState
+from bayes_sched.estimates import Estimate
+from bayes_sched.estimation.posteriors import THROUGHPUT
 from bayes_sched.estimation.throughput.observations import (
     UsableObservations,
     usable_observations,
 )
-from bayes_sched.estimation.throughput_cells import ThroughputBelief, ThroughputLearner
+from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief, ThroughputLearner
 from bayes_sched.jobs import JobView
 
 LOG = logging.getLogger(__name__)
@@ -64,6 +67,10 @@ REFIT_GROWTH = 2.0
 class ThroughputEstimator:
     """Learns steps/s per cell from what the jobs report (an
     :class:`~bayes_sched.estimation.Estimator`).
+
+    Publishes ``throughput`` (:data:`~bayes_sched.estimation.posteriors.THROUGHPUT`) under the
+    learner's name: a read-only view whose ``predict`` answers with :attr:`belief` (fitted lazily
+    when read, as :attr:`belief` is).
 
     Args:
         learner: what turns the reports into a belief.
@@ -230,6 +237,19 @@ class ThroughputEstimator:
                     self._due = self._rates_due = True
         return list(jobs)
 
+    def published(self) -> Sequence[Estimate[Any]]:
+        return (Estimate(THROUGHPUT, self.learner.name, _StageBelief(self)),)
+
+    def stats(self) -> Mapping[str, float]:
+        """GPU-hours in profiling cells, in cells nobody had reported from before and held by
+        failed launches; reports rejected; fits and their seconds (total)."""
+        return {"profiling_gpu_hours": self.profiling_gpu_seconds / 3600.0,
+                "first_visit_gpu_hours": self.first_visit_gpu_seconds / 3600.0,
+                "failed_launch_gpu_hours": self.failed_launch_gpu_seconds / 3600.0,
+                "rejected_reports": float(self.rejected_reports),
+                "fits": float(len(self.fit_seconds)),
+                "fit_seconds": float(sum(self.fit_seconds))}
+
     @property
     def failed_launches(self) -> KeysView[Cell]:
         """Cells where a job failed to launch (out of memory), in the order their first failed
@@ -258,3 +278,17 @@ class ThroughputEstimator:
         if cell in self._failed_launches:
             return False
         return self._known_fits is None or bool(self._known_fits(cell))
+
+
+class _StageBelief:
+    """The stage's belief as the bundle holds it: each ``predict`` reads
+    :attr:`ThroughputEstimator.belief` (refitting first where a refit is due)."""
+
+    __slots__ = ("_stage",)
+
+    def __init__(self, stage: ThroughputEstimator) -> None:
+        self._stage = stage
+
+    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
+                ) -> CellPrediction:
+        return self._stage.belief.predict(cells, num_draws, seed)

@@ -3,11 +3,16 @@
 A policy is an object with
 
 * ``name``: a short label;
+* ``needs``: what it reads from the estimation stage, names from
+  :data:`bayes_sched.estimates.NEEDS` (``()`` for a policy that reads only the job views);
 * ``estimators() -> [Estimator]``: what the loop's estimation stage runs for it before each
-  decision (job models, posteriors; none for a policy that reads no fitted model);
+  decision (transitional: the estimators will be chosen outside the policy, by its ``needs``);
 * ``job_settings(spec) -> JobSettings``: how a job runs under it (a fixed user batch size and GPU
   count for the baselines, a tuned batch for Pollux);
-* ``decide(cluster, jobs) -> {job name: GPUs per node}``: the allocation for the next round.
+* ``decide(cluster, jobs, estimates) -> {job name: GPUs per node}``: the allocation for the next
+  round, given the round's :class:`~bayes_sched.estimates.Estimates`;
+* ``stats() -> {name: figure}``: what a run reports about the policy (solver failures, fallbacks,
+  trials, ...). Run drivers and experiments read these, never the policy's attributes.
 
 Adding a policy means adding a module with such a class and registering it in
 :data:`bayes_sched.policies.POLICIES`; the simulator and loop do not change.
@@ -15,24 +20,29 @@ Adding a policy means adding a module with such a class and registering it in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 
 
 class Policy(Protocol):
     name: str
+    needs: tuple[str, ...]
 
     def estimators(self) -> Sequence[Estimator]: ...
 
     def job_settings(self, spec: JobSpec) -> JobSettings: ...
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations: ...
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations: ...
+
+    def stats(self) -> Mapping[str, float]: ...
 
 
 def pack(num_gpus: int, free: np.ndarray) -> np.ndarray | None:

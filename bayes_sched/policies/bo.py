@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
 import torch
@@ -56,10 +56,12 @@ from linear_operator.utils.errors import NotPSDError
 
 from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
 from bayes_sched.errors import AllocationError, InputError
+from bayes_sched.estimates import Estimate, Estimates
 from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.estimation.pair_cells import PairPrior
 from bayes_sched.interference.contention_prior import ContentionPrior
 from bayes_sched.interference.pairs import PairResiduals
+from bayes_sched.interference.posteriors import COLOCATION
 from bayes_sched.interference.predictor import ColocationRound, SlowdownPredictor, speed_factor
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.pollux import PolluxPolicy
@@ -146,6 +148,7 @@ class BayesOptPolicy:
     """
 
     name = "bo"
+    needs: tuple[str, ...] = ("job_goodput", "colocation")
 
     def __init__(self, p: float = -1.0, max_nodes_per_job: Annotated[int, GPU_COUNT] = 16,
                  max_replicas_cap: Annotated[int, GPU_COUNT] = 64,
@@ -198,6 +201,12 @@ class BayesOptPolicy:
             PairResiduals(pair_prior, noise=residual_noise, forget=forget, draws=posterior_draws,
                           seed=seed, hyper_every=pair_hyper_every),
         ]
+
+    def stats(self) -> Mapping[str, float]:
+        """``rounds_recorded`` (:attr:`history`) and ``fit_problems`` (failed predictor
+        fits, previous posterior kept)."""
+        return {"rounds_recorded": float(len(self.history)),
+                "fit_problems": float(len(self.fit_problems))}
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.pollux.job_settings(spec)
@@ -376,7 +385,8 @@ class BayesOptPolicy:
                 self.fit_problems.append(message)
                 LOG.warning("%s; previous posterior kept", message)
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         if self.node_topology is not None and self.node_topology.num_gpus != cluster.gpus_per_node:
             raise InputError(f"policy 'bo': node_topology holds {self.node_topology.num_gpus} "
                              f"GPUs, the cluster's nodes {cluster.gpus_per_node}: expected a "
@@ -493,7 +503,9 @@ class BayesOptPolicy:
 
 
 class _ColocationLearning:
-    """bo's estimation step (:meth:`BayesOptPolicy.learn`), as the loop runs it."""
+    """bo's estimation step (:meth:`BayesOptPolicy.learn`), as the loop runs it; publishes
+    ``colocation`` (:data:`~bayes_sched.interference.posteriors.COLOCATION`): the policy's slowdown
+    predictors, in order."""
 
     name = "bo_colocation"
 
@@ -504,6 +516,12 @@ class _ColocationLearning:
         if jobs:
             self.policy.learn(cluster, jobs)
         return list(jobs)
+
+    def published(self) -> Sequence[Estimate[Any]]:
+        return (Estimate(COLOCATION, self.name, tuple(self.policy.predictors)),)
+
+    def stats(self) -> Mapping[str, float]:
+        return {"colocation_fit_problems": float(len(self.policy.fit_problems))}
 
 
 class _ColocationProblem(AllocationProblem):

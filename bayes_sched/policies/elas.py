@@ -34,11 +34,12 @@ neither epochs nor steps has progress 0 and is scheduled by plain LAS.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
@@ -91,6 +92,7 @@ class ElasPolicy:
     """E-LAS: attained GPU-service times the fraction of declared epochs left, lowest first."""
 
     name = "elas"
+    needs: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         # GPU types where a job of (model, GPU count) failed to launch (out of memory).
@@ -110,6 +112,9 @@ class ElasPolicy:
     def estimators(self) -> Sequence[Estimator]:
         return ()
 
+    def stats(self) -> Mapping[str, float]:
+        return {}
+
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
 
@@ -117,7 +122,8 @@ class ElasPolicy:
         """The jobs in E-LAS's priority order."""
         return sorted(jobs, key=lambda job: (elas_priority(job), job.submit_time, job.name))
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         self._learn_failures(jobs)
         node_types = np.asarray(cluster.gpu_types)
         available = cluster.total_gpus

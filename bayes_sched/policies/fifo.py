@@ -6,9 +6,10 @@ queue waits until its GPUs are free (no backfilling), placed on as few nodes as 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
@@ -16,14 +17,19 @@ from bayes_sched.policies.base import free_gpus, pack
 
 class FifoPolicy:
     name = "fifo"
+    needs: tuple[str, ...] = ()
 
     def estimators(self) -> Sequence[Estimator]:
         return ()
 
+    def stats(self) -> Mapping[str, float]:
+        return {}
+
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         allocations = {job.name: job.allocation for job in jobs if job.num_gpus > 0}
         free = free_gpus(cluster, allocations)
         for job in sorted(jobs, key=lambda j: (j.submit_time, j.name)):

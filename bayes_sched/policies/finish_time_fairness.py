@@ -39,6 +39,7 @@ cost 0.14 / 0.44 s CPU per recomputation at 60 / 130 jobs, against 0.4 ms), and
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -124,6 +125,11 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
         self.gavel_statement = bool(gavel_statement)
         #: Solves ECOS ended "optimal but inaccurate" (used, as Gavel uses them).
         self.inaccurate_solves = 0
+
+    def stats(self) -> Mapping[str, float]:
+        """The time-sharing figures and ``lp_inaccurate`` (ECOS solves ended "optimal but
+        inaccurate", with ``gavel_statement``)."""
+        return {**super().stats(), "lp_inaccurate": float(self.inaccurate_solves)}
 
     def _reset_state(self, types: tuple[str, ...]) -> None:
         super()._reset_state(types)

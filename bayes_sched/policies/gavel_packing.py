@@ -46,7 +46,7 @@ are solved per (job, partner class, type) instead (:func:`partner_class_terms`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,6 +55,7 @@ import scipy.sparse as sp
 
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.jobs import JobView
 from bayes_sched.policies.time_fraction_lp import (
@@ -602,9 +603,14 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         self._reported: set[Cell] = set()
         self._reports_read = 0
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def stats(self) -> Mapping[str, float]:
+        """The time-sharing figures and ``trials`` (exploration trials requested)."""
+        return {**super().stats(), "trials": float(len(self.trials))}
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         self._round_seconds = float(cluster.round_interval)
-        return super().decide(cluster, jobs)
+        return super().decide(cluster, jobs, estimates)
 
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
         explore = self.estimator is not None and self.exploration == "value_of_information"

@@ -34,6 +34,7 @@ from typing import Annotated
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState, consolidated_placement
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator, JobModelEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies.base import free_gpus, pack
@@ -46,6 +47,7 @@ ARTIFACT_MAX_REPLICAS: Mapping[str, int] = {"ncf": 1}
 
 class OptimusPolicy:
     name = "optimus"
+    needs: tuple[str, ...] = ("job_goodput",)
 
     def __init__(self, max_replicas: Mapping[str, Annotated[int, GPU_COUNT]] = ARTIFACT_MAX_REPLICAS
                  ) -> None:
@@ -54,6 +56,9 @@ class OptimusPolicy:
 
     def estimators(self) -> Sequence[Estimator]:
         return (self.job_models,)
+
+    def stats(self) -> Mapping[str, float]:
+        return {}
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size,
@@ -92,7 +97,8 @@ class OptimusPolicy:
         remaining = max(job.target_epochs - job.epochs, 0.0) * job.examples_per_epoch
         return remaining / job.settings.batch_size
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         jobs = sorted(jobs, key=lambda j: (j.submit_time, j.name))
         available = cluster.total_gpus
         replicas: dict[str, int] = {}

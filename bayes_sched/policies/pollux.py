@@ -35,6 +35,7 @@ from typing import Annotated
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.registry import GPU_COUNT, Range
@@ -76,6 +77,7 @@ class PolluxPolicy:
     """
 
     name = "pollux"
+    needs: tuple[str, ...] = ("job_goodput",)
 
     def __init__(self, p: float = -1.0, avoid_interference: bool = True,
                  max_nodes_per_job: Annotated[int, GPU_COUNT] = 16,
@@ -107,6 +109,9 @@ class PolluxPolicy:
 
     def estimators(self) -> Sequence[Estimator]:
         return (self.job_models,)
+
+    def stats(self) -> Mapping[str, float]:
+        return {}
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.job_overrides.get(spec.application, JobSettings())
@@ -140,7 +145,8 @@ class PolluxPolicy:
                                     min(self.max_nodes_per_job, cluster.num_nodes), self.rng)
         return problem, [job.name for job in jobs]
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         if not jobs:
             return {}
         problem, names = self.problem(cluster, jobs)

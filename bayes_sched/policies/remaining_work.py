@@ -28,6 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
+from bayes_sched.estimates import Need, check_quantile, resample_draws
 from bayes_sched.jobs import JobView
 from perfmodel.efficiency import NoiseScaleCurve
 from perfmodel.profiles import GradientTrace
@@ -230,6 +231,42 @@ class OracleRemainingWork:
 #: The remaining-work predictors a policy may be given by name (the oracle only by a benchmark).
 REMAINING_WORK: dict[str, Callable[[], RemainingWorkPredictor]] = {
     "dirichlet": DirichletRegimePredictor, "noise_scale": NoiseScaleRegimePredictor}
+
+
+#: The bundle's key of remaining work: the predictor the estimation stage publishes
+#: (:class:`RemainingWorkPosterior` binds it to one job).
+REMAINING_SECONDS: Need[RemainingWorkPredictor] = Need("remaining_work")
+
+
+class RemainingWorkPosterior:
+    """One job's remaining seconds (alone on its GPUs) after ``epochs_done`` epochs as a
+    :class:`~bayes_sched.estimates.Posterior`, shape ``()``: the predictor's mean and quantiles;
+    draws are :class:`NoiseScaleRegimePredictor`'s joint draws (resampled to ``n``), the mean
+    repeated for a point predictor."""
+
+    shape: tuple[int, ...] = ()
+
+    def __init__(self, predictor: RemainingWorkPredictor, profile: RegimeProfile,
+                 epochs_done: int, job: JobView | None = None) -> None:
+        self.predictor = predictor
+        self.profile = profile
+        self.epochs_done = epochs_done
+        self.job = job
+
+    def mean(self) -> np.ndarray:
+        return np.asarray(self.predictor.remaining_seconds(self.profile, self.epochs_done,
+                                                           self.job))
+
+    def quantile(self, q: float) -> np.ndarray:
+        return np.asarray(self.predictor.quantile_seconds(self.profile, self.epochs_done,
+                                                          check_quantile(q), self.job))
+
+    def draws(self, n: int, seed: int = 0) -> np.ndarray:
+        if isinstance(self.predictor, NoiseScaleRegimePredictor):
+            fixed = self.predictor.draws(self.profile, self.epochs_done)
+        else:
+            fixed = self.mean()[None]
+        return resample_draws(fixed, n, seed)
 
 
 def profile_from(regimes: Sequence[int], seconds_per_regime: Mapping[int, float]

@@ -64,7 +64,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
 import numpy as np
@@ -78,6 +78,7 @@ from bayes_sched.batch_modes import (
 )
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_cells import ThroughputBelief
@@ -166,6 +167,7 @@ class ShockwavePolicy:
     """
 
     name = "shockwave"
+    needs: tuple[str, ...] = ("throughput", "remaining_work")
 
     def __init__(self, future_rounds: Annotated[int, Range(1, MAX_FUTURE_ROUNDS)] = 20,
                  k: float = 1e-3, lam: float = 12.0, rhomax: float = 1.0,
@@ -240,10 +242,22 @@ class ShockwavePolicy:
     def estimators(self) -> Sequence[Estimator]:
         return () if self.estimator is None else (self.estimator,)
 
+    def stats(self) -> Mapping[str, float]:
+        """``solver_failures``, ``allocation_updates`` (successful plans), ``node_limit_hits``
+        (plans stopped at ``max_nodes``, their incumbent used), ``solves`` and
+        ``solve_median_seconds`` (NaN without a solve)."""
+        return {"solver_failures": float(self.solver_failures),
+                "allocation_updates": float(self.allocation_updates),
+                "node_limit_hits": float(self.node_limit_hits),
+                "solves": float(len(self.solve_seconds)),
+                "solve_median_seconds": (float(np.median(self.solve_seconds))
+                                         if self.solve_seconds else math.nan)}
+
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         jobs = sorted(jobs, key=lambda j: (j.submit_time, j.name))
         self._round_seconds = cluster.round_interval
         gpu = cluster_types(cluster)[0]  # Shockwave plans one GPU type (see the class)

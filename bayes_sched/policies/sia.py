@@ -81,6 +81,7 @@ import numpy as np
 
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
@@ -351,6 +352,7 @@ class SiaPolicy:
     """
 
     name = "sia"
+    needs: tuple[str, ...] = ("throughput",)
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
@@ -390,10 +392,17 @@ class SiaPolicy:
     def estimators(self) -> Sequence[Estimator]:
         return () if self.estimator is None else (self.estimator,)
 
+    def stats(self) -> Mapping[str, float]:
+        """``solver_failures`` (rounds whose assignment the solver could not give) and
+        ``ilp_solves`` (rounds that took the solver)."""
+        return {"solver_failures": float(self.solver_failures),
+                "ilp_solves": float(self.ilp_solves)}
+
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         if not jobs:
             return {}
         jobs = sorted(jobs, key=lambda j: (j.submit_time, j.name))

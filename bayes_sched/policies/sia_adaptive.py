@@ -50,6 +50,7 @@ from typing import Literal
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator, JobModelEstimator
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
@@ -90,6 +91,7 @@ class SiaAdaptivePolicy(SiaPolicy):
     """
 
     name = "sia_adaptive"
+    needs: tuple[str, ...] = ("job_goodput",)
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
@@ -117,7 +119,8 @@ class SiaAdaptivePolicy(SiaPolicy):
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.job_overrides.get(spec.application, JobSettings())
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         names = {job.name for job in jobs}
         for table in (self._models, self._replicas):
             for key in [k for k in table if k[0] not in names]:
@@ -145,7 +148,7 @@ class SiaAdaptivePolicy(SiaPolicy):
                 if step > 0:
                     self._one_gpu.setdefault((job.application, gpu_type), {})[job.name] = \
                         1.0 / step
-        return super().decide(cluster, jobs)
+        return super().decide(cluster, jobs, estimates)
 
     def type_ratio(self, application: str, to_type: str, from_type: str,
                    job: str | None = None) -> float:

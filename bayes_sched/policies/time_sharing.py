@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Literal
@@ -62,6 +62,7 @@ import numpy as np
 
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
@@ -303,6 +304,7 @@ class TimeSharingPolicy:
     """
 
     name = "time_sharing"
+    needs: tuple[str, ...] = ("throughput",)
     #: Whether the policy uses per-type throughputs (Gavel's "Perf" policies keep the type order).
     heterogeneity_aware = False
     #: Whether the policy's allocation holds pairs of jobs sharing GPUs (Gavel's "_packed").
@@ -420,6 +422,19 @@ class TimeSharingPolicy:
     def estimators(self) -> Sequence[Estimator]:
         return () if self.estimator is None else (self.estimator,)
 
+    def stats(self) -> Mapping[str, float]:
+        """``solver_failures``, ``allocation_updates``, ``fallback_allocations`` (equal splits
+        for inputs the policy could not allocate by its rule), ``lease_extension_fraction``
+        and, with a learner, ``thompson_draws`` (recomputes decided on a posterior draw)."""
+        stats = {"solver_failures": float(self.solver_failures),
+                 "allocation_updates": float(self.allocation_updates),
+                 "fallback_allocations": float(self.fallbacks),
+                 "lease_extension_fraction": (self.lease_extensions
+                                              / max(self.lease_opportunities, 1))}
+        if self.estimator is not None:
+            stats["thompson_draws"] = float(self.draws_made if self.thompson else 0)
+        return stats
+
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
 
@@ -433,7 +448,8 @@ class TimeSharingPolicy:
         return {(combo[0], combo[1]): dict(zip(self._types, map(float, x), strict=True))
                 for combo, x in self._store.allocation().items() if len(combo) == 2}
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         types = cluster_types(cluster)
         if types != self._types:
             self._reset_state(types)

@@ -11,10 +11,11 @@ artifact.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
@@ -25,6 +26,7 @@ class TiresiasPolicy:
     """2D-LAS with queue thresholds ``thresholds`` (GPU-seconds, increasing)."""
 
     name = "tiresias"
+    needs: tuple[str, ...] = ()
 
     def __init__(self, thresholds: Annotated[
             Sequence[Annotated[float, Range(0.0, min_open=True, unit="GPU-seconds")]],
@@ -39,10 +41,14 @@ class TiresiasPolicy:
     def estimators(self) -> Sequence[Estimator]:
         return ()
 
+    def stats(self) -> Mapping[str, float]:
+        return {}
+
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
 
-    def decide(self, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
         now = cluster.now
         by_name = {job.name: job for job in jobs}
         for queue in self._queues:

@@ -39,6 +39,9 @@ class SimulationResult:
         estimate_seconds: wall time of the loop's estimation stage (outside the decisions).
         seed: the seed of the simulator's own random stream (``config.seed``), which the command
             line also gives the policy and the hidden law.
+        policy_stats: the policy's :meth:`~bayes_sched.policies.base.Policy.stats` at the end.
+        estimator_stats: its estimators' figures (:meth:`~bayes_sched.estimation.Estimator.stats`).
+        estimates_from: ``{need: estimator}`` the decisions read.
     """
 
     workload: str
@@ -54,6 +57,9 @@ class SimulationResult:
     refits: int = 0
     estimate_seconds: float = 0.0
     seed: int = 0
+    policy_stats: dict[str, float] = field(default_factory=dict)
+    estimator_stats: dict[str, float] = field(default_factory=dict)
+    estimates_from: dict[str, str] = field(default_factory=dict)
 
 
 def run_simulation(workload: Workload | str | Path, policy: Policy | str,
@@ -99,4 +105,6 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         decision_jobs=np.array(stats.decision_jobs), rejected=stats.rejected,
         wall_seconds=time.perf_counter() - start, refits=cluster.refit_count,
         estimate_seconds=float(sum(stats.estimate_seconds)), seed=config.seed,
+        policy_stats=dict(policy.stats()), estimator_stats=dict(stats.estimator_stats),
+        estimates_from=dict(stats.estimates_from),
     )

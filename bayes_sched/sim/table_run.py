@@ -11,10 +11,8 @@ import numpy as np
 import pandas as pd
 
 from bayes_sched.cluster_spec import ClusterSpec
-from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.loop import run_loop
 from bayes_sched.policies.base import Policy
-from bayes_sched.policies.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.fairness import contention_factor, ftf_rho, ftf_summary
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, STALL_LIMIT, TableCluster
@@ -37,16 +35,18 @@ class TableResult:
         summary: ``jobs, finished, avg_jct, median_jct, makespan`` (s), ``utilization`` per
             GPU type (busy GPU-rounds over all GPU-rounds), ``rounds``, the finish-time fairness
             distribution (``ftf_worst``, ``ftf_p25`` ... ``ftf_p99``) and ``unfair_fraction``
-            (rho > 1.05), and from the policy ``solver_failures``, ``fallback_allocations``
-            (equal splits for jobs declaring no steps), ``allocation_updates``,
-            ``lease_extension_fraction`` where it counts them; for a policy that learns its
-            throughputs (``source`` a learner) ``profiling_gpu_hours`` (GPU-hours jobs spent in
-            the cells their learner had them profiled in), ``first_visit_gpu_hours`` (in cells
-            nobody had reported from before), ``rejected_reports``, ``fits`` and
-            ``fit_seconds`` (total), ``thompson_draws``.
+            (rho > 1.05), then the policy's :meth:`~bayes_sched.policies.base.Policy.stats`
+            (e.g. ``solver_failures``, ``fallback_allocations``, ``allocation_updates``) and its
+            estimators' (for a throughput learner: ``profiling_gpu_hours``, GPU-hours jobs spent
+            in the cells their learner had them profiled in, ``first_visit_gpu_hours``, in
+            cells nobody had reported from before, ``rejected_reports``, ``fits`` and
+            ``fit_seconds`` in total).
         decision_seconds: wall time of each decision, shape ``(rounds with jobs,)``.
         estimate_seconds: wall time of the estimation stage before each decision, same shape.
         wall_seconds: wall time of the whole run.
+        policy_stats: the policy's :meth:`~bayes_sched.policies.base.Policy.stats` at the end.
+        estimates_from: ``{need: estimator}`` the decisions read (empty for a policy that reads
+            the job views only, or the throughput table itself).
     """
 
     policy: str
@@ -56,6 +56,8 @@ class TableResult:
     rejected: list[tuple[float, str]] = field(default_factory=list)
     wall_seconds: float = 0.0
     estimate_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    policy_stats: dict[str, float] = field(default_factory=dict)
+    estimates_from: dict[str, str] = field(default_factory=dict)
 
 
 def table_job_rows(cluster: TableCluster) -> pd.DataFrame:
@@ -118,30 +120,15 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
         LOG.warning("%s: no job held a GPU from %.0f s to %.0f s of simulated time while jobs "
                     "waited: the policy stalled (solver failures: %s); run given up",
                     policy.name, cluster.stalled_at, cluster.state.now,
-                    getattr(policy, "solver_failures", "not counted"))
+                    policy.stats().get("solver_failures", "not counted"))
     for i, gpu in enumerate(cluster.busy_types):
         summary[f"utilization_{gpu}"] = (float(busy[:, i].mean() / spec.gpus_of_type(gpu))
                                          if len(busy) else 0.0)
-    for counter in ("solver_failures", "allocation_updates"):
-        if hasattr(policy, counter):
-            summary[counter] = float(getattr(policy, counter))
-    if isinstance(policy, TimeSharingPolicy):
-        summary["fallback_allocations"] = float(policy.fallbacks)
-        summary["lease_extension_fraction"] = (policy.lease_extensions
-                                               / max(policy.lease_opportunities, 1))
-        if policy.estimator is not None:
-            summary["thompson_draws"] = float(policy.draws_made if policy.thompson else 0)
-    # Any policy reading a learner through the estimation stage (the Gavel family, Sia).
-    estimator = getattr(policy, "estimator", None)
-    if isinstance(estimator, ThroughputEstimator):
-        summary.update({
-            "profiling_gpu_hours": estimator.profiling_gpu_seconds / 3600.0,
-            "first_visit_gpu_hours": estimator.first_visit_gpu_seconds / 3600.0,
-            "failed_launch_gpu_hours": estimator.failed_launch_gpu_seconds / 3600.0,
-            "rejected_reports": float(estimator.rejected_reports),
-            "fits": float(len(estimator.fit_seconds)),
-            "fit_seconds": float(sum(estimator.fit_seconds))})
+    policy_stats = dict(policy.stats())
+    summary.update(policy_stats)
+    summary.update(stats.estimator_stats)
     return TableResult(policy=policy.name, jobs=rows, summary=summary,
                        decision_seconds=np.array(stats.decision_seconds),
                        rejected=stats.rejected, wall_seconds=time.perf_counter() - start,
-                       estimate_seconds=np.array(stats.estimate_seconds))
+                       estimate_seconds=np.array(stats.estimate_seconds),
+                       policy_stats=policy_stats, estimates_from=dict(stats.estimates_from))
