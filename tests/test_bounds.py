@@ -101,6 +101,9 @@ def test_a_cluster_file_beyond_the_bounds_names_the_field(tmp_path: Path, body: 
     ("bo", "forget=2", "option forget is 2: expected float in (0, 1]"),
     ("bo", "pair_prior.own=-1", "option pair_prior.own is -1: expected float > 0"),
     ("shockwave", "future_rounds=1000000000", "option future_rounds is 1000000000"),
+    ("shockwave", "lam=-1", "option lam is -1: expected float > 0"),
+    ("shockwave", "k=-1", "option k is -1: expected float >= 0"),
+    ("shockwave", "mip_rel_gap=1", "option mip_rel_gap is 1: expected float in [0, 1)"),
     ("sia", "lambda_n=inf", "option lambda_n is inf: expected a finite number"),
 ])
 def test_options_out_of_bounds_are_one_line_naming_the_option(policy: str, item: str,

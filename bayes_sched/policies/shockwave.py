@@ -170,11 +170,14 @@ class ShockwavePolicy:
     needs: tuple[str, ...] = ("throughput", "remaining_work")
 
     def __init__(self, future_rounds: Annotated[int, Range(1, MAX_FUTURE_ROUNDS)] = 20,
-                 k: float = 1e-3, lam: float = 12.0, rhomax: float = 1.0,
+                 k: Annotated[float, Range(0)] = 1e-3,
+                 lam: Annotated[float, Range(0, min_open=True)] = 12.0,
+                 rhomax: Annotated[float, Range(0, min_open=True)] = 1.0,
                  reopt_rounds: Annotated[int, Range(1, MAX_FUTURE_ROUNDS)] = 8,
-                 solver: Literal["HIGHS", "SCIP"] = "HIGHS", max_nodes: int = 1000,
+                 solver: Literal["HIGHS", "SCIP"] = "HIGHS",
+                 max_nodes: Annotated[int, Range(1)] = 1000,
                  seed: Annotated[int, SEED] = 0, time_limit: float | None = None,
-                 mip_rel_gap: float = 1e-3,
+                 mip_rel_gap: Annotated[float, Range(0, 1, max_open=True)] = 1e-3,
                  throughputs: Literal["tacc", "simulation", "physical"] = "tacc",
                  calibrate: bool = True,
                  remaining_work: Literal["dirichlet", "noise_scale"] = "dirichlet",

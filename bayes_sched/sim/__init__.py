@@ -12,8 +12,9 @@ contention generator, the workload reader) does not import the run driver, the p
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from bayes_sched.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # the exported names, for type checkers
     from bayes_sched.sim.report import write_report
@@ -34,18 +35,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = ["JobSpec", "SimConfig", "SimulatedCluster", "SimulationResult", "Workload",
            "read_workload", "run_simulation", "write_report"]
