@@ -88,3 +88,18 @@ def test_help_states_the_syntax_once() -> None:
         text = subprocess.run([sys.executable, "-m", "bayes_sched", *command, "--help"],
                               capture_output=True, text=True, env=ENV, timeout=60).stdout
         assert text.count("5m, 1h") == 1, text
+
+
+def test_serve_and_the_simulator_share_their_round_defaults() -> None:
+    # Issue 35: --restart-delay defaulted to 30 s in simulate and 10 s in serve.
+    from bayes_sched.backends.local import LocalLauncher
+    from bayes_sched.cluster_spec import ClusterSpec
+    from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
+
+    served = _parse(["serve"])
+    simulated = ClusterSpec.homogeneous(1, 4, "t4")
+    assert served.restart_delay == simulated.restart_delay == DEFAULT_RESTART_DELAY == 30.0
+    assert served.interval == simulated.round_interval == DEFAULT_ROUND_INTERVAL
+    local = LocalLauncher(2, "cpu").cluster_spec()
+    assert (local.restart_delay, local.round_interval) == (DEFAULT_RESTART_DELAY,
+                                                           DEFAULT_ROUND_INTERVAL)

@@ -29,6 +29,7 @@ from bayes_sched.cli.options import (
     int_in_range,
     positive_int,
 )
+from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
 from bayes_sched.tables import print_table
 
 DEFAULT_STATE = "bayes-sched-state"
@@ -75,11 +76,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--gpu-type", default=None, help="GPU type of the local node "
                        "(default: detected, 'cpu' for logical GPUs)")
     serve.add_argument("--policy", default="pollux", help="scheduling policy (default: pollux)")
-    serve.add_argument("--interval", type=duration(0.1, DAY), default=60.0, metavar="DURATION",
-                       help="time per scheduling round, in [0.1 s, 1 day] (default: 60s)")
-    serve.add_argument("--restart-delay", type=duration(0.0, DAY), default=10.0,
+    serve.add_argument("--interval", type=duration(0.1, DAY), default=DEFAULT_ROUND_INTERVAL,
+                       metavar="DURATION", help="time per scheduling round, in [0.1 s, 1 day] "
+                       f"(default: {DEFAULT_ROUND_INTERVAL:g}s, as simulate's)")
+    serve.add_argument("--restart-delay", type=duration(0.0, DAY), default=DEFAULT_RESTART_DELAY,
                        metavar="DURATION", help="time a restart costs a job (the policy's "
-                       "re-allocation penalty; default: 10s)")
+                       f"re-allocation penalty; default: {DEFAULT_RESTART_DELAY:g}s, as "
+                       "simulate's)")
     serve.add_argument("--checkpoint-timeout", type=duration(0.0, DAY), default=30.0,
                        metavar="DURATION", help="longest wait for a checkpoint (default: 30s)")
     serve.add_argument("--stop-grace", type=duration(0.0, DAY), default=30.0,

@@ -34,6 +34,7 @@ from bayes_sched.policies import (
     make_policy,
 )
 from bayes_sched.registry import parse_assignments
+from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
 from bayes_sched.tables import print_table
 
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
@@ -186,10 +187,11 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
                              "and 2^20 GPUs in all)")
     parser.add_argument("--interval", type=duration(1.0, DAY), metavar="DURATION",
                         help="time per scheduling round, in [1 s, 1 day] (default: the cluster "
-                             "spec's, 60s)")
+                             f"spec's, {DEFAULT_ROUND_INTERVAL:g}s, as serve's)")
     parser.add_argument("--restart-delay", type=duration(0.0, DAY), metavar="DURATION",
                         help="time lost per restart, every application, in [0, 1 day] "
-                             "(default: the cluster spec's, 30s)")
+                             f"(default: the cluster spec's, {DEFAULT_RESTART_DELAY:g}s, as "
+                             "serve's)")
     parser.add_argument("--interference", type=finite_float(0.0, 1.0, max_open=True),
                         default=0.0,
                         help="slowdown of distributed jobs sharing a node, in [0, 1) (default 0)")
