@@ -46,3 +46,17 @@ def test_simulate_json_counts_are_integers(args: tuple[str, ...]) -> None:
         assert {"finished"} <= counts, row
         for key in counts:
             assert type(row[key]) is int, (key, row[key])
+
+
+def test_every_fit_method_gives_the_same_top_level_keys() -> None:
+    from bayes_sched.cli.fit import FIT_JSON_KEYS
+
+    point = run_json("fit", "throughput", "cifar10", "--method", "point")
+    svi = run_json("fit", "throughput", "cifar10", "--method", "svi", "--no-fallback")
+    assert isinstance(point, dict) and isinstance(svi, dict)
+    assert tuple(point) == tuple(svi) == FIT_JSON_KEYS
+    assert point["interval_level"] is None and point["diagnostics"] is None
+    assert point["seed"] is None and isinstance(point["objective"], float)
+    assert svi["objective"] is None and svi["interval_level"] == 0.9 and svi["seed"] == 0
+    # One name for the optimisation's steps.
+    assert svi["diagnostics"]["num_steps"] > 0 and "steps" not in svi["diagnostics"]
