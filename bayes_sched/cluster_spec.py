@@ -51,6 +51,8 @@ import numpy as np
 
 from bayes_sched.errors import InputError
 from bayes_sched.gpu_types import GPU_TYPES, gpu_type
+from bayes_sched.round_timing import DEFAULT_RESTART_DELAY as DEFAULT_RESTART_DELAY
+from bayes_sched.round_timing import DEFAULT_ROUND_INTERVAL as DEFAULT_ROUND_INTERVAL
 from bayes_sched.topology import NodeTopology, TopologyError
 from perfmodel import textio
 
@@ -65,12 +67,6 @@ MAX_NODES = 2**16
 #: Most GPUs on one node (a node's topology lists its PCIe switches; 8-16 GPUs are built).
 MAX_GPUS_PER_NODE = 1024
 
-#: Seconds a job loses to checkpoint and restart where nothing else is known (the Pollux
-#: artifact's figure; the simulator's fidelity is measured with it).
-DEFAULT_RESTART_DELAY = 30.0
-
-#: Seconds per scheduling round (the Pollux artifact's).
-DEFAULT_ROUND_INTERVAL = 60.0
 
 #: The Pollux artifact's node (AWS g4dn.12xlarge: 4 T4 GPUs on PCIe 3.0, two per switch, one
 #: socket, 50 Gbit/s network), capacities in byte/s. Its capacities are every default node's.

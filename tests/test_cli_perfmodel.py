@@ -45,7 +45,8 @@ def test_fit_throughput_posterior_json_carries_its_diagnostics() -> None:
     document = json.loads(result.stdout)
     assert document["method"] == "svi" and document["interval_level"] == 0.9
     diagnostics = document["diagnostics"]
-    assert isinstance(diagnostics["pareto_k"], float) and diagnostics["steps"] > 0
+    assert isinstance(diagnostics["pareto_k"], float) and diagnostics["num_steps"] > 0
+    assert "steps" not in diagnostics
     assert diagnostics["seconds"] > 0 and isinstance(diagnostics["final_loss"], float)
     assert diagnostics["reliable"] is (diagnostics["pareto_k"] <= 0.7)
     assert ("warning: cifar10: PSIS k-hat" in result.stderr) is not diagnostics["reliable"]

@@ -36,6 +36,7 @@ from bayes_sched.client.protocol import ENV_JOB_DIR, job_environment, log_tail, 
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.gpu_types import gpu_type_of_device
+from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
 
 LOG = logging.getLogger(__name__)
 #: The name of the local backend's one node (:attr:`LocalLauncher.node_ids`).
@@ -226,7 +227,8 @@ class LocalLauncher:
     """
 
     def __init__(self, num_gpus: int | None = None, gpu_type: str | None = None,
-                 restart_delay: float = 10.0, round_interval: float = 60.0) -> None:
+                 restart_delay: float = DEFAULT_RESTART_DELAY,
+                 round_interval: float = DEFAULT_ROUND_INTERVAL) -> None:
         names = detect_gpus()
         if num_gpus is None:
             if not names:

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bayes_sched.cli.options import DURATION_EPILOG, duration
 from collectors import DEFAULT_PROMETHEUS_PORT
 from counters.catalog import RESOURCES, SOURCES
 
@@ -36,18 +37,11 @@ if TYPE_CHECKING:
 
 SOURCE_NAMES = ("nvml", "pcie", "perf", "procfs")
 MAX_FLUSH_SAMPLES = 3600
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)i?[bB]?\s*$")
 
 
-def parse_duration(text: str) -> float:
-    """``"500ms"``, ``"1s"``, ``"2m"``, ``"1h"`` or plain seconds -> seconds (> 0)."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive duration like 1s, 500ms or 2m, "
-                                         f"not {text!r}")
-    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[match.group(2)]
-    return float(match.group(1)) * scale
+#: ``type=`` for collect's and align's time flags: any positive duration.
+parse_duration = duration(0.0, min_open=True)
 
 
 def parse_size(text: str) -> int:
@@ -63,9 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collect = subparsers.add_parser(
         "collect", help="sample node counters into a store and/or a Prometheus endpoint",
         description="Sample NVML, PCIe (sysfs), perf and procfs counters on this node at a fixed "
-                    "interval. SIGTERM or SIGINT stops it after writing every sample taken.")
-    collect.add_argument("--interval", type=parse_duration, default=1.0,
-                         help="sampling interval, e.g. 1s, 500ms (default 1s)")
+                    "interval. SIGTERM or SIGINT stops it after writing every sample taken.",
+        epilog=DURATION_EPILOG)
+    collect.add_argument("--interval", type=parse_duration, default=1.0, metavar="DURATION",
+                         help="sampling interval (default 1s)")
     collect.add_argument("--out", type=Path, help="counters store directory to append to")
     collect.add_argument("--prometheus", type=int, metavar="PORT", nargs="?",
                          const=DEFAULT_PROMETHEUS_PORT,
@@ -79,9 +74,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--replay", type=Path, metavar="STORE",
                          help="replay a recorded store (all its counters) instead of reading "
                               "this node")
-    collect.add_argument("--duration", type=parse_duration, help="stop after this long")
+    collect.add_argument("--duration", type=parse_duration, metavar="DURATION",
+                         help="stop after this long")
     collect.add_argument("--samples", type=int, help="stop after this many samples")
-    collect.add_argument("--flush-every", type=parse_duration, default=300.0,
+    collect.add_argument("--flush-every", type=parse_duration, default=300.0, metavar="DURATION",
                          help="commit buffered samples as a store part this often (default 5m; "
                               f"at most every {MAX_FLUSH_SAMPLES} samples); every sample is "
                               "journalled to disk as it is taken whatever this is")
@@ -113,9 +109,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="do not reject counters that go backwards")
     validate.add_argument("--json", action="store_true")
     validate.set_defaults(handler=run_validate)
-    merge = sub.add_parser("align", help="put several nodes' stores on one time grid (netCDF)")
+    merge = sub.add_parser("align", help="put several nodes' stores on one time grid (netCDF)",
+                           epilog=DURATION_EPILOG)
     merge.add_argument("stores", type=Path, nargs="+", metavar="STORE")
-    merge.add_argument("--interval", type=parse_duration, required=True, help="grid step, e.g. 1s")
+    merge.add_argument("--interval", type=parse_duration, required=True, metavar="DURATION",
+                       help="grid step")
     merge.add_argument("--clock-offset", action="append", default=[], metavar="NODE=SECONDS",
                        help="a node's clock minus the reference clock (repeatable)")
     merge.add_argument("--out", type=Path, required=True,

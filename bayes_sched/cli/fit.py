@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import stderr
 from bayes_sched.cli.options import positive_int, seed
@@ -30,6 +30,26 @@ def population_prior(profile: StepTimeProfile) -> StepTimePrior:
     return StepTimePrior.from_population(profile, [(r, fit_throughput(r)) for r in reference])
 
 
+#: The posterior intervals ``fit throughput`` prints (central, of the draws).
+INTERVAL_LEVEL = 0.9
+
+#: The top-level keys of ``fit throughput --json``, the same for every method (null where a
+#: method has none: a point fit has no interval, seed or diagnostics; a posterior no objective).
+FIT_JSON_KEYS = ("model", "method", "requested_method", "rows", "interval_level", "seed",
+                 "objective", "diagnostics", "parameters")
+
+
+def _fit_document(model: str, method: str, requested_method: str, rows: int, *,
+                  parameters: list[dict[str, Any]], interval_level: float | None = None,
+                  seed: int | None = None, objective: float | None = None,
+                  diagnostics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``fit throughput --json``'s document: :data:`FIT_JSON_KEYS` in that order."""
+    document = {"model": model, "method": method, "requested_method": requested_method,
+                "rows": rows, "interval_level": interval_level, "seed": seed,
+                "objective": objective, "diagnostics": diagnostics, "parameters": parameters}
+    return document
+
+
 def _fit_throughput(args: argparse.Namespace) -> int:
     from perfmodel.profiles import resolve_profile
     from perfmodel.throughput import PARAM_UNITS, fit_objective, fit_throughput
@@ -40,10 +60,10 @@ def _fit_throughput(args: argparse.Namespace) -> int:
         params = fit_throughput(profile)
         rows = [{"parameter": k, "unit": PARAM_UNITS[k], "point_fit": v}
                 for k, v in params.as_dict().items()]
-        if args.json:  # the rows and how they were obtained
-            print_json({"model": profile.model, "method": "point", "rows": len(profile),
-                        "objective": fit_objective(params.as_array(), profile),
-                        "parameters": rows})
+        if args.json:  # no interval, no seed, no diagnostics: null (FIT_JSON_KEYS)
+            print_json(_fit_document(profile.model, "point", "point", len(profile),
+                                     objective=fit_objective(params.as_array(), profile),
+                                     parameters=rows))
         else:
             print_table(rows, title=f"{profile.model}: point fit")
         return 0
@@ -59,15 +79,14 @@ def _fit_throughput(args: argparse.Namespace) -> int:
               file=sys.stderr)
     # An unreliable fit's warning comes from the library (UnreliableFitWarning), one line.
     if args.json:  # the rows, the interval level and the fit's diagnostics (NaN -> null)
-        print_json({"model": profile.model, "method": diagnostics.method,
-                    "requested_method": args.method, "rows": len(profile),
-                    "interval_level": 0.9, "seed": args.seed,
-                    "diagnostics": {**diagnostics.as_dict(), "steps": diagnostics.num_steps},
-                    "parameters": posterior.parameter_summary()})
+        print_json(_fit_document(profile.model, diagnostics.method, args.method, len(profile),
+                                 interval_level=INTERVAL_LEVEL, seed=args.seed,
+                                 diagnostics=diagnostics.as_dict(),
+                                 parameters=posterior.parameter_summary(INTERVAL_LEVEL)))
     else:
-        print_table(posterior.parameter_summary(),
-                    title=f"{profile.model}: posterior ({diagnostics.source}, 90% intervals, "
-                          f"PSIS k-hat {diagnostics.pareto_k:.2f})")
+        print_table(posterior.parameter_summary(INTERVAL_LEVEL),
+                    title=f"{profile.model}: posterior ({diagnostics.source}, "
+                          f"{INTERVAL_LEVEL:.0%} intervals, PSIS k-hat {diagnostics.pareto_k:.2f})")
     return 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -82,6 +83,38 @@ def finite_float(minimum: float | None = None, maximum: float | None = None, *,
         return value
 
     return _named(parse, "finite_float")  # type: ignore[return-value]
+
+
+#: The one syntax of every time flag, said once in each flag's help.
+DURATION_SYNTAX = "seconds, or with a unit: 500ms, 30s, 5m, 1h"
+#: The ``epilog`` of a command with time flags (their metavar is ``DURATION``).
+DURATION_EPILOG = f"DURATION: {DURATION_SYNTAX}."
+#: One day in seconds: the upper bound of most time flags.
+DAY = 86_400.0
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_SCALE = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration(minimum: float | None = 0.0, maximum: float | None = None, *,
+             min_open: bool = False, max_open: bool = False) -> Callable[[str], float]:
+    """A ``type=`` for a time flag: plain seconds (``30``, ``0.5``) or a number with a unit
+    (``500ms``, ``30s``, ``5m``, ``1h``) -> seconds as a float in ``[minimum, maximum]``
+    (``min_open``/``max_open``: exclusive bounds). Signs, NaN and infinities are refused."""
+    bounds = _bound_text(minimum, maximum, min_open, max_open)
+    expected = f"a duration ({DURATION_SYNTAX}){' ' + bounds + ' s' if bounds else ''}"
+
+    def parse(text: str) -> float:
+        match = _DURATION.match(text)
+        if not match:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {expected}")
+        value = float(match.group(1)) * _DURATION_SCALE[match.group(2)]
+        too_low = minimum is not None and (value <= minimum if min_open else value < minimum)
+        too_high = maximum is not None and (value >= maximum if max_open else value > maximum)
+        if not math.isfinite(value) or too_low or too_high:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
+        return value
+
+    return _named(parse, "duration")  # type: ignore[return-value]
 
 
 def int_in_range(minimum: int | None = None, maximum: int | None = None,

@@ -21,11 +21,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bayes_sched.cli.options import finite_float, int_in_range, positive_int
+from bayes_sched.cli.options import (
+    DAY,
+    DURATION_EPILOG,
+    duration,
+    finite_float,
+    int_in_range,
+    positive_int,
+)
+from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
 from bayes_sched.tables import print_table
 
 DEFAULT_STATE = "bayes-sched-state"
-DAY = 86400.0
 #: The umask of ``serve``, ``submit``, ``status`` and ``cancel`` (and so of every job ``serve``
 #: starts): new files 0600, new folders 0700.
 PRIVATE_UMASK = 0o077
@@ -52,39 +59,42 @@ BACKENDS: dict[str, Callable[[argparse.Namespace], Any]] = {"local": _local_laun
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    serve = subparsers.add_parser("serve", help="run the scheduler on a real cluster")
+    serve = subparsers.add_parser("serve", help="run the scheduler on a real cluster",
+                                  epilog=DURATION_EPILOG)
     _state_option(serve, init=True)
     serve.add_argument("--backend", choices=list(BACKENDS), default="local",
                        help="where jobs run (default: local subprocesses)")
     serve.add_argument("--ray-address", default="auto", metavar="ADDRESS",
                        help="the Ray cluster for --backend ray (default: auto, the cluster "
                             "started on this machine)")
-    serve.add_argument("--ray-timeout", type=finite_float(0.1, 600.0, unit="seconds"),
-                       default=4.0, help="seconds --ray-address gets to accept a connection "
-                       "and then to answer as a Ray cluster (default: 4)")
+    serve.add_argument("--ray-timeout", type=duration(0.1, 600.0), default=4.0,
+                       metavar="DURATION", help="time --ray-address gets to accept a connection "
+                       "and then to answer as a Ray cluster, in [0.1 s, 10m] (default: 4s)")
     serve.add_argument("--gpus", type=int_in_range(1, 4096), default=None,
                        help="GPUs to schedule (local: default the machine's; more than it has "
                             "are logical GPUs on the CPU)")
     serve.add_argument("--gpu-type", default=None, help="GPU type of the local node "
                        "(default: detected, 'cpu' for logical GPUs)")
     serve.add_argument("--policy", default="pollux", help="scheduling policy (default: pollux)")
-    serve.add_argument("--interval", type=finite_float(0.1, DAY, unit="seconds"), default=60.0,
-                       help="seconds per scheduling round (default: 60)")
-    serve.add_argument("--restart-delay", type=finite_float(0.0, DAY, unit="seconds"),
-                       default=10.0, help="seconds a restart costs a job (the policy's "
-                       "re-allocation penalty; default: 10)")
-    serve.add_argument("--checkpoint-timeout", type=finite_float(0.0, DAY, unit="seconds"),
-                       default=30.0, help="longest wait for a checkpoint (default: 30)")
-    serve.add_argument("--stop-grace", type=finite_float(0.0, DAY, unit="seconds"),
-                       default=30.0, help="seconds from SIGTERM to SIGKILL (default: 30)")
-    serve.add_argument("--report-timeout", type=finite_float(1.0, DAY, unit="seconds"),
-                       default=300.0, help="a job silent this long is marked failed "
-                       "(default: 300)")
+    serve.add_argument("--interval", type=duration(0.1, DAY), default=DEFAULT_ROUND_INTERVAL,
+                       metavar="DURATION", help="time per scheduling round, in [0.1 s, 1 day] "
+                       f"(default: {DEFAULT_ROUND_INTERVAL:g}s, as simulate's)")
+    serve.add_argument("--restart-delay", type=duration(0.0, DAY), default=DEFAULT_RESTART_DELAY,
+                       metavar="DURATION", help="time a restart costs a job (the policy's "
+                       f"re-allocation penalty; default: {DEFAULT_RESTART_DELAY:g}s, as "
+                       "simulate's)")
+    serve.add_argument("--checkpoint-timeout", type=duration(0.0, DAY), default=30.0,
+                       metavar="DURATION", help="longest wait for a checkpoint (default: 30s)")
+    serve.add_argument("--stop-grace", type=duration(0.0, DAY), default=30.0,
+                       metavar="DURATION", help="time from SIGTERM to SIGKILL (default: 30s)")
+    serve.add_argument("--report-timeout", type=duration(1.0, DAY), default=300.0,
+                       metavar="DURATION", help="a job silent this long is marked failed "
+                       "(default: 5m)")
     serve.add_argument("--max-restarts", type=int_in_range(0, 1000), default=3,
                        help="failed restarts before a job is marked failed (default: 3)")
-    serve.add_argument("--backoff", type=finite_float(0.0, DAY, unit="seconds"), default=10.0,
-                       help="seconds before the first restart of a failed job, doubling "
-                            "(default: 10)")
+    serve.add_argument("--backoff", type=duration(0.0, DAY), default=10.0, metavar="DURATION",
+                       help="wait before the first restart of a failed job, doubling "
+                            "(default: 10s)")
     serve.add_argument("--batch-change-gain", type=finite_float(0.0, 10.0), default=0.05,
                        help="predicted goodput gain that justifies changing a running job's "
                             "batch (default: 0.05)")
@@ -92,8 +102,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="the nodes' counters stores (bayes-sched collect --out), one store "
                             "or a directory of them: their latest window is read every round "
                             "into the cluster state the policy sees")
-    serve.add_argument("--counters-window", type=finite_float(1.0, DAY, unit="seconds"),
-                       default=300.0, help="seconds of counters read each round (default: 300)")
+    serve.add_argument("--counters-window", type=duration(1.0, DAY), default=300.0,
+                       metavar="DURATION", help="span of counters read each round (default: 5m)")
     serve.add_argument("--exit-when-idle", action="store_true",
                        help="stop once every job has ended")
     serve.add_argument("--max-rounds", type=positive_int, default=None)

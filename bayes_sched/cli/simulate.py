@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import fail, progress_bar
 from bayes_sched.cli.options import (
+    DAY,
+    DURATION_EPILOG,
     OUT_DIR_RULE,
     OptionError,
     check_out_dir,
+    duration,
     finite_float,
     int_in_range,
     positive_int,
@@ -31,6 +34,7 @@ from bayes_sched.policies import (
     make_policy,
 )
 from bayes_sched.registry import parse_assignments
+from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
 from bayes_sched.tables import print_table
 
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
@@ -85,9 +89,6 @@ def shockwave_world_options(policy_name: str) -> dict[str, object]:
 #: Exit status of a simulation that ran but left jobs unfinished at its horizon.
 EXIT_UNFINISHED = 3
 
-#: Bound of the simulated times (seconds); the cluster's size bounds are
-#: :func:`bayes_sched.cluster_spec.check_cluster_size`'s.
-DAY = 86_400.0
 
 _TABLE_COLUMNS = ("policy", "workload", "finished", "avg_jct", "median_jct", "p99_jct", "makespan",
                   "utilization", "ftf_mean", "ftf_worst", "ftf_p50", "ftf_p90", "ftf_p99",
@@ -108,7 +109,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "--trace, a Gavel .trace file in the throughput-table world (jobs run at "
                     "Gavel's measured steps/s per GPU type) under a Gavel policy, or a 12-column "
                     "Shockwave trace (jobs whose batch size changes, Shockwave's tacc "
-                    "throughputs, 120 s rounds) under a Gavel policy or shockwave.")
+                    "throughputs, 120 s rounds) under a Gavel policy or shockwave.",
+        epilog=DURATION_EPILOG)
     jobs = simulate.add_mutually_exclusive_group(required=True)
     jobs.add_argument("--workload", help="workload CSV or shipped name (the Pollux world)")
     jobs.add_argument("--trace", metavar="T",
@@ -140,7 +142,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare = subparsers.add_parser(
         "compare", help="simulate policies x workloads and write one report",
         description="Run every policy on every workload (in parallel processes) and write one "
-                    "report: summary tables, per-job outcomes, timelines and plots.")
+                    "report: summary tables, per-job outcomes, timelines and plots.",
+        epilog=DURATION_EPILOG)
     compare.add_argument("--policies", nargs="+", default=["pollux", "tiresias", "optimus", "fifo"],
                          choices=list(POLICIES), metavar="POLICY",
                          help=f"policies to run, of {', '.join(POLICIES)}")
@@ -182,12 +185,13 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-node", type=positive_int,
                         help="GPUs per node of a homogeneous cluster (default 4; at most 1024, "
                              "and 2^20 GPUs in all)")
-    parser.add_argument("--interval", type=finite_float(1.0, DAY, unit="seconds"),
-                        help="seconds per scheduling round, in [1, 86400] (default: the cluster "
-                             "spec's, 60)")
-    parser.add_argument("--restart-delay", type=finite_float(0.0, DAY, unit="seconds"),
-                        help="seconds lost per restart, every application, in [0, 86400] "
-                             "(default: the cluster spec's, 30)")
+    parser.add_argument("--interval", type=duration(1.0, DAY), metavar="DURATION",
+                        help="time per scheduling round, in [1 s, 1 day] (default: the cluster "
+                             f"spec's, {DEFAULT_ROUND_INTERVAL:g}s, as serve's)")
+    parser.add_argument("--restart-delay", type=duration(0.0, DAY), metavar="DURATION",
+                        help="time lost per restart, every application, in [0, 1 day] "
+                             f"(default: the cluster spec's, {DEFAULT_RESTART_DELAY:g}s, as "
+                             "serve's)")
     parser.add_argument("--interference", type=finite_float(0.0, 1.0, max_open=True),
                         default=0.0,
                         help="slowdown of distributed jobs sharing a node, in [0, 1) (default 0)")

@@ -194,8 +194,8 @@ class JobModelEstimator:
         return self._published
 
     def stats(self) -> Mapping[str, float]:
-        return {"job_model_refits": float(self.refits),
-                "posterior_fits": float(self.posterior_fits)}
+        return {"job_model_refits": int(self.refits),
+                "posterior_fits": int(self.posterior_fits)}
 
     def _with_models(self, job: JobView, now: float) -> JobView:
         if job.gradient is None or not job.observations:

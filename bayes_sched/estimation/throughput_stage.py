@@ -246,8 +246,8 @@ class ThroughputEstimator:
         return {"profiling_gpu_hours": self.profiling_gpu_seconds / 3600.0,
                 "first_visit_gpu_hours": self.first_visit_gpu_seconds / 3600.0,
                 "failed_launch_gpu_hours": self.failed_launch_gpu_seconds / 3600.0,
-                "rejected_reports": float(self.rejected_reports),
-                "fits": float(len(self.fit_seconds)),
+                "rejected_reports": int(self.rejected_reports),
+                "fits": int(len(self.fit_seconds)),
                 "fit_seconds": float(sum(self.fit_seconds))}
 
     @property

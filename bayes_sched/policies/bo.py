@@ -205,8 +205,8 @@ class BayesOptPolicy:
     def stats(self) -> Mapping[str, float]:
         """``rounds_recorded`` (:attr:`history`) and ``fit_problems`` (failed predictor
         fits, previous posterior kept)."""
-        return {"rounds_recorded": float(len(self.history)),
-                "fit_problems": float(len(self.fit_problems))}
+        return {"rounds_recorded": int(len(self.history)),
+                "fit_problems": int(len(self.fit_problems))}
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.pollux.job_settings(spec)
@@ -521,7 +521,7 @@ class _ColocationLearning:
         return (Estimate(COLOCATION, self.name, tuple(self.policy.predictors)),)
 
     def stats(self) -> Mapping[str, float]:
-        return {"colocation_fit_problems": float(len(self.policy.fit_problems))}
+        return {"colocation_fit_problems": int(len(self.policy.fit_problems))}
 
 
 class _ColocationProblem(AllocationProblem):

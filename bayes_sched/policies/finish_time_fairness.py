@@ -129,7 +129,7 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
     def stats(self) -> Mapping[str, float]:
         """The time-sharing figures and ``lp_inaccurate`` (ECOS solves ended "optimal but
         inaccurate", with ``gavel_statement``)."""
-        return {**super().stats(), "lp_inaccurate": float(self.inaccurate_solves)}
+        return {**super().stats(), "lp_inaccurate": int(self.inaccurate_solves)}
 
     def _reset_state(self, types: tuple[str, ...]) -> None:
         super()._reset_state(types)

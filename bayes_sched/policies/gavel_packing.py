@@ -605,7 +605,7 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
 
     def stats(self) -> Mapping[str, float]:
         """The time-sharing figures and ``trials`` (exploration trials requested)."""
-        return {**super().stats(), "trials": float(len(self.trials))}
+        return {**super().stats(), "trials": int(len(self.trials))}
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:

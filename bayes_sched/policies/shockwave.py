@@ -249,10 +249,10 @@ class ShockwavePolicy:
         """``solver_failures``, ``allocation_updates`` (successful plans), ``node_limit_hits``
         (plans stopped at ``max_nodes``, their incumbent used), ``solves`` and
         ``solve_median_seconds`` (NaN without a solve)."""
-        return {"solver_failures": float(self.solver_failures),
-                "allocation_updates": float(self.allocation_updates),
-                "node_limit_hits": float(self.node_limit_hits),
-                "solves": float(len(self.solve_seconds)),
+        return {"solver_failures": int(self.solver_failures),
+                "allocation_updates": int(self.allocation_updates),
+                "node_limit_hits": int(self.node_limit_hits),
+                "solves": int(len(self.solve_seconds)),
                 "solve_median_seconds": (float(np.median(self.solve_seconds))
                                          if self.solve_seconds else math.nan)}
 

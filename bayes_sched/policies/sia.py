@@ -395,8 +395,8 @@ class SiaPolicy:
     def stats(self) -> Mapping[str, float]:
         """``solver_failures`` (rounds whose assignment the solver could not give) and
         ``ilp_solves`` (rounds that took the solver)."""
-        return {"solver_failures": float(self.solver_failures),
-                "ilp_solves": float(self.ilp_solves)}
+        return {"solver_failures": int(self.solver_failures),
+                "ilp_solves": int(self.ilp_solves)}
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)

@@ -426,13 +426,13 @@ class TimeSharingPolicy:
         """``solver_failures``, ``allocation_updates``, ``fallback_allocations`` (equal splits
         for inputs the policy could not allocate by its rule), ``lease_extension_fraction``
         and, with a learner, ``thompson_draws`` (recomputes decided on a posterior draw)."""
-        stats = {"solver_failures": float(self.solver_failures),
-                 "allocation_updates": float(self.allocation_updates),
-                 "fallback_allocations": float(self.fallbacks),
+        stats = {"solver_failures": int(self.solver_failures),
+                 "allocation_updates": int(self.allocation_updates),
+                 "fallback_allocations": int(self.fallbacks),
                  "lease_extension_fraction": (self.lease_extensions
                                               / max(self.lease_opportunities, 1))}
         if self.estimator is not None:
-            stats["thompson_draws"] = float(self.draws_made if self.thompson else 0)
+            stats["thompson_draws"] = int(self.draws_made if self.thompson else 0)
         return stats
 
     def job_settings(self, spec: JobSpec) -> JobSettings:

@@ -108,11 +108,11 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     jct = rows["jct"].dropna()
     busy = np.array(cluster.timeline_busy) if cluster.timeline_busy else np.zeros((0, 1))
     summary: dict[str, float] = {
-        "jobs": float(len(rows)), "finished": float(jct.size),
+        "jobs": len(rows), "finished": int(jct.size),
         "avg_jct": float(jct.mean()) if jct.size else np.nan,
         "median_jct": float(jct.median()) if jct.size else np.nan,
         "makespan": float(rows["completion_time"].max()) if jct.size else np.nan,
-        "rounds": float(stats.rounds),
+        "rounds": int(stats.rounds),
         **ftf_summary(rows["ftf"].to_numpy()),
     }
     if cluster.stalled_at is not None:
