@@ -21,6 +21,7 @@ import dataclasses
 import importlib
 import inspect
 import math
+import re
 import tomllib
 import types
 import typing
@@ -114,6 +115,19 @@ class Option:
         return type_name(self.annotation)
 
 
+#: reStructuredText's inline markup in docstrings: a role (``:class:`~a.B```) or literal text.
+_ROLE = re.compile(r":[a-z]+:`~?([^`]*?)`")
+_LITERAL = re.compile(r"``(.*?)``")
+
+
+def plain_text(text: str) -> str:
+    """``text`` with reStructuredText's inline markup taken out, for a terminal: a role shows its
+    target's last name (``:class:`~a.B``` -> ``B``), literal text its content."""
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if "." in m.group(1)
+                     and " " not in m.group(1) else m.group(1), text)
+    return _LITERAL.sub(r"\1", text)
+
+
 class Registry(Mapping[str, Callable[..., T]], Generic[T]):
     """Named factories of one kind of component; a read-only mapping name -> factory.
 
@@ -148,7 +162,8 @@ class Registry(Mapping[str, Callable[..., T]], Generic[T]):
         factory_options(factory)  # type hints must resolve (options are checked against them)
         self._factories[name] = factory
         doc = inspect.getdoc(factory) or inspect.getdoc(inspect.getmodule(factory)) or ""
-        self._summaries[name] = summary or doc.split("\n\n")[0].replace("\n", " ").split(". ")[0]
+        self._summaries[name] = summary or plain_text(
+            doc.split("\n\n")[0].replace("\n", " ").split(". ")[0])
 
     def _factory(self, name: str) -> Callable[..., T]:
         if name in self._lazy:

@@ -226,3 +226,17 @@ def test_a_bug_is_one_line_with_its_type_and_exit_1(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(cli.DEBUG_VARIABLE, "1")
     with pytest.raises(KeyError):  # the traceback, when asked for
         cli.main([])
+
+
+def test_listed_summaries_carry_no_docstring_markup() -> None:
+    """``list policies`` shows each policy's first docstring sentence as plain text: roles and
+    literals of reStructuredText are taken out (``"bo"`` used to show with its backquotes)."""
+    from bayes_sched.policies import POLICIES
+    from bayes_sched.registry import plain_text
+
+    assert plain_text('see :class:`~bayes_sched.jobs.JobModel`, ``"bo"`` and :func:`run`') == (
+        'see JobModel, "bo" and run')
+    for name in POLICIES:
+        summary = POLICIES.summary(name)
+        assert "``" not in summary and ":class:" not in summary and ":func:" not in summary, name
+    assert POLICIES.summary("bo") == 'The Bayesian-optimised policy (registered as "bo").'
