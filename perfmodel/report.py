@@ -25,6 +25,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from perfmodel.efficiency import EfficiencyModel  # noqa: E402
 from perfmodel.goodput import GoodputModel  # noqa: E402
+from perfmodel.markdown import markdown_table  # noqa: E402
 from perfmodel.profiles import GradientTrace, StepTimeProfile  # noqa: E402
 from perfmodel.saved_fits import FitCache  # noqa: E402
 from perfmodel.throughput import predict_step_time, rmsle  # noqa: E402
@@ -342,16 +343,6 @@ def _plot_calibration(fit: ModelFit, path: Path) -> None:
     plt.close(fig)
 
 
-def _markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
-    columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = [float_format.format(v) if isinstance(v, float) else str(v)
-                 for v in row.values()]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def efficiency_table(efficiency: EfficiencyModel, batch_sizes: Sequence[int] | None = None
                      ) -> list[dict[str, float]]:
     """Efficiency (median and 90% interval) per batch size and training fraction (0..1)."""
@@ -439,9 +430,9 @@ def write_model_report(fit: ModelFit, out_dir: str | Path) -> Path:
         "\n".join(summary_lines(fit)),
         "## Step-time parameters (90% credible intervals"
         f"{'' if diag.reliable else '; unreliable, see the summary'})",
-        _markdown_table(fit.posterior.parameter_summary()),
+        markdown_table(fit.posterior.parameter_summary()),
         "## Error and calibration (in-sample)",
-        _markdown_table([fit.error_summary()]),
+        markdown_table([fit.error_summary()]),
         f"![step time]({name}-step-time.png)",
         f"![calibration: interval coverage against nominal level]({name}-calibration.png)",
         f"![throughput and goodput]({name}-throughput-goodput.png)",
@@ -450,10 +441,10 @@ def write_model_report(fit: ModelFit, out_dir: str | Path) -> Path:
         _plot_efficiency(fit, out / f"{name}-efficiency.png")
         parts += [
             "## Statistical efficiency (median and 90% interval)",
-            _markdown_table(efficiency_table(fit.efficiency)),
+            markdown_table(efficiency_table(fit.efficiency)),
             f"![efficiency]({name}-efficiency.png)",
             "## Goodput-maximising batch at 50% of training",
-            _markdown_table(best_batch_table(fit)),
+            markdown_table(best_batch_table(fit)),
         ]
     path = out / f"{name}.md"
     path.write_text("\n\n".join(parts) + "\n")
@@ -466,7 +457,7 @@ def write_index(fits: Sequence[ModelFit], reports: Sequence[Path], out_dir: str 
     rows = [fit.error_summary() for fit in fits]
     links = "\n".join(f"- [{fit.model}]({path.name})" for fit, path in
                       zip(fits, reports, strict=True))
-    text = ("# bayes-sched performance-model report\n\n" + _markdown_table(rows) + "\n\n" + links
+    text = ("# bayes-sched performance-model report\n\n" + markdown_table(rows) + "\n\n" + links
             + "\n")
     path = out / "index.md"
     path.write_text(text)

@@ -45,6 +45,7 @@ from bayes_sched.sim.seeds import (  # noqa: E402
     seed_rows,
 )
 from bayes_sched.strict_json import json_safe  # noqa: E402
+from perfmodel.markdown import markdown_cell, markdown_table  # noqa: E402
 
 
 def summary_rows(results: Sequence[SimulationResult]) -> list[dict[str, object]]:
@@ -344,10 +345,6 @@ def _shipped() -> tuple[str, ...]:
     return APPLICATION_NAMES
 
 
-def _cell(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
 def _markdown(sections: Sequence[Section]) -> str:
     parts = []
     for kind, body in sections:
@@ -363,9 +360,7 @@ def _markdown(sections: Sequence[Section]) -> str:
             parts.append(f"![{body[1]}]({body[0]})")
         else:
             rows, columns = body
-            lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-            lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
-            parts.append("\n".join(lines))
+            parts.append(markdown_table(rows, columns))
     return "\n\n".join(parts) + "\n"
 
 
@@ -386,7 +381,7 @@ def _html(sections: Sequence[Section]) -> str:
         else:
             rows, columns = body
             head = "".join(f"<th>{e(c)}</th>" for c in columns)
-            cells = ["<tr>" + "".join(f"<td>{e(_cell(row[c]))}</td>" for c in columns) + "</tr>"
+            cells = ["<tr>" + "".join(f"<td>{e(markdown_cell(row[c]))}</td>" for c in columns) + "</tr>"
                      for row in rows]
             parts.append(f"<table>\n<tr>{head}</tr>\n" + "\n".join(cells) + "\n</table>")
     style = ("body{font-family:sans-serif;max-width:75em;margin:auto}"
