@@ -76,13 +76,20 @@ def finite_float(minimum: float | None = None, maximum: float | None = None, *,
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number: expected {expected}"
                                              ) from None
-        too_low = minimum is not None and (value <= minimum if min_open else value < minimum)
-        too_high = maximum is not None and (value >= maximum if max_open else value > maximum)
-        if not math.isfinite(value) or too_low or too_high:
+        if not _within(value, minimum, maximum, min_open, max_open):
             raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
         return value
 
     return _named(parse, "finite_float")  # type: ignore[return-value]
+
+
+def _within(value: float, minimum: float | None, maximum: float | None, min_open: bool,
+            max_open: bool) -> bool:
+    """Whether ``value`` is finite and within the bounds (``None``: unbounded on that side;
+    ``min_open``/``max_open``: exclusive)."""
+    too_low = minimum is not None and (value <= minimum if min_open else value < minimum)
+    too_high = maximum is not None and (value >= maximum if max_open else value > maximum)
+    return math.isfinite(value) and not too_low and not too_high
 
 
 #: The one syntax of every time flag, said once in each flag's help.
@@ -108,9 +115,7 @@ def duration(minimum: float | None = 0.0, maximum: float | None = None, *,
         if not match:
             raise argparse.ArgumentTypeError(f"{text!r} is not {expected}")
         value = float(match.group(1)) * _DURATION_SCALE[match.group(2)]
-        too_low = minimum is not None and (value <= minimum if min_open else value < minimum)
-        too_high = maximum is not None and (value >= maximum if max_open else value > maximum)
-        if not math.isfinite(value) or too_low or too_high:
+        if not _within(value, minimum, maximum, min_open, max_open):
             raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
         return value
 
