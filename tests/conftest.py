@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(0))
 
 
+#: pytest-xdist's workers run with COLUMNS=80 and LINES=24 set, which the command line's tables
+#: follow (a terminal's width): a command a test starts should print as into a pipe, so both are
+#: dropped here (before test modules read os.environ) and for every test. A test that wants a
+#: width sets COLUMNS itself (tests/test_cli_table_width.py).
+TERMINAL_SIZE = ("COLUMNS", "LINES")
+for _name in TERMINAL_SIZE:
+    os.environ.pop(_name, None)
+
 ALL_PLACEMENTS = ["1", "2", "4", "11", "22", "44", "444", "4444", "2222", "13"]
 
 
@@ -58,3 +68,5 @@ def private_fit_cache(tmp_path_factory: pytest.TempPathFactory,
     from perfmodel.saved_fits import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("fit-cache")))
+    for name in TERMINAL_SIZE:
+        monkeypatch.delenv(name, raising=False)
