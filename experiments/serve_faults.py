@@ -237,13 +237,19 @@ def scenario_load(work: Path, jobs: int, workers: int, gpus: int, timeout: float
                        max_replicas=2) for i in range(jobs)]
     outcome.problems.extend(submit_concurrently(files, state, workers))
     log = work / "serve.log"
-    server = start_serve(serve_command(state, gpus, 1.0, "pollux"), log)
-    status = finish_serve(server, timeout)
-    if status != 0:
-        outcome.problems.append(f"serve exited {status}: {_last_line(log)}")
+    serve_to_the_end(serve_command(state, gpus, 1.0, "pollux"), log, timeout, "serve", outcome)
     check_state(state, [f.stem for f in files], marker, outcome)
     kill_leftovers(marker)
     return outcome
+
+
+def serve_to_the_end(command: list[str], log: Path, timeout: float, what: str,
+                     outcome: Outcome) -> None:
+    """Run ``command`` (a serve) until it exits; a non-zero exit is a problem of ``outcome``,
+    named ``what`` with the log's last line."""
+    status = finish_serve(start_serve(command, log), timeout)
+    if status != 0:
+        outcome.problems.append(f"{what} exited {status}: {_last_line(log)}")
 
 
 def _last_line(log: Path) -> str:
@@ -336,10 +342,7 @@ def scenario_kills(work: Path, jobs: int, kills: int, seed: int, timeout: float,
     for wave in waves:
         outcome.problems.extend(submit_concurrently(wave, state, 4))
     outcome.kills_by_kind = dict(kinds)
-    server = start_serve(command, log)
-    status = finish_serve(server, timeout)
-    if status != 0:
-        outcome.problems.append(f"final serve exited {status}: {_last_line(log)}")
+    serve_to_the_end(command, log, timeout, "final serve", outcome)
     check_state(state, [f.stem for f in files], marker, outcome)
     kill_leftovers(marker)
     return outcome
@@ -352,10 +355,7 @@ def scenario_flood(work: Path, megabytes: int, timeout: float) -> Outcome:
     files = [write_job(work, "flood", marker, 256, 0.01, ["--flood-mb", str(megabytes)]),
              write_job(work, "calm", marker, 256, 0.01)]
     outcome.problems.extend(submit_concurrently(files, state, 2))
-    server = start_serve(serve_command(state, 2, 1.0, "pollux"), log)
-    status = finish_serve(server, timeout)
-    if status != 0:
-        outcome.problems.append(f"serve exited {status}: {_last_line(log)}")
+    serve_to_the_end(serve_command(state, 2, 1.0, "pollux"), log, timeout, "serve", outcome)
     check_state(state, [f.stem for f in files], marker, outcome)
     logs = sorted((state / "jobs" / "flood" / "logs").glob("*.log"))
     size = sum(p.stat().st_size for p in logs)
@@ -392,10 +392,8 @@ def scenario_disk(work: Path, limits_kb: Sequence[int], timeout: float) -> Outco
         if checked.returncode != 0:
             outcome.problems.append(f"state after the full disk: status exit "
                                     f"{checked.returncode}: {checked.stderr.strip()}")
-    server = start_serve(serve_command(state, 2, 1.0, "pollux"), log)
-    status = finish_serve(server, timeout)
-    if status != 0:
-        outcome.problems.append(f"serve after the full disk exited {status}: {_last_line(log)}")
+    serve_to_the_end(serve_command(state, 2, 1.0, "pollux"), log, timeout,
+                     "serve after the full disk", outcome)
     check_state(state, [f.stem for f in files], marker, outcome)
     kill_leftovers(marker)
     return outcome

@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobSpec
@@ -37,6 +38,8 @@ from bayes_sched.throughputs import (
     load_gavel_throughputs,
 )
 from perfmodel import textio
+
+J = TypeVar("J")
 
 #: Columns of a Gavel ``.trace`` line, in order.
 TRACE_COLUMNS: tuple[str, ...] = (
@@ -91,11 +94,16 @@ def read_gavel_trace(path: str | Path, table: ThroughputTable | None = None,
         InputError: one line naming the file, row (line number) and column of the first problem
             (see :func:`iter_gavel_trace`), or a file with no jobs.
     """
-    path = Path(path)
-    jobs = tuple(itertools.islice(iter_gavel_trace(path, table), max_jobs))
-    if not jobs:
-        raise InputError("no jobs: expected one tab-separated line per job", path)
-    return jobs
+    return first_jobs(iter_gavel_trace(path, table), max_jobs, path)
+
+
+def first_jobs(jobs: Iterator[J], max_jobs: int | None, path: str | Path) -> tuple[J, ...]:
+    """The first ``max_jobs`` of a trace's ``jobs`` (all with ``None``), read no further;
+    a trace with none is an :class:`InputError` naming ``path``."""
+    first = tuple(itertools.islice(jobs, max_jobs))
+    if not first:
+        raise InputError("no jobs: expected one tab-separated line per job", Path(path))
+    return first
 
 
 def iter_gavel_trace(path: str | Path, table: ThroughputTable | None = None

@@ -15,7 +15,6 @@ runs follows Shockwave's simulator, which differs from these profiles in places;
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from bayes_sched.batch_modes import (
     num_epochs,
 )
 from bayes_sched.errors import InputError
-from bayes_sched.sim.gavel_jobs import MAX_SCALE_FACTOR, TableJobSpec
+from bayes_sched.sim.gavel_jobs import MAX_SCALE_FACTOR, TableJobSpec, first_jobs
 from bayes_sched.throughputs import SHOCKWAVE_DATA_DIR, ThroughputTable, load_shockwave_throughputs
 from perfmodel import textio
 
@@ -85,11 +84,7 @@ def read_shockwave_trace(path: str | Path, table: ThroughputTable | None = None,
         InputError: one line naming the file, row and column of the first problem (see
             :func:`iter_shockwave_trace`), or a file with no jobs.
     """
-    path = Path(path)
-    jobs = tuple(itertools.islice(iter_shockwave_trace(path, table), max_jobs))
-    if not jobs:
-        raise InputError("no jobs: expected one tab-separated line per job", path)
-    return jobs
+    return first_jobs(iter_shockwave_trace(path, table), max_jobs, path)
 
 
 def iter_shockwave_trace(path: str | Path, table: ThroughputTable | None = None
