@@ -98,11 +98,12 @@ def main() -> None:
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.estimates import NO_ESTIMATES
-    from bayes_sched.policies import TABLE_WORLD_POLICIES, TIME_SHARING_POLICIES, make_policy
+    from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_cluster import TableCluster
     from bayes_sched.tables import print_table
     from bayes_sched.throughputs import load_gavel_throughputs
+    from bayes_sched.worlds import TABLE_WORLD_POLICIES, TIME_SHARING_POLICIES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[100])

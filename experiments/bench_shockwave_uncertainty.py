@@ -147,14 +147,13 @@ import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-CLUSTER = "v100:32"
-ROUND_SECONDS = 120.0
+from bayes_sched.worlds import SHOCKWAVE
+
 POLICIES = ("shockwave", "max_min_fairness_perf")
 SOURCES = ("table", "bayes", "gavel", "sia", "agnostic")
 PREDICTORS = ("oracle", "dirichlet", "noise_scale")
@@ -167,7 +166,6 @@ METRICS = ("avg_jct_s", "makespan_s", "worst_ftf")
 
 def run_one(policy_name: str, source: str, predictor: str, seed: int, noise: float
             ) -> dict[str, Any]:
-    from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.policies.remaining_work import OracleRemainingWork
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
@@ -175,7 +173,7 @@ def run_one(policy_name: str, source: str, predictor: str, seed: int, noise: flo
     from bayes_sched.sim.table_run import run_table_simulation
     from bayes_sched.throughputs import load_shockwave_throughputs
 
-    spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
+    spec = SHOCKWAVE.cluster()
     options: dict[str, Any] = {"throughputs": "tacc"}
     name = policy_name
     if policy_name == "shockwave":
@@ -322,7 +320,7 @@ def main() -> None:
         return
     from bayes_sched.tables import print_table
 
-    print_table(rows, title=f"Shockwave tacc_120 on {CLUSTER} (noise {args.noise})")
+    print_table(rows, title=f"Shockwave tacc_120 on {SHOCKWAVE.default_cluster} (noise {args.noise})")
     print_table(summary, title="ratio to the oracle (table + true remaining work): mean "
                                "(min..max) over seeds; unfair fraction: difference")
 

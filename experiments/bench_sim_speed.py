@@ -580,7 +580,7 @@ def main() -> int:
         print_table(rows, title="scale: decision time per round", as_json=args.json)
     if args.gavel_runs:
         from bayes_sched.errors import InputError
-        from bayes_sched.policies import TABLE_WORLD_POLICIES
+        from bayes_sched.worlds import TABLE_WORLD_POLICIES
 
         gavel_policies = args.gavel_policies or list(TABLE_WORLD_POLICIES)
         for name in gavel_policies:  # bad options fail here, in one line, before any run

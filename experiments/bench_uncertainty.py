@@ -376,15 +376,10 @@ import argparse
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-GAVEL_CLUSTER = "v100:36,p100:36,k80:36"
-GAVEL_ROUND_SECONDS = 360.0
-SHOCKWAVE_CLUSTER = "v100:32"
-SHOCKWAVE_ROUND_SECONDS = 120.0
 SETTINGS = ("gavel-2.0", "gavel-2.6", "shockwave")
 
 #: The heterogeneity-agnostic variant of each aware policy ("no estimation").
@@ -426,16 +421,16 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
     """One run; ``clock`` times the loop's estimation and decisions (``time.process_time``:
     this process's CPU seconds); ``timeline`` records a Gavel run's active jobs per round;
     ``exploration``, ``refit_growth``: see :func:`_policy`."""
-    from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
     from bayes_sched.sim.shockwave_jobs import read_shockwave_trace, shipped_shockwave_trace
     from bayes_sched.sim.table_run import run_table_simulation
     from bayes_sched.throughputs import load_shockwave_throughputs
+    from bayes_sched.worlds import GAVEL, SHOCKWAVE
 
     steady: dict[str, float] = {}
     if setting == "shockwave":
-        spec = replace(load_cluster_spec(SHOCKWAVE_CLUSTER), round_interval=SHOCKWAVE_ROUND_SECONDS)
+        spec = SHOCKWAVE.cluster()
         policy, ran = _policy(policy_name, source, seed, "tacc", exploration, refit_growth)
         start = time.perf_counter()
         result = run_table_simulation(
@@ -445,7 +440,7 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
         jobs = result.jobs
     else:
         rate = float(setting.split("-")[1])
-        spec = replace(load_cluster_spec(GAVEL_CLUSTER), round_interval=GAVEL_ROUND_SECONDS)
+        spec = GAVEL.cluster()
         policy, ran = _policy(policy_name, source, seed, "simulation", exploration,
                              refit_growth)
         names = [str(i) for i in range(*window)]

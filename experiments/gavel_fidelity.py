@@ -329,7 +329,8 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+
+from bayes_sched.worlds import GAVEL
 
 #: Published average JCT (hours) of jobs 4000-4999, seed 0: single-GPU continuous jobs.
 PUBLISHED_HOURS: dict[tuple[str, float], float] = {
@@ -352,19 +353,16 @@ PUBLISHED_MULTI_GPU_HOURS: dict[tuple[str, float], float] = {
     ("finish_time_fairness_perf", 2.0): 21.80, ("finish_time_fairness_perf", 2.6): 33.90,
 }
 
-CLUSTER = "v100:36,p100:36,k80:36"
-ROUND_SECONDS = 360.0
 
 
 def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
             solver: str, multi_gpu: bool = False, options: Sequence[str] = ()
             ) -> dict[str, object]:
-    from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import POLICIES, make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_run import run_table_simulation
 
-    spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
+    spec = GAVEL.cluster()
     policy = make_policy(policy_name, seed=seed, solver=solver,
                          **POLICIES.parse(policy_name, list(options), "--policy-opt"))
     names = [str(i) for i in range(*window)]
@@ -440,7 +438,7 @@ def main() -> None:
         return
     from bayes_sched.tables import print_table
 
-    print_table(rows, title=f"Gavel continuous jobs, {CLUSTER}, jobs {args.window[0]}-"
+    print_table(rows, title=f"Gavel continuous jobs, {GAVEL.default_cluster}, jobs {args.window[0]}-"
                             f"{args.window[1] - 1}, average JCT in hours")
     if len(args.seeds) > 1:
         print_table(seed_spread(rows), title="spread over seeds (published: seed 0)")

@@ -100,7 +100,8 @@ import argparse
 import json
 import math
 import time
-from dataclasses import replace
+
+from bayes_sched.worlds import SHOCKWAVE
 
 #: Published results, simulated tacc_32gpus rows of the artifact's pickles
 #: (``scheduler/reproduce/pickles/tacc_32gpus/<policy>_120_..._simulation.pickle``, summarised in
@@ -117,8 +118,6 @@ PUBLISHED: dict[str, tuple[float, float, float, float]] = {
     "gandiva_fair": (12574.272467530895, 32367.434395330914, 1.85361, 0.5166666666666667),
 }
 
-CLUSTER = "v100:32"
-ROUND_SECONDS = 120.0
 #: Relative bands for JCT and makespan, worst FTF; absolute band for the unfair fraction.
 JCT_BAND, FTF_BAND, UNFAIR_BAND = 0.10, 0.20, 0.10
 
@@ -127,18 +126,17 @@ def run_one(policy_name: str, solver: str | None, jobs_out: str | None = None,
             min_reset: float | None = None) -> dict[str, object]:
     import numpy as np
 
-    from bayes_sched.cli.simulate import shockwave_world_options
-    from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
     from bayes_sched.sim.shockwave_jobs import read_shockwave_trace, shipped_shockwave_trace
     from bayes_sched.sim.table_run import run_table_simulation
     from bayes_sched.throughputs import load_shockwave_throughputs
+    from bayes_sched.worlds import SHOCKWAVE
 
-    spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
+    spec = SHOCKWAVE.cluster()
     # Shockwave's tacc table, its 1000 s between recomputes and its baselines' settings (AlloX's
-    # alpha 0.2, Gandiva-fair's equal time per job, FTF's isolated share), as simulate --trace.
-    options = shockwave_world_options(policy_name)
+    # alpha 0.2, Gandiva-fair's equal time per job, FTF's isolated share): the world's.
+    options = SHOCKWAVE.policy_options(policy_name)
     if min_reset is not None and "min_reset_interval" in options:
         options["min_reset_interval"] = min_reset
     if solver is not None and policy_name == "shockwave":
@@ -209,8 +207,8 @@ def main() -> None:
         return
     from bayes_sched.tables import print_table
 
-    print_table(rows, title=f"Shockwave tacc_32gpus: 120 jobs, {CLUSTER}, {ROUND_SECONDS:g} s "
-                            "rounds (ours vs published)")
+    print_table(rows, title=f"Shockwave tacc_32gpus: 120 jobs, {SHOCKWAVE.default_cluster}, "
+                            f"{SHOCKWAVE.round_seconds:g} s rounds (ours vs published)")
 
 
 if __name__ == "__main__":

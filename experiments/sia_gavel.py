@@ -48,24 +48,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-CLUSTER = "v100:36,p100:36,k80:36"
-ROUND_SECONDS = 360.0
+from bayes_sched.worlds import GAVEL
 
 
 def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
             out: Path | None) -> dict[str, object]:
     import numpy as np
 
-    from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_cluster import TableCluster
     from bayes_sched.sim.table_run import run_table_simulation, table_job_rows
 
-    spec = replace(load_cluster_spec(CLUSTER), round_interval=ROUND_SECONDS)
+    spec = GAVEL.cluster()
     policy = make_policy(policy_name, seed=seed)
     names = [str(i) for i in range(*window)]
     rounds = [0]
@@ -155,7 +152,7 @@ def main() -> None:
                     title=f"from {args.summarize}", as_json=args.json)
         return
     rows = [run_one(policy, args.rate, args.seed, window, args.out) for policy in args.policies]
-    print_table(rows, title=f"Gavel continuous multi-GPU jobs, {CLUSTER}, {args.rate} jobs/h, "
+    print_table(rows, title=f"Gavel continuous multi-GPU jobs, {GAVEL.default_cluster}, {args.rate} jobs/h, "
                             f"jobs {window[0]}-{window[1] - 1}", as_json=args.json)
 
 

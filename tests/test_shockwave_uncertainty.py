@@ -18,8 +18,9 @@ from bayes_sched.policies.remaining_work import (
     profile_from,
 )
 from bayes_sched.policies.shockwave import ShockwavePolicy, log_segments
+from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
-from bayes_sched.sim.table_run import TableResult, run_table_simulation
+from bayes_sched.sim.table_run import run_table_simulation
 from bayes_sched.throughputs import load_shockwave_throughputs
 from tests.test_shockwave import GOOD, read_shockwave_trace_text
 
@@ -33,7 +34,7 @@ def _spec(cluster: str = "v100:2x1") -> ClusterSpec:
     return replace(load_cluster_spec(cluster), round_interval=120.0)
 
 
-def _run(policy: Policy, noise_seed: int = 0) -> tuple[TableResult, ShockwavePolicy]:
+def _run(policy: Policy, noise_seed: int = 0) -> tuple[RunResult, ShockwavePolicy]:
     jobs = read_shockwave_trace_text(*THREE)
     result = run_table_simulation(jobs, policy, _spec(), table=load_shockwave_throughputs(),
                                   cluster_type=ShockwaveCluster, noise_seed=noise_seed)

@@ -19,7 +19,7 @@ from bayes_sched.errors import InputError
 from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.estimation.throughput_cells import CellPrediction
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
-from bayes_sched.policies import POLICIES, TABLE_WORLD_POLICIES, make_policy
+from bayes_sched.policies import POLICIES, make_policy
 from bayes_sched.policies.highs_process import HIGHS_THREADS
 from bayes_sched.policies.sia import (
     Configurations,
@@ -30,6 +30,7 @@ from bayes_sched.policies.sia import (
     normalized_goodputs,
     solve_assignment,
 )
+from bayes_sched.worlds import TABLE_WORLD_POLICIES
 from tests.cli_inprocess import run_cli
 
 FAST_ON_V100 = "ResNet-50 (batch size 64)"  # V100 / K80 = 7.1, V100 / P100 = 1.68 (Gavel's table)

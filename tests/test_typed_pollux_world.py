@@ -17,8 +17,8 @@ from bayes_sched.sim import SimConfig, Workload, run_simulation
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application
 from bayes_sched.sim.simulator import SimulatedCluster
 from bayes_sched.sim.type_utilization import (
-    pollux_world_series,
     read_series_csv,
+    utilization_series,
     write_type_utilization,
 )
 from bayes_sched.sim.typed_profiles import (
@@ -150,7 +150,7 @@ def test_sia_adaptive_places_every_job_on_one_gpu_type(sia_run) -> None:  # noqa
 def test_type_utilisation_plot_is_written_and_its_data_is_the_summarys(sia_run,  # noqa: ANN001
                                                                        tmp_path: Path) -> None:
     sia_run, _ = sia_run
-    png, csv = write_type_utilization(pollux_world_series(sia_run), tmp_path / "plots", "sia")
+    png, csv = write_type_utilization(utilization_series(sia_run), tmp_path / "plots", "sia")
     assert png.read_bytes()[:8] == PNG
     series = read_series_csv(csv)
     assert series.gpu_types == ("v100", "k80")

@@ -1,5 +1,6 @@
 """``bayes-sched list``: what the registries hold -- policies and hidden laws with their typed
-options and defaults, the known GPU types, the shipped workloads and the simulator's models."""
+options and defaults, the worlds, the known GPU types, the shipped workloads and the simulator's
+models."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from bayes_sched.gpu_types import GPU_TYPES
 from bayes_sched.registry import Option, Registry
 from bayes_sched.tables import print_table
 
-_WHAT = ("policies", "hidden", "gpu-types", "workloads", "models")
+_WHAT = ("policies", "hidden", "worlds", "gpu-types", "workloads", "models")
 
 
 def _option_rows(registry: Registry[Any]) -> list[dict[str, object]]:
@@ -46,6 +47,16 @@ def _workload_rows() -> list[dict[str, object]]:
     return rows
 
 
+def _world_rows() -> list[dict[str, object]]:
+    """One row per world: its default cluster, round, policy and policies."""
+    from bayes_sched.worlds import WORLDS
+
+    return [{"name": world.name, "cluster": world.default_cluster,
+             "round_s": world.round_seconds, "default_policy": world.default_policy,
+             "policies": ", ".join(world.policies), "description": world.description}
+            for world in WORLDS.values()]
+
+
 def _model_rows() -> list[dict[str, object]]:
     """One row per application the simulator models (its measured profiles)."""
     from bayes_sched.sim.physics import APPLICATION_NAMES, GPU_TYPE, get_application
@@ -74,6 +85,9 @@ def _list(args: argparse.Namespace) -> int:
     elif args.what == "hidden":
         print_table(_option_rows(HIDDEN_LAWS), title="hidden laws (--hidden-opt KEY=VALUE)",
                     as_json=args.json)
+    elif args.what == "worlds":
+        print_table(_world_rows(), title="worlds (chosen by the jobs: --workload or --trace)",
+                    as_json=args.json)
     elif args.what == "workloads":
         print_table(_workload_rows(), title="shipped workloads (--workload NAME)",
                     as_json=args.json)
@@ -89,10 +103,11 @@ def _list(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "list", help="list policies, hidden laws, GPU types, workloads or models",
+        "list", help="list policies, hidden laws, worlds, GPU types, workloads or models",
         description="List what the registries hold: policies and hidden interference laws with "
-                    "their typed options and defaults, the known GPU types, the shipped "
-                    "workloads, or the models (applications) a workload may name.")
+                    "their typed options and defaults, the simulated worlds with their "
+                    "defaults, the known GPU types, the shipped workloads, or the models "
+                    "(applications) a workload may name.")
     parser.add_argument("what", choices=_WHAT)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=_list)

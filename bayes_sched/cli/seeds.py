@@ -14,7 +14,7 @@ from bayes_sched.cli.options import MAX_SEED, OptionError, int_in_range, seed
 from bayes_sched.tables import print_json, print_table
 
 if TYPE_CHECKING:
-    from bayes_sched.sim.run import SimulationResult
+    from bayes_sched.sim.result import RunResult
 
 #: Most seeds one command runs.
 MAX_SEEDS = 1000
@@ -53,7 +53,7 @@ def seed_list(args: argparse.Namespace) -> list[int]:
     return list(range(args.seed, args.seed + count))
 
 
-def print_seed_summary(results: Sequence[SimulationResult], as_json: bool, title: str,
+def print_seed_summary(results: Sequence[RunResult], as_json: bool, title: str,
                        baseline: str | None) -> None:
     """Print the summary over seeds of ``results``: a table of ``mean [lower, upper]`` per policy
     and workload, and the headlines against ``baseline`` (none without one, or with one policy);

@@ -9,7 +9,6 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,64 +26,29 @@ from bayes_sched.cli.options import (
 )
 from bayes_sched.cli.seeds import add_seed_options, print_headlines, print_seed_summary, seed_list
 from bayes_sched.errors import InputError
-from bayes_sched.policies import (
-    POLICIES,
-    POLLUX_WORLD_POLICIES,
-    TABLE_WORLD_POLICIES,
-    make_policy,
-)
+from bayes_sched.policies import POLICIES, make_policy
 from bayes_sched.registry import parse_assignments
 from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
 from bayes_sched.tables import print_table
+from bayes_sched.worlds import (
+    GAVEL,
+    GAVEL_TRACES,
+    POLLUX,
+    POLLUX_WORLD_POLICIES,
+    SHOCKWAVE,
+    TABLE_WORLD_POLICIES,
+    World,
+    world_of,
+)
+from bayes_sched.worlds.table import TableWorld
 
 # The simulator (numpy, pandas, torch through the policies) is imported by the handlers, so
 # ``--help`` stays instant.
 if TYPE_CHECKING:
     from bayes_sched.cluster_spec import ClusterSpec
     from bayes_sched.sim import SimConfig
-    from bayes_sched.sim.run import SimulationResult
+    from bayes_sched.sim.result import RunResult
     from bayes_sched.sim.workload import Workload
-
-#: Traces shipped from Gavel's artifact (``bayes_sched/data/gavel/traces``).
-SHIPPED_TRACES = ("small_test", "medium_test", "max_min_fairness")
-
-
-#: Policies that need Shockwave's jobs (a 12-column trace with batch-size modes).
-SHOCKWAVE_POLICIES = ("shockwave",)
-
-#: Gavel's round (seconds), the default for a Gavel --trace.
-GAVEL_ROUND_SECONDS = 360.0
-
-#: Shockwave's round (seconds), the default for a Shockwave --trace.
-SHOCKWAVE_ROUND_SECONDS = 120.0
-
-#: Seconds between a time-sharing policy's allocation recomputes under Shockwave's scheduler (its
-#: ``Scheduler``'s ``minimum_time_between_allocation_resets`` default, which its trace driver
-#: keeps; Gavel's scheduler has 1920 s): the default for a Shockwave --trace.
-SHOCKWAVE_MIN_RESET_SECONDS = 1000.0
-
-#: Options of Shockwave's baselines that differ from Gavel's (artifact ``uw-mad-dash/shockwave``):
-#: AlloX's alpha (``scheduler/utils.py`` ``get_policy``: 0.2; Gavel: 1.0), Gandiva-fair's equal
-#: time per job (``gandiva_fair_proportional.py``), FTF's isolated share (its ``IsolatedPolicy``
-#: caps each row at 1). Defaults for a Shockwave --trace, each where the policy has the option.
-SHOCKWAVE_BASELINE_OPTIONS: dict[str, dict[str, object]] = {
-    "allox": {"alpha": 0.2},
-    "gandiva_fair": {"split": "time"},
-    "finish_time_fairness": {"isolated_share": "shockwave"},
-    "finish_time_fairness_perf": {"isolated_share": "shockwave"},
-    "finish_time_fairness_packed": {"isolated_share": "shockwave"},
-}
-
-
-def shockwave_world_options(policy_name: str) -> dict[str, object]:
-    """The options policy ``policy_name`` runs with in Shockwave's world unless told otherwise:
-    Shockwave's tacc table, its 1000 s between recomputes, and its baselines' settings
-    (:data:`SHOCKWAVE_BASELINE_OPTIONS`); only options the policy has."""
-    accepted = POLICIES.options(policy_name)
-    options: dict[str, object] = {"throughputs": "tacc",
-                                  "min_reset_interval": SHOCKWAVE_MIN_RESET_SECONDS,
-                                  **SHOCKWAVE_BASELINE_OPTIONS.get(policy_name, {})}
-    return {name: value for name, value in options.items() if name in accepted}
 
 #: Exit status of a simulation that ran but left jobs unfinished at its horizon.
 EXIT_UNFINISHED = 3
@@ -115,16 +79,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     jobs.add_argument("--workload", help="workload CSV or shipped name (the Pollux world)")
     jobs.add_argument("--trace", metavar="T",
                       help="Gavel .trace file (10 tab-separated columns) or a shipped one "
-                           f"({', '.join(SHIPPED_TRACES)}); rounds default to Gavel's 360 s; "
+                           f"({', '.join(GAVEL_TRACES)}): the gavel world, rounds default to "
+                           f"{GAVEL.round_seconds:g} s, cluster to {GAVEL.default_cluster}; "
                            f"policies: {', '.join(TABLE_WORLD_POLICIES)}; or a Shockwave "
-                           "trace (12 columns) or the shipped tacc_120 (120 s rounds; also "
-                           f"{', '.join(SHOCKWAVE_POLICIES)}); or a Pollux workload (a CSV "
+                           "trace (12 columns) or the shipped tacc_120: the shockwave world "
+                           f"({SHOCKWAVE.round_seconds:g} s rounds, {SHOCKWAVE.default_cluster}; "
+                           "also shockwave); or a Pollux workload (a CSV "
                            "or a shipped name such as workload-1: the Pollux world, also on "
                            "typed clusters of t4, k80, p100, v100; policies: "
                            f"{', '.join(POLLUX_WORLD_POLICIES)})")
     simulate.add_argument("--policy", default=None, choices=list(POLICIES),
-                          help="scheduling policy (default pollux, or max_min_fairness_perf "
-                               "with --trace; `bayes-sched list policies` shows their options)")
+                          help="scheduling policy (default: the world's: "
+                               f"{POLLUX.default_policy} for a workload, "
+                               f"{GAVEL.default_policy} for a Gavel trace, "
+                               f"{SHOCKWAVE.default_policy} for a Shockwave trace; `bayes-sched "
+                               "list policies` shows their options)")
     _cluster_options(simulate)
     simulate.add_argument("--measurement-noise", type=finite_float(0.0, unit="log units"),
                           default=None, metavar="SD",
@@ -254,7 +223,10 @@ def _read_config(path: str | None) -> dict[str, Any]:
     return raw
 
 
-def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any]) -> ClusterSpec:
+def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any],
+                  world: World = POLLUX) -> ClusterSpec:
+    """The cluster of --cluster, --nodes/--gpus-per-node or --config's, else ``world``'s
+    default (its round then the world's)."""
     from bayes_sched.cluster_spec import (
         ClusterSpec,
         check_cluster_size,
@@ -271,7 +243,9 @@ def _cluster_spec(args: argparse.Namespace, config: Mapping[str, Any]) -> Cluste
             raise InputError(f"{flag} is {value}: expected at least 1")
     if args.cluster is not None:
         return load_cluster_spec(args.cluster)
-    if shape or "cluster" not in config:
+    if not shape and "cluster" not in config:
+        return world.cluster()
+    if shape:
         nodes = 16 if args.nodes is None else args.nodes
         gpus = 4 if args.gpus_per_node is None else args.gpus_per_node
         check_cluster_size(nodes, nodes * gpus, gpus, f"--nodes {nodes} --gpus-per-node {gpus}")
@@ -382,20 +356,21 @@ def check_horizon(workload: Workload, config: SimConfig) -> None:
                              "submission times", workload.source or workload.name, column="time")
 
 
-def report_unfinished(results: list[SimulationResult]) -> int:
+def report_unfinished(results: list[RunResult]) -> int:
     """0 when every job of every run finished; else one line naming them and
     :data:`EXIT_UNFINISHED` (the summaries' JCT statistics then cover the finished jobs only)."""
     lines = []
     for result in results:
-        unfinished = result.jobs.loc[result.jobs["completion_time"].isna(), "job"].astype(str)
-        if len(unfinished):
-            names = ", ".join(unfinished.iloc[:5]) + (", ..." if len(unfinished) > 5 else "")
+        unfinished = result.unfinished
+        if unfinished:
+            names = ", ".join(unfinished[:5]) + (", ..." if len(unfinished) > 5 else "")
             lines.append(f"{result.policy} on {result.workload}: {len(unfinished)} of "
                          f"{len(result.jobs)} jobs unfinished ({names})")
     if not lines:
         return 0
-    horizon = results[0].config.max_time
-    return fail(f"jobs did not finish within the simulation horizon ({horizon:g} s): "
+    config = results[0].config
+    horizon = "" if config is None else f" ({config.max_time:g} s)"
+    return fail(f"jobs did not finish within the simulation horizon{horizon}: "
                 f"{'; '.join(lines)}", status=EXIT_UNFINISHED)
 
 
@@ -418,93 +393,83 @@ def _read_workload(name: str, args: argparse.Namespace, quiet: bool = False) -> 
 
 def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
                ) -> tuple[dict[str, object], Any, Path]:
-    """One run of a Gavel or Shockwave trace in the throughput-table world: its table row (the
+    """One run of a Gavel or Shockwave trace in its throughput-table world: its table row (the
     summary), the result, and the trace's path; with ``args.plot`` the per-type utilisation plot
     is written there."""
-    from bayes_sched.sim.gavel_jobs import read_gavel_trace, resolve_gavel_trace
-    from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
-    from bayes_sched.sim.shockwave_jobs import (
-        is_shockwave_trace,
-        read_shockwave_trace,
-        shipped_shockwave_trace,
-        shipped_shockwave_traces,
-    )
-    from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, TableCluster
-    from bayes_sched.sim.table_run import run_table_simulation
-    from bayes_sched.throughputs import load_gavel_throughputs, load_shockwave_throughputs
+    from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE
+    from bayes_sched.sim.type_utilization import utilization_series, write_type_utilization
 
-    shockwave_world = (trace in shipped_shockwave_traces() or is_shockwave_trace(Path(trace)))
-    allowed = TABLE_WORLD_POLICIES + (SHOCKWAVE_POLICIES if shockwave_world else ())
-    if policy_name not in allowed:
-        hint = ("" if shockwave_world or policy_name not in SHOCKWAVE_POLICIES
-                else " (it needs a 12-column Shockwave trace)")
+    world = world_of(trace)
+    if not isinstance(world, TableWorld):
+        raise InputError(f"--trace {trace}: a Pollux workload; expected a Gavel or Shockwave "
+                         "trace")
+    if policy_name not in world.policies:
+        hint = (" (it needs a 12-column Shockwave trace)" if policy_name in SHOCKWAVE.policies
+                else "")
         raise InputError(f"--policy {policy_name}: not a policy of the throughput-table world "
-                         f"for this trace{hint}; expected one of {', '.join(allowed)} with "
-                         "--trace")
+                         f"for this trace{hint}; expected one of {', '.join(world.policies)} "
+                         "with --trace")
     settings = _read_config(args.config)
-    spec = _cluster_spec(args, settings)
-    cluster_type: type[TableCluster]
-    if shockwave_world:
-        path = (Path(trace) if Path(trace).exists() else shipped_shockwave_trace(trace))
-        jobs: tuple = read_shockwave_trace(path, max_jobs=args.max_jobs)
-        table, cluster_type = load_shockwave_throughputs(), ShockwaveCluster
-        spec = replace(spec, round_interval=args.interval or SHOCKWAVE_ROUND_SECONDS)
-    else:
-        path = resolve_gavel_trace(trace)
-        jobs = read_gavel_trace(path, max_jobs=args.max_jobs)
-        table, cluster_type = load_gavel_throughputs(), TableCluster
-        spec = replace(spec, round_interval=args.interval or GAVEL_ROUND_SECONDS)
-    options = _policy_options(args, [policy_name])[policy_name]
-    if shockwave_world:  # Shockwave's table, recompute interval and baselines, unless told
-        for name, value in shockwave_world_options(policy_name).items():
-            options.setdefault(name, value)
-
+    spec = world.cluster(_cluster_spec(args, settings, world), args.interval)
+    path = world.trace_path(trace)
+    name, jobs = world.read_jobs(trace, max_jobs=args.max_jobs)
+    # The world's setting for the policy (Shockwave's table, recompute interval and baselines),
+    # unless told otherwise.
+    options = {**world.policy_options(policy_name),
+               **_policy_options(args, [policy_name])[policy_name]}
     policy = POLICIES.make(policy_name, context={"seed": seed}, **options)
-    seen: list[TableCluster] = []
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
-        task = progress.add_task(f"{policy.name} on {path.stem}: jobs finished", total=len(jobs))
+        task = progress.add_task(f"{policy.name} on {name}: jobs finished", total=len(jobs))
 
-        def on_round(cluster: TableCluster) -> None:
-            seen[:] = [cluster]
+        def on_round(cluster: Any) -> None:
             progress.update(task, completed=sum(1 for j in cluster.jobs.values() if not j.active))
 
         given = getattr(args, "measurement_noise", None)  # compare has no such flag
         noise = DEFAULT_MEASUREMENT_NOISE if given is None else given
-        result = run_table_simulation(jobs, policy, spec, table=table, source=str(path),
-                                      on_round=on_round, cluster_type=cluster_type,
-                                      measurement_noise=noise, noise_seed=args.seed)
-    if args.plot and seen:
-        from bayes_sched.sim.type_utilization import table_world_series, write_type_utilization
-
-        cluster = seen[0]
-        write_type_utilization(
-            table_world_series(cluster.timeline_time, cluster.timeline_busy,
-                               cluster.busy_types, spec),
-            args.plot, f"{policy.name}_{path.stem}_seed{seed}", f"{policy.name} on {path.stem}")
-    row: dict[str, object] = {"policy": policy.name, "trace": path.stem,
+        result = world.run(jobs, policy, spec, name=str(path), seed=seed,
+                           on_round=on_round, measurement_noise=noise)
+    if args.plot:
+        write_type_utilization(utilization_series(result), args.plot,
+                               f"{policy.name}_{name}_seed{seed}", f"{policy.name} on {name}")
+    row: dict[str, object] = {"policy": policy.name, "trace": name,
                               "cluster": spec.describe(), "round_s": spec.round_interval,
                               **result.summary, "wall_s": result.wall_seconds}
     return row, result, path
 
 
 def _simulate_trace(args: argparse.Namespace) -> int:
-    """``simulate --trace``: a Gavel or Shockwave trace in the throughput-table world."""
+    """``simulate --trace``: a Gavel or Shockwave trace in its throughput-table world, one run
+    per seed; with --out the report every world writes."""
+    from bayes_sched.sim import write_report
+
     if args.plot:
         check_out_dir(args.plot, "--plot", "a folder to write the plots in")
     for flag, value in (("--hidden", args.hidden), ("--interference", args.interference or None),
-                        ("--out", args.out), ("--seeds", args.seeds),
                         ("--profiles", args.profiles), ("--skip-unknown", args.skip_unknown or None)):
         if value is not None:
             raise InputError(f"{flag} is not supported with --trace")
-    row, result, path = _table_run(args.trace, args.policy, args, args.seed)
-    print_table([row], title=f"{row['policy']} on {path.stem}", as_json=args.json)
-    unfinished = result.jobs.loc[result.jobs["completion_time"].isna(), "job"].astype(str)
-    if len(unfinished):
-        stalled = result.summary.get("stalled_at")
-        why = ("" if stalled is None else f" (no job held a GPU from {stalled / 3600:g} h on "
-               "while jobs waited: the policy stalled, its warnings say why)")
-        return fail(f"{len(unfinished)} of {len(result.jobs)} jobs of {path} unfinished{why}",
-                    status=EXIT_UNFINISHED)
+    if args.out:
+        check_out_dir(args.out)
+    runs = [_table_run(args.trace, args.policy, args, seed) for seed in seed_list(args)]
+    rows, results = [row for row, _, _ in runs], [result for _, result, _ in runs]
+    path = runs[0][2]
+    title = f"{rows[0]['policy']} on {path.stem}"
+    if args.seeds is None:
+        print_table(rows, title=title, as_json=args.json)
+    else:
+        print_seed_summary(results, args.json, title, baseline=None)
+    if args.out:
+        report = write_report(results, args.out)
+        if not args.json:
+            print(f"report: {report}")
+    for result in results:
+        unfinished = result.unfinished
+        if unfinished:
+            stalled = result.summary.get("stalled_at")
+            why = ("" if stalled is None else f" (no job held a GPU from {stalled / 3600:g} h "
+                   "on while jobs waited: the policy stalled, its warnings say why)")
+            return fail(f"{len(unfinished)} of {len(result.jobs)} jobs of {path} unfinished"
+                        f"{why}", status=EXIT_UNFINISHED)
     return 0
 
 
@@ -517,9 +482,9 @@ def _simulate(args: argparse.Namespace) -> int:
         raise InputError("--measurement-noise is supported only with a Gavel or Shockwave "
                          "--trace (jobs there report measured steps/s)")
     if args.trace is not None:
-        args.policy = args.policy or "max_min_fairness_perf"
+        args.policy = args.policy or world_of(args.trace).default_policy
         return _simulate_trace(args)
-    args.policy = args.policy or "pollux"
+    args.policy = args.policy or POLLUX.default_policy
     check_pollux_world_policy(args.policy)
     from bayes_sched.sim.report import summary_rows
 
@@ -533,7 +498,7 @@ def _simulate(args: argparse.Namespace) -> int:
     workload = _read_workload(args.workload, args)
     options = [_policy_options(args, [args.policy], seed)[args.policy] for seed in seeds]
     check_horizon(workload, configs[0])
-    results: list[SimulationResult] = []
+    results: list[RunResult] = []
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
         for seed, config, policy_options in zip(seeds, configs, options, strict=True):
             policy = make_policy(args.policy, **policy_options)
@@ -554,50 +519,32 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.out:
         write_report(results, args.out)
     if args.plot:
-        from bayes_sched.sim.type_utilization import pollux_world_series, write_type_utilization
+        from bayes_sched.sim.type_utilization import utilization_series, write_type_utilization
 
         for r in results:
-            write_type_utilization(pollux_world_series(r), args.plot,
+            write_type_utilization(utilization_series(r), args.plot,
                                    f"{r.policy}_{r.workload}_seed{r.seed}",
                                    f"{r.policy} on {r.workload}")
     return report_unfinished(results)
 
 
 def is_pollux_workload(trace: str) -> bool:
-    """Whether ``--trace`` names a Pollux workload: a CSV file whose header holds the workload
-    columns, or a shipped workload's name (``workload-1``, ``workloads-2.0/workload-3``)."""
-    from bayes_sched.sim.shockwave_jobs import shipped_shockwave_traces
-    from bayes_sched.sim.workload import WORKLOAD_COLUMNS, resolve_workload
-
-    path = Path(trace)
-    if path.is_file():
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                header = handle.readline(1 << 20).strip().split(",")  # a header, not a file
-        except OSError:
-            return False
-        return set(WORKLOAD_COLUMNS) <= {h.strip() for h in header}
-    if path.exists() or trace in SHIPPED_TRACES or trace in shipped_shockwave_traces():
-        return False
-    try:
-        resolve_workload(trace)
-    except InputError:
-        return False
-    return True
+    """Whether ``--trace`` names a Pollux workload (:meth:`PolluxWorld.accepts`)."""
+    return POLLUX.accepts(trace)
 
 
 def check_pollux_world_policy(policy: str) -> None:
     """Refuse a policy that cannot run in the Pollux world (one line naming --policy)."""
-    if policy in POLLUX_WORLD_POLICIES:
+    if policy in POLLUX.policies:
         return
     hint = (" (Sia's adaptive form there is sia_adaptive)" if policy == "sia" else
             " (it runs Gavel or Shockwave traces: --trace)")
     raise InputError(f"--policy {policy}: not a policy of the Pollux world{hint}; expected one "
-                     f"of {', '.join(POLLUX_WORLD_POLICIES)} with a Pollux workload")
+                     f"of {', '.join(POLLUX.policies)} with a Pollux workload")
 
 
 def _run_one(task: tuple[str, str, dict[str, Any], SimConfig, argparse.Namespace]
-             ) -> SimulationResult:
+             ) -> RunResult:
     from bayes_sched.sim import run_simulation
 
     workload_name, policy_name, options, config, args = task
@@ -612,7 +559,7 @@ def _compare(args: argparse.Namespace) -> int:
     seeds = seed_list(args)
     workloads = [] if args.workloads == ["none"] else list(args.workloads)
     table_policies = [p for p in args.policies
-                      if p in TABLE_WORLD_POLICIES + SHOCKWAVE_POLICIES] if args.traces else []
+                      if p in SHOCKWAVE.policies] if args.traces else []
     pollux_policies = [p for p in args.policies if p in POLLUX_WORLD_POLICIES] \
         if workloads else []
     for name in args.policies:
@@ -661,16 +608,12 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _check_trace(trace: str) -> None:
     """Refuse a --traces entry that is no Gavel or Shockwave trace (one line naming it)."""
-    from bayes_sched.sim.gavel_jobs import resolve_gavel_trace
-    from bayes_sched.sim.shockwave_jobs import shipped_shockwave_traces
-
-    if is_pollux_workload(trace):
+    world = world_of(trace, "--traces")
+    if world is POLLUX:
         raise InputError(f"--traces {trace}: a Pollux workload; expected a Gavel or Shockwave "
                          "trace (Pollux workloads go in --workloads)")
-    if trace in shipped_shockwave_traces():
-        return
-    path = resolve_gavel_trace(trace)
-    if not path.is_file():
+    assert isinstance(world, TableWorld)
+    if not world.trace_path(trace).is_file():
         raise InputError(f"--traces {trace}: no such trace file; expected a Gavel or "
                          "Shockwave trace or a shipped name")
 
@@ -722,10 +665,10 @@ def _compare_pollux_world(args: argparse.Namespace, seeds: list[int], policies: 
 
 
 def _run_tasks(tasks: list[tuple[str, str, dict[str, Any], SimConfig, argparse.Namespace]],
-               args: argparse.Namespace) -> list[SimulationResult]:
+               args: argparse.Namespace) -> list[RunResult]:
     """Every task's result, in any order: on the Ray cluster this process is connected to
     (``--ray``), else in ``--processes`` local processes."""
-    results: list[SimulationResult] = []
+    results: list[RunResult] = []
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
         bar = progress.add_task("simulations", total=len(tasks))
         if args.ray is not None:

@@ -91,23 +91,6 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 
 
-#: Policies of the throughput-table world (Gavel's time-sharing family, on its round mechanism).
-TIME_SHARING_POLICIES: tuple[str, ...] = (
-    "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
-    "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
-    "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
-    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair")
-
-#: Every policy the throughput-table world runs: the time-sharing family, E-LAS and Sia (each
-#: places a job on GPUs of one type, as the world requires; Sia by its integer program).
-TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia")
-
-#: Every policy the Pollux world (adaptive jobs, :mod:`bayes_sched.sim.simulator`) runs; on a
-#: typed cluster Pollux, Tiresias, Optimus, FIFO and BO are type-agnostic, sia_adaptive is Sia.
-POLLUX_WORLD_POLICIES: tuple[str, ...] = ("pollux", "tiresias", "optimus", "fifo", "bo",
-                                          "sia_adaptive")
-
-
 def make_policy(name: str, /, **options: Any) -> Policy:
     """A fresh policy by name with typed options, e.g. ``make_policy("pollux", p=-0.5)``.
 
@@ -130,8 +113,7 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = ["POLICIES", "POLLUX_WORLD_POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES",
-           "make_policy",
+__all__ = ["POLICIES", "make_policy",
            "AlloXPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",

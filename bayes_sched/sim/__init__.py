@@ -18,14 +18,15 @@ from bayes_sched.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # the exported names, for type checkers
     from bayes_sched.sim.report import write_report
-    from bayes_sched.sim.run import SimulationResult, run_simulation
+    from bayes_sched.sim.result import RunResult
+    from bayes_sched.sim.run import run_simulation
     from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
     from bayes_sched.sim.workload import JobSpec, Workload, read_workload
 
 #: Public name -> module that defines it (imported on first use).
 _EXPORTS: dict[str, str] = {
     "write_report": "bayes_sched.sim.report",
-    "SimulationResult": "bayes_sched.sim.run",
+    "RunResult": "bayes_sched.sim.result",
     "run_simulation": "bayes_sched.sim.run",
     "SimConfig": "bayes_sched.sim.simulator",
     "SimulatedCluster": "bayes_sched.sim.simulator",
@@ -37,5 +38,5 @@ _EXPORTS: dict[str, str] = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
-__all__ = ["JobSpec", "SimConfig", "SimulatedCluster", "SimulationResult", "Workload",
+__all__ = ["JobSpec", "SimConfig", "SimulatedCluster", "RunResult", "Workload",
            "read_workload", "run_simulation", "write_report"]

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bayes_sched.sim.report_parts import atomic_write, series_styles  # noqa: E402
-from bayes_sched.sim.run import SimulationResult  # noqa: E402
+from bayes_sched.sim.result import RunResult  # noqa: E402
 from bayes_sched.sim.seeds import (  # noqa: E402
     LEVEL,
     interval_suffixes,
@@ -48,16 +48,15 @@ from bayes_sched.strict_json import json_safe  # noqa: E402
 from perfmodel.markdown import markdown_cell, markdown_table  # noqa: E402
 
 
-def summary_rows(results: Sequence[SimulationResult]) -> list[dict[str, object]]:
-    """One dict per run: policy, workload, the run's summary and decision-time statistics."""
+def summary_rows(results: Sequence[RunResult]) -> list[dict[str, object]]:
+    """One dict per run: policy, workload, world, cluster and the run's setting, its summary and
+    decision-time statistics."""
     rows = []
     for r in results:
         d = r.decision_seconds
-        hidden = r.config.hidden
         rows.append({
-            "policy": r.policy, "workload": r.workload, "seed": r.seed,
-            "cluster": r.config.cluster.describe(), "interference": r.config.interference,
-            "hidden": "none" if hidden is None else hidden.name, **r.summary,
+            "policy": r.policy, "workload": r.workload, "seed": r.seed, "world": r.world,
+            "cluster": r.spec.describe(), **r.setting, **r.summary,
             "decision_median_ms": float(np.median(d) * 1e3) if d.size else 0.0,
             "decision_p95_ms": float(np.percentile(d, 95) * 1e3) if d.size else 0.0,
             "rejected": len(r.rejected), "refits": r.refits, "wall_s": r.wall_seconds,
@@ -133,16 +132,16 @@ def headline_text(headline: dict[str, Any], level: float = LEVEL) -> str:
     return f"{text} [one seed: no interval; --seeds N gives one]"
 
 
-def _write_timeline(result: SimulationResult, path: Path) -> None:
+def _write_timeline(result: RunResult, path: Path) -> None:
     result.timeline.to_netcdf(path, engine="h5netcdf")
 
 
-def _timeline_name(result: SimulationResult, several_seeds: bool) -> str:
+def _timeline_name(result: RunResult, several_seeds: bool) -> str:
     seed = f"__seed{result.seed}" if several_seeds else ""
     return f"{result.policy}__{result.workload}{seed}.nc".replace("/", "_")
 
 
-def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
+def write_report(results: Sequence[RunResult], out_dir: str | Path,
                  baseline: str | None = None) -> Path:
     """Write the report of ``results`` into ``out_dir`` (created); returns ``report.md``'s path.
 
@@ -174,11 +173,11 @@ def write_report(results: Sequence[SimulationResult], out_dir: str | Path,
     atomic_write(out / "avg_jct.png", lambda p: _plot_avg_jct(over_seeds, p))
     atomic_write(out / "jct_cdf.png", lambda p: _plot_jct_cdf(jobs, p))
     atomic_write(out / "utilization.png", lambda p: _plot_utilization(results, p))
-    from bayes_sched.sim.type_utilization import pollux_world_series, write_type_utilization
+    from bayes_sched.sim.type_utilization import utilization_series, write_type_utilization
 
     for r in results:
         name = _timeline_name(r, several_seeds).removesuffix(".nc")
-        write_type_utilization(pollux_world_series(r), out / "type_utilization", name,
+        write_type_utilization(utilization_series(r), out / "type_utilization", name,
                                f"{r.policy} on {r.workload}")
     sections = _sections(lines, rows, per_policy, over_seeds)
     sections += _typed_sections(results)
@@ -234,7 +233,7 @@ def _plot_jct_cdf(jobs: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def _plot_utilization(results: Sequence[SimulationResult], path: Path) -> None:
+def _plot_utilization(results: Sequence[RunResult], path: Path) -> None:
     first_seed = min(r.seed for r in results)
     shown = [r for r in results if r.seed == first_seed]
     workloads = list(dict.fromkeys(r.workload for r in shown))
@@ -313,7 +312,7 @@ def _sections(lines: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
     return sections
 
 
-def _typed_sections(results: Sequence[SimulationResult]) -> list[Section]:
+def _typed_sections(results: Sequence[RunResult]) -> list[Section]:
     """Per-type utilisation files, and on a typed cluster the table of which profiles are measured
     and which derived (:func:`~bayes_sched.sim.typed_profiles.derivation_table`)."""
     from bayes_sched.sim.physics import GPU_TYPE
@@ -323,9 +322,9 @@ def _typed_sections(results: Sequence[SimulationResult]) -> list[Section]:
         ("p", "Per-GPU-type utilisation over time: `type_utilization/*.png`, the plotted numbers "
               "beside each in `*.csv` (their mean over the counted rounds is the summary's "
               "`utilization_<type>`).")]
-    types = tuple(dict.fromkeys(t for r in results for t in r.config.cluster.types))
-    if types == (GPU_TYPE,):
-        return sections
+    types = tuple(dict.fromkeys(t for r in results for t in r.spec.types))
+    if types == (GPU_TYPE,) or any(r.config is None for r in results):
+        return sections  # no derived profiles: one type, or a table world's measured rates
     applications = sorted({str(a) for r in results for a in r.jobs["application"]})
     table = derivation_table(types, [a for a in applications if a in _shipped()])
     columns = ["application", "gpu_type", "profile", "gavel_model", "reason", "factor_min_bsz",

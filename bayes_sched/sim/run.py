@@ -1,71 +1,28 @@
-"""One simulation end to end: a workload, a policy, a cluster -> a :class:`SimulationResult`."""
+"""One Pollux-world simulation end to end: a workload, a policy, a cluster -> a
+:class:`~bayes_sched.sim.result.RunResult`."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import xarray as xr
 
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.base import Policy
 from bayes_sched.sim.metrics import job_table, summarize, timeline_dataset
+from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
 from bayes_sched.sim.workload import Workload, read_workload
 from perfmodel.throughput import single_thread
 
 
-@dataclass
-class SimulationResult:
-    """The outcome of one run.
-
-    Attributes:
-        workload: workload name.
-        policy: policy name.
-        config: the simulation settings.
-        jobs: per-job table (see :func:`~bayes_sched.sim.metrics.job_table`).
-        timeline: allocation timeline (dims ``time``, ``job``).
-        summary: avg/median/p99 JCT, makespan, utilisation, fairness, ...
-        decision_seconds: wall time of each policy decision, shape ``(rounds,)``.
-        decision_jobs: active jobs at each decision.
-        rejected: rejected decisions ``(time, reason)``.
-        wall_seconds: wall time of the whole run.
-        refits: throughput-model refits done by the job agents.
-        estimate_seconds: wall time of the loop's estimation stage (outside the decisions).
-        seed: the seed of the simulator's own random stream (``config.seed``), which the command
-            line also gives the policy and the hidden law.
-        policy_stats: the policy's :meth:`~bayes_sched.policies.base.Policy.stats` at the end.
-        estimator_stats: its estimators' figures (:meth:`~bayes_sched.estimation.Estimator.stats`).
-        estimates_from: ``{need: estimator}`` the decisions read.
-    """
-
-    workload: str
-    policy: str
-    config: SimConfig
-    jobs: pd.DataFrame
-    timeline: xr.Dataset
-    summary: dict[str, float]
-    decision_seconds: np.ndarray
-    decision_jobs: np.ndarray
-    rejected: list[tuple[float, str]] = field(default_factory=list)
-    wall_seconds: float = 0.0
-    refits: int = 0
-    estimate_seconds: float = 0.0
-    seed: int = 0
-    policy_stats: dict[str, float] = field(default_factory=dict)
-    estimator_stats: dict[str, float] = field(default_factory=dict)
-    estimates_from: dict[str, str] = field(default_factory=dict)
-
-
 def run_simulation(workload: Workload | str | Path, policy: Policy | str,
                    config: SimConfig | None = None, max_jobs: int | None = None,
-                   on_round: Callable[[SimulatedCluster], None] | None = None
-                   ) -> SimulationResult:
+                   on_round: Callable[[SimulatedCluster], None] | None = None,
+                   clock: Callable[[], float] = time.perf_counter) -> RunResult:
     """Simulate ``workload`` under ``policy`` on the cluster ``config`` describes.
 
     Args:
@@ -74,6 +31,8 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         config: cluster shape, round interval, restart delay, interference.
         max_jobs: keep only the first jobs of the workload.
         on_round: called after every round with the cluster (e.g. to drive a progress bar).
+        clock: what the loop times estimation and decisions with
+            (:func:`~bayes_sched.loop.run_loop`).
     """
     config = config or SimConfig()
     if not isinstance(workload, Workload):
@@ -91,20 +50,23 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         each_round = (None if on_round is None
                       else lambda _: on_round(cluster))
         stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round,
-                                    refit=config.refit_rule)
+                                    refit=config.refit_rule, clock=clock)
         # The job table's standalone times interpolate the physics' profiles, whose first
         # use per application solves a small system per simplex: with BLAS threads on a busy
         # machine that took seconds per application instead of milliseconds.
         jobs = job_table(cluster)
     timeline = timeline_dataset(cluster)
     timeline.attrs.update(workload=workload.name, policy=policy.name)
-    return SimulationResult(
-        workload=workload.name, policy=policy.name, config=config, jobs=jobs,
-        timeline=timeline, summary=summarize(jobs, timeline),
+    return RunResult(
+        world="pollux", workload=workload.name, policy=policy.name, spec=config.cluster,
+        jobs=jobs, timeline=timeline, summary=summarize(jobs, timeline),
         decision_seconds=np.array(stats.decision_seconds),
-        decision_jobs=np.array(stats.decision_jobs), rejected=stats.rejected,
-        wall_seconds=time.perf_counter() - start, refits=cluster.refit_count,
-        estimate_seconds=float(sum(stats.estimate_seconds)), seed=config.seed,
+        decision_jobs=np.array(stats.decision_jobs),
+        estimate_seconds=np.array(stats.estimate_seconds), rejected=stats.rejected,
+        wall_seconds=time.perf_counter() - start, seed=config.seed,
         policy_stats=dict(policy.stats()), estimator_stats=dict(stats.estimator_stats),
-        estimates_from=dict(stats.estimates_from),
+        estimates_from=dict(stats.estimates_from), refits=cluster.refit_count,
+        setting={"interference": config.interference,
+                 "hidden": "none" if config.hidden is None else config.hidden.name},
+        config=config,
     )

@@ -386,6 +386,9 @@ class SimulatedCluster:
         slowdown = self._slowdowns()
         gpus = np.zeros(len(self.jobs), dtype=np.int64)
         node_gpus = np.zeros(self.config.num_nodes, dtype=np.int64)
+        # Jobs the round is for: submitted by its start and unfinished (those ending in it too).
+        self.timeline_active.append(sum(1 for j in self.jobs.values()
+                                        if j.active and j.spec.submit_time <= self._now))
         for i, (name, job) in enumerate(self.jobs.items()):
             if job.active and job.placement:
                 gpus[i] = sum(job.placement)
@@ -402,8 +405,6 @@ class SimulatedCluster:
         self._timeline_gpus.append(gpus)
         self.timeline_type_gpus.append(np.bincount(self._node_type_index, weights=node_gpus,
                                                    minlength=len(self.timeline_types)))
-        self.timeline_active.append(sum(1 for j in self.jobs.values()
-                                        if j.active and j.spec.submit_time <= self._now))
 
     def timeline_gpus(self) -> np.ndarray:
         """GPUs each job held during each round, shape ``(rounds, jobs)`` (jobs in workload

@@ -369,7 +369,9 @@ class TableCluster:
             busy[self._busy_index[gpu_type]] += gpus
 
     def _end_round(self, seconds: float, busy: np.ndarray, finished: list[str]) -> None:
-        """Retire the finished jobs, move the clock, record the timeline, admit arrivals."""
+        """Record the timeline (jobs of the round: those submitted by its start and unfinished
+        then), retire the finished jobs, move the clock, admit arrivals."""
+        self.timeline_active.append(len(self._active))
         for name in finished:
             del self._active[name]
             if self._waiting is not None:
@@ -382,7 +384,6 @@ class TableCluster:
         self._now += seconds
         self.timeline_time.append(self._now)
         self.timeline_busy.append(busy)
-        self.timeline_active.append(len(self._active))
         self._pull()
 
     def advance(self, seconds: float) -> None:

@@ -1,19 +1,16 @@
-"""Per-GPU-type utilisation over time, in both worlds: the series, its summary means, and a plot.
+"""Per-GPU-type utilisation over time, in every world: the series, its summary means, and a plot.
 
 A run's series is the fraction of each GPU type's GPUs held in every round, shape ``(rounds,
-types)``, with the rounds its summary averages over (``counted``): the Pollux world's summary
-averages over the rounds with submitted, unfinished jobs
-(:func:`~bayes_sched.sim.metrics.summarize`), the throughput-table world's over every round
-(:func:`~bayes_sched.sim.table_run.run_table_simulation`). :func:`write_type_utilization` writes the
-plot (PNG) and the plotted numbers (CSV) side by side, so a reader can check one against the other
-and against the summary's ``utilization_<type>``.
+types)``, with the rounds its summary averages over (``counted``): the rounds with submitted,
+unfinished jobs (:func:`~bayes_sched.sim.metrics.utilization_summary`).
+:func:`write_type_utilization` writes the plot (PNG) and the plotted numbers (CSV) side by side,
+so a reader can check one against the other and against the summary's ``utilization_<type>``.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,8 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from bayes_sched.cluster_spec import ClusterSpec
-    from bayes_sched.sim.run import SimulationResult
+    from bayes_sched.sim.result import RunResult
 
 
 @dataclass(frozen=True)
@@ -51,25 +47,15 @@ class TypeUtilization:
         return out
 
 
-def pollux_world_series(result: SimulationResult) -> TypeUtilization:
-    """The series of a Pollux-world run (its timeline's ``type_utilization``)."""
+def utilization_series(result: RunResult) -> TypeUtilization:
+    """The series of a run, in any world (its timeline's ``type_utilization``; counted: the
+    rounds with submitted, unfinished jobs)."""
     timeline = result.timeline
     return TypeUtilization(
         time_s=np.asarray(timeline["time"].values, dtype=float),
         gpu_types=tuple(str(t) for t in timeline["gpu_type"].values),
         fraction=np.asarray(timeline["type_utilization"].values, dtype=float),
         counted=np.asarray(timeline["active_jobs"].values) > 0)
-
-
-def table_world_series(time_s: Sequence[float], busy: Sequence[np.ndarray],
-                       busy_types: Sequence[str], spec: ClusterSpec) -> TypeUtilization:
-    """The series of a throughput-table run from its cluster's ``timeline_time``,
-    ``timeline_busy`` (GPUs busy per type, ``busy_types`` order) and the cluster spec."""
-    types = tuple(busy_types)
-    held = np.array(busy, dtype=float).reshape(len(time_s), len(types))
-    total = np.array([spec.gpus_of_type(t) for t in types], dtype=float)
-    return TypeUtilization(time_s=np.asarray(time_s, dtype=float), gpu_types=types,
-                           fraction=held / total, counted=np.ones(len(time_s), dtype=bool))
 
 
 def series_csv(series: TypeUtilization) -> str:
@@ -132,5 +118,5 @@ def write_type_utilization(series: TypeUtilization, out_dir: str | Path, stem: s
     return png_path, csv_path
 
 
-__all__ = ["TypeUtilization", "pollux_world_series", "read_series_csv", "series_csv",
-           "table_world_series", "write_type_utilization"]
+__all__ = ["TypeUtilization", "read_series_csv", "series_csv", "utilization_series",
+           "write_type_utilization"]
