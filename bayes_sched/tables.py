@@ -98,6 +98,8 @@ def _format(value: Any, float_format: str) -> str:
         return MISSING
     if isinstance(value, float):
         return float_format.format(value)
+    if isinstance(value, list | tuple):
+        return ", ".join(_format(v, float_format) for v in value) or MISSING
     return str(value)
 
 

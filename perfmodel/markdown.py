@@ -15,9 +15,12 @@ MISSING = "-"
 
 
 def markdown_cell(value: object, float_format: str = "{:.4g}") -> str:
-    """One cell: ``-`` for ``None`` or NaN, floats with ``float_format``, else ``str``."""
+    """One cell: ``-`` for ``None``, NaN or an empty list, floats with ``float_format``, a list
+    or tuple as its items joined by commas, else ``str``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return MISSING
+    if isinstance(value, list | tuple):
+        return ", ".join(markdown_cell(v, float_format) for v in value) or MISSING
     return float_format.format(value) if isinstance(value, float) else str(value)
 
 

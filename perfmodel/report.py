@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -22,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from perfmodel.efficiency import EfficiencyModel  # noqa: E402
 from perfmodel.goodput import GoodputModel  # noqa: E402
@@ -38,6 +40,10 @@ from perfmodel.throughput_bayes import (  # noqa: E402
 #: Allocations drawn in the throughput and goodput plots: (nodes, GPUs in all).
 PLOT_ALLOCATIONS: tuple[tuple[int, int], ...] = ((1, 1), (1, 4), (2, 8), (4, 16), (16, 64))
 PROGRESS_FRACTIONS: tuple[float, ...] = (0.1, 0.5, 0.9)
+#: At most this many bands (shaded intervals) per panel; the other curves are drawn as lines.
+MAX_BANDS = 3
+#: At most this many measured points per scatter panel (the others are thinned out evenly).
+MAX_POINTS = 200
 #: Nominal levels of the central predictive intervals in the calibration figure.
 CALIBRATION_LEVELS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 #: The misfit check (:func:`misfit_check`): a fit misses its measurements when more than
@@ -48,6 +54,10 @@ CALIBRATION_LEVELS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
 MISFIT_SHARE = 0.2
 MISFIT_RELATIVE_ERROR = 0.25
 MISFIT_MIN_EXPLAINED = 0.5
+#: The check per configuration (:func:`configuration_misfits`): a configuration (nodes, GPUs)
+#: misses when as many of its measurements lie outside the 90% interval as a calibrated fit
+#: (10% outside, independently) would give with probability below this (binomial tail).
+MISFIT_CONFIGURATION_P = 0.01
 
 
 @dataclass(frozen=True)
@@ -69,15 +79,18 @@ class ModelFit:
         return self.posterior.log_step_time_draws(p.num_nodes, p.num_replicas, p.local_bsz,
                                                   p.accum_steps, placement=list(p.placement))
 
-    def error_summary(self) -> dict[str, float | str | bool]:
+    def error_summary(self) -> dict[str, float | str | bool | list[str]]:
         """In-sample RMSLE of step time (point fit, posterior median), 50%/90% coverage, how the
-        posterior was obtained and whether to trust it, and the misfit check's verdict."""
+        posterior was obtained and whether to trust it, and the misfit check's verdict with the
+        configurations it misses (``misfit_configurations``: ``"NODESxGPUS"``, empty when
+        none)."""
         p = self.profile
         point = predict_step_time(self.posterior.point, p.num_nodes, p.num_replicas,
                                   p.local_bsz, p.accum_steps)
         median = np.exp(np.median(self.log_step_draws, axis=0))
         coverage_50, coverage_90 = interval_coverage(self, (0.5, 0.9))
         diagnostics = self.posterior.diagnostics
+        check = misfit_check(self)
         return {
             "model": self.model,
             "rows": len(p),
@@ -89,7 +102,8 @@ class ModelFit:
             "fallback_from": diagnostics.fallback_from or "",
             "pareto_k": diagnostics.pareto_k,
             "reliable": diagnostics.reliable,
-            "misfit": misfit_check(self).misfit,
+            "misfit": check.misfit,
+            "misfit_configurations": [f"{c.nodes}x{c.gpus}" for c in check.missed],
             "fit_seconds": diagnostics.seconds,
         }
 
@@ -108,17 +122,81 @@ def interval_coverage(fit: ModelFit, levels: Sequence[float] | np.ndarray) -> np
 
 
 @dataclass(frozen=True)
+class ConfigurationMisfit:
+    """The measurements of one configuration against the 90% predictive interval.
+
+    ``nodes``, ``gpus``: the configuration; ``measurements``: its rows; ``below``/``above``:
+    how many lie below/above the interval (measured faster/slower than the fit allows);
+    ``p_value``: the chance of at least ``below + above`` outside for a calibrated fit
+    (binomial, 10% each); ``log_bias``: mean log(predictive median / measured) (> 0: the fit
+    predicts slower than measured).
+    """
+
+    nodes: int
+    gpus: int
+    measurements: int
+    below: int
+    above: int
+    p_value: float
+    log_bias: float
+
+    @property
+    def misfit(self) -> bool:
+        return self.p_value < MISFIT_CONFIGURATION_P
+
+    def describe(self) -> str:
+        """``"2 nodes, 8 GPUs: 5 of 5 measurements outside the 90% interval (5 faster)"``."""
+        sides = ", ".join(f"{n} {word}" for n, word in ((self.below, "faster"),
+                                                        (self.above, "slower")) if n)
+        return (f"{self.nodes} node{'s' * (self.nodes != 1)}, {self.gpus} GPU"
+                f"{'s' * (self.gpus != 1)}: {self.below + self.above} of {self.measurements} "
+                f"measurements outside the 90% interval ({sides} than it)")
+
+
+def configuration_misfits(fit: ModelFit) -> tuple[ConfigurationMisfit, ...]:
+    """Each measured configuration (nodes, GPUs) against the 90% predictive interval, in
+    order of nodes then GPUs (see :data:`MISFIT_CONFIGURATION_P`)."""
+    from scipy.stats import binom
+
+    p = fit.profile
+    draws = fit.log_step_draws
+    lower, upper = np.quantile(draws, [0.05, 0.95], axis=0)
+    measured = np.log(p.step_time)
+    median = np.median(draws, axis=0)
+    rows = []
+    for nodes, gpus in sorted({(int(n), int(g)) for n, g in zip(p.num_nodes, p.num_replicas,
+                                                                 strict=True)}):
+        same = (p.num_nodes == nodes) & (p.num_replicas == gpus)
+        below = int(np.sum(measured[same] < lower[same]))
+        above = int(np.sum(measured[same] > upper[same]))
+        count = int(same.sum())
+        rows.append(ConfigurationMisfit(
+            nodes, gpus, count, below, above,
+            float(binom.sf(below + above - 1, count, 0.1)),
+            float(np.mean(median[same] - measured[same]))))
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
 class MisfitCheck:
     """The misfit check's measures (see :data:`MISFIT_SHARE`) and its verdict.
 
     ``outside_90``: share of measurements outside the 90% predictive interval; ``off``: share
     whose predictive median is more than :data:`MISFIT_RELATIVE_ERROR` off; ``explained``: share
-    of the variance of log step time the median explains (1 - residual variance / variance).
+    of the variance of log step time the median explains (1 - residual variance / variance);
+    ``configurations``: the check per configuration (:func:`configuration_misfits`): an
+    aggregate that looks fine can hide one configuration the fit misses entirely.
     """
 
     outside_90: float
     off: float
     explained: float
+    configurations: tuple[ConfigurationMisfit, ...] = ()
+
+    @property
+    def missed(self) -> list[ConfigurationMisfit]:
+        """The configurations the fit misses."""
+        return [c for c in self.configurations if c.misfit]
 
     @property
     def reasons(self) -> list[str]:
@@ -133,6 +211,7 @@ class MisfitCheck:
         if self.explained < MISFIT_MIN_EXPLAINED:
             reasons.append(f"the fit explains only {max(self.explained, 0):.0%} of the variation "
                            "of the measured step times (a flat fit)")
+        reasons += [f"at {c.describe()}" for c in self.missed]
         return reasons
 
     @property
@@ -141,14 +220,15 @@ class MisfitCheck:
 
 
 def misfit_check(fit: ModelFit) -> MisfitCheck:
-    """Whether the step-time fit visibly misses the measurements (see :data:`MISFIT_SHARE`)."""
+    """Whether the step-time fit visibly misses the measurements, overall or at one
+    configuration (see :data:`MISFIT_SHARE`, :data:`MISFIT_CONFIGURATION_P`)."""
     measured = np.log(fit.profile.step_time)
     median = np.median(fit.log_step_draws, axis=0)
     variance = float(np.var(measured))
     explained = 1 - float(np.var(measured - median)) / variance if variance > 0 else 1.0
     off = float(np.mean(np.abs(np.exp(median - measured) - 1) > MISFIT_RELATIVE_ERROR))
     outside = 1 - float(interval_coverage(fit, (0.9,))[0])
-    return MisfitCheck(outside, off, explained)
+    return MisfitCheck(outside, off, explained, configuration_misfits(fit))
 
 
 def extrapolated(profile: StepTimeProfile, num_nodes: np.ndarray | int,
@@ -188,18 +268,44 @@ def fit_model(profile: StepTimeProfile, traces: dict[int, GradientTrace] | None 
     return ModelFit(profile.model, profile, posterior, efficiency, traces or None)
 
 
+def thinned(count: int, limit: int = MAX_POINTS) -> np.ndarray:
+    """Indices of at most ``limit`` of ``count`` points, spread evenly (all when fewer)."""
+    if count <= limit:
+        return np.arange(count)
+    return np.unique(np.linspace(0, count - 1, limit).round().astype(int))
+
+
+def banded(count: int, limit: int = MAX_BANDS) -> set[int]:
+    """Which of ``count`` curves get a band: all when at most ``limit``, else ``limit`` spread
+    over them (first, last, evenly between)."""
+    return set(thinned(count, limit).tolist())
+
+
+def _log_axis(axis: Any) -> None:
+    """Readable log ticks: labels at 1, 2, 5 per decade (at most eight), no minor labels."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _plot_step_times(fit: ModelFit, path: Path) -> None:
     p = fit.profile
     pred = fit.posterior.predict_step_time(p.num_nodes, p.num_replicas, p.local_bsz,
                                            p.accum_steps, placement=list(p.placement))
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    err = np.stack([pred["median"] - pred["q0.05"], pred["q0.95"] - pred["median"]])
-    ax.errorbar(p.step_time, pred["median"], yerr=err, fmt="o", ms=2, alpha=0.35, lw=0.6,
-                label="posterior median, 90% interval")
+    # Thinned in order of measured time, so the spread of the shown points is the data's.
+    shown = np.argsort(p.step_time, kind="stable")[thinned(len(p))]
+    err = np.stack([pred["median"] - pred["q0.05"], pred["q0.95"] - pred["median"]])[:, shown]
+    label = ("posterior median, 90% interval" if len(shown) == len(p) else
+             f"posterior median, 90% interval ({len(shown)} of {len(p)} measurements)")
+    ax.errorbar(p.step_time[shown], pred["median"][shown], yerr=err, fmt="o", ms=2, alpha=0.35,
+                lw=0.6, label=label)
     lo, hi = p.step_time.min() * 0.8, p.step_time.max() * 1.25
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="ideal")
     ax.set(xscale="log", yscale="log", xlabel="measured step time (s)",
            ylabel="predicted step time (s)", title=f"{fit.model}: step time")
+    _log_axis(ax.xaxis)
+    _log_axis(ax.yaxis)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -245,28 +351,37 @@ def _plot_throughput_goodput(fit: ModelFit, path: Path) -> None:
                                                                        else 5.5, 4.5))
     axes = np.atleast_1d(axes)
     any_beyond = False
-    for curve, color in zip(throughput_curves(fit), plt.rcParams["axes.prop_cycle"].by_key()[
-            "color"], strict=False):
+    curves = throughput_curves(fit)
+    with_band = banded(len(curves))
+    for i, (curve, color) in enumerate(zip(curves, plt.rcParams["axes.prop_cycle"].by_key()[
+            "color"], strict=False)):
         nodes, gpus = int(np.asarray(curve["nodes"])), int(np.asarray(curve["gpus"]))
         batch = np.asarray(curve["batch"], dtype=float)
         beyond = np.asarray(curve["extrapolated"], dtype=bool)
         any_beyond |= bool(beyond.any())
         _draw_segments(axes[0], batch, np.asarray(curve["median"]), beyond, color,
                        f"{nodes} node(s), {gpus} GPU(s)")
-        axes[0].fill_between(batch, curve["q0.05"], curve["q0.95"], color=color, alpha=0.2)
+        if i in with_band:
+            axes[0].fill_between(batch, curve["q0.05"], curve["q0.95"], color=color,
+                                 alpha=0.2)
         measured_batch, measured = measured_throughput(fit.profile, nodes, gpus)
-        axes[0].scatter(measured_batch, measured, s=10, color=color, edgecolor="k", lw=0.3,
-                        zorder=3)
+        shown = thinned(len(measured), MAX_POINTS // len(curves))
+        axes[0].scatter(measured_batch[shown], measured[shown], s=10, color=color,
+                        edgecolor="k", lw=0.3, zorder=3)
         if fit.efficiency:
             eff = fit.efficiency.efficiency(batch, 0.5)
             eff_lo = fit.efficiency.efficiency(batch, 0.5, quantile=0.05)
             eff_hi = fit.efficiency.efficiency(batch, 0.5, quantile=0.95)
             _draw_segments(axes[1], batch, np.asarray(curve["median"]) * eff, beyond, color,
                            f"{nodes} node(s), {gpus} GPU(s)")
-            axes[1].fill_between(batch, np.asarray(curve["q0.05"]) * eff_lo,
-                                 np.asarray(curve["q0.95"]) * eff_hi, color=color, alpha=0.2)
+            if i in with_band:
+                axes[1].fill_between(batch, np.asarray(curve["q0.05"]) * eff_lo,
+                                     np.asarray(curve["q0.95"]) * eff_hi, color=color,
+                                     alpha=0.2)
     axes[0].set(xscale="log", yscale="log", xlabel="total batch size (examples)",
-                ylabel="throughput (examples/s)", title=f"{fit.model}: throughput, 90% band")
+                ylabel="throughput (examples/s)",
+                title=f"{fit.model}: throughput, 90% band"
+                      + ("" if len(with_band) == len(curves) else f" ({len(with_band)} shaded)"))
     handles, _ = axes[0].get_legend_handles_labels()
     handles.append(Line2D([], [], ls="none", marker="o", ms=4, color="grey", label="measured"))
     if any_beyond:
@@ -276,6 +391,9 @@ def _plot_throughput_goodput(fit: ModelFit, path: Path) -> None:
         axes[1].set(xscale="log", yscale="log", xlabel="total batch size (examples)",
                     ylabel="goodput (examples/s at initial batch)",
                     title="goodput at 50% of training, 90% band")
+    for ax in axes:
+        _log_axis(ax.xaxis)
+        _log_axis(ax.yaxis)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -312,13 +430,17 @@ def _plot_efficiency(fit: ModelFit, path: Path) -> None:
     if fit.traces:
         ax = axes[1]
         progress = np.linspace(0, 1, 50)
-        for batch_size, (x, phi) in per_epoch_noise(fit.traces).items():
+        noise = per_epoch_noise(fit.traces)
+        with_band = banded(len(noise))
+        for i, (batch_size, (x, phi)) in enumerate(noise.items()):
             curve = eff.curves[batch_size]
             line, = ax.plot(progress, curve.noise_to_signal(progress),
-                            label=f"batch {batch_size}: fit, 90% band")
-            ax.fill_between(progress, curve.noise_to_signal(progress, 0.05),
-                            curve.noise_to_signal(progress, 0.95), color=line.get_color(),
-                            alpha=0.2)
+                            label=f"batch {batch_size}: fit"
+                                  + (", 90% band" if i in with_band else ""))
+            if i in with_band:
+                ax.fill_between(progress, curve.noise_to_signal(progress, 0.05),
+                                curve.noise_to_signal(progress, 0.95), color=line.get_color(),
+                                alpha=0.2)
             ax.scatter(x, phi, s=8, color=line.get_color(), edgecolor="k", lw=0.3, zorder=3)
         ax.set(yscale="log", xlabel="fraction of training", ylabel="noise-to-signal grad_var/grad_sqr",
                title="per-epoch estimates (dots) and the fitted curve")
@@ -415,6 +537,15 @@ def summary_lines(fit: ModelFit) -> list[str]:
     return lines
 
 
+def configuration_table(fit: ModelFit) -> list[dict[str, object]]:
+    """One row per measured configuration (:func:`configuration_misfits`): nodes, GPUs,
+    measurements, outside below/above, the binomial tail, the median's bias and the flag."""
+    return [{"nodes": c.nodes, "gpus": c.gpus, "measurements": c.measurements,
+             "faster_than_interval": c.below, "slower_than_interval": c.above,
+             "p_value": c.p_value, "median_bias_pct": 100.0 * (np.exp(c.log_bias) - 1),
+             "misfit": "yes" if c.misfit else "no"} for c in misfit_check(fit).configurations]
+
+
 def write_model_report(fit: ModelFit, out_dir: str | Path) -> Path:
     """Write ``<model>.md`` and its PNG plots into ``out_dir``; returns the Markdown path."""
     out = Path(out_dir)
@@ -433,6 +564,10 @@ def write_model_report(fit: ModelFit, out_dir: str | Path) -> Path:
         markdown_table(fit.posterior.parameter_summary()),
         "## Error and calibration (in-sample)",
         markdown_table([fit.error_summary()]),
+        "## Per configuration (measurements outside the 90% interval; a configuration is "
+        f"flagged when a calibrated fit would leave that many outside with probability below "
+        f"{MISFIT_CONFIGURATION_P:g})",
+        markdown_table(configuration_table(fit)),
         f"![step time]({name}-step-time.png)",
         f"![calibration: interval coverage against nominal level]({name}-calibration.png)",
         f"![throughput and goodput]({name}-throughput-goodput.png)",

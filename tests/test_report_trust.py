@@ -15,13 +15,17 @@ from perfmodel.efficiency import EfficiencyModel
 from perfmodel.profiles import GradientTrace, StepTimeProfile
 from perfmodel.report import (
     CALIBRATION_LEVELS,
+    MAX_BANDS,
+    MAX_POINTS,
     ModelFit,
+    banded,
     extrapolated,
     interval_coverage,
     measured_throughput,
     misfit_check,
     per_epoch_noise,
     summary_lines,
+    thinned,
     throughput_curves,
     write_model_report,
 )
@@ -140,3 +144,34 @@ def test_page_opens_with_a_summary_and_parameters_carry_units(
              for line in page.splitlines() if line.startswith("| ") and "|" in line[2:]}
     assert units["beta_c"] == "s/example" and units["alpha_n"] == "s"
     assert units["gamma"] == "1" and units["sigma_step"] == "log s"
+
+
+def test_one_configuration_the_fit_misses_is_flagged_though_the_aggregate_looks_fine(
+        profile: StepTimeProfile, posterior: ThroughputPosterior) -> None:
+    """Three of the four measurements at 2 nodes / 8 GPUs (its three largest micro-batches) ran
+    at 60% of the time the fit allows (a network faster than the model's), the others as
+    before: the aggregate share outside the 90% interval stays under the overall threshold, the
+    configuration is flagged on the page and in the summary's JSON."""
+    at = (profile.num_nodes == 2) & (profile.num_replicas == 8)
+    config = at & (profile.local_bsz > profile.local_bsz[at].min())
+    assert config.sum() == 3 and at.sum() == 4
+    factor = np.where(config, 0.6, 1.0)
+    faster = replace(profile, step_time=profile.step_time * factor,
+                     sync_time=profile.sync_time * factor)
+    fit = ModelFit("faster", faster, posterior, None)
+    check = misfit_check(fit)
+    assert check.outside_90 <= 0.2 and check.misfit
+    [missed] = check.missed
+    assert (missed.nodes, missed.gpus, missed.below, missed.above) == (2, 8, 3, 0)
+    assert fit.error_summary()["misfit_configurations"] == ["2x8"]
+    [line] = [line for line in summary_lines(fit) if line.startswith("- **Misfit")]
+    assert "at 2 nodes, 8 GPUs: 3 of 4 measurements outside the 90% interval (3 faster" in line
+    good = ModelFit("good", profile, posterior, None)
+    assert misfit_check(good).missed == [] and good.error_summary()["misfit_configurations"] == []
+
+
+def test_plots_thin_points_and_shade_at_most_three_bands() -> None:
+    assert thinned(5).tolist() == [0, 1, 2, 3, 4]
+    many = thinned(648)
+    assert len(many) == MAX_POINTS and many[0] == 0 and many[-1] == 647
+    assert banded(5) == {0, 2, 4} and banded(2) == {0, 1} and len(banded(7)) == MAX_BANDS

@@ -24,7 +24,7 @@ import functools
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +179,7 @@ def write_report(results: Sequence[RunResult], out_dir: str | Path,
         name = _timeline_name(r, several_seeds).removesuffix(".nc")
         write_type_utilization(utilization_series(r), out / "type_utilization", name,
                                f"{r.policy} on {r.workload}")
-    sections = _sections(lines, rows, per_policy, over_seeds)
+    sections = _sections(lines, rows, per_policy, over_seeds, setting_text(results))
     sections += _typed_sections(results)
     atomic_write(out / "report.html", lambda p: p.write_text(_html(sections)))
     report = out / "report.md"
@@ -279,30 +279,76 @@ _POLICY_COLUMNS = ["policy", "workloads", "avg_jct", "median_jct", "p99_jct", "m
 _SEED_COLUMNS = ["avg_jct", "p99_jct", "makespan", "utilization", "ftf_mean"]
 
 
+#: Columns of seconds the page shows in hours (``<name>_h``); the CSV and JSON files keep seconds.
+_TIME_COLUMNS = ("avg_jct", "median_jct", "p99_jct", "makespan")
+
+
+def _hours(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]
+           ) -> tuple[list[dict[str, Any]], list[str]]:
+    """``rows`` for the page: each time column (:data:`_TIME_COLUMNS`) in hours, renamed
+    ``<name>_h``; the columns renamed alike."""
+    def value(name: str, v: Any) -> Any:
+        return v / 3600.0 if name in _TIME_COLUMNS and isinstance(v, (int, float)) else v
+
+    shown = [{(f"{k}_h" if k in _TIME_COLUMNS else k): value(k, v) for k, v in row.items()}
+             for row in rows]
+    return shown, [f"{c}_h" if c in _TIME_COLUMNS else c for c in columns]
+
+
+def setting_text(results: Sequence[RunResult]) -> str:
+    """What the runs were: worlds, clusters and rounds, the jobs of each workload (and a
+    ``--max-jobs`` cut), seeds and the version that ran them."""
+    from bayes_sched import __version__
+
+    clusters = sorted({f"{r.world} world on {r.spec.describe()} ({r.spec.round_interval:g} s "
+                       "rounds)" for r in results})
+    workloads = {r.workload: len(r.jobs) for r in results}
+    cuts = [name for name in workloads if "-first" in name]
+    seeds = sorted({r.seed for r in results})
+    text = (f"Runs: {'; '.join(clusters)}. Workloads: "
+            + ", ".join(f"{name} ({jobs} jobs)" for name, jobs in workloads.items()) + ". ")
+    if cuts:
+        text += ("Cut to the first jobs (--max-jobs): "
+                 + ", ".join(name.split("-first")[0] + f" to {name.split('-first')[1]}"
+                             for name in cuts) + ". ")
+    return text + f"Seeds: {', '.join(map(str, seeds))}. bayes-sched {__version__}."
+
+
 def _sections(lines: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
-              per_policy: Sequence[dict[str, Any]], over_seeds: Sequence[dict[str, Any]]
-              ) -> list[Section]:
+              per_policy: Sequence[dict[str, Any]], over_seeds: Sequence[dict[str, Any]],
+              setting: str = "") -> list[Section]:
     lower, upper = interval_suffixes()
     seeds = sorted({int(row["seed"]) for row in rows})
+
+    def hours(column: str, v: float) -> float:
+        return v / 3600.0 if column in _TIME_COLUMNS else v
+
     seed_table = [{"policy": row["policy"], "workload": row["workload"], "seeds": row["seeds"],
-                   **{c: interval_text(row[c], row[c + lower], row[c + upper])
+                   **{(f"{c}_h" if c in _TIME_COLUMNS else c):
+                      interval_text(hours(c, row[c]), hours(c, row[c + lower]),
+                                    hours(c, row[c + upper]))
                       for c in _SEED_COLUMNS}} for row in over_seeds]
+    seed_columns = ["policy", "workload", "seeds",
+                    *(f"{c}_h" if c in _TIME_COLUMNS else c for c in _SEED_COLUMNS)]
     sections: list[Section] = [("h1", "Simulation report")]
     if lines:
         sections += [("list", [headline_text(line) for line in lines])]
+    if setting:
+        sections += [("p", setting)]
     sections += [
         ("p", f"Seeds {', '.join(map(str, seeds))}; a seed seeds every random stream of a run "
               "(the policy's search and posterior draws, the hidden law, the counters' noise). "
-              "Times in seconds; utilisation is the fraction of GPUs held while jobs were active; "
+              "Times in hours (`_h`; seconds in the CSV and JSON files); utilisation is the "
+              "fraction of GPUs held over the rounds with jobs; "
               "ftf (finish-time fairness) is a job's JCT over its run time alone on the GPUs and "
               "batch its user asked for. Headlines compare the mean over workloads per seed; "
               f"intervals are {100 * LEVEL:g}% Student-t intervals on the mean over seeds."),
         ("image", ("avg_jct.png", "Mean avg JCT per policy and workload")),
         ("h2", "Per policy and workload (mean over seeds [interval])"),
-        ("table", (seed_table, ["policy", "workload", "seeds", *_SEED_COLUMNS])),
-        ("h2", "Per policy (mean over workloads and seeds)"), ("table", (per_policy,
-                                                                        _POLICY_COLUMNS)),
-        ("h2", "Per run"), ("table", (rows, _RUN_COLUMNS)),
+        ("table", (seed_table, seed_columns)),
+        ("h2", "Per policy (mean over workloads and seeds)"),
+        ("table", _hours(per_policy, _POLICY_COLUMNS)),
+        ("h2", "Per run"), ("table", _hours(rows, _RUN_COLUMNS)),
         ("h2", "Plots"), ("image", ("jct_cdf.png", "JCT CDF")),
         ("image", ("utilization.png", f"Utilisation (seed {seeds[0]})")),
         ("p", "Timelines (GPUs per job per round) are in `timelines/*.nc` (open with "
