@@ -36,8 +36,7 @@ QUICK = {
     "bayes-sched counters validate counters",
     "bayes-sched simulate --workload workload-1 --policy pollux --max-jobs 4 --out sim",
     "bayes-sched compare --workloads workload-1 --policies pollux tiresias --max-jobs 4 --out cmp",
-    "bayes-sched simulate --trace small_test --cluster v100:36,p100:36,k80:36 "
-    "--policy max_min_fairness_perf --seed 0",
+    "bayes-sched simulate --trace max_min_fairness --policy max_min_fairness_perf --seed 0",
 }
 
 #: Commands too long for the default suite -> why; ``pytest -m slow`` runs them all.
