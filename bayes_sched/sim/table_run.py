@@ -11,10 +11,12 @@ import numpy as np
 import pandas as pd
 
 from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.estimation.choose import Choices, policy_estimators
 from bayes_sched.loop import run_loop
 from bayes_sched.policies.base import Policy
 from bayes_sched.sim.fairness import contention_factor, ftf_rho, ftf_summary
 from bayes_sched.sim.gavel_jobs import TableJobSpec
+from bayes_sched.sim.oracles import world_oracles
 from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, STALL_LIMIT, TableCluster
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
 
@@ -45,8 +47,8 @@ class TableResult:
         estimate_seconds: wall time of the estimation stage before each decision, same shape.
         wall_seconds: wall time of the whole run.
         policy_stats: the policy's :meth:`~bayes_sched.policies.base.Policy.stats` at the end.
-        estimates_from: ``{need: estimator}`` the decisions read (empty for a policy that reads
-            the job views only, or the throughput table itself).
+        estimates_from: ``{need: estimator}`` the decisions read (``oracle``: the world's truth;
+            empty for a policy that reads the job views only).
     """
 
     policy: str
@@ -88,7 +90,9 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                          measurement_noise: float = DEFAULT_MEASUREMENT_NOISE,
                          noise_seed: int = 0,
                          clock: Callable[[], float] = time.perf_counter,
-                         stall_limit: float = STALL_LIMIT) -> TableResult:
+                         stall_limit: float = STALL_LIMIT,
+                         estimators: Choices | None = None,
+                         estimator_seed: int = 0) -> TableResult:
     """Simulate ``jobs`` under ``policy`` on ``spec`` in rounds of ``spec.round_interval`` s
     until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``;
     ``cluster_type`` is the job physics (Gavel's fixed jobs, or
@@ -97,13 +101,22 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     (:class:`~bayes_sched.sim.table_cluster.TableCluster`); ``clock``: what the loop times
     estimation and decisions with (:func:`~bayes_sched.loop.run_loop`); ``stall_limit``:
     simulated seconds of jobs waiting with no GPU held after which the run is given up (logged,
-    and ``stalled_at`` in the summary)."""
+    and ``stalled_at`` in the summary); ``estimators``: the user's choices of estimators
+    (:mod:`bayes_sched.estimation.choose`; default the policy's defaults), the world's oracles
+    knowing ``table`` (:func:`~bayes_sched.sim.oracles.world_oracles`), ``estimator_seed`` to
+    the estimators that take a seed.
+
+    Raises:
+        InputError: a bad choice of estimators (one line)."""
     start = time.perf_counter()
-    cluster = cluster_type(jobs, spec, table or load_gavel_throughputs(), jobs_to_complete,
+    truth = table or load_gavel_throughputs()
+    chosen = policy_estimators(policy, estimators, world_oracles(truth), estimator_seed)
+    cluster = cluster_type(jobs, spec, truth, jobs_to_complete,
                            max_time, source, measurement_noise=measurement_noise,
                            noise_seed=noise_seed, stall_limit=stall_limit)
     each_round = None if on_round is None else (lambda _: on_round(cluster))
-    stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round, clock=clock)
+    stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round, clock=clock,
+                     estimators=chosen)
     rows = table_job_rows(cluster)
     jct = rows["jct"].dropna()
     busy = np.array(cluster.timeline_busy) if cluster.timeline_busy else np.zeros((0, 1))
