@@ -3,7 +3,7 @@
 ::
 
     observe   cluster.advance(interval); cluster.state, cluster.job_views()    (job reports)
-    estimate  the estimators (today the policy's, policy.estimators()) -> an Estimates bundle
+    estimate  the estimators chosen outside the policy -> an Estimates bundle
               (job models, throughput beliefs, co-location posteriors; timed apart)
     decide    policy.decide(state, read-only job views, estimates)  -> {job: GPUs per node}
     apply     cluster.apply(decision)   (a rejected decision keeps the allocation in force)
@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bayes_sched.cluster import Cluster, PackedAllocations, shared_pairs
 from bayes_sched.errors import AllocationError
-from bayes_sched.estimation import RefitRule, estimate_round, estimator_stats, set_refit_rule
+from bayes_sched.estimation import (
+    Estimator,
+    RefitRule,
+    estimate_round,
+    estimator_stats,
+    set_refit_rule,
+)
 from bayes_sched.policies.base import Policy
 
 LOG = logging.getLogger(__name__)
@@ -48,11 +54,14 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
              on_round: Callable[[Cluster], None] | None = None,
              max_rounds: int | None = None, refit: RefitRule | None = None,
              stats: LoopStats | None = None,
-             clock: Callable[[], float] = time.perf_counter) -> LoopStats:
+             clock: Callable[[], float] = time.perf_counter,
+             estimators: Sequence[Estimator] | None = None) -> LoopStats:
     """Run rounds of ``interval`` seconds until the cluster is done (or ``max_rounds``).
 
-    Each round lets ``interval`` seconds pass, runs the policy's estimators on the active jobs'
-    reports, then gives the policy the jobs and the round's estimates and applies its decision. A
+    Each round lets ``interval`` seconds pass, runs ``estimators`` (chosen outside the policy:
+    :func:`bayes_sched.estimation.choose.policy_estimators`; ``None``: those a policy that still
+    builds its own gives, ``policy.estimators()``, else none) on the active jobs' reports, then
+    gives the policy the jobs and the round's estimates and applies its decision. A
     decision the cluster rejects (e.g. one oversubscribing a node) is logged and the previous
     allocation stays in force.
     ``refit``: the rule by which the estimation stage refits the throughput models of jobs that
@@ -63,7 +72,9 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
     shared machine).
     """
     stats = LoopStats() if stats is None else stats
-    estimators = policy.estimators()
+    if estimators is None:  # transitional: a policy that still builds its own
+        own = getattr(policy, "estimators", None)
+        estimators = () if own is None else tuple(own())
     if refit is not None:
         set_refit_rule(estimators, refit)
     while not cluster.done() and (max_rounds is None or stats.rounds < max_rounds):

@@ -23,9 +23,8 @@ from bayes_sched.cells import Cell
 from bayes_sched.estimates import Need, check_quantile, resample_draws
 from bayes_sched.estimation.throughput_cells import ThroughputBelief
 from bayes_sched.jobs import JobModel
+from bayes_sched.throughput_estimates import THROUGHPUT
 
-#: Steps/s per cell: a belief (:meth:`ThroughputBelief.predict`; :class:`CellPosterior`).
-THROUGHPUT: Need[ThroughputBelief] = Need("throughput")
 #: ``{job name: {GPU type: JobModel}}`` for the jobs with a fitted model (:class:`GoodputPosterior`).
 JOB_GOODPUT: Need[Mapping[str, Mapping[str, JobModel]]] = Need("job_goodput")
 

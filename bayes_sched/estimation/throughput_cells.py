@@ -18,42 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
 from bayes_sched.cells import Cell, CellObservation
-
-
-@dataclass(frozen=True)
-class CellPrediction:
-    """A belief's answer for ``N`` cells.
-
-    Attributes:
-        mean: posterior mean steps/s, shape ``(N,)``.
-        draws: posterior draws of steps/s, shape ``(S, N)`` with ``S >= 1``; a point estimator
-            gives one row equal to ``mean``.
-    """
-
-    mean: np.ndarray
-    draws: np.ndarray
-
-    def interval(self, mass: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-        """Central ``mass`` interval of the draws, two arrays of shape ``(N,)`` (both equal to the
-        mean for a point estimator)."""
-        tail = (1.0 - mass) / 2.0
-        return (np.quantile(self.draws, tail, axis=0), np.quantile(self.draws, 1.0 - tail, axis=0))
-
-
-class ThroughputBelief(Protocol):
-    """What a scheduler believes about steps/s (read-only)."""
-
-    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
-                ) -> CellPrediction:
-        """Posterior mean of every cell and ``num_draws`` joint posterior draws (``seed`` makes
-        them reproducible); with ``num_draws == 0`` the draws are the mean, shape ``(1, N)``."""
-        ...
+from bayes_sched.throughput_estimates import CellPrediction, ThroughputBelief
 
 
 class ThroughputLearner(Protocol):
@@ -85,3 +53,6 @@ def job_type_features(job_type: str) -> tuple[str, int | None]:
     if match is None:
         return job_type, None
     return match["family"], int(match["batch"])
+
+
+__all__ = ["CellPrediction", "ThroughputBelief", "ThroughputLearner", "job_type_features"]

@@ -52,7 +52,7 @@ from bayes_sched.estimation.throughput.observations import (
     UsableObservations,
     usable_observations,
 )
-from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief, ThroughputLearner
+from bayes_sched.estimation.throughput_cells import ThroughputBelief, ThroughputLearner
 from bayes_sched.jobs import JobView
 
 LOG = logging.getLogger(__name__)
@@ -68,9 +68,9 @@ class ThroughputEstimator:
     """Learns steps/s per cell from what the jobs report (an
     :class:`~bayes_sched.estimation.Estimator`).
 
-    Publishes ``throughput`` (:data:`~bayes_sched.estimation.posteriors.THROUGHPUT`) under the
-    learner's name: a read-only view whose ``predict`` answers with :attr:`belief` (fitted lazily
-    when read, as :attr:`belief` is).
+    Publishes ``throughput`` (:data:`~bayes_sched.throughput_estimates.THROUGHPUT`) under the
+    learner's name: itself, as :class:`~bayes_sched.throughput_estimates.LearnedThroughputs`
+    (its :attr:`belief` fitted lazily when read).
 
     Args:
         learner: what turns the reports into a belief.
@@ -238,7 +238,7 @@ class ThroughputEstimator:
         return list(jobs)
 
     def published(self) -> Sequence[Estimate[Any]]:
-        return (Estimate(THROUGHPUT, self.learner.name, _StageBelief(self)),)
+        return (Estimate(THROUGHPUT, self.learner.name, self),)
 
     def stats(self) -> Mapping[str, float]:
         """GPU-hours in profiling cells, in cells nobody had reported from before and held by
@@ -279,16 +279,3 @@ class ThroughputEstimator:
             return False
         return self._known_fits is None or bool(self._known_fits(cell))
 
-
-class _StageBelief:
-    """The stage's belief as the bundle holds it: each ``predict`` reads
-    :attr:`ThroughputEstimator.belief` (refitting first where a refit is due)."""
-
-    __slots__ = ("_stage",)
-
-    def __init__(self, stage: ThroughputEstimator) -> None:
-        self._stage = stage
-
-    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
-                ) -> CellPrediction:
-        return self._stage.belief.predict(cells, num_draws, seed)

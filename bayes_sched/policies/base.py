@@ -5,8 +5,11 @@ A policy is an object with
 * ``name``: a short label;
 * ``needs``: what it reads from the estimation stage, names from
   :data:`bayes_sched.estimates.NEEDS` (``()`` for a policy that reads only the job views);
-* ``estimators() -> [Estimator]``: what the loop's estimation stage runs for it before each
-  decision (transitional: the estimators will be chosen outside the policy, by its ``needs``);
+* ``default_estimators`` (optional): ``{need: estimator name}``, plain data: what serves a need
+  when the user names no estimator (:mod:`bayes_sched.estimation.choose`; e.g. the world's
+  ``oracle`` for the Gavel family, which reads the measured table as Gavel does). Estimators are
+  chosen outside the policy; a policy imports none. Transitional: a policy that still builds its
+  own has ``estimators() -> [Estimator]``, which the loop runs instead;
 * ``job_settings(spec) -> JobSettings``: how a job runs under it (a fixed user batch size and GPU
   count for the baselines, a tuned batch for Pollux);
 * ``decide(cluster, jobs, estimates) -> {job name: GPUs per node}``: the allocation for the next
@@ -27,15 +30,12 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 
 
 class Policy(Protocol):
     name: str
     needs: tuple[str, ...]
-
-    def estimators(self) -> Sequence[Estimator]: ...
 
     def job_settings(self, spec: JobSpec) -> JobSettings: ...
 

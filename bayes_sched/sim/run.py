@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bayes_sched.estimation.choose import Choices, policy_estimators
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.base import Policy
@@ -22,7 +23,8 @@ from perfmodel.throughput import single_thread
 def run_simulation(workload: Workload | str | Path, policy: Policy | str,
                    config: SimConfig | None = None, max_jobs: int | None = None,
                    on_round: Callable[[SimulatedCluster], None] | None = None,
-                   clock: Callable[[], float] = time.perf_counter) -> RunResult:
+                   clock: Callable[[], float] = time.perf_counter,
+                   estimators: Choices | None = None) -> RunResult:
     """Simulate ``workload`` under ``policy`` on the cluster ``config`` describes.
 
     Args:
@@ -33,6 +35,12 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         on_round: called after every round with the cluster (e.g. to drive a progress bar).
         clock: what the loop times estimation and decisions with
             (:func:`~bayes_sched.loop.run_loop`).
+        estimators: the user's choices of estimators (:mod:`bayes_sched.estimation.choose`;
+            default the policy's defaults); ``config.seed`` goes to those that take a seed. This
+            world supplies no oracle.
+
+    Raises:
+        InputError: a bad choice of estimators (one line).
     """
     config = config or SimConfig()
     if not isinstance(workload, Workload):
@@ -41,6 +49,7 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         workload = workload.head(max_jobs)
     if isinstance(policy, str):
         policy = make_policy(policy)
+    chosen = policy_estimators(policy, estimators, None, config.seed)
     start = time.perf_counter()
     cluster = SimulatedCluster(workload, config, policy.job_settings)
     # One thread (torch and BLAS): the small fits and searches run several times faster without
@@ -50,7 +59,7 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         each_round = (None if on_round is None
                       else lambda _: on_round(cluster))
         stats: LoopStats = run_loop(cluster, policy, config.interval, on_round=each_round,
-                                    refit=config.refit_rule, clock=clock)
+                                    refit=config.refit_rule, clock=clock, estimators=chosen)
         # The job table's standalone times interpolate the physics' profiles, whose first
         # use per application solves a small system per simplex: with BLAS threads on a busy
         # machine that took seconds per application instead of milliseconds.

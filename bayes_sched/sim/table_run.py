@@ -13,11 +13,13 @@ import pandas as pd
 import xarray as xr
 
 from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.estimation.choose import Choices, policy_estimators
 from bayes_sched.loop import run_loop
 from bayes_sched.policies.base import Policy
 from bayes_sched.sim.fairness import contention_factor, ftf_rho
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.sim.metrics import summarize, utilization_timeline
+from bayes_sched.sim.oracles import world_oracles
 from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, STALL_LIMIT, TableCluster
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
@@ -57,7 +59,8 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                          noise_seed: int = 0,
                          clock: Callable[[], float] = time.perf_counter,
                          stall_limit: float = STALL_LIMIT, world: str = "gavel",
-                         seed: int = 0) -> RunResult:
+                         seed: int = 0, estimators: Choices | None = None,
+                         estimator_seed: int = 0) -> RunResult:
     """Simulate ``jobs`` under ``policy`` on ``spec`` in rounds of ``spec.round_interval`` s
     until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``;
     ``cluster_type`` is the job physics (Gavel's fixed jobs, or
@@ -66,7 +69,11 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     (:class:`~bayes_sched.sim.table_cluster.TableCluster`); ``clock``: what the loop times
     estimation and decisions with (:func:`~bayes_sched.loop.run_loop`); ``stall_limit``:
     simulated seconds of jobs waiting with no GPU held after which the run is given up (logged,
-    and ``stalled_at`` in the summary); ``world`` and ``seed`` label the result.
+    and ``stalled_at`` in the summary); ``world`` and ``seed`` label the result;
+    ``estimators``: the user's choices of estimators (:mod:`bayes_sched.estimation.choose`;
+    default the policy's defaults), the world's oracles knowing ``table``
+    (:func:`~bayes_sched.sim.oracles.world_oracles`), ``estimator_seed`` to the estimators that
+    take a seed.
 
     The summary holds every world's :func:`~bayes_sched.sim.metrics.summarize` (finish-time
     fairness here with Shockwave's contention factor max(1, jobs / GPUs),
@@ -74,13 +81,19 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     :meth:`~bayes_sched.policies.base.Policy.stats` and its estimators' (for a throughput
     learner: ``profiling_gpu_hours``, GPU-hours jobs spent in the cells their learner had them
     profiled in, ``first_visit_gpu_hours``, in cells nobody had reported from before,
-    ``rejected_reports``, ``fits`` and ``fit_seconds`` in total)."""
+    ``rejected_reports``, ``fits`` and ``fit_seconds`` in total).
+
+    Raises:
+        InputError: a bad choice of estimators (one line)."""
     start = time.perf_counter()
-    cluster = cluster_type(jobs, spec, table or load_gavel_throughputs(), jobs_to_complete,
+    truth = table or load_gavel_throughputs()
+    chosen = policy_estimators(policy, estimators, world_oracles(truth), estimator_seed)
+    cluster = cluster_type(jobs, spec, truth, jobs_to_complete,
                            max_time, source, measurement_noise=measurement_noise,
                            noise_seed=noise_seed, stall_limit=stall_limit)
     each_round = None if on_round is None else (lambda _: on_round(cluster))
-    stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round, clock=clock)
+    stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round, clock=clock,
+                     estimators=chosen)
     rows = table_job_rows(cluster)
     timeline = table_timeline(cluster)
     summary: dict[str, float] = {**summarize(rows, timeline), "rounds": int(stats.rounds)}

@@ -74,11 +74,13 @@ class PolluxWorld(World):
         :class:`~bayes_sched.sim.workload.Workload` (or its jobs); ``options``: the other
         :class:`~bayes_sched.sim.simulator.SimConfig` settings (``interference``, ``hidden``,
         ``max_time``, ``min_refit_interval``, ...), or ``config=`` a whole SimConfig (its
-        cluster then wins over ``spec``)."""
+        cluster then wins over ``spec``); ``estimators=``: the user's choices of estimators
+        (:mod:`bayes_sched.estimation.choose`; this world supplies no oracle)."""
         from bayes_sched.sim.run import run_simulation
         from bayes_sched.sim.simulator import SimConfig
         from bayes_sched.sim.workload import Workload
 
+        estimators = options.pop("estimators", None)
         config = options.pop("config", None)
         if config is None:
             config = SimConfig(cluster=self.cluster() if spec is None else spec, seed=seed,
@@ -87,7 +89,8 @@ class PolluxWorld(World):
             raise TypeError(f"config given with {', '.join(options)}: expected one or the "
                             "other")
         workload = jobs if isinstance(jobs, Workload) else Workload(name or "jobs", tuple(jobs))
-        return run_simulation(workload, policy, config, on_round=on_round, clock=clock)
+        return run_simulation(workload, policy, config, on_round=on_round, clock=clock,
+                              estimators=estimators)
 
 
 POLLUX = PolluxWorld(

@@ -24,6 +24,7 @@ from bayes_sched.worlds.base import World
 if TYPE_CHECKING:
     from bayes_sched.cluster import Cluster
     from bayes_sched.cluster_spec import ClusterSpec
+    from bayes_sched.estimation.registry import EstimatorRegistry
     from bayes_sched.policies.base import Policy
     from bayes_sched.sim.result import RunResult
     from bayes_sched.throughputs import ThroughputTable
@@ -100,7 +101,9 @@ class TableWorld(World):
             clock: Callable[[], float] = time.perf_counter, **options: Any) -> RunResult:
         """Run in this world (:meth:`World.run`). ``options``: ``measurement_noise`` (log-scale
         SD of the noise on the steps/s jobs report, default the simulator's; seeded by
-        ``seed``), ``jobs_to_complete``, ``max_time`` (s), ``stall_limit`` (s)."""
+        ``seed``), ``jobs_to_complete``, ``max_time`` (s), ``stall_limit`` (s), ``estimators``
+        (the user's choices, :mod:`bayes_sched.estimation.choose`; the world's oracles are
+        :meth:`oracles`; ``seed`` seeds those that take one)."""
         from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
         from bayes_sched.sim.table_cluster import TableCluster
         from bayes_sched.sim.table_run import run_table_simulation
@@ -109,7 +112,15 @@ class TableWorld(World):
             jobs, policy, self.cluster() if spec is None else spec, table=self.truth(),
             source=name, on_round=on_round,
             cluster_type=ShockwaveCluster if self.dynamic_batches else TableCluster,
-            noise_seed=seed, clock=clock, world=self.name, seed=seed, **options)
+            noise_seed=seed, clock=clock, world=self.name, seed=seed,
+            estimator_seed=seed, **options)
+
+    def oracles(self) -> EstimatorRegistry:
+        """The truth this world supplies to the estimation stage, as estimators labelled
+        ``oracle`` (:func:`~bayes_sched.sim.oracles.world_oracles` of :meth:`truth`)."""
+        from bayes_sched.sim.oracles import world_oracles
+
+        return world_oracles(self.truth())
 
 
 GAVEL = TableWorld(

@@ -1,0 +1,84 @@
+"""The truth a simulated world supplies to the estimation stage: its ``oracle`` estimators.
+
+Truth reaches a decision only through an estimator labelled ``oracle`` in the round's
+:class:`~bayes_sched.estimates.Estimates`. A throughput-table world knows the measured table its
+jobs run at; :func:`world_oracles` offers it as
+
+* ``oracle``: :class:`ThroughputOracle`, publishing the table itself as
+  :class:`~bayes_sched.throughput_estimates.KnownThroughputs` (a policy reads it exactly as it
+  would read the table: Gavel's own rule);
+* ``oracle_stage``: the table as a learner behind the loop's throughput estimator
+  (:class:`~bayes_sched.estimation.cell_learners.OracleLearner`): the table's rates whatever
+  the jobs report, where jobs fit learned from failed launches as a learner's policy learns it
+  (the upper bound of the learners, compared on their path).
+
+Which table the oracle knows is the world's truth (the table its cluster runs on), or the
+oracle's ``table`` option naming another shipped table (Gavel's ``"simulation"`` or
+``"physical"``, Shockwave's ``"tacc"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.estimates import Estimate
+from bayes_sched.estimation import Estimator
+from bayes_sched.estimation.cell_learners import OracleLearner
+from bayes_sched.estimation.registry import EstimatorRegistry
+from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
+from bayes_sched.jobs import JobView
+from bayes_sched.throughput_estimates import THROUGHPUT
+from bayes_sched.throughputs import ThroughputTable, load_throughputs
+
+#: The shipped tables an oracle may be told to know instead of its world's.
+TableName = Literal["simulation", "physical", "tacc"]
+
+
+class ThroughputOracle:
+    """Publishes a measured table for the ``throughput`` need, labelled ``oracle`` (an
+    :class:`~bayes_sched.estimation.Estimator` that learns nothing).
+
+    Args:
+        table: the steps/s the world's jobs run at.
+    """
+
+    name = "oracle"
+
+    def __init__(self, table: ThroughputTable) -> None:
+        self.table = table
+        self._published = (Estimate(THROUGHPUT, self.name, table),)
+
+    def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
+        return list(jobs)
+
+    def published(self) -> Sequence[Estimate[Any]]:
+        return self._published
+
+    def stats(self) -> Mapping[str, float]:
+        return {}
+
+
+def world_oracles(truth: ThroughputTable) -> EstimatorRegistry:
+    """The oracles of a throughput-table world whose jobs run at ``truth``: ``oracle`` and
+    ``oracle_stage`` (see the module), each with a ``table`` option naming another shipped
+    table (default: ``truth``)."""
+
+    def oracle(table: TableName | None = None) -> Estimator:
+        """the measured table the world's jobs run at, read as it is (Gavel's rule)"""
+        return ThroughputOracle(truth if table is None else load_throughputs(table))
+
+    def oracle_stage(table: TableName | None = None, refit_interval: float = 0.0,
+                     refit_growth: float = REFIT_GROWTH) -> Estimator:
+        """the measured table as a learner: where jobs fit learned from failed launches"""
+        known = truth if table is None else load_throughputs(table)
+        return ThroughputEstimator(OracleLearner(known), refit_interval, refit_growth)
+
+    registry = EstimatorRegistry("oracle")
+    registry.register("oracle", oracle, serves=("throughput",))
+    registry.register("oracle_stage", oracle_stage, serves=("throughput",))
+    return registry
+
+
+__all__ = ["TableName", "ThroughputOracle", "world_oracles"]
