@@ -15,6 +15,7 @@ from bayes_sched.registry import Registry
 
 if TYPE_CHECKING:
     from bayes_sched.policies.allox import AlloXPolicy
+    from bayes_sched.policies.astraea import AstraeaPolicy
     from bayes_sched.policies.base import Policy
     from bayes_sched.policies.bo import BayesOptPolicy
     from bayes_sched.policies.elas import ElasPolicy
@@ -67,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "SiaPolicy": "bayes_sched.policies.sia",
     "SiaAdaptivePolicy": "bayes_sched.policies.sia_adaptive",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
+    "AstraeaPolicy": "bayes_sched.policies.astraea",
 }
 
 #: Policy name -> factory of a fresh policy (policies keep state across rounds); a read-only
@@ -89,6 +91,7 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("elas", "ElasPolicy"), ("shockwave", "ShockwavePolicy"),
                       ("sia", "SiaPolicy"), ("sia_adaptive", "SiaAdaptivePolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
+POLICIES.register("astraea", f"{_EXPORTS['AstraeaPolicy']}:AstraeaPolicy")
 
 
 #: Policies of the throughput-table world (Gavel's time-sharing family, on its round mechanism).
@@ -132,7 +135,7 @@ def __dir__() -> list[str]:
 
 __all__ = ["POLICIES", "POLLUX_WORLD_POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES",
            "make_policy",
-           "AlloXPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
+           "AlloXPolicy", "AstraeaPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",
