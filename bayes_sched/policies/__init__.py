@@ -135,7 +135,8 @@ def __dir__() -> list[str]:
 
 __all__ = ["POLICIES", "POLLUX_WORLD_POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES",
            "make_policy",
-           "AlloXPolicy", "AstraeaPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
+           "AlloXPolicy", "AstraeaPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy",
+           "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",

@@ -21,9 +21,10 @@ this module computes them; the paper's own notation was not at hand, so symbols 
 * **Two-phase scheduler.** When GPUs are free (at lease ends, completions and arrivals), phase one
   picks the tenant with the lowest projected LTGF,
   ``(G_k + lease * a_k) / (F_k + lease * s_k)`` with ``a_k`` the GPUs it holds under running
-  leases plus those already granted to it this round; phase two picks that tenant's job with the lowest ``LTGF_j`` (ties: earlier
-  submission) whose GPUs fit in the free ones. Repeat until no waiting job fits (work
-  conserving: a tenant above its share still gets GPUs nobody below it can use).
+  leases plus those already granted to it this round; phase two picks that tenant's job with
+  the lowest ``LTGF_j`` (ties: earlier submission) whose GPUs fit in the free ones. Repeat until
+  no waiting job fits (work conserving: a tenant above its share still gets GPUs nobody below
+  it can use).
 * Placement: a new job takes GPUs consolidated on the nodes with most free GPUs
   (:func:`~bayes_sched.policies.base.pack`); a renewed one keeps its own.
 

@@ -10,10 +10,12 @@ the fair share of a round is :func:`~bayes_sched.tenancy.shares.tenant_shares`):
   tenant's share (:func:`~bayes_sched.tenancy.shares.job_shares`). ``ltgf_spread`` is
   ``max_k LTGF_k - min_k LTGF_k`` over the tenants owed any GPU-time (0: perfectly fair),
   ``ltgf_min`` the worst tenant's.
-* **Share vs quota**: tenant ``k``'s part of all GPU-time received divided by its entitlement's
-  part of the cluster (``share_over_quota``; ``worst_share_over_quota`` is the smallest over
-  tenants with jobs). Unlike LTGF it ignores demand: a tenant that asks for less than its quota
-  scores below 1 without any unfairness.
+* **Share vs quota**: tenant ``k``'s GPU-seconds received over those its quota alone would have
+  given it, ``G_k / sum_t min(d_k, e_k) dt`` (``d_k`` its demand, ``e_k`` its entitlement;
+  ``quota_satisfaction``, above 1 where it borrowed); ``worst_share_vs_quota`` is the smallest
+  over tenants with jobs. ``share`` is its part of all GPU-time received and ``share_over_quota``
+  that over its entitlement's part of the cluster (demand ignored: a tenant asking less than its
+  quota scores below 1 without unfairness).
 * **Tenant FTF**: the mean finish-time fairness rho of the tenant's finished jobs (JCT over the
   job's time alone; :mod:`bayes_sched.sim.fairness`).
 * **Slowdown** of a job: ``(pending + running) / running = JCT / running``, running being the
@@ -46,12 +48,13 @@ class TenantReport:
 
     Attributes:
         tenants: one row per tenant: ``tenant, jobs, finished, gpu_hours, share,
-            quota_fraction, share_over_quota, ltgf, avg_jct, ftf, slowdown, starved``.
+            quota_fraction, share_over_quota, quota_satisfaction, ltgf, avg_jct, ftf, slowdown,
+            starved``.
         timeline: one row per round and tenant: ``time`` (s, the round's end), ``tenant``,
             ``share`` (its part of the GPU-seconds received so far), ``quota_fraction``,
-            ``ltgf`` (so far; NaN before it was owed any).
+            ``ltgf`` and ``quota_satisfaction`` (so far; NaN before it was owed any).
         jobs: the job table with ``tenant, outcome, running_time, slowdown, ltgf`` added.
-        summary: ``ltgf_spread, ltgf_min, ltgf_max, worst_share_over_quota, job_ltgf_p10,
+        summary: ``ltgf_spread, ltgf_min, ltgf_max, worst_share_vs_quota, job_ltgf_p10,
             slowdown_mean, slowdown_p99, starved_jobs``.
     """
 
@@ -93,6 +96,8 @@ def tenant_report(cluster: TenantTableCluster, jobs: pd.DataFrame, table: Tenant
             "tenant": name, "jobs": len(mine), "finished": int(mine["jct"].notna().sum()),
             "gpu_hours": float(mine["gpu_time"].sum()) / 3600.0, "share": share,
             "quota_fraction": quota, "share_over_quota": share / quota if quota > 0 else np.nan,
+            "quota_satisfaction": (float(last.loc[name, "quota_satisfaction"])
+                                   if last is not None and name in last.index else np.nan),
             "ltgf": (float(last.loc[name, "ltgf"]) if last is not None and name in last.index
                      else np.nan),
             "avg_jct": float(mine["jct"].mean()), "ftf": float(mine["ftf"].mean()),
@@ -108,15 +113,20 @@ def _timeline(cluster: TenantTableCluster, table: TenantTable) -> pd.DataFrame:
         len(times), len(names))
     fair = np.array([[f.get(t, 0.0) for t in names] for f in cluster.fair]).reshape(
         len(times), len(names)) * np.array(cluster.round_seconds)[:, None]
-    got, owed = np.cumsum(received, axis=0), np.cumsum(fair, axis=0)
+    entitled = np.array([table.entitlement[t] for t in names])
+    quota = np.array([[min(d.get(t, 0.0), e) for t, e in zip(names, entitled, strict=True)]
+                      for d in cluster.demand]).reshape(len(times), len(names))
+    quota = quota * np.array(cluster.round_seconds)[:, None]
+    got, owed, quota = np.cumsum(received, axis=0), np.cumsum(fair, axis=0), np.cumsum(quota, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = got / got.sum(axis=1, keepdims=True)
         ltgf = np.where(owed > 1e-9, got / owed, np.nan)
+        satisfied = np.where(quota > 1e-9, got / quota, np.nan)
     return pd.DataFrame({
         "time": np.repeat(times, len(names)), "tenant": np.tile(names, len(times)),
         "share": share.ravel(), "quota_fraction": np.tile([table.quota_fraction(t)
                                                            for t in names], len(times)),
-        "ltgf": ltgf.ravel()})
+        "ltgf": ltgf.ravel(), "quota_satisfaction": satisfied.ravel()})
 
 
 def _summary(tenants: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, float]:
@@ -127,7 +137,7 @@ def _summary(tenants: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, float]:
         "ltgf_spread": float(ltgf.max() - ltgf.min()) if len(ltgf) else np.nan,
         "ltgf_min": float(ltgf.min()) if len(ltgf) else np.nan,
         "ltgf_max": float(ltgf.max()) if len(ltgf) else np.nan,
-        "worst_share_over_quota": float(active["share_over_quota"].min()),
+        "worst_share_vs_quota": float(active["quota_satisfaction"].min()),
         "job_ltgf_p10": float(jobs["ltgf"].quantile(0.1)),
         "slowdown_mean": float(slowdown.mean()) if len(slowdown) else np.nan,
         "slowdown_p99": float(np.percentile(slowdown, 99)) if len(slowdown) else np.nan,

@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import JobView
