@@ -206,12 +206,13 @@ def entitlements(tenants: Sequence[TenantSpec], total_gpus: int) -> TenantTable:
 
 
 def check_job_tenants(jobs: Sequence[Any], tenants: Sequence[TenantSpec],
-                      source: str | None = None) -> None:
-    """Refuse a job whose tenant the cluster does not list (one line naming the job and row,
-    1-based in submission order); a cluster without tenants takes every job as
-    :data:`DEFAULT_TENANT`'s and refuses jobs naming another. A tenant with no jobs is fine."""
+                      source: str | None = None, first_row: int = 1) -> None:
+    """Refuse a job whose tenant the cluster does not list (one line naming the job and its row
+    in ``source``, the jobs read one per row from ``first_row``: 2 for a CSV with its header, 1
+    for a trace); a cluster without tenants takes every job as :data:`DEFAULT_TENANT`'s and
+    refuses jobs naming another. A tenant with no jobs is fine."""
     known = {t.name for t in tenants} or {DEFAULT_TENANT}
-    for row, job in enumerate(jobs, start=1):
+    for row, job in enumerate(jobs, start=first_row):
         if job.tenant not in known:
             raise InputError(f"job '{job.name}' names tenant '{job.tenant}': expected one of "
                              f"{', '.join(sorted(known))} (the cluster's [[tenants]])",
