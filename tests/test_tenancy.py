@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.fair_shares import tenant_shares, water_fill
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.base import Policy
 from bayes_sched.sim.gavel_jobs import TableJobSpec, make_job
@@ -20,7 +21,6 @@ from bayes_sched.sim.table_run import run_table_simulation
 from bayes_sched.tenancy.cluster import TenantTableCluster
 from bayes_sched.tenancy.quotas import with_quotas
 from bayes_sched.tenancy.run import run_tenant_simulation
-from bayes_sched.tenancy.shares import tenant_shares, water_fill
 from bayes_sched.tenancy.workload import TenantJobSpec, generate_tenant_jobs
 from bayes_sched.tenants import TenantSpec, entitlements
 from bayes_sched.throughputs import load_gavel_throughputs

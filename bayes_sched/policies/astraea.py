@@ -7,10 +7,10 @@ this module computes them; the paper's own notation was not at hand, so symbols 
 
 * **Long-Term GPU-time Fairness (LTGF).** GPU-time is the fairness currency (GPUs x time, so a
   job asking for more GPUs spends more of it). Each round of ``dt`` seconds tenant ``k`` is owed
-  its fair share ``s_k`` of GPUs (:func:`~bayes_sched.tenancy.shares.tenant_shares`: its
+  its fair share ``s_k`` of GPUs (:func:`~bayes_sched.fair_shares.tenant_shares`: its
   entitlement, quota or weight's part of the cluster, up to its demand, plus idle quota lent by
   weight), and each of its jobs ``j`` its part ``s_j`` of ``s_k``
-  (:func:`~bayes_sched.tenancy.shares.job_shares`). Over time ``F_k = sum s_k dt`` and
+  (:func:`~bayes_sched.fair_shares.job_shares`). Over time ``F_k = sum s_k dt`` and
   ``F_j = sum s_j dt`` accumulate; ``G_k`` and ``G_j`` are the GPU-seconds actually received
   (attained service). ``LTGF_k = G_k / F_k`` and ``LTGF_j = G_j / F_j`` (1: fair; a tenant or job
   not yet owed anything counts as 1).
@@ -42,11 +42,10 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
+from bayes_sched.fair_shares import job_shares, tenant_shares
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.registry import Range
-from bayes_sched.tenancy.shares import job_shares, tenant_shares
 from bayes_sched.tenants import TenantTable
 
 
@@ -72,7 +71,7 @@ class AstraeaPolicy:
         self.renewals = 0
         self.preemptions = 0
 
-    def estimators(self) -> Sequence[Estimator]:
+    def estimators(self) -> tuple[()]:
         return ()
 
     def stats(self) -> Mapping[str, float]:

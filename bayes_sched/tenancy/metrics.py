@@ -2,12 +2,12 @@
 fairness, tenant-level finish-time fairness, slowdown and starved jobs.
 
 Definitions (``G``: GPU-seconds received, ``F``: fair GPU-seconds owed, both summed over rounds;
-the fair share of a round is :func:`~bayes_sched.tenancy.shares.tenant_shares`):
+the fair share of a round is :func:`~bayes_sched.fair_shares.tenant_shares`):
 
 * **LTGF** (ASTRAEA's long-term GPU-time fairness) of tenant ``k`` up to time ``T``:
   ``LTGF_k(T) = G_k(T) / F_k(T)``; 1 is fair, below 1 the tenant received less GPU-time than its
   share of the rounds in which it had jobs. A job's is ``G_j / F_j`` with ``F_j`` its part of its
-  tenant's share (:func:`~bayes_sched.tenancy.shares.job_shares`). ``ltgf_spread`` is
+  tenant's share (:func:`~bayes_sched.fair_shares.job_shares`). ``ltgf_spread`` is
   ``max_k LTGF_k - min_k LTGF_k`` over the tenants owed any GPU-time (0: perfectly fair),
   ``ltgf_min`` the worst tenant's.
 * **Share vs quota**: tenant ``k``'s GPU-seconds received over those its quota alone would have
