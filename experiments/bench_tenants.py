@@ -1,5 +1,6 @@
 """Tenant fairness on tenant workloads: ASTRAEA against FIFO, Tiresias, Gavel's finish-time
-fairness, Gandiva-fair, and FIFO / Tiresias behind the quota stage, in the throughput-table world.
+fairness, Gandiva-fair (job- and tenant-level), and FIFO / Tiresias behind the quota stage, in the
+throughput-table world.
 
 Workload (:mod:`bayes_sched.tenancy.workload`): one ``large`` tenant submitting long 4- and 8-GPU
 jobs and two ``small`` tenants submitting short 1- and 2-GPU jobs, with Venus's early exits
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 POLICIES = ("astraea", "fifo", "fifo+quota", "tiresias", "tiresias+quota",
-            "finish_time_fairness", "gandiva_fair")
+            "finish_time_fairness", "gandiva_fair", "gandiva_fair_tenant")
 METRICS = ("avg_jct_h", "p99_jct_h", "ltgf_spread", "ltgf_min", "worst_share_vs_quota",
            "slowdown_mean", "starved_jobs")
 

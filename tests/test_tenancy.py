@@ -158,3 +158,15 @@ def test_a_job_that_fails_early_shows_its_declared_steps_and_ends_at_its_true_on
     rate = load_gavel_throughputs().steps_per_second(job.job_type, job.scale_factor, "v100")
     assert rate and cluster.jobs[job.name].completion_time == pytest.approx(
         job.total_steps / rate, abs=60.0)
+
+
+def test_gandiva_fair_with_tenants_as_users_splits_gpus_per_tenant_not_per_job() -> None:
+    spec = _spec(4, TenantSpec("many", {"*": 2}), TenantSpec("few", {"*": 2}))
+    jobs = [_job(f"m{i}", 0.0, "many", 4 * 3600) for i in range(6)]
+    jobs += [_job(f"f{i}", 0.0, "few", 4 * 3600) for i in range(2)]
+    held = {}
+    for name in ("gandiva_fair", "gandiva_fair_tenant"):
+        rounds = _gpus_per_round(jobs, make_policy(name), spec)
+        held[name] = np.mean([h.get("few", 0) for now, h in rounds if 600 < now < 3 * 3600])
+    assert held["gandiva_fair_tenant"] > 1.7  # half the GPUs: one ticket share per tenant
+    assert held["gandiva_fair"] < 1.3  # a quarter: one share per job

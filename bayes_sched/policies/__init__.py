@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     )
     from bayes_sched.policies.gandiva import GandivaPolicy
     from bayes_sched.policies.gandiva_fair import GandivaFairPolicy
+    from bayes_sched.policies.gandiva_fair_tenants import GandivaFairTenantPolicy
     from bayes_sched.policies.gavel_fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
     from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
@@ -69,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "SiaAdaptivePolicy": "bayes_sched.policies.sia_adaptive",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
     "AstraeaPolicy": "bayes_sched.policies.astraea",
+    "GandivaFairTenantPolicy": "bayes_sched.policies.gandiva_fair_tenants",
 }
 
 #: Policy name -> factory of a fresh policy (policies keep state across rounds); a read-only
@@ -92,6 +94,8 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("sia", "SiaPolicy"), ("sia_adaptive", "SiaAdaptivePolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
 POLICIES.register("astraea", f"{_EXPORTS['AstraeaPolicy']}:AstraeaPolicy")
+POLICIES.register("gandiva_fair_tenant",
+                  f"{_EXPORTS['GandivaFairTenantPolicy']}:GandivaFairTenantPolicy")
 
 
 #: Policies of the throughput-table world (Gavel's time-sharing family, on its round mechanism).
@@ -136,7 +140,7 @@ def __dir__() -> list[str]:
 __all__ = ["POLICIES", "POLLUX_WORLD_POLICIES", "TABLE_WORLD_POLICIES", "TIME_SHARING_POLICIES",
            "make_policy",
            "AlloXPolicy", "AstraeaPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy",
-           "GandivaPolicy",
+           "GandivaFairTenantPolicy", "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",
