@@ -2,7 +2,7 @@
 fairness, Gandiva-fair (job- and tenant-level), and FIFO / Tiresias behind the quota stage, in the
 throughput-table world.
 
-Workload (:mod:`bayes_sched.tenancy.workload`): one ``large`` tenant submitting long 4- and 8-GPU
+Workload (:mod:`bayes_sched.sim.tenant_workload`): one ``large`` tenant submitting long 4- and 8-GPU
 jobs and two ``small`` tenants submitting short 1- and 2-GPU jobs, with Venus's early exits
 (27.9 % cancelled, 19.9 % failed), on 9 nodes of 4 V100s (36 GPUs) with 6-minute rounds
 (Gavel's) and a quota of 12 GPUs per tenant, lending and borrowing allowed. Per policy, over the
@@ -41,8 +41,8 @@ def cluster() -> Any:
 
 def one_run(policy_name: str, jobs: Any, spec: Any) -> dict[str, float]:
     from bayes_sched.policies import make_policy
+    from bayes_sched.sim.tenant_run import run_tenant_simulation
     from bayes_sched.tenancy.quotas import with_quotas
-    from bayes_sched.tenancy.run import run_tenant_simulation
 
     base, _, quota = policy_name.partition("+")
     policy: Any = make_policy(base)
@@ -59,7 +59,7 @@ def one_run(policy_name: str, jobs: Any, spec: Any) -> dict[str, float]:
 
 def main() -> None:
     from bayes_sched.sim.seeds import interval_text, mean_interval
-    from bayes_sched.tenancy.workload import generate_tenant_jobs
+    from bayes_sched.sim.tenant_workload import generate_tenant_jobs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200)

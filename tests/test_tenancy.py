@@ -18,10 +18,10 @@ from bayes_sched.policies.base import Policy
 from bayes_sched.sim.gavel_jobs import TableJobSpec, make_job
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.table_run import run_table_simulation
-from bayes_sched.tenancy.cluster import TenantTableCluster
+from bayes_sched.sim.tenant_cluster import TenantTableCluster
+from bayes_sched.sim.tenant_run import run_tenant_simulation
+from bayes_sched.sim.tenant_workload import TenantJobSpec, generate_tenant_jobs
 from bayes_sched.tenancy.quotas import with_quotas
-from bayes_sched.tenancy.run import run_tenant_simulation
-from bayes_sched.tenancy.workload import TenantJobSpec, generate_tenant_jobs
 from bayes_sched.tenants import TenantSpec, entitlements
 from bayes_sched.throughputs import load_gavel_throughputs
 

@@ -16,6 +16,8 @@ from bayes_sched.policies.base import Policy
 from bayes_sched.sim.fairness import contention_factor, ftf_rho, ftf_summary
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, STALL_LIMIT, TableCluster
+from bayes_sched.sim.tenant_cluster import TenantTableCluster
+from bayes_sched.sim.tenant_metrics import tenant_summary
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
 
 LOG = logging.getLogger(__name__)
@@ -97,8 +99,13 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     (:class:`~bayes_sched.sim.table_cluster.TableCluster`); ``clock``: what the loop times
     estimation and decisions with (:func:`~bayes_sched.loop.run_loop`); ``stall_limit``:
     simulated seconds of jobs waiting with no GPU held after which the run is given up (logged,
-    and ``stalled_at`` in the summary)."""
+    and ``stalled_at`` in the summary). A cluster with ``[[tenants]]`` runs Gavel's jobs on a
+    :class:`~bayes_sched.sim.tenant_cluster.TenantTableCluster` (the same physics, recording
+    each tenant's service) and the summary gains the per-tenant figures
+    (:func:`~bayes_sched.sim.tenant_metrics.tenant_summary`)."""
     start = time.perf_counter()
+    if spec.tenants and cluster_type is TableCluster:
+        cluster_type = TenantTableCluster
     cluster = cluster_type(jobs, spec, table or load_gavel_throughputs(), jobs_to_complete,
                            max_time, source, measurement_noise=measurement_noise,
                            noise_seed=noise_seed, stall_limit=stall_limit)
@@ -124,6 +131,8 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     for i, gpu in enumerate(cluster.busy_types):
         summary[f"utilization_{gpu}"] = (float(busy[:, i].mean() / spec.gpus_of_type(gpu))
                                          if len(busy) else 0.0)
+    if isinstance(cluster, TenantTableCluster):
+        summary.update(tenant_summary(cluster, rows))
     policy_stats = dict(policy.stats())
     summary.update(policy_stats)
     summary.update(stats.estimator_stats)

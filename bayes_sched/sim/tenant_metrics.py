@@ -22,7 +22,7 @@ the fair share of a round is :func:`~bayes_sched.fair_shares.tenant_shares`):
   seconds it held GPUs (its GPU-seconds over its GPU count).
 * **Starved**: jobs that waited (JCT or age minus running time) longer than ``starved_hours``.
 
-Jobs that ended early (cancelled or failed: :mod:`bayes_sched.tenancy.workload`) count like
+Jobs that ended early (cancelled or failed: :mod:`bayes_sched.sim.tenant_workload`) count like
 completed ones: the cluster spent GPU-time on them and their users waited.
 """
 
@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bayes_sched.tenancy.cluster import TenantTableCluster
+from bayes_sched.sim.tenant_cluster import TenantTableCluster
+from bayes_sched.sim.tenant_workload import outcomes
 from bayes_sched.tenants import TenantTable
 
 #: Waiting longer than this makes a job starved (hours; a day, the span after which users of
@@ -143,3 +144,10 @@ def _summary(tenants: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, float]:
         "slowdown_p99": float(np.percentile(slowdown, 99)) if len(slowdown) else np.nan,
         "starved_jobs": float(jobs["starved"].sum()),
     }
+
+
+def tenant_summary(cluster: TenantTableCluster, jobs: pd.DataFrame) -> dict[str, float]:
+    """The summary figures of :func:`tenant_report` for a run of ``cluster`` (its spec's tenants,
+    its jobs' outcomes), for a run driver's summary."""
+    specs = [job.spec for job in cluster.jobs.values()]
+    return tenant_report(cluster, jobs, cluster.spec.tenant_table(), outcomes(specs)).summary

@@ -2,13 +2,13 @@
 
 :class:`TenantTableCluster` runs jobs exactly as
 :class:`~bayes_sched.sim.table_cluster.TableCluster` does; it also shows each job's declared steps
-(:func:`~bayes_sched.tenancy.workload.declared_view`: a job that will end early still declares its
+(:func:`~bayes_sched.sim.tenant_workload.declared_view`: a job that will end early still declares its
 full length) and records, per round, the GPU-seconds each tenant's jobs received (their attained
 service's growth), the GPUs its active jobs asked for (its demand at the round's start) and its
 fair share of them (:func:`~bayes_sched.fair_shares.tenant_shares` of the cluster's tenants),
 and per job the fair GPU-seconds it was owed (its tenant's share split among the tenant's active
 jobs, :func:`~bayes_sched.fair_shares.job_shares`): the inputs of the long-term GPU-time
-fairness (:mod:`bayes_sched.tenancy.metrics`).
+fairness (:mod:`bayes_sched.sim.tenant_metrics`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from bayes_sched.fair_shares import job_shares, tenant_shares
 from bayes_sched.jobs import JobView
 from bayes_sched.sim.table_cluster import TableCluster
-from bayes_sched.tenancy.workload import declared_view
+from bayes_sched.sim.tenant_workload import declared_view
 
 
 class TenantTableCluster(TableCluster):

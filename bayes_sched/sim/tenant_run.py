@@ -11,9 +11,9 @@ from bayes_sched.policies.base import Policy
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.table_run import TableResult, run_table_simulation
-from bayes_sched.tenancy.cluster import TenantTableCluster
-from bayes_sched.tenancy.metrics import TenantReport, tenant_report
-from bayes_sched.tenancy.workload import outcomes
+from bayes_sched.sim.tenant_cluster import TenantTableCluster
+from bayes_sched.sim.tenant_metrics import TenantReport, tenant_report
+from bayes_sched.sim.tenant_workload import outcomes
 from bayes_sched.tenants import check_job_tenants
 
 
@@ -21,8 +21,8 @@ def run_tenant_simulation(jobs: Sequence[TableJobSpec], policy: Policy, spec: Cl
                           **options: Any) -> tuple[TableResult, TenantReport]:
     """Simulate ``jobs`` under ``policy`` on ``spec`` (every option of
     :func:`~bayes_sched.sim.table_run.run_table_simulation` but ``cluster_type`` and
-    ``on_round``), on a :class:`~bayes_sched.tenancy.cluster.TenantTableCluster`; the result's
-    summary gains the report's summary (``ltgf_spread``, ...).
+    ``on_round``), on a :class:`~bayes_sched.sim.tenant_cluster.TenantTableCluster`, with its
+    per-tenant report (whose summary the result's summary holds too: ``ltgf_spread``, ...).
 
     Raises:
         InputError: a job whose tenant the cluster does not list (one line naming it).
@@ -38,6 +38,4 @@ def run_tenant_simulation(jobs: Sequence[TableJobSpec], policy: Policy, spec: Cl
                                   on_round=keep, **options)
     cluster = seen[0]
     assert isinstance(cluster, TenantTableCluster)
-    report = tenant_report(cluster, result.jobs, spec.tenant_table(), outcomes(jobs))
-    result.summary.update(report.summary)
-    return result, report
+    return result, tenant_report(cluster, result.jobs, spec.tenant_table(), outcomes(jobs))
