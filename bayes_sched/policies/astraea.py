@@ -25,12 +25,13 @@ this module computes them; the paper's own notation was not at hand, so symbols 
   the lowest ``LTGF_j`` (ties: earlier submission) whose GPUs fit in the free ones. Repeat until
   no waiting job fits (work conserving: a tenant above its share still gets GPUs nobody below
   it can use).
-* Placement: a new job takes GPUs consolidated on the nodes with most free GPUs
-  (:func:`~bayes_sched.policies.base.pack`); a renewed one keeps its own.
+* Placement: a new job takes GPUs of one type, consolidated on the nodes with most free GPUs
+  (:func:`~bayes_sched.policies.elas.pack_on_one_type`); a renewed one keeps its own. A chosen
+  job that fits on no single type waits for the next decision.
 
-Left out: the paper's placement and its GPU-type awareness (all GPUs are one pool here; on a
-typed cluster a job may straddle types, which the throughput-table world does not run), and its
-sub-job checkpoint cost model (the cluster charges its own restart delay).
+Left out: the paper's placement (topology) and any preference between GPU types (selection
+counts GPUs of every type together), and its sub-job checkpoint cost model (the cluster charges
+its own restart delay).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.fair_shares import job_shares, tenant_shares
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import pack
+from bayes_sched.policies.elas import pack_on_one_type
 from bayes_sched.registry import Range
 from bayes_sched.tenants import TenantTable
 
@@ -173,7 +174,7 @@ class AstraeaPolicy:
         for job in chosen:
             if job.name in allocations:
                 continue
-            counts = pack(job.requested_replicas, free)
+            counts = pack_on_one_type(job.requested_replicas, free, cluster.gpu_types)
             if counts is not None:
                 allocations[job.name] = counts
                 self._lease_end[job.name] = now + self.lease

@@ -19,7 +19,7 @@ such as Tiresias keeps its queues whole), then enforces the tenants' quotas on i
    jobs still hold more GPUs than it was admitted (an elastic policy such as Pollux may scale a
    job past its request) loses its latest-submitted jobs' allocations until it is within them
    (``quota_clipped``). GPUs so freed go to admitted jobs the policy left waiting, in admission
-   order, each with the GPUs it asked for, packed on the nodes with most free GPUs
+   order, each with the GPUs it asked for, of one type, packed on the nodes with most free GPUs
    (``quota_backfilled``): within its quota a tenant's queue is served first-come first-served.
 
 So a tenant never holds more than its entitlement unless the lending rule gave it GPUs another
@@ -38,7 +38,8 @@ from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations, sh
 from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import Policy, free_gpus, pack
+from bayes_sched.policies.base import Policy, free_gpus
+from bayes_sched.policies.elas import pack_on_one_type
 from bayes_sched.tenants import TenantTable
 
 
@@ -151,7 +152,7 @@ class QuotaStage:
         for job in admitted:
             if job.name in kept and kept[job.name].sum() > 0:
                 continue
-            counts = pack(job.requested_replicas, free)
+            counts = pack_on_one_type(job.requested_replicas, free, cluster.gpu_types)
             if counts is not None:
                 kept[job.name] = counts
                 self.backfilled += 1
