@@ -170,3 +170,13 @@ def test_gandiva_fair_with_tenants_as_users_splits_gpus_per_tenant_not_per_job()
         held[name] = np.mean([h.get("few", 0) for now, h in rounds if 600 < now < 3 * 3600])
     assert held["gandiva_fair_tenant"] > 1.7  # half the GPUs: one ticket share per tenant
     assert held["gandiva_fair"] < 1.3  # a quarter: one share per job
+
+
+def test_a_table_run_on_a_cluster_with_tenants_reports_per_tenant_figures() -> None:
+    spec = _spec(4, TenantSpec("a", {"*": 2}), TenantSpec("b", {"*": 2}))
+    jobs = [_job(f"a{i}", 0.0, "a", 1800) for i in range(4)] + [_job("b0", 0.0, "b", 1800)]
+    summary = run_table_simulation(jobs, make_policy("fifo"), spec, measurement_noise=0.0).summary
+    assert {"ltgf_spread", "ltgf_min", "worst_share_vs_quota", "slowdown_mean"} <= set(summary)
+    plain = run_table_simulation(jobs, make_policy("fifo"), _spec(4), measurement_noise=0.0)
+    assert "ltgf_spread" not in plain.summary  # no tenants, no tenant figures
+    assert plain.summary["avg_jct"] == summary["avg_jct"]  # the same physics
