@@ -4,6 +4,7 @@ Gavel's and Shockwave's traces, and jobs naming an unknown tenant."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -118,3 +119,24 @@ def test_a_job_of_an_unknown_tenant_is_refused_naming_its_row(tmp_path: Path) ->
     assert "job 'b'" in message and "'robotics'" in message and "row 3" in message
     assert "misc, speech, vision" in message and "\n" not in message
     check_job_tenants(jobs[:1], spec.tenants)  # a tenant with no jobs is fine
+
+
+def test_simulate_runs_a_tenant_trace_under_astraea_and_refuses_an_unknown_tenant(
+        tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text('nodes = "v100:2x4"\n[[tenants]]\nname = "a"\nquota = 4\n'
+                       '[[tenants]]\nname = "b"\nquota = 4\n')
+    line = "ResNet-18 (batch size 16)\tcmd\tdir\t--n\t0\t20000\t{g}\t1\t-1\t{t}\t{tenant}\n"
+    trace = tmp_path / "t.trace"
+    trace.write_text("".join(line.format(g=g, t=t, tenant=n) for g, t, n in (
+        (4, 0, "a"), (4, 0, "a"), (1, 60, "b"), (1, 60, "b"))))
+    done = run_cli("simulate", "--trace", str(trace), "--cluster", str(cluster), "--policy",
+                   "astraea", "--json", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)[0]
+    assert row["finished"] == 4 and 0 <= row["ltgf_spread"] and row["ltgf_min"] > 0
+    trace.write_text(trace.read_text() + line.format(g=1, t=120, tenant="c"))
+    done = run_cli("simulate", "--trace", str(trace), "--cluster", str(cluster), "--policy",
+                   "astraea", "--no-progress")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "job '4' names tenant 'c': expected one of a, b" in done.stderr

@@ -103,11 +103,12 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
     "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
     "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
     "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
-    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair")
+    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair",
+    "gandiva_fair_tenant")
 
-#: Every policy the throughput-table world runs: the time-sharing family, E-LAS and Sia (each
-#: places a job on GPUs of one type, as the world requires; Sia by its integer program).
-TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia")
+#: Every policy the throughput-table world runs: the time-sharing family, E-LAS, Sia and ASTRAEA
+#: (each places a job on GPUs of one type, as the world requires; Sia by its integer program).
+TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia", "astraea")
 
 #: Every policy the Pollux world (adaptive jobs, :mod:`bayes_sched.sim.simulator`) runs; on a
 #: typed cluster Pollux, Tiresias, Optimus, FIFO and BO are type-agnostic, sia_adaptive is Sia.

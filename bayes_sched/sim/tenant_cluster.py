@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from bayes_sched.errors import InputError
 from bayes_sched.fair_shares import job_shares, tenant_shares
 from bayes_sched.jobs import JobView
+from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.tenant_workload import declared_view
 
@@ -36,6 +38,8 @@ class TenantTableCluster(TableCluster):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        spec = kwargs.get("spec", args[1] if len(args) > 1 else None)
+        self._tenant_table = spec.tenant_table()  # read by _check as the first jobs arrive
         super().__init__(*args, **kwargs)
         self.tenant_names: list[str] = []
         self.round_seconds: list[float] = []
@@ -43,7 +47,14 @@ class TenantTableCluster(TableCluster):
         self.demand: list[dict[str, float]] = []
         self.fair: list[dict[str, float]] = []
         self.job_fair: dict[str, float] = {}
-        self._tenant_table = self.spec.tenant_table()
+
+    def _check(self, job: TableJobSpec) -> None:
+        """Also refuse a job whose tenant the cluster does not list, naming it and the trace."""
+        super()._check(job)
+        if job.tenant not in self._tenant_table.names:
+            raise InputError(f"job '{job.name}' names tenant '{job.tenant}': expected one of "
+                             f"{', '.join(sorted(self._tenant_table.names))} (the cluster's "
+                             "[[tenants]])", self.source or None, column="tenant")
 
     def job_views(self) -> list[JobView]:
         return [declared_view(view, self.jobs[view.name].spec) for view in super().job_views()]
