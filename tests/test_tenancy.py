@@ -146,7 +146,7 @@ def test_a_job_that_fails_early_shows_its_declared_steps_and_ends_at_its_true_on
     job = next(j for j in generate_tenant_jobs(200, seed=2)
                if isinstance(j, TenantJobSpec) and j.outcome == "failed"
                and j.total_steps < 0.5 * j.declared_steps)
-    spec = _spec(8)
+    spec = _spec(8, TenantSpec(job.tenant))
     cluster = TenantTableCluster([dataclasses.replace(job, submit_time=0.0)], spec,
                                  load_gavel_throughputs(), measurement_noise=0.0)
     view = cluster.job_views()[0]
