@@ -8,7 +8,8 @@ jobs and two ``small`` tenants submitting short 1- and 2-GPU jobs, with Venus's 
 (Gavel's) and a quota of 12 GPUs per tenant, lending and borrowing allowed. Per policy, over the
 seeds: mean and 90 % interval of avg and p99 JCT (h), the LTGF spread between tenants
 (``max - min``; 0 is fair) and the worst tenant's LTGF, the worst tenant's GPU-time against what
-its quota alone would have given it, and mean slowdown; then, per seed and in one run, each
+its quota alone would have given it, mean and median bounded slowdown, and jobs that waited over
+a day; then, per seed and in one run, each
 baseline's LTGF spread and avg JCT over ASTRAEA's (intervals over seeds).
 
 Early exits and declared durations: finish-time fairness reads each job's declared steps, which
@@ -34,7 +35,7 @@ POLICIES = ("astraea", "fifo", "fifo+quota", "tiresias", "tiresias+quota",
             "finish_time_fairness", "finish_time_fairness@oracle", "gandiva_fair",
             "gandiva_fair_tenant")
 METRICS = ("avg_jct_h", "p99_jct_h", "ltgf_spread", "ltgf_min", "worst_share_vs_quota",
-           "slowdown_mean", "starved_jobs")
+           "slowdown_mean", "slowdown_median", "starved_jobs")
 
 
 def cluster() -> Any:

@@ -142,10 +142,11 @@ class AstraeaPolicy:
                 return got / owed if owed > 1e-9 else 0.0
             tenant = min(waiting, key=lambda t: (projected(t), t))
             queue = waiting[tenant]
-            job = next((j for j in queue if j.requested_replicas <= free), None)
-            if job is None:
+            fitting = [j for j in queue if j.requested_replicas <= free]
+            if not fitting:
                 del waiting[tenant]
                 continue
+            job = fitting[0]
             queue.remove(job)
             if not queue:
                 del waiting[tenant]

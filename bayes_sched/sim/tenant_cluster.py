@@ -13,10 +13,12 @@ fairness (:mod:`bayes_sched.sim.tenant_metrics`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
+from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
 from bayes_sched.fair_shares import job_shares, tenant_shares
 from bayes_sched.jobs import JobView
@@ -37,10 +39,10 @@ class TenantTableCluster(TableCluster):
         job_fair: fair GPU-seconds each job was owed while active, by job name.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        spec = kwargs.get("spec", args[1] if len(args) > 1 else None)
+    def __init__(self, jobs: Iterable[TableJobSpec], spec: ClusterSpec, *args: Any,
+                 **kwargs: Any) -> None:
         self._tenant_table = spec.tenant_table()  # read by _check as the first jobs arrive
-        super().__init__(*args, **kwargs)
+        super().__init__(jobs, spec, *args, **kwargs)
         self.tenant_names: list[str] = []
         self.round_seconds: list[float] = []
         self.received: list[dict[str, float]] = []

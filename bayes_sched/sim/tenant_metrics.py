@@ -19,7 +19,10 @@ the fair share of a round is :func:`~bayes_sched.fair_shares.tenant_shares`):
 * **Tenant FTF**: the mean finish-time fairness rho of the tenant's finished jobs (JCT over the
   job's time alone; :mod:`bayes_sched.sim.fairness`).
 * **Slowdown** of a job: ``(pending + running) / running = JCT / running``, running being the
-  seconds it held GPUs (its GPU-seconds over its GPU count).
+  seconds it held GPUs (its GPU-seconds over its GPU count), bounded as Feitelson et al. bound it
+  (JSSPP 1997) so that a job that ran a few seconds (one that failed at once) does not dominate
+  a mean: ``max(1, JCT / max(running, SLOWDOWN_FLOOR))``. ``slowdown_mean``, ``_median`` and
+  ``_p99`` summarise it over the finished jobs.
 * **Starved**: jobs that waited (JCT or age minus running time) longer than ``starved_hours``.
 
 Jobs that ended early (cancelled or failed: :mod:`bayes_sched.sim.tenant_workload`) count like
@@ -37,6 +40,10 @@ import pandas as pd
 from bayes_sched.sim.tenant_cluster import TenantTableCluster
 from bayes_sched.sim.tenant_workload import outcomes
 from bayes_sched.tenants import TenantTable
+
+#: Running seconds below which a job's slowdown is taken against this floor instead (the bounded
+#: slowdown's threshold, 10 s as Feitelson et al. use it).
+SLOWDOWN_FLOOR = 10.0
 
 #: Waiting longer than this makes a job starved (hours; a day, the span after which users of
 #: shared clusters escalate, and Tiresias's starvation knob's order of magnitude).
@@ -56,7 +63,7 @@ class TenantReport:
             ``ltgf`` and ``quota_satisfaction`` (so far; NaN before it was owed any).
         jobs: the job table with ``tenant, outcome, running_time, slowdown, ltgf`` added.
         summary: ``ltgf_spread, ltgf_min, ltgf_max, worst_share_vs_quota, job_ltgf_p10,
-            slowdown_mean, slowdown_p99, starved_jobs``.
+            slowdown_mean, slowdown_median, slowdown_p99, starved_jobs``.
     """
 
     tenants: pd.DataFrame
@@ -79,8 +86,8 @@ def tenant_report(cluster: TenantTableCluster, jobs: pd.DataFrame, table: Tenant
     end = jobs["completion_time"].fillna(cluster.state.now)
     waited = end - jobs["submit_time"] - jobs["running_time"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        jobs["slowdown"] = np.where(jobs["running_time"] > 0,
-                                    jobs["jct"] / jobs["running_time"], np.nan)
+        jobs["slowdown"] = np.maximum(
+            1.0, jobs["jct"] / np.maximum(jobs["running_time"], SLOWDOWN_FLOOR))
         fair = np.array([cluster.job_fair.get(name, 0.0) for name in jobs["job"]])
         jobs["ltgf"] = np.where(fair > 0, jobs["gpu_time"] / fair, np.nan)
     jobs["starved"] = waited > starved_hours * 3600.0
@@ -141,6 +148,7 @@ def _summary(tenants: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, float]:
         "worst_share_vs_quota": float(active["quota_satisfaction"].min()),
         "job_ltgf_p10": float(jobs["ltgf"].quantile(0.1)),
         "slowdown_mean": float(slowdown.mean()) if len(slowdown) else np.nan,
+        "slowdown_median": float(slowdown.median()) if len(slowdown) else np.nan,
         "slowdown_p99": float(np.percentile(slowdown, 99)) if len(slowdown) else np.nan,
         "starved_jobs": float(jobs["starved"].sum()),
     }
