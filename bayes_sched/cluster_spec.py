@@ -28,6 +28,13 @@ A file (TOML or JSON; every key optional except ``nodes``)::
     [restart_delays]            # per application, seconds (measured costs range 25-250 s)
     imagenet = 250.0
 
+    [[tenants]]                 # optional: the teams sharing the cluster (bayes_sched.tenants)
+    name = "vision"
+    quota = 16                  # GPUs, or per GPU type: quota = { v100 = 8 }
+    weight = 1.0
+    lend = true
+    borrow = true
+
 Every error is one line naming the file and the field (``nodes[1].gpus``) and what was expected.
 
 Size bounds (:func:`check_cluster_size`), checked before any node is built: at most
@@ -53,6 +60,7 @@ from bayes_sched.errors import InputError
 from bayes_sched.gpu_types import GPU_TYPES, gpu_type
 from bayes_sched.round_timing import DEFAULT_RESTART_DELAY as DEFAULT_RESTART_DELAY
 from bayes_sched.round_timing import DEFAULT_ROUND_INTERVAL as DEFAULT_ROUND_INTERVAL
+from bayes_sched.tenants import TenantSpec, TenantTable, check_tenants, entitlements, parse_tenants
 from bayes_sched.topology import NodeTopology, TopologyError
 from perfmodel import textio
 
@@ -129,12 +137,14 @@ class ClusterSpec:
             ``restart_delays``.
         restart_delays: seconds per application (read-only mapping).
         round_interval: seconds per scheduling round.
+        tenants: the teams sharing it (:mod:`bayes_sched.tenants`); none: one default tenant.
     """
 
     nodes: tuple[NodeSpec, ...]
     restart_delay: float = DEFAULT_RESTART_DELAY
     restart_delays: Mapping[str, float] = field(default_factory=dict, hash=False)
     round_interval: float = DEFAULT_ROUND_INTERVAL
+    tenants: tuple[TenantSpec, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -152,6 +162,9 @@ class ClusterSpec:
         if not math.isfinite(self.round_interval) or self.round_interval <= 0:
             raise InputError(f"round_interval is {self.round_interval}: expected seconds > 0",
                              column="round_interval")
+        object.__setattr__(self, "tenants", tuple(self.tenants))
+        check_tenants(self.tenants, {t: self.gpus_of_type(t) for t in self.types},
+                      lambda key, message: InputError(message, column=key))
 
     @classmethod
     def homogeneous(cls, num_nodes: int, gpus_per_node: int, gpu_type: str = "t4",
@@ -175,12 +188,18 @@ class ClusterSpec:
     def __reduce__(self) -> tuple[Any, ...]:
         # A mappingproxy does not pickle; compare sends configs to worker processes.
         return (ClusterSpec, (self.nodes, self.restart_delay, dict(self.restart_delays),
-                              self.round_interval))
+                              self.round_interval, self.tenants))
 
     def __repr__(self) -> str:
         delays = f", restart_delays={dict(self.restart_delays)}" if self.restart_delays else ""
+        tenants = f", tenants={[t.name for t in self.tenants]}" if self.tenants else ""
         return (f"ClusterSpec({self.describe()!r}, restart_delay={self.restart_delay:g}{delays}, "
-                f"round_interval={self.round_interval:g})")
+                f"round_interval={self.round_interval:g}{tenants})")
+
+    def tenant_table(self) -> TenantTable:
+        """The tenants with their entitlements in GPUs (:func:`bayes_sched.tenants.entitlements`;
+        one default tenant with every GPU where the cluster lists none)."""
+        return entitlements(self.tenants, self.total_gpus)
 
     # --- shape -------------------------------------------------------------------------------
 
@@ -327,7 +346,7 @@ def cluster_spec_from_dict(raw: Any, source: str | PathLike[str] | None = None) 
 
     if not isinstance(raw, Mapping):
         raise fail("nodes", "expected a table of cluster settings")
-    known = {"nodes", "restart_delay", "restart_delays", "round_interval"}
+    known = {"nodes", "restart_delay", "restart_delays", "round_interval", "tenants"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise fail(unknown[0], f"unknown field; expected {', '.join(sorted(known))}")
@@ -353,6 +372,11 @@ def cluster_spec_from_dict(raw: Any, source: str | PathLike[str] | None = None) 
         raise fail("restart_delays", "expected a table of application = seconds")
     settings["restart_delays"] = {str(k): _seconds(v, f"restart_delays.{k}", fail)
                                   for k, v in delays.items()}
+    if "tenants" in raw:
+        gpus_by_type: dict[str, int] = {}
+        for node in nodes:
+            gpus_by_type[node.gpu_type] = gpus_by_type.get(node.gpu_type, 0) + node.num_gpus
+        settings["tenants"] = parse_tenants(raw["tenants"], gpus_by_type, fail)
     try:
         return ClusterSpec(nodes, **settings)
     except InputError as error:

@@ -29,6 +29,10 @@ if TYPE_CHECKING:  # the estimation package imports this module
 #: The GPU type of a cluster that names none (a homogeneous cluster).
 DEFAULT_GPU_TYPE = "default"
 
+#: The tenant of a job whose submission names none (a workload or trace without a tenant
+#: column, a cluster without ``[[tenants]]``).
+DEFAULT_TENANT = "default"
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -40,6 +44,8 @@ class JobSpec:
         application: the model trained (a key of the shipped applications, e.g. ``"cifar10"``).
         num_replicas: GPUs the user requested.
         batch_size: total batch size the user requested, examples per optimiser step.
+        tenant: the team that submitted it (:data:`DEFAULT_TENANT` where none is named);
+            keyword-only, so subclasses keep their positional fields.
     """
 
     name: str
@@ -47,6 +53,7 @@ class JobSpec:
     application: str
     num_replicas: int
     batch_size: int
+    tenant: str = field(default=DEFAULT_TENANT, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -325,6 +332,7 @@ class JobView:
             cell it ran in (job type, scale factor, GPU type, partner type when it shared its
             GPUs): what a throughput-table job reports (empty where it did not run, and in the
             Pollux world, whose jobs report ``observations``).
+        tenant: the team that submitted it (:data:`DEFAULT_TENANT` where none is named).
     """
 
     name: str
@@ -352,6 +360,7 @@ class JobView:
     models: Mapping[str, JobModel] = field(default_factory=lambda: _NO_MODELS, repr=False)
     target_steps: float | None = None
     cell_observations: tuple[CellObservation, ...] = ()
+    tenant: str = DEFAULT_TENANT
 
     def __post_init__(self) -> None:
         if self.allocation.flags.writeable:

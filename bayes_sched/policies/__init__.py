@@ -15,6 +15,7 @@ from bayes_sched.registry import Registry
 
 if TYPE_CHECKING:
     from bayes_sched.policies.allox import AlloXPolicy
+    from bayes_sched.policies.astraea import AstraeaPolicy
     from bayes_sched.policies.base import Policy
     from bayes_sched.policies.bo import BayesOptPolicy
     from bayes_sched.policies.elas import ElasPolicy
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     )
     from bayes_sched.policies.gandiva import GandivaPolicy
     from bayes_sched.policies.gandiva_fair import GandivaFairPolicy
+    from bayes_sched.policies.gandiva_fair_tenants import GandivaFairTenantPolicy
     from bayes_sched.policies.gavel_fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
     from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
     from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
@@ -67,6 +69,8 @@ _EXPORTS: dict[str, str] = {
     "SiaPolicy": "bayes_sched.policies.sia",
     "SiaAdaptivePolicy": "bayes_sched.policies.sia_adaptive",
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
+    "AstraeaPolicy": "bayes_sched.policies.astraea",
+    "GandivaFairTenantPolicy": "bayes_sched.policies.gandiva_fair_tenants",
 }
 
 #: Policy name -> factory of a fresh policy (policies keep state across rounds); a read-only
@@ -89,6 +93,9 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("elas", "ElasPolicy"), ("shockwave", "ShockwavePolicy"),
                       ("sia", "SiaPolicy"), ("sia_adaptive", "SiaAdaptivePolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
+POLICIES.register("astraea", f"{_EXPORTS['AstraeaPolicy']}:AstraeaPolicy")
+POLICIES.register("gandiva_fair_tenant",
+                  f"{_EXPORTS['GandivaFairTenantPolicy']}:GandivaFairTenantPolicy")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
@@ -114,7 +121,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["POLICIES", "make_policy",
-           "AlloXPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy", "GandivaPolicy",
+           "AlloXPolicy", "AstraeaPolicy", "BayesOptPolicy", "ElasPolicy", "GandivaFairPolicy",
+           "GandivaFairTenantPolicy", "GandivaPolicy",
            "FifoPackedPolicy", "FifoPerfPolicy",
            "FifoPolicy", "FinishTimeFairnessPackedPolicy",
            "FinishTimeFairnessPerfPolicy", "FinishTimeFairnessPolicy",

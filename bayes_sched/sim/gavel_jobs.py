@@ -5,7 +5,8 @@ all of one type) and a training length in steps; it progresses at the measured s
 type, scale factor and GPU type (:mod:`bayes_sched.throughputs`).
 
 ``.trace`` files (Gavel's ``scheduler/traces``): one job per line, 10 tab-separated columns, no
-header (:data:`TRACE_COLUMNS`); arrival times in seconds, non-decreasing. They are streamed
+header (:data:`TRACE_COLUMNS`); arrival times in seconds, non-decreasing. An 11th column, where a
+line has one, names the job's tenant (:data:`TENANT_COLUMN`; empty: the default tenant). They are streamed
 (:func:`iter_gavel_trace`): reading the first N jobs reads N lines, whatever the file's length.
 
 The continuous-arrival generator follows Gavel's simulator (``scheduler.py`` ``simulate`` and
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bayes_sched.errors import InputError
-from bayes_sched.jobs import JobSpec
+from bayes_sched.jobs import DEFAULT_TENANT, JobSpec
 from bayes_sched.throughputs import (
     GAVEL_DATA_DIR,
     ThroughputTable,
@@ -45,6 +46,9 @@ J = TypeVar("J")
 TRACE_COLUMNS: tuple[str, ...] = (
     "job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
     "scale_factor", "priority_weight", "SLO", "arrival_time")
+
+#: The optional last column of a trace line (Gavel's and Shockwave's): the job's tenant.
+TENANT_COLUMN = "tenant"
 
 #: Largest scale factor Gavel's tables hold.
 MAX_SCALE_FACTOR = 8
@@ -79,10 +83,25 @@ def _batch_size(job_type: str) -> int:
 
 
 def make_job(name: str, submit_time: float, job_type: str, scale_factor: int, total_steps: float,
-             priority_weight: float = 1.0) -> TableJobSpec:
+             priority_weight: float = 1.0, tenant: str = DEFAULT_TENANT) -> TableJobSpec:
     """A Gavel job (its batch size, for reports, read from the job type's name)."""
     return TableJobSpec(name, float(submit_time), job_type, int(scale_factor),
-                        _batch_size(job_type), float(total_steps), float(priority_weight))
+                        _batch_size(job_type), float(total_steps), float(priority_weight),
+                        tenant=tenant)
+
+
+def trace_fields(line: str, columns: tuple[str, ...], path: Path, row: int
+                 ) -> tuple[list[str], str]:
+    """A trace line's tab-separated fields (``len(columns)`` of them) and its tenant: the
+    optional extra last column (:data:`TENANT_COLUMN`), :data:`DEFAULT_TENANT` where the line has
+    none or it is empty. Any other count of columns is an :class:`InputError` naming the row."""
+    fields = line.split("\t")
+    if len(fields) not in (len(columns), len(columns) + 1):
+        raise InputError(f"{len(fields)} tab-separated columns: expected {len(columns)} "
+                         f"({', '.join(columns)}), or {len(columns) + 1} with a last "
+                         f"'{TENANT_COLUMN}' column", path, row)
+    tenant = fields[len(columns)].strip() if len(fields) > len(columns) else ""
+    return fields[:len(columns)], tenant or DEFAULT_TENANT
 
 
 def read_gavel_trace(path: str | Path, table: ThroughputTable | None = None,
@@ -129,10 +148,7 @@ def iter_gavel_trace(path: str | Path, table: ThroughputTable | None = None
     for row, line in textio.iter_lines(path, InputError):
         if not line.strip():
             continue
-        fields = line.split("\t")
-        if len(fields) != len(TRACE_COLUMNS):
-            raise InputError(f"{len(fields)} tab-separated columns: expected "
-                             f"{len(TRACE_COLUMNS)} ({', '.join(TRACE_COLUMNS)})", path, row)
+        fields, tenant = trace_fields(line, TRACE_COLUMNS, path, row)
         values = {column: textio.parse_cell(fields[TRACE_COLUMNS.index(column)], parse, path,
                                             row, column, InputError)
                   for column, parse in (("needs_data_dir", int_cell),
@@ -159,7 +175,7 @@ def iter_gavel_trace(path: str | Path, table: ThroughputTable | None = None
                              f"{previous:g}: expected non-decreasing arrival times", path, row,
                              "arrival_time")
         previous = arrival
-        yield make_job(str(index), arrival, job_type, scale_factor, total_steps, weight)
+        yield make_job(str(index), arrival, job_type, scale_factor, total_steps, weight, tenant)
         index += 1
 
 

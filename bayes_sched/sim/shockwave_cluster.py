@@ -204,6 +204,7 @@ class ShockwaveCluster(TableCluster):
             spec, state = self._spec(job), self._state(job)
             views.append(JobView(
                 name=spec.name, application=job_type_of(spec.model, state.batch_size),
+                tenant=spec.tenant,
                 submit_time=spec.submit_time, age=self._now - spec.submit_time,
                 attained_service=job.attained_service, allocation=job.counts.copy(),
                 num_restarts=job.num_restarts or 0, requested_replicas=spec.scale_factor,

@@ -4,7 +4,8 @@ Shockwave (Zheng et al., NSDI 2023; artifact ``uw-mad-dash/shockwave``) extends 
 batch-size adaptation mode and a nominal duration. A trace line has 12 tab-separated columns
 (:data:`SHOCKWAVE_TRACE_COLUMNS`): Gavel's first seven, then ``mode`` (``static``, ``accordion`` or
 ``gns``), ``priority_weight``, ``SLO``, ``duration`` (seconds alone on a V100 at the initial batch
-size) and ``arrival_time`` (s).
+size) and ``arrival_time`` (s); a 13th column, where a line has one, names the job's tenant
+(:data:`~bayes_sched.sim.gavel_jobs.TENANT_COLUMN`).
 
 Epochs and each mode's batch-size schedule (the job's profile) are defined in
 :mod:`bayes_sched.batch_modes`.
@@ -29,7 +30,7 @@ from bayes_sched.batch_modes import (
     num_epochs,
 )
 from bayes_sched.errors import InputError
-from bayes_sched.sim.gavel_jobs import MAX_SCALE_FACTOR, TableJobSpec, first_jobs
+from bayes_sched.sim.gavel_jobs import MAX_SCALE_FACTOR, TableJobSpec, first_jobs, trace_fields
 from bayes_sched.throughputs import SHOCKWAVE_DATA_DIR, ThroughputTable, load_shockwave_throughputs
 from perfmodel import textio
 
@@ -113,11 +114,7 @@ def iter_shockwave_trace(path: str | Path, table: ThroughputTable | None = None
     for row, line in textio.iter_lines(path, InputError):
         if not line.strip():
             continue
-        fields = line.split("\t")
-        if len(fields) != len(SHOCKWAVE_TRACE_COLUMNS):
-            raise InputError(f"{len(fields)} tab-separated columns: expected "
-                             f"{len(SHOCKWAVE_TRACE_COLUMNS)} "
-                             f"({', '.join(SHOCKWAVE_TRACE_COLUMNS)})", path, row)
+        fields, tenant = trace_fields(line, SHOCKWAVE_TRACE_COLUMNS, path, row)
         values = {column: textio.parse_cell(fields[SHOCKWAVE_TRACE_COLUMNS.index(column)], parse,
                                             path, row, column, InputError)
                   for column, parse in parsers.items()}
@@ -134,7 +131,7 @@ def iter_shockwave_trace(path: str | Path, table: ThroughputTable | None = None
         job = ShockwaveJobSpec(str(index), arrival, job_type, scale_factor,
                                _initial_batch_size(job_type, path, row),
                                float(values["total_steps"]), float(values["priority_weight"]),
-                               mode, float(values["duration"]))
+                               mode, float(values["duration"]), tenant=tenant)
         for batch_size in sorted(set(job.profile())):
             if table.steps_per_second(job_type_of(model, batch_size), scale_factor, "v100") \
                     is None:
@@ -177,10 +174,12 @@ def shipped_shockwave_traces() -> Sequence[str]:
 
 
 def is_shockwave_trace(path: Path) -> bool:
-    """Whether a trace file's first line has Shockwave's 12 columns (else Gavel's 10)."""
+    """Whether a trace file's first line has Shockwave's 12 columns, 13 with a tenant (else
+    Gavel's 10 or 11)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             first = handle.readline(textio.MAX_LINE_BYTES)
     except OSError:
         return False
-    return len(first.rstrip("\n").split("\t")) == len(SHOCKWAVE_TRACE_COLUMNS)
+    return len(first.rstrip("\n").split("\t")) in (len(SHOCKWAVE_TRACE_COLUMNS),
+                                                     len(SHOCKWAVE_TRACE_COLUMNS) + 1)

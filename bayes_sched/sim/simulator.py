@@ -349,7 +349,7 @@ class SimulatedCluster:
             agent = job.agent
             agent.clock = self._now
             views.append(JobView(
-                name=job.spec.name, application=job.spec.application,
+                name=job.spec.name, application=job.spec.application, tenant=job.spec.tenant,
                 submit_time=job.spec.submit_time, age=self._now - job.spec.submit_time,
                 attained_service=job.attained_service, allocation=job.counts.copy(),
                 num_restarts=job.num_restarts or 0,

@@ -232,7 +232,8 @@ class TableCluster:
                     name=spec.name, application=spec.job_type, submit_time=spec.submit_time,
                     age=0.0, attained_service=0.0, allocation=job.counts, num_restarts=0,
                     requested_replicas=spec.scale_factor, requested_batch_size=spec.batch_size,
-                    settings=job.settings, limits=_NO_LIMITS, target_steps=spec.total_steps)
+                    settings=job.settings, limits=_NO_LIMITS, target_steps=spec.total_steps,
+                    tenant=spec.tenant)
             views.append(job.view.updated(
                 age=now - spec.submit_time, attained_service=job.attained_service,
                 allocation=job.counts, num_restarts=job.num_restarts or 0,

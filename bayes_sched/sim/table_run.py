@@ -22,6 +22,8 @@ from bayes_sched.sim.metrics import summarize, utilization_timeline
 from bayes_sched.sim.oracles import world_oracles
 from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, STALL_LIMIT, TableCluster
+from bayes_sched.sim.tenant_cluster import TenantTableCluster
+from bayes_sched.sim.tenant_metrics import tenant_summary
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
 
 LOG = logging.getLogger(__name__)
@@ -81,13 +83,18 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     :meth:`~bayes_sched.policies.base.Policy.stats` and its estimators' (for a throughput
     learner: ``profiling_gpu_hours``, GPU-hours jobs spent in the cells their learner had them
     profiled in, ``first_visit_gpu_hours``, in cells nobody had reported from before,
-    ``rejected_reports``, ``fits`` and ``fit_seconds`` in total).
+    ``rejected_reports``, ``fits`` and ``fit_seconds`` in total). A cluster with ``[[tenants]]``
+    runs Gavel's jobs on a :class:`~bayes_sched.sim.tenant_cluster.TenantTableCluster` (the same
+    physics, recording each tenant's service) and the summary gains the per-tenant figures
+    (:func:`~bayes_sched.sim.tenant_metrics.tenant_summary`).
 
     Raises:
         InputError: a bad choice of estimators (one line)."""
     start = time.perf_counter()
     truth = table or load_gavel_throughputs()
     chosen = policy_estimators(policy, estimators, world_oracles(truth), estimator_seed)
+    if spec.tenants and cluster_type is TableCluster:
+        cluster_type = TenantTableCluster
     cluster = cluster_type(jobs, spec, truth, jobs_to_complete,
                            max_time, source, measurement_noise=measurement_noise,
                            noise_seed=noise_seed, stall_limit=stall_limit)
@@ -103,6 +110,8 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                     "waited: the policy stalled (solver failures: %s); run given up",
                     policy.name, cluster.stalled_at, cluster.state.now,
                     policy.stats().get("solver_failures", "not counted"))
+    if isinstance(cluster, TenantTableCluster):
+        summary.update(tenant_summary(cluster, rows))
     policy_stats = dict(policy.stats())
     summary.update(policy_stats)
     summary.update(stats.estimator_stats)

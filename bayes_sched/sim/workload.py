@@ -3,7 +3,9 @@
 A workload CSV has the columns ``name,time,application,num_replicas,batch_size``: one row per job,
 with its submission time (seconds from the start), the model it trains (one of the shipped
 applications), and the GPUs and total batch size its user asked for (used by the baselines that do
-not tune them). The artifact's workloads ship in ``bayes_sched/data/pollux/workloads*/``.
+not tune them). An optional ``tenant`` column names the team that submitted each job (empty or
+absent: :data:`~bayes_sched.jobs.DEFAULT_TENANT`). The artifact's workloads ship in
+``bayes_sched/data/pollux/workloads*/``.
 :func:`generate_workload` draws longer ones as they were drawn (``experiments/generate_workload.py``).
 """
 
@@ -22,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from bayes_sched.errors import InputError
-from bayes_sched.jobs import JobSpec
+from bayes_sched.jobs import DEFAULT_TENANT, JobSpec
 from perfmodel import textio
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+#: The optional column naming each job's tenant.
+TENANT_COLUMN = "tenant"
 #: Folders of shipped workloads: relative job load 1.0 (``workloads``), 0.5, 1.5, 2.0, realistic.
 WORKLOAD_SETS = ("workloads", "workloads-0.5", "workloads-1.5", "workloads-2.0",
                  "workloads-realistic")
@@ -112,6 +116,7 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
         "batch_size": textio.int_parser(1, textio.MAX_BATCH),
     }
     index = {column: header.index(column) for column in parsers}
+    tenant_at = header.index(TENANT_COLUMN) if TENANT_COLUMN in header else None
     jobs: list[JobSpec] = []
     names: set[str] = set()
     previous_time = 0.0
@@ -140,8 +145,9 @@ def read_workload(path: str | Path, applications: Sequence[str] | None = None,
         if application not in known:
             raise InputError(f"unknown application '{application}': expected one of "
                              f"{', '.join(known)}", path, row_number, "application")
+        tenant = (fields[tenant_at].strip() if tenant_at is not None else "") or DEFAULT_TENANT
         jobs.append(JobSpec(name, time, application, cells["num_replicas"],
-                            cells["batch_size"]))
+                            cells["batch_size"], tenant=tenant))
     if not jobs:
         dropped = f" once {len(skipped)} rows of unknown applications were dropped" \
             if skipped else " after the header"
@@ -192,15 +198,17 @@ def generate_workload(num_jobs: int, hours: int, seed: int = 0,
 
 
 def write_workload(workload: Workload, path: str | Path) -> None:
-    """Write ``workload`` as a workload CSV (:data:`WORKLOAD_COLUMNS`), atomically: the file is
-    whole or absent, also when the process is killed."""
+    """Write ``workload`` as a workload CSV (:data:`WORKLOAD_COLUMNS`, and
+    :data:`TENANT_COLUMN` where a job names a tenant other than the default), atomically: the
+    file is whole or absent, also when the process is killed."""
     path = Path(path)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(WORKLOAD_COLUMNS)
+    tenants = any(job.tenant != DEFAULT_TENANT for job in workload.jobs)
+    writer.writerow(WORKLOAD_COLUMNS + ((TENANT_COLUMN,) if tenants else ()))
     for job in workload.jobs:
         writer.writerow([job.name, f"{job.submit_time:g}", job.application, job.num_replicas,
-                         job.batch_size])
+                         job.batch_size] + ([job.tenant] if tenants else []))
     fd, temp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as handle:

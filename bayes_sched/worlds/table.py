@@ -33,13 +33,14 @@ if TYPE_CHECKING:
 GAVEL_TRACES = ("small_test", "medium_test", "max_min_fairness")
 
 #: Policies of the throughput-table world (Gavel's time-sharing family, on its round mechanism),
-#: then E-LAS and Sia (each places a job on GPUs of one type, as the world requires).
+#: then E-LAS, Sia and ASTRAEA (each places a job on GPUs of one type, as the world requires).
 TIME_SHARING_POLICIES: tuple[str, ...] = (
     "max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
     "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
     "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
-    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair")
-TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia")
+    "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair",
+    "gandiva_fair_tenant")
+TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia", "astraea")
 
 
 @dataclass(frozen=True)
