@@ -8,6 +8,14 @@ dataclass option: ``ga.population=24``), or as a TOML table. Every value is chec
 type hint; an unknown option or a wrong type is one :class:`InputError` line naming the option
 and the expected type.
 
+Plugins: a registry may name an entry-point group (``bayes_sched.policies``,
+``bayes_sched.estimators``, ``bayes_sched.laws``, ``bayes_sched.backends``); every entry point an
+installed distribution declares in it is registered, lazily, the first time the registry is
+listed or looked up (the entry point's value is the component's ``"module:attribute"`` path).
+A plugin cannot replace a built-in of the same name: it is skipped with a warning naming its
+distribution (a package silently swapping ``pollux`` would change every published comparison).
+A plugin that fails to import fails when it is used, in one line naming its distribution.
+
 Bounds live where an option is declared, in its type hint: ``Annotated[int, Range(1, 10_000)]``
 (a number in a range), ``Annotated[Sequence[float], Increasing()]`` (a strictly increasing
 sequence, of bounded length). The registry checks them wherever a value arrives through it, before
@@ -20,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import logging
 import math
 import re
 import tomllib
@@ -30,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from bayes_sched.errors import InputError
+
+LOG = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -133,14 +144,44 @@ class Registry(Mapping[str, Callable[..., T]], Generic[T]):
 
     Args:
         kind: what the components are, for messages (``"policy"``).
+        group: the entry-point group whose plugins join the registry (see the module);
+            ``None``: built-ins only.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, group: str | None = None) -> None:
         self.kind = kind
+        self.group = group
         self._factories: dict[str, Callable[..., T]] = {}
         self._lazy: dict[str, str] = {}
         self._order: list[str] = []
         self._summaries: dict[str, str] = {}
+        self._plugins: dict[str, str] = {}  # name -> the distribution that provides it
+        self._plugins_loaded = group is None
+
+    def _load_plugins(self) -> None:
+        """Register the group's entry points (once; see the module)."""
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=self.group or ""):
+            dist = point.dist.name if point.dist is not None else "an unknown distribution"
+            if point.name in self._factories or point.name in self._lazy:
+                LOG.warning("%s plugin '%s' of %s skipped: a %s of that name is built in or "
+                            "installed already", self.kind, point.name, dist, self.kind)
+                continue
+            self._plugins[point.name] = dist
+            self._register_plugin(point.name, point.value)
+
+    def _register_plugin(self, name: str, path: str) -> None:
+        """Register the plugin ``name`` found at ``path`` (``"module:attribute"``), lazily."""
+        self.register(name, path)
+
+    def plugin_of(self, name: str) -> str | None:
+        """The distribution that provides ``name``, ``None`` for a built-in."""
+        self._load_plugins()
+        return self._plugins.get(name)
 
     def register(self, name: str, factory: Callable[..., T] | str, summary: str = "") -> None:
         """Add ``factory`` under ``name``; its keyword parameters become its options.
@@ -166,31 +207,51 @@ class Registry(Mapping[str, Callable[..., T]], Generic[T]):
             doc.split("\n\n")[0].replace("\n", " ").split(". ")[0])
 
     def _factory(self, name: str) -> Callable[..., T]:
+        self._load_plugins()
         if name in self._lazy:
-            module, _, attribute = self._lazy.pop(name).partition(":")
-            self._add(name, getattr(importlib.import_module(module), attribute),
-                      self._summaries.get(name, ""))
+            path = self._lazy[name]
+            module, _, attribute = path.partition(":")
+            try:
+                factory = getattr(importlib.import_module(module), attribute)
+            except (ImportError, AttributeError) as error:
+                if name not in self._plugins:
+                    raise
+                raise InputError(f"{self.kind} '{name}' (plugin: {self._plugins[name]}): cannot "
+                                 f"load {path}: {error}") from None
+            del self._lazy[name]
+            self._add(name, factory, self._summaries.get(name, ""))
+            if name in self._plugins:
+                self._summaries[name] += f" (plugin: {self._plugins[name]})"
         return self._factories[name]
 
     # --- Mapping -----------------------------------------------------------------------------
 
     def __getitem__(self, name: str) -> Callable[..., T]:
+        self._load_plugins()
         if name not in self._factories and name not in self._lazy:
             raise KeyError(name)
         return self._factory(name)
 
     def __iter__(self) -> Iterator[str]:
+        self._load_plugins()
         return iter(list(self._order))
 
     def __len__(self) -> int:
+        self._load_plugins()
         return len(self._order)
 
     # --- options -----------------------------------------------------------------------------
 
     def summary(self, name: str) -> str:
+        """The component's one-line summary (a plugin that cannot load says so instead)."""
         known = self._known(name)
         if known not in self._summaries:
-            self._factory(known)
+            try:
+                self._factory(known)
+            except InputError as error:
+                if known not in self._plugins:
+                    raise
+                return str(error)
         return self._summaries[known]
 
     def options(self, name: str) -> dict[str, Option]:
@@ -239,6 +300,7 @@ class Registry(Mapping[str, Callable[..., T]], Generic[T]):
         return self.check(name, parse_assignments(items, where), where)
 
     def _known(self, name: str, where: str = "") -> str:
+        self._load_plugins()
         if name not in self._factories and name not in self._lazy:
             raise InputError(f"{_prefix(where)}unknown {self.kind} '{name}': expected one of "
                              f"{', '.join(self)}")

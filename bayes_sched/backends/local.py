@@ -376,3 +376,12 @@ class LocalLauncher:
 def python_command(script: str, arguments: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """The command that runs a Python training script with this interpreter."""
     return (sys.executable, script, *arguments)
+
+
+def local_backend(gpus: int | None = None, gpu_type: str | None = None,
+                  restart_delay: float = DEFAULT_RESTART_DELAY,
+                  round_interval: float = DEFAULT_ROUND_INTERVAL) -> LocalLauncher:
+    """Jobs as subprocesses on this machine: ``gpus`` of ``gpu_type`` (default: the machine's
+    GPUs; more than it has are logical GPUs on the CPU) (:data:`bayes_sched.backends.BACKENDS`)."""
+    return LocalLauncher(gpus, gpu_type, restart_delay=restart_delay,
+                         round_interval=round_interval)

@@ -648,3 +648,12 @@ class RayLauncher:
 if TYPE_CHECKING:  # the launcher and its jobs meet the protocols (mypy checks this)
     _launcher: Launcher = RayLauncher()
     _job: JobProcesses = RayLauncher().start(LaunchSpec("job", ("true",), (1,), "."))
+
+
+def ray_backend(address: str = "auto", connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                restart_delay: float = DEFAULT_RESTART_DELAY,
+                round_interval: float = DEFAULT_ROUND_INTERVAL) -> RayLauncher:
+    """Jobs as Ray actors on the cluster at ``address`` (answering within ``connect_timeout``
+    seconds) (:data:`bayes_sched.backends.BACKENDS`)."""
+    return RayLauncher(address, restart_delay=restart_delay, round_interval=round_interval,
+                       connect_timeout_seconds=connect_timeout, where="--ray-address")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli.options import DURATION_EPILOG, duration
 from collectors import DEFAULT_PROMETHEUS_PORT
+from collectors.sources import BUILTIN
 from counters.catalog import RESOURCES, SOURCES
 
 # Heavy modules (numpy, xarray, the collector sources) are imported inside the functions that use
@@ -32,10 +33,8 @@ from counters.catalog import RESOURCES, SOURCES
 if TYPE_CHECKING:
     from collectors.base import Source
     from collectors.daemon import Collector
-    from collectors.nvml import NvmlSource
     from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
 
-SOURCE_NAMES = ("nvml", "pcie", "perf", "procfs")
 MAX_FLUSH_SAMPLES = 3600
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)i?[bB]?\s*$")
 
@@ -69,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--bind", default="127.0.0.1",
                          help="address the Prometheus endpoint listens on (default 127.0.0.1)")
     collect.add_argument("--sources",
-                         help=f"comma-separated sources (default {','.join(SOURCE_NAMES)}); "
+                         help=f"comma-separated sources (default {','.join(BUILTIN)}; plugins "
+                              "of the entry-point group bayes_sched.collector_sources too); "
                               "not with --replay")
     collect.add_argument("--replay", type=Path, metavar="STORE",
                          help="replay a recorded store (all its counters) instead of reading "
@@ -134,41 +134,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def requested_sources(text: str | None) -> list[str]:
+    """The sources ``--sources`` names (default: the built-ins), each known
+    (:func:`collectors.sources.source_names`)."""
     from collectors.base import CollectorError
+    from collectors.sources import BUILTIN, source_names
 
     if text is None:
-        return list(SOURCE_NAMES)
+        return list(BUILTIN)
+    known = source_names()
     wanted = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = sorted(set(wanted) - set(SOURCE_NAMES))
+    unknown = sorted(set(wanted) - set(known))
     if unknown or not wanted:
         raise CollectorError(f"--sources: unknown source(s) {', '.join(unknown) or '(none)'}; "
-                             f"expected some of {', '.join(SOURCE_NAMES)}")
+                             f"expected some of {', '.join(known)}")
     return wanted
 
 
 def build_sources(args: argparse.Namespace) -> list[Source]:
-    """The sources named by ``--sources`` (or the replay source), NVML first for device order."""
-    from collectors.nvml import NvmlSource
-    from collectors.pcie import PcieAfterNvml
-    from collectors.perf import PerfSource
-    from collectors.procfs import ProcfsSource
+    """The sources named by ``--sources`` (or the replay source), in the registry's order (NVML
+    first for device order; :mod:`collectors.sources`)."""
+    from collectors.sources import make_source, source_names
 
     if args.replay is not None:
         from collectors.replay import ReplaySource
 
         return [ReplaySource(args.replay)]
-    wanted = requested_sources(args.sources)
+    wanted = set(requested_sources(args.sources))
     sources: list[Source] = []
-    nvml: NvmlSource | None = None
-    if "nvml" in wanted:
-        nvml = NvmlSource(library=args.nvml_library)
-        sources.append(nvml)
-    if "pcie" in wanted:
-        sources.append(PcieAfterNvml(nvml))
-    if "perf" in wanted:
-        sources.append(PerfSource(pids=args.pid))
-    if "procfs" in wanted:
-        sources.append(ProcfsSource())
+    context: dict[str, Any] = {"library": args.nvml_library, "pids": args.pid, "nvml": None}
+    for name in source_names():
+        if name in wanted:
+            source = make_source(name, context)
+            if name == "nvml":
+                context["nvml"] = source  # PCIe reads the NVML devices' bus ids
+            sources.append(source)
     return sources
 
 

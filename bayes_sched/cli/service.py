@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bayes_sched.backends import BACKENDS
 from bayes_sched.cli.options import (
     DAY,
     DURATION_EPILOG,
@@ -38,32 +39,13 @@ DEFAULT_STATE = "bayes-sched-state"
 PRIVATE_UMASK = 0o077
 
 
-def _local_launcher(args: argparse.Namespace) -> Any:
-    from bayes_sched.backends.local import LocalLauncher
-
-    return LocalLauncher(args.gpus, args.gpu_type, restart_delay=args.restart_delay,
-                         round_interval=args.interval)
-
-
-def _ray_launcher(args: argparse.Namespace) -> Any:
-    from bayes_sched.backends.ray_launcher import RayLauncher
-
-    return RayLauncher(args.ray_address, restart_delay=args.restart_delay,
-                       round_interval=args.interval, connect_timeout_seconds=args.ray_timeout,
-                       where="--ray-address")
-
-
-#: Backend name -> factory of its launcher from the parsed options.
-BACKENDS: dict[str, Callable[[argparse.Namespace], Any]] = {"local": _local_launcher,
-                                                             "ray": _ray_launcher}
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     serve = subparsers.add_parser("serve", help="run the scheduler on a real cluster",
                                   epilog=DURATION_EPILOG)
     _state_option(serve, init=True)
     serve.add_argument("--backend", choices=list(BACKENDS), default="local",
-                       help="where jobs run (default: local subprocesses)")
+                       help="where jobs run (default: local subprocesses; plugins of the "
+                            "entry-point group bayes_sched.backends join the choices)")
     serve.add_argument("--ray-address", default="auto", metavar="ADDRESS",
                        help="the Ray cluster for --backend ray (default: auto, the cluster "
                             "started on this machine)")
@@ -202,7 +184,10 @@ def _serve(args: argparse.Namespace) -> int:
         from bayes_sched.backends.counters_feed import CountersFeed
 
         counters = CountersFeed(args.counters, args.counters_window)
-    launcher = BACKENDS[args.backend](args)
+    launcher = BACKENDS.make(args.backend, where="--backend", context={
+        "gpus": args.gpus, "gpu_type": args.gpu_type, "restart_delay": args.restart_delay,
+        "round_interval": args.interval, "address": args.ray_address,
+        "connect_timeout": args.ray_timeout})
     store = StateStore(args.state, init=args.init)
     service = Service(store, launcher, policy, config, counters)
     if service.reattached:

@@ -403,7 +403,7 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
     if not isinstance(world, TableWorld):
         raise InputError(f"--trace {trace}: a Pollux workload; expected a Gavel or Shockwave "
                          "trace")
-    if policy_name not in world.policies:
+    if not world.runs(policy_name):
         hint = (" (it needs a 12-column Shockwave trace)" if policy_name in SHOCKWAVE.policies
                 else "")
         raise InputError(f"--policy {policy_name}: not a policy of the throughput-table world "
@@ -535,7 +535,7 @@ def is_pollux_workload(trace: str) -> bool:
 
 def check_pollux_world_policy(policy: str) -> None:
     """Refuse a policy that cannot run in the Pollux world (one line naming --policy)."""
-    if policy in POLLUX.policies:
+    if POLLUX.runs(policy):
         return
     hint = (" (Sia's adaptive form there is sia_adaptive)" if policy == "sia" else
             " (it runs Gavel or Shockwave traces: --trace)")
@@ -559,8 +559,8 @@ def _compare(args: argparse.Namespace) -> int:
     seeds = seed_list(args)
     workloads = [] if args.workloads == ["none"] else list(args.workloads)
     table_policies = [p for p in args.policies
-                      if p in SHOCKWAVE.policies] if args.traces else []
-    pollux_policies = [p for p in args.policies if p in POLLUX_WORLD_POLICIES] \
+                      if SHOCKWAVE.runs(p) or GAVEL.runs(p)] if args.traces else []
+    pollux_policies = [p for p in args.policies if POLLUX.runs(p)] \
         if workloads else []
     for name in args.policies:
         if name not in table_policies and name not in pollux_policies:

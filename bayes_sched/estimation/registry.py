@@ -21,6 +21,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bayes_sched.errors import InputError
 from bayes_sched.estimates import NEEDS
 from bayes_sched.estimation.learners import LEARNERS
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
@@ -33,12 +34,16 @@ if TYPE_CHECKING:
 class EstimatorRegistry(Registry["Estimator"]):
     """Named estimator factories with typed options, each serving one or more needs.
 
+    A plugin estimator (entry-point group ``bayes_sched.estimators``) states the needs it serves
+    as its factory's ``serves`` attribute (a tuple of need names), read when it is first used.
+
     Args:
         kind: what the components are, for messages (``"estimator"``).
+        group: the entry-point group of plugin estimators (``None``: built-ins only).
     """
 
-    def __init__(self, kind: str = "estimator") -> None:
-        super().__init__(kind)
+    def __init__(self, kind: str = "estimator", group: str | None = None) -> None:
+        super().__init__(kind, group)
         self._serves: dict[str, tuple[str, ...]] = {}
         self._learners: dict[str, str] = {}
 
@@ -58,9 +63,21 @@ class EstimatorRegistry(Registry["Estimator"]):
         self.register(name, f"{__name__}:{learner}", summary, serves=("throughput",))
         self._learners[name] = learner
 
+    def _register_plugin(self, name: str, path: str) -> None:
+        Registry.register(self, name, path)  # its needs are read from its factory when used
+
     def serves(self, name: str) -> tuple[str, ...]:
         """The needs estimator ``name`` publishes."""
-        return self._serves[self._known(name)]
+        known = self._known(name)
+        if known not in self._serves:  # a plugin: its factory's ``serves``
+            serves = tuple(getattr(self._factory(known), "serves", ()))
+            unknown = [need for need in serves if need not in NEEDS]
+            if not serves or unknown:
+                raise InputError(f"{self.kind} '{known}' (plugin: {self.plugin_of(known)}) "
+                                 f"serves {list(serves)}: expected a 'serves' attribute naming "
+                                 f"one or more of {', '.join(NEEDS)}")
+            self._serves[known] = serves
+        return self._serves[known]
 
     def _factory(self, name: str) -> Callable[..., Estimator]:
         learner = self._learners.pop(name, None)
@@ -100,7 +117,7 @@ def throughput_factory(learner: str) -> Callable[..., ThroughputEstimator]:
 
 
 #: Estimator name -> factory of a fresh estimator, with the needs it serves.
-ESTIMATORS = EstimatorRegistry()
+ESTIMATORS = EstimatorRegistry(group="bayes_sched.estimators")
 for _name in ("uniform", "per_cell", "bayes", "gavel", "sia"):
     ESTIMATORS.register_learner(_name, _name, LEARNERS.summary(_name))
 

@@ -75,7 +75,7 @@ _EXPORTS: dict[str, str] = {
 
 #: Policy name -> factory of a fresh policy (policies keep state across rounds); a read-only
 #: mapping whose :meth:`~bayes_sched.registry.Registry.options` lists each policy's typed options.
-POLICIES: Registry[Policy] = Registry("policy")
+POLICIES: Registry[Policy] = Registry("policy", group="bayes_sched.policies")
 for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy"),
                       ("optimus", "OptimusPolicy"), ("fifo", "FifoPolicy"),
                       ("bo", "BayesOptPolicy"), ("max_min_fairness", "MaxMinFairnessPolicy"),

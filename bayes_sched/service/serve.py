@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bayes_sched.backends.counters_feed import CountersFeed
 from bayes_sched.backends.launcher import Launcher
 from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
 from bayes_sched.cluster import Cluster
+from bayes_sched.estimation import Estimator
+from bayes_sched.estimation.choose import policy_estimators
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies.base import Policy
 from bayes_sched.service.state import StateStore
@@ -40,14 +42,20 @@ class Service:
         policy: the scheduling policy.
         config: the cluster's timeouts and restart rules.
         counters: the nodes' collector stores, read into the cluster state every round.
+        estimators: the estimation stage's estimators, chosen outside the policy
+            (:func:`~bayes_sched.estimation.choose.policy_estimators`; default: the policy's
+            defaults, no oracle: a real cluster has no truth to hand out).
     """
 
     def __init__(self, store: StateStore, launcher: Launcher, policy: Policy,
                  config: RealClusterConfig = _DEFAULT_CONFIG,
-                 counters: CountersFeed | None = None) -> None:
+                 counters: CountersFeed | None = None,
+                 estimators: Sequence[Estimator] | None = None) -> None:
         store.lock_for_service()
         self.store = store
         self.policy = policy
+        self.estimators = (policy_estimators(policy) if estimators is None
+                           else list(estimators))
         self.cluster = RealCluster(launcher, store.jobs_dir.resolve(), config, epoch=store.epoch(),
                                    on_change=self.save, counters=counters)
         self.cluster.on_change = None  # no saves while restoring
@@ -94,7 +102,7 @@ class Service:
         try:
             result = run_loop(self.cluster, self.policy, interval,
                               on_round=self.on_round(stats), max_rounds=max_rounds,
-                              stats=stats)
+                              stats=stats, estimators=self.estimators)
         finally:
             self.save()
         LOG.info("served %d rounds in %.1f s", result.rounds, time.monotonic() - start)

@@ -66,9 +66,21 @@ class World(ABC):
         base = load_cluster_spec(self.default_cluster) if spec is None else spec
         return replace(base, round_interval=float(round_seconds or self.round_seconds))
 
+    def runs(self, name: str) -> bool:
+        """Whether policy ``name`` runs here: one of :attr:`policies`, or a plugin policy
+        (entry-point group ``bayes_sched.policies``) whose class names this world in its
+        ``worlds`` attribute."""
+        if name in self.policies:
+            return True
+        from bayes_sched.policies import POLICIES
+
+        if name not in POLICIES or POLICIES.plugin_of(name) is None:
+            return False
+        return self.name in tuple(getattr(POLICIES[name], "worlds", ()))
+
     def check_policy(self, name: str, flag: str = "--policy") -> None:
         """Refuse a policy that cannot run here, in one line naming ``flag``."""
-        if name not in self.policies:
+        if not self.runs(name):
             raise InputError(f"{flag} {name}: not a policy of the {self.name} world; expected "
                              f"one of {', '.join(self.policies)}")
 

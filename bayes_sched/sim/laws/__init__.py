@@ -21,7 +21,8 @@ from bayes_sched.registry import Registry
 from bayes_sched.sim.laws.base import HiddenInterference, RunningJob
 
 #: Hidden interference laws by name (``"none"`` makes no law); options are the laws' fields.
-HIDDEN_LAWS: Registry[HiddenInterference | None] = Registry("hidden law")
+HIDDEN_LAWS: Registry[HiddenInterference | None] = Registry("hidden law",
+                                                           group="bayes_sched.laws")
 HIDDEN_LAWS.register("none", "bayes_sched.sim.laws.none:no_interference", "No hidden interference.")
 HIDDEN_LAWS.register("contention", "bayes_sched.sim.laws.contention:ContentionLaw",
                      "max-min shares of each node's PCIe switches, DRAM and NIC (emits counters)")
