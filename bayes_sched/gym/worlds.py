@@ -9,7 +9,8 @@ episodes small enough to train on.
   balancing, with the artifact's interference between distributed jobs sharing a node and, where
   named, a hidden law (``"contention"``, ``"gavel"``);
 * :func:`contention_env`: the Pollux world under the hidden contention law, whose observation also
-  carries the counters the law emits (:func:`counter_features`), the state Banerjee et al.'s
+  carries the counters the law emits
+  (:func:`~bayes_sched.policies.learned.counter_features`), the state Banerjee et al.'s
   scheduler reads.
 
 Every factory takes the episode sizes (``num_jobs``, ``arrival_hours``: jobs arrive uniformly
@@ -30,11 +31,10 @@ from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import InputError
 from bayes_sched.gym.env import SchedulingEnv
 from bayes_sched.jobs import JobSettings, JobSpec
+from bayes_sched.policies.learned import COUNTER_VARIABLES, counter_features
 from bayes_sched.policies.placement_steps import PLACEMENT_MODES, type_modes
 from bayes_sched.worlds import GAVEL, POLLUX
 
-#: Counters the contention world's observation reads, per node: mean over the window.
-COUNTER_VARIABLES = ("gpu_gpm_pcie_tx_rate", "gpu_gpm_pcie_rx_rate", "gpu_utilization")
 _MAX_JOBS_PER_EPISODE = 10_000
 
 
@@ -113,26 +113,6 @@ def pollux_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str = "4x
     return SchedulingEnv(make, len(spec.types), PLACEMENT_MODES, spec.round_interval, **options)
 
 
-def counter_features(cluster: Cluster, num_nodes: int) -> np.ndarray:
-    """Per node, the mean over the counter window (time and GPUs) of each of
-    :data:`COUNTER_VARIABLES`, log1p-scaled; zeros where no counter was emitted yet. Shape
-    ``(num_nodes * len(COUNTER_VARIABLES),)``."""
-    window = cluster.state.counters
-    out = np.zeros((num_nodes, len(COUNTER_VARIABLES)), np.float32)
-    if window is None:
-        return out.ravel()
-    for k, name in enumerate(COUNTER_VARIABLES):
-        if name not in window:
-            continue
-        values = window[name]
-        other = [d for d in values.dims if d != "node"]
-        mean = values.mean(dim=other, skipna=True).values if other else values.values
-        out[:, k] = np.log1p(np.nan_to_num(np.asarray(mean, float)[:num_nodes] / 1e6
-                                           if "rate" in name else
-                                           np.asarray(mean, float)[:num_nodes]))
-    return out.ravel()
-
-
 def contention_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str = "4x4:t4",
                    round_seconds: float | None = 300.0, **options: Any) -> SchedulingEnv:
     """The Pollux world under the hidden contention law, its counters in the observation (see
@@ -140,7 +120,7 @@ def contention_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str =
     spec, make = _pollux_cluster(num_jobs, arrival_hours, cluster, round_seconds, 0.0,
                                  "contention")
     nodes = spec.num_nodes
-    extra = (lambda c: counter_features(c, nodes), nodes * len(COUNTER_VARIABLES))
+    extra = (lambda c: counter_features(c.state.counters, nodes), nodes * len(COUNTER_VARIABLES))
     return SchedulingEnv(make, len(spec.types), PLACEMENT_MODES, spec.round_interval,
                          extra=extra, **options)
 

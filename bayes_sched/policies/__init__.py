@@ -89,6 +89,9 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
                       ("elas", "ElasPolicy"), ("shockwave", "ShockwavePolicy"),
                       ("sia", "SiaPolicy"), ("sia_adaptive", "SiaAdaptivePolicy")):
     POLICIES.register(_name, f"{_EXPORTS[_class]}:{_class}")
+POLICIES.register("harmony", "bayes_sched.policies.harmony:HarmonyPolicy")
+POLICIES.register("banerjee", "bayes_sched.policies.banerjee:BanerjeePolicy")
+POLICIES.register("metis", "bayes_sched.policies.metis:MetisPolicy")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
