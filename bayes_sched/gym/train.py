@@ -12,9 +12,11 @@ to an experience-replay buffer; each update samples minibatches from the buffer:
   linearly to ``explore_final``) the action comes from a heuristic instead of the actor: bin
   packing (the oldest job that fits, by the mode leaving the fewest free GPUs on the nodes it
   uses, packed) or load balancing (the oldest job that fits, by the mode with the most free GPUs,
-  spread), half and half; (2) an auxiliary reward model ``Q(s, a)`` regressed on the replayed
-  returns, which scores the possible actions never taken: the actor also climbs
-  ``sum_a pi(a|s) Q(s, a)`` over the mask.
+  spread), half and half; (2) an auxiliary reward model ``A(s, a)`` regressed on the replayed
+  samples' (normalised) advantages, which scores the possible actions never taken: the actor
+  also climbs ``sum_a pi(a|s) A(s, a)`` over the mask. (A model of returns rather than
+  advantages, zero where untrained, scored every untried action above the tried ones, whose
+  returns are negative, and drove the actor to the rarely taken stop.)
 
 Without ``harmony``, the same learner runs on-policy-ish (no heuristics, no reward model; the
 replay buffer holds only recent episodes). Rewards are the environment's (hours; see
@@ -233,12 +235,13 @@ def _update(net: torch.nn.Module, reward_model: torch.nn.Module,
             + 0.5 * torch.square(returns - value).mean()
             + config.entropy * (probs * log_probs.masked_fill(~masks, 0.0)).sum(-1).mean())
     if config.harmony:
+        # The reward model predicts the (normalised) advantage of an action: an action it has no
+        # sample of scores about 0, neither better nor worse than the critic expects.
         predicted = reward_model(obs)
-        loss = loss + torch.square(predicted.gather(1, actions[:, None])[:, 0] - returns).mean()
+        loss = loss + torch.square(predicted.gather(1, actions[:, None])[:, 0]
+                                   - advantage).mean()
         scores = predicted.detach().masked_fill(~masks, 0.0)
-        expected = (probs * scores).sum(-1)
-        baseline = value.detach()
-        loss = loss - config.reward_model_weight * (expected - baseline).mean()
+        loss = loss - config.reward_model_weight * (probs * scores).sum(-1).mean()
     optimiser.zero_grad()
     loss.backward()  # type: ignore[no-untyped-call]
     optimiser.step()

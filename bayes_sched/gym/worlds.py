@@ -22,7 +22,7 @@ the world's GPU types).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,11 @@ from bayes_sched.policies.learned import COUNTER_VARIABLES, counter_features
 from bayes_sched.policies.placement_steps import PLACEMENT_MODES, type_modes
 from bayes_sched.worlds import GAVEL, POLLUX
 
+if TYPE_CHECKING:
+    from bayes_sched.cluster_spec import ClusterSpec
+    from bayes_sched.sim.gavel_jobs import TableJobSpec
+    from bayes_sched.sim.workload import Workload
+
 _MAX_JOBS_PER_EPISODE = 10_000
 
 
@@ -44,11 +49,46 @@ def _check_sizes(num_jobs: int, arrival_hours: float) -> None:
                          f"{_MAX_JOBS_PER_EPISODE} jobs arriving within 0 to 8760 hours")
 
 
+def gavel_jobs(seed: int, num_jobs: int, arrival_hours: float, duration_scale: float,
+               spec: ClusterSpec) -> list[TableJobSpec]:
+    """An episode's Gavel jobs: Gavel's generator's job types, GPU counts (those the largest GPU
+    type of ``spec`` holds) and durations (steps scaled by ``duration_scale``), arriving
+    uniformly within ``arrival_hours`` (the first at 0); named ``job0``, ``job1``..."""
+    from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
+
+    rng = np.random.default_rng(seed)
+    arrivals = generate_continuous_jobs(1.0, seed=seed, multi_gpu=True, table=GAVEL.truth())
+    times = np.sort(rng.uniform(0.0, arrival_hours * 3600.0, num_jobs))
+    times[0] = 0.0
+    jobs: list[TableJobSpec] = []
+    while len(jobs) < num_jobs:
+        job = next(arrivals)
+        if job.scale_factor > max(spec.gpus_of_type(t) for t in spec.types):
+            continue
+        jobs.append(replace(job, name=f"job{len(jobs)}", submit_time=float(times[len(jobs)]),
+                            total_steps=job.total_steps * duration_scale))
+    return jobs
+
+
+def pollux_jobs(seed: int, num_jobs: int, arrival_hours: float, spec: ClusterSpec) -> Workload:
+    """An episode's Pollux jobs: drawn as the shipped workloads are
+    (:func:`~bayes_sched.sim.workload.generate_workload`), arriving uniformly within
+    ``arrival_hours`` (the first at 0), GPUs capped at the cluster's."""
+    from bayes_sched.sim.workload import Workload, generate_workload
+
+    rng = np.random.default_rng(seed)
+    drawn = generate_workload(num_jobs, 8, seed=seed).jobs
+    times = np.sort(rng.uniform(0.0, arrival_hours * 3600.0, num_jobs))
+    times[0] = 0.0
+    return Workload(f"episode-{seed}", tuple(
+        replace(job, submit_time=float(t), num_replicas=min(job.num_replicas, spec.total_gpus))
+        for job, t in zip(drawn, times, strict=True)))
+
+
 def gavel_env(num_jobs: int = 12, arrival_hours: float = 1.0, duration_scale: float = 0.02,
               cluster: str = "v100:4,p100:4,k80:4", round_seconds: float | None = None,
               **options: Any) -> SchedulingEnv:
     """Gavel's table world (see the module); ``options``: :class:`SchedulingEnv`'s."""
-    from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_cluster import TableCluster
 
     _check_sizes(num_jobs, arrival_hours)
@@ -57,16 +97,7 @@ def gavel_env(num_jobs: int = 12, arrival_hours: float = 1.0, duration_scale: fl
 
     def make(rng: np.random.Generator) -> Cluster:
         seed = int(rng.integers(2**31))
-        arrivals = generate_continuous_jobs(1.0, seed=seed, multi_gpu=True, table=table)
-        jobs = []
-        times = np.sort(rng.uniform(0.0, arrival_hours * 3600.0, num_jobs))
-        times[0] = 0.0
-        while len(jobs) < num_jobs:
-            job = next(arrivals)
-            if job.scale_factor > max(spec.gpus_of_type(t) for t in spec.types):
-                continue
-            jobs.append(replace(job, name=f"job{len(jobs)}", submit_time=float(times[len(jobs)]),
-                                total_steps=job.total_steps * duration_scale))
+        jobs = gavel_jobs(seed, num_jobs, arrival_hours, duration_scale, spec)
         return TableCluster(jobs, spec, table, measurement_noise=0.0, noise_seed=seed)
 
     return SchedulingEnv(make, len(spec.types), type_modes(spec.types), spec.round_interval,
@@ -79,7 +110,6 @@ def _pollux_cluster(num_jobs: int, arrival_hours: float, cluster: str,
     """The Pollux world's spec and a factory of its episodes' clusters."""
     from bayes_sched.sim.laws import make_hidden
     from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
-    from bayes_sched.sim.workload import Workload, generate_workload
 
     _check_sizes(num_jobs, arrival_hours)
     spec = POLLUX.cluster(load_cluster_spec(cluster), round_seconds)
@@ -89,16 +119,10 @@ def _pollux_cluster(num_jobs: int, arrival_hours: float, cluster: str,
 
     def make(rng: np.random.Generator) -> Cluster:
         seed = int(rng.integers(2**31))
-        drawn = generate_workload(num_jobs, 8, seed=seed).jobs
-        times = np.sort(rng.uniform(0.0, arrival_hours * 3600.0, num_jobs))
-        times[0] = 0.0
-        jobs = tuple(replace(job, submit_time=float(t),
-                             num_replicas=min(job.num_replicas, spec.total_gpus))
-                     for job, t in zip(drawn, times, strict=True))
         law = None if hidden == "none" else make_hidden(hidden, cluster=spec, seed=seed,
                                                         where="hidden")
         config = SimConfig(cluster=spec, interference=interference, hidden=law, seed=seed)
-        return SimulatedCluster(Workload(f"episode-{seed}", jobs), config, fixed)
+        return SimulatedCluster(pollux_jobs(seed, num_jobs, arrival_hours, spec), config, fixed)
 
     return spec, make
 
@@ -142,5 +166,5 @@ def make_env(world: str, **options: Any) -> SchedulingEnv:
     return factory(**options)
 
 
-__all__ = ["COUNTER_VARIABLES", "ENVIRONMENTS", "contention_env", "counter_features", "gavel_env",
-           "make_env", "pollux_env"]
+__all__ = ["ENVIRONMENTS", "contention_env", "gavel_env", "gavel_jobs", "make_env", "pollux_env",
+           "pollux_jobs"]

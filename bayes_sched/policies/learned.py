@@ -26,19 +26,25 @@ if TYPE_CHECKING:
 WEIGHTS_FORMAT = 1
 #: Shipped weights.
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "learned"
+#: Initial bias of the stop action's logit (see :func:`actor_critic`).
+STOP_PRIOR = -3.0
 #: Counters the counter features read, per node: mean over the window.
 COUNTER_VARIABLES = ("gpu_gpm_pcie_tx_rate", "gpu_gpm_pcie_rx_rate", "gpu_utilization")
 
 
 def actor_critic(obs_size: int, num_actions: int, hidden: int = 64) -> torch.nn.Module:
     """The actor-critic network: a shared two-layer tanh trunk, then ``num_actions`` logits and
-    one value (output shape ``(batch, num_actions + 1)``, the value last)."""
+    one value (output shape ``(batch, num_actions + 1)``, the value last). The stop action's
+    logit (the last action) starts at :data:`STOP_PRIOR`: a work-conserving prior, so that an
+    untrained actor places what fits and leaving GPUs idle is something it has to learn."""
     import torch
 
+    head = torch.nn.Linear(hidden, num_actions + 1)
+    with torch.no_grad():
+        head.bias[num_actions - 1] = STOP_PRIOR
     return torch.nn.Sequential(
         torch.nn.Linear(obs_size, hidden), torch.nn.Tanh(),
-        torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
-        torch.nn.Linear(hidden, num_actions + 1))
+        torch.nn.Linear(hidden, hidden), torch.nn.Tanh(), head)
 
 
 def load_weights(path: str | Path, kind: str) -> tuple[dict[str, Any], torch.nn.Module]:
