@@ -5,9 +5,9 @@ contention world's counters).
 One episode at a time is collected by a behaviour policy and its steps' discounted returns go
 to an experience-replay buffer; each update samples minibatches from the buffer:
 
-* actor: policy gradient with the advantage ``G - V(s)`` (normalised per minibatch), weighted by the truncated importance
-  ratio ``min(1, pi(a|s) / mu(a|s))`` (the sample was drawn by an older behaviour policy ``mu``),
-  plus an entropy bonus; critic: squared error of ``V(s)`` against ``G``;
+* actor: policy gradient with the advantage ``G - V(s)`` (normalised per minibatch), weighted
+  by the truncated importance ratio ``min(1, pi(a|s) / mu(a|s))`` (the sample was drawn by an
+  older behaviour policy ``mu``), plus an entropy bonus; critic: squared error of ``V(s)`` against ``G``;
 * ``harmony=True`` adds (1) job-aware exploration: with probability ``explore`` (decaying
   linearly to ``explore_final``) the action comes from a heuristic instead of the actor: bin
   packing (the oldest job that fits, by the mode leaving the fewest free GPUs on the nodes it
@@ -75,21 +75,17 @@ def heuristic_action(builder: RoundBuilder, binpack: bool) -> int:
     """Bin packing or load balancing (see the module) as an action; stop when nothing fits."""
     mask = builder.mask()
     modes = builder.modes
+    node_types = np.array(builder.state.gpu_types)
+    wanted = "pack" if binpack else "spread"
+    free_under = [float(builder.free[node_types == t].sum() if t else builder.free.sum())
+                  for _, t in modes]
+    # Bin packing: the mode leaving the fewest free GPUs; load balancing: the most.
+    order = sorted(range(len(modes)), key=lambda m: (modes[m][0] != wanted,
+                                                     free_under[m] if binpack else -free_under[m]))
     for slot in range(len(builder.slots)):
-        options = [m for m in range(len(modes)) if mask[slot * len(modes) + m]]
-        if not options:
-            continue
-        node_types = np.array(builder.state.gpu_types)
-
-        def free_under(m: int) -> float:
-            t = modes[m][1]
-            return float(builder.free[node_types == t].sum() if t else builder.free.sum())
-
-        def key(m: int) -> tuple[bool, float]:
-            wanted = "pack" if binpack else "spread"
-            return (modes[m][0] != wanted, free_under(m) if binpack else -free_under(m))
-
-        return slot * len(modes) + min(options, key=key)
+        for m in order:
+            if mask[slot * len(modes) + m]:
+                return slot * len(modes) + m
     return builder.stop
 
 
