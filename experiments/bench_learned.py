@@ -104,7 +104,7 @@ def run_one(world: str, policy_name: str, seed: int) -> dict[str, Any]:
         law = (make_hidden("contention", cluster=spec, seed=seed)
                if world == "contention" else None)
         weights_world = "pollux" if policy_name == "harmony" else world
-        result = POLLUX.run(workload, _policy(policy_name, False, weights_world), spec,
+        result = POLLUX.run(workload.jobs, _policy(policy_name, False, weights_world), spec,
                             seed=seed, interference=0.0 if law else 0.25, hidden=law)
     summary = result.summary
     return {"world": world, "policy": policy_name, "seed": seed,

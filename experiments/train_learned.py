@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                      if args.world == "contention" else 0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"format": WEIGHTS_FORMAT, "kind": args.policy,
-                "obs_size": int(env.observation_space.shape[0]),
-                "num_actions": int(env.action_space.n), "hidden": config.hidden,
+                "obs_size": env.obs_size,
+                "num_actions": env.num_actions, "hidden": config.hidden,
                 "max_jobs": env.max_jobs, "modes": modes, "counter_nodes": counter_nodes,
                 "state_dict": result.net.state_dict()}, args.out)
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -3,6 +3,8 @@ masks and rewards, on the worlds' own clusters."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from bayes_sched.gym import make_env
 from bayes_sched.gym.env import jain_unfairness
 from bayes_sched.gym.train import heuristic_action, random_return
 
-TINY = {"gavel": {"num_jobs": 6}, "pollux": {"num_jobs": 4},
+TINY: dict[str, dict[str, Any]] = {"gavel": {"num_jobs": 6}, "pollux": {"num_jobs": 4},
         "contention": {"num_jobs": 3, "arrival_hours": 0.2}}
 
 
@@ -23,7 +25,7 @@ def test_env_passes_gymnasium_checker(world: str) -> None:
     check_env(env, skip_render_check=True)
     obs, info = env.reset(seed=3)
     assert env.observation_space.contains(obs)
-    assert info["action_mask"].shape == (env.action_space.n,)
+    assert info["action_mask"].shape == (env.num_actions,)
     assert info["action_mask"][-1]  # stop is always possible
 
 
@@ -54,7 +56,7 @@ def test_episodes_are_seeded() -> None:
 def test_sync_vector_env_steps_with_masks() -> None:
     envs = gymnasium.vector.SyncVectorEnv([lambda: make_env("gavel", **TINY["gavel"])] * 3)
     obs, info = envs.reset(seed=[1, 2, 3])
-    assert obs.shape == (3, *envs.single_observation_space.shape)
+    assert obs.shape == (3, make_env("gavel", **TINY["gavel"]).obs_size)
     for _ in range(20):
         actions = np.array([int(np.flatnonzero(mask)[0]) for mask in info["action_mask"]])
         obs, reward, term, trunc, info = envs.step(actions)
@@ -94,10 +96,10 @@ def test_bad_actions_and_worlds_are_one_line() -> None:
         with pytest.raises(ValueError, match="outside the mask"):
             env.step(int(masked[0]))
     with pytest.raises(ValueError, match="outside the mask"):
-        env.step(int(env.action_space.n) + 3)
+        env.step(int(env.num_actions) + 3)
     lenient = make_env("gavel", **TINY["gavel"])
     lenient.reset(seed=0)
-    *_, info = lenient.step(int(lenient.action_space.n) + 3)
+    *_, info = lenient.step(lenient.num_actions + 3)
     assert info["invalid_action"]
     with pytest.raises(InputError, match="no environment; expected one of gavel"):
         make_env("shockwave")
@@ -115,7 +117,7 @@ def test_fairness_reward_and_registration() -> None:
 def test_contention_env_sees_counters() -> None:
     env = make_env("contention", **TINY["contention"])
     obs, _ = env.reset(seed=1)
-    counters = slice(env.observation_space.shape[0] - 4 * 3, None)
+    counters = slice(env.obs_size - 4 * 3, None)
     assert not obs[counters].any()  # nothing emitted before the first round
     seen, _ = _rollout(env, seed=1)
     assert any(o[counters].any() for o in seen[1:-1])

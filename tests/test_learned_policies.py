@@ -61,7 +61,7 @@ def test_weights_round_trip_and_run_in_the_gavel_world(tmp_path: Path) -> None:
     assert policy.stats()["rounds"] > 0
     # The same weights on a cluster of other GPU types: one line.
     with pytest.raises(InputError, match="weights for .* observations"):
-        POLLUX.run(generate_workload(2, 8, seed=0), POLICIES.make("harmony", weights=str(path)),
+        POLLUX.run(generate_workload(2, 8, seed=0).jobs, POLICIES.make("harmony", weights=str(path)),
                    load_cluster_spec("4x4:t4"))
 
 
@@ -85,7 +85,7 @@ def test_bad_weights_are_one_line(tmp_path: Path) -> None:
 def test_metis_resizes_jobs_by_gp_ei() -> None:
     workload = generate_workload(6, 8, seed=3).head(6)
     policy = POLICIES.make("metis")
-    result = POLLUX.run(workload, policy, load_cluster_spec("4x4:t4"), interference=0.25)
+    result = POLLUX.run(workload.jobs, policy, load_cluster_spec("4x4:t4"), interference=0.25)
     assert result.summary["finished"] == 6
     stats = policy.stats()
     assert stats["gp_fits"] > 0 and stats["resizes"] > 0

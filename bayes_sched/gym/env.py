@@ -91,8 +91,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.int64]):
         self.strict = strict
         self._extra = extra
         size = observation_size(max_jobs, num_types, 0 if extra is None else extra[1])
+        #: Observation length and number of actions (the spaces' sizes).
+        self.obs_size = size
+        self.num_actions = max_jobs * len(modes) + 1
         self.observation_space = gym.spaces.Box(0.0, OBSERVATION_HIGH, (size,), np.float32)
-        self.action_space = gym.spaces.Discrete(max_jobs * len(modes) + 1)
+        self.action_space = gym.spaces.Discrete(self.num_actions)
         self._cluster: Cluster | None = None
         self._builder: RoundBuilder | None = None
         self.rounds = 0
@@ -131,7 +134,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.int64]):
     def action_masks(self) -> np.ndarray:
         """Possible actions (bool, ``(action_space.n,)``), as sb3-contrib's masked PPO reads."""
         if self._builder is None:
-            mask = np.zeros(int(self.action_space.n), bool)
+            mask = np.zeros(self.num_actions, dtype=np.bool_)
             mask[-1] = True
             return mask
         return self._builder.mask()
@@ -179,12 +182,12 @@ class SchedulingEnv(gym.Env[np.ndarray, np.int64]):
 
     def _observe(self, done: bool) -> np.ndarray:
         if done or self._builder is None:
-            return np.zeros(self.observation_space.shape, np.float32)
+            return np.zeros(self.obs_size, np.float32)
         return np.clip(self._builder.observation(), 0.0, OBSERVATION_HIGH)
 
     def _info(self, done: bool) -> dict[str, Any]:
         return {"action_mask": self.action_masks() if not done else
-                np.eye(int(self.action_space.n), dtype=bool)[-1],
+                np.arange(self.num_actions) == self.num_actions - 1,
                 "rounds": self.rounds,
                 "now": 0.0 if self._cluster is None else self._cluster.state.now}
 

@@ -131,8 +131,7 @@ def train(make_env: Callable[[], SchedulingEnv], config: TrainConfig = TrainConf
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     env, eval_env = make_env(), make_env()
-    size = int(np.prod(env.observation_space.shape or (1,)))
-    actions = int(env.action_space.n)
+    size, actions = env.obs_size, env.num_actions
     net = actor_critic(size, actions, config.hidden)
     reward_model = torch.nn.Sequential(torch.nn.Linear(size, config.hidden), torch.nn.Tanh(),
                                        torch.nn.Linear(config.hidden, actions))
@@ -239,7 +238,7 @@ def _update(net: torch.nn.Module, reward_model: torch.nn.Module,
         scores = predicted.detach().masked_fill(~masks, 0.0)
         loss = loss - config.reward_model_weight * (probs * scores).sum(-1).mean()
     optimiser.zero_grad()
-    loss.backward()  # type: ignore[no-untyped-call]
+    loss.backward()
     optimiser.step()
 
 

@@ -21,6 +21,7 @@ the world's GPU types).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -150,7 +151,8 @@ def contention_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str =
 
 
 #: Environment factories by world name.
-ENVIRONMENTS = {"gavel": gavel_env, "pollux": pollux_env, "contention": contention_env}
+ENVIRONMENTS: dict[str, Callable[..., SchedulingEnv]] = {
+    "gavel": gavel_env, "pollux": pollux_env, "contention": contention_env}
 
 
 def make_env(world: str, **options: Any) -> SchedulingEnv:
