@@ -121,3 +121,17 @@ def test_contention_env_sees_counters() -> None:
     assert not obs[counters].any()  # nothing emitted before the first round
     seen, _ = _rollout(env, seed=1)
     assert any(o[counters].any() for o in seen[1:-1])
+
+
+def test_masked_ppo_trains_on_the_env() -> None:
+    """sb3-contrib's masked PPO (the [rl] extra) steps through the environment and never takes
+    an action outside the mask (the environment is strict)."""
+    from sb3_contrib import MaskablePPO
+
+    env = make_env("gavel", strict=True, **TINY["gavel"])
+    model = MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
+                        device="cpu")
+    model.learn(total_timesteps=128)
+    obs, _ = env.reset(seed=4)
+    action, _ = model.predict(obs, action_masks=env.action_masks(), deterministic=True)
+    assert env.action_masks()[int(action)]
