@@ -2,12 +2,12 @@
 their worlds: average JCT, makespan and decision time over held-out episodes, with ratios to a
 reference policy, all in one run.
 
-    python experiments/bench_learned.py --seeds 20001 20002 20003 [--json]
+    python experiments/bench_learned.py --seeds 20001 20002 20003 [--jobs 8] [--json]
 
 Worlds (each the environment's episode recipe, :mod:`bayes_sched.gym.worlds`, run through the
 world's own loop, not the environment; seeds never used in training or its evaluation):
 
-* ``pollux``: 8 jobs within an hour on 4x4 T4s, the artifact's 0.25 interference between
+* ``pollux``: 8 jobs (``--jobs``) within an hour on 4x4 T4s, the artifact's 0.25 interference between
   distributed jobs sharing a node, 5-minute rounds: harmony, metis, pollux, tiresias, fifo, and
   the two heuristics Harmony compares (bin packing, load balancing); reference: bin packing;
 * ``contention``: the same under the hidden contention law: banerjee, harmony, tiresias and the
@@ -66,7 +66,7 @@ class HeuristicPolicy:
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
         modes = type_modes(cluster.spec.types) if self.typed else PLACEMENT_MODES
-        builder = RoundBuilder(cluster, jobs, 8 if self.typed else 8, modes)
+        builder = RoundBuilder(cluster, jobs, 8, modes)
         while builder.can_place():
             action = heuristic_action(builder, self.binpack)
             if action == builder.stop:
@@ -90,17 +90,18 @@ WORLD_POLICIES = {
 }
 
 
-def run_one(world: str, policy_name: str, seed: int) -> dict[str, Any]:
-    """One held-out episode of ``world`` under ``policy_name``."""
+def run_one(world: str, policy_name: str, seed: int, jobs: int = 8) -> dict[str, Any]:
+    """One held-out episode of ``world`` under ``policy_name`` (``jobs``: the Pollux worlds'
+    episode size)."""
     start = time.process_time()
     if world == "gavel":
         spec = GAVEL.cluster(load_cluster_spec("v100:4,p100:4,k80:4"))
-        jobs = gavel_jobs(seed, 12, 1.0, 0.02, spec)
-        result = GAVEL.run(jobs, _policy(policy_name, True, world), spec, seed=seed,
+        table_jobs = gavel_jobs(seed, 12, 1.0, 0.02, spec)
+        result = GAVEL.run(table_jobs, _policy(policy_name, True, world), spec, seed=seed,
                            measurement_noise=0.0)
     else:
         spec = POLLUX.cluster(load_cluster_spec("4x4:t4"), 300.0)
-        workload = pollux_jobs(seed, 8, 1.0, spec)
+        workload = pollux_jobs(seed, jobs, 1.0, spec)
         law = (make_hidden("contention", cluster=spec, seed=seed)
                if world == "contention" else None)
         weights_world = "pollux" if policy_name == "harmony" else world
@@ -129,12 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[20001, 20002, 20003])
     parser.add_argument("--worlds", nargs="+", choices=tuple(WORLD_POLICIES),
                         default=list(WORLD_POLICIES))
+    parser.add_argument("--jobs", type=int, default=8,
+                        help="jobs per Pollux-world episode (training used 8; more is a load "
+                             "the policies were not trained on)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not 1 <= len(args.seeds) <= 20:
         print(f"--seeds: {len(args.seeds)} given; expected 1 to 20", file=sys.stderr)
         return 2
-    rows = [run_one(world, name, seed) for world in args.worlds
+    if not 1 <= args.jobs <= 200:
+        print(f"--jobs {args.jobs}: expected 1 to 200", file=sys.stderr)
+        return 2
+    rows = [run_one(world, name, seed, args.jobs) for world in args.worlds
             for name in WORLD_POLICIES[world] for seed in args.seeds]
     table = []
     for world in args.worlds:

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python experiments/train_learned.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
         "git_rev": rev, "cpu_seconds": round(result.cpu_seconds, 1),
+        "kept_episode": result.kept_episode,
         "curve": [{"episodes": e, "greedy_return_eval": round(r, 4)} for e, r in result.curve],
         "random_return_eval": round(random_return(env, config.eval_seeds), 4),
         "training_returns": [round(r, 4) for r in result.returns],

@@ -61,7 +61,6 @@ class SchedulingEnv(gym.Env[np.ndarray, np.int64]):
 
     Args:
         make_cluster: the episode's cluster from the episode's generator.
-        num_types: GPU types of the cluster (observation size).
         modes: placement modes (:mod:`~bayes_sched.policies.placement_steps`).
         interval: seconds per round.
         max_jobs: job slots in the observation.
@@ -73,7 +72,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.int64]):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, make_cluster: ClusterFactory, num_types: int, modes: tuple[Mode, ...],
+    def __init__(self, make_cluster: ClusterFactory, modes: tuple[Mode, ...],
                  interval: float, max_jobs: int = 8, max_rounds: int = 200,
                  objective: str = "jct", extra: tuple[ExtraFeatures, int] | None = None,
                  strict: bool = False) -> None:
@@ -90,7 +89,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.int64]):
         self.objective = objective
         self.strict = strict
         self._extra = extra
-        size = observation_size(max_jobs, num_types, 0 if extra is None else extra[1])
+        size = observation_size(max_jobs, modes, 0 if extra is None else extra[1])
         #: Observation length and number of actions (the spaces' sizes).
         self.obs_size = size
         self.num_actions = max_jobs * len(modes) + 1

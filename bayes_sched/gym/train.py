@@ -25,6 +25,7 @@ replay buffer holds only recent episodes). Rewards are the environment's (hours;
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 from collections.abc import Callable
@@ -62,13 +63,16 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    """The trained network, the learning curve ``(episodes, mean greedy return on the eval
-    seeds)``, the training returns per episode, and CPU seconds."""
+    """The trained network (the state of the best point of the learning curve: model selection
+    on the evaluation seeds, which no benchmark uses), the learning curve ``(episodes, mean
+    greedy return on the eval seeds)``, the training returns per episode, CPU seconds, and the
+    episode whose state was kept."""
 
     net: torch.nn.Module
     curve: list[tuple[int, float]] = field(default_factory=list)
     returns: list[float] = field(default_factory=list)
     cpu_seconds: float = 0.0
+    kept_episode: int = 0
 
 
 def heuristic_action(builder: RoundBuilder, binpack: bool) -> int:
@@ -141,6 +145,7 @@ def train(make_env: Callable[[], SchedulingEnv], config: TrainConfig = TrainConf
     buffer: list[tuple[np.ndarray, np.ndarray, int, float, float]] = []
     oldest = 0  # the ring buffer's next slot to overwrite once full
     result = TrainResult(net)
+    best: tuple[float, int, dict[str, torch.Tensor]] | None = None
     for episode in range(config.episodes):
         frac = episode / max(config.episodes - 1, 1)
         explore = (config.explore + (config.explore_final - config.explore) * frac
@@ -163,9 +168,14 @@ def train(make_env: Callable[[], SchedulingEnv], config: TrainConfig = TrainConf
         if (episode + 1) % config.eval_every == 0 or episode + 1 == config.episodes:
             point = greedy_return(net, eval_env, config.eval_seeds)
             result.curve.append((episode + 1, point))
+            if best is None or point > best[0]:
+                best = (point, episode + 1, copy.deepcopy(net.state_dict()))
             if log is not None:
                 log(f"episode {episode + 1}: greedy return {point:.3f} on eval seeds, "
                     f"explore {explore:.2f}")
+    if best is not None:
+        net.load_state_dict(best[2])
+        result.kept_episode = best[1]
     result.cpu_seconds = time.process_time() - start
     return result
 

@@ -101,7 +101,7 @@ def gavel_env(num_jobs: int = 12, arrival_hours: float = 1.0, duration_scale: fl
         jobs = gavel_jobs(seed, num_jobs, arrival_hours, duration_scale, spec)
         return TableCluster(jobs, spec, table, measurement_noise=0.0, noise_seed=seed)
 
-    return SchedulingEnv(make, len(spec.types), type_modes(spec.types), spec.round_interval,
+    return SchedulingEnv(make, type_modes(spec.types), spec.round_interval,
                          **options)
 
 
@@ -135,7 +135,7 @@ def pollux_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str = "4x
     sharing a node (the artifact's 0.25 by default); ``hidden``: a hidden law's name."""
     spec, make = _pollux_cluster(num_jobs, arrival_hours, cluster, round_seconds, interference,
                                  hidden)
-    return SchedulingEnv(make, len(spec.types), PLACEMENT_MODES, spec.round_interval, **options)
+    return SchedulingEnv(make, PLACEMENT_MODES, spec.round_interval, **options)
 
 
 def contention_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str = "4x4:t4",
@@ -146,7 +146,7 @@ def contention_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str =
                                  "contention")
     nodes = spec.num_nodes
     extra = (lambda c: counter_features(c.state.counters, nodes), nodes * len(COUNTER_VARIABLES))
-    return SchedulingEnv(make, len(spec.types), PLACEMENT_MODES, spec.round_interval,
+    return SchedulingEnv(make, PLACEMENT_MODES, spec.round_interval,
                          extra=extra, **options)
 
 

@@ -17,8 +17,8 @@ Action ``slot * len(modes) + mode`` places the job in ``slot`` by ``modes[mode]`
 action, :attr:`RoundBuilder.stop`, ends the round. :meth:`RoundBuilder.mask` says which actions
 are possible (a job whose GPUs fit; stop always). :meth:`RoundBuilder.observation` is a flat
 float32 vector of :func:`observation_size` entries, padded with zeros for empty slots: what a real
-scheduler sees (job views, the cluster's free GPUs) and, where given, ``extra`` features (the
-contention world's counters or a posterior over them).
+scheduler sees (job views, the cluster's free GPUs, per GPU type the modes name) and, where
+given, ``extra`` features (the contention world's counters or a posterior over them).
 
 Used by the learned policies at decision time and by the environments at training time, so both
 see one definition of state and action.
@@ -54,9 +54,15 @@ def type_modes(types: Sequence[str]) -> tuple[Mode, ...]:
     return tuple(("pack", t) for t in types)
 
 
-def observation_size(max_jobs: int, num_types: int, extra: int = 0) -> int:
+def mode_types(modes: Sequence[Mode]) -> tuple[str, ...]:
+    """The GPU types the modes name, in order (none for untyped modes): the types whose free
+    fractions the observation carries, so that weights for untyped modes fit any cluster."""
+    return tuple(dict.fromkeys(t for _, t in modes if t is not None))
+
+
+def observation_size(max_jobs: int, modes: Sequence[Mode], extra: int = 0) -> int:
     """Length of :meth:`RoundBuilder.observation`."""
-    return max_jobs * SLOT_FEATURES + _CLUSTER_FEATURES + num_types + extra
+    return max_jobs * SLOT_FEATURES + _CLUSTER_FEATURES + len(mode_types(modes)) + extra
 
 
 def spread(num_gpus: int, free: np.ndarray) -> np.ndarray | None:
@@ -95,7 +101,7 @@ class RoundBuilder:
         self.state = state
         self.modes = tuple(modes)
         self.max_jobs = int(max_jobs)
-        self.types = state.spec.types
+        self.types = mode_types(self.modes)
         self._node_types = np.array(state.gpu_types)
         self.allocations: Allocations = {j.name: np.asarray(j.allocation, dtype=np.int64)
                                          for j in jobs if j.num_gpus > 0}
@@ -187,5 +193,6 @@ class RoundBuilder:
                                self.extra]).astype(np.float32)
 
 
-__all__ = ["PLACEMENT_MODES", "SLOT_FEATURES", "Mode", "RoundBuilder", "observation_size",
+__all__ = ["PLACEMENT_MODES", "SLOT_FEATURES", "Mode", "RoundBuilder", "mode_types",
+           "observation_size",
            "spread", "type_modes"]
