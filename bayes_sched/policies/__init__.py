@@ -96,6 +96,9 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
 POLICIES.register("astraea", f"{_EXPORTS['AstraeaPolicy']}:AstraeaPolicy")
 POLICIES.register("gandiva_fair_tenant",
                   f"{_EXPORTS['GandivaFairTenantPolicy']}:GandivaFairTenantPolicy")
+POLICIES.register("harmony", "bayes_sched.policies.harmony:HarmonyPolicy")
+POLICIES.register("banerjee", "bayes_sched.policies.banerjee:BanerjeePolicy")
+POLICIES.register("metis", "bayes_sched.policies.metis:MetisPolicy")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:

@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from bayes_sched.sim.result import RunResult
 
 #: Every policy the Pollux world runs; on a typed cluster Pollux, Tiresias, Optimus, FIFO and BO
-#: are type-agnostic, sia_adaptive is Sia.
+#: are type-agnostic, sia_adaptive is Sia; the learned placements Harmony and Banerjee's, and
+#: Metis's per-job BO.
 POLLUX_WORLD_POLICIES: tuple[str, ...] = ("pollux", "tiresias", "optimus", "fifo", "bo",
-                                          "sia_adaptive")
+                                          "sia_adaptive", "harmony", "banerjee", "metis")
 
 
 @dataclass(frozen=True)

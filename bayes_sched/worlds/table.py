@@ -40,7 +40,8 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
     "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
     "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair",
     "gandiva_fair_tenant")
-TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia", "astraea")
+TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia", "astraea",
+                                         "harmony")
 
 
 @dataclass(frozen=True)

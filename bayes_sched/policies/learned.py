@@ -1,0 +1,137 @@
+"""What the learned placement policies share: their network, their weights file, and a round's
+greedy decision over :class:`~bayes_sched.policies.placement_steps.RoundBuilder`.
+
+A weights file (``.pt``, loaded with ``torch.load(weights_only=True)``) holds a dict: ``format``
+(:data:`WEIGHTS_FORMAT`), ``kind`` (the policy that reads it), ``obs_size``, ``num_actions``,
+``hidden`` (layer width), ``max_jobs``, ``modes`` (list of ``[kind, gpu type or None]``),
+``counter_nodes`` (nodes of counter features, 0 for none) and ``state_dict``. Beside it a JSON
+sidecar records the seed, data and command that made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bayes_sched.errors import InputError
+from bayes_sched.policies.placement_steps import Mode, RoundBuilder
+
+if TYPE_CHECKING:
+    import torch
+
+#: The weights format this code reads.
+WEIGHTS_FORMAT = 1
+#: Shipped weights.
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "learned"
+#: Initial bias of the stop action's logit (see :func:`actor_critic`).
+STOP_PRIOR = -3.0
+#: Counters the counter features read, per node: mean over the window.
+COUNTER_VARIABLES = ("gpu_gpm_pcie_tx_rate", "gpu_gpm_pcie_rx_rate", "gpu_utilization")
+
+
+def actor_critic(obs_size: int, num_actions: int, hidden: int = 64) -> torch.nn.Module:
+    """The actor-critic network: a shared two-layer tanh trunk, then ``num_actions`` logits and
+    one value (output shape ``(batch, num_actions + 1)``, the value last). The stop action's
+    logit (the last action) starts at :data:`STOP_PRIOR`: a work-conserving prior, so that an
+    untrained actor places what fits and leaving GPUs idle is something it has to learn."""
+    import torch
+
+    head = torch.nn.Linear(hidden, num_actions + 1)
+    with torch.no_grad():
+        head.bias[num_actions - 1] = STOP_PRIOR
+    return torch.nn.Sequential(
+        torch.nn.Linear(obs_size, hidden), torch.nn.Tanh(),
+        torch.nn.Linear(hidden, hidden), torch.nn.Tanh(), head)
+
+
+def load_weights(path: str | Path, kind: str) -> tuple[dict[str, Any], torch.nn.Module]:
+    """The weights file ``path`` (see the module) for policy ``kind`` and its network.
+
+    Raises:
+        InputError: a missing or unreadable file, another format or kind, or a state that does
+            not fit the network (one line naming the file).
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such weights file; expected one made by "
+                         "experiments/train_learned.py")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure is a corrupt file
+        raise InputError(f"{path}: not a weights file ({type(error).__name__}); expected "
+                         "one made by experiments/train_learned.py") from None
+    if not isinstance(blob, dict) or blob.get("format") != WEIGHTS_FORMAT:
+        found = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
+        raise InputError(f"{path}: weights format {found!r}: expected {WEIGHTS_FORMAT}; retrain "
+                         "with experiments/train_learned.py")
+    if blob.get("kind") != kind:
+        raise InputError(f"{path}: weights of {blob.get('kind')!r}: expected {kind!r}")
+    net = actor_critic(int(blob["obs_size"]), int(blob["num_actions"]), int(blob["hidden"]))
+    try:
+        net.load_state_dict(blob["state_dict"])
+    except (RuntimeError, KeyError) as error:
+        raise InputError(f"{path}: weights do not fit the network: "
+                         f"{str(error).splitlines()[0]}") from None
+    net.eval()
+    return blob, net
+
+
+def modes_of(blob: dict[str, Any]) -> tuple[Mode, ...]:
+    return tuple((str(kind), None if t is None else str(t)) for kind, t in blob["modes"])
+
+
+def counter_features(counters: Any, num_nodes: int) -> np.ndarray:
+    """Per node, the mean over the counter window (time and GPUs) of each of
+    :data:`COUNTER_VARIABLES` (rates in MB/s), log1p-scaled; zeros where no counter was emitted
+    yet. ``counters``: a :class:`~bayes_sched.cluster.ClusterState`'s counters window (or
+    ``None``). Shape ``(num_nodes * len(COUNTER_VARIABLES),)``."""
+    out = np.zeros((num_nodes, len(COUNTER_VARIABLES)), np.float32)
+    if counters is None:
+        return out.ravel()
+    for k, name in enumerate(COUNTER_VARIABLES):
+        if name not in counters:
+            continue
+        values = counters[name]
+        other = [d for d in values.dims if d != "node"]
+        mean = np.asarray(values.mean(dim=other, skipna=True).values if other
+                          else values.values, float)[:num_nodes]
+        scaled = mean / 1e6 if "rate" in name else mean
+        out[:len(scaled), k] = np.log1p(np.clip(np.nan_to_num(scaled), 0.0, None))
+    return out.ravel()
+
+
+def greedy_round(net: torch.nn.Module, builder: RoundBuilder) -> RoundBuilder:
+    """Place jobs by the network's most likely possible action until it stops or nothing more
+    fits; returns ``builder`` (its :attr:`~RoundBuilder.allocations` are the decision)."""
+    import torch
+
+    with torch.no_grad():
+        while builder.can_place():
+            obs = torch.as_tensor(np.clip(builder.observation(), 0.0, 100.0))[None]
+            logits = net(obs)[0, :-1].numpy()
+            logits = np.where(builder.mask(), logits, -np.inf)
+            action = int(np.argmax(logits))
+            if action == builder.stop:
+                break
+            builder.place(action)
+    return builder
+
+
+def check_fits(blob: dict[str, Any], builder: RoundBuilder, path: str | Path,
+               types: Sequence[str]) -> None:
+    """Refuse a cluster the weights were not made for (one line naming the file)."""
+    size = builder.observation().size
+    if size != int(blob["obs_size"]) or builder.num_actions != int(blob["num_actions"]):
+        raise InputError(f"{path}: weights for {blob['obs_size']} observations and "
+                         f"{blob['num_actions']} actions; this cluster ({', '.join(types)}) gives "
+                         f"{size} and {builder.num_actions}: expected weights trained for its "
+                         "GPU types and modes")
+
+
+__all__ = ["COUNTER_VARIABLES", "DATA_DIR", "WEIGHTS_FORMAT", "actor_critic", "check_fits",
+           "counter_features", "greedy_round", "load_weights", "modes_of"]
