@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import fail, progress_bar
+from bayes_sched.cli.estimator_options import add_estimator_options, estimator_choices
 from bayes_sched.cli.options import (
     DAY,
     DURATION_EPILOG,
@@ -27,6 +28,7 @@ from bayes_sched.cli.options import (
 )
 from bayes_sched.cli.seeds import add_seed_options, print_headlines, print_seed_summary, seed_list
 from bayes_sched.errors import InputError
+from bayes_sched.estimates import describe_sources
 from bayes_sched.policies import (
     POLICIES,
     POLLUX_WORLD_POLICIES,
@@ -126,12 +128,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="scheduling policy (default pollux, or max_min_fairness_perf "
                                "with --trace; `bayes-sched list policies` shows their options)")
     _cluster_options(simulate)
+    add_estimator_options(simulate)
     simulate.add_argument("--measurement-noise", type=finite_float(0.0, unit="log units"),
                           default=None, metavar="SD",
                           help="with --trace: standard deviation of the multiplicative noise on "
                                "the steps/s jobs report, log scale (default: the simulator's "
                                "0.05; 0: exact reports; seeded by "
-                               "--seed); what a policy reading a learner (source=...) learns from")
+                               "--seed); what a learning estimator (--estimator) learns from")
     simulate.add_argument("--out", help="write the report (tables, timeline, plots) here; "
                           f"{OUT_DIR_RULE}")
     simulate.add_argument("--plot", metavar="DIR",
@@ -227,7 +230,7 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
 
 
 #: Top-level keys of a --config file.
-_CONFIG_KEYS = ("cluster", "policy", "hidden")
+_CONFIG_KEYS = ("cluster", "policy", "hidden", "estimator")
 
 
 def _read_config(path: str | None) -> dict[str, Any]:
@@ -472,7 +475,9 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
         noise = DEFAULT_MEASUREMENT_NOISE if given is None else given
         result = run_table_simulation(jobs, policy, spec, table=table, source=str(path),
                                       on_round=on_round, cluster_type=cluster_type,
-                                      measurement_noise=noise, noise_seed=args.seed)
+                                      measurement_noise=noise, noise_seed=args.seed,
+                                      estimators=estimator_choices(args, settings),
+                                      estimator_seed=seed)
     if args.plot and seen:
         from bayes_sched.sim.type_utilization import table_world_series, write_type_utilization
 
@@ -483,6 +488,7 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
             args.plot, f"{policy.name}_{path.stem}_seed{seed}", f"{policy.name} on {path.stem}")
     row: dict[str, object] = {"policy": policy.name, "trace": path.stem,
                               "cluster": spec.describe(), "round_s": spec.round_interval,
+                              "estimates": describe_sources(result.estimates_from),
                               **result.summary, "wall_s": result.wall_seconds}
     return row, result, path
 
@@ -532,6 +538,7 @@ def _simulate(args: argparse.Namespace) -> int:
         check_out_dir(args.out)
     workload = _read_workload(args.workload, args)
     options = [_policy_options(args, [args.policy], seed)[args.policy] for seed in seeds]
+    choices = estimator_choices(args, _read_config(args.config))
     check_horizon(workload, configs[0])
     results: list[SimulationResult] = []
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
@@ -545,7 +552,8 @@ def _simulate(args: argparse.Namespace) -> int:
                 done = sum(1 for job in cluster.jobs.values() if not job.active)
                 progress.update(task, completed=done)
 
-            results.append(run_simulation(workload, policy, config, on_round=on_round))
+            results.append(run_simulation(workload, policy, config, on_round=on_round,
+                                          estimators=choices))
     title = f"{args.policy} on {workload.name}"
     if args.seeds is None:
         _print(summary_rows(results), args.json, title)

@@ -27,26 +27,29 @@ way Gavel's scheduler does (``scheduler/scheduler.py``, Narayanan et al., OSDI 2
 A policy that fails to produce an allocation (infeasible LP, solver error) keeps the previous one;
 the failure is logged and counted in :attr:`TimeSharingPolicy.solver_failures`.
 
-**Throughput source.** By default (``source="table"``) a policy reads the measured table, as
-Gavel does. With ``source`` a learner's name (:data:`bayes_sched.estimation.learners.LEARNERS`)
-it reads what the loop's :class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`
-learned from the jobs' reports instead: at each allocation recompute one joint prediction of the
-solo matrix ``(J, T)`` and the pair rates ``(P, 2, T)`` (``thompson=True``: one joint posterior
-draw, seeded by the policy's seed and the recompute count, so unknown cells are tried where their
-draw is high: which GPU type a job tries next, which unknown pairs are packed; ``False``: the
-posterior mean). The belief changing (a refit) triggers a recompute, still at most every
-``min_reset_interval``. *Where* a job can run at all is learned too: a job (or a pair) that
-fails to launch in a cell reports it (out of memory), and the estimator keeps it from then on
-(:meth:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator.fits`); until then every
-type with room, and every pair of one scale factor, may be tried (the oracle learner knows the
-table's zero pattern, so it runs as the table does). A cell never
-measured: the table source gives :data:`DEFAULT_STEPS_PER_SECOND` on every type to a job type it
-lacks (Gavel's rule) and does not pack a pair it lacks; the oracle learner the same; a point
-learner its prior mean; a Thompson policy a draw from the prior. The cells a learner asks a new
-job to be profiled in (``profiling_cells``) run first, one per job per round while the job has
-any (a pair with a running job of the partner type; a cell that cannot run, such as a pair with
-no job of that type active, is dropped and counted): real rounds, the job progressing at that
-cell's rate, their GPU-seconds counted by the estimator as profiling.
+**Throughputs** come from the round's estimates (the ``throughput`` need; the estimator is chosen
+outside the policy, by default the world's ``oracle``). A known table
+(:class:`~bayes_sched.throughput_estimates.KnownThroughputs`, what the oracle publishes) is read as
+Gavel reads its measured table. A learning stage
+(:class:`~bayes_sched.throughput_estimates.LearnedThroughputs`: a learner behind the loop's
+throughput estimator, learning from the jobs' reports) is read instead as: at each allocation
+recompute one joint prediction of the solo matrix ``(J, T)`` and the pair rates ``(P, 2, T)``
+(``acquisition="thompson"``: one joint posterior draw, seeded by the policy's seed and the
+recompute count, so unknown cells are tried where their draw is high: which GPU type a job tries
+next, which unknown pairs are packed; ``"mean"``: the posterior mean). The belief changing (a
+refit) triggers a recompute, still at most every ``min_reset_interval``. *Where* a job can run at
+all is learned too: a job (or a pair) that fails to launch in a cell reports it (out of memory),
+and the estimator keeps it from then on
+(:meth:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator.fits`); until then every type
+with room, and every pair of one scale factor, may be tried (the oracle's table behind the learning
+stage, ``oracle_stage``, knows the table's zero pattern, so it runs as the table does). A cell
+never measured: a known table gives :data:`DEFAULT_STEPS_PER_SECOND` on every type to a job type it
+lacks (Gavel's rule) and does not pack a pair it lacks; ``oracle_stage`` the same; a point learner
+its prior mean; a Thompson policy a draw from the prior. The cells a learner asks a new job to be
+profiled in (``profiling_cells``) run first, one per job per round while the job has any (a pair
+with a running job of the partner type; a cell that cannot run, such as a pair with no job of that
+type active, is dropped and counted): real rounds, the job progressing at that cell's rate, their
+GPU-seconds counted by the estimator as profiling.
 """
 
 from __future__ import annotations
@@ -56,18 +59,20 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
-from bayes_sched.estimation.learners import LEARNERS, make_learner
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.throughputs import JobKey, ThroughputTable, load_throughputs
+from bayes_sched.throughput_estimates import (
+    THROUGHPUT,
+    KnownThroughputs,
+    LearnedThroughputs,
+)
+from bayes_sched.throughput_estimates import JobClass as JobKey
 
 LOG = logging.getLogger(__name__)
 
@@ -98,7 +103,7 @@ def cluster_types(cluster: ClusterState) -> tuple[str, ...]:
 
 
 def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster: ClusterState,
-                         table: ThroughputTable,
+                         table: KnownThroughputs,
                          cache: dict[JobKey, np.ndarray] | None = None) -> np.ndarray:
     """Steps/s of each job alone on each type, shape ``(J, T)``: the measured table for the job's
     type and scale factor (its requested GPUs); :data:`DEFAULT_STEPS_PER_SECOND` on every type for
@@ -287,17 +292,10 @@ class TimeSharingPolicy:
             bench_gavel_lp.py``); HIGHS (simplex) answers at a vertex.
         min_reset_interval: seconds between allocation recomputations (Gavel: 1920).
         seed: seeds the per-round shuffle of GPU types (heterogeneity-agnostic policies; Gavel
-            draws it from ``Random(seed + 5)``).
-        throughputs: the measured table the policy reads: Gavel's ``"simulation"`` or
-            ``"physical"``, or Shockwave's ``"tacc"`` (V100 re-measured).
-        source: where the steps/s come from: ``"table"`` (the ``throughputs`` table) or a
-            learner's name (``"oracle"``: the same table through the estimation stage;
-            ``"per_cell"``, ...), learning from the jobs' reports (see the module).
-        thompson: with a learner, decide on one posterior draw per recompute (else the mean).
-        refit_interval: with a learner, seconds between refits (0: every round with reports).
-        refit_growth: with a learner, a refit is due on a report of a new cell, a failed
-            launch, or a cell whose reported seconds grew by this factor since the last fit
-            (1: any report; :class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`).
+            draws it from ``Random(seed + 5)``) and the posterior draws.
+        acquisition: how a learned belief is read at each recompute: ``"thompson"``, one joint
+            posterior draw (unknown cells are tried where their draw is high), or ``"mean"``,
+            the posterior mean (see the module). A known table is read as it is.
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -305,6 +303,8 @@ class TimeSharingPolicy:
 
     name = "time_sharing"
     needs: tuple[str, ...] = ("throughput",)
+    #: Gavel reads the measured table: the world's oracle, unless another estimator is chosen.
+    default_estimators: ClassVar[Mapping[str, str]] = {"throughput": "oracle"}
     #: Whether the policy uses per-type throughputs (Gavel's "Perf" policies keep the type order).
     heterogeneity_aware = False
     #: Whether the policy's allocation holds pairs of jobs sharing GPUs (Gavel's "_packed").
@@ -312,23 +312,20 @@ class TimeSharingPolicy:
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
-                 refit_growth: float = REFIT_GROWTH) -> None:
+                 acquisition: Literal["thompson", "mean"] = "thompson") -> None:
         if solver not in LP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(LP_SOLVERS)}")
         self.solver = solver
         if not min_reset_interval >= 0:
             raise ValueError(f"min_reset_interval is {min_reset_interval}: expected seconds >= 0")
         self.min_reset_interval = float(min_reset_interval)
-        self.table = load_throughputs(throughputs)
-        if source != "table" and source not in LEARNERS:
-            raise ValueError(f"source is {source!r}: expected 'table' or a learner: "
-                             f"{', '.join(LEARNERS)}")
-        self.source = source
-        self.estimator = (None if source == "table" else ThroughputEstimator(
-            make_learner(source, table=self.table, seed=seed), refit_interval, refit_growth))
-        self.thompson = bool(thompson)
+        if acquisition not in ("thompson", "mean"):
+            raise ValueError(f"acquisition is {acquisition!r}: expected 'thompson' or 'mean'")
+        #: The round's throughput estimate (:meth:`_read_throughputs`): a known table, or
+        #: a learning stage; the other is ``None``.
+        self.table: KnownThroughputs | None = None
+        self.estimator: LearnedThroughputs | None = None
+        self.thompson = acquisition == "thompson"
         self.draws_made = 0
         self._belief_version = 0
         #: The last recompute's predicted pair rates per class pair: its classes and ``(C, C,
@@ -419,8 +416,14 @@ class TimeSharingPolicy:
 
     # --- Policy interface -----------------------------------------------------------------------
 
-    def estimators(self) -> Sequence[Estimator]:
-        return () if self.estimator is None else (self.estimator,)
+    def _read_throughputs(self, estimates: Estimates) -> None:
+        """Take the round's ``throughput`` estimate: a known table (the world's oracle) is read
+        as the table itself (Gavel's path), anything else as a learning stage."""
+        value = estimates.require(THROUGHPUT)
+        if isinstance(value, KnownThroughputs):
+            self.table, self.estimator = value, None
+        else:
+            self.table, self.estimator = None, value
 
     def stats(self) -> Mapping[str, float]:
         """``solver_failures``, ``allocation_updates``, ``fallback_allocations`` (equal splits
@@ -450,6 +453,7 @@ class TimeSharingPolicy:
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
+        self._read_throughputs(estimates)
         types = cluster_types(cluster)
         if types != self._types:
             self._reset_state(types)
@@ -460,7 +464,7 @@ class TimeSharingPolicy:
         self._account(jobs, node_types, now, half_round)
         # With a learner this is only where a job may run at all (learned from failed launches).
         measured = (measured_throughputs(jobs, types, cluster, self.table, self._measured_rows)
-                    if self.estimator is None else self._may_run(jobs, types, cluster))
+                    if self.table is not None else self._may_run(jobs, types, cluster))
         capacities = np.array([cluster.gpus_of_type(t) for t in types], dtype=np.int64)
         may_recompute = (now - self._last_reset >= self.min_reset_interval
                          or self._last_reset == 0.0)
@@ -639,6 +643,7 @@ class TimeSharingPolicy:
         types ``(T, 2)`` (0 where either cannot run there alone or the pair is not measured; a
         pair the table lacks is logged once)."""
         row = np.zeros((len(self._types), 2))
+        assert self.table is not None
         for t, gpu in enumerate(self._types):
             if not (self.table.steps_per_second(*key_a, gpu)
                     and self.table.steps_per_second(*key_b, gpu)):
@@ -657,6 +662,7 @@ class TimeSharingPolicy:
                                ) -> tuple[float, float] | None:
         """Steps/s of ``a`` and ``b`` sharing GPUs of type ``gpu`` by the table (``None``: the
         table lacks the pair)."""
+        assert self.table is not None
         return self.table.pair_steps_per_second(gpu, a, b)
 
     def _may_run(self, jobs: Sequence[JobView], types: Sequence[str], cluster: ClusterState
@@ -687,7 +693,7 @@ class TimeSharingPolicy:
         (with a learner) no failed launch of the pair there, or (the table) a positive entry."""
         if a[1] != b[1]:
             return False
-        if self.estimator is None:
+        if self.table is not None:
             known = self.table.pair_steps_per_second(gpu, a, b)
             return known is not None and min(known) > 0
         memo = self._pair_fit_memo()

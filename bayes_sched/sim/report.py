@@ -35,6 +35,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bayes_sched.estimates import describe_sources  # noqa: E402
 from bayes_sched.sim.report_parts import atomic_write, series_styles  # noqa: E402
 from bayes_sched.sim.run import SimulationResult  # noqa: E402
 from bayes_sched.sim.seeds import (  # noqa: E402
@@ -49,7 +50,8 @@ from perfmodel.markdown import markdown_cell, markdown_table  # noqa: E402
 
 
 def summary_rows(results: Sequence[SimulationResult]) -> list[dict[str, object]]:
-    """One dict per run: policy, workload, the run's summary and decision-time statistics."""
+    """One dict per run: policy, workload, the estimator of each need its decisions read, the
+    run's summary and decision-time statistics."""
     rows = []
     for r in results:
         d = r.decision_seconds
@@ -57,7 +59,8 @@ def summary_rows(results: Sequence[SimulationResult]) -> list[dict[str, object]]
         rows.append({
             "policy": r.policy, "workload": r.workload, "seed": r.seed,
             "cluster": r.config.cluster.describe(), "interference": r.config.interference,
-            "hidden": "none" if hidden is None else hidden.name, **r.summary,
+            "hidden": "none" if hidden is None else hidden.name,
+            "estimates": describe_sources(r.estimates_from), **r.summary,
             "decision_median_ms": float(np.median(d) * 1e3) if d.size else 0.0,
             "decision_p95_ms": float(np.percentile(d, 95) * 1e3) if d.size else 0.0,
             "rejected": len(r.rejected), "refits": r.refits, "wall_s": r.wall_seconds,

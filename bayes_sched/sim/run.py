@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.choose import Choices, policy_estimators
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies import make_policy
@@ -66,7 +67,7 @@ class SimulationResult:
 def run_simulation(workload: Workload | str | Path, policy: Policy | str,
                    config: SimConfig | None = None, max_jobs: int | None = None,
                    on_round: Callable[[SimulatedCluster], None] | None = None,
-                   estimators: Choices | None = None) -> SimulationResult:
+                   estimators: Choices | Sequence[Estimator] | None = None) -> SimulationResult:
     """Simulate ``workload`` under ``policy`` on the cluster ``config`` describes.
 
     Args:
@@ -76,8 +77,8 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         max_jobs: keep only the first jobs of the workload.
         on_round: called after every round with the cluster (e.g. to drive a progress bar).
         estimators: the user's choices of estimators (:mod:`bayes_sched.estimation.choose`;
-            default the policy's defaults); ``config.seed`` goes to those that take a seed. This
-            world supplies no oracle.
+            default the policy's defaults; or estimators already made); ``config.seed`` goes
+            to those that take a seed. This world supplies no oracle.
 
     Raises:
         InputError: a bad choice of estimators (one line).

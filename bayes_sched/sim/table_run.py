@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.choose import Choices, policy_estimators
 from bayes_sched.loop import run_loop
 from bayes_sched.policies.base import Policy
@@ -91,7 +92,7 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                          noise_seed: int = 0,
                          clock: Callable[[], float] = time.perf_counter,
                          stall_limit: float = STALL_LIMIT,
-                         estimators: Choices | None = None,
+                         estimators: Choices | Sequence[Estimator] | None = None,
                          estimator_seed: int = 0) -> TableResult:
     """Simulate ``jobs`` under ``policy`` on ``spec`` in rounds of ``spec.round_interval`` s
     until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``;
@@ -102,9 +103,9 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     estimation and decisions with (:func:`~bayes_sched.loop.run_loop`); ``stall_limit``:
     simulated seconds of jobs waiting with no GPU held after which the run is given up (logged,
     and ``stalled_at`` in the summary); ``estimators``: the user's choices of estimators
-    (:mod:`bayes_sched.estimation.choose`; default the policy's defaults), the world's oracles
-    knowing ``table`` (:func:`~bayes_sched.sim.oracles.world_oracles`), ``estimator_seed`` to
-    the estimators that take a seed.
+    (:mod:`bayes_sched.estimation.choose`; default the policy's defaults; or estimators already
+    made), the world's oracles knowing ``table`` (:func:`~bayes_sched.sim.oracles.world_oracles`),
+    ``estimator_seed`` to the estimators that take a seed.
 
     Raises:
         InputError: a bad choice of estimators (one line)."""
