@@ -260,7 +260,7 @@ def test_sia_reads_its_throughputs_from_the_rounds_estimate() -> None:
     assert policy.decide(cluster, [job], _known({(SLOW_GAIN, "v100"): 0.0,
                                                  (SLOW_GAIN, "k80"): 0.0})) == {}
     assert len(policy.decide(cluster, [job], _known({}))) == 1
-    with pytest.raises(KeyError, match="no estimate of 'throughput'"):
+    with pytest.raises(KeyError, match="no estimate of 'throughput' this round"):
         policy.decide(cluster, [job], Estimates())
 
 

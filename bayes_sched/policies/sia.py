@@ -385,9 +385,12 @@ class SiaPolicy:
     def read_throughputs(self, estimates: Estimates) -> None:
         """Take the round's ``throughput`` estimate: a known table (the world's oracle) is read
         as a belief whose mean is the table (:class:`_TableBelief`), anything else as a learning
-        stage."""
-        value = estimates.require(THROUGHPUT)
-        if isinstance(value, KnownThroughputs):
+        stage; none (a subclass that reads goodput models instead) leaves both unset, and
+        :meth:`configurations` then refuses to read throughputs."""
+        value = estimates.get(THROUGHPUT)
+        if value is None:
+            self.belief, self.estimator = None, None
+        elif isinstance(value, KnownThroughputs):
             known = self.belief.table if isinstance(self.belief, _TableBelief) else None
             if known is not value:
                 self.belief = _TableBelief(value)
@@ -499,7 +502,8 @@ class SiaPolicy:
         learner's posterior mean, or with ``thompson`` its draw for the belief in force."""
         if self.estimator is None:
             if self.belief is None:
-                raise RuntimeError("sia: no throughput estimate read yet (read_throughputs)")
+                raise KeyError("sia: no estimate of 'throughput' this round (does the policy "
+                               "declare it in its needs?)")
             return np.asarray(self.belief.predict(cells).mean, dtype=float)
         belief = self.estimator.belief  # refits when there are new reports
         if not self.thompson:
