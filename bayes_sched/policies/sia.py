@@ -499,7 +499,8 @@ class SiaPolicy:
 
     def _believed(self, cells: list[Cell]) -> np.ndarray:
         """Steps/s of ``cells`` ``(N,)``: the table's (NaN where it has no entry), or the
-        learner's posterior mean, or with ``thompson`` its draw for the belief in force."""
+        learner's posterior mean, or with ``acquisition="thompson"`` its draw for the belief in
+        force."""
         if self.estimator is None:
             if self.belief is None:
                 raise KeyError("sia: no estimate of 'throughput' this round (does the policy "
