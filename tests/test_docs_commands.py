@@ -29,6 +29,7 @@ QUICK = {
     "bayes-sched fit throughput cifar10 --method point",
     "bayes-sched fit efficiency imagenet --batch-size 400 3200",
     "bayes-sched list policies",
+    "bayes-sched list estimators",
     "bayes-sched counters catalog",
     "bayes-sched collect --samples 5 --out counters",
     "bayes-sched counters info counters",
