@@ -137,6 +137,12 @@ class Estimates:
         return f"Estimates({self.sources()})"
 
 
+def describe_sources(sources: Mapping[str, str]) -> str:
+    """``{need: estimator}`` as a run's summary names it: ``throughput=oracle, ...`` (``none``
+    for a run whose decisions read no estimate)."""
+    return ", ".join(f"{need}={name}" for need, name in sources.items()) or "none"
+
+
 #: The bundle of a round in which no estimator published anything (a policy that needs nothing;
 #: a test deciding on job views alone).
 NO_ESTIMATES = Estimates()
@@ -234,4 +240,4 @@ class DrawsPosterior:
 
 
 __all__ = ["NEEDS", "NO_ESTIMATES", "DrawsPosterior", "Estimate", "Estimates", "Need",
-           "PointPosterior", "Posterior", "check_quantile", "resample_draws"]
+           "PointPosterior", "Posterior", "check_quantile", "describe_sources", "resample_draws"]

@@ -174,18 +174,21 @@ def run_one(policy_name: str, source: str, predictor: str, seed: int, noise: flo
     from bayes_sched.throughputs import load_shockwave_throughputs
 
     spec = SHOCKWAVE.cluster()
-    options: dict[str, Any] = {"throughputs": "tacc"}
+    options: dict[str, Any] = {}
+    estimators: dict[str, Any] | None = None  # None: the policy's default (the oracle's tacc)
     name = policy_name
-    if policy_name == "shockwave":
-        options["seed"] = seed
+    learner = "uniform" if source == "agnostic" else source
+    if policy_name == "shockwave":  # builds its own estimators (its options)
+        options.update(throughputs="tacc", seed=seed)
         if predictor != "oracle":
             options["remaining_work"] = predictor
         if source != "table":
-            options["source"] = "uniform" if source == "agnostic" else source
+            options["source"] = learner
     elif source == "agnostic" and policy_name in AGNOSTIC:
         name = AGNOSTIC[policy_name]
     elif source != "table":
-        options.update(source="uniform" if source == "agnostic" else source, seed=seed)
+        options["seed"] = seed
+        estimators = {"throughput": "oracle_stage" if learner == "oracle" else learner}
     policy = make_policy(name, **options)
     clusters: list[ShockwaveCluster] = []
 
@@ -201,7 +204,7 @@ def run_one(policy_name: str, source: str, predictor: str, seed: int, noise: flo
     result = run_table_simulation(
         read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
         table=load_shockwave_throughputs(), cluster_type=Recorded, measurement_noise=noise,
-        noise_seed=seed)
+        noise_seed=seed, estimators=estimators, estimator_seed=seed)
     summary = result.summary
     per_round = result.decision_seconds + (result.estimate_seconds
                                            if len(result.estimate_seconds) else 0.0)

@@ -131,7 +131,7 @@ table, mean (min..max); decision time in CPU seconds (``--cpu-time``, a run of t
     source                      avg JCT              worst FTF            decision vs table
     ours, value of information  0.996 (0.990..0.999) 0.899 (0.724..1.026) 6.5x (6.4..6.8)
     ours, Thompson (52dee37)    1.007 (0.999..1.015) 0.908 (0.735..1.051) 5.8x (5.5..6.0)
-    ours, posterior mean only   0.994 (0.984..1.000)  (exploration="thompson", thompson=False)
+    ours, posterior mean only   0.994 (0.984..1.000)  (exploration="thompson", acquisition="mean")
     sia                         0.990 (0.982..0.997) 0.905 (0.675..1.091)
     gavel                       1.005 (0.993..1.022) 0.871 (0.692..1.017)
     agnostic                    1.645 (1.552..1.745) 0.582 (0.387..0.835)
@@ -391,26 +391,38 @@ AGNOSTIC = {"max_min_fairness_perf": "max_min_fairness",
 
 def _policy(policy: str, source: str, seed: int, throughputs: str,
             exploration: str | None = None, refit_growth: float | None = None
-            ) -> tuple[Any, str]:
-    """A fresh policy for ``source`` and the name it runs under (``exploration``: the learner
-    sources' option of that name, where given; ``"none"``: decide on the posterior mean and
-    try nothing; ``refit_growth``: the learner sources' option of that name, where given)."""
+            ) -> tuple[Any, str, dict[str, Any] | None]:
+    """A fresh policy for ``source``, the name it runs under and the estimators it reads
+    (choices for the run driver; ``None``: the policy's default, the world's oracle).
+    ``exploration``: the packed policy's option of that name, where given (``"none"``: decide
+    on the posterior mean and try nothing); ``refit_growth``: the learner's option of that
+    name, where given. ``source`` ``"oracle"`` is the oracle's table behind the learning stage
+    (``oracle_stage``). A policy that still builds its own estimators (its ``source`` option)
+    takes ``source`` and ``throughputs`` as options."""
     from bayes_sched.policies import POLICIES, make_policy
 
-    options: dict[str, Any] = {"seed": seed, "throughputs": throughputs}
+    options: dict[str, Any] = {"seed": seed}
+    own = "source" in POLICIES.options(policy)
+    if own:
+        options["throughputs"] = throughputs
     if source == "table":
-        return make_policy(policy, **options), policy
+        return make_policy(policy, **options), policy, None
+    learner = "oracle_stage" if source == "oracle" and not own else source
     if source == "agnostic":
         if policy in AGNOSTIC:
-            return make_policy(AGNOSTIC[policy], **options), AGNOSTIC[policy]
-        return make_policy(policy, source="uniform", **options), f"{policy} (uniform)"
+            return make_policy(AGNOSTIC[policy], **options), AGNOSTIC[policy], None
+        learner = "uniform"
+    estimator: dict[str, Any] = {}
     if exploration == "none" and "exploration" not in POLICIES.options(policy):
-        options["thompson"] = False  # a policy without trials: none is its mean-deciding form
+        options["thompson" if own else "acquisition"] = False if own else "mean"
     elif exploration is not None:
         options["exploration"] = exploration
     if refit_growth is not None:
-        options["refit_growth"] = refit_growth
-    return make_policy(policy, source=source, **options), policy
+        (options if own else estimator)["refit_growth"] = refit_growth
+    ran = f"{policy} (uniform)" if source == "agnostic" else policy
+    if own:
+        return make_policy(policy, source=learner, **options), ran, None
+    return make_policy(policy, **options), ran, {"throughput": {"name": learner, **estimator}}
 
 
 def run_one(setting: str, policy_name: str, source: str, seed: int, window: tuple[int, int],
@@ -431,25 +443,28 @@ def run_one(setting: str, policy_name: str, source: str, seed: int, window: tupl
     steady: dict[str, float] = {}
     if setting == "shockwave":
         spec = SHOCKWAVE.cluster()
-        policy, ran = _policy(policy_name, source, seed, "tacc", exploration, refit_growth)
+        policy, ran, estimators = _policy(policy_name, source, seed, "tacc", exploration,
+                                          refit_growth)
         start = time.perf_counter()
         result = run_table_simulation(
             read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
             table=load_shockwave_throughputs(), cluster_type=ShockwaveCluster,
-            measurement_noise=noise, noise_seed=seed, max_time=max_hours * 3600.0, clock=clock)
+            measurement_noise=noise, noise_seed=seed, max_time=max_hours * 3600.0, clock=clock,
+            estimators=estimators, estimator_seed=seed)
         jobs = result.jobs
     else:
         rate = float(setting.split("-")[1])
         spec = GAVEL.cluster()
-        policy, ran = _policy(policy_name, source, seed, "simulation", exploration,
-                             refit_growth)
+        policy, ran, estimators = _policy(policy_name, source, seed, "simulation", exploration,
+                                          refit_growth)
         names = [str(i) for i in range(*window)]
         timeline = WindowTimeline() if timeline is None else timeline
         start = time.perf_counter()
         result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy, spec,
                                       jobs_to_complete=names, measurement_noise=noise,
                                       noise_seed=seed, max_time=max_hours * 3600.0,
-                                      clock=clock, on_round=timeline.record)
+                                      clock=clock, on_round=timeline.record,
+                                      estimators=estimators, estimator_seed=seed)
         jobs = result.jobs.set_index("job").loc[names].reset_index()
         steady = timeline.summary(window[0])
     wall = time.perf_counter() - start

@@ -10,9 +10,12 @@ import numpy as np
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimation import estimate_round
+from bayes_sched.estimation.choose import policy_estimators
 from bayes_sched.jobs import JobSettings, JobView
 from bayes_sched.policies.base import Policy
+from bayes_sched.sim.oracles import world_oracles
 from bayes_sched.sim.physics import get_application
+from bayes_sched.throughputs import load_gavel_throughputs
 
 
 def measured_agent(name: str, app: str = "cifar10") -> JobAgent:
@@ -45,5 +48,8 @@ def job_view(agent: JobAgent, app: str, now: float, allocation: Sequence[int], *
 
 
 def decide(policy: Policy, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
-    """One round as the loop runs it: the policy's estimators, then its decision."""
-    return policy.decide(cluster, *estimate_round(policy.estimators(), cluster, jobs))
+    """One round as the loop runs it: the policy's estimators (its defaults, the table world's
+    oracle knowing Gavel's table; or its own, for a policy that still builds them), then its
+    decision."""
+    estimators = policy_estimators(policy, oracles=world_oracles(load_gavel_throughputs()))
+    return policy.decide(cluster, *estimate_round(estimators, cluster, jobs))

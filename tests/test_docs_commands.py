@@ -30,6 +30,7 @@ QUICK = {
     "bayes-sched fit efficiency imagenet --batch-size 400 3200",
     "bayes-sched list policies",
     "bayes-sched list worlds",
+    "bayes-sched list estimators",
     "bayes-sched counters catalog",
     "bayes-sched collect --samples 5 --out counters",
     "bayes-sched counters info counters",
@@ -58,7 +59,7 @@ SLOW = {
     "bayes-sched compare --workloads workload-1 workload-2 --policies pollux tiresias "
     "--baseline tiresias --seeds 3": "twelve whole workload runs",
     "bayes-sched simulate --trace small_test --cluster v100:36,p100:36,k80:36 "
-    "--policy max_min_fairness_packed --policy-opt source=bayes --seed 0":
+    "--policy max_min_fairness_packed --estimator throughput=bayes --seed 0":
         "a learned-throughput run: a GP refit per round",
     "bayes-sched simulate --trace tacc_120 --cluster v100:32 --policy shockwave":
         "120 jobs, a MILP per round: minutes",

@@ -10,17 +10,18 @@ import pytest
 
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.cluster_spec import load_cluster_spec
-from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.elas import ElasPolicy, elas_priority, epoch_progress
 from bayes_sched.policies.gandiva_fair import trade_shares
 from bayes_sched.policies.time_sharing import equal_split
 from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.table_run import run_table_simulation
 from bayes_sched.throughputs import load_gavel_throughputs
 
 TABLE = load_gavel_throughputs()
+ORACLE = oracle_estimates(TABLE)  # the truth, as the world's oracle publishes it
 
 
 def test_elas_orders_by_service_times_work_left_and_preempts() -> None:
@@ -41,7 +42,7 @@ def test_elas_orders_by_service_times_work_left_and_preempts() -> None:
     assert elas_priority(views["a"]) == pytest.approx(100.0)
     assert elas_priority(views["e"]) == pytest.approx(150.0)
     cluster = ClusterState(spec=spec, now=3600.0)
-    decision = policy.decide(cluster, list(views.values()), NO_ESTIMATES)
+    decision = policy.decide(cluster, list(views.values()), ORACLE)
     validate_allocations(decision, cluster, list(views))
     assert set(decision) == {"a", "c", "e"}
     assert decision["a"].tolist() == [1] and decision["c"].tolist() == [2]
@@ -64,7 +65,7 @@ def _gandiva_fair(job_types: list[str]) -> tuple[np.ndarray, np.ndarray]:
     policy = make_policy("gandiva_fair")
     cluster = ClusterState(spec=spec, now=360.0)
     views = TableCluster(jobs, spec, TABLE).job_views()
-    validate_allocations(policy.decide(cluster, views, NO_ESTIMATES), cluster, [v.name for v in views])
+    validate_allocations(policy.decide(cluster, views, ORACLE), cluster, [v.name for v in views])
     x = np.array([[policy.fractions()[str(i)][t] for t in ("v100", "k80")]
                   for i in range(len(jobs))])
     rates = np.array([[TABLE.steps_per_second(t, 1, g) for g in ("v100", "k80")]
@@ -117,7 +118,7 @@ def test_gandiva_fair_time_split_is_shockwaves_baseline() -> None:
     fractions = {}
     for split in ("time", "gpus"):
         policy = make_policy("gandiva_fair", split=split)
-        policy.decide(state, views, NO_ESTIMATES)
+        policy.decide(state, views, ORACLE)
         fractions[split] = np.array([policy.fractions()[str(i)]["v100"]
                                      for i in range(len(sizes))])
     assert np.allclose(fractions["time"], 8 / len(sizes))

@@ -70,3 +70,15 @@ def test_bad_choices_are_one_line_errors(choices: dict, message: str) -> None:
         choose_estimators(("throughput",), choices, {}, world_oracles(TRUTH))
     assert "\n" not in str(caught.value)
 
+
+
+def test_the_table_world_policies_carry_no_estimation_option() -> None:
+    from bayes_sched.policies import POLICIES
+    from bayes_sched.worlds import TABLE_WORLD_POLICIES
+
+    estimation = {"source", "thompson", "refit_interval", "refit_growth", "throughputs"}
+    for name in TABLE_WORLD_POLICIES:
+        assert not estimation & set(POLICIES.options(name)), name
+    # Which estimator serves a need is plain data beside the policy, not an option of it.
+    gavel, sia = POLICIES["max_min_fairness_packed"], POLICIES["sia"]
+    assert gavel.default_estimators == sia.default_estimators == {"throughput": "oracle"}

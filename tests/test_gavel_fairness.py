@@ -18,15 +18,16 @@ from scipy.optimize import brentq
 from bayes_sched.cluster import ClusterState, PackedAllocations, validate_allocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import AllocationError, InputError
-from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.min_total_duration import MinTotalDurationPackedPolicy, gavel_horizon
 from bayes_sched.policies.time_sharing import AllocationInputs
 from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
 
 TABLE = load_gavel_throughputs()
+ORACLE = oracle_estimates(TABLE)  # the truth, as the world's oracle publishes it
 ROUND = 360.0
 # Single-GPU types whose pairs share a V100 well (summed normalised rate above 1.5).
 SMALL = ("ResNet-18 (batch size 16)", "CycleGAN", "A3C", "LM (batch size 5)")
@@ -48,7 +49,7 @@ def test_packed_policy_shares_gpus_only_in_measured_pairs() -> None:
     positive rates, and the world runs each packed job at its measured pair rate."""
     spec, world = _world("v100:1x2", SMALL)
     policy = make_policy("max_min_fairness_packed")
-    decision = policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views(), NO_ESTIMATES)
+    decision = policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views(), ORACLE)
     assert isinstance(decision, PackedAllocations) and len(decision.pairs) == 2
     assert len(decision) == 4  # two GPUs, four jobs running
     types = {v.name: v.application for v in world.job_views()}
@@ -74,9 +75,9 @@ def test_a_missing_pair_is_logged_and_not_packed(caplog: pytest.LogCaptureFixtur
     table = ThroughputTable(TABLE.solo, MappingProxyType({**TABLE.pairs, "v100": v100}))
     spec, world = _world("v100:1x2", SMALL[:3])
     policy = make_policy("max_min_fairness_packed")
-    policy.table = table
     with caplog.at_level(logging.WARNING):
-        decision = policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views(), NO_ESTIMATES)
+        decision = policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views(),
+                                 oracle_estimates(table))  # the oracle knows this table
     assert any(SMALL[0] in r.getMessage() and SMALL[1] in r.getMessage()
                and "not packing" in r.getMessage() for r in caplog.records)
     assert ("0", "1") not in policy.pair_fractions()
@@ -115,7 +116,7 @@ def test_finish_time_fairness_equalises_the_ratios(name: str) -> None:
     jobs = [make_job(str(i), 0.0, SMALL[0], 1, s) for i, s in enumerate(steps)]
     views = [replace(v, age=1800.0) for v in TableCluster(jobs, spec, TABLE).job_views()]
     policy = make_policy(name)
-    policy.decide(ClusterState(spec=spec, now=1800.0), views, NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=1800.0), views, ORACLE)
     x = np.array([policy.fractions()[str(i)]["v100"] for i in range(2)])
 
     def rho(share: float, remaining: float) -> float:
@@ -166,7 +167,7 @@ def test_jobs_without_declared_steps_get_an_equal_split() -> None:
     spec, world = _world("v100:1x1,k80:1x1", SMALL[:2], steps=1e6)
     views = [replace(v, target_steps=None) if v.name == "1" else v for v in world.job_views()]
     policy = make_policy("finish_time_fairness_perf")
-    policy.decide(ClusterState(spec=spec, now=ROUND), views, NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=ROUND), views, ORACLE)
     assert policy.fallbacks == 1 and policy.solver_failures == 0
     for x in policy.fractions().values():
         assert x == pytest.approx({"v100": 0.5, "k80": 0.5})
@@ -186,7 +187,7 @@ def test_min_total_duration_uses_gavel_horizon() -> None:
     jobs = [make_job(str(i), 0.0, SMALL[0], 1, s) for i, s in enumerate(steps)]
     policy = make_policy("min_total_duration")
     policy.decide(ClusterState(spec=spec, now=ROUND), TableCluster(jobs, spec, TABLE).job_views(),
-                  NO_ESTIMATES)
+                  ORACLE)
     x = np.array([policy.fractions()[str(i)]["v100"] for i in range(2)])
     horizon = gavel_horizon(12000.0)
     assert np.all(rate * x >= np.array(steps) / horizon * (1 - 1e-4))
@@ -227,13 +228,13 @@ def test_fifo_variants() -> None:
     views = world.job_views()
     state = ClusterState(spec=spec, now=ROUND)
     base = make_policy("gavel_fifo", seed=3)
-    decision = base.decide(state, views, NO_ESTIMATES)
+    decision = base.decide(state, views, ORACLE)
     assert sorted(decision) == [str(i) for i in range(6)]
     used = {t: sum(1 for x in base.fractions().values() if x[t] == 1.0) for t in
             ("v100", "p100", "k80")}
     assert used == {"v100": 2, "p100": 2, "k80": 2}
     perf = make_policy("fifo_perf")
-    assert sorted(perf.decide(state, views, NO_ESTIMATES)) == [str(i) for i in range(6)]
+    assert sorted(perf.decide(state, views, ORACLE)) == [str(i) for i in range(6)]
     for i in range(6):
         chosen = max(perf.fractions()[str(i)], key=perf.fractions()[str(i)].get)
         room = [t for t in ("k80", "p100", "v100")
@@ -241,7 +242,7 @@ def test_fifo_variants() -> None:
         best = max(room, key=lambda t: (TABLE.steps_per_second(types[i], 1, t), -ord(t[0])))
         assert chosen == best
     packed = make_policy("fifo_packed")
-    decision = packed.decide(state, views, NO_ESTIMATES)
+    decision = packed.decide(state, views, ORACLE)
     for a, b in decision.pairs:
         gpu = spec.gpu_types[int(np.flatnonzero(decision[a])[0])]
         pair = TABLE.pair_steps_per_second(gpu, (types[int(a)], 1), (types[int(b)], 1))
@@ -281,11 +282,11 @@ def test_allox_matches_the_brute_force_optimum_and_does_not_preempt() -> None:
         if cost < best_cost:
             best, best_cost = first, cost
     policy = make_policy("allox")
-    policy.decide(ClusterState(spec=spec, now=ROUND), views, NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=ROUND), views, ORACLE)
     running = {t: int(n) for n, x in policy.fractions().items() for t, v in x.items() if v == 1}
     assert running == best
     late = TableCluster([make_job("9", 0.0, kinds[2], 1, 10.0)], spec, TABLE).job_views()
-    policy.decide(ClusterState(spec=spec, now=ROUND * 10), [*views, *late], NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=ROUND * 10), [*views, *late], ORACLE)
     again = {t: int(n) for n, x in policy.fractions().items() for t, v in x.items() if v == 1}
     assert all(again[t] == n for t, n in best.items())  # no preemption
     assert policy.solver_failures == 0
@@ -302,13 +303,13 @@ def test_allox_gives_multi_gpu_jobs_one_gpu_of_time_and_keeps_matching_them() ->
     views = [replace(v, age=100.0 * (3 - i))
              for i, v in enumerate(TableCluster(jobs, spec, TABLE).job_views())]
     policy = make_policy("allox", min_reset_interval=0.0)
-    policy.decide(ClusterState(spec=spec, now=ROUND), views, NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=ROUND), views, ORACLE)
     first = {n: x["v100"] for n, x in policy.fractions().items()}
     assert first == {"0": 0.25, "1": 1.0, "2": 1.0}
     assert policy.fallbacks == 0
     late = [replace(v, name="3", submit_time=ROUND, age=1.0) for v in
             TableCluster([make_job("3", 0.0, kinds[2], 1, 1e4)], spec, TABLE).job_views()]
-    policy.decide(ClusterState(spec=spec, now=2 * ROUND), [*views, *late], NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=2 * ROUND), [*views, *late], ORACLE)
     again = {n: x["v100"] for n, x in policy.fractions().items()}
     # Two GPUs are free (jobs 1 and 2 hold theirs): job 3 gets one, job 0 keeps its 1/4.
     assert again == {"0": 0.25, "1": 1.0, "2": 1.0, "3": 1.0}
@@ -318,7 +319,7 @@ def test_gandiva_splits_equally_then_packs_same_scale_factor_pairs() -> None:
     spec, world = _world("v100:1x2,k80:1x2", SMALL)
     state = ClusterState(spec=spec, now=ROUND)
     policy = make_policy("gandiva", seed=1)
-    policy.decide(state, world.job_views(), NO_ESTIMATES)
+    policy.decide(state, world.job_views(), ORACLE)
     for x in policy.fractions().values():  # four jobs, four GPUs: 1/4 of each type's two
         assert x == pytest.approx({"v100": 0.5, "k80": 0.5})
     assert not policy.pair_fractions()
@@ -328,7 +329,7 @@ def test_gandiva_splits_equally_then_packs_same_scale_factor_pairs() -> None:
     pairs = []
     for _ in range(2):  # the same seed draws the same pairs
         policy = make_policy("gandiva", seed=7)
-        policy.decide(state, views, NO_ESTIMATES)
+        policy.decide(state, views, ORACLE)
         pairs.append(sorted(policy.pair_fractions()))
     assert pairs[0] == pairs[1] and pairs[0]
     sizes = {v.name: v.requested_replicas for v in views}
@@ -367,7 +368,7 @@ def test_finish_time_fairness_solves_a_loaded_snapshot() -> None:
             return super().allocate_combinations(inputs)
 
     policy = Capture()
-    policy.decide(ClusterState(spec=spec, now=360000.0), views, NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=360000.0), views, ORACLE)
     assert policy.solver_failures == 0
     inputs = seen[0]
     rates = policy._rates(inputs)
@@ -437,7 +438,7 @@ def test_gavel_statement_reaches_the_worst_ratio_optimum(name: str) -> None:
     assert options == {"gavel_statement": True}
     worst = []
     for policy in (make_policy(name, **options), make_policy(name)):
-        policy.decide(state, views, NO_ESTIMATES)
+        policy.decide(state, views, ORACLE)
         assert policy.solver_failures == 0 and policy.fallbacks == 0
         types = policy._types
         x = np.array([[policy.fractions()[v.name][t] for t in types] for v in views])
@@ -463,7 +464,7 @@ def test_gavel_statement_one_job_takes_the_cluster() -> None:
     the job gets all its time, and nothing fails."""
     spec, world = _world("v100:1x1,k80:1x1", SMALL[:1], steps=1e6)
     policy = make_policy("finish_time_fairness_perf", gavel_statement=True)
-    policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views(), NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=ROUND), world.job_views(), ORACLE)
     assert policy.solver_failures == 0
     assert sum(policy.fractions()["0"].values()) == pytest.approx(1.0, abs=1e-6)
 

@@ -11,14 +11,15 @@ import pytest
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
-from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster, pair_steps_per_second
 from bayes_sched.sim.table_run import run_table_simulation
 from bayes_sched.throughputs import load_gavel_throughputs
 
 TABLE = load_gavel_throughputs()
+ORACLE = oracle_estimates(TABLE)  # the truth, as the world's oracle publishes it
 ROUND = 360.0
 
 
@@ -74,8 +75,9 @@ def test_fractions_are_honoured_over_many_rounds() -> None:
     cluster = TableCluster(jobs, spec, TABLE, max_time=301 * ROUND)
     recorder = Recorder(cluster)
     from bayes_sched.loop import run_loop
+    from bayes_sched.sim.oracles import ThroughputOracle
 
-    stats = run_loop(cluster, policy, ROUND, max_rounds=301)
+    stats = run_loop(cluster, policy, ROUND, max_rounds=301, estimators=[ThroughputOracle(TABLE)])
     assert not stats.rejected
     node_types = np.array(spec.gpu_types)
     share = np.zeros((8, 2))
@@ -103,14 +105,14 @@ def test_a_failing_solver_keeps_the_previous_allocation() -> None:
 
     jobs = [make_job(str(i), 0.0, "A3C", 1, 1e9) for i in range(8)]
     world = Cluster(jobs, spec, TABLE)
-    first = policy.decide(cluster, world.job_views()[:6], NO_ESTIMATES)
+    first = policy.decide(cluster, world.job_views()[:6], ORACLE)
     kept = policy.fractions()
     assert len(first) == 4 and set(kept) == {str(i) for i in range(6)}
     # The job set changes twice (the solver returns None, then raises): both are counted and
     # the allocation in force stays the one computed before.
     later = ClusterState(spec=spec, now=ROUND + 2000.0)
-    policy.decide(later, world.job_views()[:7], NO_ESTIMATES)
-    policy.decide(ClusterState(spec=spec, now=ROUND + 4000.0), world.job_views()[:8], NO_ESTIMATES)
+    policy.decide(later, world.job_views()[:7], ORACLE)
+    policy.decide(ClusterState(spec=spec, now=ROUND + 4000.0), world.job_views()[:8], ORACLE)
     assert policy.solver_failures == 2
     assert policy.fractions() == kept
 
@@ -122,14 +124,14 @@ def test_allocation_is_recomputed_only_when_the_job_set_changes() -> None:
     world = TableCluster(jobs, spec, TABLE)
     views = world.job_views()
     for k in range(10):  # the same jobs for ten rounds: one LP
-        policy.decide(ClusterState(spec=spec, now=ROUND * (k + 1)), views, NO_ESTIMATES)
+        policy.decide(ClusterState(spec=spec, now=ROUND * (k + 1)), views, ORACLE)
     assert policy.calls == 1
     # A departure is a change; within Gavel's 1920 s of the last reset it waits, then counts.
     policy = FixedFractions(np.full((8, 1), 0.5))
-    policy.decide(ClusterState(spec=spec, now=ROUND), views, NO_ESTIMATES)
-    policy.decide(ClusterState(spec=spec, now=ROUND * 3), views[:-1], NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=ROUND), views, ORACLE)
+    policy.decide(ClusterState(spec=spec, now=ROUND * 3), views[:-1], ORACLE)
     assert policy.calls == 1
-    policy.decide(ClusterState(spec=spec, now=ROUND * 7), views[:-1], NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=ROUND * 7), views[:-1], ORACLE)
     assert policy.calls == 2 and set(policy.fractions()) == {v.name for v in views[:-1]}
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
-from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies.gavel_packing import (
     MaxMinFairnessPackedPolicy,
     class_terms,
@@ -19,10 +18,12 @@ from bayes_sched.policies.gavel_packing import (
 )
 from bayes_sched.policies.time_sharing import AllocationInputs
 from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import load_gavel_throughputs
 
 TABLE = load_gavel_throughputs()
+ORACLE = oracle_estimates(TABLE)  # the truth, as the world's oracle publishes it
 #: Job types (scale factor 1 unless given): repeated types make classes of 1-4 jobs (six in all); the two
 #: 2-GPU jobs form a class of their own scale factor.
 JOB_TYPES = ("ResNet-18 (batch size 16)", "CycleGAN", "A3C", "LM (batch size 5)", "A3C",
@@ -43,7 +44,7 @@ def _inputs(cluster: str = "v100:1x2,p100:1x2,k80:1x2") -> AllocationInputs:
             return super().allocate_combinations(inputs)
 
     Capture().decide(ClusterState(spec=spec, now=360.0), TableCluster(jobs, spec, TABLE).job_views(),
-                     NO_ESTIMATES)
+                     ORACLE)
     return seen[0]
 
 

@@ -7,14 +7,16 @@ import pytest
 
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.cluster_spec import load_cluster_spec
-from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.time_sharing import cluster_types, measured_throughputs
+from bayes_sched.policies.throughput_reading import measured_throughputs
+from bayes_sched.policies.time_sharing import cluster_types
 from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import gavel_job_types, load_gavel_throughputs
 
 TABLE = load_gavel_throughputs()
+ORACLE = oracle_estimates(TABLE)  # the truth, as the world's oracle publishes it
 LP_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf")
 
 
@@ -38,7 +40,7 @@ def test_fractions_are_valid(name: str, seed: int) -> None:
     type's GPUs; the round's decision oversubscribes no node."""
     cluster, views = _case(seed, 6 + 5 * seed)
     policy = make_policy(name)
-    decision = policy.decide(cluster, views, NO_ESTIMATES)
+    decision = policy.decide(cluster, views, ORACLE)
     validate_allocations(decision, cluster, [v.name for v in views])
     fractions = policy.fractions()
     assert set(fractions) == {v.name for v in views}
@@ -56,7 +58,7 @@ def _effective(name: str, cluster: ClusterState, views: list, solver: str
     """Steps/s each job gets from its fractions, and the same normalised by its steps/s under an
     equal share of the cluster (Gavel's normalisation)."""
     policy = make_policy(name, solver=solver)
-    policy.decide(cluster, views, NO_ESTIMATES)
+    policy.decide(cluster, views, ORACLE)
     types = cluster_types(cluster)
     rates = measured_throughputs(views, types, cluster, TABLE)
     x = np.array([[policy.fractions()[v.name][t] for t in types] for v in views])

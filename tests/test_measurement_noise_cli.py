@@ -53,12 +53,12 @@ def test_measurement_noise_outside_the_table_world_is_refused() -> None:
 
 def test_measurement_noise_reaches_the_reports_and_not_the_physics(tmp_path: Path) -> None:
     trace = _long_trace(tmp_path)
-    learner = ("--policy-opt", "source=per_cell")
+    learner = ("--estimator", "throughput=per_cell")
     exact = _simulate(trace, "--measurement-noise", "0", *learner)
     noisy = _simulate(trace, "--measurement-noise", "1.0", *learner)
     # A learner reading the reports decides on what it was told: other allocations.
     assert (exact["avg_jct"], exact["rounds"]) != (noisy["avg_jct"], noisy["rounds"])
-    # The table source reads no report: the run is the same whatever the noise.
+    # The oracle's known table reads no report: the run is the same whatever the noise.
     table_exact = _simulate(trace, "--measurement-noise", "0")
     table_noisy = _simulate(trace, "--measurement-noise", "1.0")
     assert table_exact["avg_jct"] == table_noisy["avg_jct"]

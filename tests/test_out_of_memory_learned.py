@@ -15,6 +15,7 @@ from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import ClusterState, PackedAllocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.estimation.cell_learners import PerCellLearner
+from bayes_sched.estimation.registry import make_estimator
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobView
 from bayes_sched.policies import make_policy
@@ -78,7 +79,7 @@ def test_the_stage_learns_where_a_job_does_not_fit_and_drops_invalid_reports(
 def test_a_learning_policy_tries_a_type_once_and_then_avoids_it() -> None:
     """One 2-GPU job of a type that fits only on the V100s, with the K80s free: a policy reading
     a learner may try the K80s (nothing says it cannot), fails once there, and from then on runs
-    only on V100s; the table source never tries."""
+    only on V100s; the known table (the oracle) never tries."""
     spec = _spec("v100:1x2,k80:1x2")
     jobs = [make_job(str(i), 0.0, BIG, 2, 3000.0) for i in range(3)]
 
@@ -86,11 +87,12 @@ def test_a_learning_policy_tries_a_type_once_and_then_avoids_it() -> None:
     assert run_table_simulation(jobs, table, spec, table=TABLE).summary["finished"] == 3
     assert isinstance(table, TimeSharingPolicy) and table.estimator is None
     # The uniform learner believes every type alike: it tries the K80s.
-    learned = make_policy("max_min_fairness_perf", source="uniform", seed=0,
-                          min_reset_interval=0.0)
-    result = run_table_simulation(jobs, learned, spec, table=TABLE)
+    learned = make_policy("max_min_fairness_perf", seed=0, min_reset_interval=0.0)
+    stage = make_estimator("uniform")
+    assert isinstance(stage, ThroughputEstimator)
+    result = run_table_simulation(jobs, learned, spec, table=TABLE, estimators=[stage])
     assert result.summary["finished"] == 3
-    assert isinstance(learned, TimeSharingPolicy) and learned.estimator is not None
-    assert list(learned.estimator.failed_launches) == [Cell(BIG, 2, "k80")]
+    assert isinstance(learned, TimeSharingPolicy) and learned.estimator is stage
+    assert list(stage.failed_launches) == [Cell(BIG, 2, "k80")]
     # One failed launch (one round on the two K80s), never again once learned.
-    assert learned.estimator.failed_launch_gpu_seconds == 2 * ROUND
+    assert stage.failed_launch_gpu_seconds == 2 * ROUND

@@ -12,12 +12,10 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.cluster_spec import parse_cluster_spec
 from bayes_sched.errors import InputError
-from bayes_sched.estimates import NO_ESTIMATES
-from bayes_sched.estimation.throughput_cells import CellPrediction
+from bayes_sched.estimates import Estimate, Estimates
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
 from bayes_sched.policies import POLICIES, make_policy
 from bayes_sched.policies.highs_process import HIGHS_THREADS
@@ -30,10 +28,14 @@ from bayes_sched.policies.sia import (
     normalized_goodputs,
     solve_assignment,
 )
+from bayes_sched.sim.oracles import oracle_estimates
+from bayes_sched.throughput_estimates import THROUGHPUT
+from bayes_sched.throughputs import load_gavel_throughputs
 from bayes_sched.worlds import TABLE_WORLD_POLICIES
 from tests.cli_inprocess import run_cli
 
 FAST_ON_V100 = "ResNet-50 (batch size 64)"  # V100 / K80 = 7.1, V100 / P100 = 1.68 (Gavel's table)
+ORACLE = oracle_estimates(load_gavel_throughputs())  # the truth, as the world's oracle
 SLOW_GAIN = "A3C"                           # V100 / K80 = 2.09
 BARELY_FASTER = "LM (batch size 10)"        # V100 / P100 = 1.06
 
@@ -129,7 +131,7 @@ def test_the_direct_highs_data_equal_cvxpys_and_give_the_same_choice(
 
     monkeypatch.setattr(sia, "solve_assignment", recording)
     policy = make_policy("sia")
-    policy.decide(ClusterState(spec=spec, now=3600.0), views, NO_ESTIMATES)
+    policy.decide(ClusterState(spec=spec, now=3600.0), views, ORACLE)
     (utility, configs, capacities, num_jobs, solver, options, chosen), = calls
     assert solver == "HIGHS"
     useful = np.flatnonzero(utility > 0)
@@ -165,7 +167,7 @@ def test_the_fast_type_goes_to_the_job_that_gains_most_from_it(solver: str) -> N
     jobs = [_view(cluster, "a3c", SLOW_GAIN, submit=0.0),
             _view(cluster, "resnet", FAST_ON_V100, submit=10.0)]
     policy = make_policy("sia", solver=solver)
-    decision = policy.decide(cluster, jobs, NO_ESTIMATES)
+    decision = policy.decide(cluster, jobs, ORACLE)
     validate_allocations(decision, cluster, [j.name for j in jobs])
     assert _types_of(cluster, decision) == {"resnet": "v100", "a3c": "k80"}
     assert policy.ilp_solves == 1 and policy.solver_failures == 0
@@ -178,13 +180,13 @@ def test_a_round_where_every_job_gets_its_best_type_takes_no_solver() -> None:
     jobs = [_view(cluster, "a3c", SLOW_GAIN, submit=0.0),
             _view(cluster, "resnet", FAST_ON_V100, submit=10.0)]
     policy = make_policy("sia")
-    decision = policy.decide(cluster, jobs, NO_ESTIMATES)
+    decision = policy.decide(cluster, jobs, ORACLE)
     validate_allocations(decision, cluster, [j.name for j in jobs])
     assert _types_of(cluster, decision) == {"resnet": "v100", "a3c": "v100"}
     assert policy.ilp_solves == 0 and policy.solver_failures == 0
     crowded = ClusterState(spec=parse_cluster_spec("v100:1x1,k80:1x1"), now=3600.0)
     policy.decide(crowded, [_view(crowded, "a3c", SLOW_GAIN, submit=0.0),
-                            _view(crowded, "resnet", FAST_ON_V100, submit=10.0)], NO_ESTIMATES)
+                            _view(crowded, "resnet", FAST_ON_V100, submit=10.0)], ORACLE)
     assert policy.ilp_solves == 1
 
 
@@ -194,7 +196,7 @@ def test_capacity_and_rigid_scale_factors_are_respected_when_jobs_outnumber_gpus
     kinds = (FAST_ON_V100, SLOW_GAIN, BARELY_FASTER, "Recommendation (batch size 512)")
     jobs = [_view(cluster, f"j{i}", kinds[i % 4], int(rng.choice([1, 2, 4, 8])),
                   submit=float(i)) for i in range(14)]
-    decision = make_policy("sia").decide(cluster, jobs, NO_ESTIMATES)
+    decision = make_policy("sia").decide(cluster, jobs, ORACLE)
     validate_allocations(decision, cluster, [j.name for j in jobs])
     by_name = {job.name: job for job in jobs}
     types = _types_of(cluster, decision)
@@ -219,47 +221,55 @@ def test_the_restart_penalty_keeps_a_running_job_where_the_gain_is_small() -> No
 
     def placed(job_type: str, attained: float) -> str:
         job = _view(cluster, "j", job_type, allocation=on_p100, restarts=10, attained=attained)
-        return _types_of(cluster, make_policy("sia").decide(cluster, [job], NO_ESTIMATES))["j"]
+        return _types_of(cluster, make_policy("sia").decide(cluster, [job], ORACLE))["j"]
 
     assert placed(BARELY_FASTER, attained=3000.0) == "p100"
     assert placed(FAST_ON_V100, attained=3000.0) == "v100"
     assert placed(BARELY_FASTER, attained=10.0) == "v100"
     # A job kept where it runs keeps its very GPUs (no restart).
     job = _view(cluster, "j", BARELY_FASTER, allocation=on_p100, restarts=10, attained=3000.0)
-    assert make_policy("sia").decide(cluster, [job], NO_ESTIMATES)["j"].tolist() == on_p100
+    assert make_policy("sia").decide(cluster, [job], ORACLE)["j"].tolist() == on_p100
 
 
-class _FixedBelief:
-    """A belief with given steps/s per (job type, GPU type)."""
+class _FixedTable:
+    """A known table with given steps/s per (job type, GPU type) (``None`` elsewhere), as an
+    oracle would publish it."""
 
     def __init__(self, rates: Mapping[tuple[str, str], float]) -> None:
         self.rates = rates
 
-    def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
-                ) -> CellPrediction:
-        mean = np.array([self.rates.get((c.job_type, c.gpu_type), np.nan) for c in cells])
-        return CellPrediction(mean, mean[None, :])
+    def steps_per_second(self, job_type: str, scale_factor: int, gpu_type: str) -> float | None:
+        return self.rates.get((job_type, gpu_type))
+
+    def pair_steps_per_second(self, gpu_type: str, a: tuple[str, int], b: tuple[str, int]
+                              ) -> tuple[float, float] | None:
+        return None
 
 
-def test_sia_reads_its_throughputs_from_a_swappable_belief() -> None:
+def _known(rates: Mapping[tuple[str, str], float]) -> Estimates:
+    return Estimates([Estimate(THROUGHPUT, "oracle", _FixedTable(rates))])
+
+
+def test_sia_reads_its_throughputs_from_the_rounds_estimate() -> None:
     cluster = ClusterState(spec=parse_cluster_spec("v100:1x1,k80:1x1"), now=600.0)
     job = _view(cluster, "j", SLOW_GAIN)
     policy = SiaPolicy()
-    assert _types_of(cluster, policy.decide(cluster, [job], NO_ESTIMATES)) == {"j": "v100"}  # the table
-    policy.belief = _FixedBelief({(SLOW_GAIN, "v100"): 1.0, (SLOW_GAIN, "k80"): 3.0})
-    assert _types_of(cluster, policy.decide(cluster, [job], NO_ESTIMATES)) == {"j": "k80"}
-    # A job type the belief knows on no type runs anywhere; one it cannot run nowhere.
-    policy.belief = _FixedBelief({(SLOW_GAIN, "v100"): 0.0, (SLOW_GAIN, "k80"): 0.0})
-    assert policy.decide(cluster, [job], NO_ESTIMATES) == {}
-    policy.belief = _FixedBelief({})
-    assert len(policy.decide(cluster, [job], NO_ESTIMATES)) == 1
+    assert _types_of(cluster, policy.decide(cluster, [job], ORACLE)) == {"j": "v100"}  # the table
+    known = _known({(SLOW_GAIN, "v100"): 1.0, (SLOW_GAIN, "k80"): 3.0})
+    assert _types_of(cluster, policy.decide(cluster, [job], known)) == {"j": "k80"}
+    # A job type the table knows on no type runs anywhere; one it cannot run nowhere.
+    assert policy.decide(cluster, [job], _known({(SLOW_GAIN, "v100"): 0.0,
+                                                 (SLOW_GAIN, "k80"): 0.0})) == {}
+    assert len(policy.decide(cluster, [job], _known({}))) == 1
+    with pytest.raises(KeyError, match="no estimate of 'throughput' this round"):
+        policy.decide(cluster, [job], Estimates())
 
 
 def test_registry_options_and_bad_values() -> None:
     assert "sia" in POLICIES and "sia" in TABLE_WORLD_POLICIES
     options = POLICIES.options("sia")
     assert options["p"].default == -0.5 and options["lambda_n"].default == 1.1
-    policy = make_policy("sia", p=-1.0, lambda_n=2.0, solver="SCIP", throughputs="tacc")
+    policy = make_policy("sia", p=-1.0, lambda_n=2.0, solver="SCIP", acquisition="thompson")
     assert isinstance(policy, SiaPolicy) and (policy.p, policy.lambda_n) == (-1.0, 2.0)
     for bad in ({"p": 0.0}, {"lambda_n": -1.0}, {"solver": "GUROBI"}, {"mip_rel_gap": -1.0}):
         with pytest.raises(InputError, match="sia"):

@@ -1,6 +1,7 @@
-"""Sia reading a learner through the estimation stage (``source=``), as the Gavel family does:
-the oracle learner decides as the table does, a learner's profiling cells run first as real
-rounds and are counted, and a bad source is a one-line error."""
+"""Sia reading a learner through the estimation stage (an estimator chosen outside the policy),
+as the Gavel family does: the oracle's table behind the learning stage decides as the known table
+does, a learner's profiling cells run first as real rounds and are counted, and a bad choice is a
+one-line error."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from dataclasses import replace
 import pytest
 
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.errors import InputError
+from bayes_sched.estimation.registry import make_estimator
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.sia import SiaPolicy
 from bayes_sched.sim.gavel_jobs import make_job
+from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.table_run import run_table_simulation
 from bayes_sched.throughputs import load_gavel_throughputs
 
@@ -21,28 +25,33 @@ SPEC = replace(load_cluster_spec("v100:1x2,p100:1x2,k80:1x2"), round_interval=36
 JOBS = [make_job(str(i), 600.0 * i, TYPES[i % 4], 1, 4000.0 * (1 + i % 2)) for i in range(6)]
 
 
-def _run(source: str):  # noqa: ANN202
-    policy = make_policy("sia", source=source, seed=0)
-    return policy, run_table_simulation(JOBS, policy, SPEC, table=TABLE)
+def _run(estimators: object = None) -> RunResult:
+    return run_table_simulation(JOBS, make_policy("sia", seed=0), SPEC, table=TABLE,
+                                estimators=estimators)  # type: ignore[arg-type]
 
 
-def test_the_oracle_source_decides_as_the_table() -> None:
-    _, table = _run("table")
-    _, oracle = _run("oracle")
+def test_the_oracle_stage_decides_as_the_known_table() -> None:
+    table = _run()
+    oracle = _run({"throughput": "oracle_stage"})
+    assert table.estimates_from == {"throughput": "oracle"}
     assert table.jobs["jct"].tolist() == oracle.jobs["jct"].tolist()
     assert oracle.summary["profiling_gpu_hours"] == 0.0
 
 
 def test_sia_profiles_each_new_job_on_every_type_through_the_stage() -> None:
-    policy, result = _run("sia")
-    assert isinstance(policy, SiaPolicy) and policy.estimator is not None
+    stage = make_estimator("sia")
+    assert isinstance(stage, ThroughputEstimator)
+    result = _run([stage])
+    assert result.estimates_from == {"throughput": "sia"}
     assert result.summary["finished"] == len(JOBS)
     # One round on one GPU of each of the three types per job, less the rounds a job finished in.
     assert 0 < result.summary["profiling_gpu_hours"] <= len(JOBS) * 3 * 360.0 / 3600.0
-    assert all(not policy.estimator.pending_profiling(job.name) for job in JOBS)
-    assert policy.estimator.fit_seconds  # the belief was refitted from the reports
+    assert all(not stage.pending_profiling(job.name) for job in JOBS)
+    assert stage.fit_seconds  # the belief was refitted from the reports
 
 
-def test_an_unknown_sia_source_is_an_error() -> None:
-    with pytest.raises(ValueError, match="source is 'nope'"):
-        SiaPolicy(source="nope")
+def test_a_bad_sia_estimator_is_an_error() -> None:
+    with pytest.raises(InputError, match="unknown estimator 'nope'"):
+        _run({"throughput": "nope"})
+    with pytest.raises(InputError, match="need 'job_goodput': the policy reads throughput"):
+        _run({"job_goodput": "sia"})

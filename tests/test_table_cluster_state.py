@@ -105,9 +105,6 @@ class _HoldsNothing:
 
     needs = ()
 
-    def estimators(self) -> list[object]:
-        return []
-
     def stats(self) -> dict[str, float]:
         return {"solver_failures": float(self.solver_failures)}
 

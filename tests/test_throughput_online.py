@@ -1,8 +1,8 @@
 """Learning throughputs online in the table world: what jobs report (the cell they ran in, seeded
 noise that never changes their progress), the estimation stage (refits, bad reports, profiling
-GPU-seconds), and time-sharing policies reading a learner instead of the table (the oracle
-reproduces the table's runs exactly; Thompson draws change per recompute and repeat by seed;
-profiling cells run as real rounds)."""
+GPU-seconds), and time-sharing policies reading a learner instead of the table (the oracle's
+table behind the learning stage reproduces the table's runs exactly; Thompson draws change per
+recompute and repeat by seed; profiling cells run as real rounds)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import ClusterState, PackedAllocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import InputError
-from bayes_sched.estimates import NO_ESTIMATES
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation.cell_learners import PerCellLearner
 from bayes_sched.estimation.throughput_cells import ThroughputBelief
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
@@ -47,17 +47,19 @@ def _jobs(count: int, steps: float = 20000.0) -> list:  # noqa: ANN202
 
 
 @pytest.mark.parametrize("policy", ["max_min_fairness_perf", "max_min_fairness_packed"])
-def test_the_oracle_source_reproduces_the_table_runs(policy: str) -> None:
-    """Through the estimation stage with noiseless reports, the oracle learner gives a Gavel
-    policy exactly the table's JCTs (solo and packed); the table source's JCTs do not change
-    with the measurement noise (it changes reports, never progress)."""
+def test_the_oracle_stage_reproduces_the_table_runs(policy: str) -> None:
+    """Through the learning stage with noiseless reports, the oracle's table as a learner gives
+    a Gavel policy exactly the known table's JCTs (solo and packed); the known table's JCTs do
+    not change with the measurement noise (it changes reports, never progress)."""
     spec = _spec("v100:1x2,k80:1x2")
     table = run_table_simulation(_jobs(8), make_policy(policy), spec, measurement_noise=0.0)
-    oracle = run_table_simulation(_jobs(8), make_policy(policy, source="oracle"), spec,
-                                  measurement_noise=0.0)
+    oracle = run_table_simulation(_jobs(8), make_policy(policy), spec, measurement_noise=0.0,
+                                  estimators={"throughput": "oracle_stage"})
     noisy = run_table_simulation(_jobs(8), make_policy(policy), spec, measurement_noise=0.3)
-    learned = run_table_simulation(_jobs(8), make_policy(policy, source="per_cell"), spec,
-                                   measurement_noise=0.0)
+    learned = run_table_simulation(_jobs(8), make_policy(policy), spec, measurement_noise=0.0,
+                                   estimators={"per_cell": {}})
+    assert table.estimates_from == {"throughput": "oracle"}
+    assert learned.estimates_from == {"throughput": "per_cell"}
     assert table.summary["finished"] == 8
     assert learned.jobs["jct"].tolist() != table.jobs["jct"].tolist()  # the source matters
     assert oracle.jobs["jct"].tolist() == table.jobs["jct"].tolist()
@@ -121,11 +123,10 @@ def test_profiling_cells_run_as_real_rounds_and_are_counted() -> None:
     spec = _spec("v100:1x1,k80:1x1")
     jobs = [make_job("0", 0.0, SMALL[0], 1, 1e9), make_job("1", 0.0, SMALL[1], 1, 1e9)]
     world = TableCluster(jobs, spec, TABLE, measurement_noise=0.0)
-    policy = make_policy("max_min_fairness_perf", source="per_cell")
+    policy = make_policy("max_min_fairness_perf")
     estimator = ThroughputEstimator(SoloEverywhere(partners=(SMALL[1], SMALL[3])))
-    policy.estimator = estimator
     seen: list[dict[str, tuple[CellObservation, ...]]] = []
-    run_loop(world, policy, ROUND, max_rounds=6,
+    run_loop(world, policy, ROUND, max_rounds=6, estimators=[estimator],
              on_round=lambda w: seen.append({v.name: v.cell_observations
                                              for v in w.job_views()}))
     assert all(not estimator.pending_profiling(n) for n in "01")
@@ -160,9 +161,10 @@ def test_thompson_draws_differ_across_recomputes_and_repeat_by_seed() -> None:
     views = TableCluster(_jobs(4), spec, TABLE).job_views()
 
     def draws(seed: int, thompson: bool = True) -> list[np.ndarray]:
-        policy = make_policy("max_min_fairness_packed", source="per_cell", seed=seed,
-                             thompson=thompson, exploration="thompson")
-        policy.decide(ClusterState(spec=spec, now=ROUND), views, NO_ESTIMATES)  # sets the types
+        policy = make_policy("max_min_fairness_packed", seed=seed, exploration="thompson",
+                             acquisition="thompson" if thompson else "mean")
+        learned = Estimates(ThroughputEstimator(PerCellLearner()).published())
+        policy.decide(ClusterState(spec=spec, now=ROUND), views, learned)  # sets the types
         runnable = np.ones((len(views), 2), dtype=bool)
         out = []
         for _ in range(3):
@@ -178,8 +180,8 @@ def test_thompson_draws_differ_across_recomputes_and_repeat_by_seed() -> None:
     assert not np.allclose(draws(8)[0], first[0])
     means = draws(7, thompson=False)
     assert np.array_equal(means[0], means[1])
-    run = [run_table_simulation(_jobs(6), make_policy("max_min_fairness_perf", source="per_cell",
-                                                      seed=2), spec).jobs["jct"].tolist()
+    run = [run_table_simulation(_jobs(6), make_policy("max_min_fairness_perf", seed=2), spec,
+                                estimators={"throughput": "per_cell"}).jobs["jct"].tolist()
            for _ in range(2)]
     assert run[0] == run[1]
 
@@ -297,9 +299,13 @@ def test_a_failing_fit_keeps_the_previous_belief(caplog: pytest.LogCaptureFixtur
     assert estimator.belief is before and estimator.failed_fits == 2
 
 
-def test_an_unknown_source_is_a_one_line_error() -> None:
-    with pytest.raises(InputError, match="source is 'nope': expected 'table' or a learner"):
-        make_policy("max_min_fairness_perf", source="nope")
+def test_an_unknown_estimator_is_a_one_line_error() -> None:
+    spec = _spec("v100:1x1")
+    with pytest.raises(InputError, match="unknown estimator 'nope': expected one of oracle"):
+        run_table_simulation(_jobs(1), make_policy("max_min_fairness_perf"), spec,
+                             estimators={"throughput": "nope"})
+    with pytest.raises(InputError, match="has no option 'source'"):
+        make_policy("max_min_fairness_perf", source="per_cell")
 
 
 def test_shockwave_jobs_report_the_batch_size_they_ran_at() -> None:

@@ -15,7 +15,8 @@ import pytest
 from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
-from bayes_sched.estimates import NO_ESTIMATES
+from bayes_sched.estimates import Estimates
+from bayes_sched.estimation.cell_learners import PerCellLearner
 from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.policies import make_policy
@@ -129,13 +130,12 @@ def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_eno
     pair = Cell("ResNet-18 (batch size 16)", 1, "v100", "A3C")
     plans = {}
     for exploration in ("value_of_information", "thompson", "none"):
-        policy = make_policy("max_min_fairness_packed", source="per_cell",
-                             exploration=exploration)
+        policy = make_policy("max_min_fairness_packed", exploration=exploration)
         assert isinstance(policy, MaxMinFairnessPackedPolicy)
-        policy.estimator = ThroughputEstimator(_HandLearner())
-        policy.estimator.estimate(cluster, views)
-        policy.decide(cluster, views, NO_ESTIMATES)
-        plans[exploration] = policy.estimator.pending_profiling("a")
+        stage = ThroughputEstimator(_HandLearner())
+        stage.estimate(cluster, views)
+        policy.decide(cluster, views, Estimates(stage.published()))
+        plans[exploration] = stage.pending_profiling("a")
         if exploration != "thompson":
             assert policy.pair_fractions() == {}  # the mean allocation does not pack them
     assert plans["value_of_information"] == ((pair,) if steps > 1e3 else ())
@@ -144,10 +144,10 @@ def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_eno
 
 def test_the_value_of_information_rule_decides_on_the_mean() -> None:
     for exploration in ("value_of_information", "none"):
-        policy = make_policy("max_min_fairness_packed", source="bayes", exploration=exploration)
+        policy = make_policy("max_min_fairness_packed", exploration=exploration)
         assert isinstance(policy, MaxMinFairnessPackedPolicy) and policy.thompson is False
     with pytest.raises(ValueError, match="exploration is 'ucb'"):
-        make_policy("max_min_fairness_packed", source="bayes", exploration="ucb")
+        make_policy("max_min_fairness_packed", exploration="ucb")
 
 
 def _scaled_columns(reduced: Any) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
@@ -193,14 +193,16 @@ def test_the_held_program_solves_as_linprog_and_re_solves_from_its_basis_as_afre
 def test_the_pair_fit_memo_sees_a_new_failed_launch() -> None:
     """Whether two job types may share GPUs, asked of every job pair each round, is memoised
     per estimator state: a failed launch recorded after a first answer changes the next."""
-    policy = make_policy("max_min_fairness_packed", source="per_cell")
-    assert isinstance(policy, MaxMinFairnessPackedPolicy) and policy.estimator is not None
+    policy = make_policy("max_min_fairness_packed")
+    assert isinstance(policy, MaxMinFairnessPackedPolicy)
+    stage = ThroughputEstimator(PerCellLearner())
+    policy.estimator = stage  # the round's estimate, as decide reads it from the bundle
     policy._reset_state(("v100", "p100", "k80"))
     a, b = ("A3C", 1), ("CycleGAN", 1)
     assert policy._pair_may_fit("v100", a, b)
     assert policy._pair_fit_mask(a, b).tolist() == [True, True, True]
     assert not policy._pair_may_fit("v100", a, ("CycleGAN", 2))  # scale factors differ
-    assert policy.estimator.note_failed_launch(Cell("CycleGAN", 1, "v100", "A3C"))
+    assert stage.note_failed_launch(Cell("CycleGAN", 1, "v100", "A3C"))
     assert not policy._pair_may_fit("v100", a, b) and not policy._pair_may_fit("v100", b, a)
     assert policy._pair_fit_mask(a, b).tolist() == [False, True, True]
     assert policy._pair_may_fit("p100", a, b)
@@ -292,10 +294,10 @@ def test_the_draw_free_screen_changes_no_trial_and_skips_the_draws_it_rules_out(
     plans = []
     _ScreenedHandBelief.draws_asked = 0
     for learner in (_HandLearner(), _ScreenedHandLearner()):
-        policy = make_policy("max_min_fairness_packed", source="per_cell")
-        policy.estimator = ThroughputEstimator(learner)
-        policy.estimator.estimate(cluster, views)
-        policy.decide(cluster, views, NO_ESTIMATES)
-        plans.append(policy.estimator.pending_profiling("a"))
+        policy = make_policy("max_min_fairness_packed")
+        stage = ThroughputEstimator(learner)
+        stage.estimate(cluster, views)
+        policy.decide(cluster, views, Estimates(stage.published()))
+        plans.append(stage.pending_profiling("a"))
     assert plans[0] == plans[1]
     assert _ScreenedHandBelief.draws_asked == (0 if steps < 1e3 else 1)

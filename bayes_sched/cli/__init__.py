@@ -55,7 +55,8 @@ COMMANDS: dict[str, Command] = {
     "cancel": Command("bayes_sched.cli.service", "cancel a job"),
     "state": Command("bayes_sched.cli.state", "check or repair the scheduler's state file"),
     "list": Command("bayes_sched.cli.listing",
-                    "list policies, hidden laws, worlds, GPU types, workloads or models"),
+                    "list policies, estimators, hidden laws, worlds, GPU types, workloads or "
+                    "models"),
 }
 
 

@@ -1,6 +1,6 @@
-"""``bayes-sched list``: what the registries hold -- policies and hidden laws with their typed
-options and defaults, the worlds, the known GPU types, the shipped workloads and the simulator's
-models."""
+"""``bayes-sched list``: what the registries hold -- policies, estimators (with the needs they
+serve) and hidden laws with their typed options and defaults, the worlds, the known GPU types, the
+shipped workloads and the simulator's models."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from bayes_sched.gpu_types import GPU_TYPES
 from bayes_sched.registry import Option, Registry
 from bayes_sched.tables import print_table
 
-_WHAT = ("policies", "hidden", "worlds", "gpu-types", "workloads", "models")
+_WHAT = ("policies", "estimators", "hidden", "worlds", "gpu-types", "workloads", "models")
 
 
-def _option_rows(registry: Registry[Any]) -> list[dict[str, object]]:
+def option_rows(registry: Registry[Any]) -> list[dict[str, object]]:
+    """One row per option of each component of ``registry`` (a component without options: one
+    row of dashes): name, option, type, default and the component's summary."""
     rows: list[dict[str, object]] = []
     for name in registry:
         options = registry.options(name)
@@ -26,6 +28,22 @@ def _option_rows(registry: Registry[Any]) -> list[dict[str, object]]:
             rows.append({"name": name if i == 0 else "", "option": option.name,
                          "type": option.type_name, "default": default,
                          "summary": registry.summary(name) if i == 0 else ""})
+    return rows
+
+
+def _estimator_rows() -> list[dict[str, object]]:
+    """One row per estimator option, with the needs each serves (the table world's oracles
+    first, then :data:`~bayes_sched.estimation.registry.ESTIMATORS`)."""
+    from bayes_sched.estimation.registry import ESTIMATORS
+    from bayes_sched.sim.oracles import world_oracles
+    from bayes_sched.throughputs import load_gavel_throughputs
+
+    rows: list[dict[str, object]] = []
+    for registry in (world_oracles(load_gavel_throughputs()), ESTIMATORS):
+        for row in option_rows(registry):
+            served = ", ".join(registry.serves(str(row["name"]))) if row["name"] else ""
+            rows.append({"name": row["name"], "serves": served,
+                         **{k: v for k, v in row.items() if k != "name"}})
     return rows
 
 
@@ -80,10 +98,13 @@ def _list(args: argparse.Namespace) -> int:
     from bayes_sched.sim.laws import HIDDEN_LAWS
 
     if args.what == "policies":
-        print_table(_option_rows(POLICIES), title="policies (--policy-opt KEY=VALUE)",
+        print_table(option_rows(POLICIES), title="policies (--policy-opt KEY=VALUE)",
                     as_json=args.json)
+    elif args.what == "estimators":
+        print_table(_estimator_rows(), title="estimators (--estimator [NEED=]NAME, "
+                    "--estimator-opt NAME.KEY=VALUE)", as_json=args.json)
     elif args.what == "hidden":
-        print_table(_option_rows(HIDDEN_LAWS), title="hidden laws (--hidden-opt KEY=VALUE)",
+        print_table(option_rows(HIDDEN_LAWS), title="hidden laws (--hidden-opt KEY=VALUE)",
                     as_json=args.json)
     elif args.what == "worlds":
         print_table(_world_rows(), title="worlds (chosen by the jobs: --workload or --trace)",
@@ -103,9 +124,11 @@ def _list(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "list", help="list policies, hidden laws, worlds, GPU types, workloads or models",
-        description="List what the registries hold: policies and hidden interference laws with "
-                    "their typed options and defaults, the simulated worlds with their "
+        "list", help="list policies, estimators, hidden laws, worlds, GPU types, workloads or "
+                     "models",
+        description="List what the registries hold: policies, estimators (with the needs they "
+                    "serve) and hidden interference laws with their typed options and "
+                    "defaults, the simulated worlds with their defaults, "
                     "defaults, the known GPU types, the shipped workloads, or the models "
                     "(applications) a workload may name.")
     parser.add_argument("what", choices=_WHAT)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import fail, progress_bar
+from bayes_sched.cli.estimator_options import add_estimator_options, estimator_choices
 from bayes_sched.cli.options import (
     DAY,
     DURATION_EPILOG,
@@ -95,12 +96,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                f"{SHOCKWAVE.default_policy} for a Shockwave trace; `bayes-sched "
                                "list policies` shows their options)")
     _cluster_options(simulate)
+    add_estimator_options(simulate)
     simulate.add_argument("--measurement-noise", type=finite_float(0.0, unit="log units"),
                           default=None, metavar="SD",
                           help="with --trace: standard deviation of the multiplicative noise on "
                                "the steps/s jobs report, log scale (default: the simulator's "
                                "0.05; 0: exact reports; seeded by "
-                               "--seed); what a policy reading a learner (source=...) learns from")
+                               "--seed); what a learning estimator (--estimator) learns from")
     simulate.add_argument("--out", help="write the report (tables, timeline, plots) here; "
                           f"{OUT_DIR_RULE}")
     simulate.add_argument("--plot", metavar="DIR",
@@ -196,7 +198,7 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
 
 
 #: Top-level keys of a --config file.
-_CONFIG_KEYS = ("cluster", "policy", "hidden")
+_CONFIG_KEYS = ("cluster", "policy", "hidden", "estimator")
 
 
 def _read_config(path: str | None) -> dict[str, Any]:
@@ -427,14 +429,22 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
         given = getattr(args, "measurement_noise", None)  # compare has no such flag
         noise = DEFAULT_MEASUREMENT_NOISE if given is None else given
         result = world.run(jobs, policy, spec, name=str(path), seed=seed,
-                           on_round=on_round, measurement_noise=noise)
+                           on_round=on_round, measurement_noise=noise,
+                           estimators=estimator_choices(args, settings))
     if args.plot:
         write_type_utilization(utilization_series(result), args.plot,
                                f"{policy.name}_{name}_seed{seed}", f"{policy.name} on {name}")
     row: dict[str, object] = {"policy": policy.name, "trace": name,
                               "cluster": spec.describe(), "round_s": spec.round_interval,
+                              "estimates": _describe_sources(result.estimates_from),
                               **result.summary, "wall_s": result.wall_seconds}
     return row, result, path
+
+
+def _describe_sources(sources: Mapping[str, str]) -> str:
+    from bayes_sched.estimates import describe_sources  # numpy: not at --help
+
+    return describe_sources(sources)
 
 
 def _simulate_trace(args: argparse.Namespace) -> int:
@@ -497,6 +507,7 @@ def _simulate(args: argparse.Namespace) -> int:
         check_out_dir(args.out)
     workload = _read_workload(args.workload, args)
     options = [_policy_options(args, [args.policy], seed)[args.policy] for seed in seeds]
+    choices = estimator_choices(args, _read_config(args.config))
     check_horizon(workload, configs[0])
     results: list[RunResult] = []
     with progress_bar(enabled=not args.no_progress and not args.json) as progress:
@@ -510,7 +521,8 @@ def _simulate(args: argparse.Namespace) -> int:
                 done = sum(1 for job in cluster.jobs.values() if not job.active)
                 progress.update(task, completed=done)
 
-            results.append(run_simulation(workload, policy, config, on_round=on_round))
+            results.append(run_simulation(workload, policy, config, on_round=on_round,
+                                          estimators=choices))
     title = f"{args.policy} on {workload.name}"
     if args.seeds is None:
         _print(summary_rows(results), args.json, title)

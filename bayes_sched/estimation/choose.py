@@ -132,12 +132,13 @@ def choose_estimators(needs: Sequence[str], choices: Choices | None = None,
     return list(made.values())
 
 
-def policy_estimators(policy: object, choices: Choices | None = None,
+def policy_estimators(policy: object, choices: Choices | Sequence[Estimator] | None = None,
                       oracles: EstimatorRegistry | None = None, seed: int = 0,
                       where: str = "") -> list[Estimator]:
     """The estimators a run of ``policy`` runs: :func:`choose_estimators` for its ``needs`` and
-    ``default_estimators``; for a policy that still builds its own (``estimators()``,
-    transitional) those, and ``choices`` must be empty.
+    ``default_estimators`` given the user's ``choices``; estimator objects already made, when
+    ``choices`` is a sequence of them (a Python caller's own); for a policy that still builds
+    its own (``estimators()``, transitional) those, and ``choices`` must be empty.
 
     Raises:
         InputError: as :func:`choose_estimators`; choices for a policy that builds its own.
@@ -149,6 +150,8 @@ def policy_estimators(policy: object, choices: Choices | None = None,
             raise InputError(f"{where + ': ' if where else ''}policy {name} chooses its own "
                              "estimators (its options); estimators cannot be chosen for it yet")
         return list(own())
+    if choices is not None and not isinstance(choices, Mapping):
+        return list(choices)
     return choose_estimators(tuple(getattr(policy, "needs", ())), choices,
                              getattr(policy, "default_estimators", None), oracles, seed,
                              where=where)

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from bayes_sched.errors import InputError
 from bayes_sched.estimates import NEEDS
 from bayes_sched.estimation.learners import LEARNERS
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
-from bayes_sched.registry import Option, Registry, factory_options
+from bayes_sched.registry import Option, Range, Registry, factory_options
 
 if TYPE_CHECKING:
     from bayes_sched.estimation import Estimator
@@ -87,7 +87,13 @@ class EstimatorRegistry(Registry["Estimator"]):
         return super()._factory(name)
 
 
-def _stage_options(refit_interval: float = 0.0, refit_growth: float = REFIT_GROWTH) -> None:
+#: Seconds between refits, and the growth of a cell's reported seconds that makes one due.
+RefitInterval = Annotated[float, Range(0.0, unit="s")]
+RefitGrowth = Annotated[float, Range(1.0)]
+
+
+def _stage_options(refit_interval: RefitInterval = 0.0,
+                   refit_growth: RefitGrowth = REFIT_GROWTH) -> None:
     """The throughput stage's own options (their signature only)."""
 
 
@@ -132,4 +138,5 @@ def make_estimator(name: str, /, seed: int = 0, where: str = "", **options: Any)
     return ESTIMATORS.make(name, where=where, context={"seed": seed}, **options)
 
 
-__all__ = ["ESTIMATORS", "EstimatorRegistry", "make_estimator", "throughput_factory"]
+__all__ = ["ESTIMATORS", "EstimatorRegistry", "RefitGrowth", "RefitInterval", "make_estimator",
+           "throughput_factory"]

@@ -28,7 +28,6 @@ from typing import Literal
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
 
 #: Gavel's stand-in steps/s where a job cannot run on a type (a prohibitive cost).
@@ -48,11 +47,9 @@ class AlloXPolicy(TimeSharingPolicy):
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 alpha: float = 1.0, source: str = "table", thompson: bool = True,
-                 refit_interval: float = 0.0, refit_growth: float = REFIT_GROWTH) -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
-                         refit_interval, refit_growth)
+                 acquisition: Literal["thompson", "mean"] = "thompson",
+                 alpha: float = 1.0) -> None:
+        super().__init__(solver, min_reset_interval, seed, acquisition)
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha is {alpha}: expected a fraction in (0, 1]")
         self.alpha = float(alpha)

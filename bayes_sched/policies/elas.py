@@ -40,7 +40,6 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 
@@ -108,9 +107,6 @@ class ElasPolicy:
                 if report.out_of_memory and report.cell.partner is None:
                     key = (report.cell.job_type, report.cell.scale_factor)
                     self._failed.setdefault(key, set()).add(report.cell.gpu_type)
-
-    def estimators(self) -> Sequence[Estimator]:
-        return ()
 
     def stats(self) -> Mapping[str, float]:
         return {}

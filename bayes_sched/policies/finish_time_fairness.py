@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.policies.gavel_packing import PackedLayout, packed_layout
 from bayes_sched.policies.time_fraction_lp import (
     dense_terms,
@@ -107,12 +106,9 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
-                 refit_growth: float = REFIT_GROWTH,
+                 acquisition: Literal["thompson", "mean"] = "thompson",
                  isolated_share: IsolatedRule = "gavel", gavel_statement: bool = False) -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
-                         refit_interval, refit_growth)
+        super().__init__(solver, min_reset_interval, seed, acquisition)
         if isolated_share not in ISOLATED_RULES:
             raise ValueError(f"isolated_share is {isolated_share!r}: expected one of "
                              + ", ".join(repr(rule) for rule in ISOLATED_RULES))

@@ -50,7 +50,6 @@ from typing import Literal
 
 import numpy as np
 
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
 
 #: Shares (GPUs) below this are not traded.
@@ -116,12 +115,9 @@ class GandivaFairPolicy(TimeSharingPolicy):
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 split: Literal["gpus", "time"] = "gpus", source: str = "table",
-                 thompson: bool = True, refit_interval: float = 0.0,
-                 refit_growth: float = REFIT_GROWTH) -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
-                         refit_interval, refit_growth)
+                 acquisition: Literal["thompson", "mean"] = "thompson",
+                 split: Literal["gpus", "time"] = "gpus") -> None:
+        super().__init__(solver, min_reset_interval, seed, acquisition)
         if split not in ("gpus", "time"):
             raise ValueError(f"split is {split!r}: expected 'gpus' (equal GPU shares, traded) or "
                              "'time' (Shockwave's baseline: equal time fractions)")

@@ -27,7 +27,6 @@ from typing import Literal
 
 import numpy as np
 
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
 
 
@@ -120,11 +119,9 @@ class FifoPackedPolicy(FifoPerfPolicy):
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 packing_threshold: float = 1.5, source: str = "table", thompson: bool = True,
-                 refit_interval: float = 0.0, refit_growth: float = REFIT_GROWTH) -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
-                         refit_interval, refit_growth)
+                 acquisition: Literal["thompson", "mean"] = "thompson",
+                 packing_threshold: float = 1.5) -> None:
+        super().__init__(solver, min_reset_interval, seed, acquisition)
         if not packing_threshold >= 0:
             raise ValueError(f"packing_threshold is {packing_threshold}: expected >= 0")
         self.packing_threshold = float(packing_threshold)

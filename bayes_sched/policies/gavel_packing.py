@@ -56,7 +56,6 @@ import scipy.sparse as sp
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.jobs import JobView
 from bayes_sched.policies.time_fraction_lp import (
     CombinationTerms,
@@ -551,20 +550,16 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
             2,048 GPUs and 1,900 jobs the even split puts ~780,000 pairs in force). Measured
             (multi-GPU, 2.6 jobs/h, seed 0, jobs 0-99): average JCT 16.667 h even, 16.676 h
             intervals.
-        exploration: with a learner, how the policy learns cells it has not seen:
-            ``"value_of_information"`` (default; ``thompson`` is then ignored: decide on the
+        exploration: with a learned belief, how the policy learns cells it has not seen:
+            ``"value_of_information"`` (default; ``acquisition`` is then ignored: decide on the
             posterior mean, and try a job alone or a pair in a cell nobody has reported from,
             for one profiling round, only where the expected value of knowing its rate beats
-            the trial's expected cost: :mod:`~bayes_sched.policies.value_of_information`) or
-            ``"thompson"`` (decide on one joint posterior draw per recompute, or on the mean
-            with ``thompson=False``) or ``"none"`` (decide on the posterior mean and try
+            the trial's expected cost: :mod:`~bayes_sched.policies.value_of_information`),
+            ``"thompson"`` (decide as ``acquisition`` says: one joint posterior draw per
+            recompute, or the mean) or ``"none"`` (decide on the posterior mean and try
             nothing: what the mean allocation runs and the learner's profiling plan are all it
-            learns from; ``thompson`` is ignored). Measured (ours, gavel-2.0, jobs 0-9, seeds 0-2, average
-            JCT over the table's): value of information 0.999 / 0.990 / 0.998, Thompson
-            1.006 / 0.999 / 1.015. Jobs 1000-1049, seeds 0-2 (the same, and decision time
-            over the table's): value of information 0.993 / 0.988 / 1.001 at 3.7 / 3.5 /
-            3.1x, none 0.994 / 0.981 / 1.011 at 2.3 / 2.3 / 2.0x
-            (``experiments/bench_uncertainty.py``).
+            learns from; ``acquisition`` is ignored). Their measured JCTs are in
+            ``experiments/bench_uncertainty.py``'s results.
     """
 
     name = "max_min_fairness_packed"
@@ -576,15 +571,13 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
-                 refit_growth: float = REFIT_GROWTH, gavel_statement: bool = False,
+                 acquisition: Literal["thompson", "mean"] = "thompson",
+                 gavel_statement: bool = False,
                  pair_split: Literal["even", "intervals"] = "even",
                  exploration: Literal["thompson", "value_of_information", "none"] = (
                      "value_of_information")
                  ) -> None:
-        super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
-                         refit_interval, refit_growth)
+        super().__init__(solver, min_reset_interval, seed, acquisition)
         if pair_split not in ("even", "intervals"):
             raise ValueError(f"pair_split is {pair_split!r}: expected 'even' or 'intervals'")
         if exploration not in ("thompson", "value_of_information", "none"):

@@ -91,7 +91,8 @@ from bayes_sched.policies.remaining_work import (
     RegimeProfile,
     RemainingWorkPredictor,
 )
-from bayes_sched.policies.time_sharing import DEFAULT_STEPS_PER_SECOND, cluster_types
+from bayes_sched.policies.throughput_reading import DEFAULT_STEPS_PER_SECOND
+from bayes_sched.policies.time_sharing import cluster_types
 from bayes_sched.registry import SEED, Range
 from bayes_sched.throughputs import load_throughputs
 

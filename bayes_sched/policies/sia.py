@@ -54,15 +54,15 @@ licence) under :class:`~bayes_sched.policies.sia_adaptive.SiaAdaptivePolicy`. El
 (Sia choosing among the measured 1, 2, 4, 8) would need the table world to admit elastic jobs;
 that is not done, and the configurations here are general enough to take them.
 
-**Throughputs** are read through a :class:`~bayes_sched.estimation.throughput_cells.ThroughputBelief`'s
-posterior mean: by default the known table (the oracle, :attr:`SiaPolicy.belief`); with
-``source`` a learner's name (issue 20), the belief the loop's estimation stage
-(:class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`) learns from the jobs'
-reports, as the Gavel-family policies read it: a new job first runs in its learner's profiling
-cells (Sia's own learner: one GPU of every type, which for a rigid multi-GPU job means none of
-them: it runs at its scale factor only), and ``thompson`` reads a posterior draw instead of the
-mean. A job whose job type the belief does not know on any type runs equally well everywhere
-(Sia's rule for a job with no throughput yet; Gavel's default throughput is the same).
+**Throughputs** are the round's ``throughput`` estimate, read through a belief's posterior mean:
+by default the world's oracle (the known table, :attr:`SiaPolicy.belief`); with another
+estimator chosen (a learner behind the loop's throughput estimator), the belief it learns from
+the jobs' reports, as the Gavel-family policies read it: a new job first runs in its learner's
+profiling cells (Sia's own learner: one GPU of every type, which for a rigid multi-GPU job means
+none of them: it runs at its scale factor only), and ``acquisition="thompson"`` reads a
+posterior draw instead of the mean. A job whose job type the belief does not know on any type
+runs equally well everywhere (Sia's rule for a job with no throughput yet; Gavel's default
+throughput is the same).
 
 Not modelled: Sia's 60 s rounds (the cluster's round is used; Gavel's setting has 360 s), its
 rounding of powered goodputs to two decimals (a tie-breaking artefact), and its rule that a job in
@@ -75,23 +75,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
-from bayes_sched.estimation.learners import LEARNERS, make_learner
-from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
 from bayes_sched.policies.time_sharing import cluster_types
 from bayes_sched.search.allocation import restart_delays, restart_penalty
-from bayes_sched.throughputs import ThroughputTable, load_throughputs
+from bayes_sched.throughput_estimates import (
+    THROUGHPUT,
+    CellPrediction,
+    KnownThroughputs,
+    LearnedThroughputs,
+    ThroughputBelief,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -301,10 +303,10 @@ def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
 
 
 class _TableBelief:
-    """The known throughput table as a belief (the oracle): its mean is the table, its one draw
-    the mean; NaN where the table has no entry. Private to Sia until issue 20's learners."""
+    """A known throughput table (the oracle's) as a belief: its mean is the table, its one draw
+    the mean; NaN where the table has no entry (Sia's rule for an unknown job type follows)."""
 
-    def __init__(self, table: ThroughputTable) -> None:
+    def __init__(self, table: KnownThroughputs) -> None:
         self.table = table
 
     def predict(self, cells: Sequence[Cell], num_draws: int = 0, seed: int = 0
@@ -335,31 +337,26 @@ class SiaPolicy:
         mip_rel_gap: relative optimality gap at which a solve stops (Sia: 1e-4).
         time_limit: seconds a solve may take before its best solution is used.
         seed: the solver's random seed (ties between equally good choices).
-        throughputs: the shipped table the default belief reads (``"simulation"`` and
-            ``"physical"``: Gavel's; ``"tacc"``: Shockwave's).
-        source: where steps/s come from: ``"table"`` (the known table) or a learner's name
-            (:data:`~bayes_sched.estimation.learners.LEARNERS`), read through the loop's
-            estimation stage as the Gavel-family policies read it (their ``source``): the
-            learner's profiling cells run first (one GPU type per job and round, at the job's
-            own scale factor; a cell at another scale or in a pair is dropped: Sia's jobs are
-            rigid and never share GPUs), then the belief's mean (or a draw) is the goodput.
-        thompson: with a learner, read one joint posterior draw per belief version (seeded by
-            ``seed`` and the version) instead of the mean.
-        refit_interval: with a learner, seconds between refits (0: every round with reports;
-            Sia decides every round).
-        refit_growth: with a learner, the factor a cell's reported seconds grow by before it
-            makes a refit due (1: any report; see :class:`TimeSharingPolicy`).
+        acquisition: how a learned belief is read: ``"mean"`` (its posterior mean) or
+            ``"thompson"`` (one joint posterior draw per belief version, seeded by ``seed`` and
+            the version). A known table (the world's oracle) is read as it is.
+
+    Steps/s come from the round's ``throughput`` estimate (chosen outside the policy; by default
+    the world's ``oracle``). A learning stage is read as the Gavel-family policies read it: the
+    learner's profiling cells run first (one GPU type per job and round, at the job's own scale
+    factor; a cell at another scale or in a pair is dropped: Sia's jobs are rigid and never share
+    GPUs), then the belief's mean (or a draw) is the goodput.
     """
 
     name = "sia"
     needs: tuple[str, ...] = ("throughput",)
+    #: Sia reads the known table (the world's oracle) unless another estimator is chosen.
+    default_estimators: ClassVar[Mapping[str, str]] = {"throughput": "oracle"}
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 source: str = "table", thompson: bool = False, refit_interval: float = 0.0,
-                 refit_growth: float = REFIT_GROWTH) -> None:
+                 acquisition: Literal["mean", "thompson"] = "mean") -> None:
         if not np.isfinite(p) or p == 0:
             raise ValueError(f"p is {p}: expected a finite nonzero exponent")
         if not lambda_n > 0:
@@ -371,17 +368,13 @@ class SiaPolicy:
         self.p, self.lambda_n = float(p), float(lambda_n)
         self.solver, self.mip_rel_gap, self.time_limit = solver, float(mip_rel_gap), time_limit
         self.seed = seed
-        table = load_throughputs(throughputs)
-        if source != "table" and source not in LEARNERS:
-            raise ValueError(f"source is {source!r}: expected 'table' or a learner: "
-                             f"{', '.join(LEARNERS)}")
-        self.source = source
-        self.estimator = (None if source == "table" else ThroughputEstimator(
-            make_learner(source, table=table, seed=seed), refit_interval, refit_growth))
-        self.thompson = bool(thompson)
-        #: Where Sia reads steps/s with the table source (a posterior mean); a learner's belief
-        #: comes from :attr:`estimator` instead.
-        self.belief: ThroughputBelief = _TableBelief(table)
+        if acquisition not in ("mean", "thompson"):
+            raise ValueError(f"acquisition is {acquisition!r}: expected 'mean' or 'thompson'")
+        self.thompson = acquisition == "thompson"
+        #: The round's throughput estimate (:meth:`read_throughputs`): a known table, read
+        #: through :attr:`belief` (a posterior mean), or a learning stage.
+        self.estimator: LearnedThroughputs | None = None
+        self.belief: ThroughputBelief | None = None
         self.solver_failures = 0
         #: Rounds whose assignment took the solver (not those where every job's best
         #: configuration fitted at once: :func:`best_if_all_fit`).
@@ -389,8 +382,21 @@ class SiaPolicy:
 
     # --- Policy interface -----------------------------------------------------------------------
 
-    def estimators(self) -> Sequence[Estimator]:
-        return () if self.estimator is None else (self.estimator,)
+    def read_throughputs(self, estimates: Estimates) -> None:
+        """Take the round's ``throughput`` estimate: a known table (the world's oracle) is read
+        as a belief whose mean is the table (:class:`_TableBelief`), anything else as a learning
+        stage; none (a subclass that reads goodput models instead) leaves both unset, and
+        :meth:`configurations` then refuses to read throughputs."""
+        value = estimates.get(THROUGHPUT)
+        if value is None:
+            self.belief, self.estimator = None, None
+        elif isinstance(value, KnownThroughputs):
+            known = self.belief.table if isinstance(self.belief, _TableBelief) else None
+            if known is not value:
+                self.belief = _TableBelief(value)
+            self.estimator = None
+        else:
+            self.belief, self.estimator = None, value
 
     def stats(self) -> Mapping[str, float]:
         """``solver_failures`` (rounds whose assignment the solver could not give) and
@@ -405,6 +411,7 @@ class SiaPolicy:
                estimates: Estimates) -> Allocations:
         if not jobs:
             return {}
+        self.read_throughputs(estimates)
         jobs = sorted(jobs, key=lambda j: (j.submit_time, j.name))
         types = cluster_types(cluster)
         node_types = np.array(cluster.gpu_types)
@@ -492,8 +499,12 @@ class SiaPolicy:
 
     def _believed(self, cells: list[Cell]) -> np.ndarray:
         """Steps/s of ``cells`` ``(N,)``: the table's (NaN where it has no entry), or the
-        learner's posterior mean, or with ``thompson`` its draw for the belief in force."""
+        learner's posterior mean, or with ``acquisition="thompson"`` its draw for the belief in
+        force."""
         if self.estimator is None:
+            if self.belief is None:
+                raise KeyError("sia: no estimate of 'throughput' this round (does the policy "
+                               "declare it in its needs?)")
             return np.asarray(self.belief.predict(cells).mean, dtype=float)
         belief = self.estimator.belief  # refits when there are new reports
         if not self.thompson:

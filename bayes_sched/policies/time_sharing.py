@@ -27,26 +27,30 @@ way Gavel's scheduler does (``scheduler/scheduler.py``, Narayanan et al., OSDI 2
 A policy that fails to produce an allocation (infeasible LP, solver error) keeps the previous one;
 the failure is logged and counted in :attr:`TimeSharingPolicy.solver_failures`.
 
-**Throughput source.** By default (``source="table"``) a policy reads the measured table, as
-Gavel does. With ``source`` a learner's name (:data:`bayes_sched.estimation.learners.LEARNERS`)
-it reads what the loop's :class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`
-learned from the jobs' reports instead: at each allocation recompute one joint prediction of the
-solo matrix ``(J, T)`` and the pair rates ``(P, 2, T)`` (``thompson=True``: one joint posterior
-draw, seeded by the policy's seed and the recompute count, so unknown cells are tried where their
-draw is high: which GPU type a job tries next, which unknown pairs are packed; ``False``: the
-posterior mean). The belief changing (a refit) triggers a recompute, still at most every
-``min_reset_interval``. *Where* a job can run at all is learned too: a job (or a pair) that
-fails to launch in a cell reports it (out of memory), and the estimator keeps it from then on
-(:meth:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator.fits`); until then every
-type with room, and every pair of one scale factor, may be tried (the oracle learner knows the
-table's zero pattern, so it runs as the table does). A cell never
-measured: the table source gives :data:`DEFAULT_STEPS_PER_SECOND` on every type to a job type it
-lacks (Gavel's rule) and does not pack a pair it lacks; the oracle learner the same; a point
-learner its prior mean; a Thompson policy a draw from the prior. The cells a learner asks a new
-job to be profiled in (``profiling_cells``) run first, one per job per round while the job has
-any (a pair with a running job of the partner type; a cell that cannot run, such as a pair with
-no job of that type active, is dropped and counted): real rounds, the job progressing at that
-cell's rate, their GPU-seconds counted by the estimator as profiling.
+**Throughputs** come from the round's estimates (the ``throughput`` need; the estimator is chosen
+outside the policy, by default the world's ``oracle``). A known table
+(:class:`~bayes_sched.throughput_estimates.KnownThroughputs`, what the oracle publishes) is read as
+Gavel reads its measured table. A learning stage
+(:class:`~bayes_sched.throughput_estimates.LearnedThroughputs`: a learner behind the loop's
+throughput estimator, learning from the jobs' reports) is read instead as: at each allocation
+recompute one joint prediction of the solo matrix ``(J, T)`` and the pair rates ``(P, 2, T)``
+(``acquisition="thompson"``: one joint posterior draw, seeded by the policy's seed and the
+recompute count, so unknown cells are tried where their draw is high: which GPU type a job tries
+next, which unknown pairs are packed; ``"mean"``: the posterior mean). The belief changing (a
+refit) triggers a recompute, still at most every ``min_reset_interval``. *Where* a job can run at
+all is learned too: a job (or a pair) that fails to launch in a cell reports it (out of memory),
+and the estimator keeps it from then on
+(:meth:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator.fits`); until then every type
+with room, and every pair of one scale factor, may be tried (the oracle's table behind the learning
+stage, ``oracle_stage``, knows the table's zero pattern, so it runs as the table does). A cell
+never measured: a known table gives
+:data:`~bayes_sched.policies.throughput_reading.DEFAULT_STEPS_PER_SECOND` on every type to a job
+type it lacks (Gavel's rule) and does not pack a pair it lacks; ``oracle_stage`` the same; a point
+learner its prior mean; a Thompson policy a draw from the prior. The cells a learner asks a new job
+to be profiled in (``profiling_cells``) run first, one per job per round while the job has any (a
+pair with a running job of the partner type; a cell that cannot run, such as a pair with no job of
+that type active, is dropped and counted): real rounds, the job progressing at that cell's rate,
+their GPU-seconds counted by the estimator as profiling.
 """
 
 from __future__ import annotations
@@ -55,19 +59,18 @@ import logging
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
-from bayes_sched.estimation.learners import LEARNERS, make_learner
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.throughputs import JobKey, ThroughputTable, load_throughputs
+from bayes_sched.policies.combo_store import Combo, ComboStore
+from bayes_sched.policies.throughput_reading import ThroughputReading, measured_throughputs
+from bayes_sched.throughput_estimates import JobClass as JobKey
+from bayes_sched.throughput_estimates import KnownThroughputs, LearnedThroughputs
 
 LOG = logging.getLogger(__name__)
 
@@ -77,10 +80,6 @@ GAVEL_TYPE_ORDER = ("v100", "p100", "k80")
 #: Open-source LP solvers the Gavel policies may use (pip-installable; called directly by
 #: :mod:`bayes_sched.policies.time_fraction_lp`).
 LP_SOLVERS = ("CLARABEL", "HIGHS")
-
-#: Gavel's steps/s for a job whose type was never measured (``DEFAULT_THROUGHPUT``).
-DEFAULT_STEPS_PER_SECOND = 1.0
-
 
 def equal_split(scale_factors: np.ndarray, capacities: np.ndarray) -> np.ndarray:
     """Each of ``n`` jobs (or combinations) gets 1/n of every type's GPUs: time fractions
@@ -97,37 +96,6 @@ def cluster_types(cluster: ClusterState) -> tuple[str, ...]:
             + tuple(sorted(present - set(GAVEL_TYPE_ORDER))))
 
 
-def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster: ClusterState,
-                         table: ThroughputTable,
-                         cache: dict[JobKey, np.ndarray] | None = None) -> np.ndarray:
-    """Steps/s of each job alone on each type, shape ``(J, T)``: the measured table for the job's
-    type and scale factor (its requested GPUs); :data:`DEFAULT_STEPS_PER_SECOND` on every type for
-    a job the table does not cover on some type; 0 where the type has fewer GPUs than the job
-    needs. ``cache``: rows already read for these ``types``, by job class (emptied when the
-    cluster's GPUs per type change)."""
-    capacity = np.array([cluster.gpus_of_type(t) for t in types])
-    cache = {} if cache is None else cache
-    if cache.get(("", -1)) is None or not np.array_equal(cache[("", -1)], capacity):
-        cache.clear()
-        cache[("", -1)] = capacity  # the GPUs per type the rows were read for
-    rows = []
-    for job in jobs:
-        key = (job.application, job.requested_replicas)
-        row = cache.get(key)
-        if row is None:
-            rates = [table.steps_per_second(job.application, job.requested_replicas, t)
-                     for t in types]
-            row = np.full(len(types), DEFAULT_STEPS_PER_SECOND) if None in rates \
-                else np.array(rates, dtype=float)
-            row[capacity < job.requested_replicas] = 0.0
-            cache[key] = row
-        rows.append(row)
-    return np.array(rows, dtype=float).reshape(len(jobs), len(types))
-
-
-#: A unit the mechanism schedules: one job, or two jobs sharing their GPUs (submission order).
-Combo = tuple[str, ...]
-
 #: :meth:`TimeSharingPolicy._greedy` scans the ranking in windows of this many combinations
 #: (growing to the second number while none is taken).
 _GREEDY_CHUNK = 32
@@ -136,105 +104,6 @@ _GREEDY_CHUNK_MAX = 2048
 #: Pair fractions below this are dropped from the allocation in force (an interior-point LP
 #: leaves ~1e-9 on most pairs; such a pair would rank last and never run).
 MIN_PAIR_FRACTION = 1e-6
-
-
-class ComboStore:
-    """The mechanism's state per combination (a job alone, or a pair), as rows of arrays so a
-    round reads it for thousands of combinations at once (a packed run carries ~10^4 pairs in
-    force; per-combination dicts of arrays cost O(pairs) Python work every round).
-
-    Attributes:
-        index: combination -> its row (rows of removed combinations are reused).
-        time: ``(rows, T)`` seconds the combination ran on each type since the last reset
-            (from half a round of credit).
-        deficit: ``(rows, T)`` seconds owed minus received over earlier resets.
-        fraction: ``(rows, T)`` the allocation in force (0 where it has none).
-        allocated: ``(rows,)`` whether the combination is in the allocation in force.
-    """
-
-    def __init__(self, num_types: int) -> None:
-        self.num_types = num_types
-        self.index: dict[Combo, int] = {}
-        self._members: dict[str, set[Combo]] = {}  # job name -> its combinations here
-        self._free: list[int] = []
-        self.time = np.zeros((0, num_types))
-        self.deficit = np.zeros((0, num_types))
-        self.fraction = np.zeros((0, num_types))
-        self.allocated = np.zeros(0, dtype=bool)
-
-    def __contains__(self, combo: object) -> bool:
-        return combo in self.index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def add(self, combo: Combo, half_round: float) -> int:
-        """Admit ``combo`` with ``half_round`` seconds of credit on each type, no deficit and
-        no allocation; its row."""
-        if not self._free:
-            size = len(self.allocated)
-            grown = max(2 * size, 64)
-            self.time = np.concatenate([self.time, np.zeros((grown - size, self.num_types))])
-            self.deficit = np.concatenate([self.deficit,
-                                           np.zeros((grown - size, self.num_types))])
-            self.fraction = np.concatenate([self.fraction,
-                                            np.zeros((grown - size, self.num_types))])
-            self.allocated = np.concatenate([self.allocated, np.zeros(grown - size, bool)])
-            self._free = list(range(grown - 1, size - 1, -1))  # lowest rows first
-        row = self._free.pop()
-        self.time[row] = half_round
-        self.deficit[row] = 0.0
-        self.fraction[row] = 0.0
-        self.allocated[row] = False
-        self.index[combo] = row
-        for name in combo:
-            self._members.setdefault(name, set()).add(combo)
-        return row
-
-    def remove_jobs(self, names: set[str]) -> list[Combo]:
-        """Drop every combination with a member in ``names``; the combinations dropped."""
-        gone: set[Combo] = set()
-        for name in names:
-            gone |= self._members.pop(name, set())
-        for combo in gone:
-            self._free.append(self.index.pop(combo))
-            for name in combo:
-                members = self._members.get(name)
-                if members is not None:
-                    members.discard(combo)
-        return list(gone)
-
-    def names(self) -> set[str]:
-        """The jobs with a combination here."""
-        return set(self._members)
-
-    def rows(self, combos: Sequence[Combo]) -> np.ndarray:
-        """The rows of ``combos`` ``(C,)``."""
-        index = self.index
-        return np.fromiter((index[c] for c in combos), dtype=np.int64, count=len(combos))
-
-    def live_rows(self) -> np.ndarray:
-        """Every admitted combination's row, ``(len(self),)``."""
-        return np.fromiter(self.index.values(), dtype=np.int64, count=len(self.index))
-
-    def in_force(self, combo: Combo) -> bool:
-        """Whether ``combo`` is admitted and in the allocation in force."""
-        row = self.index.get(combo)
-        return row is not None and bool(self.allocated[row])
-
-    def allocation(self) -> dict[Combo, np.ndarray]:
-        """The allocation in force: each combination in it and its fractions ``(T,)``."""
-        allocated, fraction = self.allocated, self.fraction
-        return {combo: fraction[row] for combo, row in self.index.items() if allocated[row]}
-
-    def set_allocation(self, combos: Sequence[Combo], fractions: np.ndarray) -> None:
-        """Make ``fractions`` ``(len(combos), T)`` of ``combos`` (each admitted) the allocation
-        in force: every other combination's fraction is 0."""
-        self.fraction[:] = 0.0
-        self.allocated[:] = False
-        rows = self.rows(combos)
-        self.fraction[rows] = fractions
-        self.allocated[rows] = True
 
 
 @dataclass(frozen=True)
@@ -274,7 +143,7 @@ class AllocationInputs:
         return len(self.scale_factors)
 
 
-class TimeSharingPolicy:
+class TimeSharingPolicy(ThroughputReading):
     """Base of the Gavel family: subclasses give :meth:`allocate` (or, for policies that read
     more than throughputs or that pack pairs, :meth:`allocate_combinations`); the mechanism is
     here.
@@ -287,17 +156,10 @@ class TimeSharingPolicy:
             bench_gavel_lp.py``); HIGHS (simplex) answers at a vertex.
         min_reset_interval: seconds between allocation recomputations (Gavel: 1920).
         seed: seeds the per-round shuffle of GPU types (heterogeneity-agnostic policies; Gavel
-            draws it from ``Random(seed + 5)``).
-        throughputs: the measured table the policy reads: Gavel's ``"simulation"`` or
-            ``"physical"``, or Shockwave's ``"tacc"`` (V100 re-measured).
-        source: where the steps/s come from: ``"table"`` (the ``throughputs`` table) or a
-            learner's name (``"oracle"``: the same table through the estimation stage;
-            ``"per_cell"``, ...), learning from the jobs' reports (see the module).
-        thompson: with a learner, decide on one posterior draw per recompute (else the mean).
-        refit_interval: with a learner, seconds between refits (0: every round with reports).
-        refit_growth: with a learner, a refit is due on a report of a new cell, a failed
-            launch, or a cell whose reported seconds grew by this factor since the last fit
-            (1: any report; :class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`).
+            draws it from ``Random(seed + 5)``) and the posterior draws.
+        acquisition: how a learned belief is read at each recompute: ``"thompson"``, one joint
+            posterior draw (unknown cells are tried where their draw is high), or ``"mean"``,
+            the posterior mean (see the module). A known table is read as it is.
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -305,6 +167,8 @@ class TimeSharingPolicy:
 
     name = "time_sharing"
     needs: tuple[str, ...] = ("throughput",)
+    #: Gavel reads the measured table: the world's oracle, unless another estimator is chosen.
+    default_estimators: ClassVar[Mapping[str, str]] = {"throughput": "oracle"}
     #: Whether the policy uses per-type throughputs (Gavel's "Perf" policies keep the type order).
     heterogeneity_aware = False
     #: Whether the policy's allocation holds pairs of jobs sharing GPUs (Gavel's "_packed").
@@ -312,23 +176,20 @@ class TimeSharingPolicy:
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
-                 source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
-                 refit_growth: float = REFIT_GROWTH) -> None:
+                 acquisition: Literal["thompson", "mean"] = "thompson") -> None:
         if solver not in LP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(LP_SOLVERS)}")
         self.solver = solver
         if not min_reset_interval >= 0:
             raise ValueError(f"min_reset_interval is {min_reset_interval}: expected seconds >= 0")
         self.min_reset_interval = float(min_reset_interval)
-        self.table = load_throughputs(throughputs)
-        if source != "table" and source not in LEARNERS:
-            raise ValueError(f"source is {source!r}: expected 'table' or a learner: "
-                             f"{', '.join(LEARNERS)}")
-        self.source = source
-        self.estimator = (None if source == "table" else ThroughputEstimator(
-            make_learner(source, table=self.table, seed=seed), refit_interval, refit_growth))
-        self.thompson = bool(thompson)
+        if acquisition not in ("thompson", "mean"):
+            raise ValueError(f"acquisition is {acquisition!r}: expected 'thompson' or 'mean'")
+        #: The round's throughput estimate (:meth:`_read_throughputs`): a known table, or
+        #: a learning stage; the other is ``None``.
+        self.table: KnownThroughputs | None = None
+        self.estimator: LearnedThroughputs | None = None
+        self.thompson = acquisition == "thompson"
         self.draws_made = 0
         self._belief_version = 0
         #: The last recompute's predicted pair rates per class pair: its classes and ``(C, C,
@@ -419,9 +280,6 @@ class TimeSharingPolicy:
 
     # --- Policy interface -----------------------------------------------------------------------
 
-    def estimators(self) -> Sequence[Estimator]:
-        return () if self.estimator is None else (self.estimator,)
-
     def stats(self) -> Mapping[str, float]:
         """``solver_failures``, ``allocation_updates``, ``fallback_allocations`` (equal splits
         for inputs the policy could not allocate by its rule), ``lease_extension_fraction``
@@ -450,6 +308,7 @@ class TimeSharingPolicy:
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
+        self._read_throughputs(estimates)
         types = cluster_types(cluster)
         if types != self._types:
             self._reset_state(types)
@@ -460,7 +319,7 @@ class TimeSharingPolicy:
         self._account(jobs, node_types, now, half_round)
         # With a learner this is only where a job may run at all (learned from failed launches).
         measured = (measured_throughputs(jobs, types, cluster, self.table, self._measured_rows)
-                    if self.estimator is None else self._may_run(jobs, types, cluster))
+                    if self.table is not None else self._may_run(jobs, types, cluster))
         capacities = np.array([cluster.gpus_of_type(t) for t in types], dtype=np.int64)
         may_recompute = (now - self._last_reset >= self.min_reset_interval
                          or self._last_reset == 0.0)
@@ -600,197 +459,6 @@ class TimeSharingPolicy:
             elapsed=np.array([job.age for job in jobs]), remaining_steps=remaining,
             pairs=pairs, pair_throughputs=pair_rates, job_classes=index,
             class_keys=tuple(classes))
-
-    def _pairs(self, classes: list[JobKey], index: np.ndarray, measured: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Pairs of jobs (of ``classes[index[j]]``) of one scale factor that may share GPUs, and
-        their measured rates ``(P, 2, T)``; a pair the table lacks on a type is logged once and
-        not packed there."""
-        if self.estimator is not None:
-            # The recompute's prediction, where it may fit (:meth:`_believed`, these classes).
-            assert self._pair_draw[0] == classes
-            rates = self._pair_draw[1]
-        else:
-            rates = np.zeros((len(classes), len(classes), len(self._types), 2))
-            for a, key_a in enumerate(classes):
-                for b, key_b in enumerate(classes):
-                    if key_a[1] != key_b[1]:
-                        continue
-                    # The table's rates stand for the policy's types: read once per class pair.
-                    row = self._table_pair_rows.get((key_a, key_b))
-                    if row is None:
-                        row = self._table_pair_rows[(key_a, key_b)] = self._table_pair_row(
-                            key_a, key_b)
-                    rates[a, b] = row
-        # Only jobs of a class with some partner class to pair with can be in a pair (at 1,900
-        # jobs the pairs of every two jobs number 1.8 million): the same pairs, in order.
-        pairs_somewhere = (rates.min(axis=3) > 0).any(axis=2)  # (C, C)
-        candidates = np.flatnonzero((pairs_somewhere | pairs_somewhere.T).any(axis=1)[index])
-        first, second = (candidates[i] for i in np.triu_indices(len(candidates), k=1))
-        cls_a, cls_b = index[first], index[second]
-        pair_rates = rates[cls_a, cls_b].transpose(0, 2, 1)  # (P, 2, T)
-        usable = (pair_rates.min(axis=1) > 0) & (measured[first] > 0) & (measured[second] > 0)
-        keep = usable.any(axis=1)
-        pair_rates = np.where(usable[:, None, :], pair_rates, 0.0)[keep]
-        return np.stack([first[keep], second[keep]], axis=1), pair_rates
-
-    def _table_pair_row(self, key_a: JobKey, key_b: JobKey) -> np.ndarray:
-        """The table's steps/s of ``key_a`` and ``key_b`` sharing GPUs on each of the policy's
-        types ``(T, 2)`` (0 where either cannot run there alone or the pair is not measured; a
-        pair the table lacks is logged once)."""
-        row = np.zeros((len(self._types), 2))
-        for t, gpu in enumerate(self._types):
-            if not (self.table.steps_per_second(*key_a, gpu)
-                    and self.table.steps_per_second(*key_b, gpu)):
-                continue
-            pair = self._pair_steps_per_second(gpu, key_a, key_b)
-            if pair is None:
-                if (key_a, key_b, gpu) not in self.missing_pairs:
-                    self.missing_pairs.add((key_a, key_b, gpu))
-                    LOG.warning("policy %s: the throughput table has no pair %s x %s on "
-                                "%s: not packing it", self.name, key_a, key_b, gpu)
-                continue
-            row[t] = pair
-        return row
-
-    def _pair_steps_per_second(self, gpu: str, a: JobKey, b: JobKey
-                               ) -> tuple[float, float] | None:
-        """Steps/s of ``a`` and ``b`` sharing GPUs of type ``gpu`` by the table (``None``: the
-        table lacks the pair)."""
-        return self.table.pair_steps_per_second(gpu, a, b)
-
-    def _may_run(self, jobs: Sequence[JobView], types: Sequence[str], cluster: ClusterState
-                 ) -> np.ndarray:
-        """With a learner: 1 where a job may run alone on a type, 0 where the type has fewer
-        GPUs than it needs or a job of its type and scale failed to launch there (out of
-        memory), shape ``(J, T)``; learned, not read from the table."""
-        estimator = self.estimator
-        assert estimator is not None
-        capacity = [cluster.gpus_of_type(t) for t in types]
-        fits = estimator.fits
-        # Per (job type, scale): jobs share them, and they stand while the capacities and the
-        # estimator's answers do.
-        state = (tuple(capacity), estimator.fits_version)
-        if state != self._may_run_state:
-            self._may_run_rows.clear()
-            self._may_run_state = state
-        rows = self._may_run_rows
-        for kind, size in {(job.application, job.requested_replicas) for job in jobs}:
-            if (kind, size) not in rows:
-                rows[(kind, size)] = [float(capacity[t] >= size and fits(Cell(kind, size, gpu)))
-                                      for t, gpu in enumerate(types)]
-        return np.array([rows[(job.application, job.requested_replicas)] for job in jobs]
-                        ).reshape(len(jobs), len(types))
-
-    def _pair_may_fit(self, gpu: str, a: JobKey, b: JobKey) -> bool:
-        """Whether ``a`` and ``b`` may share GPUs of type ``gpu``: the same scale factor, and
-        (with a learner) no failed launch of the pair there, or (the table) a positive entry."""
-        if a[1] != b[1]:
-            return False
-        if self.estimator is None:
-            known = self.table.pair_steps_per_second(gpu, a, b)
-            return known is not None and min(known) > 0
-        memo = self._pair_fit_memo()
-        key = (gpu, a, b)
-        fit = memo.get(key)
-        if fit is None:
-            fit = memo[key] = (self.estimator.fits(Cell(a[0], a[1], gpu, b[0]))
-                               and self.estimator.fits(Cell(b[0], b[1], gpu, a[0])))
-        return fit
-
-    def _pair_fit_mask(self, a: JobKey, b: JobKey) -> np.ndarray:
-        """:meth:`_pair_may_fit` of ``a`` and ``b`` on each of the policy's types ``(T,)``
-        (with a learner)."""
-        self._pair_fit_memo()
-        mask = self._pair_fit_masks.get((a, b))
-        if mask is None:
-            mask = self._pair_fit_masks[(a, b)] = np.array(
-                [self._pair_may_fit(gpu, a, b) for gpu in self._types], dtype=bool)
-        return mask
-
-    def _pair_fit_memo(self) -> dict[tuple[str, JobKey, JobKey], bool]:
-        """The memo of :meth:`_pair_may_fit`'s answers with a learner, emptied (with
-        :meth:`_pair_fit_mask`'s) when they may have changed (the estimator's
-        ``fits_version``). They are asked of every job pair in force every round (~500k times
-        a packed run)."""
-        estimator = self.estimator
-        assert estimator is not None
-        state = estimator.fits_version
-        old = self._pair_fits_state
-        if state == old:
-            return self._pair_fits
-        if state[1] == old[1] and 0 <= old[0] <= state[0]:
-            # Only failed launches were added: forget the class pairs they name (a packed run
-            # reads a few hundred, each once; emptying every memo cost ~1,000 checks each).
-            for cell in islice(estimator.failed_launches, old[0], state[0]):
-                if cell.partner is None:
-                    continue
-                a, b = (cell.job_type, cell.scale_factor), (cell.partner, cell.scale_factor)
-                for first, second in ((a, b), (b, a)):
-                    self._pair_fits.pop((cell.gpu_type, first, second), None)
-                    self._pair_fit_masks.pop((first, second), None)
-                    self._pair_slots.pop((first, second), None)
-        else:
-            self._pair_fits.clear()
-            self._pair_fit_masks.clear()
-            self._pair_slots.clear()
-        self._pair_fits_state = state
-        return self._pair_fits
-
-    def _believed(self, jobs: Sequence[JobView], runnable: np.ndarray) -> np.ndarray:
-        """One joint prediction (a posterior draw, or the mean) of the jobs' steps/s alone
-        ``(J, T)`` (0 where ``runnable`` is false) and, kept for :meth:`_pairs`, of every pair of
-        their (job type, scale factor) classes known to fit on a type."""
-        assert self.estimator is not None
-        classes = list(dict.fromkeys((job.application, job.requested_replicas) for job in jobs))
-        cells: dict[Cell, int] = {}
-        alone_cells = self._alone_cells
-        for kind, size in classes:
-            row = alone_cells.get((kind, size))
-            if row is None:
-                row = alone_cells[(kind, size)] = [Cell(kind, size, gpu) for gpu in self._types]
-            for cell in row:
-                cells.setdefault(cell, len(cells))
-        # Per (a, b, type) where they may share it: a's cell beside b and b's beside a.
-        slots: list[tuple[int, int, int]] = []
-        pair_cells: list[tuple[Cell, Cell]] = []
-        if self.packing:
-            self._pair_fit_memo()  # emptied here if the estimator's answers may have changed
-            kept = self._pair_slots
-            for i, a in enumerate(classes):
-                for j, b in enumerate(classes):
-                    if a[1] != b[1]:
-                        continue  # pairs share their GPUs: one scale factor
-                    where = kept.get((a, b))
-                    if where is None:
-                        where = kept[(a, b)] = [
-                            (t, Cell(a[0], a[1], gpu, b[0]), Cell(b[0], b[1], gpu, a[0]))
-                            for t, (gpu, fits) in enumerate(zip(
-                                self._types, self._pair_fit_mask(a, b).tolist(), strict=True))
-                            if fits]
-                    for t, own, other in where:
-                        slots.append((i, j, t))
-                        pair_cells.append((own, other))
-                        # (b, a, t) is a slot too: b's cell joins there, in the same order.
-                        cells.setdefault(own, len(cells))
-        prediction = self.estimator.belief.predict(
-            list(cells), num_draws=1 if self.thompson else 0,
-            seed=self.seed * 1_000_003 + self.draws_made)
-        self.draws_made += 1
-        values = prediction.draws[0] if self.thompson else prediction.mean
-        # The alone cells came first, class by class in the types' order: (classes, T).
-        by_class = values[:len(classes) * len(self._types)].reshape(len(classes), -1)
-        position = {key: c for c, key in enumerate(classes)}
-        rates = by_class[[position[(job.application, job.requested_replicas)]
-                          for job in jobs]].reshape(runnable.shape)
-        pair_rates = np.zeros((len(classes), len(classes), len(self._types), 2))
-        if slots:
-            at = np.array([(cells[own], cells[other]) for own, other in pair_cells],
-                          dtype=np.int64)
-            i, j, t = np.array(slots, dtype=np.int64).T
-            pair_rates[i, j, t] = values[at]
-        self._pair_draw = (classes, pair_rates)
-        return np.where(runnable, rates, 0.0)
 
     def _update_allocation(self, jobs: Sequence[JobView], measured: np.ndarray,
                            capacities: np.ndarray, half_round: float) -> None:

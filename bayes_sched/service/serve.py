@@ -54,8 +54,9 @@ class Service:
         store.lock_for_service()
         self.store = store
         self.policy = policy
-        self.estimators = (policy_estimators(policy) if estimators is None
-                           else list(estimators))
+        # A real cluster supplies no oracle: a policy whose default is one is refused here.
+        self.estimators = (policy_estimators(policy, where=f"policy {policy.name}")
+                           if estimators is None else list(estimators))
         self.cluster = RealCluster(launcher, store.jobs_dir.resolve(), config, epoch=store.epoch(),
                                    on_change=self.save, counters=counters)
         self.cluster.on_change = None  # no saves while restoring

@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from bayes_sched.cluster import ClusterState
-from bayes_sched.estimates import Estimate
+from bayes_sched.estimates import Estimate, Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.cell_learners import OracleLearner
-from bayes_sched.estimation.registry import EstimatorRegistry
+from bayes_sched.estimation.registry import EstimatorRegistry, RefitGrowth, RefitInterval
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobView
 from bayes_sched.throughput_estimates import THROUGHPUT
@@ -60,6 +60,12 @@ class ThroughputOracle:
         return {}
 
 
+def oracle_estimates(table: ThroughputTable) -> Estimates:
+    """The bundle of a round whose only estimate is ``table`` from the oracle (a policy deciding
+    outside the loop on the truth, as a test or a decision benchmark does)."""
+    return Estimates(ThroughputOracle(table).published())
+
+
 def world_oracles(truth: ThroughputTable) -> EstimatorRegistry:
     """The oracles of a throughput-table world whose jobs run at ``truth``: ``oracle`` and
     ``oracle_stage`` (see the module), each with a ``table`` option naming another shipped
@@ -69,8 +75,8 @@ def world_oracles(truth: ThroughputTable) -> EstimatorRegistry:
         """the measured table the world's jobs run at, read as it is (Gavel's rule)"""
         return ThroughputOracle(truth if table is None else load_throughputs(table))
 
-    def oracle_stage(table: TableName | None = None, refit_interval: float = 0.0,
-                     refit_growth: float = REFIT_GROWTH) -> Estimator:
+    def oracle_stage(table: TableName | None = None, refit_interval: RefitInterval = 0.0,
+                     refit_growth: RefitGrowth = REFIT_GROWTH) -> Estimator:
         """the measured table as a learner: where jobs fit learned from failed launches"""
         known = truth if table is None else load_throughputs(table)
         return ThroughputEstimator(OracleLearner(known), refit_interval, refit_growth)
@@ -81,4 +87,4 @@ def world_oracles(truth: ThroughputTable) -> EstimatorRegistry:
     return registry
 
 
-__all__ = ["TableName", "ThroughputOracle", "world_oracles"]
+__all__ = ["TableName", "ThroughputOracle", "oracle_estimates", "world_oracles"]

@@ -35,6 +35,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bayes_sched.estimates import describe_sources  # noqa: E402
 from bayes_sched.sim.report_parts import atomic_write, series_styles  # noqa: E402
 from bayes_sched.sim.result import RunResult  # noqa: E402
 from bayes_sched.sim.seeds import (  # noqa: E402
@@ -49,14 +50,15 @@ from perfmodel.markdown import markdown_cell, markdown_table  # noqa: E402
 
 
 def summary_rows(results: Sequence[RunResult]) -> list[dict[str, object]]:
-    """One dict per run: policy, workload, world, cluster and the run's setting, its summary and
-    decision-time statistics."""
+    """One dict per run: policy, workload, world, cluster and the run's setting, the estimator of
+    each need its decisions read, its summary and decision-time statistics."""
     rows = []
     for r in results:
         d = r.decision_seconds
         rows.append({
             "policy": r.policy, "workload": r.workload, "seed": r.seed, "world": r.world,
-            "cluster": r.spec.describe(), **r.setting, **r.summary,
+            "cluster": r.spec.describe(), **r.setting,
+            "estimates": describe_sources(r.estimates_from), **r.summary,
             "decision_median_ms": float(np.median(d) * 1e3) if d.size else 0.0,
             "decision_p95_ms": float(np.percentile(d, 95) * 1e3) if d.size else 0.0,
             "rejected": len(r.rejected), "refits": r.refits, "wall_s": r.wall_seconds,

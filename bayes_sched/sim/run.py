@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.choose import Choices, policy_estimators
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies import make_policy
@@ -24,7 +25,7 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
                    config: SimConfig | None = None, max_jobs: int | None = None,
                    on_round: Callable[[SimulatedCluster], None] | None = None,
                    clock: Callable[[], float] = time.perf_counter,
-                   estimators: Choices | None = None) -> RunResult:
+                   estimators: Choices | Sequence[Estimator] | None = None) -> RunResult:
     """Simulate ``workload`` under ``policy`` on the cluster ``config`` describes.
 
     Args:
@@ -36,8 +37,8 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         clock: what the loop times estimation and decisions with
             (:func:`~bayes_sched.loop.run_loop`).
         estimators: the user's choices of estimators (:mod:`bayes_sched.estimation.choose`;
-            default the policy's defaults); ``config.seed`` goes to those that take a seed. This
-            world supplies no oracle.
+            default the policy's defaults; or estimators already made); ``config.seed`` goes
+            to those that take a seed. This world supplies no oracle.
 
     Raises:
         InputError: a bad choice of estimators (one line).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ import pandas as pd
 import xarray as xr
 
 from bayes_sched.cluster_spec import ClusterSpec
+from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.choose import Choices, policy_estimators
 from bayes_sched.loop import run_loop
 from bayes_sched.policies.base import Policy
@@ -61,7 +62,7 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                          noise_seed: int = 0,
                          clock: Callable[[], float] = time.perf_counter,
                          stall_limit: float = STALL_LIMIT, world: str = "gavel",
-                         seed: int = 0, estimators: Choices | None = None,
+                         seed: int = 0, estimators: Choices | Sequence[Estimator] | None = None,
                          estimator_seed: int = 0) -> RunResult:
     """Simulate ``jobs`` under ``policy`` on ``spec`` in rounds of ``spec.round_interval`` s
     until the jobs of ``jobs_to_complete`` (default: all jobs) finish or ``max_time``;
@@ -73,7 +74,7 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     simulated seconds of jobs waiting with no GPU held after which the run is given up (logged,
     and ``stalled_at`` in the summary); ``world`` and ``seed`` label the result;
     ``estimators``: the user's choices of estimators (:mod:`bayes_sched.estimation.choose`;
-    default the policy's defaults), the world's oracles knowing ``table``
+    default the policy's defaults; or estimators already made), the world's oracles knowing ``table``
     (:func:`~bayes_sched.sim.oracles.world_oracles`), ``estimator_seed`` to the estimators that
     take a seed.
 

@@ -1,0 +1,114 @@
+"""The round mechanism's state per combination (a job alone, or a pair sharing GPUs), as rows of
+arrays: time received and deficit per GPU type since the last reset, and the allocation in force
+(:class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy` reads and updates it each round)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+#: A unit the mechanism schedules: one job, or two jobs sharing their GPUs (submission order).
+Combo = tuple[str, ...]
+
+
+class ComboStore:
+    """The mechanism's state per combination (a job alone, or a pair), as rows of arrays so a
+    round reads it for thousands of combinations at once (a packed run carries ~10^4 pairs in
+    force; per-combination dicts of arrays cost O(pairs) Python work every round).
+
+    Attributes:
+        index: combination -> its row (rows of removed combinations are reused).
+        time: ``(rows, T)`` seconds the combination ran on each type since the last reset
+            (from half a round of credit).
+        deficit: ``(rows, T)`` seconds owed minus received over earlier resets.
+        fraction: ``(rows, T)`` the allocation in force (0 where it has none).
+        allocated: ``(rows,)`` whether the combination is in the allocation in force.
+    """
+
+    def __init__(self, num_types: int) -> None:
+        self.num_types = num_types
+        self.index: dict[Combo, int] = {}
+        self._members: dict[str, set[Combo]] = {}  # job name -> its combinations here
+        self._free: list[int] = []
+        self.time = np.zeros((0, num_types))
+        self.deficit = np.zeros((0, num_types))
+        self.fraction = np.zeros((0, num_types))
+        self.allocated = np.zeros(0, dtype=bool)
+
+    def __contains__(self, combo: object) -> bool:
+        return combo in self.index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def add(self, combo: Combo, half_round: float) -> int:
+        """Admit ``combo`` with ``half_round`` seconds of credit on each type, no deficit and
+        no allocation; its row."""
+        if not self._free:
+            size = len(self.allocated)
+            grown = max(2 * size, 64)
+            self.time = np.concatenate([self.time, np.zeros((grown - size, self.num_types))])
+            self.deficit = np.concatenate([self.deficit,
+                                           np.zeros((grown - size, self.num_types))])
+            self.fraction = np.concatenate([self.fraction,
+                                            np.zeros((grown - size, self.num_types))])
+            self.allocated = np.concatenate([self.allocated, np.zeros(grown - size, bool)])
+            self._free = list(range(grown - 1, size - 1, -1))  # lowest rows first
+        row = self._free.pop()
+        self.time[row] = half_round
+        self.deficit[row] = 0.0
+        self.fraction[row] = 0.0
+        self.allocated[row] = False
+        self.index[combo] = row
+        for name in combo:
+            self._members.setdefault(name, set()).add(combo)
+        return row
+
+    def remove_jobs(self, names: set[str]) -> list[Combo]:
+        """Drop every combination with a member in ``names``; the combinations dropped."""
+        gone: set[Combo] = set()
+        for name in names:
+            gone |= self._members.pop(name, set())
+        for combo in gone:
+            self._free.append(self.index.pop(combo))
+            for name in combo:
+                members = self._members.get(name)
+                if members is not None:
+                    members.discard(combo)
+        return list(gone)
+
+    def names(self) -> set[str]:
+        """The jobs with a combination here."""
+        return set(self._members)
+
+    def rows(self, combos: Sequence[Combo]) -> np.ndarray:
+        """The rows of ``combos`` ``(C,)``."""
+        index = self.index
+        return np.fromiter((index[c] for c in combos), dtype=np.int64, count=len(combos))
+
+    def live_rows(self) -> np.ndarray:
+        """Every admitted combination's row, ``(len(self),)``."""
+        return np.fromiter(self.index.values(), dtype=np.int64, count=len(self.index))
+
+    def in_force(self, combo: Combo) -> bool:
+        """Whether ``combo`` is admitted and in the allocation in force."""
+        row = self.index.get(combo)
+        return row is not None and bool(self.allocated[row])
+
+    def allocation(self) -> dict[Combo, np.ndarray]:
+        """The allocation in force: each combination in it and its fractions ``(T,)``."""
+        allocated, fraction = self.allocated, self.fraction
+        return {combo: fraction[row] for combo, row in self.index.items() if allocated[row]}
+
+    def set_allocation(self, combos: Sequence[Combo], fractions: np.ndarray) -> None:
+        """Make ``fractions`` ``(len(combos), T)`` of ``combos`` (each admitted) the allocation
+        in force: every other combination's fraction is 0."""
+        self.fraction[:] = 0.0
+        self.allocated[:] = False
+        rows = self.rows(combos)
+        self.fraction[rows] = fractions
+        self.allocated[rows] = True
+
+
+__all__ = ["Combo", "ComboStore"]
