@@ -10,19 +10,18 @@ ones in a :func:`gpu_catalog`.
 
 Attributes are the vendor's published figures for the variant named (e.g. the 16 GB SXM2 V100 of
 AWS p3 instances that Gavel used): peak dense FP32 FLOP/s and peak dense FP16/BF16 tensor-core
-FLOP/s without sparsity, and the GPU's link to its peers, one direction at line rate (PCIe
-x16: 16 lanes of 8, 16 or 32 GT/s with 128b/130b encoding, 15.75, 31.5 and 63 GB/s for Gen3,
-Gen4 and Gen5; NVLink: half the datasheet's bidirectional total). Sources, NVIDIA datasheets unless said: Tesla T4 (8.1 TFLOPS FP32, 65 FP16 tensor,
-PCIe Gen3 x16); Tesla K80 (8.73 TFLOPS FP32 with boost per two-GPU board, 24 GB per board;
-one GPU is half); Tesla P100 PCIe 16 GB (9.3 TFLOPS FP32, 18.7 FP16); Tesla V100 SXM2
-(15.7 TFLOPS FP32, 125 tensor, NVLink 300 GB/s); A10 (31.2 TFLOPS FP32, 125 tensor, PCIe Gen4);
-A10G (AWS EC2 G5 page: 24 GB; NVIDIA publishes no datasheet, FP32 as the A10's GA102 at its
-clocks is not published, so FLOP/s are left unknown); L4 (30.3 TFLOPS FP32, 121 FP16 tensor,
-PCIe Gen4); A100 SXM4 40 GB (19.5 TFLOPS FP32, 312 BF16 tensor, NVLink 600 GB/s); H100 SXM5
-80 GB (67 TFLOPS FP32, 989 BF16 tensor, NVLink 900 GB/s); GeForce RTX 2080 Ti (Turing
-architecture whitepaper, reference board: 11 GB, 13.4 TFLOPS FP32, 107.6 FP16 tensor, PCIe
-Gen3; its NVLink bridge is not assumed); Quadro RTX 6000, the Turing one (24 GB, 16.3 TFLOPS
-FP32, 130.5 tensor, PCIe Gen3; not the 48 GB RTX 6000 Ada).
+FLOP/s without sparsity, and the GPU's link to its peers, one direction at line rate (PCIe x16: 16
+lanes of 8, 16 or 32 GT/s with 128b/130b encoding, 15.75, 31.5 and 63 GB/s for Gen3, Gen4 and Gen5;
+NVLink: half the datasheet's bidirectional total). Sources, NVIDIA datasheets unless said: Tesla T4
+(8.1 TFLOPS FP32, 65 FP16 tensor, PCIe Gen3 x16); Tesla K80 (8.73 TFLOPS FP32 with boost per two-
+GPU board, 24 GB per board; one GPU is half); Tesla P100 PCIe 16 GB (9.3 TFLOPS FP32, 18.7 FP16);
+Tesla V100 SXM2 (15.7 TFLOPS FP32, 125 tensor, NVLink 300 GB/s); A10 (31.2 TFLOPS FP32, 125 tensor,
+PCIe Gen4); A10G (AWS EC2 G5 page: 24 GB; NVIDIA publishes no A10G datasheet, so its FLOP/s are
+left unknown); L4 (30.3 TFLOPS FP32, 121 FP16 tensor, PCIe Gen4); A100 SXM4 40 GB (19.5 TFLOPS
+FP32, 312 BF16 tensor, NVLink 600 GB/s); H100 SXM5 80 GB (67 TFLOPS FP32, 989 BF16 tensor, NVLink
+900 GB/s); GeForce RTX 2080 Ti (Turing architecture whitepaper, reference board: 11 GB, 13.4 TFLOPS
+FP32, 107.6 FP16 tensor, PCIe Gen3; its NVLink bridge is not assumed); Quadro RTX 6000, the Turing
+one (24 GB, 16.3 TFLOPS FP32, 130.5 tensor, PCIe Gen3; not the 48 GB RTX 6000 Ada).
 """
 
 from __future__ import annotations
