@@ -35,7 +35,10 @@ def test_gp_predicts_unseen_jobs_and_covers_speeds_above_one() -> None:
     observations, solo = _synthetic(24, seed=0)
     held_out = {"job0", "job1", "job2"}
     test = observations["target"].isin(held_out) | observations["other"].isin(held_out)
-    model = ColocationGP.fit(observations[~test], solo)
+    # One more job, far from every measured one in feature space and never co-located.
+    far = pd.concat([solo, pd.DataFrame({"util": [5.0], "mem": [5.0]},
+                                        index=pd.Index(["far"], name="job"))])
+    model = ColocationGP.fit(observations[~test], far)
     assert model.report.converged and 0.01 < model.report.noise < 0.1
     truth = observations[test]
     prediction = model.predict_speed(list(truth["target"]), list(truth["other"]))
@@ -48,11 +51,8 @@ def test_gp_predicts_unseen_jobs_and_covers_speeds_above_one() -> None:
     assert faster.sum() >= 5 and inside[faster].mean() >= 0.7
     assert prediction.cold_start[truth["target"].isin(held_out).to_numpy()].all()
     # A pair far from every training input gets a wider interval than a seen-like one.
-    far = pd.concat([solo, pd.DataFrame({"util": [5.0], "mem": [5.0]},
-                                        index=pd.Index(["far"], name="job"))])
-    model_far = ColocationGP.fit(observations[~test], far)
-    near_sd = model_far.log_speed_moments(["job3"], ["job4"])[1]
-    far_sd = model_far.log_speed_moments(["far"], ["job4"])[1]
+    near_sd = model.log_speed_moments(["job3"], ["job4"])[1]
+    far_sd = model.log_speed_moments(["far"], ["job4"])[1]
     assert far_sd[0] > 2 * near_sd[0]
 
 

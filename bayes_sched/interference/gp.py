@@ -6,11 +6,13 @@ its neighbour's (:mod:`.tables`' solo-features table; whatever columns it has: t
 counter means, log batch size, one-hot GPU type or job family), standardised on the training jobs.
 Output: ``log(speed)``, standardised. Model::
 
-    log speed = m + f(x_target, x_other) + eps,   f ~ GP(0, s^2 k_ARD),   eps ~ N(0, sigma^2)
+    log speed = m + f(x_target, x_other) + eps,   f ~ GP(0, k_ARD),   eps ~ N(0, sigma^2)
 
 with ``k_ARD`` a squared-exponential kernel with one length scale per input (automatic relevance
-determination: an input that does not matter gets a long length scale). ``m``, ``s``, the length
-scales and ``sigma`` are fitted by maximising the exact marginal likelihood (L-BFGS, GPyTorch);
+determination: an input that does not matter gets a long length scale): BoTorch's
+``SingleTaskGP``, whose length scales carry its dimension-scaled log-normal prior. ``m``, the
+length scales and ``sigma`` are fitted by maximising the exact marginal likelihood with those
+priors (BoTorch's L-BFGS-B fit);
 the predictive distribution of a new pair is the GP's Gaussian conditional plus the noise, so a
 pair unlike any measured one (a job family, GPU type or batch size never co-located) gets the
 prior's spread back: its interval widens instead of collapsing. Speeds above 1 (a job faster next
@@ -32,6 +34,10 @@ import gpytorch
 import numpy as np
 import pandas as pd
 import torch
+from botorch.exceptions.warnings import InputDataWarning, OptimizationWarning
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from linear_operator.utils.errors import NanError, NotPSDError
 
 from bayes_sched.interference.model import InterferenceFitError, SpeedPrediction
 from bayes_sched.interference.tables import InterferenceInputError, check_solo_features
@@ -40,37 +46,21 @@ from perfmodel.errors import UnreliableFitWarning
 #: Most training observations an exact GP is fitted to (its memory grows as N^2: 20,000 rows
 #: are 3.2 GB of float64).
 MAX_OBSERVATIONS = 20_000
-#: L-BFGS iterations at most per round, rounds at most (a round whose line search stalls is
-#: restarted from where it stopped, with a fresh curvature memory), and the gradient norm (of the
-#: negative marginal log likelihood per observation, in the raw hyperparameters) below which the
-#: fit counts as converged: there a step of 0.1 in every hyperparameter changes the loss, which
-#: is of order 1, by at most about 1e-3.
-MAX_ITERATIONS = 200
-MAX_ROUNDS = 3
+#: L-BFGS-B iterations at most, and the gradient norm (of the negative marginal log likelihood per
+#: observation, in the raw hyperparameters) below which the fit counts as converged: there a step
+#: of 0.1 in every hyperparameter changes the loss, which is of order 1, by at most about 1e-3.
+MAX_ITERATIONS = 500
 GRADIENT_TOLERANCE = 1e-2
-
-
-class _ExactGP(gpytorch.models.ExactGP):
-    def __init__(self, x: torch.Tensor, y: torch.Tensor,
-                 likelihood: gpytorch.likelihoods.GaussianLikelihood) -> None:
-        super().__init__(x, y, likelihood)
-        self.mean_module = gpytorch.means.ConstantMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(
-            gpytorch.kernels.RBFKernel(ard_num_dims=x.shape[1]))
-
-    def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                         self.covar_module(x))
 
 
 @dataclass(frozen=True)
 class GpFitReport:
-    """How the hyperparameter fit ended: ``iterations`` of L-BFGS, final negative marginal log
-    likelihood per observation ``loss``, its gradient norm ``gradient_norm``, ``converged``
-    (gradient norm below :data:`GRADIENT_TOLERANCE`), and the fitted length scale per input
-    (``lengthscales``, standardised units) and noise standard deviation (``noise``, log speed)."""
+    """How the hyperparameter fit ended: final negative marginal log likelihood per observation
+    ``loss`` (hyperparameter priors included), its gradient norm ``gradient_norm``, ``converged``
+    (gradient norm below :data:`GRADIENT_TOLERANCE` and no optimiser warning), and the fitted
+    length scale per input (``lengthscales``, standardised units) and noise standard deviation
+    (``noise``, log speed)."""
 
-    iterations: int
     loss: float
     gradient_norm: float
     converged: bool
@@ -81,11 +71,11 @@ class GpFitReport:
 class ColocationGP:
     """A fitted GP co-location model; build it with :meth:`fit`."""
 
-    def __init__(self, model: _ExactGP, likelihood: gpytorch.likelihoods.GaussianLikelihood,
-                 solo_features: pd.DataFrame, feature_mean: np.ndarray, feature_scale: np.ndarray,
-                 target_mean: float, target_scale: float, fitted_jobs: frozenset[str],
+    def __init__(self, model: SingleTaskGP, solo_features: pd.DataFrame,
+                 feature_mean: np.ndarray, feature_scale: np.ndarray, target_mean: float,
+                 target_scale: float, fitted_jobs: frozenset[str],
                  report: GpFitReport) -> None:
-        self._model, self._likelihood = model, likelihood
+        self._model = model
         self.solo_features = solo_features
         self._feature_mean, self._feature_scale = feature_mean, feature_scale
         self._target_mean, self._target_scale = target_mean, target_scale
@@ -124,11 +114,13 @@ class ColocationGP:
         y_mean, y_scale = float(y.mean()), float(y.std()) or 1.0
         x_t = torch.as_tensor((raw - mean) / scale)
         y_t = torch.as_tensor((y - y_mean) / y_scale)
-        likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
-        model = _ExactGP(x_t, y_t, likelihood).double()
-        report = _maximise_evidence(model, likelihood, x_t, y_t, list(solo.columns))
+        with warnings.catch_warnings():
+            # Inputs are standardised here, not scaled to the unit cube BoTorch checks for.
+            warnings.filterwarnings("ignore", category=InputDataWarning)
+            model = SingleTaskGP(x_t, y_t[:, None], outcome_transform=None)
+        report = _maximise_evidence(model, list(solo.columns))
         fitted = frozenset(observations["target"]) | frozenset(observations["other"])
-        return cls(model, likelihood, solo, mean, scale, y_mean, y_scale, fitted,
+        return cls(model, solo, mean, scale, y_mean, y_scale, fitted,
                    replace_noise(report, y_scale))
 
     def predict_speed(self, targets: Sequence[str], others: Sequence[str],
@@ -151,17 +143,17 @@ class ColocationGP:
         raw = _inputs(self.solo_features, pd.Series(list(targets)), pd.Series(list(others)))
         x = torch.as_tensor((raw - self._feature_mean) / self._feature_scale)
         self._model.eval()
-        self._likelihood.eval()
-        with torch.no_grad(), gpytorch.settings.fast_pred_var(False):
-            predictive = self._likelihood(self._model(x))
-            mean = predictive.mean.numpy() * self._target_scale + self._target_mean
-            sd = predictive.variance.clamp_min(0).sqrt().numpy() * self._target_scale
+        with torch.no_grad():
+            predictive = self._model.posterior(x, observation_noise=True)
+            mean = predictive.mean.numpy().reshape(-1) * self._target_scale + self._target_mean
+            sd = (predictive.variance.clamp_min(0).sqrt().numpy().reshape(-1)
+                  * self._target_scale)
         return mean, sd
 
 
 def replace_noise(report: GpFitReport, y_scale: float) -> GpFitReport:
     """``report`` with its noise in log-speed units (the fit sees standardised targets)."""
-    return GpFitReport(report.iterations, report.loss, report.gradient_norm, report.converged,
+    return GpFitReport(report.loss, report.gradient_norm, report.converged,
                        report.lengthscales, report.noise * y_scale)
 
 
@@ -171,43 +163,39 @@ def _inputs(solo: pd.DataFrame, targets: pd.Series, others: pd.Series) -> np.nda
                       solo.loc[list(others)].to_numpy(np.float64)])
 
 
-def _maximise_evidence(model: _ExactGP, likelihood: gpytorch.likelihoods.GaussianLikelihood,
-                       x: torch.Tensor, y: torch.Tensor, columns: list[str]) -> GpFitReport:
-    """L-BFGS on the exact marginal likelihood; the fit's report."""
+def _maximise_evidence(model: SingleTaskGP, columns: list[str]) -> GpFitReport:
+    """Maximise the marginal likelihood (with BoTorch's default hyperparameter priors) by
+    BoTorch's L-BFGS-B fit, which retries from fresh values where a start fails; the fit's
+    report, its gradient measured after the fit."""
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", OptimizationWarning)
+        # Inputs are standardised here, not scaled to the unit cube BoTorch checks for.
+        warnings.filterwarnings("ignore", category=InputDataWarning)
+        try:
+            fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": MAX_ITERATIONS}})
+        except (NanError, NotPSDError, RuntimeError) as error:
+            raise InterferenceFitError(f"the GP's hyperparameter fit failed: {error}") from None
+    stopped = [w for w in caught if issubclass(w.category, OptimizationWarning)]
     model.train()
-    likelihood.train()
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-    iterations, gradient_norm = 0, math.inf
-    for _ in range(MAX_ROUNDS):
-        optimizer = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=MAX_ITERATIONS,
-                                      line_search_fn="strong_wolfe", tolerance_grad=1e-6,
-                                      tolerance_change=1e-10)
-
-        def closure(optimizer: torch.optim.LBFGS = optimizer) -> torch.Tensor:
-            optimizer.zero_grad()
-            with gpytorch.settings.max_cholesky_size(MAX_OBSERVATIONS):
-                loss = -mll(model(x), y)
-            loss.backward()
-            return loss
-
-        optimizer.step(closure)
-        iterations += int(optimizer.state[optimizer.param_groups[0]["params"][0]]
-                          .get("n_iter", 0))
-        loss = closure().detach()
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        gradient_norm = float(torch.sqrt(sum((g**2).sum() for g in grads))) if grads else 0.0
-        if not (math.isfinite(float(loss)) and math.isfinite(gradient_norm)) or any(
-                not torch.isfinite(p).all() for p in model.parameters()):
-            raise InterferenceFitError("the GP's hyperparameter fit went non-finite")
-        if gradient_norm < GRADIENT_TOLERANCE:
-            break
-    converged = gradient_norm < GRADIENT_TOLERANCE
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=InputDataWarning)
+        loss = -mll(model(*model.train_inputs), model.train_targets)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, parameters, allow_unused=True)
+    gradient_norm = float(torch.sqrt(sum((g**2).sum() for g in grads if g is not None)))
+    model.eval()
+    loss = loss.detach()
+    if not (math.isfinite(float(loss)) and math.isfinite(gradient_norm)):
+        raise InterferenceFitError("the GP's hyperparameter fit went non-finite")
+    converged = gradient_norm < GRADIENT_TOLERANCE and not stopped
     if not converged:
-        warnings.warn(f"co-location GP: L-BFGS stopped after {iterations} iterations with "
-                      f"gradient norm {gradient_norm:.2g} (>= {GRADIENT_TOLERANCE}); its "
-                      "intervals may be off", UnreliableFitWarning, stacklevel=3)
-    lengths = model.covar_module.base_kernel.lengthscale.detach().numpy().reshape(-1)
+        why = f"; {stopped[0].message}" if stopped else ""
+        warnings.warn(f"co-location GP: the fit stopped with gradient norm {gradient_norm:.2g} "
+                      f"(tolerance {GRADIENT_TOLERANCE}){why}; its intervals may be off",
+                      UnreliableFitWarning, stacklevel=3)
+    lengths = model.covar_module.lengthscale.detach().numpy().reshape(-1)
     names = [f"target.{c}" for c in columns] + [f"other.{c}" for c in columns]
-    return GpFitReport(iterations, float(loss), gradient_norm, converged,
+    return GpFitReport(float(loss), gradient_norm, converged,
                        dict(zip(names, (float(v) for v in lengths), strict=True)),
-                       float(likelihood.noise.detach().sqrt()))
+                       float(model.likelihood.noise.detach().sqrt()))
