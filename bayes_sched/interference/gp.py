@@ -183,7 +183,7 @@ def _maximise_evidence(model: SingleTaskGP, columns: list[str]) -> GpFitReport:
         loss = -mll(model(*model.train_inputs), model.train_targets)
     parameters = [p for p in model.parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, parameters, allow_unused=True)
-    gradient_norm = float(torch.sqrt(sum((g**2).sum() for g in grads if g is not None)))
+    gradient_norm = math.sqrt(sum(float((g**2).sum()) for g in grads if g is not None))
     model.eval()
     loss = loss.detach()
     if not (math.isfinite(float(loss)) and math.isfinite(gradient_norm)):
