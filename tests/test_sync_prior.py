@@ -107,12 +107,13 @@ def test_fleet_slowdown_is_the_predictive_of_a_new_member() -> None:
 
 
 def test_physics_prior_predicts_multi_gpu_steps_from_one_gpu_rows() -> None:
-    # A job whose network runs 10x slower than line rate, as its fleet does: fitted on one GPU,
-    # the physics prior's median is close on every multi-GPU placement and its 90% intervals
-    # cover them; the default prior (network on the scale of compute) is far off.
+    # A job of 250M parameters whose network runs 10x slower than line rate, as its fleet does:
+    # its all-reduce takes several times its compute. Fitted on one GPU, the physics prior's
+    # median is close on every multi-GPU placement and its 90% intervals cover them; the default
+    # prior (network on the scale of compute) is far off.
     from perfmodel.sync_prior import LinkSlowdown, physics_prior
 
-    grad = 4 * 25e6
+    grad = 4 * 250e6
     truth = ThroughputParams(alpha_c=0.05, beta_c=0.002, gamma=2.0, **_network(grad, 10.0))
     placements = ["1", "2", "4", "22", "44", "444"]
     profile = synthetic_profile(truth, placements, noise=0.03, seed=3)
