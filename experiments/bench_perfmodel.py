@@ -10,10 +10,14 @@ Prints three tables:
    fit and posterior median) and the fraction of measured step times inside the 50% and 90%
    predictive intervals, *warm* (K folds over whole placements: every row of a placement is left
    out together) and *cold* (fit on single-GPU placements only, predict every multi-GPU one), with
-   the median 90% interval width (log units) and the cold/warm width ratio; cold twice: with the
-   default prior (``cold``) and with the prior learned from the other shipped models on the same
+   the median 90% interval width (log units) and the cold/warm width ratio; cold four times: with
+   the default prior (``cold``), with the prior learned from the other shipped models on the same
    cluster (``cold-fleet``: :meth:`StepTimePrior.from_population` over their point fits and
-   measured compute shifts, the target model left out);
+   measured compute shifts, the target model left out), and with the physics prior of the network
+   terms (:mod:`perfmodel.sync_prior`: ring all-reduce of the model's published parameter count
+   over the testbed's links), its slowdown against line rate learned from the other five models
+   (``cold-physics``, the rest of the prior as ``cold-fleet``) or the wide default slowdown with
+   the default prior elsewhere (``cold-physics0``: no other model seen);
 3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
 Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]
@@ -36,10 +40,12 @@ import numpy as np
 import scipy.optimize
 import torch
 
-from perfmodel.datasets import POLLUX_MODELS
+from perfmodel.allreduce import POLLUX_LINKS, gradient_bytes
+from perfmodel.datasets import POLLUX_MODELS, POLLUX_PARAMETERS
 from perfmodel.efficiency import EfficiencyModel
 from perfmodel.goodput import GoodputModel
 from perfmodel.profiles import StepTimeProfile, load_pollux_gradients, load_pollux_profile
+from perfmodel.sync_prior import LinkSlowdown, physics_prior
 from perfmodel.throughput import (
     CONFIGURATION_CLASSES,
     ThroughputParams,
@@ -140,12 +146,15 @@ def inside(values: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarr
 
 def class_rows(model: str, setting: str, test: StepTimeProfile, pred: dict[str, np.ndarray]
                ) -> list[dict]:
-    """One row per configuration class present in ``test``."""
+    """One row per configuration class present in ``test``, then one (class ``multi``) over all
+    its multi-GPU rows where it has rows of both multi-GPU classes."""
     classes = configuration_class(test.num_nodes, test.num_replicas)
     width = np.log(pred["q0.95"] / pred["q0.05"])
+    groups = [(name, classes == index) for index, name in enumerate(CONFIGURATION_CLASSES)]
+    if (classes == 1).any() and (classes == 2).any():
+        groups.append(("multi", classes > 0))
     rows = []
-    for index, name in enumerate(CONFIGURATION_CLASSES):
-        rows_of = classes == index
+    for name, rows_of in groups:
         if not rows_of.any():
             continue
         truth = test.step_time[rows_of]
@@ -190,18 +199,36 @@ def warm_fold(model: str, folds: int, fold: int, seed: int, num_steps: int
     return held_out(profile.subset(~mask), profile.subset(mask), seed, num_steps)
 
 
-def cold_start(model: str, fleet: bool, seed: int, num_steps: int) -> dict[str, np.ndarray]:
-    """Predictions for every multi-GPU row from a fit on the 1-GPU rows, with the default prior
-    or (``fleet``) the one learned from the other shipped models."""
+#: Priors of the cold starts, in the order of their rows.
+COLD_PRIORS = ("cold", "cold-fleet", "cold-physics", "cold-physics0")
+
+
+def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior | None:
+    """The prior of cold start ``kind`` (:data:`COLD_PRIORS`) for ``model`` fitted on ``train``;
+    the fleet is the other shipped models' point fits (the target model left out)."""
+    if kind == "cold":
+        return None
+    grad_bytes = gradient_bytes(POLLUX_PARAMETERS[model])
+    if kind == "cold-physics0":
+        return physics_prior(train, grad_bytes, POLLUX_LINKS)
+    others = [name for name in POLLUX_MODELS if name != model]
+    fleet = StepTimePrior.from_population(
+        train, [(load_pollux_profile(name), fleet_fit(name)) for name in others])
+    if kind == "cold-fleet":
+        return fleet
+    slowdown = LinkSlowdown.from_fleet(
+        [(fleet_fit(name), gradient_bytes(POLLUX_PARAMETERS[name])) for name in others],
+        POLLUX_LINKS)
+    return physics_prior(train, grad_bytes, POLLUX_LINKS, slowdown, base=fleet)
+
+
+def cold_start(model: str, kind: str, seed: int, num_steps: int) -> dict[str, np.ndarray]:
+    """Predictions for every multi-GPU row from a fit on the 1-GPU rows, with the prior of
+    ``kind`` (:func:`cold_prior`)."""
     profile = load_pollux_profile(model)
     single = profile.num_replicas == 1
     train, test = profile.subset(single), profile.subset(~single)
-    prior = None
-    if fleet:
-        others = [(load_pollux_profile(name), fleet_fit(name)) for name in POLLUX_MODELS
-                  if name != model]
-        prior = StepTimePrior.from_population(train, others)
-    return held_out(train, test, seed, num_steps, prior)
+    return held_out(train, test, seed, num_steps, cold_prior(model, kind, train))
 
 
 def _call(task: Callable[[], Any]) -> Any:
@@ -226,8 +253,8 @@ def model_tasks(model: str, folds: int, seed: int, num_steps: int,
         tasks += [functools.partial(warm_fold, model, folds, i, seed, num_steps)
                   for i in range(folds)]
     if "cold" in parts:
-        tasks += [functools.partial(cold_start, model, fleet, seed, num_steps)
-                  for fleet in (False, True)]
+        tasks += [functools.partial(cold_start, model, kind, seed, num_steps)
+                  for kind in COLD_PRIORS]
     if "fits" in parts:
         tasks += [functools.partial(pareto_k, model, k, num_steps) for k in khat_seeds
                   if k != seed]
@@ -246,7 +273,7 @@ def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
     pending = list(results)
     fits: dict = dict(pending.pop(0)) if "fits" in parts else {"model": model}
     parts_ = [pending.pop(0) for _ in range(folds)] if "warm" in parts else []
-    cold_default, cold_fleet = (pending.pop(0), pending.pop(0)) if "cold" in parts else ({}, {})
+    colds = [pending.pop(0) for _ in COLD_PRIORS] if "cold" in parts else []
     if "fits" in parts:
         for k, value in zip([k for k in khat_seeds if k != seed], pending, strict=True):
             fits[f"pareto_k_seed{k}"] = value
@@ -261,8 +288,8 @@ def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
         warm = class_rows(model, "warm", profile,
                           {k: v[np.argsort(order)] for k, v in warm_pred.items()})
     test = profile.subset(profile.num_replicas != 1)
-    cold = (class_rows(model, "cold", test, cold_default)
-            + class_rows(model, "cold-fleet", test, cold_fleet)) if "cold" in parts else []
+    cold = [row for kind, pred in zip(COLD_PRIORS, colds, strict=True)
+            for row in class_rows(model, kind, test, pred)]
     warm_width = {row["class"]: row["width90"] for row in warm}
     for row in cold:
         row["width_vs_warm"] = row["width90"] / warm_width.get(row["class"], float("nan"))

@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the exported names, for type checkers
+    from perfmodel.allreduce import Links, gradient_bytes
     from perfmodel.convergence import Convergence, ConvergenceRule
     from perfmodel.datasets import POLLUX_MODELS
     from perfmodel.efficiency import EfficiencyModel
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the exported names, for type checkers
         fit_model,
         write_model_report,
     )
+    from perfmodel.sync_prior import LinkSlowdown, physics_prior
     from perfmodel.throughput import (
         ThroughputParams,
         fit_throughput,
@@ -55,6 +57,10 @@ _EXPORTS: dict[str, str] = {
     "ThroughputPosterior": "perfmodel.throughput_bayes",
     "StepTimePrior": "perfmodel.throughput_bayes",
     "fit_throughput_posterior": "perfmodel.throughput_bayes",
+    "Links": "perfmodel.allreduce",
+    "gradient_bytes": "perfmodel.allreduce",
+    "LinkSlowdown": "perfmodel.sync_prior",
+    "physics_prior": "perfmodel.sync_prior",
     "EfficiencyModel": "perfmodel.efficiency",
     "GoodputModel": "perfmodel.goodput",
     "ModelFit": "perfmodel.report",
@@ -96,6 +102,10 @@ __all__ = [
     "ThroughputPosterior",
     "StepTimePrior",
     "fit_throughput_posterior",
+    "Links",
+    "gradient_bytes",
+    "LinkSlowdown",
+    "physics_prior",
     "EfficiencyModel",
     "GoodputModel",
     "ModelFit",

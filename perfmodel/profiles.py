@@ -217,10 +217,15 @@ def read_profile_csv(path: str | Path, model: str | None = None) -> StepTimeProf
 
 def read_step_time_profile(path: str | Path, model: str | None = None) -> StepTimeProfile:
     """Read any supported step-time CSV, or every ``placements.csv``/``scalability.csv``/``*.csv``
-    profile in a folder; the format is told by the header."""
+    profile in a folder; the format is told by the header. A folder of per-type files
+    (``placements-<type>.csv``) is refused: :mod:`perfmodel.typed_profiles` reads those."""
     path = Path(path)
     if path.is_dir():
         files = [p for p in sorted(path.glob("*.csv")) if not p.name.startswith("validation-")]
+        typed = [p.name for p in files if re.match(r"^(placements|scalability)-", p.name)]
+        if typed:
+            raise InputError(f"folder holds per-GPU-type profiles ({typed[0]}): expected one "
+                             "type's files; read them by type (perfmodel.typed_profiles)", path)
         if not files:
             raise InputError("no step-time CSV files in folder: expected placements.csv, "
                              "scalability.csv or profile CSVs", path)

@@ -86,6 +86,11 @@ def test_client_measures_applies_batch_checkpoints_and_restores(tmp_path: Path) 
         assert 0 <= step["sync_time"] <= step["step_time"] and step["count"] >= 1
         gradient = next(r for r in reports if r["kind"] == "gradient")
         assert gradient["grad_sqr"] > 0 and gradient["grad_var"] > 0
+        # The start report says what an all-reduce moves: train_tiny's default MLP is
+        # Linear(32, 64) and Linear(64, 4), float32.
+        start = next(r for r in reports if r["kind"] == "start")
+        parameters = 32 * 64 + 64 + 64 * 4 + 4
+        assert (start["parameters"], start["gradient_bytes"]) == (parameters, 4 * parameters)
 
         # The scheduler tunes the batch and asks for a checkpoint in one control.
         write_control(job_dir, Control(local_bsz=32, accum_steps=1, checkpoint_request=1,

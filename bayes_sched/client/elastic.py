@@ -34,7 +34,9 @@ progress); hands out each replica's micro-batches of the per-GPU batch the sched
   report) and on SIGTERM (then exits at once with status 0), so a reallocation loses at most the steps
   since the request.
 
-Rank 0 writes the reports (:mod:`bayes_sched.client.protocol`). Without a job directory (a plain
+Rank 0 writes the reports (:mod:`bayes_sched.client.protocol`); the ``start`` report carries
+the model's trainable ``parameters`` and the ``gradient_bytes`` one all-reduce moves (what
+:mod:`perfmodel.sync_prior` predicts synchronisation time from). Without a job directory (a plain
 ``python train.py``) the job trains alone and reports nothing.
 """
 
@@ -223,7 +225,9 @@ class ElasticJob:
                      placement=self.placement, gpu_type=self.gpu_type, local_bsz=self.local_bsz,
                      accum_steps=self.accum_steps, restored=self.restored, step=self.steps,
                      progress=self.progress, epochs=self.epochs,
-                     examples_per_epoch=self.num_examples, pid=os.getpid())
+                     examples_per_epoch=self.num_examples, pid=os.getpid(),
+                     parameters=sum(p.numel() for p in self._parameters),
+                     gradient_bytes=sum(p.numel() * p.element_size() for p in self._parameters))
 
     # --- what the script reads -----------------------------------------------------------------
 

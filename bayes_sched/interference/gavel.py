@@ -99,3 +99,20 @@ def load_gavel_solo_features(data_dir: Path = GAVEL_DIR) -> pd.DataFrame:
 def job_type_of(job: str) -> str:
     """The Gavel job type of a job name (the part after ``<gpu>/``)."""
     return job.split("/", 1)[1]
+
+
+def family_of(job: str) -> str:
+    """The model (job family) of a job name: its job type without the batch size
+    (``"v100/ResNet-50 (batch size 32)"`` -> ``"ResNet-50"``)."""
+    return job_type_of(job).split(" (", 1)[0]
+
+
+def gpu_of(job: str) -> str:
+    """The GPU type of a job name (the part before ``/``)."""
+    return job.split("/", 1)[0]
+
+
+def batch_size_of(job: str) -> str:
+    """The batch size of a job name as written (``"32"``), ``""`` for a type without one."""
+    match = _BATCH_SIZE.search(job)
+    return match.group(1) if match else ""

@@ -18,7 +18,8 @@ Solo-features table (CSV, one row per job)::
 
 ``job`` names a job as the pairs table does; every other column is a numeric feature measured while
 the job runs alone (throughputs, counter means). Features must be finite; the model standardises
-them.
+them. :mod:`.gpu_counters` builds this table from ``nvidia-smi`` or DCGM CSV logs of each job's
+solo run.
 """
 
 from __future__ import annotations

@@ -48,12 +48,14 @@ from types import MappingProxyType
 import numpy as np
 
 from bayes_sched.errors import InputError
+from bayes_sched.gpu_types import GPU_TYPES
 from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
 from bayes_sched.throughputs import load_gavel_throughputs
 
-#: NVIDIA's published peak FP32 rates (TFLOP/s): the Tesla T4 datasheet, and the V100 SXM2 datasheet.
-T4_PEAK_FP32_TFLOPS = 8.1
-V100_PEAK_FP32_TFLOPS = 15.7
+#: NVIDIA's published peak FP32 rates (TFLOP/s): the Tesla T4 datasheet, and the V100 SXM2 datasheet
+#: (the GPU type table's figures, :data:`~bayes_sched.gpu_types.GPU_TYPES`).
+T4_PEAK_FP32_TFLOPS = GPU_TYPES["t4"].peak_flops / 1e12
+V100_PEAK_FP32_TFLOPS = GPU_TYPES["v100"].peak_flops / 1e12
 
 #: The Gavel type the T4 is anchored to (rule 3).
 ANCHOR_TYPE = "v100"

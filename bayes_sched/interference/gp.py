@@ -1,0 +1,201 @@
+"""A Gaussian-process co-location model: log normalised speed of a job next to another as a smooth
+function of what both show alone.
+
+Input of one observation (``target`` next to ``other``): the target's solo features followed by
+its neighbour's (:mod:`.tables`' solo-features table; whatever columns it has: throughputs,
+counter means, log batch size, one-hot GPU type or job family), standardised on the training jobs.
+Output: ``log(speed)``, standardised. Model::
+
+    log speed = m + f(x_target, x_other) + eps,   f ~ GP(0, k_ARD),   eps ~ N(0, sigma^2)
+
+with ``k_ARD`` a squared-exponential kernel with one length scale per input (automatic relevance
+determination: an input that does not matter gets a long length scale): BoTorch's
+``SingleTaskGP``, whose length scales carry its dimension-scaled log-normal prior. ``m``, the
+length scales and ``sigma`` are fitted by maximising the exact marginal likelihood with those
+priors (BoTorch's L-BFGS-B fit);
+the predictive distribution of a new pair is the GP's Gaussian conditional plus the noise, so a
+pair unlike any measured one (a job family, GPU type or batch size never co-located) gets the
+prior's spread back: its interval widens instead of collapsing. Speeds above 1 (a job faster next
+to a neighbour than alone) are ordinary values of ``log speed > 0``; nothing caps them below
+:data:`~.tables.MAX_SPEED`.
+
+Cost: one Cholesky factor of an ``N x N`` matrix per optimiser step (``N`` training
+observations; about 0.1 s at ``N`` = 1,600 on one core); :data:`MAX_OBSERVATIONS` bounds ``N``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gpytorch
+import numpy as np
+import pandas as pd
+import torch
+from botorch.exceptions.warnings import InputDataWarning, OptimizationWarning
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from linear_operator.utils.errors import NanError, NotPSDError
+
+from bayes_sched.interference.model import InterferenceFitError, SpeedPrediction
+from bayes_sched.interference.tables import InterferenceInputError, check_solo_features
+from perfmodel.errors import UnreliableFitWarning
+
+#: Most training observations an exact GP is fitted to (its memory grows as N^2: 20,000 rows
+#: are 3.2 GB of float64).
+MAX_OBSERVATIONS = 20_000
+#: L-BFGS-B iterations at most, and the gradient norm (of the negative marginal log likelihood per
+#: observation, in the raw hyperparameters) below which the fit counts as converged: there a step
+#: of 0.1 in every hyperparameter changes the loss, which is of order 1, by at most about 1e-3.
+MAX_ITERATIONS = 500
+GRADIENT_TOLERANCE = 1e-2
+
+
+@dataclass(frozen=True)
+class GpFitReport:
+    """How the hyperparameter fit ended: final negative marginal log likelihood per observation
+    ``loss`` (hyperparameter priors included), its gradient norm ``gradient_norm``, ``converged``
+    (gradient norm below :data:`GRADIENT_TOLERANCE` and no optimiser warning), and the fitted
+    length scale per input (``lengthscales``, standardised units) and noise standard deviation
+    (``noise``, log speed)."""
+
+    loss: float
+    gradient_norm: float
+    converged: bool
+    lengthscales: dict[str, float]
+    noise: float
+
+
+class ColocationGP:
+    """A fitted GP co-location model; build it with :meth:`fit`."""
+
+    def __init__(self, model: SingleTaskGP, solo_features: pd.DataFrame,
+                 feature_mean: np.ndarray, feature_scale: np.ndarray, target_mean: float,
+                 target_scale: float, fitted_jobs: frozenset[str],
+                 report: GpFitReport) -> None:
+        self._model = model
+        self.solo_features = solo_features
+        self._feature_mean, self._feature_scale = feature_mean, feature_scale
+        self._target_mean, self._target_scale = target_mean, target_scale
+        self.fitted_jobs = fitted_jobs
+        self.report = report
+
+    @classmethod
+    def fit(cls, observations: pd.DataFrame, solo_features: pd.DataFrame, seed: int = 0
+            ) -> ColocationGP:
+        """Fit to ``observations`` (columns ``target``, ``other``, ``speed``:
+        :func:`~.tables.pair_observations`) with ``solo_features`` indexed by job as
+        :func:`~.tables.read_solo_features_csv` returns it, or with a ``job`` column (checked
+        here); every job of the observations must have a row. Raises
+        :class:`InterferenceFitError` where the fit goes non-finite; warns
+        :class:`~perfmodel.errors.UnreliableFitWarning` where L-BFGS stopped before the
+        gradient was small."""
+        solo = (check_solo_features(solo_features, source="solo features")
+                if "job" in solo_features.columns else solo_features)
+        if len(observations) > MAX_OBSERVATIONS:
+            raise InterferenceInputError(f"{len(observations)} observations: expected at most "
+                                         f"{MAX_OBSERVATIONS} for an exact GP")
+        if len(observations) < 2:
+            raise InterferenceInputError("expected at least two observations to fit a GP")
+        missing = sorted((set(observations["target"]) | set(observations["other"]))
+                         - set(solo.index))
+        if missing:
+            raise InterferenceInputError(f"job {missing[0]!r} has no row in the solo features")
+        speed = observations["speed"].to_numpy(np.float64)
+        if not np.all(np.isfinite(speed) & (speed > 0)):
+            raise InterferenceInputError("speed: expected positive finite normalised speeds")
+        torch.manual_seed(seed)
+        raw = _inputs(solo, observations["target"], observations["other"])
+        mean, scale = raw.mean(axis=0), raw.std(axis=0)
+        scale = np.where(scale > 0, scale, 1.0)
+        y = np.log(speed)
+        y_mean, y_scale = float(y.mean()), float(y.std()) or 1.0
+        x_t = torch.as_tensor((raw - mean) / scale)
+        y_t = torch.as_tensor((y - y_mean) / y_scale)
+        with warnings.catch_warnings():
+            # Inputs are standardised here, not scaled to the unit cube BoTorch checks for.
+            warnings.filterwarnings("ignore", category=InputDataWarning)
+            model = SingleTaskGP(x_t, y_t[:, None], outcome_transform=None)
+        report = _maximise_evidence(model, list(solo.columns))
+        fitted = frozenset(observations["target"]) | frozenset(observations["other"])
+        return cls(model, solo, mean, scale, y_mean, y_scale, fitted,
+                   replace_noise(report, y_scale))
+
+    def predict_speed(self, targets: Sequence[str], others: Sequence[str],
+                      num_samples: int = 2000, seed: int = 0) -> SpeedPrediction:
+        """Predictive draws of each target's normalised speed next to its other, shape
+        ``(num_samples, N)``; ``cold_start`` marks targets never seen in a fitted pair."""
+        unknown = sorted((set(targets) | set(others)) - set(self.solo_features.index))
+        if unknown:
+            raise InterferenceInputError(f"job {unknown[0]!r} has no row in the solo features")
+        mean, sd = self.log_speed_moments(targets, others)
+        rng = np.random.default_rng(seed)
+        draws = np.exp(mean + sd * rng.standard_normal((num_samples, len(mean))))
+        cold = np.array([t not in self.fitted_jobs for t in targets])
+        return SpeedPrediction(draws, cold)
+
+    def log_speed_moments(self, targets: Sequence[str], others: Sequence[str]
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Predictive mean and standard deviation of ``log(speed)`` (noise included), each
+        ``(N,)``."""
+        raw = _inputs(self.solo_features, pd.Series(list(targets)), pd.Series(list(others)))
+        x = torch.as_tensor((raw - self._feature_mean) / self._feature_scale)
+        self._model.eval()
+        with torch.no_grad():
+            predictive = self._model.posterior(x, observation_noise=True)
+            mean = predictive.mean.numpy().reshape(-1) * self._target_scale + self._target_mean
+            sd = (predictive.variance.clamp_min(0).sqrt().numpy().reshape(-1)
+                  * self._target_scale)
+        return mean, sd
+
+
+def replace_noise(report: GpFitReport, y_scale: float) -> GpFitReport:
+    """``report`` with its noise in log-speed units (the fit sees standardised targets)."""
+    return GpFitReport(report.loss, report.gradient_norm, report.converged,
+                       report.lengthscales, report.noise * y_scale)
+
+
+def _inputs(solo: pd.DataFrame, targets: pd.Series, others: pd.Series) -> np.ndarray:
+    # Target's solo features, then its neighbour's: (N, 2F).
+    return np.hstack([solo.loc[list(targets)].to_numpy(np.float64),
+                      solo.loc[list(others)].to_numpy(np.float64)])
+
+
+def _maximise_evidence(model: SingleTaskGP, columns: list[str]) -> GpFitReport:
+    """Maximise the marginal likelihood (with BoTorch's default hyperparameter priors) by
+    BoTorch's L-BFGS-B fit, which retries from fresh values where a start fails; the fit's
+    report, its gradient measured after the fit."""
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", OptimizationWarning)
+        # Inputs are standardised here, not scaled to the unit cube BoTorch checks for.
+        warnings.filterwarnings("ignore", category=InputDataWarning)
+        try:
+            fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": MAX_ITERATIONS}})
+        except (NanError, NotPSDError, RuntimeError) as error:
+            raise InterferenceFitError(f"the GP's hyperparameter fit failed: {error}") from None
+    stopped = [w for w in caught if issubclass(w.category, OptimizationWarning)]
+    model.train()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=InputDataWarning)
+        loss = -mll(model(*model.train_inputs), model.train_targets)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, parameters, allow_unused=True)
+    gradient_norm = math.sqrt(sum(float((g**2).sum()) for g in grads if g is not None))
+    model.eval()
+    loss = loss.detach()
+    if not (math.isfinite(float(loss)) and math.isfinite(gradient_norm)):
+        raise InterferenceFitError("the GP's hyperparameter fit went non-finite")
+    converged = gradient_norm < GRADIENT_TOLERANCE and not stopped
+    if not converged:
+        why = f"; {stopped[0].message}" if stopped else ""
+        warnings.warn(f"co-location GP: the fit stopped with gradient norm {gradient_norm:.2g} "
+                      f"(tolerance {GRADIENT_TOLERANCE}){why}; its intervals may be off",
+                      UnreliableFitWarning, stacklevel=3)
+    lengths = model.covar_module.lengthscale.detach().numpy().reshape(-1)
+    names = [f"target.{c}" for c in columns] + [f"other.{c}" for c in columns]
+    return GpFitReport(float(loss), gradient_norm, converged,
+                       dict(zip(names, (float(v) for v in lengths), strict=True)),
+                       float(model.likelihood.noise.detach().sqrt()))
