@@ -58,6 +58,7 @@ from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH
 from bayes_sched.jobs import JobView
+from bayes_sched.mechanisms.pop import PartitionSetting
 from bayes_sched.policies.time_fraction_lp import (
     CombinationTerms,
     ConicProgram,
@@ -570,6 +571,8 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
     name = "max_min_fairness_packed"
     heterogeneity_aware = True
     packing = True
+    partitionable = True
+    jobs_per_partition = 128
 
     #: Posterior draws per candidate cell for the expected gain (Monte Carlo precision only).
     VALUE_DRAWS = 256
@@ -581,10 +584,10 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                  refit_growth: float = REFIT_GROWTH, gavel_statement: bool = False,
                  pair_split: Literal["even", "intervals"] = "even",
                  exploration: Literal["thompson", "value_of_information", "none"] = (
-                     "value_of_information")
-                 ) -> None:
+                     "value_of_information"),
+                 partitions: PartitionSetting = "auto") -> None:
         super().__init__(solver, min_reset_interval, seed, throughputs, source, thompson,
-                         refit_interval, refit_growth)
+                         refit_interval, refit_growth, partitions=partitions)
         if pair_split not in ("even", "intervals"):
             raise ValueError(f"pair_split is {pair_split!r}: expected 'even' or 'intervals'")
         if exploration not in ("thompson", "value_of_information", "none"):

@@ -68,6 +68,8 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
 
     name = "min_total_duration"
     heterogeneity_aware = True
+    partitionable = True
+    jobs_per_partition = 512
 
     __init__ = TimeSharingPolicy.__init__
 

@@ -67,6 +67,7 @@ from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.mechanisms.pop import PartitionSetting, Partitioner
 from bayes_sched.throughputs import JobKey, ThroughputTable, load_throughputs
 
 LOG = logging.getLogger(__name__)
@@ -298,6 +299,10 @@ class TimeSharingPolicy:
         refit_growth: with a learner, a refit is due on a report of a new cell, a failed
             launch, or a cell whose reported seconds grew by this factor since the last fit
             (1: any report; :class:`~bayes_sched.estimation.throughput_stage.ThroughputEstimator`).
+        partitions: POP (:mod:`bayes_sched.mechanisms.pop`, the LP policies only): solve the
+            allocation as this many random sub-problems (jobs and each type's GPUs split
+            alike, seeded by ``seed``), joined; ``"auto"``: the exact program (1) below
+            ``2 * jobs_per_partition`` runnable jobs, more sub-problems above.
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -309,12 +314,20 @@ class TimeSharingPolicy:
     heterogeneity_aware = False
     #: Whether the policy's allocation holds pairs of jobs sharing GPUs (Gavel's "_packed").
     packing = False
+    #: Whether the policy solves a program POP may split (``partitions``), and the sub-problem
+    #: size its automatic count aims at (``None``: never split unless asked).
+    partitionable = False
+    jobs_per_partition: int | None = None
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  throughputs: Literal["simulation", "physical", "tacc"] = "simulation",
                  source: str = "table", thompson: bool = True, refit_interval: float = 0.0,
-                 refit_growth: float = REFIT_GROWTH) -> None:
+                 refit_growth: float = REFIT_GROWTH, partitions: PartitionSetting = "auto") -> None:
+        if not self.partitionable and partitions not in ("auto", 1):
+            raise ValueError(f"partitions is {partitions!r}: {self.name} solves no program to "
+                             "partition (expected 'auto' or 1)")
+        self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
         if solver not in LP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(LP_SOLVERS)}")
         self.solver = solver
@@ -806,7 +819,7 @@ class TimeSharingPolicy:
                  else self._believed(chosen, measured[runnable] > 0))
         inputs = self._inputs(chosen, rates, capacities)
         try:
-            x = self.allocate_combinations(inputs)
+            x = self.partitioner.allocate(inputs, self.allocate_combinations)
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old allocation
             LOG.warning("policy %s: allocation failed (%s); previous allocation kept", self.name,
                         error)
