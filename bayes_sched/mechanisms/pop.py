@@ -22,6 +22,8 @@ Here (:func:`split`):
   classes stay alike; POP's harness deals jobs by id modulo ``k`` or at random).
 * **GPUs.** Each type's ``C`` GPUs: ``C // k`` to every sub-cluster (POP's harness) and the
   ``C mod k`` left over to as many sub-clusters drawn at random, so no GPU is lost.
+* **Pairs.** Only within a group: the whole problem's pairs are never listed
+  (:func:`pairs_within`; at 1,900 jobs they number ~900,000).
 * **How many.** ``partitions="auto"``: one (the exact program) below ``2 * jobs_per_partition``
   jobs, else ``round(J / jobs_per_partition)``, at most so many that every sub-cluster keeps
   :data:`MIN_GPUS_PER_TYPE` GPUs of each type present (:func:`partition_count`); each policy
@@ -35,7 +37,7 @@ joins the answers into the whole ``(J + P, T)`` allocation (a pair across groups
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -110,6 +112,30 @@ def split(num_jobs: int, capacities: np.ndarray, k: int, rng: np.random.Generato
         if extra:
             gpus[rng.choice(k, size=extra, replace=False), t] += 1
     return [Partition(jobs=np.flatnonzero(label == i), capacities=gpus[i]) for i in range(k)]
+
+
+def class_index(keys: Sequence[Hashable]) -> np.ndarray:
+    """Each job's class ``(J,)``: ints from 0 in order of first appearance of its key (job type
+    and scale factor), the strata :func:`split` spreads evenly."""
+    index: dict[Hashable, int] = {}
+    return np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+
+
+def pairs_within(candidates: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs ``(first, second)`` of ``candidates`` (job indices, ascending) whose two jobs
+    are in one group (``groups`` ``(J,)``), in the order ``np.triu_indices`` lists all pairs:
+    O(pairs within groups), never the ``n (n - 1) / 2`` of all of them."""
+    owner = groups[candidates]
+    firsts, seconds = [], []
+    for group in np.unique(owner).tolist():
+        members = candidates[owner == group]
+        i, j = np.triu_indices(len(members), k=1)
+        firsts.append(members[i])
+        seconds.append(members[j])
+    first = np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64)
+    second = np.concatenate(seconds) if seconds else np.zeros(0, dtype=np.int64)
+    order = np.lexsort((second, first))
+    return first[order], second[order]
 
 
 def labels(parts: Sequence[Partition], num_jobs: int) -> np.ndarray:
@@ -207,11 +233,3 @@ class Partitioner:
         self.splits += 1
         return split(num_jobs, np.asarray(capacities).round().astype(np.int64), k, rng, strata)
 
-    def allocate(self, inputs: AllocationInputs,
-                 solve: Callable[[AllocationInputs], np.ndarray | None]) -> np.ndarray | None:
-        """``solve(inputs)`` itself where the count is 1, else the joined allocation of
-        :func:`solve_partitioned` (jobs stratified by class)."""
-        parts = self.parts(inputs.num_jobs, inputs.capacities, inputs.job_classes)
-        if parts is None:
-            return solve(inputs)
-        return solve_partitioned(inputs, parts, solve)

@@ -67,7 +67,14 @@ from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.learners import LEARNERS, make_learner
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.mechanisms.pop import PartitionSetting, Partitioner
+from bayes_sched.mechanisms.pop import (
+    Partitioner,
+    PartitionSetting,
+    class_index,
+    labels,
+    pairs_within,
+    solve_partitioned,
+)
 from bayes_sched.throughputs import JobKey, ThroughputTable, load_throughputs
 
 LOG = logging.getLogger(__name__)
@@ -595,8 +602,10 @@ class TimeSharingPolicy:
         self._worker_time += worker
         self._last_reset = now
 
-    def _inputs(self, jobs: Sequence[JobView], measured: np.ndarray,
-                capacities: np.ndarray) -> AllocationInputs:
+    def _inputs(self, jobs: Sequence[JobView], measured: np.ndarray, capacities: np.ndarray,
+                groups: np.ndarray | None = None) -> AllocationInputs:
+        """The allocation's inputs; ``groups`` ``(J,)``: each job's POP sub-problem (pairs only
+        within one), ``None`` for the exact program."""
         scale_factors = np.array([float(job.requested_replicas) for job in jobs])
         remaining = np.array([np.nan if job.target_steps is None
                               else max(job.target_steps - job.progress, 0.0) for job in jobs])
@@ -604,7 +613,7 @@ class TimeSharingPolicy:
         classes = list(dict.fromkeys(keys))
         position = {key: c for c, key in enumerate(classes)}
         index = np.array([position[k] for k in keys], dtype=np.int64)
-        pairs, pair_rates = (self._pairs(classes, index, measured) if self.packing
+        pairs, pair_rates = (self._pairs(classes, index, measured, groups) if self.packing
                              else (np.zeros((0, 2), np.int64),
                                    np.zeros((0, 2, len(self._types)))))
         return AllocationInputs(
@@ -614,8 +623,8 @@ class TimeSharingPolicy:
             pairs=pairs, pair_throughputs=pair_rates, job_classes=index,
             class_keys=tuple(classes))
 
-    def _pairs(self, classes: list[JobKey], index: np.ndarray, measured: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def _pairs(self, classes: list[JobKey], index: np.ndarray, measured: np.ndarray,
+               groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Pairs of jobs (of ``classes[index[j]]``) of one scale factor that may share GPUs, and
         their measured rates ``(P, 2, T)``; a pair the table lacks on a type is logged once and
         not packed there."""
@@ -639,7 +648,8 @@ class TimeSharingPolicy:
         # jobs the pairs of every two jobs number 1.8 million): the same pairs, in order.
         pairs_somewhere = (rates.min(axis=3) > 0).any(axis=2)  # (C, C)
         candidates = np.flatnonzero((pairs_somewhere | pairs_somewhere.T).any(axis=1)[index])
-        first, second = (candidates[i] for i in np.triu_indices(len(candidates), k=1))
+        first, second = (pairs_within(candidates, groups) if groups is not None
+                         else (candidates[i] for i in np.triu_indices(len(candidates), k=1)))
         cls_a, cls_b = index[first], index[second]
         pair_rates = rates[cls_a, cls_b].transpose(0, 2, 1)  # (P, 2, T)
         usable = (pair_rates.min(axis=1) > 0) & (measured[first] > 0) & (measured[second] > 0)
@@ -817,9 +827,13 @@ class TimeSharingPolicy:
         chosen = [jobs[j] for j in runnable]
         rates = (measured[runnable] if self.estimator is None
                  else self._believed(chosen, measured[runnable] > 0))
-        inputs = self._inputs(chosen, rates, capacities)
+        parts = self.partitioner.parts(len(chosen), capacities, class_index(
+            [(job.application, job.requested_replicas) for job in chosen]))
+        inputs = self._inputs(chosen, rates, capacities,
+                              None if parts is None else labels(parts, len(chosen)))
         try:
-            x = self.partitioner.allocate(inputs, self.allocate_combinations)
+            x = (self.allocate_combinations(inputs) if parts is None
+                 else solve_partitioned(inputs, parts, self.allocate_combinations))
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old allocation
             LOG.warning("policy %s: allocation failed (%s); previous allocation kept", self.name,
                         error)
