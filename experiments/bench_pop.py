@@ -107,7 +107,7 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
                 if label == "exact" and gpus > exact_max_gpus:
                     row["exact_cpu_s"] = None
                     continue
-                policy = make_policy(name, partitions=setting)
+                policy: Any = make_policy(name, partitions=setting)
                 start = time.process_time()
                 policy.decide(state, views, NO_ESTIMATES)
                 row[f"{label}_cpu_s"] = round(time.process_time() - start, 3)
@@ -130,7 +130,7 @@ def captured_inputs(name: str, state: Any, views: list[Any]) -> Any:
     from bayes_sched.policies import make_policy
 
     seen: list[Any] = []
-    policy = make_policy(name)
+    policy: Any = make_policy(name)
     solve = policy.allocate_combinations
 
     def capture(inputs: Any) -> Any:
@@ -161,7 +161,7 @@ def lp_objective(name: str, inputs: Any, x: np.ndarray) -> float:
     if name == "max_sum_throughput_perf":
         return float(effective.sum())
     if name.startswith("finish_time_fairness"):
-        policy = make_policy(name)
+        policy: Any = make_policy(name)
         rates = policy._rates(inputs)
         elapsed, remaining, denominator = policy._ratio_terms(inputs, rates)
         if name != "finish_time_fairness_packed":
@@ -177,16 +177,26 @@ def horizon(name: str, inputs: Any, parts: Sequence[Any] | None) -> float:
     from bayes_sched.mechanisms.pop import pairs_by_partition, restrict
     from bayes_sched.policies import make_policy
 
+    def shortest(problem: Any) -> float:
+        policy: Any = make_policy(name)
+        return float(policy.shortest_horizon(problem))
+
     if parts is None:
-        return float(make_policy(name).shortest_horizon(inputs))
-    return max(float(make_policy(name).shortest_horizon(restrict(inputs, part, rows)))
+        return shortest(inputs)
+    return max(shortest(restrict(inputs, part, rows))
                for part, rows in zip(parts, pairs_by_partition(inputs, parts), strict=True))
+
+
+def fresh(name: str) -> Any:
+    """A new policy ``name`` (no state carried between the solves compared)."""
+    from bayes_sched.policies import make_policy
+
+    return make_policy(name)
 
 
 def gap_rows(policies: Sequence[str], gpus: int, snapshots: int, k: int, load: float
              ) -> list[dict[str, object]]:
     from bayes_sched.mechanisms.pop import solve_partitioned, split
-    from bayes_sched.policies import make_policy
 
     rows: list[dict[str, object]] = []
     for name in policies:
@@ -206,9 +216,9 @@ def gap_rows(policies: Sequence[str], gpus: int, snapshots: int, k: int, load: f
                     a = time.process_time() - start
                     pop = horizon(name, inputs, parts)
                 else:
-                    x = make_policy(name).allocate_combinations(inputs)
+                    x = fresh(name).allocate_combinations(inputs)
                     a = time.process_time() - start
-                    y = solve_partitioned(inputs, parts, make_policy(name).allocate_combinations)
+                    y = solve_partitioned(inputs, parts, fresh(name).allocate_combinations)
                     assert x is not None and y is not None, (name, seed)
                     exact, pop = lp_objective(name, inputs, x), lp_objective(name, inputs, y)
                 b = time.process_time() - start - a

@@ -50,11 +50,16 @@ def _problem(num_jobs: int = 40, cluster: str = CLUSTER):
     return ClusterState(spec=spec, now=3600.0), views
 
 
+def _policy(name: str, **options: object) -> TimeSharingPolicy:
+    policy = make_policy(name, **options)
+    assert isinstance(policy, TimeSharingPolicy)
+    return policy
+
+
 def _captured(name: str, num_jobs: int = 40) -> tuple[TimeSharingPolicy, AllocationInputs]:
     """A fresh policy ``name`` and the whole problem's inputs it built in one decision."""
     seen: list[AllocationInputs] = []
-    policy = make_policy(name)
-    assert isinstance(policy, TimeSharingPolicy)
+    policy = _policy(name)
     solve = policy.allocate_combinations
 
     def capture(inputs: AllocationInputs) -> np.ndarray | None:
@@ -64,7 +69,7 @@ def _captured(name: str, num_jobs: int = 40) -> tuple[TimeSharingPolicy, Allocat
     policy.allocate_combinations = capture  # type: ignore[method-assign]
     state, views = _problem(num_jobs)
     policy.decide(state, views, NO_ESTIMATES)
-    return make_policy(name), seen[0]  # type: ignore[return-value]
+    return _policy(name), seen[0]
 
 
 def _assert_feasible(x: np.ndarray, inputs: AllocationInputs, capacities: np.ndarray) -> None:
@@ -127,10 +132,10 @@ def test_one_partition_is_the_exact_solve(name: str) -> None:
     exact = policy.allocate_combinations(inputs)
     assert exact is not None
     whole = split(inputs.num_jobs, inputs.capacities.astype(int), 1, np.random.default_rng(0))
-    joined = solve_partitioned(inputs, whole, make_policy(name).allocate_combinations)
+    joined = solve_partitioned(inputs, whole, _policy(name).allocate_combinations)
     assert joined is not None and np.array_equal(joined, exact)
     state, views = _problem()
-    exact_policy, one = make_policy(name), make_policy(name, partitions=1)
+    exact_policy, one = _policy(name), _policy(name, partitions=1)
     exact_policy.decide(state, views, NO_ESTIMATES)
     one.decide(state, views, NO_ESTIMATES)
     assert exact_policy.fractions() == one.fractions()
@@ -177,7 +182,7 @@ def test_policy_decisions_with_partitions_are_deterministic_per_seed() -> None:
     state, views = _problem(60)
     runs = []
     for seed in (0, 0, 1):
-        policy = make_policy("max_min_fairness_packed", partitions=3, seed=seed)
+        policy = _policy("max_min_fairness_packed", partitions=3, seed=seed)
         policy.decide(state, views, NO_ESTIMATES)
         assert policy.partitioner.last_count == 3
         runs.append((policy.fractions(), policy.pair_fractions()))

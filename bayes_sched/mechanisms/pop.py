@@ -29,9 +29,10 @@ Here (:func:`split`):
   :data:`MIN_GPUS_PER_TYPE` GPUs of each type present (:func:`partition_count`); each policy
   states its ``jobs_per_partition`` (``None``: never split unless asked).
 
-:func:`solve_partitioned` takes an :class:`~bayes_sched.policies.time_sharing.AllocationInputs`
-of the whole problem, hands each group's :func:`restrict`-ed inputs to the policy's solve, and
-joins the answers into the whole ``(J + P, T)`` allocation (a pair across groups gets 0).
+:func:`solve_partitioned` takes the whole problem (a :class:`Problem`: the
+:class:`~bayes_sched.policies.time_sharing.AllocationInputs` a policy builds), hands each group's
+:func:`restrict`-ed inputs to the policy's solve, and joins the answers into the whole
+``(J + P, T)`` allocation (a pair across groups gets 0).
 """
 
 from __future__ import annotations
@@ -39,14 +40,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 
 from bayes_sched.registry import Range
-
-if TYPE_CHECKING:
-    from bayes_sched.policies.time_sharing import AllocationInputs
 
 #: The most sub-problems a caller may ask for.
 MAX_PARTITIONS = 512
@@ -57,6 +55,41 @@ MIN_GPUS_PER_TYPE = 8
 
 #: The type of a policy's ``partitions`` option: a count, or ``"auto"``.
 PartitionSetting = Annotated[int, Range(1, MAX_PARTITIONS)] | Literal["auto"]
+
+
+class Problem(Protocol):
+    """What POP reads of a whole time-fraction problem: a dataclass with these fields
+    (:class:`~bayes_sched.policies.time_sharing.AllocationInputs`; its docstring gives the
+    shapes). Stated here, not imported, so that the mechanism does not depend on the policies
+    that use it."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+    @property
+    def throughputs(self) -> np.ndarray: ...
+    @property
+    def scale_factors(self) -> np.ndarray: ...
+    @property
+    def capacities(self) -> np.ndarray: ...
+    @property
+    def elapsed(self) -> np.ndarray: ...
+    @property
+    def remaining_steps(self) -> np.ndarray: ...
+    @property
+    def pairs(self) -> np.ndarray: ...
+    @property
+    def pair_throughputs(self) -> np.ndarray: ...
+    @property
+    def job_classes(self) -> np.ndarray: ...
+    @property
+    def class_keys(self) -> tuple[Any, ...]: ...
+    @property
+    def num_jobs(self) -> int: ...
+
+
+ProblemT = TypeVar("ProblemT", bound=Problem)
 
 
 def check_partitions(value: object) -> int | Literal["auto"]:
@@ -146,8 +179,7 @@ def labels(parts: Sequence[Partition], num_jobs: int) -> np.ndarray:
     return out
 
 
-def restrict(inputs: AllocationInputs, part: Partition, pair_rows: np.ndarray
-             ) -> AllocationInputs:
+def restrict(inputs: ProblemT, part: Partition, pair_rows: np.ndarray) -> ProblemT:
     """``inputs`` of the whole problem cut to ``part``: its jobs (in their order), its GPUs, and
     the pairs ``pair_rows`` (indices into ``inputs.pairs``, both members in ``part``),
     renumbered; job classes renumbered in order of first appearance among its jobs."""
@@ -169,7 +201,7 @@ def restrict(inputs: AllocationInputs, part: Partition, pair_rows: np.ndarray
         class_keys=tuple(inputs.class_keys[c] for c in kept.tolist()))
 
 
-def pairs_by_partition(inputs: AllocationInputs, parts: Sequence[Partition]
+def pairs_by_partition(inputs: Problem, parts: Sequence[Partition]
                        ) -> list[np.ndarray]:
     """Per sub-problem, the rows of ``inputs.pairs`` whose two jobs are both in it."""
     label = labels(parts, inputs.num_jobs)
@@ -180,8 +212,8 @@ def pairs_by_partition(inputs: AllocationInputs, parts: Sequence[Partition]
     return [order[bounds[i]:bounds[i + 1]] for i in range(len(parts))]
 
 
-def solve_partitioned(inputs: AllocationInputs, parts: Sequence[Partition],
-                      solve: Callable[[AllocationInputs], np.ndarray | None]
+def solve_partitioned(inputs: ProblemT, parts: Sequence[Partition],
+                      solve: Callable[[ProblemT], np.ndarray | None]
                       ) -> np.ndarray | None:
     """The whole ``(J + P, T)`` allocation joined from ``solve`` on each sub-problem of
     ``parts`` (a sub-problem without jobs is skipped); ``None`` when any sub-problem has no

@@ -242,6 +242,7 @@ class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
     name = "finish_time_fairness_packed"
     heterogeneity_aware = True
     packing = True
+    jobs_per_partition = 128
     __init__ = FinishTimeFairnessPolicy.__init__
 
     #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).

@@ -111,6 +111,7 @@ class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
 
     name = "min_total_duration_packed"
     packing = True
+    jobs_per_partition = 128
     __init__ = TimeSharingPolicy.__init__
 
     #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).
