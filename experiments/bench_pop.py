@@ -5,7 +5,8 @@ Parts (``--parts``):
 
 * ``decision``: one decision that recomputes the allocation (as
   ``experiments/bench_gavel_decisions.py``: Gavel's multi-GPU generator, seed 0, every job
-  active, age 1 h, a fresh policy per decision) on clusters of ``--sizes`` GPUs (nodes of 8,
+  active, age 1 h, a fresh policy per decision, each policy's first decision on a small problem
+  untimed) on clusters of ``--sizes`` GPUs (nodes of 8,
   a third of each type; ``round(0.93 * GPUs)`` jobs, 1,900 at 2,048 as there); CPU seconds of
   the exact decision (``partitions=1``) and of POP's (``--partitions``, default ``auto``), the
   sub-problems POP used and the ratio. ``--exact-max-gpus`` skips exact decisions above a size.
@@ -98,6 +99,9 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
     from bayes_sched.policies import make_policy
 
     rows: list[dict[str, object]] = []
+    small, few = snapshot(24, 20, 0, random_state=False)
+    for name in policies:  # imports and solvers' first use off the clock
+        make_policy(name).decide(small, few, NO_ESTIMATES)
     for gpus in sizes:
         state, views = snapshot(gpus, jobs_for(gpus), 0, random_state=False)
         for name in policies:
@@ -130,7 +134,7 @@ def captured_inputs(name: str, state: Any, views: list[Any]) -> Any:
     from bayes_sched.policies import make_policy
 
     seen: list[Any] = []
-    policy: Any = make_policy(name)
+    policy: Any = make_policy(name, partitions=1)  # one call: the whole problem
     solve = policy.allocate_combinations
 
     def capture(inputs: Any) -> Any:

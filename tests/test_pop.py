@@ -59,7 +59,7 @@ def _policy(name: str, **options: object) -> TimeSharingPolicy:
 def _captured(name: str, num_jobs: int = 40) -> tuple[TimeSharingPolicy, AllocationInputs]:
     """A fresh policy ``name`` and the whole problem's inputs it built in one decision."""
     seen: list[AllocationInputs] = []
-    policy = _policy(name)
+    policy = _policy(name, partitions=1)  # one call: the whole problem
     solve = policy.allocate_combinations
 
     def capture(inputs: AllocationInputs) -> np.ndarray | None:
