@@ -106,7 +106,7 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
     name = "finish_time_fairness"
     heterogeneity_aware = False
     partitionable = True
-    jobs_per_partition = 512
+    jobs_per_partition = 2048
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,

@@ -27,7 +27,7 @@ class MaxSumThroughputPerfPolicy(TimeSharingPolicy):
     name = "max_sum_throughput_perf"
     heterogeneity_aware = True
     partitionable = True
-    jobs_per_partition = 512
+    jobs_per_partition = 2048
 
     __init__ = TimeSharingPolicy.__init__
 

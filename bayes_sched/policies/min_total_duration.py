@@ -69,7 +69,7 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
     name = "min_total_duration"
     heterogeneity_aware = True
     partitionable = True
-    jobs_per_partition = 512
+    jobs_per_partition = 2048
 
     __init__ = TimeSharingPolicy.__init__
 
