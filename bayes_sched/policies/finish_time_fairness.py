@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import scipy.sparse as sp
 
+from bayes_sched.mechanisms.pop import PartitionSetting
 from bayes_sched.policies.gavel_packing import PackedLayout, packed_layout
 from bayes_sched.policies.time_fraction_lp import (
     dense_terms,
@@ -103,12 +104,15 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
 
     name = "finish_time_fairness"
     heterogeneity_aware = False
+    partitionable = True
+    jobs_per_partition = 2048
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  acquisition: Literal["thompson", "mean"] = "thompson",
-                 isolated_share: IsolatedRule = "gavel", gavel_statement: bool = False) -> None:
-        super().__init__(solver, min_reset_interval, seed, acquisition)
+                 isolated_share: IsolatedRule = "gavel", gavel_statement: bool = False,
+                 partitions: PartitionSetting = "auto") -> None:
+        super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions)
         if isolated_share not in ISOLATED_RULES:
             raise ValueError(f"isolated_share is {isolated_share!r}: expected one of "
                              + ", ".join(repr(rule) for rule in ISOLATED_RULES))
@@ -147,7 +151,9 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
         its isolated steps/s now (updating the isolated time, as Gavel's FTF does on every
         recomputation)."""
         isolated = isolated_throughputs(rates, scale_factors, capacities, self.isolated_share)
-        previous, self._previous = self._previous, {}
+        # Kept per job, not replaced per call: under POP each sub-problem's jobs are updated
+        # by their own call (the jobs of one recomputation's calls are disjoint).
+        previous = self._previous
         for j, name in enumerate(names):
             before = previous.get(name)
             if before is not None and before[1] > 0:
@@ -232,6 +238,7 @@ class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
     name = "finish_time_fairness_packed"
     heterogeneity_aware = True
     packing = True
+    jobs_per_partition = 128
     __init__ = FinishTimeFairnessPolicy.__init__
 
     #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).

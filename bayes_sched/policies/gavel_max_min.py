@@ -35,6 +35,8 @@ class MaxMinFairnessPolicy(TimeSharingPolicy):
 
     name = "max_min_fairness"
     heterogeneity_aware = False
+    partitionable = True
+    jobs_per_partition = 2048
 
     __init__ = TimeSharingPolicy.__init__
 

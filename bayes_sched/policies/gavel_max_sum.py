@@ -26,6 +26,8 @@ class MaxSumThroughputPerfPolicy(TimeSharingPolicy):
 
     name = "max_sum_throughput_perf"
     heterogeneity_aware = True
+    partitionable = True
+    jobs_per_partition = 2048
 
     __init__ = TimeSharingPolicy.__init__
 

@@ -57,6 +57,7 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobView
+from bayes_sched.mechanisms.pop import PartitionSetting
 from bayes_sched.policies.time_fraction_lp import (
     CombinationTerms,
     ConicProgram,
@@ -565,6 +566,8 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
     name = "max_min_fairness_packed"
     heterogeneity_aware = True
     packing = True
+    partitionable = True
+    jobs_per_partition = 128
 
     #: Posterior draws per candidate cell for the expected gain (Monte Carlo precision only).
     VALUE_DRAWS = 256
@@ -575,9 +578,9 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                  gavel_statement: bool = False,
                  pair_split: Literal["even", "intervals"] = "even",
                  exploration: Literal["thompson", "value_of_information", "none"] = (
-                     "value_of_information")
-                 ) -> None:
-        super().__init__(solver, min_reset_interval, seed, acquisition)
+                     "value_of_information"),
+                 partitions: PartitionSetting = "auto") -> None:
+        super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions)
         if pair_split not in ("even", "intervals"):
             raise ValueError(f"pair_split is {pair_split!r}: expected 'even' or 'intervals'")
         if exploration not in ("thompson", "value_of_information", "none"):

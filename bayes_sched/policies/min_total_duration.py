@@ -68,6 +68,8 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
 
     name = "min_total_duration"
     heterogeneity_aware = True
+    partitionable = True
+    jobs_per_partition = 2048
 
     __init__ = TimeSharingPolicy.__init__
 
@@ -109,6 +111,7 @@ class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
 
     name = "min_total_duration_packed"
     packing = True
+    jobs_per_partition = 128
     __init__ = TimeSharingPolicy.__init__
 
     #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).

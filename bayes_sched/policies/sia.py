@@ -83,6 +83,7 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
 from bayes_sched.policies.time_sharing import cluster_types
@@ -216,6 +217,30 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
     return chosen
 
 
+def partitioned_assignment(utility: np.ndarray, configs: Configurations,
+                           parts: Sequence[Partition], solver: str = "HIGHS",
+                           options: Mapping[str, object] | None = None) -> np.ndarray | None:
+    """:func:`solve_assignment` on each POP sub-problem of ``parts`` (its jobs' configurations,
+    its GPUs per type), the choices joined ``(J,)`` (each within its sub-cluster's GPUs, so
+    together within the cluster's); ``None`` when any sub-problem has no answer."""
+    num_jobs = sum(len(part.jobs) for part in parts)
+    chosen = np.full(num_jobs, -1, dtype=np.int64)
+    config_part = labels(parts, num_jobs)[configs.job]
+    local = np.empty(num_jobs, dtype=np.int64)
+    for i, part in enumerate(parts):
+        rows = np.flatnonzero(config_part == i)
+        local[part.jobs] = np.arange(len(part.jobs))
+        sub = Configurations(job=local[configs.job[rows]], gpu_type=configs.gpu_type[rows],
+                             num_gpus=configs.num_gpus[rows], goodput=configs.goodput[rows])
+        got = solve_assignment(utility[rows], sub, part.capacities, len(part.jobs), solver,
+                               options)
+        if got is None:
+            return None
+        picked = got >= 0
+        chosen[part.jobs[picked]] = rows[got[picked]]
+    return chosen
+
+
 def _assignment_rows(job: np.ndarray, gpu_type: np.ndarray, num_gpus: np.ndarray,
                      num_types: int, num_jobs: int) -> tuple[Any, Any]:
     """The integer program's rows over its ``n`` columns: one per job (its configurations,
@@ -346,17 +371,25 @@ class SiaPolicy:
     learner's profiling cells run first (one GPU type per job and round, at the job's own scale
     factor; a cell at another scale or in a pair is dropped: Sia's jobs are rigid and never share
     GPUs), then the belief's mean (or a draw) is the goodput.
+        partitions: POP (:mod:`bayes_sched.mechanisms.pop`): solve the integer program as this
+            many random sub-problems (jobs, and each type's free GPUs, split alike; seeded by
+            ``seed``), the choices joined (:func:`partitioned_assignment`); ``"auto"``: the
+            exact program below ``2 * jobs_per_partition`` jobs, more sub-problems above.
     """
 
     name = "sia"
     needs: tuple[str, ...] = ("throughput",)
     #: Sia reads the known table (the world's oracle) unless another estimator is chosen.
     default_estimators: ClassVar[Mapping[str, str]] = {"throughput": "oracle"}
+    #: The sub-problem size ``partitions="auto"`` aims at.
+    jobs_per_partition = 512
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
-                 acquisition: Literal["mean", "thompson"] = "mean") -> None:
+                 acquisition: Literal["mean", "thompson"] = "mean",
+                 partitions: PartitionSetting = "auto") -> None:
+        self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
         if not np.isfinite(p) or p == 0:
             raise ValueError(f"p is {p}: expected a finite nonzero exponent")
         if not lambda_n > 0:
@@ -440,8 +473,14 @@ class SiaPolicy:
         utility = config_utilities(normalized, self.p, self.lambda_n)
         chosen = best_if_all_fit(utility, configs, capacities, len(jobs))
         if chosen is None:
-            chosen = solve_assignment(utility, configs, capacities, len(jobs), self.solver,
-                                      self._solver_options())
+            keys = [(job.application, job.requested_replicas) for job in jobs]
+            index = {key: c for c, key in enumerate(dict.fromkeys(keys))}
+            strata = np.array([index[key] for key in keys], dtype=np.int64)
+            parts = self.partitioner.parts(len(jobs), capacities, strata)
+            chosen = (solve_assignment(utility, configs, capacities, len(jobs), self.solver,
+                                       self._solver_options()) if parts is None
+                      else partitioned_assignment(utility, configs, parts, self.solver,
+                                                  self._solver_options()))
             self.ilp_solves += 1
         if chosen is None:
             self.solver_failures += 1
@@ -580,5 +619,6 @@ class SiaPolicy:
 
 
 __all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Configurations", "SiaPolicy", "best_if_all_fit",
+           "partitioned_assignment",
            "config_utilities", "normalized_goodputs", "realloc_factors", "solve_assignment",
            "assignment_highs_data", "assignment_problem"]

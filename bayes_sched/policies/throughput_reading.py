@@ -28,6 +28,7 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobView
+from bayes_sched.mechanisms.pop import pairs_within
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
     KnownThroughputs,
@@ -104,11 +105,12 @@ class ThroughputReading:
         else:
             self.table, self.estimator = None, value
 
-    def _pairs(self, classes: list[JobKey], index: np.ndarray, measured: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def _pairs(self, classes: list[JobKey], index: np.ndarray, measured: np.ndarray,
+               groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Pairs of jobs (of ``classes[index[j]]``) of one scale factor that may share GPUs, and
         their measured rates ``(P, 2, T)``; a pair the table lacks on a type is logged once and
-        not packed there."""
+        not packed there. ``groups`` ``(J,)``: each job's POP sub-problem; pairs only within
+        one (:func:`~bayes_sched.mechanisms.pop.pairs_within`)."""
         if self.estimator is not None:
             # The recompute's prediction, where it may fit (:meth:`_believed`, these classes).
             assert self._pair_draw[0] == classes
@@ -129,7 +131,8 @@ class ThroughputReading:
         # jobs the pairs of every two jobs number 1.8 million): the same pairs, in order.
         pairs_somewhere = (rates.min(axis=3) > 0).any(axis=2)  # (C, C)
         candidates = np.flatnonzero((pairs_somewhere | pairs_somewhere.T).any(axis=1)[index])
-        first, second = (candidates[i] for i in np.triu_indices(len(candidates), k=1))
+        first, second = (pairs_within(candidates, groups) if groups is not None
+                         else (candidates[i] for i in np.triu_indices(len(candidates), k=1)))
         cls_a, cls_b = index[first], index[second]
         pair_rates = rates[cls_a, cls_b].transpose(0, 2, 1)  # (P, 2, T)
         usable = (pair_rates.min(axis=1) > 0) & (measured[first] > 0) & (measured[second] > 0)

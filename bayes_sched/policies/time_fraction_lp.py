@@ -87,6 +87,19 @@ def dense_terms(throughputs: np.ndarray, scale_factors: np.ndarray) -> Combinati
         combination=entries // num_types, gpu_type=entries % num_types)
 
 
+def effective_rates(allocation: np.ndarray, throughputs: np.ndarray, pairs: np.ndarray,
+                    pair_throughputs: np.ndarray) -> np.ndarray:
+    """Each job's steps/s ``(J,)`` under an ``allocation`` ``(J + P, T)`` of time fractions:
+    alone (``throughputs`` ``(J, T)``) and in each of its ``pairs`` ``(P, 2)`` (each member at
+    its rate in ``pair_throughputs`` ``(P, 2, T)``)."""
+    num_jobs = len(throughputs)
+    out = (throughputs * allocation[:num_jobs]).sum(axis=1)
+    shared = allocation[num_jobs:num_jobs + len(pairs)]
+    for member in (0, 1):
+        np.add.at(out, pairs[:, member], (pair_throughputs[:, member] * shared).sum(axis=1))
+    return out
+
+
 @dataclass(frozen=True)
 class ConicProgram:
     """``minimise cost @ z`` subject to ``upper @ z <= upper_bound``, ``equal @ z == 0`` (when

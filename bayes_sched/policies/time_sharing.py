@@ -67,6 +67,13 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.mechanisms.pop import (
+    Partitioner,
+    PartitionSetting,
+    class_index,
+    labels,
+    solve_partitioned,
+)
 from bayes_sched.policies.combo_store import Combo, ComboStore
 from bayes_sched.policies.throughput_reading import ThroughputReading, measured_throughputs
 from bayes_sched.throughput_estimates import JobClass as JobKey
@@ -160,6 +167,10 @@ class TimeSharingPolicy(ThroughputReading):
         acquisition: how a learned belief is read at each recompute: ``"thompson"``, one joint
             posterior draw (unknown cells are tried where their draw is high), or ``"mean"``,
             the posterior mean (see the module). A known table is read as it is.
+        partitions: POP (:mod:`bayes_sched.mechanisms.pop`, the LP policies only): solve the
+            allocation as this many random sub-problems (jobs and each type's GPUs split
+            alike, seeded by ``seed``), joined; ``"auto"``: the exact program (1) below
+            ``2 * jobs_per_partition`` runnable jobs, more sub-problems above.
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -173,10 +184,19 @@ class TimeSharingPolicy(ThroughputReading):
     heterogeneity_aware = False
     #: Whether the policy's allocation holds pairs of jobs sharing GPUs (Gavel's "_packed").
     packing = False
+    #: Whether the policy solves a program POP may split (``partitions``), and the sub-problem
+    #: size its automatic count aims at (``None``: never split unless asked).
+    partitionable = False
+    jobs_per_partition: int | None = None
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
-                 acquisition: Literal["thompson", "mean"] = "thompson") -> None:
+                 acquisition: Literal["thompson", "mean"] = "thompson",
+                 partitions: PartitionSetting = "auto") -> None:
+        if not self.partitionable and partitions not in ("auto", 1):
+            raise ValueError(f"partitions is {partitions!r}: {self.name} solves no program to "
+                             "partition (expected 'auto' or 1)")
+        self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
         if solver not in LP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(LP_SOLVERS)}")
         self.solver = solver
@@ -441,8 +461,10 @@ class TimeSharingPolicy(ThroughputReading):
         self._worker_time += worker
         self._last_reset = now
 
-    def _inputs(self, jobs: Sequence[JobView], measured: np.ndarray,
-                capacities: np.ndarray) -> AllocationInputs:
+    def _inputs(self, jobs: Sequence[JobView], measured: np.ndarray, capacities: np.ndarray,
+                groups: np.ndarray | None = None) -> AllocationInputs:
+        """The allocation's inputs; ``groups`` ``(J,)``: each job's POP sub-problem (pairs only
+        within one), ``None`` for the exact program."""
         scale_factors = np.array([float(job.requested_replicas) for job in jobs])
         remaining = np.array([np.nan if job.target_steps is None
                               else max(job.target_steps - job.progress, 0.0) for job in jobs])
@@ -450,7 +472,7 @@ class TimeSharingPolicy(ThroughputReading):
         classes = list(dict.fromkeys(keys))
         position = {key: c for c, key in enumerate(classes)}
         index = np.array([position[k] for k in keys], dtype=np.int64)
-        pairs, pair_rates = (self._pairs(classes, index, measured) if self.packing
+        pairs, pair_rates = (self._pairs(classes, index, measured, groups) if self.packing
                              else (np.zeros((0, 2), np.int64),
                                    np.zeros((0, 2, len(self._types)))))
         return AllocationInputs(
@@ -472,9 +494,13 @@ class TimeSharingPolicy(ThroughputReading):
         chosen = [jobs[j] for j in runnable]
         rates = (measured[runnable] if self.estimator is None
                  else self._believed(chosen, measured[runnable] > 0))
-        inputs = self._inputs(chosen, rates, capacities)
+        parts = self.partitioner.parts(len(chosen), capacities, class_index(
+            [(job.application, job.requested_replicas) for job in chosen]))
+        inputs = self._inputs(chosen, rates, capacities,
+                              None if parts is None else labels(parts, len(chosen)))
         try:
-            x = self.allocate_combinations(inputs)
+            x = (self.allocate_combinations(inputs) if parts is None
+                 else solve_partitioned(inputs, parts, self.allocate_combinations))
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old allocation
             LOG.warning("policy %s: allocation failed (%s); previous allocation kept", self.name,
                         error)

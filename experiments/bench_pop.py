@@ -1,0 +1,444 @@
+"""POP for the table world's programs: decision time, objective gap and average JCT, each against
+the exact solve in the same run (:mod:`bayes_sched.mechanisms.pop`).
+
+Parts (``--parts``):
+
+* ``decision``: one decision that recomputes the allocation (as
+  ``experiments/bench_gavel_decisions.py``: Gavel's multi-GPU generator, seed 0, every job
+  active, age 1 h, a fresh policy per decision, each policy's first decision on a small problem
+  untimed) on clusters of ``--sizes`` GPUs (nodes of 8,
+  a third of each type; ``round(0.93 * GPUs)`` jobs, 1,900 at 2,048 as there); CPU seconds of
+  the exact decision (``partitions=1``) and of POP's (``--partitions``, default ``auto``), the
+  sub-problems POP used, the ratio, and ``pop_critical_s``: POP's decision less every
+  sub-problem's solve but the longest (POP's harness reports the split plus the longest
+  sub-problem, the sub-problems solved in parallel; not measured for Sia).
+  ``--exact-max-gpus`` skips exact decisions above a size.
+* ``gap``: ``--snapshots`` states (default 20) per policy on ``--gap-gpus`` GPUs: snapshot ``s``
+  is the generator's first ``--gap-load`` x GPUs jobs of seed ``s``, each with a random age
+  (0-2 h: a fresh policy has no isolated time to set against a long age) and a random fraction
+  of its steps done (0-0.9), drawn from seed ``s``; the program's objective at the exact
+  allocation and at POP's (``--gap-partitions`` sub-problems, split by seed ``s``), evaluated on
+  the whole problem: the least normalised throughput (max-min), the summed steps/s (max sum),
+  the largest finish-time ratio (FTF, with the whole problem's isolated shares), the shortest
+  horizon (min total duration: the largest of the sub-problems' for POP), Sia's summed utility.
+  The gap is the relative loss (positive: POP worse).
+* ``jct``: the Gavel continuous run (multi-GPU jobs, ``--jct-rate`` jobs/h, 36 V100 + 36 P100 +
+  36 K80, 360 s rounds) until the jobs of ``--jct-window`` (30 jobs) finished, per seed of
+  ``--jct-seeds``, exact and with ``--jct-partitions`` sub-problems; the window's average JCT
+  and POP's over exact, per seed and over the seeds (the means' ratio).
+
+Every row carries the 1-minute load average (``/proc/loadavg``): the machine may be shared, so
+CPU seconds (``time.process_time``) are the figures, not wall time; one BLAS thread.
+
+    python experiments/bench_pop.py --parts decision --sizes 256 512 1024 2048
+    python experiments/bench_pop.py --parts gap --snapshots 20 --gap-gpus 512 --gap-partitions 4
+    python experiments/bench_pop.py --parts jct --jct-window 200 230 --jct-seeds 0 1 2 \
+        --jct-partitions 4 --json
+
+Measured (session of issue 38, the shared 2-core machine under ``heavy.lock``, load 3.0-3.5;
+``--parts decision --sizes 256 512 1024 2048``, CPU s per decision, exact -> POP ``auto``, the
+sub-problems ``k``; code before the unpacked LPs' ``jobs_per_partition`` went from 512 to 2,048,
+so at 2,048 GPUs those rows ran POP with k = 4, which ``auto`` no longer does)::
+
+    GPUs (jobs)                  256 (238)     512 (476)         1024 (952)        2048 (1905)
+    max_min_fairness_packed      0.09 (k 1)    0.28 -> 0.17 (4)  1.30 -> 0.30 (7)  5.51 -> 0.50 (15)
+    finish_time_fairness_packed  1.45 (k 1)    4.00 -> 0.67 (4)  12.1 -> 1.69 (7)  28.7 -> 2.94 (15)
+    min_total_duration_packed    0.38 (k 1)    4.65 -> 0.66 (4)  13.3 -> 1.40 (7)  35.6 -> 2.37 (15)
+    sia                          0.20 (k 1)    0.19 (k 1)        0.82 (k 1)        0.82 -> 0.35 (4)
+    the six unpacked LPs         0.012-0.017   0.021-0.042       0.057-0.081       0.057-0.139 exact;
+                                                                                   k = 4: 0.76-1.34x
+
+The packed policies' pairs in force fall with k (840,000 exact at 2,048 GPUs by earlier
+sessions' count; 52,000-58,000 at k = 15). At 2,048 GPUs packed FTF and min total duration
+stay above 1 s of CPU: CLARABEL's sub-problem solves are ~75 % of the decision (cProfile, k =
+15: 15 solves of ~127 jobs), and more sub-problems do not lower their sum (k = 32: 2.8 s); POP's
+own measure, the split plus the longest sub-problem (``pop_critical_s``, the sub-problems solved
+in parallel), is the figure that would meet it with a core per sub-problem.
+
+``--parts gap --snapshots 20 --gap-gpus 512 --gap-partitions 4`` (476 jobs, k = 4; gap of the
+program's objective, POP against exact, mean / largest over the 20 snapshots; all 20 within
+1.5 % for every policy): max_min_fairness_perf 0.42 / 0.93 %, max_sum_throughput_perf
+0.37 / 0.87 %, sia 0.10 / 0.24 %; 0 / 0 for max_min_fairness, max_min_fairness_packed, the three
+FTF policies and both min total duration policies: their objective (a least or largest value over jobs) is
+set by one job already at its own limit (all its time on its best type), which no split can
+move. CPU per snapshot, exact -> POP solve: packed FTF 3.50 -> 0.60 s, packed min total
+duration's horizon LP 2.04 -> 0.29 s, Sia 0.18 -> 0.23 s (load 3.4-5.1).
+
+``--parts jct --jct-window 200 230 --jct-seeds 0 1 2 --jct-partitions 4`` (k = 4 forced on
+108 GPUs, where ``auto`` stays exact; average JCT POP / exact, per seed): max_min_fairness
+1.011 / 0.986 / 1.228 (means 1.118), max_min_fairness_perf 0.999 / 0.981 / 1.007 (0.997),
+max_min_fairness_packed 0.996 / 0.970 / 0.966 (0.973), max_sum_throughput_perf 1.013 / 1.003
+/ 1.074 (1.035), finish_time_fairness 0.987 / 1.005 / 0.891 (0.939), finish_time_fairness_perf
+0.912 / 0.945 / 0.884 (0.906), finish_time_fairness_packed 0.748 / 0.851 / ...: at 9 GPUs of a
+type per sub-problem the decisions differ by more than 2 % either way (FTF's min-max program has
+a wide optimal face; each sub-problem's answer lies elsewhere in it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LP_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
+               "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
+               "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed")
+POLICIES = (*LP_POLICIES, "sia")
+HOUR = 3600.0
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def cluster_of(gpus: int) -> str:
+    """Nodes of 8 GPUs, a third of the nodes of each type (V100 first): the 2,048-GPU cluster
+    of ``bench_gavel_decisions.py``."""
+    nodes = max(3, gpus // 8)
+    third = nodes // 3
+    return f"v100:{nodes - 2 * third}x8,p100:{third}x8,k80:{third}x8"
+
+
+def snapshot(gpus: int, num_jobs: int, seed: int, random_state: bool) -> tuple[Any, list[Any]]:
+    """``(ClusterState, job views)``: the generator's first ``num_jobs`` multi-GPU jobs of
+    ``seed``, all active; with ``random_state`` each has a random age and steps done."""
+    from bayes_sched.cluster import ClusterState
+    from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
+    from bayes_sched.sim.table_cluster import TableCluster
+    from bayes_sched.throughputs import load_gavel_throughputs
+
+    spec = replace(load_cluster_spec(cluster_of(gpus)), round_interval=360.0)
+    jobs = [replace(job, submit_time=0.0) for job in
+            islice(generate_continuous_jobs(1.0, seed, True), num_jobs)]
+    views = TableCluster(jobs, spec, load_gavel_throughputs()).job_views()
+    rng = np.random.default_rng(seed)
+    if random_state:
+        views = [replace(v, age=float(rng.uniform(0.0, 2 * HOUR)),
+                         progress=float(rng.uniform(0.0, 0.9) * (v.target_steps or 0.0)))
+                 for v in views]
+    else:
+        views = [replace(v, age=HOUR) for v in views]
+    return ClusterState(spec=spec, now=float(max(v.age for v in views))), views
+
+
+def jobs_for(gpus: int) -> int:
+    return round(0.93 * gpus)
+
+
+# --- decision time ------------------------------------------------------------------------------
+
+def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str | int,
+                  exact_max_gpus: int) -> list[dict[str, object]]:
+    from bayes_sched.sim.oracles import oracle_estimates
+    from bayes_sched.throughputs import load_gavel_throughputs
+
+    TABLE_ESTIMATES = oracle_estimates(load_gavel_throughputs())  # the world's oracle
+    from bayes_sched.policies import make_policy
+
+    rows: list[dict[str, object]] = []
+    small, few = snapshot(24, 20, 0, random_state=False)
+    for name in policies:  # imports and solvers' first use off the clock
+        make_policy(name).decide(small, few, TABLE_ESTIMATES)
+    for gpus in sizes:
+        state, views = snapshot(gpus, jobs_for(gpus), 0, random_state=False)
+        for name in policies:
+            row: dict[str, object] = {"policy": name, "gpus": gpus, "jobs": len(views),
+                                      "load": load_average()}
+            for label, setting in (("exact", 1), ("pop", partitions)):
+                if label == "exact" and gpus > exact_max_gpus:
+                    row["exact_cpu_s"] = None
+                    continue
+                policy: Any = make_policy(name, partitions=setting)
+                solves = timed(policy)
+                start = time.process_time()
+                policy.decide(state, views, TABLE_ESTIMATES)
+                row[f"{label}_cpu_s"] = round(time.process_time() - start, 3)
+                if label == "pop":
+                    row["k"] = policy.partitioner.last_count
+                    # POP's own measure (its harness: the split, then the longest of the
+                    # sub-problems, solved in parallel): the decision less all solves but the
+                    # longest one.
+                    whole = float(row["pop_cpu_s"])  # type: ignore[arg-type]
+                    row["pop_critical_s"] = round(whole - sum(solves) + max(solves, default=0.0),
+                                                  3)
+                    row["pairs_in_force"] = len(getattr(policy, "pair_fractions", dict)())
+            exact, pop = row.get("exact_cpu_s"), row["pop_cpu_s"]
+            row["ratio"] = (round(float(exact) / max(float(pop), 1e-9), 2)  # type: ignore[arg-type]
+                            if exact is not None else None)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def timed(policy: Any) -> list[float]:
+    """CPU seconds of each of ``policy``'s solves (its ``allocate_combinations`` calls, one per
+    sub-problem; Sia's :func:`~bayes_sched.policies.sia.solve_assignment` calls are not
+    wrapped: empty for Sia)."""
+    seconds: list[float] = []
+    solve = getattr(policy, "allocate_combinations", None)
+    if solve is None:
+        return seconds
+
+    def clocked(inputs: Any) -> Any:
+        start = time.process_time()
+        try:
+            return solve(inputs)
+        finally:
+            seconds.append(time.process_time() - start)
+
+    policy.allocate_combinations = clocked
+    return seconds
+
+
+# --- objective gap ------------------------------------------------------------------------------
+
+def captured_inputs(name: str, state: Any, views: list[Any]) -> Any:
+    """The whole problem's ``AllocationInputs`` as policy ``name`` builds them in a decision."""
+    from bayes_sched.sim.oracles import oracle_estimates
+    from bayes_sched.throughputs import load_gavel_throughputs
+
+    TABLE_ESTIMATES = oracle_estimates(load_gavel_throughputs())  # the world's oracle
+    from bayes_sched.policies import make_policy
+
+    seen: list[Any] = []
+    policy: Any = make_policy(name, partitions=1)  # one call: the whole problem
+    solve = policy.allocate_combinations
+
+    def capture(inputs: Any) -> Any:
+        seen.append(inputs)
+        return solve(inputs)
+
+    policy.allocate_combinations = capture
+    policy.decide(state, views, TABLE_ESTIMATES)
+    return seen[0]
+
+
+def lp_objective(name: str, inputs: Any, x: np.ndarray) -> float:
+    """The program's objective of policy ``name`` at allocation ``x`` ``(J + P, T)`` over the
+    whole problem ``inputs`` (for min total duration, the largest time any job needs)."""
+    from bayes_sched.policies import make_policy
+    from bayes_sched.policies.time_fraction_lp import effective_rates
+
+    thr, s = inputs.throughputs, inputs.scale_factors
+    share = inputs.capacities / inputs.capacities.sum()
+    if name == "max_min_fairness":
+        return float((s * x[:inputs.num_jobs].sum(axis=1)).min())
+    if name == "max_min_fairness_perf":
+        return float(((thr * x[:inputs.num_jobs]).sum(axis=1) * s
+                      / np.maximum(thr @ share, 1e-12)).min())
+    effective = effective_rates(x, thr, inputs.pairs, inputs.pair_throughputs)
+    if name == "max_min_fairness_packed":
+        return float((effective * s / np.maximum(thr.sum(axis=1), 1e-12)).min())
+    if name == "max_sum_throughput_perf":
+        return float(effective.sum())
+    if name.startswith("finish_time_fairness"):
+        policy: Any = make_policy(name)
+        rates = policy._rates(inputs)
+        elapsed, remaining, denominator = policy._ratio_terms(inputs, rates)
+        if name != "finish_time_fairness_packed":
+            effective = (rates * x[:inputs.num_jobs]).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            return float(((elapsed + remaining / effective) / denominator).max())
+    raise ValueError(name)
+
+
+def horizon(name: str, inputs: Any, parts: Sequence[Any] | None) -> float:
+    """Min total duration's shortest horizon (s): the whole program's, or the largest of the
+    sub-problems' of ``parts``."""
+    from bayes_sched.mechanisms.pop import pairs_by_partition, restrict
+    from bayes_sched.policies import make_policy
+
+    def shortest(problem: Any) -> float:
+        policy: Any = make_policy(name)
+        return float(policy.shortest_horizon(problem))
+
+    if parts is None:
+        return shortest(inputs)
+    return max(shortest(restrict(inputs, part, rows))
+               for part, rows in zip(parts, pairs_by_partition(inputs, parts), strict=True))
+
+
+def fresh(name: str) -> Any:
+    """A new policy ``name`` (no state carried between the solves compared)."""
+    from bayes_sched.policies import make_policy
+
+    return make_policy(name)
+
+
+def gap_rows(policies: Sequence[str], gpus: int, snapshots: int, k: int, load: float
+             ) -> list[dict[str, object]]:
+    from bayes_sched.mechanisms.pop import solve_partitioned, split
+
+    rows: list[dict[str, object]] = []
+    for name in policies:
+        gaps, exact_cpu, pop_cpu = [], 0.0, 0.0
+        for seed in range(snapshots):
+            state, views = snapshot(gpus, round(load * gpus), seed, random_state=True)
+            if name == "sia":
+                (exact, pop), (a, b) = sia_values(state, views, k, seed)
+                maximise = True
+            else:
+                inputs = captured_inputs(name, state, views)
+                parts = split(inputs.num_jobs, inputs.capacities.round().astype(int), k,
+                              np.random.default_rng(seed), inputs.job_classes)
+                start = time.process_time()
+                if name.startswith("min_total_duration"):
+                    exact = horizon(name, inputs, None)
+                    a = time.process_time() - start
+                    pop = horizon(name, inputs, parts)
+                else:
+                    x = fresh(name).allocate_combinations(inputs)
+                    a = time.process_time() - start
+                    y = solve_partitioned(inputs, parts, fresh(name).allocate_combinations)
+                    assert x is not None and y is not None, (name, seed)
+                    exact, pop = lp_objective(name, inputs, x), lp_objective(name, inputs, y)
+                b = time.process_time() - start - a
+                maximise = name.startswith("max_")
+            exact_cpu += a
+            pop_cpu += b
+            gaps.append((exact - pop) / abs(exact) if maximise else (pop - exact) / abs(exact))
+        row = {"policy": name, "gpus": gpus, "jobs": round(load * gpus), "k": k,
+               "snapshots": snapshots, "gap_mean_pct": round(100 * float(np.mean(gaps)), 3),
+               "gap_max_pct": round(100 * float(np.max(gaps)), 3),
+               "gap_min_pct": round(100 * float(np.min(gaps)), 3),
+               "within_1.5pct": int(np.sum(np.array(gaps) <= 0.015)),
+               "exact_solve_cpu_s": round(exact_cpu / snapshots, 3),
+               "pop_solve_cpu_s": round(pop_cpu / snapshots, 3), "load": load_average()}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def sia_values(state: Any, views: list[Any], k: int, seed: int
+               ) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Sia's summed utility, exact and POP, and the CPU seconds of each solve."""
+    from bayes_sched.mechanisms.pop import class_index, split
+    from bayes_sched.policies.sia import (
+        SiaPolicy,
+        config_utilities,
+        normalized_goodputs,
+        partitioned_assignment,
+        solve_assignment,
+    )
+    from bayes_sched.policies.time_sharing import cluster_types
+
+    sia = SiaPolicy()
+    types = cluster_types(state)
+    capacities = np.array([state.gpus_of_type(t) for t in types], dtype=np.int64)
+    configs = sia.configurations(state, views, types, capacities)
+    utility = config_utilities(normalized_goodputs(configs, len(views)), sia.p, sia.lambda_n)
+    options = sia._solver_options()
+    start = time.process_time()
+    exact = solve_assignment(utility, configs, capacities, len(views), sia.solver, options)
+    a = time.process_time() - start
+    parts = split(len(views), capacities, k, np.random.default_rng(seed),
+                  class_index([(v.application, v.requested_replicas) for v in views]))
+    pop = partitioned_assignment(utility, configs, parts, sia.solver, options)
+    b = time.process_time() - start - a
+    assert exact is not None and pop is not None
+    return ((float(utility[exact[exact >= 0]].sum()), float(utility[pop[pop >= 0]].sum())),
+            (a, b))
+
+
+# --- average JCT --------------------------------------------------------------------------------
+
+def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[int],
+             rate: float, k: int) -> list[dict[str, object]]:
+    from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.policies import make_policy
+    from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
+    from bayes_sched.sim.table_run import run_table_simulation
+
+    spec = replace(load_cluster_spec("v100:36,p100:36,k80:36"), round_interval=360.0)
+    names = [str(i) for i in range(*window)]
+    rows: list[dict[str, object]] = []
+    for name in policies:
+        means: dict[str, list[float]] = {"exact": [], "pop": []}
+        cpu: dict[str, float] = {"exact": 0.0, "pop": 0.0}
+        for seed in seeds:
+            for label, setting in (("exact", 1), ("pop", k)):
+                policy = make_policy(name, seed=seed, partitions=setting)
+                start = time.process_time()
+                result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy,
+                                              spec, jobs_to_complete=names)
+                cpu[label] += time.process_time() - start
+                jobs = result.jobs.set_index("job").loc[names]
+                means[label].append(float(jobs["jct"].mean() / HOUR))
+            print(json.dumps({"policy": name, "seed": seed, "exact_h": means["exact"][-1],
+                              "pop_h": means["pop"][-1]}), flush=True)
+        exact, pop = float(np.mean(means["exact"])), float(np.mean(means["pop"]))
+        row = {"policy": name, "window": f"{window[0]}-{window[1] - 1}", "k": k,
+               "seeds": len(seeds), "exact_avg_jct_h": round(exact, 3),
+               "pop_avg_jct_h": round(pop, 3), "ratio": round(pop / exact, 4),
+               "per_seed_ratio": " ".join(f"{p / e:.3f}" for e, p in
+                                          zip(means["exact"], means["pop"], strict=True)),
+               "exact_cpu_s": round(cpu["exact"], 1), "pop_cpu_s": round(cpu["pop"], 1),
+               "load": load_average()}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> None:
+    from threadpoolctl import threadpool_limits
+
+    from bayes_sched.tables import print_table
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", nargs="+", default=["decision", "gap", "jct"],
+                        choices=["decision", "gap", "jct"])
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    parser.add_argument("--partitions", default="auto",
+                        help="POP's setting in the decision part: auto or a count")
+    parser.add_argument("--exact-max-gpus", type=int, default=4096)
+    parser.add_argument("--snapshots", type=int, default=20)
+    parser.add_argument("--gap-gpus", type=int, default=512)
+    parser.add_argument("--gap-partitions", type=int, default=4)
+    parser.add_argument("--gap-load", type=float, nargs="+", default=[0.93],
+                        help="jobs per GPU in the snapshots (one gap table per value)")
+    parser.add_argument("--jct-window", type=int, nargs=2, default=[300, 330])
+    parser.add_argument("--jct-seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jct-rate", type=float, default=2.6)
+    parser.add_argument("--jct-partitions", type=int, default=2)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not all(0 < g <= 16384 for g in args.sizes) or not 0 < args.gap_gpus <= 16384:
+        parser.error("--sizes/--gap-gpus: expected GPUs in 1..16384")
+    if not 1 <= args.snapshots <= 1000 or not 1 <= args.gap_partitions <= 512 \
+            or not 1 <= args.jct_partitions <= 512:
+        parser.error("--snapshots 1..1000, --gap-partitions and --jct-partitions 1..512")
+    if not all(0 < load <= 64 for load in args.gap_load):
+        parser.error("--gap-load: expected jobs per GPU in (0, 64]")
+    if not 0 <= args.jct_window[0] < args.jct_window[1] <= 100_000:
+        parser.error("--jct-window A B: expected 0 <= A < B <= 100000")
+    partitions: str | int = args.partitions if args.partitions == "auto" else int(
+        args.partitions)
+    out: dict[str, list[dict[str, object]]] = {}
+    parts: dict[str, Callable[[], list[dict[str, object]]]] = {
+        "decision": lambda: decision_rows(args.policies, args.sizes, partitions,
+                                          args.exact_max_gpus),
+        "gap": lambda: [row for load in args.gap_load for row in gap_rows(
+            args.policies, args.gap_gpus, args.snapshots, args.gap_partitions, load)],
+        "jct": lambda: jct_rows(args.policies, (args.jct_window[0], args.jct_window[1]),
+                                args.jct_seeds, args.jct_rate, args.jct_partitions)}
+    with threadpool_limits(1):
+        for part in args.parts:
+            out[part] = parts[part]()
+    if args.json:
+        print(json.dumps(out))
+        return
+    for part, rows in out.items():
+        print_table(rows, title=f"POP vs exact: {part}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""POP (``bayes_sched.mechanisms.pop``): random splits of jobs and GPUs, seeded; each sub-problem
+solved by the policy's own program; the joined allocation feasible, exact at one partition, and
+close to the exact optimum on a small problem; bad settings refused in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from itertools import islice
+
+import numpy as np
+import pytest
+
+from bayes_sched.cluster import ClusterState
+from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.errors import InputError
+from bayes_sched.mechanisms.pop import (
+    Partitioner,
+    check_partitions,
+    labels,
+    pairs_within,
+    partition_count,
+    solve_partitioned,
+    split,
+)
+from bayes_sched.policies import make_policy
+from bayes_sched.policies.sia import (
+    config_utilities,
+    normalized_goodputs,
+    partitioned_assignment,
+    solve_assignment,
+)
+from bayes_sched.policies.time_fraction_lp import effective_rates
+from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
+from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
+from bayes_sched.sim.oracles import oracle_estimates
+from bayes_sched.sim.table_cluster import TableCluster
+from bayes_sched.throughputs import load_gavel_throughputs
+
+TABLE = load_gavel_throughputs()
+#: The round's estimates: the world's oracle, Gavel's measured table.
+ESTIMATES = oracle_estimates(TABLE)
+CLUSTER = "v100:4x4,p100:4x4,k80:4x4"  # 16 GPUs of each type
+
+
+def _problem(num_jobs: int = 40, cluster: str = CLUSTER):
+    spec = replace(load_cluster_spec(cluster), round_interval=360.0)
+    jobs = [replace(job, submit_time=0.0) for job in
+            islice(generate_continuous_jobs(1.0, 0, True), num_jobs)]
+    views = [replace(v, age=3600.0) for v in TableCluster(jobs, spec, TABLE).job_views()]
+    return ClusterState(spec=spec, now=3600.0), views
+
+
+def _policy(name: str, **options: object) -> TimeSharingPolicy:
+    policy = make_policy(name, **options)
+    assert isinstance(policy, TimeSharingPolicy)
+    return policy
+
+
+def _captured(name: str, num_jobs: int = 40) -> tuple[TimeSharingPolicy, AllocationInputs]:
+    """A fresh policy ``name`` and the whole problem's inputs it built in one decision."""
+    seen: list[AllocationInputs] = []
+    policy = _policy(name, partitions=1)  # one call: the whole problem
+    solve = policy.allocate_combinations
+
+    def capture(inputs: AllocationInputs) -> np.ndarray | None:
+        seen.append(inputs)
+        return solve(inputs)
+
+    policy.allocate_combinations = capture  # type: ignore[method-assign]
+    state, views = _problem(num_jobs)
+    policy.decide(state, views, ESTIMATES)
+    return _policy(name), seen[0]
+
+
+def _assert_feasible(x: np.ndarray, inputs: AllocationInputs, capacities: np.ndarray) -> None:
+    num_jobs = inputs.num_jobs
+    assert np.all(x >= -1e-7)
+    time = x[:num_jobs].sum(axis=1)
+    gpus = (inputs.scale_factors[:, None] * x[:num_jobs]).sum(axis=0)
+    for p, (a, b) in enumerate(inputs.pairs):
+        time[a] += x[num_jobs + p].sum()
+        time[b] += x[num_jobs + p].sum()
+        gpus += inputs.scale_factors[a] * x[num_jobs + p]
+    assert np.all(time <= 1 + 1e-6)
+    assert np.all(gpus <= capacities + 1e-6)
+
+
+def test_split_is_seeded_and_covers_every_job_and_gpu_once() -> None:
+    capacities = np.array([37, 16, 5])
+    strata = np.arange(101) % 7
+    first = split(101, capacities, 4, np.random.default_rng(3), strata)
+    again = split(101, capacities, 4, np.random.default_rng(3), strata)
+    other = split(101, capacities, 4, np.random.default_rng(4), strata)
+    assert all(np.array_equal(a.jobs, b.jobs) and np.array_equal(a.capacities, b.capacities)
+               for a, b in zip(first, again, strict=True))
+    assert any(not np.array_equal(a.jobs, b.jobs) for a, b in zip(first, other, strict=True))
+    assert np.array_equal(np.sort(np.concatenate([p.jobs for p in first])), np.arange(101))
+    assert np.array_equal(sum(p.capacities for p in first), capacities)
+    assert max(len(p.jobs) for p in first) - min(len(p.jobs) for p in first) <= 1
+    # Each type's GPUs as evenly as they go; each stratum spread within one job per group.
+    assert all(np.ptp([p.capacities[t] for p in first]) <= 1 for t in range(3))
+    label = labels(first, 101)
+    for stratum in range(7):
+        counts = np.bincount(label[strata == stratum], minlength=4)
+        assert counts.max() - counts.min() <= 1
+
+
+def test_pairs_within_groups_are_the_full_pairs_filtered() -> None:
+    candidates = np.array([0, 2, 3, 5, 8, 9, 11])
+    groups = np.array([0, 1, 1, 0, 2, 1, 0, 2, 1, 1, 0, 1])
+    first, second = pairs_within(candidates, groups)
+    i, j = np.triu_indices(len(candidates), k=1)
+    same = groups[candidates[i]] == groups[candidates[j]]
+    assert np.array_equal(first, candidates[i][same])
+    assert np.array_equal(second, candidates[j][same])
+
+
+def test_automatic_count_is_exact_below_the_measured_size() -> None:
+    capacities = np.array([688, 680, 680])
+    assert partition_count("auto", 100, capacities, 128) == 1
+    assert partition_count("auto", 255, capacities, 128) == 1
+    assert partition_count("auto", 1900, capacities, 128) == 15
+    assert partition_count("auto", 1900, capacities, None) == 1
+    assert partition_count("auto", 1900, np.array([16, 16, 16]), 128) == 2  # 8 GPUs of a type
+    assert partition_count(4, 3, capacities, None) == 3  # no more groups than jobs
+
+
+@pytest.mark.parametrize("name", ["max_min_fairness_perf", "max_min_fairness_packed",
+                                  "finish_time_fairness_packed", "min_total_duration"])
+def test_one_partition_is_the_exact_solve(name: str) -> None:
+    policy, inputs = _captured(name)
+    exact = policy.allocate_combinations(inputs)
+    assert exact is not None
+    whole = split(inputs.num_jobs, inputs.capacities.astype(int), 1, np.random.default_rng(0))
+    joined = solve_partitioned(inputs, whole, _policy(name).allocate_combinations)
+    assert joined is not None and np.array_equal(joined, exact)
+    state, views = _problem()
+    exact_policy, one = _policy(name), _policy(name, partitions=1)
+    exact_policy.decide(state, views, ESTIMATES)
+    one.decide(state, views, ESTIMATES)
+    assert exact_policy.fractions() == one.fractions()
+    assert exact_policy.pair_fractions() == one.pair_fractions()
+
+
+@pytest.mark.parametrize("name", ["max_min_fairness_perf", "max_min_fairness_packed",
+                                  "finish_time_fairness_packed", "min_total_duration_packed",
+                                  "max_sum_throughput_perf"])
+def test_pop_allocation_is_feasible_per_group_and_whole(name: str) -> None:
+    policy, inputs = _captured(name)
+    parts = split(inputs.num_jobs, inputs.capacities.astype(int), 3, np.random.default_rng(1),
+                  inputs.job_classes)
+    x = solve_partitioned(inputs, parts, policy.allocate_combinations)
+    assert x is not None
+    _assert_feasible(x, inputs, inputs.capacities)
+    label = labels(parts, inputs.num_jobs)
+    crossing = label[inputs.pairs[:, 0]] != label[inputs.pairs[:, 1]]
+    assert np.all(x[inputs.num_jobs:][crossing] == 0)  # no pair across groups
+    for i, part in enumerate(parts):
+        mine = np.zeros_like(x)
+        mine[part.jobs] = x[part.jobs]
+        pairs = inputs.num_jobs + np.flatnonzero((label[inputs.pairs[:, 0]] == i) & ~crossing)
+        mine[pairs] = x[pairs]
+        _assert_feasible(mine, inputs, part.capacities)
+
+
+def test_pop_objective_is_close_to_the_exact_optimum_on_a_small_problem() -> None:
+    policy, inputs = _captured("max_sum_throughput_perf", 60)
+    exact = policy.allocate_combinations(inputs)
+    parts = split(inputs.num_jobs, inputs.capacities.astype(int), 2, np.random.default_rng(0),
+                  inputs.job_classes)
+    pop = solve_partitioned(inputs, parts, policy.allocate_combinations)
+    assert exact is not None and pop is not None
+    total = effective_rates(exact, inputs.throughputs, inputs.pairs,
+                            inputs.pair_throughputs).sum()
+    joined = effective_rates(pop, inputs.throughputs, inputs.pairs,
+                             inputs.pair_throughputs).sum()
+    assert joined <= total * (1 + 1e-6)
+    assert joined >= 0.95 * total
+
+
+def test_policy_decisions_with_partitions_are_deterministic_per_seed() -> None:
+    state, views = _problem(60)
+    runs = []
+    for seed in (0, 0, 1):
+        policy = _policy("max_min_fairness_packed", partitions=3, seed=seed)
+        policy.decide(state, views, ESTIMATES)
+        assert policy.partitioner.last_count == 3
+        runs.append((policy.fractions(), policy.pair_fractions()))
+    assert runs[0] == runs[1]
+    assert runs[0][1] != runs[2][1]  # another seed, other groups: other pairs
+
+
+def test_sia_partitioned_assignment_respects_each_sub_cluster() -> None:
+    from bayes_sched.policies.sia import SiaPolicy
+
+    state, views = _problem(80)
+    sia = SiaPolicy()
+    sia.read_throughputs(ESTIMATES)
+    types = ("v100", "p100", "k80")
+    capacities = np.array([16, 16, 16])
+    configs = sia.configurations(state, views, types, capacities)
+    utility = config_utilities(normalized_goodputs(configs, len(views)), -0.5, 1.1)
+    parts = split(len(views), capacities, 2, np.random.default_rng(0))
+    chosen = partitioned_assignment(utility, configs, parts)
+    exact = solve_assignment(utility, configs, capacities, len(views))
+    assert chosen is not None and exact is not None
+    label = labels(parts, len(views))
+    for i, part in enumerate(parts):
+        mine = chosen[part.jobs]
+        picked = mine[mine >= 0]
+        used = np.bincount(configs.gpu_type[picked], weights=configs.num_gpus[picked],
+                           minlength=3)
+        assert np.all(used <= part.capacities)
+        assert np.all(label[configs.job[picked]] == i)
+    value, best = utility[chosen[chosen >= 0]].sum(), utility[exact[exact >= 0]].sum()
+    assert value <= best + 1e-9 and value >= 0.9 * best
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "many"])
+def test_bad_partitions_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="partitions is"):
+        check_partitions(bad)
+    with pytest.raises(ValueError, match="partitions is"):
+        Partitioner(bad, 0, None)
+    with pytest.raises(InputError, match="option partitions") as caught:
+        make_policy("finish_time_fairness_packed", partitions=bad)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(InputError, match="partitions"):
+        make_policy("gandiva", partitions=2)  # solves no program to partition
+
+
+def test_bad_partitions_on_the_command_line_is_one_line_and_exit_2() -> None:
+    bad = subprocess.run([sys.executable, "-m", "bayes_sched", "simulate", "--trace",
+                          "small_test", "--policy", "finish_time_fairness_packed",
+                          "--policy-opt", "partitions=0"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2, bad.stderr
+    lines = [line for line in bad.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "partitions" in lines[0], bad.stderr
