@@ -34,7 +34,7 @@ import numpy as np
 from bayes_sched.cluster import ClusterState
 from bayes_sched.jobs import JobView
 from bayes_sched.registry import PROBABILITY, SEED, Range, check_fields
-from bayes_sched.search import dense, nsga2
+from bayes_sched.search import nsga2
 
 #: GPU counts in the search: small integers keep large populations cheap to copy and scan.
 STATE_DTYPE = np.int16
@@ -249,8 +249,6 @@ class GeneticSearch:
 
     def _evolve_nsga2(self, problem: AllocationProblem, names: list[str], size: int,
                       generations: int) -> tuple[SparseStates, np.ndarray]:
-        if 2 * size * problem.base.size <= dense.DENSE_ELEMENTS:
-            return self._evolve_nsga2_dense(problem, names, size, generations)
         # The artifact's NSGA-II starts from last round's population as it is (no mutation).
         population = problem.repair_sparse(self._initial_states(problem, names, size))
         keys = population.row_keys()
@@ -277,33 +275,6 @@ class GeneticSearch:
             utility, crowding = merged_utility[keep], merged_crowding[keep]
         self._population, self._population_jobs = population, names
         return population, fitness
-
-    def _evolve_nsga2_dense(self, problem: AllocationProblem, names: list[str], size: int,
-                            generations: int) -> tuple[SparseStates, np.ndarray]:
-        """:meth:`_evolve_nsga2` on the dense population (:mod:`bayes_sched.search.dense`)."""
-        population = dense.repair(problem, self._initial_states(problem, names, size).dense())
-        keys = dense.row_keys(population)
-        first = _first_occurrences(keys)
-        population, keys = population[first], [keys[i] for i in first]
-        fitness, utility = dense.objectives(problem, population)
-        _, crowding = nsga2.survivors(fitness, utility, size)
-        for _ in range(generations):
-            children = dense.offspring(problem, population, fitness, utility, crowding, 2 * size,
-                                       self.ga)
-            child_keys = dense.row_keys(children)
-            new = _first_occurrences(child_keys, seen=keys)[:size]
-            children, child_keys = children[new], [child_keys[i] for i in new]
-            child_fitness, child_utility = dense.objectives(problem, children)
-            merged_fitness = np.concatenate([fitness, child_fitness])
-            merged_utility = np.concatenate([utility, child_utility])
-            keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
-            population = _take_merged(population, children, keep)
-            merged_keys = keys + child_keys
-            keys = [merged_keys[i] for i in keep.tolist()]
-            fitness = merged_fitness[keep]
-            utility, crowding = merged_utility[keep], merged_crowding[keep]
-        self._population, self._population_jobs = SparseStates.of(population), names
-        return self._population, fitness
 
     def _initial_states(self, problem: AllocationProblem, names: list[str],
                         size: int) -> SparseStates:
@@ -477,8 +448,18 @@ class AllocationProblem:
         rng = self.rng
         half = (count + 1) // 2
 
-        first = dense.tournament(rng, fitness, utility, crowding, half)
-        second = dense.tournament(rng, fitness, utility, crowding, half)
+        def tournament() -> np.ndarray:
+            a, b = rng.integers(size, size=(2, half))
+            a_wins = (fitness[a] >= fitness[b]) & (utility[a] >= utility[b])
+            b_wins = (fitness[b] >= fitness[a]) & (utility[b] >= utility[a])
+            same = a_wins & b_wins
+            a_dom, b_dom = a_wins & ~same, b_wins & ~same
+            by_crowding = np.where(crowding[a] > crowding[b], a,
+                                   np.where(crowding[b] > crowding[a], b,
+                                            np.where(rng.random(half) < 0.5, a, b)))
+            return np.where(a_dom, a, np.where(b_dom, b, by_crowding))
+
+        first, second = tournament(), tournament()
         point = rng.integers(num_jobs, size=(half, 1))
         point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)[:, 0]
         # Two complementary children per pair: the first half (first, second), then the other.
