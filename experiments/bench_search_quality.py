@@ -14,8 +14,11 @@ run is a fresh ``sys.executable`` subprocess with ``PYTHONPATH`` set to its tree
 checks that ``bayes_sched`` and ``perfmodel`` came from there. Sides alternate (base, branch) so a
 change of load falls on both alike.
 
-    python experiments/bench_search_quality.py [--base main] [--workloads 1 2 ... 8]
-        [--seeds 3] [--jobs 40] [--policy pollux] [--json]
+    python experiments/bench_search_quality.py [--base main] [--branch-tree PATH]
+        [--workloads 1 2 ... 8] [--seeds 3] [--jobs 40] [--policy pollux] [--json]
+
+``--branch-tree`` runs another checkout as the branch side (e.g. a worktree of the commit under
+test, so that edits made here while it runs do not reach it).
 
 Exit status 0; 2 on bad input or a failed run (one line naming it).
 """
@@ -110,12 +113,16 @@ def workload_number(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="main", help="the revision to compare with (git rev)")
+    parser.add_argument("--branch-tree", type=Path, default=REPO,
+                        help="the checkout to run as the branch (default: this one)")
     parser.add_argument("--workloads", nargs="+", type=workload_number, default=list(range(1, 9)))
     parser.add_argument("--seeds", type=positive, default=3, help="seeds 0..N-1 per workload")
     parser.add_argument("--jobs", type=positive, default=40, help="first N jobs of each workload")
     parser.add_argument("--policy", default="pollux")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if not (args.branch_tree / "bayes_sched" / "__init__.py").is_file():
+        parser.error(f"--branch-tree {args.branch_tree}: no bayes_sched package there")
 
     from bayes_sched.sim.seeds import mean_interval
 
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                            "--no-progress"]
                     tag = f"w{k}-s{seed}"
                     old = run_one(base, sim, Path(tmp) / f"{tag}-base.json")
-                    new = run_one(REPO, sim, Path(tmp) / f"{tag}-branch.json")
+                    new = run_one(args.branch_tree, sim, Path(tmp) / f"{tag}-branch.json")
                     a, b = float(old["summary"]["avg_jct"]), float(new["summary"]["avg_jct"])
                     rows.append({"workload": k, "seed": seed, "base_avg_jct": a,
                                  "branch_avg_jct": b, "ratio": b / a if a > 0 else math.nan,
