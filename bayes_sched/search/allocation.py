@@ -579,21 +579,28 @@ class AllocationProblem:
         states[p, j, rng.integers(num_nodes, size=p.size)] = 0
         # Grow some jobs where GPUs are free, as the artifact's mutation does (never onto a full
         # node, so no GPUs are taken from a job by growth alone): on one of their own nodes with
-        # free GPUs, and on any node with free GPUs, each picked uniformly.
-        p, _, n, v = nonzero_entries(states)
+        # free GPUs, and on any node with free GPUs, each picked uniformly. One draw per row
+        # picks the node among the row's candidates (listed from the nonzero entries and the
+        # free nodes, so neither the draws nor the work scale with rows x nodes).
+        p, j, n, v = nonzero_entries(states)
         used = np.bincount(p * num_nodes + n, weights=v, minlength=size * num_nodes)
-        free = self.capacity - used.reshape(size, num_nodes).astype(np.int32)    # (P, N)
+        free = used.reshape(size, num_nodes) < self.capacity                     # (P, N)
+        on_free = free[p, n]
+        free_p, free_n = np.nonzero(free)
+        candidates = {True: ((p * num_jobs + j)[on_free], n[on_free]),
+                      False: (free_p, free_n)}
         for own in (True, False):
             p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
             if not p.size:
                 continue
-            allowed = free[p] > 0                                                # (rows, N)
-            if own:
-                allowed &= states[p, j] > 0
-            keys = rng.random(allowed.shape) * allowed
-            node = np.argmax(keys, axis=1)
-            hit = keys[np.arange(p.size), node] > 0
-            p, j, node = p[hit], j[hit], node[hit]
+            group, nodes = candidates[own]
+            key = p * num_jobs + j if own else p
+            start = np.searchsorted(group, key, side="left")
+            count = np.searchsorted(group, key, side="right") - start
+            pick = (rng.random(p.size) * count).astype(np.int64)
+            hit = count > 0
+            p, j = p[hit], j[hit]
+            node = nodes[start[hit] + pick[hit]]
             current = states[p, j, node]
             states[p, j, node] = rng.integers(current, self.capacity + 1)
         return states
