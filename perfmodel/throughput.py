@@ -216,9 +216,10 @@ def _rmsle_objective(theta: np.ndarray, data: _FitData) -> tuple[float, np.ndarr
     Where an RMSLE term is exactly 0 its (undefined) gradient is taken as 0.
     """
     alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = (float(v) for v in theta)
+    one = [np.asarray(theta[i: i + 1], dtype=np.float64) for i in range(6)]     # (1,) each
     m = data.m
-    t_c = compute_time(alpha_c, beta_c, m)
-    t_n = network_time(alpha_n, beta_n, alpha_r, beta_r, data.nodes, data.replicas)
+    t_c = compute_time(one[0], one[1], m)
+    t_n = network_time(one[2], one[3], one[4], one[5], data.nodes, data.replicas)
     t_c_g, t_n_g = t_c**gamma, t_n**gamma
     total = t_c_g + t_n_g
     log_total = np.log(total)
