@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Annotated
 
 import numpy as np
@@ -101,6 +102,19 @@ class GAConfig:
         if self.search not in SEARCHES:
             raise ValueError(f"GAConfig.search is {self.search!r}: expected one of {SEARCHES}")
         check_fields(self, "GAConfig")
+
+
+def _kernels() -> ModuleType:
+    """The compiled kernels, imported on first use (importing numba costs ~0.5 s, which the
+    commands that never search should not pay)."""
+    from bayes_sched.search import kernels
+
+    return kernels
+
+
+def _int64(entries: Entries) -> Entries:
+    """``entries`` as int64 arrays (one compiled signature for every caller)."""
+    return tuple(np.asarray(a, dtype=np.int64) for a in entries)  # type: ignore[return-value]
 
 
 def restart_penalty(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndarray | float
@@ -330,11 +344,16 @@ class AllocationProblem:
         avoid_interference: at most one distributed job per node.
         max_nodes: most nodes per job.
         rng: the search's generator.
+        compiled: run mutation, repair and scoring as the compiled loops of
+            :mod:`bayes_sched.search.kernels` (repair and scoring give the numpy path's results;
+            the mutation draws its own numbers from a seed drawn from ``rng``) rather than as
+            numpy calls.
     """
 
     def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
                  penalty: np.ndarray, cluster: ClusterState, p: float,
-                 avoid_interference: bool, max_nodes: int, rng: np.random.Generator) -> None:
+                 avoid_interference: bool, max_nodes: int, rng: np.random.Generator,
+                 compiled: bool = True) -> None:
         self.base = base
         self.tables = tables
         self.max_replicas = max_replicas
@@ -345,6 +364,7 @@ class AllocationProblem:
         self.avoid_interference = avoid_interference
         self.max_nodes = max_nodes
         self.rng = rng
+        self.compiled = compiled
         self.job_index = np.arange(base.shape[0])
         self._base_nodes = np.count_nonzero(base, axis=1)
         base_j, base_n = np.nonzero(base)
@@ -443,6 +463,12 @@ class AllocationProblem:
         if type(self).fitness is not AllocationProblem.fitness:  # a subclass's own fitness
             dense = states.dense()
             return self.fitness(dense), self.utility(dense)
+        if self.compiled:
+            table, speedup, active = _kernels().table_reads(
+                *_int64(states.entries), *states.shape, self.tables, self.base,
+                self._base_nodes, self.penalty, float(self.scale))
+            return (power_mean(speedup + 1e-3, self.p),
+                    table.sum(axis=1) / np.maximum(active * self.capacity, 1))
         table = self._table_speedups(states)
         fitness = power_mean(self._penalised(table, states) + 1e-3, self.p)
         return fitness, self._utility(table, states)
@@ -505,6 +531,14 @@ class AllocationProblem:
         """:meth:`mutate_artifact` on states given by their nonzero entries."""
         rng = self.rng
         size, num_jobs, num_nodes = states.shape
+        if self.compiled:
+            base_j, base_n, base_v = self.base_entries
+            p, j, n, v = _kernels().mutate_entries(
+                *_int64(states.entries), size, num_jobs, num_nodes, base_n.astype(np.int64),
+                base_v.astype(np.int64), self._base_bounds.astype(np.int64),
+                int(self.capacity), float(ga.reset_prob), float(ga.zero_prob),
+                int(rng.integers(2**32)))
+            return SparseStates((p, j, n, v.astype(states.entries[3].dtype)), states.shape)
         reset = rng.random((size, num_jobs)) < ga.reset_prob
         p, j, n, v = self._reset_rows(states, reset)
         drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
@@ -646,6 +680,12 @@ class AllocationProblem:
     def _repaired_values(self, states: SparseStates) -> np.ndarray:
         """The repaired value of each nonzero entry of ``states`` (0 where it goes), ``(K,)``."""
         size, num_jobs, num_nodes = states.shape
+        if self.compiled:
+            draws = self.rng.random(states.entries[0].size)   # the numpy path's draws
+            return _kernels().repair_values(
+                *_int64(states.entries), size, num_jobs, num_nodes, draws,
+                self.max_replicas.astype(np.int64), int(self.max_nodes), int(self.capacity),
+                bool(self.avoid_interference))
         # Entries come in (state, job, node) order, so a stable sort by (state, node) orders
         # each node's entries by job (as np.lexsort((j, node_key)) would, at less cost).
         p, j, n, v = states.entries

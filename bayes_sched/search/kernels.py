@@ -1,0 +1,244 @@
+"""Compiled loops of the allocation search: mutation, repair and scoring over the nonzero entries.
+
+The NSGA-II search (:mod:`bayes_sched.search.allocation`) carries a population ``(P, J, N)`` of GPU
+counts as its nonzero entries ``(p, j, n, v)`` in (state, job, node) order
+(:class:`~bayes_sched.search.sparse.SparseStates`). At 64 GPUs those are a few thousand entries,
+where each numpy call costs more in dispatch than in work; these kernels walk the entries once in
+machine code instead (numba ``@njit(cache=True)``: compiled on first use and kept on disk next to
+this module, or under ``NUMBA_CACHE_DIR``).
+
+Each kernel keeps its numpy counterpart's semantics (the methods of
+:class:`~bayes_sched.search.allocation.AllocationProblem` of the same name). :func:`repair_values`
+takes its random node order from the caller's draws, so it equals the numpy repair exactly given
+the same draws; :func:`mutate_entries` draws inside the kernel from numba's generator seeded by the
+caller (a seed drawn from the search's numpy generator), so one seed gives one result, but not the
+numpy mutation's draws. Only the search imports this module, lazily: importing numba costs ~0.5 s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
+                   num_jobs: int, num_nodes: int, base_n: np.ndarray, base_v: np.ndarray,
+                   base_bounds: np.ndarray, capacity: int, reset_prob: float, zero_prob: float,
+                   seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The artifact's mutation (``AllocationProblem._mutate_sparse``) of the entries ``(p, j, n,
+    v)`` (each ``(K,)``, int64, in (state, job, node) order) of states ``(size, num_jobs,
+    num_nodes)``; the mutated entries, in order, zeros dropped.
+
+    Per job row: with ``reset_prob``, back to the status quo (its entries ``base_n[a:b]``,
+    ``base_v[a:b]`` for ``a, b = base_bounds[j], base_bounds[j + 1]``); with ``zero_prob``, each
+    of its nodes dropped with ``zero_prob``. On every node with fewer than ``capacity`` GPUs in
+    use: a Binomial(``num_jobs``, 1 / ``num_jobs``) count of distinct jobs grows onto it, and each
+    job already there grows with one over the number of jobs there; a grown entry takes a uniform
+    count from its current one up to ``capacity``. Draws come from numba's generator seeded with
+    ``seed``.
+    """
+    np.random.seed(seed)
+    base_total = base_bounds[num_jobs]
+    bound = p.size + size * base_total
+    q = np.empty(bound, np.int64)
+    k = np.empty(bound, np.int64)
+    m = np.empty(bound, np.int64)
+    w = np.empty(bound, np.int64)
+    load = np.zeros(size * num_nodes, np.int64)
+    jobs_on = np.zeros(size * num_nodes, np.int64)
+    count = 0
+    at = 0
+    for pp in range(size):
+        for jj in range(num_jobs):
+            start = at
+            while at < p.size and p[at] == pp and j[at] == jj:
+                at += 1
+            reset = np.random.random() < reset_prob
+            zero = np.random.random() < zero_prob
+            if reset:
+                lo, hi = base_bounds[jj], base_bounds[jj + 1]
+            else:
+                lo, hi = start, at
+            for e in range(lo, hi):
+                node = base_n[e] if reset else n[e]
+                value = base_v[e] if reset else v[e]
+                if zero and np.random.random() < zero_prob:
+                    continue
+                q[count], k[count], m[count], w[count] = pp, jj, node, value
+                load[pp * num_nodes + node] += value
+                jobs_on[pp * num_nodes + node] += 1
+                count += 1
+    # Growth keys (state, job, node) flattened: any job onto a free node, and own entries.
+    grow = np.empty(16 + count + 4 * size * num_nodes, np.int64)
+    grown = 0
+    picked = np.empty(num_jobs, np.int64)
+    for slot in range(size * num_nodes):
+        if load[slot] >= capacity:
+            continue
+        pp, node = slot // num_nodes, slot % num_nodes
+        drawn = np.random.binomial(num_jobs, 1.0 / num_jobs)
+        for c in range(drawn):
+            while True:  # distinct jobs per node: redraw repeats (one or two jobs on average)
+                jj = np.random.randint(0, num_jobs)
+                repeat = False
+                for d in range(c):
+                    if picked[d] == jj:
+                        repeat = True
+                        break
+                if not repeat:
+                    break
+            picked[c] = jj
+            if grown == grow.size:
+                grow = _grown_buffer(grow)
+            grow[grown] = (pp * num_jobs + jj) * num_nodes + node
+            grown += 1
+    for e in range(count):
+        slot = q[e] * num_nodes + m[e]
+        if load[slot] < capacity and np.random.random() * jobs_on[slot] < 1.0:
+            if grown == grow.size:
+                grow = _grown_buffer(grow)
+            grow[grown] = (q[e] * num_jobs + k[e]) * num_nodes + m[e]
+            grown += 1
+    keys = np.unique(grow[:grown])
+    # Merge: kept entries and grown keys, both in order; a grown entry draws from its current count.
+    total = count + keys.size
+    out_p = np.empty(total, np.int64)
+    out_j = np.empty(total, np.int64)
+    out_n = np.empty(total, np.int64)
+    out_v = np.empty(total, np.int64)
+    a = 0
+    b = 0
+    out = 0
+    while a < count or b < keys.size:
+        entry_key = (q[a] * num_jobs + k[a]) * num_nodes + m[a] if a < count else -1
+        if b < keys.size and (a >= count or keys[b] <= entry_key):
+            key = keys[b]
+            current = 0
+            if a < count and keys[b] == entry_key:
+                current = w[a]
+                a += 1
+            b += 1
+            value = np.random.randint(current, capacity + 1)
+            if value == 0:
+                continue
+            rest = key % (num_jobs * num_nodes)
+            out_p[out], out_j[out], out_n[out] = key // (num_jobs * num_nodes), \
+                rest // num_nodes, rest % num_nodes
+            out_v[out] = value
+        else:
+            out_p[out], out_j[out], out_n[out], out_v[out] = q[a], k[a], m[a], w[a]
+            a += 1
+        out += 1
+    return out_p[:out], out_j[:out], out_n[:out], out_v[:out]
+
+
+@njit(cache=True)
+def _grown_buffer(grow: np.ndarray) -> np.ndarray:
+    """``grow`` in a buffer twice as long."""
+    larger = np.empty(2 * grow.size, np.int64)
+    larger[: grow.size] = grow
+    return larger
+
+
+@njit(cache=True)
+def repair_values(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
+                  num_jobs: int, num_nodes: int, draws: np.ndarray, max_replicas: np.ndarray,
+                  max_nodes: int, capacity: int, avoid_interference: bool) -> np.ndarray:
+    """The repaired value of each entry ``(p, j, n, v)`` (each ``(K,)``, int64, in (state, job,
+    node) order) of states ``(size, num_jobs, num_nodes)``, 0 where it goes, ``(K,)``
+    (``AllocationProblem._repaired_values``). In job priority order (lower index first): with
+    ``avoid_interference``, at most one distributed job per node; per job at most
+    ``max_replicas[j]`` GPUs and ``max_nodes`` nodes, trimmed in the order of ``draws`` (``(K,)``,
+    one per entry; ties by entry); then each node's ``capacity``.
+    """
+    out = v.copy()
+    row_start = np.searchsorted(p * num_jobs + j, np.arange(size * num_jobs + 1))
+    stamp = np.full(num_nodes, -1, np.int64)
+    running = np.zeros(num_nodes, np.int64)
+    for pp in range(size):
+        lo_state, hi_state = row_start[pp * num_jobs], row_start[(pp + 1) * num_jobs]
+        if avoid_interference:
+            for row in range(pp * num_jobs, (pp + 1) * num_jobs):
+                lo, hi = row_start[row], row_start[row + 1]
+                if hi - lo <= 1:
+                    continue
+                for e in range(lo, hi):
+                    if stamp[n[e]] == pp:
+                        out[e] = 0
+                    else:
+                        stamp[n[e]] = pp
+        for row in range(pp * num_jobs, (pp + 1) * num_jobs):
+            lo, hi = row_start[row], row_start[row + 1]
+            replicas = 0
+            nodes = 0
+            for e in range(lo, hi):
+                replicas += out[e]
+                if out[e] > 0:
+                    nodes += 1
+            jj = row - pp * num_jobs
+            if replicas <= max_replicas[jj] and nodes <= max_nodes:
+                continue
+            order = lo + np.argsort(draws[lo:hi], kind="mergesort")
+            cap = max_replicas[jj]
+            total = 0
+            used = 0
+            for e in order:
+                value = out[e]
+                total += value
+                kept = min(total, cap) - min(total - value, cap)
+                if kept > 0:
+                    used += 1
+                out[e] = kept if used <= max_nodes else 0
+        # Node capacity, lower job index first (the entries' own order).
+        for e in range(lo_state, hi_state):
+            running[n[e]] = 0
+        for e in range(lo_state, hi_state):
+            value = out[e]
+            total = running[n[e]] + value
+            running[n[e]] = total
+            out[e] = min(total, capacity) - min(total - value, capacity)
+    return out
+
+
+@njit(cache=True)
+def table_reads(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
+                num_jobs: int, num_nodes: int, tables: np.ndarray, base: np.ndarray,
+                base_nodes: np.ndarray, penalty: np.ndarray, scale: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the objectives of states ``(size, num_jobs, num_nodes)`` given by their nonzero
+    entries ``(p, j, n, v)`` (int64, in (state, job, node) order) read
+    (``AllocationProblem.objectives_sparse``): every job's table speedup ``tables[j, nodes,
+    GPUs]``, ``(size, num_jobs)``; the same times ``scale`` and, where the job's row differs from
+    ``base`` (``(J, N)``, ``base_nodes`` its nonzero count per row), ``penalty[j]``; and the
+    number of nodes in use per state, ``(size,)``."""
+    table = np.empty((size, num_jobs))
+    speedup = np.empty((size, num_jobs))
+    active = np.zeros(size, np.int64)
+    stamp = np.full(num_nodes, -1, np.int64)
+    at = 0
+    for pp in range(size):
+        for jj in range(num_jobs):
+            nodes = 0
+            replicas = 0
+            matched = 0
+            changed = False
+            while at < p.size and p[at] == pp and j[at] == jj:
+                node = n[at]
+                nodes += 1
+                replicas += v[at]
+                if base[jj, node] == v[at]:
+                    matched += 1
+                else:
+                    changed = True
+                if stamp[node] != pp:
+                    stamp[node] = pp
+                    active[pp] += 1
+                at += 1
+            read = tables[jj, nodes, replicas]
+            table[pp, jj] = read
+            if changed or matched != base_nodes[jj]:
+                speedup[pp, jj] = read * scale * penalty[jj]
+            else:
+                speedup[pp, jj] = read * scale
+    return table, speedup, active
