@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from bayes_sched.cluster import ClusterState
+from bayes_sched.search import kernels, nsga2
 from bayes_sched.search.allocation import AllocationProblem, GAConfig, GeneticSearch
 from bayes_sched.search.sparse import SparseStates, nonzero_entries
 from tests.test_search_scale import _dense_problem, _sparse_states
@@ -83,3 +84,19 @@ def test_the_compiled_search_is_the_same_twice_for_one_seed() -> None:
         assert np.all(runs[-1][-1][0] <= problem.capacity)
     for (first, first_fit), (second, second_fit) in zip(*runs, strict=True):
         assert np.array_equal(first, second) and np.array_equal(first_fit, second_fit)
+
+
+def test_compiled_survival_equals_nsga2_survivors() -> None:
+    rng = np.random.default_rng(6)
+    for trial in range(40):
+        size = 1 + trial * 3
+        # Few distinct values: ties, repeated points and fronts of one or two candidates.
+        first = rng.integers(0, 2 + trial % 7, size=size).astype(float) / 3
+        second = rng.integers(0, 2 + trial % 5, size=size).astype(float) / 7
+        if trial % 3 == 0:
+            first, second = rng.random(size), rng.random(size)
+        count = max(1, size // 2)
+        kept, crowding = kernels.survivors(first, second, count)
+        expected_kept, expected_crowding = nsga2.survivors(first, second, count)
+        assert np.array_equal(kept, expected_kept)
+        assert np.array_equal(crowding, expected_crowding)

@@ -282,7 +282,9 @@ class GeneticSearch:
         first = _first_occurrences(keys)
         population, keys = population.rows(first), [keys[i] for i in first]
         fitness, utility = problem.objectives_sparse(population)
-        _, crowding = nsga2.survivors(fitness, utility, size)
+        # The compiled survival ranks as nsga2.survivors does, to the bit.
+        survivors = _kernels().survivors if problem.compiled else nsga2.survivors
+        _, crowding = survivors(fitness, utility, size)
         for _ in range(generations):
             # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
             # as needed in one go fills the brood (about half are repeats on a full cluster).
@@ -294,7 +296,7 @@ class GeneticSearch:
             child_fitness, child_utility = problem.objectives_sparse(children)
             merged_fitness = np.concatenate([fitness, child_fitness])
             merged_utility = np.concatenate([utility, child_utility])
-            keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
+            keep, merged_crowding = survivors(merged_fitness, merged_utility, size)
             population = population.concat(children).rows(keep)
             merged_keys = keys + child_keys
             keys = [merged_keys[i] for i in keep.tolist()]

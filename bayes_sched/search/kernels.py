@@ -33,7 +33,7 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     Per job row: with ``reset_prob``, back to the status quo (its entries ``base_n[a:b]``,
     ``base_v[a:b]`` for ``a, b = base_bounds[j], base_bounds[j + 1]``); with ``zero_prob``, each
     of its nodes dropped with ``zero_prob``. On every node with fewer than ``capacity`` GPUs in
-    use: a Binomial(``num_jobs``, 1 / ``num_jobs``) count of distinct jobs grows onto it, and each
+    use: each job grows onto it with probability 1 / ``num_jobs``, and each
     job already there grows with one over the number of jobs there; a grown entry takes a uniform
     count from its current one up to ``capacity``. Draws come from numba's generator seeded with
     ``seed``.
@@ -72,23 +72,19 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     # Growth keys (state, job, node) flattened: any job onto a free node, and own entries.
     grow = np.empty(16 + count + 4 * size * num_nodes, np.int64)
     grown = 0
-    picked = np.empty(num_jobs, np.int64)
+    # Each job joins a free node with probability 1 / num_jobs (a Binomial(num_jobs, 1 / num_jobs)
+    # count of distinct jobs): the gaps between the jobs that join are geometric, drawn by
+    # inversion, so a node costs a draw per job that joins plus one.
+    log_stay = np.log1p(-1.0 / num_jobs)
     for slot in range(size * num_nodes):
         if load[slot] >= capacity:
             continue
         pp, node = slot // num_nodes, slot % num_nodes
-        drawn = np.random.binomial(num_jobs, 1.0 / num_jobs)
-        for c in range(drawn):
-            while True:  # distinct jobs per node: redraw repeats (one or two jobs on average)
-                jj = np.random.randint(0, num_jobs)
-                repeat = False
-                for d in range(c):
-                    if picked[d] == jj:
-                        repeat = True
-                        break
-                if not repeat:
-                    break
-            picked[c] = jj
+        jj = -1
+        while True:
+            jj += 1 + int(np.floor(np.log(1.0 - np.random.random()) / log_stay))
+            if jj >= num_jobs:
+                break
             if grown == grow.size:
                 grow = _grown_buffer(grow)
             grow[grown] = (pp * num_jobs + jj) * num_nodes + node
@@ -242,3 +238,80 @@ def table_reads(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size
             else:
                 speedup[pp, jj] = read * scale
     return table, speedup, active
+
+
+@njit(cache=True)
+def _lexsort2(minor: np.ndarray, major: np.ndarray) -> np.ndarray:
+    """``np.lexsort((minor, major))``: indices ordering by ``major``, ties by ``minor``, then by
+    index."""
+    order = np.argsort(minor, kind="mergesort")
+    return order[np.argsort(major[order], kind="mergesort")]
+
+
+@njit(cache=True)
+def survivors(first: np.ndarray, second: np.ndarray,
+              count: int) -> tuple[np.ndarray, np.ndarray]:
+    """NSGA-II survival for two maximised objectives ``first`` and ``second`` (``(M,)`` each), as
+    :func:`bayes_sched.search.nsga2.survivors` computes it (the same fronts, crowding distances
+    and order, to the bit): the indices of the ``count`` candidates kept, best first, and every
+    candidate's crowding distance, ``(M,)``."""
+    size = first.size
+    # Fronts: in order of first (descending), then second, each candidate joins the first front
+    # whose latest member's negated (second, first) is not below its own (a bisection).
+    order = _lexsort2(-second, -first)
+    tail_a = np.empty(size)
+    tail_b = np.empty(size)
+    fronts = 0
+    front = np.empty(size, np.int64)
+    for i in order:
+        a, b = -second[i], -first[i]
+        lo, hi = 0, fronts
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if tail_a[mid] < a or (tail_a[mid] == a and tail_b[mid] < b):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == fronts:
+            fronts += 1
+        tail_a[lo], tail_b[lo] = a, b
+        front[i] = lo
+    # Crowding distance within each front, repeats of a point at 0 and skipped by neighbours.
+    order = _lexsort2(-second, -first)
+    order = order[np.argsort(front[order], kind="mergesort")]
+    kept = np.empty(size, np.int64)
+    distinct = 0
+    for i in range(size):
+        c = order[i]
+        if i > 0:
+            d = order[i - 1]
+            if front[c] == front[d] and first[c] == first[d] and second[c] == second[d]:
+                continue
+        kept[distinct] = c
+        distinct += 1
+    kept = kept[:distinct]
+    distance = np.zeros(distinct)
+    for values in (first[kept], second[kept]):
+        start = 0
+        while start < distinct:
+            end = start
+            while end + 1 < distinct and front[kept[end + 1]] == front[kept[start]]:
+                end += 1
+            span = abs(values[start] - values[end])
+            for i in range(start, end + 1):
+                gap = abs(values[min(i + 1, distinct - 1)] - values[max(i - 1, 0)])
+                if span > 0:
+                    distance[i] += gap / span
+            start = end + 1
+    crowding = np.zeros(size)
+    members = np.bincount(front)
+    for i in range(distinct):
+        crowding[kept[i]] = distance[i]
+        if i == 0 or front[kept[i]] != front[kept[i - 1]]:
+            crowding[kept[i]] = np.inf
+        if i == distinct - 1 or front[kept[i]] != front[kept[i + 1]]:
+            crowding[kept[i]] = np.inf
+    for i in range(size):
+        if members[front[i]] <= 2:
+            crowding[i] = np.inf
+    return _lexsort2(-crowding, front)[:count], crowding
