@@ -100,3 +100,34 @@ def test_compiled_survival_equals_nsga2_survivors() -> None:
         expected_kept, expected_crowding = nsga2.survivors(first, second, count)
         assert np.array_equal(kept, expected_kept)
         assert np.array_equal(crowding, expected_crowding)
+
+
+def _reference_tournament(a: np.ndarray, b: np.ndarray, coin: np.ndarray, fitness: np.ndarray,
+                          utility: np.ndarray, crowding: np.ndarray) -> np.ndarray:
+    a_wins = (fitness[a] >= fitness[b]) & (utility[a] >= utility[b])
+    b_wins = (fitness[b] >= fitness[a]) & (utility[b] >= utility[a])
+    by_crowding = np.where(crowding[a] > crowding[b], a,
+                           np.where(crowding[b] > crowding[a], b, np.where(coin < 0.5, a, b)))
+    return np.where(a_wins & ~b_wins, a, np.where(b_wins & ~a_wins, b, by_crowding))
+
+
+def test_compiled_mating_equals_tournaments_and_sparse_crossover() -> None:
+    rng = np.random.default_rng(12)
+    for trial in range(15):
+        size, num_jobs = 4 + trial, 3 + trial % 6
+        population = SparseStates.of(_sparse_states(rng, (size, num_jobs, 5), np.int16, 0.3))
+        # Few distinct objective values: ties between the tournament rules.
+        fitness, utility = rng.integers(0, 3, size=(2, size)).astype(float)
+        crowding = rng.choice([0.0, 1.0, np.inf], size=size)
+        half = 3 + trial
+        draws, coins = rng.integers(size, size=(2, 2, half)), rng.random((2, half))
+        point = rng.integers(num_jobs + 1, size=half)
+        count = 2 * half - trial % 2
+        children = kernels.mate(*(np.asarray(a, np.int64) for a in population.entries), size,
+                                fitness, utility, crowding, draws, coins, point, count)
+        first, second = (_reference_tournament(draws[r, 0], draws[r, 1], coins[r], fitness,
+                                               utility, crowding) for r in range(2))
+        expected = population.crossover(np.concatenate([first, second]),
+                                        np.concatenate([second, first]),
+                                        np.concatenate([point, point])).rows(np.arange(count))
+        assert all(np.array_equal(a, b) for a, b in zip(children, expected.entries, strict=True))

@@ -488,6 +488,18 @@ class AllocationProblem:
         size, num_jobs, _ = population.shape
         rng = self.rng
         half = (count + 1) // 2
+        if self.compiled:  # the same draws, in the same order, as below
+            draws, coins = np.empty((2, 2, half), np.int64), np.empty((2, half))
+            for r in range(2):
+                draws[r] = rng.integers(size, size=(2, half))
+                coins[r] = rng.random(half)
+            point = rng.integers(num_jobs, size=(half, 1))
+            point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)[:, 0]
+            p, j, n, v = _kernels().mate(*_int64(population.entries), size, fitness, utility,
+                                         crowding, draws, coins, point, count)
+            children = SparseStates((p, j, n, v.astype(population.entries[3].dtype)),
+                                    (count, *population.shape[1:]))
+            return self.repair_sparse(self._mutate_sparse(children, ga))
 
         def tournament() -> np.ndarray:
             a, b = rng.integers(size, size=(2, half))

@@ -315,3 +315,67 @@ def survivors(first: np.ndarray, second: np.ndarray,
         if members[front[i]] <= 2:
             crowding[i] = np.inf
     return _lexsort2(-crowding, front)[:count], crowding
+
+
+@njit(cache=True)
+def _tournament(a: np.ndarray, b: np.ndarray, coin: np.ndarray, fitness: np.ndarray,
+                utility: np.ndarray, crowding: np.ndarray) -> np.ndarray:
+    """Winners of the binary tournaments ``a[i]`` against ``b[i]``: the dominating candidate,
+    else the more crowded-apart one, else ``a[i]`` where ``coin[i] < 0.5``."""
+    winners = np.empty(a.size, np.int64)
+    for i in range(a.size):
+        x, y = a[i], b[i]
+        x_wins = fitness[x] >= fitness[y] and utility[x] >= utility[y]
+        y_wins = fitness[y] >= fitness[x] and utility[y] >= utility[x]
+        if x_wins and not y_wins:
+            winners[i] = x
+        elif y_wins and not x_wins:
+            winners[i] = y
+        elif crowding[x] > crowding[y]:
+            winners[i] = x
+        elif crowding[y] > crowding[x]:
+            winners[i] = y
+        else:
+            winners[i] = x if coin[i] < 0.5 else y
+    return winners
+
+
+@njit(cache=True)
+def mate(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
+         fitness: np.ndarray, utility: np.ndarray, crowding: np.ndarray, draws: np.ndarray,
+         coins: np.ndarray, point: np.ndarray, count: int
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``count`` children of the states ``(size, J, N)`` given by their entries ``(p, j, n, v)``
+    (int64, in (state, job, node) order), as ``AllocationProblem.offspring_sparse`` mates them
+    before mutation: parents by two rounds of binary tournaments (candidates ``draws[r]``,
+    ``(2, H)`` each, ties by ``coins[r]``, ``(H,)``), then one-point crossover over jobs at
+    ``point`` (``(H,)``) giving two complementary children per pair (the first ``H`` children
+    ``(first, second)``, then ``(second, first)``); the children's entries, in order."""
+    half = point.size
+    first = _tournament(draws[0, 0], draws[0, 1], coins[0], fitness, utility, crowding)
+    second = _tournament(draws[1, 0], draws[1, 1], coins[1], fitness, utility, crowding)
+    bounds = np.searchsorted(p, np.arange(size + 1))
+    # Per child: its first parent's entries of jobs below the cut, the second's from it on.
+    spans = np.empty((count, 4), np.int64)
+    total = 0
+    for c in range(count):
+        pair = c % half
+        x, y = (first[pair], second[pair]) if c < half else (second[pair], first[pair])
+        cut = point[pair]
+        x_lo = bounds[x]
+        x_hi = x_lo + np.searchsorted(j[bounds[x]:bounds[x + 1]], cut)
+        y_lo = bounds[y] + np.searchsorted(j[bounds[y]:bounds[y + 1]], cut)
+        y_hi = bounds[y + 1]
+        spans[c] = (x_lo, x_hi, y_lo, y_hi)
+        total += x_hi - x_lo + y_hi - y_lo
+    out_p = np.empty(total, np.int64)
+    out_j = np.empty(total, np.int64)
+    out_n = np.empty(total, np.int64)
+    out_v = np.empty(total, np.int64)
+    at = 0
+    for c in range(count):
+        for lo, hi in ((spans[c, 0], spans[c, 1]), (spans[c, 2], spans[c, 3])):
+            for e in range(lo, hi):
+                out_p[at], out_j[at], out_n[at], out_v[at] = c, j[e], n[e], v[e]
+                at += 1
+    return out_p, out_j, out_n, out_v
