@@ -123,8 +123,9 @@ def test_compiled_mating_equals_tournaments_and_sparse_crossover() -> None:
         draws, coins = rng.integers(size, size=(2, 2, half)), rng.random((2, half))
         point = rng.integers(num_jobs + 1, size=half)
         count = 2 * half - trial % 2
-        children = kernels.mate(*(np.asarray(a, np.int64) for a in population.entries), size,
-                                fitness, utility, crowding, draws, coins, point, count)
+        p, j, n, v = (np.asarray(a, np.int64) for a in population.entries)
+        children = kernels.mate(p, j, n, v, size, fitness, utility, crowding, draws, coins,
+                                point, count)
         first, second = (_reference_tournament(draws[r, 0], draws[r, 1], coins[r], fitness,
                                                utility, crowding) for r in range(2))
         expected = population.crossover(np.concatenate([first, second]),
