@@ -96,7 +96,7 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
                 grow = _grown_buffer(grow)
             grow[grown] = (q[e] * num_jobs + k[e]) * num_nodes + m[e]
             grown += 1
-    keys = np.unique(grow[:grown])
+    keys = _distinct_sorted(grow[:grown])
     # Merge: kept entries and grown keys, both in order; a grown entry draws from its current count.
     total = count + keys.size
     out_p = np.empty(total, np.int64)
@@ -127,6 +127,18 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
             a += 1
         out += 1
     return out_p[:out], out_j[:out], out_n[:out], out_v[:out]
+
+
+@njit(cache=True)
+def _distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` (numba's builds Python lists: several times slower)."""
+    ordered = np.sort(values)
+    distinct = 0
+    for i in range(ordered.size):
+        if i == 0 or ordered[i] != ordered[distinct - 1]:
+            ordered[distinct] = ordered[i]
+            distinct += 1
+    return ordered[:distinct]
 
 
 @njit(cache=True)
