@@ -21,6 +21,11 @@ jobs giving two complementary children, the artifact's mutation, and children th
 candidate dropped. Repair enforces, in job priority order (lower index first): node capacity; each
 job's replica cap; at most ``max_nodes`` nodes per job; and, with interference avoidance, at most
 one distributed job per node.
+
+By default (``AllocationProblem(compiled=True)``) mating, mutation, repair, the table reads of the
+scores and NSGA-II survival run as the compiled loops of :mod:`bayes_sched.search.kernels`; all but
+the mutation give the numpy path's results to the bit from the same draws, and the mutation draws
+from the same distribution with numba's generator, seeded from :attr:`GeneticSearch.rng`.
 """
 
 from __future__ import annotations
