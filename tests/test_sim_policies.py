@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -242,3 +243,38 @@ def test_optimus_estimates_remaining_steps_from_the_training_left() -> None:
     expected = job.target_epochs / 2 * job.examples_per_epoch / 2048
     assert policy.remaining_steps(half) == pytest.approx(expected)
     assert policy.remaining_steps(job) == pytest.approx(2 * expected)
+
+
+def _one_job_problem(num_nodes: int, seed: int) -> tuple[Any, np.ndarray]:
+    """One job holding 1 GPU on nodes 0 and 1 of ``num_nodes`` nodes of 4 GPUs, and its problem."""
+    from bayes_sched.search.allocation import AllocationProblem as _Problem
+
+    cluster = ClusterState(num_nodes, 4, 0.0)
+    state = np.zeros((1, num_nodes), np.int16)
+    state[0, :2] = 1
+    problem = _Problem(state, np.zeros((1, num_nodes + 1, 4 * num_nodes + 1)),
+                       np.full(1, 4 * num_nodes), np.ones(1), cluster, -1.0, False, num_nodes,
+                       np.random.default_rng(seed))
+    return problem, state
+
+
+def test_elitist_mutation_picks_nodes_uniformly_with_draws_per_row() -> None:
+    # bo's (elitist) mutation grows a row once onto one of its own nodes with free GPUs and once
+    # onto any node with free GPUs, each picked uniformly; it draws per row, never per node, so
+    # the same rows on a cluster eight times larger use the generator alike.
+    ga = GAConfig(reset_prob=0.0, zero_prob=0.0, grow_prob=1.0)
+    rows = 4000
+    problem, state = _one_job_problem(8, seed=5)
+    grown = problem.mutate(np.broadcast_to(state, (rows, *state.shape)).copy(), ga)[:, 0]
+    # Nodes 2..7 gain GPUs only by the "any node" draw: picked 1/8 each, then a count uniform
+    # in 0..4 (0 a fifth of the time).
+    share = np.count_nonzero(grown[:, 2:] > 0, axis=0) / rows
+    assert np.all(np.abs(share - 1 / 8 * 4 / 5) < 0.02), share
+    # Own nodes 0 and 1 are picked alike (by the own draw, and by the any draw 1/8 each).
+    own = np.count_nonzero(grown[:, :2] > 1, axis=0) / rows
+    assert abs(own[0] - own[1]) < 0.05, own
+    large, large_state = _one_job_problem(64, seed=5)
+    small, small_state = _one_job_problem(8, seed=5)
+    for problem, state in ((small, small_state), (large, large_state)):
+        problem.mutate(np.broadcast_to(state, (50, *state.shape)).copy(), ga)
+    assert small.rng.bit_generator.state == large.rng.bit_generator.state

@@ -96,3 +96,26 @@ def test_several_starts_never_do_worse_than_pollux_start() -> None:
         one = fit_objective(fit_throughput(subset, starts=1).as_array(), subset)
         several = fit_objective(fit_throughput(subset).as_array(), subset)
         assert several <= one + 1e-9
+
+
+def test_fit_gradient_equals_autograd_of_the_step_time_model(synthetic: StepTimeProfile) -> None:
+    # The point fit's gradient is written out; torch autograd through step_time_terms (the
+    # formulas the Bayesian fit differentiates) must agree with it at random parameters.
+    import torch
+
+    from perfmodel.throughput import _FitData, _rmsle_objective, profile_tensors, step_time_terms
+
+    data, tensors = _FitData.of(synthetic), profile_tensors(synthetic)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        theta = np.append(np.exp(rng.uniform(-7, 0, 6)), rng.uniform(1, 6))
+        loss, grad = _rmsle_objective(theta, data)
+        t = torch.as_tensor(theta).requires_grad_(True)
+        t_c, t_o = step_time_terms(t, tensors["nodes"], tensors["replicas"], tensors["m"])
+        reference = (torch.sqrt(torch.mean((torch.log(t_c) - tensors["log_tc"]) ** 2))
+                     + torch.sqrt(torch.mean((torch.log(t_o) - tensors["log_to"]) ** 2))
+                     + 1e-3 * (t[6] - 1) ** 2
+                     + 1e-2 * ((t[3] / t[2]) ** 2 + (t[5] / t[4]) ** 2))
+        (expected,) = torch.autograd.grad(reference, t)
+        assert np.isclose(loss, float(reference.detach()), rtol=1e-10)
+        assert np.allclose(grad, expected.numpy(), rtol=1e-7, atol=1e-12)

@@ -2,10 +2,11 @@
 
 An allocation *state* is a ``(J, N)`` array of GPUs per node for ``J`` jobs on ``N`` nodes; a
 population is ``(P, J, N)``, which the NSGA-II search carries as its nonzero entries
-(:class:`SparseStates`: a job holds few of many nodes, and at 4,096 GPUs copying the dense
-population cost more than the search itself). :class:`AllocationProblem` scores states (the
-power mean of each job's speedup, times the restart penalty where its allocation changes; and
-the cluster utility) and makes them feasible (:meth:`AllocationProblem.repair`);
+(:class:`~bayes_sched.search.sparse.SparseStates`: a job holds few of many nodes, and at 4,096
+GPUs copying the dense population cost more than the search itself). :class:`AllocationProblem`
+scores states (the power mean of each job's speedup, times the restart penalty where its
+allocation changes; and the cluster utility) and makes them feasible
+(:meth:`AllocationProblem.repair`);
 :class:`GeneticSearch` evolves a population, warm-started from the previous round's, by the
 artifact's NSGA-II (:mod:`bayes_sched.search.nsga2`) or an elitist search; :class:`SpeedupTables`
 turns job models into each job's speedup over a fair share for every node and GPU count.
@@ -20,6 +21,11 @@ jobs giving two complementary children, the artifact's mutation, and children th
 candidate dropped. Repair enforces, in job priority order (lower index first): node capacity; each
 job's replica cap; at most ``max_nodes`` nodes per job; and, with interference avoidance, at most
 one distributed job per node.
+
+By default (``AllocationProblem(compiled=True)``) mating, mutation, repair, the table reads of the
+scores and NSGA-II survival run as the compiled loops of :mod:`bayes_sched.search.kernels`; all but
+the mutation give the numpy path's results to the bit from the same draws, and the mutation draws
+from the same distribution with numba's generator, seeded from :attr:`GeneticSearch.rng`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Annotated
 
 import numpy as np
@@ -35,12 +42,24 @@ from bayes_sched.cluster import ClusterState
 from bayes_sched.jobs import JobView
 from bayes_sched.registry import PROBABILITY, SEED, Range, check_fields
 from bayes_sched.search import nsga2
+from bayes_sched.search.sparse import (  # the helpers' home; names kept here for their users
+    Entries,
+    SparseStates,
+    _crossover,
+    _distinct_draws,
+    _first_occurrences,
+    _group_cumsum,
+    _merge,
+    _ranges,
+    _sorted_unique,
+    _sparse,
+    _take_merged,
+    nonzero_entries,
+    power_mean,
+)
 
 #: GPU counts in the search: small integers keep large populations cheap to copy and scan.
 STATE_DTYPE = np.int16
-
-#: ``(p, j, n, values)`` of the nonzero entries of a ``(P, J, N)`` array (:func:`nonzero_entries`).
-Entries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 #: Survival schemes of the genetic search (see :class:`GAConfig`).
 SEARCHES = ("nsga2", "elitist")
@@ -88,6 +107,19 @@ class GAConfig:
         if self.search not in SEARCHES:
             raise ValueError(f"GAConfig.search is {self.search!r}: expected one of {SEARCHES}")
         check_fields(self, "GAConfig")
+
+
+def _kernels() -> ModuleType:
+    """The compiled kernels, imported on first use (importing numba costs ~0.5 s, which the
+    commands that never search should not pay)."""
+    from bayes_sched.search import kernels
+
+    return kernels
+
+
+def _int64(entries: Entries) -> Entries:
+    """``entries`` as int64 arrays (one compiled signature for every caller)."""
+    return tuple(np.asarray(a, dtype=np.int64) for a in entries)  # type: ignore[return-value]
 
 
 def restart_penalty(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndarray | float
@@ -255,7 +287,9 @@ class GeneticSearch:
         first = _first_occurrences(keys)
         population, keys = population.rows(first), [keys[i] for i in first]
         fitness, utility = problem.objectives_sparse(population)
-        _, crowding = nsga2.survivors(fitness, utility, size)
+        # The compiled survival ranks as nsga2.survivors does, to the bit.
+        survivors = _kernels().survivors if problem.compiled else nsga2.survivors
+        _, crowding = survivors(fitness, utility, size)
         for _ in range(generations):
             # As pymoo's mating, children repeating a candidate are dropped; drawing twice as many
             # as needed in one go fills the brood (about half are repeats on a full cluster).
@@ -267,7 +301,7 @@ class GeneticSearch:
             child_fitness, child_utility = problem.objectives_sparse(children)
             merged_fitness = np.concatenate([fitness, child_fitness])
             merged_utility = np.concatenate([utility, child_utility])
-            keep, merged_crowding = nsga2.survivors(merged_fitness, merged_utility, size)
+            keep, merged_crowding = survivors(merged_fitness, merged_utility, size)
             population = population.concat(children).rows(keep)
             merged_keys = keys + child_keys
             keys = [merged_keys[i] for i in keep.tolist()]
@@ -317,11 +351,16 @@ class AllocationProblem:
         avoid_interference: at most one distributed job per node.
         max_nodes: most nodes per job.
         rng: the search's generator.
+        compiled: run mutation, repair and scoring as the compiled loops of
+            :mod:`bayes_sched.search.kernels` (repair and scoring give the numpy path's results;
+            the mutation draws its own numbers from a seed drawn from ``rng``) rather than as
+            numpy calls.
     """
 
     def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
                  penalty: np.ndarray, cluster: ClusterState, p: float,
-                 avoid_interference: bool, max_nodes: int, rng: np.random.Generator) -> None:
+                 avoid_interference: bool, max_nodes: int, rng: np.random.Generator,
+                 compiled: bool = True) -> None:
         self.base = base
         self.tables = tables
         self.max_replicas = max_replicas
@@ -332,6 +371,7 @@ class AllocationProblem:
         self.avoid_interference = avoid_interference
         self.max_nodes = max_nodes
         self.rng = rng
+        self.compiled = compiled
         self.job_index = np.arange(base.shape[0])
         self._base_nodes = np.count_nonzero(base, axis=1)
         base_j, base_n = np.nonzero(base)
@@ -430,6 +470,12 @@ class AllocationProblem:
         if type(self).fitness is not AllocationProblem.fitness:  # a subclass's own fitness
             dense = states.dense()
             return self.fitness(dense), self.utility(dense)
+        if self.compiled:
+            table, speedup, active = _kernels().table_reads(
+                *_int64(states.entries), *states.shape, self.tables, self.base,
+                self._base_nodes, self.penalty, float(self.scale))
+            return (power_mean(speedup + 1e-3, self.p),
+                    table.sum(axis=1) / np.maximum(active * self.capacity, 1))
         table = self._table_speedups(states)
         fitness = power_mean(self._penalised(table, states) + 1e-3, self.p)
         return fitness, self._utility(table, states)
@@ -447,6 +493,18 @@ class AllocationProblem:
         size, num_jobs, _ = population.shape
         rng = self.rng
         half = (count + 1) // 2
+        if self.compiled:  # the same draws, in the same order, as below
+            draws, coins = np.empty((2, 2, half), np.int64), np.empty((2, half))
+            for r in range(2):
+                draws[r] = rng.integers(size, size=(2, half))
+                coins[r] = rng.random(half)
+            point = rng.integers(num_jobs, size=(half, 1))
+            point = np.where(rng.random((half, 1)) < ga.crossover_prob, point, num_jobs)[:, 0]
+            p, j, n, v = _kernels().mate(*_int64(population.entries), size, fitness, utility,
+                                         crowding, draws, coins, point, count)
+            children = SparseStates((p, j, n, v.astype(population.entries[3].dtype)),
+                                    (count, *population.shape[1:]))
+            return self.repair_sparse(self._mutate_sparse(children, ga))
 
         def tournament() -> np.ndarray:
             a, b = rng.integers(size, size=(2, half))
@@ -492,6 +550,14 @@ class AllocationProblem:
         """:meth:`mutate_artifact` on states given by their nonzero entries."""
         rng = self.rng
         size, num_jobs, num_nodes = states.shape
+        if self.compiled:
+            base_j, base_n, base_v = self.base_entries
+            p, j, n, v = _kernels().mutate_entries(
+                *_int64(states.entries), size, num_jobs, num_nodes, base_n.astype(np.int64),
+                base_v.astype(np.int64), self._base_bounds.astype(np.int64),
+                int(self.capacity), float(ga.reset_prob), float(ga.zero_prob),
+                int(rng.integers(2**32)))
+            return SparseStates((p, j, n, v.astype(states.entries[3].dtype)), states.shape)
         reset = rng.random((size, num_jobs)) < ga.reset_prob
         p, j, n, v = self._reset_rows(states, reset)
         drop = (rng.random((size, num_jobs)) < ga.zero_prob)[p, j] & (rng.random(p.size)
@@ -579,21 +645,28 @@ class AllocationProblem:
         states[p, j, rng.integers(num_nodes, size=p.size)] = 0
         # Grow some jobs where GPUs are free, as the artifact's mutation does (never onto a full
         # node, so no GPUs are taken from a job by growth alone): on one of their own nodes with
-        # free GPUs, and on any node with free GPUs, each picked uniformly.
-        p, _, n, v = nonzero_entries(states)
+        # free GPUs, and on any node with free GPUs, each picked uniformly. One draw per row
+        # picks the node among the row's candidates (listed from the nonzero entries and the
+        # free nodes, so neither the draws nor the work scale with rows x nodes).
+        p, j, n, v = nonzero_entries(states)
         used = np.bincount(p * num_nodes + n, weights=v, minlength=size * num_nodes)
-        free = self.capacity - used.reshape(size, num_nodes).astype(np.int32)    # (P, N)
+        free = used.reshape(size, num_nodes) < self.capacity                     # (P, N)
+        on_free = free[p, n]
+        free_p, free_n = np.nonzero(free)
+        candidates = {True: ((p * num_jobs + j)[on_free], n[on_free]),
+                      False: (free_p, free_n)}
         for own in (True, False):
             p, j = np.nonzero(rng.random((size, num_jobs)) < ga.grow_prob)
             if not p.size:
                 continue
-            allowed = free[p] > 0                                                # (rows, N)
-            if own:
-                allowed &= states[p, j] > 0
-            keys = rng.random(allowed.shape) * allowed
-            node = np.argmax(keys, axis=1)
-            hit = keys[np.arange(p.size), node] > 0
-            p, j, node = p[hit], j[hit], node[hit]
+            group, nodes = candidates[own]
+            key = p * num_jobs + j if own else p
+            start = np.searchsorted(group, key, side="left")
+            count = np.searchsorted(group, key, side="right") - start
+            pick = (rng.random(p.size) * count).astype(np.int64)
+            hit = count > 0
+            p, j = p[hit], j[hit]
+            node = nodes[start[hit] + pick[hit]]
             current = states[p, j, node]
             states[p, j, node] = rng.integers(current, self.capacity + 1)
         return states
@@ -626,6 +699,12 @@ class AllocationProblem:
     def _repaired_values(self, states: SparseStates) -> np.ndarray:
         """The repaired value of each nonzero entry of ``states`` (0 where it goes), ``(K,)``."""
         size, num_jobs, num_nodes = states.shape
+        if self.compiled:
+            draws = self.rng.random(states.entries[0].size)   # the numpy path's draws
+            return _kernels().repair_values(
+                *_int64(states.entries), size, num_jobs, num_nodes, draws,
+                self.max_replicas.astype(np.int64), int(self.max_nodes), int(self.capacity),
+                bool(self.avoid_interference))
         # Entries come in (state, job, node) order, so a stable sort by (state, node) orders
         # each node's entries by job (as np.lexsort((j, node_key)) would, at less cost).
         p, j, n, v = states.entries
@@ -662,221 +741,3 @@ class AllocationProblem:
         v[order] = (np.minimum(total, self.capacity)
                     - np.minimum(total - values, self.capacity))
         return v
-
-
-@dataclass(frozen=True)
-class SparseStates:
-    """States ``(P, J, N)`` given by their nonzero entries, as the NSGA-II search carries its
-    population: a job holds few of many nodes, so a state is mostly zeros, and on a large cluster
-    copying the dense array costs more than all of the search's work on the entries.
-
-    Attributes:
-        entries: ``(p, j, n, values)``, each ``(K,)``, in (state, job, node) order: what
-            :func:`nonzero_entries` gives of the dense array.
-        shape: ``(P, J, N)``.
-    """
-
-    entries: Entries
-    shape: tuple[int, int, int]
-
-    @classmethod
-    def of(cls, states: np.ndarray) -> SparseStates:
-        return cls(nonzero_entries(states), states.shape)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def dense(self) -> np.ndarray:
-        """The states as an array ``(P, J, N)`` of the entries' dtype."""
-        p, j, n, v = self.entries
-        out = np.zeros(self.shape, dtype=v.dtype)
-        out[p, j, n] = v
-        return out
-
-    def rows(self, rows: np.ndarray) -> SparseStates:
-        """``states[rows]`` for integer ``rows`` (in any order, repeats allowed)."""
-        p, j, n, v = self.entries
-        rows = np.asarray(rows, dtype=np.int64)
-        bounds = np.searchsorted(p, np.arange(self.shape[0] + 1))
-        lengths = bounds[rows + 1] - bounds[rows]
-        index = _ranges(bounds[rows], lengths)
-        return SparseStates((np.repeat(np.arange(rows.size, dtype=p.dtype), lengths), j[index],
-                             n[index], v[index]), (rows.size, *self.shape[1:]))
-
-    def concat(self, other: SparseStates) -> SparseStates:
-        """These states, then ``other``'s (of the same jobs and nodes)."""
-        (p, j, n, v), (q, k, m, w) = self.entries, other.entries
-        return SparseStates(
-            (np.concatenate([p, q + len(self)]), np.concatenate([j, k]), np.concatenate([n, m]),
-             np.concatenate([v, w])),
-            (len(self) + len(other), *self.shape[1:]))
-
-    def crossover(self, first: np.ndarray, second: np.ndarray,
-                  point: np.ndarray) -> SparseStates:
-        """One-point crossover over jobs: child ``c`` takes jobs ``< point[c]`` from state
-        ``first[c]`` and the rest from state ``second[c]`` (as :func:`_crossover`)."""
-        _, num_jobs, _ = self.shape
-        p, j, n, v = self.entries
-        row = p * num_jobs + j                                     # sorted: entries are in order
-        cut = np.clip(point, 0, num_jobs)
-        first_start = np.searchsorted(row, first * num_jobs)
-        first_end = np.searchsorted(row, first * num_jobs + cut)
-        second_start = np.searchsorted(row, second * num_jobs + cut)
-        second_end = np.searchsorted(row, (second + 1) * num_jobs)
-        starts = np.stack([first_start, second_start], axis=1).reshape(-1)
-        lengths = np.stack([first_end - first_start, second_end - second_start],
-                           axis=1).reshape(-1)
-        index = _ranges(starts, lengths)
-        child = np.repeat(np.arange(len(first), dtype=p.dtype), lengths.reshape(-1, 2).sum(1))
-        return SparseStates((child, j[index], n[index], v[index]), (len(first), *self.shape[1:]))
-
-    def row_keys(self) -> list[bytes]:
-        """:func:`_row_keys` of these states."""
-        return _row_keys_of(self.entries, self.shape)
-
-
-def _sparse(states: np.ndarray, entries: Entries | None) -> SparseStates:
-    return SparseStates(nonzero_entries(states) if entries is None else entries,
-                        states.shape)
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``np.concatenate([np.arange(a, a + k) for a, k in zip(starts, lengths)])``, int64."""
-    total = int(lengths.sum())
-    offsets = np.cumsum(lengths) - lengths
-    return np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lengths)
-
-
-def _merge(first: Entries, first_key: np.ndarray, second: Entries,
-           second_key: np.ndarray) -> Entries:
-    """The entries of ``first`` and ``second`` (each in order of its flat positions ``*_key``, no
-    position in both) together, in order."""
-    # A stable sort of two sorted runs is a merge (timsort finds the runs): linear time.
-    order = np.argsort(np.concatenate([first_key, second_key]), kind="stable")
-    return tuple(np.concatenate([a, b])[order]  # type: ignore[return-value]
-                 for a, b in zip(first, second, strict=True))
-
-
-def _unique_rows(states: np.ndarray) -> np.ndarray:
-    """Indices of the first occurrence of each distinct state, in order."""
-    return _first_occurrences(_row_keys(states))
-
-
-def _row_keys(states: np.ndarray, entries: Entries | None = None) -> list[bytes]:
-    """One key per state of a ``(P, J, N)`` array, equal exactly where the states are equal: the
-    positions and values of its nonzero entries (a few hundred bytes, where the state's own bytes
-    are ``J x N`` elements: comparing those, or ``np.unique`` over them, costs far more).
-    ``entries``: ``nonzero_entries(states)`` where the caller has them."""
-    return _row_keys_of(nonzero_entries(states) if entries is None else entries,
-                        states.shape)
-
-
-def _row_keys_of(entries: Entries, shape: tuple[int, int, int]) -> list[bytes]:
-    size, num_jobs, num_nodes = shape
-    p, j, n, v = entries
-    # Position and count in one word (counts are GPUs on one node: below 2**16).
-    words = ((j * num_nodes + n).astype(np.int64) << 16) | v.astype(np.int64)
-    bounds = np.searchsorted(p, np.arange(size + 1)).tolist()
-    return [words[a:b].tobytes() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-
-
-def _first_occurrences(keys: Sequence[bytes], seen: Sequence[bytes] = ()) -> np.ndarray:
-    """Indices of the first occurrence of each distinct key that is not in ``seen``, in order."""
-    known = set(seen)
-    first = []
-    for i, key in enumerate(keys):
-        if key not in known:
-            known.add(key)
-            first.append(i)
-    return np.array(first, dtype=np.int64)
-
-
-def _take_merged(population: np.ndarray, children: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """``np.concatenate([population, children])[keep]`` without building the concatenation."""
-    out = np.empty((len(keep), *population.shape[1:]), dtype=population.dtype)
-    old = keep < len(population)
-    out[old] = population[keep[old]]
-    out[~old] = children[keep[~old] - len(population)]
-    return out
-
-
-def nonzero_entries(states: np.ndarray) -> Entries:
-    """``np.nonzero(states)`` of a ``(P, J, N)`` integer array and the values there: ``(p, j, n,
-    values)``, each ``(K,)``, in the same (C) order.
-
-    A cluster state is mostly zeros (a job holds few of many nodes); scanning it eight bytes at a
-    time and looking inside the nonzero words only is an order of magnitude faster than
-    ``np.nonzero`` on a 3-D array.
-    """
-    flat = np.ascontiguousarray(states).reshape(-1)
-    per_word = 8 // flat.dtype.itemsize if 8 % flat.dtype.itemsize == 0 else 0
-    if per_word == 0 or flat.size < per_word:
-        p, j, n = np.nonzero(states)
-        return p, j, n, states[p, j, n]
-    whole = flat.size - flat.size % per_word
-    words = np.flatnonzero(flat[:whole].view(np.uint64) != 0)
-    index = (words[:, None] * per_word + np.arange(per_word)).reshape(-1)
-    index = np.concatenate([index, np.arange(whole, flat.size)])
-    values = flat[index]
-    keep = values != 0
-    index = index[keep]
-    p, j, n = np.unravel_index(index, states.shape)
-    return p, j, n, values[keep]
-
-
-def _crossover(population: np.ndarray, first: np.ndarray, second: np.ndarray,
-               point: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """One-point crossover over jobs: child ``c`` takes jobs ``< point[c]`` from
-    ``population[first[c]]`` and the rest from ``population[second[c]]``, shape
-    ``(len(first), J, N)`` (row copies, not a dense ``np.where`` over every child), written into
-    ``out`` where given."""
-    children = (np.empty((len(first), *population.shape[1:]), dtype=population.dtype)
-                if out is None else out)
-    for c, (a, b, cut) in enumerate(zip(first.tolist(), second.tolist(), point.tolist(),
-                                        strict=True)):
-        cut = min(max(cut, 0), population.shape[1])
-        children[c, :cut] = population[a, :cut]
-        children[c, cut:] = population[b, cut:]
-    return children
-
-
-def _distinct_draws(groups: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """A uniform draw from ``range(count)`` per element, distinct within each run of equal,
-    sorted ``groups`` (no run may be longer than ``count``): repeats are redrawn until none is
-    left, which takes few rounds when runs are short against ``count``."""
-    draws = rng.integers(count, size=groups.size)
-    if groups.size < 2 or bool(np.all(groups[1:] != groups[:-1])):
-        return draws  # no run of two or more: nothing can repeat (most calls: ~1 job a node)
-    while True:
-        key = groups.astype(np.int64) * count + draws
-        order = np.argsort(key, kind="stable")
-        repeat = order[1:][key[order[1:]] == key[order[:-1]]]
-        if repeat.size == 0:
-            return draws
-        draws[repeat] = rng.integers(count, size=repeat.size)
-
-
-def power_mean(values: np.ndarray, p: float) -> np.ndarray:
-    """Power mean with exponent ``p`` over the last axis (``p = 0``: the geometric mean)."""
-    if p == 0:
-        return np.exp(np.mean(np.log(values), axis=-1))
-    return np.mean(values**p, axis=-1) ** (1.0 / p)
-
-
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` of a 1-D array, by a sort (cheaper on the small arrays here)."""
-    values = np.sort(values)
-    if values.size == 0:  # nothing drawn (e.g. no job may grow): the mask below needs one entry
-        return values
-    return values[np.concatenate([[True], values[1:] != values[:-1]])]
-
-
-def _group_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum of ``values`` within runs of equal ``groups`` (sorted), shape kept."""
-    if values.size == 0:
-        return values.copy()
-    total = np.cumsum(values)
-    # np.concatenate, not np.r_: this runs thousands of times a round on small arrays.
-    start = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
-    lengths = np.diff(np.concatenate([start, [values.size]]))
-    return total - np.repeat(total[start] - values[start], lengths)
