@@ -221,8 +221,9 @@ class EventTracker:
                  reason=reason, failures=after.get("failures", 0),
                  log_tail=reason_tail("", self.jobs_dir / name))
         elif status == "done":
-            emit("finished", f"{after['epochs']:.2f} epochs, {after['num_restarts']} restarts, "
-                 f"{after['failures']} failures", epochs=after["epochs"],
+            emit("finished", f"{after['epochs']:.2f} epochs, "
+                 f"{plural(int(after['num_restarts']), 'restart')}, "
+                 f"{plural(int(after['failures']), 'failure')}", epochs=after["epochs"],
                  restarts=after["num_restarts"], failures=after["failures"])
         elif status == "failed":
             reason = after.get("reason") or ""
