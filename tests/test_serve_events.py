@@ -124,9 +124,9 @@ def test_serve_reports_each_transition_as_event_log_line_and_metric(tmp_path: Pa
     assert seen[("bayes_sched_serve_jobs", (("state", "done"),))] <= 1
     assert seen[("bayes_sched_serve_gpus", (("gpu_type", "cpu"),))] == 2
     assert seen[("bayes_sched_serve_gpus_allocated", (("gpu_type", "cpu"),))] == 2
-    assert seen[("bayes_sched_serve_job_gpus", (("gpu_type", "cpu"), ("job", "tiny")))] == 2
-    assert seen[("bayes_sched_serve_job_goodput", (("job", "tiny"),))] > 0
-    assert seen[("bayes_sched_serve_job_epochs", (("job", "tiny"),))] > 0
+    assert seen[("bayes_sched_serve_job_gpus", (("gpu_type", "cpu"), ("job_name", "tiny")))] == 2
+    assert seen[("bayes_sched_serve_job_goodput", (("job_name", "tiny"),))] > 0
+    assert seen[("bayes_sched_serve_job_epochs", (("job_name", "tiny"),))] > 0
     assert seen[("bayes_sched_serve_restarts_total", ())] >= 2  # the failure's and the growth's
     assert seen[("bayes_sched_serve_failures_total", ())] == 1
     assert seen[("bayes_sched_serve_last_round_timestamp_seconds", ())] > time.time() - 600

@@ -15,11 +15,11 @@ name                               type      what
 ``jobs{state}``                    gauge     jobs per state (pending, running, backoff, done, ...)
 ``gpus{gpu_type}``                 gauge     GPUs of the cluster per type
 ``gpus_allocated{gpu_type}``       gauge     GPUs allocated to jobs per type
-``job_gpus{job,gpu_type}``         gauge     GPUs allocated per job and type (jobs holding GPUs)
-``job_goodput{job}``               gauge     predicted goodput, examples per second at the
+``job_gpus{job_name,gpu_type}``    gauge     GPUs allocated per job and type (jobs holding GPUs)
+``job_goodput{job_name}``          gauge     predicted goodput, examples per second at the
                                              initial batch's statistical efficiency
-``job_throughput{job}``            gauge     predicted throughput, examples per second
-``job_epochs{job}``                gauge     epochs done (of the jobs not yet ended)
+``job_throughput{job_name}``       gauge     predicted throughput, examples per second
+``job_epochs{job_name}``           gauge     epochs done (of the jobs not yet ended)
 ``restarts_total``                 counter   restarts of all jobs (reallocations and failures)
 ``failures_total``                 counter   failed starts of all jobs
 ``events_total{kind}``             counter   events reported since this service started
@@ -144,7 +144,7 @@ class ServeMetrics:
             capacity[gpu_type] += count
         allocated: Counter[str] = Counter({gpu_type: 0 for gpu_type in capacity})
         per_job = GaugeMetricFamily(f"{PREFIX}job_gpus", "GPUs allocated per job and GPU "
-                                    "type.", labels=["job", "gpu_type"])
+                                    "type.", labels=["job_name", "gpu_type"])
         for record in records:
             if record["status"] not in ("running", "pending", "backoff"):
                 continue
@@ -169,11 +169,11 @@ def _per_job(records: Sequence[Mapping[str, Any]],
              predictions: Mapping[str, Mapping[str, float]]) -> Iterator[Metric]:
     goodput = GaugeMetricFamily(f"{PREFIX}job_goodput", "Predicted goodput of a running job "
                                 "(examples per second at the initial batch's statistical "
-                                "efficiency).", labels=["job"])
+                                "efficiency).", labels=["job_name"])
     throughput = GaugeMetricFamily(f"{PREFIX}job_throughput", "Predicted throughput of a "
-                                   "running job (examples per second).", labels=["job"])
+                                   "running job (examples per second).", labels=["job_name"])
     epochs = GaugeMetricFamily(f"{PREFIX}job_epochs", "Epochs done by a job not yet ended.",
-                               labels=["job"])
+                               labels=["job_name"])
     for record in records:
         name = record["spec"]["name"]
         if record["status"] in ("pending", "running", "backoff"):
