@@ -255,7 +255,7 @@ def test_serve_pollux_reallocates_and_survives_sigkill(tmp_path: Path) -> None:
             server.wait()
         _kill_leftovers(store)
     text = log.read_text()
-    reattached = set(text.split("reattached to ")[1].splitlines()[0].split(", "))
+    reattached = set(text.split("reattached: ")[1].splitlines()[0].split(", "))
     assert reattached and reattached <= alive
 
     jobs = {j["name"]: j for j in store.jobs()}
