@@ -243,5 +243,5 @@ def test_serve_refuses_a_taken_prometheus_port_in_one_line(tmp_path: Path) -> No
         result = run_cli("serve", "--state", str(tmp_path / "state"), "--gpus", "1",
                          "--prometheus", str(port), "--max-rounds", "1")
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"bayes-sched: error: --prometheus: port {port} on "
-                                     "127.0.0.1 is already in use: expected a free port")
+    assert result.stderr.strip() == (f"bayes-sched: error: --prometheus: Prometheus port {port} "
+                                     "on 127.0.0.1 is already in use: expected a free port")

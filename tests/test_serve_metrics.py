@@ -18,7 +18,7 @@ from bayes_sched.backends.real_cluster import JobRecord
 from bayes_sched.cluster_spec import parse_cluster_spec
 from bayes_sched.loop import LoopStats
 from bayes_sched.service.events import Event
-from bayes_sched.service.metrics import MetricsEndpoint, ServeMetrics
+from bayes_sched.service.metrics import ServeMetrics, metrics_endpoint
 from tests.state_files import spec
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / \
@@ -48,7 +48,7 @@ def scrape() -> Iterator[Scrape]:
     metrics.update(_records(), cluster, [Event(0.0, "a", "grown", "1 -> 3 GPUs"),
                                          Event(0.0, "b", "retrying", "exited"),
                                          Event(0.0, "b", "retrying", "exited")], True)
-    endpoint = MetricsEndpoint(metrics, 0)
+    endpoint = metrics_endpoint(metrics, 0)
     try:
         url = f"http://127.0.0.1:{endpoint.port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:

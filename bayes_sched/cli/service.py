@@ -196,7 +196,7 @@ def _state_writes(handler: Callable[[argparse.Namespace], int]
 def _serve(args: argparse.Namespace) -> int:
     from bayes_sched.backends.real_cluster import RealClusterConfig
     from bayes_sched.policies import make_policy
-    from bayes_sched.service.metrics import MetricsEndpoint, ServeMetrics
+    from bayes_sched.service.metrics import ServeMetrics, metrics_endpoint
     from bayes_sched.service.serve import Service
     from bayes_sched.service.state import StateStore
 
@@ -218,7 +218,7 @@ def _serve(args: argparse.Namespace) -> int:
     store = StateStore(args.state, init=args.init)
     last = store.last_round()
     metrics = None if args.prometheus is None else ServeMetrics(last["round"] if last else 0)
-    endpoint = None if metrics is None else MetricsEndpoint(metrics, args.prometheus, args.bind)
+    endpoint = None if metrics is None else metrics_endpoint(metrics, args.prometheus, args.bind)
     try:
         if endpoint is not None:
             logging.getLogger(__name__).info("serving Prometheus metrics on http://%s:%d/metrics",

@@ -28,14 +28,13 @@ name                               type      what
 
 from __future__ import annotations
 
-import errno
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from bayes_sched.errors import InputError
@@ -60,14 +59,12 @@ class ServeMetrics:
     """
 
     def __init__(self, rounds: int = 0) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
         self.decision = Histogram(f"{PREFIX}decision_seconds", "The policy's decision per "
                                   "round (wall seconds).", buckets=SECONDS_BUCKETS,
-                                  registry=self.registry)
+                                  registry=None)
         self.estimate = Histogram(f"{PREFIX}estimate_seconds", "The estimation stage per "
                                   "round (wall seconds).", buckets=SECONDS_BUCKETS,
-                                  registry=self.registry)
-        self.registry.register(self)
+                                  registry=None)
         self._lock = threading.Lock()
         self._rounds = rounds
         self._last_round: float | None = None
@@ -114,6 +111,8 @@ class ServeMetrics:
             rounds, last = self._rounds, self._last_round
         yield CounterMetricFamily(f"{PREFIX}rounds", "Scheduling rounds of this state.",
                                   value=rounds)
+        yield from self.decision.collect()
+        yield from self.estimate.collect()
         if last is not None:
             yield GaugeMetricFamily(f"{PREFIX}last_round_timestamp_seconds", "Wall-clock time "
                                     "of the last round's save (seconds since the epoch).",
@@ -185,28 +184,18 @@ def _per_job(records: Sequence[Mapping[str, Any]],
     yield from (goodput, throughput, epochs)
 
 
-class MetricsEndpoint:
+def metrics_endpoint(metrics: ServeMetrics, port: int, address: str = "127.0.0.1") -> Any:
     """An HTTP server on ``address:port`` serving ``metrics`` at ``/metrics`` (a thread of
-    Prometheus's client library); ``port`` 0 picks a free one (:attr:`port` says which).
+    Prometheus's client library; ``port`` 0 picks a free one, the result's ``port`` says which;
+    ``close()`` stops it).
 
     Raises:
         InputError: the port is taken or cannot be listened on (naming ``--prometheus``).
     """
+    from collectors.base import CollectorError
+    from collectors.prometheus import PrometheusEndpoint
 
-    def __init__(self, metrics: ServeMetrics, port: int, address: str = "127.0.0.1") -> None:
-        try:
-            server: Any = start_http_server(port, addr=address, registry=metrics.registry)
-        except OSError as error:
-            what = ("is already in use" if error.errno == errno.EADDRINUSE
-                    else f"cannot be listened on ({error.strerror or error})")
-            raise InputError(f"port {port} on {address} {what}: expected a free port",
-                             "--prometheus") from None
-        self._server, self._thread = server if isinstance(server, tuple) else (server, None)
-        self.port = int(self._server.server_address[1])
-        self.address = address
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    try:
+        return PrometheusEndpoint(metrics, port, address)
+    except CollectorError as error:
+        raise InputError(f"{error}: expected a free port", "--prometheus") from None
