@@ -93,7 +93,6 @@ class Service:
         if self.reattached:
             started.append(Event(time.time(), None, "reattached",
                                  ", ".join(self.reattached), {"jobs": self.reattached}))
-        self._report(started)
         self.take_up()
         self.save(events=started)
 
@@ -115,12 +114,12 @@ class Service:
         with the events that the records' changes since the last save are, and log those."""
         records = self.cluster.snapshot()
         node_types = [node.gpu_type for node in self.cluster.spec.nodes]
-        changes = self.tracker.update(records, node_types, self.cluster.now)
-        self._report(changes)
-        self.store.save(records, cancelled or (), round_row, [*(events or []), *changes])
+        happened = [*(events or []),
+                    *self.tracker.update(records, node_types, self.cluster.now)]
+        self.store.save(records, cancelled or (), round_row, happened)
+        self._report(happened)  # once saved: every line logged is in the state too
         if self.metrics is not None:
-            self.metrics.update(records, self.cluster.spec, [*(events or []), *changes],
-                                round_row is not None)
+            self.metrics.update(records, self.cluster.spec, happened, round_row is not None)
 
     def _report(self, events: list[Event]) -> None:
         for event in events:
@@ -166,7 +165,7 @@ class Service:
                         f"{self.round}" + (f"; still running: {', '.join(running)}"
                                            if running else ""),
                         {"pid": os.getpid(), "round": self.round, "running": running})
-        self._report([stopped])
         self.store.add_events([stopped])
+        self._report([stopped])
         self.store.set_meta({SERVE_STOPPED: repr(stopped.time)})
         self.store.close()
