@@ -76,6 +76,8 @@ def _events(args: argparse.Namespace) -> int:
     if args.json and not args.follow:
         print_json(found)
         return 0
+    if not found and not args.follow:
+        print("no events yet (they come from 'bayes-sched serve')", file=sys.stderr)
     while True:
         for event in found:
             print(json.dumps(event) if args.json else event_line(event), flush=True)
