@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from collectors import DEFAULT_PROMETHEUS_PORT
 from collectors.base import CollectorError, Devices, Values
@@ -175,10 +176,10 @@ def _help(description: str, units: str) -> str:
 
 
 class PrometheusEndpoint:
-    """An HTTP server on ``address:port`` serving a :class:`LatestSampleCollector`."""
+    """An HTTP server on ``address:port`` serving a Prometheus collector (a
+    :class:`LatestSampleCollector`, or the scheduler's metrics)."""
 
-    def __init__(self, collector: LatestSampleCollector, port: int,
-                 address: str = "127.0.0.1") -> None:
+    def __init__(self, collector: Collector, port: int, address: str = "127.0.0.1") -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         self.collector = collector

@@ -3,6 +3,10 @@
 Run it alone (``python examples/train_tiny.py --target-epochs 2``) or submit it to the scheduler
 (``bayes-sched submit examples/tiny_job.toml``); under the scheduler the per-GPU batch, the number
 of replicas and the checkpoints are the scheduler's business (:mod:`bayes_sched.client.elastic`).
+It prints its progress on stderr (the client's log lines, into the job's log under the
+scheduler: ``bayes-sched logs NAME``): its start and the checkpoint it restored, every report
+interval the step, epochs, mean loss, batch (per-GPU x micro-steps x replicas), learning-rate
+gain and examples per second, batch changes, checkpoints and its end.
 
 ``--plain`` trains the same model on the same micro-batches with a plain PyTorch loop and no
 client (the per-GPU batch and accumulation from ``--local-bsz``/``--accum-steps``), and

@@ -81,6 +81,10 @@ ELSEWHERE = {
         "tests/test_service_readme.py::test_readme_service_commands_run_from_a_fresh_folder",
     "bayes-sched status":
         "tests/test_service_readme.py::test_readme_service_commands_run_from_a_fresh_folder",
+    "bayes-sched events":
+        "tests/test_serve_events.py::test_serve_reports_each_transition_as_event_log_line_and_metric",
+    "bayes-sched logs tiny":
+        "tests/test_serve_events.py::test_serve_reports_each_transition_as_event_log_line_and_metric",
     "bayes-sched compare --ray auto --workloads workload-1 workload-2 --seeds 3":
         "tests/test_ray_backend.py::test_compare_on_ray_equals_local_processes",
 }

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -91,8 +90,10 @@ def test_the_plugin_policy_serves_a_real_job_on_the_local_backend(site: Path,
                   "--exit-when-idle", "--policy", "fewest_epochs_left", cwd=tmp_path,
                   timeout=240)
     assert served.returncode == 0, served.stderr[-3000:]
-    status = _run(site, "status", cwd=tmp_path)
-    assert re.search(r"│ tiny +│ +done +│", status.stdout), status.stdout
+    status = _run(site, "status", "--json", cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    [job] = json.loads(status.stdout)["jobs"]
+    assert (job["name"], job["status"]) == ("tiny", "done")
 
 
 def _fake_distribution(site: Path, name: str, entry_points: str) -> None:

@@ -667,7 +667,7 @@ def test_serve_on_ray_sigkilled_and_restarted_reattaches_and_runs_nothing_twice(
         if server.poll() is None:
             server.kill()
             server.wait()
-    assert "reattached to tiny" in log.read_text()
+    assert "reattached: tiny" in log.read_text()  # the service's event line
     (job_row,) = store.jobs()
     record = job_row["record"]
     assert job_row["status"] == "done", record["reason"]

@@ -145,7 +145,19 @@ def test_raising_job_backs_off_then_fails_and_silent_job_times_out(tmp_path: Pat
     shown = run_cli("status", "--json", "--state", str(store.root))
     assert shown.returncode == 0, shown.stderr
     logs_shown = {j["name"]: j["log"] for j in json.loads(shown.stdout)["jobs"]}
-    assert logs_shown["raising"] == "jobs/raising/logs/attempt-2.rank-0.log"
+    assert logs_shown["raising"] == str(store.jobs_dir.resolve() / "raising" / "logs" /
+                                        "attempt-2.rank-0.log")  # absolute, wherever run
+    # Each transition is an event in the state; the failure's carries the log's last lines.
+    events = [(e["job"], e["kind"]) for e in StateStore(store.root, create=False).events()]
+    assert [kind for job, kind in events if job == "raising"] == [
+        "submitted", "started", "retrying", "restarted", "retrying", "restarted", "failed"]
+    assert [kind for job, kind in events if job == "silent"] == [
+        "submitted", "started", "failed"]
+    failed = StateStore(store.root, create=False).events(job="raising", last=1)[0]
+    assert failed["message"].startswith("exited with status 1")
+    assert failed["detail"]["log_tail"][-1] == "RuntimeError: tiny job exploded on purpose"
+    restarted = StateStore(store.root, create=False).events(job="raising")[3]
+    assert "after: exited with status 1; restart 1 of 2" in restarted["message"]
     history = [t for t, placement in raising["allocation_history"] if placement]
     assert len(history) >= 1
     silent = jobs["silent"]
@@ -243,7 +255,7 @@ def test_serve_pollux_reallocates_and_survives_sigkill(tmp_path: Path) -> None:
             server.wait()
         _kill_leftovers(store)
     text = log.read_text()
-    reattached = set(text.split("reattached to ")[1].splitlines()[0].split(", "))
+    reattached = set(text.split("reattached: ")[1].splitlines()[0].split(", "))
     assert reattached and reattached <= alive
 
     jobs = {j["name"]: j for j in store.jobs()}

@@ -12,6 +12,7 @@ import pytest
 
 from bayes_sched.errors import InputError
 from bayes_sched.service import state_check, state_schema
+from bayes_sched.service.events import Event
 from bayes_sched.service.state import STATE_FILE, StateStore, hold_service_lock
 from bayes_sched.service.state_check import inspect_state
 from bayes_sched.service.state_schema import APPLICATION_ID, SCHEMA_VERSION, marks
@@ -106,7 +107,7 @@ def test_permission_problems_name_the_path(tmp_path: Path) -> None:
         StateStore(folder_db)
 
 
-def test_a_version_less_first_release_file_is_stamped_version_1(tmp_path: Path) -> None:
+def test_a_version_less_first_release_file_is_stamped_and_migrated(tmp_path: Path) -> None:
     root = tmp_path / "old"
     root.mkdir()
     path = root / STATE_FILE
@@ -119,31 +120,40 @@ def test_a_version_less_first_release_file_is_stamped_version_1(tmp_path: Path) 
     assert diagnosis.verdict == state_check.OLDER and diagnosis.usable
     assert marks(sqlite3.connect(path)) == (0, 0)  # checking changed nothing
     store = StateStore(root)
-    assert marks(store.connection) == (APPLICATION_ID, 1)
+    assert marks(store.connection) == (APPLICATION_ID, SCHEMA_VERSION)
     assert [job["name"] for job in store.jobs()] == ["old-job"]
+    # Version 2's events table came with the migration, and takes events.
+    assert state_schema.table_columns(store.connection)["events"] == state_schema.COLUMNS[2][
+        "events"]
+    store.add_events([Event(1.0, "old-job", "started", "on 1 GPU", {"gpus": 1})])
+    assert [(e["job"], e["kind"], e["detail"]) for e in store.events()] == [
+        ("old-job", "started", {"gpus": 1})]
     assert inspect_state(root).verdict == state_check.HEALTHY
 
 
 def test_migrations_run_in_one_transaction(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """A version 2 that adds a column: a v1 file gains it; a failing step leaves v1 whole."""
+    """A next version that adds a column: a file of this one gains it; a failing step leaves
+    it whole."""
     StateStore(tmp_path / "a").submit(spec("kept"))
     StateStore(tmp_path / "b").submit(spec("kept"))
-    columns = {**state_schema.COLUMNS[1], "jobs": (*state_schema.COLUMNS[1]["jobs"], "owner")}
+    now, later = SCHEMA_VERSION, SCHEMA_VERSION + 1
+    columns = {**state_schema.COLUMNS[now],
+               "jobs": (*state_schema.COLUMNS[now]["jobs"], "owner")}
     for module in (state_schema, state_check):
-        monkeypatch.setattr(module, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(state_schema.COLUMNS, 2, columns)
-    monkeypatch.setitem(state_schema.MIGRATIONS, 1, ("ALTER TABLE jobs ADD COLUMN owner TEXT",))
+        monkeypatch.setattr(module, "SCHEMA_VERSION", later)
+    monkeypatch.setitem(state_schema.COLUMNS, later, columns)
+    monkeypatch.setitem(state_schema.MIGRATIONS, now, ("ALTER TABLE jobs ADD COLUMN owner TEXT",))
     store = StateStore(tmp_path / "a")
-    assert marks(store.connection)[1] == 2
+    assert marks(store.connection)[1] == later
     assert "owner" in state_schema.table_columns(store.connection)["jobs"]
     assert [job["name"] for job in store.jobs()] == ["kept"]
-    monkeypatch.setitem(state_schema.MIGRATIONS, 1, (
+    monkeypatch.setitem(state_schema.MIGRATIONS, now, (
         "ALTER TABLE jobs ADD COLUMN owner TEXT", "UPDATE jobs SET nosuch = 1"))
     with pytest.raises(InputError, match="no such column"):
         StateStore(tmp_path / "b")
     with sqlite3.connect(tmp_path / "b" / STATE_FILE) as connection:
-        assert marks(connection)[1] == 1
+        assert marks(connection)[1] == now
         assert "owner" not in state_schema.table_columns(connection)["jobs"]
     connection.close()
 
@@ -155,7 +165,8 @@ def test_state_check_reports_healthy_and_damaged_files(tmp_path: Path) -> None:
     assert healthy.returncode == 0, healthy.stderr
     report = json.loads(healthy.stdout)
     assert report["verdict"] == "healthy" and report["version"] == SCHEMA_VERSION
-    assert report["rows"] == {"jobs": 5, "meta": 1, "rounds": 3}
+    # meta: the time origin and the heartbeat of the rounds' saves
+    assert report["rows"] == {"events": 0, "jobs": 5, "meta": 2, "rounds": 3}
     assert report["findings"] == ["ok"]
     truncate_half(root / STATE_FILE)
     damaged = cli("state", "check", "--state", str(root))

@@ -545,7 +545,8 @@ class RealCluster:
         record.status = "backoff"
         record.reason = f"{detail}; restart {record.failures} of {self.config.max_restarts}"
         record.retry_at = self.now + self.config.backoff * 2 ** (record.failures - 1)
-        LOG.warning("job %s %s, retrying at t=%.1fs", record.spec.name, detail, record.retry_at)
+        # Debug only: the service reports this as a 'retrying' event, with the log's last lines.
+        LOG.debug("job %s %s, retrying at t=%.1fs", record.spec.name, detail, record.retry_at)
 
     def _node_lost(self, record: JobRecord, nodes: Sequence[str]) -> None:
         """The job's node left: stop what is left of it, and make it wait for GPUs (no failure
@@ -564,9 +565,9 @@ class RealCluster:
         record.allocation = [0] * self.spec.num_nodes
         record.finished_at = self.now
         record.handle = None
-        if status != "done":
-            LOG.warning("job %s %s: %s", record.spec.name, status, reason.splitlines()[0]
-                        if reason else "")
+        if status != "done":  # the service reports it as an event, with the log's last lines
+            LOG.debug("job %s %s: %s", record.spec.name, status, reason.splitlines()[0]
+                      if reason else "")
 
     def _log_tail(self, record: JobRecord) -> str:
         log = protocol.latest_log(self.job_dir(record.spec.name))

@@ -53,6 +53,8 @@ COMMANDS: dict[str, Command] = {
     "submit": Command("bayes_sched.cli.service", "submit a job file (TOML) to the scheduler"),
     "status": Command("bayes_sched.cli.service", "show the scheduler's jobs and allocations"),
     "cancel": Command("bayes_sched.cli.service", "cancel a job"),
+    "events": Command("bayes_sched.cli.service_watch", "show the scheduler's job events"),
+    "logs": Command("bayes_sched.cli.service_watch", "print a job's log"),
     "state": Command("bayes_sched.cli.state", "check or repair the scheduler's state file"),
     "list": Command("bayes_sched.cli.listing",
                     "list policies, estimators, hidden laws, worlds, GPU types, workloads or "

@@ -1,7 +1,9 @@
 """``bayes-sched serve | submit | status | cancel``: the scheduler service on a real cluster.
 
-``serve`` runs the loop (:mod:`bayes_sched.service.serve`); the others read and write its state
-directory's SQLite file (:mod:`bayes_sched.service.state`) and need no running service.
+``serve`` runs the loop (:mod:`bayes_sched.service.serve`), logging one line per job event, and
+with ``--prometheus PORT`` serves its metrics (:mod:`bayes_sched.service.metrics`); the others
+read and write its state directory's SQLite file (:mod:`bayes_sched.service.state`) and need no
+running service. ``status`` says whether a service runs (:mod:`bayes_sched.service.liveness`).
 
 ``--state`` is made absolute once, as the command starts, so every path the service hands a job
 (its job directory, reports, logs, checkpoints) is absolute: a job runs in its own directory.
@@ -89,7 +91,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--exit-when-idle", action="store_true",
                        help="stop once every job has ended")
     serve.add_argument("--max-rounds", type=positive_int, default=None)
-    serve.add_argument("--quiet", action="store_true", help="log warnings only")
+    serve.add_argument("--prometheus", type=int_in_range(0, 65535), default=None,
+                       metavar="PORT", help="serve the scheduler's metrics for Prometheus at "
+                       "http://BIND:PORT/metrics (0: any free port; default: none)")
+    serve.add_argument("--bind", default="127.0.0.1", metavar="ADDRESS",
+                       help="address the --prometheus endpoint listens on (default: 127.0.0.1, "
+                            "this machine only)")
+    serve.add_argument("--quiet", action="store_true", help="log warnings only (failures)")
     serve.set_defaults(handler=_serve)
 
     submit = subparsers.add_parser("submit", help="submit a job file (TOML) to the scheduler")
@@ -100,7 +108,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "LD_LIBRARY_PATH, PYTHONPATH, ...), refused by default")
     submit.set_defaults(handler=_submit)
 
-    status = subparsers.add_parser("status", help="show the scheduler's jobs and allocations")
+    status = subparsers.add_parser("status", help="show the scheduler's jobs and allocations",
+                                   description="Say whether 'bayes-sched serve' runs over the "
+                                   "state (and since when), then list its jobs as of its last "
+                                   "round. " + STATUS_LEGEND.replace("\n", " "))
     _state_option(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(handler=_status)
@@ -167,6 +178,7 @@ def _state_writes(handler: Callable[[argparse.Namespace], int]
 def _serve(args: argparse.Namespace) -> int:
     from bayes_sched.backends.real_cluster import RealClusterConfig
     from bayes_sched.policies import make_policy
+    from bayes_sched.service.metrics import ServeMetrics, metrics_endpoint
     from bayes_sched.service.serve import Service
     from bayes_sched.service.state import StateStore
 
@@ -189,10 +201,22 @@ def _serve(args: argparse.Namespace) -> int:
         "round_interval": args.interval, "address": args.ray_address,
         "connect_timeout": args.ray_timeout})
     store = StateStore(args.state, init=args.init)
-    service = Service(store, launcher, policy, config, counters)
-    if service.reattached:
-        logging.getLogger(__name__).info("reattached to %s", ", ".join(service.reattached))
-    service.run(args.interval, args.max_rounds)
+    last = store.last_round()
+    metrics = None if args.prometheus is None else ServeMetrics(last["round"] if last else 0)
+    endpoint = None if metrics is None else metrics_endpoint(metrics, args.prometheus, args.bind)
+    try:
+        if endpoint is not None:
+            logging.getLogger(__name__).info("serving Prometheus metrics on http://%s:%d/metrics",
+                                             endpoint.address, endpoint.port)
+        service = Service(store, launcher, policy, config, counters, metrics=metrics,
+                          interval=args.interval)
+        try:
+            service.run(args.interval, args.max_rounds)
+        finally:
+            service.close()
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     return 0
 
 
@@ -222,16 +246,28 @@ def _placement(allocation: list[int]) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.0f}s" if value < 120 else f"{value / 60:.1f}min"
+    from bayes_sched.service.liveness import age
+
+    return "-" if value is None or not math.isfinite(value) else age(value)
+
+
+#: What ``status``'s columns mean (printed under the table and in ``status --help``).
+STATUS_LEGEND = ("gpus: GPUs per node in use (22: two nodes, two GPUs each).\n"
+                 "batch: LxMxR = L examples per GPU per micro-step x M micro-steps per "
+                 "optimiser step (accumulation + 1) x R replicas; the total batch is L*M*R.\n"
+                 "goodput: predicted examples per second at the initial batch's statistical "
+                 "efficiency (throughput x efficiency).\n"
+                 "remaining: predicted time to the target epochs [10-90 % of step times].")
 
 
 def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
                 ) -> list[dict[str, Any]]:
-    """One row per job: status, GPUs per node, batch, epochs, restarts, goodput, predicted
-    completion (``-`` where no model exists yet), and its log to read (``log``: the newest
-    start's, as :func:`~bayes_sched.client.protocol.latest_log` picks it, in ``job["log"]``)."""
+    """One row per job: status, GPUs per node, batch, epochs, restarts, goodput (examples per
+    second), predicted completion (``-`` where no model exists yet), and its log to read
+    (``log``: the newest start's, as :func:`~bayes_sched.client.protocol.latest_log` picks it,
+    in ``job["log"]``, an absolute path)."""
+    from bayes_sched.service.events import batch_text
+
     predictions = (last_round or {}).get("predictions", {})
     rows = []
     for job in jobs:
@@ -239,10 +275,8 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
         spec = job["spec"]
         prediction = predictions.get(job["name"]) if job["status"] == "running" else None
         allocation = record.get("allocation", [])
-        replicas = sum(allocation)
-        batch = "-"
-        if record.get("local_bsz") and replicas:
-            batch = f"{record['local_bsz']}x{record['accum_steps'] + 1}x{replicas}"
+        batch = batch_text(record.get("local_bsz", 0), record.get("accum_steps", 0),
+                           sum(allocation))
         remaining = "-"
         if prediction is not None:
             remaining = (f"{_seconds(prediction['remaining_seconds'])} "
@@ -254,7 +288,7 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
             "gpus": _placement(allocation), "batch": batch,
             "epochs": f"{record.get('epochs', 0.0):.2f}/{spec['target_epochs']}",
             "restarts": record.get("num_restarts", 0), "failures": record.get("failures", 0),
-            "goodput": prediction["goodput"] if prediction else "-",
+            "goodput (ex/s)": prediction["goodput"] if prediction else "-",
             "remaining": remaining, "reason": reason[0] if reason else "",
             "log": job.get("log") or "-"})
     return rows
@@ -262,20 +296,26 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
 
 def _status(args: argparse.Namespace) -> int:
     from bayes_sched.client.protocol import latest_log
+    from bayes_sched.service.liveness import describe, liveness
     from bayes_sched.service.state import StateStore
     from bayes_sched.tables import print_json
 
     _private()
     store = StateStore(args.state, create=False)
+    live = liveness(store)
     jobs = store.jobs()
-    for job in jobs:  # the log to read, relative to the state directory
+    for job in jobs:  # the log to read, an absolute path
         log = latest_log(store.jobs_dir / job["name"])
-        job["log"] = None if log is None else str(log.relative_to(store.root))
+        job["log"] = None if log is None else str(log)
     last = store.last_round()
     if args.json:
-        print_json({"jobs": jobs, "last_round": last})
+        print_json({"serve": live.to_dict(), "jobs": jobs, "last_round": last})
         return 0
+    for line in describe(live):
+        print(line)
     title = "no rounds yet" if last is None else (
         f"round {last['round']} at t={last['time']:.0f}s")
     print_table(status_rows(jobs, last), title=f"bayes-sched jobs ({title})")
+    if jobs:
+        print(STATUS_LEGEND)
     return 0

@@ -38,10 +38,18 @@ Rank 0 writes the reports (:mod:`bayes_sched.client.protocol`); the ``start`` re
 the model's trainable ``parameters`` and the ``gradient_bytes`` one all-reduce moves (what
 :mod:`perfmodel.sync_prior` predicts synchronisation time from). Without a job directory (a plain
 ``python train.py``) the job trains alone and reports nothing.
+
+Every replica also logs what it does, for the people reading its log (under the scheduler, the
+log is ``jobs/NAME/logs/attempt-N.rank-R.log``): its start (replicas, placement, batch, and the
+checkpoint it restored), its progress at every report interval (step, epochs, mean loss, batch,
+learning-rate gain, examples per second), batch changes, checkpoints and its exit. The lines go
+to the ``bayes_sched.client`` logger; where the script configured no logging, to stderr (one
+handler on that logger alone).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -75,6 +83,19 @@ GRADIENT_DECAY = 0.9
 GRADIENT_BUDGET = 0.01
 #: Seconds between looks at ``control.json`` (rank 0).
 CONTROL_POLL_SECONDS = 0.1
+
+LOG = logging.getLogger("bayes_sched.client")
+
+
+def _log_to_stderr() -> None:
+    """Send the client's log lines to stderr, unless the script configured logging itself."""
+    if LOG.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    LOG.addHandler(handler)
+    LOG.setLevel(logging.INFO)
+    LOG.propagate = False
 
 
 def _env_int(name: str) -> int | None:
@@ -190,6 +211,9 @@ class ElasticJob:
         self._sync_times: list[float] = []
         self._compute_times: list[float] = []
         self._last_report = time.monotonic()
+        self._loss_total: torch.Tensor | float = 0.0
+        self._losses = 0
+        self._logged = (time.monotonic(), 0)  # when progress was last logged, at which step
 
         self._gain = 1.0
         model.to(self.device)
@@ -221,6 +245,11 @@ class ElasticJob:
         self._permutation = torch.empty(0, dtype=torch.int64)
         if self.job_dir is not None:
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        _log_to_stderr()
+        LOG.info("rank %d of %d: attempt %d, placement %s on %s (%s), batch %s; %s", self.rank,
+                 self.world_size, self.attempt, self.placement, self.gpu_type, self.device,
+                 self._batch_text(), f"restored the checkpoint at step {self.steps} (epoch "
+                 f"{self.epochs:.2f})" if self.restored else "from the start")
         self._report("start", attempt=self.attempt, world_size=self.world_size,
                      placement=self.placement, gpu_type=self.gpu_type, local_bsz=self.local_bsz,
                      accum_steps=self.accum_steps, restored=self.restored, step=self.steps,
@@ -272,6 +301,10 @@ class ElasticJob:
                 self.epoch += 1
                 self.position = 0
 
+    def _batch_text(self) -> str:
+        return (f"{self.local_bsz}x{self.accum_steps + 1}x{self.world_size} = "
+                f"{self.batch_size}")
+
     def _start_step(self) -> None:
         self._step_start = self._micro_start
         self._measure_gradient = (
@@ -284,6 +317,8 @@ class ElasticJob:
         reports, the scheduler's control and checkpoints."""
         accum = self.accum_steps
         last = self._micro == accum
+        self._loss_total = self._loss_total + loss.detach()
+        self._losses += 1
         scaled = loss / (accum + 1) if accum else loss
         if not last and self.world_size > 1:
             with self.model.no_sync():  # type: ignore[operator]
@@ -358,6 +393,8 @@ class ElasticJob:
             return
         self._finished = True
         self._flush_reports()
+        LOG.info("%s at step %d, epoch %.2f of %g", "done" if self.done else "stopped",
+                 self.steps, self.epochs, self.target_epochs)
         self._report("exit", status="done" if self.done else "stopped", step=self.steps,
                      progress=self.progress, epochs=self.epochs)
         if self.world_size > 1 and dist.is_initialized():
@@ -421,11 +458,15 @@ class ElasticJob:
         if self._requested > self._acked_request:
             self._acked_request = self._requested
             self._checkpoint()
+            LOG.info("checkpoint at step %d, epoch %.2f (the scheduler asked)", self.steps,
+                     self.epochs)
             self._report("checkpoint", request=self._requested, step=self.steps,
                          progress=self.progress, epochs=self.epochs)
         if self._terminate:
             self._checkpoint()
             self._flush_reports()
+            LOG.info("stopped by the scheduler (SIGTERM) at step %d, epoch %.2f: checkpoint "
+                     "saved", self.steps, self.epochs)
             self._report("exit", status="stopped", step=self.steps, progress=self.progress,
                          epochs=self.epochs)
             sys.stdout.flush()
@@ -471,14 +512,19 @@ class ElasticJob:
         if (local_bsz, accum_steps) != (self.local_bsz, self.accum_steps):
             if self._step_times:  # the measurements so far belong to the old configuration
                 self._flush_reports()
+            before = self._batch_text()
             self.local_bsz, self.accum_steps = local_bsz, accum_steps
             self._warmup = WARMUP_STEPS
             self._refresh_gain()
+            if self.steps:  # not the first control of a start
+                LOG.info("batch %s -> %s (the scheduler's) at step %d", before,
+                         self._batch_text(), self.steps)
 
     def _flush_reports(self) -> None:
         """Report the measurements since the last flush, the gradient statistics and progress
-        (one write, one ``fsync``)."""
+        (one write, one ``fsync``); log the progress."""
         self._last_report = time.monotonic()
+        self._log_progress()
         if self.rank != 0 or self.job_dir is None:
             self._step_times.clear()
             self._sync_times.clear()
@@ -515,6 +561,19 @@ class ElasticJob:
         # Not fsynced: superseded by the next; what must be durable (checkpoints, start and
         # exit reports) is written durably.
         protocol.append_reports(self.job_dir, lines, durable=False)
+
+    def _log_progress(self) -> None:
+        """One line of progress since the last: step, epochs, mean loss, batch, gain, speed."""
+        now = time.monotonic()
+        since, steps = self._logged
+        if self.steps == steps:
+            return
+        loss = float(self._loss_total) / max(self._losses, 1)
+        speed = (self.steps - steps) * self.batch_size / max(now - since, 1e-9)
+        self._loss_total, self._losses, self._logged = 0.0, 0, (now, self.steps)
+        LOG.info("step %d, epoch %.2f of %g, loss %.4g, batch %s, lr gain %.2f, %.0f examples/s",
+                 self.steps, self.epochs, self.target_epochs, loss, self._batch_text(),
+                 self.gain, speed)
 
     def _report(self, kind: str, **fields: Any) -> None:
         if self.rank == 0 and self.job_dir is not None:

@@ -7,6 +7,13 @@ round's allocations and predictions in one transaction. Every start or stop of a
 is saved at once too, so a service killed at any moment (SIGKILL included) restarts knowing every
 job, reattaches to the processes still running and starts none twice.
 
+Every transition of a job (submitted, started, resized, re-batched, checkpointed, restarted
+and why, finished, failed with its log's last lines, cancelled) is an event
+(:mod:`bayes_sched.service.events`): logged as one line and kept in the state's ``events``
+table in the transaction that saves it. Every round's save also writes the service's heartbeat,
+so ``status`` tells a live service from a stopped or stalled one; :meth:`Service.close` records
+a clean stop and removes the service's lock file.
+
 Every path handed to a job (its job directory, hence its reports, control file, logs and
 checkpoints) is absolute: a job runs in its own directory (or the job file's ``cwd``), so a state
 directory given relative to the scheduler's working folder would name nothing there.
@@ -15,9 +22,10 @@ directory given relative to the scheduler's working folder would name nothing th
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bayes_sched.backends.counters_feed import CountersFeed
 from bayes_sched.backends.launcher import Launcher
@@ -27,9 +35,23 @@ from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.choose import policy_estimators
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies.base import Policy
-from bayes_sched.service.state import StateStore
+from bayes_sched.service.events import Event, EventTracker, plural
+from bayes_sched.service.state import (
+    SERVE_INTERVAL,
+    SERVE_PID,
+    SERVE_STARTED,
+    SERVE_STOPPED,
+    StateStore,
+)
+
+if TYPE_CHECKING:
+    from bayes_sched.service.metrics import ServeMetrics
 
 LOG = logging.getLogger(__name__)
+#: Where events are logged (one line each; failures as warnings).
+EVENTS_LOG = logging.getLogger("bayes_sched.service.events")
+#: Event kinds logged as warnings.
+WARNING_EVENTS = ("retrying", "failed", "stopped")
 _DEFAULT_CONFIG = RealClusterConfig()
 
 
@@ -45,18 +67,27 @@ class Service:
         estimators: the estimation stage's estimators, chosen outside the policy
             (:func:`~bayes_sched.estimation.choose.policy_estimators`; default: the policy's
             defaults, no oracle: a real cluster has no truth to hand out).
+        metrics: what a Prometheus endpoint serves (:mod:`bayes_sched.service.metrics`),
+            updated at every save; ``None``: no endpoint.
+        interval: the round interval ``run`` will be given (seconds), recorded for ``status``.
     """
 
     def __init__(self, store: StateStore, launcher: Launcher, policy: Policy,
                  config: RealClusterConfig = _DEFAULT_CONFIG,
                  counters: CountersFeed | None = None,
-                 estimators: Sequence[Estimator] | None = None) -> None:
+                 estimators: Sequence[Estimator] | None = None,
+                 metrics: ServeMetrics | None = None, interval: float | None = None) -> None:
         store.lock_for_service()
         self.store = store
         self.policy = policy
         # A real cluster supplies no oracle: a policy whose default is one is refused here.
         self.estimators = (policy_estimators(policy, where=f"policy {policy.name}")
                            if estimators is None else list(estimators))
+        self.metrics = metrics
+        self.tracker = EventTracker(store.records(), store.jobs_dir.resolve())
+        store.set_meta({SERVE_PID: str(os.getpid()), SERVE_STARTED: repr(time.time()),
+                        SERVE_INTERVAL: None if interval is None else repr(interval),
+                        SERVE_STOPPED: None})
         self.cluster = RealCluster(launcher, store.jobs_dir.resolve(), config, epoch=store.epoch(),
                                    on_change=self.save, counters=counters)
         self.cluster.on_change = None  # no saves while restoring
@@ -64,15 +95,21 @@ class Service:
         self.cluster.on_change = self.save
         last = store.last_round()
         self.round = 0 if last is None else int(last["round"])
+        spec = self.cluster.spec
+        started = [Event(time.time(), None, "serve-started", f"pid {os.getpid()}, policy "
+                         f"{policy.name}, {plural(spec.total_gpus, 'GPU')} on "
+                         f"{plural(spec.num_nodes, 'node')}", {"pid": os.getpid()})]
+        if self.reattached:
+            started.append(Event(time.time(), None, "reattached",
+                                 ", ".join(self.reattached), {"jobs": self.reattached}))
         self.take_up()
-        self.save()
+        self.save(events=started)
 
     def take_up(self) -> list[str]:
         """Submissions and cancel requests from the state file; returns the names cancelled."""
         epoch = self.cluster.epoch
         for spec, submitted in self.store.new_submissions():
             self.cluster.submit(spec, submit_time=submitted - epoch)
-            LOG.info("job %s submitted", spec.name)
         cancelled = []
         for name in self.store.cancel_requests():
             self.cluster.cancel(name)
@@ -80,8 +117,23 @@ class Service:
         return cancelled
 
     def save(self, cancelled: list[str] | None = None,
-             round_row: tuple[int, float, Any, Any, float | None] | None = None) -> None:
-        self.store.save(self.cluster.snapshot(), cancelled or (), round_row)
+             round_row: tuple[int, float, Any, Any, float | None] | None = None,
+             events: list[Event] | None = None) -> None:
+        """Save every job's record (and a round's row, and ``events`` of the service's own)
+        with the events that the records' changes since the last save are, and log those."""
+        records = self.cluster.snapshot()
+        node_types = [node.gpu_type for node in self.cluster.spec.nodes]
+        happened = [*(events or []),
+                    *self.tracker.update(records, node_types, self.cluster.now)]
+        self.store.save(records, cancelled or (), round_row, happened)
+        self._report(happened)  # once saved: every line logged is in the state too
+        if self.metrics is not None:
+            self.metrics.update(records, self.cluster.spec, happened, round_row is not None)
+
+    def _report(self, events: list[Event]) -> None:
+        for event in events:
+            level = logging.WARNING if event.kind in WARNING_EVENTS else logging.INFO
+            EVENTS_LOG.log(level, "%s", event.line())
 
     def on_round(self, stats: LoopStats) -> Callable[[Cluster], None]:
         def after_round(cluster: Cluster) -> None:
@@ -90,8 +142,11 @@ class Service:
                            for name, counts in self.cluster.allocations().items()}
             seconds = stats.decision_seconds[-1] if stats.decision_seconds else None
             cancelled = self.take_up()
-            self.save(cancelled, (self.round, self.cluster.now, allocations,
-                                  self.cluster.predictions(), seconds))
+            predictions = self.cluster.predictions()
+            if self.metrics is not None:
+                self.metrics.round_done(stats, predictions)
+            self.save(cancelled, (self.round, self.cluster.now, allocations, predictions,
+                                  seconds))
         return after_round
 
     def run(self, interval: float, max_rounds: int | None = None) -> LoopStats:
@@ -108,3 +163,18 @@ class Service:
             self.save()
         LOG.info("served %d rounds in %.1f s", result.rounds, time.monotonic() - start)
         return result
+
+    def close(self) -> None:
+        """Record a clean stop (an event and the ``serve_stopped`` time ``status`` shows), and
+        close the state, removing the service's lock file. Jobs still running keep running:
+        the next service reattaches to them."""
+        running = [name for name, record in self.cluster.records.items()
+                   if record.status == "running"]
+        stopped = Event(time.time(), None, "serve-stopped", f"pid {os.getpid()}, after round "
+                        f"{self.round}" + (f"; still running: {', '.join(running)}"
+                                           if running else ""),
+                        {"pid": os.getpid(), "round": self.round, "running": running})
+        self.store.add_events([stopped])
+        self._report([stopped])
+        self.store.set_meta({SERVE_STOPPED: repr(stopped.time)})
+        self.store.close()

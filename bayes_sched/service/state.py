@@ -24,13 +24,14 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TextIO
 
 from bayes_sched.backends.job_spec import RealJobSpec
 from bayes_sched.errors import InputError
+from bayes_sched.service.events import Event
 from bayes_sched.service.state_check import (
     ACCESS_NEEDED,
     EMPTY,
@@ -45,9 +46,14 @@ from bayes_sched.service.state_schema import create_schema, migrate
 from bayes_sched.service.state_trust import check_private_state
 
 __all__ = ["JOBS_DIR", "LOCK_FILE", "STATE_FILE", "StateStore", "create_state_file",
-           "fsync_folder", "hold_service_lock", "new_state_file"]
+           "fsync_folder", "hold_service_lock", "new_state_file", "probe_service_lock",
+           "release_service_lock"]
 
 LOCK_FILE = "serve.lock"
+#: ``meta`` keys of the running service: its pid, start, round interval (seconds), the
+#: wall-clock time of its last round and of its clean stop (all seconds since the Unix epoch).
+SERVE_PID, SERVE_STARTED, SERVE_INTERVAL = "serve_pid", "serve_started", "serve_interval"
+HEARTBEAT, SERVE_STOPPED = "serve_heartbeat", "serve_stopped"
 JOBS_DIR = "jobs"
 #: Seconds a command waits for another's write transaction before it gives up.
 BUSY_TIMEOUT = 30.0
@@ -113,7 +119,11 @@ def create_state_file(path: Path, replace_empty: bool = False) -> None:
 def hold_service_lock(root: Path, refusal: str) -> TextIO:
     """Take the state folder's service lock (an advisory lock, released by the kernel when the
     process ends, SIGKILL included) and write this process's id into it; the stream returned
-    holds it until closed.
+    holds it until closed (:func:`release_service_lock` also removes the file).
+
+    The lock is the file the path names when it is taken: where another process removed the
+    file meanwhile (a stale lock cleaned by ``status``, a service's exit), it is opened again,
+    so two processes never hold locks on two files of one name.
 
     Args:
         root: the state folder.
@@ -125,21 +135,89 @@ def hold_service_lock(root: Path, refusal: str) -> TextIO:
     import fcntl
 
     path = root / LOCK_FILE
-    try:
-        stream = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE), "r+")
-    except OSError as error:
-        raise InputError(f"cannot open the service lock: {error.strerror}", path) from None
-    try:
-        fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = stream.read().strip() or "?"
-        stream.close()
-        raise InputError(refusal.format(pid=holder), root) from None
+    for _ in range(100):
+        try:
+            stream = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE), "r+")
+        except OSError as error:
+            raise InputError(f"cannot open the service lock: {error.strerror}", path) from None
+        try:
+            fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = stream.read().strip() or "?"
+            stream.close()
+            raise InputError(refusal.format(pid=holder), root) from None
+        if _same_file(stream, path):
+            break
+        stream.close()  # removed (or replaced) before we locked it: lock the file there now
+    else:
+        raise InputError("cannot take the service lock: it is removed as often as taken", path)
     stream.seek(0)
     stream.truncate()
     stream.write(f"{os.getpid()}\n")
     stream.flush()
     return stream
+
+
+def _same_file(stream: TextIO, path: Path) -> bool:
+    """Whether ``path`` still names the file ``stream`` has open."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(stream.fileno())
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def release_service_lock(stream: TextIO, root: Path) -> None:
+    """Remove the service lock ``stream`` holds (:func:`hold_service_lock`) and give it up: a
+    stopped service leaves no ``serve.lock`` behind."""
+    with suppress(FileNotFoundError):
+        if _same_file(stream, root / LOCK_FILE):
+            os.unlink(root / LOCK_FILE)
+    stream.close()
+
+
+def probe_service_lock(root: Path) -> tuple[int | None, int | None]:
+    """Who holds the state folder's service lock: ``(pid of the running service, None)``, or
+    ``(None, pid)`` where a lock file was left by a process that no longer holds it (a service
+    killed with SIGKILL: the kernel dropped its lock, the file stayed; it is removed here while
+    locked, and :func:`hold_service_lock` never keeps a removed file), or ``(None, None)`` where
+    there is none. A pid the file does not hold reads as ``-1``."""
+    import fcntl
+
+    path = root / LOCK_FILE
+    try:
+        stream = os.fdopen(os.open(path, os.O_RDWR), "r+")
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        raise InputError(f"cannot open the service lock: {error.strerror}", path) from None
+    with stream:
+        text = stream.read().strip()
+        pid = int(text) if text.isdigit() else -1
+        try:
+            fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return pid, None
+        if not _same_file(stream, path):  # a service removed it on its way out
+            return None, None
+        stream.seek(0)
+        pid = int(text) if (text := stream.read().strip()).isdigit() else -1
+        os.unlink(path)
+        return None, pid
+
+
+def _write_meta(db: sqlite3.Connection, values: Mapping[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            db.execute("DELETE FROM meta WHERE key = ?", (key,))
+        else:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+
+def _insert_events(db: sqlite3.Connection, events: Sequence[Event]) -> None:
+    db.executemany("INSERT INTO events (time, job, kind, message, detail) VALUES (?, ?, ?, ?, ?)",
+                   [(e.time, e.job, e.kind, e.message, json.dumps(e.detail)) for e in events])
 
 
 class StateStore:
@@ -271,10 +349,11 @@ class StateStore:
         return self.root / JOBS_DIR
 
     def close(self) -> None:
-        """Close the state file (and give up the service lock, if this store holds it)."""
+        """Close the state file (and give up the service lock, removing its file, if this store
+        holds it)."""
         self.connection.close()
         if self._lock is not None:
-            self._lock.close()
+            release_service_lock(self._lock, self.root)
             self._lock = None
 
     @contextmanager
@@ -305,6 +384,41 @@ class StateStore:
             now = time.time()
             db.execute("INSERT INTO meta VALUES ('epoch', ?)", (repr(now),))
             return now
+
+    def set_meta(self, values: Mapping[str, str | None]) -> None:
+        """Set ``meta`` keys (``None`` removes one), in one transaction."""
+        with self.transaction() as db:
+            _write_meta(db, values)
+
+    def meta_values(self, prefix: str) -> dict[str, str]:
+        """Every ``meta`` key starting with ``prefix``, with its value."""
+        rows = self._rows("SELECT key, value FROM meta WHERE key LIKE ? ESCAPE '\\'",
+                          (prefix.replace("_", "\\_") + "%",))
+        return {str(key): str(value) for key, value in rows}
+
+    # --- events -------------------------------------------------------------------------------
+
+    def add_events(self, events: Sequence[Event]) -> None:
+        """Append events (:mod:`bayes_sched.service.events`) in one transaction."""
+        with self.transaction() as db:
+            _insert_events(db, events)
+
+    def events(self, after: int = 0, job: str | None = None, last: int | None = None
+               ) -> list[dict[str, Any]]:
+        """Events with an id above ``after``, oldest first (each with its ``id``): of one
+        ``job`` where given, only the ``last`` ones where given."""
+        where, parameters = "id > ?", list[Any]([after])
+        if job is not None:
+            where += " AND job = ?"
+            parameters.append(job)
+        order = "DESC" if last is not None else "ASC"
+        limit = f" LIMIT {int(last)}" if last is not None else ""
+        rows = self._rows(f"SELECT id, time, job, kind, message, detail FROM events WHERE "
+                          f"{where} ORDER BY id {order}{limit}", parameters)
+        if last is not None:
+            rows.reverse()
+        return [{"id": i, "time": t, "job": j, "kind": k, "message": m,
+                 "detail": self._json(d, "events", "detail")} for i, t, j, k, m, d in rows]
 
     # --- jobs ---------------------------------------------------------------------------------
 
@@ -346,8 +460,11 @@ class StateStore:
         return [self._json(record, "jobs", "record") for (record,) in rows]
 
     def save(self, records: Sequence[dict[str, Any]], cancelled: Sequence[str] = (),
-             round_row: tuple[int, float, Any, Any, float | None] | None = None) -> None:
-        """Write every job's record (and a round's row) in one transaction.
+             round_row: tuple[int, float, Any, Any, float | None] | None = None,
+             events: Sequence[Event] = ()) -> None:
+        """Write every job's record (a round's row, with the service's heartbeat, the
+        ``meta`` key ``serve_heartbeat``: the wall-clock time of the round's save; the events
+        these records end) in one transaction.
 
         A test hook, off by default: ``BAYES_SCHED_TEST_HOLD_SAVE=SECONDS`` in the service's
         environment holds the open transaction that long before it commits, so that a fault
@@ -365,6 +482,8 @@ class StateStore:
                 db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?)",
                            (number, t, json.dumps(allocations), json.dumps(predictions),
                             seconds))
+                _write_meta(db, {HEARTBEAT: repr(now)})
+            _insert_events(db, events)
             hold = os.environ.get("BAYES_SCHED_TEST_HOLD_SAVE")
             if hold:
                 time.sleep(float(hold))

@@ -24,11 +24,23 @@ from typing import Any
 #: ``PRAGMA application_id`` of a bayes-sched state file: b"BSCH" as a big-endian integer.
 APPLICATION_ID = int.from_bytes(b"BSCH", "big")
 #: The schema version this bayes-sched writes and reads.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-#: Tables of the current version: ``meta`` (the cluster's time origin, the backend), ``jobs``
-#: (one row per job: spec, status, the record the cluster keeps of it as JSON, cancel flag),
-#: ``rounds`` (one row per scheduling round: time, decision, predictions).
+#: The events table (version 2).
+_EVENTS = """CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    job TEXT,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL,
+    detail TEXT NOT NULL
+)"""
+
+#: Tables of the current version: ``meta`` (the cluster's time origin, the service's heartbeat),
+#: ``jobs`` (one row per job: spec, status, the record the cluster keeps of it as JSON, cancel
+#: flag), ``rounds`` (one row per scheduling round: time, decision, predictions), ``events`` (one
+#: row per job transition or service start and stop: wall-clock time, job (``NULL`` for the
+#: service's own), kind, one-line message, details as JSON).
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE jobs (
@@ -47,7 +59,7 @@ CREATE TABLE rounds (
     predictions TEXT NOT NULL,
     decision_seconds REAL
 );
-"""
+""" + _EVENTS + ";"
 
 #: Each version's tables and their columns (what a file must hold to be read as that version).
 COLUMNS: dict[int, dict[str, tuple[str, ...]]] = {
@@ -55,15 +67,20 @@ COLUMNS: dict[int, dict[str, tuple[str, ...]]] = {
         "jobs": ("name", "spec", "submitted", "status", "record", "cancel", "updated"),
         "rounds": ("round", "time", "allocations", "predictions", "decision_seconds")},
 }
+COLUMNS[2] = {**COLUMNS[1], "events": ("id", "time", "job", "kind", "message", "detail")}
 
 #: Columns holding JSON text, per table (checked when rows are salvaged).
 JSON_COLUMNS: dict[str, tuple[str, ...]] = {"jobs": ("spec", "record"),
-                                            "rounds": ("allocations", "predictions")}
+                                            "rounds": ("allocations", "predictions"),
+                                            "events": ("detail",)}
 
 #: Version -> the SQL statements that turn a file of that version into one of the next (run one
 #: by one inside :func:`migrate`'s transaction). Version 0 is a file of the first releases (no
-#: marks, version 1's tables): stamping it is the whole step.
-MIGRATIONS: dict[int, tuple[str, ...]] = {0: ()}
+#: marks, version 1's tables): stamping it is the whole step. Version 2 adds the events table.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    0: (),
+    1: (_EVENTS,),
+}
 
 
 def create_schema(connection: sqlite3.Connection) -> None:
