@@ -309,6 +309,12 @@ class Series:
     source: SeriesSource
     description: str
     labels: tuple[str, ...] = ()
+    units: str = "1"
+    resource: Resource | None = None
+
+    @property
+    def per_device(self) -> bool:
+        return self.labels[:len(GPU_LABELS)] == GPU_LABELS
 
     @property
     def prometheus_name(self) -> str:
@@ -322,11 +328,11 @@ SERIES: Mapping[str, Series] = MappingProxyType({s.name: s for s in (
            (*GPU_LABELS, "pci_bus_id")),
     Series("gpu_clock_event_reason_active", "gauge", "nvml",
            "1 while NVML reports this clock-event (throttle) reason for the GPU, else 0.",
-           (*GPU_LABELS, "reason")),
+           (*GPU_LABELS, "reason"), resource="gpu_sm"),
     Series("gpu_process_memory_used_bytes", "gauge", "nvml",
            "Device memory used by one compute process on the GPU (bytes); pod_uid and "
            "container_id name its Kubernetes pod and container, empty outside one.",
-           (*GPU_LABELS, "pid", "pod_uid", "container_id")),
+           (*GPU_LABELS, "pid", "pod_uid", "container_id"), "byte", "gpu_memory_capacity"),
     Series("collector_samples_total", "counter", "collector",
            "Samples taken since the collector started."),
     Series("collector_skipped_samples_total", "counter", "collector",
@@ -334,9 +340,9 @@ SERIES: Mapping[str, Series] = MappingProxyType({s.name: s for s in (
     Series("collector_dropped_samples_total", "counter", "collector",
            "Samples dropped unwritten because the store could not keep up (memory bound)."),
     Series("collector_sample_duration_seconds", "gauge", "collector",
-           "Time the latest sample took to read every source."),
+           "Time the latest sample took to read every source.", units="s"),
     Series("collector_resident_memory_bytes", "gauge", "collector",
-           "Resident set size of the collector process."),
+           "Resident set size of the collector process.", units="byte"),
     Series("collector_source_up", "gauge", "collector",
            "1 when the source's latest read gave at least one value; 0 when it raised, gave "
            "none, or discovery found nothing it can read (no driver, not permitted).",

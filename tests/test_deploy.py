@@ -121,6 +121,34 @@ def test_dashboard_queries_name_metrics_and_labels_a_real_scrape_returns(scrape:
     assert not any(name.startswith(("node_", "DCGM_")) for name in scrape)
 
 
+def catalog_prometheus_names() -> set[str]:
+    """The Prometheus names ``bayes-sched counters catalog --json`` lists (labels cut off)."""
+    result = subprocess.run([sys.executable, "-m", "bayes_sched", "counters", "catalog", "--json"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return {row["prometheus"].split("{")[0] for row in json.loads(result.stdout)
+            if row["prometheus"]}
+
+
+def dashboard_metrics(path: Path) -> set[str]:
+    """Every bayes_sched_* metric name a Grafana dashboard's queries and variables name."""
+    return set(re.findall(r"\bbayes_sched_\w+", path.read_text()))
+
+
+def test_the_catalog_lists_every_series_a_real_collector_serves_and_the_dashboard_queries(
+        scrape: Scrape) -> None:
+    listed = catalog_prometheus_names()
+    served = set(scrape)
+    assert served - listed == set(), "served but not in `counters catalog`"
+    # The series the issue named, among them the collector's own health and build info.
+    assert {"bayes_sched_collector_samples_total", "bayes_sched_gpu_info",
+            "bayes_sched_gpu_clock_event_reason_active", "bayes_sched_build_info",
+            "bayes_sched_collector_source_up"} <= served
+    queried = dashboard_metrics(DASHBOARD)
+    assert len(queried) >= 10
+    assert queried - listed == set(), "the collector dashboard queries names not in the catalog"
+
+
 def test_kubernetes_daemonset_service_and_servicemonitor_fit_together() -> None:
     docs = kubernetes_documents()
     assert set(docs) == {"Namespace", "DaemonSet", "Service", "ServiceMonitor"}

@@ -94,8 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     counters = subparsers.add_parser("counters", help="inspect, validate and export counters")
     sub = counters.add_subparsers(dest="counters_command", metavar="ACTION", required=True)
-    catalog = sub.add_parser("catalog", help="list every counter the toolkit knows")
-    catalog.add_argument("--source", choices=SOURCES)
+    catalog = sub.add_parser("catalog", help="list every counter the toolkit knows and every "
+                                             "series the collector exports")
+    catalog.add_argument("--source", choices=(*SOURCES, "collector"))
     catalog.add_argument("--resource", choices=RESOURCES)
     catalog.add_argument("--json", action="store_true")
     catalog.set_defaults(handler=run_catalog)
@@ -321,19 +322,33 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_catalog(args: argparse.Namespace) -> int:
+    """Every stored counter, then every other series the collector exports (``stored`` false):
+    together, every name a collector's ``/metrics`` may serve."""
     from bayes_sched.tables import print_table
-    from counters.catalog import CATALOG
+    from counters.catalog import CATALOG, GPU_LABELS, SERIES
 
     rows = [
         {"name": c.name, "units": c.units, "kind": c.kind, "source": c.source,
-         "resource": c.resource, "per_device": c.per_device, "prometheus": c.prometheus_name
+         "resource": c.resource, "per_device": c.per_device, "stored": True,
+         "prometheus": c.prometheus_name
          + ("{" + ",".join(f'{k}="{v}"' for k, v in c.prometheus_labels) + "}"
-            if c.prometheus_labels else "")}
+            if c.prometheus_labels and c.prometheus_name else "")}
         for c in CATALOG.values()
         if (args.source is None or c.source == args.source)
         and (args.resource is None or c.resource == args.resource)
     ]
-    print_table(rows, title="counters catalog", as_json=args.json)
+    for series in SERIES.values():
+        if (args.source is not None and series.source != args.source) or (
+                args.resource is not None and series.resource != args.resource):
+            continue
+        own = series.labels[len(GPU_LABELS):] if series.per_device else series.labels
+        rows.append({"name": series.name, "units": series.units, "kind": series.kind,
+                     "source": series.source, "resource": series.resource,
+                     "per_device": series.per_device, "stored": False,
+                     "prometheus": series.prometheus_name
+                     + ("{" + ",".join(own) + "}" if own else "")})
+    print_table(rows, title="counters catalog (stored counters, then exported-only series)",
+                as_json=args.json)
     return 0
 
 
