@@ -134,6 +134,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fix.set_defaults(handler=run_repair)
 
 
+#: What counters stores import (the ``store`` extra): a collector serving Prometheus only needs
+#: none of them.
+STORE_MODULES = ("xarray", "pandas", "zarr", "dask", "h5netcdf", "h5py")
+
+
+def require_store(what: str) -> None:
+    """Refuse, in one line, ``what`` (a flag or command that reads or writes a counters store)
+    when the ``store`` extra is not installed, before any work."""
+    import importlib.util
+
+    from collectors.base import CollectorError
+
+    missing = [name for name in STORE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CollectorError(f"{what} reads or writes a counters store, which needs the store "
+                             f"extra: pip install \"bayes-sched[collector,store]\" (not installed: "
+                             f"{', '.join(missing)})")
+
+
 def requested_sources(text: str | None) -> list[str]:
     """The sources ``--sources`` names (default: the built-ins), each known
     (:func:`collectors.sources.source_names`)."""
@@ -183,6 +202,8 @@ def check_collect_options(args: argparse.Namespace) -> None:
                              "0 (any free port) to 65535")
     if args.prometheus is not None:
         check_bind_address(args.bind)
+    if args.out is not None or args.replay is not None:
+        require_store("--out" if args.out is not None else "--replay")
     if args.samples is not None and args.samples < 1:
         raise CollectorError(f"--samples: expected at least 1 sample, not {args.samples}")
     if args.max_parts is not None and args.max_parts < 1:
@@ -374,6 +395,7 @@ def _summary(store: Path) -> dict[str, Any]:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    require_store("counters info")
     from bayes_sched.tables import print_json, print_table
 
     summary = _summary(args.store)
@@ -387,6 +409,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    require_store("counters validate")
     from bayes_sched.tables import print_table
     from counters import schema
     from counters.store import open_store
@@ -401,6 +424,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_repair(args: argparse.Namespace) -> int:
     """Print one line per thing :func:`counters.store.repair` dropped, or that nothing was."""
+    require_store("counters repair")
     from counters import schema
     from counters.errors import CountersError
     from counters.store import open_store, repair
@@ -421,6 +445,7 @@ def run_repair(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    require_store("counters export")
     from bayes_sched.cli._common import progress_bar
     from bayes_sched.cli.options import check_out_file
 
@@ -455,6 +480,7 @@ def parse_offsets(items: list[str]) -> dict[str, float]:
 
 
 def run_align(args: argparse.Namespace) -> int:
+    require_store("counters align")
     import numpy as np
 
     from bayes_sched.cli.options import check_out_file
