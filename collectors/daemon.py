@@ -105,6 +105,9 @@ class Collector:
         self.devices: Devices | None = None
         self.buffer: SampleBuffer | None = None
         self.stats = RunStats(keep_latencies=keep_latencies)
+        #: Source name -> whether its latest read gave at least one finite value (false when
+        #: it raised, or discovery found nothing it can read).
+        self.sources_up: dict[str, bool] = {}
         self._attrs: dict[str, object] = {}
         # Writer thread state: the sealed journal segments (indices below this) not yet committed.
         self._commit_below: int | None = None
@@ -157,12 +160,16 @@ class Collector:
         started = time.perf_counter()
         stamp = time.time()
         values: Values = {}
-        for source in self.sources:
+        for position, source in enumerate(self.sources):
             try:
-                values.update(source.sample())
+                read = source.sample()
             except Exception as error:  # one source failing must not stop the others
                 key = f"{source.name}: {type(error).__name__}: {error}"
                 self.stats.source_errors[key] = self.stats.source_errors.get(key, 0) + 1
+                read = {}
+            values.update(read)
+            self.sources_up[source.name] = (bool(self.discoveries[position].counters)
+                                            and any_finite(read))
         row = self.buffer.add(stamp, values)
         if self.writer is not None:
             try:
@@ -174,7 +181,7 @@ class Collector:
         self.stats.samples += 1
         self.stats.record_latency(latency)
         if self.exporter is not None:
-            self.exporter.update(values, self._health(latency))
+            self.exporter.update(values, self._health(latency), self.sources_up)
         if self.buffer.size >= self.flush_every:
             self.flush()
         return values
@@ -291,6 +298,11 @@ def install_signal_handlers(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def any_finite(values: Values) -> bool:
+    """Whether one sample of a source holds at least one finite reading."""
+    return any(bool(np.isfinite(value).any()) for value in values.values())
 
 
 def resident_bytes() -> float:

@@ -11,10 +11,12 @@ running / time enabled). Below 1 means perf multiplexed the PMU; divide the coun
 a full-time estimate, and read it as a noise level.
 
 System-wide counting (``pid = -1`` on each online CPU) needs ``kernel.perf_event_paranoid <= 0``
-or CAP_PERFMON; counting given processes (``pid``, ``inherit`` to their children) needs
-``perf_event_paranoid <= 2`` and the same user; at level 2 without CAP_PERFMON only user-space
-time can be counted, which the source falls back to (and says so). Each event that cannot be
-opened is reported with the reason; the rest are counted.
+or CAP_PERFMON (CAP_SYS_ADMIN before Linux 5.8); :func:`system_wide_refusal` checks both when the
+source is discovered and, when neither holds, every event is reported unavailable with one line
+saying so (the collector goes on with its other sources). Counting given processes (``pid``,
+``inherit`` to their children) needs ``perf_event_paranoid <= 2`` and the same user; at level 2
+without CAP_PERFMON only user-space time can be counted, which the source falls back to (and says
+so). Each event that cannot be opened is reported with the reason; the rest are counted.
 """
 
 from __future__ import annotations
@@ -78,6 +80,38 @@ def paranoid_level(proc: str = "/proc") -> int | None:
     """``kernel.perf_event_paranoid``; None when the kernel has no perf events."""
     text = read_text(os.path.join(proc, "sys/kernel/perf_event_paranoid"))
     return int(text) if text is not None and text.strip().lstrip("-").isdigit() else None
+
+
+#: Capability bits (linux/capability.h) that lift perf_event_paranoid for CPU-wide events.
+CAP_SYS_ADMIN, CAP_PERFMON = 21, 38
+
+
+def effective_capabilities(proc: str = "/proc") -> int | None:
+    """This process's effective capability mask (``CapEff`` of ``self/status``); None when
+    unreadable."""
+    for line in (read_text(os.path.join(proc, "self/status")) or "").splitlines():
+        if line.startswith("CapEff:"):
+            try:
+                return int(line.split(":", 1)[1].strip(), 16)
+            except ValueError:
+                return None
+    return None
+
+
+def system_wide_refusal(proc: str = "/proc") -> str | None:
+    """Why this process may not count perf events system-wide, in one line; None when it may
+    (``kernel.perf_event_paranoid <= 0``, or CAP_PERFMON or CAP_SYS_ADMIN in effect) or when
+    that cannot be told (no perf events, capabilities unreadable: opening the events says)."""
+    paranoid = paranoid_level(proc)
+    capabilities = effective_capabilities(proc)
+    if paranoid is None or paranoid <= 0 or capabilities is None:
+        return None
+    if capabilities & ((1 << CAP_PERFMON) | (1 << CAP_SYS_ADMIN)):
+        return None
+    return (f"system-wide perf counting needs kernel.perf_event_paranoid <= 0 (this host: "
+            f"{paranoid}) or CAP_PERFMON, which this process lacks; set the host's sysctl "
+            "kernel.perf_event_paranoid=0, or grant CAP_PERFMON (systemd: "
+            "AmbientCapabilities=CAP_PERFMON), or count given processes with --pid")
 
 
 def perf_event_open(type_: int, config: int, pid: int, cpu: int, inherit: bool = False,
@@ -201,6 +235,11 @@ class PerfSource:
             reason = "no perf events in this kernel (no /proc/sys/kernel/perf_event_paranoid)"
             for name, *_ in PERF_EVENTS:
                 found.unavailable[name] = reason
+            return found
+        refusal = None if self.pids else system_wide_refusal(self.proc)
+        if refusal is not None:  # checked once, at start: one line rather than one per event
+            for event in self.events:
+                found.unavailable[EVENT_NAMES.get(event, event)] = refusal
             return found
         found.notes.append(f"counting {self.scope}, perf_event_paranoid={paranoid}")
         by_event = {event: name for name, event, *_ in PERF_EVENTS}

@@ -10,7 +10,11 @@ Labels: every metric has ``hostname`` (the collector's node name, ``--node``, de
 name); per-GPU metrics add ``gpu`` (NVML index), ``uuid`` and ``model_name``; the per-process GPU
 memory adds ``pid`` and, for a process in a container, ``pod_uid`` and ``container_id`` (from
 ``/proc/<pid>/cgroup``, see :mod:`collectors.cgroup`). NaN values (not read this time) are left
-out rather than exported. The collector's own health is ``bayes_sched_collector_*``.
+out rather than exported. The collector's own health is ``bayes_sched_collector_*``, among it
+``bayes_sched_collector_source_up{source}`` (0 for a source whose latest read failed, so a node
+whose NVML fails shows it rather than silently losing its GPU series), and
+``bayes_sched_build_info{version,python}`` is always 1. Every exported name is in the catalog
+(:func:`counters.catalog.prometheus_names`, ``bayes-sched counters catalog``).
 
 The port is :data:`DEFAULT_PORT` (10451): not 9400 (dcgm-exporter) nor any port of Prometheus's
 default-port allocation list, so the collector runs beside node_exporter and dcgm-exporter.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import math
+import platform
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -32,7 +37,13 @@ from prometheus_client.registry import Collector
 from collectors import DEFAULT_PROMETHEUS_PORT
 from collectors.base import CollectorError, Devices, Values
 from collectors.cgroup import Workload, workload_of
-from counters.catalog import CATALOG, CLOCK_EVENT_REASON_BITS, PROMETHEUS_PREFIX
+from counters.catalog import (
+    CATALOG,
+    CLOCK_EVENT_REASON_BITS,
+    GPU_LABELS,
+    SERIES,
+    Series,
+)
 
 #: The collector's Prometheus port, documented in the README and used by the deploy/ files.
 DEFAULT_PORT = DEFAULT_PROMETHEUS_PORT
@@ -40,19 +51,28 @@ DEFAULT_PORT = DEFAULT_PROMETHEUS_PORT
 #: A callable giving the latest compute processes per GPU index: [(pid, used bytes)].
 ProcessUsage = Callable[[], Mapping[int, Sequence[tuple[int, float]]]]
 
-#: Labels of every per-GPU metric, after ``hostname``.
-GPU_LABELS = ("gpu", "uuid", "model_name")
+#: The collector's own health metrics, by name after ``bayes_sched_collector_`` (catalog
+#: :data:`counters.catalog.SERIES`), which :meth:`LatestSampleCollector.update` takes.
+HEALTH_METRICS: tuple[str, ...] = tuple(
+    name.removeprefix("collector_") for name, series in SERIES.items()
+    if series.source == "collector" and name.startswith("collector_") and not series.labels)
 
-#: The collector's own metrics: (name after ``bayes_sched_collector_``, kind, help).
-HEALTH_METRICS: Mapping[str, tuple[str, str]] = {
-    "samples_total": ("counter", "Samples taken since the collector started."),
-    "skipped_samples_total": (
-        "counter", "Sampling instants missed because a sample overran the interval."),
-    "dropped_samples_total": (
-        "counter", "Samples dropped unwritten because the store could not keep up (memory bound)."),
-    "sample_duration_seconds": ("gauge", "Time the latest sample took to read every source."),
-    "resident_memory_bytes": ("gauge", "Resident set size of the collector process."),
-}
+
+def build_version() -> str:
+    """The installed bayes-sched distribution's version, ``"unknown"`` when it is not installed
+    (a source checkout on ``PYTHONPATH``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bayes-sched")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _family(series: Series) -> CounterMetricFamily | GaugeMetricFamily:
+    """An empty family for a catalog series, with its help text and labels."""
+    kind = CounterMetricFamily if series.kind == "counter" else GaugeMetricFamily
+    return kind(series.prometheus_name, series.description, labels=["hostname", *series.labels])
 
 
 class LatestSampleCollector:
@@ -68,18 +88,29 @@ class LatestSampleCollector:
         self._lock = threading.Lock()
         self._values: Values = {}
         self._health: dict[str, float] = {}
+        self._up: dict[str, float] = {}
+        self.version = build_version()
 
-    def update(self, values: Values, health: Mapping[str, float]) -> None:
+    def update(self, values: Values, health: Mapping[str, float],
+               sources_up: Mapping[str, bool] | None = None) -> None:
+        """Serve ``values`` (one sample), ``health`` (keys of :data:`HEALTH_METRICS`) and, per
+        source name, whether its latest read worked (``bayes_sched_collector_source_up``)."""
+        unknown = set(health) - set(HEALTH_METRICS)
+        if unknown:
+            raise ValueError(f"unknown collector health metric(s): {', '.join(sorted(unknown))}")
         with self._lock:
             self._values = dict(values)
             self._health = dict(health)
+            if sources_up is not None:
+                self._up = {name: 1.0 if up else 0.0 for name, up in sources_up.items()}
 
     def describe(self) -> list[Metric]:
         return []  # metrics depend on discovery; skip registration-time collection
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            values, health = self._values, self._health
+            values, health, up = self._values, self._health, self._up
+        yield self._build_info()
         families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         device_labels = self._device_labels()
         for name, value in values.items():
@@ -110,17 +141,22 @@ class LatestSampleCollector:
         if self.process_usage is not None:
             yield self._processes(device_labels)
         for key, value in health.items():
-            kind_name, text = HEALTH_METRICS.get(key, ("gauge", f"Collector {key}."))
-            kind = CounterMetricFamily if kind_name == "counter" else GaugeMetricFamily
-            metric = kind(f"{PROMETHEUS_PREFIX}collector_{key}", text, labels=["hostname"])
+            metric = _family(SERIES[f"collector_{key}"])
             metric.add_metric([self.node], value)
             yield metric
+        if up:
+            source_up = _family(SERIES["collector_source_up"])
+            for name, value in sorted(up.items()):
+                source_up.add_metric([self.node, name], value)
+            yield source_up
+
+    def _build_info(self) -> Metric:
+        info = _family(SERIES["build_info"])
+        info.add_metric([self.node, self.version, platform.python_version()], 1.0)
+        return info
 
     def _gpu_info(self, device_labels: list[tuple[str, str, str]]) -> Metric:
-        info = GaugeMetricFamily(
-            f"{PROMETHEUS_PREFIX}gpu_info",
-            "1 for each GPU the collector reads; its labels name the GPU (join on gpu or uuid).",
-            labels=["hostname", *GPU_LABELS, "pci_bus_id"])
+        info = _family(SERIES["gpu_info"])
         bus_ids = list(self.devices.pci_bus_ids) if self.devices is not None else []
         for index, labels in enumerate(device_labels):
             info.add_metric([self.node, *labels, bus_ids[index] if index < len(bus_ids) else ""],
@@ -130,11 +166,7 @@ class LatestSampleCollector:
     def _processes(self, device_labels: list[tuple[str, str, str]]) -> Metric:
         """Device memory per compute process, labelled with its pod and container."""
         assert self.process_usage is not None
-        processes = GaugeMetricFamily(
-            f"{PROMETHEUS_PREFIX}gpu_process_memory_used_bytes",
-            "Device memory used by one compute process on the GPU (bytes); pod_uid and "
-            "container_id name its Kubernetes pod and container, empty outside one.",
-            labels=["hostname", *GPU_LABELS, "pid", "pod_uid", "container_id"])
+        processes = _family(SERIES["gpu_process_memory_used_bytes"])
         for index, running in self.process_usage().items():
             gpu = (device_labels[index] if index < len(device_labels)
                    else (str(index), "", ""))
@@ -147,10 +179,7 @@ class LatestSampleCollector:
     def _clock_events(self, masks: np.ndarray,
                       device_labels: list[tuple[str, str, str]]) -> Metric:
         """One 0/1 series per GPU and clock-event reason, decoded from the NVML bitmask."""
-        active = GaugeMetricFamily(
-            f"{PROMETHEUS_PREFIX}gpu_clock_event_reason_active",
-            "1 while NVML reports this clock-event (throttle) reason for the GPU, else 0.",
-            labels=["hostname", *GPU_LABELS, "reason"])
+        active = _family(SERIES["gpu_clock_event_reason_active"])
         for index, mask in enumerate(masks):
             if not math.isfinite(mask) or index >= len(device_labels):
                 continue

@@ -138,8 +138,10 @@ _NVML: tuple[Counter, ...] = (
          "gpu_nvlink_receive_bytes_total", wrap_bits=64),
     _gpu("gpu_compute_processes", "1", "gauge", "gpu_sm", "compute processes on the GPU",
          "gpu_compute_processes"),
-    _gpu("gpu_process_memory_used", "byte", "gauge", "gpu_memory_capacity",
-         "device memory used by compute processes, summed", "gpu_process_memory_used_bytes"),
+    # Stored only: Prometheus gets it per process (SERIES["gpu_process_memory_used_bytes"],
+    # which ``sum by (gpu)`` totals), so one name never carries two label sets.
+    Counter("gpu_process_memory_used", "byte", "gauge", "nvml", "gpu_memory_capacity",
+            "device memory used by compute processes, summed", per_device=True),
 )
 
 _GPM: tuple[Counter, ...] = (
@@ -285,6 +287,76 @@ CLOCK_EVENT_REASON_BITS: Mapping[int, str] = MappingProxyType({
 CATALOG: Mapping[str, Counter] = MappingProxyType(
     {c.name: c for c in (*_NVML, *_GPM, *_PCIE, *_perf_counters(), *_PROCFS)}
 )
+
+
+#: Labels of every per-GPU series, after ``hostname``.
+GPU_LABELS: tuple[str, ...] = ("gpu", "uuid", "model_name")
+
+SeriesSource = Literal["nvml", "collector"]
+
+
+@dataclass(frozen=True)
+class Series:
+    """A Prometheus series the collector exports that is not a stored counter.
+
+    ``labels`` are the label names beyond ``hostname`` (every series has it), in export order;
+    ``source`` is the collector source that feeds it, or ``"collector"`` for the collector's own
+    health and build information.
+    """
+
+    name: str
+    kind: Kind
+    source: SeriesSource
+    description: str
+    labels: tuple[str, ...] = ()
+    units: str = "1"
+    resource: Resource | None = None
+
+    @property
+    def per_device(self) -> bool:
+        return self.labels[:len(GPU_LABELS)] == GPU_LABELS
+
+    @property
+    def prometheus_name(self) -> str:
+        return PROMETHEUS_PREFIX + self.name
+
+
+#: Every exported series that is not a counter of :data:`CATALOG`, by name (after the prefix).
+SERIES: Mapping[str, Series] = MappingProxyType({s.name: s for s in (
+    Series("gpu_info", "gauge", "nvml",
+           "1 for each GPU the collector reads; its labels name the GPU (join on gpu or uuid).",
+           (*GPU_LABELS, "pci_bus_id")),
+    Series("gpu_clock_event_reason_active", "gauge", "nvml",
+           "1 while NVML reports this clock-event (throttle) reason for the GPU, else 0.",
+           (*GPU_LABELS, "reason"), resource="gpu_sm"),
+    Series("gpu_process_memory_used_bytes", "gauge", "nvml",
+           "Device memory used by one compute process on the GPU (bytes); pod_uid and "
+           "container_id name its Kubernetes pod and container, empty outside one.",
+           (*GPU_LABELS, "pid", "pod_uid", "container_id"), "byte", "gpu_memory_capacity"),
+    Series("collector_samples_total", "counter", "collector",
+           "Samples taken since the collector started."),
+    Series("collector_skipped_samples_total", "counter", "collector",
+           "Sampling instants missed because a sample overran the interval."),
+    Series("collector_dropped_samples_total", "counter", "collector",
+           "Samples dropped unwritten because the store could not keep up (memory bound)."),
+    Series("collector_sample_duration_seconds", "gauge", "collector",
+           "Time the latest sample took to read every source.", units="s"),
+    Series("collector_resident_memory_bytes", "gauge", "collector",
+           "Resident set size of the collector process.", units="byte"),
+    Series("collector_source_up", "gauge", "collector",
+           "1 when the source's latest read gave at least one value; 0 when it raised, gave "
+           "none, or discovery found nothing it can read (no driver, not permitted).",
+           ("source",)),
+    Series("build_info", "gauge", "collector",
+           "1, labelled with the running collector's bayes-sched version and Python version.",
+           ("version", "python")),
+)})
+
+
+def prometheus_names() -> frozenset[str]:
+    """Every metric name the collector may export: the counters' and :data:`SERIES`."""
+    return frozenset({c.prometheus_name for c in CATALOG.values() if c.prometheus_name}
+                     | {s.prometheus_name for s in SERIES.values()})
 
 
 def get(name: str) -> Counter:

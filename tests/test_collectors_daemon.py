@@ -182,6 +182,51 @@ def test_prometheus_endpoint_serves_over_loopback_and_a_busy_port_is_one_error()
         endpoint.close()
 
 
+def scrape_samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One real scrape of ``127.0.0.1:port``: (metric, sorted labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_build_info_and_each_sources_up_are_served(tmp_path: Path) -> None:
+    """NVML that cannot load (no such library) is 0 from the start; a source that fails a read
+    is 0 for that sample and 1 again when it reads; build_info names the installed version."""
+    import platform
+    from importlib.metadata import version
+
+    from collectors.nvml import NvmlSource
+
+    class Flaky(FlakyProcfs):
+        name = "flaky"
+
+    nvml = NvmlSource(library=str(tmp_path / "libnvidia-ml-missing.so"))
+    exporter = LatestSampleCollector("n1", None)
+    endpoint = PrometheusEndpoint(exporter, 0)
+    collector = Collector([nvml, ProcfsSource(), Flaky()], interval_s=0.01, node="n1",
+                          exporter=exporter, flush_every=100)
+    try:
+        before = scrape_samples(endpoint.port)
+        build = [dict(k) for name, k in before if name == "bayes_sched_build_info"]
+        assert build == [{"hostname": "n1", "version": version("bayes-sched"),
+                          "python": platform.python_version()}]
+        assert not any(name == "bayes_sched_collector_source_up" for name, _ in before)
+        collector.discover()
+        seen = []
+        for _ in range(2):
+            collector.sample_once()
+            served = scrape_samples(endpoint.port)
+            seen.append({dict(k)["source"]: v for (name, k), v in served.items()
+                         if name == "bayes_sched_collector_source_up"})
+        assert seen == [{"nvml": 0.0, "procfs": 1.0, "flaky": 1.0},
+                        {"nvml": 0.0, "procfs": 1.0, "flaky": 0.0}]
+        assert served[("bayes_sched_collector_samples_total", (("hostname", "n1"),))] == 2.0
+    finally:
+        endpoint.close()
+        collector.close()
+
+
 def start_collect(*args: str) -> subprocess.Popen[str]:
     process = subprocess.Popen([sys.executable, "-m", "bayes_sched", "collect", *args],
                                stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)

@@ -104,10 +104,20 @@ def test_without_capabilities_it_says_why_and_falls_back_to_user_space() -> None
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=True)
     report = json.loads(result.stdout)
-    assert "not permitted to count system-wide" in report["wide"]["perf_task_clock"]
-    assert "perf_event_paranoid=" in report["wide"]["perf_task_clock"]
+    assert "system-wide perf counting needs kernel.perf_event_paranoid <= 0" in \
+        report["wide"]["perf_task_clock"]
     assert "perf_task_clock" in report["own"]
     assert any("user space only" in note for note in report["notes"])
+    # The collector starts, says it once, serves its other sources and its perf source as down.
+    started = subprocess.run(
+        [setpriv, "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-m", "bayes_sched",
+         "collect", "--sources", "perf,procfs", "--prometheus", "0", "--samples", "2",
+         "--interval", "0.05s"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert started.returncode == 0, started.stderr
+    perf_lines = [line for line in started.stderr.splitlines() if "perf:" in line]
+    assert len(perf_lines) == 2, perf_lines  # "reading 0 counter(s)" and the reason
+    assert "needs kernel.perf_event_paranoid <= 0" in perf_lines[1]
 
 
 def test_real_software_recordings_parse_to_catalog_values() -> None:
@@ -175,3 +185,31 @@ def test_uncore_events_resolve_from_a_pmu_sysfs_tree(tmp_path: Path) -> None:
     assert (event.type_, event.config, event.cpus) == (14, 0x0304, [0, 28])
     assert event.scale == pytest.approx(64.0)  # one CAS = one 64-byte line
     assert parse_cpu_list("0-3,6,8-9\n") == [0, 1, 2, 3, 6, 8, 9]
+
+
+def _fake_proc(root: Path, paranoid: str, capabilities: int) -> str:
+    (root / "sys" / "kernel").mkdir(parents=True)
+    (root / "sys" / "kernel" / "perf_event_paranoid").write_text(paranoid + "\n")
+    (root / "self").mkdir()
+    (root / "self" / "status").write_text(f"Name:\tpython\nCapEff:\t{capabilities:016x}\n")
+    return str(root)
+
+
+def test_a_missing_system_wide_permission_is_one_line_at_start(tmp_path: Path) -> None:
+    # paranoid 2 and no capability: every event unavailable for one reason, none opened.
+    proc = _fake_proc(tmp_path / "p2", "2", 0)
+    source = PerfSource(proc=proc)
+    found = source.discover()
+    assert found.counters == [] and source._fds == {}
+    lines = found.lines()
+    assert len(lines) == 2, lines  # "reading 0 counter(s)", then the one reason
+    assert "kernel.perf_event_paranoid <= 0 (this host: 2) or CAP_PERFMON" in lines[1]
+    assert "AmbientCapabilities=CAP_PERFMON" in lines[1]
+    # Permitted: paranoid <= 0, or CAP_PERFMON (bit 38) or CAP_SYS_ADMIN (bit 21) in effect.
+    from collectors.perf import system_wide_refusal
+
+    assert system_wide_refusal(_fake_proc(tmp_path / "p0", "0", 0)) is None
+    assert system_wide_refusal(_fake_proc(tmp_path / "cap", "2", 1 << 38)) is None
+    assert system_wide_refusal(_fake_proc(tmp_path / "adm", "3", 1 << 21)) is None
+    # Counting given processes is another permission: not refused up front.
+    assert PerfSource(pids=[os.getpid()], proc=proc).discover().notes

@@ -121,6 +121,34 @@ def test_dashboard_queries_name_metrics_and_labels_a_real_scrape_returns(scrape:
     assert not any(name.startswith(("node_", "DCGM_")) for name in scrape)
 
 
+def catalog_prometheus_names() -> set[str]:
+    """The Prometheus names ``bayes-sched counters catalog --json`` lists (labels cut off)."""
+    result = subprocess.run([sys.executable, "-m", "bayes_sched", "counters", "catalog", "--json"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return {row["prometheus"].split("{")[0] for row in json.loads(result.stdout)
+            if row["prometheus"]}
+
+
+def dashboard_metrics(path: Path) -> set[str]:
+    """Every bayes_sched_* metric name a Grafana dashboard's queries and variables name."""
+    return set(re.findall(r"\bbayes_sched_\w+", path.read_text()))
+
+
+def test_the_catalog_lists_every_series_a_real_collector_serves_and_the_dashboard_queries(
+        scrape: Scrape) -> None:
+    listed = catalog_prometheus_names()
+    served = set(scrape)
+    assert served - listed == set(), "served but not in `counters catalog`"
+    # The series the issue named, among them the collector's own health and build info.
+    assert {"bayes_sched_collector_samples_total", "bayes_sched_gpu_info",
+            "bayes_sched_gpu_clock_event_reason_active", "bayes_sched_build_info",
+            "bayes_sched_collector_source_up"} <= served
+    queried = dashboard_metrics(DASHBOARD)
+    assert len(queried) >= 10
+    assert queried - listed == set(), "the collector dashboard queries names not in the catalog"
+
+
 def test_kubernetes_daemonset_service_and_servicemonitor_fit_together() -> None:
     docs = kubernetes_documents()
     assert set(docs) == {"Namespace", "DaemonSet", "Service", "ServiceMonitor"}
@@ -146,8 +174,28 @@ def test_kubernetes_daemonset_service_and_servicemonitor_fit_together() -> None:
     assert all(name in env for name in re.findall(r"\$\((\w+)\)", " ".join(args)))
     parsed = collect_args([a.replace("$(NODE_NAME)", "node-a") for a in args])
     assert parsed.prometheus == DEFAULT_PROMETHEUS_PORT and parsed.bind == "0.0.0.0"
-    assert container["image"].split(":")[0] == "bayes-sched-collector"
-    assert "-t bayes-sched-collector" in (DEPLOY / "Containerfile").read_text()
+    assert container["image"] == collector_image()
+
+
+def collector_image() -> str:
+    """``bayes-sched-collector:<pyproject version>``: the one name and tag the Containerfile
+    builds and every deploy file pulls."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    return f"bayes-sched-collector:{version}"
+
+
+def test_one_image_name_and_tag_everywhere() -> None:
+    image = collector_image()
+    tagged: dict[str, set[str]] = {}
+    for path in sorted(DEPLOY.rglob("*")):
+        if path.is_file():
+            found = set(re.findall(r"bayes-sched-collector:[\w.$-]+", path.read_text()))
+            if found:
+                tagged[str(path.relative_to(DEPLOY))] = found
+    assert {"Containerfile", "kubernetes/daemonset.yaml"} <= set(tagged)
+    assert all(found == {image} for found in tagged.values()), tagged
+    containerfile = (DEPLOY / "Containerfile").read_text()
+    assert f"-t {image} ." in containerfile and f"-p 10451:10451 {image}" in containerfile
 
 
 def test_the_container_recipe_installs_the_collector_extra_and_runs_a_valid_command() -> None:
@@ -210,3 +258,70 @@ def test_the_prometheus_scrape_config_targets_the_collector_port() -> None:
     assert job["metrics_path"] == "/metrics"
     targets = [t for group in job["static_configs"] for t in group["targets"]]
     assert targets and all(t.rsplit(":", 1)[1] == str(DEFAULT_PROMETHEUS_PORT) for t in targets)
+
+
+#: What the collector image must not carry (issue 35): counters stores' and the models' packages.
+NOT_IN_COLLECTOR = {"pandas", "dask", "h5py", "h5netcdf", "xarray", "zarr", "torch", "pyro-ppl",
+                    "botorch", "gpytorch", "scipy", "matplotlib"}
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """Every distribution ``requirements`` pull in, transitively, read from the installed
+    distributions' metadata (extras of dependencies not followed, as pip does without them)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        requirement = todo.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name = canonicalize_name(requirement.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            todo += [Requirement(r) for r in requires(name) or []]
+        except PackageNotFoundError:
+            pass  # not installed here (a platform-only dependency): nothing more to follow
+    return seen
+
+
+def test_the_collector_extra_pulls_in_no_store_or_model_package() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    collector = _closure([*project["dependencies"], *project["optional-dependencies"]["collector"]])
+    assert {"numpy", "prometheus-client", "nvidia-ml-py"} <= collector
+    assert collector & NOT_IN_COLLECTOR == set()
+    store = _closure(project["optional-dependencies"]["store"])
+    assert {"pandas", "dask", "h5py", "h5netcdf", "xarray", "zarr"} <= store
+
+
+def _without_store(*args: str) -> subprocess.CompletedProcess[str]:
+    """``bayes-sched ARGS`` in a Python where the store extra's modules cannot be imported."""
+    code = ("import sys\n"
+            "for name in sys.argv[1].split(','):\n"
+            "    sys.modules[name] = None  # import fails, find_spec answers None\n"
+            "from bayes_sched.cli import main\n"
+            "sys.exit(main(sys.argv[2:]))\n")
+    blocked = ",".join(sorted(NOT_IN_COLLECTOR - {"pyro-ppl"} | {"pyro"}))
+    return subprocess.run([sys.executable, "-c", code, blocked, *args], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+
+
+def test_the_collector_serves_without_the_store_extra_and_out_names_it(tmp_path: Path) -> None:
+    served = _without_store("collect", "--sources", "procfs,perf", "--prometheus", "0",
+                            "--samples", "3", "--interval", "0.05s")
+    assert served.returncode == 0, served.stderr
+    assert "3 samples taken" in served.stderr
+    store = tmp_path / "store"
+    refused = _without_store("collect", "--sources", "procfs", "--out", str(store),
+                             "--samples", "3")
+    assert refused.returncode == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert 'pip install "bayes-sched[collector,store]"' in line and "xarray" in line, line
+    assert not store.exists()
+    info = _without_store("counters", "info", str(store))
+    assert info.returncode == 2 and "counters info reads or writes a counters store" in info.stderr

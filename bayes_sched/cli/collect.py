@@ -94,8 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     counters = subparsers.add_parser("counters", help="inspect, validate and export counters")
     sub = counters.add_subparsers(dest="counters_command", metavar="ACTION", required=True)
-    catalog = sub.add_parser("catalog", help="list every counter the toolkit knows")
-    catalog.add_argument("--source", choices=SOURCES)
+    catalog = sub.add_parser("catalog", help="list every counter the toolkit knows and every "
+                                             "series the collector exports")
+    catalog.add_argument("--source", choices=(*SOURCES, "collector"))
     catalog.add_argument("--resource", choices=RESOURCES)
     catalog.add_argument("--json", action="store_true")
     catalog.set_defaults(handler=run_catalog)
@@ -131,6 +132,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "and report, one line each, what was dropped.")
     fix.add_argument("store", type=Path)
     fix.set_defaults(handler=run_repair)
+
+
+#: What counters stores import (the ``store`` extra): a collector serving Prometheus only needs
+#: none of them.
+STORE_MODULES = ("xarray", "pandas", "zarr", "dask", "h5netcdf", "h5py")
+
+
+def require_store(what: str) -> None:
+    """Refuse, in one line, ``what`` (a flag or command that reads or writes a counters store)
+    when the ``store`` extra is not installed, before any work."""
+    import importlib.util
+
+    from collectors.base import CollectorError
+
+    missing = [name for name in STORE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CollectorError(f"{what} reads or writes a counters store, which needs the store "
+                             f"extra: pip install \"bayes-sched[collector,store]\" (not installed: "
+                             f"{', '.join(missing)})")
 
 
 def requested_sources(text: str | None) -> list[str]:
@@ -182,6 +202,8 @@ def check_collect_options(args: argparse.Namespace) -> None:
                              "0 (any free port) to 65535")
     if args.prometheus is not None:
         check_bind_address(args.bind)
+    if args.out is not None or args.replay is not None:
+        require_store("--out" if args.out is not None else "--replay")
     if args.samples is not None and args.samples < 1:
         raise CollectorError(f"--samples: expected at least 1 sample, not {args.samples}")
     if args.max_parts is not None and args.max_parts < 1:
@@ -321,19 +343,33 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_catalog(args: argparse.Namespace) -> int:
+    """Every stored counter, then every other series the collector exports (``stored`` false):
+    together, every name a collector's ``/metrics`` may serve."""
     from bayes_sched.tables import print_table
-    from counters.catalog import CATALOG
+    from counters.catalog import CATALOG, GPU_LABELS, SERIES
 
     rows = [
         {"name": c.name, "units": c.units, "kind": c.kind, "source": c.source,
-         "resource": c.resource, "per_device": c.per_device, "prometheus": c.prometheus_name
+         "resource": c.resource, "per_device": c.per_device, "stored": True,
+         "prometheus": c.prometheus_name
          + ("{" + ",".join(f'{k}="{v}"' for k, v in c.prometheus_labels) + "}"
-            if c.prometheus_labels else "")}
+            if c.prometheus_labels and c.prometheus_name else "")}
         for c in CATALOG.values()
         if (args.source is None or c.source == args.source)
         and (args.resource is None or c.resource == args.resource)
     ]
-    print_table(rows, title="counters catalog", as_json=args.json)
+    for series in SERIES.values():
+        if (args.source is not None and series.source != args.source) or (
+                args.resource is not None and series.resource != args.resource):
+            continue
+        own = series.labels[len(GPU_LABELS):] if series.per_device else series.labels
+        rows.append({"name": series.name, "units": series.units, "kind": series.kind,
+                     "source": series.source, "resource": series.resource,
+                     "per_device": series.per_device, "stored": False,
+                     "prometheus": series.prometheus_name
+                     + ("{" + ",".join(own) + "}" if own else "")})
+    print_table(rows, title="counters catalog (stored counters, then exported-only series)",
+                as_json=args.json)
     return 0
 
 
@@ -359,6 +395,7 @@ def _summary(store: Path) -> dict[str, Any]:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    require_store("counters info")
     from bayes_sched.tables import print_json, print_table
 
     summary = _summary(args.store)
@@ -372,6 +409,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    require_store("counters validate")
     from bayes_sched.tables import print_table
     from counters import schema
     from counters.store import open_store
@@ -386,6 +424,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_repair(args: argparse.Namespace) -> int:
     """Print one line per thing :func:`counters.store.repair` dropped, or that nothing was."""
+    require_store("counters repair")
     from counters import schema
     from counters.errors import CountersError
     from counters.store import open_store, repair
@@ -406,6 +445,7 @@ def run_repair(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    require_store("counters export")
     from bayes_sched.cli._common import progress_bar
     from bayes_sched.cli.options import check_out_file
 
@@ -440,6 +480,7 @@ def parse_offsets(items: list[str]) -> dict[str, float]:
 
 
 def run_align(args: argparse.Namespace) -> int:
+    require_store("counters align")
     import numpy as np
 
     from bayes_sched.cli.options import check_out_file
