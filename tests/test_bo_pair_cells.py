@@ -23,7 +23,7 @@ from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
 from bayes_sched.estimation.throughput_cells import CellPrediction
 from bayes_sched.interference.contention_prior import ContentionPrior
 from bayes_sched.interference.pairs import ROUND_SECONDS, PairResiduals
-from bayes_sched.interference.predictor import ColocationRound
+from bayes_sched.colocation import ColocationRound
 from bayes_sched.policies import BayesOptPolicy
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim.laws import RunningJob

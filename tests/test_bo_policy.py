@@ -12,7 +12,7 @@ from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation import JobModelEstimator
 from bayes_sched.interference.pairs import PairResiduals
-from bayes_sched.interference.predictor import ColocationRound, speed_factor
+from bayes_sched.colocation import ColocationRound, speed_factor
 from bayes_sched.jobs import JobView
 from bayes_sched.policies import POLICIES, BayesOptPolicy, make_policy
 from bayes_sched.policies.pollux import GAConfig

@@ -16,7 +16,7 @@ from bayes_sched.estimation.posteriors import (
     GoodputPosterior,
 )
 from bayes_sched.interference.pairs import PairResiduals
-from bayes_sched.interference.posteriors import SlowdownPosterior
+from bayes_sched.colocation import SlowdownPosterior
 from bayes_sched.jobs import BatchLimits, GradientStats, JobModel
 from bayes_sched.policies.remaining_work import (
     DirichletRegimePredictor,

@@ -9,7 +9,7 @@ Each adapter binds a query to the object that answers it, without changing its a
   goodput at the job's best batch in examples (at its initial batch) per second, shape ``(A,)``;
 
 The co-location and contention keys and their adapter sit beside the slowdown predictors
-(:mod:`bayes_sched.interference.posteriors`), the remaining-work adapter beside its predictors
+(:mod:`bayes_sched.colocation`), the remaining-work adapter beside its predictors
 (:class:`bayes_sched.policies.remaining_work.RemainingWorkPosterior`).
 """
 

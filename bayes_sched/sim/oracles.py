@@ -15,11 +15,17 @@ jobs run at; :func:`world_oracles` offers it as
 Which table the oracle knows is the world's truth (the table its cluster runs on), or the
 oracle's ``table`` option naming another shipped table (Gavel's ``"simulation"`` or
 ``"physical"``, Shockwave's ``"tacc"``).
+
+A world whose jobs change their batch size (Shockwave's) also knows each job's true remaining
+work; it offers it as
+
+* ``oracle_remaining_work``: :class:`~bayes_sched.estimation.remaining_work.OracleRemainingWork`
+  for the ``remaining_work`` need, labelled ``oracle`` (the upper bound of the predictors).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from bayes_sched.cluster import ClusterState
@@ -27,6 +33,7 @@ from bayes_sched.estimates import Estimate
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.cell_learners import OracleLearner
 from bayes_sched.estimation.registry import EstimatorRegistry
+from bayes_sched.estimation.remaining_work import OracleRemainingWork, RemainingWorkEstimator
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobView
 from bayes_sched.throughput_estimates import THROUGHPUT
@@ -60,10 +67,12 @@ class ThroughputOracle:
         return {}
 
 
-def world_oracles(truth: ThroughputTable) -> EstimatorRegistry:
+def world_oracles(truth: ThroughputTable,
+                  remaining_seconds: Callable[[str], float] | None = None) -> EstimatorRegistry:
     """The oracles of a throughput-table world whose jobs run at ``truth``: ``oracle`` and
     ``oracle_stage`` (see the module), each with a ``table`` option naming another shipped
-    table (default: ``truth``)."""
+    table (default: ``truth``); with ``remaining_seconds`` (job name -> seconds of training it
+    truly has left alone on its GPUs), ``oracle_remaining_work`` too."""
 
     def oracle(table: TableName | None = None) -> Estimator:
         """the measured table the world's jobs run at, read as it is (Gavel's rule)"""
@@ -78,6 +87,16 @@ def world_oracles(truth: ThroughputTable) -> EstimatorRegistry:
     registry = EstimatorRegistry("oracle")
     registry.register("oracle", oracle, serves=("throughput",))
     registry.register("oracle_stage", oracle_stage, serves=("throughput",))
+    if remaining_seconds is not None:
+        truly_left = remaining_seconds
+
+        def oracle_remaining_work(whole_epochs: bool = False) -> Estimator:
+            """each job's true remaining work (``whole_epochs``: the profiles beside it)"""
+            return RemainingWorkEstimator(OracleRemainingWork(truly_left, whole_epochs),
+                                          "oracle")
+
+        registry.register("oracle_remaining_work", oracle_remaining_work,
+                          serves=("remaining_work",))
     return registry
 
 
