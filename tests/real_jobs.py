@@ -14,6 +14,7 @@ import numpy as np
 from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
 from bayes_sched.client.protocol import read_reports
 from bayes_sched.estimation import run_estimators
+from bayes_sched.estimation.choose import policy_estimators
 from bayes_sched.estimation.job_models import profile_of
 from bayes_sched.policies import make_policy
 from perfmodel.throughput import fit_throughput
@@ -88,7 +89,7 @@ def check_step_times_reach_the_model(state: Path, record: dict[str, Any], gpu_ty
     record = dict(record, status="pending", allocation=[0] * len(record["allocation"]))
     cluster = RealCluster(launcher, state / "jobs", RealClusterConfig())
     cluster.restore([record])
-    (view,) = run_estimators(make_policy("pollux").estimators(), cluster.state,
+    (view,) = run_estimators(policy_estimators(make_policy("pollux")), cluster.state,
                              cluster.job_views())
     steps = [r for r in read_reports(state / "jobs" / name)[0] if r["kind"] == "step"]
     first: dict[tuple[int, int, int], float] = {}

@@ -115,7 +115,7 @@ ESTIMATORS.register("dirichlet", "bayes_sched.estimation.remaining_work:dirichle
 ESTIMATORS.register("noise_scale", "bayes_sched.estimation.remaining_work:noise_scale",
                     "ours: a posterior over the job's gradient-noise-scale curve",
                     serves=("remaining_work",))
-ESTIMATORS.register("colocation", "bayes_sched.interference.colocation:colocation_learning",
+ESTIMATORS.register("bo_colocation", "bayes_sched.interference.colocation:colocation_learning",
                     "bo's co-location learning: contention prior from counters, then pair "
                     "residuals", serves=("colocation",))
 

@@ -71,7 +71,7 @@ class ColocationLearning:
         fit_problems: messages of failed predictor fits (the previous posterior kept).
     """
 
-    name = "colocation"
+    name = "bo_colocation"
 
     def __init__(self, predictors: Sequence[SlowdownPredictor],
                  node_topology: NodeTopology | None = None, error_forget: float = 0.8) -> None:
@@ -91,12 +91,12 @@ class ColocationLearning:
         for predictor in self.predictors:
             if isinstance(predictor, kind):
                 return predictor
-        raise KeyError(f"estimator 'colocation' has no {kind.__name__} predictor")
+        raise KeyError(f"estimator 'bo_colocation' has no {kind.__name__} predictor")
 
     def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
         if (self.node_topology is not None
                 and self.node_topology.num_gpus != cluster.gpus_per_node):
-            raise InputError(f"estimator 'colocation': node_topology holds "
+            raise InputError(f"estimator 'bo_colocation': node_topology holds "
                              f"{self.node_topology.num_gpus} GPUs, the cluster's nodes "
                              f"{cluster.gpus_per_node}: expected a topology that fits the nodes")
         if jobs:

@@ -30,8 +30,8 @@ import numpy as np
 import scipy.optimize
 import xarray as xr
 
-from bayes_sched.contention.inference import fit_svi, prepare, summarise
 from bayes_sched.colocation import ColocationRound
+from bayes_sched.contention.inference import fit_svi, prepare, summarise
 from bayes_sched.topology import NodeTopology
 from counters import schema
 from counters.errors import CountersError

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bayes_sched.colocation import ColocationRound
 from bayes_sched.estimation.pair_cells import (
     NODE_SHARING_PRIORS,
     PairCellObservations,
@@ -40,7 +41,6 @@ from bayes_sched.estimation.pair_cells import (
     log_slowdown_table,
 )
 from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
-from bayes_sched.colocation import ColocationRound
 
 #: Seconds of one job-round the residual noise is stated over (the Pollux world's round).
 ROUND_SECONDS = 60.0

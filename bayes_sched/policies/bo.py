@@ -4,7 +4,7 @@ co-locations.
 
 Each round:
 
-1. **Learn** (the ``colocation`` estimator, :mod:`bayes_sched.interference.colocation`, in the
+1. **Learn** (the ``bo_colocation`` estimator, :mod:`bayes_sched.interference.colocation`, in the
    loop's estimation stage). For every job whose allocation did not change over the last round, compare the
    progress it actually made with what its fitted goodput model predicted there: the residual
    ``log(realised / predicted)``, less the job's own model error (its residual when alone). The
@@ -125,7 +125,7 @@ class BayesOptPolicy:
             ``job_goodput`` estimator is then ``job_posterior``).
 
     Learning (the contention posterior from counters, the co-location residuals of the round just
-    ended and the pair learner's fit) is the ``colocation`` estimator's
+    ended and the pair learner's fit) is the ``bo_colocation`` estimator's
     (:mod:`bayes_sched.interference.colocation`, whose options are the pair learner's and the
     contention posterior's), run in the loop's estimation stage apart from the decision;
     ``decide`` only searches and chooses, reading the predictors it publishes.
@@ -150,7 +150,7 @@ class BayesOptPolicy:
         #: Estimators serving the needs when the user names none (plain data).
         self.default_estimators: dict[str, str] = {
             "job_goodput": "job_models" if self.pollux.risk is None else "job_posterior",
-            "colocation": "colocation"}
+            "colocation": "bo_colocation"}
         # Pollux as the artifact runs it (its own population, same seed): the incumbent candidate.
         self.avoiding = PolluxPolicy(p=p, avoid_interference=True,
                                      max_nodes_per_job=max_nodes_per_job,

@@ -263,7 +263,7 @@ class ShockwavePolicy:
                     del store[name]
         chosen: list[str] | None = None
         if jobs:
-            predictor = self._read_estimates(estimates)
+            predictor = self.read_estimates(estimates)
             replan = (changed or self._since_plan >= self.reopt_rounds
                       or self._round not in self._plan)
             if replan and self._learned is not None:
@@ -298,9 +298,10 @@ class ShockwavePolicy:
 
     # --- profiles and predictions ---------------------------------------------------------------
 
-    def _read_estimates(self, estimates: Estimates) -> RemainingWorkPredictor:
-        """Take the round's throughput estimate (a new one clears the profiles built on the
-        last) and return its remaining-work predictor; whole epochs follow it unless set."""
+    def read_estimates(self, estimates: Estimates) -> RemainingWorkPredictor:
+        """Take the round's estimates, as :meth:`decide` does first: the throughput estimate (a
+        new one clears the profiles built on the last) and the remaining-work predictor, which
+        it returns (whole epochs follow it unless set). :meth:`profile` reads what it took."""
         throughput: ThroughputEstimate = estimates.require(THROUGHPUT)
         known = throughput if isinstance(throughput, KnownThroughputs) else None
         learned = None if known is not None else throughput
