@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import xarray as xr
@@ -153,6 +153,19 @@ class SlowdownPosterior:
         return self._fixed().draws(n, seed)
 
 
+_Predictor = TypeVar("_Predictor")
+
+
+def predictor_of(predictors: Sequence[SlowdownPredictor], kind: type[_Predictor],
+                 owner: str) -> _Predictor:
+    """The first of ``predictors`` of type ``kind`` (for reports and tests); ``KeyError``
+    naming ``owner`` (who holds them) where there is none."""
+    for predictor in predictors:
+        if isinstance(predictor, kind):
+            return predictor
+    raise KeyError(f"{owner} has no {kind.__name__} predictor")
+
+
 #: Names of the co-location flags :func:`colocation_features` reports, in order.
 FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node")
 
@@ -186,4 +199,4 @@ def predicted_rate(job: JobView, allocation: np.ndarray) -> float | None:
 
 
 __all__ = ["COLOCATION", "CONTENTION", "FEATURE_NAMES", "ColocationRound", "SlowdownPosterior",
-           "SlowdownPredictor", "colocation_features", "predicted_rate", "speed_factor"]
+           "SlowdownPredictor", "colocation_features", "predicted_rate", "predictor_of", "speed_factor"]

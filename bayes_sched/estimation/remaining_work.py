@@ -22,13 +22,12 @@ world's ``oracle_remaining_work``, :mod:`bayes_sched.sim.oracles`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated
 
 import numpy as np
 
-from bayes_sched.cluster import ClusterState
-from bayes_sched.estimates import Estimate
+from bayes_sched.estimation.constant import ConstantEstimator
 from bayes_sched.jobs import JobView
 from bayes_sched.registry import SEED, Range
 from bayes_sched.remaining_work import REMAINING_SECONDS, RegimeProfile, RemainingWorkPredictor
@@ -39,9 +38,29 @@ from perfmodel.profiles import GradientTrace
 MAX_DRAWS = 100_000
 
 
-class DirichletRegimePredictor:
+class _PointPrediction:
+    """A point predictor's quantiles and draws: its :meth:`remaining_seconds` (which it
+    defines)."""
+
+    def remaining_seconds(self, profile: RegimeProfile, epochs_done: int,
+                          job: JobView | None = None) -> float:
+        raise NotImplementedError
+
+    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
+                         job: JobView | None = None) -> float:
+        """Every quantile of a point prediction is its value."""
+        return self.remaining_seconds(profile, epochs_done, job)
+
+    def draws(self, profile: RegimeProfile, epochs_done: int,
+              job: JobView | None = None) -> np.ndarray:
+        """The value, shape ``(1,)``."""
+        return np.array([self.remaining_seconds(profile, epochs_done, job)])
+
+
+class DirichletRegimePredictor(_PointPrediction):
     """Shockwave's Dirichlet posterior over batch-size regimes (see the module docstring); a
-    point prediction, on Shockwave's epoch times (``whole_epochs`` False)."""
+    point prediction, on Shockwave's epoch times (``whole_epochs`` False): Shockwave plans on
+    the posterior mean only, so every quantile is the mean."""
 
     whole_epochs = False
 
@@ -77,16 +96,6 @@ class DirichletRegimePredictor:
         seconds = profile.regime_seconds()
         total = sum(epochs * seconds[regime] for regime, epochs in per_regime.items())
         return total * left_epochs / predicted
-
-    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
-                         job: JobView | None = None) -> float:
-        """Shockwave plans on the posterior mean only: every quantile is the mean."""
-        return self.remaining_seconds(profile, epochs_done, job)
-
-    def draws(self, profile: RegimeProfile, epochs_done: int,
-              job: JobView | None = None) -> np.ndarray:
-        """The mean, shape ``(1,)`` (a point prediction)."""
-        return np.array([self.remaining_seconds(profile, epochs_done, job)])
 
 
 class NoiseScaleRegimePredictor:
@@ -173,7 +182,7 @@ class NoiseScaleRegimePredictor:
         return ladder, counts
 
 
-class OracleRemainingWork:
+class OracleRemainingWork(_PointPrediction):
     """The true remaining seconds, from a function the world supplies (the upper bound: the
     simulator's truth, reaching a policy only as the world's ``oracle_remaining_work``).
 
@@ -193,19 +202,10 @@ class OracleRemainingWork:
             raise ValueError("the oracle needs the job")
         return float(self.truth(job.name))
 
-    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
-                         job: JobView | None = None) -> float:
-        return self.remaining_seconds(profile, epochs_done, job)
 
-    def draws(self, profile: RegimeProfile, epochs_done: int,
-              job: JobView | None = None) -> np.ndarray:
-        return np.array([self.remaining_seconds(profile, epochs_done, job)])
-
-
-class RemainingWorkEstimator:
-    """Publishes a remaining-work predictor for the ``remaining_work`` need (an
-    :class:`~bayes_sched.estimation.Estimator`; the predictor is asked per job, at the
-    policy's profiles, when a decision reads it).
+class RemainingWorkEstimator(ConstantEstimator[RemainingWorkPredictor]):
+    """Publishes a remaining-work predictor for the ``remaining_work`` need (the predictor is
+    asked per job, at the policy's profiles, when a decision reads it).
 
     Args:
         predictor: what answers the policy's questions.
@@ -213,18 +213,8 @@ class RemainingWorkEstimator:
     """
 
     def __init__(self, predictor: RemainingWorkPredictor, name: str) -> None:
-        self.name = name
+        super().__init__(REMAINING_SECONDS, name, predictor)
         self.predictor = predictor
-        self._published = (Estimate(REMAINING_SECONDS, name, predictor),)
-
-    def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
-        return list(jobs)
-
-    def published(self) -> Sequence[Estimate[Any]]:
-        return self._published
-
-    def stats(self) -> Mapping[str, float]:
-        return {}
 
 
 def dirichlet() -> RemainingWorkEstimator:

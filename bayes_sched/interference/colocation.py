@@ -37,6 +37,7 @@ from bayes_sched.colocation import (
     SlowdownPredictor,
     colocation_features,
     predicted_rate,
+    predictor_of,
 )
 from bayes_sched.errors import InputError
 from bayes_sched.estimates import Estimate
@@ -88,10 +89,7 @@ class ColocationLearning:
 
     def predictor(self, kind: type[_Predictor]) -> _Predictor:
         """The first of :attr:`predictors` of type ``kind`` (for reports and tests)."""
-        for predictor in self.predictors:
-            if isinstance(predictor, kind):
-                return predictor
-        raise KeyError(f"estimator 'bo_colocation' has no {kind.__name__} predictor")
+        return predictor_of(self.predictors, kind, "estimator 'bo_colocation'")
 
     def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
         if (self.node_topology is not None

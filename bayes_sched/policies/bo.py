@@ -60,6 +60,7 @@ from bayes_sched.colocation import (
     SlowdownPredictor,
     colocation_features,
     predicted_rate,
+    predictor_of,
     speed_factor,
 )
 from bayes_sched.errors import AllocationError
@@ -177,10 +178,7 @@ class BayesOptPolicy:
         """The first of the last round's co-location predictors (:attr:`predictors`) of type
         ``kind``, for reports and tests (decisions reach the predictors only through
         :class:`SlowdownPredictor`)."""
-        for predictor in self.predictors:
-            if isinstance(predictor, kind):
-                return predictor
-        raise KeyError(f"policy 'bo' has no {kind.__name__} predictor")
+        return predictor_of(self.predictors, kind, "policy 'bo'")
 
     # --- the report ------------------------------------------------------------------------------
 

@@ -25,46 +25,33 @@ work; it offers it as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
-from bayes_sched.cluster import ClusterState
-from bayes_sched.estimates import Estimate
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.cell_learners import OracleLearner
+from bayes_sched.estimation.constant import ConstantEstimator
 from bayes_sched.estimation.registry import EstimatorRegistry
 from bayes_sched.estimation.remaining_work import OracleRemainingWork, RemainingWorkEstimator
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
-from bayes_sched.jobs import JobView
-from bayes_sched.throughput_estimates import THROUGHPUT
+from bayes_sched.throughput_estimates import THROUGHPUT, ThroughputEstimate
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
 
 #: The shipped tables an oracle may be told to know instead of its world's.
 TableName = Literal["simulation", "physical", "tacc"]
 
 
-class ThroughputOracle:
+class ThroughputOracle(ConstantEstimator[ThroughputEstimate]):
     """Publishes a measured table for the ``throughput`` need, labelled ``oracle`` (an
-    :class:`~bayes_sched.estimation.Estimator` that learns nothing).
+    estimator that learns nothing).
 
     Args:
         table: the steps/s the world's jobs run at.
     """
 
-    name = "oracle"
-
     def __init__(self, table: ThroughputTable) -> None:
+        super().__init__(THROUGHPUT, "oracle", table)
         self.table = table
-        self._published = (Estimate(THROUGHPUT, self.name, table),)
-
-    def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
-        return list(jobs)
-
-    def published(self) -> Sequence[Estimate[Any]]:
-        return self._published
-
-    def stats(self) -> Mapping[str, float]:
-        return {}
 
 
 def world_oracles(truth: ThroughputTable,
