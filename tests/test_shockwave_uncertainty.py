@@ -155,12 +155,12 @@ def test_ours_counts_the_whole_iterations_of_an_epoch_as_the_job_runs_them() -> 
     (view,) = cluster.job_views()
     truth = cluster.true_remaining_seconds(view.name)
     ours = ShockwavePolicy()
-    predictor = ours.readshockwave_estimates(shockwave_estimates("noise_scale"))
+    predictor = ours.read_estimates(shockwave_estimates("noise_scale"))
     assert ours.whole_epochs is True
     assert predictor.quantile_seconds(ours.profile(view, "v100"), 0, 0.9, view) == \
         pytest.approx(truth, rel=1e-9)
     shockwave = ShockwavePolicy()
-    shockwave.readshockwave_estimates(shockwave_estimates("dirichlet"))  # as published: 4 % short
+    shockwave.read_estimates(shockwave_estimates("dirichlet"))  # as published: 4 % short
     assert sum(shockwave.profile(view, "v100").epoch_seconds) == \
         pytest.approx(truth * 117907 / 8192 / 15, rel=1e-9)
 
@@ -174,7 +174,7 @@ def test_a_calibration_factor_corrects_only_the_profile_it_was_computed_on() -> 
                                measurement_noise=0.0)
     (view,) = cluster.job_views()
     policy = ShockwavePolicy()
-    policy.readshockwave_estimates(shockwave_estimates())
+    policy.read_estimates(shockwave_estimates())
     learned = policy.profile(view, "v100")
     rate = view.examples_per_epoch / view.requested_batch_size / learned.epoch_seconds[0]
     policy._measured[view.name] = {5: (rate, view.requested_batch_size)}  # what the job ran at
