@@ -277,3 +277,26 @@ def test_a_failed_surrogate_fit_is_reported_and_the_round_still_decides(
     problems = learning.fit_problems
     assert len(problems) == 1 and "not positive definite" in problems[0]
     assert learning.stats() == {"colocation_fit_problems": 1}
+
+
+def test_the_learning_skips_the_round_after_a_job_moved_as_a_restart() -> None:
+    """bo's co-location learning knows a job's GPUs only from the reports: a job whose GPUs
+    changed at the last round restarted then (30 s of the 60 s round lost), so that round is not
+    measured; the round after it is."""
+    recorder = SharingPenalty(1.0)
+    learning = ColocationLearning([recorder])
+    agents = {"a": _agent("a"), "b": _agent("b")}
+    progress = dict.fromkeys(agents, 0.0)
+    layouts = [{"a": [1, 0], "b": [0, 1]}] * 2 + [{"a": [0, 1], "b": [0, 1]}] * 3
+    for k, layout in enumerate(layouts):
+        cluster = ClusterState(2, 4, 60.0 * (k + 1))
+        views = _views(cluster, layout, progress, agents)
+        learning.estimate(cluster, views)
+        for view in views:
+            rate = predicted_rate(view, view.allocation)
+            assert rate is not None
+            progress[view.name] += rate * 60.0
+    measured = [set(r.residuals or {}) for r in recorder.rounds]
+    # Rows in priority order: a (attained 0), b. Round 1 has nothing before it; a moved at
+    # round 3 (its GPUs at round 3 differ from round 2's), so round 3 measures b alone.
+    assert measured == [set(), {0, 1}, {1}, {0, 1}, {0, 1}]
