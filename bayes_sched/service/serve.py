@@ -23,6 +23,7 @@ from bayes_sched.backends.counters_feed import CountersFeed
 from bayes_sched.backends.launcher import Launcher
 from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
 from bayes_sched.cluster import Cluster
+from bayes_sched.estimation.choose import policy_estimators
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies.base import Policy
 from bayes_sched.service.state import StateStore
@@ -91,10 +92,12 @@ class Service:
         are reattached by the next service)."""
         stats = LoopStats()
         start = time.monotonic()
+        # The policy's default estimators: a real cluster supplies no oracle (no truth).
+        estimators = policy_estimators(self.policy)
         try:
             result = run_loop(self.cluster, self.policy, interval,
                               on_round=self.on_round(stats), max_rounds=max_rounds,
-                              stats=stats)
+                              stats=stats, estimators=estimators)
         finally:
             self.save()
         LOG.info("served %d rounds in %.1f s", result.rounds, time.monotonic() - start)
