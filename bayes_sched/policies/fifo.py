@@ -17,6 +17,7 @@ from bayes_sched.policies.base import free_gpus, pack
 class FifoPolicy:
     name = "fifo"
     needs: tuple[str, ...] = ()
+    default_estimators: Mapping[str, str] = {}  # it reads the job views alone
 
     def stats(self) -> Mapping[str, float]:
         return {}

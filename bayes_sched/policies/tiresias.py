@@ -26,6 +26,7 @@ class TiresiasPolicy:
 
     name = "tiresias"
     needs: tuple[str, ...] = ()
+    default_estimators: Mapping[str, str] = {}  # it reads the job views alone
 
     def __init__(self, thresholds: Annotated[
             Sequence[Annotated[float, Range(0.0, min_open=True, unit="GPU-seconds")]],
