@@ -53,8 +53,12 @@ QUANTILE = 0.9
 
 def main() -> None:
     from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.estimates import Estimates
+    from bayes_sched.estimation.choose import choose_estimators
     from bayes_sched.policies.base import pack
     from bayes_sched.policies.shockwave import ShockwavePolicy
+    from bayes_sched.remaining_work import RemainingWorkPredictor
+    from bayes_sched.sim.oracles import world_oracles
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
     from bayes_sched.sim.shockwave_jobs import (
         profile_epoch_seconds,
@@ -72,8 +76,16 @@ def main() -> None:
     table = load_shockwave_throughputs()
     spec = replace(load_cluster_spec("v100:32"), round_interval=120.0)
     jobs = read_shockwave_trace(shipped_shockwave_trace(args.trace), table)
-    policies = {name: ShockwavePolicy(throughputs="tacc", remaining_work=name)
-                for name in ("dirichlet", "noise_scale")}
+    # Each predictor beside a policy that read the round's estimates as a run of Shockwave's
+    # world publishes them (the tacc table; that estimator), so its profiles are the run's.
+    policies: dict[str, tuple[ShockwavePolicy, RemainingWorkPredictor]] = {}
+    for name in ("dirichlet", "noise_scale"):
+        chosen = choose_estimators(ShockwavePolicy.needs, {"remaining_work": name},
+                                   ShockwavePolicy.default_estimators, world_oracles(table))
+        policy = ShockwavePolicy()
+        predictor = policy.read_estimates(
+            Estimates(entry for estimator in chosen for entry in estimator.published()))
+        policies[name] = (policy, predictor)
     errors: dict[tuple[str, str, int], list[float]] = {}
     below: dict[tuple[str, str, int, str], list[bool]] = {}  # truth <= the 0.9 quantile
     for job in jobs:
@@ -91,18 +103,18 @@ def main() -> None:
                 percent = marks.pop(0)
                 at = int(round(view.target_epochs * percent / 100))
                 truth = cluster.true_remaining_seconds(view.name)
-                for name, policy in policies.items():
+                for name, (policy, predictor) in policies.items():
                     profile = policy.profile(view, "v100")
-                    predicted = policy.predictor.remaining_seconds(profile, done)
+                    predicted = predictor.remaining_seconds(profile, done)
                     errors.setdefault((job.mode, name, percent), []).append(
                         (predicted - truth) / truth)
-                    quantile = policy.predictor.quantile_seconds(profile, done, QUANTILE)
+                    quantile = predictor.quantile_seconds(profile, done, QUANTILE)
                     below.setdefault((job.mode, name, percent, "sim"), []).append(
                         truth <= quantile * (1 + 1e-9))
                     # Against the profile, at exactly the progress point.
                     left = profile.seconds_done(profile.epochs) - profile.seconds_done(at)
                     below.setdefault((job.mode, name, percent, "profile"), []).append(
-                        left <= policy.predictor.quantile_seconds(profile, at, QUANTILE)
+                        left <= predictor.quantile_seconds(profile, at, QUANTILE)
                         * (1 + 1e-9))
             counts = pack(view.requested_replicas, cluster.state.capacity())
             assert counts is not None  # alone on the cluster: its GPUs are free

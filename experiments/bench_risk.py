@@ -30,7 +30,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bayes_sched.estimation import PosteriorSettings  # noqa: E402
 from bayes_sched.policies import PolluxPolicy  # noqa: E402
 from bayes_sched.sim import SimConfig, run_simulation  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
@@ -40,8 +39,12 @@ WORKLOADS = [f"workload-{i}" for i in range(1, 9)]
 
 def _run(task: tuple[str, float | None, int, int, int]) -> dict[str, object]:
     workload, risk, max_jobs, svi_steps, draws = task
-    policy = PolluxPolicy(risk=risk, posterior=PosteriorSettings(svi_steps, draws))
-    result = run_simulation(workload, policy, SimConfig(), max_jobs=max_jobs)
+    policy = PolluxPolicy(risk=risk)
+    # With a risk, the job models draw from the throughput posterior (the ``job_posterior``
+    # estimator, Pollux's default then) with these settings.
+    posterior = {"name": "job_posterior", "num_steps": svi_steps, "num_samples": draws, "seed": 0}
+    result = run_simulation(workload, policy, SimConfig(), max_jobs=max_jobs,
+                            estimators={"job_goodput": posterior} if risk else None)
     return {"workload": workload, "risk": risk or 0.0, "avg_jct_s": result.summary["avg_jct"],
             "p99_jct_s": result.summary.get("p99_jct", float("nan")),
             "estimate_s_per_round": result.estimate_seconds / max(len(result.decision_seconds), 1),

@@ -66,6 +66,7 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
     from bayes_sched.agent import JobAgent
     from bayes_sched.cluster import ClusterState
     from bayes_sched.estimation import estimate_round
+    from bayes_sched.estimation.choose import policy_estimators
     from bayes_sched.jobs import JobView
     from bayes_sched.policies import make_policy
     from bayes_sched.sim import read_workload
@@ -107,7 +108,7 @@ def scale_worker(case: str, policies: list[str], rounds: int, seed: int) -> list
                                  examples_per_epoch=app.examples_per_epoch,
                                  **templates[spec.application]))
             allocation = {job["name"]: np.zeros(num_nodes, dtype=np.int64) for job in jobs}
-            estimators = policy.estimators()
+            estimators = policy_estimators(policy)
             times, cpu, estimate, digest = [], [], [], hashlib.sha256()
             for r in range(rounds):
                 now = 60.0 * r

@@ -37,9 +37,11 @@ def main() -> None:
     import numpy as np
 
     from bayes_sched.cluster_spec import load_cluster_spec
-    from bayes_sched.estimates import NO_ESTIMATES
+    from bayes_sched.estimates import Estimates
+    from bayes_sched.estimation.choose import choose_estimators
     from bayes_sched.policies import make_policy
     from bayes_sched.policies.shockwave import ShockwavePolicy
+    from bayes_sched.sim.oracles import world_oracles
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
     from bayes_sched.sim.shockwave_jobs import read_shockwave_trace, shipped_shockwave_trace
     from bayes_sched.sim.table_cluster import TableCluster
@@ -57,6 +59,12 @@ def main() -> None:
     spec = replace(load_cluster_spec("v100:32"), round_interval=120.0)
     policy = make_policy("shockwave")
     assert isinstance(policy, ShockwavePolicy)
+    # What every round of the run publishes for it (its defaults: the tacc table, Dirichlet's
+    # predictor; neither learns), for the trial plans.
+    table = load_shockwave_throughputs()
+    estimates = Estimates(entry for estimator in choose_estimators(
+        policy.needs, None, policy.default_estimators, world_oracles(table))
+        for entry in estimator.published())
     seconds: dict[str, list[float]] = {s: [] for s in solvers}
     cpu_seconds: dict[str, list[float]] = {s: [] for s in solvers}
     rows = []
@@ -68,11 +76,11 @@ def main() -> None:
         views, state = cluster.job_views(), cluster.state
         row: dict[str, object] = {"round": index, "active_jobs": len(views)}
         for solver in solvers:
-            trial = copy.deepcopy(policy, {id(policy.table): policy.table})  # table shared
+            trial = copy.deepcopy(policy, {id(table): table})  # table shared
             trial.solver = solver
             trial._names = frozenset()  # a changed job set: a full re-plan
             start, cpu = time.perf_counter(), time.process_time()
-            trial.decide(state, views, NO_ESTIMATES)
+            trial.decide(state, views, estimates)
             took = time.perf_counter() - start
             seconds[solver].append(took)
             cpu_seconds[solver].append(time.process_time() - cpu)
@@ -84,7 +92,7 @@ def main() -> None:
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
     run_table_simulation(read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
-                         table=load_shockwave_throughputs(), cluster_type=ShockwaveCluster,
+                         table=table, cluster_type=ShockwaveCluster,
                          max_time=120.0 * max(args.rounds), on_round=sample)
     print_table(rows, title="Shockwave plan on tacc_120 states: seconds per solver")
     print_table([{"solver": s, "plans": len(v), "median_s": round(float(np.median(v)), 3),

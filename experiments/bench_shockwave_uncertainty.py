@@ -167,7 +167,6 @@ METRICS = ("avg_jct_s", "makespan_s", "worst_ftf")
 def run_one(policy_name: str, source: str, predictor: str, seed: int, noise: float
             ) -> dict[str, Any]:
     from bayes_sched.policies import make_policy
-    from bayes_sched.policies.remaining_work import OracleRemainingWork
     from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
     from bayes_sched.sim.shockwave_jobs import read_shockwave_trace, shipped_shockwave_trace
     from bayes_sched.sim.table_run import run_table_simulation
@@ -175,36 +174,30 @@ def run_one(policy_name: str, source: str, predictor: str, seed: int, noise: flo
 
     spec = SHOCKWAVE.cluster()
     options: dict[str, Any] = {}
-    estimators: dict[str, Any] | None = None  # None: the policy's default (the oracle's tacc)
+    estimators: dict[str, Any] = {}  # empty: the policy's defaults (the world's oracle, tacc)
     name = policy_name
     learner = "uniform" if source == "agnostic" else source
-    if policy_name == "shockwave":  # builds its own estimators (its options)
-        options.update(throughputs="tacc", seed=seed)
-        if predictor != "oracle":
-            options["remaining_work"] = predictor
+    if policy_name == "shockwave":
+        options = {"seed": seed}
+        # The true remaining work is the world's oracle estimator (Shockwave's world knows it).
+        # Ours draws with seed 0 whatever the run's seed, as its figures were measured.
+        estimators["remaining_work"] = (
+            "oracle_remaining_work" if predictor == "oracle" else
+            {"name": predictor, "seed": 0} if predictor == "noise_scale" else predictor)
         if source != "table":
-            options["source"] = learner
+            estimators["throughput"] = learner
     elif source == "agnostic" and policy_name in AGNOSTIC:
         name = AGNOSTIC[policy_name]
     elif source != "table":
         options["seed"] = seed
         estimators = {"throughput": "oracle_stage" if learner == "oracle" else learner}
     policy = make_policy(name, **options)
-    clusters: list[ShockwaveCluster] = []
-
-    class Recorded(ShockwaveCluster):  # keeps the cluster, whose truth the oracle reads
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            clusters.append(self)
-
-    if policy_name == "shockwave" and predictor == "oracle":
-        policy.predictor = OracleRemainingWork(  # type: ignore[attr-defined]
-            lambda job: clusters[0].true_remaining_seconds(job))
     start = time.perf_counter()
     result = run_table_simulation(
         read_shockwave_trace(shipped_shockwave_trace("tacc_120")), policy, spec,
-        table=load_shockwave_throughputs(), cluster_type=Recorded, measurement_noise=noise,
-        noise_seed=seed, estimators=estimators, estimator_seed=seed)
+        table=load_shockwave_throughputs(), cluster_type=ShockwaveCluster,
+        measurement_noise=noise, noise_seed=seed, estimators=estimators or None,
+        estimator_seed=seed)
     summary = result.summary
     per_round = result.decision_seconds + (result.estimate_seconds
                                            if len(result.estimate_seconds) else 0.0)

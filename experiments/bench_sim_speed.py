@@ -277,6 +277,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 from bayes_sched.agent import JobAgent  # noqa: E402
 from bayes_sched.cluster import ClusterState  # noqa: E402
 from bayes_sched.estimation import estimate_round  # noqa: E402
+from bayes_sched.estimation.choose import policy_estimators  # noqa: E402
 from bayes_sched.jobs import JobView  # noqa: E402
 from bayes_sched.policies import POLICIES, make_policy  # noqa: E402
 from bayes_sched.sim import read_workload, run_simulation  # noqa: E402
@@ -345,7 +346,7 @@ def scale_rows(num_jobs: int, num_nodes: int, gpus: int, rounds: int, seed: int,
                              examples_per_epoch=app.examples_per_epoch, **report))
         allocation = {job["name"]: np.zeros(num_nodes, dtype=np.int64) for job in jobs}
         times, estimate = [], []
-        estimators = policy.estimators()
+        estimators = policy_estimators(policy)
         for r in range(rounds):
             now = 60.0 * r
             cluster = ClusterState(num_nodes, gpus, now)

@@ -4,12 +4,13 @@ policy tests."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import Allocations, ClusterState
-from bayes_sched.estimation import estimate_round
+from bayes_sched.estimation import Estimator, estimate_round
 from bayes_sched.estimation.choose import policy_estimators
 from bayes_sched.jobs import JobSettings, JobView
 from bayes_sched.policies.base import Policy
@@ -47,9 +48,19 @@ def job_view(agent: JobAgent, app: str, now: float, allocation: Sequence[int], *
         examples_per_epoch=application.examples_per_epoch, **agent.report_fields())
 
 
+#: The estimators each policy's rounds run (made at its first round, kept as a run keeps them).
+_ESTIMATORS: WeakKeyDictionary[Policy, list[Estimator]] = WeakKeyDictionary()
+
+
+def estimators_of(policy: Policy) -> list[Estimator]:
+    """The estimators ``policy``'s rounds run: its defaults, chosen as a run chooses them (the
+    world's oracles know Gavel's measured table), made once per policy."""
+    if policy not in _ESTIMATORS:
+        _ESTIMATORS[policy] = policy_estimators(policy, None,
+                                                world_oracles(load_gavel_throughputs()))
+    return _ESTIMATORS[policy]
+
+
 def decide(policy: Policy, cluster: ClusterState, jobs: Sequence[JobView]) -> Allocations:
-    """One round as the loop runs it: the policy's estimators (its defaults, the table world's
-    oracle knowing Gavel's table; or its own, for a policy that still builds them), then its
-    decision."""
-    estimators = policy_estimators(policy, oracles=world_oracles(load_gavel_throughputs()))
-    return policy.decide(cluster, *estimate_round(estimators, cluster, jobs))
+    """One round as the loop runs it: the policy's estimators, then its decision."""
+    return policy.decide(cluster, *estimate_round(estimators_of(policy), cluster, jobs))

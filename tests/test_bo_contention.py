@@ -68,10 +68,10 @@ def test_bo_fits_the_contention_posterior_in_the_loop() -> None:
 
     jobs = [job for job in read_workload("workload-1").jobs if job.num_replicas <= 16][:8]
     law = ContentionLaw()
-    policy = BayesOptPolicy(ga=GAConfig(population=16, generations=8), node_topology=law.topology,
-                            contention_every=4)
+    policy = BayesOptPolicy(ga=GAConfig(population=16, generations=8))
     config = SimConfig(num_nodes=4, gpus_per_node=4, max_time=900.0, hidden=law)
-    result = run_simulation(Workload("w1-slice", tuple(jobs)), policy, config)
+    result = run_simulation(Workload("w1-slice", tuple(jobs)), policy, config, estimators={
+        "bo_colocation": {"node_topology": law.topology, "contention_every": 4}})
     assert result.rejected == []
     contention = policy.predictor(ContentionPrior)
     assert contention.fits >= 2 and contention.topology == law.topology

@@ -11,6 +11,7 @@ import xarray as xr
 
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState
+from bayes_sched.colocation import ColocationRound
 from bayes_sched.estimation import JobModelEstimator
 from bayes_sched.estimation.pair_cells import (
     NODE_SHARING,
@@ -21,11 +22,9 @@ from bayes_sched.estimation.pair_cells import (
 )
 from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
 from bayes_sched.estimation.throughput_cells import CellPrediction
+from bayes_sched.interference.colocation import ColocationLearning
 from bayes_sched.interference.contention_prior import ContentionPrior
 from bayes_sched.interference.pairs import ROUND_SECONDS, PairResiduals
-from bayes_sched.interference.predictor import ColocationRound
-from bayes_sched.policies import BayesOptPolicy
-from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim.laws import RunningJob
 from bayes_sched.sim.laws.contention import ARTIFACT_NODE, ContentionLaw, job_demands
 from tests.agents import job_view, measured_agent
@@ -177,14 +176,13 @@ class _Recorder:
 
 
 def test_bo_passes_the_clusters_time_origin_to_its_contention_model() -> None:
-    policy = BayesOptPolicy(ga=GAConfig(population=8, generations=2))
     recorder = _Recorder()
-    policy.predictors = [recorder]
+    learning = ColocationLearning([recorder])
     cluster = ClusterState(2, 4, 600.0, time_origin=1_700_000_000.0)
     agent = measured_agent("a")
     agent.refresh(0.0)
     views = JobModelEstimator().estimate(cluster, [job_view(agent, "cifar10", 600.0, [1, 0])])
-    policy.learn(cluster, views)
+    learning.estimate(cluster, views)
     assert recorder.rounds[-1].time_origin == 1_700_000_000.0
 
 

@@ -10,9 +10,10 @@ import pytest
 
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
-from bayes_sched.estimation import JobModelEstimator
+from bayes_sched.colocation import ColocationRound, predicted_rate, speed_factor
+from bayes_sched.estimation import JobModelEstimator, estimate_round
+from bayes_sched.interference.colocation import ColocationLearning, colocation_learning
 from bayes_sched.interference.pairs import PairResiduals
-from bayes_sched.interference.predictor import ColocationRound, speed_factor
 from bayes_sched.jobs import JobView
 from bayes_sched.policies import POLICIES, BayesOptPolicy, make_policy
 from bayes_sched.policies.pollux import GAConfig
@@ -50,10 +51,10 @@ def test_registered_and_decisions_respect_capacity() -> None:
     assert np.all(used <= 4) and used.sum() > 0
 
 
-def _play(policy: BayesOptPolicy, layouts: list[dict[str, list[int]]],
+def _play(learning: ColocationLearning, layouts: list[dict[str, list[int]]],
           applications: dict[str, str], speed: dict[frozenset[str], float],
           rounds_each: int = 4) -> None:
-    """Feed ``policy`` rounds of ``layouts`` in which every job delivers its predicted progress
+    """Feed bo's co-location learning rounds of ``layouts`` in which every job delivers its predicted progress
     times the product of ``speed[{own application, co-runner's}]`` over its co-runners on its
     node (1 when absent from ``speed``)."""
     agents = {n: _agent(n, applications[n]) for n in applications}
@@ -65,9 +66,7 @@ def _play(policy: BayesOptPolicy, layouts: list[dict[str, list[int]]],
             now += interval
             cluster = ClusterState(4, 4, now)
             views = _views(cluster, allocation, progress, agents, applications)
-            policy.learn(cluster, views)
-            policy._previous = {v.name: (v.allocation.copy(), v.progress) for v in views}
-            policy._previous_time = cluster.now
+            learning.estimate(cluster, views)
             for view in views:
                 if not view.allocation.any():
                     continue
@@ -77,7 +76,7 @@ def _play(policy: BayesOptPolicy, layouts: list[dict[str, list[int]]],
                                                           & (view.allocation > 0)):
                         factor *= speed.get(frozenset((view.application, other.application)),
                                             1.0)
-                rate = policy._predicted_rate(view, view.allocation)
+                rate = predicted_rate(view, view.allocation)
                 assert rate is not None
                 progress[view.name] += rate * factor * interval
 
@@ -88,14 +87,14 @@ def test_learns_which_applications_hurt_each_other() -> None:
     clearly negative effect for (cifar10, yolov3) and about none for (cifar10, bert), and the
     policy's search objective must prefer pairing CIFAR-10 with BERT -- which co-location
     features that ignore the applications cannot tell apart."""
-    policy = BayesOptPolicy(ga=SMALL_GA, seed=1)
+    learning = colocation_learning(seed=1)
     applications = {"c1": "cifar10", "c2": "cifar10", "y": "yolov3", "b": "bert"}
     speed = {frozenset(("cifar10", "yolov3")): 0.6}
     alone = {"c1": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "y": [0, 0, 1, 0], "b": [0, 0, 0, 1]}
     shared = [{"c1": [1, 0, 0, 0], "y": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "b": [0, 1, 0, 0]},
               {"c1": [0, 0, 1, 0], "b": [0, 0, 1, 0], "c2": [0, 0, 0, 1], "y": [0, 0, 0, 1]}]
-    _play(policy, [alone, *shared, alone, *shared], applications, speed)
-    pairs = policy.predictor(PairResiduals)
+    _play(learning, [alone, *shared, alone, *shared], applications, speed)
+    pairs = learning.predictor(PairResiduals)
     pairs.fit()
     apps = pairs.applications
     cifar, yolo, bert = (2 * apps.index(a) for a in ("cifar10", "yolov3", "bert"))
@@ -110,7 +109,7 @@ def test_learns_which_applications_hurt_each_other() -> None:
     with_bert = np.array([[[1, 0], [0, 1], [1, 0]]], dtype=np.int16)
     assert pairs.log_factor(with_yolo, index)[0, 0] < np.log(0.8)
     assert pairs.log_factor(with_bert, index)[0, 0] > np.log(0.92)
-    assert pairs.draws.shape == (policy.posterior_draws, len(apps) * 2, len(apps) * 2)
+    assert pairs.draws.shape == (pairs.num_draws, len(apps) * 2, len(apps) * 2)
 
 
 class SharingPenalty:
@@ -142,13 +141,12 @@ def test_each_predictor_learns_what_the_ones_before_it_leave_unexplained() -> No
     predictor that knows it sees the full residual log(0.8), a second one after it sees ~0, the
     search multiplies their factors, and the report carries both predictors' diagnostics."""
     knows, after = SharingPenalty(0.8), SharingPenalty(1.0)
-    policy = BayesOptPolicy(ga=SMALL_GA, seed=0)
-    policy.predictors = [knows, after]
+    learning = ColocationLearning([knows, after])
     applications = {"c1": "cifar10", "c2": "cifar10", "y": "yolov3", "b": "bert"}
     costly = {frozenset(pair): 0.8 for pair in (("cifar10", "yolov3"), ("cifar10", "bert"))}
     alone = {"c1": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "y": [0, 0, 1, 0], "b": [0, 0, 0, 1]}
     shared = {"c1": [1, 0, 0, 0], "y": [1, 0, 0, 0], "c2": [0, 1, 0, 0], "b": [0, 1, 0, 0]}
-    _play(policy, [alone, shared], applications, costly)
+    _play(learning, [alone, shared], applications, costly)
     for mine, next_one in zip(knows.rounds, after.rounds, strict=True):
         if mine.residuals is None:  # the first round: nothing measured
             assert next_one.residuals is None
@@ -162,18 +160,19 @@ def test_each_predictor_learns_what_the_ones_before_it_leave_unexplained() -> No
     assert np.allclose(list((after.rounds[-1].residuals or {}).values()), 0.0, atol=1e-9)
     together = np.array([[[1, 0], [1, 0]]], dtype=np.int16)
     apart = np.array([[[1, 0], [0, 1]]], dtype=np.int16)
-    assert np.allclose(speed_factor(policy.predictors, together, ("cifar10", "bert")), 0.8)
-    assert np.allclose(speed_factor(policy.predictors, apart, ("cifar10", "bert")), 1.0)
+    assert np.allclose(speed_factor(learning.predictors, together, ("cifar10", "bert")), 0.8)
+    assert np.allclose(speed_factor(learning.predictors, apart, ("cifar10", "bert")), 1.0)
     cluster = ClusterState(4, 4, 3600.0)
     agents = {n: _agent(n, applications[n]) for n in applications}
-    decide(policy, cluster, _views(cluster, alone, dict.fromkeys(agents, 0.0), agents,
-                                   applications))
+    policy = BayesOptPolicy(ga=SMALL_GA)
+    policy.decide(cluster, *estimate_round([learning], cluster, _views(
+        cluster, alone, dict.fromkeys(agents, 0.0), agents, applications)))
     assert set(policy.history[-1].learned) == {"log_speed_-0.223", "log_speed_0.000"}
 
 
 def test_runs_in_the_loop_and_records_predicted_vs_realised() -> None:
     jobs = [job for job in read_workload("workload-1").jobs if job.num_replicas <= 16][:8]
-    policy = BayesOptPolicy(ga=SMALL_GA, seed=0)
+    policy = BayesOptPolicy(ga=SMALL_GA)
     config = SimConfig(num_nodes=4, gpus_per_node=4, interference=0.5, max_time=1800.0)
     result = run_simulation(Workload("w1-slice", tuple(jobs)), policy, config)
     assert result.rejected == [] and result.summary["finished"] >= 1
@@ -216,7 +215,7 @@ def test_pair_log_factor_matches_the_dense_definition() -> None:
 def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> None:
     """With the pair table certain that distributed jobs sharing a node lose 60%, EI must pick
     Pollux's avoid-rule choice even when the genetic search's population lacks it."""
-    policy = BayesOptPolicy(ga=SMALL_GA, seed=0)
+    policy = BayesOptPolicy(ga=SMALL_GA)
     cluster = ClusterState(2, 4, 600.0)
     agents = {n: _agent(n) for n in ("a", "b")}
     empty = {n: [0, 0] for n in agents}
@@ -238,7 +237,7 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     shared = np.array([[[2, 2], [2, 2]]], dtype=_STATE)     # both distributed on both nodes
     apart = np.array([[4, 0], [0, 4]], dtype=_STATE)        # one node each
     classes = pairs.num_classes
-    pairs.draws = np.zeros((policy.posterior_draws, classes, classes))
+    pairs.draws = np.zeros((pairs.num_draws, classes, classes))
     distributed = 2 * index[0] + 1
     pairs.draws[:, distributed, distributed] = np.log(0.4)
     pairs.mean = pairs.draws[0]
@@ -272,6 +271,32 @@ def test_a_failed_surrogate_fit_is_reported_and_the_round_still_decides(
     cluster = ClusterState(2, 4, 600.0)
     agents = {n: _agent(n) for n in ("a", "b", "c")}
     views = _views(cluster, {n: [0, 0] for n in agents}, dict.fromkeys(agents, 0.0), agents)
-    decision = decide(policy, cluster, views)
+    learning = colocation_learning()
+    decision = policy.decide(cluster, *estimate_round([learning], cluster, views))
     assert np.all(np.sum(list(decision.values()), axis=0) <= 4) and decision
-    assert len(policy.fit_problems) == 1 and "not positive definite" in policy.fit_problems[0]
+    problems = learning.fit_problems
+    assert len(problems) == 1 and "not positive definite" in problems[0]
+    assert learning.stats() == {"colocation_fit_problems": 1}
+
+
+def test_the_learning_skips_the_round_after_a_job_moved_as_a_restart() -> None:
+    """bo's co-location learning knows a job's GPUs only from the reports: a job whose GPUs
+    changed at the last round restarted then (30 s of the 60 s round lost), so that round is not
+    measured; the round after it is."""
+    recorder = SharingPenalty(1.0)
+    learning = ColocationLearning([recorder])
+    agents = {"a": _agent("a"), "b": _agent("b")}
+    progress = dict.fromkeys(agents, 0.0)
+    layouts = [{"a": [1, 0], "b": [0, 1]}] * 2 + [{"a": [0, 1], "b": [0, 1]}] * 3
+    for k, layout in enumerate(layouts):
+        cluster = ClusterState(2, 4, 60.0 * (k + 1))
+        views = _views(cluster, layout, progress, agents)
+        learning.estimate(cluster, views)
+        for view in views:
+            rate = predicted_rate(view, view.allocation)
+            assert rate is not None
+            progress[view.name] += rate * 60.0
+    measured = [set(r.residuals or {}) for r in recorder.rounds]
+    # Rows in priority order: a (attained 0), b. Round 1 has nothing before it; a moved at
+    # round 3 (its GPUs at round 3 differ from round 2's), so round 3 measures b alone.
+    assert measured == [set(), {0, 1}, {1}, {0, 1}, {0, 1}]

@@ -19,6 +19,7 @@ from bayes_sched.cluster_spec import (
     read_cluster_spec,
 )
 from bayes_sched.errors import InputError
+from bayes_sched.estimation.registry import ESTIMATORS
 from bayes_sched.policies import POLICIES, TiresiasPolicy
 from bayes_sched.registry import type_name
 from bayes_sched.search.allocation import MAX_POPULATION, GAConfig
@@ -91,15 +92,11 @@ def test_a_cluster_file_beyond_the_bounds_names_the_field(tmp_path: Path, body: 
     ("pollux", "p=nan", "option p is nan: expected a finite number"),
     ("pollux", "p=-inf", "option p is -inf: expected a finite number"),
     ("pollux", "risk=nan", "option risk is nan: expected a finite number or None"),
-    ("pollux", "posterior.num_samples=1000000000", "option posterior.num_samples"),
     ("pollux", "job_overrides.ncf.max_replicas=0", "option job_overrides.ncf.max_replicas"),
     ("pollux", "max_replicas_cap=0", "option max_replicas_cap is 0"),
     ("tiresias", "thresholds=[-1]", "option thresholds[0] is -1: expected float > 0"),
     ("tiresias", "thresholds=[7200, 3600]", "strictly increasing"),
     ("optimus", "max_replicas.ncf=-1", "option max_replicas.ncf is -1"),
-    ("bo", "posterior_draws=1000000000", "option posterior_draws is 1000000000"),
-    ("bo", "forget=2", "option forget is 2: expected float in (0, 1]"),
-    ("bo", "pair_prior.own=-1", "option pair_prior.own is -1: expected float > 0"),
     ("shockwave", "future_rounds=1000000000", "option future_rounds is 1000000000"),
     ("shockwave", "lam=-1", "option lam is -1: expected float > 0"),
     ("shockwave", "k=-1", "option k is -1: expected float >= 0"),
@@ -110,6 +107,21 @@ def test_options_out_of_bounds_are_one_line_naming_the_option(policy: str, item:
                                                               expected: str) -> None:
     with pytest.raises(InputError) as info:
         POLICIES.make(policy, **POLICIES.parse(policy, [item], "--policy-opt"))
+    message = str(info.value)
+    assert "\n" not in message and expected in message, message
+
+
+@pytest.mark.parametrize(("estimator", "item", "expected"), [
+    ("job_posterior", "num_samples=1000000000", "option num_samples is 1000000000"),
+    ("bo_colocation", "posterior_draws=1000000000", "option posterior_draws is 1000000000"),
+    ("bo_colocation", "forget=2", "option forget is 2: expected float in (0, 1]"),
+    ("bo_colocation", "pair_prior.own=-1", "option pair_prior.own is -1: expected float > 0"),
+    ("noise_scale", "num_draws=0", "option num_draws is 0"),
+])
+def test_estimator_options_out_of_bounds_are_one_line_naming_the_option(
+        estimator: str, item: str, expected: str) -> None:
+    with pytest.raises(InputError) as info:
+        ESTIMATORS.make(estimator, **ESTIMATORS.parse(estimator, [item], "--estimator-opt"))
     message = str(info.value)
     assert "\n" not in message and expected in message, message
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bayes_sched.cells import Cell, CellObservation
+from bayes_sched.colocation import SlowdownPosterior
 from bayes_sched.estimates import NO_ESTIMATES, DrawsPosterior, Estimate, Estimates, Need
 from bayes_sched.estimation.cell_learners import OracleLearner, PerCellLearner
 from bayes_sched.estimation.posteriors import (
@@ -15,15 +16,10 @@ from bayes_sched.estimation.posteriors import (
     CellPosterior,
     GoodputPosterior,
 )
+from bayes_sched.estimation.remaining_work import DirichletRegimePredictor, NoiseScaleRegimePredictor
 from bayes_sched.interference.pairs import PairResiduals
-from bayes_sched.interference.posteriors import SlowdownPosterior
 from bayes_sched.jobs import BatchLimits, GradientStats, JobModel
-from bayes_sched.policies.remaining_work import (
-    DirichletRegimePredictor,
-    NoiseScaleRegimePredictor,
-    RegimeProfile,
-    RemainingWorkPosterior,
-)
+from bayes_sched.remaining_work import RegimeProfile, RemainingWorkPosterior
 from bayes_sched.throughputs import load_gavel_throughputs
 from perfmodel.throughput import ThroughputParams
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bayes_sched.errors import InputError
-from bayes_sched.estimation.choose import choose_estimators, resolve_choices
-from bayes_sched.estimation.registry import ESTIMATORS
+from bayes_sched.estimation.choose import (
+    Choices,
+    choose_estimators,
+    policy_estimators,
+    resolve_choices,
+)
+from bayes_sched.estimation.registry import ESTIMATORS, EstimatorRegistry
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.sim.oracles import ThroughputOracle, world_oracles
 from bayes_sched.throughput_estimates import THROUGHPUT, KnownThroughputs
@@ -16,8 +23,9 @@ TRUTH = load_throughputs("simulation")
 
 
 def test_learners_are_throughput_estimators_with_stage_options() -> None:
-    assert set(ESTIMATORS) == {"uniform", "per_cell", "bayes", "gavel", "sia"}
-    assert all(ESTIMATORS.serves(name) == ("throughput",) for name in ESTIMATORS)
+    learners = {"uniform", "per_cell", "bayes", "gavel", "sia"}
+    assert learners <= set(ESTIMATORS)
+    assert all(ESTIMATORS.serves(name) == ("throughput",) for name in learners)
     options = ESTIMATORS.options("per_cell")
     assert {"observation_sd", "refit_interval", "refit_growth"} <= set(options)
     made = ESTIMATORS.make("per_cell", refit_interval=60.0, refit_growth=1.5,
@@ -82,3 +90,39 @@ def test_the_table_world_policies_carry_no_estimation_option() -> None:
     # Which estimator serves a need is plain data beside the policy, not an option of it.
     gavel, sia = POLICIES["max_min_fairness_packed"], POLICIES["sia"]
     assert gavel.default_estimators == sia.default_estimators == {"throughput": "oracle"}
+
+
+def test_the_remaining_policies_state_their_estimators_as_data() -> None:
+    from bayes_sched.estimation.job_models import JobModelEstimator
+    from bayes_sched.estimation.remaining_work import (
+        DirichletRegimePredictor,
+        RemainingWorkEstimator,
+    )
+    from bayes_sched.interference.colocation import ColocationLearning
+    from bayes_sched.interference.pairs import PairResiduals
+    from bayes_sched.policies import make_policy
+
+    def made(policy: str, choices: Choices | None = None,
+             oracles: EstimatorRegistry | None = None, **options: object) -> list[Any]:
+        return policy_estimators(make_policy(policy, **options), choices, oracles)
+
+    assert made("fifo") == [] and made("tiresias") == []
+    (point,) = made("pollux")
+    assert isinstance(point, JobModelEstimator) and point.posterior is None
+    (drawn,) = made("pollux", {"job_posterior": {"num_samples": 8}}, risk=0.1)
+    assert drawn.posterior is not None and drawn.posterior.num_samples == 8
+    assert drawn.name == "job_posterior"
+    models, learning = made("bo", {"bo_colocation": {"posterior_draws": 16}})
+    assert isinstance(models, JobModelEstimator) and isinstance(learning, ColocationLearning)
+    assert learning.predictor(PairResiduals).num_draws == 16
+    with pytest.raises(InputError, match="posterior_draws is 0"):
+        made("bo", {"bo_colocation": {"posterior_draws": 0}})
+    for policy in ("optimus", "sia_adaptive"):
+        assert [e.name for e in made(policy)] == ["job_models"]
+    oracles = world_oracles(load_throughputs("tacc"))
+    throughput, remaining = made("shockwave", None, oracles)
+    assert isinstance(throughput, ThroughputOracle)
+    assert isinstance(remaining, RemainingWorkEstimator)
+    assert isinstance(remaining.predictor, DirichletRegimePredictor)
+    with pytest.raises(InputError, match="policy reads job_goodput"):
+        made("pollux", {"remaining_work": "dirichlet"})

@@ -13,6 +13,7 @@ import pytest
 
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState, validate_allocations
+from bayes_sched.colocation import predicted_rate
 from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.estimation import JobModelEstimator, profile_of
 from bayes_sched.interference.pairs import PairResiduals
@@ -31,7 +32,7 @@ SMALL_GA = GAConfig(population=12, generations=4, seed=0)
 FACTORIES: dict[str, Callable[[], Policy]] = {
     **POLICIES,
     "pollux": lambda: PolluxPolicy(ga=SMALL_GA),
-    "bo": lambda: BayesOptPolicy(ga=SMALL_GA, posterior_draws=8, candidates=4),
+    "bo": lambda: BayesOptPolicy(ga=SMALL_GA, candidates=4),
     "shockwave": lambda: POLICIES.make("shockwave", future_rounds=4),
 }
 assert FACTORIES.keys() == POLICIES.keys()
@@ -217,17 +218,16 @@ def test_bo_predicts_the_rate_of_the_batch_the_job_itself_chooses() -> None:
     micro-batches); bo's predicted progress rate must be the goodput of that batch."""
     app = get_application("cifar10")
     agent = _agent("j", "cifar10", JobSettings(), 3)
-    policy = BayesOptPolicy(ga=SMALL_GA)
+    job_models = JobModelEstimator()
     cluster = ClusterState(2, 4, 600.0)
     for grad_var in (1.0, 10.0, 100.0):
         agent.grad_sqr, agent.grad_var = 1.0, grad_var
-        (view,) = policy.job_models.estimate(cluster, [job_view(agent, "cifar10", 600.0,
-                                                                [1, 0])])
+        (view,) = job_models.estimate(cluster, [job_view(agent, "cifar10", 600.0, [1, 0])])
         local, accum = agent.choose_batch((1,))
         model = agent.goodput_model()
         assert model is not None
         expected = float(model.goodput(1, 1, local, accum)[0]) / app.limits.init_batch_size
-        assert policy._predicted_rate(view, np.array([1, 0])) == pytest.approx(expected)
+        assert predicted_rate(view, np.array([1, 0])) == pytest.approx(expected)
 
 
 def test_library_fits_leave_the_callers_pyro_param_store_alone() -> None:

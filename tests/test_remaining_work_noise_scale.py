@@ -8,11 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bayes_sched.policies.remaining_work import (
-    DirichletRegimePredictor,
-    NoiseScaleRegimePredictor,
-    profile_from,
-)
+from bayes_sched.estimation.remaining_work import DirichletRegimePredictor, NoiseScaleRegimePredictor
+from bayes_sched.remaining_work import profile_from
 from perfmodel.efficiency import NoiseScaleCurve
 from perfmodel.profiles import GradientTrace
 

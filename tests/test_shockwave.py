@@ -20,11 +20,15 @@ from bayes_sched.batch_modes import (
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import InputError
-from bayes_sched.estimates import NO_ESTIMATES
+from bayes_sched.estimates import Estimates
+from bayes_sched.estimation.choose import choose_estimators
+from bayes_sched.estimation.remaining_work import DirichletRegimePredictor
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.remaining_work import DirichletRegimePredictor, profile_from
+from bayes_sched.policies.shockwave import ShockwavePolicy
+from bayes_sched.remaining_work import profile_from
 from bayes_sched.sim.fairness import ftf_rho, ftf_summary
+from bayes_sched.sim.oracles import world_oracles
 from bayes_sched.sim.shockwave_cluster import RESTART_SECONDS, ShockwaveCluster
 from bayes_sched.sim.shockwave_jobs import (
     ShockwaveJobSpec,
@@ -33,6 +37,16 @@ from bayes_sched.sim.shockwave_jobs import (
 )
 from bayes_sched.throughputs import load_shockwave_throughputs
 from tests.cli_inprocess import run_cli
+
+
+def shockwave_estimates(remaining_work: str = "dirichlet") -> Estimates:
+    """What a round of Shockwave's world publishes: its tacc table (the oracle) and the
+    ``remaining_work`` estimator's predictor."""
+    chosen = choose_estimators(ShockwavePolicy.needs, {"remaining_work": remaining_work},
+                               ShockwavePolicy.default_estimators,
+                               world_oracles(load_shockwave_throughputs()))
+    return Estimates(entry for estimator in chosen for entry in estimator.published())
+
 
 GOOD = ("LM (batch size 10)\tpython3 main.py\tlanguage_modeling\t--steps\t1\t77584\t1\tgns\t1\t"
         "-1.000000\t1418\t0")
@@ -207,7 +221,7 @@ def test_planner_gives_the_least_progressed_job_more_rounds() -> None:
     policy = make_policy("shockwave", future_rounds=4)
     state = ClusterState(spec=replace(load_cluster_spec("v100:1x1"), round_interval=120.0),
                          now=0.0)
-    allocation = policy.decide(state, [_view("behind", 0.0), _view("ahead", 10.0)], NO_ESTIMATES)
+    allocation = policy.decide(state, [_view("behind", 0.0), _view("ahead", 10.0)], shockwave_estimates())
     rounds = {name: sum(name in jobs for jobs in policy._plan.values())
               for name in ("behind", "ahead")}
     assert sum(rounds.values()) == 4  # one job per round on the one GPU
@@ -224,7 +238,7 @@ def test_planner_allocations_are_feasible_and_work_conserving() -> None:
             _view("b", 2.0, allocation=[0] * spec.num_nodes),
             _view("c", 3.0, allocation=[0] * spec.num_nodes),
             _view("d", 0.0, gpus=2, allocation=[0] * spec.num_nodes)]
-    allocation = policy.decide(state, jobs, NO_ESTIMATES)
+    allocation = policy.decide(state, jobs, shockwave_estimates())
     used = sum(counts for counts in allocation.values())
     assert np.all(used <= spec.capacity())
     by_name = {job.name: job for job in jobs}
@@ -235,11 +249,13 @@ def test_planner_allocations_are_feasible_and_work_conserving() -> None:
 def test_solver_failure_keeps_the_previous_jobs_and_is_counted() -> None:
     policy = make_policy("shockwave", future_rounds=3)
     spec = replace(load_cluster_spec("v100:1x1"), round_interval=120.0)
-    first = policy.decide(ClusterState(spec=spec, now=0.0), [_view("a", 0.0), _view("b", 5.0)], NO_ESTIMATES)
+    first = policy.decide(ClusterState(spec=spec, now=0.0), [_view("a", 0.0), _view("b", 5.0)],
+                          shockwave_estimates())
     assert policy.solver_failures == 0 and len(first) == 1
     policy.time_limit = -1.0  # HiGHS rejects the option: the solve fails
     second = policy.decide(ClusterState(spec=spec, now=120.0),
-                           [_view("a", 0.0), _view("b", 5.0), _view("c", 0.0, submit=100.0)], NO_ESTIMATES)
+                           [_view("a", 0.0), _view("b", 5.0), _view("c", 0.0, submit=100.0)],
+                           shockwave_estimates())
     assert policy.solver_failures == 1
     assert list(second) == list(first)
 
@@ -253,7 +269,7 @@ def test_a_failed_first_plan_still_fills_the_gpus_in_decreasing_remaining_time()
     none = [0] * spec.num_nodes
     jobs = [_view("a", 9.0, gpus=2, allocation=none), _view("b", 2.0, allocation=none),
             _view("c", 3.0, allocation=none), _view("d", 0.0, gpus=2, allocation=none)]
-    allocation = policy.decide(ClusterState(spec=spec, now=0.0), jobs, NO_ESTIMATES)
+    allocation = policy.decide(ClusterState(spec=spec, now=0.0), jobs, shockwave_estimates())
     assert policy.solver_failures == 1
     # d has the most left (0 of 20 epochs), then b, then c; a (9 done) waits.
     assert sorted(allocation) == ["b", "c", "d"]

@@ -10,19 +10,24 @@ import pytest
 
 from bayes_sched.cluster_spec import ClusterSpec, load_cluster_spec
 from bayes_sched.errors import InputError
-from bayes_sched.policies import Policy, make_policy
-from bayes_sched.policies.remaining_work import (
+from bayes_sched.estimation.choose import Choices, choose_estimators
+from bayes_sched.estimation.registry import ESTIMATORS
+from bayes_sched.estimation.remaining_work import (
+    DirichletRegimePredictor,
     NoiseScaleRegimePredictor,
     OracleRemainingWork,
-    RegimeProfile,
-    profile_from,
+    RemainingWorkEstimator,
 )
+from bayes_sched.estimation.throughput_stage import ThroughputEstimator
+from bayes_sched.policies import Policy, make_policy
 from bayes_sched.policies.shockwave import ShockwavePolicy, log_segments
+from bayes_sched.remaining_work import RegimeProfile, profile_from
+from bayes_sched.sim.oracles import world_oracles
 from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.shockwave_cluster import ShockwaveCluster
 from bayes_sched.sim.table_run import run_table_simulation
 from bayes_sched.throughputs import load_shockwave_throughputs
-from tests.test_shockwave import GOOD, read_shockwave_trace_text
+from tests.test_shockwave import GOOD, read_shockwave_trace_text, shockwave_estimates
 
 #: Three jobs of Shockwave's trace format: a GNS LM job, a shorter one, a static one later.
 THREE = [GOOD.replace("\t77584\t", "\t12000\t"),
@@ -34,10 +39,12 @@ def _spec(cluster: str = "v100:2x1") -> ClusterSpec:
     return replace(load_cluster_spec(cluster), round_interval=120.0)
 
 
-def _run(policy: Policy, noise_seed: int = 0) -> tuple[RunResult, ShockwavePolicy]:
+def _run(policy: Policy, noise_seed: int = 0, estimators: Choices | None = None
+         ) -> tuple[RunResult, ShockwavePolicy]:
     jobs = read_shockwave_trace_text(*THREE)
     result = run_table_simulation(jobs, policy, _spec(), table=load_shockwave_throughputs(),
-                                  cluster_type=ShockwaveCluster, noise_seed=noise_seed)
+                                  cluster_type=ShockwaveCluster, noise_seed=noise_seed,
+                                  estimators=estimators)
     assert isinstance(policy, ShockwavePolicy)
     return result, policy
 
@@ -75,21 +82,34 @@ def test_noise_scale_upper_quantile_bounds_its_mean_and_dirichlet_is_a_point() -
     assert ours.quantile_seconds(profile, 8, 0.9) >= mean >= ours.quantile_seconds(profile, 8,
                                                                                    0.1)
     assert ours.quantile_seconds(profile, 8, 0.9) > ours.quantile_seconds(profile, 8, 0.1)
-    policy = make_policy("shockwave")
-    assert isinstance(policy, ShockwavePolicy)
-    assert policy.predictor.quantile_seconds(profile, 8, 0.9) == \
-        policy.predictor.remaining_seconds(profile, 8)
+    assert ShockwavePolicy.default_estimators["remaining_work"] == "dirichlet"
+    dirichlet = DirichletRegimePredictor()
+    assert dirichlet.quantile_seconds(profile, 8, 0.9) == dirichlet.remaining_seconds(profile, 8)
 
 
-def test_remaining_work_and_source_are_typed_options() -> None:
-    policy = make_policy("shockwave", remaining_work="noise_scale", source="bayes")
-    assert isinstance(policy, ShockwavePolicy)
-    assert isinstance(policy.predictor, NoiseScaleRegimePredictor)
-    assert policy.estimators() == (policy.estimator,)
-    with pytest.raises(InputError, match="remaining_work"):
-        make_policy("shockwave", remaining_work="oracle")  # the oracle is no policy option
-    with pytest.raises(InputError, match="source"):
-        make_policy("shockwave", source="nope")
+def test_remaining_work_and_throughputs_are_estimators_chosen_outside_the_policy() -> None:
+    throughput, remaining = choose_estimators(
+        ShockwavePolicy.needs, {"throughput": "bayes", "noise_scale": {"num_draws": 32}},
+        ShockwavePolicy.default_estimators, world_oracles(load_shockwave_throughputs()))
+    assert isinstance(throughput, ThroughputEstimator)
+    assert isinstance(remaining, RemainingWorkEstimator)
+    assert isinstance(remaining.predictor, NoiseScaleRegimePredictor)
+    assert remaining.predictor.num_draws == 32
+    with pytest.raises(InputError, match="num_draws is 'many': expected int"):
+        ESTIMATORS.make("noise_scale", num_draws="many")
+    for gone in ("remaining_work", "source", "throughputs"):
+        with pytest.raises(InputError, match=f"has no option '{gone}'"):
+            make_policy("shockwave", **{gone: "bayes"})
+    # The truth only from a world that knows it, labelled oracle.
+    with pytest.raises(InputError, match="unknown estimator 'oracle_remaining_work'"):
+        choose_estimators(ShockwavePolicy.needs, {"remaining_work": "oracle_remaining_work"},
+                          ShockwavePolicy.default_estimators,
+                          world_oracles(load_shockwave_throughputs()))
+    (oracle,) = choose_estimators(("remaining_work",), {"remaining_work": "oracle_remaining_work"},
+                                  {}, world_oracles(load_shockwave_throughputs(),
+                                                    {"a": 123.0}.__getitem__))
+    (entry,) = oracle.published()
+    assert entry.estimator == "oracle" and isinstance(entry.value, OracleRemainingWork)
 
 
 def test_the_oracle_predictor_answers_the_truth_it_is_given() -> None:
@@ -103,13 +123,19 @@ def test_the_oracle_predictor_answers_the_truth_it_is_given() -> None:
 
 
 def test_shockwave_learning_throughputs_with_our_predictor_finishes_every_job() -> None:
-    policy = make_policy("shockwave", future_rounds=4, source="bayes",
-                         remaining_work="noise_scale")
-    assert isinstance(policy, ShockwavePolicy)
-    result, _ = _run(policy)
+    policy = make_policy("shockwave", future_rounds=4)
+    result, _ = _run(policy, estimators={"throughput": "bayes", "remaining_work": "noise_scale"})
     assert result.summary["finished"] == 3
-    assert policy.estimator is not None and len(policy.estimator.fit_seconds) > 1
+    assert result.estimates_from == {"throughput": "bayes", "remaining_work": "noise_scale"}
+    assert result.summary["fits"] > 1
     assert policy.solver_failures == 0 and policy.node_limit_hits == 0
+
+
+def test_the_oracle_of_the_world_is_the_remaining_work_a_run_reads() -> None:
+    result, policy = _run(make_policy("shockwave", future_rounds=4),
+                          estimators={"remaining_work": "oracle_remaining_work"})
+    assert result.estimates_from == {"throughput": "oracle", "remaining_work": "oracle"}
+    assert result.summary["finished"] == 3 and policy.whole_epochs is False
 
 
 def test_a_run_is_the_same_twice_and_needs_no_wall_clock_cap() -> None:
@@ -129,10 +155,13 @@ def test_ours_counts_the_whole_iterations_of_an_epoch_as_the_job_runs_them() -> 
                                measurement_noise=0.0)
     (view,) = cluster.job_views()
     truth = cluster.true_remaining_seconds(view.name)
-    ours = ShockwavePolicy(remaining_work="noise_scale")
-    assert ours.predictor.quantile_seconds(ours.profile(view, "v100"), 0, 0.9, view) == \
+    ours = ShockwavePolicy()
+    predictor = ours.read_estimates(shockwave_estimates("noise_scale"))
+    assert ours.whole_epochs is True
+    assert predictor.quantile_seconds(ours.profile(view, "v100"), 0, 0.9, view) == \
         pytest.approx(truth, rel=1e-9)
-    shockwave = ShockwavePolicy(remaining_work="dirichlet")  # as published: 4 % short
+    shockwave = ShockwavePolicy()
+    shockwave.read_estimates(shockwave_estimates("dirichlet"))  # as published: 4 % short
     assert sum(shockwave.profile(view, "v100").epoch_seconds) == \
         pytest.approx(truth * 117907 / 8192 / 15, rel=1e-9)
 
@@ -146,6 +175,7 @@ def test_a_calibration_factor_corrects_only_the_profile_it_was_computed_on() -> 
                                measurement_noise=0.0)
     (view,) = cluster.job_views()
     policy = ShockwavePolicy()
+    policy.read_estimates(shockwave_estimates())
     learned = policy.profile(view, "v100")
     rate = view.examples_per_epoch / view.requested_batch_size / learned.epoch_seconds[0]
     policy._measured[view.name] = {5: (rate, view.requested_batch_size)}  # what the job ran at

@@ -11,6 +11,7 @@ import pytest
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimates import NO_ESTIMATES
+from bayes_sched.estimation import JobModelEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies import FifoPolicy, OptimusPolicy, PolluxPolicy, TiresiasPolicy
 from bayes_sched.policies.pollux import GAConfig
@@ -221,7 +222,7 @@ def test_optimus_trusts_a_measured_step_time_over_its_model() -> None:
     job = _view("j", 1, 256, settings=JobSettings(256), agent=agent)
     policy = OptimusPolicy()
     assert job.fit is None and job.model is None  # a fixed-batch job fits no model for itself
-    (job,) = policy.job_models.estimate(CLUSTER, [job])  # the estimation stage fits its reports
+    (job,) = JobModelEstimator().estimate(CLUSTER, [job])  # the estimation stage fits its reports
     curve = policy.step_times(job, 4, CLUSTER.gpus_per_node)
     assert curve is not None
     _, accum_on_one = split_batch(256, 1, job.limits)

@@ -109,6 +109,6 @@ def test_min_refit_interval_reaches_the_estimation_stage() -> None:
         policy = OptimusPolicy()
         config = SimConfig(num_nodes=4, gpus_per_node=4, max_time=1800.0,
                            min_refit_interval=interval)
-        run_simulation(workload, policy, config)
-        refits[interval] = policy.job_models.refits
+        result = run_simulation(workload, policy, config)
+        refits[interval] = result.estimator_stats["job_model_refits"]
     assert 1 <= refits[1e9] <= len(workload.jobs) < refits[0.0]

@@ -159,6 +159,7 @@ class JobModelEstimator:
         refit: the refit rule for jobs that report no fit (the loop sets the cluster's:
             :func:`bayes_sched.loop.run_loop`'s ``refit``).
         posterior: draw from the throughput posterior too (``None``: the point fit only).
+        name: the label of what it publishes.
 
     Attributes:
         refits: throughput refits the estimator made (for jobs that report no fit).
@@ -168,10 +169,9 @@ class JobModelEstimator:
     models of the last round's jobs that have one.
     """
 
-    name = "job_models"
-
     def __init__(self, refit: RefitRule = RefitRule(),
-                 posterior: PosteriorSettings | None = None) -> None:
+                 posterior: PosteriorSettings | None = None, name: str = "job_models") -> None:
+        self.name = name
         self.refit = refit
         self.posterior = posterior
         self.refits = 0
@@ -268,3 +268,18 @@ class JobModelEstimator:
             del self._fitters[key]
         for key in [k for k in self._models if k[0] not in names]:
             del self._models[key]
+
+
+def point_job_models() -> JobModelEstimator:
+    """Each job's throughput fit per GPU type, the point fit only (Pollux's)."""
+    return JobModelEstimator()
+
+
+def posterior_job_models(num_steps: Annotated[int, Range(1, 100_000)] = 150,
+                         num_samples: Annotated[int, Range(1, 10_000)] = 64,
+                         seed: Annotated[int, SEED] = 0) -> JobModelEstimator:
+    """Each job's throughput fit per GPU type with ``num_samples`` draws from perfmodel's
+    throughput posterior (``num_steps`` SVI steps, ``seed``), for a policy that reads goodput
+    quantiles."""
+    return JobModelEstimator(posterior=PosteriorSettings(num_steps, num_samples, seed),
+                             name="job_posterior")

@@ -8,9 +8,9 @@ Each adapter binds a query to the object that answers it, without changing its a
 * :class:`GoodputPosterior`: a :class:`~bayes_sched.jobs.JobModel` over ``A`` allocations,
   goodput at the job's best batch in examples (at its initial batch) per second, shape ``(A,)``;
 
-The co-location and contention keys and their adapter sit beside the slowdown predictors
-(:mod:`bayes_sched.interference.posteriors`), the remaining-work adapter beside its predictors
-(:class:`bayes_sched.policies.remaining_work.RemainingWorkPosterior`).
+The co-location and contention keys and their adapter are core contracts beside the slowdown
+predictor's protocol (:mod:`bayes_sched.colocation`), as are the remaining-work key and adapter
+(:class:`bayes_sched.remaining_work.RemainingWorkPosterior`).
 """
 
 from __future__ import annotations

@@ -126,6 +126,21 @@ def throughput_factory(learner: str) -> Callable[..., ThroughputEstimator]:
 ESTIMATORS = EstimatorRegistry(group="bayes_sched.estimators")
 for _name in ("uniform", "per_cell", "bayes", "gavel", "sia"):
     ESTIMATORS.register_learner(_name, _name, LEARNERS.summary(_name))
+ESTIMATORS.register("job_models", "bayes_sched.estimation.job_models:point_job_models",
+                    "each job's throughput fit per GPU type (Pollux's point fit)",
+                    serves=("job_goodput",))
+ESTIMATORS.register("job_posterior", "bayes_sched.estimation.job_models:posterior_job_models",
+                    "each job's throughput fit with draws from perfmodel's posterior",
+                    serves=("job_goodput",))
+ESTIMATORS.register("dirichlet", "bayes_sched.estimation.remaining_work:dirichlet",
+                    "Shockwave's Dirichlet posterior over batch-size regimes (a point)",
+                    serves=("remaining_work",))
+ESTIMATORS.register("noise_scale", "bayes_sched.estimation.remaining_work:noise_scale",
+                    "ours: a posterior over the job's gradient-noise-scale curve",
+                    serves=("remaining_work",))
+ESTIMATORS.register("bo_colocation", "bayes_sched.interference.colocation:colocation_learning",
+                    "bo's co-location learning: contention prior from counters, then pair "
+                    "residuals", serves=("colocation",))
 
 
 def make_estimator(name: str, /, seed: int = 0, where: str = "", **options: Any) -> Estimator:

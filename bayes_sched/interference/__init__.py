@@ -1,7 +1,7 @@
 """Interference: predict each job's slowdown in a co-location, with uncertainty.
 
 Co-location slowdown predictors a scheduler composes share one protocol,
-:class:`~bayes_sched.interference.predictor.SlowdownPredictor` (:mod:`.predictor`), one per module:
+:class:`~bayes_sched.colocation.SlowdownPredictor` (:mod:`bayes_sched.colocation`), one per module:
 the contention posterior's prior from counters (:mod:`.contention_prior`) and the pair table
 learned from job progress by the estimation module's throughput learner (:mod:`.pairs`); import
 them from their modules (importing this package loads no BoTorch).

@@ -1,5 +1,5 @@
 """The contention posterior as a co-location prior: a
-:class:`~bayes_sched.interference.predictor.SlowdownPredictor` learned from counters (the ``bo``
+:class:`~bayes_sched.colocation.SlowdownPredictor` learned from counters (the ``bo``
 policy's first predictor).
 
 Where the cluster collects counters (:attr:`bayes_sched.cluster.ClusterState.counters`), every few
@@ -30,8 +30,8 @@ import numpy as np
 import scipy.optimize
 import xarray as xr
 
+from bayes_sched.colocation import ColocationRound
 from bayes_sched.contention.inference import fit_svi, prepare, summarise
-from bayes_sched.interference.predictor import ColocationRound
 from bayes_sched.topology import NodeTopology
 from counters import schema
 from counters.errors import CountersError

@@ -1,5 +1,5 @@
 """Which co-runners cost a job what: the pair table of co-location log slowdowns between job
-classes, a :class:`~bayes_sched.interference.predictor.SlowdownPredictor` learned from job
+classes, a :class:`~bayes_sched.colocation.SlowdownPredictor` learned from job
 progress (the ``bo`` policy's residual predictor), its posterior from the estimation module's
 throughput learner (:mod:`bayes_sched.estimation.pair_cells`; one machinery with the
 time-sharing policies' throughput beliefs).
@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bayes_sched.colocation import ColocationRound
 from bayes_sched.estimation.pair_cells import (
     NODE_SHARING_PRIORS,
     PairCellObservations,
@@ -40,7 +41,6 @@ from bayes_sched.estimation.pair_cells import (
     log_slowdown_table,
 )
 from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
-from bayes_sched.interference.predictor import ColocationRound
 
 #: Seconds of one job-round the residual noise is stated over (the Pollux world's round).
 ROUND_SECONDS = 60.0
@@ -49,7 +49,7 @@ _DEFAULT_PRIOR = PairPrior()
 
 class PairResiduals:
     """The pair table's posterior, learned from per-job co-location residuals through a
-    throughput learner; a :class:`~bayes_sched.interference.predictor.SlowdownPredictor`.
+    throughput learner; a :class:`~bayes_sched.colocation.SlowdownPredictor`.
 
     Args:
         prior: the starting standard deviations of the learner's paired effects.

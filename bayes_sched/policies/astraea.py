@@ -72,9 +72,6 @@ class AstraeaPolicy:
         self.renewals = 0
         self.preemptions = 0
 
-    def estimators(self) -> tuple[()]:
-        return ()
-
     def stats(self) -> Mapping[str, float]:
         return {"lease_renewals": float(self.renewals), "lease_preemptions": float(self.preemptions)}
 

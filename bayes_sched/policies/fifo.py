@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
 
@@ -18,9 +17,7 @@ from bayes_sched.policies.base import free_gpus, pack
 class FifoPolicy:
     name = "fifo"
     needs: tuple[str, ...] = ()
-
-    def estimators(self) -> Sequence[Estimator]:
-        return ()
+    default_estimators: Mapping[str, str] = {}  # it reads the job views alone
 
     def stats(self) -> Mapping[str, float]:
         return {}

@@ -45,9 +45,6 @@ class LearnedPlacementPolicy:
         self._checked = False
         self._rounds = 0
 
-    def estimators(self) -> tuple[()]:  # no estimation stage: it reads the job views
-        return ()
-
     def stats(self) -> Mapping[str, float]:
         return {"rounds": float(self._rounds)}
 

@@ -75,9 +75,6 @@ class MetisPolicy:
         self._fits = 0
         self._resizes = 0
 
-    def estimators(self) -> tuple[()]:  # no estimation stage: it reads the job views
-        return ()
-
     def stats(self) -> Mapping[str, float]:
         return {"gp_fits": float(self._fits), "resizes": float(self._resizes)}
 

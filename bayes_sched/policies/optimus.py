@@ -35,7 +35,6 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState, consolidated_placement
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator, JobModelEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
 from bayes_sched.policies.base import free_gpus, pack
 from bayes_sched.registry import GPU_COUNT
@@ -48,14 +47,11 @@ ARTIFACT_MAX_REPLICAS: Mapping[str, int] = {"ncf": 1}
 class OptimusPolicy:
     name = "optimus"
     needs: tuple[str, ...] = ("job_goodput",)
+    default_estimators: Mapping[str, str] = {"job_goodput": "job_models"}
 
     def __init__(self, max_replicas: Mapping[str, Annotated[int, GPU_COUNT]] = ARTIFACT_MAX_REPLICAS
                  ) -> None:
         self.max_replicas_by_app = dict(max_replicas)
-        self.job_models = JobModelEstimator()
-
-    def estimators(self) -> Sequence[Estimator]:
-        return (self.job_models,)
 
     def stats(self) -> Mapping[str, float]:
         return {}

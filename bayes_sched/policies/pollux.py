@@ -36,7 +36,6 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator, JobModelEstimator, PosteriorSettings
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.registry import GPU_COUNT, Range
 from bayes_sched.search.allocation import (
@@ -54,7 +53,6 @@ from bayes_sched.search.allocation import (
 #: The artifact ran NCF with a fixed batch of 32768 on one GPU under Pollux.
 ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)}
 
-_DEFAULT_POSTERIOR = PosteriorSettings()
 _DEFAULT_GA = GAConfig()
 
 
@@ -72,8 +70,9 @@ class PolluxPolicy:
             cached speedup table is reused (tables cost ~1 ms per job to build).
         risk: ``None`` or 0 allocates by the point fit's goodput; ``q`` in (0, 1) by the
             ``q``-quantile of goodput under the throughput posterior (e.g. 0.1: the 10 % quantile).
-        posterior: how the estimation stage draws from the throughput posterior when ``risk`` is
-            set.
+            The job models come from the ``job_goodput`` estimator: by default ``job_models``
+            (point fits), with ``risk`` ``job_posterior`` (posterior draws; its options say how
+            many and how).
     """
 
     name = "pollux"
@@ -84,15 +83,15 @@ class PolluxPolicy:
                  max_replicas_cap: Annotated[int, GPU_COUNT] = 64, ga: GAConfig = _DEFAULT_GA,
                  job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
                  speedup_tolerance: Annotated[float, Range(0.0)] = 0.02,
-                 risk: float | None = None,
-                 posterior: PosteriorSettings = _DEFAULT_POSTERIOR) -> None:
+                 risk: float | None = None) -> None:
         if p == 0:
             raise ValueError("p is 0: expected a nonzero power-mean exponent")
         if risk is not None and not 0 <= risk < 1:
             raise ValueError(f"risk is {risk}: expected None or a quantile in [0, 1)")
         self.risk = risk or None
-        self.job_models = JobModelEstimator(
-            posterior=posterior if self.risk is not None else None)
+        #: Estimators serving the needs when the user names none (plain data).
+        self.default_estimators: dict[str, str] = {
+            "job_goodput": "job_models" if self.risk is None else "job_posterior"}
         self.p = p
         self.avoid_interference = avoid_interference
         self.max_nodes_per_job = max_nodes_per_job
@@ -106,9 +105,6 @@ class PolluxPolicy:
     def rng(self) -> np.random.Generator:
         """The search's generator (problems built for this policy share it)."""
         return self.search.rng
-
-    def estimators(self) -> Sequence[Estimator]:
-        return (self.job_models,)
 
     def stats(self) -> Mapping[str, float]:
         return {}

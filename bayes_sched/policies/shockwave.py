@@ -17,11 +17,12 @@ Our formulation of Shockwave's planner (``scheduler/shockwave.py`` of its artifa
   or the first (0-1 branch-and-bound nodes on the tacc_120 states measured).
 * Objective: maximise ``sum_j utility_j / (J H) - k max_j r_j`` with
   ``r_j = max(0, T_j - p_j d_j)`` the predicted remaining seconds after the horizon, ``T_j`` from
-  the remaining-work predictor (``remaining_work``: ``dirichlet``, Shockwave's Dirichlet
+  the ``remaining_work`` estimate (by default the ``dirichlet`` estimator, Shockwave's Dirichlet
   posterior over batch-size regimes, a point prediction; ``noise_scale``, ours, a posterior over
-  the job's gradient-noise-scale curve; see :mod:`bayes_sched.policies.remaining_work`).
+  the job's gradient-noise-scale curve; see :mod:`bayes_sched.estimation.remaining_work`).
   In the programs (the fairness constraint, the longest remaining time and the priority ratio
-  below) ``T_j`` is the predictor's ``remaining_quantile`` (0.9) quantile: these ask whether a job
+  below) ``T_j`` is its ``remaining_quantile`` (0.9) quantile
+  (:func:`bayes_sched.acquisition.quantile`): these ask whether a job
   will finish by its fair finish time, a one-sided question a mean answers wrongly half of the
   time for a job whose remaining work is uncertain, so ours plans on a bound that holds with 90 %
   predictive probability (chosen before any run, not tuned); the fair finish-time targets
@@ -42,12 +43,12 @@ work-conserving fill). A job keeps its GPUs where they are still free.
 
 What the policy reads: each job's declared settings (model and initial batch size from its job
 type and ``requested_batch_size``, GPUs, batch-size mode, the epochs its user asked for), its epochs
-done, and the measured throughput table (a scheduler-side input, as in Gavel). From these it builds
-the job's profile, the batch size of every epoch under its mode and their times alone, as Shockwave
-precomputes at submission; it never reads the simulator's state. With ``source`` a learner's name
-the steps/s come from the learner's belief (posterior mean) fitted on the jobs' reports instead
-of the table, read when a plan is made. A benchmark may set :attr:`ShockwavePolicy.predictor`
-to an oracle it supplies (the true remaining work); no option of the policy reads it.
+done, and the ``throughput`` estimate: by default the world's ``oracle``, its measured table (a
+scheduler-side input, as in Gavel). From these it builds the job's profile, the batch size of every
+epoch under its mode and their times alone, as Shockwave precomputes at submission; it never reads
+the simulator's state. With a learner as the throughput estimator the steps/s come from its belief
+(posterior mean) fitted on the jobs' reports instead of the table, read when a plan is made. The
+true remaining work reaches it only as the world's ``oracle_remaining_work`` estimator.
 
 Solver: Shockwave used Gurobi (15 s cap, relative gap 1e-3); here cvxpy with an open solver (HiGHS
 by default, one thread) under the same gap, with a *work* limit (``max_nodes`` branch-and-bound
@@ -69,6 +70,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 
+from bayes_sched.acquisition import quantile
 from bayes_sched.batch_modes import (
     DATASET_SIZE,
     batch_size_schedule,
@@ -79,22 +81,25 @@ from bayes_sched.batch_modes import (
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
-from bayes_sched.estimation.learners import LEARNERS, make_learner
-from bayes_sched.estimation.throughput_cells import ThroughputBelief
-from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
-from bayes_sched.policies.remaining_work import (
-    REMAINING_WORK,
-    RegimeProfile,
-    RemainingWorkPredictor,
-)
 from bayes_sched.policies.throughput_reading import DEFAULT_STEPS_PER_SECOND
 from bayes_sched.policies.time_sharing import cluster_types
 from bayes_sched.registry import SEED, Range
-from bayes_sched.throughputs import load_throughputs
+from bayes_sched.remaining_work import (
+    REMAINING_SECONDS,
+    RegimeProfile,
+    RemainingWorkPosterior,
+    RemainingWorkPredictor,
+)
+from bayes_sched.throughput_estimates import (
+    THROUGHPUT,
+    KnownThroughputs,
+    LearnedThroughputs,
+    ThroughputBelief,
+    ThroughputEstimate,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -143,25 +148,21 @@ class ShockwavePolicy:
         time_limit: seconds a solve may take, or ``None`` (default: no wall-clock cap, so runs
             are reproducible; Shockwave: 15 s).
         mip_rel_gap: relative optimality gap at which a solve stops (1e-3).
-        throughputs: the measured table the profiles are built from (``"tacc"``: Shockwave's).
         calibrate: rescale a job's profiled epoch times when its measured throughput disagrees
             (Shockwave's ``calibrate_profiled_epoch_duration``, see :meth:`calibration`).
-        remaining_work: the remaining-work predictor, ``dirichlet`` (Shockwave's) or
-            ``noise_scale`` (ours).
-        remaining_quantile: the quantile of the predictor's remaining seconds the programs plan
-            on (a point predictor's is its point).
-        source: ``"table"`` (the ``throughputs`` table) or a learner's name
-            (:data:`bayes_sched.estimation.learners.LEARNERS`) the profiles' steps/s come from.
-        refit_interval: with a learner, seconds between refits (0: at every plan with reports).
-        refit_growth: with a learner, the factor a cell's reported seconds grow by before it
-            makes a refit due (1: any report; see :class:`~bayes_sched.policies.time_sharing.
-            TimeSharingPolicy`).
+        remaining_quantile: the quantile of the remaining-work estimate the programs plan on
+            (a point predictor's is its point).
         whole_epochs: an epoch's time counts the whole iterations a job runs in it,
             ``ceil(examples per epoch / b)`` (as the job runs them), instead of Shockwave's
             ``examples per epoch / b``, which is short by the last, partial iteration (4 % for
-            Recommendation at batch 8192). Default: with ours (``noise_scale``), whose quantiles
+            Recommendation at batch 8192). Default: as the remaining-work estimate is calibrated
+            (its predictor's ``whole_epochs``): on with ours (``noise_scale``), whose quantiles
             are only calibrated on the epochs the jobs run; off with Shockwave's ``dirichlet``,
             so that its plans are as published.
+
+    Estimates (chosen outside the policy; defaults :attr:`default_estimators`): ``throughput``,
+    the world's measured table (``oracle``, Shockwave's tacc table in its world) or a learner's
+    belief; ``remaining_work``, ``dirichlet`` (Shockwave's) or ``noise_scale`` (ours).
 
     Shockwave plans for a homogeneous cluster: on a cluster of several GPU types it plans and
     places jobs on the first type in Gavel's order (V100, P100, K80, then by name) only.
@@ -169,6 +170,8 @@ class ShockwavePolicy:
 
     name = "shockwave"
     needs: tuple[str, ...] = ("throughput", "remaining_work")
+    default_estimators: Mapping[str, str] = {"throughput": "oracle",
+                                             "remaining_work": "dirichlet"}
 
     def __init__(self, future_rounds: Annotated[int, Range(1, MAX_FUTURE_ROUNDS)] = 20,
                  k: Annotated[float, Range(0)] = 1e-3,
@@ -179,23 +182,13 @@ class ShockwavePolicy:
                  max_nodes: Annotated[int, Range(1)] = 1000,
                  seed: Annotated[int, SEED] = 0, time_limit: float | None = None,
                  mip_rel_gap: Annotated[float, Range(0, 1, max_open=True)] = 1e-3,
-                 throughputs: Literal["tacc", "simulation", "physical"] = "tacc",
-                 calibrate: bool = True,
-                 remaining_work: Literal["dirichlet", "noise_scale"] = "dirichlet",
-                 remaining_quantile: float = 0.9, source: str = "table",
-                 refit_interval: float = 0.0, refit_growth: float = REFIT_GROWTH,
+                 calibrate: bool = True, remaining_quantile: float = 0.9,
                  whole_epochs: bool | None = None) -> None:
         if future_rounds < 1 or reopt_rounds < 1:
             raise ValueError(f"future_rounds {future_rounds}, reopt_rounds {reopt_rounds}: "
                              "expected rounds >= 1")
         if solver not in MIP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(MIP_SOLVERS)}")
-        if remaining_work not in REMAINING_WORK:
-            raise ValueError(f"remaining_work is {remaining_work!r}: expected one of "
-                             f"{', '.join(REMAINING_WORK)}")
-        if source != "table" and source not in LEARNERS:
-            raise ValueError(f"source is {source!r}: expected 'table' or a learner: "
-                             f"{', '.join(LEARNERS)}")
         if not 0.0 < remaining_quantile < 1.0:
             raise ValueError(f"remaining_quantile is {remaining_quantile}: expected 0 < q < 1")
         if not (k > 0 and rhomax > 0 and max_nodes >= 1 and mip_rel_gap >= 0
@@ -209,16 +202,15 @@ class ShockwavePolicy:
         self.max_nodes, self.seed = int(max_nodes), int(seed)
         self.time_limit = None if time_limit is None else float(time_limit)
         self.mip_rel_gap = float(mip_rel_gap)
-        self.table = load_throughputs(throughputs)
-        #: The remaining-work predictor (swappable: a benchmark may set an oracle here).
-        self.predictor: RemainingWorkPredictor = REMAINING_WORK[remaining_work]()
         self.remaining_quantile = float(remaining_quantile)
-        self.source = source
-        self.estimator = (None if source == "table" else ThroughputEstimator(
-            make_learner(source, table=self.table, seed=seed), refit_interval, refit_growth))
         self.calibrate = bool(calibrate)
-        self.whole_epochs = (remaining_work == "noise_scale" if whole_epochs is None
-                             else bool(whole_epochs))
+        self._whole_epochs = whole_epochs
+        #: Whether profiles count whole iterations (the option, else the estimate's own, read
+        #: at each decision; ``None`` before the first).
+        self.whole_epochs: bool | None = None if whole_epochs is None else bool(whole_epochs)
+        # The round's throughput estimate: a known table, or a learner's stage.
+        self._known: KnownThroughputs | None = None
+        self._learned: LearnedThroughputs | None = None
         self.solver_failures = 0
         self.allocation_updates = 0  # successful plans
         self.relaxed_plans = 0  # plans without the fairness constraints
@@ -242,9 +234,6 @@ class ShockwavePolicy:
         self._factor: dict[str, tuple[float, RegimeProfile]] = {}
 
     # --- Policy interface -----------------------------------------------------------------------
-
-    def estimators(self) -> Sequence[Estimator]:
-        return () if self.estimator is None else (self.estimator,)
 
     def stats(self) -> Mapping[str, float]:
         """``solver_failures``, ``allocation_updates`` (successful plans), ``node_limit_hits``
@@ -275,25 +264,26 @@ class ShockwavePolicy:
                     del store[name]
         chosen: list[str] | None = None
         if jobs:
+            predictor = self.read_estimates(estimates)
             replan = (changed or self._since_plan >= self.reopt_rounds
                       or self._round not in self._plan)
-            if replan and self.estimator is not None:
+            if replan and self._learned is not None:
                 # The belief is read (and refitted on new reports) only when a plan uses it.
-                belief = self.estimator.belief
+                belief = self._learned.belief
                 if belief is not self._belief:
                     self._belief, self._profiles = belief, {}
             self._record_throughputs(jobs, gpu)
             profiles = [self._calibrated(job, self.profile(job, gpu)) for job in jobs]
             done = [self._epochs_done(job) for job in jobs]
-            remaining = np.array([self.predictor.remaining_seconds(p, e, job)
-                                  for p, e, job in zip(profiles, done, jobs, strict=True)])
+            posteriors = [RemainingWorkPosterior(predictor, p, e, job)
+                          for p, e, job in zip(profiles, done, jobs, strict=True)]
+            remaining = np.array([float(posterior.mean()) for posterior in posteriors])
             if changed:
                 self._estimate_shares(jobs, profiles, done, remaining, num_gpus)
             if replan:
                 self._since_plan = 0
-                at_risk = np.array([
-                    self.predictor.quantile_seconds(p, e, self.remaining_quantile, job)
-                    for p, e, job in zip(profiles, done, jobs, strict=True)])
+                at_risk = np.array([float(quantile(posterior, self.remaining_quantile))
+                                    for posterior in posteriors])
                 self._replan(cluster, jobs, profiles, done, remaining, at_risk, num_gpus)
             chosen = self._plan.get(self._round)
             if chosen is None:  # no plan: the previous round's jobs still here, then the fill
@@ -309,12 +299,29 @@ class ShockwavePolicy:
 
     # --- profiles and predictions ---------------------------------------------------------------
 
+    def read_estimates(self, estimates: Estimates) -> RemainingWorkPredictor:
+        """Take the round's estimates, as :meth:`decide` does first: the throughput estimate (a
+        new one clears the profiles built on the last) and the remaining-work predictor, which
+        it returns (whole epochs follow it unless set). :meth:`profile` reads what it took."""
+        throughput: ThroughputEstimate = estimates.require(THROUGHPUT)
+        known = throughput if isinstance(throughput, KnownThroughputs) else None
+        learned = None if known is not None else throughput
+        if known is not self._known or learned is not self._learned:
+            assert learned is None or not isinstance(learned, KnownThroughputs)
+            self._known, self._learned, self._belief, self._profiles = known, learned, None, {}
+        predictor: RemainingWorkPredictor = estimates.require(REMAINING_SECONDS)
+        whole = (predictor.whole_epochs if self._whole_epochs is None
+                 else bool(self._whole_epochs))
+        if whole != self.whole_epochs:
+            self.whole_epochs, self._profiles = whole, {}
+        return predictor
+
     def profile(self, job: JobView, gpu: str) -> RegimeProfile:
         """The job's profile under its declared mode on ``gpu`` (cached per declared settings).
 
         An epoch at batch size ``b`` takes Shockwave's ``dataset / b / (steps/s)`` (with
-        ``whole_epochs``, ``ceil(dataset / b)`` steps), at the table's steps/s, or with a
-        learner (``source``) at its posterior mean as of the last plan; for a job whose model or
+        ``whole_epochs``, ``ceil(dataset / b)`` steps), at the known table's steps/s, or with a
+        learner's estimate at its posterior mean as of the last plan; for a job whose model or
         type neither covers, ``ceil(examples per epoch / b)`` steps at Gavel's default of 1
         step/s (a finite guess, so that such a job is still planned)."""
         model = model_of(job.application)
@@ -331,8 +338,8 @@ class ShockwavePolicy:
             learned = self._learned_epoch_seconds(model, sorted(set(regimes)),
                                                   job.requested_replicas, gpu)
             for batch in set(regimes):
-                known = (learned.get(batch) if self.estimator is not None else
-                         epoch_seconds(self.table, model, batch, job.requested_replicas, gpu)
+                known = (learned.get(batch) if self._known is None else
+                         epoch_seconds(self._known, model, batch, job.requested_replicas, gpu)
                          if model in DATASET_SIZE else None)
                 if known is not None and self.whole_epochs:
                     examples = DATASET_SIZE[model]
@@ -348,14 +355,27 @@ class ShockwavePolicy:
                                gpu: str) -> dict[int, float]:
         """Seconds of an epoch at each batch size from the learner's belief (posterior mean);
         none where the model has no dataset size or the belief no positive, finite rate."""
-        if self.estimator is None or model not in DATASET_SIZE:
+        if self._learned is None or model not in DATASET_SIZE:
             return {}
-        if self._belief is None:
-            self._belief = self.estimator.belief
         cells = [Cell(job_type_of(model, b), scale_factor, gpu) for b in batches]
-        rates = self._belief.predict(cells).mean
+        rates = self._learned_belief().predict(cells).mean
         return {b: DATASET_SIZE[model] / b / float(r)
                 for b, r in zip(batches, rates, strict=True) if np.isfinite(r) and r > 0}
+
+    def _learned_belief(self) -> ThroughputBelief:
+        """The learner's belief as of the last plan (read now where no plan has read one)."""
+        assert self._learned is not None
+        if self._belief is None:
+            self._belief = self._learned.belief
+        return self._belief
+
+    def _solo_rate(self, job_type: str, scale_factor: int, gpu: str) -> float:
+        """Steps/s of ``job_type`` alone: the known table's, or the learner's posterior mean
+        as of the last plan (0 where neither has a positive, finite rate)."""
+        if self._known is not None:
+            return self._known.steps_per_second(job_type, scale_factor, gpu) or 0.0
+        rate = float(self._learned_belief().predict([Cell(job_type, scale_factor, gpu)]).mean[0])
+        return rate if np.isfinite(rate) and rate > 0 else 0.0
 
     def _record_throughputs(self, jobs: Sequence[JobView], gpu: str) -> None:
         """Each job's measured steps/s in the round just run, from its reports (steps and
@@ -372,10 +392,9 @@ class ShockwavePolicy:
                 continue
             if report[2] == last[2]:
                 rate = (report[0] - last[0]) / seconds
-            else:  # the batch changed after the round: its steps were recounted; the table's rate
-                rate = self.table.steps_per_second(
-                    f"{model_of(job.application)} (batch size {last[2]})",
-                    job.requested_replicas, gpu) or 0.0
+            else:  # the batch changed after the round: its steps were recounted; the estimate's
+                rate = self._solo_rate(job_type_of(model_of(job.application), last[2]),
+                                       job.requested_replicas, gpu)
             self._measured.setdefault(job.name, {})[self._round] = (max(rate, 0.0), last[2])
 
     def calibration(self, job: JobView, profile: RegimeProfile) -> float:
@@ -387,7 +406,7 @@ class ShockwavePolicy:
         round; when they differ by more than 40 %, epoch times become the profile's times the
         ratio profile / measured (otherwise the factor in force stays).
 
-        A factor corrects the profile it was computed on. With a learner (``source``) the
+        A factor corrects the profile it was computed on. With a learner's estimate the
         profile is rebuilt from each new belief, which has learned from the same measurements:
         a factor in force for an older profile would correct them twice (a job first profiled
         4x too fast kept a factor of 4.9 on a belief that had learned its rate, so was planned

@@ -45,13 +45,12 @@ jobs. Everything else (objective, restart factor, solver, placement) is
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator, JobModelEstimator
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
 from bayes_sched.policies.pollux import ARTIFACT_JOB_SETTINGS
@@ -92,6 +91,7 @@ class SiaAdaptivePolicy(SiaPolicy):
 
     name = "sia_adaptive"
     needs: tuple[str, ...] = ("job_goodput",)
+    default_estimators: ClassVar[Mapping[str, str]] = {"job_goodput": "job_models"}
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
@@ -100,7 +100,6 @@ class SiaAdaptivePolicy(SiaPolicy):
                  profile_types: bool = True) -> None:
         super().__init__(p, lambda_n, solver, mip_rel_gap, time_limit, seed)
         self.job_overrides = dict(job_overrides)
-        self.job_models = JobModelEstimator()
         self.profile_types = bool(profile_types)
         self._models: dict[tuple[str, str], JobModel] = {}   # (job, type) -> last model seen
         self._max_profiled: dict[str, int] = {}
@@ -112,9 +111,6 @@ class SiaAdaptivePolicy(SiaPolicy):
         self._profiling_rounds: dict[str, int] = {}
         self.profiling_gpu_seconds = 0.0
         self.profiling_rounds = 0
-
-    def estimators(self) -> Sequence[Estimator]:
-        return (self.job_models,)
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return self.job_overrides.get(spec.application, JobSettings())

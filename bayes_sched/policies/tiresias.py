@@ -16,7 +16,6 @@ from typing import Annotated
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.estimation import Estimator
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import free_gpus, pack
 from bayes_sched.registry import Increasing, Range
@@ -27,6 +26,7 @@ class TiresiasPolicy:
 
     name = "tiresias"
     needs: tuple[str, ...] = ()
+    default_estimators: Mapping[str, str] = {}  # it reads the job views alone
 
     def __init__(self, thresholds: Annotated[
             Sequence[Annotated[float, Range(0.0, min_open=True, unit="GPU-seconds")]],
@@ -37,9 +37,6 @@ class TiresiasPolicy:
         self._running: set[str] = set()
         self._executed: dict[str, float] = {}  # seconds run (while admitted)
         self._last_check: dict[str, float] = {}
-
-    def estimators(self) -> Sequence[Estimator]:
-        return ()
 
     def stats(self) -> Mapping[str, float]:
         return {}

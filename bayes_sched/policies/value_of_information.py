@@ -39,12 +39,13 @@ information beats its expected cost:
   no spread (no ``log_variance_and_fit``) has every column drawn. On a packed run (gavel-2.0,
   jobs 1000-1009) the screen left ~1 in 27 columns to draw, and the value-of-information pass
   went from 7.4 to ~4 CPU ms (its 256 draws of ~66 cells to ~5).
-* **Rule.** Try ``e`` iff gain > cost, and only a column the mean allocation does not already
-  run (exploitation learns those for free) with a cell nobody has reported from. Nothing is
-  tuned: ``R`` is the round, the horizon the jobs' own declared work, the prices the LP's. The
-  rule ignores what a trial teaches about *other* cells (the shared effects, a group's fit
-  probability) and about future jobs of the two classes (it errs towards not exploring), and
-  it prices the trial and the gain at today's duals for the whole horizon.
+* **Rule.** Try ``e`` iff gain > cost (:func:`bayes_sched.acquisition.worth_trying`), and only a
+  column the mean allocation does not already run (exploitation learns those for free) with a cell
+  nobody has reported from. Nothing is tuned: ``R`` is the round, the horizon the jobs' own
+  declared work, the prices the LP's. The rule ignores what a trial teaches about *other* cells
+  (the shared effects, a group's fit probability) and about future jobs of the two classes (it
+  errs towards not exploring), and it prices the trial and the gain at today's duals for the whole
+  horizon.
 
 What the max-min objective implies: only the jobs at the floor have a price, so a column of
 jobs off the floor is worth nothing to it (a trial of theirs costs nothing at the prices but
@@ -65,6 +66,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import ndtr
 
+from bayes_sched.acquisition import worth_trying
 from bayes_sched.policies.time_fraction_lp import ConicProgram, HighsModel
 
 __all__ = ["DUAL_TOLERANCE", "LpPrices", "column_values", "expected_gain", "lp_prices",
@@ -209,14 +211,3 @@ def _column_scales(matrix: sp.csc_matrix, entry: int, rows: np.ndarray, factor: 
     scale = np.ones(matrix.shape[0])
     scale[rows] = factor
     return on, matrix.data[start:stop], scale[on]
-
-
-def worth_trying(gain_per_second: float, horizon_seconds: float, trial_value: float,
-                 trial_seconds: float) -> tuple[bool, float, float]:
-    """Whether to try a column: ``(try, gain, cost)`` in objective-seconds: the expected rise
-    of the optimum (:func:`expected_gain`) over ``horizon_seconds`` against a trial of
-    ``trial_seconds`` of the job-level column, whose value per unit at the mean is
-    ``trial_value`` (``<= 0``)."""
-    gain = gain_per_second * horizon_seconds
-    cost = max(-trial_value, 0.0) * trial_seconds
-    return gain > cost, gain, cost

@@ -15,49 +15,44 @@ jobs run at; :func:`world_oracles` offers it as
 Which table the oracle knows is the world's truth (the table its cluster runs on), or the
 oracle's ``table`` option naming another shipped table (Gavel's ``"simulation"`` or
 ``"physical"``, Shockwave's ``"tacc"``).
+
+A world whose jobs change their batch size (Shockwave's) also knows each job's true remaining
+work; it offers it as
+
+* ``oracle_remaining_work``: :class:`~bayes_sched.estimation.remaining_work.OracleRemainingWork`
+  for the ``remaining_work`` need, labelled ``oracle`` (the upper bound of the predictors).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
-from bayes_sched.cluster import ClusterState
-from bayes_sched.estimates import Estimate, Estimates
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.cell_learners import OracleLearner
+from bayes_sched.estimation.constant import ConstantEstimator
 from bayes_sched.estimation.registry import EstimatorRegistry, RefitGrowth, RefitInterval
+from bayes_sched.estimation.remaining_work import OracleRemainingWork, RemainingWorkEstimator
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
-from bayes_sched.jobs import JobView
-from bayes_sched.throughput_estimates import THROUGHPUT
+from bayes_sched.throughput_estimates import THROUGHPUT, ThroughputEstimate
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
 
 #: The shipped tables an oracle may be told to know instead of its world's.
 TableName = Literal["simulation", "physical", "tacc"]
 
 
-class ThroughputOracle:
+class ThroughputOracle(ConstantEstimator[ThroughputEstimate]):
     """Publishes a measured table for the ``throughput`` need, labelled ``oracle`` (an
-    :class:`~bayes_sched.estimation.Estimator` that learns nothing).
+    estimator that learns nothing).
 
     Args:
         table: the steps/s the world's jobs run at.
     """
 
-    name = "oracle"
-
     def __init__(self, table: ThroughputTable) -> None:
+        super().__init__(THROUGHPUT, "oracle", table)
         self.table = table
-        self._published = (Estimate(THROUGHPUT, self.name, table),)
-
-    def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
-        return list(jobs)
-
-    def published(self) -> Sequence[Estimate[Any]]:
-        return self._published
-
-    def stats(self) -> Mapping[str, float]:
-        return {}
 
 
 def oracle_estimates(table: ThroughputTable) -> Estimates:
@@ -66,10 +61,12 @@ def oracle_estimates(table: ThroughputTable) -> Estimates:
     return Estimates(ThroughputOracle(table).published())
 
 
-def world_oracles(truth: ThroughputTable) -> EstimatorRegistry:
+def world_oracles(truth: ThroughputTable,
+                  remaining_seconds: Callable[[str], float] | None = None) -> EstimatorRegistry:
     """The oracles of a throughput-table world whose jobs run at ``truth``: ``oracle`` and
     ``oracle_stage`` (see the module), each with a ``table`` option naming another shipped
-    table (default: ``truth``)."""
+    table (default: ``truth``); with ``remaining_seconds`` (job name -> seconds of training it
+    truly has left alone on its GPUs), ``oracle_remaining_work`` too."""
 
     def oracle(table: TableName | None = None) -> Estimator:
         """the measured table the world's jobs run at, read as it is (Gavel's rule)"""
@@ -84,6 +81,16 @@ def world_oracles(truth: ThroughputTable) -> EstimatorRegistry:
     registry = EstimatorRegistry("oracle")
     registry.register("oracle", oracle, serves=("throughput",))
     registry.register("oracle_stage", oracle_stage, serves=("throughput",))
+    if remaining_seconds is not None:
+        truly_left = remaining_seconds
+
+        def oracle_remaining_work(whole_epochs: bool = False) -> Estimator:
+            """each job's true remaining work (``whole_epochs``: the profiles beside it)"""
+            return RemainingWorkEstimator(OracleRemainingWork(truly_left, whole_epochs),
+                                          "oracle")
+
+        registry.register("oracle_remaining_work", oracle_remaining_work,
+                          serves=("remaining_work",))
     return registry
 
 

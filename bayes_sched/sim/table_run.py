@@ -93,12 +93,14 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
         InputError: a bad choice of estimators (one line)."""
     start = time.perf_counter()
     truth = table or load_gavel_throughputs()
-    chosen = policy_estimators(policy, estimators, world_oracles(truth), estimator_seed)
     if spec.tenants and cluster_type is TableCluster:
         cluster_type = TenantTableCluster
     cluster = cluster_type(jobs, spec, truth, jobs_to_complete,
                            max_time, source, measurement_noise=measurement_noise,
                            noise_seed=noise_seed, stall_limit=stall_limit)
+    # A world whose jobs change batch sizes knows their true remaining work too.
+    oracles = world_oracles(truth, getattr(cluster, "true_remaining_seconds", None))
+    chosen = policy_estimators(policy, estimators, oracles, estimator_seed)
     each_round = None if on_round is None else (lambda _: on_round(cluster))
     stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round, clock=clock,
                      estimators=chosen)

@@ -1,9 +1,10 @@
-"""Remaining-work predictors for jobs whose batch size changes: Shockwave's Dirichlet posterior.
+"""Remaining-work estimators for jobs whose batch size changes: Shockwave's Dirichlet posterior
+and ours over the gradient-noise-scale curve.
 
-A job that adapts its batch size (Accordion, GNS) runs its remaining epochs in *regimes* (batch
-sizes) whose epochs take different times, and which regimes are still ahead is uncertain. A
-predictor answers: how many seconds of training (alone on the job's GPUs) are left after
-``epochs_done`` epochs of a job whose submission-time profile is a :class:`RegimeProfile`.
+Each estimator publishes a :class:`~bayes_sched.remaining_work.RemainingWorkPredictor` under the
+``remaining_work`` need (:data:`~bayes_sched.remaining_work.REMAINING_SECONDS`); the policy asks
+it about each job's profile (:class:`~bayes_sched.remaining_work.RegimeProfile`), which the
+policy builds from what it knows of the job.
 
 :class:`DirichletRegimePredictor` is Shockwave's (Zheng et al., NSDI 2023, section 4.2;
 ``JobMetaData.dirichlet_posterior_remaining_runtime``): a Dirichlet over the share of epochs spent
@@ -15,77 +16,53 @@ actually left.
 
 :class:`NoiseScaleRegimePredictor` is ours, for jobs whose batch size follows the gradient noise
 scale (GNS): see its docstring; it gives joint posterior draws, so also quantiles.
-:class:`OracleRemainingWork` answers the truth a benchmark supplies (the upper bound). All sit
-behind :class:`RemainingWorkPredictor`; :data:`REMAINING_WORK` names the two a policy may choose.
+:class:`OracleRemainingWork` answers the truth a world supplies (the upper bound; only as the
+world's ``oracle_remaining_work``, :mod:`bayes_sched.sim.oracles`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Protocol
+from collections.abc import Callable
+from typing import Annotated
 
 import numpy as np
 
-from bayes_sched.estimates import Need, check_quantile, resample_draws
+from bayes_sched.estimation.constant import ConstantEstimator
 from bayes_sched.jobs import JobView
+from bayes_sched.registry import SEED, Range
+from bayes_sched.remaining_work import REMAINING_SECONDS, RegimeProfile, RemainingWorkPredictor
 from perfmodel.efficiency import NoiseScaleCurve
 from perfmodel.profiles import GradientTrace
 
-
-@dataclass(frozen=True)
-class RegimeProfile:
-    """A job's profile: its batch size (regime) and time alone in each epoch.
-
-    Attributes:
-        regimes: batch size of each epoch, shape ``(E,)``.
-        epoch_seconds: seconds of each epoch alone on the job's GPUs, shape ``(E,)``.
-    """
-
-    regimes: tuple[int, ...]
-    epoch_seconds: tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.regimes) != len(self.epoch_seconds) or not self.regimes:
-            raise ValueError(f"a profile needs one regime and one epoch time per epoch: got "
-                             f"{len(self.regimes)} and {len(self.epoch_seconds)}")
-
-    @property
-    def epochs(self) -> int:
-        return len(self.regimes)
-
-    def regime_seconds(self) -> dict[int, float]:
-        """Mean seconds of an epoch in each regime."""
-        return dict(self._regime_seconds)
-
-    @cached_property
-    def _regime_seconds(self) -> dict[int, float]:
-        out: dict[int, list[float]] = {}
-        for regime, seconds in zip(self.regimes, self.epoch_seconds, strict=True):
-            out.setdefault(regime, []).append(seconds)
-        return {regime: float(np.mean(values)) for regime, values in out.items()}
-
-    def seconds_done(self, epochs_done: int) -> float:
-        """Seconds of the profile's first ``epochs_done`` epochs."""
-        return float(sum(self.epoch_seconds[:max(epochs_done, 0)]))
+#: Most joint draws of :class:`NoiseScaleRegimePredictor` (memory: draws x regimes per cache entry).
+MAX_DRAWS = 100_000
 
 
-class RemainingWorkPredictor(Protocol):
-    """Seconds of training left (alone on the job's GPUs) after ``epochs_done`` epochs: the
-    predictive mean, and a quantile of the predictive distribution (a point predictor answers
-    its point). ``job`` is what the scheduler sees of the job (an oracle supplied by a benchmark
-    needs its name; the predictors of the policies use only the profile)."""
+class _PointPrediction:
+    """A point predictor's quantiles and draws: its :meth:`remaining_seconds` (which it
+    defines)."""
 
     def remaining_seconds(self, profile: RegimeProfile, epochs_done: int,
-                          job: JobView | None = None) -> float: ...
+                          job: JobView | None = None) -> float:
+        raise NotImplementedError
 
     def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
-                         job: JobView | None = None) -> float: ...
+                         job: JobView | None = None) -> float:
+        """Every quantile of a point prediction is its value."""
+        return self.remaining_seconds(profile, epochs_done, job)
+
+    def draws(self, profile: RegimeProfile, epochs_done: int,
+              job: JobView | None = None) -> np.ndarray:
+        """The value, shape ``(1,)``."""
+        return np.array([self.remaining_seconds(profile, epochs_done, job)])
 
 
-class DirichletRegimePredictor:
-    """Shockwave's Dirichlet posterior over batch-size regimes (see the module docstring)."""
+class DirichletRegimePredictor(_PointPrediction):
+    """Shockwave's Dirichlet posterior over batch-size regimes (see the module docstring); a
+    point prediction, on Shockwave's epoch times (``whole_epochs`` False): Shockwave plans on
+    the posterior mean only, so every quantile is the mean."""
+
+    whole_epochs = False
 
     def posterior(self, profile: RegimeProfile, epochs_done: int) -> dict[int, float]:
         """Concentration per regime after observing the profile's epochs ``0..epochs_done``
@@ -120,11 +97,6 @@ class DirichletRegimePredictor:
         total = sum(epochs * seconds[regime] for regime, epochs in per_regime.items())
         return total * left_epochs / predicted
 
-    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
-                         job: JobView | None = None) -> float:
-        """Shockwave plans on the posterior mean only: every quantile is the mean."""
-        return self.remaining_seconds(profile, epochs_done, job)
-
 
 class NoiseScaleRegimePredictor:
     """Remaining seconds from a posterior over the job's gradient-noise-scale curve.
@@ -143,8 +115,11 @@ class NoiseScaleRegimePredictor:
 
     It uses what the Dirichlet uses: the regimes seen up to and including the current epoch, the
     profile's set of regimes with their epoch times, and the job's epochs. With fewer than two
-    epochs seen it assumes the current regime to the end.
+    epochs seen it assumes the current regime to the end. Its quantiles are calibrated on the
+    epochs the jobs run (``whole_epochs`` True).
     """
+
+    whole_epochs = True
 
     def __init__(self, num_draws: int = 256, seed: int = 0) -> None:
         self.num_draws = num_draws
@@ -159,7 +134,8 @@ class NoiseScaleRegimePredictor:
                          job: JobView | None = None) -> float:
         return float(np.quantile(self.draws(profile, epochs_done), q))
 
-    def draws(self, profile: RegimeProfile, epochs_done: int) -> np.ndarray:
+    def draws(self, profile: RegimeProfile, epochs_done: int,
+              job: JobView | None = None) -> np.ndarray:
         """Joint posterior draws of the remaining seconds, shape ``(num_draws,)`` (one value
         where the prediction is certain): each draw's epochs left per regime (which depend on
         the regimes only, so are cached per (regimes, epochs done) and reused when the epoch
@@ -206,16 +182,19 @@ class NoiseScaleRegimePredictor:
         return ladder, counts
 
 
-class OracleRemainingWork:
-    """The true remaining seconds, from a function the caller supplies (a benchmark's upper
-    bound: the simulator's truth, never a policy's default; the policy only calls it).
+class OracleRemainingWork(_PointPrediction):
+    """The true remaining seconds, from a function the world supplies (the upper bound: the
+    simulator's truth, reaching a policy only as the world's ``oracle_remaining_work``).
 
     Args:
         truth: job name -> seconds of training it truly has left alone on its GPUs.
+        whole_epochs: the profiles the policy builds beside it (they serve its fair-share
+            targets only; default Shockwave's).
     """
 
-    def __init__(self, truth: Callable[[str], float]) -> None:
+    def __init__(self, truth: Callable[[str], float], whole_epochs: bool = False) -> None:
         self.truth = truth
+        self.whole_epochs = whole_epochs
 
     def remaining_seconds(self, profile: RegimeProfile, epochs_done: int,
                           job: JobView | None = None) -> float:
@@ -223,54 +202,32 @@ class OracleRemainingWork:
             raise ValueError("the oracle needs the job")
         return float(self.truth(job.name))
 
-    def quantile_seconds(self, profile: RegimeProfile, epochs_done: int, q: float,
-                         job: JobView | None = None) -> float:
-        return self.remaining_seconds(profile, epochs_done, job)
 
+class RemainingWorkEstimator(ConstantEstimator[RemainingWorkPredictor]):
+    """Publishes a remaining-work predictor for the ``remaining_work`` need (the predictor is
+    asked per job, at the policy's profiles, when a decision reads it).
 
-#: The remaining-work predictors a policy may be given by name (the oracle only by a benchmark).
-REMAINING_WORK: dict[str, Callable[[], RemainingWorkPredictor]] = {
-    "dirichlet": DirichletRegimePredictor, "noise_scale": NoiseScaleRegimePredictor}
+    Args:
+        predictor: what answers the policy's questions.
+        name: the label of the estimate (``"oracle"`` for the truth a world supplies).
+    """
 
-
-#: The bundle's key of remaining work: the predictor the estimation stage publishes
-#: (:class:`RemainingWorkPosterior` binds it to one job).
-REMAINING_SECONDS: Need[RemainingWorkPredictor] = Need("remaining_work")
-
-
-class RemainingWorkPosterior:
-    """One job's remaining seconds (alone on its GPUs) after ``epochs_done`` epochs as a
-    :class:`~bayes_sched.estimates.Posterior`, shape ``()``: the predictor's mean and quantiles;
-    draws are :class:`NoiseScaleRegimePredictor`'s joint draws (resampled to ``n``), the mean
-    repeated for a point predictor."""
-
-    shape: tuple[int, ...] = ()
-
-    def __init__(self, predictor: RemainingWorkPredictor, profile: RegimeProfile,
-                 epochs_done: int, job: JobView | None = None) -> None:
+    def __init__(self, predictor: RemainingWorkPredictor, name: str) -> None:
+        super().__init__(REMAINING_SECONDS, name, predictor)
         self.predictor = predictor
-        self.profile = profile
-        self.epochs_done = epochs_done
-        self.job = job
-
-    def mean(self) -> np.ndarray:
-        return np.asarray(self.predictor.remaining_seconds(self.profile, self.epochs_done,
-                                                           self.job))
-
-    def quantile(self, q: float) -> np.ndarray:
-        return np.asarray(self.predictor.quantile_seconds(self.profile, self.epochs_done,
-                                                          check_quantile(q), self.job))
-
-    def draws(self, n: int, seed: int = 0) -> np.ndarray:
-        if isinstance(self.predictor, NoiseScaleRegimePredictor):
-            fixed = self.predictor.draws(self.profile, self.epochs_done)
-        else:
-            fixed = self.mean()[None]
-        return resample_draws(fixed, n, seed)
 
 
-def profile_from(regimes: Sequence[int], seconds_per_regime: Mapping[int, float]
-                 ) -> RegimeProfile:
-    """A profile whose epochs in each regime take that regime's seconds."""
-    return RegimeProfile(tuple(int(r) for r in regimes),
-                         tuple(float(seconds_per_regime[r]) for r in regimes))
+def dirichlet() -> RemainingWorkEstimator:
+    """Shockwave's Dirichlet posterior over batch-size regimes (a point prediction)."""
+    return RemainingWorkEstimator(DirichletRegimePredictor(), "dirichlet")
+
+
+def noise_scale(num_draws: Annotated[int, Range(1, MAX_DRAWS)] = 256,
+                seed: Annotated[int, SEED] = 0) -> RemainingWorkEstimator:
+    """Ours: a posterior over the job's gradient-noise-scale curve (``num_draws`` joint draws,
+    ``seed``)."""
+    return RemainingWorkEstimator(NoiseScaleRegimePredictor(num_draws, seed), "noise_scale")
+
+
+__all__ = ["DirichletRegimePredictor", "NoiseScaleRegimePredictor", "OracleRemainingWork",
+           "RemainingWorkEstimator", "dirichlet", "noise_scale"]
