@@ -31,10 +31,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bayes_sched.errors import InputError
-from perfmodel.allreduce import Links
+
+if TYPE_CHECKING:
+    from perfmodel.allreduce import Links
 
 #: How a GPU reaches its peers in a node.
 INTERCONNECTS = ("pcie", "nvlink")
@@ -69,6 +71,8 @@ class GpuType:
         """The links an all-reduce of jobs on nodes of this type crosses (for
         :mod:`perfmodel.sync_prior`): this GPU's peer link within a node, the node's NIC
         (``nic_bandwidth``, byte/s per direction) across nodes."""
+        from perfmodel.allreduce import Links  # numpy: not when the CLI lists types
+
         if not math.isfinite(self.link_bandwidth):
             raise InputError(f"GPU type {self.name!r}: its peer link bandwidth is unknown; "
                              "expected a declared link_gbytes_per_s")

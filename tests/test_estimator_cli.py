@@ -41,11 +41,11 @@ def test_the_default_is_the_worlds_oracle_and_a_learner_is_chosen_by_flag_or_fil
     assert staged["fits"] >= 1 and "fits" not in oracle
 
 
-def test_the_pollux_world_names_its_estimates_and_refuses_an_oracle_it_lacks() -> None:
+def test_the_pollux_world_refuses_an_estimator_its_policy_has_no_use_for() -> None:
     done = run_cli("simulate", "--workload", "workload-1", "--max-jobs", "2", "--json",
                    "--no-progress", "--policy", "fifo", "--estimator", "bayes")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "chooses its own estimators" in done.stderr
+    assert "estimator 'bayes' serves throughput: the policy reads no estimates" in done.stderr
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -73,6 +73,9 @@ def test_list_estimators_names_each_with_the_needs_it_serves() -> None:
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     named = {row["name"]: row["serves"] for row in rows if row["name"]}
-    assert named == {name: "throughput" for name in (
-        "oracle", "oracle_stage", "uniform", "per_cell", "bayes", "gavel", "sia")}
+    assert named == {**{name: "throughput" for name in (
+        "oracle", "oracle_stage", "uniform", "per_cell", "bayes", "gavel", "sia")},
+        "job_models": "job_goodput", "job_posterior": "job_goodput",
+        "dirichlet": "remaining_work", "noise_scale": "remaining_work",
+        "bo_colocation": "colocation"}
     assert {"refit_interval", "refit_growth"} <= {row["option"] for row in rows}

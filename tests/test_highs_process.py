@@ -27,7 +27,7 @@ from bayes_sched.policies.sia import (
     Configurations, config_utilities, normalized_goodputs, solve_assignment)
 from bayes_sched.policies.time_fraction_lp import HighsModel
 from tests.test_gavel_packing import _inputs
-from tests.test_shockwave import _view
+from tests.test_shockwave import _view, shockwave_estimates
 
 logging.basicConfig(level=logging.WARNING)
 
@@ -52,7 +52,7 @@ def shockwave():
     policy = make_policy("shockwave", future_rounds=4)
     state = ClusterState(spec=replace(load_cluster_spec("v100:1x1"), round_interval=120.0),
                          now=0.0)
-    policy.decide(state, [_view("behind", 0.0), _view("ahead", 10.0)], NO_ESTIMATES)
+    policy.decide(state, [_view("behind", 0.0), _view("ahead", 10.0)], shockwave_estimates())
     assert sum(len(jobs) for jobs in policy._plan.values()) == 4, policy._plan
     print("shockwave ok")
 
