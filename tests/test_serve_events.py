@@ -213,7 +213,8 @@ def test_events_and_logs_follow_what_is_appended(tmp_path: Path) -> None:
         reader.start()
     try:
         deadline = time.monotonic() + 60
-        while len(received["events"]) < 1 and time.monotonic() < deadline:
+        while (len(received["events"]) < 1 or len(received["logs"]) < 1) and \
+                time.monotonic() < deadline:
             time.sleep(0.1)
         store.add_events([Event(time.time(), "j", "grown", "second", {}),
                           Event(time.time(), "other", "started", "not j's", {})])
