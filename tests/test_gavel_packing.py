@@ -59,8 +59,10 @@ def _normalised_throughputs(x: np.ndarray, inputs: AllocationInputs) -> np.ndarr
     return effective * inputs.scale_factors / inputs.throughputs.sum(axis=1)
 
 
-def _assert_feasible(x: np.ndarray, inputs: AllocationInputs) -> None:
-    """The full LP's constraints: non-negative, each job's time <= 1, each type's GPUs."""
+def assert_within_capacity(x: np.ndarray, inputs: AllocationInputs,
+                           capacities: np.ndarray) -> None:
+    """Time fractions ``x`` (jobs, then pairs) are non-negative, give each job at most all of its
+    time, and use at most ``capacities`` GPUs of each type."""
     num_jobs = inputs.num_jobs
     assert np.all(x >= -1e-7)
     time = x[:num_jobs].sum(axis=1)
@@ -69,7 +71,13 @@ def _assert_feasible(x: np.ndarray, inputs: AllocationInputs) -> None:
         time[a] += x[num_jobs + p].sum()
         time[b] += x[num_jobs + p].sum()
         gpus += inputs.scale_factors[a] * x[num_jobs + p]
-    assert np.all(time <= 1 + 1e-6) and np.all(gpus <= inputs.capacities + 1e-6)
+    assert np.all(time <= 1 + 1e-6) and np.all(gpus <= capacities + 1e-6)
+
+
+def _assert_feasible(x: np.ndarray, inputs: AllocationInputs) -> None:
+    """The full LP's constraints: non-negative, each job's time <= 1, each type's GPUs."""
+    assert_within_capacity(x, inputs, inputs.capacities)
+    num_jobs = inputs.num_jobs
     # Pairs get time only on types where both members run together.
     usable = inputs.pair_throughputs.min(axis=1) > 0
     assert np.all(x[num_jobs:][~usable] <= 1e-7)

@@ -37,6 +37,7 @@ from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
 from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import load_gavel_throughputs
+from tests.test_gavel_packing import assert_within_capacity
 
 TABLE = load_gavel_throughputs()
 #: The round's estimates: the world's oracle, Gavel's measured table.
@@ -72,19 +73,6 @@ def _captured(name: str, num_jobs: int = 40) -> tuple[TimeSharingPolicy, Allocat
     state, views = _problem(num_jobs)
     policy.decide(state, views, ESTIMATES)
     return _policy(name), seen[0]
-
-
-def _assert_feasible(x: np.ndarray, inputs: AllocationInputs, capacities: np.ndarray) -> None:
-    num_jobs = inputs.num_jobs
-    assert np.all(x >= -1e-7)
-    time = x[:num_jobs].sum(axis=1)
-    gpus = (inputs.scale_factors[:, None] * x[:num_jobs]).sum(axis=0)
-    for p, (a, b) in enumerate(inputs.pairs):
-        time[a] += x[num_jobs + p].sum()
-        time[b] += x[num_jobs + p].sum()
-        gpus += inputs.scale_factors[a] * x[num_jobs + p]
-    assert np.all(time <= 1 + 1e-6)
-    assert np.all(gpus <= capacities + 1e-6)
 
 
 def test_split_is_seeded_and_covers_every_job_and_gpu_once() -> None:
@@ -153,7 +141,7 @@ def test_pop_allocation_is_feasible_per_group_and_whole(name: str) -> None:
                   inputs.job_classes)
     x = solve_partitioned(inputs, parts, policy.allocate_combinations)
     assert x is not None
-    _assert_feasible(x, inputs, inputs.capacities)
+    assert_within_capacity(x, inputs, inputs.capacities)
     label = labels(parts, inputs.num_jobs)
     crossing = label[inputs.pairs[:, 0]] != label[inputs.pairs[:, 1]]
     assert np.all(x[inputs.num_jobs:][crossing] == 0)  # no pair across groups
@@ -162,7 +150,7 @@ def test_pop_allocation_is_feasible_per_group_and_whole(name: str) -> None:
         mine[part.jobs] = x[part.jobs]
         pairs = inputs.num_jobs + np.flatnonzero((label[inputs.pairs[:, 0]] == i) & ~crossing)
         mine[pairs] = x[pairs]
-        _assert_feasible(mine, inputs, part.capacities)
+        assert_within_capacity(mine, inputs, part.capacities)
 
 
 def test_pop_objective_is_close_to_the_exact_optimum_on_a_small_problem() -> None:
