@@ -54,9 +54,6 @@ class HeuristicPolicy:
         self.name = "binpack" if binpack else "loadbalance"
         self.binpack, self.typed = binpack, typed
 
-    def estimators(self) -> tuple[()]:  # no estimation stage: it reads the job views
-        return ()
-
     def stats(self) -> Mapping[str, float]:
         return {}
 
