@@ -59,8 +59,8 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
     """Run rounds of ``interval`` seconds until the cluster is done (or ``max_rounds``).
 
     Each round lets ``interval`` seconds pass, runs ``estimators`` (chosen outside the policy:
-    :func:`bayes_sched.estimation.choose.policy_estimators`; ``None``: those a policy that still
-    builds its own gives, ``policy.estimators()``, else none) on the active jobs' reports, then
+    :func:`bayes_sched.estimation.choose.policy_estimators`; ``None``: none, the policy
+    decides on the job views alone) on the active jobs' reports, then
     gives the policy the jobs and the round's estimates and applies its decision. A
     decision the cluster rejects (e.g. one oversubscribing a node) is logged and the previous
     allocation stays in force.
@@ -72,9 +72,7 @@ def run_loop(cluster: Cluster, policy: Policy, interval: float,
     shared machine).
     """
     stats = LoopStats() if stats is None else stats
-    if estimators is None:  # transitional: a policy that still builds its own
-        own = getattr(policy, "estimators", None)
-        estimators = () if own is None else tuple(own())
+    estimators = () if estimators is None else estimators
     if refit is not None:
         set_refit_rule(estimators, refit)
     while not cluster.done() and (max_rounds is None or stats.rounds < max_rounds):

@@ -199,7 +199,8 @@ def service_round_rows(launcher: RayLauncher, script: Path, work: Path, jobs: in
             stats = LoopStats()
             began = time.perf_counter()
             run_loop(service.cluster, service.policy, interval,
-                     on_round=service.on_round(stats), max_rounds=1, stats=stats)
+                     on_round=service.on_round(stats), max_rounds=1, stats=stats,
+                     estimators=service.estimators)
             wall = time.perf_counter() - began
             policy = sum(stats.decision_seconds) + sum(stats.estimate_seconds)
             rows.append({"round": round_index, "jobs": len(service.cluster.records),

@@ -79,3 +79,19 @@ def test_list_estimators_names_each_with_the_needs_it_serves() -> None:
         "dirichlet": "remaining_work", "noise_scale": "remaining_work",
         "bo_colocation": "colocation"}
     assert {"refit_interval", "refit_growth"} <= {row["option"] for row in rows}
+
+
+def test_compare_gives_each_policy_the_choices_it_reads_and_refuses_one_none_reads(
+        tmp_path: Path) -> None:
+    compare = ("compare", "--traces", str(SMALL_TRACE), "--workloads", "none", *CLUSTER,
+               "--max-jobs", "4", "--json", "--no-progress")
+    done = run_cli(*compare, "--policies", "max_min_fairness", "elas",
+                   "--estimator", "throughput=per_cell", "--out", str(tmp_path / "a"))
+    assert done.returncode == 0, done.stderr
+    estimates = {row["policy"]: row["estimates"] for row in json.loads(done.stdout)}
+    assert estimates == {"max_min_fairness": "throughput=per_cell", "elas": "none"}
+    refused = run_cli(*compare, "--policies", "elas", "astraea", "--estimator", "per_cell",
+                      "--out", str(tmp_path / "b"))
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0
+    assert ("no policy of --policies has a use for estimator 'per_cell' (elas reads no "
+            "estimates; astraea reads no estimates)") in refused.stderr

@@ -75,9 +75,6 @@ class _Greedy:
 
     needs = ()
 
-    def estimators(self) -> tuple[()]:
-        return ()
-
     def stats(self) -> dict[str, float]:
         return {}
 

@@ -8,6 +8,9 @@
   in TOML; naming an estimator's option chooses it too).
 * ``[estimator.NAME]`` in ``--config``: its options as a table; flags win.
 
+``compare`` takes the same flags for all its policies: each policy gets the choices it has a use
+for (:func:`choices_for`), and a choice no policy of the run reads is refused.
+
 Names are those of :data:`~bayes_sched.estimation.registry.ESTIMATORS` and the world's oracles
 (``oracle``, ``oracle_stage``: the truth a throughput-table world supplies); ``bayes-sched list
 estimators`` lists them with their options. A name or option that does not exist is one line
@@ -17,7 +20,7 @@ naming the flag or file, exit 2.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bayes_sched.errors import InputError
@@ -83,6 +86,46 @@ def estimator_choices(args: argparse.Namespace, config: Mapping[str, Any]) -> di
     return {**options, **choices}
 
 
+def choices_for(needs: Sequence[str], choices: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a run's ``choices`` (:func:`estimator_choices`) a policy reading ``needs``
+    has a use for: a need it reads, an estimator serving one of them. ``compare`` runs many
+    policies under one set of choices; each gets its part."""
+    return {key: value for key, value in choices.items()
+            if key in needs or (key not in _needs() and set(_serves(key)) & set(needs))}
+
+
+def check_choices_used(choices: Mapping[str, Any], needs_of: Mapping[str, Sequence[str]],
+                       flag: str = "--policies") -> None:
+    """Refuse a choice that none of the policies ``needs_of`` (``{policy: needs}``) reads.
+
+    Raises:
+        InputError: one line naming the choice and what each policy reads.
+    """
+    for key in choices:
+        if not any(choices_for(needs, {key: choices[key]}) for needs in needs_of.values()):
+            reads = "; ".join(f"{policy} reads {', '.join(needs) or 'no estimates'}"
+                              for policy, needs in needs_of.items())
+            what = f"need '{key}'" if key in _needs() else f"estimator '{key}'"
+            raise InputError(f"--estimator: no policy of {flag} has a use for {what} ({reads})")
+
+
+def _needs() -> tuple[str, ...]:
+    from bayes_sched.estimates import NEEDS  # numpy: not at --help
+
+    return tuple(NEEDS)
+
+
+def _serves(name: str) -> tuple[str, ...]:
+    from bayes_sched.estimation.registry import ESTIMATORS
+
+    if name in ESTIMATORS:
+        return tuple(ESTIMATORS.serves(name))
+    from bayes_sched.sim.oracles import world_oracles
+    from bayes_sched.throughputs import load_gavel_throughputs
+
+    return tuple(world_oracles(load_gavel_throughputs()).serves(name))
+
+
 def _known(name: str, where: str) -> None:
     from bayes_sched.estimation.registry import ESTIMATORS
 
@@ -103,4 +146,5 @@ def _check(name: str, values: Mapping[str, Any], where: str) -> dict[str, Any]:
     return world_oracles(load_gavel_throughputs()).check(name, values, where)
 
 
-__all__ = ["ORACLE_NAMES", "add_estimator_options", "estimator_choices"]
+__all__ = ["ORACLE_NAMES", "add_estimator_options", "check_choices_used", "choices_for",
+           "estimator_choices"]

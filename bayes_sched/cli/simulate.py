@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import fail, progress_bar
-from bayes_sched.cli.estimator_options import add_estimator_options, estimator_choices
+from bayes_sched.cli.estimator_options import (
+    add_estimator_options,
+    check_choices_used,
+    choices_for,
+    estimator_choices,
+)
 from bayes_sched.cli.options import (
     DAY,
     DURATION_EPILOG,
@@ -61,8 +66,8 @@ _TABLE_COLUMNS = ("policy", "workload", "finished", "avg_jct", "median_jct", "p9
                   "decision_p95_ms", "wall_s")
 
 #: The columns of ``compare``'s table across both worlds.
-_WORLDS_COLUMNS = ("world", "policy", "setting", "seed", "finished", "avg_jct", "median_jct",
-                   "makespan", "ftf_worst", "ftf_p50", "ftf_p90", "ftf_p99", "unfair_fraction",
+_WORLDS_COLUMNS = ("world", "policy", "estimates", "setting", "seed", "finished", "avg_jct",
+                   "median_jct", "makespan", "ftf_worst", "ftf_p50", "ftf_p90", "ftf_p99", "unfair_fraction",
                    "wall_s")
 
 
@@ -126,6 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "throughput-table world among --policies on them, on the same "
                               "--cluster, and print one table across both worlds")
     _cluster_options(compare)
+    add_estimator_options(compare)
     compare.add_argument("--out", default="sim-report",
                          help=f"report folder (default: sim-report); {OUT_DIR_RULE}")
     compare.add_argument("--plot", metavar="DIR",
@@ -430,7 +436,9 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
         noise = DEFAULT_MEASUREMENT_NOISE if given is None else given
         result = world.run(jobs, policy, spec, name=str(path), seed=seed,
                            on_round=on_round, measurement_noise=noise,
-                           estimators=estimator_choices(args, settings))
+                           estimators=choices_for(getattr(policy, "needs", ()),
+                                                  estimator_choices(args, settings))
+                           if args.command == "compare" else estimator_choices(args, settings))
     if args.plot:
         write_type_utilization(utilization_series(result), args.plot,
                                f"{policy.name}_{name}_seed{seed}", f"{policy.name} on {name}")
@@ -561,7 +569,10 @@ def _run_one(task: tuple[str, str, dict[str, Any], SimConfig, argparse.Namespace
 
     workload_name, policy_name, options, config, args = task
     workload = _read_workload(workload_name, args, quiet=True)
-    return run_simulation(workload, make_policy(policy_name, **options), config)
+    policy = make_policy(policy_name, **options)
+    choices = choices_for(getattr(policy, "needs", ()),
+                          estimator_choices(args, _read_config(args.config)))
+    return run_simulation(workload, policy, config, estimators=choices)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -582,6 +593,9 @@ def _compare(args: argparse.Namespace) -> int:
                              f"{', '.join(POLLUX_WORLD_POLICIES)} with --workloads"
                              + (f", or {', '.join(TABLE_WORLD_POLICIES)} with --traces"
                                 if args.traces else ""))
+    check_choices_used(estimator_choices(args, _read_config(args.config)),
+                       {name: tuple(getattr(POLICIES[name], "needs", ()))
+                        for name in args.policies})
     if not args.traces:
         return _compare_pollux_world(args, seeds, args.policies, workloads)
     for trace in args.traces:  # fail fast on a bad trace or a policy its world cannot run

@@ -1,7 +1,8 @@
 """The loop's estimation stage: what the cluster reported -> the estimates a decision reads.
 
 Every round the loop observes the cluster (job reports, counters), then runs the *estimators*
-(:func:`estimate_round`; today those the policy declares, :meth:`Policy.estimators`), timed apart
+(:func:`estimate_round`; chosen outside the policy from its ``needs``:
+:mod:`bayes_sched.estimation.choose`), timed apart
 from the decision, then asks the policy to decide on the round's
 :class:`~bayes_sched.estimates.Estimates`. An estimator takes the round's job views and returns
 them as the decision sees them (e.g. with fitted :class:`~bayes_sched.jobs.JobModel` s attached),

@@ -16,9 +16,6 @@ A name is looked up first among the world's oracles (the truth it supplies, labe
 has no use for (a need it does not declare, an estimator serving none of its needs) is refused,
 not ignored. Each need gets at most one estimator; a need with neither a choice nor a default
 goes unserved (the policy runs without that estimate).
-
-Transitional: a policy that still builds its own estimators (``policy.estimators()``) runs
-those; choices for it are refused.
 """
 
 from __future__ import annotations
@@ -137,19 +134,11 @@ def policy_estimators(policy: object, choices: Choices | Sequence[Estimator] | N
                       where: str = "") -> list[Estimator]:
     """The estimators a run of ``policy`` runs: :func:`choose_estimators` for its ``needs`` and
     ``default_estimators`` given the user's ``choices``; estimator objects already made, when
-    ``choices`` is a sequence of them (a Python caller's own); for a policy that still builds
-    its own (``estimators()``, transitional) those, and ``choices`` must be empty.
+    ``choices`` is a sequence of them (a Python caller's own).
 
     Raises:
-        InputError: as :func:`choose_estimators`; choices for a policy that builds its own.
+        InputError: as :func:`choose_estimators`.
     """
-    own = getattr(policy, "estimators", None)
-    name = getattr(policy, "name", type(policy).__name__)
-    if own is not None:
-        if choices:
-            raise InputError(f"{where + ': ' if where else ''}policy {name} chooses its own "
-                             "estimators (its options); estimators cannot be chosen for it yet")
-        return list(own())
     if choices is not None and not isinstance(choices, Mapping):
         return list(choices)
     return choose_estimators(tuple(getattr(policy, "needs", ())), choices,

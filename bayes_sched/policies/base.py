@@ -8,8 +8,7 @@ A policy is an object with
 * ``default_estimators`` (optional): ``{need: estimator name}``, plain data: what serves a need
   when the user names no estimator (:mod:`bayes_sched.estimation.choose`; e.g. the world's
   ``oracle`` for the Gavel family, which reads the measured table as Gavel does). Estimators are
-  chosen outside the policy; a policy imports none. Transitional: a policy that still builds its
-  own has ``estimators() -> [Estimator]``, which the loop runs instead;
+  chosen outside the policy; a policy imports none;
 * ``job_settings(spec) -> JobSettings``: how a job runs under it (a fixed user batch size and GPU
   count for the baselines, a tuned batch for Pollux);
 * ``decide(cluster, jobs, estimates) -> {job name: GPUs per node}``: the allocation for the next
