@@ -1,10 +1,11 @@
 """The service's state in one SQLite file (stdlib :mod:`sqlite3`, write-ahead log).
 
 Tables (:mod:`bayes_sched.service.state_schema`): ``meta`` (the cluster's time origin, the
-backend), ``jobs`` (one row per job: its spec, status, the record the cluster keeps of it as
-JSON: observations, gradient statistics, progress, allocation, attempts, report offset, the
-handle of its running processes; and a cancel flag the ``cancel`` command sets), ``rounds`` (one
-row per scheduling round: time, decision, predictions). ``submit`` and ``cancel`` write rows the
+backend, the service's heartbeat and the tenants it serves), ``jobs`` (one row per job: its spec,
+tenant, status, the record the cluster keeps of it as JSON: observations, gradient statistics,
+progress, allocation, attempts, report offset, the handle of its running processes; and a cancel
+flag the ``cancel`` command sets), ``rounds`` (one row per scheduling round: time, decision,
+predictions), ``events``. ``submit`` and ``cancel`` write rows the
 service takes up at its next round, so they need no server. Each round's changes are one
 transaction, so a service killed at any point leaves the state of its last transaction, whole.
 
