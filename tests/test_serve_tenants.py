@@ -267,3 +267,32 @@ def test_metrics_serve_each_tenants_gpus_quota_borrowed_and_jobs() -> None:
     assert served[(f"{prefix}borrowed_gpus", (("tenant", "nlp"),))] == 0
     assert served[(f"{prefix}jobs", (("state", "pending"), ("tenant", "nlp")))] == 1
     assert served[(f"{prefix}jobs", (("state", "running"), ("tenant", "vision")))] == 2
+
+
+class _Shrinking:
+    """A launcher whose one node has as many GPUs as ``gpus`` says (no jobs start here)."""
+
+    node_ids = ("n0",)
+
+    def __init__(self, gpus: int) -> None:
+        self.gpus = gpus
+
+    def cluster_spec(self) -> object:
+        return parse_cluster_spec(f"1x{self.gpus}:cpu")
+
+
+def test_quotas_are_checked_at_start_and_kept_when_gpus_leave(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from bayes_sched.backends.real_cluster import RealCluster
+    from bayes_sched.errors import InputError
+
+    with pytest.raises(InputError, match="quotas sum to 2 GPUs, the cluster has 1"):
+        RealCluster(_Shrinking(1), tmp_path / "jobs", tenants=TWO_GPUS.tenants)
+    launcher = _Shrinking(2)
+    cluster = RealCluster(launcher, tmp_path / "jobs", tenants=TWO_GPUS.tenants)
+    assert cluster.spec.tenants == TWO_GPUS.tenants
+    launcher.gpus = 1
+    cluster.refresh_nodes()
+    assert cluster.spec.total_gpus == 1 and cluster.spec.tenants == TWO_GPUS.tenants
+    assert dict(cluster.spec.tenant_table().entitlement) == {"vision": 1.0, "nlp": 1.0}
+    assert "the tenants' quotas exceed the cluster's GPUs now" in caplog.text
