@@ -24,7 +24,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bayes_sched.backends import BACKENDS
 from bayes_sched.cli.options import (
@@ -37,6 +37,10 @@ from bayes_sched.cli.options import (
 )
 from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
 from bayes_sched.tables import print_table
+
+if TYPE_CHECKING:
+    from bayes_sched.service.state import StateStore
+    from bayes_sched.service.tenants import TenantUsage
 
 DEFAULT_STATE = "bayes-sched-state"
 #: The umask of ``serve``, ``submit``, ``status`` and ``cancel`` (and so of every job ``serve``
@@ -322,7 +326,8 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None,
     return rows
 
 
-def _tenants(store: Any, jobs: list[dict[str, Any]], only: str | None) -> list[Any] | None:
+def _tenants(store: StateStore, jobs: list[dict[str, Any]], only: str | None
+             ) -> list[TenantUsage] | None:
     """Each tenant's use (:func:`~bayes_sched.service.tenants.tenant_usage`) of the state's
     ``jobs``, only ``only``'s where given; ``None`` where no tenants are in play (the service
     serves none and every job is the default tenant's)."""
