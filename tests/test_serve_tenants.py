@@ -149,6 +149,10 @@ def test_read_tenants_file_takes_a_cluster_files_tenants_and_the_backends_nodes(
     table = spec_read.tenant_table()
     assert table.names == ("a", "b") and dict(table.entitlement) == {"a": 1.0, "b": 1.0}
     assert not table["a"].lend and table["b"].weight == 3.0
+    as_json = tmp_path / "tenants.json"
+    as_json.write_text(json.dumps({"tenants": [{"name": "a", "quota": {"cpu": 2}}]}))
+    assert read_tenants_file(as_json, parse_cluster_spec("1x2:cpu")).tenant_table().entitlement[
+        "a"] == 2.0
 
 
 def _record(name: str, tenant: str, status: str, gpus: int) -> dict[str, object]:
