@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, overload
 import numpy as np
 
 from bayes_sched.registry import GPU_COUNT, Range
+from bayes_sched.tenants import DEFAULT_TENANT as _DEFAULT_TENANT
 from perfmodel.goodput import BatchChoice, GoodputModel
 from perfmodel.throughput import ThroughputParams, predict_step_time
 
@@ -29,9 +30,8 @@ if TYPE_CHECKING:  # the estimation package imports this module
 #: The GPU type of a cluster that names none (a homogeneous cluster).
 DEFAULT_GPU_TYPE = "default"
 
-#: The tenant of a job whose submission names none (a workload or trace without a tenant
-#: column, a cluster without ``[[tenants]]``).
-DEFAULT_TENANT = "default"
+#: The tenant of a job whose submission names none (:data:`bayes_sched.tenants.DEFAULT_TENANT`).
+DEFAULT_TENANT = _DEFAULT_TENANT
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,11 @@ from types import MappingProxyType
 from typing import Any
 
 from bayes_sched.errors import InputError
-from bayes_sched.jobs import DEFAULT_TENANT
+
+#: The tenant of a job whose submission names none (a workload or trace without a tenant
+#: column, a job file without ``tenant``, a cluster without ``[[tenants]]``). Defined here, in a
+#: module of the standard library alone, so that ``submit`` reads it without loading numpy.
+DEFAULT_TENANT = "default"
 
 #: Most tenants in one cluster file (each is a row of every per-tenant table and metric).
 MAX_TENANTS = 4096

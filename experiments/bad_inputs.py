@@ -273,6 +273,7 @@ JOB_FILE_BAD: dict[str, dict[str, str | None]] = {
     "unknown-field": {"gpus": "4"},
     "max-below-init": {"max_batch_size": "8"},
     "bad-name": {"name": '"a b"'},
+    "bad-tenant": {"tenant": '" vision"'},
 }
 
 # --- issue 40 (servetrust): job files the trust model and the bounds refuse -------------------
@@ -891,7 +892,7 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
     tokens = {"missing-script": "script", "no-script": "script", "bsz-limit-0": "max_local_bsz",
               "bsz-limit-text": "max_local_bsz", "target-0": "target_epochs",
               "target-float": "target_epochs", "unknown-field": "gpus",
-              "max-below-init": "max_batch_size", "bad-name": "name"}
+              "max-below-init": "max_batch_size", "bad-name": "name", "bad-tenant": "tenant"}
     add([Case("submit", f"job file: {name}",
               ("submit", f"{{dir}}/job-{name}.toml", "--state", "{case}/state"), token,
               quick=name in ("missing-script", "target-0"))
@@ -908,6 +909,15 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
                                          "--state", "{case}/s"), "--interval"),
         Case("serve", "unknown policy", ("serve", "--gpus", "1", "--policy", "nosuch",
                                          "--state", "{case}/s"), "nosuch"),
+        # issue 36: tenants in serve
+        Case("submit", "--tenant empty", ("submit", "{dir}/job-good.toml", "--tenant", "",
+                                         "--state", "{case}/state"), "--tenant", item="36"),
+        Case("serve", "no such --tenants file", ("serve", "--gpus", "1", "--tenants",
+                                                 "{dir}/nosuch-tenants.toml", "--state",
+                                                 "{case}/s"), "nosuch-tenants.toml", item="36"),
+        Case("serve", "--tenants quotas above the GPUs", (
+            "serve", "--gpus", "1", "--tenants", f"{ROOT}/examples/tenants.toml", "--state",
+            "{case}/s"), "quotas sum to 2 GPUs, the cluster has 1", item="36"),
     ])
 
     # --- issue 40 (servetrust): the service's trust model and job-file bounds ------------------

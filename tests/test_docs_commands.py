@@ -73,6 +73,10 @@ SLOW = {
         "an SVI fit of the contention network (needs the synthetic cluster above)",
 }
 
+#: The test that runs serve's tenant commands (tests/test_serve_tenants_reclaim.py).
+TENANTS_TEST = ("tests/test_serve_tenants_reclaim.py::"
+                "test_borrowed_gpu_is_reclaimed_for_its_owner_through_checkpoint_stop_restart")
+
 #: Commands another test runs -> "tests/FILE.py::TEST" (checked to exist).
 ELSEWHERE = {
     "bayes-sched submit examples/tiny_job.toml":
@@ -85,6 +89,11 @@ ELSEWHERE = {
         "tests/test_serve_events.py::test_serve_reports_each_transition_as_event_log_line_and_metric",
     "bayes-sched logs tiny":
         "tests/test_serve_events.py::test_serve_reports_each_transition_as_event_log_line_and_metric",
+    "bayes-sched submit examples/tiny_job.toml --tenant vision": TENANTS_TEST,
+    "bayes-sched serve --gpus 2 --interval 1 --policy fifo --tenants examples/tenants.toml "
+    "--exit-when-idle": TENANTS_TEST,
+    "bayes-sched status --tenant vision": TENANTS_TEST,
+    "bayes-sched events --tenant nlp": TENANTS_TEST,
     "bayes-sched compare --ray auto --workloads workload-1 workload-2 --seeds 3":
         "tests/test_ray_backend.py::test_compare_on_ray_equals_local_processes",
 }

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -39,14 +40,21 @@ def _scrape(port: int, seen: Seen) -> None:
             seen[key] = max(seen.get(key, float("-inf")), sample.value)
 
 
-def _serve_and_scrape(state: Path) -> tuple[int, list[str], Seen]:
-    """Run ``serve --prometheus 0`` to the end, scraping its endpoint every 0.3 s; returns its
-    exit status, its log lines and the largest value of each series served."""
-    command = [sys.executable, "-m", "bayes_sched", "serve", "--state", str(state), "--gpus", "2",
-               "--interval", "1.5", "--backoff", "0.5", "--restart-delay", "2",
-               "--exit-when-idle", "--max-rounds", "200", "--prometheus", "0"]
+#: The options of the service :func:`serve_and_scrape` runs by default.
+SERVE_OPTIONS = ("--gpus", "2", "--interval", "1.5", "--backoff", "0.5", "--restart-delay", "2",
+                 "--exit-when-idle", "--max-rounds", "200")
+
+
+def serve_and_scrape(state: Path, options: Sequence[str] = SERVE_OPTIONS,
+                     during: Callable[[], object] | None = None, cwd: Path | None = None
+                     ) -> tuple[int, list[str], Seen]:
+    """Run ``serve --state STATE OPTIONS --prometheus 0`` (from ``cwd``) to the end, scraping
+    its endpoint every 0.3 s and calling ``during`` after each scrape; returns its exit status,
+    its log lines and the largest value of each series served."""
+    command = [sys.executable, "-m", "bayes_sched", "serve", "--state", str(state), *options,
+               "--prometheus", "0"]
     server = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True, cwd=cwd)
     assert server.stderr is not None
     lines: list[str] = []
     port: list[int] = []
@@ -72,6 +80,8 @@ def _serve_and_scrape(state: Path) -> tuple[int, list[str], Seen]:
                 _scrape(port[0], seen)
             except OSError:  # the service is on its way out
                 break
+            if during is not None:
+                during()
             time.sleep(0.3)
         status = server.wait(timeout=240)
     finally:
@@ -87,7 +97,7 @@ def test_serve_reports_each_transition_as_event_log_line_and_metric(tmp_path: Pa
     path = _job_file(tmp_path, "tiny", FAIL_FIRST, args=[
         "--examples", "4096", "--step-sleep", "0.004", "--report-interval", "0.3"])
     assert run_cli("submit", str(path), "--state", str(state)).returncode == 0
-    status, lines, seen = _serve_and_scrape(state)
+    status, lines, seen = serve_and_scrape(state)
     assert status == 0, "\n".join(lines[-40:])
 
     # The events, in order, from `events --json`.

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bayes_sched.tenants import DEFAULT_TENANT
+
 if TYPE_CHECKING:
     from bayes_sched.jobs import BatchLimits
 
@@ -28,6 +30,8 @@ class RealJobSpec:
         env: the job file's ``[env]``: set over the allow-listed variables a job inherits
             (:mod:`bayes_sched.backends.job_env`), under those the backend sets.
         application: a label for reports (default: the name).
+        tenant: the team that submitted it (:data:`~bayes_sched.tenants.DEFAULT_TENANT` where
+            none is named; a spec saved before tenants existed reads as that one).
     """
 
     name: str
@@ -41,6 +45,7 @@ class RealJobSpec:
     cwd: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     application: str = ""
+    tenant: str = DEFAULT_TENANT
 
     @property
     def limits(self) -> BatchLimits:

@@ -33,7 +33,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,11 +46,13 @@ from bayes_sched.client import protocol
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.jobs import JobSettings, JobView
+from bayes_sched.tenants import TenantSpec
 
 if TYPE_CHECKING:
     import xarray as xr
 
     from bayes_sched.backends.counters_feed import CountersFeed
+    from bayes_sched.cluster_spec import ClusterSpec
 
 LOG = logging.getLogger(__name__)
 
@@ -167,12 +169,18 @@ class RealCluster:
             state there, so a scheduler killed right after cannot start a job twice).
         counters: where the nodes' collectors write; read every round into
             :attr:`ClusterState.counters` (``None``: no counters).
+        tenants: the teams sharing the cluster (:mod:`bayes_sched.tenants`), part of the spec
+            the policy sees (none: one default tenant). Their quotas are checked against the
+            launcher's GPUs here (:class:`InputError`); quotas that no longer fit after nodes
+            left are kept as written, with a warning (admission then promises more GPUs than
+            there are, and jobs wait for them as they would without quotas).
     """
 
     def __init__(self, launcher: Launcher, jobs_dir: str | Path,
                  config: RealClusterConfig = RealClusterConfig(), epoch: float | None = None,
                  on_change: Callable[[], None] | None = None,
-                 counters: CountersFeed | None = None) -> None:
+                 counters: CountersFeed | None = None,
+                 tenants: Sequence[TenantSpec] = ()) -> None:
         self.launcher = launcher
         self.jobs_dir = Path(jobs_dir)
         self.config = config
@@ -181,7 +189,8 @@ class RealCluster:
         self.counters = counters
         #: The counters read at the end of the last :meth:`advance` (``None``: none).
         self.counter_window: xr.Dataset | None = None
-        self.spec = launcher.cluster_spec()
+        self.tenants = tuple(tenants)
+        self.spec = self._with_tenants(launcher.cluster_spec(), strict=True)
         self.node_ids: tuple[str, ...] = tuple(launcher.node_ids)
         self.records: dict[str, JobRecord] = {}
         self._processes: dict[str, JobProcesses] = {}
@@ -278,6 +287,7 @@ class RealCluster:
         except InputError as error:
             LOG.warning("cannot read the cluster's nodes (%s); keeping the last ones", error)
             return []
+        spec = self._with_tenants(spec, strict=False)
         ids = tuple(self.launcher.node_ids)
         if ids == self.node_ids and spec == self.spec:
             return []
@@ -417,6 +427,21 @@ class RealCluster:
 
     # --- helpers -------------------------------------------------------------------------------
 
+    def _with_tenants(self, spec: ClusterSpec, strict: bool) -> ClusterSpec:
+        """``spec`` with the cluster's tenants (see the class's ``tenants``)."""
+        if not self.tenants:
+            return spec
+        try:
+            return replace(spec, tenants=self.tenants)
+        except InputError as error:
+            if strict:
+                raise
+            LOG.warning("the tenants' quotas exceed the cluster's GPUs now (%s); kept as "
+                        "written", error)
+            kept = replace(spec)
+            object.__setattr__(kept, "tenants", self.tenants)  # frozen: set past the check
+            return kept
+
     def _view(self, record: JobRecord, now: float) -> JobView:
         spec = record.spec
         agents = self._agents.get(spec.name, {})
@@ -446,7 +471,7 @@ class RealCluster:
             progress=record.progress, epochs=record.epochs, target_epochs=spec.target_epochs,
             examples_per_epoch=record.examples_per_epoch,
             allocation_history=tuple((t, tuple(p)) for t, p in record.allocation_history),
-            **fields)
+            tenant=spec.tenant, **fields)
 
     def agent(self, name: str, gpu_type: str) -> JobAgent:
         """The agent of job ``name`` on ``gpu_type`` (made on first use)."""

@@ -1,7 +1,10 @@
 """``bayes-sched serve | submit | status | cancel``: the scheduler service on a real cluster.
 
 ``serve`` runs the loop (:mod:`bayes_sched.service.serve`), logging one line per job event, and
-with ``--prometheus PORT`` serves its metrics (:mod:`bayes_sched.service.metrics`); the others
+with ``--prometheus PORT`` serves its metrics (:mod:`bayes_sched.service.metrics`); with
+``--tenants FILE`` it holds the tenants named there to their quotas
+(:mod:`bayes_sched.service.tenants`), ``submit --tenant`` names a job's tenant and ``status``
+shows each tenant's GPUs against its quota (``--tenant`` one tenant's). The others
 read and write its state directory's SQLite file (:mod:`bayes_sched.service.state`) and need no
 running service. ``status`` says whether a service runs (:mod:`bayes_sched.service.liveness`).
 
@@ -21,7 +24,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bayes_sched.backends import BACKENDS
 from bayes_sched.cli.options import (
@@ -34,6 +37,10 @@ from bayes_sched.cli.options import (
 )
 from bayes_sched.round_timing import DEFAULT_RESTART_DELAY, DEFAULT_ROUND_INTERVAL
 from bayes_sched.tables import print_table
+
+if TYPE_CHECKING:
+    from bayes_sched.service.state import StateStore
+    from bayes_sched.service.tenants import TenantUsage
 
 DEFAULT_STATE = "bayes-sched-state"
 #: The umask of ``serve``, ``submit``, ``status`` and ``cancel`` (and so of every job ``serve``
@@ -97,6 +104,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--bind", default="127.0.0.1", metavar="ADDRESS",
                        help="address the --prometheus endpoint listens on (default: 127.0.0.1, "
                             "this machine only)")
+    serve.add_argument("--tenants", default=None, metavar="FILE",
+                       help="a TOML file whose [[tenants]] tables (a cluster file's: name, quota, "
+                            "weight, lend, borrow) name the teams sharing the GPUs: the policy "
+                            "decides within their quotas, borrowed GPUs are reclaimed for their "
+                            "owners (default: no tenants, no quotas)")
     serve.add_argument("--quiet", action="store_true", help="log warnings only (failures)")
     serve.set_defaults(handler=_serve)
 
@@ -106,6 +118,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     submit.add_argument("--allow-loader-env", action="store_true",
                         help="let the job file's [env] set loader variables (LD_PRELOAD, "
                              "LD_LIBRARY_PATH, PYTHONPATH, ...), refused by default")
+    submit.add_argument("--tenant", default=None, metavar="NAME",
+                        help="the team submitting the job, over the job file's 'tenant' "
+                             "(default: the file's, else 'default'); one the service's "
+                             "--tenants file names, where it has one")
     submit.set_defaults(handler=_submit)
 
     status = subparsers.add_parser("status", help="show the scheduler's jobs and allocations",
@@ -114,6 +130,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "round. " + STATUS_LEGEND.replace("\n", " "))
     _state_option(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--tenant", default=None, metavar="NAME",
+                        help="only this tenant's jobs and line")
     status.set_defaults(handler=_status)
 
     cancel = subparsers.add_parser("cancel", help="cancel a job")
@@ -181,6 +199,7 @@ def _serve(args: argparse.Namespace) -> int:
     from bayes_sched.service.metrics import ServeMetrics, metrics_endpoint
     from bayes_sched.service.serve import Service
     from bayes_sched.service.state import StateStore
+    from bayes_sched.service.tenants import read_tenants_file
 
     _private()
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
@@ -200,6 +219,8 @@ def _serve(args: argparse.Namespace) -> int:
         "gpus": args.gpus, "gpu_type": args.gpu_type, "restart_delay": args.restart_delay,
         "round_interval": args.interval, "address": args.ray_address,
         "connect_timeout": args.ray_timeout})
+    tenants = (() if args.tenants is None
+               else read_tenants_file(args.tenants, launcher.cluster_spec()).tenants)
     store = StateStore(args.state, init=args.init)
     last = store.last_round()
     metrics = None if args.prometheus is None else ServeMetrics(last["round"] if last else 0)
@@ -209,7 +230,7 @@ def _serve(args: argparse.Namespace) -> int:
             logging.getLogger(__name__).info("serving Prometheus metrics on http://%s:%d/metrics",
                                              endpoint.address, endpoint.port)
         service = Service(store, launcher, policy, config, counters, metrics=metrics,
-                          interval=args.interval)
+                          interval=args.interval, tenants=tenants)
         try:
             service.run(args.interval, args.max_rounds)
         finally:
@@ -222,13 +243,22 @@ def _serve(args: argparse.Namespace) -> int:
 
 @_state_writes
 def _submit(args: argparse.Namespace) -> int:
-    from bayes_sched.service.jobfile import read_job_file
-    from bayes_sched.service.state import StateStore
+    from bayes_sched.errors import InputError
+    from bayes_sched.service.jobfile import TENANT_FLAG, read_job_file
+    from bayes_sched.service.state import SERVE_TENANTS, StateStore
+    from bayes_sched.service.tenants import served_tenants, unknown_tenant
+    from bayes_sched.tenants import DEFAULT_TENANT
 
     _private()
-    spec = read_job_file(args.job_file, args.allow_loader_env)
-    StateStore(args.state, init=args.init).submit(spec)
-    print(f"submitted {spec.name}")
+    spec = read_job_file(args.job_file, args.allow_loader_env, args.tenant)
+    store = StateStore(args.state, init=args.init)
+    table = served_tenants(store.meta(SERVE_TENANTS), store.path)
+    if table is not None and spec.tenant not in table.names:
+        where = (TENANT_FLAG, None) if args.tenant is not None else (args.job_file, "tenant")
+        raise InputError(unknown_tenant(spec.tenant, table), where[0], column=where[1])
+    store.submit(spec)
+    print(f"submitted {spec.name}" + (f" for tenant {spec.tenant}" if table is not None
+                                      or spec.tenant != DEFAULT_TENANT else ""))
     return 0
 
 
@@ -260,12 +290,13 @@ STATUS_LEGEND = ("gpus: GPUs per node in use (22: two nodes, two GPUs each).\n"
                  "remaining: predicted time to the target epochs [10-90 % of step times].")
 
 
-def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
-                ) -> list[dict[str, Any]]:
-    """One row per job: status, GPUs per node, batch, epochs, restarts, goodput (examples per
-    second), predicted completion (``-`` where no model exists yet), and its log to read
-    (``log``: the newest start's, as :func:`~bayes_sched.client.protocol.latest_log` picks it,
-    in ``job["log"]``, an absolute path)."""
+def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None,
+                tenants: bool = False) -> list[dict[str, Any]]:
+    """One row per job: (its tenant, with ``tenants``), status, GPUs per node, batch, epochs,
+    restarts, goodput (examples per second), predicted completion (``-`` where no model exists
+    yet), and its log to read (``log``: the newest start's, as
+    :func:`~bayes_sched.client.protocol.latest_log` picks it, in ``job["log"]``, an absolute
+    path)."""
     from bayes_sched.service.events import batch_text
 
     predictions = (last_round or {}).get("predictions", {})
@@ -284,7 +315,8 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
                          f"{_seconds(prediction['remaining_high'])}]")
         reason = (record.get("reason") or "").splitlines()
         rows.append({
-            "name": job["name"], "status": job["status"] + (" (cancel)" if job["cancel"] else ""),
+            "name": job["name"], **({"tenant": job["tenant"]} if tenants else {}),
+            "status": job["status"] + (" (cancel)" if job["cancel"] else ""),
             "gpus": _placement(allocation), "batch": batch,
             "epochs": f"{record.get('epochs', 0.0):.2f}/{spec['target_epochs']}",
             "restarts": record.get("num_restarts", 0), "failures": record.get("failures", 0),
@@ -292,6 +324,28 @@ def status_rows(jobs: list[dict[str, Any]], last_round: dict[str, Any] | None
             "remaining": remaining, "reason": reason[0] if reason else "",
             "log": job.get("log") or "-"})
     return rows
+
+
+def _tenants(store: StateStore, jobs: list[dict[str, Any]], only: str | None
+             ) -> list[TenantUsage] | None:
+    """Each tenant's use (:func:`~bayes_sched.service.tenants.tenant_usage`) of the state's
+    ``jobs``, only ``only``'s where given; ``None`` where no tenants are in play (the service
+    serves none and every job is the default tenant's)."""
+    from bayes_sched.errors import InputError
+    from bayes_sched.service.jobfile import TENANT_FLAG
+    from bayes_sched.service.state import SERVE_TENANTS
+    from bayes_sched.service.tenants import served_tenants, tenant_usage, unknown_tenant
+    from bayes_sched.tenants import DEFAULT_TENANT
+
+    table = served_tenants(store.meta(SERVE_TENANTS), store.path)
+    if only is not None and table is not None and only not in table.names:
+        raise InputError(unknown_tenant(only, table), TENANT_FLAG)
+    if table is None and only is None and all(j["tenant"] == DEFAULT_TENANT for j in jobs):
+        return None
+    usage = tenant_usage(table, ((job["tenant"], job["status"],
+                                  sum((job["record"] or {}).get("allocation") or []))
+                                 for job in jobs))
+    return [u for u in usage if only in (None, u.name)]
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -303,19 +357,24 @@ def _status(args: argparse.Namespace) -> int:
     _private()
     store = StateStore(args.state, create=False)
     live = liveness(store)
-    jobs = store.jobs()
+    jobs = store.jobs(tenant=args.tenant)
+    tenants = _tenants(store, jobs, args.tenant)
     for job in jobs:  # the log to read, an absolute path
         log = latest_log(store.jobs_dir / job["name"])
         job["log"] = None if log is None else str(log)
     last = store.last_round()
     if args.json:
-        print_json({"serve": live.to_dict(), "jobs": jobs, "last_round": last})
+        print_json({"serve": live.to_dict(), "jobs": jobs, "last_round": last,
+                    "tenants": [t.to_dict() for t in tenants or ()]})
         return 0
     for line in describe(live):
         print(line)
+    for tenant in tenants or ():
+        print(tenant.line())
     title = "no rounds yet" if last is None else (
         f"round {last['round']} at t={last['time']:.0f}s")
-    print_table(status_rows(jobs, last), title=f"bayes-sched jobs ({title})")
+    print_table(status_rows(jobs, last, tenants is not None),
+                title=f"bayes-sched jobs ({title})")
     if jobs:
         print(STATUS_LEGEND)
     return 0

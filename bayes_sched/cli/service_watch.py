@@ -26,9 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="The events 'bayes-sched serve' reported (job submitted, started with its "
                     "GPUs and batch, grown, shrunk, moved, preempted, batch changed, "
                     "checkpointed, retrying, restarted and why, finished, failed with its log's "
-                    "last lines, cancelled; the service's starts and stops), oldest first.")
+                    "last lines, cancelled, reclaimed for its tenant's owner; the service's "
+                    "starts and stops), oldest first.")
     _state_option(events)
     events.add_argument("--job", metavar="NAME", help="only this job's events")
+    events.add_argument("--tenant", metavar="NAME", help="only the events of this tenant's jobs")
     events.add_argument("--last", type=positive_int, default=None, metavar="N",
                         help="only the last N events")
     events.add_argument("--json", action="store_true",
@@ -72,7 +74,7 @@ def _events(args: argparse.Namespace) -> int:
 
     _private()
     store = StateStore(args.state, create=False)
-    found = store.events(job=args.job, last=args.last)
+    found = store.events(job=args.job, last=args.last, tenant=args.tenant)
     if args.json and not args.follow:
         print_json(found)
         return 0
@@ -86,7 +88,7 @@ def _events(args: argparse.Namespace) -> int:
             return 0
         after = found[-1]["id"] if found else after  # a quiet poll keeps its place
         time.sleep(args.poll)
-        found = store.events(after=after, job=args.job)
+        found = store.events(after=after, job=args.job, tenant=args.tenant)
 
 
 def _logs(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ grown      restarted by the scheduler on more GPUs (a reallocation: checkpoint, 
 shrunk     restarted by the scheduler on fewer GPUs
 moved      restarted by the scheduler on as many GPUs, other nodes
 preempted  stopped by the scheduler, its GPUs given to other jobs (it waits, pending)
+reclaimed  stopped by the scheduler, the GPUs its tenant borrowed taken back by the tenants
+           whose quota they are (why: ``reclaimed for tenant NAME``; it waits, pending)
 batch      the per-GPU batch or accumulation of a running job changed (no restart)
 checkpoint the job acknowledged a checkpoint request
 retrying   its processes failed; it restarts after a back-off (the log's last lines)
@@ -22,6 +24,9 @@ finished   reached its target epochs
 failed     failed for good (why, and the last lines of its log)
 cancelled  cancelled by the user
 ========== ==================================================================================
+
+Every job event's details name the job's ``tenant``; its line does where that is not
+:data:`~bayes_sched.tenants.DEFAULT_TENANT` (``job NAME (tenant T) KIND: ...``).
 
 A batch reads ``LxMxR``: ``L`` examples per GPU per micro-step, ``M`` micro-steps per optimiser
 step (accumulation + 1), ``R`` replicas (GPUs); the total batch is their product.
@@ -40,9 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from bayes_sched.client import protocol
+from bayes_sched.service.tenants import reclaim_reason
+from bayes_sched.tenants import DEFAULT_TENANT
 
 #: Every job event kind, in the order of a job's life (see the module's table).
-JOB_EVENTS = ("submitted", "started", "grown", "shrunk", "moved", "preempted", "batch",
+JOB_EVENTS = ("submitted", "started", "grown", "shrunk", "moved", "preempted", "reclaimed", "batch",
               "checkpoint", "retrying", "stopped", "restarted", "finished", "failed",
               "cancelled")
 #: The service's own events (no job): started, reattached to running jobs, stopped.
@@ -67,7 +74,10 @@ class Event:
 
     def line(self) -> str:
         """The event as one log line (a failure's log tail follows, indented, line by line)."""
-        who = f"job {self.job} " if self.job is not None else ""
+        who = ""
+        if self.job is not None:
+            tenant = self.detail.get("tenant", DEFAULT_TENANT)
+            who = f"job {self.job} " + (f"(tenant {tenant}) " if tenant != DEFAULT_TENANT else "")
         text = f"{who}{self.kind}: {self.message}"
         tail = self.detail.get("log_tail")
         if tail:
@@ -144,11 +154,19 @@ class EventTracker:
         #: Per job: where it last ran (its :func:`_where`) and why it was last stopped.
         self._ran: dict[str, dict[str, Any]] = {}
         self._why: dict[str, str] = {}
+        #: The jobs the last decision reclaimed, with the tenants their GPUs went to.
+        self._reclaimed: dict[str, tuple[str, ...]] = {}
         for record in records:
             name = record["spec"]["name"]
             self._last[name] = record
             if any(record.get("allocation") or []):
                 self._ran[name] = _where(record, ())
+
+    def reclaimed(self, jobs: Mapping[str, tuple[str, ...]]) -> None:
+        """Take the jobs a round's decision reclaims (each with the tenants their GPUs go
+        to; :func:`bayes_sched.service.tenants.reclaims`): their stops are ``reclaimed``
+        events, and their next starts ``restarted`` after it. Replaces the last round's."""
+        self._reclaimed = dict(jobs)
 
     def update(self, records: Iterable[Mapping[str, Any]], node_types: Sequence[str],
                cluster_now: float, now: float | None = None) -> list[Event]:
@@ -171,9 +189,10 @@ class EventTracker:
                      after: Mapping[str, Any], node_types: Sequence[str],
                      cluster_now: float, now: float) -> list[Event]:
         out: list[Event] = []
+        tenant = str(after["spec"].get("tenant", DEFAULT_TENANT))
 
         def emit(kind: str, message: str, **detail: Any) -> None:
-            out.append(Event(now, name, kind, message, detail))
+            out.append(Event(now, name, kind, message, {**detail, "tenant": tenant}))
 
         if before is None:
             spec = after["spec"]
@@ -189,7 +208,7 @@ class EventTracker:
             emit("checkpoint", f"saved at {after['epochs']:.2f} epochs",
                  request=after["checkpoint_acked"], epochs=after["epochs"])
         if int(after["attempt"]) > int(before["attempt"]) and status == "running":
-            out.extend(self._started(name, after, node_types, now))
+            out.extend(self._started(name, after, node_types, now, tenant))
         elif status == was == "running":
             old = (int(before.get("local_bsz") or 0), int(before.get("accum_steps") or 0))
             new = (int(after.get("local_bsz") or 0), int(after.get("accum_steps") or 0))
@@ -205,7 +224,14 @@ class EventTracker:
                 emit("stopped", why, reason=why)
             elif any(before.get("allocation") or []) and not any(
                     after.get("allocation") or []) and self._why.get(name) == POLICY:
-                emit("preempted", "its GPUs went to other jobs; waiting for GPUs")
+                owners = self._reclaimed.pop(name, ())
+                if owners:
+                    self._why[name] = reclaim_reason(owners)
+                    emit("reclaimed", f"its tenant's borrowed GPUs went back to tenant "
+                         f"{', '.join(owners)} (their quota); waiting for GPUs",
+                         reason=self._why[name], for_tenants=list(owners))
+                else:
+                    emit("preempted", "its GPUs went to other jobs; waiting for GPUs")
         if status == was:
             return out
         if was == "running" and status == "pending":
@@ -235,7 +261,7 @@ class EventTracker:
         return out
 
     def _started(self, name: str, after: Mapping[str, Any], node_types: Sequence[str],
-                 now: float) -> list[Event]:
+                 now: float, tenant: str) -> list[Event]:
         where = _where(after, node_types)
         text = _where_text(where)
         previous = self._ran.get(name)
@@ -253,4 +279,4 @@ class EventTracker:
             kind = "grown" if grew > 0 else "shrunk" if grew < 0 else "moved"
             message = f"{previous['gpus']} -> {text} (from its checkpoint)"
             where = {**where, "from_gpus": previous["gpus"], "from_batch": previous["batch"]}
-        return [Event(now, name, kind, message, where)]
+        return [Event(now, name, kind, message, {**where, "tenant": tenant})]

@@ -13,6 +13,8 @@
     max_replicas = 4                # optional
     python = "/usr/bin/python3"     # optional (default: submit's interpreter); a path
                                     # relative to the job file, or a name found on PATH
+    tenant = "vision"               # optional: the team submitting it (default: "default";
+                                    # ``submit --tenant`` overrides it)
     [env]                           # optional: on top of the allow-listed variables
     OMP_NUM_THREADS = "1"           # (bayes_sched.backends.job_env)
 
@@ -37,10 +39,11 @@ from typing import Any
 from bayes_sched.backends.job_env import is_loader_variable, is_scheduler_variable
 from bayes_sched.backends.job_spec import RealJobSpec
 from bayes_sched.errors import InputError
+from bayes_sched.tenants import DEFAULT_TENANT
 from perfmodel.textio import MAX_BATCH, MAX_GPUS
 
 _FIELDS = ("name", "script", "args", "init_batch_size", "max_batch_size", "max_local_bsz",
-           "target_epochs", "min_local_bsz", "max_replicas", "python", "env", "cwd")
+           "target_epochs", "min_local_bsz", "max_replicas", "python", "env", "cwd", "tenant")
 _REQUIRED = ("script", "init_batch_size", "max_local_bsz", "target_epochs")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: An environment variable's name (POSIX's portable form).
@@ -50,11 +53,15 @@ ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_TARGET_EPOCHS = 10**6
 #: The flag of ``submit`` that lets ``[env]`` set loader variables.
 ALLOW_LOADER_FLAG = "--allow-loader-env"
+#: The flag of ``submit`` that names the job's tenant.
+TENANT_FLAG = "--tenant"
 
 
-def read_job_file(path: str | Path, allow_loader_env: bool = False) -> RealJobSpec:
+def read_job_file(path: str | Path, allow_loader_env: bool = False,
+                  tenant: str | None = None) -> RealJobSpec:
     """Read and check a job file; raises :class:`InputError` naming the file and field.
-    ``allow_loader_env``: let ``[env]`` set loader variables (``LD_PRELOAD``, ``PYTHONPATH``)."""
+    ``allow_loader_env``: let ``[env]`` set loader variables (``LD_PRELOAD``, ``PYTHONPATH``);
+    ``tenant``: the job's tenant, over the file's ``tenant`` (``submit --tenant``)."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -64,7 +71,20 @@ def read_job_file(path: str | Path, allow_loader_env: bool = False) -> RealJobSp
         raise InputError(f"cannot read the job file ({error})", path) from None
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"not TOML ({error})", path) from None
+    if tenant is not None:
+        check_tenant_name(tenant, TENANT_FLAG)
+        raw["tenant"] = tenant
     return job_spec_from_dict(raw, path, allow_loader_env)
+
+
+def check_tenant_name(name: object, where: str | Path, key: str | None = None) -> str:
+    """``name`` if it can name a tenant (a non-empty string without surrounding spaces, as
+    the cluster file's ``[[tenants]]`` names are), else :class:`InputError` naming ``where``
+    (and ``key``)."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        message = f"{name!r}: expected a tenant's name (non-empty, no surrounding spaces)"
+        raise InputError(f"field '{key}': {message}" if key else message, where)
+    return name
 
 
 def _fail(path: Path, key: str, message: str) -> InputError:
@@ -149,7 +169,8 @@ def job_spec_from_dict(raw: dict[str, Any], path: Path,
         if not isinstance(cwd, str) or not (path.parent / cwd).is_dir():
             raise _fail(path, "cwd", f"{cwd!r}: expected an existing directory")
         cwd = str((path.parent / cwd).resolve())
+    tenant = check_tenant_name(raw.get("tenant", DEFAULT_TENANT), path, "tenant")
     return RealJobSpec(name=name, argv=(python, str(script_path), *map(str, args)),
                        init_batch_size=init, max_batch_size=max_batch, max_local_bsz=max_local,
                        target_epochs=target, min_local_bsz=min_local, max_replicas=max_replicas,
-                       cwd=cwd, env=env, application=script_path.stem)
+                       cwd=cwd, env=env, application=script_path.stem, tenant=tenant)

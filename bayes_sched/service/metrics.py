@@ -23,7 +23,16 @@ name                               type      what
 ``restarts_total``                 counter   restarts of all jobs (reallocations and failures)
 ``failures_total``                 counter   failed starts of all jobs
 ``events_total{kind}``             counter   events reported since this service started
+``tenant_gpus{tenant}``            gauge     GPUs held by a tenant's jobs
+``tenant_quota_gpus{tenant}``      gauge     GPUs a tenant is entitled to (its quota, or its
+                                             weight's part of the GPUs no quota reserves)
+``tenant_borrowed_gpus{tenant}``   gauge     GPUs a tenant holds beyond its entitlement (lent
+                                             by tenants that do not use theirs)
+``tenant_jobs{tenant,state}``      gauge     a tenant's jobs per state
 ================================== ========= =====================================================
+
+The tenants are those ``serve --tenants`` serves (without: one, ``default``, entitled to every
+GPU), then any other tenant a job names (GPUs and jobs only: it has no entitlement).
 """
 
 from __future__ import annotations
@@ -39,10 +48,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from bayes_sched.errors import InputError
 from bayes_sched.service.events import Event
+from bayes_sched.service.tenants import tenant_usage
+from bayes_sched.tenants import DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from bayes_sched.cluster_spec import ClusterSpec
     from bayes_sched.loop import LoopStats
+    from bayes_sched.tenants import TenantTable
 
 PREFIX = "bayes_sched_serve_"
 #: Job states, as the records name them.
@@ -72,6 +84,7 @@ class ServeMetrics:
         self._records: list[Mapping[str, Any]] = []
         self._node_types: list[str] = []
         self._node_gpus: list[int] = []
+        self._tenants: TenantTable | None = None
         self._predictions: dict[str, Mapping[str, float]] = {}
         self._events: Counter[str] = Counter()
 
@@ -82,6 +95,7 @@ class ServeMetrics:
             self._records = list(records)
             self._node_types = [node.gpu_type for node in spec.nodes]
             self._node_gpus = [node.num_gpus for node in spec.nodes]
+            self._tenants = spec.tenant_table()
             self._events.update(event.kind for event in events)
             if round_saved:
                 self._last_round = time.time()
@@ -108,7 +122,7 @@ class ServeMetrics:
         with self._lock:
             records, types, sizes = list(self._records), self._node_types, self._node_gpus
             predictions, events = dict(self._predictions), Counter(self._events)
-            rounds, last = self._rounds, self._last_round
+            rounds, last, tenants = self._rounds, self._last_round, self._tenants
         yield CounterMetricFamily(f"{PREFIX}rounds", "Scheduling rounds of this state.",
                                   value=rounds)
         yield from self.decision.collect()
@@ -134,6 +148,7 @@ class ServeMetrics:
         for kind, count in sorted(events.items()):
             counted.add_metric([kind], count)
         yield counted
+        yield from _per_tenant(records, tenants)
 
     @staticmethod
     def _gpus(records: Sequence[Mapping[str, Any]], types: Sequence[str],
@@ -182,6 +197,29 @@ def _per_job(records: Sequence[Mapping[str, Any]],
             goodput.add_metric([name], prediction["goodput"])
             throughput.add_metric([name], prediction["throughput"])
     yield from (goodput, throughput, epochs)
+
+
+def _per_tenant(records: Sequence[Mapping[str, Any]], table: TenantTable | None
+                ) -> Iterator[Metric]:
+    held = GaugeMetricFamily(f"{PREFIX}tenant_gpus", "GPUs held by a tenant's jobs.",
+                             labels=["tenant"])
+    quota = GaugeMetricFamily(f"{PREFIX}tenant_quota_gpus", "GPUs a tenant is entitled to "
+                              "(its quota, or its weight's part of the GPUs no quota reserves).",
+                              labels=["tenant"])
+    borrowed = GaugeMetricFamily(f"{PREFIX}tenant_borrowed_gpus", "GPUs a tenant holds beyond "
+                                 "its entitlement.", labels=["tenant"])
+    jobs = GaugeMetricFamily(f"{PREFIX}tenant_jobs", "A tenant's jobs per state.",
+                             labels=["tenant", "state"])
+    usage = tenant_usage(table, ((str(r["spec"].get("tenant", DEFAULT_TENANT)), str(r["status"]),
+                                  int(sum(r.get("allocation") or []))) for r in records))
+    for tenant in usage:
+        held.add_metric([tenant.name], tenant.gpus)
+        if tenant.quota is not None and tenant.borrowed is not None:
+            quota.add_metric([tenant.name], tenant.quota)
+            borrowed.add_metric([tenant.name], tenant.borrowed)
+        for state in STATES:
+            jobs.add_metric([tenant.name, state], tenant.jobs.get(state, 0))
+    yield from (held, quota, borrowed, jobs)
 
 
 def metrics_endpoint(metrics: ServeMetrics, port: int, address: str = "127.0.0.1") -> Any:

@@ -14,6 +14,11 @@ table in the transaction that saves it. Every round's save also writes the servi
 so ``status`` tells a live service from a stopped or stalled one; :meth:`Service.close` records
 a clean stop and removes the service's lock file.
 
+With tenants (``serve --tenants``, :mod:`bayes_sched.service.tenants`) the policy decides behind
+the simulator's quota stage (:class:`ServeQuotas`), the tenants are recorded in the state, a job
+of a tenant the service does not serve is cancelled as it is taken up (saying so), and a borrowed
+GPU taken back for its owner is a ``reclaimed`` event naming the owner.
+
 Every path handed to a job (its job directory, hence its reports, control file, logs and
 checkpoints) is absolute: a job runs in its own directory (or the job file's ``cwd``), so a state
 directory given relative to the scheduler's working folder would name nothing there.
@@ -24,15 +29,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.backends.counters_feed import CountersFeed
 from bayes_sched.backends.launcher import Launcher
 from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
-from bayes_sched.cluster import Cluster
+from bayes_sched.cluster import Allocations, Cluster, ClusterState
+from bayes_sched.estimates import Estimates
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.choose import policy_estimators
+from bayes_sched.jobs import JobView
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies.base import Policy
 from bayes_sched.service.events import Event, EventTracker, plural
@@ -41,8 +48,12 @@ from bayes_sched.service.state import (
     SERVE_PID,
     SERVE_STARTED,
     SERVE_STOPPED,
+    SERVE_TENANTS,
     StateStore,
 )
+from bayes_sched.service.tenants import reclaims, tenants_meta, unknown_tenant
+from bayes_sched.tenancy.quotas import QuotaStage
+from bayes_sched.tenants import TenantSpec
 
 if TYPE_CHECKING:
     from bayes_sched.service.metrics import ServeMetrics
@@ -53,6 +64,24 @@ EVENTS_LOG = logging.getLogger("bayes_sched.service.events")
 #: Event kinds logged as warnings.
 WARNING_EVENTS = ("retrying", "failed", "stopped")
 _DEFAULT_CONFIG = RealClusterConfig()
+
+
+class ServeQuotas(QuotaStage):
+    """The simulator's quota stage around serve's policy
+    (:class:`~bayes_sched.tenancy.quotas.QuotaStage`, unchanged), telling ``on_reclaim`` after
+    each decision which jobs it reclaims (:func:`~bayes_sched.service.tenants.reclaims`; an
+    empty mapping where none)."""
+
+    def __init__(self, policy: Policy,
+                 on_reclaim: Callable[[Mapping[str, tuple[str, ...]]], None]) -> None:
+        super().__init__(policy)
+        self.on_reclaim = on_reclaim
+
+    def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
+               estimates: Estimates) -> Allocations:
+        decision = super().decide(cluster, jobs, estimates)
+        self.on_reclaim(reclaims(self.tenants(cluster), jobs, decision))
+        return decision
 
 
 class Service:
@@ -70,35 +99,43 @@ class Service:
         metrics: what a Prometheus endpoint serves (:mod:`bayes_sched.service.metrics`),
             updated at every save; ``None``: no endpoint.
         interval: the round interval ``run`` will be given (seconds), recorded for ``status``.
+        tenants: the teams sharing the cluster, checked against the launcher's GPUs
+            (:func:`~bayes_sched.service.tenants.read_tenants_file`); none: no quotas, the
+            jobs' tenants are labels.
     """
 
     def __init__(self, store: StateStore, launcher: Launcher, policy: Policy,
                  config: RealClusterConfig = _DEFAULT_CONFIG,
                  counters: CountersFeed | None = None,
                  estimators: Sequence[Estimator] | None = None,
-                 metrics: ServeMetrics | None = None, interval: float | None = None) -> None:
+                 metrics: ServeMetrics | None = None, interval: float | None = None,
+                 tenants: Sequence[TenantSpec] = ()) -> None:
         store.lock_for_service()
         self.store = store
-        self.policy = policy
         # A real cluster supplies no oracle: a policy whose default is one is refused here.
         self.estimators = (policy_estimators(policy, where=f"policy {policy.name}")
                            if estimators is None else list(estimators))
         self.metrics = metrics
         self.tracker = EventTracker(store.records(), store.jobs_dir.resolve())
+        self.policy: Policy = (ServeQuotas(policy, self.tracker.reclaimed) if tenants
+                               else policy)
+        self.cluster = RealCluster(launcher, store.jobs_dir.resolve(), config, epoch=store.epoch(),
+                                   on_change=self.save, counters=counters, tenants=tenants)
         store.set_meta({SERVE_PID: str(os.getpid()), SERVE_STARTED: repr(time.time()),
                         SERVE_INTERVAL: None if interval is None else repr(interval),
-                        SERVE_STOPPED: None})
-        self.cluster = RealCluster(launcher, store.jobs_dir.resolve(), config, epoch=store.epoch(),
-                                   on_change=self.save, counters=counters)
+                        SERVE_STOPPED: None,
+                        SERVE_TENANTS: tenants_meta(self.cluster.spec) if tenants else None})
         self.cluster.on_change = None  # no saves while restoring
         self.reattached = self.cluster.restore(store.records())
         self.cluster.on_change = self.save
         last = store.last_round()
         self.round = 0 if last is None else int(last["round"])
         spec = self.cluster.spec
+        served = (f", tenants {', '.join(t.name for t in spec.tenants)}" if spec.tenants
+                  else "")
         started = [Event(time.time(), None, "serve-started", f"pid {os.getpid()}, policy "
-                         f"{policy.name}, {plural(spec.total_gpus, 'GPU')} on "
-                         f"{plural(spec.num_nodes, 'node')}", {"pid": os.getpid()})]
+                         f"{self.policy.name}, {plural(spec.total_gpus, 'GPU')} on "
+                         f"{plural(spec.num_nodes, 'node')}{served}", {"pid": os.getpid()})]
         if self.reattached:
             started.append(Event(time.time(), None, "reattached",
                                  ", ".join(self.reattached), {"jobs": self.reattached}))
@@ -106,10 +143,15 @@ class Service:
         self.save(events=started)
 
     def take_up(self) -> list[str]:
-        """Submissions and cancel requests from the state file; returns the names cancelled."""
+        """Submissions and cancel requests from the state file; returns the names cancelled.
+        A job of a tenant the service does not serve is cancelled, saying why."""
         epoch = self.cluster.epoch
+        table = self.cluster.spec.tenant_table() if self.cluster.tenants else None
         for spec, submitted in self.store.new_submissions():
             self.cluster.submit(spec, submit_time=submitted - epoch)
+            if table is not None and spec.tenant not in table.names:
+                refusal = unknown_tenant(spec.tenant, table)
+                self.cluster.cancel(spec.name, reason=f"refused: {refusal}")
         cancelled = []
         for name in self.store.cancel_requests():
             self.cluster.cancel(name)

@@ -1,10 +1,11 @@
 """The service's state in one SQLite file (stdlib :mod:`sqlite3`, write-ahead log).
 
 Tables (:mod:`bayes_sched.service.state_schema`): ``meta`` (the cluster's time origin, the
-backend), ``jobs`` (one row per job: its spec, status, the record the cluster keeps of it as
-JSON: observations, gradient statistics, progress, allocation, attempts, report offset, the
-handle of its running processes; and a cancel flag the ``cancel`` command sets), ``rounds`` (one
-row per scheduling round: time, decision, predictions). ``submit`` and ``cancel`` write rows the
+backend, the service's heartbeat and the tenants it serves), ``jobs`` (one row per job: its spec,
+tenant, status, the record the cluster keeps of it as JSON: observations, gradient statistics,
+progress, allocation, attempts, report offset, the handle of its running processes; and a cancel
+flag the ``cancel`` command sets), ``rounds`` (one row per scheduling round: time, decision,
+predictions), ``events``. ``submit`` and ``cancel`` write rows the
 service takes up at its next round, so they need no server. Each round's changes are one
 transaction, so a service killed at any point leaves the state of its last transaction, whole.
 
@@ -54,6 +55,9 @@ LOCK_FILE = "serve.lock"
 #: wall-clock time of its last round and of its clean stop (all seconds since the Unix epoch).
 SERVE_PID, SERVE_STARTED, SERVE_INTERVAL = "serve_pid", "serve_started", "serve_interval"
 HEARTBEAT, SERVE_STOPPED = "serve_heartbeat", "serve_stopped"
+#: ``meta`` key of the tenants the running (or last) service serves, as JSON
+#: (:func:`bayes_sched.service.tenants.tenants_meta`); absent where it serves none.
+SERVE_TENANTS = "serve_tenants"
 JOBS_DIR = "jobs"
 #: Seconds a command waits for another's write transaction before it gives up.
 BUSY_TIMEOUT = 30.0
@@ -403,14 +407,18 @@ class StateStore:
         with self.transaction() as db:
             _insert_events(db, events)
 
-    def events(self, after: int = 0, job: str | None = None, last: int | None = None
-               ) -> list[dict[str, Any]]:
+    def events(self, after: int = 0, job: str | None = None, last: int | None = None,
+               tenant: str | None = None) -> list[dict[str, Any]]:
         """Events with an id above ``after``, oldest first (each with its ``id``): of one
-        ``job`` where given, only the ``last`` ones where given."""
+        ``job`` where given, of the jobs of one ``tenant`` where given, only the ``last`` ones
+        where given."""
         where, parameters = "id > ?", list[Any]([after])
         if job is not None:
             where += " AND job = ?"
             parameters.append(job)
+        if tenant is not None:
+            where += " AND job IN (SELECT name FROM jobs WHERE tenant = ?)"
+            parameters.append(tenant)
         order = "DESC" if last is not None else "ASC"
         limit = f" LIMIT {int(last)}" if last is not None else ""
         rows = self._rows(f"SELECT id, time, job, kind, message, detail FROM events WHERE "
@@ -428,8 +436,8 @@ class StateStore:
             if db.execute("SELECT 1 FROM jobs WHERE name = ?", (spec.name,)).fetchone():
                 raise InputError(f"job '{spec.name}' exists already: expected a new name "
                                  "(set 'name' in the job file)", self.root)
-            db.execute("INSERT INTO jobs (name, spec, submitted) VALUES (?, ?, ?)",
-                       (spec.name, json.dumps(spec.to_dict()), time.time()))
+            db.execute("INSERT INTO jobs (name, spec, submitted, tenant) VALUES (?, ?, ?, ?)",
+                       (spec.name, json.dumps(spec.to_dict()), time.time(), spec.tenant))
 
     def request_cancel(self, name: str) -> str:
         """Flag a job for cancelling; returns its status. Raises :class:`InputError` for an
@@ -488,15 +496,17 @@ class StateStore:
             if hold:
                 time.sleep(float(hold))
 
-    def jobs(self) -> list[dict[str, Any]]:
-        """Every job: name, status, submission time, spec and record (``None`` before the
-        service took it up)."""
-        rows = self._rows("SELECT name, status, submitted, spec, record, cancel FROM jobs "
-                          "ORDER BY submitted, name")
-        return [{"name": n, "status": s, "submitted": t, "spec": self._json(spec, "jobs", "spec"),
+    def jobs(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Every job (of one ``tenant`` where given): name, tenant, status, submission time,
+        spec and record (``None`` before the service took it up)."""
+        where, parameters = ("", ()) if tenant is None else (" WHERE tenant = ?", (tenant,))
+        rows = self._rows("SELECT name, tenant, status, submitted, spec, record, cancel FROM jobs"
+                          f"{where} ORDER BY submitted, name", parameters)
+        return [{"name": n, "tenant": who, "status": s, "submitted": t,
+                 "spec": self._json(spec, "jobs", "spec"),
                  "record": self._json(rec, "jobs", "record") if rec else None,
                  "cancel": bool(c)}
-                for n, s, t, spec, rec, c in rows]
+                for n, who, s, t, spec, rec, c in rows]
 
     def last_round(self) -> dict[str, Any] | None:
         rows = self._rows("SELECT round, time, allocations, predictions, decision_seconds "

@@ -21,10 +21,12 @@ import json
 import sqlite3
 from typing import Any
 
+from bayes_sched.tenants import DEFAULT_TENANT
+
 #: ``PRAGMA application_id`` of a bayes-sched state file: b"BSCH" as a big-endian integer.
 APPLICATION_ID = int.from_bytes(b"BSCH", "big")
 #: The schema version this bayes-sched writes and reads.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The events table (version 2).
 _EVENTS = """CREATE TABLE events (
@@ -36,11 +38,16 @@ _EVENTS = """CREATE TABLE events (
     detail TEXT NOT NULL
 )"""
 
-#: Tables of the current version: ``meta`` (the cluster's time origin, the service's heartbeat),
-#: ``jobs`` (one row per job: spec, status, the record the cluster keeps of it as JSON, cancel
-#: flag), ``rounds`` (one row per scheduling round: time, decision, predictions), ``events`` (one
-#: row per job transition or service start and stop: wall-clock time, job (``NULL`` for the
-#: service's own), kind, one-line message, details as JSON).
+#: The tenants column of ``jobs`` (version 3): the team that submitted the job; rows of older
+#: files read as :data:`~bayes_sched.tenants.DEFAULT_TENANT`'s.
+_TENANT_COLUMN = f"tenant TEXT NOT NULL DEFAULT '{DEFAULT_TENANT}'"
+
+#: Tables of the current version: ``meta`` (the cluster's time origin, the service's heartbeat,
+#: the tenants it serves), ``jobs`` (one row per job: spec, status, the record the cluster keeps
+#: of it as JSON, cancel flag, tenant), ``rounds`` (one row per scheduling round: time,
+#: decision, predictions), ``events`` (one row per job transition or service start and stop:
+#: wall-clock time, job (``NULL`` for the service's own), kind, one-line message, details as
+#: JSON).
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE jobs (
@@ -50,7 +57,8 @@ CREATE TABLE jobs (
     status TEXT NOT NULL DEFAULT 'submitted',
     record TEXT,
     cancel INTEGER NOT NULL DEFAULT 0,
-    updated REAL
+    updated REAL,
+    """ + _TENANT_COLUMN + """
 );
 CREATE TABLE rounds (
     round INTEGER PRIMARY KEY,
@@ -68,6 +76,7 @@ COLUMNS: dict[int, dict[str, tuple[str, ...]]] = {
         "rounds": ("round", "time", "allocations", "predictions", "decision_seconds")},
 }
 COLUMNS[2] = {**COLUMNS[1], "events": ("id", "time", "job", "kind", "message", "detail")}
+COLUMNS[3] = {**COLUMNS[2], "jobs": (*COLUMNS[2]["jobs"], "tenant")}
 
 #: Columns holding JSON text, per table (checked when rows are salvaged).
 JSON_COLUMNS: dict[str, tuple[str, ...]] = {"jobs": ("spec", "record"),
@@ -76,10 +85,12 @@ JSON_COLUMNS: dict[str, tuple[str, ...]] = {"jobs": ("spec", "record"),
 
 #: Version -> the SQL statements that turn a file of that version into one of the next (run one
 #: by one inside :func:`migrate`'s transaction). Version 0 is a file of the first releases (no
-#: marks, version 1's tables): stamping it is the whole step. Version 2 adds the events table.
+#: marks, version 1's tables): stamping it is the whole step. Version 2 adds the events table,
+#: version 3 the jobs' tenant (the default tenant's for the jobs already there).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     0: (),
     1: (_EVENTS,),
+    2: (f"ALTER TABLE jobs ADD COLUMN {_TENANT_COLUMN}",),
 }
 
 
