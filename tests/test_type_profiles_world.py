@@ -82,7 +82,8 @@ def test_pollux_sia_and_a_gavel_policy_run_and_name_the_profile_source(folder: P
     spec = parse_cluster_spec(CLUSTER)
     workload = _workload(APPS)
     config = SimConfig(cluster=spec, profiles=profiles)
-    results = [WORLDS["typed_pollux"].run(workload, make_policy(name), config=config)
+    results = [WORLDS["typed_pollux"].run(workload.jobs, make_policy(name), name="typed",
+                                          config=config)
                for name in ("pollux", "sia_adaptive")]
     results.append(run_profile_table(workload, make_policy("max_min_fairness_perf"), spec,
                                      profiles))
