@@ -11,6 +11,11 @@ No other project's profiles are used."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -157,3 +162,29 @@ def test_report_fits_per_model_and_type(folder: Path) -> None:
     assert sorted(p.model for p, _ in sources) == sorted(
         f"{a}-{t}" for a in APPS for t in ("v100", "a100"))
     assert all(traces is not None for _, traces in sources)   # shipped models' gradients
+
+
+def test_clusters_page_type_profile_commands_run_as_written(tmp_path: Path) -> None:
+    # The section's bash block (a python line writing the folder, then bayes-sched commands) and
+    # its Python example, in order, from one fresh folder.
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "guide" / "clusters.md").read_text()
+    section = page.split("## Profiles measured per GPU type")[1].split("\n## ")[0]
+    (bash,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    (python,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    for line in bash.strip().splitlines():
+        argv = shlex.split(line, comments=True)
+        assert argv[0] in ("python", "bayes-sched"), line
+        command = ([sys.executable, *argv[1:]] if argv[0] == "python"
+                   else [sys.executable, "-m", "bayes_sched", *argv[1:]])
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path,
+                              timeout=600)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    summary = json.loads((tmp_path / "typed-sim" / "summary.json").read_text())
+    rows = summary if isinstance(summary, list) else [summary]
+    assert rows[0]["profiles"] == "v100: measured; a100: measured; k80: derived"
+    done = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "v100: measured; a100: measured; k80: derived" in done.stdout
