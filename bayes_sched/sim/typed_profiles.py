@@ -34,8 +34,8 @@ Gavel model"):
 **Measured per-type profiles** (:class:`TypeProfiles`, read from a folder by
 :func:`perfmodel.typed_profiles.read_typed_profiles`) replace the rule wherever they exist: an
 application's step times on a type it was measured on are that type's measurements
-(:class:`~bayes_sched.sim.physics.StepTimes`: compute and sync as measured, on any type the cluster
-declares, built-in or not); elsewhere they are derived as above from the T4 profile in use (a
+(:class:`~bayes_sched.sim.physics.StepTimes`: compute and sync as measured, on any type a cluster
+spec may name); elsewhere they are derived as above from the T4 profile in use (a
 measured T4 profile where given, else the artifact's). Each (application, type) is thus
 ``measured`` or ``derived`` (:meth:`TypeProfiles.source`); a type with neither for an application
 the workload runs is refused. A job across types still waits for its slowest type (rule 5).
