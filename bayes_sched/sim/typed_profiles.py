@@ -44,7 +44,7 @@ Unchanged per type: gradient statistics (statistical efficiency belongs to the m
 the GPU), training length and batch limits (the K80's 12 GB against the T4's 16 GB is not modelled;
 the models' largest micro-batches fit in 12 GB in Gavel's runs except where Gavel's table has 0,
 which this rule skips). Applications a user registered (``--profiles``) have no closest Gavel model
-and run on their measured type only.
+and run on the T4 and on the types measured for them only.
 """
 
 from __future__ import annotations
