@@ -150,6 +150,10 @@ class StepTimes:
             np.stack([profile.step_time[other], profile.sync_time[other]], 1)])
         self._interpolators: tuple[LinearNDInterpolator, NearestNDInterpolator] | None = None
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the interpolators (rebuilt on first use in the receiving process)."""
+        return {**self.__dict__, "_interpolators": None}
+
     def __call__(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
         """``(step_time, sync_time)`` in seconds of one iteration at ``placement`` (GPUs per used
         node; zeros dropped, the order matters only up to rotation) and micro-batch
