@@ -256,6 +256,8 @@ class TypeProfiles:
                              f"expected a measured one ({self.source_path or 'none given'}) "
                              f"or a derivable type ({', '.join(DERIVED_TYPES)})")
         step, sync = self._base(application)(placement, local_bsz)
+        if gpu_type == GPU_TYPE:
+            return step, sync
         factor = compute_factor(application, gpu_type, local_bsz)
         return sync + max(step - sync, 0.0) * factor, sync
 
