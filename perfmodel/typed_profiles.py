@@ -47,6 +47,19 @@ def _untyped(folder: Path) -> list[Path]:
             if not TYPED_FILE.match(p.name) and not p.name.startswith("validation-")]
 
 
+def _read_model_folder(folder: Path) -> dict[str | None, StepTimeProfile]:
+    """One model folder's profiles by type: its ``placements-<type>.csv`` and
+    ``scalability-<type>.csv`` files, and its untyped ones under ``None``."""
+    found: dict[str | None, StepTimeProfile] = {}
+    for gpu, files in typed_files(folder).items():
+        found[gpu] = StepTimeProfile.concat(read_step_time_profile(f, folder.name) for f in files)
+    untyped = _untyped(folder)
+    if untyped:
+        found[None] = StepTimeProfile.concat(read_step_time_profile(f, folder.name)
+                                             for f in untyped)
+    return found
+
+
 def read_typed_profiles(folder: str | Path) -> dict[str, dict[str | None, StepTimeProfile]]:
     """Every model's profiles by GPU type, ``{model: {gpu_type: profile}}``, from ``folder`` laid
     out as the module docstring shows. Raises :class:`InputError` naming the folder where it
@@ -64,14 +77,31 @@ def read_typed_profiles(folder: str | Path) -> dict[str, dict[str | None, StepTi
             for model in models:
                 result[model.name][sub.name] = read_step_time_profile(model, model.name)
             continue
-        typed, untyped = typed_files(sub), _untyped(sub)
-        for gpu, files in typed.items():
-            result[sub.name][gpu] = StepTimeProfile.concat(
-                read_step_time_profile(f, sub.name) for f in files)
-        if untyped:
-            result[sub.name][None] = StepTimeProfile.concat(
-                read_step_time_profile(f, sub.name) for f in untyped)
+        result[sub.name].update(_read_model_folder(sub))
+    result = defaultdict(dict, {m: t for m, t in result.items() if t})
     if not result:
         raise InputError("no per-type profiles: expected <type>/<model>/placements.csv or "
                          "<model>/placements-<type>.csv", root)
     return {model: dict(by_type) for model, by_type in result.items()}
+
+
+def holds_typed_profiles(path: str | Path) -> bool:
+    """Whether ``path`` is a folder of per-type profiles: a model folder with
+    ``placements-<type>.csv`` (or ``scalability-<type>.csv``) files, or a folder of either
+    layout (cheap: file names only, nothing is read)."""
+    root = Path(path)
+    if not root.is_dir():
+        return False
+    if typed_files(root):
+        return True
+    return any(typed_files(sub) or any(p.is_dir() for p in sub.iterdir())
+               for sub in root.iterdir() if sub.is_dir())
+
+
+def read_typed_source(path: str | Path) -> dict[str, dict[str | None, StepTimeProfile]]:
+    """:func:`read_typed_profiles` of a folder of either layout, or one model folder holding
+    per-type files (``{its name: {gpu_type: profile}}``)."""
+    root = Path(path)
+    if root.is_dir() and typed_files(root):
+        return {root.name: _read_model_folder(root)}
+    return read_typed_profiles(root)

@@ -96,6 +96,13 @@ ELSEWHERE = {
     "bayes-sched events --tenant nlp": TENANTS_TEST,
     "bayes-sched compare --ray auto --workloads workload-1 workload-2 --seeds 3":
         "tests/test_ray_backend.py::test_compare_on_ray_equals_local_processes",
+    # after the page's python line writes the folder they read
+    "bayes-sched simulate --workload workload-1 --max-jobs 4 --cluster v100:8,a100:8,k80:8 "
+    "--type-profiles type-profiles --policy sia_adaptive --policy-opt skip_profiling_within=0.1 "
+    "--out typed-sim":
+        "tests/test_type_profiles_world.py::test_clusters_page_type_profile_commands_run_as_written",
+    "bayes-sched fit throughput type-profiles --gpu-type a100 --method point":
+        "tests/test_type_profiles_world.py::test_clusters_page_type_profile_commands_run_as_written",
 }
 
 

@@ -52,42 +52,69 @@ def _fit_document(model: str, method: str, requested_method: str, rows: int, *,
 
 def _fit_throughput(args: argparse.Namespace) -> int:
     from perfmodel.profiles import resolve_profile
+    from perfmodel.typed_profiles import holds_typed_profiles, read_typed_source
+
+    if not holds_typed_profiles(args.profile):
+        if args.gpu_type is not None:
+            raise InputError(f"--gpu-type {args.gpu_type}: expected a folder of per-type "
+                             "profiles (placements-<type>.csv or <type>/<model>/)", args.profile)
+        document = _fit_one(resolve_profile(args.profile), args, None)
+        if args.json:
+            print_json(document)
+        return 0
+    by_model = read_typed_source(args.profile)
+    pairs = [(model, gpu, profile) for model, by_type in sorted(by_model.items())
+             for gpu, profile in sorted(by_type.items(), key=lambda kv: str(kv[0]))
+             if args.gpu_type is None or gpu == args.gpu_type]
+    if not pairs:
+        raise InputError(f"--gpu-type {args.gpu_type}: no profile of that type; expected one of "
+                         f"{', '.join(sorted({str(g) for t in by_model.values() for g in t}))}",
+                         args.profile)
+    documents = [{**_fit_one(profile, args, gpu), "gpu_type": gpu} for _, gpu, profile in pairs]
+    if args.json:  # one document per (model, type): FIT_JSON_KEYS and gpu_type
+        print_json(documents)
+    return 0
+
+
+def _fit_one(profile: StepTimeProfile, args: argparse.Namespace, gpu_type: str | None
+             ) -> dict[str, Any]:
+    """Fit one profile as ``args`` say; print its table unless ``--json``; return its JSON
+    document (:data:`FIT_JSON_KEYS`). ``gpu_type`` names the type it was measured on, where
+    known (in the title)."""
     from perfmodel.throughput import PARAM_UNITS, fit_objective, fit_throughput
     from perfmodel.throughput_bayes import fit_throughput_posterior
 
-    profile = resolve_profile(args.profile)
+    on = "" if gpu_type is None else f" on {gpu_type}"
     if args.method == "point":
         params = fit_throughput(profile)
         rows = [{"parameter": k, "unit": PARAM_UNITS[k], "point_fit": v}
                 for k, v in params.as_dict().items()]
-        if args.json:  # no interval, no seed, no diagnostics: null (FIT_JSON_KEYS)
-            print_json(_fit_document(profile.model, "point", "point", len(profile),
-                                     objective=fit_objective(params.as_array(), profile),
-                                     parameters=rows))
-        else:
-            print_table(rows, title=f"{profile.model}: point fit")
-        return 0
+        if not args.json:
+            print_table(rows, title=f"{profile.model}{on}: point fit")
+        # no interval, no seed, no diagnostics: null (FIT_JSON_KEYS)
+        return _fit_document(profile.model, "point", "point", len(profile),
+                             objective=fit_objective(params.as_array(), profile),
+                             parameters=rows)
     prior = population_prior(profile) if args.population_prior else None
-    with stderr.status(f"fitting {profile.model} by {args.method} ..."):
+    with stderr.status(f"fitting {profile.model}{on} by {args.method} ..."):
         posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed,
                                              prior=prior,
                                              placement_effects=args.placement_effects,
                                              fallback=not args.no_fallback)
     diagnostics = posterior.diagnostics
     if diagnostics.fallback_from is not None:
-        print(f"bayes-sched: note: {profile.model}: posterior by {diagnostics.source}",
+        print(f"bayes-sched: note: {profile.model}{on}: posterior by {diagnostics.source}",
               file=sys.stderr)
     # An unreliable fit's warning comes from the library (UnreliableFitWarning), one line.
-    if args.json:  # the rows, the interval level and the fit's diagnostics (NaN -> null)
-        print_json(_fit_document(profile.model, diagnostics.method, args.method, len(profile),
-                                 interval_level=INTERVAL_LEVEL, seed=args.seed,
-                                 diagnostics=diagnostics.as_dict(),
-                                 parameters=posterior.parameter_summary(INTERVAL_LEVEL)))
-    else:
+    if not args.json:
         print_table(posterior.parameter_summary(INTERVAL_LEVEL),
-                    title=f"{profile.model}: posterior ({diagnostics.source}, "
+                    title=f"{profile.model}{on}: posterior ({diagnostics.source}, "
                           f"{INTERVAL_LEVEL:.0%} intervals, PSIS k-hat {diagnostics.pareto_k:.2f})")
-    return 0
+    # the rows, the interval level and the fit's diagnostics (NaN -> null)
+    return _fit_document(profile.model, diagnostics.method, args.method, len(profile),
+                         interval_level=INTERVAL_LEVEL, seed=args.seed,
+                         diagnostics=diagnostics.as_dict(),
+                         parameters=posterior.parameter_summary(INTERVAL_LEVEL))
 
 
 def _fit_efficiency(args: argparse.Namespace) -> int:
@@ -118,8 +145,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tp = kinds.add_parser("throughput", help="fit the step-time (throughput) model",
                           description="Fit Pollux's step-time model to a profile: a CSV in the "
                           "Pollux placements/scalability format or the project's own format, a "
-                          "folder of them, or a shipped model's name.")
+                          "folder of them, or a shipped model's name. A folder of per-GPU-type "
+                          "profiles (TYPE/MODEL/ folders, or MODEL/ folders of "
+                          "placements-TYPE.csv) is fitted per model and type.")
     tp.add_argument("profile", help="profile CSV, folder, or shipped model name")
+    tp.add_argument("--gpu-type", metavar="TYPE",
+                    help="with a folder of per-type profiles: fit that type's only")
     tp.add_argument("--method", choices=("svi", "nuts", "point"), default="svi")
     tp.add_argument("--population-prior", action="store_true",
                     help="learn the prior from the shipped models' fits (for profiles with few "

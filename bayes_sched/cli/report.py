@@ -39,11 +39,24 @@ def prepare_out_dir(out: str | Path, flag: str = "--out") -> Path:
 
 
 def resolve_sources(sources: list[str], gradients: str | None = None) -> list[FitSource]:
-    """Read every profile (and its gradient traces) before any fit, so bad input fails fast."""
+    """Read every profile (and its gradient traces) before any fit, so bad input fails fast. A
+    folder of per-GPU-type profiles gives one source per model and type, named
+    ``<model>-<type>`` (with the shipped model's gradient traces where it is one)."""
+    from dataclasses import replace
+
     from perfmodel.profiles import resolve_gradients, resolve_profile
+    from perfmodel.typed_profiles import holds_typed_profiles, read_typed_source
 
     resolved: list[FitSource] = []
     for source in sources:
+        if holds_typed_profiles(source):
+            for model, by_type in sorted(read_typed_source(source).items()):
+                grad_source = gradients or (model if model in POLLUX_MODELS else None)
+                traces = resolve_gradients(grad_source) if grad_source else None
+                for gpu, typed in sorted(by_type.items(), key=lambda kv: str(kv[0])):
+                    name = model if gpu is None else f"{model}-{gpu}"
+                    resolved.append((replace(typed, model=name), traces))
+            continue
         profile = resolve_profile(source)
         grad_source = gradients or (source if source in POLLUX_MODELS else None)
         resolved.append((profile, resolve_gradients(grad_source) if grad_source else None))
@@ -91,7 +104,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Fit the throughput posterior and efficiency curves of each profile (default: "
         "every shipped model) and write <model>.md pages, PNG plots and index.md. A saved fit of "
         "the same data, settings and version is reused (--refit to fit again).")
-    parser.add_argument("profiles", nargs="*", help="profile CSVs/folders or shipped model names")
+    parser.add_argument("profiles", nargs="*",
+                        help="profile CSVs/folders or shipped model names; a folder of "
+                             "per-GPU-type profiles is fitted per model and type")
     parser.add_argument("--gradients", help="validation CSV or folder, for a single profile")
     parser.add_argument("--out", default="report",
                         help=f"report folder (default: report); {OUT_DIR_RULE}")

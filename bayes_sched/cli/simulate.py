@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from bayes_sched.cluster_spec import ClusterSpec
     from bayes_sched.sim import SimConfig
     from bayes_sched.sim.result import RunResult
+    from bayes_sched.sim.typed_profiles import TypeProfiles
     from bayes_sched.sim.workload import Workload
 
 #: Exit status of a simulation that ran but left jobs unfinished at its horizon.
@@ -198,6 +199,12 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
                              "shipped models' profiles (placements.csv, scalability.csv, "
                              "validation-<B>.csv; see the README), taken as measured on the "
                              "cluster's GPU type; a workload may then name them")
+    parser.add_argument("--type-profiles", metavar="DIR",
+                        help="step times measured per GPU type: a folder of TYPE/MODEL/ "
+                             "folders (placements.csv, scalability.csv) or of MODEL/ folders "
+                             "with placements-TYPE.csv and scalability-TYPE.csv (see "
+                             "docs/guide/clusters.md); used where present, the other types' "
+                             "derived, and the results name which")
     add_seed_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -274,10 +281,11 @@ def _config(args: argparse.Namespace, seed: int = 0) -> SimConfig:
 
     settings = _read_config(args.config)
     cluster = _cluster_spec(args, settings)
-    from bayes_sched.sim.typed_profiles import check_cluster_types
+    from bayes_sched.sim.typed_profiles import NO_TYPE_PROFILES, check_cluster_types
 
+    profiles = _type_profiles(args) if args.type_profiles is not None else NO_TYPE_PROFILES
     try:
-        check_cluster_types(cluster.types, ())
+        check_cluster_types(cluster.types, (), profiles)
     except InputError as error:
         raise InputError(f"--cluster {cluster.describe()}: {error}") from None
     tables = settings.get("hidden", {})
@@ -295,7 +303,22 @@ def _config(args: argparse.Namespace, seed: int = 0) -> SimConfig:
     where = "--hidden-opt" if args.hidden_opt or not tables else f"--config {args.config}"
     hidden = make_hidden(name, cluster=cluster, where=where, **options)
     return SimConfig(cluster=cluster, interval=args.interval, restart_delay=args.restart_delay,
-                     interference=args.interference, hidden=hidden, seed=seed)
+                     interference=args.interference, hidden=hidden, seed=seed,
+                     profiles=profiles)
+
+
+def _type_profiles(args: argparse.Namespace) -> TypeProfiles:
+    """The --type-profiles folder read (the --profiles applications registered first, so their
+    per-type step times may be given too)."""
+    from bayes_sched.sim.physics import register_profiles
+    from bayes_sched.sim.typed_profiles import TypeProfiles
+
+    if args.profiles is not None:
+        register_profiles(args.profiles)
+    try:
+        return TypeProfiles.read(args.type_profiles)
+    except InputError as error:
+        raise InputError(f"--type-profiles: {error}") from None
 
 
 def _policy_options(args: argparse.Namespace, names: Sequence[str],
@@ -463,7 +486,8 @@ def _simulate_trace(args: argparse.Namespace) -> int:
     if args.plot:
         check_out_dir(args.plot, "--plot", "a folder to write the plots in")
     for flag, value in (("--hidden", args.hidden), ("--interference", args.interference or None),
-                        ("--profiles", args.profiles), ("--skip-unknown", args.skip_unknown or None)):
+                        ("--profiles", args.profiles), ("--skip-unknown", args.skip_unknown or None),
+                        ("--type-profiles", args.type_profiles)):
         if value is not None:
             raise InputError(f"{flag} is not supported with --trace")
     if args.out:

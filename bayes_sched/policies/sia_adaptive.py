@@ -23,6 +23,17 @@ whose goodput per GPU type comes from the job's own fitted models, as Sia's pape
   per profiling round at most) are not counted against the job in the re-allocation factor
   (:meth:`SiaAdaptivePolicy.penalised_restarts`). ``profile_types=False`` leaves profiling out
   (the jobs then start where the program puts them and learn a type only by running there).
+* **Skipping profiling where the posterior is sure** (ours, ``skip_profiling_within > 0``): once
+  a job has a model on some type ``A``, a profiling round on type ``B`` is skipped where the jobs
+  of its application already measured on both predict its throughput ratio ``B / A`` within
+  ``±skip_profiling_within`` (:meth:`SiaAdaptivePolicy.ratio_is_sure`): the log ratios of those
+  jobs (their models' one-GPU throughput at their initial micro-batch) under a normal model with
+  unknown mean and variance (reference prior), whose predictive for a new job's log ratio is
+  Student-t with ``n - 1`` degrees of freedom, location the mean and scale ``s sqrt(1 + 1/n)``;
+  sure where its central 90 % interval lies within ``log(1 ± within)`` of its location, with at
+  least :data:`MIN_JOBS_FOR_SKIP` jobs. The job's goodput there is then the ratio's
+  (:meth:`SiaAdaptivePolicy.type_ratio`, over the application's jobs). Skipped rounds are counted
+  in :attr:`SiaAdaptivePolicy.profiling_skipped`.
 * **Models per type.** A job reports the measurements of the type it runs on
   (:meth:`~bayes_sched.agent.JobAgent.use_gpu_type`); the policy keeps the last model it saw per
   job and type, and the most GPUs it saw the job measured on per type.
@@ -50,6 +61,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+from bayes_sched.errors import InputError
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
@@ -58,6 +70,13 @@ from bayes_sched.policies.sia import Configurations, SiaPolicy
 
 #: Sia's cap on GPUs per job.
 MAX_GPUS_PER_JOB = 64
+
+#: Fewest jobs of an application measured on both types before a ratio can be sure (two give a
+#: Student-t of one degree of freedom, whose 90 % interval is 12.7 standard errors wide).
+MIN_JOBS_FOR_SKIP = 3
+
+#: Central mass of the predictive interval :meth:`SiaAdaptivePolicy.ratio_is_sure` checks.
+SKIP_INTERVAL = 0.9
 
 
 def gpu_counts(max_gpus: int, gpus_per_node: int) -> np.ndarray:
@@ -83,10 +102,14 @@ class SiaAdaptivePolicy(SiaPolicy):
         seed: the solver's random seed.
         job_overrides: per-application fixed settings (default: Pollux's artifact's).
         profile_types: profile each new job on one GPU of every type first (Sia's paper).
+        skip_profiling_within: skip a type's profiling round where the application's jobs
+            predict the job's throughput ratio there within this relative error (0: never skip,
+            Sia's behaviour; see the module).
 
     Attributes:
         profiling_gpu_seconds: GPU-seconds given to profiling rounds (one GPU for a round each).
         profiling_rounds: profiling allocations made (job-rounds).
+        profiling_skipped: profiling rounds skipped as sure (job-types).
     """
 
     name = "sia_adaptive"
@@ -97,10 +120,16 @@ class SiaAdaptivePolicy(SiaPolicy):
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
                  job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
-                 profile_types: bool = True) -> None:
+                 profile_types: bool = True, skip_profiling_within: float = 0.0) -> None:
         super().__init__(p, lambda_n, solver, mip_rel_gap, time_limit, seed)
+        if not 0.0 <= skip_profiling_within < 1.0:
+            raise InputError(f"skip_profiling_within is {skip_profiling_within}: expected a "
+                             "relative error in [0, 1)", column="skip_profiling_within")
         self.job_overrides = dict(job_overrides)
         self.profile_types = bool(profile_types)
+        self.skip_profiling_within = float(skip_profiling_within)
+        self._skipped: dict[str, set[str]] = {}  # job -> types whose profiling was skipped
+        self.profiling_skipped = 0
         self._models: dict[tuple[str, str], JobModel] = {}   # (job, type) -> last model seen
         self._max_profiled: dict[str, int] = {}
         self._replicas: dict[tuple[str, str], int] = {}  # (job, type) -> most GPUs measured on
@@ -122,7 +151,7 @@ class SiaAdaptivePolicy(SiaPolicy):
             for key in [k for k in table if k[0] not in names]:
                 del table[key]
         for per_job in (self._max_profiled, self._profiled, self._profiling_now,
-                        self._profiling_rounds):
+                        self._profiling_rounds, self._skipped):
             for name in [n for n in per_job if n not in names]:
                 del per_job[name]
         node_types = np.array(cluster.gpu_types)
@@ -164,8 +193,44 @@ class SiaAdaptivePolicy(SiaPolicy):
         round yet."""
         if not self.profile_types or len(types) < 2:
             return []  # one type: no ratio to learn (a new job starts on one GPU anyway)
-        done = self._profiled.get(job.name, set())
-        return [t for t in types if t not in done and (job.name, t) not in self._models]
+        done = self._profiled.get(job.name, set()) | self._skipped.get(job.name, set())
+        pending = [t for t in types if t not in done and (job.name, t) not in self._models]
+        if self.skip_profiling_within <= 0:
+            return pending
+        have = [t for t in types if (job.name, t) in self._models]
+        left = []
+        for gpu_type in pending:
+            if any(self.ratio_is_sure(job.application, gpu_type, t, job.name) for t in have):
+                self._skipped.setdefault(job.name, set()).add(gpu_type)
+                self.profiling_skipped += 1
+            else:
+                left.append(gpu_type)
+        return left
+
+    def ratio_is_sure(self, application: str, to_type: str, from_type: str,
+                      job: str | None = None) -> bool:
+        """Whether the jobs of ``application`` (other than ``job``) measured on both types
+        predict a new job's one-GPU throughput ratio ``to_type / from_type`` within
+        ``skip_profiling_within`` (the module's rule)."""
+        from scipy.stats import t as student_t
+
+        to = self._one_gpu.get((application, to_type), {})
+        frm = self._one_gpu.get((application, from_type), {})
+        both = [name for name in to if name in frm and name != job]
+        n = len(both)
+        if n < MIN_JOBS_FOR_SKIP:
+            return False
+        logs = np.log([to[name] / frm[name] for name in both])
+        scale = float(np.std(logs, ddof=1)) * np.sqrt(1.0 + 1.0 / n)
+        half = float(student_t.ppf(0.5 + SKIP_INTERVAL / 2, n - 1)) * scale
+        return half <= np.log1p(self.skip_profiling_within)  # the narrower side of the band
+
+    def stats(self) -> Mapping[str, float]:
+        """The solver's figures, ``profiling_gpu_hours`` (GPU-hours of profiling rounds),
+        ``profiling_rounds`` and ``profiling_skipped``."""
+        return {**super().stats(), "profiling_gpu_hours": self.profiling_gpu_seconds / 3600.0,
+                "profiling_rounds": int(self.profiling_rounds),
+                "profiling_skipped": int(self.profiling_skipped)}
 
     def penalised_restarts(self, jobs: Sequence[JobView]) -> np.ndarray:
         """Restarts the re-allocation factor counts ``(J,)``: the job's, less one per profiling
@@ -256,4 +321,5 @@ def _initial_local_bsz(job: JobView) -> int:
     return int(min(max(limits.init_batch_size, limits.min_local_bsz), limits.max_local_bsz))
 
 
-__all__ = ["MAX_GPUS_PER_JOB", "SiaAdaptivePolicy", "gpu_counts"]
+__all__ = ["MAX_GPUS_PER_JOB", "MIN_JOBS_FOR_SKIP", "SKIP_INTERVAL", "SiaAdaptivePolicy",
+           "gpu_counts"]

@@ -37,7 +37,8 @@ def job_table(cluster: SimulatedCluster) -> pd.DataFrame:
                                  [cluster_spec.gpus_of_type(t) for t in cluster_spec.types])
     for job in cluster.jobs.values():
         spec = job.spec
-        app = job.app if baseline == GPU_TYPE else TypedApplication(job.app, (baseline,))
+        app = (job.app if baseline == GPU_TYPE and not job.profiles
+               else TypedApplication(job.app, (baseline,), job.profiles))
         alone = app.standalone_runtime(spec.num_replicas, spec.batch_size, gpus)
         done = job.completion_time is not None
         jct = job.completion_time - spec.submit_time if job.completion_time is not None else np.nan

@@ -30,6 +30,7 @@ from bayes_sched.jobs import BatchLimits, split_batch
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.efficiency import scale_invariant_gain
 from perfmodel.profiles import (
+    StepTimeProfile,
     load_pollux_gradients,
     read_gradient_traces,
     read_placements_csv,
@@ -96,6 +97,92 @@ def known_applications() -> tuple[str, ...]:
     return APPLICATION_NAMES + tuple(n for n in _USER_PROFILES if n not in APPLICATION_NAMES)
 
 
+class StepTimes:
+    """Step times of one model on one GPU type from its measurements (the module's step-time rule).
+
+    Rows labelled by a digit-string placement (``placements.csv``) are looked up by placement (up
+    to rotation) and interpolated over the micro-batch; every row, those averaged per ``(nodes,
+    replicas, m)`` and the count-labelled ones (``scalability.csv``), is a point of the
+    interpolation over ``(nodes, replicas, m)`` for placements not measured. Rows with gradient
+    accumulation are left out (their step time is not one micro-step's).
+
+    Args:
+        profile: the measurements (:class:`~perfmodel.profiles.StepTimeProfile`).
+
+    Raises:
+        InputError: no row without accumulation (naming the profile's files).
+    """
+
+    def __init__(self, profile: StepTimeProfile) -> None:
+        profile = profile.subset(profile.accum_steps == 0)
+        if not len(profile):
+            raise InputError(f"no step time without gradient accumulation for "
+                             f"'{profile.model}': expected rows with accum_steps 0",
+                             ", ".join(profile.sources) or None)
+        self.sources = profile.sources
+        labels = np.array([str(p) for p in profile.placement], dtype=object)
+        by_placement = np.array([label.isdigit() for label in labels], dtype=bool)
+        #: Per measured placement: sorted micro-batch sizes and (step, sync) times.
+        self._placements: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for label in np.unique(labels[by_placement]):
+            rows = labels == label
+            order = np.argsort(profile.local_bsz[rows], kind="stable")
+            key = _canonical(tuple(int(c) for c in str(label) if c != "0"))
+            self._placements[key] = (
+                profile.local_bsz[rows][order].astype(np.float64),
+                profile.step_time[rows][order], profile.sync_time[rows][order],
+            )
+        # Points (nodes, replicas, m) for placements that were not measured.
+        keys = np.stack([profile.num_nodes, profile.num_replicas, profile.local_bsz], 1)[
+            by_placement]
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        count = np.bincount(inverse, minlength=len(unique))
+        mean_step = np.bincount(inverse, profile.step_time[by_placement], len(unique)) / count
+        mean_sync = np.bincount(inverse, profile.sync_time[by_placement], len(unique)) / count
+        other = ~by_placement
+        self._points = np.concatenate([
+            unique.astype(np.float64),
+            np.stack([profile.num_nodes[other], profile.num_replicas[other],
+                      profile.local_bsz[other]], 1).astype(np.float64)])
+        self._values = np.concatenate([
+            np.stack([mean_step, mean_sync], 1),
+            np.stack([profile.step_time[other], profile.sync_time[other]], 1)])
+        self._interpolators: tuple[LinearNDInterpolator, NearestNDInterpolator] | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the interpolators (rebuilt on first use in the receiving process)."""
+        return {**self.__dict__, "_interpolators": None}
+
+    def __call__(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        """``(step_time, sync_time)`` in seconds of one iteration at ``placement`` (GPUs per used
+        node; zeros dropped, the order matters only up to rotation) and micro-batch
+        ``local_bsz``."""
+        return self._step_time(_canonical(tuple(c for c in placement if c > 0)), int(local_bsz))
+
+    @cache  # noqa: B019 -- one StepTimes per model and type lives for the whole process
+    def _step_time(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        if not placement:
+            raise ValueError("empty placement")
+        measured = self._placements.get(placement)
+        if measured is not None:
+            bsz, step, sync = measured
+            return (float(np.interp(local_bsz, bsz, step)), float(np.interp(local_bsz, bsz, sync)))
+        if self._interpolators is None:
+            if len(self._points) < 4:   # too few for a simplex in three dimensions
+                self._interpolators = (NearestNDInterpolator(self._points, self._values),) * 2
+            else:
+                self._interpolators = (LinearNDInterpolator(self._points, self._values),
+                                       NearestNDInterpolator(self._points, self._values))
+        query = np.array([[min(len(placement), _MAX_PROFILED_NODES), sum(placement), local_bsz]],
+                         dtype=np.float64)
+        value = self._interpolators[0](query)[0]
+        if not np.all(np.isfinite(value)):
+            # Outside the measured hull (the artifact never went there): nearest measurement.
+            value = self._interpolators[1](query)[0]
+        return float(value[0]), float(value[1])
+
+
 class Application:
     """The measured behaviour of one model: step times, gradient statistics and training length."""
 
@@ -120,31 +207,7 @@ class Application:
         )
         self.max_epochs = int(settings.get(
             "max_epochs", min(len(t.progress) for t in self.gradients.values())))
-        # Per measured placement: sorted micro-batch sizes and (step, sync) times.
-        self._placements: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        for label in np.unique(placements.placement):
-            rows = placements.placement == label
-            order = np.argsort(placements.local_bsz[rows], kind="stable")
-            key = _canonical(tuple(int(c) for c in str(label)))
-            self._placements[key] = (
-                placements.local_bsz[rows][order].astype(np.float64),
-                placements.step_time[rows][order], placements.sync_time[rows][order],
-            )
-        # Points (nodes, replicas, m) for placements that were not measured.
-        keys = np.stack([placements.num_nodes, placements.num_replicas, placements.local_bsz], 1)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        count = np.bincount(inverse, minlength=len(unique))
-        mean_step = np.bincount(inverse, placements.step_time, len(unique)) / count
-        mean_sync = np.bincount(inverse, placements.sync_time, len(unique)) / count
-        self._points = np.concatenate([
-            unique.astype(np.float64),
-            np.stack([scalability.num_nodes, scalability.num_replicas, scalability.local_bsz],
-                     1).astype(np.float64)])
-        self._values = np.concatenate([
-            np.stack([mean_step, mean_sync], 1),
-            np.stack([scalability.step_time, scalability.sync_time], 1)])
-        self._interpolators: tuple[LinearNDInterpolator, NearestNDInterpolator] | None = None
+        self.step_times = StepTimes(StepTimeProfile.concat((placements, scalability)))
         # Progress (steps at B0) at the end of each epoch: the fastest measured batch size.
         ends = np.stack([t.progress[: self.max_epochs] for t in self.gradients.values()])
         self.epoch_end_progress = ends.min(axis=0)
@@ -169,31 +232,9 @@ class Application:
         return 0.0 if epoch <= 0 else float(self.epoch_end_progress[epoch - 1])
 
     def step_time(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
-        """``(step_time, sync_time)`` in seconds of one iteration at a placement and micro-batch.
-
-        ``placement`` lists GPUs per used node (zeros are dropped; the order matters only up to
-        rotation, as in the artifact).
-        """
-        return self._step_time(_canonical(tuple(c for c in placement if c > 0)), int(local_bsz))
-
-    @cache  # noqa: B019 -- one Application per model lives for the whole process
-    def _step_time(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
-        if not placement:
-            raise ValueError("empty placement")
-        measured = self._placements.get(placement)
-        if measured is not None:
-            bsz, step, sync = measured
-            return (float(np.interp(local_bsz, bsz, step)), float(np.interp(local_bsz, bsz, sync)))
-        if self._interpolators is None:
-            self._interpolators = (LinearNDInterpolator(self._points, self._values),
-                                   NearestNDInterpolator(self._points, self._values))
-        query = np.array([[min(len(placement), _MAX_PROFILED_NODES), sum(placement), local_bsz]],
-                         dtype=np.float64)
-        value = self._interpolators[0](query)[0]
-        if not np.all(np.isfinite(value)):
-            # Outside the measured hull (the artifact never went there): nearest measurement.
-            value = self._interpolators[1](query)[0]
-        return float(value[0]), float(value[1])
+        """``(step_time, sync_time)`` in seconds of one iteration at a placement and micro-batch
+        (:class:`StepTimes` of the measured profile)."""
+        return self.step_times(placement, local_bsz)
 
     @cache  # noqa: B019
     def grad_stats(self, batch_size: int, epoch: int) -> tuple[float, float]:

@@ -299,7 +299,8 @@ def _hours(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]
 
 def setting_text(results: Sequence[RunResult]) -> str:
     """What the runs were: worlds, clusters and rounds, the jobs of each workload (and a
-    ``--max-jobs`` cut), seeds and the version that ran them."""
+    ``--max-jobs`` cut), where each GPU type's step times came from (measured or derived), seeds
+    and the version that ran them."""
     from bayes_sched import __version__
 
     clusters = sorted({f"{r.world} world on {r.spec.describe()} ({r.spec.round_interval:g} s "
@@ -313,6 +314,9 @@ def setting_text(results: Sequence[RunResult]) -> str:
         text += ("Cut to the first jobs (--max-jobs): "
                  + ", ".join(name.split("-first")[0] + f" to {name.split('-first')[1]}"
                              for name in cuts) + ". ")
+    sources = sorted({str(r.setting["profiles"]) for r in results if "profiles" in r.setting})
+    if sources:
+        text += f"Step-time profiles per GPU type: {' / '.join(sources)}. "
     return text + f"Seeds: {', '.join(map(str, seeds))}. bayes-sched {__version__}."
 
 
@@ -361,9 +365,10 @@ def _sections(lines: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
 
 
 def _typed_sections(results: Sequence[RunResult]) -> list[Section]:
-    """Per-type utilisation files, and on a typed cluster the table of which profiles are measured
-    and which derived (:func:`~bayes_sched.sim.typed_profiles.derivation_table`)."""
-    from bayes_sched.sim.physics import GPU_TYPE
+    """Per-type utilisation files, and on a typed cluster (or with measured per-type profiles)
+    the table of which profiles are measured and which derived
+    (:func:`~bayes_sched.sim.typed_profiles.derivation_table`)."""
+    from bayes_sched.sim.physics import GPU_TYPE, known_applications
     from bayes_sched.sim.typed_profiles import derivation_table
 
     sections: list[Section] = [
@@ -371,18 +376,30 @@ def _typed_sections(results: Sequence[RunResult]) -> list[Section]:
               "beside each in `*.csv` (their mean over the counted rounds is the summary's "
               "`utilization_<type>`).")]
     types = tuple(dict.fromkeys(t for r in results for t in r.spec.types))
-    if types == (GPU_TYPE,) or any(r.config is None for r in results):
-        return sections  # no derived profiles: one type, or a table world's measured rates
+    configs = [r.config for r in results]
+    if any(c is None for c in configs):
+        return sections  # a table world's measured rates
+    profiles = next((c.profiles for c in configs if c is not None and c.profiles),
+                    None)
+    if types == (GPU_TYPE,) and profiles is None:
+        return sections  # no derived profiles: the artifact's one type
     applications = sorted({str(a) for r in results for a in r.jobs["application"]})
-    table = derivation_table(types, [a for a in applications if a in _shipped()])
+    known = [a for a in applications if a in known_applications()]
+    table = (derivation_table(types, known, profiles) if profiles is not None
+             else derivation_table(types, [a for a in known if a in _shipped()]))
     columns = ["application", "gpu_type", "profile", "gavel_model", "reason", "factor_min_bsz",
                "factor_init_bsz", "factor_max_bsz"]
+    measured = ("" if profiles is None else
+                f" Measured per-type profiles were read from {profiles.source_path}; they are "
+                "used where present.")
     return sections + [
         ("h2", "Profiles per GPU type"),
-        ("p", f"The Pollux profiles were measured on {GPU_TYPE}; the others are derived "
-              "(bayes_sched.sim.typed_profiles): the compute part of each step is the T4 one "
-              "times the factor below (Gavel's measured V100/type throughput ratio of the closest "
-              "Gavel model at the micro-batch, times T4/V100 peak FP32), the sync part is kept."),
+        ("p", f"The Pollux profiles were measured on {GPU_TYPE}.{measured} The others are "
+              "derived (bayes_sched.sim.typed_profiles): the compute part of each step is the "
+              "T4 one times the factor below (Gavel's measured V100/type throughput ratio of the "
+              "closest Gavel model at the micro-batch, times T4/V100 peak FP32), the sync part "
+              "is kept. On a measured type the factor is its measured one-GPU compute over the "
+              "T4's."),
         ("table", (table, columns))]
 
 

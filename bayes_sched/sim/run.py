@@ -9,16 +9,30 @@ from pathlib import Path
 
 import numpy as np
 
+from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.choose import Choices, policy_estimators
 from bayes_sched.loop import LoopStats, run_loop
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.base import Policy
 from bayes_sched.sim.metrics import job_table, summarize, timeline_dataset
+from bayes_sched.sim.physics import GPU_TYPE
 from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
+from bayes_sched.sim.typed_profiles import TypeProfiles
 from bayes_sched.sim.workload import Workload, read_workload
 from perfmodel.throughput import single_thread
+
+
+def profile_setting(spec: ClusterSpec, profiles: TypeProfiles, applications: Sequence[str]
+                    ) -> dict[str, object]:
+    """``{"profiles": "v100: measured; k80: derived"}``: where each GPU type's step times came from
+    for ``applications`` (:meth:`~bayes_sched.sim.typed_profiles.TypeProfiles.
+    sources_by_type`); empty on the artifact's T4-only world."""
+    if spec.types == (GPU_TYPE,) and not profiles:
+        return {}
+    sources = profiles.sources_by_type(spec.types, applications)
+    return {"profiles": "; ".join(f"{t}: {s}" for t, s in sources.items())}
 
 
 def run_simulation(workload: Workload | str | Path, policy: Policy | str,
@@ -77,6 +91,8 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         policy_stats=dict(policy.stats()), estimator_stats=dict(stats.estimator_stats),
         estimates_from=dict(stats.estimates_from), refits=cluster.refit_count,
         setting={"interference": config.interference,
-                 "hidden": "none" if config.hidden is None else config.hidden.name},
+                 "hidden": "none" if config.hidden is None else config.hidden.name,
+                 **profile_setting(config.cluster, config.profiles,
+                                   [job.application for job in workload.jobs])},
         config=config,
     )

@@ -28,7 +28,9 @@ from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.sim.laws import HiddenInterference, RunningJob
 from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
 from bayes_sched.sim.typed_profiles import (
+    NO_TYPE_PROFILES,
     TypedApplication,
+    TypeProfiles,
     check_cluster_types,
     slowest_type,
 )
@@ -64,6 +66,8 @@ class SimConfig:
         counter_rounds: rounds of counters kept in the window policies see.
         seed: seeds the simulator's own random stream (the measurement noise and gaps of the
             counters a hidden law emits); policies and hidden laws take their own seed options.
+        profiles: step times measured per GPU type, used where present; the other types' are
+            derived (:class:`~bayes_sched.sim.typed_profiles.TypeProfiles`).
 
     Raises:
         InputError: a bad setting, a cluster the physics cannot simulate (another GPU type, or
@@ -78,13 +82,15 @@ class SimConfig:
     hidden: HiddenInterference | None = field(compare=False)
     counter_rounds: int
     seed: int
+    profiles: TypeProfiles = field(compare=False)
 
     def __init__(self, num_nodes: int | None = None, gpus_per_node: int | None = None,
                  interval: float | None = None, restart_delay: float | None = None,
                  interference: float = 0.0, min_refit_interval: float = 0.0,
                  refit_on_new_bsz: bool = False, max_time: float = 30 * 24 * 3600.0,
                  hidden: HiddenInterference | None = None, counter_rounds: int = 5, *,
-                 cluster: ClusterSpec | None = None, seed: int = 0) -> None:
+                 cluster: ClusterSpec | None = None, seed: int = 0,
+                 profiles: TypeProfiles = NO_TYPE_PROFILES) -> None:
         if cluster is None:
             cluster = ClusterSpec.homogeneous(16 if num_nodes is None else num_nodes,
                                               4 if gpus_per_node is None else gpus_per_node,
@@ -105,10 +111,10 @@ class SimConfig:
         if not 0 <= interference < 1:
             raise InputError(f"interference is {interference}: expected a slowdown in "
                              "[0, 1)", column="interference")
-        # The Pollux profiles were measured on T4s; other types' are derived
-        # (:mod:`bayes_sched.sim.typed_profiles`) where the rule covers them.
+        # The Pollux profiles were measured on T4s; other types' are measured per type where
+        # given, else derived (:mod:`bayes_sched.sim.typed_profiles`) where the rule covers them.
         try:
-            check_cluster_types(cluster.types, ())
+            check_cluster_types(cluster.types, (), profiles)
         except InputError as error:
             raise InputError(f"cluster {cluster.describe()}: {error}") from None
         if hidden is not None:
@@ -117,7 +123,7 @@ class SimConfig:
                             ("min_refit_interval", min_refit_interval),
                             ("refit_on_new_bsz", refit_on_new_bsz), ("max_time", max_time),
                             ("hidden", hidden), ("counter_rounds", counter_rounds),
-                            ("seed", seed)):
+                            ("seed", seed), ("profiles", profiles)):
             object.__setattr__(self, name, value)
 
     @property
@@ -156,8 +162,10 @@ class SimJob:
         #: Step times on the GPUs the job holds: the measured profile on a T4-only cluster, else
         #: the typed one (:meth:`reallocate` sets it where ``node_types`` is given).
         self.physics: Application | TypedApplication = app
-        #: GPU type per node, on a cluster with a type other than the profiles' (else ``None``).
+        #: GPU type per node, on a cluster with a type other than the profiles' or with measured
+        #: per-type profiles (else ``None``).
         self.node_types: np.ndarray | None = None
+        self.profiles: TypeProfiles = NO_TYPE_PROFILES
         self.agent = agent
         self.counts = np.zeros(num_nodes, dtype=np.int64)
         self.placement: tuple[int, ...] = ()
@@ -194,9 +202,9 @@ class SimJob:
             return
         if self.node_types is not None:
             types = tuple(sorted(set(self.node_types[counts > 0].tolist())))
-            self.physics = TypedApplication(self.app, types)
+            self.physics = TypedApplication(self.app, types, self.profiles)
             # The job measures (and fits) per type; across types, the slowest paces it.
-            self.agent.use_gpu_type(slowest_type(self.app, types))
+            self.agent.use_gpu_type(slowest_type(self.app, types, self.profiles))
         self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
         self.restart_left = restart_delay
         if self.num_restarts is None:
@@ -292,10 +300,10 @@ class SimulatedCluster:
         self.config = config
         self._now = 0.0
         self.jobs: dict[str, SimJob] = {}
-        typed = config.cluster.types != (GPU_TYPE,)
+        typed = config.cluster.types != (GPU_TYPE,) or bool(config.profiles)
         if typed:
             check_cluster_types(config.cluster.types,
-                                [spec.application for spec in workload.jobs])
+                                [spec.application for spec in workload.jobs], config.profiles)
         node_types = np.array(config.cluster.gpu_types)
         for row, spec in enumerate(workload.jobs, start=2):
             app = get_application(spec.application)
@@ -313,6 +321,7 @@ class SimulatedCluster:
             self.jobs[spec.name] = SimJob(spec, app, agent, config.num_nodes)
             if typed:
                 self.jobs[spec.name].node_types = node_types
+                self.jobs[spec.name].profiles = config.profiles
         self._allocations: Allocations = {}
         # Timeline: each round's end time and active jobs, and the GPUs each job held during it,
         # kept as changes (a dense row per round grew by the job count every round).

@@ -31,11 +31,20 @@ Gavel model"):
 5. *A job across types* runs synchronous data-parallel SGD: every iteration waits for its
    slowest GPU, so its step takes the largest derived step time among the types it holds.
 
+**Measured per-type profiles** (:class:`TypeProfiles`, read from a folder by
+:func:`perfmodel.typed_profiles.read_typed_profiles`) replace the rule wherever they exist: an
+application's step times on a type it was measured on are that type's measurements
+(:class:`~bayes_sched.sim.physics.StepTimes`: compute and sync as measured, on any type a cluster
+spec may name); elsewhere they are derived as above from the T4 profile in use (a
+measured T4 profile where given, else the artifact's). Each (application, type) is thus
+``measured`` or ``derived`` (:meth:`TypeProfiles.source`); a type with neither for an application
+the workload runs is refused. A job across types still waits for its slowest type (rule 5).
+
 Unchanged per type: gradient statistics (statistical efficiency belongs to the model and batch, not
 the GPU), training length and batch limits (the K80's 12 GB against the T4's 16 GB is not modelled;
 the models' largest micro-batches fit in 12 GB in Gavel's runs except where Gavel's table has 0,
 which this rule skips). Applications a user registered (``--profiles``) have no closest Gavel model
-and run on their measured type only.
+and run on the T4 and on the types measured for them only.
 """
 
 from __future__ import annotations
@@ -43,14 +52,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from types import MappingProxyType
+from typing import Literal
 
 import numpy as np
 
 from bayes_sched.errors import InputError
 from bayes_sched.gpu_types import GPU_TYPES
-from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
+from bayes_sched.sim.physics import (
+    GPU_TYPE,
+    Application,
+    StepTimes,
+    get_application,
+    known_applications,
+)
 from bayes_sched.throughputs import load_gavel_throughputs
+from perfmodel.profiles import StepTimeProfile
 
 #: NVIDIA's published peak FP32 rates (TFLOP/s): the Tesla T4 datasheet, and the V100 SXM2 datasheet
 #: (the GPU type table's figures, :data:`~bayes_sched.gpu_types.GPU_TYPES`).
@@ -157,6 +175,141 @@ def typed_step_time(application: str, gpu_types: tuple[str, ...], placement: tup
     return sync + max(step - sync, 0.0) * factor, sync
 
 
+ProfileSource = Literal["measured", "derived"]
+
+
+class TypeProfiles:
+    """Step times measured per (application, GPU type), used where present; derived elsewhere
+    (the module's rule).
+
+    Args:
+        measured: ``{application: {gpu_type: profile}}`` (what
+            :func:`perfmodel.typed_profiles.read_typed_profiles` returns, without untyped entries).
+        source: where they were read from (for messages and reports).
+
+    Raises:
+        InputError: an application the simulator does not know (its gradient statistics and
+            training length come from the shipped or registered profile), or an untyped entry.
+    """
+
+    def __init__(self, measured: Mapping[str, Mapping[str | None, StepTimeProfile]] | None = None,
+                 source: str = "") -> None:
+        self.source_path = source
+        self._measured: dict[tuple[str, str], StepTimes] = {}
+        known = known_applications()
+        for application, by_type in (measured or {}).items():
+            if application not in known:
+                raise InputError(f"per-type profiles of '{application}': an unknown "
+                                 "application; expected a shipped one or one registered with "
+                                 f"its untyped profile ({', '.join(known)})", source or None)
+            for gpu_type, profile in by_type.items():
+                if gpu_type is None:
+                    raise InputError(f"'{application}' has untyped step-time files beside "
+                                     "per-type ones: expected placements-<type>.csv and "
+                                     "scalability-<type>.csv", source or None)
+                self._measured[application, gpu_type] = StepTimes(profile)
+
+    @classmethod
+    def read(cls, folder: str | Path) -> TypeProfiles:
+        """The measured per-type profiles in ``folder`` (either layout of
+        :mod:`perfmodel.typed_profiles`)."""
+        from perfmodel.typed_profiles import read_typed_profiles
+
+        return cls(read_typed_profiles(folder), str(folder))
+
+    def __bool__(self) -> bool:
+        return bool(self._measured)
+
+    @property
+    def measured(self) -> tuple[tuple[str, str], ...]:
+        """The measured ``(application, gpu_type)`` pairs, sorted."""
+        return tuple(sorted(self._measured))
+
+    def source(self, application: str, gpu_type: str) -> ProfileSource | None:
+        """Where ``application``'s step times on ``gpu_type`` come from: ``"measured"`` (a
+        measured per-type profile, or the application's own profile on the T4), ``"derived"``
+        (the rule), or ``None`` (neither: the pair cannot be simulated)."""
+        if (application, gpu_type) in self._measured or gpu_type == GPU_TYPE:
+            return "measured"
+        if gpu_type in DERIVED_TYPES and application in CLOSEST_GAVEL_MODEL:
+            return "derived"
+        return None
+
+    def _base(self, application: str) -> StepTimes:
+        """The T4 step times derived types scale: a measured T4 profile, else the application's."""
+        measured = self._measured.get((application, GPU_TYPE))
+        return measured if measured is not None else get_application(application).step_times
+
+    def one_type(self, application: str, gpu_type: str, placement: tuple[int, ...],
+                 local_bsz: int) -> tuple[float, float]:
+        """``(step_time, sync_time)`` in seconds on GPUs of one type: measured, or derived from
+        the T4 profile in use (the T4 itself: that profile).
+
+        Raises:
+            InputError: a pair with no source (:meth:`source`).
+        """
+        measured = self._measured.get((application, gpu_type))
+        if measured is not None:
+            return measured(placement, local_bsz)
+        if self.source(application, gpu_type) is None:
+            raise InputError(f"no profile of '{application}' on GPU type '{gpu_type}': "
+                             f"expected a measured one ({self.source_path or 'none given'}) "
+                             f"or a derivable type ({', '.join(DERIVED_TYPES)})")
+        step, sync = self._base(application)(placement, local_bsz)
+        if gpu_type == GPU_TYPE:
+            return step, sync
+        factor = compute_factor(application, gpu_type, local_bsz)
+        return sync + max(step - sync, 0.0) * factor, sync
+
+    def step_time(self, application: str, gpu_types: Sequence[str], placement: tuple[int, ...],
+                  local_bsz: int) -> tuple[float, float]:
+        """``(step_time, sync_time)`` of a job holding GPUs of ``gpu_types``: the slowest type's
+        (rule 5)."""
+        return max(self.one_type(application, t, placement, local_bsz) for t in gpu_types)
+
+    def compute_ratio(self, application: str, gpu_type: str, local_bsz: float) -> float:
+        """One GPU's compute time (``step - sync``) on ``gpu_type`` over the T4's in use, at
+        micro-batch ``local_bsz``: the rule's factor on a derived type, the measured ratio on a
+        measured one."""
+        m = int(local_bsz)
+        step, sync = self.one_type(application, gpu_type, (1,), m)
+        base_step, base_sync = self._base(application)((1,), m)
+        return (step - sync) / (base_step - base_sync) if base_step > base_sync else float("nan")
+
+    def check(self, gpu_types: Sequence[str], applications: Sequence[str]) -> None:
+        """Refuse a cluster type no application could run on, or an (application, type) pair
+        with no source, naming both."""
+        measured_types = {t for _, t in self._measured}
+        for gpu_type in gpu_types:
+            if gpu_type not in measured_types:
+                _check_type(gpu_type)
+        for application in dict.fromkeys(applications):
+            for gpu_type in gpu_types:
+                if self.source(application, gpu_type) is None:
+                    if gpu_type in DERIVED_TYPES:
+                        closest_model(application)  # its one-line reason
+                    raise InputError(f"no profile of '{application}' on GPU type "
+                                     f"'{gpu_type}': expected a measured one "
+                                     f"({self.source_path or 'no per-type profiles given'})")
+
+    def sources_by_type(self, gpu_types: Sequence[str], applications: Sequence[str]
+                        ) -> dict[str, str]:
+        """``{gpu_type: "measured" | "derived" | "measured (a, b), derived (c)"}``: each type's
+        profile source over ``applications`` (what a run's results name)."""
+        out: dict[str, str] = {}
+        for gpu_type in gpu_types:
+            by: dict[str, list[str]] = {}
+            for application in sorted(set(applications)):
+                by.setdefault(str(self.source(application, gpu_type)), []).append(application)
+            out[gpu_type] = (next(iter(by)) if len(by) == 1 else
+                             ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(by.items())))
+        return out
+
+
+#: No measured per-type profiles: every type but the T4 derived.
+NO_TYPE_PROFILES = TypeProfiles()
+
+
 class TypedApplication:
     """An :class:`~bayes_sched.sim.physics.Application` on GPUs of given types: its step times
     per :func:`typed_step_time`, everything else the application's own.
@@ -164,17 +317,20 @@ class TypedApplication:
     Args:
         app: the measured application.
         gpu_types: the distinct GPU types the job holds.
+        profiles: measured per-type profiles, used where present (:class:`TypeProfiles`).
     """
 
-    def __init__(self, app: Application, gpu_types: Sequence[str]) -> None:
+    def __init__(self, app: Application, gpu_types: Sequence[str],
+                 profiles: TypeProfiles = NO_TYPE_PROFILES) -> None:
         self.app = app
         self.gpu_types = tuple(sorted(set(gpu_types)))
-        for gpu_type in self.gpu_types:
-            _check_type(gpu_type)
-            if gpu_type != GPU_TYPE:
-                closest_model(app.name)
+        self.profiles = profiles
+        profiles.check(self.gpu_types, (app.name,))
 
     def step_time(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        if self.profiles:
+            return self.profiles.step_time(self.app.name, self.gpu_types, placement,
+                                           int(local_bsz))
         if self.gpu_types == (GPU_TYPE,):
             return self.app.step_time(placement, local_bsz)
         return typed_step_time(self.app.name, self.gpu_types,
@@ -182,10 +338,10 @@ class TypedApplication:
 
     def standalone_runtime(self, num_replicas: int, batch_size: int, gpus_per_node: int = 4
                            ) -> float:
-        """As :meth:`Application.standalone_runtime`, on these GPU types: the T4 run's compute
-        scaled at its micro-batch."""
+        """As :meth:`Application.standalone_runtime`, on these GPU types: the T4 run scaled by
+        the ratio of the two step times at its placement and micro-batch."""
         seconds = self.app.standalone_runtime(num_replicas, batch_size, gpus_per_node)
-        if self.gpu_types == (GPU_TYPE,):
+        if self.gpu_types == (GPU_TYPE,) and not self.profiles:
             return seconds
         from bayes_sched.cluster import consolidated_placement
         from bayes_sched.jobs import split_batch
@@ -198,23 +354,28 @@ class TypedApplication:
         return seconds * typed / step if step > 0 else seconds
 
 
-def slowest_type(app: Application, gpu_types: Sequence[str]) -> str:
+def slowest_type(app: Application, gpu_types: Sequence[str],
+                 profiles: TypeProfiles = NO_TYPE_PROFILES) -> str:
     """The type among ``gpu_types`` whose compute is slowest for ``app`` at its initial per-GPU
     batch (what paces a job across types; the label of its measurements there)."""
     if len(gpu_types) == 1:
         return gpu_types[0]
     limits = app.limits
     local = min(max(limits.init_batch_size, limits.min_local_bsz), limits.max_local_bsz)
-    return max(gpu_types, key=lambda t: compute_factor(app.name, t, local))
+    return max(gpu_types, key=lambda t: profiles.compute_ratio(app.name, t, local))
 
 
-def check_cluster_types(gpu_types: Sequence[str], applications: Sequence[str]) -> None:
+def check_cluster_types(gpu_types: Sequence[str], applications: Sequence[str],
+                        profiles: TypeProfiles = NO_TYPE_PROFILES) -> None:
     """Refuse a cluster the Pollux world cannot simulate for these applications.
 
     Raises:
         InputError: a GPU type with no measured or derived profile, or an application with no
             derived profile on a cluster with no T4 node (naming both).
     """
+    if profiles:
+        profiles.check(gpu_types, applications)
+        return
     for gpu_type in gpu_types:
         _check_type(gpu_type)
     if GPU_TYPE in gpu_types:
@@ -224,11 +385,13 @@ def check_cluster_types(gpu_types: Sequence[str], applications: Sequence[str]) -
 
 
 def derivation_table(gpu_types: Sequence[str] = PROFILED_TYPES,
-                     applications: Sequence[str] | None = None) -> list[dict[str, object]]:
-    """One row per (application, GPU type): ``application, gpu_type, profile`` (``measured`` or
-    ``derived``), ``gavel_model``, ``reason``, and the compute factor against the T4 at the
-    application's smallest, initial and largest micro-batch (``factor_min_bsz``,
-    ``factor_init_bsz``, ``factor_max_bsz``) -- the report's table of derived profiles."""
+                     applications: Sequence[str] | None = None,
+                     profiles: TypeProfiles = NO_TYPE_PROFILES) -> list[dict[str, object]]:
+    """One row per (application, GPU type) with a profile: ``application, gpu_type, profile``
+    (``measured`` or ``derived``, :meth:`TypeProfiles.source`), ``gavel_model``, ``reason``, and
+    the compute factor against the T4 at the application's smallest, initial and largest
+    micro-batch (``factor_min_bsz``, ``factor_init_bsz``, ``factor_max_bsz``;
+    :meth:`TypeProfiles.compute_ratio`) -- the report's table of profiles per type."""
     from bayes_sched.sim.physics import APPLICATION_NAMES
 
     rows: list[dict[str, object]] = []
@@ -237,23 +400,30 @@ def derivation_table(gpu_types: Sequence[str] = PROFILED_TYPES,
         limits = app.limits
         init_local = min(max(limits.init_batch_size, limits.min_local_bsz), limits.max_local_bsz)
         for gpu_type in gpu_types:
-            measured = gpu_type == GPU_TYPE
-            closest = CLOSEST_GAVEL_MODEL.get(name)
-            if not measured and closest is None:
+            source = profiles.source(name, gpu_type)
+            if source is None:
                 continue
+            closest = CLOSEST_GAVEL_MODEL.get(name)
+            typed = (name, gpu_type) in profiles.measured
+            if typed:
+                reason = f"measured ({profiles.source_path})"
+            elif source == "measured":
+                reason = "Pollux artifact" if name in APPLICATION_NAMES else "--profiles"
+            else:
+                reason = closest.reason if closest else ""
             rows.append({
-                "application": name, "gpu_type": gpu_type,
-                "profile": "measured" if measured else "derived",
-                "gavel_model": "" if measured or closest is None else closest.family,
-                "reason": "Pollux artifact" if measured or closest is None else closest.reason,
-                "factor_min_bsz": compute_factor(name, gpu_type, limits.min_local_bsz),
-                "factor_init_bsz": compute_factor(name, gpu_type, init_local),
-                "factor_max_bsz": compute_factor(name, gpu_type, limits.max_local_bsz),
+                "application": name, "gpu_type": gpu_type, "profile": source,
+                "gavel_model": closest.family if source == "derived" and closest else "",
+                "reason": reason,
+                "factor_min_bsz": profiles.compute_ratio(name, gpu_type, limits.min_local_bsz),
+                "factor_init_bsz": profiles.compute_ratio(name, gpu_type, init_local),
+                "factor_max_bsz": profiles.compute_ratio(name, gpu_type, limits.max_local_bsz),
             })
     return rows
 
 
-__all__ = ["ANCHOR_TYPE", "CLOSEST_GAVEL_MODEL", "DERIVED_TYPES", "PROFILED_TYPES",
+__all__ = ["ANCHOR_TYPE", "CLOSEST_GAVEL_MODEL", "DERIVED_TYPES", "NO_TYPE_PROFILES",
+           "PROFILED_TYPES", "ProfileSource", "TypeProfiles",
            "T4_PEAK_FP32_TFLOPS", "V100_PEAK_FP32_TFLOPS", "ClosestModel", "TypedApplication",
            "check_cluster_types", "closest_model", "slowest_type", "compute_factor", "derivation_table",
            "family_log_ratios", "typed_step_time"]

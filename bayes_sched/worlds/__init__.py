@@ -4,7 +4,7 @@
 
 ================  ================================================================================
 ``pollux``        Pollux's artifact: adaptive jobs on measured profiles, 16 nodes of 4 T4s
-``typed_pollux``  the same jobs on several GPU types, profiles derived per type (Sia's setting)
+``typed_pollux``  the same jobs on several GPU types, per-type profiles measured or derived (Sia)
 ``gavel``         Gavel's throughput table: fixed jobs at measured steps/s per type, 6-min rounds
 ``shockwave``     Shockwave's world: jobs whose batch size changes, its tacc table, 32 V100s
 ================  ================================================================================

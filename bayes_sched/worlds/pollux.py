@@ -4,8 +4,10 @@
   shipped ``workload-1`` ... ``workload-8`` and the load sets), step times and gradient noise from
   the models' measured profiles, 30 s lost per restart, on 16 nodes of 4 T4 GPUs.
 * ``typed_pollux``: the same jobs on a cluster of several GPU types (K80, P100, V100, T4), with the
-  profiles derived per type (:mod:`bayes_sched.sim.typed_profiles`): where Sia (SOSP 2023) runs
-  against Pollux; 16 GPUs of each of V100, P100 and K80 by default.
+  profiles derived per type (:mod:`bayes_sched.sim.typed_profiles`), or measured per type where
+  given (``profiles=``, a :class:`~bayes_sched.sim.typed_profiles.TypeProfiles`; then on any
+  type): where Sia (SOSP 2023) runs against Pollux; 16 GPUs of each of V100, P100 and K80 by
+  default.
 
 A run's settings besides the cluster (interference between distributed jobs, a hidden law, the
 horizon, the refit rule) are the simulator's :class:`~bayes_sched.sim.simulator.SimConfig`.
@@ -103,8 +105,8 @@ POLLUX = PolluxWorld(
 
 TYPED_POLLUX = PolluxWorld(
     name="typed_pollux",
-    description="the Pollux world on several GPU types, profiles derived per type (where Sia "
-                "runs against Pollux)",
+    description="the Pollux world on several GPU types, profiles measured per type where given, "
+                "else derived (where Sia runs against Pollux)",
     default_cluster="v100:16,p100:16,k80:16", round_seconds=60.0,
     policies=POLLUX_WORLD_POLICIES, default_policy="sia_adaptive")
 
