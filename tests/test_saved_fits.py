@@ -13,7 +13,8 @@ import pytest
 
 from perfmodel import saved_fits
 from perfmodel.saved_fits import FitCache, fit_key
-from perfmodel.throughput_bayes import ThroughputPosterior, fit_throughput_posterior
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+from perfmodel.throughput_bayes.posterior import ThroughputPosterior
 from tests.cli_inprocess import run_cli
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 from tests.test_interference import synthetic_pairs

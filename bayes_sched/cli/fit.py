@@ -16,14 +16,14 @@ from perfmodel.errors import InputError
 # ``--help`` stays instant.
 if TYPE_CHECKING:
     from perfmodel.profiles import StepTimeProfile
-    from perfmodel.throughput_bayes import StepTimePrior
+    from perfmodel.throughput_bayes.prior import StepTimePrior
 
 
 def population_prior(profile: StepTimeProfile) -> StepTimePrior:
     """A prior learned from the shipped models' point fits, leaving out one of the same name."""
     from perfmodel.profiles import read_step_time_profile
     from perfmodel.throughput import fit_throughput
-    from perfmodel.throughput_bayes import StepTimePrior
+    from perfmodel.throughput_bayes.prior import StepTimePrior
 
     reference = [read_step_time_profile(pollux_model_dir(m), m) for m in POLLUX_MODELS
                  if m != profile.model]
@@ -53,7 +53,7 @@ def _fit_document(model: str, method: str, requested_method: str, rows: int, *,
 def _fit_throughput(args: argparse.Namespace) -> int:
     from perfmodel.profiles import resolve_profile
     from perfmodel.throughput import PARAM_UNITS, fit_objective, fit_throughput
-    from perfmodel.throughput_bayes import fit_throughput_posterior
+    from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 
     profile = resolve_profile(args.profile)
     if args.method == "point":
