@@ -68,7 +68,9 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
             for reweighting to be reliable (Vehtari et al.), so reweighting would keep the
             problem it was meant to fix.
         cache: reuse a saved fit of the same data, settings and package version, and save a
-            new one (:mod:`perfmodel.saved_fits`).
+            new one (:mod:`perfmodel.saved_fits`). The fallback settings are part of the key only
+            of a fit the fallback replaced: a fit that did not need it is saved once, and read
+            back whether ``fallback`` is on or off.
 
     Warns :class:`~perfmodel.errors.UnreliableFitWarning` (one line, :meth:`FitDiagnostics.warning`)
     when the intervals are not to be trusted, a saved fit's included; raises
@@ -77,21 +79,48 @@ def fit_throughput_posterior(profile: StepTimeProfile, method: str = "svi",
     prior = prior or StepTimePrior.for_profile(profile)
     settings = {"method": method, "num_steps": num_steps, "num_samples": num_samples,
                 "seed": seed, "prior": asdict(prior), "check": check,
-                "placement_effects": placement_effects, "fallback": fallback,
-                "fallback_warmup": fallback_warmup, "fallback_samples": fallback_samples}
-    key = fit_key("throughput", profile_arrays(profile), settings)
-    posterior = None if cache is None else cache.read(
-        "throughput", profile.model, key,
-        lambda idata: ThroughputPosterior.from_inference_data(idata, profile))
+                "placement_effects": placement_effects}
+    fallback_settings = {"fallback": fallback, "fallback_warmup": fallback_warmup,
+                         "fallback_samples": fallback_samples}
+    # A fit the fallback did not replace is the same fit whatever the fallback settings: it is
+    # saved under the key of the other settings alone, and the full key names a fallback's fit.
+    keys = {ran: fit_key("throughput", profile_arrays(profile),
+                         {**settings, **fallback_settings} if ran else settings)
+            for ran in (False, True)}
+    posterior = None if cache is None else _read_saved(cache, profile, keys, fallback)
     if posterior is None:
         with single_thread():
             posterior = _fit(profile, method, num_steps, num_samples, seed, prior, check,
                              placement_effects, (fallback_warmup, fallback_samples) if fallback
                              else None)
         if cache is not None:
-            cache.save("throughput", profile.model, key, posterior.to_inference_data())
+            ran = posterior.diagnostics.fallback_from is not None
+            cache.save("throughput", profile.model, keys[ran], posterior.to_inference_data())
     if (warning := posterior.diagnostics.warning(profile.model)) is not None:
         warnings.warn(warning, UnreliableFitWarning, stacklevel=2)
+    return posterior
+
+
+def needs_fallback(pareto_k: float) -> bool:
+    """Whether NUTS replaces an SVI fit whose guide has PSIS k-hat ``pareto_k`` (above
+    :data:`~perfmodel.throughput_bayes.diagnostics.PARETO_K_USABLE`; NaN, not computed, never)."""
+    return pareto_k > PARETO_K_USABLE
+
+
+def _read_saved(cache: FitCache, profile: StepTimeProfile, keys: dict[bool, str],
+                fallback: bool) -> ThroughputPosterior | None:
+    """The saved fit for these settings: with ``fallback``, the fallback's fit (``keys[True]``),
+    else the fit without it (``keys[False]``) where its k-hat would not have called the
+    fallback; without ``fallback``, the fit without it. None where there is none."""
+    def read(key: str) -> ThroughputPosterior | None:
+        return cache.read("throughput", profile.model, key,
+                          lambda idata: ThroughputPosterior.from_inference_data(idata, profile))
+
+    if fallback and (replaced := read(keys[True])) is not None:
+        return replaced
+    posterior = read(keys[False])
+    if posterior is not None and fallback and needs_fallback(posterior.diagnostics.pareto_k):
+        return None
     return posterior
 
 
@@ -123,7 +152,7 @@ def _fit(profile: StepTimeProfile, method: str, num_steps: int, num_samples: int
     diagnostics = FitDiagnostics("svi", num_steps, svi.loss / len(profile), svi.pareto_k,
                                  time.perf_counter() - started,
                                  convergence=svi.convergence.as_dict())
-    if fallback is not None and svi.pareto_k > PARETO_K_USABLE:
+    if fallback is not None and needs_fallback(svi.pareto_k):
         warmup, draws = fallback
         samples, nuts = sample_nuts_whitened(svi, warmup, draws)
         diagnostics = replace(diagnostics, method="nuts", fallback_from="svi", num_steps=warmup,
