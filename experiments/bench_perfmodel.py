@@ -55,7 +55,8 @@ from perfmodel.throughput import (
     profile_tensors,
     rmsle,
 )
-from perfmodel.throughput_bayes import StepTimePrior, fit_throughput_posterior
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+from perfmodel.throughput_bayes.prior import StepTimePrior
 
 # --- a re-implementation of Pollux's fit (adaptdl's goodput.fit_perf_params), for comparison --
 

@@ -20,7 +20,8 @@ from perfmodel.profiles import resolve_profile
 from perfmodel.report import ModelFit, interval_coverage
 from perfmodel.saved_fits import FitCache, default_cache_dir
 from perfmodel.throughput import PARAM_NAMES
-from perfmodel.throughput_bayes import ThroughputPosterior, fit_throughput_posterior
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+from perfmodel.throughput_bayes.posterior import ThroughputPosterior
 
 
 def _widths(posterior: ThroughputPosterior) -> np.ndarray:

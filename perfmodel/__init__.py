@@ -37,11 +37,9 @@ if TYPE_CHECKING:  # the exported names, for type checkers
         fit_throughput,
         predict_throughput,
     )
-    from perfmodel.throughput_bayes import (
-        StepTimePrior,
-        ThroughputPosterior,
-        fit_throughput_posterior,
-    )
+    from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+    from perfmodel.throughput_bayes.posterior import ThroughputPosterior
+    from perfmodel.throughput_bayes.prior import StepTimePrior
 
 #: Public name -> module that defines it (imported on first use).
 _EXPORTS: dict[str, str] = {
@@ -54,9 +52,9 @@ _EXPORTS: dict[str, str] = {
     "ThroughputParams": "perfmodel.throughput",
     "fit_throughput": "perfmodel.throughput",
     "predict_throughput": "perfmodel.throughput",
-    "ThroughputPosterior": "perfmodel.throughput_bayes",
-    "StepTimePrior": "perfmodel.throughput_bayes",
-    "fit_throughput_posterior": "perfmodel.throughput_bayes",
+    "ThroughputPosterior": "perfmodel.throughput_bayes.posterior",
+    "StepTimePrior": "perfmodel.throughput_bayes.prior",
+    "fit_throughput_posterior": "perfmodel.throughput_bayes.fit",
     "Links": "perfmodel.allreduce",
     "gradient_bytes": "perfmodel.allreduce",
     "LinkSlowdown": "perfmodel.sync_prior",

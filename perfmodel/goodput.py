@@ -41,7 +41,7 @@ class GoodputModel:
     Args:
         params: a point estimate, or posterior draws of shape ``(S, 7)`` in ``PARAM_NAMES`` order,
             or ``(S, 9)`` in ``DRAW_NAMES`` order (with the multi-GPU compute shifts, as
-            :attr:`~perfmodel.throughput_bayes.ThroughputPosterior.draws`).
+            :attr:`~perfmodel.throughput_bayes.posterior.ThroughputPosterior.draws`).
         grad_sqr, grad_var: gradient statistics at ``init_bsz`` (scalars or draws of shape ``(S,)``).
         init_bsz: the initial (reference) total batch size, examples.
     """

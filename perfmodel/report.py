@@ -31,11 +31,9 @@ from perfmodel.markdown import markdown_table  # noqa: E402
 from perfmodel.profiles import GradientTrace, StepTimeProfile  # noqa: E402
 from perfmodel.saved_fits import FitCache  # noqa: E402
 from perfmodel.throughput import predict_step_time, rmsle  # noqa: E402
-from perfmodel.throughput_bayes import (  # noqa: E402
-    PARETO_K_USABLE,
-    ThroughputPosterior,
-    fit_throughput_posterior,
-)
+from perfmodel.throughput_bayes.diagnostics import PARETO_K_USABLE  # noqa: E402
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior  # noqa: E402
+from perfmodel.throughput_bayes.posterior import ThroughputPosterior  # noqa: E402
 
 #: Allocations drawn in the throughput and goodput plots: (nodes, GPUs in all).
 PLOT_ALLOCATIONS: tuple[tuple[int, int], ...] = ((1, 1), (1, 4), (2, 8), (4, 16), (16, 64))

@@ -27,7 +27,7 @@ import numpy as np
 from perfmodel.allreduce import NETWORK_TERMS, Links, line_rate_terms
 from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import ThroughputParams
-from perfmodel.throughput_bayes import StepTimePrior
+from perfmodel.throughput_bayes.prior import StepTimePrior
 
 #: Default slowdown: a link is used at between 5% and 100% of its line rate with 90% probability
 #: (log slowdown normal, 5% quantile 0 and 95% quantile log 20). A statement of ignorance bounded

@@ -19,7 +19,7 @@ from bayes_sched.interference import (
 )
 from perfmodel import FitError, UnreliableFitWarning
 from perfmodel.convergence import DEFAULT_RULE, FitMonitor, judge
-from perfmodel.throughput_bayes import fit_throughput_posterior
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 from tests.cli_inprocess import run_cli
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 from tests.test_interference import synthetic_pairs

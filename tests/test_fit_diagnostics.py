@@ -11,14 +11,10 @@ import numpy as np
 import pytest
 
 from perfmodel.report import ModelFit, write_model_report
-from perfmodel.throughput_bayes import (
-    ESS_USABLE,
-    PARETO_K_USABLE,
-    FitDiagnostics,
-    _mcmc_diagnostics,
-    fit_throughput_posterior,
-    posterior_mode,
-)
+from perfmodel.throughput_bayes.diagnostics import ESS_USABLE, PARETO_K_USABLE, FitDiagnostics
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+from perfmodel.throughput_bayes.laplace import posterior_mode
+from perfmodel.throughput_bayes.nuts import mcmc_diagnostics
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 
 
@@ -85,7 +81,7 @@ def test_a_site_that_never_moves_has_infinite_r_hat_whatever_its_place(stuck_fir
     moving, stuck = rng.normal(size=200), np.full(200, 0.3)
     samples = {"stuck": stuck, "moving": moving} if stuck_first else {"moving": moving,
                                                                        "stuck": stuck}
-    fields = _mcmc_diagnostics(samples, divergences=0)
+    fields = mcmc_diagnostics(samples, divergences=0)
     assert fields["r_hat_max"] == math.inf
     diagnostics = FitDiagnostics("nuts", 0, 0.0, math.nan, 0.0, **fields)
     assert not diagnostics.reliable and "R-hat inf > " in (diagnostics.warning("m") or "")

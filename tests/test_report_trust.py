@@ -29,7 +29,8 @@ from perfmodel.report import (
     throughput_curves,
     write_model_report,
 )
-from perfmodel.throughput_bayes import ThroughputPosterior, fit_throughput_posterior
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+from perfmodel.throughput_bayes.posterior import ThroughputPosterior
 from tests.conftest import TRUE_PARAMS, synthetic_profile
 
 #: Measured up to 2 nodes and 8 GPUs, micro-batches 16-128.

@@ -13,7 +13,9 @@ import pytest
 
 from perfmodel import saved_fits
 from perfmodel.saved_fits import FitCache, fit_key
-from perfmodel.throughput_bayes import ThroughputPosterior, fit_throughput_posterior
+from perfmodel.throughput_bayes import fit as fit_module
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+from perfmodel.throughput_bayes.posterior import ThroughputPosterior
 from tests.cli_inprocess import run_cli
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 from tests.test_interference import synthetic_pairs
@@ -80,6 +82,43 @@ def test_new_data_other_settings_or_another_version_refit(tmp_path: Path,
     assert key != fit_key("k", data, {"seed": 2})
     monkeypatch.setattr(saved_fits, "package_version", lambda: "99.0")
     assert key != fit_key("k", data, {"seed": 1})
+
+
+def _mark(cache: FitCache, path: Path) -> None:
+    """Triple the saved draws of ``alpha_c``, keeping the key: a read returns them, a refit not."""
+    key = _key_of(path)
+    idata = cache.load("throughput", "synthetic", key)
+    assert idata is not None
+    idata["posterior"]["alpha_c"] = idata["posterior"]["alpha_c"] * 3.0
+    cache.save("throughput", "synthetic", key, idata)
+
+
+def test_a_fit_the_fallback_did_not_replace_is_saved_once(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 35: the key held the fallback setting, so one model had two saved fits of one draws.
+    profile = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:4], noise=0.05, seed=3)
+    cache = _cache(tmp_path)
+    checked = {**QUICK, "check": True, "fallback_warmup": 20, "fallback_samples": 20}
+    monkeypatch.setattr(fit_module, "PARETO_K_USABLE", 2.0)  # no guide needs the fallback
+    alone = fit_throughput_posterior(profile, seed=1, fallback=False, cache=cache, **checked)
+    [path] = _saved(tmp_path)
+    _mark(cache, path)
+    allowed = fit_throughput_posterior(profile, seed=1, fallback=True, cache=cache, **checked)
+    assert allowed.diagnostics.fallback_from is None and _saved(tmp_path) == [path]
+    np.testing.assert_allclose(allowed.samples["alpha_c"], 3.0 * alone.samples["alpha_c"])
+    # Where the guide's k-hat calls the fallback, the saved SVI fit is not its answer: NUTS runs,
+    # its fit is saved beside the SVI one, and each setting reads back its own.
+    monkeypatch.setattr(fit_module, "PARETO_K_USABLE", -1.0)
+    replaced = fit_throughput_posterior(profile, seed=1, fallback=True, cache=cache, **checked)
+    assert replaced.diagnostics.fallback_from == "svi"
+    [nuts_path] = [p for p in _saved(tmp_path) if p != path]
+    _mark(cache, nuts_path)
+    again = fit_throughput_posterior(profile, seed=1, fallback=True, cache=cache, **checked)
+    np.testing.assert_allclose(again.samples["alpha_c"], 3.0 * replaced.samples["alpha_c"])
+    svi = fit_throughput_posterior(profile, seed=1, fallback=False, cache=cache, **checked)
+    assert svi.diagnostics.fallback_from is None
+    np.testing.assert_allclose(svi.samples["alpha_c"], 3.0 * alone.samples["alpha_c"])
+    assert len(_saved(tmp_path)) == 2
 
 
 def test_an_unreadable_saved_fit_is_noted_and_replaced(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ from perfmodel.allreduce import (
 from perfmodel.datasets import POLLUX_MODELS, POLLUX_PARAMETERS
 from perfmodel.errors import InputError
 from perfmodel.throughput import ThroughputParams, rmsle
-from perfmodel.throughput_bayes import StepTimePrior, fit_throughput_posterior
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+from perfmodel.throughput_bayes.prior import StepTimePrior
 from tests.conftest import synthetic_profile
 
 

@@ -11,22 +11,12 @@ import torch
 from perfmodel.datasets import POLLUX_MODELS
 from perfmodel.profiles import StepTimeProfile, load_pollux_profile
 from perfmodel.throughput import ThroughputParams, step_time_terms
-from perfmodel.throughput_bayes import (
-    PARETO_K_USABLE,
-    PSIS_DRAWS,
-    NetworkCoordinates,
-    StepTimeData,
-    StepTimePrior,
-    adapt_proposal,
-    compute_shifts,
-    fit_throughput_posterior,
-    gamma_logit,
-    grouped_normal_log_prob,
-    guide_base,
-    identity_spline,
-    psis,
-    spline_guide,
-)
+from perfmodel.throughput_bayes.diagnostics import PARETO_K_USABLE
+from perfmodel.throughput_bayes.fit import fit_throughput_posterior
+from perfmodel.throughput_bayes.guide import NetworkCoordinates, guide_base, identity_spline, spline_guide
+from perfmodel.throughput_bayes.importance import PSIS_DRAWS, adapt_proposal, psis
+from perfmodel.throughput_bayes.model import StepTimeData, grouped_normal_log_prob
+from perfmodel.throughput_bayes.prior import StepTimePrior, compute_shifts, gamma_logit
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 
 

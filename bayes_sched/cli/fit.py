@@ -16,14 +16,14 @@ from perfmodel.errors import InputError
 # ``--help`` stays instant.
 if TYPE_CHECKING:
     from perfmodel.profiles import StepTimeProfile
-    from perfmodel.throughput_bayes import StepTimePrior
+    from perfmodel.throughput_bayes.prior import StepTimePrior
 
 
 def population_prior(profile: StepTimeProfile) -> StepTimePrior:
     """A prior learned from the shipped models' point fits, leaving out one of the same name."""
     from perfmodel.profiles import read_step_time_profile
     from perfmodel.throughput import fit_throughput
-    from perfmodel.throughput_bayes import StepTimePrior
+    from perfmodel.throughput_bayes.prior import StepTimePrior
 
     reference = [read_step_time_profile(pollux_model_dir(m), m) for m in POLLUX_MODELS
                  if m != profile.model]
@@ -82,7 +82,7 @@ def _fit_one(profile: StepTimeProfile, args: argparse.Namespace, gpu_type: str |
     document (:data:`FIT_JSON_KEYS`). ``gpu_type`` names the type it was measured on, where
     known (in the title)."""
     from perfmodel.throughput import PARAM_UNITS, fit_objective, fit_throughput
-    from perfmodel.throughput_bayes import fit_throughput_posterior
+    from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 
     on = "" if gpu_type is None else f" on {gpu_type}"
     if args.method == "point":

@@ -5,7 +5,7 @@ A job that tunes its own batch fits its throughput model itself (its agent,
 takes that fit as it is, so the model a policy reads is the one the job tunes by. For a job that
 reports no fit (a fixed-batch job has no use for one), the estimator fits the reported step times
 itself, with the same refit rule (:class:`ThroughputFitter`). With :class:`PosteriorSettings`, it
-also draws from perfmodel's throughput posterior (:func:`perfmodel.throughput_bayes.
+also draws from perfmodel's throughput posterior (:func:`perfmodel.throughput_bayes.fit.
 fit_throughput_posterior`) on the reported step times, refitted when the fit's version changes:
 the step-time parameters with the multi-GPU compute shifts the posterior learns
 (:data:`perfmodel.throughput.DRAW_NAMES`), so a policy's goodput reads the same step times as
@@ -247,7 +247,7 @@ class JobModelEstimator:
     def _draws(self, name: str, observations: Mapping[tuple[int, int, int], Observation]
                ) -> np.ndarray:
         # Imported here: Pyro loads only where a policy asks for the posterior.
-        from perfmodel.throughput_bayes import fit_throughput_posterior
+        from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 
         settings = self.posterior
         assert settings is not None
