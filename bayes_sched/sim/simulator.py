@@ -13,13 +13,14 @@ the law models resources the cluster collects its counters, which policies see i
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import xarray as xr
 
-from bayes_sched.agent import JobAgent
+from bayes_sched.agent import JobAgent, choose_batches
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
@@ -205,10 +206,12 @@ class SimJob:
         else:
             self.num_restarts += 1
 
-    def run(self, start: float, seconds: float, slowdown: float) -> None:
-        """Simulate ``seconds`` from time ``start`` on the current placement."""
+    def run(self, start: float, seconds: float, slowdown: float) -> bool:
+        """Simulate ``seconds`` from time ``start`` on the current placement; whether the job
+        ran. The agent re-tunes the batch at each epoch end within the span; the re-tuning at
+        its end is the caller's (:func:`~bayes_sched.agent.choose_batches`, across jobs)."""
         if not self.placement or not self.active:
-            return
+            return False
         gpus = sum(self.placement)
         now = start
         delay = min(self.restart_left, seconds)
@@ -242,8 +245,9 @@ class SimJob:
                 seconds -= delta
                 if self.epoch >= app.max_epochs:
                     self.completion_time = now
-            # The agent re-tunes at epoch ends and at the end of every round.
-            self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
+            if seconds > 0 and self.active:  # an epoch ended within the span: re-tune
+                self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
+        return True
 
 
 class GpuTimeline:
@@ -327,6 +331,15 @@ class SimulatedCluster:
         self._counters: list[xr.Dataset] = []
         self._counter_window: xr.Dataset | None = None
         self._counter_rng = np.random.default_rng(config.seed)
+        # The submitted, unfinished jobs (workload indices, ascending) as of ``_live_at``, so a
+        # round walks those instead of the whole workload: jobs in order of submission, and how
+        # many of them have been admitted.
+        self._job_list = list(self.jobs.values())
+        self._by_submit = sorted(range(len(self._job_list)),
+                                 key=lambda i: self._job_list[i].spec.submit_time)
+        self._admitted = 0
+        self._live: list[int] = []
+        self._live_at = -np.inf
 
     @property
     def refit_count(self) -> int:
@@ -339,13 +352,23 @@ class SimulatedCluster:
         return ClusterState(spec=self.config.cluster, now=self._now,
                             counters=self._counter_window)
 
+    def _live_jobs(self) -> list[int]:
+        """Workload indices (ascending) of the jobs submitted by now and unfinished."""
+        if self._live_at != self._now:
+            jobs, order = self._job_list, self._by_submit
+            while (self._admitted < len(order)
+                   and jobs[order[self._admitted]].spec.submit_time <= self._now):
+                bisect.insort(self._live, order[self._admitted])
+                self._admitted += 1
+            self._live = [i for i in self._live if jobs[i].active]
+            self._live_at = self._now
+        return self._live
+
     def job_views(self) -> list[JobView]:
         """The active jobs' reports: their own measurements, fits and progress in epochs against
         the epochs their users asked for; never the physics behind them."""
         views = []
-        for job in self.jobs.values():
-            if job.spec.submit_time > self._now or not job.active:
-                continue
+        for job in (self._job_list[i] for i in self._live_jobs()):
             agent = job.agent
             agent.clock = self._now
             views.append(JobView(
@@ -366,8 +389,7 @@ class SimulatedCluster:
         return {name: counts.copy() for name, counts in self._allocations.items()}
 
     def apply(self, allocations: Mapping[str, np.ndarray]) -> None:
-        active = [n for n, j in self.jobs.items()
-                  if j.active and j.spec.submit_time <= self._now]
+        active = [self._job_list[i].spec.name for i in self._live_jobs()]
         new = validate_allocations(allocations, self.state, active)
         empty = np.zeros(self.config.num_nodes, dtype=np.int64)
         # Only jobs holding GPUs before or after can change (in workload order, as before).
@@ -387,13 +409,20 @@ class SimulatedCluster:
         gpus = np.zeros(len(self.jobs), dtype=np.int64)
         node_gpus = np.zeros(self.config.num_nodes, dtype=np.int64)
         # Jobs the round is for: submitted by its start and unfinished (those ending in it too).
-        self.timeline_active.append(sum(1 for j in self.jobs.values()
-                                        if j.active and j.spec.submit_time <= self._now))
-        for i, (name, job) in enumerate(self.jobs.items()):
-            if job.active and job.placement:
+        live = self._live_jobs()
+        self.timeline_active.append(len(live))
+        ran = []
+        for i in live:  # only live jobs hold GPUs
+            job = self._job_list[i]
+            if job.placement:
                 gpus[i] = sum(job.placement)
                 node_gpus += job.counts
-            job.run(self._now, seconds, slowdown.get(name, 0.0))
+            if job.run(self._now, seconds, slowdown.get(job.spec.name, 0.0)):
+                ran.append(job)
+        # The agents re-tune at the end of every round: one vectorised optimisation.
+        chosen = choose_batches([job.agent for job in ran], [job.placement for job in ran])
+        for job, (local_bsz, accum_steps) in zip(ran, chosen, strict=True):
+            job.local_bsz, job.accum_steps = local_bsz, accum_steps
         emit = getattr(self.config.hidden, "counters", None)
         if emit is not None:
             self._counters.append(emit(self._now, seconds, self.config.num_nodes,
@@ -412,7 +441,7 @@ class SimulatedCluster:
         return self._timeline_gpus.dense()
 
     def done(self) -> bool:
-        return (all(not job.active for job in self.jobs.values())
+        return ((self._admitted == len(self._job_list) and not self._live_jobs())
                 or self._now >= self.config.max_time)
 
     # --- helpers ---------------------------------------------------------------------------------
