@@ -206,48 +206,60 @@ class SimJob:
         else:
             self.num_restarts += 1
 
-    def run(self, start: float, seconds: float, slowdown: float) -> bool:
-        """Simulate ``seconds`` from time ``start`` on the current placement; whether the job
-        ran. The agent re-tunes the batch at each epoch end within the span; the re-tuning at
-        its end is the caller's (:func:`~bayes_sched.agent.choose_batches`, across jobs)."""
-        if not self.placement or not self.active:
-            return False
-        gpus = sum(self.placement)
-        now = start
+    def begin(self, start: float, seconds: float) -> tuple[float, float]:
+        """Start a span of ``seconds`` at time ``start`` on the current placement: the restart
+        delay left is paid first. Returns ``(time, seconds left)`` after it."""
         delay = min(self.restart_left, seconds)
         self.restart_left -= delay
-        self.attained_service += delay * gpus
-        now += delay
-        seconds -= delay
+        self.attained_service += delay * sum(self.placement)
+        return start + delay, seconds - delay
+
+    def stretch(self, now: float, seconds: float, slowdown: float) -> tuple[float, float]:
+        """Train from time ``now`` for ``seconds`` or up to the current epoch's end, whichever
+        comes first, recording the step's measurements with the agent. Returns ``(time, seconds
+        left)``; the agent re-tunes the batch after every stretch (the caller's:
+        :meth:`SimulatedCluster.advance`)."""
         app = self.app
+        gpus = sum(self.placement)
         nodes, replicas = len(self.placement), gpus
-        while seconds > 0 and self.active:
-            batch = replicas * self.local_bsz * (self.accum_steps + 1)
-            step, sync = self.physics.step_time(self.placement, self.local_bsz)
-            sqr, var = app.grad_stats(batch, self.epoch)
-            self.agent.record(nodes, replicas, self.local_bsz, step, sync, sqr, var)
-            scale = batch / app.limits.init_batch_size
-            gain = scale_invariant_gain(sqr, var, scale)
-            rate = gain / seconds_per_step(step, sync, self.accum_steps) * (1.0 - slowdown)
-            epoch_end = app.progress_at_epoch(self.epoch + 1)
-            if self.progress + rate * seconds < epoch_end:
-                self.progress += rate * seconds
-                self.attained_service += seconds * gpus
-                now += seconds
-                seconds = 0.0
-            else:
-                # Whole seconds, as the artifact counts them.
-                delta = min(float(round((epoch_end - self.progress) / rate)), seconds)
-                self.epoch += 1
-                self.progress = epoch_end
-                self.attained_service += delta * gpus
-                now += delta
-                seconds -= delta
-                if self.epoch >= app.max_epochs:
-                    self.completion_time = now
-            if seconds > 0 and self.active:  # an epoch ended within the span: re-tune
-                self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
-        return True
+        batch = replicas * self.local_bsz * (self.accum_steps + 1)
+        step, sync = self.physics.step_time(self.placement, self.local_bsz)
+        sqr, var = app.grad_stats(batch, self.epoch)
+        self.agent.record(nodes, replicas, self.local_bsz, step, sync, sqr, var)
+        scale = batch / app.limits.init_batch_size
+        gain = scale_invariant_gain(sqr, var, scale)
+        rate = gain / seconds_per_step(step, sync, self.accum_steps) * (1.0 - slowdown)
+        epoch_end = app.progress_at_epoch(self.epoch + 1)
+        if self.progress + rate * seconds < epoch_end:
+            self.progress += rate * seconds
+            self.attained_service += seconds * gpus
+            return now + seconds, 0.0
+        # Whole seconds, as the artifact counts them.
+        delta = min(float(round((epoch_end - self.progress) / rate)), seconds)
+        self.epoch += 1
+        self.progress = epoch_end
+        self.attained_service += delta * gpus
+        now += delta
+        if self.epoch >= app.max_epochs:
+            self.completion_time = now
+        return now, seconds - delta
+
+
+def train(spans: list[tuple[SimJob, float, float, float]]) -> None:
+    """Run each job's span ``(job, time, seconds, slowdown)`` (after :meth:`SimJob.begin`)
+    stretch by stretch: each stretch ends at the span's end or an epoch's, after which the job's
+    agent re-tunes its batch. The jobs' stretches run in lockstep, so that each round of
+    re-tuning is one vectorised call across the jobs (:func:`~bayes_sched.agent.choose_batches`);
+    each job's agent sees what it would see running alone (the agents share nothing)."""
+    spans = [span for span in spans if span[2] > 0]
+    while spans:
+        stepped = [(job, *job.stretch(now, seconds, slowdown), slowdown)
+                   for job, now, seconds, slowdown in spans]
+        chosen = choose_batches([span[0].agent for span in stepped],
+                                [span[0].placement for span in stepped])
+        for (job, *_), (local_bsz, accum_steps) in zip(stepped, chosen, strict=True):
+            job.local_bsz, job.accum_steps = local_bsz, accum_steps
+        spans = [span for span in stepped if span[2] > 0 and span[0].active]
 
 
 class GpuTimeline:
@@ -411,18 +423,15 @@ class SimulatedCluster:
         # Jobs the round is for: submitted by its start and unfinished (those ending in it too).
         live = self._live_jobs()
         self.timeline_active.append(len(live))
-        ran = []
+        spans = []
         for i in live:  # only live jobs hold GPUs
             job = self._job_list[i]
             if job.placement:
                 gpus[i] = sum(job.placement)
                 node_gpus += job.counts
-            if job.run(self._now, seconds, slowdown.get(job.spec.name, 0.0)):
-                ran.append(job)
-        # The agents re-tune at the end of every round: one vectorised optimisation.
-        chosen = choose_batches([job.agent for job in ran], [job.placement for job in ran])
-        for job, (local_bsz, accum_steps) in zip(ran, chosen, strict=True):
-            job.local_bsz, job.accum_steps = local_bsz, accum_steps
+                spans.append((job, *job.begin(self._now, seconds),
+                              slowdown.get(job.spec.name, 0.0)))
+        train(spans)
         emit = getattr(self.config.hidden, "counters", None)
         if emit is not None:
             self._counters.append(emit(self._now, seconds, self.config.num_nodes,
