@@ -11,6 +11,7 @@ size, e.g. by AdaScale, inside the job). A policy never sees it: it sees the job
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
 
 import numpy as np
@@ -24,7 +25,7 @@ from bayes_sched.jobs import (
     Observation,
     split_batch,
 )
-from perfmodel.goodput import GoodputModel
+from perfmodel.goodput import GoodputModel, optimize_each
 from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import ThroughputParams
 
@@ -156,6 +157,13 @@ class JobAgent:
 
     def choose_batch(self, placement: tuple[int, ...]) -> tuple[int, int]:
         """``(local_bsz, accum_steps)`` for a placement (GPUs per used node)."""
+        return choose_batches([self], [placement])[0]
+
+    def _known_batch(self, placement: tuple[int, ...]
+                     ) -> tuple[tuple[int, int] | None, GoodputModel | None, int, int]:
+        """``(batch, model, nodes, replicas)`` for ``placement``: ``batch`` where no optimisation
+        is needed (a fixed batch, no model yet, or a choice made before for this model and
+        shape), else ``None`` and the ``model`` to tune by."""
         replicas = int(sum(placement))
         nodes = sum(1 for c in placement if c > 0)
         limits = self.limits
@@ -164,29 +172,64 @@ class JobAgent:
         if model is None:
             if batch is None:
                 batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)
-            return split_batch(batch, replicas, limits)
+            return split_batch(batch, replicas, limits), None, nodes, replicas
         # The choice is a function of the model and the shape: a job keeps its model for many
         # reallocations (one optimisation ~1 ms; the 960-job trace made ~5,000 of them).
         if self._choices_key != self._model_key:
             self._choices, self._choices_key = {}, self._model_key
-        cached = self._choices.get((nodes, replicas))
-        if cached is not None:
-            return cached
-        chosen = self._tuned_batch(model, nodes, replicas)
-        self._choices[(nodes, replicas)] = chosen
-        return chosen
+        return self._choices.get((nodes, replicas)), model, nodes, replicas
 
     def _tuned_batch(self, model: GoodputModel, nodes: int, replicas: int) -> tuple[int, int]:
         """:meth:`choose_batch` by the goodput model ``model`` on ``replicas`` GPUs of ``nodes``
-        nodes."""
+        nodes (not remembered)."""
         limits = self.limits
         choice = model.optimize(
             np.array([nodes]), np.array([replicas]), limits.max_batch_size,
             (limits.min_local_bsz, limits.max_local_bsz), max_accum_steps=limits.max_accum_steps,
             accumulate_alone=True)
-        local, accum = int(choice.local_bsz[0]), int(choice.accum_steps[0])
+        return self._settle(int(choice.local_bsz[0]), int(choice.accum_steps[0]), replicas)
+
+    def _settle(self, local: int, accum: int, replicas: int) -> tuple[int, int]:
+        """The goodput optimum ``(local, accum)`` on ``replicas`` GPUs as the job runs it: the
+        initial batch split where nothing is feasible, the micro-batch within the largest total
+        batch."""
+        limits = self.limits
         if local <= 0:
             batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)
             return split_batch(batch, replicas, limits)
         local = min(local, int(limits.max_batch_size / (replicas * (accum + 1))))
         return max(local, 1), accum
+
+
+def choose_batches(agents: Sequence[JobAgent], placements: Sequence[tuple[int, ...]]
+                   ) -> list[tuple[int, int]]:
+    """:meth:`JobAgent.choose_batch` of each agent for its placement, the goodput optimisations
+    of all the agents that need one made in one vectorised call
+    (:func:`perfmodel.goodput.optimize_each`); each answer equals the agent's own
+    ``choose_batch``, and is remembered by it as that is."""
+    out: list[tuple[int, int] | None] = []
+    tune: list[tuple[int, JobAgent, GoodputModel, int, int]] = []
+    for i, (agent, placement) in enumerate(zip(agents, placements, strict=True)):
+        known, model, nodes, replicas = agent._known_batch(placement)
+        out.append(known)
+        if known is None:
+            assert model is not None
+            tune.append((i, agent, model, nodes, replicas))
+    if tune:
+        limits = [agent.limits for _, agent, _, _, _ in tune]
+        choice = optimize_each(
+            np.concatenate([model.theta for _, _, model, _, _ in tune]),
+            np.concatenate([model.noise_to_signal for _, _, model, _, _ in tune]),
+            np.array([model.init_bsz for _, _, model, _, _ in tune]),
+            np.array([nodes for _, _, _, nodes, _ in tune]),
+            np.array([replicas for _, _, _, _, replicas in tune]),
+            np.array([lim.max_batch_size for lim in limits]),
+            np.array([lim.min_local_bsz for lim in limits]),
+            np.array([lim.max_local_bsz for lim in limits]),
+            np.array([lim.max_accum_steps for lim in limits]), accumulate_alone=True)
+        for row, (i, agent, _, nodes, replicas) in enumerate(tune):
+            chosen = agent._settle(int(choice.local_bsz[row]), int(choice.accum_steps[row]),
+                                   replicas)
+            agent._choices[(nodes, replicas)] = chosen
+            out[i] = chosen
+    return [chosen for chosen in out if chosen is not None]

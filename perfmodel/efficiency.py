@@ -27,12 +27,12 @@ _PRIOR_COEF_SCALE = 10.0
 _PRIOR_A, _PRIOR_B = 1.0, 0.1
 
 
-def efficiency_from_noise(noise_to_signal: np.ndarray | float, init_bsz: float,
+def efficiency_from_noise(noise_to_signal: np.ndarray | float, init_bsz: np.ndarray | float,
                           batch_size: np.ndarray | float) -> np.ndarray:
     """Examples-at-``init_bsz`` worth of progress per example at ``batch_size``, in (0, 1] for
     ``batch_size >= init_bsz``. ``noise_to_signal`` is ``grad_var / grad_sqr``; arrays broadcast."""
     phi = np.asarray(noise_to_signal, dtype=np.float64)
-    scale = np.asarray(batch_size, dtype=np.float64) / float(init_bsz)
+    scale = np.asarray(batch_size, dtype=np.float64) / np.asarray(init_bsz, np.float64)
     # (phi + 1) / (phi + scale) written as 1 - (scale - 1) / (phi + scale): the same number, but
     # phi = inf (pure noise) gives the limit 1 instead of inf / inf.
     return 1.0 - (scale - 1.0) / (phi + scale)
@@ -77,7 +77,7 @@ def statistical_efficiency(grad_sqr: np.ndarray | float, grad_var: np.ndarray | 
     """
     sqr = np.asarray(grad_sqr, dtype=np.float64)
     var = np.asarray(grad_var, dtype=np.float64)
-    scale = np.asarray(batch_size, dtype=np.float64) / float(init_bsz)
+    scale = np.asarray(batch_size, dtype=np.float64) / np.asarray(init_bsz, np.float64)
     denom = var / scale + sqr
     safe = np.where(denom > 0, denom, 1.0)
     gain = np.where(denom > 0, (var + sqr) / safe, scale)

@@ -78,8 +78,7 @@ class GoodputModel:
         nodes, replicas, m, s = (np.asarray(a, dtype=np.float64)
                                  for a in (num_nodes, num_replicas, local_bsz, accum_steps))
         theta, _ = self._samples(nodes, replicas, m, s)
-        t_c, t_o = step_time_terms(theta, nodes, replicas, m)
-        return replicas * m * (s + 1) / (s * t_c + t_o)
+        return _examples_per_second(theta, nodes, replicas, m, s)
 
     def efficiency(self, batch_size: np.ndarray) -> np.ndarray:
         """Statistical efficiency, shape ``(S, *batch_size.shape)``."""
@@ -118,27 +117,9 @@ class GoodputModel:
         nodes = np.atleast_1d(np.asarray(num_nodes, dtype=np.float64))
         replicas = np.atleast_1d(np.asarray(num_replicas, dtype=np.float64))
         nodes, replicas = np.broadcast_arrays(nodes, replicas)
-        lo_m, hi_m = float(local_bsz_range[0]), float(local_bsz_range[1])
-        k = np.maximum(replicas, 1.0)
-        b_min = np.maximum(float(self.init_bsz), k * lo_m)
-        b_max = np.minimum(float(max_batch_size), k * hi_m * (max_accum_steps + 1))
-        feasible = (replicas > 0) & (k * lo_m <= max_batch_size) & (b_min <= b_max)
-        b_max = np.where(feasible, b_max, b_min)
-
-        frac = np.linspace(0.0, 1.0, grid_size)
-        batch = b_min[:, None] * (b_max / b_min)[:, None] ** frac          # (A, G)
-        accum = np.clip(np.ceil(batch / (k[:, None] * hi_m) - 1e-9) - 1, 0, max_accum_steps)
-        if accumulate_alone and max_accum_steps >= 1:
-            alone = (k[:, None] == 1) & (batch > self.init_bsz + 1e-9)
-            accum = np.where(alone, np.maximum(accum, 1), accum)
-        # Round the micro-batch up, as Pollux does (a micro-step's fixed overhead favours full
-        # micro-batches: rounding 8 down to 7 costs a tenth of YOLOv3's throughput), but not past
-        # the largest total batch.
-        per_step = k[:, None] * (accum + 1)
-        local = np.minimum(np.ceil(batch / per_step - 1e-9),
-                           np.floor(float(max_batch_size) / per_step + 1e-9))
-        local = np.clip(local, lo_m, hi_m)
-        valid = k[:, None] * local * (accum + 1) <= max_batch_size          # (A, G)
+        feasible, local, accum, valid = batch_candidates(
+            replicas, self.init_bsz, max_batch_size, local_bsz_range[0], local_bsz_range[1],
+            max_accum_steps, grid_size, accumulate_alone)
 
         best = np.empty(len(nodes), dtype=np.int64)
         scores = np.empty(len(nodes))
@@ -155,12 +136,98 @@ class GoodputModel:
             choice = np.argmax(score, axis=1)
             best[part] = choice
             scores[part] = score[np.arange(score.shape[0]), choice]
-        rows = np.arange(len(nodes))
-        m = np.where(feasible, local[rows, best], 0.0)
-        s = np.where(feasible, accum[rows, best], 0.0)
-        return BatchChoice(
-            goodput=np.where(feasible, scores, 0.0),
-            local_bsz=m.astype(np.int64),
-            accum_steps=s.astype(np.int64),
-            batch_size=(replicas * m * (s + 1)).astype(np.int64),
-        )
+        return _choice(feasible, local, accum, replicas, best, scores)
+
+
+def _examples_per_second(theta: np.ndarray, nodes: np.ndarray, replicas: np.ndarray,
+                         local_bsz: np.ndarray, accum_steps: np.ndarray) -> np.ndarray:
+    """Throughput, examples per second, of micro-batch ``local_bsz`` with ``accum_steps``
+    accumulation steps on ``replicas`` GPUs of ``nodes`` nodes; ``theta``'s leading axes broadcast
+    as in :func:`~perfmodel.throughput.step_time_terms`."""
+    t_c, t_o = step_time_terms(theta, nodes, replicas, local_bsz)
+    return replicas * local_bsz * (accum_steps + 1) / (accum_steps * t_c + t_o)
+
+
+def batch_candidates(num_replicas: np.ndarray, init_bsz: np.ndarray | int,
+                     max_batch_size: np.ndarray | int, min_local_bsz: np.ndarray | int,
+                     max_local_bsz: np.ndarray | int, max_accum_steps: np.ndarray | int,
+                     grid_size: int, accumulate_alone: bool
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The candidate batch configurations of :meth:`GoodputModel.optimize` per allocation.
+
+    ``num_replicas`` has shape ``(A,)``; the limits (examples, steps) are scalars or ``(A,)``
+    arrays, one per allocation. Returns ``feasible`` ``(A,)`` (some configuration fits) and the
+    candidates' micro-batch ``local``, accumulation steps ``accum`` and ``valid`` (within the
+    largest total batch), each ``(A, grid_size)``: a geometric grid of total batches from
+    ``max(init_bsz, K * min_local)`` to the most the memory and accumulation limits allow, each
+    with the fewest accumulation steps that keep the micro-batch within ``max_local``, rounded up.
+    """
+    replicas = np.asarray(num_replicas, dtype=np.float64)
+    init, max_batch, lo_m, hi_m, max_accum = (
+        np.broadcast_to(np.asarray(a, dtype=np.float64), replicas.shape)
+        for a in (init_bsz, max_batch_size, min_local_bsz, max_local_bsz, max_accum_steps))
+    k = np.maximum(replicas, 1.0)
+    b_min = np.maximum(init, k * lo_m)
+    b_max = np.minimum(max_batch, k * hi_m * (max_accum + 1))
+    feasible = (replicas > 0) & (k * lo_m <= max_batch) & (b_min <= b_max)
+    b_max = np.where(feasible, b_max, b_min)
+
+    frac = np.linspace(0.0, 1.0, grid_size)
+    batch = b_min[:, None] * (b_max / b_min)[:, None] ** frac          # (A, G)
+    accum = np.clip(np.ceil(batch / (k[:, None] * hi_m[:, None]) - 1e-9) - 1, 0,
+                    max_accum[:, None])
+    if accumulate_alone:
+        alone = ((k[:, None] == 1) & (batch > init[:, None] + 1e-9)
+                 & (max_accum[:, None] >= 1))
+        accum = np.where(alone, np.maximum(accum, 1), accum)
+    # Round the micro-batch up, as Pollux does (a micro-step's fixed overhead favours full
+    # micro-batches: rounding 8 down to 7 costs a tenth of YOLOv3's throughput), but not past
+    # the largest total batch.
+    per_step = k[:, None] * (accum + 1)
+    local = np.minimum(np.ceil(batch / per_step - 1e-9),
+                       np.floor(max_batch[:, None] / per_step + 1e-9))
+    local = np.clip(local, lo_m[:, None], hi_m[:, None])
+    valid = k[:, None] * local * (accum + 1) <= max_batch[:, None]      # (A, G)
+    return feasible, local, accum, valid
+
+
+def _choice(feasible: np.ndarray, local: np.ndarray, accum: np.ndarray, replicas: np.ndarray,
+            best: np.ndarray, scores: np.ndarray) -> BatchChoice:
+    """The :class:`BatchChoice` of candidate ``best`` per allocation (zeros where infeasible)."""
+    rows = np.arange(len(replicas))
+    m = np.where(feasible, local[rows, best], 0.0)
+    s = np.where(feasible, accum[rows, best], 0.0)
+    return BatchChoice(
+        goodput=np.where(feasible, scores, 0.0),
+        local_bsz=m.astype(np.int64),
+        accum_steps=s.astype(np.int64),
+        batch_size=(replicas * m * (s + 1)).astype(np.int64),
+    )
+
+
+def optimize_each(theta: np.ndarray, noise_to_signal: np.ndarray, init_bsz: np.ndarray,
+                  num_nodes: np.ndarray, num_replicas: np.ndarray, max_batch_size: np.ndarray,
+                  min_local_bsz: np.ndarray, max_local_bsz: np.ndarray,
+                  max_accum_steps: np.ndarray, grid_size: int = 48,
+                  accumulate_alone: bool = False) -> BatchChoice:
+    """:meth:`GoodputModel.optimize` of A point models at once, one allocation each: row ``i``
+    is the best batch of the job with parameters ``theta[i]`` (``(A, 7)``, :data:`~perfmodel.
+    throughput.PARAM_NAMES` order), gradient noise ``noise_to_signal[i]`` and initial batch
+    ``init_bsz[i]`` on ``num_replicas[i]`` GPUs of ``num_nodes[i]`` nodes, within its own limits
+    (the remaining arguments, each ``(A,)``). One vectorised evaluation instead of A calls; each
+    row equals that job's own ``optimize`` (posterior-mean goodput of its point model)."""
+    theta = np.asarray(theta, dtype=np.float64)
+    phi = np.asarray(noise_to_signal, dtype=np.float64)
+    nodes = np.asarray(num_nodes, dtype=np.float64)
+    replicas = np.asarray(num_replicas, dtype=np.float64)
+    init = np.asarray(init_bsz, dtype=np.float64)
+    feasible, local, accum, valid = batch_candidates(
+        replicas, init, max_batch_size, min_local_bsz, max_local_bsz, max_accum_steps,
+        grid_size, accumulate_alone)
+    batch = replicas[:, None] * local * (accum + 1)
+    value = (_examples_per_second(theta[:, None, :], nodes[:, None], replicas[:, None], local,
+                                  accum)
+             * efficiency_from_noise(phi[:, None], init[:, None], batch))
+    score = np.where(valid, value, -np.inf)
+    best = np.argmax(score, axis=1)
+    return _choice(feasible, local, accum, replicas, best, score[np.arange(len(best)), best])

@@ -64,7 +64,10 @@ class ThroughputParams:
 
     def as_array(self) -> np.ndarray:
         """The parameters in :data:`PARAM_NAMES` order, shape ``(7,)``."""
-        return np.array(astuple(self), dtype=np.float64)
+        # The fields read directly: dataclasses.astuple deep-copies field by field, and this
+        # runs for every goodput model built.
+        return np.array([self.alpha_c, self.beta_c, self.alpha_n, self.beta_n, self.alpha_r,
+                         self.beta_r, self.gamma], dtype=np.float64)
 
     @classmethod
     def from_array(cls, values: np.ndarray) -> ThroughputParams:
@@ -157,16 +160,37 @@ def predict_throughput(params: ThroughputParams, num_nodes: np.ndarray | int,
             / t_iter)
 
 
+#: How many :func:`single_thread` blocks are open (the process-wide limits are set once, by the
+#: outermost).
+_SINGLE_THREAD_DEPTH = 0
+
+
 @contextmanager
 def single_thread() -> Iterator[None]:
     """Run torch and the BLAS under numpy and scipy on one thread: the arrays here are small, and
     on a busy machine the synchronisation of their worker threads costs several times the work
-    itself (the point fit's L-BFGS-B took 13.6 s instead of 2.9 s on a loaded 2-core machine)."""
+    itself (the point fit's L-BFGS-B took 13.6 s instead of 2.9 s on a loaded 2-core machine).
+
+    The limits are process-wide, so a block inside another changes nothing: it only counts
+    itself (setting them scans the loaded libraries, milliseconds per entry, and a simulation
+    inside one block fits thousands of times)."""
+    global _SINGLE_THREAD_DEPTH
+    if _SINGLE_THREAD_DEPTH:
+        _SINGLE_THREAD_DEPTH += 1
+        try:
+            yield
+        finally:
+            _SINGLE_THREAD_DEPTH -= 1
+        return
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with threadpool_limits(1):
-            yield
+            _SINGLE_THREAD_DEPTH = 1
+            try:
+                yield
+            finally:
+                _SINGLE_THREAD_DEPTH = 0
     finally:
         torch.set_num_threads(threads)
 

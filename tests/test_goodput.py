@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 
-from perfmodel.goodput import GoodputModel
+from perfmodel.goodput import GoodputModel, optimize_each
 from tests.conftest import TRUE_PARAMS
 
 
@@ -79,3 +79,27 @@ def test_a_lone_gpu_accumulates_beyond_the_initial_batch() -> None:
     assert free.batch_size[0] > 64 and free.accum_steps[0] == 0
     assert alone.batch_size[0] > 64 and alone.accum_steps[0] >= 1
     assert alone.goodput[0] <= free.goodput[0]
+
+
+def test_optimize_each_equals_each_models_own_optimize() -> None:
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(60):
+        theta = TRUE_PARAMS.as_array() * rng.lognormal(0.0, 0.8, 7)
+        theta[6] = rng.uniform(1.0, 8.0)   # gamma within its bounds
+        nodes = int(rng.integers(1, 5))
+        gpus = 0 if i % 9 == 0 else nodes * int(rng.integers(1, 5))   # some infeasible rows
+        lo = int(rng.choice([1, 4, 8]))
+        rows.append((theta, float(rng.lognormal(3, 2)), int(rng.choice([32, 64, 128])), nodes,
+                     gpus, int(rng.choice([256, 1024, 4096])), lo, lo * int(rng.integers(1, 64)),
+                     int(rng.integers(0, 16))))
+    for alone in (False, True):
+        columns = [np.array([row[k] for row in rows]) for k in range(9)]
+        each = optimize_each(columns[0], columns[1], columns[2], columns[3], columns[4],
+                             columns[5], columns[6], columns[7], columns[8],
+                             accumulate_alone=alone)
+        for i, (theta, phi, init, nodes, gpus, max_batch, lo, hi, accum) in enumerate(rows):
+            own = GoodputModel.from_noise_to_signal(theta, phi, init).optimize(
+                nodes, gpus, max_batch, (lo, hi), max_accum_steps=accum, accumulate_alone=alone)
+            for field in ("goodput", "local_bsz", "accum_steps", "batch_size"):
+                assert getattr(each, field)[i] == getattr(own, field)[0], (i, field)

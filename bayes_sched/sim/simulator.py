@@ -13,13 +13,14 @@ the law models resources the cluster collects its counters, which policies see i
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import xarray as xr
 
-from bayes_sched.agent import JobAgent
+from bayes_sched.agent import JobAgent, choose_batches
 from bayes_sched.cluster import Allocations, ClusterState, placement_of, validate_allocations
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.errors import InputError
@@ -213,45 +214,60 @@ class SimJob:
         else:
             self.num_restarts += 1
 
-    def run(self, start: float, seconds: float, slowdown: float) -> None:
-        """Simulate ``seconds`` from time ``start`` on the current placement."""
-        if not self.placement or not self.active:
-            return
-        gpus = sum(self.placement)
-        now = start
+    def begin(self, start: float, seconds: float) -> tuple[float, float]:
+        """Start a span of ``seconds`` at time ``start`` on the current placement: the restart
+        delay left is paid first. Returns ``(time, seconds left)`` after it."""
         delay = min(self.restart_left, seconds)
         self.restart_left -= delay
-        self.attained_service += delay * gpus
-        now += delay
-        seconds -= delay
+        self.attained_service += delay * sum(self.placement)
+        return start + delay, seconds - delay
+
+    def stretch(self, now: float, seconds: float, slowdown: float) -> tuple[float, float]:
+        """Train from time ``now`` for ``seconds`` or up to the current epoch's end, whichever
+        comes first, recording the step's measurements with the agent. Returns ``(time, seconds
+        left)``; the agent re-tunes the batch after every stretch (the caller's:
+        :meth:`SimulatedCluster.advance`)."""
         app = self.app
+        gpus = sum(self.placement)
         nodes, replicas = len(self.placement), gpus
-        while seconds > 0 and self.active:
-            batch = replicas * self.local_bsz * (self.accum_steps + 1)
-            step, sync = self.physics.step_time(self.placement, self.local_bsz)
-            sqr, var = app.grad_stats(batch, self.epoch)
-            self.agent.record(nodes, replicas, self.local_bsz, step, sync, sqr, var)
-            scale = batch / app.limits.init_batch_size
-            gain = scale_invariant_gain(sqr, var, scale)
-            rate = gain / seconds_per_step(step, sync, self.accum_steps) * (1.0 - slowdown)
-            epoch_end = app.progress_at_epoch(self.epoch + 1)
-            if self.progress + rate * seconds < epoch_end:
-                self.progress += rate * seconds
-                self.attained_service += seconds * gpus
-                now += seconds
-                seconds = 0.0
-            else:
-                # Whole seconds, as the artifact counts them.
-                delta = min(float(round((epoch_end - self.progress) / rate)), seconds)
-                self.epoch += 1
-                self.progress = epoch_end
-                self.attained_service += delta * gpus
-                now += delta
-                seconds -= delta
-                if self.epoch >= app.max_epochs:
-                    self.completion_time = now
-            # The agent re-tunes at epoch ends and at the end of every round.
-            self.local_bsz, self.accum_steps = self.agent.choose_batch(self.placement)
+        batch = replicas * self.local_bsz * (self.accum_steps + 1)
+        step, sync = self.physics.step_time(self.placement, self.local_bsz)
+        sqr, var = app.grad_stats(batch, self.epoch)
+        self.agent.record(nodes, replicas, self.local_bsz, step, sync, sqr, var)
+        scale = batch / app.limits.init_batch_size
+        gain = scale_invariant_gain(sqr, var, scale)
+        rate = gain / seconds_per_step(step, sync, self.accum_steps) * (1.0 - slowdown)
+        epoch_end = app.progress_at_epoch(self.epoch + 1)
+        if self.progress + rate * seconds < epoch_end:
+            self.progress += rate * seconds
+            self.attained_service += seconds * gpus
+            return now + seconds, 0.0
+        # Whole seconds, as the artifact counts them.
+        delta = min(float(round((epoch_end - self.progress) / rate)), seconds)
+        self.epoch += 1
+        self.progress = epoch_end
+        self.attained_service += delta * gpus
+        now += delta
+        if self.epoch >= app.max_epochs:
+            self.completion_time = now
+        return now, seconds - delta
+
+
+def train(spans: list[tuple[SimJob, float, float, float]]) -> None:
+    """Run each job's span ``(job, time, seconds, slowdown)`` (after :meth:`SimJob.begin`)
+    stretch by stretch: each stretch ends at the span's end or an epoch's, after which the job's
+    agent re-tunes its batch. The jobs' stretches run in lockstep, so that each round of
+    re-tuning is one vectorised call across the jobs (:func:`~bayes_sched.agent.choose_batches`);
+    each job's agent sees what it would see running alone (the agents share nothing)."""
+    spans = [span for span in spans if span[2] > 0]
+    while spans:
+        stepped = [(job, *job.stretch(now, seconds, slowdown), slowdown)
+                   for job, now, seconds, slowdown in spans]
+        chosen = choose_batches([span[0].agent for span in stepped],
+                                [span[0].placement for span in stepped])
+        for (job, *_), (local_bsz, accum_steps) in zip(stepped, chosen, strict=True):
+            job.local_bsz, job.accum_steps = local_bsz, accum_steps
+        spans = [span for span in stepped if span[2] > 0 and span[0].active]
 
 
 class GpuTimeline:
@@ -336,6 +352,15 @@ class SimulatedCluster:
         self._counters: list[xr.Dataset] = []
         self._counter_window: xr.Dataset | None = None
         self._counter_rng = np.random.default_rng(config.seed)
+        # The submitted, unfinished jobs (workload indices, ascending) as of ``_live_at``, so a
+        # round walks those instead of the whole workload: jobs in order of submission, and how
+        # many of them have been admitted.
+        self._job_list = list(self.jobs.values())
+        self._by_submit = sorted(range(len(self._job_list)),
+                                 key=lambda i: self._job_list[i].spec.submit_time)
+        self._admitted = 0
+        self._live: list[int] = []
+        self._live_at = -np.inf
 
     @property
     def refit_count(self) -> int:
@@ -348,13 +373,23 @@ class SimulatedCluster:
         return ClusterState(spec=self.config.cluster, now=self._now,
                             counters=self._counter_window)
 
+    def _live_jobs(self) -> list[int]:
+        """Workload indices (ascending) of the jobs submitted by now and unfinished."""
+        if self._live_at != self._now:
+            jobs, order = self._job_list, self._by_submit
+            while (self._admitted < len(order)
+                   and jobs[order[self._admitted]].spec.submit_time <= self._now):
+                bisect.insort(self._live, order[self._admitted])
+                self._admitted += 1
+            self._live = [i for i in self._live if jobs[i].active]
+            self._live_at = self._now
+        return self._live
+
     def job_views(self) -> list[JobView]:
         """The active jobs' reports: their own measurements, fits and progress in epochs against
         the epochs their users asked for; never the physics behind them."""
         views = []
-        for job in self.jobs.values():
-            if job.spec.submit_time > self._now or not job.active:
-                continue
+        for job in (self._job_list[i] for i in self._live_jobs()):
             agent = job.agent
             agent.clock = self._now
             views.append(JobView(
@@ -375,8 +410,7 @@ class SimulatedCluster:
         return {name: counts.copy() for name, counts in self._allocations.items()}
 
     def apply(self, allocations: Mapping[str, np.ndarray]) -> None:
-        active = [n for n, j in self.jobs.items()
-                  if j.active and j.spec.submit_time <= self._now]
+        active = [self._job_list[i].spec.name for i in self._live_jobs()]
         new = validate_allocations(allocations, self.state, active)
         empty = np.zeros(self.config.num_nodes, dtype=np.int64)
         # Only jobs holding GPUs before or after can change (in workload order, as before).
@@ -396,13 +430,17 @@ class SimulatedCluster:
         gpus = np.zeros(len(self.jobs), dtype=np.int64)
         node_gpus = np.zeros(self.config.num_nodes, dtype=np.int64)
         # Jobs the round is for: submitted by its start and unfinished (those ending in it too).
-        self.timeline_active.append(sum(1 for j in self.jobs.values()
-                                        if j.active and j.spec.submit_time <= self._now))
-        for i, (name, job) in enumerate(self.jobs.items()):
-            if job.active and job.placement:
+        live = self._live_jobs()
+        self.timeline_active.append(len(live))
+        spans = []
+        for i in live:  # only live jobs hold GPUs
+            job = self._job_list[i]
+            if job.placement:
                 gpus[i] = sum(job.placement)
                 node_gpus += job.counts
-            job.run(self._now, seconds, slowdown.get(name, 0.0))
+                spans.append((job, *job.begin(self._now, seconds),
+                              slowdown.get(job.spec.name, 0.0)))
+        train(spans)
         emit = getattr(self.config.hidden, "counters", None)
         if emit is not None:
             self._counters.append(emit(self._now, seconds, self.config.num_nodes,
@@ -421,7 +459,7 @@ class SimulatedCluster:
         return self._timeline_gpus.dense()
 
     def done(self) -> bool:
-        return (all(not job.active for job in self.jobs.values())
+        return ((self._admitted == len(self._job_list) and not self._live_jobs())
                 or self._now >= self.config.max_time)
 
     # --- helpers ---------------------------------------------------------------------------------
