@@ -41,7 +41,7 @@ class JobAgent:
         settings: fixed batch size (``None`` tunes it) and replica cap.
         min_refit_interval: seconds of job time between refits of the throughput model once it
             exists; a refit also needs a measurement of a new ``(nodes, replicas)`` shape, or of a
-            new micro-batch while only one was seen. The L-BFGS fit costs 5-300 ms, and
+            new micro-batch while only one was seen. Each L-BFGS fit costs milliseconds, and
             Pollux's agent refitting at every new ``m`` dominated the artifact's run time.
         gpu_type: the GPU type the job runs on.
     """

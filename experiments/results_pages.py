@@ -57,7 +57,8 @@ def _record_section(record: dict[str, Any]) -> list[str]:
     machine = record["machine"]
     cpu = "not recorded" if record["cpu_s"] is None else f"{record['cpu_s']:g} s"
     where = "not recorded" if machine is None else f"{machine['cpu']}, {machine['cores']} cores"
-    facts = [f"- command: `{record['command']}`",
+    command = "not stated" if record["command"] is None else f"`{record['command']}`"
+    facts = [f"- command: {command}",
              f"- commit: {short}; date: {record['date']}; load average at start: "
              f"{_load(record['load'])}",
              f"- CPU time: {cpu}; machine: {where}; source: {record['source']}"]

@@ -10,7 +10,8 @@ A results file is one JSON object::
 
     {"benchmark": "bench_pop",            # the script's stem
      "records": [                          # appended in run order; pages show newest first
-       {"command": "python experiments/bench_pop.py --parts gap",   # as run, less --record
+       {"command": "python experiments/bench_pop.py --parts gap",   # as run, less --record;
+                                           #   null when a transcribed figure stated none
         "commit": "3431958...",            # HEAD of the checkout that ran it (null: no git)
         "dirty": false,                    # uncommitted changes outside experiments/results/
         "date": "2026-12-06T05:22:34Z",    # UTC, ISO 8601
@@ -179,8 +180,8 @@ def _check_date(value: Any) -> bool:
 
 #: Record field -> (check, what is expected); every field is required (null where allowed).
 _FIELDS: dict[str, tuple[Any, str]] = {
-    "command": (lambda v: isinstance(v, str) and v.startswith("python "),
-                "the command as run, starting 'python '"),
+    "command": (lambda v: v is None or (isinstance(v, str) and v.startswith("python ")),
+                "the command as run, starting 'python ' (null: a transcribed one not stated)"),
     "commit": (lambda v: v is None or (isinstance(v, str) and 7 <= len(v) <= 40
                                        and all(c in "0123456789abcdef" for c in v)),
                "a git commit (7-40 hex digits) or null"),

@@ -161,7 +161,7 @@ def predict_throughput(params: ThroughputParams, num_nodes: np.ndarray | int,
 def single_thread() -> Iterator[None]:
     """Run torch and the BLAS under numpy and scipy on one thread: the arrays here are small, and
     on a busy machine the synchronisation of their worker threads costs several times the work
-    itself (the point fit's L-BFGS-B took 13.6 s instead of 2.9 s on a loaded 2-core machine)."""
+    itself."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

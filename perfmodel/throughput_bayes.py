@@ -85,7 +85,7 @@ _NOISE_PRIOR_SCALE = 0.3
 #: Log-scale spread of the prior on how much more a multi-GPU class scatters than one GPU.
 _RATIO_PRIOR_SCALE = 0.7
 #: Default prior spread of the multi-GPU compute shifts (sites :data:`SHIFT_NAMES`, log factors):
-#: some tens of percent either way (shipped profiles: medians -6% to +12%).
+#: some tens of percent either way (the shipped profiles' medians lie well inside it).
 _SHIFT_PRIOR_SCALE = 0.2
 #: Above this PSIS k-hat an SVI guide is not a usable posterior (Vehtari et al., 2015-2024).
 PARETO_K_USABLE = 0.7
@@ -196,11 +196,11 @@ class StepTimePrior:
         facing the wide default prior.
 
         Why Student-t and gamma: with the normal predictive (which takes the references' spread
-        as known) and ``gamma`` left uniform on [1, 10], cold starts of the shipped models
-        (1-GPU rows only) covered 96-100% of five models' multi-GPU steps with 90% intervals
-        (too wide: the uniform ``gamma`` alone spans a factor 2 in the step time of a
-        configuration whose all-reduce takes as long as its compute) and 13% / 55% of ncf's (a
-        reference spread taken as known from five models is too sure of itself).
+        as known) and ``gamma`` left uniform on [1, 10], the 90% intervals of cold starts of the
+        shipped models (1-GPU rows only) were too wide for five models (the uniform ``gamma``
+        alone spans a factor 2 in the step time of a configuration whose all-reduce takes as
+        long as its compute) and far too narrow for ncf (a reference spread taken as known from
+        five models is too sure of itself). Measured coverage: docs/results/bench_perfmodel.md.
         """
         if len(reference) < 2:
             raise ValueError("a population prior needs at least two reference models")
@@ -654,14 +654,14 @@ def _initial_values(profile: StepTimeProfile, point: ThroughputParams, prior: St
 #: Bins and half-width (in scale units of the guide's base) of the guide's per-coordinate monotone
 #: spline; outside the half-width the spline is the identity. Wide, because a posterior piled
 #: against a bound of its prior (``gamma`` near 1, a slope near 0) has in unconstrained space an
-#: exponential tail that the spline must bend far out (yolov3: the heaviest importance weights
-#: lay at ``gamma``'s coordinate 2-5 scales below the mode; half-width 4 gave k-hat 0.52-0.73
-#: over seeds 0-2, 8 gave 0.45-0.57).
+#: exponential tail that the spline must bend far out (on yolov3 the heaviest importance weights
+#: lay several scales below the mode, and half-width 8 gave lower k-hat than 4; measured
+#: figures: docs/results/bench_perfmodel.md).
 GUIDE_SPLINE_BINS = 8
 GUIDE_SPLINE_BOUND = 8.0
 #: Degrees of freedom of the guide's base distribution (Student-t per whitened coordinate): an
 #: importance proposal must have tails no lighter than the target's, and those exponential tails
-#: outgrow any Gaussian's (a Gaussian base: yolov3 k-hat 0.89, imagenet up to 1.0 over seeds).
+#: outgrow any Gaussian's (a Gaussian base left yolov3's and imagenet's k-hat near or above 0.7).
 GUIDE_BASE_DF = 10.0
 
 
@@ -696,8 +696,8 @@ class NetworkCoordinates:
 
     Why: the data pin the time at the measured replica counts, so a smaller ``beta`` is traded
     for a larger ``alpha`` along a curve in ``(log alpha, log beta)`` that no affine guide
-    follows (on cifar10 the PSIS-weighted standard deviation of ``log beta_r`` was 1.85x the
-    guide's, and 3x the SVI steps did not change it); in these coordinates the curve is a line.
+    follows (on cifar10 the PSIS-weighted standard deviation of ``log beta_r`` was well above the
+    guide's, and more SVI steps did not change it); in these coordinates the curve is a line.
     The map has unit Jacobian (``d(log alpha, log beta) / d(time, share)`` has determinant
     ``(1 - s) + s = 1`` with ``s`` the share's sigmoid), so densities carry over unchanged.
     """
@@ -814,8 +814,8 @@ def _svi_spline_gaussian(data: StepTimeData, prior: StepTimePrior,
     # cannot inform then start as wide as their prior instead of having to grow there by SVI.
     # The mode, not the point fit: the point fit minimises another objective and knows nothing
     # of the noise sites, so the Laplace approximation there is far off (on bert its noise
-    # scale and degrees of freedom sat 9-17 posterior standard deviations from the mode, PSIS
-    # k-hat 24.7), and 500 Adam steps did not recover (k-hat 1.22; from the mode: 0.68).
+    # scale and degrees of freedom sat many posterior standard deviations from the mode), and
+    # Adam steps from there did not recover (figures: docs/results/bench_perfmodel.md).
     mode = posterior_mode(log_density, coordinates.from_unconstrained(
         torch.stack([params[n].detach() for n in names])))
     start = _laplace_scale_tril(log_density, mode)
@@ -882,14 +882,14 @@ def _svi_spline_gaussian(data: StepTimeData, prior: StepTimePrior,
 
 #: Draws of the PSIS check and of the moment matching: Vehtari et al. (2024) need at least
 #: ``10 ** (1 / (1 - k))`` draws (2,155 at k = 0.7) for k-hat itself to be reliable near the
-#: threshold; at 1,000 draws the k-hat of one cifar10 guide ranged 0.19-0.84 over 16 batches of
-#: fresh draws (0.66-0.84 over 4 batches of 4,000; 0.78 on 16,000). Each draw costs a model
-#: evaluation on every row.
+#: threshold; at 1,000 draws the k-hat of one guide scattered across the threshold from one batch
+#: of fresh draws to the next (measured: docs/results/bench_perfmodel.md). Each draw costs a
+#: model evaluation on every row.
 PSIS_DRAWS = 4000
 #: Rounds of moment matching (each tries a shift of the mean, then of the scales, then of the
 #: covariance, and keeps the first that lowers k-hat; Paananen et al. 2021). Later rounds chase
-#: the noise of the draws they are scored on: on deepspeech2 (seed 1) rounds 1-3 took k-hat from
-#: 0.54 to 0.40 and rounds 4-10 to 0.28 on those draws, but 0.44-0.59 on fresh ones.
+#: the noise of the draws they are scored on: on deepspeech2 rounds past the third lowered k-hat
+#: on those draws but not on fresh ones.
 MOMENT_MATCH_ROUNDS = 3
 
 
@@ -905,10 +905,8 @@ def adapt_proposal(base: dist.Distribution, spline: Spline, loc: torch.Tensor,
     same family of guide.
 
     Why: the ELBO is mode-seeking, so its optimum is narrower than the posterior wherever the
-    guide cannot follow the posterior's shape, and more SVI steps do not change that (cifar10,
-    seed 0, before :class:`NetworkCoordinates`: k-hat 0.78 after 500 steps, 0.80 after 1,500, on
-    16,000 fresh draws). In network coordinates, k-hat on 8,000 fresh draws: cifar10 seed 0 0.68
-    without matching, 0.47 with; deepspeech2 seed 1 0.67 and 0.59.
+    guide cannot follow the posterior's shape, and more SVI steps do not change that; the
+    adaptation lowers k-hat on fresh draws (cifar10, deepspeech2: docs/results/bench_perfmodel.md).
     """
     q = spline_guide(base, spline, loc, scale_tril)
     z = q.sample((PSIS_DRAWS,))

@@ -83,7 +83,7 @@ class ThroughputFitter:
 
     A refit needs a measurement of a new ``(nodes, replicas)`` shape, or of a new micro-batch while
     fewer than two were seen (or any new micro-batch with ``refit_on_new_bsz``), and, once a fit
-    exists, ``min_refit_interval`` seconds since the last one (the L-BFGS fit costs 5-300 ms).
+    exists, ``min_refit_interval`` seconds since the last one (each L-BFGS fit costs milliseconds).
 
     Args:
         name: the job's name (labels the profile).
