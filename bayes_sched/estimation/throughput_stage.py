@@ -58,9 +58,9 @@ from bayes_sched.jobs import JobView
 LOG = logging.getLogger(__name__)
 
 #: The policies' default ``refit_growth`` (see :class:`ThroughputEstimator`): a cell already
-#: fitted makes a refit due once its reported seconds double. On Gavel's window (jobs 4000-4999,
-#: max-min fairness, our learner) refitting at every report (1) gave the same average JCT (ratio
-#: to the table 0.994 at 2.0 jobs/h either way) at ~1.2x this rule's decision time.
+#: fitted makes a refit due once its reported seconds double. Refitting at every report (1) cost
+#: more decision time for the same average JCT on Gavel's window (docs/results/
+#: bench_uncertainty.md).
 REFIT_GROWTH = 2.0
 
 
