@@ -67,6 +67,10 @@ def _record_section(record: dict[str, Any]) -> list[str]:
     lines = [f"## {record['date'][:16].replace('T', ' ')} UTC, commit "
              f"{'unknown' if commit is None else commit[:7]}", "", *facts, ""]
     for table in record["tables"]:
+        if "text" in table:
+            lines += ([f"**{table['title']}**", ""] if table["title"] else [])
+            lines += ["```text", table["text"].rstrip(), "```", ""]
+            continue
         columns = list(dict.fromkeys(c for row in table["rows"] for c in row))
         rows = [{c: row.get(c) for c in columns} for row in table["rows"]]
         if table["title"]:

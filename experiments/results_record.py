@@ -24,8 +24,11 @@ A results file is one JSON object::
         "tables": [{"title": "decision", "rows": [{"gpus": 256, "exact_cpu_s": 1.9}]}]}]}
 
 Rows are flat objects of strings, numbers, booleans or null; column names carry their units
-(``_s``, ``_h``, ``_pct``, ``_x`` for a ratio). Transcribed records are figures that used to sit
-in docstrings: their commit is the one that last wrote those lines and their date that commit's.
+(``_s``, ``_h``, ``_pct``, ``_x`` for a ratio). A transcribed table may instead be ``{"title",
+"text"}``: the docstring's figures verbatim (aligned columns, the prose that read them), shown as
+preformatted text, where the old layout does not map onto one row per line. Transcribed records
+are figures that used to sit in docstrings: their commit is the one that last wrote those lines
+and their date that commit's.
 
 :func:`load_results` checks a file against this format and raises :class:`ResultsFormatError`
 whose message is one line naming the file and the field.
@@ -203,6 +206,11 @@ def _check_tables(path: Path, where: str, tables: list[Any]) -> None:
         here = f"{where}.tables[{t}]"
         if not isinstance(table, dict) or not isinstance(table.get("title"), str):
             raise _fail(path, f"{here}.title", "a string")
+        if "text" in table:
+            if set(table) != {"title", "text"} or not isinstance(table["text"], str) \
+                    or not table["text"].strip():
+                raise _fail(path, f"{here}.text", "non-empty text and no rows")
+            continue
         rows = table.get("rows")
         if not isinstance(rows, list) or not rows:
             raise _fail(path, f"{here}.rows", "a non-empty list of row objects")
