@@ -16,27 +16,7 @@ and the feasibility LP at Gavel's horizon, whose answer is the allocation), CPU 
 the optimum's gap to CLARABEL's, and the L1 distance of the entries from CLARABEL's (where the
 optimum is not unique, the solver chooses the allocation).
 
-Measured (``--packed``, 100 jobs, 5 repeats, load ~17, CPU ms median; session 11):
-
-    program                          entries  CLARABEL  HIGHS  ECOS   entries L1 from CLARABEL
-    FTF (SOCP)                       4,760    90-92     -      67-69  ECOS 6.4 (gap 7e-10)
-    min total duration, horizon LP   4,760    64-68     33-38  44-45  HiGHS 84, ECOS 8 (gap 2e-9)
-    min total duration, feasibility  4,760    40-47     32     -      HiGHS 83 (a vertex)
-
-(the jobs' times sum to ~100: ECOS's FTF answer is another point of the optimal face, which
-moves FTF's rows; session 10's note.)
-
-The issue's 50 ms per decision is out of reach for packed FTF and min total duration with
-these solvers at this size: FTF's one cone program takes 67-90 ms to solve, min total
-duration needs two LPs (at least 33 + 32 ms by HiGHS). HiGHS on the horizon LP alone (only its
-value is read) was tried and dropped: in a run (multi-GPU, 2.6 jobs/h, seed 0, jobs 0-9) it
-returned a 6.6 % longer shortest horizon than CLARABEL's at one of 329 recomputations
-(632,982 s against 593,805 s; the objective, s = 1 / horizon, is ~1.6e-6, inside HiGHS's
-tolerances), which changed the JCTs. Since session 17 the horizon program is stated in units
-of the longest standalone job (``min_total_duration.standalone_seconds``): on that recompute and
-the 243 others of packed min total duration's first 150 h, HiGHS and CLARABEL agree within
-3.5e-9 (``tests/test_gavel_fairness.py`` holds the recompute); the two LPs still take at least
-33 + 32 ms by HiGHS at this size, so the 50 ms row stays out of reach.
+Measured figures (each run's command, commit, date and load): docs/results/bench_gavel_lp.md.
 """
 
 from __future__ import annotations

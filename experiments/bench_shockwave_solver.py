@@ -10,18 +10,7 @@ programs and is not a candidate.
 
     python experiments/bench_shockwave_solver.py [--rounds 10 20 30 40 50 60] [--solvers HIGHS SCIP]
 
-Measured before the plans were deterministic (``--rounds 20 30 40 50 60``, 48-109 active jobs,
-load ~15; SOS2 log utility, 15 s wall-clock cap): seconds per plan, HiGHS 7.3 median (6.1-9.0),
-SCIP 5.8 median (5.7-10.7); the relaxed program ran into the 15 s cap in most plans.
-
-Now (the log utility as its hypograph, no SOS2 binaries; HiGHS on one thread, node limit, fixed
-seed, no wall-clock cap): every program of the states sampled solves at 0-1 branch-and-bound
-nodes. A copy of the policy re-planning the states of rounds 20 / 40 / 60 (48 / 104 / 100 jobs,
-load ~12): 0.63 / 4.42 / 2.36 s wall, 0.14 / 1.11 / 0.51 s CPU; over every plan of the first 40
-rounds of a run (43 plans): median 1.43 s wall; over a whole run (192 rounds,
-``experiments/shockwave_fidelity.py --policies shockwave``, load 17-21): median 1.96 s wall. So
-the target (<= 2 s median at 32 GPUs) is met at these loads, on wall time that is mostly waiting
-for a core (CPU per plan is about a quarter of it).
+Measured figures (each run's command, commit, date and load): docs/results/bench_shockwave_solver.md.
 """
 
 from __future__ import annotations

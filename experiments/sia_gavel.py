@@ -21,27 +21,7 @@ Sia's paper reports gains over Gavel on its own traces and its own clusters (not
 script measures Sia in Gavel's setting, where jobs are rigid (fixed GPU count and batch), so Sia's
 only choice is the GPU type and whether a job runs this round.
 
-Measured (seed 0, 2.0 jobs/h, one run per policy to jobs 4000-4999; Sia with HiGHS, the LPs with
-CLARABEL; other windows by ``--summarize`` from the same runs; shared 2-core machine, load 14-25):
-
-    window      policy                 avg JCT h  median h  last done h  restarts/job
-    4000-4999   sia                      17.23      4.18       2700          2.54
-                max_min_fairness_perf    20.42      4.88       2990         85.77
-                max_min_fairness (LAS)   26.97      6.66       2962        215.3
-    1000-1999   sia / Gavel / LAS        17.32 / 19.15 / 26.22
-    2000-2999   sia / Gavel / LAS        14.70 / 15.95 / 22.37
-    3000-3999   sia / Gavel / LAS        16.11 / 18.12 / 24.53
-
-    decision ms per round (wall, median / p95): sia 72.5 / 387, Gavel 1.9 / 151, LAS 22.0 / 174
-    (Gavel's LPs are re-solved only when the job set changes; Sia solves its ILP every round).
-    Utilisation K80 / P100 / V100: sia 0.22 / 0.69 / 0.95, Gavel 0.34 / 0.78 / 0.99.
-
-Sia's average JCT is 16 % below Gavel's on jobs 4000-4999 (8-11 % on the earlier windows) with 2.5
-restarts per job against Gavel's 86: the cluster is rarely saturated at this rate (a job waits
-0.05 h for its first GPUs under Sia), so Sia gives nearly every job its fastest type for which
-there is room and keeps it there, where Gavel's max-min fairness time-slices every job over all
-three types. Restarts are free in this world (as in Gavel's simulator), so Gavel pays nothing for
-its 86; Sia's own gains come mostly from adaptive jobs (batch size and GPU count), absent here.
+Measured figures (each run's command, commit, date and load): docs/results/sia_gavel.md.
 """
 
 from __future__ import annotations
