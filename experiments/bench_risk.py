@@ -10,13 +10,7 @@ they are.
     python experiments/bench_risk.py                                 # workloads 1-8, 30 jobs each
     python experiments/bench_risk.py --workloads workload-1 --max-jobs 160 --risks 0.1 0.3
 
-Last measured (``--max-jobs 10 --svi-steps 100 --draws 32``, workloads 1-8, a loaded shared 2-core
-machine): risk 0.1 / point-fit average JCT 2.15, 5.71, 2.00, 1.82, 1.51, 1.83, 1.68, 1.46 (mean
-2.27): worse on every workload. The posterior keeps network terms no measurement informs as wide as
-their prior, so the 10 % quantile of goodput on GPU counts a job never ran on is low and jobs stay
-small, never measuring the larger allocations that would narrow it; the point fit is optimistic
-there by design (:func:`perfmodel.throughput.pinned_parameters`). Risk aversion without an
-exploration term does not pay here.
+Measured figures (each run's command, commit, date and load): docs/results/bench_risk.md.
 """
 
 from __future__ import annotations
