@@ -166,7 +166,7 @@ class JobAgent:
                 batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)
             return split_batch(batch, replicas, limits)
         # The choice is a function of the model and the shape: a job keeps its model for many
-        # reallocations (one optimisation ~1 ms; the 960-job trace made ~5,000 of them).
+        # reallocations, and the optimisation would otherwise run at every one of them.
         if self._choices_key != self._model_key:
             self._choices, self._choices_key = {}, self._model_key
         cached = self._choices.get((nodes, replicas))

@@ -61,7 +61,7 @@ def fit_measurements(name: str, observations: Sequence[Observation]) -> Throughp
     The fit is a deterministic function of the measurements, and jobs of one application measured
     at the same configurations report the same step times, so equal measurements share one fit
     (remembered in a bounded table): the same parameters, at a lookup's cost instead of an L-BFGS
-    run's (5-300 ms).
+    run's.
     """
     key = tuple((o.num_nodes, o.num_replicas, o.local_bsz, o.accum_steps, o.step_time,
                  o.sync_time) for o in observations)
