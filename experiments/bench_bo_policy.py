@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
@@ -44,6 +45,9 @@ from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, run_simulation
 from bayes_sched.sim.laws import make_hidden
 from bayes_sched.sim.laws.contention import ContentionLaw
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 VARIANTS = ("pollux", "pollux-blind", "pollux-seed1", "bo")
 
@@ -155,6 +159,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--report", type=Path, default=Path("bo-report"))
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     tasks = [(f"workload-{w}", i, h, v, args.max_jobs, seed) for w in args.workloads
              for seed in args.seeds
@@ -249,6 +254,11 @@ def main() -> None:
               "```", bo[["workload", "seed", "interference", "hidden", *extra]].to_string(index=False),
               "```"]
     (args.report / "report.md").write_text("\n".join(lines) + "\n")
+    if args.record:
+        record_results(__file__, {
+            "runs": table[shown].to_dict("records"),
+            "bo's surrogate": bo[["workload", "seed", "interference", "hidden", *extra]]
+            .to_dict("records")})
 
 
 if __name__ == "__main__":

@@ -17,11 +17,16 @@ Measured figures (each run's command, commit, date and load): docs/results/bench
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import replace
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def main() -> None:
@@ -44,6 +49,7 @@ def main() -> None:
                         choices=list(TABLE_WORLD_POLICIES))
     parser.add_argument("--pair-split", choices=["even", "intervals"], default="even",
                         help="max_min_fairness_packed's pair_split")
+    add_record_flag(parser)
     args = parser.parse_args()
     spec = replace(load_cluster_spec(args.cluster), round_interval=360.0)
     table = load_gavel_throughputs()
@@ -72,6 +78,8 @@ def main() -> None:
                          "failures": int(policy.stats()["solver_failures"])})
             print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     print_table(rows, title=f"decision time (allocation recomputed), {args.cluster}")
+    if args.record:
+        record_results(__file__, {f"decision time, {args.cluster}": rows})
 
 
 if __name__ == "__main__":

@@ -23,9 +23,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def main() -> None:
@@ -43,9 +49,12 @@ def main() -> None:
     parser.add_argument("--cluster", default="v100:36,p100:36,k80:36")
     parser.add_argument("--packed", action="store_true",
                         help="the packed FTF and min-total-duration programs per solver")
+    add_record_flag(parser)
     args = parser.parse_args()
     if args.packed:
-        packed_rows(args.jobs, args.repeats, args.cluster)
+        rows = packed_rows(args.jobs, args.repeats, args.cluster)
+        if args.record:
+            record_results(__file__, {f"packed programs per solver, {args.cluster}": rows})
         return
     table = load_gavel_throughputs()
     spec = load_cluster_spec(args.cluster)
@@ -93,6 +102,8 @@ def main() -> None:
                 gap = abs(objective["HIGHS"] - objective["CLARABEL"]) / abs(objective["HIGHS"])
                 rows[-1]["objective_gap"] = rows[-2]["objective_gap"] = gap
     print_table(rows, title=f"LP solve time per allocation, {args.cluster}")
+    if args.record:
+        record_results(__file__, {f"LP solve time per allocation, {args.cluster}": rows})
 
 
 def _solve_ecos(program) -> np.ndarray | None:  # noqa: ANN001 -- a ConicProgram
@@ -130,7 +141,7 @@ def _solve_ecos(program) -> np.ndarray | None:  # noqa: ANN001 -- a ConicProgram
     return None if answer["info"]["exitFlag"] != 0 else np.asarray(answer["x"])
 
 
-def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> None:
+def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> list[dict[str, Any]]:
     from dataclasses import replace
     from itertools import islice
 
@@ -202,6 +213,7 @@ def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> None:
                                  - base[:program.num_entries]).sum()), 3)})
                 print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     print_table(rows, title=f"packed programs per solver, {cluster_text}")
+    return rows
 
 
 if __name__ == "__main__":

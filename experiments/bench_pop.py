@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -50,6 +51,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 LP_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
                "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
@@ -374,6 +378,7 @@ def main() -> None:
     parser.add_argument("--jct-rate", type=float, default=2.6)
     parser.add_argument("--jct-partitions", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     if not all(0 < g <= 16384 for g in args.sizes) or not 0 < args.gap_gpus <= 16384:
         parser.error("--sizes/--gap-gpus: expected GPUs in 1..16384")
@@ -397,6 +402,8 @@ def main() -> None:
     with threadpool_limits(1):
         for part in args.parts:
             out[part] = parts[part]()
+    if args.record:
+        record_results(__file__, {part: rows for part, rows in out.items() if rows})
     if args.json:
         print(json.dumps(out))
         return

@@ -27,9 +27,14 @@ Measured figures (each run's command, commit, date and load): docs/results/bench
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 PROGRESS_PCT = (25, 50, 75)
 QUANTILE = 0.9
@@ -56,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", default="tacc_120", choices=list(shipped_shockwave_traces()))
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     table = load_shockwave_throughputs()
     spec = replace(load_cluster_spec("v100:32"), round_interval=120.0)
@@ -113,6 +119,8 @@ def main() -> None:
             for (mode, name, percent), e in sorted(errors.items())]
     print_table(rows, title=f"remaining seconds, trace {args.trace} (jobs whose batch changes; "
                             "errors against the run's truth)", as_json=args.json)
+    if args.record:
+        record_results(__file__, {f"remaining seconds, trace {args.trace}": rows})
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bayes_sched.policies import PolluxPolicy  # noqa: E402
 from bayes_sched.sim import SimConfig, run_simulation  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 WORKLOADS = [f"workload-{i}" for i in range(1, 9)]
 
@@ -56,6 +57,7 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=64)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     tasks = [(w, r, args.max_jobs, args.svi_steps, args.draws)
              for w in args.workloads for r in [None, *args.risks]]
@@ -72,6 +74,8 @@ def main() -> int:
         rows.append(mean)
     print_table(rows, title=f"Pollux by goodput quantile vs point fit (first {args.max_jobs} jobs)",
                 as_json=args.json)
+    if args.record:
+        record_results(__file__, {f"goodput quantile vs point fit, first {args.max_jobs} jobs": rows})
     return 0
 
 

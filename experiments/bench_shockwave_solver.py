@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def main() -> None:
@@ -41,6 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, nargs="+", default=[10, 20, 30, 40, 50, 60])
     parser.add_argument("--solvers", nargs="+", default=["HIGHS", "SCIP"])
+    add_record_flag(parser)
     args = parser.parse_args()
     solvers = [s for s in args.solvers if s in cp.installed_solvers()]
     for missing in sorted(set(args.solvers) - set(solvers)):
@@ -84,12 +90,14 @@ def main() -> None:
                          table=table, cluster_type=ShockwaveCluster,
                          max_time=120.0 * max(args.rounds), on_round=sample)
     print_table(rows, title="Shockwave plan on tacc_120 states: seconds per solver")
-    print_table([{"solver": s, "plans": len(v), "median_s": round(float(np.median(v)), 3),
-                  "max_s": round(float(np.max(v)), 3),
-                  "median_cpu_s": round(float(np.median(cpu_seconds[s])), 3)}
-                 for s, v in seconds.items() if v],
-                title=f"Seconds per plan (32 GPUs, 20 future rounds, {policy.max_nodes} nodes "
-                      "at most, gap 1e-3)")
+    summary = [{"solver": s, "plans": len(v), "median_s": round(float(np.median(v)), 3),
+                "max_s": round(float(np.max(v)), 3),
+                "median_cpu_s": round(float(np.median(cpu_seconds[s])), 3)}
+               for s, v in seconds.items() if v]
+    print_table(summary, title=f"Seconds per plan (32 GPUs, 20 future rounds, {policy.max_nodes} "
+                               "nodes at most, gap 1e-3)")
+    if args.record:
+        record_results(__file__, {"per sampled round": rows, "per solver": summary})
 
 
 if __name__ == "__main__":

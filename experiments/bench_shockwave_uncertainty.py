@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -48,6 +49,9 @@ from typing import Any
 import numpy as np
 
 from bayes_sched.worlds import SHOCKWAVE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 POLICIES = ("shockwave", "max_min_fairness_perf")
 SOURCES = ("table", "bayes", "gavel", "sia", "agnostic")
@@ -188,6 +192,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true",
                         help="skip the runs already in --out")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     if args.resume and args.out is not None and args.out.exists():
@@ -206,6 +211,8 @@ def main() -> None:
                 print(" ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}"
                                for k, v in row.items()), flush=True)
     summary = ratios(rows, args.seeds)
+    if args.record:
+        record_results(__file__, {"runs": rows, "ratio to the oracle": summary})
     if args.json:
         print(json.dumps({"runs": rows, "ratios_to_oracle": summary}))
         return

@@ -55,6 +55,7 @@ from bayes_sched.policies import POLICIES, make_policy  # noqa: E402
 from bayes_sched.sim import read_workload, run_simulation  # noqa: E402
 from bayes_sched.sim.physics import APPLICATION_NAMES, get_application  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 if TYPE_CHECKING:
     from bayes_sched.sim.table_cluster import TableCluster
@@ -333,7 +334,9 @@ def main() -> int:
     parser.add_argument("--no-compare", action="store_true",
                         help="part 4: time the policy's own solves only, no other solver")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
+    tables: dict[str, list[dict[str, Any]]] = {}
     if not args.skip_workload:
         if args.from_report:
             rows = json.loads((args.from_report / "summary.json").read_text())
@@ -343,14 +346,18 @@ def main() -> int:
             total = sum(row["wall_s"] for row in rows)
             print_table(rows, title=f"wall time per run (sum {total:.0f} s of CPU)",
                         as_json=args.json)
+            tables["wall time per run"] = rows
         else:
-            print_table(workload_rows(args.workload, args.policies),
+            tables[f"one full workload ({args.workload})"] = workload_rows(args.workload,
+                                                                         args.policies)
+            print_table(tables[f"one full workload ({args.workload})"],
                         title=f"one full workload ({args.workload}, 64 GPUs)", as_json=args.json)
     if not args.skip_scale:
         with threadpool_limits(1):
             rows = scale_rows(args.scale_jobs, args.scale_nodes, 4, args.rounds, args.seed,
                               args.policies)
         print_table(rows, title="scale: decision time per round", as_json=args.json)
+        tables["scale: decision time per round"] = rows
     if args.gavel_runs:
         from bayes_sched.errors import InputError
         from bayes_sched.worlds import TABLE_WORLD_POLICIES
@@ -371,6 +378,9 @@ def main() -> int:
                                 f"jobs 0-{args.gavel_jobs - 1}, arrivals "
                                 f"{args.gavel_arrivals}): CPU seconds per policy",
                     as_json=args.json)
+        tables["continuous Gavel runs: CPU seconds per policy"] = rows
+    if args.record and tables:
+        record_results(__file__, tables)
     return 0
 
 

@@ -28,10 +28,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 POLICIES = ("astraea", "fifo", "fifo+quota", "tiresias", "tiresias+quota",
             "finish_time_fairness", "finish_time_fairness@oracle", "gandiva_fair",
@@ -79,6 +84,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     spec = cluster()
     runs: dict[str, list[dict[str, float]]] = {p: [] for p in args.policies}
@@ -86,6 +92,11 @@ def main() -> None:
         jobs = generate_tenant_jobs(args.jobs, seed=seed)
         for name in args.policies:
             runs[name].append(one_run(name, jobs, spec))
+    if args.record:
+        record_results(__file__, {"per run": [{"policy": name, "seed": seed, **row}
+                                              for name, rows in runs.items()
+                                              for seed, row in zip(args.seeds, rows,
+                                                                   strict=True)]})
     if args.json:
         print(json.dumps(runs, indent=1))
         return

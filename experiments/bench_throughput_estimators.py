@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def main() -> None:
@@ -61,6 +66,7 @@ def main() -> None:
                         help="profiling: each learner's own plan, or Sia's (one GPU of every "
                              "type) for all, scoring every learner on the same cells")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     if args.every < 1 or args.draws < 2:
         parser.error("--every must be >= 1 and --draws >= 2")
@@ -95,6 +101,10 @@ def main() -> None:
     title = (f"held-out job types ({', '.join(args.tables)}; plan {args.plan}; every "
              f"{args.every}; seeds "
              f"{args.seeds}; {time.perf_counter() - started:.0f} s; load {load:.1f})")
+    if args.record:
+        tables = {"held-out errors": rows, "fit seconds and profiling per learner": timing,
+                  "ours online, Gavel's simulation table": online}
+        record_results(__file__, {title: found for title, found in tables.items() if found})
     if args.json:
         print_json({"errors": rows, "timing": timing, "online": online, "load_average": load})
         return

@@ -47,11 +47,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 SETTINGS = ("gavel-2.0", "gavel-2.6", "shockwave")
 
@@ -275,6 +280,7 @@ def main() -> None:
                         help="Gavel settings: after each run, print its active jobs and CPU ms "
                              "per round at every N-th arrival (where the steady state starts)")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     if args.window[0] < 0 or args.window[1] <= args.window[0] or args.timeline < 0:
         parser.error("--window A B: expected 0 <= A < B; --timeline: expected N >= 0")
@@ -297,6 +303,8 @@ def main() -> None:
                             print_table(timeline.curve(args.timeline),
                                         title=f"{setting} {source} seed {seed}: active jobs")
     summary = ratios(rows)
+    if args.record:
+        record_results(__file__, {"runs": rows, "ratio to the table": summary})
     if args.json:
         print(json.dumps({"runs": rows, "ratios_to_table": summary}))
         return

@@ -31,6 +31,7 @@ from bayes_sched.policies import PolluxPolicy, make_policy  # noqa: E402
 from bayes_sched.policies.pollux import SEARCHES  # noqa: E402
 from bayes_sched.sim import SimConfig, run_simulation  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 WORKLOADS = [f"workload-{i}" for i in range(1, 9)]
 POLICIES = ("pollux", "tiresias", "optimus")
@@ -122,6 +123,7 @@ def main() -> int:
                         help="Pollux's genetic search (default: the artifact's NSGA-II)")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
 
     # Average JCT of every run by (policy, workload, interference, avoid), then search seed; a
@@ -188,6 +190,8 @@ def main() -> int:
         rows = [{**row, "seed_range": row.get("seed_range", "")} for row in rows]
     print_table(rows, title="average JCT: ours vs the Pollux artifact (load 1.0)",
                 as_json=args.json)
+    if args.record:
+        record_results(__file__, {"average JCT: ours vs the Pollux artifact (load 1.0)": rows})
     return 0
 
 

@@ -22,10 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from bayes_sched.worlds import GAVEL
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 #: Published average JCT (hours) of jobs 4000-4999, seed 0: single-GPU continuous jobs.
 PUBLISHED_HOURS: dict[tuple[str, float], float] = {
@@ -110,6 +115,7 @@ def main() -> None:
                         help="a policy option for every policy run (repeatable), e.g. "
                              "gavel_statement=true for max_min_fairness_packed")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     from bayes_sched.errors import InputError
     from bayes_sched.policies import POLICIES
@@ -128,6 +134,11 @@ def main() -> None:
                 rows.append(row)
                 if not args.json:
                     print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    if args.record:
+        tables = {"runs": rows}
+        if len(args.seeds) > 1:
+            tables["spread over seeds"] = seed_spread(rows)
+        record_results(__file__, tables)
     if args.json:
         print(json.dumps(rows))
         return

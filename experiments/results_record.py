@@ -112,10 +112,18 @@ def _command(argv: Sequence[str]) -> str:
 
 
 def _cell(value: Any) -> Cell:
+    """A row's value as a cell: numpy scalars as Python ones, non-finite numbers as null, lists
+    and other values as their JSON (or ``str``) text."""
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+        value = value.item()
     if value is None or isinstance(value, bool | int | str):
         return value
-    number = float(value.item() if hasattr(value, "item") else value)
-    return number if math.isfinite(number) else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    try:
+        return json.dumps(value, default=str, allow_nan=False)
+    except ValueError:
+        return str(value)
 
 
 def new_record(tables: Mapping[str, Sequence[Mapping[str, Any]]], *,

@@ -34,9 +34,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
+from pathlib import Path
 
 from bayes_sched.worlds import SHOCKWAVE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 #: Published results, simulated tacc_32gpus rows of the artifact's pickles
 #: (``scheduler/reproduce/pickles/tacc_32gpus/<policy>_120_..._simulation.pickle``, summarised in
@@ -125,6 +130,7 @@ def main() -> None:
                         help="seconds between allocation recomputes of the time-sharing "
                              "policies (default: Shockwave's scheduler's, 1000)")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     from bayes_sched.policies import POLICIES
 
@@ -137,6 +143,8 @@ def main() -> None:
         rows.append(row)
         if not args.json:
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    if args.record:
+        record_results(__file__, {"ours / published": rows})
     if args.json:
         print(json.dumps(rows))
         return

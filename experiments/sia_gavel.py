@@ -32,6 +32,9 @@ from pathlib import Path
 
 from bayes_sched.worlds import GAVEL
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
+
 
 def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
             out: Path | None) -> dict[str, object]:
@@ -123,17 +126,22 @@ def main() -> None:
     parser.add_argument("--summarize", type=Path, metavar="DIR",
                         help="summarise the window from the per-job CSVs in DIR (no run)")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     from bayes_sched.tables import print_table
 
     window = (args.window[0], args.window[1])
     if args.summarize is not None:
-        print_table(summarize(args.summarize, args.policies, window),
-                    title=f"from {args.summarize}", as_json=args.json)
+        rows = summarize(args.summarize, args.policies, window)
+        print_table(rows, title=f"from {args.summarize}", as_json=args.json)
+        if args.record:
+            record_results(__file__, {f"jobs {window[0]}-{window[1] - 1}, from saved runs": rows})
         return
     rows = [run_one(policy, args.rate, args.seed, window, args.out) for policy in args.policies]
     print_table(rows, title=f"Gavel continuous multi-GPU jobs, {GAVEL.default_cluster}, {args.rate} jobs/h, "
                             f"jobs {window[0]}-{window[1] - 1}", as_json=args.json)
+    if args.record:
+        record_results(__file__, {f"{args.rate} jobs/h, jobs {window[0]}-{window[1] - 1}": rows})
 
 
 if __name__ == "__main__":

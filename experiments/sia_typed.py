@@ -38,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def run_one(task: tuple[str, int, str, int, str]) -> dict[str, object]:
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
 
     from bayes_sched.cluster_spec import parse_cluster_spec
@@ -110,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                       "ftf_worst_mean": np.mean([float(r["ftf_worst"]) for r in mine]),  # type: ignore[arg-type]
                       "unfair_fraction_mean": np.mean([float(r["unfair_fraction"])  # type: ignore[arg-type]
                                                        for r in mine])})
+    if args.record:
+        record_results(__file__, {"runs": rows, "mean over seeds": means})
     if args.json:
         print(json.dumps({"runs": rows, "means": means}, default=float))
     else:
