@@ -63,7 +63,8 @@ Cell = str | int | float | bool | None
 
 #: The load average when this module was imported, i.e. when the benchmark started (a script
 #: imports it with its other modules, before any work).
-START_LOAD: list[float] | None = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+START_LOAD: list[float] | None = ([round(v, 2) for v in os.getloadavg()]
+                                  if hasattr(os, "getloadavg") else None)
 
 
 class ResultsFormatError(ValueError):
