@@ -42,7 +42,7 @@ class JobAgent:
         settings: fixed batch size (``None`` tunes it) and replica cap.
         min_refit_interval: seconds of job time between refits of the throughput model once it
             exists; a refit also needs a measurement of a new ``(nodes, replicas)`` shape, or of a
-            new micro-batch while only one was seen. The L-BFGS fit costs 5-300 ms, and
+            new micro-batch while only one was seen. Each L-BFGS fit costs milliseconds, and
             Pollux's agent refitting at every new ``m`` dominated the artifact's run time.
         gpu_type: the GPU type the job runs on.
     """
@@ -174,7 +174,7 @@ class JobAgent:
                 batch = max(limits.init_batch_size, limits.min_local_bsz * replicas)
             return split_batch(batch, replicas, limits), None, nodes, replicas
         # The choice is a function of the model and the shape: a job keeps its model for many
-        # reallocations (one optimisation ~1 ms; the 960-job trace made ~5,000 of them).
+        # reallocations, and the optimisation would otherwise run at every one of them.
         if self._choices_key != self._model_key:
             self._choices, self._choices_key = {}, self._model_key
         return self._choices.get((nodes, replicas)), model, nodes, replicas

@@ -11,7 +11,7 @@ process only journals (:class:`ChildCommitWriter`, built on
 this module run as a child: it lowers its priority, imports xarray, commits the sealed segments
 as parts with :meth:`counters.store.StoreWriter.commit_journals`, compacts, prints what it did
 and exits, giving its memory back. A commit every five minutes pays Python's start-up and the
-imports (about 1 s of CPU) each time.
+imports each time.
 
 Crash safety is the store's own (:mod:`counters.store`), and the split keeps it:
 

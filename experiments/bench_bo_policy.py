@@ -19,45 +19,17 @@ over time, and the co-location residuals it learned) and ``report.md``. Usage::
         --interference 0 --hidden none contention gavel --processes 2 --report bo-report
 
 ``--seed-noise`` also runs Pollux with another search seed: one run per workload is a single
-chaotic trajectory, and Pollux against itself with seed 1 differs by +1.3% (workload 1) and +3.9%
-(workload 2) in average JCT under the Gavel law, the noise floor of any one-workload ratio.
+chaotic trajectory, and Pollux against itself with another seed is the noise floor of any
+one-workload ratio.
 
-Figures (full workloads, 160 jobs, 64 GPUs, ``--processes 1``; bo / Pollux with its avoid rule):
-
-* ``--hidden gavel``, workloads 1-8: average JCT 1.010 1.028 0.995 1.005 0.990 0.990 0.984 0.992
-  (geometric mean 0.999), p99 1.037 0.988 0.962 0.988 1.004 0.989 0.993 1.010 (0.996), with the
-  pair GP on BoTorch; the same model solved by hand in weight space gave 1.005 and 1.004. Before
-  the pair surrogate and the avoid-rule candidate, 1.016 and 1.104 on workloads 1-2 (p99 1.057,
-  1.085) and 1.063 over 1-6. What the law costs Pollux (its JCT with the law over without):
-  1.001 1.083 1.069 1.022 1.026 1.049 1.033 1.099 (geometric mean 1.047; p99 1.010), so even a
-  policy as good as Pollux that removed all interference for free would reach 0.91-1.0 of
-  Pollux's average JCT (0.955 overall): that, not 15%, bounds what avoiding interference gains.
-  Against interference-blind Pollux (``--blind``, no avoid rule), workloads 1-3: average 0.853
-  0.940 0.964, p99 0.801 0.862 0.962 (blind Pollux over Pollux: 1.192 1.110 1.041).
-* ``--hidden gavel`` with the pair costs from the estimation module's learner (the ``bayes``
-  GP over paired cells of job classes, :mod:`bayes_sched.estimation.pair_cells`), workload 1,
-  first 80 jobs, seeds 0-2 (``--workloads 1 --max-jobs 80 --hidden gavel --seeds 0 1 2``; load
-  30-60 on 2 cores): average JCT / Pollux 1.016 1.004 0.966 (the former BoTorch pair GP on the
-  same runs: 0.997 1.037 1.012), makespan 0.976 1.006 0.996 (1.026 0.976 0.990); rounds with
-  co-located distributed jobs 0 4 5 (6 10 15). Decision time unchanged (same search; median
-  0.69-0.71 s against 0.75-0.80 s at that load, Pollux 0.61-0.78 s); the estimation stage took
-  80-86 s a run against 40-44 s (a learner fit and a belief query every round).
-* ``--hidden none``: workloads 1-8, average 1.011 0.997 1.016 1.007 0.991 1.004 0.999 1.000
-  (geometric mean 1.003), p99 1.011 0.989 1.004 1.002 1.002 0.996 0.957 0.996 (0.995).
-* ``--hidden contention``, workloads 1-2: average 1.007 0.989, p99 1.000 1.003 (before: 0.989
-  and 0.997 over 1-6). Pollux's JCT under this law equals its JCT without it: its avoid rule
-  removes the only contention the law creates (two distributed jobs' gradient traffic on one NIC;
-  input pipelines stay far below PCIe and DRAM capacities), so no policy can gain here.
-* decision time: median 0.047 s per round for bo (two genetic searches and the pair table) against
-  about 0.02 s for Pollux, at 64 GPUs; at 1,024 GPUs and 2,000 jobs bo takes 1.17 s per round
-  (median of later rounds; 1.85 s first round), from
-  ``experiments/bench_sim_speed.py --skip-workload --policies bo``.
+Measured figures (each run's command, commit, date and load): docs/results/bench_bo_policy.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
@@ -73,6 +45,9 @@ from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, run_simulation
 from bayes_sched.sim.laws import make_hidden
 from bayes_sched.sim.laws.contention import ContentionLaw
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 VARIANTS = ("pollux", "pollux-blind", "pollux-seed1", "bo")
 
@@ -184,6 +159,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--report", type=Path, default=Path("bo-report"))
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     tasks = [(f"workload-{w}", i, h, v, args.max_jobs, seed) for w in args.workloads
              for seed in args.seeds
@@ -278,6 +254,11 @@ def main() -> None:
               "```", bo[["workload", "seed", "interference", "hidden", *extra]].to_string(index=False),
               "```"]
     (args.report / "report.md").write_text("\n".join(lines) + "\n")
+    if args.record:
+        record_results(__file__, {
+            "runs": table[shown].to_dict("records"),
+            "bo's surrogate": bo[["workload", "seed", "interference", "hidden", *extra]]
+            .to_dict("records")})
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ from bayes_sched.backends.real_cluster import RealCluster, RealClusterConfig
 from bayes_sched.client import protocol
 from bayes_sched.client.elastic import ElasticJob
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -300,7 +303,9 @@ def _wait_steps(cluster: RealCluster, job_dir: Path, offset: int = 0,
     raise RuntimeError(f"the job made no step in {timeout} s")
 
 
-def _print(rows: list[dict[str, Any]], title: str) -> None:
+def _print(rows: list[dict[str, Any]], title: str, tables: dict[str, list[dict[str, Any]]]
+           ) -> None:
+    tables[title] = rows
     print(f"\n{title}")
     columns = list(rows[0])
     print(" | ".join(columns))
@@ -320,8 +325,10 @@ def main() -> None:
                         help="time the reallocations on a local Ray cluster's launcher too")
     parser.add_argument("--moves", type=int, default=2,
                         help="reallocations timed (0: skip the latency part)")
+    add_record_flag(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    tables: dict[str, list[dict[str, Any]]] = {}
     if not args.skip_overhead:
         cases = [(name, bsz, accum, steps) for name, bsz, accum, steps in (
             ("CNN 3x32x32 conv32-conv64-fc10", 32, 0, 1), ("CNN 3x32x32 conv32-conv64-fc10", 16, 1, 1),
@@ -334,16 +341,18 @@ def main() -> None:
                      "median over block pairs [90 % bootstrap]; target ratio <= 1.02). "
                      "extra_cpu_us: the client's CPU time per step beyond the plain loop's; on "
                      "the trivial model that is its fixed cost, and 2 % holds for steps longer "
-                     "than 50 times it")
+                     "than 50 times it", tables)
     if args.script_pairs:
         _print([script_overhead(args.script_pairs, name, size) for name, size in SCRIPT_SIZES],
                "Client overhead of examples/train_tiny.py (separate processes, ABBA pairs; "
-               "target ratio <= 1.02)")
+               "target ratio <= 1.02)", tables)
     if args.moves:
         rows = reallocation_latency(args.moves)
         if args.ray:
             rows += reallocation_latency(args.moves, ray=True)
-        _print(rows, "Reallocation latency (seconds; request -> stepping again)")
+        _print(rows, "Reallocation latency (seconds; request -> stepping again)", tables)
+    if args.record:
+        record_results(__file__, tables)
 
 
 if __name__ == "__main__":

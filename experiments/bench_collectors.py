@@ -59,6 +59,9 @@ from counters.committer import ChildCommitWriter
 from counters.journal import JournalLayout
 from counters.store import StoreWriter, directory_bytes, parts
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
+
 N_GPUS = 8
 
 
@@ -303,6 +306,7 @@ def main() -> None:
     parser.add_argument("--resident-only", action="store_true",
                         help="only the resident-memory and commit rows")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -360,6 +364,8 @@ def main() -> None:
                      "value": "n/a: no GPU here" if smi is None else smi, "unit": "1",
                      "target": ""})
     print_table(rows, title="bayes-sched collectors benchmark", as_json=args.json)
+    if args.record:
+        record_results(__file__, {"collectors benchmark": rows})
 
 
 if __name__ == "__main__":

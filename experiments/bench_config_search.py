@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -30,6 +32,9 @@ from bayes_sched.search import search_configuration
 from bayes_sched.search.prior import model_prior
 from bayes_sched.sim.physics import APPLICATION_NAMES
 from bayes_sched.sim.trials import PhysicsTrialRunner, profiled_goodput_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 WITHIN = 0.95
 
@@ -94,6 +99,7 @@ def main() -> None:
     parser.add_argument("--cost-weight", type=float, default=0.0)
     parser.add_argument("--max-trials", type=int, default=20)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     rows = []
     for app in APPLICATION_NAMES:
@@ -115,6 +121,8 @@ def main() -> None:
     print(f"overall: BO median of medians {np.median(bo):g} trials; random {np.median(rnd):g}; "
           f"random/BO = {np.median(rnd) / max(np.median(bo), 1):.2f}x; BO worst "
           f"{max(r['bo_worst'] for r in rows):g}")
+    if args.record:
+        record_results(__file__, {"trials to within 5 % of the best goodput": rows})
 
 
 def _format(row: dict[str, object]) -> str:

@@ -38,6 +38,7 @@ from bayes_sched.contention.inference import (  # noqa: E402
 )
 from bayes_sched.sim.laws.contention_generator import GeneratorConfig, generate  # noqa: E402
 from counters import schema  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def truth_labels(cluster) -> dict[str, str]:
@@ -198,7 +199,8 @@ def time_svi(nodes: int, steps: int, repeats: int = 3) -> dict:
     }
 
 
-def show(rows: list[dict], title: str, as_json: bool) -> None:
+def show(rows: list[dict], title: str, as_json: bool, tables: dict[str, list[dict]]) -> None:
+    tables[title] = rows
     if as_json:
         print(json.dumps({"table": title, "rows": rows}))
         return
@@ -222,21 +224,23 @@ def main() -> int:
     parser.add_argument("--budgets", default="40,100", help="SVI step budgets (default 40,100)")
     parser.add_argument("--cost-only", action="store_true", help="skip the accuracy table")
     parser.add_argument("--json", action="store_true", help="print JSON lines")
+    add_record_flag(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     budgets = [int(b) for b in args.budgets.split(",")]
     time_svi(2, 5, repeats=1)  # one-off start-up (imports, allocator) kept out of the timings
+    tables: dict[str, list[dict]] = {}
     if not args.cost_only:
         show(
             accuracy_rows(args.seeds, args.nodes, budgets),
             f"identification and denoising ({args.seeds} clusters x {args.nodes} nodes)",
-            args.json,
+            args.json, tables,
         )
         show(
             multi_node_rows(2, 16, budgets[-1]),
             "multi-node jobs: NIC where half the samples of every other node are missing "
             "(2 clusters x 16 nodes)",
-            args.json,
+            args.json, tables,
         )
     print(
         f"load average: {' '.join(f'{v:.1f}' for v in os.getloadavg())} on "
@@ -244,12 +248,15 @@ def main() -> int:
         "them)",
         file=sys.stderr,
     )
-    show([time_svi(args.nodes, b) for b in budgets], f"cost on {args.threads} thread(s)", args.json)
+    show([time_svi(args.nodes, b) for b in budgets], f"cost on {args.threads} thread(s)", args.json,
+         tables)
     show(
         [time_svi(n, budgets[0]) for n in (8, 16, 32, 64, 128)],
         f"scaling with nodes ({budgets[0]} SVI steps)",
-        args.json,
+        args.json, tables,
     )
+    if args.record:
+        record_results(__file__, tables)
     return 0
 
 

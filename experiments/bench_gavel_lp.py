@@ -16,36 +16,22 @@ and the feasibility LP at Gavel's horizon, whose answer is the allocation), CPU 
 the optimum's gap to CLARABEL's, and the L1 distance of the entries from CLARABEL's (where the
 optimum is not unique, the solver chooses the allocation).
 
-Measured (``--packed``, 100 jobs, 5 repeats, load ~17, CPU ms median; session 11):
-
-    program                          entries  CLARABEL  HIGHS  ECOS   entries L1 from CLARABEL
-    FTF (SOCP)                       4,760    90-92     -      67-69  ECOS 6.4 (gap 7e-10)
-    min total duration, horizon LP   4,760    64-68     33-38  44-45  HiGHS 84, ECOS 8 (gap 2e-9)
-    min total duration, feasibility  4,760    40-47     32     -      HiGHS 83 (a vertex)
-
-(the jobs' times sum to ~100: ECOS's FTF answer is another point of the optimal face, which
-moves FTF's rows; session 10's note.)
-
-The issue's 50 ms per decision is out of reach for packed FTF and min total duration with
-these solvers at this size: FTF's one cone program takes 67-90 ms to solve, min total
-duration needs two LPs (at least 33 + 32 ms by HiGHS). HiGHS on the horizon LP alone (only its
-value is read) was tried and dropped: in a run (multi-GPU, 2.6 jobs/h, seed 0, jobs 0-9) it
-returned a 6.6 % longer shortest horizon than CLARABEL's at one of 329 recomputations
-(632,982 s against 593,805 s; the objective, s = 1 / horizon, is ~1.6e-6, inside HiGHS's
-tolerances), which changed the JCTs. Since session 17 the horizon program is stated in units
-of the longest standalone job (``min_total_duration.standalone_seconds``): on that recompute and
-the 243 others of packed min total duration's first 150 h, HiGHS and CLARABEL agree within
-3.5e-9 (``tests/test_gavel_fairness.py`` holds the recompute); the two LPs still take at least
-33 + 32 ms by HiGHS at this size, so the 50 ms row stays out of reach.
+Measured figures (each run's command, commit, date and load): docs/results/bench_gavel_lp.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def main() -> None:
@@ -63,9 +49,12 @@ def main() -> None:
     parser.add_argument("--cluster", default="v100:36,p100:36,k80:36")
     parser.add_argument("--packed", action="store_true",
                         help="the packed FTF and min-total-duration programs per solver")
+    add_record_flag(parser)
     args = parser.parse_args()
     if args.packed:
-        packed_rows(args.jobs, args.repeats, args.cluster)
+        rows = packed_rows(args.jobs, args.repeats, args.cluster)
+        if args.record:
+            record_results(__file__, {f"packed programs per solver, {args.cluster}": rows})
         return
     table = load_gavel_throughputs()
     spec = load_cluster_spec(args.cluster)
@@ -113,6 +102,8 @@ def main() -> None:
                 gap = abs(objective["HIGHS"] - objective["CLARABEL"]) / abs(objective["HIGHS"])
                 rows[-1]["objective_gap"] = rows[-2]["objective_gap"] = gap
     print_table(rows, title=f"LP solve time per allocation, {args.cluster}")
+    if args.record:
+        record_results(__file__, {f"LP solve time per allocation, {args.cluster}": rows})
 
 
 def _solve_ecos(program) -> np.ndarray | None:  # noqa: ANN001 -- a ConicProgram
@@ -150,7 +141,7 @@ def _solve_ecos(program) -> np.ndarray | None:  # noqa: ANN001 -- a ConicProgram
     return None if answer["info"]["exitFlag"] != 0 else np.asarray(answer["x"])
 
 
-def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> None:
+def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> list[dict[str, Any]]:
     from dataclasses import replace
     from itertools import islice
 
@@ -222,6 +213,7 @@ def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> None:
                                  - base[:program.num_entries]).sum()), 3)})
                 print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     print_table(rows, title=f"packed programs per solver, {cluster_text}")
+    return rows
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ from bayes_sched.interference.gavel import (  # noqa: E402
     job_type_of,
 )
 from bayes_sched.interference.gp import ColocationGP  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 LEVEL = 0.9
 SETTINGS = ("random", "type", "model", "gpu", "batch")
@@ -169,6 +170,7 @@ def main() -> int:
                         help="splits to run (default all)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS,
                         help="methods to run (default all)")
+    add_record_flag(parser)
     args = parser.parse_args()
 
     observations = colocation_observations(load_gavel_pairs())
@@ -229,6 +231,8 @@ def main() -> int:
     else:
         frame = pd.DataFrame(rows)
         print(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if args.record:
+        record_results(__file__, {"co-location prediction per setting and method": rows})
     return 0
 
 

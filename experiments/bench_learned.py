@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,9 @@ from bayes_sched.policies.learned import DATA_DIR
 from bayes_sched.policies.placement_steps import PLACEMENT_MODES, RoundBuilder, type_modes
 from bayes_sched.sim.laws import make_hidden
 from bayes_sched.worlds import GAVEL, POLLUX
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 class HeuristicPolicy:
@@ -131,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="jobs per Pollux-world episode (training used 8; more is a load "
                              "the policies were not trained on)")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     if not 1 <= len(args.seeds) <= 20:
         print(f"--seeds: {len(args.seeds)} given; expected 1 to 20", file=sys.stderr)
@@ -153,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                           "makespan_h": float(np.mean([r["makespan_h"] for r in mine])),
                           "decision_ms": float(np.mean([r["decision_ms"] for r in mine])),
                           "finished": int(sum(r["finished"] for r in mine))})
+    if args.record:
+        record_results(__file__, {"per policy over the seeds": table, "per run": rows})
     if args.json:
         print(json.dumps({"rows": rows, "table": table, "training_cpu_s": training_costs()},
                          indent=1))

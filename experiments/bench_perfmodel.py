@@ -34,6 +34,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,9 @@ from perfmodel.throughput import (
 )
 from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 from perfmodel.throughput_bayes.prior import StepTimePrior
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 # --- a re-implementation of Pollux's fit (adaptdl's goodput.fit_perf_params), for comparison --
 
@@ -359,6 +363,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
                         help="which fits to run per model (default all): the fits row with "
                              "k-hat ('fits'), the warm folds, the cold starts")
+    add_record_flag(parser)
     args = parser.parse_args()
     fits, quality, cost = [], [], []
     # Every fit in its own process (each runs on one thread): models, folds and cold starts are
@@ -389,6 +394,9 @@ def main() -> None:
     if cost:
         print_rows("Batch tuning: 10,000 allocations (mean goodput, point fit; 10% quantile over 32 "
                    "posterior draws)", cost, args.json)
+    if args.record:
+        tables = {"fits": fits, "quality per configuration class": quality, "batch tuning": cost}
+        record_results(__file__, {title: rows for title, rows in tables.items() if rows})
 
 
 if __name__ == "__main__":

@@ -35,49 +35,14 @@ CPU seconds (``time.process_time``) are the figures, not wall time; one BLAS thr
     python experiments/bench_pop.py --parts jct --jct-window 200 230 --jct-seeds 0 1 2 \
         --jct-partitions 4 --json
 
-Measured (session of issue 38, the shared 2-core machine under ``heavy.lock``, load 3.0-3.5;
-``--parts decision --sizes 256 512 1024 2048``, CPU s per decision, exact -> POP ``auto``, the
-sub-problems ``k``; code before the unpacked LPs' ``jobs_per_partition`` went from 512 to 2,048,
-so at 2,048 GPUs those rows ran POP with k = 4, which ``auto`` no longer does)::
-
-    GPUs (jobs)                  256 (238)     512 (476)         1024 (952)        2048 (1905)
-    max_min_fairness_packed      0.09 (k 1)    0.28 -> 0.17 (4)  1.30 -> 0.30 (7)  5.51 -> 0.50 (15)
-    finish_time_fairness_packed  1.45 (k 1)    4.00 -> 0.67 (4)  12.1 -> 1.69 (7)  28.7 -> 2.94 (15)
-    min_total_duration_packed    0.38 (k 1)    4.65 -> 0.66 (4)  13.3 -> 1.40 (7)  35.6 -> 2.37 (15)
-    sia                          0.20 (k 1)    0.19 (k 1)        0.82 (k 1)        0.82 -> 0.35 (4)
-    the six unpacked LPs         0.012-0.017   0.021-0.042       0.057-0.081       0.057-0.139 exact;
-                                                                                   k = 4: 0.76-1.34x
-
-The packed policies' pairs in force fall with k (840,000 exact at 2,048 GPUs by earlier
-sessions' count; 52,000-58,000 at k = 15). At 2,048 GPUs packed FTF and min total duration
-stay above 1 s of CPU: CLARABEL's sub-problem solves are ~75 % of the decision (cProfile, k =
-15: 15 solves of ~127 jobs), and more sub-problems do not lower their sum (k = 32: 2.8 s); POP's
-own measure, the split plus the longest sub-problem (``pop_critical_s``, the sub-problems solved
-in parallel), is the figure that would meet it with a core per sub-problem.
-
-``--parts gap --snapshots 20 --gap-gpus 512 --gap-partitions 4`` (476 jobs, k = 4; gap of the
-program's objective, POP against exact, mean / largest over the 20 snapshots; all 20 within
-1.5 % for every policy): max_min_fairness_perf 0.42 / 0.93 %, max_sum_throughput_perf
-0.37 / 0.87 %, sia 0.10 / 0.24 %; 0 / 0 for max_min_fairness, max_min_fairness_packed, the three
-FTF policies and both min total duration policies: their objective (a least or largest value over jobs) is
-set by one job already at its own limit (all its time on its best type), which no split can
-move. CPU per snapshot, exact -> POP solve: packed FTF 3.50 -> 0.60 s, packed min total
-duration's horizon LP 2.04 -> 0.29 s, Sia 0.18 -> 0.23 s (load 3.4-5.1).
-
-``--parts jct --jct-window 200 230 --jct-seeds 0 1 2 --jct-partitions 4`` (k = 4 forced on
-108 GPUs, where ``auto`` stays exact; average JCT POP / exact, per seed): max_min_fairness
-1.011 / 0.986 / 1.228 (means 1.118), max_min_fairness_perf 0.999 / 0.981 / 1.007 (0.997),
-max_min_fairness_packed 0.996 / 0.970 / 0.966 (0.973), max_sum_throughput_perf 1.013 / 1.003
-/ 1.074 (1.035), finish_time_fairness 0.987 / 1.005 / 0.891 (0.939), finish_time_fairness_perf
-0.912 / 0.945 / 0.884 (0.906), finish_time_fairness_packed 0.748 / 0.851 / ...: at 9 GPUs of a
-type per sub-problem the decisions differ by more than 2 % either way (FTF's min-max program has
-a wide optimal face; each sub-problem's answer lies elsewhere in it).
+Measured figures (each run's command, commit, date and load): docs/results/bench_pop.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -86,6 +51,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 LP_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
                "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
@@ -410,6 +378,7 @@ def main() -> None:
     parser.add_argument("--jct-rate", type=float, default=2.6)
     parser.add_argument("--jct-partitions", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     if not all(0 < g <= 16384 for g in args.sizes) or not 0 < args.gap_gpus <= 16384:
         parser.error("--sizes/--gap-gpus: expected GPUs in 1..16384")
@@ -433,6 +402,8 @@ def main() -> None:
     with threadpool_limits(1):
         for part in args.parts:
             out[part] = parts[part]()
+    if args.record:
+        record_results(__file__, {part: rows for part, rows in out.items() if rows})
     if args.json:
         print(json.dumps(out))
         return

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # Ray reads these when imported: no usage reports, everything on loopback.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -44,6 +45,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from bayes_sched.backends.launcher import LaunchSpec  # noqa: E402
 from bayes_sched.backends.ray_launcher import RayJobProcesses, RayLauncher  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 REPLICA = """\
 import os, signal, sys, time
@@ -237,6 +239,7 @@ def main() -> None:
     parser.add_argument("--policy", default="fifo", help="policy of --service-rounds")
     parser.add_argument("--one-by-one", action="store_true",
                         help="start a round's jobs one start() at a time (not start_many)")
+    add_record_flag(parser)
     args = parser.parse_args()
     began = time.perf_counter()
     cluster = start_cluster(args.nodes, args.gpus_per_node, args.cpus_per_node)
@@ -251,19 +254,28 @@ def main() -> None:
             work = Path(folder)
             script = work / "replica.py"
             script.write_text(REPLICA)
-            print_table(latency_rows(launcher, script, work, args.gpus_per_node, args.repeats),
+            tables: dict[str, list[dict[str, Any]]] = {}
+            tables["start/stop latency of one job (median seconds)"] = latency_rows(
+                launcher, script, work, args.gpus_per_node, args.repeats)
+            print_table(tables["start/stop latency of one job (median seconds)"],
                         title="start/stop latency of one job (median seconds)")
             if not args.skip_rounds:
                 rows, setup = round_rows(launcher, script, work, args.jobs, args.rounds,
                                          args.restarts, args.seed, args.one_by_one)
                 print_table([setup], title="rounds: the jobs that fit, started")
                 print_table(rows, title="launcher work per round (seconds)")
+                tables["rounds: the jobs that fit, started"] = [setup]
+                tables["launcher work per round (seconds)"] = rows
             if args.service_rounds:
-                print_table(service_round_rows(launcher, script, work, args.jobs,
-                                               args.service_rounds, args.interval, args.policy),
-                            title=f"whole scheduler rounds, {args.jobs} jobs submitted, policy "
-                                  f"{args.policy} (seconds; target overhead_s <= 1; round 0 "
-                                  "starts the jobs that fit)")
+                title = (f"whole scheduler rounds, {args.jobs} jobs submitted, policy "
+                         f"{args.policy} (seconds; target overhead_s <= 1; round 0 starts the "
+                         "jobs that fit)")
+                tables[title] = service_round_rows(launcher, script, work, args.jobs,
+                                                   args.service_rounds, args.interval,
+                                                   args.policy)
+                print_table(tables[title], title=title)
+            if args.record:
+                record_results(__file__, tables)
     finally:
         launcher.close(grace_seconds=5.0)
         ray.shutdown()

@@ -21,31 +21,20 @@ Dirichlet's quantile is its mean), against either truth.
 
     python experiments/bench_remaining_work.py [--trace tacc_120] [--json]
 
-Measured (tacc_120; share of jobs whose truth is under the 0.9 quantile at 25 / 50 / 75 %):
-
-    mode       predictor    run's truth (sim)    profile's truth     mean signed err (sim)
-    gns        noise_scale  1.00 / 0.94 / 1.00   0.97 / 0.69 / 0.63  +7.9 / +4.6 / +5.3 %
-    gns        dirichlet    0.44 / 0.50 / 0.47   0.41 / 0.44 / 0.38  +5.0 / +7.4 / +10.5 %
-    accordion  noise_scale  0.71 / 1.00 / 1.00   0.66 / 0.89 / 0.94  +17 / +2.1 / +4.3 %
-    accordion  dirichlet    0.66 / 0.63 / 0.57   0.57 / 0.57 / 0.60  +5.2 / +6.2 / +9.9 %
-
-Last session's "under-dispersed late in GNS" (0.69 / 0.63, against the profile) was no
-dispersion problem: at 50 and 75 % most GNS jobs are at their cap and ours is (rightly) certain,
-and every miss was the profile's last epoch at the initial batch size, which no run plays. Against
-the run's truth, ours missed Recommendation's jobs for another reason, Shockwave's epoch time
-``dataset / b / (steps/s)``, 4 % short of the ``ceil(dataset / b)`` steps a job runs at batch
-8192 (gns at 25 / 50 / 75 %: 0.66 / 0.56 / 0.66 before ``whole_epochs``). The remaining
-over-prediction (+5 %) is the current epoch counted whole. Accordion at 25 %: ours fits a GNS
-curve to a job that has not changed its batch yet (the simulator switches before the profile's
-30 % floor); it is not a GNS job.
+Measured figures (each run's command, commit, date and load): docs/results/bench_remaining_work.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 PROGRESS_PCT = (25, 50, 75)
 QUANTILE = 0.9
@@ -72,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", default="tacc_120", choices=list(shipped_shockwave_traces()))
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     table = load_shockwave_throughputs()
     spec = replace(load_cluster_spec("v100:32"), round_interval=120.0)
@@ -129,6 +119,8 @@ def main() -> None:
             for (mode, name, percent), e in sorted(errors.items())]
     print_table(rows, title=f"remaining seconds, trace {args.trace} (jobs whose batch changes; "
                             "errors against the run's truth)", as_json=args.json)
+    if args.record:
+        record_results(__file__, {f"remaining seconds, trace {args.trace}": rows})
 
 
 if __name__ == "__main__":

@@ -10,13 +10,7 @@ they are.
     python experiments/bench_risk.py                                 # workloads 1-8, 30 jobs each
     python experiments/bench_risk.py --workloads workload-1 --max-jobs 160 --risks 0.1 0.3
 
-Last measured (``--max-jobs 10 --svi-steps 100 --draws 32``, workloads 1-8, a loaded shared 2-core
-machine): risk 0.1 / point-fit average JCT 2.15, 5.71, 2.00, 1.82, 1.51, 1.83, 1.68, 1.46 (mean
-2.27): worse on every workload. The posterior keeps network terms no measurement informs as wide as
-their prior, so the 10 % quantile of goodput on GPU counts a job never ran on is low and jobs stay
-small, never measuring the larger allocations that would narrow it; the point fit is optimistic
-there by design (:func:`perfmodel.throughput.pinned_parameters`). Risk aversion without an
-exploration term does not pay here.
+Measured figures (each run's command, commit, date and load): docs/results/bench_risk.md.
 """
 
 from __future__ import annotations
@@ -33,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bayes_sched.policies import PolluxPolicy  # noqa: E402
 from bayes_sched.sim import SimConfig, run_simulation  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 WORKLOADS = [f"workload-{i}" for i in range(1, 9)]
 
@@ -62,6 +57,7 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=64)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     tasks = [(w, r, args.max_jobs, args.svi_steps, args.draws)
              for w in args.workloads for r in [None, *args.risks]]
@@ -78,6 +74,8 @@ def main() -> int:
         rows.append(mean)
     print_table(rows, title=f"Pollux by goodput quantile vs point fit (first {args.max_jobs} jobs)",
                 as_json=args.json)
+    if args.record:
+        record_results(__file__, {f"goodput quantile vs point fit, first {args.max_jobs} jobs": rows})
     return 0
 
 

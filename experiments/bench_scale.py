@@ -39,6 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
+
 HERE = Path(__file__).resolve().parents[1]
 CASES = ("scale-64", "scale-1024", "scale-4096", "workload", "trace", "compare")
 SCALE = {"scale-64": (16, 160), "scale-1024": (256, 2000), "scale-4096": (1024, 8000)}
@@ -273,6 +276,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
+    add_record_flag(parser)
     args = parser.parse_args()
     if args.worker:
         # The tree under test comes first; this file's own tree must not shadow it.
@@ -310,6 +314,13 @@ def main() -> int:
     if "bo" in args.policies and "pollux" in args.policies:
         print_table(policy_ratio_rows(rows), title="bo / pollux decision time (target <= 1.5)",
                     as_json=args.json)
+    if args.record:
+        tables = {"runs": rows}
+        if args.base is not None and not args.skip_branch:
+            tables["branch / base"] = ratio_rows(rows)
+        if "bo" in args.policies and "pollux" in args.policies:
+            tables["bo / pollux decision time"] = policy_ratio_rows(rows)
+        record_results(__file__, tables)
     return 0
 
 

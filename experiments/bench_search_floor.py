@@ -37,6 +37,7 @@ import bench_scale  # noqa: E402
 
 from bayes_sched.search import allocation  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 class _RecordingGenerator:
@@ -85,6 +86,7 @@ def main() -> int:
     parser.add_argument("--round", type=int, default=3, help="the round whose search is timed")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     states = captured_searches(args.case, args.policy, args.round)
 
@@ -141,7 +143,7 @@ def main() -> int:
         small.sum()
     per_call = (time.process_time() - start) / 20_000
     jobs, nodes = states[0][1].base.shape
-    print_table([{
+    row = {
         "case": args.case, "policy": args.policy, "jobs": jobs, "nodes": nodes,
         "searches": len(states), "generations": generations,
         "search_cpu_ms": 1e3 * min(times),
@@ -150,7 +152,11 @@ def main() -> int:
         "draw_calls": sum(len(r.calls) for _, r in recorders),
         "draws_alone_cpu_ms": 1e3 * min(draws),
         "small_numpy_call_us": 1e6 * per_call,
-    }], title="one decision's searches (CPU time; load-insensitive)", as_json=args.json)
+    }
+    print_table([row], title="one decision's searches (CPU time; load-insensitive)",
+                as_json=args.json)
+    if args.record:
+        record_results(__file__, {"one decision's searches": [row]})
     return 0
 
 

@@ -37,6 +37,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Runs one simulation with the tree on PYTHONPATH; writes {"modules", "summary", "cpu_s"} to argv[2].
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=positive, default=40, help="first N jobs of each workload")
     parser.add_argument("--policy", default="pollux")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     if not (args.branch_tree / "bayes_sched" / "__init__.py").is_file():
         parser.error(f"--branch-tree {args.branch_tree}: no bayes_sched package there")
@@ -155,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                "ratio_mean": mean, "ratio_lower_90": low, "ratio_upper_90": high,
                "base_cpu_s": base_cpu, "branch_cpu_s": branch_cpu,
                "load_average": os.getloadavg()[0]}
+    if args.record:
+        record_results(__file__, {"summary": [summary], "pairs": rows})
     if args.json:
         print(json.dumps({"summary": summary, "pairs": rows}, indent=2))
     else:

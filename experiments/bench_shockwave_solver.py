@@ -10,26 +10,20 @@ programs and is not a candidate.
 
     python experiments/bench_shockwave_solver.py [--rounds 10 20 30 40 50 60] [--solvers HIGHS SCIP]
 
-Measured before the plans were deterministic (``--rounds 20 30 40 50 60``, 48-109 active jobs,
-load ~15; SOS2 log utility, 15 s wall-clock cap): seconds per plan, HiGHS 7.3 median (6.1-9.0),
-SCIP 5.8 median (5.7-10.7); the relaxed program ran into the 15 s cap in most plans.
-
-Now (the log utility as its hypograph, no SOS2 binaries; HiGHS on one thread, node limit, fixed
-seed, no wall-clock cap): every program of the states sampled solves at 0-1 branch-and-bound
-nodes. A copy of the policy re-planning the states of rounds 20 / 40 / 60 (48 / 104 / 100 jobs,
-load ~12): 0.63 / 4.42 / 2.36 s wall, 0.14 / 1.11 / 0.51 s CPU; over every plan of the first 40
-rounds of a run (43 plans): median 1.43 s wall; over a whole run (192 rounds,
-``experiments/shockwave_fidelity.py --policies shockwave``, load 17-21): median 1.96 s wall. So
-the target (<= 2 s median at 32 GPUs) is met at these loads, on wall time that is mostly waiting
-for a core (CPU per plan is about a quarter of it).
+Measured figures (each run's command, commit, date and load): docs/results/bench_shockwave_solver.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def main() -> None:
@@ -52,6 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, nargs="+", default=[10, 20, 30, 40, 50, 60])
     parser.add_argument("--solvers", nargs="+", default=["HIGHS", "SCIP"])
+    add_record_flag(parser)
     args = parser.parse_args()
     solvers = [s for s in args.solvers if s in cp.installed_solvers()]
     for missing in sorted(set(args.solvers) - set(solvers)):
@@ -95,12 +90,14 @@ def main() -> None:
                          table=table, cluster_type=ShockwaveCluster,
                          max_time=120.0 * max(args.rounds), on_round=sample)
     print_table(rows, title="Shockwave plan on tacc_120 states: seconds per solver")
-    print_table([{"solver": s, "plans": len(v), "median_s": round(float(np.median(v)), 3),
-                  "max_s": round(float(np.max(v)), 3),
-                  "median_cpu_s": round(float(np.median(cpu_seconds[s])), 3)}
-                 for s, v in seconds.items() if v],
-                title=f"Seconds per plan (32 GPUs, 20 future rounds, {policy.max_nodes} nodes "
-                      "at most, gap 1e-3)")
+    summary = [{"solver": s, "plans": len(v), "median_s": round(float(np.median(v)), 3),
+                "max_s": round(float(np.max(v)), 3),
+                "median_cpu_s": round(float(np.median(cpu_seconds[s])), 3)}
+               for s, v in seconds.items() if v]
+    print_table(summary, title=f"Seconds per plan (32 GPUs, 20 future rounds, {policy.max_nodes} "
+                               "nodes at most, gap 1e-3)")
+    if args.record:
+        record_results(__file__, {"per sampled round": rows, "per solver": summary})
 
 
 if __name__ == "__main__":

@@ -20,27 +20,7 @@ them: least attained service).
 
     python experiments/bench_tenants.py [--jobs 200] [--seeds 0 1 2] [--json]
 
-Measured (200 jobs, seeds 0-2, 36 V100s; mean [90 % interval]; about 35 s of CPU in all, the
-2-core machine shared, load average 3.3-3.6; twice, the same figures):
-
-    policy                avg JCT h          p99 h  LTGF spread         worst LTGF  median slowdown
-    astraea               12.7 [7.8, 17.5]   122    0.014 [-0.005, 0.03] 0.95       1.07
-    fifo                  49.3 [32, 67]      106    1.70 [1.38, 2.02]   0.23        14
-    fifo+quota            10.9 [7.7, 14.2]   110    0.064 [0.056, 0.072] 0.92       1.04
-    tiresias              12.1 [9.0, 15.2]   102    0.25 [-0.17, 0.68]  0.78        1.05
-    tiresias+quota        11.4 [7.9, 14.9]   103    0.013 [-0.002, 0.03] 0.98       1.04
-    finish_time_fairness  14.0 [9.1, 19.0]   122    0.39 [0.38, 0.40]   0.65        1.56
-      (on true lengths)   14.5 [9.5, 19.5]   123    0.44 [0.42, 0.46]   0.61        1.66
-    gandiva_fair          13.7 [8.4, 19.0]   122    0.29 [0.21, 0.37]   0.71        1.45
-    gandiva_fair_tenant   13.3 [8.1, 18.4]   121    0.15 [0.11, 0.20]   0.83        1.35
-
-Per seed, baseline spread / ASTRAEA's: Tiresias 27x [-19, 72], FTF 42x, Gandiva-fair 30x, its
-tenant form 16x, FIFO 181x, Tiresias+quota 1.7x [-1.7, 5.1]; avg JCT baseline / ASTRAEA: Tiresias
-0.97 [0.82, 1.12], FTF 1.11 [1.06, 1.16], Gandiva-fair 1.08, FIFO 3.9, FIFO+quota 0.87 [0.78,
-0.97], Tiresias+quota 0.91 [0.82, 1.00]. ASTRAEA is far fairer to tenants than every job-level
-scheduler at an avg JCT no worse than Tiresias's (the paper's direction); the quota stage in front
-of Tiresias is as fair at a lower avg and p99 JCT. Trusting declared lengths does not hurt
-finish-time fairness here: on true lengths its avg JCT is no better (it does not minimise JCT).
+Measured figures (each run's command, commit, date and load): docs/results/bench_tenants.md.
 """
 
 from __future__ import annotations
@@ -48,10 +28,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 POLICIES = ("astraea", "fifo", "fifo+quota", "tiresias", "tiresias+quota",
             "finish_time_fairness", "finish_time_fairness@oracle", "gandiva_fair",
@@ -99,6 +84,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     spec = cluster()
     runs: dict[str, list[dict[str, float]]] = {p: [] for p in args.policies}
@@ -106,6 +92,11 @@ def main() -> None:
         jobs = generate_tenant_jobs(args.jobs, seed=seed)
         for name in args.policies:
             runs[name].append(one_run(name, jobs, spec))
+    if args.record:
+        record_results(__file__, {"per run": [{"policy": name, "seed": seed, **row}
+                                              for name, rows in runs.items()
+                                              for seed, row in zip(args.seeds, rows,
+                                                                   strict=True)]})
     if args.json:
         print(json.dumps(runs, indent=1))
         return

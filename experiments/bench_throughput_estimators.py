@@ -16,70 +16,23 @@ rank 10), ``sia`` (one GPU of every type).
     python experiments/bench_throughput_estimators.py [--tables simulation tacc] [--seeds 0]
         [--every 1] [--draws 200] [--plan own|one-gpu] [--json]
 
-Measured (session 12, seed 0, every held-out type, load 14-18 on 2 shared cores; ``own`` scope:
-the cells the learner did not profile; MAE in steps/s; coverage of the 90% interval; Gavel's and
-Sia's are point estimates):
-
-    table       cells            learner      plan     n     MAE    mean rel  coverage90
-    simulation  alone (multi)    ours         one-gpu   168   5.32  0.099     0.911
-                                 Sia's        one-gpu   168  11.77  0.219     -
-                                 ours         own         2   0.13  0.031     1.000
-                                 ours, prior  none      246  12.16  0.445     0.846
-    simulation  paired           ours         own      3691   1.38  0.137     0.906
-                                 Gavel's PMF  own      3470   1.89  0.197     -
-                                 Sia's        own      3691   1.75  0.198     -
-    tacc        alone            ours         own        70   3.57  0.062     0.857
-                                 Sia's        own       165   7.59  0.138     -
-
-Before the (family, scale, GPU) batch slope (main at 52dee37): simulation alone, ours' own plan
-(which then profiled 1 GPU on one type): 55 cells, MAE 9.13, coverage 0.836; with the one-gpu
-plan 168 cells, MAE 8.27, coverage 0.857; paired MAE 1.47, coverage 0.902; tacc MAE 4.14,
-coverage 0.942. Ours' plan now profiles a multi-GPU job at its own scale on every GPU type, so
-the own-plan alone comparison has 2 cells left; ``--plan one-gpu`` scores every learner on the
-same 168.
-
-Seeds 1 and 2 (session 13; the plan is the same, the seed moves the posterior draws and Gavel's
-PMF): ``--seeds 1 2 --json`` at 62e8ba9 (load ~27) and ``--tables simulation --learners bayes sia
---plan one-gpu --seeds 1 2 --json`` at e9f933a (ours' fixed priors, load ~13); seed 1 / seed 2:
-
-    table       cells            learner      plan     n     MAE          coverage90
-    simulation  alone (multi)    ours         one-gpu   168   5.33 / 5.33  0.887 / 0.899
-                                 Sia's        one-gpu   168  11.77 / 11.77 -
-    simulation  paired           ours         own      3691   1.38 / 1.38  0.902 / 0.902
-                                 Gavel's PMF  own      3466   1.53 / 1.76  -
-                                 Sia's        own      3691   1.75 / 1.75  -
-    tacc        alone            ours         own        70   3.57 / 3.57  0.871 / 0.871
-                                 Sia's        own       165   7.59 / 7.59  -
-
-Every one of ours' coverages over seeds 0-2 is inside 85-95%; ours' MAE is the lowest on every
-row and seed.
-
-Session 15: ours' plan now reads the exact posterior covariance (it took 512 draws' sample
-covariance, whose noise chose among near-equal variances): a job's own scale on every GPU type
-has a little more variance than one GPU of a type, so the plan measures every alone cell a job
-needs on both tables, and the ``own`` alone rows are empty (simulation: 2 cells before, tacc:
-70). ``--learners bayes --plan own --seeds 0`` (load ~3): paired, n 3691, MAE 1.38, coverage
-0.906, as before; the ``one-gpu`` rows do not read ours' plan and are unchanged. The alone
-comparison at equal cost is ``--plan one-gpu``.
-
-Session 18: many draws of a few cells come from their ``(N, N)`` covariance's root (not through
-every effect), so the intervals' Monte Carlo endpoints moved; the means did not.
-``--learners bayes --plan one-gpu --seeds S`` (load ~2), seeds 0 / 1 / 2, before (12212fd) and
-after: simulation alone (168 cells, MAE 5.33 both) coverage 0.911 / 0.887 / 0.899 before,
-0.893 / 0.881 / 0.911 after; paired (3691, MAE 1.38) 0.906 / 0.902 / 0.902 before, 0.906 /
-0.901 / 0.903 after; tacc alone at seed 0 (165 cells, MAE 3.62) 0.830 before, 0.824 after (this
-plan on tacc was under 85% before too; ours' own plan profiles every alone cell there).
+Measured figures (each run's command, commit, date and load): docs/results/bench_throughput_estimators.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def main() -> None:
@@ -113,6 +66,7 @@ def main() -> None:
                         help="profiling: each learner's own plan, or Sia's (one GPU of every "
                              "type) for all, scoring every learner on the same cells")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     if args.every < 1 or args.draws < 2:
         parser.error("--every must be >= 1 and --draws >= 2")
@@ -147,6 +101,10 @@ def main() -> None:
     title = (f"held-out job types ({', '.join(args.tables)}; plan {args.plan}; every "
              f"{args.every}; seeds "
              f"{args.seeds}; {time.perf_counter() - started:.0f} s; load {load:.1f})")
+    if args.record:
+        tables = {"held-out errors": rows, "fit seconds and profiling per learner": timing,
+                  "ours online, Gavel's simulation table": online}
+        record_results(__file__, {title: found for title, found in tables.items() if found})
     if args.json:
         print_json({"errors": rows, "timing": timing, "online": online, "load_average": load})
         return

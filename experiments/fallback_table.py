@@ -12,6 +12,7 @@ over the seven step-time parameters) and the in-sample 90% predictive coverage o
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,9 @@ from perfmodel.saved_fits import FitCache, default_cache_dir
 from perfmodel.throughput import PARAM_NAMES
 from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 from perfmodel.throughput_bayes.posterior import ThroughputPosterior
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def _widths(posterior: ThroughputPosterior) -> np.ndarray:
@@ -34,11 +38,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=["ncf", "imagenet", "cifar10"])
     parser.add_argument("--cache-dir", type=Path, default=None)
+    add_record_flag(parser)
     args = parser.parse_args()
     cache = FitCache(args.cache_dir or default_cache_dir())
     header = ("model", "k_hat", "method", "div", "ess_bulk", "r_hat", "reliable", "width_med",
               "width_min", "width_max", "cov90_svi", "cov90_after", "seconds")
     print(" | ".join(header))
+    rows = []
     for name in args.models:
         profile = resolve_profile(name)
         svi = fit_throughput_posterior(profile, fallback=False, cache=cache)
@@ -53,6 +59,14 @@ def main() -> None:
                  f"{ratio.max():.2f}", f"{coverage[0]:.2f}", f"{coverage[1]:.2f}",
                  f"{d.seconds:.0f}")
         print(" | ".join(cells), flush=True)
+        rows.append(dict(zip(header, (name, svi.diagnostics.pareto_k,
+                                      d.source if d.fallback_from else d.method, d.divergences,
+                                      d.ess_bulk_min, d.r_hat_max, d.reliable,
+                                      float(np.median(ratio)), float(ratio.min()),
+                                      float(ratio.max()), coverage[0], coverage[1], d.seconds),
+                             strict=True)))
+    if args.record:
+        record_results(__file__, {"SVI alone vs the NUTS fallback": rows})
 
 
 if __name__ == "__main__":

@@ -5,63 +5,12 @@ load-1.0 workloads and prints, per workload and policy, our average JCT, the art
 (``results-jobload/<policy>-1.0/summary.json``) and their ratio; with ``--inter``, also Pollux with
 interference avoidance off and 0 / 25 / 50 % interference against ``results-inter/``.
 
-    python experiments/fidelity.py                       # runs everything (about 10 min on 2 cores)
+    python experiments/fidelity.py                       # runs everything (minutes)
     python experiments/fidelity.py --from-report sim-report   # reuse a compare run's summary.json
     python experiments/fidelity.py --inter --processes 2
 
-Last measured (ours / published avg JCT, workloads 1-8, load 1.0), Pollux with its default search,
-the artifact's NSGA-II and its mutation (``python experiments/fidelity.py --from-report R --inter
---settings noavoid inter25 inter50`` after ``bayes-sched compare --out R``; the jobload Pollux row
-is the results-inter "avoid" row; inter50 is the mean over search seeds 0-2, from ``--settings
-inter50 --seeds 3``):
-
-    pollux (avoid)  1.007 1.024 1.007 1.011 1.015 1.033 1.008 1.001   mean 1.013
-    noavoid         0.991 0.997 1.020 1.004 1.002 1.019 1.006 0.998   mean 1.004
-    inter25         0.995 1.013 1.009 1.000 0.947 1.032 0.970 0.967   mean 0.990
-    inter50 (3)     0.914 0.963 0.982 0.947 0.991 0.962 0.990 1.017   mean 0.972
-    tiresias        1.001 1.000 1.000 1.000 1.000 1.000 1.000 1.000   mean 1.000
-    optimus         1.023 1.034 1.015 1.032 1.011 1.008 0.987 1.025   mean 1.016
-
-Remeasured after the typed-cluster / job-model / estimation-stage work and the Pollux-faithful
-agent fit (``bayes-sched compare --policies pollux tiresias optimus --seeds 3 --out R``, seed-0
-rows):
-
-    pollux          1.011 1.031 1.001 1.014 1.008 1.026 1.016 1.005   mean 1.015
-      seeds 0-2     0.4 % 1.3 % 1.2 % 0.9 % 0.7 % 0.9 % 0.8 % 0.7 %   (range / seed 0)
-    tiresias        1.001 1.000 1.000 1.000 1.000 1.000 1.000 1.000   mean 1.000
-    optimus         1.031 1.053 1.026 1.032 1.011 1.000 0.993 1.021   mean 1.020
-
-Pollux's workloads moved by up to 2.1 % (workload 2) from the code before that work, its mean by
-0.1 %: the genetic search amplifies float-level changes (the efficiency computed from log phi, the
-refactored fits) as a new search seed would, and its seeds alone span up to 1.3 %. Optimus is
-deterministic: it moved (workload 2 +1.9 %) only when the agent's fit became perfmodel's, which
-pins the network terms the measurements cannot inform during the fit, as adaptdl does, instead of
-resetting them after it.
-
-One run is one seed of the genetic search, and at 50 % interference the seed alone moves a
-workload's JCT a lot: workload 1 is 0.804 with seed 0 and 0.999 with seeds 1 and 2 (and with
-seed 0 at the artifact's 100 x 100 budget); the other workloads' seeds span 2-8 %. Interference is
-applied as the artifact applies it (every distributed job on a node shared with another
-distributed job, goodput x (1 - slowdown)), and Pollux does not see it.
-
-What brought inter50 from 1.125 to 0.97: the artifact's NSGA-II (fitness and cluster utility as
-objectives, which keeps compact allocations in the population) and, above all, its mutation read
-right: a node with free GPUs gains about one job per child (the growth probability is normalised
-over jobs), where we had grown every job about once, which spread distributed jobs over shared
-nodes (workload 3: 6.2 distributed jobs per round, 5.5 of them slowed, with the old elitist
-search; 3.1 and 1.6 now).
-
-What brought Pollux from 1.10 to 1.02, each as the artifact's simulator does it: the agent's batch
-tuning rounds the micro-batch *up* (YOLOv3's memory limit of 8 had been rounded down to 7, a tenth
-less throughput); a lone GPU accumulates at least once beyond the initial batch; the agent refits
-its throughput model as soon as a new shape is measured (a model stale for a few rounds mis-tunes
-the batch and overstates scaling); the genetic search grows jobs only onto free GPUs.
-
-What brought Optimus from 1.07 to 1.02 (workload 1: 1.14 to 1.02) without reading the
-simulator's truth: measured step times take precedence over the fitted model (the true profile
-is not smooth, and the artifact's oracle greedy stops where one more GPU is no faster), and
-remaining steps are the training left over the batch size rather than over the early,
-understated statistical efficiency.
+Measured figures (each run's command, commit, date and load), and what brought each policy's
+ratio where it is: docs/results/fidelity.md.
 """
 
 from __future__ import annotations
@@ -82,6 +31,7 @@ from bayes_sched.policies import PolluxPolicy, make_policy  # noqa: E402
 from bayes_sched.policies.pollux import SEARCHES  # noqa: E402
 from bayes_sched.sim import SimConfig, run_simulation  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 WORKLOADS = [f"workload-{i}" for i in range(1, 9)]
 POLICIES = ("pollux", "tiresias", "optimus")
@@ -173,6 +123,7 @@ def main() -> int:
                         help="Pollux's genetic search (default: the artifact's NSGA-II)")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
 
     # Average JCT of every run by (policy, workload, interference, avoid), then search seed; a
@@ -239,6 +190,8 @@ def main() -> int:
         rows = [{**row, "seed_range": row.get("seed_range", "")} for row in rows]
     print_table(rows, title="average JCT: ours vs the Pollux artifact (load 1.0)",
                 as_json=args.json)
+    if args.record:
+        record_results(__file__, {"average JCT: ours vs the Pollux artifact (load 1.0)": rows})
     return 0
 
 

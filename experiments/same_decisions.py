@@ -52,6 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 #: Policies of the table world (the CLI's list, as of this script; a scenario per name).
@@ -297,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print strict JSON")
     parser.add_argument("--debug", action="store_true",
                         help="name on stderr the file each side imported bayes_sched from")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     try:
         if args.jobs is not None and args.jobs < 1:
@@ -311,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"same_decisions: {error}", file=sys.stderr)
         return 2
+    if args.record:
+        record_results(__file__, {f"same decisions, base {args.base}": rows})
     if args.json:
         print(json.dumps([{k: _json_safe(v) for k, v in row.items()} for row in rows],
                          indent=2, allow_nan=False))

@@ -17,81 +17,16 @@ deterministic) and its average JCT, makespan, worst finish-time fairness and unf
 Pass bands (issue 15): avg JCT and makespan within 10 %, worst FTF within 20 %, unfair fraction
 within 10 points. A policy this checkout does not register is listed and skipped with a line.
 
-Measured (HiGHS; a 2-core machine at load average ~15; ours / published):
+Shockwave's baselines run with Shockwave's settings where its code differs from Gavel's:
+Gandiva-fair gives every job the same time fraction whatever its GPU count (``split="time"``);
+AlloX gives a job of ``s`` GPUs the fraction ``1 / s`` and has ``alpha`` 0.2; FTF's isolated share
+caps each row of the 1/n split at 1; the policies that read remaining steps see ``target_steps``
+and ``progress`` rescaled at each batch-size change, as Shockwave's scheduler keeps them.
+Shockwave's FTF baseline used Gurobi; here CLARABEL, so allocations inside the min-max optimum's
+face may differ. Shockwave's planner solves its log utility as a hypograph on one HiGHS thread
+under a node limit with a fixed seed and no wall-clock cap, so its plans are deterministic.
 
-    policy                   avg JCT s       makespan s      worst FTF     unfair
-    shockwave                10335 / 9958    23410 / 24197   1.86 / 1.78   6.7 % / 5.0 %
-    max_min_fairness         11860 / 11274   33549 / 33208   3.14 / 2.95   32.5 % / 25.0 %
-    max_sum_throughput_perf   9958 / 9655    32518 / 31909   5.02 / 4.98   22.5 % / 25.0 %
-    gandiva_fair             11860 / 12574   33549 / 32367   3.14 / 1.85   32.5 % / 51.7 %
-
-The first three within the bands. The gandiva_fair row above split each job's GPU share equally
-(Gandiva-fair's fair share of GPUs; identical here to max_min_fairness) and missed in worst FTF
-and unfair fraction. Shockwave's baseline (``gandiva_fair_proportional.py``) gives every job the
-same time fraction whatever its GPU count, so a job of 4 GPUs is allotted 4 times the GPUs of a
-job of 1; this script now runs that variant (``split="time"``): 13359 / 12574 s (1.062), makespan
-33229 / 32367 s (1.027), worst FTF 2.29 / 1.85 (1.23, outside the 20% band), unfair 54.2 % /
-51.7 % (load 15-57).
-
-**Recompute interval.** The rows above ran at Gavel's 1920 s. Shockwave's scheduler recomputes
-at most every 1000 s: a job arriving after a recompute waits for the next one (its allocation is
-0 until then), so the interval sets the queueing of late arrivals and with it the worst
-finish-time fairness. At 1000 s (this script's default now; same machine, load ~20, one run each,
-the runs are deterministic):
-
-    policy                   avg JCT s       makespan s      worst FTF      unfair
-    max_min_fairness         11315 / 11274   33329 / 33208   2.947 / 2.947  25.0 % / 25.0 %
-    max_sum_throughput_perf   9649 / 9655    32237 / 31909   4.940 / 4.976  25.0 % / 25.0 %
-    gandiva_fair             12744 / 12574   32809 / 32367   1.854 / 1.854  53.3 % / 51.7 %
-
-(ratios 1.004 / 1.004 / 1.000; 0.999 / 1.010 / 0.993; 1.013 / 1.014 / 1.000: all within the
-bands). At 1920 s the same commit gave max_min_fairness 11860 / 33549 s, worst 3.143, 32.5 %;
-max_sum_throughput_perf 9958 / 32518 s, 5.019, 22.5 %; gandiva_fair 13359 / 33229 s, 2.286,
-54.2 % (worst FTF 1.23x published, outside the band). Gandiva-fair's worst job (job 108,
-Recommendation, 718 s alone, arriving at 4426 s) waited until the recompute at 6240-6360 s.
-Shockwave's Gandiva-fair baseline is deterministic (``GandivProportionalPolicy``: fractions
-``GPUs / m`` per job, no tickets, no lottery, no trading), so no seed enters the row.
-**Policies that read remaining steps** (min_total_duration, finish_time_fairness, allox). They
-used to fall back to the equal split here (the jobs declared no steps; AlloX refused multi-GPU
-jobs), all three at 11312 s, worst FTF 2.947. Shockwave's scheduler gives them
-``num_steps_remaining = total_steps - total_steps_run`` (``_get_allocation_state``), with both
-rescaled on every batch-size change (``_scale_bs_and_iters``: total steps by the batch-size ratio,
-keeping the epochs; steps done set to the completed epochs at the new batch size); the Shockwave
-world's job views now declare exactly these (``target_steps``, ``progress``). Three settings of
-Shockwave's baselines differ from Gavel's and are taken from its code: AlloX gives a job of ``s``
-GPUs the fraction ``1 / s`` and keeps matching it (``policies/allox.py``); AlloX's ``alpha`` is
-0.2 (``utils.get_policy``; Gavel: 1.0); FTF's isolated share is Shockwave's ``IsolatedPolicy``
-(each row of the 1/n split capped at 1; Gavel divides every row by the largest row sum). Rerun
-(one run each, deterministic, load ~5-9):
-
-    policy                   avg JCT s       makespan s      worst FTF      unfair
-    min_total_duration       20260 / 19807   24260 / 24205   8.475 / 7.741  75.0 % / 74.2 %
-    finish_time_fairness     11416 / 11302   31709 / 31929   3.830 / 3.438  21.7 % / 22.5 %
-    allox                     9874 / 9926    32489 / 32489   4.964 / 4.964  27.5 % / 27.5 %
-
-(ratios 1.023 / 1.002 / 1.095; 1.010 / 0.993 / 1.114; 0.995 / 1.000 / 1.000: all within the
-bands). Without Shockwave's settings: AlloX at Gavel's alpha 1.0 (every waiting job in the
-matching, so short jobs go first) 8309 / 32229 s, worst 2.179, unfair 5.8 % (JCT 0.837, FTF and
-unfair out of band); FTF with Gavel's isolated share 12324 / 31589 s, worst 3.781, unfair 32.5 %
-(JCT 1.090 and unfair +10.0 points, at the bands' edges). AlloX at alpha 0.2 with multi-GPU jobs
-held at fraction 1 like single-GPU ones (not Shockwave's rule) gave 9984 / 32929 s, worst 5.061,
-unfair 25.0 %: in the bands too, but only Shockwave's ``1 / s`` rule gives the published makespan
-and worst FTF to the digit. Shockwave's FTF baseline solved with
-Gurobi (hard-coded in ``get_policy``); here CLARABEL, so allocations inside the min-max
-optimum's face may differ.
-
-Shockwave's row (first line above) is from before its plans were deterministic: most relaxed
-plans stopped at a 15 s wall-clock cap, so the row depended on the machine's load (another run:
-10781 / 23479 s, worst 2.06, unfair 13.3 %). The planner now solves its log utility as a
-hypograph (no SOS2 binaries), on one HiGHS thread under a node limit with a fixed seed and no
-wall-clock cap; its plans finish at 0-1 branch-and-bound nodes. Rerun (``--policies shockwave
---jobs-out PREFIX``, load 17-21): 10553 / 22970 s (1.060 / 0.949 of published), worst FTF 2.107
-(1.181), unfair 7.5 % (5.0 %), within the bands; 192 rounds, plan median 1.96 s wall at that
-load, no node-limit hit, no solver failure. The same command beside a CPU burner (load 20-34,
-1,222 s instead of 281 s, plan median 5.33 s) gave an identical per-job table (every column of the
-two ``--jobs-out`` files equal). Without Shockwave's epoch-time
-calibration (``--policy-opt calibrate=false``) the row missed (11755 s, unfair 39 %, before the
-change): the calibration is part of its predictor.
+Measured figures (each run's command, commit, date and load): docs/results/shockwave_fidelity.md.
 """
 
 from __future__ import annotations
@@ -99,9 +34,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
+from pathlib import Path
 
 from bayes_sched.worlds import SHOCKWAVE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 #: Published results, simulated tacc_32gpus rows of the artifact's pickles
 #: (``scheduler/reproduce/pickles/tacc_32gpus/<policy>_120_..._simulation.pickle``, summarised in
@@ -190,6 +130,7 @@ def main() -> None:
                         help="seconds between allocation recomputes of the time-sharing "
                              "policies (default: Shockwave's scheduler's, 1000)")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     from bayes_sched.policies import POLICIES
 
@@ -202,6 +143,8 @@ def main() -> None:
         rows.append(row)
         if not args.json:
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    if args.record:
+        record_results(__file__, {"ours / published": rows})
     if args.json:
         print(json.dumps(rows))
         return

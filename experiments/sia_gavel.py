@@ -21,27 +21,7 @@ Sia's paper reports gains over Gavel on its own traces and its own clusters (not
 script measures Sia in Gavel's setting, where jobs are rigid (fixed GPU count and batch), so Sia's
 only choice is the GPU type and whether a job runs this round.
 
-Measured (seed 0, 2.0 jobs/h, one run per policy to jobs 4000-4999; Sia with HiGHS, the LPs with
-CLARABEL; other windows by ``--summarize`` from the same runs; shared 2-core machine, load 14-25):
-
-    window      policy                 avg JCT h  median h  last done h  restarts/job
-    4000-4999   sia                      17.23      4.18       2700          2.54
-                max_min_fairness_perf    20.42      4.88       2990         85.77
-                max_min_fairness (LAS)   26.97      6.66       2962        215.3
-    1000-1999   sia / Gavel / LAS        17.32 / 19.15 / 26.22
-    2000-2999   sia / Gavel / LAS        14.70 / 15.95 / 22.37
-    3000-3999   sia / Gavel / LAS        16.11 / 18.12 / 24.53
-
-    decision ms per round (wall, median / p95): sia 72.5 / 387, Gavel 1.9 / 151, LAS 22.0 / 174
-    (Gavel's LPs are re-solved only when the job set changes; Sia solves its ILP every round).
-    Utilisation K80 / P100 / V100: sia 0.22 / 0.69 / 0.95, Gavel 0.34 / 0.78 / 0.99.
-
-Sia's average JCT is 16 % below Gavel's on jobs 4000-4999 (8-11 % on the earlier windows) with 2.5
-restarts per job against Gavel's 86: the cluster is rarely saturated at this rate (a job waits
-0.05 h for its first GPUs under Sia), so Sia gives nearly every job its fastest type for which
-there is room and keeps it there, where Gavel's max-min fairness time-slices every job over all
-three types. Restarts are free in this world (as in Gavel's simulator), so Gavel pays nothing for
-its 86; Sia's own gains come mostly from adaptive jobs (batch size and GPU count), absent here.
+Measured figures (each run's command, commit, date and load): docs/results/sia_gavel.md.
 """
 
 from __future__ import annotations
@@ -51,6 +31,9 @@ import sys
 from pathlib import Path
 
 from bayes_sched.worlds import GAVEL
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 
 def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
@@ -143,17 +126,22 @@ def main() -> None:
     parser.add_argument("--summarize", type=Path, metavar="DIR",
                         help="summarise the window from the per-job CSVs in DIR (no run)")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     from bayes_sched.tables import print_table
 
     window = (args.window[0], args.window[1])
     if args.summarize is not None:
-        print_table(summarize(args.summarize, args.policies, window),
-                    title=f"from {args.summarize}", as_json=args.json)
+        rows = summarize(args.summarize, args.policies, window)
+        print_table(rows, title=f"from {args.summarize}", as_json=args.json)
+        if args.record:
+            record_results(__file__, {f"jobs {window[0]}-{window[1] - 1}, from saved runs": rows})
         return
     rows = [run_one(policy, args.rate, args.seed, window, args.out) for policy in args.policies]
     print_table(rows, title=f"Gavel continuous multi-GPU jobs, {GAVEL.default_cluster}, {args.rate} jobs/h, "
                             f"jobs {window[0]}-{window[1] - 1}", as_json=args.json)
+    if args.record:
+        record_results(__file__, {f"{args.rate} jobs/h, jobs {window[0]}-{window[1] - 1}": rows})
 
 
 if __name__ == "__main__":

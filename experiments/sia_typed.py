@@ -30,28 +30,7 @@ Sia profiles every new job on one GPU of each type before its program places it
 (:class:`~bayes_sched.policies.sia_adaptive.SiaAdaptivePolicy`; the rounds are real, so their cost
 is in the JCTs, and the ``profiling_gpu_s`` column counts their GPU-seconds).
 
-Measured with ``--max-jobs 30 --policies sia_adaptive pollux`` (v100:16,p100:16,k80:16, seeds
-0 1 2; shared 2-core machine at load ~20, so wall times are not comparable):
-
-    policy        avg JCT s (seeds 0/1/2)   makespan s (0/1/2)        worst ftf (mean)  profiling
-    sia_adaptive  1552 / 1552 / 1551        27410 / 27410 / 27330     4.26              3840 GPU-s
-    pollux        3254 / 3117 / 3198        61750 / 58690 / 65870     8.80              -
-
-Sia is 52 %, 50 % and 51 % below Pollux in average JCT and 56 %, 53 % and 59 % below in makespan on
-the three seeds: ahead of Pollux on a heterogeneous cluster, as Sia's paper reports. Profiling
-took 3840 GPU-seconds: 64 one-GPU rounds of 60 s (three per job, one type each; one for the NCF
-jobs, which finish inside their first round), under 1 % of the ~500,000 GPU-seconds the jobs held
-(mean utilisation 0.38 of 48 GPUs over the 27,400 s makespan).
-
-Before profiling was modelled (the policy learned a type only by running a job there, ratio 1
-until then) the same command gave sia_adaptive 1492 / 1881 / 5874 s: on seed 2 the solver's
-tie-break between types that all offered one GPU at goodput 1 put every application on the K80s,
-where they stayed (utilisation K80 0.99, V100 0.02). The same code with ``profile_types=False`` still
-depends on that tie-break: seed 2 then put the applications on the P100s (1863 s, utilisation
-P100 0.96, V100 0.12). With profiling no job enters the program without a model on every type,
-the seeds agree, and the V100s carry most of the work
-(utilisation V100 0.96, P100 0.17, K80 0.02: at this load the fast type holds the jobs at many
-GPUs; Pollux, type-agnostic, keeps all three types at 0.99).
+Measured figures (each run's command, commit, date and load): docs/results/sia_typed.md.
 """
 
 from __future__ import annotations
@@ -67,6 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bayes_sched.tables import print_table  # noqa: E402
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 #: The variant of sia_adaptive that skips profiling where it is sure (--skip-profiling-within).
 SKIP_VARIANT = "sia_adaptive+skip"
@@ -130,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--type-profiles", metavar="DIR", default=None)
     parser.add_argument("--skip-profiling-within", type=float, default=None, metavar="X")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
 
     from bayes_sched.cluster_spec import parse_cluster_spec
@@ -163,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        for r in mine]),
                       "unfair_fraction_mean": np.mean([float(r["unfair_fraction"])  # type: ignore[arg-type]
                                                        for r in mine])})
+    if args.record:
+        record_results(__file__, {"runs": rows, "mean over seeds": means})
     if args.json:
         print(json.dumps({"runs": rows, "means": means}, default=float))
     else:

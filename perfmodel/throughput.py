@@ -169,7 +169,7 @@ _SINGLE_THREAD_DEPTH = 0
 def single_thread() -> Iterator[None]:
     """Run torch and the BLAS under numpy and scipy on one thread: the arrays here are small, and
     on a busy machine the synchronisation of their worker threads costs several times the work
-    itself (the point fit's L-BFGS-B took 13.6 s instead of 2.9 s on a loaded 2-core machine).
+    itself.
 
     The limits are process-wide, so a block inside another changes nothing: it only counts
     itself (setting them scans the loaded libraries, milliseconds per entry, and a simulation

@@ -160,8 +160,8 @@ def append_reports(job_dir: str | os.PathLike[str], reports: list[dict[str, Any]
     returns, so they survive the writer's death (SIGKILL included) and only a crash of the
     machine loses them. For the periodic measurement and progress reports, which the next ones
     supersede and whose loss costs the scheduler nothing but a late view (a machine crash
-    restarts the job from its checkpoint, which is written durably); a ``fsync`` there took
-    ~10 ms each on a loaded disk, about 1 % of training time at one report a second.
+    restarts the job from its checkpoint, which is written durably); a ``fsync`` per report
+    costs a noticeable share of training time on a loaded disk.
 
     Raises:
         ValueError: an unknown kind or a non-finite number (nothing is written then).

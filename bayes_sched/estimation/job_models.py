@@ -61,7 +61,7 @@ def fit_measurements(name: str, observations: Sequence[Observation]) -> Throughp
     The fit is a deterministic function of the measurements, and jobs of one application measured
     at the same configurations report the same step times, so equal measurements share one fit
     (remembered in a bounded table): the same parameters, at a lookup's cost instead of an L-BFGS
-    run's (5-300 ms).
+    run's.
     """
     key = tuple((o.num_nodes, o.num_replicas, o.local_bsz, o.accum_steps, o.step_time,
                  o.sync_time) for o in observations)
@@ -83,7 +83,7 @@ class ThroughputFitter:
 
     A refit needs a measurement of a new ``(nodes, replicas)`` shape, or of a new micro-batch while
     fewer than two were seen (or any new micro-batch with ``refit_on_new_bsz``), and, once a fit
-    exists, ``min_refit_interval`` seconds since the last one (the L-BFGS fit costs 5-300 ms).
+    exists, ``min_refit_interval`` seconds since the last one (each L-BFGS fit costs milliseconds).
 
     Args:
         name: the job's name (labels the profile).

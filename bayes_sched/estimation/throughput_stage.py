@@ -13,8 +13,8 @@ fold since the last fit (1: any report): more of the same cell's seconds narrow 
 slowly, and refitting for each round of them made the fits grow with the rounds. When the only
 news is failed launches and the learner has ``refit_launches(observations, belief)`` (ours), the
 refit is that: the belief with where pairs fit read again and its rates' posterior kept (the
-rates' reports since then wait for the next refit a rate makes due). Failed launches were half of
-the refits of a packed run (gavel-2.0, jobs 1000-1009: 263 of 530), and a rate refit is a
+rates' reports since then wait for the next refit a rate makes due). Failed launches are many of
+the refits of a packed run (docs/results/bench_uncertainty.md), and a rate refit is a
 conditioning and a fresh prediction of every cell. The belief is read-only (one method,
 ``predict``); :attr:`ThroughputEstimator.version` changes only when a fit returns a new belief
 (the oracle's never does). A fit that raises keeps the previous belief,
@@ -58,9 +58,9 @@ from bayes_sched.jobs import JobView
 LOG = logging.getLogger(__name__)
 
 #: The policies' default ``refit_growth`` (see :class:`ThroughputEstimator`): a cell already
-#: fitted makes a refit due once its reported seconds double. On Gavel's window (jobs 4000-4999,
-#: max-min fairness, our learner) refitting at every report (1) gave the same average JCT (ratio
-#: to the table 0.994 at 2.0 jobs/h either way) at ~1.2x this rule's decision time.
+#: fitted makes a refit due once its reported seconds double. Refitting at every report (1) cost
+#: more decision time for the same average JCT on Gavel's window (docs/results/
+#: bench_uncertainty.md).
 REFIT_GROWTH = 2.0
 
 

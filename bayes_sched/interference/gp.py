@@ -20,7 +20,7 @@ to a neighbour than alone) are ordinary values of ``log speed > 0``; nothing cap
 :data:`~.tables.MAX_SPEED`.
 
 Cost: one Cholesky factor of an ``N x N`` matrix per optimiser step (``N`` training
-observations; about 0.1 s at ``N`` = 1,600 on one core); :data:`MAX_OBSERVATIONS` bounds ``N``.
+observations, ``O(N^3)``); :data:`MAX_OBSERVATIONS` bounds ``N``.
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ class BayesOptPolicy:
         rate depends on (the point fit, gradient statistics, limits and ``fair_r``), this
         round's and the last's:
         most models are unchanged from one round to the next, and one rate costs a batch
-        optimisation (~0.1 ms; 2,000 jobs took longer than the rest of bo's round-keeping)."""
+        optimisation (for thousands of jobs, more than the rest of bo's round-keeping)."""
         memo: dict[tuple[object, ...], float | None] = {}
         rates = {}
         for job in jobs:

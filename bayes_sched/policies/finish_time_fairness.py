@@ -31,8 +31,8 @@ returns moves the average JCT by tens of percent. With this option the program i
 inv_pos(rates_j . x_j)) / (I_j + R_j / isolated_j)`` over a ``(J, T)`` variable with the jobs
 in id order and the types by name, and cvxpy hands it to ECOS (Gavel's default solver).
 :func:`gavel_statement_problem` is that cvxpy statement; :func:`gavel_statement_cone_data`
-builds the cone data cvxpy derives from it directly (bitwise the same; cvxpy's canonicalisation
-cost 0.14 / 0.44 s CPU per recomputation at 60 / 130 jobs, against 0.4 ms), and
+builds the cone data cvxpy derives from it directly (bitwise the same, at a small fraction of
+cvxpy's canonicalisation cost per recomputation), and
 :func:`solve_gavel_statement` calls ECOS as cvxpy does.
 """
 

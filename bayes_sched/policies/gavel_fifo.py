@@ -10,8 +10,8 @@ FIFO skips priority-0 entries).
   job takes a type drawn at random (seeded) among those with room. Gavel's code (``fifo.py`` as of
   commit 3e3acf6) draws the index but then assigns the job to the stale loop variable
   ``worker_type`` (the last key of the cluster spec); this module assigns the drawn type, as
-  the code intends, and reproduces Gavel's published base-FIFO result (99.19 h at 4.8 jobs/h)
-  within 5 % (``experiments/gavel_fidelity.py``).
+  the code intends; ``experiments/gavel_fidelity.py`` compares it with Gavel's published base-FIFO
+  result (99.19 h at 4.8 jobs/h; measured: docs/results/gavel_fidelity.md).
 * ``fifo_perf``: the assignment is recomputed each time: each job in order takes the type where
   it runs fastest among those with room (ties: the first type by name, as Gavel scans them).
 * ``fifo_packed``: as ``fifo_perf``, then the jobs still queued, in order, each join the assigned

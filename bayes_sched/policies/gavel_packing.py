@@ -19,8 +19,8 @@ sparse over those entries (:func:`combination_terms`).
 a job, each job's rates normalised by the sum of its measured rates alone over the types and
 multiplied by its scale factor.
 
-**Solving per job class.** With ``J`` jobs the pairs number up to ``J (J - 1) / 2``: ~15,000
-entries at 100 jobs, 2.9-5.8 s per solve. Gavel's answer
+**Solving per job class.** With ``J`` jobs the pairs number up to ``J (J - 1) / 2``, and a
+solve over job pairs takes seconds at 100 jobs. Gavel's answer
 (``get_allocation_using_job_type_throughputs``) is to give each job variables per *job type* it
 pairs with (its job-type key: model and scale factor), tie the types' pair totals together and
 expand the answer to job pairs (``convert_job_type_allocation``). In the max-min LP every job of
@@ -548,9 +548,8 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
     Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and
         pair_split: ``"even"`` (Gavel's: a class pair's time on every one of its job pairs) or
             ``"intervals"`` (on O(jobs) job pairs, the same time per job and partner class; at
-            2,048 GPUs and 1,900 jobs the even split puts ~780,000 pairs in force). Measured
-            (multi-GPU, 2.6 jobs/h, seed 0, jobs 0-99): average JCT 16.667 h even, 16.676 h
-            intervals.
+            2,048 GPUs and 1,900 jobs the even split puts ~780,000 pairs in force; measured
+            JCTs of the two: docs/results/gavel_fidelity.md).
         exploration: with a learned belief, how the policy learns cells it has not seen:
             ``"value_of_information"`` (default; ``acquisition`` is then ignored: decide on the
             posterior mean, and try a job alone or a pair in a cell nobody has reported from,

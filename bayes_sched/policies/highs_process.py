@@ -13,7 +13,7 @@ from collections.abc import Iterator
 #: for another size fails ("the scheduler has already been initialized to use 2 threads"). Sia's
 #: integer program ran with HiGHS's default (half the cores: 2 here) and Shockwave's planner
 #: with 1, so in a process that had solved Sia's program every Shockwave solve failed, no job
-#: was ever planned and a simulation ran on to its horizon (the hang of session 13's CI). One
+#: was ever planned and a simulation ran on to its horizon (a hang the tests once met). One
 #: thread: these programs are small, and the answer then does not depend on the machine's
 #: cores. (scipy's ``linprog`` carries its own copy of HiGHS, with its own scheduler.)
 HIGHS_THREADS = 1

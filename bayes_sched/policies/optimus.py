@@ -13,16 +13,15 @@ count is unchanged keep their placement; others are placed consolidated.
 
 The Pollux artifact's variant (Optimus+Oracle) read true step times and remaining iterations from
 the simulator; this one uses only what a real scheduler could know. Two choices bring it close to
-the artifact (ours / published average JCT on workload 1 went from 1.14 to about 1.02):
+the artifact (measured: docs/results/fidelity.md):
 
 * Measured step times beat the model. Real step times are not smooth in ``r`` (a third node, an
   uneven split): the artifact's true profile makes its greedy stop where one more GPU is no faster,
   while a smooth fit kept granting GPUs that bought nothing.
 * Remaining steps from the training length, not from the current gradient noise. Early in
   training the gradient noise is small, so the current statistical efficiency understates the
-  later one; dividing by it made new jobs look up to 13x longer than they were and drew GPUs to
-  them until the estimate fell, moving GPUs back and forth (with both changes, imagenet-11 of
-  workload 1 restarts 87 times instead of 219).
+  later one; dividing by it made new jobs look many times longer than they were and drew GPUs
+  to them until the estimate fell, moving GPUs back and forth (restarts).
 """
 
 from __future__ import annotations

@@ -16,10 +16,9 @@ The search (:mod:`bayes_sched.search.allocation`, shared with ``bo``) is by defa
 NSGA-II: two objectives, the fitness and the *cluster utility* (the jobs' summed speedups over the
 GPUs of the nodes in use), and the artifact's mutation, which is sparing (a node with free GPUs gains
 about one job per child). With interference avoidance off these are what keep distributed jobs from
-sharing nodes as often as a search for fitness alone lets them: at 50 % interference on workload 3
-the elitist search (``"elitist"``: the fittest of parents and children survive) ran 6.2 distributed
-jobs per round, 5.5 of them slowed; NSGA-II with the artifact's mutation runs 3.1, 1.6 of them
-slowed.
+sharing nodes as often as a search for fitness alone lets them (under interference the elitist
+search, ``"elitist"``: the fittest of parents and children survive, runs more distributed jobs a
+round and more of them slowed; measured: docs/results/fidelity.md).
 
 Repair enforces, in job priority order (least attained service first): node capacity; each job's
 replica cap (twice the most GPUs it has been measured on, at least 1, and what its batch limits
@@ -67,7 +66,7 @@ class PolluxPolicy:
         ga: genetic-search settings.
         job_overrides: per-application fixed settings (default: the artifact's NCF setting).
         speedup_tolerance: relative change of a job's gradient noise-to-signal ratio below which its
-            cached speedup table is reused (tables cost ~1 ms per job to build).
+            cached speedup table is reused (a table per job is costly to build).
         risk: ``None`` or 0 allocates by the point fit's goodput; ``q`` in (0, 1) by the
             ``q``-quantile of goodput under the throughput posterior (e.g. 0.1: the 10 % quantile).
             The job models come from the ``job_goodput`` estimator: by default ``job_models``

@@ -409,8 +409,8 @@ class ShockwavePolicy:
         A factor corrects the profile it was computed on. With a learner's estimate the
         profile is rebuilt from each new belief, which has learned from the same measurements:
         a factor in force for an older profile would correct them twice (a job first profiled
-        4x too fast kept a factor of 4.9 on a belief that had learned its rate, so was planned
-        4.9x too slow and starved: worst rho 3.03 on the tacc_120 trace, noise seed 1). So a
+        too fast kept its factor on a belief that had learned its rate, so was planned that much
+        too slow and starved; docs/results/bench_shockwave_uncertainty.md). So a
         new profile starts from 1 and the rule is applied to it afresh; with the table the
         profile never changes and the rule is Shockwave's."""
         entry = self._factor.get(job.name)

@@ -9,8 +9,8 @@ policies without packing; the packing policies build theirs in
 :mod:`bayes_sched.policies.gavel_packing`), and the builders below state each objective once over
 it.
 
-Why not through cvxpy: at ~100 jobs cvxpy's canonicalisation took 50-110 ms per LP, more than
-the solve and more than the issue's 50 ms budget per decision (``experiments/
+Why not through cvxpy: at ~100 jobs cvxpy's canonicalisation took longer per LP than the solve
+and than the budget per decision (``experiments/
 bench_gavel_decisions.py``); the LP structure changes with the job set, so a parametrised cvxpy
 problem (DPP) could not be reused across recomputations. The programs are the ones the cvxpy
 formulations stated (same variables, constraints and objective), solved by the same open-source
@@ -262,9 +262,8 @@ class HighsModel:
     The first solve is :func:`highs_result`'s: the same HiGHS options as scipy's ``linprog``
     (``method="highs"``: dual simplex, presolve on) on the same rows in the same order (the
     ``upper`` rows, then the ``equal`` rows), without ``linprog``'s input checks and result
-    conversion (about half of each call on the packed max-min programs). On every program of a
-    packed run (gavel-2.0, jobs 0-9, seed 0: 531 programs) its primal, duals and optimum were
-    bitwise ``linprog``'s (``tests/test_value_of_information.py`` checks one).
+    conversion (a large share of each call on the packed max-min programs). Its primal, duals
+    and optimum are bitwise ``linprog``'s (``tests/test_value_of_information.py`` checks one).
     """
 
     def __init__(self, program: ConicProgram) -> None:

@@ -36,9 +36,8 @@ information beats its expected cost:
 * **Screen.** Before any draw, each column's ``E[max(v_e(r), 0)]`` is bounded from its rates'
   log variances and fit probabilities (:func:`positive_part_bound`, exact for a one-cell
   column); a column whose bound cannot pay for its trial is not drawn. A belief that states
-  no spread (no ``log_variance_and_fit``) has every column drawn. On a packed run (gavel-2.0,
-  jobs 1000-1009) the screen left ~1 in 27 columns to draw, and the value-of-information pass
-  went from 7.4 to ~4 CPU ms (its 256 draws of ~66 cells to ~5).
+  no spread (no ``log_variance_and_fit``) has every column drawn. On a packed run the screen
+  leaves few columns to draw (measured: docs/results/bench_uncertainty.md).
 * **Rule.** Try ``e`` iff gain > cost (:func:`bayes_sched.acquisition.worth_trying`), and only a
   column the mean allocation does not already run (exploitation learns those for free) with a cell
   nobody has reported from. Nothing is tuned: ``R`` is the round, the horizon the jobs' own

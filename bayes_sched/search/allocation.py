@@ -110,7 +110,7 @@ class GAConfig:
 
 
 def _kernels() -> ModuleType:
-    """The compiled kernels, imported on first use (importing numba costs ~0.5 s, which the
+    """The compiled kernels, imported on first use (importing numba is slow, which the
     commands that never search should not pay)."""
     from bayes_sched.search import kernels
 
@@ -151,7 +151,7 @@ class SpeedupTables:
     Args:
         max_nodes_per_job: most nodes one job may span (the tables' node axis).
         speedup_tolerance: relative change of a job's gradient noise-to-signal ratio below which its
-            cached table is reused (tables cost ~1 ms per job to build).
+            cached table is reused (a table per job is costly to build).
         risk: ``None`` for the point fit's goodput, ``q`` for its ``q``-quantile under the
             posterior draws.
     """

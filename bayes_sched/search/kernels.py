@@ -12,7 +12,7 @@ Each kernel keeps its numpy counterpart's semantics (the methods of
 takes its random node order from the caller's draws, so it equals the numpy repair exactly given
 the same draws; :func:`mutate_entries` draws inside the kernel from numba's generator seeded by the
 caller (a seed drawn from the search's numpy generator), so one seed gives one result, but not the
-numpy mutation's draws. Only the search imports this module, lazily: importing numba costs ~0.5 s.
+numpy mutation's draws. Only the search imports this module, lazily: importing numba is slow.
 """
 
 from __future__ import annotations

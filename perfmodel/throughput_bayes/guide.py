@@ -17,14 +17,14 @@ from perfmodel.throughput_bayes.model import StepTimeData
 #: Bins and half-width (in scale units of the guide's base) of the guide's per-coordinate monotone
 #: spline; outside the half-width the spline is the identity. Wide, because a posterior piled
 #: against a bound of its prior (``gamma`` near 1, a slope near 0) has in unconstrained space an
-#: exponential tail that the spline must bend far out (yolov3: the heaviest importance weights
-#: lay at ``gamma``'s coordinate 2-5 scales below the mode; half-width 4 gave k-hat 0.52-0.73
-#: over seeds 0-2, 8 gave 0.45-0.57).
+#: exponential tail that the spline must bend far out (on yolov3 the heaviest importance weights
+#: lay several scales below the mode, and half-width 8 gave lower k-hat than 4; measured
+#: figures: docs/results/bench_perfmodel.md).
 GUIDE_SPLINE_BINS = 8
 GUIDE_SPLINE_BOUND = 8.0
 #: Degrees of freedom of the guide's base distribution (Student-t per whitened coordinate): an
 #: importance proposal must have tails no lighter than the target's, and those exponential tails
-#: outgrow any Gaussian's (a Gaussian base: yolov3 k-hat 0.89, imagenet up to 1.0 over seeds).
+#: outgrow any Gaussian's (a Gaussian base left yolov3's and imagenet's k-hat near or above 0.7).
 GUIDE_BASE_DF = 10.0
 
 
@@ -59,8 +59,8 @@ class NetworkCoordinates:
 
     Why: the data pin the time at the measured replica counts, so a smaller ``beta`` is traded
     for a larger ``alpha`` along a curve in ``(log alpha, log beta)`` that no affine guide
-    follows (on cifar10 the PSIS-weighted standard deviation of ``log beta_r`` was 1.85x the
-    guide's, and 3x the SVI steps did not change it); in these coordinates the curve is a line.
+    follows (on cifar10 the PSIS-weighted standard deviation of ``log beta_r`` was well above the
+    guide's, and more SVI steps did not change it); in these coordinates the curve is a line.
     The map has unit Jacobian (``d(log alpha, log beta) / d(time, share)`` has determinant
     ``(1 - s) + s = 1`` with ``s`` the share's sigmoid), so densities carry over unchanged.
     """

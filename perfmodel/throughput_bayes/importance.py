@@ -16,14 +16,14 @@ from perfmodel.throughput_bayes.guide import spline_guide
 
 #: Draws of the PSIS check and of the moment matching: Vehtari et al. (2024) need at least
 #: ``10 ** (1 / (1 - k))`` draws (2,155 at k = 0.7) for k-hat itself to be reliable near the
-#: threshold; at 1,000 draws the k-hat of one cifar10 guide ranged 0.19-0.84 over 16 batches of
-#: fresh draws (0.66-0.84 over 4 batches of 4,000; 0.78 on 16,000). Each draw costs a model
-#: evaluation on every row.
+#: threshold; at 1,000 draws the k-hat of one guide scattered across the threshold from one batch
+#: of fresh draws to the next (measured: docs/results/bench_perfmodel.md). Each draw costs a
+#: model evaluation on every row.
 PSIS_DRAWS = 4000
 #: Rounds of moment matching (each tries a shift of the mean, then of the scales, then of the
 #: covariance, and keeps the first that lowers k-hat; Paananen et al. 2021). Later rounds chase
-#: the noise of the draws they are scored on: on deepspeech2 (seed 1) rounds 1-3 took k-hat from
-#: 0.54 to 0.40 and rounds 4-10 to 0.28 on those draws, but 0.44-0.59 on fresh ones.
+#: the noise of the draws they are scored on: on deepspeech2 rounds past the third lowered k-hat
+#: on those draws but not on fresh ones.
 MOMENT_MATCH_ROUNDS = 3
 
 
@@ -39,10 +39,8 @@ def adapt_proposal(base: dist.Distribution, spline: Spline, loc: torch.Tensor,
     same family of guide.
 
     Why: the ELBO is mode-seeking, so its optimum is narrower than the posterior wherever the
-    guide cannot follow the posterior's shape, and more SVI steps do not change that (cifar10,
-    seed 0, before :class:`NetworkCoordinates`: k-hat 0.78 after 500 steps, 0.80 after 1,500, on
-    16,000 fresh draws). In network coordinates, k-hat on 8,000 fresh draws: cifar10 seed 0 0.68
-    without matching, 0.47 with; deepspeech2 seed 1 0.67 and 0.59.
+    guide cannot follow the posterior's shape, and more SVI steps do not change that; the
+    adaptation lowers k-hat on fresh draws (cifar10, deepspeech2: docs/results/bench_perfmodel.md).
     """
     q = spline_guide(base, spline, loc, scale_tril)
     z = q.sample((PSIS_DRAWS,))

@@ -26,7 +26,7 @@ _PRIOR_CENTRE = {"alpha_c": 0.5, "alpha_n": 1.0, "beta_n": 0.05, "alpha_r": 0.3,
 _PRIOR_SPREAD = {"alpha_c": 1.5, "beta_c": 1.5, "alpha_n": 2.0, "beta_n": 2.0, "alpha_r": 2.0,
                  "beta_r": 2.0}
 #: Default prior spread of the multi-GPU compute shifts (sites :data:`SHIFT_NAMES`, log factors):
-#: some tens of percent either way (shipped profiles: medians -6% to +12%).
+#: some tens of percent either way (the shipped profiles' medians lie well inside it).
 _SHIFT_PRIOR_SCALE = 0.2
 
 
@@ -100,11 +100,11 @@ class StepTimePrior:
         facing the wide default prior.
 
         Why Student-t and gamma: with the normal predictive (which takes the references' spread
-        as known) and ``gamma`` left uniform on [1, 10], cold starts of the shipped models
-        (1-GPU rows only) covered 96-100% of five models' multi-GPU steps with 90% intervals
-        (too wide: the uniform ``gamma`` alone spans a factor 2 in the step time of a
-        configuration whose all-reduce takes as long as its compute) and 13% / 55% of ncf's (a
-        reference spread taken as known from five models is too sure of itself).
+        as known) and ``gamma`` left uniform on [1, 10], the 90% intervals of cold starts of the
+        shipped models (1-GPU rows only) were too wide for five models (the uniform ``gamma``
+        alone spans a factor 2 in the step time of a configuration whose all-reduce takes as
+        long as its compute) and far too narrow for ncf (a reference spread taken as known from
+        five models is too sure of itself). Measured coverage: docs/results/bench_perfmodel.md.
         """
         if len(reference) < 2:
             raise ValueError("a population prior needs at least two reference models")

@@ -96,8 +96,8 @@ def fit_svi(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tens
     # cannot inform then start as wide as their prior instead of having to grow there by SVI.
     # The mode, not the point fit: the point fit minimises another objective and knows nothing
     # of the noise sites, so the Laplace approximation there is far off (on bert its noise
-    # scale and degrees of freedom sat 9-17 posterior standard deviations from the mode, PSIS
-    # k-hat 24.7), and 500 Adam steps did not recover (k-hat 1.22; from the mode: 0.68).
+    # scale and degrees of freedom sat many posterior standard deviations from the mode), and
+    # Adam steps from there did not recover (figures: docs/results/bench_perfmodel.md).
     mode = posterior_mode(log_density, coordinates.from_unconstrained(
         torch.stack([params[n].detach() for n in names])))
     start = laplace_scale_tril(log_density, mode)

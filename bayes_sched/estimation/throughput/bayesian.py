@@ -15,7 +15,7 @@ type x GPU, and for more than one GPU per (family, scale), (family, scale, GPU) 
 scale) and per (family, scale, GPU) (on Gavel's table how much faster a V100 is than a P100 at 8
 GPUs falls with the batch size, 5.2x to 2.8x over LM's, and not on one GPU; without this slope a
 held-out type at the end of its family's batch range was predicted from the wrong ratio, with
-intervals too narrow: 90% coverage 0.836 of its multi-GPU cells); for the paired part one
+intervals too narrow); for the paired part one
 level (fixed prior: about half the alone rate) and a deviation per (scale, GPU) (learned
 variance: a place where no pair
 has run yet starts from the level of those where pairs ran, not from the broad prior, which made
@@ -56,8 +56,8 @@ are pooled incrementally, the context (batch centres, loads) is updated from the
 reports moved, a cell's design row is rebuilt only when its context moved, and the precision's
 data terms ``phi.T W phi`` and ``phi.T W y`` are kept and updated by the changed cells' old and
 new terms (:class:`~bayes_sched.estimation.throughput.weight_space.OnlineDesign`), leaving one
-LAPACK Cholesky of ``p x p`` (0.3 ms at the ``p`` = 226 of Gavel's world, jobs 0-9; the
-covariance, ``potri``, twice that, is formed only where a prediction needs it). Predictions of
+LAPACK Cholesky of ``p x p`` (the covariance, ``potri``, costs more and is formed only where a
+prediction needs it). Predictions of
 fewer cells than effects (an allocation recompute's cells, a profiling plan's) go through
 ``L^-1 phi^T`` (``p^2 N``) for variances and draws, or through the covariance where it is
 already formed. Many draws of a few cells draw the known effects' part from its ``(N, N)``
@@ -158,8 +158,8 @@ def _standard_normals(p: int, num_draws: int, seed: int
     :data:`_ASKED_ONCE`) and grown as ``p`` grows: a
     generator fills the rows in order, so the first ``p`` rows of a taller draw are the
     ``(p, num_draws)`` draw, and continuing from the state after ``p`` rows gives the rest (``p``
-    grows with each fit that meets new effects: drawing all of them again cost ~1 ms a call
-    of 512 draws)."""
+    grows with each fit that meets new effects, and drawing all of them again at every call
+    cost more than the call's other work)."""
     stream = _NORMAL_STREAMS.get((num_draws, seed))
     if stream is None and (num_draws < _KEPT_DRAWS or (num_draws, seed) not in _ASKED_ONCE):
         if num_draws >= _KEPT_DRAWS:
@@ -284,7 +284,7 @@ class BayesianThroughputBelief:
         if p and 10 * n * n + n * p < p * num_draws:
             # Few cells, many draws: draw the known part from its (N, N) covariance's root
             # (N normals a draw) instead of through the p effects (p normals a draw and an
-            # (N, p) x (p, S) product: 4 of a value-of-information pass's 7 ms at p ~560).
+            # (N, p) x (p, S) product, most of a value-of-information pass at large p).
             assert self.posterior is not None
             if parts.half is not None:
                 known = parts.half.T @ parts.half
@@ -498,7 +498,7 @@ class BayesianThroughputLearner:
 
     def fit(self, observations: Sequence[CellObservation]) -> BayesianThroughputBelief:
         # One BLAS thread: these matrices are small, and threads fight on a shared machine
-        # (a 700 x 700 Cholesky took 2 s with OpenBLAS's threads at load 19, 30 ms without).
+        # (measured: docs/results/bench_uncertainty.md).
         with one_blas_thread():
             return self._fit(observations)
 

@@ -204,9 +204,9 @@ def starting_log_variances(fixed: FixedPriors) -> np.ndarray:
     """The learner's starting hyperparameters: :func:`default_log_variances`, but the learned
     paired effects and the paired nugget share ``fixed.pair_sd ** 2`` evenly. No pair variance
     is learned before a pair is reported, so until then these are the paired part's prior; at
-    0.25 each its twelve terms summed to ~3 beside ``pair_level``'s 0.5, and a first pair's
-    predicted mean came out ~3.7x its alone rate (median over Gavel's one-GPU pairs), where a
-    job sharing a GPU cannot beat its alone rate."""
+    0.25 each its twelve terms summed to 3 beside ``pair_level``'s 0.5, and a first pair's
+    predicted mean came out several times its alone rate, where a job sharing a GPU cannot beat
+    its alone rate."""
     values = default_log_variances()
     paired = [i for i, name in enumerate(RANDOM_EFFECTS) if name.startswith("pair_")]
     paired.append(len(RANDOM_EFFECTS) + NUGGETS.index("pair"))

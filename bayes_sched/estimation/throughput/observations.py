@@ -89,8 +89,8 @@ class IncrementalPool:
     that extends the one seen last (same length prefix, same last object) costs only its new
     tail; any other list is pooled from scratch. The sums are added in the same order as
     :func:`pool` adds them, so the result is the same to the last bit (an online loop hands its
-    learner every report so far at each fit: pooling them all again cost ~0.15 s a fit after
-    1,000 rounds)."""
+    learner every report so far at each fit, and pooling them all again grows with the
+    rounds)."""
 
     def __init__(self) -> None:
         self._sums: dict[Cell, list[float]] = {}

@@ -69,8 +69,8 @@ _BLAS = _OneBlasThread()
 
 def one_blas_thread() -> AbstractContextManager[None]:
     """Limit BLAS to one thread for a block. The controller (which finds the loaded BLAS
-    libraries, ~14 ms a call under load) is built once: a fresh ``threadpool_limits`` per predict
-    cost more than the predict."""
+    libraries) is built once: a fresh ``threadpool_limits`` per predict cost more than the
+    predict."""
     return _BLAS
 
 
