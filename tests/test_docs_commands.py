@@ -85,6 +85,11 @@ ELSEWHERE = {
         "tests/test_serve_events.py::test_serve_reports_each_transition_as_event_log_line_and_metric",
     "bayes-sched logs tiny":
         "tests/test_serve_events.py::test_serve_reports_each_transition_as_event_log_line_and_metric",
+    "bayes-sched infer solo-features --log resnet=resnet.csv --log lm=lm.csv --log a3c=a3c.csv "
+    "--out solo.csv":
+        "tests/test_colocation_cli.py::test_the_guides_colocation_commands_run_on_logs_and_pairs",
+    "bayes-sched infer interference pairs.csv solo.csv --jobs resnet,lm --model gp":
+        "tests/test_colocation_cli.py::test_the_guides_colocation_commands_run_on_logs_and_pairs",
     "bayes-sched compare --ray auto --workloads workload-1 workload-2 --seeds 3":
         "tests/test_ray_backend.py::test_compare_on_ray_equals_local_processes",
 }
