@@ -12,15 +12,17 @@ with ``k_ARD`` a squared-exponential kernel with one length scale per input (aut
 determination: an input that does not matter gets a long length scale): BoTorch's
 ``SingleTaskGP``, whose length scales carry its dimension-scaled log-normal prior. ``m``, the
 length scales and ``sigma`` are fitted by maximising the exact marginal likelihood with those
-priors (BoTorch's L-BFGS-B fit);
-the predictive distribution of a new pair is the GP's Gaussian conditional plus the noise, so a
+priors (BoTorch's L-BFGS-B fit) of at most :data:`EVIDENCE_OBSERVATIONS` observations (a seeded
+random subset where there are more); the prediction conditions on every observation. The
+predictive distribution of a new pair is the GP's Gaussian conditional plus the noise, so a
 pair unlike any measured one (a job family, GPU type or batch size never co-located) gets the
 prior's spread back: its interval widens instead of collapsing. Speeds above 1 (a job faster next
 to a neighbour than alone) are ordinary values of ``log speed > 0``; nothing caps them below
 :data:`~.tables.MAX_SPEED`.
 
-Cost: one Cholesky factor of an ``N x N`` matrix per optimiser step (``N`` training
-observations; about 0.1 s at ``N`` = 1,600 on one core); :data:`MAX_OBSERVATIONS` bounds ``N``.
+Cost: one Cholesky factor of an ``M x M`` matrix per optimiser step (``M`` the evidence subset),
+and one of ``N x N`` for the prediction (``N`` training observations, bounded by
+:data:`MAX_OBSERVATIONS`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ MAX_OBSERVATIONS = 20_000
 #: are more): the evidence's cost grows as N^3 per optimiser step, while a few hundred pairs pin
 #: down a dozen length scales and a noise level; the prediction then conditions on every
 #: observation with those hyperparameters.
-EVIDENCE_OBSERVATIONS = 500
+EVIDENCE_OBSERVATIONS = 300
 #: L-BFGS-B iterations at most, and the gradient norm (of the negative marginal log likelihood per
 #: observation, in the raw hyperparameters) below which the fit counts as converged: there a step
 #: of 0.1 in every hyperparameter changes the loss, which is of order 1, by at most about 1e-3.
@@ -180,6 +182,7 @@ class ColocationGP:
 
 
 def _gp(x: torch.Tensor, y: torch.Tensor) -> SingleTaskGP:
+    """The GP (constant prior mean) on standardised inputs ``(N, D)`` and targets ``(N,)``."""
     with warnings.catch_warnings():
         # Inputs are standardised here, not scaled to the unit cube BoTorch checks for.
         warnings.filterwarnings("ignore", category=InputDataWarning)
