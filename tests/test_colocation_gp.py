@@ -3,11 +3,13 @@ real nvidia-smi and DCGM CSV text."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from bayes_sched.interference import (
     InterferenceInputError,
@@ -63,6 +65,16 @@ def test_gp_predicts_unseen_jobs_and_covers_speeds_above_one() -> None:
     assert far_sd[0] > 2 * near_sd[0]
 
 
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    # Two torch threads on a loaded two-core machine take several times longer per GP fit.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
 def test_gp_intervals_on_measured_pairs_are_neither_too_narrow_nor_too_wide() -> None:
     # Gavel's V100 pairs, a quarter of the pairs held out: the 90% intervals must cover most
     # held-out speeds and the 50% ones about half (an overconfident model fails the first, one
