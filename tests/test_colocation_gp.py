@@ -3,13 +3,22 @@ real nvidia-smi and DCGM CSV text."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
-from bayes_sched.interference import InterferenceInputError
+from bayes_sched.interference import (
+    InterferenceInputError,
+    colocation_observations,
+    interval_coverage,
+    load_gavel_pairs,
+    load_gavel_solo_features,
+    pair_folds,
+)
 from bayes_sched.interference.gp import ColocationGP
 from bayes_sched.interference.gpu_counters import counter_features, solo_features_from_counters
 
@@ -54,6 +63,32 @@ def test_gp_predicts_unseen_jobs_and_covers_speeds_above_one() -> None:
     near_sd = model.log_speed_moments(["job3"], ["job4"])[1]
     far_sd = model.log_speed_moments(["far"], ["job4"])[1]
     assert far_sd[0] > 2 * near_sd[0]
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    # Two torch threads on a loaded two-core machine take several times longer per GP fit.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_gp_intervals_on_measured_pairs_are_neither_too_narrow_nor_too_wide() -> None:
+    # Gavel's V100 pairs, a quarter of the pairs held out: the 90% intervals must cover most
+    # held-out speeds and the 50% ones about half (an overconfident model fails the first, one
+    # that only widens its intervals fails the second).
+    observations = colocation_observations(load_gavel_pairs())
+    on_v100 = observations[observations["target"].str.startswith("v100/")]
+    test = next(pair_folds(on_v100, 4, seed=0))
+    model = ColocationGP.fit(on_v100[~test], load_gavel_solo_features())
+    truth = on_v100[test]
+    speed = truth["speed"].to_numpy()
+    prediction = model.predict_speed(list(truth["target"]), list(truth["other"]))
+    assert interval_coverage(*prediction.interval(0.9), speed) >= 0.7
+    assert 0.3 <= interval_coverage(*prediction.interval(0.5), speed) <= 0.7
+    assert np.mean(np.abs(prediction.median - speed)) < np.mean(np.abs(speed.mean() - speed)) / 2
 
 
 def test_gp_refuses_unknown_jobs_and_bad_speeds() -> None:

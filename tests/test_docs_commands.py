@@ -94,6 +94,11 @@ ELSEWHERE = {
     "--exit-when-idle": TENANTS_TEST,
     "bayes-sched status --tenant vision": TENANTS_TEST,
     "bayes-sched events --tenant nlp": TENANTS_TEST,
+    "bayes-sched infer solo-features --log resnet=resnet.csv --log lm=lm.csv --log a3c=a3c.csv "
+    "--out solo.csv":
+        "tests/test_colocation_cli.py::test_the_guides_colocation_commands_run_on_logs_and_pairs",
+    "bayes-sched infer interference pairs.csv solo.csv --jobs resnet,lm --model gp":
+        "tests/test_colocation_cli.py::test_the_guides_colocation_commands_run_on_logs_and_pairs",
     "bayes-sched compare --ray auto --workloads workload-1 workload-2 --seeds 3":
         "tests/test_ray_backend.py::test_compare_on_ray_equals_local_processes",
     # after the page's python line writes the folder they read

@@ -3,8 +3,9 @@
 bayes-sched infer contention STORE --out DIR [--topology FILE] [--steps N] [--seed S] [--json]
 bayes-sched infer topology [--sysfs-root PATH] [--no-nvml] [--out FILE] [--json]
 bayes-sched infer synthetic OUT_DIR [--nodes N] [--samples T] [--seed S]
-bayes-sched infer interference PAIRS SOLO --jobs A,B[,C...] [--steps N] [--learning-rate R]
-    [--seed S] [--json]
+bayes-sched infer solo-features --log JOB=FILE [--log JOB=FILE ...] --out FILE
+bayes-sched infer interference PAIRS SOLO --jobs A,B[,C...] [--model bayes|gp] [--steps N]
+    [--learning-rate R] [--seed S] [--json]
 """
 
 from __future__ import annotations
@@ -123,13 +124,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synthetic.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     synthetic.set_defaults(handler=run_synthetic)
 
+    solo = commands.add_parser(
+        "solo-features",
+        help="turn nvidia-smi or DCGM logs of jobs run alone into a solo-features table",
+        description="Read one counter log per job, recorded while the job ran alone "
+        "(nvidia-smi --query-gpu=... --format=csv, or DCGM CSV; formats in "
+        "bayes_sched.interference.gpu_counters), and write the solo-features CSV that "
+        "'infer interference' reads: one row per job, the median of each counter.",
+    )
+    solo.add_argument("--log", action="append", required=True, metavar="JOB=FILE",
+                      help="a job's name and its counter log; once per job")
+    solo.add_argument("--out", required=True, help="the solo-features CSV to write (a new file)")
+    solo.set_defaults(handler=run_solo_features)
+
     interference = commands.add_parser(
         "interference",
         help="predict each job's speed in a candidate co-location",
         description="Fit the interference model to a pairs table and a solo-features table "
         "(formats in bayes_sched.interference.tables) and predict the normalised "
         "speed of each job sharing with the others, with 90% intervals. A saved fit of the same "
-        "tables, settings and version is reused (--refit to fit again).",
+        "tables, settings and version is reused (--refit to fit again). --model gp fits the "
+        "Gaussian-process model instead (seconds; pairs only: two --jobs).",
     )
     interference.add_argument(
         "pairs", type=existing_file, help="pairs CSV: job_a,job_b,speed_a,speed_b"
@@ -141,11 +156,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--jobs", required=True, help="comma-separated job names sharing a GPU, switch or node"
     )
     interference.add_argument(
-        "--steps", type=STEPS, default=2000, help="SVI steps, in [1, 1000000] (default 2000)"
-    )
+        "--model", choices=("bayes", "gp"), default="bayes",
+        help="bayes: the latent-resource model fitted by SVI (default); gp: a Gaussian process "
+        "over both jobs' solo features, its hyperparameters by maximum evidence")
     interference.add_argument(
-        "--learning-rate", type=LEARNING_RATE, default=0.05,
-        help="Adam's first learning rate, in (0, 100] (default 0.05; it decays to a tenth)")
+        "--steps", type=STEPS,
+        help="SVI steps of --model bayes, in [1, 1000000] (default 2000)")
+    interference.add_argument(
+        "--learning-rate", type=LEARNING_RATE,
+        help="Adam's first learning rate of --model bayes, in (0, 100] (default 0.05; it decays "
+        "to a tenth)")
     interference.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     interference.add_argument("--json", action="store_true", help="print the table as JSON")
     add_cache_options(interference)
@@ -278,30 +298,50 @@ def run_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_solo_features(args: argparse.Namespace) -> int:
+    logs: dict[str, Path] = {}
+    for given in args.log:
+        job, _, file = given.partition("=")
+        if not job.strip() or not file:
+            raise OptionError(f"--log {given!r}: expected JOB=FILE (a job name, then its log)")
+        if job in logs:
+            raise OptionError(f"--log {given!r}: job {job!r} given twice; expected one log each")
+        logs[job] = existing_file_option(file, "--log")
+    out = check_out_file(args.out)
+    from bayes_sched.interference.gpu_counters import solo_features_from_counters
+
+    table = solo_features_from_counters(logs)
+    table.to_csv(out, index_label="job")
+    print(f"wrote {out}: {len(table)} jobs x {len(table.columns)} features "
+          f"({', '.join(table.columns)})")
+    return 0
+
+
+def existing_file_option(text: str, flag: str) -> Path:
+    """``text`` as an existing file, else the one-line :class:`OptionError` naming ``flag``."""
+    try:
+        return existing_file(text)
+    except argparse.ArgumentTypeError as error:
+        raise OptionError(f"{flag}: {error}") from None
+
+
 def run_interference(args: argparse.Namespace) -> int:
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     if len(jobs) < 2:
         raise OptionError(f"--jobs {args.jobs!r}: expected at least two comma-separated job names")
+    if args.model == "gp":
+        return run_interference_gp(args, jobs)
     check_cache_dir(args)
     from bayes_sched.interference import (
         FitConfig,
         InterferenceModel,
-        check_pairs_known,
-        read_pairs_csv,
-        read_solo_features_csv,
     )
 
-    pairs = read_pairs_csv(args.pairs)
-    solo = read_solo_features_csv(args.solo)
-    check_pairs_known(pairs, solo, str(args.pairs), str(args.solo))
-    unknown = [job for job in jobs if job not in solo.index]
-    if unknown:  # before the fit (about a minute), not after it
-        known = ", ".join(map(str, solo.index[:8])) + (", ..." if len(solo.index) > 8 else "")
-        raise OptionError(
-            f"--jobs: unknown job {unknown[0]!r}: expected names from {args.solo} ({known})"
-        )
-    config = FitConfig(num_steps=args.steps, seed=args.seed, learning_rate=args.learning_rate,
-                       final_learning_rate=args.learning_rate / 10)
+    pairs, solo = _interference_tables(args, jobs)
+    steps = FitConfig.num_steps if args.steps is None else args.steps
+    rate = FitConfig.learning_rate if args.learning_rate is None else args.learning_rate
+    config = FitConfig(num_steps=steps, seed=args.seed, learning_rate=rate,
+                       final_learning_rate=rate / 10)
     with warnings.catch_warnings():
         # Not converged is an error here (require_converged, one line): its warning would say
         # it twice.
@@ -311,5 +351,47 @@ def run_interference(args: argparse.Namespace) -> int:
     table = model.predict_colocation(jobs)
     print_table(
         table.to_dict(orient="records"), title="Predicted normalised speed", as_json=args.json
+    )
+    return 0
+
+
+def _interference_tables(args: argparse.Namespace, jobs: list[str]) -> tuple:
+    """The checked pairs and solo-features tables of ``infer interference``; every ``--jobs``
+    name must have solo features (checked before the fit, not after it)."""
+    from bayes_sched.interference import check_pairs_known, read_pairs_csv, read_solo_features_csv
+
+    pairs = read_pairs_csv(args.pairs)
+    solo = read_solo_features_csv(args.solo)
+    check_pairs_known(pairs, solo, str(args.pairs), str(args.solo))
+    unknown = [job for job in jobs if job not in solo.index]
+    if unknown:
+        known = ", ".join(map(str, solo.index[:8])) + (", ..." if len(solo.index) > 8 else "")
+        raise OptionError(
+            f"--jobs: unknown job {unknown[0]!r}: expected names from {args.solo} ({known})"
+        )
+    return pairs, solo
+
+
+def run_interference_gp(args: argparse.Namespace, jobs: list[str]) -> int:
+    """``infer interference --model gp``: fit the GP co-location model (seconds; no saved fit)
+    and predict each of the two jobs next to the other."""
+    for flag, value in (("--steps", args.steps), ("--learning-rate", args.learning_rate)):
+        if value is not None:
+            raise OptionError(f"{flag}: an SVI setting of --model bayes; --model gp has none")
+    if len(jobs) != 2:
+        raise OptionError(f"--jobs {args.jobs!r}: --model gp predicts pairs; expected two jobs")
+    pairs, solo = _interference_tables(args, jobs)
+    from bayes_sched.interference import colocation_observations
+    from bayes_sched.interference.gp import ColocationGP
+
+    with warnings.catch_warnings():
+        # Not converged is an error here (one line): its warning would say it twice.
+        warnings.simplefilter("ignore", UnreliableFitWarning)
+        model = ColocationGP.fit(colocation_observations(pairs), solo, seed=args.seed)
+    model.require_converged()
+    table = model.predict_colocation(jobs)
+    print_table(
+        table.to_dict(orient="records"), title="Predicted normalised speed (GP)",
+        as_json=args.json
     )
     return 0

@@ -17,6 +17,7 @@ from bayes_sched.interference.evaluation import (
     interval_coverage,
     leave_one_group_out,
     mean_absolute_error,
+    pair_folds,
     random_pair_splits,
 )
 from bayes_sched.interference.gavel import load_gavel_pairs, load_gavel_solo_features
@@ -55,6 +56,7 @@ __all__ = [
     "load_gavel_pairs",
     "load_gavel_solo_features",
     "mean_absolute_error",
+    "pair_folds",
     "pair_observations",
     "random_pair_splits",
     "read_pairs_csv",

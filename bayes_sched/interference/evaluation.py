@@ -38,6 +38,21 @@ def random_pair_splits(
         yield np.isin(keys, held_out)
 
 
+def pair_folds(observations: pd.DataFrame, num_folds: int = 5, seed: int = 0
+               ) -> Iterator[np.ndarray]:
+    """``num_folds`` test masks partitioning the pairs (k-fold cross-validation by pair): every
+    pair is held out exactly once, its observations together."""
+    keys = pair_keys(observations)
+    unique = np.unique(keys)
+    if not 2 <= num_folds <= len(unique):
+        raise ValueError(f"num_folds {num_folds}: expected 2 to {len(unique)} (the pairs)")
+    fold_of = np.random.default_rng(seed).permutation(len(unique)) % num_folds
+    fold = dict(zip(unique, fold_of, strict=True))
+    by_observation = np.array([fold[k] for k in keys])
+    for i in range(num_folds):
+        yield by_observation == i
+
+
 def leave_one_group_out(
     observations: pd.DataFrame, group_of: Callable[[str], str]
 ) -> Iterator[tuple[str, np.ndarray]]:

@@ -12,15 +12,17 @@ with ``k_ARD`` a squared-exponential kernel with one length scale per input (aut
 determination: an input that does not matter gets a long length scale): BoTorch's
 ``SingleTaskGP``, whose length scales carry its dimension-scaled log-normal prior. ``m``, the
 length scales and ``sigma`` are fitted by maximising the exact marginal likelihood with those
-priors (BoTorch's L-BFGS-B fit);
-the predictive distribution of a new pair is the GP's Gaussian conditional plus the noise, so a
+priors (BoTorch's L-BFGS-B fit) of at most :data:`EVIDENCE_OBSERVATIONS` observations (a seeded
+random subset where there are more); the prediction conditions on every observation. The
+predictive distribution of a new pair is the GP's Gaussian conditional plus the noise, so a
 pair unlike any measured one (a job family, GPU type or batch size never co-located) gets the
 prior's spread back: its interval widens instead of collapsing. Speeds above 1 (a job faster next
 to a neighbour than alone) are ordinary values of ``log speed > 0``; nothing caps them below
 :data:`~.tables.MAX_SPEED`.
 
-Cost: one Cholesky factor of an ``N x N`` matrix per optimiser step (``N`` training
-observations, ``O(N^3)``); :data:`MAX_OBSERVATIONS` bounds ``N``.
+Cost: one Cholesky factor of an ``M x M`` matrix per optimiser step (``M`` the evidence subset),
+and one of ``N x N`` for the prediction (``N`` training observations, bounded by
+:data:`MAX_OBSERVATIONS`).
 """
 
 from __future__ import annotations
@@ -39,13 +41,22 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from linear_operator.utils.errors import NanError, NotPSDError
 
-from bayes_sched.interference.model import InterferenceFitError, SpeedPrediction
+from bayes_sched.interference.model import (
+    InterferenceFitError,
+    SpeedPrediction,
+    colocation_table,
+)
 from bayes_sched.interference.tables import InterferenceInputError, check_solo_features
 from perfmodel.errors import UnreliableFitWarning
 
 #: Most training observations an exact GP is fitted to (its memory grows as N^2: 20,000 rows
 #: are 3.2 GB of float64).
 MAX_OBSERVATIONS = 20_000
+#: Observations whose marginal likelihood sets the hyperparameters (a random subset where there
+#: are more): the evidence's cost grows as N^3 per optimiser step, while a few hundred pairs pin
+#: down a dozen length scales and a noise level; the prediction then conditions on every
+#: observation with those hyperparameters.
+EVIDENCE_OBSERVATIONS = 300
 #: L-BFGS-B iterations at most, and the gradient norm (of the negative marginal log likelihood per
 #: observation, in the raw hyperparameters) below which the fit counts as converged: there a step
 #: of 0.1 in every hyperparameter changes the loss, which is of order 1, by at most about 1e-3.
@@ -114,14 +125,24 @@ class ColocationGP:
         y_mean, y_scale = float(y.mean()), float(y.std()) or 1.0
         x_t = torch.as_tensor((raw - mean) / scale)
         y_t = torch.as_tensor((y - y_mean) / y_scale)
-        with warnings.catch_warnings():
-            # Inputs are standardised here, not scaled to the unit cube BoTorch checks for.
-            warnings.filterwarnings("ignore", category=InputDataWarning)
-            model = SingleTaskGP(x_t, y_t[:, None], outcome_transform=None)
-        report = _maximise_evidence(model, list(solo.columns))
+        subset = _evidence_subset(len(y), seed)
+        hyper = _gp(x_t[subset], y_t[subset])
+        report = _maximise_evidence(hyper, list(solo.columns))
+        model = _gp(x_t, y_t)
+        model.load_state_dict(hyper.state_dict())
+        model.eval()
         fitted = frozenset(observations["target"]) | frozenset(observations["other"])
         return cls(model, solo, mean, scale, y_mean, y_scale, fitted,
                    replace_noise(report, y_scale))
+
+    def require_converged(self) -> None:
+        """Raise :class:`InterferenceFitError` (one line) if the hyperparameter fit did not
+        converge (:attr:`GpFitReport.converged`)."""
+        if not self.report.converged:
+            raise InterferenceFitError(
+                f"the co-location GP's fit stopped with gradient norm "
+                f"{self.report.gradient_norm:.2g} (tolerance {GRADIENT_TOLERANCE}); expected a "
+                "converged fit: check the tables for duplicated or contradictory rows")
 
     def predict_speed(self, targets: Sequence[str], others: Sequence[str],
                       num_samples: int = 2000, seed: int = 0) -> SpeedPrediction:
@@ -136,6 +157,15 @@ class ColocationGP:
         cold = np.array([t not in self.fitted_jobs for t in targets])
         return SpeedPrediction(draws, cold)
 
+    def predict_colocation(self, jobs: Sequence[str], level: float = 0.9) -> pd.DataFrame:
+        """The table of :func:`~.model.colocation_table` for two jobs sharing: each one's speed
+        next to the other. The GP is a model of pairs; a co-location of more jobs is refused
+        (:class:`InterferenceInputError`)."""
+        if len(jobs) != 2:
+            raise InterferenceInputError(f"{len(jobs)} jobs: the GP co-location model predicts "
+                                         "pairs; expected two")
+        return colocation_table(jobs, self.predict_speed(list(jobs), list(jobs)[::-1]), level)
+
     def log_speed_moments(self, targets: Sequence[str], others: Sequence[str]
                           ) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and standard deviation of ``log(speed)`` (noise included), each
@@ -149,6 +179,23 @@ class ColocationGP:
             sd = (predictive.variance.clamp_min(0).sqrt().numpy().reshape(-1)
                   * self._target_scale)
         return mean, sd
+
+
+def _gp(x: torch.Tensor, y: torch.Tensor) -> SingleTaskGP:
+    """The GP (constant prior mean) on standardised inputs ``(N, D)`` and targets ``(N,)``."""
+    with warnings.catch_warnings():
+        # Inputs are standardised here, not scaled to the unit cube BoTorch checks for.
+        warnings.filterwarnings("ignore", category=InputDataWarning)
+        return SingleTaskGP(x, y[:, None], outcome_transform=None)
+
+
+def _evidence_subset(num_observations: int, seed: int) -> np.ndarray:
+    """Indices of the observations whose marginal likelihood sets the hyperparameters: all of
+    them up to :data:`EVIDENCE_OBSERVATIONS`, else that many drawn without replacement."""
+    if num_observations <= EVIDENCE_OBSERVATIONS:
+        return np.arange(num_observations)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(num_observations, EVIDENCE_OBSERVATIONS, replace=False))
 
 
 def replace_noise(report: GpFitReport, y_scale: float) -> GpFitReport:

@@ -266,6 +266,24 @@ class SpeedPrediction:
         return low, high
 
 
+def colocation_table(jobs: Sequence[str], prediction: SpeedPrediction, level: float = 0.9
+                     ) -> pd.DataFrame:
+    """One row per job of a candidate co-location from ``prediction`` (one column per job):
+    its median speed, central ``level`` interval, median slowdown and cold-start flag."""
+    low, high = prediction.interval(level)
+    median = prediction.median
+    return pd.DataFrame(
+        {
+            "job": list(jobs),
+            "speed_median": median,
+            f"speed_lower_{100 * level:g}": low,
+            f"speed_upper_{100 * level:g}": high,
+            "slowdown_median": 1.0 / np.clip(median, 1e-3, None),
+            "cold_start": prediction.cold_start,
+        }
+    )
+
+
 class InterferenceModel:
     """A fitted interference model; build it with :meth:`fit`."""
 
@@ -470,19 +488,7 @@ class InterferenceModel:
     def predict_colocation(self, jobs: Sequence[str], level: float = 0.9) -> pd.DataFrame:
         """One row per job of a candidate co-location: its median speed, interval and slowdown."""
         others = [[o for k, o in enumerate(jobs) if k != i] for i in range(len(jobs))]
-        prediction = self.predict_speed(list(jobs), others)
-        low, high = prediction.interval(level)
-        median = prediction.median
-        return pd.DataFrame(
-            {
-                "job": list(jobs),
-                "speed_median": median,
-                f"speed_lower_{100 * level:g}": low,
-                f"speed_upper_{100 * level:g}": high,
-                "slowdown_median": 1.0 / np.clip(median, 1e-3, None),
-                "cold_start": prediction.cold_start,
-            }
-        )
+        return colocation_table(jobs, self.predict_speed(list(jobs), others), level)
 
     def _latents(
         self, names: pd.Index, table: pd.DataFrame, seed: int | None
