@@ -36,8 +36,9 @@ uniform exits). The log-likelihood ``L_g`` of the group's jobs sums, per job las
 
 * still running: ``log S(a)`` (right-censored);
 * ended, and the most it can have reached by its end is ``b = (p + r dt) / D < 1`` (``r`` its
-  fastest reported steps/s times ``1 + rate_margin``, ``dt`` the round): an early exit in
-  ``(a, b]``, ``log((1 - pi) (b ** theta - a ** theta))`` (interval-censored);
+  fastest reported steps/s, or for a job that reported none the fastest of a job of its model
+  and GPU count, times ``1 + rate_margin``; ``dt`` the round): an early exit in ``(a, b]``,
+  ``log((1 - pi) (b ** theta - a ** theta))`` (interval-censored);
 * ended with ``b >= 1`` (it may have reached its declaration, or it reported no rate):
   ``log S(a)`` (it ran to ``a``; its end says nothing of which way it ended).
 
@@ -186,12 +187,14 @@ class SurvivalPosterior:
 
 @dataclass(frozen=True)
 class _Seen:
-    """A job as last seen: its group, declared steps, steps done and fastest steps/s."""
+    """A job as last seen: its group, declared steps, steps done, fastest steps/s (0: none
+    reported) and class (model, GPUs)."""
 
     group: str
     declared: float
     done: float
     rate: float
+    kind: tuple[str, int]
 
 
 class SurvivalPredictor:
@@ -269,14 +272,16 @@ class SurvivalSteps:
         self._ended: dict[str, np.ndarray] = {}  # group -> summed log-likelihood of ended jobs
         self._ended_jobs: dict[str, int] = {}
         self._seen: dict[str, _Seen] = {}
+        self._class_rate: dict[tuple[str, int], float] = {}  # fastest steps/s per class
         self._published: tuple[Estimate[Any], ...] = ()
         self._fits, self._fit_seconds = 0, 0.0
 
     def _end(self, seen: _Seen, round_seconds: float) -> None:
         """Add an ended job's term to its group's log-likelihood."""
         a = min(seen.done / seen.declared, 1.0)
-        reach = (seen.done + seen.rate * (1.0 + self.rate_margin) * round_seconds) / seen.declared
-        if seen.rate > 0 and reach < 1.0:
+        rate = seen.rate or self._class_rate.get(seen.kind, 0.0)
+        reach = (seen.done + rate * (1.0 + self.rate_margin) * round_seconds) / seen.declared
+        if rate > 0 and reach < 1.0:
             mass = np.power(reach, self.theta) - np.power(a, self.theta)
             term = np.log1p(-self.pi) + np.log(np.maximum(mass, 1e-300))
         else:
@@ -296,8 +301,10 @@ class SurvivalSteps:
             rate = max([before.rate if before else 0.0]
                        + [r.steps_per_second for r in job.cell_observations
                           if not r.out_of_memory])
+            kind = (job.application, job.requested_replicas)
+            self._class_rate[kind] = max(self._class_rate.get(kind, 0.0), rate)
             self._seen[job.name] = _Seen(group_of(job, self.grouping), float(job.target_steps),
-                                         float(job.progress), rate)
+                                         float(job.progress), rate, kind)
         self._published = (Estimate(REMAINING_STEPS, self.name, self._predictor()),)
         self._fits += 1
         self._fit_seconds += time.perf_counter() - start

@@ -99,6 +99,7 @@ POLICIES.register("gandiva_fair_tenant",
 POLICIES.register("harmony", "bayes_sched.policies.harmony:HarmonyPolicy")
 POLICIES.register("banerjee", "bayes_sched.policies.banerjee:BanerjeePolicy")
 POLICIES.register("metis", "bayes_sched.policies.metis:MetisPolicy")
+POLICIES.register("srtf", "bayes_sched.policies.srtf:SrtfPolicy")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
