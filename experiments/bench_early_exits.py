@@ -19,6 +19,9 @@ under the generator's own law of exits (its rates and fractions), the best any p
 sees only a job's declaration and attained fraction can know; the gap between it and the oracle
 is what no such estimate can close.
 
+``srtf@gittins`` (``--policies``) runs SRTF on the Gittins rank of each job's predictive
+distribution instead of its mean (``srtf``'s ``index`` option).
+
     python experiments/bench_early_exits.py [--jobs 200] [--seeds 0 1 2] [--law] [--json]
 """
 
@@ -89,7 +92,8 @@ def one_run(policy_name: str, estimate: str, jobs: Any, spec: Any) -> dict[str, 
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.tenant_run import run_tenant_simulation
 
-    policy = make_policy(policy_name)
+    name, _, index = policy_name.partition("@")  # srtf@gittins: SRTF on the Gittins rank
+    policy = make_policy(name, **({"index": index} if index else {}))
     start = time.process_time()
     result, _ = run_tenant_simulation(jobs, policy, spec, measurement_noise=0.0,
                                       estimators=estimators_for(policy, estimate))

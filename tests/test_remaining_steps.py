@@ -23,7 +23,7 @@ from bayes_sched.estimation.remaining_steps import (
 )
 from bayes_sched.jobs import JobView
 from bayes_sched.policies import make_policy
-from bayes_sched.remaining_work import REMAINING_STEPS
+from bayes_sched.remaining_work import REMAINING_STEPS, gittins_rank
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.table_run import run_table_simulation
@@ -155,6 +155,13 @@ def test_srtf_ranks_by_remaining_gpu_seconds_and_is_las_when_ignored() -> None:
     policy.steps_left = _Known(dict.fromkeys(("long", "short", "new"), math.nan))
     assert [v.name for v in policy.order(views)] == ["new", "long", "short"]
     assert REMAINING_STEPS.name in policy.needs
+
+
+def test_the_gittins_rank_runs_first_a_job_likely_to_end_soon() -> None:
+    assert gittins_rank(np.full(8, 40.0)) == pytest.approx(40.0)  # certain: its value
+    # Half end after 1 step, half after 100: mean 50.5, but one step buys a 1/2 chance to end.
+    assert gittins_rank(np.array([1.0] * 50 + [100.0] * 50)) == pytest.approx(2.0)
+    assert math.isnan(gittins_rank(np.array([1.0, math.nan])))
 
 
 @pytest.mark.parametrize(("options", "message"), [

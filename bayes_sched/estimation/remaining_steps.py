@@ -157,7 +157,11 @@ class SurvivalPosterior:
     def __init__(self, declared: float, attained: float, weights: np.ndarray, pi: np.ndarray,
                  theta: np.ndarray) -> None:
         self.declared, self.attained = declared, attained
-        self.weights, self.pi, self.theta = weights, pi, theta
+        # The grid points that carry the posterior (weights below 1e-9 of the largest dropped).
+        keep = weights > weights.max() * 1e-9
+        self.weights = weights[keep]
+        self.pi = np.broadcast_to(pi, weights.shape)[keep]
+        self.theta = np.broadcast_to(theta, weights.shape)[keep]
 
     def mean(self) -> np.ndarray:
         return np.asarray(self.declared * float(
@@ -168,8 +172,8 @@ class SurvivalPosterior:
         a = self.attained
         x = a + (1.0 - a) * np.linspace(0.0, 1.0, _X_POINTS)
         base = survival(self.pi, self.theta, a)
-        ratio = survival(self.pi, self.theta, x[:-1, None, None]) / base
-        cdf = 1.0 - (self.weights * ratio).sum(axis=(1, 2))
+        ratio = survival(self.pi, self.theta, x[:-1, None]) / base
+        cdf = 1.0 - (self.weights * ratio).sum(axis=1)
         return x, np.append(np.maximum.accumulate(np.clip(cdf, 0.0, 1.0)), 1.0)
 
     def _inverse(self, q: np.ndarray) -> np.ndarray:
