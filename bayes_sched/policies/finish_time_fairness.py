@@ -7,23 +7,23 @@ isolated 1/n share of the cluster, and the LP minimises the largest ratio::
 
     rho_j = (t_j + R_j / (throughput_j . x_j)) / (I_j + R_j / isolated_j)
 
-with ``t_j`` seconds since submission, ``R_j`` steps remaining (the ``remaining_steps`` estimate;
-by default ``declared``, the user's declared steps minus the steps done), ``isolated_j`` the job's
-steps/s on its isolated share (Gavel's ``IsolatedPolicy`` as its FTF calls it: ``x[j, t] = (GPUs of
-t / n) / scale factor``, each row capped at 1, a true 1/n share of the cluster;
-:func:`isolated_throughputs`), and ``I_j`` the time the job would have spent in isolation so far
-(each recomputation adds the steps done since the last one over the isolated rate then). It is
-convex: ``minimise r`` subject to ``(throughput_j . x_j) * (r * (I_j + R_j / isolated_j) - t_j) >=
-R_j``, a rotated second-order cone per job (an SOCP; CLARABEL solves it, HiGHS cannot). Jobs whose
-remaining steps are unknown (none declared, or the ``ignored`` estimate): the time is split equally
-(Gavel's fallback when its FTF LP has no answer), logged and counted. The heterogeneity-agnostic
-form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on every type (Gavel
-hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the measured rates; the
-packed form (``finish_time_fairness_packed``) sums a job's rates over the combinations it is in
-(:mod:`bayes_sched.policies.gavel_packing`; solved over (job, partner class) entries,
+with ``t_j`` seconds since submission, ``R_j`` steps remaining (the ``remaining_steps`` estimate,
+by default the user's declared steps minus the steps done),
+``isolated_j`` the job's steps/s on its isolated share (Gavel's ``IsolatedPolicy``
+as its FTF calls it: ``x[j, t] = (GPUs of t / n) / scale factor``, each row capped at 1, a true
+1/n share of the cluster; :func:`isolated_throughputs`),
+and ``I_j`` the time the job would have spent in isolation so far (each recomputation adds
+the steps done since the last one over the isolated rate then). It is convex: ``minimise r`` subject
+to ``(throughput_j . x_j) * (r * (I_j + R_j / isolated_j) - t_j) >= R_j``, a rotated second-order
+cone per job (an SOCP; CLARABEL solves it, HiGHS cannot). Unknown remaining steps: the time is
+split equally (Gavel's fallback when its FTF LP has no answer), logged and counted. The
+heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on every
+type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the measured
+rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the combinations it
+is in (:mod:`bayes_sched.policies.gavel_packing`; solved over (job, partner class) entries,
 :func:`~bayes_sched.policies.gavel_packing.partner_class_terms`, the same optimum as over every job
-pair). Gavel's packed form divides the packed rates by each job's summed rates while ``isolated_j``
-stays in steps/s; here both are in steps/s.
+pair). Gavel's packed form divides the packed rates by
+each job's summed rates while ``isolated_j`` stays in steps/s; here both are in steps/s.
 
 **Gavel's statement** (``gavel_statement=True``, agnostic and aware forms). The program has a
 wide optimal face (its optimum pins only the worst job's ratio), and which point a solver
