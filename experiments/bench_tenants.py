@@ -1,6 +1,7 @@
 """Tenant fairness on tenant workloads: ASTRAEA against FIFO, Tiresias, Gavel's finish-time
-fairness, Gandiva-fair (job- and tenant-level), and FIFO / Tiresias behind the quota stage, in the
-throughput-table world.
+fairness, Themis's auction between tenants (``themis``), Gandiva-fair (job- and tenant-level), Sia
+without and with per-tenant weights (``sia:tenant_weights``), and FIFO / Tiresias behind the quota
+stage, in the throughput-table world.
 
 Workload (:mod:`bayes_sched.sim.tenant_workload`): one ``large`` tenant submitting long 4- and 8-GPU
 jobs and two ``small`` tenants submitting short 1- and 2-GPU jobs, with Venus's early exits
@@ -55,7 +56,7 @@ import numpy as np
 
 POLICIES = ("astraea", "fifo", "fifo+quota", "tiresias", "tiresias+quota",
             "finish_time_fairness", "finish_time_fairness@oracle", "gandiva_fair",
-            "gandiva_fair_tenant")
+            "gandiva_fair_tenant", "themis", "sia", "sia:tenant_weights")
 METRICS = ("avg_jct_h", "p99_jct_h", "ltgf_spread", "ltgf_min", "worst_share_vs_quota",
            "slowdown_mean", "slowdown_median", "starved_jobs")
 
@@ -78,7 +79,8 @@ def one_run(policy_name: str, jobs: Any, spec: Any) -> dict[str, float]:
     if oracle:  # every job declares the steps it will really run
         jobs = [dataclasses.replace(job, declared_steps=job.total_steps) for job in jobs]
     base, _, quota = policy_name.partition("+")
-    policy: Any = make_policy(base)
+    base, _, flag = base.partition(":")  # a boolean option set, e.g. sia:tenant_weights
+    policy: Any = make_policy(base, **({flag: True} if flag else {}))
     if quota:
         policy = with_quotas(policy)
     start = time.process_time()
