@@ -121,9 +121,12 @@ def test_themis_runs_on_tenants_and_serves_the_tenant_left_behind() -> None:
     spec = _spec(4, TenantSpec("early"), TenantSpec("late"))
     jobs = [_job(f"e{i}", 0.0, "early", 3.0) for i in range(4)]
     jobs += [_job(f"l{i}", 1800.0, "late", 3.0) for i in range(4)]
-    held, _ = _gpu_seconds(jobs, make_policy("themis", min_reset_interval=360.0), spec)
-    # The late tenant's rho is the worse when it arrives: it gets at least half the GPU-time.
-    assert held["late"] >= 0.45 * (held["early"] + held["late"])
+    held = {}
+    for name in ("themis", "fifo"):
+        gpu_s, _ = _gpu_seconds(jobs, make_policy(name), spec, until=3 * 3600.0)
+        held[name] = gpu_s.get("late", 0.0) / sum(gpu_s.values())
+    # The late tenant's rho is the worst when it arrives (no GPUs): it is served first.
+    assert held["themis"] > 0.5 and held["fifo"] < 0.1
 
 
 def test_tenant_job_weights_are_one_for_equal_tenants_and_follow_the_weights() -> None:
@@ -134,13 +137,13 @@ def test_tenant_job_weights_are_one_for_equal_tenants_and_follow_the_weights() -
     assert sum(omega) == pytest.approx(4.0)
 
 
-def test_sia_with_equal_tenant_weights_decides_as_without() -> None:
-    spec = _spec(8, TenantSpec("a"), TenantSpec("b"))
-    jobs = [_job(f"a{i}", 600.0 * i, "a", 1.0 + i, gpus=1 + i % 3) for i in range(5)]
-    jobs += [_job(f"b{i}", 400.0 * i, "b", 2.0 + i, gpus=2 - i % 2) for i in range(5)]
+def test_sia_with_one_tenant_weighted_decides_as_without() -> None:
+    # Every job weighs 1 (J w / (J w)): the same choices, round by round, under contention.
+    spec = _spec(8, TenantSpec("a", weight=3.0))
+    jobs = [_job(f"a{i}", 300.0 * i, "a", 1.0 + i % 4, gpus=(1, 2, 4)[i % 3]) for i in range(10)]
     _, plain = _gpu_seconds(jobs, make_policy("sia"), spec)
     _, weighted = _gpu_seconds(jobs, make_policy("sia", tenant_weights=True), spec)
-    assert weighted == plain
+    assert weighted == plain and len(plain) > 10
 
 
 @pytest.mark.parametrize("first", ["light", "heavy"])
