@@ -79,8 +79,8 @@ def one_run(policy_name: str, jobs: Any, spec: Any) -> dict[str, float]:
     if oracle:  # every job declares the steps it will really run
         jobs = [dataclasses.replace(job, declared_steps=job.total_steps) for job in jobs]
     base, _, quota = policy_name.partition("+")
-    base, _, flag = base.partition(":")  # a boolean option set, e.g. sia:tenant_weights
-    policy: Any = make_policy(base, **({flag: True} if flag else {}))
+    base, _, options = base.partition(":")  # e.g. sia:tenant_weights or themis:f=0.5,leftover=all
+    policy: Any = make_policy(base, **dict(_option(o) for o in options.split(",") if o))
     if quota:
         policy = with_quotas(policy)
     start = time.process_time()
@@ -90,6 +90,17 @@ def one_run(policy_name: str, jobs: Any, spec: Any) -> dict[str, float]:
     return {"avg_jct_h": float(jct.mean()) / 3600, "p99_jct_h": float(np.percentile(jct, 99)) / 3600,
             "finished": float(jct.size), "cpu_s": time.process_time() - start,
             **{k: float(summary[k]) for k in METRICS if k in summary}}
+
+
+def _option(text: str) -> tuple[str, Any]:
+    """``key`` (true) or ``key=value`` (a number where it reads as one)."""
+    key, equals, value = text.partition("=")
+    if not equals:
+        return key, True
+    try:
+        return key, float(value)
+    except ValueError:
+        return key, value
 
 
 def main() -> None:

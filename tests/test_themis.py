@@ -54,10 +54,16 @@ def test_the_auction_never_allocates_more_than_the_cluster_or_an_app_can_use(see
     apps = _apps(rng, 5, 3)
     capacities = rng.integers(2, 16, 3).astype(float)
     for f in (0.0, 0.5, 0.8):
-        gpus, _, _ = themis_allocation(apps, rng.uniform(0.5, 3, 5), capacities, f)
-        assert (gpus >= 0).all()
-        assert (gpus.sum(axis=0) <= capacities + 1e-6).all()
-        assert (gpus.sum(axis=1) <= apps.demand + 1e-6).all()
+        for leftover in ("others", "all"):
+            gpus, _, _ = themis_allocation(apps, rng.uniform(0.5, 3, 5), capacities, f, leftover)
+            assert (gpus >= 0).all()
+            assert (gpus.sum(axis=0) <= capacities + 1e-6).all()
+            assert (gpus.sum(axis=1) <= apps.demand + 1e-6).all()
+    # Work conserving with leftover="all": all GPUs used, or every app at its demand.
+    used = gpus.sum()
+    assert used == pytest.approx(min(capacities.sum(), apps.demand.sum()), rel=1e-3)
+    withheld, _, auction = themis_allocation(apps, np.ones(5), capacities, 0.0, "others")
+    assert withheld.sum() < used and (auction.kept < 1).any()
 
 
 def test_the_optimum_maximises_the_product_of_inverse_rho() -> None:

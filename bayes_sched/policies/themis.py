@@ -49,7 +49,10 @@ estimate, ``r*_j = max_t r_jt``):
   ``sum_t g_at <= D_a``, ``g >= 0``; solved by SLSQP (:func:`proportionally_fair`);
 * leftover GPUs (withheld or unused) go to the apps not offered, proportionally fair among them
   by the same program; what none of them can use stays without a share (Gavel's round mechanism
-  still runs a job with a share on a GPU left idle);
+  still runs a job with a share on a GPU left idle). With ``leftover="all"`` (ours) that rest
+  goes to every app with room, proportionally fair counting what each holds already: work
+  conserving, at the cost of the mechanism's incentive (an offered app gets back part of what
+  was withheld from it);
 * within an app its GPUs of each type are water-filled equally over its jobs, none above its
   scale factor; a job's time fraction on a type is its GPUs there over its scale factor (each
   job's fractions scaled down to sum at most 1), as
@@ -65,6 +68,7 @@ and leases of a fixed length apart from the recomputations.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -79,6 +83,11 @@ from bayes_sched.jobs import DEFAULT_TENANT, JobView
 from bayes_sched.policies.finish_time_fairness import steps_done
 from bayes_sched.policies.gandiva_fair_tenants import _filled
 from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
+
+#: Where GPUs the auction leaves go: ``"others"`` (Themis: the apps not offered) or ``"all"``
+#: (then what those cannot use, to every app with room: work conserving, but an offered app gets
+#: back part of what the partial allocation withheld from it).
+Leftover = Literal["others", "all"]
 
 #: Capacity (best-type GPUs) below which an app counts as having none (keeps ``W / C`` finite).
 MIN_CAPACITY = 1e-6
@@ -110,9 +119,12 @@ class Apps:
                     self.demand[index])
 
 
-def proportionally_fair(apps: Apps, capacities: np.ndarray) -> np.ndarray:
+def proportionally_fair(apps: Apps, capacities: np.ndarray, base: np.ndarray | None = None
+                        ) -> np.ndarray:
     """The GPUs per type ``(A, T)`` maximising ``prod_a 1 / rho_a``: ``min sum_a log T_sh_a``
-    subject to each type's ``capacities`` (``(T,)``) and each app's demand (see the module)."""
+    subject to each type's ``capacities`` (``(T,)``) and each app's demand (see the module);
+    ``base`` (``(A, T)``): GPUs the apps hold already, counted in their ``T_sh`` (the demand is
+    then what they can use beyond it)."""
     num_apps, num_types = apps.efficiency.shape
     if num_apps == 0:
         return np.zeros((0, num_types))
@@ -120,10 +132,11 @@ def proportionally_fair(apps: Apps, capacities: np.ndarray) -> np.ndarray:
     cap = capacities / scale  # GPUs in units of the largest type's count: a well-scaled problem
     demand = apps.demand / scale
     shared, work, eff = apps.shared, apps.work / scale, apps.efficiency
+    held = np.zeros(num_apps) if base is None else (eff * base).sum(axis=1) / scale
 
     def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
         g = x.reshape(num_apps, num_types)
-        c = np.maximum((eff * g).sum(axis=1), MIN_CAPACITY / scale)
+        c = np.maximum(held + (eff * g).sum(axis=1), MIN_CAPACITY / scale)
         t_sh = shared + work / c
         grad = -(work / (c * c * t_sh))[:, None] * eff
         return float(np.log(t_sh).sum()), grad.ravel()
@@ -198,11 +211,12 @@ def offered_apps(rho: np.ndarray, f: float) -> np.ndarray:
     return np.argsort(-rho, kind="stable")[:count]
 
 
-def themis_allocation(apps: Apps, rho: np.ndarray, capacities: np.ndarray, f: float
-                      ) -> tuple[np.ndarray, np.ndarray, Auction]:
+def themis_allocation(apps: Apps, rho: np.ndarray, capacities: np.ndarray, f: float,
+                      leftover: Leftover = "others") -> tuple[np.ndarray, np.ndarray, Auction]:
     """GPUs per type of every app ``(A, T)``: the auction among the offered apps (``rho`` each
-    app's current finish-time fairness, ``(A,)``), leftovers proportionally fair among the rest.
-    Returns the GPUs, the offered apps' indices and the auction."""
+    app's current finish-time fairness, ``(A,)``), leftovers proportionally fair among the rest
+    (and, ``leftover="all"``, what they leave among every app with room). Returns the GPUs, the
+    offered apps' indices and the auction."""
     offered = offered_apps(rho, f)
     auction = partial_allocation(apps.subset(offered), capacities)
     gpus = np.zeros_like(apps.efficiency)
@@ -211,6 +225,11 @@ def themis_allocation(apps: Apps, rho: np.ndarray, capacities: np.ndarray, f: fl
     left = np.maximum(capacities - gpus.sum(axis=0), 0.0)
     if len(rest) and left.sum() > 1e-9:
         gpus[rest] = proportionally_fair(apps.subset(rest), left)
+    left = np.maximum(capacities - gpus.sum(axis=0), 0.0)
+    room = apps.demand - gpus.sum(axis=1)
+    if leftover == "all" and left.sum() > 1e-9 and room.max() > 1e-9:
+        gpus += proportionally_fair(dataclasses.replace(apps, demand=np.maximum(room, 0.0)),
+                                    left, base=gpus)
     return gpus, offered, auction
 
 
@@ -221,6 +240,8 @@ class ThemisPolicy(TimeSharingPolicy):
         f: the fairness knob in ``[0, 1)``: the auction is among the ``1 - f`` fraction of apps
             with the worst finish-time fairness (at least one).
         apps: ``"tenant"`` (a tenant's runnable jobs are one app) or ``"job"`` (each job).
+        leftover: where GPUs the auction leaves go (:data:`Leftover`): ``"others"`` (Themis)
+            or ``"all"`` (work conserving).
     """
 
     name = "themis"
@@ -232,13 +253,16 @@ class ThemisPolicy(TimeSharingPolicy):
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  acquisition: Literal["thompson", "mean"] = "thompson", f: float = 0.8,
-                 apps: Literal["tenant", "job"] = "tenant") -> None:
+                 apps: Literal["tenant", "job"] = "tenant", leftover: Leftover = "others"
+                 ) -> None:
         super().__init__(solver, min_reset_interval, seed, acquisition)
         if not 0.0 <= f < 1.0:
             raise ValueError(f"f is {f}: expected a fairness knob in [0, 1)")
         if apps not in ("tenant", "job"):
             raise ValueError(f"apps is {apps!r}: expected 'tenant' or 'job'")
-        self.f, self.apps = float(f), apps
+        if leftover not in ("others", "all"):
+            raise ValueError(f"leftover is {leftover!r}: expected 'others' or 'all'")
+        self.f, self.apps, self.leftover = float(f), apps, leftover
         self._app_of: dict[str, str] = {}
         self._weight: dict[str, float] = {}
         self._now = 0.0
@@ -285,7 +309,8 @@ class ThemisPolicy(TimeSharingPolicy):
         previous = np.stack([self._bundle.get(a, np.zeros(len(inputs.capacities)))
                              for a in names]) if names else np.zeros((0, len(inputs.capacities)))
         rho = apps.finish_times(previous) / np.maximum(t_id, 1e-9)
-        gpus, _, _ = themis_allocation(apps, rho, inputs.capacities.astype(float), self.f)
+        gpus, _, _ = themis_allocation(apps, rho, inputs.capacities.astype(float), self.f,
+                                       self.leftover)
         self.auctions += 1
         self.last_rho = dict(zip(names, rho.tolist(), strict=True))
         self._bundle = {a: gpus[k] for k, a in enumerate(names)}
@@ -337,5 +362,5 @@ class ThemisPolicy(TimeSharingPolicy):
         self._active = set(names)
 
 
-__all__ = ["Apps", "Auction", "ThemisPolicy", "offered_apps", "partial_allocation",
+__all__ = ["Apps", "Auction", "Leftover", "ThemisPolicy", "offered_apps", "partial_allocation",
            "proportionally_fair", "themis_allocation"]
