@@ -277,6 +277,10 @@ class ThemisPolicy(TimeSharingPolicy):
         #: ``rho`` of each app at the last auction (under its previous bundle).
         self.last_rho: dict[str, float] = {}
 
+    def stats(self) -> Mapping[str, float]:
+        """The time-sharing figures and ``auctions`` (allocations the auction computed)."""
+        return {**super().stats(), "auctions": float(self.auctions)}
+
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
         self._now = cluster.now
@@ -293,8 +297,9 @@ class ThemisPolicy(TimeSharingPolicy):
         if fallback is not None:
             return fallback
         names = list(dict.fromkeys(self._app_of.get(n, DEFAULT_TENANT) for n in inputs.names))
-        member = np.array([names.index(self._app_of.get(n, DEFAULT_TENANT))
-                           for n in inputs.names], dtype=np.int64)
+        index = {app: k for k, app in enumerate(names)}
+        member = np.array([index[self._app_of.get(n, DEFAULT_TENANT)] for n in inputs.names],
+                          dtype=np.int64)
         rates = np.where(inputs.throughputs > 0, inputs.throughputs, 0.0)
         best = rates.max(axis=1) if rates.size else np.zeros(inputs.num_jobs)
         runs = best > 0
@@ -353,7 +358,7 @@ class ThemisPolicy(TimeSharingPolicy):
         gained = np.zeros(len(names))
         for j, job in enumerate(jobs):
             gained[member[j]] += max(done[j] - self._done.get(job, done[j]), 0.0)
-            self._done[job] = float(done[j])
+        self._done = dict(zip(jobs, done.tolist(), strict=True))
         for k, app in enumerate(names):
             before = self._iso_capacity.get(app)
             if before:
