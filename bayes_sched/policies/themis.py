@@ -42,7 +42,8 @@ estimate, ``r*_j = max_t r_jt``):
 * the arbiter's ``rho`` ranking reads each app's bundle from the last auction (0 GPUs for a new
   app: ``rho`` at its largest), and every recomputation of the allocation (arrivals, completions,
   at most every ``min_reset_interval``) is an auction of the whole cluster (a lease per
-  recomputation); the offered apps are the ``max(1, ceil((1 - f) N))`` worst;
+  recomputation); the offered apps are the ``max(1, ceil((1 - f) N))`` worst (default
+  ``f = 0.8``: our choice, not checked against the paper's setting);
 * the product of ``1 / rho`` is maximised as ``min sum_a log T_sh_a(g_a)`` (``T_id`` is fixed by
   the bids), convex in ``g`` (``log(S + W / C)`` has second derivative
   ``1 / C^2 - S^2 / (S C + W)^2 >= 0`` in ``C``), subject to ``sum_a g_at <= G_t``,
