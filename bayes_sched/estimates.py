@@ -5,13 +5,14 @@ Every round the loop observes the cluster, runs the estimators, and gives the po
 ``policy.decide(state, jobs, estimates)``. A policy declares what it reads as its ``needs``, a
 tuple of names from :data:`NEEDS`:
 
-==================  ==============================================================================
+=================== =============================================================================
 ``throughput``      steps/s per cell (job type, scale factor, GPU type, co-runner)
 ``job_goodput``     each job's goodput models per GPU type (throughput fit and gradient noise)
 ``colocation``      co-location log slowdowns of jobs sharing nodes in candidate allocations
 ``remaining_work``  seconds of training left per job (jobs whose batch size changes)
+``remaining_steps`` steps of training left per job (jobs that may end before their declared length)
 ``contention``      the contention state inferred from counters (demands on shared resources)
-==================  ==============================================================================
+=================== =============================================================================
 
 Each entry of the bundle names the estimator that produced it (``oracle`` where the world
 supplies the truth), so that a run can report which estimates its decisions read.
@@ -45,6 +46,9 @@ NEEDS: Mapping[str, str] = {
                   "ones before it leave unexplained)",
     "remaining_work": "seconds of training left, alone on the job's GPUs, from the job's "
                       "profile and epochs done",
+    "remaining_steps": "steps of training left per job, in its progress units, from its declared "
+                       "length, attained progress and the history of jobs that ended (NaN: "
+                       "unknown)",
     "contention": "the contention state inferred from counters, as a log slowdown predictor",
 }
 

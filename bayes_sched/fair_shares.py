@@ -18,7 +18,8 @@ its jobs the same way (equal weights, each capped at its request): :func:`job_sh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 from bayes_sched.tenants import TenantTable
 
@@ -67,3 +68,14 @@ def job_shares(share: float, requests: Mapping[str, float]) -> dict[str, float]:
     """A tenant's ``share`` of GPUs split among its jobs (``requests``: GPUs each asked for),
     equal weights, none above its request."""
     return water_fill(share, requests, dict.fromkeys(requests, 1.0))
+
+
+def tenant_job_weights(tenants: Sequence[str], weights: Mapping[str, float]) -> list[float]:
+    """Each job's weight in an objective summed over jobs: ``omega_j = J w_k / (n_k W)`` for a job
+    of tenant ``k`` (``tenants``: each of the ``J`` jobs' tenant), ``w_k`` its tenant's weight
+    (``weights``; 1 for a tenant not listed), ``n_k`` its tenant's jobs among them and ``W`` the
+    summed weights of the tenants present: every tenant's jobs together weigh ``J w_k / W``, and
+    with one tenant, or tenants of equal weight and equal job counts, every job weighs 1."""
+    counts = Counter(tenants)
+    total = sum(weights.get(k, 1.0) for k in counts)
+    return [len(tenants) * weights.get(k, 1.0) / (counts[k] * total) for k in tenants]

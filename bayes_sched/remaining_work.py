@@ -9,11 +9,20 @@ are left after ``epochs_done`` epochs of a job whose submission-time profile is 
 knows: its ``oracle_remaining_work``); :class:`RemainingWorkPosterior` binds it to one job as a
 :class:`~bayes_sched.estimates.Posterior`.
 
-Units: seconds. This module is core: it imports no estimator, policy or simulator.
+A job that declares a length in steps (a Gavel job's ``target_steps``) may still end before it:
+cancelled or failed at a time no scheduler knows. A :class:`RemainingStepsPredictor` answers how
+many steps such a job has left after the progress it reports; the estimation stage publishes one
+under :data:`REMAINING_STEPS` (the predictors: :mod:`bayes_sched.estimation.remaining_steps`; the
+truth a world knows: its ``oracle_remaining_steps``). :func:`declared_steps_left` is what trusting
+the declaration gives.
+
+Units: seconds (``remaining_work``), the job's progress units (``remaining_steps``: steps at its
+initial batch size). This module is core: it imports no estimator, policy or simulator.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,7 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
-from bayes_sched.estimates import Need, check_quantile, resample_draws
+from bayes_sched.estimates import Need, Posterior, check_quantile, resample_draws
 from bayes_sched.jobs import JobView
 
 
@@ -121,6 +130,42 @@ class RemainingWorkPosterior:
         return resample_draws(fixed, n, seed)
 
 
+class RemainingStepsPredictor(Protocol):
+    """Steps of training a job has left after the progress its view reports (the predictive
+    mean; NaN where the predictor cannot say, e.g. a job that declares no length), and the
+    predictive distribution as a :class:`~bayes_sched.estimates.Posterior` of shape ``()``."""
+
+    def remaining_steps(self, job: JobView) -> float: ...
+
+    def posterior(self, job: JobView) -> Posterior: ...
+
+
+#: The bundle's key of remaining steps: the predictor the estimation stage publishes.
+REMAINING_STEPS: Need[RemainingStepsPredictor] = Need("remaining_steps")
+
+
+def declared_steps_left(job: JobView) -> float:
+    """The steps the job's user declared less the steps done, at least 0 (NaN where the job
+    declares none): what a policy that trusts the declaration reads."""
+    if job.target_steps is None:
+        return math.nan
+    return max(float(job.target_steps) - float(job.progress), 0.0)
+
+
+def gittins_rank(draws: np.ndarray) -> float:
+    """The Gittins rank of a job whose remaining work has the predictive draws ``draws``
+    ``(S,)`` (lower runs first): ``min over D of E[min(R, D)] / P(R <= D)``, the thresholds
+    ``D`` at the draws: the least expected work per chance of finishing, the index that
+    minimises the mean completion time of one server's jobs of known size distributions
+    (Gittins; for a certain ``R``, ``R``). NaN where any draw is NaN."""
+    r = np.sort(np.asarray(draws, dtype=np.float64))
+    if not len(r) or np.isnan(r).any():
+        return math.nan
+    k = np.arange(1, len(r) + 1)
+    expected = (np.cumsum(r) + (len(r) - k) * r) / len(r)
+    return float(np.min(expected * len(r) / k))
+
+
 def profile_from(regimes: Sequence[int], seconds_per_regime: Mapping[int, float]
                  ) -> RegimeProfile:
     """A profile whose epochs in each regime take that regime's seconds."""
@@ -128,5 +173,6 @@ def profile_from(regimes: Sequence[int], seconds_per_regime: Mapping[int, float]
                          tuple(float(seconds_per_regime[r]) for r in regimes))
 
 
-__all__ = ["REMAINING_SECONDS", "RegimeProfile", "RemainingWorkPosterior",
-           "RemainingWorkPredictor", "profile_from"]
+__all__ = ["REMAINING_SECONDS", "REMAINING_STEPS", "RegimeProfile", "RemainingStepsPredictor",
+           "RemainingWorkPosterior", "RemainingWorkPredictor", "declared_steps_left",
+           "gittins_rank", "profile_from"]

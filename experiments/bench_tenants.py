@@ -1,6 +1,7 @@
 """Tenant fairness on tenant workloads: ASTRAEA against FIFO, Tiresias, Gavel's finish-time
-fairness, Gandiva-fair (job- and tenant-level), and FIFO / Tiresias behind the quota stage, in the
-throughput-table world.
+fairness, Themis's auction between tenants (``themis``), Gandiva-fair (job- and tenant-level), Sia
+without and with per-tenant weights (``sia:tenant_weights``), and FIFO / Tiresias behind the quota
+stage, in the throughput-table world.
 
 Workload (:mod:`bayes_sched.sim.tenant_workload`): one ``large`` tenant submitting long 4- and 8-GPU
 jobs and two ``small`` tenants submitting short 1- and 2-GPU jobs, with Venus's early exits
@@ -40,7 +41,7 @@ from experiments.results_record import add_record_flag, record_results  # noqa: 
 
 POLICIES = ("astraea", "fifo", "fifo+quota", "tiresias", "tiresias+quota",
             "finish_time_fairness", "finish_time_fairness@oracle", "gandiva_fair",
-            "gandiva_fair_tenant")
+            "gandiva_fair_tenant", "themis", "sia", "sia:tenant_weights")
 METRICS = ("avg_jct_h", "p99_jct_h", "ltgf_spread", "ltgf_min", "worst_share_vs_quota",
            "slowdown_mean", "slowdown_median", "starved_jobs")
 
@@ -63,7 +64,8 @@ def one_run(policy_name: str, jobs: Any, spec: Any) -> dict[str, float]:
     if oracle:  # every job declares the steps it will really run
         jobs = [dataclasses.replace(job, declared_steps=job.total_steps) for job in jobs]
     base, _, quota = policy_name.partition("+")
-    policy: Any = make_policy(base)
+    base, _, options = base.partition(":")  # e.g. sia:tenant_weights or themis:f=0.5,leftover=all
+    policy: Any = make_policy(base, **dict(_option(o) for o in options.split(",") if o))
     if quota:
         policy = with_quotas(policy)
     start = time.process_time()
@@ -73,6 +75,17 @@ def one_run(policy_name: str, jobs: Any, spec: Any) -> dict[str, float]:
     return {"avg_jct_h": float(jct.mean()) / 3600, "p99_jct_h": float(np.percentile(jct, 99)) / 3600,
             "finished": float(jct.size), "cpu_s": time.process_time() - start,
             **{k: float(summary[k]) for k in METRICS if k in summary}}
+
+
+def _option(text: str) -> tuple[str, Any]:
+    """``key`` (true) or ``key=value`` (a number where it reads as one)."""
+    key, equals, value = text.partition("=")
+    if not equals:
+        return key, True
+    try:
+        return key, float(value)
+    except ValueError:
+        return key, value
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ def test_the_pollux_world_refuses_an_estimator_its_policy_has_no_use_for() -> No
 
 @pytest.mark.parametrize(("flags", "message"), [
     (("--estimator", "nope"), "--estimator 'nope': unknown estimator 'nope'; expected one of "
-                              "oracle, oracle_stage, uniform"),
+                              "oracle, oracle_stage, oracle_remaining_steps, uniform"),
     (("--estimator", "speed=bayes"), "--estimator 'speed=bayes': unknown need 'speed'"),
     (("--estimator-opt", "bayes.refit_growth=0.5"), "option refit_growth is 0.5: expected "
                                                     "float >= 1"),
@@ -77,6 +77,8 @@ def test_list_estimators_names_each_with_the_needs_it_serves() -> None:
         "oracle", "oracle_stage", "uniform", "per_cell", "bayes", "gavel", "sia")},
         "job_models": "job_goodput", "job_posterior": "job_goodput",
         "dirichlet": "remaining_work", "noise_scale": "remaining_work",
+        "oracle_remaining_steps": "remaining_steps", "declared": "remaining_steps",
+        "ignored": "remaining_steps", "survival": "remaining_steps",
         "bo_colocation": "colocation"}
     assert {"refit_interval", "refit_growth"} <= {row["option"] for row in rows}
 

@@ -27,7 +27,7 @@ from bayes_sched.errors import InputError
 from bayes_sched.registry import parse_assignments
 
 #: The oracles a throughput-table world supplies (:func:`bayes_sched.sim.oracles.world_oracles`).
-ORACLE_NAMES = ("oracle", "oracle_stage")
+ORACLE_NAMES = ("oracle", "oracle_stage", "oracle_remaining_steps")
 
 
 def add_estimator_options(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +123,7 @@ def _serves(name: str) -> tuple[str, ...]:
     from bayes_sched.sim.oracles import world_oracles
     from bayes_sched.throughputs import load_gavel_throughputs
 
-    return tuple(world_oracles(load_gavel_throughputs()).serves(name))
+    return tuple(world_oracles(load_gavel_throughputs(), remaining_steps=no_truth).serves(name))
 
 
 def _known(name: str, where: str) -> None:
@@ -143,8 +143,14 @@ def _check(name: str, values: Mapping[str, Any], where: str) -> dict[str, Any]:
     from bayes_sched.sim.oracles import world_oracles
     from bayes_sched.throughputs import load_gavel_throughputs
 
-    return world_oracles(load_gavel_throughputs()).check(name, values, where)
+    return world_oracles(load_gavel_throughputs(), remaining_steps=no_truth).check(name, values,
+                                                                                   where)
+
+
+def no_truth(name: str) -> float:
+    """Stands in for a world's truth where only the oracles' names and options are read."""
+    return float("nan")
 
 
 __all__ = ["ORACLE_NAMES", "add_estimator_options", "check_choices_used", "choices_for",
-           "estimator_choices"]
+           "estimator_choices", "no_truth"]

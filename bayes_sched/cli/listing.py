@@ -34,12 +34,14 @@ def option_rows(registry: Registry[Any]) -> list[dict[str, object]]:
 def _estimator_rows() -> list[dict[str, object]]:
     """One row per estimator option, with the needs each serves (the table world's oracles
     first, then :data:`~bayes_sched.estimation.registry.ESTIMATORS`)."""
+    from bayes_sched.cli.estimator_options import no_truth
     from bayes_sched.estimation.registry import ESTIMATORS
     from bayes_sched.sim.oracles import world_oracles
     from bayes_sched.throughputs import load_gavel_throughputs
 
     rows: list[dict[str, object]] = []
-    for registry in (world_oracles(load_gavel_throughputs()), ESTIMATORS):
+    for registry in (world_oracles(load_gavel_throughputs(), remaining_steps=no_truth),
+                     ESTIMATORS):
         for row in option_rows(registry):
             served = ", ".join(registry.serves(str(row["name"]))) if row["name"] else ""
             rows.append({"name": row["name"], "serves": served,

@@ -138,6 +138,15 @@ ESTIMATORS.register("dirichlet", "bayes_sched.estimation.remaining_work:dirichle
 ESTIMATORS.register("noise_scale", "bayes_sched.estimation.remaining_work:noise_scale",
                     "ours: a posterior over the job's gradient-noise-scale curve",
                     serves=("remaining_work",))
+ESTIMATORS.register("declared", "bayes_sched.estimation.remaining_steps:declared",
+                    "the steps each job declared less the steps done (its declaration trusted)",
+                    serves=("remaining_steps",))
+ESTIMATORS.register("ignored", "bayes_sched.estimation.remaining_steps:ignored",
+                    "no duration: remaining steps unknown, the policy's rule for jobs that "
+                    "declare none", serves=("remaining_steps",))
+ESTIMATORS.register("survival", "bayes_sched.estimation.remaining_steps:survival_steps",
+                    "ours: a survival model of the fraction of its declaration a job runs, "
+                    "posterior per tenant or application", serves=("remaining_steps",))
 ESTIMATORS.register("bo_colocation", "bayes_sched.interference.colocation:colocation_learning",
                     "bo's co-location learning: contention prior from counters, then pair "
                     "residuals", serves=("colocation",))

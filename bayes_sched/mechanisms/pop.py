@@ -78,6 +78,8 @@ class Problem(Protocol):
     @property
     def remaining_steps(self) -> np.ndarray: ...
     @property
+    def steps_done(self) -> np.ndarray | None: ...
+    @property
     def pairs(self) -> np.ndarray: ...
     @property
     def pair_throughputs(self) -> np.ndarray: ...
@@ -196,6 +198,7 @@ def restrict(inputs: ProblemT, part: Partition, pair_rows: np.ndarray) -> Proble
         throughputs=inputs.throughputs[rows], scale_factors=inputs.scale_factors[rows],
         capacities=part.capacities.astype(float), elapsed=inputs.elapsed[rows],
         remaining_steps=inputs.remaining_steps[rows],
+        steps_done=None if inputs.steps_done is None else inputs.steps_done[rows],
         pairs=local[inputs.pairs[pair_rows]].reshape(len(pair_rows), 2),
         pair_throughputs=inputs.pair_throughputs[pair_rows], job_classes=renumber[classes],
         class_keys=tuple(inputs.class_keys[c] for c in kept.tolist()))

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from bayes_sched.policies.pollux import PolluxPolicy
     from bayes_sched.policies.shockwave import ShockwavePolicy
     from bayes_sched.policies.sia import SiaPolicy
+    from bayes_sched.policies.themis import ThemisPolicy
     from bayes_sched.policies.tiresias import TiresiasPolicy
 
 #: Exported name -> module that defines it.
@@ -71,6 +72,7 @@ _EXPORTS: dict[str, str] = {
     "TiresiasPolicy": "bayes_sched.policies.tiresias",
     "AstraeaPolicy": "bayes_sched.policies.astraea",
     "GandivaFairTenantPolicy": "bayes_sched.policies.gandiva_fair_tenants",
+    "ThemisPolicy": "bayes_sched.policies.themis",
 }
 
 #: Policy name -> factory of a fresh policy (policies keep state across rounds); a read-only
@@ -96,9 +98,11 @@ for _name, _class in (("pollux", "PolluxPolicy"), ("tiresias", "TiresiasPolicy")
 POLICIES.register("astraea", f"{_EXPORTS['AstraeaPolicy']}:AstraeaPolicy")
 POLICIES.register("gandiva_fair_tenant",
                   f"{_EXPORTS['GandivaFairTenantPolicy']}:GandivaFairTenantPolicy")
+POLICIES.register("themis", f"{_EXPORTS['ThemisPolicy']}:ThemisPolicy")
 POLICIES.register("harmony", "bayes_sched.policies.harmony:HarmonyPolicy")
 POLICIES.register("banerjee", "bayes_sched.policies.banerjee:BanerjeePolicy")
 POLICIES.register("metis", "bayes_sched.policies.metis:MetisPolicy")
+POLICIES.register("srtf", "bayes_sched.policies.srtf:SrtfPolicy")
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
@@ -133,4 +137,4 @@ __all__ = ["POLICIES", "make_policy",
            "MaxMinFairnessPolicy", "MaxSumThroughputPerfPolicy",
            "MinTotalDurationPackedPolicy", "MinTotalDurationPolicy", "OptimusPolicy",
            "Policy", "PolluxPolicy", "ShockwavePolicy", "SiaAdaptivePolicy", "SiaPolicy",
-           "TiresiasPolicy"]
+           "ThemisPolicy", "TiresiasPolicy"]

@@ -17,13 +17,16 @@ worth of time, spread over its ``s`` GPUs). A job counts as placed only while it
 to exactly 1, so a multi-GPU job never does: it keeps the fraction it was given (every
 recomputation copies the previous allocation over) and still enters every later matching as a
 waiting job, where it may take the first place of a GPU again; its GPUs are not taken out of
-the free ones. This is followed here. For single-GPU jobs the two are the same rule. Jobs that
-declare no steps: the time is split equally instead (logged and counted).
+the free ones. This is followed here. For single-GPU jobs the two are the same rule. Remaining
+steps: the ``remaining_steps`` estimate (by default ``declared``); jobs whose remaining steps are
+unknown (none declared, or the ``ignored`` estimate): the time is split equally instead (logged
+and counted).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -43,6 +46,9 @@ class AlloXPolicy(TimeSharingPolicy):
     """
 
     name = "allox"
+    needs: tuple[str, ...] = ("throughput", "remaining_steps")
+    default_estimators: ClassVar[Mapping[str, str]] = {"throughput": "oracle",
+                                                       "remaining_steps": "declared"}
     heterogeneity_aware = True  # Gavel's "AlloX_Perf": the type order is not shuffled
 
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",

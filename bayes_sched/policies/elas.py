@@ -12,7 +12,10 @@ it, not a copy):
 * Its **epoch progress rate** is the fraction of its declared training done: epochs completed
   over the epochs its user asked for (completion-time agnostic: the epoch count is declared at
   submission, the running time is never estimated); where the job declares steps instead (the
-  throughput-table world) the steps done over the steps declared.
+  throughput-table world) the steps done over the steps done plus those left, read from the
+  ``remaining_steps`` estimate (by default ``declared``: the steps done over the steps declared;
+  ``ignored`` leaves them unknown, and then the epochs rule holds: plain LAS for a job that
+  declares no epochs).
 * **Priority:** attained service times the fraction of training left, ``service * (1 -
   progress)``, lowest first (ties: earlier submission). A new job (no service) comes first, as
   in LAS; of two jobs with equal service, the one nearer its declared end runs first, which
@@ -34,7 +37,9 @@ neither epochs nor steps has progress 0 and is scheduled by plain LAS.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -42,12 +47,19 @@ from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.policies.base import pack
+from bayes_sched.remaining_work import REMAINING_STEPS, RemainingStepsPredictor
 
 
-def epoch_progress(job: JobView) -> float:
-    """The fraction of its declared training the job has done, in [0, 1]."""
-    if job.target_steps:
+def epoch_progress(job: JobView, steps_left: RemainingStepsPredictor | None = None) -> float:
+    """The fraction of its training the job has done, in [0, 1]: its steps done over its
+    declared steps, or with ``steps_left`` (the round's remaining-steps estimate) over its steps
+    done plus those predicted left; where neither says, its epochs done over those declared."""
+    left = math.nan if steps_left is None else steps_left.remaining_steps(job)
+    if steps_left is None and job.target_steps:
         done = job.progress / job.target_steps
+    elif math.isfinite(left):
+        total = job.progress + left
+        done = job.progress / total if total > 0 else 0.0
     elif job.target_epochs > 0:
         done = job.epochs / job.target_epochs
     else:
@@ -55,10 +67,10 @@ def epoch_progress(job: JobView) -> float:
     return float(min(max(done, 0.0), 1.0))
 
 
-def elas_priority(job: JobView) -> float:
+def elas_priority(job: JobView, steps_left: RemainingStepsPredictor | None = None) -> float:
     """E-LAS's priority value (lower runs first): GPU-seconds attained times the fraction of the
-    declared training left."""
-    return float(job.attained_service) * (1.0 - epoch_progress(job))
+    training left (:func:`epoch_progress`)."""
+    return float(job.attained_service) * (1.0 - epoch_progress(job, steps_left))
 
 
 def pack_on_one_type(num_gpus: int, free: np.ndarray, gpu_types: Sequence[str],
@@ -91,9 +103,12 @@ class ElasPolicy:
     """E-LAS: attained GPU-service times the fraction of declared epochs left, lowest first."""
 
     name = "elas"
-    needs: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ("remaining_steps",)
+    default_estimators: ClassVar[Mapping[str, str]] = {"remaining_steps": "declared"}
 
     def __init__(self) -> None:
+        #: The round's remaining-steps estimate (``None``: the declared steps are read).
+        self.steps_left: RemainingStepsPredictor | None = None
         # GPU types where a job of (model, GPU count) failed to launch (out of memory).
         self._failed: dict[tuple[str, int], set[str]] = {}
 
@@ -116,11 +131,13 @@ class ElasPolicy:
 
     def order(self, jobs: Sequence[JobView]) -> list[JobView]:
         """The jobs in E-LAS's priority order."""
-        return sorted(jobs, key=lambda job: (elas_priority(job), job.submit_time, job.name))
+        return sorted(jobs, key=lambda job: (elas_priority(job, self.steps_left),
+                                             job.submit_time, job.name))
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
         self._learn_failures(jobs)
+        self.steps_left = estimates.get(REMAINING_STEPS)
         node_types = np.asarray(cluster.gpu_types)
         available = cluster.total_gpus
         admitted: list[JobView] = []

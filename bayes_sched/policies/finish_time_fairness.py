@@ -7,14 +7,15 @@ isolated 1/n share of the cluster, and the LP minimises the largest ratio::
 
     rho_j = (t_j + R_j / (throughput_j . x_j)) / (I_j + R_j / isolated_j)
 
-with ``t_j`` seconds since submission, ``R_j`` steps remaining (the user's declared steps minus the
-steps done), ``isolated_j`` the job's steps/s on its isolated share (Gavel's ``IsolatedPolicy``
+with ``t_j`` seconds since submission, ``R_j`` steps remaining (the ``remaining_steps`` estimate,
+by default the user's declared steps minus the steps done),
+``isolated_j`` the job's steps/s on its isolated share (Gavel's ``IsolatedPolicy``
 as its FTF calls it: ``x[j, t] = (GPUs of t / n) / scale factor``, each row capped at 1, a true
 1/n share of the cluster; :func:`isolated_throughputs`),
 and ``I_j`` the time the job would have spent in isolation so far (each recomputation adds
 the steps done since the last one over the isolated rate then). It is convex: ``minimise r`` subject
 to ``(throughput_j . x_j) * (r * (I_j + R_j / isolated_j) - t_j) >= R_j``, a rotated second-order
-cone per job (an SOCP; CLARABEL solves it, HiGHS cannot). Jobs that declare no steps: the time is
+cone per job (an SOCP; CLARABEL solves it, HiGHS cannot). Unknown remaining steps: the time is
 split equally (Gavel's fallback when its FTF LP has no answer), logged and counted. The
 heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on every
 type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the measured
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -93,6 +94,12 @@ def isolated_throughputs(throughputs: np.ndarray, scale_factors: np.ndarray,
     return (throughputs * (share / share.sum(axis=1).max())).sum(axis=1)
 
 
+def steps_done(inputs: AllocationInputs) -> np.ndarray:
+    """Each job's steps done; where the inputs carry none, minus its remaining steps (their
+    differences between recomputations are the same where the steps are declared)."""
+    return -inputs.remaining_steps if inputs.steps_done is None else inputs.steps_done
+
+
 class FinishTimeFairnessPolicy(TimeSharingPolicy):
     """Finish-time fairness, heterogeneity-agnostic: every type counts at the job's V100 rate.
 
@@ -103,6 +110,9 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
     """
 
     name = "finish_time_fairness"
+    needs: tuple[str, ...] = ("throughput", "remaining_steps")
+    default_estimators: ClassVar[Mapping[str, str]] = {"throughput": "oracle",
+                                                       "remaining_steps": "declared"}
     heterogeneity_aware = False
     partitionable = True
     jobs_per_partition = 2048
@@ -144,12 +154,13 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
         reference = inputs.throughputs[:, self._types.index(AGNOSTIC_REFERENCE_GPU)]
         return np.repeat(reference[:, None], len(self._types), axis=1)
 
-    def _isolated_terms(self, names: tuple[str, ...], remaining: np.ndarray, rates: np.ndarray,
+    def _isolated_terms(self, names: tuple[str, ...], done: np.ndarray, rates: np.ndarray,
                         scale_factors: np.ndarray, capacities: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray]:
         """``(I, isolated)`` per job: the time each would have spent in isolation so far and
         its isolated steps/s now (updating the isolated time, as Gavel's FTF does on every
-        recomputation)."""
+        recomputation, with the steps ``done`` since the last one; Gavel takes them as the
+        fall in remaining steps, the same where those are declared)."""
         isolated = isolated_throughputs(rates, scale_factors, capacities, self.isolated_share)
         # Kept per job, not replaced per call: under POP each sub-problem's jobs are updated
         # by their own call (the jobs of one recomputation's calls are disjoint).
@@ -158,15 +169,15 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
             before = previous.get(name)
             if before is not None and before[1] > 0:
                 self._isolated_time[name] = (self._isolated_time.get(name, 0.0)
-                                             + (before[0] - remaining[j]) / before[1])
-            self._previous[name] = (float(remaining[j]), float(isolated[j]))
+                                             + (done[j] - before[0]) / before[1])
+            self._previous[name] = (float(done[j]), float(isolated[j]))
         return np.array([self._isolated_time.get(name, 0.0) for name in names]), isolated
 
     def _ratio_terms(self, inputs: AllocationInputs, rates: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(t, R, denominator)`` per job, updating the isolated time."""
         remaining = inputs.remaining_steps
-        spent, isolated = self._isolated_terms(inputs.names, remaining, rates,
+        spent, isolated = self._isolated_terms(inputs.names, steps_done(inputs), rates,
                                                inputs.scale_factors, inputs.capacities)
         denominator = spent + remaining / np.maximum(isolated, 1e-12)
         return inputs.elapsed, remaining, np.maximum(denominator, 1e-9)
@@ -202,8 +213,9 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
         ordered = rates[rows, columns]
         remaining, scale_factors = inputs.remaining_steps[jobs], inputs.scale_factors[jobs]
         capacities = inputs.capacities[types]
-        spent, isolated = self._isolated_terms(tuple(names[j] for j in jobs), remaining,
-                                               ordered, scale_factors, capacities)
+        spent, isolated = self._isolated_terms(tuple(names[j] for j in jobs),
+                                               steps_done(inputs)[jobs], ordered, scale_factors,
+                                               capacities)
         flag, x = solve_gavel_statement(ordered, scale_factors, capacities,
                                         inputs.elapsed[jobs], remaining, spent, isolated)
         if flag in ECOS_NO_SOLUTION:

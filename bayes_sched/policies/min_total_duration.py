@@ -13,10 +13,15 @@ is at most about 1: in seconds ``s`` is ~1e-6, inside HiGHS's tolerances, which 
 program 6.6 % long); Gavel's bisection is then replayed on that exact threshold, arithmetic only, and
 one feasibility LP is solved at the horizon Gavel's bisection ends on, so the allocation has the
 slack Gavel's has (about 5 % above the optimum) rather than sitting at the optimum's vertex.
-Jobs that declare no steps: the time is split equally, logged and counted.
+``R_j`` is the ``remaining_steps`` estimate (by default ``declared``). Jobs whose remaining steps
+are unknown (none declared, or the ``ignored`` estimate): the time is split equally, logged and
+counted.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -67,6 +72,9 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
     """
 
     name = "min_total_duration"
+    needs: tuple[str, ...] = ("throughput", "remaining_steps")
+    default_estimators: ClassVar[Mapping[str, str]] = {"throughput": "oracle",
+                                                       "remaining_steps": "declared"}
     heterogeneity_aware = True
     partitionable = True
     jobs_per_partition = 2048

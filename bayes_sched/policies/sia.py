@@ -28,6 +28,14 @@ nothing of its code or data is copied, only the formulation.
   below 1 lowers ``(g f)^p``'s utility, so a job moves only where the gain outweighs the restart.
   (The artifact's ``lambda_a``, a penalty per allocation change, is set but never enters its
   objective; it is left out here.)
+* **Tenant weights** (ours, issue 36; option ``tenant_weights``, off by default): each job's term
+  is multiplied by ``omega_j = J w_k / (n_k W)`` (:func:`~bayes_sched.fair_shares.tenant_job_weights`:
+  its tenant's weight ``w_k`` over the tenant's ``n_k`` jobs in the round, normalised by the ``J``
+  jobs and the summed weight ``W`` of the tenants present), so the utility of configuration ``c``
+  of job ``j`` is ``omega_j (lambda_n + sign(p) g_c^p)``. The whole term is weighted, the
+  no-allocation penalty with the goodput: with ``p < 0`` weighting ``-g^p`` alone would make a
+  heavier job *less* worth running. One tenant, or tenants of equal weight and job count: the
+  same decisions as without.
 * **Solver.** cvxpy over boolean variables, one per (job, configuration) pair that can run, with
   an open MILP solver (HiGHS by default, SCIP optional; Sia used CBC) at Sia's relative gap
   ``1e-4``. With HiGHS the program goes to cvxpy's HiGHS interface as the numbers cvxpy would
@@ -82,6 +90,7 @@ import numpy as np
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
+from bayes_sched.fair_shares import tenant_job_weights
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
 from bayes_sched.policies.base import pack
@@ -375,6 +384,8 @@ class SiaPolicy:
             many random sub-problems (jobs, and each type's free GPUs, split alike; seeded by
             ``seed``), the choices joined (:func:`partitioned_assignment`); ``"auto"``: the
             exact program below ``2 * jobs_per_partition`` jobs, more sub-problems above.
+        tenant_weights: weigh each job's term by its tenant's weight over the tenant's jobs
+            in the round (see the module; off: Sia's objective).
     """
 
     name = "sia"
@@ -388,8 +399,9 @@ class SiaPolicy:
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
                  acquisition: Literal["mean", "thompson"] = "mean",
-                 partitions: PartitionSetting = "auto") -> None:
+                 partitions: PartitionSetting = "auto", tenant_weights: bool = False) -> None:
         self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
+        self.tenant_weights = bool(tenant_weights)  # weigh each job's term (see the module)
         if not np.isfinite(p) or p == 0:
             raise ValueError(f"p is {p}: expected a finite nonzero exponent")
         if not lambda_n > 0:
@@ -471,6 +483,10 @@ class SiaPolicy:
             (configs.gpu_type == current[configs.job]) & (configs.num_gpus == held[configs.job]))
         normalized = np.where(moves, normalized * factors[configs.job], normalized)
         utility = config_utilities(normalized, self.p, self.lambda_n)
+        if self.tenant_weights:
+            weights = {t.name: t.weight for t in cluster.spec.tenant_table().tenants}
+            utility = utility * np.array(tenant_job_weights([j.tenant for j in jobs],
+                                                            weights))[configs.job]
         chosen = best_if_all_fit(utility, configs, capacities, len(jobs))
         if chosen is None:
             keys = [(job.application, job.requested_replicas) for job in jobs]

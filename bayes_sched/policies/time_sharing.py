@@ -51,6 +51,10 @@ to be profiled in (``profiling_cells``) run first, one per job per round while t
 pair with a running job of the partner type; a cell that cannot run, such as a pair with no job of
 that type active, is dropped and counted): real rounds, the job progressing at that cell's rate,
 their GPU-seconds counted by the estimator as profiling.
+
+**Remaining steps** (finish-time fairness, min total duration, AlloX) come from the round's
+``remaining_steps`` estimate (by default ``declared``: the steps declared less the steps done;
+:mod:`bayes_sched.estimation.remaining_steps`); without one, the declared steps.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from bayes_sched.mechanisms.pop import (
 )
 from bayes_sched.policies.combo_store import Combo, ComboStore
 from bayes_sched.policies.throughput_reading import ThroughputReading, measured_throughputs
+from bayes_sched.remaining_work import REMAINING_STEPS, RemainingStepsPredictor, declared_steps_left
 from bayes_sched.throughput_estimates import JobClass as JobKey
 from bayes_sched.throughput_estimates import KnownThroughputs, LearnedThroughputs
 
@@ -124,14 +129,16 @@ class AllocationInputs:
         scale_factors: GPUs per job, ``(J,)``.
         capacities: GPUs per type, ``(T,)``.
         elapsed: seconds since each job's submission, ``(J,)``.
-        remaining_steps: steps each job's user declared minus the steps done, ``(J,)`` (NaN where
-            a job declares none).
+        remaining_steps: steps each job has left, ``(J,)``: the ``remaining_steps`` estimate
+            where the policy reads one (NaN where it cannot say), else the steps its user
+            declared minus the steps done (NaN where a job declares none).
         pairs: job indices of each pair, ``(P, 2)`` (empty unless the policy packs).
         pair_throughputs: steps/s of each member while sharing, ``(P, 2, T)`` (0 where the pair
             was not measured or does not fit on the type).
         job_classes: each job's class, ``(J,)`` ints from 0: jobs of one job type and scale
             factor (Gavel's job-type key), numbered in order of first appearance.
         class_keys: each class's ``(job type, scale factor)``, ``(C,)`` in that order.
+        steps_done: each job's steps done, ``(J,)`` (``None`` where not given).
     """
 
     names: tuple[str, ...]
@@ -144,6 +151,7 @@ class AllocationInputs:
     pair_throughputs: np.ndarray
     job_classes: np.ndarray
     class_keys: tuple[JobKey, ...]
+    steps_done: np.ndarray | None = None
 
     @property
     def num_jobs(self) -> int:
@@ -210,6 +218,8 @@ class TimeSharingPolicy(ThroughputReading):
         self.table: KnownThroughputs | None = None
         self.estimator: LearnedThroughputs | None = None
         self.thompson = acquisition == "thompson"
+        #: The round's ``remaining_steps`` estimate (``None``: the declared steps are read).
+        self.steps_left: RemainingStepsPredictor | None = None
         self.draws_made = 0
         self._belief_version = 0
         #: The last recompute's predicted pair rates per class pair: its classes and ``(C, C,
@@ -329,6 +339,7 @@ class TimeSharingPolicy(ThroughputReading):
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
         self._read_throughputs(estimates)
+        self.steps_left = estimates.get(REMAINING_STEPS)
         types = cluster_types(cluster)
         if types != self._types:
             self._reset_state(types)
@@ -466,8 +477,8 @@ class TimeSharingPolicy(ThroughputReading):
         """The allocation's inputs; ``groups`` ``(J,)``: each job's POP sub-problem (pairs only
         within one), ``None`` for the exact program."""
         scale_factors = np.array([float(job.requested_replicas) for job in jobs])
-        remaining = np.array([np.nan if job.target_steps is None
-                              else max(job.target_steps - job.progress, 0.0) for job in jobs])
+        left = declared_steps_left if self.steps_left is None else self.steps_left.remaining_steps
+        remaining = np.array([left(job) for job in jobs], dtype=float)
         keys = [(job.application, job.requested_replicas) for job in jobs]
         classes = list(dict.fromkeys(keys))
         position = {key: c for c, key in enumerate(classes)}
@@ -480,7 +491,7 @@ class TimeSharingPolicy(ThroughputReading):
             capacities=capacities.astype(float),
             elapsed=np.array([job.age for job in jobs]), remaining_steps=remaining,
             pairs=pairs, pair_throughputs=pair_rates, job_classes=index,
-            class_keys=tuple(classes))
+            class_keys=tuple(classes), steps_done=np.array([job.progress for job in jobs]))
 
     def _update_allocation(self, jobs: Sequence[JobView], measured: np.ndarray,
                            capacities: np.ndarray, half_round: float) -> None:

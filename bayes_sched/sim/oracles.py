@@ -21,6 +21,14 @@ work; it offers it as
 
 * ``oracle_remaining_work``: :class:`~bayes_sched.estimation.remaining_work.OracleRemainingWork`
   for the ``remaining_work`` need, labelled ``oracle`` (the upper bound of the predictors).
+
+A world whose jobs declare their steps knows where each really stops (a cancelled or failed job
+stops before its declaration); it offers it as
+
+* ``oracle_remaining_steps``:
+  :class:`~bayes_sched.estimation.remaining_steps.OracleRemainingSteps` for the
+  ``remaining_steps`` need, labelled ``oracle`` (the upper bound of ``declared``, ``ignored`` and
+  ``survival``).
 """
 
 from __future__ import annotations
@@ -33,8 +41,10 @@ from bayes_sched.estimation import Estimator
 from bayes_sched.estimation.cell_learners import OracleLearner
 from bayes_sched.estimation.constant import ConstantEstimator
 from bayes_sched.estimation.registry import EstimatorRegistry, RefitGrowth, RefitInterval
+from bayes_sched.estimation.remaining_steps import OracleRemainingSteps, RemainingStepsEstimator
 from bayes_sched.estimation.remaining_work import OracleRemainingWork, RemainingWorkEstimator
 from bayes_sched.estimation.throughput_stage import REFIT_GROWTH, ThroughputEstimator
+from bayes_sched.remaining_work import REMAINING_STEPS
 from bayes_sched.throughput_estimates import THROUGHPUT, ThroughputEstimate
 from bayes_sched.throughputs import ThroughputTable, load_throughputs
 
@@ -62,11 +72,13 @@ def oracle_estimates(table: ThroughputTable) -> Estimates:
 
 
 def world_oracles(truth: ThroughputTable,
-                  remaining_seconds: Callable[[str], float] | None = None) -> EstimatorRegistry:
+                  remaining_seconds: Callable[[str], float] | None = None,
+                  remaining_steps: Callable[[str], float] | None = None) -> EstimatorRegistry:
     """The oracles of a throughput-table world whose jobs run at ``truth``: ``oracle`` and
     ``oracle_stage`` (see the module), each with a ``table`` option naming another shipped
     table (default: ``truth``); with ``remaining_seconds`` (job name -> seconds of training it
-    truly has left alone on its GPUs), ``oracle_remaining_work`` too."""
+    truly has left alone on its GPUs), ``oracle_remaining_work`` too; with ``remaining_steps``
+    (job name -> steps it truly has left before it stops), ``oracle_remaining_steps``."""
 
     def oracle(table: TableName | None = None) -> Estimator:
         """the measured table the world's jobs run at, read as it is (Gavel's rule)"""
@@ -91,6 +103,16 @@ def world_oracles(truth: ThroughputTable,
 
         registry.register("oracle_remaining_work", oracle_remaining_work,
                           serves=("remaining_work",))
+    if remaining_steps is not None:
+        steps_left = remaining_steps
+
+        def oracle_remaining_steps() -> Estimator:
+            """each job's true remaining steps (where it really stops)"""
+            return RemainingStepsEstimator(REMAINING_STEPS, "oracle",
+                                           OracleRemainingSteps(steps_left))
+
+        registry.register("oracle_remaining_steps", oracle_remaining_steps,
+                          serves=("remaining_steps",))
     return registry
 
 

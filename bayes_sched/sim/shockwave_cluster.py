@@ -149,6 +149,10 @@ class ShockwaveCluster(TableCluster):
             self.batch[job.spec.name] = state
         return state
 
+    def _true_total_steps(self, job: TableJob) -> float:
+        """The job's steps at its current batch size (it changes with the batch size)."""
+        return float(self._state(job).total_steps)
+
     @staticmethod
     def _spec(job: TableJob) -> ShockwaveJobSpec:
         assert isinstance(job.spec, ShockwaveJobSpec)

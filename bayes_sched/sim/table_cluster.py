@@ -241,6 +241,16 @@ class TableCluster:
                 cell_observations=job.reports))
         return views
 
+    def true_remaining_steps(self, name: str) -> float:
+        """Steps job ``name`` truly has left before it stops (its true total less the steps
+        done; a job that ends early stops before its declaration): simulator truth, for the
+        world's oracle (``0`` for a job not active)."""
+        job = self._active.get(name)
+        return 0.0 if job is None else max(self._true_total_steps(job) - job.steps_done, 0.0)
+
+    def _true_total_steps(self, job: TableJob) -> float:
+        return float(job.spec.total_steps)
+
     def _job_type(self, job: TableJob) -> str:
         """The job type the job runs as now."""
         return job.spec.job_type

@@ -99,7 +99,8 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                            max_time, source, measurement_noise=measurement_noise,
                            noise_seed=noise_seed, stall_limit=stall_limit)
     # A world whose jobs change batch sizes knows their true remaining work too.
-    oracles = world_oracles(truth, getattr(cluster, "true_remaining_seconds", None))
+    oracles = world_oracles(truth, getattr(cluster, "true_remaining_seconds", None),
+                            cluster.true_remaining_steps)
     chosen = policy_estimators(policy, estimators, oracles, estimator_seed)
     each_round = None if on_round is None else (lambda _: on_round(cluster))
     stats = run_loop(cluster, policy, spec.round_interval, on_round=each_round, clock=clock,

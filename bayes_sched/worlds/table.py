@@ -39,7 +39,7 @@ TIME_SHARING_POLICIES: tuple[str, ...] = (
     "max_sum_throughput_perf", "finish_time_fairness", "finish_time_fairness_perf",
     "finish_time_fairness_packed", "min_total_duration", "min_total_duration_packed",
     "gavel_fifo", "fifo_perf", "fifo_packed", "allox", "gandiva", "gandiva_fair",
-    "gandiva_fair_tenant")
+    "gandiva_fair_tenant", "themis")
 TABLE_WORLD_POLICIES: tuple[str, ...] = (*TIME_SHARING_POLICIES, "elas", "sia", "astraea",
                                          "harmony")
 
