@@ -87,13 +87,13 @@ def test_compare_gives_each_policy_the_choices_it_reads_and_refuses_one_none_rea
         tmp_path: Path) -> None:
     compare = ("compare", "--traces", str(SMALL_TRACE), "--workloads", "none", *CLUSTER,
                "--max-jobs", "4", "--json", "--no-progress")
-    done = run_cli(*compare, "--policies", "max_min_fairness", "elas",
+    done = run_cli(*compare, "--policies", "max_min_fairness", "astraea",
                    "--estimator", "throughput=per_cell", "--out", str(tmp_path / "a"))
     assert done.returncode == 0, done.stderr
     estimates = {row["policy"]: row["estimates"] for row in json.loads(done.stdout)}
-    assert estimates == {"max_min_fairness": "throughput=per_cell", "elas": "none"}
-    refused = run_cli(*compare, "--policies", "elas", "astraea", "--estimator", "per_cell",
+    assert estimates == {"max_min_fairness": "throughput=per_cell", "astraea": "none"}
+    refused = run_cli(*compare, "--policies", "astraea", "harmony", "--estimator", "per_cell",
                       "--out", str(tmp_path / "b"))
     assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0
-    assert ("no policy of --policies has a use for estimator 'per_cell' (elas reads no "
-            "estimates; astraea reads no estimates)") in refused.stderr
+    assert ("no policy of --policies has a use for estimator 'per_cell' (astraea reads no "
+            "estimates; harmony reads no estimates)") in refused.stderr
