@@ -37,7 +37,7 @@ holds for every LP policy but the packed ones (max-min per class: 55-57 ms; FTF 
 duration, one entry per job pair: 216-238 ms multi-GPU, ~0.5 s CPU single-GPU).
 
 Session 10 (packed FTF and min total duration over (job, partner class, type) entries,
-``gavel_packing.partner_class_terms``, an exact reduction; 100 multi-GPU jobs, 3 repeats, CPU ms
+``gavel.packing.partner_class_terms``, an exact reduction; 100 multi-GPU jobs, 3 repeats, CPU ms
 per decision, the pair LP and the reduced LP back to back in one process, load ~15):
 finish_time_fairness_packed 206 -> 151, min_total_duration_packed 169 -> 148. The target
 (<= 50 ms) is not met: the solve itself (CLARABEL, ~4,000 entries) is ~100 ms of it. Pooling a

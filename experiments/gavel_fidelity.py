@@ -38,7 +38,7 @@ Measured (seed 0, jobs 4000-4999, average JCT in hours; ours / published):
                                23.16 / 21.80 (1.062)**
       gavel_statement=true     20.64 / 21.80 (0.947)    36.68 / 33.90 (1.082)****
 
-    * the packed LP solved per job class (``gavel_packing.class_terms``): the same optimum, a
+    * the packed LP solved per job class (``gavel.packing.class_terms``): the same optimum, a
       different point of the optimal face, 2.7 % lower JCT than the LP over every job pair.
       The 2.6 jobs/h packed row (per class) misses by 19 %; ours there is no better than
       max_min_fairness_perf (packing gains nothing), where Gavel's gains 16 %: the cause is
@@ -96,7 +96,7 @@ does not fit in memory 0. Such a variable adds nothing to any job, but an interi
 (ECOS, Gavel's default) answers inside the optimal face, and O(J^2) of them pull time away from
 the jobs. Ours (per class, or over the measured pairs) has only the useful entries: the same
 optimum, another point. Measured on one snapshot of the packed run (multi-GPU, 2.6 jobs/h, seed
-0, at 400 h: 52 jobs, 30 of them 1-GPU, 422 measured pairs; ``gavel_packing`` and cvxpy)::
+0, at 400 h: 52 jobs, 30 of them 1-GPU, 422 measured pairs; ``gavel.packing`` and cvxpy)::
 
     statement, solver                   least   mean    GPUs alone       GPUs in useful pairs
     ours per class, CLARABEL            0.4244  0.648   31.7 34.4 35.0   2.3 1.0 0.5
@@ -109,7 +109,7 @@ optimum, another point. Measured on one snapshot of the packed run (multi-GPU, 2
 pairs hold 8-15 GPUs of each type, which the round mechanism never runs (it skips zero-rate
 combinations), so the jobs' own fractions are lower and flatter and the GPUs go to combinations
 in priority order. ``MaxMinFairnessPackedPolicy(gavel_statement=True)`` states the LP as Gavel
-does (``gavel_packing.gavel_statement_terms``; the same point as cvxpy's form under CLARABEL,
+does (``gavel.packing.gavel_statement_terms``; the same point as cvxpy's form under CLARABEL,
 ``tests/test_gavel_packing.py``). Jobs 1000-1099 (multi-GPU, 2.6 jobs/h, seed 0, average JCT in
 hours; ``run_table_simulation`` with an ``on_round`` counter, not this script)::
 
@@ -394,7 +394,7 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
 
 def _solver_used(policy: object, solver: str) -> str:
     """The solver a row's LPs went to: FTF with Gavel's statement always uses ECOS."""
-    from bayes_sched.policies.finish_time_fairness import FinishTimeFairnessPolicy
+    from bayes_sched.policies.gavel.finish_time_fairness import FinishTimeFairnessPolicy
 
     statement = isinstance(policy, FinishTimeFairnessPolicy) and policy.gavel_statement
     return "ECOS" if statement else solver

@@ -41,7 +41,7 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import pack
+from bayes_sched.mechanisms.placement import pack
 
 
 def epoch_progress(job: JobView) -> float:

@@ -83,11 +83,11 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.mechanisms.genetic_allocation.search import restart_delays, restart_penalty
+from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
+from bayes_sched.mechanisms.placement import pack
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
-from bayes_sched.policies.base import pack
-from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
-from bayes_sched.policies.time_sharing import cluster_types
-from bayes_sched.search.allocation import restart_delays, restart_penalty
+from bayes_sched.policies.gavel.time_sharing import cluster_types
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
     CellPrediction,

@@ -2,7 +2,7 @@
 
 The round's :class:`~bayes_sched.estimates.Estimates` holds one value for the ``throughput``
 need. :class:`ThroughputReading` (a part of
-:class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`) reads it:
+:class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`) reads it:
 
 * a known table (:class:`~bayes_sched.throughput_estimates.KnownThroughputs`, what the world's
   oracle publishes) as Gavel reads its measured table: :func:`measured_throughputs` per job and
@@ -73,7 +73,7 @@ def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster:
 
 class ThroughputReading:
     """The throughput-reading part of a time-sharing policy (a base class of
-    :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, which sets and resets the
+    :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`, which sets and resets the
     state declared here)."""
 
     name: str
