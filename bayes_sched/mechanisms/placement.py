@@ -7,14 +7,23 @@ when they fit):
 * :func:`pack`: consolidated, most-free node first (as few nodes as possible), as the Pollux
   artifact's baselines place jobs;
 * :func:`spread`: load balancing, one GPU at a time on the most-free node;
+* :func:`keep_or_pack`: a round's placement that restarts no job it need not: each job given
+  the GPUs it holds keeps them where they are still free, the others are packed, most GPUs
+  first, onto the nodes each may use (Shockwave's and Sia's placement);
 * :func:`free_gpus`: the GPUs free per node once given allocations hold theirs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
+
+#: One job to place: its name, the GPUs it is to get, the GPUs per node it holds now ``(N,)``
+#: and the nodes it may use ``(N,)`` bool (e.g. the nodes of the GPU type it is given).
+Request = tuple[str, int, np.ndarray, np.ndarray]
 
 
 def pack(num_gpus: int, free: np.ndarray) -> np.ndarray | None:
@@ -58,4 +67,32 @@ def spread(num_gpus: int, free: np.ndarray) -> np.ndarray | None:
     return counts
 
 
-__all__ = ["free_gpus", "pack", "spread"]
+def keep_or_pack(requests: Sequence[Request], free: np.ndarray) -> tuple[Allocations, list[str]]:
+    """GPUs per node for ``requests``, taken from ``free`` (GPUs free per node ``(N,)``,
+    consumed in place), and the names of the jobs that did not fit.
+
+    In the requests' order, a job that holds exactly its GPUs, all on nodes it may use and all
+    still free, keeps them (no restart). The others, most GPUs first (ties in the requests'
+    order), are packed (:func:`pack`) onto the free GPUs of the nodes they may use. The answer
+    holds the kept jobs first, then the packed ones, in the order they were placed."""
+    out: Allocations = {}
+    rest: list[tuple[str, int, np.ndarray]] = []
+    for name, gpus, held, allowed in requests:
+        held = np.asarray(held, dtype=np.int64)
+        if held.sum() == gpus and np.all(allowed[held > 0]) and np.all(held <= free):
+            out[name] = held.copy()
+            free -= held
+        else:
+            rest.append((name, gpus, allowed))
+    unplaced: list[str] = []
+    for name, gpus, allowed in sorted(rest, key=lambda r: -r[1]):
+        counts = pack(gpus, np.where(allowed, free, 0))
+        if counts is None:
+            unplaced.append(name)
+            continue
+        free -= counts
+        out[name] = counts
+    return out, unplaced
+
+
+__all__ = ["Request", "free_gpus", "keep_or_pack", "pack", "spread"]

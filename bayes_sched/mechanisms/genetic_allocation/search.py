@@ -39,8 +39,9 @@ from typing import Annotated
 
 import numpy as np
 
+from bayes_sched.acquisition import quantile
 from bayes_sched.cluster import ClusterState
-from bayes_sched.jobs import JobView
+from bayes_sched.jobs import GoodputPosterior, JobView
 from bayes_sched.mechanisms.genetic_allocation import nsga2
 from bayes_sched.mechanisms.genetic_allocation.sparse import (  # the helpers' home, names kept here
     Entries,
@@ -198,7 +199,9 @@ class SpeedupTables:
             valid = nn <= rr
             # As in the artifact, speedups use the tuned batch even for a job run at a fixed
             # batch.
-            goodput = model.goodput(nn[valid], rr[valid], quantile=self.risk)
+            posterior = GoodputPosterior(model, nn[valid], rr[valid])
+            goodput = (posterior.mean() if self.risk is None
+                       else quantile(posterior, self.risk))
             built = np.zeros((num_nodes + 1, max_r + 1))
             built[nn[valid], rr[valid]] = goodput
             built.flags.writeable = False
