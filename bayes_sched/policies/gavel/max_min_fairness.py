@@ -117,12 +117,13 @@ def packed_max_min_allocation(inputs: AllocationInputs, solver: str, per_class: 
                               | None = None) -> np.ndarray | None:
     """Gavel's packed max-min allocation ``(J + P, T)``: over job classes (default), with one
     entry per job and measured job pair (``per_class=False``), or over Gavel's own entries
-    (``gavel_statement``: :func:`gavel_statement_terms`; the zero-rate pairs' time is dropped
-    from the answer, as Gavel never runs them). The same optimum value; a different point of
-    the optimal face each. ``pair_split`` (per class only): how a class pair's time is spread
-    over its job pairs: ``"even"`` (Gavel's ``convert_job_type_allocation`` on a
-    class-symmetric answer: every job pair), ``"intervals"`` (:meth:`ClassTerms.expand_intervals`:
-    the same time per job and partner class on O(jobs) pairs instead of O(jobs^2)).
+    (``gavel_statement``: :func:`~bayes_sched.policies.gavel.packing.gavel_statement_terms`; the
+    zero-rate pairs' time is dropped from the answer, as Gavel never runs them). The same optimum
+    value; a different point of the optimal face each. ``pair_split`` (per class only): how a
+    class pair's time is spread over its job pairs: ``"even"`` (Gavel's
+    ``convert_job_type_allocation`` on a class-symmetric answer: every job pair), ``"intervals"``
+    (:meth:`~bayes_sched.policies.gavel.packing.ClassTerms.expand_intervals`: the same time per
+    job and partner class on O(jobs) pairs instead of O(jobs^2)).
     ``class_program``: :func:`class_max_min_program` of ``inputs`` where already built."""
     # Gavel normalises a job's rates by the sum of its rates alone over the types.
     weights = inputs.scale_factors / np.maximum(inputs.throughputs.sum(axis=1), 1e-12)
@@ -209,7 +210,8 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
             raise ValueError(f"exploration is {exploration!r}: expected 'thompson', "
                              "'value_of_information' or 'none'")
         #: Solve the LP over Gavel's own entries (every pair of one scale factor, zero rates
-        #: included; :func:`gavel_statement_terms`) instead of per job class.
+        #: included; :func:`~bayes_sched.policies.gavel.packing.gavel_statement_terms`) instead
+        #: of per job class.
         self.gavel_statement = bool(gavel_statement)
         self.pair_split = pair_split
         self.exploration = exploration
