@@ -14,7 +14,7 @@ quantile, joint draws), applied by any policy that wants it:
 * :func:`worth_trying`: value of information: try an unknown option for a trial when the
   expected gain from knowing it, over the time the answer is used, beats the trial's expected
   cost (the gain itself is the decision problem's: e.g. LP prices,
-  :mod:`bayes_sched.policies.value_of_information`).
+  :mod:`bayes_sched.mechanisms.value_of_information`).
 
 Units are the posterior's (or the caller's objective's). This module imports no estimator,
 policy or simulator.

@@ -20,8 +20,9 @@ supplies the truth), so that a run can report which estimates its decisions read
 Uncertain quantities answer one protocol, :class:`Posterior`: its mean, a quantile, and draws.
 The estimators' own objects (a throughput belief, a job model, a slowdown predictor, a remaining
 work predictor) answer a query (which cells, which allocations, which candidates, which job) with
-a :class:`Posterior` through the adapters beside them (:mod:`bayes_sched.estimation.posteriors`,
-:mod:`bayes_sched.remaining_work`).
+a :class:`Posterior` through the adapters beside their protocols
+(:class:`~bayes_sched.throughput_estimates.CellPosterior`, :class:`~bayes_sched.jobs.GoodputPosterior`,
+:mod:`bayes_sched.colocation`, :mod:`bayes_sched.remaining_work`).
 
 This module is core: it imports no estimator, policy or simulator. A typed key (:class:`Need`) is
 declared beside the protocol of what it holds, so that ``estimates.get(THROUGHPUT)`` is typed

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, overload
 
 import numpy as np
 
+from bayes_sched.estimates import check_quantile, resample_draws
 from bayes_sched.registry import GPU_COUNT, Range
 from bayes_sched.tenants import DEFAULT_TENANT as _DEFAULT_TENANT
 from perfmodel.goodput import BatchChoice, GoodputModel
@@ -241,6 +242,41 @@ class JobModel:
     def efficiency(self, batch_size: np.ndarray) -> np.ndarray:
         """Statistical efficiency at total batch ``batch_size``, shape ``batch_size.shape``."""
         return self._point.efficiency(batch_size)[0]
+
+
+class GoodputPosterior:
+    """Goodput of ``model``'s job at its best batch on ``num_nodes``/``num_replicas``
+    allocations (shape ``(A,)``), examples at its initial batch per second.
+
+    ``mean`` is the point fit's goodput (:meth:`JobModel.goodput`), ``quantile(q)`` the model's
+    own ``q``-quantile rule (the batch that maximises that quantile over its posterior draws; the
+    point fit for a model without draws), ``draws`` the goodput of each posterior draw of the
+    step-time parameters at the point fit's batch (the point fit repeated without draws).
+    """
+
+    def __init__(self, model: JobModel, num_nodes: np.ndarray, num_replicas: np.ndarray) -> None:
+        self.model = model
+        self.num_nodes, self.num_replicas = np.broadcast_arrays(
+            np.atleast_1d(np.asarray(num_nodes)), np.atleast_1d(np.asarray(num_replicas)))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.num_nodes.shape)
+
+    def mean(self) -> np.ndarray:
+        return self.model.goodput(self.num_nodes, self.num_replicas)
+
+    def quantile(self, q: float) -> np.ndarray:
+        return self.model.goodput(self.num_nodes, self.num_replicas, check_quantile(q))
+
+    def draws(self, n: int, seed: int = 0) -> np.ndarray:
+        choice = self.model.optimize(self.num_nodes, self.num_replicas)
+        posterior = self.model.goodput_model(quantile=0.5)  # the draws' model where it has them
+        with np.errstate(divide="ignore", invalid="ignore"):
+            goodput = posterior.goodput(self.num_nodes, self.num_replicas, choice.local_bsz,
+                                        choice.accum_steps)
+        # Infeasible allocations (no batch fits) have goodput 0 under every draw.
+        return resample_draws(np.where(choice.local_bsz > 0, goodput, 0.0), n, seed)
 
 
 #: One change of a job's allocation: ``(time in seconds, GPUs per node)``.

@@ -29,7 +29,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from bayes_sched.cells import Cell, CellObservation
-from bayes_sched.estimates import Need
+from bayes_sched.estimates import Need, check_quantile, resample_draws
 
 #: A job class: ``(job type, scale factor)``.
 JobClass = tuple[str, int]
@@ -63,6 +63,37 @@ class ThroughputBelief(Protocol):
         """Posterior mean of every cell and ``num_draws`` joint posterior draws (``seed`` makes
         them reproducible); with ``num_draws == 0`` the draws are the mean, shape ``(1, N)``."""
         ...
+
+
+#: Draws a :class:`CellPosterior` reads its quantiles from (joint draws of the belief, seed 0).
+QUANTILE_DRAWS = 256
+
+
+class CellPosterior:
+    """Steps/s of ``cells`` under ``belief``, shape ``(N,)``.
+
+    The mean and draws are the belief's (:meth:`ThroughputBelief.predict`); a point belief's
+    single row is repeated. Quantiles are those of :data:`QUANTILE_DRAWS` joint draws (seed 0),
+    so a point belief's quantiles are its value.
+    """
+
+    def __init__(self, belief: ThroughputBelief, cells: Sequence[Cell]) -> None:
+        self.belief = belief
+        self.cells = list(cells)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.cells),)
+
+    def mean(self) -> np.ndarray:
+        return self.belief.predict(self.cells).mean
+
+    def quantile(self, q: float) -> np.ndarray:
+        return np.asarray(np.quantile(self.draws(QUANTILE_DRAWS), check_quantile(q), axis=0))
+
+    def draws(self, n: int, seed: int = 0) -> np.ndarray:
+        drawn = self.belief.predict(self.cells, n, seed).draws
+        return drawn if drawn.shape[0] == n else resample_draws(drawn, n, seed)
 
 
 @runtime_checkable
@@ -140,5 +171,6 @@ ThroughputEstimate = KnownThroughputs | LearnedThroughputs
 THROUGHPUT: Need[ThroughputEstimate] = Need("throughput")
 
 
-__all__ = ["THROUGHPUT", "CellPrediction", "JobClass", "KnownThroughputs", "LearnedThroughputs",
+__all__ = ["QUANTILE_DRAWS", "THROUGHPUT", "CellPosterior", "CellPrediction", "JobClass",
+           "KnownThroughputs", "LearnedThroughputs",
            "ThroughputBelief", "ThroughputEstimate"]

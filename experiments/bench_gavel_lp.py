@@ -38,8 +38,8 @@ def main() -> None:
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
-    from bayes_sched.policies.throughput_reading import measured_throughputs
-    from bayes_sched.policies.time_sharing import cluster_types
+    from bayes_sched.policies.gavel.throughput_reading import measured_throughputs
+    from bayes_sched.policies.gavel.time_sharing import cluster_types
     from bayes_sched.tables import print_table
     from bayes_sched.throughputs import gavel_job_types, load_gavel_throughputs
 
@@ -148,16 +148,16 @@ def packed_rows(job_counts: list[int], repeats: int, cluster_text: str) -> list[
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.estimates import NO_ESTIMATES
-    from bayes_sched.policies import make_policy
-    from bayes_sched.policies.gavel_packing import packed_layout
-    from bayes_sched.policies.min_total_duration import gavel_horizon
-    from bayes_sched.policies.time_fraction_lp import (
+    from bayes_sched.mechanisms.time_fraction_lp import (
         fastest_finish_program,
         finish_by_program,
         min_max_ratio_program,
         solve_program,
     )
-    from bayes_sched.policies.time_sharing import AllocationInputs
+    from bayes_sched.policies import make_policy
+    from bayes_sched.policies.gavel.min_total_duration import gavel_horizon
+    from bayes_sched.policies.gavel.packing import packed_layout
+    from bayes_sched.policies.gavel.time_sharing import AllocationInputs
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
     from bayes_sched.sim.table_cluster import TableCluster
     from bayes_sched.tables import print_table

@@ -37,10 +37,10 @@ from bayes_sched.estimates import Estimates
 from bayes_sched.gym.train import heuristic_action
 from bayes_sched.gym.worlds import gavel_jobs, pollux_jobs
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.mechanisms.placement_steps import PLACEMENT_MODES, RoundBuilder, type_modes
 from bayes_sched.policies import POLICIES
 from bayes_sched.policies.base import Policy
 from bayes_sched.policies.learned import DATA_DIR
-from bayes_sched.policies.placement_steps import PLACEMENT_MODES, RoundBuilder, type_modes
 from bayes_sched.sim.laws import make_hidden
 from bayes_sched.worlds import GAVEL, POLLUX
 

@@ -192,8 +192,8 @@ def captured_inputs(name: str, state: Any, views: list[Any]) -> Any:
 def lp_objective(name: str, inputs: Any, x: np.ndarray) -> float:
     """The program's objective of policy ``name`` at allocation ``x`` ``(J + P, T)`` over the
     whole problem ``inputs`` (for min total duration, the largest time any job needs)."""
+    from bayes_sched.mechanisms.time_fraction_lp import effective_rates
     from bayes_sched.policies import make_policy
-    from bayes_sched.policies.time_fraction_lp import effective_rates
 
     thr, s = inputs.throughputs, inputs.scale_factors
     share = inputs.capacities / inputs.capacities.sum()
@@ -289,6 +289,7 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
                ) -> tuple[tuple[float, float], tuple[float, float]]:
     """Sia's summed utility, exact and POP, and the CPU seconds of each solve."""
     from bayes_sched.mechanisms.pop import class_index, split
+    from bayes_sched.policies.gavel.time_sharing import cluster_types
     from bayes_sched.policies.sia import (
         SiaPolicy,
         config_utilities,
@@ -296,7 +297,6 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
         partitioned_assignment,
         solve_assignment,
     )
-    from bayes_sched.policies.time_sharing import cluster_types
 
     sia = SiaPolicy()
     types = cluster_types(state)

@@ -44,7 +44,7 @@ def main() -> None:
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.estimates import Estimates
     from bayes_sched.estimation.choose import choose_estimators
-    from bayes_sched.policies.base import pack
+    from bayes_sched.mechanisms.placement import pack
     from bayes_sched.policies.shockwave import ShockwavePolicy
     from bayes_sched.remaining_work import RemainingWorkPredictor
     from bayes_sched.sim.oracles import world_oracles

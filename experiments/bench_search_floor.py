@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_scale  # noqa: E402
 
-from bayes_sched.search import allocation  # noqa: E402
+from bayes_sched.mechanisms.genetic_allocation import search as allocation  # noqa: E402
 from bayes_sched.tables import print_table  # noqa: E402
 from experiments.results_record import add_record_flag, record_results  # noqa: E402
 

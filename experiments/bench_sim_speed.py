@@ -147,11 +147,11 @@ class _OverBudget(Exception):
 
 #: Part 4: the policy module whose ``solve_program`` is timed, per policy name.
 SOLVER_MODULES = {
-    "min_total_duration": "bayes_sched.policies.min_total_duration",
-    "min_total_duration_packed": "bayes_sched.policies.min_total_duration",
-    "finish_time_fairness": "bayes_sched.policies.finish_time_fairness",
-    "finish_time_fairness_perf": "bayes_sched.policies.finish_time_fairness",
-    "finish_time_fairness_packed": "bayes_sched.policies.finish_time_fairness",
+    "min_total_duration": "bayes_sched.policies.gavel.min_total_duration",
+    "min_total_duration_packed": "bayes_sched.policies.gavel.min_total_duration",
+    "finish_time_fairness": "bayes_sched.policies.gavel.finish_time_fairness",
+    "finish_time_fairness_perf": "bayes_sched.policies.gavel.finish_time_fairness",
+    "finish_time_fairness_packed": "bayes_sched.policies.gavel.finish_time_fairness",
 }
 
 

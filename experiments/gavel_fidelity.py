@@ -94,7 +94,7 @@ def run_one(policy_name: str, rate: float, seed: int, window: tuple[int, int],
 
 def _solver_used(policy: object, solver: str) -> str:
     """The solver a row's LPs went to: FTF with Gavel's statement always uses ECOS."""
-    from bayes_sched.policies.finish_time_fairness import FinishTimeFairnessPolicy
+    from bayes_sched.policies.gavel.finish_time_fairness import FinishTimeFairnessPolicy
 
     statement = isinstance(policy, FinishTimeFairnessPolicy) and policy.gavel_statement
     return "ECOS" if statement else solver

@@ -92,7 +92,7 @@ def _seed_option(policy: str, seed: int) -> dict[str, object]:
     if "seed" in options:
         return {"seed": seed}
     if "ga" in options:  # Pollux: its genetic search's seed
-        from bayes_sched.search.allocation import GAConfig
+        from bayes_sched.mechanisms.genetic_allocation.search import GAConfig
 
         return {"ga": GAConfig(seed=seed)}
     return {}

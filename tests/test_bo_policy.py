@@ -222,8 +222,8 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     views = _views(cluster, empty, dict.fromkeys(agents, 0.0), agents)
     decision = decide(policy, cluster, views)  # sets up classes and the problem's state
     assert all(np.count_nonzero(v) >= 1 for v in decision.values())
+    from bayes_sched.mechanisms.genetic_allocation.search import STATE_DTYPE as _STATE
     from bayes_sched.policies.bo import _ColocationProblem
-    from bayes_sched.search.allocation import STATE_DTYPE as _STATE
 
     pollux = policy.pollux
     jobs = sorted(views, key=lambda j: (j.attained_service, j.submit_time, j.name))

@@ -20,9 +20,9 @@ from bayes_sched.cluster_spec import (
 )
 from bayes_sched.errors import InputError
 from bayes_sched.estimation.registry import ESTIMATORS
+from bayes_sched.mechanisms.genetic_allocation.search import MAX_POPULATION, GAConfig
 from bayes_sched.policies import POLICIES, TiresiasPolicy
 from bayes_sched.registry import type_name
-from bayes_sched.search.allocation import MAX_POPULATION, GAConfig
 from bayes_sched.sim.gavel_jobs import read_gavel_trace
 from bayes_sched.sim.workload import WORKLOAD_COLUMNS, read_workload
 

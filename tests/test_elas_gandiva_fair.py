@@ -13,7 +13,7 @@ from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.elas import ElasPolicy, elas_priority, epoch_progress
 from bayes_sched.policies.gandiva_fair import trade_shares
-from bayes_sched.policies.time_sharing import equal_split
+from bayes_sched.policies.gavel.time_sharing import equal_split
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster

@@ -10,16 +10,12 @@ from bayes_sched.cells import Cell, CellObservation
 from bayes_sched.colocation import SlowdownPosterior
 from bayes_sched.estimates import NO_ESTIMATES, DrawsPosterior, Estimate, Estimates, Need
 from bayes_sched.estimation.cell_learners import OracleLearner, PerCellLearner
-from bayes_sched.estimation.posteriors import (
-    JOB_GOODPUT,
-    THROUGHPUT,
-    CellPosterior,
-    GoodputPosterior,
-)
+from bayes_sched.estimation.posteriors import JOB_GOODPUT, THROUGHPUT
 from bayes_sched.estimation.remaining_work import DirichletRegimePredictor, NoiseScaleRegimePredictor
 from bayes_sched.interference.pairs import PairResiduals
-from bayes_sched.jobs import BatchLimits, GradientStats, JobModel
+from bayes_sched.jobs import BatchLimits, GoodputPosterior, GradientStats, JobModel
 from bayes_sched.remaining_work import RegimeProfile, RemainingWorkPosterior
+from bayes_sched.throughput_estimates import CellPosterior
 from bayes_sched.throughputs import load_gavel_throughputs
 from perfmodel.throughput import ThroughputParams
 

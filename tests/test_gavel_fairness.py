@@ -19,8 +19,8 @@ from bayes_sched.cluster import ClusterState, PackedAllocations, validate_alloca
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.min_total_duration import MinTotalDurationPackedPolicy, gavel_horizon
-from bayes_sched.policies.time_sharing import AllocationInputs
+from bayes_sched.policies.gavel.min_total_duration import MinTotalDurationPackedPolicy, gavel_horizon
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster
@@ -136,7 +136,7 @@ def test_isolated_share_is_gavels_split_capped_per_row() -> None:
     0.12 / scale factor of each type, a true 1/n share. Gavel's earlier IsolatedPolicy
     (``gavel_largest_row``) divides every row by the largest row sum instead: the 1-GPU job has
     all its time (1/3 on each type), the others 1/2 and 1/8 of it, whether 3 or 300 jobs."""
-    from bayes_sched.policies.finish_time_fairness import isolated_throughputs
+    from bayes_sched.policies.gavel.finish_time_fairness import isolated_throughputs
 
     capacities = np.array([36.0, 36.0, 36.0])
     rates = np.array([[3.0, 2.0, 1.0], [6.0, 4.0, 2.0], [24.0, 16.0, 8.0]])
@@ -347,7 +347,7 @@ def test_finish_time_fairness_solves_a_loaded_snapshot() -> None:
 
     import cvxpy as cp
 
-    from bayes_sched.policies.finish_time_fairness import (
+    from bayes_sched.policies.gavel.finish_time_fairness import (
         FinishTimeFairnessPolicy,
         isolated_throughputs,
     )
@@ -393,7 +393,7 @@ def test_gavel_statement_cone_data_is_what_cvxpy_hands_ecos() -> None:
     jobs, a zero rate included: no entry), so ECOS sees the very numbers it saw in Gavel."""
     import cvxpy as cp
 
-    from bayes_sched.policies.finish_time_fairness import (
+    from bayes_sched.policies.gavel.finish_time_fairness import (
         gavel_statement_cone_data,
         gavel_statement_problem,
     )

@@ -11,7 +11,7 @@ import pytest
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
-from bayes_sched.policies.time_sharing import TimeSharingPolicy
+from bayes_sched.policies.gavel.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster, pair_steps_per_second

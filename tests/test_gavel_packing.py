@@ -10,13 +10,12 @@ import pytest
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import load_cluster_spec
-from bayes_sched.policies.gavel_packing import (
+from bayes_sched.policies.gavel.max_min_fairness import (
     MaxMinFairnessPackedPolicy,
-    class_terms,
-    combination_terms,
     packed_max_min_allocation,
 )
-from bayes_sched.policies.time_sharing import AllocationInputs
+from bayes_sched.policies.gavel.packing import class_terms, combination_terms
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster
@@ -119,14 +118,14 @@ def test_the_direct_programs_reach_the_cvxpy_formulations_optimum() -> None:
     optimum of the same programs stated in cvxpy, on the jobs above alone (no packing)."""
     import cvxpy as cp
 
-    from bayes_sched.policies.finish_time_fairness import isolated_throughputs
-    from bayes_sched.policies.time_fraction_lp import (
+    from bayes_sched.mechanisms.time_fraction_lp import (
         dense_terms,
         max_min_program,
         max_sum_program,
         min_max_ratio_program,
         solve_allocation,
     )
+    from bayes_sched.policies.gavel.finish_time_fairness import isolated_throughputs
 
     inputs = _inputs()
     rates, sizes, capacities = inputs.throughputs, inputs.scale_factors, inputs.capacities
@@ -174,12 +173,12 @@ def test_the_per_partner_class_lp_has_the_pair_lps_optimum(solver: str) -> None:
     over (job, partner class) entries reach the optimum over all job pairs, with jobs that
     differ in remaining steps and age (no class symmetry), and the answer expanded to job
     pairs is feasible there and attains it."""
-    from bayes_sched.policies.gavel_packing import packed_layout
-    from bayes_sched.policies.time_fraction_lp import (
+    from bayes_sched.mechanisms.time_fraction_lp import (
         fastest_finish_program,
         min_max_ratio_program,
         solve_program,
     )
+    from bayes_sched.policies.gavel.packing import packed_layout
 
     inputs = replace(_inputs(), remaining_steps=np.linspace(2e3, 4e4, len(JOB_TYPES)),
                      elapsed=np.linspace(0.0, 3600.0, len(JOB_TYPES)))
@@ -213,7 +212,7 @@ def test_the_per_partner_class_lp_has_the_pair_lps_optimum(solver: str) -> None:
 def test_pairing_within_a_class_keeps_each_jobs_time() -> None:
     """Symmetric, zero diagonal, non-negative, rows summing to the times, whenever no time
     exceeds the rest together (the boundary included)."""
-    from bayes_sched.policies.gavel_packing import pair_within_class
+    from bayes_sched.policies.gavel.packing import pair_within_class
 
     rng = np.random.default_rng(0)
     cases = [np.array([2.0, 1.0, 1.0]), np.array([0.5, 0.5]), np.array([0.3, 0.0, 0.3])]
@@ -235,7 +234,7 @@ def test_gavels_statement_has_every_same_scale_factor_pair_and_lands_where_cvxpy
     never gives them (8 GPUs of each type: the optimal face is wide enough to differ)."""
     import cvxpy as cp
 
-    from bayes_sched.policies.gavel_packing import gavel_statement_terms
+    from bayes_sched.policies.gavel.packing import gavel_statement_terms
 
     inputs = _inputs("v100:1x8,p100:1x8,k80:1x8")
     terms, pairs = gavel_statement_terms(inputs)
@@ -307,7 +306,7 @@ def test_the_interval_split_is_the_even_splits_optimum_on_fewer_pairs(solver: st
 def test_interval_pairs_are_a_transport_plan_on_few_pairs() -> None:
     """Each of n supplies sends 1/n and each of m demands receives 1/m, on at most n + m - 1
     pairs, every weight positive."""
-    from bayes_sched.policies.gavel_packing import interval_pairs
+    from bayes_sched.policies.gavel.packing import interval_pairs
 
     for n, m in [(1, 1), (1, 5), (4, 6), (7, 3), (12, 12), (5, 8)]:
         i, k, weight = interval_pairs(n, m)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bayes_sched.search import nsga2
+from bayes_sched.mechanisms.genetic_allocation import nsga2
 
 
 def _brute_force_fronts(first: np.ndarray, second: np.ndarray) -> np.ndarray:

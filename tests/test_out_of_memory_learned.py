@@ -19,7 +19,7 @@ from bayes_sched.estimation.registry import make_estimator
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
 from bayes_sched.jobs import JobView
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.time_sharing import TimeSharingPolicy
+from bayes_sched.policies.gavel.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.table_run import run_table_simulation

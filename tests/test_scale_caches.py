@@ -7,7 +7,7 @@ import numpy as np
 
 from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
-from bayes_sched.search.allocation import AllocationProblem, GAConfig
+from bayes_sched.mechanisms.genetic_allocation.search import AllocationProblem, GAConfig
 from bayes_sched.sim.physics import get_application
 
 APP = get_application("cifar10")

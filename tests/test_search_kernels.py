@@ -1,15 +1,15 @@
-"""The compiled kernels of the allocation search (bayes_sched.search.kernels) against the numpy
-path: repair and scoring equal to the bit, the mutation drawn from the same distribution, and
-every compiled step the same twice for one seed."""
+"""The compiled kernels of the allocation search (bayes_sched.mechanisms.genetic_allocation.kernels)
+against the numpy path: repair and scoring equal to the bit, the mutation drawn from the same
+distribution, and every compiled step the same twice for one seed."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from bayes_sched.cluster import ClusterState
-from bayes_sched.search import kernels, nsga2
-from bayes_sched.search.allocation import AllocationProblem, GAConfig, GeneticSearch
-from bayes_sched.search.sparse import SparseStates, nonzero_entries
+from bayes_sched.mechanisms.genetic_allocation import kernels, nsga2
+from bayes_sched.mechanisms.genetic_allocation.search import AllocationProblem, GAConfig, GeneticSearch
+from bayes_sched.mechanisms.genetic_allocation.sparse import SparseStates, nonzero_entries
 from tests.test_search_scale import _dense_problem, _sparse_states
 
 

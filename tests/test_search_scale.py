@@ -16,8 +16,8 @@ from bayes_sched.cluster import ClusterState
 from bayes_sched.errors import InputError
 from bayes_sched.estimation.job_models import _FIT_MEMO, fit_measurements, profile_of
 from bayes_sched.jobs import Observation
-from bayes_sched.search.allocation import AllocationProblem, GAConfig
-from bayes_sched.search.sparse import (
+from bayes_sched.mechanisms.genetic_allocation.search import AllocationProblem, GAConfig
+from bayes_sched.mechanisms.genetic_allocation.sparse import (
     SparseStates,
     _crossover,
     _first_occurrences,
@@ -185,7 +185,7 @@ def test_generated_workload_round_trips_and_refuses_bad_lengths(tmp_path: Path) 
 
 def _reference_repair(problem: AllocationProblem, states: np.ndarray) -> np.ndarray:
     """The repair as first written (lexsorts over np.nonzero of the dense states)."""
-    from bayes_sched.search.sparse import _group_cumsum
+    from bayes_sched.mechanisms.genetic_allocation.sparse import _group_cumsum
 
     size, num_jobs, num_nodes = states.shape
     p, j, n = np.nonzero(states)
@@ -331,7 +331,7 @@ def test_sparse_crossover_and_concat_equal_the_dense_ones() -> None:
 def _reference_mutate_artifact(problem: AllocationProblem, states: np.ndarray,
                                ga: GAConfig) -> np.ndarray:
     """The artifact's mutation as first written, on the dense states."""
-    from bayes_sched.search.sparse import _distinct_draws, _sorted_unique
+    from bayes_sched.mechanisms.genetic_allocation.sparse import _distinct_draws, _sorted_unique
 
     rng = problem.rng
     size, num_jobs, num_nodes = states.shape
@@ -378,7 +378,7 @@ def test_sparse_mutation_equals_the_dense_reference() -> None:
 
 
 def test_sorted_unique_of_nothing_is_empty() -> None:
-    from bayes_sched.search.sparse import _sorted_unique
+    from bayes_sched.mechanisms.genetic_allocation.sparse import _sorted_unique
 
     assert _sorted_unique(np.array([], dtype=np.int64)).size == 0
     np.testing.assert_array_equal(_sorted_unique(np.array([3, 1, 3, 2])), [1, 2, 3])

@@ -17,8 +17,8 @@ from bayes_sched.cluster_spec import parse_cluster_spec
 from bayes_sched.errors import InputError
 from bayes_sched.estimates import Estimate, Estimates
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
+from bayes_sched.mechanisms.highs_process import HIGHS_THREADS
 from bayes_sched.policies import POLICIES, make_policy
-from bayes_sched.policies.highs_process import HIGHS_THREADS
 from bayes_sched.policies.sia import (
     Configurations,
     SiaPolicy,

@@ -107,7 +107,7 @@ def test_pollux_runs_ncf_at_the_artifact_setting() -> None:
 
 
 def test_pollux_repair_makes_random_states_feasible_and_keeps_feasible_ones() -> None:
-    from bayes_sched.search.allocation import AllocationProblem as _Problem
+    from bayes_sched.mechanisms.genetic_allocation.search import AllocationProblem as _Problem
 
     rng = np.random.default_rng(7)
     num_jobs, num_nodes = 9, 6
@@ -131,7 +131,7 @@ def test_pollux_repair_makes_random_states_feasible_and_keeps_feasible_ones() ->
 def test_pollux_mutation_grows_only_onto_free_gpus() -> None:
     # As the artifact's mutation: growth never lands on a full node, so on a full cluster only
     # resets and removals change a state, and a job's GPUs only grow where GPUs were free.
-    from bayes_sched.search.allocation import AllocationProblem as _Problem
+    from bayes_sched.mechanisms.genetic_allocation.search import AllocationProblem as _Problem
 
     rng = np.random.default_rng(3)
     num_jobs, num_nodes = 5, 4
@@ -165,7 +165,7 @@ def test_pollux_artifact_mutation_grows_each_entry_as_the_artifact_does() -> Non
     # Node 0 is full; node 1 has one free GPU and two jobs on it; nodes 2 and 3 are empty. An
     # entry that grows takes a uniform count from its current one to the capacity, so it changes
     # with its growth probability times (capacity - current) / (capacity - current + 1).
-    from bayes_sched.search.allocation import AllocationProblem as _Problem
+    from bayes_sched.mechanisms.genetic_allocation.search import AllocationProblem as _Problem
 
     rng = np.random.default_rng(5)
     num_jobs, num_nodes, capacity, samples = 5, 4, 4, 6000
@@ -187,7 +187,7 @@ def test_pollux_artifact_mutation_grows_each_entry_as_the_artifact_does() -> Non
 
 
 def test_pollux_utility_is_summed_speedup_over_the_gpus_of_used_nodes() -> None:
-    from bayes_sched.search.allocation import AllocationProblem as _Problem
+    from bayes_sched.mechanisms.genetic_allocation.search import AllocationProblem as _Problem
 
     cluster = ClusterState(4, 4, 0.0)
     tables = np.zeros((2, 3, 9))
@@ -248,7 +248,7 @@ def test_optimus_estimates_remaining_steps_from_the_training_left() -> None:
 
 def _one_job_problem(num_nodes: int, seed: int) -> tuple[Any, np.ndarray]:
     """One job holding 1 GPU on nodes 0 and 1 of ``num_nodes`` nodes of 4 GPUs, and its problem."""
-    from bayes_sched.search.allocation import AllocationProblem as _Problem
+    from bayes_sched.mechanisms.genetic_allocation.search import AllocationProblem as _Problem
 
     cluster = ClusterState(num_nodes, 4, 0.0)
     state = np.zeros((1, num_nodes), np.int16)

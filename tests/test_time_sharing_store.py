@@ -10,8 +10,8 @@ import numpy as np
 
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.combo_store import ComboStore
-from bayes_sched.policies.time_sharing import TimeSharingPolicy
+from bayes_sched.policies.gavel.combo_store import ComboStore
+from bayes_sched.policies.gavel.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.table_run import run_table_simulation

@@ -19,11 +19,8 @@ from bayes_sched.estimates import Estimates
 from bayes_sched.estimation.cell_learners import PerCellLearner
 from bayes_sched.estimation.throughput_cells import CellPrediction, ThroughputBelief
 from bayes_sched.estimation.throughput_stage import ThroughputEstimator
-from bayes_sched.policies import make_policy
-from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy, class_max_min_program
-from bayes_sched.policies.time_fraction_lp import HighsModel, highs_result
-from bayes_sched.policies.time_sharing import AllocationInputs
-from bayes_sched.policies.value_of_information import (
+from bayes_sched.mechanisms.time_fraction_lp import HighsModel, highs_result
+from bayes_sched.mechanisms.value_of_information import (
     column_values,
     expected_gain,
     lp_prices,
@@ -31,6 +28,12 @@ from bayes_sched.policies.value_of_information import (
     positive_part_bound,
     worth_trying,
 )
+from bayes_sched.policies import make_policy
+from bayes_sched.policies.gavel.max_min_fairness import (
+    MaxMinFairnessPackedPolicy,
+    class_max_min_program,
+)
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.throughputs import load_gavel_throughputs

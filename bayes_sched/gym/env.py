@@ -2,7 +2,7 @@
 
 Each episode builds a fresh :class:`~bayes_sched.cluster.Cluster` of a world (the simulator's own,
 :mod:`bayes_sched.gym.worlds`), with jobs drawn from the episode's seed, and lets an agent make each
-round's decision one placement at a time (:class:`~bayes_sched.policies.placement_steps.
+round's decision one placement at a time (:class:`~bayes_sched.mechanisms.placement_steps.
 RoundBuilder`): the observation is what a real scheduler sees (the job views, the cluster's free
 GPUs, and a world's extra features), padded to a fixed size; :meth:`SchedulingEnv.action_masks`
 (sb3-contrib's masked PPO reads it) and ``info["action_mask"]`` say which actions are possible.
@@ -34,7 +34,7 @@ import numpy as np
 
 from bayes_sched.cluster import Cluster
 from bayes_sched.jobs import JobView
-from bayes_sched.policies.placement_steps import Mode, RoundBuilder, observation_size
+from bayes_sched.mechanisms.placement_steps import Mode, RoundBuilder, observation_size
 
 OBJECTIVES = ("jct", "fairness")
 #: Observations are clipped to ``[0, OBSERVATION_HIGH]`` (every feature is a fraction, a flag or
@@ -61,7 +61,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.int64]):
 
     Args:
         make_cluster: the episode's cluster from the episode's generator.
-        modes: placement modes (:mod:`~bayes_sched.policies.placement_steps`).
+        modes: placement modes (:mod:`~bayes_sched.mechanisms.placement_steps`).
         interval: seconds per round.
         max_jobs: job slots in the observation.
         max_rounds: rounds before an episode is truncated.

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from bayes_sched.gym.env import OBSERVATION_HIGH, SchedulingEnv
+from bayes_sched.mechanisms.placement_steps import RoundBuilder
 from bayes_sched.policies.learned import actor_critic
-from bayes_sched.policies.placement_steps import RoundBuilder
 
 
 @dataclass(frozen=True)

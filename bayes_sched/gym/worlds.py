@@ -3,7 +3,7 @@ episodes small enough to train on.
 
 * :func:`gavel_env`: Gavel's throughput-table world (:data:`~bayes_sched.worlds.GAVEL`): jobs from
   Gavel's continuous Philly-like arrivals (multi-GPU), each placed on one GPU type
-  (:func:`~bayes_sched.policies.placement_steps.type_modes`);
+  (:func:`~bayes_sched.mechanisms.placement_steps.type_modes`);
 * :func:`pollux_env`: the Pollux world (:data:`~bayes_sched.worlds.POLLUX`): jobs drawn as the
   shipped workloads are, run with their users' batch and GPUs, placed by bin packing or load
   balancing, with the artifact's interference between distributed jobs sharing a node and, where
@@ -32,8 +32,8 @@ from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import InputError
 from bayes_sched.gym.env import SchedulingEnv
 from bayes_sched.jobs import JobSettings, JobSpec
+from bayes_sched.mechanisms.placement_steps import PLACEMENT_MODES, type_modes
 from bayes_sched.policies.learned import COUNTER_VARIABLES, counter_features
-from bayes_sched.policies.placement_steps import PLACEMENT_MODES, type_modes
 from bayes_sched.worlds import GAVEL, POLLUX
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ Here (:func:`split`):
   states its ``jobs_per_partition`` (``None``: never split unless asked).
 
 :func:`solve_partitioned` takes the whole problem (a :class:`Problem`: the
-:class:`~bayes_sched.policies.time_sharing.AllocationInputs` a policy builds), hands each group's
+:class:`~bayes_sched.policies.gavel.time_sharing.AllocationInputs` a policy builds), hands each group's
 :func:`restrict`-ed inputs to the policy's solve, and joins the answers into the whole
 ``(J + P, T)`` allocation (a pair across groups gets 0).
 """
@@ -59,7 +59,7 @@ PartitionSetting = Annotated[int, Range(1, MAX_PARTITIONS)] | Literal["auto"]
 
 class Problem(Protocol):
     """What POP reads of a whole time-fraction problem: a dataclass with these fields
-    (:class:`~bayes_sched.policies.time_sharing.AllocationInputs`; its docstring gives the
+    (:class:`~bayes_sched.policies.gavel.time_sharing.AllocationInputs`; its docstring gives the
     shapes). Stated here, not imported, so that the mechanism does not depend on the policies
     that use it."""
 

@@ -20,19 +20,22 @@ if TYPE_CHECKING:
     from bayes_sched.policies.bo import BayesOptPolicy
     from bayes_sched.policies.elas import ElasPolicy
     from bayes_sched.policies.fifo import FifoPolicy
-    from bayes_sched.policies.finish_time_fairness import (
+    from bayes_sched.policies.gandiva import GandivaPolicy
+    from bayes_sched.policies.gandiva_fair import GandivaFairPolicy
+    from bayes_sched.policies.gandiva_fair_tenants import GandivaFairTenantPolicy
+    from bayes_sched.policies.gavel.fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
+    from bayes_sched.policies.gavel.finish_time_fairness import (
         FinishTimeFairnessPackedPolicy,
         FinishTimeFairnessPerfPolicy,
         FinishTimeFairnessPolicy,
     )
-    from bayes_sched.policies.gandiva import GandivaPolicy
-    from bayes_sched.policies.gandiva_fair import GandivaFairPolicy
-    from bayes_sched.policies.gandiva_fair_tenants import GandivaFairTenantPolicy
-    from bayes_sched.policies.gavel_fifo import FifoPackedPolicy, FifoPerfPolicy, GavelFifoPolicy
-    from bayes_sched.policies.gavel_max_min import MaxMinFairnessPerfPolicy, MaxMinFairnessPolicy
-    from bayes_sched.policies.gavel_max_sum import MaxSumThroughputPerfPolicy
-    from bayes_sched.policies.gavel_packing import MaxMinFairnessPackedPolicy
-    from bayes_sched.policies.min_total_duration import (
+    from bayes_sched.policies.gavel.max_min_fairness import (
+        MaxMinFairnessPackedPolicy,
+        MaxMinFairnessPerfPolicy,
+        MaxMinFairnessPolicy,
+    )
+    from bayes_sched.policies.gavel.max_sum_throughput import MaxSumThroughputPerfPolicy
+    from bayes_sched.policies.gavel.min_total_duration import (
         MinTotalDurationPackedPolicy,
         MinTotalDurationPolicy,
     )
@@ -48,22 +51,22 @@ _EXPORTS: dict[str, str] = {
     "Policy": "bayes_sched.policies.base",
     "BayesOptPolicy": "bayes_sched.policies.bo",
     "FifoPolicy": "bayes_sched.policies.fifo",
-    "MaxMinFairnessPolicy": "bayes_sched.policies.gavel_max_min",
-    "MaxMinFairnessPerfPolicy": "bayes_sched.policies.gavel_max_min",
-    "MaxSumThroughputPerfPolicy": "bayes_sched.policies.gavel_max_sum",
-    "MaxMinFairnessPackedPolicy": "bayes_sched.policies.gavel_packing",
-    "FinishTimeFairnessPolicy": "bayes_sched.policies.finish_time_fairness",
+    "MaxMinFairnessPolicy": "bayes_sched.policies.gavel.max_min_fairness",
+    "MaxMinFairnessPerfPolicy": "bayes_sched.policies.gavel.max_min_fairness",
+    "MaxSumThroughputPerfPolicy": "bayes_sched.policies.gavel.max_sum_throughput",
+    "MaxMinFairnessPackedPolicy": "bayes_sched.policies.gavel.max_min_fairness",
+    "FinishTimeFairnessPolicy": "bayes_sched.policies.gavel.finish_time_fairness",
     "AlloXPolicy": "bayes_sched.policies.allox",
     "GandivaPolicy": "bayes_sched.policies.gandiva",
     "GandivaFairPolicy": "bayes_sched.policies.gandiva_fair",
     "ElasPolicy": "bayes_sched.policies.elas",
-    "FinishTimeFairnessPerfPolicy": "bayes_sched.policies.finish_time_fairness",
-    "FinishTimeFairnessPackedPolicy": "bayes_sched.policies.finish_time_fairness",
-    "MinTotalDurationPolicy": "bayes_sched.policies.min_total_duration",
-    "MinTotalDurationPackedPolicy": "bayes_sched.policies.min_total_duration",
-    "GavelFifoPolicy": "bayes_sched.policies.gavel_fifo",
-    "FifoPerfPolicy": "bayes_sched.policies.gavel_fifo",
-    "FifoPackedPolicy": "bayes_sched.policies.gavel_fifo",
+    "FinishTimeFairnessPerfPolicy": "bayes_sched.policies.gavel.finish_time_fairness",
+    "FinishTimeFairnessPackedPolicy": "bayes_sched.policies.gavel.finish_time_fairness",
+    "MinTotalDurationPolicy": "bayes_sched.policies.gavel.min_total_duration",
+    "MinTotalDurationPackedPolicy": "bayes_sched.policies.gavel.min_total_duration",
+    "GavelFifoPolicy": "bayes_sched.policies.gavel.fifo",
+    "FifoPerfPolicy": "bayes_sched.policies.gavel.fifo",
+    "FifoPackedPolicy": "bayes_sched.policies.gavel.fifo",
     "OptimusPolicy": "bayes_sched.policies.optimus",
     "PolluxPolicy": "bayes_sched.policies.pollux",
     "ShockwavePolicy": "bayes_sched.policies.shockwave",

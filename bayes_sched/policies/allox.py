@@ -31,7 +31,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs, TimeSharingPolicy
 
 #: Gavel's stand-in steps/s where a job cannot run on a type (a prohibitive cost).
 UNRUNNABLE_STEPS_PER_SECOND = 1e-10
@@ -40,7 +40,7 @@ UNRUNNABLE_STEPS_PER_SECOND = 1e-10
 class AlloXPolicy(TimeSharingPolicy):
     """AlloX: non-preemptive min-cost matching of waiting jobs to free GPUs.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and ``alpha``: the
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`, and ``alpha``: the
     fraction of the waiting jobs (longest-waiting first, at least as many as free GPUs) that
     enter the matching (Gavel: 1).
     """

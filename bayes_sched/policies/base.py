@@ -25,8 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-import numpy as np
-
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
@@ -42,30 +40,3 @@ class Policy(Protocol):
                estimates: Estimates) -> Allocations: ...
 
     def stats(self) -> Mapping[str, float]: ...
-
-
-def pack(num_gpus: int, free: np.ndarray) -> np.ndarray | None:
-    """Consolidated placement: take GPUs from the node with the most free GPUs first (ties: lowest
-    index), as the artifact's baselines do. Returns GPUs per node, or ``None`` if they do not fit.
-
-    ``free`` (shape ``(num_nodes,)``) is updated in place when the GPUs fit.
-    """
-    if num_gpus > free.sum():
-        return None
-    counts = np.zeros_like(free)
-    left = num_gpus
-    while left > 0:
-        node = int(np.argmax(free))  # argmax returns the first (lowest-index) maximum
-        take = min(int(free[node]), left)
-        counts[node] += take
-        free[node] -= take
-        left -= take
-    return counts
-
-
-def free_gpus(cluster: ClusterState, allocations: Allocations) -> np.ndarray:
-    """Free GPUs per node given ``allocations``, shape ``(num_nodes,)``."""
-    free = cluster.capacity()
-    for counts in allocations.values():
-        free -= counts
-    return free

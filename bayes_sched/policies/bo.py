@@ -66,9 +66,7 @@ from bayes_sched.colocation import (
 from bayes_sched.errors import AllocationError
 from bayes_sched.estimates import DrawsPosterior, Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.pollux import PolluxPolicy
-from bayes_sched.registry import GPU_COUNT, Range
-from bayes_sched.search.allocation import (
+from bayes_sched.mechanisms.genetic_allocation.search import (
     STATE_DTYPE,
     AllocationProblem,
     GAConfig,
@@ -76,6 +74,8 @@ from bayes_sched.search.allocation import (
     restart_delays,
     restart_penalty,
 )
+from bayes_sched.policies.pollux import PolluxPolicy
+from bayes_sched.registry import GPU_COUNT, Range
 
 LOG = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import pack
+from bayes_sched.mechanisms.placement import pack
 from bayes_sched.remaining_work import REMAINING_STEPS, RemainingStepsPredictor
 
 
@@ -75,7 +75,7 @@ def elas_priority(job: JobView, steps_left: RemainingStepsPredictor | None = Non
 
 def pack_on_one_type(num_gpus: int, free: np.ndarray, gpu_types: Sequence[str],
                      excluded: Collection[str] = ()) -> np.ndarray | None:
-    """:func:`~bayes_sched.policies.base.pack` within the nodes of one GPU type: the type with
+    """:func:`~bayes_sched.mechanisms.placement.pack` within the nodes of one GPU type: the type with
     the most free GPUs among those that fit ``num_gpus`` and are not ``excluded`` (ties: the
     first type by node order). ``free`` is updated in place when the GPUs fit."""
     node_types = np.asarray(gpu_types)

@@ -19,13 +19,13 @@ import random
 
 import numpy as np
 
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
 
 
 class GandivaPolicy(TimeSharingPolicy):
     """Gandiva: equal time shares, random packing of jobs into pairs when GPUs run short.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`; ``seed`` also seeds
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`; ``seed`` also seeds
     the random grouping (Gavel: ``Random(seed)``).
     """
 

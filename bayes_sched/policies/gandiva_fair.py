@@ -19,7 +19,7 @@ What is implemented, from the paper's design:
   seller's room (a job can hold at most its own GPU count at a time) allow. Each type's total
   share is unchanged, so the allocation still fits the cluster.
 * The shares become time fractions that Gavel's round mechanism
-  (:mod:`bayes_sched.policies.time_sharing`) turns into rounds: its priority (allocation over
+  (:mod:`bayes_sched.policies.gavel.time_sharing`) turns into rounds: its priority (allocation over
   time received) plays the role of Gandiva-fair's stride scheduling, and GPUs a job's share
   leaves idle go to the other jobs with a share there.
 
@@ -50,7 +50,7 @@ from typing import Literal
 
 import numpy as np
 
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
 
 #: Shares (GPUs) below this are not traded.
 MIN_TRADE_GPUS = 1e-9
@@ -104,7 +104,7 @@ class GandivaFairPolicy(TimeSharingPolicy):
     """Gandiva-fair: equal shares per user (here per job), fast-GPU share traded for slow-GPU
     share between users whose speedups differ.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`, and
         split: ``"gpus"`` (default: each job an equal share of every type's GPUs, then traded)
             or ``"time"`` (Shockwave's baseline: each job an equal time fraction whatever its
             GPU count, no trading; see the module).

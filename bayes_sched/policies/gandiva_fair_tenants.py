@@ -32,7 +32,7 @@ from bayes_sched.estimates import Estimates
 from bayes_sched.fair_shares import water_fill
 from bayes_sched.jobs import DEFAULT_TENANT, JobView
 from bayes_sched.policies.gandiva_fair import GandivaFairPolicy, trade_shares
-from bayes_sched.policies.time_sharing import AllocationInputs
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs
 
 
 class GandivaFairTenantPolicy(GandivaFairPolicy):

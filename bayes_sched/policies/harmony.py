@@ -4,7 +4,7 @@ interference, as a policy reading trained weights.
 Each round, running jobs keep their GPUs (placement is non-preemptive) and the actor-critic's
 actor places waiting jobs one at a time, with their users' GPU counts, by bin packing or load
 balancing (or on one GPU type, in a throughput-table world), taking its most likely possible
-action until it stops or nothing fits (:mod:`bayes_sched.policies.placement_steps`). The weights
+action until it stops or nothing fits (:mod:`bayes_sched.mechanisms.placement_steps`). The weights
 are trained by :mod:`bayes_sched.gym.train` with Harmony's job-aware heuristic exploration,
 experience replay and auxiliary reward model (``experiments/train_learned.py``); the shipped ones
 (``bayes_sched/data/learned/harmony-*.pt``, with a JSON sidecar of the seed, data and command that
@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.mechanisms.placement_steps import RoundBuilder
 from bayes_sched.policies.learned import (
     DATA_DIR,
     check_fits,
@@ -26,7 +27,6 @@ from bayes_sched.policies.learned import (
     load_weights,
     modes_of,
 )
-from bayes_sched.policies.placement_steps import RoundBuilder
 
 
 class LearnedPlacementPolicy:

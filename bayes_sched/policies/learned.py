@@ -1,5 +1,5 @@
 """What the learned placement policies share: their network, their weights file, and a round's
-greedy decision over :class:`~bayes_sched.policies.placement_steps.RoundBuilder`.
+greedy decision over :class:`~bayes_sched.mechanisms.placement_steps.RoundBuilder`.
 
 A weights file (``.pt``, loaded with ``torch.load(weights_only=True)``) holds a dict: ``format``
 (:data:`WEIGHTS_FORMAT`), ``kind`` (the policy that reads it), ``obs_size``, ``num_actions``,
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bayes_sched.errors import InputError
-from bayes_sched.policies.placement_steps import Mode, RoundBuilder
+from bayes_sched.mechanisms.placement_steps import Mode, RoundBuilder
 
 if TYPE_CHECKING:
     import torch

@@ -16,7 +16,7 @@ posterior mean among those tried.
 Waiting jobs start in submission order at their users' count where it fits (later ones may
 start when an earlier one does not fit); a resize takes GPUs only from the free ones (the job's
 own plus unheld). Jobs run with their users' batch size; GPUs are packed on as few nodes as
-possible (:func:`~bayes_sched.policies.base.pack`).
+possible (:func:`~bayes_sched.mechanisms.placement.pack`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import free_gpus, pack
+from bayes_sched.mechanisms.placement import free_gpus, pack
 from bayes_sched.registry import Range
 
 

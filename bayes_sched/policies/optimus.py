@@ -35,7 +35,7 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState, consolidated_placement
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView, split_batch
-from bayes_sched.policies.base import free_gpus, pack
+from bayes_sched.mechanisms.placement import free_gpus, pack
 from bayes_sched.registry import GPU_COUNT
 from perfmodel.throughput import seconds_per_step
 

@@ -12,13 +12,13 @@ penalty ``(T_j - R_j * delta) / (T_j + delta)`` when the job's allocation change
 genetic search maximises it,
 vectorised over the population with numpy and warm-started from the previous round's population.
 
-The search (:mod:`bayes_sched.search.allocation`, shared with ``bo``) is by default the artifact's
-NSGA-II: two objectives, the fitness and the *cluster utility* (the jobs' summed speedups over the
-GPUs of the nodes in use), and the artifact's mutation, which is sparing (a node with free GPUs gains
-about one job per child). With interference avoidance off these are what keep distributed jobs from
-sharing nodes as often as a search for fitness alone lets them (under interference the elitist
-search, ``"elitist"``: the fittest of parents and children survive, runs more distributed jobs a
-round and more of them slowed; measured: docs/results/fidelity.md).
+The search (:mod:`bayes_sched.mechanisms.genetic_allocation.search`, shared with ``bo``) is by
+default the artifact's NSGA-II: two objectives, the fitness and the *cluster utility* (the jobs'
+summed speedups over the GPUs of the nodes in use), and the artifact's mutation, which is sparing (a
+node with free GPUs gains about one job per child). With interference avoidance off these are what
+keep distributed jobs from sharing nodes as often as a search for fitness alone lets them (under
+interference the elitist search, ``"elitist"``: the fittest of parents and children survive, runs
+more distributed jobs a round and more of them slowed; measured: docs/results/fidelity.md).
 
 Repair enforces, in job priority order (least attained service first): node capacity; each job's
 replica cap (twice the most GPUs it has been measured on, at least 1, and what its batch limits
@@ -36,8 +36,7 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.registry import GPU_COUNT, Range
-from bayes_sched.search.allocation import (
+from bayes_sched.mechanisms.genetic_allocation.search import (
     SEARCHES,
     STATE_DTYPE,
     AllocationProblem,
@@ -48,6 +47,7 @@ from bayes_sched.search.allocation import (
     restart_delays,
     restart_penalty,
 )
+from bayes_sched.registry import GPU_COUNT, Range
 
 #: The artifact ran NCF with a fixed batch of 32768 on one GPU under Pollux.
 ARTIFACT_JOB_SETTINGS: Mapping[str, JobSettings] = {"ncf": JobSettings(32768, 1)}

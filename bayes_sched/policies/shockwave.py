@@ -82,10 +82,10 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import pack
-from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
-from bayes_sched.policies.throughput_reading import DEFAULT_STEPS_PER_SECOND
-from bayes_sched.policies.time_sharing import cluster_types
+from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
+from bayes_sched.mechanisms.placement import keep_or_pack
+from bayes_sched.policies.gavel.throughput_reading import DEFAULT_STEPS_PER_SECOND
+from bayes_sched.policies.gavel.time_sharing import cluster_types
 from bayes_sched.registry import SEED, Range
 from bayes_sched.remaining_work import (
     REMAINING_SECONDS,
@@ -623,22 +623,14 @@ class ShockwavePolicy:
     def _place(self, cluster: ClusterState, jobs: Sequence[JobView], chosen: Sequence[str],
                gpu: str) -> Allocations:
         """GPUs per node for the chosen jobs, on nodes of ``gpu``: a job keeps its GPUs where
-        they are still free; the others are packed (most-free node first)."""
+        they are still free; the others are packed (most-free node first;
+        :func:`~bayes_sched.mechanisms.placement.keep_or_pack`)."""
         by_name = {job.name: job for job in jobs}
         on_type = np.array([t == gpu for t in cluster.gpu_types])
         free = np.where(on_type, cluster.capacity(), 0).astype(np.int64)
-        out: Allocations = {}
-        for name in chosen:
-            held = np.asarray(by_name[name].allocation)
-            if held.sum() == by_name[name].requested_replicas and np.all(held <= free) \
-                    and np.all(on_type[held > 0]):
-                out[name] = held.astype(np.int64).copy()
-                free -= held
-        for name in sorted((n for n in chosen if n not in out),
-                           key=lambda n: -by_name[n].requested_replicas):
-            counts = pack(by_name[name].requested_replicas, free)
-            if counts is not None:
-                out[name] = counts
+        out, _ = keep_or_pack([(name, by_name[name].requested_replicas,
+                                np.asarray(by_name[name].allocation), on_type)
+                               for name in chosen], free)
         return out
 
 

@@ -87,18 +87,20 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from bayes_sched.acquisition import thompson
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.fair_shares import tenant_job_weights
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.mechanisms.genetic_allocation.search import restart_delays, restart_penalty
+from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
+from bayes_sched.mechanisms.placement import Request, keep_or_pack
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
-from bayes_sched.policies.base import pack
-from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
-from bayes_sched.policies.time_sharing import cluster_types
-from bayes_sched.search.allocation import restart_delays, restart_penalty
+from bayes_sched.policies.gavel.time_sharing import cluster_types
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
+    CellPosterior,
     CellPrediction,
     KnownThroughputs,
     LearnedThroughputs,
@@ -560,12 +562,13 @@ class SiaPolicy:
             if self.belief is None:
                 raise KeyError("sia: no estimate of 'throughput' this round (does the policy "
                                "declare it in its needs?)")
-            return np.asarray(self.belief.predict(cells).mean, dtype=float)
-        belief = self.estimator.belief  # refits when there are new reports
+            return np.asarray(CellPosterior(self.belief, cells).mean(), dtype=float)
+        # The belief refits when there are new reports.
+        posterior = CellPosterior(self.estimator.belief, cells)
         if not self.thompson:
-            return np.asarray(belief.predict(cells).mean, dtype=float)
+            return np.asarray(posterior.mean(), dtype=float)
         seed = self.seed * 1_000_003 + self.estimator.version
-        return np.asarray(belief.predict(cells, num_draws=1, seed=seed).draws[0], dtype=float)
+        return np.asarray(thompson(posterior, seed), dtype=float)
 
     def _profiling(self, cluster: ClusterState, jobs: Sequence[JobView],
                    types: tuple[str, ...], node_types: np.ndarray, free: np.ndarray
@@ -593,15 +596,10 @@ class SiaPolicy:
                 if why is not None:
                     estimator.drop_profiling(job.name, cell, why)
                     continue
-                held = np.asarray(job.allocation, dtype=np.int64)
-                on_type = node_types == cell.gpu_type
-                if held.sum() == size and np.all(on_type[held > 0]) and np.all(held <= free):
-                    counts: np.ndarray | None = held.copy()  # already there: no restart
-                else:
-                    counts = pack(size, np.where(on_type, free, 0))
-                if counts is not None:
-                    free -= counts
-                    out[job.name] = counts
+                # Already there: no restart; else packed on the cell's type.
+                placed, _ = keep_or_pack([(job.name, size, job.allocation,
+                                           node_types == cell.gpu_type)], free)
+                out.update(placed)
                 break  # one cell per job and round; a full type waits for the next round
         return out
 
@@ -610,29 +608,18 @@ class SiaPolicy:
         """GPUs per node for the chosen configurations: a job given its current type and GPU
         count keeps its GPUs (no restart) where they are still ``free``; the others, most GPUs
         first, take the nodes of their type with the most free GPUs
-        (:func:`~bayes_sched.policies.base.pack`); ``free`` is consumed."""
-        out: Allocations = {}
-        rest: list[tuple[int, int, int]] = []  # (GPUs, job, type)
+        (:func:`~bayes_sched.mechanisms.placement.keep_or_pack`); ``free`` is consumed."""
+        requests: list[Request] = []
+        type_of: dict[str, str] = {}
         for j in map(int, np.flatnonzero(chosen >= 0)):
             job, c = jobs[j], int(chosen[j])
-            gpu_type, gpus = types[int(configs.gpu_type[c])], int(configs.num_gpus[c])
-            held = np.asarray(job.allocation, dtype=np.int64)
-            if (held.sum() == gpus and np.all(node_types[held > 0] == gpu_type)
-                    and np.all(held <= free)):
-                out[job.name] = held.copy()
-                free -= held
-            else:
-                rest.append((gpus, j, int(configs.gpu_type[c])))
-        for gpus, k, t in sorted(rest, key=lambda r: (-r[0], r[1])):
-            of_type = np.where(node_types == types[t], free, 0)
-            counts = pack(gpus, of_type)
-            if counts is None:  # cannot happen within the per-type capacity; kept as a guard
-                LOG.warning("sia: no room for job %s on %s", jobs[k].name, types[t])
-                continue
-            free -= counts
-            out[jobs[k].name] = counts
+            type_of[job.name] = types[int(configs.gpu_type[c])]
+            requests.append((job.name, int(configs.num_gpus[c]), job.allocation,
+                             node_types == type_of[job.name]))
+        out, unplaced = keep_or_pack(requests, free)
+        for name in unplaced:  # cannot happen within the per-type capacity; kept as a guard
+            LOG.warning("sia: no room for job %s on %s", name, type_of[name])
         return out
-
 
 __all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Configurations", "SiaPolicy", "best_if_all_fit",
            "partitioned_assignment",

@@ -64,7 +64,7 @@ from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.errors import InputError
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import pack
+from bayes_sched.mechanisms.placement import pack
 from bayes_sched.policies.pollux import ARTIFACT_JOB_SETTINGS
 from bayes_sched.policies.sia import Configurations, SiaPolicy
 

@@ -2,7 +2,7 @@
 finish-time fairness between *apps*, allocated by a partial-allocation auction.
 
 The job-level finish-time-fairness programs (Gavel's formulation,
-:mod:`bayes_sched.policies.finish_time_fairness`) stay as they are; here an app is a set of jobs
+:mod:`bayes_sched.policies.gavel.finish_time_fairness`) stay as they are; here an app is a set of jobs
 (option ``apps``: ``"tenant"``, default, every tenant's runnable jobs are one app; ``"job"``,
 every job is its own app) and the arbiter divides each GPU type's GPUs between apps.
 
@@ -81,9 +81,9 @@ from scipy.optimize import minimize
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import DEFAULT_TENANT, JobView
-from bayes_sched.policies.finish_time_fairness import steps_done
 from bayes_sched.policies.gandiva_fair_tenants import _filled
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
+from bayes_sched.policies.gavel.finish_time_fairness import steps_done
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs, TimeSharingPolicy
 
 #: Where GPUs the auction leaves go: ``"others"`` (Themis: the apps not offered) or ``"all"``
 #: (then what those cannot use, to every app with room: work conserving, but an offered app gets
@@ -237,7 +237,7 @@ def themis_allocation(apps: Apps, rho: np.ndarray, capacities: np.ndarray, f: fl
 class ThemisPolicy(TimeSharingPolicy):
     """Finish-time fairness between apps by Themis's partial-allocation auction (see the module).
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`, and
         f: the fairness knob in ``[0, 1)``: the auction is among the ``1 - f`` fraction of apps
             with the worst finish-time fairness (at least one).
         apps: ``"tenant"`` (a tenant's runnable jobs are one app) or ``"job"`` (each job).

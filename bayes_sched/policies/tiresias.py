@@ -17,7 +17,7 @@ from typing import Annotated
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import free_gpus, pack
+from bayes_sched.mechanisms.placement import free_gpus, pack
 from bayes_sched.registry import Increasing, Range
 
 

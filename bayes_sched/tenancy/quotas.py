@@ -37,7 +37,8 @@ import numpy as np
 from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations, shared_pairs
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import Policy, free_gpus
+from bayes_sched.mechanisms.placement import free_gpus
+from bayes_sched.policies.base import Policy
 from bayes_sched.policies.elas import pack_on_one_type
 from bayes_sched.tenants import TenantTable
 

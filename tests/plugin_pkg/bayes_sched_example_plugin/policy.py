@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
-from bayes_sched.policies.base import free_gpus, pack
+from bayes_sched.mechanisms.placement import free_gpus, pack
 from bayes_sched_example_plugin import EPOCHS_LEFT
 
 

@@ -7,21 +7,21 @@ fractions ``x`` ``(J, T)``::
     subject to  x >= 0,  sum_t x[j, t] <= 1,  sum_j s_j * x[j, t] <= GPUs of type t
 
 It favours jobs with many steps/s and ignores fairness; the round mechanism is
-:mod:`bayes_sched.policies.time_sharing`.
+:mod:`bayes_sched.policies.gavel.time_sharing`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from bayes_sched.policies.time_fraction_lp import dense_terms, max_sum_program, solve_allocation
-from bayes_sched.policies.time_sharing import TimeSharingPolicy
+from bayes_sched.mechanisms.time_fraction_lp import dense_terms, max_sum_program, solve_allocation
+from bayes_sched.policies.gavel.time_sharing import TimeSharingPolicy
 
 
 class MaxSumThroughputPerfPolicy(TimeSharingPolicy):
     """Maximum total steps/s over the measured throughputs.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`.
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`.
     """
 
     name = "max_sum_throughput_perf"

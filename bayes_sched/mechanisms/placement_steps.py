@@ -7,9 +7,9 @@ for a slot). A step either places one waiting job, with its user's GPU count, by
 world's *modes*, or stops the round:
 
 * ``("pack", None)``: bin packing, the job's GPUs from the nodes with most free GPUs first
-  (:func:`~bayes_sched.policies.base.pack`, as few nodes as possible);
+  (:func:`~bayes_sched.mechanisms.placement.pack`, as few nodes as possible);
 * ``("spread", None)``: load balancing, one GPU at a time on the node with most free GPUs (the
-  job over as many nodes as its GPUs allow);
+  job over as many nodes as its GPUs allow; :func:`~bayes_sched.mechanisms.placement.spread`);
 * ``("pack", gpu_type)``: bin packing on the nodes of one GPU type only (a throughput-table
   world runs a job on one type).
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.jobs import JobView
-from bayes_sched.policies.base import free_gpus, pack
+from bayes_sched.mechanisms.placement import free_gpus, pack, spread
 
 Mode = tuple[str, str | None]
 
@@ -63,20 +63,6 @@ def mode_types(modes: Sequence[Mode]) -> tuple[str, ...]:
 def observation_size(max_jobs: int, modes: Sequence[Mode], extra: int = 0) -> int:
     """Length of :meth:`RoundBuilder.observation`."""
     return max_jobs * SLOT_FEATURES + _CLUSTER_FEATURES + len(mode_types(modes)) + extra
-
-
-def spread(num_gpus: int, free: np.ndarray) -> np.ndarray | None:
-    """Load-balancing placement: one GPU at a time on the node with the most free GPUs (ties:
-    lowest index). Returns GPUs per node, or ``None`` if they do not fit; ``free`` (shape
-    ``(num_nodes,)``) is updated in place when they fit."""
-    if num_gpus > free.sum():
-        return None
-    counts = np.zeros_like(free)
-    for _ in range(num_gpus):
-        node = int(np.argmax(free))
-        counts[node] += 1
-        free[node] -= 1
-    return counts
 
 
 def _progress(job: JobView) -> float:
@@ -194,5 +180,4 @@ class RoundBuilder:
 
 
 __all__ = ["PLACEMENT_MODES", "SLOT_FEATURES", "Mode", "RoundBuilder", "mode_types",
-           "observation_size",
-           "spread", "type_modes"]
+           "observation_size", "type_modes"]

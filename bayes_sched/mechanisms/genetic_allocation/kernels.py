@@ -1,18 +1,19 @@
 """Compiled loops of the allocation search: mutation, repair and scoring over the nonzero entries.
 
-The NSGA-II search (:mod:`bayes_sched.search.allocation`) carries a population ``(P, J, N)`` of GPU
-counts as its nonzero entries ``(p, j, n, v)`` in (state, job, node) order
-(:class:`~bayes_sched.search.sparse.SparseStates`). At 64 GPUs those are a few thousand entries,
-where each numpy call costs more in dispatch than in work; these kernels walk the entries once in
-machine code instead (numba ``@njit(cache=True)``: compiled on first use and kept on disk next to
-this module, or under ``NUMBA_CACHE_DIR``).
+The NSGA-II search (:mod:`bayes_sched.mechanisms.genetic_allocation.search`) carries a population
+``(P, J, N)`` of GPU counts as its nonzero entries ``(p, j, n, v)`` in (state, job, node) order
+(:class:`~bayes_sched.mechanisms.genetic_allocation.sparse.SparseStates`). At 64 GPUs those are a
+few thousand entries, where each numpy call costs more in dispatch than in work; these kernels walk
+the entries once in machine code instead (numba ``@njit(cache=True)``: compiled on first use and
+kept on disk next to this module, or under ``NUMBA_CACHE_DIR``).
 
 Each kernel keeps its numpy counterpart's semantics (the methods of
-:class:`~bayes_sched.search.allocation.AllocationProblem` of the same name). :func:`repair_values`
-takes its random node order from the caller's draws, so it equals the numpy repair exactly given
-the same draws; :func:`mutate_entries` draws inside the kernel from numba's generator seeded by the
-caller (a seed drawn from the search's numpy generator), so one seed gives one result, but not the
-numpy mutation's draws. Only the search imports this module, lazily: importing numba is slow.
+:class:`~bayes_sched.mechanisms.genetic_allocation.search.AllocationProblem` of the same name).
+:func:`repair_values` takes its random node order from the caller's draws, so it equals the numpy
+repair exactly given the same draws; :func:`mutate_entries` draws inside the kernel from numba's
+generator seeded by the caller (a seed drawn from the search's numpy generator), so one seed gives
+one result, but not the numpy mutation's draws. Only the search imports this module, lazily:
+importing numba is slow.
 """
 
 from __future__ import annotations
@@ -264,9 +265,9 @@ def _lexsort2(minor: np.ndarray, major: np.ndarray) -> np.ndarray:
 def survivors(first: np.ndarray, second: np.ndarray,
               count: int) -> tuple[np.ndarray, np.ndarray]:
     """NSGA-II survival for two maximised objectives ``first`` and ``second`` (``(M,)`` each), as
-    :func:`bayes_sched.search.nsga2.survivors` computes it (the same fronts, crowding distances
-    and order, to the bit): the indices of the ``count`` candidates kept, best first, and every
-    candidate's crowding distance, ``(M,)``."""
+    :func:`bayes_sched.mechanisms.genetic_allocation.nsga2.survivors` computes it (the same
+    fronts, crowding distances and order, to the bit): the indices of the ``count`` candidates
+    kept, best first, and every candidate's crowding distance, ``(M,)``."""
     size = first.size
     # Fronts: in order of first (descending), then second, each candidate joins the first front
     # whose latest member's negated (second, first) is not below its own (a bisection).

@@ -1,9 +1,10 @@
 """NSGA-II ranking for two objectives, both maximised (Deb et al., 2002).
 
-Survival keeps whole non-dominated fronts in order and splits the last one by crowding distance
-(the candidates farthest from their neighbours along the front first). Pollux's search uses it
-with the fitness and the cluster utility as the objectives, as the Pollux artifact's NSGA-II does
-(its tournaments, in :mod:`bayes_sched.search.allocation`, compare by domination, then crowding).
+Survival keeps whole non-dominated fronts in order and splits the last one by crowding distance (the
+candidates farthest from their neighbours along the front first). Pollux's search uses it with the
+fitness and the cluster utility as the objectives, as the Pollux artifact's NSGA-II does (its
+tournaments, in :mod:`bayes_sched.mechanisms.genetic_allocation.search`, compare by domination, then
+crowding).
 """
 
 from __future__ import annotations

@@ -27,13 +27,13 @@ from typing import Literal
 
 import numpy as np
 
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs, TimeSharingPolicy
 
 
 class GavelFifoPolicy(TimeSharingPolicy):
     """Gavel's base FIFO: persistent assignments, a random type with room per new job.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`; ``seed`` also seeds
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`; ``seed`` also seeds
     the draw of types (Gavel: ``Random(seed)``).
     """
 

@@ -6,7 +6,7 @@ pair sharing GPUs — on one GPU type) under the same constraints: entries non-n
 job's time at most 1, each type's GPUs at most its count. :class:`CombinationTerms` holds that
 structure (:func:`dense_terms`: every job alone on every type, the ``(J, T)`` fractions of the
 policies without packing; the packing policies build theirs in
-:mod:`bayes_sched.policies.gavel_packing`), and the builders below state each objective once over
+:mod:`bayes_sched.policies.gavel.packing`), and the builders below state each objective once over
 it.
 
 Why not through cvxpy: at ~100 jobs cvxpy's canonicalisation took longer per LP than the solve
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from bayes_sched.policies.highs_process import HIGHS_THREADS, quiet_stdout
+from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
 
 LOG = logging.getLogger(__name__)
 

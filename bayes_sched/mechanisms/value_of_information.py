@@ -66,7 +66,7 @@ import scipy.sparse as sp
 from scipy.special import ndtr
 
 from bayes_sched.acquisition import worth_trying
-from bayes_sched.policies.time_fraction_lp import ConicProgram, HighsModel
+from bayes_sched.mechanisms.time_fraction_lp import ConicProgram, HighsModel
 
 __all__ = ["DUAL_TOLERANCE", "LpPrices", "column_values", "expected_gain", "lp_prices",
            "max_min_value", "positive_part_bound", "worth_trying"]
@@ -97,7 +97,7 @@ class LpPrices:
 def lp_prices(program: ConicProgram, num_rows: int, num_types: int,
               model: HighsModel | None = None) -> LpPrices | None:
     """The prices of a max-min program built by
-    :func:`~bayes_sched.policies.time_fraction_lp.max_min_program` (rows: ``num_rows`` floors,
+    :func:`~bayes_sched.mechanisms.time_fraction_lp.max_min_program` (rows: ``num_rows`` floors,
     ``num_rows`` times, ``num_types`` GPU counts, then coupling rows), solved with HiGHS for a
     basic dual; ``None`` if it has no optimum. ``model``: the program held in HiGHS, not yet
     solved (kept by the caller for :func:`expected_gain`'s re-solves)."""

@@ -44,7 +44,7 @@ and the estimator keeps it from then on
 with room, and every pair of one scale factor, may be tried (the oracle's table behind the learning
 stage, ``oracle_stage``, knows the table's zero pattern, so it runs as the table does). A cell
 never measured: a known table gives
-:data:`~bayes_sched.policies.throughput_reading.DEFAULT_STEPS_PER_SECOND` on every type to a job
+:data:`~bayes_sched.policies.gavel.throughput_reading.DEFAULT_STEPS_PER_SECOND` on every type to a job
 type it lacks (Gavel's rule) and does not pack a pair it lacks; ``oracle_stage`` the same; a point
 learner its prior mean; a Thompson policy a draw from the prior. The cells a learner asks a new job
 to be profiled in (``profiling_cells``) run first, one per job per round while the job has any (a
@@ -78,8 +78,8 @@ from bayes_sched.mechanisms.pop import (
     labels,
     solve_partitioned,
 )
-from bayes_sched.policies.combo_store import Combo, ComboStore
-from bayes_sched.policies.throughput_reading import ThroughputReading, measured_throughputs
+from bayes_sched.policies.gavel.combo_store import Combo, ComboStore
+from bayes_sched.policies.gavel.throughput_reading import ThroughputReading, measured_throughputs
 from bayes_sched.remaining_work import REMAINING_STEPS, RemainingStepsPredictor, declared_steps_left
 from bayes_sched.throughput_estimates import JobClass as JobKey
 from bayes_sched.throughput_estimates import KnownThroughputs, LearnedThroughputs
@@ -90,7 +90,7 @@ LOG = logging.getLogger(__name__)
 GAVEL_TYPE_ORDER = ("v100", "p100", "k80")
 
 #: Open-source LP solvers the Gavel policies may use (pip-installable; called directly by
-#: :mod:`bayes_sched.policies.time_fraction_lp`).
+#: :mod:`bayes_sched.mechanisms.time_fraction_lp`).
 LP_SOLVERS = ("CLARABEL", "HIGHS")
 
 def equal_split(scale_factors: np.ndarray, capacities: np.ndarray) -> np.ndarray:

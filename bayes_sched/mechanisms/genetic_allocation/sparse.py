@@ -2,7 +2,7 @@
 
 A cluster state is a ``(J, N)`` array of GPUs per node for ``J`` jobs on ``N`` nodes, and a
 population ``(P, J, N)``; a job holds few of many nodes, so the search
-(:mod:`bayes_sched.search.allocation`) carries populations as their nonzero entries
+(:mod:`bayes_sched.mechanisms.genetic_allocation.search`) carries populations as their nonzero entries
 (:class:`SparseStates`) and works on them with the grouped sums, merges and row keys here.
 """
 

@@ -20,8 +20,8 @@ split equally (Gavel's fallback when its FTF LP has no answer), logged and count
 heterogeneity-agnostic form (Gavel's ``finish_time_fairness``) gives each job its V100 rate on every
 type (Gavel hard-codes the V100); the aware form (``finish_time_fairness_perf``) uses the measured
 rates; the packed form (``finish_time_fairness_packed``) sums a job's rates over the combinations it
-is in (:mod:`bayes_sched.policies.gavel_packing`; solved over (job, partner class) entries,
-:func:`~bayes_sched.policies.gavel_packing.partner_class_terms`, the same optimum as over every job
+is in (:mod:`bayes_sched.policies.gavel.packing`; solved over (job, partner class) entries,
+:func:`~bayes_sched.policies.gavel.packing.partner_class_terms`, the same optimum as over every job
 pair). Gavel's packed form divides the packed rates by
 each job's summed rates while ``isolated_j`` stays in steps/s; here both are in steps/s.
 
@@ -47,13 +47,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from bayes_sched.mechanisms.pop import PartitionSetting
-from bayes_sched.policies.gavel_packing import PackedLayout, packed_layout
-from bayes_sched.policies.time_fraction_lp import (
+from bayes_sched.mechanisms.time_fraction_lp import (
     dense_terms,
     min_max_ratio_program,
     solve_program,
 )
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
+from bayes_sched.policies.gavel.packing import PackedLayout, packed_layout
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs, TimeSharingPolicy, equal_split
 
 if TYPE_CHECKING:
     import cvxpy as cp
@@ -103,7 +103,7 @@ def steps_done(inputs: AllocationInputs) -> np.ndarray:
 class FinishTimeFairnessPolicy(TimeSharingPolicy):
     """Finish-time fairness, heterogeneity-agnostic: every type counts at the job's V100 rate.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, and
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`, and
     ``isolated_share``: whose isolated share is the ratio's reference (:func:`isolated_throughputs`:
     ``"gavel"``, ``"shockwave"`` as Shockwave's baselines ran (the same rule), or Gavel's
     earlier ``"gavel_largest_row"``).

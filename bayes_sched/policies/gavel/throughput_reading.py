@@ -2,7 +2,7 @@
 
 The round's :class:`~bayes_sched.estimates.Estimates` holds one value for the ``throughput``
 need. :class:`ThroughputReading` (a part of
-:class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`) reads it:
+:class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`) reads it:
 
 * a known table (:class:`~bayes_sched.throughput_estimates.KnownThroughputs`, what the world's
   oracle publishes) as Gavel reads its measured table: :func:`measured_throughputs` per job and
@@ -24,6 +24,7 @@ from itertools import islice
 
 import numpy as np
 
+from bayes_sched.acquisition import thompson
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimates import Estimates
@@ -31,6 +32,7 @@ from bayes_sched.jobs import JobView
 from bayes_sched.mechanisms.pop import pairs_within
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
+    CellPosterior,
     KnownThroughputs,
     LearnedThroughputs,
 )
@@ -73,7 +75,7 @@ def measured_throughputs(jobs: Sequence[JobView], types: Sequence[str], cluster:
 
 class ThroughputReading:
     """The throughput-reading part of a time-sharing policy (a base class of
-    :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`, which sets and resets the
+    :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`, which sets and resets the
     state declared here)."""
 
     name: str
@@ -283,11 +285,10 @@ class ThroughputReading:
                         pair_cells.append((own, other))
                         # (b, a, t) is a slot too: b's cell joins there, in the same order.
                         cells.setdefault(own, len(cells))
-        prediction = self.estimator.belief.predict(
-            list(cells), num_draws=1 if self.thompson else 0,
-            seed=self.seed * 1_000_003 + self.draws_made)
+        posterior = CellPosterior(self.estimator.belief, list(cells))
+        seed = self.seed * 1_000_003 + self.draws_made
         self.draws_made += 1
-        values = prediction.draws[0] if self.thompson else prediction.mean
+        values = thompson(posterior, seed) if self.thompson else posterior.mean()
         # The alone cells came first, class by class in the types' order: (classes, T).
         by_class = values[:len(classes) * len(self._types)].reshape(len(classes), -1)
         position = {key: c for c, key in enumerate(classes)}

@@ -2,16 +2,16 @@
 
 An allocation *state* is a ``(J, N)`` array of GPUs per node for ``J`` jobs on ``N`` nodes; a
 population is ``(P, J, N)``, which the NSGA-II search carries as its nonzero entries
-(:class:`~bayes_sched.search.sparse.SparseStates`: a job holds few of many nodes, and at 4,096
-GPUs copying the dense population cost more than the search itself). :class:`AllocationProblem`
-scores states (the power mean of each job's speedup, times the restart penalty where its
-allocation changes; and the cluster utility) and makes them feasible
-(:meth:`AllocationProblem.repair`);
-:class:`GeneticSearch` evolves a population, warm-started from the previous round's, by the
-artifact's NSGA-II (:mod:`bayes_sched.search.nsga2`) or an elitist search; :class:`SpeedupTables`
-turns job models into each job's speedup over a fair share for every node and GPU count.
-:class:`~bayes_sched.policies.pollux.PolluxPolicy` is this search on the job models alone;
-:class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the problem to multiply in
+(:class:`~bayes_sched.mechanisms.genetic_allocation.sparse.SparseStates`: a job holds few of many
+nodes, and at 4,096 GPUs copying the dense population cost more than the search itself).
+:class:`AllocationProblem` scores states (the power mean of each job's speedup, times the restart
+penalty where its allocation changes; and the cluster utility) and makes them feasible
+(:meth:`AllocationProblem.repair`); :class:`GeneticSearch` evolves a population, warm-started from
+the previous round's, by the artifact's NSGA-II
+(:mod:`bayes_sched.mechanisms.genetic_allocation.nsga2`) or an elitist search;
+:class:`SpeedupTables` turns job models into each job's speedup over a fair share for every node and
+GPU count. :class:`~bayes_sched.policies.pollux.PolluxPolicy` is this search on the job models
+alone; :class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the problem to multiply in
 co-location slowdowns.
 
 The NSGA-II search (``GAConfig.search = "nsga2"``, the default) has two objectives, the fitness and
@@ -23,9 +23,10 @@ job's replica cap; at most ``max_nodes`` nodes per job; and, with interference a
 one distributed job per node.
 
 By default (``AllocationProblem(compiled=True)``) mating, mutation, repair, the table reads of the
-scores and NSGA-II survival run as the compiled loops of :mod:`bayes_sched.search.kernels`; all but
-the mutation give the numpy path's results to the bit from the same draws, and the mutation draws
-from the same distribution with numba's generator, seeded from :attr:`GeneticSearch.rng`.
+scores and NSGA-II survival run as the compiled loops of
+:mod:`bayes_sched.mechanisms.genetic_allocation.kernels`; all but the mutation give the numpy path's
+results to the bit from the same draws, and the mutation draws from the same distribution with
+numba's generator, seeded from :attr:`GeneticSearch.rng`.
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ from typing import Annotated
 
 import numpy as np
 
+from bayes_sched.acquisition import quantile
 from bayes_sched.cluster import ClusterState
-from bayes_sched.jobs import JobView
-from bayes_sched.registry import PROBABILITY, SEED, Range, check_fields
-from bayes_sched.search import nsga2
-from bayes_sched.search.sparse import (  # the helpers' home; names kept here for their users
+from bayes_sched.jobs import GoodputPosterior, JobView
+from bayes_sched.mechanisms.genetic_allocation import nsga2
+from bayes_sched.mechanisms.genetic_allocation.sparse import (  # the helpers' home, names kept here
     Entries,
     SparseStates,
     _crossover,
@@ -57,6 +58,7 @@ from bayes_sched.search.sparse import (  # the helpers' home; names kept here fo
     nonzero_entries,
     power_mean,
 )
+from bayes_sched.registry import PROBABILITY, SEED, Range, check_fields
 
 #: GPU counts in the search: small integers keep large populations cheap to copy and scan.
 STATE_DTYPE = np.int16
@@ -112,7 +114,7 @@ class GAConfig:
 def _kernels() -> ModuleType:
     """The compiled kernels, imported on first use (importing numba is slow, which the
     commands that never search should not pay)."""
-    from bayes_sched.search import kernels
+    from bayes_sched.mechanisms.genetic_allocation import kernels
 
     return kernels
 
@@ -197,7 +199,9 @@ class SpeedupTables:
             valid = nn <= rr
             # As in the artifact, speedups use the tuned batch even for a job run at a fixed
             # batch.
-            goodput = model.goodput(nn[valid], rr[valid], quantile=self.risk)
+            posterior = GoodputPosterior(model, nn[valid], rr[valid])
+            goodput = (posterior.mean() if self.risk is None
+                       else quantile(posterior, self.risk))
             built = np.zeros((num_nodes + 1, max_r + 1))
             built[nn[valid], rr[valid]] = goodput
             built.flags.writeable = False
@@ -352,9 +356,9 @@ class AllocationProblem:
         max_nodes: most nodes per job.
         rng: the search's generator.
         compiled: run mutation, repair and scoring as the compiled loops of
-            :mod:`bayes_sched.search.kernels` (repair and scoring give the numpy path's results;
-            the mutation draws its own numbers from a seed drawn from ``rng``) rather than as
-            numpy calls.
+            :mod:`bayes_sched.mechanisms.genetic_allocation.kernels` (repair and scoring give the
+            numpy path's results; the mutation draws its own numbers from a seed drawn from ``rng``)
+            rather than as numpy calls.
     """
 
     def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,

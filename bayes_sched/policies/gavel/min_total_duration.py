@@ -25,14 +25,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from bayes_sched.policies.gavel_packing import PackedLayout, packed_layout
-from bayes_sched.policies.time_fraction_lp import (
+from bayes_sched.mechanisms.time_fraction_lp import (
     dense_terms,
     fastest_finish_program,
     finish_by_program,
     solve_program,
 )
-from bayes_sched.policies.time_sharing import AllocationInputs, TimeSharingPolicy
+from bayes_sched.policies.gavel.packing import PackedLayout, packed_layout
+from bayes_sched.policies.gavel.time_sharing import AllocationInputs, TimeSharingPolicy
 
 #: Gavel's bisection: initial bounds (seconds) and stopping ratio.
 LOWEST_HORIZON_S = 100.0
@@ -68,7 +68,7 @@ def gavel_horizon(shortest: float) -> float:
 class MinTotalDurationPolicy(TimeSharingPolicy):
     """Minimum makespan of the active jobs over the measured rates.
 
-    Args: as :class:`~bayes_sched.policies.time_sharing.TimeSharingPolicy`.
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`.
     """
 
     name = "min_total_duration"
