@@ -219,7 +219,6 @@ def generate(config: GeneratorConfig | None = None) -> SyntheticCluster:
     labels = np.arange(num_t) * config.interval_s
     nodes = [f"node{n:03d}" for n in range(num_n)]
     resources = topology.resources()
-    resource_names = [r[0] for r in resources]
 
     true_rate = {
         name: np.zeros((num_t, num_n, num_g))
@@ -247,58 +246,13 @@ def generate(config: GeneratorConfig | None = None) -> SyntheticCluster:
         jobs = _draw_jobs(topology, scenario[node], rng)
         spanning = multi_node[[node in span for span in multi_node["nodes"]]]
         if len(spanning):
-            jobs = pd.concat(
-                [
-                    jobs,
-                    pd.DataFrame(
-                        {
-                            "gpu": rng.integers(num_g, size=len(spanning)),
-                            "pcie": 1.0,  # byte/s: the all-reduce goes via host memory
-                            "dram_cpu": 0.0,
-                            "nic": spanning["nic"].to_numpy(),
-                            "sm": 1e-3,
-                            "tx_share": 0.5,
-                            "base_step_s": 1.0,
-                            "span_job": spanning["job"].to_numpy(),
-                            "period": spanning["period"].to_numpy(),
-                            "phase": spanning["phase"].to_numpy(),
-                        }
-                    ),
-                ],
-                ignore_index=True,
-            )
+            jobs = pd.concat([jobs, _spanning_rows(spanning, num_g, rng)], ignore_index=True)
         node_jobs.append(jobs)
         node_truths.append(_node_truth(jobs, topology, labels + skew[n], rng))
     allreduce = _couple_multi_node_jobs(multi_node, node_jobs, node_truths, num_t)
     for n, node in enumerate(nodes):
         jobs, truth = node_jobs[n], node_truths[n]
-        gpu = jobs["gpu"].to_numpy()
-        share = jobs["tx_share"].to_numpy()
-        for g in range(num_g):
-            on = gpu == g
-            true_rate["gpu_gpm_pcie_tx_rate"][:, n, g] = (truth["pcie"][:, on] * share[on]).sum(-1)
-            true_rate["gpu_gpm_pcie_rx_rate"][:, n, g] = (
-                truth["pcie"][:, on] * (1 - share[on])
-            ).sum(-1)
-            true_rate["gpu_utilization"][:, n, g] = np.minimum(truth["sm"][:, on].sum(-1), 1.0)
-        dram = truth["dram"].sum(-1)
-        true_rate["perf_dram_read_rate"][:, n] = 0.6 * dram
-        true_rate["perf_dram_write_rate"][:, n] = 0.4 * dram
-        nic = truth["nic"].sum(-1)
-        true_rate["network_rx_rate"][:, n] = 0.5 * nic
-        true_rate["network_tx_rate"][:, n] = 0.5 * nic
-        switch = topology.switch_of_gpu()
-        for r, (name, kind, capacity) in enumerate(resources):
-            if kind == "pcie_switch":
-                on_switch = switch[gpu] == int(name.removeprefix("pcie_switch"))
-                load[:, n, r] = truth["pcie"][:, on_switch].sum(-1)
-            elif kind == "dram":
-                load[:, n, r] = dram
-            elif kind == "nic":
-                load[:, n, r] = nic
-            else:
-                load[:, n, r] = np.minimum(truth["sm"][:, gpu == int(name[3:-3])].sum(-1), 1.0)
-            contended[n, r] = bool((truth["offered"][name] > capacity).any())
+        _node_rates(jobs, truth, topology, n, true_rate, load, contended)
         single = (
             jobs["span_job"].isna().to_numpy() if "span_job" in jobs else np.ones(len(jobs), bool)
         )
@@ -325,32 +279,8 @@ def generate(config: GeneratorConfig | None = None) -> SyntheticCluster:
     )
     schema.validate(counters, where="generated counters")
     time_coord = counters[schema.TIME].values
-    truth_ds = xr.Dataset(
-        {
-            name: (
-                (schema.TIME, schema.NODE, schema.DEVICE)
-                if v.ndim == 3
-                else (schema.TIME, schema.NODE),
-                v,
-            )
-            for name, v in true_rate.items()
-        },
-        coords={
-            schema.TIME: time_coord,
-            schema.NODE: nodes,
-            schema.DEVICE: np.arange(num_g),
-            "resource": resource_names,
-        },
-    )
-    truth_ds["resource_load"] = ((schema.TIME, schema.NODE, "resource"), load)
-    truth_ds["capacity"] = ("resource", np.array([r[2] for r in resources]))
-    truth_ds["contended"] = ((schema.NODE, "resource"), contended)
-    truth_ds["allreduce_rate"] = (
-        (schema.TIME, "span_job"),
-        allreduce,
-        {"units": "byte s-1", "long_name": "all-reduce traffic per spanned node's NIC"},
-    )
-    truth_ds = truth_ds.assign_coords(span_job=multi_node["job"].to_numpy().astype(str))
+    truth_ds = _truth_dataset(true_rate, load, contended, allreduce, time_coord, nodes, topology,
+                              multi_node)
     step = xr.DataArray(
         step_time,
         dims=(schema.TIME, "job"),
@@ -366,6 +296,98 @@ def generate(config: GeneratorConfig | None = None) -> SyntheticCluster:
         topology,
         multi_node.drop(columns=["period", "phase"]),
     )
+
+
+def _spanning_rows(spanning: pd.DataFrame, num_gpus: int, rng: np.random.Generator
+                   ) -> pd.DataFrame:
+    """One node's rows of the multi-node jobs ``spanning`` it: each on a GPU drawn from ``rng``,
+    its all-reduce through the NIC (and host memory, ~1 byte/s of PCIe), near-zero SM."""
+    return pd.DataFrame(
+        {
+            "gpu": rng.integers(num_gpus, size=len(spanning)),
+            "pcie": 1.0,  # byte/s: the all-reduce goes via host memory
+            "dram_cpu": 0.0,
+            "nic": spanning["nic"].to_numpy(),
+            "sm": 1e-3,
+            "tx_share": 0.5,
+            "base_step_s": 1.0,
+            "span_job": spanning["job"].to_numpy(),
+            "period": spanning["period"].to_numpy(),
+            "phase": spanning["phase"].to_numpy(),
+        }
+    )
+
+
+def _node_rates(jobs: pd.DataFrame, truth: dict[str, np.ndarray], topology: NodeTopology, n: int,
+                true_rate: dict[str, np.ndarray], load: np.ndarray, contended: np.ndarray
+                ) -> None:
+    """Write node ``n``'s true counter rates (``true_rate``: per GPU ``(T, N, G)``, per node
+    ``(T, N)``), its resources' loads ``load[:, n, :]`` and whether each was ever offered more
+    than its capacity ``contended[n, :]``, from its ``jobs`` and their ``truth``."""
+    resources = topology.resources()
+    gpu = jobs["gpu"].to_numpy()
+    share = jobs["tx_share"].to_numpy()
+    for g in range(topology.num_gpus):
+        on = gpu == g
+        true_rate["gpu_gpm_pcie_tx_rate"][:, n, g] = (truth["pcie"][:, on] * share[on]).sum(-1)
+        true_rate["gpu_gpm_pcie_rx_rate"][:, n, g] = (
+            truth["pcie"][:, on] * (1 - share[on])
+        ).sum(-1)
+        true_rate["gpu_utilization"][:, n, g] = np.minimum(truth["sm"][:, on].sum(-1), 1.0)
+    dram = truth["dram"].sum(-1)
+    true_rate["perf_dram_read_rate"][:, n] = 0.6 * dram
+    true_rate["perf_dram_write_rate"][:, n] = 0.4 * dram
+    nic = truth["nic"].sum(-1)
+    true_rate["network_rx_rate"][:, n] = 0.5 * nic
+    true_rate["network_tx_rate"][:, n] = 0.5 * nic
+    switch = topology.switch_of_gpu()
+    for r, (name, kind, capacity) in enumerate(resources):
+        if kind == "pcie_switch":
+            on_switch = switch[gpu] == int(name.removeprefix("pcie_switch"))
+            load[:, n, r] = truth["pcie"][:, on_switch].sum(-1)
+        elif kind == "dram":
+            load[:, n, r] = dram
+        elif kind == "nic":
+            load[:, n, r] = nic
+        else:
+            load[:, n, r] = np.minimum(truth["sm"][:, gpu == int(name[3:-3])].sum(-1), 1.0)
+        contended[n, r] = bool((truth["offered"][name] > capacity).any())
+
+
+def _truth_dataset(true_rate: dict[str, np.ndarray], load: np.ndarray, contended: np.ndarray,
+                   allreduce: np.ndarray, time_coord: np.ndarray, nodes: list[str],
+                   topology: NodeTopology, multi_node: pd.DataFrame) -> xr.Dataset:
+    """The hidden truth of a generated window as a dataset: the true counter rates, each
+    resource's load and capacity, which were contended, and the multi-node jobs' all-reduce
+    traffic."""
+    resources = topology.resources()
+    num_g = topology.num_gpus
+    truth_ds = xr.Dataset(
+        {
+            name: (
+                (schema.TIME, schema.NODE, schema.DEVICE)
+                if v.ndim == 3
+                else (schema.TIME, schema.NODE),
+                v,
+            )
+            for name, v in true_rate.items()
+        },
+        coords={
+            schema.TIME: time_coord,
+            schema.NODE: nodes,
+            schema.DEVICE: np.arange(num_g),
+            "resource": [r[0] for r in resources],
+        },
+    )
+    truth_ds["resource_load"] = ((schema.TIME, schema.NODE, "resource"), load)
+    truth_ds["capacity"] = ("resource", np.array([r[2] for r in resources]))
+    truth_ds["contended"] = ((schema.NODE, "resource"), contended)
+    truth_ds["allreduce_rate"] = (
+        (schema.TIME, "span_job"),
+        allreduce,
+        {"units": "byte s-1", "long_name": "all-reduce traffic per spanned node's NIC"},
+    )
+    return truth_ds.assign_coords(span_job=multi_node["job"].to_numpy().astype(str))
 
 
 def _draw_multi_node_jobs(
