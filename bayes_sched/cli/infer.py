@@ -45,7 +45,12 @@ MAX_SYNTHETIC_SAMPLES = 1_000_000
 def register(subparsers: argparse._SubParsersAction) -> None:
     infer = subparsers.add_parser("infer", help="Bayesian inference: contention, interference")
     commands = infer.add_subparsers(dest="infer_command", metavar="WHAT", required=True)
+    _register_contention(commands)
+    _register_interference(commands)
 
+
+def _register_contention(commands: argparse._SubParsersAction) -> None:
+    """``infer contention``, ``infer topology`` and ``infer synthetic``."""
     contention = commands.add_parser(
         "contention",
         help="infer hidden resource contention from a counters store",
@@ -124,6 +129,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synthetic.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     synthetic.set_defaults(handler=run_synthetic)
 
+
+def _register_interference(commands: argparse._SubParsersAction) -> None:
+    """``infer solo-features`` and ``infer interference``."""
     solo = commands.add_parser(
         "solo-features",
         help="turn nvidia-smi or DCGM logs of jobs run alone into a solo-features table",
