@@ -74,7 +74,8 @@ def test_borrowed_gpu_is_reclaimed_for_its_owner_through_checkpoint_stop_restart
     assert tenants["nlp"] == {"name": "nlp", "gpus": 0, "quota": 1.0, "borrowed": 0.0,
                               "jobs": {}}
 
-    # The events: a2 checkpointed, then reclaimed for nlp, then b1 started; a2 resumed after b1.
+    # The events: a2 checkpointed, then reclaimed for nlp, then b1 started; a2 resumed once a GPU
+    # was its tenant's to use again: b1 done (nlp's GPU idle, lent again) or a1 done (vision's own).
     shown = run_cli("events", "--state", str(state), "--json")
     assert shown.returncode == 0, shown.stderr
     events = json.loads(shown.stdout)
@@ -82,7 +83,8 @@ def test_borrowed_gpu_is_reclaimed_for_its_owner_through_checkpoint_stop_restart
     reclaimed = order.index(("a2", "reclaimed"))
     assert ("a2", "checkpoint") in order[:reclaimed]
     assert order.index(("b1", "submitted")) < reclaimed < order.index(("b1", "started"))
-    assert order.index(("b1", "finished")) < order.index(("a2", "restarted"))
+    assert min(order.index(("b1", "finished")), order.index(("a1", "finished"))) < order.index(
+        ("a2", "restarted"))
     assert not {("a1", "reclaimed"), ("a1", "preempted"), ("a2", "preempted")} & set(order)
     by_key = {(e["job"], e["kind"]): e for e in events}
     reclaim = by_key[("a2", "reclaimed")]
