@@ -31,10 +31,15 @@ import argparse
 import json
 import logging
 import math
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 POLICIES = ("finish_time_fairness", "min_total_duration", "allox", "elas", "srtf")
 ESTIMATES = ("declared", "ignored", "survival", "oracle_remaining_steps")
@@ -147,6 +152,7 @@ def main() -> None:
     parser.add_argument("--law", action="store_true",
                         help="add the generator's own law as a reference row")
     parser.add_argument("--json", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the equal-split fallback of `ignored` logs every recompute
     spec = bench_tenants.cluster()
@@ -158,6 +164,11 @@ def main() -> None:
         for policy in args.policies:
             for estimate in estimates:
                 runs[policy][estimate].append(one_run(policy, estimate, jobs, spec))
+    if args.record:
+        record_results(__file__, {"per run": [
+            {"policy": policy, "remaining_steps": estimate, "seed": seed, **row}
+            for policy, by_estimate in runs.items() for estimate, rows in by_estimate.items()
+            for seed, row in zip(args.seeds, rows, strict=True)]})
     if args.json:
         print(json.dumps(runs, indent=1))
         return
