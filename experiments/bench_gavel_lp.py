@@ -37,9 +37,9 @@ from experiments.results_record import add_record_flag, record_results  # noqa: 
 def main() -> None:
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.mechanisms.rounds import cluster_types
     from bayes_sched.policies import make_policy
     from bayes_sched.policies.gavel.throughput_reading import measured_throughputs
-    from bayes_sched.policies.gavel.time_sharing import cluster_types
     from bayes_sched.tables import print_table
     from bayes_sched.throughputs import gavel_job_types, load_gavel_throughputs
 

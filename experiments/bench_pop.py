@@ -289,7 +289,7 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
                ) -> tuple[tuple[float, float], tuple[float, float]]:
     """Sia's summed utility, exact and POP, and the CPU seconds of each solve."""
     from bayes_sched.mechanisms.pop import class_index, split
-    from bayes_sched.policies.gavel.time_sharing import cluster_types
+    from bayes_sched.mechanisms.rounds import cluster_types
     from bayes_sched.policies.sia import (
         SiaPolicy,
         config_utilities,

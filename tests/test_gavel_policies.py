@@ -7,9 +7,9 @@ import pytest
 
 from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.mechanisms.rounds import cluster_types
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel.throughput_reading import measured_throughputs
-from bayes_sched.policies.gavel.time_sharing import cluster_types
 from bayes_sched.sim.gavel_jobs import make_job
 from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster

@@ -9,8 +9,9 @@ from dataclasses import replace
 import numpy as np
 
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.mechanisms.combo_store import ComboStore
+from bayes_sched.mechanisms.rounds import Rounds
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.gavel.combo_store import ComboStore
 from bayes_sched.policies.gavel.time_sharing import TimeSharingPolicy
 from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
 from bayes_sched.sim.table_cluster import TableCluster
@@ -36,9 +37,8 @@ def test_store_drops_a_departed_jobs_pairs_and_reuses_their_rows() -> None:
 
 def test_reset_is_the_per_combination_arithmetic_bitwise() -> None:
     rng = np.random.default_rng(3)
-    policy = TimeSharingPolicy()
-    policy._reset_state(("v100", "p100", "k80"))
-    store = policy._store
+    rounds = Rounds(("v100", "p100", "k80"))
+    store = rounds.store
     combos = [(str(i),) for i in range(50)] + [(str(i), str(i + 1)) for i in range(0, 49, 2)]
     for combo in combos:
         store.add(combo, 180.0)
@@ -50,8 +50,8 @@ def test_reset_is_the_per_combination_arithmetic_bitwise() -> None:
     owed_by = dict(zip(allocated, fractions, strict=True))
     before_time = {c: store.time[store.index[c]].copy() for c in combos}
     before_deficit = {c: store.deficit[store.index[c]].copy() for c in combos}
-    policy._last_reset = 1234.5
-    policy._reset_time(1234.5 + 1920.0, 180.0)
+    rounds.last_reset = 1234.5
+    rounds.reset_time(1234.5 + 1920.0, 180.0)
     worker = np.zeros(3)
     for combo in combos:  # Gavel's _reset_time_run_so_far, one combination at a time
         owed = owed_by.get(combo, np.zeros(3)) * 1920.0
@@ -59,7 +59,7 @@ def test_reset_is_the_per_combination_arithmetic_bitwise() -> None:
         assert np.array_equal(store.deficit[store.index[combo]], expected)
         assert np.array_equal(store.time[store.index[combo]], np.full(3, 180.0))
         worker += 180.0
-    assert np.array_equal(policy._worker_time, worker)
+    assert np.array_equal(rounds.worker_time, worker)
 
 
 def test_a_packed_runs_state_holds_its_jobs_and_pairs_in_force() -> None:
@@ -70,10 +70,10 @@ def test_a_packed_runs_state_holds_its_jobs_and_pairs_in_force() -> None:
 
     def check(cluster: TableCluster) -> None:
         active = {name for name, job in cluster.jobs.items() if job.completion_time is None}
-        store = policy._store
+        store = policy._rounds.store
         # Every combination admitted is of jobs the last decision saw; the pairs the policy may
         # place are exactly the pairs of the allocation in force, each admitted with its row.
-        assert store.names() <= active | set(policy._attained)
+        assert store.names() <= active | set(policy._rounds.attained)
         in_force = store.allocation()
         assert {c for c in in_force if len(c) == 2} == set(policy._pair_usable)
         assert all(store.in_force(c) for c in policy._pair_usable)

@@ -10,6 +10,10 @@ contracts: policies sit above mechanisms, and neither sees the simulator).
 * :mod:`bayes_sched.mechanisms.time_fraction_lp`: the time-fraction programs of the Gavel family
   (max-min, max-sum, finish-time ratio, makespan), built as sparse matrices and solved by
   CLARABEL or HiGHS; :mod:`bayes_sched.mechanisms.highs_process`: what HiGHS keeps per process.
+* :mod:`bayes_sched.mechanisms.rounds`: Gavel's round mechanism (time received, priorities,
+  greedy selection per type, placement with lease extension) turning a time-fraction allocation
+  into one round's GPUs per node; its per-combination state in
+  :mod:`bayes_sched.mechanisms.combo_store`.
 * :mod:`bayes_sched.mechanisms.value_of_information`: which unknown cells an LP policy should
   try, from the LP's prices.
 * :mod:`bayes_sched.mechanisms.pop`: POP (Narayanan et al., SOSP 2021): a granular allocation

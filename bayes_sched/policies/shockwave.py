@@ -84,8 +84,8 @@ from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
 from bayes_sched.mechanisms.placement import keep_or_pack
+from bayes_sched.mechanisms.rounds import cluster_types
 from bayes_sched.policies.gavel.throughput_reading import DEFAULT_STEPS_PER_SECOND
-from bayes_sched.policies.gavel.time_sharing import cluster_types
 from bayes_sched.registry import SEED, Range
 from bayes_sched.remaining_work import (
     REMAINING_SECONDS,

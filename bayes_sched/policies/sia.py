@@ -97,7 +97,7 @@ from bayes_sched.mechanisms.genetic_allocation.search import restart_delays, res
 from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
 from bayes_sched.mechanisms.placement import Request, keep_or_pack
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
-from bayes_sched.policies.gavel.time_sharing import cluster_types
+from bayes_sched.mechanisms.rounds import cluster_types
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
     CellPosterior,

@@ -10,9 +10,10 @@ variants beside it.
 * :mod:`~bayes_sched.policies.gavel.min_total_duration`: ``min_total_duration`` and ``_packed``;
 * :mod:`~bayes_sched.policies.gavel.fifo`: ``gavel_fifo``, ``fifo_perf`` and ``fifo_packed``.
 
-What they share: the round mechanism that turns time fractions into GPUs each round
-(:mod:`~bayes_sched.policies.gavel.time_sharing`, its per-combination state in
-:mod:`~bayes_sched.policies.gavel.combo_store`), how it reads the ``throughput`` estimate
+What they share: the base policy (:mod:`~bayes_sched.policies.gavel.time_sharing`), the round
+mechanism it drives to turn time fractions into GPUs each round
+(:mod:`bayes_sched.mechanisms.rounds`, its per-combination state in
+:mod:`~bayes_sched.mechanisms.combo_store`), how it reads the ``throughput`` estimate
 (:mod:`~bayes_sched.policies.gavel.throughput_reading`) and the packed programs' entries
 (:mod:`~bayes_sched.policies.gavel.packing`). The programs themselves are built and solved in
 :mod:`bayes_sched.mechanisms.time_fraction_lp`. The policies are registered by name in

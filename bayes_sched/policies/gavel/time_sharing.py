@@ -1,28 +1,23 @@
-"""Gavel's round-based mechanism: time fractions per (job, GPU type) -> GPUs per node each round.
+"""The Gavel family's base policy: estimates in, a time-fraction allocation, one round out.
 
-A time-sharing policy (the Gavel family) computes an *allocation*: for each job and GPU type the
-fraction of time the job should run there (each job's fractions sum to at most 1; per type, the
-fractions times scale factors sum to at most the type's GPUs). This module turns it into rounds the
-way Gavel's scheduler does (``scheduler/scheduler.py``, Narayanan et al., OSDI 2020, section 5):
+A time-sharing policy (the Gavel family) computes an *allocation*: for each job (and, packing
+policies, each pair of jobs sharing GPUs) and GPU type the fraction of time it should run there
+(each job's fractions sum to at most 1; per type, the fractions times scale factors sum to at most
+the type's GPUs). :class:`TimeSharingPolicy` owns the policy's part: reading the round's estimates,
+building the allocation's inputs, calling the subclass's program, and deciding when to recompute.
+The round mechanism that turns the allocation in force into each round's GPUs per node, as Gavel's
+scheduler does (time received, priorities, greedy selection per type, placement with lease
+extension), is :class:`bayes_sched.mechanisms.rounds.Rounds`; this policy feeds it the candidates
+(every job alone, then the pairs in force), the types' order (Gavel's V100, P100, K80, then the
+others by name, :func:`~bayes_sched.mechanisms.rounds.cluster_types`; shuffled each round for the
+heterogeneity-agnostic policies, with a seeded stream, as Gavel does) and the profiling rounds a
+learner asks for, which run first.
 
-* **Time received.** From the jobs' own reports: the GPU-seconds a job attained since the last
-  round over the GPUs it held is the time it ran there. Every job starts with half a round of
-  credit on each type (Gavel's ``time_per_iteration / 2``).
-* **Priority** on type ``t``: ``allocation[j, t] / (time j ran on t / time all jobs ran on t)``
-  (``allocation * 1e9`` before any time is recorded; 0 where the allocation is 0, the job cannot
-  run on ``t``, or the job is not in the allocation yet).
-* **Greedy assignment.** Per GPU type (V100, P100, K80, then other types by name; shuffled each
-  round for the heterogeneity-agnostic policies, with a seeded stream, as Gavel does), jobs in
-  decreasing (priority, deficit, allocation) take GPUs while their scale factor fits, each job on
-  one type per round.
-* **Placement and lease extension.** Largest scale factors first; a job scheduled on the type it
-  already runs on keeps its GPUs where they are still free (its lease is extended: no restart),
-  the others fill nodes in order.
-* **Recomputing the allocation** only when the job set changed or a job now runs as another job
-  type (Shockwave's jobs change batch size; Shockwave's scheduler then recomputes), and at most
-  once every
-  ``min_reset_interval`` seconds (Gavel's 1920 s), resetting the time received and carrying the
-  difference between time owed and time received as a deficit (the tie-breaker).
+**Recomputing the allocation** happens only when the job set changed or a job now runs as another
+job type (Shockwave's jobs change batch size; Shockwave's scheduler then recomputes), and at most
+once every ``min_reset_interval`` seconds (Gavel's 1920 s), resetting the time received and
+carrying the difference between time owed and time received as a deficit (the tie-breaker;
+:meth:`~bayes_sched.mechanisms.rounds.Rounds.reset_time`).
 
 A policy that fails to produce an allocation (infeasible LP, solver error) keeps the previous one;
 the failure is logged and counted in :attr:`TimeSharingPolicy.solver_failures`.
@@ -68,9 +63,10 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from bayes_sched.cells import Cell
-from bayes_sched.cluster import Allocations, ClusterState, PackedAllocations
+from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.mechanisms.combo_store import Combo
 from bayes_sched.mechanisms.pop import (
     Partitioner,
     PartitionSetting,
@@ -78,16 +74,13 @@ from bayes_sched.mechanisms.pop import (
     labels,
     solve_partitioned,
 )
-from bayes_sched.policies.gavel.combo_store import Combo, ComboStore
+from bayes_sched.mechanisms.rounds import Rounds, cluster_types
 from bayes_sched.policies.gavel.throughput_reading import ThroughputReading, measured_throughputs
 from bayes_sched.remaining_work import REMAINING_STEPS, RemainingStepsPredictor, declared_steps_left
 from bayes_sched.throughput_estimates import JobClass as JobKey
 from bayes_sched.throughput_estimates import KnownThroughputs, LearnedThroughputs
 
 LOG = logging.getLogger(__name__)
-
-#: Gavel's fixed worker-type order (``_schedule_jobs_on_workers``); other types follow by name.
-GAVEL_TYPE_ORDER = ("v100", "p100", "k80")
 
 #: Open-source LP solvers the Gavel policies may use (pip-installable; called directly by
 #: :mod:`bayes_sched.mechanisms.time_fraction_lp`).
@@ -100,18 +93,6 @@ def equal_split(scale_factors: np.ndarray, capacities: np.ndarray) -> np.ndarray
     share = (capacities / len(scale_factors))[None, :] / scale_factors[:, None]
     return share / np.maximum(share.sum(axis=1), 1.0)[:, None]
 
-
-def cluster_types(cluster: ClusterState) -> tuple[str, ...]:
-    """The cluster's GPU types in Gavel's order."""
-    present = set(cluster.gpu_types)
-    return (tuple(t for t in GAVEL_TYPE_ORDER if t in present)
-            + tuple(sorted(present - set(GAVEL_TYPE_ORDER))))
-
-
-#: :meth:`TimeSharingPolicy._greedy` scans the ranking in windows of this many combinations
-#: (growing to the second number while none is taken).
-_GREEDY_CHUNK = 32
-_GREEDY_CHUNK_MAX = 2048
 
 #: Pair fractions below this are dropped from the allocation in force (an interior-point LP
 #: leaves ~1e-9 on most pairs; such a pair would rank last and never run).
@@ -241,8 +222,9 @@ class TimeSharingPolicy(ThroughputReading):
         self._may_run_rows: dict[tuple[str, int], list[float]] = {}
         self._may_run_state: tuple[object, ...] = ()
         self._measured_rows: dict[JobKey, np.ndarray] = {}  # by job class, for these types
-        # Time received and deficit per combination admitted, and the allocation in force.
-        self._store = ComboStore(len(types))
+        # The round mechanism: time received and deficit per combination admitted, and the
+        # allocation in force.
+        self._rounds = Rounds(types)
         # The pairs in force as _candidates reads them: (the version of _pair_usable and the
         # estimator's fits_version ((0, 0) for the table) they were read in, the pairs, their
         # (4, P) index (:meth:`_pair_index`), types where each may run now (P, T)).
@@ -251,19 +233,10 @@ class TimeSharingPolicy(ThroughputReading):
                                      np.ndarray] | None = None
         # _pairs' table rates per class pair on these types ((T, 2) each).
         self._table_pair_rows: dict[tuple[JobKey, JobKey], np.ndarray] = {}
-        self._worker_time = np.zeros(len(types))
-        self._last_reset = 0.0
         self._need_update = False
-        self._attained: dict[str, float] = {}
         self._job_types: dict[str, str] = {}
-        self._last_now: float | None = None
-        self._placed: dict[Combo, np.ndarray] = {}  # last round's placement of each combo
         self._profiling_now: set[Combo] = set()  # combos run this round to profile a job
         self._pair_usable: dict[Combo, np.ndarray] = {}  # pairs in force: types they can share
-        self._node_types = np.zeros(0, dtype=str)  # the nodes' types, and their index in types
-        self._node_type_index = np.zeros(0, dtype=np.int64)
-        self._nodes_of_type: list[list[int]] = []  # per type (index in types), its nodes
-        self._held_now = np.zeros((0, 0), dtype=np.int64)  # this round's jobs' GPUs per node
         # With a learner, _pair_may_fit's answers (per type, and per class pair over the
         # types) for the estimator state they were read in (:meth:`_pair_fit_memo`).
         self._pair_fits: dict[tuple[str, JobKey, JobKey], bool] = {}
@@ -329,12 +302,12 @@ class TimeSharingPolicy(ThroughputReading):
     def fractions(self) -> dict[str, dict[str, float]]:
         """The allocation in force for the jobs alone: ``{job: {GPU type: fraction of time}}``."""
         return {combo[0]: dict(zip(self._types, map(float, x), strict=True))
-                for combo, x in self._store.allocation().items() if len(combo) == 1}
+                for combo, x in self._rounds.store.allocation().items() if len(combo) == 1}
 
     def pair_fractions(self) -> dict[tuple[str, str], dict[str, float]]:
         """The allocation in force for pairs sharing GPUs: ``{(job a, job b): {type: fraction}}``."""
         return {(combo[0], combo[1]): dict(zip(self._types, map(float, x), strict=True))
-                for combo, x in self._store.allocation().items() if len(combo) == 2}
+                for combo, x in self._rounds.store.allocation().items() if len(combo) == 2}
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
@@ -352,15 +325,15 @@ class TimeSharingPolicy(ThroughputReading):
         measured = (measured_throughputs(jobs, types, cluster, self.table, self._measured_rows)
                     if self.table is not None else self._may_run(jobs, types, cluster))
         capacities = np.array([cluster.gpus_of_type(t) for t in types], dtype=np.int64)
-        may_recompute = (now - self._last_reset >= self.min_reset_interval
-                         or self._last_reset == 0.0)
+        may_recompute = (now - self._rounds.last_reset >= self.min_reset_interval
+                         or self._rounds.last_reset == 0.0)
         if self.estimator is not None and may_recompute:
             self.estimator.refresh()  # fits only when the new belief can be used
         if self.estimator is not None and self.estimator.version != self._belief_version:
             self._belief_version = self.estimator.version
             self._need_update = True  # the belief changed
         if self._need_update and may_recompute:
-            self._reset_time(now, half_round)
+            self._rounds.reset_time(now, half_round)
             self._update_allocation(jobs, measured, capacities, half_round)
         order = list(range(len(types)))
         if not self.heterogeneity_aware:
@@ -377,100 +350,34 @@ class TimeSharingPolicy(ThroughputReading):
             scheduled[combos.index(combo)] = t
             left[t] -= sizes[combo[0]]
             busy.update(combo)
-        scheduled.update(self._greedy(jobs, combos, rates_ok, left, order, busy, combo_index))
+        skip = self._skip if type(self)._skip is not TimeSharingPolicy._skip else None
+        scheduled.update(self._rounds.greedy(combos, rates_ok, left, order, busy, combo_index,
+                                             skip))
         self._profiling_now = set(profiling)
-        return self._place(jobs, combos, scheduled, cluster, node_types)
+        placed = self._rounds.place(jobs, combos, scheduled, cluster, self._profiling_now)
+        self.lease_extensions += placed.extensions
+        self.lease_opportunities += placed.opportunities
+        return placed.allocations
 
-    # --- the mechanism --------------------------------------------------------------------------
+    # --- what the round mechanism is fed ----------------------------------------------------------
 
     def _account(self, jobs: Sequence[JobView], node_types: np.ndarray, now: float,
                  half_round: float) -> None:
-        """Credit last round's run time (from the jobs' reports) to the combination each job ran
-        in (a pair: the longer of its two jobs' times, as Gavel counts it); admit and drop
-        jobs."""
-        store = self._store
-        names = {job.name for job in jobs}
-        # The combinations with a member gone (found through the members, not by scanning
-        # every combination admitted).
-        gone = store.remove_jobs(store.names() - names)
-        for combo in gone:
+        """Credit last round's run time and admit and drop jobs (:meth:`Rounds.account`); a
+        job set changed, or a job now running as another job type, asks for a recompute."""
+        accounted = self._rounds.account(jobs, node_types, now, half_round)
+        for combo in accounted.gone:
             self._pair_usable.pop(combo, None)
             self._need_update = True
-        if gone:
+        if accounted.gone:
             self._pairs_version += 1
-        elapsed = 0.0 if self._last_now is None else max(now - self._last_now, 0.0)
-        ran: dict[str, tuple[float, int]] = {}
-        # Each job's GPUs held, and the type of its first node, for all jobs at once.
-        held = self._held(jobs, node_types)
-        gpus_held = held.sum(axis=1).tolist()
-        first_type = self._node_type_index[np.argmax(held > 0, axis=1)].tolist()
-        for j, job in enumerate(jobs):
-            if (job.name,) not in store:
-                store.add((job.name,), half_round)
-                self._need_update = True
-                continue
-            before = self._attained.get(job.name)
-            if before is None:
-                continue
-            gpus = gpus_held[j]
-            if gpus:
-                seconds = min(max((job.attained_service - before) / gpus, 0.0), elapsed)
-                ran[job.name] = (seconds, first_type[j])
-        by_name = {job.name: job for job in jobs}
-        credited: set[str] = set()
-        for combo in [c for c in self._placed if len(c) == 2]:  # the pairs that ran
-            counts = self._placed[combo]
-            if not all(n in by_name for n in combo):
-                credited.update(combo)  # the pair ended with its finished job (Gavel drops it)
-                continue
-            if all(n in ran and np.array_equal(by_name[n].allocation, counts)
-                   for n in combo) and combo in store:
-                seconds = max(ran[n][0] for n in combo)
-                where = ran[combo[0]][1]
-                store.time[store.index[combo], where] += seconds
-                self._worker_time[where] += seconds
-                credited.update(combo)
-        for name, (seconds, where) in ran.items():
-            if name not in credited:
-                store.time[store.index[(name,)], where] += seconds
-                self._worker_time[where] += seconds
-        self._attained = {job.name: job.attained_service for job in jobs}
+        if accounted.admitted:
+            self._need_update = True
         job_types = {job.name: job.application for job in jobs}
         if any(self._job_types.get(name, kind) != kind for name, kind in job_types.items()):
             self._need_update = True  # a job's measured throughputs changed
             self._pairs_version += 1  # and where its pairs may fit
         self._job_types = job_types
-        self._last_now = now
-
-    def _held(self, jobs: Sequence[JobView], node_types: np.ndarray) -> np.ndarray:
-        """The jobs' GPUs per node ``(J, N)``, kept for this round's placement; refreshes each
-        node's type index ``_node_type_index`` ``(N,)`` when the nodes change."""
-        if not np.array_equal(self._node_types, node_types):
-            self._node_types = node_types
-            self._node_type_index = np.array([self._types.index(str(t)) for t in node_types],
-                                             dtype=np.int64)
-            self._nodes_of_type = [np.flatnonzero(self._node_type_index == t).tolist()
-                                   for t in range(len(self._types))]
-        self._held_now = (np.stack([job.allocation for job in jobs]) if jobs
-                          else np.zeros((0, len(node_types)), dtype=np.int64))
-        return self._held_now
-
-    def _reset_time(self, now: float, half_round: float) -> None:
-        """Gavel's ``_reset_time_run_so_far``: owed minus received time joins the deficit."""
-        since = now - self._last_reset
-        self._worker_time[:] = 0.0
-        store = self._store
-        rows = store.live_rows()
-        # Elementwise the same arithmetic as one combination at a time (a combination outside
-        # the allocation is owed 0 * since).
-        owed = store.fraction[rows] * since
-        store.deficit[rows] += owed - (store.time[rows] - half_round)
-        store.time[rows] = half_round
-        worker = 0.0
-        for _ in range(len(rows)):  # the same sum as adding half a round per combination
-            worker += half_round
-        self._worker_time += worker
-        self._last_reset = now
 
     def _inputs(self, jobs: Sequence[JobView], measured: np.ndarray, capacities: np.ndarray,
                 groups: np.ndarray | None = None) -> AllocationInputs:
@@ -499,7 +406,7 @@ class TimeSharingPolicy(ThroughputReading):
         runnable = [int(j) for j in np.flatnonzero(measured.max(axis=1) > 0)]
         if not runnable:
             self._pair_usable = {}
-            self._store.set_allocation([], np.zeros((0, len(self._types))))
+            self._rounds.store.set_allocation([], np.zeros((0, len(self._types))))
             self._pairs_version += 1
             return
         chosen = [jobs[j] for j in runnable]
@@ -533,11 +440,11 @@ class TimeSharingPolicy(ThroughputReading):
                                             by_index[inputs.pairs[kept, 1]].tolist(),
                                             strict=True))
         self._pair_usable = dict(zip(pair_combos, usable, strict=True))
-        index = self._store.index
+        index = self._rounds.store.index
         for combo in pair_combos:
             if combo not in index:
-                self._store.add(combo, half_round)
-        self._store.set_allocation([(name,) for name in names] + pair_combos,
+                self._rounds.store.add(combo, half_round)
+        self._rounds.store.set_allocation([(name,) for name in names] + pair_combos,
                                    np.concatenate([x[:len(names)], pair_rows[kept]]))
         self._pairs_version += 1
 
@@ -550,7 +457,7 @@ class TimeSharingPolicy(ThroughputReading):
         combos: list[Combo] = [(job.name,) for job in jobs]
         num_types = len(self._types)
         singles = np.reshape(measured > 0, (len(jobs), num_types))
-        single_rows = self._store.rows(combos)
+        single_rows = self._rounds.store.rows(combos)
         single_index = np.stack([single_rows,
                                  np.array([job.requested_replicas for job in jobs],
                                           dtype=np.int64).reshape(len(jobs)),
@@ -580,7 +487,7 @@ class TimeSharingPolicy(ThroughputReading):
         """:meth:`_candidates`' ``(4, P)`` ints for ``pairs`` (of ``jobs``): store rows, scale
         factors (the first member's), and the store rows of the first and second member."""
         size_of = {job.name: job.requested_replicas for job in jobs}
-        store = self._store
+        store = self._rounds.store
         return np.stack([store.rows(pairs),
                          np.array([size_of[c[0]] for c in pairs], dtype=np.int64),
                          store.rows([(c[0],) for c in pairs]),
@@ -644,138 +551,6 @@ class TimeSharingPolicy(ThroughputReading):
             return "the pair is known not to fit in one GPU's memory"
         return None
 
-    def _greedy(self, jobs: Sequence[JobView], combos: list[Combo], rates_ok: np.ndarray,
-                capacities: np.ndarray, order: list[int], busy: set[str],
-                combo_index: np.ndarray) -> dict[int, int]:
-        """Combination index -> type index for the next round, given the GPUs left per type
-        ``capacities`` and the jobs already ``busy`` this round; ``combo_index`` ``(4, C)``:
-        the candidates' store rows, GPUs and members' rows (:meth:`_candidates`)."""
-        combos = combos[:len(rates_ok)]  # profiling pairs appended after the candidates
-        store = self._store
-        rows, size_of, first, second = combo_index[:, :len(combos)]
-        fractions = store.fraction[rows]
-        allocated = store.allocated[rows]
-        job_time = store.time[rows]
-        deficit = store.deficit[rows]
-        share = np.divide(job_time, self._worker_time, out=np.zeros_like(job_time),
-                          where=self._worker_time > 0)
-        priority = np.where(share > 0, fractions / np.where(share > 0, share, 1.0),
-                            fractions * 1e9)
-        priority[(fractions == 0) | ~rates_ok | ~allocated[:, None]] = 0.0
-        # Which jobs are busy, by the store row of the job alone; the last entry stands for a
-        # job alone's absent second member and is never busy.
-        busy_rows = np.zeros(len(store.allocated) + 1, dtype=bool)
-        for name in busy:
-            busy_rows[store.index[(name,)]] = True
-        second = np.where(second < 0, len(busy_rows) - 1, second)
-        sizes = size_of.tolist()
-        scheduled: dict[int, int] = {}
-        skips = type(self)._skip is not TimeSharingPolicy._skip
-        for t in order:
-            left = int(capacities[t])
-            # Only those that run on t and fit in its GPUs left could be taken; ranked in
-            # decreasing (priority, deficit, allocation), a stable sort keeping ties in index
-            # order (sorting only these gives the same order as filtering the whole ranking).
-            could = np.flatnonzero(rates_ok[:, t] & (size_of <= left))
-            ranked = could[np.lexsort((-fractions[could, t], -deficit[could, t],
-                                       -priority[could, t]))]
-            if skips:  # a combination the policy leaves out is never taken
-                ranked = ranked[~np.fromiter(map(self._skip, priority[ranked, t].tolist()),
-                                             dtype=bool, count=len(ranked))]
-            # Take the first combination, in rank order, that fits in the GPUs left and has no
-            # busy member (as one pass over the ranking would), scanning it in chunks: a round
-            # takes tens of combinations among ~10^4 candidates of a packed run.
-            at, chunk = 0, _GREEDY_CHUNK
-            while left > 0 and at < len(ranked):
-                window = ranked[at:at + chunk]
-                ok = ((size_of[window] <= left) & ~busy_rows[first[window]]
-                      & ~busy_rows[second[window]])
-                hit = int(ok.argmax())
-                if not ok[hit]:
-                    at += len(window)
-                    chunk = min(4 * chunk, _GREEDY_CHUNK_MAX)
-                    continue
-                c = int(window[hit])
-                at += hit + 1
-                chunk = _GREEDY_CHUNK
-                # A job without an allocation yet still takes its GPUs here and is then left
-                # unplaced (Gavel's _schedule_jobs_on_workers does the same).
-                left -= sizes[c]
-                busy_rows[first[c]] = True
-                busy_rows[second[c]] = second[c] != len(busy_rows) - 1
-                scheduled[c] = t
-        return scheduled
-
     def _skip(self, priority: float) -> bool:
         """Whether a job of this priority is left out of the round (FIFO policies: priority 0)."""
         return False
-
-    def _place(self, jobs: Sequence[JobView], combos: list[Combo], scheduled: dict[int, int],
-               cluster: ClusterState, node_types: np.ndarray) -> Allocations:
-        free = cluster.capacity().tolist()
-        out = PackedAllocations()
-        pairs: list[tuple[str, str]] = []
-        placed: dict[Combo, np.ndarray] = {}
-        store = self._store
-        by_name = {job.name: job for job in jobs}
-        # Per job: its row of this round's GPUs held (:meth:`_held`, jobs in this order), and
-        # the (node, GPUs) it holds, in node order.
-        row = {job.name: j for j, job in enumerate(jobs)}
-        held_now = self._held_now
-        held_rows, held_nodes = np.nonzero(held_now)
-        held_at: dict[int, list[tuple[int, int]]] = {}
-        for j, node, count in zip(held_rows.tolist(), held_nodes.tolist(),
-                                  held_now[held_rows, held_nodes].tolist(), strict=True):
-            held_at.setdefault(j, []).append((node, count))
-        self.lease_opportunities += len(held_at)
-        type_of_node = self._node_type_index.tolist()
-        for t in range(len(self._types)):
-            chosen = [c for c, tt in scheduled.items() if tt == t]
-            size = {c: by_name[combos[c][0]].requested_replicas for c in chosen}
-            nodes = self._nodes_of_type[t]
-            pointer = 0
-            for current in sorted(set(size.values()), reverse=True):
-                group = [c for c in chosen if size[c] == current]
-                for c in group:  # keep combinations where they run (lease extension)
-                    combo = combos[c]
-                    j = row[combo[0]]
-                    held = held_at.get(j)
-                    if (held is None or any(type_of_node[node] != t for node, _ in held)
-                            or sum(count for _, count in held) != current
-                            or any(count > free[node] for node, count in held)):
-                        continue
-                    if len(combo) == 2:
-                        was = self._placed.get(combo)
-                        if (was is None or not np.array_equal(was, held_now[j])
-                                or not np.array_equal(by_name[combo[1]].allocation,
-                                                      held_now[j])):
-                            continue
-                    placed[combo] = held_now[j].astype(np.int64)
-                    for node, count in held:
-                        free[node] -= count
-                    self.lease_extensions += len(combo)
-                for c in group:
-                    combo = combos[c]
-                    if combo in placed or (not store.in_force(combo)
-                                           and combo not in self._profiling_now):
-                        continue
-                    counts = np.zeros(cluster.num_nodes, dtype=np.int64)
-                    need = current
-                    while need > 0 and pointer < len(nodes):
-                        node = nodes[pointer]
-                        take = min(free[node], need)
-                        counts[node] += take
-                        free[node] -= take
-                        need -= take
-                        if free[node] == 0:
-                            pointer += 1
-                    placed[combo] = counts
-        for combo, counts in placed.items():
-            for name in combo:
-                out[name] = counts
-            if len(combo) == 2:
-                pairs.append((combo[0], combo[1]))
-        out.pairs = tuple(pairs)
-        self._placed = placed
-        return out
-

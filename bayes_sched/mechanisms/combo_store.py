@@ -1,6 +1,6 @@
 """The round mechanism's state per combination (a job alone, or a pair sharing GPUs), as rows of
 arrays: time received and deficit per GPU type since the last reset, and the allocation in force
-(:class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy` reads and updates it each round)."""
+(:class:`~bayes_sched.mechanisms.rounds.Rounds` reads and updates it each round)."""
 
 from __future__ import annotations
 
