@@ -77,8 +77,11 @@ def bound_marginals(scale_tril: torch.Tensor, bound: torch.Tensor) -> torch.Tens
     either noise series; the Hessian is near singular along "one noise scale up, the other down",
     and the inverse gave a standard deviation of 363 in each log noise scale, whose prior spread
     is about 1, so the guide drew noise scales of ``exp(hundreds)``, whose log densities overflow.
-    The prior's spread is the ceiling because the posterior's variance is the prior's on average
-    over data sets (law of total variance: ``Var z = E Var(z | y) + Var E(z | y)``).
+    The prior's spread is the ceiling because the posterior's variance, averaged over the data
+    sets the model generates, is at most the prior's (law of total variance:
+    ``Var z = E Var(z | y) + Var E(z | y)``). Where the data leave a coordinate to its prior, its
+    Laplace spread and the bound (a Monte Carlo estimate) agree to within a few percent, and the
+    start may shrink by that much.
     """
     spread = scale_tril.norm(dim=-1)
     shrink = torch.clamp(bound / spread, max=1.0)
