@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimation import JobModelEstimator, PosteriorSettings
 from bayes_sched.jobs import BatchLimits, GradientStats, JobSettings, JobView, Observation
 from perfmodel.throughput import DRAW_NAMES, step_time_terms
+from tests.cli_inprocess import run_cli
 from tests.conftest import TRUE_PARAMS
 
 #: Log factor of four GPUs' compute time in one node against one GPU's (35% slower).
@@ -56,3 +59,14 @@ def test_posterior_job_models_carry_the_multi_gpu_compute_shift() -> None:
     without = 4 * 64 / step_time_terms(seven, np.float64(1), np.float64(4), np.float64(64))[1]
     assert abs(float(np.median(with_shift)) / measured - 1) < 0.06
     assert float(np.median(without)) / measured > 1.15
+
+
+def test_pollux_runs_on_posterior_job_models_from_a_job_s_first_report() -> None:
+    # A job's first report is one row on one GPU; the posterior fit of it used to diverge at
+    # SVI's first step, and simulate stopped with a one-line error before any job ran.
+    done = run_cli("simulate", "--policy", "pollux", "--workload", "workload-1", "--max-jobs", "1",
+                   "--estimator", "job_posterior", "--estimator-opt", "job_posterior.num_steps=10",
+                   "--estimator-opt", "job_posterior.num_samples=8", "--no-progress", "--json")
+    assert done.returncode == 0, done.stderr
+    (summary,) = json.loads(done.stdout)
+    assert summary["finished"] == 1

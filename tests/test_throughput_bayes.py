@@ -15,6 +15,7 @@ from perfmodel.throughput_bayes.diagnostics import PARETO_K_USABLE
 from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 from perfmodel.throughput_bayes.guide import NetworkCoordinates, guide_base, identity_spline, spline_guide
 from perfmodel.throughput_bayes.importance import PSIS_DRAWS, adapt_proposal, psis
+from perfmodel.throughput_bayes.laplace import bound_marginals
 from perfmodel.throughput_bayes.model import StepTimeData, grouped_normal_log_prob
 from perfmodel.throughput_bayes.prior import StepTimePrior, compute_shifts, gamma_logit
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
@@ -65,6 +66,42 @@ def test_intervals_widen_for_configurations_never_measured(synthetic: StepTimePr
     # speaks of the network: its interval must be several times wider, not collapse.
     assert width[1] > 3 * width[0]
     assert pred["q0.95"][1] > 10 * pred["q0.95"][0]
+
+
+def test_a_profile_of_one_row_fits_to_a_posterior_near_its_prior(synthetic: StepTimeProfile
+                                                                  ) -> None:
+    # A job's first report is one row on one GPU. The model predicts equal compute and step times
+    # there, so the measured gap between them can be laid on either noise series: the Hessian at
+    # the mode was near singular along "one noise scale up, the other down", the Laplace start
+    # drew noise scales of exp(hundreds), and SVI's loss was infinite at its first step.
+    one = synthetic.subset((synthetic.num_replicas == 1) & (synthetic.local_bsz == 128))
+    assert len(one) == 1
+    settings = {"num_steps": 150, "num_samples": 64, "seed": 0, "check": False}  # job_posterior's
+    lone = fit_throughput_posterior(one, **settings)
+    informed = fit_throughput_posterior(synthetic, **settings)
+    assert all(np.isfinite(draws).all() for draws in lone.samples.values())
+    # Nothing but the prior speaks of the noise (half-normal, scale 0.3: median 0.2).
+    assert 0.1 < float(np.median(lone.samples["sigma_step"])) < 0.4
+    nodes, replicas, m = np.array([1, 1, 4]), np.array([2, 4, 16]), np.array([128, 128, 128])
+    widths = [np.log(pred["q0.95"] / pred["q0.05"]) for pred in (
+        posterior.predict_step_time(nodes, replicas, m, quantiles=(0.05, 0.95))
+        for posterior in (lone, informed))]
+    assert (widths[0] > 10 * widths[1]).all()
+
+
+def test_the_laplace_start_is_no_wider_than_the_bound() -> None:
+    scale_tril = torch.linalg.cholesky(torch.tensor([[4.0, 1.2, 0.0], [1.2, 1.0, 0.3],
+                                                     [0.0, 0.3, 9.0]], dtype=torch.float64))
+    bounded = bound_marginals(scale_tril, torch.tensor([1.0, 2.0, 1.5], dtype=torch.float64))
+    spread = bounded.norm(dim=-1)
+    assert torch.allclose(spread, torch.tensor([1.0, 1.0, 1.5], dtype=torch.float64))
+    assert torch.equal(bounded[1], scale_tril[1])  # within its bound: unchanged
+
+    def correlation(tril: torch.Tensor) -> torch.Tensor:
+        cov = tril @ tril.T
+        return cov / torch.outer(cov.diagonal().sqrt(), cov.diagonal().sqrt())
+
+    assert torch.allclose(correlation(bounded), correlation(scale_tril))
 
 
 def test_fits_reproduce_with_a_seed(synthetic: StepTimeProfile) -> None:

@@ -154,6 +154,11 @@ class _GammaLogitPrior(dist.TransformedDistribution):
         super().__init__(base, [dist.transforms.SigmoidTransform(),
                                 dist.transforms.AffineTransform(low, high - low)])
 
+    def expand(self, batch_shape: torch.Size | tuple[int, ...], _instance: object = None
+               ) -> _GammaLogitPrior:
+        """The same prior over a batch of shape ``batch_shape`` (for a plate of draws)."""
+        return _GammaLogitPrior(self.base_dist.expand(batch_shape))
+
 
 def gamma_logit(gamma: float) -> float:
     """``gamma`` on :data:`~perfmodel.throughput.GAMMA_BOUNDS` as the log-odds of its position

@@ -12,6 +12,7 @@ import numpy as np
 import pyro.distributions as dist
 import torch
 from pyro import poutine
+from pyro.infer import Predictive
 from pyro.infer.autoguide.initialization import init_to_value
 from pyro.infer.mcmc.util import initialize_model
 
@@ -51,6 +52,34 @@ class SviFit:
         z = self.coordinates.to_unconstrained(y)
         return {n: self.to_constrained[n](z[:, i]).detach().numpy()
                 for i, n in enumerate(self.to_constrained)}
+
+
+#: Prior draws from which :func:`prior_spread` measures the prior's spread, and their seed (a
+#: stream of their own, so the fit's draws do not depend on them).
+PRIOR_SPREAD_DRAWS = 4096
+_PRIOR_SPREAD_SEED = 0
+#: Interquartile range of the standard normal: a spread measured as ``IQR / 1.349`` is the
+#: standard deviation of the normal with that interquartile range.
+_NORMAL_IQR = 2 * 0.6744897501960817
+
+
+def prior_spread(data: StepTimeData, prior: StepTimePrior, names: list[str],
+                 to_unconstrained: dict[str, Any], coordinates: NetworkCoordinates
+                 ) -> torch.Tensor:
+    """The prior's spread in each of the guide's coordinates (``names`` mapped by
+    ``to_unconstrained``, then by ``coordinates``), shape ``(D,)``: the interquartile range of
+    :data:`PRIOR_SPREAD_DRAWS` prior draws over that of the standard normal, so it is the
+    standard deviation of a normal prior and stays finite for a heavy-tailed (Student-t
+    population) prior. The draws come from a torch random stream of their own, seeded
+    :data:`_PRIOR_SPREAD_SEED`, so the global stream (and the fit's draws) are untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_PRIOR_SPREAD_SEED)
+        draws = Predictive(step_time_model, num_samples=PRIOR_SPREAD_DRAWS, return_sites=names,
+                           parallel=True)(data, prior)
+    z = torch.stack([to_unconstrained[n](draws[n].reshape(-1)) for n in names], dim=-1)
+    quartiles = torch.quantile(coordinates.from_unconstrained(z),
+                               torch.tensor([0.25, 0.75], dtype=z.dtype), dim=0)
+    return (quartiles[1] - quartiles[0]) / _NORMAL_IQR
 
 
 def fit_svi(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tensor],
@@ -100,7 +129,8 @@ def fit_svi(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tens
     # Adam steps from there did not recover (figures: docs/results/bench_perfmodel.md).
     mode = posterior_mode(log_density, coordinates.from_unconstrained(
         torch.stack([params[n].detach() for n in names])))
-    start = laplace_scale_tril(log_density, mode)
+    start = laplace_scale_tril(log_density, mode, bound=prior_spread(
+        data, prior, names, {n: transforms[n] for n in names}, coordinates))
     loc = mode.clone().requires_grad_(True)
     raw_scale = torch.log(torch.expm1(torch.diagonal(start))).clone().requires_grad_(True)
     off_diag = start.tril(-1).clone().requires_grad_(True)
