@@ -32,9 +32,11 @@ from experiments.results_record import add_record_flag, record_results  # noqa: 
 def main() -> None:
     from bayes_sched.cluster import ClusterState
     from bayes_sched.cluster_spec import load_cluster_spec
-    from bayes_sched.estimates import NO_ESTIMATES
+    from bayes_sched.estimation import estimate_round
+    from bayes_sched.estimation.choose import policy_estimators
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
+    from bayes_sched.sim.oracles import world_oracles
     from bayes_sched.sim.table_cluster import TableCluster
     from bayes_sched.tables import print_table
     from bayes_sched.throughputs import load_gavel_throughputs
@@ -53,6 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     spec = replace(load_cluster_spec(args.cluster), round_interval=360.0)
     table = load_gavel_throughputs()
+    oracles = world_oracles(table)  # the policies' default estimates: the table, as Gavel reads it
     rows = []
     for num_jobs in args.jobs:
         jobs = [replace(job, submit_time=0.0) for job in
@@ -65,8 +68,10 @@ def main() -> None:
             times, cpu = [], []
             for _ in range(args.repeats):
                 policy = make_policy(name, **options)
+                seen, estimates = estimate_round(policy_estimators(policy, oracles=oracles),
+                                                 state, views)
                 start, start_cpu = time.perf_counter(), time.process_time()
-                policy.decide(state, views, NO_ESTIMATES)
+                policy.decide(state, seen, estimates)
                 times.append(time.perf_counter() - start)
                 cpu.append(time.process_time() - start_cpu)
             rows.append({"policy": name, "jobs": num_jobs,
