@@ -164,7 +164,7 @@ class _SolverClock:
     def __init__(self, module_name: str, compare: bool = True) -> None:
         import importlib
 
-        from bayes_sched.policies import time_fraction_lp
+        from bayes_sched.mechanisms import time_fraction_lp
 
         self.module = importlib.import_module(module_name)
         self.solve_program = time_fraction_lp.solve_program
