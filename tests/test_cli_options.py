@@ -240,3 +240,19 @@ def test_listed_summaries_carry_no_docstring_markup() -> None:
         summary = POLICIES.summary(name)
         assert "``" not in summary and ":class:" not in summary and ":func:" not in summary, name
     assert POLICIES.summary("bo") == 'The Bayesian-optimised policy (registered as "bo").'
+
+
+def test_an_interrupt_wrapped_by_compiled_code_counts_as_ctrl_c() -> None:
+    # numba's dispatcher reports a Ctrl-C that lands in compiled code as a SystemError caused by
+    # the KeyboardInterrupt (the fresh-clone run's first compile met one).
+    from bayes_sched.cli import _interrupted
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise SystemError("returned a result with an exception set") from interrupt
+    except SystemError as wrapped:
+        assert _interrupted(wrapped)
+    assert not _interrupted(SystemError("a real bug"))
+    assert not _interrupted(RuntimeError("a bug")) and _interrupted(KeyboardInterrupt())

@@ -113,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 141
     except Exception as error:
+        if _interrupted(error):
+            return 130
         if is_user_error(error):
             return fail(str(error))
         if os.environ.get(DEBUG_VARIABLE):  # a bug: one visible line, not a silent exit
@@ -121,6 +123,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"please report it with the command line; set {DEBUG_VARIABLE}=1 for the "
                     "traceback)", status=1)
     return int(status or 0)
+
+
+def _interrupted(error: BaseException) -> bool:
+    """Whether ``error`` wraps a Ctrl-C: compiled code (numba's dispatcher) that a
+    ``KeyboardInterrupt`` lands in reports it as a ``SystemError`` caused by it."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 if __name__ == "__main__":
