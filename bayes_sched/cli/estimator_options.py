@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bayes_sched.errors import InputError
 from bayes_sched.registry import parse_assignments
+
+if TYPE_CHECKING:
+    from bayes_sched.estimation.registry import EstimatorRegistry
 
 #: The oracles a throughput-table world supplies (:func:`bayes_sched.sim.oracles.world_oracles`).
 ORACLE_NAMES = ("oracle", "oracle_stage", "oracle_remaining_steps")
@@ -65,11 +68,9 @@ def estimator_choices(args: argparse.Namespace, config: Mapping[str, Any]) -> di
         name, need = name.strip(), need.strip()
         _known(name, f"--estimator {item!r}")
         if need:
-            from bayes_sched.estimates import NEEDS  # numpy: not at --help
-
-            if need not in NEEDS:
+            if need not in _needs():
                 raise InputError(f"--estimator {item!r}: unknown need '{need}'; expected one of "
-                                 f"{', '.join(NEEDS)}")
+                                 f"{', '.join(_needs())}")
             choices[need] = name
         else:
             options.setdefault(name, {})
@@ -116,14 +117,7 @@ def _needs() -> tuple[str, ...]:
 
 
 def _serves(name: str) -> tuple[str, ...]:
-    from bayes_sched.estimation.registry import ESTIMATORS
-
-    if name in ESTIMATORS:
-        return tuple(ESTIMATORS.serves(name))
-    from bayes_sched.sim.oracles import world_oracles
-    from bayes_sched.throughputs import load_gavel_throughputs
-
-    return tuple(world_oracles(load_gavel_throughputs(), remaining_steps=no_truth).serves(name))
+    return tuple(_registry_of(name).serves(name))
 
 
 def _known(name: str, where: str) -> None:
@@ -136,15 +130,20 @@ def _known(name: str, where: str) -> None:
 
 def _check(name: str, values: Mapping[str, Any], where: str) -> dict[str, Any]:
     """``values`` checked against the options of estimator ``name``."""
+    return _registry_of(name).check(name, values, where)
+
+
+def _registry_of(name: str) -> EstimatorRegistry:
+    """The registry estimator ``name`` is in: :data:`ESTIMATORS`, else the oracles a
+    throughput-table world supplies (read here for their names, needs and options only)."""
     from bayes_sched.estimation.registry import ESTIMATORS
 
     if name in ESTIMATORS:
-        return ESTIMATORS.check(name, values, where)
+        return ESTIMATORS
     from bayes_sched.sim.oracles import world_oracles
     from bayes_sched.throughputs import load_gavel_throughputs
 
-    return world_oracles(load_gavel_throughputs(), remaining_steps=no_truth).check(name, values,
-                                                                                   where)
+    return world_oracles(load_gavel_throughputs(), remaining_steps=no_truth)
 
 
 def no_truth(name: str) -> float:
