@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from bayes_sched.service.tenants import TenantUsage
 
 DEFAULT_STATE = "bayes-sched-state"
+#: Rounds whose rows ``serve`` keeps by default: a week of one-minute rounds.
+DEFAULT_KEEP_ROUNDS = 7 * 24 * 60
 #: The umask of ``serve``, ``submit``, ``status`` and ``cancel`` (and so of every job ``serve``
 #: starts): new files 0600, new folders 0700.
 PRIVATE_UMASK = 0o077
@@ -98,6 +100,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--exit-when-idle", action="store_true",
                        help="stop once every job has ended")
     serve.add_argument("--max-rounds", type=positive_int, default=None)
+    serve.add_argument("--keep-rounds", type=int_in_range(1, 100_000_000),
+                       default=DEFAULT_KEEP_ROUNDS, metavar="N",
+                       help="rounds whose decisions the state keeps; older rows are deleted "
+                       f" (default: {DEFAULT_KEEP_ROUNDS}, a week of one-minute rounds)")
     serve.add_argument("--prometheus", type=int_in_range(0, 65535), default=None,
                        metavar="PORT", help="serve the scheduler's metrics for Prometheus at "
                        "http://BIND:PORT/metrics (0: any free port; default: none)")
@@ -230,7 +236,7 @@ def _serve(args: argparse.Namespace) -> int:
             logging.getLogger(__name__).info("serving Prometheus metrics on http://%s:%d/metrics",
                                              endpoint.address, endpoint.port)
         service = Service(store, launcher, policy, config, counters, metrics=metrics,
-                          interval=args.interval, tenants=tenants)
+                          interval=args.interval, tenants=tenants, keep_rounds=args.keep_rounds)
         try:
             service.run(args.interval, args.max_rounds)
         finally:

@@ -102,6 +102,8 @@ class Service:
         tenants: the teams sharing the cluster, checked against the launcher's GPUs
             (:func:`~bayes_sched.service.tenants.read_tenants_file`); none: no quotas, the
             jobs' tenants are labels.
+        keep_rounds: how many of the latest rounds' rows the state keeps (older ones are
+            deleted as each round is saved); ``None``: all of them.
     """
 
     def __init__(self, store: StateStore, launcher: Launcher, policy: Policy,
@@ -109,9 +111,10 @@ class Service:
                  counters: CountersFeed | None = None,
                  estimators: Sequence[Estimator] | None = None,
                  metrics: ServeMetrics | None = None, interval: float | None = None,
-                 tenants: Sequence[TenantSpec] = ()) -> None:
+                 tenants: Sequence[TenantSpec] = (), keep_rounds: int | None = None) -> None:
         store.lock_for_service()
         self.store = store
+        self.keep_rounds = keep_rounds
         # A real cluster supplies no oracle: a policy whose default is one is refused here.
         self.estimators = (policy_estimators(policy, where=f"policy {policy.name}")
                            if estimators is None else list(estimators))
@@ -167,7 +170,7 @@ class Service:
         node_types = [node.gpu_type for node in self.cluster.spec.nodes]
         happened = [*(events or []),
                     *self.tracker.update(records, node_types, self.cluster.now)]
-        self.store.save(records, cancelled or (), round_row, happened)
+        self.store.save(records, cancelled or (), round_row, happened, self.keep_rounds)
         self._report(happened)  # once saved: every line logged is in the state too
         if self.metrics is not None:
             self.metrics.update(records, self.cluster.spec, happened, round_row is not None)

@@ -469,10 +469,15 @@ class StateStore:
 
     def save(self, records: Sequence[dict[str, Any]], cancelled: Sequence[str] = (),
              round_row: tuple[int, float, Any, Any, float | None] | None = None,
-             events: Sequence[Event] = ()) -> None:
+             events: Sequence[Event] = (), keep_rounds: int | None = None) -> None:
         """Write every job's record (a round's row, with the service's heartbeat, the
         ``meta`` key ``serve_heartbeat``: the wall-clock time of the round's save; the events
         these records end) in one transaction.
+
+        ``keep_rounds``: where given, the rounds older than the last ``keep_rounds`` are
+        deleted in the same transaction, so the ``rounds`` table of a long-running service
+        stays bounded (one row a round, each holding the round's allocations and predictions
+        of every job, would otherwise grow with uptime, not with the job table).
 
         A test hook, off by default: ``BAYES_SCHED_TEST_HOLD_SAVE=SECONDS`` in the service's
         environment holds the open transaction that long before it commits, so that a fault
@@ -490,6 +495,8 @@ class StateStore:
                 db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?)",
                            (number, t, json.dumps(allocations), json.dumps(predictions),
                             seconds))
+                if keep_rounds is not None:
+                    db.execute("DELETE FROM rounds WHERE round <= ?", (number - keep_rounds,))
                 _write_meta(db, {HEARTBEAT: repr(now)})
             _insert_events(db, events)
             hold = os.environ.get("BAYES_SCHED_TEST_HOLD_SAVE")
