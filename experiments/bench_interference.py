@@ -16,6 +16,9 @@ the same solo features (of the target job and of its neighbour):
   interval).
 - gp: :class:`bayes_sched.interference.gp.ColocationGP` on the solo features (GPU type and log
   batch size among them); gp+family: the same with the job family one-hot beside them.
+- gp-censored, gp-censored+family: the same inputs,
+  :class:`bayes_sched.interference.gp_censored.CensoredColocationGP`, which reads a recorded
+  speed of 1 as "at least 1" (a censored observation) instead of an exact 1.
 
 Prints MAE of normalised speed, 90%-interval coverage and mean interval width per setting and
 method, the MAE against the best tree ensemble's, and the coverage on the rows faster than alone
@@ -65,6 +68,7 @@ from bayes_sched.interference.gavel import (  # noqa: E402
     job_type_of,
 )
 from bayes_sched.interference.gp import ColocationGP  # noqa: E402
+from bayes_sched.interference.gp_censored import CensoredColocationGP  # noqa: E402
 from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 LEVEL = 0.9
@@ -90,7 +94,8 @@ def residual_interval(
 
 
 TREES = ("random forest", "gradient boosting")
-METHODS = ("mean", "linear", *TREES, "bayes (this)", "gp", "gp+family")
+METHODS = ("mean", "linear", *TREES, "bayes (this)", "gp", "gp+family", "gp-censored",
+           "gp-censored+family")
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "bayes (this)")
 
 
@@ -146,9 +151,12 @@ def run_bayes(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame, s
     return prediction.median, low, high
 
 
-def run_gp(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame) -> tuple:
-    """Median and 90% interval of the GP co-location model on ``test``."""
-    model = ColocationGP.fit(train, features)
+def run_gp(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame,
+           censored: bool = False) -> tuple:
+    """Median and 90% interval of the GP co-location model on ``test``: the Gaussian one, or
+    with ``censored`` the one that reads a recorded speed of 1 as "at least 1"."""
+    model = (CensoredColocationGP.fit(train, features, cap=RECORDED_SPEED_CAP) if censored
+             else ColocationGP.fit(train, features))
     prediction = model.predict_speed(list(test["target"]), list(test["other"]))
     low, high = prediction.interval(LEVEL)
     return prediction.median, low, high
@@ -185,7 +193,10 @@ def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame
     results = run_baselines(train, test, features, methods)
     fits = {"bayes (this)": lambda: run_bayes(train, test, features, steps),
             "gp": lambda: run_gp(train, test, features),
-            "gp+family": lambda: run_gp(train, test, with_family(features))}
+            "gp+family": lambda: run_gp(train, test, with_family(features)),
+            "gp-censored": lambda: run_gp(train, test, features, censored=True),
+            "gp-censored+family": lambda: run_gp(train, test, with_family(features),
+                                                 censored=True)}
     for name, fit in fits.items():
         if name in methods:
             started = time.process_time()
