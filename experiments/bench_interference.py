@@ -39,6 +39,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -212,7 +213,7 @@ def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame
 def summarise(setting: str, collected: dict[str, list]) -> list[dict]:
     """One row per method of a setting from its folds' (prediction, low, high, seconds,
     observed), with the MAE against the best tree ensemble's."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, parts in collected.items():
         prediction, low, high, _, observed = (
             np.concatenate([np.atleast_1d(v) for v in p]) for p in zip(*parts, strict=True))

@@ -18,7 +18,8 @@ predictive distribution of a new pair is the GP's Gaussian conditional plus the 
 pair unlike any measured one (a job family, GPU type or batch size never co-located) gets the
 prior's spread back: its interval widens instead of collapsing. Speeds above 1 (a job faster next
 to a neighbour than alone) are ordinary values of ``log speed > 0``; nothing caps them below
-:data:`~.tables.MAX_SPEED`.
+:data:`~.tables.MAX_SPEED`. Where the records were capped (every faster-than-alone speed written
+as exactly 1), :mod:`.gp_censored` reads the capped rows as censored instead of exact.
 
 Cost: one Cholesky factor of an ``M x M`` matrix per optimiser step (``M`` the evidence subset),
 and one of ``N x N`` for the prediction (``N`` training observations, bounded by

@@ -40,11 +40,13 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import gpytorch
 import numpy as np
 import pandas as pd
 import torch
+from botorch.models import SingleTaskGP
 from gpytorch.constraints import GreaterThan
 from gpytorch.priors import LogNormalPrior
 
@@ -88,12 +90,15 @@ class _Hyperparameters(gpytorch.Module):
             noise_prior=noise_prior,
             noise_constraint=GreaterThan(1e-4, initial_value=noise_prior.mode))
 
-    def copy_from(self, start: torch.nn.Module) -> None:
+    def copy_from(self, start: SingleTaskGP) -> None:
         """Take the mean, length scales and noise of a fitted ``SingleTaskGP``."""
+        mean = cast(gpytorch.means.ConstantMean, start.mean_module)
+        kernel = cast(gpytorch.kernels.Kernel, start.covar_module)
+        likelihood = cast(gpytorch.likelihoods.GaussianLikelihood, start.likelihood)
         with torch.no_grad():
-            self.mean.constant = start.mean_module.constant.detach()  # type: ignore[union-attr]
-            self.kernel.lengthscale = start.covar_module.lengthscale.detach()  # type: ignore
-            self.noise.noise = start.likelihood.noise.detach().reshape(1)  # type: ignore
+            self.mean.constant = mean.constant.detach()
+            self.kernel.lengthscale = kernel.lengthscale.detach()
+            self.noise.noise = likelihood.noise.detach().reshape(1)
 
     @property
     def sigma(self) -> torch.Tensor:
