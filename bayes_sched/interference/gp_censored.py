@@ -18,10 +18,8 @@ Model (same inputs, standardisation, kernel and priors as :mod:`.gp`)::
 The Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode and the
 Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*, 2006,
 algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the Gaussian
-with the curvature there, and the evidence is the Laplace evidence. (gpytorch's variational GPs
-were tried first: with inducing inputs fewer than the observations the noise absorbs what the
-inducing set cannot represent, and with as many the evidence lower bound's optimisation takes
-minutes and stops at different optima from different starts.) ``m``, the length scales and
+with the curvature there, and the evidence is the Laplace evidence; the censored rows' factors need
+no inducing-point or variational approximation. ``m``, the length scales and
 ``sigma`` maximise the Laplace evidence with the Gaussian model's priors on at most
 :data:`~.gp.EVIDENCE_OBSERVATIONS` observations (L-BFGS, from the Gaussian model's fit on the
 same subset); its gradient is exact: the mode enters through one Newton step from the converged
