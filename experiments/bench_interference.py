@@ -262,7 +262,7 @@ def main() -> int:
     for setting, folds in settings.items():
         collected: dict[str, list] = {}
         started = time.perf_counter()
-        for i, (_, test_mask) in enumerate(folds):
+        for i, (group, test_mask) in enumerate(folds):
             train, test = observations[~test_mask], observations[test_mask]
             results = fold_results(train, test, features, tuple(args.methods), args.steps)
             if results is None:
@@ -271,7 +271,10 @@ def main() -> int:
                 continue
             for name, result in results.items():
                 collected.setdefault(name, []).append((*result, test["speed"].to_numpy()))
-            print(f"{setting}: fold {i + 1}/{len(folds)} done", file=sys.stderr)
+            maes = ", ".join(f"{name} {mean_absolute_error(r[0], test['speed']):.4f}"
+                             for name, r in results.items())
+            print(f"{setting}: fold {i + 1}/{len(folds)} ({group}, {len(test)} rows) done; "
+                  f"MAE {maes}", file=sys.stderr)
         done = summarise(setting, collected)
         rows += done
         print(pd.DataFrame(done).to_string(index=False, float_format=lambda v: f"{v:.4f}"),
