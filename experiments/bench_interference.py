@@ -21,7 +21,8 @@ the same solo features (of the target job and of its neighbour):
   speed of 1 as "at least 1" (a censored observation) instead of an exact 1.
 
 Prints MAE of normalised speed, 90%-interval coverage and mean interval width per setting and
-method, the MAE against the best tree ensemble's, and the coverage on the rows faster than alone
+method (and, on stderr as each fold ends, its held-out group and each method's MAE on it), the
+MAE against the best tree ensemble's, and the coverage on the rows faster than alone
 (speed > 1) and on those not slower (speed >= 1): Gavel's normalised speeds stop at 1.000 (a
 co-located throughput above the solo one is recorded as the solo one), so no row is above 1 and
 the rows at 1 stand for them; every method's predictions and intervals are capped at 1 as the
