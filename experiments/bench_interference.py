@@ -16,9 +16,13 @@ the same solo features (of the target job and of its neighbour):
   interval).
 - gp: :class:`bayes_sched.interference.gp.ColocationGP` on the solo features (GPU type and log
   batch size among them); gp+family: the same with the job family one-hot beside them.
+- gp-censored, gp-censored+family: the same inputs,
+  :class:`bayes_sched.interference.gp_censored.CensoredColocationGP`, which reads a recorded
+  speed of 1 as "at least 1" (a censored observation) instead of an exact 1.
 
 Prints MAE of normalised speed, 90%-interval coverage and mean interval width per setting and
-method, the MAE against the best tree ensemble's, and the coverage on the rows faster than alone
+method (and, on stderr as each fold ends, its held-out group and each method's MAE on it), the
+MAE against the best tree ensemble's, and the coverage on the rows faster than alone
 (speed > 1) and on those not slower (speed >= 1): Gavel's normalised speeds stop at 1.000 (a
 co-located throughput above the solo one is recorded as the solo one), so no row is above 1 and
 the rows at 1 stand for them; every method's predictions and intervals are capped at 1 as the
@@ -36,6 +40,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,6 +70,7 @@ from bayes_sched.interference.gavel import (  # noqa: E402
     job_type_of,
 )
 from bayes_sched.interference.gp import ColocationGP  # noqa: E402
+from bayes_sched.interference.gp_censored import CensoredColocationGP  # noqa: E402
 from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 LEVEL = 0.9
@@ -90,7 +96,8 @@ def residual_interval(
 
 
 TREES = ("random forest", "gradient boosting")
-METHODS = ("mean", "linear", *TREES, "bayes (this)", "gp", "gp+family")
+METHODS = ("mean", "linear", *TREES, "bayes (this)", "gp", "gp+family", "gp-censored",
+           "gp-censored+family")
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "bayes (this)")
 
 
@@ -146,9 +153,12 @@ def run_bayes(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame, s
     return prediction.median, low, high
 
 
-def run_gp(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame) -> tuple:
-    """Median and 90% interval of the GP co-location model on ``test``."""
-    model = ColocationGP.fit(train, features)
+def run_gp(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame,
+           censored: bool = False) -> tuple:
+    """Median and 90% interval of the GP co-location model on ``test``: the Gaussian one, or
+    with ``censored`` the one that reads a recorded speed of 1 as "at least 1"."""
+    model = (CensoredColocationGP.fit(train, features, cap=RECORDED_SPEED_CAP) if censored
+             else ColocationGP.fit(train, features))
     prediction = model.predict_speed(list(test["target"]), list(test["other"]))
     low, high = prediction.interval(LEVEL)
     return prediction.median, low, high
@@ -185,7 +195,10 @@ def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame
     results = run_baselines(train, test, features, methods)
     fits = {"bayes (this)": lambda: run_bayes(train, test, features, steps),
             "gp": lambda: run_gp(train, test, features),
-            "gp+family": lambda: run_gp(train, test, with_family(features))}
+            "gp+family": lambda: run_gp(train, test, with_family(features)),
+            "gp-censored": lambda: run_gp(train, test, features, censored=True),
+            "gp-censored+family": lambda: run_gp(train, test, with_family(features),
+                                                 censored=True)}
     for name, fit in fits.items():
         if name in methods:
             started = time.process_time()
@@ -201,7 +214,7 @@ def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame
 def summarise(setting: str, collected: dict[str, list]) -> list[dict]:
     """One row per method of a setting from its folds' (prediction, low, high, seconds,
     observed), with the MAE against the best tree ensemble's."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, parts in collected.items():
         prediction, low, high, _, observed = (
             np.concatenate([np.atleast_1d(v) for v in p]) for p in zip(*parts, strict=True))
@@ -250,7 +263,7 @@ def main() -> int:
     for setting, folds in settings.items():
         collected: dict[str, list] = {}
         started = time.perf_counter()
-        for i, (_, test_mask) in enumerate(folds):
+        for i, (group, test_mask) in enumerate(folds):
             train, test = observations[~test_mask], observations[test_mask]
             results = fold_results(train, test, features, tuple(args.methods), args.steps)
             if results is None:
@@ -259,7 +272,10 @@ def main() -> int:
                 continue
             for name, result in results.items():
                 collected.setdefault(name, []).append((*result, test["speed"].to_numpy()))
-            print(f"{setting}: fold {i + 1}/{len(folds)} done", file=sys.stderr)
+            maes = ", ".join(f"{name} {mean_absolute_error(r[0], test['speed']):.4f}"
+                             for name, r in results.items())
+            print(f"{setting}: fold {i + 1}/{len(folds)} ({group}, {len(test)} rows) done; "
+                  f"MAE {maes}", file=sys.stderr)
         done = summarise(setting, collected)
         rows += done
         print(pd.DataFrame(done).to_string(index=False, float_format=lambda v: f"{v:.4f}"),

@@ -60,6 +60,28 @@ def test_the_guides_colocation_commands_run_on_logs_and_pairs(tmp_path: Path) ->
     assert abs(rows["lm"]["speed_median"] - 0.71) < 0.1
 
 
+def test_censored_gp_reads_capped_pairs_and_refuses_uncapped_ones(tmp_path: Path) -> None:
+    # The same pairs as recorded capped at 1 (a3c next to itself ran faster than alone).
+    for job, counters in SOLO_RUNS.items():
+        (tmp_path / f"{job}.csv").write_text(_smi_log(*counters))
+    (tmp_path / "pairs.csv").write_text(PAIRS.replace("1.04,1.03", "1.0,1.0"))
+    made = _run(tmp_path, "bayes-sched infer solo-features --log resnet=resnet.csv "
+                          "--log lm=lm.csv --log a3c=a3c.csv --out solo.csv")
+    assert made.returncode == 0, made.stderr
+    predicted = _run(tmp_path, "bayes-sched infer interference pairs.csv solo.csv --jobs a3c,a3c "
+                               "--model gp-censored --json")
+    assert predicted.returncode == 0, predicted.stderr
+    rows = json.loads(predicted.stdout)
+    # Censored at 1, a3c next to itself is predicted at or above 1, not pulled below it.
+    assert all(row["speed_median"] >= 0.99 for row in rows)
+    (tmp_path / "pairs.csv").write_text(PAIRS)
+    refused = _run(tmp_path, "bayes-sched infer interference pairs.csv solo.csv --jobs resnet,lm "
+                             "--model gp-censored")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "pairs.csv: speed_a 1.04 of the pair a3c,a3c" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
 def test_colocation_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "a.csv").write_text(_smi_log(50, 10, 100).replace("10 %", "[N/A]", 1))
     (tmp_path / "pairs.csv").write_text(PAIRS)

@@ -152,7 +152,9 @@ def _register_interference(commands: argparse._SubParsersAction) -> None:
         "(formats in bayes_sched.interference.tables) and predict the normalised "
         "speed of each job sharing with the others, with 90% intervals. A saved fit of the same "
         "tables, settings and version is reused (--refit to fit again). --model gp fits the "
-        "Gaussian-process model instead (seconds; pairs only: two --jobs).",
+        "Gaussian-process model instead (seconds; pairs only: two --jobs); --model gp-censored "
+        "the same GP reading a speed of exactly 1 as 'at least 1' (tables whose speeds were "
+        "capped at 1, as Gavel's are).",
     )
     interference.add_argument(
         "pairs", type=existing_file, help="pairs CSV: job_a,job_b,speed_a,speed_b"
@@ -164,9 +166,11 @@ def _register_interference(commands: argparse._SubParsersAction) -> None:
         "--jobs", required=True, help="comma-separated job names sharing a GPU, switch or node"
     )
     interference.add_argument(
-        "--model", choices=("bayes", "gp"), default="bayes",
+        "--model", choices=("bayes", "gp", "gp-censored"), default="bayes",
         help="bayes: the latent-resource model fitted by SVI (default); gp: a Gaussian process "
-        "over both jobs' solo features, its hyperparameters by maximum evidence")
+        "over both jobs' solo features, its hyperparameters by maximum evidence; gp-censored: "
+        "the same GP for speeds recorded capped at 1 (a 1 is censored, 'at least 1'; a speed "
+        "above 1 is refused)")
     interference.add_argument(
         "--steps", type=STEPS,
         help="SVI steps of --model bayes, in [1, 1000000] (default 2000)")
@@ -337,7 +341,7 @@ def run_interference(args: argparse.Namespace) -> int:
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     if len(jobs) < 2:
         raise OptionError(f"--jobs {args.jobs!r}: expected at least two comma-separated job names")
-    if args.model == "gp":
+    if args.model in ("gp", "gp-censored"):
         return run_interference_gp(args, jobs)
     check_cache_dir(args)
     from bayes_sched.interference import (
@@ -381,21 +385,40 @@ def _interference_tables(args: argparse.Namespace, jobs: list[str]) -> tuple:
 
 
 def run_interference_gp(args: argparse.Namespace, jobs: list[str]) -> int:
-    """``infer interference --model gp``: fit the GP co-location model (seconds; no saved fit)
-    and predict each of the two jobs next to the other."""
+    """``infer interference --model gp`` or ``gp-censored``: fit the GP co-location model
+    (seconds; no saved fit) and predict each of the two jobs next to the other."""
     for flag, value in (("--steps", args.steps), ("--learning-rate", args.learning_rate)):
         if value is not None:
-            raise OptionError(f"{flag}: an SVI setting of --model bayes; --model gp has none")
+            raise OptionError(f"{flag}: an SVI setting of --model bayes; --model {args.model} "
+                              "has none")
     if len(jobs) != 2:
-        raise OptionError(f"--jobs {args.jobs!r}: --model gp predicts pairs; expected two jobs")
+        raise OptionError(f"--jobs {args.jobs!r}: --model {args.model} predicts pairs; "
+                          "expected two jobs")
     pairs, solo = _interference_tables(args, jobs)
     from bayes_sched.interference import colocation_observations
-    from bayes_sched.interference.gp import ColocationGP
+    from bayes_sched.interference.gavel import RECORDED_SPEED_CAP
+    from bayes_sched.interference.gp import ColocationGP, PairGP
+    from bayes_sched.interference.gp_censored import CensoredColocationGP
 
+    if args.model == "gp-censored":
+        for column in ("speed_a", "speed_b"):
+            above = pairs[pairs[column] > RECORDED_SPEED_CAP]
+            if len(above):
+                row = above.iloc[0]
+                raise OptionError(
+                    f"{args.pairs}: {column} {row[column]:g} of the pair {row['job_a']},"
+                    f"{row['job_b']}: --model gp-censored reads speeds capped at "
+                    f"{RECORDED_SPEED_CAP:g}; expected none above it (--model gp takes them)")
+    observations = colocation_observations(pairs)
+    model: PairGP
     with warnings.catch_warnings():
         # Not converged is an error here (one line): its warning would say it twice.
         warnings.simplefilter("ignore", UnreliableFitWarning)
-        model = ColocationGP.fit(colocation_observations(pairs), solo, seed=args.seed)
+        if args.model == "gp-censored":
+            model = CensoredColocationGP.fit(observations, solo, cap=RECORDED_SPEED_CAP,
+                                             seed=args.seed)
+        else:
+            model = ColocationGP.fit(observations, solo, seed=args.seed)
     model.require_converged()
     table = model.predict_colocation(jobs)
     print_table(

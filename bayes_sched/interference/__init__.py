@@ -9,7 +9,8 @@ them from their modules (importing this package loads no BoTorch).
 The offline interference model (:mod:`.model`) learns from a pairs table and a solo-features table
 (:mod:`.tables`); Gavel's measured pairs ship with the package (:mod:`.gavel`); :mod:`.evaluation`
 has the splits and scores used to validate it. :mod:`.gp` is a Gaussian-process alternative
-(ARD over the solo features of both jobs), :mod:`.gpu_counters` turns counter logs into solo
+(ARD over the solo features of both jobs), :mod:`.gp_censored` the same for speeds recorded
+capped at 1 (a censored likelihood), :mod:`.gpu_counters` turns counter logs into solo
 features.
 """
 

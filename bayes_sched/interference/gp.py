@@ -18,7 +18,8 @@ predictive distribution of a new pair is the GP's Gaussian conditional plus the 
 pair unlike any measured one (a job family, GPU type or batch size never co-located) gets the
 prior's spread back: its interval widens instead of collapsing. Speeds above 1 (a job faster next
 to a neighbour than alone) are ordinary values of ``log speed > 0``; nothing caps them below
-:data:`~.tables.MAX_SPEED`.
+:data:`~.tables.MAX_SPEED`. Where the records were capped (every faster-than-alone speed written
+as exactly 1), :mod:`.gp_censored` reads the capped rows as censored instead of exact.
 
 Cost: one Cholesky factor of an ``M x M`` matrix per optimiser step (``M`` the evidence subset),
 and one of ``N x N`` for the prediction (``N`` training observations, bounded by
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,11 +68,11 @@ GRADIENT_TOLERANCE = 1e-2
 
 @dataclass(frozen=True)
 class GpFitReport:
-    """How the hyperparameter fit ended: final negative marginal log likelihood per observation
-    ``loss`` (hyperparameter priors included), its gradient norm ``gradient_norm``, ``converged``
-    (gradient norm below :data:`GRADIENT_TOLERANCE` and no optimiser warning), and the fitted
-    length scale per input (``lengthscales``, standardised units) and noise standard deviation
-    (``noise``, log speed)."""
+    """How the hyperparameter fit ended: final loss per observation ``loss`` (negative marginal
+    log likelihood, or negative evidence lower bound for a variational fit; hyperparameter
+    priors included), its gradient norm ``gradient_norm`` in the raw hyperparameters,
+    ``converged``, and the fitted length scale per input (``lengthscales``, standardised units)
+    and noise standard deviation (``noise``, log speed)."""
 
     loss: float
     gradient_norm: float
@@ -78,62 +80,94 @@ class GpFitReport:
     lengthscales: dict[str, float]
     noise: float
 
+    def with_noise_scale(self, y_scale: float) -> GpFitReport:
+        """This report with its noise in log-speed units (the fits see standardised targets)."""
+        return GpFitReport(self.loss, self.gradient_norm, self.converged, self.lengthscales,
+                           self.noise * y_scale)
 
-class ColocationGP:
-    """A fitted GP co-location model; build it with :meth:`fit`."""
 
-    def __init__(self, model: SingleTaskGP, solo_features: pd.DataFrame,
-                 feature_mean: np.ndarray, feature_scale: np.ndarray, target_mean: float,
-                 target_scale: float, fitted_jobs: frozenset[str],
-                 report: GpFitReport) -> None:
-        self._model = model
-        self.solo_features = solo_features
-        self._feature_mean, self._feature_scale = feature_mean, feature_scale
-        self._target_mean, self._target_scale = target_mean, target_scale
-        self.fitted_jobs = fitted_jobs
+@dataclass(frozen=True)
+class TrainingSet:
+    """Checked training data of a pair GP: ``solo`` features indexed by job, the raw inputs
+    ``raw`` ``(N, 2F)`` (target's features, then its neighbour's), the observed ``speed``
+    ``(N,)``, and the standardisation of inputs (``feature_mean``, ``feature_scale``, each
+    ``(2F,)``) and of ``log speed`` (``y_mean``, ``y_scale``)."""
+
+    solo: pd.DataFrame
+    raw: np.ndarray
+    speed: np.ndarray
+    feature_mean: np.ndarray
+    feature_scale: np.ndarray
+    y_mean: float
+    y_scale: float
+    fitted_jobs: frozenset[str]
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.solo.columns)
+
+    def inputs(self) -> torch.Tensor:
+        """Standardised training inputs ``(N, 2F)``."""
+        return torch.as_tensor((self.raw - self.feature_mean) / self.feature_scale)
+
+    def targets(self) -> torch.Tensor:
+        """Standardised ``log speed`` ``(N,)``."""
+        return torch.as_tensor((np.log(self.speed) - self.y_mean) / self.y_scale)
+
+    def inputs_of(self, targets: Sequence[str], others: Sequence[str]) -> torch.Tensor:
+        """Standardised inputs ``(N, 2F)`` of pairs of known jobs."""
+        raw = _inputs(self.solo, pd.Series(list(targets)), pd.Series(list(others)))
+        return torch.as_tensor((raw - self.feature_mean) / self.feature_scale)
+
+
+def training_set(observations: pd.DataFrame, solo_features: pd.DataFrame) -> TrainingSet:
+    """Check ``observations`` (columns ``target``, ``other``, ``speed``:
+    :func:`~.tables.pair_observations`) against ``solo_features`` (indexed by job as
+    :func:`~.tables.read_solo_features_csv` returns it, or with a ``job`` column, checked here)
+    and standardise them; :class:`InterferenceInputError` names what is wrong."""
+    solo = (check_solo_features(solo_features, source="solo features")
+            if "job" in solo_features.columns else solo_features)
+    if len(observations) > MAX_OBSERVATIONS:
+        raise InterferenceInputError(f"{len(observations)} observations: expected at most "
+                                     f"{MAX_OBSERVATIONS} for a GP")
+    if len(observations) < 2:
+        raise InterferenceInputError("expected at least two observations to fit a GP")
+    missing = sorted((set(observations["target"]) | set(observations["other"]))
+                     - set(solo.index))
+    if missing:
+        raise InterferenceInputError(f"job {missing[0]!r} has no row in the solo features")
+    speed = observations["speed"].to_numpy(np.float64)
+    if not np.all(np.isfinite(speed) & (speed > 0)):
+        raise InterferenceInputError("speed: expected positive finite normalised speeds")
+    raw = _inputs(solo, observations["target"], observations["other"])
+    mean, scale = raw.mean(axis=0), raw.std(axis=0)
+    y = np.log(speed)
+    fitted = frozenset(observations["target"]) | frozenset(observations["other"])
+    return TrainingSet(solo, raw, speed, mean, np.where(scale > 0, scale, 1.0),
+                       float(y.mean()), float(y.std()) or 1.0, fitted)
+
+
+class PairGP(ABC):
+    """What the pair GPs share: the training data they were fitted to, the fit's report, and
+    predictions from their predictive moments of ``log speed``."""
+
+    def __init__(self, data: TrainingSet, report: GpFitReport) -> None:
+        self.data = data
         self.report = report
 
-    @classmethod
-    def fit(cls, observations: pd.DataFrame, solo_features: pd.DataFrame, seed: int = 0
-            ) -> ColocationGP:
-        """Fit to ``observations`` (columns ``target``, ``other``, ``speed``:
-        :func:`~.tables.pair_observations`) with ``solo_features`` indexed by job as
-        :func:`~.tables.read_solo_features_csv` returns it, or with a ``job`` column (checked
-        here); every job of the observations must have a row. Raises
-        :class:`InterferenceFitError` where the fit goes non-finite; warns
-        :class:`~perfmodel.errors.UnreliableFitWarning` where L-BFGS stopped before the
-        gradient was small."""
-        solo = (check_solo_features(solo_features, source="solo features")
-                if "job" in solo_features.columns else solo_features)
-        if len(observations) > MAX_OBSERVATIONS:
-            raise InterferenceInputError(f"{len(observations)} observations: expected at most "
-                                         f"{MAX_OBSERVATIONS} for an exact GP")
-        if len(observations) < 2:
-            raise InterferenceInputError("expected at least two observations to fit a GP")
-        missing = sorted((set(observations["target"]) | set(observations["other"]))
-                         - set(solo.index))
-        if missing:
-            raise InterferenceInputError(f"job {missing[0]!r} has no row in the solo features")
-        speed = observations["speed"].to_numpy(np.float64)
-        if not np.all(np.isfinite(speed) & (speed > 0)):
-            raise InterferenceInputError("speed: expected positive finite normalised speeds")
-        torch.manual_seed(seed)
-        raw = _inputs(solo, observations["target"], observations["other"])
-        mean, scale = raw.mean(axis=0), raw.std(axis=0)
-        scale = np.where(scale > 0, scale, 1.0)
-        y = np.log(speed)
-        y_mean, y_scale = float(y.mean()), float(y.std()) or 1.0
-        x_t = torch.as_tensor((raw - mean) / scale)
-        y_t = torch.as_tensor((y - y_mean) / y_scale)
-        subset = _evidence_subset(len(y), seed)
-        hyper = _gp(x_t[subset], y_t[subset])
-        report = _maximise_evidence(hyper, list(solo.columns))
-        model = _gp(x_t, y_t)
-        model.load_state_dict(hyper.state_dict())
-        model.eval()
-        fitted = frozenset(observations["target"]) | frozenset(observations["other"])
-        return cls(model, solo, mean, scale, y_mean, y_scale, fitted,
-                   replace_noise(report, y_scale))
+    @property
+    def solo_features(self) -> pd.DataFrame:
+        return self.data.solo
+
+    @property
+    def fitted_jobs(self) -> frozenset[str]:
+        return self.data.fitted_jobs
+
+    @abstractmethod
+    def log_speed_moments(self, targets: Sequence[str], others: Sequence[str]
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Predictive mean and standard deviation of ``log(speed)`` (noise included), each
+        ``(N,)``."""
 
     def require_converged(self) -> None:
         """Raise :class:`InterferenceFitError` (one line) if the hyperparameter fit did not
@@ -166,18 +200,44 @@ class ColocationGP:
                                          "pairs; expected two")
         return colocation_table(jobs, self.predict_speed(list(jobs), list(jobs)[::-1]), level)
 
+
+class ColocationGP(PairGP):
+    """A fitted GP co-location model; build it with :meth:`fit`."""
+
+    def __init__(self, model: SingleTaskGP, data: TrainingSet, report: GpFitReport) -> None:
+        super().__init__(data, report)
+        self._model = model
+
+    @classmethod
+    def fit(cls, observations: pd.DataFrame, solo_features: pd.DataFrame, seed: int = 0
+            ) -> ColocationGP:
+        """Fit to ``observations`` (columns ``target``, ``other``, ``speed``:
+        :func:`~.tables.pair_observations`) with ``solo_features`` indexed by job as
+        :func:`~.tables.read_solo_features_csv` returns it, or with a ``job`` column (checked
+        here); every job of the observations must have a row. Raises
+        :class:`InterferenceFitError` where the fit goes non-finite; warns
+        :class:`~perfmodel.errors.UnreliableFitWarning` where L-BFGS stopped before the
+        gradient was small."""
+        data = training_set(observations, solo_features)
+        torch.manual_seed(seed)
+        x_t, y_t = data.inputs(), data.targets()
+        hyper, report = fit_evidence(x_t, y_t, seed, data.columns)
+        model = _gp(x_t, y_t)
+        model.load_state_dict(hyper.state_dict())
+        model.eval()
+        return cls(model, data, report.with_noise_scale(data.y_scale))
+
     def log_speed_moments(self, targets: Sequence[str], others: Sequence[str]
                           ) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and standard deviation of ``log(speed)`` (noise included), each
         ``(N,)``."""
-        raw = _inputs(self.solo_features, pd.Series(list(targets)), pd.Series(list(others)))
-        x = torch.as_tensor((raw - self._feature_mean) / self._feature_scale)
+        x = self.data.inputs_of(targets, others)
         self._model.eval()
         with torch.no_grad():
             predictive = self._model.posterior(x, observation_noise=True)
-            mean = predictive.mean.numpy().reshape(-1) * self._target_scale + self._target_mean
+            mean = predictive.mean.numpy().reshape(-1) * self.data.y_scale + self.data.y_mean
             sd = (predictive.variance.clamp_min(0).sqrt().numpy().reshape(-1)
-                  * self._target_scale)
+                  * self.data.y_scale)
         return mean, sd
 
 
@@ -189,19 +249,23 @@ def _gp(x: torch.Tensor, y: torch.Tensor) -> SingleTaskGP:
         return SingleTaskGP(x, y[:, None], outcome_transform=None)
 
 
-def _evidence_subset(num_observations: int, seed: int) -> np.ndarray:
+def fit_evidence(x: torch.Tensor, y: torch.Tensor, seed: int, columns: list[str]
+                 ) -> tuple[SingleTaskGP, GpFitReport]:
+    """The exact GP fitted (:func:`_maximise_evidence`) to the evidence subset of standardised
+    inputs ``x`` ``(N, 2F)`` and targets ``y`` ``(N,)``, and its fit's report (``columns``: the
+    ``F`` solo-feature names)."""
+    subset = evidence_subset(len(y), seed)
+    model = _gp(x[subset], y[subset])
+    return model, _maximise_evidence(model, columns)
+
+
+def evidence_subset(num_observations: int, seed: int) -> np.ndarray:
     """Indices of the observations whose marginal likelihood sets the hyperparameters: all of
     them up to :data:`EVIDENCE_OBSERVATIONS`, else that many drawn without replacement."""
     if num_observations <= EVIDENCE_OBSERVATIONS:
         return np.arange(num_observations)
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(num_observations, EVIDENCE_OBSERVATIONS, replace=False))
-
-
-def replace_noise(report: GpFitReport, y_scale: float) -> GpFitReport:
-    """``report`` with its noise in log-speed units (the fit sees standardised targets)."""
-    return GpFitReport(report.loss, report.gradient_norm, report.converged,
-                       report.lengthscales, report.noise * y_scale)
 
 
 def _inputs(solo: pd.DataFrame, targets: pd.Series, others: pd.Series) -> np.ndarray:
@@ -240,7 +304,7 @@ def _maximise_evidence(model: SingleTaskGP, columns: list[str]) -> GpFitReport:
         why = f"; {stopped[0].message}" if stopped else ""
         warnings.warn(f"co-location GP: the fit stopped with gradient norm {gradient_norm:.2g} "
                       f"(tolerance {GRADIENT_TOLERANCE}){why}; its intervals may be off",
-                      UnreliableFitWarning, stacklevel=3)
+                      UnreliableFitWarning, stacklevel=4)
     lengths = model.covar_module.lengthscale.detach().numpy().reshape(-1)
     names = [f"target.{c}" for c in columns] + [f"other.{c}" for c in columns]
     return GpFitReport(float(loss), gradient_norm, converged,
