@@ -38,12 +38,17 @@ def test_speeds_above_one_are_predicted_above_one() -> None:
     assert np.all(median > 1.08), median
 
 
-def test_a_job_sharing_with_a_copy_of_itself_gives_two_observations() -> None:
-    pairs = check_pairs(pd.DataFrame({"job_a": ["a", "a"], "job_b": ["a", "b"],
-                                      "speed_a": [0.7, 0.8], "speed_b": [0.7, 0.9]}))
+def test_a_job_sharing_with_a_copy_of_itself_gives_one_observation_per_measurement() -> None:
+    # "a" beside a copy of itself: two differing speeds are two measurements; "c"'s equal pair
+    # is Gavel's record of one (the copies' mean written to both slots), so one observation.
+    pairs = check_pairs(pd.DataFrame({"job_a": ["a", "a", "c"], "job_b": ["a", "b", "c"],
+                                      "speed_a": [0.7, 0.8, 0.6], "speed_b": [0.75, 0.9, 0.6]}))
     observations = colocation_observations(pairs)
-    itself = observations[(observations["target"] == "a") & (observations["other"] == "a")]
-    assert len(itself) == 2 and len(observations) == 4
+    mine = observations[(observations["target"] == "a") & (observations["other"] == "a")]
+    assert sorted(mine["speed"]) == [0.7, 0.75]
+    equal = observations[(observations["target"] == "c") & (observations["other"] == "c")]
+    assert equal["speed"].tolist() == [0.6]
+    assert len(observations) == 5
 
 
 def test_predictive_draws_are_clipped_to_valid_speeds() -> None:

@@ -165,18 +165,22 @@ def noise_scale(sigma: torch.Tensor, noise_weight: torch.Tensor, features: torch
 def colocation_observations(pairs: pd.DataFrame) -> pd.DataFrame:
     """Long observations (``target``, ``other``, ``speed``) of a checked pairs table.
 
-    As :func:`.tables.pair_observations`, except that a job sharing with a copy of itself gives
-    both copies' speeds: two observations, also when they are equal (they are two measurements,
-    not a row and its mirror).
+    As :func:`.tables.pair_observations`, except for a job sharing with a copy of itself. Its
+    two speeds are two measurements where they differ, and two observations. Where they are
+    equal they are one: Gavel's profiler records a job paired with a copy of itself as the mean
+    of the two copies' throughputs in both slots (``measure_throughput.py``'s done callback
+    halves each copy's rate and adds it to both), so every self-pair of its tables carries one
+    number twice, and counting it twice would halve its noise.
     """
     own = (pairs["job_a"] == pairs["job_b"]).to_numpy()
     rest = pair_observations(pairs[~own]) if (~own).any() else pd.DataFrame(
         {"target": [], "other": [], "speed": []})
     copies = pairs[own]
+    second = copies[copies["speed_a"].to_numpy() != copies["speed_b"].to_numpy()]
     itself = pd.DataFrame({
-        "target": np.concatenate([copies["job_a"], copies["job_a"]]),
-        "other": np.concatenate([copies["job_b"], copies["job_b"]]),
-        "speed": np.concatenate([copies["speed_a"], copies["speed_b"]]),
+        "target": np.concatenate([copies["job_a"], second["job_a"]]),
+        "other": np.concatenate([copies["job_b"], second["job_b"]]),
+        "speed": np.concatenate([copies["speed_a"], second["speed_b"]]),
     })
     return pd.concat([rest, itself], ignore_index=True)
 
