@@ -9,9 +9,12 @@ episodes small enough to train on.
   balancing, with the artifact's interference between distributed jobs sharing a node and, where
   named, a hidden law (``"contention"``, ``"gavel"``);
 * :func:`contention_env`: the Pollux world under the hidden contention law, whose observation also
-  carries the counters the law emits
-  (:func:`~bayes_sched.policies.learned.counter_features`), the state Banerjee et al.'s
-  scheduler reads.
+  carries, per node, either the contention network's posterior over hidden resource use given
+  the counters the law emits (``state="posterior"``,
+  :func:`~bayes_sched.policies.learned.posterior_features`: Banerjee et al.'s state) or those
+  counters themselves (``state="counters"``,
+  :func:`~bayes_sched.policies.learned.counter_features`: the paper's ablation). Both come from
+  the counters window a real scheduler collects, never from the law's hidden demands.
 
 Every factory takes the episode sizes (``num_jobs``, ``arrival_hours``: jobs arrive uniformly
 within that span; ``duration_scale``: Gavel jobs' steps are scaled by it, so a tiny world's jobs
@@ -33,7 +36,12 @@ from bayes_sched.errors import InputError
 from bayes_sched.gym.env import SchedulingEnv
 from bayes_sched.jobs import JobSettings, JobSpec
 from bayes_sched.mechanisms.placement_steps import PLACEMENT_MODES, type_modes
-from bayes_sched.policies.learned import COUNTER_VARIABLES, counter_features
+from bayes_sched.policies.learned import (
+    POSTERIOR_STEPS,
+    STATES,
+    state_features,
+    state_size,
+)
 from bayes_sched.worlds import GAVEL, POLLUX
 
 if TYPE_CHECKING:
@@ -139,15 +147,30 @@ def pollux_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str = "4x
 
 
 def contention_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str = "4x4:t4",
-                   round_seconds: float | None = 300.0, **options: Any) -> SchedulingEnv:
-    """The Pollux world under the hidden contention law, its counters in the observation (see
-    the module); no artifact interference rule besides the law."""
+                   round_seconds: float | None = 300.0, state: str = "counters",
+                   posterior_steps: int = POSTERIOR_STEPS, **options: Any) -> SchedulingEnv:
+    """The Pollux world under the hidden contention law, its counters (``state="counters"``) or
+    their posterior (``state="posterior"``, an SVI fit of ``posterior_steps`` steps per decision
+    round) in the observation (see the module); no artifact interference rule besides the law.
+
+    Raises:
+        InputError: another state, or ``posterior_steps`` outside 1-10000 (one line).
+    """
+    if state not in STATES[1:]:
+        raise InputError(f"contention state {state!r}: expected one of {', '.join(STATES[1:])}")
+    if not 1 <= posterior_steps <= 10_000:
+        raise InputError(f"posterior_steps {posterior_steps}: expected 1 to 10000")
     spec, make = _pollux_cluster(num_jobs, arrival_hours, cluster, round_seconds, 0.0,
                                  "contention")
-    nodes = spec.num_nodes
-    extra = (lambda c: counter_features(c.state.counters, nodes), nodes * len(COUNTER_VARIABLES))
+    nodes, topology = spec.num_nodes, spec.nodes[0].topology
+
+    def features(c: Cluster) -> np.ndarray:
+        out = state_features(state, c.state.counters, nodes, topology, posterior_steps)
+        assert out is not None
+        return out
+
     return SchedulingEnv(make, PLACEMENT_MODES, spec.round_interval,
-                         extra=extra, **options)
+                         extra=(features, state_size(state, nodes, topology)), **options)
 
 
 #: Environment factories by world name.
