@@ -46,7 +46,15 @@ ENV_OPTIONS: dict[str, dict[str, object]] = {
     "gavel": {"num_jobs": 12, "arrival_hours": 1.0, "cluster": "v100:4,p100:4,k80:4"},
     "pollux": {"num_jobs": 8, "arrival_hours": 1.0, "cluster": "4x4:t4"},
     "contention": {"num_jobs": 8, "arrival_hours": 1.0, "cluster": "4x4:t4"},
+    # Where co-location interference occurs: three times the jobs in the same hour on the same
+    # cluster, the artifact's rule for distributed jobs sharing a node and Gavel's measured
+    # pairs for any node sharing (pollux_env's hidden "gavel" law).
+    "pollux-pairs": {"num_jobs": 24, "arrival_hours": 1.0, "cluster": "4x4:t4",
+                     "hidden": "gavel"},
 }
+#: The environment (:data:`bayes_sched.gym.ENVIRONMENTS`) of each --world preset.
+ENV_WORLD = {"gavel": "gavel", "pollux": "pollux", "contention": "contention",
+             "pollux-pairs": "pollux"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     config = TrainConfig(episodes=args.episodes, harmony=args.policy == "harmony",
                          eval_every=max(args.episodes // 10, 1), seed=args.seed)
     try:
-        result = train(lambda: make_env(args.world, **options), config, log=print)
+        result = train(lambda: make_env(ENV_WORLD[args.world], **options), config, log=print)
     except InputError as error:
         print(error, file=sys.stderr)
         return 2
-    env = make_env(args.world, **options)
+    env = make_env(ENV_WORLD[args.world], **options)
     modes = [list(m) for m in env.modes]
     counter_nodes = (load_cluster_spec(str(options["cluster"])).num_nodes
                      if args.world == "contention" else 0)

@@ -42,7 +42,8 @@ from bayes_sched.policies.learned import actor_critic
 @dataclass(frozen=True)
 class TrainConfig:
     """Training settings (see the module); ``episodes``: episodes collected; ``eval_every``:
-    episodes between learning-curve points (greedy return on ``eval_seeds``)."""
+    episodes between learning-curve points (greedy return on ``eval_seeds``; the curve starts
+    with the untrained network's, at 0 episodes)."""
 
     episodes: int = 200
     harmony: bool = True
@@ -145,6 +146,7 @@ def train(make_env: Callable[[], SchedulingEnv], config: TrainConfig = TrainConf
     buffer: list[tuple[np.ndarray, np.ndarray, int, float, float]] = []
     oldest = 0  # the ring buffer's next slot to overwrite once full
     result = TrainResult(net)
+    result.curve.append((0, greedy_return(net, eval_env, config.eval_seeds)))
     best: tuple[float, int, dict[str, torch.Tensor]] | None = None
     for episode in range(config.episodes):
         frac = episode / max(config.episodes - 1, 1)

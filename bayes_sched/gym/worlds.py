@@ -117,7 +117,8 @@ def _pollux_cluster(num_jobs: int, arrival_hours: float, cluster: str,
                     round_seconds: float | None, interference: float,
                     hidden: str) -> tuple[Any, Any]:
     """The Pollux world's spec and a factory of its episodes' clusters."""
-    from bayes_sched.sim.laws import make_hidden
+    from bayes_sched.sim.laws import HIDDEN_LAWS, make_hidden
+    from bayes_sched.sim.seeds import with_seed
     from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
 
     _check_sizes(num_jobs, arrival_hours)
@@ -128,8 +129,9 @@ def _pollux_cluster(num_jobs: int, arrival_hours: float, cluster: str,
 
     def make(rng: np.random.Generator) -> Cluster:
         seed = int(rng.integers(2**31))
-        law = None if hidden == "none" else make_hidden(hidden, cluster=spec, seed=seed,
-                                                        where="hidden")
+        options = with_seed(HIDDEN_LAWS.options(hidden), {}, seed)  # a law without one: none
+        law = None if hidden == "none" else make_hidden(hidden, cluster=spec, where="hidden",
+                                                        **options)
         config = SimConfig(cluster=spec, interference=interference, hidden=law, seed=seed)
         return SimulatedCluster(pollux_jobs(seed, num_jobs, arrival_hours, spec), config, fixed)
 
