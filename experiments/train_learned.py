@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         options.update(state=args.state, posterior_steps=args.posterior_steps)
     config = TrainConfig(episodes=args.episodes, harmony=args.policy == "harmony",
                          eval_every=max(args.episodes // 10, 1), seed=args.seed)
+    # The commit the training ran from (read before it: a commit made meanwhile is not it).
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True, check=False).stdout.strip()
     try:
         result = train(lambda: make_env(ENV_WORLD[args.world], **options), config, log=print)
     except InputError as error:
@@ -98,8 +101,6 @@ def main(argv: list[str] | None = None) -> int:
                 "max_jobs": env.max_jobs, "modes": modes, "counter_nodes": counter_nodes,
                 "state": state, "posterior_steps": args.posterior_steps,
                 "state_dict": result.net.state_dict()}, args.out)
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True, check=False).stdout.strip()
     sidecar = {
         "policy": args.policy, "world": args.world, "env": options, "seed": args.seed,
         "train_config": {k: v for k, v in vars(config).items()},
