@@ -138,14 +138,14 @@ def test_masked_ppo_trains_on_the_env() -> None:
 
 
 def _contention_counters(seed: int = 1) -> Any:
-    """A counters window the contention law emitted in a random-action episode (what a real
-    scheduler's collectors give it)."""
-    env = make_env("contention", **TINY["contention"])
+    """A counters window the contention law emitted in a bin-packed episode of eight jobs
+    arriving at once (what a real scheduler's collectors give it)."""
+    env = make_env("contention", num_jobs=8, arrival_hours=0.0)
     env.reset(seed=seed)
-    rng = np.random.default_rng(0)
     window = None
-    for _ in range(3):
-        env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+    for _ in range(8):
+        assert env._builder is not None
+        env.step(heuristic_action(env._builder, True))
         assert env._cluster is not None
         window = env._cluster.state.counters if env._cluster.state.counters is not None \
             else window
@@ -170,8 +170,8 @@ def test_posterior_state_comes_from_the_counters() -> None:
         louder[name] = window[name] * 3.0
     switches = first.reshape(4, per_node)[:, 0:4:2]  # the two switches' posterior means
     loud = posterior_features(louder, 4, DEFAULT_TOPOLOGY, steps=5).reshape(4, per_node)
-    busy = switches > 0.01
-    assert busy.any() and np.all(loud[:, 0:4:2][busy] > switches[busy])
+    busy = switches > 0.05
+    assert busy.any() and np.all(loud[:, 0:4:2][busy] > 1.5 * switches[busy])
     assert not posterior_features(None, 4, DEFAULT_TOPOLOGY).any()
 
 
