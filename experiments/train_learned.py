@@ -30,16 +30,11 @@ from pathlib import Path
 import torch
 
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.contention.state import POSTERIOR_DRAWS, POSTERIOR_RECENT, POSTERIOR_STEPS
 from bayes_sched.errors import InputError
 from bayes_sched.gym import make_env
 from bayes_sched.gym.train import TrainConfig, random_return, train
-from bayes_sched.policies.learned import (
-    COUNTER_VARIABLES,
-    POSTERIOR_DRAWS,
-    POSTERIOR_RECENT,
-    POSTERIOR_STEPS,
-    WEIGHTS_FORMAT,
-)
+from bayes_sched.policies.learned import COUNTER_VARIABLES, WEIGHTS_FORMAT
 
 #: Environment sizes per world (the weights' training data).
 ENV_OPTIONS: dict[str, dict[str, object]] = {

@@ -158,7 +158,7 @@ def test_posterior_state_comes_from_the_counters() -> None:
     the same features (the fit is seeded); a window whose PCIe counters read three times higher
     gives higher posterior PCIe-switch loads; no window gives zeros."""
     from bayes_sched.cluster_spec import DEFAULT_TOPOLOGY
-    from bayes_sched.policies.learned import posterior_features, posterior_size
+    from bayes_sched.contention.state import posterior_features, posterior_size
 
     window = _contention_counters()
     per_node = posterior_size(DEFAULT_TOPOLOGY)

@@ -11,7 +11,8 @@ episodes small enough to train on.
 * :func:`contention_env`: the Pollux world under the hidden contention law, whose observation also
   carries, per node, either the contention network's posterior over hidden resource use given
   the counters the law emits (``state="posterior"``,
-  :func:`~bayes_sched.policies.learned.posterior_features`: Banerjee et al.'s state) or those
+  :func:`~bayes_sched.contention.state.posterior_features`: Banerjee et al.'s state, which the
+  ``contention_network`` estimator publishes to the policy) or those
   counters themselves (``state="counters"``,
   :func:`~bayes_sched.policies.learned.counter_features`: the paper's ablation). Both come from
   the counters window a real scheduler collects, never from the law's hidden demands.
@@ -32,16 +33,12 @@ import numpy as np
 
 from bayes_sched.cluster import Cluster
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.contention.state import POSTERIOR_STEPS, posterior_features, posterior_size
 from bayes_sched.errors import InputError
 from bayes_sched.gym.env import SchedulingEnv
 from bayes_sched.jobs import JobSettings, JobSpec
 from bayes_sched.mechanisms.placement_steps import PLACEMENT_MODES, type_modes
-from bayes_sched.policies.learned import (
-    POSTERIOR_STEPS,
-    STATES,
-    state_features,
-    state_size,
-)
+from bayes_sched.policies.learned import COUNTER_VARIABLES, STATES, counter_features
 from bayes_sched.worlds import GAVEL, POLLUX
 
 if TYPE_CHECKING:
@@ -167,12 +164,14 @@ def contention_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str =
     nodes, topology = spec.num_nodes, spec.nodes[0].topology
 
     def features(c: Cluster) -> np.ndarray:
-        out = state_features(state, c.state.counters, nodes, topology, posterior_steps)
-        assert out is not None
-        return out
+        if state == "posterior":
+            return posterior_features(c.state.counters, nodes, topology, posterior_steps)
+        return counter_features(c.state.counters, nodes)
 
-    return SchedulingEnv(make, PLACEMENT_MODES, spec.round_interval,
-                         extra=(features, state_size(state, nodes, topology)), **options)
+    size = nodes * (posterior_size(topology) if state == "posterior"
+                    else len(COUNTER_VARIABLES))
+    return SchedulingEnv(make, PLACEMENT_MODES, spec.round_interval, extra=(features, size),
+                         **options)
 
 
 #: Environment factories by world name.

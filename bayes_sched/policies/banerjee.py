@@ -2,10 +2,11 @@
 counters say of hidden resource use, as a policy reading trained weights.
 
 ``state="posterior"`` (the paper's method): the state is the contention network's posterior over
-each node's hidden resource use (:mod:`bayes_sched.contention`), inferred every decision round
-from the counters window the cluster collected: per node and resource (each PCIe switch, host
-DRAM, the NIC, the GPUs' SM use), the posterior mean and standard deviation of load over capacity
-(:func:`~bayes_sched.policies.learned.posterior_features`). ``state="counters"`` (the paper's
+each node's hidden resource use, inferred by the estimation stage from the counters window the
+cluster collected (the ``resource_use`` need, :mod:`bayes_sched.resource_use`; default estimator
+``contention_network``, :mod:`bayes_sched.contention.state`, run only in rounds with a decision
+to make): per node and resource (each PCIe switch, host DRAM, the NIC, the GPUs' SM use), the
+posterior mean and standard deviation of load over capacity. ``state="counters"`` (the paper's
 ablation): the counters window itself (per node, the mean PCIe rates and GPU utilisation:
 :func:`~bayes_sched.policies.learned.counter_features`). Either way the policy sees only counters
 a real cluster collects, never the simulator's truth.
@@ -20,6 +21,8 @@ same node topology) as they were trained on (else one line).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from bayes_sched.errors import InputError
 from bayes_sched.policies.harmony import LearnedPlacementPolicy
@@ -46,6 +49,10 @@ class BanerjeePolicy(LearnedPlacementPolicy):
         if self.state != state:
             raise InputError(f"{self.path}: weights trained on the {self.state!r} state: "
                              f"expected {state!r} (banerjee's state option)")
+        #: What the decision reads from the estimation stage, and by which estimator by default.
+        self.needs: tuple[str, ...] = ("resource_use",) if state == "posterior" else ()
+        self.default_estimators: Mapping[str, str] = (
+            {"resource_use": "contention_network"} if state == "posterior" else {})
 
 
 __all__ = ["BANERJEE_WEIGHTS", "BanerjeePolicy"]

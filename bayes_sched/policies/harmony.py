@@ -21,7 +21,6 @@ from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.placement_steps import RoundBuilder
 from bayes_sched.policies.learned import (
     DATA_DIR,
-    POSTERIOR_STEPS,
     check_fits,
     greedy_round,
     load_weights,
@@ -45,7 +44,6 @@ class LearnedPlacementPolicy:
         self._max_jobs = int(self._blob["max_jobs"])
         self._counter_nodes = int(self._blob.get("counter_nodes", 0))
         self.state = state_of(self._blob)
-        self._posterior_steps = int(self._blob.get("posterior_steps", POSTERIOR_STEPS))
         self._checked = False
         self._rounds = 0
 
@@ -61,8 +59,8 @@ class LearnedPlacementPolicy:
         builder = RoundBuilder(cluster, jobs, self._max_jobs, self._modes)
         if not builder.can_place():  # nothing to decide: no features to compute
             return builder.allocations
-        extra = state_features(self.state, cluster.counters, self._counter_nodes,
-                               cluster.spec.nodes[0].topology, self._posterior_steps)
+        extra = state_features(self.state, cluster.counters, self._counter_nodes, estimates,
+                               where=f"policy {self.name}")
         if extra is not None:
             builder.extra = extra
         if not self._checked:

@@ -13,14 +13,14 @@ sidecar records the seed, data and command that made it.
 The contention world's two states (Banerjee et al., ICML 2020, and its ablation):
 
 * ``"counters"``: :func:`counter_features`, the counters window itself, per node;
-* ``"posterior"``: :func:`posterior_features`, the contention network's posterior
-  (:mod:`bayes_sched.contention`) over each node's hidden resource use given that window: what a
-  real scheduler infers from its counters, never the simulator's truth.
+* ``"posterior"``: the contention network's posterior over each node's hidden resource use given
+  that window, which the estimation stage publishes as the ``resource_use`` estimate
+  (:mod:`bayes_sched.resource_use`; :mod:`bayes_sched.contention.state`): what a real scheduler
+  infers from its counters, never the simulator's truth.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from bayes_sched.mechanisms.placement_steps import Mode, RoundBuilder
 if TYPE_CHECKING:
     import torch
 
-    from bayes_sched.topology import NodeTopology
+    from bayes_sched.estimates import Estimates
 
 #: The weights format this code reads.
 WEIGHTS_FORMAT = 1
@@ -45,13 +45,6 @@ STOP_PRIOR = -3.0
 COUNTER_VARIABLES = ("gpu_gpm_pcie_tx_rate", "gpu_gpm_pcie_rx_rate", "gpu_utilization")
 #: What a weights file's features beyond the job views are (see the module).
 STATES = ("jobs", "counters", "posterior")
-#: SVI steps of the posterior features' per-round fit (see :func:`posterior_features`).
-POSTERIOR_STEPS = 20
-#: Posterior draws the posterior features summarise.
-POSTERIOR_DRAWS = 64
-#: Counter samples of the latest round the posterior features average over (the contention
-#: law's samples per round).
-POSTERIOR_RECENT = 6
 
 
 def actor_critic(obs_size: int, num_actions: int, hidden: int = 64) -> torch.nn.Module:
@@ -127,53 +120,6 @@ def counter_features(counters: Any, num_nodes: int) -> np.ndarray:
     return out.ravel()
 
 
-def posterior_size(topology: NodeTopology) -> int:
-    """Posterior features per node: a mean and a spread for each PCIe switch, host DRAM, the NIC
-    and the GPUs' mean SM use."""
-    return 2 * (topology.num_switches + 3)
-
-
-def posterior_features(counters: Any, num_nodes: int, topology: NodeTopology,
-                       steps: int = POSTERIOR_STEPS, seed: int = 0) -> np.ndarray:
-    """The contention network's posterior over each node's hidden resource use, from the counters
-    window alone (Banerjee et al.'s state).
-
-    The window (``counters``: a :class:`~bayes_sched.cluster.ClusterState`'s counters, or
-    ``None``) goes through :func:`~bayes_sched.contention.inference.prepare` (every node of
-    ``topology``) and a short, seeded SVI fit (``steps`` steps from the data,
-    :func:`~bayes_sched.contention.inference.fit_svi`; the fit is run once per decision round,
-    so it is short: its convergence warning is silenced), then
-    :func:`~bayes_sched.contention.inference.resource_utilization` over
-    :data:`POSTERIOR_DRAWS` draws. Per node, for each PCIe switch, host DRAM, the NIC and the mean
-    over GPUs of SM use: the posterior mean and standard deviation of load over capacity
-    (fractions) averaged over the window's last :data:`POSTERIOR_RECENT` samples. Shape
-    ``(num_nodes * posterior_size(topology),)``, node-major; zeros where there are no counters
-    yet or no finite sample to infer from.
-    """
-    per_node = posterior_size(topology)
-    out = np.zeros((num_nodes, per_node), np.float32)
-    if counters is None:
-        return out.ravel()
-    from bayes_sched.contention.inference import fit_svi, prepare, resource_utilization
-    from counters.errors import CountersError
-
-    try:
-        window = prepare(counters, topology, where="counters window")
-    except CountersError:
-        return out.ravel()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        draws = fit_svi(window, num_steps=steps, num_samples=POSTERIOR_DRAWS, seed=seed)
-    load = resource_utilization(draws, window)[:, -POSTERIOR_RECENT:].mean(1).numpy()
-    nodes = min(num_nodes, load.shape[1])
-    shared = topology.num_switches + 2  # switches, DRAM, NIC; then one column per GPU's SMs
-    per_draw = np.concatenate([load[:, :nodes, :shared],
-                               load[:, :nodes, shared:].mean(-1, keepdims=True)], axis=-1)
-    out[:nodes, 0::2] = per_draw.mean(0)
-    out[:nodes, 1::2] = per_draw.std(0)
-    return np.nan_to_num(out).ravel()
-
-
 def greedy_round(net: torch.nn.Module, builder: RoundBuilder) -> RoundBuilder:
     """Place jobs by the network's most likely possible action until it stops or nothing more
     fits; returns ``builder`` (its :attr:`~RoundBuilder.allocations` are the decision)."""
@@ -202,25 +148,27 @@ def check_fits(blob: dict[str, Any], builder: RoundBuilder, path: str | Path,
                          "GPU types and modes")
 
 
-def state_features(state: str, counters: Any, num_nodes: int, topology: NodeTopology,
-                   steps: int = POSTERIOR_STEPS) -> np.ndarray | None:
+def state_features(state: str, counters: Any, num_nodes: int,
+                   estimates: Estimates | None = None, where: str = "") -> np.ndarray | None:
     """The features of ``state`` beyond the job views (:data:`STATES`; ``None`` for
-    ``"jobs"``), from a counters window (see :func:`counter_features`,
-    :func:`posterior_features`)."""
+    ``"jobs"``): :func:`counter_features` of the counters window, or the ``resource_use``
+    estimate's features (:class:`~bayes_sched.resource_use.ResourceUse`).
+
+    Raises:
+        InputError: the posterior state without a ``resource_use`` estimate (one line,
+            prefixed by ``where``).
+    """
     if state == "counters":
         return counter_features(counters, num_nodes)
     if state == "posterior":
-        return posterior_features(counters, num_nodes, topology, steps)
+        from bayes_sched.resource_use import RESOURCE_USE
+
+        use = None if estimates is None else estimates.get(RESOURCE_USE)
+        if use is None:
+            raise InputError(f"{where}: the posterior state reads the 'resource_use' estimate: "
+                             "expected a run with the contention_network estimator")
+        return use.features()
     return None
-
-
-def state_size(state: str, num_nodes: int, topology: NodeTopology) -> int:
-    """Length of :func:`state_features` of ``state``."""
-    if state == "counters":
-        return num_nodes * len(COUNTER_VARIABLES)
-    if state == "posterior":
-        return num_nodes * posterior_size(topology)
-    return 0
 
 
 def state_of(blob: dict[str, Any]) -> str:
@@ -228,7 +176,6 @@ def state_of(blob: dict[str, Any]) -> str:
     return str(blob.get("state", "counters" if int(blob.get("counter_nodes", 0)) else "jobs"))
 
 
-__all__ = ["COUNTER_VARIABLES", "DATA_DIR", "POSTERIOR_DRAWS", "POSTERIOR_RECENT",
-           "POSTERIOR_STEPS", "STATES", "WEIGHTS_FORMAT", "actor_critic", "check_fits",
-           "counter_features", "greedy_round", "load_weights", "modes_of", "posterior_features",
-           "posterior_size", "state_features", "state_of", "state_size"]
+__all__ = ["COUNTER_VARIABLES", "DATA_DIR", "STATES", "WEIGHTS_FORMAT", "actor_critic",
+           "check_fits", "counter_features", "greedy_round", "load_weights", "modes_of",
+           "state_features", "state_of"]
