@@ -18,6 +18,7 @@ import torch
 
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import InputError
+from bayes_sched.estimation.registry import ESTIMATORS
 from bayes_sched.gym import make_env
 from bayes_sched.gym.train import TrainConfig, greedy_return, random_return, train
 from bayes_sched.policies import POLICIES
@@ -95,6 +96,8 @@ def test_banerjee_reads_the_posterior_from_the_estimation_stage() -> None:
     assert result.estimates_from == {"resource_use": "contention_network"}
     inferences = result.estimator_stats["contention_network_inferences"]
     assert 0 < inferences < result.policy_stats["rounds"]
+    with pytest.raises(InputError, match="option steps is 0"):
+        ESTIMATORS.make("contention_network", steps=0)
 
 
 def _train_script(tmp_path: Path, policy: str, world: str) -> Path:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.estimates import Estimate
 from bayes_sched.jobs import JobView
+from bayes_sched.registry import Range
 from bayes_sched.resource_use import RESOURCE_USE
 from bayes_sched.topology import NodeTopology
 
@@ -105,7 +106,8 @@ class ContentionNetworkEstimator:
 
     name = "contention_network"
 
-    def __init__(self, steps: int = POSTERIOR_STEPS, seed: int = 0) -> None:
+    def __init__(self, steps: Annotated[int, Range(1, 10_000)] = POSTERIOR_STEPS,
+                 seed: int = 0) -> None:
         self.steps, self.seed = int(steps), int(seed)
         self._last: NetworkResourceUse | None = None
         self._inferences = 0
