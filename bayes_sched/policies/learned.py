@@ -7,7 +7,8 @@ A weights file (``.pt``, loaded with ``torch.load(weights_only=True)``) holds a 
 ``counter_nodes`` (nodes of counter or posterior features, 0 for none), ``state_dict`` and,
 optionally, ``state`` (what the features beyond the job views are: :data:`STATES`; absent: a
 file older than the posterior state, ``"counters"`` where ``counter_nodes`` else ``"jobs"``) and
-``posterior_steps`` (the SVI steps of the posterior features it was trained on). Beside it a JSON
+``posterior_steps`` (the SVI steps per round of the posterior state it was trained on; the
+``contention_network`` estimator's default is the shipped weights'). Beside it a JSON
 sidecar records the seed, data and command that made it.
 
 The contention world's two states (Banerjee et al., ICML 2020, and its ablation):
