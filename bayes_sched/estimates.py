@@ -12,6 +12,7 @@ tuple of names from :data:`NEEDS`:
 ``remaining_work``  seconds of training left per job (jobs whose batch size changes)
 ``remaining_steps`` steps of training left per job (jobs that may end before their declared length)
 ``contention``      the contention state inferred from counters (demands on shared resources)
+``resource_use``    the contention network's posterior over each node's hidden resource use
 =================== =============================================================================
 
 Each entry of the bundle names the estimator that produced it (``oracle`` where the world
@@ -51,6 +52,8 @@ NEEDS: Mapping[str, str] = {
                        "length, attained progress and the history of jobs that ended (NaN: "
                        "unknown)",
     "contention": "the contention state inferred from counters, as a log slowdown predictor",
+    "resource_use": "per node, the contention network's posterior over hidden use of each shared "
+                    "resource (load over capacity: mean and spread), inferred from the counters",
 }
 
 T = TypeVar("T")

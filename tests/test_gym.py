@@ -135,3 +135,53 @@ def test_masked_ppo_trains_on_the_env() -> None:
     obs, _ = env.reset(seed=4)
     action, _ = model.predict(obs, action_masks=env.action_masks(), deterministic=True)
     assert env.action_masks()[int(action)]
+
+
+def _contention_counters(seed: int = 1) -> Any:
+    """A counters window the contention law emitted in a bin-packed episode of eight jobs
+    arriving at once (what a real scheduler's collectors give it)."""
+    env = make_env("contention", num_jobs=8, arrival_hours=0.0)
+    env.reset(seed=seed)
+    window = None
+    for _ in range(8):
+        assert env._builder is not None
+        env.step(heuristic_action(env._builder, True))
+        assert env._cluster is not None
+        window = env._cluster.state.counters if env._cluster.state.counters is not None \
+            else window
+    assert window is not None
+    return window
+
+
+def test_posterior_state_comes_from_the_counters() -> None:
+    """The posterior features are a function of the counters window alone: the same window gives
+    the same features (the fit is seeded); a window whose PCIe counters read three times higher
+    gives higher posterior PCIe-switch loads; no window gives zeros."""
+    from bayes_sched.cluster_spec import DEFAULT_TOPOLOGY
+    from bayes_sched.contention.state import posterior_features, posterior_size
+
+    window = _contention_counters()
+    per_node = posterior_size(DEFAULT_TOPOLOGY)
+    first = posterior_features(window, 4, DEFAULT_TOPOLOGY, steps=5)
+    assert first.shape == (4 * per_node,) and np.all(np.isfinite(first))
+    assert np.array_equal(first, posterior_features(window, 4, DEFAULT_TOPOLOGY, steps=5))
+    louder = window.copy()
+    for name in ("gpu_gpm_pcie_tx_rate", "gpu_gpm_pcie_rx_rate"):
+        louder[name] = window[name] * 3.0
+    switches = first.reshape(4, per_node)[:, 0:4:2]  # the two switches' posterior means
+    loud = posterior_features(louder, 4, DEFAULT_TOPOLOGY, steps=5).reshape(4, per_node)
+    busy = switches > 0.05
+    assert busy.any() and np.all(loud[:, 0:4:2][busy] > 1.5 * switches[busy])
+    assert not posterior_features(None, 4, DEFAULT_TOPOLOGY).any()
+
+
+def test_contention_env_posterior_state() -> None:
+    env = make_env("contention", state="posterior", posterior_steps=3, **TINY["contention"])
+    counters_env = make_env("contention", **TINY["contention"])
+    assert env.obs_size == counters_env.obs_size - 4 * 3 + 4 * 10
+    seen, _ = _rollout(env, seed=1)
+    features = slice(env.obs_size - 4 * 10, None)
+    assert all(env.observation_space.contains(o) for o in seen)
+    assert any(o[features].any() for o in seen[1:-1])
+    with pytest.raises(InputError, match="contention state 'truth': expected one of counters"):
+        make_env("contention", state="truth")

@@ -150,6 +150,11 @@ ESTIMATORS.register("survival", "bayes_sched.estimation.remaining_steps:survival
 ESTIMATORS.register("bo_colocation", "bayes_sched.interference.colocation:colocation_learning",
                     "bo's co-location learning: contention prior from counters, then pair "
                     "residuals", serves=("colocation",))
+ESTIMATORS.register("contention_network",
+                    "bayes_sched.contention.state:ContentionNetworkEstimator",
+                    "the contention network's posterior over each node's hidden resource use, "
+                    "from the counters window (an SVI fit per round read)",
+                    serves=("resource_use",))
 
 
 def make_estimator(name: str, /, seed: int = 0, where: str = "", **options: Any) -> Estimator:

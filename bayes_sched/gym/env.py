@@ -141,10 +141,14 @@ class SchedulingEnv(gym.Env[np.ndarray, np.int64]):
     # --- rounds ---------------------------------------------------------------------------------
 
     def _new_builder(self) -> RoundBuilder:
+        """The round's builder; its extra features are computed only where the agent is asked
+        (a posterior fit per round that nobody reads would dominate an episode's cost)."""
         assert self._cluster is not None
-        extra = None if self._extra is None else self._extra[0](self._cluster)
-        return RoundBuilder(self._cluster.state, self._cluster.job_views(), self.max_jobs,
-                            self.modes, extra)
+        builder = RoundBuilder(self._cluster.state, self._cluster.job_views(), self.max_jobs,
+                               self.modes)
+        if self._extra is not None and builder.can_place():
+            builder.extra = np.asarray(self._extra[0](self._cluster), np.float32)
+        return builder
 
     def _round_reward(self, jobs: list[JobView]) -> float:
         hours = self.interval / 3600.0

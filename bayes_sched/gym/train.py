@@ -42,7 +42,8 @@ from bayes_sched.policies.learned import actor_critic
 @dataclass(frozen=True)
 class TrainConfig:
     """Training settings (see the module); ``episodes``: episodes collected; ``eval_every``:
-    episodes between learning-curve points (greedy return on ``eval_seeds``)."""
+    episodes between learning-curve points (greedy return on ``eval_seeds``; the curve starts
+    with the untrained network's, at 0 episodes)."""
 
     episodes: int = 200
     harmony: bool = True
@@ -59,6 +60,9 @@ class TrainConfig:
     eval_every: int = 20
     eval_seeds: tuple[int, ...] = (10_001, 10_002, 10_003)
     seed: int = 0
+    #: Episode seeds to cycle over instead of ``seed * 100003 + episode`` (empty: those): a few
+    #: fixed episodes, on which a learner must raise its return (a check that it learns).
+    train_seeds: tuple[int, ...] = ()
 
 
 @dataclass
@@ -145,12 +149,15 @@ def train(make_env: Callable[[], SchedulingEnv], config: TrainConfig = TrainConf
     buffer: list[tuple[np.ndarray, np.ndarray, int, float, float]] = []
     oldest = 0  # the ring buffer's next slot to overwrite once full
     result = TrainResult(net)
+    result.curve.append((0, greedy_return(net, eval_env, config.eval_seeds)))
     best: tuple[float, int, dict[str, torch.Tensor]] | None = None
     for episode in range(config.episodes):
         frac = episode / max(config.episodes - 1, 1)
         explore = (config.explore + (config.explore_final - config.explore) * frac
                    if config.harmony else 0.0)
-        steps, episode_return = _collect(env, net, explore, rng, config.seed * 100_003 + episode)
+        episode_seed = (config.train_seeds[episode % len(config.train_seeds)]
+                        if config.train_seeds else config.seed * 100_003 + episode)
+        steps, episode_return = _collect(env, net, explore, rng, episode_seed)
         result.returns.append(episode_return)
         rewards = [s[4] for s in steps]
         future = 0.0

@@ -9,9 +9,13 @@ episodes small enough to train on.
   balancing, with the artifact's interference between distributed jobs sharing a node and, where
   named, a hidden law (``"contention"``, ``"gavel"``);
 * :func:`contention_env`: the Pollux world under the hidden contention law, whose observation also
-  carries the counters the law emits
-  (:func:`~bayes_sched.policies.learned.counter_features`), the state Banerjee et al.'s
-  scheduler reads.
+  carries, per node, either the contention network's posterior over hidden resource use given
+  the counters the law emits (``state="posterior"``,
+  :func:`~bayes_sched.contention.state.posterior_features`: Banerjee et al.'s state, which the
+  ``contention_network`` estimator publishes to the policy) or those
+  counters themselves (``state="counters"``,
+  :func:`~bayes_sched.policies.learned.counter_features`: the paper's ablation). Both come from
+  the counters window a real scheduler collects, never from the law's hidden demands.
 
 Every factory takes the episode sizes (``num_jobs``, ``arrival_hours``: jobs arrive uniformly
 within that span; ``duration_scale``: Gavel jobs' steps are scaled by it, so a tiny world's jobs
@@ -29,11 +33,12 @@ import numpy as np
 
 from bayes_sched.cluster import Cluster
 from bayes_sched.cluster_spec import load_cluster_spec
+from bayes_sched.contention.state import POSTERIOR_STEPS, posterior_features, posterior_size
 from bayes_sched.errors import InputError
 from bayes_sched.gym.env import SchedulingEnv
 from bayes_sched.jobs import JobSettings, JobSpec
 from bayes_sched.mechanisms.placement_steps import PLACEMENT_MODES, type_modes
-from bayes_sched.policies.learned import COUNTER_VARIABLES, counter_features
+from bayes_sched.policies.learned import COUNTER_VARIABLES, STATES, counter_features
 from bayes_sched.worlds import GAVEL, POLLUX
 
 if TYPE_CHECKING:
@@ -109,7 +114,8 @@ def _pollux_cluster(num_jobs: int, arrival_hours: float, cluster: str,
                     round_seconds: float | None, interference: float,
                     hidden: str) -> tuple[Any, Any]:
     """The Pollux world's spec and a factory of its episodes' clusters."""
-    from bayes_sched.sim.laws import make_hidden
+    from bayes_sched.sim.laws import HIDDEN_LAWS, make_hidden
+    from bayes_sched.sim.seeds import with_seed
     from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
 
     _check_sizes(num_jobs, arrival_hours)
@@ -120,8 +126,9 @@ def _pollux_cluster(num_jobs: int, arrival_hours: float, cluster: str,
 
     def make(rng: np.random.Generator) -> Cluster:
         seed = int(rng.integers(2**31))
-        law = None if hidden == "none" else make_hidden(hidden, cluster=spec, seed=seed,
-                                                        where="hidden")
+        options = with_seed(HIDDEN_LAWS.options(hidden), {}, seed)  # a law without one: none
+        law = None if hidden == "none" else make_hidden(hidden, cluster=spec, where="hidden",
+                                                        **options)
         config = SimConfig(cluster=spec, interference=interference, hidden=law, seed=seed)
         return SimulatedCluster(pollux_jobs(seed, num_jobs, arrival_hours, spec), config, fixed)
 
@@ -139,15 +146,32 @@ def pollux_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str = "4x
 
 
 def contention_env(num_jobs: int = 8, arrival_hours: float = 1.0, cluster: str = "4x4:t4",
-                   round_seconds: float | None = 300.0, **options: Any) -> SchedulingEnv:
-    """The Pollux world under the hidden contention law, its counters in the observation (see
-    the module); no artifact interference rule besides the law."""
+                   round_seconds: float | None = 300.0, state: str = "counters",
+                   posterior_steps: int = POSTERIOR_STEPS, **options: Any) -> SchedulingEnv:
+    """The Pollux world under the hidden contention law, its counters (``state="counters"``) or
+    their posterior (``state="posterior"``, an SVI fit of ``posterior_steps`` steps per decision
+    round) in the observation (see the module); no artifact interference rule besides the law.
+
+    Raises:
+        InputError: another state, or ``posterior_steps`` outside 1-10000 (one line).
+    """
+    if state not in STATES[1:]:
+        raise InputError(f"contention state {state!r}: expected one of {', '.join(STATES[1:])}")
+    if not 1 <= posterior_steps <= 10_000:
+        raise InputError(f"posterior_steps {posterior_steps}: expected 1 to 10000")
     spec, make = _pollux_cluster(num_jobs, arrival_hours, cluster, round_seconds, 0.0,
                                  "contention")
-    nodes = spec.num_nodes
-    extra = (lambda c: counter_features(c.state.counters, nodes), nodes * len(COUNTER_VARIABLES))
-    return SchedulingEnv(make, PLACEMENT_MODES, spec.round_interval,
-                         extra=extra, **options)
+    nodes, topology = spec.num_nodes, spec.nodes[0].topology
+
+    def features(c: Cluster) -> np.ndarray:
+        if state == "posterior":
+            return posterior_features(c.state.counters, nodes, topology, posterior_steps)
+        return counter_features(c.state.counters, nodes)
+
+    size = nodes * (posterior_size(topology) if state == "posterior"
+                    else len(COUNTER_VARIABLES))
+    return SchedulingEnv(make, PLACEMENT_MODES, spec.round_interval, extra=(features, size),
+                         **options)
 
 
 #: Environment factories by world name.

@@ -22,10 +22,11 @@ from bayes_sched.mechanisms.placement_steps import RoundBuilder
 from bayes_sched.policies.learned import (
     DATA_DIR,
     check_fits,
-    counter_features,
     greedy_round,
     load_weights,
     modes_of,
+    state_features,
+    state_of,
 )
 
 
@@ -42,6 +43,7 @@ class LearnedPlacementPolicy:
         self._modes = modes_of(self._blob)
         self._max_jobs = int(self._blob["max_jobs"])
         self._counter_nodes = int(self._blob.get("counter_nodes", 0))
+        self.state = state_of(self._blob)
         self._checked = False
         self._rounds = 0
 
@@ -53,13 +55,17 @@ class LearnedPlacementPolicy:
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
-        extra = (counter_features(cluster.counters, self._counter_nodes)
-                 if self._counter_nodes else None)
-        builder = RoundBuilder(cluster, jobs, self._max_jobs, self._modes, extra)
+        self._rounds += 1
+        builder = RoundBuilder(cluster, jobs, self._max_jobs, self._modes)
+        if not builder.can_place():  # nothing to decide: no features to compute
+            return builder.allocations
+        extra = state_features(self.state, cluster.counters, self._counter_nodes, estimates,
+                               where=f"policy {self.name}")
+        if extra is not None:
+            builder.extra = extra
         if not self._checked:
             check_fits(self._blob, builder, self.path, cluster.spec.types)
             self._checked = True
-        self._rounds += 1
         return greedy_round(self._net, builder).allocations
 
 

@@ -4,8 +4,20 @@ greedy decision over :class:`~bayes_sched.mechanisms.placement_steps.RoundBuilde
 A weights file (``.pt``, loaded with ``torch.load(weights_only=True)``) holds a dict: ``format``
 (:data:`WEIGHTS_FORMAT`), ``kind`` (the policy that reads it), ``obs_size``, ``num_actions``,
 ``hidden`` (layer width), ``max_jobs``, ``modes`` (list of ``[kind, gpu type or None]``),
-``counter_nodes`` (nodes of counter features, 0 for none) and ``state_dict``. Beside it a JSON
+``counter_nodes`` (nodes of counter or posterior features, 0 for none), ``state_dict`` and,
+optionally, ``state`` (what the features beyond the job views are: :data:`STATES`; absent: a
+file older than the posterior state, ``"counters"`` where ``counter_nodes`` else ``"jobs"``) and
+``posterior_steps`` (the SVI steps per round of the posterior state it was trained on; the
+``contention_network`` estimator's default is the shipped weights'). Beside it a JSON
 sidecar records the seed, data and command that made it.
+
+The contention world's two states (Banerjee et al., ICML 2020, and its ablation):
+
+* ``"counters"``: :func:`counter_features`, the counters window itself, per node;
+* ``"posterior"``: the contention network's posterior over each node's hidden resource use given
+  that window, which the estimation stage publishes as the ``resource_use`` estimate
+  (:mod:`bayes_sched.resource_use`; :mod:`bayes_sched.contention.state`): what a real scheduler
+  infers from its counters, never the simulator's truth.
 """
 
 from __future__ import annotations
@@ -22,6 +34,8 @@ from bayes_sched.mechanisms.placement_steps import Mode, RoundBuilder
 if TYPE_CHECKING:
     import torch
 
+    from bayes_sched.estimates import Estimates
+
 #: The weights format this code reads.
 WEIGHTS_FORMAT = 1
 #: Shipped weights.
@@ -30,6 +44,8 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "learned"
 STOP_PRIOR = -3.0
 #: Counters the counter features read, per node: mean over the window.
 COUNTER_VARIABLES = ("gpu_gpm_pcie_tx_rate", "gpu_gpm_pcie_rx_rate", "gpu_utilization")
+#: What a weights file's features beyond the job views are (see the module).
+STATES = ("jobs", "counters", "posterior")
 
 
 def actor_critic(obs_size: int, num_actions: int, hidden: int = 64) -> torch.nn.Module:
@@ -133,5 +149,34 @@ def check_fits(blob: dict[str, Any], builder: RoundBuilder, path: str | Path,
                          "GPU types and modes")
 
 
-__all__ = ["COUNTER_VARIABLES", "DATA_DIR", "WEIGHTS_FORMAT", "actor_critic", "check_fits",
-           "counter_features", "greedy_round", "load_weights", "modes_of"]
+def state_features(state: str, counters: Any, num_nodes: int,
+                   estimates: Estimates | None = None, where: str = "") -> np.ndarray | None:
+    """The features of ``state`` beyond the job views (:data:`STATES`; ``None`` for
+    ``"jobs"``): :func:`counter_features` of the counters window, or the ``resource_use``
+    estimate's features (:class:`~bayes_sched.resource_use.ResourceUse`).
+
+    Raises:
+        InputError: the posterior state without a ``resource_use`` estimate (one line,
+            prefixed by ``where``).
+    """
+    if state == "counters":
+        return counter_features(counters, num_nodes)
+    if state == "posterior":
+        from bayes_sched.resource_use import RESOURCE_USE
+
+        use = None if estimates is None else estimates.get(RESOURCE_USE)
+        if use is None:
+            raise InputError(f"{where}: the posterior state reads the 'resource_use' estimate: "
+                             "expected a run with the contention_network estimator")
+        return use.features()
+    return None
+
+
+def state_of(blob: dict[str, Any]) -> str:
+    """A weights file's state (:data:`STATES`; see the module for files without one)."""
+    return str(blob.get("state", "counters" if int(blob.get("counter_nodes", 0)) else "jobs"))
+
+
+__all__ = ["COUNTER_VARIABLES", "DATA_DIR", "STATES", "WEIGHTS_FORMAT", "actor_critic",
+           "check_fits", "counter_features", "greedy_round", "load_weights", "modes_of",
+           "state_features", "state_of"]
