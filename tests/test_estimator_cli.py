@@ -79,7 +79,7 @@ def test_list_estimators_names_each_with_the_needs_it_serves() -> None:
         "dirichlet": "remaining_work", "noise_scale": "remaining_work",
         "oracle_remaining_steps": "remaining_steps", "declared": "remaining_steps",
         "ignored": "remaining_steps", "survival": "remaining_steps",
-        "bo_colocation": "colocation"}
+        "bo_colocation": "colocation", "contention_network": "resource_use"}
     assert {"refit_interval", "refit_growth"} <= {row["option"] for row in rows}
 
 
