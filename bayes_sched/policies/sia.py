@@ -97,6 +97,7 @@ from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
 from bayes_sched.mechanisms.placement import Request, keep_or_pack
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
 from bayes_sched.mechanisms.rounds import cluster_types
+from bayes_sched.policies.sia_tenants import tenant_columns
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
     CellPosterior,
@@ -260,6 +261,69 @@ def partitioned_assignment(utility: np.ndarray, configs: Configurations,
         picked = got >= 0
         chosen[part.jobs[picked]] = rows[got[picked]]
     return chosen
+
+
+def tenant_assignment(utility: np.ndarray, normalized: np.ndarray, configs: Configurations,
+                      capacities: np.ndarray, num_jobs: int, tenant: np.ndarray,
+                      weights: np.ndarray, p: float, solver: str = "HIGHS",
+                      options: Mapping[str, object] | None = None) -> np.ndarray | None:
+    """The configuration chosen per job ``(J,)`` (-1: none) maximising Sia's objective with the
+    per-tenant term of :mod:`~bayes_sched.policies.sia_tenants` (``normalized`` ``(C,)``: the
+    configurations' normalised goodputs with re-allocation factors; ``tenant`` ``(J,)``: each
+    job's tenant index; ``weights`` ``(K,)``: the tenants'; ``p < 1``). One tenant with jobs:
+    Sia's own program (:func:`solve_assignment`). ``None`` when the solver fails."""
+    if len(np.unique(tenant)) <= 1:
+        return solve_assignment(utility, configs, capacities, num_jobs, solver, options)
+    chosen = best_if_all_fit(utility, configs, capacities, num_jobs)
+    if chosen is not None:  # every job at its best goodput: every tenant's S_k is maximal too
+        return chosen
+    import scipy.sparse as sp
+
+    chosen = np.full(num_jobs, -1, dtype=np.int64)
+    useful = np.flatnonzero(utility > 0)
+    objective, tangents, rhs = tenant_columns(utility[useful], normalized[useful],
+                                              configs.job[useful], num_jobs, tenant, weights,
+                                              float(capacities.sum()), p)
+    per_job, per_type = _assignment_rows(configs.job[useful], configs.gpu_type[useful],
+                                         configs.num_gpus[useful], len(capacities), num_jobs)
+    n = len(useful)
+    base = sp.hstack([sp.vstack([per_job, per_type]),
+                      sp.csr_matrix((num_jobs + len(capacities), len(weights)))])
+    data = {"c": -objective, "A": sp.vstack([base, tangents], format="csc"),
+            "b": np.concatenate([np.ones(num_jobs), capacities.astype(float), rhs]),
+            "lower_bounds": np.zeros(len(objective)), "upper_bounds": None,
+            "bool_vars_idx": list(range(n)), "int_vars_idx": [],
+            "dims": _InequalityDims(base.shape[0] + len(rhs))}
+    values = (_solve_highs(data, options) if solver == "HIGHS"
+              else _solve_cvxpy_data(data, solver, options))
+    if values is None:
+        return None
+    picked = useful[np.round(values[:n]) > 0.5]
+    chosen[configs.job[picked]] = picked
+    return chosen
+
+
+def _solve_cvxpy_data(data: Mapping[str, Any], solver: str,
+                      options: Mapping[str, object] | None) -> np.ndarray | None:
+    """The columns' values of a program in :func:`assignment_highs_data`'s layout (its boolean
+    columns, then continuous ones >= 0) from a cvxpy MILP solver (SCIP)."""
+    import cvxpy as cp
+
+    x = cp.Variable(len(data["bool_vars_idx"]), boolean=True)
+    t = cp.Variable(len(data["c"]) - len(data["bool_vars_idx"]), nonneg=True)
+    z = cp.hstack([x, t])
+    problem = cp.Problem(cp.Minimize(data["c"] @ z), [data["A"] @ z <= data["b"]])
+    try:
+        with quiet_stdout():
+            problem.solve(solver=solver, **dict(options or {}))
+    except cp.error.SolverError as error:
+        LOG.warning("sia: solver %s failed: %s", solver, error)
+        return None
+    if x.value is None or problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE,
+                                                 cp.USER_LIMIT):
+        LOG.warning("sia: solver %s status %s", solver, problem.status)
+        return None
+    return np.concatenate([x.value, t.value])
 
 
 def _assignment_rows(job: np.ndarray, gpu_type: np.ndarray, num_gpus: np.ndarray,
@@ -564,8 +628,6 @@ class SiaPolicy:
         """The (sub-)problem solve with the per-tenant term
         (:func:`~bayes_sched.policies.sia_tenants.tenant_assignment`): tenants' weights from the
         cluster's tenant table (1 for a tenant it does not list), ``normalized`` ``(C,)``."""
-        from bayes_sched.policies.sia_tenants import tenant_assignment
-
         listed = {t.name: t.weight for t in cluster.spec.tenant_table().tenants}
         names = list(dict.fromkeys(job.tenant for job in jobs))
         tenant = np.array([names.index(job.tenant) for job in jobs], dtype=np.int64)
@@ -655,6 +717,6 @@ class SiaPolicy:
         return out
 
 __all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Assign", "Configurations", "SiaPolicy", "best_if_all_fit",
-           "partitioned_assignment",
+           "partitioned_assignment", "tenant_assignment",
            "config_utilities", "normalized_goodputs", "realloc_factors", "solve_assignment",
            "assignment_highs_data", "assignment_problem"]

@@ -34,6 +34,9 @@ and ``u_jc = lambda_n + sign(p) g_jc^p`` is Sia's own term of the configuration
 * One tenant with jobs in the round: nothing to balance; the program is Sia's
   (:func:`~bayes_sched.policies.sia.solve_assignment`), so its decisions are Sia's.
 
+The program is solved by :func:`~bayes_sched.policies.sia.tenant_assignment`; this module holds
+its mathematics (:func:`tenant_columns`: the tenant columns, objective and tangent rows).
+
 **The integer program.** ``phi_p`` is concave, so its hypograph is the intersection of its
 tangent half-planes: one continuous variable ``t_k`` per tenant, maximised with coefficient
 ``G_k``, bounded by the tangents at breakpoints ``a_0 = 0 < a_1 < ... < a_m = s_k^max``
@@ -47,22 +50,9 @@ tangent rows), solved by the same solver.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from bayes_sched.policies.sia import (
-    Configurations,
-    _assignment_rows,
-    _InequalityDims,
-    _solve_highs,
-    best_if_all_fit,
-    solve_assignment,
-)
-
-LOG = logging.getLogger(__name__)
 
 #: Tangent points of each tenant's ``phi_p`` in the program (breakpoints ``a_0..a_m``).
 TANGENTS = 24
@@ -89,120 +79,56 @@ def tenant_parts(tenant: np.ndarray, weights: np.ndarray, gpus: float) -> np.nda
 
 
 def tenant_objective(chosen: np.ndarray, utility: np.ndarray, normalized: np.ndarray,
-                     configs: Configurations, tenant: np.ndarray, weights: np.ndarray,
+                     config_job: np.ndarray, tenant: np.ndarray, weights: np.ndarray,
                      gpus: float, p: float) -> float:
     """The module's objective (with ``phi_p`` exact, not its tangents) of ``chosen`` ``(J,)``
-    (configuration per job, -1 for none)."""
+    (configuration per job, -1 for none; ``config_job`` ``(C,)``: each configuration's job,
+    ``utility`` and ``normalized`` ``(C,)``: Sia's term and normalised goodput)."""
     picked = chosen[chosen >= 0]
     parts = tenant_parts(tenant, weights, gpus)
-    received = np.bincount(tenant[configs.job[picked]], weights=normalized[picked],
+    received = np.bincount(tenant[config_job[picked]], weights=normalized[picked],
                            minlength=len(weights))
     live = parts > 0
     value = float((parts[live] * tenant_utility(received[live] / parts[live], p)).sum())
     return value + float(utility[picked].sum()) / max(len(chosen), 1)
 
 
-def tenant_assignment(utility: np.ndarray, normalized: np.ndarray, configs: Configurations,
-                      capacities: np.ndarray, num_jobs: int, tenant: np.ndarray,
-                      weights: np.ndarray, p: float, solver: str = "HIGHS",
-                      options: Mapping[str, object] | None = None) -> np.ndarray | None:
-    """The configuration chosen per job ``(J,)`` (-1: none) maximising the module's objective.
-
-    Args:
-        utility: Sia's term per configuration ``(C,)`` (unweighted).
-        normalized: normalised goodput per configuration ``(C,)`` (with re-allocation factors).
-        configs: the configurations; capacities: GPUs per type ``(T,)``.
-        tenant: each job's tenant index ``(J,)``; weights: each tenant's weight ``(K,)``.
-        p: Sia's exponent (``p < 1``, nonzero).
-
-    Returns ``None`` when the solver fails. One tenant with jobs: Sia's own program."""
-    if len(np.unique(tenant)) <= 1:
-        return solve_assignment(utility, configs, capacities, num_jobs, solver, options)
-    chosen = best_if_all_fit(utility, configs, capacities, num_jobs)
-    if chosen is not None:  # every job at its best goodput: every tenant's S_k is maximal too
-        return chosen
-    chosen = np.full(num_jobs, -1, dtype=np.int64)
-    useful = np.flatnonzero(utility > 0)
-    program = tenant_program(utility[useful], normalized[useful], configs.job[useful],
-                             configs.gpu_type[useful], configs.num_gpus[useful], capacities,
-                             num_jobs, tenant, weights, p)
-    values = (_solve_highs(program, options) if solver == "HIGHS"
-              else _solve_cvxpy(program, solver, options))
-    if values is None:
-        return None
-    picked = useful[np.round(values[:len(useful)]) > 0.5]
-    chosen[configs.job[picked]] = picked
-    return chosen
-
-
-def tenant_program(utility: np.ndarray, normalized: np.ndarray, job: np.ndarray,
-                   gpu_type: np.ndarray, num_gpus: np.ndarray, capacities: np.ndarray,
-                   num_jobs: int, tenant: np.ndarray, weights: np.ndarray, p: float
-                   ) -> dict[str, Any]:
-    """The MILP of the module over ``n`` configurations (each argument ``(n,)`` but
-    ``capacities`` ``(T,)``, ``tenant`` ``(J,)``, ``weights`` ``(K,)``) in the data layout of
-    cvxpy's HiGHS interface (minimise ``c @ z`` subject to ``A @ z <= b``, ``z >= 0``): columns
-    ``x`` ``(n,)`` boolean, then ``t`` ``(K,)`` continuous; rows: one per job, one per GPU type,
-    ``TANGENTS + 1`` per tenant with jobs."""
+def tenant_columns(utility: np.ndarray, normalized: np.ndarray, job: np.ndarray,
+                   num_jobs: int, tenant: np.ndarray, weights: np.ndarray, gpus: float,
+                   p: float) -> tuple[np.ndarray, Any, np.ndarray]:
+    """The module's program's part beyond Sia's, over ``n`` configurations (``utility``,
+    ``normalized``, ``job``: each ``(n,)``) of ``num_jobs`` jobs (``tenant`` ``(J,)``, their
+    tenants' ``weights`` ``(K,)``) on ``gpus`` GPUs: the objective to *maximise* over the
+    columns ``[x (n,), t (K,)]`` (``(n + K,)``), and the tangent rows ``T @ [x, t] <= r`` as a
+    scipy CSR matrix ``(R, n + K)`` and ``r`` ``(R,)`` (``TANGENTS + 1`` rows per tenant with
+    jobs). ``t >= 0`` is implied (``phi_p >= 0`` and its tangents lie above it)."""
     import scipy.sparse as sp
 
     n, num_tenants = len(job), len(weights)
-    parts = tenant_parts(tenant, weights, float(capacities.sum()))
-    per_job, per_type = _assignment_rows(job, gpu_type, num_gpus, len(capacities), num_jobs)
-    owner = tenant[job]  # (n,)
+    parts = tenant_parts(tenant, weights, gpus)
+    owner = tenant[job]
     best = np.zeros(num_jobs)
     np.maximum.at(best, job, normalized)
-    rows, cols, vals, rhs = [], [], [], []
-    row = 0
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    rhs: list[float] = []
     grid = (np.arange(TANGENTS + 1) / TANGENTS) ** 2
     for k in map(int, np.flatnonzero(parts > 0)):
         mine = np.flatnonzero(owner == k)
-        top = best[tenant == k].sum() / parts[k]
-        for a in grid * max(top, 1e-9):
+        top = max(float(best[tenant == k].sum()) / parts[k], 1e-9)
+        for a in grid * top:
             slope = float(tenant_marginal(np.array(a), p))
             # t_k - slope / G_k * sum_{c of k} g_c x_c <= phi(a) - slope * a
+            row = len(rhs)
             rows += [row] * (len(mine) + 1)
             cols += [*mine.tolist(), n + k]
             vals += [*(-slope * normalized[mine] / parts[k]).tolist(), 1.0]
             rhs.append(float(tenant_utility(np.array(a), p)) - slope * a)
-            row += 1
-    tangents = sp.csr_matrix((vals, (rows, cols)), shape=(row, n + num_tenants))
-    pad = sp.csr_matrix((num_jobs + len(capacities), num_tenants))
-    matrix = sp.vstack([sp.hstack([sp.vstack([per_job, per_type]), pad]), tangents],
-                       format="csc")
-    total_rows = num_jobs + len(capacities) + row
-    return {"c": -np.concatenate([np.asarray(utility, dtype=float) / max(num_jobs, 1), parts]),
-            "A": matrix,
-            "b": np.concatenate([np.ones(num_jobs), capacities.astype(float), rhs]),
-            "lower_bounds": np.zeros(n + num_tenants), "upper_bounds": None,
-            "bool_vars_idx": list(range(n)), "int_vars_idx": [],
-            "dims": _InequalityDims(total_rows)}
+    tangents = sp.csr_matrix((vals, (rows, cols)), shape=(len(rhs), n + num_tenants))
+    objective = np.concatenate([np.asarray(utility, dtype=float) / max(num_jobs, 1), parts])
+    return objective, tangents, np.array(rhs)
 
 
-def _solve_cvxpy(program: Mapping[str, Any], solver: str,
-                 options: Mapping[str, object] | None) -> np.ndarray | None:
-    """:func:`tenant_program`'s columns' values from a cvxpy MILP solver (SCIP)."""
-    import cvxpy as cp
-
-    from bayes_sched.mechanisms.highs_process import quiet_stdout
-
-    n = len(program["bool_vars_idx"])
-    x = cp.Variable(n, boolean=True)
-    t = cp.Variable(len(program["c"]) - n, nonneg=True)
-    z = cp.hstack([x, t])
-    problem = cp.Problem(cp.Minimize(program["c"] @ z), [program["A"] @ z <= program["b"]])
-    try:
-        with quiet_stdout():
-            problem.solve(solver=solver, **dict(options or {}))
-    except cp.error.SolverError as error:
-        LOG.warning("sia: solver %s failed: %s", solver, error)
-        return None
-    if x.value is None or problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE,
-                                                 cp.USER_LIMIT):
-        LOG.warning("sia: solver %s status %s", solver, problem.status)
-        return None
-    return np.concatenate([x.value, t.value])
-
-
-__all__ = ["TANGENTS", "tenant_assignment", "tenant_marginal", "tenant_objective",
-           "tenant_parts", "tenant_program", "tenant_utility"]
+__all__ = ["TANGENTS", "tenant_columns", "tenant_marginal", "tenant_objective", "tenant_parts",
+           "tenant_utility"]
