@@ -75,6 +75,8 @@ class PolluxTenantPolicy(PolluxPolicy):
     """Pollux whose fitness weighs tenants (see the module); every option is Pollux's."""
 
     name = "pollux_tenants"
+    # Pollux's own, named here: the registry reads a class's options from its own ``__init__``.
+    __init__ = PolluxPolicy.__init__
 
     def problem(self, cluster: ClusterState, jobs: Sequence[JobView]
                 ) -> tuple[AllocationProblem, list[str]]:
