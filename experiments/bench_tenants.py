@@ -21,6 +21,17 @@ them: least attained service).
 
     python experiments/bench_tenants.py [--jobs 200] [--seeds 0 1 2] [--json]
 
+Pollux world (``--pollux-world WORKLOAD``, e.g. ``workload-1``): Pollux against ``pollux_tenants``
+(Pollux's fitness as a weighted power mean over tenants) on a shipped Pollux workload whose jobs
+are split into a ``large`` tenant (the long, well-scaling imagenet, deepspeech2, bert and yolov3
+jobs) and a ``small`` one (cifar10 and ncf), of weights ``--large-weight`` and 1, on Pollux's 16
+nodes of 4 T4s, no quotas. Per policy: avg JCT (h) overall and per tenant, and the large tenant's
+share of the GPU-time held in the rounds where both tenants had unfinished jobs (elastic jobs
+take what speeds them up: a tenant whose jobs cannot use more GPUs gets less than its weight's
+part without unfairness).
+
+    python experiments/bench_tenants.py --pollux-world workload-1 --large-weight 3
+
 Measured figures (each run's command, commit, date and load): docs/results/bench_tenants.md.
 """
 
@@ -42,6 +53,8 @@ from experiments.results_record import add_record_flag, record_results  # noqa: 
 POLICIES = ("astraea", "fifo", "fifo+quota", "tiresias", "tiresias+quota",
             "finish_time_fairness", "finish_time_fairness@oracle", "gandiva_fair",
             "gandiva_fair_tenant", "themis", "sia", "sia:tenant_weights")
+#: The policies of the Pollux-world part.
+POLLUX_POLICIES = ("pollux", "pollux_tenants")
 METRICS = ("avg_jct_h", "p99_jct_h", "ltgf_spread", "ltgf_min", "worst_share_vs_quota",
            "slowdown_mean", "slowdown_median", "starved_jobs")
 
@@ -88,6 +101,54 @@ def _option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+#: The Pollux-world workloads' applications given to the ``large`` tenant (the rest: ``small``).
+LARGE_APPLICATIONS = ("imagenet", "deepspeech2", "bert", "yolov3")
+
+
+def pollux_world(workload: str, large_weight: float, policies: list[str]
+                 ) -> dict[str, dict[str, float]]:
+    """The Pollux-world part (module docstring): per policy its figures."""
+    from bayes_sched.cluster_spec import ClusterSpec
+    from bayes_sched.policies import make_policy
+    from bayes_sched.sim.run import run_simulation
+    from bayes_sched.sim.simulator import SimConfig
+    from bayes_sched.sim.workload import read_workload
+    from bayes_sched.tenants import TenantSpec
+
+    read = read_workload(workload)
+    jobs = tuple(dataclasses.replace(
+        job, tenant="large" if job.application in LARGE_APPLICATIONS else "small")
+        for job in read.jobs)
+    spec = dataclasses.replace(ClusterSpec.homogeneous(16, 4, "t4"), tenants=(
+        TenantSpec("large", weight=large_weight), TenantSpec("small")))
+    tenant = {job.name: job.tenant for job in jobs}
+    out: dict[str, dict[str, float]] = {}
+    for name in policies:
+        start = time.process_time()
+        result = run_simulation(dataclasses.replace(read, jobs=jobs), make_policy(name),
+                                SimConfig(cluster=spec))
+        gpus = result.timeline["gpus"]  # (time, job)
+        names = [str(j) for j in gpus["job"].values]
+        large = np.array([tenant[j] == "large" for j in names])
+        times = result.timeline["time"].values
+        finished = dict(zip(result.jobs["job"], result.jobs["completion_time"], strict=True))
+        submitted = np.array([next(j.submit_time for j in jobs if j.name == n) for n in names])
+        done = np.array([np.inf if np.isnan(finished.get(n, np.nan)) else finished[n]
+                         for n in names])
+        alive = (submitted[None, :] <= times[:, None]) & (times[:, None] < done[None, :])
+        both = alive[:, large].any(axis=1) & alive[:, ~large].any(axis=1)
+        held = gpus.values[both]
+        per_tenant = result.jobs.assign(tenant=result.jobs["job"].map(tenant))
+        jct = per_tenant.groupby("tenant")["jct"].mean() / 3600
+        out[name] = {"avg_jct_h": float(result.summary["avg_jct"]) / 3600,
+                     "large_avg_jct_h": float(jct.get("large", np.nan)),
+                     "small_avg_jct_h": float(jct.get("small", np.nan)),
+                     "large_share_both_active": float(held[:, large].sum() / max(held.sum(), 1)),
+                     "finished": float(result.summary["finished"]),
+                     "cpu_s": time.process_time() - start}
+    return out
+
+
 def main() -> None:
     from bayes_sched.sim.seeds import interval_text, mean_interval
     from bayes_sched.sim.tenant_workload import generate_tenant_jobs
@@ -97,8 +158,22 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--pollux-world", metavar="WORKLOAD",
+                        help="run the Pollux-world part on this shipped workload instead")
+    parser.add_argument("--large-weight", type=float, default=1.0)
     add_record_flag(parser)
     args = parser.parse_args()
+    if args.pollux_world:
+        figures = pollux_world(args.pollux_world, args.large_weight,
+                               [p for p in args.policies if p in POLLUX_POLICIES]
+                               or list(POLLUX_POLICIES))
+        if args.record:
+            record_results(__file__, {"pollux world": [{"policy": name, **row}
+                                                       for name, row in figures.items()]})
+        print(json.dumps(figures, indent=1) if args.json else "\n".join(
+            f"{name:16s} " + "  ".join(f"{k} {v:.3g}" for k, v in row.items())
+            for name, row in figures.items()))
+        return
     spec = cluster()
     runs: dict[str, list[dict[str, float]]] = {p: [] for p in args.policies}
     for seed in args.seeds:

@@ -32,6 +32,7 @@ SMALL_GA = GAConfig(population=12, generations=4, seed=0)
 FACTORIES: dict[str, Callable[[], Policy]] = {
     **POLICIES,
     "pollux": lambda: PolluxPolicy(ga=SMALL_GA),
+    "pollux_tenants": lambda: POLICIES.make("pollux_tenants", ga=SMALL_GA),
     "bo": lambda: BayesOptPolicy(ga=SMALL_GA, candidates=4),
     "shockwave": lambda: POLICIES.make("shockwave", future_rounds=4),
 }

@@ -113,7 +113,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           f"{OUT_DIR_RULE}")
     simulate.add_argument("--plot", metavar="DIR",
                           help="write per-GPU-type utilisation over time into DIR (created): "
-                               "a PNG and the plotted numbers as CSV per run")
+                               "a PNG and the plotted numbers as CSV per run; on a cluster with "
+                               "[[tenants]] also each tenant's GPU-time share vs quota, LTGF, "
+                               "slowdown and starved jobs (tenants_*.png)")
     simulate.set_defaults(handler=_simulate)
 
     compare = subparsers.add_parser(
@@ -137,7 +139,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help=f"report folder (default: sim-report); {OUT_DIR_RULE}")
     compare.add_argument("--plot", metavar="DIR",
                          help="where the table world's per-GPU-type utilisation plots go "
-                              "(default: OUT/type_utilization, beside the Pollux world's)")
+                              "(default: OUT/type_utilization, beside the Pollux world's), and "
+                              "on a cluster with [[tenants]] the per-tenant plots (also in "
+                              "OUT/tenants)")
     compare.add_argument("--baseline", choices=list(POLICIES), metavar="POLICY",
                          help="the policy the report's headlines compare against (default: the "
                               "first of --policies)")
@@ -426,7 +430,8 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
                ) -> tuple[dict[str, object], Any, Path]:
     """One run of a Gavel or Shockwave trace in its throughput-table world: its table row (the
     summary), the result, and the trace's path; with ``args.plot`` the per-type utilisation plot
-    is written there."""
+    is written there (and on a cluster with ``[[tenants]]`` the per-tenant plot,
+    ``tenants_<policy>_<trace>_seed<S>.png``: :mod:`bayes_sched.sim.tenant_plots`)."""
     from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE
     from bayes_sched.sim.type_utilization import utilization_series, write_type_utilization
 
@@ -465,6 +470,12 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
     if args.plot:
         write_type_utilization(utilization_series(result), args.plot,
                                f"{policy.name}_{name}_seed{seed}", f"{policy.name} on {name}")
+        if result.tenants is not None:  # a cluster with [[tenants]]
+            from bayes_sched.sim.tenant_plots import write_tenant_plots
+
+            write_tenant_plots(result.tenants, args.plot,
+                               f"tenants_{policy.name}_{name}_seed{seed}",
+                               f"{policy.name} on {name}: tenants")
     row: dict[str, object] = {"policy": policy.name, "trace": name,
                               "cluster": spec.describe(), "round_s": spec.round_interval,
                               "estimates": _describe_sources(result.estimates_from),
@@ -636,23 +647,30 @@ def _compare(args: argparse.Namespace) -> int:
                          **row})
     if args.plot is None:
         args.plot = str(Path(args.out) / "type_utilization")
+    table_results: list[RunResult] = []
     for trace in args.traces:
         for name in table_policies:
             for seed in seeds:
                 try:
-                    row, _, path = _table_run(trace, name, args, seed)
+                    row, result, path = _table_run(trace, name, args, seed)
                 except InputError as error:
                     if "not a policy of the throughput-table world" in str(error):
                         continue  # shockwave on a Gavel trace: that pair does not exist
                     raise
+                table_results.append(result)
                 rows.append({"world": "table", "setting": f"{path.stem} on {row['cluster']}",
                              "seed": seed, **row})
     table = [{k: row.get(k, np.nan) for k in _WORLDS_COLUMNS} for row in rows]
     (Path(args.out)).mkdir(parents=True, exist_ok=True)
     pd.DataFrame(table).to_csv(Path(args.out) / "worlds.csv", index=False)
     print_table(table, title="policies across both worlds", as_json=args.json)
+    from bayes_sched.sim.tenant_plots import write_tenant_report
+
+    tenants = write_tenant_report(table_results, Path(args.out) / "tenants")
     if not args.json:
         print(f"report: {Path(args.out) / 'worlds.csv'}")
+        if tenants is not None:
+            print(f"tenants: {tenants}")
     return 0
 
 

@@ -102,6 +102,7 @@ POLICIES.register("astraea", f"{_EXPORTS['AstraeaPolicy']}:AstraeaPolicy")
 POLICIES.register("gandiva_fair_tenant",
                   f"{_EXPORTS['GandivaFairTenantPolicy']}:GandivaFairTenantPolicy")
 POLICIES.register("themis", f"{_EXPORTS['ThemisPolicy']}:ThemisPolicy")
+POLICIES.register("pollux_tenants", "bayes_sched.policies.pollux_tenants:PolluxTenantPolicy")
 POLICIES.register("harmony", "bayes_sched.policies.harmony:HarmonyPolicy")
 POLICIES.register("banerjee", "bayes_sched.policies.banerjee:BanerjeePolicy")
 POLICIES.register("metis", "bayes_sched.policies.metis:MetisPolicy")

@@ -28,14 +28,14 @@ nothing of its code or data is copied, only the formulation.
   below 1 lowers ``(g f)^p``'s utility, so a job moves only where the gain outweighs the restart.
   (The artifact's ``lambda_a``, a penalty per allocation change, is set but never enters its
   objective; it is left out here.)
-* **Tenant weights** (ours, issue 36; option ``tenant_weights``, off by default): each job's term
-  is multiplied by ``omega_j = J w_k / (n_k W)`` (:func:`~bayes_sched.fair_shares.tenant_job_weights`:
-  its tenant's weight ``w_k`` over the tenant's ``n_k`` jobs in the round, normalised by the ``J``
-  jobs and the summed weight ``W`` of the tenants present), so the utility of configuration ``c``
-  of job ``j`` is ``omega_j (lambda_n + sign(p) g_c^p)``. The whole term is weighted, the
-  no-allocation penalty with the goodput: with ``p < 0`` weighting ``-g^p`` alone would make a
-  heavier job *less* worth running. One tenant, or tenants of equal weight and job count: the
-  same decisions as without.
+* **Tenant weights** (ours, issue 36; option ``tenant_weights``, off by default): the objective
+  gains a concave term per tenant, ``sum_k G_k phi_p(S_k / G_k)`` with ``S_k`` the tenant's summed
+  normalised goodput, ``G_k`` its weight's part of the GPUs and ``phi_p(s) = ((1 + s)^p - 1) / p``,
+  and Sia's term is averaged over the jobs; tangents of ``phi_p`` keep the program a MILP
+  (:mod:`bayes_sched.policies.sia_tenants`, where the formula is derived). Tenants then receive
+  goodput in proportion to their weights where their jobs can use it; one tenant: Sia's
+  decisions. (Weighting each job's term instead keeps the objective linear in the weights, and
+  the heaviest tenant's jobs take every contended GPU.)
 * **Solver.** cvxpy over boolean variables, one per (job, configuration) pair that can run, with
   an open MILP solver (HiGHS by default, SCIP optional; Sia used CBC) at Sia's relative gap
   ``1e-4``. With HiGHS the program goes to cvxpy's HiGHS interface as the numbers cvxpy would
@@ -81,7 +81,7 @@ in Gavel's simulator).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -91,13 +91,13 @@ from bayes_sched.acquisition import thompson
 from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
-from bayes_sched.fair_shares import tenant_job_weights
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import restart_delays, restart_penalty
 from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
 from bayes_sched.mechanisms.placement import Request, keep_or_pack
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
 from bayes_sched.mechanisms.rounds import cluster_types
+from bayes_sched.policies.sia_tenants import tenant_columns
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
     CellPosterior,
@@ -228,12 +228,22 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
     return chosen
 
 
+#: A solve of one (sub-)problem for :func:`partitioned_assignment`: given its configurations'
+#: ``utility`` and ``configs`` (jobs numbered within it), its GPUs per type, the indices of its
+#: jobs and of its configurations in the whole problem, the configuration chosen per job (-1:
+#: none), or ``None`` on a failure.
+Assign = Callable[[np.ndarray, Configurations, np.ndarray, np.ndarray, np.ndarray],
+                  np.ndarray | None]
+
+
 def partitioned_assignment(utility: np.ndarray, configs: Configurations,
                            parts: Sequence[Partition], solver: str = "HIGHS",
-                           options: Mapping[str, object] | None = None) -> np.ndarray | None:
-    """:func:`solve_assignment` on each POP sub-problem of ``parts`` (its jobs' configurations,
-    its GPUs per type), the choices joined ``(J,)`` (each within its sub-cluster's GPUs, so
-    together within the cluster's); ``None`` when any sub-problem has no answer."""
+                           options: Mapping[str, object] | None = None,
+                           assign: Assign | None = None) -> np.ndarray | None:
+    """:func:`solve_assignment` (or ``assign``) on each POP sub-problem of ``parts`` (its jobs'
+    configurations, its GPUs per type), the choices joined ``(J,)`` (each within its
+    sub-cluster's GPUs, so together within the cluster's); ``None`` when any sub-problem has no
+    answer."""
     num_jobs = sum(len(part.jobs) for part in parts)
     chosen = np.full(num_jobs, -1, dtype=np.int64)
     config_part = labels(parts, num_jobs)[configs.job]
@@ -243,13 +253,77 @@ def partitioned_assignment(utility: np.ndarray, configs: Configurations,
         local[part.jobs] = np.arange(len(part.jobs))
         sub = Configurations(job=local[configs.job[rows]], gpu_type=configs.gpu_type[rows],
                              num_gpus=configs.num_gpus[rows], goodput=configs.goodput[rows])
-        got = solve_assignment(utility[rows], sub, part.capacities, len(part.jobs), solver,
-                               options)
+        got = (solve_assignment(utility[rows], sub, part.capacities, len(part.jobs), solver,
+                                options) if assign is None
+               else assign(utility[rows], sub, part.capacities, part.jobs, rows))
         if got is None:
             return None
         picked = got >= 0
         chosen[part.jobs[picked]] = rows[got[picked]]
     return chosen
+
+
+def tenant_assignment(utility: np.ndarray, normalized: np.ndarray, configs: Configurations,
+                      capacities: np.ndarray, num_jobs: int, tenant: np.ndarray,
+                      weights: np.ndarray, p: float, solver: str = "HIGHS",
+                      options: Mapping[str, object] | None = None) -> np.ndarray | None:
+    """The configuration chosen per job ``(J,)`` (-1: none) maximising Sia's objective with the
+    per-tenant term of :mod:`~bayes_sched.policies.sia_tenants` (``normalized`` ``(C,)``: the
+    configurations' normalised goodputs with re-allocation factors; ``tenant`` ``(J,)``: each
+    job's tenant index; ``weights`` ``(K,)``: the tenants'; ``p < 1``). One tenant with jobs:
+    Sia's own program (:func:`solve_assignment`). ``None`` when the solver fails."""
+    if len(np.unique(tenant)) <= 1:
+        return solve_assignment(utility, configs, capacities, num_jobs, solver, options)
+    chosen = best_if_all_fit(utility, configs, capacities, num_jobs)
+    if chosen is not None:  # every job at its best goodput: every tenant's S_k is maximal too
+        return chosen
+    import scipy.sparse as sp
+
+    chosen = np.full(num_jobs, -1, dtype=np.int64)
+    useful = np.flatnonzero(utility > 0)
+    objective, tangents, rhs = tenant_columns(utility[useful], normalized[useful],
+                                              configs.job[useful], num_jobs, tenant, weights,
+                                              float(capacities.sum()), p)
+    per_job, per_type = _assignment_rows(configs.job[useful], configs.gpu_type[useful],
+                                         configs.num_gpus[useful], len(capacities), num_jobs)
+    n = len(useful)
+    base = sp.hstack([sp.vstack([per_job, per_type]),
+                      sp.csr_matrix((num_jobs + len(capacities), len(weights)))])
+    data = {"c": -objective, "A": sp.vstack([base, tangents], format="csc"),
+            "b": np.concatenate([np.ones(num_jobs), capacities.astype(float), rhs]),
+            "lower_bounds": np.zeros(len(objective)), "upper_bounds": None,
+            "bool_vars_idx": list(range(n)), "int_vars_idx": [],
+            "dims": _InequalityDims(base.shape[0] + len(rhs))}
+    values = (_solve_highs(data, options) if solver == "HIGHS"
+              else _solve_cvxpy_data(data, solver, options))
+    if values is None:
+        return None
+    picked = useful[np.round(values[:n]) > 0.5]
+    chosen[configs.job[picked]] = picked
+    return chosen
+
+
+def _solve_cvxpy_data(data: Mapping[str, Any], solver: str,
+                      options: Mapping[str, object] | None) -> np.ndarray | None:
+    """The columns' values of a program in :func:`assignment_highs_data`'s layout (its boolean
+    columns, then continuous ones >= 0) from a cvxpy MILP solver (SCIP)."""
+    import cvxpy as cp
+
+    x = cp.Variable(len(data["bool_vars_idx"]), boolean=True)
+    t = cp.Variable(len(data["c"]) - len(data["bool_vars_idx"]), nonneg=True)
+    z = cp.hstack([x, t])
+    problem = cp.Problem(cp.Minimize(data["c"] @ z), [data["A"] @ z <= data["b"]])
+    try:
+        with quiet_stdout():
+            problem.solve(solver=solver, **dict(options or {}))
+    except cp.error.SolverError as error:
+        LOG.warning("sia: solver %s failed: %s", solver, error)
+        return None
+    if x.value is None or problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE,
+                                                 cp.USER_LIMIT):
+        LOG.warning("sia: solver %s status %s", solver, problem.status)
+        return None
+    return np.concatenate([x.value, t.value])
 
 
 def _assignment_rows(job: np.ndarray, gpu_type: np.ndarray, num_gpus: np.ndarray,
@@ -386,8 +460,9 @@ class SiaPolicy:
             many random sub-problems (jobs, and each type's free GPUs, split alike; seeded by
             ``seed``), the choices joined (:func:`partitioned_assignment`); ``"auto"``: the
             exact program below ``2 * jobs_per_partition`` jobs, more sub-problems above.
-        tenant_weights: weigh each job's term by its tenant's weight over the tenant's jobs
-            in the round (see the module; off: Sia's objective).
+        tenant_weights: add the concave per-tenant term of
+            :mod:`~bayes_sched.policies.sia_tenants` (tenants' goodput in proportion to their
+            weights; needs ``p < 1``; off: Sia's objective).
     """
 
     name = "sia"
@@ -403,9 +478,11 @@ class SiaPolicy:
                  acquisition: Literal["mean", "thompson"] = "mean",
                  partitions: PartitionSetting = "auto", tenant_weights: bool = False) -> None:
         self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
-        self.tenant_weights = bool(tenant_weights)  # weigh each job's term (see the module)
+        self.tenant_weights = bool(tenant_weights)  # a concave term per tenant (see the module)
         if not np.isfinite(p) or p == 0:
             raise ValueError(f"p is {p}: expected a finite nonzero exponent")
+        if self.tenant_weights and p >= 1:
+            raise ValueError(f"p is {p}: tenant_weights needs p < 1 (a concave tenant term)")
         if not lambda_n > 0:
             raise ValueError(f"lambda_n is {lambda_n}: expected a penalty > 0")
         if solver not in SIA_SOLVERS:
@@ -485,20 +562,20 @@ class SiaPolicy:
             (configs.gpu_type == current[configs.job]) & (configs.num_gpus == held[configs.job]))
         normalized = np.where(moves, normalized * factors[configs.job], normalized)
         utility = config_utilities(normalized, self.p, self.lambda_n)
-        if self.tenant_weights:
-            weights = {t.name: t.weight for t in cluster.spec.tenant_table().tenants}
-            utility = utility * np.array(tenant_job_weights([j.tenant for j in jobs],
-                                                            weights))[configs.job]
+        assign = self._tenant_assign(cluster, jobs, normalized) if self.tenant_weights else None
         chosen = best_if_all_fit(utility, configs, capacities, len(jobs))
         if chosen is None:
             keys = [(job.application, job.requested_replicas) for job in jobs]
             index = {key: c for c, key in enumerate(dict.fromkeys(keys))}
             strata = np.array([index[key] for key in keys], dtype=np.int64)
             parts = self.partitioner.parts(len(jobs), capacities, strata)
-            chosen = (solve_assignment(utility, configs, capacities, len(jobs), self.solver,
-                                       self._solver_options()) if parts is None
-                      else partitioned_assignment(utility, configs, parts, self.solver,
-                                                  self._solver_options()))
+            if parts is None and assign is None:
+                chosen = solve_assignment(utility, configs, capacities, len(jobs), self.solver,
+                                          self._solver_options())
+            else:
+                chosen = partitioned_assignment(
+                    utility, configs, parts or [Partition(np.arange(len(jobs)), capacities)],
+                    self.solver, self._solver_options(), assign)
             self.ilp_solves += 1
         if chosen is None:
             self.solver_failures += 1
@@ -545,6 +622,24 @@ class SiaPolicy:
             if nodes.size:
                 out[j] = types.index(str(node_types[nodes[0]]))
         return out
+
+    def _tenant_assign(self, cluster: ClusterState, jobs: Sequence[JobView],
+                       normalized: np.ndarray) -> Assign:
+        """The (sub-)problem solve with the per-tenant term
+        (:func:`~bayes_sched.policies.sia_tenants.tenant_assignment`): tenants' weights from the
+        cluster's tenant table (1 for a tenant it does not list), ``normalized`` ``(C,)``."""
+        listed = {t.name: t.weight for t in cluster.spec.tenant_table().tenants}
+        names = list(dict.fromkeys(job.tenant for job in jobs))
+        tenant = np.array([names.index(job.tenant) for job in jobs], dtype=np.int64)
+        weights = np.array([listed.get(name, 1.0) for name in names])
+
+        def assign(utility: np.ndarray, configs: Configurations, capacities: np.ndarray,
+                   part_jobs: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+            return tenant_assignment(utility, normalized[rows], configs, capacities,
+                                     len(part_jobs), tenant[part_jobs], weights, self.p,
+                                     self.solver, self._solver_options())
+
+        return assign
 
     def _solver_options(self) -> dict[str, object]:
         if self.solver == "HIGHS":
@@ -621,7 +716,7 @@ class SiaPolicy:
             LOG.warning("sia: no room for job %s on %s", name, type_of[name])
         return out
 
-__all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Configurations", "SiaPolicy", "best_if_all_fit",
-           "partitioned_assignment",
+__all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Assign", "Configurations", "SiaPolicy", "best_if_all_fit",
+           "partitioned_assignment", "tenant_assignment",
            "config_utilities", "normalized_goodputs", "realloc_factors", "solve_assignment",
            "assignment_highs_data", "assignment_problem"]

@@ -12,6 +12,10 @@
   the seed in the name when the runs have several);
 * ``avg_jct.png`` (mean avg JCT per policy and workload, error bars: the interval over seeds),
   ``jct_cdf.png`` (JCT CDF per policy) and ``utilization.png`` (utilisation over time, first seed);
+* on a cluster with ``[[tenants]]`` (table worlds), ``tenants/<policy>__<workload>[__seed<S>]``
+  ``.png`` / ``.csv`` / ``_tenants.csv``: per tenant, GPU-time share vs quota and LTGF over
+  time, slowdown and starved jobs (:mod:`bayes_sched.sim.tenant_plots`), and a "Tenants"
+  section with every run's per-tenant table;
 * ``report.md`` and ``report.html`` (the same content; the HTML embeds the PNGs by relative path),
   opening with one headline per policy against the baseline (:func:`headlines`).
 
@@ -21,7 +25,6 @@ Files are written to a temporary name and renamed, so an interrupted run leaves 
 from __future__ import annotations
 
 import functools
-import html
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -36,7 +39,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bayes_sched.estimates import describe_sources  # noqa: E402
-from bayes_sched.sim.report_parts import atomic_write, series_styles  # noqa: E402
+from bayes_sched.sim.report_parts import (  # noqa: E402
+    Section,
+    atomic_write,
+    html_document,
+    markdown_document,
+    series_styles,
+)
 from bayes_sched.sim.result import RunResult  # noqa: E402
 from bayes_sched.sim.seeds import (  # noqa: E402
     LEVEL,
@@ -46,7 +55,6 @@ from bayes_sched.sim.seeds import (  # noqa: E402
     seed_rows,
 )
 from bayes_sched.strict_json import json_safe  # noqa: E402
-from perfmodel.markdown import markdown_cell, markdown_table  # noqa: E402
 
 
 def summary_rows(results: Sequence[RunResult]) -> list[dict[str, object]]:
@@ -183,9 +191,12 @@ def write_report(results: Sequence[RunResult], out_dir: str | Path,
                                f"{r.policy} on {r.workload}")
     sections = _sections(lines, rows, per_policy, over_seeds, setting_text(results))
     sections += _typed_sections(results)
-    atomic_write(out / "report.html", lambda p: p.write_text(_html(sections)))
+    from bayes_sched.sim.tenant_plots import tenant_sections
+
+    sections += tenant_sections(results, out)
+    atomic_write(out / "report.html", lambda p: p.write_text(html_document(sections)))
     report = out / "report.md"
-    atomic_write(report, lambda p: p.write_text(_markdown(sections)))
+    atomic_write(report, lambda p: p.write_text(markdown_document(sections)))
     return report
 
 
@@ -264,10 +275,6 @@ def _plot_utilization(results: Sequence[RunResult], path: Path) -> None:
 
 
 # --- the document: one list of sections, written as Markdown and as HTML -------------------------
-
-#: A section: ``("h1" | "h2" | "p", text)``, ``("list", [items])``,
-#: ``("table", (rows, columns))`` or ``("image", (file, alt))``.
-Section = tuple[str, Any]
 
 #: The finish-time-fairness distribution every summary gives: worst, CDF points, unfair fraction.
 FTF_COLUMNS = ["ftf_worst", "ftf_p25", "ftf_p50", "ftf_p75", "ftf_p90", "ftf_p99",
@@ -407,50 +414,3 @@ def _shipped() -> tuple[str, ...]:
     from bayes_sched.sim.physics import APPLICATION_NAMES
 
     return APPLICATION_NAMES
-
-
-def _markdown(sections: Sequence[Section]) -> str:
-    parts = []
-    for kind, body in sections:
-        if kind == "h1":
-            parts.append(f"# {body}")
-        elif kind == "h2":
-            parts.append(f"## {body}")
-        elif kind == "p":
-            parts.append(body)
-        elif kind == "list":
-            parts.append("\n".join(f"- **{item}**" for item in body))
-        elif kind == "image":
-            parts.append(f"![{body[1]}]({body[0]})")
-        else:
-            rows, columns = body
-            parts.append(markdown_table(rows, columns))
-    return "\n\n".join(parts) + "\n"
-
-
-def _html(sections: Sequence[Section]) -> str:
-    """Plain HTML of the same sections (no scripts, no external files but the PNGs beside it)."""
-    e = html.escape
-    parts = []
-    for kind, body in sections:
-        if kind in ("h1", "h2"):
-            parts.append(f"<{kind}>{e(body)}</{kind}>")
-        elif kind == "p":
-            parts.append(f"<p>{e(body)}</p>")
-        elif kind == "list":
-            parts.append("<ul>" + "".join(f"<li><strong>{e(i)}</strong></li>" for i in body)
-                         + "</ul>")
-        elif kind == "image":
-            parts.append(f'<p><img src="{e(body[0])}" alt="{e(body[1])}"></p>')
-        else:
-            rows, columns = body
-            head = "".join(f"<th>{e(c)}</th>" for c in columns)
-            cells = ["<tr>" + "".join(f"<td>{e(markdown_cell(row[c]))}</td>" for c in columns) + "</tr>"
-                     for row in rows]
-            parts.append(f"<table>\n<tr>{head}</tr>\n" + "\n".join(cells) + "\n</table>")
-    style = ("body{font-family:sans-serif;max-width:75em;margin:auto}"
-             "table{border-collapse:collapse;font-size:85%}"
-             "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}")
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\">"
-            f"<title>Simulation report</title><style>{style}</style></head>\n<body>\n"
-            + "\n".join(parts) + "\n</body>\n</html>\n")

@@ -12,6 +12,7 @@ import xarray as xr
 if TYPE_CHECKING:
     from bayes_sched.cluster_spec import ClusterSpec
     from bayes_sched.sim.simulator import SimConfig
+    from bayes_sched.sim.tenant_metrics import TenantReport
 
 
 @dataclass
@@ -49,6 +50,9 @@ class RunResult:
             ``measurement_noise``).
         config: the Pollux world's :class:`~bayes_sched.sim.simulator.SimConfig` (``None`` in
             the table worlds).
+        tenants: the per-tenant report of a run on a cluster with ``[[tenants]]``
+            (:class:`~bayes_sched.sim.tenant_metrics.TenantReport`; the table worlds), else
+            ``None``.
     """
 
     world: str
@@ -70,6 +74,7 @@ class RunResult:
     refits: int = 0
     setting: dict[str, object] = field(default_factory=dict)
     config: SimConfig | None = None
+    tenants: TenantReport | None = None
 
     @property
     def unfinished(self) -> list[str]:

@@ -24,7 +24,7 @@ from bayes_sched.sim.oracles import world_oracles
 from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.table_cluster import DEFAULT_MEASUREMENT_NOISE, STALL_LIMIT, TableCluster
 from bayes_sched.sim.tenant_cluster import TenantTableCluster
-from bayes_sched.sim.tenant_metrics import tenant_summary
+from bayes_sched.sim.tenant_metrics import run_tenant_report
 from bayes_sched.throughputs import ThroughputTable, load_gavel_throughputs
 
 LOG = logging.getLogger(__name__)
@@ -87,7 +87,8 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
     ``rejected_reports``, ``fits`` and ``fit_seconds`` in total). A cluster with ``[[tenants]]``
     runs Gavel's jobs on a :class:`~bayes_sched.sim.tenant_cluster.TenantTableCluster` (the same
     physics, recording each tenant's service) and the summary gains the per-tenant figures
-    (:func:`~bayes_sched.sim.tenant_metrics.tenant_summary`).
+    (:func:`~bayes_sched.sim.tenant_metrics.run_tenant_report`, whole in the result's
+    ``tenants``).
 
     Raises:
         InputError: a bad choice of estimators (one line)."""
@@ -114,8 +115,9 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                     "waited: the policy stalled (solver failures: %s); run given up",
                     policy.name, cluster.stalled_at, cluster.state.now,
                     policy.stats().get("solver_failures", "not counted"))
-    if isinstance(cluster, TenantTableCluster):
-        summary.update(tenant_summary(cluster, rows))
+    tenants = run_tenant_report(cluster, rows) if isinstance(cluster, TenantTableCluster) else None
+    if tenants is not None:
+        summary.update(tenants.summary)
     policy_stats = dict(policy.stats())
     summary.update(policy_stats)
     summary.update(stats.estimator_stats)
@@ -127,7 +129,7 @@ def run_table_simulation(jobs: Iterable[TableJobSpec], policy: Policy, spec: Clu
                      wall_seconds=time.perf_counter() - start, seed=seed,
                      policy_stats=policy_stats, estimator_stats=dict(stats.estimator_stats),
                      estimates_from=dict(stats.estimates_from),
-                     setting={"measurement_noise": measurement_noise})
+                     setting={"measurement_noise": measurement_noise}, tenants=tenants)
 
 
 def table_timeline(cluster: TableCluster) -> xr.Dataset:

@@ -154,8 +154,8 @@ def _summary(tenants: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def tenant_summary(cluster: TenantTableCluster, jobs: pd.DataFrame) -> dict[str, float]:
-    """The summary figures of :func:`tenant_report` for a run of ``cluster`` (its spec's tenants,
-    its jobs' outcomes), for a run driver's summary."""
+def run_tenant_report(cluster: TenantTableCluster, jobs: pd.DataFrame) -> TenantReport:
+    """:func:`tenant_report` of a run of ``cluster`` (its spec's tenants, its jobs' outcomes),
+    for a run driver's result."""
     specs = [job.spec for job in cluster.jobs.values()]
-    return tenant_report(cluster, jobs, cluster.spec.tenant_table(), outcomes(specs)).summary
+    return tenant_report(cluster, jobs, cluster.spec.tenant_table(), outcomes(specs))

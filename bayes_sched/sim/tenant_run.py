@@ -10,33 +10,24 @@ from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.policies.base import Policy
 from bayes_sched.sim.gavel_jobs import TableJobSpec
 from bayes_sched.sim.result import RunResult
-from bayes_sched.sim.table_cluster import TableCluster
 from bayes_sched.sim.table_run import run_table_simulation
 from bayes_sched.sim.tenant_cluster import TenantTableCluster
-from bayes_sched.sim.tenant_metrics import TenantReport, tenant_report
-from bayes_sched.sim.tenant_workload import outcomes
+from bayes_sched.sim.tenant_metrics import TenantReport
 from bayes_sched.tenants import check_job_tenants
 
 
 def run_tenant_simulation(jobs: Sequence[TableJobSpec], policy: Policy, spec: ClusterSpec,
                           **options: Any) -> tuple[RunResult, TenantReport]:
     """Simulate ``jobs`` under ``policy`` on ``spec`` (every option of
-    :func:`~bayes_sched.sim.table_run.run_table_simulation` but ``cluster_type`` and
-    ``on_round``), on a :class:`~bayes_sched.sim.tenant_cluster.TenantTableCluster`, with its
-    per-tenant report (whose summary the result's summary holds too: ``ltgf_spread``, ...).
+    :func:`~bayes_sched.sim.table_run.run_table_simulation` but ``cluster_type``), on a
+    :class:`~bayes_sched.sim.tenant_cluster.TenantTableCluster`, with its per-tenant report
+    (whose summary the result's summary holds too: ``ltgf_spread``, ...).
 
     Raises:
         InputError: a job whose tenant the cluster does not list (one line naming it).
     """
     check_job_tenants(jobs, spec.tenants, options.get("source") or None)
-    seen: list[TableCluster] = []
-
-    def keep(cluster: TableCluster) -> None:
-        if not seen:
-            seen.append(cluster)
-
     result = run_table_simulation(jobs, policy, spec, cluster_type=TenantTableCluster,
-                                  on_round=keep, **options)
-    cluster = seen[0]
-    assert isinstance(cluster, TenantTableCluster)
-    return result, tenant_report(cluster, result.jobs, spec.tenant_table(), outcomes(jobs))
+                                  **options)
+    assert result.tenants is not None  # a TenantTableCluster's run has its report
+    return result, result.tenants

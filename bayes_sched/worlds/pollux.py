@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 
 #: Every policy the Pollux world runs; on a typed cluster Pollux, Tiresias, Optimus, FIFO and BO
 #: are type-agnostic, sia_adaptive is Sia; the learned placements Harmony and Banerjee's, and
-#: Metis's per-job BO.
+#: Metis's per-job BO; pollux_tenants is Pollux with a fitness weighing tenants.
 POLLUX_WORLD_POLICIES: tuple[str, ...] = ("pollux", "tiresias", "optimus", "fifo", "bo",
-                                          "sia_adaptive", "harmony", "banerjee", "metis")
+                                          "sia_adaptive", "harmony", "banerjee", "metis",
+                                          "pollux_tenants")
 
 
 @dataclass(frozen=True)
