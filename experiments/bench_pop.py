@@ -324,8 +324,11 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
         partitioned_assignment,
         solve_assignment,
     )
+    from bayes_sched.sim.oracles import oracle_estimates
+    from bayes_sched.throughputs import load_gavel_throughputs
 
     sia = SiaPolicy()
+    sia.read_throughputs(oracle_estimates(load_gavel_throughputs()))  # the world's oracle
     types = cluster_types(state)
     capacities = np.array([state.gpus_of_type(t) for t in types], dtype=np.int64)
     configs = sia.configurations(state, views, types, capacities)
