@@ -12,7 +12,11 @@ Parts (``--parts``):
   sub-problems POP used, the ratio, and ``pop_critical_s``: POP's decision less every
   sub-problem's solve but the longest (POP's harness reports the split plus the longest
   sub-problem, the sub-problems solved in parallel; not measured for Sia).
-  ``--exact-max-gpus`` skips exact decisions above a size.
+  ``--exact-max-gpus`` skips exact decisions above a size. ``--baseline-opt KEY=VALUE``
+  (repeatable): each policy that takes the option decides again, exact and POP, with it (the
+  columns ``exact_base_cpu_s`` and ``pop_base_cpu_s``, and ``speedup``: base over default
+  POP), so a change and its baseline are timed in one run (e.g. ``horizon_solver=CLARABEL``:
+  packed min total duration's shortest horizon by CLARABEL, as before HiGHS took it).
 * ``gap``: ``--snapshots`` states (default 20) per policy on ``--gap-gpus`` GPUs: snapshot ``s``
   is the generator's first ``--gap-load`` x GPUs jobs of seed ``s``, each with a random age
   (0-2 h: a fresh policy has no isolated time to set against a long age) and a random fraction
@@ -31,6 +35,8 @@ Every row carries the 1-minute load average (``/proc/loadavg``): the machine may
 CPU seconds (``time.process_time``) are the figures, not wall time; one BLAS thread.
 
     python experiments/bench_pop.py --parts decision --sizes 256 512 1024 2048
+    python experiments/bench_pop.py --parts decision --sizes 2048 --policies \
+        min_total_duration_packed --baseline-opt horizon_solver=CLARABEL
     python experiments/bench_pop.py --parts gap --snapshots 20 --gap-gpus 512 --gap-partitions 4
     python experiments/bench_pop.py --parts jct --jct-window 200 230 --jct-seeds 0 1 2 \
         --jct-partitions 4 --json
@@ -103,8 +109,19 @@ def jobs_for(gpus: int) -> int:
 
 # --- decision time ------------------------------------------------------------------------------
 
+def baseline_options(name: str, baseline: Sequence[str]) -> dict[str, Any] | None:
+    """The ``KEY=VALUE`` options of ``baseline`` that policy ``name`` takes (parsed), or
+    ``None`` when it takes none of them."""
+    from bayes_sched.policies import POLICIES
+
+    known = POLICIES.options(name)
+    taken = [item for item in baseline if item.partition("=")[0].strip() in known]
+    return POLICIES.parse(name, taken, "--baseline-opt") if taken else None
+
+
 def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str | int,
-                  exact_max_gpus: int) -> list[dict[str, object]]:
+                  exact_max_gpus: int, baseline: Sequence[str] = ()
+                  ) -> list[dict[str, object]]:
     from bayes_sched.sim.oracles import oracle_estimates
     from bayes_sched.throughputs import load_gavel_throughputs
 
@@ -120,11 +137,18 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
         for name in policies:
             row: dict[str, object] = {"policy": name, "gpus": gpus, "jobs": len(views),
                                       "load": load_average()}
-            for label, setting in (("exact", 1), ("pop", partitions)):
-                if label == "exact" and gpus > exact_max_gpus:
-                    row["exact_cpu_s"] = None
+            base = baseline_options(name, baseline)
+            runs: list[tuple[str, int | str, dict[str, Any]]] = [("exact", 1, {}),
+                                                                ("pop", partitions, {})]
+            if base is not None:
+                runs += [("exact_base", 1, base), ("pop_base", partitions, base)]
+            elif baseline:  # one set of columns for the table
+                row.update(exact_base_cpu_s=None, pop_base_cpu_s=None)
+            for label, setting, options in runs:
+                if label.startswith("exact") and gpus > exact_max_gpus:
+                    row[f"{label}_cpu_s"] = None
                     continue
-                policy: Any = make_policy(name, partitions=setting)
+                policy: Any = make_policy(name, partitions=setting, **options)
                 solves = timed(policy)
                 start = time.process_time()
                 policy.decide(state, views, TABLE_ESTIMATES)
@@ -141,6 +165,9 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
             exact, pop = row.get("exact_cpu_s"), row["pop_cpu_s"]
             row["ratio"] = (round(float(exact) / max(float(pop), 1e-9), 2)  # type: ignore[arg-type]
                             if exact is not None else None)
+            if baseline:
+                row["speedup"] = None if base is None else round(float(row["pop_base_cpu_s"])  # type: ignore[arg-type]
+                                       / max(float(pop), 1e-9), 2)  # type: ignore[arg-type]
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -297,8 +324,11 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
         partitioned_assignment,
         solve_assignment,
     )
+    from bayes_sched.sim.oracles import oracle_estimates
+    from bayes_sched.throughputs import load_gavel_throughputs
 
     sia = SiaPolicy()
+    sia.read_throughputs(oracle_estimates(load_gavel_throughputs()))  # the world's oracle
     types = cluster_types(state)
     capacities = np.array([state.gpus_of_type(t) for t in types], dtype=np.int64)
     configs = sia.configurations(state, views, types, capacities)
@@ -368,6 +398,9 @@ def main() -> None:
     parser.add_argument("--partitions", default="auto",
                         help="POP's setting in the decision part: auto or a count")
     parser.add_argument("--exact-max-gpus", type=int, default=4096)
+    parser.add_argument("--baseline-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="decision part: each policy taking the option decides again "
+                             "with it (the baseline of a change), exact and POP")
     parser.add_argument("--snapshots", type=int, default=20)
     parser.add_argument("--gap-gpus", type=int, default=512)
     parser.add_argument("--gap-partitions", type=int, default=4)
@@ -389,12 +422,24 @@ def main() -> None:
         parser.error("--gap-load: expected jobs per GPU in (0, 64]")
     if not 0 <= args.jct_window[0] < args.jct_window[1] <= 100_000:
         parser.error("--jct-window A B: expected 0 <= A < B <= 100000")
+    from bayes_sched.errors import InputError
+
+    taken: set[str] = set()
+    for name in args.policies:  # a bad --baseline-opt fails here, in one line, before any run
+        try:
+            taken.update(baseline_options(name, args.baseline_opt) or {})
+        except InputError as error:
+            parser.error(str(error))
+    for item in args.baseline_opt:
+        if item.partition("=")[0].strip() not in taken:
+            parser.error(f"--baseline-opt {item!r}: an option of none of the policies "
+                         f"{', '.join(args.policies)}")
     partitions: str | int = args.partitions if args.partitions == "auto" else int(
         args.partitions)
     out: dict[str, list[dict[str, object]]] = {}
     parts: dict[str, Callable[[], list[dict[str, object]]]] = {
         "decision": lambda: decision_rows(args.policies, args.sizes, partitions,
-                                          args.exact_max_gpus),
+                                          args.exact_max_gpus, args.baseline_opt),
         "gap": lambda: [row for load in args.gap_load for row in gap_rows(
             args.policies, args.gap_gpus, args.snapshots, args.gap_partitions, load)],
         "jct": lambda: jct_rows(args.policies, (args.jct_window[0], args.jct_window[1]),

@@ -18,6 +18,7 @@ from scipy.optimize import brentq
 from bayes_sched.cluster import ClusterState, PackedAllocations, validate_allocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import AllocationError, InputError
+from bayes_sched.mechanisms.pop import solve_partitioned
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel.min_total_duration import MinTotalDurationPackedPolicy, gavel_horizon
 from bayes_sched.policies.gavel.time_sharing import AllocationInputs
@@ -210,12 +211,33 @@ def test_min_total_duration_horizon_does_not_depend_on_the_solver() -> None:
     longest standalone job, both solvers agree to 1e-6, and so do the bisection horizons."""
     inputs = _snapshot_inputs(Path(__file__).parent / "fixtures" / "lp"
                               / "min_total_duration_packed_snapshot.npz")
-    highs = MinTotalDurationPackedPolicy(solver="HIGHS").shortest_horizon(inputs)
-    clarabel = MinTotalDurationPackedPolicy().shortest_horizon(inputs)
+    highs = MinTotalDurationPackedPolicy().shortest_horizon(inputs)  # HiGHS, no presolve
+    clarabel = MinTotalDurationPackedPolicy(horizon_solver="CLARABEL").shortest_horizon(inputs)
     assert highs is not None and clarabel is not None
     assert highs == pytest.approx(clarabel, rel=1e-6)
     assert clarabel == pytest.approx(593_804.6, rel=1e-4)
     assert gavel_horizon(highs) == gavel_horizon(clarabel)
+
+
+def test_min_total_duration_allocation_does_not_depend_on_the_horizon_solver() -> None:
+    """The shortest horizon by HiGHS's simplex (the default) or by CLARABEL: the same Gavel
+    horizon, so the same allocation LP and the same allocation, on the recorded snapshot and on
+    POP's sub-problems of it."""
+    inputs = _snapshot_inputs(Path(__file__).parent / "fixtures" / "lp"
+                              / "min_total_duration_packed_snapshot.npz")
+    for partitions in (1, 2):
+        answers = []
+        for horizon_solver in ("HIGHS", "CLARABEL"):
+            policy = MinTotalDurationPackedPolicy(horizon_solver=horizon_solver,
+                                                  partitions=partitions)
+            parts = policy.partitioner.parts(inputs.num_jobs, inputs.capacities,
+                                             inputs.job_classes)
+            answers.append(policy.allocate_combinations(inputs) if parts is None
+                           else solve_partitioned(inputs, parts, policy.allocate_combinations))
+        assert answers[0] is not None and answers[1] is not None
+        np.testing.assert_array_equal(answers[0], answers[1])
+    with pytest.raises(ValueError, match="horizon_solver"):
+        MinTotalDurationPackedPolicy(horizon_solver="GLPK")  # type: ignore[arg-type]
 
 
 def test_fifo_variants() -> None:

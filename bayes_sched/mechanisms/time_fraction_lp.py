@@ -264,9 +264,11 @@ class HighsModel:
     ``upper`` rows, then the ``equal`` rows), without ``linprog``'s input checks and result
     conversion (a large share of each call on the packed max-min programs). Its primal, duals
     and optimum are bitwise ``linprog``'s (``tests/test_value_of_information.py`` checks one).
+    ``presolve=False`` skips HiGHS's presolve: the optimum's value is the same, the vertex
+    returned may differ (for a caller that reads the value only).
     """
 
-    def __init__(self, program: ConicProgram) -> None:
+    def __init__(self, program: ConicProgram, presolve: bool = True) -> None:
         import highspy
 
         if program.product is not None:
@@ -301,7 +303,8 @@ class HighsModel:
         # instead of running on.
         self.iteration_limit = 10 * (num_rows + num_cols) + 1000
         for option, value in (("output_flag", False), ("log_to_console", False),
-                              ("presolve", "on"), ("highs_debug_level", 0),
+                              ("presolve", "on" if presolve else "off"),
+                              ("highs_debug_level", 0),
                               ("simplex_strategy", 1),  # 1: dual simplex, as scipy asks
                               ("threads", HIGHS_THREADS),
                               ("simplex_iteration_limit", self.iteration_limit)):
@@ -337,6 +340,18 @@ class HighsModel:
         """Set the coefficients of ``column`` on ``rows`` (``upper`` rows) to ``values``."""
         for row, value in zip(rows.tolist(), values.tolist(), strict=True):
             self.highs.changeCoeff(row, column, value)
+
+
+def highs_optimum(program: ConicProgram, presolve: bool = True) -> np.ndarray | None:
+    """All variables of a linear ``program``'s optimum ``(n,)`` through highspy
+    (:class:`HighsModel`: dual simplex, one thread), or ``None`` (logged) where HiGHS reports
+    no optimum."""
+    model = HighsModel(program, presolve=presolve)
+    if not model.solve():
+        LOG.warning("LP solver HIGHS: %s", model.highs.modelStatusToString(
+            model.highs.getModelStatus()))
+        return None
+    return model.primal
 
 
 def _solve_highs(program: ConicProgram) -> np.ndarray | None:

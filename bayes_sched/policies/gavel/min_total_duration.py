@@ -13,6 +13,11 @@ is at most about 1: in seconds ``s`` is ~1e-6, inside HiGHS's tolerances, which 
 program 6.6 % long); Gavel's bisection is then replayed on that exact threshold, arithmetic only, and
 one feasibility LP is solved at the horizon Gavel's bisection ends on, so the allocation has the
 slack Gavel's has (about 5 % above the optimum) rather than sitting at the optimum's vertex.
+Only the first LP's optimal *value* is read, and it is unique, so that LP goes to HiGHS's dual
+simplex (``horizon_solver``, without presolve, which removes almost nothing from these
+programs): a simplex on this LP needs a fraction of an interior-point solve's work, and the
+allocation, the second LP's answer, still comes from ``solver`` (by default CLARABEL, an
+interior point of the feasible set as Gavel's ECOS gives).
 ``R_j`` is the ``remaining_steps`` estimate (by default ``declared``). Jobs whose remaining steps
 are unknown (none declared, or the ``ignored`` estimate): the time is split equally, logged and
 counted.
@@ -21,14 +26,16 @@ counted.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
+from bayes_sched.mechanisms.pop import PartitionSetting
 from bayes_sched.mechanisms.time_fraction_lp import (
     dense_terms,
     fastest_finish_program,
     finish_by_program,
+    highs_optimum,
     solve_program,
 )
 from bayes_sched.policies.gavel.packing import PackedLayout, packed_layout
@@ -68,7 +75,9 @@ def gavel_horizon(shortest: float) -> float:
 class MinTotalDurationPolicy(TimeSharingPolicy):
     """Minimum makespan of the active jobs over the measured rates.
 
-    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`.
+    Args: as :class:`~bayes_sched.policies.gavel.time_sharing.TimeSharingPolicy`, and
+    ``horizon_solver``: the solver of the shortest-horizon LP (its optimal value only is read):
+    ``"HIGHS"`` (dual simplex, default) or ``"CLARABEL"``.
     """
 
     name = "min_total_duration"
@@ -79,7 +88,16 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
     partitionable = True
     jobs_per_partition = 2048
 
-    __init__ = TimeSharingPolicy.__init__
+    def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
+                 min_reset_interval: float = 1920.0, seed: int = 0,
+                 acquisition: Literal["thompson", "mean"] = "thompson",
+                 partitions: PartitionSetting = "auto",
+                 horizon_solver: Literal["HIGHS", "CLARABEL"] = "HIGHS") -> None:
+        super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions)
+        if horizon_solver not in ("HIGHS", "CLARABEL"):
+            raise ValueError(f"horizon_solver is {horizon_solver!r}: expected HIGHS or "
+                             "CLARABEL")
+        self.horizon_solver = horizon_solver
 
     def _layout(self, inputs: AllocationInputs) -> PackedLayout:
         return PackedLayout.of(dense_terms(inputs.throughputs, inputs.scale_factors))
@@ -103,9 +121,10 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
         ``None`` where the solver finds none."""
         layout = self._layout(inputs) if layout is None else layout
         unit = standalone_seconds(inputs)
-        fastest = solve_program(fastest_finish_program(layout.terms, inputs.capacities,
-                                                       inputs.remaining_steps / unit),
-                                self.solver)
+        program = fastest_finish_program(layout.terms, inputs.capacities,
+                                         inputs.remaining_steps / unit)
+        fastest = (highs_optimum(program, presolve=False) if self.horizon_solver == "HIGHS"
+                   else solve_program(program, "CLARABEL"))
         if fastest is None or not fastest[-1] > 0:
             return None
         return unit / float(fastest[-1])
@@ -120,7 +139,7 @@ class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
     name = "min_total_duration_packed"
     packing = True
     jobs_per_partition = 128
-    __init__ = TimeSharingPolicy.__init__
+    __init__ = MinTotalDurationPolicy.__init__
 
     #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).
     per_partner_class = True
