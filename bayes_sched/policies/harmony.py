@@ -60,7 +60,7 @@ class LearnedPlacementPolicy:
         if not builder.can_place():  # nothing to decide: no features to compute
             return builder.allocations
         extra = state_features(self.state, cluster.counters, self._counter_nodes, estimates,
-                               where=f"policy {self.name}")
+                               where=f"policy {self.name}", cluster_nodes=cluster.num_nodes)
         if extra is not None:
             builder.extra = extra
         if not self._checked:

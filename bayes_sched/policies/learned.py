@@ -150,10 +150,14 @@ def check_fits(blob: dict[str, Any], builder: RoundBuilder, path: str | Path,
 
 
 def state_features(state: str, counters: Any, num_nodes: int,
-                   estimates: Estimates | None = None, where: str = "") -> np.ndarray | None:
+                   estimates: Estimates | None = None, where: str = "",
+                   cluster_nodes: int | None = None) -> np.ndarray | None:
     """The features of ``state`` beyond the job views (:data:`STATES`; ``None`` for
     ``"jobs"``): :func:`counter_features` of the counters window, or the ``resource_use``
-    estimate's features (:class:`~bayes_sched.resource_use.ResourceUse`).
+    estimate's features (:class:`~bayes_sched.resource_use.ResourceUse`), node-major. Either
+    comes as ``num_nodes`` nodes' features (the node count the weights were trained on): a
+    cluster of fewer nodes (``cluster_nodes``, default ``num_nodes``) is padded with zeros, as
+    nodes with nothing to infer from, and the nodes past ``num_nodes`` are left out.
 
     Raises:
         InputError: the posterior state without a ``resource_use`` estimate (one line,
@@ -168,7 +172,11 @@ def state_features(state: str, counters: Any, num_nodes: int,
         if use is None:
             raise InputError(f"{where}: the posterior state reads the 'resource_use' estimate: "
                              "expected a run with the contention_network estimator")
-        return use.features()
+        features = use.features()
+        per_node = features.reshape(cluster_nodes or num_nodes, -1)[:num_nodes]
+        out = np.zeros((num_nodes, per_node.shape[1]), np.float32)
+        out[:len(per_node)] = per_node
+        return out.ravel()
     return None
 
 
