@@ -130,47 +130,53 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     next_reset, next_zero = gap(state, log_reset), gap(state, log_zero)
     count = 0
     at = 0
-    for row in range(size * num_jobs):
-        pp, jj = row // num_jobs, row % num_jobs
-        start = at
-        while at < p.size and p[at] == pp and j[at] == jj:
-            at += 1
-        reset = row == next_reset
-        if reset:
-            next_reset += 1 + gap(state, log_reset)
-        zero = row == next_zero
-        if zero:
-            next_zero += 1 + gap(state, log_zero)
-        if reset:
-            lo, hi = base_bounds[jj], base_bounds[jj + 1]
-        else:
-            lo, hi = start, at
-        for e in range(lo, hi):
-            node = base_n[e] if reset else n[e]
-            value = base_v[e] if reset else v[e]
-            if zero and uniform(state) < zero_prob:
+    row = 0
+    for pp in range(size):
+        for jj in range(num_jobs):  # nested loops: no integer division per row
+            start = at
+            while at < p.size and p[at] == pp and j[at] == jj:
+                at += 1
+            reset = row == next_reset
+            if reset:
+                next_reset += 1 + gap(state, log_reset)
+            zero = row == next_zero
+            if zero:
+                next_zero += 1 + gap(state, log_zero)
+            row += 1
+            if not (reset or zero):
+                for e in range(start, at):
+                    q[count], k[count], m[count], w[count] = pp, jj, n[e], v[e]
+                    load[pp * num_nodes + n[e]] += v[e]
+                    jobs_on[pp * num_nodes + n[e]] += 1
+                    count += 1
                 continue
-            q[count], k[count], m[count], w[count] = pp, jj, node, value
-            load[pp * num_nodes + node] += value
-            jobs_on[pp * num_nodes + node] += 1
-            count += 1
+            lo, hi = (base_bounds[jj], base_bounds[jj + 1]) if reset else (start, at)
+            for e in range(lo, hi):
+                node = base_n[e] if reset else n[e]
+                value = base_v[e] if reset else v[e]
+                if zero and uniform(state) < zero_prob:
+                    continue
+                q[count], k[count], m[count], w[count] = pp, jj, node, value
+                load[pp * num_nodes + node] += value
+                jobs_on[pp * num_nodes + node] += 1
+                count += 1
     # Growth keys (state, job, node) flattened: any job onto a free node, and own entries.
     grow = np.empty(16 + count + 4 * size * num_nodes, np.int64)
     grown = 0
     # Each job joins a free node with probability 1 / num_jobs (a Binomial(num_jobs, 1 / num_jobs)
     # count of distinct jobs): the gaps between the jobs that join are geometric.
     log_stay = log_miss(1.0 / num_jobs)
-    for slot in range(size * num_nodes):
-        if load[slot] >= capacity:
-            continue
-        pp, node = slot // num_nodes, slot % num_nodes
-        jj = gap(state, log_stay)
-        while jj < num_jobs:
-            if grown == grow.size:
-                grow = _grown_buffer(grow)
-            grow[grown] = (pp * num_jobs + jj) * num_nodes + node
-            grown += 1
-            jj += 1 + gap(state, log_stay)
+    for pp in range(size):
+        for node in range(num_nodes):
+            if load[pp * num_nodes + node] >= capacity:
+                continue
+            jj = gap(state, log_stay)
+            while jj < num_jobs:
+                if grown == grow.size:
+                    grow = _grown_buffer(grow)
+                grow[grown] = (pp * num_jobs + jj) * num_nodes + node
+                grown += 1
+                jj += 1 + gap(state, log_stay)
     for e in range(count):
         slot = q[e] * num_nodes + m[e]
         if load[slot] < capacity and uniform(state) * jobs_on[slot] < 1.0:
