@@ -33,6 +33,7 @@ from numba import njit
 
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
     below,
+    empty_row_terms,
     mate,
     mutate_entries,
     repair_scratch,
@@ -175,12 +176,13 @@ def _scores(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, row
     num_jobs, num_nodes, capacity = numbers[0], numbers[1], numbers[2]
     scale, exponent = numbers[5], numbers[6]
     stamp = np.full(num_nodes, -1, np.int64)
+    empty = empty_row_terms(tables, base_nodes, penalty, scale, exponent)
     fitness = np.empty(rows.size)
     utility = np.empty(rows.size)
     for i in range(rows.size):
         fitness[i], utility[i] = score_state(j, n, v, bounds[rows[i]], bounds[rows[i] + 1],
                                              num_jobs, tables, base, base_nodes, penalty, scale,
-                                             exponent, capacity, stamp, i)
+                                             exponent, capacity, empty, stamp, i)
     return fitness, utility
 
 

@@ -127,39 +127,38 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     load = np.zeros(size * num_nodes, np.int64)
     jobs_on = np.zeros(size * num_nodes, np.int64)
     log_reset, log_zero = log_miss(reset_prob), log_miss(zero_prob)
-    next_reset, next_zero = gap(state, log_reset), gap(state, log_zero)
+    # The next rows reset and zeroed, as (state, job): only rows with entries or hit are visited.
+    reset_p, reset_j = _advance(0, -1, 1 + gap(state, log_reset), num_jobs)
+    zero_p, zero_j = _advance(0, -1, 1 + gap(state, log_zero), num_jobs)
     count = 0
     at = 0
-    row = 0
-    for pp in range(size):
-        for jj in range(num_jobs):  # nested loops: no integer division per row
-            start = at
-            while at < p.size and p[at] == pp and j[at] == jj:
-                at += 1
-            reset = row == next_reset
-            if reset:
-                next_reset += 1 + gap(state, log_reset)
-            zero = row == next_zero
-            if zero:
-                next_zero += 1 + gap(state, log_zero)
-            row += 1
-            if not (reset or zero):
-                for e in range(start, at):
-                    q[count], k[count], m[count], w[count] = pp, jj, n[e], v[e]
-                    load[pp * num_nodes + n[e]] += v[e]
-                    jobs_on[pp * num_nodes + n[e]] += 1
-                    count += 1
+    while True:
+        pp, jj = (p[at], j[at]) if at < p.size else (size, 0)
+        if reset_p < pp or (reset_p == pp and reset_j < jj):
+            pp, jj = reset_p, reset_j
+        if zero_p < pp or (zero_p == pp and zero_j < jj):
+            pp, jj = zero_p, zero_j
+        if pp >= size:
+            break
+        start = at
+        while at < p.size and p[at] == pp and j[at] == jj:
+            at += 1
+        reset = reset_p == pp and reset_j == jj
+        if reset:
+            reset_p, reset_j = _advance(pp, jj, 1 + gap(state, log_reset), num_jobs)
+        zero = zero_p == pp and zero_j == jj
+        if zero:
+            zero_p, zero_j = _advance(pp, jj, 1 + gap(state, log_zero), num_jobs)
+        lo, hi = (base_bounds[jj], base_bounds[jj + 1]) if reset else (start, at)
+        for e in range(lo, hi):
+            node = base_n[e] if reset else n[e]
+            value = base_v[e] if reset else v[e]
+            if zero and uniform(state) < zero_prob:
                 continue
-            lo, hi = (base_bounds[jj], base_bounds[jj + 1]) if reset else (start, at)
-            for e in range(lo, hi):
-                node = base_n[e] if reset else n[e]
-                value = base_v[e] if reset else v[e]
-                if zero and uniform(state) < zero_prob:
-                    continue
-                q[count], k[count], m[count], w[count] = pp, jj, node, value
-                load[pp * num_nodes + node] += value
-                jobs_on[pp * num_nodes + node] += 1
-                count += 1
+            q[count], k[count], m[count], w[count] = pp, jj, node, value
+            load[pp * num_nodes + node] += value
+            jobs_on[pp * num_nodes + node] += 1
+            count += 1
     # Growth keys (state, job, node) flattened: any job onto a free node, and own entries.
     grow = np.empty(16 + count + 4 * size * num_nodes, np.int64)
     grown = 0
@@ -215,6 +214,17 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
             a += 1
         out += 1
     return out_p[:out], out_j[:out], out_n[:out], out_v[:out]
+
+
+@njit(cache=True)
+def _advance(pp: int, jj: int, steps: int, num_jobs: int) -> tuple[int, int]:
+    """The row ``steps`` rows after row ``(pp, jj)`` in (state, job) order (a division only
+    where the step leaves the state)."""
+    jj += steps
+    if jj >= num_jobs:
+        pp += jj // num_jobs
+        jj %= num_jobs
+    return pp, jj
 
 
 @njit(cache=True)
@@ -414,27 +424,47 @@ def _power(x: float, exponent: float) -> float:
 
 
 @njit(cache=True)
+def empty_row_terms(tables: np.ndarray, base_nodes: np.ndarray, penalty: np.ndarray,
+                    scale: float, exponent: float) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """What a job without GPUs adds to :func:`score_state`'s sums, ``(J,)`` each: its powered
+    term and its table read; and their totals over the jobs. A state's jobs are mostly without
+    GPUs, so a state is scored from these totals and its nonzero rows alone."""
+    num_jobs = base_nodes.size
+    powered = np.empty(num_jobs)
+    reads = np.empty(num_jobs)
+    for jj in range(num_jobs):
+        read = tables[jj, 0, 0]
+        speedup = read * scale * penalty[jj] if base_nodes[jj] != 0 else read * scale
+        powered[jj] = _power(speedup + 1e-3, exponent)
+        reads[jj] = read
+    return powered, reads, powered.sum(), reads.sum()
+
+
+@njit(cache=True)
 def score_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, num_jobs: int,
                 tables: np.ndarray, base: np.ndarray, base_nodes: np.ndarray,
                 penalty: np.ndarray, scale: float, exponent: float, capacity: int,
-                stamp: np.ndarray, stamp_id: int) -> tuple[float, float]:
+                empty: tuple[np.ndarray, np.ndarray, float, float], stamp: np.ndarray,
+                stamp_id: int) -> tuple[float, float]:
     """The two objectives of the state whose entries are ``lo:hi`` of ``(j, n, v)``
     (``AllocationProblem.objectives_sparse`` of one state, from the reads of
     :func:`table_reads`): the power mean (``exponent``, nonzero) of the penalised, scaled speedups
-    plus 0.001, and the summed table speedups over the GPUs of the nodes in use. ``stamp``:
-    ``(N,)``, with ``stamp_id`` distinct per state scored with it."""
+    plus 0.001, and the summed table speedups over the GPUs of the nodes in use. ``empty``:
+    :func:`empty_row_terms` (the jobs without entries count as there; the work follows the
+    entries, not the jobs); ``stamp``: ``(N,)``, with ``stamp_id`` distinct per state scored
+    with it."""
+    empty_powered, empty_reads, powered, summed = empty
     at = lo
     active = 0
-    powered = 0.0
-    summed = 0.0
-    for jj in range(num_jobs):
+    while at < hi:
+        jj = j[at]
         at, nodes, replicas, changed, fresh = _row_reads(j, n, v, at, hi, jj, base, base_nodes,
                                                          stamp, stamp_id)
         active += fresh
         read = tables[jj, nodes, replicas]
         speedup = read * scale * penalty[jj] if changed else read * scale
-        powered += _power(speedup + 1e-3, exponent)
-        summed += read
+        powered += _power(speedup + 1e-3, exponent) - empty_powered[jj]
+        summed += read - empty_reads[jj]
     return (_power(powered / max(num_jobs, 1), 1.0 / exponent),
             summed / max(active * capacity, 1))
 
