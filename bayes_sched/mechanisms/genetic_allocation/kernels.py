@@ -36,12 +36,12 @@ def seeded_state(rng: np.random.Generator) -> np.ndarray:
     return state
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _rotl(x: np.uint64, k: int) -> np.uint64:
     return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def next_u64(state: np.ndarray) -> np.uint64:
     """The next 64 random bits of xoshiro256** (Blackman and Vigna), advancing ``state``
     (``(4,)`` uint64) in place: a few machine instructions where numba's ``np.random`` costs a call
@@ -57,13 +57,13 @@ def next_u64(state: np.ndarray) -> np.uint64:
     return result
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def uniform(state: np.ndarray) -> float:
     """A uniform draw in ``[0, 1)`` (53 random bits) from the generator ``state``."""
     return float(next_u64(state) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def below(state: np.ndarray, count: int) -> int:
     """A uniform integer in ``[0, count)`` (``count`` small against 2**53)."""
     return min(int(uniform(state) * count), count - 1)
@@ -115,8 +115,8 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     use: each job grows onto it with probability 1 / ``num_jobs``, and each
     job already there grows with one over the number of jobs there; a grown entry takes a uniform
     count from its current one up to ``capacity``. Draws come from the generator ``state``
-    (:func:`uniform`), advanced in place; the rows reset or zeroed are found by geometric gaps
-    (:func:`gap`), so the draws follow the rows hit rather than every row.
+    (:func:`next_u64`), advanced in place: one 64-bit draw per row decides its reset and its
+    drop (to 2**-32 of ``reset_prob`` and ``zero_prob``).
     """
     base_total = base_bounds[num_jobs]
     bound = p.size + size * base_total
@@ -126,39 +126,29 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     w = np.empty(bound, np.int64)
     load = np.zeros(size * num_nodes, np.int64)
     jobs_on = np.zeros(size * num_nodes, np.int64)
-    log_reset, log_zero = log_miss(reset_prob), log_miss(zero_prob)
-    # The next rows reset and zeroed, as (state, job): only rows with entries or hit are visited.
-    reset_p, reset_j = _advance(0, -1, 1 + gap(state, log_reset), num_jobs)
-    zero_p, zero_j = _advance(0, -1, 1 + gap(state, log_zero), num_jobs)
+    # One 64-bit draw per row: its low half decides the reset, its high half the drop.
+    reset_below, zero_below = _threshold32(reset_prob), _threshold32(zero_prob)
+    low = np.uint64(0xFFFFFFFF)
     count = 0
     at = 0
-    while True:
-        pp, jj = (p[at], j[at]) if at < p.size else (size, 0)
-        if reset_p < pp or (reset_p == pp and reset_j < jj):
-            pp, jj = reset_p, reset_j
-        if zero_p < pp or (zero_p == pp and zero_j < jj):
-            pp, jj = zero_p, zero_j
-        if pp >= size:
-            break
-        start = at
-        while at < p.size and p[at] == pp and j[at] == jj:
-            at += 1
-        reset = reset_p == pp and reset_j == jj
-        if reset:
-            reset_p, reset_j = _advance(pp, jj, 1 + gap(state, log_reset), num_jobs)
-        zero = zero_p == pp and zero_j == jj
-        if zero:
-            zero_p, zero_j = _advance(pp, jj, 1 + gap(state, log_zero), num_jobs)
-        lo, hi = (base_bounds[jj], base_bounds[jj + 1]) if reset else (start, at)
-        for e in range(lo, hi):
-            node = base_n[e] if reset else n[e]
-            value = base_v[e] if reset else v[e]
-            if zero and uniform(state) < zero_prob:
-                continue
-            q[count], k[count], m[count], w[count] = pp, jj, node, value
-            load[pp * num_nodes + node] += value
-            jobs_on[pp * num_nodes + node] += 1
-            count += 1
+    for pp in range(size):
+        for jj in range(num_jobs):  # nested loops: no integer division per row
+            start = at
+            while at < p.size and p[at] == pp and j[at] == jj:
+                at += 1
+            bits = next_u64(state)
+            reset = (bits & low) < reset_below
+            zero = (bits >> np.uint64(32)) < zero_below
+            lo, hi = (base_bounds[jj], base_bounds[jj + 1]) if reset else (start, at)
+            for e in range(lo, hi):
+                node = base_n[e] if reset else n[e]
+                value = base_v[e] if reset else v[e]
+                if zero and uniform(state) < zero_prob:
+                    continue
+                q[count], k[count], m[count], w[count] = pp, jj, node, value
+                load[pp * num_nodes + node] += value
+                jobs_on[pp * num_nodes + node] += 1
+                count += 1
     # Growth keys (state, job, node) flattened: any job onto a free node, and own entries.
     grow = np.empty(16 + count + 4 * size * num_nodes, np.int64)
     grown = 0
@@ -217,14 +207,9 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
 
 
 @njit(cache=True)
-def _advance(pp: int, jj: int, steps: int, num_jobs: int) -> tuple[int, int]:
-    """The row ``steps`` rows after row ``(pp, jj)`` in (state, job) order (a division only
-    where the step leaves the state)."""
-    jj += steps
-    if jj >= num_jobs:
-        pp += jj // num_jobs
-        jj %= num_jobs
-    return pp, jj
+def _threshold32(prob: float) -> np.uint64:
+    """The bound under which 32 random bits fall with probability ``prob`` (to 2**-32)."""
+    return np.uint64(min(max(prob, 0.0), 1.0) * 4294967296.0)
 
 
 @njit(cache=True)
@@ -357,7 +342,7 @@ def repair_state(j: np.ndarray, n: np.ndarray, out: np.ndarray, lo_state: int, h
         out[e] = min(total, capacity) - min(total - value, capacity)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _row_reads(j: np.ndarray, n: np.ndarray, v: np.ndarray, at: int, hi: int, jj: int,
                base: np.ndarray, base_nodes: np.ndarray, stamp: np.ndarray,
                stamp_id: int) -> tuple[int, int, int, bool, int]:
@@ -413,7 +398,7 @@ def table_reads(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size
     return table, speedup, active
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _power(x: float, exponent: float) -> float:
     """``x ** exponent``, the common exponents without a call to ``pow``."""
     if exponent == -1.0:

@@ -22,11 +22,15 @@ candidate dropped. Repair enforces, in job priority order (lower index first): n
 job's replica cap; at most ``max_nodes`` nodes per job; and, with interference avoidance, at most
 one distributed job per node.
 
-By default (``AllocationProblem(compiled=True)``) mating, mutation, repair, the table reads of the
-scores and NSGA-II survival run as the compiled loops of
-:mod:`bayes_sched.mechanisms.genetic_allocation.kernels`; all but the mutation give the numpy path's
-results to the bit from the same draws, and the mutation draws from the same distribution with
-numba's generator, seeded from :attr:`GeneticSearch.rng`.
+By default (``AllocationProblem(compiled=True)``) the NSGA-II search of a problem scored by this
+module's objectives runs whole as one compiled kernel
+(:mod:`bayes_sched.mechanisms.genetic_allocation.generations`: every generation's mating, mutation,
+repair, removal of repeats, scoring and survival, its draws from a compiled generator seeded from
+:attr:`GeneticSearch.rng`), so one seed gives one search, but not the numpy path's draws. A
+subclass with its own fitness (``bo``'s) runs step by step, with mating, mutation, repair, the
+table reads and survival as the compiled loops of
+:mod:`bayes_sched.mechanisms.genetic_allocation.kernels`; all but the mutation give the numpy
+path's results to the bit from the same draws.
 """
 
 from __future__ import annotations
