@@ -183,7 +183,8 @@ def trace_worker(trace: Path, hours: float | None) -> list[dict[str, object]]:
              "wall_s": result.wall_seconds, "finished": result.summary["finished"],
              "decision_median_ms": float(np.median(d) * 1e3),
              "decision_p95_ms": float(np.percentile(d, 95) * 1e3),
-             "estimate_s": result.estimate_seconds, "avg_jct": result.summary["avg_jct"],
+             "decision_s": float(np.sum(d)), "estimate_s": float(np.sum(result.estimate_seconds)),
+             "avg_jct": result.summary["avg_jct"],
              "rss_mib_by_hour": " ".join(f"{h:.0f}h:{m:.0f}" for h, m in samples),
              "peak_rss_mib": peak_rss_mib()}]
 

@@ -10,7 +10,7 @@ fairness) of the speedups scaled by ``num_nodes / total GPUs``, each multiplied 
 penalty ``(T_j - R_j * delta) / (T_j + delta)`` when the job's allocation changes (``T_j`` its age,
 ``R_j`` its restarts, ``delta`` the cluster's restart delay for its application). A population-based
 genetic search maximises it,
-vectorised over the population with numpy and warm-started from the previous round's population.
+compiled (numba) and warm-started from the previous round's population.
 
 The search (:mod:`bayes_sched.mechanisms.genetic_allocation.search`, shared with ``bo``) is by
 default the artifact's NSGA-II: two objectives, the fitness and the *cluster utility* (the jobs'

@@ -6,5 +6,7 @@ restart penalty: a genetic search over GPUs per node for every job.
 * :mod:`~bayes_sched.mechanisms.genetic_allocation.nsga2`: NSGA-II's ranking for two objectives;
 * :mod:`~bayes_sched.mechanisms.genetic_allocation.sparse`: populations by their nonzero
   entries, and the array helpers the search shares;
-* :mod:`~bayes_sched.mechanisms.genetic_allocation.kernels`: the compiled (numba) loops.
+* :mod:`~bayes_sched.mechanisms.genetic_allocation.kernels`: the compiled (numba) loops;
+* :mod:`~bayes_sched.mechanisms.genetic_allocation.generations`: the NSGA-II search run whole as
+  one compiled kernel.
 """

@@ -10,10 +10,12 @@ kept on disk next to this module, or under ``NUMBA_CACHE_DIR``).
 Each kernel keeps its numpy counterpart's semantics (the methods of
 :class:`~bayes_sched.mechanisms.genetic_allocation.search.AllocationProblem` of the same name).
 :func:`repair_values` takes its random node order from the caller's draws, so it equals the numpy
-repair exactly given the same draws; :func:`mutate_entries` draws inside the kernel from numba's
-generator seeded by the caller (a seed drawn from the search's numpy generator), so one seed gives
-one result, but not the numpy mutation's draws. Only the search imports this module, lazily:
-importing numba is slow.
+repair exactly given the same draws; :func:`mutate_entries` draws inside the kernel from the
+search's own compiled generator (:func:`uniform`: xoshiro256**, its state a ``(4,)`` uint64 array
+the caller seeds from the search's numpy generator with :func:`seeded_state` and the kernel
+advances), so one seed gives one result, but not the numpy mutation's draws. The fused NSGA-II
+loop (:mod:`~bayes_sched.mechanisms.genetic_allocation.generations`) calls these kernels from
+compiled code. Only the search imports this module, lazily: importing numba is slow.
 """
 
 from __future__ import annotations
@@ -21,12 +23,88 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+#: Multiplier of the 64-bit FNV-1a step the state hashes use (:func:`state_hash`).
+_FNV_PRIME = np.uint64(0x100000001B3)
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+
+
+def seeded_state(rng: np.random.Generator) -> np.ndarray:
+    """A fresh state ``(4,)`` uint64 for the compiled generator, drawn from ``rng`` (never all
+    zero, which xoshiro256** cannot leave)."""
+    state = rng.integers(0, 2**64 - 1, size=4, dtype=np.uint64, endpoint=True)
+    state[0] |= np.uint64(1)
+    return state
+
+
+@njit(cache=True, inline="always")
+def _rotl(x: np.uint64, k: int) -> np.uint64:
+    return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
+
+
+@njit(cache=True, inline="always")
+def next_u64(state: np.ndarray) -> np.uint64:
+    """The next 64 random bits of xoshiro256** (Blackman and Vigna), advancing ``state``
+    (``(4,)`` uint64) in place: a few machine instructions where numba's ``np.random`` costs a call
+    into its thread-local generator per draw."""
+    result = _rotl(state[1] * np.uint64(5), 7) * np.uint64(9)
+    shifted = state[1] << np.uint64(17)
+    state[2] ^= state[0]
+    state[3] ^= state[1]
+    state[1] ^= state[2]
+    state[0] ^= state[3]
+    state[2] ^= shifted
+    state[3] = _rotl(state[3], 45)
+    return result
+
+
+@njit(cache=True, inline="always")
+def uniform(state: np.ndarray) -> float:
+    """A uniform draw in ``[0, 1)`` (53 random bits) from the generator ``state``."""
+    return float(next_u64(state) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True, inline="always")
+def below(state: np.ndarray, count: int) -> int:
+    """A uniform integer in ``[0, count)`` (``count`` small against 2**53)."""
+    return min(int(uniform(state) * count), count - 1)
+
+
+@njit(cache=True)
+def log_miss(prob: float) -> float:
+    """``log(1 - prob)``, the argument :func:`gap` takes for events of probability ``prob``."""
+    return np.log1p(-min(prob, 1.0)) if prob < 1.0 else -np.inf
+
+
+@njit(cache=True)
+def gap(state: np.ndarray, log_stay: float) -> int:
+    """Trials that fail before the next success, for independent trials each succeeding with
+    probability ``1 - exp(log_stay)``: geometric, drawn by inversion, so a run of rare events costs
+    one draw per event rather than one per trial (``2**62`` where success is impossible)."""
+    if log_stay == 0.0:
+        return 2**62
+    count = np.floor(np.log(1.0 - uniform(state)) / log_stay)
+    return int(count) if count < 2.0**62 else 2**62
+
+
+@njit(cache=True)
+def state_hash(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int,
+               num_nodes: int) -> np.uint64:
+    """A 64-bit hash of the state whose entries are ``lo:hi`` of ``(j, n, v)`` (FNV-1a over the
+    words ``(j * num_nodes + n) << 16 | v``, as the row keys of
+    :func:`~bayes_sched.mechanisms.genetic_allocation.sparse._row_keys_of`), for finding repeated
+    states; equal states hash alike, and the callers compare the entries where hashes meet."""
+    h = _FNV_OFFSET
+    for e in range(lo, hi):
+        word = np.uint64(((j[e] * num_nodes + n[e]) << 16) | v[e])
+        h = (h ^ word) * _FNV_PRIME
+    return h ^ (h >> np.uint64(29))
+
 
 @njit(cache=True)
 def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
                    num_jobs: int, num_nodes: int, base_n: np.ndarray, base_v: np.ndarray,
                    base_bounds: np.ndarray, capacity: int, reset_prob: float, zero_prob: float,
-                   seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                   state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The artifact's mutation (``AllocationProblem._mutate_sparse``) of the entries ``(p, j, n,
     v)`` (each ``(K,)``, int64, in (state, job, node) order) of states ``(size, num_jobs,
     num_nodes)``; the mutated entries, in order, zeros dropped.
@@ -36,10 +114,10 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     of its nodes dropped with ``zero_prob``. On every node with fewer than ``capacity`` GPUs in
     use: each job grows onto it with probability 1 / ``num_jobs``, and each
     job already there grows with one over the number of jobs there; a grown entry takes a uniform
-    count from its current one up to ``capacity``. Draws come from numba's generator seeded with
-    ``seed``.
+    count from its current one up to ``capacity``. Draws come from the generator ``state``
+    (:func:`next_u64`), advanced in place: one 64-bit draw per row decides its reset and its
+    drop (to 2**-32 of ``reset_prob`` and ``zero_prob``).
     """
-    np.random.seed(seed)
     base_total = base_bounds[num_jobs]
     bound = p.size + size * base_total
     q = np.empty(bound, np.int64)
@@ -48,23 +126,24 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     w = np.empty(bound, np.int64)
     load = np.zeros(size * num_nodes, np.int64)
     jobs_on = np.zeros(size * num_nodes, np.int64)
+    # One 64-bit draw per row: its low half decides the reset, its high half the drop.
+    reset_below, zero_below = _threshold32(reset_prob), _threshold32(zero_prob)
+    low = np.uint64(0xFFFFFFFF)
     count = 0
     at = 0
     for pp in range(size):
-        for jj in range(num_jobs):
+        for jj in range(num_jobs):  # nested loops: no integer division per row
             start = at
             while at < p.size and p[at] == pp and j[at] == jj:
                 at += 1
-            reset = np.random.random() < reset_prob
-            zero = np.random.random() < zero_prob
-            if reset:
-                lo, hi = base_bounds[jj], base_bounds[jj + 1]
-            else:
-                lo, hi = start, at
+            bits = next_u64(state)
+            reset = (bits & low) < reset_below
+            zero = (bits >> np.uint64(32)) < zero_below
+            lo, hi = (base_bounds[jj], base_bounds[jj + 1]) if reset else (start, at)
             for e in range(lo, hi):
                 node = base_n[e] if reset else n[e]
                 value = base_v[e] if reset else v[e]
-                if zero and np.random.random() < zero_prob:
+                if zero and uniform(state) < zero_prob:
                     continue
                 q[count], k[count], m[count], w[count] = pp, jj, node, value
                 load[pp * num_nodes + node] += value
@@ -74,25 +153,22 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
     grow = np.empty(16 + count + 4 * size * num_nodes, np.int64)
     grown = 0
     # Each job joins a free node with probability 1 / num_jobs (a Binomial(num_jobs, 1 / num_jobs)
-    # count of distinct jobs): the gaps between the jobs that join are geometric, drawn by
-    # inversion, so a node costs a draw per job that joins plus one.
-    log_stay = np.log1p(-1.0 / num_jobs)
-    for slot in range(size * num_nodes):
-        if load[slot] >= capacity:
-            continue
-        pp, node = slot // num_nodes, slot % num_nodes
-        jj = -1
-        while True:
-            jj += 1 + int(np.floor(np.log(1.0 - np.random.random()) / log_stay))
-            if jj >= num_jobs:
-                break
-            if grown == grow.size:
-                grow = _grown_buffer(grow)
-            grow[grown] = (pp * num_jobs + jj) * num_nodes + node
-            grown += 1
+    # count of distinct jobs): the gaps between the jobs that join are geometric.
+    log_stay = log_miss(1.0 / num_jobs)
+    for pp in range(size):
+        for node in range(num_nodes):
+            if load[pp * num_nodes + node] >= capacity:
+                continue
+            jj = gap(state, log_stay)
+            while jj < num_jobs:
+                if grown == grow.size:
+                    grow = _grown_buffer(grow)
+                grow[grown] = (pp * num_jobs + jj) * num_nodes + node
+                grown += 1
+                jj += 1 + gap(state, log_stay)
     for e in range(count):
         slot = q[e] * num_nodes + m[e]
-        if load[slot] < capacity and np.random.random() * jobs_on[slot] < 1.0:
+        if load[slot] < capacity and uniform(state) * jobs_on[slot] < 1.0:
             if grown == grow.size:
                 grow = _grown_buffer(grow)
             grow[grown] = (q[e] * num_jobs + k[e]) * num_nodes + m[e]
@@ -116,7 +192,7 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
                 current = w[a]
                 a += 1
             b += 1
-            value = np.random.randint(current, capacity + 1)
+            value = current + below(state, capacity + 1 - current)
             if value == 0:
                 continue
             rest = key % (num_jobs * num_nodes)
@@ -128,6 +204,12 @@ def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, s
             a += 1
         out += 1
     return out_p[:out], out_j[:out], out_n[:out], out_v[:out]
+
+
+@njit(cache=True)
+def _threshold32(prob: float) -> np.uint64:
+    """The bound under which 32 random bits fall with probability ``prob`` (to 2**-32)."""
+    return np.uint64(min(max(prob, 0.0), 1.0) * 4294967296.0)
 
 
 @njit(cache=True)
@@ -162,52 +244,130 @@ def repair_values(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, si
     one per entry; ties by entry); then each node's ``capacity``.
     """
     out = v.copy()
-    row_start = np.searchsorted(p * num_jobs + j, np.arange(size * num_jobs + 1))
-    stamp = np.full(num_nodes, -1, np.int64)
-    running = np.zeros(num_nodes, np.int64)
+    bounds = np.searchsorted(p, np.arange(size + 1))
+    scratch = repair_scratch(num_nodes)
+    unused = np.zeros(4, np.uint64)
     for pp in range(size):
-        lo_state, hi_state = row_start[pp * num_jobs], row_start[(pp + 1) * num_jobs]
-        if avoid_interference:
-            for row in range(pp * num_jobs, (pp + 1) * num_jobs):
-                lo, hi = row_start[row], row_start[row + 1]
-                if hi - lo <= 1:
-                    continue
+        repair_state(j, n, out, bounds[pp], bounds[pp + 1], num_jobs, draws, False,
+                     unused, max_replicas, max_nodes, capacity,
+                     avoid_interference, scratch, pp)
+    return out
+
+
+@njit(cache=True)
+def repair_scratch(num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Work arrays :func:`repair_state` reuses across states: a per-node stamp and running count,
+    and a node order of one job, ``(num_nodes + 1,)`` each."""
+    return (np.full(num_nodes + 1, -1, np.int64), np.zeros(num_nodes + 1, np.int64),
+            np.empty(num_nodes + 1, np.int64))
+
+
+@njit(cache=True)
+def _stable_order(keys: np.ndarray, lo: int, hi: int, order: np.ndarray) -> np.ndarray:
+    """The indices ``lo:hi`` ordered by ``keys`` (ties by index: ``lo + np.argsort(keys[lo:hi],
+    kind="mergesort")``), by insertion into ``order`` (a job's few nodes: no allocation)."""
+    count = hi - lo
+    if count > order.size:
+        return lo + np.argsort(keys[lo:hi], kind="mergesort")
+    for i in range(count):
+        index = lo + i
+        key = keys[index]
+        at = i
+        while at > 0 and keys[order[at - 1]] > key:
+            order[at] = order[at - 1]
+            at -= 1
+        order[at] = index
+    return order[:count]
+
+
+@njit(cache=True)
+def repair_state(j: np.ndarray, n: np.ndarray, out: np.ndarray, lo_state: int, hi_state: int,
+                 num_jobs: int, keys: np.ndarray, draw: bool, rng: np.ndarray,
+                 max_replicas: np.ndarray, max_nodes: int, capacity: int,
+                 avoid_interference: bool, scratch: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 stamp_id: int) -> None:
+    """Repair one state, its entries ``lo_state:hi_state`` of ``(j, n, out)`` (in (job, node)
+    order), in place in ``out`` (:func:`repair_values`): a job over its limits is trimmed in the
+    order of its entries' ``keys`` (with ``draw``, first drawn from the generator ``rng`` for that
+    job's entries alone). ``scratch``: :func:`repair_scratch`; ``stamp_id``: distinct per state
+    repaired with one scratch."""
+    stamp, running, order_buffer = scratch
+    if avoid_interference:
+        lo = lo_state
+        while lo < hi_state:
+            hi = lo + 1
+            while hi < hi_state and j[hi] == j[lo]:
+                hi += 1
+            if hi - lo > 1:
                 for e in range(lo, hi):
-                    if stamp[n[e]] == pp:
+                    if stamp[n[e]] == stamp_id:
                         out[e] = 0
                     else:
-                        stamp[n[e]] = pp
-        for row in range(pp * num_jobs, (pp + 1) * num_jobs):
-            lo, hi = row_start[row], row_start[row + 1]
-            replicas = 0
-            nodes = 0
-            for e in range(lo, hi):
-                replicas += out[e]
-                if out[e] > 0:
-                    nodes += 1
-            jj = row - pp * num_jobs
-            if replicas <= max_replicas[jj] and nodes <= max_nodes:
-                continue
-            order = lo + np.argsort(draws[lo:hi], kind="mergesort")
+                        stamp[n[e]] = stamp_id
+            lo = hi
+    lo = lo_state
+    while lo < hi_state:
+        jj = j[lo]
+        hi = lo + 1
+        while hi < hi_state and j[hi] == jj:
+            hi += 1
+        replicas = 0
+        nodes = 0
+        for e in range(lo, hi):
+            replicas += out[e]
+            if out[e] > 0:
+                nodes += 1
+        if replicas > max_replicas[jj] or nodes > max_nodes:
+            if draw:
+                for e in range(lo, hi):
+                    keys[e] = uniform(rng)
             cap = max_replicas[jj]
             total = 0
             used = 0
-            for e in order:
+            for e in _stable_order(keys, lo, hi, order_buffer):
                 value = out[e]
                 total += value
                 kept = min(total, cap) - min(total - value, cap)
                 if kept > 0:
                     used += 1
                 out[e] = kept if used <= max_nodes else 0
-        # Node capacity, lower job index first (the entries' own order).
-        for e in range(lo_state, hi_state):
-            running[n[e]] = 0
-        for e in range(lo_state, hi_state):
-            value = out[e]
-            total = running[n[e]] + value
-            running[n[e]] = total
-            out[e] = min(total, capacity) - min(total - value, capacity)
-    return out
+        lo = hi
+    # Node capacity, lower job index first (the entries' own order).
+    for e in range(lo_state, hi_state):
+        running[n[e]] = 0
+    for e in range(lo_state, hi_state):
+        value = out[e]
+        total = running[n[e]] + value
+        running[n[e]] = total
+        out[e] = min(total, capacity) - min(total - value, capacity)
+
+
+@njit(cache=True, inline="always")
+def _row_reads(j: np.ndarray, n: np.ndarray, v: np.ndarray, at: int, hi: int, jj: int,
+               base: np.ndarray, base_nodes: np.ndarray, stamp: np.ndarray,
+               stamp_id: int) -> tuple[int, int, int, bool, int]:
+    """Job ``jj``'s row of a state whose entries ``at:hi`` of ``(j, n, v)`` start at that row:
+    where its entries end, its nodes and GPUs, whether it differs from ``base[jj]``, and how many
+    of its nodes no earlier row of the state marked in ``stamp`` (marked now with
+    ``stamp_id``)."""
+    nodes = 0
+    replicas = 0
+    matched = 0
+    changed = False
+    fresh = 0
+    while at < hi and j[at] == jj:
+        node = n[at]
+        nodes += 1
+        replicas += v[at]
+        if base[jj, node] == v[at]:
+            matched += 1
+        else:
+            changed = True
+        if stamp[node] != stamp_id:
+            stamp[node] = stamp_id
+            fresh += 1
+        at += 1
+    return at, nodes, replicas, changed or matched != base_nodes[jj], fresh
 
 
 @njit(cache=True)
@@ -225,32 +385,73 @@ def table_reads(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size
     speedup = np.empty((size, num_jobs))
     active = np.zeros(size, np.int64)
     stamp = np.full(num_nodes, -1, np.int64)
-    at = 0
+    bounds = np.searchsorted(p, np.arange(size + 1))
     for pp in range(size):
+        at, hi = bounds[pp], bounds[pp + 1]
         for jj in range(num_jobs):
-            nodes = 0
-            replicas = 0
-            matched = 0
-            changed = False
-            while at < p.size and p[at] == pp and j[at] == jj:
-                node = n[at]
-                nodes += 1
-                replicas += v[at]
-                if base[jj, node] == v[at]:
-                    matched += 1
-                else:
-                    changed = True
-                if stamp[node] != pp:
-                    stamp[node] = pp
-                    active[pp] += 1
-                at += 1
+            at, nodes, replicas, changed, fresh = _row_reads(j, n, v, at, hi, jj, base,
+                                                             base_nodes, stamp, pp)
+            active[pp] += fresh
             read = tables[jj, nodes, replicas]
             table[pp, jj] = read
-            if changed or matched != base_nodes[jj]:
-                speedup[pp, jj] = read * scale * penalty[jj]
-            else:
-                speedup[pp, jj] = read * scale
+            speedup[pp, jj] = read * scale * penalty[jj] if changed else read * scale
     return table, speedup, active
+
+
+@njit(cache=True, inline="always")
+def _power(x: float, exponent: float) -> float:
+    """``x ** exponent``, the common exponents without a call to ``pow``."""
+    if exponent == -1.0:
+        return 1.0 / x
+    if exponent == 1.0:
+        return x
+    return x**exponent
+
+
+@njit(cache=True)
+def empty_row_terms(tables: np.ndarray, base_nodes: np.ndarray, penalty: np.ndarray,
+                    scale: float, exponent: float) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """What a job without GPUs adds to :func:`score_state`'s sums, ``(J,)`` each: its powered
+    term and its table read; and their totals over the jobs. A state's jobs are mostly without
+    GPUs, so a state is scored from these totals and its nonzero rows alone."""
+    num_jobs = base_nodes.size
+    powered = np.empty(num_jobs)
+    reads = np.empty(num_jobs)
+    for jj in range(num_jobs):
+        read = tables[jj, 0, 0]
+        speedup = read * scale * penalty[jj] if base_nodes[jj] != 0 else read * scale
+        powered[jj] = _power(speedup + 1e-3, exponent)
+        reads[jj] = read
+    return powered, reads, powered.sum(), reads.sum()
+
+
+@njit(cache=True)
+def score_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, num_jobs: int,
+                tables: np.ndarray, base: np.ndarray, base_nodes: np.ndarray,
+                penalty: np.ndarray, scale: float, exponent: float, capacity: int,
+                empty: tuple[np.ndarray, np.ndarray, float, float], stamp: np.ndarray,
+                stamp_id: int) -> tuple[float, float]:
+    """The two objectives of the state whose entries are ``lo:hi`` of ``(j, n, v)``
+    (``AllocationProblem.objectives_sparse`` of one state, from the reads of
+    :func:`table_reads`): the power mean (``exponent``, nonzero) of the penalised, scaled speedups
+    plus 0.001, and the summed table speedups over the GPUs of the nodes in use. ``empty``:
+    :func:`empty_row_terms` (the jobs without entries count as there; the work follows the
+    entries, not the jobs); ``stamp``: ``(N,)``, with ``stamp_id`` distinct per state scored
+    with it."""
+    empty_powered, empty_reads, powered, summed = empty
+    at = lo
+    active = 0
+    while at < hi:
+        jj = j[at]
+        at, nodes, replicas, changed, fresh = _row_reads(j, n, v, at, hi, jj, base, base_nodes,
+                                                         stamp, stamp_id)
+        active += fresh
+        read = tables[jj, nodes, replicas]
+        speedup = read * scale * penalty[jj] if changed else read * scale
+        powered += _power(speedup + 1e-3, exponent) - empty_powered[jj]
+        summed += read - empty_reads[jj]
+    return (_power(powered / max(num_jobs, 1), 1.0 / exponent),
+            summed / max(active * capacity, 1))
 
 
 @njit(cache=True)

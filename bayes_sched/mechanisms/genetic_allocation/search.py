@@ -22,11 +22,15 @@ candidate dropped. Repair enforces, in job priority order (lower index first): n
 job's replica cap; at most ``max_nodes`` nodes per job; and, with interference avoidance, at most
 one distributed job per node.
 
-By default (``AllocationProblem(compiled=True)``) mating, mutation, repair, the table reads of the
-scores and NSGA-II survival run as the compiled loops of
-:mod:`bayes_sched.mechanisms.genetic_allocation.kernels`; all but the mutation give the numpy path's
-results to the bit from the same draws, and the mutation draws from the same distribution with
-numba's generator, seeded from :attr:`GeneticSearch.rng`.
+By default (``AllocationProblem(compiled=True)``) the NSGA-II search of a problem scored by this
+module's objectives runs whole as one compiled kernel
+(:mod:`bayes_sched.mechanisms.genetic_allocation.generations`: every generation's mating, mutation,
+repair, removal of repeats, scoring and survival, its draws from a compiled generator seeded from
+:attr:`GeneticSearch.rng`), so one seed gives one search, but not the numpy path's draws. A
+subclass with its own fitness (``bo``'s) runs step by step, with mating, mutation, repair, the
+table reads and survival as the compiled loops of
+:mod:`bayes_sched.mechanisms.genetic_allocation.kernels`; all but the mutation give the numpy
+path's results to the bit from the same draws.
 """
 
 from __future__ import annotations
@@ -286,7 +290,12 @@ class GeneticSearch:
     def _evolve_nsga2(self, problem: AllocationProblem, names: list[str], size: int,
                       generations: int) -> tuple[SparseStates, np.ndarray]:
         # The artifact's NSGA-II starts from last round's population as it is (no mutation).
-        population = problem.repair_sparse(self._initial_states(problem, names, size))
+        initial = self._initial_states(problem, names, size)
+        if problem.fused:
+            population, fitness = problem.evolve_compiled(initial, size, generations, self.ga)
+            self._population, self._population_jobs = population, names
+            return population, fitness
+        population = problem.repair_sparse(initial)
         keys = population.row_keys()
         first = _first_occurrences(keys)
         population, keys = population.rows(first), [keys[i] for i in first]
@@ -384,6 +393,37 @@ class AllocationProblem:
         self._base_bounds = np.searchsorted(base_j, np.arange(base.shape[0] + 1))
         # States whose nonzero entries the caller has, while :meth:`fitness_with_entries` runs.
         self._known: tuple[np.ndarray, Entries] | None = None
+
+    @property
+    def fused(self) -> bool:
+        """Whether the NSGA-II search runs whole as the compiled loop
+        (:meth:`evolve_compiled`): compiled, and scored by this class's own objectives (a
+        subclass with its own :meth:`fitness` runs step by step)."""
+        return self.compiled and type(self).fitness is AllocationProblem.fitness
+
+    def evolve_compiled(self, initial: SparseStates, size: int, generations: int,
+                        ga: GAConfig) -> tuple[SparseStates, np.ndarray]:
+        """The artifact's NSGA-II from the unrepaired states ``initial`` as one compiled kernel
+        (:func:`bayes_sched.mechanisms.genetic_allocation.generations.evolve`), its draws from a
+        compiled generator seeded from :attr:`rng`: the final population and its fitness
+        ``(P,)``."""
+        from bayes_sched.mechanisms.genetic_allocation import generations as compiled
+
+        int64 = np.int64
+        base_j, base_n, base_v = self.base_entries
+        arrays = (self.base.astype(int64), base_n.astype(int64), base_v.astype(int64),
+                  self._base_bounds.astype(int64), self._base_nodes.astype(int64),
+                  np.ascontiguousarray(self.tables, dtype=float), self.penalty.astype(float),
+                  self.max_replicas.astype(int64))
+        num_jobs, num_nodes = self.base.shape
+        numbers = (num_jobs, num_nodes, int(self.capacity), int(self.max_nodes),
+                   bool(self.avoid_interference), float(self.scale), float(self.p),
+                   float(ga.reset_prob), float(ga.zero_prob), float(ga.crossover_prob))
+        p, j, n, v, fitness, _ = compiled.evolve(
+            *_int64(initial.entries), size, generations, arrays, numbers,
+            _kernels().seeded_state(self.rng))
+        return (SparseStates((p, j, n, v.astype(self.base.dtype)),
+                             (fitness.size, num_jobs, num_nodes)), fitness)
 
     def _sparse_of(self, states: np.ndarray) -> SparseStates:
         known = self._known
@@ -560,7 +600,7 @@ class AllocationProblem:
                 *_int64(states.entries), size, num_jobs, num_nodes, base_n.astype(np.int64),
                 base_v.astype(np.int64), self._base_bounds.astype(np.int64),
                 int(self.capacity), float(ga.reset_prob), float(ga.zero_prob),
-                int(rng.integers(2**32)))
+                _kernels().seeded_state(rng))
             return SparseStates((p, j, n, v.astype(states.entries[3].dtype)), states.shape)
         reset = rng.random((size, num_jobs)) < ga.reset_prob
         p, j, n, v = self._reset_rows(states, reset)
