@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 import xarray as xr
@@ -64,10 +64,43 @@ class ColocationRound:
     time_origin: float = 0.0
 
 
+#: The nonzero entries ``(p, j, n, GPUs)`` of candidate states ``(P, J, N)``, each ``(K,)``, in
+#: (state, job, node) order.
+StateEntries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class SparseCandidates(Protocol):
+    """Candidate states ``(P, J, N)`` given by their nonzero entries, as an allocation search
+    carries them (a job holds few of many nodes: on a large cluster the dense array costs more to
+    build and scan than everything a predictor computes from the entries)."""
+
+    @property
+    def entries(self) -> StateEntries: ...
+
+    @property
+    def shape(self) -> tuple[int, int, int]: ...
+
+    def dense(self) -> np.ndarray:
+        """The states as a ``(P, J, N)`` array."""
+        ...
+
+
+def state_entries(states: np.ndarray | SparseCandidates) -> StateEntries:
+    """The nonzero entries of ``states``: dense ``(P, J, N)`` GPU counts, or candidates that
+    carry their entries already."""
+    if isinstance(states, np.ndarray):
+        p, j, n = np.nonzero(states)
+        return p, j, n, states[p, j, n]
+    return states.entries
+
+
 class SlowdownPredictor(Protocol):
     """Predicts each job's co-location log slowdown in candidate allocations.
 
-    ``name`` labels the predictor in messages (e.g. a failed fit).
+    ``name`` labels the predictor in messages (e.g. a failed fit). A predictor whose
+    ``log_slowdown`` also takes :class:`SparseCandidates` (reading them through
+    :func:`state_entries`) says so with a true ``takes_entries`` attribute; others are given the
+    dense states.
     """
 
     name: str
@@ -96,17 +129,26 @@ class SlowdownPredictor(Protocol):
         ...
 
 
-def speed_factor(predictors: Sequence[SlowdownPredictor], states: np.ndarray,
-                     applications: Sequence[str], draws: bool = False
-                     ) -> np.ndarray | float:
+def speed_factor(predictors: Sequence[SlowdownPredictor],
+                 states: np.ndarray | SparseCandidates, applications: Sequence[str],
+                 draws: bool = False) -> np.ndarray | float:
     """The composition's predicted speed factor, ``prod exp(log slowdown)`` over ``predictors``:
     ``(P, J)``, ``(S, P, J)`` with ``draws`` where a predictor draws, ``1.0`` for none.
+    ``states``: dense ``(P, J, N)``, or by their entries (densified once, only for a predictor
+    that does not take entries).
 
     A product of factors rather than ``exp`` of the summed logs: the same numbers the ``bo``
     policy's figures were measured with, to the last bit."""
     factor: np.ndarray | float = 1.0
+    dense: np.ndarray | None = states if isinstance(states, np.ndarray) else None
     for predictor in predictors:
-        factor = factor * np.exp(predictor.log_slowdown(states, applications, draws))
+        if dense is None and getattr(predictor, "takes_entries", False):
+            log = predictor.log_slowdown(states, applications, draws)  # type: ignore[arg-type]
+        else:
+            if dense is None:
+                dense = cast("SparseCandidates", states).dense()
+            log = predictor.log_slowdown(dense, applications, draws)
+        factor = factor * np.exp(log)
     return factor
 
 #: Co-location slowdown predictors, composed in order (:class:`SlowdownPosterior`).
