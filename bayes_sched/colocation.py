@@ -29,6 +29,7 @@ import xarray as xr
 from bayes_sched.estimates import DrawsPosterior, Need
 from bayes_sched.jobs import JobView
 from bayes_sched.topology import NodeTopology
+from perfmodel.goodput import optimize_each
 
 
 @dataclass(frozen=True)
@@ -231,13 +232,38 @@ def predicted_rate(job: JobView, allocation: np.ndarray) -> float | None:
     """Progress per second (steps at the job's initial batch ``B0``) that ``job``'s fitted model
     predicts at ``allocation`` (GPUs per node ``(N,)``), at the batch the job itself would choose
     there (point fit); ``None`` without a model, GPUs or positive goodput."""
-    model = job.model
-    replicas = int(allocation.sum())
-    if model is None or replicas == 0:
-        return None
-    goodput = float(model.goodput(np.array([np.count_nonzero(allocation)]),
-                                  np.array([replicas]))[0])
-    return goodput / job.limits.init_batch_size if goodput > 0 else None
+    return predicted_rates([job], [allocation])[0]
+
+
+def predicted_rates(jobs: Sequence[JobView], allocations: Sequence[np.ndarray]
+                    ) -> list[float | None]:
+    """:func:`predicted_rate` of each job at its allocation, the batch choices of all of them
+    made in one vectorised call (:func:`perfmodel.goodput.optimize_each`, which gives each job's
+    own choice)."""
+    out: list[float | None] = [None] * len(jobs)
+    rows = []
+    for i, (job, allocation) in enumerate(zip(jobs, allocations, strict=True)):
+        replicas = int(allocation.sum())
+        if job.model is not None and replicas > 0:
+            rows.append((i, job.model, int(np.count_nonzero(allocation)), replicas))
+    if not rows:
+        return out
+    points = [model.goodput_model() for _, model, _, _ in rows]
+    limits = [model.limits for _, model, _, _ in rows]
+    choice = optimize_each(
+        np.concatenate([point.theta for point in points]),
+        np.concatenate([point.noise_to_signal for point in points]),
+        np.array([point.init_bsz for point in points]),
+        np.array([nodes for _, _, nodes, _ in rows]),
+        np.array([replicas for _, _, _, replicas in rows]),
+        np.array([lim.max_batch_size for lim in limits]),
+        np.array([lim.min_local_bsz for lim in limits]),
+        np.array([lim.max_local_bsz for lim in limits]),
+        np.array([lim.max_accum_steps for lim in limits]), accumulate_alone=True)
+    for row, (i, _, _, _) in enumerate(rows):
+        goodput = float(choice.goodput[row])
+        out[i] = goodput / jobs[i].limits.init_batch_size if goodput > 0 else None
+    return out
 
 
 __all__ = ["COLOCATION", "CONTENTION", "FEATURE_NAMES", "ColocationRound", "SlowdownPosterior",

@@ -36,7 +36,7 @@ from bayes_sched.colocation import (
     ColocationRound,
     SlowdownPredictor,
     colocation_features,
-    predicted_rate,
+    predicted_rates,
     predictor_of,
 )
 from bayes_sched.errors import InputError
@@ -162,7 +162,7 @@ class ColocationLearning:
             return None
         states = np.stack([job.allocation for job in jobs])[None]
         feats = colocation_features(states)[0]
-        measured: list[tuple[int, float]] = []
+        held: list[tuple[int, float]] = []  # (row, realised rate) of the jobs that kept GPUs
         for j, job in enumerate(jobs):
             self._application_of[job.name] = job.application
             before = self._previous.get(job.name)
@@ -173,8 +173,12 @@ class ColocationLearning:
                           else self._changed_at.get(job.name, -math.inf))
             if changed_at + cluster.restart_delay_of(job.application) > self._previous_time:
                 continue
-            predicted = predicted_rate(job, job.allocation)
-            rate = (job.progress - before[1]) / elapsed
+            held.append((j, (job.progress - before[1]) / elapsed))
+        predictions = predicted_rates([jobs[j] for j, _ in held],
+                                      [jobs[j].allocation for j, _ in held])
+        measured: list[tuple[int, float]] = []
+        for (j, rate), predicted in zip(held, predictions, strict=True):
+            job = jobs[j]
             if predicted is None or rate <= 0:
                 continue
             residual = math.log(rate / predicted)

@@ -182,7 +182,14 @@ class PairResiduals:
         lead = table.shape[:-2]
         if pj.size == 0:  # nobody runs anywhere: nothing slows anyone
             return np.zeros((*lead, size, num_jobs))
-        per_node = np.einsum("...ek,ek->...e", table[..., own, :], counts)
+        if lead:  # per class, a (S, K) x (K, E_c) product: no (S, E, K) temporary
+            per_node = np.empty((*lead, own.size))
+            weights = counts.astype(np.float64)
+            for c in np.unique(own).tolist():
+                mine = np.flatnonzero(own == c)
+                per_node[..., mine] = table[..., c, :] @ weights[mine].T
+        else:
+            per_node = np.einsum("ek,ek->e", table[own], counts)
         # The job's worst node (0 where it is harmless everywhere): entries come in (state, job,
         # node) order, so each job's entries are one run of ``pj``.
         start = np.flatnonzero(np.concatenate([[True], pj[1:] != pj[:-1]]))

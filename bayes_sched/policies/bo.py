@@ -61,7 +61,7 @@ from bayes_sched.colocation import (
     COLOCATION,
     SlowdownPredictor,
     colocation_features,
-    predicted_rate,
+    predicted_rates,
     predictor_of,
     speed_factor,
 )
@@ -194,26 +194,29 @@ class BayesOptPolicy:
         """Each job's :func:`~bayes_sched.colocation.predicted_rate` on ``fair_r`` GPUs of one
         node, by name (jobs without a model or a positive rate left out). Memoised on what the
         rate depends on (the point fit, gradient statistics, limits and ``fair_r``), this
-        round's and the last's:
+        round's and the last's, and the rates not memoised computed in one vectorised call:
         most models are unchanged from one round to the next, and one rate costs a batch
         optimisation (for thousands of jobs, more than the rest of bo's round-keeping)."""
         memo: dict[tuple[object, ...], float | None] = {}
-        rates = {}
+        keys: dict[str, tuple[object, ...]] = {}
+        missing: dict[tuple[object, ...], JobView] = {}
         for job in jobs:
             model = job.model
             if model is None:
                 continue
-            key = (model.params, model.gradient, model.limits, job.limits, fair_r)
-            if key in memo:
-                rate = memo[key]
-            elif key in self._fair_rate_memo:
-                rate = memo[key] = self._fair_rate_memo[key]
+            key = keys[job.name] = (model.params, model.gradient, model.limits, job.limits,
+                                    fair_r)
+            if key in memo or key in missing:
+                continue
+            if key in self._fair_rate_memo:
+                memo[key] = self._fair_rate_memo[key]
             else:
-                rate = memo[key] = predicted_rate(job, np.array([fair_r]))
-            if rate:
-                rates[job.name] = rate
+                missing[key] = job
+        allocation = np.array([fair_r])
+        rates = predicted_rates(list(missing.values()), [allocation] * len(missing))
+        memo.update(zip(missing, rates, strict=True))
         self._fair_rate_memo = memo
-        return rates
+        return {name: rate for name, key in keys.items() if (rate := memo[key])}
 
     def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
                             scale: float) -> float:
