@@ -67,7 +67,7 @@ from bayes_sched.colocation import (
 )
 from bayes_sched.errors import AllocationError
 from bayes_sched.estimates import DrawsPosterior, Estimates
-from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import (
     STATE_DTYPE,
     AllocationProblem,
@@ -172,6 +172,7 @@ class BayesOptPolicy:
         self._previous_time = 0.0
         self._previous_time_delta = 0.0
         self._fair_rate_memo: dict[tuple[object, ...], float | None] = {}  # (_fair_rates)
+        self._fair_rate_models: dict[int, tuple[JobModel, tuple[object, ...]]] = {}
         #: The co-location predictors of the last estimates decided on (for reports).
         self.predictors: tuple[SlowdownPredictor, ...] = ()
 
@@ -194,18 +195,25 @@ class BayesOptPolicy:
         """Each job's :func:`~bayes_sched.colocation.predicted_rate` on ``fair_r`` GPUs of one
         node, by name (jobs without a model or a positive rate left out). Memoised on what the
         rate depends on (the point fit, gradient statistics, limits and ``fair_r``), this
-        round's and the last's, and the rates not memoised computed in one vectorised call:
-        most models are unchanged from one round to the next, and one rate costs a batch
+        round's and the last's, first by the model object (read-only, and the estimation stage
+        passes an unchanged job's on), and the rates not memoised computed in one vectorised
+        call: most models are unchanged from one round to the next, and one rate costs a batch
         optimisation (for thousands of jobs, more than the rest of bo's round-keeping)."""
         memo: dict[tuple[object, ...], float | None] = {}
+        by_model: dict[int, tuple[JobModel, tuple[object, ...]]] = {}
         keys: dict[str, tuple[object, ...]] = {}
         missing: dict[tuple[object, ...], JobView] = {}
         for job in jobs:
             model = job.model
             if model is None:
                 continue
-            key = keys[job.name] = (model.params, model.gradient, model.limits, job.limits,
-                                    fair_r)
+            known = self._fair_rate_models.get(id(model))
+            if known is not None and known[0] is model and known[1][-2:] == (job.limits, fair_r):
+                key = known[1]
+            else:
+                key = (model.params, model.gradient, model.limits, job.limits, fair_r)
+            keys[job.name] = key
+            by_model[id(model)] = (model, key)
             if key in memo or key in missing:
                 continue
             if key in self._fair_rate_memo:
@@ -215,7 +223,7 @@ class BayesOptPolicy:
         allocation = np.array([fair_r])
         rates = predicted_rates(list(missing.values()), [allocation] * len(missing))
         memo.update(zip(missing, rates, strict=True))
-        self._fair_rate_memo = memo
+        self._fair_rate_memo, self._fair_rate_models = memo, by_model
         return {name: rate for name, key in keys.items() if (rate := memo[key])}
 
     def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
@@ -274,8 +282,8 @@ class BayesOptPolicy:
             avoiding_choice = rule_population.rows(np.array([int(np.argmax(rule_fitness))]))
 
         chosen, record = self._choose(problem, population, fitness, avoiding_choice, cluster.now)
-        decision = {name: chosen[j].astype(np.int64) for j, name in enumerate(names)
-                    if chosen[j].any()}
+        decision = {names[j]: chosen[j].astype(np.int64)
+                    for j in np.flatnonzero(chosen.any(axis=1)).tolist()}
         try:
             validate_allocations(decision, cluster, names)
         except AllocationError as error:  # never apply an oversubscribing allocation
@@ -285,7 +293,8 @@ class BayesOptPolicy:
             record.learned.update(predictor.diagnostics(chosen, applications))
         record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
-        self._previous = {job.name: (decision.get(job.name, np.zeros_like(job.allocation)),
+        idle = np.zeros(cluster.num_nodes, dtype=np.int64)  # shared: never written
+        self._previous = {job.name: (decision.get(job.name, idle),
                                      job.progress) for job in jobs}
         self._previous_time = cluster.now
         return decision
