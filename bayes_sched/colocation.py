@@ -213,19 +213,41 @@ def predictor_of(predictors: Sequence[SlowdownPredictor], kind: type[_Predictor]
 FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node")
 
 
-def colocation_features(states: np.ndarray) -> np.ndarray:
+def colocation_features(states: np.ndarray | SparseCandidates) -> np.ndarray:
     """Co-location flags (:data:`FEATURE_NAMES`) of every job in every state,
     ``(P, J, N) -> (P, J, 3)``: whether it spans several nodes, shares a node with another
-    distributed job, shares a node at all."""
-    used = states > 0
-    nodes = used.sum(axis=2)
-    distributed = nodes > 1
-    jobs_on_node = used.sum(axis=1)                                   # (P, N)
-    dist_on_node = (used & distributed[:, :, None]).sum(axis=1)       # (P, N)
-    others_dist = dist_on_node[:, None, :] - (used & distributed[:, :, None])
-    shares_dist = np.any(used & (others_dist > 0), axis=2)
-    shares = np.any(used & (jobs_on_node[:, None, :] > 1), axis=2)
-    return np.stack([distributed, shares_dist, shares], axis=2).astype(np.float64)
+    distributed job, shares a node at all. ``states``: dense or by their nonzero entries."""
+    return entry_features(state_entries(states), states.shape)
+
+
+def entry_features(entries: StateEntries, shape: tuple[int, ...]) -> np.ndarray:
+    """:func:`colocation_features` of states ``shape`` ``(P, J, N)`` given by their nonzero
+    ``entries`` (any order): the work follows the GPUs in use, not ``P x J x N``."""
+    size, num_jobs, num_nodes = shape
+    p, j, n, _ = entries
+    pj = p * num_jobs + j
+    pn = p * num_nodes + n
+    distributed = np.bincount(pj, minlength=size * num_jobs) > 1            # (P * J,)
+    mine = distributed[pj]                                                   # (E,)
+    jobs_on_node = np.bincount(pn, minlength=size * num_nodes)
+    others_dist = np.bincount(pn, weights=mine, minlength=size * num_nodes)[pn] - mine
+    shares_dist = np.bincount(pj[others_dist > 0], minlength=size * num_jobs) > 0
+    shares = np.bincount(pj[jobs_on_node[pn] > 1], minlength=size * num_jobs) > 0
+    return np.stack([distributed, shares_dist, shares], axis=1).reshape(
+        size, num_jobs, 3).astype(np.float64)
+
+
+def allocation_entries(allocations: Sequence[np.ndarray]) -> StateEntries:
+    """The nonzero entries of one cluster state given as each job's GPUs per node (``(N,)`` per
+    job, rows in order): ``p`` all 0, in (job, node) order; no dense ``(J, N)`` is built."""
+    nodes = [np.flatnonzero(allocation) for allocation in allocations]
+    if not nodes:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, empty
+    n = np.concatenate(nodes)
+    j = np.repeat(np.arange(len(nodes)), [len(x) for x in nodes])
+    v = np.concatenate([a[x] for a, x in zip(allocations, nodes, strict=True)])
+    return np.zeros(n.size, np.int64), j, n, v
 
 
 def predicted_rate(job: JobView, allocation: np.ndarray) -> float | None:

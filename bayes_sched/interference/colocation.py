@@ -35,7 +35,8 @@ from bayes_sched.colocation import (
     COLOCATION,
     ColocationRound,
     SlowdownPredictor,
-    colocation_features,
+    allocation_entries,
+    entry_features,
     predicted_rates,
     predictor_of,
 )
@@ -160,8 +161,8 @@ class ColocationLearning:
         elapsed = cluster.now - self._previous_time
         if elapsed <= 0 or not self._previous:
             return None
-        states = np.stack([job.allocation for job in jobs])[None]
-        feats = colocation_features(states)[0]
+        feats = entry_features(allocation_entries([job.allocation for job in jobs]),
+                               (1, len(jobs), cluster.num_nodes))[0]
         held: list[tuple[int, float]] = []  # (row, realised rate) of the jobs that kept GPUs
         for j, job in enumerate(jobs):
             self._application_of[job.name] = job.application

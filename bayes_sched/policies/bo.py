@@ -69,15 +69,12 @@ from bayes_sched.errors import AllocationError
 from bayes_sched.estimates import DrawsPosterior, Estimates
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import (
-    STATE_DTYPE,
     AllocationProblem,
     GAConfig,
     GeneticSearch,
     _int64,
     _kernels,
     power_mean,
-    restart_delays,
-    restart_penalty,
 )
 from bayes_sched.mechanisms.genetic_allocation.sparse import SparseStates
 from bayes_sched.policies.pollux import PolluxPolicy
@@ -250,17 +247,15 @@ class BayesOptPolicy:
             return {}
         predictors: Sequence[SlowdownPredictor] = estimates.require(COLOCATION)
         self.predictors = tuple(predictors)
-        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         pollux = self.pollux
-        names = [job.name for job in jobs]
-        base = np.stack([job.allocation for job in jobs]).astype(STATE_DTYPE)
-        max_replicas = np.array([pollux.max_replicas(job) for job in jobs])
-        tables = pollux.speedup_tables(jobs, cluster, max_replicas)
-        age = np.array([job.age for job in jobs])
-        restarts = np.array([job.num_restarts for job in jobs])
-        penalty = restart_penalty(age, restarts, restart_delays(cluster, jobs))
+        # Pollux's problem (status quo, replica caps, speedup tables, restart penalties), its
+        # jobs in priority order; bo's and the avoid rule's searches read the same.
+        plain, names = pollux.problem(cluster, jobs)
+        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
+        base, tables, max_replicas, penalty = (plain.base, plain.tables, plain.max_replicas,
+                                               plain.penalty)
         applications = tuple(job.application for job in jobs)
-        max_nodes = min(pollux.max_nodes_per_job, cluster.num_nodes)
+        max_nodes = plain.max_nodes
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
                                      max_nodes, pollux.rng, self.predictors, applications)
         # Realised objective of the last round (for the report), against this round's fair rates.
@@ -348,15 +343,15 @@ class BayesOptPolicy:
         else:
             log_ei = log_expected_improvement(mean, std, float(mean.max()))
             pick = int(np.argmax(log_ei))
-        chosen = states.rows(np.array([pick])).dense()                         # (1, J, N)
-        feats = colocation_features(chosen)[0]
+        picked = states.rows(np.array([pick]))
+        feats = colocation_features(picked)[0]
         record = RoundRecord(
             time=now, predicted_mean=float(mean[pick]), predicted_std=float(std[pick]),
             colocated_distributed=int(np.sum((feats[:, 0] > 0) & (feats[:, 1] > 0))),
             candidates=len(states), chosen_rank=int(np.sum(mean > mean[pick])),
             pollux_choice=candidate_keys[pick] == keys[pollux_best],
             avoiding_choice=pick == avoiding)
-        return chosen[0], record
+        return picked.dense()[0], record
 
 
 class _ColocationProblem(AllocationProblem):
