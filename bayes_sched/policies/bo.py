@@ -165,7 +165,7 @@ class BayesOptPolicy:
         self.min_gain = min_gain
         self.num_candidates = candidates
         self.history: list[RoundRecord] = []
-        self._previous: dict[str, tuple[np.ndarray, float]] = {}  # name -> (allocation, progress)
+        self._previous: dict[str, float] = {}  # name -> progress at the last decision
         self._previous_time = 0.0
         self._previous_time_delta = 0.0
         self._fair_rate_memo: dict[tuple[object, ...], float | None] = {}  # (_fair_rates)
@@ -227,16 +227,16 @@ class BayesOptPolicy:
                             scale: float) -> float:
         """The power mean of realised speedups over the round just ended."""
         elapsed = self._previous_time_delta
-        speedups = []
-        for job in jobs:
-            before = self._previous.get(job.name)
-            if before is None or job.name not in fair_rate or elapsed <= 0:
-                continue
-            rate = max(job.progress - before[1], 0.0) / elapsed
-            speedups.append(rate / fair_rate[job.name] * scale + 1e-3)
-        if not speedups:
+        if elapsed <= 0:
             return float("nan")
-        return power_mean(np.array(speedups)[None], self.pollux.p)[0]
+        known = [(job.progress, before, fair) for job in jobs
+                 if (before := self._previous.get(job.name)) is not None
+                 and (fair := fair_rate.get(job.name)) is not None]
+        if not known:
+            return float("nan")
+        progress, before, fair = np.array(known).T
+        rate = np.maximum(progress - before, 0.0) / elapsed
+        return power_mean((rate / fair * scale + 1e-3)[None], self.pollux.p)[0]
 
     # --- the decision ----------------------------------------------------------------------------
 
@@ -288,9 +288,7 @@ class BayesOptPolicy:
             record.learned.update(predictor.diagnostics(chosen, applications))
         record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
-        idle = np.zeros(cluster.num_nodes, dtype=np.int64)  # shared: never written
-        self._previous = {job.name: (decision.get(job.name, idle),
-                                     job.progress) for job in jobs}
+        self._previous = {job.name: job.progress for job in jobs}
         self._previous_time = cluster.now
         return decision
 
