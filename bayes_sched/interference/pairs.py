@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 
@@ -45,6 +46,13 @@ from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
 #: Seconds of one job-round the residual noise is stated over (the Pollux world's round).
 ROUND_SECONDS = 60.0
 _DEFAULT_PRIOR = PairPrior()
+
+
+def _pair_kernel() -> ModuleType:
+    """The compiled loop, imported on first use (importing numba is slow)."""
+    from bayes_sched.interference import pair_kernel
+
+    return pair_kernel
 
 
 class PairResiduals:
@@ -174,27 +182,16 @@ class PairResiduals:
     def log_factor(self, states: np.ndarray | SparseCandidates, apps: np.ndarray,
                    table: np.ndarray | None = None) -> np.ndarray:
         """Predicted co-location log slowdown of every job in every state, ``(P, J, N) -> (P, J)``,
-        with the posterior mean table, or with draws ``table`` ``(S, K, K)`` -> ``(S, P, J)``."""
-        size, num_jobs, _ = states.shape
-        cells = size * num_jobs
+        with the posterior mean table, or with draws ``table`` ``(S, K, K)`` -> ``(S, P, J)``
+        (the compiled loop of :mod:`bayes_sched.interference.pair_kernel`)."""
+        size, num_jobs, num_nodes = states.shape
         table = self._covering(self.mean if table is None else table)
-        pj, own, counts, _ = self.entries(states, apps)
         lead = table.shape[:-2]
-        if pj.size == 0:  # nobody runs anywhere: nothing slows anyone
-            return np.zeros((*lead, size, num_jobs))
-        if lead:  # per class, a (S, K) x (K, E_c) product: no (S, E, K) temporary
-            per_node = np.empty((*lead, own.size))
-            weights = counts.astype(np.float64)
-            for c in np.unique(own).tolist():
-                mine = np.flatnonzero(own == c)
-                per_node[..., mine] = table[..., c, :] @ weights[mine].T
-        else:
-            per_node = np.einsum("ek,ek->e", table[own], counts)
-        # The job's worst node (0 where it is harmless everywhere): entries come in (state, job,
-        # node) order, so each job's entries are one run of ``pj``.
-        start = np.flatnonzero(np.concatenate([[True], pj[1:] != pj[:-1]]))
-        flat = np.zeros((*lead, cells))
-        flat[..., pj[start]] = np.minimum(np.minimum.reduceat(per_node, start, axis=-1), 0.0)
+        p, j, n, _ = state_entries(states)
+        flat = _pair_kernel().worst_node_log_factor(
+            *(np.asarray(a, dtype=np.int64) for a in (p, j, n)), size, num_jobs, num_nodes,
+            np.asarray(apps, dtype=np.int64),
+            np.ascontiguousarray(table.reshape(-1, *table.shape[-2:]), dtype=np.float64))
         return flat.reshape(*lead, size, num_jobs)
 
     # --- learning --------------------------------------------------------------------------------
