@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 import xarray as xr
@@ -29,6 +29,7 @@ import xarray as xr
 from bayes_sched.estimates import DrawsPosterior, Need
 from bayes_sched.jobs import JobView
 from bayes_sched.topology import NodeTopology
+from perfmodel.goodput import optimize_each
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,43 @@ class ColocationRound:
     time_origin: float = 0.0
 
 
+#: The nonzero entries ``(p, j, n, GPUs)`` of candidate states ``(P, J, N)``, each ``(K,)``, in
+#: (state, job, node) order.
+StateEntries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class SparseCandidates(Protocol):
+    """Candidate states ``(P, J, N)`` given by their nonzero entries, as an allocation search
+    carries them (a job holds few of many nodes: on a large cluster the dense array costs more to
+    build and scan than everything a predictor computes from the entries)."""
+
+    @property
+    def entries(self) -> StateEntries: ...
+
+    @property
+    def shape(self) -> tuple[int, int, int]: ...
+
+    def dense(self) -> np.ndarray:
+        """The states as a ``(P, J, N)`` array."""
+        ...
+
+
+def state_entries(states: np.ndarray | SparseCandidates) -> StateEntries:
+    """The nonzero entries of ``states``: dense ``(P, J, N)`` GPU counts, or candidates that
+    carry their entries already."""
+    if isinstance(states, np.ndarray):
+        p, j, n = np.nonzero(states)
+        return p, j, n, states[p, j, n]
+    return states.entries
+
+
 class SlowdownPredictor(Protocol):
     """Predicts each job's co-location log slowdown in candidate allocations.
 
-    ``name`` labels the predictor in messages (e.g. a failed fit).
+    ``name`` labels the predictor in messages (e.g. a failed fit). A predictor whose
+    ``log_slowdown`` also takes :class:`SparseCandidates` (reading them through
+    :func:`state_entries`) says so with a true ``takes_entries`` attribute; others are given the
+    dense states.
     """
 
     name: str
@@ -96,17 +130,26 @@ class SlowdownPredictor(Protocol):
         ...
 
 
-def speed_factor(predictors: Sequence[SlowdownPredictor], states: np.ndarray,
-                     applications: Sequence[str], draws: bool = False
-                     ) -> np.ndarray | float:
+def speed_factor(predictors: Sequence[SlowdownPredictor],
+                 states: np.ndarray | SparseCandidates, applications: Sequence[str],
+                 draws: bool = False) -> np.ndarray | float:
     """The composition's predicted speed factor, ``prod exp(log slowdown)`` over ``predictors``:
     ``(P, J)``, ``(S, P, J)`` with ``draws`` where a predictor draws, ``1.0`` for none.
+    ``states``: dense ``(P, J, N)``, or by their entries (densified once, only for a predictor
+    that does not take entries).
 
     A product of factors rather than ``exp`` of the summed logs: the same numbers the ``bo``
     policy's figures were measured with, to the last bit."""
     factor: np.ndarray | float = 1.0
+    dense: np.ndarray | None = states if isinstance(states, np.ndarray) else None
     for predictor in predictors:
-        factor = factor * np.exp(predictor.log_slowdown(states, applications, draws))
+        if dense is None and getattr(predictor, "takes_entries", False):
+            log = predictor.log_slowdown(states, applications, draws)  # type: ignore[arg-type]
+        else:
+            if dense is None:
+                dense = cast("SparseCandidates", states).dense()
+            log = predictor.log_slowdown(dense, applications, draws)
+        factor = factor * np.exp(log)
     return factor
 
 #: Co-location slowdown predictors, composed in order (:class:`SlowdownPosterior`).
@@ -170,32 +213,79 @@ def predictor_of(predictors: Sequence[SlowdownPredictor], kind: type[_Predictor]
 FEATURE_NAMES = ("distributed", "shares_with_distributed", "shares_node")
 
 
-def colocation_features(states: np.ndarray) -> np.ndarray:
+def colocation_features(states: np.ndarray | SparseCandidates) -> np.ndarray:
     """Co-location flags (:data:`FEATURE_NAMES`) of every job in every state,
     ``(P, J, N) -> (P, J, 3)``: whether it spans several nodes, shares a node with another
-    distributed job, shares a node at all."""
-    used = states > 0
-    nodes = used.sum(axis=2)
-    distributed = nodes > 1
-    jobs_on_node = used.sum(axis=1)                                   # (P, N)
-    dist_on_node = (used & distributed[:, :, None]).sum(axis=1)       # (P, N)
-    others_dist = dist_on_node[:, None, :] - (used & distributed[:, :, None])
-    shares_dist = np.any(used & (others_dist > 0), axis=2)
-    shares = np.any(used & (jobs_on_node[:, None, :] > 1), axis=2)
-    return np.stack([distributed, shares_dist, shares], axis=2).astype(np.float64)
+    distributed job, shares a node at all. ``states``: dense or by their nonzero entries."""
+    return entry_features(state_entries(states), states.shape)
+
+
+def entry_features(entries: StateEntries, shape: tuple[int, ...]) -> np.ndarray:
+    """:func:`colocation_features` of states ``shape`` ``(P, J, N)`` given by their nonzero
+    ``entries`` (any order): the work follows the GPUs in use, not ``P x J x N``."""
+    size, num_jobs, num_nodes = shape
+    p, j, n, _ = entries
+    pj = p * num_jobs + j
+    pn = p * num_nodes + n
+    distributed = np.bincount(pj, minlength=size * num_jobs) > 1            # (P * J,)
+    mine = distributed[pj]                                                   # (E,)
+    jobs_on_node = np.bincount(pn, minlength=size * num_nodes)
+    others_dist = np.bincount(pn, weights=mine, minlength=size * num_nodes)[pn] - mine
+    shares_dist = np.bincount(pj[others_dist > 0], minlength=size * num_jobs) > 0
+    shares = np.bincount(pj[jobs_on_node[pn] > 1], minlength=size * num_jobs) > 0
+    return np.stack([distributed, shares_dist, shares], axis=1).reshape(
+        size, num_jobs, 3).astype(np.float64)
+
+
+def allocation_entries(allocations: Sequence[np.ndarray]) -> StateEntries:
+    """The nonzero entries of one cluster state given as each job's GPUs per node (``(N,)`` per
+    job, rows in order): ``p`` all 0, in (job, node) order; no dense ``(J, N)`` is built."""
+    nodes = [np.flatnonzero(allocation) for allocation in allocations]
+    if not nodes:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, empty
+    n = np.concatenate(nodes)
+    j = np.repeat(np.arange(len(nodes)), [len(x) for x in nodes])
+    v = np.concatenate([a[x] for a, x in zip(allocations, nodes, strict=True)])
+    return np.zeros(n.size, np.int64), j, n, v
 
 
 def predicted_rate(job: JobView, allocation: np.ndarray) -> float | None:
     """Progress per second (steps at the job's initial batch ``B0``) that ``job``'s fitted model
     predicts at ``allocation`` (GPUs per node ``(N,)``), at the batch the job itself would choose
     there (point fit); ``None`` without a model, GPUs or positive goodput."""
-    model = job.model
-    replicas = int(allocation.sum())
-    if model is None or replicas == 0:
-        return None
-    goodput = float(model.goodput(np.array([np.count_nonzero(allocation)]),
-                                  np.array([replicas]))[0])
-    return goodput / job.limits.init_batch_size if goodput > 0 else None
+    return predicted_rates([job], [allocation])[0]
+
+
+def predicted_rates(jobs: Sequence[JobView], allocations: Sequence[np.ndarray]
+                    ) -> list[float | None]:
+    """:func:`predicted_rate` of each job at its allocation, the batch choices of all of them
+    made in one vectorised call (:func:`perfmodel.goodput.optimize_each`, which gives each job's
+    own choice)."""
+    out: list[float | None] = [None] * len(jobs)
+    rows = []
+    for i, (job, allocation) in enumerate(zip(jobs, allocations, strict=True)):
+        replicas = int(allocation.sum())
+        if job.model is not None and replicas > 0:
+            rows.append((i, job.model, int(np.count_nonzero(allocation)), replicas))
+    if not rows:
+        return out
+    points = [model.goodput_model() for _, model, _, _ in rows]
+    limits = [model.limits for _, model, _, _ in rows]
+    choice = optimize_each(
+        np.concatenate([point.theta for point in points]),
+        np.concatenate([point.noise_to_signal for point in points]),
+        np.array([point.init_bsz for point in points]),
+        np.array([nodes for _, _, nodes, _ in rows]),
+        np.array([replicas for _, _, _, replicas in rows]),
+        np.array([lim.max_batch_size for lim in limits]),
+        np.array([lim.min_local_bsz for lim in limits]),
+        np.array([lim.max_local_bsz for lim in limits]),
+        np.array([lim.max_accum_steps for lim in limits]), accumulate_alone=True)
+    for row, (i, _, _, _) in enumerate(rows):
+        goodput = float(choice.goodput[row])
+        out[i] = goodput / jobs[i].limits.init_batch_size if goodput > 0 else None
+    return out
 
 
 __all__ = ["COLOCATION", "CONTENTION", "FEATURE_NAMES", "ColocationRound", "SlowdownPosterior",

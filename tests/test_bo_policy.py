@@ -223,6 +223,7 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     decision = decide(policy, cluster, views)  # sets up classes and the problem's state
     assert all(np.count_nonzero(v) >= 1 for v in decision.values())
     from bayes_sched.mechanisms.genetic_allocation.search import STATE_DTYPE as _STATE
+    from bayes_sched.mechanisms.genetic_allocation.sparse import SparseStates
     from bayes_sched.policies.bo import _ColocationProblem
 
     pollux = policy.pollux
@@ -242,21 +243,23 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     pairs.draws[:, distributed, distributed] = np.log(0.4)
     pairs.mean = pairs.draws[0]
     fitness = problem.fitness(shared)
-    chosen, record = policy._choose(problem, shared, fitness, apart, cluster.now)
+    sparse = SparseStates.of
+    chosen, record = policy._choose(problem, sparse(shared), fitness, sparse(apart[None]),
+                                    cluster.now)
     assert np.array_equal(chosen, apart) and record.avoiding_choice
     # Without the avoid-rule candidate only the harmful co-location is on offer.
-    chosen, record = policy._choose(problem, shared, fitness, None, cluster.now)
+    chosen, record = policy._choose(problem, sparse(shared), fitness, None, cluster.now)
     assert np.array_equal(chosen, shared[0]) and not record.avoiding_choice
     # Pollux's choice is left when another candidate expects a clear gain over it: here it
     # starves job b while the candidate serves both jobs apart.
     starving = np.array([[4, 0], [0, 0]], dtype=_STATE)
-    chosen, record = policy._choose(problem, apart[None], problem.fitness(apart[None]),
-                                    starving, cluster.now)
+    chosen, record = policy._choose(problem, sparse(apart[None]), problem.fitness(apart[None]),
+                                    sparse(starving[None]), cluster.now)
     assert np.array_equal(chosen, apart) and not record.avoiding_choice
     # ... and kept when no candidate expects to gain more than min_gain over it.
     policy.min_gain = 1e6
-    chosen, record = policy._choose(problem, apart[None], problem.fitness(apart[None]),
-                                    starving, cluster.now)
+    chosen, record = policy._choose(problem, sparse(apart[None]), problem.fitness(apart[None]),
+                                    sparse(starving[None]), cluster.now)
     assert np.array_equal(chosen, starving) and record.avoiding_choice
 
 

@@ -14,10 +14,10 @@ perfmodel's predictive distribution.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Annotated, Any
 
 import numpy as np
@@ -217,7 +217,9 @@ class JobModelEstimator:
             if params is None:
                 continue
             models[gpu_type] = self._model(job, gpu_type, params, observations)
-        return dataclasses.replace(job, models=models) if models else job
+        # JobView.updated: the view as it is, with its models (dataclasses.replace re-runs
+        # construction's checks, for thousands of jobs a round).
+        return job.updated(models=MappingProxyType(models)) if models else job
 
     def _model(self, job: JobView, gpu_type: str, params: ThroughputParams,
                observations: Mapping[tuple[int, int, int], Observation]) -> JobModel:

@@ -35,8 +35,9 @@ from bayes_sched.colocation import (
     COLOCATION,
     ColocationRound,
     SlowdownPredictor,
-    colocation_features,
-    predicted_rate,
+    allocation_entries,
+    entry_features,
+    predicted_rates,
     predictor_of,
 )
 from bayes_sched.errors import InputError
@@ -160,9 +161,9 @@ class ColocationLearning:
         elapsed = cluster.now - self._previous_time
         if elapsed <= 0 or not self._previous:
             return None
-        states = np.stack([job.allocation for job in jobs])[None]
-        feats = colocation_features(states)[0]
-        measured: list[tuple[int, float]] = []
+        feats = entry_features(allocation_entries([job.allocation for job in jobs]),
+                               (1, len(jobs), cluster.num_nodes))[0]
+        held: list[tuple[int, float]] = []  # (row, realised rate) of the jobs that kept GPUs
         for j, job in enumerate(jobs):
             self._application_of[job.name] = job.application
             before = self._previous.get(job.name)
@@ -173,8 +174,12 @@ class ColocationLearning:
                           else self._changed_at.get(job.name, -math.inf))
             if changed_at + cluster.restart_delay_of(job.application) > self._previous_time:
                 continue
-            predicted = predicted_rate(job, job.allocation)
-            rate = (job.progress - before[1]) / elapsed
+            held.append((j, (job.progress - before[1]) / elapsed))
+        predictions = predicted_rates([jobs[j] for j, _ in held],
+                                      [jobs[j].allocation for j, _ in held])
+        measured: list[tuple[int, float]] = []
+        for (j, rate), predicted in zip(held, predictions, strict=True):
+            job = jobs[j]
             if predicted is None or rate <= 0:
                 continue
             residual = math.log(rate / predicted)

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.optimize
 import xarray as xr
 
-from bayes_sched.colocation import ColocationRound
+from bayes_sched.colocation import ColocationRound, SparseCandidates, state_entries
 from bayes_sched.contention.inference import fit_svi, prepare, summarise
 from bayes_sched.topology import NodeTopology
 from counters import schema
@@ -59,6 +59,8 @@ class ContentionPrior:
     """
 
     name = "contention prior"
+    #: :meth:`log_slowdown` reads candidates by their nonzero entries too.
+    takes_entries = True
 
     def __init__(self, topology: NodeTopology | None = None, applications: Sequence[str] = (),
                  every: int = 10, max_rows: int = 2000, min_share: float = 0.05,
@@ -217,23 +219,24 @@ class ContentionPrior:
 
     # --- the prior ----------------------------------------------------------------------------------
 
-    def log_slowdown(self, states: np.ndarray, applications: Sequence[str],
+    def log_slowdown(self, states: np.ndarray | SparseCandidates, applications: Sequence[str],
                      draws: bool = False) -> np.ndarray:
         """Prior log slowdown (<= 0) of every job in every candidate, ``(P, J, N) -> (P, J)``
-        (the posterior median's demands: no draws, so ``draws`` changes nothing)."""
+        (``states`` dense or by their entries; the posterior median's demands: no draws, so
+        ``draws`` changes nothing)."""
         size, num_jobs, num_nodes = states.shape
         out = np.zeros((size, num_jobs))
         if not self.known:
             return out
         app = np.array([self.class_of(a) for a in applications])
-        p, j, n = np.nonzero(states)
+        p, j, n, gpus = state_entries(states)
         if p.size == 0:
             return out
         pj = p * num_jobs + j
         pn = p * num_nodes + n
         nodes = np.bincount(pj, minlength=size * num_jobs)
         distributed = (nodes[pj] > 1).astype(int)
-        gpus = states[p, j, n].astype(np.float64)
+        gpus = gpus.astype(np.float64)
         per_entry = self.demand[app[j], distributed]                    # (E, 2)
         offered = np.stack([per_entry[:, 0], per_entry[:, 1] * gpus], axis=1)
         offered = np.minimum(offered, self.capacity)

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 
-from bayes_sched.colocation import ColocationRound
+from bayes_sched.colocation import ColocationRound, SparseCandidates, state_entries
 from bayes_sched.estimation.pair_cells import (
     NODE_SHARING_PRIORS,
     PairCellObservations,
@@ -45,6 +46,13 @@ from bayes_sched.estimation.throughput.bayesian import BayesianThroughputLearner
 #: Seconds of one job-round the residual noise is stated over (the Pollux world's round).
 ROUND_SECONDS = 60.0
 _DEFAULT_PRIOR = PairPrior()
+
+
+def _pair_kernel() -> ModuleType:
+    """The compiled loop, imported on first use (importing numba is slow)."""
+    from bayes_sched.interference import pair_kernel
+
+    return pair_kernel
 
 
 class PairResiduals:
@@ -64,6 +72,8 @@ class PairResiduals:
     """
 
     name = "pair surrogate"
+    #: :meth:`log_slowdown` reads candidates by their nonzero entries too.
+    takes_entries = True
 
     def __init__(self, prior: PairPrior = _DEFAULT_PRIOR, noise: float = 0.15, forget: float = 0.998,
                  draws: int = 64, seed: int = 0, hyper_every: int = 0) -> None:
@@ -119,7 +129,7 @@ class PairResiduals:
         self.application_index(observation.applications)
         self.fit()
 
-    def log_slowdown(self, states: np.ndarray, applications: Sequence[str],
+    def log_slowdown(self, states: np.ndarray | SparseCandidates, applications: Sequence[str],
                      draws: bool = False) -> np.ndarray:
         """:meth:`log_factor` with the posterior mean ``(P, J)`` or the fit's draws ``(S, P, J)``."""
         return self.log_factor(states, self._index_of(applications),
@@ -152,14 +162,14 @@ class PairResiduals:
 
     # --- co-runners ------------------------------------------------------------------------------
 
-    def entries(self, states: np.ndarray, apps: np.ndarray
+    def entries(self, states: np.ndarray | SparseCandidates, apps: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The nonzero ``(state, job, node)`` entries of ``states`` ``(P, J, N)``: flat job index
-        ``p * J + j`` ``(E,)``, each entry's class ``(E,)`` and co-runner class counts on its node
-        ``(E, K)``, and the flat node index ``(E,)``."""
+        """The nonzero ``(state, job, node)`` entries of ``states`` ``(P, J, N)`` (dense, or by
+        their entries): flat job index ``p * J + j`` ``(E,)``, each entry's class ``(E,)`` and
+        co-runner class counts on its node ``(E, K)``, and the flat node index ``(E,)``."""
         size, num_jobs, num_nodes = states.shape
         classes = self.num_classes
-        p, j, n = np.nonzero(states)
+        p, j, n, _ = state_entries(states)
         pj = p * num_jobs + j
         pn = p * num_nodes + n
         nodes = np.bincount(pj, minlength=size * num_jobs)
@@ -169,22 +179,19 @@ class PairResiduals:
         counts[np.arange(own.size), own] -= 1
         return pj, own, counts, pn
 
-    def log_factor(self, states: np.ndarray, apps: np.ndarray,
+    def log_factor(self, states: np.ndarray | SparseCandidates, apps: np.ndarray,
                    table: np.ndarray | None = None) -> np.ndarray:
         """Predicted co-location log slowdown of every job in every state, ``(P, J, N) -> (P, J)``,
-        with the posterior mean table, or with draws ``table`` ``(S, K, K)`` -> ``(S, P, J)``."""
-        size, num_jobs, _ = states.shape
-        cells = size * num_jobs
+        with the posterior mean table, or with draws ``table`` ``(S, K, K)`` -> ``(S, P, J)``
+        (the compiled loop of :mod:`bayes_sched.interference.pair_kernel`)."""
+        size, num_jobs, num_nodes = states.shape
         table = self._covering(self.mean if table is None else table)
-        pj, own, counts, _ = self.entries(states, apps)
         lead = table.shape[:-2]
-        if pj.size == 0:  # nobody runs anywhere: nothing slows anyone
-            return np.zeros((*lead, size, num_jobs))
-        per_node = np.einsum("...ek,ek->...e", table[..., own, :], counts)
-        flat = np.zeros((*lead, cells)).reshape(-1, cells)
-        per_node = per_node.reshape(-1, per_node.shape[-1])
-        for row in range(flat.shape[0]):  # the job's worst node
-            np.minimum.at(flat[row], pj, per_node[row])
+        p, j, n, _ = state_entries(states)
+        flat = _pair_kernel().worst_node_log_factor(
+            *(np.asarray(a, dtype=np.int64) for a in (p, j, n)), size, num_jobs, num_nodes,
+            np.asarray(apps, dtype=np.int64),
+            np.ascontiguousarray(table.reshape(-1, *table.shape[-2:]), dtype=np.float64))
         return flat.reshape(*lead, size, num_jobs)
 
     # --- learning --------------------------------------------------------------------------------

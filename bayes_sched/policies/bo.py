@@ -26,9 +26,11 @@ Each round:
 2. **Search.** Pollux's genetic search over allocation matrices (``(P, jobs, nodes)`` GPU counts)
    maximises the power mean of job speedups, each multiplied by the co-location slowdown the pair
    learner's posterior mean predicts for it in that candidate, so co-locations that proved harmless are
-   used and harmful ones avoided, with no hard rule against them. A second search, Pollux's own
-   (models alone, at most one distributed job per node), runs alongside: its choice is always a
-   candidate, so the avoid rule is a candidate generator rather than a constraint.
+   used and harmful ones avoided, with no hard rule against them (elitist survival, with the
+   compiled mutation and repair of Pollux's search, on states by their nonzero entries:
+   :func:`evolve_elitist`). A second search, Pollux's own (models alone, at most one
+   distributed job per node), runs alongside: its choice is always a candidate, so the avoid
+   rule is a candidate generator rather than a constraint.
 3. **Decide.** The best distinct candidates of the final population, Pollux's unconstrained choice
    and Pollux's avoid-rule choice are scored by the distribution of the cluster objective under
    joint posterior draws of the pair table. Pollux's avoid-rule choice is the incumbent: the
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, TypeVar
 
@@ -59,21 +61,22 @@ from bayes_sched.colocation import (
     COLOCATION,
     SlowdownPredictor,
     colocation_features,
-    predicted_rate,
+    predicted_rates,
     predictor_of,
     speed_factor,
 )
 from bayes_sched.errors import AllocationError
 from bayes_sched.estimates import DrawsPosterior, Estimates
-from bayes_sched.jobs import JobSettings, JobSpec, JobView
+from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import (
-    STATE_DTYPE,
     AllocationProblem,
     GAConfig,
+    GeneticSearch,
+    _int64,
+    _kernels,
     power_mean,
-    restart_delays,
-    restart_penalty,
 )
+from bayes_sched.mechanisms.genetic_allocation.sparse import SparseStates
 from bayes_sched.policies.pollux import PolluxPolicy
 from bayes_sched.registry import GPU_COUNT, Range
 
@@ -114,7 +117,9 @@ class BayesOptPolicy:
 
     Args:
         p: power-mean exponent of the cluster objective (Pollux's fairness knob).
-        max_nodes_per_job, max_replicas_cap, ga: as for Pollux, but bo always runs the elitist search.
+        max_nodes_per_job, max_replicas_cap, ga: as for Pollux, but bo always runs the elitist
+            search (:func:`evolve_elitist`: with the mutation of Pollux's search, so ``ga``'s
+            ``grow_prob`` does not apply).
         candidates: distinct candidates scored by EI each round (under the joint draws of the
             ``colocation`` estimate: the pair table's ``posterior_draws``).
         offer_avoiding: also run Pollux's own search under its avoid rule (at most one distributed
@@ -160,10 +165,11 @@ class BayesOptPolicy:
         self.min_gain = min_gain
         self.num_candidates = candidates
         self.history: list[RoundRecord] = []
-        self._previous: dict[str, tuple[np.ndarray, float]] = {}  # name -> (allocation, progress)
+        self._previous: dict[str, float] = {}  # name -> progress at the last decision
         self._previous_time = 0.0
         self._previous_time_delta = 0.0
         self._fair_rate_memo: dict[tuple[object, ...], float | None] = {}  # (_fair_rates)
+        self._fair_rate_models: dict[int, tuple[JobModel, tuple[object, ...]]] = {}
         #: The co-location predictors of the last estimates decided on (for reports).
         self.predictors: tuple[SlowdownPredictor, ...] = ()
 
@@ -186,41 +192,51 @@ class BayesOptPolicy:
         """Each job's :func:`~bayes_sched.colocation.predicted_rate` on ``fair_r`` GPUs of one
         node, by name (jobs without a model or a positive rate left out). Memoised on what the
         rate depends on (the point fit, gradient statistics, limits and ``fair_r``), this
-        round's and the last's:
-        most models are unchanged from one round to the next, and one rate costs a batch
+        round's and the last's, first by the model object (read-only, and the estimation stage
+        passes an unchanged job's on), and the rates not memoised computed in one vectorised
+        call: most models are unchanged from one round to the next, and one rate costs a batch
         optimisation (for thousands of jobs, more than the rest of bo's round-keeping)."""
         memo: dict[tuple[object, ...], float | None] = {}
-        rates = {}
+        by_model: dict[int, tuple[JobModel, tuple[object, ...]]] = {}
+        keys: dict[str, tuple[object, ...]] = {}
+        missing: dict[tuple[object, ...], JobView] = {}
         for job in jobs:
             model = job.model
             if model is None:
                 continue
-            key = (model.params, model.gradient, model.limits, job.limits, fair_r)
-            if key in memo:
-                rate = memo[key]
-            elif key in self._fair_rate_memo:
-                rate = memo[key] = self._fair_rate_memo[key]
+            known = self._fair_rate_models.get(id(model))
+            if known is not None and known[0] is model and known[1][-2:] == (job.limits, fair_r):
+                key = known[1]
             else:
-                rate = memo[key] = predicted_rate(job, np.array([fair_r]))
-            if rate:
-                rates[job.name] = rate
-        self._fair_rate_memo = memo
-        return rates
+                key = (model.params, model.gradient, model.limits, job.limits, fair_r)
+            keys[job.name] = key
+            by_model[id(model)] = (model, key)
+            if key in memo or key in missing:
+                continue
+            if key in self._fair_rate_memo:
+                memo[key] = self._fair_rate_memo[key]
+            else:
+                missing[key] = job
+        allocation = np.array([fair_r])
+        rates = predicted_rates(list(missing.values()), [allocation] * len(missing))
+        memo.update(zip(missing, rates, strict=True))
+        self._fair_rate_memo, self._fair_rate_models = memo, by_model
+        return {name: rate for name, key in keys.items() if (rate := memo[key])}
 
     def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
                             scale: float) -> float:
         """The power mean of realised speedups over the round just ended."""
         elapsed = self._previous_time_delta
-        speedups = []
-        for job in jobs:
-            before = self._previous.get(job.name)
-            if before is None or job.name not in fair_rate or elapsed <= 0:
-                continue
-            rate = max(job.progress - before[1], 0.0) / elapsed
-            speedups.append(rate / fair_rate[job.name] * scale + 1e-3)
-        if not speedups:
+        if elapsed <= 0:
             return float("nan")
-        return power_mean(np.array(speedups)[None], self.pollux.p)[0]
+        known = [(job.progress, before, fair) for job in jobs
+                 if (before := self._previous.get(job.name)) is not None
+                 and (fair := fair_rate.get(job.name)) is not None]
+        if not known:
+            return float("nan")
+        progress, before, fair = np.array(known).T
+        rate = np.maximum(progress - before, 0.0) / elapsed
+        return power_mean((rate / fair * scale + 1e-3)[None], self.pollux.p)[0]
 
     # --- the decision ----------------------------------------------------------------------------
 
@@ -231,17 +247,15 @@ class BayesOptPolicy:
             return {}
         predictors: Sequence[SlowdownPredictor] = estimates.require(COLOCATION)
         self.predictors = tuple(predictors)
-        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         pollux = self.pollux
-        names = [job.name for job in jobs]
-        base = np.stack([job.allocation for job in jobs]).astype(STATE_DTYPE)
-        max_replicas = np.array([pollux.max_replicas(job) for job in jobs])
-        tables = pollux.speedup_tables(jobs, cluster, max_replicas)
-        age = np.array([job.age for job in jobs])
-        restarts = np.array([job.num_restarts for job in jobs])
-        penalty = restart_penalty(age, restarts, restart_delays(cluster, jobs))
+        # Pollux's problem (status quo, replica caps, speedup tables, restart penalties), its
+        # jobs in priority order; bo's and the avoid rule's searches read the same.
+        plain, names = pollux.problem(cluster, jobs)
+        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
+        base, tables, max_replicas, penalty = (plain.base, plain.tables, plain.max_replicas,
+                                               plain.penalty)
         applications = tuple(job.application for job in jobs)
-        max_nodes = min(pollux.max_nodes_per_job, cluster.num_nodes)
+        max_nodes = plain.max_nodes
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
                                      max_nodes, pollux.rng, self.predictors, applications)
         # Realised objective of the last round (for the report), against this round's fair rates.
@@ -252,18 +266,19 @@ class BayesOptPolicy:
         if self.history and math.isnan(self.history[-1].realised):
             self.history[-1].realised = self._realised_objective(jobs, fair_rate, scale)
 
-        population, fitness = pollux.evolve(problem, names)
+        population, fitness = evolve_elitist(pollux.search, problem, names, problem.fitness)
         avoiding_choice = None
         if self.avoiding is not None:
             # Pollux's own search and objective under its avoid rule, on the same tables.
             rule = AllocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p, True,
                             max_nodes, self.avoiding.rng)
-            rule_population, rule_fitness = self.avoiding.evolve(rule, names)
-            avoiding_choice = rule_population[int(np.argmax(rule_fitness))]
+            rule_population, rule_fitness = evolve_elitist(
+                self.avoiding.search, rule, names, lambda s: rule.objectives_sparse(s)[0])
+            avoiding_choice = rule_population.rows(np.array([int(np.argmax(rule_fitness))]))
 
         chosen, record = self._choose(problem, population, fitness, avoiding_choice, cluster.now)
-        decision = {name: chosen[j].astype(np.int64) for j, name in enumerate(names)
-                    if chosen[j].any()}
+        decision = {names[j]: chosen[j].astype(np.int64)
+                    for j in np.flatnonzero(chosen.any(axis=1)).tolist()}
         try:
             validate_allocations(decision, cluster, names)
         except AllocationError as error:  # never apply an oversubscribing allocation
@@ -273,16 +288,17 @@ class BayesOptPolicy:
             record.learned.update(predictor.diagnostics(chosen, applications))
         record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
-        self._previous = {job.name: (decision.get(job.name, np.zeros_like(job.allocation)),
-                                     job.progress) for job in jobs}
+        self._previous = {job.name: job.progress for job in jobs}
         self._previous_time = cluster.now
         return decision
 
-    def _choose(self, problem: _ColocationProblem, population: np.ndarray, fitness: np.ndarray,
-                avoiding_choice: np.ndarray | None, now: float) -> tuple[np.ndarray, RoundRecord]:
-        """Expected Improvement over the best distinct candidates of the final population, plus
-        the candidate Pollux's own objective (the models alone, no co-location residual) ranks
-        first and Pollux's choice under its avoid rule (``avoiding_choice``, ``(J, N)``).
+    def _choose(self, problem: _ColocationProblem, population: SparseStates,
+                fitness: np.ndarray, avoiding_choice: SparseStates | None, now: float
+                ) -> tuple[np.ndarray, RoundRecord]:
+        """Expected Improvement over the best distinct candidates of the final population
+        (``(P, J, N)`` by its entries), plus the candidate Pollux's own objective (the models
+        alone, no co-location residual) ranks first and Pollux's choice under its avoid rule
+        (``avoiding_choice``, one state). Returns the chosen state ``(J, N)`` and the record.
 
         With ``avoiding_choice`` it is the incumbent: the pick maximises the Monte Carlo expected
         improvement over it under the joint draws, and must expect to gain more than
@@ -290,23 +306,26 @@ class BayesOptPolicy:
         posterior mean."""
         plain = problem.fitness(population, models_only=True)
         order = np.argsort(-fitness, kind="stable")
-        # Distinct candidates by their bytes (np.unique over rows of P x J*N is far slower).
+        # Distinct candidates by their row keys (equal exactly where the states are).
+        keys = population.row_keys()
         seen: dict[bytes, int] = {}
         for index in order:
-            seen.setdefault(population[index].tobytes(), int(index))
+            seen.setdefault(keys[index], int(index))
         distinct = dict(list(seen.items())[: self.num_candidates])
-        top = np.array(list(distinct.values()))
+        top = list(distinct.values())
         pollux_best = int(np.argmax(plain))
-        if population[pollux_best].tobytes() not in distinct:
-            top = np.append(top, pollux_best)
-        states = population[top]                                             # (K, J, N)
+        if keys[pollux_best] not in distinct:
+            top.append(pollux_best)
+        states = population.rows(np.array(top))                             # K candidates
+        candidate_keys = [keys[i] for i in top]
         avoiding = -1
         if avoiding_choice is not None:
-            same = np.flatnonzero(np.all(states == avoiding_choice, axis=(1, 2)))
-            if same.size:
-                avoiding = int(same[0])
+            key = avoiding_choice.row_keys()[0]
+            if key in candidate_keys:
+                avoiding = candidate_keys.index(key)
             else:
-                states = np.concatenate([states, avoiding_choice[None]])
+                states = states.concat(avoiding_choice)
+                candidate_keys.append(key)
                 avoiding = len(states) - 1
         # (S, K): one row where no predictor draws (all are certain)
         values = np.atleast_2d(problem.fitness(states, draws=True))
@@ -322,14 +341,15 @@ class BayesOptPolicy:
         else:
             log_ei = log_expected_improvement(mean, std, float(mean.max()))
             pick = int(np.argmax(log_ei))
-        feats = colocation_features(states[pick : pick + 1])[0]
+        picked = states.rows(np.array([pick]))
+        feats = colocation_features(picked)[0]
         record = RoundRecord(
             time=now, predicted_mean=float(mean[pick]), predicted_std=float(std[pick]),
             colocated_distributed=int(np.sum((feats[:, 0] > 0) & (feats[:, 1] > 0))),
             candidates=len(states), chosen_rank=int(np.sum(mean > mean[pick])),
-            pollux_choice=bool(np.array_equal(states[pick], population[pollux_best])),
+            pollux_choice=candidate_keys[pick] == keys[pollux_best],
             avoiding_choice=pick == avoiding)
-        return states[pick], record
+        return picked.dense()[0], record
 
 
 class _ColocationProblem(AllocationProblem):
@@ -345,11 +365,60 @@ class _ColocationProblem(AllocationProblem):
         self.predictors = predictors
         self.applications = applications  # (J,), one object: predictors may cache per object
 
-    def fitness(self, states: np.ndarray, draws: bool = False,
+    def fitness(self, states: np.ndarray | SparseStates, draws: bool = False,
                 models_only: bool = False) -> np.ndarray:
         """Power mean of penalised, scaled speedups times co-location speed factors, shape
         ``(P,)``; with ``draws`` (the predictors' joint posterior draws, ``S`` of them),
-        ``(S, P)``; ``models_only``: Pollux's own objective (no co-location term at all)."""
-        factor = 1.0 if models_only else speed_factor(self.predictors, states,
+        ``(S, P)``; ``models_only``: Pollux's own objective (no co-location term at all).
+        ``states``: ``(P, J, N)``, dense or by their nonzero entries."""
+        sparse = states if isinstance(states, SparseStates) else self._sparse_of(states)
+        factor = 1.0 if models_only else speed_factor(self.predictors, sparse,
                                                       self.applications, draws)
-        return power_mean(self.speedups(states) * factor + 1e-3, self.p)
+        return power_mean(self.sparse_speedups(sparse) * factor + 1e-3, self.p)
+
+    def sparse_speedups(self, states: SparseStates) -> np.ndarray:
+        """:meth:`speedups` of states given by their nonzero entries, ``(P, J)`` (the compiled
+        table reads where the problem is compiled)."""
+        if self.compiled:
+            return _kernels().table_reads(*_int64(states.entries), *states.shape, self.tables,
+                                          self.base, self._base_nodes, self.penalty,
+                                          float(self.scale))[1]
+        return self._penalised(self._table_speedups(states), states)
+
+
+def evolve_elitist(search: GeneticSearch, problem: AllocationProblem, names: list[str],
+                   score: Callable[[SparseStates], np.ndarray]
+                   ) -> tuple[SparseStates, np.ndarray]:
+    """The elitist genetic search (parents and children compete, the fittest ``size``
+    survive) on states carried by their nonzero entries, warm-started from ``search``'s last
+    population and leaving this one there; the final population and its ``score`` ``(P,)``.
+
+    Sizes as :meth:`GeneticSearch.evolve_sparse`'s; binary tournaments by ``score``, one-point
+    crossover over jobs, and the problem's compiled mutation and repair (those of Pollux's
+    NSGA-II search), so no step builds or scans a dense ``(P, J, N)`` population: the cost
+    follows the GPUs in use and the free nodes, not rows x nodes.
+    """
+    ga = search.ga
+    rng = search.rng
+    num_jobs = problem.base.shape[0]
+    size = int(np.clip(ga.max_elements // problem.base.size, ga.min_population, ga.population))
+    generations = max(ga.min_generations, ga.generations * size // ga.population)
+    start = search._initial_states(problem, names, size)
+    # The status quo stays as it is; the other starting states are mutated.
+    mutated = problem._mutate_sparse(start.rows(np.arange(1, size)), ga)
+    population = problem.repair_sparse(start.rows(np.zeros(1, np.int64)).concat(mutated))
+    fitness = score(population)
+    for _ in range(generations):
+        a, b = rng.integers(size, size=(2, size))
+        first = np.where(fitness[a] >= fitness[b], a, b)
+        a, b = rng.integers(size, size=(2, size))
+        second = np.where(fitness[a] >= fitness[b], a, b)
+        point = rng.integers(num_jobs + 1, size=size)
+        children = population.crossover(first, second, point)
+        children = problem.repair_sparse(problem._mutate_sparse(children, ga))
+        merged = np.concatenate([fitness, score(children)])
+        keep = np.argsort(-merged, kind="stable")[:size]
+        population = population.concat(children).rows(keep)
+        fitness = merged[keep]
+    search._population, search._population_jobs = population, names
+    return population, fitness
