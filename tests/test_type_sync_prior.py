@@ -117,3 +117,20 @@ def test_the_estimator_builds_the_prior_from_reported_bytes_and_the_type(one_gpu
     assert prior is not None and prior.loc["alpha_r"] == pytest.approx(
         math.log(line_rate_terms(bytes_, one.links_of("t4"))["alpha_r"])
         + slowdown.loc["alpha_r"])
+
+
+def test_a_real_job_reports_its_gradient_bytes_to_its_view(tmp_path: Path) -> None:
+    from bayes_sched.backends.job_spec import RealJobSpec
+    from bayes_sched.backends.local import LocalLauncher
+    from bayes_sched.backends.real_cluster import JobRecord, RealCluster
+
+    cluster = RealCluster(LocalLauncher(1), tmp_path / "jobs")
+    cluster.submit(RealJobSpec("j", ("true",), 32, 256, 64, 1))
+    record = cluster.records["j"]
+    assert [view.gradient_bytes for view in cluster.job_views()] == [None]
+    # The client's 'start' report (bayes_sched.client.elastic) carries them; a bad value is
+    # not taken.
+    cluster._take_report(record, "start", {"attempt": 1, "gradient_bytes": 4.4e8})
+    cluster._take_report(record, "start", {"attempt": 2, "gradient_bytes": "many"})
+    assert [view.gradient_bytes for view in cluster.job_views()] == [4.4e8]
+    assert JobRecord.from_dict(record.to_dict()).gradient_bytes == 4.4e8
