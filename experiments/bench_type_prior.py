@@ -95,7 +95,7 @@ def summarise(rows: list[dict]) -> list[dict]:
                     "cover90_min": float(np.min([r["cover90"] for r in mine])),
                     "pairs_cover_80_95": sum(0.8 <= r["cover90"] <= 0.95 for r in mine),
                     "width90_median": float(np.median([r["width90"] for r in mine])),
-                    "rmsle_at_most_default": int(beats)})
+                    "rmsle_at_most_default": int(beats) if kind != "default" else "-"})
     return out
 
 
