@@ -25,6 +25,13 @@ A file (TOML or JSON; every key optional except ``nodes``)::
     dram_capacity = 60e9
     nic_capacity = 6.25e9
 
+    [[gpu_types]]               # optional: GPU types beside the built-in ones
+    name = "mi250x"             # (bayes_sched.gpu_types.declared_gpu_type: memory_gib,
+    memory_gib = 64             #  peak_tflops, tensor_tflops, interconnect, link_gbytes_per_s)
+    peak_tflops = 47.9
+    interconnect = "pcie"
+    link_gbytes_per_s = 31.5
+
     [restart_delays]            # per application, seconds (measured costs range 25-250 s)
     imagenet = 250.0
 
@@ -35,7 +42,12 @@ A file (TOML or JSON; every key optional except ``nodes``)::
     lend = true
     borrow = true
 
-Every error is one line naming the file and the field (``nodes[1].gpus``) and what was expected.
+A node's ``gpu_type`` is a built-in type (:data:`~bayes_sched.gpu_types.GPU_TYPES`) or one the
+file declares in ``[[gpu_types]]``; the spec keeps the declared ones (:attr:`ClusterSpec.declared`)
+and looks every type up in its :attr:`ClusterSpec.catalog`.
+
+Every error is one line naming the file and the field (``nodes[1].gpus``,
+``gpu_types[0].peak_tflops``) and what was expected.
 
 Size bounds (:func:`check_cluster_size`), checked before any node is built: at most
 :data:`MAX_NODES` nodes, :data:`MAX_GPUS_PER_NODE` GPUs per node and :data:`MAX_CLUSTER_GPUS`
@@ -52,17 +64,20 @@ from dataclasses import dataclass, field, fields, replace
 from os import PathLike
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bayes_sched.errors import InputError
-from bayes_sched.gpu_types import GPU_TYPES, gpu_type
+from bayes_sched.gpu_types import GPU_TYPES, GpuType, declared_gpu_type, gpu_catalog, gpu_type
 from bayes_sched.round_timing import DEFAULT_RESTART_DELAY as DEFAULT_RESTART_DELAY
 from bayes_sched.round_timing import DEFAULT_ROUND_INTERVAL as DEFAULT_ROUND_INTERVAL
 from bayes_sched.tenants import TenantSpec, TenantTable, check_tenants, entitlements, parse_tenants
 from bayes_sched.topology import NodeTopology, TopologyError
 from perfmodel import textio
+
+if TYPE_CHECKING:
+    from perfmodel.allreduce import Links
 
 #: GPUs per node where a spec gives only a GPU count per type.
 DEFAULT_GPUS_PER_NODE = 4
@@ -107,14 +122,18 @@ def default_topology(num_gpus: int) -> NodeTopology:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node: its GPU type, GPU count and topology (which must hold exactly its GPUs)."""
+    """One node: its GPU type, GPU count and topology (which must hold exactly its GPUs). The
+    type is a name; the cluster holding the node checks it against its catalog (built-in and
+    declared types, :attr:`ClusterSpec.catalog`)."""
 
     gpu_type: str
     num_gpus: int
     topology: NodeTopology
 
     def __post_init__(self) -> None:
-        gpu_type(self.gpu_type, "gpu_type")
+        if not isinstance(self.gpu_type, str) or not self.gpu_type:
+            raise InputError(f"gpu_type is {self.gpu_type!r}: expected a GPU type's name",
+                             column="gpu_type")
         if isinstance(self.num_gpus, bool) or not isinstance(self.num_gpus, int | np.integer) \
                 or self.num_gpus < 1:
             raise InputError(f"gpus is {self.num_gpus!r}: expected a whole number of GPUs >= 1",
@@ -138,6 +157,8 @@ class ClusterSpec:
         restart_delays: seconds per application (read-only mapping).
         round_interval: seconds per scheduling round.
         tenants: the teams sharing it (:mod:`bayes_sched.tenants`); none: one default tenant.
+        declared: GPU types the cluster declares beside the built-in ones (its file's
+            ``[[gpu_types]]``, :func:`~bayes_sched.gpu_types.declared_gpu_type`).
     """
 
     nodes: tuple[NodeSpec, ...]
@@ -145,9 +166,17 @@ class ClusterSpec:
     restart_delays: Mapping[str, float] = field(default_factory=dict, hash=False)
     round_interval: float = DEFAULT_ROUND_INTERVAL
     tenants: tuple[TenantSpec, ...] = ()
+    declared: tuple[GpuType, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "declared", tuple(self.declared))
+        catalog = self.catalog
+        for index, node in enumerate(self.nodes):
+            if node.gpu_type not in catalog:
+                raise InputError(f"unknown GPU type {node.gpu_type!r}; expected one of "
+                                 f"{', '.join(catalog)} (or a type declared in [[gpu_types]])",
+                                 column=f"nodes[{index}].gpu_type")
         check_cluster_size(len(self.nodes), sum(n.num_gpus for n in self.nodes),
                            max((n.num_gpus for n in self.nodes), default=0), "nodes")
         object.__setattr__(self, "restart_delays",
@@ -188,13 +217,37 @@ class ClusterSpec:
     def __reduce__(self) -> tuple[Any, ...]:
         # A mappingproxy does not pickle; compare sends configs to worker processes.
         return (ClusterSpec, (self.nodes, self.restart_delay, dict(self.restart_delays),
-                              self.round_interval, self.tenants))
+                              self.round_interval, self.tenants, self.declared))
 
     def __repr__(self) -> str:
         delays = f", restart_delays={dict(self.restart_delays)}" if self.restart_delays else ""
         tenants = f", tenants={[t.name for t in self.tenants]}" if self.tenants else ""
+        declared = f", declared={[t.name for t in self.declared]}" if self.declared else ""
         return (f"ClusterSpec({self.describe()!r}, restart_delay={self.restart_delay:g}{delays}, "
-                f"round_interval={self.round_interval:g}{tenants})")
+                f"round_interval={self.round_interval:g}{tenants}{declared})")
+
+    @property
+    def catalog(self) -> Mapping[str, GpuType]:
+        """The GPU types this cluster knows by name: the built-in ones and :attr:`declared`."""
+        return gpu_catalog(self.declared)
+
+    def gpu_type_of(self, name: str) -> GpuType:
+        """The GPU type called ``name`` in :attr:`catalog`; :class:`InputError` if unknown."""
+        return gpu_type(name, "gpu type", self.catalog)
+
+    def links_of(self, name: str) -> Links:
+        """The links an all-reduce of a job on nodes of GPU type ``name`` crosses (the sync
+        prior's, :mod:`perfmodel.sync_prior`): the type's peer link within a node, the NIC of
+        the first node of that type across nodes, that node's GPUs as the node size.
+
+        Raises:
+            InputError: a type the cluster has no node of, or whose peer link is unknown.
+        """
+        node = next((n for n in self.nodes if n.gpu_type == name), None)
+        if node is None:
+            raise InputError(f"no node of GPU type {name!r}; expected one of "
+                             f"{', '.join(self.types)}", column="gpu_type")
+        return self.gpu_type_of(name).links(node.topology.nic_capacity, node.num_gpus)
 
     def tenant_table(self) -> TenantTable:
         """The tenants with their entitlements in GPUs (:func:`bayes_sched.tenants.entitlements`;
@@ -238,12 +291,12 @@ class ClusterSpec:
 
     def nodes_of_type(self, name: str) -> np.ndarray:
         """Indices of the nodes of GPU type ``name``."""
-        gpu_type(name)
+        self.gpu_type_of(name)
         return np.array([i for i, t in enumerate(self.gpu_types) if t == name], dtype=np.int64)
 
     def gpus_of_type(self, name: str) -> int:
         """GPUs of type ``name`` in the cluster (0 for a known type it has none of)."""
-        gpu_type(name)
+        self.gpu_type_of(name)
         return sum(node.num_gpus for node in self.nodes if node.gpu_type == name)
 
     @property
@@ -285,7 +338,8 @@ def parse_cluster_spec(text: str, where: str = "cluster") -> ClusterSpec:
     return ClusterSpec(_parse_nodes(text, where))
 
 
-def _parse_nodes(text: str, where: str) -> tuple[NodeSpec, ...]:
+def _parse_nodes(text: str, where: str, catalog: Mapping[str, GpuType] = GPU_TYPES
+                 ) -> tuple[NodeSpec, ...]:
     nodes: list[NodeSpec] = []
     entries = [e.strip() for e in str(text).split(",")]
     if not any(entries):
@@ -311,8 +365,8 @@ def _parse_nodes(text: str, where: str) -> tuple[NodeSpec, ...]:
             count = total // gpus
         else:
             raise InputError(f"{label}: expected TYPE:GPUS, TYPE:NODESxGPUS or NODESxGPUS:TYPE "
-                             f"with TYPE one of {', '.join(GPU_TYPES)}")
-        gpu_type(name.lower(), label)
+                             f"with TYPE one of {', '.join(catalog)}")
+        gpu_type(name.lower(), label, catalog)
         if count < 1 or gpus < 1:
             raise InputError(f"{label}: {count} nodes of {gpus} GPUs; expected at least 1 of "
                              "each")
@@ -346,24 +400,27 @@ def cluster_spec_from_dict(raw: Any, source: str | PathLike[str] | None = None) 
 
     if not isinstance(raw, Mapping):
         raise fail("nodes", "expected a table of cluster settings")
-    known = {"nodes", "restart_delay", "restart_delays", "round_interval", "tenants"}
+    known = {"nodes", "restart_delay", "restart_delays", "round_interval", "tenants",
+             "gpu_types"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise fail(unknown[0], f"unknown field; expected {', '.join(sorted(known))}")
     if "nodes" not in raw:
         raise fail("nodes", "missing; expected a short string or a list of node tables")
+    declared = _declared_types(raw.get("gpu_types", []), fail)
+    catalog = gpu_catalog(declared)
     entries = raw["nodes"]
     if isinstance(entries, str):
         try:
-            nodes = _parse_nodes(entries, "nodes")
+            nodes = _parse_nodes(entries, "nodes", catalog)
         except InputError as error:
             raise fail("nodes", str(error).removeprefix("nodes: ").removeprefix("nodes ")) \
                 from None
     elif isinstance(entries, Sequence) and entries:
-        nodes = _node_entries(entries, fail)
+        nodes = _node_entries(entries, fail, catalog)
     else:
         raise fail("nodes", "expected a short string or a non-empty list of node tables")
-    settings: dict[str, Any] = {}
+    settings: dict[str, Any] = {"declared": declared}
     for key in ("restart_delay", "round_interval"):
         if key in raw:
             settings[key] = _seconds(raw[key], key, fail)
@@ -383,13 +440,34 @@ def cluster_spec_from_dict(raw: Any, source: str | PathLike[str] | None = None) 
         raise fail(error.column or "nodes", str(error).split(": ", 1)[-1]) from None
 
 
+def _declared_types(tables: Any, fail: Any) -> tuple[GpuType, ...]:
+    """The ``[[gpu_types]]`` tables as GPU types (each checked by
+    :func:`~bayes_sched.gpu_types.declared_gpu_type`); a name declared twice is refused."""
+    if isinstance(tables, str | bytes) or not isinstance(tables, Sequence):
+        raise fail("gpu_types", "expected a list of GPU type tables ([[gpu_types]])")
+    declared: list[GpuType] = []
+    for index, table in enumerate(tables):
+        where = f"gpu_types[{index}]"
+        try:
+            gpu = declared_gpu_type(table, where)
+        except InputError as error:
+            key, _, message = str(error).partition(": ")
+            raise fail(key, message) from None
+        if any(other.name == gpu.name for other in declared):
+            raise fail(f"{where}.name", f"{gpu.name!r} declared twice; expected one table per "
+                       "name")
+        declared.append(gpu)
+    return tuple(declared)
+
+
 def _seconds(value: Any, key: str, fail: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise fail(key, f"{value!r}: expected seconds (a number)")
     return float(value)
 
 
-def _node_entries(entries: Sequence[Any], fail: Any) -> tuple[NodeSpec, ...]:
+def _node_entries(entries: Sequence[Any], fail: Any,
+                  catalog: Mapping[str, GpuType] = GPU_TYPES) -> tuple[NodeSpec, ...]:
     """The nodes of a list of node tables; the cluster's size is checked before each table's
     nodes are built."""
     nodes: list[NodeSpec] = []
@@ -398,7 +476,7 @@ def _node_entries(entries: Sequence[Any], fail: Any) -> tuple[NodeSpec, ...]:
         if len(nodes) >= MAX_NODES:
             raise fail(f"nodes[{index}]", f"{len(entries)} node tables; expected at most "
                        f"{MAX_NODES} nodes in a cluster")
-        node, count = _node_entry(entry, index, fail)
+        node, count = _node_entry(entry, index, fail, catalog)
         total_gpus += count * node.num_gpus
         try:
             check_cluster_size(len(nodes) + count, total_gpus, node.num_gpus, "nodes")
@@ -408,7 +486,8 @@ def _node_entries(entries: Sequence[Any], fail: Any) -> tuple[NodeSpec, ...]:
     return tuple(nodes)
 
 
-def _node_entry(entry: Any, index: int, fail: Any) -> tuple[NodeSpec, int]:
+def _node_entry(entry: Any, index: int, fail: Any, catalog: Mapping[str, GpuType] = GPU_TYPES
+                ) -> tuple[NodeSpec, int]:
     """One node table: its node and how many of it (``count``)."""
     where = f"nodes[{index}]"
     if not isinstance(entry, Mapping):
@@ -421,9 +500,9 @@ def _node_entry(entry: Any, index: int, fail: Any) -> tuple[NodeSpec, int]:
         if key not in entry:
             raise fail(f"{where}.{key}", "missing")
     name = entry["gpu_type"]
-    if not isinstance(name, str) or name.lower() not in GPU_TYPES:
+    if not isinstance(name, str) or name.lower() not in catalog:
         raise fail(f"{where}.gpu_type", f"unknown GPU type {name!r}; expected one of "
-                   f"{', '.join(GPU_TYPES)}")
+                   f"{', '.join(catalog)} (or a type declared in [[gpu_types]])")
     counts = {}
     for key, default, bound in (("gpus", None, MAX_GPUS_PER_NODE), ("count", 1, MAX_NODES)):
         value = entry.get(key, default)

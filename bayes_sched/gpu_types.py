@@ -44,7 +44,7 @@ INTERCONNECTS = ("pcie", "nvlink")
 PCIE_X16 = {3: 15.75e9, 4: 31.5e9, 5: 63e9}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GpuType:
     """One GPU type.
 
@@ -66,6 +66,18 @@ class GpuType:
     peak_tensor_flops: float = math.nan
     interconnect: str = "pcie"
     link_bandwidth: float = math.nan
+
+    def _key(self) -> tuple[object, ...]:
+        # Unknown figures (NaN) compare equal to each other: a type equals its copy.
+        return tuple(None if isinstance(v, float) and math.isnan(v) else v
+                     for v in (self.name, self.memory_bytes, self.description, self.peak_flops,
+                               self.peak_tensor_flops, self.interconnect, self.link_bandwidth))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GpuType) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def links(self, nic_bandwidth: float, gpus_per_node: int) -> Links:
         """The links an all-reduce of jobs on nodes of this type crosses (for

@@ -369,6 +369,9 @@ class JobView:
             GPUs): what a throughput-table job reports (empty where it did not run, and in the
             Pollux world, whose jobs report ``observations``).
         tenant: the team that submitted it (:data:`DEFAULT_TENANT` where none is named).
+        gradient_bytes: bytes of one gradient all-reduce, as the job's client reports them
+            (its ``start`` report, :mod:`bayes_sched.client.elastic`); ``None`` where unknown.
+            What the physics prior of sync time reads (:mod:`perfmodel.sync_prior`).
     """
 
     name: str
@@ -397,6 +400,7 @@ class JobView:
     target_steps: float | None = None
     cell_observations: tuple[CellObservation, ...] = ()
     tenant: str = DEFAULT_TENANT
+    gradient_bytes: float | None = None
 
     def __post_init__(self) -> None:
         if self.allocation.flags.writeable:

@@ -99,6 +99,7 @@ class JobRecord:
     stopping: bool = False      # the scheduler is stopping its processes (saved before it signals)
     finished_at: float = 0.0
     nodes: list[str] = field(default_factory=list)  # node ids ``allocation`` indexes (snapshots)
+    gradient_bytes: float | None = None  # bytes of one all-reduce, from the 'start' report
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -471,7 +472,7 @@ class RealCluster:
             progress=record.progress, epochs=record.epochs, target_epochs=spec.target_epochs,
             examples_per_epoch=record.examples_per_epoch,
             allocation_history=tuple((t, tuple(p)) for t, p in record.allocation_history),
-            tenant=spec.tenant, **fields)
+            tenant=spec.tenant, gradient_bytes=record.gradient_bytes, **fields)
 
     def agent(self, name: str, gpu_type: str) -> JobAgent:
         """The agent of job ``name`` on ``gpu_type`` (made on first use)."""
@@ -522,6 +523,10 @@ class RealCluster:
                                                        record.examples_per_epoch))
         if kind == "start":
             record.reported_attempt = int(report.get("attempt", record.reported_attempt))
+            reported = report.get("gradient_bytes")
+            if isinstance(reported, int | float) and not isinstance(reported, bool) \
+                    and math.isfinite(reported) and reported > 0:
+                record.gradient_bytes = float(reported)
         if kind == "step":
             obs = {name: report[name] for name in ("gpu_type", "num_nodes", "num_replicas",
                                                    "local_bsz", "accum_steps", "step_time",

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from bayes_sched.cli._common import stderr
-from bayes_sched.cli.options import positive_int, seed
+from bayes_sched.cli.options import finite_float, int_in_range, positive_int, seed
 from bayes_sched.tables import print_json, print_table
 from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
 from perfmodel.errors import InputError
@@ -28,6 +28,51 @@ def population_prior(profile: StepTimeProfile) -> StepTimePrior:
     reference = [read_step_time_profile(pollux_model_dir(m), m) for m in POLLUX_MODELS
                  if m != profile.model]
     return StepTimePrior.from_population(profile, [(r, fit_throughput(r)) for r in reference])
+
+
+def gradient_bytes_of(model: str, parameters: int | None, grad_bytes: float | None) -> float:
+    """Bytes of one gradient all-reduce of ``model``: ``grad_bytes`` where given, else
+    ``parameters`` fp32 gradients, else a shipped model's published parameter count
+    (:data:`perfmodel.datasets.POLLUX_PARAMETERS`); an :class:`InputError` naming the flags
+    where none applies."""
+    from perfmodel.allreduce import gradient_bytes
+    from perfmodel.datasets import POLLUX_PARAMETERS
+
+    if grad_bytes is not None:
+        return grad_bytes
+    if parameters is not None:
+        return gradient_bytes(parameters)
+    if model in POLLUX_PARAMETERS:
+        return gradient_bytes(POLLUX_PARAMETERS[model])
+    raise InputError(f"--physics-prior: the gradient bytes of '{model}' are unknown; expected "
+                     "--parameters N or --gradient-bytes B")
+
+
+def _prior(profile: StepTimeProfile, args: argparse.Namespace, gpu_type: str | None
+           ) -> StepTimePrior | None:
+    """The prior ``args`` ask for: the default (``None``), the population's, and/or the network
+    terms' from physics on ``gpu_type``'s links in ``--cluster`` (an untyped profile: the
+    cluster's one type)."""
+    base = population_prior(profile) if args.population_prior else None
+    if not args.physics_prior:
+        return base
+    from bayes_sched.cluster_spec import load_cluster_spec
+    from perfmodel.sync_prior import physics_prior
+
+    spec = load_cluster_spec(args.cluster)
+    if gpu_type is None:
+        if len(spec.types) != 1:
+            raise InputError(f"--physics-prior: an untyped profile on --cluster {args.cluster} "
+                             f"of {len(spec.types)} GPU types; expected one type, or a folder "
+                             "of per-type profiles")
+        gpu_type = spec.types[0]
+    try:
+        links = spec.links_of(gpu_type)
+    except InputError as error:
+        raise InputError(f"--physics-prior on {gpu_type}: --cluster {args.cluster}: "
+                         f"{str(error).split(': ', 1)[-1]}") from None
+    grad_bytes = gradient_bytes_of(profile.model, args.parameters, args.gradient_bytes)
+    return physics_prior(profile, grad_bytes, links, base=base)
 
 
 #: The posterior intervals ``fit throughput`` prints (central, of the draws).
@@ -95,7 +140,7 @@ def _fit_one(profile: StepTimeProfile, args: argparse.Namespace, gpu_type: str |
         return _fit_document(profile.model, "point", "point", len(profile),
                              objective=fit_objective(params.as_array(), profile),
                              parameters=rows)
-    prior = population_prior(profile) if args.population_prior else None
+    prior = _prior(profile, args, gpu_type)
     with stderr.status(f"fitting {profile.model}{on} by {args.method} ..."):
         posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed,
                                              prior=prior,
@@ -155,6 +200,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tp.add_argument("--population-prior", action="store_true",
                     help="learn the prior from the shipped models' fits (for profiles with few "
                     "placements, e.g. a new job measured on one GPU)")
+    tp.add_argument("--physics-prior", action="store_true",
+                    help="the network terms' prior from a ring all-reduce of the model's "
+                    "gradient bytes over its GPU type's links in --cluster (for a type "
+                    "measured on few placements)")
+    tp.add_argument("--cluster", default="16x4:t4", metavar="SPEC",
+                    help="with --physics-prior: the cluster (short string or file, its declared "
+                    "GPU types too) whose nodes of each type give the links (default 16x4:t4)")
+    size = tp.add_mutually_exclusive_group()
+    size.add_argument("--parameters", type=int_in_range(1, 10**13), metavar="N",
+                      help="with --physics-prior: trainable parameters (fp32 gradients; default "
+                      "a shipped model's published count)")
+    size.add_argument("--gradient-bytes", type=finite_float(0.0, 1e15, min_open=True,
+                                                            unit="bytes"), metavar="B",
+                      help="with --physics-prior: bytes of one gradient all-reduce")
     tp.add_argument("--placement-effects", action="store_true",
                     help="model a deviation shared by the rows of each placement")
     tp.add_argument("--no-fallback", action="store_true",

@@ -291,7 +291,8 @@ def _config(args: argparse.Namespace, seed: int = 0) -> SimConfig:
     try:
         check_cluster_types(cluster.types, (), profiles)
     except InputError as error:
-        raise InputError(f"--cluster {cluster.describe()}: {error}") from None
+        given = args.cluster if args.cluster is not None else cluster.describe()
+        raise InputError(f"--cluster {given}: {error}") from None
     tables = settings.get("hidden", {})
     if args.hidden is None and len(tables) > 1:
         raise InputError(f"--config: {len(tables)} [hidden.NAME] tables and no --hidden: "

@@ -14,15 +14,17 @@ perfmodel's predictive distribution.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 
 from bayes_sched.cluster import ClusterState
+from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.estimates import Estimate
 from bayes_sched.estimation.posteriors import JOB_GOODPUT
 from bayes_sched.jobs import JobModel, JobView, Observation
@@ -32,6 +34,9 @@ from perfmodel.throughput import (
     ThroughputParams,
     fit_throughput,
 )
+
+if TYPE_CHECKING:
+    from perfmodel.throughput_bayes.prior import StepTimePrior
 
 
 def profile_of(name: str, observations: Sequence[Observation]) -> StepTimeProfile:
@@ -145,11 +150,33 @@ class RefitRule:
 
 @dataclass(frozen=True)
 class PosteriorSettings:
-    """How the estimator draws from the throughput posterior: SVI steps, draws kept, seed."""
+    """How the estimator draws from the throughput posterior: SVI steps, draws kept, seed, and
+    whether the network terms' prior comes from physics (:func:`sync_prior_of`)."""
 
     num_steps: Annotated[int, Range(1, 100_000)] = 150
     num_samples: Annotated[int, Range(1, 10_000)] = 64
     seed: Annotated[int, SEED] = 0
+    physics_prior: bool = False
+
+
+def sync_prior_of(profile: StepTimeProfile, job: JobView, gpu_type: str, spec: ClusterSpec
+                  ) -> StepTimePrior | None:
+    """The prior of ``job``'s step-time model on ``gpu_type`` with its network terms from physics
+    (:func:`perfmodel.sync_prior.physics_prior`, the wide default slowdown): a ring all-reduce of
+    the gradient bytes the job reported over the links of the cluster's nodes of that type
+    (:meth:`~bayes_sched.cluster_spec.ClusterSpec.links_of`: built-in or declared type, the
+    node's NIC). ``None`` (the default prior) where the job reported no gradient bytes, the
+    cluster has no node of the type (a cluster of one type labels its measurements with the
+    default type), or the type's peer link is unknown."""
+    from perfmodel.sync_prior import physics_prior
+
+    if job.gradient_bytes is None:
+        return None
+    if gpu_type not in spec.types and len(spec.types) == 1:
+        gpu_type = spec.types[0]
+    if gpu_type not in spec.types or not math.isfinite(spec.gpu_type_of(gpu_type).link_bandwidth):
+        return None
+    return physics_prior(profile, job.gradient_bytes, spec.links_of(gpu_type))
 
 
 class JobModelEstimator:
@@ -181,11 +208,12 @@ class JobModelEstimator:
         # (job, GPU type) -> (the last model built, the draws it was built from)
         self._models: dict[tuple[str, str], tuple[JobModel, np.ndarray | None]] = {}
         self.posterior_fits = 0
+        self.physics_priors = 0
         self._published: tuple[Estimate[Any], ...] = ()
 
     def estimate(self, cluster: ClusterState, jobs: Sequence[JobView]) -> list[JobView]:
         self.forget({job.name for job in jobs})
-        views = [self._with_models(job, cluster.now) for job in jobs]
+        views = [self._with_models(job, cluster) for job in jobs]
         models = {job.name: job.models for job in views if job.models}
         self._published = (Estimate(JOB_GOODPUT, self.name, models),)
         return views
@@ -194,10 +222,14 @@ class JobModelEstimator:
         return self._published
 
     def stats(self) -> Mapping[str, float]:
-        return {"job_model_refits": int(self.refits),
-                "posterior_fits": int(self.posterior_fits)}
+        stats = {"job_model_refits": int(self.refits),
+                 "posterior_fits": int(self.posterior_fits)}
+        if self.posterior is not None and self.posterior.physics_prior:
+            stats["physics_priors"] = int(self.physics_priors)
+        return stats
 
-    def _with_models(self, job: JobView, now: float) -> JobView:
+    def _with_models(self, job: JobView, cluster: ClusterState) -> JobView:
+        now = cluster.now
         if job.gradient is None or not job.observations:
             return job
         by_type: dict[str, dict[tuple[int, int, int], Observation]] = {}
@@ -216,13 +248,14 @@ class JobModelEstimator:
                 params = fitter.params
             if params is None:
                 continue
-            models[gpu_type] = self._model(job, gpu_type, params, observations)
+            models[gpu_type] = self._model(job, gpu_type, params, observations, cluster.spec)
         # JobView.updated: the view as it is, with its models (dataclasses.replace re-runs
         # construction's checks, for thousands of jobs a round).
         return job.updated(models=MappingProxyType(models)) if models else job
 
     def _model(self, job: JobView, gpu_type: str, params: ThroughputParams,
-               observations: Mapping[tuple[int, int, int], Observation]) -> JobModel:
+               observations: Mapping[tuple[int, int, int], Observation], spec: ClusterSpec
+               ) -> JobModel:
         key = (job.name, gpu_type)
         cached = self._fits.get(key)
         if cached is not None and cached[0] == params:
@@ -231,7 +264,7 @@ class JobModelEstimator:
             version = cached[1] + 1 if cached is not None else 1
             draws = None
             if self.posterior is not None:
-                draws = self._draws(job.name, observations)
+                draws = self._draws(job, gpu_type, observations, spec)
             self._fits[key] = (params, version, draws)
         assert job.gradient is not None
         # A job model is read-only: the last round's serves again while nothing it holds changed
@@ -246,17 +279,21 @@ class JobModelEstimator:
         self._models[key] = (model, draws)
         return model
 
-    def _draws(self, name: str, observations: Mapping[tuple[int, int, int], Observation]
+    def _draws(self, job: JobView, gpu_type: str,
+               observations: Mapping[tuple[int, int, int], Observation], spec: ClusterSpec
                ) -> np.ndarray:
         # Imported here: Pyro loads only where a policy asks for the posterior.
         from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 
         settings = self.posterior
         assert settings is not None
-        profile = profile_of(name, list(observations.values()))
+        profile = profile_of(job.name, list(observations.values()))
+        prior = sync_prior_of(profile, job, gpu_type, spec) if settings.physics_prior else None
+        if prior is not None:
+            self.physics_priors += 1
         posterior = fit_throughput_posterior(profile, num_steps=settings.num_steps,
                                              num_samples=settings.num_samples,
-                                             seed=settings.seed, check=False)
+                                             seed=settings.seed, check=False, prior=prior)
         self.posterior_fits += 1
         # With the compute shifts: multi-GPU steps as the posterior predicts them, not as one
         # GPU's compute time would make them.
@@ -279,9 +316,12 @@ def point_job_models() -> JobModelEstimator:
 
 def posterior_job_models(num_steps: Annotated[int, Range(1, 100_000)] = 150,
                          num_samples: Annotated[int, Range(1, 10_000)] = 64,
-                         seed: Annotated[int, SEED] = 0) -> JobModelEstimator:
+                         seed: Annotated[int, SEED] = 0,
+                         physics_prior: bool = False) -> JobModelEstimator:
     """Each job's throughput fit per GPU type with ``num_samples`` draws from perfmodel's
     throughput posterior (``num_steps`` SVI steps, ``seed``), for a policy that reads goodput
-    quantiles."""
-    return JobModelEstimator(posterior=PosteriorSettings(num_steps, num_samples, seed),
-                             name="job_posterior")
+    quantiles; with ``physics_prior``, the network terms' prior of each type's fit from the
+    job's reported gradient bytes and that type's links (:func:`sync_prior_of`)."""
+    return JobModelEstimator(
+        posterior=PosteriorSettings(num_steps, num_samples, seed, physics_prior),
+        name="job_posterior")

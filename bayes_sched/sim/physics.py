@@ -27,7 +27,7 @@ from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
 from bayes_sched.cluster import consolidated_placement
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import BatchLimits, split_batch
-from perfmodel.datasets import POLLUX_MODELS, pollux_model_dir
+from perfmodel.datasets import POLLUX_MODELS, POLLUX_PARAMETERS, pollux_model_dir
 from perfmodel.efficiency import scale_invariant_gain
 from perfmodel.profiles import (
     StepTimeProfile,
@@ -277,3 +277,15 @@ def _canonical(placement: tuple[int, ...]) -> tuple[int, ...]:
 def get_application(name: str) -> Application:
     """The (cached) :class:`Application` of a shipped or registered model."""
     return Application(name)
+
+
+@cache
+def reported_gradient_bytes(application: str) -> float | None:
+    """Bytes of one gradient all-reduce a simulated job of ``application`` reports, as the
+    training client's ``start`` report does: a shipped model's published parameter count
+    (:data:`perfmodel.datasets.POLLUX_PARAMETERS`) times 4 (fp32 gradients); ``None`` for an
+    application a user registered (its size is unknown)."""
+    from perfmodel.allreduce import gradient_bytes
+
+    parameters = POLLUX_PARAMETERS.get(application)
+    return None if parameters is None else gradient_bytes(parameters)

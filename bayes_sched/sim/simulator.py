@@ -27,7 +27,12 @@ from bayes_sched.errors import InputError
 from bayes_sched.estimation import RefitRule
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.sim.laws import HiddenInterference, RunningJob
-from bayes_sched.sim.physics import GPU_TYPE, Application, get_application
+from bayes_sched.sim.physics import (
+    GPU_TYPE,
+    Application,
+    get_application,
+    reported_gradient_bytes,
+)
 from bayes_sched.sim.typed_profiles import (
     NO_TYPE_PROFILES,
     TypedApplication,
@@ -403,6 +408,7 @@ class SimulatedCluster:
                 target_epochs=job.app.max_epochs,
                 examples_per_epoch=job.app.examples_per_epoch,
                 allocation_history=tuple(job.allocation_history),
+                gradient_bytes=reported_gradient_bytes(job.spec.application),
                 **agent.report_fields()))  # type: ignore[arg-type]
         return views
 
