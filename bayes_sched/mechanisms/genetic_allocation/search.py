@@ -148,16 +148,19 @@ def status_quo(jobs: Sequence[JobView]) -> tuple[np.ndarray, tuple[np.ndarray, n
     given, and its nonzero entries ``(j, n, GPUs)`` in row-major order (``AllocationProblem``'s
     ``base_entries``): each job's allocation scanned once, with no dense stack of them (most
     jobs hold few nodes or none)."""
-    nodes = [job.allocation.nonzero()[0] for job in jobs]
-    counts = np.array([held.size for held in nodes], dtype=np.int64)
-    holding = np.flatnonzero(counts).tolist()
-    base = np.zeros((len(jobs), len(jobs[0].allocation)), dtype=STATE_DTYPE)
+    allocations = [job.allocation for job in jobs]
+    base = np.zeros((len(jobs), len(allocations[0])), dtype=STATE_DTYPE)
+    # All bytes zero means no GPUs, and comparing bytes costs less than scanning for nonzeros.
+    nothing = bytes(allocations[0].nbytes)
+    holding = [j for j, held in enumerate(allocations) if held.tobytes() != nothing]
+    nodes = {j: allocations[j].nonzero()[0] for j in holding}
+    holding = [j for j in holding if nodes[j].size]
     if not holding:
         empty = np.zeros(0, dtype=np.int64)
         return base, (empty, empty.copy(), base[empty, empty])
     base_n = np.concatenate([nodes[j] for j in holding])
-    base_j = np.repeat(np.array(holding, dtype=np.int64), counts[holding])
-    base[base_j, base_n] = np.concatenate([jobs[j].allocation[nodes[j]] for j in holding])
+    base_j = np.repeat(np.array(holding, dtype=np.int64), [nodes[j].size for j in holding])
+    base[base_j, base_n] = np.concatenate([allocations[j][nodes[j]] for j in holding])
     return base, (base_j, base_n, base[base_j, base_n])
 
 
@@ -169,10 +172,17 @@ def replica_cap(job: JobView, max_replicas_cap: int) -> int:
 
 def replica_caps(jobs: Sequence[JobView], max_replicas_cap: int) -> np.ndarray:
     """:func:`replica_cap` of every job, shape ``(J,)`` (int64), computed across jobs at once."""
-    profiled = np.array([max((key[1] for key in job.observations), default=0) for job in jobs],
-                        dtype=np.int64)
-    allowed = np.array([job.limits.max_batch_size // job.limits.min_local_bsz for job in jobs],
-                       dtype=np.int64)
+    # Jobs often share their observations' and limits' objects (views of one template, one
+    # application's limits): each object is read once.
+    most: dict[int, int] = {}
+    for job in jobs:
+        observations = job.observations
+        if id(observations) not in most:
+            most[id(observations)] = max((key[1] for key in observations), default=0)
+    profiled = np.array([most[id(job.observations)] for job in jobs], dtype=np.int64)
+    ratio = {id(limits): limits.max_batch_size // limits.min_local_bsz
+             for limits in {id(job.limits): job.limits for job in jobs}.values()}
+    allowed = np.array([ratio[id(job.limits)] for job in jobs], dtype=np.int64)
     limit = np.minimum(np.minimum(np.maximum(2 * profiled, 1), max_replicas_cap), allowed)
     own = [(j, cap) for j, job in enumerate(jobs)
            if (cap := job.settings.max_replicas) is not None]

@@ -130,13 +130,19 @@ class SpeedupTables:
         # Speedup tables by their goodput table and width, this round: jobs sharing a goodput
         # table share the division too.
         scaled: dict[tuple[int, int], np.ndarray] = {}
-        speedups: list[np.ndarray] = []
+        rows = {id(linear): 0}  # each distinct speedup table's row in ``distinct``
+        distinct = [linear]
+        index: list[int] = []
+        cached = self._tables.get
         for job, cap in zip(jobs, np.maximum(max_replicas, fair_r).tolist(), strict=True):
             model = job.model
             if model is None:
-                speedups.append(linear)
+                index.append(0)
                 continue
-            entry = self._entry(job, model, n_max, cap)
+            entry = cached(job.name)
+            if (entry is None or entry.checked is not model or entry.replicas < cap
+                    or entry.table.shape[0] <= n_max):
+                entry = self._entry(job, model, n_max, cap)
             width = min(r_max, cap) + 1
             shape = (n_max, width, fair_r, r_max)
             speedup = entry.speedup
@@ -146,8 +152,14 @@ class SpeedupTables:
                 if speedup is None:
                     speedup = scaled[key] = _speedup(entry.table, n_max, width, fair_r, linear)
                 entry.speedup, entry.shape = speedup, shape
-            speedups.append(speedup)
-        return _gather(speedups, n_max, r_max)
+            row = rows.get(id(speedup))
+            if row is None:
+                row = rows[id(speedup)] = len(distinct)
+                distinct.append(speedup)
+            index.append(row)
+        # Each distinct table copied once, then gathered by job.
+        stacked = np.concatenate(distinct).reshape(len(distinct), n_max + 1, r_max + 1)
+        return np.take(stacked, np.array(index, dtype=np.int64), axis=0)
 
 
 def _speedup(goodput: np.ndarray, n_max: int, width: int, fair_r: int,
@@ -162,20 +174,3 @@ def _speedup(goodput: np.ndarray, n_max: int, width: int, fair_r: int,
     speedup.flags.writeable = False
     return speedup
 
-
-def _gather(speedups: list[np.ndarray], n_max: int, r_max: int) -> np.ndarray:
-    """The tables ``speedups`` (each ``(n_max + 1, r_max + 1)``) stacked, shape ``(J, n_max + 1,
-    r_max + 1)``: each distinct table copied once, then gathered by job."""
-    rows: dict[int, int] = {}
-    distinct: list[np.ndarray] = []
-    index: list[int] = []
-    for table in speedups:
-        row = rows.get(id(table))
-        if row is None:
-            row = rows[id(table)] = len(distinct)
-            distinct.append(table)
-        index.append(row)
-    stacked = np.concatenate(distinct).reshape(len(distinct), n_max + 1, r_max + 1)
-    if len(distinct) == len(speedups):
-        return stacked
-    return stacked[np.array(index, dtype=np.int64)]
