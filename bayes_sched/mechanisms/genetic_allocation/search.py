@@ -9,10 +9,11 @@ penalty where its allocation changes; and the cluster utility) and makes them fe
 (:meth:`AllocationProblem.repair`); :class:`GeneticSearch` evolves a population, warm-started from
 the previous round's, by the artifact's NSGA-II
 (:mod:`bayes_sched.mechanisms.genetic_allocation.nsga2`) or an elitist search;
-:class:`SpeedupTables` turns job models into each job's speedup over a fair share for every node and
-GPU count. :class:`~bayes_sched.policies.pollux.PolluxPolicy` is this search on the job models
-alone; :class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the problem to multiply in
-co-location slowdowns.
+:class:`SpeedupTables` (:mod:`~bayes_sched.mechanisms.genetic_allocation.speedups`, its names kept
+here) turns job models into each job's speedup over a fair share for every node and GPU count.
+:class:`~bayes_sched.policies.pollux.PolluxPolicy` is this search on the job models alone;
+:class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the problem to multiply in co-location
+slowdowns.
 
 The NSGA-II search (``GAConfig.search = "nsga2"``, the default) has two objectives, the fitness and
 the *cluster utility* (the jobs' summed speedups over the GPUs of the nodes in use), non-dominated
