@@ -38,14 +38,15 @@ from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import (
     SEARCHES,
-    STATE_DTYPE,
     AllocationProblem,
     GAConfig,
     GeneticSearch,
     SpeedupTables,
     replica_cap,
+    replica_caps,
     restart_delays,
     restart_penalty,
+    status_quo,
 )
 from bayes_sched.registry import GPU_COUNT, Range
 
@@ -126,18 +127,16 @@ class PolluxPolicy:
         """This round's search problem over ``jobs`` (sorted into priority order: least attained
         service first) and their names in that order."""
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
-        base = np.zeros((len(jobs), len(jobs[0].allocation)), dtype=STATE_DTYPE)   # (J, N)
-        for j, job in enumerate(jobs):  # most jobs hold few nodes or none: no dense stack
-            nodes = np.flatnonzero(job.allocation)
-            base[j, nodes] = job.allocation[nodes]
-        max_replicas = np.array([self.max_replicas(job) for job in jobs])
+        base, base_entries = status_quo(jobs)
+        max_replicas = replica_caps(jobs, self.max_replicas_cap)
         tables = self.speedup_tables(jobs, cluster, max_replicas)
         penalty = restart_penalty(np.array([job.age for job in jobs]),
                                   np.array([job.num_restarts for job in jobs]),
                                   restart_delays(cluster, jobs))
         problem = AllocationProblem(base, tables, max_replicas, penalty, cluster, self.p,
                                     self.avoid_interference,
-                                    min(self.max_nodes_per_job, cluster.num_nodes), self.rng)
+                                    min(self.max_nodes_per_job, cluster.num_nodes), self.rng,
+                                    base_entries=base_entries)
         return problem, [job.name for job in jobs]
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],

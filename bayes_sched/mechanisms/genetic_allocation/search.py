@@ -9,10 +9,11 @@ penalty where its allocation changes; and the cluster utility) and makes them fe
 (:meth:`AllocationProblem.repair`); :class:`GeneticSearch` evolves a population, warm-started from
 the previous round's, by the artifact's NSGA-II
 (:mod:`bayes_sched.mechanisms.genetic_allocation.nsga2`) or an elitist search;
-:class:`SpeedupTables` turns job models into each job's speedup over a fair share for every node and
-GPU count. :class:`~bayes_sched.policies.pollux.PolluxPolicy` is this search on the job models
-alone; :class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the problem to multiply in
-co-location slowdowns.
+:class:`SpeedupTables` (:mod:`~bayes_sched.mechanisms.genetic_allocation.speedups`, its names kept
+here) turns job models into each job's speedup over a fair share for every node and GPU count.
+:class:`~bayes_sched.policies.pollux.PolluxPolicy` is this search on the job models alone;
+:class:`~bayes_sched.policies.bo.BayesOptPolicy` subclasses the problem to multiply in co-location
+slowdowns.
 
 The NSGA-II search (``GAConfig.search = "nsga2"``, the default) has two objectives, the fitness and
 the *cluster utility* (the jobs' summed speedups over the GPUs of the nodes in use), non-dominated
@@ -35,7 +36,6 @@ path's results to the bit from the same draws.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -43,9 +43,8 @@ from typing import Annotated
 
 import numpy as np
 
-from bayes_sched.acquisition import quantile
 from bayes_sched.cluster import ClusterState
-from bayes_sched.jobs import GoodputPosterior, JobView
+from bayes_sched.jobs import JobView
 from bayes_sched.mechanisms.genetic_allocation import nsga2
 from bayes_sched.mechanisms.genetic_allocation.sparse import (  # the helpers' home, names kept here
     Entries,
@@ -62,6 +61,7 @@ from bayes_sched.mechanisms.genetic_allocation.sparse import (  # the helpers' h
     nonzero_entries,
     power_mean,
 )
+from bayes_sched.mechanisms.genetic_allocation.speedups import SpeedupTables  # noqa: F401 (its home)
 from bayes_sched.registry import PROBABILITY, SEED, Range, check_fields
 
 #: GPU counts in the search: small integers keep large populations cheap to copy and scan.
@@ -138,108 +138,60 @@ def restart_penalty(age: np.ndarray, restarts: np.ndarray, restart_delay: np.nda
 
 def restart_delays(cluster: ClusterState, jobs: Sequence[JobView]) -> np.ndarray:
     """The cluster's restart delay for each job's application, seconds, shape ``(J,)``."""
-    return np.array([cluster.restart_delay_of(job.application) for job in jobs], dtype=float)
+    applications = [job.application for job in jobs]
+    delay = {name: cluster.restart_delay_of(name) for name in set(applications)}
+    return np.array([delay[name] for name in applications], dtype=float)
+
+
+def status_quo(jobs: Sequence[JobView]) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray,
+                                                                     np.ndarray]]:
+    """The allocation in force, ``(J, N)`` GPUs per node (:data:`STATE_DTYPE`), jobs in the order
+    given, and its nonzero entries ``(j, n, GPUs)`` in row-major order (``AllocationProblem``'s
+    ``base_entries``): each job's allocation scanned once, with no dense stack of them (most
+    jobs hold few nodes or none)."""
+    allocations = [job.allocation for job in jobs]
+    base = np.zeros((len(jobs), len(allocations[0])), dtype=STATE_DTYPE)
+    # All bytes zero means no GPUs, and comparing bytes costs less than scanning for nonzeros.
+    nothing = bytes(allocations[0].nbytes)
+    holding = [j for j, held in enumerate(allocations) if held.tobytes() != nothing]
+    nodes = {j: allocations[j].nonzero()[0] for j in holding}
+    holding = [j for j in holding if nodes[j].size]
+    if not holding:
+        empty = np.zeros(0, dtype=np.int64)
+        return base, (empty, empty.copy(), base[empty, empty])
+    base_n = np.concatenate([nodes[j] for j in holding])
+    base_j = np.repeat(np.array(holding, dtype=np.int64), [nodes[j].size for j in holding])
+    base[base_j, base_n] = np.concatenate([allocations[j][nodes[j]] for j in holding])
+    return base, (base_j, base_n, base[base_j, base_n])
 
 
 def replica_cap(job: JobView, max_replicas_cap: int) -> int:
     """Most GPUs the search gives ``job``: twice the most it has been measured on (at least 1),
-    ``max_replicas_cap``, what its batch limits allow and its own cap."""
-    limit = min(max(2 * job.max_profiled_replicas, 1), max_replicas_cap,
-                job.limits.max_batch_size // job.limits.min_local_bsz)
-    if job.settings.max_replicas is not None:
-        limit = min(limit, job.settings.max_replicas)
-    return max(limit, 1)
+    ``max_replicas_cap``, what its batch limits allow and its own cap (:func:`replica_caps`)."""
+    return int(replica_caps([job], max_replicas_cap)[0])
 
 
-class SpeedupTables:
-    """Every job's speedup over a fair share, from its job model, cached per job.
+def replica_caps(jobs: Sequence[JobView], max_replicas_cap: int) -> np.ndarray:
+    """:func:`replica_cap` of every job, shape ``(J,)`` (int64), computed across jobs at once."""
+    # Jobs often share their observations' and limits' objects (views of one template, one
+    # application's limits): each object is read once.
+    most: dict[int, int] = {}
+    for job in jobs:
+        observations = job.observations
+        if id(observations) not in most:
+            most[id(observations)] = max((key[1] for key in observations), default=0)
+    profiled = np.array([most[id(job.observations)] for job in jobs], dtype=np.int64)
+    ratio = {id(limits): limits.max_batch_size // limits.min_local_bsz
+             for limits in {id(job.limits): job.limits for job in jobs}.values()}
+    allowed = np.array([ratio[id(job.limits)] for job in jobs], dtype=np.int64)
+    limit = np.minimum(np.minimum(np.maximum(2 * profiled, 1), max_replicas_cap), allowed)
+    own = [(j, cap) for j, job in enumerate(jobs)
+           if (cap := job.settings.max_replicas) is not None]
+    if own:
+        capped, caps = zip(*own, strict=True)
+        limit[list(capped)] = np.minimum(limit[list(capped)], caps)
+    return np.maximum(limit, 1)
 
-    Args:
-        max_nodes_per_job: most nodes one job may span (the tables' node axis).
-        speedup_tolerance: relative change of a job's gradient noise-to-signal ratio below which its
-            cached table is reused (a table per job is costly to build).
-        risk: ``None`` for the point fit's goodput, ``q`` for its ``q``-quantile under the
-            posterior draws.
-    """
-
-    def __init__(self, max_nodes_per_job: int, speedup_tolerance: float = 0.02,
-                 risk: float | None = None) -> None:
-        self.max_nodes_per_job = max_nodes_per_job
-        self.speedup_tolerance = speedup_tolerance
-        self.risk = risk
-        # job -> ((GPU type, model version), noise-to-signal, GPUs, table): a job moved to another
-        # type has another model, whose versions count from 1 again.
-        self._tables: dict[str, tuple[tuple[str, int], float, int, np.ndarray]] = {}
-        # Tables built this round and the last by their inputs: jobs whose models are equal
-        # (the same fit, gradient statistics and limits) share one build.
-        self._built: dict[tuple[object, ...], np.ndarray] = {}
-        self._built_before: dict[tuple[object, ...], np.ndarray] = {}
-
-    def _goodput_table(self, job: JobView, num_nodes: int, max_r: int) -> np.ndarray | None:
-        """Fitted goodput for ``n <= num_nodes`` nodes and ``r <= max_r`` GPUs, shape
-        ``(num_nodes + 1, max_r + 1)`` (0 where ``n > r`` or ``n == 0``); ``None`` without a
-        model. Cached per job on the model's version while its noise stays within tolerance."""
-        model = job.model
-        if model is None:
-            return None
-        phi = model.noise_to_signal
-        cached = self._tables.get(job.name)
-        if cached is not None:
-            version, cached_phi, cached_r, table = cached
-            if (version == (model.gpu_type, model.version) and cached_r >= max_r
-                    and table.shape[0] > num_nodes
-                    and abs(phi - cached_phi) <= self.speedup_tolerance * abs(cached_phi)):
-                return table[: num_nodes + 1, : max_r + 1]
-        draws = model.draws
-        key = (model.params, model.gradient, model.limits,
-               None if draws is None else draws.tobytes(), num_nodes, max_r)
-        built = self._built.get(key)
-        if built is None:
-            built = self._built_before.get(key)
-        if built is None:
-            r = np.arange(1, max_r + 1)
-            n = np.arange(1, num_nodes + 1)
-            rr, nn = np.meshgrid(r, n)
-            valid = nn <= rr
-            # As in the artifact, speedups use the tuned batch even for a job run at a fixed
-            # batch.
-            posterior = GoodputPosterior(model, nn[valid], rr[valid])
-            goodput = (posterior.mean() if self.risk is None
-                       else quantile(posterior, self.risk))
-            built = np.zeros((num_nodes + 1, max_r + 1))
-            built[nn[valid], rr[valid]] = goodput
-            built.flags.writeable = False
-        self._built[key] = built
-        self._tables[job.name] = ((model.gpu_type, model.version), phi, max_r, built)
-        return built
-
-    def build(self, jobs: Sequence[JobView], cluster: ClusterState,
-              max_replicas: np.ndarray) -> np.ndarray:
-        """Speedup over a fair share for every job, node count and GPU count, shape
-        ``(J, Nmax + 1, Rmax + 1)``."""
-        num_jobs = len(jobs)
-        n_max = min(cluster.num_nodes, self.max_nodes_per_job)
-        fair_r = max(1, math.ceil(cluster.total_gpus / num_jobs))
-        r_max = int(max(max_replicas.max(), 1))
-        tables = np.zeros((num_jobs, n_max + 1, r_max + 1))
-        r = np.arange(r_max + 1)
-        n = np.arange(n_max + 1)[:, None]
-        linear = np.where((n >= 1) & (n <= r), r / fair_r, 0.0)
-        # Keep what the jobs of this round use: finished jobs' tables go (memory stays flat
-        # however long the trace).
-        names = {job.name for job in jobs}
-        for name in [name for name in self._tables if name not in names]:
-            del self._tables[name]
-        self._built_before, self._built = self._built, {}
-        for j, job in enumerate(jobs):
-            goodput = self._goodput_table(job, n_max, max(int(max_replicas[j]), fair_r))
-            if goodput is None:
-                tables[j] = linear
-                continue
-            base = goodput[1, fair_r]
-            width = min(r_max, goodput.shape[1] - 1) + 1
-            tables[j, :, :width] = goodput[:, :width] / base if base > 0 else linear[:, :width]
-        return tables
 
 class GeneticSearch:
     """The genetic search over allocation states, warm-started from its last population.
@@ -368,12 +320,16 @@ class AllocationProblem:
             :mod:`bayes_sched.mechanisms.genetic_allocation.kernels` (repair and scoring give the
             numpy path's results; the mutation draws its own numbers from a seed drawn from ``rng``)
             rather than as numpy calls.
+        base_entries: ``base``'s nonzero entries ``(j, n, GPUs)`` in row-major order, as
+            ``np.nonzero`` gives them, where the caller has them (found by scanning ``base``
+            otherwise: at thousands of jobs and nodes the scan is costly).
     """
 
     def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
                  penalty: np.ndarray, cluster: ClusterState, p: float,
                  avoid_interference: bool, max_nodes: int, rng: np.random.Generator,
-                 compiled: bool = True) -> None:
+                 compiled: bool = True,
+                 base_entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         self.base = base
         self.tables = tables
         self.max_replicas = max_replicas
@@ -386,10 +342,13 @@ class AllocationProblem:
         self.rng = rng
         self.compiled = compiled
         self.job_index = np.arange(base.shape[0])
-        self._base_nodes = np.count_nonzero(base, axis=1)
-        base_j, base_n = np.nonzero(base)
+        if base_entries is None:
+            base_j, base_n = np.nonzero(base)
+            base_entries = (base_j, base_n, base[base_j, base_n])
+        base_j = base_entries[0]
+        self._base_nodes = np.bincount(base_j, minlength=base.shape[0])
         #: The status quo's nonzero entries ``(j, n, GPUs)``, in order.
-        self.base_entries = (base_j, base_n, base[base_j, base_n])
+        self.base_entries = base_entries
         self._base_bounds = np.searchsorted(base_j, np.arange(base.shape[0] + 1))
         # States whose nonzero entries the caller has, while :meth:`fitness_with_entries` runs.
         self._known: tuple[np.ndarray, Entries] | None = None

@@ -1,0 +1,176 @@
+"""Every job's speedup over a fair share for every node and GPU count, from its job model.
+
+:class:`SpeedupTables` builds a job's goodput table once per model (cached per job while the
+model's version holds and its gradient noise stays within a tolerance; jobs whose models are
+equal share one build) and its speedup table, the goodput over that on a fair share, once per
+goodput table and round shape. A round then costs a few dictionary reads per job and one gather
+into the ``(J, Nmax + 1, Rmax + 1)`` array the search reads: at thousands of jobs a per-job
+numpy call each round costs more than the search.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from bayes_sched.acquisition import quantile
+from bayes_sched.cluster import ClusterState
+from bayes_sched.jobs import GoodputPosterior, JobModel, JobView
+
+
+class _JobEntry:
+    """One job's cached goodput table and its last speedup table.
+
+    ``version``, ``noise`` and ``replicas`` are the model version, gradient noise-to-signal ratio
+    and GPU count the goodput ``table`` was taken for; ``checked`` the last model object found to
+    match them (the estimation stage keeps a job's model object while it is unchanged, so an
+    identity test spares the comparison); ``shape`` and ``speedup`` the last speedup table and
+    what it was built for."""
+
+    __slots__ = ("checked", "noise", "replicas", "shape", "speedup", "table", "version")
+
+    def __init__(self, version: tuple[str, int], noise: float, replicas: int, table: np.ndarray,
+                 checked: JobModel) -> None:
+        self.version = version
+        self.noise = noise
+        self.replicas = replicas
+        self.table = table
+        self.checked: JobModel | None = checked if math.isfinite(noise) else None
+        self.shape: tuple[int, ...] = ()
+        self.speedup: np.ndarray | None = None
+
+
+class SpeedupTables:
+    """Every job's speedup over a fair share, from its job model, cached per job.
+
+    Args:
+        max_nodes_per_job: most nodes one job may span (the tables' node axis).
+        speedup_tolerance: relative change of a job's gradient noise-to-signal ratio below which its
+            cached table is reused (a table per job is costly to build).
+        risk: ``None`` for the point fit's goodput, ``q`` for its ``q``-quantile under the
+            posterior draws.
+    """
+
+    def __init__(self, max_nodes_per_job: int, speedup_tolerance: float = 0.02,
+                 risk: float | None = None) -> None:
+        self.max_nodes_per_job = max_nodes_per_job
+        self.speedup_tolerance = speedup_tolerance
+        self.risk = risk
+        # job -> its cached tables: a job moved to another GPU type has another model, whose
+        # versions count from 1 again.
+        self._tables: dict[str, _JobEntry] = {}
+        # Tables built this round and the last by their inputs: jobs whose models are equal
+        # (the same fit, gradient statistics and limits) share one build.
+        self._built: dict[tuple[object, ...], np.ndarray] = {}
+        self._built_before: dict[tuple[object, ...], np.ndarray] = {}
+
+    def _entry(self, job: JobView, model: JobModel, num_nodes: int, max_r: int) -> _JobEntry:
+        """``job``'s cache entry holding a goodput table for ``n <= num_nodes`` nodes and
+        ``r <= max_r`` GPUs, at least (0 where ``n > r`` or ``n == 0``): the cached one while the
+        model's version holds and its noise stays within tolerance, else a new one."""
+        entry = self._tables.get(job.name)
+        if entry is not None and entry.replicas >= max_r and entry.table.shape[0] > num_nodes:
+            if entry.checked is model:
+                return entry
+            phi = model.noise_to_signal
+            if (entry.version == (model.gpu_type, model.version)
+                    and abs(phi - entry.noise) <= self.speedup_tolerance * abs(entry.noise)):
+                entry.checked = model
+                return entry
+        phi = model.noise_to_signal
+        draws = model.draws
+        key = (model.params, model.gradient, model.limits,
+               None if draws is None else draws.tobytes(), num_nodes, max_r)
+        built = self._built.get(key)
+        if built is None:
+            built = self._built_before.get(key)
+        if built is None:
+            built = self._goodput(model, num_nodes, max_r)
+        self._built[key] = built
+        entry = _JobEntry((model.gpu_type, model.version), phi, max_r, built, model)
+        self._tables[job.name] = entry
+        return entry
+
+    def _goodput(self, model: JobModel, num_nodes: int, max_r: int) -> np.ndarray:
+        """Fitted goodput for ``n <= num_nodes`` nodes and ``r <= max_r`` GPUs, shape
+        ``(num_nodes + 1, max_r + 1)`` (0 where ``n > r`` or ``n == 0``), read-only."""
+        r = np.arange(1, max_r + 1)
+        n = np.arange(1, num_nodes + 1)
+        rr, nn = np.meshgrid(r, n)
+        valid = nn <= rr
+        # As in the artifact, speedups use the tuned batch even for a job run at a fixed batch.
+        posterior = GoodputPosterior(model, nn[valid], rr[valid])
+        goodput = posterior.mean() if self.risk is None else quantile(posterior, self.risk)
+        built = np.zeros((num_nodes + 1, max_r + 1))
+        built[nn[valid], rr[valid]] = goodput
+        built.flags.writeable = False
+        return built
+
+    def build(self, jobs: Sequence[JobView], cluster: ClusterState,
+              max_replicas: np.ndarray) -> np.ndarray:
+        """Speedup over a fair share for every job, node count and GPU count, shape
+        ``(J, Nmax + 1, Rmax + 1)``: a job's goodput over its goodput on ``ceil(total GPUs / J)``
+        GPUs on one node, for ``r`` up to the larger of its replica cap and that fair share (0
+        beyond); a job without a model, or with no goodput on a fair share, scales linearly."""
+        num_jobs = len(jobs)
+        n_max = min(cluster.num_nodes, self.max_nodes_per_job)
+        fair_r = max(1, math.ceil(cluster.total_gpus / num_jobs))
+        r_max = int(max(max_replicas.max(), 1))
+        r = np.arange(r_max + 1)
+        n = np.arange(n_max + 1)[:, None]
+        linear = np.where((n >= 1) & (n <= r), r / fair_r, 0.0)
+        # Keep what the jobs of this round use: finished jobs' tables go (memory stays flat
+        # however long the trace).
+        names = {job.name for job in jobs}
+        for name in [name for name in self._tables if name not in names]:
+            del self._tables[name]
+        self._built_before, self._built = self._built, {}
+        # Speedup tables by their goodput table and width, this round: jobs sharing a goodput
+        # table share the division too.
+        scaled: dict[tuple[int, int], np.ndarray] = {}
+        rows = {id(linear): 0}  # each distinct speedup table's row in ``distinct``
+        distinct = [linear]
+        index: list[int] = []
+        cached = self._tables.get
+        for job, cap in zip(jobs, np.maximum(max_replicas, fair_r).tolist(), strict=True):
+            model = job.model
+            if model is None:
+                index.append(0)
+                continue
+            entry = cached(job.name)
+            if (entry is None or entry.checked is not model or entry.replicas < cap
+                    or entry.table.shape[0] <= n_max):
+                entry = self._entry(job, model, n_max, cap)
+            width = min(r_max, cap) + 1
+            shape = (n_max, width, fair_r, r_max)
+            speedup = entry.speedup
+            if speedup is None or entry.shape != shape:
+                key = (id(entry.table), width)
+                speedup = scaled.get(key)
+                if speedup is None:
+                    speedup = scaled[key] = _speedup(entry.table, n_max, width, fair_r, linear)
+                entry.speedup, entry.shape = speedup, shape
+            row = rows.get(id(speedup))
+            if row is None:
+                row = rows[id(speedup)] = len(distinct)
+                distinct.append(speedup)
+            index.append(row)
+        # Each distinct table copied once, then gathered by job.
+        stacked = np.concatenate(distinct).reshape(len(distinct), n_max + 1, r_max + 1)
+        return np.take(stacked, np.array(index, dtype=np.int64), axis=0)
+
+
+def _speedup(goodput: np.ndarray, n_max: int, width: int, fair_r: int,
+             linear: np.ndarray) -> np.ndarray:
+    """The speedup table ``(n_max + 1, Rmax + 1)`` of a goodput table: its first ``width`` GPU
+    counts over its goodput on ``fair_r`` GPUs on one node (``linear`` where that is not
+    positive), 0 beyond; read-only."""
+    speedup = np.zeros_like(linear)
+    base = goodput[1, fair_r]
+    speedup[:, :width] = (goodput[: n_max + 1, :width] / base if base > 0
+                          else linear[:, :width])
+    speedup.flags.writeable = False
+    return speedup
+
