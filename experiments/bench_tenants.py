@@ -22,8 +22,9 @@ them: least attained service).
     python experiments/bench_tenants.py [--jobs 200] [--seeds 0 1 2] [--json]
 
 Pollux world (``--pollux-world WORKLOAD``, e.g. ``workload-1``): Pollux against ``pollux_tenants``
-(Pollux's fitness as a weighted power mean over tenants), and the Pollux world's FIFO and Tiresias
-(``--policies``; ASTRAEA is no policy of the Pollux world), on a shipped Pollux workload whose jobs
+(Pollux's fitness as a weighted power mean over tenants), and FIFO, Tiresias and ASTRAEA
+(``--policies``; ASTRAEA runs here through the simulator although the Pollux world's command line
+does not list it: its jobs keep the GPUs they requested), on a shipped Pollux workload whose jobs
 are split into a ``large`` tenant (the long, well-scaling imagenet, deepspeech2, bert and yolov3
 jobs) and a ``small`` one (cifar10 and ncf), of weights ``--large-weight`` and 1, on Pollux's 16
 nodes of 4 T4s, no quotas. Each run's per-tenant report is the table world's
@@ -59,7 +60,7 @@ POLICIES = ("astraea", "fifo", "fifo+quota", "tiresias", "tiresias+quota",
             "finish_time_fairness", "finish_time_fairness@oracle", "gandiva_fair",
             "gandiva_fair_tenant", "themis", "sia", "sia:tenant_weights")
 #: The policies of the Pollux-world part (default: the first two).
-POLLUX_POLICIES = ("pollux", "pollux_tenants", "fifo", "tiresias")
+POLLUX_POLICIES = ("pollux", "pollux_tenants", "fifo", "tiresias", "astraea")
 #: Per-run figures of the Pollux-world part.
 POLLUX_METRICS = ("avg_jct_h", "p99_jct_h", "large_avg_jct_h", "small_avg_jct_h", "ltgf_spread",
                   "ltgf_min", "weight_share", "large_share_both_active",
@@ -153,6 +154,8 @@ def pollux_world(workload: str, large_weight: float, policies: list[str], seeds:
                 **{k: float(result.summary[k]) for k in POLLUX_METRICS if k in result.summary},
                 "finished": float(result.summary["finished"]),
                 "cpu_s": time.process_time() - start})
+            print(f"{name} seed {seed}: " + json.dumps(out[name][-1]), file=sys.stderr,
+                  flush=True)  # each run as it ends (a long benchmark's progress)
     return out
 
 
