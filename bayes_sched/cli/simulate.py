@@ -581,6 +581,12 @@ def _simulate(args: argparse.Namespace) -> int:
             write_type_utilization(utilization_series(r), args.plot,
                                    f"{r.policy}_{r.workload}_seed{r.seed}",
                                    f"{r.policy} on {r.workload}")
+            if r.tenants is not None:  # a cluster with [[tenants]]
+                from bayes_sched.sim.tenant_plots import write_tenant_plots
+
+                write_tenant_plots(r.tenants, args.plot,
+                                   f"tenants_{r.policy}_{r.workload}_seed{r.seed}",
+                                   f"{r.policy} on {r.workload}: tenants")
     return report_unfinished(results)
 
 

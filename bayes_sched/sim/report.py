@@ -12,7 +12,7 @@
   the seed in the name when the runs have several);
 * ``avg_jct.png`` (mean avg JCT per policy and workload, error bars: the interval over seeds),
   ``jct_cdf.png`` (JCT CDF per policy) and ``utilization.png`` (utilisation over time, first seed);
-* on a cluster with ``[[tenants]]`` (table worlds), ``tenants/<policy>__<workload>[__seed<S>]``
+* on a cluster with ``[[tenants]]`` (every world), ``tenants/<policy>__<workload>[__seed<S>]``
   ``.png`` / ``.csv`` / ``_tenants.csv``: per tenant, GPU-time share vs quota and LTGF over
   time, slowdown and starved jobs (:mod:`bayes_sched.sim.tenant_plots`), and a "Tenants"
   section with every run's per-tenant table;

@@ -51,7 +51,7 @@ class RunResult:
         config: the Pollux world's :class:`~bayes_sched.sim.simulator.SimConfig` (``None`` in
             the table worlds).
         tenants: the per-tenant report of a run on a cluster with ``[[tenants]]``
-            (:class:`~bayes_sched.sim.tenant_metrics.TenantReport`; the table worlds), else
+            (:class:`~bayes_sched.sim.tenant_metrics.TenantReport`; every world), else
             ``None``.
     """
 

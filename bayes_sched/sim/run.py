@@ -19,8 +19,10 @@ from bayes_sched.sim.metrics import job_table, summarize, timeline_dataset
 from bayes_sched.sim.physics import GPU_TYPE
 from bayes_sched.sim.result import RunResult
 from bayes_sched.sim.simulator import SimConfig, SimulatedCluster
+from bayes_sched.sim.tenant_metrics import pollux_tenant_report
 from bayes_sched.sim.typed_profiles import TypeProfiles
 from bayes_sched.sim.workload import Workload, read_workload
+from bayes_sched.tenants import check_job_tenants
 from perfmodel.throughput import single_thread
 
 
@@ -54,8 +56,13 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
             default the policy's defaults; or estimators already made); ``config.seed`` goes
             to those that take a seed. This world supplies no oracle.
 
+    On a cluster with ``[[tenants]]`` the result carries the per-tenant report
+    (:func:`~bayes_sched.sim.tenant_metrics.pollux_tenant_report`) and its summary the report's
+    figures (``ltgf_spread``, ...).
+
     Raises:
-        InputError: a bad choice of estimators (one line).
+        InputError: a bad choice of estimators, or (on a cluster with ``[[tenants]]``) a job
+            whose tenant the cluster does not list (one line naming it and its row).
     """
     config = config or SimConfig()
     if not isinstance(workload, Workload):
@@ -64,6 +71,9 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         workload = workload.head(max_jobs)
     if isinstance(policy, str):
         policy = make_policy(policy)
+    if config.cluster.tenants:
+        check_job_tenants(workload.jobs, config.cluster.tenants, workload.source or None,
+                          first_row=2)
     chosen = policy_estimators(policy, estimators, None, config.seed)
     start = time.perf_counter()
     cluster = SimulatedCluster(workload, config, policy.job_settings)
@@ -81,9 +91,14 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
         jobs = job_table(cluster)
     timeline = timeline_dataset(cluster)
     timeline.attrs.update(workload=workload.name, policy=policy.name)
+    summary = summarize(jobs, timeline)
+    tenants = (pollux_tenant_report(config.cluster, workload.jobs, jobs, timeline)
+               if config.cluster.tenants else None)
+    if tenants is not None:
+        summary.update(tenants.summary)
     return RunResult(
         world="pollux", workload=workload.name, policy=policy.name, spec=config.cluster,
-        jobs=jobs, timeline=timeline, summary=summarize(jobs, timeline),
+        jobs=jobs, timeline=timeline, summary=summary,
         decision_seconds=np.array(stats.decision_seconds),
         decision_jobs=np.array(stats.decision_jobs),
         estimate_seconds=np.array(stats.estimate_seconds), rejected=stats.rejected,
@@ -94,5 +109,5 @@ def run_simulation(workload: Workload | str | Path, policy: Policy | str,
                  "hidden": "none" if config.hidden is None else config.hidden.name,
                  **profile_setting(config.cluster, config.profiles,
                                    [job.application for job in workload.jobs])},
-        config=config,
+        config=config, tenants=tenants,
     )

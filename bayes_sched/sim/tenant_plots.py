@@ -30,7 +30,7 @@ from bayes_sched.sim.tenant_metrics import TenantReport
 
 #: The per-tenant columns a report shows (of :attr:`TenantReport.tenants`).
 TENANT_COLUMNS = ("tenant", "jobs", "finished", "gpu_hours", "share", "quota_fraction",
-                  "share_over_quota", "quota_satisfaction", "ltgf", "avg_jct_h", "ftf",
+                  "share_over_quota", "quota_satisfaction", "contended_share", "ltgf", "avg_jct_h", "ftf",
                   "slowdown", "starved")
 
 
@@ -116,8 +116,10 @@ def tenant_sections(results: Sequence[RunResult], out_dir: str | Path, folder: s
     text = ("Per tenant (runs on a cluster with [[tenants]]): share is the tenant's part of all "
             "GPU-time received and quota_fraction its entitlement's part of the cluster; "
             "quota_satisfaction its GPU-time over what its quota alone would have given it "
-            "(above 1: it borrowed); ltgf its long-term GPU-time fairness (GPU-time over its "
-            "fair share of the rounds it had jobs in; 1 is fair); slowdown the mean bounded "
+            "(above 1: it borrowed); contended_share its part of the GPU-time received while "
+            "every tenant with jobs had jobs waiting or running; ltgf its long-term GPU-time "
+            "fairness (GPU-time over its fair share of the rounds it had jobs in; 1 is fair); "
+            "slowdown the mean bounded "
             "(pending + running) / running of its finished jobs; starved its jobs that waited "
             f"over a day. Plotted over time in `{folder + '/' if folder else ''}*.png`, the "
             "numbers beside each in `*.csv`.")
