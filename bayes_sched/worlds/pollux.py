@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 #: Metis's per-job BO; pollux_tenants is Pollux with a fitness weighing tenants.
 POLLUX_WORLD_POLICIES: tuple[str, ...] = ("pollux", "tiresias", "optimus", "fifo", "bo",
                                           "sia_adaptive", "harmony", "banerjee", "metis",
-                                          "pollux_tenants")
+                                          "pollux_tenants", "astraea")
 
 
 @dataclass(frozen=True)
