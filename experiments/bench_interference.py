@@ -180,9 +180,10 @@ def with_family(features: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([features, onehot], axis=1)
 
 
-def settings_of(observations: pd.DataFrame, names: list[str], folds: int
-                ) -> dict[str, list[tuple[str, np.ndarray]]]:
-    """Test masks per setting name (see the module docstring)."""
+def settings_of(observations: pd.DataFrame, names: list[str], folds: int,
+                only: list[str] | None = None) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """Test masks per setting name (see the module docstring); with ``only``, the
+    leave-one-group-out settings keep just the folds whose held-out group is listed."""
     groups = {"type": job_type_of, "model": family_of, "gpu": gpu_of, "batch": batch_size_of}
     settings: dict[str, list[tuple[str, np.ndarray]]] = {}
     for name in names:
@@ -193,7 +194,7 @@ def settings_of(observations: pd.DataFrame, names: list[str], folds: int
             label = {"gpu": "GPU type", "batch": "batch size"}.get(name, name)
             settings[f"leave one {label} out"] = [
                 (group, mask) for group, mask in leave_one_group_out(observations, groups[name])
-                if group != ""]
+                if group != "" and (only is None or group in only)]
     return settings
 
 
@@ -296,6 +297,9 @@ def main() -> int:
     parser.add_argument("--batch-features", nargs="+", default=[DEFAULT_BATCH_FEATURE],
                         choices=BATCH_FEATURES, help="how the batch size enters the solo "
                         f"features; several run side by side (default {DEFAULT_BATCH_FEATURE})")
+    parser.add_argument("--groups", nargs="+", default=None, help="leave-one-group-out "
+                        "settings run only these held-out groups (e.g. --settings batch "
+                        "--groups 16 32: a long setting in pieces; default every group)")
     add_record_flag(parser)
     args = parser.parse_args()
     # Two threads on a shared two-core machine thrash: one is several times faster per fit.
@@ -305,7 +309,7 @@ def main() -> int:
     observations = colocation_observations(load_gavel_pairs())
     features = {b: load_gavel_solo_features(batch_feature=b)
                 for b in dict.fromkeys(args.batch_features)}
-    settings = settings_of(observations, args.settings, args.folds)
+    settings = settings_of(observations, args.settings, args.folds, args.groups)
     rows = []
     for setting, folds in settings.items():
         started = time.perf_counter()
