@@ -71,6 +71,7 @@ def load_gavel_pairs(data_dir: Path = GAVEL_DIR) -> pd.DataFrame:
 #: (Recommendation's 512-8192 against at most 256 elsewhere) is not an extrapolation; ``"both"``,
 #: the two columns side by side.
 BATCH_FEATURES: tuple[str, ...] = ("absolute", "family-relative", "both")
+#: The batch feature of the loader and the benchmark when none is named.
 DEFAULT_BATCH_FEATURE = "absolute"
 
 
