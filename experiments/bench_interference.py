@@ -20,6 +20,12 @@ the same solo features (of the target job and of its neighbour):
   :class:`bayes_sched.interference.gp_censored.CensoredColocationGP`, which reads a recorded
   speed of 1 as "at least 1" (a censored observation) instead of an exact 1.
 
+The batch size reaches every method as ``--batch-features`` says (several run side by side on
+the same folds, one row per feature choice and method): ``absolute``, the log batch size;
+``family-relative``, the log batch size minus the job family's median over its solo runs (a
+held-out family's value comes from its own solo runs); ``both``
+(:data:`~bayes_sched.interference.gavel.BATCH_FEATURES`).
+
 Prints MAE of normalised speed, 90%-interval coverage and mean interval width per setting and
 method (and, on stderr as each fold ends, its held-out group and each method's MAE on it), the
 MAE against the best tree ensemble's, and the coverage on the rows faster than alone
@@ -30,7 +36,8 @@ artifact records them (:data:`~bayes_sched.interference.gavel.RECORDED_SPEED_CAP
 default methods leave out ``bayes (this)``, whose SVI fit takes about two minutes of CPU per fold
 (``--methods`` adds it).
 Run: ``python experiments/bench_interference.py [--folds 5] [--steps 2000] [--settings random
-model gpu batch type] [--methods gp "random forest"] [--json]``.
+model gpu batch type] [--methods gp "random forest"] [--batch-features absolute
+family-relative] [--json]``.
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ from bayes_sched.interference import (  # noqa: E402
     pair_folds,
 )
 from bayes_sched.interference.gavel import (  # noqa: E402
+    BATCH_FEATURES,
+    DEFAULT_BATCH_FEATURE,
     RECORDED_SPEED_CAP,
     batch_size_of,
     family_of,
@@ -171,9 +180,10 @@ def with_family(features: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([features, onehot], axis=1)
 
 
-def settings_of(observations: pd.DataFrame, names: list[str], folds: int
-                ) -> dict[str, list[tuple[str, np.ndarray]]]:
-    """Test masks per setting name (see the module docstring)."""
+def settings_of(observations: pd.DataFrame, names: list[str], folds: int,
+                only: list[str] | None = None) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """Test masks per setting name (see the module docstring); with ``only``, the
+    leave-one-group-out settings keep just the folds whose held-out group is listed."""
     groups = {"type": job_type_of, "model": family_of, "gpu": gpu_of, "batch": batch_size_of}
     settings: dict[str, list[tuple[str, np.ndarray]]] = {}
     for name in names:
@@ -184,7 +194,7 @@ def settings_of(observations: pd.DataFrame, names: list[str], folds: int
             label = {"gpu": "GPU type", "batch": "batch size"}.get(name, name)
             settings[f"leave one {label} out"] = [
                 (group, mask) for group, mask in leave_one_group_out(observations, groups[name])
-                if group != ""]
+                if group != "" and (only is None or group in only)]
     return settings
 
 
@@ -211,16 +221,17 @@ def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame
             for name, result in results.items()}
 
 
-def summarise(setting: str, collected: dict[str, list]) -> list[dict]:
+def summarise(setting: str, batch_feature: str, collected: dict[str, list]) -> list[dict]:
     """One row per method of a setting from its folds' (prediction, low, high, seconds,
-    observed), with the MAE against the best tree ensemble's."""
+    observed), with the MAE against the best tree ensemble's on the same features."""
     rows: list[dict[str, Any]] = []
     for name, parts in collected.items():
         prediction, low, high, _, observed = (
             np.concatenate([np.atleast_1d(v) for v in p]) for p in zip(*parts, strict=True))
         unslowed, faster = observed >= 1.0, observed > 1.0
         rows.append({
-            "setting": setting, "method": name, "folds": len(parts), "n": len(observed),
+            "setting": setting, "batch_feature": batch_feature, "method": name,
+            "folds": len(parts), "n": len(observed),
             "mae": mean_absolute_error(prediction, observed),
             "coverage_90": interval_coverage(low, high, observed),
             "width_90": float(np.mean(high - low)),
@@ -240,6 +251,39 @@ def summarise(setting: str, collected: dict[str, list]) -> list[dict]:
     return rows
 
 
+def against_any_tree(rows: list[dict]) -> None:
+    """Add ``mae_vs_any_tree``: each row's MAE against the best tree ensemble's of its setting
+    over every batch feature run (the strictest reference)."""
+    for row in rows:
+        trees = [r["mae"] for r in rows
+                 if r["setting"] == row["setting"] and r["method"] in TREES]
+        row["mae_vs_any_tree"] = row["mae"] / min(trees) if trees else float("nan")
+
+
+def run_setting(setting: str, folds: list[tuple[str, np.ndarray]],
+                observations: pd.DataFrame, features: dict[str, pd.DataFrame],
+                args: argparse.Namespace) -> list[dict]:
+    """Every method on every fold of one setting, once per batch feature in ``features``
+    (fold progress on stderr); its summary rows."""
+    collected: dict[str, dict[str, list]] = {b: {} for b in features}
+    for i, (group, test_mask) in enumerate(folds):
+        train, test = observations[~test_mask], observations[test_mask]
+        for batch_feature, table in features.items():
+            results = fold_results(train, test, table, tuple(args.methods), args.steps)
+            if results is None:
+                print(f"{setting} ({batch_feature}): fold {i + 1}: the Bayesian fit did not "
+                      "converge; fold left out for every method", file=sys.stderr)
+                continue
+            for name, result in results.items():
+                collected[batch_feature].setdefault(name, []).append(
+                    (*result, test["speed"].to_numpy()))
+            maes = ", ".join(f"{name} {mean_absolute_error(r[0], test['speed']):.4f}"
+                             for name, r in results.items())
+            print(f"{setting} ({batch_feature}): fold {i + 1}/{len(folds)} ({group}, "
+                  f"{len(test)} rows) done; MAE {maes}", file=sys.stderr)
+    return [row for b, parts in collected.items() for row in summarise(setting, b, parts)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folds", type=int, default=5, help="random folds (default 5)")
@@ -250,6 +294,12 @@ def main() -> int:
                         help="splits to run (default random model gpu batch)")
     parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS,
                         help="methods to run (default all but 'bayes (this)')")
+    parser.add_argument("--batch-features", nargs="+", default=[DEFAULT_BATCH_FEATURE],
+                        choices=BATCH_FEATURES, help="how the batch size enters the solo "
+                        f"features; several run side by side (default {DEFAULT_BATCH_FEATURE})")
+    parser.add_argument("--groups", nargs="+", default=None, help="leave-one-group-out "
+                        "settings run only these held-out groups (e.g. --settings batch "
+                        "--groups 16 32: a long setting in pieces; default every group)")
     add_record_flag(parser)
     args = parser.parse_args()
     # Two threads on a shared two-core machine thrash: one is several times faster per fit.
@@ -257,30 +307,18 @@ def main() -> int:
     cpu_started = time.process_time()
 
     observations = colocation_observations(load_gavel_pairs())
-    features = load_gavel_solo_features()
-    settings = settings_of(observations, args.settings, args.folds)
+    features = {b: load_gavel_solo_features(batch_feature=b)
+                for b in dict.fromkeys(args.batch_features)}
+    settings = settings_of(observations, args.settings, args.folds, args.groups)
     rows = []
     for setting, folds in settings.items():
-        collected: dict[str, list] = {}
         started = time.perf_counter()
-        for i, (group, test_mask) in enumerate(folds):
-            train, test = observations[~test_mask], observations[test_mask]
-            results = fold_results(train, test, features, tuple(args.methods), args.steps)
-            if results is None:
-                print(f"{setting}: fold {i + 1}: the Bayesian fit did not converge; fold left "
-                      "out for every method", file=sys.stderr)
-                continue
-            for name, result in results.items():
-                collected.setdefault(name, []).append((*result, test["speed"].to_numpy()))
-            maes = ", ".join(f"{name} {mean_absolute_error(r[0], test['speed']):.4f}"
-                             for name, r in results.items())
-            print(f"{setting}: fold {i + 1}/{len(folds)} ({group}, {len(test)} rows) done; "
-                  f"MAE {maes}", file=sys.stderr)
-        done = summarise(setting, collected)
+        done = run_setting(setting, folds, observations, features, args)
         rows += done
         print(pd.DataFrame(done).to_string(index=False, float_format=lambda v: f"{v:.4f}"),
               file=sys.stderr)
         print(f"{setting}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    against_any_tree(rows)
     print(f"CPU time {time.process_time() - cpu_started:.0f} s; load average "
           f"{Path('/proc/loadavg').read_text().split()[:3]}", file=sys.stderr)
     if args.json:

@@ -64,15 +64,53 @@ def load_gavel_pairs(data_dir: Path = GAVEL_DIR) -> pd.DataFrame:
     )
 
 
-def load_gavel_solo_features(data_dir: Path = GAVEL_DIR) -> pd.DataFrame:
-    """Per-job features measured alone, indexed by job name.
+#: How a job's batch size enters its solo features (:func:`load_gavel_solo_features`):
+#: ``"absolute"``, its log batch size (``log_batch_size``); ``"family-relative"``, its log batch
+#: size minus its family's median log batch size over the family's solo runs
+#: (``log_batch_vs_family``), so that a family whose batch sizes lie outside every other family's
+#: (Recommendation's 512-8192 against at most 256 elsewhere) is not an extrapolation; ``"both"``,
+#: the two columns side by side.
+BATCH_FEATURES: tuple[str, ...] = ("absolute", "family-relative", "both")
+#: The batch feature of the loader and the benchmark when none is named.
+DEFAULT_BATCH_FEATURE = "absolute"
+
+
+def family_relative_log_batch(job_types: list[str]) -> dict[str, float]:
+    """Job type -> its log batch size minus the median log batch size of its family's job types
+    (0 for a type without a batch size).
+
+    ``job_types`` are the types measured alone (the solo runs): the centre of a family comes from
+    its own solo runs only, never from co-location measurements or other families, so a family
+    held out of every co-location row still gets its value.
+    """
+    logs: dict[str, float] = {}
+    families: dict[str, list[float]] = {}
+    for job_type in job_types:
+        match = _BATCH_SIZE.search(job_type)
+        if match:
+            logs[job_type] = float(np.log(float(match.group(1))))
+            families.setdefault(job_type.split(" (", 1)[0], []).append(logs[job_type])
+    return {
+        t: logs[t] - float(np.median(families[t.split(" (", 1)[0]])) if t in logs else 0.0
+        for t in job_types
+    }
+
+
+def load_gavel_solo_features(
+    data_dir: Path = GAVEL_DIR, batch_feature: str = DEFAULT_BATCH_FEATURE
+) -> pd.DataFrame:
+    """Per-job features measured alone, indexed by job name (read from the solo throughputs
+    only, ``isolated_throughputs.csv``).
 
     Columns (all from single-GPU throughputs in steps/s, natural logs):
     ``log_steps_per_s`` on the job's own GPU; ``log_k80_over_v100`` and ``log_p100_over_v100``, how
-    much
-    faster the job runs on a V100 (compute-bound jobs gain most); ``log_batch_size`` (0 where the
-    type has no batch size); ``on_k80``, ``on_p100`` (0/1, the GPU the job runs on).
+    much faster the job runs on a V100 (compute-bound jobs gain most); the batch size as
+    ``batch_feature`` says (one of :data:`BATCH_FEATURES`): ``log_batch_size`` and/or
+    ``log_batch_vs_family`` (:func:`family_relative_log_batch`), 0 where the type has no batch
+    size; ``on_k80``, ``on_p100`` (0/1, the GPU the job runs on).
     """
+    if batch_feature not in BATCH_FEATURES:
+        raise ValueError(f"batch_feature={batch_feature!r}; expected one of {BATCH_FEATURES}")
     iso = pd.read_csv(data_dir / "isolated_throughputs.csv")
     iso = iso[
         (iso["file"] == "simulation_throughputs.json")
@@ -81,17 +119,23 @@ def load_gavel_solo_features(data_dir: Path = GAVEL_DIR) -> pd.DataFrame:
     ]
     table = iso.pivot_table(index="job_type", columns="worker_type", values="steps_per_sec")
     log_tput = np.log(table[list(GPU_TYPES)])
+    relative = family_relative_log_batch([str(t) for t in log_tput.index])
     rows = []
     for gpu in GPU_TYPES:
         for job_type, logs in log_tput.iterrows():
             match = _BATCH_SIZE.search(str(job_type))
+            batch: dict[str, float] = {}
+            if batch_feature != "family-relative":
+                batch["log_batch_size"] = np.log(float(match.group(1))) if match else 0.0
+            if batch_feature != "absolute":
+                batch["log_batch_vs_family"] = relative[str(job_type)]
             rows.append(
                 {
                     "job": job_name(gpu, str(job_type)),
                     "log_steps_per_s": logs[gpu],
                     "log_k80_over_v100": logs["k80"] - logs["v100"],
                     "log_p100_over_v100": logs["p100"] - logs["v100"],
-                    "log_batch_size": np.log(float(match.group(1))) if match else 0.0,
+                    **batch,
                     "on_k80": float(gpu == "k80"),
                     "on_p100": float(gpu == "p100"),
                 }
