@@ -222,7 +222,9 @@ def test_events_and_logs_follow_what_is_appended(tmp_path: Path) -> None:
     for reader in readers:
         reader.start()
     try:
-        deadline = time.monotonic() + 60
+        # Each phase waits on its own deadline: the followers' start (two interpreters importing
+        # the package) may take most of a minute on a loaded 2-core machine.
+        deadline = time.monotonic() + 120
         while (len(received["events"]) < 1 or len(received["logs"]) < 1) and \
                 time.monotonic() < deadline:
             time.sleep(0.1)
@@ -232,6 +234,7 @@ def test_events_and_logs_follow_what_is_appended(tmp_path: Path) -> None:
             stream.write("and goodbye\n")
         second_log = replica_log_path(store.jobs_dir / "j", 1, 0)
         second_log.write_text("attempt 1 starts\n")
+        deadline = time.monotonic() + 60
         while (len(received["events"]) < 2 or len(received["logs"]) < 3) and \
                 time.monotonic() < deadline:
             time.sleep(0.1)

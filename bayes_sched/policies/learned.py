@@ -146,7 +146,7 @@ def check_fits(blob: dict[str, Any], builder: RoundBuilder, path: str | Path,
         raise InputError(f"{path}: weights for {blob['obs_size']} observations and "
                          f"{blob['num_actions']} actions; this cluster ({', '.join(types)}) gives "
                          f"{size} and {builder.num_actions}: expected weights trained for its "
-                         "GPU types and modes")
+                         "GPU types, GPUs per node and modes")
 
 
 def state_features(state: str, counters: Any, num_nodes: int,
