@@ -242,8 +242,10 @@ def test_events_and_logs_follow_what_is_appended(tmp_path: Path) -> None:
         for process in followers.values():
             process.terminate()
             process.wait(timeout=30)
+    said = {name: process.stderr.read() if process.stderr else "" for name, process
+            in followers.items()}
     assert [line.split(" UTC ", 1)[1] for line in received["events"]] == [
-        "job j started: first", "job j grown: second"]
+        "job j started: first", "job j grown: second"], said
     assert received["logs"] == ["attempt 0 says hello", "and goodbye", "attempt 1 starts"]
 
 
