@@ -198,7 +198,6 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
         return chosen
     chosen = np.full(num_jobs, -1, dtype=np.int64)
     useful = np.flatnonzero(utility > 0)
-    import cvxpy as cp
 
     if solver == "HIGHS":
         values = _solve_highs(assignment_highs_data(utility[useful], configs.job[useful],
@@ -213,15 +212,7 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
     problem, x = assignment_problem(utility[useful], configs.job[useful],
                                     configs.gpu_type[useful], configs.num_gpus[useful],
                                     capacities, num_jobs)
-    try:
-        with quiet_stdout():
-            problem.solve(solver=solver, **dict(options or {}))
-    except cp.error.SolverError as error:
-        LOG.warning("sia: solver %s failed: %s", solver, error)
-        return None
-    if x.value is None or problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE,
-                                                 cp.USER_LIMIT):
-        LOG.warning("sia: solver %s status %s", solver, problem.status)
+    if not _solved(problem, x, solver, options):
         return None
     picked = useful[np.round(x.value) > 0.5]
     chosen[configs.job[picked]] = picked
@@ -303,6 +294,24 @@ def tenant_assignment(utility: np.ndarray, normalized: np.ndarray, configs: Conf
     return chosen
 
 
+def _solved(problem: Any, x: Any, solver: str, options: Mapping[str, object] | None) -> bool:
+    """Solve the cvxpy ``problem`` with ``solver``; whether ``x`` has a usable value (optimal,
+    inaccurate-optimal or stopped at a limit), a failure logged otherwise."""
+    import cvxpy as cp
+
+    try:
+        with quiet_stdout():
+            problem.solve(solver=solver, **dict(options or {}))
+    except cp.error.SolverError as error:
+        LOG.warning("sia: solver %s failed: %s", solver, error)
+        return False
+    if x.value is None or problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE,
+                                                 cp.USER_LIMIT):
+        LOG.warning("sia: solver %s status %s", solver, problem.status)
+        return False
+    return True
+
+
 def _solve_cvxpy_data(data: Mapping[str, Any], solver: str,
                       options: Mapping[str, object] | None) -> np.ndarray | None:
     """The columns' values of a program in :func:`assignment_highs_data`'s layout (its boolean
@@ -313,15 +322,7 @@ def _solve_cvxpy_data(data: Mapping[str, Any], solver: str,
     t = cp.Variable(len(data["c"]) - len(data["bool_vars_idx"]), nonneg=True)
     z = cp.hstack([x, t])
     problem = cp.Problem(cp.Minimize(data["c"] @ z), [data["A"] @ z <= data["b"]])
-    try:
-        with quiet_stdout():
-            problem.solve(solver=solver, **dict(options or {}))
-    except cp.error.SolverError as error:
-        LOG.warning("sia: solver %s failed: %s", solver, error)
-        return None
-    if x.value is None or problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE,
-                                                 cp.USER_LIMIT):
-        LOG.warning("sia: solver %s status %s", solver, problem.status)
+    if not _solved(problem, x, solver, options):
         return None
     return np.concatenate([x.value, t.value])
 
