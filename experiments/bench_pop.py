@@ -17,6 +17,9 @@ Parts (``--parts``):
   columns ``exact_base_cpu_s`` and ``pop_base_cpu_s``, and ``speedup``: base over default
   POP), so a change and its baseline are timed in one run (e.g. ``horizon_solver=CLARABEL``:
   packed min total duration's shortest horizon by CLARABEL, as before HiGHS took it).
+  ``--profile N``: POP's decision (the ``pop`` column) runs under cProfile and its ``N``
+  functions of most own CPU time are printed to stderr (where the decision's time goes: the
+  solvers' calls, the programs' construction, the round mechanism).
 * ``gap``: ``--snapshots`` states (default 20) per policy on ``--gap-gpus`` GPUs: snapshot ``s``
   is the generator's first ``--gap-load`` x GPUs jobs of seed ``s``, each with a random age
   (0-2 h: a fresh policy has no isolated time to set against a long age) and a random fraction
@@ -37,6 +40,8 @@ CPU seconds (``time.process_time``) are the figures, not wall time; one BLAS thr
     python experiments/bench_pop.py --parts decision --sizes 256 512 1024 2048
     python experiments/bench_pop.py --parts decision --sizes 2048 --policies \
         min_total_duration_packed --baseline-opt horizon_solver=CLARABEL
+    python experiments/bench_pop.py --parts decision --sizes 2048 --policies \
+        finish_time_fairness_packed min_total_duration_packed --exact-max-gpus 0 --profile 12
     python experiments/bench_pop.py --parts gap --snapshots 20 --gap-gpus 512 --gap-partitions 4
     python experiments/bench_pop.py --parts jct --jct-window 200 230 --jct-seeds 0 1 2 \
         --jct-partitions 4 --json
@@ -47,7 +52,9 @@ Measured figures (each run's command, commit, date and load): docs/results/bench
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -120,7 +127,7 @@ def baseline_options(name: str, baseline: Sequence[str]) -> dict[str, Any] | Non
 
 
 def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str | int,
-                  exact_max_gpus: int, baseline: Sequence[str] = ()
+                  exact_max_gpus: int, baseline: Sequence[str] = (), profile: int = 0
                   ) -> list[dict[str, object]]:
     from bayes_sched.sim.oracles import oracle_estimates
     from bayes_sched.throughputs import load_gavel_throughputs
@@ -150,9 +157,18 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
                     continue
                 policy: Any = make_policy(name, partitions=setting, **options)
                 solves = timed(policy)
+                profiler = cProfile.Profile() if profile and label == "pop" else None
                 start = time.process_time()
+                if profiler is not None:
+                    profiler.enable()
                 policy.decide(state, views, TABLE_ESTIMATES)
                 row[f"{label}_cpu_s"] = round(time.process_time() - start, 3)
+                if profiler is not None:
+                    profiler.disable()
+                    print(f"--- {name}, {gpus} GPUs, POP: the {profile} functions of most own "
+                          "CPU time", file=sys.stderr)
+                    pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(
+                        profile)
                 if label == "pop":
                     row["k"] = policy.partitioner.last_count
                     # POP's own measure (its harness: the split, then the longest of the
@@ -401,6 +417,9 @@ def main() -> None:
     parser.add_argument("--baseline-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="decision part: each policy taking the option decides again "
                              "with it (the baseline of a change), exact and POP")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="decision part: print POP's decision's N functions of most own "
+                             "CPU time (cProfile) to stderr")
     parser.add_argument("--snapshots", type=int, default=20)
     parser.add_argument("--gap-gpus", type=int, default=512)
     parser.add_argument("--gap-partitions", type=int, default=4)
@@ -415,6 +434,8 @@ def main() -> None:
     args = parser.parse_args()
     if not all(0 < g <= 16384 for g in args.sizes) or not 0 < args.gap_gpus <= 16384:
         parser.error("--sizes/--gap-gpus: expected GPUs in 1..16384")
+    if not 0 <= args.profile <= 1000:
+        parser.error("--profile: expected a number of functions in 0..1000")
     if not 1 <= args.snapshots <= 1000 or not 1 <= args.gap_partitions <= 512 \
             or not 1 <= args.jct_partitions <= 512:
         parser.error("--snapshots 1..1000, --gap-partitions and --jct-partitions 1..512")
@@ -439,7 +460,8 @@ def main() -> None:
     out: dict[str, list[dict[str, object]]] = {}
     parts: dict[str, Callable[[], list[dict[str, object]]]] = {
         "decision": lambda: decision_rows(args.policies, args.sizes, partitions,
-                                          args.exact_max_gpus, args.baseline_opt),
+                                          args.exact_max_gpus, args.baseline_opt,
+                                          args.profile),
         "gap": lambda: [row for load in args.gap_load for row in gap_rows(
             args.policies, args.gap_gpus, args.snapshots, args.gap_partitions, load)],
         "jct": lambda: jct_rows(args.policies, (args.jct_window[0], args.jct_window[1]),
