@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # The numba loops, compiled into their on-disk cache while the checks below run (a minute of
 # CPU after an install or a change to their source, a few seconds otherwise), so that the test
 # workers load them instead of each compiling them at once.
-.venv/bin/python -m bayes_sched.mechanisms.genetic_allocation.precompile &
+.venv/bin/python -m bayes_sched.precompile &
 precompile=$!
 .venv/bin/ruff check .
 .venv/bin/mypy
