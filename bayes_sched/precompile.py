@@ -6,9 +6,9 @@ loop (:mod:`bayes_sched.interference.pair_kernel`) are ``@njit(cache=True)``: co
 for the argument types of that call and kept on disk (next to their modules, or under
 ``NUMBA_CACHE_DIR``), where a later process loads them instead of compiling. Processes started at
 once from a cold cache (a test suite's parallel workers) would each compile them;
-``python -m bayes_sched.precompile`` (run by ``scripts/test.sh``
-before the tests) compiles them first, by running every path that reaches them on a tiny problem
-through the same calls the policies make, so the cached argument types are the policies':
+``python -m bayes_sched.precompile`` (run by ``scripts/test.sh`` before the tests) compiles them
+first, by running every path that reaches them on a tiny problem through the same calls the
+policies make, so the cached argument types are the policies':
 
 * the NSGA-II search run whole as one compiled kernel (``pollux``'s);
 * the step-by-step NSGA-II of a problem with its own fitness (``bo``'s): the compiled mating,

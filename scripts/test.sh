@@ -19,9 +19,5 @@ precompile=$!
 # warnings that --strict counts); the site goes to an ignored folder.
 NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir .site
 wait "$precompile"
-# Test files run in parallel (a file's fixtures are built once), one worker more than there are
-# cores, up to 4: many tests wait on the commands they start (serve's rounds, collectors), and
-# the extra worker computes meanwhile.
-workers=$(( $(nproc) + 1 ))
-[ "$workers" -le 4 ] || workers=4
-.venv/bin/python -m pytest -q -n "$workers" --dist loadfile --durations=15 "$@"
+# Test files run in parallel, one worker per core up to 4 (a file's fixtures are built once).
+.venv/bin/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --durations=15 "$@"
