@@ -49,14 +49,13 @@ def test_simulate_json_counts_are_integers(args: tuple[str, ...]) -> None:
 
 
 def test_every_fit_method_gives_the_same_top_level_keys() -> None:
+    # The SVI document of the same profile is held to the same keys by
+    # tests/test_cli_perfmodel.py::test_fit_throughput_posterior_json_carries_its_diagnostics
+    # (one Bayesian fit of cifar10 for both checks: it is the costly one).
     from bayes_sched.cli.fit import FIT_JSON_KEYS
 
     point = run_json("fit", "throughput", "cifar10", "--method", "point")
-    svi = run_json("fit", "throughput", "cifar10", "--method", "svi", "--no-fallback")
-    assert isinstance(point, dict) and isinstance(svi, dict)
-    assert tuple(point) == tuple(svi) == FIT_JSON_KEYS
+    assert isinstance(point, dict)
+    assert tuple(point) == FIT_JSON_KEYS
     assert point["interval_level"] is None and point["diagnostics"] is None
     assert point["seed"] is None and isinstance(point["objective"], float)
-    assert svi["objective"] is None and svi["interval_level"] == 0.9 and svi["seed"] == 0
-    # One name for the optimisation's steps.
-    assert svi["diagnostics"]["num_steps"] > 0 and "steps" not in svi["diagnostics"]

@@ -40,9 +40,14 @@ def test_fit_throughput_point_prints_json_parameters() -> None:
 def test_fit_throughput_posterior_json_carries_its_diagnostics() -> None:
     # --no-fallback: SVI's own diagnostics, without the NUTS run a k-hat above 0.7 starts
     # (tested on a small profile in test_fit_diagnostics.py).
-    result = run_cli("fit", "throughput", "cifar10", "--json", "--no-fallback")
+    from bayes_sched.cli.fit import FIT_JSON_KEYS
+
+    result = run_cli("fit", "throughput", "cifar10", "--method", "svi", "--json", "--no-fallback")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
+    # The point fit's keys, in the same order (tests/test_cli_json_shapes.py checks its own).
+    assert tuple(document) == FIT_JSON_KEYS
+    assert document["objective"] is None and document["seed"] == 0
     assert document["method"] == "svi" and document["interval_level"] == 0.9
     diagnostics = document["diagnostics"]
     assert isinstance(diagnostics["pareto_k"], float) and diagnostics["num_steps"] > 0

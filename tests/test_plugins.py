@@ -54,14 +54,15 @@ def test_the_plugin_policy_and_estimator_run_in_simulate_and_compare(site: Path,
     [row] = [r for r in json.loads(listed.stdout) if r["name"] == "fewest_epochs_left"]
     assert "(plugin: bayes-sched-example-plugin)" in row["summary"]
 
+    # A few jobs each: what is checked is that the plugin runs and is chosen, not how well.
     done = _run(site, "simulate", "--workload", "workload-1", "--policy", "fewest_epochs_left",
-                "--max-jobs", "6", "--no-progress", "--json", "--out", str(tmp_path / "sim"))
+                "--max-jobs", "3", "--no-progress", "--json", "--out", str(tmp_path / "sim"))
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)[0]["finished"] == 6
+    assert json.loads(done.stdout)[0]["finished"] == 3
 
     # The estimator the policy's defaults name was chosen outside it and served its decisions.
     probe = ("from bayes_sched.worlds import POLLUX\n"
-             "name, jobs = POLLUX.read_jobs('workload-1', max_jobs=6)\n"
+             "name, jobs = POLLUX.read_jobs('workload-1', max_jobs=3)\n"
              "r = POLLUX.run(jobs, POLLUX.make_policy('fewest_epochs_left'), name=name)\n"
              "import json; print(json.dumps([r.estimates_from, r.estimator_stats, "
              "r.policy_stats]))\n")
@@ -70,15 +71,15 @@ def test_the_plugin_policy_and_estimator_run_in_simulate_and_compare(site: Path,
     assert ran.returncode == 0, ran.stderr
     sources, estimator_stats, policy_stats = json.loads(ran.stdout)
     assert sources == {"remaining_work": "epochs_left"}
-    assert estimator_stats["epochs_left_rounds"] > 0 and policy_stats["started"] == 6
+    assert estimator_stats["epochs_left_rounds"] > 0 and policy_stats["started"] == 3
 
     done = _run(site, "compare", "--workloads", "workload-1", "--policies", "fewest_epochs_left",
-                "fifo", "--max-jobs", "4", "--processes", "1", "--no-progress",
+                "fifo", "--max-jobs", "2", "--processes", "1", "--no-progress",
                 "--out", str(tmp_path / "cmp"))
     assert done.returncode == 0, done.stderr
     summary = pd.read_csv(tmp_path / "cmp" / "summary.csv")
     assert sorted(summary["policy"]) == ["fewest_epochs_left", "fifo"]
-    assert (summary["finished"] == 4).all()
+    assert (summary["finished"] == 2).all()
 
 
 def test_the_plugin_policy_serves_a_real_job_on_the_local_backend(site: Path,

@@ -114,7 +114,9 @@ def test_svi_agrees_with_nuts_on_a_small_problem() -> None:
     small = synthetic_profile(TRUE_PARAMS, ALL_PLACEMENTS[:6], noise=0.05, seed=2)
     svi = fit_throughput_posterior(small, num_steps=400, num_samples=400, seed=0,
                                    fallback=False)
-    nuts = fit_throughput_posterior(small, method="nuts", num_steps=50, num_samples=50, seed=0)
+    # A short chain (NUTS's warm-up trees dominate the cost): its medians sit well within the
+    # bound below (0.26 and 0.10 of it), and twice the chain costs twice the CPU.
+    nuts = fit_throughput_posterior(small, method="nuts", num_steps=30, num_samples=30, seed=0)
     for name in ("alpha_c", "beta_c"):
         s, n = svi.samples[name], nuts.samples[name]
         assert abs(np.median(s) - np.median(n)) < 2 * n.std() + 1e-9, name
