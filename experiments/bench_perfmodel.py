@@ -61,6 +61,7 @@ from perfmodel.throughput_bayes.prior import StepTimePrior
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiments.results_record import add_record_flag, record_results  # noqa: E402
+from experiments.tables import print_rows  # noqa: E402
 
 # --- a re-implementation of Pollux's fit (adaptdl's goodput.fit_perf_params), for comparison --
 
@@ -334,19 +335,6 @@ def tuning_cost(model: str, num_allocations: int = 10_000, repeats: int = 5) -> 
     return {"model": model, "allocations": num_allocations,
             "tune_mean_ms": 1000 * float(np.median(times)),
             "tune_q10_32draws_ms": 1000 * risk_seconds}
-
-
-def print_rows(title: str, rows: list[dict], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps({"table": title, "rows": rows}, default=float))
-        return
-    print(f"\n{title}")
-    columns = list(rows[0])
-    widths = [max(len(c), 10) for c in columns]
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in rows:
-        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row.values()]
-        print("  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
 
 
 def main() -> None:
