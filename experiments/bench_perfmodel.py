@@ -22,7 +22,8 @@ Prints three tables:
    five models (:meth:`StepTimePrior.with_fleet_noise`), ``cold-physics-robust`` that with the
    fleet's ``gamma`` by median and MAD (``from_population(robust_gamma=True)``), and
    ``cold-physics-unfloored`` that with the slowdowns' spread as measured on the five, without
-   :meth:`LinkSlowdown.from_fleet`'s floor;
+   :meth:`LinkSlowdown.from_fleet`'s floor: :func:`perfmodel.sync_prior.fleet_physics_prior`,
+   the cold-start prior for a cluster where other jobs were fitted;
 3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
 Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]
@@ -53,7 +54,7 @@ from perfmodel.datasets import POLLUX_MODELS, POLLUX_PARAMETERS
 from perfmodel.efficiency import EfficiencyModel
 from perfmodel.goodput import GoodputModel
 from perfmodel.profiles import StepTimeProfile, load_pollux_gradients, load_pollux_profile
-from perfmodel.sync_prior import LinkSlowdown, physics_prior
+from perfmodel.sync_prior import LinkSlowdown, fleet_physics_prior, physics_prior
 from perfmodel.throughput import (
     CONFIGURATION_CLASSES,
     ThroughputParams,
@@ -219,8 +220,8 @@ COLD_PRIORS = ("cold", "cold-fleet", "cold-physics", "cold-physics0", "cold-phys
 
 #: Cold starts whose prior learns the multi-GPU step noise from the fleet, and ``gamma`` by median
 #: and MAD.
-FLEET_NOISE = ("cold-physics-noise", "cold-physics-robust", "cold-physics-unfloored")
-ROBUST_GAMMA = ("cold-physics-robust", "cold-physics-unfloored")
+FLEET_NOISE = ("cold-physics-noise", "cold-physics-robust")
+ROBUST_GAMMA = ("cold-physics-robust",)
 
 
 def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior | None:
@@ -232,6 +233,10 @@ def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior |
     if kind == "cold-physics0":
         return physics_prior(train, grad_bytes, POLLUX_LINKS)
     others = [name for name in POLLUX_MODELS if name != model]
+    if kind == "cold-physics-unfloored":
+        return fleet_physics_prior(train, grad_bytes, POLLUX_LINKS, [
+            (load_pollux_profile(name), fleet_fit(name), gradient_bytes(POLLUX_PARAMETERS[name]))
+            for name in others])
     reference = [(load_pollux_profile(name), fleet_fit(name)) for name in others]
     fleet = StepTimePrior.from_population(train, reference,
                                           robust_gamma=kind in ROBUST_GAMMA)
@@ -241,7 +246,7 @@ def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior |
         fleet = fleet.with_fleet_noise(reference)
     slowdown = LinkSlowdown.from_fleet(
         [(fleet_fit(name), gradient_bytes(POLLUX_PARAMETERS[name])) for name in others],
-        POLLUX_LINKS, min_scale=0.0 if kind == "cold-physics-unfloored" else 0.5)
+        POLLUX_LINKS)
     return physics_prior(train, grad_bytes, POLLUX_LINKS, slowdown, base=fleet)
 
 
