@@ -23,7 +23,8 @@ Prints three tables:
    fleet's ``gamma`` by median and MAD (``from_population(robust_gamma=True)``), and
    ``cold-physics-unfloored`` that with the slowdowns' spread as measured on the five, without
    :meth:`LinkSlowdown.from_fleet`'s floor: :func:`perfmodel.sync_prior.fleet_physics_prior`,
-   the cold-start prior for a cluster where other jobs were fitted;
+   the cold-start prior for a cluster where other jobs were fitted (``cold-physics-unfloored-mean``:
+   the same with the fleet's ``gamma`` by mean and standard deviation);
 3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
 Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]
@@ -215,7 +216,7 @@ def warm_fold(model: str, folds: int, fold: int, seed: int, num_steps: int
 
 #: Priors of the cold starts, in the order of their rows.
 COLD_PRIORS = ("cold", "cold-fleet", "cold-physics", "cold-physics0", "cold-physics-noise",
-               "cold-physics-robust", "cold-physics-unfloored")
+               "cold-physics-robust", "cold-physics-unfloored", "cold-physics-unfloored-mean")
 
 
 #: Cold starts whose prior learns the multi-GPU step noise from the fleet, and ``gamma`` by median
@@ -238,6 +239,12 @@ def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior |
             (load_pollux_profile(name), fleet_fit(name), gradient_bytes(POLLUX_PARAMETERS[name]))
             for name in others])
     reference = [(load_pollux_profile(name), fleet_fit(name)) for name in others]
+    if kind == "cold-physics-unfloored-mean":
+        fleet = StepTimePrior.from_population(train, reference).with_fleet_noise(reference)
+        slowdown = LinkSlowdown.from_fleet(
+            [(fleet_fit(name), gradient_bytes(POLLUX_PARAMETERS[name])) for name in others],
+            POLLUX_LINKS, min_scale=0.0)
+        return physics_prior(train, grad_bytes, POLLUX_LINKS, slowdown, base=fleet)
     fleet = StepTimePrior.from_population(train, reference,
                                           robust_gamma=kind in ROBUST_GAMMA)
     if kind == "cold-fleet":
