@@ -17,12 +17,21 @@ Prints three tables:
    terms (:mod:`perfmodel.sync_prior`: ring all-reduce of the model's published parameter count
    over the testbed's links), its slowdown against line rate learned from the other five models
    (``cold-physics``, the rest of the prior as ``cold-fleet``) or the wide default slowdown with
-   the default prior elsewhere (``cold-physics0``: no other model seen);
+   the default prior elsewhere (``cold-physics0``: no other model seen); ``cold-physics-noise``
+   is ``cold-physics`` with the step-time noise of each multi-GPU class learned from the other
+   five models (:meth:`StepTimePrior.with_fleet_noise`), ``cold-physics-robust`` that with the
+   fleet's ``gamma`` by median and MAD (``from_population(robust_gamma=True)``), and
+   ``cold-physics-unfloored`` that with the slowdowns' spread as measured on the five, without
+   :meth:`LinkSlowdown.from_fleet`'s floor: :func:`perfmodel.sync_prior.fleet_physics_prior`,
+   the cold-start prior for a cluster where other jobs were fitted (``cold-physics-unfloored-mean``:
+   the same with the fleet's ``gamma`` by mean and standard deviation);
 3. cost: batch-tuning time for 10,000 allocations (``--skip-cost`` leaves it out).
 
 Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models cifar10 ...]
-[--jobs 6] [--khat-seeds 0 1 2] [--parts fits warm cold]`` (``--jobs``: fits run in parallel
-processes; ``--parts``: a quicker subset, e.g. ``--parts cold`` for the cold starts alone).
+[--jobs 6] [--khat-seeds 0 1 2] [--parts fits warm cold] [--cold-priors cold-physics ...]``
+(``--jobs``: fits run in parallel processes; ``--parts``: a quicker subset, e.g. ``--parts warm
+cold`` for the quality table alone, whose cold/warm width ratios need the warm folds;
+``--cold-priors``: which cold starts).
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from perfmodel.datasets import POLLUX_MODELS, POLLUX_PARAMETERS
 from perfmodel.efficiency import EfficiencyModel
 from perfmodel.goodput import GoodputModel
 from perfmodel.profiles import StepTimeProfile, load_pollux_gradients, load_pollux_profile
-from perfmodel.sync_prior import LinkSlowdown, physics_prior
+from perfmodel.sync_prior import LinkSlowdown, fleet_physics_prior, physics_prior
 from perfmodel.throughput import (
     CONFIGURATION_CLASSES,
     ThroughputParams,
@@ -61,6 +70,7 @@ from perfmodel.throughput_bayes.prior import StepTimePrior
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiments.results_record import add_record_flag, record_results  # noqa: E402
+from experiments.tables import print_rows  # noqa: E402
 
 # --- a re-implementation of Pollux's fit (adaptdl's goodput.fit_perf_params), for comparison --
 
@@ -205,7 +215,14 @@ def warm_fold(model: str, folds: int, fold: int, seed: int, num_steps: int
 
 
 #: Priors of the cold starts, in the order of their rows.
-COLD_PRIORS = ("cold", "cold-fleet", "cold-physics", "cold-physics0")
+COLD_PRIORS = ("cold", "cold-fleet", "cold-physics", "cold-physics0", "cold-physics-noise",
+               "cold-physics-robust", "cold-physics-unfloored", "cold-physics-unfloored-mean")
+
+
+#: Cold starts whose prior learns the multi-GPU step noise from the fleet, and ``gamma`` by median
+#: and MAD.
+FLEET_NOISE = ("cold-physics-noise", "cold-physics-robust")
+ROBUST_GAMMA = ("cold-physics-robust",)
 
 
 def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior | None:
@@ -217,10 +234,23 @@ def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior |
     if kind == "cold-physics0":
         return physics_prior(train, grad_bytes, POLLUX_LINKS)
     others = [name for name in POLLUX_MODELS if name != model]
-    fleet = StepTimePrior.from_population(
-        train, [(load_pollux_profile(name), fleet_fit(name)) for name in others])
+    if kind == "cold-physics-unfloored":
+        return fleet_physics_prior(train, grad_bytes, POLLUX_LINKS, [
+            (load_pollux_profile(name), fleet_fit(name), gradient_bytes(POLLUX_PARAMETERS[name]))
+            for name in others])
+    reference = [(load_pollux_profile(name), fleet_fit(name)) for name in others]
+    if kind == "cold-physics-unfloored-mean":
+        fleet = StepTimePrior.from_population(train, reference).with_fleet_noise(reference)
+        slowdown = LinkSlowdown.from_fleet(
+            [(fleet_fit(name), gradient_bytes(POLLUX_PARAMETERS[name])) for name in others],
+            POLLUX_LINKS, min_scale=0.0)
+        return physics_prior(train, grad_bytes, POLLUX_LINKS, slowdown, base=fleet)
+    fleet = StepTimePrior.from_population(train, reference,
+                                          robust_gamma=kind in ROBUST_GAMMA)
     if kind == "cold-fleet":
         return fleet
+    if kind in FLEET_NOISE:
+        fleet = fleet.with_fleet_noise(reference)
     slowdown = LinkSlowdown.from_fleet(
         [(fleet_fit(name), gradient_bytes(POLLUX_PARAMETERS[name])) for name in others],
         POLLUX_LINKS)
@@ -246,8 +276,8 @@ PARTS = ("fits", "warm", "cold")
 
 
 def model_tasks(model: str, folds: int, seed: int, num_steps: int,
-                khat_seeds: Sequence[int] = (), parts: Sequence[str] = PARTS
-                ) -> list[Callable[[], Any]]:
+                khat_seeds: Sequence[int] = (), parts: Sequence[str] = PARTS,
+                cold_priors: Sequence[str] = COLD_PRIORS) -> list[Callable[[], Any]]:
     """The independent fits of ``model``'s evaluation, for :func:`evaluate_model`, in order: the
     fits row, the warm folds, the cold starts, the extra k-hat seeds (each where ``parts`` has
     it; the k-hat seeds go with ``"fits"``)."""
@@ -259,7 +289,7 @@ def model_tasks(model: str, folds: int, seed: int, num_steps: int,
                   for i in range(folds)]
     if "cold" in parts:
         tasks += [functools.partial(cold_start, model, kind, seed, num_steps)
-                  for kind in COLD_PRIORS]
+                  for kind in cold_priors]
     if "fits" in parts:
         tasks += [functools.partial(pareto_k, model, k, num_steps) for k in khat_seeds
                   if k != seed]
@@ -268,17 +298,18 @@ def model_tasks(model: str, folds: int, seed: int, num_steps: int,
 
 def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
                    khat_seeds: Sequence[int] = (), results: Sequence[Any] | None = None,
-                   parts: Sequence[str] = PARTS) -> tuple[dict, list[dict]]:
+                   parts: Sequence[str] = PARTS, cold_priors: Sequence[str] = COLD_PRIORS
+                   ) -> tuple[dict, list[dict]]:
     """The fits row and the quality rows of ``model``, from the results of :func:`model_tasks`
     (run here, one after another, where not given); parts left out give an empty fits row or no
     quality rows of theirs."""
     if results is None:
         results = [task() for task in model_tasks(model, folds, seed, num_steps, khat_seeds,
-                                                  parts)]
+                                                  parts, cold_priors)]
     pending = list(results)
     fits: dict = dict(pending.pop(0)) if "fits" in parts else {"model": model}
     parts_ = [pending.pop(0) for _ in range(folds)] if "warm" in parts else []
-    colds = [pending.pop(0) for _ in COLD_PRIORS] if "cold" in parts else []
+    colds = [pending.pop(0) for _ in cold_priors] if "cold" in parts else []
     if "fits" in parts:
         for k, value in zip([k for k in khat_seeds if k != seed], pending, strict=True):
             fits[f"pareto_k_seed{k}"] = value
@@ -293,7 +324,7 @@ def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
         warm = class_rows(model, "warm", profile,
                           {k: v[np.argsort(order)] for k, v in warm_pred.items()})
     test = profile.subset(profile.num_replicas != 1)
-    cold = [row for kind, pred in zip(COLD_PRIORS, colds, strict=True)
+    cold = [row for kind, pred in zip(cold_priors, colds, strict=True)
             for row in class_rows(model, kind, test, pred)]
     warm_width = {row["class"]: row["width90"] for row in warm}
     for row in cold:
@@ -336,19 +367,6 @@ def tuning_cost(model: str, num_allocations: int = 10_000, repeats: int = 5) -> 
             "tune_q10_32draws_ms": 1000 * risk_seconds}
 
 
-def print_rows(title: str, rows: list[dict], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps({"table": title, "rows": rows}, default=float))
-        return
-    print(f"\n{title}")
-    columns = list(rows[0])
-    widths = [max(len(c), 10) for c in columns]
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in rows:
-        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row.values()]
-        print("  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=list(POLLUX_MODELS))
@@ -363,20 +381,22 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
                         help="which fits to run per model (default all): the fits row with "
                              "k-hat ('fits'), the warm folds, the cold starts")
+    parser.add_argument("--cold-priors", nargs="+", choices=COLD_PRIORS,
+                        default=list(COLD_PRIORS), help="which cold starts to run (default all)")
     add_record_flag(parser)
     args = parser.parse_args()
     fits, quality, cost = [], [], []
     # Every fit in its own process (each runs on one thread): models, folds and cold starts are
     # independent.
     tasks = {model: model_tasks(model, args.folds, args.seed, args.steps, args.khat_seeds,
-                                args.parts)
+                                args.parts, args.cold_priors)
              for model in args.models}
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
         flat = pool.map(_call, [task for model in args.models for task in tasks[model]])
         for model in args.models:
             results = [next(flat) for _ in tasks[model]]
             f, q = evaluate_model(model, args.folds, args.seed, args.steps, args.khat_seeds,
-                                  results, args.parts)
+                                  results, args.parts, args.cold_priors)
             # Each model's rows as soon as they are in (stderr), so a long run is never lost.
             print(json.dumps({"fits": f, "quality": q}, default=float), file=sys.stderr,
                   flush=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import functools
-import json
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from perfmodel.typed_profiles import read_typed_profiles
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiments.bench_perfmodel import held_out, inside  # noqa: E402
+from experiments.tables import print_rows  # noqa: E402
 
 #: A type the experiment's cluster declares: AMD Instinct MI250X (its datasheet: 47.9 TFLOPS
 #: FP32 vector, 128 GB of HBM2e, PCIe Gen4 x16 to the host), the whole card as one GPU; its
@@ -97,18 +97,6 @@ def summarise(rows: list[dict]) -> list[dict]:
                     "width90_median": float(np.median([r["width90"] for r in mine])),
                     "rmsle_at_most_default": int(beats) if kind != "default" else "-"})
     return out
-
-
-def print_rows(title: str, rows: list[dict], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps({"table": title, "rows": rows}, default=float))
-        return
-    print(f"\n{title}")
-    columns = list(rows[0])
-    print("  ".join(c.rjust(10) for c in columns))
-    for row in rows:
-        print("  ".join((f"{v:.4g}" if isinstance(v, float) else str(v)).rjust(10)
-                        for v in row.values()))
 
 
 def main() -> None:

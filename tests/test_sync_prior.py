@@ -138,3 +138,34 @@ def test_physics_prior_predicts_multi_gpu_steps_from_one_gpu_rows() -> None:
                                                                    multi.step_time)
     inside = (multi.step_time >= physics["q0.05"]) & (multi.step_time <= physics["q0.95"])
     assert inside.mean() >= 0.8
+
+
+def test_fleet_physics_prior_learns_every_uninformed_site_from_the_references() -> None:
+    # The shipped models' point fits and profiles as the fleet, bert left out; every site of
+    # the cold start's prior comes from them or from the links.
+    from perfmodel.profiles import load_pollux_profile
+    from perfmodel.sync_prior import LinkSlowdown, fleet_physics_prior
+    from perfmodel.throughput import fit_throughput
+    from perfmodel.throughput_bayes.prior import gamma_logit, step_noise
+
+    others = [m for m in POLLUX_MODELS if m != "bert"]
+    profiles = {m: load_pollux_profile(m) for m in others}
+    fits = {m: fit_throughput(profiles[m]) for m in others}
+    reference = [(profiles[m], fits[m], gradient_bytes(POLLUX_PARAMETERS[m])) for m in others]
+    bert = load_pollux_profile("bert")
+    single = bert.subset(bert.num_replicas == 1)
+    grad = gradient_bytes(POLLUX_PARAMETERS["bert"])
+    prior = fleet_physics_prior(single, grad, POLLUX_LINKS, reference)
+    unfloored = LinkSlowdown.from_fleet([(params, b) for _, params, b in reference],
+                                        POLLUX_LINKS, min_scale=0.0)
+    rate = line_rate_terms(grad, POLLUX_LINKS)
+    for name in ("alpha_n", "beta_n", "alpha_r", "beta_r"):
+        assert prior.loc[name] == pytest.approx(math.log(rate[name]) + unfloored.loc[name])
+        assert prior.scale[name] == pytest.approx(unfloored.scale[name])
+    assert prior.scale["alpha_n"] < 0.5  # measured on the five, no floor
+    logits = [gamma_logit(fits[m].gamma) for m in others]
+    assert prior.gamma_loc == pytest.approx(float(np.median(logits)))
+    assert prior.noise_loc is not None
+    across = [step_noise(profiles[m], fits[m])["across"] for m in others]
+    assert prior.noise_loc["across"] == pytest.approx(float(np.mean(np.log(across))))
+    assert prior.df == len(others) - 1

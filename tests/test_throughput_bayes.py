@@ -17,7 +17,7 @@ from perfmodel.throughput_bayes.guide import NetworkCoordinates, guide_base, ide
 from perfmodel.throughput_bayes.importance import PSIS_DRAWS, adapt_proposal, psis
 from perfmodel.throughput_bayes.laplace import bound_marginals
 from perfmodel.throughput_bayes.model import StepTimeData, grouped_normal_log_prob
-from perfmodel.throughput_bayes.prior import StepTimePrior, compute_shifts, gamma_logit
+from perfmodel.throughput_bayes.prior import StepTimePrior, compute_shifts, gamma_logit, step_noise
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
 
 
@@ -280,3 +280,43 @@ def test_cold_start_borrows_the_fleet_overlap_exponent() -> None:
                                      prior=prior, check=False)
     low, high = np.quantile(fleet.samples["gamma"], [0.05, 0.95])
     assert 1.2 < low and high < 3.5
+
+
+def test_robust_gamma_population_is_not_set_by_the_clip_of_a_reference_at_its_bound() -> None:
+    # A reference fitted at gamma = 1 (no overlap) has an infinite log-odds, clipped by
+    # gamma_logit: its mean and standard deviation follow the clip, median and MAD do not.
+    references = _references((1.0, 1.8, 2.0, 2.2, 1.9))
+    target = references[1][0].subset(references[1][0].num_replicas == 1)
+    logits = np.array([gamma_logit(params.gamma) for _, params in references])
+    plain = StepTimePrior.from_population(target, references)
+    robust = StepTimePrior.from_population(target, references, robust_gamma=True)
+    assert plain.gamma_scale > 3.0  # the clipped reference sets the spread
+    assert robust.gamma_loc == pytest.approx(float(np.median(logits)))
+    mad = float(np.median(np.abs(logits - np.median(logits)))) / 0.6745
+    assert robust.gamma_scale == pytest.approx(max(mad * math.sqrt(1.2), 0.5))
+    assert robust.gamma_scale < 1.0
+    # Every other parameter is learned as before.
+    assert robust.loc == plain.loc and robust.scale == plain.scale
+
+
+def test_fleet_noise_prior_gives_a_cold_start_the_multi_node_scatter_of_its_references() -> None:
+    # References scatter 0.08 (log units) on every row; the target's one-GPU rows scatter 0.01.
+    # Fitted on one GPU, the default prior scales the 1-GPU scatter by a ratio near 1; the fleet
+    # noise prior learns the multi-node scatter of the references instead.
+    placements = ["1", "2", "4", "22", "44", "4444", "2222"]
+    references = [(synthetic_profile(TRUE_PARAMS, placements, noise=0.08, seed=seed),
+                   TRUE_PARAMS) for seed in range(4)]
+    assert step_noise(*references[0])["across"] == pytest.approx(0.08, rel=0.5)
+    single = synthetic_profile(TRUE_PARAMS, ["1"], noise=0.01, seed=9)
+    base = StepTimePrior.for_profile(single)
+    fleet = base.with_fleet_noise(references)
+    assert fleet.noise_loc is not None and fleet.noise_scale is not None
+    assert fleet.df == len(references) - 1 and base.noise_loc is None
+    assert math.exp(fleet.noise_loc["across"]) == pytest.approx(0.08, rel=0.5)
+    across = {}
+    for name, prior in (("default", base), ("fleet", fleet)):
+        posterior = fit_throughput_posterior(single, num_steps=100, num_samples=400, seed=0,
+                                             prior=prior, check=False, fallback=False)
+        across[name] = float(np.median(posterior.noise_scale("step", np.array([2]))))
+    assert across["default"] < 0.03
+    assert 0.04 < across["fleet"] < 0.16

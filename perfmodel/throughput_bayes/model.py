@@ -45,8 +45,6 @@ NOISE_UNITS = {"sigma_compute": "log s", "tau_compute": "log s", "sigma_step": "
                "ratio_within": "1", "ratio_across": "1", "tau_step": "log s", "nu": "1"}
 #: Scale of the half-normal priors on the noise scales (``sigma_*``, ``tau_*``; log seconds).
 _NOISE_PRIOR_SCALE = 0.3
-#: Log-scale spread of the prior on how much more a multi-GPU class scatters than one GPU.
-_RATIO_PRIOR_SCALE = 0.7
 
 
 @dataclass(frozen=True)
@@ -132,10 +130,8 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
     half_normal = dist.HalfNormal(torch.tensor(_NOISE_PRIOR_SCALE, dtype=f64))
     sigma_compute = pyro.sample("sigma_compute", half_normal)
     sigma_step = pyro.sample("sigma_step", half_normal)
-    ratio_prior = dist.LogNormal(torch.tensor(0.0, dtype=f64),
-                                 torch.tensor(_RATIO_PRIOR_SCALE, dtype=f64))
-    ratio_within = pyro.sample("ratio_within", ratio_prior)
-    ratio_across = pyro.sample("ratio_across", ratio_prior)
+    ratio_within = pyro.sample("ratio_within", prior.ratio_site("ratio_within", sigma_step))
+    ratio_across = pyro.sample("ratio_across", prior.ratio_site("ratio_across", sigma_step))
     shift_within, shift_across = (pyro.sample(name, prior.site(name)) for name in SHIFT_NAMES)
     classes = data.config_class if data.config_class is not None else torch.zeros_like(data.group)
     scale = {"compute": sigma_compute[..., None],

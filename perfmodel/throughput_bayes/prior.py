@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyro.distributions as dist
@@ -18,6 +18,7 @@ from perfmodel.throughput import (
     SHIFT_NAMES,
     ThroughputParams,
     configuration_class,
+    predict_step_time,
 )
 
 #: Multiples of the median compute time at which each positive parameter's prior is centred, and
@@ -25,6 +26,10 @@ from perfmodel.throughput import (
 _PRIOR_CENTRE = {"alpha_c": 0.5, "alpha_n": 1.0, "beta_n": 0.05, "alpha_r": 0.3, "beta_r": 0.02}
 _PRIOR_SPREAD = {"alpha_c": 1.5, "beta_c": 1.5, "alpha_n": 2.0, "beta_n": 2.0, "alpha_r": 2.0,
                  "beta_r": 2.0}
+#: The step-time noise ratio sites of the multi-GPU classes and the class each one scales.
+NOISE_CLASSES = {"ratio_within": "within", "ratio_across": "across"}
+#: Log-scale spread of the default prior on how much more a multi-GPU class scatters than one GPU.
+_RATIO_PRIOR_SCALE = 0.7
 #: Default prior spread of the multi-GPU compute shifts (sites :data:`SHIFT_NAMES`, log factors):
 #: some tens of percent either way (the shipped profiles' medians lie well inside it).
 _SHIFT_PRIOR_SCALE = 0.2
@@ -50,6 +55,11 @@ class StepTimePrior:
     gamma_loc: float | None = None
     gamma_scale: float | None = None
     df: float | None = None
+    #: Prior of the step-time noise scale of each multi-GPU class (:data:`NOISE_CLASSES` keys):
+    #: location and scale of its log (log of log seconds), Student-t with ``df`` where that is
+    #: set; None keeps the default, a ratio to the 1-GPU noise scale (see :meth:`ratio_site`).
+    noise_loc: dict[str, float] | None = None
+    noise_scale: dict[str, float] | None = None
 
     @classmethod
     def for_profile(cls, profile: StepTimeProfile) -> StepTimePrior:
@@ -83,10 +93,52 @@ class StepTimePrior:
             return base
         return dist.TransformedDistribution(base, [dist.transforms.ExpTransform()])
 
+    def ratio_site(self, name: str, sigma_step: torch.Tensor) -> dist.TorchDistribution:
+        """The prior of noise ratio ``name`` (:data:`NOISE_CLASSES`) given the 1-GPU step noise
+        ``sigma_step`` (shape ``(...)``): by default log-normal around 1 (spread
+        :data:`_RATIO_PRIOR_SCALE`); with a learned noise prior (:attr:`noise_loc`), the class's
+        noise scale ``sigma_step * ratio`` follows it, i.e. ``log ratio`` is centred on
+        ``noise_loc - log sigma_step``."""
+        f64 = torch.float64
+        if self.noise_loc is None or self.noise_scale is None:
+            return dist.LogNormal(torch.tensor(0.0, dtype=f64),
+                                  torch.tensor(_RATIO_PRIOR_SCALE, dtype=f64))
+        key = NOISE_CLASSES[name]
+        loc = self.noise_loc[key] - torch.log(sigma_step)
+        scale = torch.full_like(loc, self.noise_scale[key])
+        base: dist.TorchDistribution = (
+            dist.Normal(loc, scale) if self.df is None else
+            dist.StudentT(torch.full_like(loc, self.df), loc, scale))
+        return dist.TransformedDistribution(base, [dist.transforms.ExpTransform()])
+
+    def with_fleet_noise(self, reference: Sequence[tuple[StepTimeProfile, ThroughputParams]]
+                         ) -> StepTimePrior:
+        """This prior with the noise scale of each multi-GPU class learned from other models
+        (:func:`step_noise`: the robust scatter of their measured step times around their fits),
+        as the predictive of a new member of a normal population of log noise scales (Student-t,
+        ``n - 1`` degrees of freedom, spread ``sd * sqrt(1 + 1/n)``) — the prior's ``df`` where
+        it has one (a population prior of the same references), else that.
+
+        Why: a fit on one GPU sees no multi-GPU row, so the default ratio prior multiplies the
+        1-GPU scatter of a few rows by a factor 0.3 to 3; the scatter of multi-node steps
+        (network jitter shared by every model on the cluster) varies much less across models than
+        the 1-GPU scatter does.
+        """
+        rows = [step_noise(p, params) for p, params in reference]
+        loc, scale = {}, {}
+        for key in NOISE_CLASSES.values():
+            logs = np.log([row[key] for row in rows if key in row])
+            if len(logs) < 2:
+                return self
+            loc[key] = float(logs.mean())
+            scale[key] = float(logs.std(ddof=1)) * math.sqrt(1 + 1 / len(logs))
+        df = self.df if self.df is not None else float(len(rows) - 1)
+        return replace(self, noise_loc=loc, noise_scale=scale, df=df)
+
     @classmethod
     def from_population(cls, profile: StepTimeProfile,
                         reference: Sequence[tuple[StepTimeProfile, ThroughputParams]],
-                        min_scale: float = 0.5) -> StepTimePrior:
+                        min_scale: float = 0.5, robust_gamma: bool = False) -> StepTimePrior:
         """A prior for ``profile`` learned from other models' fits (empirical Bayes).
 
         Each reference parameter is expressed relative to its model's median compute time (and
@@ -105,6 +157,12 @@ class StepTimePrior:
         alone spans a factor 2 in the step time of a configuration whose all-reduce takes as
         long as its compute) and far too narrow for ncf (a reference spread taken as known from
         five models is too sure of itself). Measured coverage: docs/results/bench_perfmodel.md.
+
+        ``robust_gamma``: ``gamma``'s location and spread are the references' median and median
+        absolute deviation (over 0.6745) instead of mean and standard deviation. A reference
+        whose fit lies at a bound of ``gamma`` (no overlap, ``gamma = 1``) has an infinite
+        log-odds, clipped by :func:`gamma_logit`: its mean and standard deviation are then set
+        by the clip, not by the data, while median and deviation from it are not.
         """
         if len(reference) < 2:
             raise ValueError("a population prior needs at least two reference models")
@@ -125,8 +183,12 @@ class StepTimePrior:
         for name in (*target.loc, "gamma"):
             values = np.array([row[name] for row in table])
             base = 0.0 if name == "gamma" else math.log(per_example if name == "beta_c" else t_c)
-            loc[name] = base + float(values.mean())
-            scale[name] = max(float(values.std(ddof=1)) * inflation, min_scale)
+            centre, spread = float(values.mean()), float(values.std(ddof=1))
+            if name == "gamma" and robust_gamma:
+                centre = float(np.median(values))
+                spread = float(np.median(np.abs(values - centre))) / 0.6745
+            loc[name] = base + centre
+            scale[name] = max(spread * inflation, min_scale)
         gamma_loc, gamma_scale = loc.pop("gamma"), scale.pop("gamma")
         # Compute shifts as measured in the references (a reference without rows of a class, or
         # without one GPU at the same micro-batch, says nothing of it); the spread of a new
@@ -185,3 +247,20 @@ def compute_shifts(profile: StepTimeProfile) -> dict[str, float]:
         shifts[name] = float(np.median(np.log(profile.compute_time[rows] / reference)))
     return shifts
 
+
+
+def step_noise(profile: StepTimeProfile, params: ThroughputParams) -> dict[str, float]:
+    """Robust scatter of ``profile``'s measured step times around ``params``' prediction per
+    multi-GPU class (``"within"``, ``"across"``; classes without rows left out): the median
+    absolute log residual over 0.6745 (the standard deviation of normal residuals, undisturbed by
+    the odd straggler), log seconds."""
+    predicted = predict_step_time(params, profile.num_nodes, profile.num_replicas,
+                                  profile.local_bsz, profile.accum_steps)
+    residual = np.log(profile.step_time / predicted)
+    classes = configuration_class(profile.num_nodes, profile.num_replicas)
+    out = {}
+    for index, key in ((1, "within"), (2, "across")):
+        rows = residual[classes == index]
+        if len(rows):
+            out[key] = float(np.median(np.abs(rows - np.median(rows))) / 0.6745)
+    return out
