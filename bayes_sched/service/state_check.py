@@ -183,7 +183,8 @@ def diagnose(connection: sqlite3.Connection, path: Path, thorough: bool = False)
     except sqlite3.OperationalError as error:  # the file system's, not the file's
         return _verdict(result, UNREADABLE, f"cannot be read ({error}): {ACCESS_NEEDED}")
     except sqlite3.DatabaseError as error:
-        found = header_problem(path) if error.sqlite_errorcode == sqlite3.SQLITE_NOTADB else None
+        refused = getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB
+        found = header_problem(path) if refused else None
         if found is not None:  # not SQLite's at all (or emptied since)
             return _verdict(result, *found)
         return _verdict(result, DAMAGED, f"is damaged ({error}): {repair}")
