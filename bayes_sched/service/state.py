@@ -40,7 +40,6 @@ from bayes_sched.service.state_check import (
     STATE_FILE,
     access_problem,
     diagnose,
-    header_problem,
     repair_hint,
 )
 from bayes_sched.service.state_schema import create_schema, migrate
@@ -284,14 +283,9 @@ class StateStore:
         problem = access_problem(self.path, folder=False)
         if problem is not None:
             raise InputError(problem, self.path)
-        found = header_problem(self.path)
-        if found is not None and found[0] == EMPTY and init:
-            create_state_file(self.path, replace_empty=True)
-        elif found is not None:
-            raise InputError(found[1], self.path)
         connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
         diagnosis = diagnose(connection, self.path)
-        if diagnosis.verdict == EMPTY and init:  # a SQLite file without tables
+        if diagnosis.verdict == EMPTY and init:  # 0 bytes, or a SQLite file without tables
             connection.close()
             create_state_file(self.path, replace_empty=True)
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)

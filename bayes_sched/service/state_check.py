@@ -4,10 +4,19 @@ One diagnosis serves every reader: :class:`~bayes_sched.service.state.StateStore
 open anything but a healthy file (or an older one, which it migrates), and ``bayes-sched state
 check`` prints the diagnosis. The checks, cheapest first: the folder and file can be read and
 written (SQLite's write-ahead log needs write access to the folder even to read); the file is
-not empty and starts with SQLite's header; its application id is bayes-sched's (or 0, the
-first releases'); its schema version is not newer than this bayes-sched's; ``PRAGMA
-quick_check`` finds the pages and records intact; it holds the tables and columns of its
-version (:mod:`bayes_sched.service.state_schema`).
+not empty; SQLite reads it as a database (where it does not, the file's first bytes say whether
+it is SQLite's at all); its application id is bayes-sched's (or 0, the first releases'); its
+schema version is not newer than this bayes-sched's; ``PRAGMA quick_check`` finds the pages and
+records intact; it holds the tables and columns of its version
+(:mod:`bayes_sched.service.state_schema`).
+
+A state file is read through SQLite only, never opened by this module, while SQLite may have it
+open: closing any descriptor of a file drops every POSIX lock the process holds on it, SQLite's
+included. A process that opened a second store on a state it holds would so lose the shared
+lock that marks its connection as live; another process closing its own connection would then
+take itself for the last one and delete the write-ahead log, and every later write of the first
+connection would go to the deleted log, seen by nobody. Only a file SQLite refuses is opened
+here (:func:`header_problem`), to say what it is.
 """
 
 from __future__ import annotations
@@ -118,16 +127,21 @@ def _read_only_fs(path: Path) -> bool:
         return False
 
 
+def _empty_problem(root: Path) -> str:
+    return (f"is empty (0 bytes): expected a bayes-sched state; start an empty one with 'serve "
+            f"--init' or 'submit --init', or keep this file aside with 'bayes-sched state repair "
+            f"--state {root}'")
+
+
 def header_problem(path: Path) -> tuple[str, str] | None:
     """``(verdict, problem)`` for a file that cannot be a SQLite database (empty, no SQLite
-    header), read from its first bytes; ``None`` for a file that may be one."""
+    header), read from its first bytes; ``None`` for a file that may be one. It opens the file:
+    call it only on a file SQLite refused (see the module's note on locks)."""
     with path.open("rb") as stream:
         head = stream.read(len(SQLITE_MAGIC))
     root = path.parent
     if not head:
-        return EMPTY, (f"is empty (0 bytes): expected a bayes-sched state; start an empty "
-                       f"one with 'serve --init' or 'submit --init', or keep this file aside "
-                       f"with 'bayes-sched state repair --state {root}'")
+        return EMPTY, _empty_problem(root)
     if head != SQLITE_MAGIC:
         return NOT_SQLITE, (f"is not a SQLite database (it starts with {head[:8]!r}): expected "
                             f"a bayes-sched state; 'bayes-sched state repair --state {root}' "
@@ -141,10 +155,13 @@ def repair_hint(root: Path) -> str:
 
 
 def diagnose(connection: sqlite3.Connection, path: Path, thorough: bool = False) -> Diagnosis:
-    """Diagnose an open SQLite file (it passed :func:`header_problem`); reads, never writes.
-    With ``thorough``, the rows of each table are counted and every JSON column parsed too
-    (which reads the whole file: ``state check``; opening a state does not)."""
+    """Diagnose a SQLite connection's file ``path``; reads, never writes (an empty file is not
+    even read: SQLite would take it for an empty database). With ``thorough``, the rows of each
+    table are counted and every JSON column parsed too (which reads the whole file: ``state
+    check``; opening a state does not)."""
     result = Diagnosis(str(path), HEALTHY, size=path.stat().st_size)
+    if not result.size:
+        return _verdict(result, EMPTY, _empty_problem(path.parent))
     repair = repair_hint(path.parent)
     try:
         application, version = marks(connection)
@@ -166,6 +183,10 @@ def diagnose(connection: sqlite3.Connection, path: Path, thorough: bool = False)
     except sqlite3.OperationalError as error:  # the file system's, not the file's
         return _verdict(result, UNREADABLE, f"cannot be read ({error}): {ACCESS_NEEDED}")
     except sqlite3.DatabaseError as error:
+        refused = getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB
+        found = header_problem(path) if refused else None
+        if found is not None:  # not SQLite's at all (or emptied since)
+            return _verdict(result, *found)
         return _verdict(result, DAMAGED, f"is damaged ({error}): {repair}")
     if bad_rows:
         result.findings = bad_rows[:CHECK_LINES]
@@ -230,9 +251,6 @@ def inspect_state(root: Path) -> Diagnosis:
         problem = access_problem(where, folder)
         if problem is not None:
             return Diagnosis(str(where), UNREADABLE, problem)
-    found = header_problem(path)
-    if found is not None:
-        return Diagnosis(str(path), found[0], found[1], size=path.stat().st_size)
     connection = sqlite3.connect(read_only_uri(path), uri=True, timeout=30.0)
     try:
         return diagnose(connection, path, thorough=True)
