@@ -79,6 +79,8 @@ from perfmodel.errors import UnreliableFitWarning
 #: values (standardised units) of a converged one.
 NEWTON_ITERATIONS = 50
 NEWTON_TOLERANCE = 1e-8
+#: Halvings of one Newton step at most while the objective falls.
+NEWTON_HALVINGS = 30
 #: Jitter added to the kernel matrix's diagonal (standardised units).
 JITTER = 1e-6
 #: The noise model's prior: a typical log noise variance ``b ~ N(NOISE_PRIOR_LOC, 1)``
@@ -219,14 +221,29 @@ def _newton_step(k: torch.Tensor, mean: torch.Tensor, g: torch.Tensor, data: _To
 
 def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, sigma: torch.Tensor
           ) -> torch.Tensor:
-    """The posterior mode of ``g = f - m`` (no gradient), by Newton's method from zero."""
+    """The posterior mode of ``g = f - m`` (no gradient), by Newton's method from zero, each
+    step halved until the objective ``log p(y | m + g) - g' K^-1 g / 2`` does not fall (the
+    objective is concave, so a short enough Newton step always raises it; full steps can
+    overshoot where the noise is small against the kernel's amplitude)."""
+
+    def objective(g: torch.Tensor, a: torch.Tensor) -> float:
+        return float(data.terms(mean + g, sigma)[0] - 0.5 * (a @ g))
+
     with torch.no_grad():
-        g = torch.zeros_like(data.y)
+        g, a = torch.zeros_like(data.y), torch.zeros_like(data.y)
+        value = objective(g, a)
         for _ in range(NEWTON_ITERATIONS):
-            new, _ = _newton_step(k, mean, g, data, sigma)
+            new, new_a = _newton_step(k, mean, g, data, sigma)
+            new_value = objective(new, new_a)
+            for _ in range(NEWTON_HALVINGS):
+                if new_value >= value - 1e-12 * abs(value):
+                    break
+                # g and a = K^-1 g move together: a step's fraction is linear in both.
+                new, new_a = 0.5 * (g + new), 0.5 * (a + new_a)
+                new_value = objective(new, new_a)
             if float((new - g).abs().max()) < NEWTON_TOLERANCE:
                 return new
-            g = new
+            g, a, value = new, new_a, new_value
     raise InterferenceFitError(f"the censored GP's posterior mode did not converge in "
                                f"{NEWTON_ITERATIONS} Newton iterations")
 
