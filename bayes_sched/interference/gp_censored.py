@@ -12,21 +12,16 @@ noise is fitted on what was measured.
 
 Model (same inputs, standardisation, kernel and priors as :mod:`.gp`)::
 
-    y* = m + a_g f(x_target, x_other) + eps,   f ~ GP(0, k_ARD),   eps ~ N(0, sigma_g^2)
+    y* = m + f(x_target, x_other) + eps,   f ~ GP(0, k_ARD),   eps ~ N(0, sigma_g^2)
     recorded log speed = min(y*, log cap)
 
-with one kernel amplitude ``a_g`` and one noise level ``sigma_g`` per noise group ``g`` of the
-target (``noise_group``, e.g. its GPU type; by default one group): ``log a_g ~ N(0,
-AMPLITUDE_GROUP_SCALE^2)`` and ``log sigma_g^2 = b + u_g``, the offsets ``u_g`` drawn around the
-typical level ``b`` (hierarchical priors). Why: groups differ both in how strongly the speed
-varies with the inputs and in how far measurements scatter from any smooth law (on Gavel's
-pairs, V100 speeds spread about twice as widely as K80 or P100 ones, and the residuals of
-held-out V100 pairs are about three times theirs); one amplitude and one noise level for all
-make the intervals too wide for some rows and too narrow for others, and a noise level per
-group alone explains a group's larger variation as noise and smooths its predictions. A group
-the fit never saw (a GPU type held out) gets the prior's moments over groups: noise variance
-``exp(b + NOISE_GROUP_SCALE^2 / 2)``, amplitude ``E[a]`` in its covariances with the measured
-rows and ``E[a^2]`` in its own variance.
+with one noise level per noise group ``g`` of the target (``noise_group``, e.g. its GPU type;
+by default one group): ``log sigma_g^2 = b + u_g``, the offsets ``u_g`` drawn around the typical
+level ``b`` (a hierarchical prior, :data:`NOISE_GROUP_SCALE`). Why: measurements differ in how
+far they scatter from any smooth law by where they were taken (on Gavel's pairs, the residuals
+of held-out V100 pairs are about three times those of K80 or P100 pairs), and one noise level
+for all is then too wide for some rows and too narrow for others. A group the fit never saw (a
+GPU type held out) gets the prior's mean noise variance over groups, ``exp(b + scale^2 / 2)``.
 
 The Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode and the
 Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*, 2006,
@@ -89,10 +84,6 @@ JITTER = 1e-6
 #: about 2.7, of the typical one with 95% probability.
 NOISE_PRIOR_LOC = -4.0
 NOISE_GROUP_SCALE = 1.0
-#: Each noise group's kernel amplitude ``a_g = exp(c_g)``, ``c_g ~ N(0, AMPLITUDE_GROUP_SCALE^2)``:
-#: how far a group's speeds vary with the inputs may differ from the typical (unit, on
-#: standardised targets) by a factor of about ``exp(2 * 0.5)``, 2.7, either way.
-AMPLITUDE_GROUP_SCALE = 0.5
 #: Smallest noise standard deviation (standardised units): its square is added to every
 #: group's noise variance.
 MIN_NOISE = 1e-3
@@ -115,7 +106,6 @@ class _Hyperparameters(gpytorch.Module):
             lengthscale_constraint=GreaterThan(2.5e-2, initial_value=prior.mode))
         self.noise_bias = torch.nn.Parameter(torch.tensor(NOISE_PRIOR_LOC))
         self.noise_offsets = torch.nn.Parameter(torch.zeros(groups))
-        self.amplitude_logs = torch.nn.Parameter(torch.zeros(groups))
 
     def copy_from(self, start: SingleTaskGP) -> None:
         """Take the mean, length scales and (one) noise of a fitted ``SingleTaskGP``."""
@@ -127,7 +117,6 @@ class _Hyperparameters(gpytorch.Module):
             self.kernel.lengthscale = kernel.lengthscale.detach()
             self.noise_bias.copy_(likelihood.noise.detach().reshape(()).log())
             self.noise_offsets.zero_()
-            self.amplitude_logs.zero_()
 
     def noise_variance(self, group: torch.Tensor) -> torch.Tensor:
         """Noise variance (standardised units) of rows in noise groups ``group`` ``(N,)``
@@ -142,27 +131,12 @@ class _Hyperparameters(gpytorch.Module):
         """Noise standard deviation (standardised units) of rows in noise groups ``group``."""
         return self.noise_variance(group).sqrt()
 
-    def amplitude(self, group: torch.Tensor, squared: bool = False) -> torch.Tensor:
-        """Kernel amplitude ``a_g`` of rows in noise groups ``group`` ``(N,)`` (or ``a_g^2``
-        with ``squared``), ``(N,)``; a group the fit never saw gets the prior's moments over
-        groups, ``E[a] = exp(s^2 / 2)`` and ``E[a^2] = exp(2 s^2)`` (``s`` =
-        :data:`AMPLITUDE_GROUP_SCALE`)."""
-        power = 2.0 if squared else 1.0
-        known = group >= 0
-        unseen = torch.full_like(self.amplitude_logs[:1].sum(),
-                                 0.5 * (power * AMPLITUDE_GROUP_SCALE) ** 2)
-        logs = torch.where(known, power * self.amplitude_logs[group.clamp_min(0)], unseen)
-        return logs.exp()
-
-    def covariance(self, x: torch.Tensor, gx: torch.Tensor, z: torch.Tensor | None = None,
-                   gz: torch.Tensor | None = None) -> torch.Tensor:
-        """Kernel matrix ``a_i a_j k(x_i, x_j)`` ``(N, N)`` of ``x`` in groups ``gx`` with
-        jitter, or ``(N, M)`` of ``x`` and ``z`` (groups ``gz``)."""
-        if z is None or gz is None:
-            amplitude = self.amplitude(gx)
-            k = amplitude[:, None] * self.kernel(x).to_dense() * amplitude
+    def covariance(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        """Kernel matrix ``(N, N)`` of ``x`` with jitter, or ``(N, M)`` of ``x`` and ``z``."""
+        if z is None:
+            k = self.kernel(x).to_dense()
             return k + JITTER * torch.eye(len(x), dtype=x.dtype)
-        return self.amplitude(gx)[:, None] * self.kernel(x, z).to_dense() * self.amplitude(gz)
+        return self.kernel(x, z).to_dense()
 
     def log_prior(self) -> torch.Tensor:
         """Sum of the hyperparameters' log prior densities (the noise's up to constants)."""
@@ -171,8 +145,7 @@ class _Hyperparameters(gpytorch.Module):
                       torch.zeros((), dtype=torch.float64))
         bias = -0.5 * (self.noise_bias - NOISE_PRIOR_LOC) ** 2
         offsets = -0.5 * (self.noise_offsets / NOISE_GROUP_SCALE).pow(2).sum()
-        amplitudes = -0.5 * (self.amplitude_logs / AMPLITUDE_GROUP_SCALE).pow(2).sum()
-        return lengths + bias + offsets + amplitudes
+        return lengths + bias + offsets
 
 
 @dataclass(frozen=True)
@@ -251,7 +224,7 @@ def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, sigma: torch.Tensor
 def _laplace_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit) -> torch.Tensor:
     """Laplace log evidence plus log prior, per observation, differentiable in the
     hyperparameters (see the module docstring for why its gradient is exact)."""
-    k = hyper.covariance(x, data.group)
+    k = hyper.covariance(x)
     mean, sigma = hyper.mean(x), hyper.sigma(data.group)
     g, a = _newton_step(k, mean, _mode(k, mean, data, sigma), data, sigma)
     log_lik, _, w = data.terms(mean + g, sigma)
@@ -270,9 +243,8 @@ class CensoredColocationGP(PairGP):
         super().__init__(training, report)
         self._hyper, self._x = hyper, x
         self._noise_group, self._groups = noise_group, list(groups)
-        self._train_group = data.group
         with torch.no_grad():
-            k = hyper.covariance(x, data.group)
+            k = hyper.covariance(x)
             mean, sigma = hyper.mean(x), hyper.sigma(data.group)
             g = _mode(k, mean, data, sigma)
             _, gradient, w = data.terms(mean + g, sigma)
@@ -334,13 +306,13 @@ class CensoredColocationGP(PairGP):
         included), each ``(N,)``."""
         x = self.data.inputs_of(targets, others)
         with torch.no_grad():
-            group = self._group_index(targets)
-            cross = self._hyper.covariance(self._x, self._train_group, x, group)
+            cross = self._hyper.covariance(self._x, x)
             mean = self._hyper.mean(x) + cross.T @ self._gradient
             v = torch.linalg.solve_triangular(self._chol, self._root[:, None] * cross,
                                               upper=False)
-            prior = self._hyper.amplitude(group, squared=True)  # a_g^2 k(x, x), k(x, x) = 1
-            variance = prior - (v**2).sum(dim=0) + self._hyper.noise_variance(group)
+            prior = torch.ones(len(x), dtype=x.dtype)  # unit kernel variance
+            variance = (prior - (v**2).sum(dim=0)
+                        + self._hyper.noise_variance(self._group_index(targets)))
         return (mean.numpy() * self.data.y_scale + self.data.y_mean,
                 variance.clamp_min(0).sqrt().numpy() * self.data.y_scale)
 
