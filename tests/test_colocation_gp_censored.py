@@ -79,3 +79,34 @@ def test_censored_coverage_of_a_calibrated_model_is_its_level() -> None:
         recorded < 0])
     with pytest.raises(ValueError, match="below_cap"):
         interval_coverage(low, high, recorded, cap=0.0)
+
+
+def test_censored_gp_fits_one_noise_level_per_group() -> None:
+    # Targets job8-job15 were measured with five times the noise of job0-job7: one noise level
+    # per group recovers both, and the noisy group's held-out speeds are covered where one
+    # level for all (between the two) leaves them outside.
+    pairs, solo = synthetic_pairs(16, seed=2, offset=0.0, noise=0.02)
+    rng = np.random.default_rng(3)
+    noisy = pairs["target"].str[3:].astype(int) >= 8
+    true = pairs["true"] * np.exp(np.where(noisy, 0.1, 0.0) * rng.standard_normal(len(pairs)))
+    pairs = pairs.assign(true=true, speed=np.minimum(true, 1.0))
+    held = involving(pairs, {"job0", "job15"})
+    train, test = pairs[~held], pairs[held]
+
+    def group(job: str) -> str:
+        return "noisy" if int(job[3:]) >= 8 else "quiet"
+
+    with one_torch_thread():
+        one = CensoredColocationGP.fit(train, solo, cap=1.0)
+        grouped = CensoredColocationGP.fit(train, solo, cap=1.0, noise_group=group)
+    assert grouped.report.converged and one.report.noise_groups == {}
+    levels = grouped.report.noise_groups
+    assert abs(math.log(levels["quiet"] / 0.02)) < math.log(1.5)
+    assert abs(math.log(levels["noisy"] / math.hypot(0.02, 0.1))) < math.log(1.3)
+    on_noisy = test["target"].map(group).eq("noisy").to_numpy()
+    covered = {}
+    for name, model in (("one", one), ("grouped", grouped)):
+        low, high = model.predict_speed(list(test["target"]), list(test["other"])).interval(0.9)
+        covered[name] = (test["true"] >= low) & (test["true"] <= high)
+    assert covered["grouped"][on_noisy].mean() >= 0.8
+    assert covered["one"][on_noisy].mean() < covered["grouped"][on_noisy].mean()

@@ -197,7 +197,7 @@ def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, sigma: torch.Tensor
     """The posterior mode of ``g = f - m`` (no gradient), by Newton's method from zero, each
     step halved until the objective ``log p(y | m + g) - g' K^-1 g / 2`` does not fall (the
     objective is concave, so a short enough Newton step always raises it; full steps can
-    overshoot where the noise is small against the kernel's amplitude)."""
+    overshoot where the noise is small against the kernel's variance)."""
 
     def objective(g: torch.Tensor, a: torch.Tensor) -> float:
         return float(data.terms(mean + g, sigma)[0] - 0.5 * (a @ g))
