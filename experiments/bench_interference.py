@@ -18,7 +18,8 @@ the same solo features (of the target job and of its neighbour):
   batch size among them); gp+family: the same with the job family one-hot beside them.
 - gp-censored, gp-censored+family: the same inputs,
   :class:`bayes_sched.interference.gp_censored.CensoredColocationGP`, which reads a recorded
-  speed of 1 as "at least 1" (a censored observation) instead of an exact 1.
+  speed of 1 as "at least 1" (a censored observation) instead of an exact 1, with one noise
+  level per GPU type (a held-out type gets the prior's mean over types).
 
 The batch size reaches every method as ``--batch-features`` says (several run side by side on
 the same folds, one row per feature choice and method): ``absolute``, the log batch size;
@@ -32,7 +33,12 @@ MAE against the best tree ensemble's, and the coverage on the rows faster than a
 (speed > 1) and on those not slower (speed >= 1): Gavel's normalised speeds stop at 1.000 (a
 co-located throughput above the solo one is recorded as the solo one), so no row is above 1 and
 the rows at 1 stand for them; every method's predictions and intervals are capped at 1 as the
-artifact records them (:data:`~bayes_sched.interference.gavel.RECORDED_SPEED_CAP`). The
+artifact records them (:data:`~bayes_sched.interference.gavel.RECORDED_SPEED_CAP`). A row
+recorded at 1 is censored ("at least 1"): its coverage is the credit of
+:func:`~bayes_sched.interference.evaluation.coverage_credits`, the probability that the speed it
+ran at lies inside the method's interval given that it was at least 1, from each method's
+predictive probability of a speed below 1 (the predictive draws', or for the baselines their
+prediction plus a training residual's). The
 default methods leave out ``bayes (this)``, whose SVI fit takes about two minutes of CPU per fold
 (``--methods`` adds it).
 Run: ``python experiments/bench_interference.py [--folds 5] [--steps 2000] [--settings random
@@ -62,13 +68,13 @@ from bayes_sched.interference import (  # noqa: E402
     FitConfig,
     InterferenceModel,
     colocation_observations,
-    interval_coverage,
     leave_one_group_out,
     load_gavel_pairs,
     load_gavel_solo_features,
     mean_absolute_error,
     pair_folds,
 )
+from bayes_sched.interference.evaluation import coverage_credits  # noqa: E402
 from bayes_sched.interference.gavel import (  # noqa: E402
     BATCH_FEATURES,
     DEFAULT_BATCH_FEATURE,
@@ -80,6 +86,7 @@ from bayes_sched.interference.gavel import (  # noqa: E402
 )
 from bayes_sched.interference.gp import ColocationGP  # noqa: E402
 from bayes_sched.interference.gp_censored import CensoredColocationGP  # noqa: E402
+from bayes_sched.interference.model import SpeedPrediction  # noqa: E402
 from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 LEVEL = 0.9
@@ -98,10 +105,14 @@ def design(observations: pd.DataFrame, features: pd.DataFrame) -> np.ndarray:
 
 def residual_interval(
     prediction: np.ndarray, residuals: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The central :data:`LEVEL` interval of ``prediction`` plus a training residual, and the
+    probability that such a speed is below :data:`RECORDED_SPEED_CAP` (the censored rows'
+    coverage needs it: :func:`~bayes_sched.interference.evaluation.coverage_credits`)."""
     tail = (1 - LEVEL) / 2
     low, high = np.quantile(residuals, [tail, 1 - tail])
-    return prediction + low, prediction + high
+    below = np.mean(prediction[:, None] + residuals[None, :] < RECORDED_SPEED_CAP, axis=1)
+    return prediction + low, prediction + high, below
 
 
 TREES = ("random forest", "gradient boosting")
@@ -112,8 +123,9 @@ DEFAULT_METHODS = tuple(m for m in METHODS if m != "bayes (this)")
 
 def run_baselines(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame,
                   methods: tuple[str, ...] = METHODS) -> dict:
-    """Prediction and 90% interval of each baseline in ``methods`` on ``test``, with the CPU
-    seconds its fit took: name -> (prediction, low, high, seconds)."""
+    """Prediction, 90% interval and probability below the cap of each baseline in ``methods``
+    on ``test``, with the CPU seconds its fit took: name -> (prediction, low, high, below,
+    seconds)."""
     x_train, x_test = design(train, features), design(test, features)
     y_train = train["speed"].to_numpy()
     out = {}
@@ -150,27 +162,33 @@ def run_baselines(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFram
     return out
 
 
+def summary_of(prediction: SpeedPrediction) -> tuple[np.ndarray, ...]:
+    """Median, central :data:`LEVEL` interval and probability below the cap of predictive
+    draws."""
+    low, high = prediction.interval(LEVEL)
+    below = np.mean(prediction.samples < RECORDED_SPEED_CAP, axis=0)
+    return prediction.median, low, high, below
+
+
 def run_bayes(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame, steps: int
               ) -> tuple | None:
-    """Median and 90% interval on ``test``, or ``None`` when the fit did not converge (a
-    diverged fit's numbers are not results)."""
+    """Median, 90% interval and probability below the cap on ``test``, or ``None`` when the
+    fit did not converge (a diverged fit's numbers are not results)."""
     model = InterferenceModel.fit_observations(train, features, FitConfig(num_steps=steps))
     if not model.converged:
         return None
-    prediction = model.predict_speed(list(test["target"]), list(test["other"]))
-    low, high = prediction.interval(LEVEL)
-    return prediction.median, low, high
+    return summary_of(model.predict_speed(list(test["target"]), list(test["other"])))
 
 
 def run_gp(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame,
            censored: bool = False) -> tuple:
-    """Median and 90% interval of the GP co-location model on ``test``: the Gaussian one, or
-    with ``censored`` the one that reads a recorded speed of 1 as "at least 1"."""
-    model = (CensoredColocationGP.fit(train, features, cap=RECORDED_SPEED_CAP) if censored
+    """Median, 90% interval and probability below the cap of the GP co-location model on
+    ``test``: the Gaussian one, or with ``censored`` the one that reads a recorded speed of 1
+    as "at least 1" (one noise level per GPU type)."""
+    model = (CensoredColocationGP.fit(train, features, cap=RECORDED_SPEED_CAP,
+                                      noise_group=gpu_of) if censored
              else ColocationGP.fit(train, features))
-    prediction = model.predict_speed(list(test["target"]), list(test["other"]))
-    low, high = prediction.interval(LEVEL)
-    return prediction.median, low, high
+    return summary_of(model.predict_speed(list(test["target"]), list(test["other"])))
 
 
 def with_family(features: pd.DataFrame) -> pd.DataFrame:
@@ -200,7 +218,8 @@ def settings_of(observations: pd.DataFrame, names: list[str], folds: int,
 
 def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame,
                  methods: tuple[str, ...], steps: int) -> dict | None:
-    """name -> (prediction, low, high, CPU seconds) of every method on one fold; ``None``
+    """name -> (prediction, low, high, below, CPU seconds) of every method on one fold
+    (``below``: the probability of a speed below the cap); ``None``
     where the Bayesian fit did not converge (the fold is then left out for every method)."""
     results = run_baselines(train, test, features, methods)
     fits = {"bayes (this)": lambda: run_bayes(train, test, features, steps),
@@ -217,32 +236,33 @@ def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame
                 return None
             results[name] = (*result, time.process_time() - started)
     # What the artifact records: every method's speeds capped where the artifact caps them.
-    return {name: (*(np.minimum(v, RECORDED_SPEED_CAP) for v in result[:3]), result[3])
+    return {name: (*(np.minimum(v, RECORDED_SPEED_CAP) for v in result[:3]), *result[3:])
             for name, result in results.items()}
 
 
 def summarise(setting: str, batch_feature: str, collected: dict[str, list]) -> list[dict]:
-    """One row per method of a setting from its folds' (prediction, low, high, seconds,
-    observed), with the MAE against the best tree ensemble's on the same features."""
+    """One row per method of a setting from its folds' (prediction, low, high, below,
+    seconds, observed), with the MAE against the best tree ensemble's on the same features.
+    Coverage counts a record at the cap as censored
+    (:func:`~bayes_sched.interference.evaluation.coverage_credits`)."""
     rows: list[dict[str, Any]] = []
     for name, parts in collected.items():
-        prediction, low, high, _, observed = (
+        prediction, low, high, below, _, observed = (
             np.concatenate([np.atleast_1d(v) for v in p]) for p in zip(*parts, strict=True))
         unslowed, faster = observed >= 1.0, observed > 1.0
+        credit = coverage_credits(low, high, observed, RECORDED_SPEED_CAP, below, LEVEL)
         rows.append({
             "setting": setting, "batch_feature": batch_feature, "method": name,
             "folds": len(parts), "n": len(observed),
             "mae": mean_absolute_error(prediction, observed),
-            "coverage_90": interval_coverage(low, high, observed),
+            "coverage_90": float(credit.mean()),
             "width_90": float(np.mean(high - low)),
             "n_speed_gt_1": int(faster.sum()),
-            "coverage_90_gt_1": interval_coverage(low[faster], high[faster], observed[faster])
-            if faster.any() else float("nan"),
+            "coverage_90_gt_1": float(credit[faster].mean()) if faster.any() else float("nan"),
             "n_speed_ge_1": int(unslowed.sum()),
-            "coverage_90_ge_1": interval_coverage(low[unslowed], high[unslowed],
-                                                  observed[unslowed])
-            if unslowed.any() else float("nan"),
-            "cpu_s": float(sum(part[3] for part in parts)),
+            "coverage_90_ge_1": float(credit[unslowed].mean()) if unslowed.any()
+            else float("nan"),
+            "cpu_s": float(sum(part[4] for part in parts)),
         })
     trees = [r["mae"] for r in rows if r["method"] in TREES]
     best = min(trees) if trees else float("nan")

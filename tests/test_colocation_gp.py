@@ -3,13 +3,11 @@ real nvidia-smi and DCGM CSV text."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from bayes_sched.interference import (
     InterferenceInputError,
@@ -21,29 +19,13 @@ from bayes_sched.interference import (
 )
 from bayes_sched.interference.gp import ColocationGP
 from bayes_sched.interference.gpu_counters import counter_features, solo_features_from_counters
-
-
-def _synthetic(num_jobs: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    # A job's speed next to another falls with the other's demand times its own sensitivity,
-    # both smooth in the two solo features; light neighbours make some jobs faster than alone.
-    rng = np.random.default_rng(seed)
-    solo = pd.DataFrame({"util": rng.uniform(0, 1, num_jobs), "mem": rng.uniform(0, 1, num_jobs)},
-                        index=pd.Index([f"job{i}" for i in range(num_jobs)], name="job"))
-    rows = []
-    for a in solo.index:
-        for b in solo.index:
-            if a == b:
-                continue
-            law = 0.15 - 1.2 * solo.at[b, "util"] * (0.3 + solo.at[a, "mem"])
-            rows.append({"target": a, "other": b,
-                         "speed": float(np.exp(law + 0.03 * rng.standard_normal()))})
-    return pd.DataFrame(rows), solo
+from tests.colocation_pairs import involving, one_torch_thread, synthetic_pairs
 
 
 def test_gp_predicts_unseen_jobs_and_covers_speeds_above_one() -> None:
-    observations, solo = _synthetic(24, seed=0)
+    observations, solo = synthetic_pairs(24, seed=0, offset=0.15, noise=0.03)
     held_out = {"job0", "job1", "job2"}
-    test = observations["target"].isin(held_out) | observations["other"].isin(held_out)
+    test = involving(observations, held_out)
     # One more job, far from every measured one in feature space and never co-located.
     far = pd.concat([solo, pd.DataFrame({"util": [5.0], "mem": [5.0]},
                                         index=pd.Index(["far"], name="job"))])
@@ -65,16 +47,6 @@ def test_gp_predicts_unseen_jobs_and_covers_speeds_above_one() -> None:
     assert far_sd[0] > 2 * near_sd[0]
 
 
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    # Two torch threads on a loaded two-core machine take several times longer per GP fit.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.mark.usefixtures("one_thread")
 def test_gp_intervals_on_measured_pairs_are_neither_too_narrow_nor_too_wide() -> None:
     # Gavel's V100 pairs, a quarter of the pairs held out: the 90% intervals must cover most
     # held-out speeds and the 50% ones about half (an overconfident model fails the first, one
@@ -82,7 +54,8 @@ def test_gp_intervals_on_measured_pairs_are_neither_too_narrow_nor_too_wide() ->
     observations = colocation_observations(load_gavel_pairs())
     on_v100 = observations[observations["target"].str.startswith("v100/")]
     test = next(pair_folds(on_v100, 4, seed=0))
-    model = ColocationGP.fit(on_v100[~test], load_gavel_solo_features())
+    with one_torch_thread():
+        model = ColocationGP.fit(on_v100[~test], load_gavel_solo_features())
     truth = on_v100[test]
     speed = truth["speed"].to_numpy()
     prediction = model.predict_speed(list(truth["target"]), list(truth["other"]))
@@ -92,7 +65,7 @@ def test_gp_intervals_on_measured_pairs_are_neither_too_narrow_nor_too_wide() ->
 
 
 def test_gp_refuses_unknown_jobs_and_bad_speeds() -> None:
-    observations, solo = _synthetic(4, seed=1)
+    observations, solo = synthetic_pairs(4, seed=1, offset=0.15, noise=0.03)
     with pytest.raises(InterferenceInputError, match="job9"):
         ColocationGP.fit(pd.concat([observations, pd.DataFrame(
             [{"target": "job9", "other": "job0", "speed": 0.5}])]), solo)

@@ -71,7 +71,46 @@ def mean_absolute_error(predicted: np.ndarray, observed: np.ndarray) -> float:
     return float(np.mean(np.abs(np.asarray(predicted) - np.asarray(observed))))
 
 
-def interval_coverage(low: np.ndarray, high: np.ndarray, observed: np.ndarray) -> float:
-    """Fraction of observations inside ``[low, high]``."""
-    observed = np.asarray(observed)
-    return float(np.mean((observed >= low) & (observed <= high)))
+def interval_coverage(low: np.ndarray, high: np.ndarray, observed: np.ndarray,
+                      cap: float | None = None, below_cap: np.ndarray | None = None,
+                      level: float | None = None) -> float:
+    """Fraction of observations inside ``[low, high]``, each ``(N,)``; with ``cap``, the mean of
+    :func:`coverage_credits` (records at ``cap`` censored: "at least ``cap``")."""
+    return float(np.mean(coverage_credits(low, high, observed, cap, below_cap, level)))
+
+
+def coverage_credits(low: np.ndarray, high: np.ndarray, observed: np.ndarray,
+                     cap: float | None = None, below_cap: np.ndarray | None = None,
+                     level: float | None = None) -> np.ndarray:
+    """Per observation, whether it lies inside ``[low, high]`` (1 or 0), ``(N,)``.
+
+    With ``cap`` (a record at or above ``cap`` is censored: the quantity was at least ``cap``, its
+    value unknown), ``below_cap`` ``(N,)`` (each prediction's probability that the uncensored
+    quantity is below ``cap``, ``F(cap)``) and ``level`` (``[low, high]`` is the central
+    ``level`` interval of the uncensored quantity), a censored record's credit is the
+    probability that its uncensored value lies inside the interval given what was recorded:
+    ``P(low <= Y <= high | Y >= cap) = max(0, (1 - t) - max(F(cap), t)) / (1 - F(cap))`` with
+    ``t = (1 - level) / 2``; 0 where the prediction puts no mass at or above ``cap``. This is the
+    randomised probability integral transform's coverage for a censored value (the record fixes
+    ``F(Y)`` only to ``[F(cap), 1]``; drawn uniformly there it lands in ``[t, 1 - t]`` with that
+    probability). Why not "covered where ``high >= cap``": under a calibrated model that rule's
+    expected coverage of a censored record is ``P(Y >= low | Y >= cap)``, between ``level`` and
+    ``1 - t``, so it favours wide upper tails; the credit's expectation over the records of a
+    calibrated model is ``level`` exactly (uncensored rows contribute
+    ``P(Y in [low, high], Y < cap)``, censored ones ``P(Y in [low, high], Y >= cap)``). On a
+    subset chosen by its outcome (the records at ``cap``) no rule makes a calibrated model's
+    coverage ``level``: its credits are near ``level`` only where it predicted ``Y >= cap``
+    with high probability.
+    """
+    low, high, observed = (np.asarray(v, dtype=np.float64) for v in (low, high, observed))
+    inside = ((observed >= low) & (observed <= high)).astype(np.float64)
+    if cap is None:
+        return inside
+    if below_cap is None or level is None:
+        raise ValueError("cap: expected below_cap and level with it")
+    tail = (1.0 - level) / 2.0
+    below = np.clip(np.asarray(below_cap, dtype=np.float64), 0.0, 1.0)
+    above = 1.0 - below
+    credit = np.maximum(0.0, (1.0 - tail) - np.maximum(below, tail)) / np.where(above > 0,
+                                                                                above, 1.0)
+    return np.where(observed >= cap, np.where(above > 0, credit, 0.0), inside)

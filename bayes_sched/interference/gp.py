@@ -32,7 +32,7 @@ import math
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import gpytorch
 import numpy as np
@@ -72,18 +72,21 @@ class GpFitReport:
     log likelihood, or negative evidence lower bound for a variational fit; hyperparameter
     priors included), its gradient norm ``gradient_norm`` in the raw hyperparameters,
     ``converged``, and the fitted length scale per input (``lengthscales``, standardised units)
-    and noise standard deviation (``noise``, log speed)."""
+    and noise standard deviation (``noise``, log speed; where it differs between rows, their
+    geometric mean), and where the noise has one level per noise group, each group's
+    (``noise_groups``, log speed)."""
 
     loss: float
     gradient_norm: float
     converged: bool
     lengthscales: dict[str, float]
     noise: float
+    noise_groups: dict[str, float] = field(default_factory=dict)
 
     def with_noise_scale(self, y_scale: float) -> GpFitReport:
         """This report with its noise in log-speed units (the fits see standardised targets)."""
-        return GpFitReport(self.loss, self.gradient_norm, self.converged, self.lengthscales,
-                           self.noise * y_scale)
+        return replace(self, noise=self.noise * y_scale,
+                       noise_groups={g: v * y_scale for g, v in self.noise_groups.items()})
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,23 @@ noise is fitted on what was measured.
 
 Model (same inputs, standardisation, kernel and priors as :mod:`.gp`)::
 
-    y* = m + f(x_target, x_other) + eps,   f ~ GP(0, k_ARD),   eps ~ N(0, sigma^2)
+    y* = m + f(x_target, x_other) + eps,   f ~ GP(0, k_ARD),   eps ~ N(0, sigma_g^2)
     recorded log speed = min(y*, log cap)
+
+with one noise level per noise group ``g`` of the target (``noise_group``, e.g. its GPU type;
+by default one group): ``log sigma_g^2 = b + u_g``, the offsets ``u_g`` drawn around the typical
+level ``b`` (a hierarchical prior, :data:`NOISE_GROUP_SCALE`). Why: measurements differ in how
+far they scatter from any smooth law by where they were taken (on Gavel's pairs, the residuals
+of held-out V100 pairs are about three times those of K80 or P100 pairs), and one noise level
+for all is then too wide for some rows and too narrow for others. A group the fit never saw (a
+GPU type held out) gets the prior's mean noise variance over groups, ``exp(b + scale^2 / 2)``.
 
 The Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode and the
 Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*, 2006,
 algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the Gaussian
 with the curvature there, and the evidence is the Laplace evidence; the censored rows' factors need
 no inducing-point or variational approximation. ``m``, the length scales and
-``sigma`` maximise the Laplace evidence with the Gaussian model's priors on at most
+the noise levels maximise the Laplace evidence with the Gaussian model's priors on at most
 :data:`~.gp.EVIDENCE_OBSERVATIONS` observations (L-BFGS, from the Gaussian model's fit on the
 same subset); its gradient is exact: the mode enters through one Newton step from the converged
 mode, whose derivative in the hyperparameters is the mode's (Newton's map has zero derivative in
@@ -36,8 +44,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import cast
 
 import gpytorch
@@ -66,42 +74,62 @@ from perfmodel.errors import UnreliableFitWarning
 #: values (standardised units) of a converged one.
 NEWTON_ITERATIONS = 50
 NEWTON_TOLERANCE = 1e-8
+#: Halvings of one Newton step at most while the objective falls.
+NEWTON_HALVINGS = 30
 #: Jitter added to the kernel matrix's diagonal (standardised units).
 JITTER = 1e-6
+#: The noise model's prior: a typical log noise variance ``b ~ N(NOISE_PRIOR_LOC, 1)``
+#: (BoTorch's noise prior), each noise group's offset from it ``~ N(0, NOISE_GROUP_SCALE^2)``:
+#: a priori a group's noise standard deviation is within a factor ``exp(NOISE_GROUP_SCALE)``,
+#: about 2.7, of the typical one with 95% probability.
+NOISE_PRIOR_LOC = -4.0
+NOISE_GROUP_SCALE = 1.0
+#: Smallest noise standard deviation (standardised units): its square is added to every
+#: group's noise variance.
+MIN_NOISE = 1e-3
 
 
 class _Hyperparameters(gpytorch.Module):
     """Constant mean, ARD RBF kernel (BoTorch's dimension-scaled log-normal length-scale prior,
-    unit variance on standardised targets, as :class:`botorch.models.SingleTaskGP`) and noise
-    variance (BoTorch's ``LogNormal(-4, 1)`` prior); every constraint softplus-transformed so that
-    unconstrained L-BFGS steps stay inside it."""
+    unit variance on standardised targets, as :class:`botorch.models.SingleTaskGP`) and a noise
+    variance per noise group ``g`` (e.g. the target's GPU type), ``log sigma_g^2 = b + u_g``:
+    ``b ~ N(NOISE_PRIOR_LOC, 1)`` (BoTorch's ``LogNormal(-4, 1)`` noise-variance prior), each
+    group's offset ``u_g ~ N(0, NOISE_GROUP_SCALE^2)``; the length-scale constraint
+    softplus-transformed so that unconstrained L-BFGS steps stay inside it."""
 
-    def __init__(self, dims: int) -> None:
+    def __init__(self, dims: int, groups: int) -> None:
         super().__init__()
         self.mean = gpytorch.means.ConstantMean()
         prior = LogNormalPrior(loc=math.sqrt(2) + 0.5 * math.log(dims), scale=math.sqrt(3))
         self.kernel = gpytorch.kernels.RBFKernel(
             ard_num_dims=dims, lengthscale_prior=prior,
             lengthscale_constraint=GreaterThan(2.5e-2, initial_value=prior.mode))
-        noise_prior = LogNormalPrior(loc=-4.0, scale=1.0)
-        self.noise = gpytorch.likelihoods.noise_models.HomoskedasticNoise(
-            noise_prior=noise_prior,
-            noise_constraint=GreaterThan(1e-4, initial_value=noise_prior.mode))
+        self.noise_bias = torch.nn.Parameter(torch.tensor(NOISE_PRIOR_LOC))
+        self.noise_offsets = torch.nn.Parameter(torch.zeros(groups))
 
     def copy_from(self, start: SingleTaskGP) -> None:
-        """Take the mean, length scales and noise of a fitted ``SingleTaskGP``."""
+        """Take the mean, length scales and (one) noise of a fitted ``SingleTaskGP``."""
         mean = cast(gpytorch.means.ConstantMean, start.mean_module)
         kernel = cast(gpytorch.kernels.Kernel, start.covar_module)
         likelihood = cast(gpytorch.likelihoods.GaussianLikelihood, start.likelihood)
         with torch.no_grad():
             self.mean.constant = mean.constant.detach()
             self.kernel.lengthscale = kernel.lengthscale.detach()
-            self.noise.noise = likelihood.noise.detach().reshape(1)
+            self.noise_bias.copy_(likelihood.noise.detach().reshape(()).log())
+            self.noise_offsets.zero_()
 
-    @property
-    def sigma(self) -> torch.Tensor:
-        """Noise standard deviation (standardised units), a scalar tensor."""
-        return self.noise.noise.reshape(()).sqrt()
+    def noise_variance(self, group: torch.Tensor) -> torch.Tensor:
+        """Noise variance (standardised units) of rows in noise groups ``group`` ``(N,)``
+        (indices; -1 for a group the fit never saw, which gets the prior's mean over groups,
+        ``exp(b + NOISE_GROUP_SCALE^2 / 2)``), ``(N,)``."""
+        known = group >= 0
+        offsets = torch.where(known, self.noise_offsets[group.clamp_min(0)],
+                              torch.full_like(self.noise_bias, 0.5 * NOISE_GROUP_SCALE**2))
+        return (self.noise_bias + offsets).exp() + MIN_NOISE**2
+
+    def sigma(self, group: torch.Tensor) -> torch.Tensor:
+        """Noise standard deviation (standardised units) of rows in noise groups ``group``."""
+        return self.noise_variance(group).sqrt()
 
     def covariance(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         """Kernel matrix ``(N, N)`` of ``x`` with jitter, or ``(N, M)`` of ``x`` and ``z``."""
@@ -111,20 +139,29 @@ class _Hyperparameters(gpytorch.Module):
         return self.kernel(x, z).to_dense()
 
     def log_prior(self) -> torch.Tensor:
-        """Sum of the hyperparameters' log prior densities."""
-        return sum((prior.log_prob(closure(module)).sum()
-                    for _, module, prior, closure, _ in self.named_priors()),
-                   torch.zeros((), dtype=torch.float64))
+        """Sum of the hyperparameters' log prior densities (the noise's up to constants)."""
+        lengths = sum((prior.log_prob(closure(module)).sum()
+                       for _, module, prior, closure, _ in self.named_priors()),
+                      torch.zeros((), dtype=torch.float64))
+        bias = -0.5 * (self.noise_bias - NOISE_PRIOR_LOC) ** 2
+        offsets = -0.5 * (self.noise_offsets / NOISE_GROUP_SCALE).pow(2).sum()
+        return lengths + bias + offsets
 
 
 @dataclass(frozen=True)
 class _Tobit:
     """Censored observations (standardised): ``y`` ``(N,)``, ``censored`` ``(N,)`` bool (the
-    value is the cap ``upper``: ``y* >= upper``)."""
+    value is the cap ``upper``: ``y* >= upper``), ``group`` ``(N,)`` each row's noise group
+    (index)."""
 
     y: torch.Tensor
     censored: torch.Tensor
     upper: float
+    group: torch.Tensor
+
+    def subset(self, rows: torch.Tensor) -> _Tobit:
+        """The observations at indices ``rows``."""
+        return _Tobit(self.y[rows], self.censored[rows], self.upper, self.group[rows])
 
     def terms(self, f: torch.Tensor, sigma: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -157,14 +194,29 @@ def _newton_step(k: torch.Tensor, mean: torch.Tensor, g: torch.Tensor, data: _To
 
 def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, sigma: torch.Tensor
           ) -> torch.Tensor:
-    """The posterior mode of ``g = f - m`` (no gradient), by Newton's method from zero."""
+    """The posterior mode of ``g = f - m`` (no gradient), by Newton's method from zero, each
+    step halved until the objective ``log p(y | m + g) - g' K^-1 g / 2`` does not fall (the
+    objective is concave, so a short enough Newton step always raises it; full steps can
+    overshoot where the noise is small against the kernel's variance)."""
+
+    def objective(g: torch.Tensor, a: torch.Tensor) -> float:
+        return float(data.terms(mean + g, sigma)[0] - 0.5 * (a @ g))
+
     with torch.no_grad():
-        g = torch.zeros_like(data.y)
+        g, a = torch.zeros_like(data.y), torch.zeros_like(data.y)
+        value = objective(g, a)
         for _ in range(NEWTON_ITERATIONS):
-            new, _ = _newton_step(k, mean, g, data, sigma)
+            new, new_a = _newton_step(k, mean, g, data, sigma)
+            new_value = objective(new, new_a)
+            for _ in range(NEWTON_HALVINGS):
+                if new_value >= value - 1e-12 * abs(value):
+                    break
+                # g and a = K^-1 g move together: a step's fraction is linear in both.
+                new, new_a = 0.5 * (g + new), 0.5 * (a + new_a)
+                new_value = objective(new, new_a)
             if float((new - g).abs().max()) < NEWTON_TOLERANCE:
                 return new
-            g = new
+            g, a, value = new, new_a, new_value
     raise InterferenceFitError(f"the censored GP's posterior mode did not converge in "
                                f"{NEWTON_ITERATIONS} Newton iterations")
 
@@ -173,7 +225,7 @@ def _laplace_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit) ->
     """Laplace log evidence plus log prior, per observation, differentiable in the
     hyperparameters (see the module docstring for why its gradient is exact)."""
     k = hyper.covariance(x)
-    mean, sigma = hyper.mean(x), hyper.sigma
+    mean, sigma = hyper.mean(x), hyper.sigma(data.group)
     g, a = _newton_step(k, mean, _mode(k, mean, data, sigma), data, sigma)
     log_lik, _, w = data.terms(mean + g, sigma)
     root = w.sqrt()
@@ -186,12 +238,14 @@ class CensoredColocationGP(PairGP):
     """A fitted censored GP co-location model; build it with :meth:`fit`."""
 
     def __init__(self, hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
-                 training: TrainingSet, report: GpFitReport) -> None:
+                 training: TrainingSet, report: GpFitReport,
+                 noise_group: Callable[[str], str] | None, groups: Sequence[str]) -> None:
         super().__init__(training, report)
         self._hyper, self._x = hyper, x
+        self._noise_group, self._groups = noise_group, list(groups)
         with torch.no_grad():
             k = hyper.covariance(x)
-            mean, sigma = hyper.mean(x), hyper.sigma
+            mean, sigma = hyper.mean(x), hyper.sigma(data.group)
             g = _mode(k, mean, data, sigma)
             _, gradient, w = data.terms(mean + g, sigma)
             root = w.sqrt()
@@ -203,10 +257,13 @@ class CensoredColocationGP(PairGP):
 
     @classmethod
     def fit(cls, observations: pd.DataFrame, solo_features: pd.DataFrame, cap: float = 1.0,
-            seed: int = 0) -> CensoredColocationGP:
+            seed: int = 0, noise_group: Callable[[str], str] | None = None
+            ) -> CensoredColocationGP:
         """Fit to ``observations`` (as :meth:`.gp.ColocationGP.fit`) whose speeds were recorded
         capped at ``cap``: a speed equal to ``cap`` is censored ("at least ``cap``"); a speed
-        above it contradicts the cap (:class:`InterferenceInputError`). Raises
+        above it contradicts the cap (:class:`InterferenceInputError`). ``noise_group`` maps a
+        target job to its noise group (e.g. :func:`~.gavel.gpu_of`: measurements on one GPU type
+        share a noise level); ``None``, one noise level for every row. Raises
         :class:`InterferenceFitError` where the fit goes non-finite; warns
         :class:`~perfmodel.errors.UnreliableFitWarning` where L-BFGS stopped before the
         gradient was small."""
@@ -222,17 +279,26 @@ class CensoredColocationGP(PairGP):
         upper = (math.log(cap) - training.y_mean) / training.y_scale
         censored = torch.as_tensor(training.speed >= cap)
         x, y = training.inputs(), training.targets()
+        labels = [noise_group(t) if noise_group else "" for t in observations["target"]]
+        groups = sorted(set(labels))
+        index = {g: i for i, g in enumerate(groups)}
         data = _Tobit(torch.where(censored, torch.tensor(upper, dtype=y.dtype), y), censored,
-                      upper)
+                      upper, torch.as_tensor([index[g] for g in labels]))
         subset = torch.as_tensor(evidence_subset(len(y), seed))
-        hyper = _Hyperparameters(x.shape[1]).to(x.dtype)
+        hyper = _Hyperparameters(x.shape[1], len(groups)).to(x.dtype)
         with warnings.catch_warnings():
             # Only a start: whether the fit converged is judged on the censored evidence.
             warnings.simplefilter("ignore", UnreliableFitWarning)
             hyper.copy_from(fit_evidence(x, data.y, seed, training.columns)[0])
-        sub = _Tobit(data.y[subset], censored[subset], upper)
-        report = _maximise_evidence(hyper, x[subset], sub, training.columns)
-        return cls(hyper, x, data, training, report.with_noise_scale(training.y_scale))
+        report = _maximise_evidence(hyper, x[subset], data.subset(subset), training.columns)
+        with torch.no_grad():
+            # The report's noise: geometric mean over the training rows; and each group's.
+            typical = float(hyper.noise_variance(data.group).log().mean().mul(0.5).exp())
+            by_group = hyper.sigma(torch.arange(len(groups))).numpy()
+        report = replace(report, noise=typical, noise_groups={
+            g: float(v) for g, v in zip(groups, by_group, strict=True)} if noise_group else {})
+        return cls(hyper, x, data, training, report.with_noise_scale(training.y_scale),
+                   noise_group, groups)
 
     def log_speed_moments(self, targets: Sequence[str], others: Sequence[str]
                           ) -> tuple[np.ndarray, np.ndarray]:
@@ -245,9 +311,17 @@ class CensoredColocationGP(PairGP):
             v = torch.linalg.solve_triangular(self._chol, self._root[:, None] * cross,
                                               upper=False)
             prior = torch.ones(len(x), dtype=x.dtype)  # unit kernel variance
-            variance = prior - (v**2).sum(dim=0) + self._hyper.sigma**2
+            variance = (prior - (v**2).sum(dim=0)
+                        + self._hyper.noise_variance(self._group_index(targets)))
         return (mean.numpy() * self.data.y_scale + self.data.y_mean,
                 variance.clamp_min(0).sqrt().numpy() * self.data.y_scale)
+
+
+    def _group_index(self, targets: Sequence[str]) -> torch.Tensor:
+        """Noise group index of each target ``(N,)``, -1 for a group the fit never saw."""
+        index = {g: i for i, g in enumerate(self._groups)}
+        return torch.as_tensor([index.get(self._noise_group(t) if self._noise_group else "", -1)
+                                for t in targets], dtype=torch.long)
 
 
 def _maximise_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
@@ -284,4 +358,4 @@ def _maximise_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
     names = [f"target.{c}" for c in columns] + [f"other.{c}" for c in columns]
     return GpFitReport(loss, gradient_norm, converged,
                        dict(zip(names, (float(v) for v in lengths), strict=True)),
-                       float(hyper.sigma.detach()))
+                       math.nan)
