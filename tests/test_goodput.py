@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from perfmodel.goodput import GoodputModel, optimize_each
 from tests.conftest import TRUE_PARAMS
@@ -103,3 +104,27 @@ def test_optimize_each_equals_each_models_own_optimize() -> None:
                 nodes, gpus, max_batch, (lo, hi), max_accum_steps=accum, accumulate_alone=alone)
             for field in ("goodput", "local_bsz", "accum_steps", "batch_size"):
                 assert getattr(each, field)[i] == getattr(own, field)[0], (i, field)
+
+
+def test_remembered_candidates_equal_the_built_ones_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfmodel import goodput
+
+    monkeypatch.setattr(goodput, "CANDIDATE_MEMO_ELEMENTS", 48 * 5)
+    replicas = np.array([1.0, 2.0, 4.0, 8.0, 3.0])
+    limits = (np.array([128.0, 256, 128, 128, 64]), np.array([4096.0, 4096, 2048, 4096, 512]),
+              np.array([4.0, 8, 4, 4, 2]), np.array([64.0, 128, 64, 64, 32]),
+              np.array([15.0, 15, 3, 0, 15]))
+    expected = goodput.batch_candidates(replicas, *limits, 48, True)
+    for _ in range(2):  # built, then remembered
+        rows = goodput._row_candidates(replicas, *limits, 48, True)
+        for got, want in zip(rows, expected, strict=True):
+            assert np.array_equal(got, want)
+    whole = goodput.candidates_of(replicas, 128, 4096, 4, 64, 15, 48, True)
+    again = goodput.candidates_of(replicas, 128, 4096, 4, 64, 15, 48, True)
+    assert whole is again and not whole[1].flags.writeable
+    for got, want in zip(whole, goodput.batch_candidates(replicas, 128, 4096, 4, 64, 15, 48, True),
+                         strict=True):
+        assert np.array_equal(got, want)
+    # Ten more distinct rows: the table keeps at most its bound's worth.
+    goodput._row_candidates(np.arange(1.0, 11.0), 128, 4096, 4, 64, 15, 48, True)
+    assert sum(row[1].size for row in goodput._ROW_MEMO.values()) <= 48 * 5
