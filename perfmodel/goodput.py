@@ -125,6 +125,16 @@ class GoodputModel:
 
         best = np.empty(len(nodes), dtype=np.int64)
         scores = np.empty(len(nodes))
+        if quantile is None and self.num_samples == 1 and self.theta.shape[1] == 7:
+            # A point model: the compiled loop (the same choices, without the grid's arrays).
+            from perfmodel.goodput_kernel import best_point_batches
+
+            count = len(nodes)
+            best_point_batches(np.broadcast_to(self.theta, (count, 7)),
+                               np.broadcast_to(self.noise_to_signal, (count,)),
+                               np.full(count, float(self.init_bsz)), nodes, replicas, local,
+                               accum, valid, best, scores)
+            return _choice(feasible, local, accum, replicas, best, scores)
         chunk = max(1, _CHUNK_ELEMENTS // (self.num_samples * grid_size))
         for start in range(0, len(nodes), chunk):
             part = slice(start, start + chunk)
@@ -291,8 +301,9 @@ def optimize_each(theta: np.ndarray, noise_to_signal: np.ndarray, init_bsz: np.n
     is the best batch of the job with parameters ``theta[i]`` (``(A, 7)``, :data:`~perfmodel.
     throughput.PARAM_NAMES` order), gradient noise ``noise_to_signal[i]`` and initial batch
     ``init_bsz[i]`` on ``num_replicas[i]`` GPUs of ``num_nodes[i]`` nodes, within its own limits
-    (the remaining arguments, each ``(A,)``). One vectorised evaluation instead of A calls; each
-    row equals that job's own ``optimize`` (posterior-mean goodput of its point model)."""
+    (the remaining arguments, each ``(A,)``). One compiled pass
+    (:func:`perfmodel.goodput_kernel.best_point_batches`) instead of A calls; each row equals that
+    job's own ``optimize`` (posterior-mean goodput of its point model)."""
     theta = np.asarray(theta, dtype=np.float64)
     phi = np.asarray(noise_to_signal, dtype=np.float64)
     nodes = np.asarray(num_nodes, dtype=np.float64)
@@ -301,10 +312,9 @@ def optimize_each(theta: np.ndarray, noise_to_signal: np.ndarray, init_bsz: np.n
     feasible, local, accum, valid = _row_candidates(
         replicas, init, max_batch_size, min_local_bsz, max_local_bsz, max_accum_steps,
         grid_size, accumulate_alone)
-    batch = replicas[:, None] * local * (accum + 1)
-    value = (_examples_per_second(theta[:, None, :], nodes[:, None], replicas[:, None], local,
-                                  accum)
-             * efficiency_from_noise(phi[:, None], init[:, None], batch))
-    score = np.where(valid, value, -np.inf)
-    best = np.argmax(score, axis=1)
-    return _choice(feasible, local, accum, replicas, best, score[np.arange(len(best)), best])
+    from perfmodel.goodput_kernel import best_point_batches
+
+    best = np.empty(len(replicas), dtype=np.int64)
+    scores = np.empty(len(replicas))
+    best_point_batches(theta, phi, init, nodes, replicas, local, accum, valid, best, scores)
+    return _choice(feasible, local, accum, replicas, best, scores)
