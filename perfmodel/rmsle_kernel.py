@@ -19,15 +19,16 @@ import math
 import numpy as np
 from numba import njit
 
-from perfmodel.throughput import _TINY as TINY
-
 
 @njit(cache=True)
 def rmsle_loss_grad(theta: np.ndarray, nodes: np.ndarray, replicas: np.ndarray, m: np.ndarray,
-                    log_tc: np.ndarray, log_to: np.ndarray, grad: np.ndarray) -> float:
+                    log_tc: np.ndarray, log_to: np.ndarray, tiny: float, grad: np.ndarray
+                    ) -> float:
     """Pollux's objective at ``theta`` ``(7,)`` on rows ``(N,)`` (nodes, replicas, micro-batch,
-    log compute time, log optimiser-step time); writes its gradient into ``grad`` ``(7,)`` and
-    returns the objective. Where an RMSLE term is exactly 0 its gradient is taken as 0."""
+    log compute time, log optimiser-step time), with ``tiny`` the smallest network time
+    (:data:`perfmodel.throughput._TINY`: this module cannot import it, the model's module imports
+    this one); writes its gradient into ``grad`` ``(7,)`` and returns the objective. Where an
+    RMSLE term is exactly 0 its gradient is taken as 0."""
     alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = (
         theta[0], theta[1], theta[2], theta[3], theta[4], theta[5], theta[6])
     count = m.shape[0]
@@ -47,7 +48,7 @@ def rmsle_loss_grad(theta: np.ndarray, nodes: np.ndarray, replicas: np.ndarray, 
         else:
             net = 0.0
         t_c[i] = alpha_c + beta_c * m[i]
-        t_n[i] = net + TINY
+        t_n[i] = net + tiny
         log_total[i] = math.log(t_c[i] ** gamma + t_n[i] ** gamma)
         res_c[i] = math.log(t_c[i]) - log_tc[i]
         res_o[i] = log_total[i] / gamma - log_to[i]

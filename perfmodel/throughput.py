@@ -246,7 +246,7 @@ def _rmsle_objective(theta: np.ndarray, data: _FitData) -> tuple[float, np.ndarr
 
     grad = np.empty(7)
     loss = rmsle_loss_grad(np.asarray(theta, dtype=np.float64), data.nodes, data.replicas,
-                           data.m, data.log_tc, data.log_to, grad)
+                           data.m, data.log_tc, data.log_to, _TINY, grad)
     return float(loss), grad
 
 
@@ -358,7 +358,7 @@ def fit_throughput(profile: StepTimeProfile, starts: int = 4, seed: int = 0) -> 
     def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
         # _rmsle_objective, without its per-call import and allocation.
         theta[free] = x
-        loss = rmsle_loss_grad(theta, *rows, grad)
+        loss = rmsle_loss_grad(theta, *rows, _TINY, grad)
         return float(loss), grad[free]
 
     best, best_loss = np.where(fixed, pinned_values, np.array(POLLUX_START)), np.inf
