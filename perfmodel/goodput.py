@@ -206,7 +206,7 @@ def batch_candidates(num_replicas: np.ndarray, init_bsz: np.ndarray | int,
 Candidates = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 #: Most elements (over all remembered candidate arrays) :func:`candidates_of` and
 #: :func:`_row_candidates` keep, each; least recently used go first.
-CANDIDATE_MEMO_ELEMENTS = 1_000_000
+CANDIDATE_MEMO_ELEMENTS = 250_000
 _WHOLE_MEMO: OrderedDict[tuple[object, ...], Candidates] = OrderedDict()
 _ROW_MEMO: OrderedDict[tuple[float, ...], Candidates] = OrderedDict()
 _MEMO_SIZE = {"whole": 0, "row": 0}
