@@ -44,12 +44,15 @@ class JobAgent:
             exists; a refit also needs a measurement of a new ``(nodes, replicas)`` shape, or of a
             new micro-batch while only one was seen. Each L-BFGS fit costs milliseconds, and
             Pollux's agent refitting at every new ``m`` dominated the artifact's run time.
+        refit_on_new_bsz: refit on every new micro-batch too.
         gpu_type: the GPU type the job runs on.
+        skip_within_noise: keep the fit when new measurements lie within its noise
+            (:class:`~bayes_sched.estimation.ThroughputFitter`).
     """
 
     def __init__(self, name: str, limits: BatchLimits, settings: JobSettings = _TUNED,
                  min_refit_interval: float = 240.0, refit_on_new_bsz: bool = False,
-                 gpu_type: str = DEFAULT_GPU_TYPE) -> None:
+                 gpu_type: str = DEFAULT_GPU_TYPE, skip_within_noise: bool = True) -> None:
         self.name = name
         self.limits = limits
         self.settings = settings
@@ -58,7 +61,8 @@ class JobAgent:
         self.grad_sqr: float | None = None
         self.grad_var: float | None = None
         self.clock = 0.0  # the job's time in seconds, set by whoever runs the job
-        self._fitter = ThroughputFitter(name, min_refit_interval, refit_on_new_bsz)
+        self._fitter = ThroughputFitter(name, min_refit_interval, refit_on_new_bsz,
+                                        skip_within_noise)
         self._model: GoodputModel | None = None
         self._model_key: tuple[ThroughputParams, float, float] | None = None
         # Other GPU types' measurements and fitters (a typed cluster: :meth:`use_gpu_type`).
@@ -83,7 +87,7 @@ class JobAgent:
         if saved is None:
             fitter = self._fitter
             saved = ({}, ThroughputFitter(self.name, fitter.min_refit_interval,
-                                          fitter.refit_on_new_bsz))
+                                          fitter.refit_on_new_bsz, fitter.skip_within_noise))
         self.observations, self._fitter = saved
         self.gpu_type = gpu_type
         self._model, self._model_key = None, None
@@ -118,7 +122,8 @@ class JobAgent:
         return self._fitter.params
 
     def refresh(self, now: float) -> bool:
-        """Refit the throughput model if new shapes were measured and the rate limit allows.
+        """Refit the throughput model if new measurements say something new
+        (:class:`~bayes_sched.estimation.ThroughputFitter`) and the rate limit allows.
 
         Returns whether a refit happened. ``now`` is the job's clock in seconds.
         """

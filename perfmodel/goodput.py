@@ -10,7 +10,9 @@ per-step overhead).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -117,12 +119,22 @@ class GoodputModel:
         nodes = np.atleast_1d(np.asarray(num_nodes, dtype=np.float64))
         replicas = np.atleast_1d(np.asarray(num_replicas, dtype=np.float64))
         nodes, replicas = np.broadcast_arrays(nodes, replicas)
-        feasible, local, accum, valid = batch_candidates(
+        feasible, local, accum, valid = candidates_of(
             replicas, self.init_bsz, max_batch_size, local_bsz_range[0], local_bsz_range[1],
             max_accum_steps, grid_size, accumulate_alone)
 
         best = np.empty(len(nodes), dtype=np.int64)
         scores = np.empty(len(nodes))
+        if quantile is None and self.num_samples == 1 and self.theta.shape[1] == 7:
+            # A point model: the compiled loop (the same choices, without the grid's arrays).
+            from perfmodel.goodput_kernel import best_point_batches
+
+            count = len(nodes)
+            best_point_batches(np.broadcast_to(self.theta, (count, 7)),
+                               np.broadcast_to(self.noise_to_signal, (count,)),
+                               np.full(count, float(self.init_bsz)), nodes, replicas, local,
+                               accum, valid, best, scores)
+            return _choice(feasible, local, accum, replicas, best, scores)
         chunk = max(1, _CHUNK_ELEMENTS // (self.num_samples * grid_size))
         for start in range(0, len(nodes), chunk):
             part = slice(start, start + chunk)
@@ -191,6 +203,81 @@ def batch_candidates(num_replicas: np.ndarray, init_bsz: np.ndarray | int,
     return feasible, local, accum, valid
 
 
+Candidates = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: Most elements (over all remembered candidate arrays) :func:`candidates_of` and
+#: :func:`_row_candidates` keep, each; least recently used go first.
+CANDIDATE_MEMO_ELEMENTS = 250_000
+_WHOLE_MEMO: OrderedDict[tuple[object, ...], Candidates] = OrderedDict()
+_ROW_MEMO: OrderedDict[tuple[float, ...], Candidates] = OrderedDict()
+_MEMO_SIZE = {"whole": 0, "row": 0}
+
+
+def _remember(memo: OrderedDict[Any, Candidates], which: str, key: Any, value: Candidates
+              ) -> None:
+    for array in value:
+        array.flags.writeable = False
+    memo[key] = value
+    _MEMO_SIZE[which] += value[1].size
+    while _MEMO_SIZE[which] > CANDIDATE_MEMO_ELEMENTS and len(memo) > 1:
+        _, dropped = memo.popitem(last=False)
+        _MEMO_SIZE[which] -= dropped[1].size
+
+
+def candidates_of(num_replicas: np.ndarray, init_bsz: int, max_batch_size: int,
+                  min_local_bsz: int, max_local_bsz: int, max_accum_steps: int, grid_size: int,
+                  accumulate_alone: bool) -> Candidates:
+    """:func:`batch_candidates` for one job's scalar limits, remembered (read-only arrays).
+
+    The candidates are a function of the allocations and the limits only, not of the model, and
+    a job's goodput table is rebuilt at every refit over the same allocations (and jobs of one
+    application share the limits), so the grid is built once per distinct argument set, in a
+    table bounded by :data:`CANDIDATE_MEMO_ELEMENTS`."""
+    replicas = np.asarray(num_replicas, dtype=np.float64)
+    key = (replicas.tobytes(), float(init_bsz), float(max_batch_size), float(min_local_bsz),
+           float(max_local_bsz), float(max_accum_steps), int(grid_size), bool(accumulate_alone))
+    found = _WHOLE_MEMO.get(key)
+    if found is not None:
+        _WHOLE_MEMO.move_to_end(key)
+        return found
+    found = batch_candidates(replicas, init_bsz, max_batch_size, min_local_bsz, max_local_bsz,
+                             max_accum_steps, grid_size, accumulate_alone)
+    _remember(_WHOLE_MEMO, "whole", key, found)
+    return found
+
+
+def _row_candidates(replicas: np.ndarray, init_bsz: np.ndarray, max_batch_size: np.ndarray,
+                    min_local_bsz: np.ndarray, max_local_bsz: np.ndarray,
+                    max_accum_steps: np.ndarray, grid_size: int, accumulate_alone: bool
+                    ) -> Candidates:
+    """:func:`batch_candidates` with per-row limits ``(A,)``, each row's candidates remembered
+    (rows repeat: one application's jobs on one GPU count); the rows not seen before are built
+    in one vectorised call."""
+    columns = [np.broadcast_to(np.asarray(a, dtype=np.float64), replicas.shape).tolist()
+               for a in (replicas, init_bsz, max_batch_size, min_local_bsz, max_local_bsz,
+                         max_accum_steps)]
+    keys = [(*row, float(grid_size), float(accumulate_alone))
+            for row in zip(*columns, strict=True)]
+    found: list[Candidates | None] = [_ROW_MEMO.get(key) for key in keys]
+    missing = [i for i, row in enumerate(found) if row is None]
+    if missing:
+        rows = np.array(missing)
+        k, init, max_batch, lo_m, hi_m, max_accum = (np.asarray(column)[rows]
+                                                     for column in columns)
+        built = batch_candidates(k, init, max_batch, lo_m, hi_m, max_accum, grid_size,
+                                 accumulate_alone)
+        for j, i in enumerate(missing):
+            found[i] = (built[0][j: j + 1], built[1][j], built[2][j], built[3][j])
+    for key, row in zip(keys, found, strict=True):
+        if key in _ROW_MEMO:
+            _ROW_MEMO.move_to_end(key)
+        else:
+            assert row is not None
+            _remember(_ROW_MEMO, "row", key, row)
+    rows_found = [row for row in found if row is not None]
+    return (np.concatenate([f[0] for f in rows_found]), np.stack([f[1] for f in rows_found]),
+            np.stack([f[2] for f in rows_found]), np.stack([f[3] for f in rows_found]))
+
+
 def _choice(feasible: np.ndarray, local: np.ndarray, accum: np.ndarray, replicas: np.ndarray,
             best: np.ndarray, scores: np.ndarray) -> BatchChoice:
     """The :class:`BatchChoice` of candidate ``best`` per allocation (zeros where infeasible)."""
@@ -214,20 +301,20 @@ def optimize_each(theta: np.ndarray, noise_to_signal: np.ndarray, init_bsz: np.n
     is the best batch of the job with parameters ``theta[i]`` (``(A, 7)``, :data:`~perfmodel.
     throughput.PARAM_NAMES` order), gradient noise ``noise_to_signal[i]`` and initial batch
     ``init_bsz[i]`` on ``num_replicas[i]`` GPUs of ``num_nodes[i]`` nodes, within its own limits
-    (the remaining arguments, each ``(A,)``). One vectorised evaluation instead of A calls; each
-    row equals that job's own ``optimize`` (posterior-mean goodput of its point model)."""
+    (the remaining arguments, each ``(A,)``). One compiled pass
+    (:func:`perfmodel.goodput_kernel.best_point_batches`) instead of A calls; each row equals that
+    job's own ``optimize`` (posterior-mean goodput of its point model)."""
     theta = np.asarray(theta, dtype=np.float64)
     phi = np.asarray(noise_to_signal, dtype=np.float64)
     nodes = np.asarray(num_nodes, dtype=np.float64)
     replicas = np.asarray(num_replicas, dtype=np.float64)
     init = np.asarray(init_bsz, dtype=np.float64)
-    feasible, local, accum, valid = batch_candidates(
+    feasible, local, accum, valid = _row_candidates(
         replicas, init, max_batch_size, min_local_bsz, max_local_bsz, max_accum_steps,
         grid_size, accumulate_alone)
-    batch = replicas[:, None] * local * (accum + 1)
-    value = (_examples_per_second(theta[:, None, :], nodes[:, None], replicas[:, None], local,
-                                  accum)
-             * efficiency_from_noise(phi[:, None], init[:, None], batch))
-    score = np.where(valid, value, -np.inf)
-    best = np.argmax(score, axis=1)
-    return _choice(feasible, local, accum, replicas, best, score[np.arange(len(best)), best])
+    from perfmodel.goodput_kernel import best_point_batches
+
+    best = np.empty(len(replicas), dtype=np.int64)
+    scores = np.empty(len(replicas))
+    best_point_batches(theta, phi, init, nodes, replicas, local, accum, valid, best, scores)
+    return _choice(feasible, local, accum, replicas, best, scores)

@@ -234,45 +234,20 @@ def _rmsle_objective(theta: np.ndarray, data: _FitData) -> tuple[float, np.ndarr
     """Pollux's objective at ``theta`` ``(7,)`` and its gradient ``(7,)``, analytically.
 
     The objective: RMSLE of compute and optimiser time, a pull of gamma towards 1 (easier for the
-    alphas and betas), and a penalty on retrogression (an optimistic model is preferred). The
-    gradient is written out (the chain rule through :func:`step_time_terms`): the fit evaluates it
-    about a hundred times per L-BFGS run, where an autograd graph costs more than the arithmetic.
-    Where an RMSLE term is exactly 0 its (undefined) gradient is taken as 0.
+    alphas and betas), and a penalty on retrogression (an optimistic model is preferred):
+    ``err_c + err_o + 1e-3 (gamma - 1)^2 + 1e-2 ((beta_n / alpha_n)^2 + (beta_r / alpha_r)^2)``.
+    The gradient is written out (the chain rule through :func:`step_time_terms`) and both are
+    computed in one compiled pass over the rows (:func:`perfmodel.rmsle_kernel.rmsle_loss_grad`):
+    the fit evaluates them about a hundred times per L-BFGS run, where an autograd graph, or
+    whole-array numpy, costs more than the arithmetic. Where an RMSLE term is exactly 0 its
+    (undefined) gradient is taken as 0.
     """
-    alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = (float(v) for v in theta)
-    one = [np.asarray(theta[i: i + 1], dtype=np.float64) for i in range(6)]     # (1,) each
-    m = data.m
-    t_c = compute_time(one[0], one[1], m)
-    t_n = network_time(one[2], one[3], one[4], one[5], data.nodes, data.replicas)
-    t_c_g, t_n_g = t_c**gamma, t_n**gamma
-    total = t_c_g + t_n_g
-    log_total = np.log(total)
-    log_to = log_total / gamma                                   # log T_o
-    res_c, res_o = np.log(t_c) - data.log_tc, log_to - data.log_to
-    count = m.size
-    err_c, err_o = math.sqrt(float(res_c @ res_c) / count), math.sqrt(float(res_o @ res_o) / count)
-    # d err / d x = mean(res * d log T / d x) / err.
-    w_c = res_c / (count * err_c) if err_c > 0 else np.zeros_like(res_c)
-    w_o = res_o / (count * err_o) if err_o > 0 else np.zeros_like(res_o)
-    # d log T_c / d T_c, and d log T_o / d T_c and / d T_n.
-    d_tc = w_c / t_c + w_o * t_c_g / (t_c * total)
-    d_tn = w_o * t_n_g / (t_n * total)
-    multi_node = (data.nodes > 1) * 1.0
-    within = (1 - multi_node) * (data.replicas > 1)
-    retro = np.clip(data.replicas - 2, 0, None)
-    d_gamma = float(w_o @ (-log_total / gamma**2
-                           + (t_c_g * np.log(t_c) + t_n_g * np.log(t_n)) / (gamma * total)))
-    grad = np.array([d_tc.sum(), d_tc @ m, d_tn @ multi_node, d_tn @ (multi_node * retro),
-                     d_tn @ within, d_tn @ (within * retro), d_gamma])
-    # Penalties: 1e-3 (gamma - 1)^2 and 1e-2 ((beta_n / alpha_n)^2 + (beta_r / alpha_r)^2).
-    grad[6] += 2e-3 * (gamma - 1)
-    grad[2] -= 2e-2 * beta_n**2 / alpha_n**3
-    grad[3] += 2e-2 * beta_n / alpha_n**2
-    grad[4] -= 2e-2 * beta_r**2 / alpha_r**3
-    grad[5] += 2e-2 * beta_r / alpha_r**2
-    loss = (err_c + err_o + 1e-3 * (gamma - 1) ** 2
-            + 1e-2 * ((beta_n / alpha_n) ** 2 + (beta_r / alpha_r) ** 2))
-    return loss, grad
+    from perfmodel.rmsle_kernel import rmsle_loss_grad
+
+    grad = np.empty(7)
+    loss = rmsle_loss_grad(np.asarray(theta, dtype=np.float64), data.nodes, data.replicas,
+                           data.m, data.log_tc, data.log_to, _TINY, grad)
+    return float(loss), grad
 
 
 def profile_tensors(profile: StepTimeProfile) -> dict[str, torch.Tensor]:
@@ -372,14 +347,19 @@ def fit_throughput(profile: StepTimeProfile, starts: int = 4, seed: int = 0) -> 
     lower = np.array([LOWER_BOUND] * 6 + [GAMMA_BOUNDS[0]])
     upper = np.array([np.inf] * 6 + [GAMMA_BOUNDS[1]])
 
+    from perfmodel.rmsle_kernel import rmsle_loss_grad
+
     data = _FitData.of(profile)
     free = ~fixed
     theta = np.where(fixed, pinned_values, 0.0)
+    grad = np.empty(7)
+    rows = (data.nodes, data.replicas, data.m, data.log_tc, data.log_to)
 
     def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
+        # _rmsle_objective, without its per-call import and allocation.
         theta[free] = x
-        loss, grad = _rmsle_objective(theta, data)
-        return loss, grad[free]
+        loss = rmsle_loss_grad(theta, *rows, _TINY, grad)
+        return float(loss), grad[free]
 
     best, best_loss = np.where(fixed, pinned_values, np.array(POLLUX_START)), np.inf
     if free.any():

@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from perfmodel.goodput import GoodputModel, optimize_each
 from tests.conftest import TRUE_PARAMS
@@ -103,3 +104,54 @@ def test_optimize_each_equals_each_models_own_optimize() -> None:
                 nodes, gpus, max_batch, (lo, hi), max_accum_steps=accum, accumulate_alone=alone)
             for field in ("goodput", "local_bsz", "accum_steps", "batch_size"):
                 assert getattr(each, field)[i] == getattr(own, field)[0], (i, field)
+
+
+def test_remembered_candidates_equal_the_built_ones_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfmodel import goodput
+
+    monkeypatch.setattr(goodput, "CANDIDATE_MEMO_ELEMENTS", 48 * 5)
+    replicas = np.array([1.0, 2.0, 4.0, 8.0, 3.0])
+    limits = (np.array([128.0, 256, 128, 128, 64]), np.array([4096.0, 4096, 2048, 4096, 512]),
+              np.array([4.0, 8, 4, 4, 2]), np.array([64.0, 128, 64, 64, 32]),
+              np.array([15.0, 15, 3, 0, 15]))
+    expected = goodput.batch_candidates(replicas, *limits, 48, True)
+    for _ in range(2):  # built, then remembered
+        rows = goodput._row_candidates(replicas, *limits, 48, True)
+        for got, want in zip(rows, expected, strict=True):
+            assert np.array_equal(got, want)
+    whole = goodput.candidates_of(replicas, 128, 4096, 4, 64, 15, 48, True)
+    again = goodput.candidates_of(replicas, 128, 4096, 4, 64, 15, 48, True)
+    assert whole is again and not whole[1].flags.writeable
+    for got, want in zip(whole, goodput.batch_candidates(replicas, 128, 4096, 4, 64, 15, 48, True),
+                         strict=True):
+        assert np.array_equal(got, want)
+    # Ten more distinct rows: the table keeps at most its bound's worth.
+    goodput._row_candidates(np.arange(1.0, 11.0), 128, 4096, 4, 64, 15, 48, True)
+    assert sum(row[1].size for row in goodput._ROW_MEMO.values()) <= 48 * 5
+
+
+def test_point_choices_equal_the_numpy_evaluation_of_every_candidate() -> None:
+    # The compiled loop picks, per allocation, a candidate the whole-grid numpy goodput ranks
+    # first (to rounding: numpy's vectorised pow may differ from libm's in the last bit), with
+    # that goodput.
+    from perfmodel.goodput import batch_candidates
+
+    rng = np.random.default_rng(3)
+    nodes = np.array([1.0, 1, 1, 2, 2, 4, 8, 1])
+    replicas = np.array([1.0, 2, 4, 4, 8, 16, 32, 0])
+    for _ in range(20):
+        theta = np.append(np.exp(rng.uniform(-7, -1, 6)), rng.uniform(1, 4))
+        model = GoodputModel(theta, 1.0, float(np.exp(rng.uniform(-3, 4))), 128)
+        choice = model.optimize(nodes, replicas, 8192, (8, 256), max_accum_steps=7,
+                                accumulate_alone=True)
+        feasible, local, accum, valid = batch_candidates(replicas, 128, 8192, 8, 256, 7, 48,
+                                                         True)
+        value = model.goodput(nodes[:, None], replicas[:, None], local, accum)[0]
+        score = np.where(valid, value, -np.inf)
+        top = np.where(feasible, score.max(axis=1), 0.0)
+        assert np.allclose(choice.goodput, top, rtol=1e-12, atol=0)
+        for row in np.flatnonzero(feasible):
+            picked = np.flatnonzero((local[row] == choice.local_bsz[row])
+                                    & (accum[row] == choice.accum_steps[row]) & valid[row])
+            assert picked.size and np.isclose(score[row, picked].max(), top[row], rtol=1e-12)
+        assert not np.any(choice.local_bsz[~feasible])

@@ -95,3 +95,62 @@ def test_simulated_jobs_report_their_models_under_the_clusters_gpu_type() -> Non
     policy.decide = spying  # type: ignore[method-assign]
     run_simulation("workload-1", policy, SimConfig(num_nodes=2), max_jobs=3)
     assert seen == {GPU_TYPE}
+
+
+def test_measurements_within_the_fits_noise_leave_it_and_others_refit() -> None:
+    from bayes_sched.estimation.job_models import ThroughputFitter, fit_measurements
+    from bayes_sched.jobs import Observation
+    from perfmodel.throughput import ThroughputParams, predict_step_time
+
+    # A model the step-time formulas reproduce exactly (no noise): a fit of its measurements
+    # on three shapes, then a fourth shape measured exactly as the fit predicts it.
+    truth = ThroughputParams(0.02, 5e-4, 0.05, 2e-3, 0.01, 1e-3, 1.5)
+
+    def observation(nodes: int, replicas: int, m: int, scale: float = 1.0) -> Observation:
+        step = float(predict_step_time(truth, nodes, replicas, m)) * scale
+        compute = (truth.alpha_c + truth.beta_c * m) * scale
+        return Observation(nodes, replicas, m, step, step - compute)
+
+    rows = {o.key: o for o in (observation(1, 1, 64), observation(1, 1, 128),
+                               observation(1, 4, 64), observation(2, 8, 64),
+                               observation(1, 3, 128))}
+    fitter = ThroughputFitter("j")
+    assert fitter.refresh(rows, 0.0) and fitter.num_refits == 1
+    fitted = fitter.params
+    assert fitted is not None
+    noise_c, noise_o = fitter._noise
+    # Measured as the fit itself predicts: within any noise, so no refit, and the fit stays.
+    t_step = float(predict_step_time(fitted, 2, 6, 64))
+    t_c = fitted.alpha_c + fitted.beta_c * 64
+    within = dict(rows)
+    within[(2, 6, 64)] = Observation(2, 6, 64, t_step, t_step - t_c)
+    assert not fitter.refresh(within, 1.0)
+    assert fitter.num_skipped == 1 and fitter.params is fitted
+    # Twice as slow as predicted: far outside the noise, so a refit on every row.
+    outside = dict(within)
+    outside[(2, 12, 64)] = observation(2, 12, 64, scale=2.0)
+    assert max(noise_c, noise_o) < np.log(2.0) / 2
+    assert fitter.refresh(outside, 2.0) and fitter.num_refits == 2
+    assert fitter.params == fit_measurements("j", list(outside.values()))
+    # Without the rule, the in-noise row refits too.
+    plain = ThroughputFitter("j", skip_within_noise=False)
+    plain.refresh(rows, 0.0)
+    assert plain.refresh(within, 1.0) and plain.num_refits == 2
+
+
+def test_a_measurement_that_unpins_a_parameter_refits_whatever_its_error() -> None:
+    from bayes_sched.estimation.job_models import ThroughputFitter
+    from bayes_sched.jobs import Observation
+
+    agent = JobAgent("j", APP.limits, min_refit_interval=0.0)
+    for m in (64, 128):
+        _measure(agent, (1,), m)
+    fitter = ThroughputFitter("j")
+    assert fitter.refresh(agent.observations, 0.0)
+    # The first multi-GPU run informs the network terms: a refit even if it matched exactly.
+    fitted = fitter.params
+    assert fitted is not None
+    step = fitted.alpha_c + fitted.beta_c * 64
+    rows = dict(agent.observations)
+    rows[(1, 2, 64)] = Observation(1, 2, 64, step, 0.0)
+    assert fitter.refresh(rows, 1.0) and fitter.num_refits == 2

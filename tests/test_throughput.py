@@ -119,3 +119,26 @@ def test_fit_gradient_equals_autograd_of_the_step_time_model(synthetic: StepTime
         (expected,) = torch.autograd.grad(reference, t)
         assert np.isclose(loss, float(reference.detach()), rtol=1e-10)
         assert np.allclose(grad, expected.numpy(), rtol=1e-7, atol=1e-12)
+
+
+def test_fit_gradient_equals_finite_differences(synthetic: StepTimeProfile) -> None:
+    # The compiled objective's gradient against central differences of the objective itself,
+    # including pinned-looking parameters near the lower bound and a single-GPU-only profile.
+    from perfmodel.throughput import _FitData, _rmsle_objective
+
+    rng = np.random.default_rng(7)
+    one_gpu = synthetic.subset(synthetic.num_replicas == 1)
+    for profile in (synthetic, one_gpu):
+        data = _FitData.of(profile)
+        for _ in range(10):
+            theta = np.append(np.exp(rng.uniform(-6, -1, 6)), rng.uniform(1, 4))
+            _, grad = _rmsle_objective(theta, data)
+            for j in range(7):
+                step = 1e-6 * theta[j]
+                up, down = theta.copy(), theta.copy()
+                up[j] += step
+                down[j] -= step
+                numeric = (_rmsle_objective(up, data)[0] - _rmsle_objective(down, data)[0]) / (
+                    2 * step)
+                assert np.isclose(grad[j], numeric, rtol=1e-4, atol=1e-6), (j, theta)
+

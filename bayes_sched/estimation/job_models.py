@@ -33,6 +33,9 @@ from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import (
     ThroughputParams,
     fit_throughput,
+    identifiable,
+    rmsle,
+    step_time_terms,
 )
 
 if TYPE_CHECKING:
@@ -86,28 +89,43 @@ def fit_measurements(name: str, observations: Sequence[Observation]) -> Throughp
 class ThroughputFitter:
     """Refits a job's throughput model when its measurements say something new.
 
-    A refit needs a measurement of a new ``(nodes, replicas)`` shape, or of a new micro-batch while
-    fewer than two were seen (or any new micro-batch with ``refit_on_new_bsz``), and, once a fit
-    exists, ``min_refit_interval`` seconds since the last one (each L-BFGS fit costs milliseconds).
+    A measurement is new when its ``(nodes, replicas)`` shape was not fitted, or its micro-batch
+    was not while fewer than two were fitted (or any new micro-batch with
+    ``refit_on_new_bsz``). With ``skip_within_noise``, new measurements still leave the fit as it
+    is when they say nothing the fit does not already know: every parameter group they inform was
+    informed before (:func:`perfmodel.throughput.identifiable` unchanged, so no parameter leaves
+    its pin), and each new row's log compute time and log step time lie within the fit's own
+    noise, the RMSLE of compute and of step time over the rows it was fitted to (the two terms of
+    Pollux's objective): a row predicted no worse than the fitted rows are moves the fit little.
+    They join the fitted rows, so the next refit (on a measurement that says something new)
+    includes them. Once a fit exists, a refit also waits ``min_refit_interval`` seconds since the
+    last one (each L-BFGS fit costs milliseconds).
 
     Args:
         name: the job's name (labels the profile).
         min_refit_interval: seconds between refits once a fit exists.
         refit_on_new_bsz: refit on every new micro-batch.
+        skip_within_noise: keep the fit when the new measurements lie within its noise.
     """
 
     def __init__(self, name: str, min_refit_interval: float = 0.0,
-                 refit_on_new_bsz: bool = False) -> None:
+                 refit_on_new_bsz: bool = False, skip_within_noise: bool = True) -> None:
         self.name = name
         self.min_refit_interval = min_refit_interval
         self.refit_on_new_bsz = refit_on_new_bsz
+        self.skip_within_noise = skip_within_noise
         self.params: ThroughputParams | None = None
         self.num_refits = 0
+        self.num_skipped = 0
         self._fitted_shapes: set[tuple[int, int]] = set()
         self._fitted_bsz: set[int] = set()
+        self._fitted_keys: set[tuple[int, int, int]] = set()
         self._noted: set[tuple[int, int, int]] = set()
         self._stale = False
         self._last_fit_time = -np.inf
+        # The fit's RMSLE of compute and step time on its rows, and what those rows inform.
+        self._noise = (0.0, 0.0)
+        self._informs: dict[str, bool] = {}
 
     def note(self, key: tuple[int, int, int]) -> None:
         """A measurement of ``(nodes, replicas, local_bsz)`` arrived."""
@@ -129,23 +147,59 @@ class ThroughputFitter:
             return False
         if self.params is not None and now - self._last_fit_time < self.min_refit_interval:
             return False
+        profile = profile_of(self.name, list(observations.values()))
+        informs = identifiable(profile)
+        if self._within_noise(observations, informs):
+            self.num_skipped += 1
+            self._stale = False
+            self._mark_fitted(observations)
+            return False
         self.params = fit_measurements(self.name, list(observations.values()))
         self.num_refits += 1
         self._last_fit_time = now
         self._stale = False
+        self._mark_fitted(observations)
+        t_c, t_o = step_time_terms(self.params.as_array(), profile.num_nodes.astype(float),
+                                   profile.num_replicas.astype(float),
+                                   profile.local_bsz.astype(float))
+        self._noise = (rmsle(t_c, profile.compute_time), rmsle(t_o, profile.step_time))
+        self._informs = informs
+        return True
+
+    def _mark_fitted(self, observations: Mapping[tuple[int, int, int], Observation]) -> None:
+        self._fitted_keys = set(observations)
         self._fitted_shapes = {(k[0], k[1]) for k in observations}
         self._fitted_bsz = {k[2] for k in observations}
-        return True
+
+    def _within_noise(self, observations: Mapping[tuple[int, int, int], Observation],
+                      informs: dict[str, bool]) -> bool:
+        """Whether the measurements not yet fitted say nothing new (the class's rule)."""
+        if not self.skip_within_noise or self.params is None or informs != self._informs:
+            return False
+        new = [obs for key, obs in observations.items() if key not in self._fitted_keys]
+        if not new:
+            return False
+        t_c, t_o = step_time_terms(
+            self.params.as_array(), np.array([o.num_nodes for o in new], dtype=np.float64),
+            np.array([o.num_replicas for o in new], dtype=np.float64),
+            np.array([o.local_bsz for o in new], dtype=np.float64))
+        step = np.array([o.step_time for o in new])
+        compute = step - np.array([o.sync_time for o in new])
+        noise_c, noise_o = self._noise
+        return bool(np.all(np.abs(np.log(t_c) - np.log(compute)) <= noise_c)
+                    and np.all(np.abs(np.log(t_o) - np.log(step)) <= noise_o))
 
 
 @dataclass(frozen=True)
 class RefitRule:
     """When a throughput model is refitted (:class:`ThroughputFitter`): no sooner than
-    ``min_refit_interval`` seconds after the last fit, and on every new micro-batch only with
-    ``refit_on_new_bsz``. The default refits as soon as a measurement says something new."""
+    ``min_refit_interval`` seconds after the last fit, on every new micro-batch only with
+    ``refit_on_new_bsz``, and not for measurements within the fit's noise with
+    ``skip_within_noise``. The default refits as soon as a measurement says something new."""
 
     min_refit_interval: float = 0.0
     refit_on_new_bsz: bool = False
+    skip_within_noise: bool = True
 
 
 @dataclass(frozen=True)
@@ -243,7 +297,8 @@ class JobModelEstimator:
                 fitter = self._fitters.get((job.name, gpu_type))
                 if fitter is None:
                     fitter = self._fitters[job.name, gpu_type] = ThroughputFitter(
-                        job.name, self.refit.min_refit_interval, self.refit.refit_on_new_bsz)
+                        job.name, self.refit.min_refit_interval, self.refit.refit_on_new_bsz,
+                        self.refit.skip_within_noise)
                 self.refits += fitter.refresh(observations, now)
                 params = fitter.params
             if params is None:
