@@ -18,7 +18,10 @@ policies make, so the cached argument types are the policies':
 * the pair table's worst-node log slowdown, under the posterior mean and under draws;
 * the mating, mutation, table reads and pair loop again on entries read from dense states
   (``np.nonzero``'s strided views, which numba compiles as another signature than contiguous
-  arrays), as ``bo`` hands them.
+  arrays), as ``bo`` hands them;
+* the point throughput fit's objective and gradient (:mod:`perfmodel.rmsle_kernel`) and the point
+  models' batch choice (:mod:`perfmodel.goodput_kernel`), one job's (broadcast parameters) and
+  many jobs' at once (contiguous), as the agents and the Pollux problem call them.
 
 A run on a warm cache only loads the loops. It prints the seconds it took.
 """
@@ -99,6 +102,22 @@ def _from_dense(problem: AllocationProblem, population: SparseStates) -> None:
     _pair_loop(strided)
 
 
+def _perfmodel_loops() -> None:
+    """The point fit of a shipped profile, then the batch choice of its point model for one job
+    (:meth:`GoodputModel.optimize`) and for several (:func:`optimize_each`)."""
+    from perfmodel.goodput import GoodputModel, optimize_each
+    from perfmodel.profiles import load_pollux_profile
+    from perfmodel.throughput import fit_throughput
+
+    theta = fit_throughput(load_pollux_profile("cifar10"), starts=1).as_array()
+    nodes, replicas = np.array([1.0, 1.0, 2.0]), np.array([1.0, 4.0, 8.0])
+    GoodputModel(theta, 1.0, 1.0, 128).optimize(nodes, replicas, 4096, (16, 256))
+    count = len(nodes)
+    optimize_each(np.tile(theta, (count, 1)), np.ones(count), np.full(count, 128.0), nodes,
+                  replicas, np.full(count, 4096.0), np.full(count, 16.0), np.full(count, 256.0),
+                  np.full(count, 15.0))
+
+
 def precompile() -> None:
     """Run every compiled path once (see the module docstring), compiling what the cache lacks."""
     for avoid in (True, False):
@@ -109,6 +128,7 @@ def precompile() -> None:
         _search(_problem(AllocationProblem, avoid), "elitist")
         _pair_loop(population)
         _from_dense(fused, population)
+    _perfmodel_loops()
 
 
 def main() -> None:

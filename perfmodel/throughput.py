@@ -18,20 +18,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, fields
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import scipy.optimize
-import torch
 from threadpoolctl import threadpool_limits
 
 from perfmodel.errors import InputError
 from perfmodel.profiles import StepTimeProfile
 
-ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
+# torch is imported where tensors are made: prediction and the point fit run on numpy, so a
+# command that needs no Bayesian fit pays no torch import (seconds per process).
+if TYPE_CHECKING:
+    import torch
+
+ArrayT = TypeVar("ArrayT", np.ndarray, "torch.Tensor")
 
 #: Smallest network time; keeps ``T_n ** gamma`` differentiable for a single replica.
 _TINY = 1e-8
@@ -182,8 +187,11 @@ def single_thread() -> Iterator[None]:
         finally:
             _SINGLE_THREAD_DEPTH -= 1
         return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    # torch's own pool, where torch is loaded (a Bayesian fit imports it before it enters here).
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 0
+    if torch is not None:
+        torch.set_num_threads(1)
     try:
         with threadpool_limits(1):
             _SINGLE_THREAD_DEPTH = 1
@@ -192,7 +200,8 @@ def single_thread() -> Iterator[None]:
             finally:
                 _SINGLE_THREAD_DEPTH = 0
     finally:
-        torch.set_num_threads(threads)
+        if torch is not None:
+            torch.set_num_threads(threads)
 
 
 # --- point fit ---------------------------------------------------------------------------------
@@ -252,6 +261,8 @@ def _rmsle_objective(theta: np.ndarray, data: _FitData) -> tuple[float, np.ndarr
 
 def profile_tensors(profile: StepTimeProfile) -> dict[str, torch.Tensor]:
     """The profile as float64 tensors: configuration and log compute/optimiser times, shape (N,)."""
+    import torch
+
     def as_tensor(a: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(a, dtype=np.float64))
     return {

@@ -90,6 +90,16 @@ def test_the_collector_path_imports_no_models(tmp_path: Path) -> None:
         *HEAVY, "numpy"}
 
 
+def test_simulations_on_point_estimates_import_no_models() -> None:
+    # Pollux's point fits, its batch choice and Gavel's table world run on numpy and scipy: torch
+    # and pyro cost seconds per process and belong to the Bayesian estimators alone.
+    pollux = imported_by("simulate", "--workload", "workload-1", "--policy", "pollux",
+                         "--max-jobs", "2", "--no-progress")
+    gavel = imported_by("simulate", "--trace", "small_test", "--policy", "max_min_fairness",
+                        "--max-jobs", "2", "--no-progress")
+    assert "numpy" in pollux and not (pollux | gavel) & set(MODELS)
+
+
 def test_a_collector_serves_its_first_scrape_quickly_and_stays_small() -> None:
     python = wall(sys.executable, "-c", "pass")
     started = time.monotonic()
