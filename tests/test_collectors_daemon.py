@@ -61,12 +61,12 @@ class LateWake(threading.Event):
 
 
 def assert_on_the_schedule(source: SlowProcfs, stats: RunStats, interval: float) -> None:
-    """Each sample starts within its instant's interval on the loop's (monotonic) clock, the
-    instants advance by one plus what was counted skipped, and the grid does not drift."""
+    """On the loop's (monotonic) clock the last sample starts within the interval of its
+    instant -- one per sample taken or counted skipped -- and the grid does not drift."""
     ticks = (np.array([m for m, _ in source.started]) - source.started[0][0]) / interval
+    last = len(ticks) - 1 + stats.skipped
     # The first read starts a hair after the loop's start: the others may read that much early.
-    assert ticks[-1] >= 14 + stats.skipped - 0.05 and ticks[-1] < 15 + stats.skipped
-    assert np.all(np.diff(ticks) > 0.5)  # never two samples bunched up
+    assert last - 0.05 <= ticks[-1] < last + 1
     # A loop sleeping a fixed interval after each 20 ms sample drifts 20 ms per sample; on a
     # drift-free schedule every sample stays near a multiple of the interval from the first.
     assert np.median(np.abs(ticks - np.round(ticks))) < 0.1
