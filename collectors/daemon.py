@@ -2,8 +2,11 @@
 
 Timing: sample ``k`` is due at ``start + k * interval`` on the monotonic clock, so the schedule
 never drifts however long each sample takes; a sample that overruns makes the loop skip the
-instants it missed (counted in ``skipped``) rather than bunch samples up. Each sample is stamped
-with the wall clock at the moment it was taken.
+instants it missed (counted in ``skipped``) rather than bunch samples up, and a wake that comes
+late by an interval or more counts the instants it missed too. So sample ``k`` starts within
+``[start + k * interval, start + (k + 1) * interval)`` on the monotonic clock, and samples taken
+plus ``skipped`` is one more than the last sample's instant. Each sample is stamped with the wall
+clock at the moment it was taken.
 
 Storage: each sample is journalled as it is taken (:meth:`counters.storedir.StoreJournal.log`:
 one ``write`` of one record, synced within a second), so SIGKILL loses nothing journalled and a
@@ -259,9 +262,16 @@ class Collector:
         if self.buffer is None:
             self.discover()
         start = time.monotonic()
-        k = 0
+        k = 0  # the instant the next sample is for: due at start + k * interval
         try:
             while not stop.is_set():
+                # A wake that comes late (a busy machine, a stalled thread) by a whole interval
+                # or more has missed instants: count them before the sample (so a run's last
+                # sample is counted too, and the exporter serves it with this sample) and take
+                # this one for the instant whose interval it starts in.
+                now_at = math.floor((time.monotonic() - start) / self.interval_s)
+                self.stats.skipped += max(0, now_at - k)
+                k = max(k, now_at)
                 self.sample_once()
                 if max_samples is not None and self.stats.samples >= max_samples:
                     break

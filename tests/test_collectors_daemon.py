@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.base import CollectorError, Devices, Discovery, Values
 from collectors.buffer import SampleBuffer
-from collectors.daemon import Collector
+from collectors.daemon import Collector, RunStats
 from collectors.procfs import ProcfsSource
 from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
 from collectors.replay import ReplaySource
@@ -37,9 +37,39 @@ class SlowProcfs(ProcfsSource):
         super().__init__()
         self.delay = delay
 
+        self.started: list[tuple[float, float]] = []  # (monotonic, wall) as each read starts
+
     def sample(self) -> Values:
+        self.started.append((time.monotonic(), time.time()))
         time.sleep(self.delay)
         return super().sample()
+
+
+class LateWake(threading.Event):
+    """A stop event whose ``wait`` number ``late_call`` returns ``extra`` seconds late."""
+
+    def __init__(self, late_call: int, extra: float) -> None:
+        super().__init__()
+        self.late_call, self.extra, self.calls = late_call, extra, 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.calls += 1
+        woken = super().wait(timeout)
+        if self.calls == self.late_call:
+            time.sleep(self.extra)
+        return woken
+
+
+def assert_on_the_schedule(source: SlowProcfs, stats: RunStats, interval: float) -> None:
+    """On the loop's (monotonic) clock the last sample starts within the interval of its
+    instant -- one per sample taken or counted skipped -- and the grid does not drift."""
+    ticks = (np.array([m for m, _ in source.started]) - source.started[0][0]) / interval
+    last = len(ticks) - 1 + stats.skipped
+    # The first read starts a hair after the loop's start: the others may read that much early.
+    assert last - 0.05 <= ticks[-1] < last + 1
+    # A loop sleeping a fixed interval after each 20 ms sample drifts 20 ms per sample; on a
+    # drift-free schedule every sample stays near a multiple of the interval from the first.
+    assert np.median(np.abs(ticks - np.round(ticks))) < 0.1
 
 
 def test_sampling_is_drift_free() -> None:
@@ -53,22 +83,31 @@ def test_sampling_is_drift_free() -> None:
 
 def test_samples_stay_on_the_grid_and_land_in_the_store(tmp_path: Path) -> None:
     writer = StoreWriter(tmp_path / "store")
-    collector = Collector([SlowProcfs(0.02)], interval_s=0.1, writer=writer, node="n1",
-                          flush_every=7)
+    source = SlowProcfs(0.02)
+    collector = Collector([source], interval_s=0.1, writer=writer, node="n1", flush_every=7)
     stats = collector.run(threading.Event(), max_samples=15)
     collector.close()
     ds = open_store(tmp_path / "store").load()
     assert stats.samples == ds.sizes["time"] == 15 and stats.flushed == 15
+    # The schedule is the monotonic clock's (the loop's); the store holds each sample's wall
+    # clock stamp, taken as the sample starts: just before its source's read.
+    assert_on_the_schedule(source, stats, 0.1)
     seconds = schema.time_to_seconds(ds["time"].values)
-    # A loop sleeping a fixed interval after each 20 ms sample drifts 20 ms per sample; on a
-    # drift-free schedule every sample stays near a multiple of 0.1 s from the first, and an
-    # overrun skips whole ticks (counted) instead of shifting the rest.
-    ticks = (seconds - seconds[0]) / 0.1
-    residual = np.abs(ticks - np.round(ticks))
-    assert np.median(residual) < 0.1 and residual.max() < 0.5
-    assert round(ticks[-1]) == 14 + stats.skipped
+    wall = np.array([w for _, w in source.started])
+    assert np.all(seconds <= wall + 1e-6) and np.all(seconds[1:] >= wall[:-1] - 1e-6)
     assert schema.problems(ds) == []
     assert ds.attrs["interval_s"] == 0.1 and "procfs" in ds.attrs["sources"]
+
+
+def test_a_late_wake_counts_the_instants_it_missed_even_before_the_last_sample() -> None:
+    """The wake before the 15th sample comes 0.86 s late: instants 14..21 had no sample, and the
+    count that an operator reads as skipped_samples_total says so."""
+    source = SlowProcfs(0.02)
+    collector = Collector([source], interval_s=0.1, node="n1", flush_every=100)
+    stats = collector.run(LateWake(late_call=14, extra=0.86), max_samples=15)
+    collector.close()
+    assert stats.samples == 15 and stats.skipped >= 8
+    assert_on_the_schedule(source, stats, 0.1)
 
 
 class FlakyProcfs(ProcfsSource):
