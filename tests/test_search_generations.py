@@ -83,6 +83,33 @@ def test_the_fused_search_is_the_same_twice_for_one_seed_and_differs_by_seed() -
                for (a, _), (c, _) in zip(first, other, strict=True))
 
 
+def test_the_fused_search_grows_allocations_from_an_empty_cluster() -> None:
+    # No job holds GPUs, so the population starts as one state without entries; growth onto the
+    # free nodes must still give feasible allocations, and better ones than none.
+    rough = _problem(avoid=True)
+    problem = AllocationProblem(np.zeros_like(rough.base), rough.tables, rough.max_replicas,
+                                rough.penalty, ClusterState(6, 4, 0.0), -1.0, True, 3,
+                                np.random.default_rng(0))
+    search = GeneticSearch(GAConfig(population=10, generations=6, seed=0))
+    problem.rng = search.rng
+    population, fitness = search.evolve(problem, [f"job-{i}" for i in range(12)])
+    assert population.any()
+    assert np.array_equal(problem.repair(population), population)
+    assert fitness.max() > problem.objectives(problem.base[None])[0][0]
+
+
+def test_join_counts_are_binomial() -> None:
+    from scipy.stats import binom
+
+    for jobs in (1, 2, 7, 160, 4000):
+        cdf = kernels.join_cdf(jobs)
+        assert cdf[-1] == 1.0 and np.all(np.diff(cdf) >= 0)
+        np.testing.assert_allclose(cdf[:-1], binom.cdf(np.arange(cdf.size - 1), jobs, 1 / jobs),
+                                   rtol=1e-9, atol=1e-15)
+        assert binom.sf(cdf.size - 1, jobs, 1 / jobs) < 1e-15
+    assert np.array_equal(kernels.join_cdf(0), [1.0])
+
+
 def test_the_numpy_path_still_runs_step_by_step() -> None:
     problem = _problem(avoid=True)
     problem.compiled = False

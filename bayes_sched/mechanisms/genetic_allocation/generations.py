@@ -4,17 +4,19 @@ repair, removal of repeated states, scoring and survival, with no Python between
 :meth:`~bayes_sched.mechanisms.genetic_allocation.search.GeneticSearch.evolve_sparse` hands
 :func:`evolve` the initial (unrepaired) population by its nonzero entries ``(p, j, n, v)`` (int64,
 in (state, job, node) order) and the round's problem, and gets the final population and its two
-objectives back. Each step is the kernel of
-:mod:`~bayes_sched.mechanisms.genetic_allocation.kernels` the step-by-step path runs
-(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mate`,
-:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_entries`,
+objectives back. Each step is a kernel of
+:mod:`~bayes_sched.mechanisms.genetic_allocation.kernels`
+(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.tournament`,
+:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_state`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.score_state`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.survivors`); every draw comes from the
 compiled generator whose state the caller seeds from the search's numpy generator, so one seed
-gives one search. Repeated states are found by a hash of their entries
+gives one search. Children are made one at a time (crossover, mutation, repair) and checked at
+once against the parents and the children kept so far, by a hash of their entries
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.state_hash`) and an exact comparison
-where hashes meet, in place of the step-by-step path's byte keys in a Python set.
+where hashes meet; the artifact keeps the first ``P`` new ones of ``2 P`` children, so making
+children stops there, and those it would drop are never made.
 
 The problem travels as two tuples (numba passes them as typed tuples):
 
@@ -34,13 +36,16 @@ from numba import njit
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
     below,
     empty_row_terms,
-    mate,
-    mutate_entries,
+    join_cdf,
+    log_miss,
+    mutate_state,
+    mutation_work,
     repair_scratch,
     repair_state,
     score_state,
     state_hash,
     survivors,
+    tournament,
     uniform,
 )
 
@@ -140,15 +145,14 @@ def _repaired(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: 
 
 
 @njit(cache=True)
-def _offspring(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
-               fitness: np.ndarray, utility: np.ndarray, crowding: np.ndarray, count: int,
-               arrays: Arrays, numbers: Numbers, rng: np.ndarray) -> Entries:
-    """``count`` children of the ``size`` states ``(p, j, n, v)``
-    (``AllocationProblem.offspring_sparse``): tournaments and one-point crossover
-    (:func:`mate`), mutation and repair, every draw from ``rng``."""
-    base_n, base_v, base_bounds = arrays[1], arrays[2], arrays[3]
-    num_jobs, num_nodes, capacity = numbers[0], numbers[1], numbers[2]
-    reset_prob, zero_prob, crossover_prob = numbers[7], numbers[8], numbers[9]
+def _matings(size: int, count: int, num_jobs: int, fitness: np.ndarray, utility: np.ndarray,
+             crowding: np.ndarray, crossover_prob: float,
+             rng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parents and crossover points of ``count`` children of ``size`` states
+    (``AllocationProblem.offspring_sparse``): two rounds of binary tournaments
+    (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.tournament`) give the pairs'
+    first and second parents, ``(H,)`` each for ``H = ceil(count / 2)``, and each pair a cut
+    (``num_jobs`` where it does not cross over)."""
     half = (count + 1) // 2
     draws = np.empty((2, 2, half), np.int64)
     coins = np.empty((2, half))
@@ -162,10 +166,122 @@ def _offspring(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size:
     for i in range(half):
         cut = below(rng, max(num_jobs, 1))
         point[i] = cut if uniform(rng) < crossover_prob else num_jobs
-    q, k, m, w = mate(p, j, n, v, size, fitness, utility, crowding, draws, coins, point, count)
-    q, k, m, w = mutate_entries(q, k, m, w, count, num_jobs, num_nodes, base_n, base_v,
-                                base_bounds, capacity, reset_prob, zero_prob, rng)
-    return _repaired(q, k, m, w, count, arrays, numbers, rng)
+    first = tournament(draws[0, 0], draws[0, 1], coins[0], fitness, utility, crowding)
+    second = tournament(draws[1, 0], draws[1, 1], coins[1], fitness, utility, crowding)
+    return first, second, point
+
+
+@njit(cache=True)
+def _cross(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, x: int, y: int,
+           cut: int, out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+    """The child of states ``x`` and ``y`` crossed at job ``cut`` (``x``'s rows below it,
+    ``y``'s from it on) into ``out``; its number of entries."""
+    x_lo = bounds[x]
+    x_hi = x_lo + np.searchsorted(j[bounds[x]:bounds[x + 1]], cut)
+    y_lo = bounds[y] + np.searchsorted(j[bounds[y]:bounds[y + 1]], cut)
+    at = 0
+    for lo, hi in ((x_lo, x_hi), (y_lo, bounds[y + 1])):
+        for e in range(lo, hi):
+            out[0][at], out[1][at], out[2][at] = j[e], n[e], v[e]
+            at += 1
+    return at
+
+
+@njit(cache=True)
+def _room(store: tuple[np.ndarray, np.ndarray, np.ndarray],
+          needed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``store`` with room for ``needed`` entries (longer arrays, at least doubled, if not)."""
+    size = store[0].size
+    if needed <= size:
+        return store
+    size = max(2 * size, needed)
+    larger = (np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64))
+    for a in range(3):
+        larger[a][: store[a].size] = store[a]
+    return larger
+
+
+@njit(cache=True)
+def _known(store: tuple[np.ndarray, np.ndarray, np.ndarray], bounds: np.ndarray, state: int,
+           num_nodes: int, table: np.ndarray, hashes: np.ndarray) -> bool:
+    """Whether a state before ``state`` (entries ``bounds[s]:bounds[s + 1]`` of ``store``) has
+    ``state``'s entries, by the open-addressing ``table`` of their ``hashes`` (``state`` entered
+    there when it is new)."""
+    j, n, v = store
+    h = state_hash(j, n, v, bounds[state], bounds[state + 1], num_nodes)
+    hashes[state] = h
+    slot = np.int64(h & np.uint64(table.size - 1))
+    while table[slot] >= 0:
+        other = table[slot]
+        if hashes[other] == h and _same_state(j, n, v, bounds, other, state):
+            return True
+        slot = (slot + 1) & (table.size - 1)
+    table[slot] = state
+    return False
+
+
+@njit(cache=True)
+def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, size: int,
+              fitness: np.ndarray, utility: np.ndarray, crowding: np.ndarray, count: int,
+              wanted: int, arrays: Arrays, numbers: Numbers, rng: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The ``size`` distinct states ``(j, n, v)`` (``bounds``: ``(size + 1,)``) followed by the
+    first ``wanted`` of their ``count`` children (:func:`_matings`, then crossover, mutation and
+    repair, ``AllocationProblem.offspring_sparse``) that repeat no state before them: the joined
+    entries, their bounds and how many children. A child is made only while fewer than
+    ``wanted`` are kept, so the ones that would be dropped cost nothing."""
+    base_n, base_v, base_bounds, max_replicas = arrays[1], arrays[2], arrays[3], arrays[7]
+    num_jobs, num_nodes, capacity, max_nodes, avoid = (numbers[0], numbers[1], numbers[2],
+                                                       numbers[3], numbers[4])
+    first, second, point = _matings(size, count, num_jobs, fitness, utility, crowding,
+                                    numbers[9], rng)
+    half = point.size
+    longest = 0
+    for s in range(size):
+        longest = max(longest, bounds[s + 1] - bounds[s])
+    cross = (np.empty(2 * longest, np.int64), np.empty(2 * longest, np.int64),
+             np.empty(2 * longest, np.int64))
+    cdf = join_cdf(num_jobs)
+    work = mutation_work(2 * longest, num_nodes, base_bounds[num_jobs], cdf.size - 1)
+    keys = np.empty(work[6].size)
+    scratch = repair_scratch(num_nodes)
+    log_reset = log_miss(numbers[7])
+    store = _room((j.copy(), n.copy(), v.copy()), 2 * j.size + 64)
+    all_bounds = np.empty(size + wanted + 1, np.int64)
+    all_bounds[: size + 1] = bounds[: size + 1]
+    width = 4
+    while width < 2 * (size + wanted):
+        width *= 2
+    table = np.full(width, -1, np.int64)
+    hashes = np.empty(size + wanted, np.uint64)
+    for s in range(size):  # the parents are distinct
+        _known(store, all_bounds, s, num_nodes, table, hashes)
+    kept = 0
+    for c in range(count):
+        if kept == wanted:
+            break
+        pair = c % half
+        x, y = (first[pair], second[pair]) if c < half else (second[pair], first[pair])
+        length = _cross(j, n, v, bounds, x, y, point[pair], cross)
+        length = mutate_state(cross[0], cross[1], cross[2], 0, length, num_jobs, num_nodes,
+                              base_n, base_v, base_bounds, capacity, log_reset, numbers[8], cdf,
+                              rng, work)
+        out_j, out_n, out_v = work[6], work[7], work[8]
+        repair_state(out_j, out_n, out_v, 0, length, num_jobs, keys, True, rng, max_replicas,
+                     max_nodes, capacity, avoid, scratch, c)
+        start = all_bounds[size + kept]
+        store = _room(store, start + length)
+        at = start
+        for e in range(length):
+            if out_v[e] > 0:
+                store[0][at], store[1][at], store[2][at] = out_j[e], out_n[e], out_v[e]
+                at += 1
+        all_bounds[size + kept + 1] = at
+        if not _known(store, all_bounds, size + kept, num_nodes, table, hashes):
+            kept += 1
+    end = all_bounds[size + kept]
+    return (store[0][:end], store[1][:end], store[2][:end], all_bounds[: size + kept + 1],
+            kept)
 
 
 @njit(cache=True)
@@ -192,8 +308,8 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The artifact's NSGA-II from the ``size`` initial states ``(p, j, n, v)`` (unrepaired) for
     ``generations`` generations (``GeneticSearch.evolve_sparse``): the initial states repaired and
-    their repeats dropped; then each generation ``2 * size`` children, those repeating a
-    candidate or an earlier child dropped and the first ``size`` others kept, and NSGA-II survival
+    their repeats dropped; then each generation the first ``size`` of ``2 * size`` children
+    that repeat no candidate nor earlier child (:func:`_children`), and NSGA-II survival
     of ``size`` from parents and children. Returns the final population's entries ``(p, j, n,
     v)`` (its states best first) and its fitness and utility; ``rng`` (the compiled generator's
     state, :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.seeded_state`) is advanced
@@ -208,16 +324,10 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     fitness, utility = _scores(j, n, v, bounds, np.arange(count), arrays, numbers)
     crowding = survivors(fitness, utility, size)[1]
     for _ in range(generations):
-        q, k, m, w = _offspring(p, j, n, v, count, fitness, utility, crowding, 2 * size,
-                                arrays, numbers, rng)
-        # Parents, then children, in one set of entries: a child is new when no candidate
-        # before it has its entries (the parents are distinct already).
-        all_j = np.concatenate((j, k))
-        all_n = np.concatenate((n, m))
-        all_v = np.concatenate((v, w))
-        all_bounds = np.concatenate((bounds[:-1], p.size + _bounds(q, 2 * size)))
-        new = np.flatnonzero(first_occurrences(all_j, all_n, all_v, all_bounds,
-                                               num_nodes)[count:])[:size] + count
+        all_j, all_n, all_v, all_bounds, kept_children = _children(
+            j, n, v, bounds, count, fitness, utility, crowding, 2 * size, size, arrays, numbers,
+            rng)
+        new = np.arange(count, count + kept_children)
         child_fitness, child_utility = _scores(all_j, all_n, all_v, all_bounds, new, arrays,
                                                numbers)
         merged_fitness = np.concatenate((fitness, child_fitness))

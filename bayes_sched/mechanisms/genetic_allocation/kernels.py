@@ -100,136 +100,220 @@ def state_hash(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int,
     return h ^ (h >> np.uint64(29))
 
 
-@njit(cache=True)
-def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
-                   num_jobs: int, num_nodes: int, base_n: np.ndarray, base_v: np.ndarray,
-                   base_bounds: np.ndarray, capacity: int, reset_prob: float, zero_prob: float,
-                   state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The artifact's mutation (``AllocationProblem._mutate_sparse``) of the entries ``(p, j, n,
-    v)`` (each ``(K,)``, int64, in (state, job, node) order) of states ``(size, num_jobs,
-    num_nodes)``; the mutated entries, in order, zeros dropped.
+#: Scratch of :func:`mutate_state`: the kept entries' jobs, nodes and GPUs; GPUs and jobs per
+#: node; grown keys; the mutated entries' jobs, nodes and GPUs (:func:`mutation_work`).
+MutationWork = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                     np.ndarray, np.ndarray, np.ndarray]
 
-    Per job row: with ``reset_prob``, back to the status quo (its entries ``base_n[a:b]``,
-    ``base_v[a:b]`` for ``a, b = base_bounds[j], base_bounds[j + 1]``); with ``zero_prob``, each
-    of its nodes dropped with ``zero_prob``. On every node with fewer than ``capacity`` GPUs in
-    use: each job grows onto it with probability 1 / ``num_jobs``, and each
-    job already there grows with one over the number of jobs there; a grown entry takes a uniform
-    count from its current one up to ``capacity``. Draws come from the generator ``state``
-    (:func:`next_u64`), advanced in place: one 64-bit draw per row decides its reset and its
-    drop (to 2**-32 of ``reset_prob`` and ``zero_prob``).
-    """
-    base_total = base_bounds[num_jobs]
-    bound = p.size + size * base_total
-    q = np.empty(bound, np.int64)
-    k = np.empty(bound, np.int64)
-    m = np.empty(bound, np.int64)
-    w = np.empty(bound, np.int64)
-    load = np.zeros(size * num_nodes, np.int64)
-    jobs_on = np.zeros(size * num_nodes, np.int64)
-    # One 64-bit draw per row: its low half decides the reset, its high half the drop.
-    reset_below, zero_below = _threshold32(reset_prob), _threshold32(zero_prob)
-    low = np.uint64(0xFFFFFFFF)
+
+@njit(cache=True)
+def join_cdf(num_jobs: int) -> np.ndarray:
+    """Cumulative probabilities of Binomial(``num_jobs``, 1 / ``num_jobs``) at 0, 1, ...: how
+    many jobs grow onto one free node in :func:`mutate_state`. Cut where a count's probability
+    falls below 1e-17, the last value set to 1 (an inversion then always ends)."""
+    if num_jobs <= 1:
+        return np.ones(1) if num_jobs == 0 else np.array([0.0, 1.0])
+    prob = 1.0 / num_jobs
+    mass = np.exp(num_jobs * np.log1p(-prob))
+    cdf = np.empty(num_jobs + 1)
+    total = 0.0
+    for k in range(num_jobs + 1):
+        total += mass
+        cdf[k] = min(total, 1.0)
+        if k == num_jobs or total >= 1.0 or (k >= 1 and mass < 1e-17):
+            cdf[k] = 1.0
+            return cdf[: k + 1]
+        mass *= (num_jobs - k) / (k + 1) * prob / (1.0 - prob)
+    return cdf
+
+
+@njit(cache=True)
+def mutation_work(entries: int, num_nodes: int, base_total: int, joins: int) -> MutationWork:
+    """Scratch for :func:`mutate_state` on states of at most ``entries`` entries, with a status
+    quo of ``base_total`` entries and at most ``joins`` jobs growing onto a node
+    (``join_cdf(J).size - 1``)."""
+    kept = entries + base_total
+    grown = kept + num_nodes * joins
+    return (np.empty(kept, np.int64), np.empty(kept, np.int64), np.empty(kept, np.int64),
+            np.zeros(num_nodes, np.int64), np.zeros(num_nodes, np.int64),
+            np.empty(grown, np.int64), np.empty(kept + grown, np.int64),
+            np.empty(kept + grown, np.int64), np.empty(kept + grown, np.int64))
+
+
+@njit(cache=True)
+def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, num_jobs: int,
+               base_n: np.ndarray, base_v: np.ndarray, base_bounds: np.ndarray,
+               log_reset: float, zero_prob: float, state: np.ndarray,
+               work: MutationWork) -> int:
+    """The reset and drop steps of :func:`mutate_state`: the entries kept, written to ``work``'s
+    first three arrays (their GPUs and jobs per node counted in the next two); how many."""
+    kj, kn, kv, load, jobs_on = work[0], work[1], work[2], work[3], work[4]
+    load[:] = 0
+    jobs_on[:] = 0
     count = 0
-    at = 0
-    for pp in range(size):
-        for jj in range(num_jobs):  # nested loops: no integer division per row
-            start = at
-            while at < p.size and p[at] == pp and j[at] == jj:
-                at += 1
-            bits = next_u64(state)
-            reset = (bits & low) < reset_below
-            zero = (bits >> np.uint64(32)) < zero_below
-            lo, hi = (base_bounds[jj], base_bounds[jj + 1]) if reset else (start, at)
-            for e in range(lo, hi):
-                node = base_n[e] if reset else n[e]
-                value = base_v[e] if reset else v[e]
-                if zero and uniform(state) < zero_prob:
-                    continue
-                q[count], k[count], m[count], w[count] = pp, jj, node, value
-                load[pp * num_nodes + node] += value
-                jobs_on[pp * num_nodes + node] += 1
-                count += 1
-    # Growth keys (state, job, node) flattened: any job onto a free node, and own entries.
-    grow = np.empty(16 + count + 4 * size * num_nodes, np.int64)
-    grown = 0
-    # Each job joins a free node with probability 1 / num_jobs (a Binomial(num_jobs, 1 / num_jobs)
-    # count of distinct jobs): the gaps between the jobs that join are geometric.
-    log_stay = log_miss(1.0 / num_jobs)
-    for pp in range(size):
-        for node in range(num_nodes):
-            if load[pp * num_nodes + node] >= capacity:
+    e = lo
+    # Geometric gaps between the reset rows (over all rows) and between the rows whose nodes
+    # may drop (over the rows with entries): the draws follow the events, not the rows.
+    reset_at = gap(state, log_reset)
+    log_zero = log_miss(zero_prob)
+    zero_in = gap(state, log_zero)
+    while True:
+        entry_job = j[e] if e < hi else num_jobs
+        job = min(entry_job, reset_at)
+        if job >= num_jobs:
+            return count
+        row_hi = e
+        while row_hi < hi and j[row_hi] == job:
+            row_hi += 1
+        reset = reset_at == job
+        if reset:
+            src_lo, src_hi = base_bounds[job], base_bounds[job + 1]
+            reset_at = job + 1 + gap(state, log_reset)
+        else:
+            src_lo, src_hi = e, row_hi
+        e = row_hi
+        if src_lo == src_hi:
+            continue
+        zero = zero_in == 0
+        zero_in = gap(state, log_zero) if zero else zero_in - 1
+        for s in range(src_lo, src_hi):
+            if zero and uniform(state) < zero_prob:
                 continue
-            jj = gap(state, log_stay)
-            while jj < num_jobs:
-                if grown == grow.size:
-                    grow = _grown_buffer(grow)
-                grow[grown] = (pp * num_jobs + jj) * num_nodes + node
+            node = base_n[s] if reset else n[s]
+            kj[count], kn[count], kv[count] = job, node, base_v[s] if reset else v[s]
+            load[node] += kv[count]
+            jobs_on[node] += 1
+            count += 1
+
+
+@njit(cache=True)
+def _sorted_distinct(keys: np.ndarray, count: int) -> int:
+    """Sort ``keys[:count]`` in place and drop repeats; how many remain."""
+    if count > 32:
+        keys[:count] = np.sort(keys[:count])
+    else:
+        for i in range(1, count):
+            key = keys[i]
+            at = i
+            while at > 0 and keys[at - 1] > key:
+                keys[at] = keys[at - 1]
+                at -= 1
+            keys[at] = key
+    distinct = 0
+    for i in range(count):
+        if i == 0 or keys[i] != keys[distinct - 1]:
+            keys[distinct] = keys[i]
+            distinct += 1
+    return distinct
+
+
+@njit(cache=True)
+def mutate_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, num_jobs: int,
+                 num_nodes: int, base_n: np.ndarray, base_v: np.ndarray,
+                 base_bounds: np.ndarray, capacity: int, log_reset: float, zero_prob: float,
+                 cdf: np.ndarray, state: np.ndarray, work: MutationWork) -> int:
+    """The artifact's mutation (``AllocationProblem._mutate_sparse``) of one state, its entries
+    ``lo:hi`` of ``(j, n, v)`` (in (job, node) order); the mutated entries (zeros dropped, in
+    order) go to ``work``'s last three arrays (:func:`mutation_work`, sized for ``hi - lo``
+    entries); returns how many.
+
+    Per job row: with probability ``1 - exp(log_reset)`` (:func:`log_miss` of the reset
+    probability), back to the status quo (its entries ``base_n[a:b]``, ``base_v[a:b]`` for ``a,
+    b = base_bounds[j], base_bounds[j + 1]``); with ``zero_prob``, each of its nodes dropped with
+    ``zero_prob``. On every node with fewer than ``capacity`` GPUs in use: each job grows onto it
+    with probability 1 / ``num_jobs`` (a count from ``cdf``, :func:`join_cdf`, then that many
+    distinct jobs), and each job already there grows with one over the number of jobs there; a
+    grown entry takes a uniform count from its current one up to ``capacity``. The draws follow
+    the events, not the rows: the reset rows and the dropping rows (among those with entries)
+    by geometric gaps. Draws come from the generator ``state``, advanced in place.
+    """
+    kj, kn, kv, load, jobs_on, grow, out_j, out_n, out_v = work
+    count = _kept_rows(j, n, v, lo, hi, num_jobs, base_n, base_v, base_bounds, log_reset,
+                       zero_prob, state, work)
+    grown = 0
+    for node in range(num_nodes):
+        if load[node] >= capacity:
+            continue
+        u = uniform(state)
+        picks = 0
+        while u >= cdf[picks]:
+            picks += 1
+        start = grown
+        while grown - start < picks:
+            key = below(state, num_jobs) * num_nodes + node
+            repeat = False
+            for g in range(start, grown):
+                repeat = repeat or grow[g] == key
+            if not repeat:
+                grow[grown] = key
                 grown += 1
-                jj += 1 + gap(state, log_stay)
     for e in range(count):
-        slot = q[e] * num_nodes + m[e]
-        if load[slot] < capacity and uniform(state) * jobs_on[slot] < 1.0:
-            if grown == grow.size:
-                grow = _grown_buffer(grow)
-            grow[grown] = (q[e] * num_jobs + k[e]) * num_nodes + m[e]
+        node = kn[e]
+        if load[node] < capacity and uniform(state) * jobs_on[node] < 1.0:
+            grow[grown] = kj[e] * num_nodes + node
             grown += 1
-    keys = _distinct_sorted(grow[:grown])
-    # Merge: kept entries and grown keys, both in order; a grown entry draws from its current count.
-    total = count + keys.size
-    out_p = np.empty(total, np.int64)
-    out_j = np.empty(total, np.int64)
-    out_n = np.empty(total, np.int64)
-    out_v = np.empty(total, np.int64)
+    grown = _sorted_distinct(grow, grown)
+    # Merge the kept entries and the grown keys, both in order; a grown entry draws from its
+    # current count.
     a = 0
     b = 0
     out = 0
-    while a < count or b < keys.size:
-        entry_key = (q[a] * num_jobs + k[a]) * num_nodes + m[a] if a < count else -1
-        if b < keys.size and (a >= count or keys[b] <= entry_key):
-            key = keys[b]
+    while a < count or b < grown:
+        entry_key = kj[a] * num_nodes + kn[a] if a < count else -1
+        if b < grown and (a >= count or grow[b] <= entry_key):
+            key = grow[b]
             current = 0
-            if a < count and keys[b] == entry_key:
-                current = w[a]
+            if a < count and key == entry_key:
+                current = kv[a]
                 a += 1
             b += 1
             value = current + below(state, capacity + 1 - current)
             if value == 0:
                 continue
-            rest = key % (num_jobs * num_nodes)
-            out_p[out], out_j[out], out_n[out] = key // (num_jobs * num_nodes), \
-                rest // num_nodes, rest % num_nodes
-            out_v[out] = value
+            out_j[out], out_n[out], out_v[out] = key // num_nodes, key % num_nodes, value
         else:
-            out_p[out], out_j[out], out_n[out], out_v[out] = q[a], k[a], m[a], w[a]
+            out_j[out], out_n[out], out_v[out] = kj[a], kn[a], kv[a]
             a += 1
         out += 1
-    return out_p[:out], out_j[:out], out_n[:out], out_v[:out]
+    return out
 
 
 @njit(cache=True)
-def _threshold32(prob: float) -> np.uint64:
-    """The bound under which 32 random bits fall with probability ``prob`` (to 2**-32)."""
-    return np.uint64(min(max(prob, 0.0), 1.0) * 4294967296.0)
-
-
-@njit(cache=True)
-def _distinct_sorted(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` (numba's builds Python lists: several times slower)."""
-    ordered = np.sort(values)
-    distinct = 0
-    for i in range(ordered.size):
-        if i == 0 or ordered[i] != ordered[distinct - 1]:
-            ordered[distinct] = ordered[i]
-            distinct += 1
-    return ordered[:distinct]
-
-
-@njit(cache=True)
-def _grown_buffer(grow: np.ndarray) -> np.ndarray:
-    """``grow`` in a buffer twice as long."""
-    larger = np.empty(2 * grow.size, np.int64)
-    larger[: grow.size] = grow
-    return larger
+def mutate_entries(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
+                   num_jobs: int, num_nodes: int, base_n: np.ndarray, base_v: np.ndarray,
+                   base_bounds: np.ndarray, capacity: int, reset_prob: float, zero_prob: float,
+                   state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`mutate_state` of each of the states ``(size, num_jobs, num_nodes)`` given by their
+    entries ``(p, j, n, v)`` (each ``(K,)``, int64, in (state, job, node) order), with reset
+    probability ``reset_prob``; the mutated entries, in order, zeros dropped."""
+    bounds = np.searchsorted(p, np.arange(size + 1))
+    longest = 0
+    for s in range(size):
+        longest = max(longest, bounds[s + 1] - bounds[s])
+    cdf = join_cdf(num_jobs)
+    work = mutation_work(longest, num_nodes, base_bounds[num_jobs], cdf.size - 1)
+    log_reset = log_miss(reset_prob)
+    parts = []
+    total = 0
+    for s in range(size):
+        count = mutate_state(j, n, v, bounds[s], bounds[s + 1], num_jobs, num_nodes, base_n,
+                             base_v, base_bounds, capacity, log_reset, zero_prob, cdf, state,
+                             work)
+        parts.append((work[6][:count].copy(), work[7][:count].copy(), work[8][:count].copy()))
+        total += count
+    out_p = np.empty(total, np.int64)
+    out_j = np.empty(total, np.int64)
+    out_n = np.empty(total, np.int64)
+    out_v = np.empty(total, np.int64)
+    at = 0
+    for s in range(size):
+        part_j, part_n, part_v = parts[s]
+        out_p[at: at + part_j.size] = s
+        out_j[at: at + part_j.size] = part_j
+        out_n[at: at + part_j.size] = part_n
+        out_v[at: at + part_j.size] = part_v
+        at += part_j.size
+    return out_p, out_j, out_n, out_v
 
 
 @njit(cache=True)
@@ -532,7 +616,7 @@ def survivors(first: np.ndarray, second: np.ndarray,
 
 
 @njit(cache=True)
-def _tournament(a: np.ndarray, b: np.ndarray, coin: np.ndarray, fitness: np.ndarray,
+def tournament(a: np.ndarray, b: np.ndarray, coin: np.ndarray, fitness: np.ndarray,
                 utility: np.ndarray, crowding: np.ndarray) -> np.ndarray:
     """Winners of the binary tournaments ``a[i]`` against ``b[i]``: the dominating candidate,
     else the more crowded-apart one, else ``a[i]`` where ``coin[i] < 0.5``."""
@@ -566,8 +650,8 @@ def mate(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
     ``point`` (``(H,)``) giving two complementary children per pair (the first ``H`` children
     ``(first, second)``, then ``(second, first)``); the children's entries, in order."""
     half = point.size
-    first = _tournament(draws[0, 0], draws[0, 1], coins[0], fitness, utility, crowding)
-    second = _tournament(draws[1, 0], draws[1, 1], coins[1], fitness, utility, crowding)
+    first = tournament(draws[0, 0], draws[0, 1], coins[0], fitness, utility, crowding)
+    second = tournament(draws[1, 0], draws[1, 1], coins[1], fitness, utility, crowding)
     bounds = np.searchsorted(p, np.arange(size + 1))
     # Per child: its first parent's entries of jobs below the cut, the second's from it on.
     spans = np.empty((count, 4), np.int64)
