@@ -126,53 +126,69 @@ def scores(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
                                                        arrays[6], arrays[8])
     num_jobs, num_nodes = numbers[0], numbers[1]
     scale, exponent = numbers[5], numbers[6]
-    draws, classes = tables.shape[0], tables.shape[1]
+    draws, classes = max(tables.shape[0], 1), tables.shape[1]
     empty_powered, _, empty_total, _ = empty_row_terms(speedup_tables, base_nodes, penalty,
                                                        scale, exponent)
     bounds = np.searchsorted(p, np.arange(size + 1))
     stamp = np.full(num_nodes, -1, np.int64)
     on_node = np.zeros(max(num_nodes * classes, 1), np.int64)   # class counts per node
-    out = np.empty((max(draws, 1), size))
+    out = np.empty((draws, size))
     own = np.empty(p.size, np.int64)
+    # One state's rows (job, first entry, penalised speedup) and each entry's co-runner classes
+    # on its node with their counts (entry e's run: first[e] to first[e + 1]), listed once and
+    # read draw by draw.
+    row_job = np.empty(num_jobs, np.int64)
+    row_start = np.empty(num_jobs + 1, np.int64)
+    row_speedup = np.empty(num_jobs)
+    first = np.zeros(p.size + 1, np.int64)
+    partners = np.empty(max(p.size * classes, 1), np.int64)
+    counts = np.empty(max(p.size * classes, 1))
     for s in range(size):
         lo, hi = bounds[s], bounds[s + 1]
-        # Each entry's class, and the classes on each node.
+        rows = 0
         at = lo
         while at < hi:
-            end = at
-            while end < hi and j[end] == j[at]:
-                end += 1
+            jj = j[at]
+            row_job[rows], row_start[rows] = jj, at
+            at, nodes, replicas, changed, _ = _row_reads(j, n, v, at, hi, jj, base, base_nodes,
+                                                         stamp, s)
+            read = speedup_tables[jj, nodes, replicas]
+            row_speedup[rows] = read * scale * penalty[jj] if changed else read * scale
             if classes > 0:
-                for e in range(at, end):
-                    own[e] = 2 * apps[j[e]] + (1 if end - at > 1 else 0)
+                for e in range(row_start[rows], at):
+                    own[e] = 2 * apps[jj] + (1 if nodes > 1 else 0)
                     on_node[n[e] * classes + own[e]] += 1
-            at = end
-        for d in range(max(draws, 1)):
-            powered = empty_total
-            at = lo
-            while at < hi:
-                jj = j[at]
-                start = at
-                at, nodes, replicas, changed, _ = _row_reads(j, n, v, at, hi, jj, base,
-                                                             base_nodes, stamp, s)
-                read = speedup_tables[jj, nodes, replicas]
-                speedup = read * scale * penalty[jj] if changed else read * scale
-                if classes > 0:
-                    worst = 0.0
-                    for e in range(start, at):
-                        total = 0.0
-                        row = n[e] * classes
-                        for k in range(classes):
-                            count = on_node[row + k] - (1 if k == own[e] else 0)
-                            if count != 0:
-                                total += tables[d, own[e], k] * count
-                        worst = min(worst, total)
-                    speedup = speedup * np.exp(worst)
-                powered += _power(speedup + 1e-3, exponent) - empty_powered[jj]
-            out[d, s] = _power(powered / max(num_jobs, 1), 1.0 / exponent)
+            rows += 1
+        row_start[rows] = hi
+        found = 0
+        first[lo] = 0
+        for e in range(lo, hi):
+            if classes > 0:
+                for k in range(classes):
+                    count = on_node[n[e] * classes + k] - (1 if k == own[e] else 0)
+                    if count != 0:
+                        partners[found], counts[found] = k, count
+                        found += 1
+            first[e + 1] = found
         if classes > 0:
             for e in range(lo, hi):
                 on_node[n[e] * classes + own[e]] = 0
+        for d in range(draws):
+            powered = empty_total
+            for r in range(rows):
+                speedup = row_speedup[r]
+                worst = 0.0
+                for e in range(row_start[r], row_start[r + 1]):
+                    if first[e] == first[e + 1]:  # alone on its node: nothing to add
+                        continue
+                    total = 0.0
+                    for i in range(first[e], first[e + 1]):
+                        total += tables[d, own[e], partners[i]] * counts[i]
+                    worst = min(worst, total)
+                if worst < 0.0:
+                    speedup = speedup * np.exp(worst)
+                powered += _power(speedup + 1e-3, exponent) - empty_powered[row_job[r]]
+            out[d, s] = _power(powered / max(num_jobs, 1), 1.0 / exponent)
     return out
 
 
