@@ -28,7 +28,9 @@ Each round:
    learner's posterior mean predicts for it in that candidate, so co-locations that proved harmless are
    used and harmful ones avoided, with no hard rule against them (elitist survival, with the
    compiled mutation and repair of Pollux's search, on states by their nonzero entries:
-   :func:`evolve_elitist`). A second search, Pollux's own (models alone, at most one
+   :func:`evolve_elitist`; where the predictors are one class pair table, the whole search and
+   the scoring below run compiled, from the states' nonzero entries alone:
+   :mod:`bayes_sched.policies.bo_search`). A second search, Pollux's own (models alone, at most one
    distributed job per node), runs alongside: its choice is always a candidate, so the avoid
    rule is a candidate generator rather than a constraint.
 3. **Decide.** The best distinct candidates of the final population, Pollux's unconstrained choice
