@@ -101,7 +101,13 @@ class SlowdownPredictor(Protocol):
     ``name`` labels the predictor in messages (e.g. a failed fit). A predictor whose
     ``log_slowdown`` also takes :class:`SparseCandidates` (reading them through
     :func:`state_entries`) says so with a true ``takes_entries`` attribute; others are given the
-    dense states.
+    dense states. A predictor whose log slowdown is an additive pair table over job classes
+    (on each node the sum of ``table[class(job), class(co-runner)]`` over the co-runners
+    there, the job at its worst node, at most 0; class ``2 * application + distributed``) may
+    say so with a ``pair_table(applications, draws=False)`` method giving each job's
+    application index ``(J,)`` and the table ``(K, K)`` (``(S, K, K)`` with ``draws``), or
+    ``None`` where it is not one now; a policy may then score candidates from the table
+    directly (the ``bo`` policy's compiled search).
     """
 
     name: str
@@ -124,7 +130,8 @@ class SlowdownPredictor(Protocol):
 
     def diagnostics(self, allocation: np.ndarray, applications: Sequence[str]
                     ) -> dict[str, float]:
-        """Named figures for the report about the chosen allocation ``(J, N)``: e.g. its
+        """Named figures for the report about the chosen allocation ``(J, N)`` (a predictor
+        with ``takes_entries`` may be given it by its entries, ``(1, J, N)``): e.g. its
         predicted mean log slowdown, fits so far; ``surrogate_std``, where the predictor has
         one, is the mean posterior standard deviation of what it learned (log units)."""
         ...

@@ -15,7 +15,9 @@ from bayes_sched.estimation import JobModelEstimator, estimate_round
 from bayes_sched.interference.colocation import ColocationLearning, colocation_learning
 from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.jobs import JobView
+from bayes_sched.mechanisms.genetic_allocation.sparse import SparseStates
 from bayes_sched.policies import POLICIES, BayesOptPolicy, make_policy
+from bayes_sched.policies.bo import RoundRecord
 from bayes_sched.policies.pollux import GAConfig
 from bayes_sched.sim import SimConfig, Workload, read_workload, run_simulation
 from tests.agents import decide, job_view, measured_agent
@@ -212,6 +214,11 @@ def test_pair_log_factor_matches_the_dense_definition() -> None:
             assert fast[p, j] == pytest.approx(expected)
 
 
+def _chosen(choice: tuple[SparseStates, RoundRecord]) -> tuple[np.ndarray, RoundRecord]:
+    """``_choose``'s state, dense ``(J, N)``, and its record."""
+    return choice[0].dense()[0], choice[1]
+
+
 def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> None:
     """With the pair table certain that distributed jobs sharing a node lose 60%, EI must pick
     Pollux's avoid-rule choice even when the genetic search's population lacks it."""
@@ -223,7 +230,6 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     decision = decide(policy, cluster, views)  # sets up classes and the problem's state
     assert all(np.count_nonzero(v) >= 1 for v in decision.values())
     from bayes_sched.mechanisms.genetic_allocation.search import STATE_DTYPE as _STATE
-    from bayes_sched.mechanisms.genetic_allocation.sparse import SparseStates
     from bayes_sched.policies.bo import _ColocationProblem
 
     pollux = policy.pollux
@@ -244,22 +250,24 @@ def test_offers_pollux_avoid_rule_choice_and_takes_it_when_sharing_hurts() -> No
     pairs.mean = pairs.draws[0]
     fitness = problem.fitness(shared)
     sparse = SparseStates.of
-    chosen, record = policy._choose(problem, sparse(shared), fitness, sparse(apart[None]),
-                                    cluster.now)
+    chosen, record = _chosen(policy._choose(problem, sparse(shared), fitness,
+                                             sparse(apart[None]), cluster.now))
     assert np.array_equal(chosen, apart) and record.avoiding_choice
     # Without the avoid-rule candidate only the harmful co-location is on offer.
-    chosen, record = policy._choose(problem, sparse(shared), fitness, None, cluster.now)
+    chosen, record = _chosen(policy._choose(problem, sparse(shared), fitness, None, cluster.now))
     assert np.array_equal(chosen, shared[0]) and not record.avoiding_choice
     # Pollux's choice is left when another candidate expects a clear gain over it: here it
     # starves job b while the candidate serves both jobs apart.
     starving = np.array([[4, 0], [0, 0]], dtype=_STATE)
-    chosen, record = policy._choose(problem, sparse(apart[None]), problem.fitness(apart[None]),
-                                    sparse(starving[None]), cluster.now)
+    chosen, record = _chosen(policy._choose(problem, sparse(apart[None]),
+                                             problem.fitness(apart[None]),
+                                             sparse(starving[None]), cluster.now))
     assert np.array_equal(chosen, apart) and not record.avoiding_choice
     # ... and kept when no candidate expects to gain more than min_gain over it.
     policy.min_gain = 1e6
-    chosen, record = policy._choose(problem, sparse(apart[None]), problem.fitness(apart[None]),
-                                    sparse(starving[None]), cluster.now)
+    chosen, record = _chosen(policy._choose(problem, sparse(apart[None]),
+                                             problem.fitness(apart[None]),
+                                             sparse(starving[None]), cluster.now))
     assert np.array_equal(chosen, starving) and record.avoiding_choice
 
 

@@ -117,12 +117,14 @@ class ContentionPrior:
                 dict(zip(observation.names, observation.applications, strict=True)))
         self.update(observation.counters, origin=observation.time_origin)
 
-    def diagnostics(self, allocation: np.ndarray, applications: Sequence[str]
-                    ) -> dict[str, float]:
+    def diagnostics(self, allocation: np.ndarray | SparseCandidates,
+                    applications: Sequence[str]) -> dict[str, float]:
         """``contention_fits`` so far and ``prior_chosen``, the mean prior log slowdown in
-        ``allocation`` ``(J, N)``."""
+        ``allocation`` ``(J, N)`` (or that one state by its entries, ``(1, J, N)``)."""
         return {"contention_fits": float(self.fits),
-                "prior_chosen": float(self.log_slowdown(allocation[None], applications).mean())}
+                "prior_chosen": float(self.log_slowdown(
+                    allocation[None] if isinstance(allocation, np.ndarray) else allocation,
+                    applications).mean())}
 
     # --- learning ---------------------------------------------------------------------------------
 
@@ -218,6 +220,14 @@ class ContentionPrior:
         self.known = True
 
     # --- the prior ----------------------------------------------------------------------------------
+
+    def pair_table(self, applications: Sequence[str], draws: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Before any demand is known the prior predicts no slowdown: a table of no classes
+        (``(0, 0)``); after, ``None`` (shared capacity is not a sum of pair effects)."""
+        if self.known:
+            return None
+        return np.zeros(len(applications), np.int64), np.zeros((0, 0))
 
     def log_slowdown(self, states: np.ndarray | SparseCandidates, applications: Sequence[str],
                      draws: bool = False) -> np.ndarray:

@@ -135,11 +135,19 @@ class PairResiduals:
         return self.log_factor(states, self._index_of(applications),
                                self.draws if draws else None)
 
-    def diagnostics(self, allocation: np.ndarray, applications: Sequence[str]
-                    ) -> dict[str, float]:
+    def pair_table(self, applications: Sequence[str], draws: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`log_slowdown` as its pair table: each job's application index ``(J,)`` (a
+        job's class is ``2 * index + distributed``) and the table ``(K, K)`` (posterior mean) or
+        ``(S, K, K)`` (the fit's draws), every known class covered."""
+        return self._index_of(applications), self._covering(self.draws if draws else self.mean)
+
+    def diagnostics(self, allocation: np.ndarray | SparseCandidates,
+                    applications: Sequence[str]) -> dict[str, float]:
         """``surrogate_std`` and ``worst_pair``: the mean posterior std and the lowest mean of
         the table over the classes of ``applications`` the last fit covers; ``pairs_observed``;
-        ``chosen_log_factor``: the mean predicted log slowdown in ``allocation`` ``(J, N)``."""
+        ``chosen_log_factor``: the mean predicted log slowdown in ``allocation`` ``(J, N)`` (or
+        that one state by its entries, ``(1, J, N)``)."""
         index = self._index_of(applications)
         present = np.unique(np.concatenate([2 * index, 2 * index + 1]))
         present = present[present < len(self.std)]  # classes the last fit covers
@@ -148,7 +156,9 @@ class PairResiduals:
             "surrogate_std": float(self.std[known].mean()) if present.size else math.nan,
             "worst_pair": float(self.mean[known].min()) if present.size else math.nan,
             "pairs_observed": float(self.observed_pairs()),
-            "chosen_log_factor": float(self.log_factor(allocation[None], index).mean()),
+            "chosen_log_factor": float(self.log_factor(
+                allocation[None] if isinstance(allocation, np.ndarray) else allocation,
+                index).mean()),
         }
 
     def _index_of(self, applications: Sequence[str]) -> np.ndarray:

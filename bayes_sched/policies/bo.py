@@ -28,7 +28,9 @@ Each round:
    learner's posterior mean predicts for it in that candidate, so co-locations that proved harmless are
    used and harmful ones avoided, with no hard rule against them (elitist survival, with the
    compiled mutation and repair of Pollux's search, on states by their nonzero entries:
-   :func:`evolve_elitist`). A second search, Pollux's own (models alone, at most one
+   :func:`evolve_elitist`; where the predictors are one class pair table, the whole search and
+   the scoring below run compiled, from the states' nonzero entries alone:
+   :mod:`bayes_sched.policies.bo_search`). A second search, Pollux's own (models alone, at most one
    distributed job per node), runs alongside: its choice is always a candidate, so the avoid
    rule is a candidate generator rather than a constraint.
 3. **Decide.** The best distinct candidates of the final population, Pollux's unconstrained choice
@@ -51,7 +53,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import numpy as np
 
@@ -79,6 +81,9 @@ from bayes_sched.mechanisms.genetic_allocation.search import (
 from bayes_sched.mechanisms.genetic_allocation.sparse import SparseStates
 from bayes_sched.policies.pollux import PolluxPolicy
 from bayes_sched.registry import GPU_COUNT, Range
+
+if TYPE_CHECKING:  # the compiled module loads numba: imported where it runs
+    from bayes_sched.policies.bo_search import Arrays, Numbers
 
 LOG = logging.getLogger(__name__)
 
@@ -168,8 +173,10 @@ class BayesOptPolicy:
         self._previous: dict[str, float] = {}  # name -> progress at the last decision
         self._previous_time = 0.0
         self._previous_time_delta = 0.0
-        self._fair_rate_memo: dict[tuple[object, ...], float | None] = {}  # (_fair_rates)
-        self._fair_rate_models: dict[int, tuple[JobModel, tuple[object, ...]]] = {}
+        # (_fair_rates) rates by the values they depend on, and by the model object
+        self._fair_rate_memo: dict[tuple[object, ...], float | None] = {}
+        self._fair_rate_models: dict[int, tuple[JobModel, object, int, tuple[object, ...],
+                                                float | None]] = {}
         #: The co-location predictors of the last estimates decided on (for reports).
         self.predictors: tuple[SlowdownPredictor, ...] = ()
 
@@ -192,36 +199,47 @@ class BayesOptPolicy:
         """Each job's :func:`~bayes_sched.colocation.predicted_rate` on ``fair_r`` GPUs of one
         node, by name (jobs without a model or a positive rate left out). Memoised on what the
         rate depends on (the point fit, gradient statistics, limits and ``fair_r``), this
-        round's and the last's, first by the model object (read-only, and the estimation stage
-        passes an unchanged job's on), and the rates not memoised computed in one vectorised
-        call: most models are unchanged from one round to the next, and one rate costs a batch
-        optimisation (for thousands of jobs, more than the rest of bo's round-keeping)."""
-        memo: dict[tuple[object, ...], float | None] = {}
-        by_model: dict[int, tuple[JobModel, tuple[object, ...]]] = {}
-        keys: dict[str, tuple[object, ...]] = {}
-        missing: dict[tuple[object, ...], JobView] = {}
+        round's and the last's: first by the model and limits objects (read-only, and the
+        estimation stage passes an unchanged job's on), with no key built or hashed; the other
+        jobs by the values of what the rate depends on; and the rates not memoised computed in
+        one vectorised call: most models are unchanged from one round to the next, and one rate
+        costs a batch optimisation (for thousands of jobs, more than the rest of bo's
+        round-keeping)."""
+        previous = self._fair_rate_models
+        by_model: dict[int, tuple[JobModel, object, int, tuple[object, ...], float | None]] = {}
+        rates: dict[str, float] = {}
+        others: list[tuple[JobView, JobModel]] = []
         for job in jobs:
             model = job.model
             if model is None:
                 continue
-            known = self._fair_rate_models.get(id(model))
-            if known is not None and known[0] is model and known[1][-2:] == (job.limits, fair_r):
-                key = known[1]
+            known = previous.get(id(model))
+            if (known is not None and known[0] is model and known[1] is job.limits
+                    and known[2] == fair_r):
+                by_model[id(model)] = known
+                if known[4]:
+                    rates[job.name] = known[4]
             else:
-                key = (model.params, model.gradient, model.limits, job.limits, fair_r)
-            keys[job.name] = key
-            by_model[id(model)] = (model, key)
-            if key in memo or key in missing:
-                continue
-            if key in self._fair_rate_memo:
-                memo[key] = self._fair_rate_memo[key]
-            else:
-                missing[key] = job
-        allocation = np.array([fair_r])
-        rates = predicted_rates(list(missing.values()), [allocation] * len(missing))
-        memo.update(zip(missing, rates, strict=True))
-        self._fair_rate_memo, self._fair_rate_models = memo, by_model
-        return {name: rate for name, key in keys.items() if (rate := memo[key])}
+                others.append((job, model))
+        if others:
+            # The values' memo: the last round's keys, and those of the models kept since.
+            memo = dict(self._fair_rate_memo)
+            memo.update((known[3], known[4]) for known in by_model.values())
+            keys = [(model.params, model.gradient, model.limits, job.limits, fair_r)
+                    for job, model in others]
+            missing = {key: job for key, (job, _) in zip(keys, others, strict=True)
+                       if key not in memo}
+            allocation = np.array([fair_r])
+            memo.update(zip(missing, predicted_rates(list(missing.values()),
+                                                     [allocation] * len(missing)), strict=True))
+            for key, (job, model) in zip(keys, others, strict=True):
+                rate = memo[key]
+                by_model[id(model)] = (model, job.limits, fair_r, key, rate)
+                if rate:
+                    rates[job.name] = rate
+            self._fair_rate_memo = {key: memo[key] for key in keys}
+        self._fair_rate_models = by_model
+        return rates
 
     def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
                             scale: float) -> float:
@@ -251,13 +269,15 @@ class BayesOptPolicy:
         # Pollux's problem (status quo, replica caps, speedup tables, restart penalties), its
         # jobs in priority order; bo's and the avoid rule's searches read the same.
         plain, names = pollux.problem(cluster, jobs)
-        jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
+        by_name = {job.name: job for job in jobs}
+        jobs = [by_name[name] for name in names]
         base, tables, max_replicas, penalty = (plain.base, plain.tables, plain.max_replicas,
                                                plain.penalty)
         applications = tuple(job.application for job in jobs)
         max_nodes = plain.max_nodes
         problem = _ColocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p,
-                                     max_nodes, pollux.rng, self.predictors, applications)
+                                     max_nodes, pollux.rng, self.predictors, applications,
+                                     base_entries=plain.base_entries)
         # Realised objective of the last round (for the report), against this round's fair rates.
         scale = cluster.num_nodes / cluster.total_gpus
         fair_r = max(1, math.ceil(cluster.total_gpus / len(jobs)))
@@ -266,17 +286,21 @@ class BayesOptPolicy:
         if self.history and math.isnan(self.history[-1].realised):
             self.history[-1].realised = self._realised_objective(jobs, fair_rate, scale)
 
-        population, fitness = evolve_elitist(pollux.search, problem, names, problem.fitness)
+        population, fitness = evolve_elitist(pollux.search, problem, names, problem.fitness,
+                                             problem.pair_table())
         avoiding_choice = None
         if self.avoiding is not None:
             # Pollux's own search and objective under its avoid rule, on the same tables.
             rule = AllocationProblem(base, tables, max_replicas, penalty, cluster, pollux.p, True,
-                            max_nodes, self.avoiding.rng)
+                                     max_nodes, self.avoiding.rng,
+                                     base_entries=plain.base_entries)
             rule_population, rule_fitness = evolve_elitist(
-                self.avoiding.search, rule, names, lambda s: rule.objectives_sparse(s)[0])
+                self.avoiding.search, rule, names, lambda s: rule.objectives_sparse(s)[0],
+                _NO_PAIRS)
             avoiding_choice = rule_population.rows(np.array([int(np.argmax(rule_fitness))]))
 
-        chosen, record = self._choose(problem, population, fitness, avoiding_choice, cluster.now)
+        picked, record = self._choose(problem, population, fitness, avoiding_choice, cluster.now)
+        chosen = picked.dense()[0]
         decision = {names[j]: chosen[j].astype(np.int64)
                     for j in np.flatnonzero(chosen.any(axis=1)).tolist()}
         try:
@@ -285,7 +309,10 @@ class BayesOptPolicy:
             LOG.warning("bo: candidate rejected (%s); current allocation kept", error)
             decision = {job.name: job.allocation for job in jobs if job.allocation.any()}
         for predictor in self.predictors:
-            record.learned.update(predictor.diagnostics(chosen, applications))
+            # A predictor that reads entries is given the chosen state by them (no scan of the
+            # dense (J, N) state).
+            state = picked if getattr(predictor, "takes_entries", False) else chosen
+            record.learned.update(predictor.diagnostics(state, applications))  # type: ignore[arg-type]
         record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
         self._previous = {job.name: job.progress for job in jobs}
@@ -294,11 +321,12 @@ class BayesOptPolicy:
 
     def _choose(self, problem: _ColocationProblem, population: SparseStates,
                 fitness: np.ndarray, avoiding_choice: SparseStates | None, now: float
-                ) -> tuple[np.ndarray, RoundRecord]:
+                ) -> tuple[SparseStates, RoundRecord]:
         """Expected Improvement over the best distinct candidates of the final population
         (``(P, J, N)`` by its entries), plus the candidate Pollux's own objective (the models
         alone, no co-location residual) ranks first and Pollux's choice under its avoid rule
-        (``avoiding_choice``, one state). Returns the chosen state ``(J, N)`` and the record.
+        (``avoiding_choice``, one state). Returns the chosen state (``(1, J, N)`` by its entries) and
+        the record.
 
         With ``avoiding_choice`` it is the incumbent: the pick maximises the Monte Carlo expected
         improvement over it under the joint draws, and must expect to gain more than
@@ -349,7 +377,36 @@ class BayesOptPolicy:
             candidates=len(states), chosen_rank=int(np.sum(mean > mean[pick])),
             pollux_choice=candidate_keys[pick] == keys[pollux_best],
             avoiding_choice=pick == avoiding)
-        return picked.dense()[0], record
+        return picked, record
+
+
+#: A pair table that predicts no slowdown: each job's application index ``(J,)`` (unread) and
+#: a ``(0, 0)`` table.
+_NO_PAIRS = (np.zeros(0, np.int64), np.zeros((0, 0)))
+
+
+def pair_table(predictors: Sequence[SlowdownPredictor], applications: Sequence[str],
+               draws: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """The composition of ``predictors`` as one class pair table, where it is one: each job's
+    application index ``(J,)`` and the table ``(K, K)`` (its posterior mean) or ``(S, K, K)``
+    (``draws``), from the predictors' optional ``pair_table`` method (a table of zeros, or of
+    no classes, adds nothing). ``None`` where a predictor has no such method or says it is
+    not a pair table, or where two predictors add tables (their classes need not agree); a
+    ``(0, 0)`` table (``(1, 0, 0)`` with ``draws``) where none adds anything."""
+    found: tuple[np.ndarray, np.ndarray] | None = None
+    for predictor in predictors:
+        method = getattr(predictor, "pair_table", None)
+        table = None if method is None else method(applications, draws)
+        if table is None:
+            return None
+        if not np.any(table[1]):
+            continue
+        if found is not None:
+            return None
+        found = table
+    if found is None:
+        return _NO_PAIRS if not draws else (_NO_PAIRS[0], np.zeros((1, 0, 0)))
+    return found
 
 
 class _ColocationProblem(AllocationProblem):
@@ -360,18 +417,36 @@ class _ColocationProblem(AllocationProblem):
     def __init__(self, base: np.ndarray, tables: np.ndarray, max_replicas: np.ndarray,
                  penalty: np.ndarray, cluster: ClusterState, p: float, max_nodes: int,
                  rng: np.random.Generator, predictors: Sequence[SlowdownPredictor],
-                 applications: tuple[str, ...]) -> None:
-        super().__init__(base, tables, max_replicas, penalty, cluster, p, False, max_nodes, rng)
+                 applications: tuple[str, ...],
+                 base_entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+        super().__init__(base, tables, max_replicas, penalty, cluster, p, False, max_nodes, rng,
+                         base_entries=base_entries)
         self.predictors = predictors
         self.applications = applications  # (J,), one object: predictors may cache per object
+
+    def pair_table(self, draws: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+        """The predictors as one class pair table (:func:`pair_table`) where the compiled
+        scoring applies (compiled, a nonzero power-mean exponent), else ``None``."""
+        if not self.compiled or self.p == 0:
+            return None
+        return pair_table(self.predictors, self.applications, draws)
 
     def fitness(self, states: np.ndarray | SparseStates, draws: bool = False,
                 models_only: bool = False) -> np.ndarray:
         """Power mean of penalised, scaled speedups times co-location speed factors, shape
         ``(P,)``; with ``draws`` (the predictors' joint posterior draws, ``S`` of them),
         ``(S, P)``; ``models_only``: Pollux's own objective (no co-location term at all).
-        ``states``: ``(P, J, N)``, dense or by their nonzero entries."""
+        ``states``: ``(P, J, N)``, dense or by their nonzero entries. Where the predictors
+        are one pair table, scored from the states' nonzero entries alone
+        (:func:`bayes_sched.policies.bo_search.scores`)."""
         sparse = states if isinstance(states, SparseStates) else self._sparse_of(states)
+        if models_only:
+            table = _NO_PAIRS if self.compiled and self.p != 0 else None
+        else:
+            table = self.pair_table(draws)
+        if table is not None:
+            values = _compiled_scores(self, sparse, table)                # (S, P)
+            return values if draws else values[0]
         factor = 1.0 if models_only else speed_factor(self.predictors, sparse,
                                                       self.applications, draws)
         return power_mean(self.sparse_speedups(sparse) * factor + 1e-3, self.p)
@@ -386,8 +461,42 @@ class _ColocationProblem(AllocationProblem):
         return self._penalised(self._table_speedups(states), states)
 
 
+def _compiled_inputs(problem: AllocationProblem, pairs: tuple[np.ndarray, np.ndarray],
+                     ga: GAConfig = _DEFAULT_GA) -> tuple[Arrays, Numbers]:
+    """``problem``, the pair table ``pairs`` (applications ``(J,)``, table ``(K, K)``) and the
+    mutation rates of ``ga`` as the arrays and numbers of
+    :mod:`bayes_sched.policies.bo_search`."""
+    int64 = np.int64
+    _, base_n, base_v = problem.base_entries
+    num_jobs, num_nodes = problem.base.shape
+    arrays = (problem.base, base_n.astype(int64), base_v.astype(int64),
+              problem._base_bounds.astype(int64), problem._base_nodes.astype(int64),
+              np.ascontiguousarray(problem.tables, dtype=float), problem.penalty.astype(float),
+              problem.max_replicas.astype(int64), pairs[0].astype(int64),
+              np.ascontiguousarray(pairs[1], dtype=float))
+    numbers = (num_jobs, num_nodes, int(problem.capacity), int(problem.max_nodes),
+               bool(problem.avoid_interference), float(problem.scale), float(problem.p),
+               float(ga.reset_prob), float(ga.zero_prob))
+    return arrays, numbers
+
+
+def _compiled_scores(problem: AllocationProblem, states: SparseStates,
+                     pairs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The fitness of ``states`` under the pair table ``pairs`` (its mean ``(K, K)`` or draws
+    ``(S, K, K)``), ``(S, P)`` (``S = 1`` for the mean):
+    :func:`bayes_sched.policies.bo_search.scores`."""
+    from bayes_sched.policies import bo_search
+
+    apps, table = pairs
+    tables = table[None] if table.ndim == 2 else table
+    arrays, numbers = _compiled_inputs(problem, (apps, np.zeros((0, 0))))
+    return bo_search.scores(*_int64(states.entries), len(states), arrays, numbers,
+                            np.ascontiguousarray(tables, dtype=float))
+
+
 def evolve_elitist(search: GeneticSearch, problem: AllocationProblem, names: list[str],
-                   score: Callable[[SparseStates], np.ndarray]
+                   score: Callable[[SparseStates], np.ndarray],
+                   pairs: tuple[np.ndarray, np.ndarray] | None = None
                    ) -> tuple[SparseStates, np.ndarray]:
     """The elitist genetic search (parents and children compete, the fittest ``size``
     survive) on states carried by their nonzero entries, warm-started from ``search``'s last
@@ -396,7 +505,12 @@ def evolve_elitist(search: GeneticSearch, problem: AllocationProblem, names: lis
     Sizes as :meth:`GeneticSearch.evolve_sparse`'s; binary tournaments by ``score``, one-point
     crossover over jobs, and the problem's compiled mutation and repair (those of Pollux's
     NSGA-II search), so no step builds or scans a dense ``(P, J, N)`` population: the cost
-    follows the GPUs in use and the free nodes, not rows x nodes.
+    follows the GPUs in use and the free nodes, not rows x nodes. Where ``score`` is the
+    problem's objective times the speed factors of the pair table ``pairs`` (applications
+    ``(J,)``, mean table ``(K, K)``; :data:`_NO_PAIRS`: the objective alone) and the problem
+    is compiled with a nonzero exponent, the generations run as one compiled kernel
+    (:func:`bayes_sched.policies.bo_search.evolve`: its own draws, from a generator seeded from
+    ``search.rng``).
     """
     ga = search.ga
     rng = search.rng
@@ -407,6 +521,16 @@ def evolve_elitist(search: GeneticSearch, problem: AllocationProblem, names: lis
     # The status quo stays as it is; the other starting states are mutated.
     mutated = problem._mutate_sparse(start.rows(np.arange(1, size)), ga)
     population = problem.repair_sparse(start.rows(np.zeros(1, np.int64)).concat(mutated))
+    if pairs is not None and problem.compiled and problem.p != 0:
+        from bayes_sched.policies import bo_search
+
+        arrays, numbers = _compiled_inputs(problem, pairs, ga)
+        p, j, n, v, fitness = bo_search.evolve(*_int64(population.entries), size, generations,
+                                               arrays, numbers, _kernels().seeded_state(rng))
+        population = SparseStates((p, j, n, v.astype(population.entries[3].dtype)),
+                                  population.shape)
+        search._population, search._population_jobs = population, names
+        return population, fitness
     fitness = score(population)
     for _ in range(generations):
         a, b = rng.integers(size, size=(2, size))
