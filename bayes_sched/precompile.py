@@ -21,7 +21,10 @@ policies make, so the cached argument types are the policies':
   arrays), as ``bo`` hands them;
 * the point throughput fit's objective and gradient (:mod:`perfmodel.rmsle_kernel`) and the point
   models' batch choice (:mod:`perfmodel.goodput_kernel`), one job's (broadcast parameters) and
-  many jobs' at once (contiguous), as the agents and the Pollux problem call them.
+  many jobs' at once (contiguous), as the agents and the Pollux problem call them;
+* last, ``pollux`` and ``bo`` each deciding a few rounds of a shipped workload's first jobs
+  (:func:`~bayes_sched.sim.run.run_simulation`), which reaches whatever the steps above missed
+  (``bo``'s compiled elitist search and scores, :mod:`bayes_sched.policies.bo_search`).
 
 A run on a warm cache only loads the loops. It prints the seconds it took.
 """
@@ -129,6 +132,10 @@ def precompile() -> None:
         _pair_loop(population)
         _from_dense(fused, population)
     _perfmodel_loops()
+    from bayes_sched.sim.run import run_simulation
+
+    for policy in ("pollux", "bo"):
+        run_simulation("workload-1", policy, max_jobs=6)
 
 
 def main() -> None:
