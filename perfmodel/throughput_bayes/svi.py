@@ -4,6 +4,7 @@ on fresh draws and its draws resampled by their PSIS weights."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -186,7 +187,14 @@ def fit_svi(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tens
         z = proposal.sample((PSIS_DRAWS,))
         log_weights = log_density(z) - proposal.log_prob(z)
         smoothed, pareto_k = psis(log_weights)
-        keep = torch.multinomial(smoothed.exp(), num_samples, replacement=True)
+        if bool(torch.isfinite(smoothed).all()):
+            keep = torch.multinomial(smoothed.exp(), num_samples, replacement=True)
+        else:
+            # Weights that are not numbers (a guide collapsed to widths of 1e-17 on a profile
+            # without noise) check nothing: the fit is marked unreliable (k-hat infinite, which
+            # the caller's limit refuses) and keeps the proposal's own draws.
+            pareto_k = math.inf
+            keep = torch.arange(num_samples) % z.shape[0]
         fit = replace(fit, pareto_k=pareto_k, guide=proposal,
                       loc=proposal.transforms[-1].loc, scale_tril=proposal.transforms[-1].scale_tril)
     return replace(fit, samples=fit.constrained(z[keep]))
