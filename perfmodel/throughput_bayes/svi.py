@@ -190,7 +190,7 @@ def fit_svi(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tens
         if bool(torch.isfinite(smoothed).all()):
             keep = torch.multinomial(smoothed.exp(), num_samples, replacement=True)
         else:
-            # Weights that are not numbers (a guide collapsed to widths of 1e-17 on a profile
+            # Weights that are not numbers (a guide collapsed to near-zero widths on a profile
             # without noise) check nothing: the fit is marked unreliable (k-hat infinite, which
             # the caller's limit refuses) and keeps the proposal's own draws.
             pareto_k = math.inf
