@@ -53,6 +53,10 @@ def main() -> None:
     parser.add_argument("--step-sleep", type=float, default=0.0,
                         help="seconds to sleep in each micro-step (slows a tiny job down to the "
                              "pace of a real one, for tests and demos)")
+    parser.add_argument("--example-sleep", type=float, default=0.0,
+                        help="seconds to sleep per example of each micro-step: compute that "
+                             "grows with the batch, as on a GPU, so that more GPUs (not only a "
+                             "larger batch) raise throughput (for tests and demos)")
     parser.add_argument("--report-interval", type=float, default=1.0)
     parser.add_argument("--plain", action="store_true",
                         help="a plain PyTorch loop, no client (for overhead comparisons)")
@@ -104,8 +108,7 @@ def train_plain(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.
                 order, position = torch.randperm(len(dataset), generator=generator), 0
             inputs, labels = dataset[order[position:position + args.local_bsz]]
             position += args.local_bsz
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
+            _pace(args, len(inputs))
             (loss_fn(model(inputs), labels) / micro).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -124,11 +127,18 @@ def train_elastic(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: n
     with job:
         began = _clocks()
         for inputs, labels in job.micro_batches():
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
+            _pace(args, len(inputs))
             job.step(loss_fn(job.model(inputs), labels))
         seconds = _since(began)
     return job.steps, seconds
+
+
+def _pace(args: argparse.Namespace, examples: int) -> None:
+    """Sleep as a real micro-step of ``examples`` examples would take: ``--step-sleep`` plus
+    ``--example-sleep`` per example."""
+    seconds = args.step_sleep + args.example_sleep * examples
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def serve_and_scrape(state: Path, options: Sequence[str] = SERVE_OPTIONS,
 def test_serve_reports_each_transition_as_event_log_line_and_metric(tmp_path: Path) -> None:
     state = tmp_path / "state"
     path = _job_file(tmp_path, "tiny", FAIL_FIRST, args=[
-        "--examples", "4096", "--step-sleep", "0.004", "--report-interval", "0.3"])
+        "--examples", "4096", "--example-sleep", "0.002", "--report-interval", "0.3"])
     assert run_cli("submit", str(path), "--state", str(state)).returncode == 0
     status, lines, seen = serve_and_scrape(state)
     assert status == 0, "\n".join(lines[-40:])
