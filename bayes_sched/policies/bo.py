@@ -300,18 +300,21 @@ class BayesOptPolicy:
             avoiding_choice = rule_population.rows(np.array([int(np.argmax(rule_fitness))]))
 
         picked, record = self._choose(problem, population, fitness, avoiding_choice, cluster.now)
-        chosen = picked.dense()[0]
-        decision = {names[j]: chosen[j].astype(np.int64)
-                    for j in np.flatnonzero(chosen.any(axis=1)).tolist()}
+        decision = _allocations_of(picked, names)
         try:
             validate_allocations(decision, cluster, names)
         except AllocationError as error:  # never apply an oversubscribing allocation
             LOG.warning("bo: candidate rejected (%s); current allocation kept", error)
             decision = {job.name: job.allocation for job in jobs if job.allocation.any()}
+        chosen: np.ndarray | None = None
         for predictor in self.predictors:
-            # A predictor that reads entries is given the chosen state by them (no scan of the
-            # dense (J, N) state).
-            state = picked if getattr(predictor, "takes_entries", False) else chosen
+            # A predictor that reads entries is given the chosen state by them (the dense
+            # (J, N) state is made only for one that does not).
+            if getattr(predictor, "takes_entries", False):
+                state: np.ndarray | SparseStates = picked
+            else:
+                chosen = picked.dense()[0] if chosen is None else chosen
+                state = chosen
             record.learned.update(predictor.diagnostics(state, applications))  # type: ignore[arg-type]
         record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
@@ -378,6 +381,17 @@ class BayesOptPolicy:
             pollux_choice=candidate_keys[pick] == keys[pollux_best],
             avoiding_choice=pick == avoiding)
         return picked, record
+
+
+def _allocations_of(state: SparseStates, names: list[str]) -> Allocations:
+    """The one state ``state`` (``(1, J, N)`` by its entries) as each job's GPUs per node
+    (int64 ``(N,)``) by name, the jobs holding GPUs alone, in job order; no dense ``(J, N)``
+    is built."""
+    _, j, n, v = state.entries
+    jobs, row = np.unique(j, return_inverse=True)
+    counts = np.zeros((jobs.size, state.shape[2]), np.int64)
+    counts[row, n] = v
+    return {names[index]: counts[i] for i, index in enumerate(jobs.tolist())}
 
 
 #: A pair table that predicts no slowdown: each job's application index ``(J,)`` (unread) and

@@ -57,9 +57,10 @@ Entries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 #: Work arrays of :func:`_state_rows` (:func:`_score_work`): a per-node stamp and class counts
 #: per node; each entry's own class; each row's job, first entry and penalised speedup; each
 #: entry's first co-runner (entry ``e``'s run: ``first[e]`` to ``first[e + 1]``), co-runner
-#: classes and counts.
+#: classes and counts; each row's term where it shares no node (its powered speedup less an
+#: empty row's) and whether it shares one.
 ScoreWork = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                  np.ndarray, np.ndarray, np.ndarray]
+                  np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 Store = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
@@ -70,21 +71,25 @@ def _score_work(num_jobs: int, num_nodes: int, classes: int, entries: int) -> Sc
             np.empty(max(entries, 1), np.int64), np.empty(num_jobs, np.int64),
             np.empty(num_jobs + 1, np.int64), np.empty(num_jobs),
             np.zeros(entries + 1, np.int64), np.empty(max(entries * classes, 1), np.int64),
-            np.empty(max(entries * classes, 1)))
+            np.empty(max(entries * classes, 1)), np.empty(num_jobs), np.empty(num_jobs, np.bool_))
 
 
 @njit(cache=True)
 def _state_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, arrays: Arrays,
-                numbers: Numbers, classes: int, work: ScoreWork, stamp_id: int) -> int:
+                numbers: Numbers, classes: int, empty_powered: np.ndarray, work: ScoreWork,
+                stamp_id: int) -> int:
     """The rows of the state whose entries are ``lo:hi`` of ``(j, n, v)`` written to ``work``
     (:func:`_score_work`, sized for ``hi - lo`` entries; entries numbered from ``lo``): each
-    row's job, first entry and penalised, scaled speedup, and each entry's co-runner classes on
-    its node with their counts (``classes`` classes; 0: none). Returns the number of rows.
+    row's job, first entry and penalised, scaled speedup, each entry's co-runner classes on
+    its node with their counts (``classes`` classes; 0: none), and for each row that shares no
+    node its term of the power mean (a pair table changes nothing there), less
+    ``empty_powered`` ``(J,)`` (:func:`empty_row_terms`). Returns the number of rows.
     ``stamp_id``: distinct per state read with one ``work``."""
     base, base_nodes, speedup_tables, penalty, apps = (arrays[0], arrays[4], arrays[5],
                                                        arrays[6], arrays[8])
-    scale = numbers[5]
-    stamp, on_node, own, row_job, row_start, row_speedup, first, partners, counts = work
+    scale, exponent = numbers[5], numbers[6]
+    stamp, on_node, own, row_job, row_start, row_speedup, first, partners, counts = work[:9]
+    row_alone_term, row_shares = work[9], work[10]
     rows = 0
     at = lo
     while at < hi:
@@ -113,34 +118,55 @@ def _state_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, a
     if classes > 0:
         for e in range(hi - lo):
             on_node[n[lo + e] * classes + own[e]] = 0
+    for r in range(rows):
+        row_shares[r] = first[row_start[r]] != first[row_start[r + 1]]
+        if not row_shares[r]:
+            row_alone_term[r] = (_power(row_speedup[r] + 1e-3, exponent)
+                                 - empty_powered[row_job[r]])
     return rows
 
 
 @njit(cache=True)
-def _state_value(tables: np.ndarray, d: int, rows: int, work: ScoreWork,
-                 empty_powered: np.ndarray, empty_total: float, num_jobs: int,
-                 exponent: float) -> float:
-    """The fitness of the state whose rows :func:`_state_rows` wrote to ``work`` under the pair
-    table ``tables[d]`` (``(K, K)``; ``K = 0``: none): the power mean over jobs of ``speedup *
-    exp(worst-node log slowdown) + 0.001``, the jobs without GPUs counted by ``empty_powered``
-    ``(J,)`` and ``empty_total`` (:func:`empty_row_terms`)."""
+def _state_values(by_draw: np.ndarray, rows: int, work: ScoreWork, empty_powered: np.ndarray,
+                  empty_total: float, num_jobs: int, exponent: float,
+                  sums: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """The fitness of the state whose rows :func:`_state_rows` wrote to ``work`` under each
+    pair table ``by_draw[:, :, d]`` (``(K, K, S)``; ``K = 0``: none), written to ``sums[0]``
+    ``(S,)``: the power mean over jobs of ``speedup * exp(worst-node log slowdown) + 0.001``,
+    the jobs without GPUs counted by ``empty_powered`` ``(J,)`` and ``empty_total``
+    (:func:`empty_row_terms`). A row that shares no node adds its term as read. The draws are
+    the innermost loop; each draw's sums run term by term in the order of one draw's.
+    ``sums``: three ``(S,)`` work arrays."""
     own, row_job, row_start, row_speedup, first, partners, counts = (
         work[2], work[3], work[4], work[5], work[6], work[7], work[8])
-    powered = empty_total
+    row_alone_term, row_shares = work[9], work[10]
+    powered, worst, total = sums
+    draws = powered.size
+    powered[:] = empty_total
     for r in range(rows):
-        speedup = row_speedup[r]
-        worst = 0.0
+        if not row_shares[r]:
+            for d in range(draws):
+                powered[d] += row_alone_term[r]
+            continue
+        worst[:] = 0.0
         for e in range(row_start[r], row_start[r + 1]):
             if first[e] == first[e + 1]:  # alone on its node: nothing to add
                 continue
-            total = 0.0
+            total[:] = 0.0
             for i in range(first[e], first[e + 1]):
-                total += tables[d, own[e], partners[i]] * counts[i]
-            worst = min(worst, total)
-        if worst < 0.0:
-            speedup = speedup * np.exp(worst)
-        powered += _power(speedup + 1e-3, exponent) - empty_powered[row_job[r]]
-    return _power(powered / max(num_jobs, 1), 1.0 / exponent)
+                pair = by_draw[own[e], partners[i]]
+                for d in range(draws):
+                    total[d] += pair[d] * counts[i]
+            for d in range(draws):
+                worst[d] = min(worst[d], total[d])
+        empty = empty_powered[row_job[r]]
+        for d in range(draws):
+            speedup = row_speedup[r]
+            if worst[d] < 0.0:
+                speedup = speedup * np.exp(worst[d])
+            powered[d] += _power(speedup + 1e-3, exponent) - empty
+    for d in range(draws):
+        powered[d] = _power(powered[d] / max(num_jobs, 1), 1.0 / exponent)
 
 
 @njit(cache=True)
@@ -151,7 +177,7 @@ def scores(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     nonzero) over jobs of ``speedup * exp(log slowdown) + 0.001``, the speedup penalised where
     the job's row differs from the status quo (``AllocationProblem.fitness`` times the worst-node
     pair factor, summed over the nonzero rows only). Each state's rows and co-runner lists are
-    read once (:func:`_state_rows`), then scored draw by draw (:func:`_state_value`)."""
+    read once (:func:`_state_rows`), then scored under every draw (:func:`_state_values`)."""
     num_jobs, num_nodes, exponent = numbers[0], numbers[1], numbers[6]
     draws, classes = max(tables.shape[0], 1), tables.shape[1]
     empty_powered, _, empty_total, _ = empty_row_terms(arrays[5], arrays[4], arrays[6],
@@ -161,12 +187,14 @@ def scores(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     for s in range(size):
         longest = max(longest, bounds[s + 1] - bounds[s])
     work = _score_work(num_jobs, num_nodes, classes, longest)
+    by_draw = np.ascontiguousarray(tables.transpose(1, 2, 0))                  # (K, K, S)
+    sums = (np.empty(draws), np.empty(draws), np.empty(draws))
     out = np.empty((draws, size))
     for s in range(size):
-        rows = _state_rows(j, n, v, bounds[s], bounds[s + 1], arrays, numbers, classes, work, s)
-        for d in range(draws):
-            out[d, s] = _state_value(tables, d, rows, work, empty_powered, empty_total,
-                                     num_jobs, exponent)
+        rows = _state_rows(j, n, v, bounds[s], bounds[s + 1], arrays, numbers, classes,
+                           empty_powered, work, s)
+        _state_values(by_draw, rows, work, empty_powered, empty_total, num_jobs, exponent, sums)
+        out[:, s] = sums[0]
     return out
 
 
@@ -265,18 +293,19 @@ def _survivors(parents: Store, bounds: np.ndarray, children: Store, child_bounds
 @njit(cache=True)
 def _fitness(states: Store, bounds: np.ndarray, arrays: Arrays, numbers: Numbers,
              table: np.ndarray, work: ScoreWork, stamp_id: int) -> np.ndarray:
-    """:func:`scores` under the one pair table ``table`` ``(1, K, K)`` of the states ``states``
+    """:func:`scores` under the one pair table ``table`` ``(K, K, 1)`` of the states ``states``
     (``bounds``: ``(S + 1,)``), ``(S,)``, with ``work`` sized for the longest; ``stamp_id``
     and the ``S - 1`` after it: distinct per state."""
     num_jobs, exponent = numbers[0], numbers[6]
     empty_powered, _, empty_total, _ = empty_row_terms(arrays[5], arrays[4], arrays[6],
                                                        numbers[5], exponent)
+    sums = (np.empty(1), np.empty(1), np.empty(1))
     out = np.empty(bounds.size - 1)
     for s in range(out.size):
         rows = _state_rows(states[0], states[1], states[2], bounds[s], bounds[s + 1], arrays,
-                           numbers, table.shape[1], work, stamp_id + s)
-        out[s] = _state_value(table, 0, rows, work, empty_powered, empty_total, num_jobs,
-                              exponent)
+                           numbers, table.shape[0], empty_powered, work, stamp_id + s)
+        _state_values(table, rows, work, empty_powered, empty_total, num_jobs, exponent, sums)
+        out[s] = sums[0][0]
     return out
 
 
@@ -292,7 +321,7 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     ``(size,)``; ``rng`` is advanced in place."""
     num_jobs, num_nodes, capacity = numbers[0], numbers[1], numbers[2]
     pairs = arrays[9]
-    table = pairs.reshape((1, pairs.shape[0], pairs.shape[1]))
+    table = pairs.reshape((pairs.shape[0], pairs.shape[1], 1))
     bounds = np.searchsorted(p, np.arange(size + 1))
     parents = (j.copy(), n.copy(), v.copy())
     # A repaired state holds at most one entry per GPU; the initial ones may hold more.
