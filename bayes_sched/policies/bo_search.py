@@ -5,12 +5,15 @@ job's speedup times its co-location speed factor under a class pair table.
 compiled steps), which suits any slowdown predictor. Where the round's predictors reduce to one
 additive pair table over job classes (:meth:`~bayes_sched.interference.pairs.PairResiduals.pair_table`;
 the contention prior before it knows any demand adds nothing), :func:`evolve` runs the whole search
-in machine code instead: binary tournaments by fitness, one-point crossover over jobs, the
-artifact's mutation (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_entries`),
-repair (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`) and scoring, every
+in machine code instead: binary tournaments by fitness, one-point crossover over jobs
+(:func:`~bayes_sched.mechanisms.genetic_allocation.generations._cross`), the artifact's mutation
+(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_state`), repair
+(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`) and scoring, every
 draw from the compiled generator the caller seeds
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.seeded_state`): one seed gives one
-search, not the step-by-step path's draws.
+search, not the step-by-step path's draws. A generation's children are made into one store
+(all crossed and mutated in turn, then all repaired in turn: the draws of mutating every child
+come before those of repairing any) and scored from it, and the survivors copied out of it.
 
 A state is scored from its nonzero entries alone (jobs without GPUs share no node, so their speed
 factor is 1, and their terms are summed once per round:
