@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import numpy as np
 
 from bayes_sched.acquisition import expected_improvement, log_expected_improvement
-from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
+from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.colocation import (
     COLOCATION,
     SlowdownPredictor,
@@ -67,7 +67,6 @@ from bayes_sched.colocation import (
     predictor_of,
     speed_factor,
 )
-from bayes_sched.errors import AllocationError
 from bayes_sched.estimates import DrawsPosterior, Estimates
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import (
@@ -301,10 +300,10 @@ class BayesOptPolicy:
 
         picked, record = self._choose(problem, population, fitness, avoiding_choice, cluster.now)
         decision = _allocations_of(picked, names)
-        try:
-            validate_allocations(decision, cluster, names)
-        except AllocationError as error:  # never apply an oversubscribing allocation
-            LOG.warning("bo: candidate rejected (%s); current allocation kept", error)
+        over = _oversubscribed(picked, cluster)
+        if over is not None:  # never apply an oversubscribing allocation
+            LOG.warning("bo: candidate rejected (node %d oversubscribed); current allocation kept",
+                        over)
             decision = {job.name: job.allocation for job in jobs if job.allocation.any()}
         chosen: np.ndarray | None = None
         for predictor in self.predictors:
@@ -392,6 +391,17 @@ def _allocations_of(state: SparseStates, names: list[str]) -> Allocations:
     counts = np.zeros((jobs.size, state.shape[2]), np.int64)
     counts[row, n] = v
     return {names[index]: counts[i] for i, index in enumerate(jobs.tolist())}
+
+
+def _oversubscribed(state: SparseStates, cluster: ClusterState) -> int | None:
+    """The first node the one state ``state`` (by its entries: known jobs, positive whole GPU
+    counts, one per job and node, so only the nodes' capacities can be broken) gives more GPUs
+    than it has, or ``None`` (what :func:`~bayes_sched.cluster.validate_allocations` checks of
+    such a decision, from the entries)."""
+    _, _, n, v = state.entries
+    used = np.bincount(n, weights=v, minlength=cluster.num_nodes)
+    over = np.flatnonzero(used > cluster.capacity())
+    return int(over[0]) if over.size else None
 
 
 #: A pair table that predicts no slowdown: each job's application index ``(J,)`` (unread) and
