@@ -240,20 +240,21 @@ class BayesOptPolicy:
         self._fair_rate_models = by_model
         return rates
 
-    def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
-                            scale: float) -> float:
-        """The power mean of realised speedups over the round just ended."""
+    def _realised_objective(self, names: Sequence[str], progress: Sequence[float],
+                            fair_rate: dict[str, float], scale: float) -> float:
+        """The power mean of realised speedups over the round just ended, over the jobs
+        ``names`` (``progress``: each one's now) known at the last decision and with a fair
+        rate, in that order."""
         elapsed = self._previous_time_delta
         if elapsed <= 0:
             return float("nan")
-        known = [(job.progress, before, fair) for job in jobs
-                 if (before := self._previous.get(job.name)) is not None
-                 and (fair := fair_rate.get(job.name)) is not None]
-        if not known:
+        before = np.array([self._previous.get(name, math.nan) for name in names], dtype=float)
+        fair = np.array([fair_rate.get(name, math.nan) for name in names], dtype=float)
+        known = ~(np.isnan(before) | np.isnan(fair))
+        if not known.any():
             return float("nan")
-        progress, before, fair = np.array(known).T
-        rate = np.maximum(progress - before, 0.0) / elapsed
-        return power_mean((rate / fair * scale + 1e-3)[None], self.pollux.p)[0]
+        rate = np.maximum(np.asarray(progress, dtype=float)[known] - before[known], 0.0) / elapsed
+        return power_mean((rate / fair[known] * scale + 1e-3)[None], self.pollux.p)[0]
 
     # --- the decision ----------------------------------------------------------------------------
 
@@ -282,8 +283,10 @@ class BayesOptPolicy:
         fair_r = max(1, math.ceil(cluster.total_gpus / len(jobs)))
         fair_rate = self._fair_rates(jobs, fair_r)
         self._previous_time_delta = cluster.now - self._previous_time
+        progress = [job.progress for job in jobs]
         if self.history and math.isnan(self.history[-1].realised):
-            self.history[-1].realised = self._realised_objective(jobs, fair_rate, scale)
+            self.history[-1].realised = self._realised_objective(names, progress, fair_rate,
+                                                                 scale)
 
         population, fitness = evolve_elitist(pollux.search, problem, names, problem.fitness,
                                              problem.pair_table())
@@ -317,7 +320,7 @@ class BayesOptPolicy:
             record.learned.update(predictor.diagnostics(state, applications))  # type: ignore[arg-type]
         record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
-        self._previous = {job.name: job.progress for job in jobs}
+        self._previous = dict(zip(names, progress, strict=True))
         self._previous_time = cluster.now
         return decision
 
