@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from bayes_sched.cluster import ClusterState
+from bayes_sched.cluster import ClusterState, validate_allocations
 from bayes_sched.colocation import (
     allocation_entries,
     colocation_features,
@@ -18,10 +18,12 @@ from bayes_sched.colocation import (
     predicted_rates,
     speed_factor,
 )
+from bayes_sched.errors import AllocationError
 from bayes_sched.estimation import JobModelEstimator
 from bayes_sched.interference.pairs import PairResiduals
 from bayes_sched.mechanisms.genetic_allocation.sparse import SparseStates
 from bayes_sched.policies import BayesOptPolicy
+from bayes_sched.policies.bo import _allocations_of, _oversubscribed
 from bayes_sched.policies.pollux import GAConfig
 from tests.agents import decide, job_view, measured_agent
 
@@ -112,8 +114,9 @@ def _round(policy: BayesOptPolicy, cluster: ClusterState, allocations: dict[str,
 
 
 def test_bo_searches_without_a_dense_population(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only the chosen state is ever made dense (one row); the decision fits the cluster and
-    one seed gives one decision."""
+    """No state is made dense but the chosen one (one row), and that only for a predictor that
+    does not read entries (these all do); the decision fits the cluster and one seed gives one
+    decision."""
     cluster = ClusterState(4, 4, 600.0)
     empty = {f"j{i}": [0, 0, 0, 0] for i in range(6)}
     made_dense: list[int] = []
@@ -125,9 +128,34 @@ def test_bo_searches_without_a_dense_population(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(SparseStates, "dense", counted)
     first = _round(BayesOptPolicy(ga=SMALL_GA), cluster, empty)
-    assert made_dense and set(made_dense) == {1}
+    assert made_dense == []
     used = np.sum(list(first.values()), axis=0)
     assert np.all(used <= 4) and used.sum() > 0
     again = _round(BayesOptPolicy(ga=SMALL_GA), cluster, empty)
     assert first.keys() == again.keys()
     assert all(np.array_equal(first[name], again[name]) for name in first)
+
+
+def test_the_decision_and_its_capacity_check_read_the_chosen_entries() -> None:
+    """The decision made from one state's entries is its dense rows of the jobs holding GPUs
+    (int64, in job order), and the capacity check finds the first oversubscribed node as
+    ``validate_allocations`` would."""
+    cluster = ClusterState(4, 4, 0.0)
+    names = [f"j{i}" for i in range(5)]
+    fits = np.zeros((1, 5, 4), np.int16)
+    fits[0, 1] = [2, 0, 0, 4]
+    fits[0, 3] = [2, 1, 0, 0]
+    state = SparseStates.of(fits)
+    decision = _allocations_of(state, names)
+    assert list(decision) == ["j1", "j3"]
+    assert all(row.dtype == np.int64 for row in decision.values())
+    assert np.array_equal(decision["j1"], [2, 0, 0, 4])
+    assert np.array_equal(decision["j3"], [2, 1, 0, 0])
+    assert _oversubscribed(state, cluster) is None
+    validate_allocations(decision, cluster, names)
+    over = fits.copy()
+    over[0, 4] = [0, 2, 0, 1]                                          # node 3: 4 + 1 GPUs
+    over[0, 0] = [0, 0, 3, 0]
+    assert _oversubscribed(SparseStates.of(over), cluster) == 3
+    with pytest.raises(AllocationError, match="node 3"):
+        validate_allocations(_allocations_of(SparseStates.of(over), names), cluster, names)

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import numpy as np
 
 from bayes_sched.acquisition import expected_improvement, log_expected_improvement
-from bayes_sched.cluster import Allocations, ClusterState, validate_allocations
+from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.colocation import (
     COLOCATION,
     SlowdownPredictor,
@@ -67,7 +67,6 @@ from bayes_sched.colocation import (
     predictor_of,
     speed_factor,
 )
-from bayes_sched.errors import AllocationError
 from bayes_sched.estimates import DrawsPosterior, Estimates
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import (
@@ -241,20 +240,21 @@ class BayesOptPolicy:
         self._fair_rate_models = by_model
         return rates
 
-    def _realised_objective(self, jobs: Sequence[JobView], fair_rate: dict[str, float],
-                            scale: float) -> float:
-        """The power mean of realised speedups over the round just ended."""
+    def _realised_objective(self, names: Sequence[str], progress: Sequence[float],
+                            fair_rate: dict[str, float], scale: float) -> float:
+        """The power mean of realised speedups over the round just ended, over the jobs
+        ``names`` (``progress``: each one's now) known at the last decision and with a fair
+        rate, in that order."""
         elapsed = self._previous_time_delta
         if elapsed <= 0:
             return float("nan")
-        known = [(job.progress, before, fair) for job in jobs
-                 if (before := self._previous.get(job.name)) is not None
-                 and (fair := fair_rate.get(job.name)) is not None]
-        if not known:
+        before = np.array([self._previous.get(name, math.nan) for name in names], dtype=float)
+        fair = np.array([fair_rate.get(name, math.nan) for name in names], dtype=float)
+        known = ~(np.isnan(before) | np.isnan(fair))
+        if not known.any():
             return float("nan")
-        progress, before, fair = np.array(known).T
-        rate = np.maximum(progress - before, 0.0) / elapsed
-        return power_mean((rate / fair * scale + 1e-3)[None], self.pollux.p)[0]
+        rate = np.maximum(np.asarray(progress, dtype=float)[known] - before[known], 0.0) / elapsed
+        return power_mean((rate / fair[known] * scale + 1e-3)[None], self.pollux.p)[0]
 
     # --- the decision ----------------------------------------------------------------------------
 
@@ -283,8 +283,10 @@ class BayesOptPolicy:
         fair_r = max(1, math.ceil(cluster.total_gpus / len(jobs)))
         fair_rate = self._fair_rates(jobs, fair_r)
         self._previous_time_delta = cluster.now - self._previous_time
+        progress = [job.progress for job in jobs]
         if self.history and math.isnan(self.history[-1].realised):
-            self.history[-1].realised = self._realised_objective(jobs, fair_rate, scale)
+            self.history[-1].realised = self._realised_objective(names, progress, fair_rate,
+                                                                 scale)
 
         population, fitness = evolve_elitist(pollux.search, problem, names, problem.fitness,
                                              problem.pair_table())
@@ -300,22 +302,25 @@ class BayesOptPolicy:
             avoiding_choice = rule_population.rows(np.array([int(np.argmax(rule_fitness))]))
 
         picked, record = self._choose(problem, population, fitness, avoiding_choice, cluster.now)
-        chosen = picked.dense()[0]
-        decision = {names[j]: chosen[j].astype(np.int64)
-                    for j in np.flatnonzero(chosen.any(axis=1)).tolist()}
-        try:
-            validate_allocations(decision, cluster, names)
-        except AllocationError as error:  # never apply an oversubscribing allocation
-            LOG.warning("bo: candidate rejected (%s); current allocation kept", error)
+        decision = _allocations_of(picked, names)
+        over = _oversubscribed(picked, cluster)
+        if over is not None:  # never apply an oversubscribing allocation
+            LOG.warning("bo: candidate rejected (node %d oversubscribed); current allocation kept",
+                        over)
             decision = {job.name: job.allocation for job in jobs if job.allocation.any()}
+        chosen: np.ndarray | None = None
         for predictor in self.predictors:
-            # A predictor that reads entries is given the chosen state by them (no scan of the
-            # dense (J, N) state).
-            state = picked if getattr(predictor, "takes_entries", False) else chosen
+            # A predictor that reads entries is given the chosen state by them (the dense
+            # (J, N) state is made only for one that does not).
+            if getattr(predictor, "takes_entries", False):
+                state: np.ndarray | SparseStates = picked
+            else:
+                chosen = picked.dense()[0] if chosen is None else chosen
+                state = chosen
             record.learned.update(predictor.diagnostics(state, applications))  # type: ignore[arg-type]
         record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
-        self._previous = {job.name: job.progress for job in jobs}
+        self._previous = dict(zip(names, progress, strict=True))
         self._previous_time = cluster.now
         return decision
 
@@ -378,6 +383,28 @@ class BayesOptPolicy:
             pollux_choice=candidate_keys[pick] == keys[pollux_best],
             avoiding_choice=pick == avoiding)
         return picked, record
+
+
+def _allocations_of(state: SparseStates, names: list[str]) -> Allocations:
+    """The one state ``state`` (``(1, J, N)`` by its entries) as each job's GPUs per node
+    (int64 ``(N,)``) by name, the jobs holding GPUs alone, in job order; no dense ``(J, N)``
+    is built."""
+    _, j, n, v = state.entries
+    jobs, row = np.unique(j, return_inverse=True)
+    counts = np.zeros((jobs.size, state.shape[2]), np.int64)
+    counts[row, n] = v
+    return {names[index]: counts[i] for i, index in enumerate(jobs.tolist())}
+
+
+def _oversubscribed(state: SparseStates, cluster: ClusterState) -> int | None:
+    """The first node the one state ``state`` (by its entries: known jobs, positive whole GPU
+    counts, one per job and node, so only the nodes' capacities can be broken) gives more GPUs
+    than it has, or ``None`` (what :func:`~bayes_sched.cluster.validate_allocations` checks of
+    such a decision, from the entries)."""
+    _, _, n, v = state.entries
+    used = np.bincount(n, weights=v, minlength=cluster.num_nodes)
+    over = np.flatnonzero(used > cluster.capacity())
+    return int(over[0]) if over.size else None
 
 
 #: A pair table that predicts no slowdown: each job's application index ``(J,)`` (unread) and

@@ -5,12 +5,15 @@ job's speedup times its co-location speed factor under a class pair table.
 compiled steps), which suits any slowdown predictor. Where the round's predictors reduce to one
 additive pair table over job classes (:meth:`~bayes_sched.interference.pairs.PairResiduals.pair_table`;
 the contention prior before it knows any demand adds nothing), :func:`evolve` runs the whole search
-in machine code instead: binary tournaments by fitness, one-point crossover over jobs, the
-artifact's mutation (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_entries`),
-repair (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`) and scoring, every
+in machine code instead: binary tournaments by fitness, one-point crossover over jobs
+(:func:`~bayes_sched.mechanisms.genetic_allocation.generations._cross`), the artifact's mutation
+(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_state`), repair
+(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`) and scoring, every
 draw from the compiled generator the caller seeds
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.seeded_state`): one seed gives one
-search, not the step-by-step path's draws.
+search, not the step-by-step path's draws. A generation's children are made into one store
+(all crossed and mutated in turn, then all repaired in turn: the draws of mutating every child
+come before those of repairing any) and scored from it, and the survivors copied out of it.
 
 A state is scored from its nonzero entries alone (jobs without GPUs share no node, so their speed
 factor is 1, and their terms are summed once per round:
@@ -29,12 +32,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from bayes_sched.mechanisms.genetic_allocation.generations import _cross
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
     _power,
     _row_reads,
     below,
     empty_row_terms,
-    mutate_entries,
+    join_cdf,
+    log_miss,
+    mutate_state,
+    mutation_work,
     repair_scratch,
     repair_state,
 )
@@ -50,68 +57,119 @@ Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nd
 #: reset_prob, zero_prob)``.
 Numbers = tuple[int, int, int, int, bool, float, float, float, float]
 Entries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: Work arrays of :func:`_state_rows` (:func:`_score_work`): a per-node stamp and class counts
+#: per node; each entry's own class; each row's job, first entry and penalised speedup; each
+#: entry's first co-runner (entry ``e``'s run: ``first[e]`` to ``first[e + 1]``), co-runner
+#: classes and counts; each row's term where it shares no node (its powered speedup less an
+#: empty row's) and whether it shares one.
+ScoreWork = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                  np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+Store = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @njit(cache=True)
-def _take(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
-          rows: np.ndarray) -> Entries:
-    """The entries of states ``rows`` of the ``size`` states ``(p, j, n, v)``, renumbered
-    ``0..len(rows)-1``."""
-    bounds = np.searchsorted(p, np.arange(size + 1))
-    total = 0
-    for r in rows:
-        total += bounds[r + 1] - bounds[r]
-    out = (np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.int64),
-           np.empty(total, np.int64))
-    at = 0
-    for i in range(rows.size):
-        for e in range(bounds[rows[i]], bounds[rows[i] + 1]):
-            out[0][at], out[1][at], out[2][at], out[3][at] = i, j[e], n[e], v[e]
-            at += 1
-    return out
+def _score_work(num_jobs: int, num_nodes: int, classes: int, entries: int) -> ScoreWork:
+    """Work arrays for :func:`_state_rows` on states of at most ``entries`` entries."""
+    return (np.full(num_nodes, -1, np.int64), np.zeros(max(num_nodes * classes, 1), np.int64),
+            np.empty(max(entries, 1), np.int64), np.empty(num_jobs, np.int64),
+            np.empty(num_jobs + 1, np.int64), np.empty(num_jobs),
+            np.zeros(entries + 1, np.int64), np.empty(max(entries * classes, 1), np.int64),
+            np.empty(max(entries * classes, 1)), np.empty(num_jobs), np.empty(num_jobs, np.bool_))
 
 
 @njit(cache=True)
-def _crossover(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
-               first: np.ndarray, second: np.ndarray, point: np.ndarray) -> Entries:
-    """Child ``c`` takes jobs ``< point[c]`` from state ``first[c]`` and the rest from state
-    ``second[c]`` (``SparseStates.crossover``)."""
-    bounds = np.searchsorted(p, np.arange(size + 1))
-    count = first.size
-    spans = np.empty((count, 4), np.int64)
-    total = 0
-    for c in range(count):
-        x, y = first[c], second[c]
-        x_lo = bounds[x]
-        x_hi = x_lo + np.searchsorted(j[bounds[x]:bounds[x + 1]], point[c])
-        y_lo = bounds[y] + np.searchsorted(j[bounds[y]:bounds[y + 1]], point[c])
-        spans[c] = (x_lo, x_hi, y_lo, bounds[y + 1])
-        total += x_hi - x_lo + bounds[y + 1] - y_lo
-    out = (np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.int64),
-           np.empty(total, np.int64))
-    at = 0
-    for c in range(count):
-        for lo, hi in ((spans[c, 0], spans[c, 1]), (spans[c, 2], spans[c, 3])):
-            for e in range(lo, hi):
-                out[0][at], out[1][at], out[2][at], out[3][at] = c, j[e], n[e], v[e]
-                at += 1
-    return out
+def _state_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, arrays: Arrays,
+                numbers: Numbers, classes: int, empty_powered: np.ndarray, work: ScoreWork,
+                stamp_id: int) -> int:
+    """The rows of the state whose entries are ``lo:hi`` of ``(j, n, v)`` written to ``work``
+    (:func:`_score_work`, sized for ``hi - lo`` entries; entries numbered from ``lo``): each
+    row's job, first entry and penalised, scaled speedup, each entry's co-runner classes on
+    its node with their counts (``classes`` classes; 0: none), and for each row that shares no
+    node its term of the power mean (a pair table changes nothing there), less
+    ``empty_powered`` ``(J,)`` (:func:`empty_row_terms`). Returns the number of rows.
+    ``stamp_id``: distinct per state read with one ``work``."""
+    base, base_nodes, speedup_tables, penalty, apps = (arrays[0], arrays[4], arrays[5],
+                                                       arrays[6], arrays[8])
+    scale, exponent = numbers[5], numbers[6]
+    stamp, on_node, own, row_job, row_start, row_speedup, first, partners, counts = work[:9]
+    row_alone_term, row_shares = work[9], work[10]
+    rows = 0
+    at = lo
+    while at < hi:
+        jj = j[at]
+        row_job[rows], row_start[rows] = jj, at - lo
+        at, nodes, replicas, changed, _ = _row_reads(j, n, v, at, hi, jj, base, base_nodes,
+                                                     stamp, stamp_id)
+        read = speedup_tables[jj, nodes, replicas]
+        row_speedup[rows] = read * scale * penalty[jj] if changed else read * scale
+        if classes > 0:
+            for e in range(row_start[rows], at - lo):
+                own[e] = 2 * apps[jj] + (1 if nodes > 1 else 0)
+                on_node[n[lo + e] * classes + own[e]] += 1
+        rows += 1
+    row_start[rows] = hi - lo
+    found = 0
+    first[0] = 0
+    for e in range(hi - lo):
+        if classes > 0:
+            for k in range(classes):
+                count = on_node[n[lo + e] * classes + k] - (1 if k == own[e] else 0)
+                if count != 0:
+                    partners[found], counts[found] = k, count
+                    found += 1
+        first[e + 1] = found
+    if classes > 0:
+        for e in range(hi - lo):
+            on_node[n[lo + e] * classes + own[e]] = 0
+    for r in range(rows):
+        row_shares[r] = first[row_start[r]] != first[row_start[r + 1]]
+        if not row_shares[r]:
+            row_alone_term[r] = (_power(row_speedup[r] + 1e-3, exponent)
+                                 - empty_powered[row_job[r]])
+    return rows
 
 
 @njit(cache=True)
-def _repaired(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
-              arrays: Arrays, numbers: Numbers, rng: np.ndarray) -> Entries:
-    """The ``size`` states ``(p, j, n, v)`` repaired (each over-limit job's node order drawn from
-    ``rng``), zeros dropped."""
-    out = v.copy()
-    keys = np.empty(p.size)
-    bounds = np.searchsorted(p, np.arange(size + 1))
-    scratch = repair_scratch(numbers[1])
-    for s in range(size):
-        repair_state(j, n, out, bounds[s], bounds[s + 1], numbers[0], keys, True, rng,
-                     arrays[7], numbers[3], numbers[2], numbers[4], scratch, s)
-    keep = out > 0
-    return p[keep], j[keep], n[keep], out[keep]
+def _state_values(by_draw: np.ndarray, rows: int, work: ScoreWork, empty_powered: np.ndarray,
+                  empty_total: float, num_jobs: int, exponent: float,
+                  sums: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """The fitness of the state whose rows :func:`_state_rows` wrote to ``work`` under each
+    pair table ``by_draw[:, :, d]`` (``(K, K, S)``; ``K = 0``: none), written to ``sums[0]``
+    ``(S,)``: the power mean over jobs of ``speedup * exp(worst-node log slowdown) + 0.001``,
+    the jobs without GPUs counted by ``empty_powered`` ``(J,)`` and ``empty_total``
+    (:func:`empty_row_terms`). A row that shares no node adds its term as read. The draws are
+    the innermost loop; each draw's sums run term by term in the order of one draw's.
+    ``sums``: three ``(S,)`` work arrays."""
+    own, row_job, row_start, row_speedup, first, partners, counts = (
+        work[2], work[3], work[4], work[5], work[6], work[7], work[8])
+    row_alone_term, row_shares = work[9], work[10]
+    powered, worst, total = sums
+    draws = powered.size
+    powered[:] = empty_total
+    for r in range(rows):
+        if not row_shares[r]:
+            for d in range(draws):
+                powered[d] += row_alone_term[r]
+            continue
+        worst[:] = 0.0
+        for e in range(row_start[r], row_start[r + 1]):
+            if first[e] == first[e + 1]:  # alone on its node: nothing to add
+                continue
+            total[:] = 0.0
+            for i in range(first[e], first[e + 1]):
+                pair = by_draw[own[e], partners[i]]
+                for d in range(draws):
+                    total[d] += pair[d] * counts[i]
+            for d in range(draws):
+                worst[d] = min(worst[d], total[d])
+        empty = empty_powered[row_job[r]]
+        for d in range(draws):
+            speedup = row_speedup[r]
+            if worst[d] < 0.0:
+                speedup = speedup * np.exp(worst[d])
+            powered[d] += _power(speedup + 1e-3, exponent) - empty
+    for d in range(draws):
+        powered[d] = _power(powered[d] / max(num_jobs, 1), 1.0 / exponent)
 
 
 @njit(cache=True)
@@ -121,74 +179,136 @@ def scores(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     ``tables`` ``(S, K, K)`` (``K = 0``: none), ``(S, size)``: the power mean (``exponent``,
     nonzero) over jobs of ``speedup * exp(log slowdown) + 0.001``, the speedup penalised where
     the job's row differs from the status quo (``AllocationProblem.fitness`` times the worst-node
-    pair factor, summed over the nonzero rows only)."""
-    base, base_nodes, speedup_tables, penalty, apps = (arrays[0], arrays[4], arrays[5],
-                                                       arrays[6], arrays[8])
-    num_jobs, num_nodes = numbers[0], numbers[1]
-    scale, exponent = numbers[5], numbers[6]
+    pair factor, summed over the nonzero rows only). Each state's rows and co-runner lists are
+    read once (:func:`_state_rows`), then scored under every draw (:func:`_state_values`)."""
+    num_jobs, num_nodes, exponent = numbers[0], numbers[1], numbers[6]
     draws, classes = max(tables.shape[0], 1), tables.shape[1]
-    empty_powered, _, empty_total, _ = empty_row_terms(speedup_tables, base_nodes, penalty,
-                                                       scale, exponent)
+    empty_powered, _, empty_total, _ = empty_row_terms(arrays[5], arrays[4], arrays[6],
+                                                       numbers[5], exponent)
     bounds = np.searchsorted(p, np.arange(size + 1))
-    stamp = np.full(num_nodes, -1, np.int64)
-    on_node = np.zeros(max(num_nodes * classes, 1), np.int64)   # class counts per node
-    out = np.empty((draws, size))
-    own = np.empty(p.size, np.int64)
-    # One state's rows (job, first entry, penalised speedup) and each entry's co-runner classes
-    # on its node with their counts (entry e's run: first[e] to first[e + 1]), listed once and
-    # read draw by draw.
-    row_job = np.empty(num_jobs, np.int64)
-    row_start = np.empty(num_jobs + 1, np.int64)
-    row_speedup = np.empty(num_jobs)
-    first = np.zeros(p.size + 1, np.int64)
-    partners = np.empty(max(p.size * classes, 1), np.int64)
-    counts = np.empty(max(p.size * classes, 1))
+    longest = 0
     for s in range(size):
-        lo, hi = bounds[s], bounds[s + 1]
-        rows = 0
-        at = lo
-        while at < hi:
-            jj = j[at]
-            row_job[rows], row_start[rows] = jj, at
-            at, nodes, replicas, changed, _ = _row_reads(j, n, v, at, hi, jj, base, base_nodes,
-                                                         stamp, s)
-            read = speedup_tables[jj, nodes, replicas]
-            row_speedup[rows] = read * scale * penalty[jj] if changed else read * scale
-            if classes > 0:
-                for e in range(row_start[rows], at):
-                    own[e] = 2 * apps[jj] + (1 if nodes > 1 else 0)
-                    on_node[n[e] * classes + own[e]] += 1
-            rows += 1
-        row_start[rows] = hi
-        found = 0
-        first[lo] = 0
+        longest = max(longest, bounds[s + 1] - bounds[s])
+    work = _score_work(num_jobs, num_nodes, classes, longest)
+    by_draw = np.ascontiguousarray(tables.transpose(1, 2, 0))                  # (K, K, S)
+    sums = (np.empty(draws), np.empty(draws), np.empty(draws))
+    out = np.empty((draws, size))
+    for s in range(size):
+        rows = _state_rows(j, n, v, bounds[s], bounds[s + 1], arrays, numbers, classes,
+                           empty_powered, work, s)
+        _state_values(by_draw, rows, work, empty_powered, empty_total, num_jobs, exponent, sums)
+        out[:, s] = sums[0]
+    return out
+
+
+@njit(cache=True)
+def _room(store: Store, needed: int) -> Store:
+    """``store`` with room for ``needed`` entries (longer arrays, at least doubled, if not)."""
+    if needed <= store[0].size:
+        return store
+    size = max(2 * store[0].size, needed)
+    larger = (np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64))
+    for a in range(3):
+        larger[a][: store[a].size] = store[a]
+    return larger
+
+
+@njit(cache=True)
+def _children(parents: Store, bounds: np.ndarray, size: int, first: np.ndarray,
+              second: np.ndarray, point: np.ndarray, arrays: Arrays, numbers: Numbers,
+              rng: np.ndarray, store: Store, stamp_id: int) -> tuple[Store, np.ndarray]:
+    """The ``size`` children of the parents ``(j, n, v)`` (``bounds``: ``(size + 1,)``): child
+    ``c`` takes jobs ``< point[c]`` from parent ``first[c]`` and the rest from ``second[c]``,
+    then the artifact's mutation, all children in turn; then each is repaired (an over-limit
+    job's node order drawn from ``rng``) and its zeros dropped, in turn. Written to ``store``
+    (grown as needed); returns it and the children's bounds ``(size + 1,)``. ``stamp_id`` and
+    the ``size - 1`` after it: distinct per state repaired."""
+    base_n, base_v, base_bounds, max_replicas = arrays[1], arrays[2], arrays[3], arrays[7]
+    num_jobs, num_nodes, capacity, max_nodes, avoid = (numbers[0], numbers[1], numbers[2],
+                                                       numbers[3], numbers[4])
+    longest = 0
+    for s in range(size):
+        longest = max(longest, bounds[s + 1] - bounds[s])
+    cross = (np.empty(2 * longest, np.int64), np.empty(2 * longest, np.int64),
+             np.empty(2 * longest, np.int64))
+    cdf = join_cdf(num_jobs)
+    work = mutation_work(2 * longest, num_nodes, base_bounds[num_jobs], cdf.size - 1)
+    log_reset = log_miss(numbers[7])
+    out_j, out_n, out_v = work[6], work[7], work[8]
+    child_bounds = np.empty(size + 1, np.int64)
+    child_bounds[0] = 0
+    at = 0
+    for c in range(size):
+        length = _cross(parents[0], parents[1], parents[2], bounds, first[c], second[c],
+                        point[c], cross)
+        length = mutate_state(cross[0], cross[1], cross[2], 0, length, num_jobs, num_nodes,
+                              base_n, base_v, base_bounds, capacity, log_reset, numbers[8], cdf,
+                              rng, work)
+        store = _room(store, at + length)
+        store[0][at: at + length] = out_j[:length]
+        store[1][at: at + length] = out_n[:length]
+        store[2][at: at + length] = out_v[:length]
+        at += length
+        child_bounds[c + 1] = at
+    keys = np.empty(at)
+    scratch = repair_scratch(num_nodes)
+    for c in range(size):
+        repair_state(store[0], store[1], store[2], child_bounds[c], child_bounds[c + 1],
+                     num_jobs, keys, True, rng, max_replicas, max_nodes, capacity, avoid,
+                     scratch, stamp_id + c)
+    kept = 0
+    for c in range(size):
+        lo, hi = child_bounds[c], child_bounds[c + 1]
+        child_bounds[c] = kept
         for e in range(lo, hi):
-            if classes > 0:
-                for k in range(classes):
-                    count = on_node[n[e] * classes + k] - (1 if k == own[e] else 0)
-                    if count != 0:
-                        partners[found], counts[found] = k, count
-                        found += 1
-            first[e + 1] = found
-        if classes > 0:
-            for e in range(lo, hi):
-                on_node[n[e] * classes + own[e]] = 0
-        for d in range(draws):
-            powered = empty_total
-            for r in range(rows):
-                speedup = row_speedup[r]
-                worst = 0.0
-                for e in range(row_start[r], row_start[r + 1]):
-                    if first[e] == first[e + 1]:  # alone on its node: nothing to add
-                        continue
-                    total = 0.0
-                    for i in range(first[e], first[e + 1]):
-                        total += tables[d, own[e], partners[i]] * counts[i]
-                    worst = min(worst, total)
-                if worst < 0.0:
-                    speedup = speedup * np.exp(worst)
-                powered += _power(speedup + 1e-3, exponent) - empty_powered[row_job[r]]
-            out[d, s] = _power(powered / max(num_jobs, 1), 1.0 / exponent)
+            if store[2][e] > 0:
+                store[0][kept], store[1][kept], store[2][kept] = (store[0][e], store[1][e],
+                                                                  store[2][e])
+                kept += 1
+    child_bounds[size] = kept
+    return store, child_bounds
+
+
+@njit(cache=True)
+def _survivors(parents: Store, bounds: np.ndarray, children: Store, child_bounds: np.ndarray,
+               keep: np.ndarray, size: int) -> tuple[Store, np.ndarray]:
+    """The states ``keep`` (indices below ``size``: parents; from ``size`` on: children) in
+    that order, and their bounds ``(len(keep) + 1,)``."""
+    total = 0
+    for r in keep:
+        total += (bounds[r + 1] - bounds[r] if r < size
+                  else child_bounds[r - size + 1] - child_bounds[r - size])
+    out = (np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.int64))
+    out_bounds = np.empty(keep.size + 1, np.int64)
+    out_bounds[0] = 0
+    at = 0
+    for i in range(keep.size):
+        r = keep[i]
+        source, lo, hi = ((parents, bounds[r], bounds[r + 1]) if r < size else
+                          (children, child_bounds[r - size], child_bounds[r - size + 1]))
+        for e in range(lo, hi):
+            out[0][at], out[1][at], out[2][at] = source[0][e], source[1][e], source[2][e]
+            at += 1
+        out_bounds[i + 1] = at
+    return out, out_bounds
+
+
+@njit(cache=True)
+def _fitness(states: Store, bounds: np.ndarray, arrays: Arrays, numbers: Numbers,
+             table: np.ndarray, work: ScoreWork, stamp_id: int) -> np.ndarray:
+    """:func:`scores` under the one pair table ``table`` ``(K, K, 1)`` of the states ``states``
+    (``bounds``: ``(S + 1,)``), ``(S,)``, with ``work`` sized for the longest; ``stamp_id``
+    and the ``S - 1`` after it: distinct per state."""
+    num_jobs, exponent = numbers[0], numbers[6]
+    empty_powered, _, empty_total, _ = empty_row_terms(arrays[5], arrays[4], arrays[6],
+                                                       numbers[5], exponent)
+    sums = (np.empty(1), np.empty(1), np.empty(1))
+    out = np.empty(bounds.size - 1)
+    for s in range(out.size):
+        rows = _state_rows(states[0], states[1], states[2], bounds[s], bounds[s + 1], arrays,
+                           numbers, table.shape[0], empty_powered, work, stamp_id + s)
+        _state_values(table, rows, work, empty_powered, empty_total, num_jobs, exponent, sums)
+        out[s] = sums[0][0]
     return out
 
 
@@ -198,32 +318,43 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The elitist search from the ``size`` repaired states ``(p, j, n, v)`` (int64, in (state,
     job, node) order) for ``generations`` generations: each generation ``size`` children (parents
-    by binary tournaments on fitness, one-point crossover over jobs, mutation, repair) and the
-    fittest ``size`` of parents and children kept (ties: parents first, then by index). Returns the
-    final population's entries (best first) and its fitness ``(size,)``; ``rng`` is advanced in
-    place."""
+    by binary tournaments on fitness, one-point crossover over jobs, mutation, repair:
+    :func:`_children`) and the fittest ``size`` of parents and children kept (ties: parents
+    first, then by index). Returns the final population's entries (best first) and its fitness
+    ``(size,)``; ``rng`` is advanced in place."""
     num_jobs, num_nodes, capacity = numbers[0], numbers[1], numbers[2]
-    base_n, base_v, base_bounds = arrays[1], arrays[2], arrays[3]
     pairs = arrays[9]
-    table = pairs.reshape((1, pairs.shape[0], pairs.shape[1]))
-    fitness = scores(p, j, n, v, size, arrays, numbers, table)[0]
+    table = pairs.reshape((pairs.shape[0], pairs.shape[1], 1))
+    bounds = np.searchsorted(p, np.arange(size + 1))
+    parents = (j.copy(), n.copy(), v.copy())
+    # A repaired state holds at most one entry per GPU; the initial ones may hold more.
+    longest = num_nodes * capacity
+    for s in range(size):
+        longest = max(longest, bounds[s + 1] - bounds[s])
+    work = _score_work(num_jobs, num_nodes, pairs.shape[0], longest)
+    fitness = _fitness(parents, bounds, arrays, numbers, table, work, 0)
+    stamp_id = size
+    store = (np.empty(2 * j.size + 64, np.int64), np.empty(2 * j.size + 64, np.int64),
+             np.empty(2 * j.size + 64, np.int64))
+    first = np.empty(size, np.int64)
+    second = np.empty(size, np.int64)
+    point = np.empty(size, np.int64)
     for _ in range(generations):
-        first = np.empty(size, np.int64)
-        second = np.empty(size, np.int64)
-        for parents in (first, second):
+        for parent in (first, second):
             for i in range(size):
                 a, b = below(rng, size), below(rng, size)
-                parents[i] = a if fitness[a] >= fitness[b] else b
-        point = np.empty(size, np.int64)
+                parent[i] = a if fitness[a] >= fitness[b] else b
         for i in range(size):
             point[i] = below(rng, num_jobs + 1)
-        q, k, m, w = _crossover(p, j, n, v, size, first, second, point)
-        q, k, m, w = mutate_entries(q, k, m, w, size, num_jobs, num_nodes, base_n, base_v,
-                                    base_bounds, capacity, numbers[7], numbers[8], rng)
-        q, k, m, w = _repaired(q, k, m, w, size, arrays, numbers, rng)
-        merged = np.concatenate((fitness, scores(q, k, m, w, size, arrays, numbers, table)[0]))
+        store, child_bounds = _children(parents, bounds, size, first, second, point, arrays,
+                                        numbers, rng, store, stamp_id)
+        merged = np.concatenate((fitness, _fitness(store, child_bounds, arrays, numbers, table,
+                                                   work, stamp_id)))
+        stamp_id += size
         keep = np.argsort(-merged, kind="mergesort")[:size]
-        p, j, n, v = _take(np.concatenate((p, q + size)), np.concatenate((j, k)),
-                           np.concatenate((n, m)), np.concatenate((v, w)), 2 * size, keep)
+        parents, bounds = _survivors(parents, bounds, store, child_bounds, keep, size)
         fitness = merged[keep]
-    return p, j, n, v, fitness
+    out_p = np.empty(bounds[size], np.int64)
+    for s in range(size):
+        out_p[bounds[s]: bounds[s + 1]] = s
+    return out_p, parents[0], parents[1], parents[2], fitness
