@@ -159,7 +159,7 @@ def step_noise_scale(sigma_step: ArrayT, ratio_within: ArrayT, ratio_across: Arr
     return sigma_step[..., None] * ratio
 
 
-class RowStudentT(TorchDistribution):  # type: ignore[misc]
+class RowStudentT(TorchDistribution):
     """Independent zero-location Student-t values on ``N`` rows as one event ``(N,)``, degrees of
     freedom ``df`` per draw (shape ``batch``) and scale per draw and row class (``scale``, shape
     ``batch + (C,)``; row ``n`` has class ``row_class[n]``, ``row_class`` of shape ``(N,)``).
@@ -182,9 +182,10 @@ class RowStudentT(TorchDistribution):  # type: ignore[misc]
     def _row_scale(self) -> torch.Tensor:
         return self.scale[..., self.row_class]
 
-    def rsample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:  # noqa: B008
+    def rsample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()
+                ) -> torch.Tensor:
         return dist.StudentT(self.df[..., None], torch.zeros_like(self.scale[..., :1]),
-                             self._row_scale()).rsample(sample_shape)
+                             self._row_scale()).rsample(torch.Size(sample_shape))
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if self._validate_args:
