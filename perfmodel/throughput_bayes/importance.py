@@ -23,7 +23,11 @@ PSIS_DRAWS = 4000
 #: Rounds of moment matching (each tries a shift of the mean, then of the scales, then of the
 #: covariance, and keeps the first that lowers k-hat; Paananen et al. 2021). Later rounds chase
 #: the noise of the draws they are scored on: on deepspeech2 rounds past the third lowered k-hat
-#: on those draws but not on fresh ones.
+#: on those draws but not on fresh ones. Unlike loo's ``loo_moment_match``, which matches only
+#: while k-hat is above its threshold (0.7), the rounds run below it too: here the proposal's
+#: resampled draws are the posterior's, so a lower k-hat means more effective draws, and a guide
+#: just under 0.7 on the draws it is scored on scatters across the threshold on fresh ones (and
+#: would then call the NUTS fallback).
 MOMENT_MATCH_ROUNDS = 3
 #: Draws per model evaluation when scoring many draws (:func:`log_density_of_draws`): each
 #: evaluation's temporaries are ``(chunk, N)`` arrays, which at this size stay in cache instead of
