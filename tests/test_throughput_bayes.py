@@ -4,6 +4,7 @@ import dataclasses
 import math
 
 import numpy as np
+import pyro
 import pytest
 import scipy.stats
 import torch
@@ -16,9 +17,43 @@ from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 from perfmodel.throughput_bayes.guide import NetworkCoordinates, guide_base, identity_spline, spline_guide
 from perfmodel.throughput_bayes.importance import PSIS_DRAWS, adapt_proposal, psis
 from perfmodel.throughput_bayes.laplace import bound_marginals
-from perfmodel.throughput_bayes.model import StepTimeData, grouped_normal_log_prob
+from perfmodel.throughput_bayes.model import (
+    RowStudentT,
+    StepTimeData,
+    grouped_normal_log_prob,
+    step_time_model,
+)
 from perfmodel.throughput_bayes.prior import StepTimePrior, compute_shifts, gamma_logit, step_noise
 from tests.conftest import ALL_PLACEMENTS, TRUE_PARAMS, synthetic_profile
+
+
+def test_row_student_t_is_the_sum_of_per_row_student_t_densities() -> None:
+    rng = np.random.default_rng(0)
+    row_class = torch.tensor([0, 2, 2, 1, 0, 2])
+    df = torch.tensor([2.5, 30.0], dtype=torch.float64)
+    scale = torch.tensor([[0.1, 0.2, 0.4], [1.0, 0.05, 3.0]], dtype=torch.float64)
+    value = torch.tensor(rng.standard_t(4, size=(2, 6)), dtype=torch.float64)
+    ours = RowStudentT(df, scale, row_class).log_prob(value)
+    per_row = [[scipy.stats.t(float(df[d]), 0, float(scale[d, c])).logpdf(float(value[d, n]))
+                for n, c in enumerate(row_class)] for d in range(2)]
+    assert np.allclose(ours.numpy(), np.sum(per_row, axis=1), rtol=1e-12)
+    with pytest.raises(ValueError):  # outside the support, as torch's StudentT refuses
+        RowStudentT(df, scale * 0, row_class)
+
+
+def test_the_model_draws_its_latent_sites_alike_without_its_rows(synthetic: StepTimeProfile
+                                                                 ) -> None:
+    # What prior_spread relies on: the rows are scored, never drawn from.
+    data = StepTimeData.from_profile(synthetic, placement_effects=False)
+    prior = StepTimePrior.for_profile(synthetic)
+    draws = []
+    for rows in (data, data.without_rows()):
+        torch.manual_seed(0)
+        draws.append(pyro.infer.Predictive(step_time_model, num_samples=32, parallel=True)(
+            rows, prior))
+    latent = [name for name in draws[0] if not name.endswith("_time")]
+    assert "sigma_step" in latent and "nu" in latent
+    assert all(torch.equal(draws[0][name], draws[1][name]) for name in latent)
 
 
 def test_grouped_likelihood_matches_dense_multivariate_normal() -> None:

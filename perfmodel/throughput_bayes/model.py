@@ -23,9 +23,11 @@ import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
+from pyro.distributions import TorchDistribution, constraints
 
 from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import (
+    CONFIGURATION_CLASSES,
     PARAM_NAMES,
     SHIFT_NAMES,
     ArrayT,
@@ -62,6 +64,12 @@ class StepTimeData:
     placement_effects: bool = True
     #: Index into :data:`CONFIGURATION_CLASSES` per row, shape ``(N,)``.
     config_class: torch.Tensor | None = None
+    #: The distinct configurations ``(nodes, replicas, local_bsz)``, each shape ``(U,)``, and
+    #: each row's index into them, shape ``(N,)``: the predicted times depend on the
+    #: configuration alone, so the model computes them once per configuration (profiles repeat
+    #: configurations across placements and runs). None: every row its own configuration.
+    configurations: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    row_configuration: torch.Tensor | None = None
 
     @classmethod
     def from_profile(cls, profile: StepTimeProfile, placement_effects: bool = True
@@ -69,9 +77,37 @@ class StepTimeData:
         tensors = profile_tensors(profile)
         labels, group = np.unique(profile.placement.astype(str), return_inverse=True)
         classes = configuration_class(profile.num_nodes, profile.num_replicas)
+        columns = torch.stack([tensors["nodes"], tensors["replicas"], tensors["m"]], dim=-1)
+        unique, row_configuration = torch.unique(columns, dim=0, return_inverse=True)
+        nodes, replicas, local_bsz = unique.unbind(-1)
         return cls(tensors["nodes"], tensors["replicas"], tensors["m"], tensors["log_tc"],
                    tensors["log_to"], torch.as_tensor(group), len(labels), tuple(labels),
-                   placement_effects, torch.as_tensor(classes))
+                   placement_effects, torch.as_tensor(classes), (nodes, replicas, local_bsz),
+                   row_configuration)
+
+    def without_rows(self) -> StepTimeData:
+        """The same data with no rows (and no placements): the model then draws its latent
+        sites exactly as with the rows (the likelihood draws nothing) but scores no data, which
+        is all a draw from the prior needs."""
+        def empty(t: torch.Tensor) -> torch.Tensor:
+            return t[:0]
+        return StepTimeData(
+            empty(self.nodes), empty(self.replicas), empty(self.local_bsz),
+            empty(self.log_compute), empty(self.log_step), empty(self.group), 0, (),
+            self.placement_effects,
+            None if self.config_class is None else empty(self.config_class))
+
+    def log_step_time_terms(self, theta: torch.Tensor, shift_within: torch.Tensor,
+                            shift_across: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log T_c, log T_o)`` per draw and row, shape ``(..., N)``, of
+        :func:`shifted_step_time_terms` (arguments as there), computed once per distinct
+        configuration."""
+        configurations = self.configurations or (self.nodes, self.replicas, self.local_bsz)
+        t_c, t_o = shifted_step_time_terms(theta, shift_within, shift_across, *configurations)
+        log_t_c, log_t_o = torch.log(t_c), torch.log(t_o)
+        if self.row_configuration is None:
+            return log_t_c, log_t_o
+        return log_t_c[..., self.row_configuration], log_t_o[..., self.row_configuration]
 
 
 
@@ -123,6 +159,49 @@ def step_noise_scale(sigma_step: ArrayT, ratio_within: ArrayT, ratio_across: Arr
     return sigma_step[..., None] * ratio
 
 
+class RowStudentT(TorchDistribution):
+    """Independent zero-location Student-t values on ``N`` rows as one event ``(N,)``, degrees of
+    freedom ``df`` per draw (shape ``batch``) and scale per draw and row class (``scale``, shape
+    ``batch + (C,)``; row ``n`` has class ``row_class[n]``, ``row_class`` of shape ``(N,)``).
+
+    The log density is that of ``StudentT(df[..., None], 0, scale[..., row_class])`` summed
+    over rows, with the terms that depend on the draw and class alone (``lgamma``, ``log df``,
+    ``log scale``) computed once per draw and class instead of once per row.
+    """
+
+    arg_constraints = {"df": constraints.positive, "scale": constraints.positive}
+    support = constraints.independent(constraints.real, 1)
+    has_rsample = True
+
+    def __init__(self, df: torch.Tensor, scale: torch.Tensor, row_class: torch.Tensor,
+                 validate_args: bool | None = None) -> None:
+        self.df, self.scale, self.row_class = df, scale, row_class
+        batch_shape = torch.broadcast_shapes(df.shape, scale.shape[:-1])
+        super().__init__(batch_shape, row_class.shape, validate_args=validate_args)
+
+    def _row_scale(self) -> torch.Tensor:
+        return self.scale[..., self.row_class]
+
+    def rsample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()
+                ) -> torch.Tensor:
+        return dist.StudentT(self.df[..., None], torch.zeros_like(self.scale[..., :1]),
+                             self._row_scale()).rsample(torch.Size(sample_shape))
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        df = self.df
+        counts = torch.bincount(self.row_class, minlength=self.scale.shape[-1])
+        precision = 1 / (df[..., None] * self.scale**2)
+        # One class: broadcast rather than gather its precision onto every row.
+        per_row = precision if self.scale.shape[-1] == 1 else precision[..., self.row_class]
+        quad = torch.log1p(value**2 * per_row).sum(-1)
+        per_draw = (torch.lgamma(0.5 * (df + 1)) - torch.lgamma(0.5 * df)
+                    - 0.5 * torch.log(math.pi * df))
+        return (-0.5 * (df + 1) * quad + self.row_class.shape[-1] * per_draw
+                - (counts.to(self.scale.dtype) * torch.log(self.scale)).sum(-1))
+
+
 def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
     """Pyro model of measured compute and step times (see the module docstring)."""
     theta = sample_parameters(prior)
@@ -134,13 +213,11 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
     ratio_across = pyro.sample("ratio_across", prior.ratio_site("ratio_across", sigma_step))
     shift_within, shift_across = (pyro.sample(name, prior.site(name)) for name in SHIFT_NAMES)
     classes = data.config_class if data.config_class is not None else torch.zeros_like(data.group)
-    scale = {"compute": sigma_compute[..., None],
-             "step": step_noise_scale(sigma_step, ratio_within, ratio_across, classes)}
-    t_c, t_o = shifted_step_time_terms(theta, shift_within, shift_across, data.nodes,
-                                       data.replicas, data.local_bsz)
-    residuals = {"compute": data.log_compute - torch.log(t_c),
-                 "step": data.log_step - torch.log(t_o)}
+    log_t_c, log_t_o = data.log_step_time_terms(theta, shift_within, shift_across)
+    residuals = {"compute": data.log_compute - log_t_c, "step": data.log_step - log_t_o}
     if data.placement_effects:
+        scale = {"compute": sigma_compute[..., None],
+                 "step": step_noise_scale(sigma_step, ratio_within, ratio_across, classes)}
         # Rows of one placement share a class, so the group's noise scale is any row's.
         first_row = torch.zeros(data.num_groups, dtype=torch.long).index_reduce(
             0, data.group, torch.arange(len(data.group)), "amin", include_self=False)
@@ -153,6 +230,11 @@ def step_time_model(data: StepTimeData, prior: StepTimePrior) -> None:
     # Gamma(2, 0.1) on the degrees of freedom (Juarez and Steel's prior): mean 20, near-normal
     # unless the data show heavy tails.
     nu = pyro.sample("nu", dist.Gamma(torch.tensor(2.0, dtype=f64), torch.tensor(0.1, dtype=f64)))
+    # Per draw and class: compute times have one scale, step times one per configuration class.
+    class_scale = {"compute": (sigma_compute[..., None], torch.zeros_like(classes)),
+                   "step": (step_noise_scale(sigma_step, ratio_within, ratio_across,
+                                             torch.arange(len(CONFIGURATION_CLASSES))), classes)}
     for series, residual in residuals.items():
-        likelihood = dist.StudentT(nu[..., None], torch.zeros((), dtype=f64), scale[series])
-        pyro.factor(f"{series}_time", likelihood.log_prob(residual).sum(-1))
+        series_scale, row_class = class_scale[series]
+        pyro.factor(f"{series}_time",
+                    RowStudentT(nu, series_scale, row_class).log_prob(residual))

@@ -24,7 +24,12 @@ from perfmodel.throughput_bayes.guide import (
     identity_spline,
     spline_guide,
 )
-from perfmodel.throughput_bayes.importance import PSIS_DRAWS, adapt_proposal, psis
+from perfmodel.throughput_bayes.importance import (
+    PSIS_DRAWS,
+    adapt_proposal,
+    log_density_of_draws,
+    psis,
+)
 from perfmodel.throughput_bayes.laplace import laplace_scale_tril, posterior_mode
 from perfmodel.throughput_bayes.model import StepTimeData, step_time_model
 from perfmodel.throughput_bayes.prior import StepTimePrior
@@ -72,11 +77,12 @@ def prior_spread(data: StepTimeData, prior: StepTimePrior, names: list[str],
     :data:`PRIOR_SPREAD_DRAWS` prior draws over that of the standard normal, so it is the
     standard deviation of a normal prior and stays finite for a heavy-tailed (Student-t
     population) prior. The draws come from a torch random stream of their own, seeded
-    :data:`_PRIOR_SPREAD_SEED`, so the global stream (and the fit's draws) are untouched."""
+    :data:`_PRIOR_SPREAD_SEED`, so the global stream (and the fit's draws) are untouched; the
+    model runs without the data's rows, which prior draws do not read."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_PRIOR_SPREAD_SEED)
         draws = Predictive(step_time_model, num_samples=PRIOR_SPREAD_DRAWS, return_sites=names,
-                           parallel=True)(data, prior)
+                           parallel=True)(data.without_rows(), prior)
     z = torch.stack([to_unconstrained[n](draws[n].reshape(-1)) for n in names], dim=-1)
     quartiles = torch.quantile(coordinates.from_unconstrained(z),
                                torch.tensor([0.25, 0.75], dtype=z.dtype), dim=0)
@@ -185,7 +191,7 @@ def fit_svi(data: StepTimeData, prior: StepTimePrior, init: dict[str, torch.Tens
         # curved), then checked on fresh draws and resampled by their PSIS weights.
         proposal = adapt_proposal(base, spline, fit.loc, fit.scale_tril, log_density)
         z = proposal.sample((PSIS_DRAWS,))
-        log_weights = log_density(z) - proposal.log_prob(z)
+        log_weights = log_density_of_draws(log_density, z) - proposal.log_prob(z)
         smoothed, pareto_k = psis(log_weights)
         if bool(torch.isfinite(smoothed).all()):
             keep = torch.multinomial(smoothed.exp(), num_samples, replacement=True)
