@@ -107,14 +107,14 @@ def test_simulations_on_point_estimates_import_no_models() -> None:
 
 
 def test_json_simulations_import_no_plotting_and_a_point_fit_no_models() -> None:
-    # A run that writes no report or plot leaves out matplotlib, and one seed leaves out
-    # scipy.stats (its intervals over seeds): each costs most of a second in every process. A
-    # point fit needs scipy.optimize, never torch and pyro (the posterior methods').
+    # A run that writes no report or plot leaves out matplotlib, one seed leaves out scipy.stats
+    # (its intervals over seeds), no progress bar leaves out rich: each costs start-up in every
+    # process. A point fit needs scipy.optimize, never torch and pyro (the posterior methods').
     for world in (("--workload", "workload-1", "--policy", "fifo"),
                   ("--trace", "small_test", "--policy", "max_min_fairness")):
         modules = modules_imported_by("simulate", *world, "--max-jobs", "2", "--no-progress",
                                       "--json")
-        assert "xarray" in modules and not modules & {"matplotlib", "scipy.stats"}, world
+        assert "xarray" in modules and not modules & {"matplotlib", "scipy.stats", "rich"}, world
     fit = modules_imported_by("fit", "throughput", "cifar10", "--method", "point", "--json")
     assert "scipy.optimize" in fit and not {name.split(".")[0] for name in fit} & {
         *MODELS, "matplotlib"}
