@@ -25,7 +25,6 @@ from dataclasses import astuple, dataclass, fields
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-import scipy.optimize
 from threadpoolctl import threadpool_limits
 
 from perfmodel.errors import InputError
@@ -357,6 +356,11 @@ def fit_throughput(profile: StepTimeProfile, starts: int = 4, seed: int = 0) -> 
     pinned_values = np.array([pinned.get(name, 0.0) for name in PARAM_NAMES])
     lower = np.array([LOWER_BOUND] * 6 + [GAMMA_BOUNDS[0]])
     upper = np.array([np.inf] * 6 + [GAMMA_BOUNDS[1]])
+
+    # Here, not at module level: most users of the model (a simulation's physics, the goodput
+    # search, the Bayesian fits) never minimise this objective, and scipy.optimize costs most of
+    # a second of start-up. Imported before the single-thread block, so its BLAS is limited too.
+    import scipy.optimize
 
     from perfmodel.rmsle_kernel import rmsle_loss_grad
 

@@ -28,7 +28,7 @@ STORE_WRITING = ("xarray", "pandas", "zarr", "numcodecs", "dask")
 #: The collector's resident-memory target (issue 17), whether or not it writes a store.
 MAX_RESIDENT_BYTES = 80 * 2**20
 
-#: Runs a command line in-process, then prints the top-level packages imported.
+#: Runs a command line in-process, then prints the modules imported.
 PROBE = """
 import sys
 from bayes_sched.cli import main
@@ -36,15 +36,21 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-print(" ".join(sorted({name.split(".")[0] for name in sys.modules})))
+print(" ".join(sorted(sys.modules)))
 """
 
 
-def imported_by(*args: str) -> set[str]:
+def modules_imported_by(*args: str) -> set[str]:
+    """Every module ``bayes-sched ARGS`` imports, by its dotted name."""
     result = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
                             env=ENV, timeout=120)
     assert result.returncode == 0, result.stderr
     return set(result.stdout.split())
+
+
+def imported_by(*args: str) -> set[str]:
+    """The top-level packages ``bayes-sched ARGS`` imports."""
+    return {name.split(".")[0] for name in modules_imported_by(*args)}
 
 
 def wall(*command: str) -> float:
@@ -98,6 +104,20 @@ def test_simulations_on_point_estimates_import_no_models() -> None:
     gavel = imported_by("simulate", "--trace", "small_test", "--policy", "max_min_fairness",
                         "--max-jobs", "2", "--no-progress")
     assert "numpy" in pollux and not (pollux | gavel) & set(MODELS)
+
+
+def test_json_simulations_import_no_plotting_and_a_point_fit_no_models() -> None:
+    # A run that writes no report or plot leaves out matplotlib, one seed leaves out scipy.stats
+    # (its intervals over seeds), no progress bar leaves out rich: each costs start-up in every
+    # process. A point fit needs scipy.optimize, never torch and pyro (the posterior methods').
+    for world in (("--workload", "workload-1", "--policy", "fifo"),
+                  ("--trace", "small_test", "--policy", "max_min_fairness")):
+        modules = modules_imported_by("simulate", *world, "--max-jobs", "2", "--no-progress",
+                                      "--json")
+        assert "xarray" in modules and not modules & {"matplotlib", "scipy.stats", "rich"}, world
+    fit = modules_imported_by("fit", "throughput", "cifar10", "--method", "point", "--json")
+    assert "scipy.optimize" in fit and not {name.split(".")[0] for name in fit} & {
+        *MODELS, "matplotlib"}
 
 
 def test_a_collector_serves_its_first_scrape_quickly_and_stays_small() -> None:

@@ -127,7 +127,6 @@ def _fit_one(profile: StepTimeProfile, args: argparse.Namespace, gpu_type: str |
     document (:data:`FIT_JSON_KEYS`). ``gpu_type`` names the type it was measured on, where
     known (in the title)."""
     from perfmodel.throughput import PARAM_UNITS, fit_objective, fit_throughput
-    from perfmodel.throughput_bayes.fit import fit_throughput_posterior
 
     on = "" if gpu_type is None else f" on {gpu_type}"
     if args.method == "point":
@@ -140,6 +139,8 @@ def _fit_one(profile: StepTimeProfile, args: argparse.Namespace, gpu_type: str |
         return _fit_document(profile.model, "point", "point", len(profile),
                              objective=fit_objective(params.as_array(), profile),
                              parameters=rows)
+    from perfmodel.throughput_bayes.fit import fit_throughput_posterior  # torch, pyro: seconds
+
     prior = _prior(profile, args, gpu_type)
     with stderr.status(f"fitting {profile.model}{on} by {args.method} ..."):
         posterior = fit_throughput_posterior(profile, method=args.method, seed=args.seed,

@@ -31,30 +31,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from bayes_sched.estimates import describe_sources  # noqa: E402
-from bayes_sched.sim.report_parts import (  # noqa: E402
+from bayes_sched.estimates import describe_sources
+from bayes_sched.sim.report_parts import (
     Section,
     atomic_write,
     html_document,
     markdown_document,
+    pyplot,
     series_styles,
 )
-from bayes_sched.sim.result import RunResult  # noqa: E402
-from bayes_sched.sim.seeds import (  # noqa: E402
+from bayes_sched.sim.result import RunResult
+from bayes_sched.sim.seeds import (
     LEVEL,
     interval_suffixes,
     interval_text,
     mean_interval,
     seed_rows,
 )
-from bayes_sched.strict_json import json_safe  # noqa: E402
+from bayes_sched.strict_json import json_safe
 
 
 def summary_rows(results: Sequence[RunResult]) -> list[dict[str, object]]:
@@ -207,6 +204,7 @@ def _plot_avg_jct(over_seeds: Sequence[dict[str, Any]], path: Path) -> None:
     policies = list(dict.fromkeys(frame["policy"]))
     workloads = list(dict.fromkeys(frame["workload"]))
     width = 0.8 / len(policies)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(workloads) * max(len(policies), 2) / 2),
                                     3.5))
     colors = [style["color"] for style in series_styles(len(policies))]
@@ -230,6 +228,7 @@ def _plot_avg_jct(over_seeds: Sequence[dict[str, Any]], path: Path) -> None:
 
 
 def _plot_jct_cdf(jobs: pd.DataFrame, path: Path) -> None:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     groups = list(jobs.groupby("policy", sort=False))
     for (policy, group), style in zip(groups, series_styles(len(groups)), strict=True):
@@ -254,6 +253,7 @@ def _plot_utilization(results: Sequence[RunResult], path: Path) -> None:
     styles = dict(zip(policies, series_styles(len(policies)), strict=True))
     cols = min(len(workloads), 4)
     rows = -(-len(workloads) // cols)
+    plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False,
                              sharey=True)
     for ax, workload in zip(axes.flat, workloads, strict=False):

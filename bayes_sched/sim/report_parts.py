@@ -11,13 +11,29 @@ import html
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfmodel.markdown import markdown_cell, markdown_table
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 #: A section: ``("h1" | "h2" | "p", text)``, ``("list", [items])``,
 #: ``("table", (rows, columns))`` or ``("image", (file, alt))``.
 Section = tuple[str, Any]
+
+
+def pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (files only, no display).
+
+    Imported here, when a plot is drawn, not when a report module is: matplotlib costs most of a
+    second of start-up, which a run that writes no plot (``simulate --json``) should not pay."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def series_styles(count: int) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from bayes_sched.registry import Option
 
@@ -68,6 +67,8 @@ def mean_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL
     mean = float(finite.mean())
     if finite.size < 2:
         return mean, math.nan, math.nan
+    from scipy import stats  # here, not at module level: a second of start-up for every command
+
     half = float(stats.t.ppf(0.5 + level / 2, finite.size - 1)
                  * finite.std(ddof=1) / math.sqrt(finite.size))
     return mean, mean - half, mean + half

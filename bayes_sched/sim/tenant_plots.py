@@ -23,6 +23,7 @@ from bayes_sched.sim.report_parts import (
     atomic_write,
     html_document,
     markdown_document,
+    pyplot,
     series_styles,
 )
 from bayes_sched.sim.result import RunResult
@@ -48,10 +49,7 @@ def write_tenant_plots(report: TenantReport, out_dir: str | Path, stem: str, tit
 
 
 def _plot(report: TenantReport, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(report.tenants["tenant"])
     styles = series_styles(len(names))

@@ -84,12 +84,9 @@ def write_type_utilization(series: TypeUtilization, out_dir: str | Path, stem: s
                            title: str = "") -> tuple[Path, Path]:
     """Write ``<stem>.png`` (one line per GPU type over time, hours) and ``<stem>.csv``
     (:func:`series_csv`) into ``out_dir`` (created), each atomically; returns both paths."""
-    import matplotlib
+    from bayes_sched.sim.report_parts import atomic_write, pyplot, series_styles
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from bayes_sched.sim.report_parts import atomic_write, series_styles
+    plt = pyplot()
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
