@@ -96,25 +96,18 @@ def test_the_collector_path_imports_no_models(tmp_path: Path) -> None:
         *HEAVY, "numpy"}
 
 
-def test_simulations_on_point_estimates_import_no_models() -> None:
+def test_simulations_on_point_estimates_and_point_fits_import_only_their_work() -> None:
     # Pollux's point fits, its batch choice and Gavel's table world run on numpy and scipy: torch
-    # and pyro cost seconds per process and belong to the Bayesian estimators alone.
-    pollux = imported_by("simulate", "--workload", "workload-1", "--policy", "pollux",
-                         "--max-jobs", "2", "--no-progress")
-    gavel = imported_by("simulate", "--trace", "small_test", "--policy", "max_min_fairness",
-                        "--max-jobs", "2", "--no-progress")
-    assert "numpy" in pollux and not (pollux | gavel) & set(MODELS)
-
-
-def test_json_simulations_import_no_plotting_and_a_point_fit_no_models() -> None:
-    # A run that writes no report or plot leaves out matplotlib, one seed leaves out scipy.stats
-    # (its intervals over seeds), no progress bar leaves out rich: each costs start-up in every
-    # process. A point fit needs scipy.optimize, never torch and pyro (the posterior methods').
-    for world in (("--workload", "workload-1", "--policy", "fifo"),
+    # and pyro cost seconds per process and belong to the Bayesian estimators alone. A run that
+    # writes no report or plot leaves out matplotlib, one seed leaves out scipy.stats (its
+    # intervals over seeds), no progress bar leaves out rich. A point fit needs scipy.optimize,
+    # never torch and pyro (the posterior methods').
+    for world in (("--workload", "workload-1", "--policy", "pollux"),
                   ("--trace", "small_test", "--policy", "max_min_fairness")):
         modules = modules_imported_by("simulate", *world, "--max-jobs", "2", "--no-progress",
                                       "--json")
-        assert "xarray" in modules and not modules & {"matplotlib", "scipy.stats", "rich"}, world
+        assert {"numpy", "xarray"} <= modules and not modules & set(MODELS), world
+        assert not modules & {"matplotlib", "scipy.stats", "rich"}, world
     fit = modules_imported_by("fit", "throughput", "cifar10", "--method", "point", "--json")
     assert "scipy.optimize" in fit and not {name.split(".")[0] for name in fit} & {
         *MODELS, "matplotlib"}
