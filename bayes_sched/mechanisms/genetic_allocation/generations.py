@@ -46,6 +46,7 @@ from bayes_sched.mechanisms.genetic_allocation.kernels import (
     state_hash,
     survivors,
     tournament,
+    uncounted,
     uniform,
 )
 
@@ -80,7 +81,7 @@ def _take_states(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray
     return out_p, out_j, out_n, out_v
 
 
-@njit(cache=True)
+@uncounted
 def _same_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, a: int,
                 b: int) -> bool:
     """Whether states ``a`` and ``b`` have the same entries."""
@@ -144,6 +145,23 @@ def _repaired(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: 
     return p[keep], j[keep], n[keep], out[keep]
 
 
+@uncounted
+def _mating_draws(size: int, num_jobs: int, crossover_prob: float, rng: np.ndarray,
+                  draws: np.ndarray, coins: np.ndarray, point: np.ndarray) -> None:
+    """The draws of :func:`_matings`, in its order, into ``draws`` ``(2, 2, H)``, ``coins``
+    ``(2, H)`` and ``point`` ``(H,)``."""
+    half = point.size
+    for r in range(2):
+        for side in range(2):
+            for i in range(half):
+                draws[r, side, i] = below(rng, size)
+        for i in range(half):
+            coins[r, i] = uniform(rng)
+    for i in range(half):
+        cut = below(rng, max(num_jobs, 1))
+        point[i] = cut if uniform(rng) < crossover_prob else num_jobs
+
+
 @njit(cache=True)
 def _matings(size: int, count: int, num_jobs: int, fitness: np.ndarray, utility: np.ndarray,
              crowding: np.ndarray, crossover_prob: float,
@@ -156,22 +174,14 @@ def _matings(size: int, count: int, num_jobs: int, fitness: np.ndarray, utility:
     half = (count + 1) // 2
     draws = np.empty((2, 2, half), np.int64)
     coins = np.empty((2, half))
-    for r in range(2):
-        for side in range(2):
-            for i in range(half):
-                draws[r, side, i] = below(rng, size)
-        for i in range(half):
-            coins[r, i] = uniform(rng)
     point = np.empty(half, np.int64)
-    for i in range(half):
-        cut = below(rng, max(num_jobs, 1))
-        point[i] = cut if uniform(rng) < crossover_prob else num_jobs
+    _mating_draws(size, num_jobs, crossover_prob, rng, draws, coins, point)
     first = tournament(draws[0, 0], draws[0, 1], coins[0], fitness, utility, crowding)
     second = tournament(draws[1, 0], draws[1, 1], coins[1], fitness, utility, crowding)
     return first, second, point
 
 
-@njit(cache=True)
+@uncounted
 def _cross(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, x: int, y: int,
            cut: int, out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
     """The child of states ``x`` and ``y`` crossed at job ``cut`` (``x``'s rows below it,
@@ -201,7 +211,7 @@ def _room(store: tuple[np.ndarray, np.ndarray, np.ndarray],
     return larger
 
 
-@njit(cache=True)
+@uncounted
 def _known(store: tuple[np.ndarray, np.ndarray, np.ndarray], bounds: np.ndarray, state: int,
            num_nodes: int, table: np.ndarray, hashes: np.ndarray) -> bool:
     """Whether a state before ``state`` (entries ``bounds[s]:bounds[s + 1]`` of ``store``) has
@@ -270,7 +280,8 @@ def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, s
         repair_state(out_j, out_n, out_v, 0, length, num_jobs, keys, True, rng, max_replicas,
                      max_nodes, capacity, avoid, scratch, c)
         start = all_bounds[size + kept]
-        store = _room(store, start + length)
+        if start + length > store[0].size:
+            store = _room(store, start + length)
         at = start
         for e in range(length):
             if out_v[e] > 0:
