@@ -20,6 +20,8 @@ compiled code. Only the search imports this module, lazily: importing numba is s
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -30,7 +32,8 @@ from numba import njit
 #: a few entries per call, more than the work. Only for functions that allocate no array (numba
 #: refuses to compile one that does) and return none (the caller would release it once more
 #: than it was counted): each returns numbers or nothing and writes into its caller's arrays.
-uncounted = njit(cache=True, _nrt=False)
+_NO_REFCOUNTS: dict[str, Any] = {"_nrt": False}
+uncounted = njit(cache=True, **_NO_REFCOUNTS)
 
 #: Multiplier of the 64-bit FNV-1a step the state hashes use (:func:`state_hash`).
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -205,7 +208,7 @@ def _heap_sort(keys: np.ndarray, count: int) -> None:
         _sift_down(keys, 0, end)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always", **_NO_REFCOUNTS)
 def _sift_down(keys: np.ndarray, root: int, end: int) -> None:
     """Move ``keys[root]`` down the max-heap ``keys[:end]`` to its place."""
     while True:
