@@ -7,7 +7,7 @@ in (state, job, node) order) and the round's problem, and gets the final populat
 objectives back. Each step is a kernel of
 :mod:`~bayes_sched.mechanisms.genetic_allocation.kernels`
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.tournament`,
-:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_state`,
+:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_spans`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.score_state`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.survivors`); every draw comes from the
@@ -34,11 +34,12 @@ import numpy as np
 from numba import njit
 
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
+    MutationWork,
     below,
     empty_row_terms,
     join_cdf,
     log_miss,
-    mutate_state,
+    mutate_spans,
     mutation_work,
     repair_scratch,
     repair_state,
@@ -182,19 +183,14 @@ def _matings(size: int, count: int, num_jobs: int, fitness: np.ndarray, utility:
 
 
 @uncounted
-def _cross(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, x: int, y: int,
-           cut: int, out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+def _cross(j: np.ndarray, bounds: np.ndarray, x: int, y: int,
+           cut: int) -> tuple[int, int, int, int]:
     """The child of states ``x`` and ``y`` crossed at job ``cut`` (``x``'s rows below it,
-    ``y``'s from it on) into ``out``; its number of entries."""
+    ``y``'s from it on), as two spans of the entries: ``x``'s and ``y``'s, ``(lo, hi)`` each."""
     x_lo = bounds[x]
     x_hi = x_lo + np.searchsorted(j[bounds[x]:bounds[x + 1]], cut)
     y_lo = bounds[y] + np.searchsorted(j[bounds[y]:bounds[y + 1]], cut)
-    at = 0
-    for lo, hi in ((x_lo, x_hi), (y_lo, bounds[y + 1])):
-        for e in range(lo, hi):
-            out[0][at], out[1][at], out[2][at] = j[e], n[e], v[e]
-            at += 1
-    return at
+    return x_lo, x_hi, y_lo, bounds[y + 1]
 
 
 @njit(cache=True)
@@ -230,6 +226,20 @@ def _known(store: tuple[np.ndarray, np.ndarray, np.ndarray], bounds: np.ndarray,
     return False
 
 
+@uncounted
+def _append(work: MutationWork, length: int, store: tuple[np.ndarray, np.ndarray, np.ndarray],
+            start: int) -> int:
+    """Copy the first ``length`` mutated entries of ``work`` (its last three arrays) into
+    ``store`` from ``start`` on, zeros dropped; where they end."""
+    out_j, out_n, out_v = work[6], work[7], work[8]
+    at = start
+    for e in range(length):
+        if out_v[e] > 0:
+            store[0][at], store[1][at], store[2][at] = out_j[e], out_n[e], out_v[e]
+            at += 1
+    return at
+
+
 @njit(cache=True)
 def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, size: int,
               fitness: np.ndarray, utility: np.ndarray, crowding: np.ndarray, count: int,
@@ -249,14 +259,14 @@ def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, s
     longest = 0
     for s in range(size):
         longest = max(longest, bounds[s + 1] - bounds[s])
-    cross = (np.empty(2 * longest, np.int64), np.empty(2 * longest, np.int64),
-             np.empty(2 * longest, np.int64))
     cdf = join_cdf(num_jobs)
     work = mutation_work(2 * longest, num_nodes, base_bounds[num_jobs], cdf.size - 1)
     keys = np.empty(work[6].size)
     scratch = repair_scratch(num_nodes)
     log_reset = log_miss(numbers[7])
-    store = _room((j.copy(), n.copy(), v.copy()), 2 * j.size + 64)
+    room = 2 * j.size + 64
+    store = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int64))
+    store[0][: j.size], store[1][: j.size], store[2][: j.size] = j, n, v
     all_bounds = np.empty(size + wanted + 1, np.int64)
     all_bounds[: size + 1] = bounds[: size + 1]
     width = 4
@@ -272,22 +282,16 @@ def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, s
             break
         pair = c % half
         x, y = (first[pair], second[pair]) if c < half else (second[pair], first[pair])
-        length = _cross(j, n, v, bounds, x, y, point[pair], cross)
-        length = mutate_state(cross[0], cross[1], cross[2], 0, length, num_jobs, num_nodes,
-                              base_n, base_v, base_bounds, capacity, log_reset, numbers[8], cdf,
-                              rng, work)
-        out_j, out_n, out_v = work[6], work[7], work[8]
-        repair_state(out_j, out_n, out_v, 0, length, num_jobs, keys, True, rng, max_replicas,
+        x_lo, x_hi, y_lo, y_hi = _cross(j, bounds, x, y, point[pair])
+        length = mutate_spans(j, n, v, x_lo, x_hi, y_lo, y_hi, num_jobs, num_nodes, base_n,
+                              base_v, base_bounds, capacity, log_reset, numbers[8], cdf, rng,
+                              work)
+        repair_state(work[6], work[7], work[8], 0, length, num_jobs, keys, True, rng, max_replicas,
                      max_nodes, capacity, avoid, scratch, c)
         start = all_bounds[size + kept]
         if start + length > store[0].size:
             store = _room(store, start + length)
-        at = start
-        for e in range(length):
-            if out_v[e] > 0:
-                store[0][at], store[1][at], store[2][at] = out_j[e], out_n[e], out_v[e]
-                at += 1
-        all_bounds[size + kept + 1] = at
+        all_bounds[size + kept + 1] = _append(work, length, store, start)
         if not _known(store, all_bounds, size + kept, num_nodes, table, hashes):
             kept += 1
     end = all_bounds[size + kept]

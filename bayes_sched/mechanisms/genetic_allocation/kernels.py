@@ -153,12 +153,13 @@ def mutation_work(entries: int, num_nodes: int, base_total: int, joins: int) -> 
 
 
 @uncounted
-def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, num_jobs: int,
-               base_n: np.ndarray, base_v: np.ndarray, base_bounds: np.ndarray,
-               log_reset: float, zero_prob: float, state: np.ndarray,
+def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, next_lo: int,
+               next_hi: int, num_jobs: int, base_n: np.ndarray, base_v: np.ndarray,
+               base_bounds: np.ndarray, log_reset: float, zero_prob: float, state: np.ndarray,
                work: MutationWork) -> int:
-    """The reset and drop steps of :func:`mutate_state`: the entries kept, written to ``work``'s
-    first three arrays (their GPUs and jobs per node counted in the next two); how many."""
+    """The reset and drop steps of :func:`mutate_spans` on the state whose entries are ``lo:hi``
+    then ``next_lo:next_hi`` of ``(j, n, v)``: the entries kept, written to ``work``'s first
+    three arrays (their GPUs and jobs per node counted in the next two); how many."""
     kj, kn, kv, load, jobs_on = work[0], work[1], work[2], work[3], work[4]
     load[:] = 0
     jobs_on[:] = 0
@@ -170,6 +171,8 @@ def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, nu
     log_zero = log_miss(zero_prob)
     zero_in = gap(state, log_zero)
     while True:
+        if e == hi and next_lo < next_hi:  # on to the second span (a job's row is in one)
+            e, hi, next_lo = next_lo, next_hi, next_hi
         entry_job = j[e] if e < hi else num_jobs
         job = min(entry_job, reset_at)
         if job >= num_jobs:
@@ -250,9 +253,21 @@ def mutate_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, 
                  base_bounds: np.ndarray, capacity: int, log_reset: float, zero_prob: float,
                  cdf: np.ndarray, state: np.ndarray, work: MutationWork) -> int:
     """The artifact's mutation (``AllocationProblem._mutate_sparse``) of one state, its entries
-    ``lo:hi`` of ``(j, n, v)`` (in (job, node) order); the mutated entries (zeros dropped, in
-    order) go to ``work``'s last three arrays (:func:`mutation_work`, sized for ``hi - lo``
-    entries); returns how many.
+    ``lo:hi`` of ``(j, n, v)`` (:func:`mutate_spans` of that one span)."""
+    return mutate_spans(j, n, v, lo, hi, hi, hi, num_jobs, num_nodes, base_n, base_v,
+                        base_bounds, capacity, log_reset, zero_prob, cdf, state, work)
+
+
+@uncounted
+def mutate_spans(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, next_lo: int,
+                 next_hi: int, num_jobs: int, num_nodes: int, base_n: np.ndarray,
+                 base_v: np.ndarray, base_bounds: np.ndarray, capacity: int, log_reset: float,
+                 zero_prob: float, cdf: np.ndarray, state: np.ndarray, work: MutationWork) -> int:
+    """The artifact's mutation (``AllocationProblem._mutate_sparse``) of one state, its entries
+    ``lo:hi`` then ``next_lo:next_hi`` of ``(j, n, v)`` (in (job, node) order, the first span's
+    jobs below the second's: a crossed child read from its two parents without copying it);
+    the mutated entries (zeros dropped, in order) go to ``work``'s last three arrays
+    (:func:`mutation_work`, sized for the spans' entries); returns how many.
 
     Per job row: with probability ``1 - exp(log_reset)`` (:func:`log_miss` of the reset
     probability), back to the status quo (its entries ``base_n[a:b]``, ``base_v[a:b]`` for ``a,
@@ -265,8 +280,8 @@ def mutate_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, 
     by geometric gaps. Draws come from the generator ``state``, advanced in place.
     """
     kj, kn, kv, load, jobs_on, grow, out_j, out_n, out_v = work
-    count = _kept_rows(j, n, v, lo, hi, num_jobs, base_n, base_v, base_bounds, log_reset,
-                       zero_prob, state, work)
+    count = _kept_rows(j, n, v, lo, hi, next_lo, next_hi, num_jobs, base_n, base_v,
+                       base_bounds, log_reset, zero_prob, state, work)
     grown = 0
     for node in range(num_nodes):
         if load[node] >= capacity:
@@ -614,7 +629,6 @@ def survivors(first: np.ndarray, second: np.ndarray,
         tail_a[lo], tail_b[lo] = a, b
         front[i] = lo
     # Crowding distance within each front, repeats of a point at 0 and skipped by neighbours.
-    order = _lexsort2(-second, -first)
     order = order[np.argsort(front[order], kind="mergesort")]
     kept = np.empty(size, np.int64)
     distinct = 0
