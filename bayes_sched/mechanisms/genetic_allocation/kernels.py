@@ -161,8 +161,9 @@ def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, ne
     then ``next_lo:next_hi`` of ``(j, n, v)``: the entries kept, written to ``work``'s first
     three arrays (their GPUs and jobs per node counted in the next two); how many."""
     kj, kn, kv, load, jobs_on = work[0], work[1], work[2], work[3], work[4]
-    load[:] = 0
-    jobs_on[:] = 0
+    for node in range(load.size):
+        load[node] = 0
+        jobs_on[node] = 0
     count = 0
     e = lo
     # Geometric gaps between the reset rows (over all rows) and between the rows whose nodes
