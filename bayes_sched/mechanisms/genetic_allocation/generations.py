@@ -7,7 +7,7 @@ in (state, job, node) order) and the round's problem, and gets the final populat
 objectives back. Each step is a kernel of
 :mod:`~bayes_sched.mechanisms.genetic_allocation.kernels`
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.tournament`,
-:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_state`,
+:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_spans`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.score_state`,
 :func:`~bayes_sched.mechanisms.genetic_allocation.kernels.survivors`); every draw comes from the
@@ -34,11 +34,12 @@ import numpy as np
 from numba import njit
 
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
+    MutationWork,
     below,
     empty_row_terms,
     join_cdf,
     log_miss,
-    mutate_state,
+    mutate_spans,
     mutation_work,
     repair_scratch,
     repair_state,
@@ -46,6 +47,7 @@ from bayes_sched.mechanisms.genetic_allocation.kernels import (
     state_hash,
     survivors,
     tournament,
+    uncounted,
     uniform,
 )
 
@@ -80,7 +82,7 @@ def _take_states(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray
     return out_p, out_j, out_n, out_v
 
 
-@njit(cache=True)
+@uncounted
 def _same_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, a: int,
                 b: int) -> bool:
     """Whether states ``a`` and ``b`` have the same entries."""
@@ -144,6 +146,23 @@ def _repaired(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: 
     return p[keep], j[keep], n[keep], out[keep]
 
 
+@uncounted
+def _mating_draws(size: int, num_jobs: int, crossover_prob: float, rng: np.ndarray,
+                  draws: np.ndarray, coins: np.ndarray, point: np.ndarray) -> None:
+    """The draws of :func:`_matings`, in its order, into ``draws`` ``(2, 2, H)``, ``coins``
+    ``(2, H)`` and ``point`` ``(H,)``."""
+    half = point.size
+    for r in range(2):
+        for side in range(2):
+            for i in range(half):
+                draws[r, side, i] = below(rng, size)
+        for i in range(half):
+            coins[r, i] = uniform(rng)
+    for i in range(half):
+        cut = below(rng, max(num_jobs, 1))
+        point[i] = cut if uniform(rng) < crossover_prob else num_jobs
+
+
 @njit(cache=True)
 def _matings(size: int, count: int, num_jobs: int, fitness: np.ndarray, utility: np.ndarray,
              crowding: np.ndarray, crossover_prob: float,
@@ -156,35 +175,22 @@ def _matings(size: int, count: int, num_jobs: int, fitness: np.ndarray, utility:
     half = (count + 1) // 2
     draws = np.empty((2, 2, half), np.int64)
     coins = np.empty((2, half))
-    for r in range(2):
-        for side in range(2):
-            for i in range(half):
-                draws[r, side, i] = below(rng, size)
-        for i in range(half):
-            coins[r, i] = uniform(rng)
     point = np.empty(half, np.int64)
-    for i in range(half):
-        cut = below(rng, max(num_jobs, 1))
-        point[i] = cut if uniform(rng) < crossover_prob else num_jobs
+    _mating_draws(size, num_jobs, crossover_prob, rng, draws, coins, point)
     first = tournament(draws[0, 0], draws[0, 1], coins[0], fitness, utility, crowding)
     second = tournament(draws[1, 0], draws[1, 1], coins[1], fitness, utility, crowding)
     return first, second, point
 
 
-@njit(cache=True)
-def _cross(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, x: int, y: int,
-           cut: int, out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+@uncounted
+def _cross(j: np.ndarray, bounds: np.ndarray, x: int, y: int,
+           cut: int) -> tuple[int, int, int, int]:
     """The child of states ``x`` and ``y`` crossed at job ``cut`` (``x``'s rows below it,
-    ``y``'s from it on) into ``out``; its number of entries."""
+    ``y``'s from it on), as two spans of the entries: ``x``'s and ``y``'s, ``(lo, hi)`` each."""
     x_lo = bounds[x]
     x_hi = x_lo + np.searchsorted(j[bounds[x]:bounds[x + 1]], cut)
     y_lo = bounds[y] + np.searchsorted(j[bounds[y]:bounds[y + 1]], cut)
-    at = 0
-    for lo, hi in ((x_lo, x_hi), (y_lo, bounds[y + 1])):
-        for e in range(lo, hi):
-            out[0][at], out[1][at], out[2][at] = j[e], n[e], v[e]
-            at += 1
-    return at
+    return x_lo, x_hi, y_lo, bounds[y + 1]
 
 
 @njit(cache=True)
@@ -201,7 +207,7 @@ def _room(store: tuple[np.ndarray, np.ndarray, np.ndarray],
     return larger
 
 
-@njit(cache=True)
+@uncounted
 def _known(store: tuple[np.ndarray, np.ndarray, np.ndarray], bounds: np.ndarray, state: int,
            num_nodes: int, table: np.ndarray, hashes: np.ndarray) -> bool:
     """Whether a state before ``state`` (entries ``bounds[s]:bounds[s + 1]`` of ``store``) has
@@ -218,6 +224,20 @@ def _known(store: tuple[np.ndarray, np.ndarray, np.ndarray], bounds: np.ndarray,
         slot = (slot + 1) & (table.size - 1)
     table[slot] = state
     return False
+
+
+@uncounted
+def _append(work: MutationWork, length: int, store: tuple[np.ndarray, np.ndarray, np.ndarray],
+            start: int) -> int:
+    """Copy the first ``length`` mutated entries of ``work`` (its last three arrays) into
+    ``store`` from ``start`` on, zeros dropped; where they end."""
+    out_j, out_n, out_v = work[6], work[7], work[8]
+    at = start
+    for e in range(length):
+        if out_v[e] > 0:
+            store[0][at], store[1][at], store[2][at] = out_j[e], out_n[e], out_v[e]
+            at += 1
+    return at
 
 
 @njit(cache=True)
@@ -239,14 +259,14 @@ def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, s
     longest = 0
     for s in range(size):
         longest = max(longest, bounds[s + 1] - bounds[s])
-    cross = (np.empty(2 * longest, np.int64), np.empty(2 * longest, np.int64),
-             np.empty(2 * longest, np.int64))
     cdf = join_cdf(num_jobs)
     work = mutation_work(2 * longest, num_nodes, base_bounds[num_jobs], cdf.size - 1)
     keys = np.empty(work[6].size)
     scratch = repair_scratch(num_nodes)
     log_reset = log_miss(numbers[7])
-    store = _room((j.copy(), n.copy(), v.copy()), 2 * j.size + 64)
+    room = 2 * j.size + 64
+    store = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int64))
+    store[0][: j.size], store[1][: j.size], store[2][: j.size] = j, n, v
     all_bounds = np.empty(size + wanted + 1, np.int64)
     all_bounds[: size + 1] = bounds[: size + 1]
     width = 4
@@ -262,21 +282,16 @@ def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, s
             break
         pair = c % half
         x, y = (first[pair], second[pair]) if c < half else (second[pair], first[pair])
-        length = _cross(j, n, v, bounds, x, y, point[pair], cross)
-        length = mutate_state(cross[0], cross[1], cross[2], 0, length, num_jobs, num_nodes,
-                              base_n, base_v, base_bounds, capacity, log_reset, numbers[8], cdf,
-                              rng, work)
-        out_j, out_n, out_v = work[6], work[7], work[8]
-        repair_state(out_j, out_n, out_v, 0, length, num_jobs, keys, True, rng, max_replicas,
+        x_lo, x_hi, y_lo, y_hi = _cross(j, bounds, x, y, point[pair])
+        length = mutate_spans(j, n, v, x_lo, x_hi, y_lo, y_hi, num_jobs, num_nodes, base_n,
+                              base_v, base_bounds, capacity, log_reset, numbers[8], cdf, rng,
+                              work)
+        repair_state(work[6], work[7], work[8], 0, length, num_jobs, keys, True, rng, max_replicas,
                      max_nodes, capacity, avoid, scratch, c)
         start = all_bounds[size + kept]
-        store = _room(store, start + length)
-        at = start
-        for e in range(length):
-            if out_v[e] > 0:
-                store[0][at], store[1][at], store[2][at] = out_j[e], out_n[e], out_v[e]
-                at += 1
-        all_bounds[size + kept + 1] = at
+        if start + length > store[0].size:
+            store = _room(store, start + length)
+        all_bounds[size + kept + 1] = _append(work, length, store, start)
         if not _known(store, all_bounds, size + kept, num_nodes, table, hashes):
             kept += 1
     end = all_bounds[size + kept]

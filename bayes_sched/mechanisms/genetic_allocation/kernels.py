@@ -20,8 +20,20 @@ compiled code. Only the search imports this module, lazily: importing numba is s
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
+
+#: The decorator of the kernels called per row, per event or per state: compiled as ``njit`` but
+#: without numba's reference counting (``_nrt=False``). With it, every array a compiled function
+#: receives (tuples' arrays too) has its count raised on entry and lowered on exit, each an atomic
+#: operation, and a function inlined in a loop pays that on every pass: on these loops, which read
+#: a few entries per call, more than the work. Only for functions that allocate no array (numba
+#: refuses to compile one that does) and return none (the caller would release it once more
+#: than it was counted): each returns numbers or nothing and writes into its caller's arrays.
+_NO_REFCOUNTS: dict[str, Any] = {"_nrt": False}
+uncounted = njit(cache=True, **_NO_REFCOUNTS)
 
 #: Multiplier of the 64-bit FNV-1a step the state hashes use (:func:`state_hash`).
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -75,7 +87,7 @@ def log_miss(prob: float) -> float:
     return np.log1p(-min(prob, 1.0)) if prob < 1.0 else -np.inf
 
 
-@njit(cache=True)
+@uncounted
 def gap(state: np.ndarray, log_stay: float) -> int:
     """Trials that fail before the next success, for independent trials each succeeding with
     probability ``1 - exp(log_stay)``: geometric, drawn by inversion, so a run of rare events costs
@@ -86,7 +98,7 @@ def gap(state: np.ndarray, log_stay: float) -> int:
     return int(count) if count < 2.0**62 else 2**62
 
 
-@njit(cache=True)
+@uncounted
 def state_hash(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int,
                num_nodes: int) -> np.uint64:
     """A 64-bit hash of the state whose entries are ``lo:hi`` of ``(j, n, v)`` (FNV-1a over the
@@ -140,16 +152,18 @@ def mutation_work(entries: int, num_nodes: int, base_total: int, joins: int) -> 
             np.empty(kept + grown, np.int64), np.empty(kept + grown, np.int64))
 
 
-@njit(cache=True)
-def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, num_jobs: int,
-               base_n: np.ndarray, base_v: np.ndarray, base_bounds: np.ndarray,
-               log_reset: float, zero_prob: float, state: np.ndarray,
+@uncounted
+def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, next_lo: int,
+               next_hi: int, num_jobs: int, base_n: np.ndarray, base_v: np.ndarray,
+               base_bounds: np.ndarray, log_reset: float, zero_prob: float, state: np.ndarray,
                work: MutationWork) -> int:
-    """The reset and drop steps of :func:`mutate_state`: the entries kept, written to ``work``'s
-    first three arrays (their GPUs and jobs per node counted in the next two); how many."""
+    """The reset and drop steps of :func:`mutate_spans` on the state whose entries are ``lo:hi``
+    then ``next_lo:next_hi`` of ``(j, n, v)``: the entries kept, written to ``work``'s first
+    three arrays (their GPUs and jobs per node counted in the next two); how many."""
     kj, kn, kv, load, jobs_on = work[0], work[1], work[2], work[3], work[4]
-    load[:] = 0
-    jobs_on[:] = 0
+    for node in range(load.size):
+        load[node] = 0
+        jobs_on[node] = 0
     count = 0
     e = lo
     # Geometric gaps between the reset rows (over all rows) and between the rows whose nodes
@@ -158,6 +172,8 @@ def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, nu
     log_zero = log_miss(zero_prob)
     zero_in = gap(state, log_zero)
     while True:
+        if e == hi and next_lo < next_hi:  # on to the second span (a job's row is in one)
+            e, hi, next_lo = next_lo, next_hi, next_hi
         entry_job = j[e] if e < hi else num_jobs
         job = min(entry_job, reset_at)
         if job >= num_jobs:
@@ -186,11 +202,36 @@ def _kept_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, nu
             count += 1
 
 
-@njit(cache=True)
+@uncounted
+def _heap_sort(keys: np.ndarray, count: int) -> None:
+    """Sort ``keys[:count]`` in place (heapsort: no scratch, so no allocation)."""
+    for start in range(count // 2 - 1, -1, -1):
+        _sift_down(keys, start, count)
+    for end in range(count - 1, 0, -1):
+        keys[0], keys[end] = keys[end], keys[0]
+        _sift_down(keys, 0, end)
+
+
+@njit(cache=True, inline="always", **_NO_REFCOUNTS)
+def _sift_down(keys: np.ndarray, root: int, end: int) -> None:
+    """Move ``keys[root]`` down the max-heap ``keys[:end]`` to its place."""
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and keys[child + 1] > keys[child]:
+            child += 1
+        if keys[root] >= keys[child]:
+            return
+        keys[root], keys[child] = keys[child], keys[root]
+        root = child
+
+
+@uncounted
 def _sorted_distinct(keys: np.ndarray, count: int) -> int:
     """Sort ``keys[:count]`` in place and drop repeats; how many remain."""
     if count > 32:
-        keys[:count] = np.sort(keys[:count])
+        _heap_sort(keys, count)
     else:
         for i in range(1, count):
             key = keys[i]
@@ -207,15 +248,27 @@ def _sorted_distinct(keys: np.ndarray, count: int) -> int:
     return distinct
 
 
-@njit(cache=True)
+@uncounted
 def mutate_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, num_jobs: int,
                  num_nodes: int, base_n: np.ndarray, base_v: np.ndarray,
                  base_bounds: np.ndarray, capacity: int, log_reset: float, zero_prob: float,
                  cdf: np.ndarray, state: np.ndarray, work: MutationWork) -> int:
     """The artifact's mutation (``AllocationProblem._mutate_sparse``) of one state, its entries
-    ``lo:hi`` of ``(j, n, v)`` (in (job, node) order); the mutated entries (zeros dropped, in
-    order) go to ``work``'s last three arrays (:func:`mutation_work`, sized for ``hi - lo``
-    entries); returns how many.
+    ``lo:hi`` of ``(j, n, v)`` (:func:`mutate_spans` of that one span)."""
+    return mutate_spans(j, n, v, lo, hi, hi, hi, num_jobs, num_nodes, base_n, base_v,
+                        base_bounds, capacity, log_reset, zero_prob, cdf, state, work)
+
+
+@uncounted
+def mutate_spans(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, next_lo: int,
+                 next_hi: int, num_jobs: int, num_nodes: int, base_n: np.ndarray,
+                 base_v: np.ndarray, base_bounds: np.ndarray, capacity: int, log_reset: float,
+                 zero_prob: float, cdf: np.ndarray, state: np.ndarray, work: MutationWork) -> int:
+    """The artifact's mutation (``AllocationProblem._mutate_sparse``) of one state, its entries
+    ``lo:hi`` then ``next_lo:next_hi`` of ``(j, n, v)`` (in (job, node) order, the first span's
+    jobs below the second's: a crossed child read from its two parents without copying it);
+    the mutated entries (zeros dropped, in order) go to ``work``'s last three arrays
+    (:func:`mutation_work`, sized for the spans' entries); returns how many.
 
     Per job row: with probability ``1 - exp(log_reset)`` (:func:`log_miss` of the reset
     probability), back to the status quo (its entries ``base_n[a:b]``, ``base_v[a:b]`` for ``a,
@@ -228,8 +281,8 @@ def mutate_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, 
     by geometric gaps. Draws come from the generator ``state``, advanced in place.
     """
     kj, kn, kv, load, jobs_on, grow, out_j, out_n, out_v = work
-    count = _kept_rows(j, n, v, lo, hi, num_jobs, base_n, base_v, base_bounds, log_reset,
-                       zero_prob, state, work)
+    count = _kept_rows(j, n, v, lo, hi, next_lo, next_hi, num_jobs, base_n, base_v,
+                       base_bounds, log_reset, zero_prob, state, work)
     grown = 0
     for node in range(num_nodes):
         if load[node] >= capacity:
@@ -346,13 +399,14 @@ def repair_scratch(num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             np.empty(num_nodes + 1, np.int64))
 
 
-@njit(cache=True)
-def _stable_order(keys: np.ndarray, lo: int, hi: int, order: np.ndarray) -> np.ndarray:
+@uncounted
+def _stable_order(keys: np.ndarray, lo: int, hi: int, order: np.ndarray) -> int:
     """The indices ``lo:hi`` ordered by ``keys`` (ties by index: ``lo + np.argsort(keys[lo:hi],
-    kind="mergesort")``), by insertion into ``order`` (a job's few nodes: no allocation)."""
+    kind="mergesort")``), written to ``order[:hi - lo]`` by insertion (a job's entries, one per
+    node at most, so ``order`` of :func:`repair_scratch` holds them); returns ``hi - lo``."""
     count = hi - lo
     if count > order.size:
-        return lo + np.argsort(keys[lo:hi], kind="mergesort")
+        raise ValueError("a job has more entries than nodes: its entries repeat a node")
     for i in range(count):
         index = lo + i
         key = keys[index]
@@ -361,10 +415,10 @@ def _stable_order(keys: np.ndarray, lo: int, hi: int, order: np.ndarray) -> np.n
             order[at] = order[at - 1]
             at -= 1
         order[at] = index
-    return order[:count]
+    return count
 
 
-@njit(cache=True)
+@uncounted
 def repair_state(j: np.ndarray, n: np.ndarray, out: np.ndarray, lo_state: int, hi_state: int,
                  num_jobs: int, keys: np.ndarray, draw: bool, rng: np.ndarray,
                  max_replicas: np.ndarray, max_nodes: int, capacity: int,
@@ -408,7 +462,8 @@ def repair_state(j: np.ndarray, n: np.ndarray, out: np.ndarray, lo_state: int, h
             cap = max_replicas[jj]
             total = 0
             used = 0
-            for e in _stable_order(keys, lo, hi, order_buffer):
+            for i in range(_stable_order(keys, lo, hi, order_buffer)):
+                e = order_buffer[i]
                 value = out[e]
                 total += value
                 kept = min(total, cap) - min(total - value, cap)
@@ -509,7 +564,7 @@ def empty_row_terms(tables: np.ndarray, base_nodes: np.ndarray, penalty: np.ndar
     return powered, reads, powered.sum(), reads.sum()
 
 
-@njit(cache=True)
+@uncounted
 def score_state(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, num_jobs: int,
                 tables: np.ndarray, base: np.ndarray, base_nodes: np.ndarray,
                 penalty: np.ndarray, scale: float, exponent: float, capacity: int,
@@ -575,7 +630,6 @@ def survivors(first: np.ndarray, second: np.ndarray,
         tail_a[lo], tail_b[lo] = a, b
         front[i] = lo
     # Crowding distance within each front, repeats of a point at 0 and skipped by neighbours.
-    order = _lexsort2(-second, -first)
     order = order[np.argsort(front[order], kind="mergesort")]
     kept = np.empty(size, np.int64)
     distinct = 0
