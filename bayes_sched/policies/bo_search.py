@@ -6,8 +6,9 @@ compiled steps), which suits any slowdown predictor. Where the round's predictor
 additive pair table over job classes (:meth:`~bayes_sched.interference.pairs.PairResiduals.pair_table`;
 the contention prior before it knows any demand adds nothing), :func:`evolve` runs the whole search
 in machine code instead: binary tournaments by fitness, one-point crossover over jobs
-(:func:`~bayes_sched.mechanisms.genetic_allocation.generations._cross`), the artifact's mutation
-(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_state`), repair
+(:func:`~bayes_sched.mechanisms.genetic_allocation.generations._cross`: the child as two spans
+of its parents' entries), the artifact's mutation read straight from those spans
+(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_spans`), repair
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`) and scoring, every
 draw from the compiled generator the caller seeds
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.seeded_state`): one seed gives one
@@ -40,7 +41,7 @@ from bayes_sched.mechanisms.genetic_allocation.kernels import (
     empty_row_terms,
     join_cdf,
     log_miss,
-    mutate_state,
+    mutate_spans,
     mutation_work,
     repair_scratch,
     repair_state,
@@ -229,8 +230,6 @@ def _children(parents: Store, bounds: np.ndarray, size: int, first: np.ndarray,
     longest = 0
     for s in range(size):
         longest = max(longest, bounds[s + 1] - bounds[s])
-    cross = (np.empty(2 * longest, np.int64), np.empty(2 * longest, np.int64),
-             np.empty(2 * longest, np.int64))
     cdf = join_cdf(num_jobs)
     work = mutation_work(2 * longest, num_nodes, base_bounds[num_jobs], cdf.size - 1)
     log_reset = log_miss(numbers[7])
@@ -239,11 +238,10 @@ def _children(parents: Store, bounds: np.ndarray, size: int, first: np.ndarray,
     child_bounds[0] = 0
     at = 0
     for c in range(size):
-        length = _cross(parents[0], parents[1], parents[2], bounds, first[c], second[c],
-                        point[c], cross)
-        length = mutate_state(cross[0], cross[1], cross[2], 0, length, num_jobs, num_nodes,
-                              base_n, base_v, base_bounds, capacity, log_reset, numbers[8], cdf,
-                              rng, work)
+        x_lo, x_hi, y_lo, y_hi = _cross(parents[0], bounds, first[c], second[c], point[c])
+        length = mutate_spans(parents[0], parents[1], parents[2], x_lo, x_hi, y_lo, y_hi,
+                              num_jobs, num_nodes, base_n, base_v, base_bounds, capacity,
+                              log_reset, numbers[8], cdf, rng, work)
         store = _room(store, at + length)
         store[0][at: at + length] = out_j[:length]
         store[1][at: at + length] = out_n[:length]
