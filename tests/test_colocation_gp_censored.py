@@ -132,7 +132,8 @@ def test_censored_gp_fits_one_kernel_amplitude_per_group() -> None:
     # noise: both groups' noise levels come back near the 0.02 they were measured with.
     pairs, solo = _strong_and_weak(seed=4)
     with one_torch_thread():
-        model = CensoredColocationGP.fit(pairs, solo, cap=1.0, noise_group=_strength)
+        model = CensoredColocationGP.fit(pairs, solo, cap=1.0, noise_group=_strength,
+                                         group_amplitudes=True)
     assert model.report.converged
     amplitudes, noises = model.report.amplitude_groups, model.report.noise_groups
     assert amplitudes["strong"] / amplitudes["weak"] > 1.8
@@ -147,7 +148,8 @@ def test_censored_gp_draws_an_unseen_groups_levels_from_their_prior() -> None:
     pairs, solo = _strong_and_weak(seed=5)
     weak = pairs["target"].map(_strength).eq("weak")
     with one_torch_thread():
-        model = CensoredColocationGP.fit(pairs[weak], solo, cap=1.0, noise_group=_strength)
+        model = CensoredColocationGP.fit(pairs[weak], solo, cap=1.0, noise_group=_strength,
+                                         group_amplitudes=True)
     targets, others = ["job12", "job3"], ["job5", "job6"]
     mean, sd = model.log_speed_moments(targets, others)
     draws = np.log(model.predict_speed(targets, others, num_samples=40_000).samples)

@@ -16,18 +16,20 @@ Model (same inputs, standardisation, kernel and priors as :mod:`.gp`)::
     t_j ~ N(0, tau_t^2),   o_j ~ N(0, tau_o^2),   eps ~ N(0, sigma_g^2)
     recorded log speed = min(y*, log cap)
 
-with one kernel amplitude ``a_g`` and one noise level ``sigma_g`` per noise group ``g`` of the
-target (``noise_group``, e.g. its GPU type; by default one group): ``log a_g ~ N(0,
-AMPLITUDE_GROUP_SCALE^2)`` around the unit amplitude of standardised targets, and ``log
-sigma_g^2 = b + u_g``, the offsets ``u_g`` drawn around the typical level ``b`` (hierarchical
-priors, :data:`NOISE_GROUP_SCALE`). Why: groups differ both in how strongly the speed varies
-with the inputs and in how far measurements scatter from any smooth law (on Gavel's pairs, V100
-speeds spread about twice as widely as K80 or P100 ones); one noise level for all is too wide
-for some rows and too narrow for others, and a noise level per group alone explains a group's
-larger variation as noise and smooths its predictions. A group the fit never saw (a GPU type
-held out) has no fitted levels: its predictive distribution is the model's, with its log
-amplitude and noise offset drawn from their priors (:meth:`CensoredColocationGP.log_speed_draws`;
-a scale mixture of Gaussians, heavier-tailed than the typical group's Gaussian).
+with one noise level ``sigma_g`` per noise group ``g`` of the target (``noise_group``, e.g. its
+GPU type; by default one group), ``log sigma_g^2 = b + u_g``, the offsets ``u_g`` drawn around
+the typical level ``b`` (a hierarchical prior, :data:`NOISE_GROUP_SCALE`), and optionally
+(``group_amplitudes``) one kernel amplitude ``a_g`` per group, ``log a_g ~ N(0,
+AMPLITUDE_GROUP_SCALE^2)`` around the unit amplitude of standardised targets (else ``a_g = 1``).
+Why: groups differ in how far measurements scatter from any smooth law, and may differ in how
+strongly the speed varies with the inputs (on Gavel's pairs, V100 speeds spread about twice as
+widely as K80 or P100 ones); one noise level for all is too wide for some rows and too narrow
+for others. The amplitudes sharpen the predictions of a group whose speeds vary widely, but
+leave its noise Gaussian-narrow: where that group's residuals are heavy-tailed, its intervals
+under-cover. A group the fit never saw (a GPU type held out) has no fitted levels: its
+predictive distribution is the model's, with its noise offset (and log amplitude) drawn from
+the prior (:meth:`CensoredColocationGP.log_speed_draws`; a scale mixture of Gaussians,
+heavier-tailed than the typical group's Gaussian).
 
 ``t_j`` and ``o_j`` are each job's own effects, as a target (how much more or less it suffers
 next to anyone than its solo features say) and as a neighbour (how much more or less it
@@ -43,8 +45,8 @@ The Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one 
 Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*, 2006,
 algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the Gaussian
 with the curvature there, and the evidence is the Laplace evidence; the censored rows' factors need
-no inducing-point or variational approximation. ``m``, the length scales, the amplitudes and
-the noise levels maximise the Laplace evidence with the Gaussian model's priors on at most
+no inducing-point or variational approximation. ``m``, the length scales, the effects, the
+amplitudes and the noise levels maximise the Laplace evidence with the Gaussian model's priors on at most
 :data:`~.gp.EVIDENCE_OBSERVATIONS` observations (L-BFGS, from the Gaussian model's fit on the
 same subset); its gradient is exact: the mode enters through one Newton step from the converged
 mode, whose derivative in the hyperparameters is the mode's (Newton's map has zero derivative in
@@ -124,12 +126,12 @@ class _Hyperparameters(gpytorch.Module):
     """Constant mean, ARD RBF kernel (BoTorch's dimension-scaled log-normal length-scale prior,
     unit variance on standardised targets, as :class:`botorch.models.SingleTaskGP`) plus each
     job's own effects as a target and as a neighbour (log standard deviations ``~ N(0,
-    EFFECT_SCALE^2)``), a kernel amplitude per noise group ``g`` (e.g. the target's GPU type,
-    ``log a_g ~ N(0, AMPLITUDE_GROUP_SCALE^2)``) and a noise variance per noise group, ``log
-    sigma_g^2 = b + u_g``: ``b ~ N(NOISE_PRIOR_LOC, 1)`` (BoTorch's ``LogNormal(-4, 1)``
-    noise-variance prior), each group's offset ``u_g ~ N(0, NOISE_GROUP_SCALE^2)``; the
-    length-scale constraint softplus-transformed so that unconstrained L-BFGS steps stay inside
-    it."""
+    EFFECT_SCALE^2)``), a kernel amplitude per noise group ``g`` (e.g. the target's GPU type;
+    ``log a_g ~ N(0, AMPLITUDE_GROUP_SCALE^2)``, fixed at 1 unless fitted) and a noise variance
+    per noise group, ``log sigma_g^2 = b + u_g``: ``b ~ N(NOISE_PRIOR_LOC, 1)`` (BoTorch's
+    ``LogNormal(-4, 1)`` noise-variance prior), each group's offset ``u_g ~ N(0,
+    NOISE_GROUP_SCALE^2)``; the length-scale constraint softplus-transformed so that
+    unconstrained L-BFGS steps stay inside it."""
 
     def __init__(self, dims: int, groups: int) -> None:
         super().__init__()
@@ -328,10 +330,13 @@ class CensoredColocationGP(PairGP):
 
     def __init__(self, hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
                  training: TrainingSet, report: GpFitReport,
-                 noise_group: Callable[[str], str] | None, groups: Sequence[str]) -> None:
+                 noise_group: Callable[[str], str] | None, groups: Sequence[str],
+                 amplitude_scale: float) -> None:
         super().__init__(training, report)
         self._hyper, self._x, self._train_group = hyper, x, data.group
         self._train_jobs = data.jobs
+        # The prior spread of an unseen group's log amplitude (0: amplitudes not fitted).
+        self._amplitude_scale = amplitude_scale
         self._noise_group, self._groups = noise_group, list(groups)
         with torch.no_grad():
             k = hyper.covariance(x, data.group, data.jobs)
@@ -347,13 +352,15 @@ class CensoredColocationGP(PairGP):
 
     @classmethod
     def fit(cls, observations: pd.DataFrame, solo_features: pd.DataFrame, cap: float = 1.0,
-            seed: int = 0, noise_group: Callable[[str], str] | None = None
-            ) -> CensoredColocationGP:
+            seed: int = 0, noise_group: Callable[[str], str] | None = None,
+            group_amplitudes: bool = False) -> CensoredColocationGP:
         """Fit to ``observations`` (as :meth:`.gp.ColocationGP.fit`) whose speeds were recorded
         capped at ``cap``: a speed equal to ``cap`` is censored ("at least ``cap``"); a speed
         above it contradicts the cap (:class:`InterferenceInputError`). ``noise_group`` maps a
         target job to its noise group (e.g. :func:`~.gavel.gpu_of`: measurements on one GPU type
-        share a noise level); ``None``, one noise level for every row. Raises
+        share a noise level); ``None``, one noise level for every row. ``group_amplitudes``: a
+        kernel amplitude per noise group too (else the unit amplitude for all, an unseen
+        group's included). Raises
         :class:`InterferenceFitError` where the fit goes non-finite; warns
         :class:`~perfmodel.errors.UnreliableFitWarning` where L-BFGS stopped before the
         gradient was small."""
@@ -377,6 +384,7 @@ class CensoredColocationGP(PairGP):
                       _job_codes(training.solo, observations["target"], observations["other"]))
         subset = torch.as_tensor(evidence_subset(len(y), seed))
         hyper = _Hyperparameters(x.shape[1], len(groups)).to(x.dtype)
+        hyper.amplitude_logs.requires_grad_(group_amplitudes)
         with warnings.catch_warnings():
             # Only a start: whether the fit converged is judged on the censored evidence.
             warnings.simplefilter("ignore", UnreliableFitWarning)
@@ -389,9 +397,9 @@ class CensoredColocationGP(PairGP):
             noises = dict(zip(groups, hyper.sigma(every).tolist(), strict=True))
             amplitudes = dict(zip(groups, hyper.amplitude(every).tolist(), strict=True))
         report = replace(report, noise=typical, noise_groups=noises if noise_group else {},
-                         amplitude_groups=amplitudes if noise_group else {})
+                         amplitude_groups=amplitudes if noise_group and group_amplitudes else {})
         return cls(hyper, x, data, training, report.with_noise_scale(training.y_scale),
-                   noise_group, groups)
+                   noise_group, groups, AMPLITUDE_GROUP_SCALE if group_amplitudes else 0.0)
 
     def log_speed_moments(self, targets: Sequence[str], others: Sequence[str]
                           ) -> tuple[np.ndarray, np.ndarray]:
@@ -406,9 +414,9 @@ class CensoredColocationGP(PairGP):
             # An unseen group's amplitude a = exp(c), c ~ N(0, s^2): E[a] = exp(s^2 / 2),
             # E[a^2] = exp(2 s^2); its noise variance's mean exp(b + NOISE_GROUP_SCALE^2 / 2).
             first = torch.where(known, self._hyper.amplitude(group),
-                                torch.tensor(math.exp(0.5 * AMPLITUDE_GROUP_SCALE**2)))
+                                torch.tensor(math.exp(0.5 * self._amplitude_scale**2)))
             second = torch.where(known, self._hyper.amplitude(group) ** 2,
-                                 torch.tensor(math.exp(2 * AMPLITUDE_GROUP_SCALE**2)))
+                                 torch.tensor(math.exp(2 * self._amplitude_scale**2)))
             noise = self._hyper.noise_variance(group, torch.tensor(0.5 * NOISE_GROUP_SCALE**2))
             noise = torch.where(known, self._hyper.noise_variance(group), noise)
             mean = self._hyper.mean(x) + first * shift
@@ -431,7 +439,7 @@ class CensoredColocationGP(PairGP):
         which = torch.as_tensor([unseen.index(label) if label in unseen else 0
                                  for label in labels])
         normal = torch.as_tensor(rng.standard_normal((2, num_samples, max(len(unseen), 1))))
-        amplitude_logs = (AMPLITUDE_GROUP_SCALE * normal[0])[:, which]
+        amplitude_logs = (self._amplitude_scale * normal[0])[:, which]
         noise_offsets = (NOISE_GROUP_SCALE * normal[1])[:, which]
         with torch.no_grad():
             shift, spread = self._latent(x, _job_codes(self.data.solo, targets, others))
