@@ -18,8 +18,9 @@ the same solo features (of the target job and of its neighbour):
   batch size among them); gp+family: the same with the job family one-hot beside them.
 - gp-censored, gp-censored+family: the same inputs,
   :class:`bayes_sched.interference.gp_censored.CensoredColocationGP`, which reads a recorded
-  speed of 1 as "at least 1" (a censored observation) instead of an exact 1, with one noise
-  level per GPU type (a held-out type gets the prior's mean over types).
+  speed of 1 as "at least 1" (a censored observation) instead of an exact 1, learns each job's
+  own effects as target and neighbour, and has one noise level per GPU type (a held-out type's
+  drawn from its prior).
 
 The batch size reaches every method as ``--batch-features`` says (several run side by side on
 the same folds, one row per feature choice and method): ``absolute``, the log batch size;
@@ -184,7 +185,7 @@ def run_gp(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame,
            censored: bool = False) -> tuple:
     """Median, 90% interval and probability below the cap of the GP co-location model on
     ``test``: the Gaussian one, or with ``censored`` the one that reads a recorded speed of 1
-    as "at least 1" (one noise level per GPU type)."""
+    as "at least 1" (a noise level per GPU type)."""
     model = (CensoredColocationGP.fit(train, features, cap=RECORDED_SPEED_CAP,
                                       noise_group=gpu_of) if censored
              else ColocationGP.fit(train, features))

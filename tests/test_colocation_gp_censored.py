@@ -110,3 +110,77 @@ def test_censored_gp_fits_one_noise_level_per_group() -> None:
         covered[name] = (test["true"] >= low) & (test["true"] <= high)
     assert covered["grouped"][on_noisy].mean() >= 0.8
     assert covered["one"][on_noisy].mean() < covered["grouped"][on_noisy].mean()
+
+
+def _strong_and_weak(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    # Targets job8-job15 ("strong") feel their neighbours 2.5 times as much as job0-job7
+    # ("weak"); both measured with the same noise.
+    pairs, solo = synthetic_pairs(16, seed=seed, offset=0.0, noise=0.0)
+    rng = np.random.default_rng(seed + 1)
+    strong = pairs["target"].str[3:].astype(int) >= 8
+    law = np.log(pairs["true"]) * np.where(strong, 2.5, 1.0)
+    true = np.exp(law + 0.02 * rng.standard_normal(len(pairs)))
+    return pairs.assign(true=true, speed=np.minimum(true, 1.0)), solo
+
+
+def _strength(job: str) -> str:
+    return "strong" if int(job[3:]) >= 8 else "weak"
+
+
+def test_censored_gp_fits_one_kernel_amplitude_per_group() -> None:
+    # A group whose speeds vary more with the inputs gets a larger amplitude, not a larger
+    # noise: both groups' noise levels come back near the 0.02 they were measured with.
+    pairs, solo = _strong_and_weak(seed=4)
+    with one_torch_thread():
+        model = CensoredColocationGP.fit(pairs, solo, cap=1.0, noise_group=_strength,
+                                         group_amplitudes=True)
+    assert model.report.converged
+    amplitudes, noises = model.report.amplitude_groups, model.report.noise_groups
+    assert amplitudes["strong"] / amplitudes["weak"] > 1.8
+    for group in ("strong", "weak"):
+        assert abs(math.log(noises[group] / 0.02)) < math.log(1.6)
+
+
+def test_censored_gp_draws_an_unseen_groups_levels_from_their_prior() -> None:
+    # Fitted on the weak targets only, a strong target's group is unseen: its draws mix over
+    # the group's amplitude and noise level (heavier tails than a Gaussian), with the
+    # mixture's moments log_speed_moments reports; a seen group's draws are Gaussian.
+    pairs, solo = _strong_and_weak(seed=5)
+    weak = pairs["target"].map(_strength).eq("weak")
+    with one_torch_thread():
+        model = CensoredColocationGP.fit(pairs[weak], solo, cap=1.0, noise_group=_strength,
+                                         group_amplitudes=True)
+    targets, others = ["job12", "job3"], ["job5", "job6"]
+    mean, sd = model.log_speed_moments(targets, others)
+    draws = np.log(model.predict_speed(targets, others, num_samples=40_000).samples)
+    np.testing.assert_allclose(draws.mean(axis=0), mean, atol=0.05 * sd.max())
+    np.testing.assert_allclose(draws.std(axis=0), sd, rtol=0.05)
+    excess = ((draws - draws.mean(axis=0)) ** 4).mean(axis=0) / draws.var(axis=0) ** 2 - 3
+    assert excess[0] > 0.5 and abs(excess[1]) < 0.2
+
+
+def test_censored_gp_separates_each_jobs_own_effect_from_the_noise() -> None:
+    # Jobs job8-job15 show the same solo features as job0-job7, and each target job runs 0.2
+    # (sd, log speed) faster or slower next to anyone than its features say: a job's own
+    # effect, which no function of the features can tell apart, learned from its other pairs;
+    # the fitted noise stays near the 0.02 measured, and held-out pairs of known jobs are
+    # predicted within a few noise levels.
+    pairs, solo = synthetic_pairs(16, seed=6, offset=0.0, noise=0.0)
+    solo.iloc[8:] = solo.iloc[:8].to_numpy()
+    twin = {f"job{i}": f"job{i % 8}" for i in range(16)}
+    law = -1.2 * pairs["other"].map(twin).map(solo["util"]) * (
+        0.3 + pairs["target"].map(twin).map(solo["mem"]))
+    pairs = pairs.assign(true=np.exp(law))
+    rng = np.random.default_rng(7)
+    own = pd.Series(0.2 * rng.standard_normal(len(solo)), index=solo.index)
+    true = np.exp(np.log(pairs["true"]) + pairs["target"].map(own)
+                  + 0.02 * rng.standard_normal(len(pairs)))
+    pairs = pairs.assign(true=true, speed=np.minimum(true, 1.0))
+    held = pairs.index.isin(rng.choice(pairs.index, 24, replace=False))
+    train, test = pairs[~held], pairs[held & (pairs["speed"] < 1.0)]
+    with one_torch_thread():
+        model = CensoredColocationGP.fit(train, solo, cap=1.0)
+    assert model.report.converged
+    assert abs(math.log(model.report.noise / 0.02)) < math.log(1.6)
+    mean, _ = model.log_speed_moments(list(test["target"]), list(test["other"]))
+    assert np.sqrt(np.mean((mean - np.log(test["speed"])) ** 2)) < 0.06

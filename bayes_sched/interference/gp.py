@@ -74,7 +74,8 @@ class GpFitReport:
     ``converged``, and the fitted length scale per input (``lengthscales``, standardised units)
     and noise standard deviation (``noise``, log speed; where it differs between rows, their
     geometric mean), and where the noise has one level per noise group, each group's
-    (``noise_groups``, log speed)."""
+    (``noise_groups``, log speed) and kernel amplitude (``amplitude_groups``, log speed: the
+    standard deviation of the group's latent log speed a priori)."""
 
     loss: float
     gradient_norm: float
@@ -82,11 +83,15 @@ class GpFitReport:
     lengthscales: dict[str, float]
     noise: float
     noise_groups: dict[str, float] = field(default_factory=dict)
+    amplitude_groups: dict[str, float] = field(default_factory=dict)
 
     def with_noise_scale(self, y_scale: float) -> GpFitReport:
-        """This report with its noise in log-speed units (the fits see standardised targets)."""
+        """This report with its noise and amplitudes in log-speed units (the fits see
+        standardised targets)."""
         return replace(self, noise=self.noise * y_scale,
-                       noise_groups={g: v * y_scale for g, v in self.noise_groups.items()})
+                       noise_groups={g: v * y_scale for g, v in self.noise_groups.items()},
+                       amplitude_groups={g: v * y_scale
+                                         for g, v in self.amplitude_groups.items()})
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,14 @@ class PairGP(ABC):
         """Predictive mean and standard deviation of ``log(speed)`` (noise included), each
         ``(N,)``."""
 
+    def log_speed_draws(self, targets: Sequence[str], others: Sequence[str],
+                        num_samples: int, rng: np.random.Generator) -> np.ndarray:
+        """Predictive draws of ``log(speed)`` ``(num_samples, N)``: by default Gaussian with
+        :meth:`log_speed_moments`; a model whose predictive distribution is not Gaussian
+        draws from it instead."""
+        mean, sd = self.log_speed_moments(targets, others)
+        return mean + sd * rng.standard_normal((num_samples, len(mean)))
+
     def require_converged(self) -> None:
         """Raise :class:`InterferenceFitError` (one line) if the hyperparameter fit did not
         converge (:attr:`GpFitReport.converged`)."""
@@ -188,9 +201,8 @@ class PairGP(ABC):
         unknown = sorted((set(targets) | set(others)) - set(self.solo_features.index))
         if unknown:
             raise InterferenceInputError(f"job {unknown[0]!r} has no row in the solo features")
-        mean, sd = self.log_speed_moments(targets, others)
         rng = np.random.default_rng(seed)
-        draws = np.exp(mean + sd * rng.standard_normal((num_samples, len(mean))))
+        draws = np.exp(self.log_speed_draws(targets, others, num_samples, rng))
         cold = np.array([t not in self.fitted_jobs for t in targets])
         return SpeedPrediction(draws, cold)
 

@@ -12,23 +12,41 @@ noise is fitted on what was measured.
 
 Model (same inputs, standardisation, kernel and priors as :mod:`.gp`)::
 
-    y* = m + f(x_target, x_other) + eps,   f ~ GP(0, k_ARD),   eps ~ N(0, sigma_g^2)
+    y* = m + a_g (f(x_target, x_other) + t_target + o_other) + eps,   f ~ GP(0, k_ARD),
+    t_j ~ N(0, tau_t^2),   o_j ~ N(0, tau_o^2),   eps ~ N(0, sigma_g^2)
     recorded log speed = min(y*, log cap)
 
-with one noise level per noise group ``g`` of the target (``noise_group``, e.g. its GPU type;
-by default one group): ``log sigma_g^2 = b + u_g``, the offsets ``u_g`` drawn around the typical
-level ``b`` (a hierarchical prior, :data:`NOISE_GROUP_SCALE`). Why: measurements differ in how
-far they scatter from any smooth law by where they were taken (on Gavel's pairs, the residuals
-of held-out V100 pairs are about three times those of K80 or P100 pairs), and one noise level
-for all is then too wide for some rows and too narrow for others. A group the fit never saw (a
-GPU type held out) gets the prior's mean noise variance over groups, ``exp(b + scale^2 / 2)``.
+with one noise level ``sigma_g`` per noise group ``g`` of the target (``noise_group``, e.g. its
+GPU type; by default one group), ``log sigma_g^2 = b + u_g``, the offsets ``u_g`` drawn around
+the typical level ``b`` (a hierarchical prior, :data:`NOISE_GROUP_SCALE`), and optionally
+(``group_amplitudes``) one kernel amplitude ``a_g`` per group, ``log a_g ~ N(0,
+AMPLITUDE_GROUP_SCALE^2)`` around the unit amplitude of standardised targets (else ``a_g = 1``).
+Why: groups differ in how far measurements scatter from any smooth law, and may differ in how
+strongly the speed varies with the inputs (on Gavel's pairs, V100 speeds spread about twice as
+widely as K80 or P100 ones); one noise level for all is too wide for some rows and too narrow
+for others. The amplitudes sharpen the predictions of a group whose speeds vary widely, but
+leave its noise Gaussian-narrow: where that group's residuals are heavy-tailed, its intervals
+under-cover. A group the fit never saw (a GPU type held out) has no fitted levels: its
+predictive distribution is the model's, with its noise offset (and log amplitude) drawn from
+the prior (:meth:`CensoredColocationGP.log_speed_draws`; a scale mixture of Gaussians,
+heavier-tailed than the typical group's Gaussian).
+
+``t_j`` and ``o_j`` are each job's own effects, as a target (how much more or less it suffers
+next to anyone than its solo features say) and as a neighbour (how much more or less it
+disturbs), ``log tau ~ N(0, EFFECT_SCALE^2)`` around the smooth law's unit amplitude. Why:
+the solo features do not tell everything about a job; without its own effects the smooth law
+must either bend to each job's pairs (short length scales, which then extrapolate wildly to a
+job never co-located) or call the difference noise (wide intervals and smoothed predictions for
+jobs whose pairs were measured). With them, a job's measured pairs inform its other pairs
+through its effects, and a job never co-located gets the effects' prior variance and the smooth
+law's mean.
 
 The Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode and the
 Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*, 2006,
 algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the Gaussian
 with the curvature there, and the evidence is the Laplace evidence; the censored rows' factors need
-no inducing-point or variational approximation. ``m``, the length scales and
-the noise levels maximise the Laplace evidence with the Gaussian model's priors on at most
+no inducing-point or variational approximation. ``m``, the length scales, the effects, the
+amplitudes and the noise levels maximise the Laplace evidence with the Gaussian model's priors on at most
 :data:`~.gp.EVIDENCE_OBSERVATIONS` observations (L-BFGS, from the Gaussian model's fit on the
 same subset); its gradient is exact: the mode enters through one Newton step from the converged
 mode, whose derivative in the hyperparameters is the mode's (Newton's map has zero derivative in
@@ -70,10 +88,15 @@ from bayes_sched.interference.model import InterferenceFitError
 from bayes_sched.interference.tables import InterferenceInputError
 from perfmodel.errors import UnreliableFitWarning
 
-#: Newton iterations at most for the posterior mode, and the largest change of the latent
-#: values (standardised units) of a converged one.
+#: Newton iterations at most for the posterior mode; the search ends where a step changes no
+#: latent value (standardised units) by more than NEWTON_TOLERANCE, or raises the objective by
+#: less than NEWTON_GAIN times its magnitude (for a concave objective a Newton step's gain
+#: measures how far below the maximum it started; changes of the latent values can stay above
+#: any fixed size where the kernel matrix is ill-conditioned, float64 rounding of its solves
+#: moving them while the objective no longer changes).
 NEWTON_ITERATIONS = 50
 NEWTON_TOLERANCE = 1e-8
+NEWTON_GAIN = 1e-12
 #: Halvings of one Newton step at most while the objective falls.
 NEWTON_HALVINGS = 30
 #: Jitter added to the kernel matrix's diagonal (standardised units).
@@ -84,6 +107,16 @@ JITTER = 1e-6
 #: about 2.7, of the typical one with 95% probability.
 NOISE_PRIOR_LOC = -4.0
 NOISE_GROUP_SCALE = 1.0
+#: Each noise group's kernel amplitude ``a_g = exp(c_g)``, ``c_g ~ N(0,
+#: AMPLITUDE_GROUP_SCALE^2)`` around the unit amplitude of standardised targets: the same
+#: prior spread as a group's noise standard deviation has (half its log variance's), a factor
+#: of about 2.7 either way with 95% probability.
+AMPLITUDE_GROUP_SCALE = 0.5 * NOISE_GROUP_SCALE
+#: Each job's own effects on log speed, as a target (``tau_t``) and as a neighbour
+#: (``tau_o``), relative to the smooth law's unit amplitude: ``log tau ~ N(0, EFFECT_SCALE^2)``,
+#: no preference a priori between a job's own effect and the smooth law (each as likely the
+#: larger), within a factor of about 7 of each other with 95% probability.
+EFFECT_SCALE = 1.0
 #: Smallest noise standard deviation (standardised units): its square is added to every
 #: group's noise variance.
 MIN_NOISE = 1e-3
@@ -91,11 +124,14 @@ MIN_NOISE = 1e-3
 
 class _Hyperparameters(gpytorch.Module):
     """Constant mean, ARD RBF kernel (BoTorch's dimension-scaled log-normal length-scale prior,
-    unit variance on standardised targets, as :class:`botorch.models.SingleTaskGP`) and a noise
-    variance per noise group ``g`` (e.g. the target's GPU type), ``log sigma_g^2 = b + u_g``:
-    ``b ~ N(NOISE_PRIOR_LOC, 1)`` (BoTorch's ``LogNormal(-4, 1)`` noise-variance prior), each
-    group's offset ``u_g ~ N(0, NOISE_GROUP_SCALE^2)``; the length-scale constraint
-    softplus-transformed so that unconstrained L-BFGS steps stay inside it."""
+    unit variance on standardised targets, as :class:`botorch.models.SingleTaskGP`) plus each
+    job's own effects as a target and as a neighbour (log standard deviations ``~ N(0,
+    EFFECT_SCALE^2)``), a kernel amplitude per noise group ``g`` (e.g. the target's GPU type;
+    ``log a_g ~ N(0, AMPLITUDE_GROUP_SCALE^2)``, fixed at 1 unless fitted) and a noise variance
+    per noise group, ``log sigma_g^2 = b + u_g``: ``b ~ N(NOISE_PRIOR_LOC, 1)`` (BoTorch's
+    ``LogNormal(-4, 1)`` noise-variance prior), each group's offset ``u_g ~ N(0,
+    NOISE_GROUP_SCALE^2)``; the length-scale constraint softplus-transformed so that
+    unconstrained L-BFGS steps stay inside it."""
 
     def __init__(self, dims: int, groups: int) -> None:
         super().__init__()
@@ -106,6 +142,9 @@ class _Hyperparameters(gpytorch.Module):
             lengthscale_constraint=GreaterThan(2.5e-2, initial_value=prior.mode))
         self.noise_bias = torch.nn.Parameter(torch.tensor(NOISE_PRIOR_LOC))
         self.noise_offsets = torch.nn.Parameter(torch.zeros(groups))
+        self.amplitude_logs = torch.nn.Parameter(torch.zeros(groups))
+        # Log standard deviations of a job's own effects as a target and as a neighbour.
+        self.effect_logs = torch.nn.Parameter(torch.zeros(2))
 
     def copy_from(self, start: SingleTaskGP) -> None:
         """Take the mean, length scales and (one) noise of a fitted ``SingleTaskGP``."""
@@ -117,26 +156,50 @@ class _Hyperparameters(gpytorch.Module):
             self.kernel.lengthscale = kernel.lengthscale.detach()
             self.noise_bias.copy_(likelihood.noise.detach().reshape(()).log())
             self.noise_offsets.zero_()
+            self.amplitude_logs.zero_()
+            self.effect_logs.zero_()
 
-    def noise_variance(self, group: torch.Tensor) -> torch.Tensor:
+    def noise_variance(self, group: torch.Tensor, unseen: torch.Tensor | None = None
+                       ) -> torch.Tensor:
         """Noise variance (standardised units) of rows in noise groups ``group`` ``(N,)``
-        (indices; -1 for a group the fit never saw, which gets the prior's mean over groups,
-        ``exp(b + NOISE_GROUP_SCALE^2 / 2)``), ``(N,)``."""
-        known = group >= 0
-        offsets = torch.where(known, self.noise_offsets[group.clamp_min(0)],
-                              torch.full_like(self.noise_bias, 0.5 * NOISE_GROUP_SCALE**2))
+        (indices; -1 for a group the fit never saw, whose offset from the typical level is
+        ``unseen`` (broadcast against ``group``; a draw from the prior), by default 0),
+        ``(..., N)``."""
+        offsets = _group_values(self.noise_offsets, group, unseen)
         return (self.noise_bias + offsets).exp() + MIN_NOISE**2
+
+    def amplitude(self, group: torch.Tensor, unseen: torch.Tensor | None = None
+                  ) -> torch.Tensor:
+        """Kernel amplitude ``a_g`` of rows in noise groups ``group`` ``(N,)`` (an unseen
+        group's log amplitude ``unseen``, by default 0: the prior's median), ``(..., N)``."""
+        return _group_values(self.amplitude_logs, group, unseen).exp()
 
     def sigma(self, group: torch.Tensor) -> torch.Tensor:
         """Noise standard deviation (standardised units) of rows in noise groups ``group``."""
         return self.noise_variance(group).sqrt()
 
-    def covariance(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
-        """Kernel matrix ``(N, N)`` of ``x`` with jitter, or ``(N, M)`` of ``x`` and ``z``."""
-        if z is None:
-            k = self.kernel(x).to_dense()
-            return k + JITTER * torch.eye(len(x), dtype=x.dtype)
-        return self.kernel(x, z).to_dense()
+    def covariance(self, x: torch.Tensor, group: torch.Tensor, jobs: torch.Tensor,
+                   z: torch.Tensor | None = None, z_jobs: torch.Tensor | None = None
+                   ) -> torch.Tensor:
+        """Kernel matrix ``a_i a_j c(i, j)`` ``(N, N)`` of rows ``x`` in noise groups ``group``
+        whose (target, neighbour) jobs are ``jobs`` ``(N, 2)`` (codes), with jitter; or
+        ``a_i c(i, j)`` ``(N, M)`` of them and rows ``z`` of jobs ``z_jobs`` (the amplitude of
+        ``z``'s rows left to the caller). ``c(i, j) = k(x_i, x_j) + tau_t^2 [same target] +
+        tau_o^2 [same neighbour]`` (:meth:`unit_variance` on the diagonal)."""
+        amplitude = self.amplitude(group)
+        tau = (2 * self.effect_logs).exp()
+        if z is None or z_jobs is None:
+            z, z_jobs = x, jobs
+        same = (jobs[:, None, :] == z_jobs[None, :, :]).to(x.dtype)
+        c = self.kernel(x, z).to_dense() + same @ tau
+        if z is x:
+            return (amplitude[:, None] * c * amplitude
+                    + JITTER * torch.eye(len(x), dtype=x.dtype))
+        return amplitude[:, None] * c
+
+    def unit_variance(self) -> torch.Tensor:
+        """A row's prior latent variance at unit amplitude, ``1 + tau_t^2 + tau_o^2``."""
+        return 1.0 + (2 * self.effect_logs).exp().sum()
 
     def log_prior(self) -> torch.Tensor:
         """Sum of the hyperparameters' log prior densities (the noise's up to constants)."""
@@ -145,7 +208,24 @@ class _Hyperparameters(gpytorch.Module):
                       torch.zeros((), dtype=torch.float64))
         bias = -0.5 * (self.noise_bias - NOISE_PRIOR_LOC) ** 2
         offsets = -0.5 * (self.noise_offsets / NOISE_GROUP_SCALE).pow(2).sum()
-        return lengths + bias + offsets
+        amplitudes = -0.5 * (self.amplitude_logs / AMPLITUDE_GROUP_SCALE).pow(2).sum()
+        effects = -0.5 * (self.effect_logs / EFFECT_SCALE).pow(2).sum()
+        return lengths + bias + offsets + amplitudes + effects
+
+
+def _job_codes(solo: pd.DataFrame, targets: Sequence[str] | pd.Series,
+               others: Sequence[str] | pd.Series) -> torch.Tensor:
+    """Each row's (target, neighbour) as positions in the solo table's index ``(N, 2)``."""
+    return torch.as_tensor(np.stack([solo.index.get_indexer(list(targets)),
+                                     solo.index.get_indexer(list(others))], axis=1))
+
+
+def _group_values(values: torch.Tensor, group: torch.Tensor, unseen: torch.Tensor | None
+                  ) -> torch.Tensor:
+    """``values[group]`` ``(N,)``, where ``group`` is -1 (a group the fit never saw)
+    ``unseen`` instead (0 by default; broadcast: ``(S, 1)`` gives ``(S, N)``)."""
+    fill = torch.zeros((), dtype=values.dtype) if unseen is None else unseen
+    return torch.where(group >= 0, values[group.clamp_min(0)], fill)
 
 
 @dataclass(frozen=True)
@@ -158,10 +238,12 @@ class _Tobit:
     censored: torch.Tensor
     upper: float
     group: torch.Tensor
+    jobs: torch.Tensor
 
     def subset(self, rows: torch.Tensor) -> _Tobit:
         """The observations at indices ``rows``."""
-        return _Tobit(self.y[rows], self.censored[rows], self.upper, self.group[rows])
+        return _Tobit(self.y[rows], self.censored[rows], self.upper, self.group[rows],
+                      self.jobs[rows])
 
     def terms(self, f: torch.Tensor, sigma: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -197,7 +279,11 @@ def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, sigma: torch.Tensor
     """The posterior mode of ``g = f - m`` (no gradient), by Newton's method from zero, each
     step halved until the objective ``log p(y | m + g) - g' K^-1 g / 2`` does not fall (the
     objective is concave, so a short enough Newton step always raises it; full steps can
-    overshoot where the noise is small against the kernel's variance)."""
+    overshoot where the noise is small against the kernel's variance). It ends where a step
+    changes the latent values or the objective by less than :data:`NEWTON_TOLERANCE` and
+    :data:`NEWTON_GAIN` say, or where no halving of a step raises the objective (rounding,
+    not the objective's shape, then sets what a step does: a line search of the evidence can
+    try hyperparameters whose kernel matrix is nearly singular)."""
 
     def objective(g: torch.Tensor, a: torch.Tensor) -> float:
         return float(data.terms(mean + g, sigma)[0] - 0.5 * (a @ g))
@@ -214,17 +300,22 @@ def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, sigma: torch.Tensor
                 # g and a = K^-1 g move together: a step's fraction is linear in both.
                 new, new_a = 0.5 * (g + new), 0.5 * (a + new_a)
                 new_value = objective(new, new_a)
-            if float((new - g).abs().max()) < NEWTON_TOLERANCE:
+            else:
+                return g
+            change, gain = float((new - g).abs().max()), new_value - value
+            if change < NEWTON_TOLERANCE or gain <= NEWTON_GAIN * abs(value):
                 return new
             g, a, value = new, new_a, new_value
     raise InterferenceFitError(f"the censored GP's posterior mode did not converge in "
-                               f"{NEWTON_ITERATIONS} Newton iterations")
+                               f"{NEWTON_ITERATIONS} Newton iterations (the last changed a "
+                               f"latent value by {change:.2g} and the objective {value:.6g} "
+                               f"by {gain:.2g})")
 
 
 def _laplace_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit) -> torch.Tensor:
     """Laplace log evidence plus log prior, per observation, differentiable in the
     hyperparameters (see the module docstring for why its gradient is exact)."""
-    k = hyper.covariance(x)
+    k = hyper.covariance(x, data.group, data.jobs)
     mean, sigma = hyper.mean(x), hyper.sigma(data.group)
     g, a = _newton_step(k, mean, _mode(k, mean, data, sigma), data, sigma)
     log_lik, _, w = data.terms(mean + g, sigma)
@@ -239,12 +330,16 @@ class CensoredColocationGP(PairGP):
 
     def __init__(self, hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
                  training: TrainingSet, report: GpFitReport,
-                 noise_group: Callable[[str], str] | None, groups: Sequence[str]) -> None:
+                 noise_group: Callable[[str], str] | None, groups: Sequence[str],
+                 amplitude_scale: float) -> None:
         super().__init__(training, report)
-        self._hyper, self._x = hyper, x
+        self._hyper, self._x, self._train_group = hyper, x, data.group
+        self._train_jobs = data.jobs
+        # The prior spread of an unseen group's log amplitude (0: amplitudes not fitted).
+        self._amplitude_scale = amplitude_scale
         self._noise_group, self._groups = noise_group, list(groups)
         with torch.no_grad():
-            k = hyper.covariance(x)
+            k = hyper.covariance(x, data.group, data.jobs)
             mean, sigma = hyper.mean(x), hyper.sigma(data.group)
             g = _mode(k, mean, data, sigma)
             _, gradient, w = data.terms(mean + g, sigma)
@@ -257,13 +352,15 @@ class CensoredColocationGP(PairGP):
 
     @classmethod
     def fit(cls, observations: pd.DataFrame, solo_features: pd.DataFrame, cap: float = 1.0,
-            seed: int = 0, noise_group: Callable[[str], str] | None = None
-            ) -> CensoredColocationGP:
+            seed: int = 0, noise_group: Callable[[str], str] | None = None,
+            group_amplitudes: bool = False) -> CensoredColocationGP:
         """Fit to ``observations`` (as :meth:`.gp.ColocationGP.fit`) whose speeds were recorded
         capped at ``cap``: a speed equal to ``cap`` is censored ("at least ``cap``"); a speed
         above it contradicts the cap (:class:`InterferenceInputError`). ``noise_group`` maps a
         target job to its noise group (e.g. :func:`~.gavel.gpu_of`: measurements on one GPU type
-        share a noise level); ``None``, one noise level for every row. Raises
+        share a noise level); ``None``, one noise level for every row. ``group_amplitudes``: a
+        kernel amplitude per noise group too (else the unit amplitude for all, an unseen
+        group's included). Raises
         :class:`InterferenceFitError` where the fit goes non-finite; warns
         :class:`~perfmodel.errors.UnreliableFitWarning` where L-BFGS stopped before the
         gradient was small."""
@@ -283,9 +380,11 @@ class CensoredColocationGP(PairGP):
         groups = sorted(set(labels))
         index = {g: i for i, g in enumerate(groups)}
         data = _Tobit(torch.where(censored, torch.tensor(upper, dtype=y.dtype), y), censored,
-                      upper, torch.as_tensor([index[g] for g in labels]))
+                      upper, torch.as_tensor([index[g] for g in labels]),
+                      _job_codes(training.solo, observations["target"], observations["other"]))
         subset = torch.as_tensor(evidence_subset(len(y), seed))
         hyper = _Hyperparameters(x.shape[1], len(groups)).to(x.dtype)
+        hyper.amplitude_logs.requires_grad_(group_amplitudes)
         with warnings.catch_warnings():
             # Only a start: whether the fit converged is judged on the censored evidence.
             warnings.simplefilter("ignore", UnreliableFitWarning)
@@ -294,28 +393,73 @@ class CensoredColocationGP(PairGP):
         with torch.no_grad():
             # The report's noise: geometric mean over the training rows; and each group's.
             typical = float(hyper.noise_variance(data.group).log().mean().mul(0.5).exp())
-            by_group = hyper.sigma(torch.arange(len(groups))).numpy()
-        report = replace(report, noise=typical, noise_groups={
-            g: float(v) for g, v in zip(groups, by_group, strict=True)} if noise_group else {})
+            every = torch.arange(len(groups))
+            noises = dict(zip(groups, hyper.sigma(every).tolist(), strict=True))
+            amplitudes = dict(zip(groups, hyper.amplitude(every).tolist(), strict=True))
+        report = replace(report, noise=typical, noise_groups=noises if noise_group else {},
+                         amplitude_groups=amplitudes if noise_group and group_amplitudes else {})
         return cls(hyper, x, data, training, report.with_noise_scale(training.y_scale),
-                   noise_group, groups)
+                   noise_group, groups, AMPLITUDE_GROUP_SCALE if group_amplitudes else 0.0)
 
     def log_speed_moments(self, targets: Sequence[str], others: Sequence[str]
                           ) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and standard deviation of the uncensored ``log(speed)`` (noise
-        included), each ``(N,)``."""
-        x = self.data.inputs_of(targets, others)
+        included), each ``(N,)``; for a target in a noise group the fit never saw, those of
+        the mixture over the group's amplitude and noise level drawn from their priors
+        (:meth:`log_speed_draws` draws from it)."""
+        x, group = self.data.inputs_of(targets, others), self._group_index(targets)
         with torch.no_grad():
-            cross = self._hyper.covariance(self._x, x)
-            mean = self._hyper.mean(x) + cross.T @ self._gradient
-            v = torch.linalg.solve_triangular(self._chol, self._root[:, None] * cross,
-                                              upper=False)
-            prior = torch.ones(len(x), dtype=x.dtype)  # unit kernel variance
-            variance = (prior - (v**2).sum(dim=0)
-                        + self._hyper.noise_variance(self._group_index(targets)))
+            shift, spread = self._latent(x, _job_codes(self.data.solo, targets, others))
+            known = group >= 0
+            # An unseen group's amplitude a = exp(c), c ~ N(0, s^2): E[a] = exp(s^2 / 2),
+            # E[a^2] = exp(2 s^2); its noise variance's mean exp(b + NOISE_GROUP_SCALE^2 / 2).
+            first = torch.where(known, self._hyper.amplitude(group),
+                                torch.tensor(math.exp(0.5 * self._amplitude_scale**2)))
+            second = torch.where(known, self._hyper.amplitude(group) ** 2,
+                                 torch.tensor(math.exp(2 * self._amplitude_scale**2)))
+            noise = self._hyper.noise_variance(group, torch.tensor(0.5 * NOISE_GROUP_SCALE**2))
+            noise = torch.where(known, self._hyper.noise_variance(group), noise)
+            mean = self._hyper.mean(x) + first * shift
+            variance = second * (spread + shift**2) - (first * shift) ** 2 + noise
         return (mean.numpy() * self.data.y_scale + self.data.y_mean,
                 variance.clamp_min(0).sqrt().numpy() * self.data.y_scale)
 
+    def log_speed_draws(self, targets: Sequence[str], others: Sequence[str],
+                        num_samples: int, rng: np.random.Generator) -> np.ndarray:
+        """Predictive draws of the uncensored ``log(speed)`` ``(num_samples, N)``. A target in
+        a noise group the fit never saw (e.g. a GPU type held out) has no fitted amplitude or
+        noise level: each draw takes its group's log amplitude and noise offset from their
+        priors (one draw per unseen group and sample), so its predictive distribution is the
+        hierarchical model's, a scale mixture of Gaussians, not the Gaussian of the typical
+        group's levels."""
+        x, group = self.data.inputs_of(targets, others), self._group_index(targets)
+        labels = [self._noise_group(t) if self._noise_group else "" for t in targets]
+        unseen = sorted({label for label, g in zip(labels, group.tolist(), strict=True)
+                         if g < 0})
+        which = torch.as_tensor([unseen.index(label) if label in unseen else 0
+                                 for label in labels])
+        normal = torch.as_tensor(rng.standard_normal((2, num_samples, max(len(unseen), 1))))
+        amplitude_logs = (self._amplitude_scale * normal[0])[:, which]
+        noise_offsets = (NOISE_GROUP_SCALE * normal[1])[:, which]
+        with torch.no_grad():
+            shift, spread = self._latent(x, _job_codes(self.data.solo, targets, others))
+            amplitude = self._hyper.amplitude(group, amplitude_logs)
+            variance = (amplitude**2 * spread
+                        + self._hyper.noise_variance(group, noise_offsets))
+            draws = (self._hyper.mean(x) + amplitude * shift
+                     + variance.sqrt() * torch.as_tensor(
+                         rng.standard_normal((num_samples, len(x)))))
+        return draws.numpy() * self.data.y_scale + self.data.y_mean
+
+    def _latent(self, x: torch.Tensor, jobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior of the unit-amplitude latent at standardised inputs ``x`` ``(M, D)``: its
+        mean and variance, each ``(M,)`` (a target of amplitude ``a`` has latent mean ``a``
+        times the first, variance ``a^2`` times the second: its covariance with every
+        training row is ``a`` times the unit one's)."""
+        cross = self._hyper.covariance(self._x, self._train_group, self._train_jobs, x, jobs)
+        shift = cross.T @ self._gradient
+        v = torch.linalg.solve_triangular(self._chol, self._root[:, None] * cross, upper=False)
+        return shift, (self._hyper.unit_variance() - (v**2).sum(dim=0)).clamp_min(0)
 
     def _group_index(self, targets: Sequence[str]) -> torch.Tensor:
         """Noise group index of each target ``(N,)``, -1 for a group the fit never saw."""
