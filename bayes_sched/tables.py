@@ -30,7 +30,8 @@ def print_table(
     as_json: bool = False,
     float_format: str = "{:.4g}",
 ) -> None:
-    """Print ``rows`` (dicts sharing keys) as a table on stdout, or as a JSON list.
+    """Print ``rows`` (dicts) as a table on stdout, or as a JSON list. The columns are the
+    rows' keys in order of first appearance; a row without a key shows :data:`MISSING` there.
 
     The table is as wide as the terminal (rich reads it, or ``COLUMNS``); into a pipe with
     ``COLUMNS`` unset, :data:`PIPE_WIDTH`. Nothing is cut: prose wraps at spaces, and a number or
@@ -43,14 +44,14 @@ def print_table(
     from rich.console import Console
     from rich.table import Table
 
-    columns = list(rows[0].keys()) if rows else []
-    cells = [[_format(row[c], float_format) for c in columns] for row in rows]
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    cells = [[_format(row.get(c), float_format) for c in columns] for row in rows]
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
     console = Console(width=width)
     if _narrowest(columns, cells) <= console.width:
         table = Table(title=title)
         for i, column in enumerate(columns):
-            numeric = all(_is_number(row[column]) for row in rows)
+            numeric = all(_is_number(row.get(column)) for row in rows)
             # no_wrap=True would truncate at the column's edge whatever the overflow (rich's
             # Text.wrap): wrapping with "fold" breaks a word only where it cannot fit whole.
             table.add_column(column, justify="right" if numeric else "left", overflow="fold",

@@ -125,3 +125,17 @@ def test_table_shows_every_json_value_whole(args: tuple[str, ...], rows_key: str
             block += field == first
             assert _matches(value, field, rows[block][field]), (block, field, table)
         assert block == len(rows) - 1, table
+
+
+def test_rows_with_different_keys_share_one_table(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # A benchmark's runs of different cases (decision rows with "gpus", trace rows with "hours")
+    # print as one table: the union of the keys, "-" where a row has none.
+    from bayes_sched.tables import print_table
+
+    monkeypatch.setenv("COLUMNS", "120")
+    print_table([{"case": "scale-64", "gpus": 64}, {"case": "trace", "hours": 48.0}])
+    header, body = _columns(capsys.readouterr().out)
+    assert header == ["case", "gpus", "hours"]
+    assert body == ["scale-64trace", "64-", "-48"]
+
