@@ -45,6 +45,7 @@ from bayes_sched.mechanisms.genetic_allocation.kernels import (
     mutation_work,
     repair_scratch,
     repair_state,
+    uncounted,
 )
 
 #: ``(base, base_n, base_v, base_bounds, base_nodes, tables, penalty, max_replicas, apps,
@@ -78,7 +79,7 @@ def _score_work(num_jobs: int, num_nodes: int, classes: int, entries: int) -> Sc
             np.empty(max(entries * classes, 1)), np.empty(num_jobs), np.empty(num_jobs, np.bool_))
 
 
-@njit(cache=True)
+@uncounted
 def _state_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, arrays: Arrays,
                 numbers: Numbers, classes: int, empty_powered: np.ndarray, work: ScoreWork,
                 stamp_id: int) -> int:
@@ -130,7 +131,7 @@ def _state_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, a
     return rows
 
 
-@njit(cache=True)
+@uncounted
 def _state_values(by_draw: np.ndarray, rows: int, work: ScoreWork, empty_powered: np.ndarray,
                   empty_total: float, num_jobs: int, exponent: float,
                   sums: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
