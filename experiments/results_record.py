@@ -144,9 +144,10 @@ def new_record(tables: Mapping[str, Sequence[Mapping[str, Any]]], *,
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count() or 0},
         "source": "run",
         "note": note,
+        # A table without rows (a ratio of cases this run did not measure) is left out.
         "tables": [{"title": title, "rows": [{str(k): _cell(v) for k, v in row.items()}
                                              for row in rows]}
-                   for title, rows in tables.items()],
+                   for title, rows in tables.items() if rows],
     }
 
 

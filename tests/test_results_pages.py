@@ -89,7 +89,7 @@ def test_record_results_appends_a_record_that_renders(tmp_path: Path) -> None:
     folder = _folder(tmp_path, [RECORD])
     code = ("import sys; from experiments.results_record import record_results; "
             "from pathlib import Path; sys.argv = ['experiments/bench_widget.py', '--record', '-n', '3']; "
-            "record_results('bench_widget.py', {'t': [{'n': 3, 'took_s': 1.5}]}, "
+            "record_results('bench_widget.py', {'t': [{'n': 3, 'took_s': 1.5}], 'empty': []}, "
             f"results_dir=Path({str(folder / 'results')!r}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
                           text=True, timeout=120)
@@ -101,6 +101,7 @@ def test_record_results_appends_a_record_that_renders(tmp_path: Path) -> None:
     if head.returncode == 0:
         assert new["commit"] == head.stdout.strip()
     assert new["command"] == "python experiments/bench_widget.py -n 3"
+    # The table without rows is left out (the results files require rows).
     assert new["tables"] == [{"title": "t", "rows": [{"n": 3, "took_s": 1.5}]}]
     assert len(new["load"]) == 3 and new["cpu_s"] > 0 and new["machine"]["cores"] >= 1
     assert _pages("--experiments", str(folder)).returncode == 0
