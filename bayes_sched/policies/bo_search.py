@@ -6,7 +6,7 @@ compiled steps), which suits any slowdown predictor. Where the round's predictor
 additive pair table over job classes (:meth:`~bayes_sched.interference.pairs.PairResiduals.pair_table`;
 the contention prior before it knows any demand adds nothing), :func:`evolve` runs the whole search
 in machine code instead: binary tournaments by fitness, one-point crossover over jobs
-(:func:`~bayes_sched.mechanisms.genetic_allocation.generations._cross`: the child as two spans
+(:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.crossed_spans`: the child as two spans
 of its parents' entries), the artifact's mutation read straight from those spans
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.mutate_spans`), repair
 (:func:`~bayes_sched.mechanisms.genetic_allocation.kernels.repair_state`) and scoring, every
@@ -33,11 +33,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from bayes_sched.mechanisms.genetic_allocation.generations import _cross
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
     _power,
     _row_reads,
     below,
+    crossed_spans,
     empty_row_terms,
     join_cdf,
     log_miss,
@@ -239,7 +239,7 @@ def _children(parents: Store, bounds: np.ndarray, size: int, first: np.ndarray,
     child_bounds[0] = 0
     at = 0
     for c in range(size):
-        x_lo, x_hi, y_lo, y_hi = _cross(parents[0], bounds, first[c], second[c], point[c])
+        x_lo, x_hi, y_lo, y_hi = crossed_spans(parents[0], bounds, first[c], second[c], point[c])
         length = mutate_spans(parents[0], parents[1], parents[2], x_lo, x_hi, y_lo, y_hi,
                               num_jobs, num_nodes, base_n, base_v, base_bounds, capacity,
                               log_reset, numbers[8], cdf, rng, work)

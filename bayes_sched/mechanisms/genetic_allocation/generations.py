@@ -36,6 +36,7 @@ from numba import njit
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
     MutationWork,
     below,
+    crossed_spans,
     empty_row_terms,
     join_cdf,
     log_miss,
@@ -182,17 +183,6 @@ def _matings(size: int, count: int, num_jobs: int, fitness: np.ndarray, utility:
     return first, second, point
 
 
-@uncounted
-def _cross(j: np.ndarray, bounds: np.ndarray, x: int, y: int,
-           cut: int) -> tuple[int, int, int, int]:
-    """The child of states ``x`` and ``y`` crossed at job ``cut`` (``x``'s rows below it,
-    ``y``'s from it on), as two spans of the entries: ``x``'s and ``y``'s, ``(lo, hi)`` each."""
-    x_lo = bounds[x]
-    x_hi = x_lo + np.searchsorted(j[bounds[x]:bounds[x + 1]], cut)
-    y_lo = bounds[y] + np.searchsorted(j[bounds[y]:bounds[y + 1]], cut)
-    return x_lo, x_hi, y_lo, bounds[y + 1]
-
-
 @njit(cache=True)
 def _room(store: tuple[np.ndarray, np.ndarray, np.ndarray],
           needed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -282,7 +272,7 @@ def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, s
             break
         pair = c % half
         x, y = (first[pair], second[pair]) if c < half else (second[pair], first[pair])
-        x_lo, x_hi, y_lo, y_hi = _cross(j, bounds, x, y, point[pair])
+        x_lo, x_hi, y_lo, y_hi = crossed_spans(j, bounds, x, y, point[pair])
         length = mutate_spans(j, n, v, x_lo, x_hi, y_lo, y_hi, num_jobs, num_nodes, base_n,
                               base_v, base_bounds, capacity, log_reset, numbers[8], cdf, rng,
                               work)

@@ -692,6 +692,18 @@ def tournament(a: np.ndarray, b: np.ndarray, coin: np.ndarray, fitness: np.ndarr
     return winners
 
 
+@uncounted
+def crossed_spans(j: np.ndarray, bounds: np.ndarray, x: int, y: int,
+                  cut: int) -> tuple[int, int, int, int]:
+    """The child of states ``x`` and ``y`` crossed at job ``cut`` (``x``'s rows below it,
+    ``y``'s from it on), as two spans of the entries ``j`` (states delimited by ``bounds``):
+    ``x``'s and ``y``'s, ``(lo, hi)`` each."""
+    x_lo = bounds[x]
+    x_hi = x_lo + np.searchsorted(j[bounds[x]:bounds[x + 1]], cut)
+    y_lo = bounds[y] + np.searchsorted(j[bounds[y]:bounds[y + 1]], cut)
+    return x_lo, x_hi, y_lo, bounds[y + 1]
+
+
 @njit(cache=True)
 def mate(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
          fitness: np.ndarray, utility: np.ndarray, crowding: np.ndarray, draws: np.ndarray,
@@ -713,11 +725,7 @@ def mate(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
     for c in range(count):
         pair = c % half
         x, y = (first[pair], second[pair]) if c < half else (second[pair], first[pair])
-        cut = point[pair]
-        x_lo = bounds[x]
-        x_hi = x_lo + np.searchsorted(j[bounds[x]:bounds[x + 1]], cut)
-        y_lo = bounds[y] + np.searchsorted(j[bounds[y]:bounds[y + 1]], cut)
-        y_hi = bounds[y + 1]
+        x_lo, x_hi, y_lo, y_hi = crossed_spans(j, bounds, x, y, point[pair])
         spans[c] = (x_lo, x_hi, y_lo, y_hi)
         total += x_hi - x_lo + y_hi - y_lo
     out_p = np.empty(total, np.int64)
