@@ -410,15 +410,14 @@ class CensoredColocationGP(PairGP):
         x, group = self.data.inputs_of(targets, others), self._group_index(targets)
         with torch.no_grad():
             shift, spread = self._latent(x, _job_codes(self.data.solo, targets, others))
-            known = group >= 0
             # An unseen group's amplitude a = exp(c), c ~ N(0, s^2): E[a] = exp(s^2 / 2),
-            # E[a^2] = exp(2 s^2); its noise variance's mean exp(b + NOISE_GROUP_SCALE^2 / 2).
-            first = torch.where(known, self._hyper.amplitude(group),
-                                torch.tensor(math.exp(0.5 * self._amplitude_scale**2)))
-            second = torch.where(known, self._hyper.amplitude(group) ** 2,
-                                 torch.tensor(math.exp(2 * self._amplitude_scale**2)))
-            noise = self._hyper.noise_variance(group, torch.tensor(0.5 * NOISE_GROUP_SCALE**2))
-            noise = torch.where(known, self._hyper.noise_variance(group), noise)
+            # E[a^2] = exp(s^2)^2; its noise variance's mean exp(b + NOISE_GROUP_SCALE^2 / 2):
+            # each the value at a fixed log offset, which the seen groups ignore.
+            def at(offset: float) -> torch.Tensor:
+                return torch.tensor(offset, dtype=x.dtype)
+            first = self._hyper.amplitude(group, at(0.5 * self._amplitude_scale**2))
+            second = self._hyper.amplitude(group, at(self._amplitude_scale**2)) ** 2
+            noise = self._hyper.noise_variance(group, at(0.5 * NOISE_GROUP_SCALE**2))
             mean = self._hyper.mean(x) + first * shift
             variance = second * (spread + shift**2) - (first * shift) ** 2 + noise
         return (mean.numpy() * self.data.y_scale + self.data.y_mean,
