@@ -75,6 +75,7 @@ from counters import schema
 from counters.errors import CountersError
 from counters.journal import DEFAULT_SYNC_INTERVAL_S, JournalLayout, read_journal
 from counters.journal import _sync_directory as sync_directory
+from counters.part_arrays import PartArrayError, open_part_arrays
 from counters.storedir import (  # noqa: F401  (MARKER, PART_GLOB, is_store... are this module's API too)
     COMMITTED_KEY,
     DEFAULT_MAX_UNWRITTEN,
@@ -126,6 +127,7 @@ def _with_masks(ds: xr.Dataset) -> xr.Dataset:
 def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
     """One part as a counters dataset (dask-backed when ``lazy``, else loaded), masks rebuilt."""
     try:
+        open_part_arrays(Path(part))  # damage raised here, not in zarr's concurrent listing
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ds = xr.open_zarr(part, consolidated=False, chunks={} if lazy else None,
@@ -141,6 +143,8 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
                                 if n in ds.data_vars and schema.TIME not in ds[n].dims])
             masked = None if missing else _with_masks(ds)  # fails on a variable damage left
             # without a float dtype
+    except PartArrayError as error:
+        raise CountersError(f"{part}/{error}; {REPAIR_HINT}") from None
     except Exception as error:  # zarr/xarray/numcodecs raise many types for a damaged directory
         raise CountersError(f"{part}: unreadable Zarr part ({_one_line(error)}); {REPAIR_HINT}"
                             ) from None
@@ -325,17 +329,12 @@ def export_netcdf(store: str | Path, out: str | Path,
 def _trim_cut_short(part: Path) -> int:
     """Trim the arrays of a part appended in place by an older writer and cut short (arrays of
     unequal length along time) to the shortest; returns how many samples were dropped."""
-    import zarr
-
     if _time_lengths_agree(part):  # the usual case, read from the metadata files alone
         return 0
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # zarr warns about entries damage made unreadable
-            group: Any = zarr.open_group(str(part), mode="r+", zarr_format=2)
-            names = list(group.array_keys())
-        timed = [group[name] for name in names
-                 if list(group[name].attrs.get("_ARRAY_DIMENSIONS", [None]))[:1] == [schema.TIME]]
+        arrays = open_part_arrays(part, mode="r+")
+        timed = [array for array in arrays.values()
+                 if list(array.attrs.get("_ARRAY_DIMENSIONS", [None]))[:1] == [schema.TIME]]
         lengths = [int(array.shape[0]) for array in timed]
         if not lengths or min(lengths) == max(lengths):
             return 0
