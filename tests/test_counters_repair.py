@@ -473,7 +473,7 @@ def run_property(template: Path, examples: int) -> Callable[[], None]:
 
 def test_random_damage_opens_or_raises_counters_error_and_repair_always_opens(
         template: Path) -> None:
-    # Hypothesis's default 100 examples (about 16 s of CPU here); the slow test below runs
+    # Hypothesis's default 100 examples; the slow test below runs
     # 3,000, and BAYES_SCHED_FUZZ_EXAMPLES sets this one's count.
     run_property(template, examples=int(os.environ.get("BAYES_SCHED_FUZZ_EXAMPLES", "100")))()
 
