@@ -256,3 +256,24 @@ def test_an_interrupt_wrapped_by_compiled_code_counts_as_ctrl_c() -> None:
         assert _interrupted(wrapped)
     assert not _interrupted(SystemError("a real bug"))
     assert not _interrupted(RuntimeError("a bug")) and _interrupted(KeyboardInterrupt())
+
+
+def test_a_ctrl_c_that_lands_in_a_finaliser_still_stops_the_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Raised in a finaliser or a weak-reference callback, a KeyboardInterrupt is unraisable:
+    Python printed it and carried on, and a compare interrupted there ran to its end and exited
+    0 (seen in the suite). The command line delivers it again, and prints no traceback."""
+    from bayes_sched.interrupts import keep_interrupts
+
+    class InterruptedWhileDropped:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt  # the signal, handled while this finaliser runs
+
+    reached_the_end = False
+    with pytest.raises(KeyboardInterrupt), keep_interrupts():
+        InterruptedWhileDropped()  # dropped at once: its finaliser runs here
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:  # the command going on: the interrupt lands in it
+            pass
+        reached_the_end = True
+    assert not reached_the_end and "Exception ignored" not in capsys.readouterr().err

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from bayes_sched import __version__
 from bayes_sched.cli._common import fail, is_user_error, one_line_warnings
 from bayes_sched.cli.options import OptionParser
+from bayes_sched.interrupts import keep_interrupts
 
 #: Set to a non-empty value to let unexpected exceptions print their traceback.
 DEBUG_VARIABLE = "BAYES_SCHED_DEBUG"
@@ -101,6 +102,11 @@ def _silence_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with keep_interrupts():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         arguments = list(sys.argv[1:] if argv is None else argv)
         args = build_parser(arguments).parse_args(arguments)
