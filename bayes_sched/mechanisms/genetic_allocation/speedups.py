@@ -6,18 +6,39 @@ equal share one build) and its speedup table, the goodput over that on a fair sh
 goodput table and round shape. A round then costs a few dictionary reads per job and one gather
 into the ``(J, Nmax + 1, Rmax + 1)`` array the search reads: at thousands of jobs a per-job
 numpy call each round costs more than the search.
+
+A goodput table is the best of a grid of candidate batches per allocation, each scored as its
+throughput (from the throughput fit) times its statistical efficiency (from the gradient noise).
+Most rebuilds come from the gradient noise alone moving past the tolerance, so for a point fit
+(``risk`` ``None``) the candidates' throughputs are kept per fit (:class:`_Rates`, in a table
+bounded by :data:`RATE_CELLS`) and a rebuild only re-scores them: the same numbers, to the bit,
+as :meth:`~bayes_sched.jobs.JobModel.goodput` (whose compiled loop makes the throughputs here,
+and whose efficiency is :func:`perfmodel.efficiency.efficiency_from_noise`), without raising
+every candidate's step time to the fit's ``gamma`` again.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
 from bayes_sched.acquisition import quantile
 from bayes_sched.cluster import ClusterState
-from bayes_sched.jobs import GoodputPosterior, JobModel, JobView
+from bayes_sched.jobs import BatchLimits, GoodputPosterior, JobModel, JobView
+from perfmodel.efficiency import efficiency_from_noise
+from perfmodel.goodput import GoodputModel, candidates_of
+from perfmodel.throughput import ThroughputParams
+
+#: Candidate batches per allocation: :meth:`perfmodel.goodput.GoodputModel.optimize`'s default,
+#: the grid :meth:`~bayes_sched.jobs.JobModel.goodput` scores.
+GRID_SIZE = 48
+#: Most candidate cells (allocations x :data:`GRID_SIZE`) whose throughputs the tables keep, over
+#: all fits (least recently used go first; 17 bytes a cell, so at most about 34 MB). A table of
+#: 16 nodes and 64 GPUs has about 43,000 cells.
+RATE_CELLS = 2_000_000
 
 
 class _JobEntry:
@@ -40,6 +61,60 @@ class _JobEntry:
         self.checked: JobModel | None = checked if math.isfinite(noise) else None
         self.shape: tuple[int, ...] = ()
         self.speedup: np.ndarray | None = None
+
+
+class _Rates:
+    """A point fit's candidates over the allocations ``n <= r`` of a goodput table: where each
+    allocation's goodput goes in the table (``rows``, ``columns``), whether any batch fits it
+    (``feasible``, ``(A,)``), and each candidate batch's throughput (``rate``, examples per
+    second), total batch (``batch``) and validity (``invalid`` where it exceeds the largest
+    batch), each ``(A, GRID_SIZE)``."""
+
+    __slots__ = ("batch", "columns", "feasible", "init", "invalid", "rate", "rows")
+
+    def __init__(self, point: GoodputModel, limits: BatchLimits, num_nodes: int,
+                 max_r: int) -> None:
+        from perfmodel.goodput_kernel import best_point_batches
+
+        rr, nn = np.meshgrid(np.arange(1, max_r + 1), np.arange(1, num_nodes + 1))
+        valid = nn <= rr
+        self.rows, self.columns = nn[valid], rr[valid]
+        nodes = self.rows.astype(np.float64)
+        replicas = self.columns.astype(np.float64)
+        self.init = float(point.init_bsz)
+        feasible, local, accum, fits = candidates_of(
+            replicas, point.init_bsz, limits.max_batch_size, limits.min_local_bsz,
+            limits.max_local_bsz, limits.max_accum_steps, GRID_SIZE, True)
+        count, grid = local.shape
+        cells = count * grid
+        # Each candidate as its own row, under infinite gradient noise: its efficiency is then
+        # exactly 1, so the compiled loop's score is the candidate's throughput, computed as
+        # the loop computes it when it scores the candidates of an allocation.
+        rate = np.empty(cells)
+        best_point_batches(np.broadcast_to(point.theta, (cells, 7)),
+                           np.broadcast_to(np.inf, (cells,)), np.full(cells, self.init),
+                           np.repeat(nodes, grid), np.repeat(replicas, grid),
+                           local.reshape(cells, 1), accum.reshape(cells, 1),
+                           fits.reshape(cells, 1), np.empty(cells, dtype=np.int64), rate)
+        self.feasible = feasible
+        self.rate = rate.reshape(count, grid)
+        self.batch = replicas[:, None] * local * (accum + 1)
+        self.invalid = ~fits
+
+    @property
+    def cells(self) -> int:
+        return int(self.rate.size)
+
+    def goodput(self, noise_to_signal: float) -> np.ndarray:
+        """Each allocation's goodput at its best candidate for gradient noise
+        ``noise_to_signal``, ``(A,)`` (0 where no batch fits): as
+        :meth:`perfmodel.goodput.GoodputModel.optimize` scores and picks (the first of the
+        largest, a NaN first of all)."""
+        value = self.rate * efficiency_from_noise(noise_to_signal, self.init, self.batch)
+        np.putmask(value, self.invalid, -np.inf)
+        best = np.argmax(value, axis=1)
+        score = np.take_along_axis(value, best[:, None], axis=1)[:, 0]
+        return np.where(self.feasible, score, 0.0)
 
 
 class SpeedupTables:
@@ -65,6 +140,10 @@ class SpeedupTables:
         # (the same fit, gradient statistics and limits) share one build.
         self._built: dict[tuple[object, ...], np.ndarray] = {}
         self._built_before: dict[tuple[object, ...], np.ndarray] = {}
+        # Candidates' throughputs by fit, limits and table shape (point fits only), bounded.
+        self._rates: OrderedDict[tuple[ThroughputParams, BatchLimits, int, int], _Rates] = \
+            OrderedDict()
+        self._rate_cells = 0
 
     def _entry(self, job: JobView, model: JobModel, num_nodes: int, max_r: int) -> _JobEntry:
         """``job``'s cache entry holding a goodput table for ``n <= num_nodes`` nodes and
@@ -96,6 +175,12 @@ class SpeedupTables:
     def _goodput(self, model: JobModel, num_nodes: int, max_r: int) -> np.ndarray:
         """Fitted goodput for ``n <= num_nodes`` nodes and ``r <= max_r`` GPUs, shape
         ``(num_nodes + 1, max_r + 1)`` (0 where ``n > r`` or ``n == 0``), read-only."""
+        if self.risk is None:
+            rates = self._rates_of(model, num_nodes, max_r)
+            built = np.zeros((num_nodes + 1, max_r + 1))
+            built[rates.rows, rates.columns] = rates.goodput(model.noise_to_signal)
+            built.flags.writeable = False
+            return built
         r = np.arange(1, max_r + 1)
         n = np.arange(1, num_nodes + 1)
         rr, nn = np.meshgrid(r, n)
@@ -107,6 +192,22 @@ class SpeedupTables:
         built[nn[valid], rr[valid]] = goodput
         built.flags.writeable = False
         return built
+
+    def _rates_of(self, model: JobModel, num_nodes: int, max_r: int) -> _Rates:
+        """The candidates' throughputs of ``model``'s point fit for a table of ``num_nodes``
+        nodes and ``max_r`` GPUs: remembered, or made (and the least recently used dropped while
+        the kept ones hold over :data:`RATE_CELLS` cells)."""
+        key = (model.params, model.limits, num_nodes, max_r)
+        rates = self._rates.get(key)
+        if rates is not None:
+            self._rates.move_to_end(key)
+            return rates
+        rates = self._rates[key] = _Rates(model.goodput_model(), model.limits, num_nodes, max_r)
+        self._rate_cells += rates.cells
+        while self._rate_cells > RATE_CELLS and len(self._rates) > 1:
+            _, dropped = self._rates.popitem(last=False)
+            self._rate_cells -= dropped.cells
+        return rates
 
     def build(self, jobs: Sequence[JobView], cluster: ClusterState,
               max_replicas: np.ndarray) -> np.ndarray:
