@@ -105,8 +105,9 @@ def test_status_quo_of_jobs_holding_nothing() -> None:
 
 
 def test_tables_rescored_for_new_gradient_noise_equal_the_job_models_goodput() -> None:
-    # One fit, its gradient noise from none to far past every batch: each table, rescored from
-    # the candidates' throughputs kept from the first, reads as the job model's own goodput.
+    # One fit, its gradient noise from none to far past every batch, tables of several widths:
+    # each table, rescored from the candidates' throughputs kept for its width, reads as the
+    # job model's own goodput, to the bit.
     assert speedups.GRID_SIZE == inspect.signature(GoodputModel.optimize).parameters[
         "grid_size"].default
     policy = PolluxPolicy()
@@ -117,14 +118,16 @@ def test_tables_rescored_for_new_gradient_noise_equal_the_job_models_goodput() -
     fitted = view.model
     assert fitted is not None
     tables = SpeedupTables(NODES)
-    rr, nn = np.meshgrid(np.arange(1, 17), np.arange(1, NODES + 1))
-    valid = nn <= rr
-    for grad_var in (0.0, 1e-3, 0.7, 40.0, 1e6):
+    for grad_var, max_r in ((0.0, 8), (1e-3, 16), (0.7, 4), (40.0, 16), (1e6, 24)):
         model = JobModel(fitted.gpu_type, fitted.version, fitted.params,
                          GradientStats(1.0, grad_var), fitted.limits)
-        job = view.updated(models=MappingProxyType({fitted.gpu_type: model}))
-        got = tables.build([job], cluster, np.array([16]))[0]
-        goodput = np.zeros((NODES + 1, 17))
+        rr, nn = np.meshgrid(np.arange(1, max_r + 1), np.arange(1, NODES + 1))
+        valid = nn <= rr
+        goodput = np.zeros((NODES + 1, max_r + 1))
         goodput[nn[valid], rr[valid]] = GoodputPosterior(model, nn[valid], rr[valid]).mean()
-        assert got.tobytes() == (goodput / goodput[1, 16]).tobytes()
-    assert len(tables._rates) == 1  # every table after the first rescored the kept throughputs
+        assert tables._goodput(model, NODES, max_r).tobytes() == goodput.tobytes()
+        if max_r == 16:  # and the speedup table the search reads, through the public build
+            job = view.updated(models=MappingProxyType({fitted.gpu_type: model}))
+            got = tables.build([job], cluster, np.array([16]))[0]
+            assert got.tobytes() == (goodput / goodput[1, 16]).tobytes()
+    assert len(tables._rates) == 4  # one per width: the second 16 wide rescored the first's
