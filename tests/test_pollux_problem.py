@@ -107,7 +107,8 @@ def test_status_quo_of_jobs_holding_nothing() -> None:
 def test_tables_rescored_for_new_gradient_noise_equal_the_job_models_goodput() -> None:
     # One fit, its gradient noise from none to far past every batch, tables of several widths:
     # each table, rescored from the candidates' throughputs kept for its width, reads as the
-    # job model's own goodput, to the bit.
+    # job model's own goodput, to the bit, where the allocation fits on nodes of 4 GPUs (and
+    # on one node, where every GPU count is kept: a fair share may exceed a node).
     assert speedups.GRID_SIZE == inspect.signature(GoodputModel.optimize).parameters[
         "grid_size"].default
     policy = PolluxPolicy()
@@ -122,10 +123,10 @@ def test_tables_rescored_for_new_gradient_noise_equal_the_job_models_goodput() -
         model = JobModel(fitted.gpu_type, fitted.version, fitted.params,
                          GradientStats(1.0, grad_var), fitted.limits)
         rr, nn = np.meshgrid(np.arange(1, max_r + 1), np.arange(1, NODES + 1))
-        valid = nn <= rr
+        valid = (nn <= rr) & ((nn == 1) | (rr <= 4 * nn))
         goodput = np.zeros((NODES + 1, max_r + 1))
         goodput[nn[valid], rr[valid]] = GoodputPosterior(model, nn[valid], rr[valid]).mean()
-        assert tables._goodput(model, NODES, max_r).tobytes() == goodput.tobytes()
+        assert tables._goodput(model, NODES, max_r, 4).tobytes() == goodput.tobytes()
         if max_r == 16:  # and the speedup table the search reads, through the public build
             job = view.updated(models=MappingProxyType({fitted.gpu_type: model}))
             got = tables.build([job], cluster, np.array([16]))[0]
