@@ -1,5 +1,9 @@
 """Every job's speedup over a fair share for every node and GPU count, from its job model.
 
+A table holds the allocations a placement can have (:func:`_allocations`: ``r`` GPUs on ``n > 1``
+nodes only where they fit, ``r <= capacity * n``; every ``r`` on one node, where the fair share
+is taken) and 0 elsewhere: the search reads only repaired states, which never exceed a node.
+
 :class:`SpeedupTables` builds a job's goodput table once per model (cached per job while the
 model's version holds and its gradient noise stays within a tolerance; jobs whose models are
 equal share one build) and its speedup table, the goodput over that on a fair share, once per
@@ -37,7 +41,8 @@ from perfmodel.throughput import ThroughputParams
 GRID_SIZE = 48
 #: Most candidate cells (allocations x :data:`GRID_SIZE`) whose throughputs the tables keep, over
 #: all fits (17 bytes a cell, so at most about 17 MB): past it, those no job's table was built
-#: from go first, then the least recently used. A table of 16 nodes and 64 GPUs has about 43,000.
+#: from go first, then the least recently used. A table of 16 nodes of 4 GPUs and 64 GPUs has
+#: about 23,000.
 RATE_CELLS = 1_000_000
 
 _RatesKey = tuple[ThroughputParams, BatchLimits, int, int, int]
