@@ -15,7 +15,8 @@ Cases (``--cases``, each run once per tree in a fresh process, trees interleaved
 * ``workload``: workload-1 (160 jobs, 64 GPUs) simulated whole under each policy: wall time
   and decision median.
 * ``trace``: the 960-job, 48-hour trace (``experiments/generate_workload.py --jobs 960 --hours
-  48 --seed 0``) under Pollux; ``--trace-hours`` cuts it short; RSS is sampled as it runs.
+  48 --seed 0``) under Pollux; ``--trace-hours`` cuts it short; RSS is sampled as it runs, and
+  every job's allocation changes are digested (``decisions``) to check both trees decide alike.
 * ``compare``: ``bayes-sched compare`` (8 workloads x 4 policies) on ``--processes`` processes.
 
 Every row carries the 1-minute load average before and after it (``/proc/loadavg``): the machine
@@ -172,19 +173,27 @@ def trace_worker(trace: Path, hours: float | None) -> list[dict[str, object]]:
 
     config = SimConfig() if hours is None else SimConfig(max_time=hours * 3600.0)
     samples: list[tuple[float, float]] = []
+    simulated: list[SimulatedCluster] = []
 
     def sample(cluster: SimulatedCluster) -> None:
+        if not simulated:
+            simulated.append(cluster)
         if len(cluster.timeline_time) % 120 == 0:  # every 2 simulated hours
             samples.append((cluster.timeline_time[-1] / 3600.0, current_rss_mib()))
 
     result = run_simulation(trace, "pollux", config, on_round=sample)
     d = result.decision_seconds
+    # A digest of the decisions, to check both trees decide the same: every job's allocation
+    # changes (time and GPUs per node), read once at the end.
+    digest = hashlib.sha256()
+    for name, job in sorted(simulated[0].jobs.items()):
+        digest.update(f"{name}:{job.allocation_history}".encode())
     return [{"case": "trace", "policy": "pollux", "gpus": 64, "jobs": len(result.jobs),
              "wall_s": result.wall_seconds, "finished": result.summary["finished"],
              "decision_median_ms": float(np.median(d) * 1e3),
              "decision_p95_ms": float(np.percentile(d, 95) * 1e3),
              "decision_s": float(np.sum(d)), "estimate_s": float(np.sum(result.estimate_seconds)),
-             "avg_jct": result.summary["avg_jct"],
+             "avg_jct": result.summary["avg_jct"], "decisions": digest.hexdigest()[:10],
              "rss_mib_by_hour": " ".join(f"{h:.0f}h:{m:.0f}" for h, m in samples),
              "peak_rss_mib": peak_rss_mib()}]
 

@@ -4,7 +4,9 @@ which jobs come, go and move, and share models."""
 
 from __future__ import annotations
 
+import inspect
 import math
+from types import MappingProxyType
 
 import numpy as np
 
@@ -12,7 +14,8 @@ from bayes_sched.agent import JobAgent
 from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.estimation import estimate_round
-from bayes_sched.jobs import JobSettings, JobView
+from bayes_sched.jobs import GoodputPosterior, GradientStats, JobModel, JobSettings, JobView
+from bayes_sched.mechanisms.genetic_allocation import speedups
 from bayes_sched.mechanisms.genetic_allocation.search import (
     STATE_DTYPE,
     SpeedupTables,
@@ -21,6 +24,7 @@ from bayes_sched.mechanisms.genetic_allocation.search import (
 )
 from bayes_sched.policies.pollux import PolluxPolicy
 from bayes_sched.sim.physics import get_application
+from perfmodel.goodput import GoodputModel
 from tests.agents import estimators_of, job_view, measured_agent
 
 NODES = 4
@@ -98,3 +102,33 @@ def test_status_quo_of_jobs_holding_nothing() -> None:
     base, (j, n, v) = status_quo(jobs)
     assert base.shape == (2, 3) and not base.any()
     assert j.size == n.size == v.size == 0 and v.dtype == STATE_DTYPE and j.dtype == np.int64
+
+
+def test_tables_rescored_for_new_gradient_noise_equal_the_job_models_goodput() -> None:
+    # One fit, its gradient noise from none to far past every batch, tables of several widths:
+    # each table, rescored from the candidates' throughputs kept for its width, reads as the
+    # job model's own goodput, to the bit, where the allocation fits on nodes of 4 GPUs (and
+    # on one node, where every GPU count is kept: a fair share may exceed a node).
+    assert speedups.GRID_SIZE == inspect.signature(GoodputModel.optimize).parameters[
+        "grid_size"].default
+    policy = PolluxPolicy()
+    cluster = ClusterState(NODES, 4, 600.0)
+    (view,), _ = estimate_round(estimators_of(policy), cluster,
+                                [job_view(measured_agent("a", "imagenet"), "imagenet", 600.0,
+                                          [0] * NODES)])
+    fitted = view.model
+    assert fitted is not None
+    tables = SpeedupTables(NODES)
+    for grad_var, max_r in ((0.0, 8), (1e-3, 16), (0.7, 4), (40.0, 16), (1e6, 24)):
+        model = JobModel(fitted.gpu_type, fitted.version, fitted.params,
+                         GradientStats(1.0, grad_var), fitted.limits)
+        rr, nn = np.meshgrid(np.arange(1, max_r + 1), np.arange(1, NODES + 1))
+        valid = (nn <= rr) & ((nn == 1) | (rr <= 4 * nn))
+        goodput = np.zeros((NODES + 1, max_r + 1))
+        goodput[nn[valid], rr[valid]] = GoodputPosterior(model, nn[valid], rr[valid]).mean()
+        assert tables._goodput(model, NODES, max_r, 4).tobytes() == goodput.tobytes()
+        if max_r == 16:  # and the speedup table the search reads, through the public build
+            job = view.updated(models=MappingProxyType({fitted.gpu_type: model}))
+            got = tables.build([job], cluster, np.array([16]))[0]
+            assert got.tobytes() == (goodput / goodput[1, 16]).tobytes()
+    assert len(tables._rates) == 4  # one per width: the second 16 wide rescored the first's
