@@ -22,6 +22,10 @@ from perfmodel.throughput import ThroughputParams, step_time_terms
 # Bound on S x A x G elements evaluated at once, to keep memory flat for many allocations.
 _CHUNK_ELEMENTS = 2_000_000
 
+#: Candidate total batch sizes per allocation that :meth:`GoodputModel.optimize` scores (a
+#: geometric grid between the smallest and the largest total batch).
+BATCH_GRID_SIZE = 48
+
 
 @dataclass(frozen=True)
 class BatchChoice:
@@ -100,7 +104,7 @@ class GoodputModel:
     def optimize(self, num_nodes: np.ndarray | int, num_replicas: np.ndarray | int,
                  max_batch_size: int, local_bsz_range: tuple[int, int],
                  max_accum_steps: int = 15, quantile: float | None = None,
-                 grid_size: int = 48, accumulate_alone: bool = False) -> BatchChoice:
+                 grid_size: int = BATCH_GRID_SIZE, accumulate_alone: bool = False) -> BatchChoice:
         """Best ``(m, s)`` for each allocation.
 
         Args:
@@ -295,7 +299,7 @@ def _choice(feasible: np.ndarray, local: np.ndarray, accum: np.ndarray, replicas
 def optimize_each(theta: np.ndarray, noise_to_signal: np.ndarray, init_bsz: np.ndarray,
                   num_nodes: np.ndarray, num_replicas: np.ndarray, max_batch_size: np.ndarray,
                   min_local_bsz: np.ndarray, max_local_bsz: np.ndarray,
-                  max_accum_steps: np.ndarray, grid_size: int = 48,
+                  max_accum_steps: np.ndarray, grid_size: int = BATCH_GRID_SIZE,
                   accumulate_alone: bool = False) -> BatchChoice:
     """:meth:`GoodputModel.optimize` of A point models at once, one allocation each: row ``i``
     is the best batch of the job with parameters ``theta[i]`` (``(A, 7)``, :data:`~perfmodel.

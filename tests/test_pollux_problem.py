@@ -4,7 +4,6 @@ which jobs come, go and move, and share models."""
 
 from __future__ import annotations
 
-import inspect
 import math
 from types import MappingProxyType
 
@@ -15,7 +14,6 @@ from bayes_sched.cluster import ClusterState
 from bayes_sched.cluster_spec import ClusterSpec
 from bayes_sched.estimation import estimate_round
 from bayes_sched.jobs import GoodputPosterior, GradientStats, JobModel, JobSettings, JobView
-from bayes_sched.mechanisms.genetic_allocation import speedups
 from bayes_sched.mechanisms.genetic_allocation.search import (
     STATE_DTYPE,
     SpeedupTables,
@@ -24,7 +22,6 @@ from bayes_sched.mechanisms.genetic_allocation.search import (
 )
 from bayes_sched.policies.pollux import PolluxPolicy
 from bayes_sched.sim.physics import get_application
-from perfmodel.goodput import GoodputModel
 from tests.agents import estimators_of, job_view, measured_agent
 
 NODES = 4
@@ -109,8 +106,6 @@ def test_tables_rescored_for_new_gradient_noise_equal_the_job_models_goodput() -
     # each table, rescored from the candidates' throughputs kept for its width, reads as the
     # job model's own goodput, to the bit, where the allocation fits on nodes of 4 GPUs (and
     # on one node, where every GPU count is kept: a fair share may exceed a node).
-    assert speedups.GRID_SIZE == inspect.signature(GoodputModel.optimize).parameters[
-        "grid_size"].default
     policy = PolluxPolicy()
     cluster = ClusterState(NODES, 4, 600.0)
     (view,), _ = estimate_round(estimators_of(policy), cluster,

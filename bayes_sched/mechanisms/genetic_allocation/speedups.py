@@ -33,16 +33,13 @@ from bayes_sched.acquisition import quantile
 from bayes_sched.cluster import ClusterState
 from bayes_sched.jobs import BatchLimits, GoodputPosterior, JobModel, JobView
 from perfmodel.efficiency import efficiency_from_noise
-from perfmodel.goodput import GoodputModel, candidates_of
+from perfmodel.goodput import BATCH_GRID_SIZE, GoodputModel, candidates_of
 from perfmodel.throughput import ThroughputParams
 
-#: Candidate batches per allocation: :meth:`perfmodel.goodput.GoodputModel.optimize`'s default,
-#: the grid :meth:`~bayes_sched.jobs.JobModel.goodput` scores.
-GRID_SIZE = 48
-#: Most candidate cells (allocations x :data:`GRID_SIZE`) whose throughputs the tables keep, over
-#: all fits (17 bytes a cell, so at most about 17 MB): past it, those no job's table was built
-#: from go first, then the least recently used. A table of 16 nodes of 4 GPUs and 64 GPUs has
-#: about 23,000.
+#: Most candidate cells (allocations x :data:`~perfmodel.goodput.BATCH_GRID_SIZE`) whose
+#: throughputs the tables keep, over all fits (17 bytes a cell, so at most about 17 MB): past it,
+#: those no job's table was built from go first, then the least recently used. A table of 16
+#: nodes of 4 GPUs and 64 GPUs has about 23,000.
 RATE_CELLS = 1_000_000
 
 _RatesKey = tuple[ThroughputParams, BatchLimits, int, int, int]
@@ -90,7 +87,7 @@ class _Rates:
     allocation's goodput goes in the table (``rows``, ``columns``), whether any batch fits it
     (``feasible``, ``(A,)``), and each candidate batch's throughput (``rate``, examples per
     second), total batch (``batch``) and validity (``invalid`` where it exceeds the largest
-    batch), each ``(A, GRID_SIZE)``."""
+    batch), each ``(A, BATCH_GRID_SIZE)``."""
 
     __slots__ = ("batch", "columns", "feasible", "init", "invalid", "rate", "rows")
 
@@ -104,7 +101,7 @@ class _Rates:
         self.init = float(point.init_bsz)
         feasible, local, accum, fits = candidates_of(
             replicas, point.init_bsz, limits.max_batch_size, limits.min_local_bsz,
-            limits.max_local_bsz, limits.max_accum_steps, GRID_SIZE, True)
+            limits.max_local_bsz, limits.max_accum_steps, BATCH_GRID_SIZE, True)
         count, grid = local.shape
         cells = count * grid
         # Each candidate as its own row, under infinite gradient noise: its efficiency is then
