@@ -759,13 +759,18 @@ def _damaged_variables(part: Path) -> list[str]:
 
 
 def _future_marker(root: Path) -> bool:
-    """Whether the marker is readable and names a schema version this code does not know."""
+    """Whether the marker is readable and names a later schema version than this code's (an
+    integer above it): such a store is refused, never rewritten. A version missing, not an
+    integer or below this code's is damage, which repair rewrites."""
     try:
         marker = json.loads((root / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return (isinstance(marker, dict) and marker.get("schema") == schema.SCHEMA_NAME
-            and marker.get("schema_version") != schema.SCHEMA_VERSION)
+    if not isinstance(marker, dict) or marker.get("schema") != schema.SCHEMA_NAME:
+        return False
+    version = marker.get("schema_version")
+    return (isinstance(version, int) and not isinstance(version, bool)
+            and version > schema.SCHEMA_VERSION)
 
 
 def _drop_until_consistent(root: Path) -> list[str]:
