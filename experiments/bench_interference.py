@@ -21,6 +21,8 @@ the same solo features (of the target job and of its neighbour):
   speed of 1 as "at least 1" (a censored observation) instead of an exact 1, learns each job's
   own effects as target and neighbour, and has one noise level per GPU type (a held-out type's
   drawn from its prior).
+- gp-censored-t+family: gp-censored+family with Student-t noise (a scale and degrees of freedom
+  per GPU type; :mod:`bayes_sched.interference.likelihoods`).
 
 The batch size reaches every method as ``--batch-features`` says (several run side by side on
 the same folds, one row per feature choice and method): ``absolute``, the log batch size;
@@ -118,7 +120,7 @@ def residual_interval(
 
 TREES = ("random forest", "gradient boosting")
 METHODS = ("mean", "linear", *TREES, "bayes (this)", "gp", "gp+family", "gp-censored",
-           "gp-censored+family")
+           "gp-censored+family", "gp-censored-t+family")
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "bayes (this)")
 
 
@@ -182,12 +184,12 @@ def run_bayes(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame, s
 
 
 def run_gp(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame,
-           censored: bool = False) -> tuple:
+           censored: bool = False, student_t: bool = False) -> tuple:
     """Median, 90% interval and probability below the cap of the GP co-location model on
     ``test``: the Gaussian one, or with ``censored`` the one that reads a recorded speed of 1
-    as "at least 1" (a noise level per GPU type)."""
+    as "at least 1" (a noise level per GPU type; with ``student_t``, Student-t noise)."""
     model = (CensoredColocationGP.fit(train, features, cap=RECORDED_SPEED_CAP,
-                                      noise_group=gpu_of) if censored
+                                      noise_group=gpu_of, student_t=student_t) if censored
              else ColocationGP.fit(train, features))
     return summary_of(model.predict_speed(list(test["target"]), list(test["other"])))
 
@@ -228,7 +230,9 @@ def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame
             "gp+family": lambda: run_gp(train, test, with_family(features)),
             "gp-censored": lambda: run_gp(train, test, features, censored=True),
             "gp-censored+family": lambda: run_gp(train, test, with_family(features),
-                                                 censored=True)}
+                                                 censored=True),
+            "gp-censored-t+family": lambda: run_gp(train, test, with_family(features),
+                                                   censored=True, student_t=True)}
     for name, fit in fits.items():
         if name in methods:
             started = time.process_time()
