@@ -41,21 +41,40 @@ jobs whose pairs were measured). With them, a job's measured pairs inform its ot
 through its effects, and a job never co-located gets the effects' prior variance and the smooth
 law's mean.
 
-The Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode and the
-Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*, 2006,
-algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the Gaussian
-with the curvature there, and the evidence is the Laplace evidence; the censored rows' factors need
-no inducing-point or variational approximation. ``m``, the length scales, the effects, the
+Optionally (``student_t``) the noise ``eps`` is Student-t, with a scale ``sigma_g`` (the same
+hierarchical prior) and degrees of freedom ``nu_g`` per noise group (prior
+:data:`DOF_PRIOR_SHAPE`, :data:`DOF_PRIOR_RATE`), a row at the cap contributing the t
+distribution function (:mod:`.likelihoods`). Why: where a group's residuals are heavy-tailed (a
+few measurements far from any smooth law), a Gaussian noise level either covers the bulk and
+leaves the far rows outside its intervals, or stretches to them and makes every interval too
+wide; the t noise keeps a small scale for the bulk and long tails for the rest.
+
+The Gaussian Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode and
+the Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*,
+2006, algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the
+Gaussian with the curvature there, and the evidence is the Laplace evidence; the censored rows'
+factors need no inducing-point or variational approximation. The Student-t likelihood is not
+log-concave (a row far from ``f`` has negative curvature ``W``), so the posterior may have
+several modes and ``I + W^1/2 K W^1/2`` is not defined: the search takes a full Newton step
+where the posterior's curvature is negative definite and elsewhere raises the negative ``W``
+to 0 (an ascent direction), each step halved until the objective rises (as Vanhatalo, Jylänki
+& Vehtari, "Gaussian process regression with Student-t likelihood", NIPS 2009, and GPML's
+Laplace inference do); it keeps the mode reached from ``f = m``, and the evidence and the
+prediction factor ``K^-1 + W`` through ``K``'s Cholesky factor (:class:`_Curvature`); a fit
+whose final mode is not a maximum raises :class:`~.model.InterferenceFitError`. ``m``, the length scales, the effects, the
 amplitudes and the noise levels maximise the Laplace evidence with the Gaussian model's priors on at most
 :data:`~.gp.EVIDENCE_OBSERVATIONS` observations (L-BFGS, from the Gaussian model's fit on the
 same subset); its gradient is exact: the mode enters through one Newton step from the converged
 mode, whose derivative in the hyperparameters is the mode's (Newton's map has zero derivative in
-``f`` at its fixed point). The prediction conditions on every observation with those
+``f`` at its fixed point; with Student-t noise a censored row's derivative in ``nu_g`` is a
+central difference of the t distribution function, :mod:`.likelihoods`). The prediction conditions on every observation with those
 hyperparameters. It is of the uncensored speed ``exp(y*)``: what the job would run at, above the
 cap included; a caller comparing with capped records caps the prediction itself.
 
 Cost: a few Cholesky factors of ``M x M`` per evidence evaluation (``M`` the evidence subset), and
-a few of ``N x N`` for the prediction (``N`` training observations).
+a few of ``N x N`` for the prediction (``N`` training observations); with Student-t noise one
+more per Newton search (``K``'s factor), SciPy's t distribution function for every row per
+evaluation, and more Newton steps (those with negative curvature converge linearly).
 """
 
 from __future__ import annotations
