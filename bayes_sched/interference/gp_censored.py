@@ -63,14 +63,15 @@ Laplace inference do); it keeps the mode reached from ``f = m``, and the evidenc
 prediction factor ``K^-1 + W`` through ``K``'s Cholesky factor (:class:`_Curvature`); a fit
 whose final mode is not a maximum raises :class:`~.model.InterferenceFitError`.
 
-``m``, the length scales, the effects, the amplitudes and the noise levels maximise the Laplace evidence with the Gaussian model's priors on at most
-:data:`~.gp.EVIDENCE_OBSERVATIONS` observations (L-BFGS, from the Gaussian model's fit on the
-same subset); its gradient is exact: the mode enters through one Newton step from the converged
-mode, whose derivative in the hyperparameters is the mode's (Newton's map has zero derivative in
-``f`` at its fixed point; with Student-t noise a censored row's derivative in ``nu_g`` is a
-central difference of the t distribution function, :mod:`.likelihoods`). The prediction
-conditions on every observation with those hyperparameters. It is of the uncensored speed ``exp(y*)``: what the job would run at, above the
-cap included; a caller comparing with capped records caps the prediction itself.
+``m``, the length scales, the effects, the amplitudes and the noise levels maximise the Laplace
+evidence with the Gaussian model's priors on at most :data:`~.gp.EVIDENCE_OBSERVATIONS`
+observations (L-BFGS, from the Gaussian model's fit on the same subset); its gradient is exact:
+the mode enters through one Newton step from the converged mode, whose derivative in the
+hyperparameters is the mode's (Newton's map has zero derivative in ``f`` at its fixed point;
+with Student-t noise a censored row's derivative in ``nu_g`` is a central difference of the t
+distribution function, :mod:`.likelihoods`). The prediction conditions on every observation with
+those hyperparameters. It is of the uncensored speed ``exp(y*)``: what the job would run at,
+above the cap included; a caller comparing with capped records caps the prediction itself.
 
 Cost: a few Cholesky factors of ``M x M`` per evidence evaluation (``M`` the evidence subset), and
 a few of ``N x N`` for the prediction (``N`` training observations); with Student-t noise one
