@@ -9,7 +9,12 @@ import pytest
 import torch
 from scipy.stats import norm, t
 
-from bayes_sched.interference.likelihoods import RowNoise, censored_terms, t_log_cdf
+from bayes_sched.interference.likelihoods import (
+    RowNoise,
+    bounding_curvature,
+    censored_terms,
+    t_log_cdf,
+)
 
 ROWS = 12
 
@@ -63,3 +68,28 @@ def test_t_log_cdf_gradients_and_far_tails() -> None:
     far = t_log_cdf(torch.tensor([-1e300], dtype=torch.float64),
                     torch.tensor([50.0], dtype=torch.float64))
     assert torch.isfinite(far).all()
+
+
+def test_bounding_curvature_is_positive_and_lies_below_the_t_log_density() -> None:
+    # Where W < 0 the Newton search steps on a quadratic with the bounding curvature: it must
+    # be positive, at least W, and (measured rows) the quadratic touching the log density at
+    # f must stay below it everywhere, so that a step on it raises the objective.
+    y, f, censored, scale = _rows()
+    dof = torch.full((ROWS,), 2.5, dtype=torch.float64)
+    noise = RowNoise(scale, dof)
+    _, gradient, curvature = censored_terms(y, censored, 0.3, f, noise)
+    bound = bounding_curvature(y, censored, f, curvature, noise)
+    assert (curvature < 0).any() and (bound >= 0).all() and (bound >= curvature).all()
+    measured = ~censored
+    for shift in torch.linspace(-20, 20, 81, dtype=torch.float64):
+        moved = f + shift
+        exact = censored_terms(y[measured], censored[measured], 0.3, moved[measured],
+                               RowNoise(scale[measured], dof[measured]))[0]
+        base = censored_terms(y[measured], censored[measured], 0.3, f[measured],
+                              RowNoise(scale[measured], dof[measured]))[0]
+        quadratic = (base + (gradient[measured] * shift).sum()
+                     - 0.5 * (bound[measured] * shift**2).sum())
+        assert float(quadratic) <= float(exact) + 1e-9
+    gaussian = RowNoise(scale)
+    w = censored_terms(y, censored, 0.3, f, gaussian)[2]
+    assert torch.equal(bounding_curvature(y, censored, f, w, gaussian), w)

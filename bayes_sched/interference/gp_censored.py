@@ -49,19 +49,20 @@ few measurements far from any smooth law), a Gaussian noise level either covers 
 leaves the far rows outside its intervals, or stretches to them and makes every interval too
 wide; the t noise keeps a small scale for the bulk and long tails for the rest.
 
-The Gaussian Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode and
-the Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*,
+The Gaussian Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode
+and the Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*,
 2006, algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the
 Gaussian with the curvature there, and the evidence is the Laplace evidence; the censored rows'
 factors need no inducing-point or variational approximation. The Student-t likelihood is not
 log-concave (a row far from ``f`` has negative curvature ``W``), so the posterior may have
 several modes and ``I + W^1/2 K W^1/2`` is not defined: the search takes a full Newton step
-where the posterior's curvature is negative definite and elsewhere raises the negative ``W``
-to 0 (an ascent direction), each step halved until the objective rises (as Vanhatalo, Jylänki
-& Vehtari, "Gaussian process regression with Student-t likelihood", NIPS 2009, and GPML's
-Laplace inference do); it keeps the mode reached from ``f = m``, and the evidence and the
-prediction factor ``K^-1 + W`` through ``K``'s Cholesky factor (:class:`_Curvature`); a fit
-whose final mode is not a maximum raises :class:`~.model.InterferenceFitError`.
+where the posterior's curvature is negative definite and elsewhere the step of the t's
+scale-mixture (EM) view, ``W`` raised to each measured row's expected precision (an ascent
+direction), each step halved until the objective rises (Vanhatalo, Jylänki & Vehtari, "Gaussian
+process regression with Student-t likelihood", NIPS 2009, treat the mode so); it keeps the mode
+reached from ``f = m``, and the evidence and the prediction factor ``K^-1 + W`` through ``K``'s
+Cholesky factor (:class:`_Curvature`); a fit whose final mode is not a maximum raises
+:class:`~.model.InterferenceFitError`.
 
 ``m``, the length scales, the effects, the amplitudes and the noise levels maximise the Laplace
 evidence with the Gaussian model's priors on at most :data:`~.gp.EVIDENCE_OBSERVATIONS`
@@ -106,7 +107,12 @@ from bayes_sched.interference.gp import (
     fit_evidence,
     training_set,
 )
-from bayes_sched.interference.likelihoods import RowNoise, censored_terms, standard_noise
+from bayes_sched.interference.likelihoods import (
+    RowNoise,
+    bounding_curvature,
+    censored_terms,
+    standard_noise,
+)
 from bayes_sched.interference.model import InterferenceFitError
 from bayes_sched.interference.tables import InterferenceInputError
 from perfmodel.errors import UnreliableFitWarning
@@ -371,14 +377,15 @@ def _newton_step(k: torch.Tensor, mean: torch.Tensor, g: torch.Tensor, data: _To
 def _search_step(k: torch.Tensor, mean: torch.Tensor, g: torch.Tensor, data: _Tobit,
                  noise: RowNoise, chol_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A Newton step (:func:`_newton_step`) where the posterior's curvature at ``g`` is
-    negative definite; elsewhere (a Student-t likelihood far from its mode) the step with each
-    negative ``W`` raised to 0, an ascent direction (as GPML's ``irls`` does: Rasmussen &
-    Nickisch, "Gaussian processes for machine learning (GPML) toolbox", JMLR 2010)."""
+    negative definite; elsewhere (a Student-t likelihood far from its mode) the step with ``W``
+    raised to :func:`~.likelihoods.bounding_curvature` (for the measured rows the EM step of
+    the t's scale-mixture view: a step on a quadratic below the objective), an ascent
+    direction."""
     _, gradient, w = data.terms(mean + g, noise)
     try:
         return _Curvature(k, w, chol_k).solve(w * g + gradient)
     except torch.linalg.LinAlgError:
-        w = w.clamp_min(0)
+        w = bounding_curvature(data.y, data.censored, mean + g, w, noise)
         return _Curvature(k, w).solve(w * g + gradient)
 
 

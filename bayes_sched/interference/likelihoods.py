@@ -105,6 +105,22 @@ def _student_t_terms(y: torch.Tensor, censored: torch.Tensor, upper: float, f: t
     return log_lik, gradient, curvature
 
 
+def bounding_curvature(y: torch.Tensor, censored: torch.Tensor, f: torch.Tensor,
+                       curvature: torch.Tensor, noise: RowNoise) -> torch.Tensor:
+    """A non-negative curvature at least each row's ``curvature`` (:func:`censored_terms`'
+    ``W``) ``(N,)``, for Newton steps where ``W``'s negative entries make the posterior's
+    curvature indefinite. Student-t noise, a measured row: the scale-mixture (EM) weight
+    ``(nu+1) / ((nu + r^2) sigma^2)``, the curvature of a quadratic that lies below the log
+    density and touches it at ``f`` (``log(1 + r^2 / nu)`` is concave in ``r^2``), so a step on
+    it raises the objective; a censored row: ``max(W, 0)``. Gaussian noise: ``W`` (positive
+    already)."""
+    if noise.dof is None:
+        return curvature
+    r2 = ((y - f) / noise.scale) ** 2
+    weight = (noise.dof + 1) / ((noise.dof + r2) * noise.scale**2)
+    return torch.where(censored, curvature.clamp_min(0), weight)
+
+
 class _TLogCdf(torch.autograd.Function):
     """``log T_nu(z)`` with its derivatives in ``z`` (the density over the distribution
     function) and in ``nu`` (a central difference)."""
