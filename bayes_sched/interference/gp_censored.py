@@ -124,6 +124,9 @@ from perfmodel.errors import UnreliableFitWarning
 #: any fixed size where the kernel matrix is ill-conditioned, float64 rounding of its solves
 #: moving them while the objective no longer changes).
 NEWTON_ITERATIONS = 50
+#: Newton iterations at most with Student-t noise: where the posterior's curvature is
+#: indefinite the search steps on the EM bound, which converges linearly, not quadratically.
+NEWTON_ITERATIONS_T = 200
 NEWTON_TOLERANCE = 1e-8
 NEWTON_GAIN = 1e-12
 #: Halvings of one Newton step at most while the objective falls.
@@ -408,7 +411,8 @@ def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, noise: RowNoise
         chol_k = torch.linalg.cholesky(k) if noise.dof is not None else None
         g, a = torch.zeros_like(data.y), torch.zeros_like(data.y)
         value = objective(g, a)
-        for _ in range(NEWTON_ITERATIONS):
+        iterations = NEWTON_ITERATIONS if chol_k is None else NEWTON_ITERATIONS_T
+        for _ in range(iterations):
             new, new_a = (_newton_step(k, mean, g, data, noise) if chol_k is None
                           else _search_step(k, mean, g, data, noise, chol_k))
             new_value = objective(new, new_a)
@@ -425,7 +429,7 @@ def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, noise: RowNoise
                 return new
             g, a, value = new, new_a, new_value
     raise InterferenceFitError(f"the censored GP's posterior mode did not converge in "
-                               f"{NEWTON_ITERATIONS} Newton iterations (the last changed a "
+                               f"{iterations} Newton iterations (the last changed a "
                                f"latent value by {change:.2g} and the objective {value:.6g} "
                                f"by {gain:.2g})")
 
