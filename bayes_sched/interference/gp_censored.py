@@ -614,7 +614,8 @@ class CensoredColocationGP(PairGP):
 def _maximise_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
                        columns: list[str]) -> GpFitReport:
     """Maximise the Laplace evidence with priors (:func:`_laplace_evidence`) by L-BFGS with a
-    strong-Wolfe line search; the fit's report, its gradient measured after the fit."""
+    strong-Wolfe line search (a trial point where the evidence cannot be evaluated counts as
+    infinitely bad); the fit's report, its gradient measured after the fit."""
     parameters = [p for p in hyper.parameters() if p.requires_grad]
     optimiser = torch.optim.LBFGS(parameters, max_iter=MAX_ITERATIONS,
                                   line_search_fn="strong_wolfe", tolerance_grad=1e-7,
@@ -622,7 +623,15 @@ def _maximise_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
 
     def closure() -> torch.Tensor:
         optimiser.zero_grad()
-        loss = -_laplace_evidence(hyper, x, data)
+        try:
+            loss = -_laplace_evidence(hyper, x, data)
+        except (torch.linalg.LinAlgError, InterferenceFitError):
+            # A trial point without a usable Laplace approximation (with Student-t noise: no
+            # maximum where the mode search ended): an infinite loss, so that the line search
+            # shortens its step (bisection); the fit's final point is checked below.
+            for p in parameters:
+                p.grad = torch.zeros_like(p)
+            return torch.tensor(math.inf, dtype=x.dtype)
         loss.backward()
         return loss.detach()
 
