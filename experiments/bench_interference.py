@@ -21,6 +21,8 @@ the same solo features (of the target job and of its neighbour):
   speed of 1 as "at least 1" (a censored observation) instead of an exact 1, learns each job's
   own effects as target and neighbour, and has one noise level per GPU type (a held-out type's
   drawn from its prior).
+- gp-censored-t+family: gp-censored+family with Student-t noise (a scale and degrees of freedom
+  per GPU type; :mod:`bayes_sched.interference.likelihoods`).
 
 The batch size reaches every method as ``--batch-features`` says (several run side by side on
 the same folds, one row per feature choice and method): ``absolute``, the log batch size;
@@ -87,7 +89,7 @@ from bayes_sched.interference.gavel import (  # noqa: E402
 )
 from bayes_sched.interference.gp import ColocationGP  # noqa: E402
 from bayes_sched.interference.gp_censored import CensoredColocationGP  # noqa: E402
-from bayes_sched.interference.model import SpeedPrediction  # noqa: E402
+from bayes_sched.interference.model import InterferenceFitError, SpeedPrediction  # noqa: E402
 from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
 LEVEL = 0.9
@@ -118,7 +120,7 @@ def residual_interval(
 
 TREES = ("random forest", "gradient boosting")
 METHODS = ("mean", "linear", *TREES, "bayes (this)", "gp", "gp+family", "gp-censored",
-           "gp-censored+family")
+           "gp-censored+family", "gp-censored-t+family")
 DEFAULT_METHODS = tuple(m for m in METHODS if m != "bayes (this)")
 
 
@@ -182,13 +184,18 @@ def run_bayes(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame, s
 
 
 def run_gp(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame,
-           censored: bool = False) -> tuple:
+           censored: bool = False, student_t: bool = False) -> tuple | None:
     """Median, 90% interval and probability below the cap of the GP co-location model on
     ``test``: the Gaussian one, or with ``censored`` the one that reads a recorded speed of 1
-    as "at least 1" (a noise level per GPU type)."""
-    model = (CensoredColocationGP.fit(train, features, cap=RECORDED_SPEED_CAP,
-                                      noise_group=gpu_of) if censored
-             else ColocationGP.fit(train, features))
+    as "at least 1" (a noise level per GPU type; with ``student_t``, Student-t noise);
+    ``None`` where the fit failed (:class:`InterferenceFitError`)."""
+    try:
+        model = (CensoredColocationGP.fit(train, features, cap=RECORDED_SPEED_CAP,
+                                          noise_group=gpu_of, student_t=student_t) if censored
+                 else ColocationGP.fit(train, features))
+    except InterferenceFitError as error:
+        print(f"a GP fit failed ({error}); fold left out for every method", file=sys.stderr)
+        return None
     return summary_of(model.predict_speed(list(test["target"]), list(test["other"])))
 
 
@@ -221,14 +228,17 @@ def fold_results(train: pd.DataFrame, test: pd.DataFrame, features: pd.DataFrame
                  methods: tuple[str, ...], steps: int) -> dict | None:
     """name -> (prediction, low, high, below, CPU seconds) of every method on one fold
     (``below``: the probability of a speed below the cap); ``None``
-    where the Bayesian fit did not converge (the fold is then left out for every method)."""
+    where the Bayesian fit did not converge or a GP fit failed (the fold is then left out for
+    every method)."""
     results = run_baselines(train, test, features, methods)
     fits = {"bayes (this)": lambda: run_bayes(train, test, features, steps),
             "gp": lambda: run_gp(train, test, features),
             "gp+family": lambda: run_gp(train, test, with_family(features)),
             "gp-censored": lambda: run_gp(train, test, features, censored=True),
             "gp-censored+family": lambda: run_gp(train, test, with_family(features),
-                                                 censored=True)}
+                                                 censored=True),
+            "gp-censored-t+family": lambda: run_gp(train, test, with_family(features),
+                                                   censored=True, student_t=True)}
     for name, fit in fits.items():
         if name in methods:
             started = time.process_time()
@@ -292,8 +302,8 @@ def run_setting(setting: str, folds: list[tuple[str, np.ndarray]],
         for batch_feature, table in features.items():
             results = fold_results(train, test, table, tuple(args.methods), args.steps)
             if results is None:
-                print(f"{setting} ({batch_feature}): fold {i + 1}: the Bayesian fit did not "
-                      "converge; fold left out for every method", file=sys.stderr)
+                print(f"{setting} ({batch_feature}): fold {i + 1} ({group}): a fit failed "
+                      "or did not converge; fold left out for every method", file=sys.stderr)
                 continue
             for name, result in results.items():
                 collected[batch_feature].setdefault(name, []).append(

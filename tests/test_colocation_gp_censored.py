@@ -184,3 +184,42 @@ def test_censored_gp_separates_each_jobs_own_effect_from_the_noise() -> None:
     assert abs(math.log(model.report.noise / 0.02)) < math.log(1.6)
     mean, _ = model.log_speed_moments(list(test["target"]), list(test["other"]))
     assert np.sqrt(np.mean((mean - np.log(test["speed"])) ** 2)) < 0.06
+
+
+def _contaminated(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    # Heavy-tailed log-speed noise: most rows within 0.02, one in ten 0.3 off (a wild run).
+    wild = rng.uniform(size=shape) < 0.1
+    return np.where(wild, 0.3, 0.02) * rng.standard_normal(shape)
+
+
+def test_student_t_noise_covers_heavy_tailed_fresh_rows_at_every_level() -> None:
+    # Fresh measurements of the same pairs (outliers included): the Student-t model's 90%
+    # intervals hold about 90% of them and its 50% intervals about half; the Gaussian's noise,
+    # stretched to reach the outliers, makes its 50% intervals hold far more than half.
+    pairs, solo = synthetic_pairs(16, seed=0, offset=0.0, noise=0.0)
+    rng = np.random.default_rng(1)
+    law = np.log(pairs["true"].to_numpy())
+    true = np.exp(law + _contaminated(rng, law.shape))
+    pairs = pairs.assign(true=true, speed=np.minimum(true, 1.0))
+    fresh = np.exp(law + _contaminated(rng, (20, len(law))))
+    coverage = {}
+    with one_torch_thread():
+        for name, student_t in (("gaussian", False), ("t", True)):
+            model = CensoredColocationGP.fit(pairs, solo, cap=1.0, student_t=student_t)
+            assert model.report.converged
+            draws = model.predict_speed(list(pairs["target"]), list(pairs["other"]))
+            for level in (0.5, 0.9):
+                low, high = draws.interval(level)
+                coverage[name, level] = float(((fresh >= low) & (fresh <= high)).mean())
+    assert abs(coverage["t", 0.9] - 0.9) < 0.04 and abs(coverage["t", 0.5] - 0.5) < 0.15
+    assert coverage["gaussian", 0.5] > 0.75
+    assert set(model.report.dof_groups) == {""} and model.report.dof_groups[""] < 5
+
+
+def test_student_t_fit_keeps_the_projects_errors() -> None:
+    pairs, solo = _capped_pairs(4, seed=1)
+    with pytest.raises(InterferenceInputError, match="above the cap"):
+        CensoredColocationGP.fit(pairs.assign(speed=pairs["true"] * 2.0), solo, cap=1.0,
+                                 student_t=True)
+    with pytest.raises(InterferenceInputError):
+        CensoredColocationGP.fit(pairs.assign(speed=np.nan), solo, cap=1.0, student_t=True)

@@ -75,7 +75,9 @@ class GpFitReport:
     and noise standard deviation (``noise``, log speed; where it differs between rows, their
     geometric mean), and where the noise has one level per noise group, each group's
     (``noise_groups``, log speed) and kernel amplitude (``amplitude_groups``, log speed: the
-    standard deviation of the group's latent log speed a priori)."""
+    standard deviation of the group's latent log speed a priori), and where the noise is
+    Student-t (then ``noise`` and ``noise_groups`` are its scale), each group's degrees of
+    freedom (``dof_groups``)."""
 
     loss: float
     gradient_norm: float
@@ -84,6 +86,7 @@ class GpFitReport:
     noise: float
     noise_groups: dict[str, float] = field(default_factory=dict)
     amplitude_groups: dict[str, float] = field(default_factory=dict)
+    dof_groups: dict[str, float] = field(default_factory=dict)
 
     def with_noise_scale(self, y_scale: float) -> GpFitReport:
         """This report with its noise and amplitudes in log-speed units (the fits see

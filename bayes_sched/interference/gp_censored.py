@@ -41,21 +41,43 @@ jobs whose pairs were measured). With them, a job's measured pairs inform its ot
 through its effects, and a job never co-located gets the effects' prior variance and the smooth
 law's mean.
 
-The Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode and the
-Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*, 2006,
-algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the Gaussian
-with the curvature there, and the evidence is the Laplace evidence; the censored rows' factors need
-no inducing-point or variational approximation. ``m``, the length scales, the effects, the
-amplitudes and the noise levels maximise the Laplace evidence with the Gaussian model's priors on at most
-:data:`~.gp.EVIDENCE_OBSERVATIONS` observations (L-BFGS, from the Gaussian model's fit on the
-same subset); its gradient is exact: the mode enters through one Newton step from the converged
-mode, whose derivative in the hyperparameters is the mode's (Newton's map has zero derivative in
-``f`` at its fixed point). The prediction conditions on every observation with those
-hyperparameters. It is of the uncensored speed ``exp(y*)``: what the job would run at, above the
-cap included; a caller comparing with capped records caps the prediction itself.
+Optionally (``student_t``) the noise ``eps`` is Student-t, with a scale ``sigma_g`` (the same
+hierarchical prior) and degrees of freedom ``nu_g`` per noise group (prior
+:data:`DOF_PRIOR_SHAPE`, :data:`DOF_PRIOR_RATE`), a row at the cap contributing the t
+distribution function (:mod:`.likelihoods`). Why: where a group's residuals are heavy-tailed (a
+few measurements far from any smooth law), a Gaussian noise level either covers the bulk and
+leaves the far rows outside its intervals, or stretches to them and makes every interval too
+wide; the t noise keeps a small scale for the bulk and long tails for the rest.
+
+The Gaussian Tobit likelihood is log-concave in ``f``, so the posterior of ``f`` has one mode
+and the Laplace approximation (Rasmussen & Williams, *Gaussian Processes for Machine Learning*,
+2006, algorithms 3.1-3.2) is well posed: Newton's method finds the mode, the posterior is the
+Gaussian with the curvature there, and the evidence is the Laplace evidence; the censored rows'
+factors need no inducing-point or variational approximation. The Student-t likelihood is not
+log-concave (a row far from ``f`` has negative curvature ``W``), so the posterior may have
+several modes and ``I + W^1/2 K W^1/2`` is not defined: the search takes a full Newton step
+where the posterior's curvature is negative definite and elsewhere the step of the t's
+scale-mixture (EM) view, ``W`` raised to each measured row's expected precision (an ascent
+direction), each step halved until the objective rises (Vanhatalo, Jylänki & Vehtari, "Gaussian
+process regression with Student-t likelihood", NIPS 2009, treat the mode so); it keeps the mode
+reached from ``f = m``, and the evidence and the prediction factor ``K^-1 + W`` through ``K``'s
+Cholesky factor (:class:`_Curvature`); a fit whose final mode is not a maximum raises
+:class:`~.model.InterferenceFitError`.
+
+``m``, the length scales, the effects, the amplitudes and the noise levels maximise the Laplace
+evidence with the Gaussian model's priors on at most :data:`~.gp.EVIDENCE_OBSERVATIONS`
+observations (L-BFGS, from the Gaussian model's fit on the same subset); its gradient is exact:
+the mode enters through one Newton step from the converged mode, whose derivative in the
+hyperparameters is the mode's (Newton's map has zero derivative in ``f`` at its fixed point;
+with Student-t noise a censored row's derivative in ``nu_g`` is a central difference of the t
+distribution function, :mod:`.likelihoods`). The prediction conditions on every observation with
+those hyperparameters. It is of the uncensored speed ``exp(y*)``: what the job would run at,
+above the cap included; a caller comparing with capped records caps the prediction itself.
 
 Cost: a few Cholesky factors of ``M x M`` per evidence evaluation (``M`` the evidence subset), and
-a few of ``N x N`` for the prediction (``N`` training observations).
+a few of ``N x N`` for the prediction (``N`` training observations); with Student-t noise one
+more per Newton search (``K``'s factor), SciPy's t distribution function for every row per
+evaluation, and more Newton steps (those with negative curvature converge linearly).
 """
 
 from __future__ import annotations
@@ -73,6 +95,7 @@ import torch
 from botorch.models import SingleTaskGP
 from gpytorch.constraints import GreaterThan
 from gpytorch.priors import LogNormalPrior
+from scipy.stats import gamma
 
 from bayes_sched.interference.gp import (
     GRADIENT_TOLERANCE,
@@ -83,6 +106,12 @@ from bayes_sched.interference.gp import (
     evidence_subset,
     fit_evidence,
     training_set,
+)
+from bayes_sched.interference.likelihoods import (
+    RowNoise,
+    bounding_curvature,
+    censored_terms,
+    standard_noise,
 )
 from bayes_sched.interference.model import InterferenceFitError
 from bayes_sched.interference.tables import InterferenceInputError
@@ -95,6 +124,9 @@ from perfmodel.errors import UnreliableFitWarning
 #: any fixed size where the kernel matrix is ill-conditioned, float64 rounding of its solves
 #: moving them while the objective no longer changes).
 NEWTON_ITERATIONS = 50
+#: Newton iterations at most with Student-t noise: where the posterior's curvature is
+#: indefinite the search steps on the EM bound, which converges linearly, not quadratically.
+NEWTON_ITERATIONS_T = 200
 NEWTON_TOLERANCE = 1e-8
 NEWTON_GAIN = 1e-12
 #: Halvings of one Newton step at most while the objective falls.
@@ -120,6 +152,15 @@ EFFECT_SCALE = 1.0
 #: Smallest noise standard deviation (standardised units): its square is added to every
 #: group's noise variance.
 MIN_NOISE = 1e-3
+#: Student-t noise: each noise group's degrees of freedom ``nu_g = 1 + exp(d_g)`` (above 1:
+#: the noise has a mean), ``nu_g ~ Gamma(DOF_PRIOR_SHAPE, DOF_PRIOR_RATE)``, the prior of
+#: Juárez & Steel (2010, "Model-based clustering of non-Gaussian panel data based on skew-t
+#: distributions"): mode 10, mean 20, little mass on near-Gaussian tails beyond 60 or on tails
+#: so heavy that the variance is infinite (below 2). An unseen group's draws take theirs from it.
+DOF_PRIOR_SHAPE = 2.0
+DOF_PRIOR_RATE = 0.1
+#: The mode of the degrees of freedom's prior, ``(shape - 1) / rate``: the fit's start.
+_DOF_PRIOR_MODE = (DOF_PRIOR_SHAPE - 1) / DOF_PRIOR_RATE
 
 
 class _Hyperparameters(gpytorch.Module):
@@ -143,6 +184,9 @@ class _Hyperparameters(gpytorch.Module):
         self.noise_bias = torch.nn.Parameter(torch.tensor(NOISE_PRIOR_LOC))
         self.noise_offsets = torch.nn.Parameter(torch.zeros(groups))
         self.amplitude_logs = torch.nn.Parameter(torch.zeros(groups))
+        # Student-t noise's log(nu_g - 1) per group (unused with Gaussian noise).
+        self.dof_logs = torch.nn.Parameter(torch.zeros(groups))
+        self.student_t = False
         # Log standard deviations of a job's own effects as a target and as a neighbour.
         self.effect_logs = torch.nn.Parameter(torch.zeros(2))
 
@@ -158,6 +202,7 @@ class _Hyperparameters(gpytorch.Module):
             self.noise_offsets.zero_()
             self.amplitude_logs.zero_()
             self.effect_logs.zero_()
+            self.dof_logs.fill_(math.log(_DOF_PRIOR_MODE - 1))
 
     def noise_variance(self, group: torch.Tensor, unseen: torch.Tensor | None = None
                        ) -> torch.Tensor:
@@ -175,8 +220,20 @@ class _Hyperparameters(gpytorch.Module):
         return _group_values(self.amplitude_logs, group, unseen).exp()
 
     def sigma(self, group: torch.Tensor) -> torch.Tensor:
-        """Noise standard deviation (standardised units) of rows in noise groups ``group``."""
+        """Noise standard deviation (Student-t noise: scale; standardised units) of rows in
+        noise groups ``group``."""
         return self.noise_variance(group).sqrt()
+
+    def dof(self, group: torch.Tensor, unseen: torch.Tensor | None = None) -> torch.Tensor:
+        """Student-t degrees of freedom of rows in noise groups ``group`` (an unseen group's
+        ``1 + exp(unseen)``, by default the prior's mode), ``(..., N)``."""
+        fill = (torch.tensor(math.log(_DOF_PRIOR_MODE - 1), dtype=self.dof_logs.dtype)
+                if unseen is None else unseen)
+        return 1.0 + _group_values(self.dof_logs, group, fill).exp()
+
+    def noise(self, group: torch.Tensor) -> RowNoise:
+        """The likelihood's noise of rows in (seen) noise groups ``group``."""
+        return RowNoise(self.sigma(group), self.dof(group) if self.student_t else None)
 
     def covariance(self, x: torch.Tensor, group: torch.Tensor, jobs: torch.Tensor,
                    z: torch.Tensor | None = None, z_jobs: torch.Tensor | None = None
@@ -210,7 +267,13 @@ class _Hyperparameters(gpytorch.Module):
         offsets = -0.5 * (self.noise_offsets / NOISE_GROUP_SCALE).pow(2).sum()
         amplitudes = -0.5 * (self.amplitude_logs / AMPLITUDE_GROUP_SCALE).pow(2).sum()
         effects = -0.5 * (self.effect_logs / EFFECT_SCALE).pow(2).sum()
-        return lengths + bias + offsets + amplitudes + effects
+        total = lengths + bias + offsets + amplitudes + effects
+        if self.student_t:
+            # Gamma(shape, rate) on nu = 1 + exp(d), with the Jacobian exp(d).
+            nu = 1.0 + self.dof_logs.exp()
+            total = total + ((DOF_PRIOR_SHAPE - 1) * nu.log() - DOF_PRIOR_RATE * nu
+                             + self.dof_logs).sum()
+        return total
 
 
 def _job_codes(solo: pd.DataFrame, targets: Sequence[str] | pd.Series,
@@ -245,54 +308,113 @@ class _Tobit:
         return _Tobit(self.y[rows], self.censored[rows], self.upper, self.group[rows],
                       self.jobs[rows])
 
-    def terms(self, f: torch.Tensor, sigma: torch.Tensor
+    def terms(self, f: torch.Tensor, noise: RowNoise
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log likelihood (scalar), its gradient in ``f`` and its negative curvature ``W``
-        (each ``(N,)``) at latent values ``f``."""
-        residual = (self.y - f) / sigma
-        z = (f - self.upper) / sigma
-        log_tail = torch.special.log_ndtr(z)
-        # Inverse Mills ratio phi(z) / Phi(z), computed in logs (Phi underflows far below).
-        mills = torch.exp(-0.5 * z**2 - 0.5 * math.log(2 * math.pi) - log_tail)
-        exact = -0.5 * residual**2 - torch.log(sigma) - 0.5 * math.log(2 * math.pi)
-        log_lik = torch.where(self.censored, log_tail, exact).sum()
-        gradient = torch.where(self.censored, mills / sigma, residual / sigma)
-        curvature = torch.where(self.censored, mills * (z + mills) / sigma**2,
-                                torch.ones_like(f) / sigma**2)
-        return log_lik, gradient, curvature
+        (each ``(N,)``) at latent values ``f`` (:func:`~.likelihoods.censored_terms`)."""
+        return censored_terms(self.y, self.censored, self.upper, f, noise)
+
+
+class _Curvature:
+    """The Laplace posterior's precision ``K^-1 + W`` for a kernel matrix ``K`` ``(N, N)`` and
+    the likelihood's negative curvature ``W`` ``(N,)``, factored as algorithm 3.1 of Rasmussen
+    & Williams does where ``W >= 0`` (the Cholesky factor of ``B = I + W^1/2 K W^1/2``), and
+    otherwise (a Student-t likelihood's rows far from the latent value) through ``K = L L'``:
+    ``K^-1 + W = L^-T C L^-1`` with ``C = I + L' W L``, positive definite at a maximum of the
+    posterior. Raises :class:`torch.linalg.LinAlgError` where the precision is not positive
+    definite."""
+
+    def __init__(self, k: torch.Tensor, w: torch.Tensor, chol_k: torch.Tensor | None = None
+                 ) -> None:
+        self.k, self.w = k, w
+        eye = torch.eye(len(w), dtype=w.dtype)
+        if bool((w >= 0).all()):
+            self.root: torch.Tensor | None = w.sqrt()
+            self.chol_k = None
+            self.chol = torch.linalg.cholesky(eye + self.root[:, None] * k * self.root)
+        else:
+            self.root = None
+            self.chol_k = torch.linalg.cholesky(k) if chol_k is None else chol_k
+            self.chol = torch.linalg.cholesky(eye + self.chol_k.T * w @ self.chol_k)
+
+    def solve(self, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``g = (K^-1 + W)^-1 b`` and ``a = K^-1 g``, each ``(N,)``."""
+        if self.root is not None:
+            a = b - self.root * torch.cholesky_solve(
+                (self.root * (self.k @ b))[:, None], self.chol)[:, 0]
+            return self.k @ a, a
+        assert self.chol_k is not None
+        inner = torch.cholesky_solve((self.chol_k.T @ b)[:, None], self.chol)[:, 0]
+        a = torch.linalg.solve_triangular(self.chol_k.T, inner[:, None], upper=True)[:, 0]
+        return self.chol_k @ inner, a
+
+    def half_log_det(self) -> torch.Tensor:
+        """``log det(I + K W) / 2``."""
+        return torch.log(torch.diagonal(self.chol)).sum()
+
+    def reduction(self, cross: torch.Tensor) -> torch.Tensor:
+        """``diag(k*' (K + W^-1)^-1 k*)`` ``(M,)`` for the covariances ``cross`` ``(N, M)``
+        of the training rows with ``M`` others: how far conditioning on the observations
+        lowers their latent variance."""
+        if self.root is not None:
+            v = torch.linalg.solve_triangular(self.chol, self.root[:, None] * cross,
+                                              upper=False)
+            return (v**2).sum(dim=0)
+        assert self.chol_k is not None
+        # k*' (K^-1 - K^-1 (K^-1 + W)^-1 K^-1) k* with v = L^-1 k*: v'v - v' C^-1 v.
+        v = torch.linalg.solve_triangular(self.chol_k, cross, upper=False)
+        u = torch.linalg.solve_triangular(self.chol, v, upper=False)
+        return (v**2).sum(dim=0) - (u**2).sum(dim=0)
 
 
 def _newton_step(k: torch.Tensor, mean: torch.Tensor, g: torch.Tensor, data: _Tobit,
-                 sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                 noise: RowNoise, chol_k: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One Newton step for the posterior mode of the zero-mean latent ``g = f - m`` (algorithm
-    3.1 of Rasmussen & Williams): the new ``g`` and ``a = K^-1 g`` (each ``(N,)``)."""
-    _, gradient, w = data.terms(mean + g, sigma)
-    root = w.sqrt()
-    chol = torch.linalg.cholesky(torch.eye(len(g), dtype=g.dtype) + root[:, None] * k * root)
-    b = w * g + gradient
-    a = b - root * torch.cholesky_solve((root * (k @ b))[:, None], chol)[:, 0]
-    return k @ a, a
+    3.1 of Rasmussen & Williams, with :class:`_Curvature` where ``W`` has negative entries):
+    the new ``g`` and ``a = K^-1 g`` (each ``(N,)``)."""
+    _, gradient, w = data.terms(mean + g, noise)
+    return _Curvature(k, w, chol_k).solve(w * g + gradient)
 
 
-def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, sigma: torch.Tensor
+def _search_step(k: torch.Tensor, mean: torch.Tensor, g: torch.Tensor, data: _Tobit,
+                 noise: RowNoise, chol_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Newton step (:func:`_newton_step`) where the posterior's curvature at ``g`` is
+    negative definite; elsewhere (a Student-t likelihood far from its mode) the step with ``W``
+    raised to :func:`~.likelihoods.bounding_curvature` (for the measured rows the EM step of
+    the t's scale-mixture view: a step on a quadratic below the objective), an ascent
+    direction."""
+    _, gradient, w = data.terms(mean + g, noise)
+    try:
+        return _Curvature(k, w, chol_k).solve(w * g + gradient)
+    except torch.linalg.LinAlgError:
+        w = bounding_curvature(data.y, data.censored, mean + g, w, noise)
+        return _Curvature(k, w).solve(w * g + gradient)
+
+
+def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, noise: RowNoise
           ) -> torch.Tensor:
-    """The posterior mode of ``g = f - m`` (no gradient), by Newton's method from zero, each
-    step halved until the objective ``log p(y | m + g) - g' K^-1 g / 2`` does not fall (the
-    objective is concave, so a short enough Newton step always raises it; full steps can
-    overshoot where the noise is small against the kernel's variance). It ends where a step
+    """The posterior mode of ``g = f - m`` (no gradient), by Newton's method from zero
+    (:func:`_search_step`), each step halved until the objective ``log p(y | m + g) - g' K^-1
+    g / 2`` does not fall (a short enough step in an ascent direction always raises it; full
+    steps can overshoot where the noise is small against the kernel's variance, or where a
+    Student-t likelihood is not concave). It ends where a step
     changes the latent values or the objective by less than :data:`NEWTON_TOLERANCE` and
     :data:`NEWTON_GAIN` say, or where no halving of a step raises the objective (rounding,
     not the objective's shape, then sets what a step does: a line search of the evidence can
     try hyperparameters whose kernel matrix is nearly singular)."""
 
     def objective(g: torch.Tensor, a: torch.Tensor) -> float:
-        return float(data.terms(mean + g, sigma)[0] - 0.5 * (a @ g))
+        return float(data.terms(mean + g, noise)[0] - 0.5 * (a @ g))
 
     with torch.no_grad():
+        chol_k = torch.linalg.cholesky(k) if noise.dof is not None else None
         g, a = torch.zeros_like(data.y), torch.zeros_like(data.y)
         value = objective(g, a)
-        for _ in range(NEWTON_ITERATIONS):
-            new, new_a = _newton_step(k, mean, g, data, sigma)
+        iterations = NEWTON_ITERATIONS if chol_k is None else NEWTON_ITERATIONS_T
+        for _ in range(iterations):
+            new, new_a = (_newton_step(k, mean, g, data, noise) if chol_k is None
+                          else _search_step(k, mean, g, data, noise, chol_k))
             new_value = objective(new, new_a)
             for _ in range(NEWTON_HALVINGS):
                 if new_value >= value - 1e-12 * abs(value):
@@ -307,7 +429,7 @@ def _mode(k: torch.Tensor, mean: torch.Tensor, data: _Tobit, sigma: torch.Tensor
                 return new
             g, a, value = new, new_a, new_value
     raise InterferenceFitError(f"the censored GP's posterior mode did not converge in "
-                               f"{NEWTON_ITERATIONS} Newton iterations (the last changed a "
+                               f"{iterations} Newton iterations (the last changed a "
                                f"latent value by {change:.2g} and the objective {value:.6g} "
                                f"by {gain:.2g})")
 
@@ -316,12 +438,10 @@ def _laplace_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit) ->
     """Laplace log evidence plus log prior, per observation, differentiable in the
     hyperparameters (see the module docstring for why its gradient is exact)."""
     k = hyper.covariance(x, data.group, data.jobs)
-    mean, sigma = hyper.mean(x), hyper.sigma(data.group)
-    g, a = _newton_step(k, mean, _mode(k, mean, data, sigma), data, sigma)
-    log_lik, _, w = data.terms(mean + g, sigma)
-    root = w.sqrt()
-    chol = torch.linalg.cholesky(torch.eye(len(g), dtype=g.dtype) + root[:, None] * k * root)
-    evidence = -0.5 * (a @ g) + log_lik - torch.log(torch.diagonal(chol)).sum()
+    mean, noise = hyper.mean(x), hyper.noise(data.group)
+    g, a = _newton_step(k, mean, _mode(k, mean, data, noise), data, noise)
+    log_lik, _, w = data.terms(mean + g, noise)
+    evidence = -0.5 * (a @ g) + log_lik - _Curvature(k, w).half_log_det()
     return (evidence + hyper.log_prior()) / len(g)
 
 
@@ -340,27 +460,31 @@ class CensoredColocationGP(PairGP):
         self._noise_group, self._groups = noise_group, list(groups)
         with torch.no_grad():
             k = hyper.covariance(x, data.group, data.jobs)
-            mean, sigma = hyper.mean(x), hyper.sigma(data.group)
-            g = _mode(k, mean, data, sigma)
-            _, gradient, w = data.terms(mean + g, sigma)
-            root = w.sqrt()
-        # Algorithm 3.2: the predictive mean needs K^-1 g = the likelihood's gradient at the
-        # mode, the variance the Cholesky factor of I + W^1/2 K W^1/2.
-        self._gradient, self._root = gradient, root
-        self._chol = torch.linalg.cholesky(torch.eye(len(g), dtype=g.dtype)
-                                           + root[:, None] * k * root)
+            mean, noise = hyper.mean(x), hyper.noise(data.group)
+            g = _mode(k, mean, data, noise)
+            _, gradient, w = data.terms(mean + g, noise)
+            # Algorithm 3.2: the predictive mean needs K^-1 g = the likelihood's gradient at
+            # the mode, the variance the factored posterior precision.
+            self._gradient = gradient
+            try:
+                self._curvature = _Curvature(k, w)
+            except torch.linalg.LinAlgError:
+                raise InterferenceFitError(
+                    "the censored GP's posterior has no maximum where Newton's method ended "
+                    "(its curvature there is not negative definite)") from None
 
     @classmethod
     def fit(cls, observations: pd.DataFrame, solo_features: pd.DataFrame, cap: float = 1.0,
             seed: int = 0, noise_group: Callable[[str], str] | None = None,
-            group_amplitudes: bool = False) -> CensoredColocationGP:
+            group_amplitudes: bool = False, student_t: bool = False) -> CensoredColocationGP:
         """Fit to ``observations`` (as :meth:`.gp.ColocationGP.fit`) whose speeds were recorded
         capped at ``cap``: a speed equal to ``cap`` is censored ("at least ``cap``"); a speed
         above it contradicts the cap (:class:`InterferenceInputError`). ``noise_group`` maps a
         target job to its noise group (e.g. :func:`~.gavel.gpu_of`: measurements on one GPU type
         share a noise level); ``None``, one noise level for every row. ``group_amplitudes``: a
         kernel amplitude per noise group too (else the unit amplitude for all, an unseen
-        group's included). Raises
+        group's included). ``student_t``: Student-t noise (a scale and degrees of freedom per
+        noise group, :mod:`.likelihoods`) instead of Gaussian. Raises
         :class:`InterferenceFitError` where the fit goes non-finite; warns
         :class:`~perfmodel.errors.UnreliableFitWarning` where L-BFGS stopped before the
         gradient was small."""
@@ -385,10 +509,12 @@ class CensoredColocationGP(PairGP):
         subset = torch.as_tensor(evidence_subset(len(y), seed))
         hyper = _Hyperparameters(x.shape[1], len(groups)).to(x.dtype)
         hyper.amplitude_logs.requires_grad_(group_amplitudes)
+        hyper.dof_logs.requires_grad_(student_t)
         with warnings.catch_warnings():
             # Only a start: whether the fit converged is judged on the censored evidence.
             warnings.simplefilter("ignore", UnreliableFitWarning)
             hyper.copy_from(fit_evidence(x, data.y, seed, training.columns)[0])
+        hyper.student_t = student_t
         report = _maximise_evidence(hyper, x[subset], data.subset(subset), training.columns)
         with torch.no_grad():
             # The report's noise: geometric mean over the training rows; and each group's.
@@ -396,8 +522,10 @@ class CensoredColocationGP(PairGP):
             every = torch.arange(len(groups))
             noises = dict(zip(groups, hyper.sigma(every).tolist(), strict=True))
             amplitudes = dict(zip(groups, hyper.amplitude(every).tolist(), strict=True))
+            dofs = dict(zip(groups, hyper.dof(every).tolist(), strict=True))
         report = replace(report, noise=typical, noise_groups=noises if noise_group else {},
-                         amplitude_groups=amplitudes if noise_group and group_amplitudes else {})
+                         amplitude_groups=amplitudes if noise_group and group_amplitudes else {},
+                         dof_groups=dofs if student_t else {})
         return cls(hyper, x, data, training, report.with_noise_scale(training.y_scale),
                    noise_group, groups, AMPLITUDE_GROUP_SCALE if group_amplitudes else 0.0)
 
@@ -406,7 +534,9 @@ class CensoredColocationGP(PairGP):
         """Predictive mean and standard deviation of the uncensored ``log(speed)`` (noise
         included), each ``(N,)``; for a target in a noise group the fit never saw, those of
         the mixture over the group's amplitude and noise level drawn from their priors
-        (:meth:`log_speed_draws` draws from it)."""
+        (:meth:`log_speed_draws` draws from it). With Student-t noise the standard deviation
+        is infinite where the noise has no variance: at most 2 degrees of freedom, and in an
+        unseen group (its prior reaches below 2)."""
         x, group = self.data.inputs_of(targets, others), self._group_index(targets)
         with torch.no_grad():
             shift, spread = self._latent(x, _job_codes(self.data.solo, targets, others))
@@ -418,6 +548,10 @@ class CensoredColocationGP(PairGP):
             first = self._hyper.amplitude(group, at(0.5 * self._amplitude_scale**2))
             second = self._hyper.amplitude(group, at(self._amplitude_scale**2)) ** 2
             noise = self._hyper.noise_variance(group, at(0.5 * NOISE_GROUP_SCALE**2))
+            if self._hyper.student_t:
+                dof = self._hyper.dof(group)
+                noise = torch.where((group >= 0) & (dof > 2), noise * dof / (dof - 2),
+                                    torch.tensor(math.inf, dtype=x.dtype))
             mean = self._hyper.mean(x) + first * shift
             variance = second * (spread + shift**2) - (first * shift) ** 2 + noise
         return (mean.numpy() * self.data.y_scale + self.data.y_mean,
@@ -429,8 +563,8 @@ class CensoredColocationGP(PairGP):
         a noise group the fit never saw (e.g. a GPU type held out) has no fitted amplitude or
         noise level: each draw takes its group's log amplitude and noise offset from their
         priors (one draw per unseen group and sample), so its predictive distribution is the
-        hierarchical model's, a scale mixture of Gaussians, not the Gaussian of the typical
-        group's levels."""
+        hierarchical model's, a scale mixture of Gaussians (with Student-t noise, its degrees
+        of freedom drawn from their prior too), not the typical group's distribution."""
         x, group = self.data.inputs_of(targets, others), self._group_index(targets)
         labels = [self._noise_group(t) if self._noise_group else "" for t in targets]
         unseen = sorted({label for label, g in zip(labels, group.tolist(), strict=True)
@@ -440,14 +574,24 @@ class CensoredColocationGP(PairGP):
         normal = torch.as_tensor(rng.standard_normal((2, num_samples, max(len(unseen), 1))))
         amplitude_logs = (self._amplitude_scale * normal[0])[:, which]
         noise_offsets = (NOISE_GROUP_SCALE * normal[1])[:, which]
+        dof = None
+        if self._hyper.student_t:
+            # Gamma(shape, rate) truncated to nu > 1, drawn by inverting its distribution
+            # function; then log(nu - 1), as the fitted levels are held.
+            prior = gamma(DOF_PRIOR_SHAPE, scale=1 / DOF_PRIOR_RATE)
+            above = prior.sf(1.0)
+            nu = prior.isf(above * rng.uniform(size=(num_samples, max(len(unseen), 1))))
+            dof_logs = torch.as_tensor(np.log(nu - 1.0))[:, which]
+            with torch.no_grad():
+                dof = self._hyper.dof(group, dof_logs).expand(num_samples, len(x)).numpy()
         with torch.no_grad():
             shift, spread = self._latent(x, _job_codes(self.data.solo, targets, others))
             amplitude = self._hyper.amplitude(group, amplitude_logs)
-            variance = (amplitude**2 * spread
-                        + self._hyper.noise_variance(group, noise_offsets))
-            draws = (self._hyper.mean(x) + amplitude * shift
-                     + variance.sqrt() * torch.as_tensor(
-                         rng.standard_normal((num_samples, len(x)))))
+            latent = (self._hyper.mean(x) + amplitude * shift + amplitude * spread.sqrt()
+                      * torch.as_tensor(rng.standard_normal((num_samples, len(x)))))
+            scale = self._hyper.noise_variance(group, noise_offsets).sqrt()
+            draws = latent + scale * torch.as_tensor(
+                standard_noise(rng, (num_samples, len(x)), dof))
         return draws.numpy() * self.data.y_scale + self.data.y_mean
 
     def _latent(self, x: torch.Tensor, jobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -457,8 +601,8 @@ class CensoredColocationGP(PairGP):
         training row is ``a`` times the unit one's)."""
         cross = self._hyper.covariance(self._x, self._train_group, self._train_jobs, x, jobs)
         shift = cross.T @ self._gradient
-        v = torch.linalg.solve_triangular(self._chol, self._root[:, None] * cross, upper=False)
-        return shift, (self._hyper.unit_variance() - (v**2).sum(dim=0)).clamp_min(0)
+        reduction = self._curvature.reduction(cross)
+        return shift, (self._hyper.unit_variance() - reduction).clamp_min(0)
 
     def _group_index(self, targets: Sequence[str]) -> torch.Tensor:
         """Noise group index of each target ``(N,)``, -1 for a group the fit never saw."""
@@ -470,7 +614,8 @@ class CensoredColocationGP(PairGP):
 def _maximise_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
                        columns: list[str]) -> GpFitReport:
     """Maximise the Laplace evidence with priors (:func:`_laplace_evidence`) by L-BFGS with a
-    strong-Wolfe line search; the fit's report, its gradient measured after the fit."""
+    strong-Wolfe line search (a trial point where the evidence cannot be evaluated counts as
+    infinitely bad); the fit's report, its gradient measured after the fit."""
     parameters = [p for p in hyper.parameters() if p.requires_grad]
     optimiser = torch.optim.LBFGS(parameters, max_iter=MAX_ITERATIONS,
                                   line_search_fn="strong_wolfe", tolerance_grad=1e-7,
@@ -478,7 +623,15 @@ def _maximise_evidence(hyper: _Hyperparameters, x: torch.Tensor, data: _Tobit,
 
     def closure() -> torch.Tensor:
         optimiser.zero_grad()
-        loss = -_laplace_evidence(hyper, x, data)
+        try:
+            loss = -_laplace_evidence(hyper, x, data)
+        except (torch.linalg.LinAlgError, InterferenceFitError):
+            # A trial point without a usable Laplace approximation (with Student-t noise: no
+            # maximum where the mode search ended): an infinite loss, so that the line search
+            # shortens its step (bisection); the fit's final point is checked below.
+            for p in parameters:
+                p.grad = torch.zeros_like(p)
+            return torch.tensor(math.inf, dtype=x.dtype)
         loss.backward()
         return loss.detach()
 
