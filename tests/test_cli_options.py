@@ -269,11 +269,17 @@ def test_a_ctrl_c_that_lands_in_a_finaliser_still_stops_the_command(
         def __del__(self) -> None:
             raise KeyboardInterrupt  # the signal, handled while this finaliser runs
 
+    # Python's own Ctrl-C handler, as a command line starts with (a collector run in this
+    # process by an earlier test leaves its stop handler installed).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     reached_the_end = False
-    with pytest.raises(KeyboardInterrupt), keep_interrupts():
-        InterruptedWhileDropped()  # dropped at once: its finaliser runs here
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:  # the command going on: the interrupt lands in it
-            pass
-        reached_the_end = True
+    try:
+        with pytest.raises(KeyboardInterrupt), keep_interrupts():
+            InterruptedWhileDropped()  # dropped at once: its finaliser runs here
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:  # the command going on: the interrupt lands here
+                pass
+            reached_the_end = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not reached_the_end and "Exception ignored" not in capsys.readouterr().err
