@@ -19,7 +19,5 @@ precompile=$!
 # warnings that --strict counts); the site goes to an ignored folder.
 NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir .site
 wait "$precompile"
-# Test files run in parallel, one worker per core up to 4 (a file's fixtures are built once),
-# handed out in tests/conftest.py's order: the longest files first.
-.venv/bin/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --no-loadscope-reorder \
-  --durations=15 "$@"
+# Test files run in parallel, one worker per core up to 4 (a file's fixtures are built once).
+.venv/bin/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --durations=15 "$@"

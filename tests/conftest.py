@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -37,36 +36,12 @@ def synthetic_profile(params: ThroughputParams, placements: list[str], noise: fl
     )
 
 
-#: Test files that take longest (a serial run's wall time per file, longest first: Ray clusters,
-#: serve's fault runs, the README's and docs' commands, Bayesian fits). They are handed to the
-#: parallel workers first, so that the run does not end with one worker on a long file while the
-#: others wait. A file missing here only runs later; this order changes no result.
-LONG_RUNNING_FILES = (
-    "test_ray_backend.py", "test_serve_faults.py", "test_readme.py", "test_throughput_bayes.py",
-    "test_cli_perfmodel.py", "test_plugins.py", "test_interference.py",
-    "test_learned_policies.py", "test_serve_tenants_reclaim.py", "test_cli_bad_inputs.py",
-    "test_counters_committer.py", "test_saved_fits.py", "test_docs_commands.py",
-    "test_cli_startup.py", "test_counters_repair.py", "test_collectors_daemon.py",
-    "test_cli_table_width.py", "test_sim_run.py", "test_policy_contract.py", "test_contention.py",
-    "test_cli_options.py", "test_counters_crash.py", "test_job_models.py",
-)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Benchmarks marked slow run as long as they need: the ten-minute limit (pyproject's
-    ``timeout``) is for the default suite, where a test that long has hung.
-
-    Files are ordered longest first: :data:`LONG_RUNNING_FILES`, then the rest by how many
-    tests they hold (pytest-xdist's own order, which ``scripts/test.sh`` turns off with
-    ``--no-loadscope-reorder`` because it puts files of few long tests last). Tests keep their
-    order within a file (the sort is stable and its key is the file's)."""
+    ``timeout``) is for the default suite, where a test that long has hung."""
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.timeout(0))
-    counts = Counter(item.path.name for item in items)
-    rank = {name: i for i, name in enumerate(LONG_RUNNING_FILES)}
-    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -counts[item.path.name],
-                                 str(item.path)))
 
 
 #: pytest-xdist's workers run with COLUMNS=80 and LINES=24 set, which the command line's tables
