@@ -572,6 +572,9 @@ def build_cases() -> list[Case]:  # noqa: PLR0915 (one long, flat list)
              "no_such_trace"),
         Case("simulate", "trace with a Pollux-world policy",
              (*trace, "small_test", "--policy", "pollux"), "--policy"),
+        Case("simulate", "trace on a GPU type its table does not measure",
+             ("simulate", "--no-progress", "--cluster", "a100:4,v100:4", "--trace",
+              "small_test", "--policy", "max_min_fairness_perf"), "--cluster a100:4,v100:4"),
         Case("simulate", "trace and --workload together",
              (*trace, "small_test", "--workload", "workload-1"), "--workload"),
     ])
@@ -1007,19 +1010,24 @@ def bounds_cases() -> list[Case]:
                ("pollux", "p=nan", "option p", True),
                ("pollux", "p=inf", "option p", False),
                ("pollux", "p=0", "p is 0", False),
-               ("pollux", "posterior.num_samples=1000000000", "posterior.num_samples", False),
                ("pollux", "max_replicas_cap=-1", "max_replicas_cap", False),
                ("tiresias", "thresholds=[-1]", "thresholds", True),
                ("tiresias", "thresholds=[7200, 3600]", "thresholds", False),
                ("tiresias", "thresholds=[nan]", "thresholds", False),
                ("optimus", "max_replicas.ncf=0", "max_replicas.ncf", False),
                ("bo", "posterior_draws=1000000000", "posterior_draws", False),
-               ("bo", "pair_prior.own=-1", "pair_prior.own", False),
                ("fifo", "pollux:p=1", "pollux:p=1", True))
     cases += [Case("simulate", f"--policy {policy} --policy-opt {item}",
                    (*sim, "--policy", policy, "--policy-opt", item), token, item="40.5",
                    quick=quick)
               for policy, item, token, quick in options]
+    # Options of the estimators a policy reads (its posterior's draws, bo's pair prior): these
+    # were policy options before the estimation stage took them.
+    cases += [Case("simulate", f"--policy {policy} --estimator-opt {item}",
+                   (*sim, "--policy", policy, "--estimator-opt", item), token, item="40.5")
+              for policy, item, token in (
+                  ("pollux", "job_posterior.num_samples=1000000000", "num_samples"),
+                  ("bo", "bo_colocation.pair_prior.own=-1", "pair_prior.own"))]
     cases += [
         Case("compare", "--policy-opt for a policy not among --policies",
              ("compare", "--workloads", "{dir}/workload-good.csv", *COMPARE, "--out",

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import InputError
 from bayes_sched.sim.gavel_jobs import (
     TRACE_COLUMNS,
@@ -18,7 +19,8 @@ from bayes_sched.sim.gavel_jobs import (
     read_gavel_trace,
     shipped_gavel_trace,
 )
-from bayes_sched.throughputs import gavel_job_types, load_gavel_throughputs
+from bayes_sched.sim.table_cluster import TableCluster
+from bayes_sched.throughputs import gavel_job_types, load_gavel_throughputs, load_throughputs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,6 +83,32 @@ def test_cli_bad_trace_is_one_line_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "row 1, column 'job_type'" in done.stderr and "NoSuchNet" in done.stderr
+
+
+def test_cli_refuses_a_gpu_type_the_table_does_not_measure(tmp_path: Path) -> None:
+    # Gavel's table measures k80, p100 and v100: A100s there could run no job and would sit
+    # idle all run (before: accepted, utilisation_a100 0 and the run's utilisation a third).
+    path = tmp_path / "good.trace"
+    path.write_text(GOOD + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "bayes_sched", "simulate", "--trace", str(path), "--cluster",
+         "a100:4,v100:4", "--policy", "max_min_fairness_perf", "--no-progress"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("bayes-sched: error: --cluster a100:4,v100:4: GPU type a100 ")
+    assert "expected types of k80, p100, v100" in done.stderr
+    assert not list(tmp_path.iterdir())[1:], "nothing written"
+
+
+def test_table_cluster_refuses_unmeasured_types_and_runs_measured_ones() -> None:
+    table = load_throughputs("simulation")
+    jobs = read_gavel_trace(shipped_gavel_trace("small_test"), max_jobs=2)
+    with pytest.raises(InputError, match=r"GPU types a100, h100 of the cluster .* have no "
+                                         r"measured throughputs"):
+        TableCluster(jobs, load_cluster_spec("a100:4,v100:4,h100:4"), table)
+    TableCluster(jobs, load_cluster_spec("p100:4,v100:4"), table)  # every type measured
 
 
 def test_generator_is_reproducible_per_seed() -> None:

@@ -448,6 +448,13 @@ def _table_run(trace: str, policy_name: str, args: argparse.Namespace, seed: int
                          "with --trace")
     settings = _read_config(args.config)
     spec = world.cluster(_cluster_spec(args, settings, world), args.interval)
+    from bayes_sched.sim.table_cluster import check_measured_types
+
+    try:
+        check_measured_types(world.truth(), spec)
+    except InputError as error:
+        given = args.cluster if args.cluster is not None else spec.describe()
+        raise InputError(f"--cluster {given}: {error}") from None
     path = world.trace_path(trace)
     name, jobs = world.read_jobs(trace, max_jobs=args.max_jobs)
     # The world's setting for the policy (Shockwave's table, recompute interval and baselines),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -108,6 +109,26 @@ STALL_LIMIT = 30 * 24 * 3600.0
 _NO_LIMITS = BatchLimits(1, 1, 1, 1)
 
 
+def check_measured_types(table: ThroughputTable, spec: ClusterSpec) -> None:
+    """Refuse a cluster with GPU types ``table`` has no steps/s for: in the throughput-table
+    world a job runs at its measured rate, so such GPUs could never run a job and would sit idle
+    for the whole run, quietly diluting its utilisation (a cluster of ``a100`` and ``v100`` on
+    Gavel's table, which measures ``k80``, ``p100`` and ``v100``).
+
+    Raises:
+        InputError: one line naming the unmeasured types and the types the table measures.
+    """
+    measured = table.gpu_types()
+    unmeasured = [t for t in dict.fromkeys(spec.gpu_types) if t not in measured]
+    if unmeasured:
+        where = f" ({Path(table.source).name})" if table.source else ""
+        raise InputError(
+            f"GPU type{'s' if len(unmeasured) > 1 else ''} {', '.join(unmeasured)} of the "
+            f"cluster ({spec.describe()}) {'have' if len(unmeasured) > 1 else 'has'} no "
+            f"measured throughputs in the table{where}, so {'their' if len(unmeasured) > 1 else 'its'} "
+            f"GPUs could run no job: expected types of {', '.join(measured)}")
+
+
 class TableCluster:
     """A simulated cluster of typed GPUs running throughput-table jobs (a
     :class:`~bayes_sched.cluster.Cluster`).
@@ -127,7 +148,9 @@ class TableCluster:
             run would otherwise go on to ``max_time``; ``stalled_at`` says when it began.
 
     Raises:
-        InputError: a job no GPU type of the cluster can run (naming it), jobs out of order.
+        InputError: a GPU type of the cluster without measurements in ``table``
+            (:func:`check_measured_types`), a job no GPU type of the cluster can run (naming
+            it), jobs out of order.
     """
 
     def __init__(self, jobs: Iterable[TableJobSpec], spec: ClusterSpec, table: ThroughputTable,
@@ -140,6 +163,7 @@ class TableCluster:
                              "standard deviation >= 0")
         self.measurement_noise = float(measurement_noise)
         self._noise = np.random.default_rng(noise_seed)
+        check_measured_types(table, spec)
         self.spec = spec
         self.table = table
         self.max_time = float(max_time)
