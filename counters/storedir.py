@@ -106,10 +106,26 @@ def write_marker(root: Path, committed: bool = False) -> None:
         "layout": "part-NNNNN[-MMMMM].zarr committed by rename; journal-NNNNN.bin"}
     if committed:
         marker[COMMITTED_KEY] = True
-    temporary = root / f".{MARKER}.partial"
-    temporary.write_text(json.dumps(marker, indent=1) + "\n")
-    os.replace(temporary, root / MARKER)
+    # A temporary of this writer's own: two processes may rewrite the marker at once (a new
+    # collector and the committers a killed one left), and with one shared name one could rename
+    # the other's half-written file into place. Synced before the rename, so the marker is never
+    # empty after a power loss.
+    temporary = root / f".{MARKER}.{private_suffix()}.partial"
+    try:
+        with open(temporary, "w") as stream:
+            stream.write(json.dumps(marker, indent=1) + "\n")
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, root / MARKER)
+    finally:
+        temporary.unlink(missing_ok=True)
     sync_directory(root)
+
+
+def private_suffix() -> str:
+    """A file-name part no other process or thread uses at the same time (process id, thread id
+    and random bits), for temporary files in a store that several processes write."""
+    return f"{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}"
 
 
 def lost_everything(root: Path, marker: dict[str, Any]) -> bool:
@@ -312,7 +328,7 @@ class StoreJournal:
             root.mkdir(parents=True, exist_ok=True)
             if not is_store(root):
                 write_marker(root)
-            probe = root / ".write-probe"
+            probe = root / f".write-probe-{private_suffix()}"  # its own: others probe too
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as error:

@@ -145,3 +145,43 @@ def test_a_committer_killed_mid_write_loses_nothing(tmp_path: Path) -> None:
         assert repair(store) == []  # nothing left for repair: the recovery cleared it all
         assert open_store(store, lazy=False).sizes["time"] == 262
     assert landed >= KILLS // 2, f"only {landed} of {KILLS} kills landed while it was writing"
+
+
+#: Opens of one store per process in :func:`test_writers_opening_one_store_at_once_never_fail`.
+OPENS = 300
+_OPENER = """
+import sys
+from counters.errors import CountersError
+from counters.storedir import StoreJournal, write_marker
+from pathlib import Path
+failures = []
+for i in range({opens}):
+    try:
+        StoreJournal(sys.argv[1])
+        if i % 3 == 0:
+            write_marker(Path(sys.argv[1]), committed=True)  # a commit's first marker rewrite
+    except (CountersError, OSError) as error:
+        failures.append(str(error))
+print(len(failures), failures[:1])
+"""
+
+
+def test_writers_opening_one_store_at_once_never_fail(tmp_path: Path) -> None:
+    # A collector started while the committers a killed one left run on opens the store beside
+    # them: each open checks that the store is writable and a first commit rewrites the marker.
+    # With one fixed probe file and one fixed marker temporary name, one process's unlink or
+    # rename removed the other's (``cannot write the store (No such file or directory)``: a
+    # restart failed in tests/test_counters_crash.py under load), and a marker could be renamed
+    # into place while another process was still writing it.
+    store = tmp_path / "store"
+    journal(StoreJournal(store), rows(0, 4))  # a sealed segment: the store holds samples
+    children = [subprocess.Popen([sys.executable, "-c", _OPENER.format(opens=OPENS), str(store)],
+                                 env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for _ in range(4)]
+    outputs = [child.communicate(timeout=120) for child in children]
+    for child, (out, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, err[-2000:]
+        assert out.startswith("0 "), out
+    assert sorted(p.name for p in store.iterdir()) == ["bayes-sched-store.json",
+                                                        journal_name(0)]  # nothing left over
+    StoreJournal(store)  # the marker is whole
