@@ -179,14 +179,18 @@ def test_ctrl_c_exits_130_without_a_traceback(workloads: dict[str, Path]) -> Non
     def default_sigint() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    for delay in (2.0, 12.0):  # while importing, and (most likely) while simulating
+    # Four whole workloads under Pollux in one process: ~40 s of CPU here, so the command is
+    # still running when the signal is sent (one workload took ~10 s once the search got
+    # faster, and a signal sent at 12 s found it finished: exit 0, a failed test).
+    for delay in (2.0, 8.0):  # while importing, and (most likely) while simulating
         process = subprocess.Popen(
             [sys.executable, "-m", "bayes_sched", "compare", "--workloads", "workload-1",
-             "--policies", "pollux", "--processes", "1", "--no-progress", "--out",
-             str(workloads["one"].parent / f"cmp-{delay}")],
+             "workload-2", "workload-3", "workload-4", "--policies", "pollux", "--processes",
+             "1", "--no-progress", "--out", str(workloads["one"].parent / f"cmp-{delay}")],
             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=default_sigint)
         time.sleep(delay)
+        assert process.poll() is None, "the command ended before the signal: make it longer"
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
         # 130 from our handler; or death by SIGINT itself (a signal that lands before the
