@@ -21,7 +21,8 @@ memory, at most ``2 x flush_every`` of them (the oldest dropped past that, count
 journalled once it takes them again.
 
 Stopping: :meth:`Collector.run` returns when ``stop`` is set -- :func:`install_signal_handlers`
-sets it on SIGTERM and SIGINT -- then flushes, so every sample taken before the signal is on disk.
+sets it on SIGTERM and SIGINT (and gives back a function that restores the handlers before it)
+-- then flushes, so every sample taken before the signal is on disk.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -297,8 +298,13 @@ class Collector:
             self.writer.close()
 
 
-def install_signal_handlers(stop: threading.Event) -> None:
-    """Set ``stop`` on SIGTERM and SIGINT (main thread only), so the loop ends with a flush."""
+def install_signal_handlers(stop: threading.Event) -> Callable[[], None]:
+    """Set ``stop`` on SIGTERM and SIGINT (main thread only), so the loop ends with a flush.
+
+    Returns a function that puts back the handlers these replaced: a caller that runs the
+    collector in-process (a test, an embedding program) calls it when collection ends, or a
+    later Ctrl-C would only set this stale ``stop``. A handler not set from Python
+    (:func:`signal.getsignal` gives ``None``) is left as these set it."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         # Not ``stop.set()`` here: the handler runs on the main thread between bytecodes, and if
@@ -306,8 +312,16 @@ def install_signal_handlers(stop: threading.Event) -> None:
         # it from the handler deadlocks. A short-lived thread takes the lock once it is free.
         threading.Thread(target=stop.set, name="stop-signal", daemon=True).start()
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    for signum in previous:
+        signal.signal(signum, handler)
+
+    def restore() -> None:
+        for signum, before in previous.items():
+            if before is not None:
+                signal.signal(signum, before)
+
+    return restore
 
 
 def any_finite(values: Values) -> bool:

@@ -24,24 +24,36 @@ class PartArrayError(ValueError):
     """An array of a part that zarr cannot open; the message names the array's directory."""
 
 
+def open_part_array(path: str | Path, mode: Literal["r", "r+"] = "r", read: bool = False) -> Any:
+    """The ``zarr.Array`` at ``path`` (an array directory of a part), zarr's warnings silenced.
+
+    ``read``: also read it whole, every chunk (damaged chunks are found only so). Raises
+    :class:`PartArrayError`, its message naming the array's directory, whatever zarr, json or
+    numcodecs raised for damaged metadata (or, with ``read``, chunks)."""
+    import zarr
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            array: Any = zarr.open_array(str(path), mode=mode, zarr_format=ZARR_FORMAT)
+            if read:
+                array[...]
+    except Exception as error:  # zarr, json and numcodecs raise many types for damage
+        raise PartArrayError(f"{Path(path).name}: {one_line(error)}") from None
+    return array
+
+
 def open_part_arrays(part: Path, mode: Literal["r", "r+"] = "r") -> dict[str, Any]:
-    """Each array of ``part`` (name -> ``zarr.Array``), opened in name order.
+    """Each array of ``part`` (name -> ``zarr.Array``), opened in name order
+    (:func:`open_part_array`).
 
     Only directories holding a ``.zarray`` count as arrays, as zarr's own listing has it (it
     skips the rest with a warning). Raises :class:`PartArrayError` for the first array whose
     metadata cannot be read, and ``OSError`` if the part cannot be listed. Reads metadata only,
     never chunks."""
-    import zarr
-
     arrays: dict[str, Any] = {}
     for entry in sorted(os.scandir(part), key=lambda e: e.name):
         if not entry.is_dir() or not os.path.isfile(os.path.join(entry.path, ".zarray")):
             continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                arrays[entry.name] = zarr.open_array(entry.path, mode=mode,
-                                                     zarr_format=ZARR_FORMAT)
-        except Exception as error:  # zarr, json and numcodecs raise many types for damage
-            raise PartArrayError(f"{entry.name}: {one_line(error)}") from None
+        arrays[entry.name] = open_part_array(entry.path, mode)
     return arrays

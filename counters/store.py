@@ -75,7 +75,7 @@ from counters import schema
 from counters.errors import CountersError
 from counters.journal import DEFAULT_SYNC_INTERVAL_S, JournalLayout, read_journal
 from counters.journal import _sync_directory as sync_directory
-from counters.part_arrays import PartArrayError, open_part_arrays
+from counters.part_arrays import PartArrayError, open_part_array, open_part_arrays
 from counters.storedir import (  # noqa: F401  (MARKER, PART_GLOB, is_store... are this module's API too)
     COMMITTED_KEY,
     DEFAULT_MAX_UNWRITTEN,
@@ -348,10 +348,8 @@ def _trim_cut_short(part: Path) -> int:
 
 def _last_time(part: Path) -> np.datetime64 | None:
     """The last sample time of a part, reading only its ``time`` array."""
-    import zarr
-
     try:
-        array = zarr.open_array(str(part / schema.TIME), mode="r", zarr_format=2)
+        array = open_part_array(part / schema.TIME)
         micros = np.asarray(array[-1:])
         units = array.attrs.get("units")
         if units != schema.TIME_ENCODING["units"] or micros.dtype.kind != "i":
@@ -737,21 +735,18 @@ def _damaged_variables(part: Path) -> list[str]:
     """The value arrays of a part that cannot be read whole (metadata or chunks damaged); empty
     when a coordinate (``time``, ``node``, ``device``...) is among the damaged, since without it
     nothing in the part can be placed."""
-    import zarr
-
     damaged: list[str] = []
     coordinates = {schema.TIME, schema.NODE, schema.DEVICE, *schema.DEVICE_COORDS}
     try:
         entries = sorted(e.name for e in os.scandir(part) if e.is_dir())
     except OSError:
         return []
+    # Every directory, not only those holding a ``.zarray`` (as open_part_arrays has it): one
+    # whose metadata is gone is a damaged array too.
     for name in entries:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                array: Any = zarr.open_array(str(part / name), mode="r", zarr_format=2)
-                array[...]
-        except Exception:  # zarr and numcodecs raise many types for damaged metadata or chunks
+            open_part_array(part / name, read=True)
+        except PartArrayError:
             if name in coordinates:
                 return []
             damaged.append(name)

@@ -97,7 +97,7 @@ class GoodputModel:
         """Goodput, examples at ``init_bsz`` per second, shape ``(S, *config_shape)``."""
         replicas, m, s = (np.asarray(a, dtype=np.float64)
                           for a in (num_replicas, local_bsz, accum_steps))
-        batch = replicas * m * (s + 1)
+        batch = total_batch(replicas, m, s)
         return self.throughput(num_nodes, num_replicas, local_bsz, accum_steps) * self.efficiency(
             batch)
 
@@ -148,11 +148,28 @@ class GoodputModel:
                 score = value.mean(axis=0)
             else:
                 score = np.quantile(value, quantile, axis=0)
-            score = np.where(valid[part], score, -np.inf)
-            choice = np.argmax(score, axis=1)
-            best[part] = choice
-            scores[part] = score[np.arange(score.shape[0]), choice]
+            best[part], scores[part] = best_valid(score, ~valid[part])
         return _choice(feasible, local, accum, replicas, best, scores)
+
+
+def total_batch(num_replicas: np.ndarray, local_bsz: np.ndarray, accum_steps: np.ndarray
+                ) -> np.ndarray:
+    """Examples per optimiser step, ``K * m * (s + 1)``: micro-batch ``local_bsz`` on each of
+    ``num_replicas`` GPUs over ``accum_steps`` accumulation steps and the step itself; arguments
+    broadcast (numpy), evaluated in that order (so every caller rounds alike)."""
+    return num_replicas * local_bsz * (accum_steps + 1)
+
+
+def best_valid(score: np.ndarray, invalid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's best candidate: ``score`` ``(A, G)`` with ``-inf`` written where ``invalid``
+    ``(A, G)`` (in place: ``score`` must be the caller's own, writable), then the index of the
+    first of each row's largest (a NaN first of all, as :func:`numpy.argmax`) and the score
+    there, ``(A,)`` each (``-inf`` where every candidate is invalid). The pick of
+    :meth:`GoodputModel.optimize`'s numpy branch and of the genetic allocator's rescored
+    tables; its compiled loop (:func:`perfmodel.goodput_kernel.best_point_batches`) picks alike."""
+    np.putmask(score, invalid, -np.inf)
+    best = np.argmax(score, axis=1)
+    return best, np.take_along_axis(score, best[:, None], axis=1)[:, 0]
 
 
 def _examples_per_second(theta: np.ndarray, nodes: np.ndarray, replicas: np.ndarray,
@@ -203,7 +220,7 @@ def batch_candidates(num_replicas: np.ndarray, init_bsz: np.ndarray | int,
     local = np.minimum(np.ceil(batch / per_step - 1e-9),
                        np.floor(max_batch[:, None] / per_step + 1e-9))
     local = np.clip(local, lo_m[:, None], hi_m[:, None])
-    valid = k[:, None] * local * (accum + 1) <= max_batch[:, None]      # (A, G)
+    valid = total_batch(k[:, None], local, accum) <= max_batch[:, None]  # (A, G)
     return feasible, local, accum, valid
 
 
@@ -292,7 +309,7 @@ def _choice(feasible: np.ndarray, local: np.ndarray, accum: np.ndarray, replicas
         goodput=np.where(feasible, scores, 0.0),
         local_bsz=m.astype(np.int64),
         accum_steps=s.astype(np.int64),
-        batch_size=(replicas * m * (s + 1)).astype(np.int64),
+        batch_size=total_batch(replicas, m, s).astype(np.int64),
     )
 
 

@@ -41,11 +41,12 @@ print(" ".join(sorted(sys.modules)))
 
 
 def modules_imported_by(*args: str) -> set[str]:
-    """Every module ``bayes-sched ARGS`` imports, by its dotted name."""
+    """Every module ``bayes-sched ARGS`` imports, by its dotted name (the probe's last line:
+    what the command prints comes before it)."""
     result = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
                             env=ENV, timeout=120)
     assert result.returncode == 0, result.stderr
-    return set(result.stdout.split())
+    return set(result.stdout.splitlines()[-1].split())
 
 
 def imported_by(*args: str) -> set[str]:
@@ -96,6 +97,14 @@ def test_the_collector_path_imports_no_models(tmp_path: Path) -> None:
         *HEAVY, "numpy"}
 
 
+
+def test_listing_estimators_imports_no_models() -> None:
+    # Reading the estimators' options imports each estimator's module (its factory's
+    # signature), the co-location learning's too: its fits import torch and pyro when they run,
+    # not when it is listed (3.5 s of CPU before).
+    listed = modules_imported_by("list", "estimators")
+    assert "bayes_sched.interference.colocation" in listed
+    assert not {name.split(".")[0] for name in listed} & set(MODELS)
 def test_simulations_on_point_estimates_and_point_fits_import_only_their_work() -> None:
     # Pollux's point fits, its batch choice and Gavel's table world run on numpy and scipy: torch
     # and pyro cost seconds per process and belong to the Bayesian estimators alone. A run that

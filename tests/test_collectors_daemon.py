@@ -427,3 +427,23 @@ def test_counters_align_merges_node_stores(tmp_path: Path) -> None:
                     str(out))  # an existing output is never replaced without --force
     assert again.returncode == 2 and "--force" in again.stderr
 
+
+
+def test_collecting_in_process_puts_back_the_signal_handlers_it_replaced() -> None:
+    # A collector run in-process (as tests and embedding programs do) sets its stop on SIGINT
+    # and SIGTERM while it runs; once it returns, a Ctrl-C must reach the caller's handler again
+    # (it used to set the finished collector's stop instead, and nothing happened).
+    from bayes_sched.cli import main
+
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("not called")
+
+    before = signal.signal(signal.SIGINT, mine)
+    term_before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["collect", "--sources", "procfs", "--prometheus", "0", "--samples", "2",
+                     "--interval", "0.02s", "--quiet"]) == 0
+        assert signal.getsignal(signal.SIGINT) is mine
+        assert signal.getsignal(signal.SIGTERM) == term_before
+    finally:
+        signal.signal(signal.SIGINT, before)

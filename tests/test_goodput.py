@@ -155,3 +155,17 @@ def test_point_choices_equal_the_numpy_evaluation_of_every_candidate() -> None:
                                     & (accum[row] == choice.accum_steps[row]) & valid[row])
             assert picked.size and np.isclose(score[row, picked].max(), top[row], rtol=1e-12)
         assert not np.any(choice.local_bsz[~feasible])
+
+
+def test_best_valid_picks_the_first_largest_valid_candidate_per_row() -> None:
+    # The one masked pick optimize's numpy branch and the genetic allocator's rescored tables
+    # share: invalid candidates never win, ties go to the first, a NaN wins (as numpy's argmax),
+    # and a row with no valid candidate scores -inf.
+    from perfmodel.goodput import best_valid
+
+    score = np.array([[1.0, 5.0, 3.0], [2.0, 2.0, 1.0], [np.nan, 9.0, 1.0], [4.0, 7.0, 8.0]])
+    invalid = np.array([[False, True, False], [False, False, False], [False, False, False],
+                        [True, True, True]])
+    best, top = best_valid(score, invalid)
+    assert best.tolist() == [2, 0, 0, 0]
+    assert top[:2].tolist() == [3.0, 2.0] and np.isnan(top[2]) and top[3] == -np.inf

@@ -31,6 +31,8 @@ from counters.catalog import RESOURCES, SOURCES
 # them, so ``--help`` is instant; the collector never loads xarray or pandas (with ``--out`` its
 # commits run in a child process, :mod:`counters.committer`).
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from collectors.base import Source
     from collectors.daemon import Collector
     from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
@@ -281,6 +283,7 @@ def run_collect(args: argparse.Namespace) -> int:
     exporter: LatestSampleCollector | None = None
     endpoint: PrometheusEndpoint | None = None
     collector: Collector | None = None
+    restore_signals: Callable[[], None] | None = None
     try:
         if args.prometheus is not None:
             exporter = LatestSampleCollector(args.node or socket.gethostname(), None)
@@ -309,16 +312,22 @@ def run_collect(args: argparse.Namespace) -> int:
             print(f"bayes-sched collect: serving Prometheus metrics on "
                   f"http://{endpoint.address}:{endpoint.port}/metrics", file=sys.stderr, flush=True)
         stop = threading.Event()
-        install_signal_handlers(stop)
+        restore_signals = install_signal_handlers(stop)
         print(f"bayes-sched collect: sampling {len(collector.counters)} counters every "
               f"{args.interval:g} s" + (f" into {args.out}" if args.out else ""),
               file=sys.stderr, flush=True)
         stats = collector.run(stop, duration_s=args.duration, max_samples=args.samples)
     finally:
-        if endpoint is not None:
-            endpoint.close()
-        if collector is not None:
-            collector.close()
+        try:
+            if endpoint is not None:
+                endpoint.close()
+            if collector is not None:
+                collector.close()
+        finally:
+            # Last: a signal during the final flush above only sets ``stop``; in-process
+            # callers get their own handlers back.
+            if restore_signals is not None:
+                restore_signals()
     for note in writer.notes[noted:] if writer is not None else []:
         print(f"bayes-sched collect: {note}", file=sys.stderr)
     for error, times in stats.source_errors.items():

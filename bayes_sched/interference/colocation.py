@@ -27,8 +27,6 @@ from dataclasses import replace
 from typing import Annotated, Any, TypeVar
 
 import numpy as np
-import torch
-from linear_operator.utils.errors import NotPSDError
 
 from bayes_sched.cluster import ClusterState
 from bayes_sched.colocation import (
@@ -56,6 +54,18 @@ _Predictor = TypeVar("_Predictor")
 
 #: Most joint posterior draws of the pair table (memory follows ``draws x jobs x jobs``).
 MAX_DRAWS = 4096
+
+
+def _fit_failures() -> tuple[type[Exception], ...]:
+    """The errors a predictor's fit raises when its linear algebra fails (numpy's, torch's, and
+    GPyTorch's not-positive-definite), on which the last posterior is kept. Imported here, not
+    at module level, so that reading :func:`colocation_learning`'s options (``bayes-sched list
+    estimators``) loads no torch; an ``except`` clause evaluates it only when something was
+    raised."""
+    import torch
+    from linear_operator.utils.errors import NotPSDError
+
+    return (np.linalg.LinAlgError, torch.linalg.LinAlgError, NotPSDError)
 
 
 class ColocationLearning:
@@ -134,7 +144,7 @@ class ColocationLearning:
                     residuals[j] = residual - error
             try:
                 predictor.learn(replace(observation, residuals=residuals))
-            except (np.linalg.LinAlgError, torch.linalg.LinAlgError, NotPSDError) as error:
+            except _fit_failures() as error:
                 # keep the last posterior; the search goes on
                 message = f"t={cluster.now:g}s: {predictor.name} fit failed ({error})"
                 self.fit_problems.append(message)

@@ -31,7 +31,6 @@ import scipy.optimize
 import xarray as xr
 
 from bayes_sched.colocation import ColocationRound, SparseCandidates, state_entries
-from bayes_sched.contention.inference import fit_svi, prepare, summarise
 from bayes_sched.topology import NodeTopology
 from counters import schema
 from counters.errors import CountersError
@@ -145,6 +144,10 @@ class ContentionPrior:
             return
         if self.topology is None:
             raise ValueError("the contention prior has no topology: give one, or learn() a round")
+        # Imported here, not at module level: the contention network loads torch and pyro,
+        # and reading this predictor's options (``bayes-sched list estimators``) needs neither.
+        from bayes_sched.contention.inference import fit_svi, prepare, summarise
+
         start = time.perf_counter()
         try:
             window = prepare(counters, self.topology, where="cluster counters")

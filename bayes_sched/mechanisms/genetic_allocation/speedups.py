@@ -33,7 +33,7 @@ from bayes_sched.acquisition import quantile
 from bayes_sched.cluster import ClusterState
 from bayes_sched.jobs import BatchLimits, GoodputPosterior, JobModel, JobView
 from perfmodel.efficiency import efficiency_from_noise
-from perfmodel.goodput import BATCH_GRID_SIZE, GoodputModel, candidates_of
+from perfmodel.goodput import BATCH_GRID_SIZE, GoodputModel, best_valid, candidates_of, total_batch
 from perfmodel.throughput import ThroughputParams
 
 #: Most candidate cells (allocations x :data:`~perfmodel.goodput.BATCH_GRID_SIZE`) whose
@@ -115,7 +115,7 @@ class _Rates:
                            fits.reshape(cells, 1), np.empty(cells, dtype=np.int64), rate)
         self.feasible = feasible
         self.rate = rate.reshape(count, grid)
-        self.batch = replicas[:, None] * local * (accum + 1)
+        self.batch = total_batch(replicas[:, None], local, accum)
         self.invalid = ~fits
 
     @property
@@ -125,12 +125,10 @@ class _Rates:
     def goodput(self, noise_to_signal: float) -> np.ndarray:
         """Each allocation's goodput at its best candidate for gradient noise
         ``noise_to_signal``, ``(A,)`` (0 where no batch fits): as
-        :meth:`perfmodel.goodput.GoodputModel.optimize` scores and picks (the first of the
-        largest, a NaN first of all)."""
+        :meth:`perfmodel.goodput.GoodputModel.optimize` scores and picks
+        (:func:`perfmodel.goodput.best_valid`: the first of the largest, a NaN first of all)."""
         value = self.rate * efficiency_from_noise(noise_to_signal, self.init, self.batch)
-        np.putmask(value, self.invalid, -np.inf)
-        best = np.argmax(value, axis=1)
-        score = np.take_along_axis(value, best[:, None], axis=1)[:, 0]
+        _, score = best_valid(value, self.invalid)
         return np.where(self.feasible, score, 0.0)
 
 
