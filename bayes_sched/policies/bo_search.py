@@ -294,13 +294,14 @@ def _survivors(parents: Store, bounds: np.ndarray, children: Store, child_bounds
 
 @njit(cache=True)
 def _fitness(states: Store, bounds: np.ndarray, arrays: Arrays, numbers: Numbers,
-             table: np.ndarray, work: ScoreWork, stamp_id: int) -> np.ndarray:
+             table: np.ndarray, work: ScoreWork, stamp_id: int, empty_powered: np.ndarray,
+             empty_total: float) -> np.ndarray:
     """:func:`scores` under the one pair table ``table`` ``(K, K, 1)`` of the states ``states``
     (``bounds``: ``(S + 1,)``), ``(S,)``, with ``work`` sized for the longest; ``stamp_id``
-    and the ``S - 1`` after it: distinct per state."""
+    and the ``S - 1`` after it: distinct per state. ``empty_powered``, ``empty_total``: the
+    problem's :func:`empty_row_terms` (taken once per search: it reads every job's table, one
+    cache line each, which at thousands of jobs costs more than scoring a generation)."""
     num_jobs, exponent = numbers[0], numbers[6]
-    empty_powered, _, empty_total, _ = empty_row_terms(arrays[5], arrays[4], arrays[6],
-                                                       numbers[5], exponent)
     sums = (np.empty(1), np.empty(1), np.empty(1))
     out = np.empty(bounds.size - 1)
     for s in range(out.size):
@@ -331,7 +332,10 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     for s in range(size):
         longest = max(longest, bounds[s + 1] - bounds[s])
     work = _score_work(num_jobs, num_nodes, pairs.shape[0], longest)
-    fitness = _fitness(parents, bounds, arrays, numbers, table, work, 0)
+    empty_powered, _, empty_total, _ = empty_row_terms(arrays[5], arrays[4], arrays[6],
+                                                       numbers[5], numbers[6])
+    fitness = _fitness(parents, bounds, arrays, numbers, table, work, 0, empty_powered,
+                       empty_total)
     stamp_id = size
     store = (np.empty(2 * j.size + 64, np.int64), np.empty(2 * j.size + 64, np.int64),
              np.empty(2 * j.size + 64, np.int64))
@@ -348,7 +352,7 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
         store, child_bounds = _children(parents, bounds, size, first, second, point, arrays,
                                         numbers, rng, store, stamp_id)
         merged = np.concatenate((fitness, _fitness(store, child_bounds, arrays, numbers, table,
-                                                   work, stamp_id)))
+                                                   work, stamp_id, empty_powered, empty_total)))
         stamp_id += size
         keep = np.argsort(-merged, kind="mergesort")[:size]
         parents, bounds = _survivors(parents, bounds, store, child_bounds, keep, size)
