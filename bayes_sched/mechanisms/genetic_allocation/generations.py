@@ -294,9 +294,8 @@ def _scores(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, row
             arrays: Arrays, numbers: Numbers,
             empty: tuple[np.ndarray, np.ndarray, float, float]) -> tuple[np.ndarray, np.ndarray]:
     """Fitness and utility (:func:`score_state`) of the states ``rows``, ``(len(rows),)`` each.
-    ``empty``: the problem's :func:`empty_row_terms` (taken once per search: it reads every
-    job's table, one cache line each, which at thousands of jobs costs more than scoring a
-    generation)."""
+    ``empty``: the problem's :func:`empty_row_terms` (the same for every generation of a
+    search, so taken once per search)."""
     base, base_nodes, tables, penalty = arrays[0], arrays[4], arrays[5], arrays[6]
     num_jobs, num_nodes, capacity = numbers[0], numbers[1], numbers[2]
     scale, exponent = numbers[5], numbers[6]
