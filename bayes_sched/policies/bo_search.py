@@ -270,6 +270,29 @@ def _state_values(by_draw: np.ndarray, rows: int, work: ScoreWork, empty_powered
         powered[d] = _power(powered[d] / max(num_jobs, 1), 1.0 / exponent)
 
 
+@uncounted
+def _plain_value(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, arrays: Arrays,
+                 numbers: Numbers, empty_powered: np.ndarray, empty_total: float,
+                 stamp: np.ndarray, stamp_id: int) -> float:
+    """The fitness of the state whose entries are ``lo:hi`` of ``(j, n, v)`` with no pair table
+    (``K = 0``): what :func:`_state_rows` and :func:`_state_values` give there (no row shares a
+    class, so each adds its term as read), in one pass over the entries with the same
+    arithmetic in the same order, so to the bit (the rule search's, and bo's before any pair
+    effect is learned). ``stamp``: ``(N,)``, with ``stamp_id`` distinct per state read."""
+    base, base_nodes, speedup_tables, penalty = arrays[0], arrays[4], arrays[5], arrays[6]
+    num_jobs, scale, exponent = numbers[0], numbers[5], numbers[6]
+    powered = empty_total
+    at = lo
+    while at < hi:
+        jj = j[at]
+        at, nodes, replicas, changed, _ = _row_reads(j, n, v, at, hi, jj, base, base_nodes,
+                                                     stamp, stamp_id)
+        read = speedup_tables[jj, nodes, replicas]
+        speedup = read * scale * penalty[jj] if changed else read * scale
+        powered += _power(speedup + 1e-3, exponent) - empty_powered[jj]
+    return _power(powered / max(num_jobs, 1), 1.0 / exponent)
+
+
 @njit(cache=True)
 def scores(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int,
            arrays: Arrays, numbers: Numbers, tables: np.ndarray) -> np.ndarray:
@@ -293,6 +316,10 @@ def scores(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     memo = _factor_memo(draws)
     out = np.empty((draws, size))
     for s in range(size):
+        if classes == 0:  # every draw the same
+            out[:, s] = _plain_value(j, n, v, bounds[s], bounds[s + 1], arrays, numbers,
+                                     empty_powered, empty_total, work[0], s)
+            continue
         rows = _state_rows(j, n, v, bounds[s], bounds[s + 1], arrays, numbers, classes,
                            empty_powered, work, s)
         _state_values(by_draw, rows, work, empty_powered, empty_total, num_jobs, exponent, sums,
@@ -403,6 +430,11 @@ def _fitness(states: Store, bounds: np.ndarray, arrays: Arrays, numbers: Numbers
     sums = (np.empty(1), np.empty(1), np.empty(1))
     out = np.empty(bounds.size - 1)
     for s in range(out.size):
+        if table.shape[0] == 0:
+            out[s] = _plain_value(states[0], states[1], states[2], bounds[s], bounds[s + 1],
+                                  arrays, numbers, empty_powered, empty_total, work[0],
+                                  stamp_id + s)
+            continue
         rows = _state_rows(states[0], states[1], states[2], bounds[s], bounds[s + 1], arrays,
                            numbers, table.shape[0], empty_powered, work, stamp_id + s)
         _state_values(table, rows, work, empty_powered, empty_total, num_jobs, exponent, sums,
