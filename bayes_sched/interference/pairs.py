@@ -103,10 +103,13 @@ class PairResiduals:
 
     def application_index(self, applications: Sequence[str]) -> np.ndarray:
         """Index of each application, ``(J,)``, adding unseen ones (the table grows with them)."""
-        for app in applications:
-            if app not in self.applications:
-                self.applications.append(app)
-        return np.array([self.applications.index(a) for a in applications], dtype=np.int64)
+        known = self.applications
+        at = {app: i for i, app in enumerate(known)}
+        for app in dict.fromkeys(applications):  # each distinct one once, in order of sight
+            if app not in at:
+                at[app] = len(known)
+                known.append(app)
+        return np.fromiter(map(at.__getitem__, applications), np.int64, len(applications))
 
     def _covering(self, table: np.ndarray) -> np.ndarray:
         """``table`` ``(..., K', K')`` padded to all ``K`` classes known now: classes added since

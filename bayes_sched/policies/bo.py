@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -68,7 +69,7 @@ from bayes_sched.colocation import (
     speed_factor,
 )
 from bayes_sched.estimates import DrawsPosterior, Estimates
-from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
+from bayes_sched.jobs import BatchLimits, JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import (
     AllocationProblem,
     GAConfig,
@@ -169,13 +170,18 @@ class BayesOptPolicy:
         self.min_gain = min_gain
         self.num_candidates = candidates
         self.history: list[RoundRecord] = []
-        self._previous: dict[str, float] = {}  # name -> progress at the last decision
+        # The jobs' names and progress at the last decision, in its priority order.
+        self._previous_names: list[str] = []
+        self._previous_progress = np.zeros(0)
         self._previous_time = 0.0
         self._previous_time_delta = 0.0
         # (_fair_rates) rates by the values they depend on, and by the model object
         self._fair_rate_memo: dict[tuple[object, ...], float | None] = {}
         self._fair_rate_models: dict[int, tuple[JobModel, object, int, tuple[object, ...],
                                                 float | None]] = {}
+        # (_fair_rates) the last call's fair share, models and limits (in job order) and rates
+        self._fair_rate_last: tuple[int, list[JobModel | None], list[BatchLimits], np.ndarray] = (
+            0, [], [], np.zeros(0))
         #: The co-location predictors of the last estimates decided on (for reports).
         self.predictors: tuple[SlowdownPredictor, ...] = ()
 
@@ -194,66 +200,82 @@ class BayesOptPolicy:
 
     # --- the report ------------------------------------------------------------------------------
 
-    def _fair_rates(self, jobs: Sequence[JobView], fair_r: int) -> dict[str, float]:
+    def _fair_rates(self, jobs: Sequence[JobView], fair_r: int) -> np.ndarray:
         """Each job's :func:`~bayes_sched.colocation.predicted_rate` on ``fair_r`` GPUs of one
-        node, by name (jobs without a model or a positive rate left out). Memoised on what the
-        rate depends on (the point fit, gradient statistics, limits and ``fair_r``), this
-        round's and the last's: first by the model and limits objects (read-only, and the
-        estimation stage passes an unchanged job's on), with no key built or hashed; the other
-        jobs by the values of what the rate depends on; and the rates not memoised computed in
-        one vectorised call: most models are unchanged from one round to the next, and one rate
+        node, ``(J,)`` in the order of ``jobs`` (NaN for a job without a model or a positive
+        rate; read-only). Memoised on what the rate depends on (the point fit, gradient
+        statistics, limits and ``fair_r``), this round's and the last's: the last call's rates
+        whole where its jobs' model and limits objects are this call's, in the same order
+        (read-only, and the estimation stage passes an unchanged job's on); else first by each
+        job's model and limits objects, with no key built or hashed; the other jobs by the
+        values of what the rate depends on; and the rates not memoised computed in one
+        vectorised call: most models are unchanged from one round to the next, and one rate
         costs a batch optimisation (for thousands of jobs, more than the rest of bo's
         round-keeping)."""
+        models = [job.model for job in jobs]
+        limits = [job.limits for job in jobs]
+        last_r, last_models, last_limits, last_rates = self._fair_rate_last
+        if (last_r == fair_r and len(last_models) == len(models)
+                and all(map(operator.is_, models, last_models))
+                and all(map(operator.is_, limits, last_limits))):
+            return last_rates
         previous = self._fair_rate_models
+        known_of = previous.get
         by_model: dict[int, tuple[JobModel, object, int, tuple[object, ...], float | None]] = {}
-        rates: dict[str, float] = {}
-        others: list[tuple[JobView, JobModel]] = []
-        for job in jobs:
-            model = job.model
+        nan = math.nan
+        rates: list[float] = []
+        others: list[tuple[int, JobView, JobModel]] = []
+        for job, model, job_limits in zip(jobs, models, limits, strict=True):
             if model is None:
+                rates.append(nan)
                 continue
-            known = previous.get(id(model))
-            if (known is not None and known[0] is model and known[1] is job.limits
+            known = known_of(id(model))
+            if (known is not None and known[0] is model and known[1] is job_limits
                     and known[2] == fair_r):
                 by_model[id(model)] = known
-                if known[4]:
-                    rates[job.name] = known[4]
+                rates.append(known[4] or nan)
             else:
-                others.append((job, model))
+                others.append((len(rates), job, model))
+                rates.append(nan)
         if others:
             # The values' memo: the last round's keys, and those of the models kept since.
             memo = dict(self._fair_rate_memo)
             memo.update((known[3], known[4]) for known in by_model.values())
             keys = [(model.params, model.gradient, model.limits, job.limits, fair_r)
-                    for job, model in others]
-            missing = {key: job for key, (job, _) in zip(keys, others, strict=True)
+                    for _, job, model in others]
+            missing = {key: job for key, (_, job, _) in zip(keys, others, strict=True)
                        if key not in memo}
             allocation = np.array([fair_r])
             memo.update(zip(missing, predicted_rates(list(missing.values()),
                                                      [allocation] * len(missing)), strict=True))
-            for key, (job, model) in zip(keys, others, strict=True):
+            for key, (index, job, model) in zip(keys, others, strict=True):
                 rate = memo[key]
                 by_model[id(model)] = (model, job.limits, fair_r, key, rate)
-                if rate:
-                    rates[job.name] = rate
+                rates[index] = rate or nan
             self._fair_rate_memo = {key: memo[key] for key in keys}
         self._fair_rate_models = by_model
-        return rates
+        out = np.array(rates)
+        out.flags.writeable = False
+        self._fair_rate_last = (fair_r, models, limits, out)
+        return out
 
-    def _realised_objective(self, names: Sequence[str], progress: Sequence[float],
-                            fair_rate: dict[str, float], scale: float) -> float:
+    def _realised_objective(self, names: list[str], progress: np.ndarray, fair: np.ndarray,
+                            scale: float) -> float:
         """The power mean of realised speedups over the round just ended, over the jobs
-        ``names`` (``progress``: each one's now) known at the last decision and with a fair
-        rate, in that order."""
+        ``names`` (``progress``: each one's now, ``(J,)``) known at the last decision and with a
+        fair rate (``fair``, ``(J,)``, NaN where none), in that order."""
         elapsed = self._previous_time_delta
         if elapsed <= 0:
             return float("nan")
-        before = np.array([self._previous.get(name, math.nan) for name in names], dtype=float)
-        fair = np.array([fair_rate.get(name, math.nan) for name in names], dtype=float)
+        if names == self._previous_names:  # the same jobs in the same order: no lookups
+            before = self._previous_progress
+        else:
+            at = dict(zip(self._previous_names, self._previous_progress.tolist(), strict=True))
+            before = np.array([at.get(name, math.nan) for name in names], dtype=float)
         known = ~(np.isnan(before) | np.isnan(fair))
         if not known.any():
             return float("nan")
-        rate = np.maximum(np.asarray(progress, dtype=float)[known] - before[known], 0.0) / elapsed
+        rate = np.maximum(progress[known] - before[known], 0.0) / elapsed
         return power_mean((rate / fair[known] * scale + 1e-3)[None], self.pollux.p)[0]
 
     # --- the decision ----------------------------------------------------------------------------
@@ -261,16 +283,16 @@ class BayesOptPolicy:
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:
         if not jobs:
-            self._previous, self._previous_time = {}, cluster.now
+            self._previous_names, self._previous_progress = [], np.zeros(0)
+            self._previous_time = cluster.now
             return {}
         predictors: Sequence[SlowdownPredictor] = estimates.require(COLOCATION)
         self.predictors = tuple(predictors)
         pollux = self.pollux
         # Pollux's problem (status quo, replica caps, speedup tables, restart penalties), its
         # jobs in priority order; bo's and the avoid rule's searches read the same.
-        plain, names = pollux.problem(cluster, jobs)
-        by_name = {job.name: job for job in jobs}
-        jobs = [by_name[name] for name in names]
+        plain, jobs = pollux.ordered_problem(cluster, jobs)
+        names = [job.name for job in jobs]
         base, tables, max_replicas, penalty = (plain.base, plain.tables, plain.max_replicas,
                                                plain.penalty)
         applications = tuple(job.application for job in jobs)
@@ -283,7 +305,7 @@ class BayesOptPolicy:
         fair_r = max(1, math.ceil(cluster.total_gpus / len(jobs)))
         fair_rate = self._fair_rates(jobs, fair_r)
         self._previous_time_delta = cluster.now - self._previous_time
-        progress = [job.progress for job in jobs]
+        progress = np.array([job.progress for job in jobs], dtype=float)
         if self.history and math.isnan(self.history[-1].realised):
             self.history[-1].realised = self._realised_objective(names, progress, fair_rate,
                                                                  scale)
@@ -320,7 +342,7 @@ class BayesOptPolicy:
             record.learned.update(predictor.diagnostics(state, applications))  # type: ignore[arg-type]
         record.surrogate_std = record.learned.pop("surrogate_std", math.nan)
         self.history.append(record)
-        self._previous = dict(zip(names, progress, strict=True))
+        self._previous_names, self._previous_progress = names, progress
         self._previous_time = cluster.now
         return decision
 

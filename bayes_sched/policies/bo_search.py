@@ -34,6 +34,8 @@ import numpy as np
 from numba import njit
 
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
+    _FNV_OFFSET,
+    _FNV_PRIME,
     _power,
     _row_reads,
     below,
@@ -131,21 +133,126 @@ def _state_rows(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, a
     return rows
 
 
+#: Most distinct co-runner signatures whose speed factors one memo (:func:`_factor_memo`) keeps,
+#: and the key words they may take in all (a row's key: its class, then per shared node its
+#: co-runner classes with their counts).
+MEMO_ROWS = 1024
+MEMO_WORDS = 16 * MEMO_ROWS
+#: :func:`_factor_memo`: an open-addressing table of signature numbers ``(2 * MEMO_ROWS,)``,
+#: each signature's hash, where its key words start ``(MEMO_ROWS + 1,)`` and the words, its
+#: speed factors ``(MEMO_ROWS, S)``, how many signatures are kept ``(1,)`` and a row's key
+#: being built.
+FactorMemo = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                   np.ndarray]
+
+
+@njit(cache=True)
+def _factor_memo(draws: int) -> FactorMemo:
+    """An empty memo of speed factors under ``draws`` pair tables, for :func:`_state_values`
+    (valid while the tables are the same)."""
+    return (np.full(2 * MEMO_ROWS, -1, np.int64), np.empty(MEMO_ROWS, np.uint64),
+            np.zeros(MEMO_ROWS + 1, np.int64), np.empty(MEMO_WORDS, np.int64),
+            np.empty((MEMO_ROWS, max(draws, 1))), np.zeros(1, np.int64),
+            np.empty(MEMO_WORDS, np.int64))
+
+
+@uncounted
+def _row_factors(by_draw: np.ndarray, r: int, work: ScoreWork, factor: np.ndarray,
+                 total: np.ndarray) -> None:
+    """Row ``r``'s speed factor (:func:`_state_rows` wrote it to ``work``) under each pair table
+    ``by_draw[:, :, d]``, written to ``factor`` ``(S,)``: ``exp`` of its worst node's summed
+    pair effects where that is below 0, else 1 (a row goes at the pace of its worst node).
+    ``total``: an ``(S,)`` work array."""
+    own, row_start, first, partners, counts = work[2], work[4], work[6], work[7], work[8]
+    draws = factor.size
+    factor[:] = 0.0  # the worst node's log factor first
+    for e in range(row_start[r], row_start[r + 1]):
+        if first[e] == first[e + 1]:  # alone on its node: nothing to add
+            continue
+        total[:] = 0.0
+        for i in range(first[e], first[e + 1]):
+            pair = by_draw[own[e], partners[i]]
+            for d in range(draws):
+                total[d] += pair[d] * counts[i]
+        for d in range(draws):
+            factor[d] = min(factor[d], total[d])
+    for d in range(draws):
+        factor[d] = np.exp(factor[d]) if factor[d] < 0.0 else 1.0
+
+
+@uncounted
+def _memo_row(by_draw: np.ndarray, r: int, work: ScoreWork, memo: FactorMemo,
+              total: np.ndarray, scratch: np.ndarray) -> int:
+    """The memo's signature number of row ``r``'s speed factors (:func:`_row_factors`), found
+    by the row's key (its class, then per node it shares its co-runner classes and counts, in
+    order: the factors' every input, so equal keys give equal factors to the bit) or entered
+    now; -1 where the memo is full or the key too long, with the factors written to
+    ``scratch`` ``(S,)`` instead. ``total``: an ``(S,)`` work array."""
+    own, row_start, first, partners, counts = work[2], work[4], work[6], work[7], work[8]
+    table, hashes, starts, words, factors, used, key = memo
+    length = 1
+    key[0] = own[row_start[r]]
+    for e in range(row_start[r], row_start[r + 1]):
+        found = first[e + 1] - first[e]
+        if found == 0:
+            continue
+        if length + 1 + 2 * found > key.size:
+            _row_factors(by_draw, r, work, scratch, total)
+            return -1
+        key[length] = found
+        length += 1
+        for i in range(first[e], first[e + 1]):
+            key[length], key[length + 1] = partners[i], np.int64(counts[i])
+            length += 2
+    h = _FNV_OFFSET
+    for w in range(length):
+        h = (h ^ np.uint64(key[w])) * _FNV_PRIME
+    mask = table.size - 1
+    slot = np.int64(h & np.uint64(mask))
+    while table[slot] >= 0:
+        m = table[slot]
+        if hashes[m] == h and starts[m + 1] - starts[m] == length:
+            same = True
+            for w in range(length):
+                if words[starts[m] + w] != key[w]:
+                    same = False
+                    break
+            if same:
+                return m
+        slot = (slot + 1) & mask
+    m = used[0]
+    if m >= hashes.size or starts[m] + length > words.size:
+        _row_factors(by_draw, r, work, scratch, total)
+        return -1
+    _row_factors(by_draw, r, work, factors[m], total)
+    for w in range(length):
+        words[starts[m] + w] = key[w]
+    starts[m + 1] = starts[m] + length
+    hashes[m] = h
+    table[slot] = m
+    used[0] = m + 1
+    return m
+
+
 @uncounted
 def _state_values(by_draw: np.ndarray, rows: int, work: ScoreWork, empty_powered: np.ndarray,
                   empty_total: float, num_jobs: int, exponent: float,
-                  sums: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+                  sums: tuple[np.ndarray, np.ndarray, np.ndarray], memo: FactorMemo) -> None:
     """The fitness of the state whose rows :func:`_state_rows` wrote to ``work`` under each
     pair table ``by_draw[:, :, d]`` (``(K, K, S)``; ``K = 0``: none), written to ``sums[0]``
     ``(S,)``: the power mean over jobs of ``speedup * exp(worst-node log slowdown) + 0.001``,
     the jobs without GPUs counted by ``empty_powered`` ``(J,)`` and ``empty_total``
-    (:func:`empty_row_terms`). A row that shares no node adds its term as read. The draws are
+    (:func:`empty_row_terms`). A row that shares no node adds its term as read; a row that
+    shares one, its speedup times its speed factors (:func:`_row_factors`: 1 where it is not
+    slowed, which leaves the speedup as it is), kept in ``memo`` (:func:`_factor_memo`, for
+    ``by_draw``) by the row's co-runner signature, since many rows share one (in a full
+    cluster, ``exp`` of every row under every draw costs more than the rest). The draws are
     the innermost loop; each draw's sums run term by term in the order of one draw's.
     ``sums``: three ``(S,)`` work arrays."""
-    own, row_job, row_start, row_speedup, first, partners, counts = (
-        work[2], work[3], work[4], work[5], work[6], work[7], work[8])
+    row_job, row_speedup = work[3], work[5]
     row_alone_term, row_shares = work[9], work[10]
-    powered, worst, total = sums
+    powered, scratch, total = sums
+    factors = memo[4]
     draws = powered.size
     powered[:] = empty_total
     for r in range(rows):
@@ -153,25 +260,37 @@ def _state_values(by_draw: np.ndarray, rows: int, work: ScoreWork, empty_powered
             for d in range(draws):
                 powered[d] += row_alone_term[r]
             continue
-        worst[:] = 0.0
-        for e in range(row_start[r], row_start[r + 1]):
-            if first[e] == first[e + 1]:  # alone on its node: nothing to add
-                continue
-            total[:] = 0.0
-            for i in range(first[e], first[e + 1]):
-                pair = by_draw[own[e], partners[i]]
-                for d in range(draws):
-                    total[d] += pair[d] * counts[i]
-            for d in range(draws):
-                worst[d] = min(worst[d], total[d])
+        m = _memo_row(by_draw, r, work, memo, total, scratch)
+        factor = scratch if m < 0 else factors[m]
         empty = empty_powered[row_job[r]]
+        speedup = row_speedup[r]
         for d in range(draws):
-            speedup = row_speedup[r]
-            if worst[d] < 0.0:
-                speedup = speedup * np.exp(worst[d])
-            powered[d] += _power(speedup + 1e-3, exponent) - empty
+            powered[d] += _power(speedup * factor[d] + 1e-3, exponent) - empty
     for d in range(draws):
         powered[d] = _power(powered[d] / max(num_jobs, 1), 1.0 / exponent)
+
+
+@uncounted
+def _plain_value(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int, arrays: Arrays,
+                 numbers: Numbers, empty_powered: np.ndarray, empty_total: float,
+                 stamp: np.ndarray, stamp_id: int) -> float:
+    """The fitness of the state whose entries are ``lo:hi`` of ``(j, n, v)`` with no pair table
+    (``K = 0``): what :func:`_state_rows` and :func:`_state_values` give there (no row shares a
+    class, so each adds its term as read), in one pass over the entries with the same
+    arithmetic in the same order, so to the bit (the rule search's, and bo's before any pair
+    effect is learned). ``stamp``: ``(N,)``, with ``stamp_id`` distinct per state read."""
+    base, base_nodes, speedup_tables, penalty = arrays[0], arrays[4], arrays[5], arrays[6]
+    num_jobs, scale, exponent = numbers[0], numbers[5], numbers[6]
+    powered = empty_total
+    at = lo
+    while at < hi:
+        jj = j[at]
+        at, nodes, replicas, changed, _ = _row_reads(j, n, v, at, hi, jj, base, base_nodes,
+                                                     stamp, stamp_id)
+        read = speedup_tables[jj, nodes, replicas]
+        speedup = read * scale * penalty[jj] if changed else read * scale
+        powered += _power(speedup + 1e-3, exponent) - empty_powered[jj]
+    return _power(powered / max(num_jobs, 1), 1.0 / exponent)
 
 
 @njit(cache=True)
@@ -194,11 +313,17 @@ def scores(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     work = _score_work(num_jobs, num_nodes, classes, longest)
     by_draw = np.ascontiguousarray(tables.transpose(1, 2, 0))                  # (K, K, S)
     sums = (np.empty(draws), np.empty(draws), np.empty(draws))
+    memo = _factor_memo(draws)
     out = np.empty((draws, size))
     for s in range(size):
+        if classes == 0:  # every draw the same
+            out[:, s] = _plain_value(j, n, v, bounds[s], bounds[s + 1], arrays, numbers,
+                                     empty_powered, empty_total, work[0], s)
+            continue
         rows = _state_rows(j, n, v, bounds[s], bounds[s + 1], arrays, numbers, classes,
                            empty_powered, work, s)
-        _state_values(by_draw, rows, work, empty_powered, empty_total, num_jobs, exponent, sums)
+        _state_values(by_draw, rows, work, empty_powered, empty_total, num_jobs, exponent, sums,
+                      memo)
         out[:, s] = sums[0]
     return out
 
@@ -294,19 +419,26 @@ def _survivors(parents: Store, bounds: np.ndarray, children: Store, child_bounds
 
 @njit(cache=True)
 def _fitness(states: Store, bounds: np.ndarray, arrays: Arrays, numbers: Numbers,
-             table: np.ndarray, work: ScoreWork, stamp_id: int) -> np.ndarray:
+             table: np.ndarray, work: ScoreWork, stamp_id: int, empty_powered: np.ndarray,
+             empty_total: float, memo: FactorMemo) -> np.ndarray:
     """:func:`scores` under the one pair table ``table`` ``(K, K, 1)`` of the states ``states``
     (``bounds``: ``(S + 1,)``), ``(S,)``, with ``work`` sized for the longest; ``stamp_id``
-    and the ``S - 1`` after it: distinct per state."""
+    and the ``S - 1`` after it: distinct per state. ``empty_powered``, ``empty_total``: the
+    problem's :func:`empty_row_terms` (the same for every generation of a search, so taken
+    once per search); ``memo``: :func:`_factor_memo` for ``table``."""
     num_jobs, exponent = numbers[0], numbers[6]
-    empty_powered, _, empty_total, _ = empty_row_terms(arrays[5], arrays[4], arrays[6],
-                                                       numbers[5], exponent)
     sums = (np.empty(1), np.empty(1), np.empty(1))
     out = np.empty(bounds.size - 1)
     for s in range(out.size):
+        if table.shape[0] == 0:
+            out[s] = _plain_value(states[0], states[1], states[2], bounds[s], bounds[s + 1],
+                                  arrays, numbers, empty_powered, empty_total, work[0],
+                                  stamp_id + s)
+            continue
         rows = _state_rows(states[0], states[1], states[2], bounds[s], bounds[s + 1], arrays,
                            numbers, table.shape[0], empty_powered, work, stamp_id + s)
-        _state_values(table, rows, work, empty_powered, empty_total, num_jobs, exponent, sums)
+        _state_values(table, rows, work, empty_powered, empty_total, num_jobs, exponent, sums,
+                      memo)
         out[s] = sums[0][0]
     return out
 
@@ -331,7 +463,11 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     for s in range(size):
         longest = max(longest, bounds[s + 1] - bounds[s])
     work = _score_work(num_jobs, num_nodes, pairs.shape[0], longest)
-    fitness = _fitness(parents, bounds, arrays, numbers, table, work, 0)
+    empty_powered, _, empty_total, _ = empty_row_terms(arrays[5], arrays[4], arrays[6],
+                                                       numbers[5], numbers[6])
+    memo = _factor_memo(1)
+    fitness = _fitness(parents, bounds, arrays, numbers, table, work, 0, empty_powered,
+                       empty_total, memo)
     stamp_id = size
     store = (np.empty(2 * j.size + 64, np.int64), np.empty(2 * j.size + 64, np.int64),
              np.empty(2 * j.size + 64, np.int64))
@@ -348,7 +484,8 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
         store, child_bounds = _children(parents, bounds, size, first, second, point, arrays,
                                         numbers, rng, store, stamp_id)
         merged = np.concatenate((fitness, _fitness(store, child_bounds, arrays, numbers, table,
-                                                   work, stamp_id)))
+                                                   work, stamp_id, empty_powered, empty_total,
+                                                   memo)))
         stamp_id += size
         keep = np.argsort(-merged, kind="mergesort")[:size]
         parents, bounds = _survivors(parents, bounds, store, child_bounds, keep, size)

@@ -126,6 +126,13 @@ class PolluxPolicy:
                 ) -> tuple[AllocationProblem, list[str]]:
         """This round's search problem over ``jobs`` (sorted into priority order: least attained
         service first) and their names in that order."""
+        problem, ordered = self.ordered_problem(cluster, jobs)
+        return problem, [job.name for job in ordered]
+
+    def ordered_problem(self, cluster: ClusterState, jobs: Sequence[JobView]
+                        ) -> tuple[AllocationProblem, list[JobView]]:
+        """:meth:`problem` with the jobs themselves in priority order (``bo`` reads them in
+        that order; finding them again by name costs a dictionary of every job)."""
         jobs = sorted(jobs, key=lambda j: (j.attained_service, j.submit_time, j.name))
         base, base_entries = status_quo(jobs)
         max_replicas = replica_caps(jobs, self.max_replicas_cap)
@@ -137,7 +144,7 @@ class PolluxPolicy:
                                     self.avoid_interference,
                                     min(self.max_nodes_per_job, cluster.num_nodes), self.rng,
                                     base_entries=base_entries)
-        return problem, [job.name for job in jobs]
+        return problem, jobs
 
     def decide(self, cluster: ClusterState, jobs: Sequence[JobView],
                estimates: Estimates) -> Allocations:

@@ -291,13 +291,15 @@ def _children(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, s
 
 @njit(cache=True)
 def _scores(j: np.ndarray, n: np.ndarray, v: np.ndarray, bounds: np.ndarray, rows: np.ndarray,
-            arrays: Arrays, numbers: Numbers) -> tuple[np.ndarray, np.ndarray]:
-    """Fitness and utility (:func:`score_state`) of the states ``rows``, ``(len(rows),)`` each."""
+            arrays: Arrays, numbers: Numbers,
+            empty: tuple[np.ndarray, np.ndarray, float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Fitness and utility (:func:`score_state`) of the states ``rows``, ``(len(rows),)`` each.
+    ``empty``: the problem's :func:`empty_row_terms` (the same for every generation of a
+    search, so taken once per search)."""
     base, base_nodes, tables, penalty = arrays[0], arrays[4], arrays[5], arrays[6]
     num_jobs, num_nodes, capacity = numbers[0], numbers[1], numbers[2]
     scale, exponent = numbers[5], numbers[6]
     stamp = np.full(num_nodes, -1, np.int64)
-    empty = empty_row_terms(tables, base_nodes, penalty, scale, exponent)
     fitness = np.empty(rows.size)
     utility = np.empty(rows.size)
     for i in range(rows.size):
@@ -326,7 +328,8 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
     p, j, n, v = _take_states(j, n, v, bounds, kept)
     count = kept.size
     bounds = _bounds(p, count)
-    fitness, utility = _scores(j, n, v, bounds, np.arange(count), arrays, numbers)
+    empty = empty_row_terms(arrays[5], arrays[4], arrays[6], numbers[5], numbers[6])
+    fitness, utility = _scores(j, n, v, bounds, np.arange(count), arrays, numbers, empty)
     crowding = survivors(fitness, utility, size)[1]
     for _ in range(generations):
         all_j, all_n, all_v, all_bounds, kept_children = _children(
@@ -334,7 +337,7 @@ def evolve(p: np.ndarray, j: np.ndarray, n: np.ndarray, v: np.ndarray, size: int
             rng)
         new = np.arange(count, count + kept_children)
         child_fitness, child_utility = _scores(all_j, all_n, all_v, all_bounds, new, arrays,
-                                               numbers)
+                                               numbers, empty)
         merged_fitness = np.concatenate((fitness, child_fitness))
         merged_utility = np.concatenate((utility, child_utility))
         keep, merged_crowding = survivors(merged_fitness, merged_utility, size)

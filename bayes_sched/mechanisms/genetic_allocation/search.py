@@ -287,9 +287,12 @@ class GeneticSearch:
         count = 0
         parts: list[Entries] = []
         if previous is not None and previous.shape[2] == num_nodes:
-            where = {name: i for i, name in enumerate(names)}
-            index = np.array([where.get(name, -1) for name in self._population_jobs],
-                             dtype=np.int64)
+            if self._population_jobs == names:  # the same jobs in the same order
+                index = np.arange(len(names), dtype=np.int64)
+            else:
+                where = {name: i for i, name in enumerate(names)}
+                index = np.array([where.get(name, -1) for name in self._population_jobs],
+                                 dtype=np.int64)
             count = min(size, len(previous))
             p, j, n, v = previous.entries
             new_j = index[j] if j.size else j
