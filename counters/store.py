@@ -411,7 +411,7 @@ class StoreWriter(StoreJournal):
         root = self.path
         try:
             for leftover in _leftovers(root):
-                _discard(leftover) if leftover.is_dir() else leftover.unlink()
+                _discard(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
             committed, superseded, _ = _scan(root)
             for part in superseded:
                 _discard(part.path)
@@ -645,7 +645,7 @@ def _repair(root: Path) -> list[str]:
         changed.append(f"{root / MARKER}: rewritten ({' '.join(reason.split())[:160]})")
     try:
         for leftover in _leftovers(root):
-            _discard(leftover) if leftover.is_dir() else leftover.unlink()
+            _discard(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
             changed.append(f"{leftover}: removed (a commit or deletion cut short)")
         committed, superseded, journals = _scan(root)
         for part in superseded:

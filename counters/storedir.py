@@ -37,7 +37,11 @@ PART_GLOB = "part-*.zarr"
 ZARR_FORMAT: Literal[2] = 2
 _PART_NAME = re.compile(r"^part-(\d+)(?:-(\d+))?\.zarr$")
 _JOURNAL_NAME = re.compile(r"^journal-(\d+)\.bin$")
-_HIDDEN_PREFIXES = (".part-", ".trash-")
+#: Name start of the empty file a writer creates and deletes to check it can write the store
+#: (each its own, :func:`private_suffix`).
+PROBE_PREFIX = ".write-probe-"
+#: Hidden entries a writer removes on opening: parts and deletions cut short, write probes.
+_HIDDEN_PREFIXES = (".part-", ".trash-", PROBE_PREFIX)
 REPAIR_HINT = "run `bayes-sched counters repair STORE`"
 #: Marker key set once the store's first part is committed: a store whose marker says so but
 #: that holds no part and no journal lost its data (a marker alone is a store never written to).
@@ -328,9 +332,9 @@ class StoreJournal:
             root.mkdir(parents=True, exist_ok=True)
             if not is_store(root):
                 write_marker(root)
-            probe = root / f".write-probe-{private_suffix()}"  # its own: others probe too
+            probe = root / f"{PROBE_PREFIX}{private_suffix()}"  # its own: others probe too
             probe.write_bytes(b"")
-            probe.unlink()
+            probe.unlink(missing_ok=True)  # another writer's clean-up may have removed it
         except OSError as error:
             raise CountersError(f"{root}: cannot write the store ({error.strerror or error})"
                                 ) from None

@@ -122,9 +122,11 @@ def test_compaction_merges_parts_of_one_level_and_a_cut_short_merge_reads_once(
     for old in ("part-00003.zarr", "part-00004.zarr"):
         shutil.copytree(snapshot / old, store / old)
     (store / ".part-00009.zarr.tmp").mkdir()  # and a commit cut short
+    (store / ".write-probe-123-456-0a1b2c3d").write_bytes(b"")  # a writer killed mid-probe
     assert open_store(store, lazy=False).sizes["time"] == 36
     assert sorted(line.split(": ")[0].rsplit("/", 1)[1] for line in repair(store)) == [
-        ".part-00009.zarr.tmp", "part-00003.zarr", "part-00004.zarr"]
+        ".part-00009.zarr.tmp", ".write-probe-123-456-0a1b2c3d", "part-00003.zarr",
+        "part-00004.zarr"]
     assert open_store(store, lazy=False).sizes["time"] == 36
 
 
