@@ -72,17 +72,24 @@ def test_arrivals_must_not_go_back(tmp_path: Path) -> None:
         read_gavel_trace(path)
 
 
-def test_cli_bad_trace_is_one_line_exit_2(tmp_path: Path) -> None:
-    path = tmp_path / "bad.trace"
-    path.write_text(GOOD.replace("ResNet-50 (batch size 32)", "NoSuchNet") + "\n")
+def refused_in_one_line(trace: Path, cluster: str) -> str:
+    """``simulate --trace TRACE --cluster CLUSTER`` (max-min fairness, from the trace's folder):
+    checks it exits 2 with one line and no traceback; that line."""
     done = subprocess.run(
-        [sys.executable, "-m", "bayes_sched", "simulate", "--trace", str(path), "--cluster",
-         "v100:4", "--policy", "max_min_fairness_perf", "--no-progress"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        [sys.executable, "-m", "bayes_sched", "simulate", "--trace", str(trace), "--cluster",
+         cluster, "--policy", "max_min_fairness_perf", "--no-progress"],
+        capture_output=True, text=True, cwd=trace.parent, timeout=120,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert "row 1, column 'job_type'" in done.stderr and "NoSuchNet" in done.stderr
+    return done.stderr
+
+
+def test_cli_bad_trace_is_one_line_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.trace"
+    path.write_text(GOOD.replace("ResNet-50 (batch size 32)", "NoSuchNet") + "\n")
+    line = refused_in_one_line(path, "v100:4")
+    assert "row 1, column 'job_type'" in line and "NoSuchNet" in line
 
 
 def test_cli_refuses_a_gpu_type_the_table_does_not_measure(tmp_path: Path) -> None:
@@ -90,16 +97,10 @@ def test_cli_refuses_a_gpu_type_the_table_does_not_measure(tmp_path: Path) -> No
     # idle all run (before: accepted, utilisation_a100 0 and the run's utilisation a third).
     path = tmp_path / "good.trace"
     path.write_text(GOOD + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "bayes_sched", "simulate", "--trace", str(path), "--cluster",
-         "a100:4,v100:4", "--policy", "max_min_fairness_perf", "--no-progress"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith("bayes-sched: error: --cluster a100:4,v100:4: GPU type a100 ")
-    assert "expected types of k80, p100, v100" in done.stderr
-    assert not list(tmp_path.iterdir())[1:], "nothing written"
+    line = refused_in_one_line(path, "a100:4,v100:4")
+    assert line.startswith("bayes-sched: error: --cluster a100:4,v100:4: GPU type a100 ")
+    assert "expected types of k80, p100, v100" in line
+    assert [p.name for p in tmp_path.iterdir()] == ["good.trace"], "nothing written"
 
 
 def test_table_cluster_refuses_unmeasured_types_and_runs_measured_ones() -> None:
