@@ -171,8 +171,8 @@ def _forget_variables(part: Path, names: Sequence[str]) -> None:
     try:
         attrs = json.loads(attrs_path.read_text())
         listed = attrs.get(PART_VARIABLES_ATTR, [])
-    except (ValueError, AttributeError):  # damaged attributes: the part fails to open anyway
-        return
+    except (OSError, ValueError, AttributeError):  # attributes missing or damaged: the part
+        return  # fails to open anyway, and is dropped whole
     if not isinstance(listed, list):
         return
     attrs[PART_VARIABLES_ATTR] = [n for n in listed if n not in names]

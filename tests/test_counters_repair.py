@@ -490,6 +490,24 @@ def check_damage(template: Path, plan: list[tuple[str, float, float, int]]) -> N
         assert repair(store) == []  # repair reaches a fixed point
 
 
+def test_repair_drops_a_part_that_lost_its_attributes_and_an_array(template: Path) -> None:
+    # Found by the 3,000-example property: one array of a part damaged and the part's .zattrs
+    # gone. Repair went to drop the damaged array from the part's variable list, read the
+    # missing .zattrs and stopped with "cannot repair (FileNotFoundError ...)".
+    with tempfile.TemporaryDirectory() as folder:
+        store = Path(folder) / "store"
+        shutil.copytree(template, store)
+        part = parts(store)[0]
+        chunk = sorted(p for p in (part / "cpu_user").iterdir() if not p.name.startswith("."))[0]
+        chunk.write_bytes(chunk.read_bytes()[:3])
+        (part / ".zattrs").unlink()
+        changed = repair(store)
+        assert any(line.startswith(f"{part}: dropped") for line in changed), changed
+        assert not part.exists()
+        assert open_store(store, lazy=False).sizes["time"] == 9  # the other part and the journal
+        assert repair(store) == []
+
+
 def future_version(store: Path) -> int | None:
     """The marker's schema version where it is an integer above this code's, else None."""
     try:
