@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import warnings
@@ -438,11 +439,17 @@ class StoreWriter(StoreJournal):
         or all -- as parts, oldest first; returns each new part and its samples.
 
         Consecutive segments of one layout whose times follow on are committed as one part named
-        by their index range (segments pile up when commits lag behind); an empty segment is
-        deleted. :class:`CountersError` when a segment cannot be read or its samples do not
-        follow the stored ones (then what was committed before it stays committed).
+        by their index range (segments pile up when commits lag behind), spanning at most
+        ``compact_fanout - 1`` indices: a part's compaction level is read from its span
+        (:meth:`~counters.storedir.PartName.level`), so a commit of more segments would be taken
+        for a merged part, and parts of mixed levels in the newest ``compact_fanout`` stopped
+        compaction (after many restarts with piled-up segments a store held 37 parts where
+        compaction keeps under 26). An empty segment is deleted. :class:`CountersError` when a
+        segment cannot be read or its samples do not follow the stored ones (then what was
+        committed before it stays committed).
         """
         committed, _, journals = _scan(self.path)
+        span_limit = math.inf if self.compact_fanout is None else self.compact_fanout - 1
         groups: list[tuple[int, int, JournalLayout, list[np.ndarray]]] = []
         for index in sorted(journals):
             journal = journals[index]
@@ -456,7 +463,8 @@ class StoreWriter(StoreJournal):
                 journal.unlink(missing_ok=True)
                 continue
             if (groups and groups[-1][2] == contents.layout
-                    and contents.rows[0, 0] > groups[-1][3][-1][-1, 0]):
+                    and contents.rows[0, 0] > groups[-1][3][-1][-1, 0]
+                    and index - groups[-1][0] < span_limit):
                 groups[-1] = (groups[-1][0], index, contents.layout,
                               [*groups[-1][3], contents.rows])
             else:

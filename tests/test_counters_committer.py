@@ -185,3 +185,26 @@ def test_writers_opening_one_store_at_once_never_fail(tmp_path: Path) -> None:
     assert sorted(p.name for p in store.iterdir()) == ["bayes-sched-store.json",
                                                         journal_name(0)]  # nothing left over
     StoreJournal(store)  # the marker is whole
+
+
+def test_piled_up_segments_leave_compaction_bounded(tmp_path: Path) -> None:
+    # A part's compaction level is read from the indices it spans. A commit that took several
+    # piled-up segments at once made a part that looked merged (level 1) between one-segment
+    # commits (level 0), so the newest ``fanout`` parts were never of one level and compaction
+    # stopped: here (fanout 3, piles of 4) two parts per round, 10 after 5 rounds; after many
+    # collector restarts, 37 parts where the store's design keeps under 26 (the slow
+    # test_sigkill_at_random_instants_many_times).
+    writer = StoreWriter(tmp_path / "store", compact_fanout=3)
+    sample = 0
+    for _ in range(5):
+        for _ in range(4):  # commits lagged: 4 sealed segments wait
+            journal(writer, rows(sample, 1))
+            sample += 1
+        writer.commit_journals()
+        journal(writer, rows(sample, 1))  # then one commit of its own
+        sample += 1
+        writer.commit_journals()
+    stored = parts(tmp_path / "store")
+    # At most fanout - 1 parts per level: levels 0-2 for 25 segments.
+    assert len(stored) <= 2 * 3, [p.name for p in stored]
+    assert open_store(tmp_path / "store", lazy=False).sizes["time"] == sample
