@@ -442,9 +442,8 @@ class StoreWriter(StoreJournal):
         by their index range (segments pile up when commits lag behind), spanning at most
         ``compact_fanout - 1`` indices: a part's compaction level is read from its span
         (:meth:`~counters.storedir.PartName.level`), so a commit of more segments would be taken
-        for a merged part, and parts of mixed levels in the newest ``compact_fanout`` stopped
-        compaction (after many restarts with piled-up segments a store held 37 parts where
-        compaction keeps under 26). An empty segment is deleted. :class:`CountersError` when a
+        for a merged part, and parts of mixed levels among the newest ``compact_fanout`` would
+        stop compaction. An empty segment is deleted. :class:`CountersError` when a
         segment cannot be read or its samples do not follow the stored ones (then what was
         committed before it stays committed).
         """
