@@ -412,7 +412,7 @@ class StoreWriter(StoreJournal):
         root = self.path
         try:
             for leftover in _leftovers(root):
-                _discard(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+                _discard(leftover)
             committed, superseded, _ = _scan(root)
             for part in superseded:
                 _discard(part.path)
@@ -652,7 +652,7 @@ def _repair(root: Path) -> list[str]:
         changed.append(f"{root / MARKER}: rewritten ({' '.join(reason.split())[:160]})")
     try:
         for leftover in _leftovers(root):
-            _discard(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+            _discard(leftover)
             changed.append(f"{leftover}: removed (a commit or deletion cut short)")
         committed, superseded, journals = _scan(root)
         for part in superseded:

@@ -250,7 +250,8 @@ def fsync_tree(folder: Path) -> None:
 
 def discard(path: Path) -> None:
     """Delete a part or journal so that no reader ever sees it half-deleted: a directory is
-    renamed to a hidden ``.trash-`` name first (atomic), then removed."""
+    renamed to a hidden ``.trash-`` name first (atomic), then removed; a file is unlinked (gone
+    already is fine: another writer may have removed it)."""
     if path.is_dir():
         trash = path.with_name(f".trash-{path.name}")
         if trash.exists():

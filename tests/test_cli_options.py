@@ -273,8 +273,8 @@ def test_a_ctrl_c_that_lands_in_a_finaliser_still_stops_the_command(
         def __del__(self) -> None:
             raise KeyboardInterrupt  # the signal, handled while this finaliser runs
 
-    # Python's own Ctrl-C handler, as a command line starts with (a collector run in this
-    # process by an earlier test leaves its stop handler installed).
+    # Python's own Ctrl-C handler, as a command line starts with, whatever this test process
+    # has installed.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     reached_the_end = False
     try:

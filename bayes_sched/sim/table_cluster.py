@@ -122,11 +122,12 @@ def check_measured_types(table: ThroughputTable, spec: ClusterSpec) -> None:
     unmeasured = [t for t in dict.fromkeys(spec.gpu_types) if t not in measured]
     if unmeasured:
         where = f" ({Path(table.source).name})" if table.source else ""
+        types, have, their = (("types", "have", "their") if len(unmeasured) > 1
+                              else ("type", "has", "its"))
         raise InputError(
-            f"GPU type{'s' if len(unmeasured) > 1 else ''} {', '.join(unmeasured)} of the "
-            f"cluster ({spec.describe()}) {'have' if len(unmeasured) > 1 else 'has'} no "
-            f"measured throughputs in the table{where}, so {'their' if len(unmeasured) > 1 else 'its'} "
-            f"GPUs could run no job: expected types of {', '.join(measured)}")
+            f"GPU {types} {', '.join(unmeasured)} of the cluster ({spec.describe()}) {have} no "
+            f"measured throughputs in the table{where}, so {their} GPUs could run no job: "
+            f"expected types of {', '.join(measured)}")
 
 
 class TableCluster:
