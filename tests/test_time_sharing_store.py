@@ -35,6 +35,25 @@ def test_store_drops_a_departed_jobs_pairs_and_reuses_their_rows() -> None:
     assert store.remove_jobs({"b"}) and set(store.index) == {("c",), ("c", "d")}
 
 
+def test_adding_many_takes_the_rows_one_by_one_adds_would() -> None:
+    one, many = ComboStore(2), ComboStore(2)
+    first = [(f"j{i}",) for i in range(70)]  # past the first 64 rows
+    for store in (one, many):
+        for combo in first:
+            store.add(combo, 5.0)
+        store.remove_jobs({"j3", "j40", "j41"})  # three rows free, among the used ones
+    later = [(f"k{i}",) for i in range(100)] + [("j0", "k1"), ("k2", "k3")]
+    rows_one = [one.add(combo, 7.0) for combo in later]
+    rows_many = many.add_many(later, 7.0)
+    assert rows_many.tolist() == rows_one
+    assert one.index == many.index and one._members == many._members
+    live = one.live_rows()
+    for name in ("time", "deficit", "fraction", "allocated"):
+        assert np.array_equal(getattr(one, name)[live], getattr(many, name)[live])
+    assert set(rows_one[:3]) == {3, 40, 41}  # the freed rows are taken first
+    assert np.all(many.time[rows_many] == 7.0)
+
+
 def test_reset_is_the_per_combination_arithmetic_bitwise() -> None:
     rng = np.random.default_rng(3)
     rounds = Rounds(("v100", "p100", "k80"))

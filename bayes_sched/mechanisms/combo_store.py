@@ -45,25 +45,35 @@ class ComboStore:
     def add(self, combo: Combo, half_round: float) -> int:
         """Admit ``combo`` with ``half_round`` seconds of credit on each type, no deficit and
         no allocation; its row."""
-        if not self._free:
+        return int(self.add_many([combo], half_round)[0])
+
+    def add_many(self, combos: Sequence[Combo], half_round: float) -> np.ndarray:
+        """Admit each of ``combos`` (none admitted yet, no repeats) as :meth:`add` does, in
+        order, on the rows :meth:`add` one by one would give; their rows ``(len(combos),)``."""
+        count = len(combos)
+        if count > len(self._free):
             size = len(self.allocated)
-            grown = max(2 * size, 64)
-            self.time = np.concatenate([self.time, np.zeros((grown - size, self.num_types))])
-            self.deficit = np.concatenate([self.deficit,
-                                           np.zeros((grown - size, self.num_types))])
-            self.fraction = np.concatenate([self.fraction,
-                                            np.zeros((grown - size, self.num_types))])
+            grown = max(2 * size, size + count - len(self._free), 64)
+            extra = np.zeros((grown - size, self.num_types))
+            self.time = np.concatenate([self.time, extra])
+            self.deficit = np.concatenate([self.deficit, extra])
+            self.fraction = np.concatenate([self.fraction, extra])
             self.allocated = np.concatenate([self.allocated, np.zeros(grown - size, bool)])
-            self._free = list(range(grown - 1, size - 1, -1))  # lowest rows first
-        row = self._free.pop()
-        self.time[row] = half_round
-        self.deficit[row] = 0.0
-        self.fraction[row] = 0.0
-        self.allocated[row] = False
-        self.index[combo] = row
-        for name in combo:
-            self._members.setdefault(name, set()).add(combo)
-        return row
+            # The new rows below the free ones: they are taken after them, lowest first.
+            self._free = list(range(grown - 1, size - 1, -1)) + self._free
+        taken = self._free[len(self._free) - count:][::-1]  # the rows pop() would give
+        del self._free[len(self._free) - count:]
+        rows = np.array(taken, dtype=np.int64)
+        self.time[rows] = half_round
+        self.deficit[rows] = 0.0
+        self.fraction[rows] = 0.0
+        self.allocated[rows] = False
+        self.index.update(zip(combos, taken, strict=True))
+        members = self._members
+        for combo in combos:
+            for name in combo:
+                members.setdefault(name, set()).add(combo)
+        return rows
 
     def remove_jobs(self, names: set[str]) -> list[Combo]:
         """Drop every combination with a member in ``names``; the combinations dropped."""

@@ -139,11 +139,12 @@ class Rounds:
         held = self._held(jobs, node_types)
         gpus_held = held.sum(axis=1).tolist()
         first_type = self._node_type_index[np.argmax(held > 0, axis=1)].tolist()
-        admitted = False
+        fresh = [(job.name,) for job in jobs if (job.name,) not in store]
+        store.add_many(fresh, half_round)
+        admitted = bool(fresh)
+        fresh_names = {name for name, in fresh}
         for j, job in enumerate(jobs):
-            if (job.name,) not in store:
-                store.add((job.name,), half_round)
-                admitted = True
+            if job.name in fresh_names:
                 continue
             before = self.attained.get(job.name)
             if before is None:

@@ -441,9 +441,8 @@ class TimeSharingPolicy(ThroughputReading):
                                             strict=True))
         self._pair_usable = dict(zip(pair_combos, usable, strict=True))
         index = self._rounds.store.index
-        for combo in pair_combos:
-            if combo not in index:
-                self._rounds.store.add(combo, half_round)
+        self._rounds.store.add_many([combo for combo in pair_combos if combo not in index],
+                                    half_round)
         self._rounds.store.set_allocation([(name,) for name in names] + pair_combos,
                                    np.concatenate([x[:len(names)], pair_rows[kept]]))
         self._pairs_version += 1
