@@ -11,7 +11,11 @@ Parts (``--parts``):
   the exact decision (``partitions=1``) and of POP's (``--partitions``, default ``auto``), the
   sub-problems POP used, the ratio, and ``pop_critical_s``: POP's decision less every
   sub-problem's solve but the longest (POP's harness reports the split plus the longest
-  sub-problem, the sub-problems solved in parallel; not measured for Sia).
+  sub-problem, the sub-problems solved in parallel; not measured for Sia). Each decision's
+  wall seconds too (``*_wall_s``). ``--workers N``: POP's decisions solve their sub-problems
+  ``N`` at once (the policies' ``partition_workers``; the workers are started before the
+  clocks, their start printed to stderr); the CPU columns then add the workers' CPU to this
+  process's, and ``pop_critical_s`` is left out (the solves' clocks overlap).
   ``--exact-max-gpus`` skips exact decisions above a size. ``--baseline-opt KEY=VALUE``
   (repeatable): each policy that takes the option decides again, exact and POP, with it (the
   columns ``exact_base_cpu_s`` and ``pop_base_cpu_s``, and ``speedup``: base over default
@@ -42,6 +46,8 @@ CPU seconds (``time.process_time``) are the figures, not wall time; one BLAS thr
         min_total_duration_packed --baseline-opt horizon_solver=CLARABEL
     python experiments/bench_pop.py --parts decision --sizes 2048 --policies \
         finish_time_fairness_packed min_total_duration_packed --exact-max-gpus 0 --profile 12
+    python experiments/bench_pop.py --parts decision --sizes 1024 2048 --exact-max-gpus 0 \
+        --policies finish_time_fairness_packed min_total_duration_packed --workers 2
     python experiments/bench_pop.py --parts gap --snapshots 20 --gap-gpus 512 --gap-partitions 4
     python experiments/bench_pop.py --parts jct --jct-window 200 230 --jct-seeds 0 1 2 \
         --jct-partitions 4 --json
@@ -53,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import json
 import pstats
 import sys
@@ -126,19 +133,47 @@ def baseline_options(name: str, baseline: Sequence[str]) -> dict[str, Any] | Non
     return POLICIES.parse(name, taken, "--baseline-opt") if taken else None
 
 
+def start_workers(workers: int) -> float:
+    """Wall seconds to start this process's ``workers`` solver processes (each has run a
+    task), so that no decision's clock counts their start."""
+    from bayes_sched.mechanisms.solver_pool import map_concurrently, run_solver
+
+    start = time.perf_counter()
+    map_concurrently([functools.partial(run_solver, int, 0)] * (4 * workers), workers)
+    return time.perf_counter() - start
+
+
+def workers_cpu() -> float:
+    """CPU seconds (user and system) of this process's living children: the solver workers."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children():
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str | int,
-                  exact_max_gpus: int, baseline: Sequence[str] = (), profile: int = 0
-                  ) -> list[dict[str, object]]:
+                  exact_max_gpus: int, baseline: Sequence[str] = (), profile: int = 0,
+                  workers: int = 1) -> list[dict[str, object]]:
     from bayes_sched.sim.oracles import oracle_estimates
     from bayes_sched.throughputs import load_gavel_throughputs
 
     TABLE_ESTIMATES = oracle_estimates(load_gavel_throughputs())  # the world's oracle
+    from bayes_sched.policies import POLICIES as REGISTRY
     from bayes_sched.policies import make_policy
 
     rows: list[dict[str, object]] = []
     small, few = snapshot(24, 20, 0, random_state=False)
     for name in policies:  # imports and solvers' first use off the clock
         make_policy(name).decide(small, few, TABLE_ESTIMATES)
+    if workers > 1:
+        print(f"{workers} solver workers started in {start_workers(workers):.2f} s (wall)",
+              file=sys.stderr)
     for gpus in sizes:
         state, views = snapshot(gpus, jobs_for(gpus), 0, random_state=False)
         for name in policies:
@@ -155,14 +190,20 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
                 if label.startswith("exact") and gpus > exact_max_gpus:
                     row[f"{label}_cpu_s"] = None
                     continue
+                side_by_side = (workers > 1 and not label.startswith("exact")
+                                and "partition_workers" in REGISTRY.options(name))
+                if side_by_side:
+                    options = {**options, "partition_workers": workers}
                 policy: Any = make_policy(name, partitions=setting, **options)
                 solves = timed(policy)
                 profiler = cProfile.Profile() if profile and label == "pop" else None
-                start = time.process_time()
+                start, wall, children = time.process_time(), time.perf_counter(), workers_cpu()
                 if profiler is not None:
                     profiler.enable()
                 policy.decide(state, views, TABLE_ESTIMATES)
-                row[f"{label}_cpu_s"] = round(time.process_time() - start, 3)
+                row[f"{label}_cpu_s"] = round(time.process_time() - start
+                                              + workers_cpu() - children, 3)
+                row[f"{label}_wall_s"] = round(time.perf_counter() - wall, 3)
                 if profiler is not None:
                     profiler.disable()
                     print(f"--- {name}, {gpus} GPUs, POP: the {profile} functions of most own "
@@ -175,8 +216,11 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
                     # sub-problems, solved in parallel): the decision less all solves but the
                     # longest one.
                     whole = float(row["pop_cpu_s"])  # type: ignore[arg-type]
-                    row["pop_critical_s"] = round(whole - sum(solves) + max(solves, default=0.0),
-                                                  3)
+                    # (Not where the sub-problems ran side by side: the solves' clocks then
+                    # overlap.)
+                    row["pop_critical_s"] = (None if side_by_side else round(
+                        whole - sum(solves) + max(solves, default=0.0), 3))
+                    row["workers"] = workers if side_by_side else 1
                     row["pairs_in_force"] = len(getattr(policy, "pair_fractions", dict)())
             exact, pop = row.get("exact_cpu_s"), row["pop_cpu_s"]
             row["ratio"] = (round(float(exact) / max(float(pop), 1e-9), 2)  # type: ignore[arg-type]
@@ -413,6 +457,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
     parser.add_argument("--partitions", default="auto",
                         help="POP's setting in the decision part: auto or a count")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="decision part: POP's sub-problems solved this many at once "
+                             "(the policies' partition_workers; Sia takes no such option)")
     parser.add_argument("--exact-max-gpus", type=int, default=4096)
     parser.add_argument("--baseline-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="decision part: each policy taking the option decides again "
@@ -434,6 +481,8 @@ def main() -> None:
     args = parser.parse_args()
     if not all(0 < g <= 16384 for g in args.sizes) or not 0 < args.gap_gpus <= 16384:
         parser.error("--sizes/--gap-gpus: expected GPUs in 1..16384")
+    if not 1 <= args.workers <= 64:
+        parser.error(f"--workers {args.workers}: expected a count of processes in 1..64")
     if not 0 <= args.profile <= 1000:
         parser.error("--profile: expected a number of functions in 0..1000")
     if not 1 <= args.snapshots <= 1000 or not 1 <= args.gap_partitions <= 512 \
@@ -461,7 +510,7 @@ def main() -> None:
     parts: dict[str, Callable[[], list[dict[str, object]]]] = {
         "decision": lambda: decision_rows(args.policies, args.sizes, partitions,
                                           args.exact_max_gpus, args.baseline_opt,
-                                          args.profile),
+                                          args.profile, args.workers),
         "gap": lambda: [row for load in args.gap_load for row in gap_rows(
             args.policies, args.gap_gpus, args.snapshots, args.gap_partitions, load)],
         "jct": lambda: jct_rows(args.policies, (args.jct_window[0], args.jct_window[1]),

@@ -138,6 +138,8 @@ def test_the_packed_policy_asks_to_try_the_pair_only_when_its_jobs_stay_long_eno
         stage = ThroughputEstimator(_HandLearner())
         stage.estimate(cluster, views)
         policy.decide(cluster, views, Estimates(stage.published()))
+        # Its trials draw from one stream in turn: POP's sub-problems then not side by side.
+        assert policy.sub_problems_commute() == (exploration != "value_of_information")
         plans[exploration] = stage.pending_profiling("a")
         if exploration != "thompson":
             assert policy.pair_fractions() == {}  # the mean allocation does not pack them

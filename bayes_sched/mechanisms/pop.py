@@ -38,12 +38,14 @@ Here (:func:`split`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 
+from bayes_sched.mechanisms.solver_pool import MAX_WORKERS, map_concurrently
 from bayes_sched.registry import Range
 
 #: The most sub-problems a caller may ask for.
@@ -55,6 +57,10 @@ MIN_GPUS_PER_TYPE = 8
 
 #: The type of a policy's ``partitions`` option: a count, or ``"auto"``.
 PartitionSetting = Annotated[int, Range(1, MAX_PARTITIONS)] | Literal["auto"]
+
+#: The type of a policy's ``partition_workers`` option: how many sub-problems are solved at once
+#: (:func:`solve_partitioned`).
+WorkerSetting = Annotated[int, Range(1, MAX_WORKERS)]
 
 
 class Problem(Protocol):
@@ -216,17 +222,27 @@ def pairs_by_partition(inputs: Problem, parts: Sequence[Partition]
 
 
 def solve_partitioned(inputs: ProblemT, parts: Sequence[Partition],
-                      solve: Callable[[ProblemT], np.ndarray | None]
+                      solve: Callable[[ProblemT], np.ndarray | None], workers: int = 1
                       ) -> np.ndarray | None:
     """The whole ``(J + P, T)`` allocation joined from ``solve`` on each sub-problem of
     ``parts`` (a sub-problem without jobs is skipped); ``None`` when any sub-problem has no
-    answer (the caller keeps its previous allocation, as after a failed exact solve)."""
+    answer (the caller keeps its previous allocation, as after a failed exact solve).
+
+    ``workers`` > 1: the sub-problems are solved side by side, ``solve`` on that many threads
+    and its solver calls in as many worker processes
+    (:func:`~bayes_sched.mechanisms.solver_pool.map_concurrently`); ``solve`` must then be
+    safe to call from several threads at once on disjoint jobs, and its effects must not depend
+    on the order of the calls."""
     num_types = len(inputs.capacities)
     out = np.zeros((inputs.num_jobs + len(inputs.pairs), num_types))
-    for part, pair_rows in zip(parts, pairs_by_partition(inputs, parts), strict=True):
-        if not len(part.jobs):
-            continue
-        answer = solve(restrict(inputs, part, pair_rows))
+    work = [(part, pair_rows) for part, pair_rows
+            in zip(parts, pairs_by_partition(inputs, parts), strict=True) if len(part.jobs)]
+    tasks = [functools.partial(_restricted_solve, solve, inputs, part, pair_rows)
+             for part, pair_rows in work]
+    # One worker: in order, and no sub-problem after one without an answer is solved.
+    answers = ((task() for task in tasks) if workers == 1
+               else iter(map_concurrently(tasks, workers)))
+    for (part, pair_rows), answer in zip(work, answers, strict=True):
         if answer is None:
             return None
         answer = np.asarray(answer, dtype=float).reshape(len(part.jobs) + len(pair_rows),
@@ -234,6 +250,11 @@ def solve_partitioned(inputs: ProblemT, parts: Sequence[Partition],
         out[part.jobs] = answer[:len(part.jobs)]
         out[inputs.num_jobs + pair_rows] = answer[len(part.jobs):]
     return out
+
+
+def _restricted_solve(solve: Callable[[ProblemT], np.ndarray | None], inputs: ProblemT,
+                      part: Partition, pair_rows: np.ndarray) -> np.ndarray | None:
+    return solve(restrict(inputs, part, pair_rows))
 
 
 class Partitioner:

@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
+from bayes_sched.mechanisms.solver_pool import run_solver
 
 LOG = logging.getLogger(__name__)
 
@@ -234,12 +235,20 @@ def min_max_ratio_program(terms: CombinationTerms, capacities: np.ndarray, elaps
 
 def solve_program(program: ConicProgram, solver: str) -> np.ndarray | None:
     """All variables of the optimum ``(n,)``, or ``None`` when the program is infeasible,
-    unbounded or the solver fails (logged; the caller keeps its previous answer)."""
-    if solver == "HIGHS":
-        return _solve_highs(program)
-    if solver == "CLARABEL":
-        return _solve_clarabel(program)
-    raise ValueError(f"solver is {solver!r}: expected CLARABEL or HIGHS")
+    unbounded or the solver fails (logged; the caller keeps its previous answer). Solved in a
+    worker process inside :func:`~bayes_sched.mechanisms.solver_pool.map_concurrently`."""
+    if solver not in ("HIGHS", "CLARABEL"):
+        raise ValueError(f"solver is {solver!r}: expected CLARABEL or HIGHS")
+    values, problem = run_solver(_solve_here, program, solver)
+    if problem is not None:
+        LOG.warning("%s", problem)
+    return values
+
+
+def _solve_here(program: ConicProgram, solver: str) -> tuple[np.ndarray | None, str | None]:
+    """:func:`solve_program`'s solve in this process: the variables, or ``None`` and why (the
+    message is logged by the caller's process)."""
+    return _solve_highs(program) if solver == "HIGHS" else _solve_clarabel(program)
 
 
 def highs_result(program: ConicProgram) -> Any:
@@ -346,26 +355,31 @@ def highs_optimum(program: ConicProgram, presolve: bool = True) -> np.ndarray | 
     """All variables of a linear ``program``'s optimum ``(n,)`` through highspy
     (:class:`HighsModel`: dual simplex, one thread), or ``None`` (logged) where HiGHS reports
     no optimum."""
+    values, problem = run_solver(_highs_optimum_here, program, presolve)
+    if problem is not None:
+        LOG.warning("%s", problem)
+    return values
+
+
+def _highs_optimum_here(program: ConicProgram, presolve: bool
+                        ) -> tuple[np.ndarray | None, str | None]:
     model = HighsModel(program, presolve=presolve)
     if not model.solve():
-        LOG.warning("LP solver HIGHS: %s", model.highs.modelStatusToString(
-            model.highs.getModelStatus()))
-        return None
-    return model.primal
+        return None, "LP solver HIGHS: " + model.highs.modelStatusToString(
+            model.highs.getModelStatus())
+    return model.primal, None
 
 
-def _solve_highs(program: ConicProgram) -> np.ndarray | None:
+def _solve_highs(program: ConicProgram) -> tuple[np.ndarray | None, str | None]:
     if program.product is not None:
-        LOG.warning("HIGHS solves linear programs only; this one has second-order cones")
-        return None
+        return None, "HIGHS solves linear programs only; this one has second-order cones"
     result = highs_result(program)
     if result.status != 0 or result.x is None:
-        LOG.warning("LP solver HIGHS: %s", result.message)
-        return None
-    return np.asarray(result.x, dtype=float)
+        return None, f"LP solver HIGHS: {result.message}"
+    return np.asarray(result.x, dtype=float), None
 
 
-def _solve_clarabel(program: ConicProgram) -> np.ndarray | None:
+def _solve_clarabel(program: ConicProgram) -> tuple[np.ndarray | None, str | None]:
     import clarabel
 
     num_vars = len(program.cost)
@@ -408,9 +422,8 @@ def _solve_clarabel(program: ConicProgram) -> np.ndarray | None:
                                       settings).solve()
     status = str(solution.status)
     if status not in ("Solved", "AlmostSolved"):
-        LOG.warning("LP solver CLARABEL: status %s", status)
-        return None
-    return np.asarray(solution.x, dtype=float)
+        return None, f"LP solver CLARABEL: status {status}"
+    return np.asarray(solution.x, dtype=float), None
 
 
 def solve_allocation(program: ConicProgram, terms: CombinationTerms, num_combinations: int,

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from bayes_sched.mechanisms.pop import PartitionSetting
+from bayes_sched.mechanisms.pop import PartitionSetting, WorkerSetting
 from bayes_sched.mechanisms.time_fraction_lp import (
     dense_terms,
     min_max_ratio_program,
@@ -121,8 +121,10 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  acquisition: Literal["thompson", "mean"] = "thompson",
                  isolated_share: IsolatedRule = "gavel", gavel_statement: bool = False,
-                 partitions: PartitionSetting = "auto") -> None:
-        super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions)
+                 partitions: PartitionSetting = "auto",
+                 partition_workers: WorkerSetting = 1) -> None:
+        super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions,
+                         partition_workers=partition_workers)
         if isolated_share not in ISOLATED_RULES:
             raise ValueError(f"isolated_share is {isolated_share!r}: expected one of "
                              + ", ".join(repr(rule) for rule in ISOLATED_RULES))
@@ -140,6 +142,11 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
         """The time-sharing figures and ``lp_inaccurate`` (ECOS solves ended "optimal but
         inaccurate", with ``gavel_statement``)."""
         return {**super().stats(), "lp_inaccurate": int(self.inaccurate_solves)}
+
+    def sub_problems_commute(self) -> bool:
+        """True: the isolated time is kept per job. (Gavel's statement counts its inaccurate
+        solves in one counter, and ECOS is called in this process: false.)"""
+        return not self.gavel_statement
 
     def _reset_state(self, types: tuple[str, ...]) -> None:
         super()._reset_state(types)

@@ -33,7 +33,7 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobView
-from bayes_sched.mechanisms.pop import PartitionSetting
+from bayes_sched.mechanisms.pop import PartitionSetting, WorkerSetting
 from bayes_sched.mechanisms.time_fraction_lp import (
     ConicProgram,
     HighsModel,
@@ -201,8 +201,10 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                  pair_split: Literal["even", "intervals"] = "even",
                  exploration: Literal["thompson", "value_of_information", "none"] = (
                      "value_of_information"),
-                 partitions: PartitionSetting = "auto") -> None:
-        super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions)
+                 partitions: PartitionSetting = "auto",
+                 partition_workers: WorkerSetting = 1) -> None:
+        super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions,
+                         partition_workers=partition_workers)
         if pair_split not in ("even", "intervals"):
             raise ValueError(f"pair_split is {pair_split!r}: expected 'even' or 'intervals'")
         if exploration not in ("thompson", "value_of_information", "none"):
@@ -231,8 +233,16 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
         self._round_seconds = float(cluster.round_interval)
         return super().decide(cluster, jobs, estimates)
 
+    def sub_problems_commute(self) -> bool:
+        """False while exploring by value of information: each call's trials draw from the
+        policy's posterior stream in turn."""
+        return not self._exploring()
+
+    def _exploring(self) -> bool:
+        return self.estimator is not None and self.exploration == "value_of_information"
+
     def allocate_combinations(self, inputs: AllocationInputs) -> np.ndarray | None:
-        explore = self.estimator is not None and self.exploration == "value_of_information"
+        explore = self._exploring()
         # The class program is built once for the allocation and the trials' prices.
         program = (class_max_min_program(inputs) if explore and not self.gavel_statement
                    else None)

@@ -70,11 +70,13 @@ from bayes_sched.mechanisms.combo_store import Combo
 from bayes_sched.mechanisms.pop import (
     Partitioner,
     PartitionSetting,
+    WorkerSetting,
     class_index,
     labels,
     solve_partitioned,
 )
 from bayes_sched.mechanisms.rounds import Rounds, cluster_types
+from bayes_sched.mechanisms.solver_pool import check_workers
 from bayes_sched.policies.gavel.throughput_reading import ThroughputReading, measured_throughputs
 from bayes_sched.remaining_work import REMAINING_STEPS, RemainingStepsPredictor, declared_steps_left
 from bayes_sched.throughput_estimates import JobClass as JobKey
@@ -160,6 +162,10 @@ class TimeSharingPolicy(ThroughputReading):
             allocation as this many random sub-problems (jobs and each type's GPUs split
             alike, seeded by ``seed``), joined; ``"auto"``: the exact program (1) below
             ``2 * jobs_per_partition`` runnable jobs, more sub-problems above.
+        partition_workers: POP's sub-problems solved at once: that many threads build the
+            programs, and as many worker processes (:mod:`~bayes_sched.mechanisms.solver_pool`)
+            solve them. The allocation is the same as with 1 (the default: one after another,
+            no process started); set it to the cores the policy may use.
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -181,11 +187,17 @@ class TimeSharingPolicy(ThroughputReading):
     def __init__(self, solver: Literal["CLARABEL", "HIGHS"] = "CLARABEL",
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  acquisition: Literal["thompson", "mean"] = "thompson",
-                 partitions: PartitionSetting = "auto") -> None:
+                 partitions: PartitionSetting = "auto",
+                 partition_workers: WorkerSetting = 1) -> None:
         if not self.partitionable and partitions not in ("auto", 1):
             raise ValueError(f"partitions is {partitions!r}: {self.name} solves no program to "
                              "partition (expected 'auto' or 1)")
         self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
+        if not self.partitionable and partition_workers != 1:
+            raise ValueError(f"partition_workers is {partition_workers!r}: {self.name} solves "
+                             "no program to partition (expected 1)")
+        #: Sub-problems solved at once (threads here, the solves in as many worker processes).
+        self.partition_workers = check_workers(partition_workers)
         if solver not in LP_SOLVERS:
             raise ValueError(f"solver is {solver!r}: expected one of {', '.join(LP_SOLVERS)}")
         self.solver = solver
@@ -261,6 +273,13 @@ class TimeSharingPolicy(ThroughputReading):
         """Time fractions ``(J + P, T)``: the jobs alone, then the pairs sharing GPUs; ``None``
         when no allocation could be computed. By default :meth:`allocate` on the jobs alone."""
         return self.allocate(inputs.throughputs, inputs.scale_factors, inputs.capacities)
+
+    def sub_problems_commute(self) -> bool:
+        """Whether :meth:`allocate_combinations` may run on POP's sub-problems at once, on
+        threads, in any order: true where its effects on the policy are per job (or none);
+        a policy whose calls draw from one random stream in turn says false, and its
+        sub-problems are solved one after another whatever ``partition_workers`` says."""
+        return True
 
     def undeclared_fallback(self, inputs: AllocationInputs) -> np.ndarray | None:
         """For policies that read the jobs' remaining steps: ``None`` when every job declares
@@ -418,7 +437,9 @@ class TimeSharingPolicy(ThroughputReading):
                               None if parts is None else labels(parts, len(chosen)))
         try:
             x = (self.allocate_combinations(inputs) if parts is None
-                 else solve_partitioned(inputs, parts, self.allocate_combinations))
+                 else solve_partitioned(inputs, parts, self.allocate_combinations,
+                                      self.partition_workers if self.sub_problems_commute()
+                                      else 1))
         except Exception as error:  # noqa: BLE001 -- a solver crash keeps the old allocation
             LOG.warning("policy %s: allocation failed (%s); previous allocation kept", self.name,
                         error)

@@ -1,0 +1,139 @@
+"""Solver calls run in worker processes, so that POP's sub-problems are solved side by side.
+
+POP (:mod:`bayes_sched.mechanisms.pop`) solves its ``k`` sub-problems independently, and its
+harness solves them in parallel. Here :func:`map_concurrently` runs a policy's sub-problems on
+threads of this process; each thread builds its sub-problem's program here, and the solve itself
+(:func:`run_solver`, which :func:`~bayes_sched.mechanisms.time_fraction_lp.solve_program` and
+:func:`~bayes_sched.mechanisms.time_fraction_lp.highs_optimum` go through) is sent to a worker
+process. Threads alone would not overlap the solves: CLARABEL's Python binding holds the GIL
+(four solves on two threads took as long as four in a row, 0.49 s against 0.51 s). Outside
+:func:`map_concurrently` :func:`run_solver` calls the solver in the calling thread, as before.
+
+The workers:
+
+* are started with ``spawn``, not ``fork``: a fork of a process that holds torch's and HiGHS's
+  threads may inherit a lock held by a thread that does not exist in the child;
+* import only the solvers' modules, ignore SIGINT (Ctrl-C reaches the whole process group; the
+  parent stops on it and its pool with it) and end themselves when their parent is gone (a
+  thread that watches the parent's process id), so a killed simulation leaves none behind;
+* are kept: one pool per worker count per process (:func:`worker_pool`), started on first use
+  (its start is stated in :func:`worker_pool`) and shut down when the process exits.
+
+The answer does not depend on where a program is solved: the same program goes to the same
+deterministic solver, only in another process (``tests/test_pop.py`` checks the joined
+allocations are equal).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import ParamSpec, TypeVar
+
+#: The most worker processes a caller may ask for.
+MAX_WORKERS = 64
+
+#: Seconds between a worker's checks that its parent is alive.
+PARENT_CHECK_SECONDS = 1.0
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_ACTIVE: contextvars.ContextVar[ProcessPoolExecutor | None] = contextvars.ContextVar(
+    "solver_pool", default=None)
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def check_workers(value: object) -> int:
+    """``value`` as a worker count; ``ValueError`` (one line) unless it is an integer in
+    1..:data:`MAX_WORKERS`."""
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 1 <= value <= MAX_WORKERS):
+        raise ValueError(f"partition_workers is {value!r}: expected an integer from 1 to "
+                         f"{MAX_WORKERS}")
+    return value
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """This process's pool of ``workers`` solver processes, started on first use. The processes
+    themselves start at their first task: about 0.3-0.5 s each on a 2-core machine (Python, numpy,
+    scipy and the solvers imported), once per process and count."""
+    workers = check_workers(workers)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_start_worker, initargs=(os.getpid(),))
+            _POOLS[workers] = pool
+        return pool
+
+
+def _forget(pool: ProcessPoolExecutor) -> None:
+    """Drop a broken ``pool``, so the next call starts a new one."""
+    with _POOLS_LOCK:
+        for count, held in list(_POOLS.items()):
+            if held is pool:
+                del _POOLS[count]
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _start_worker(parent: int) -> None:
+    """A worker's start: SIGINT ignored, the parent watched, the solvers imported."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_without_parent, args=(parent,), daemon=True,
+                     name="parent-watch").start()
+    import clarabel  # noqa: F401 -- imported once here, not in the first solve
+    import highspy  # noqa: F401
+
+
+def _exit_without_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(0)
+
+
+def run_solver(solve: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``solve(*args, **kwargs)``: in a worker process inside :func:`map_concurrently`, else
+    here. ``solve`` and its arguments must pickle (a module-level function; arrays, scipy
+    matrices, dataclasses of them). A worker that died raises ``RuntimeError`` (saying so); the
+    next call starts a new pool."""
+    pool = _ACTIVE.get()
+    if pool is None:
+        return solve(*args, **kwargs)
+    try:
+        return pool.submit(solve, *args, **kwargs).result()
+    except BrokenProcessPool as error:
+        _forget(pool)
+        raise RuntimeError(
+            "a solver worker process ended abruptly (killed, or out of memory; a script that "
+            "starts workers must run its own code under if __name__ == '__main__':, as for "
+            "any spawned process)") from error
+
+
+def map_concurrently(tasks: Sequence[Callable[[], R]], workers: int) -> list[R]:
+    """Each of ``tasks`` run on one of ``workers`` threads, its solver calls
+    (:func:`run_solver`) in ``workers`` processes; the answers in the order of ``tasks``. The
+    first task to raise raises here, after the others have ended. With one worker, or one task,
+    the tasks run here in order."""
+    workers = check_workers(workers)
+    if workers == 1 or len(tasks) < 2:
+        return [task() for task in tasks]
+    pool = worker_pool(workers)
+
+    def run(task: Callable[[], R]) -> R:
+        token = _ACTIVE.set(pool)
+        try:
+            return task()
+        finally:
+            _ACTIVE.reset(token)
+
+    with ThreadPoolExecutor(min(workers, len(tasks)), thread_name_prefix="pop") as threads:
+        return list(threads.map(run, tasks))

@@ -1,0 +1,125 @@
+"""POP's sub-problems solved side by side: solver calls in worker processes
+(:mod:`bayes_sched.mechanisms.solver_pool`), the same allocations as one after another, and
+workers that neither print on Ctrl-C nor outlive a killed parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from bayes_sched.errors import InputError
+from bayes_sched.mechanisms.solver_pool import (
+    check_workers,
+    map_concurrently,
+    run_solver,
+)
+from bayes_sched.policies import make_policy
+from tests.test_pop import ESTIMATES, _policy, _problem
+
+
+def _pid_of_solver() -> int:
+    return run_solver(os.getpid)
+
+
+def _raise_in_solver() -> int:
+    return run_solver(int, "not a number")
+
+
+def test_solver_calls_go_to_the_workers_only_inside_map_concurrently() -> None:
+    assert run_solver(os.getpid) == os.getpid()
+    assert map_concurrently([_pid_of_solver] * 3, 1) == [os.getpid()] * 3
+    pids = map_concurrently([_pid_of_solver] * 6, 2)
+    assert os.getpid() not in pids and 1 <= len(set(pids)) <= 2
+    # The workers' own error reaches the caller, and the pool still serves.
+    with pytest.raises(ValueError, match="not a number"):
+        map_concurrently([_pid_of_solver, _raise_in_solver], 2)
+    assert os.getpid() not in map_concurrently([_pid_of_solver] * 2, 2)
+
+
+@pytest.mark.parametrize("name", ["finish_time_fairness_packed", "min_total_duration_packed",
+                                  "max_min_fairness_packed", "max_sum_throughput_perf"])
+def test_sub_problems_side_by_side_decide_as_one_after_another(name: str) -> None:
+    state, views = _problem(60)
+    runs = []
+    for workers in (1, 2):
+        policy = _policy(name, partitions=4, partition_workers=workers)
+        policy.decide(state, views, ESTIMATES)
+        assert policy.partitioner.last_count == 4 and policy.solver_failures == 0
+        runs.append((policy.fractions(), policy.pair_fractions()))
+    assert runs[0] == runs[1]
+    assert runs[0][0]  # an allocation, not two empty ones
+
+
+@pytest.mark.parametrize("bad", [0, -1, 65, 1.5, True, "2"])
+def test_bad_worker_counts_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="partition_workers is"):
+        check_workers(bad)
+    with pytest.raises(InputError, match="partition_workers") as caught:
+        make_policy("finish_time_fairness_packed", partition_workers=bad)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_policy_without_a_program_to_partition_refuses_workers() -> None:
+    with pytest.raises(InputError, match="partition_workers"):
+        make_policy("fifo", partition_workers=2)
+
+
+#: A parent that starts two workers, prints their process ids and waits.
+PARENT = """
+import os, sys, time
+from bayes_sched.mechanisms.solver_pool import map_concurrently, run_solver
+def pid():
+    return run_solver(os.getpid)
+try:
+    pids = set(map_concurrently([pid] * 8, 2))
+    print(" ".join(map(str, sorted(pids))), flush=True)
+    time.sleep(60)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def _start_parent() -> tuple[subprocess.Popen[str], list[int]]:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert parent.stdout is not None
+    line = parent.stdout.readline()
+    assert line.strip(), parent.stderr.read() if parent.stderr else ""
+    return parent, [int(p) for p in line.split()]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if not _gone(p)]
+
+
+def test_workers_end_when_their_parent_is_killed() -> None:
+    parent, workers = _start_parent()
+    assert workers and all(not _gone(p) for p in workers)
+    parent.kill()
+    parent.wait(timeout=10)
+    assert _wait_gone(workers, 10.0) == []
+
+
+def test_ctrl_c_stops_the_parent_and_its_workers_without_a_traceback() -> None:
+    parent, workers = _start_parent()
+    os.killpg(parent.pid, signal.SIGINT)  # the terminal's Ctrl-C: the whole process group
+    _, err = parent.communicate(timeout=30)
+    assert parent.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert _wait_gone(workers, 10.0) == []
