@@ -140,7 +140,10 @@ class MinTotalDurationPackedPolicy(MinTotalDurationPolicy):
 
     name = "min_total_duration_packed"
     packing = True
-    jobs_per_partition = 128
+    #: Smaller sub-problems than packed max-min's: this program's solve time grows steeply with
+    #: the jobs per sub-problem (``experiments/bench_pop.py --partitions K``; figures in
+    #: the results page).
+    jobs_per_partition = 96
     __init__ = MinTotalDurationPolicy.__init__
 
     #: Solve over (job, partner class, type) entries (exact; ``False``: one entry per job pair).
