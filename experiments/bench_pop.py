@@ -218,9 +218,10 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
                     whole = float(row["pop_cpu_s"])  # type: ignore[arg-type]
                     # (Not where the sub-problems ran side by side: the solves' clocks then
                     # overlap.)
-                    row["pop_critical_s"] = (None if side_by_side else round(
+                    split_up = side_by_side and policy.partitioner.last_count > 1
+                    row["pop_critical_s"] = (None if split_up else round(
                         whole - sum(solves) + max(solves, default=0.0), 3))
-                    row["workers"] = workers if side_by_side else 1
+                    row["workers"] = workers if split_up else 1
                     row["pairs_in_force"] = len(getattr(policy, "pair_fractions", dict)())
             exact, pop = row.get("exact_cpu_s"), row["pop_cpu_s"]
             row["ratio"] = (round(float(exact) / max(float(pop), 1e-9), 2)  # type: ignore[arg-type]
