@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.efficiency import efficiency_from_noise
-from perfmodel.throughput import ThroughputParams, step_time_terms
+from perfmodel.throughput import ThroughputParams, step_time_terms, total_batch
 
 # Bound on S x A x G elements evaluated at once, to keep memory flat for many allocations.
 _CHUNK_ELEMENTS = 2_000_000
@@ -152,14 +152,6 @@ class GoodputModel:
         return _choice(feasible, local, accum, replicas, best, scores)
 
 
-def total_batch(num_replicas: np.ndarray, local_bsz: np.ndarray, accum_steps: np.ndarray
-                ) -> np.ndarray:
-    """Examples per optimiser step, ``K * m * (s + 1)``: micro-batch ``local_bsz`` on each of
-    ``num_replicas`` GPUs over ``accum_steps`` accumulation steps and the step itself; arguments
-    broadcast (numpy), evaluated in that order (so every caller rounds alike)."""
-    return num_replicas * local_bsz * (accum_steps + 1)
-
-
 def best_valid(score: np.ndarray, invalid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's best candidate: ``score`` ``(A, G)`` with ``-inf`` written where ``invalid``
     ``(A, G)`` (in place: ``score`` must be the caller's own, writable), then the index of the
@@ -178,7 +170,7 @@ def _examples_per_second(theta: np.ndarray, nodes: np.ndarray, replicas: np.ndar
     accumulation steps on ``replicas`` GPUs of ``nodes`` nodes; ``theta``'s leading axes broadcast
     as in :func:`~perfmodel.throughput.step_time_terms`."""
     t_c, t_o = step_time_terms(theta, nodes, replicas, local_bsz)
-    return replicas * local_bsz * (accum_steps + 1) / (accum_steps * t_c + t_o)
+    return total_batch(replicas, local_bsz, accum_steps) / (accum_steps * t_c + t_o)
 
 
 def batch_candidates(num_replicas: np.ndarray, init_bsz: np.ndarray | int,

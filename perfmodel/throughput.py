@@ -155,13 +155,24 @@ def predict_step_time(params: ThroughputParams, num_nodes: np.ndarray | int,
     return s * t_c + t_o
 
 
+#: :func:`total_batch`'s arguments: arrays, or plain counts.
+CountT = TypeVar("CountT", np.ndarray, int)
+
+
+def total_batch(num_replicas: CountT, local_bsz: CountT, accum_steps: CountT) -> CountT:
+    """Examples per optimiser step, ``K * m * (s + 1)``: micro-batch ``local_bsz`` on each of
+    ``num_replicas`` GPUs over ``accum_steps`` accumulation steps and the step itself; arguments
+    broadcast (numpy) or plain numbers, evaluated in that order (so every caller rounds alike)."""
+    return num_replicas * local_bsz * (accum_steps + 1)
+
+
 def predict_throughput(params: ThroughputParams, num_nodes: np.ndarray | int,
                        num_replicas: np.ndarray | int, local_bsz: np.ndarray | float,
                        accum_steps: np.ndarray | int = 0) -> np.ndarray:
     """Examples per second, ``K * m * (s + 1) / T_iter``; arguments broadcast (numpy)."""
     t_iter = predict_step_time(params, num_nodes, num_replicas, local_bsz, accum_steps)
-    return (np.asarray(num_replicas) * np.asarray(local_bsz) * (np.asarray(accum_steps) + 1)
-            / t_iter)
+    return total_batch(np.asarray(num_replicas), np.asarray(local_bsz),
+                       np.asarray(accum_steps)) / t_iter
 
 
 #: How many :func:`single_thread` blocks are open (the process-wide limits are set once, by the

@@ -16,6 +16,7 @@ import numpy as np
 
 from bayes_sched.errors import InputError
 from bayes_sched.jobs import BatchLimits
+from perfmodel.throughput import total_batch
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Configuration:
     @property
     def batch_size(self) -> int:
         """Examples per optimiser step, ``K * m * (s + 1)``."""
-        return self.num_gpus * self.local_bsz * (self.accum_steps + 1)
+        return total_batch(self.num_gpus, self.local_bsz, self.accum_steps)
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def enumerate_candidates(limits: BatchLimits, num_nodes: int, gpus_per_node: int
         for n in range(1, num_nodes + 1) for g in range(1, gpus_per_node + 1)
         if n * g <= max_gpus
         for m in micro for s in accum_choices
-        if limits.init_batch_size <= n * g * m * (s + 1) <= limits.max_batch_size
+        if limits.init_batch_size <= total_batch(n * g, int(m), s) <= limits.max_batch_size
     ]
     if not configs:
         raise InputError(

@@ -36,7 +36,7 @@ from perfmodel.profiles import (
     read_placements_csv,
     read_scalability_csv,
 )
-from perfmodel.throughput import seconds_per_step
+from perfmodel.throughput import seconds_per_step, total_batch
 
 APPLICATION_NAMES: tuple[str, ...] = POLLUX_MODELS
 
@@ -258,7 +258,7 @@ class Application:
         local_bsz, accum_steps = split_batch(batch_size, num_replicas, self.limits)
         step, sync = self.step_time(placement, local_bsz)
         step_seconds = seconds_per_step(step, sync, accum_steps)
-        total = num_replicas * local_bsz * (accum_steps + 1)
+        total = total_batch(num_replicas, local_bsz, accum_steps)
         seconds = 0.0
         for epoch in range(self.max_epochs):
             work = self.progress_at_epoch(epoch + 1) - self.progress_at_epoch(epoch)

@@ -33,8 +33,8 @@ from bayes_sched.acquisition import quantile
 from bayes_sched.cluster import ClusterState
 from bayes_sched.jobs import BatchLimits, GoodputPosterior, JobModel, JobView
 from perfmodel.efficiency import efficiency_from_noise
-from perfmodel.goodput import BATCH_GRID_SIZE, GoodputModel, best_valid, candidates_of, total_batch
-from perfmodel.throughput import ThroughputParams
+from perfmodel.goodput import BATCH_GRID_SIZE, GoodputModel, best_valid, candidates_of
+from perfmodel.throughput import ThroughputParams, total_batch
 
 #: Most candidate cells (allocations x :data:`~perfmodel.goodput.BATCH_GRID_SIZE`) whose
 #: throughputs the tables keep, over all fits (17 bytes a cell, so at most about 17 MB): past it,
