@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from perfmodel import throughput
 from perfmodel.profiles import StepTimeProfile, load_pollux_profile
 from perfmodel.throughput import (
     ThroughputParams,
@@ -78,12 +80,19 @@ def test_point_fit_on_real_profile_is_accurate() -> None:
     assert rmsle(pred, profile.step_time) < 0.15
 
 
-def test_several_starts_escape_the_local_minimum_of_pollux_start() -> None:
+def test_several_starts_escape_a_first_start_that_stalls(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """From a first start of 1 s per term (ncf's steps take milliseconds) one L-BFGS-B run
+    stops far from the fit; the extra starts (seeded draws) reach it. From Pollux's own start,
+    whether one run stops short on ncf depends on the machine's floating point (it did on one
+    machine, by 0.0015; not on another), so the test does not start there."""
     profile = load_pollux_profile("ncf")
+    good = fit_objective(fit_throughput(profile).as_array(), profile)
+    monkeypatch.setattr(throughput, "POLLUX_START", (1.0,) * 6 + (1.0 + 1e-3,))
     one = fit_objective(fit_throughput(profile, starts=1).as_array(), profile)
     several = fit_objective(fit_throughput(profile).as_array(), profile)
-    # From Pollux's start alone L-BFGS-B stops in a worse minimum on ncf (its steps take ms).
-    assert several < one - 0.05
+    assert one > 5 * good
+    assert several < good + 0.01
 
 
 def test_several_starts_never_do_worse_than_pollux_start() -> None:
