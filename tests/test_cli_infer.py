@@ -112,3 +112,26 @@ def test_bad_options_are_refused_before_the_fit(stores: dict[str, Path], tmp_pat
     assert flag in _one_line(result)
     assert result.stdout == ""
     assert time.perf_counter() - start < 120
+
+
+#: Runs ``infer contention`` with the arguments of argv[1:] in a fresh interpreter, then prints
+#: its exit status and whether torch was imported.
+_WITHOUT_TORCH = """
+import sys
+from bayes_sched.cli import main
+status = main(["infer", "contention", *sys.argv[1:]])
+print(status, "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("case", ["bad topology", "no store"])
+def test_a_bad_topology_or_a_missing_store_is_refused_before_torch_loads(
+        stores: dict[str, Path], tmp_path: Path, case: str) -> None:
+    topology = tmp_path / "topology.json"
+    topology.write_text('{"gpus": 8}\n')
+    store = stores["good"] if case == "bad topology" else tmp_path / "missing"
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, str(store), "--out",
+                             str(tmp_path / "r"), "--topology", str(topology)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["2", "False"], result.stderr
+    assert str(topology if case == "bad topology" else store) in _one_line(result)

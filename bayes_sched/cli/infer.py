@@ -192,9 +192,19 @@ def run_contention(args: argparse.Namespace) -> int:
     if args.step_times is not None and args.jobs is None:
         raise OptionError("--step-times needs --jobs (the jobs' placement)")
     check_out_dir(args.out)
+    if not args.store.exists():  # (open_counters says the same, after torch's import)
+        raise OptionError(f"{args.store}: no such counters store or directory of stores")
+    # The topology first: a bad file fails before torch and the model are imported.
+    from bayes_sched.topology import NodeTopology, read_topology
+
+    if args.discover_topology:
+        from bayes_sched.contention.discovery import discover_topology
+
+        topology = discover_topology().topology
+    else:
+        topology = read_topology(args.topology) if args.topology else NodeTopology()
     import torch  # only for its error type; the modules below import it anyway
 
-    from bayes_sched.contention.discovery import discover_topology
     from bayes_sched.contention.inference import (
         bottlenecks,
         fit_svi,
@@ -204,13 +214,8 @@ def run_contention(args: argparse.Namespace) -> int:
     )
     from bayes_sched.contention.jobs import infer_jobs, read_jobs_csv, read_step_times_csv
     from bayes_sched.contention.report import write_report
-    from bayes_sched.topology import NodeTopology, read_topology
     from counters.errors import CountersError
 
-    if args.discover_topology:
-        topology = discover_topology().topology
-    else:
-        topology = read_topology(args.topology) if args.topology else NodeTopology()
     window = prepare(open_counters(args.store), topology, where=str(args.store))
     jobs_inputs = None
     if args.jobs is not None:  # read before the fit: a bad file fails now
