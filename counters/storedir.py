@@ -37,6 +37,8 @@ PART_GLOB = "part-*.zarr"
 ZARR_FORMAT: Literal[2] = 2
 _PART_NAME = re.compile(r"^part-(\d+)(?:-(\d+))?\.zarr$")
 _JOURNAL_NAME = re.compile(r"^journal-(\d+)\.bin$")
+#: A marker temporary of :func:`write_marker`: the writer's process id, thread id, random bits.
+_MARKER_TEMPORARY = re.compile(rf"^\.{re.escape(MARKER)}\.(\d+)-\d+-[0-9a-f]+\.partial$")
 #: Name start of the empty file a writer creates and deletes to check it can write the store
 #: (each its own, :func:`private_suffix`).
 PROBE_PREFIX = ".write-probe-"
@@ -202,8 +204,31 @@ def pending_journals(path: str | Path, below: int | None = None) -> list[Path]:
 
 
 def leftovers(root: Path) -> list[Path]:
-    """Hidden temporary and trash entries a commit or deletion cut short left behind."""
-    return sorted(p for p in root.iterdir() if p.name.startswith(_HIDDEN_PREFIXES))
+    """Hidden temporary and trash entries a commit or deletion cut short left behind, and the
+    marker temporaries of writers that are gone (:func:`_stale_marker_temporary`)."""
+    return sorted(p for p in root.iterdir()
+                  if p.name.startswith(_HIDDEN_PREFIXES) or _stale_marker_temporary(p.name))
+
+
+def _stale_marker_temporary(name: str) -> bool:
+    """Whether ``name`` is a marker temporary (:func:`write_marker`) whose writer process has
+    ended. A living writer's is kept: it may be about to rename it into place (its process id is
+    in the name; a reused id only keeps the file until a later clean-up). The fixed name of
+    earlier versions is always stale."""
+    if name == f".{MARKER}.partial":
+        return True
+    found = _MARKER_TEMPORARY.match(name)
+    return found is not None and not _process_exists(int(found.group(1)))
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's, or not a process id we can ask about: keep the file
+    return True
 
 
 def directory_bytes(path: str | Path) -> int:

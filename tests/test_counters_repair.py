@@ -9,6 +9,8 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -123,10 +125,19 @@ def test_compaction_merges_parts_of_one_level_and_a_cut_short_merge_reads_once(
         shutil.copytree(snapshot / old, store / old)
     (store / ".part-00009.zarr.tmp").mkdir()  # and a commit cut short
     (store / ".write-probe-123-456-0a1b2c3d").write_bytes(b"")  # a writer killed mid-probe
+    # Marker temporaries: a writer's killed mid-rewrite, a living writer's (kept: it may be
+    # about to rename it into place) and the fixed name of earlier versions.
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    killed = f".bayes-sched-store.json.{ended}-140-0a1b2c3d.partial"
+    living = f".bayes-sched-store.json.{os.getpid()}-140-0a1b2c3d.partial"
+    for name in (killed, living, ".bayes-sched-store.json.partial"):
+        (store / name).write_text("{")
     assert open_store(store, lazy=False).sizes["time"] == 36
-    assert sorted(line.split(": ")[0].rsplit("/", 1)[1] for line in repair(store)) == [
+    assert sorted(line.split(": ")[0].rsplit("/", 1)[1] for line in repair(store)) == sorted([
         ".part-00009.zarr.tmp", ".write-probe-123-456-0a1b2c3d", "part-00003.zarr",
-        "part-00004.zarr"]
+        "part-00004.zarr", killed, ".bayes-sched-store.json.partial"])
+    assert (store / living).exists()
     assert open_store(store, lazy=False).sizes["time"] == 36
 
 
