@@ -1,0 +1,40 @@
+"""experiments/bench_pop.py's decision part run as a user runs it (nothing imports experiments):
+POP's sub-problems solved side by side by worker processes started from a script, and a bad
+``--workers`` refused before any run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = [sys.executable, str(ROOT / "experiments" / "bench_pop.py"), "--parts", "decision"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([*BENCH, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_decision_with_workers_reports_wall_and_all_processes_cpu() -> None:
+    done = _run("--sizes", "128", "--policies", "finish_time_fairness_packed",
+                "sia", "--partitions", "3", "--workers", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "2 solver workers started" in done.stderr
+    # (Each row is printed as it is measured; the whole table last.)
+    packed, sia = json.loads(done.stdout.splitlines()[-1])["decision"]
+    assert packed["k"] == 3 and packed["workers"] == 2 and packed["pop_critical_s"] is None
+    assert packed["pop_wall_s"] > 0 and packed["pop_cpu_s"] > 0
+    assert packed["exact_cpu_s"] > 0
+    # Sia takes no such option: its sub-problems are solved here, one after another.
+    assert sia["k"] == 3 and sia["workers"] == 1 and sia["pop_critical_s"] is not None
+
+
+def test_a_bad_worker_count_is_refused_before_any_run() -> None:
+    done = _run("--workers", "0")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "--workers 0: expected a count of processes in 1..64"), done.stderr
