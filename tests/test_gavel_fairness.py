@@ -13,12 +13,14 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from scipy.optimize import brentq
 
 from bayes_sched.cluster import ClusterState, PackedAllocations, validate_allocations
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.errors import AllocationError, InputError
 from bayes_sched.mechanisms.pop import solve_partitioned
+from bayes_sched.mechanisms.time_fraction_lp import ConicProgram, solve_program
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel.min_total_duration import MinTotalDurationPackedPolicy, gavel_horizon
 from bayes_sched.policies.gavel.time_sharing import AllocationInputs
@@ -201,6 +203,41 @@ def _snapshot_inputs(path: Path) -> AllocationInputs:
     fields = {k: data[k] for k in data.files if k not in ("class_types", "class_scales")}
     return AllocationInputs(**{**fields, "names": tuple(data["names"].tolist())},
                             class_keys=keys)
+
+
+def _stored_program(path: Path) -> ConicProgram:
+    """A :class:`ConicProgram` saved as arrays (each sparse matrix as CSR ``_data``,
+    ``_indices``, ``_indptr`` and ``_shape``)."""
+    data = np.load(path)
+
+    def matrix(name: str) -> sp.csr_matrix | None:
+        if f"{name}_data" not in data.files:
+            return None
+        return sp.csr_matrix((data[f"{name}_data"], data[f"{name}_indices"],
+                              data[f"{name}_indptr"]), shape=tuple(data[f"{name}_shape"]))
+
+    return ConicProgram(
+        cost=data["cost"], upper=matrix("upper"), upper_bound=data["upper_bound"],
+        nonnegative=data["nonnegative"], num_entries=int(data["num_entries"]),
+        first=matrix("first"), first_offset=data["first_offset"], second=matrix("second"),
+        second_offset=data["second_offset"], product=data["product"], equal=matrix("equal"))
+
+
+def test_a_packed_ftf_program_that_stalled_clarabel_is_solved() -> None:
+    """A sub-problem of packed finish-time fairness (100 jobs, 3,014 variables) recorded in a
+    300 s Gavel run (``bench_sim_speed.py --gavel-runs --gavel-arrivals stop``, 6,000 jobs):
+    CLARABEL with its default factorisation stopped there with ``InsufficientProgress`` (on an
+    AMD EPYC), and the policy kept its previous allocation. Its faer factorisation, tried next,
+    solves it, to the optimum CLARABEL reaches with other settings (1.14293: without iterative
+    refinement, without equilibration, with another regularisation)."""
+    program = _stored_program(Path(__file__).parent / "fixtures" / "lp"
+                              / "finish_time_fairness_packed_stalled.npz")
+    values = solve_program(program, "CLARABEL")
+    assert values is not None
+    assert float(program.cost @ values) == pytest.approx(1.142931, rel=1e-4)
+    entries = values[:program.num_entries]
+    assert entries.min() >= -1e-7
+    assert np.all(program.upper @ values <= program.upper_bound + 1e-6)
 
 
 def test_min_total_duration_horizon_does_not_depend_on_the_solver() -> None:
