@@ -4,11 +4,13 @@ workers that neither print on Ctrl-C nor outlive a killed parent."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -123,3 +125,66 @@ def test_ctrl_c_stops_the_parent_and_its_workers_without_a_traceback() -> None:
     assert parent.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert _wait_gone(workers, 10.0) == []
+
+
+#: A pool worker of another library's (forked, as ProcessPoolExecutor's on Linux) that solves
+#: side by side, then ends with its pool.
+NESTED = """
+import functools, multiprocessing, os
+from concurrent.futures import ProcessPoolExecutor
+from bayes_sched.mechanisms.solver_pool import map_concurrently, run_solver
+def inner():
+    return map_concurrently([functools.partial(run_solver, os.getpid)] * 4, 2)
+if __name__ == "__main__":
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        pids = pool.submit(inner).result()
+    print(len(pids))
+"""
+
+#: A script that starts workers outside ``if __name__ == "__main__":``.
+UNGUARDED = """
+import functools, os
+from bayes_sched.mechanisms.solver_pool import map_concurrently, run_solver
+print(map_concurrently([functools.partial(run_solver, os.getpid)] * 4, 2))
+"""
+
+
+def _session_processes(session: int) -> list[int]:
+    found = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == session and not _gone(pid):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_a_forked_pool_worker_that_solved_side_by_side_ends_with_its_pool(
+        tmp_path: Path) -> None:
+    script = tmp_path / "nested.py"
+    script.write_text(NESTED)
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=120)  # (its workers kept it from ending, before)
+    finally:
+        for pid in _session_processes(child.pid):  # what a hang left
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert child.returncode == 0 and out.split() == ["4"], err
+
+
+def test_a_script_without_a_main_guard_fails_in_one_message_and_leaves_no_process(
+        tmp_path: Path) -> None:
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode != 0
+    assert "if __name__ == '__main__':" in err.strip().splitlines()[-1], err
+    deadline = time.monotonic() + 10
+    while _session_processes(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session_processes(child.pid) == []  # no worker left behind, waiting

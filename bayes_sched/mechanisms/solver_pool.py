@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextvars
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import threading
@@ -64,16 +65,50 @@ def check_workers(value: object) -> int:
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """This process's pool of ``workers`` solver processes, started on first use. The processes
-    themselves start at their first task: about 0.3-0.5 s each on a 2-core machine (Python, numpy,
-    scipy and the solvers imported), once per process and count."""
+    themselves start at their first task (Python, numpy, scipy and the solvers imported: about
+    0.2 s for two on a 2-core machine, ``experiments/bench_pop.py --workers``), once per process
+    and count.
+
+    ``RuntimeError`` where a spawned process calls it while importing its parent's main module
+    (a script that starts workers outside ``if __name__ == "__main__":``): raised before any
+    thread or process starts, so that process ends instead of waiting for one."""
     workers = check_workers(workers)
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "solver workers started while a spawned process imports its parent's main module: "
+            "a script that sets partition_workers must run its code under "
+            "if __name__ == '__main__':")
     with _POOLS_LOCK:
         pool = _POOLS.get(workers)
         if pool is None:
+            if not _POOLS:
+                # Before multiprocessing joins a process's children at its exit (a pool worker
+                # of another library's that used ours): ours wait for tasks, so end them first.
+                multiprocessing.util.Finalize(None, _shut_down, exitpriority=100)
             pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                        initializer=_start_worker, initargs=(os.getpid(),))
             _POOLS[workers] = pool
         return pool
+
+
+def _shut_down() -> None:
+    """End this process's pools and their workers (at exit)."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _forget_inherited() -> None:
+    """In a forked child: the parent's pools are the parent's (their threads did not come
+    along, nor would a thread that held the lock); the child starts its own."""
+    global _POOLS_LOCK
+    _POOLS_LOCK = threading.Lock()
+    _POOLS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def _forget(pool: ProcessPoolExecutor) -> None:
