@@ -7,7 +7,7 @@ threads of this process; each thread builds its sub-problem's program here, and 
 :func:`~bayes_sched.mechanisms.time_fraction_lp.highs_optimum` go through) is sent to a worker
 process. Threads alone would not overlap the solves: CLARABEL's Python binding holds the GIL
 (four solves on two threads took as long as four in a row, 0.49 s against 0.51 s). Outside
-:func:`map_concurrently` :func:`run_solver` calls the solver in the calling thread, as before.
+:func:`map_concurrently` :func:`run_solver` calls the solver in the calling thread.
 
 The workers:
 
@@ -17,11 +17,12 @@ The workers:
   parent stops on it and its pool with it) and end themselves when their parent is gone (a
   thread that watches the parent's process id), so a killed simulation leaves none behind;
 * are kept: one pool per worker count per process (:func:`worker_pool`), started on first use
-  (its start is stated in :func:`worker_pool`) and shut down when the process exits.
+  (its start is stated in :func:`worker_pool`) and shut down when the process exits (also a
+  forked pool worker of another library's, whose exit would otherwise wait for them).
 
 The answer does not depend on where a program is solved: the same program goes to the same
-deterministic solver, only in another process (``tests/test_pop.py`` checks the joined
-allocations are equal).
+deterministic solver, only in another process (``tests/test_solver_pool.py`` checks that the
+policies' allocations are equal).
 """
 
 from __future__ import annotations
