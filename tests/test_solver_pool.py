@@ -160,31 +160,34 @@ def _session_processes(session: int) -> list[int]:
     return found
 
 
-def test_a_forked_pool_worker_that_solved_side_by_side_ends_with_its_pool(
-        tmp_path: Path) -> None:
-    script = tmp_path / "nested.py"
-    script.write_text(NESTED)
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+def _run_script(path: Path, text: str) -> tuple[int, str, str, list[int]]:
+    """Run ``text`` as the script ``path`` in a session of its own: its exit status, output,
+    errors, and the processes of its session still there 10 s after it ended (killed then)."""
+    path.write_text(text)
+    child = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = child.communicate(timeout=120)  # (its workers kept it from ending, before)
+        out, err = child.communicate(timeout=120)
+        deadline = time.monotonic() + 10
+        while _session_processes(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return child.returncode, out, err, _session_processes(child.pid)
     finally:
         for pid in _session_processes(child.pid):  # what a hang left
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    assert child.returncode == 0 and out.split() == ["4"], err
+
+
+def test_a_forked_pool_worker_that_solved_side_by_side_ends_with_its_pool(
+        tmp_path: Path) -> None:
+    # (Its idle workers kept it from ending, before.)
+    status, out, err, left = _run_script(tmp_path / "nested.py", NESTED)
+    assert status == 0 and out.split() == ["4"] and left == [], err
 
 
 def test_a_script_without_a_main_guard_fails_in_one_message_and_leaves_no_process(
         tmp_path: Path) -> None:
-    script = tmp_path / "unguarded.py"
-    script.write_text(UNGUARDED)
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    _, err = child.communicate(timeout=120)
-    assert child.returncode != 0
+    status, _, err, left = _run_script(tmp_path / "unguarded.py", UNGUARDED)
+    assert status != 0
     assert "if __name__ == '__main__':" in err.strip().splitlines()[-1], err
-    deadline = time.monotonic() + 10
-    while _session_processes(child.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _session_processes(child.pid) == []  # no worker left behind, waiting
+    assert left == []  # no worker left behind, waiting
