@@ -380,10 +380,10 @@ def _solve_highs(program: ConicProgram) -> tuple[np.ndarray | None, str | None]:
 
 
 #: CLARABEL's factorisations of its linear systems, tried in turn until one solves: its default
-#: (``"auto"``: QDLDL here), then faer's. On finish-time-fairness programs of 100-200 packed
-#: jobs QDLDL's steps stalled (status ``InsufficientProgress``, 3 solves in a 300 s Gavel run)
-#: where faer's solved them, to the optimum the other settings reach
-#: (``tests/test_gavel_fairness.py``); the default stays first, so every answer it gave is kept.
+#: (``"auto"``: QDLDL here), then faer's. QDLDL's steps can stall (status
+#: ``InsufficientProgress``) on finish-time-fairness programs of 100-200 packed jobs that faer's
+#: solve, to the optimum other settings reach (``tests/test_gavel_fairness.py``); the default
+#: stays first, so every answer it gives is kept.
 CLARABEL_FACTORISATIONS = ("auto", "faer")
 
 
