@@ -505,8 +505,14 @@ def main() -> None:
         if item.partition("=")[0].strip() not in taken:
             parser.error(f"--baseline-opt {item!r}: an option of none of the policies "
                          f"{', '.join(args.policies)}")
-    partitions: str | int = args.partitions if args.partitions == "auto" else int(
-        args.partitions)
+    from bayes_sched.mechanisms.pop import MAX_PARTITIONS, check_partitions
+
+    try:
+        partitions = check_partitions(args.partitions if args.partitions == "auto"
+                                      else int(args.partitions))
+    except ValueError:
+        parser.error(f"--partitions {args.partitions}: expected 'auto' or a count in "
+                     f"1..{MAX_PARTITIONS}")
     out: dict[str, list[dict[str, object]]] = {}
     parts: dict[str, Callable[[], list[dict[str, object]]]] = {
         "decision": lambda: decision_rows(args.policies, args.sizes, partitions,

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = [sys.executable, str(ROOT / "experiments" / "bench_pop.py"), "--parts", "decision"]
 
@@ -33,8 +35,14 @@ def test_a_decision_with_workers_reports_wall_and_all_processes_cpu() -> None:
     assert sia["k"] == 3 and sia["workers"] == 1 and sia["pop_critical_s"] is not None
 
 
-def test_a_bad_worker_count_is_refused_before_any_run() -> None:
-    done = _run("--workers", "0")
+@pytest.mark.parametrize(("flag", "value", "expected"), [
+    ("--workers", "0", "expected a count of processes in 1..64"),
+    ("--partitions", "x", "expected 'auto' or a count in 1..512"),
+    ("--partitions", "0", "expected 'auto' or a count in 1..512"),
+])
+def test_a_bad_worker_or_partition_count_is_refused_before_any_run(
+        flag: str, value: str, expected: str) -> None:
+    done = _run(flag, value)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip().splitlines()[-1].endswith(
-        "--workers 0: expected a count of processes in 1..64"), done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(f"{flag} {value}: {expected}"), \
+        done.stderr
