@@ -130,7 +130,8 @@ def write_marker(root: Path, committed: bool = False) -> None:
 
 def private_suffix() -> str:
     """A file-name part no other process or thread uses at the same time (process id, thread id
-    and random bits), for temporary files in a store that several processes write."""
+    and random bits), for temporary files in a store that several processes write. The process
+    id comes first: :data:`_MARKER_TEMPORARY` reads it to tell a dead writer's file."""
     return f"{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}"
 
 

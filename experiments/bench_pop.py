@@ -482,8 +482,11 @@ def main() -> None:
     args = parser.parse_args()
     if not all(0 < g <= 16384 for g in args.sizes) or not 0 < args.gap_gpus <= 16384:
         parser.error("--sizes/--gap-gpus: expected GPUs in 1..16384")
-    if not 1 <= args.workers <= 64:
-        parser.error(f"--workers {args.workers}: expected a count of processes in 1..64")
+    from bayes_sched.mechanisms.solver_pool import MAX_WORKERS
+
+    if not 1 <= args.workers <= MAX_WORKERS:
+        parser.error(f"--workers {args.workers}: expected a count of processes in "
+                     f"1..{MAX_WORKERS}")
     if not 0 <= args.profile <= 1000:
         parser.error("--profile: expected a number of functions in 0..1000")
     if not 1 <= args.snapshots <= 1000 or not 1 <= args.gap_partitions <= 512 \

@@ -6,7 +6,7 @@ threads of this process; each thread builds its sub-problem's program here, and 
 (:func:`run_solver`, which :func:`~bayes_sched.mechanisms.time_fraction_lp.solve_program` and
 :func:`~bayes_sched.mechanisms.time_fraction_lp.highs_optimum` go through) is sent to a worker
 process. Threads alone would not overlap the solves: CLARABEL's Python binding holds the GIL
-(four solves on two threads took as long as four in a row, 0.49 s against 0.51 s). Outside
+(four solves on two threads take as long as four in a row). Outside
 :func:`map_concurrently` :func:`run_solver` calls the solver in the calling thread.
 
 The workers:
@@ -66,9 +66,8 @@ def check_workers(value: object) -> int:
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """This process's pool of ``workers`` solver processes, started on first use. The processes
-    themselves start at their first task (Python, numpy, scipy and the solvers imported: about
-    0.2 s for two on a 2-core machine, ``experiments/bench_pop.py --workers``), once per process
-    and count.
+    themselves start at their first task (Python, numpy, scipy and the solvers imported; the
+    time is printed by ``experiments/bench_pop.py --workers``), once per process and count.
 
     ``RuntimeError`` where a spawned process calls it while importing its parent's main module
     (a script that starts workers outside ``if __name__ == "__main__":``): raised before any
