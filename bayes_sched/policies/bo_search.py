@@ -35,12 +35,12 @@ from numba import njit
 
 from bayes_sched.mechanisms.genetic_allocation.kernels import (
     _FNV_OFFSET,
-    _FNV_PRIME,
     _power,
     _row_reads,
     below,
     crossed_spans,
     empty_row_terms,
+    fnv1a_step,
     join_cdf,
     log_miss,
     mutate_spans,
@@ -206,7 +206,7 @@ def _memo_row(by_draw: np.ndarray, r: int, work: ScoreWork, memo: FactorMemo,
             length += 2
     h = _FNV_OFFSET
     for w in range(length):
-        h = (h ^ np.uint64(key[w])) * _FNV_PRIME
+        h = fnv1a_step(h, np.uint64(key[w]))
     mask = table.size - 1
     slot = np.int64(h & np.uint64(mask))
     while table[slot] >= 0:

@@ -35,7 +35,7 @@ from numba import njit
 _NO_REFCOUNTS: dict[str, Any] = {"_nrt": False}
 uncounted = njit(cache=True, **_NO_REFCOUNTS)
 
-#: Multiplier of the 64-bit FNV-1a step the state hashes use (:func:`state_hash`).
+#: Multiplier and start of the 64-bit FNV-1a hash (:func:`fnv1a_step`).
 _FNV_PRIME = np.uint64(0x100000001B3)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 
@@ -99,6 +99,14 @@ def gap(state: np.ndarray, log_stay: float) -> int:
 
 
 @uncounted
+def fnv1a_step(h: np.uint64, word: np.uint64) -> np.uint64:
+    """One step of the 64-bit FNV-1a hash: ``h`` (from :data:`_FNV_OFFSET`) with ``word`` mixed
+    in. The state hashes (:func:`state_hash`) and bo's co-location memo
+    (:mod:`bayes_sched.policies.bo_search`) hash their words with it."""
+    return (h ^ word) * _FNV_PRIME
+
+
+@uncounted
 def state_hash(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int,
                num_nodes: int) -> np.uint64:
     """A 64-bit hash of the state whose entries are ``lo:hi`` of ``(j, n, v)`` (FNV-1a over the
@@ -107,8 +115,7 @@ def state_hash(j: np.ndarray, n: np.ndarray, v: np.ndarray, lo: int, hi: int,
     states; equal states hash alike, and the callers compare the entries where hashes meet."""
     h = _FNV_OFFSET
     for e in range(lo, hi):
-        word = np.uint64(((j[e] * num_nodes + n[e]) << 16) | v[e])
-        h = (h ^ word) * _FNV_PRIME
+        h = fnv1a_step(h, np.uint64(((j[e] * num_nodes + n[e]) << 16) | v[e]))
     return h ^ (h >> np.uint64(29))
 
 
