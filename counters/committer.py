@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from counters.store import StoreWriter  # xarray and zarr: in the child only
 
             writer = StoreWriter(args.store, max_part_bytes=args.max_part_bytes,
-                                 max_parts=args.max_parts, recover=False)
+                                 max_parts=args.max_parts, recover=False, lock_held=True)
             # A stopped run's segments first, apart: never one part with the parent's own.
             writer.note_recovered(writer.commit_journals(min(args.recovered_below, args.below)))
             done = writer.commit_journals(args.below)

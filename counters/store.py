@@ -371,9 +371,13 @@ class StoreWriter(StoreJournal):
     :meth:`seal` and :meth:`commit_journals` to commit the sealed journal segments as parts;
     :meth:`append` alone commits a dataset directly (no journal). Opening a store recovers the
     journal segments a killed run left into parts (``recover=False``: only the debris a crash
-    left is cleared, for a committer working beside a live journal). Parts of the same level are
-    compacted ``compact_fanout`` at a time while they stay under ``max_part_bytes``; past
-    ``max_parts`` parts the oldest are deleted.
+    left is cleared, for a committer working beside a live journal). Opening holds the store's
+    commit lock (:func:`~counters.storedir.commit_lock`) while it clears and recovers, so a
+    commit in progress in another process (a committer that outlived its collector) finishes
+    first and its temporaries are not taken for debris; ``lock_held``: the caller holds that
+    lock already (the committer), and a second ``flock`` of its own would wait on it forever.
+    Parts of the same level are compacted ``compact_fanout`` at a time while they stay under
+    ``max_part_bytes``; past ``max_parts`` parts the oldest are deleted.
     """
 
     def __init__(self, path: str | Path, max_part_bytes: int | None = None,
@@ -381,7 +385,8 @@ class StoreWriter(StoreJournal):
                  compression_level: int = DEFAULT_COMPRESSION_LEVEL,
                  compact_fanout: int | None = DEFAULT_COMPACT_FANOUT,
                  sync_interval_s: float = DEFAULT_SYNC_INTERVAL_S,
-                 max_unwritten: int = DEFAULT_MAX_UNWRITTEN, recover: bool = True) -> None:
+                 max_unwritten: int = DEFAULT_MAX_UNWRITTEN, recover: bool = True,
+                 lock_held: bool = False) -> None:
         check_writer_options(path, max_part_bytes, max_parts, sync_interval_s)
         if chunk_samples < 1:
             raise CountersError(f"{path}: chunks must hold at least 1 sample, not {chunk_samples}")
@@ -394,9 +399,10 @@ class StoreWriter(StoreJournal):
         self.compact_fanout = compact_fanout
         self._last_time: np.datetime64 | None = None
         super().__init__(path, sync_interval_s, max_unwritten)
-        self._clean_up()
-        if recover:
-            self.note_recovered(self.commit_journals())
+        with contextlib.nullcontext() if lock_held else commit_lock(self.path):
+            self._clean_up()
+            if recover:
+                self.note_recovered(self.commit_journals())
 
     def note_recovered(self, done: Sequence[tuple[PartName, int]]) -> None:
         """Note each part committed from a stopped run's journal (:meth:`commit_journals`)."""

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -151,6 +152,7 @@ def test_a_committer_killed_mid_write_loses_nothing(tmp_path: Path) -> None:
 OPENS = 300
 _OPENER = """
 import sys
+import threading
 from counters.errors import CountersError
 from counters.storedir import StoreJournal, write_marker
 from pathlib import Path
@@ -208,3 +210,37 @@ def test_piled_up_segments_leave_compaction_bounded(tmp_path: Path) -> None:
     # At most fanout - 1 parts per level: levels 0-2 for 25 segments.
     assert len(stored) <= 2 * 3, [p.name for p in stored]
     assert open_store(tmp_path / "store", lazy=False).sizes["time"] == sample
+
+
+def test_a_writer_opened_during_another_process_commit_waits_and_keeps_its_temporary(
+        tmp_path: Path) -> None:
+    """A committer that outlived its collector may be writing when an in-process writer opens
+    the store: opening waits for its commit lock, so the committer's hidden temporary part is
+    not cleared as a crash's debris under it; once the lock is free, a leftover is cleared."""
+    store = tmp_path / "store"
+    StoreWriter(store).close()
+    temporary = store / ".part-00009.zarr.tmp"
+    holder = (  # another process's commit in progress: the lock held, its temporary written
+        "import sys; from pathlib import Path; from counters.storedir import commit_lock\n"
+        f"with commit_lock(Path({str(store)!r})):\n"
+        f"    Path({str(temporary)!r}).mkdir(); print('writing', flush=True); sys.stdin.readline()\n")
+    child = subprocess.Popen([sys.executable, "-c", holder], env=ENV, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "writing\n"
+        opened: list[StoreWriter] = []
+        opener = threading.Thread(target=lambda: opened.append(StoreWriter(store)))
+        opener.start()
+        opener.join(timeout=1.0)
+        assert opener.is_alive() and not opened  # waiting on the lock
+        assert temporary.is_dir()  # the commit's part being written is still there
+    finally:
+        assert child.stdin is not None
+        child.stdin.write("\n")
+        child.stdin.close()
+        child.wait(timeout=60)
+    opener.join(timeout=60)
+    assert opened, "the writer never opened after the commit ended"
+    # The holder ended without renaming its temporary: now it is a crash's leftover, cleared.
+    assert not temporary.exists()
+    opened[0].close()
