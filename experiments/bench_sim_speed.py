@@ -10,12 +10,14 @@
    generator at 2.6 jobs/h, seed 0, on 36 V100 + 36 P100 + 36 K80 in 360 s rounds, arrivals
    continuing until jobs 0 .. N-1 (``--gavel-jobs``, default 6,000) have finished, or with
    ``--gavel-arrivals stop`` exactly N jobs (Gavel's ``num_total_jobs``); the process's
-   CPU time (not wall: the machine is shared), one BLAS thread. Target (issue 15): <= 5 min of
-   CPU per policy. A run that passes ``--gavel-cpu-budget`` seconds of CPU is stopped; its row
-   then gives the jobs of the window finished by then, ``cpu_all_s`` ">N" (the CPU it used: a
-   true lower bound of the whole run; no projection, as the rounds left and their cost depend
-   on how the policy's queue grows) and ``late_ms_per_round``, the CPU per round over the last
-   quarter of the rounds run (the first rounds, with few jobs active, are the cheapest).
+   CPU time (not wall: the machine is shared), one BLAS thread, and the window's average JCT
+   once all its jobs have finished (what a faster setting, such as POP's ``--policy-opt
+   partitions=K``, costs in quality). Target (issue 15): <= 5 min of CPU per policy. A run
+   that passes ``--gavel-cpu-budget`` seconds of CPU is stopped; its row then gives the jobs
+   of the window finished by then, ``cpu_all_s`` ">N" (the CPU it used: a true lower bound of
+   the whole run; no projection, as the rounds left and their cost depend on how the policy's
+   queue grows) and ``late_ms_per_round``, the CPU per round over the last quarter of the
+   rounds run (the first rounds, with few jobs active, are the cheapest).
 4. (``--solver-floor``) Part 3 with every solve of the policy timed against the other open
    solvers (``--no-compare``: its own solves only): how much of a run's CPU the solver alone
    takes, the floor that no change to the rest of the policy can go below.
@@ -269,11 +271,13 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
         complete = False
     cpu = time.process_time() - charged() - start
     cluster = seen["cluster"]
-    finished = sum(1 for job in cluster.jobs.values()
-                   if job.completion_time is not None and job.spec.name in window)
+    done = [job.completion_time - job.spec.submit_time for job in cluster.jobs.values()
+            if job.completion_time is not None and job.spec.name in window]
+    finished = len(done)
     rounds = len(at_round)
     late = at_round[-(rounds // 4 + 1):]  # the last quarter's rounds
-    return {"policy": name, "jobs": num_jobs, "finished": finished,
+    return {"policy": name, "options": " ".join(options) or "-", "jobs": num_jobs,
+            "finished": finished,
             "arrived": len(cluster.jobs),
             "active": sum(1 for job in cluster.jobs.values() if job.active),
             "rounds": rounds,
@@ -283,6 +287,9 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
             "run": "complete" if complete else "stopped",
             "cpu_all_s": round(cpu, 1) if complete else f">{cpu:.0f}",
             "meets_5_min": (cpu <= 300.0) if complete else ("no" if cpu > 300.0 else "unknown"),
+            # the window's average JCT, once every one of its jobs has finished (before, the
+            # finished ones are the short ones)
+            "avg_jct_h": round(float(np.mean(done)) / 3600.0, 3) if complete else "-",
             **(clock.columns() if clock is not None else {})}
 
 

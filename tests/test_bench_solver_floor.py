@@ -1,6 +1,7 @@
-"""experiments/bench_sim_speed.py's part 4 (the solver floor), run as a user runs it (nothing
-imports experiments): every program the policy solves is timed and solved again by the other
-open solver; a bad policy option is one line naming the flag."""
+"""experiments/bench_sim_speed.py's parts 3 and 4 (continuous Gavel runs, the solver floor), run as
+a user runs it (nothing imports experiments): a complete run reports its window's average JCT
+and the options it ran with; every program the policy solves is timed and solved again by the
+other open solver; a bad policy option is one line naming the flag."""
 
 from __future__ import annotations
 
@@ -57,3 +58,20 @@ def test_arrivals_stop_at_n_jobs_and_the_watch_shows_the_jobs_left() -> None:
     assert " 60 arrived, " in lines[-1] and "of the window left" in lines[-1]
     (going_on,) = json.loads(_run(*args).stdout)
     assert going_on["finished"] == 60 and going_on["arrived"] > 60
+
+
+def test_a_complete_run_reports_the_windows_average_jct_and_a_stopped_one_does_not() -> None:
+    done = _run("--gavel-policies", "max_min_fairness_packed", "--gavel-jobs", "12",
+                "--gavel-arrivals", "stop", "--gavel-cpu-budget", "120", "--policy-opt",
+                "partitions=2", "--json")
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert row["run"] == "complete" and row["finished"] == row["arrived"] == 12
+    assert row["options"] == "partitions=2"
+    # A mean of the jobs' completion less submission times: each positive and within the run.
+    assert 0 < row["avg_jct_h"] <= row["sim_hours"]
+    stopped = _run("--gavel-policies", "max_min_fairness_packed", "--gavel-jobs", "12",
+                   "--gavel-arrivals", "stop", "--gavel-cpu-budget", "0", "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    (row,) = json.loads(stopped.stdout)
+    assert row["run"] == "stopped" and row["avg_jct_h"] == "-" and row["options"] == "-"
