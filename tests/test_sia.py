@@ -96,6 +96,32 @@ def test_the_ilp_is_optimal_and_within_capacity_against_brute_force() -> None:
         assert utility[picked].sum() == pytest.approx(best, rel=1e-4)
 
 
+def test_highs_without_its_heuristics_reaches_the_same_optimum() -> None:
+    """Sia's default solve (HiGHS's sub-MIP and search heuristics off) against HiGHS with them,
+    on seeded programs of Gavel's shape (rigid jobs of 1-8 GPUs, a configuration per type, more
+    GPUs asked for than the three types hold): the same optimal objective, within the gap."""
+    rng = np.random.default_rng(3)
+    on = SiaPolicy(mip_heuristics=True)._solver_options()
+    off = SiaPolicy()._solver_options()
+    assert on != off
+    for _ in range(6):
+        num_jobs, capacities = 40, np.array([12, 12, 12])
+        scale = rng.choice([1, 1, 1, 2, 4, 8], size=num_jobs)
+        job = np.repeat(np.arange(num_jobs), 3)
+        configs = Configurations(job, np.tile(np.arange(3), num_jobs), scale[job],
+                                 rng.uniform(0.5, 8.0, 3 * num_jobs))
+        utility = config_utilities(normalized_goodputs(configs, num_jobs), -0.5, 1.1)
+        values = []
+        for options in (on, off):
+            chosen = solve_assignment(utility, configs, capacities, num_jobs, "HIGHS", options)
+            assert chosen is not None and (chosen >= 0).sum() < num_jobs  # the solver ran
+            picked = chosen[chosen >= 0]
+            used = np.bincount(configs.gpu_type[picked], configs.num_gpus[picked], minlength=3)
+            assert np.all(used <= capacities)
+            values.append(float(utility[picked].sum()))
+        assert values[1] == pytest.approx(values[0], rel=1e-4)
+
+
 #: SCIP comes with the optional ``scip`` extra (pyscipopt); CI installs only HiGHS.
 _SCIP = pytest.param("SCIP", marks=pytest.mark.skipif(
     "SCIP" not in cp.installed_solvers(), reason="pyscipopt (the scip extra) is not installed"))

@@ -1,5 +1,5 @@
-"""What HiGHS keeps per process, and how our calls live with it: its console banner and its
-thread scheduler."""
+"""What HiGHS keeps per process, and how our calls live with it: its console banner, its
+thread scheduler, and the options of our small integer programs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,17 @@ from collections.abc import Iterator
 #: thread: these programs are small, and the answer then does not depend on the machine's
 #: cores. (scipy's ``linprog`` carries its own copy of HiGHS, with its own scheduler.)
 HIGHS_THREADS = 1
+
+#: HiGHS options that switch off its primal heuristics that search on their own: RINS and RENS
+#: (each solves a sub-MIP, which may run the heuristics again, nested), root reduced-cost
+#: fixing (a sub-MIP too) and feasibility jump. They find good solutions early in large MIPs. On
+#: small assignment programs (tens to a few hundred binaries, where the root LP with its cuts
+#: is nearly integral) they take most of a solve and the search ends at the same optimum
+#: without them: the answer is optimal within the gap either way, but where several choices
+#: tie the solver may return another of them.
+MIP_HEURISTICS_OFF: dict[str, object] = {
+    "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
+    "mip_heuristic_run_root_reduced_cost": False, "mip_heuristic_run_feasibility_jump": False}
 
 
 @contextlib.contextmanager

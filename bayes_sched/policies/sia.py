@@ -40,9 +40,11 @@ nothing of its code or data is copied, only the formulation.
   an open MILP solver (HiGHS by default, SCIP optional; Sia used CBC) at Sia's relative gap
   ``1e-4``. With HiGHS the program goes to cvxpy's HiGHS interface as the numbers cvxpy would
   compile it to, built directly (:func:`assignment_highs_data`; the compile cost more than the
-  solve). When every job's best configuration fits at once no solver is needed: that choice is
-  the optimum. A failed solve keeps the previous allocation, logged and counted in
-  :attr:`SiaPolicy.solver_failures`.
+  solve), and HiGHS's sub-MIP and search heuristics are off unless asked for (option
+  ``mip_heuristics``): on these programs they took most of the solve time, and the solve is
+  optimal within the gap without them. When every job's best configuration fits at once no
+  solver is needed: that choice is the optimum. A failed solve keeps the previous allocation,
+  logged and counted in :attr:`SiaPolicy.solver_failures`.
 * **Bootstrapping** (Sia's paper; ``cluster.py`` ``compute_throughput_ratios``, ``sia.py``
   ``_compute_goodputs_v2``). A new adaptive job is profiled on one GPU of every type; until it
   has a throughput model somewhere, every type offers only its one-GPU configuration at
@@ -93,7 +95,7 @@ from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import restart_delays, restart_penalty
-from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, quiet_stdout
+from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, MIP_HEURISTICS_OFF, quiet_stdout
 from bayes_sched.mechanisms.placement import Request, keep_or_pack
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
 from bayes_sched.mechanisms.rounds import cluster_types
@@ -448,6 +450,11 @@ class SiaPolicy:
         mip_rel_gap: relative optimality gap at which a solve stops (Sia: 1e-4).
         time_limit: seconds a solve may take before its best solution is used.
         seed: the solver's random seed (ties between equally good choices).
+        mip_heuristics: let HiGHS run its sub-MIP and search heuristics (off by default:
+            :data:`~bayes_sched.mechanisms.highs_process.MIP_HEURISTICS_OFF`; on these
+            programs they cost most of a solve, and the answer is optimal within
+            ``mip_rel_gap`` either way, one of several tied choices where there are several).
+            HiGHS only.
         acquisition: how a learned belief is read: ``"mean"`` (its posterior mean) or
             ``"thompson"`` (one joint posterior draw per belief version, seeded by ``seed`` and
             the version). A known table (the world's oracle) is read as it is.
@@ -477,7 +484,8 @@ class SiaPolicy:
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
                  acquisition: Literal["mean", "thompson"] = "mean",
-                 partitions: PartitionSetting = "auto", tenant_weights: bool = False) -> None:
+                 partitions: PartitionSetting = "auto", tenant_weights: bool = False,
+                 mip_heuristics: bool = False) -> None:
         self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
         self.tenant_weights = bool(tenant_weights)  # a concave term per tenant (see the module)
         if not np.isfinite(p) or p == 0:
@@ -493,6 +501,7 @@ class SiaPolicy:
         self.p, self.lambda_n = float(p), float(lambda_n)
         self.solver, self.mip_rel_gap, self.time_limit = solver, float(mip_rel_gap), time_limit
         self.seed = seed
+        self.mip_heuristics = bool(mip_heuristics)
         if acquisition not in ("mean", "thompson"):
             raise ValueError(f"acquisition is {acquisition!r}: expected 'mean' or 'thompson'")
         self.thompson = acquisition == "thompson"
@@ -645,7 +654,8 @@ class SiaPolicy:
     def _solver_options(self) -> dict[str, object]:
         if self.solver == "HIGHS":
             return {"mip_rel_gap": self.mip_rel_gap, "time_limit": float(self.time_limit),
-                    "random_seed": int(self.seed)}
+                    "random_seed": int(self.seed),
+                    **({} if self.mip_heuristics else MIP_HEURISTICS_OFF)}
         return {"scip_params": {"limits/gap": self.mip_rel_gap,
                                 "limits/time": float(self.time_limit),
                                 "randomization/randomseedshift": int(self.seed)}}

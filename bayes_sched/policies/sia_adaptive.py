@@ -100,6 +100,7 @@ class SiaAdaptivePolicy(SiaPolicy):
         mip_rel_gap: relative optimality gap (Sia: 1e-4).
         time_limit: seconds a solve may take.
         seed: the solver's random seed.
+        mip_heuristics: let HiGHS run its sub-MIP and search heuristics (as for ``sia``).
         job_overrides: per-application fixed settings (default: Pollux's artifact's).
         profile_types: profile each new job on one GPU of every type first (Sia's paper).
         skip_profiling_within: skip a type's profiling round where the application's jobs
@@ -120,8 +121,10 @@ class SiaAdaptivePolicy(SiaPolicy):
                  solver: Literal["HIGHS", "SCIP"] = "HIGHS", mip_rel_gap: float = 1e-4,
                  time_limit: float = 10.0, seed: int = 0,
                  job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
-                 profile_types: bool = True, skip_profiling_within: float = 0.0) -> None:
-        super().__init__(p, lambda_n, solver, mip_rel_gap, time_limit, seed)
+                 profile_types: bool = True, skip_profiling_within: float = 0.0,
+                 mip_heuristics: bool = False) -> None:
+        super().__init__(p, lambda_n, solver, mip_rel_gap, time_limit, seed,
+                         mip_heuristics=mip_heuristics)
         if not 0.0 <= skip_profiling_within < 1.0:
             raise InputError(f"skip_profiling_within is {skip_profiling_within}: expected a "
                              "relative error in [0, 1)", column="skip_profiling_within")
