@@ -47,7 +47,9 @@ def paired_rows(policy: str, baseline: list[str], options: list[str], seeds: lis
                      "baseline_avg_jct_h": old["avg_jct_h"],
                      "jct_ratio": round(float(new["avg_jct_h"]) / float(old["avg_jct_h"]), 4),
                      "cpu_s": new["cpu_s"], "baseline_cpu_s": old["cpu_s"],
-                     "cpu_ratio": round(float(new["cpu_s"]) / float(old["cpu_s"]), 4)})
+                     # None: the baseline's CPU rounds to 0 s (runs too short to time)
+                     "cpu_ratio": (round(float(new["cpu_s"]) / float(old["cpu_s"]), 4)
+                                   if float(old["cpu_s"]) > 0 else None)})
     return rows
 
 
@@ -57,11 +59,13 @@ def summary_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
 
     out = []
     for name in ("jct_ratio", "cpu_ratio"):
-        mean, low, high = mean_interval([float(row[name]) for row in rows])  # type: ignore[arg-type]
+        values = [math.nan if row[name] is None else float(row[name])  # type: ignore[arg-type]
+                  for row in rows]
+        mean, low, high = mean_interval(values)
         bounds = {"lower_90": low, "upper_90": high}  # None: one seed gives no interval
-        out.append({"ratio": name, "seeds": len(rows), "mean": round(mean, 4),
+        out.append({"ratio": name, "seeds": len(rows),
                     **{key: None if math.isnan(value) else round(value, 4)
-                       for key, value in bounds.items()}})
+                       for key, value in {"mean": mean, **bounds}.items()}})
     return out
 
 
