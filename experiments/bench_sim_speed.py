@@ -11,13 +11,14 @@
    continuing until jobs 0 .. N-1 (``--gavel-jobs``, default 6,000) have finished, or with
    ``--gavel-arrivals stop`` exactly N jobs (Gavel's ``num_total_jobs``); the process's
    CPU time (not wall: the machine is shared), one BLAS thread, and the window's average JCT
-   once all its jobs have finished (what a faster setting, such as POP's ``--policy-opt
-   partitions=K``, costs in quality). Target (issue 15): <= 5 min of CPU per policy. A run
-   that passes ``--gavel-cpu-budget`` seconds of CPU is stopped; its row then gives the jobs
-   of the window finished by then, ``cpu_all_s`` ">N" (the CPU it used: a true lower bound of
-   the whole run; no projection, as the rounds left and their cost depend on how the policy's
-   queue grows) and ``late_ms_per_round``, the CPU per round over the last quarter of the
-   rounds run (the first rounds, with few jobs active, are the cheapest).
+   once all its jobs have finished, with their worst finish-time fairness ``rho`` and the
+   share of them above 1.05 (:mod:`bayes_sched.sim.fairness`; what a faster setting, such as
+   POP's ``--policy-opt partitions=K``, costs in quality). Target (issue 15): <= 5 min of CPU
+   per policy. A run that passes ``--gavel-cpu-budget`` seconds of CPU is stopped; its row
+   then gives the jobs of the window finished by then, ``cpu_all_s`` ">N" (the CPU it used: a
+   true lower bound of the whole run; no projection, as the rounds left and their cost depend
+   on how the policy's queue grows) and ``late_ms_per_round``, the CPU per round over the last
+   quarter of the rounds run (the first rounds, with few jobs active, are the cheapest).
 4. (``--solver-floor``) Part 3 with every solve of the policy timed against the other open
    solvers (``--no-compare``: its own solves only): how much of a run's CPU the solver alone
    takes, the floor that no change to the rest of the policy can go below.
@@ -237,8 +238,9 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
     from itertools import islice
 
     from bayes_sched.cluster_spec import load_cluster_spec
+    from bayes_sched.sim.fairness import ftf_summary
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
-    from bayes_sched.sim.table_run import run_table_simulation
+    from bayes_sched.sim.table_run import run_table_simulation, table_job_rows
 
     spec = replace(load_cluster_spec("v100:36,p100:36,k80:36"), round_interval=360.0)
     names = [str(i) for i in range(num_jobs)]
@@ -274,6 +276,11 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
     done = [job.completion_time - job.spec.submit_time for job in cluster.jobs.values()
             if job.completion_time is not None and job.spec.name in window]
     finished = len(done)
+    fairness: dict[str, object] = {"ftf_worst": "-", "unfair_fraction": "-"}
+    if complete:  # finish-time fairness of the window's jobs (what FTF policies optimise)
+        jobs = table_job_rows(cluster)
+        summary = ftf_summary(jobs.loc[jobs["job"].isin(window), "ftf"].to_numpy())
+        fairness = {key: round(summary[key], 3) for key in fairness}
     rounds = len(at_round)
     late = at_round[-(rounds // 4 + 1):]  # the last quarter's rounds
     return {"policy": name, "options": " ".join(options) or "-", "jobs": num_jobs,
@@ -290,6 +297,7 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
             # the window's average JCT, once every one of its jobs has finished (before, the
             # finished ones are the short ones)
             "avg_jct_h": round(float(np.mean(done)) / 3600.0, 3) if complete else "-",
+            **fairness,
             **(clock.columns() if clock is not None else {})}
 
 
