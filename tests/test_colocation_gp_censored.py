@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import norm
 
 from bayes_sched.interference import InterferenceInputError, interval_coverage
-from bayes_sched.interference.evaluation import coverage_credits
+from bayes_sched.interference.evaluation import coverage_credits, expected_censored_coverage
 from bayes_sched.interference.gp import ColocationGP
 from bayes_sched.interference.gp_censored import CensoredColocationGP
 from tests.colocation_pairs import involving, one_torch_thread, synthetic_pairs
@@ -79,6 +79,25 @@ def test_censored_coverage_of_a_calibrated_model_is_its_level() -> None:
         recorded < 0])
     with pytest.raises(ValueError, match="below_cap"):
         interval_coverage(low, high, recorded, cap=0.0)
+
+
+def test_a_calibrated_models_coverage_of_its_censored_records_is_what_it_expects() -> None:
+    # The same calibrated predictions: on the records at the cap alone (a subset chosen by its
+    # outcome) the coverage is not the level but what the model expects of itself there, far
+    # below it for predictions that mostly lie below the cap.
+    rng = np.random.default_rng(1)
+    for centre, expected_range in ((-2.0, (0.02, 0.1)), (-1.0, (0.6, 0.8)), (0.0, (0.88, 0.92))):
+        mean = centre + rng.uniform(-0.5, 0.5, 40_000)
+        true = mean + rng.standard_normal(mean.size)
+        recorded = np.minimum(true, 0.0)
+        low, high = mean - 1.6449, mean + 1.6449
+        below = norm.cdf(0.0 - mean)
+        at_cap = recorded == 0
+        realised = float(coverage_credits(low, high, recorded, 0.0, below, 0.9)[at_cap].mean())
+        expected = expected_censored_coverage(below, 0.9)
+        assert abs(realised - expected) < 0.02
+        assert expected_range[0] < expected < expected_range[1]
+    assert math.isnan(expected_censored_coverage(np.ones(3), 0.9))
 
 
 def test_censored_gp_fits_one_noise_level_per_group() -> None:

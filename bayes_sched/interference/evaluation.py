@@ -108,9 +108,30 @@ def coverage_credits(low: np.ndarray, high: np.ndarray, observed: np.ndarray,
         return inside
     if below_cap is None or level is None:
         raise ValueError("cap: expected below_cap and level with it")
+    joint, above = _covered_above_cap(below_cap, level)
+    credit = joint / np.where(above > 0, above, 1.0)
+    return np.where(observed >= cap, np.where(above > 0, credit, 0.0), inside)
+
+
+def _covered_above_cap(below_cap: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per prediction, ``P(Y in the central level interval, Y >= cap)`` and ``P(Y >= cap)``
+    under the prediction itself, from ``below_cap`` ``(N,)`` (``F(cap)``)."""
     tail = (1.0 - level) / 2.0
     below = np.clip(np.asarray(below_cap, dtype=np.float64), 0.0, 1.0)
-    above = 1.0 - below
-    credit = np.maximum(0.0, (1.0 - tail) - np.maximum(below, tail)) / np.where(above > 0,
-                                                                                above, 1.0)
-    return np.where(observed >= cap, np.where(above > 0, credit, 0.0), inside)
+    return np.maximum(0.0, (1.0 - tail) - np.maximum(below, tail)), 1.0 - below
+
+
+def expected_censored_coverage(below_cap: np.ndarray, level: float) -> float:
+    """The coverage a model expects of itself on the records that reach the cap: over all its
+    predictions ``(N,)`` (``below_cap``: each one's ``F(cap)``), the expected number of
+    records at the cap whose uncensored value its central ``level`` interval holds, over the
+    expected number at the cap: ``sum P(Y in interval, Y >= cap) / sum P(Y >= cap)``, what
+    :func:`coverage_credits` averages to over the censored records when the model is
+    calibrated. It is near ``level`` only where the rows that reach the cap were predicted to
+    reach it with high probability; a calibrated model whose predictions mostly lie below the
+    cap expects far less. So a realised coverage of the censored records near this value, and
+    far from ``level``, is what calibration gives at that sharpness. NaN where no prediction
+    puts mass at the cap."""
+    joint, above = _covered_above_cap(below_cap, level)
+    total = float(above.sum())
+    return float(joint.sum()) / total if total > 0 else float("nan")
