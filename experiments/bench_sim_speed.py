@@ -15,12 +15,12 @@
    (JCT over the time alone on their GPUs: finish-time fairness ``rho`` without a contention
    factor, :func:`~bayes_sched.sim.fairness.ftf_rho`, since a continuous run has no static
    one), which show what a faster setting, such as POP's ``--policy-opt partitions=K``,
-   costs in quality. Target (issue 15): <= 5 min of CPU
-   per policy. A run that passes ``--gavel-cpu-budget`` seconds of CPU is stopped; its row
-   then gives the jobs of the window finished by then, ``cpu_all_s`` ">N" (the CPU it used: a
-   true lower bound of the whole run; no projection, as the rounds left and their cost depend
-   on how the policy's queue grows) and ``late_ms_per_round``, the CPU per round over the last
-   quarter of the rounds run (the first rounds, with few jobs active, are the cheapest).
+   costs in quality. Target (issue 15): <= 5 min of CPU per policy. A run that passes
+   ``--gavel-cpu-budget`` seconds of CPU is stopped; its row then gives the jobs of the window
+   finished by then, ``cpu_all_s`` ">N" (the CPU it used: a true lower bound of the whole run;
+   no projection, as the rounds left and their cost depend on how the policy's queue grows)
+   and ``late_ms_per_round``, the CPU per round over the last quarter of the rounds run (the
+   first rounds, with few jobs active, are the cheapest).
 4. (``--solver-floor``) Part 3 with every solve of the policy timed against the other open
    solvers (``--no-compare``: its own solves only): how much of a run's CPU the solver alone
    takes, the floor that no change to the rest of the policy can go below.

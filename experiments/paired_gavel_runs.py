@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiments.bench_sim_speed import gavel_run_row  # noqa: E402
 from experiments.results_record import add_record_flag, record_results  # noqa: E402
 
-#: The most jobs a run may take (Gavel's longest runs: 6,000).
+#: The most jobs a run may take (Gavel's longest runs: 6,000), and the most seeds.
 MAX_JOBS = 6000
+MAX_SEEDS = 100
 
 
 def paired_rows(policy: str, baseline: list[str], options: list[str], seeds: list[int],
@@ -45,12 +46,18 @@ def paired_rows(policy: str, baseline: list[str], options: list[str], seeds: lis
         new, old = runs
         rows.append({"seed": seed, "avg_jct_h": new["avg_jct_h"],
                      "baseline_avg_jct_h": old["avg_jct_h"],
-                     "jct_ratio": round(float(new["avg_jct_h"]) / float(old["avg_jct_h"]), 4),
+                     "jct_ratio": _ratio(new["avg_jct_h"], old["avg_jct_h"]),
                      "cpu_s": new["cpu_s"], "baseline_cpu_s": old["cpu_s"],
-                     # None: the baseline's CPU rounds to 0 s (runs too short to time)
-                     "cpu_ratio": (round(float(new["cpu_s"]) / float(old["cpu_s"]), 4)
-                                   if float(old["cpu_s"]) > 0 else None)})
+                     "cpu_ratio": _ratio(new["cpu_s"], old["cpu_s"])})
     return rows
+
+
+def _ratio(new: object, old: object) -> float | None:
+    """``new / old`` to 4 decimals; None where either is not a number (a run given up as
+    stalled has no average JCT: "-") or ``old`` is 0 (a CPU time rounded to 0 s)."""
+    if not (isinstance(new, int | float) and isinstance(old, int | float)) or old == 0:
+        return None
+    return round(float(new) / float(old), 4)
 
 
 def summary_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -94,6 +101,8 @@ def main() -> int:
                      f"of {', '.join(TABLE_WORLD_POLICIES)}")
     if not 1 <= args.jobs <= MAX_JOBS:
         parser.error(f"--jobs: {args.jobs} is not a count from 1 to {MAX_JOBS}")
+    if not 1 <= len(args.seeds) <= MAX_SEEDS:
+        parser.error(f"--seeds: {len(args.seeds)} seeds; expected 1 to {MAX_SEEDS}")
     if not (math.isfinite(args.rate) and args.rate > 0):
         parser.error(f"--rate: {args.rate} is not a positive number of jobs per hour")
     for flag, values in (("--policy-opt", args.policy_opt),

@@ -44,6 +44,8 @@ def test_each_seed_pairs_the_defaults_with_the_baseline_and_the_ratios_get_inter
     (("--policy", "sia", "--baseline-opt", "bogus=1"), "--baseline-opt"),
     (("--policy", "sia", "--baseline-opt", "mip_heuristics=true", "--jobs", "6001"), "--jobs"),
     (("--policy", "sia", "--baseline-opt", "mip_heuristics=true", "--rate", "nan"), "--rate"),
+    (("--policy", "sia", "--baseline-opt", "mip_heuristics=true", "--seeds",
+      *map(str, range(101))), "--seeds"),
 ])
 def test_bad_input_is_one_line_naming_the_flag_before_any_run(args: tuple[str, ...],
                                                               flag: str) -> None:
