@@ -275,16 +275,19 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
         complete = False
     cpu = time.process_time() - charged() - start
     cluster = seen["cluster"]
-    done = [job.completion_time - job.spec.submit_time for job in cluster.jobs.values()
-            if job.completion_time is not None and job.spec.name in window]
-    finished = len(done)
-    fairness: dict[str, object] = {"slowdown_p99": "-", "slowdown_worst": "-"}
-    if complete:  # each window job's JCT over its time alone on its GPUs (what FTF equalises)
+    finished = sum(1 for job in cluster.jobs.values()
+                   if job.completion_time is not None and job.spec.name in window)
+    # Once every window job has finished (before, the finished ones are the short ones): their
+    # average JCT and slowdowns (JCT over the time alone on their GPUs: what FTF equalises).
+    quality: dict[str, object] = {"avg_jct_h": "-", "slowdown_p99": "-", "slowdown_worst": "-"}
+    if complete:
         jobs = table_job_rows(cluster)
         jobs = jobs[jobs["job"].isin(window)]
-        slowdown = ftf_rho(jobs["jct"].to_numpy(), jobs["standalone_time"].to_numpy())
-        fairness = {"slowdown_p99": round(float(np.quantile(slowdown, 0.99)), 2),
-                    "slowdown_worst": round(float(slowdown.max()), 2)}
+        jct = jobs["jct"].to_numpy()
+        slowdown = ftf_rho(jct, jobs["standalone_time"].to_numpy())
+        quality = {"avg_jct_h": round(float(jct.mean()) / 3600.0, 3),
+                   "slowdown_p99": round(float(np.quantile(slowdown, 0.99)), 2),
+                   "slowdown_worst": round(float(slowdown.max()), 2)}
     rounds = len(at_round)
     late = at_round[-(rounds // 4 + 1):]  # the last quarter's rounds
     return {"policy": name, "options": " ".join(options) or "-", "jobs": num_jobs,
@@ -298,10 +301,7 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
             "run": "complete" if complete else "stopped",
             "cpu_all_s": round(cpu, 1) if complete else f">{cpu:.0f}",
             "meets_5_min": (cpu <= 300.0) if complete else ("no" if cpu > 300.0 else "unknown"),
-            # the window's average JCT, once every one of its jobs has finished (before, the
-            # finished ones are the short ones)
-            "avg_jct_h": round(float(np.mean(done)) / 3600.0, 3) if complete else "-",
-            **fairness,
+            **quality,
             **(clock.columns() if clock is not None else {})}
 
 
