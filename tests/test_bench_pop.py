@@ -46,3 +46,20 @@ def test_a_bad_worker_or_partition_count_is_refused_before_any_run(
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines()[-1].endswith(f"{flag} {value}: {expected}"), \
         done.stderr
+
+
+def test_gap_part_reports_the_median_finish_time_ratio_for_ftf_only() -> None:
+    """The gap part's FTF rows carry the median job's ratio under the exact and POP answers
+    (finite, at most the largest ratio, which the program minimises); other rows a dash."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "bench_pop.py"), "--parts", "gap",
+         "--gap-gpus", "48", "--snapshots", "2", "--gap-partitions", "2", "--policies",
+         "finish_time_fairness_perf", "max_min_fairness_perf", "--json"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    ftf, maxmin = json.loads(done.stdout.splitlines()[-1])["gap"]
+    assert ftf["policy"] == "finish_time_fairness_perf" and ftf["snapshots"] == 2
+    for key in ("median_ratio_exact", "median_ratio_pop"):
+        assert 0 < ftf[key] < float("inf")
+        assert maxmin[key] == "-"
