@@ -14,8 +14,10 @@
    once all its jobs have finished, with the 99th percentile and the worst of their slowdowns
    (JCT over the time alone on their GPUs: finish-time fairness ``rho`` without a contention
    factor, :func:`~bayes_sched.sim.fairness.ftf_rho`, since a continuous run has no static
-   one), which show what a faster setting, such as POP's ``--policy-opt partitions=K``,
-   costs in quality. Target (issue 15): <= 5 min of CPU per policy. A run that passes
+   one), the window's restarts per job and the cluster's utilisation over the rounds with
+   jobs (:func:`~bayes_sched.sim.metrics.utilization_summary`), which show what a faster
+   setting, such as POP's ``--policy-opt partitions=K``, costs in quality. Target (issue
+   15): <= 5 min of CPU per policy. A run that passes
    ``--gavel-cpu-budget`` seconds of CPU is stopped; its row then gives the jobs of the window
    finished by then, ``cpu_all_s`` ">N" (the CPU it used: a true lower bound of the whole run;
    no projection, as the rounds left and their cost depend on how the policy's queue grows)
@@ -242,7 +244,8 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.sim.fairness import ftf_rho
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
-    from bayes_sched.sim.table_run import run_table_simulation, table_job_rows
+    from bayes_sched.sim.metrics import utilization_summary
+    from bayes_sched.sim.table_run import run_table_simulation, table_job_rows, table_timeline
 
     spec = replace(load_cluster_spec("v100:36,p100:36,k80:36"), round_interval=360.0)
     names = [str(i) for i in range(num_jobs)]
@@ -278,8 +281,11 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
     finished = sum(1 for job in cluster.jobs.values()
                    if job.completion_time is not None and job.spec.name in window)
     # Once every window job has finished (before, the finished ones are the short ones): their
-    # average JCT and slowdowns (JCT over the time alone on their GPUs: what FTF equalises).
-    quality: dict[str, object] = {"avg_jct_h": "-", "slowdown_p99": "-", "slowdown_worst": "-"}
+    # average JCT and slowdowns (JCT over the time alone on their GPUs: what FTF equalises),
+    # their restarts, and the cluster's utilisation over the rounds with jobs (how well the
+    # rounds carried the policy's allocations out).
+    quality: dict[str, object] = {"avg_jct_h": "-", "slowdown_p99": "-", "slowdown_worst": "-",
+                                  "restarts_per_job": "-", "utilization": "-"}
     if complete:
         jobs = table_job_rows(cluster)
         jobs = jobs[jobs["job"].isin(window)]
@@ -287,7 +293,10 @@ def gavel_run_row(name: str, num_jobs: int, rate: float, seed: int, cpu_budget: 
         slowdown = ftf_rho(jct, jobs["standalone_time"].to_numpy())
         quality = {"avg_jct_h": round(float(jct.mean()) / 3600.0, 3),
                    "slowdown_p99": round(float(np.quantile(slowdown, 0.99)), 2),
-                   "slowdown_worst": round(float(slowdown.max()), 2)}
+                   "slowdown_worst": round(float(slowdown.max()), 2),
+                   "restarts_per_job": round(float(jobs["restarts"].mean()), 1),
+                   "utilization": round(utilization_summary(table_timeline(cluster))
+                                        ["utilization"], 3)}
     rounds = len(at_round)
     late = at_round[-(rounds // 4 + 1):]  # the last quarter's rounds
     return {"policy": name, "options": " ".join(options) or "-", "jobs": num_jobs,

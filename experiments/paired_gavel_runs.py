@@ -10,7 +10,8 @@ rounds, one BLAS thread). The seed is also the policy's seed (its solver's or se
 same in both runs of a pair.
 
 Prints per seed the average JCT (hours) and the CPU seconds of both runs and their ratios
-(default over baseline), then each ratio's mean over seeds with its 90% Student-t interval
+(default over baseline), both runs' cluster utilisation and restarts per job (how the rounds
+carried the allocations out), then each ratio's mean over seeds with its 90% Student-t interval
 (:func:`bayes_sched.sim.seeds.mean_interval`). A JCT interval that holds 1 finds no difference.
 
     python experiments/paired_gavel_runs.py --policy sia --baseline-opt mip_heuristics=true \
@@ -48,7 +49,11 @@ def paired_rows(policy: str, baseline: list[str], options: list[str], seeds: lis
                      "baseline_avg_jct_h": old["avg_jct_h"],
                      "jct_ratio": _ratio(new["avg_jct_h"], old["avg_jct_h"]),
                      "cpu_s": new["cpu_s"], "baseline_cpu_s": old["cpu_s"],
-                     "cpu_ratio": _ratio(new["cpu_s"], old["cpu_s"])})
+                     "cpu_ratio": _ratio(new["cpu_s"], old["cpu_s"]),
+                     "utilization": new["utilization"],
+                     "baseline_utilization": old["utilization"],
+                     "restarts_per_job": new["restarts_per_job"],
+                     "baseline_restarts_per_job": old["restarts_per_job"]})
     return rows
 
 

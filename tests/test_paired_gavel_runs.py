@@ -33,6 +33,11 @@ def test_each_seed_pairs_the_defaults_with_the_baseline_and_the_ratios_get_inter
         assert row["avg_jct_h"] > 0 and row["baseline_avg_jct_h"] > 0
         assert row["jct_ratio"] == pytest.approx(row["avg_jct_h"] / row["baseline_avg_jct_h"],
                                                  abs=1e-3)
+        # How the rounds carried each run out: a fraction of the GPUs held, restarts counted.
+        for key in ("utilization", "baseline_utilization"):
+            assert 0 < row[key] <= 1
+        for key in ("restarts_per_job", "baseline_restarts_per_job"):
+            assert row[key] >= 0
     jct = next(row for row in out["summary"] if row["ratio"] == "jct_ratio")
     ratios = [row["jct_ratio"] for row in out["per_seed"]]
     assert jct["seeds"] == 2 and jct["mean"] == pytest.approx(sum(ratios) / 2, abs=1e-4)

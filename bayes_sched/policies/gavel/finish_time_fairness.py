@@ -260,11 +260,10 @@ class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
     #: Smaller sub-problems than packed max-min's: this program's solve time grows steeply with
     #: the jobs per sub-problem (a cone per job), so at scale many small sub-problems cost less
     #: than a few large ones (``experiments/bench_pop.py --parts decision``). Splitting also
-    #: decided better over whole runs (``experiments/paired_gavel_runs.py``): one decision's
-    #: ratios are alike either way (the program pins only the worst job's; ``bench_pop.py
-    #: --parts gap``), but the exact solve's answers, as the rounds carry them out, kept the
-    #: GPUs busy for less of the run, spent more GPU time per job and restarted jobs more
-    #: often. Figures in the results pages and the issue's notes.
+    #: decided better over whole runs (``experiments/paired_gavel_runs.py``), though one
+    #: decision's ratios are alike either way (the program pins only the worst job's;
+    #: ``bench_pop.py --parts gap``): over a run, the exact solve's answers moved jobs more
+    #: often. Why that costs JCT is not established. Figures in the results pages.
     jobs_per_partition = 32
     __init__ = FinishTimeFairnessPolicy.__init__
 
