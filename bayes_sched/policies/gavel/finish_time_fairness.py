@@ -263,7 +263,9 @@ class FinishTimeFairnessPackedPolicy(FinishTimeFairnessPolicy):
     #: decided better over whole runs (``experiments/paired_gavel_runs.py``), though one
     #: decision's ratios are alike either way (the program pins only the worst job's;
     #: ``bench_pop.py --parts gap``): over a run, the exact solve's answers moved jobs more
-    #: often. Why that costs JCT is not established. Figures in the results pages.
+    #: often, and its worst slowdown was higher. The gain is the split's, not that of the
+    #: fewer pairs a split allows: one whole program over only the pairs within POP's groups
+    #: decided as the exact one did (issue 38's notes). Figures in the results pages.
     jobs_per_partition = 32
     __init__ = FinishTimeFairnessPolicy.__init__
 
