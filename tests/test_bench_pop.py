@@ -50,7 +50,7 @@ def test_a_bad_worker_or_partition_count_is_refused_before_any_run(
 
 def test_gap_part_reports_the_median_finish_time_ratio_for_ftf_only() -> None:
     """The gap part's FTF rows carry the median job's ratio under the exact and POP answers
-    (finite, at most the largest ratio, which the program minimises); other rows a dash."""
+    (positive and finite); other rows a dash."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "bench_pop.py"), "--parts", "gap",
