@@ -20,7 +20,7 @@ ENV.pop(cli.DEBUG_VARIABLE, None)
 #: Summary keys that count things (jobs, rounds, solver outcomes, fits): JSON integers.
 COUNT_KEYS = {"jobs", "finished", "rounds", "solver_failures", "allocation_updates",
               "fallback_allocations", "trials", "lp_inaccurate", "node_limit_hits", "solves",
-              "ilp_solves", "thompson_draws", "rounds_recorded", "fit_problems",
+              "ilp_solves", "reused_answers", "thompson_draws", "rounds_recorded", "fit_problems",
               "colocation_fit_problems", "job_model_refits", "posterior_fits",
               "rejected_reports", "fits", "seed"}
 

@@ -43,7 +43,10 @@ nothing of its code or data is copied, only the formulation.
   solve), and HiGHS's sub-MIP and search heuristics are off unless asked for (option
   ``mip_heuristics``): on these programs they took most of the solve time, and the solve is
   optimal within the gap without them. When every job's best configuration fits at once no
-  solver is needed: that choice is the optimum. A failed solve keeps the previous allocation,
+  solver is needed: that choice is the optimum. When the program kept its configurations and
+  capacities since the last solve and its utilities moved too little to matter (running jobs
+  aged), the last answer is kept, certified within the same gap by a bound
+  (:mod:`~bayes_sched.policies.sia_reuse`). A failed solve keeps the previous allocation,
   logged and counted in :attr:`SiaPolicy.solver_failures`.
 * **Bootstrapping** (Sia's paper; ``cluster.py`` ``compute_throughput_ratios``, ``sia.py``
   ``_compute_goodputs_v2``). A new adaptive job is profiled on one GPU of every type; until it
@@ -99,6 +102,7 @@ from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, MIP_HEURISTICS_O
 from bayes_sched.mechanisms.placement import Request, keep_or_pack
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
 from bayes_sched.mechanisms.rounds import cluster_types
+from bayes_sched.policies.sia_reuse import SolvedAssignment
 from bayes_sched.policies.sia_tenants import tenant_columns
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
@@ -195,22 +199,34 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
     per job and, per GPU type, the chosen GPUs within ``capacities`` ``(T,)``; ``None`` when the
     solver fails. Configurations of non-positive utility are never worth choosing and are left
     out; when every job's best configuration fits at once, that is the optimum (no solver)."""
+    got = solve_assignment_bounded(utility, configs, capacities, num_jobs, solver, options)
+    return None if got is None else got[0]
+
+
+def solve_assignment_bounded(utility: np.ndarray, configs: Configurations,
+                             capacities: np.ndarray, num_jobs: int, solver: str = "HIGHS",
+                             options: Mapping[str, object] | None = None
+                             ) -> tuple[np.ndarray, float] | None:
+    """:func:`solve_assignment`'s answer ``(J,)`` with an upper bound on the program's optimum
+    (summed utility): the answer's own value where no solver was needed, HiGHS's dual bound,
+    ``inf`` from SCIP (not read); ``None`` when the solver fails."""
     chosen = best_if_all_fit(utility, configs, capacities, num_jobs)
     if chosen is not None:
-        return chosen
+        return chosen, float(utility[chosen[chosen >= 0]].sum())
     chosen = np.full(num_jobs, -1, dtype=np.int64)
     useful = np.flatnonzero(utility > 0)
 
     if solver == "HIGHS":
-        values = _solve_highs(assignment_highs_data(utility[useful], configs.job[useful],
+        solved = _solve_highs(assignment_highs_data(utility[useful], configs.job[useful],
                                                     configs.gpu_type[useful],
                                                     configs.num_gpus[useful], capacities,
                                                     num_jobs), options)
-        if values is None:
+        if solved is None:
             return None
+        values, bound = solved
         picked = useful[np.round(values) > 0.5]
         chosen[configs.job[picked]] = picked
-        return chosen
+        return chosen, bound
     problem, x = assignment_problem(utility[useful], configs.job[useful],
                                     configs.gpu_type[useful], configs.num_gpus[useful],
                                     capacities, num_jobs)
@@ -218,7 +234,7 @@ def solve_assignment(utility: np.ndarray, configs: Configurations, capacities: n
         return None
     picked = useful[np.round(x.value) > 0.5]
     chosen[configs.job[picked]] = picked
-    return chosen
+    return chosen, float("inf")
 
 
 #: A solve of one (sub-)problem for :func:`partitioned_assignment`: given its configurations'
@@ -287,8 +303,11 @@ def tenant_assignment(utility: np.ndarray, normalized: np.ndarray, configs: Conf
             "lower_bounds": np.zeros(len(objective)), "upper_bounds": None,
             "bool_vars_idx": list(range(n)), "int_vars_idx": [],
             "dims": _InequalityDims(base.shape[0] + len(rhs))}
-    values = (_solve_highs(data, options) if solver == "HIGHS"
-              else _solve_cvxpy_data(data, solver, options))
+    if solver == "HIGHS":
+        solved = _solve_highs(data, options)
+        values = None if solved is None else solved[0]
+    else:
+        values = _solve_cvxpy_data(data, solver, options)
     if values is None:
         return None
     picked = useful[np.round(values[:n]) > 0.5]
@@ -393,10 +412,12 @@ class _InequalityDims:
 
 
 def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
-                 ) -> np.ndarray | None:
+                 ) -> tuple[np.ndarray, float] | None:
     """The columns' values from HiGHS on ``data`` (:func:`assignment_highs_data`) through
     cvxpy's own HiGHS interface, as ``Problem.solve`` calls it for a new problem (no warm
-    start, quiet); ``None`` where cvxpy would give no solution (logged)."""
+    start, quiet), with HiGHS's bound on the maximum of ``-c x`` (``-`` its dual bound on the
+    minimum it solved; ``inf`` where it has none); ``None`` where cvxpy would give no solution
+    (logged)."""
     import cvxpy as cp
     from cvxpy.reductions.solvers.conic_solvers.highs_conif import HIGHS
 
@@ -412,7 +433,9 @@ def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
     if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE, cp.USER_LIMIT):
         LOG.warning("sia: solver HIGHS status %s", status)
         return None
-    return np.array(results["solution"].col_value)
+    dual_bound = float(results["info"].mip_dual_bound)
+    return (np.array(results["solution"].col_value),
+            -dual_bound if np.isfinite(dual_bound) else float("inf"))
 
 
 class _TableBelief:
@@ -455,6 +478,10 @@ class SiaPolicy:
             programs they cost most of a solve, and the answer is optimal within
             ``mip_rel_gap`` either way, one of several tied choices where there are several).
             HiGHS only.
+        certified_reuse: keep the last solved answer in a round whose program differs from it
+            only in utilities, where a bound certifies it optimal within ``mip_rel_gap``
+            (:mod:`~bayes_sched.policies.sia_reuse`); off: solve every such round. HiGHS
+            only (SCIP's bound is not read).
         acquisition: how a learned belief is read: ``"mean"`` (its posterior mean) or
             ``"thompson"`` (one joint posterior draw per belief version, seeded by ``seed`` and
             the version). A known table (the world's oracle) is read as it is.
@@ -485,7 +512,7 @@ class SiaPolicy:
                  time_limit: float = 10.0, seed: int = 0,
                  acquisition: Literal["mean", "thompson"] = "mean",
                  partitions: PartitionSetting = "auto", tenant_weights: bool = False,
-                 mip_heuristics: bool = False) -> None:
+                 mip_heuristics: bool = False, certified_reuse: bool = True) -> None:
         self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
         self.tenant_weights = bool(tenant_weights)  # a concave term per tenant (see the module)
         if not np.isfinite(p) or p == 0:
@@ -502,6 +529,7 @@ class SiaPolicy:
         self.solver, self.mip_rel_gap, self.time_limit = solver, float(mip_rel_gap), time_limit
         self.seed = seed
         self.mip_heuristics = bool(mip_heuristics)
+        self.certified_reuse = bool(certified_reuse)  # off: every such round is solved
         if acquisition not in ("mean", "thompson"):
             raise ValueError(f"acquisition is {acquisition!r}: expected 'mean' or 'thompson'")
         self.thompson = acquisition == "thompson"
@@ -513,6 +541,11 @@ class SiaPolicy:
         #: Rounds whose assignment took the solver (not those where every job's best
         #: configuration fitted at once: :func:`best_if_all_fit`).
         self.ilp_solves = 0
+        #: The last whole program solved (or fitted at once), whose answer a later round with
+        #: the same configurations and capacities may reuse (:mod:`.sia_reuse`).
+        self.solved: SolvedAssignment | None = None
+        #: Rounds that reused it, certified, instead of solving.
+        self.reused = 0
 
     # --- Policy interface -----------------------------------------------------------------------
 
@@ -533,10 +566,11 @@ class SiaPolicy:
             self.belief, self.estimator = None, value
 
     def stats(self) -> Mapping[str, float]:
-        """``solver_failures`` (rounds whose assignment the solver could not give) and
-        ``ilp_solves`` (rounds that took the solver)."""
+        """``solver_failures`` (rounds whose assignment the solver could not give),
+        ``ilp_solves`` (rounds that took the solver) and ``reused_answers`` (rounds that kept the
+        last solved answer, certified optimal within the solver's gap)."""
         return {"solver_failures": int(self.solver_failures),
-                "ilp_solves": int(self.ilp_solves)}
+                "ilp_solves": int(self.ilp_solves), "reused_answers": int(self.reused)}
 
     def job_settings(self, spec: JobSpec) -> JobSettings:
         return JobSettings(batch_size=spec.batch_size, max_replicas=spec.num_replicas)
@@ -574,25 +608,47 @@ class SiaPolicy:
         utility = config_utilities(normalized, self.p, self.lambda_n)
         assign = self._tenant_assign(cluster, jobs, normalized) if self.tenant_weights else None
         chosen = best_if_all_fit(utility, configs, capacities, len(jobs))
-        if chosen is None:
+        if chosen is not None:
+            self.solved = SolvedAssignment(configs, capacities, utility,
+                                           float(utility[chosen[chosen >= 0]].sum()), chosen)
+        else:
             keys = [(job.application, job.requested_replicas) for job in jobs]
             index = {key: c for c, key in enumerate(dict.fromkeys(keys))}
             strata = np.array([index[key] for key in keys], dtype=np.int64)
             parts = self.partitioner.parts(len(jobs), capacities, strata)
             if parts is None and assign is None:
-                chosen = solve_assignment(utility, configs, capacities, len(jobs), self.solver,
-                                          self._solver_options())
+                chosen = self._solve_or_reuse(utility, configs, capacities, len(jobs))
             else:
+                self.solved = None
                 chosen = partitioned_assignment(
                     utility, configs, parts or [Partition(np.arange(len(jobs)), capacities)],
                     self.solver, self._solver_options(), assign)
-            self.ilp_solves += 1
+                self.ilp_solves += 1
         if chosen is None:
             self.solver_failures += 1
             LOG.warning("sia: no assignment for %d jobs; previous allocation kept", len(jobs))
             return {job.name: np.array(job.allocation, dtype=np.int64) for job in jobs
                     if job.num_gpus}
         return self._place(free, jobs, configs, chosen, types, node_types)
+
+    def _solve_or_reuse(self, utility: np.ndarray, configs: Configurations,
+                        capacities: np.ndarray, num_jobs: int) -> np.ndarray | None:
+        """The whole program's answer ``(J,)``: the last solved round's where its certificate
+        holds (:mod:`~bayes_sched.policies.sia_reuse`; counted in :attr:`reused`), else the
+        solver's (kept, with its bound, for the next rounds)."""
+        if self.solved is not None and self.certified_reuse:
+            kept = self.solved.reuse(utility, configs, capacities, num_jobs, self.mip_rel_gap)
+            if kept is not None:
+                self.reused += 1
+                return kept
+        self.ilp_solves += 1
+        got = solve_assignment_bounded(utility, configs, capacities, num_jobs, self.solver,
+                                       self._solver_options())
+        if got is None:
+            self.solved = None
+            return None
+        self.solved = SolvedAssignment(configs, capacities, utility, got[1], got[0])
+        return got[0]
 
     # --- the policy's parts ---------------------------------------------------------------------
 
@@ -730,4 +786,5 @@ class SiaPolicy:
 __all__ = ["GOODPUT_CLIP", "SIA_SOLVERS", "Assign", "Configurations", "SiaPolicy", "best_if_all_fit",
            "partitioned_assignment", "tenant_assignment",
            "config_utilities", "normalized_goodputs", "realloc_factors", "solve_assignment",
+           "solve_assignment_bounded",
            "assignment_highs_data", "assignment_problem"]

@@ -101,6 +101,7 @@ class SiaAdaptivePolicy(SiaPolicy):
         time_limit: seconds a solve may take.
         seed: the solver's random seed.
         mip_heuristics: let HiGHS run its sub-MIP and search heuristics (as for ``sia``).
+        certified_reuse: keep a certified last answer instead of solving (as for ``sia``).
         job_overrides: per-application fixed settings (default: Pollux's artifact's).
         profile_types: profile each new job on one GPU of every type first (Sia's paper).
         skip_profiling_within: skip a type's profiling round where the application's jobs
@@ -122,9 +123,9 @@ class SiaAdaptivePolicy(SiaPolicy):
                  time_limit: float = 10.0, seed: int = 0,
                  job_overrides: Mapping[str, JobSettings] = ARTIFACT_JOB_SETTINGS,
                  profile_types: bool = True, skip_profiling_within: float = 0.0,
-                 mip_heuristics: bool = False) -> None:
+                 mip_heuristics: bool = False, certified_reuse: bool = True) -> None:
         super().__init__(p, lambda_n, solver, mip_rel_gap, time_limit, seed,
-                         mip_heuristics=mip_heuristics)
+                         mip_heuristics=mip_heuristics, certified_reuse=certified_reuse)
         if not 0.0 <= skip_profiling_within < 1.0:
             raise InputError(f"skip_profiling_within is {skip_profiling_within}: expected a "
                              "relative error in [0, 1)", column="skip_profiling_within")
