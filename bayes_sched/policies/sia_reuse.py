@@ -25,12 +25,20 @@ its largest rise at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:  # sia imports this module
-    from bayes_sched.policies.sia import Configurations
+
+class Configurations(Protocol):
+    """What the certificate reads of :class:`bayes_sched.policies.sia.Configurations` (which
+    imports this module): each configuration's job, GPU type and GPU count, ``(C,)`` each."""
+
+    job: np.ndarray
+    gpu_type: np.ndarray
+    num_gpus: np.ndarray
+
+    def __len__(self) -> int: ...
 
 
 @dataclass(frozen=True)
