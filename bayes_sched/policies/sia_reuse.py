@@ -30,13 +30,18 @@ from typing import Protocol
 import numpy as np
 
 
-class Configurations(Protocol):
+class ConfigurationArrays(Protocol):
     """What the certificate reads of :class:`bayes_sched.policies.sia.Configurations` (which
     imports this module): each configuration's job, GPU type and GPU count, ``(C,)`` each."""
 
-    job: np.ndarray
-    gpu_type: np.ndarray
-    num_gpus: np.ndarray
+    @property
+    def job(self) -> np.ndarray: ...
+
+    @property
+    def gpu_type(self) -> np.ndarray: ...
+
+    @property
+    def num_gpus(self) -> np.ndarray: ...
 
     def __len__(self) -> int: ...
 
@@ -53,13 +58,13 @@ class SolvedAssignment:
         chosen: the answer, a configuration per job ``(J,)`` (-1: none).
     """
 
-    configs: Configurations
+    configs: ConfigurationArrays
     capacities: np.ndarray
     utility: np.ndarray
     bound: float
     chosen: np.ndarray
 
-    def same_program(self, configs: Configurations, capacities: np.ndarray,
+    def same_program(self, configs: ConfigurationArrays, capacities: np.ndarray,
                      num_jobs: int) -> bool:
         """Whether ``num_jobs`` jobs' ``configs`` and ``capacities`` give this program's
         feasible set."""
@@ -70,7 +75,7 @@ class SolvedAssignment:
                 and np.array_equal(configs.gpu_type, old.gpu_type)
                 and np.array_equal(configs.num_gpus, old.num_gpus))
 
-    def reuse(self, utility: np.ndarray, configs: Configurations, capacities: np.ndarray,
+    def reuse(self, utility: np.ndarray, configs: ConfigurationArrays, capacities: np.ndarray,
               num_jobs: int, rel_gap: float) -> np.ndarray | None:
         """The kept answer ``(J,)`` where it is certified within ``rel_gap`` of the optimum
         under this round's ``utility`` ``(C,)`` (see the module); ``None`` where the program's
