@@ -384,14 +384,20 @@ def assignment_highs_data(utility: np.ndarray, job: np.ndarray, gpu_type: np.nda
     ``gpu_type``, ``num_gpus``, each ``(n,)``) as the data cvxpy's HiGHS interface receives
     from ``get_problem_data`` for :func:`assignment_problem`, built directly: cvxpy's compile
     of that statement took ~3/4 of each Sia solve (``tests/test_sia.py`` checks the numbers
-    equal cvxpy's)."""
-    per_job, per_type = _assignment_rows(job, gpu_type, num_gpus, len(capacities), num_jobs)
+    equal cvxpy's). Each column holds two entries, 1 in its job's row and its GPUs in its
+    type's row (after the ``J`` job rows), so the CSC arrays are written out."""
     import scipy.sparse as sp
 
     rows = num_jobs + len(capacities)
     n = len(job)
+    indices = np.empty(2 * n, dtype=np.int32)
+    indices[0::2], indices[1::2] = job, num_jobs + np.asarray(gpu_type)
+    values = np.ones(2 * n)
+    values[1::2] = num_gpus
+    matrix = sp.csc_matrix((values, indices, np.arange(0, 2 * n + 1, 2, dtype=np.int32)),
+                           shape=(rows, n))
     return {"c": -np.asarray(utility, dtype=float),
-            "A": sp.vstack([per_job, per_type], format="csc"),
+            "A": matrix,
             "b": np.concatenate([np.ones(num_jobs), capacities.astype(float)]),
             "lower_bounds": np.zeros(n), "upper_bounds": None,
             "bool_vars_idx": list(range(n)), "int_vars_idx": [],
@@ -413,29 +419,75 @@ class _InequalityDims:
 
 def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
                  ) -> tuple[np.ndarray, float] | None:
-    """The columns' values from HiGHS on ``data`` (:func:`assignment_highs_data`) through
-    cvxpy's own HiGHS interface, as ``Problem.solve`` calls it for a new problem (no warm
-    start, quiet), with HiGHS's bound on the maximum of ``-c x`` (``-`` its dual bound on the
-    minimum it solved; ``inf`` where it has none); ``None`` where cvxpy would give no solution
-    (logged)."""
-    import cvxpy as cp
-    from cvxpy.reductions.solvers.conic_solvers.highs_conif import HIGHS
+    """The columns' values from HiGHS on ``data`` (cvxpy's HiGHS data, as
+    :func:`assignment_highs_data` builds it: minimise ``c x`` subject to ``A x = b`` on the
+    first ``dims.zero`` rows and ``A x <= b`` on the rest, within the columns' bounds, the
+    boolean and integer columns integral), passed to HiGHS as cvxpy's HiGHS interface passes it
+    for a new problem (the same model and options; no warm start, quiet) without that
+    interface's per-call set-up, with HiGHS's bound on the maximum of ``-c x`` (``-`` its dual
+    bound on the minimum it solved; ``inf`` where it has none); ``None`` where cvxpy would give
+    no solution (logged)."""
+    import highspy
 
-    interface = HIGHS()
-    try:
-        with quiet_stdout():
-            results = interface.solve_via_data(data, False, False,
-                                               {**(options or {}), "threads": HIGHS_THREADS})
-    except cp.error.SolverError as error:
-        LOG.warning("sia: solver HIGHS failed: %s", error)
+    matrix = data["A"].tocsc()
+    num_rows, num_cols = matrix.shape
+    inf = highspy.kHighsInf
+    equalities = int(data["dims"].zero)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = num_cols, num_rows
+    lp.offset_ = 0
+    lp.col_cost_ = data["c"]
+    lp.row_lower_ = np.concatenate([data["b"][:equalities], np.full(num_rows - equalities, -inf)])
+    lp.row_upper_ = data["b"]
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = matrix.indptr
+    lp.a_matrix_.index_ = matrix.indices
+    lp.a_matrix_.value_ = matrix.data
+    lower, upper = data["lower_bounds"], data["upper_bounds"]
+    col_lower = np.full(num_cols, -inf) if lower is None else np.array(lower, dtype=float)
+    col_upper = np.full(num_cols, inf) if upper is None else np.array(upper, dtype=float)
+    boolean, integer = list(data["bool_vars_idx"]), list(data["int_vars_idx"])
+    if boolean or integer:
+        integrality = [highspy.HighsVarType.kContinuous] * num_cols
+        for column in boolean + integer:
+            integrality[column] = highspy.HighsVarType.kInteger
+        col_lower[boolean] = np.maximum(col_lower[boolean], 0.0)
+        col_upper[boolean] = np.minimum(col_upper[boolean], 1.0)
+        lp.integrality_ = integrality
+    lp.col_lower_, lp.col_upper_ = col_lower, col_upper
+    with quiet_stdout():
+        solver = highspy.Highs()
+        solver.setOptionValue("log_to_console", False)
+        for name, value in {**(options or {}), "threads": HIGHS_THREADS}.items():
+            if solver.setOptionValue(name, value) == highspy.HighsStatus.kError:
+                LOG.warning("sia: HiGHS rejected option %s=%r", name, value)
+                return None
+        solver.passModel(lp)
+        solver.run()
+    status = solver.getModelStatus()
+    if status not in _HIGHS_ANSWERED:
+        LOG.warning("sia: solver HIGHS status %s", status.name)
         return None
-    status = interface.STATUS_MAP.get(results["model_status"], cp.settings.UNKNOWN)
-    if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE, cp.USER_LIMIT):
-        LOG.warning("sia: solver HIGHS status %s", status)
+    solution = solver.getSolution()
+    if not solution.value_valid:
+        LOG.warning("sia: solver HIGHS stopped (%s) without a solution", status.name)
         return None
-    dual_bound = float(results["info"].mip_dual_bound)
-    return (np.array(results["solution"].col_value),
+    dual_bound = float(solver.getInfo().mip_dual_bound)
+    return (np.array(solution.col_value),
             -dual_bound if np.isfinite(dual_bound) else float("inf"))
+
+
+def _highs_answered() -> frozenset[Any]:
+    """HiGHS's model statuses that cvxpy reads as a solution: optimal, or stopped at a limit
+    (time, iterations, solutions, objective bound or target) with its best solution."""
+    import highspy
+
+    status = highspy.HighsModelStatus
+    return frozenset({status.kOptimal, status.kObjectiveBound, status.kObjectiveTarget,
+                      status.kTimeLimit, status.kIterationLimit, status.kSolutionLimit})
+
+
+_HIGHS_ANSWERED = _highs_answered()
 
 
 class _TableBelief:
@@ -682,12 +734,12 @@ class SiaPolicy:
     def _current_type(self, jobs: Sequence[JobView], types: Sequence[str],
                       node_types: np.ndarray) -> np.ndarray:
         """The type each job runs on now ``(J,)`` (its first node's; -1 for none)."""
-        out = np.full(len(jobs), -1, dtype=np.int64)
-        for j, job in enumerate(jobs):
-            nodes = np.flatnonzero(job.allocation)
-            if nodes.size:
-                out[j] = types.index(str(node_types[nodes[0]]))
-        return out
+        if not jobs:
+            return np.full(0, -1, dtype=np.int64)
+        held = np.array([job.allocation for job in jobs]) > 0
+        type_of_node = np.array([types.index(str(t)) if str(t) in types else -1
+                                 for t in node_types], dtype=np.int64)
+        return np.where(held.any(axis=1), type_of_node[held.argmax(axis=1)], -1)
 
     def _tenant_assign(self, cluster: ClusterState, jobs: Sequence[JobView],
                        normalized: np.ndarray) -> Assign:
