@@ -459,7 +459,8 @@ def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
         solver = highspy.Highs()
         solver.setOptionValue("log_to_console", False)
         for name, value in {**(options or {}), "threads": HIGHS_THREADS}.items():
-            if solver.setOptionValue(name, value) == highspy.HighsStatus.kError:
+            if not isinstance(value, (bool, int, float, str)) or (
+                    solver.setOptionValue(name, value) == highspy.HighsStatus.kError):
                 LOG.warning("sia: HiGHS rejected option %s=%r", name, value)
                 return None
         solver.passModel(lp)
