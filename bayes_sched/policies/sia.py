@@ -42,8 +42,9 @@ nothing of its code or data is copied, only the formulation.
   numbers built directly (:func:`assignment_highs_data`; cvxpy's compile cost more than the
   solve, and its interface sets up more than these programs need), and HiGHS's sub-MIP and
   search heuristics are off unless asked for (option ``mip_heuristics``): on these programs
-  they took most of the solve time, and the solve is optimal within the gap without them. When every job's best configuration fits at once no
-  solver is needed: that choice is the optimum. When the program kept its configurations and
+  they took most of the solve time, and the solve is optimal within the gap without them.
+  When every job's best configuration fits at once no solver is needed: that choice is the
+  optimum. When the program kept its configurations and
   capacities since the last solve and its utilities moved too little to matter (running jobs
   aged), the last answer is kept, certified within the same gap by a bound
   (:mod:`~bayes_sched.policies.sia_reuse`). A failed solve keeps the previous allocation,
