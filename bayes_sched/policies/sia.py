@@ -44,11 +44,11 @@ nothing of its code or data is copied, only the formulation.
   search heuristics are off unless asked for (option ``mip_heuristics``): on these programs
   they took most of the solve time, and the solve is optimal within the gap without them.
   When every job's best configuration fits at once no solver is needed: that choice is the
-  optimum. When the program kept its configurations and
-  capacities since the last solve and its utilities moved too little to matter (running jobs
-  aged), the last answer is kept, certified within the same gap by a bound
-  (:mod:`~bayes_sched.policies.sia_reuse`). A failed solve keeps the previous allocation,
-  logged and counted in :attr:`SiaPolicy.solver_failures`.
+  optimum. When the program kept its configurations and capacities since the last solve and
+  its utilities moved too little to matter (running jobs aged), the last answer is kept,
+  certified within the same gap by a bound (:mod:`~bayes_sched.policies.sia_reuse`). A failed
+  solve keeps the previous allocation, logged and counted in
+  :attr:`SiaPolicy.solver_failures`.
 * **Bootstrapping** (Sia's paper; ``cluster.py`` ``compute_throughput_ratios``, ``sia.py``
   ``_compute_goodputs_v2``). A new adaptive job is profiled on one GPU of every type; until it
   has a throughput model somewhere, every type offers only its one-GPU configuration at
