@@ -39,7 +39,10 @@ Parts (``--parts``):
 * ``jct``: the Gavel continuous run (multi-GPU jobs, ``--jct-rate`` jobs/h, 36 V100 + 36 P100 +
   36 K80, 360 s rounds) until the jobs of ``--jct-window`` (30 jobs) finished, per seed of
   ``--jct-seeds``, exact and with ``--jct-partitions`` sub-problems; the window's average JCT
-  and POP's over exact, per seed and over the seeds (the means' ratio).
+  and POP's over exact, per seed and over the seeds (the means' ratio). ``--jct-exact-opt``
+  gives the exact arm options: with ``--jct-partitions 1`` and ``solver=HIGHS`` the part
+  compares two exact solves of the same program (HiGHS's vertex against CLARABEL's interior
+  point), which shows how far apart two optimal answers' JCTs lie.
 
 Every row carries the 1-minute load average (``/proc/loadavg``): the machine may be shared, so
 CPU seconds (``time.process_time``) are the figures, not wall time; one BLAS thread.
@@ -54,6 +57,8 @@ CPU seconds (``time.process_time``) are the figures, not wall time; one BLAS thr
     python experiments/bench_pop.py --parts gap --snapshots 20 --gap-gpus 512 --gap-partitions 4
     python experiments/bench_pop.py --parts jct --jct-window 200 230 --jct-seeds 0 1 2 \
         --jct-partitions 4 --json
+    python experiments/bench_pop.py --parts jct --jct-window 200 230 --jct-partitions 1 \
+        --jct-exact-opt solver=HIGHS --policies max_min_fairness max_min_fairness_packed
 
 Measured figures (each run's command, commit, date and load): docs/results/bench_pop.md.
 """
@@ -126,14 +131,15 @@ def jobs_for(gpus: int) -> int:
 
 # --- decision time ------------------------------------------------------------------------------
 
-def baseline_options(name: str, baseline: Sequence[str]) -> dict[str, Any] | None:
-    """The ``KEY=VALUE`` options of ``baseline`` that policy ``name`` takes (parsed), or
-    ``None`` when it takes none of them."""
+def baseline_options(name: str, baseline: Sequence[str], flag: str = "--baseline-opt"
+                     ) -> dict[str, Any] | None:
+    """The ``KEY=VALUE`` options of ``baseline`` (given by ``flag``) that policy ``name`` takes
+    (parsed), or ``None`` when it takes none of them."""
     from bayes_sched.policies import POLICIES
 
     known = POLICIES.options(name)
     taken = [item for item in baseline if item.partition("=")[0].strip() in known]
-    return POLICIES.parse(name, taken, "--baseline-opt") if taken else None
+    return POLICIES.parse(name, taken, flag) if taken else None
 
 
 def start_workers(workers: int) -> float:
@@ -435,7 +441,7 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
 # --- average JCT --------------------------------------------------------------------------------
 
 def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[int],
-             rate: float, k: int) -> list[dict[str, object]]:
+             rate: float, k: int, exact_opts: Sequence[str] = ()) -> list[dict[str, object]]:
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
@@ -447,9 +453,11 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
     for name in policies:
         means: dict[str, list[float]] = {"exact": [], "pop": []}
         cpu: dict[str, float] = {"exact": 0.0, "pop": 0.0}
+        exact_settings = baseline_options(name, exact_opts, "--jct-exact-opt") or {}
         for seed in seeds:
             for label, setting in (("exact", 1), ("pop", k)):
-                policy = make_policy(name, seed=seed, partitions=setting)
+                policy = make_policy(name, seed=seed, partitions=setting,
+                                     **(exact_settings if label == "exact" else {}))
                 start = time.process_time()
                 result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy,
                                               spec, jobs_to_complete=names)
@@ -460,6 +468,8 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
                               "pop_h": means["pop"][-1]}), flush=True)
         exact, pop = float(np.mean(means["exact"])), float(np.mean(means["pop"]))
         row = {"policy": name, "window": f"{window[0]}-{window[1] - 1}", "k": k,
+               "exact_opts": " ".join(f"{key}={value}" for key, value in
+                                      exact_settings.items()) or "-",
                "seeds": len(seeds), "exact_avg_jct_h": round(exact, 3),
                "pop_avg_jct_h": round(pop, 3), "ratio": round(pop / exact, 4),
                "per_seed_ratio": " ".join(f"{p / e:.3f}" for e, p in
@@ -502,6 +512,10 @@ def main() -> None:
     parser.add_argument("--jct-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jct-rate", type=float, default=2.6)
     parser.add_argument("--jct-partitions", type=int, default=2)
+    parser.add_argument("--jct-exact-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="jct part: options of the exact arm, for each policy taking them "
+                             "(with --jct-partitions 1 the part compares two exact solves, "
+                             "e.g. solver=HIGHS against the default)")
     parser.add_argument("--json", action="store_true")
     add_record_flag(parser)
     args = parser.parse_args()
@@ -523,16 +537,19 @@ def main() -> None:
         parser.error("--jct-window A B: expected 0 <= A < B <= 100000")
     from bayes_sched.errors import InputError
 
-    taken: set[str] = set()
-    for name in args.policies:  # a bad --baseline-opt fails here, in one line, before any run
-        try:
-            taken.update(baseline_options(name, args.baseline_opt) or {})
-        except InputError as error:
-            parser.error(str(error))
-    for item in args.baseline_opt:
-        if item.partition("=")[0].strip() not in taken:
-            parser.error(f"--baseline-opt {item!r}: an option of none of the policies "
-                         f"{', '.join(args.policies)}")
+    taken: set[str]
+    for flag, items in (("--baseline-opt", args.baseline_opt),
+                        ("--jct-exact-opt", args.jct_exact_opt)):
+        taken = set()
+        for name in args.policies:  # a bad option fails here, in one line, before any run
+            try:
+                taken.update(baseline_options(name, items, flag) or {})
+            except InputError as error:
+                parser.error(str(error))
+        for item in items:
+            if item.partition("=")[0].strip() not in taken:
+                parser.error(f"{flag} {item!r}: an option of none of the policies "
+                             f"{', '.join(args.policies)}")
     from bayes_sched.mechanisms.pop import MAX_PARTITIONS, check_partitions
 
     try:
@@ -549,7 +566,8 @@ def main() -> None:
         "gap": lambda: [row for load in args.gap_load for row in gap_rows(
             args.policies, args.gap_gpus, args.snapshots, args.gap_partitions, load)],
         "jct": lambda: jct_rows(args.policies, (args.jct_window[0], args.jct_window[1]),
-                                args.jct_seeds, args.jct_rate, args.jct_partitions)}
+                                args.jct_seeds, args.jct_rate, args.jct_partitions,
+                                args.jct_exact_opt)}
     with threadpool_limits(1):
         for part in args.parts:
             out[part] = parts[part]()

@@ -63,3 +63,25 @@ def test_gap_part_reports_the_median_finish_time_ratio_for_ftf_only() -> None:
     for key in ("median_ratio_exact", "median_ratio_pop"):
         assert 0 < ftf[key] < float("inf")
         assert maxmin[key] == "-"
+
+
+def test_jct_part_compares_two_exact_solvers_with_jct_exact_opt() -> None:
+    """``--jct-partitions 1 --jct-exact-opt solver=HIGHS``: the exact arm runs HiGHS, the other
+    the default solver, both unsplit, over a 3-job window; the row names the exact arm's
+    options. A solver the policy does not take is refused in one line, before any run."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, str(ROOT / "experiments" / "bench_pop.py"), "--parts", "jct",
+               "--jct-window", "0", "3", "--jct-seeds", "0", "--jct-partitions", "1",
+               "--policies", "max_min_fairness"]
+    done = subprocess.run([*command, "--jct-exact-opt", "solver=HIGHS", "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout.splitlines()[-1])["jct"]
+    assert row["exact_opts"] == "solver=HIGHS" and row["k"] == 1
+    assert row["exact_avg_jct_h"] > 0 and row["pop_avg_jct_h"] > 0
+    bad = subprocess.run([*command, "--jct-exact-opt", "solver=GUROBI"], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines()[-1].endswith(
+        "--jct-exact-opt: policy 'max_min_fairness': option solver is 'GUROBI': expected "
+        "'CLARABEL' or 'HIGHS'"), bad.stderr
