@@ -86,6 +86,7 @@ in Gavel's simulator).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -467,7 +468,7 @@ def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
         solver.passModel(lp)
         solver.run()
     status = solver.getModelStatus()
-    if status not in _HIGHS_ANSWERED:
+    if status not in _highs_answered():
         LOG.warning("sia: solver HIGHS status %s", status.name)
         return None
     solution = solver.getSolution()
@@ -479,6 +480,7 @@ def _solve_highs(data: dict[str, Any], options: Mapping[str, object] | None
             -dual_bound if np.isfinite(dual_bound) else float("inf"))
 
 
+@functools.cache
 def _highs_answered() -> frozenset[Any]:
     """HiGHS's model statuses that cvxpy reads as a solution: optimal, or stopped at a limit
     (time, iterations, solutions, objective bound or target) with its best solution."""
@@ -487,9 +489,6 @@ def _highs_answered() -> frozenset[Any]:
     status = highspy.HighsModelStatus
     return frozenset({status.kOptimal, status.kObjectiveBound, status.kObjectiveTarget,
                       status.kTimeLimit, status.kIterationLimit, status.kSolutionLimit})
-
-
-_HIGHS_ANSWERED = _highs_answered()
 
 
 class _TableBelief:
