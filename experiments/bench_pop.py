@@ -39,7 +39,10 @@ Parts (``--parts``):
 * ``jct``: the Gavel continuous run (multi-GPU jobs, ``--jct-rate`` jobs/h, 36 V100 + 36 P100 +
   36 K80, 360 s rounds) until the jobs of ``--jct-window`` (30 jobs) finished, per seed of
   ``--jct-seeds``, exact and with ``--jct-partitions`` sub-problems; the window's average JCT
-  and POP's over exact, per seed and over the seeds (the means' ratio). ``--jct-exact-opt``
+  and POP's over exact, per seed and over the seeds whose window finished in both arms (the
+  means' ratio; a run stops after ``--jct-max-hours`` simulated hours, its window's unfinished
+  jobs counted in ``unfinished``: min total duration, whose objective is the makespan, can
+  leave nearly finished jobs without GPUs while its queue grows). ``--jct-exact-opt``
   gives the exact arm options: with ``--jct-partitions 1`` and ``solver=HIGHS`` the part
   compares two exact solves of the same program (HiGHS's vertex against CLARABEL's interior
   point), which shows how far apart two optimal answers' JCTs lie.
@@ -441,7 +444,8 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
 # --- average JCT --------------------------------------------------------------------------------
 
 def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[int],
-             rate: float, k: int, exact_opts: Sequence[str] = ()) -> list[dict[str, object]]:
+             rate: float, k: int, exact_opts: Sequence[str] = (),
+             max_hours: float = 1000.0) -> list[dict[str, object]]:
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
@@ -453,6 +457,7 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
     for name in policies:
         means: dict[str, list[float]] = {"exact": [], "pop": []}
         cpu: dict[str, float] = {"exact": 0.0, "pop": 0.0}
+        unfinished = 0
         exact_settings = baseline_options(name, exact_opts, "--jct-exact-opt") or {}
         for seed in seeds:
             for label, setting in (("exact", 1), ("pop", k)):
@@ -460,22 +465,31 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
                                      **(exact_settings if label == "exact" else {}))
                 start = time.process_time()
                 result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy,
-                                              spec, jobs_to_complete=names)
+                                              spec, jobs_to_complete=names,
+                                              max_time=max_hours * HOUR)
                 cpu[label] += time.process_time() - start
-                jobs = result.jobs.set_index("job").loc[names]
-                means[label].append(float(jobs["jct"].mean() / HOUR))
+                jobs = result.jobs.set_index("job").reindex(names)
+                left = int(jobs["jct"].isna().sum())
+                unfinished += left
+                means[label].append(float(jobs["jct"].mean() / HOUR) if not left else np.nan)
             print(json.dumps({"policy": name, "seed": seed, "exact_h": means["exact"][-1],
                               "pop_h": means["pop"][-1]}), flush=True)
-        exact, pop = float(np.mean(means["exact"])), float(np.mean(means["pop"]))
+        pairs = [(e, p) for e, p in zip(means["exact"], means["pop"], strict=True)
+                 if np.isfinite(e) and np.isfinite(p)]  # seeds whose window finished in both
+        exact = float(np.mean([e for e, _ in pairs])) if pairs else np.nan
+        pop = float(np.mean([p for _, p in pairs])) if pairs else np.nan
         row = {"policy": name, "window": f"{window[0]}-{window[1] - 1}", "k": k,
                "exact_opts": " ".join(f"{key}={value}" for key, value in
                                       exact_settings.items()) or "-",
-               "seeds": len(seeds), "exact_avg_jct_h": round(exact, 3),
-               "pop_avg_jct_h": round(pop, 3), "ratio": round(pop / exact, 4),
-               "per_seed_ratio": " ".join(f"{p / e:.3f}" for e, p in
-                                          zip(means["exact"], means["pop"], strict=True)),
+               "seeds": len(pairs),
+               "exact_avg_jct_h": round(exact, 3) if pairs else "-",
+               "pop_avg_jct_h": round(pop, 3) if pairs else "-",
+               "ratio": round(pop / exact, 4) if pairs else "-",
+               "per_seed_ratio": " ".join(f"{p / e:.3f}" if np.isfinite(e / p) else "-"
+                                          for e, p in zip(means["exact"], means["pop"],
+                                                          strict=True)),
                "exact_cpu_s": round(cpu["exact"], 1), "pop_cpu_s": round(cpu["pop"], 1),
-               "load": load_average()}
+               "unfinished": unfinished, "load": load_average()}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -512,6 +526,10 @@ def main() -> None:
     parser.add_argument("--jct-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jct-rate", type=float, default=2.6)
     parser.add_argument("--jct-partitions", type=int, default=2)
+    parser.add_argument("--jct-max-hours", type=float, default=1000.0,
+                        help="jct part: simulated hours after which a run stops with the "
+                             "window's unfinished jobs counted (column 'unfinished'; their "
+                             "seed's JCT and the ratio are then NaN)")
     parser.add_argument("--jct-exact-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="jct part: options of the exact arm, for each policy taking them "
                              "(with --jct-partitions 1 the part compares two exact solves, "
@@ -535,6 +553,9 @@ def main() -> None:
         parser.error("--gap-load: expected jobs per GPU in (0, 64]")
     if not 0 <= args.jct_window[0] < args.jct_window[1] <= 100_000:
         parser.error("--jct-window A B: expected 0 <= A < B <= 100000")
+    if not 0 < args.jct_max_hours <= 100_000:
+        parser.error(f"--jct-max-hours {args.jct_max_hours}: expected simulated hours in "
+                     "(0, 100000]")
     from bayes_sched.errors import InputError
 
     taken: set[str]
@@ -567,7 +588,7 @@ def main() -> None:
             args.policies, args.gap_gpus, args.snapshots, args.gap_partitions, load)],
         "jct": lambda: jct_rows(args.policies, (args.jct_window[0], args.jct_window[1]),
                                 args.jct_seeds, args.jct_rate, args.jct_partitions,
-                                args.jct_exact_opt)}
+                                args.jct_exact_opt, args.jct_max_hours)}
     with threadpool_limits(1):
         for part in args.parts:
             out[part] = parts[part]()

@@ -85,3 +85,23 @@ def test_jct_part_compares_two_exact_solvers_with_jct_exact_opt() -> None:
     assert bad.stderr.strip().splitlines()[-1].endswith(
         "--jct-exact-opt: policy 'max_min_fairness': option solver is 'GUROBI': expected "
         "'CLARABEL' or 'HIGHS'"), bad.stderr
+
+
+def test_jct_part_stops_at_its_horizon_and_counts_the_windows_unfinished_jobs() -> None:
+    """A run is bounded by ``--jct-max-hours``: one simulated hour is too short for the 3-job
+    window, so the row counts its unfinished jobs and gives no mean; 0 hours is refused."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, str(ROOT / "experiments" / "bench_pop.py"), "--parts", "jct",
+               "--jct-window", "0", "3", "--jct-seeds", "0", "--jct-partitions", "2",
+               "--policies", "max_min_fairness"]
+    done = subprocess.run([*command, "--jct-max-hours", "1", "--json"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout.splitlines()[-1])["jct"]
+    assert row["unfinished"] > 0 and row["seeds"] == 0
+    assert row["ratio"] == "-" and row["per_seed_ratio"] == "-"
+    bad = subprocess.run([*command, "--jct-max-hours", "0"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines()[-1].endswith(
+        "--jct-max-hours 0.0: expected simulated hours in (0, 100000]"), bad.stderr
