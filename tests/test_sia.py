@@ -148,14 +148,14 @@ def test_the_direct_highs_data_equal_cvxpys_and_give_the_same_choice(
     views = [replace(v, age=3600.0)
              for v in TableCluster(jobs, spec, load_gavel_throughputs()).job_views()]
     calls: list[tuple] = []
-    solve = sia.solve_assignment_bounded
+    solve = sia._solve_program
 
     def recording(*args: object) -> tuple[np.ndarray, float] | None:
         got = solve(*args)  # type: ignore[arg-type]
         calls.append((*args, None if got is None else got[0]))
         return got
 
-    monkeypatch.setattr(sia, "solve_assignment_bounded", recording)
+    monkeypatch.setattr(sia, "_solve_program", recording)
     policy = make_policy("sia")
     policy.decide(ClusterState(spec=spec, now=3600.0), views, ORACLE)
     (utility, configs, capacities, num_jobs, solver, options, chosen), = calls

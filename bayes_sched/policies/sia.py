@@ -104,7 +104,7 @@ from bayes_sched.mechanisms.highs_process import HIGHS_THREADS, MIP_HEURISTICS_O
 from bayes_sched.mechanisms.placement import Request, keep_or_pack
 from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting, labels
 from bayes_sched.mechanisms.rounds import cluster_types
-from bayes_sched.policies.sia_reuse import SolvedAssignment
+from bayes_sched.policies.sia_reuse import SolvedAssignment, assignment_value
 from bayes_sched.policies.sia_tenants import tenant_columns
 from bayes_sched.throughput_estimates import (
     THROUGHPUT,
@@ -214,7 +214,15 @@ def solve_assignment_bounded(utility: np.ndarray, configs: Configurations,
     ``inf`` from SCIP (not read); ``None`` when the solver fails."""
     chosen = best_if_all_fit(utility, configs, capacities, num_jobs)
     if chosen is not None:
-        return chosen, float(utility[chosen[chosen >= 0]].sum())
+        return chosen, assignment_value(utility, chosen)
+    return _solve_program(utility, configs, capacities, num_jobs, solver, options)
+
+
+def _solve_program(utility: np.ndarray, configs: Configurations, capacities: np.ndarray,
+                   num_jobs: int, solver: str, options: Mapping[str, object] | None
+                   ) -> tuple[np.ndarray, float] | None:
+    """:func:`solve_assignment_bounded` by the solver, for a program whose best configurations
+    do not all fit at once (:func:`best_if_all_fit` already asked)."""
     chosen = np.full(num_jobs, -1, dtype=np.int64)
     useful = np.flatnonzero(utility > 0)
 
@@ -663,7 +671,7 @@ class SiaPolicy:
         chosen = best_if_all_fit(utility, configs, capacities, len(jobs))
         if chosen is not None:
             self.solved = SolvedAssignment(configs, capacities, utility,
-                                           float(utility[chosen[chosen >= 0]].sum()), chosen)
+                                           assignment_value(utility, chosen), chosen)
         else:
             keys = [(job.application, job.requested_replicas) for job in jobs]
             index = {key: c for c, key in enumerate(dict.fromkeys(keys))}
@@ -686,17 +694,18 @@ class SiaPolicy:
 
     def _solve_or_reuse(self, utility: np.ndarray, configs: Configurations,
                         capacities: np.ndarray, num_jobs: int) -> np.ndarray | None:
-        """The whole program's answer ``(J,)``: the last solved round's where its certificate
-        holds (:mod:`~bayes_sched.policies.sia_reuse`; counted in :attr:`reused`), else the
-        solver's (kept, with its bound, for the next rounds)."""
+        """The whole program's answer ``(J,)``, its best configurations not fitting at once:
+        the last solved round's where its certificate holds
+        (:mod:`~bayes_sched.policies.sia_reuse`; counted in :attr:`reused`), else the solver's
+        (kept, with its bound, for the next rounds)."""
         if self.solved is not None and self.certified_reuse:
             kept = self.solved.reuse(utility, configs, capacities, num_jobs, self.mip_rel_gap)
             if kept is not None:
                 self.reused += 1
                 return kept
         self.ilp_solves += 1
-        got = solve_assignment_bounded(utility, configs, capacities, num_jobs, self.solver,
-                                       self._solver_options())
+        got = _solve_program(utility, configs, capacities, num_jobs, self.solver,
+                             self._solver_options())
         if got is None:
             self.solved = None
             return None

@@ -86,8 +86,13 @@ class SolvedAssignment:
         most = np.zeros(num_jobs)
         np.maximum.at(most, configs.job, gain)
         bound = self.bound + float(most.sum())
-        value = float(utility[self.chosen[self.chosen >= 0]].sum())
+        value = assignment_value(utility, self.chosen)
         return self.chosen if bound - value <= rel_gap * abs(value) else None
 
 
-__all__ = ["SolvedAssignment"]
+def assignment_value(utility: np.ndarray, chosen: np.ndarray) -> float:
+    """The summed ``utility`` ``(C,)`` of the configurations ``chosen`` ``(J,)`` (-1: none)."""
+    return float(utility[chosen[chosen >= 0]].sum())
+
+
+__all__ = ["SolvedAssignment", "assignment_value"]
