@@ -310,22 +310,26 @@ def lp_objective(name: str, inputs: Any, x: np.ndarray) -> float:
     raise ValueError(name)
 
 
-def finish_time_ratios(name: str, inputs: Any, x: np.ndarray) -> np.ndarray:
-    """Each job's finish-time ratio ``(J,)`` under allocation ``x`` ``(J + P, T)`` of the
-    finish-time-fairness policy ``name`` over the whole problem ``inputs`` (its isolated
-    shares): the program minimises their largest."""
+def finish_time_ratios(name: str, inputs: Any, *allocations: np.ndarray) -> list[np.ndarray]:
+    """Each job's finish-time ratio ``(J,)`` under each of ``allocations`` (``(J + P, T)``
+    each) of the finish-time-fairness policy ``name`` over the whole problem ``inputs`` (its
+    isolated shares, computed once): the program minimises their largest."""
     from bayes_sched.mechanisms.time_fraction_lp import effective_rates
     from bayes_sched.policies import make_policy
 
     policy: Any = make_policy(name)
     rates = policy._rates(inputs)
     elapsed, remaining, denominator = policy._ratio_terms(inputs, rates)
-    if name == "finish_time_fairness_packed":
-        effective = effective_rates(x, inputs.throughputs, inputs.pairs, inputs.pair_throughputs)
-    else:
-        effective = (rates * x[:inputs.num_jobs]).sum(axis=1)
-    with np.errstate(divide="ignore"):
-        return np.asarray((elapsed + remaining / effective) / denominator)
+    out = []
+    for x in allocations:
+        if name == "finish_time_fairness_packed":
+            effective = effective_rates(x, inputs.throughputs, inputs.pairs,
+                                        inputs.pair_throughputs)
+        else:
+            effective = (rates * x[:inputs.num_jobs]).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            out.append(np.asarray((elapsed + remaining / effective) / denominator))
+    return out
 
 
 def horizon(name: str, inputs: Any, parts: Sequence[Any] | None) -> float:
@@ -381,7 +385,7 @@ def gap_rows(policies: Sequence[str], gpus: int, snapshots: int, k: int, load: f
                     b = time.process_time() - start - a  # the solves only, not their scoring
                     assert x is not None and y is not None, (name, seed)
                     if name.startswith("finish_time_fairness"):
-                        ratios = [finish_time_ratios(name, inputs, z) for z in (x, y)]
+                        ratios = finish_time_ratios(name, inputs, x, y)
                         exact, pop = (float(r.max()) for r in ratios)
                         medians.append((float(np.median(ratios[0])),
                                         float(np.median(ratios[1]))))
@@ -528,8 +532,8 @@ def main() -> None:
     parser.add_argument("--jct-partitions", type=int, default=2)
     parser.add_argument("--jct-max-hours", type=float, default=1000.0,
                         help="jct part: simulated hours after which a run stops with the "
-                             "window's unfinished jobs counted (column 'unfinished'; their "
-                             "seed's JCT and the ratio are then NaN)")
+                             "window's unfinished jobs counted (column 'unfinished'; that "
+                             "seed's ratio is then '-' and the means leave the seed out)")
     parser.add_argument("--jct-exact-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="jct part: options of the exact arm, for each policy taking them "
                              "(with --jct-partitions 1 the part compares two exact solves, "
