@@ -34,7 +34,11 @@ instant, lose at most the last second of samples, and never leave a store that c
   commits in its own process, the same way (the child runs it).
 * Readers take the committed parts plus the valid records of the journal segments not yet
   committed, in index order; a torn last record is ignored. Hidden ``.part-*.tmp`` and
-  ``.trash-*`` directories (a commit or deletion cut short) are never read.
+  ``.trash-*`` directories (a commit or deletion cut short) are never read. Zarr reads a chunk
+  file that is gone as NaN, without an error, so a part deleted while it is read (a compaction
+  beside the reader) would read as NaN: an eager read that finds a part it read gone reads
+  again, and a lazy one is computed inside :func:`reading`, which holds the directory's
+  ``flock`` shared so that no writer deletes a part meanwhile (writers hold it exclusively).
 * One part per commit would make 288 parts (~30k files with the full catalog) a day, so the
   writer *compacts*: when the newest ``compact_fanout`` (12) parts are of the same level (level
   L spans ``fanout**L`` commits), they are merged into one part named by its index range,
@@ -58,6 +62,7 @@ xarray otherwise picks the units from the first append, and nanosecond units can
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -65,7 +70,7 @@ import shutil
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numcodecs
 import numpy as np
@@ -212,6 +217,11 @@ def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:
     Any damage (unreadable part or journal, times out of order, schema problems) raises
     :class:`CountersError` naming the store and what is wrong -- never another exception.
     Values are not scanned here (use :func:`counters.schema.validate` for that).
+
+    A lazy dataset reads its chunks when computed. Where writers may be at work (a live
+    collector's store), open and compute it inside :func:`reading`, which keeps every part in
+    place meanwhile; ``lazy=False`` needs no such care (a read that a deletion overlapped is
+    read again).
     """
     root = Path(path)
     for _ in range(3):
@@ -247,6 +257,13 @@ def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
             recent = _journal_dataset(journals[index])
             if recent is not None:
                 datasets.append(recent)
+    # Zarr reads a chunk file that is gone as its fill value (NaN), without an error. A part a
+    # compaction or the retention limit deleted while it was read may so have read as NaN for
+    # the chunks read after its rename: the read counts only if every part is still in place
+    # now (a part's name is never reused), else open_store reads again.
+    if not lazy and any(not p.path.is_dir() for p in committed):
+        raise CountersError(f"{root}: a part was deleted while it was read (a commit or "
+                            "compaction meanwhile)")
     return _combine(root, datasets)
 
 
@@ -269,10 +286,21 @@ def _combine(root: Path, datasets: Sequence[xr.Dataset]) -> xr.Dataset:
 
 @contextlib.contextmanager
 def reading(store: str | Path) -> Iterator[None]:
-    """Turn an error raised while computing a lazily opened store (a damaged chunk found only
-    when read) into a one-line :class:`CountersError` naming the store."""
+    """Hold the store still while a lazily opened dataset of it is read, and turn an error
+    raised meanwhile (a damaged chunk, found only when read) into a one-line
+    :class:`CountersError` naming the store.
+
+    Open and compute inside it: it holds the store's commit lock shared
+    (:func:`~counters.storedir.commit_lock`), so no commit, compaction or retention deletes a
+    part the dataset reads -- Zarr would read its chunks as NaN, without an error. A commit in
+    progress finishes first (seconds), and commits wait for the block to end (the collector
+    samples on meanwhile: its journal holds the samples). Never write the store inside it: a
+    writer's exclusive lock would wait for this one forever.
+    """
+    _check_marker(Path(store))  # a missing or foreign store named as such, before the lock
     try:
-        yield
+        with commit_lock(Path(store), shared=True):
+            yield
     except CountersError:
         raise
     except Exception as error:
@@ -303,18 +331,23 @@ def export_netcdf(store: str | Path, out: str | Path,
     The store is read part by part (dask), so exporting needs little memory; ``progress`` is
     called with ``(tasks done, tasks in all)`` as it goes.
     """
-    ds = open_store(store)
     target = Path(out)
     if not target.parent.is_dir():
         raise CountersError(f"{target}: directory {target.parent} does not exist")
     temporary = target.with_name(f".{target.name}.partial")
-    encoding: dict[str, dict[str, Any]] = {schema.TIME: dict(schema.TIME_ENCODING)}
-    for name in schema.value_names(ds):
-        encoding[name] = {"zlib": True, "complevel": 4}
     try:
-        delayed = ds.to_netcdf(temporary, engine="h5netcdf", encoding=encoding, compute=False)
-        with _TaskProgress(progress) if progress is not None else contextlib.nullcontext():
-            with reading(store):
+        with reading(store):  # opened and read with no part deleted meanwhile
+            ds = open_store(store)
+            encoding: dict[str, dict[str, Any]] = {schema.TIME: dict(schema.TIME_ENCODING)}
+            for name in schema.value_names(ds):
+                encoding[name] = {"zlib": True, "complevel": 4}
+            try:
+                delayed = ds.to_netcdf(temporary, engine="h5netcdf", encoding=encoding,
+                                       compute=False)
+            except OSError as error:  # the target's side: reading() would call it damage
+                raise CountersError(f"{target}: cannot write ({error.strerror or error})"
+                                    ) from None
+            with _TaskProgress(progress) if progress is not None else contextlib.nullcontext():
                 delayed.compute()
         os.replace(temporary, target)
     except OSError as error:
@@ -364,6 +397,21 @@ def _last_time(part: Path) -> np.datetime64 | None:
     return np.datetime64(int(micros[0]), "us").astype("datetime64[ns]")
 
 
+_Parameters = ParamSpec("_Parameters")
+_Result = TypeVar("_Result")
+
+
+def _exclusively(method: Callable[Concatenate[StoreWriter, _Parameters], _Result]
+                 ) -> Callable[Concatenate[StoreWriter, _Parameters], _Result]:
+    """A :class:`StoreWriter` method run holding the store's commit lock (reentrant)."""
+    @functools.wraps(method)
+    def locked(self: StoreWriter, *args: _Parameters.args, **kwargs: _Parameters.kwargs
+               ) -> _Result:
+        with self._exclusive():
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class StoreWriter(StoreJournal):
     """Writes one node's counters to a store: samples to the journal, batches as new parts.
 
@@ -399,10 +447,26 @@ class StoreWriter(StoreJournal):
         self.compact_fanout = compact_fanout
         self._last_time: np.datetime64 | None = None
         super().__init__(path, sync_interval_s, max_unwritten)
-        with contextlib.nullcontext() if lock_held else commit_lock(self.path):
+        self._holds_lock = lock_held
+        with self._exclusive():
             self._clean_up()
             if recover:
                 self.note_recovered(self.commit_journals())
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the store's commit lock while parts are written or deleted (taken here, unless
+        this writer holds it already): one writer of parts at a time, and no part deleted
+        under a reader inside :func:`reading`."""
+        if self._holds_lock:
+            yield
+            return
+        with commit_lock(self.path):
+            self._holds_lock = True
+            try:
+                yield
+            finally:
+                self._holds_lock = False
 
     def note_recovered(self, done: Sequence[tuple[PartName, int]]) -> None:
         """Note each part committed from a stopped run's journal (:meth:`commit_journals`)."""
@@ -440,6 +504,7 @@ class StoreWriter(StoreJournal):
         returns the samples committed."""
         return sum(samples for _, samples in self.commit_journals(below))
 
+    @_exclusively
     def commit_journals(self, below: int | None = None) -> list[tuple[PartName, int]]:
         """Commit the journal segments not yet in a part -- those with an index below ``below``,
         or all -- as parts, oldest first; returns each new part and its samples.
@@ -500,6 +565,7 @@ class StoreWriter(StoreJournal):
                       if schema.TIME not in v.dims)
         return names, fixed
 
+    @_exclusively
     def append(self, ds: xr.Dataset, indices: tuple[int, int] | None = None) -> None:
         """Commit ``ds`` (a counters dataset, times after everything stored) as a new part.
 
@@ -531,6 +597,7 @@ class StoreWriter(StoreJournal):
                 (self.path / journal_name(index)).unlink(missing_ok=True)
         self.compact()
 
+    @_exclusively
     def compact(self) -> None:
         """Merge parts of one level and delete the oldest past ``max_parts`` (after every commit;
         also what a commit cut short left undone). Failures become a note, never an error."""
