@@ -127,10 +127,13 @@ def test_masked_ppo_trains_on_the_env() -> None:
     """sb3-contrib's masked PPO (the [rl] extra) steps through the environment and never takes
     an action outside the mask (the environment is strict)."""
     from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.logger import Logger
 
     env = make_env("gavel", strict=True, **TINY["gavel"])
     model = MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
                         device="cpu")
+    # A logger of no outputs: SB3's default makes an SB3-<date> folder in /tmp per learn().
+    model.set_logger(Logger(folder=None, output_formats=[]))
     model.learn(total_timesteps=128)
     obs, _ = env.reset(seed=4)
     action, _ = model.predict(obs, action_masks=env.action_masks(), deterministic=True)
