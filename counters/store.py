@@ -35,7 +35,9 @@ instant, lose at most the last second of samples, and never leave a store that c
 * Readers take the committed parts plus the valid records of the journal segments not yet
   committed, in index order; a torn last record is ignored. Hidden ``.part-*.tmp`` and
   ``.trash-*`` directories (a commit or deletion cut short) are never read. Zarr reads a chunk
-  file that is gone as NaN, without an error, so a part deleted while it is read (a compaction
+  file that is gone as NaN, without an error. Parts are therefore written with every chunk
+  (all-NaN ones too, which Zarr leaves out by default), and a chunk file missing from one is
+  damage, named on opening. For the same reason a part deleted while it is read (a compaction
   beside the reader) would read as NaN: an eager read that finds a part it read gone reads
   again, and a lazy one is computed inside :func:`reading`, which holds the directory's
   ``flock`` shared so that no writer deletes a part meanwhile (writers hold it exclusively).
@@ -81,7 +83,13 @@ from counters import schema
 from counters.errors import CountersError
 from counters.journal import DEFAULT_SYNC_INTERVAL_S, JournalLayout, read_journal
 from counters.journal import _sync_directory as sync_directory
-from counters.part_arrays import PartArrayError, open_part_array, open_part_arrays
+from counters.part_arrays import (
+    EVERY_CHUNK_ATTR,
+    PartArrayError,
+    every_chunk_written,
+    open_part_array,
+    open_part_arrays,
+)
 from counters.storedir import (  # noqa: F401  (MARKER, PART_GLOB, is_store... are this module's API too)
     COMMITTED_KEY,
     DEFAULT_MAX_UNWRITTEN,
@@ -141,6 +149,7 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
             if not lazy:
                 ds = ds.load()
             listed = ds.attrs.pop(PART_VARIABLES_ATTR, None)
+            ds.attrs.pop(EVERY_CHUNK_ATTR, None)
             missing = [str(n) for n in (listed if isinstance(listed, list) else [])
                        if str(n) not in ds.data_vars]
             # Coordinates along (node, device) are named by the per-device variables'
@@ -612,7 +621,7 @@ class StoreWriter(StoreJournal):
         target = self.path / part_name(first, last)
         temporary = self.path / f".{target.name}.tmp"
         values_only = ds[schema.value_names(ds)].assign_attrs(
-            {PART_VARIABLES_ATTR: schema.value_names(ds)})
+            {PART_VARIABLES_ATTR: schema.value_names(ds), EVERY_CHUNK_ATTR: True})
         chunk = max(1, min(self.chunk_samples, ds.sizes[schema.TIME]))
         # Every array, coordinates included, carries a Zstandard checksum: Blosc (Zarr's default)
         # decodes a truncated chunk without complaint from whatever memory follows it, so damage
@@ -629,7 +638,7 @@ class StoreWriter(StoreJournal):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 values_only.to_zarr(temporary, mode="w-", encoding=encoding, consolidated=False,
-                                    zarr_format=ZARR_FORMAT)
+                                    zarr_format=ZARR_FORMAT, write_empty_chunks=True)
             _fsync_tree(temporary)
             os.rename(temporary, target)  # the commit: atomic, the part is whole or absent
             sync_directory(self.path)
@@ -812,7 +821,8 @@ def _checked_part(part: Path, last: np.datetime64 | None, changed: list[str]
 
 
 def _damaged_variables(part: Path) -> list[str]:
-    """The value arrays of a part that cannot be read whole (metadata or chunks damaged); empty
+    """The value arrays of a part that cannot be read whole (metadata or chunks damaged, or a
+    chunk file missing from a part written with every chunk); empty
     when a coordinate (``time``, ``node``, ``device``...) is among the damaged, since without it
     nothing in the part can be placed."""
     damaged: list[str] = []
@@ -821,11 +831,12 @@ def _damaged_variables(part: Path) -> list[str]:
         entries = sorted(e.name for e in os.scandir(part) if e.is_dir())
     except OSError:
         return []
+    every_chunk = every_chunk_written(part)
     # Every directory, not only those holding a ``.zarray`` (as open_part_arrays has it): one
     # whose metadata is gone is a damaged array too.
     for name in entries:
         try:
-            open_part_array(part / name, read=True)
+            open_part_array(part / name, read=True, every_chunk=every_chunk)
         except PartArrayError:
             if name in coordinates:
                 return []

@@ -226,6 +226,35 @@ def test_damage_to_several_arrays_is_one_error_and_no_asyncio_task_is_left_behin
     assert [record.getMessage() for record in caplog.records if record.name == "asyncio"] == []
 
 
+def test_a_deleted_chunk_file_is_damage_not_nan(tmp_path: Path) -> None:
+    """Zarr reads a missing chunk file as its fill value, NaN, without an error. Parts are
+    written with every chunk, all-NaN ones too, so a missing one is damage: named on opening,
+    and repair drops only that variable of the part."""
+    store = tmp_path / "store"
+    writer = StoreWriter(store)
+    writer.append(batch(0, 5))
+    unmeasured = batch(5, 5)
+    unmeasured["gpu_power"] = unmeasured["gpu_power"] * np.nan
+    unmeasured["gpu_power_valid"] = unmeasured["gpu_power_valid"] & False
+    writer.append(unmeasured)
+    writer.close()
+    first, second = parts(store)
+    assert (second / "gpu_power" / "0.0.0").is_file()  # written although all NaN
+    assert np.isnan(open_store(store, lazy=False)["gpu_power"].values[5:]).all()
+    (first / "cpu_user" / "0.0").unlink()
+    with pytest.raises(CountersError, match=r"part-00000\.zarr/cpu_user: chunk file\(s\) 0\.0 "
+                                            "missing; run `bayes-sched counters repair STORE`"):
+        open_store(store, lazy=False)
+    changed = repair(store)
+    assert len(changed) == 1 and "variable(s) cpu_user unreadable, dropped" in changed[0], changed
+    repaired = open_store(store, lazy=False)
+    assert np.isnan(repaired["cpu_user"].values[:5]).all()
+    xr.testing.assert_equal(repaired["cpu_user"].isel(time=slice(5, None)),
+                            batch(5, 5)["cpu_user"])
+    xr.testing.assert_equal(repaired["gpu_power"].isel(time=slice(0, 5)),
+                            batch(0, 5)["gpu_power"])
+
+
 def test_a_damaged_coordinate_drops_the_whole_part(tmp_path: Path) -> None:
     store = tmp_path / "store"
     writer = StoreWriter(store)
@@ -479,9 +508,11 @@ def check_damage(template: Path, plan: list[tuple[str, float, float, int]]) -> N
             ds = open_store(store, lazy=False)
         except CountersError:
             pass
-        else:  # a consistent dataset: the schema's structure, times increasing
+        else:  # a consistent dataset: the schema's structure, times increasing, and each
+            # value the one written (never a missing chunk's fill value, nor a shifted time)
             assert schema.problems(ds, check_values=False) == []
             assert ds.sizes["time"] <= 15
+            assert_values_written(ds, template, dropped_allowed=False)
         try:
             changed = repair(store)
         except CountersError as error:  # only when it is no longer a store at all, or names a
@@ -498,7 +529,22 @@ def check_damage(template: Path, plan: list[tuple[str, float, float, int]]) -> N
             assert parts(store) == [] and pending_journals(store) == []
             return
         assert schema.problems(ds, check_values=False) == []
+        assert_values_written(ds, template, dropped_allowed=True)
         assert repair(store) == []  # repair reaches a fixed point
+
+
+def assert_values_written(ds: xr.Dataset, template: Path, dropped_allowed: bool) -> None:
+    """Every sample ``ds`` holds is one the template store holds, at the same time, with the same
+    values (the template's are all finite); ``dropped_allowed``: NaN where repair dropped a
+    variable of a part."""
+    written = open_store(template, lazy=False)
+    times = schema.time_to_seconds(ds["time"].values)
+    assert np.isin(times, schema.time_to_seconds(written["time"].values)).all(), times
+    expected = written.sel(time=ds["time"].values)
+    for name in ("cpu_user", "gpu_power"):
+        if name in ds:
+            got, want = ds[name].values, expected[name].values
+            assert ((got == want) | (dropped_allowed & np.isnan(got))).all(), (name, got, want)
 
 
 def test_repair_drops_a_part_that_lost_its_attributes_and_an_array(template: Path) -> None:
