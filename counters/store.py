@@ -146,6 +146,13 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
             warnings.simplefilter("ignore")
             ds = xr.open_zarr(part, consolidated=False, chunks={} if lazy else None,
                               zarr_format=ZARR_FORMAT)
+            # Times are decoded by the array's attributes, which have no checksum: a damaged
+            # digit there ("since 1971") would shift every time without an error.
+            encoding = ds[schema.TIME].encoding
+            for key in ("units", "calendar"):
+                if encoding.get(key) != schema.TIME_ENCODING[key]:
+                    raise PartArrayError(f"{schema.TIME}: {key} {encoding.get(key)!r}, expected "
+                                         f"{schema.TIME_ENCODING[key]!r} (damaged attributes)")
             if not lazy:
                 ds = ds.load()
             listed = ds.attrs.pop(PART_VARIABLES_ATTR, None)

@@ -255,6 +255,21 @@ def test_a_deleted_chunk_file_is_damage_not_nan(tmp_path: Path) -> None:
                             batch(0, 5)["gpu_power"])
 
 
+def test_damaged_time_units_are_refused_not_read_as_shifted_times(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    writer = StoreWriter(store)
+    writer.append(batch(0, 5))
+    writer.append(batch(5, 5))
+    attrs = parts(store)[1] / "time" / ".zattrs"
+    attrs.write_text(attrs.read_text().replace("since 1970", "since 1971"))  # one digit
+    with pytest.raises(CountersError, match=r"part-00001\.zarr/time: units 'microseconds since "
+                                            r"1971-01-01', expected 'microseconds since 1970"):
+        open_store(store, lazy=False)
+    changed = repair(store)
+    assert len(changed) == 1 and ": dropped (" in changed[0], changed
+    xr.testing.assert_equal(open_store(store, lazy=False)["cpu_user"], batch(0, 5)["cpu_user"])
+
+
 def test_a_damaged_coordinate_drops_the_whole_part(tmp_path: Path) -> None:
     store = tmp_path / "store"
     writer = StoreWriter(store)
