@@ -155,11 +155,17 @@ def test_max_parts_keeps_the_newest_and_below_one_is_refused(
 
 
 # -- damaged stores: one-line errors, repair -----------------------------------------------
-def damaged_chunk_store(tmp_path: Path) -> Path:
+def two_part_store(tmp_path: Path) -> Path:
+    """A store of two committed parts, samples 0-4 and 5-9 of :func:`batch`."""
     store = tmp_path / "store"
     writer = StoreWriter(store)
     writer.append(batch(0, 5))
     writer.append(batch(5, 5))
+    return store
+
+
+def damaged_chunk_store(tmp_path: Path) -> Path:
+    store = two_part_store(tmp_path)
     chunk = parts(store)[1] / "gpu_power" / "0.0.0"
     chunk.write_bytes(chunk.read_bytes()[:7])  # a chunk cut short by outside damage
     return store
@@ -256,10 +262,7 @@ def test_a_deleted_chunk_file_is_damage_not_nan(tmp_path: Path) -> None:
 
 
 def test_damaged_time_units_are_refused_not_read_as_shifted_times(tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    writer = StoreWriter(store)
-    writer.append(batch(0, 5))
-    writer.append(batch(5, 5))
+    store = two_part_store(tmp_path)
     attrs = parts(store)[1] / "time" / ".zattrs"
     attrs.write_text(attrs.read_text().replace("since 1970", "since 1971"))  # one digit
     with pytest.raises(CountersError, match=r"part-00001\.zarr/time: units 'microseconds since "
@@ -271,10 +274,7 @@ def test_damaged_time_units_are_refused_not_read_as_shifted_times(tmp_path: Path
 
 
 def test_a_damaged_coordinate_drops_the_whole_part(tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    writer = StoreWriter(store)
-    writer.append(batch(0, 5))
-    writer.append(batch(5, 5))
+    store = two_part_store(tmp_path)
     (parts(store)[1] / "time" / ".zarray").write_text("{")  # nothing in it can be placed
     changed = repair(store)
     assert len(changed) == 1 and changed[0].startswith(f"{parts(store)[0].parent}/part-00001")
@@ -286,10 +286,7 @@ def test_a_truncated_coordinate_chunk_fails_to_read_and_repair_drops_its_part(
         tmp_path: Path) -> None:
     """Zarr's default (Blosc) decodes a truncated chunk from whatever memory follows it, so the
     same damage read differently in each process; parts now carry checksums on every array."""
-    store = tmp_path / "store"
-    writer = StoreWriter(store)
-    writer.append(batch(0, 5))
-    writer.append(batch(5, 5))
+    store = two_part_store(tmp_path)
     chunk = parts(store)[1] / "device" / "0"
     chunk.write_bytes(chunk.read_bytes()[: len(chunk.read_bytes()) // 2])
     with pytest.raises(CountersError, match="part-00001"):
