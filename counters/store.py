@@ -300,8 +300,12 @@ def _combine(root: Path, datasets: Sequence[xr.Dataset]) -> xr.Dataset:
     return ds
 
 
+#: Seconds :func:`reading` waits for a writer's commit, compaction or repair by default.
+READING_TIMEOUT_S = 60.0
+
+
 @contextlib.contextmanager
-def reading(store: str | Path) -> Iterator[None]:
+def reading(store: str | Path, timeout_s: float | None = READING_TIMEOUT_S) -> Iterator[None]:
     """Hold the store still while a lazily opened dataset of it is read, and turn an error
     raised meanwhile (a damaged chunk, found only when read) into a one-line
     :class:`CountersError` naming the store.
@@ -309,14 +313,24 @@ def reading(store: str | Path) -> Iterator[None]:
     Open and compute inside it: it holds the store's commit lock shared
     (:func:`~counters.storedir.commit_lock`), so no commit, compaction or retention deletes a
     part the dataset reads -- Zarr would read its chunks as NaN, without an error. A commit in
-    progress finishes first (seconds), and commits wait for the block to end (the collector
-    samples on meanwhile: its journal holds the samples). Never write the store inside it: a
-    writer's exclusive lock would wait for this one forever.
+    progress finishes first (seconds; :class:`CountersError` after ``timeout_s``, None: no
+    limit), and commits wait for the block to end (the collector samples on meanwhile: its
+    journal holds the samples). Where the lock does not hold (a file system without ``flock``
+    across machines), a part deleted during the block is found at its end and raises
+    :class:`CountersError`: read again. Never write the store inside it: a writer's exclusive
+    lock would wait for this one.
     """
-    _check_marker(Path(store))  # a missing or foreign store named as such, before the lock
+    root = Path(store)
+    _check_marker(root)  # a missing or foreign store named as such, before the lock
     try:
-        with commit_lock(Path(store), shared=True):
+        with commit_lock(root, shared=True, timeout_s=timeout_s):
+            before = {p.path.name for p in _scan(root)[0]}
             yield
+            gone = sorted(before - set(_listing(root)))
+            if gone:
+                raise CountersError(f"{root}: part(s) {', '.join(gone[:3])} deleted while being "
+                                    "read (a writer the store's lock did not hold off); read "
+                                    "again")
     except CountersError:
         raise
     except Exception as error:

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -290,17 +291,33 @@ def discard(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def commit_lock(store: Path, shared: bool = False) -> Iterator[None]:
+def commit_lock(store: Path, shared: bool = False, timeout_s: float | None = None
+                ) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the store directory while writing parts (a commit, a repair):
     one writer of parts at a time; ``shared``: a reader that no commit may change meanwhile.
-    Released when the process ends, however it ends."""
+    Released when the process ends, however it ends. ``timeout_s``: wait at most so long for
+    it, then raise :class:`CountersError` (None: wait as long as it takes)."""
     try:
         fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as error:
         raise CountersError(f"{store}: cannot open the store ({error.strerror or error})"
                             ) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        if timeout_s is None:
+            fcntl.flock(fd, mode)
+        else:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise CountersError(
+                            f"{store}: a writer has held the store for {timeout_s:g} s (a "
+                            "commit, compaction or repair); try again later") from None
+                    time.sleep(0.02)
         yield
     finally:
         os.close(fd)

@@ -1,11 +1,14 @@
 """Readers beside writers: a part that a compaction deletes while it is read never reads as NaN.
 
 Zarr reads a chunk file that is gone as its fill value (NaN) without an error. An eager read that
-a deletion overlapped is read again; a lazy read inside ``reading`` holds the writers off.
+a deletion overlapped is read again; a lazy read inside ``reading`` holds the writers off, waits
+for one at most its timeout, and finds a deletion the lock did not prevent.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 import time
@@ -17,7 +20,9 @@ import xarray as xr
 
 import counters.store
 from counters import schema
+from counters.errors import CountersError
 from counters.store import DEFAULT_COMPACT_FANOUT, StoreWriter, open_store, parts, reading
+from counters.storedir import discard
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_700_000_000.0
@@ -105,3 +110,32 @@ def test_a_lazy_read_inside_reading_holds_a_compaction_off(tmp_path: Path) -> No
     assert [p.name for p in parts(store)] == [f"part-00000-{DEFAULT_COMPACT_FANOUT - 1:05d}.zarr"]
     xr.testing.assert_equal(open_store(store, lazy=False)["cpu_user"],
                             expected(DEFAULT_COMPACT_FANOUT)["cpu_user"])
+
+
+def test_reading_waits_for_a_writer_at_most_its_timeout(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    one_short_of_compaction(store)
+    writer_fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)  # a writer holding the lock
+    try:
+        fcntl.flock(writer_fd, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with pytest.raises(CountersError, match=r"store: a writer has held the store for 0\.3 s"):
+            with reading(store, timeout_s=0.3):
+                pytest.fail("read while a writer held the store")
+        assert 0.3 <= time.monotonic() - started < 10
+    finally:
+        os.close(writer_fd)  # released: reading goes ahead
+    with reading(store, timeout_s=0.3):
+        assert open_store(store).sizes[schema.TIME] == (DEFAULT_COMPACT_FANOUT - 1) * SAMPLES
+
+
+def test_a_part_deleted_under_a_lock_that_did_not_hold_is_reported(tmp_path: Path) -> None:
+    """A writer on another machine whose file system does not share ``flock``: what the lock
+    cannot prevent, the end of the block finds."""
+    store = tmp_path / "store"
+    one_short_of_compaction(store)
+    with pytest.raises(CountersError, match=r"part\(s\) part-00003\.zarr deleted while being read"):
+        with reading(store):
+            ds = open_store(store)
+            discard(parts(store)[3])  # as a compaction does, without the lock
+            ds.load()

@@ -9,8 +9,10 @@ schedules differ). The result is what :attr:`bayes_sched.cluster.ClusterState.co
 a counters dataset, ``(time, node[, device])``, its time axis wall-clock time (the cluster's time
 0 is :attr:`RealCluster.epoch <bayes_sched.backends.real_cluster.RealCluster.epoch>`).
 
-A store that cannot be read this round (a collector just starting, a damaged part) is left out
-with a warning, never an error: counters inform the policy, they must not stop the scheduler.
+Each window is read inside :func:`counters.store.reading`, so no commit deletes a part under it.
+A store that cannot be read this round (a collector just starting, a damaged part, a commit
+holding it longer than :data:`STORE_WAIT_SECONDS`) is left out with a warning, never an error:
+counters inform the policy, they must not stop the scheduler.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ LOG = logging.getLogger(__name__)
 
 #: Seconds of counters a round's cluster state holds by default (the newest sample's time back).
 DEFAULT_WINDOW_SECONDS = 300.0
+#: Seconds a round waits for a store a commit holds (a commit takes a few): past it, the store is
+#: left out of the round rather than holding the scheduler up.
+STORE_WAIT_SECONDS = 10.0
 
 
 class CountersFeed:
@@ -95,7 +100,7 @@ class CountersFeed:
         return named
 
     def _window(self, store: Path) -> xr.Dataset:
-        with reading(store):
+        with reading(store, timeout_s=STORE_WAIT_SECONDS):
             ds = open_store(store)
             times = ds[schema.TIME].values
             newest = times[-1]
