@@ -23,10 +23,11 @@ import numpy as np
 
 from counters.storedir import ZARR_FORMAT, one_line
 
-#: A part's attribute saying every chunk of its arrays was written, all-NaN ones too (Zarr
-#: leaves those out by default): a chunk file missing from such a part is damage. Zarr itself
-#: reads a missing chunk as its fill value (NaN) without an error. Parts of earlier versions lack
-#: it, and their chunks are not checked.
+#: The attribute, of a part and of each of its arrays, saying every chunk was written, all-NaN
+#: ones too (Zarr leaves those out by default): a chunk file missing from such an array is
+#: damage. Zarr itself reads a missing chunk as its fill value (NaN) without an error. Each array
+#: carries it as well as the part, so losing the part's attributes does not turn the check off.
+#: Parts of earlier versions lack it, and their chunks are not checked.
 EVERY_CHUNK_ATTR = "bayes_sched_every_chunk_written"
 
 
@@ -39,16 +40,18 @@ def open_part_array(path: str | Path, mode: Literal["r", "r+"] = "r", read: bool
     """The ``zarr.Array`` at ``path`` (an array directory of a part), zarr's warnings silenced.
 
     ``read``: also read it whole, every chunk (damaged chunks are found only so);
-    ``every_chunk``: the part was written with every chunk (:data:`EVERY_CHUNK_ATTR`), so a chunk
-    file missing is damage. Raises :class:`PartArrayError`, its message naming the array's
-    directory, whatever zarr, json or numcodecs raised for damaged metadata (or, with ``read``,
-    chunks), and for a missing chunk."""
+    ``every_chunk``: the part was written with every chunk (:data:`EVERY_CHUNK_ATTR`, which the
+    array's own attributes may say as well), so a chunk file missing is damage. Raises
+    :class:`PartArrayError`, its message naming the array's directory, whatever zarr, json or
+    numcodecs raised for damaged metadata (or, with ``read``, chunks), and for a missing
+    chunk."""
     import zarr
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             array: Any = zarr.open_array(str(path), mode=mode, zarr_format=ZARR_FORMAT)
+            every_chunk = every_chunk or array.attrs.get(EVERY_CHUNK_ATTR) is True
             missing = missing_chunks(Path(path), array) if every_chunk else []
             if read and not missing:
                 array[...]

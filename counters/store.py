@@ -157,6 +157,8 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
                 ds = ds.load()
             listed = ds.attrs.pop(PART_VARIABLES_ATTR, None)
             ds.attrs.pop(EVERY_CHUNK_ATTR, None)
+            for variable in ds.variables.values():
+                variable.attrs.pop(EVERY_CHUNK_ATTR, None)
             missing = [str(n) for n in (listed if isinstance(listed, list) else [])
                        if str(n) not in ds.data_vars]
             # Coordinates along (node, device) are named by the per-device variables'
@@ -643,6 +645,8 @@ class StoreWriter(StoreJournal):
         temporary = self.path / f".{target.name}.tmp"
         values_only = ds[schema.value_names(ds)].assign_attrs(
             {PART_VARIABLES_ATTR: schema.value_names(ds), EVERY_CHUNK_ATTR: True})
+        for variable in values_only.variables.values():  # written with every chunk (below)
+            variable.attrs[EVERY_CHUNK_ATTR] = True
         chunk = max(1, min(self.chunk_samples, ds.sizes[schema.TIME]))
         # Every array, coordinates included, carries a Zstandard checksum: Blosc (Zarr's default)
         # decodes a truncated chunk without complaint from whatever memory follows it, so damage

@@ -261,6 +261,16 @@ def test_a_deleted_chunk_file_is_damage_not_nan(tmp_path: Path) -> None:
                             batch(0, 5)["gpu_power"])
 
 
+def test_a_deleted_chunk_is_found_after_the_part_lost_its_attributes(tmp_path: Path) -> None:
+    # Found by the 3,000-example property: the part's .zattrs (which said every chunk was
+    # written) and a chunk file deleted read NaN silently; each array now says it too.
+    store = two_part_store(tmp_path)
+    (parts(store)[1] / ".zattrs").unlink()
+    (parts(store)[1] / "cpu_user" / "0.0").unlink()
+    with pytest.raises(CountersError, match=r"part-00001\.zarr/cpu_user: chunk file\(s\) 0\.0 "):
+        open_store(store, lazy=False)
+
+
 def test_damaged_time_units_are_refused_not_read_as_shifted_times(tmp_path: Path) -> None:
     store = two_part_store(tmp_path)
     attrs = parts(store)[1] / "time" / ".zattrs"
