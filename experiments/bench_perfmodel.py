@@ -43,6 +43,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ import numpy as np
 import scipy.optimize
 import torch
 
-from perfmodel.allreduce import POLLUX_LINKS, gradient_bytes
+from perfmodel.allreduce import NETWORK_TERMS, POLLUX_LINKS, gradient_bytes
 from perfmodel.datasets import POLLUX_MODELS, POLLUX_PARAMETERS
 from perfmodel.efficiency import EfficiencyModel
 from perfmodel.goodput import GoodputModel
@@ -225,9 +226,22 @@ FLEET_NOISE = ("cold-physics-noise", "cold-physics-robust")
 ROBUST_GAMMA = ("cold-physics-robust",)
 
 
-def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior | None:
-    """The prior of cold start ``kind`` (:data:`COLD_PRIORS`) for ``model`` fitted on ``train``;
-    the fleet is the other shipped models' point fits (the target model left out)."""
+def cold_prior(model: str, kind: str, train: StepTimeProfile, slowdown_scale: float = 1.0
+               ) -> StepTimePrior | None:
+    """The prior of cold start ``kind`` (:data:`COLD_PRIORS`) for ``model`` fitted on ``train``,
+    the scale of its network terms' slowdown times ``slowdown_scale`` (the physics priors; a
+    calibration check, never a default); the fleet is the other shipped models' point fits (the
+    target model left out)."""
+    prior = _cold_prior(model, kind, train)
+    if slowdown_scale == 1.0:
+        return prior
+    if prior is None or not kind.startswith("cold-physics"):
+        raise ValueError(f"{kind}: only a physics prior's slowdown can be scaled")
+    return replace(prior, scale={name: value * slowdown_scale if name in NETWORK_TERMS else value
+                                 for name, value in prior.scale.items()})
+
+
+def _cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior | None:
     if kind == "cold":
         return None
     grad_bytes = gradient_bytes(POLLUX_PARAMETERS[model])
@@ -257,13 +271,29 @@ def cold_prior(model: str, kind: str, train: StepTimeProfile) -> StepTimePrior |
     return physics_prior(train, grad_bytes, POLLUX_LINKS, slowdown, base=fleet)
 
 
-def cold_start(model: str, kind: str, seed: int, num_steps: int) -> dict[str, np.ndarray]:
+def cold_start(model: str, kind: str, seed: int, num_steps: int, slowdown_scale: float = 1.0
+               ) -> dict[str, np.ndarray]:
     """Predictions for every multi-GPU row from a fit on the 1-GPU rows, with the prior of
-    ``kind`` (:func:`cold_prior`)."""
+    ``kind`` (:func:`cold_prior`, its slowdown scale times ``slowdown_scale``)."""
     profile = load_pollux_profile(model)
     single = profile.num_replicas == 1
     train, test = profile.subset(single), profile.subset(~single)
-    return held_out(train, test, seed, num_steps, cold_prior(model, kind, train))
+    return held_out(train, test, seed, num_steps,
+                    cold_prior(model, kind, train, slowdown_scale))
+
+
+def cold_settings(cold_priors: Sequence[str], slowdown_scales: Sequence[float] = (1.0,)
+                  ) -> list[tuple[str, str, float]]:
+    """``(row label, prior kind, slowdown scale)`` of each cold start: every prior at scale 1,
+    each physics prior also at the other ``slowdown_scales`` (labelled ``KIND xS``)."""
+    settings = []
+    for kind in cold_priors:
+        for scale in slowdown_scales:
+            if scale == 1.0:
+                settings.append((kind, kind, 1.0))
+            elif kind.startswith("cold-physics"):
+                settings.append((f"{kind} x{scale:g}", kind, float(scale)))
+    return settings
 
 
 def _call(task: Callable[[], Any]) -> Any:
@@ -277,7 +307,8 @@ PARTS = ("fits", "warm", "cold")
 
 def model_tasks(model: str, folds: int, seed: int, num_steps: int,
                 khat_seeds: Sequence[int] = (), parts: Sequence[str] = PARTS,
-                cold_priors: Sequence[str] = COLD_PRIORS) -> list[Callable[[], Any]]:
+                cold_priors: Sequence[str] = COLD_PRIORS,
+                slowdown_scales: Sequence[float] = (1.0,)) -> list[Callable[[], Any]]:
     """The independent fits of ``model``'s evaluation, for :func:`evaluate_model`, in order: the
     fits row, the warm folds, the cold starts, the extra k-hat seeds (each where ``parts`` has
     it; the k-hat seeds go with ``"fits"``)."""
@@ -288,8 +319,8 @@ def model_tasks(model: str, folds: int, seed: int, num_steps: int,
         tasks += [functools.partial(warm_fold, model, folds, i, seed, num_steps)
                   for i in range(folds)]
     if "cold" in parts:
-        tasks += [functools.partial(cold_start, model, kind, seed, num_steps)
-                  for kind in cold_priors]
+        tasks += [functools.partial(cold_start, model, kind, seed, num_steps, scale)
+                  for _, kind, scale in cold_settings(cold_priors, slowdown_scales)]
     if "fits" in parts:
         tasks += [functools.partial(pareto_k, model, k, num_steps) for k in khat_seeds
                   if k != seed]
@@ -298,18 +329,19 @@ def model_tasks(model: str, folds: int, seed: int, num_steps: int,
 
 def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
                    khat_seeds: Sequence[int] = (), results: Sequence[Any] | None = None,
-                   parts: Sequence[str] = PARTS, cold_priors: Sequence[str] = COLD_PRIORS
-                   ) -> tuple[dict, list[dict]]:
+                   parts: Sequence[str] = PARTS, cold_priors: Sequence[str] = COLD_PRIORS,
+                   slowdown_scales: Sequence[float] = (1.0,)) -> tuple[dict, list[dict]]:
     """The fits row and the quality rows of ``model``, from the results of :func:`model_tasks`
     (run here, one after another, where not given); parts left out give an empty fits row or no
     quality rows of theirs."""
     if results is None:
         results = [task() for task in model_tasks(model, folds, seed, num_steps, khat_seeds,
-                                                  parts, cold_priors)]
+                                                  parts, cold_priors, slowdown_scales)]
+    settings = cold_settings(cold_priors, slowdown_scales)
     pending = list(results)
     fits: dict = dict(pending.pop(0)) if "fits" in parts else {"model": model}
     parts_ = [pending.pop(0) for _ in range(folds)] if "warm" in parts else []
-    colds = [pending.pop(0) for _ in cold_priors] if "cold" in parts else []
+    colds = [pending.pop(0) for _ in settings] if "cold" in parts else []
     if "fits" in parts:
         for k, value in zip([k for k in khat_seeds if k != seed], pending, strict=True):
             fits[f"pareto_k_seed{k}"] = value
@@ -324,8 +356,8 @@ def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
         warm = class_rows(model, "warm", profile,
                           {k: v[np.argsort(order)] for k, v in warm_pred.items()})
     test = profile.subset(profile.num_replicas != 1)
-    cold = [row for kind, pred in zip(cold_priors, colds, strict=True)
-            for row in class_rows(model, kind, test, pred)]
+    cold = [row for (label, _, _), pred in zip(settings, colds, strict=True)
+            for row in class_rows(model, label, test, pred)]
     warm_width = {row["class"]: row["width90"] for row in warm}
     for row in cold:
         row["width_vs_warm"] = row["width90"] / warm_width.get(row["class"], float("nan"))
@@ -383,20 +415,26 @@ def main() -> None:
                              "k-hat ('fits'), the warm folds, the cold starts")
     parser.add_argument("--cold-priors", nargs="+", choices=COLD_PRIORS,
                         default=list(COLD_PRIORS), help="which cold starts to run (default all)")
+    parser.add_argument("--slowdown-scales", nargs="+", type=float, default=[1.0],
+                        help="also run each physics cold start with its slowdown's scale times "
+                             "these (rows 'KIND xS'): whether any one spread calibrates every "
+                             "model (default: 1 only)")
     add_record_flag(parser)
     args = parser.parse_args()
     fits, quality, cost = [], [], []
     # Every fit in its own process (each runs on one thread): models, folds and cold starts are
     # independent.
+    if not all(np.isfinite(x) and x > 0 for x in args.slowdown_scales):
+        parser.error(f"--slowdown-scales {args.slowdown_scales}: expected numbers > 0")
     tasks = {model: model_tasks(model, args.folds, args.seed, args.steps, args.khat_seeds,
-                                args.parts, args.cold_priors)
+                                args.parts, args.cold_priors, args.slowdown_scales)
              for model in args.models}
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
         flat = pool.map(_call, [task for model in args.models for task in tasks[model]])
         for model in args.models:
             results = [next(flat) for _ in tasks[model]]
             f, q = evaluate_model(model, args.folds, args.seed, args.steps, args.khat_seeds,
-                                  results, args.parts, args.cold_priors)
+                                  results, args.parts, args.cold_priors, args.slowdown_scales)
             # Each model's rows as soon as they are in (stderr), so a long run is never lost.
             print(json.dumps({"fits": f, "quality": q}, default=float), file=sys.stderr,
                   flush=True)
