@@ -4,6 +4,7 @@ warning when its intervals are not to be trusted."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -74,7 +75,10 @@ class FitDiagnostics:
             return None
         if self.method == "svi":
             problems = []
-            if not self.pareto_k <= PARETO_K_USABLE:
+            if math.isnan(self.pareto_k):
+                problems.append("PSIS k-hat was not computed (the fit's check was off): how "
+                                "well the SVI guide fits the posterior is unknown")
+            elif not self.pareto_k <= PARETO_K_USABLE:
                 problems.append(f"PSIS k-hat {self.pareto_k:.2f} is above {PARETO_K_USABLE}: the "
                                 "SVI guide fits the posterior poorly and its intervals may be too "
                                 "narrow; check with --method nuts")
