@@ -39,8 +39,9 @@ instant, lose at most the last second of samples, and never leave a store that c
   (all-NaN ones too, which Zarr leaves out by default), and a chunk file missing from one is
   damage, named on opening. For the same reason a part deleted while it is read (a compaction
   beside the reader) would read as NaN: an eager read that finds a part it read gone reads
-  again, and a lazy one is computed inside :func:`reading`, which holds the directory's
-  ``flock`` shared so that no writer deletes a part meanwhile (writers hold it exclusively).
+  again, a lazy one raises for a block read from a part that is gone, and :func:`reading`
+  holds the directory's ``flock`` shared so that no writer deletes a part under a reader at
+  all (writers hold it exclusively).
 * One part per commit would make 288 parts (~30k files with the full catalog) a day, so the
   writer *compacts*: when the newest ``compact_fanout`` (12) parts are of the same level (level
   L spans ``fanout**L`` commits), they are merged into one part named by its index range,
@@ -74,6 +75,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import dask.array
 import numcodecs
 import numpy as np
 import xarray as xr
@@ -139,7 +141,10 @@ def _with_masks(ds: xr.Dataset) -> xr.Dataset:
 
 
 def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
-    """One part as a counters dataset (dask-backed when ``lazy``, else loaded), masks rebuilt."""
+    """One part as a counters dataset (dask-backed when ``lazy``, else loaded), masks rebuilt.
+
+    A lazy dataset's blocks raise :class:`CountersError` when read from a part deleted meanwhile
+    (:func:`_read_in_place`), never NaN."""
     try:
         open_part_arrays(Path(part))  # damage raised here, not in zarr's concurrent listing
         with warnings.catch_warnings():
@@ -165,6 +170,8 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
             # ``coordinates`` attribute; with those variables lost they read as data variables.
             ds = ds.set_coords([n for n in schema.DEVICE_COORDS
                                 if n in ds.data_vars and schema.TIME not in ds[n].dims])
+            if lazy:
+                ds = _read_in_place(ds, Path(part))
             masked = None if missing else _with_masks(ds)  # fails on a variable damage left
             # without a float dtype
     except PartArrayError as error:
@@ -176,6 +183,29 @@ def open_part(part: str | Path, lazy: bool = True) -> xr.Dataset:
         raise CountersError(f"{part}: variable(s) {', '.join(missing)} missing from the part "
                             f"(its array directory is gone); {REPAIR_HINT}")
     return masked
+
+
+def _read_in_place(ds: xr.Dataset, part: Path) -> xr.Dataset:
+    """``ds`` (a part opened lazily) with each block of its dask arrays checked, once read, to
+    come from a part still in place: Zarr reads the chunks of a part a compaction deleted
+    meanwhile as NaN, without an error; this turns them into :class:`CountersError` (read
+    again; :func:`reading` prevents it)."""
+    ds = ds.copy(deep=False)
+    for variable in ds.variables.values():
+        data = variable.data
+        if isinstance(data, dask.array.Array):
+            variable.data = dask.array.map_blocks(_still_in_place, data, part=str(part),
+                                                  dtype=data.dtype, meta=data._meta)
+    return ds
+
+
+def _still_in_place(block: np.ndarray, part: str) -> np.ndarray:
+    """``block``, read from ``part``, if the part is still there (so it was read whole)."""
+    if not os.path.isdir(part):
+        raise CountersError(f"{part}: deleted while its values were read (a commit or "
+                            "compaction meanwhile); open the store again, or read it inside "
+                            "counters.store.reading()")
+    return block
 
 
 def missing_variables(part: str | Path) -> list[str]:
@@ -238,8 +268,9 @@ def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:
 
     A lazy dataset reads its chunks when computed. Where writers may be at work (a live
     collector's store), open and compute it inside :func:`reading`, which keeps every part in
-    place meanwhile; ``lazy=False`` needs no such care (a read that a deletion overlapped is
-    read again).
+    place meanwhile: outside it, a block whose part a compaction deleted raises
+    :class:`CountersError` (read again). ``lazy=False`` needs no such care (a read that a
+    deletion overlapped is read again here).
     """
     root = Path(path)
     for _ in range(3):
@@ -318,21 +349,15 @@ def reading(store: str | Path, timeout_s: float | None = READING_TIMEOUT_S) -> I
     progress finishes first (seconds; :class:`CountersError` after ``timeout_s``, None: no
     limit), and commits wait for the block to end (the collector samples on meanwhile: its
     journal holds the samples). Where the lock does not hold (a file system without ``flock``
-    across machines), a part deleted during the block is found at its end and raises
-    :class:`CountersError`: read again. Never write the store inside it: a writer's exclusive
-    lock would wait for this one.
+    across machines), a block read from a part deleted meanwhile still raises
+    :class:`CountersError` rather than read NaN (:func:`open_part`): read again. Never write the
+    store inside it: a writer's exclusive lock would wait for this one.
     """
     root = Path(store)
     _check_marker(root)  # a missing or foreign store named as such, before the lock
     try:
         with commit_lock(root, shared=True, timeout_s=timeout_s):
-            before = {p.path.name for p in _scan(root)[0]}
             yield
-            gone = sorted(before - set(_listing(root)))
-            if gone:
-                raise CountersError(f"{root}: part(s) {', '.join(gone[:3])} deleted while being "
-                                    "read (a writer the store's lock did not hold off); read "
-                                    "again")
     except CountersError:
         raise
     except Exception as error:

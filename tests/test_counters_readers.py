@@ -1,8 +1,8 @@
 """Readers beside writers: a part that a compaction deletes while it is read never reads as NaN.
 
 Zarr reads a chunk file that is gone as its fill value (NaN) without an error. An eager read that
-a deletion overlapped is read again; a lazy read inside ``reading`` holds the writers off, waits
-for one at most its timeout, and finds a deletion the lock did not prevent.
+a deletion overlapped is read again; a lazy read raises for a block of a part that went, and
+inside ``reading`` it holds the writers off (waiting for one at most its timeout).
 """
 
 from __future__ import annotations
@@ -131,11 +131,26 @@ def test_reading_waits_for_a_writer_at_most_its_timeout(tmp_path: Path) -> None:
 
 def test_a_part_deleted_under_a_lock_that_did_not_hold_is_reported(tmp_path: Path) -> None:
     """A writer on another machine whose file system does not share ``flock``: what the lock
-    cannot prevent, the end of the block finds."""
+    cannot prevent, the read of the deleted part's values finds."""
     store = tmp_path / "store"
     one_short_of_compaction(store)
-    with pytest.raises(CountersError, match=r"part\(s\) part-00003\.zarr deleted while being read"):
+    with pytest.raises(CountersError, match=r"part-00003\.zarr: deleted while its values were "
+                                            r"read"):
         with reading(store):
             ds = open_store(store)
             discard(parts(store)[3])  # as a compaction does, without the lock
             ds.load()
+
+
+def test_a_lazy_read_outside_reading_fails_where_a_part_went_rather_than_reading_nan(
+        tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    one_short_of_compaction(store)
+    ds = open_store(store)  # lazy, and not inside reading()
+    discard(parts(store)[3])  # a compaction's deletion between the open and the read
+    with pytest.raises(CountersError, match=r"part-00003\.zarr: deleted while its values were "
+                                            r"read"):
+        ds["cpu_user"].load()
+    # The parts still in place read as written.
+    xr.testing.assert_equal(ds["cpu_user"].isel(time=slice(0, 3 * SAMPLES)).load(),
+                            expected(3)["cpu_user"])
