@@ -72,9 +72,12 @@ def test_a_policy_without_a_program_to_partition_refuses_workers() -> None:
         make_policy("fifo", partition_workers=2)
 
 
-#: A parent that starts two workers, prints their process ids and waits.
+#: A parent that starts two workers, prints their process ids and waits. It takes SIGINT as a
+#: terminal's foreground command does: a suite started as a background job of a shell runs with
+#: SIGINT ignored, and its children inherit that (then the Ctrl-C below could not reach them).
 PARENT = """
-import os, sys, time
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from bayes_sched.mechanisms.solver_pool import map_concurrently, run_solver
 def pid():
     return run_solver(os.getpid)
