@@ -130,6 +130,42 @@ def test_ctrl_c_stops_the_parent_and_its_workers_without_a_traceback() -> None:
     assert _wait_gone(workers, 10.0) == []
 
 
+#: A parent that says when it starts its workers, then solves and waits (SIGINT as in PARENT).
+STARTING = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from bayes_sched.mechanisms.solver_pool import map_concurrently, run_solver
+def pid():
+    return run_solver(os.getpid)
+try:
+    print("starting", flush=True)
+    map_concurrently([pid] * 8, 2)
+    time.sleep(60)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.03, 0.06, 0.1, 0.2])
+def test_ctrl_c_while_the_workers_start_prints_no_traceback(delay: float) -> None:
+    """A Ctrl-C during a worker's start-up, before it ignores SIGINT, ended it mid-import with
+    a traceback (or "Fatal Python error") on the terminal; workers now start with it blocked.
+    The delays sweep the start-up (one import of Python and the solvers)."""
+    parent = subprocess.Popen([sys.executable, "-c", STARTING], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert parent.stdout is not None
+    assert parent.stdout.readline().strip() == "starting"
+    time.sleep(delay)
+    os.killpg(parent.pid, signal.SIGINT)
+    try:
+        _, err = parent.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert parent.returncode == 130, err
+    assert "Traceback" not in err and "Fatal Python error" not in err, err
+
+
 #: A pool worker of another library's (forked, as ProcessPoolExecutor's on Linux) that solves
 #: side by side, then ends with its pool.
 NESTED = """

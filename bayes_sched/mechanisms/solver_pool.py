@@ -14,7 +14,8 @@ The workers:
 * are started with ``spawn``, not ``fork``: a fork of a process that holds torch's and HiGHS's
   threads may inherit a lock held by a thread that does not exist in the child;
 * import only the solvers' modules, ignore SIGINT (Ctrl-C reaches the whole process group; the
-  parent stops on it and its pool with it) and end themselves when their parent is gone (a
+  parent stops on it and its pool with it; blocked from their start, so that one during their
+  start-up ends nothing mid-import) and end themselves when their parent is gone (a
   thread that watches the parent's process id), so a killed simulation leaves none behind;
 * are kept: one pool per worker count per process (:func:`worker_pool`), started on first use
   (its start is stated in :func:`worker_pool`) and shut down when the process exits (also a
@@ -27,6 +28,7 @@ policies' allocations are equal).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import multiprocessing
 import multiprocessing.util
@@ -34,7 +36,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import ParamSpec, TypeVar
@@ -120,9 +122,24 @@ def _forget(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile. A worker process that a pool starts here begins
+    with SIGINT blocked (a signal mask survives ``fork`` and ``exec``), so a Ctrl-C during its
+    start-up, before :func:`_start_worker` ignores the signal, stays pending and is then
+    discarded; else it would end the worker mid-import with a traceback on the terminal."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _start_worker(parent: int) -> None:
-    """A worker's start: SIGINT ignored, the parent watched, the solvers imported."""
+    """A worker's start: SIGINT ignored (then unblocked: one pending from the start-up is
+    discarded), the parent watched, the solvers imported."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     threading.Thread(target=_exit_without_parent, args=(parent,), daemon=True,
                      name="parent-watch").start()
     import clarabel  # noqa: F401 -- imported once here, not in the first solve
@@ -144,7 +161,9 @@ def run_solver(solve: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     if pool is None:
         return solve(*args, **kwargs)
     try:
-        return pool.submit(solve, *args, **kwargs).result()
+        with _sigint_blocked():  # a worker the submit starts inherits the mask
+            future = pool.submit(solve, *args, **kwargs)
+        return future.result()
     except BrokenProcessPool as error:
         _forget(pool)
         raise RuntimeError(
