@@ -73,7 +73,7 @@ import shutil
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import dask.array
 import numcodecs
@@ -136,7 +136,10 @@ PART_VARIABLES_ATTR = "bayes_sched_part_variables"
 
 # -- reading -------------------------------------------------------------------------------
 def _with_masks(ds: xr.Dataset) -> xr.Dataset:
-    masks = {schema.mask_name(n): np.isfinite(ds[n]) for n in schema.value_names(ds)}
+    """``ds`` with each value variable's mask rebuilt: where it is finite, without the value's
+    attributes (units, kind...), as :func:`counters.schema.build` makes it."""
+    masks = {schema.mask_name(n): cast(xr.DataArray, np.isfinite(ds[n])).drop_attrs()
+             for n in schema.value_names(ds)}
     return ds.assign(masks)
 
 
@@ -252,9 +255,7 @@ def _concat(datasets: Sequence[xr.Dataset]) -> xr.Dataset:
         warnings.simplefilter("ignore")
         ds = xr.concat(datasets, dim=schema.TIME, join="outer", data_vars="all",
                        coords="minimal", compat="override", combine_attrs="override")
-    for name in schema.value_names(ds):
-        ds[schema.mask_name(name)] = np.isfinite(ds[name])
-    return ds
+    return _with_masks(ds)  # NaN where a part lacks a variable or device: not valid
 
 
 def open_store(path: str | Path, lazy: bool = True) -> xr.Dataset:

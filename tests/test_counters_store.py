@@ -55,6 +55,20 @@ def test_appends_read_back_exactly_with_microsecond_times(tmp_path: Path) -> Non
     assert ds["gpu_power"].attrs["units"] == "W"
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_round_trip_is_identical_attributes_and_masks_included(tmp_path: Path,
+                                                                  lazy: bool) -> None:
+    """What is read back is what was written, attributes included: masks had taken their
+    values' units and kind."""
+    store = tmp_path / "store"
+    writer = StoreWriter(store)
+    writer.append(batch(0, 6))
+    writer.append(batch(6, 6))  # two parts: read through the concatenation too
+    for start, stop in ((0, 6), (6, 12)):
+        xr.testing.assert_identical(open_store(store, lazy=lazy).isel(
+            time=slice(start, stop)).load(), batch(start, stop - start))
+
+
 def test_reopening_commits_a_new_part_and_refuses_going_back_in_time(tmp_path: Path) -> None:
     store = tmp_path / "store"
     write_store(batch(0, 5), store)
