@@ -235,7 +235,7 @@ def cold_prior(model: str, kind: str, train: StepTimeProfile, slowdown_scale: fl
     prior = _cold_prior(model, kind, train)
     if slowdown_scale == 1.0:
         return prior
-    if prior is None or not kind.startswith("cold-physics"):
+    if prior is None or not has_slowdown(kind):
         raise ValueError(f"{kind}: only a physics prior's slowdown can be scaled")
     return replace(prior, scale={name: value * slowdown_scale if name in NETWORK_TERMS else value
                                  for name, value in prior.scale.items()})
@@ -282,18 +282,22 @@ def cold_start(model: str, kind: str, seed: int, num_steps: int, slowdown_scale:
                     cold_prior(model, kind, train, slowdown_scale))
 
 
+def has_slowdown(kind: str) -> bool:
+    """Whether cold start ``kind`` has a physics prior, whose slowdown :func:`cold_prior` can
+    scale."""
+    return kind.startswith("cold-physics")
+
+
 def cold_settings(cold_priors: Sequence[str], slowdown_scales: Sequence[float] = (1.0,)
                   ) -> list[tuple[str, str, float]]:
     """``(row label, prior kind, slowdown scale)`` of each cold start: every prior at scale 1,
     each physics prior also at the other ``slowdown_scales`` (labelled ``KIND xS``)."""
-    settings = []
-    for kind in cold_priors:
-        for scale in slowdown_scales:
-            if scale == 1.0:
-                settings.append((kind, kind, 1.0))
-            elif kind.startswith("cold-physics"):
-                settings.append((f"{kind} x{scale:g}", kind, float(scale)))
-    return settings
+    scales = list(dict.fromkeys(float(scale) for scale in slowdown_scales))
+    if 1.0 not in scales:
+        scales.insert(0, 1.0)
+    return [(kind if scale == 1.0 else f"{kind} x{scale:g}", kind, scale)
+            for kind in cold_priors for scale in scales
+            if scale == 1.0 or has_slowdown(kind)]
 
 
 def _call(task: Callable[[], Any]) -> Any:
@@ -421,11 +425,11 @@ def main() -> None:
                              "model (default: 1 only)")
     add_record_flag(parser)
     args = parser.parse_args()
+    if not all(np.isfinite(x) and x > 0 for x in args.slowdown_scales):
+        parser.error(f"--slowdown-scales {args.slowdown_scales}: expected numbers > 0")
     fits, quality, cost = [], [], []
     # Every fit in its own process (each runs on one thread): models, folds and cold starts are
     # independent.
-    if not all(np.isfinite(x) and x > 0 for x in args.slowdown_scales):
-        parser.error(f"--slowdown-scales {args.slowdown_scales}: expected numbers > 0")
     tasks = {model: model_tasks(model, args.folds, args.seed, args.steps, args.khat_seeds,
                                 args.parts, args.cold_priors, args.slowdown_scales)
              for model in args.models}
