@@ -4,6 +4,7 @@ test of the reader and of repair against random damage."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
@@ -555,11 +556,17 @@ def check_damage(template: Path, plan: list[tuple[str, float, float, int]]) -> N
         assert repair(store) == []  # repair reaches a fixed point
 
 
+@functools.cache
+def template_contents(template: Path) -> xr.Dataset:
+    """What the (never damaged) template store holds: read once, not per example."""
+    return open_store(template, lazy=False)
+
+
 def assert_values_written(ds: xr.Dataset, template: Path, dropped_allowed: bool) -> None:
     """Every sample ``ds`` holds is one the template store holds, at the same time, with the same
     values (the template's are all finite); ``dropped_allowed``: NaN where repair dropped a
     variable of a part."""
-    written = open_store(template, lazy=False)
+    written = template_contents(template)
     times = schema.time_to_seconds(ds["time"].values)
     assert np.isin(times, schema.time_to_seconds(written["time"].values)).all(), times
     expected = written.sel(time=ds["time"].values)
