@@ -9,7 +9,10 @@ The first record's payload is the :class:`JournalLayout` as UTF-8 JSON; every la
 sample as little-endian float64: ``[time (s since the epoch), node counters..., device counters
 (n_devices values each)...]``. A record is written with one ``write`` call on an ``O_APPEND``
 descriptor, so a process killed at any instant leaves whole records plus at most one torn record
-at the end; the reader stops at the first record whose frame, length or CRC does not check out.
+at the end, which the reader leaves out. Damage in the middle (a record whose frame, length, CRC or
+time does not check out, followed by whole records: outside damage, or a hole a power loss left)
+costs only the records it hit: the reader looks for the next record that checks out (its magic,
+a CRC-32 over its payload, the header's width and a time after the last) and reads on from it.
 ``fdatasync`` runs at most every ``sync_interval_s`` (1 s by default), which bounds what a power
 loss or kernel crash can take to the last second; SIGKILL (the OOM killer) takes nothing written.
 """
@@ -170,12 +173,20 @@ class JournalWriter:
 @dataclass
 class JournalContents:
     """What a journal segment holds: its layout (None when even the header is torn), the valid
-    rows, and how many bytes follow the last valid record (a torn or damaged tail)."""
+    rows, the byte ranges ``[start, end)`` of damage between whole records (``skipped``), where
+    the last whole record ends (``valid_bytes``) and how many bytes follow it (``tail_bytes``: a
+    torn or damaged tail)."""
 
     layout: JournalLayout | None
     rows: np.ndarray
     valid_bytes: int
     tail_bytes: int
+    skipped: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def skipped_bytes(self) -> int:
+        """Bytes of damage between whole records (left out of ``rows``)."""
+        return sum(end - start for start, end in self.skipped)
 
     def to_dataset(self) -> xr.Dataset | None:
         if self.layout is None or not len(self.rows):
@@ -184,45 +195,82 @@ class JournalContents:
 
 
 def read_journal(path: str | Path) -> JournalContents:
-    """Every whole, valid record of a journal segment; stops at the first bad one.
+    """Every whole, valid record of a journal segment, damage skipped (see the module docstring).
 
-    Rows must have the header's width, finite strictly increasing times; a record that breaks
-    this (or its frame) ends the valid part. Raises :class:`CountersError` only when the file
-    cannot be read at all.
+    The first record must be the header; without a valid one nothing is read. A later record
+    counts where its frame and CRC check out, it has the header's width and its time is finite
+    and after the last valid record's. Raises :class:`CountersError` only when the file cannot
+    be read at all.
     """
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         raise CountersError(f"{path}: cannot read journal ({error.strerror or error})") from None
+    header = _payload_at(data, 0)
     layout: JournalLayout | None = None
+    if header is not None:
+        try:
+            layout = JournalLayout.from_json(header[0])
+        except (ValueError, KeyError, TypeError):
+            layout = None
+    if header is None or layout is None:
+        return JournalContents(None, np.empty((0, 1)), 0, len(data))
     rows: list[np.ndarray] = []
-    offset = 0
+    skipped: list[tuple[int, int]] = []
+    offset = valid_end = header[1]
     last_time = -np.inf
     while offset + _FRAME.size <= len(data):
-        magic, length, crc = _FRAME.unpack_from(data, offset)
-        end = offset + _FRAME.size + length
-        if magic != MAGIC or length > MAX_RECORD_BYTES or end > len(data):
+        record = _payload_at(data, offset, 8 * layout.width)
+        if record is not None:
+            row = np.frombuffer(record[0], dtype="<f8")
+            if np.isfinite(row[0]) and row[0] > last_time:
+                if offset > valid_end:
+                    skipped.append((valid_end, offset))
+                last_time = float(row[0])
+                rows.append(row)
+                offset = valid_end = record[1]
+                continue
+        offset = data.find(MAGIC, offset + 1)  # damage: on to the next frame that checks out
+        if offset < 0:
             break
-        payload = data[offset + _FRAME.size:end]
-        if zlib.crc32(payload) != crc:
-            break
-        if layout is None:
-            try:
-                layout = JournalLayout.from_json(payload)
-            except (ValueError, KeyError, TypeError):
-                break
-        else:
-            if length != 8 * layout.width:
-                break
-            row = np.frombuffer(payload, dtype="<f8")
-            if not np.isfinite(row[0]) or row[0] <= last_time:
-                break
-            last_time = float(row[0])
-            rows.append(row)
-        offset = end
-    width = layout.width if layout is not None else 1
-    stacked = np.vstack(rows) if rows else np.empty((0, width))
-    return JournalContents(layout, stacked, offset, len(data) - offset)
+    stacked = np.vstack(rows) if rows else np.empty((0, layout.width))
+    return JournalContents(layout, stacked, valid_end, len(data) - valid_end, tuple(skipped))
+
+
+def _payload_at(data: bytes, offset: int, length: int | None = None
+                ) -> tuple[bytes, int] | None:
+    """The payload of the record at ``offset`` of ``data`` and where the record ends, or None
+    where its frame or CRC does not check out (or its payload is not ``length`` bytes)."""
+    if offset + _FRAME.size > len(data):
+        return None
+    magic, size, crc = _FRAME.unpack_from(data, offset)
+    end = offset + _FRAME.size + size
+    if (magic != MAGIC or size > MAX_RECORD_BYTES or end > len(data)
+            or (length is not None and size != length)):
+        return None
+    payload = data[offset + _FRAME.size:end]
+    return (payload, end) if zlib.crc32(payload) == crc else None
+
+
+def rewrite_whole_records(path: str | Path, contents: JournalContents, temporary: Path) -> None:
+    """Rewrite the segment at ``path`` as its header and whole records only, the damage that
+    ``contents`` (:func:`read_journal` of it) found between them and after them left out: the
+    records' bytes are copied as they are into ``temporary`` (same folder), synced, and renamed
+    over ``path``. A running writer's segment must not be rewritten: its later records would go
+    to the file renamed away."""
+    path = Path(path)
+    data = path.read_bytes()[:contents.valid_bytes]
+    kept, start = [], 0
+    for begin, end in contents.skipped:
+        kept.append(data[start:begin])
+        start = end
+    kept.append(data[start:])
+    with open(temporary, "wb") as handle:
+        handle.write(b"".join(kept))
+        handle.flush()
+        os.fdatasync(handle.fileno())
+    os.replace(temporary, path)
+    _sync_directory(path.parent)
 
 
 def _sync_directory(folder: Path) -> None:

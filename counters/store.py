@@ -83,7 +83,12 @@ from dask.callbacks import Callback
 
 from counters import schema
 from counters.errors import CountersError
-from counters.journal import DEFAULT_SYNC_INTERVAL_S, JournalLayout, read_journal
+from counters.journal import (
+    DEFAULT_SYNC_INTERVAL_S,
+    JournalLayout,
+    read_journal,
+    rewrite_whole_records,
+)
 from counters.journal import _sync_directory as sync_directory
 from counters.part_arrays import (
     EVERY_CHUNK_ATTR,
@@ -590,6 +595,10 @@ class StoreWriter(StoreJournal):
             if contents.layout is None or not len(contents.rows):
                 journal.unlink(missing_ok=True)
                 continue
+            if contents.skipped:
+                self.notes.append(f"{journal}: left out {contents.skipped_bytes} byte(s) of "
+                                  f"damaged record(s) between its {len(contents.rows)} whole "
+                                  "sample(s)")
             if (groups and groups[-1][2] == contents.layout
                     and contents.rows[0, 0] > groups[-1][3][-1][-1, 0]
                     and index - groups[-1][0] < span_limit):
@@ -754,7 +763,9 @@ def repair(path: str | Path) -> list[str]:
 
     Removes what a crash left (hidden temporary/trash directories, parts a compaction merged,
     journal segments already committed), trims cut-short appends of the older in-place design,
-    cuts a journal segment's torn tail, and drops parts or segments that cannot be read or whose
+    cuts a journal segment's torn tail and rewrites one with damage between whole records
+    without it (stop the collector first: a segment it still appends to must not be
+    rewritten), and drops parts or segments that cannot be read or whose
     times do not follow the ones before; a missing or unreadable marker is rewritten when the
     directory holds parts or journals. If the remaining parts still do not fit together, the
     newest are dropped until they do (the last consistent point). Returns one line per thing
@@ -837,7 +848,14 @@ def _repair(root: Path) -> list[str]:
                                f"byte(s): {problem})")
                 continue
             assert recent is not None
-            if contents.tail_bytes:
+            if contents.skipped:  # damage between whole records: keep the records after it
+                rewrite_whole_records(journal, contents, journal.with_name(f".{journal.name}"))
+                tail = (f", and {contents.tail_bytes} byte(s) of a torn or damaged record after "
+                        "them" if contents.tail_bytes else "")
+                changed.append(f"{journal}: dropped {contents.skipped_bytes} byte(s) of damaged "
+                               f"record(s) in {len(contents.skipped)} place(s) between its "
+                               f"{len(contents.rows)} whole sample(s){tail}; the samples kept")
+            elif contents.tail_bytes:
                 os.truncate(journal, contents.valid_bytes)
                 changed.append(f"{journal}: dropped {contents.tail_bytes} byte(s) of a torn or "
                                f"damaged record after {len(contents.rows)} whole sample(s)")

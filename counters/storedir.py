@@ -43,8 +43,9 @@ _MARKER_TEMPORARY = re.compile(rf"^\.{re.escape(MARKER)}\.(\d+)-\d+-[0-9a-f]+\.p
 #: Name start of the empty file a writer creates and deletes to check it can write the store
 #: (each its own, :func:`private_suffix`).
 PROBE_PREFIX = ".write-probe-"
-#: Hidden entries a writer removes on opening: parts and deletions cut short, write probes.
-_HIDDEN_PREFIXES = (".part-", ".trash-", PROBE_PREFIX)
+#: Hidden entries a writer removes on opening: parts, deletions and journal rewrites (by
+#: ``repair``) cut short, write probes.
+_HIDDEN_PREFIXES = (".part-", ".trash-", ".journal-", PROBE_PREFIX)
 REPAIR_HINT = "run `bayes-sched counters repair STORE`"
 #: Marker key set once the store's first part is committed: a store whose marker says so but
 #: that holds no part and no journal lost its data (a marker alone is a store never written to).

@@ -106,6 +106,68 @@ def test_a_torn_journal_record_is_ignored_and_repair_cuts_it(tmp_path: Path) -> 
                                   np.arange(7.0))
 
 
+def record_bounds(journal: Path) -> list[tuple[int, int]]:
+    """Each record's ``[start, end)`` in a whole journal segment, the header first."""
+    data, bounds, offset = journal.read_bytes(), [], 0
+    while offset < len(data):
+        end = offset + 12 + int.from_bytes(data[offset + 4:offset + 8], "little")
+        bounds.append((offset, end))
+        offset = end
+    return bounds
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "zeroed", "torn length"])
+def test_damage_between_journal_records_costs_only_the_records_it_hit(
+        tmp_path: Path, damage: str) -> None:
+    store = tmp_path / "store"
+    write_store(batch(0, 4), store)
+    journal_rows(StoreWriter(store), 4, 6)  # samples 4..9
+    (journal,) = pending_journals(store)
+    bounds = record_bounds(journal)
+    data = bytearray(journal.read_bytes())
+    if damage == "flipped byte":  # one bit of sample 6's payload: its CRC fails
+        data[bounds[3][1] - 1] ^= 0x01
+        lost = [6]
+    elif damage == "zeroed":  # a hole a power loss left: samples 5 and 6 read as zeros
+        data[bounds[2][0]:bounds[3][1]] = bytes(bounds[3][1] - bounds[2][0])
+        lost = [5, 6]
+    else:  # sample 7's length field says more than the file holds
+        data[bounds[4][0] + 4:bounds[4][0] + 8] = (1 << 19).to_bytes(4, "little")
+        lost = [7]
+    journal.write_bytes(bytes(data))
+    kept = [i for i in range(10) if i not in lost]
+    contents = read_journal(journal)
+    assert contents.tail_bytes == 0 and contents.skipped_bytes == sum(
+        bounds[i - 3][1] - bounds[i - 3][0] for i in lost)
+    np.testing.assert_array_equal(contents.rows[:, 1], [i for i in kept if i >= 4])
+    np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0], kept)
+    # repair rewrites the segment without the damage, every whole record kept byte for byte
+    (line,) = repair(store)
+    assert str(journal) in line and f"{contents.skipped_bytes} byte(s) of damaged" in line
+    assert read_journal(journal).skipped == () and repair(store) == []
+    assert journal.stat().st_size == len(data) - contents.skipped_bytes
+    assert not [p for p in store.iterdir() if p.name.startswith(".")]
+    np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0], kept)
+
+
+def test_a_commit_keeps_the_samples_after_damage_and_says_what_it_left_out(
+        tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    write_store(batch(0, 4), store)
+    journal_rows(StoreWriter(store), 4, 4)
+    (journal,) = pending_journals(store)
+    data = bytearray(journal.read_bytes())
+    first = record_bounds(journal)[1]
+    data[first[1] - 1] ^= 0xFF  # sample 4's payload
+    journal.write_bytes(bytes(data))
+    restarted = StoreWriter(store)  # commits the stopped run's segment
+    assert any(str(journal) in note and f"left out {first[1] - first[0]} byte(s)" in note
+               for note in restarted.notes), restarted.notes
+    assert pending_journals(store) == []
+    np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0],
+                                  [0, 1, 2, 3, 5, 6, 7])
+
+
 def test_compaction_merges_parts_of_one_level_and_a_cut_short_merge_reads_once(
         tmp_path: Path) -> None:
     store = tmp_path / "store"
