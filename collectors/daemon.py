@@ -6,7 +6,11 @@ instants it missed (counted in ``skipped``) rather than bunch samples up, and a 
 late by an interval or more counts the instants it missed too. So sample ``k`` starts within
 ``[start + k * interval, start + (k + 1) * interval)`` on the monotonic clock, and samples taken
 plus ``skipped`` is one more than the last sample's instant. Each sample is stamped with the wall
-clock at the moment it was taken.
+clock at the moment it was taken. A store's times only increase, so where the wall clock steps
+back (an NTP step, a restored VM) the samples stamped at or before the last stored one are not
+stored, as Prometheus refuses out-of-order samples: they are counted (``out_of_order``, the
+``collector_out_of_order_samples_total`` metric) and logged once per step, and the exporter
+still serves them.
 
 Storage: each sample is journalled as it is taken (:meth:`counters.storedir.StoreJournal.log`:
 one ``write`` of one record, synced within a second), so SIGKILL loses nothing journalled and a
@@ -28,6 +32,7 @@ sets it on SIGTERM and SIGINT (and gives back a function that restores the handl
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import resource
 import signal
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
     from counters.storedir import StoreJournal
 
 PRODUCER = "bayes-sched collectors 0.1.0"
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,6 +72,9 @@ class RunStats:
     dropped: int = 0
     flush_errors: list[str] = field(default_factory=list)
     journal_errors: int = 0  # samples that could not be journalled
+    #: Samples not stored because the wall clock had stepped back: stamped at or before the
+    #: last stored sample.
+    out_of_order: int = 0
     last_journal_error: str = ""
     source_errors: dict[str, int] = field(default_factory=dict)  # error -> times seen
     keep_latencies: int = 10_000
@@ -94,6 +103,7 @@ class Collector:
         node: str | None = None,
         flush_every: int = 60,
         keep_latencies: int = 10_000,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not math.isfinite(interval_s) or interval_s <= 0:
             raise CollectorError(f"interval must be a positive number of seconds, not {interval_s}")
@@ -105,6 +115,8 @@ class Collector:
         self.exporter = exporter
         self.node = node or socket.gethostname()
         self.flush_every = flush_every
+        #: Seconds since the epoch, what each sample is stamped with (the system's wall clock).
+        self.wall_clock = wall_clock
         self.discoveries: list[Discovery] = []
         self.devices: Devices | None = None
         self.buffer: SampleBuffer | None = None
@@ -119,6 +131,8 @@ class Collector:
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._closing = False
+        self._last_stamp = -math.inf  # the wall-clock time of the last sample stored
+        self._stored_since_step = True  # whether one was stored since the clock last stepped back
 
     def discover(self) -> list[Discovery]:
         """Discover every source; fix the counters and devices the run records."""
@@ -162,7 +176,7 @@ class Collector:
             self.discover()
         assert self.buffer is not None
         started = time.perf_counter()
-        stamp = time.time()
+        stamp = self.wall_clock()
         values: Values = {}
         for position, source in enumerate(self.sources):
             try:
@@ -174,13 +188,15 @@ class Collector:
             values.update(read)
             self.sources_up[source.name] = (bool(self.discoveries[position].counters)
                                             and any_finite(read))
-        row = self.buffer.add(stamp, values)
-        if self.writer is not None:
-            try:
-                self.writer.log(row)
-            except CountersError as error:  # the disk refuses: the sample stays in memory
-                self.stats.journal_errors += 1
-                self.stats.last_journal_error = str(error)
+        if stamp > self._last_stamp:
+            self._store(stamp, values)
+        else:  # the wall clock stepped back: not after the last stored sample
+            if self._stored_since_step:  # once per step
+                LOG.warning("the wall clock stepped back %.3f s; samples are not stored until "
+                            "it passes the last stored sample's time again",
+                            self._last_stamp - stamp)
+            self.stats.out_of_order += 1
+            self._stored_since_step = False
         latency = time.perf_counter() - started
         self.stats.samples += 1
         self.stats.record_latency(latency)
@@ -190,11 +206,25 @@ class Collector:
             self.flush()
         return values
 
+    def _store(self, stamp: float, values: Values) -> None:
+        """Buffer the sample stamped ``stamp`` and journal it (a refused one stays in memory)."""
+        assert self.buffer is not None
+        row = self.buffer.add(stamp, values)
+        self._last_stamp = stamp
+        self._stored_since_step = True
+        if self.writer is not None:
+            try:
+                self.writer.log(row)
+            except CountersError as error:  # the disk refuses: the sample stays in memory
+                self.stats.journal_errors += 1
+                self.stats.last_journal_error = str(error)
+
     def _health(self, latency: float) -> dict[str, float]:
         return {
             "samples_total": float(self.stats.samples),
             "skipped_samples_total": float(self.stats.skipped),
             "dropped_samples_total": float(self.stats.dropped),
+            "out_of_order_samples_total": float(self.stats.out_of_order),
             "sample_duration_seconds": latency,
             "resident_memory_bytes": resident_bytes(),
         }

@@ -339,6 +339,9 @@ SERIES: Mapping[str, Series] = MappingProxyType({s.name: s for s in (
            "Sampling instants missed because a sample overran the interval."),
     Series("collector_dropped_samples_total", "counter", "collector",
            "Samples dropped unwritten because the store could not keep up (memory bound)."),
+    Series("collector_out_of_order_samples_total", "counter", "collector",
+           "Samples not stored because the wall clock had stepped back (stamped at or before "
+           "the last stored sample); still exported."),
     Series("collector_sample_duration_seconds", "gauge", "collector",
            "Time the latest sample took to read every source.", units="s"),
     Series("collector_resident_memory_bytes", "gauge", "collector",

@@ -244,10 +244,23 @@ def _forget_variables(part: Path, names: Sequence[str]) -> None:
     sync_directory(part)
 
 
-def _journal_dataset(journal: Path) -> xr.Dataset | None:
+def journal_rows_after(rows: np.ndarray, last: np.datetime64 | None) -> np.ndarray:
+    """The journal rows ``(T, width)`` (times increasing) stamped after ``last`` (all of them
+    where ``None``), times compared as the store holds them (:func:`counters.schema.
+    seconds_to_time`). A segment's samples at or before the last sample before them (the wall
+    clock stepped back between two runs of a collector) are left out by readers and commits
+    alike: a store's times only increase."""
+    if last is None or not len(rows):
+        return rows
+    return rows[schema.seconds_to_time(rows[:, 0]) > last]
+
+
+def _journal_dataset(journal: Path, last: np.datetime64 | None) -> xr.Dataset | None:
     contents = read_journal(journal)  # CountersError naming the journal if unreadable
     try:
-        return contents.to_dataset()
+        if contents.layout is None or not len(rows := journal_rows_after(contents.rows, last)):
+            return None
+        return contents.layout.to_dataset(rows)
     except Exception as error:  # a header naming counters the schema cannot build
         raise CountersError(f"{journal}: unreadable journal ({_one_line(error)}); "
                             f"{REPAIR_HINT}") from None
@@ -307,11 +320,13 @@ def _open_store_once(root: Path, lazy: bool) -> xr.Dataset:
     # writer renames or deletes meanwhile fails to read, and open_store reads again.
     committed, _, journals = _scan(root)
     datasets = [open_part(p.path, lazy=lazy) for p in committed]
+    last = datasets[-1][schema.TIME].values[-1] if datasets else None
     for index in sorted(journals):
         if not _covered(index, committed):
-            recent = _journal_dataset(journals[index])
+            recent = _journal_dataset(journals[index], last)
             if recent is not None:
                 datasets.append(recent)
+                last = recent[schema.TIME].values[-1]
     # Zarr reads a chunk file that is gone as its fill value (NaN), without an error. A part a
     # compaction or the retention limit deleted while it was read may so have read as NaN for
     # the chunks read after its rename: the read counts only if every part is still in place
@@ -577,13 +592,15 @@ class StoreWriter(StoreJournal):
         ``compact_fanout - 1`` indices: a part's compaction level is read from its span
         (:meth:`~counters.storedir.PartName.level`), so a commit of more segments would be taken
         for a merged part, and parts of mixed levels among the newest ``compact_fanout`` would
-        stop compaction. An empty segment is deleted. :class:`CountersError` when a
-        segment cannot be read or its samples do not follow the stored ones (then what was
-        committed before it stays committed).
+        stop compaction. A segment's samples at or before the last sample before them (the
+        wall clock stepped back) are left out and noted (:func:`journal_rows_after`), and a
+        segment left empty is deleted. :class:`CountersError` when a segment cannot be read
+        (then what was committed before it stays committed).
         """
         committed, _, journals = _scan(self.path)
         span_limit = math.inf if self.compact_fanout is None else self.compact_fanout - 1
         groups: list[tuple[int, int, JournalLayout, list[np.ndarray]]] = []
+        floor = self._last_time  # the last sample before the next segment's
         for index in sorted(journals):
             journal = journals[index]
             if below is not None and index >= below:
@@ -592,20 +609,24 @@ class StoreWriter(StoreJournal):
                 journal.unlink(missing_ok=True)
                 continue
             contents = read_journal(journal)  # CountersError naming the journal if unreadable
-            if contents.layout is None or not len(contents.rows):
+            fresh = journal_rows_after(contents.rows, floor)
+            if len(fresh) < len(contents.rows):
+                self.notes.append(f"{journal}: left out {len(contents.rows) - len(fresh)} "
+                                  f"sample(s) stamped at or before the last sample before them "
+                                  f"({floor}): the wall clock had stepped back")
+            if contents.layout is None or not len(fresh):
                 journal.unlink(missing_ok=True)
                 continue
             if contents.skipped:
                 self.notes.append(f"{journal}: left out {contents.skipped_bytes} byte(s) of "
                                   f"damaged record(s) between its {len(contents.rows)} whole "
                                   "sample(s)")
+            floor = schema.seconds_to_time(fresh[-1:, 0])[0]
             if (groups and groups[-1][2] == contents.layout
-                    and contents.rows[0, 0] > groups[-1][3][-1][-1, 0]
                     and index - groups[-1][0] < span_limit):
-                groups[-1] = (groups[-1][0], index, contents.layout,
-                              [*groups[-1][3], contents.rows])
+                groups[-1] = (groups[-1][0], index, contents.layout, [*groups[-1][3], fresh])
             else:
-                groups.append((index, index, contents.layout, [contents.rows]))
+                groups.append((index, index, contents.layout, [fresh]))
         done: list[tuple[PartName, int]] = []
         for first, last, layout, rows in groups:
             journal = self.path / journal_name(first)
@@ -614,10 +635,6 @@ class StoreWriter(StoreJournal):
             except Exception as error:  # a header naming counters the schema cannot build
                 raise CountersError(f"{journal}: unreadable journal ({_one_line(error)}); "
                                     f"{REPAIR_HINT}") from None
-            start = recent[schema.TIME].values[0]
-            if self._last_time is not None and start <= self._last_time:
-                raise CountersError(f"{journal}: samples from {start} are not after the last "
-                                    f"stored sample {self._last_time}; {REPAIR_HINT}")
             self.append(recent, indices=(first, last))
             done.append((PartName(self.path / part_name(first, last), first, last),
                          recent.sizes[schema.TIME]))
@@ -834,11 +851,15 @@ def _repair(root: Path) -> list[str]:
                 changed.append(f"{journal}: removed (already committed)")
                 continue
             contents = read_journal(journal)
+            rows = journal_rows_after(contents.rows, last)  # as readers and commits read it
             try:
-                recent = contents.to_dataset()
-                problem = ("no whole sample" if recent is None else
-                           next(iter(schema.problems(recent, check_values=False)), None)
-                           or _times_after(recent, last))
+                recent = (contents.layout.to_dataset(rows)
+                          if contents.layout is not None and len(rows) else None)
+                problem = (next(iter(schema.problems(recent, check_values=False)), None)
+                           if recent is not None else
+                           f"every sample at or before the last one before it ({last}): the "
+                           "wall clock had stepped back" if len(contents.rows) else
+                           "no whole sample")
             except Exception as error:  # a header the schema cannot build a dataset from
                 problem = _one_line(error)
             if problem is not None:

@@ -122,6 +122,30 @@ class FlakyProcfs(ProcfsSource):
         return super().sample()
 
 
+def test_a_wall_clock_stepping_back_costs_only_the_samples_before_the_last_stored_one(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An NTP step back of 2.5 s: the samples stamped at or before the last stored one are
+    counted, logged once and exported, not stored; the store stays readable and commits go on
+    (they had failed forever: 'not after the last stored sample'), the samples after it kept."""
+    stamps = iter([100.0, 101.0, 102.0, 99.5, 100.5, 101.5, 102.5, 103.5, 98.0, 104.0])
+    store = tmp_path / "store"
+    exporter = LatestSampleCollector("n1", None)
+    collector = Collector([ProcfsSource()], interval_s=0.01, writer=StoreWriter(store),
+                          exporter=exporter, node="n1", flush_every=4,
+                          wall_clock=lambda: next(stamps))
+    with caplog.at_level("WARNING", logger="collectors.daemon"):
+        for _ in range(10):
+            collector.sample_once()
+    collector.flush(wait=True)
+    assert collector.stats.out_of_order == 4 and collector.stats.flush_errors == []
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == [
+        "the wall clock stepped back 2.500 s", "the wall clock stepped back 5.500 s"]
+    stored = schema.time_to_seconds(open_store(store, lazy=False)["time"].values)
+    np.testing.assert_allclose(stored, [100.0, 101.0, 102.0, 102.5, 103.5, 104.0])
+    served = {m.name: m for m in exporter.collect()}
+    assert served["bayes_sched_collector_out_of_order_samples"].samples[0].value == 4
+
+
 def test_a_failing_source_gives_nan_and_the_loop_goes_on() -> None:
     collector = Collector([FlakyProcfs()], interval_s=0.01, node="n1", flush_every=100)
     collector.discover()

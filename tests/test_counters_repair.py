@@ -168,6 +168,33 @@ def test_a_commit_keeps_the_samples_after_damage_and_says_what_it_left_out(
                                   [0, 1, 2, 3, 5, 6, 7])
 
 
+def test_journalled_samples_before_the_stored_ones_are_left_out_not_a_stuck_store(
+        tmp_path: Path) -> None:
+    """A collector restarted after the wall clock stepped back journals samples stamped before
+    the stored ones. Readers, commits and repair leave those out, alike, and keep the rest: the
+    store read as damaged and every commit failed ('not after the last stored sample') until
+    a repair dropped the whole segment."""
+    store = tmp_path / "store"
+    write_store(batch(0, 4), store)  # samples 0..3
+    journal_rows(StoreWriter(store), 2, 4)  # samples 2..5 after the step: 2 and 3 are stale
+    assert repair(store) == []  # nothing is damaged
+    np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0],
+                                  np.arange(6.0))
+    (journal,) = pending_journals(store)
+    restarted = StoreWriter(store)  # commits the stopped run's segment
+    assert any(note.startswith(f"{journal}: left out 2 sample(s) stamped at or before")
+               for note in restarted.notes), restarted.notes
+    assert pending_journals(store) == []
+    np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0],
+                                  np.arange(6.0))
+    journal_rows(restarted, 1, 3)  # every sample stale: the segment holds nothing to keep
+    (journal,) = pending_journals(store)
+    assert open_store(store, lazy=False).sizes["time"] == 6
+    (line,) = repair(store)
+    assert line.startswith(f"{journal}: dropped (3 sample(s)") and "wall clock" in line, line
+    assert pending_journals(store) == [] and repair(store) == []
+
+
 def test_compaction_merges_parts_of_one_level_and_a_cut_short_merge_reads_once(
         tmp_path: Path) -> None:
     store = tmp_path / "store"

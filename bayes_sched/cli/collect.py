@@ -341,6 +341,9 @@ def run_collect(args: argparse.Namespace) -> int:
     print(f"bayes-sched collect: {stats.samples} samples taken, {stats.flushed} written, "
           f"{stats.skipped} skipped, {stats.dropped} dropped; sample latency p50 {p50:.2f} ms",
           file=sys.stderr)
+    if stats.out_of_order:
+        print(f"bayes-sched collect: {stats.out_of_order} samples not stored: the wall clock had "
+              "stepped back (stamped at or before the last stored sample)", file=sys.stderr)
     if stats.journal_errors:
         print(f"bayes-sched collect: {stats.journal_errors} samples could not be journalled when "
               f"taken (held in memory until the disk took them; a crash meanwhile would have lost "
