@@ -40,7 +40,9 @@ Parts (``--parts``):
   36 K80, 360 s rounds) until the jobs of ``--jct-window`` (30 jobs) finished, per seed of
   ``--jct-seeds``, exact and with ``--jct-partitions`` sub-problems; the window's average JCT
   and POP's over exact, per seed and over the seeds whose window finished in both arms (the
-  means' ratio; a run stops after ``--jct-max-hours`` simulated hours, its window's unfinished
+  means' ratio, ``ratio``; and the per-seed ratios' mean, ``mean_seed_ratio``, with its 90%
+  Student-t interval, ``lower_90`` and ``upper_90``, paired by seed: an interval that holds
+  1 finds no difference; a run stops after ``--jct-max-hours`` simulated hours, its window's unfinished
   jobs counted in ``unfinished``: min total duration, whose objective is the makespan, can
   leave nearly finished jobs without GPUs while its queue grows). ``--jct-exact-opt``
   gives the exact arm options: with ``--jct-partitions 1`` and ``solver=HIGHS`` the part
@@ -453,6 +455,7 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
+    from bayes_sched.sim.seeds import mean_interval
     from bayes_sched.sim.table_run import run_table_simulation
 
     spec = replace(load_cluster_spec("v100:36,p100:36,k80:36"), round_interval=360.0)
@@ -480,6 +483,7 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
                               "pop_h": means["pop"][-1]}), flush=True)
         pairs = [(e, p) for e, p in zip(means["exact"], means["pop"], strict=True)
                  if np.isfinite(e) and np.isfinite(p)]  # seeds whose window finished in both
+        mean_ratio, lower, upper = mean_interval([p / e for e, p in pairs])
         exact = float(np.mean([e for e, _ in pairs])) if pairs else np.nan
         pop = float(np.mean([p for _, p in pairs])) if pairs else np.nan
         row = {"policy": name, "window": f"{window[0]}-{window[1] - 1}", "k": k,
@@ -489,6 +493,8 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
                "exact_avg_jct_h": round(exact, 3) if pairs else "-",
                "pop_avg_jct_h": round(pop, 3) if pairs else "-",
                "ratio": round(pop / exact, 4) if pairs else "-",
+               "mean_seed_ratio": _rounded(mean_ratio), "lower_90": _rounded(lower),
+               "upper_90": _rounded(upper),
                "per_seed_ratio": " ".join(f"{p / e:.3f}" if np.isfinite(e / p) else "-"
                                           for e, p in zip(means["exact"], means["pop"],
                                                           strict=True)),
@@ -497,6 +503,12 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def _rounded(value: float) -> float | str:
+    """``value`` to 4 places for a table; a dash where it is NaN (no seed, or one: no
+    interval)."""
+    return round(value, 4) if np.isfinite(value) else "-"
 
 
 def main() -> None:

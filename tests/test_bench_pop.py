@@ -79,6 +79,9 @@ def test_jct_part_compares_two_exact_solvers_with_jct_exact_opt() -> None:
     (row,) = json.loads(done.stdout.splitlines()[-1])["jct"]
     assert row["exact_opts"] == "solver=HIGHS" and row["k"] == 1
     assert row["exact_avg_jct_h"] > 0 and row["pop_avg_jct_h"] > 0
+    # one seed: its ratio is the mean's, and gives no interval
+    assert abs(row["mean_seed_ratio"] - row["ratio"]) <= 1e-4
+    assert row["lower_90"] == row["upper_90"] == "-"
     bad = subprocess.run([*command, "--jct-exact-opt", "solver=GUROBI"], capture_output=True,
                          text=True, env=env, timeout=300)
     assert bad.returncode == 2 and bad.stdout == ""
@@ -100,6 +103,7 @@ def test_jct_part_stops_at_its_horizon_and_counts_the_windows_unfinished_jobs() 
     (row,) = json.loads(done.stdout.splitlines()[-1])["jct"]
     assert row["unfinished"] > 0 and row["seeds"] == 0
     assert row["ratio"] == "-" and row["per_seed_ratio"] == "-"
+    assert row["mean_seed_ratio"] == row["lower_90"] == "-"
     bad = subprocess.run([*command, "--jct-max-hours", "0"], capture_output=True, text=True,
                          env=env, timeout=300)
     assert bad.returncode == 2 and bad.stdout == ""
