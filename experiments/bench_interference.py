@@ -50,7 +50,8 @@ default methods leave out ``bayes (this)``, whose SVI fit takes about two minute
 (``--methods`` adds it).
 Run: ``python experiments/bench_interference.py [--folds 5] [--steps 2000] [--settings random
 model gpu batch type] [--methods gp "random forest"] [--batch-features absolute
-family-relative] [--json]``.
+family-relative] [--per-group] [--json]``; ``--per-group`` adds a table per fold (the held-out
+group of a leave-one-group-out setting), which shows where a setting's coverage is lost.
 """
 
 from __future__ import annotations
@@ -302,10 +303,12 @@ def against_any_tree(rows: list[dict]) -> None:
 
 def run_setting(setting: str, folds: list[tuple[str, np.ndarray]],
                 observations: pd.DataFrame, features: dict[str, pd.DataFrame],
-                args: argparse.Namespace) -> list[dict]:
+                args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     """Every method on every fold of one setting, once per batch feature in ``features``
-    (fold progress on stderr); its summary rows."""
+    (fold progress on stderr); its summary rows, and the same per fold (``group``: the
+    held-out group, or the random fold's number)."""
     collected: dict[str, dict[str, list]] = {b: {} for b in features}
+    per_fold: list[dict] = []
     for i, (group, test_mask) in enumerate(folds):
         train, test = observations[~test_mask], observations[test_mask]
         for batch_feature, table in features.items():
@@ -314,14 +317,18 @@ def run_setting(setting: str, folds: list[tuple[str, np.ndarray]],
                 print(f"{setting} ({batch_feature}): fold {i + 1} ({group}): a fit failed "
                       "or did not converge; fold left out for every method", file=sys.stderr)
                 continue
-            for name, result in results.items():
-                collected[batch_feature].setdefault(name, []).append(
-                    (*result, test["speed"].to_numpy()))
+            fold = {name: [(*result, test["speed"].to_numpy())]
+                    for name, result in results.items()}
+            for name, parts in fold.items():
+                collected[batch_feature].setdefault(name, []).extend(parts)
+            per_fold += [{"group": group, **row}
+                         for row in summarise(setting, batch_feature, fold)]
             maes = ", ".join(f"{name} {mean_absolute_error(r[0], test['speed']):.4f}"
                              for name, r in results.items())
             print(f"{setting} ({batch_feature}): fold {i + 1}/{len(folds)} ({group}, "
                   f"{len(test)} rows) done; MAE {maes}", file=sys.stderr)
-    return [row for b, parts in collected.items() for row in summarise(setting, b, parts)]
+    return ([row for b, parts in collected.items() for row in summarise(setting, b, parts)],
+            per_fold)
 
 
 def main() -> int:
@@ -329,7 +336,8 @@ def main() -> int:
     parser.add_argument("--folds", type=int, default=5, help="random folds (default 5)")
     parser.add_argument("--steps", type=int, default=2000, help="SVI steps per fit of "
                         "'bayes (this)' (default 2000)")
-    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON (with "
+                        "--per-group, both tables by title)")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS[:4]), choices=SETTINGS,
                         help="splits to run (default random model gpu batch)")
     parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS,
@@ -340,6 +348,8 @@ def main() -> int:
     parser.add_argument("--groups", nargs="+", default=None, help="leave-one-group-out "
                         "settings run only these held-out groups (e.g. --settings batch "
                         "--groups 16 32: a long setting in pieces; default every group)")
+    parser.add_argument("--per-group", action="store_true", help="also a table per fold "
+                        "(held-out group): where a setting's coverage is lost")
     add_record_flag(parser)
     args = parser.parse_args()
     # Two threads on a shared two-core machine thrash: one is several times faster per fit.
@@ -350,24 +360,29 @@ def main() -> int:
     features = {b: load_gavel_solo_features(batch_feature=b)
                 for b in dict.fromkeys(args.batch_features)}
     settings = settings_of(observations, args.settings, args.folds, args.groups)
-    rows = []
+    rows, group_rows = [], []
     for setting, folds in settings.items():
         started = time.perf_counter()
-        done = run_setting(setting, folds, observations, features, args)
+        done, per_fold = run_setting(setting, folds, observations, features, args)
         rows += done
+        group_rows += per_fold if args.per_group else []
         print(pd.DataFrame(done).to_string(index=False, float_format=lambda v: f"{v:.4f}"),
               file=sys.stderr)
         print(f"{setting}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     against_any_tree(rows)
     print(f"CPU time {time.process_time() - cpu_started:.0f} s; load average "
           f"{Path('/proc/loadavg').read_text().split()[:3]}", file=sys.stderr)
+    tables = {"co-location prediction per setting and method": rows,
+              "co-location prediction per held-out group": group_rows}
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows if not group_rows else tables, indent=2))
     else:
-        frame = pd.DataFrame(rows)
-        print(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        for table in tables.values():
+            if table:
+                print(pd.DataFrame(table).to_string(index=False,
+                                                    float_format=lambda v: f"{v:.4f}"))
     if args.record:
-        record_results(__file__, {"co-location prediction per setting and method": rows})
+        record_results(__file__, tables)
     return 0
 
 
