@@ -20,6 +20,7 @@ loss or kernel crash can take to the last second; SIGKILL (the OOM killer) takes
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import struct
@@ -133,6 +134,9 @@ class JournalWriter:
         self.sync_interval_s = sync_interval_s
         self.rows = 0
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o644)
+        # Held while the segment is open (the kernel drops it with the process): ``repair``
+        # leaves a segment that a running writer still appends to as it is.
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
         self._last_sync = time.monotonic()
         os.write(self._fd, _frame(layout.to_json()))
         self.sync()
@@ -252,12 +256,28 @@ def _payload_at(data: bytes, offset: int, length: int | None = None
     return (payload, end) if zlib.crc32(payload) == crc else None
 
 
+def being_written(path: str | Path) -> bool:
+    """Whether a :class:`JournalWriter` (of any process) has the segment at ``path`` open: it
+    would append after a repair's truncation, or to the file a rewrite renamed away."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops the lock where it was taken
+    return False
+
+
 def rewrite_whole_records(path: str | Path, contents: JournalContents, temporary: Path) -> None:
     """Rewrite the segment at ``path`` as its header and whole records only, the damage that
     ``contents`` (:func:`read_journal` of it) found between them and after them left out: the
     records' bytes are copied as they are into ``temporary`` (same folder), synced, and renamed
-    over ``path``. A running writer's segment must not be rewritten: its later records would go
-    to the file renamed away."""
+    over ``path``. A running writer's segment must not be rewritten (:func:`being_written`):
+    its later records would go to the file renamed away."""
     path = Path(path)
     data = path.read_bytes()[:contents.valid_bytes]
     kept, start = [], 0

@@ -86,6 +86,7 @@ from counters.errors import CountersError
 from counters.journal import (
     DEFAULT_SYNC_INTERVAL_S,
     JournalLayout,
+    being_written,
     read_journal,
     rewrite_whole_records,
 )
@@ -781,8 +782,8 @@ def repair(path: str | Path) -> list[str]:
     Removes what a crash left (hidden temporary/trash directories, parts a compaction merged,
     journal segments already committed), trims cut-short appends of the older in-place design,
     cuts a journal segment's torn tail and rewrites one with damage between whole records
-    without it (stop the collector first: a segment it still appends to must not be
-    rewritten), and drops parts or segments that cannot be read or whose
+    without it (a segment a running collector still appends to is left as it is, and said
+    so), and drops parts or segments that cannot be read or whose
     times do not follow the ones before; a missing or unreadable marker is rewritten when the
     directory holds parts or journals. If the remaining parts still do not fit together, the
     newest are dropped until they do (the last consistent point). Returns one line per thing
@@ -862,6 +863,14 @@ def _repair(root: Path) -> list[str]:
                            "no whole sample")
             except Exception as error:  # a header the schema cannot build a dataset from
                 problem = _one_line(error)
+            mend = problem is not None or bool(contents.skipped) or contents.tail_bytes > 0
+            if mend and being_written(journal):  # a change would lose its later records
+                changed.append(f"{journal}: left as it is, a running collector writes it "
+                               f"({problem or 'damaged records'}); stop it, then repair")
+                if problem is None and recent is not None:
+                    kept_data.append(recent)
+                    last = recent[schema.TIME].values[-1]
+                continue
             if problem is not None:
                 size = journal.stat().st_size
                 journal.unlink()

@@ -60,6 +60,14 @@ def journal_rows(writer: StoreWriter, start: int, n: int) -> None:
                                        "gpu_power": np.array([100.0 + i, 100.0 + i])}))
 
 
+def killed_writer_rows(store: Path, start: int, n: int) -> None:
+    """Journal samples ``start .. start + n - 1`` as a collector killed then would leave them:
+    the segment closed (a running writer's segment is one repair leaves as it is)."""
+    writer = StoreWriter(store)
+    journal_rows(writer, start, n)
+    writer.seal()
+
+
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
     """Run the real command line in this process: (status, stderr lines, stdout)."""
     status = main(list(argv))
@@ -92,8 +100,7 @@ def test_samples_are_readable_from_the_journal_before_any_commit(tmp_path: Path)
 def test_a_torn_journal_record_is_ignored_and_repair_cuts_it(tmp_path: Path) -> None:
     store = tmp_path / "store"
     write_store(batch(0, 4), store)
-    writer = StoreWriter(store)
-    journal_rows(writer, 4, 3)
+    killed_writer_rows(store, 4, 3)
     (journal,) = pending_journals(store)
     with open(journal, "ab") as handle:  # a record cut short by the kill
         handle.write(b"BSJ1\x20\x00\x00\x00garbage")
@@ -121,7 +128,7 @@ def test_damage_between_journal_records_costs_only_the_records_it_hit(
         tmp_path: Path, damage: str) -> None:
     store = tmp_path / "store"
     write_store(batch(0, 4), store)
-    journal_rows(StoreWriter(store), 4, 6)  # samples 4..9
+    killed_writer_rows(store, 4, 6)  # samples 4..9
     (journal,) = pending_journals(store)
     bounds = record_bounds(journal)
     data = bytearray(journal.read_bytes())
@@ -150,11 +157,36 @@ def test_damage_between_journal_records_costs_only_the_records_it_hit(
     np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0], kept)
 
 
+def test_repair_leaves_a_segment_a_running_writer_appends_to(tmp_path: Path) -> None:
+    """A rewrite or a cut of the segment a collector still has open would lose what it appends
+    next (to the file renamed away, or past the cut): repair says so and leaves it; once the
+    writer closed it, repair mends it."""
+    store = tmp_path / "store"
+    write_store(batch(0, 4), store)
+    writer = StoreWriter(store)
+    journal_rows(writer, 4, 4)
+    (journal,) = pending_journals(store)
+    data = bytearray(journal.read_bytes())
+    data[record_bounds(journal)[2][1] - 1] ^= 0x01  # sample 5's payload
+    journal.write_bytes(bytes(data))
+    (line,) = repair(store)
+    assert line.startswith(f"{journal}: left as it is, a running collector writes it"), line
+    assert journal.read_bytes() == bytes(data)
+    journal_rows(writer, 8, 1)  # the writer's next record lands in the segment read
+    np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0],
+                                  [0, 1, 2, 3, 4, 6, 7, 8])
+    writer.seal()  # closes the segment
+    (line,) = repair(store)
+    assert "byte(s) of damaged record(s)" in line and repair(store) == []
+    np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0],
+                                  [0, 1, 2, 3, 4, 6, 7, 8])
+
+
 def test_a_commit_keeps_the_samples_after_damage_and_says_what_it_left_out(
         tmp_path: Path) -> None:
     store = tmp_path / "store"
     write_store(batch(0, 4), store)
-    journal_rows(StoreWriter(store), 4, 4)
+    killed_writer_rows(store, 4, 4)
     (journal,) = pending_journals(store)
     data = bytearray(journal.read_bytes())
     first = record_bounds(journal)[1]
@@ -176,7 +208,7 @@ def test_journalled_samples_before_the_stored_ones_are_left_out_not_a_stuck_stor
     a repair dropped the whole segment."""
     store = tmp_path / "store"
     write_store(batch(0, 4), store)  # samples 0..3
-    journal_rows(StoreWriter(store), 2, 4)  # samples 2..5 after the step: 2 and 3 are stale
+    killed_writer_rows(store, 2, 4)  # samples 2..5 after the step: 2 and 3 are stale
     assert repair(store) == []  # nothing is damaged
     np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0],
                                   np.arange(6.0))
@@ -188,6 +220,7 @@ def test_journalled_samples_before_the_stored_ones_are_left_out_not_a_stuck_stor
     np.testing.assert_array_equal(open_store(store, lazy=False)["cpu_user"].values[:, 0],
                                   np.arange(6.0))
     journal_rows(restarted, 1, 3)  # every sample stale: the segment holds nothing to keep
+    restarted.seal()
     (journal,) = pending_journals(store)
     assert open_store(store, lazy=False).sizes["time"] == 6
     (line,) = repair(store)
