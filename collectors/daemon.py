@@ -131,7 +131,10 @@ class Collector:
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._closing = False
-        self._last_stamp = -math.inf  # the wall-clock time of the last sample stored
+        # The last stored sample's stamp, and in whole microseconds: the store keeps times to
+        # the microsecond (counters.schema.seconds_to_time), so a later one must be later there.
+        self._last_stamp = -math.inf
+        self._last_micros: float = -math.inf
         self._stored_since_step = True  # whether one was stored since the clock last stepped back
 
     def discover(self) -> list[Discovery]:
@@ -188,7 +191,7 @@ class Collector:
             values.update(read)
             self.sources_up[source.name] = (bool(self.discoveries[position].counters)
                                             and any_finite(read))
-        if stamp > self._last_stamp:
+        if round(stamp * 1e6) > self._last_micros:
             self._store(stamp, values)
         else:  # the wall clock stepped back: not after the last stored sample
             if self._stored_since_step:  # once per step
@@ -210,7 +213,7 @@ class Collector:
         """Buffer the sample stamped ``stamp`` and journal it (a refused one stays in memory)."""
         assert self.buffer is not None
         row = self.buffer.add(stamp, values)
-        self._last_stamp = stamp
+        self._last_stamp, self._last_micros = stamp, round(stamp * 1e6)
         self._stored_since_step = True
         if self.writer is not None:
             try:

@@ -258,9 +258,10 @@ def journal_rows_after(rows: np.ndarray, last: np.datetime64 | None) -> np.ndarr
 
 def _journal_dataset(journal: Path, last: np.datetime64 | None) -> xr.Dataset | None:
     contents = read_journal(journal)  # CountersError naming the journal if unreadable
+    rows = journal_rows_after(contents.rows, last)
+    if contents.layout is None or not len(rows):
+        return None
     try:
-        if contents.layout is None or not len(rows := journal_rows_after(contents.rows, last)):
-            return None
         return contents.layout.to_dataset(rows)
     except Exception as error:  # a header naming counters the schema cannot build
         raise CountersError(f"{journal}: unreadable journal ({_one_line(error)}); "
@@ -853,14 +854,14 @@ def _repair(root: Path) -> list[str]:
                 continue
             contents = read_journal(journal)
             rows = journal_rows_after(contents.rows, last)  # as readers and commits read it
+            recent, problem = None, "no whole sample"
+            if len(contents.rows) and not len(rows):
+                problem = (f"every sample at or before the last one before it ({last}): the "
+                           "wall clock had stepped back")
             try:
-                recent = (contents.layout.to_dataset(rows)
-                          if contents.layout is not None and len(rows) else None)
-                problem = (next(iter(schema.problems(recent, check_values=False)), None)
-                           if recent is not None else
-                           f"every sample at or before the last one before it ({last}): the "
-                           "wall clock had stepped back" if len(contents.rows) else
-                           "no whole sample")
+                if contents.layout is not None and len(rows):
+                    recent = contents.layout.to_dataset(rows)
+                    problem = next(iter(schema.problems(recent, check_values=False)), None)
             except Exception as error:  # a header the schema cannot build a dataset from
                 problem = _one_line(error)
             mend = problem is not None or bool(contents.skipped) or contents.tail_bytes > 0

@@ -146,6 +146,22 @@ def test_a_wall_clock_stepping_back_costs_only_the_samples_before_the_last_store
     assert served["bayes_sched_collector_out_of_order_samples"].samples[0].value == 4
 
 
+def test_a_stamp_within_the_stored_microsecond_is_out_of_order(tmp_path: Path) -> None:
+    """The store keeps times to the microsecond: 0.4 us after the last stored sample is the same
+    time there (a schema error: not strictly increasing), so that sample is not stored."""
+    stamps = iter([100.0, 100.0000004, 100.000001])
+    store = tmp_path / "store"
+    collector = Collector([ProcfsSource()], interval_s=0.01, writer=StoreWriter(store),
+                          node="n1", wall_clock=lambda: next(stamps))
+    for _ in range(3):
+        collector.sample_once()
+    collector.flush(wait=True)
+    assert collector.stats.out_of_order == 1 and collector.stats.flush_errors == []
+    np.testing.assert_array_equal(
+        open_store(store, lazy=False)["time"].values,
+        schema.seconds_to_time([100.0, 100.000001]))
+
+
 def test_a_failing_source_gives_nan_and_the_loop_goes_on() -> None:
     collector = Collector([FlakyProcfs()], interval_s=0.01, node="n1", flush_every=100)
     collector.discover()
