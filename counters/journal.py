@@ -203,7 +203,8 @@ def read_journal(path: str | Path) -> JournalContents:
 
     The first record must be the header; without a valid one nothing is read. A later record
     counts where its frame and CRC check out, it has the header's width and its time is finite
-    and after the last valid record's. Raises :class:`CountersError` only when the file cannot
+    and after the last valid record's in whole microseconds (the store's resolution,
+    :func:`counters.schema.seconds_to_time`). Raises :class:`CountersError` only when the file cannot
     be read at all.
     """
     try:
@@ -222,15 +223,15 @@ def read_journal(path: str | Path) -> JournalContents:
     rows: list[np.ndarray] = []
     skipped: list[tuple[int, int]] = []
     offset = valid_end = header[1]
-    last_time = -np.inf
+    last_micros = -np.inf  # times compared in whole microseconds, as the store keeps them
     while offset + _FRAME.size <= len(data):
         record = _payload_at(data, offset, 8 * layout.width)
         if record is not None:
             row = np.frombuffer(record[0], dtype="<f8")
-            if np.isfinite(row[0]) and row[0] > last_time:
+            if np.isfinite(row[0]) and np.round(row[0] * 1e6) > last_micros:
                 if offset > valid_end:
                     skipped.append((valid_end, offset))
-                last_time = float(row[0])
+                last_micros = float(np.round(row[0] * 1e6))
                 rows.append(row)
                 offset = valid_end = record[1]
                 continue
