@@ -77,13 +77,21 @@ def keep_or_pack(requests: Sequence[Request], free: np.ndarray) -> tuple[Allocat
     holds the kept jobs first, then the packed ones, in the order they were placed."""
     out: Allocations = {}
     rest: list[tuple[str, int, np.ndarray]] = []
-    for name, gpus, held, allowed in requests:
-        held = np.asarray(held, dtype=np.int64)
-        if held.sum() == gpus and np.all(allowed[held > 0]) and np.all(held <= free):
-            out[name] = held.copy()
-            free -= held
+    if not requests:
+        return out, []
+    held = np.stack([np.asarray(r[2], dtype=np.int64) for r in requests])  # (J, N)
+    allowed = np.stack([np.asarray(r[3], dtype=bool) for r in requests])
+    may_keep = ((held.sum(axis=1) == np.array([r[1] for r in requests]))
+                & ~np.any((held > 0) & ~allowed, axis=1))
+    # Where every job that may keep its GPUs finds them free together, each finds them free
+    # after those before it kept theirs: all keep, as the one-by-one rule below decides.
+    all_fit = bool(np.all(held[may_keep].sum(axis=0) <= free))
+    for i, (name, gpus, _, _) in enumerate(requests):
+        if may_keep[i] and (all_fit or np.all(held[i] <= free)):
+            out[name] = held[i].copy()
+            free -= held[i]
         else:
-            rest.append((name, gpus, allowed))
+            rest.append((name, gpus, allowed[i]))
     unplaced: list[str] = []
     for name, gpus, allowed in sorted(rest, key=lambda r: -r[1]):
         counts = pack(gpus, np.where(allowed, free, 0))

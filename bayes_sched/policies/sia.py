@@ -835,11 +835,12 @@ class SiaPolicy:
         (:func:`~bayes_sched.mechanisms.placement.keep_or_pack`); ``free`` is consumed."""
         requests: list[Request] = []
         type_of: dict[str, str] = {}
+        nodes_of = {name: node_types == name for name in types}  # the nodes of each type
         for j in map(int, np.flatnonzero(chosen >= 0)):
             job, c = jobs[j], int(chosen[j])
             type_of[job.name] = types[int(configs.gpu_type[c])]
             requests.append((job.name, int(configs.num_gpus[c]), job.allocation,
-                             node_types == type_of[job.name]))
+                             nodes_of[type_of[job.name]]))
         out, unplaced = keep_or_pack(requests, free)
         for name in unplaced:  # cannot happen within the per-type capacity; kept as a guard
             LOG.warning("sia: no room for job %s on %s", name, type_of[name])
