@@ -6,30 +6,18 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bayes_sched.mechanisms.placement import Request, keep_or_pack, pack
+from bayes_sched.mechanisms.placement import Request, keep_or_pack
 
 
-def one_by_one(requests: list[Request], free: np.ndarray) -> tuple[dict, list[str]]:
-    """The rule as its docstring states it: in order, a job keeps the GPUs it holds where they
-    are exactly its GPUs, on nodes it may use, and still free; the rest are packed, most GPUs
-    first."""
-    out: dict[str, np.ndarray] = {}
-    rest = []
+def kept_one_by_one(requests: list[Request], free: np.ndarray) -> list[str]:
+    """The jobs that keep their GPUs as the rule states it: in order, a job keeps the GPUs it
+    holds where they are exactly its GPUs, on nodes it may use, and still free."""
+    kept = []
     for name, gpus, held, allowed in requests:
         if held.sum() == gpus and np.all(allowed[held > 0]) and np.all(held <= free):
-            out[name] = held.copy()
-            free -= held
-        else:
-            rest.append((name, gpus, allowed))
-    unplaced = []
-    for name, gpus, allowed in sorted(rest, key=lambda r: -r[1]):
-        counts = pack(gpus, np.where(allowed, free, 0))
-        if counts is None:
-            unplaced.append(name)
-            continue
-        free -= counts
-        out[name] = counts
-    return out, unplaced
+            kept.append(name)
+            free = free - held
+    return kept
 
 
 @st.composite
@@ -50,13 +38,16 @@ def placements(draw: st.DrawFn) -> tuple[list[Request], np.ndarray]:
 def test_keep_or_pack_decides_as_one_job_at_a_time(case: tuple[list[Request], np.ndarray]
                                                    ) -> None:
     requests, free = case
-    expected_free = free.copy()
-    expected, expected_unplaced = one_by_one(requests, expected_free)
+    before = free.copy()
+    kept = kept_one_by_one(requests, free.copy())
     got, unplaced = keep_or_pack(requests, free)
-    assert list(got) == list(expected) and unplaced == expected_unplaced
-    for name, counts in expected.items():
-        np.testing.assert_array_equal(got[name], counts)
-    np.testing.assert_array_equal(free, expected_free)
+    held = {name: h for name, _, h, _ in requests}
+    assert list(got)[:len(kept)] == kept  # the kept jobs first, in the requests' order
+    for name in kept:
+        np.testing.assert_array_equal(got[name], held[name])
+    others = [name for name, *_ in requests if name not in kept]
+    assert sorted([*list(got)[len(kept):], *unplaced]) == sorted(others)
+    np.testing.assert_array_equal(before - free, sum(got.values(), np.zeros_like(before)))
 
 
 def test_two_jobs_holding_the_same_gpus_the_first_keeps_them_the_second_is_packed() -> None:
