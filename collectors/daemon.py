@@ -51,6 +51,7 @@ from collectors.buffer import SampleBuffer
 from collectors.prometheus import LatestSampleCollector
 from counters.catalog import CATALOG
 from counters.errors import CountersError
+from counters.names import whole_microseconds
 
 if TYPE_CHECKING:
     from counters.storedir import StoreJournal
@@ -131,8 +132,8 @@ class Collector:
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._closing = False
-        # The last stored sample's stamp, and in whole microseconds: the store keeps times to
-        # the microsecond (counters.schema.seconds_to_time), so a later one must be later there.
+        # The last stored sample's stamp, and as the store keeps it (whole microseconds,
+        # counters.names.whole_microseconds): a later sample must be later there.
         self._last_stamp = -math.inf
         self._last_micros: float = -math.inf
         self._stored_since_step = True  # whether one was stored since the clock last stepped back
@@ -191,8 +192,9 @@ class Collector:
             values.update(read)
             self.sources_up[source.name] = (bool(self.discoveries[position].counters)
                                             and any_finite(read))
-        if round(stamp * 1e6) > self._last_micros:
-            self._store(stamp, values)
+        micros = float(whole_microseconds(stamp))
+        if micros > self._last_micros:
+            self._store(stamp, micros, values)
         else:  # the wall clock stepped back: not after the last stored sample
             if self._stored_since_step:  # once per step
                 LOG.warning("the wall clock stepped back %.3f s; samples are not stored until "
@@ -209,11 +211,12 @@ class Collector:
             self.flush()
         return values
 
-    def _store(self, stamp: float, values: Values) -> None:
-        """Buffer the sample stamped ``stamp`` and journal it (a refused one stays in memory)."""
+    def _store(self, stamp: float, micros: float, values: Values) -> None:
+        """Buffer the sample stamped ``stamp`` (``micros``: as the store keeps it) and journal
+        it (a refused one stays in memory)."""
         assert self.buffer is not None
         row = self.buffer.add(stamp, values)
-        self._last_stamp, self._last_micros = stamp, round(stamp * 1e6)
+        self._last_stamp, self._last_micros = stamp, micros
         self._stored_since_step = True
         if self.writer is not None:
             try:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from counters.errors import CountersError
+from counters.names import whole_microseconds
 
 if TYPE_CHECKING:  # xarray loads where a dataset is built (a commit, a reader), never in a collector
     import xarray as xr
@@ -223,15 +224,16 @@ def read_journal(path: str | Path) -> JournalContents:
     rows: list[np.ndarray] = []
     skipped: list[tuple[int, int]] = []
     offset = valid_end = header[1]
-    last_micros = -np.inf  # times compared in whole microseconds, as the store keeps them
+    last_micros = -np.inf  # times compared as the store keeps them
     while offset + _FRAME.size <= len(data):
         record = _payload_at(data, offset, 8 * layout.width)
         if record is not None:
             row = np.frombuffer(record[0], dtype="<f8")
-            if np.isfinite(row[0]) and np.round(row[0] * 1e6) > last_micros:
+            micros = float(whole_microseconds(row[0]))
+            if np.isfinite(micros) and micros > last_micros:
                 if offset > valid_end:
                     skipped.append((valid_end, offset))
-                last_micros = float(np.round(row[0] * 1e6))
+                last_micros = micros
                 rows.append(row)
                 offset = valid_end = record[1]
                 continue

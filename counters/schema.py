@@ -54,7 +54,7 @@ import xarray as xr
 
 from counters.catalog import CATALOG, Counter
 from counters.errors import CountersError
-from counters.names import DEVICE, NODE, SCHEMA_NAME, SCHEMA_VERSION, TIME
+from counters.names import DEVICE, NODE, SCHEMA_NAME, SCHEMA_VERSION, TIME, whole_microseconds
 
 MASK_SUFFIX = "_valid"
 REQUIRED_VARIABLE_ATTRS: tuple[str, ...] = ("units", "long_name", "kind", "source", "resource")
@@ -85,7 +85,7 @@ def value_names(ds: xr.Dataset) -> list[str]:
 
 def seconds_to_time(seconds: np.ndarray | Sequence[float]) -> np.ndarray:
     """Float seconds since the Unix epoch -> ``datetime64[ns]`` (microsecond precision kept)."""
-    micros = np.round(np.asarray(seconds, dtype=np.float64) * 1e6).astype(np.int64)
+    micros = whole_microseconds(seconds).astype(np.int64)
     return micros.astype("datetime64[us]").astype("datetime64[ns]")
 
 
