@@ -10,7 +10,9 @@ clock at the moment it was taken. A store's times only increase, so where the wa
 back (an NTP step, a restored VM) the samples stamped at or before the last stored one are not
 stored, as Prometheus refuses out-of-order samples: they are counted (``out_of_order``, the
 ``collector_out_of_order_samples_total`` metric) and logged once per step, and the exporter
-still serves them.
+still serves them. "Stored" counts the store's own samples once the writer knows them: an
+in-process writer on opening, a child committer from the first commit on (a restarted
+collector's samples journalled before that are left out by the commit, and counted then).
 
 Storage: each sample is journalled as it is taken (:meth:`counters.storedir.StoreJournal.log`:
 one ``write`` of one record, synced within a second), so SIGKILL loses nothing journalled and a
@@ -73,9 +75,12 @@ class RunStats:
     dropped: int = 0
     flush_errors: list[str] = field(default_factory=list)
     journal_errors: int = 0  # samples that could not be journalled
-    #: Samples not stored because the wall clock had stepped back: stamped at or before the
-    #: last stored sample.
-    out_of_order: int = 0
+    #: Samples not stored because the wall clock had stepped back, stamped at or before the
+    #: last stored sample: refused when taken (this process's samples, and the store's newest
+    #: once a commit has told it), and left out by a commit (journalled before this process
+    #: knew the store's newest sample: a restarted collector, until its first commit).
+    refused_out_of_order: int = 0
+    committed_out_of_order: int = 0
     last_journal_error: str = ""
     source_errors: dict[str, int] = field(default_factory=dict)  # error -> times seen
     keep_latencies: int = 10_000
@@ -85,6 +90,11 @@ class RunStats:
         if self._latencies.size != self.keep_latencies:
             self._latencies = np.full(self.keep_latencies, np.nan)
         self._latencies[(self.samples - 1) % self.keep_latencies] = seconds
+
+    @property
+    def out_of_order(self) -> int:
+        """Samples not stored because the wall clock had stepped back (both kinds)."""
+        return self.refused_out_of_order + self.committed_out_of_order
 
     @property
     def latencies_s(self) -> np.ndarray:
@@ -132,10 +142,12 @@ class Collector:
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._closing = False
-        # The last stored sample's stamp, and as the store keeps it (whole microseconds,
+        # The last stored sample's stamp as the store keeps it (whole microseconds,
         # counters.names.whole_microseconds): a later sample must be later there.
-        self._last_stamp = -math.inf
         self._last_micros: float = -math.inf
+        # What the writer's commits left out before this collector journalled (an in-process
+        # writer recovers a stopped run's journal on opening): not this run's samples.
+        self._left_out_before = 0 if writer is None else writer.left_out
         self._stored_since_step = True  # whether one was stored since the clock last stepped back
 
     def discover(self) -> list[Discovery]:
@@ -193,14 +205,15 @@ class Collector:
             self.sources_up[source.name] = (bool(self.discoveries[position].counters)
                                             and any_finite(read))
         micros = float(whole_microseconds(stamp))
-        if micros > self._last_micros:
+        last = self._last_stored_micros()
+        if micros > last:
             self._store(stamp, micros, values)
         else:  # the wall clock stepped back: not after the last stored sample
             if self._stored_since_step:  # once per step
                 LOG.warning("the wall clock stepped back %.3f s; samples are not stored until "
                             "it passes the last stored sample's time again",
-                            self._last_stamp - stamp)
-            self.stats.out_of_order += 1
+                            (last - micros) / 1e6)
+            self.stats.refused_out_of_order += 1
             self._stored_since_step = False
         latency = time.perf_counter() - started
         self.stats.samples += 1
@@ -211,12 +224,19 @@ class Collector:
             self.flush()
         return values
 
+    def _last_stored_micros(self) -> float:
+        """The newest sample stored or to be stored, in whole microseconds since the epoch: this
+        process's last, or the store's newest where the writer knows it to be later (a restarted
+        collector's store holds samples of its earlier run)."""
+        known = None if self.writer is None else self.writer.stored_until_us
+        return self._last_micros if known is None else max(self._last_micros, float(known))
+
     def _store(self, stamp: float, micros: float, values: Values) -> None:
         """Buffer the sample stamped ``stamp`` (``micros``: as the store keeps it) and journal
-        it (a refused one stays in memory)."""
+        it (one the disk refuses stays in memory)."""
         assert self.buffer is not None
         row = self.buffer.add(stamp, values)
-        self._last_stamp, self._last_micros = stamp, micros
+        self._last_micros = micros
         self._stored_since_step = True
         if self.writer is not None:
             try:
@@ -289,6 +309,8 @@ class Collector:
             # The segments stay on disk; the next flush (or the last, on stopping) tries again.
             self.stats.flush_errors.append(str(error))
             return
+        finally:
+            self.stats.committed_out_of_order = self.writer.left_out - self._left_out_before
         with self._commit_lock:
             if self._commit_below == below:
                 self._commit_below = None

@@ -31,8 +31,11 @@ collector left is finished by the next collector's first commit, so a restarted 
 samples at once; readers see those segments meanwhile.
 
 Protocol: the child prints ``note TEXT`` per note (one per part recovered from a stopped run's
-segments, those below ``--recovered-below``, which are committed apart and not counted) and last
-``committed SAMPLES PEAK_RSS_BYTES``, then exits 0; on a :class:`CountersError` it prints the
+segments, those below ``--recovered-below``, which are committed apart and not counted), then
+``stored UNTIL_US LEFT_OUT`` (the store's newest sample in whole microseconds since the epoch, ``-``
+for an empty store, and the samples of the parent's segments left out as stamped at or before a
+stored one: the wall clock had stepped back) and last ``committed SAMPLES PEAK_RSS_BYTES``, then
+exits 0; on a :class:`CountersError` it prints the
 one-line message on stderr and exits 1.
 """
 
@@ -103,7 +106,10 @@ class ChildCommitWriter(StoreJournal):
 
     def commit(self, below: int) -> int:
         """Commit the sealed journal segments (indices below ``below``, from :meth:`seal`) in a
-        child; returns the samples committed (0, and no child, when none is waiting)."""
+        child; returns the samples committed (0, and no child, when none is waiting). The child
+        also tells the store's newest sample (:attr:`stored_until_us`, unknown until the first
+        commit: this process does not read parts) and the samples it left out (:attr:`left_out`).
+        """
         if not pending_journals(self.path, below):
             return 0
         command = [self.python, "-m", "counters.committer", str(self.path), "--below", str(below),
@@ -137,6 +143,10 @@ class ChildCommitWriter(StoreJournal):
             kind, _, rest = line.partition(" ")
             if kind == "note":
                 self.notes.append(rest)
+            elif kind == "stored":
+                until, left_out = rest.split()
+                self.stored_until_us = None if until == "-" else int(until)
+                self.left_out += int(left_out)
             elif kind == "committed":
                 samples, peak = (int(x) for x in rest.split())
         self.commits.append(CommitRecord(time.monotonic() - started, samples, peak))
@@ -168,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  max_parts=args.max_parts, recover=False, lock_held=True)
             # A stopped run's segments first, apart: never one part with the parent's own.
             writer.note_recovered(writer.commit_journals(min(args.recovered_below, args.below)))
+            recovered_left_out = writer.left_out
             done = writer.commit_journals(args.below)
             if not done:  # a compaction that a killed commit left undone is finished here
                 writer.compact()
@@ -176,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for note in writer.notes:
         print(f"note {' '.join(note.split())}")
+    until = "-" if writer.stored_until_us is None else str(writer.stored_until_us)
+    print(f"stored {until} {writer.left_out - recovered_left_out}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     print(f"committed {sum(samples for _, samples in done)} {peak}")
     return 0

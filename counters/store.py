@@ -576,7 +576,14 @@ class StoreWriter(StoreJournal):
         except OSError as error:
             raise CountersError(f"{root}: cannot clean up ({_one_line(error)})") from None
         if committed:  # new samples must follow the newest part's (older parts: readers check)
-            self._last_time = _last_time(committed[-1].path)
+            self._stored_until(_last_time(committed[-1].path))
+
+    def _stored_until(self, last: np.datetime64 | None) -> None:
+        """Record ``last`` as the newest stored sample (also in the journal's
+        :attr:`~counters.storedir.StoreJournal.stored_until_us`)."""
+        self._last_time = last
+        self.stored_until_us = (None if last is None else
+                                int(np.asarray(last).astype("datetime64[us]").astype(np.int64)))
 
     # -- committing --------------------------------------------------------------------------
     def commit(self, below: int) -> int:
@@ -612,6 +619,7 @@ class StoreWriter(StoreJournal):
                 continue
             contents = read_journal(journal)  # CountersError naming the journal if unreadable
             fresh = journal_rows_after(contents.rows, floor)
+            self.left_out += len(contents.rows) - len(fresh)
             if len(fresh) < len(contents.rows):
                 self.notes.append(f"{journal}: left out {len(contents.rows) - len(fresh)} "
                                   f"sample(s) stamped at or before the last sample before them "
@@ -672,7 +680,7 @@ class StoreWriter(StoreJournal):
                 indices = (self._next_index, self._next_index)
                 self._next_index += 1
         self._write_part(ds, *indices)
-        self._last_time = ds[schema.TIME].values[-1]
+        self._stored_until(ds[schema.TIME].values[-1])
         if not self._committed:  # once per store: lets readers tell a lost store from a new one
             with contextlib.suppress(OSError):
                 _write_marker(self.path, committed=True)

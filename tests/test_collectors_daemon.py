@@ -24,6 +24,7 @@ from collectors.procfs import ProcfsSource
 from collectors.prometheus import LatestSampleCollector, PrometheusEndpoint
 from collectors.replay import ReplaySource
 from counters import schema
+from counters.committer import ChildCommitWriter
 from counters.store import StoreWriter, open_store, parts, write_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +145,46 @@ def test_a_wall_clock_stepping_back_costs_only_the_samples_before_the_last_store
     np.testing.assert_allclose(stored, [100.0, 101.0, 102.0, 102.5, 103.5, 104.0])
     served = {m.name: m for m in exporter.collect()}
     assert served["bayes_sched_collector_out_of_order_samples"].samples[0].value == 4
+
+
+@pytest.mark.parametrize("committer", ["in process", "child"])
+def test_a_restarted_collector_stores_nothing_before_the_store_s_newest_sample(
+        tmp_path: Path, committer: str) -> None:
+    """A collector restarted after the wall clock stepped back 52 s: its samples stamped before
+    the store's newest (from its earlier run) are all counted and none stored. An in-process
+    writer knows the newest sample on opening and refuses them when taken; a child committer
+    learns it from its first commit, which leaves out what was journalled before (counted then),
+    and the collector refuses the rest when taken. The metric had read 0 for both kinds."""
+    store = tmp_path / "store"
+    first = iter([200.0, 201.0, 202.0])
+    before = Collector([ProcfsSource()], interval_s=0.01, writer=StoreWriter(store), node="n1",
+                       wall_clock=lambda: next(first))
+    for _ in range(3):
+        before.sample_once()
+    before.flush(wait=True)
+    before.close()
+
+    stamps = iter([150.0, 151.0, 152.0, 153.0, 154.0, 203.0, 204.0])
+    writer = StoreWriter(store) if committer == "in process" else ChildCommitWriter(store)
+    exporter = LatestSampleCollector("n1", None)
+    collector = Collector([ProcfsSource()], interval_s=0.01, writer=writer, exporter=exporter,
+                          node="n1", flush_every=100, wall_clock=lambda: next(stamps))
+    for _ in range(3):
+        collector.sample_once()
+    collector.flush(wait=True)  # the child's first commit tells the store's newest sample
+    for _ in range(4):
+        collector.sample_once()
+    collector.flush(wait=True)
+    collector.close()
+
+    stats = collector.stats
+    assert stats.flush_errors == [] and stats.out_of_order == 5
+    assert (stats.refused_out_of_order, stats.committed_out_of_order) == (
+        (5, 0) if committer == "in process" else (2, 3))
+    stored = schema.time_to_seconds(open_store(store, lazy=False)["time"].values)
+    np.testing.assert_allclose(stored, [200.0, 201.0, 202.0, 203.0, 204.0])
+    served = {m.name: m for m in exporter.collect()}
+    assert served["bayes_sched_collector_out_of_order_samples"].samples[0].value == 5
 
 
 def test_a_stamp_within_the_stored_microsecond_is_out_of_order(tmp_path: Path) -> None:

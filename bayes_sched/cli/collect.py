@@ -342,8 +342,12 @@ def run_collect(args: argparse.Namespace) -> int:
           f"{stats.skipped} skipped, {stats.dropped} dropped; sample latency p50 {p50:.2f} ms",
           file=sys.stderr)
     if stats.out_of_order:
+        at_commit = (f"; {stats.committed_out_of_order} of them journalled before the first "
+                     "commit told the store's newest sample, and left out by it"
+                     if stats.committed_out_of_order else "")
         print(f"bayes-sched collect: {stats.out_of_order} samples not stored: the wall clock had "
-              "stepped back (stamped at or before the last stored sample)", file=sys.stderr)
+              f"stepped back (stamped at or before the last stored sample{at_commit})",
+              file=sys.stderr)
     if stats.journal_errors:
         print(f"bayes-sched collect: {stats.journal_errors} samples could not be journalled when "
               f"taken (held in memory until the disk took them; a crash meanwhile would have lost "
