@@ -250,7 +250,7 @@ def decision_rows(policies: Sequence[str], sizes: Sequence[int], partitions: str
 
 def timed(policy: Any) -> list[float]:
     """CPU seconds of each of ``policy``'s solves (its ``allocate_combinations`` calls, one per
-    sub-problem; Sia's :func:`~bayes_sched.policies.sia.solve_assignment` calls are not
+    sub-problem; Sia's :func:`~bayes_sched.policies.sia_program.solve_assignment` calls are not
     wrapped: empty for Sia)."""
     seconds: list[float] = []
     solve = getattr(policy, "allocate_combinations", None)
@@ -418,13 +418,8 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
     """Sia's summed utility, exact and POP, and the CPU seconds of each solve."""
     from bayes_sched.mechanisms.pop import class_index, split
     from bayes_sched.mechanisms.rounds import cluster_types
-    from bayes_sched.policies.sia import (
-        SiaPolicy,
-        config_utilities,
-        normalized_goodputs,
-        partitioned_assignment,
-        solve_assignment,
-    )
+    from bayes_sched.policies.sia import SiaPolicy, config_utilities, normalized_goodputs
+    from bayes_sched.policies.sia_program import partitioned_assignment, solve_assignment
     from bayes_sched.sim.oracles import oracle_estimates
     from bayes_sched.throughputs import load_gavel_throughputs
 

@@ -23,8 +23,8 @@ from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.estimates import NO_ESTIMATES
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel.max_min_fairness import class_max_min_program
-from bayes_sched.policies.sia import (
-    Configurations, config_utilities, normalized_goodputs, solve_assignment)
+from bayes_sched.policies.sia import config_utilities, normalized_goodputs
+from bayes_sched.policies.sia_program import Configurations, solve_assignment
 from bayes_sched.mechanisms.time_fraction_lp import HighsModel
 from tests.test_gavel_packing import _inputs
 from tests.test_shockwave import _view, shockwave_estimates

@@ -27,12 +27,8 @@ from bayes_sched.mechanisms.pop import (
 from bayes_sched.mechanisms.time_fraction_lp import effective_rates
 from bayes_sched.policies import make_policy
 from bayes_sched.policies.gavel.time_sharing import AllocationInputs, TimeSharingPolicy
-from bayes_sched.policies.sia import (
-    config_utilities,
-    normalized_goodputs,
-    partitioned_assignment,
-    solve_assignment,
-)
+from bayes_sched.policies.sia import config_utilities, normalized_goodputs
+from bayes_sched.policies.sia_program import partitioned_assignment, solve_assignment
 from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
 from bayes_sched.sim.oracles import oracle_estimates
 from bayes_sched.sim.table_cluster import TableCluster

@@ -1,6 +1,7 @@
-"""Sia (:mod:`bayes_sched.policies.sia`): normalised goodputs, its integer program against brute
-force, the fast GPU type going to the job that gains most, capacity, the restart penalty, the
-swappable throughput belief, and the registry and command line."""
+"""Sia (:mod:`bayes_sched.policies.sia`, its program in :mod:`~bayes_sched.policies.sia_program`):
+normalised goodputs, its integer program against brute force, the fast GPU type going to the job
+that gains most, capacity, the restart penalty, the swappable throughput belief, and the registry
+and command line."""
 
 from __future__ import annotations
 
@@ -19,13 +20,11 @@ from bayes_sched.estimates import Estimate, Estimates
 from bayes_sched.jobs import BatchLimits, JobSettings, JobView
 from bayes_sched.mechanisms.highs_process import HIGHS_THREADS
 from bayes_sched.policies import POLICIES, make_policy
-from bayes_sched.policies.sia import (
+from bayes_sched.policies.sia import SiaPolicy, config_utilities, normalized_goodputs
+from bayes_sched.policies.sia_program import (
     Configurations,
-    SiaPolicy,
     assignment_highs_data,
     assignment_problem,
-    config_utilities,
-    normalized_goodputs,
     solve_assignment,
 )
 from bayes_sched.sim.oracles import oracle_estimates
@@ -148,14 +147,14 @@ def test_the_direct_highs_data_equal_cvxpys_and_give_the_same_choice(
     views = [replace(v, age=3600.0)
              for v in TableCluster(jobs, spec, load_gavel_throughputs()).job_views()]
     calls: list[tuple] = []
-    solve = sia._solve_program
+    solve = sia.solve_program
 
     def recording(*args: object) -> tuple[np.ndarray, float] | None:
         got = solve(*args)  # type: ignore[arg-type]
         calls.append((*args, None if got is None else got[0]))
         return got
 
-    monkeypatch.setattr(sia, "_solve_program", recording)
+    monkeypatch.setattr(sia, "solve_program", recording)
     policy = make_policy("sia")
     policy.decide(ClusterState(spec=spec, now=3600.0), views, ORACLE)
     (utility, configs, capacities, num_jobs, solver, options, chosen), = calls

@@ -12,12 +12,8 @@ import numpy as np
 
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.sia import (
-    Configurations,
-    SiaPolicy,
-    config_utilities,
-    solve_assignment_bounded,
-)
+from bayes_sched.policies.sia import SiaPolicy, config_utilities
+from bayes_sched.policies.sia_program import Configurations, solve_assignment_bounded
 from bayes_sched.policies.sia_reuse import SolvedAssignment
 from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
 from bayes_sched.sim.table_run import run_table_simulation

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from bayes_sched.policies import make_policy
-from bayes_sched.policies.sia import Configurations, config_utilities, normalized_goodputs, tenant_assignment
+from bayes_sched.policies.sia import config_utilities, normalized_goodputs
+from bayes_sched.policies.sia_program import Configurations, tenant_assignment
 from bayes_sched.policies.sia_tenants import (
     tenant_objective,
     tenant_parts,

@@ -66,7 +66,8 @@ from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobModel, JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.placement import pack
 from bayes_sched.policies.pollux import ARTIFACT_JOB_SETTINGS
-from bayes_sched.policies.sia import Configurations, SiaPolicy
+from bayes_sched.policies.sia import SiaPolicy
+from bayes_sched.policies.sia_program import Configurations
 
 #: Sia's cap on GPUs per job.
 MAX_GPUS_PER_JOB = 64

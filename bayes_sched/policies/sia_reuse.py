@@ -1,6 +1,6 @@
 """When Sia's last answer is still optimal: a certificate that saves a round's solve.
 
-Between a round and the next, Sia's program (:func:`~bayes_sched.policies.sia.solve_assignment`)
+Between a round and the next, Sia's program (:func:`~bayes_sched.policies.sia_program.solve_assignment`)
 often keeps its configurations and capacities and changes only in its utilities: nobody arrived
 or finished, and the running jobs aged, which moves their re-allocation factors. The solver then
 mostly returns the same answer. Whether it must can be decided without solving, by a bound.
@@ -31,7 +31,7 @@ import numpy as np
 
 
 class ConfigurationArrays(Protocol):
-    """What the certificate reads of :class:`bayes_sched.policies.sia.Configurations` (which
+    """What the certificate reads of :class:`bayes_sched.policies.sia_program.Configurations` (which
     imports this module): each configuration's job, GPU type and GPU count, ``(C,)`` each."""
 
     @property

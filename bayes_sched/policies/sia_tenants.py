@@ -32,9 +32,9 @@ and ``u_jc = lambda_n + sign(p) g_jc^p`` is Sia's own term of the configuration
   (which jobs run, on which type); its mean over jobs is below ``lambda_n``, so it never
   outweighs more than about one GPU-equivalent of a tenant's goodput at its fair part.
 * One tenant with jobs in the round: nothing to balance; the program is Sia's
-  (:func:`~bayes_sched.policies.sia.solve_assignment`), so its decisions are Sia's.
+  (:func:`~bayes_sched.policies.sia_program.solve_assignment`), so its decisions are Sia's.
 
-The program is solved by :func:`~bayes_sched.policies.sia.tenant_assignment`; this module holds
+The program is solved by :func:`~bayes_sched.policies.sia_program.tenant_assignment`; this module holds
 its mathematics (:func:`tenant_columns`: the tenant columns, objective and tangent rows).
 
 **The integer program.** ``phi_p`` is concave, so its hypograph is the intersection of its
