@@ -18,7 +18,8 @@ import xarray as xr
 from counters.catalog import CATALOG
 from counters.committer import ChildCommitWriter
 from counters.journal import JournalLayout
-from counters.store import StoreWriter, open_store, parts, pending_journals, repair
+from counters.repair import repair
+from counters.store import StoreWriter, open_store, parts, pending_journals
 from counters.storedir import StoreJournal, journal_name, next_free_index
 
 ROOT = Path(__file__).resolve().parents[1]

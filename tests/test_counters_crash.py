@@ -17,7 +17,8 @@ import pytest
 import xarray as xr
 
 from counters import schema
-from counters.store import open_store, parts, pending_journals, repair
+from counters.repair import repair
+from counters.store import open_store, parts, pending_journals
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

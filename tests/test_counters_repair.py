@@ -30,12 +30,12 @@ from collectors.procfs import ProcfsSource
 from counters import schema
 from counters.errors import CountersError
 from counters.journal import JournalLayout, read_journal
+from counters.repair import repair
 from counters.store import (
     StoreWriter,
     open_store,
     parts,
     pending_journals,
-    repair,
     write_store,
 )
 

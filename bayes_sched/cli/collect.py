@@ -439,11 +439,12 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_repair(args: argparse.Namespace) -> int:
-    """Print one line per thing :func:`counters.store.repair` dropped, or that nothing was."""
+    """Print one line per thing :func:`counters.repair.repair` dropped, or that nothing was."""
     require_store("counters repair")
     from counters import schema
     from counters.errors import CountersError
-    from counters.store import open_store, repair
+    from counters.repair import repair
+    from counters.store import open_store
 
     changed = repair(args.store)
     for line in changed:
