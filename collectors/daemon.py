@@ -310,7 +310,13 @@ class Collector:
             self.stats.flush_errors.append(str(error))
             return
         finally:
-            self.stats.committed_out_of_order = self.writer.left_out - self._left_out_before
+            left_out = self.writer.left_out - self._left_out_before
+            if left_out > self.stats.committed_out_of_order:
+                LOG.warning("a commit left out %d sample(s) journalled at or before the store's "
+                            "newest sample (the wall clock had stepped back before this "
+                            "collector started); later ones are not stored until it passes it",
+                            left_out - self.stats.committed_out_of_order)
+            self.stats.committed_out_of_order = left_out
         with self._commit_lock:
             if self._commit_below == below:
                 self._commit_below = None

@@ -149,12 +149,13 @@ def test_a_wall_clock_stepping_back_costs_only_the_samples_before_the_last_store
 
 @pytest.mark.parametrize("committer", ["in process", "child"])
 def test_a_restarted_collector_stores_nothing_before_the_store_s_newest_sample(
-        tmp_path: Path, committer: str) -> None:
+        tmp_path: Path, committer: str, caplog: pytest.LogCaptureFixture) -> None:
     """A collector restarted after the wall clock stepped back 52 s: its samples stamped before
     the store's newest (from its earlier run) are all counted and none stored. An in-process
     writer knows the newest sample on opening and refuses them when taken; a child committer
-    learns it from its first commit, which leaves out what was journalled before (counted then),
-    and the collector refuses the rest when taken. The metric had read 0 for both kinds."""
+    learns it from its first commit, which leaves out what was journalled before (counted and
+    logged then), and the collector refuses the rest when taken. The metric had read 0 for
+    both kinds."""
     store = tmp_path / "store"
     first = iter([200.0, 201.0, 202.0])
     before = Collector([ProcfsSource()], interval_s=0.01, writer=StoreWriter(store), node="n1",
@@ -169,13 +170,18 @@ def test_a_restarted_collector_stores_nothing_before_the_store_s_newest_sample(
     exporter = LatestSampleCollector("n1", None)
     collector = Collector([ProcfsSource()], interval_s=0.01, writer=writer, exporter=exporter,
                           node="n1", flush_every=100, wall_clock=lambda: next(stamps))
-    for _ in range(3):
-        collector.sample_once()
-    collector.flush(wait=True)  # the child's first commit tells the store's newest sample
-    for _ in range(4):
-        collector.sample_once()
-    collector.flush(wait=True)
+    with caplog.at_level("WARNING", logger="collectors.daemon"):
+        for _ in range(3):
+            collector.sample_once()
+        collector.flush(wait=True)  # the child's first commit tells the store's newest sample
+        for _ in range(4):
+            collector.sample_once()
+        collector.flush(wait=True)
     collector.close()
+    logged = [r.getMessage().split(" (")[0].split(";")[0] for r in caplog.records]
+    assert logged == (["the wall clock stepped back 52.000 s"] if committer == "in process" else
+                      ["a commit left out 3 sample(s) journalled at or before the store's newest "
+                       "sample", "the wall clock stepped back 49.000 s"])
 
     stats = collector.stats
     assert stats.flush_errors == [] and stats.out_of_order == 5
