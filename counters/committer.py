@@ -32,11 +32,11 @@ samples at once; readers see those segments meanwhile.
 
 Protocol: the child prints ``note TEXT`` per note (one per part recovered from a stopped run's
 segments, those below ``--recovered-below``, which are committed apart and not counted), then
-``stored UNTIL_US LEFT_OUT`` (the store's newest sample in whole microseconds since the epoch, ``-``
-for an empty store, and the samples of the parent's segments left out as stamped at or before a
-stored one: the wall clock had stepped back) and last ``committed SAMPLES PEAK_RSS_BYTES``, then
-exits 0; on a :class:`CountersError` it prints the
-one-line message on stderr and exits 1.
+``stored UNTIL_US LEFT_OUT`` (the store's newest sample in whole microseconds since the epoch,
+``-`` for an empty store, and the samples of the parent's segments left out as stamped at or
+before a stored one: the wall clock had stepped back) and last ``committed SAMPLES
+PEAK_RSS_BYTES``, then exits 0; on a :class:`CountersError` it prints the one-line message on
+stderr and exits 1.
 """
 
 from __future__ import annotations

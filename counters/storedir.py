@@ -360,13 +360,14 @@ class StoreJournal:
         self.dropped = 0  # samples the disk refused for longer than ``max_unwritten`` lasted
         self.notes: list[str] = []  # things an operator should hear about, one line each
         #: The store's newest sample as this writer last learnt it (on opening, or from a
-        #: commit), in whole microseconds since the epoch (:func:`counters.names.
-        #: whole_microseconds`); ``None`` while not known or nothing is stored. A sample must be
-        #: later than it to be stored. Set by the subclasses that commit.
+        #: commit), in whole microseconds since the epoch
+        #: (:func:`counters.names.whole_microseconds`); ``None`` while not known or nothing is
+        #: stored. A sample must be later than it to be stored. Set by the subclasses that
+        #: commit.
         self.stored_until_us: int | None = None
         #: Samples this writer journalled that its commits left out, stamped at or before a
-        #: sample stored before them (the wall clock had stepped back; :func:`counters.store.
-        #: journal_rows_after`). Set by the subclasses that commit.
+        #: sample stored before them (the wall clock had stepped back;
+        #: :func:`counters.store.journal_rows_after`). Set by the subclasses that commit.
         self.left_out = 0
         self._journal: JournalWriter | None = None
         self._unwritten: deque[np.ndarray] = deque()
