@@ -2,8 +2,8 @@
 the type's capacity, the summed utility maximised (:mod:`bayes_sched.policies.sia` builds the
 utilities from Sia's formulation; this module only solves).
 
-* **Columns.** One boolean per (job, configuration) pair of positive utility (:class:`
-  Configurations`); a configuration of non-positive utility is never worth choosing. When every
+* **Columns.** One boolean per (job, configuration) pair of positive utility
+  (:class:`Configurations`); a configuration of non-positive utility is never worth choosing. When every
   job's best configuration fits at once, that choice is the optimum and no solver runs
   (:func:`best_if_all_fit`).
 * **Solvers.** An open MILP solver (HiGHS by default, SCIP optional through cvxpy; Sia used CBC)
@@ -37,6 +37,7 @@ LOG = logging.getLogger(__name__)
 
 #: Open-source MILP solvers Sia may use (HiGHS directly, SCIP through cvxpy).
 SIA_SOLVERS = ("HIGHS", "SCIP")
+
 
 @dataclass(frozen=True)
 class Configurations:
@@ -104,10 +105,12 @@ def solve_assignment_bounded(utility: np.ndarray, configs: Configurations,
 
 
 def solve_program(utility: np.ndarray, configs: Configurations, capacities: np.ndarray,
-                   num_jobs: int, solver: str, options: Mapping[str, object] | None
-                   ) -> tuple[np.ndarray, float] | None:
+                  num_jobs: int, solver: str, options: Mapping[str, object] | None
+                  ) -> tuple[np.ndarray, float] | None:
     """:func:`solve_assignment_bounded` by the solver, for a program whose best configurations
-    do not all fit at once (:func:`best_if_all_fit` already asked)."""
+    do not all fit at once (:func:`best_if_all_fit` already asked): the configuration chosen per
+    job ``(J,)`` (-1: none) and the solver's bound on the optimum (``inf`` from SCIP); ``None``
+    when the solver fails (logged)."""
     chosen = np.full(num_jobs, -1, dtype=np.int64)
     useful = np.flatnonzero(utility > 0)
 
