@@ -309,7 +309,7 @@ class Collector:
             # The segments stay on disk; the next flush (or the last, on stopping) tries again.
             self.stats.flush_errors.append(str(error))
             return
-        finally:
+        finally:  # a commit that failed part-way may have left samples out already
             left_out = self.writer.left_out - self._left_out_before
             if left_out > self.stats.committed_out_of_order:
                 LOG.warning("a commit left out %d sample(s) journalled at or before the store's "

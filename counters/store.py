@@ -587,11 +587,12 @@ class StoreWriter(StoreJournal):
                 continue
             contents = read_journal(journal)  # CountersError naming the journal if unreadable
             fresh = journal_rows_after(contents.rows, floor)
-            self.left_out += len(contents.rows) - len(fresh)
-            if len(fresh) < len(contents.rows):
-                self.notes.append(f"{journal}: left out {len(contents.rows) - len(fresh)} "
-                                  f"sample(s) stamped at or before the last sample before them "
-                                  f"({floor}): the wall clock had stepped back")
+            stale = len(contents.rows) - len(fresh)
+            self.left_out += stale
+            if stale:
+                self.notes.append(f"{journal}: left out {stale} sample(s) stamped at or before "
+                                  f"the last sample before them ({floor}): the wall clock had "
+                                  "stepped back")
             if contents.layout is None or not len(fresh):
                 journal.unlink(missing_ok=True)
                 continue
