@@ -47,7 +47,9 @@ Parts (``--parts``):
   leave nearly finished jobs without GPUs while its queue grows). ``--jct-exact-opt``
   gives the exact arm options: with ``--jct-partitions 1`` and ``solver=HIGHS`` the part
   compares two exact solves of the same program (HiGHS's vertex against CLARABEL's interior
-  point), which shows how far apart two optimal answers' JCTs lie.
+  point), which shows how far apart two optimal answers' JCTs lie; ``--jct-pop-opt`` gives the
+  POP arm options (Sia's ``partition_groups=redrawn`` measures the split drawn anew each round
+  against its default, groups a job keeps for its life).
 
 Every row carries the 1-minute load average (``/proc/loadavg``): the machine may be shared, so
 CPU seconds (``time.process_time``) are the figures, not wall time; one BLAS thread.
@@ -446,7 +448,8 @@ def sia_values(state: Any, views: list[Any], k: int, seed: int
 
 def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[int],
              rate: float, k: int, exact_opts: Sequence[str] = (),
-             max_hours: float = 1000.0) -> list[dict[str, object]]:
+             max_hours: float = 1000.0, pop_opts: Sequence[str] = ()
+             ) -> list[dict[str, object]]:
     from bayes_sched.cluster_spec import load_cluster_spec
     from bayes_sched.policies import make_policy
     from bayes_sched.sim.gavel_jobs import generate_continuous_jobs
@@ -461,10 +464,11 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
         cpu: dict[str, float] = {"exact": 0.0, "pop": 0.0}
         unfinished = 0
         exact_settings = baseline_options(name, exact_opts, "--jct-exact-opt") or {}
+        pop_settings = baseline_options(name, pop_opts, "--jct-pop-opt") or {}
         for seed in seeds:
             for label, setting in (("exact", 1), ("pop", k)):
                 policy = make_policy(name, seed=seed, partitions=setting,
-                                     **(exact_settings if label == "exact" else {}))
+                                     **(exact_settings if label == "exact" else pop_settings))
                 start = time.process_time()
                 result = run_table_simulation(generate_continuous_jobs(rate, seed, True), policy,
                                               spec, jobs_to_complete=names,
@@ -484,6 +488,8 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
         row = {"policy": name, "window": f"{window[0]}-{window[1] - 1}", "k": k,
                "exact_opts": " ".join(f"{key}={value}" for key, value in
                                       exact_settings.items()) or "-",
+               "pop_opts": " ".join(f"{key}={value}" for key, value in
+                                    pop_settings.items()) or "-",
                "seeds": len(pairs),
                "exact_avg_jct_h": round(exact, 3) if pairs else "-",
                "pop_avg_jct_h": round(pop, 3) if pairs else "-",
@@ -545,6 +551,9 @@ def main() -> None:
                         help="jct part: options of the exact arm, for each policy taking them "
                              "(with --jct-partitions 1 the part compares two exact solves, "
                              "e.g. solver=HIGHS against the default)")
+    parser.add_argument("--jct-pop-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="jct part: options of the POP arm, for each policy taking them "
+                             "(e.g. partition_groups=redrawn)")
     parser.add_argument("--json", action="store_true")
     add_record_flag(parser)
     args = parser.parse_args()
@@ -571,7 +580,8 @@ def main() -> None:
 
     taken: set[str]
     for flag, items in (("--baseline-opt", args.baseline_opt),
-                        ("--jct-exact-opt", args.jct_exact_opt)):
+                        ("--jct-exact-opt", args.jct_exact_opt),
+                        ("--jct-pop-opt", args.jct_pop_opt)):
         taken = set()
         for name in args.policies:  # a bad option fails here, in one line, before any run
             try:
@@ -599,7 +609,7 @@ def main() -> None:
             args.policies, args.gap_gpus, args.snapshots, args.gap_partitions, load)],
         "jct": lambda: jct_rows(args.policies, (args.jct_window[0], args.jct_window[1]),
                                 args.jct_seeds, args.jct_rate, args.jct_partitions,
-                                args.jct_exact_opt, args.jct_max_hours)}
+                                args.jct_exact_opt, args.jct_max_hours, args.jct_pop_opt)}
     with threadpool_limits(1):
         for part in args.parts:
             out[part] = parts[part]()

@@ -23,6 +23,7 @@ from bayes_sched.mechanisms.pop import (
     partition_count,
     solve_partitioned,
     split,
+    sticky_labels,
 )
 from bayes_sched.mechanisms.time_fraction_lp import effective_rates
 from bayes_sched.policies import make_policy
@@ -89,6 +90,44 @@ def test_split_is_seeded_and_covers_every_job_and_gpu_once() -> None:
     for stratum in range(7):
         counts = np.bincount(label[strata == stratum], minlength=4)
         assert counts.max() - counts.min() <= 1
+
+
+def test_sticky_groups_keep_each_job_s_group_and_fill_the_smallest() -> None:
+    kept: dict[object, int] = {}
+    first = sticky_labels([f"j{i}" for i in range(10)], 3, kept, np.arange(10) % 2)
+    assert np.bincount(first, minlength=3).tolist() == [4, 3, 3]
+    # j0..j4 leave, j10..j13 arrive: the stayers keep their groups, newcomers fill the
+    # groups that lost most, and the groups' sizes end within one of each other.
+    names = [f"j{i}" for i in range(5, 14)]
+    second = sticky_labels(names, 3, kept, np.arange(9) % 2)
+    assert second[:5].tolist() == first[5:].tolist()
+    assert set(kept) == set(names)
+    assert np.ptp(np.bincount(second, minlength=3)) <= 1
+    with pytest.raises(ValueError, match="distinct"):
+        sticky_labels(["a", "a"], 2, {})
+
+
+def test_a_sticky_partitioner_keeps_groups_and_sub_clusters_across_calls() -> None:
+    redrawn = Partitioner(3, 0, None)
+    sticky = Partitioner(3, 0, None, "sticky")
+    names = [f"j{i}" for i in range(12)]
+    capacities = np.array([10, 7])
+    calls = [sticky.parts(12, capacities, keys=names) or [] for _ in range(3)]
+    assert all(np.array_equal(a.jobs, b.jobs) and np.array_equal(a.capacities, b.capacities)
+               for call in calls[1:] for a, b in zip(calls[0], call, strict=True))
+    assert np.array_equal(sum(p.capacities for p in calls[0]), capacities)
+    drawn = [labels(redrawn.parts(12, capacities) or [], 12) for _ in range(3)]
+    assert any(not np.array_equal(drawn[0], d) for d in drawn[1:])  # the split is redrawn
+    # A new count (two jobs: two groups) deals every job afresh, balanced again.
+    assert len(sticky.parts(2, capacities, keys=names[:2]) or []) == 2
+    again = sticky.parts(12, capacities, keys=names) or []
+    assert [len(p.jobs) for p in again] == [4, 4, 4]
+    with pytest.raises(ValueError, match="one key per job"):
+        sticky.parts(12, capacities)
+    with pytest.raises(ValueError, match="partition_groups"):
+        Partitioner(3, 0, None, "often")
+    with pytest.raises(InputError, match="partition_groups"):
+        make_policy("sia", partition_groups="often")
 
 
 def test_pairs_within_groups_are_the_full_pairs_filtered() -> None:

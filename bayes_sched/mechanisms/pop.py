@@ -22,6 +22,11 @@ Here (:func:`split`):
   classes stay alike; POP's harness deals jobs by id modulo ``k`` or at random).
 * **GPUs.** Each type's ``C`` GPUs: ``C // k`` to every sub-cluster (POP's harness) and the
   ``C mod k`` left over to as many sub-clusters drawn at random, so no GPU is lost.
+* **Sticky groups** (a policy's ``partition_groups="sticky"``, Sia's default): the split above
+  is drawn anew each call unless a policy asks that a job keep its group for its life, as Sia's
+  own POP does (:func:`sticky_labels`: a new job joins the group with the fewest jobs). A job
+  whose group changes meets other competitors for its sub-cluster's GPUs, and a policy whose
+  answers move jobs (Sia's rigid configurations) moves it again.
 * **Pairs.** Only within a group: the whole problem's pairs are never listed
   (:func:`pairs_within`; at 1,900 jobs they number ~900,000).
 * **How many.** ``partitions="auto"``: one (the exact program) below ``2 * jobs_per_partition``
@@ -257,35 +262,101 @@ def _restricted_solve(solve: Callable[[ProblemT], np.ndarray | None], inputs: Pr
     return solve(restrict(inputs, part, pair_rows))
 
 
+#: How a policy's POP groups are formed each call: ``"redrawn"``, a fresh random split
+#: (:func:`split`); ``"sticky"``, a job keeps its group for its life (:func:`sticky_labels`).
+GroupSetting = Literal["redrawn", "sticky"]
+
+
+def sticky_labels(keys: Sequence[Hashable], k: int, kept: dict[Hashable, int],
+                  strata: np.ndarray | None = None) -> np.ndarray:
+    """Each job's group ``(J,)`` in ``0..k-1``, a job keeping the group it had (``kept``, a
+    job's key to its group; updated in place: departed jobs dropped, new ones added).
+
+    This is how Sia's own POP deals jobs (its artifact's ``SiaILPPOP.add_new_jobs``): a new job
+    joins the group with the fewest jobs and stays there until it completes, so from round to
+    round a job meets the same competitors for the same sub-cluster. New jobs are dealt in the
+    order of ``keys``; ties go to the group with the fewest jobs of the new job's stratum
+    (``strata`` ``(J,)``, as in :func:`split`), then to the lowest group."""
+    if len(set(keys)) != len(keys):
+        raise ValueError("sticky groups need distinct job keys")
+    present = set(keys)
+    for key in [key for key in kept if key not in present]:
+        del kept[key]
+    out = np.array([kept.get(key, -1) for key in keys], dtype=np.int64)
+    stratum = np.zeros(len(keys), dtype=np.int64) if strata is None else np.asarray(strata)
+    sizes = np.bincount(out[out >= 0], minlength=k)
+    by_stratum: dict[int, np.ndarray] = {}
+    for j in np.flatnonzero(out >= 0).tolist():
+        by_stratum.setdefault(int(stratum[j]), np.zeros(k, dtype=np.int64))[out[j]] += 1
+    for j in np.flatnonzero(out < 0).tolist():
+        mine = by_stratum.setdefault(int(stratum[j]), np.zeros(k, dtype=np.int64))
+        group = int(np.lexsort((np.arange(k), mine, sizes))[0])
+        out[j] = group
+        sizes[group] += 1
+        mine[group] += 1
+        kept[keys[j]] = group
+    return out
+
+
 class Partitioner:
-    """A policy's POP setting and its random stream: :meth:`parts` draws a fresh split per call
-    (seeded by the policy's seed and the number of splits drawn so far), so one seed gives one
-    sequence of splits.
+    """A policy's POP setting and its random stream.
+
+    ``groups="redrawn"``: :meth:`parts` draws a fresh split per call (seeded by the policy's
+    seed and the number of splits drawn so far), so one seed gives one sequence of splits.
+    ``groups="sticky"``: a job keeps its group while the count stays the same
+    (:func:`sticky_labels`; a new count deals all jobs afresh), and each type's GPUs left over
+    after ``C // k`` to every group go to the groups in one order drawn once per count, so the
+    sub-clusters change only where the free GPUs do.
 
     Args:
         setting: ``"auto"`` or a count (:func:`check_partitions`).
         seed: the policy's seed.
         jobs_per_partition: the sub-problem size the automatic count aims at (``None``: the
             automatic count is always 1).
+        groups: ``"redrawn"`` or ``"sticky"`` (:data:`GroupSetting`).
     """
 
-    def __init__(self, setting: object, seed: int, jobs_per_partition: int | None) -> None:
+    def __init__(self, setting: object, seed: int, jobs_per_partition: int | None,
+                 groups: object = "redrawn") -> None:
         self.setting = check_partitions(setting)
         self.seed = int(seed) % 2**32  # a SeedSequence entropy word
         self.jobs_per_partition = jobs_per_partition
+        if groups not in ("redrawn", "sticky"):
+            raise ValueError(f"partition_groups is {groups!r}: expected 'redrawn' or 'sticky'")
+        self.sticky = groups == "sticky"
         #: Splits drawn (calls with more than one sub-problem).
         self.splits = 0
         #: The last call's number of sub-problems.
         self.last_count = 1
+        #: Sticky groups: each present job's group (for the count ``last_count``).
+        self._kept: dict[Hashable, int] = {}
+        #: Sticky groups: the order in which the sub-clusters take leftover GPUs ``(k,)``.
+        self._leftover_order = np.zeros(0, dtype=np.int64)
 
-    def parts(self, num_jobs: int, capacities: np.ndarray, strata: np.ndarray | None = None
-              ) -> list[Partition] | None:
-        """The sub-problems for this call, or ``None`` where the count is 1 (solve exactly)."""
+    def parts(self, num_jobs: int, capacities: np.ndarray, strata: np.ndarray | None = None,
+              keys: Sequence[Hashable] | None = None) -> list[Partition] | None:
+        """The sub-problems for this call, or ``None`` where the count is 1 (solve exactly).
+        ``keys`` ``(J,)``: the jobs' names, which sticky groups need (``ValueError``
+        without)."""
         k = partition_count(self.setting, num_jobs, capacities, self.jobs_per_partition)
+        changed = k != self.last_count
         self.last_count = k
         if k == 1:
+            self._kept.clear()
             return None
         rng = np.random.default_rng([self.seed, self.splits])
         self.splits += 1
-        return split(num_jobs, np.asarray(capacities).round().astype(np.int64), k, rng, strata)
-
+        whole = np.asarray(capacities).round().astype(np.int64)
+        if not self.sticky:
+            return split(num_jobs, whole, k, rng, strata)
+        if keys is None or len(keys) != num_jobs:
+            raise ValueError("sticky groups need one key per job")
+        if changed or len(self._leftover_order) != k:
+            self._kept.clear()
+            self._leftover_order = rng.permutation(k)
+        label = sticky_labels(keys, k, self._kept, strata)
+        gpus = np.repeat((whole // k)[None, :], k, axis=0)  # (k, T)
+        for t, extra in enumerate((whole % k).tolist()):
+            gpus[self._leftover_order[:extra], t] += 1
+        return [Partition(jobs=np.flatnonzero(label == i), capacities=gpus[i])
+                for i in range(k)]

@@ -97,7 +97,7 @@ from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.genetic_allocation.search import restart_delays, restart_penalty
 from bayes_sched.mechanisms.highs_process import MIP_HEURISTICS_OFF
 from bayes_sched.mechanisms.placement import Request, keep_or_pack
-from bayes_sched.mechanisms.pop import Partition, Partitioner, PartitionSetting
+from bayes_sched.mechanisms.pop import GroupSetting, Partition, Partitioner, PartitionSetting
 from bayes_sched.mechanisms.rounds import cluster_types
 from bayes_sched.policies.sia_program import (
     SIA_SOLVERS,
@@ -210,6 +210,10 @@ class SiaPolicy:
             many random sub-problems (jobs, and each type's free GPUs, split alike; seeded by
             ``seed``), the choices joined (:func:`partitioned_assignment`); ``"auto"``: the
             exact program below ``2 * jobs_per_partition`` jobs, more sub-problems above.
+        partition_groups: how POP's groups are formed: ``"sticky"`` (as Sia's own POP: a new
+            job joins the group with the fewest jobs and keeps it for its life) or
+            ``"redrawn"`` (a fresh random split every round; a job then meets other
+            competitors each round and is moved more often).
         tenant_weights: add the concave per-tenant term of
             :mod:`~bayes_sched.policies.sia_tenants` (tenants' goodput in proportion to their
             weights; needs ``p < 1``; off: Sia's objective).
@@ -227,8 +231,10 @@ class SiaPolicy:
                  time_limit: float = 10.0, seed: int = 0,
                  acquisition: Literal["mean", "thompson"] = "mean",
                  partitions: PartitionSetting = "auto", tenant_weights: bool = False,
-                 mip_heuristics: bool = False, certified_reuse: bool = True) -> None:
-        self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
+                 mip_heuristics: bool = False, certified_reuse: bool = True,
+                 partition_groups: GroupSetting = "sticky") -> None:
+        self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition,
+                                       partition_groups)
         self.tenant_weights = bool(tenant_weights)  # a concave term per tenant (see the module)
         if not np.isfinite(p) or p == 0:
             raise ValueError(f"p is {p}: expected a finite nonzero exponent")
@@ -330,7 +336,8 @@ class SiaPolicy:
             keys = [(job.application, job.requested_replicas) for job in jobs]
             index = {key: c for c, key in enumerate(dict.fromkeys(keys))}
             strata = np.array([index[key] for key in keys], dtype=np.int64)
-            parts = self.partitioner.parts(len(jobs), capacities, strata)
+            parts = self.partitioner.parts(len(jobs), capacities, strata,
+                                           [job.name for job in jobs])
             if parts is None and assign is None:
                 chosen = self._solve_or_reuse(utility, configs, capacities, len(jobs))
             else:
