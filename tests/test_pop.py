@@ -215,6 +215,19 @@ def test_policy_decisions_with_partitions_are_deterministic_per_seed() -> None:
     assert runs[0][1] != runs[2][1]  # another seed, other groups: other pairs
 
 
+@pytest.mark.parametrize("name", ["max_min_fairness_packed", "sia"])
+def test_sticky_groups_deal_every_job_once_and_keep_it_when_jobs_leave(name: str) -> None:
+    state, views = _problem(60)
+    policy = make_policy(name, partitions=3, partition_groups="sticky")
+    policy.decide(state, views, ESTIMATES)
+    kept = dict(policy.partitioner._kept)
+    assert sorted(kept) == sorted(view.name for view in views)
+    assert np.ptp(np.bincount(list(kept.values()), minlength=3)) <= 1
+    stayers = views[10:]  # ten jobs finished: the rest keep their groups
+    policy.decide(replace(state, now=state.now + 2000.0), stayers, ESTIMATES)
+    assert policy.partitioner._kept == {v.name: kept[v.name] for v in stayers}
+
+
 def test_sia_partitioned_assignment_respects_each_sub_cluster() -> None:
     from bayes_sched.policies.sia import SiaPolicy
 
@@ -252,6 +265,8 @@ def test_bad_partitions_are_refused(bad: object) -> None:
     assert "\n" not in str(caught.value)
     with pytest.raises(InputError, match="partitions"):
         make_policy("gandiva", partitions=2)  # solves no program to partition
+    with pytest.raises(InputError, match="partition_groups"):
+        make_policy("fifo", partition_groups="sticky")
 
 
 def test_bad_partitions_on_the_command_line_is_one_line_and_exit_2() -> None:

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from bayes_sched.mechanisms.pop import PartitionSetting, WorkerSetting
+from bayes_sched.mechanisms.pop import GroupSetting, PartitionSetting, WorkerSetting
 from bayes_sched.mechanisms.time_fraction_lp import (
     dense_terms,
     min_max_ratio_program,
@@ -122,9 +122,10 @@ class FinishTimeFairnessPolicy(TimeSharingPolicy):
                  acquisition: Literal["thompson", "mean"] = "thompson",
                  isolated_share: IsolatedRule = "gavel", gavel_statement: bool = False,
                  partitions: PartitionSetting = "auto",
-                 partition_workers: WorkerSetting = 1) -> None:
+                 partition_workers: WorkerSetting = 1,
+                 partition_groups: GroupSetting = "redrawn") -> None:
         super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions,
-                         partition_workers=partition_workers)
+                         partition_workers=partition_workers, partition_groups=partition_groups)
         if isolated_share not in ISOLATED_RULES:
             raise ValueError(f"isolated_share is {isolated_share!r}: expected one of "
                              + ", ".join(repr(rule) for rule in ISOLATED_RULES))

@@ -33,7 +33,7 @@ from bayes_sched.cells import Cell
 from bayes_sched.cluster import Allocations, ClusterState
 from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobView
-from bayes_sched.mechanisms.pop import PartitionSetting, WorkerSetting
+from bayes_sched.mechanisms.pop import GroupSetting, PartitionSetting, WorkerSetting
 from bayes_sched.mechanisms.time_fraction_lp import (
     ConicProgram,
     HighsModel,
@@ -202,9 +202,10 @@ class MaxMinFairnessPackedPolicy(TimeSharingPolicy):
                  exploration: Literal["thompson", "value_of_information", "none"] = (
                      "value_of_information"),
                  partitions: PartitionSetting = "auto",
-                 partition_workers: WorkerSetting = 1) -> None:
+                 partition_workers: WorkerSetting = 1,
+                 partition_groups: GroupSetting = "redrawn") -> None:
         super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions,
-                         partition_workers=partition_workers)
+                         partition_workers=partition_workers, partition_groups=partition_groups)
         if pair_split not in ("even", "intervals"):
             raise ValueError(f"pair_split is {pair_split!r}: expected 'even' or 'intervals'")
         if exploration not in ("thompson", "value_of_information", "none"):

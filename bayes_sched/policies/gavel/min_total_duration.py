@@ -30,7 +30,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from bayes_sched.mechanisms.pop import PartitionSetting, WorkerSetting
+from bayes_sched.mechanisms.pop import GroupSetting, PartitionSetting, WorkerSetting
 from bayes_sched.mechanisms.time_fraction_lp import (
     dense_terms,
     fastest_finish_program,
@@ -93,9 +93,10 @@ class MinTotalDurationPolicy(TimeSharingPolicy):
                  acquisition: Literal["thompson", "mean"] = "thompson",
                  partitions: PartitionSetting = "auto",
                  partition_workers: WorkerSetting = 1,
+                 partition_groups: GroupSetting = "redrawn",
                  horizon_solver: Literal["HIGHS", "CLARABEL"] = "HIGHS") -> None:
         super().__init__(solver, min_reset_interval, seed, acquisition, partitions=partitions,
-                         partition_workers=partition_workers)
+                         partition_workers=partition_workers, partition_groups=partition_groups)
         if horizon_solver not in ("HIGHS", "CLARABEL"):
             raise ValueError(f"horizon_solver is {horizon_solver!r}: expected HIGHS or "
                              "CLARABEL")

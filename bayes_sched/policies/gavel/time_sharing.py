@@ -68,6 +68,7 @@ from bayes_sched.estimates import Estimates
 from bayes_sched.jobs import JobSettings, JobSpec, JobView
 from bayes_sched.mechanisms.combo_store import Combo
 from bayes_sched.mechanisms.pop import (
+    GroupSetting,
     Partitioner,
     PartitionSetting,
     WorkerSetting,
@@ -166,6 +167,9 @@ class TimeSharingPolicy(ThroughputReading):
             programs, and as many worker processes (:mod:`~bayes_sched.mechanisms.solver_pool`)
             solve them. The allocation is the same as with 1 (the default: one after another,
             no process started); set it to the cores the policy may use.
+        partition_groups: how POP's groups are formed: ``"redrawn"`` (the default: a fresh
+            random split at every recomputation) or ``"sticky"`` (a job keeps its group for
+            its life; :func:`~bayes_sched.mechanisms.pop.sticky_labels`).
 
     Subclasses that add no option write ``__init__ = TimeSharingPolicy.__init__``: the registry
     reads a policy's options from its class's own ``__init__``.
@@ -188,11 +192,16 @@ class TimeSharingPolicy(ThroughputReading):
                  min_reset_interval: float = 1920.0, seed: int = 0,
                  acquisition: Literal["thompson", "mean"] = "thompson",
                  partitions: PartitionSetting = "auto",
-                 partition_workers: WorkerSetting = 1) -> None:
+                 partition_workers: WorkerSetting = 1,
+                 partition_groups: GroupSetting = "redrawn") -> None:
         if not self.partitionable and partitions not in ("auto", 1):
             raise ValueError(f"partitions is {partitions!r}: {self.name} solves no program to "
                              "partition (expected 'auto' or 1)")
-        self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition)
+        if not self.partitionable and partition_groups != "redrawn":
+            raise ValueError(f"partition_groups is {partition_groups!r}: {self.name} solves no "
+                             "program to partition (expected 'redrawn')")
+        self.partitioner = Partitioner(partitions, seed, self.jobs_per_partition,
+                                       partition_groups)
         if not self.partitionable and partition_workers != 1:
             raise ValueError(f"partition_workers is {partition_workers!r}: {self.name} solves "
                              "no program to partition (expected 1)")
@@ -432,7 +441,8 @@ class TimeSharingPolicy(ThroughputReading):
         rates = (measured[runnable] if self.estimator is None
                  else self._believed(chosen, measured[runnable] > 0))
         parts = self.partitioner.parts(len(chosen), capacities, class_index(
-            [(job.application, job.requested_replicas) for job in chosen]))
+            [(job.application, job.requested_replicas) for job in chosen]),
+            [job.name for job in chosen])
         inputs = self._inputs(chosen, rates, capacities,
                               None if parts is None else labels(parts, len(chosen)))
         try:
