@@ -9,6 +9,7 @@ from dataclasses import replace
 from itertools import islice
 
 import numpy as np
+import pytest
 
 from bayes_sched.cluster_spec import load_cluster_spec
 from bayes_sched.policies import make_policy
@@ -89,10 +90,13 @@ def test_the_certificate_declines_a_changed_feasible_set_or_an_unknown_bound() -
     assert unbounded.reuse(utility, configs, capacities, num_jobs, GAP) is None
 
 
-def test_every_reused_round_of_a_run_is_as_good_as_the_solver_would_give(monkeypatch) -> None:
+@pytest.mark.parametrize("split", [{}, {"partitions": 4}], ids=["exact", "pop"])
+def test_every_reused_round_of_a_run_is_as_good_as_the_solver_would_give(
+        monkeypatch, split: dict[str, int]) -> None:
     """A 120-job run in Gavel's continuous setting: Sia reuses answers in some rounds, and in
     each of them a fresh exact solve of that round's program does no better than the gap;
-    with ``certified_reuse=False`` it solves those rounds instead."""
+    with ``certified_reuse=False`` it solves those rounds instead. Under POP (sticky groups,
+    the default) each sub-problem reuses its own answers so."""
     checked: list[float] = []
     reuse = SolvedAssignment.reuse
 
@@ -108,13 +112,13 @@ def test_every_reused_round_of_a_run_is_as_good_as_the_solver_would_give(monkeyp
 
     monkeypatch.setattr(SolvedAssignment, "reuse", checking)
     spec = replace(load_cluster_spec("v100:36,p100:36,k80:36"), round_interval=360.0)
-    policy = make_policy("sia", seed=0)
+    policy = make_policy("sia", seed=0, **split)
     assert isinstance(policy, SiaPolicy)
     run_table_simulation(islice(generate_continuous_jobs(2.6, 0, multi_gpu=True), 120), policy,
                          spec, jobs_to_complete=[str(i) for i in range(120)])
     assert policy.reused == len(checked) > 0 and policy.ilp_solves > 0
     assert policy.stats()["reused_answers"] == policy.reused
-    solving = make_policy("sia", seed=0, certified_reuse=False)
+    solving = make_policy("sia", seed=0, certified_reuse=False, **split)
     assert isinstance(solving, SiaPolicy)
     run_table_simulation(islice(generate_continuous_jobs(2.6, 0, multi_gpu=True), 120), solving,
                          spec, jobs_to_complete=[str(i) for i in range(120)])

@@ -44,7 +44,8 @@ nothing of its code or data is copied, only the formulation.
   once no solver is needed: that choice is the optimum. When the program kept its
   configurations and capacities since the last solve and its utilities moved too little to
   matter (running jobs aged), the last answer is kept, certified within the same gap by a bound
-  (:mod:`~bayes_sched.policies.sia_reuse`). A failed solve keeps the previous allocation,
+  (:mod:`~bayes_sched.policies.sia_reuse`); under POP each sub-problem keeps its own last
+  answer, which sticky groups make worth keeping. A failed solve keeps the previous allocation,
   logged and counted in :attr:`SiaPolicy.solver_failures`.
 * **Bootstrapping** (Sia's paper; ``cluster.py`` ``compute_throughput_ratios``, ``sia.py``
   ``_compute_goodputs_v2``). A new adaptive job is profiled on one GPU of every type; until it
@@ -119,6 +120,9 @@ from bayes_sched.throughput_estimates import (
 )
 
 LOG = logging.getLogger(__name__)
+
+#: The slot of :attr:`SiaPolicy.solved` that holds the whole (unsplit) program's last answer.
+WHOLE = -1
 
 #: Sia's cap on powered normalised goodputs (``sia_goodput_clip_val``).
 GOODPUT_CLIP = 3000.0
@@ -259,13 +263,14 @@ class SiaPolicy:
         self.estimator: LearnedThroughputs | None = None
         self.belief: ThroughputBelief | None = None
         self.solver_failures = 0
-        #: Rounds whose assignment took the solver (not those where every job's best
-        #: configuration fitted at once: :func:`best_if_all_fit`).
+        #: Programs the solver solved (a POP round counts each sub-problem it solved; not the
+        #: programs whose every job's best configuration fitted at once: :func:`best_if_all_fit`).
         self.ilp_solves = 0
-        #: The last whole program solved (or fitted at once), whose answer a later round with
-        #: the same configurations and capacities may reuse (:mod:`.sia_reuse`).
-        self.solved: SolvedAssignment | None = None
-        #: Rounds that reused it, certified, instead of solving.
+        #: The last program solved (or fitted at once) per slot (:data:`WHOLE`, or POP's
+        #: sub-problem index), whose answer a later round with the same configurations and
+        #: capacities may reuse (:mod:`.sia_reuse`).
+        self.solved: dict[int, SolvedAssignment] = {}
+        #: Programs whose last answer was reused, certified, instead of solved.
         self.reused = 0
 
     # --- Policy interface -----------------------------------------------------------------------
@@ -288,8 +293,9 @@ class SiaPolicy:
 
     def stats(self) -> Mapping[str, float]:
         """``solver_failures`` (rounds whose assignment the solver could not give),
-        ``ilp_solves`` (rounds that took the solver) and ``reused_answers`` (rounds that kept the
-        last solved answer, certified optimal within the solver's gap)."""
+        ``ilp_solves`` (programs the solver solved; a POP round counts each sub-problem) and
+        ``reused_answers`` (programs whose last solved answer was kept, certified optimal within
+        the solver's gap)."""
         return {"solver_failures": int(self.solver_failures),
                 "ilp_solves": int(self.ilp_solves), "reused_answers": int(self.reused)}
 
@@ -330,8 +336,8 @@ class SiaPolicy:
         assign = self._tenant_assign(cluster, jobs, normalized) if self.tenant_weights else None
         chosen = best_if_all_fit(utility, configs, capacities, len(jobs))
         if chosen is not None:
-            self.solved = SolvedAssignment(configs, capacities, utility,
-                                           assignment_value(utility, chosen), chosen)
+            self.solved[WHOLE] = SolvedAssignment(configs, capacities, utility,
+                                                  assignment_value(utility, chosen), chosen)
         else:
             keys = [(job.application, job.requested_replicas) for job in jobs]
             index = {key: c for c, key in enumerate(dict.fromkeys(keys))}
@@ -339,13 +345,15 @@ class SiaPolicy:
             parts = self.partitioner.parts(len(jobs), capacities, strata,
                                            [job.name for job in jobs])
             if parts is None and assign is None:
-                chosen = self._solve_or_reuse(utility, configs, capacities, len(jobs))
+                chosen = self._solve_or_reuse(utility, configs, capacities, len(jobs), WHOLE)
             else:
-                self.solved = None
+                if assign is not None:
+                    self.ilp_solves += 1
+                self.solved = {slot: kept for slot, kept in self.solved.items()
+                               if slot < len(parts or ())}  # gone: sub-problems beyond k
                 chosen = partitioned_assignment(
                     utility, configs, parts or [Partition(np.arange(len(jobs)), capacities)],
-                    self.solver, self._solver_options(), assign)
-                self.ilp_solves += 1
+                    self.solver, self._solver_options(), assign or self._sub_problem)
         if chosen is None:
             self.solver_failures += 1
             LOG.warning("sia: no assignment for %d jobs; previous allocation kept", len(jobs))
@@ -354,13 +362,14 @@ class SiaPolicy:
         return self._place(free, jobs, configs, chosen, types, node_types)
 
     def _solve_or_reuse(self, utility: np.ndarray, configs: Configurations,
-                        capacities: np.ndarray, num_jobs: int) -> np.ndarray | None:
-        """The whole program's answer ``(J,)``, its best configurations not fitting at once:
-        the last solved round's where its certificate holds
-        (:mod:`~bayes_sched.policies.sia_reuse`; counted in :attr:`reused`), else the solver's
-        (kept, with its bound, for the next rounds)."""
-        if self.solved is not None and self.certified_reuse:
-            kept = self.solved.reuse(utility, configs, capacities, num_jobs, self.mip_rel_gap)
+                        capacities: np.ndarray, num_jobs: int, slot: int) -> np.ndarray | None:
+        """A program's answer ``(J,)``, its best configurations not fitting at once: the one
+        last solved in ``slot`` (:data:`WHOLE` or a POP sub-problem's index) where its
+        certificate holds (:mod:`~bayes_sched.policies.sia_reuse`; counted in
+        :attr:`reused`), else the solver's (kept, with its bound, for the next rounds)."""
+        last = self.solved.get(slot)
+        if last is not None and self.certified_reuse:
+            kept = last.reuse(utility, configs, capacities, num_jobs, self.mip_rel_gap)
             if kept is not None:
                 self.reused += 1
                 return kept
@@ -368,10 +377,23 @@ class SiaPolicy:
         got = solve_program(utility, configs, capacities, num_jobs, self.solver,
                              self._solver_options())
         if got is None:
-            self.solved = None
+            self.solved.pop(slot, None)
             return None
-        self.solved = SolvedAssignment(configs, capacities, utility, got[1], got[0])
+        self.solved[slot] = SolvedAssignment(configs, capacities, utility, got[1], got[0])
         return got[0]
+
+    def _sub_problem(self, index: int, utility: np.ndarray, configs: Configurations,
+                     capacities: np.ndarray, part_jobs: np.ndarray, rows: np.ndarray
+                     ) -> np.ndarray | None:
+        """POP's sub-problem ``index`` (an :data:`~.sia_program.Assign`): every job's best
+        configuration where they fit at once, else :meth:`_solve_or_reuse` in its own slot, so
+        a sticky group's rounds reuse its answers as the whole program's do."""
+        chosen = best_if_all_fit(utility, configs, capacities, len(part_jobs))
+        if chosen is None:
+            return self._solve_or_reuse(utility, configs, capacities, len(part_jobs), index)
+        self.solved[index] = SolvedAssignment(configs, capacities, utility,
+                                              assignment_value(utility, chosen), chosen)
+        return chosen
 
     # --- the policy's parts ---------------------------------------------------------------------
 
@@ -422,8 +444,9 @@ class SiaPolicy:
         tenant = np.array([names.index(job.tenant) for job in jobs], dtype=np.int64)
         weights = np.array([listed.get(name, 1.0) for name in names])
 
-        def assign(utility: np.ndarray, configs: Configurations, capacities: np.ndarray,
-                   part_jobs: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+        def assign(index: int, utility: np.ndarray, configs: Configurations,
+                   capacities: np.ndarray, part_jobs: np.ndarray, rows: np.ndarray
+                   ) -> np.ndarray | None:
             return tenant_assignment(utility, normalized[rows], configs, capacities,
                                      len(part_jobs), tenant[part_jobs], weights, self.p,
                                      self.solver, self._solver_options())

@@ -135,11 +135,11 @@ def solve_program(utility: np.ndarray, configs: Configurations, capacities: np.n
     return chosen, float("inf")
 
 
-#: A solve of one (sub-)problem for :func:`partitioned_assignment`: given its configurations'
-#: ``utility`` and ``configs`` (jobs numbered within it), its GPUs per type, the indices of its
-#: jobs and of its configurations in the whole problem, the configuration chosen per job (-1:
-#: none), or ``None`` on a failure.
-Assign = Callable[[np.ndarray, Configurations, np.ndarray, np.ndarray, np.ndarray],
+#: A solve of one (sub-)problem for :func:`partitioned_assignment`: given its index among the
+#: sub-problems, its configurations' ``utility`` and ``configs`` (jobs numbered within it), its
+#: GPUs per type, the indices of its jobs and of its configurations in the whole problem, the
+#: configuration chosen per job (-1: none), or ``None`` on a failure.
+Assign = Callable[[int, np.ndarray, Configurations, np.ndarray, np.ndarray, np.ndarray],
                   np.ndarray | None]
 
 
@@ -162,7 +162,7 @@ def partitioned_assignment(utility: np.ndarray, configs: Configurations,
                              num_gpus=configs.num_gpus[rows], goodput=configs.goodput[rows])
         got = (solve_assignment(utility[rows], sub, part.capacities, len(part.jobs), solver,
                                 options) if assign is None
-               else assign(utility[rows], sub, part.capacities, part.jobs, rows))
+               else assign(i, utility[rows], sub, part.capacities, part.jobs, rows))
         if got is None:
             return None
         picked = got >= 0
