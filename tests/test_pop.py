@@ -103,6 +103,15 @@ def test_sticky_groups_keep_each_job_s_group_and_fill_the_smallest() -> None:
     assert second[:5].tolist() == first[5:].tolist()
     assert set(kept) == set(names)
     assert np.ptp(np.bincount(second, minlength=3)) <= 1
+    # Given each job's GPUs, a new job joins the group that asked for the fewest: the two
+    # 8-GPU jobs land apart, where counting jobs alone would put them together.
+    demands = np.array([8, 1, 8, 1])
+    keys = [f"d{i}" for i in range(4)]
+    by_count = sticky_labels(keys, 2, {})
+    by_demand = sticky_labels(keys, 2, {}, demands=demands)
+    assert by_count[0] == by_count[2]
+    assert by_demand[0] != by_demand[2]
+    assert np.bincount(by_demand, weights=demands).tolist() == [9.0, 9.0]
     with pytest.raises(ValueError, match="distinct"):
         sticky_labels(["a", "a"], 2, {})
 
@@ -222,7 +231,9 @@ def test_sticky_groups_deal_every_job_once_and_keep_it_when_jobs_leave(name: str
     policy.decide(state, views, ESTIMATES)
     kept = dict(policy.partitioner._kept)
     assert sorted(kept) == sorted(view.name for view in views)
-    assert np.ptp(np.bincount(list(kept.values()), minlength=3)) <= 1
+    gpus = {view.name: view.requested_replicas for view in views}
+    asked = np.bincount(list(kept.values()), weights=[gpus[name] for name in kept], minlength=3)
+    assert np.ptp(asked) <= max(gpus.values())  # the groups' GPUs asked for, balanced
     stayers = views[10:]  # ten jobs finished: the rest keep their groups
     policy.decide(replace(state, now=state.now + 2000.0), stayers, ESTIMATES)
     assert policy.partitioner._kept == {v.name: kept[v.name] for v in stayers}

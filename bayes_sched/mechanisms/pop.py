@@ -24,7 +24,8 @@ Here (:func:`split`):
   ``C mod k`` left over to as many sub-clusters drawn at random, so no GPU is lost.
 * **Sticky groups** (a policy's ``partition_groups="sticky"``, Sia's default): the split above
   is drawn anew each call unless a policy asks that a job keep its group for its life, as Sia's
-  own POP does (:func:`sticky_labels`: a new job joins the group with the fewest jobs). A job
+  own POP does (:func:`sticky_labels`: a new job joins the group with the fewest jobs, or
+  with the fewest GPUs asked for where the policy gives each job's GPUs). A job
   whose group changes meets other competitors for its sub-cluster's GPUs, and a policy whose
   answers move jobs (Sia's rigid configurations) moves it again.
 * **Pairs.** Only within a group: the whole problem's pairs are never listed
@@ -268,7 +269,8 @@ GroupSetting = Literal["redrawn", "sticky"]
 
 
 def sticky_labels(keys: Sequence[Hashable], k: int, kept: dict[Hashable, int],
-                  strata: np.ndarray | None = None) -> np.ndarray:
+                  strata: np.ndarray | None = None, demands: np.ndarray | None = None
+                  ) -> np.ndarray:
     """Each job's group ``(J,)`` in ``0..k-1``, a job keeping the group it had (``kept``, a
     job's key to its group; updated in place: departed jobs dropped, new ones added).
 
@@ -276,7 +278,9 @@ def sticky_labels(keys: Sequence[Hashable], k: int, kept: dict[Hashable, int],
     joins the group with the fewest jobs and stays there until it completes, so from round to
     round a job meets the same competitors for the same sub-cluster. New jobs are dealt in the
     order of ``keys``; ties go to the group with the fewest jobs of the new job's stratum
-    (``strata`` ``(J,)``, as in :func:`split`), then to the lowest group."""
+    (``strata`` ``(J,)``, as in :func:`split`), then to the lowest group. With ``demands``
+    ``(J,)`` (each job's GPUs), a new job joins the group with the least summed demand instead
+    of the fewest jobs, so the sub-problems' loads stay alike when jobs differ in size."""
     if len(set(keys)) != len(keys):
         raise ValueError("sticky groups need distinct job keys")
     present = set(keys)
@@ -284,7 +288,8 @@ def sticky_labels(keys: Sequence[Hashable], k: int, kept: dict[Hashable, int],
         del kept[key]
     out = np.array([kept.get(key, -1) for key in keys], dtype=np.int64)
     stratum = np.zeros(len(keys), dtype=np.int64) if strata is None else np.asarray(strata)
-    sizes = np.bincount(out[out >= 0], minlength=k)
+    demand = np.ones(len(keys)) if demands is None else np.asarray(demands, dtype=float)
+    sizes = np.bincount(out[out >= 0], weights=demand[out >= 0], minlength=k)
     by_stratum: dict[int, np.ndarray] = {}
     for j in np.flatnonzero(out >= 0).tolist():
         by_stratum.setdefault(int(stratum[j]), np.zeros(k, dtype=np.int64))[out[j]] += 1
@@ -292,7 +297,7 @@ def sticky_labels(keys: Sequence[Hashable], k: int, kept: dict[Hashable, int],
         mine = by_stratum.setdefault(int(stratum[j]), np.zeros(k, dtype=np.int64))
         group = int(np.lexsort((np.arange(k), mine, sizes))[0])
         out[j] = group
-        sizes[group] += 1
+        sizes[group] += demand[j]
         mine[group] += 1
         kept[keys[j]] = group
     return out
@@ -334,10 +339,12 @@ class Partitioner:
         self._leftover_order = np.zeros(0, dtype=np.int64)
 
     def parts(self, num_jobs: int, capacities: np.ndarray, strata: np.ndarray | None = None,
-              keys: Sequence[Hashable] | None = None) -> list[Partition] | None:
+              keys: Sequence[Hashable] | None = None, demands: np.ndarray | None = None
+              ) -> list[Partition] | None:
         """The sub-problems for this call, or ``None`` where the count is 1 (solve exactly).
         ``keys`` ``(J,)``: the jobs' names, which sticky groups need (``ValueError``
-        without)."""
+        without); ``demands`` ``(J,)``: their GPUs, which sticky groups balance
+        (:func:`sticky_labels`)."""
         k = partition_count(self.setting, num_jobs, capacities, self.jobs_per_partition)
         changed = k != self.last_count
         self.last_count = k
@@ -354,7 +361,7 @@ class Partitioner:
         if changed or len(self._leftover_order) != k:
             self._kept.clear()
             self._leftover_order = rng.permutation(k)
-        label = sticky_labels(keys, k, self._kept, strata)
+        label = sticky_labels(keys, k, self._kept, strata, demands)
         gpus = np.repeat((whole // k)[None, :], k, axis=0)  # (k, T)
         for t, extra in enumerate((whole % k).tolist()):
             gpus[self._leftover_order[:extra], t] += 1

@@ -342,8 +342,9 @@ class SiaPolicy:
             keys = [(job.application, job.requested_replicas) for job in jobs]
             index = {key: c for c, key in enumerate(dict.fromkeys(keys))}
             strata = np.array([index[key] for key in keys], dtype=np.int64)
-            parts = self.partitioner.parts(len(jobs), capacities, strata,
-                                           [job.name for job in jobs])
+            parts = self.partitioner.parts(
+                len(jobs), capacities, strata, [job.name for job in jobs],
+                np.array([job.requested_replicas for job in jobs]))
             if parts is None and assign is None:
                 chosen = self._solve_or_reuse(utility, configs, capacities, len(jobs), WHOLE)
             else:

@@ -442,7 +442,7 @@ class TimeSharingPolicy(ThroughputReading):
                  else self._believed(chosen, measured[runnable] > 0))
         parts = self.partitioner.parts(len(chosen), capacities, class_index(
             [(job.application, job.requested_replicas) for job in chosen]),
-            [job.name for job in chosen])
+            [job.name for job in chosen], np.array([job.requested_replicas for job in chosen]))
         inputs = self._inputs(chosen, rates, capacities,
                               None if parts is None else labels(parts, len(chosen)))
         try:
