@@ -214,8 +214,9 @@ class SiaPolicy:
             many random sub-problems (jobs, and each type's free GPUs, split alike; seeded by
             ``seed``), the choices joined (:func:`partitioned_assignment`); ``"auto"``: the
             exact program below ``2 * jobs_per_partition`` jobs, more sub-problems above.
-        partition_groups: how POP's groups are formed: ``"sticky"`` (as Sia's own POP: a new
-            job joins the group with the fewest jobs and keeps it for its life) or
+        partition_groups: how POP's groups are formed: ``"sticky"`` (a new job joins the
+            group whose jobs ask for the fewest GPUs, where Sia's own POP counts jobs, and
+            keeps it for its life) or
             ``"redrawn"`` (a fresh random split every round; a job then meets other
             competitors each round and is moved more often).
         tenant_weights: add the concave per-tenant term of
