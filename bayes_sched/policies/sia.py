@@ -216,9 +216,8 @@ class SiaPolicy:
             exact program below ``2 * jobs_per_partition`` jobs, more sub-problems above.
         partition_groups: how POP's groups are formed: ``"sticky"`` (a new job joins the
             group whose jobs ask for the fewest GPUs, where Sia's own POP counts jobs, and
-            keeps it for its life) or
-            ``"redrawn"`` (a fresh random split every round; a job then meets other
-            competitors each round and is moved more often).
+            keeps it for its life) or ``"redrawn"`` (a fresh random split every round; a job
+            then meets other competitors each round and is moved more often).
         tenant_weights: add the concave per-tenant term of
             :mod:`~bayes_sched.policies.sia_tenants` (tenants' goodput in proportion to their
             weights; needs ``p < 1``; off: Sia's objective).
