@@ -486,10 +486,8 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
         exact = float(np.mean([e for e, _ in pairs])) if pairs else np.nan
         pop = float(np.mean([p for _, p in pairs])) if pairs else np.nan
         row = {"policy": name, "window": f"{window[0]}-{window[1] - 1}", "k": k,
-               "exact_opts": " ".join(f"{key}={value}" for key, value in
-                                      exact_settings.items()) or "-",
-               "pop_opts": " ".join(f"{key}={value}" for key, value in
-                                    pop_settings.items()) or "-",
+               "exact_opts": _options_text(exact_settings),
+               "pop_opts": _options_text(pop_settings),
                "seeds": len(pairs),
                "exact_avg_jct_h": round(exact, 3) if pairs else "-",
                "pop_avg_jct_h": round(pop, 3) if pairs else "-",
@@ -504,6 +502,11 @@ def jct_rows(policies: Sequence[str], window: tuple[int, int], seeds: Sequence[i
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def _options_text(settings: dict[str, Any]) -> str:
+    """An arm's options as a table cell: ``KEY=VALUE`` items, or a dash for none."""
+    return " ".join(f"{key}={value}" for key, value in settings.items()) or "-"
 
 
 def _rounded(value: float) -> float | str:

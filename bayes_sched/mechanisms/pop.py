@@ -289,12 +289,12 @@ def sticky_labels(keys: Sequence[Hashable], k: int, kept: dict[Hashable, int],
     out = np.array([kept.get(key, -1) for key in keys], dtype=np.int64)
     stratum = np.zeros(len(keys), dtype=np.int64) if strata is None else np.asarray(strata)
     demand = np.ones(len(keys)) if demands is None else np.asarray(demands, dtype=float)
-    sizes = np.bincount(out[out >= 0], weights=demand[out >= 0], minlength=k)
-    by_stratum: dict[int, np.ndarray] = {}
-    for j in np.flatnonzero(out >= 0).tolist():
-        by_stratum.setdefault(int(stratum[j]), np.zeros(k, dtype=np.int64))[out[j]] += 1
-    for j in np.flatnonzero(out < 0).tolist():
-        mine = by_stratum.setdefault(int(stratum[j]), np.zeros(k, dtype=np.int64))
+    dealt = out >= 0
+    sizes = np.bincount(out[dealt], weights=demand[dealt], minlength=k)
+    per_stratum = np.zeros((int(stratum.max(initial=-1)) + 1, k), dtype=np.int64)  # (S, k)
+    np.add.at(per_stratum, (stratum[dealt], out[dealt]), 1)
+    for j in np.flatnonzero(~dealt).tolist():
+        mine = per_stratum[stratum[j]]  # a view: the new job's stratum per group
         group = int(np.lexsort((np.arange(k), mine, sizes))[0])
         out[j] = group
         sizes[group] += demand[j]
@@ -346,10 +346,10 @@ class Partitioner:
         without); ``demands`` ``(J,)``: their GPUs, which sticky groups balance
         (:func:`sticky_labels`)."""
         k = partition_count(self.setting, num_jobs, capacities, self.jobs_per_partition)
-        changed = k != self.last_count
         self.last_count = k
         if k == 1:
             self._kept.clear()
+            self._leftover_order = np.zeros(0, dtype=np.int64)
             return None
         rng = np.random.default_rng([self.seed, self.splits])
         self.splits += 1
@@ -358,7 +358,7 @@ class Partitioner:
             return split(num_jobs, whole, k, rng, strata)
         if keys is None or len(keys) != num_jobs:
             raise ValueError("sticky groups need one key per job")
-        if changed or len(self._leftover_order) != k:
+        if len(self._leftover_order) != k:  # a new count: deal every job afresh
             self._kept.clear()
             self._leftover_order = rng.permutation(k)
         label = sticky_labels(keys, k, self._kept, strata, demands)

@@ -211,9 +211,10 @@ class SiaPolicy:
     factor; a cell at another scale or in a pair is dropped: Sia's jobs are rigid and never share
     GPUs), then the belief's mean (or a draw) is the goodput.
         partitions: POP (:mod:`bayes_sched.mechanisms.pop`): solve the integer program as this
-            many random sub-problems (jobs, and each type's free GPUs, split alike; seeded by
-            ``seed``), the choices joined (:func:`partitioned_assignment`); ``"auto"``: the
-            exact program below ``2 * jobs_per_partition`` jobs, more sub-problems above.
+            many sub-problems (jobs, and each type's free GPUs, split alike; the jobs grouped
+            as ``partition_groups`` says, seeded by ``seed``), the choices joined
+            (:func:`partitioned_assignment`); ``"auto"``: the exact program below
+            ``2 * jobs_per_partition`` jobs, more sub-problems above.
         partition_groups: how POP's groups are formed: ``"sticky"`` (a new job joins the
             group whose jobs ask for the fewest GPUs, where Sia's own POP counts jobs, and
             keeps it for its life) or ``"redrawn"`` (a fresh random split every round; a job
@@ -334,11 +335,8 @@ class SiaPolicy:
         normalized = np.where(moves, normalized * factors[configs.job], normalized)
         utility = config_utilities(normalized, self.p, self.lambda_n)
         assign = self._tenant_assign(cluster, jobs, normalized) if self.tenant_weights else None
-        chosen = best_if_all_fit(utility, configs, capacities, len(jobs))
-        if chosen is not None:
-            self.solved[WHOLE] = SolvedAssignment(configs, capacities, utility,
-                                                  assignment_value(utility, chosen), chosen)
-        else:
+        chosen = self._fit_at_once(utility, configs, capacities, len(jobs), WHOLE)
+        if chosen is None:
             keys = [(job.application, job.requested_replicas) for job in jobs]
             index = {key: c for c, key in enumerate(dict.fromkeys(keys))}
             strata = np.array([index[key] for key in keys], dtype=np.int64)
@@ -389,11 +387,20 @@ class SiaPolicy:
         """POP's sub-problem ``index`` (an :data:`~.sia_program.Assign`): every job's best
         configuration where they fit at once, else :meth:`_solve_or_reuse` in its own slot, so
         a sticky group's rounds reuse its answers as the whole program's do."""
-        chosen = best_if_all_fit(utility, configs, capacities, len(part_jobs))
+        chosen = self._fit_at_once(utility, configs, capacities, len(part_jobs), index)
         if chosen is None:
             return self._solve_or_reuse(utility, configs, capacities, len(part_jobs), index)
-        self.solved[index] = SolvedAssignment(configs, capacities, utility,
-                                              assignment_value(utility, chosen), chosen)
+        return chosen
+
+    def _fit_at_once(self, utility: np.ndarray, configs: Configurations, capacities: np.ndarray,
+                     num_jobs: int, slot: int) -> np.ndarray | None:
+        """Every job's best configuration ``(J,)`` where they all fit at once
+        (:func:`best_if_all_fit`, the optimum without a solver), kept in ``slot`` of
+        :attr:`solved` for a later round's certified reuse; ``None`` where they do not fit."""
+        chosen = best_if_all_fit(utility, configs, capacities, num_jobs)
+        if chosen is not None:
+            self.solved[slot] = SolvedAssignment(configs, capacities, utility,
+                                                 assignment_value(utility, chosen), chosen)
         return chosen
 
     # --- the policy's parts ---------------------------------------------------------------------
