@@ -308,17 +308,16 @@ def held_out_speeds(setting: str, folds: list[tuple[str, np.ndarray]],
     trained on. A held-out group whose speeds spread wider, or reach the cap where the
     training rows never do, is outside what its training rows show (a method calibrated on
     them has no data from which to widen its intervals there)."""
-    rows = []
-    for group, test_mask in folds:
-        held, trained = (observations["speed"].to_numpy()[mask]
-                         for mask in (test_mask, ~test_mask))
-        rows.append({"setting": setting, "group": group, "rows": int(held.size),
-                     "mean_speed": float(held.mean()), "sd_speed": float(held.std()),
-                     "at_cap": float(np.mean(held >= RECORDED_SPEED_CAP)),
-                     "train_mean_speed": float(trained.mean()),
-                     "train_sd_speed": float(trained.std()),
-                     "train_at_cap": float(np.mean(trained >= RECORDED_SPEED_CAP))})
-    return rows
+    speeds = observations["speed"].to_numpy()
+
+    def described(values: np.ndarray, prefix: str = "") -> dict[str, float]:
+        return {f"{prefix}mean_speed": float(values.mean()),
+                f"{prefix}sd_speed": float(values.std()),
+                f"{prefix}at_cap": float(np.mean(values >= RECORDED_SPEED_CAP))}
+
+    return [{"setting": setting, "group": group, "rows": int(test_mask.sum()),
+             **described(speeds[test_mask]), **described(speeds[~test_mask], "train_")}
+            for group, test_mask in folds]
 
 
 def run_setting(setting: str, folds: list[tuple[str, np.ndarray]],
