@@ -31,7 +31,8 @@ Run: ``python experiments/bench_perfmodel.py [--folds 5] [--steps 500] [--models
 [--jobs 6] [--khat-seeds 0 1 2] [--parts fits warm cold] [--cold-priors cold-physics ...]``
 (``--jobs``: fits run in parallel processes; ``--parts``: a quicker subset, e.g. ``--parts warm
 cold`` for the quality table alone, whose cold/warm width ratios need the warm folds;
-``--cold-priors``: which cold starts).
+``--cold-priors``: which cold starts; ``--parts latents`` adds a fourth table, where each
+model's own fit on all its rows lies in each cold start's prior: :func:`prior_latents`).
 """
 
 from __future__ import annotations
@@ -305,8 +306,9 @@ def _call(task: Callable[[], Any]) -> Any:
 
 
 #: Parts of a model's evaluation that ``--parts`` selects: the fits row (objective, k-hat), the
-#: warm folds, the two cold starts.
-PARTS = ("fits", "warm", "cold")
+#: warm folds, the cold starts, and where the model's own fit lies in each cold start's prior
+#: (:func:`prior_latents`: point fits only, no Bayesian fit).
+PARTS = ("fits", "warm", "cold", "latents")
 
 
 def model_tasks(model: str, folds: int, seed: int, num_steps: int,
@@ -341,11 +343,11 @@ def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
     if results is None:
         results = [task() for task in model_tasks(model, folds, seed, num_steps, khat_seeds,
                                                   parts, cold_priors, slowdown_scales)]
-    settings = cold_settings(cold_priors, slowdown_scales)
+    settings = cold_settings(cold_priors, slowdown_scales) if "cold" in parts else []
     pending = list(results)
     fits: dict = dict(pending.pop(0)) if "fits" in parts else {"model": model}
     parts_ = [pending.pop(0) for _ in range(folds)] if "warm" in parts else []
-    colds = [pending.pop(0) for _ in settings] if "cold" in parts else []
+    colds = [pending.pop(0) for _ in settings]
     if "fits" in parts:
         for k, value in zip([k for k in khat_seeds if k != seed], pending, strict=True):
             fits[f"pareto_k_seed{k}"] = value
@@ -368,6 +370,32 @@ def evaluate_model(model: str, folds: int, seed: int, num_steps: int,
     for row in warm:
         row["width_vs_warm"] = 1.0
     return fits, warm + cold
+
+
+def prior_latents(model: str, cold_priors: Sequence[str]) -> list[dict]:
+    """Where ``model``'s own point fit on all its rows lies in the prior of each cold start in
+    ``cold_priors`` (fitted on its 1-GPU rows, the other models as the fleet): one row per prior,
+    the prior's distribution function at each parameter (:meth:`StepTimePrior.quantiles`;
+    ``q_<name>``) and the prior's spread of each network term and ``gamma`` (``scale_<name>``:
+    log seconds, log-odds for ``gamma``; None under the default uniform ``gamma``).
+
+    Why: a cold start's intervals for one model's rows all rest on the same few parameters its
+    1-GPU rows cannot see, so whether they cover that model is decided by where its own values
+    of those lie in the prior; this table shows, per model, which parameter its coverage in the
+    quality table turns on.
+    """
+    profile = load_pollux_profile(model)
+    train = profile.subset(profile.num_replicas == 1)
+    own = fleet_fit(model)
+    rows = []
+    for kind in cold_priors:
+        prior = cold_prior(model, kind, train) or StepTimePrior.for_profile(train)
+        row: dict[str, Any] = {"model": model, "setting": kind}
+        row.update({f"q_{name}": value for name, value in prior.quantiles(own).items()})
+        row.update({f"scale_{name}": prior.scale[name] for name in NETWORK_TERMS})
+        row["scale_gamma"] = prior.gamma_scale
+        rows.append(row)
+    return rows
 
 
 @functools.cache
@@ -416,7 +444,8 @@ def main() -> None:
     parser.add_argument("--skip-cost", action="store_true", help="leave out the tuning-cost table")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
                         help="which fits to run per model (default all): the fits row with "
-                             "k-hat ('fits'), the warm folds, the cold starts")
+                             "k-hat ('fits'), the warm folds, the cold starts, where each model's "
+                             "fit lies in the cold starts' priors ('latents')")
     parser.add_argument("--cold-priors", nargs="+", choices=COLD_PRIORS,
                         default=list(COLD_PRIORS), help="which cold starts to run (default all)")
     parser.add_argument("--slowdown-scales", nargs="+", type=float, default=[1.0],
@@ -427,7 +456,7 @@ def main() -> None:
     args = parser.parse_args()
     if not all(np.isfinite(x) and x > 0 for x in args.slowdown_scales):
         parser.error(f"--slowdown-scales {args.slowdown_scales}: expected numbers > 0")
-    fits, quality, cost = [], [], []
+    fits, quality, cost, latents = [], [], [], []
     # Every fit in its own process (each runs on one thread): models, folds and cold starts are
     # independent.
     tasks = {model: model_tasks(model, args.folds, args.seed, args.steps, args.khat_seeds,
@@ -446,6 +475,8 @@ def main() -> None:
             quality.extend(q)
             if not args.skip_cost:
                 cost.append(tuning_cost(model))
+            if "latents" in args.parts:
+                latents += prior_latents(model, args.cold_priors)
     if "fits" in args.parts:
         print_rows("Fits: the reference's objective at our point fit and at the reference's own "
                    "fit; PSIS k-hat of the Bayesian fit on all rows", fits, args.json)
@@ -453,11 +484,16 @@ def main() -> None:
         print_rows(f"Step-time quality per configuration class: warm ({args.folds} folds over "
                    "placements) and cold (fit on 1-GPU rows); coverage of 50%/90% intervals",
                    quality, args.json)
+    if latents:
+        print_rows("Cold-start priors: where each model's own fit (all rows) lies in them "
+                   "(q_: the prior's distribution function there) and their spreads (scale_)",
+                   latents, args.json)
     if cost:
         print_rows("Batch tuning: 10,000 allocations (mean goodput, point fit; 10% quantile over 32 "
                    "posterior draws)", cost, args.json)
     if args.record:
-        tables = {"fits": fits, "quality per configuration class": quality, "batch tuning": cost}
+        tables = {"fits": fits, "quality per configuration class": quality, "batch tuning": cost,
+                  "where each model's own fit lies in its cold-start prior": latents}
         record_results(__file__, {title: rows for title, rows in tables.items() if rows})
 
 

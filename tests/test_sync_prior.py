@@ -169,3 +169,38 @@ def test_fleet_physics_prior_learns_every_uninformed_site_from_the_references() 
     across = [step_noise(profiles[m], fits[m])["across"] for m in others]
     assert prior.noise_loc["across"] == pytest.approx(float(np.mean(np.log(across))))
     assert prior.df == len(others) - 1
+
+
+def test_prior_quantiles_are_the_share_of_prior_draws_below_the_parameters() -> None:
+    # Where a fit lies in a prior, checked against Pyro's own draws from each site: the
+    # population prior (Student-t, logit-normal gamma) and the default one (normal, uniform
+    # gamma).
+    import torch
+
+    from perfmodel.profiles import load_pollux_profile
+    from perfmodel.sync_prior import fleet_physics_prior
+    from perfmodel.throughput import PARAM_NAMES, fit_throughput
+
+    others = [m for m in POLLUX_MODELS if m != "ncf"]
+    reference = [(load_pollux_profile(m), fit_throughput(load_pollux_profile(m)),
+                  gradient_bytes(POLLUX_PARAMETERS[m])) for m in others]
+    ncf = load_pollux_profile("ncf")
+    single = ncf.subset(ncf.num_replicas == 1)
+    own = fit_throughput(ncf)
+    population = fleet_physics_prior(single, gradient_bytes(POLLUX_PARAMETERS["ncf"]),
+                                     POLLUX_LINKS, reference)
+    default = StepTimePrior.for_profile(single)
+    torch.manual_seed(0)
+    for prior in (population, default):
+        quantiles = prior.quantiles(own)
+        assert list(quantiles) == list(PARAM_NAMES)
+        for name, value in own.as_dict().items():
+            draws = prior.site(name).sample((40_000,))
+            assert quantiles[name] == pytest.approx(float((draws < value).double().mean()),
+                                                    abs=0.01), (name, prior.df)
+    # ncf overlaps its all-reduce with compute less than the five others: its gamma lies in
+    # the bottom tenth of the prior they teach.
+    assert population.quantiles(own)["gamma"] < 0.1
+    # A term switched off lies at the very bottom.
+    off = ThroughputParams(**{**own.as_dict(), "beta_n": 0.0})
+    assert population.quantiles(off)["beta_n"] == 0.0

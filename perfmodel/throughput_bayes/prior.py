@@ -10,11 +10,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyro.distributions as dist
+import scipy.stats
 import torch
 
 from perfmodel.profiles import StepTimeProfile
 from perfmodel.throughput import (
     GAMMA_BOUNDS,
+    PARAM_NAMES,
     SHIFT_NAMES,
     ThroughputParams,
     configuration_class,
@@ -92,6 +94,40 @@ class StepTimePrior:
         if name in SHIFT_NAMES:
             return base
         return dist.TransformedDistribution(base, [dist.transforms.ExpTransform()])
+
+    def quantiles(self, params: ThroughputParams) -> dict[str, float]:
+        """Where ``params`` lies in this prior: the prior's distribution function at each of its
+        seven parameters (:data:`~perfmodel.throughput.PARAM_NAMES`, keys in that order), each
+        in ``[0, 1]``.
+
+        Why: a cold start's predictive is only as good as the place the job's own parameters
+        take in the prior of the ones its data cannot see (the network terms and ``gamma`` of a
+        job measured on one GPU). A value near 0 or 1 is a parameter the prior calls unlikely
+        (its intervals will miss), one near 0.5 a parameter it could have pinned more tightly
+        (its intervals will be wider than the miss). Positive parameters are read in log
+        seconds, ``gamma`` on :func:`gamma_logit` (linearly on its bounds under the uniform
+        prior); a parameter at 0 (a term the fit switched off) lies at the bottom, 0.
+        """
+        values = params.as_dict()
+        out: dict[str, float] = {}
+        for name in PARAM_NAMES:
+            value = float(values[name])
+            if name == "gamma" and self.gamma_loc is None:
+                low, high = GAMMA_BOUNDS
+                out[name] = min(max((value - low) / (high - low), 0.0), 1.0)
+                continue
+            if name == "gamma":
+                loc, scale, x = self.gamma_loc, self.gamma_scale, gamma_logit(value)
+            elif value <= 0:
+                out[name] = 0.0
+                continue
+            else:
+                loc, scale, x = self.loc[name], self.scale[name], math.log(value)
+            assert loc is not None and scale is not None
+            z = (x - loc) / scale
+            out[name] = float(scipy.stats.norm.cdf(z) if self.df is None
+                              else scipy.stats.t.cdf(z, self.df))
+        return out
 
     def ratio_site(self, name: str, sigma_step: torch.Tensor) -> dist.TorchDistribution:
         """The prior of noise ratio ``name`` (:data:`NOISE_CLASSES`) given the 1-GPU step noise
