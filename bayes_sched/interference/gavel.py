@@ -107,7 +107,14 @@ def load_gavel_solo_features(
     much faster the job runs on a V100 (compute-bound jobs gain most); the batch size as
     ``batch_feature`` says (one of :data:`BATCH_FEATURES`): ``log_batch_size`` and/or
     ``log_batch_vs_family`` (:func:`family_relative_log_batch`), 0 where the type has no batch
-    size; ``on_k80``, ``on_p100`` (0/1, the GPU the job runs on).
+    size; ``on_k80``, ``on_p100``, ``on_v100`` (0/1, the GPU the job runs on).
+
+    Every GPU type has its own indicator, none is a reference level: with one type coded as all
+    zeros, a model with a length scale per input (the GPs) would treat a held-out reference type
+    as a mixture of the types it saw, and a held-out other type as one whose indicator no data
+    spoke to, so the uncertainty of a GPU type no pair ran on would depend on which type was
+    chosen as the reference. With one indicator each, a held-out type is new along its own
+    indicator, whatever it is (the guide's advice for users' own tables: a one-hot GPU type).
     """
     if batch_feature not in BATCH_FEATURES:
         raise ValueError(f"batch_feature={batch_feature!r}; expected one of {BATCH_FEATURES}")
@@ -138,6 +145,7 @@ def load_gavel_solo_features(
                     **batch,
                     "on_k80": float(gpu == "k80"),
                     "on_p100": float(gpu == "p100"),
+                    "on_v100": float(gpu == "v100"),
                 }
             )
     return check_solo_features(
