@@ -28,7 +28,7 @@ from bayes_sched.interference import (
     read_pairs_csv,
     read_solo_features_csv,
 )
-from bayes_sched.interference.gavel import job_type_of
+from bayes_sched.interference.gavel import GPU_TYPES, gpu_of, job_type_of
 
 
 def test_pairs_csv_with_speed_out_of_range_names_line_and_field(tmp_path: Path) -> None:
@@ -96,6 +96,10 @@ def test_gavel_data_shipped_with_the_package() -> None:
     # A Gavel row and its mirror describe one measurement; the long table must not double it.
     assert len(observations) == len(observations.drop_duplicates(["target", "other"]))
     assert {job_type_of(j) for j in features.index} == set(pairs["type_a"])
+    # One 0/1 column per GPU type, none a reference level: each job's own type and no other.
+    indicators = features[[f"on_{gpu}" for gpu in GPU_TYPES]]
+    for job, row in indicators.iterrows():
+        assert row.to_dict() == {f"on_{gpu}": float(gpu == gpu_of(str(job))) for gpu in GPU_TYPES}
 
 
 def test_splits_keep_pairs_together_and_leave_whole_types_out() -> None:
