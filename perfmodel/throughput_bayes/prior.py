@@ -78,12 +78,7 @@ class StepTimePrior:
         if name == "gamma" and self.gamma_loc is None:
             return dist.Uniform(torch.tensor(GAMMA_BOUNDS[0], dtype=f64),
                                 torch.tensor(GAMMA_BOUNDS[1], dtype=f64))
-        if name == "gamma":
-            loc, scale = self.gamma_loc, self.gamma_scale
-        elif name in SHIFT_NAMES:
-            loc, scale = self.shift_loc[name], self.shift_scale[name]
-        else:
-            loc, scale = self.loc[name], self.scale[name]
+        loc, scale = self._location(name)
         base: dist.TorchDistribution = (
             dist.Normal(torch.tensor(loc, dtype=f64), torch.tensor(scale, dtype=f64))
             if self.df is None else
@@ -94,6 +89,16 @@ class StepTimePrior:
         if name in SHIFT_NAMES:
             return base
         return dist.TransformedDistribution(base, [dist.transforms.ExpTransform()])
+
+    def _location(self, name: str) -> tuple[float, float]:
+        """Location and scale of parameter ``name``'s prior in its coordinate (log seconds, a
+        log factor for a shift, :func:`gamma_logit` for ``gamma`` with a population prior)."""
+        if name == "gamma":
+            assert self.gamma_loc is not None and self.gamma_scale is not None
+            return self.gamma_loc, self.gamma_scale
+        if name in SHIFT_NAMES:
+            return self.shift_loc[name], self.shift_scale[name]
+        return self.loc[name], self.scale[name]
 
     def quantiles(self, params: ThroughputParams) -> dict[str, float]:
         """Where ``params`` lies in this prior: the prior's distribution function at each of its
@@ -116,14 +121,11 @@ class StepTimePrior:
                 low, high = GAMMA_BOUNDS
                 out[name] = min(max((value - low) / (high - low), 0.0), 1.0)
                 continue
-            if name == "gamma":
-                loc, scale, x = self.gamma_loc, self.gamma_scale, gamma_logit(value)
-            elif value <= 0:
+            if name != "gamma" and value <= 0:
                 out[name] = 0.0
                 continue
-            else:
-                loc, scale, x = self.loc[name], self.scale[name], math.log(value)
-            assert loc is not None and scale is not None
+            loc, scale = self._location(name)
+            x = gamma_logit(value) if name == "gamma" else math.log(value)
             z = (x - loc) / scale
             out[name] = float(scipy.stats.norm.cdf(z) if self.df is None
                               else scipy.stats.t.cdf(z, self.df))
